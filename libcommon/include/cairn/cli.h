@@ -1,0 +1,50 @@
+// Common command-line options of every tool and the main() wrapper that maps errors to exit codes.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cairn/config.h"
+
+namespace CLI {
+class App;
+}
+
+namespace cairn {
+
+// The options every tool has: --config, --set, --out, --print-config, --log-level, --json, --version.
+struct CommonOptions {
+  std::vector<std::string> config_files;
+  std::vector<std::string> sets;
+  std::string out;         // overrides [run] dir
+  bool print_config = false;
+  std::string log_level = "info";
+  std::string json_path;   // "" = none, "-" = stdout
+  bool log_all_ranks = false;
+};
+
+// Adds the common options to a CLI11 app (call before the tool adds its own).
+void add_common_options(CLI::App& app, CommonOptions& opts);
+
+// Loads the effective config from the common options (files, env, --set, --out -> run.dir),
+// applies --log-level, and records the config in provenance(). `tool_sets` are "section.key=value"
+// assignments a tool derives from its own flags; they rank with --set (after the env).
+Config load_tool_config(const CommonOptions& opts, const std::vector<std::string>& tool_sets = {});
+
+// If --print-config was given, prints the effective config (with origins) to stdout and returns true.
+bool maybe_print_config(const CommonOptions& opts, const Config& cfg);
+
+// main() body shared by every tool: sets provenance (tool, argv), runs `body`, and turns exceptions
+// into `cairn-<tool>: message` on stderr plus the exit code (CLI11 parse errors exit 2).
+int run_tool(const std::string& tool, int argc, char** argv, const std::function<int()>& body);
+
+// Parses the app; CLI11 errors become UsageError (exit 2), --help/--version exit 0 via run_tool.
+void parse_cli(CLI::App& app, int argc, char** argv);
+
+// Reads `--json` target: returns true and writes text if opts.json_path is set ("-" = stdout).
+void write_json_output(const std::string& path, const std::string& text);
+
+// The [run] dir (after --out), i.e. where stages write <dir>/<stage>/.
+std::string run_dir(const Config& cfg);
+
+}  // namespace cairn

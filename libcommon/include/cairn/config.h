@@ -1,0 +1,145 @@
+// Typed, layered configuration: defaults < TOML file (with includes) < CAIRN_* env < --set.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace cairn {
+
+using json = nlohmann::json;
+
+enum class KeyType {
+  Bool,
+  Int,
+  Float,               // accepts integers too
+  String,
+  StringList,
+  IntList,
+  FloatList,
+  IntOrIntList,        // `tp = 8` fixes a value, `tp = [4, 8]` restricts to a list
+  StringOrStringList,  // `recompute = "full"` or `recompute = ["none", "full"]`
+  Table,               // any inline table, e.g. a gate `{ max_increase = 0.02 }`
+};
+const char* key_type_name(KeyType t);
+
+// One declared key: where it lives, its type, default, allowed values and a one-line doc.
+struct KeySpec {
+  std::string section;  // "train", or nested "report.gates"
+  std::string key;      // "steps"; "*" declares an open section whose keys are free (type applies)
+  KeyType type = KeyType::String;
+  json default_value;   // null: no default (unset unless configured)
+  std::optional<double> min, max;
+  std::vector<std::string> choices;  // for String / StringList / StringOrStringList
+  std::string doc;
+};
+
+// The registry of every section and key of every tool (llama.cpp-style one common registry),
+// so that one experiment file configuring all stages validates in each tool.
+class Schema {
+ public:
+  // Adds a key; returns *this so declarations chain.
+  Schema& add(KeySpec spec);
+  Schema& add(const std::string& section, const std::string& key, KeyType type, json default_value,
+              const std::string& doc);
+  // Adds a key with a numeric range or a list of choices.
+  Schema& add_range(const std::string& section, const std::string& key, KeyType type, json default_value,
+                    std::optional<double> min, std::optional<double> max, const std::string& doc);
+  Schema& add_choice(const std::string& section, const std::string& key, KeyType type, json default_value,
+                     std::vector<std::string> choices, const std::string& doc);
+  // Declares a section whose keys are free-form, each of `type` (e.g. report.gates).
+  Schema& add_open_section(const std::string& section, KeyType type, const std::string& doc);
+
+  const KeySpec* find(const std::string& section, const std::string& key) const;
+  bool has_section(const std::string& section) const;
+  bool is_open_section(const std::string& section) const;
+  bool has_subsections(const std::string& section) const;  // e.g. "report" for "report.gates"
+  std::vector<std::string> sections() const;  // in declaration order
+  const std::vector<KeySpec>& keys() const { return keys_; }
+  // "did you mean" for a misspelled section.key ("" if nothing close).
+  std::string suggest(const std::string& section, const std::string& key) const;
+  std::string suggest_section(const std::string& section) const;
+
+ private:
+  std::vector<KeySpec> keys_;
+  std::vector<std::string> section_order_;
+};
+
+// The full registry: built once from every section's declaration (libcommon/src/schema_*.cpp).
+const Schema& registry();
+
+// Where a value came from, for --print-config and error messages.
+struct Origin {
+  enum Kind { Default, File, Env, Set, Program } kind = Default;
+  std::string where;  // "configs/demo.toml:12:1", "CAIRN_TRAIN_STEPS", "--set", ""
+  std::string describe() const;
+};
+
+// Inputs to load_config().
+struct ConfigSources {
+  std::vector<std::string> files;  // applied in order; each may `include = [...]` others
+  std::vector<std::string> sets;   // "section.key=value" (TOML value syntax; bare words are strings)
+  bool use_env = true;             // read CAIRN_<SECTION>_<KEY>
+};
+
+// The effective configuration: every declared key with its value and origin.
+class Config {
+ public:
+  explicit Config(const Schema& schema = registry());
+
+  bool has(const std::string& dotted) const;  // set and not null
+  const json& get(const std::string& dotted) const;  // throws UsageError if undeclared
+  int64_t get_int(const std::string& dotted) const;
+  double get_float(const std::string& dotted) const;
+  bool get_bool(const std::string& dotted) const;
+  std::string get_string(const std::string& dotted) const;
+  std::vector<std::string> get_strings(const std::string& dotted) const;  // scalar -> one element
+  std::vector<int64_t> get_ints(const std::string& dotted) const;         // scalar -> one element
+  std::vector<double> get_floats(const std::string& dotted) const;
+  // All keys of a section (open sections: only those set) as a JSON object.
+  json section(const std::string& section) const;
+  const Origin& origin(const std::string& dotted) const;
+
+  // Validates and sets one value (type, range, choices), e.g. a tool's own flag mapped to a key.
+  void set(const std::string& dotted, const json& value, Origin origin);
+  // Applies "section.key=value" text (the --set syntax).
+  void set_from_text(const std::string& assignment, Origin origin);
+
+  // Effective config as TOML; with origins, each key carries "# <origin>" (for --print-config).
+  std::string to_toml(bool with_origins = false, const std::vector<std::string>& only_sections = {}) const;
+  json to_json() const;
+  // Config files that were read (main files and includes), for provenance.
+  const std::vector<std::string>& files_read() const { return files_read_; }
+
+  const Schema& schema() const { return *schema_; }
+
+ private:
+  friend Config load_config(const ConfigSources&, const Schema&);
+  struct Entry {
+    json value;
+    Origin origin;
+  };
+  const Schema* schema_;
+  std::map<std::string, Entry> values_;
+  std::vector<std::string> files_read_;
+};
+
+// Builds the effective config from the sources (see ConfigSources), validating everything.
+// Errors are UsageError naming file:line:col, the key, what was expected and a suggestion.
+Config load_config(const ConfigSources& sources, const Schema& schema = registry());
+
+// Parses a TOML file into a Config layer for tests and tools that read other tools' TOML outputs
+// (e.g. fabric.toml, best.toml) without the registry: returns the file as JSON.
+json read_toml_file_as_json(const std::string& path);
+// Serialises a JSON object of tables as TOML text (for files tools write, e.g. best.toml).
+std::string json_to_toml(const json& tables);
+
+// Splits "a.b.c" into section "a.b" and key "c".
+std::pair<std::string, std::string> split_dotted(const std::string& dotted);
+// Edit distance, for suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace cairn

@@ -1,0 +1,46 @@
+// File helpers: atomic writes, whole-file reads, run-directory layout, clear path errors.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace cairn {
+
+// Reads a whole file ("-" is stdin); throws RuntimeError `cannot read "path": reason`.
+std::string read_file(const std::string& path);
+
+// Writes via a temp file in the same directory, fsync, rename, fsync of the directory: a crash at
+// any moment leaves either the old file or the new one, never a torn one. "-" writes to stdout.
+void atomic_write(const std::string& path, std::string_view content);
+
+// For writers that need a path (HDF5): write to temp_path(), then commit() renames over the target.
+// Destroyed without commit() (an exception, a crash) the temp file is removed and the target kept.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  const std::string& temp_path() const { return temp_; }
+  const std::string& path() const { return path_; }
+  void commit();  // fsync + rename + fsync dir
+
+ private:
+  std::string path_, temp_;
+  bool committed_ = false;
+};
+
+// Creates a directory and its parents; throws RuntimeError naming the path if impossible.
+void ensure_dir(const std::string& path);
+// "<out>/<stage>" created if needed (e.g. run_subdir("runs/demo", "sweep")).
+std::string run_subdir(const std::string& out, const std::string& stage);
+// Throws UsageError (exit 2) if `dir` cannot be created or written to (checked before long work starts).
+void check_writable_dir(const std::string& dir);
+bool path_exists(const std::string& path);
+// fsync a file or directory by path (best effort for directories).
+void fsync_path(const std::string& path);
+// Renames atomically; throws RuntimeError naming both paths.
+void rename_path(const std::string& from, const std::string& to);
+std::string join_path(const std::string& a, const std::string& b);
+
+}  // namespace cairn

@@ -1,0 +1,55 @@
+// Rank-aware logging to stderr and a progress line for long loops.
+#pragma once
+#include <chrono>
+#include <cstdarg>
+#include <cstdint>
+#include <string>
+
+namespace cairn {
+
+enum class LogLevel { Debug = 0, Info = 1, Warn = 2, Error = 3, Quiet = 4 };
+
+// Parses "debug|info|warn|error|quiet"; throws UsageError otherwise.
+LogLevel parse_log_level(const std::string& name);
+
+// Global logger settings. By default only rank 0 logs (other ranks log warnings and errors);
+// with all_ranks every line carries a "[r3/8 host]" prefix.
+struct LogSettings {
+  LogLevel level = LogLevel::Info;
+  std::string tool = "cairn";
+  int rank = 0;
+  int size = 1;
+  std::string host;
+  bool all_ranks = false;
+};
+LogSettings& log_settings();
+
+void log_message(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void vlog_message(LogLevel level, const char* fmt, va_list args);
+#define CAIRN_LOG_DEBUG(...) ::cairn::log_message(::cairn::LogLevel::Debug, __VA_ARGS__)
+#define CAIRN_LOG_INFO(...) ::cairn::log_message(::cairn::LogLevel::Info, __VA_ARGS__)
+#define CAIRN_LOG_WARN(...) ::cairn::log_message(::cairn::LogLevel::Warn, __VA_ARGS__)
+#define CAIRN_LOG_ERROR(...) ::cairn::log_message(::cairn::LogLevel::Error, __VA_ARGS__)
+
+// printf into a std::string.
+std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Progress for a loop of known length: on a TTY it redraws one line (rate, ETA) at most every
+// 0.2 s; otherwise it prints a plain line every `plain_interval_s` seconds so batch logs stay short.
+class Progress {
+ public:
+  Progress(std::string label, uint64_t total, std::string unit = "items", double plain_interval_s = 30.0);
+  ~Progress();
+  void update(uint64_t done, const std::string& extra = "");
+  void finish(const std::string& extra = "");
+
+ private:
+  void print(uint64_t done, const std::string& extra, bool final);
+  std::string label_, unit_;
+  uint64_t total_;
+  double plain_interval_s_;
+  bool tty_, enabled_, finished_ = false;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
+}  // namespace cairn

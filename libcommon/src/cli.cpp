@@ -1,0 +1,108 @@
+// Common CLI options (CLI11), config loading from them, and the main() wrapper with exit codes.
+#include "cairn/cli.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/h5.h"
+#include "cairn/log.h"
+#include "cairn/mpi.h"
+#include "cairn/provenance.h"
+
+namespace cairn {
+
+void add_common_options(CLI::App& app, CommonOptions& opts) {
+  app.set_version_flag("--version", cairn_version() + " (git " + cairn_git_sha() + ")");
+  app.add_option("-C,--config", opts.config_files,
+                 "TOML config file (repeatable; later files override earlier; `include = [...]` merges others)")
+      ->type_name("FILE");
+  app.add_option("--set", opts.sets, "override a config key: section.key=value (repeatable; highest precedence)")
+      ->type_name("KEY=VALUE");
+  app.add_option("-o,--out", opts.out, "run directory (sets [run] dir); outputs go to <out>/<stage>/")
+      ->type_name("DIR");
+  app.add_flag("--print-config", opts.print_config,
+               "print the effective config as TOML, each key annotated with where its value came from, and exit");
+  app.add_option("--log-level", opts.log_level, "debug, info, warn, error or quiet (logs go to stderr)")
+      ->capture_default_str();
+  app.add_option("--json", opts.json_path, "also write machine-readable results to FILE (- for stdout)")
+      ->type_name("FILE");
+  app.add_flag("--log-all-ranks", opts.log_all_ranks, "every MPI rank logs, prefixed [rank/size host]");
+}
+
+Config load_tool_config(const CommonOptions& opts, const std::vector<std::string>& tool_sets) {
+  LogSettings& ls = log_settings();
+  ls.level = parse_log_level(opts.log_level);
+  ls.all_ranks = opts.log_all_ranks;
+  ConfigSources sources;
+  sources.files = opts.config_files;
+  // Tool flags first, then --set, so an explicit --set wins over a convenience flag.
+  for (const auto& s : tool_sets) sources.sets.push_back(s);
+  for (const auto& s : opts.sets) sources.sets.push_back(s);
+  Config cfg = load_config(sources);
+  if (!opts.out.empty()) cfg.set("run.dir", opts.out, Origin{Origin::Set, "--out"});
+  provenance().config_toml = cfg.to_toml(false);
+  return cfg;
+}
+
+bool maybe_print_config(const CommonOptions& opts, const Config& cfg) {
+  if (!opts.print_config) return false;
+  std::cout << "# effective config of " << provenance().tool << " " << cairn_version()
+            << " (precedence: default < file < env CAIRN_<SECTION>_<KEY> < --set)\n";
+  std::cout << cfg.to_toml(true);
+  std::cout.flush();
+  return true;
+}
+
+void parse_cli(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    app.exit(e);  // prints --help / --version text
+    throw Error(kExitOk, "");
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what() + std::string(" (see --help)"));
+  }
+}
+
+void write_json_output(const std::string& path, const std::string& text) {
+  if (path.empty()) return;
+  atomic_write(path, text.back() == '\n' ? text : text + "\n");
+}
+
+std::string run_dir(const Config& cfg) { return cfg.get_string("run.dir"); }
+
+int run_tool(const std::string& tool, int argc, char** argv, const std::function<int()>& body) {
+  Provenance& p = provenance();
+  p.tool = tool;
+  std::vector<std::string> args(argv, argv + argc);
+  p.command_line = shell_join(args);
+  log_settings().tool = tool;
+  h5::silence_errors();
+  // Writing to a closed pipe (`tool | head`) should end quietly, not kill us mid-write of a file.
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    return body();
+  } catch (const CLI::Success& e) {
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", tool.c_str(), e.what());
+    return kExitUsage;
+  } catch (const Error& e) {
+    if (e.code() == kExitOk && std::string(e.what()).empty()) return kExitOk;
+    std::fprintf(stderr, "%s: %s\n", tool.c_str(), e.what());
+    mpi::abort_if_failed(e.code());
+    return e.code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", tool.c_str(), e.what());
+    mpi::abort_if_failed(kExitRuntime);
+    return kExitRuntime;
+  }
+}
+
+}  // namespace cairn

@@ -1,0 +1,172 @@
+// Atomic writes, whole-file reads and run-directory helpers with path-naming errors.
+#include "cairn/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <random>
+
+#include "cairn/error.h"
+
+namespace cairn {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const std::string& path) {
+  if (path == "-") {
+    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw RuntimeError(errno_message("cannot read", path));
+  struct stat st {};
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    throw RuntimeError(file_message("cannot read", path, "Is a directory"));
+  }
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      throw RuntimeError(file_message("cannot read", path, std::strerror(e)));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+namespace {
+std::string temp_name_for(const std::string& path) {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(getpid()));
+  fs::path p(path);
+  char suffix[32];
+  std::snprintf(suffix, sizeof suffix, ".tmp.%d.%06x", static_cast<int>(getpid()),
+                static_cast<unsigned>(rng() & 0xffffff));
+  return (p.parent_path() / ("." + p.filename().string() + suffix)).string();
+}
+
+void write_all(int fd, const char* data, size_t size, const std::string& path) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw RuntimeError(errno_message("cannot write", path));
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+std::string parent_dir(const std::string& path) {
+  fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+}  // namespace
+
+void fsync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void rename_path(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    throw RuntimeError("cannot rename \"" + from + "\" to \"" + to + "\": " + std::strerror(errno));
+  }
+}
+
+void atomic_write(const std::string& path, std::string_view content) {
+  if (path == "-") {
+    std::cout.write(content.data(), static_cast<std::streamsize>(content.size()));
+    std::cout.flush();
+    return;
+  }
+  std::string dir = parent_dir(path);
+  if (!path_exists(dir)) ensure_dir(dir);
+  std::string temp = temp_name_for(path);
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw RuntimeError(errno_message("cannot write", path));
+  try {
+    write_all(fd, content.data(), content.size(), path);
+    if (::fsync(fd) != 0) throw RuntimeError(errno_message("cannot sync", path));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    throw;
+  }
+  ::close(fd);
+  try {
+    rename_path(temp, path);
+  } catch (...) {
+    ::unlink(temp.c_str());
+    throw;
+  }
+  fsync_path(dir);
+}
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  std::string dir = parent_dir(path_);
+  if (!path_exists(dir)) ensure_dir(dir);
+  temp_ = temp_name_for(path_);
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) ::unlink(temp_.c_str());
+}
+
+void AtomicFile::commit() {
+  if (committed_) return;
+  fsync_path(temp_);
+  rename_path(temp_, path_);
+  committed_ = true;
+  fsync_path(parent_dir(path_));
+}
+
+void ensure_dir(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) throw RuntimeError(file_message("cannot create directory", path, ec.message()));
+  if (!fs::is_directory(path, ec)) throw RuntimeError(file_message("cannot create directory", path, "Not a directory"));
+}
+
+std::string run_subdir(const std::string& out, const std::string& stage) {
+  std::string dir = join_path(out, stage);
+  ensure_dir(dir);
+  return dir;
+}
+
+void check_writable_dir(const std::string& dir) {
+  // A user-chosen output directory that cannot be used is a usage error (exit 2), found before work starts.
+  try {
+    ensure_dir(dir);
+  } catch (const RuntimeError& e) {
+    throw UsageError(e.what());
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) throw UsageError(errno_message("cannot write to directory", dir));
+}
+
+bool path_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string join_path(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  if (b.empty()) return a;
+  return (fs::path(a) / b).string();
+}
+
+}  // namespace cairn

@@ -1,0 +1,154 @@
+// MPI session, topology (node-local and cross-node communicators) and string collectives.
+#include "cairn/mpi.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <map>
+
+#include "cairn/error.h"
+#include "cairn/log.h"
+#include "cairn/provenance.h"
+
+namespace cairn::mpi {
+
+namespace {
+Topology g_topology;
+bool g_session_active = false;
+bool g_we_initialized = false;
+
+void compute_topology() {
+  Topology& t = g_topology;
+  MPI_Comm_rank(MPI_COMM_WORLD, &t.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &t.size);
+  t.host = hostname_string();
+  t.hosts_by_rank = allgather_strings(t.host);
+  // Node-local communicator: ranks that share memory (same host).
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &t.node),
+        "MPI_Comm_split_type");
+  MPI_Comm_rank(t.node, &t.local_rank);
+  MPI_Comm_size(t.node, &t.local_size);
+  // Nodes are numbered in order of their lowest world rank.
+  int node_leader = t.rank;
+  MPI_Allreduce(MPI_IN_PLACE, &node_leader, 1, MPI_INT, MPI_MIN, t.node);
+  std::vector<int> leaders = allgather_value<int>(node_leader);
+  std::vector<int> unique = leaders;
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  t.node_count = static_cast<int>(unique.size());
+  t.node_index = static_cast<int>(std::lower_bound(unique.begin(), unique.end(), node_leader) - unique.begin());
+  // Cross-node communicator: one rank per node (those with the same local rank).
+  check(MPI_Comm_split(MPI_COMM_WORLD, t.local_rank, t.node_index, &t.cross), "MPI_Comm_split");
+  LogSettings& ls = log_settings();
+  ls.rank = t.rank;
+  ls.size = t.size;
+  ls.host = t.host;
+}
+}  // namespace
+
+Session::Session(int* argc, char*** argv) {
+  if (g_session_active) throw RuntimeError("internal: a second MPI session was started");
+  int already = 0;
+  MPI_Initialized(&already);
+  if (!already) {
+    int provided = 0;
+    // FUNNELED: helper threads (data prefetch) never call MPI; only the main thread does.
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS) throw RuntimeError("MPI_Init_thread failed");
+    g_we_initialized = true;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  g_session_active = true;
+  compute_topology();
+}
+
+Session::~Session() {
+  // Unwinding from an error on a multi-rank job: other ranks may wait in a collective forever, so
+  // leave MPI up and let run_tool() abort the job after printing the error (abort_if_failed).
+  if (std::uncaught_exceptions() > 0 && g_topology.size > 1) {
+    g_session_active = false;
+    return;
+  }
+  if (g_topology.node != MPI_COMM_NULL) MPI_Comm_free(&g_topology.node);
+  if (g_topology.cross != MPI_COMM_NULL) MPI_Comm_free(&g_topology.cross);
+  g_session_active = false;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (g_we_initialized && !finalized) MPI_Finalize();
+}
+
+void abort_if_failed(int code) {
+  if (!initialized()) return;
+  if (g_topology.size > 1) {
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
+  MPI_Finalize();
+}
+
+bool initialized() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+const Topology& topology() { return g_topology; }
+int rank() { return g_topology.rank; }
+int size() { return g_topology.size; }
+
+void barrier(MPI_Comm comm) { check(MPI_Barrier(comm), "MPI_Barrier"); }
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw RuntimeError(std::string(what) + " failed: " + std::string(msg, len));
+}
+
+std::string broadcast_string(const std::string& s, int root, MPI_Comm comm) {
+  uint64_t n = s.size();
+  broadcast(&n, 1, root, comm);
+  std::string out = s;
+  out.resize(n);
+  if (n) check(MPI_Bcast(out.data(), static_cast<int>(n), MPI_CHAR, root, comm), "MPI_Bcast");
+  return out;
+}
+
+std::vector<std::string> allgather_strings(const std::string& s, MPI_Comm comm) {
+  int n = 0;
+  MPI_Comm_size(comm, &n);
+  int len = static_cast<int>(s.size());
+  std::vector<int> lens(n), displs(n);
+  check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather");
+  int total = 0;
+  for (int i = 0; i < n; ++i) {
+    displs[i] = total;
+    total += lens[i];
+  }
+  std::string all(total, '\0');
+  check(MPI_Allgatherv(s.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, comm),
+        "MPI_Allgatherv");
+  std::vector<std::string> out(n);
+  for (int i = 0; i < n; ++i) out[i] = all.substr(displs[i], lens[i]);
+  return out;
+}
+
+void agree_or_throw(bool ok, const std::string& message, int code, MPI_Comm comm) {
+  int local_bad = ok ? 0 : std::max(code, 1);
+  int worst = local_bad;
+  check(MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, comm), "MPI_Allreduce");
+  if (worst == 0) return;
+  // The lowest failing rank's message goes to everyone.
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  int first_bad = ok ? INT32_MAX : r;
+  check(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  std::string msg = broadcast_string(message, first_bad, comm);
+  if (first_bad != 0) msg = "rank " + std::to_string(first_bad) + ": " + msg;
+  throw Error(worst, msg);
+}
+
+}  // namespace cairn::mpi
