@@ -20,7 +20,7 @@ if(NOT CAIRN_CUDA STREQUAL "OFF")
     add_library(cairn_nccl INTERFACE)
     target_link_libraries(cairn_nccl INTERFACE ${CAIRN_NCCL_LIBRARY})
     target_include_directories(cairn_nccl INTERFACE ${CAIRN_NCCL_INCLUDE})
-    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 has no CUDA20 dialect flags for nvcc
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     set(CAIRN_HAVE_CUDA ON)
   elseif(CAIRN_CUDA STREQUAL "ON")
