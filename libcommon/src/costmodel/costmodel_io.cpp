@@ -1,0 +1,270 @@
+// Cost model I/O: [model]/[cluster] from the config, cairn-sweep's fabric.toml, JSON and --explain text.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <sstream>
+
+#include "cairn/config.h"
+#include "cairn/costmodel.h"
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/log.h"
+
+namespace cairn::costmodel {
+
+namespace {
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string normalise(const std::string& s) {
+  std::string r;
+  for (char ch : s)
+    if (std::isalnum(static_cast<unsigned char>(ch))) r += char(std::tolower(static_cast<unsigned char>(ch)));
+  return r;
+}
+
+int collective_index(const std::string& name) {
+  const std::string n = normalise(name);
+  if (n == "allreduce") return int(Collective::AllReduce);
+  if (n == "allgather") return int(Collective::AllGather);
+  if (n == "reducescatter") return int(Collective::ReduceScatter);
+  if (n == "sendrecv" || n == "p2p") return int(Collective::SendRecv);
+  return -1;
+}
+
+double number(const json& t, const char* key, const std::string& where) {
+  if (!t.contains(key) || !t[key].is_number())
+    throw UsageError(where + ": missing number \"" + key + "\"");
+  return t[key].get<double>();
+}
+}  // namespace
+
+ModelSpec model_from_config(const Config& cfg) {
+  ModelSpec m;
+  m.arch = cfg.get_string("model.architecture") == "llama" ? Arch::Llama : Arch::Gpt;
+  m.layers = cfg.get_int("model.layers");
+  m.hidden = cfg.get_int("model.hidden");
+  m.heads = cfg.get_int("model.heads");
+  m.kv_heads = cfg.get_int("model.kv_heads");
+  if (m.kv_heads == 0) m.kv_heads = m.heads;
+  m.seq_len = cfg.get_int("model.seq_len");
+  m.vocab = cfg.get_int("model.vocab");
+  m.tied_embeddings = cfg.get_bool("model.tied_embeddings");
+  if (m.hidden % m.heads != 0) validate_model(m);  // reports the key before ffn defaults use it
+  m.ffn_hidden = cfg.get_int("model.ffn_hidden");
+  if (m.ffn_hidden == 0) m.ffn_hidden = default_ffn_hidden(m.arch, m.hidden);
+  validate_model(m);
+  return m;
+}
+
+void apply_fabric(Cluster& c, const std::string& path) {
+  if (!path_exists(path)) throw UsageError(file_message("cannot open", path, "No such file or directory"));
+  json f;
+  try {
+    f = read_toml_file_as_json(path);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw UsageError(file_message("cannot parse", path, e.what()));
+  }
+  int rpn = 0;
+  if (f.contains("fabric") && f["fabric"].is_object() && f["fabric"].contains("ranks_per_node") &&
+      f["fabric"]["ranks_per_node"].is_number())
+    rpn = f["fabric"]["ranks_per_node"].get<int>();
+  int found = 0;
+  for (const char* tier_name : {"intra", "inter", "world"}) {
+    if (!f.contains(tier_name) || !f[tier_name].is_object()) continue;
+    const std::string tn = tier_name;
+    // "world" spans nodes when the sweep ran on several; use it for the inter tier if no inter fit.
+    Tier* tier = tn == "intra" ? &c.intra : &c.inter;
+    if (tn == "world") {
+      const bool multi_node = f.contains("fabric") && f["fabric"].value("nodes", 1) > 1;
+      if (!multi_node) tier = &c.intra;
+      bool have = false;
+      for (const auto& x : tier->fitted) have |= x.valid;
+      if (have) continue;
+    }
+    for (auto it = f[tier_name].begin(); it != f[tier_name].end(); ++it) {
+      const int idx = collective_index(it.key());
+      if (idx < 0 || !it.value().is_object()) continue;
+      const std::string where = "\"" + path + "\" [" + tn + "." + it.key() + "]";
+      Tier::Fit fit;
+      fit.alpha_us = number(it.value(), "alpha_us", where);
+      fit.busbw_gbps = number(it.value(), "busbw_gbps", where);
+      if (!(fit.busbw_gbps > 0)) throw UsageError(where + ": busbw_gbps must be positive");
+      fit.ranks = it.value().value("ranks", 2);
+      fit.valid = true;
+      tier->fitted[size_t(idx)] = fit;
+      // The inter fit is driven by the ranks of each node in that communicator (1 for a cross-node
+      // communicator of one rank per node; ranks_per_node for the world).
+      if (tier == &c.inter) tier->fitted_ranks_per_node = tn == "world" ? std::max(1, rpn) : 1;
+      ++found;
+    }
+  }
+  if (found == 0)
+    throw UsageError(file_message("no [intra.*], [inter.*] or [world.*] collective fits in", path,
+                                  "expected tables like [intra.allreduce] with alpha_us and busbw_gbps"));
+  c.has_fabric = true;
+  c.fabric_path = path;
+}
+
+Cluster cluster_from_config(const Config& cfg) {
+  Cluster c;
+  c.name = cfg.get_string("cluster.name");
+  c.nodes = int(cfg.get_int("cluster.nodes"));
+  c.gpus_per_node = int(cfg.get_int("cluster.gpus_per_node"));
+  c.peak_tflops = cfg.get_float("cluster.peak_tflops");
+  c.hbm_gib = cfg.get_float("cluster.hbm_gib");
+  c.hbm_gbps = cfg.get_float("cluster.hbm_gbps");
+  c.hbm_efficiency = cfg.get_float("cluster.hbm_efficiency");
+  c.gemm_flops = cfg.get_floats("cluster.gemm_flops");
+  c.gemm_efficiency = cfg.get_floats("cluster.gemm_efficiency");
+  if (c.gemm_flops.size() != c.gemm_efficiency.size())
+    throw UsageError(strprintf("[cluster] gemm_flops has %zu entries but gemm_efficiency has %zu",
+                               c.gemm_flops.size(), c.gemm_efficiency.size()));
+  for (size_t i = 0; i < c.gemm_flops.size(); ++i) {
+    if (!(c.gemm_flops[i] > 0) || (i > 0 && c.gemm_flops[i] <= c.gemm_flops[i - 1]))
+      throw UsageError("[cluster] gemm_flops must be positive and strictly ascending");
+    if (!(c.gemm_efficiency[i] > 0) || c.gemm_efficiency[i] > 1.0)
+      throw UsageError(strprintf("[cluster] gemm_efficiency[%zu] = %g is outside (0, 1]", i, c.gemm_efficiency[i]));
+  }
+  c.gemm_max_efficiency = cfg.get_float("cluster.gemm_max_efficiency");
+  c.kernel_overhead_us = cfg.get_float("cluster.kernel_overhead_us");
+  c.reserved_gib = cfg.get_float("cluster.reserved_gib");
+  c.intra.bandwidth_gbps = cfg.get_float("cluster.intra_bw_gbps");
+  c.intra.latency_us = cfg.get_float("cluster.intra_latency_us");
+  c.intra.efficiency = cfg.get_float("cluster.intra_efficiency");
+  c.inter.bandwidth_gbps = cfg.get_float("cluster.inter_bw_gbps");
+  c.inter.latency_us = cfg.get_float("cluster.inter_latency_us");
+  c.inter.efficiency = cfg.get_float("cluster.inter_efficiency");
+  const std::string fabric = cfg.get_string("cluster.fabric");
+  if (!fabric.empty()) apply_fabric(c, fabric);
+  return c;
+}
+
+Evaluation evaluate_config(const Config& cfg, int world) {
+  const ModelSpec m = model_from_config(cfg);
+  Cluster c = cluster_from_config(cfg);
+  if (world > 0 && world != c.world()) {
+    if (world % c.gpus_per_node == 0) {
+      c.nodes = world / c.gpus_per_node;
+    } else {
+      c.nodes = 1;
+      c.gpus_per_node = world;
+    }
+  }
+  int64_t batch = cfg.get_int("plan.global_batch");
+  if (batch <= 0) batch = cfg.get_int("train.global_batch");
+  const Plan p = plan_from_parallel(cfg, c.world());
+  return evaluate(m, c, p, batch, assumptions_from_config(cfg), true);
+}
+
+json to_json(const Evaluation& e) {
+  const Plan& p = e.plan;
+  const Breakdown& b = e.b;
+  json j = {{"dp", p.dp},
+            {"tp", p.tp},
+            {"pp", p.pp},
+            {"v", p.v},
+            {"mb", p.mb},
+            {"zero", p.zero},
+            {"recompute", recompute_name(p.recompute)},
+            {"sp", p.sp ? "on" : "off"},
+            {"feasible", e.feasible()},
+            {"step_time_s", e.step_time_s},
+            {"tokens_per_s", e.tokens_per_s},
+            {"tflops_per_gpu", e.tflops_per_gpu},
+            {"hw_tflops_per_gpu", e.hw_tflops_per_gpu},
+            {"mfu", e.mfu},
+            {"hfu", e.hfu},
+            {"memory_gib", e.memory_gib}};
+  if (!e.feasible()) j["reason"] = e.reason.empty() ? reject_name(e.reject) : e.reason;
+  j["breakdown"] = {
+      {"time_s",
+       {{"gemm", b.gemm},
+        {"memory_bound", b.memory_bound},
+        {"recompute", b.recompute},
+        {"tp_comm", b.tp_comm},
+        {"pp_p2p", b.pp_p2p},
+        {"bubble", b.bubble},
+        {"dp_comm", b.dp_comm},
+        {"dp_exposed", b.dp_exposed},
+        {"optimizer", b.optimizer},
+        {"stage_forward_per_microbatch", b.stage_forward},
+        {"stage_backward_per_microbatch", b.stage_backward}}},
+      {"memory_gib",
+       {{"weights", b.mem_weights / kGiB},
+        {"grads", b.mem_grads / kGiB},
+        {"optimizer", b.mem_optimizer / kGiB},
+        {"activations", b.mem_activations / kGiB},
+        {"logits", b.mem_logits / kGiB},
+        {"buffers", b.mem_buffers / kGiB}}},
+      {"microbatches", b.microbatches},
+      {"inflight_microbatches", b.inflight},
+      {"layers_max_stage", b.layers_max_stage},
+      {"stage_params", b.stage_params},
+      {"activation_bytes_per_layer", b.act_per_layer},
+      {"tiers", {{"tp", b.tp_tier}, {"dp", b.dp_tier}, {"pp", b.pp_tier}}}};
+  return j;
+}
+
+std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, int64_t global_batch,
+                    const Assumptions& a) {
+  std::ostringstream os;
+  const Breakdown& b = e.b;
+  const ParamCounts pc = parameter_counts(m);
+  const FlopsPerToken fl = flops_per_token(m);
+  os << "plan      " << plan_string(e.plan) << "\n";
+  os << strprintf("model     %s, %lld layers, h=%lld, heads=%lld (kv %lld), ffn=%lld, s=%lld, V=%lld: %.3f B params\n",
+                  m.arch == Arch::Gpt ? "gpt" : "llama", (long long)m.layers, (long long)m.hidden,
+                  (long long)m.heads, (long long)m.kv_heads, (long long)m.ffn_hidden, (long long)m.seq_len,
+                  (long long)m.vocab, double(pc.total) / 1e9);
+  os << strprintf("flops     %.4g model FLOPs/token (6N+attention; Narayanan 72lh^2(...) = %.4g)\n", fl.model_train,
+                  narayanan_flops_per_token(m));
+  os << strprintf("cluster   %s: %d x %d devices, %.0f TFLOP/s peak, %.0f GiB at %.0f GB/s%s\n", c.name.c_str(), c.nodes,
+                  c.gpus_per_node, c.peak_tflops, c.hbm_gib, c.hbm_gbps,
+                  c.has_fabric ? (", links from " + c.fabric_path).c_str() : "");
+  if (b.microbatches > 0)
+    os << strprintf("batch     %lld sequences = %d micro-batches of %d per DP rank; tiers tp:%s dp:%s pp:%s\n",
+                  (long long)global_batch, b.microbatches, e.plan.mb, b.tp_tier.c_str(), b.dp_tier.c_str(),
+                  b.pp_tier.c_str());
+  if (!e.feasible() && e.reject != Reject::kMemory) {
+    os << "REJECTED  " << e.reason << "\n";
+    return os.str();
+  }
+  const double T = e.step_time_s;
+  auto line = [&](const char* name, double s, const char* note) {
+    os << strprintf("  %-22s %10.4f s  %5.1f%%  %s\n", name, s, T > 0 ? 100 * s / T : 0.0, note);
+  };
+  os << strprintf("time per step %.4f s  (%.0f tokens/s, %.1f TFLOP/s/GPU model, %.1f hardware; MFU %.1f%%, HFU %.1f%%)\n",
+                  T, e.tokens_per_s, e.tflops_per_gpu, e.hw_tflops_per_gpu, 100 * e.mfu, 100 * e.hfu);
+  line("GEMM compute", b.gemm, "slowest stage, all micro-batches, incl. recompute");
+  line("memory-bound kernels", b.memory_bound, "norms, activations, softmax, loss");
+  line("  of which recompute", b.recompute, "");
+  line("TP communication", b.tp_comm, "exposed (not overlapped)");
+  line("PP point-to-point", b.pp_p2p, "");
+  line("pipeline bubble", b.bubble, e.plan.v > 1 ? "(p-1)/(v m) of the busy time" : "(p-1)/m of the busy time");
+  line("DP communication", b.dp_comm, "total");
+  line("  exposed", b.dp_exposed, "counted in the step");
+  line("optimizer", b.optimizer, "");
+  os << strprintf("  per micro-batch on the slowest stage (%d layers): forward %.4f s, backward %.4f s\n",
+                  b.layers_max_stage, b.stage_forward, b.stage_backward);
+  const double capacity = c.hbm_gib * (1 - a.memory_headroom);
+  os << strprintf("memory per device %.2f GiB of %.2f GiB usable%s\n", e.memory_gib, capacity,
+                  e.feasible() ? "" : "  -> DOES NOT FIT");
+  auto mem = [&](const char* name, double bytes, const std::string& note) {
+    os << strprintf("  %-22s %9.2f GiB  %s\n", name, bytes / kGiB, note.c_str());
+  };
+  mem("weights", b.mem_weights, strprintf("%lld params on the largest stage x %.0f B%s", (long long)b.stage_params,
+                                          a.weight_bytes, e.plan.zero >= 3 ? " / dp" : ""));
+  mem("gradients", b.mem_grads, strprintf("x %.0f B%s", a.grad_bytes, e.plan.zero >= 2 ? " / dp" : ""));
+  mem("optimizer states", b.mem_optimizer,
+      strprintf("x %.0f B (fp32 master + Adam m, v)%s", a.optimizer_bytes, e.plan.zero >= 1 ? " / dp" : ""));
+  mem("activations", b.mem_activations,
+      strprintf("%.3f GiB/layer/micro-batch x %.2f in flight", b.act_per_layer / kGiB, b.inflight));
+  mem("logits + loss", b.mem_logits, "last stage");
+  mem("buffers + reserved", b.mem_buffers, "recompute working set, ZeRO-3 prefetch, runtime");
+  if (!e.feasible()) os << "REJECTED  " << e.reason << "\n";
+  return os.str();
+}
+
+}  // namespace cairn::costmodel

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# cairn-plan end to end: search outputs, --explain, --json, fabric, calibrate, and infeasible inputs.
+set -euo pipefail
+BIN=${CAIRN_BIN_DIR:-build/bin}/cairn-plan
+PY=/usr/bin/python3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+A100=configs/clusters/dgx-a100-80gb.toml
+
+# 1. Search: table, plans.json, plans.h5, best.toml
+$BIN --config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=2 --set train.global_batch=64 \
+  --out "$T/run" --json "$T/p.json" > "$T/out.txt" 2> "$T/err.txt"
+grep -q "plans evaluated" "$T/out.txt" || fail "no 'plans evaluated' line"
+grep -q "^   1 " "$T/out.txt" || fail "no ranked table"
+for f in plans.json plans.h5 best.toml; do [ -s "$T/run/plan/$f" ] || fail "missing $f"; done
+$PY - "$T" <<'PY'
+import json, sys, h5py
+t = sys.argv[1]
+d = json.load(open(t + "/p.json"))
+assert d["plans"], "no plans"
+p = d["plans"][0]
+for k in ["dp", "tp", "pp", "v", "mb", "zero", "recompute", "sp", "step_time_s", "tokens_per_s",
+          "tflops_per_gpu", "mfu", "memory_gib", "breakdown"]:
+    assert k in p, k
+assert p["dp"] * p["tp"] * p["pp"] == 16
+times = [q["step_time_s"] for q in d["plans"]]
+assert times == sorted(times), "plans not best first"
+assert "provenance" in d
+f = h5py.File(t + "/run/plan/plans.h5", "r")
+n = len(f["plans/dp"])
+assert n == d["plans_evaluated"], (n, d["plans_evaluated"])
+assert f["plans/feasible"][0] == 1 and abs(f["plans/step_time_s"][0] - times[0]) < 1e-12
+assert "tool" in f.attrs or any("tool" in k for k in f.attrs.keys()), list(f.attrs.keys())
+PY
+grep -q '^\[parallel\]' "$T/run/plan/best.toml" || fail "best.toml has no [parallel]"
+# best.toml is a valid config layer for every tool (cairn-plan reads it back as [parallel]).
+$BIN --config configs/models/gpt2-350m.toml --config $A100 --config "$T/run/plan/best.toml" \
+  --set cluster.nodes=2 --set train.global_batch=64 --print-config | grep -q 'best.toml' || fail "best.toml not loadable"
+
+# 2. --explain prints the breakdown of one plan
+$BIN --config configs/models/bloom-176b.toml --config $A100 --set cluster.nodes=48 --set train.global_batch=2048 \
+  --out "$T/run" --explain --plan dp=8,tp=4,pp=12,mb=2,zero=1,recompute=full > "$T/ex.txt"
+grep -q "pipeline bubble" "$T/ex.txt" || fail "explain has no bubble line"
+grep -q "memory per device" "$T/ex.txt" || fail "explain has no memory"
+
+# 3. Infeasible inputs: exit 2 (invalid) or 3 (nothing fits), each with an explanation
+set +e
+$BIN --config configs/models/gpt2-350m.toml --config $A100 --set train.global_batch=64 --out "$T/run" \
+  --explain --plan tp=3 > /dev/null 2> "$T/e1.txt"; rc=$?
+[ $rc -eq 2 ] || fail "heads not divisible: rc=$rc"; grep -q "heads" "$T/e1.txt" || fail "no heads message"
+$BIN --config configs/models/gpt2-350m.toml --config $A100 --set train.global_batch=4 --out "$T/run" \
+  --plan dp=8 > /dev/null 2> "$T/e2.txt"; rc=$?
+[ $rc -eq 2 ] || fail "batch < dp: rc=$rc"; grep -q "batch" "$T/e2.txt" || fail "no batch message"
+$BIN --config configs/models/gpt-1t.toml --config $A100 --set train.global_batch=8 --out "$T/run" \
+  > /dev/null 2> "$T/e3.txt"; rc=$?
+[ $rc -eq 3 ] || fail "nothing fits: rc=$rc"; grep -q "GiB" "$T/e3.txt" || fail "no memory message"
+$BIN --config configs/models/gpt2-350m.toml --config $A100 --set model.heads=7 --out "$T/run" \
+  > /dev/null 2> "$T/e4.txt"; rc=$?
+[ $rc -eq 2 ] || fail "hidden % heads: rc=$rc"; grep -q "heads" "$T/e4.txt" || fail "no heads message (model)"
+$BIN --config configs/models/gpt2-350m.toml --config $A100 --set cluster.fabric=/nonexistent/fabric.toml \
+  --out "$T/run" > /dev/null 2> "$T/e5.txt"; rc=$?
+[ $rc -eq 2 ] || fail "missing fabric: rc=$rc"; grep -q '"/nonexistent/fabric.toml"' "$T/e5.txt" || fail "fabric path not quoted"
+set -e
+
+# 4. A cairn-sweep fabric.toml replaces the nominal links (a slow fabric makes plans slower)
+cat > "$T/fabric.toml" <<'TOML'
+[fabric]
+backend = "mpi"
+world_size = 16
+nodes = 2
+ranks_per_node = 8
+[intra.allreduce]
+alpha_us = 50.0
+busbw_gbps = 2.0
+r2 = 0.99
+ranks = 8
+[inter.allreduce]
+alpha_us = 100.0
+busbw_gbps = 0.5
+r2 = 0.99
+ranks = 2
+TOML
+args=(--config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=2 --set train.global_batch=64
+      --out "$T/run" --explain --plan dp=4,tp=4,pp=1,mb=4)
+$BIN "${args[@]}" --json "$T/nominal.json" > /dev/null
+$BIN "${args[@]}" --set "cluster.fabric=\"$T/fabric.toml\"" --json "$T/fabric.json" > "$T/fab.txt"
+grep -q "links from" "$T/fab.txt" || fail "fabric not reported"
+$PY - "$T" <<'PY'
+import json, sys
+t = sys.argv[1]
+a = json.load(open(t + "/nominal.json"))["plans"][0]
+b = json.load(open(t + "/fabric.json"))["plans"][0]
+assert b["breakdown"]["time_s"]["tp_comm"] > 10 * a["breakdown"]["time_s"]["tp_comm"], (a, b)
+PY
+
+# 5. calibrate writes a cluster file the planner reads back
+$BIN calibrate --config configs/models/gpt2-124m.toml --config configs/clusters/cpu-local.toml \
+  --set model.seq_len=128 --seconds 0.02 --max-dim 128 --output "$T/cpu.toml" --out "$T/run" > /dev/null 2>&1
+grep -q "gemm_efficiency" "$T/cpu.toml" || fail "calibrate wrote no table"
+$BIN --config configs/models/gpt2-124m.toml --config "$T/cpu.toml" --set train.global_batch=8 \
+  --set model.seq_len=128 --out "$T/run" > "$T/cpu.txt" 2>&1 || fail "plan on calibrated cluster failed"
+echo "plan_cli: ok"

@@ -1,0 +1,317 @@
+// Cost model checks against hand-computed and published values: parameter counts, FLOPs, ZeRO and
+// Korthikanti activation memory, pipeline bubble, fabric links, monotonicity and published throughput.
+#define BOOST_TEST_MODULE plan_costmodel
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "cairn/config.h"
+#include "cairn/costmodel.h"
+#include "cairn/error.h"
+#include "plan.h"
+
+using namespace cairn;
+using namespace cairn::costmodel;
+
+namespace {
+
+std::string src(const std::string& rel) {
+  const char* d = std::getenv("CAIRN_SOURCE_DIR");
+  return std::string(d ? d : ".") + "/" + rel;
+}
+
+Config load(std::vector<std::string> files, std::vector<std::string> sets = {}) {
+  ConfigSources s;
+  for (auto& f : files) s.files.push_back(src(f));
+  s.sets = std::move(sets);
+  s.use_env = false;
+  return load_config(s);
+}
+
+ModelSpec gpt(int64_t l, int64_t h, int64_t a, int64_t s, int64_t V) {
+  ModelSpec m;
+  m.arch = Arch::Gpt;
+  m.layers = l;
+  m.hidden = h;
+  m.heads = a;
+  m.kv_heads = a;
+  m.ffn_hidden = 4 * h;
+  m.seq_len = s;
+  m.vocab = V;
+  return m;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(parameter_counts_exact) {
+  // GPT-3 175B: 96 x (12h^2 + 13h) + V h + s h + 2h with h = 12288, V = 50257, s = 2048.
+  const ModelSpec g3 = model_from_config(load({"configs/models/gpt3-175b.toml"}));
+  BOOST_TEST(parameter_count(g3) == 174604259328LL);
+  // Llama-2 7B as published by Meta: 6,738,415,616 parameters.
+  const ModelSpec l7 = model_from_config(load({"configs/models/llama2-7b.toml"}));
+  BOOST_TEST(l7.ffn_hidden == 11008);
+  BOOST_TEST(parameter_count(l7) == 6738415616LL);
+  // Llama's rule gives 11008 from h = 4096 when ffn_hidden is left at 0.
+  BOOST_TEST(default_ffn_hidden(Arch::Llama, 4096) == 11008);
+  // GPT-2 small with the unpadded vocabulary: 124,439,808.
+  ModelSpec g2 = gpt(12, 768, 12, 1024, 50257);
+  BOOST_TEST(parameter_count(g2) == 124439808LL);
+  // Llama-2 70B (GQA, 8 KV heads): 68,976,648,192.
+  const ModelSpec l70 = model_from_config(load({"configs/models/llama2-70b.toml"}));
+  BOOST_TEST(parameter_count(l70) == 68976648192LL);
+}
+
+BOOST_AUTO_TEST_CASE(flops_match_narayanan_and_gemm_sum) {
+  for (const char* f : {"configs/models/gpt3-175b.toml", "configs/models/gpt-1t.toml", "configs/models/gpt2-124m.toml"}) {
+    const ModelSpec m = model_from_config(load({f}));
+    const double ours = flops_per_token(m).model_train, nar = narayanan_flops_per_token(m);
+    BOOST_TEST(std::abs(ours / nar - 1) < 1e-12, f);
+  }
+  // Llama (GQA + SwiGLU): forward = 2 x every layer weight + 4sh attention per layer + 2hV head.
+  const ModelSpec m = model_from_config(load({"configs/models/llama2-70b.toml"}));
+  const ParamCounts pc = parameter_counts(m);
+  const double expect = 2.0 * double(m.layers) * double(pc.per_layer - pc.per_layer_norms) +
+                        double(m.layers) * 4.0 * double(m.seq_len) * double(m.hidden) +
+                        2.0 * double(m.hidden) * double(m.vocab);
+  BOOST_TEST(std::abs(flops_per_token(m).forward / expect - 1) < 1e-12);
+  // Llama-2 70B trains at about 6N + attention: within 10% of 6N at s = 4096.
+  BOOST_TEST(flops_per_token(m).model_train / (6.0 * double(pc.total)) > 1.0);
+  BOOST_TEST(flops_per_token(m).model_train / (6.0 * double(pc.total)) < 1.1);
+}
+
+BOOST_AUTO_TEST_CASE(zero_paper_memory) {
+  // Rajbhandari et al. 2020, Figure 1: 7.5B parameters, 64 GPUs, K = 12 (fp16 params and grads).
+  Assumptions a;
+  a.weight_bytes = 2;
+  a.grad_bytes = 2;
+  a.optimizer_bytes = 12;
+  const double P = 7.5e9;
+  BOOST_TEST(std::abs(P * state_bytes_per_param(a, 0, 64) / 1e9 - 120.0) < 0.05);
+  BOOST_TEST(std::abs(P * state_bytes_per_param(a, 1, 64) / 1e9 - 31.4) < 0.05);
+  BOOST_TEST(std::abs(P * state_bytes_per_param(a, 2, 64) / 1e9 - 16.6) < 0.05);
+  BOOST_TEST(std::abs(P * state_bytes_per_param(a, 3, 64) / 1e9 - 1.9) < 0.05);
+}
+
+BOOST_AUTO_TEST_CASE(korthikanti_activation_forms) {
+  // Table 2 of Korthikanti et al. 2022, per layer, 16-bit activations, GPT with dropout.
+  const ModelSpec m = gpt(96, 12288, 96, 2048, 50257);
+  Assumptions a;
+  const double s = 2048, h = 12288, A = 96, b = 1;
+  const double sbh = s * b * h;
+  auto close = [](double x, double y) { return std::abs(x / y - 1) < 1e-12; };
+  BOOST_TEST(close(activation_bytes_per_layer(m, a, 1, 1, false, Recompute::None), sbh * (34 + 5 * A * s / h)));
+  for (double t : {2.0, 4.0, 8.0}) {
+    BOOST_TEST(close(activation_bytes_per_layer(m, a, 1, int(t), false, Recompute::None),
+                     sbh * (10 + 24 / t + 5 * A * s / (h * t))));
+    BOOST_TEST(close(activation_bytes_per_layer(m, a, 1, int(t), true, Recompute::None),
+                     sbh / t * (34 + 5 * A * s / h)));
+    BOOST_TEST(close(activation_bytes_per_layer(m, a, 1, int(t), true, Recompute::Selective), sbh / t * 34));
+    BOOST_TEST(close(activation_bytes_per_layer(m, a, 1, int(t), false, Recompute::Selective), sbh * (10 + 24 / t)));
+    BOOST_TEST(close(activation_bytes_per_layer(m, a, 1, int(t), false, Recompute::Full), 2 * sbh));
+  }
+  // Flash attention drops the 5as/h term exactly.
+  Assumptions fa;
+  fa.flash_attention = true;
+  BOOST_TEST(close(activation_bytes_per_layer(m, fa, 1, 1, false, Recompute::None), sbh * 34));
+}
+
+BOOST_AUTO_TEST_CASE(pipeline_bubble_and_inflight) {
+  const ModelSpec m = gpt(32, 4096, 32, 2048, 51200);
+  Cluster c;
+  c.nodes = 4;
+  c.gpus_per_node = 8;
+  c.peak_tflops = 312;
+  c.hbm_gib = 1e6;  // memory is not under test here
+  Assumptions a;
+  for (int v : {1, 2, 4}) {
+    Plan p;
+    p.tp = 4;
+    p.pp = 4;
+    p.dp = 2;
+    p.v = v;
+    p.mb = 1;
+    const Evaluation e = evaluate(m, c, p, 64, a);
+    BOOST_REQUIRE(e.feasible());
+    const double busy = e.step_time_s - e.b.dp_exposed - e.b.optimizer - e.b.bubble;
+    const double m_count = 64.0 / 2;
+    if (v > 1) BOOST_TEST(std::abs(e.b.bubble / busy - 3.0 / (v * m_count)) < 1e-9);
+    // 1F1B holds min(m, p) micro-batches of its layers on the first stage; interleaving adds (p-1)/(pv).
+    const double expect = v == 1 ? 4.0 : 4.0 * (1 + 3.0 / (4.0 * v));
+    BOOST_TEST(std::abs(e.b.inflight - expect) < 1e-9);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(monotonic_memory) {
+  const ModelSpec m = model_from_config(load({"configs/models/gpt3-175b.toml"}));
+  Assumptions a;
+  for (int zero : {0, 1, 2, 3})
+    for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+      double prev = 1e300;
+      for (int nodes : {8, 16, 32, 64}) {
+        Cluster c;
+        c.nodes = nodes;
+        c.gpus_per_node = 8;
+        c.hbm_gib = 1e6;
+        Plan p;
+        p.tp = 8;
+        p.pp = zero >= 2 ? 1 : 8;
+        p.dp = nodes * 8 / (p.tp * p.pp);
+        p.mb = 1;
+        p.zero = zero;
+        p.recompute = r;
+        const Evaluation e = evaluate(m, c, p, 1024, a);
+        BOOST_REQUIRE_MESSAGE(e.feasible(), e.reason);
+        BOOST_TEST(e.memory_gib <= prev + 1e-9, "more GPUs must not raise memory per GPU");
+        prev = e.memory_gib;
+      }
+    }
+  // Recompute never increases activation memory, for any TP/SP/micro-batch.
+  for (int tp : {1, 2, 8})
+    for (bool sp : {false, true})
+      for (int b : {1, 4}) {
+        if (sp && tp == 1) continue;
+        const double none = activation_bytes_per_layer(m, a, b, tp, sp, Recompute::None);
+        const double sel = activation_bytes_per_layer(m, a, b, tp, sp, Recompute::Selective);
+        const double full = activation_bytes_per_layer(m, a, b, tp, sp, Recompute::Full);
+        BOOST_TEST(sel <= none);
+        BOOST_TEST(full <= sel);
+      }
+}
+
+BOOST_AUTO_TEST_CASE(fabric_replaces_nominal_links) {
+  const auto dir = std::filesystem::temp_directory_path() / "cairn_plan_fabric_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "fabric.toml").string();
+  std::ofstream(path) << "[fabric]\nbackend = \"mpi\"\nworld_size = 16\nnodes = 2\nranks_per_node = 8\n"
+                         "[intra.allreduce]\nalpha_us = 10.0\nbusbw_gbps = 100.0\nr2 = 0.99\nranks = 8\n"
+                         "[inter.allreduce]\nalpha_us = 20.0\nbusbw_gbps = 10.0\nr2 = 0.99\nranks = 2\n";
+  Cluster c;
+  c.nodes = 2;
+  c.gpus_per_node = 8;
+  apply_fabric(c, path);
+  BOOST_TEST(c.has_fabric);
+  const double S = 1e9;
+  // Intra: alpha + S * 2(n-1)/n / busbw, on 8 ranks (the fitted size).
+  BOOST_TEST(std::abs(collective_time(c, Collective::AllReduce, S, 8, 8) - (10e-6 + S * 1.75 / 100e9)) < 1e-9);
+  // Inter with one rank per node (as fitted): alpha + S * 2(n-1)/n / busbw.
+  BOOST_TEST(std::abs(collective_time(c, Collective::AllReduce, S, 2, 1) - (20e-6 + S * 1.0 / 10e9)) < 1e-9);
+  // Missing or malformed files are usage errors naming the file.
+  Cluster d;
+  BOOST_CHECK_THROW(apply_fabric(d, (dir / "missing.toml").string()), UsageError);
+  std::ofstream(dir / "bad.toml") << "[intra.allreduce]\nalpha_us = 1.0\n";
+  try {
+    apply_fabric(d, (dir / "bad.toml").string());
+    BOOST_FAIL("expected a UsageError");
+  } catch (const UsageError& e) {
+    BOOST_TEST(std::string(e.what()).find("busbw_gbps") != std::string::npos);
+    BOOST_TEST(std::string(e.what()).find("bad.toml") != std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(infeasible_plans_are_explained) {
+  const ModelSpec m = model_from_config(load({"configs/models/gpt3-175b.toml"}));
+  Cluster c;
+  c.nodes = 1;
+  c.gpus_per_node = 8;
+  Assumptions a;
+  Plan p;
+  p.dp = 1;
+  p.tp = 8;
+  p.pp = 1;
+  Evaluation e = evaluate(m, c, p, 8, a);
+  BOOST_TEST((e.reject == Reject::kMemory));
+  BOOST_TEST(e.reason.find("GiB") != std::string::npos);
+  ModelSpec odd = m;
+  odd.heads = 12;
+  odd.kv_heads = 12;
+  odd.hidden = 12 * 1000;
+  p.tp = 8;
+  e = evaluate(odd, c, p, 8, a);
+  BOOST_TEST((e.reject == Reject::kHeads));
+  p.tp = 1;
+  p.dp = 8;
+  e = evaluate(m, c, p, 4, a);  // batch smaller than dp
+  BOOST_TEST((e.reject == Reject::kBatch));
+  BOOST_CHECK_THROW(model_from_config(load({"configs/models/gpt3-175b.toml"}, {"model.heads=7"})), UsageError);
+}
+
+BOOST_AUTO_TEST_CASE(published_throughput) {
+  // BLOOM-176B on 48 Jean Zay nodes (8 x A100 80GB, 4 x 100 Gb/s Omni-Path per node): TP4 PP12 DP8,
+  // micro-batch 2, global batch 2048, full recompute: ~150 TFLOP/s per GPU (hardware FLOPs, as
+  // Megatron-DeepSpeed counts them with recompute).
+  const Config cfg = load({"configs/models/bloom-176b.toml", "configs/clusters/dgx-a100-80gb.toml"},
+                          {"cluster.nodes=48", "cluster.inter_bw_gbps=6.25", "plan.grad_bytes=2",
+                           // Megatron-DeepSpeed: whole-tensor p2p, gradient reduction after the flush.
+                           "plan.pp_scatter_gather=false", "plan.dp_overlap=false"});
+  const ModelSpec m = model_from_config(cfg);
+  const Cluster c = cluster_from_config(cfg);
+  Plan p;
+  p.dp = 8;
+  p.tp = 4;
+  p.pp = 12;
+  p.mb = 2;
+  p.zero = 1;
+  p.recompute = Recompute::Full;
+  const Evaluation e = evaluate(m, c, p, 2048, assumptions_from_config(cfg));
+  BOOST_REQUIRE(e.feasible());
+  BOOST_TEST_MESSAGE("BLOOM-176B predicted " << e.hw_tflops_per_gpu << " TFLOP/s/GPU (published ~150)");
+  BOOST_TEST(e.hw_tflops_per_gpu > 150 * 0.8);
+  BOOST_TEST(e.hw_tflops_per_gpu < 150 * 1.2);
+  // Narayanan et al. 2021 Table 1: 1T GPT, TP8 PP64 DP6 on 3072 A100s, batch 3072, full recompute: 163.
+  const Config c1 = load({"configs/models/gpt-1t.toml", "configs/clusters/dgx-a100-80gb.toml"}, {"cluster.nodes=384", "plan.dp_overlap=false"});
+  p = Plan{};
+  p.dp = 6;
+  p.tp = 8;
+  p.pp = 64;
+  p.mb = 1;
+  p.zero = 0;
+  p.recompute = Recompute::Full;
+  const Evaluation e1 = evaluate(model_from_config(c1), cluster_from_config(c1), p, 3072, assumptions_from_config(c1));
+  BOOST_REQUIRE(e1.feasible());
+  BOOST_TEST_MESSAGE("GPT-1T predicted " << e1.hw_tflops_per_gpu << " TFLOP/s/GPU (published 163)");
+  BOOST_TEST(e1.hw_tflops_per_gpu > 163 * 0.8);
+  BOOST_TEST(e1.hw_tflops_per_gpu < 163 * 1.2);
+}
+
+BOOST_AUTO_TEST_CASE(search_finds_valid_plans) {
+  const Config cfg = load({"configs/models/gpt2-350m.toml", "configs/clusters/dgx-a100-80gb.toml"},
+                          {"cluster.nodes=2", "train.global_batch=64"});
+  const ModelSpec m = model_from_config(cfg);
+  const Cluster c = cluster_from_config(cfg);
+  const auto r = plan::search(m, c, 64, assumptions_from_config(cfg), plan::constraints_from_config(cfg));
+  BOOST_TEST(r.feasible > 0);
+  BOOST_TEST(r.all.front().feasible());
+  for (size_t i = 1; i < r.feasible; ++i) BOOST_TEST(r.all[i - 1].step_time_s <= r.all[i].step_time_s);
+  for (const auto& e : r.all) BOOST_TEST(int64_t(e.plan.dp) * e.plan.tp * e.plan.pp == 16);
+  // Constraints restrict the search: tp fixed to 2, recompute only full.
+  const Config k = load({"configs/models/gpt2-350m.toml", "configs/clusters/dgx-a100-80gb.toml"},
+                        {"cluster.nodes=2", "plan.tp=2", "plan.recompute=[\"full\"]"});
+  const auto r2 = plan::search(m, c, 64, assumptions_from_config(k), plan::constraints_from_config(k));
+  BOOST_TEST(r2.feasible > 0);
+  for (const auto& e : r2.all) {
+    BOOST_TEST(e.plan.tp == 2);
+    BOOST_TEST((e.plan.recompute == Recompute::Full));
+  }
+  const auto sets = plan::plan_flag_to_sets("dp=2, tp=[2,4],recompute=[selective, full]");
+  BOOST_TEST(sets.size() == 3);
+  BOOST_TEST(sets[1] == "plan.tp=[2,4]");
+  BOOST_TEST(sets[2] == "plan.recompute=[\"selective\",\"full\"]");
+}
+
+BOOST_AUTO_TEST_CASE(evaluate_config_for_training_tools) {
+  // cairn-train's call: [parallel] plan, [train] global batch, cluster resized to the MPI world.
+  const Config cfg = load({"configs/models/gpt2-124m.toml", "configs/clusters/dgx-a100-80gb.toml"},
+                          {"parallel.tp=2", "train.global_batch=32"});
+  const Evaluation e = evaluate_config(cfg, 16);
+  BOOST_REQUIRE_MESSAGE(e.feasible(), e.reason);
+  BOOST_TEST(e.plan.dp == 8);
+  BOOST_TEST(e.plan.tp == 2);
+  BOOST_TEST(e.step_time_s > 0);
+  BOOST_TEST(std::abs(e.tokens_per_s * e.step_time_s - 32.0 * 1024) < 1e-6);
+  BOOST_TEST(e.mfu > 0);
+  BOOST_TEST(e.mfu < 1);
+}

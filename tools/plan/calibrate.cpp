@@ -1,0 +1,182 @@
+// cairn-plan calibrate: measures OpenBLAS GEMM efficiency over the model's shapes and memory bandwidth,
+// and writes them into a cluster TOML file the cost model reads.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "cairn/cli.h"
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/log.h"
+#include "cairn/provenance.h"
+#include "plan.h"
+
+namespace cairn::plan {
+
+namespace {
+using clk = std::chrono::steady_clock;
+double since(clk::time_point t) { return std::chrono::duration<double>(clk::now() - t).count(); }
+}  // namespace
+
+double measure_sgemm(int64_t m, int64_t n, int64_t k, double seconds) {
+  std::vector<float> A(size_t(m * k)), B(size_t(k * n)), C(size_t(m * n));
+  for (size_t i = 0; i < A.size(); ++i) A[i] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+  for (size_t i = 0; i < B.size(); ++i) B[i] = float((i * 40503u) % 1000) * 1e-3f - 0.5f;
+  auto call = [&]() {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f, A.data(), int(k), B.data(),
+                int(n), 0.0f, C.data(), int(n));
+  };
+  call();  // warm-up: thread pool, caches, page faults
+  int64_t iters = 0;
+  const auto t0 = clk::now();
+  double el = 0;
+  do {
+    call();
+    ++iters;
+    el = since(t0);
+  } while (el < seconds);
+  return 2.0 * double(m) * double(n) * double(k) * double(iters) / el;
+}
+
+double measure_stream_gbps(size_t bytes, double seconds) {
+  const size_t n = std::max<size_t>(1 << 16, bytes / (3 * sizeof(float)));
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  auto triad = [&]() {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) a[i] = b[i] + 0.5f * c[i];
+  };
+  triad();
+  int64_t iters = 0;
+  const auto t0 = clk::now();
+  double el = 0;
+  do {
+    triad();
+    ++iters;
+    el = since(t0);
+  } while (el < seconds);
+  if (a[n / 2] != 2.0f) CAIRN_LOG_WARN("stream triad produced an unexpected value");
+  return 3.0 * double(n) * sizeof(float) * double(iters) / el / 1e9;
+}
+
+std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
+  const costmodel::ModelSpec m = costmodel::model_from_config(cfg);
+  if (opts.seconds <= 0 || opts.max_dim < 16) throw UsageError("calibrate: --seconds must be > 0 and --max-dim >= 16");
+  if (opts.device != "auto" && opts.device != "cpu" && opts.device != "gpu")
+    throw UsageError("calibrate: --device must be auto, cpu or gpu, not \"" + opts.device + "\"");
+  bool gpu = false;
+#ifdef CAIRN_PLAN_CUBLAS
+  std::string why;
+  const bool have_gpu = cublas_available(&why);
+  if (opts.device == "gpu" && !have_gpu) throw RuntimeError("calibrate --device gpu: " + why);
+  gpu = opts.device != "cpu" && have_gpu;
+#else
+  if (opts.device == "gpu") throw UsageError("calibrate --device gpu: this cairn-plan was built without CUDA");
+#endif
+  // Shapes the model needs at micro-batch 1 (M x N x K), forward and backward forms, for TP 1
+  // (and TP 2..8 on a GPU, whose GEMMs they shrink); on a CPU capped so one call stays around a second.
+  const int64_t T = m.seq_len, h = m.hidden, f = m.ffn_hidden, kv = m.kv_heads * m.head_dim(), d = m.head_dim();
+  const int64_t up = m.arch == costmodel::Arch::Gpt ? f : 2 * f;
+  std::vector<std::array<int64_t, 3>> shapes;
+  for (int64_t t : gpu ? std::vector<int64_t>{1, 2, 4, 8} : std::vector<int64_t>{1}) {
+    if (h % t || f % t) continue;
+    const int64_t qkv = std::max<int64_t>(1, (h + 2 * kv) / t);
+    for (auto sh : std::vector<std::array<int64_t, 3>>{{T, qkv, h}, {T, h, h / t}, {T, up / t, h}, {T, h, f / t},
+                                                       {T, h, qkv}, {h, qkv, T}, {T, f / t, h}, {f / t, h, T},
+                                                       {T, m.vocab / t, h}})
+      shapes.push_back(sh);
+  }
+  shapes.push_back({T, T, d});
+  shapes.push_back({T, d, T});
+  const int64_t max_dim = gpu ? std::max(opts.max_dim, 16384) : opts.max_dim;
+  for (int64_t s = 32; s <= max_dim; s *= 2) shapes.push_back({s, s, s});
+  for (int64_t s = 64; s <= max_dim; s *= 4) shapes.push_back({s, s, 64});
+  const double max_flops = gpu ? 1e14 : 4e11;
+  auto measure = [&](int64_t a, int64_t b, int64_t c, double secs) {
+#ifdef CAIRN_PLAN_CUBLAS
+    if (gpu) return measure_gemm_cublas(a, b, c, secs);
+#endif
+    return measure_sgemm(a, b, c, secs);
+  };
+  std::vector<std::pair<double, double>> points;  // (flops of one call, FLOP/s)
+  const auto t0 = clk::now();
+  for (auto sh : shapes) {
+    double fl = 2.0 * double(sh[0]) * double(sh[1]) * double(sh[2]);
+    // Too big for this machine in reasonable time: shrink the token dimension, keep the others.
+    while (fl > max_flops && sh[0] > 64) {
+      sh[0] /= 2;
+      fl /= 2;
+    }
+    if (fl > max_flops) continue;
+    const double rate = measure(sh[0], sh[1], sh[2], opts.seconds);
+    points.emplace_back(fl, rate);
+    CAIRN_LOG_INFO("%s %lld x %lld x %lld: %.2f GFLOP/s", gpu ? "cublas bf16" : "sgemm", (long long)sh[0],
+                   (long long)sh[1], (long long)sh[2], rate / 1e9);
+  }
+  const double tiny = measure(8, 8, 8, opts.seconds / 4);
+  const double overhead_us = 2.0 * 512 / tiny * 1e6;
+  double stream = 0;
+#ifdef CAIRN_PLAN_CUBLAS
+  if (gpu) stream = measure_hbm_cuda_gbps(size_t(1) << 30, std::max(0.2, opts.seconds));
+#endif
+  if (!gpu) stream = measure_stream_gbps(size_t(192) << 20, std::max(0.2, opts.seconds));
+  CAIRN_LOG_INFO("memory %.1f GB/s; smallest GEMM %.2f us; %.1f s measuring", stream, overhead_us, since(t0));
+  std::string library = "OpenBLAS sgemm (fp32)";
+#ifdef CAIRN_PLAN_CUBLAS
+  if (gpu) library = "cuBLAS bf16 GEMM on " + cuda_device_name();
+#endif
+
+  double best = 0;
+  for (const auto& p : points) best = std::max(best, p.second);
+  const bool peak_given = cfg.origin("cluster.peak_tflops").kind != Origin::Default;
+  double peak = peak_given ? cfg.get_float("cluster.peak_tflops") * 1e12 : best;
+  if (best > peak) {
+    CAIRN_LOG_WARN("measured %.3f TFLOP/s exceeds [cluster] peak_tflops = %.3f; using the measurement as peak",
+                   best / 1e12, peak / 1e12);
+    peak = best;
+  }
+  // Table: log-spaced bins (a factor 2 wide) of size, best efficiency of the shapes in each bin
+  // (the library's own choice of kernel for that size), ascending.
+  std::map<int, std::pair<double, double>> bins;  // bin -> (flops, efficiency)
+  for (const auto& [fl, rate] : points) {
+    const int bin = int(std::floor(std::log2(fl)));
+    auto& b = bins[bin];
+    if (rate / peak > b.second) b = {fl, rate / peak};
+  }
+  std::vector<double> xs, ys;
+  for (const auto& [bin, p] : bins) {
+    xs.push_back(p.first);
+    ys.push_back(std::min(1.0, std::max(1e-4, p.second)));
+  }
+  json cluster = cfg.section("cluster");
+  cluster["peak_tflops"] = peak / 1e12;
+  cluster["gemm_flops"] = xs;
+  cluster["gemm_efficiency"] = ys;
+  cluster["gemm_max_efficiency"] = *std::max_element(ys.begin(), ys.end());
+  cluster["kernel_overhead_us"] = overhead_us;
+  cluster["hbm_gbps"] = stream;
+  cluster["hbm_efficiency"] = 1.0;
+  cluster["calibrated"] = strprintf("cairn-plan calibrate on %s at %s: %s, %d CPU threads", hostname_string().c_str(),
+                                    utc_now_iso8601().c_str(), library.c_str(), omp_get_max_threads());
+  for (auto it = cluster.begin(); it != cluster.end();) {
+    if (it.value().is_null() || (it.value().is_string() && it.value().get<std::string>().empty()))
+      it = cluster.erase(it);
+    else
+      ++it;
+  }
+  std::string path = opts.output;
+  if (path.empty()) path = join_path(run_subdir(run_dir(cfg), "plan"), "cluster-calibrated.toml");
+  const std::string text = "# Cluster file written by cairn-plan calibrate (GEMM efficiency = measured / peak).\n" +
+                           json_to_toml(json{{"cluster", cluster}});
+  atomic_write(path, text);
+  CAIRN_LOG_INFO("wrote %s (%zu GEMM sizes, peak %.3f TFLOP/s, best efficiency %.2f)", path.c_str(), xs.size(),
+                 peak / 1e12, best / peak);
+  return path;
+}
+
+}  // namespace cairn::plan

@@ -1,0 +1,118 @@
+// cairn-plan calibrate on a GPU: bf16 cuBLAS GEMM throughput and device-memory bandwidth (built with CUDA only).
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <string>
+
+#include "cairn/error.h"
+#include "cairn/log.h"
+#include "plan.h"
+
+namespace cairn::plan {
+
+namespace {
+
+void check_cuda(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw RuntimeError(std::string(what) + ": " + cudaGetErrorString(rc));
+}
+
+void check_cublas(cublasStatus_t rc, const char* what) {
+  if (rc != CUBLAS_STATUS_SUCCESS) throw RuntimeError(strprintf("%s: cuBLAS status %d", what, int(rc)));
+}
+
+// Device buffer freed on scope exit.
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { check_cuda(cudaMalloc(&p, bytes), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+struct Events {
+  cudaEvent_t start{}, stop{};
+  Events() {
+    check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+    check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  }
+  ~Events() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+};
+
+// Runs `call` in batches until `seconds` of GPU time; returns calls per second.
+template <typename F>
+double calls_per_second(F call, double seconds) {
+  Events ev;
+  call();  // warm-up: heuristics, workspace, clocks
+  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  int64_t batch = 1, total = 0;
+  double elapsed = 0;
+  while (elapsed < seconds) {
+    check_cuda(cudaEventRecord(ev.start), "cudaEventRecord");
+    for (int64_t i = 0; i < batch; ++i) call();
+    check_cuda(cudaEventRecord(ev.stop), "cudaEventRecord");
+    check_cuda(cudaEventSynchronize(ev.stop), "cudaEventSynchronize");
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, ev.start, ev.stop), "cudaEventElapsedTime");
+    elapsed += ms * 1e-3;
+    total += batch;
+    if (ms < 20) batch *= 2;
+  }
+  return double(total) / elapsed;
+}
+
+}  // namespace
+
+bool cublas_available(std::string* why) {
+  int n = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc != cudaSuccess || n == 0) {
+    if (why) *why = rc != cudaSuccess ? cudaGetErrorString(rc) : "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+std::string cuda_device_name() {
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  return prop.name;
+}
+
+double measure_gemm_cublas(int64_t m, int64_t n, int64_t k, double seconds) {
+  DeviceBuffer a(size_t(m * k) * 2), b(size_t(k * n) * 2), c(size_t(m * n) * 2);
+  check_cuda(cudaMemset(a.p, 0, size_t(m * k) * 2), "cudaMemset");
+  check_cuda(cudaMemset(b.p, 0, size_t(k * n) * 2), "cudaMemset");
+  cublasHandle_t h{};
+  check_cublas(cublasCreate(&h), "cublasCreate");
+  const float one = 1.0f, zero = 0.0f;
+  // Row-major C = A B is column-major C^T = B^T A^T: pass B first.
+  auto call = [&]() {
+    check_cublas(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &one, b.p, CUDA_R_16BF, int(n),
+                              a.p, CUDA_R_16BF, int(k), &zero, c.p, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
+  };
+  double rate = 0;
+  try {
+    rate = calls_per_second(call, seconds) * 2.0 * double(m) * double(n) * double(k);
+  } catch (...) {
+    cublasDestroy(h);
+    throw;
+  }
+  cublasDestroy(h);
+  return rate;
+}
+
+double measure_hbm_cuda_gbps(size_t bytes, double seconds) {
+  DeviceBuffer src(bytes), dst(bytes);
+  auto call = [&]() { check_cuda(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync"); };
+  return calls_per_second(call, seconds) * 2.0 * double(bytes) / 1e9;  // read + write
+}
+
+}  // namespace cairn::plan

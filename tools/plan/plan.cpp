@@ -1,0 +1,240 @@
+// cairn-plan's body: search or explain, then the ranked table, plans.json, plans.h5 and best.toml.
+#include "plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "cairn/cli.h"
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/h5.h"
+#include "cairn/log.h"
+#include "cairn/provenance.h"
+
+namespace cairn::plan {
+
+using namespace costmodel;
+
+namespace {
+
+std::string table(const std::vector<Evaluation>& plans, size_t k) {
+  std::string out = strprintf("%4s %5s %3s %3s %2s %3s %4s %9s %3s %10s %12s %8s %6s %6s %8s\n", "rank", "dp", "tp",
+                              "pp", "v", "mb", "zero", "recompute", "sp", "step_s", "tokens/s", "TFLOP/s", "MFU",
+                              "HFU", "mem_GiB");
+  for (size_t i = 0; i < std::min(k, plans.size()); ++i) {
+    const Evaluation& e = plans[i];
+    if (!e.feasible()) break;
+    const Plan& p = e.plan;
+    out += strprintf("%4zu %5d %3d %3d %2d %3d %4d %9s %3s %10.4g %12.0f %8.1f %5.1f%% %5.1f%% %8.2f\n", i + 1, p.dp,
+                     p.tp, p.pp, p.v, p.mb, p.zero, recompute_name(p.recompute), p.sp ? "on" : "off", e.step_time_s,
+                     e.tokens_per_s, e.tflops_per_gpu, 100 * e.mfu, 100 * e.hfu, e.memory_gib);
+  }
+  return out;
+}
+
+json model_json(const ModelSpec& m) {
+  const ParamCounts pc = parameter_counts(m);
+  const FlopsPerToken fl = flops_per_token(m);
+  return {{"architecture", m.arch == Arch::Gpt ? "gpt" : "llama"},
+          {"layers", m.layers},
+          {"hidden", m.hidden},
+          {"heads", m.heads},
+          {"kv_heads", m.kv_heads},
+          {"ffn_hidden", m.ffn_hidden},
+          {"seq_len", m.seq_len},
+          {"vocab", m.vocab},
+          {"tied_embeddings", m.tied_embeddings},
+          {"parameters", pc.total},
+          {"model_flops_per_token", fl.model_train},
+          {"narayanan_flops_per_token", narayanan_flops_per_token(m)}};
+}
+
+json cluster_json(const Cluster& c) {
+  return {{"name", c.name},          {"nodes", c.nodes},       {"gpus_per_node", c.gpus_per_node},
+          {"peak_tflops", c.peak_tflops}, {"hbm_gib", c.hbm_gib}, {"hbm_gbps", c.hbm_gbps},
+          {"fabric", c.fabric_path}};
+}
+
+void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int64_t global_batch,
+              const SearchResult& r) {
+  AtomicFile af(path);
+  {
+    h5::File f = h5::File::create(af.temp_path());
+    h5::write_provenance(f);
+    f.set_attr("global_batch", int64_t(global_batch));
+    f.set_attr("plans_evaluated", uint64_t(r.all.size()));
+    f.set_attr("plans_feasible", uint64_t(r.feasible));
+    f.set_attr("search_seconds", r.elapsed_s);
+    f.set_attr("model", model_json(m).dump());
+    f.set_attr("cluster", cluster_json(c).dump());
+    h5::Group g = f.create_group("plans");
+    g.set_attr("order", "feasible plans fastest first, then rejected plans");
+    std::string codes;
+    for (int i = 0; i <= int(Reject::kMemory); ++i) codes += strprintf("%s%d=%s", i ? "," : "", i, reject_name(Reject(i)));
+    g.set_attr("reject_codes", codes);
+    g.set_attr("recompute_codes", "0=none,1=selective,2=full");
+    g.set_attr("units", "times in seconds per step, memory in GiB per device");
+    const size_t n = r.all.size();
+    auto col_i = [&](const char* name, auto get) {
+      std::vector<int32_t> v(n);
+      for (size_t i = 0; i < n; ++i) v[i] = int32_t(get(r.all[i]));
+      g.write<int32_t>(name, v);
+    };
+    auto col_d = [&](const char* name, auto get) {
+      std::vector<double> v(n);
+      for (size_t i = 0; i < n; ++i) v[i] = double(get(r.all[i]));
+      g.write<double>(name, v);
+    };
+    constexpr double G = 1024.0 * 1024.0 * 1024.0;
+    col_i("dp", [](const Evaluation& e) { return e.plan.dp; });
+    col_i("tp", [](const Evaluation& e) { return e.plan.tp; });
+    col_i("pp", [](const Evaluation& e) { return e.plan.pp; });
+    col_i("v", [](const Evaluation& e) { return e.plan.v; });
+    col_i("mb", [](const Evaluation& e) { return e.plan.mb; });
+    col_i("zero", [](const Evaluation& e) { return e.plan.zero; });
+    col_i("recompute", [](const Evaluation& e) { return int(e.plan.recompute); });
+    col_i("sp", [](const Evaluation& e) { return int(e.plan.sp); });
+    col_i("feasible", [](const Evaluation& e) { return int(e.feasible()); });
+    col_i("reject", [](const Evaluation& e) { return int(e.reject); });
+    col_i("microbatches", [](const Evaluation& e) { return e.b.microbatches; });
+    col_d("step_time_s", [](const Evaluation& e) { return e.step_time_s; });
+    col_d("tokens_per_s", [](const Evaluation& e) { return e.tokens_per_s; });
+    col_d("tflops_per_gpu", [](const Evaluation& e) { return e.tflops_per_gpu; });
+    col_d("hw_tflops_per_gpu", [](const Evaluation& e) { return e.hw_tflops_per_gpu; });
+    col_d("mfu", [](const Evaluation& e) { return e.mfu; });
+    col_d("hfu", [](const Evaluation& e) { return e.hfu; });
+    col_d("memory_gib", [](const Evaluation& e) { return e.memory_gib; });
+    col_d("time_gemm", [](const Evaluation& e) { return e.b.gemm; });
+    col_d("time_memory_bound", [](const Evaluation& e) { return e.b.memory_bound; });
+    col_d("time_recompute", [](const Evaluation& e) { return e.b.recompute; });
+    col_d("time_tp_comm", [](const Evaluation& e) { return e.b.tp_comm; });
+    col_d("time_pp_p2p", [](const Evaluation& e) { return e.b.pp_p2p; });
+    col_d("time_bubble", [](const Evaluation& e) { return e.b.bubble; });
+    col_d("time_dp_comm", [](const Evaluation& e) { return e.b.dp_comm; });
+    col_d("time_dp_exposed", [](const Evaluation& e) { return e.b.dp_exposed; });
+    col_d("time_optimizer", [](const Evaluation& e) { return e.b.optimizer; });
+    col_d("mem_weights", [&](const Evaluation& e) { return e.b.mem_weights / G; });
+    col_d("mem_grads", [&](const Evaluation& e) { return e.b.mem_grads / G; });
+    col_d("mem_optimizer", [&](const Evaluation& e) { return e.b.mem_optimizer / G; });
+    col_d("mem_activations", [&](const Evaluation& e) { return e.b.mem_activations / G; });
+    col_d("mem_logits", [&](const Evaluation& e) { return e.b.mem_logits / G; });
+    col_d("mem_buffers", [&](const Evaluation& e) { return e.b.mem_buffers / G; });
+    f.close();
+  }
+  af.commit();
+}
+
+std::string best_toml(const Evaluation& e) {
+  const Plan& p = e.plan;
+  json t = {{"parallel",
+             {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"v", p.v}, {"mb", p.mb}, {"zero", p.zero},
+              {"recompute", recompute_name(p.recompute)}, {"sp", p.sp ? "on" : "off"}}}};
+  std::string head = strprintf(
+      "# Best parallel plan from %s %s at %s: predicted %.4g s/step, %.4g tokens/s, MFU %.1f%%, %.2f GiB/device.\n"
+      "# Layer it after the experiment config: cairn-train --config exp.toml --config best.toml\n",
+      provenance().tool.c_str(), cairn_version().c_str(), provenance().time_utc.c_str(), e.step_time_s, e.tokens_per_s,
+      100 * e.mfu, e.memory_gib);
+  return head + json_to_toml(t);
+}
+
+// The single plan of --explain: [plan] values (first of a list), else [parallel].
+Plan explain_plan(const Config& cfg, int world) {
+  Plan p = plan_from_parallel(cfg, world);
+  auto first_int = [&](const char* key, int& out) {
+    if (cfg.has(key)) out = int(cfg.get_ints(key).front());
+  };
+  first_int("plan.dp", p.dp);
+  first_int("plan.tp", p.tp);
+  first_int("plan.pp", p.pp);
+  first_int("plan.v", p.v);
+  first_int("plan.mb", p.mb);
+  first_int("plan.zero", p.zero);
+  if (cfg.has("plan.recompute")) p.recompute = parse_recompute(cfg.get_strings("plan.recompute").front());
+  if (cfg.has("plan.sp")) p.sp = cfg.get_strings("plan.sp").front() == "on";
+  if (!cfg.has("plan.dp") && cfg.get_int("parallel.dp") <= 0) p.dp = std::max(1, world / std::max(1, p.tp * p.pp));
+  return p;
+}
+
+std::string reject_summary(const SearchResult& r) {
+  std::map<std::string, size_t> counts;
+  for (const auto& e : r.all) counts[reject_name(e.reject)]++;
+  std::string s;
+  for (const auto& [k, n] : counts) s += strprintf("%s%s: %zu", s.empty() ? "" : ", ", k.c_str(), n);
+  return s;
+}
+
+}  // namespace
+
+int run_plan(const Config& cfg, const RunOptions& opts) {
+  const ModelSpec m = model_from_config(cfg);
+  const Cluster c = cluster_from_config(cfg);
+  const Assumptions a = assumptions_from_config(cfg);
+  const int64_t global_batch = global_batch_from_config(cfg);
+  const ParamCounts pc = parameter_counts(m);
+  CAIRN_LOG_INFO("model: %s, %.4g B parameters, %.4g model FLOPs/token; cluster %s: %d x %d devices", 
+                 m.arch == Arch::Gpt ? "gpt" : "llama", double(pc.total) / 1e9, flops_per_token(m).model_train,
+                 c.name.c_str(), c.nodes, c.gpus_per_node);
+  const std::string out_dir = run_subdir(run_dir(cfg), "plan");
+
+  if (opts.explain || cfg.get_bool("plan.explain")) {
+    const Plan p = explain_plan(cfg, c.world());
+    const Evaluation e = evaluate(m, c, p, global_batch, a, true);
+    (opts.json_path == "-" ? std::cerr : std::cout) << explain(m, c, e, global_batch, a);
+    std::cout.flush();
+    json doc = {{"provenance", provenance().to_json()}, {"model", model_json(m)}, {"cluster", cluster_json(c)},
+                {"global_batch", global_batch}, {"plans", json::array({to_json(e)})}};
+    if (!opts.json_path.empty()) write_json_output(opts.json_path, doc.dump(2));
+    if (!e.feasible() && e.reject != Reject::kMemory) throw UsageError("plan " + plan_string(p) + " is invalid: " + e.reason);
+    if (!e.feasible()) throw GateFailure("plan " + plan_string(p) + " does not fit: " + e.reason);
+    return 0;
+  }
+
+  const Constraints k = constraints_from_config(cfg);
+  SearchResult r = search(m, c, global_batch, a, k);
+  CAIRN_LOG_INFO("evaluated %zu plans (%zu feasible) in %.3f s", r.all.size(), r.feasible, r.elapsed_s);
+  if (r.all.empty())
+    throw UsageError(strprintf("no plan is valid for %d devices, global batch %lld and the [plan] constraints "
+                               "(TP must divide heads = %lld and the device count; the global batch must be a "
+                               "multiple of dp)", c.world(), (long long)global_batch, (long long)m.heads));
+  if (r.feasible == 0) {
+    // Explain the closest candidate: the smallest-memory plan (rejected plans are sorted by it).
+    Evaluation best = evaluate(m, c, r.all.front().plan, global_batch, a, true);
+    if (best.reject != Reject::kMemory) {
+      throw UsageError(strprintf("none of the %zu candidate plans is valid (%s); e.g. %s: %s", r.all.size(),
+                                 reject_summary(r).c_str(), plan_string(best.plan).c_str(), best.reason.c_str()));
+    }
+    throw GateFailure(strprintf("no plan fits in memory (%zu evaluated: %s); the smallest, %s, %s", r.all.size(),
+                                reject_summary(r).c_str(), plan_string(best.plan).c_str(), best.reason.c_str()));
+  }
+  const size_t top_k = size_t(cfg.get_int("plan.top_k"));
+  // With --json - the JSON document is stdout's only content; the table goes to stderr instead.
+  FILE* table_out = opts.json_path == "-" ? stderr : stdout;
+  std::fprintf(table_out, "# %s: %.4g B params, global batch %lld x %lld tokens on %s (%d x %d devices)\n",
+              m.arch == Arch::Gpt ? "gpt" : "llama", double(pc.total) / 1e9, (long long)global_batch,
+              (long long)m.seq_len, c.name.c_str(), c.nodes, c.gpus_per_node);
+  std::fprintf(table_out, "# %zu plans evaluated (%zu feasible) in %.3f s\n", r.all.size(), r.feasible, r.elapsed_s);
+  if (!opts.quiet_table) std::fputs(table(r.all, top_k).c_str(), table_out);
+  std::fflush(table_out);
+
+  json plans = json::array();
+  for (size_t i = 0; i < std::min(top_k, r.feasible); ++i) plans.push_back(to_json(r.all[i]));
+  json doc = {{"provenance", provenance().to_json()},
+              {"model", model_json(m)},
+              {"cluster", cluster_json(c)},
+              {"global_batch", global_batch},
+              {"plans_evaluated", r.all.size()},
+              {"plans_feasible", r.feasible},
+              {"search_seconds", r.elapsed_s},
+              {"plans", plans}};
+  const std::string text = doc.dump(2) + "\n";
+  atomic_write(join_path(out_dir, "plans.json"), text);
+  if (!opts.json_path.empty()) write_json_output(opts.json_path, text);
+  write_h5(join_path(out_dir, "plans.h5"), m, c, global_batch, r);
+  atomic_write(join_path(out_dir, "best.toml"), best_toml(r.all.front()));
+  CAIRN_LOG_INFO("wrote %s/{plans.json,plans.h5,best.toml}", out_dir.c_str());
+  return 0;
+}
+
+}  // namespace cairn::plan

@@ -1,0 +1,70 @@
+// cairn-plan: exhaustive search of parallel training plans with the libcommon cost model.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cairn/config.h"
+#include "cairn/costmodel.h"
+
+namespace cairn::plan {
+
+// What the user constrained in [plan] / --plan: empty list = every valid value.
+struct Constraints {
+  std::vector<int64_t> dp, tp, pp, v, mb, zero;
+  std::vector<costmodel::Recompute> recompute;
+  std::vector<int> sp;  // 0 off, 1 on
+  int64_t max_mb = 16, max_tp = 0, max_v = 8;
+};
+Constraints constraints_from_config(const Config& cfg);
+
+struct SearchResult {
+  std::vector<costmodel::Evaluation> all;  // every evaluated plan: feasible ones first, fastest first
+  size_t feasible = 0;
+  double elapsed_s = 0;
+};
+
+// Enumerates every divisor-valid (tp, pp, v, mb, zero, recompute, sp) for the cluster's devices
+// and evaluates each. Rejected plans keep their reason code (no text, for speed).
+SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, int64_t global_batch,
+                    const costmodel::Assumptions& a, const Constraints& k);
+
+// The global batch in sequences: [plan] global_batch, else [train] global_batch.
+int64_t global_batch_from_config(const Config& cfg);
+
+// Splits "dp=8,tp=4,recompute=full,tp=[2,4]" into "plan.dp=8" ... (brackets keep their commas).
+std::vector<std::string> plan_flag_to_sets(const std::string& text);
+
+struct RunOptions {
+  std::string json_path;  // --json
+  bool explain = false;
+  bool quiet_table = false;
+};
+// The whole tool: search (or explain one plan), print the table, write plans.json/plans.h5/best.toml.
+// Returns the exit code (0, or 3 when nothing fits / the explained plan does not fit).
+int run_plan(const Config& cfg, const RunOptions& opts);
+
+// cairn-plan calibrate: measures GEMM efficiency (OpenBLAS sgemm) over the model's shapes and a
+// size sweep, and memory bandwidth, and writes a cluster TOML file. Returns the path written.
+struct CalibrateOptions {
+  std::string output;     // "" = <out>/plan/cluster-calibrated.toml
+  double seconds = 0.2;   // time per measured shape
+  int max_dim = 2048;     // largest square GEMM of the sweep (CPU)
+  std::string device = "auto";  // auto (GPU when built with CUDA and one is present), cpu, gpu
+};
+std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts);
+
+// Measured single-precision GEMM rate (FLOP/s) of m x n x k on this CPU.
+double measure_sgemm(int64_t m, int64_t n, int64_t k, double seconds);
+// Measured memory bandwidth (GB/s, 1e9) of a streaming triad over `bytes`.
+double measure_stream_gbps(size_t bytes, double seconds);
+
+#ifdef CAIRN_PLAN_CUBLAS
+// GPU measurements (calibrate_cublas.cpp): bf16 cuBLAS GEMM FLOP/s and device-memory GB/s.
+bool cublas_available(std::string* why);
+std::string cuda_device_name();
+double measure_gemm_cublas(int64_t m, int64_t n, int64_t k, double seconds);
+double measure_hbm_cuda_gbps(size_t bytes, double seconds);
+#endif
+
+}  // namespace cairn::plan

@@ -1,0 +1,175 @@
+// Exhaustive enumeration of parallel plans and the [plan] constraints that restrict it.
+#include <algorithm>
+#include <chrono>
+
+#include "cairn/error.h"
+#include "cairn/log.h"
+#include "plan.h"
+
+namespace cairn::plan {
+
+using costmodel::Evaluation;
+using costmodel::Plan;
+using costmodel::Recompute;
+
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i * i <= n; ++i) {
+    if (n % i) continue;
+    d.push_back(i);
+    if (i != n / i) d.push_back(n / i);
+  }
+  std::sort(d.begin(), d.end());
+  return d;
+}
+
+bool allowed(const std::vector<int64_t>& list, int64_t x) {
+  return list.empty() || std::find(list.begin(), list.end(), x) != list.end();
+}
+
+}  // namespace
+
+Constraints constraints_from_config(const Config& cfg) {
+  Constraints k;
+  auto ints = [&](const char* key, std::vector<int64_t>& out) {
+    if (cfg.has(key)) out = cfg.get_ints(key);
+    for (int64_t x : out)
+      if (x < (std::string(key) == "plan.zero" ? 0 : 1) || (std::string(key) == "plan.zero" && x > 3))
+        throw UsageError(strprintf("%s = %lld is out of range", key, (long long)x));
+  };
+  ints("plan.dp", k.dp);
+  ints("plan.tp", k.tp);
+  ints("plan.pp", k.pp);
+  ints("plan.v", k.v);
+  ints("plan.mb", k.mb);
+  ints("plan.zero", k.zero);
+  if (cfg.has("plan.recompute"))
+    for (const auto& s : cfg.get_strings("plan.recompute")) k.recompute.push_back(costmodel::parse_recompute(s));
+  if (cfg.has("plan.sp"))
+    for (const auto& s : cfg.get_strings("plan.sp")) k.sp.push_back(s == "on" ? 1 : 0);
+  k.max_mb = cfg.get_int("plan.max_mb");
+  k.max_tp = cfg.get_int("plan.max_tp");
+  k.max_v = cfg.get_int("plan.max_v");
+  return k;
+}
+
+int64_t global_batch_from_config(const Config& cfg) {
+  int64_t b = cfg.get_int("plan.global_batch");
+  if (b <= 0) b = cfg.get_int("train.global_batch");
+  if (b <= 0) throw UsageError("global batch is 0: set [train] global_batch (sequences)");
+  return b;
+}
+
+SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, int64_t global_batch,
+                    const costmodel::Assumptions& a, const Constraints& k) {
+  const auto t0 = std::chrono::steady_clock::now();
+  SearchResult r;
+  const int64_t world = c.world();
+  std::vector<Recompute> recomputes = k.recompute;
+  if (recomputes.empty()) recomputes = {Recompute::None, Recompute::Selective, Recompute::Full};
+  std::vector<int64_t> zeros = k.zero.empty() ? std::vector<int64_t>{0, 1, 2, 3} : k.zero;
+  r.all.reserve(1 << 16);
+  for (int64_t tp : divisors(world)) {
+    if (!allowed(k.tp, tp)) continue;
+    if (k.tp.empty() && ((k.max_tp > 0 && tp > k.max_tp) || m.heads % tp != 0)) continue;
+    for (int64_t pp : divisors(world / tp)) {
+      if (!allowed(k.pp, pp) || pp > m.layers) continue;
+      const int64_t dp = world / (tp * pp);
+      if (!allowed(k.dp, dp)) continue;
+      if (global_batch % dp != 0) continue;
+      const int64_t per_rank = global_batch / dp;
+      std::vector<int64_t> vs;
+      if (!k.v.empty())
+        vs = k.v;
+      else
+        for (int64_t v = 1; v <= k.max_v; ++v)
+          if (v == 1 || (pp > 1 && m.layers % (pp * v) == 0)) vs.push_back(v);
+      std::vector<int64_t> mbs;
+      for (int64_t mb : divisors(per_rank))
+        if (allowed(k.mb, mb) && (!k.mb.empty() || mb <= k.max_mb)) mbs.push_back(mb);
+      std::vector<int> sps = k.sp;
+      if (sps.empty()) sps = tp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0};
+      for (int64_t v : vs)
+        for (int64_t mb : mbs)
+          for (int64_t zero : zeros)
+            for (Recompute rc : recomputes)
+              for (int sp : sps) {
+                Plan p;
+                p.dp = int(dp);
+                p.tp = int(tp);
+                p.pp = int(pp);
+                p.v = int(v);
+                p.mb = int(mb);
+                p.zero = int(zero);
+                p.recompute = rc;
+                p.sp = sp != 0;
+                r.all.push_back(costmodel::evaluate(m, c, p, global_batch, a, false));
+              }
+    }
+  }
+  // Feasible plans first, fastest first; rejected ones after, smallest memory first.
+  std::stable_sort(r.all.begin(), r.all.end(), [](const Evaluation& x, const Evaluation& y) {
+    if (x.feasible() != y.feasible()) return x.feasible();
+    if (x.feasible()) return x.step_time_s < y.step_time_s;
+    if ((x.reject == costmodel::Reject::kMemory) != (y.reject == costmodel::Reject::kMemory))
+      return x.reject == costmodel::Reject::kMemory;
+    return x.memory_gib < y.memory_gib;
+  });
+  for (const auto& e : r.all) r.feasible += e.feasible();
+  r.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::vector<std::string> plan_flag_to_sets(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  auto flush = [&]() {
+    size_t a = cur.find_first_not_of(" \t"), b = cur.find_last_not_of(" \t");
+    if (a != std::string::npos) {
+      std::string item = cur.substr(a, b - a + 1);
+      if (item.find('=') == std::string::npos)
+        throw UsageError("--plan expects key=value pairs like dp=8,tp=4,recompute=full; got \"" + item + "\"");
+      // Lists of bare words ([selective,full]) become TOML strings; numbers stay numbers.
+      const size_t eq = item.find('=');
+      std::string value = item.substr(eq + 1);
+      if (value.size() >= 2 && value.front() == '[' && value.back() == ']') {
+        std::string inner = value.substr(1, value.size() - 2), list = "[";
+        size_t pos = 0;
+        while (pos <= inner.size()) {
+          size_t comma = inner.find(',', pos);
+          if (comma == std::string::npos) comma = inner.size();
+          std::string e = inner.substr(pos, comma - pos);
+          e.erase(0, e.find_first_not_of(" \t"));
+          e.erase(e.find_last_not_of(" \t") + 1);
+          if (!e.empty()) {
+            const bool number = e.find_first_not_of("0123456789+-.eE") == std::string::npos;
+            const bool quoted = e.front() == '"';
+            if (list.size() > 1) list.push_back(',');
+            if (!number && !quoted) list.push_back('"');
+            list.append(e);
+            if (!number && !quoted) list.push_back('"');
+          }
+          pos = comma + 1;
+        }
+        value = list + "]";
+      }
+      out.push_back("plan." + item.substr(0, eq) + "=" + value);
+    }
+    cur.clear();
+  };
+  for (char ch : text) {
+    if (ch == '[') ++depth;
+    if (ch == ']') --depth;
+    if (ch == ',' && depth == 0)
+      flush();
+    else
+      cur += ch;
+  }
+  flush();
+  return out;
+}
+
+}  // namespace cairn::plan
