@@ -1,664 +1,550 @@
-// The CUDA backend: the same op table as the CPU backends, on device memory (fp32 storage, cuBLAS GEMMs).
-//
-// Layouts and gradient semantics are those of cairn/kernels/backend.h. Reductions that feed parameter
-// gradients run per column in a fixed order (no atomics), so results are deterministic run to run.
+// The CUDA backend (fp32): cuBLAS for matmuls, straightforward deterministic kernels for everything else.
+// First version: correctness and the same semantics as the CPU reference; the bf16/cuBLASLt/flash-attention
+// speed work of issue 7 replaces kernels one by one behind the same table.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../cpu/cpu_common.h"
 #include "cairn/kernels/backend.h"
 
 namespace cairn::kernels {
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;
-constexpr float kGeluScaling = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr int kWarp = 32;
+void cuda_check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(err));
+}
+void cublas_check(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("cuBLAS: ") + what + " failed (status " +
+                                                            std::to_string((int)st) + ")");
+}
+#define CAIRN_CUDA(call) cuda_check((call), #call)
+#define CAIRN_LAUNCHED(name) cuda_check(cudaGetLastError(), name)
 
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(err));
-}
-void check_cublas(cublasStatus_t st, const char* what) {
-  if (st != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("cuBLAS ") + what + " failed: status " + std::to_string(int(st)));
-}
-#define CAIRN_CUDA_LAUNCHED(name) check_cuda(cudaGetLastError(), name)
+constexpr int kThreads = 256;
+constexpr int kMaxHeadDim = 256;  // attention keeps one row of q/o per thread
+
+inline unsigned blocks_for(size_t n, int threads = kThreads) { return (unsigned)((n + threads - 1) / threads); }
 
 cublasHandle_t cublas() {
   static cublasHandle_t handle = [] {
-    cublasHandle_t h = nullptr;
-    check_cublas(cublasCreate(&h), "cublasCreate");
-    // fp32 reference numerics: no TF32 unless asked for (parity tests compare against the CPU reference).
-    const char* tf32 = std::getenv("CAIRN_CUDA_TF32");
-    check_cublas(cublasSetMathMode(h, tf32 && tf32[0] == '1' ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
-                 "cublasSetMathMode");
+    cublasHandle_t h;
+    cublas_check(cublasCreate(&h), "cublasCreate");
+    // full fp32 (no TF32) so the fp32 path matches the CPU reference; bf16 comes with mixed precision
+    cublas_check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     return h;
   }();
   return handle;
 }
 
-inline unsigned blocks_for(size_t n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
-
-__device__ inline float warp_sum(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
+// Grows-only device scratch for ops that need temporaries (attention's D, norm partials).
+float* scratch(size_t floats) {
+  static float* ptr = nullptr;
+  static size_t capacity = 0;
+  if (floats > capacity) {
+    if (ptr) CAIRN_CUDA(cudaFree(ptr));
+    CAIRN_CUDA(cudaMalloc(&ptr, floats * sizeof(float)));
+    capacity = floats;
+  }
+  return ptr;
 }
-__device__ inline float warp_max(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
-// ------------------------------------------------------------------ memory
-
+// ---------------- memory ----------------
 void* dev_alloc(size_t bytes) {
   void* p = nullptr;
-  if (bytes == 0) return nullptr;
-  check_cuda(cudaMalloc(&p, bytes), "cudaMalloc");
-  check_cuda(cudaMemset(p, 0, bytes), "cudaMemset");
+  CAIRN_CUDA(cudaMalloc(&p, bytes == 0 ? 256 : bytes));
+  CAIRN_CUDA(cudaMemset(p, 0, bytes == 0 ? 256 : bytes));
   return p;
 }
 void dev_free(void* p) {
   if (p) cudaFree(p);
 }
-void to_device(void* dst, const void* src, size_t bytes) { check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "memcpy H2D"); }
-void to_host(void* dst, const void* src, size_t bytes) { check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "memcpy D2H"); }
-void dev_copy(void* dst, const void* src, size_t bytes) { check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "memcpy D2D"); }
-void dev_zero(void* p, size_t bytes) { check_cuda(cudaMemset(p, 0, bytes), "cudaMemset"); }
-void dev_sync() { check_cuda(cudaDeviceSynchronize(), "synchronize"); }
+void to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) CAIRN_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+void to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) CAIRN_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+void device_copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) CAIRN_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+void fill_zero(void* p, size_t bytes) {
+  if (bytes) CAIRN_CUDA(cudaMemset(p, 0, bytes));
+}
+void synchronize() { CAIRN_CUDA(cudaDeviceSynchronize()); }
 
-// ------------------------------------------------------------------ embedding
-
-__global__ void embedding_forward_kernel(float* out, const int32_t* inp, const float* wte, const float* wpe,
-                                         int T, int C, size_t total) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= total) return;
-  size_t bt = i / C;
-  int c = static_cast<int>(i % C);
-  int t = static_cast<int>(bt % T);
-  out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)t * C + c];
+// ---------------- reductions ----------------
+__device__ inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ inline float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Block-wide reduction (kThreads threads), same order every launch; result valid in every thread.
+template <bool kMax>
+__device__ float block_reduce(float v) {
+  __shared__ float partial[kThreads / 32];
+  __shared__ float result;
+  v = kMax ? warp_max(v) : warp_sum(v);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float w = threadIdx.x < kThreads / 32 ? partial[threadIdx.x] : (kMax ? -INFINITY : 0.0f);
+    w = kMax ? warp_max(w) : warp_sum(w);
+    if (threadIdx.x == 0) result = w;
+  }
+  __syncthreads();
+  const float r = result;
+  __syncthreads();
+  return r;
 }
 
-// dwpe[t,c] += sum_b dout[b,t,c]: one thread per (t,c), fixed order over b.
-__global__ void embedding_backward_pos_kernel(float* dwpe, const float* dout, int B, int T, int C) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= (size_t)T * C) return;
+// Column sums over N rows, deterministic: block (32 columns x 8 row lanes), fixed-order combine.
+// out[c] += sum_n f(n, c) where f is in[n*C+c] (mode 0) or in[n*C+c] * (x[n*C+c]-mean[n])*rstd[n] (mode 1).
+__global__ void column_sums_kernel(float* out, const float* in, const float* x, const float* mean, const float* rstd,
+                                   int N, int C, int mode) {
+  __shared__ float part[8][33];
+  const int c = blockIdx.x * 32 + threadIdx.x;
   float s = 0.0f;
-  for (int b = 0; b < B; b++) s += dout[(size_t)b * T * C + i];
-  dwpe[i] += s;
+  if (c < C)
+    for (int n = threadIdx.y; n < N; n += 8) {
+      const size_t i = (size_t)n * C + c;
+      s += mode == 0 ? in[i] : in[i] * (x[i] - mean[n]) * rstd[n];
+    }
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float total = 0.0f;
+    for (int y = 0; y < 8; y++) total += part[y][threadIdx.x];
+    out[c] += total;
+  }
 }
 
-// dwte[v,c] += sum over positions with token v: one thread per channel walks the positions in order, so
-// tokens that repeat accumulate deterministically (no atomics).
-__global__ void embedding_backward_tok_kernel(float* dwte, const float* dout, const int32_t* inp, int BT, int C) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
+void column_sums(float* out, const float* in, const float* x, const float* mean, const float* rstd, int N, int C,
+                 int mode) {
+  column_sums_kernel<<<(C + 31) / 32, dim3(32, 8)>>>(out, in, x, mean, rstd, N, C, mode);
+  CAIRN_LAUNCHED("column_sums");
+}
+
+// ---------------- embedding ----------------
+__global__ void embedding_forward_kernel(float* out, const int32_t* inp, const float* wte, const float* wpe, int N,
+                                         int T, int C) {
+  const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (size_t)N * C) return;
+  const int bt = (int)(idx / C), c = (int)(idx % C);
+  out[idx] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)(bt % T) * C + c];
+}
+
+// wpe: one thread per (t, c) summing over b. wte: one thread per column walking the tokens in order, so repeated
+// ids accumulate without atomics and the result is deterministic.
+__global__ void embedding_backward_wpe(float* dwpe, const float* dout, int B, int T, int C) {
+  const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= (size_t)T * C) return;
+  float s = 0.0f;
+  for (int b = 0; b < B; b++) s += dout[(size_t)b * T * C + idx];
+  dwpe[idx] += s;
+}
+__global__ void embedding_backward_wte(float* dwte, const float* dout, const int32_t* inp, int N, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  for (int bt = 0; bt < BT; bt++) dwte[(size_t)inp[bt] * C + c] += dout[(size_t)bt * C + c];
+  for (int bt = 0; bt < N; bt++) dwte[(size_t)inp[bt] * C + c] += dout[(size_t)bt * C + c];
 }
 
 void embedding_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T, int C) {
-  size_t total = (size_t)B * T * C;
-  embedding_forward_kernel<<<blocks_for(total, 256), 256>>>(out, inp, wte, wpe, T, C, total);
-  CAIRN_CUDA_LAUNCHED("embedding_forward");
+  embedding_forward_kernel<<<blocks_for((size_t)B * T * C), kThreads>>>(out, inp, wte, wpe, B * T, T, C);
+  CAIRN_LAUNCHED("embedding_forward");
 }
-
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) {
-  embedding_backward_pos_kernel<<<blocks_for((size_t)T * C, 256), 256>>>(dwpe, dout, B, T, C);
-  embedding_backward_tok_kernel<<<blocks_for(C, 128), 128>>>(dwte, dout, inp, B * T, C);
-  CAIRN_CUDA_LAUNCHED("embedding_backward");
+  embedding_backward_wpe<<<blocks_for((size_t)T * C), kThreads>>>(dwpe, dout, B, T, C);
+  embedding_backward_wte<<<blocks_for(C, 64), 64>>>(dwte, dout, inp, B * T, C);
+  CAIRN_LAUNCHED("embedding_backward");
 }
 
-// ------------------------------------------------------------------ layernorm
-
-// One warp per row.
+// ---------------- layernorm: one warp per row ----------------
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                                         const float* bias, int N, int C) {
-  int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  int lane = threadIdx.x % kWarp;
+                                         const float* b, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const float* x = inp + (size_t)row * C;
   float s = 0.0f;
-  for (int c = lane; c < C; c += kWarp) s += x[c];
-  float m = warp_sum(s) / C;
+  for (int c = lane; c < C; c += 32) s += x[c];
+  const float m = warp_sum(s) / C;
   float v = 0.0f;
-  for (int c = lane; c < C; c += kWarp) v += (x[c] - m) * (x[c] - m);
-  float r = rsqrtf(warp_sum(v) / C + kLayerNormEps);
+  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
+  const float r = rsqrtf(warp_sum(v) / C + kLayerNormEps);
   float* o = out + (size_t)row * C;
-  for (int c = lane; c < C; c += kWarp) o[c] = (x[c] - m) * r * w[c] + bias[c];
+  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + b[c];
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
   }
 }
 
-__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp, const float* w,
-                                                const float* mean, const float* rstd, int N, int C) {
-  int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  int lane = threadIdx.x % kWarp;
+__global__ void layernorm_backward_kernel(float* dinp, const float* dout, const float* inp, const float* w,
+                                          const float* mean, const float* rstd, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const float* x = inp + (size_t)row * C;
   const float* d = dout + (size_t)row * C;
-  float m = mean[row], r = rstd[row];
-  float a = 0.0f, b = 0.0f;
-  for (int c = lane; c < C; c += kWarp) {
-    float norm = (x[c] - m) * r;
-    float dn = w[c] * d[c];
-    a += dn;
-    b += dn * norm;
+  const float m = mean[row], r = rstd[row];
+  float a = 0.0f, bsum = 0.0f;
+  for (int c = lane; c < C; c += 32) {
+    const float dnorm = w[c] * d[c];
+    a += dnorm;
+    bsum += dnorm * (x[c] - m) * r;
   }
-  a = warp_sum(a) / C;
-  b = warp_sum(b) / C;
+  const float dnorm_mean = warp_sum(a) / C, dnorm_norm_mean = warp_sum(bsum) / C;
   float* dx = dinp + (size_t)row * C;
-  for (int c = lane; c < C; c += kWarp) {
-    float norm = (x[c] - m) * r;
-    dx[c] += (w[c] * d[c] - a - norm * b) * r;
+  for (int c = lane; c < C; c += 32) {
+    const float norm = (x[c] - m) * r;
+    dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * r;
   }
 }
 
-// Parameter gradients: one thread per channel, rows in order.
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout, const float* inp,
-                                                 const float* mean, const float* rstd, int N, int C) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float dw = 0.0f, db = 0.0f;
-  for (int n = 0; n < N; n++) {
-    float d = dout[(size_t)n * C + c];
-    dw += (inp[(size_t)n * C + c] - mean[n]) * rstd[n] * d;
-    db += d;
-  }
-  dweight[c] += dw;
-  dbias[c] += db;
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int N, int C) {
+  layernorm_forward_kernel<<<blocks_for((size_t)N * 32), kThreads>>>(out, mean, rstd, inp, weight, bias, N, C);
+  CAIRN_LAUNCHED("layernorm_forward");
 }
-
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C) {
-  layernorm_forward_kernel<<<blocks_for(N, 8), 8 * kWarp>>>(out, mean, rstd, inp, weight, bias, N, C);
-  CAIRN_CUDA_LAUNCHED("layernorm_forward");
-}
-
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C) {
-  layernorm_backward_input_kernel<<<blocks_for(N, 8), 8 * kWarp>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-  layernorm_backward_params_kernel<<<blocks_for(C, 128), 128>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
-  CAIRN_CUDA_LAUNCHED("layernorm_backward");
+  layernorm_backward_kernel<<<blocks_for((size_t)N * 32), kThreads>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  CAIRN_LAUNCHED("layernorm_backward");
+  column_sums(dbias, dout, nullptr, nullptr, nullptr, N, C, 0);
+  column_sums(dweight, dout, inp, mean, rstd, N, C, 1);
 }
 
-// ------------------------------------------------------------------ matmul (cuBLAS, column-major view)
-
-__global__ void add_bias_kernel(float* out, const float* bias, int OC, size_t total) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < total) out[i] += bias[i % OC];
+// ---------------- matmul (row-major via column-major cuBLAS: C^T = B^T A^T) ----------------
+__global__ void fill_rows_kernel(float* out, const float* bias, int N, int OC) {
+  const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx < (size_t)N * OC) out[idx] = bias[idx % OC];
 }
 
-__global__ void bias_grad_kernel(float* dbias, const float* dout, int N, int OC) {
-  int o = blockIdx.x * blockDim.x + threadIdx.x;
-  if (o >= OC) return;
-  float s = 0.0f;
-  for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
-  dbias[o] += s;
+void sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* a, int lda, const float* b,
+           int ldb, float beta, float* c, int ldc) {
+  const float one = 1.0f;
+  cublas_check(cublasSgemm(cublas(), ta, tb, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc), "cublasSgemm");
 }
 
-// A row-major [R, K] matrix is, to column-major cuBLAS, its transpose [K, R] with leading dimension K.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
                     WeightLayout layout) {
-  const float one = 1.0f, zero = 0.0f;
-  // out^T [OC, N] = W^T [OC, C] * inp^T [C, N]
-  if (layout == WeightLayout::InOut) {
-    check_cublas(cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, &one, weight, OC, inp, C, &zero, out, OC),
-                 "sgemm forward");
-  } else {
-    check_cublas(cublasSgemm(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C, inp, C, &zero, out, OC),
-                 "sgemm forward");
-  }
+  float beta = 0.0f;
   if (bias) {
-    size_t total = (size_t)N * OC;
-    add_bias_kernel<<<blocks_for(total, 256), 256>>>(out, bias, OC, total);
-    CAIRN_CUDA_LAUNCHED("add_bias");
+    fill_rows_kernel<<<blocks_for((size_t)N * OC), kThreads>>>(out, bias, N, OC);
+    CAIRN_LAUNCHED("matmul bias");
+    beta = 1.0f;
   }
+  if (layout == WeightLayout::InOut)  // W row-major [C,OC] is column-major [OC,C]
+    sgemm(CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, weight, OC, inp, C, beta, out, OC);
+  else  // W row-major [OC,C] is column-major [C,OC]; transpose it
+    sgemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC, WeightLayout layout) {
-  const float one = 1.0f, zero = 0.0f;
   if (layout == WeightLayout::InOut) {
-    // dinp^T [C, N] = W [C, OC] * dout^T [OC, N]
-    if (dinp)
-      check_cublas(cublasSgemm(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, &one, weight, OC, dout, OC, &zero, dinp, C),
-                   "sgemm dinp");
-    // dW^T [OC, C] += dout^T [OC, N] * inp [N, C]
-    check_cublas(cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, &one, dout, OC, inp, C, &one, dweight, OC),
-                 "sgemm dweight");
+    if (dinp) sgemm(CUBLAS_OP_T, CUBLAS_OP_N, C, N, OC, weight, OC, dout, OC, 0.0f, dinp, C);
+    sgemm(CUBLAS_OP_N, CUBLAS_OP_T, OC, C, N, dout, OC, inp, C, 1.0f, dweight, OC);
   } else {
-    // dinp^T [C, N] = W^T [C, OC] * dout^T [OC, N]
-    if (dinp)
-      check_cublas(cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &zero, dinp, C),
-                   "sgemm dinp");
-    // dW^T [C, OC] += inp^T [C, N] * dout [N, OC]
-    check_cublas(cublasSgemm(cublas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dweight, C),
-                 "sgemm dweight");
+    if (dinp) sgemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 0.0f, dinp, C);
+    sgemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, C);
   }
-  if (dbias) {
-    bias_grad_kernel<<<blocks_for(OC, 128), 128>>>(dbias, dout, N, OC);
-    CAIRN_CUDA_LAUNCHED("bias_grad");
-  }
+  if (dbias) column_sums(dbias, dout, nullptr, nullptr, nullptr, N, OC, 0);
 }
 
-// ------------------------------------------------------------------ attention (flash-style online softmax)
-
-constexpr int kMaxHeadDim = 256;
-constexpr int kPerLane = kMaxHeadDim / kWarp;
-
-// One warp per (b, h, query i): streams keys 0..i with an online softmax, keeping the output row in
-// registers, and writes the row's log-sum-exp for backward. Never materialises the T x T scores.
+// ---------------- attention: one thread per (b, h, query row), online softmax ----------------
 __global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  int warp = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  int lane = threadIdx.x % kWarp;
-  if (warp >= B * NH * T) return;
-  int i = warp % T, h = (warp / T) % NH, b = warp / (T * NH);
-  int hd = C / NH;
-  float scale = rsqrtf(static_cast<float>(hd));
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= B * NH * T) return;
+  const int i = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
+  const int hd = C / NH;
+  const float scale = rsqrtf((float)hd);
   const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hd;
-  float qr[kPerLane], acc[kPerLane];
-  for (int k = 0; k < kPerLane; k++) {
-    int d = lane + k * kWarp;
-    qr[k] = d < hd ? q[d] : 0.0f;
-    acc[k] = 0.0f;
-  }
+  float o[kMaxHeadDim];
+  for (int d = 0; d < hd; d++) o[d] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   for (int j = 0; j <= i; j++) {
-    const float* kv = qkv + ((size_t)b * T + j) * 3 * C + h * hd;
+    const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hd;
+    const float* v = k + C;
     float s = 0.0f;
-    for (int k = 0; k < kPerLane; k++) {
-      int d = lane + k * kWarp;
-      if (d < hd) s += qr[k] * kv[C + d];
-    }
-    s = warp_sum(s) * scale;
-    float m_new = fmaxf(m, s);
-    float correction = expf(m - m_new);
-    float p = expf(s - m_new);
-    l = l * correction + p;
-    for (int k = 0; k < kPerLane; k++) {
-      int d = lane + k * kWarp;
-      if (d < hd) acc[k] = acc[k] * correction + p * kv[2 * C + d];
-    }
+    for (int d = 0; d < hd; d++) s += q[d] * k[d];
+    s *= scale;
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new), p = expf(s - m_new);
+    l = l * corr + p;
+    for (int d = 0; d < hd; d++) o[d] = o[d] * corr + p * v[d];
     m = m_new;
   }
-  float* o = out + ((size_t)b * T + i) * C + h * hd;
-  for (int k = 0; k < kPerLane; k++) {
-    int d = lane + k * kWarp;
-    if (d < hd) o[d] = acc[k] / l;
-  }
-  if (lane == 0) lse[((size_t)b * NH + h) * T + i] = m + logf(l);
+  float* dst = out + ((size_t)b * T + i) * C + h * hd;
+  for (int d = 0; d < hd; d++) dst[d] = o[d] / l;
+  lse[((size_t)b * NH + h) * T + i] = m + logf(l);
 }
 
-// D[b,h,i] = dout_i . out_i
-__global__ void attention_delta_kernel(float* delta, const float* dout, const float* out, int B, int T, int C, int NH) {
-  int warp = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  int lane = threadIdx.x % kWarp;
-  if (warp >= B * NH * T) return;
-  int i = warp % T, h = (warp / T) % NH, b = warp / (T * NH);
-  int hd = C / NH;
-  const float* dO = dout + ((size_t)b * T + i) * C + h * hd;
-  const float* O = out + ((size_t)b * T + i) * C + h * hd;
+// D[b,h,i] = dO_i . O_i
+__global__ void attention_delta_kernel(float* D, const float* dout, const float* out, int B, int T, int C, int NH) {
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= B * NH * T) return;
+  const int i = idx % T, h = (idx / T) % NH, b = idx / (T * NH), hd = C / NH;
+  const size_t off = ((size_t)b * T + i) * C + h * hd;
   float s = 0.0f;
-  for (int d = lane; d < hd; d += kWarp) s += dO[d] * O[d];
-  s = warp_sum(s);
-  if (lane == 0) delta[((size_t)b * NH + h) * T + i] = s;
+  for (int d = 0; d < hd; d++) s += dout[off + d] * out[off + d];
+  D[idx] = s;
 }
 
-// dQ_i = scale * sum_{j<=i} dS_ij K_j: one warp per query.
-__global__ void attention_backward_q_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                            const float* delta, int B, int T, int C, int NH) {
-  int warp = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  int lane = threadIdx.x % kWarp;
-  if (warp >= B * NH * T) return;
-  int i = warp % T, h = (warp / T) % NH, b = warp / (T * NH);
-  int hd = C / NH;
-  float scale = rsqrtf(static_cast<float>(hd));
-  size_t row_i = ((size_t)b * T + i) * 3 * C + h * hd;
+// dQ_i = scale * sum_{j<=i} P_ij (dO_i.V_j - D_i) K_j   (one thread per query row)
+__global__ void attention_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
+                                    int B, int T, int C, int NH) {
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= B * NH * T) return;
+  const int i = idx % T, h = (idx / T) % NH, b = idx / (T * NH), hd = C / NH;
+  const float scale = rsqrtf((float)hd);
+  const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hd;
   const float* dO = dout + ((size_t)b * T + i) * C + h * hd;
-  float qr[kPerLane], dor[kPerLane], dq[kPerLane];
-  for (int k = 0; k < kPerLane; k++) {
-    int d = lane + k * kWarp;
-    qr[k] = d < hd ? qkv[row_i + d] : 0.0f;
-    dor[k] = d < hd ? dO[d] : 0.0f;
-    dq[k] = 0.0f;
-  }
-  size_t stat = ((size_t)b * NH + h) * T + i;
-  float row_lse = lse[stat], D = delta[stat];
+  float acc[kMaxHeadDim];
+  for (int d = 0; d < hd; d++) acc[d] = 0.0f;
   for (int j = 0; j <= i; j++) {
-    size_t row_j = ((size_t)b * T + j) * 3 * C + h * hd;
+    const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hd;
+    const float* v = k + C;
     float s = 0.0f, dp = 0.0f;
-    for (int k = 0; k < kPerLane; k++) {
-      int d = lane + k * kWarp;
-      if (d < hd) {
-        s += qr[k] * qkv[row_j + C + d];
-        dp += dor[k] * qkv[row_j + 2 * C + d];
-      }
+    for (int d = 0; d < hd; d++) {
+      s += q[d] * k[d];
+      dp += dO[d] * v[d];
     }
-    s = warp_sum(s);
-    dp = warp_sum(dp);
-    float p = expf(s * scale - row_lse);
-    float ds = p * (dp - D) * scale;
-    for (int k = 0; k < kPerLane; k++) {
-      int d = lane + k * kWarp;
-      if (d < hd) dq[k] += ds * qkv[row_j + C + d];
-    }
+    const float p = expf(s * scale - lse[idx]);
+    const float ds = p * (dp - D[idx]) * scale;
+    for (int d = 0; d < hd; d++) acc[d] += ds * k[d];
   }
-  for (int k = 0; k < kPerLane; k++) {
-    int d = lane + k * kWarp;
-    if (d < hd) dqkv[row_i + d] = dq[k];
-  }
+  float* dq = dqkv + ((size_t)b * T + i) * 3 * C + h * hd;
+  for (int d = 0; d < hd; d++) dq[d] = acc[d];
 }
 
-// dK_j = scale * sum_{i>=j} dS_ij Q_i and dV_j = sum_{i>=j} P_ij dO_i: one warp per key.
-__global__ void attention_backward_kv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                                             const float* delta, int B, int T, int C, int NH) {
-  int warp = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  int lane = threadIdx.x % kWarp;
-  if (warp >= B * NH * T) return;
-  int j = warp % T, h = (warp / T) % NH, b = warp / (T * NH);
-  int hd = C / NH;
-  float scale = rsqrtf(static_cast<float>(hd));
-  size_t row_j = ((size_t)b * T + j) * 3 * C + h * hd;
-  float kr[kPerLane], vr[kPerLane], dk[kPerLane], dv[kPerLane];
-  for (int k = 0; k < kPerLane; k++) {
-    int d = lane + k * kWarp;
-    kr[k] = d < hd ? qkv[row_j + C + d] : 0.0f;
-    vr[k] = d < hd ? qkv[row_j + 2 * C + d] : 0.0f;
-    dk[k] = dv[k] = 0.0f;
-  }
+// dK_j = scale * sum_{i>=j} dS_ij Q_i, dV_j = sum_{i>=j} P_ij dO_i   (one thread per key row, no atomics)
+__global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                     const float* D, int B, int T, int C, int NH) {
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= B * NH * T) return;
+  const int j = idx % T, h = (idx / T) % NH, b = idx / (T * NH), hd = C / NH;
+  const float scale = rsqrtf((float)hd);
+  const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hd;
+  const float* v = k + C;
+  float dk[kMaxHeadDim], dv[kMaxHeadDim];
+  for (int d = 0; d < hd; d++) dk[d] = dv[d] = 0.0f;
+  const size_t row0 = ((size_t)b * NH + h) * T;
   for (int i = j; i < T; i++) {
-    size_t row_i = ((size_t)b * T + i) * 3 * C + h * hd;
+    const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hd;
     const float* dO = dout + ((size_t)b * T + i) * C + h * hd;
     float s = 0.0f, dp = 0.0f;
-    for (int k = 0; k < kPerLane; k++) {
-      int d = lane + k * kWarp;
-      if (d < hd) {
-        s += qkv[row_i + d] * kr[k];
-        dp += dO[d] * vr[k];
-      }
+    for (int d = 0; d < hd; d++) {
+      s += q[d] * k[d];
+      dp += dO[d] * v[d];
     }
-    s = warp_sum(s);
-    dp = warp_sum(dp);
-    size_t stat = ((size_t)b * NH + h) * T + i;
-    float p = expf(s * scale - lse[stat]);
-    float ds = p * (dp - delta[stat]) * scale;
-    for (int k = 0; k < kPerLane; k++) {
-      int d = lane + k * kWarp;
-      if (d < hd) {
-        dk[k] += ds * qkv[row_i + d];
-        dv[k] += p * dO[d];
-      }
+    const float p = expf(s * scale - lse[row0 + i]);
+    const float ds = p * (dp - D[row0 + i]) * scale;
+    for (int d = 0; d < hd; d++) {
+      dk[d] += ds * q[d];
+      dv[d] += p * dO[d];
     }
   }
-  for (int k = 0; k < kPerLane; k++) {
-    int d = lane + k * kWarp;
-    if (d < hd) {
-      dqkv[row_j + C + d] = dk[k];
-      dqkv[row_j + 2 * C + d] = dv[k];
-    }
+  float* row = dqkv + ((size_t)b * T + j) * 3 * C + h * hd;
+  for (int d = 0; d < hd; d++) {
+    row[C + d] = dk[d];
+    row[2 * C + d] = dv[d];
   }
 }
 
 void check_head_dim(int C, int NH) {
-  if (C % NH != 0 || C / NH > kMaxHeadDim) {
-    throw std::runtime_error("CUDA attention: head dim " + std::to_string(C / NH) + " unsupported (C % heads must be 0, head dim <= " +
-                             std::to_string(kMaxHeadDim) + ")");
-  }
+  if (C / NH > kMaxHeadDim)
+    throw std::runtime_error("CUDA attention: head dim " + std::to_string(C / NH) + " > " +
+                             std::to_string(kMaxHeadDim));
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   check_head_dim(C, NH);
-  size_t warps = (size_t)B * NH * T;
-  attention_forward_kernel<<<blocks_for(warps, 4), 4 * kWarp>>>(out, lse, qkv, B, T, C, NH);
-  CAIRN_CUDA_LAUNCHED("attention_forward");
+  attention_forward_kernel<<<blocks_for((size_t)B * NH * T, 64), 64>>>(out, lse, qkv, B, T, C, NH);
+  CAIRN_LAUNCHED("attention_forward");
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                         int T, int C, int NH) {
   check_head_dim(C, NH);
-  size_t warps = (size_t)B * NH * T;
-  float* delta = static_cast<float*>(dev_alloc(warps * sizeof(float)));
-  attention_delta_kernel<<<blocks_for(warps, 4), 4 * kWarp>>>(delta, dout, out, B, T, C, NH);
-  attention_backward_q_kernel<<<blocks_for(warps, 4), 4 * kWarp>>>(dqkv, dout, qkv, lse, delta, B, T, C, NH);
-  attention_backward_kv_kernel<<<blocks_for(warps, 4), 4 * kWarp>>>(dqkv, dout, qkv, lse, delta, B, T, C, NH);
-  CAIRN_CUDA_LAUNCHED("attention_backward");
-  dev_free(delta);  // cudaFree synchronises the device, so the kernels are done with it
+  const size_t rows = (size_t)B * NH * T;
+  float* D = scratch(rows);
+  attention_delta_kernel<<<blocks_for(rows), kThreads>>>(D, dout, out, B, T, C, NH);
+  attention_dq_kernel<<<blocks_for(rows, 64), 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+  attention_dkv_kernel<<<blocks_for(rows, 64), 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+  CAIRN_LAUNCHED("attention_backward");
 }
 
-// ------------------------------------------------------------------ elementwise
-
+// ---------------- element-wise ----------------
 __global__ void gelu_forward_kernel(float* out, const float* inp, size_t n) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  float x = inp[i];
+  const float x = inp[i];
   out[i] = 0.5f * x * (1.0f + tanhf(kGeluScaling * (x + 0.044715f * x * x * x)));
 }
-
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, size_t n) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  float x = inp[i];
-  float th = tanhf(kGeluScaling * (x + 0.044715f * x * x * x));
-  float sech2 = 1.0f - th * th;
-  float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScaling * (1.0f + 3.0f * 0.044715f * x * x);
+  const float x = inp[i];
+  const float th = tanhf(kGeluScaling * (x + 0.044715f * x * x * x));
+  const float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScaling * (1.0f + 3.0f * 0.044715f * x * x);
   dinp[i] = local * dout[i];
 }
-
 __global__ void residual_kernel(float* out, const float* a, const float* b, size_t n) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = a[i] + b[i];
 }
-
 __global__ void scale_kernel(float* x, float s, size_t n) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= s;
+}
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, AdamWStep step) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) step.apply(p[i], g[i], m[i], v[i]);
 }
 
 void gelu_forward(float* out, const float* inp, size_t n) {
-  gelu_forward_kernel<<<blocks_for(n, 256), 256>>>(out, inp, n);
-  CAIRN_CUDA_LAUNCHED("gelu_forward");
+  if (!n) return;
+  gelu_forward_kernel<<<blocks_for(n), kThreads>>>(out, inp, n);
+  CAIRN_LAUNCHED("gelu_forward");
 }
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-  gelu_backward_kernel<<<blocks_for(n, 256), 256>>>(dinp, inp, dout, n);
-  CAIRN_CUDA_LAUNCHED("gelu_backward");
+  if (!n) return;
+  gelu_backward_kernel<<<blocks_for(n), kThreads>>>(dinp, inp, dout, n);
+  CAIRN_LAUNCHED("gelu_backward");
 }
 void residual_forward(float* out, const float* a, const float* b, size_t n) {
-  residual_kernel<<<blocks_for(n, 256), 256>>>(out, a, b, n);
-  CAIRN_CUDA_LAUNCHED("residual_forward");
+  if (!n) return;
+  residual_kernel<<<blocks_for(n), kThreads>>>(out, a, b, n);
+  CAIRN_LAUNCHED("residual_forward");
 }
 void scale(float* x, float s, size_t n) {
-  scale_kernel<<<blocks_for(n, 256), 256>>>(x, s, n);
-  CAIRN_CUDA_LAUNCHED("scale");
+  if (!n) return;
+  scale_kernel<<<blocks_for(n), kThreads>>>(x, s, n);
+  CAIRN_LAUNCHED("scale");
+}
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWParams& hp) {
+  if (!n) return;
+  adamw_kernel<<<blocks_for(n), kThreads>>>(params, grads, m, v, n, AdamWStep(hp));
+  CAIRN_LAUNCHED("adamw_update");
 }
 
-// ------------------------------------------------------------------ fused softmax + cross-entropy
-
-constexpr int kRowThreads = 256;
-
-__device__ float block_reduce(float v, bool is_max) {
-  __shared__ float shared[kRowThreads / kWarp];
-  int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp;
-  v = is_max ? warp_max(v) : warp_sum(v);
-  __syncthreads();
-  if (lane == 0) shared[w] = v;
-  __syncthreads();
-  float r = is_max ? -INFINITY : 0.0f;
-  for (int k = 0; k < kRowThreads / kWarp; k++) r = is_max ? fmaxf(r, shared[k]) : r + shared[k];
-  return r;
-}
-
-// One block per row: max and sum of exp over the real vocabulary, then lse and the loss.
+// ---------------- softmax + cross-entropy: one block per row ----------------
 __global__ void crossentropy_forward_kernel(float* losses, float* lse, const float* logits, const int32_t* targets,
                                             int V, int Vp) {
-  int n = blockIdx.x;
+  const int n = blockIdx.x;
   const float* l = logits + (size_t)n * Vp;
-  float m = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, l[j]);
-  m = block_reduce(m, true);
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, l[j]);
+  mx = block_reduce<true>(mx);
   float s = 0.0f;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(l[j] - m);
-  s = block_reduce(s, false);
+  for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(l[j] - mx);
+  s = block_reduce<false>(s);
   if (threadIdx.x == 0) {
-    float row_lse = m + logf(s);
+    const float row_lse = mx + logf(s);
     lse[n] = row_lse;
-    int t = targets[n];
-    losses[n] = t < 0 ? 0.0f : row_lse - l[t];
+    losses[n] = targets[n] < 0 ? 0.0f : row_lse - l[targets[n]];
   }
 }
-
-// Each element reads only its own logit, so dlogits may alias logits.
 __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
                                              const int32_t* targets, float dloss, int V, int Vp) {
-  int n = blockIdx.x;
-  int t = targets[n];
+  const int n = blockIdx.x, t = targets[n];
   const float* l = logits + (size_t)n * Vp;
   float* dl = dlogits + (size_t)n * Vp;
-  float row_lse = lse[n];
   for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
-    if (t < 0 || j >= V) {
-      dl[j] = 0.0f;
-    } else {
-      float p = expf(l[j] - row_lse);
-      dl[j] = (p - (j == t ? 1.0f : 0.0f)) * dloss;
-    }
+    float g = 0.0f;
+    if (t >= 0 && j < V) g = (expf(l[j] - lse[n]) - (j == t ? 1.0f : 0.0f)) * dloss;
+    dl[j] = g;  // each element read then written by the same thread: in place is safe
   }
 }
-
-void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int N, int V, int Vp) {
-  if (N == 0) return;
-  crossentropy_forward_kernel<<<N, kRowThreads>>>(losses, lse, logits, targets, V, Vp);
-  CAIRN_CUDA_LAUNCHED("crossentropy_forward");
+void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int N, int V,
+                          int Vp) {
+  if (!N) return;
+  crossentropy_forward_kernel<<<N, kThreads>>>(losses, lse, logits, targets, V, Vp);
+  CAIRN_LAUNCHED("crossentropy_forward");
 }
 void crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets, float dloss,
                            int N, int V, int Vp) {
-  if (N == 0) return;
-  crossentropy_backward_kernel<<<N, kRowThreads>>>(dlogits, logits, lse, targets, dloss, V, Vp);
-  CAIRN_CUDA_LAUNCHED("crossentropy_backward");
+  if (!N) return;
+  crossentropy_backward_kernel<<<N, kThreads>>>(dlogits, logits, lse, targets, dloss, V, Vp);
+  CAIRN_LAUNCHED("crossentropy_backward");
 }
 
-// ------------------------------------------------------------------ optimizer
-
-// PyTorch's AdamW order (decay, moments, bias-corrected step), scalars precomputed on the host in double
-// exactly as the CPU backends do, so CPU and GPU parameters agree to rounding.
-struct AdamWScalars {
-  float beta1, beta2, eps, decay_factor, step_size, bc2_sqrt, grad_scale;
-};
-
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n, AdamWScalars s) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float g = grads[i] * s.grad_scale;
-  float p = params[i] * s.decay_factor;
-  float mi = s.beta1 * m[i] + (1.0f - s.beta1) * g;
-  float vi = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
-  float denom = sqrtf(vi) / s.bc2_sqrt + s.eps;
-  params[i] = p + -s.step_size * (mi / denom);
-  m[i] = mi;
-  v[i] = vi;
-}
-
-void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWParams& hp) {
-  AdamWScalars s;
-  s.beta1 = hp.beta1;
-  s.beta2 = hp.beta2;
-  s.eps = hp.eps;
-  s.decay_factor = (float)(1.0 - (double)hp.lr * hp.weight_decay);
-  s.step_size = (float)(hp.lr / (1.0 - std::pow((double)hp.beta1, (double)hp.step)));
-  s.bc2_sqrt = (float)std::sqrt(1.0 - std::pow((double)hp.beta2, (double)hp.step));
-  s.grad_scale = hp.grad_scale;
-  if (n == 0) return;
-  adamw_kernel<<<blocks_for(n, 256), 256>>>(params, grads, m, v, n, s);
-  CAIRN_CUDA_LAUNCHED("adamw_update");
-}
-
-// Per-block partial sums in double, summed on the host in block order (deterministic).
+// ---------------- squared norm: fixed grid, double partials summed on the host in order ----------------
+constexpr int kNormBlocks = 256;
 __global__ void squared_norm_kernel(double* partial, const float* x, size_t n) {
-  __shared__ double shared[256];
+  __shared__ double part[kThreads];
   double s = 0.0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     s += (double)x[i] * x[i];
-  }
-  shared[threadIdx.x] = s;
+  part[threadIdx.x] = s;
   __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+  for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) part[threadIdx.x] += part[threadIdx.x + stride];
     __syncthreads();
   }
-  if (threadIdx.x == 0) partial[blockIdx.x] = shared[0];
+  if (threadIdx.x == 0) partial[blockIdx.x] = part[0];
+}
+double squared_norm(const float* x, size_t n) {
+  if (!n) return 0.0;
+  double* partial = reinterpret_cast<double*>(scratch(2 * kNormBlocks));
+  squared_norm_kernel<<<kNormBlocks, kThreads>>>(partial, x, n);
+  CAIRN_LAUNCHED("squared_norm");
+  std::vector<double> host(kNormBlocks);
+  to_host(host.data(), partial, sizeof(double) * kNormBlocks);
+  double total = 0.0;
+  for (double p : host) total += p;
+  return total;
 }
 
-double squared_norm(const float* x, size_t n) {
-  if (n == 0) return 0.0;
-  const unsigned blocks = std::min<unsigned>(1024, blocks_for(n, 256));
-  double* partial = static_cast<double*>(dev_alloc(blocks * sizeof(double)));
-  squared_norm_kernel<<<blocks, 256>>>(partial, x, n);
-  CAIRN_CUDA_LAUNCHED("squared_norm");
-  std::vector<double> host(blocks);
-  to_host(host.data(), partial, blocks * sizeof(double));
-  dev_free(partial);
-  double sum = 0.0;
-  for (double p : host) sum += p;
-  return sum;
+Backend make_cuda_backend() {
+  Backend b{};
+  b.name = "cuda";
+  b.device_memory = true;
+  b.alloc = dev_alloc;
+  b.free = dev_free;
+  b.copy_to_device = to_device;
+  b.copy_to_host = to_host;
+  b.copy_device = device_copy;
+  b.fill_zero = fill_zero;
+  b.synchronize = synchronize;
+  b.embedding_forward = embedding_forward;
+  b.embedding_backward = embedding_backward;
+  b.layernorm_forward = layernorm_forward;
+  b.layernorm_backward = layernorm_backward;
+  b.matmul_forward = matmul_forward;
+  b.matmul_backward = matmul_backward;
+  b.attention_forward = attention_forward;
+  b.attention_backward = attention_backward;
+  b.gelu_forward = gelu_forward;
+  b.gelu_backward = gelu_backward;
+  b.residual_forward = residual_forward;
+  b.crossentropy_forward = crossentropy_forward;
+  b.crossentropy_backward = crossentropy_backward;
+  b.adamw_update = adamw_update;
+  b.squared_norm = squared_norm;
+  b.scale = scale;
+  return b;
 }
 
 }  // namespace
 
-// The CUDA table, or nullptr when no usable GPU is present (callers report that to the user).
+// nullptr when no CUDA device is usable (no driver, no GPU): callers report that and skip or fail clearly.
 const Backend* cuda_backend_or_null() {
-  static const Backend* backend = []() -> const Backend* {
+  static const bool usable = [] {
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-      cudaGetLastError();  // clear the sticky "no device" error
-      return nullptr;
-    }
-    static Backend b;
-    b.name = "cuda";
-    b.device_memory = true;
-    b.alloc = dev_alloc;
-    b.free = dev_free;
-    b.copy_to_device = to_device;
-    b.copy_to_host = to_host;
-    b.copy_device = dev_copy;
-    b.fill_zero = dev_zero;
-    b.synchronize = dev_sync;
-    b.embedding_forward = embedding_forward;
-    b.embedding_backward = embedding_backward;
-    b.layernorm_forward = layernorm_forward;
-    b.layernorm_backward = layernorm_backward;
-    b.matmul_forward = matmul_forward;
-    b.matmul_backward = matmul_backward;
-    b.attention_forward = attention_forward;
-    b.attention_backward = attention_backward;
-    b.gelu_forward = gelu_forward;
-    b.gelu_backward = gelu_backward;
-    b.residual_forward = residual_forward;
-    b.crossentropy_forward = crossentropy_forward;
-    b.crossentropy_backward = crossentropy_backward;
-    b.adamw_update = adamw_update;
-    b.squared_norm = squared_norm;
-    b.scale = scale;
-    return &b;
+    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
   }();
-  return backend;
-}
-
-// Why the CUDA backend is unavailable ("" when it is available), for skip messages and errors.
-std::string cuda_unavailable_reason() {
-  int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    return std::string("no usable CUDA device: ") + cudaGetErrorString(err);
-  }
-  if (count == 0) return "no CUDA device visible";
-  return "";
+  if (!usable) return nullptr;
+  static const Backend backend = make_cuda_backend();
+  return &backend;
 }
 
 }  // namespace cairn::kernels

@@ -1,9 +1,18 @@
 // GPT-2 model (llm.c layout): flat parameter/gradient buffers, forward, backward, on a kernel backend.
-// CONTRACT used by cairn-train and cairn-eval; implemented by the kernels/model work (libcommon/src/gpt.cpp).
+// CONTRACT used by cairn-train and cairn-eval; implemented by the kernels/model work (libcommon/src/gpt/).
+//
+// Parameter layout (one flat fp32 buffer, HF GPT-2 names and shapes, Conv1D weights as [in, out]):
+//   wte [vocab, hidden], wpe [seq_len, hidden],
+//   h.<l>.{ln_1.weight, ln_1.bias, attn.c_attn.weight [C,3C], attn.c_attn.bias, attn.c_proj.weight [C,C],
+//          attn.c_proj.bias, ln_2.weight, ln_2.bias, mlp.c_fc.weight [C,4C], mlp.c_fc.bias,
+//          mlp.c_proj.weight [4C,C], mlp.c_proj.bias}  for l = 0..layers-1 (each layer contiguous),
+//   ln_f.weight, ln_f.bias.
+// The lm_head is tied to wte. Rows of wte at ids >= vocab_real are padding (initialised to zero).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cairn::kernels {
@@ -21,6 +30,12 @@ struct GptConfig {
   int vocab_real = 50257;  // ids >= vocab_real never appear; their logits are masked out of the loss
 };
 
+// Throws cairn::UsageError naming the offending field when the config cannot build a model
+// (non-positive sizes, hidden not divisible by heads, vocab_real > vocab, ...).
+void validate(const GptConfig& cfg);
+// Number of parameters of the flat buffer (including wte's padding rows).
+size_t count_params(const GptConfig& cfg);
+
 // One named parameter tensor inside the flat buffer (HF GPT-2 names: "wte", "wpe",
 // "h.0.ln_1.weight", ..., "ln_f.bias").
 struct TensorInfo {
@@ -32,15 +47,40 @@ struct TensorInfo {
   int layer = -1;             // transformer layer, -1 for embeddings / final norm
 };
 
+// A contiguous run of parameters that share one weight-decay flag.
+struct DecayRange {
+  size_t first = 0;
+  size_t count = 0;
+  bool weight_decay = false;
+};
+// Splits [first, first+count) of the flat buffer into maximal runs of equal weight_decay, so an optimizer
+// (or a ZeRO-1 shard of it) can call AdamW once per run with wd or 0.
+std::vector<DecayRange> decay_ranges(const std::vector<TensorInfo>& tensors, size_t first, size_t count);
+
 class Model {
  public:
-  Model(const GptConfig& cfg, const kernels::Backend& backend);
+  // training=false builds a forward-only model (cairn-eval): no gradient buffers, and activations of a
+  // single layer reused across layers. backward() then throws.
+  Model(const GptConfig& cfg, const kernels::Backend& backend, bool training = true);
   ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
   const GptConfig& config() const;
+  const kernels::Backend& backend() const;
+  bool training() const;
   const std::vector<TensorInfo>& tensors() const;
+  const TensorInfo* find_tensor(const std::string& name) const;  // nullptr if no such tensor
   size_t num_params() const;
+  // Backend memory (host memory for the CPU backends). grads() is nullptr for forward-only models.
   float* params();
   float* grads();
+  const float* params() const;
+  const float* grads() const;
+  // Host copies whatever the backend's memory (checkpoints, evaluation on a GPU backend).
+  void copy_params_from_host(const float* host);  // num_params() floats
+  void copy_params_to_host(float* host) const;
+  void copy_grads_to_host(float* host) const;     // throws for forward-only models
+  void copy_logits_to_host(float* host) const;    // B*T*vocab floats of the last forward
 
   // GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2*layers), zeros for biases,
   // ones for norm weights; deterministic in seed.
@@ -48,14 +88,31 @@ class Model {
 
   // Forward over B x T tokens (T <= seq_len). With targets, returns the mean cross-entropy over the
   // B*T positions (targets < 0 are ignored) and keeps per-position losses; without, returns 0.
+  // Activation buffers grow to the largest B*T seen and are reused. Host pointers; ids are checked
+  // (a token outside [0, vocab_real) throws cairn::RuntimeError naming the position).
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T);
-  const float* logits() const;          // B*T*vocab of the last forward
-  const float* position_losses() const; // B*T of the last forward with targets
+  // B*T*vocab of the last forward (padded columns included). Backend memory. Valid until backward(),
+  // which overwrites it with the logits' gradient to save memory.
+  const float* logits() const;
+  const float* position_losses() const; // B*T of the last forward with targets (host memory)
+  int valid_targets() const;            // positions with targets >= 0 in the last forward
   // Backward of the last forward (with targets): accumulates into grads(). `on_layer_done(first,
   // count)` is called as each parameter range's gradient is final (last layer first), so data-parallel
-  // training can start all-reducing that bucket while backward continues.
-  void backward(const std::function<void(size_t first, size_t count)>& on_grads_ready = {});
+  // training can start all-reducing that bucket while backward continues. The ranges, in call order, are
+  // grad_ready_ranges(): ln_f, h.<L-1>, ..., h.0, then wte+wpe; together they cover the buffer once.
+  // The gradient is that of (mean loss of this forward) * grad_scale: pass 1/micro_steps to average
+  // accumulated micro-batches.
+  void backward(const std::function<void(size_t first, size_t count)>& on_grads_ready = {},
+                float grad_scale = 1.0f);
   void zero_grad();
+  std::vector<std::pair<size_t, size_t>> grad_ready_ranges() const;
+
+  // Activation recomputation ([parallel] recompute = "gelu"): keep one GELU output buffer instead of one per
+  // layer (a quarter of the activation memory) and recompute it during backward. Same results bitwise.
+  void set_recompute_gelu(bool on);
+  bool recompute_gelu() const;
+  // Bytes of activation (and backward scratch) buffers currently allocated, for memory reports.
+  size_t activation_bytes() const;
 
  private:
   struct Impl;

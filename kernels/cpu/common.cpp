@@ -1,0 +1,97 @@
+// Host memory hooks, the element-wise optimizer reference loops and the backend registry.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "cairn/kernels/backend.h"
+#include "cpu_common.h"
+
+namespace cairn::kernels {
+namespace {
+
+void* host_alloc(size_t bytes) {
+  // 64-byte aligned for SIMD loads; zeroed like the contract says
+  size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded == 0 ? 64 : rounded);
+  return p;
+}
+void host_free(void* p) { std::free(p); }
+void host_copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memmove(dst, src, bytes);
+}
+void host_fill_zero(void* p, size_t bytes) {
+  if (bytes) std::memset(p, 0, bytes);
+}
+void host_synchronize() {}
+
+}  // namespace
+
+Backend host_memory_backend(const char* name) {
+  Backend b{};
+  b.name = name;
+  b.device_memory = false;
+  b.alloc = host_alloc;
+  b.free = host_free;
+  b.copy_to_device = host_copy;
+  b.copy_to_host = host_copy;
+  b.copy_device = host_copy;
+  b.fill_zero = host_fill_zero;
+  b.synchronize = host_synchronize;
+  return b;
+}
+
+void adamw_update_reference(float* params, const float* grads, float* m, float* v, size_t n,
+                            const AdamWParams& hp) {
+  const AdamWStep step(hp);
+  for (size_t i = 0; i < n; i++) step.apply(params[i], grads[i], m[i], v[i]);
+}
+
+double squared_norm_reference(const float* x, size_t n) {
+  double sum = 0.0;
+  for (size_t i = 0; i < n; i++) sum += (double)x[i] * x[i];
+  return sum;
+}
+
+void scale_reference(float* x, float s, size_t n) {
+  for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+#ifdef CAIRN_HAVE_CUDA_BACKEND
+const Backend* cuda_backend_or_null();  // kernels/cuda: nullptr when no GPU is usable
+#endif
+
+const Backend* find_backend(const char* name) {
+  if (!name) return nullptr;
+  if (std::strcmp(name, "cpu") == 0) return &cpu_backend();
+  if (std::strcmp(name, "cpu-ref") == 0) return &cpu_reference_backend();
+#ifdef CAIRN_HAVE_CUDA_BACKEND
+  if (std::strcmp(name, "cuda") == 0) return cuda_backend_or_null();
+#endif
+  return nullptr;
+}
+
+const char* backend_names() {
+#ifdef CAIRN_HAVE_CUDA_BACKEND
+  return "cpu, cpu-ref, cuda";
+#else
+  return "cpu, cpu-ref";
+#endif
+}
+
+const char* backend_unavailable_reason(const char* name) {
+  if (find_backend(name)) return nullptr;
+  static thread_local std::string message;
+#ifdef CAIRN_HAVE_CUDA_BACKEND
+  if (name && std::strcmp(name, "cuda") == 0) {
+    message = "backend \"cuda\": no usable CUDA device (no GPU or driver on this machine)";
+    return message.c_str();
+  }
+#endif
+  message = std::string("unknown backend \"") + (name ? name : "") + "\" (this build has " + backend_names() + ")";
+  return message.c_str();
+}
+
+}  // namespace cairn::kernels

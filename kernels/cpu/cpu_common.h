@@ -1,0 +1,48 @@
+// Pieces shared by the CPU backends (and the CUDA one): constants, host memory hooks, element-wise optimizer loops.
+#pragma once
+#include <cmath>
+#include <cstddef>
+
+#include "cairn/kernels/backend.h"
+
+// AdamWStep::apply also runs in CUDA kernels (kernels/cuda), so both backends share one formula.
+#ifdef __CUDACC__
+#define CAIRN_HOST_DEVICE __host__ __device__
+#else
+#define CAIRN_HOST_DEVICE
+#endif
+
+namespace cairn::kernels {
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr float kGeluScaling = 0.7978845608028654f;  // sqrt(2/pi)
+
+// A Backend with host-memory hooks filled in and every op null.
+Backend host_memory_backend(const char* name);
+
+void adamw_update_reference(float* params, const float* grads, float* m, float* v, size_t n,
+                            const AdamWParams& hp);
+double squared_norm_reference(const float* x, size_t n);
+void scale_reference(float* x, float s, size_t n);
+
+// The per-element AdamW update in PyTorch's order (decay, moments, bias-corrected step), shared so both
+// CPU backends produce bitwise-identical parameters.
+struct AdamWStep {
+  float lr, beta1, beta2, eps, decay_factor, step_size, bc2_sqrt, grad_scale;
+  explicit AdamWStep(const AdamWParams& hp)
+      // scalars in double like PyTorch's Python-side arithmetic, then rounded to fp32
+      : lr(hp.lr), beta1(hp.beta1), beta2(hp.beta2), eps(hp.eps),
+        decay_factor((float)(1.0 - (double)hp.lr * hp.weight_decay)),
+        step_size((float)(hp.lr / (1.0 - std::pow((double)hp.beta1, (double)hp.step)))),
+        bc2_sqrt((float)std::sqrt(1.0 - std::pow((double)hp.beta2, (double)hp.step))), grad_scale(hp.grad_scale) {}
+  CAIRN_HOST_DEVICE void apply(float& p, float g, float& m, float& v) const {
+    g *= grad_scale;
+    p *= decay_factor;
+    m = beta1 * m + (1.0f - beta1) * g;
+    v = beta2 * v + (1.0f - beta2) * g * g;
+    float denom = sqrtf(v) / bc2_sqrt + eps;
+    p += -step_size * (m / denom);
+  }
+};
+
+}  // namespace cairn::kernels

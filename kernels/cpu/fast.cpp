@@ -1,0 +1,509 @@
+// The fast CPU backend: OpenBLAS sgemm for matmuls, OpenMP across rows/heads, vectorisable inner loops.
+// Every reduction has a fixed order independent of the thread count, so results are deterministic
+// (bitwise) run to run — exact resume depends on it.
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cairn/kernels/backend.h"
+#include "cpu_common.h"
+
+// cblas prototypes (OpenBLAS); declared here so no include path to a BLAS flavour's cblas.h is needed.
+extern "C" {
+enum CBLAS_ORDER_ { CblasRowMajor_ = 101 };
+enum CBLAS_TRANSPOSE_ { CblasNoTrans_ = 111, CblasTrans_ = 112 };
+void cblas_sgemm(int order, int transa, int transb, int m, int n, int k, float alpha, const float* a, int lda,
+                 const float* b, int ldb, float beta, float* c, int ldc);
+}
+
+// Hot per-row loops get AVX-512 and AVX2/FMA clones picked at load time; plain SSE2 otherwise.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(CAIRN_NO_TARGET_CLONES)
+#define CAIRN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CAIRN_CLONES
+#endif
+
+namespace cairn::kernels {
+namespace {
+
+constexpr int kColumnBlock = 64;  // columns per task in column-parallel reductions
+
+// exp(x) for x <= ~88, written so loops around it vectorise (Cephes expf: range reduction by ln2 and a
+// degree-6 polynomial, ~1 ulp); std::exp does not vectorise without -ffast-math.
+inline float exp_vec(float x) {
+  x = std::max(x, -87.0f);
+  x = std::min(x, 88.0f);
+  float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float r2 = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r2 + r + 1.0f;
+  int32_t bits = ((int32_t)n + 127) << 23;
+  return p * std::bit_cast<float>(bits);
+}
+
+// ---------------- embedding ----------------
+void embedding_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; bt++) {
+    const int t = bt % T;
+    float* o = out + (size_t)bt * C;
+    const float* e = wte + (size_t)inp[bt] * C;
+    const float* p = wpe + (size_t)t * C;
+    for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+  }
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) {
+  // wpe rows are disjoint per t; wte rows may repeat, so split wte's columns instead (no races, fixed order)
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; t++) {
+    float* dp = dwpe + (size_t)t * C;
+    for (int b = 0; b < B; b++) {
+      const float* d = dout + ((size_t)b * T + t) * C;
+      for (int c = 0; c < C; c++) dp[c] += d[c];
+    }
+  }
+  const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; blk++) {
+    const int c0 = blk * kColumnBlock, c1 = std::min(C, c0 + kColumnBlock);
+    for (int bt = 0; bt < B * T; bt++) {
+      const float* d = dout + (size_t)bt * C;
+      float* de = dwte + (size_t)inp[bt] * C;
+      for (int c = c0; c < c1; c++) de[c] += d[c];
+    }
+  }
+}
+
+// ---------------- layernorm ----------------
+CAIRN_CLONES void layernorm_row(float* o, float* mean, float* rstd, const float* x, const float* w, const float* b,
+                                int C) {
+  float m = 0.0f;
+#pragma omp simd reduction(+ : m)
+  for (int c = 0; c < C; c++) m += x[c];
+  m /= C;
+  float var = 0.0f;
+#pragma omp simd reduction(+ : var)
+  for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+  var /= C;
+  const float s = 1.0f / std::sqrt(var + kLayerNormEps);
+  for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+  *mean = m;
+  *rstd = s;
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    layernorm_row(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, weight, bias, C);
+}
+
+CAIRN_CLONES void layernorm_backward_row(float* dx, const float* d, const float* x, const float* w, float mean,
+                                         float rstd, int C) {
+  float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+  for (int c = 0; c < C; c++) {
+    const float dnorm = w[c] * d[c];
+    dnorm_mean += dnorm;
+    dnorm_norm_mean += dnorm * ((x[c] - mean) * rstd);
+  }
+  dnorm_mean /= C;
+  dnorm_norm_mean /= C;
+  for (int c = 0; c < C; c++) {
+    const float norm = (x[c] - mean) * rstd;
+    dx[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * rstd;
+  }
+}
+
+CAIRN_CLONES void layernorm_param_grads(float* dweight, float* dbias, const float* dout, const float* inp,
+                                        const float* mean, const float* rstd, int N, int C, int c0, int c1) {
+  for (int n = 0; n < N; n++) {
+    const float* d = dout + (size_t)n * C;
+    const float* x = inp + (size_t)n * C;
+    const float m = mean[n], s = rstd[n];
+    for (int c = c0; c < c1; c++) {
+      dbias[c] += d[c];
+      dweight[c] += (x[c] - m) * s * d[c];
+    }
+  }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int N, int C) {
+  const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static) nowait
+    for (int n = 0; n < N; n++)
+      layernorm_backward_row(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight, mean[n],
+                             rstd[n], C);
+#pragma omp for schedule(static)
+    for (int blk = 0; blk < blocks; blk++)
+      layernorm_param_grads(dweight, dbias, dout, inp, mean, rstd, N, C, blk * kColumnBlock,
+                            std::min(C, (blk + 1) * kColumnBlock));
+  }
+}
+
+// ---------------- matmul ----------------
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                    WeightLayout layout) {
+  float beta = 0.0f;
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) std::memcpy(out + (size_t)n * OC, bias, sizeof(float) * OC);
+    beta = 1.0f;
+  }
+  if (layout == WeightLayout::InOut)
+    cblas_sgemm(CblasRowMajor_, CblasNoTrans_, CblasNoTrans_, N, OC, C, 1.0f, inp, C, weight, OC, beta, out, OC);
+  else
+    cblas_sgemm(CblasRowMajor_, CblasNoTrans_, CblasTrans_, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+}
+
+CAIRN_CLONES void column_sums(float* dbias, const float* dout, int N, int OC, int o0, int o1) {
+  for (int n = 0; n < N; n++) {
+    const float* d = dout + (size_t)n * OC;
+    for (int o = o0; o < o1; o++) dbias[o] += d[o];
+  }
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC, WeightLayout layout) {
+  if (layout == WeightLayout::InOut) {
+    // dinp[N,C] = dout[N,OC] @ W[C,OC]^T ; dW[C,OC] += inp^T @ dout
+    if (dinp)
+      cblas_sgemm(CblasRowMajor_, CblasNoTrans_, CblasTrans_, N, C, OC, 1.0f, dout, OC, weight, OC, 0.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor_, CblasTrans_, CblasNoTrans_, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dweight, OC);
+  } else {
+    // dinp[N,C] = dout[N,OC] @ W[OC,C] ; dW[OC,C] += dout^T @ inp
+    if (dinp)
+      cblas_sgemm(CblasRowMajor_, CblasNoTrans_, CblasNoTrans_, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor_, CblasTrans_, CblasNoTrans_, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  }
+  if (dbias) {
+    const int blocks = (OC + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < blocks; blk++)
+      column_sums(dbias, dout, N, OC, blk * kColumnBlock, std::min(OC, (blk + 1) * kColumnBlock));
+  }
+}
+
+// ---------------- attention ----------------
+// Per (batch, head) the head's Q, K, V (and transposes) are copied into contiguous scratch. Every product is
+// then a "weighted sum of rows": out[0..w) = sum_r coef[r] * mat[r][0..w), computed in blocks of 16 columns
+// with the accumulators in registers (one load + one FMA per term, like a GEMM micro-kernel).
+constexpr int kBlock = 16;
+
+inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+template <int W>
+inline void weighted_rows_fixed(float* __restrict out, const float* __restrict coef, int coef_stride,
+                                const float* __restrict mat, int ld, int r0, int r1) {
+  float acc[W] = {};
+  for (int r = r0; r < r1; r++) {
+    const float c = coef[(size_t)r * coef_stride];
+    const float* m = mat + (size_t)r * ld;
+#pragma omp simd
+    for (int k = 0; k < W; k++) acc[k] += c * m[k];
+  }
+  for (int k = 0; k < W; k++) out[k] = acc[k];
+}
+
+// out[0..w) = sum_{r0 <= r < r1} coef[r * coef_stride] * mat[r * ld + 0..w), for any w.
+inline void weighted_rows(float* out, int w, const float* coef, int coef_stride, const float* mat, int ld, int r0,
+                          int r1) {
+  int k0 = 0;
+  for (; k0 + kBlock <= w; k0 += kBlock) weighted_rows_fixed<kBlock>(out + k0, coef, coef_stride, mat + k0, ld, r0, r1);
+  for (; k0 < w; k0++) {
+    float acc = 0.0f;
+    for (int r = r0; r < r1; r++) acc += coef[(size_t)r * coef_stride] * mat[(size_t)r * ld + k0];
+    out[k0] = acc;
+  }
+}
+
+struct HeadScratch {
+  std::vector<float> q, k, kt, v, vt, dO, scores, dp, P, dS, row;
+  void size_for(int T, int hd, bool backward) {
+    const int Tp = round_up(T, kBlock);
+    q.assign((size_t)T * hd, 0.0f);
+    kt.assign((size_t)hd * Tp, 0.0f);  // zero padding columns: blocks past n read zeros
+    v.assign((size_t)T * hd, 0.0f);
+    scores.assign(Tp, 0.0f);
+    row.assign(hd, 0.0f);
+    if (backward) {
+      k.assign((size_t)T * hd, 0.0f);
+      vt.assign((size_t)hd * Tp, 0.0f);
+      dO.assign((size_t)T * hd, 0.0f);
+      dp.assign(Tp, 0.0f);
+      P.assign((size_t)T * Tp, 0.0f);
+      dS.assign((size_t)T * Tp, 0.0f);
+    }
+  }
+};
+
+// Copies head h of batch b: q (times `q_scale`), k^T, v (row-major), and optionally k, v^T.
+void gather_head(HeadScratch& s, const float* qkv, int b, int h, int T, int C, int hd, float q_scale, bool backward) {
+  const int Tp = round_up(T, kBlock);
+  for (int j = 0; j < T; j++) {
+    const float* row = qkv + ((size_t)b * T + j) * 3 * C + h * hd;
+    for (int d = 0; d < hd; d++) {
+      s.q[(size_t)j * hd + d] = row[d] * q_scale;
+      s.kt[(size_t)d * Tp + j] = row[C + d];
+    }
+    std::memcpy(&s.v[(size_t)j * hd], row + 2 * C, sizeof(float) * hd);
+    if (backward) {
+      std::memcpy(&s.k[(size_t)j * hd], row + C, sizeof(float) * hd);
+      for (int d = 0; d < hd; d++) s.vt[(size_t)d * Tp + j] = row[2 * C + d];
+    }
+  }
+}
+
+// scores[j] = q_i . k_j for j < round_up(n, 16); entries j >= n are computed but never read (causal mask)
+inline void score_row(float* scores, const float* qi, const float* kt, int Tp, int hd, int n) {
+  const int nb = round_up(n, kBlock);
+  for (int j0 = 0; j0 < nb; j0 += kBlock) weighted_rows_fixed<kBlock>(scores + j0, qi, 1, kt + j0, Tp, 0, hd);
+}
+
+CAIRN_CLONES void attention_head_forward(float* out, float* lse, const float* qkv, int b, int h, int T, int C, int hd,
+                                         HeadScratch& s) {
+  const int Tp = round_up(T, kBlock);
+  gather_head(s, qkv, b, h, T, C, hd, 1.0f / std::sqrt((float)hd), false);
+  float* sc = s.scores.data();
+  for (int i = 0; i < T; i++) {
+    const int n = i + 1;
+    score_row(sc, &s.q[(size_t)i * hd], s.kt.data(), Tp, hd, n);
+    float maxval = -INFINITY;
+#pragma omp simd reduction(max : maxval)
+    for (int j = 0; j < n; j++) maxval = std::max(maxval, sc[j]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; j++) {
+      sc[j] = exp_vec(sc[j] - maxval);
+      sum += sc[j];
+    }
+    lse[i] = maxval + std::log(sum);
+    const float inv = 1.0f / sum;
+    for (int j = 0; j < n; j++) sc[j] *= inv;
+    weighted_rows(out + ((size_t)b * T + i) * C + h * hd, hd, sc, 1, s.v.data(), hd, 0, n);
+  }
+}
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+  const int hd = C / NH;
+#pragma omp parallel
+  {
+    HeadScratch s;
+    s.size_for(T, hd, false);
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++)
+      attention_head_forward(out, lse + (size_t)bh * T, qkv, bh / NH, bh % NH, T, C, hd, s);
+  }
+}
+
+// Rows pass: P and dS = P * (dO V^T - D) * scale row by row, and dQ = dS K. Column passes: dK = dS^T Q,
+// dV = P^T dO (only i >= j is read, so the causal upper triangle of P/dS is never touched).
+CAIRN_CLONES void attention_head_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                          const float* lse, int b, int h, int T, int C, int hd, HeadScratch& s) {
+  const int Tp = round_up(T, kBlock);
+  const float scale = 1.0f / std::sqrt((float)hd);
+  gather_head(s, qkv, b, h, T, C, hd, 1.0f, true);
+  for (int i = 0; i < T; i++)
+    std::memcpy(&s.dO[(size_t)i * hd], dout + ((size_t)b * T + i) * C + h * hd, sizeof(float) * hd);
+  float* sc = s.scores.data();
+  float* dp = s.dp.data();
+  for (int i = 0; i < T; i++) {
+    const int n = i + 1;
+    const float* dOi = &s.dO[(size_t)i * hd];
+    const float* Oi = out + ((size_t)b * T + i) * C + h * hd;
+    float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+    for (int d = 0; d < hd; d++) D += dOi[d] * Oi[d];
+    score_row(sc, &s.q[(size_t)i * hd], s.kt.data(), Tp, hd, n);
+    score_row(dp, dOi, s.vt.data(), Tp, hd, n);
+    float* Pi = &s.P[(size_t)i * Tp];
+    float* dSi = &s.dS[(size_t)i * Tp];
+    const float row_lse = lse[i];
+#pragma omp simd
+    for (int j = 0; j < n; j++) {
+      Pi[j] = exp_vec(sc[j] * scale - row_lse);
+      dSi[j] = Pi[j] * (dp[j] - D) * scale;
+    }
+    weighted_rows(dqkv + ((size_t)b * T + i) * 3 * C + h * hd, hd, dSi, 1, s.k.data(), hd, 0, n);
+  }
+  for (int j = 0; j < T; j++) {
+    float* row = dqkv + ((size_t)b * T + j) * 3 * C + h * hd;
+    weighted_rows(row + C, hd, &s.dS[j], Tp, s.q.data(), hd, j, T);
+    weighted_rows(row + 2 * C, hd, &s.P[j], Tp, s.dO.data(), hd, j, T);
+  }
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        int B, int T, int C, int NH) {
+  const int hd = C / NH;
+#pragma omp parallel
+  {
+    HeadScratch s;
+    s.size_for(T, hd, true);
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++)
+      attention_head_backward(dqkv, dout, qkv, out, lse + (size_t)bh * T, bh / NH, bh % NH, T, C, hd, s);
+  }
+}
+
+// ---------------- GELU, residual ----------------
+constexpr size_t kElementChunk = 16384;  // elements per task in element-wise loops
+
+// 0.5 * (1 + tanh(y)) written as sigmoid(2y): no cancellation where tanh(y) is close to -1.
+inline float half_one_plus_tanh(float y) {
+  y = std::min(std::max(y, -40.0f), 40.0f);
+  return 1.0f / (1.0f + exp_vec(-2.0f * y));
+}
+
+CAIRN_CLONES void gelu_forward_range(float* out, const float* inp, size_t n) {
+#pragma omp simd
+  for (size_t i = 0; i < n; i++) {
+    const float x = inp[i];
+    out[i] = x * half_one_plus_tanh(kGeluScaling * (x + 0.044715f * x * x * x));
+  }
+}
+
+// d/dx: 0.5(1+tanh) + 0.5x sech^2 s(1+3a x^2), with 0.5(1+tanh) = sg and sech^2 = 4 sg (1-sg)
+CAIRN_CLONES void gelu_backward_range(float* dinp, const float* inp, const float* dout, size_t n) {
+#pragma omp simd
+  for (size_t i = 0; i < n; i++) {
+    const float x = inp[i];
+    const float sg = half_one_plus_tanh(kGeluScaling * (x + 0.044715f * x * x * x));
+    const float local = sg + 2.0f * x * sg * (1.0f - sg) * kGeluScaling * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = local * dout[i];
+  }
+}
+
+void gelu_forward(float* out, const float* inp, size_t n) {
+  const long chunks = (long)((n + kElementChunk - 1) / kElementChunk);
+#pragma omp parallel for schedule(static)
+  for (long c = 0; c < chunks; c++) {
+    const size_t first = c * kElementChunk;
+    gelu_forward_range(out + first, inp + first, std::min(kElementChunk, n - first));
+  }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+  const long chunks = (long)((n + kElementChunk - 1) / kElementChunk);
+#pragma omp parallel for schedule(static)
+  for (long c = 0; c < chunks; c++) {
+    const size_t first = c * kElementChunk;
+    gelu_backward_range(dinp + first, inp + first, dout + first, std::min(kElementChunk, n - first));
+  }
+}
+
+void residual_forward(float* out, const float* a, const float* b, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+// ---------------- softmax + cross-entropy ----------------
+CAIRN_CLONES float logsumexp_row(const float* l, int V) {
+  float maxval = -INFINITY;
+#pragma omp simd reduction(max : maxval)
+  for (int j = 0; j < V; j++) maxval = std::max(maxval, l[j]);
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < V; j++) sum += exp_vec(l[j] - maxval);
+  return maxval + std::log(sum);
+}
+
+void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int N, int V,
+                          int Vp) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* l = logits + (size_t)n * Vp;
+    lse[n] = logsumexp_row(l, V);
+    losses[n] = targets[n] < 0 ? 0.0f : lse[n] - l[targets[n]];
+  }
+}
+
+CAIRN_CLONES void crossentropy_backward_row(float* dl, const float* l, float row_lse, int target, float dloss, int V,
+                                            int Vp) {
+  if (target < 0) {
+    std::fill(dl, dl + Vp, 0.0f);
+    return;
+  }
+#pragma omp simd
+  for (int j = 0; j < V; j++) dl[j] = exp_vec(l[j] - row_lse) * dloss;
+  for (int j = V; j < Vp; j++) dl[j] = 0.0f;
+  dl[target] -= dloss;
+}
+
+void crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
+                           float dloss, int N, int V, int Vp) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    crossentropy_backward_row(dlogits + (size_t)n * Vp, logits + (size_t)n * Vp, lse[n], targets[n], dloss, V, Vp);
+}
+
+// ---------------- optimizer ----------------
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWParams& hp) {
+  const AdamWStep step(hp);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) step.apply(params[i], grads[i], m[i], v[i]);
+}
+
+double squared_norm(const float* x, size_t n) {
+  // fixed chunks summed in a fixed order: the same result for any thread count
+  constexpr size_t chunk = 1 << 16;
+  const long chunks = (long)((n + chunk - 1) / chunk);
+  std::vector<double> partial(chunks);
+#pragma omp parallel for schedule(static)
+  for (long c = 0; c < chunks; c++) {
+    const size_t first = c * chunk, last = std::min(n, first + chunk);
+    double s = 0.0;
+    for (size_t i = first; i < last; i++) s += (double)x[i] * x[i];
+    partial[c] = s;
+  }
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+void scale(float* x, float s, size_t n) {
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+}  // namespace
+
+const Backend& cpu_backend() {
+  static const Backend backend = [] {
+    Backend b = host_memory_backend("cpu");
+    b.embedding_forward = embedding_forward;
+    b.embedding_backward = embedding_backward;
+    b.layernorm_forward = layernorm_forward;
+    b.layernorm_backward = layernorm_backward;
+    b.matmul_forward = matmul_forward;
+    b.matmul_backward = matmul_backward;
+    b.attention_forward = attention_forward;
+    b.attention_backward = attention_backward;
+    b.gelu_forward = gelu_forward;
+    b.gelu_backward = gelu_backward;
+    b.residual_forward = residual_forward;
+    b.crossentropy_forward = crossentropy_forward;
+    b.crossentropy_backward = crossentropy_backward;
+    b.adamw_update = adamw_update;
+    b.squared_norm = squared_norm;
+    b.scale = scale;
+    return b;
+  }();
+  return backend;
+}
+
+}  // namespace cairn::kernels

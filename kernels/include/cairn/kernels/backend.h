@@ -1,0 +1,114 @@
+// The kernel backend interface: a table of GPT-2 training operations (CPU reference, CPU fast, later CUDA).
+//
+// Layout conventions (all row-major, fp32):
+//   activations  [N, C] with N = B*T rows (token-major, as llm.c)
+//   qkv          [B, T, 3C]: q | k | v along the last dimension, head h owning columns h*hd..(h+1)*hd-1
+//   weights      WeightLayout::InOut  = [C, OC] (HF GPT-2 Conv1D: out = inp @ W)
+//                WeightLayout::OutIn  = [OC, C] (nn.Linear / tied lm_head: out = inp @ W^T)
+//
+// Gradient semantics (chosen so the model needs no extra zeroing passes):
+//   parameter gradients (dweight, dbias, dwte, dwpe) are always ACCUMULATED (+=), so micro-batches add up;
+//   input gradients are OVERWRITTEN, except layernorm_backward's dinp which is ACCUMULATED because it
+//   feeds the residual stream that already holds the pass-through gradient.
+// Pointers are device pointers of the backend (host memory for the CPU backends). Functions are
+// asynchronous with respect to the host on device backends; `synchronize` waits.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace cairn::kernels {
+
+enum class WeightLayout { InOut, OutIn };
+
+// Hyperparameters of one AdamW step (decoupled weight decay, PyTorch's AdamW semantics).
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  long step = 1;           // 1-based step count for bias correction
+  float grad_scale = 1.0f; // gradients are multiplied by this first (clipping, accumulation averaging)
+};
+
+struct Backend {
+  const char* name;
+  bool device_memory;  // false: pointers are plain host memory
+
+  // ---- memory ----
+  void* (*alloc)(size_t bytes);                                  // zero-initialised
+  void (*free)(void* ptr);
+  void (*copy_to_device)(void* dst, const void* host_src, size_t bytes);
+  void (*copy_to_host)(void* host_dst, const void* src, size_t bytes);
+  void (*copy_device)(void* dst, const void* src, size_t bytes);
+  void (*fill_zero)(void* ptr, size_t bytes);
+  void (*synchronize)();
+
+  // ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ----
+  void (*embedding_forward)(float* out, const int32_t* inp, const float* wte, const float* wpe,
+                            int B, int T, int C);
+  void (*embedding_backward)(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                             int B, int T, int C);
+
+  // ---- layernorm over the last dim (eps 1e-5); mean/rstd [N] saved for backward ----
+  void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int N, int C);
+  void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, const float* mean,
+                             const float* rstd, int N, int C);
+
+  // ---- matmul: out[N,OC] = inp[N,C] @ W (+ bias[OC] when bias != nullptr) ----
+  void (*matmul_forward)(float* out, const float* inp, const float* weight, const float* bias,
+                         int N, int C, int OC, WeightLayout layout);
+  // dinp (overwritten, skipped when nullptr), dweight += , dbias += (skipped when nullptr)
+  void (*matmul_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, int N, int C, int OC,
+                          WeightLayout layout);
+
+  // ---- causal multi-head self-attention, scale 1/sqrt(head_dim) ----
+  // out [B,T,C]; lse [B,NH,T] (log-sum-exp of each score row) is all backward needs besides qkv/out.
+  void (*attention_forward)(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+  // dqkv [B,T,3C] overwritten.
+  void (*attention_backward)(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* lse, int B, int T, int C, int NH);
+
+  // ---- GELU, tanh approximation (GPT-2) ----
+  void (*gelu_forward)(float* out, const float* inp, size_t n);
+  void (*gelu_backward)(float* dinp, const float* inp, const float* dout, size_t n);  // dinp may alias dout
+
+  // ---- residual: out = a + b (out may alias a or b) ----
+  void (*residual_forward)(float* out, const float* a, const float* b, size_t n);
+
+  // ---- fused softmax + cross-entropy over logits [N, Vp]; only columns < V are real ----
+  // losses[i] = logsumexp(logits[i,:V]) - logits[i,targets[i]]; 0 where targets[i] < 0.
+  // lse [N] saved for backward.
+  void (*crossentropy_forward)(float* losses, float* lse, const float* logits, const int32_t* targets,
+                               int N, int V, int Vp);
+  // dlogits[i,j] = (softmax_j - [j == target]) * dloss for j < V, 0 for j >= V and for rows with
+  // targets < 0. Overwritten; may alias logits (the CPU/GPU model does this to save memory).
+  void (*crossentropy_backward)(float* dlogits, const float* logits, const float* lse,
+                                const int32_t* targets, float dloss, int N, int V, int Vp);
+
+  // ---- optimizer ----
+  // One AdamW step over n contiguous elements (params, grads, m, v all n long).
+  void (*adamw_update)(float* params, const float* grads, float* m, float* v, size_t n,
+                       const AdamWParams& hp);
+  // Sum of squares of x[0..n) accumulated in double; result returned on the host.
+  double (*squared_norm)(const float* x, size_t n);
+  // x *= s
+  void (*scale)(float* x, float s, size_t n);
+};
+
+// Plain readable loops (the llm.c-style reference every other backend is tested against).
+const Backend& cpu_reference_backend();
+// Fast CPU backend: OpenBLAS sgemm for matmuls, OpenMP across batch/heads/rows, SIMD-friendly loops.
+const Backend& cpu_backend();
+// "cpu", "cpu-ref" (and "cuda" when built with CUDA); nullptr if unknown or unavailable.
+const Backend* find_backend(const char* name);
+// Comma-separated names find_backend accepts in this build, for error messages.
+const char* backend_names();
+// Why find_backend(name) returns nullptr, as one sentence for an error message (unknown name, or built with CUDA
+// but no usable device); nullptr when the backend is available.
+const char* backend_unavailable_reason(const char* name);
+
+}  // namespace cairn::kernels

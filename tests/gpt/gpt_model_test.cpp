@@ -1,0 +1,260 @@
+// Unit tests of gpt::Model: parameter layout, init, gradient buckets, forward-only mode, backends, bad input.
+#define BOOST_TEST_MODULE gpt_model
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cairn/error.h"
+#include "cairn/gpt.h"
+#include "cairn/kernels/backend.h"
+
+using namespace cairn;
+
+namespace {
+
+gpt::GptConfig small_config() {
+  gpt::GptConfig c;
+  c.layers = 3;
+  c.hidden = 48;
+  c.heads = 4;
+  c.seq_len = 24;
+  c.vocab = 128;
+  c.vocab_real = 101;
+  return c;
+}
+
+struct Batch {
+  int B = 3, T = 17;
+  std::vector<int32_t> inputs, targets;
+  explicit Batch(const gpt::GptConfig& c, uint32_t seed = 7) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> tok(0, c.vocab_real - 1);
+    for (int i = 0; i < B * T; i++) {
+      inputs.push_back(tok(rng));
+      targets.push_back(tok(rng));
+    }
+    targets[3] = -1;
+  }
+};
+
+double max_rel(const float* a, const float* b, size_t n) {
+  double scale = 0.0, diff = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    scale = std::max(scale, (double)std::fabs(b[i]));
+    diff = std::max(diff, (double)std::fabs(a[i] - b[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(layout_and_names) {
+  const auto cfg = small_config();
+  gpt::Model m(cfg, kernels::cpu_backend());
+  BOOST_TEST(m.num_params() == gpt::count_params(cfg));
+  const auto& t = m.tensors();
+  BOOST_TEST(t.front().name == "wte");
+  BOOST_TEST(t[1].name == "wpe");
+  BOOST_TEST(t.back().name == "ln_f.bias");
+  BOOST_TEST(t.size() == 2 + 12 * (size_t)cfg.layers + 2);
+  size_t offset = 0;
+  for (const auto& x : t) {
+    BOOST_TEST(x.offset == offset);  // contiguous, no gaps
+    size_t prod = 1;
+    for (int d : x.shape) prod *= d;
+    BOOST_TEST(prod == x.size);
+    offset += x.size;
+    const bool bias_or_norm = x.name.ends_with(".bias") || x.name.find("ln_") != std::string::npos;
+    BOOST_TEST(x.weight_decay == !bias_or_norm, x.name);
+  }
+  const auto* qkv = m.find_tensor("h.2.attn.c_attn.weight");
+  BOOST_REQUIRE(qkv);
+  BOOST_TEST(qkv->shape == (std::vector<int>{48, 144}));  // HF Conv1D [in, out]
+  BOOST_TEST(qkv->layer == 2);
+  BOOST_TEST(m.find_tensor("nope") == nullptr);
+  // 6N + 12 L T C with N the matmul parameters
+  const double N = 3 * 12.0 * 48 * 48 + 48.0 * 128;
+  BOOST_CHECK_CLOSE(gpt::train_flops_per_token(cfg), 6 * N + 12.0 * 3 * 24 * 48, 1e-9);
+}
+
+BOOST_AUTO_TEST_CASE(decay_ranges_split_and_merge) {
+  const auto cfg = small_config();
+  gpt::Model m(cfg, kernels::cpu_backend());
+  auto all = gpt::decay_ranges(m.tensors(), 0, m.num_params());
+  size_t covered = 0;
+  for (size_t i = 0; i < all.size(); i++) {
+    BOOST_TEST(all[i].first == covered);
+    covered += all[i].count;
+    if (i) BOOST_TEST(all[i].weight_decay != all[i - 1].weight_decay);  // maximal runs
+  }
+  BOOST_TEST(covered == m.num_params());
+  BOOST_TEST(all.front().weight_decay);  // wte + wpe merged
+  BOOST_TEST(all.front().count == m.tensors()[0].size + m.tensors()[1].size);
+  // a shard cutting through tensors
+  const auto* b = m.find_tensor("h.0.attn.c_attn.bias");
+  auto part = gpt::decay_ranges(m.tensors(), b->offset + 5, 10 + b->size);
+  BOOST_REQUIRE(part.size() == 2);
+  BOOST_TEST(!part[0].weight_decay);
+  BOOST_TEST(part[0].count == b->size - 5);
+  BOOST_TEST(part[1].weight_decay);  // c_proj.weight
+  BOOST_TEST(part[1].count == 15u);
+}
+
+BOOST_AUTO_TEST_CASE(init_is_deterministic_gpt2_style) {
+  const auto cfg = small_config();
+  gpt::Model a(cfg, kernels::cpu_backend()), b(cfg, kernels::cpu_backend()), c(cfg, kernels::cpu_backend());
+  a.init(5);
+  b.init(5);
+  c.init(6);
+  BOOST_TEST(std::equal(a.params(), a.params() + a.num_params(), b.params()));
+  BOOST_TEST(!std::equal(a.params(), a.params() + a.num_params(), c.params()));
+  auto stddev = [&](const std::string& name) {
+    const auto* t = a.find_tensor(name);
+    double s = 0;
+    for (size_t i = 0; i < t->size; i++) s += (double)a.params()[t->offset + i] * a.params()[t->offset + i];
+    return std::sqrt(s / t->size);
+  };
+  BOOST_CHECK_CLOSE(stddev("h.1.mlp.c_fc.weight"), 0.02, 5.0);
+  BOOST_CHECK_CLOSE(stddev("h.1.mlp.c_proj.weight"), 0.02 / std::sqrt(6.0), 5.0);
+  BOOST_CHECK_CLOSE(stddev("h.0.attn.c_proj.weight"), 0.02 / std::sqrt(6.0), 5.0);
+  const auto* lnw = a.find_tensor("h.0.ln_2.weight");
+  const auto* qb = a.find_tensor("h.0.attn.c_attn.bias");
+  for (size_t i = 0; i < lnw->size; i++) BOOST_REQUIRE_EQUAL(a.params()[lnw->offset + i], 1.0f);
+  for (size_t i = 0; i < qb->size; i++) BOOST_REQUIRE_EQUAL(a.params()[qb->offset + i], 0.0f);
+  // padding rows of wte are zero
+  for (size_t i = (size_t)cfg.vocab_real * cfg.hidden; i < (size_t)cfg.vocab * cfg.hidden; i++)
+    BOOST_REQUIRE_EQUAL(a.params()[i], 0.0f);
+}
+
+BOOST_AUTO_TEST_CASE(grad_buckets_arrive_final_in_order) {
+  const auto cfg = small_config();
+  gpt::Model m(cfg, kernels::cpu_backend());
+  m.init(1);
+  Batch batch(cfg);
+  m.zero_grad();
+  const float loss = m.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
+  BOOST_TEST(std::isfinite(loss));
+  BOOST_CHECK_CLOSE(loss, std::log((double)cfg.vocab_real), 5.0);  // near-uniform at init
+  BOOST_TEST(m.valid_targets() == batch.B * batch.T - 1);
+  std::vector<std::pair<size_t, size_t>> seen;
+  std::vector<std::vector<float>> snapshots;
+  m.backward([&](size_t first, size_t count) {
+    seen.emplace_back(first, count);
+    snapshots.emplace_back(m.grads() + first, m.grads() + first + count);
+  });
+  BOOST_TEST(seen == m.grad_ready_ranges());
+  BOOST_REQUIRE(seen.size() == (size_t)cfg.layers + 2);
+  size_t total = 0;
+  for (auto [f, c] : seen) total += c;
+  BOOST_TEST(total == m.num_params());
+  // each bucket's gradient was already final when announced
+  for (size_t i = 0; i < seen.size(); i++)
+    BOOST_TEST(std::equal(snapshots[i].begin(), snapshots[i].end(), m.grads() + seen[i].first), "bucket " << i);
+  // and the layer buckets come last layer first
+  BOOST_TEST(seen[1].first == m.find_tensor("h.2.ln_1.weight")->offset);
+  BOOST_TEST(seen.back().first == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(accumulation_and_grad_scale) {
+  const auto cfg = small_config();
+  gpt::Model m(cfg, kernels::cpu_backend());
+  m.init(2);
+  Batch batch(cfg);
+  m.zero_grad();
+  m.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
+  m.backward();
+  std::vector<float> once(m.grads(), m.grads() + m.num_params());
+  m.zero_grad();
+  for (int k = 0; k < 2; k++) {
+    m.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
+    m.backward({}, 0.5f);
+  }
+  BOOST_TEST(max_rel(m.grads(), once.data(), once.size()) < 1e-6);
+  // backward twice for one forward is an error (the logits became gradients)
+  BOOST_CHECK_THROW(m.backward(), RuntimeError);
+}
+
+BOOST_AUTO_TEST_CASE(forward_only_matches_training_and_backends_agree) {
+  const auto cfg = small_config();
+  gpt::Model train(cfg, kernels::cpu_backend()), eval(cfg, kernels::cpu_backend(), false),
+      ref(cfg, kernels::cpu_reference_backend());
+  BOOST_TEST(eval.grads() == nullptr);
+  train.init(3);
+  eval.init(3);
+  ref.init(3);
+  Batch batch(cfg);
+  const size_t nlogits = (size_t)batch.B * batch.T * cfg.vocab;
+  const float l1 = train.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
+  const float l2 = eval.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
+  const float l3 = ref.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
+  BOOST_TEST(l1 == l2);
+  BOOST_TEST(std::equal(train.logits(), train.logits() + nlogits, eval.logits()));
+  BOOST_TEST(std::equal(train.position_losses(), train.position_losses() + batch.B * batch.T, eval.position_losses()));
+  BOOST_CHECK_CLOSE(l1, l3, 1e-4);
+  BOOST_TEST(max_rel(train.logits(), ref.logits(), nlogits) < 1e-5);
+  BOOST_CHECK_THROW(eval.backward(), RuntimeError);
+  std::vector<float> host_logits(nlogits), host_params(eval.num_params());
+  eval.copy_logits_to_host(host_logits.data());
+  BOOST_TEST(std::equal(host_logits.begin(), host_logits.end(), eval.logits()));
+  BOOST_CHECK_THROW(eval.copy_grads_to_host(host_params.data()), RuntimeError);
+  // params round-trip through the host: a forward-only copy of a trained model
+  train.copy_params_to_host(host_params.data());
+  host_params[0] += 1.0f;
+  eval.copy_params_from_host(host_params.data());
+  BOOST_TEST(eval.params()[0] == train.params()[0] + 1.0f);
+  eval.copy_params_from_host(train.params());
+  train.zero_grad();
+  ref.zero_grad();
+  train.backward();
+  ref.backward();
+  BOOST_CHECK_THROW(train.copy_logits_to_host(host_logits.data()), RuntimeError);  // now gradients
+  for (const auto& t : train.tensors())
+    BOOST_TEST(max_rel(train.grads() + t.offset, ref.grads() + t.offset, t.size) < 1e-4, t.name);
+  // a smaller batch after a larger one reuses the buffers; without targets the loss is 0
+  BOOST_TEST(eval.forward(batch.inputs.data(), nullptr, 1, 5) == 0.0f);
+  const float l4 = eval.forward(batch.inputs.data(), batch.targets.data(), 1, batch.T);
+  BOOST_TEST(std::isfinite(l4));
+}
+
+BOOST_AUTO_TEST_CASE(recompute_gelu_is_bitwise_identical_and_smaller) {
+  const auto cfg = small_config();
+  gpt::Model a(cfg, kernels::cpu_backend()), b(cfg, kernels::cpu_backend());
+  a.init(9);
+  b.init(9);
+  b.set_recompute_gelu(true);
+  BOOST_TEST(b.recompute_gelu());
+  Batch batch(cfg);
+  for (gpt::Model* m : {&a, &b}) {
+    m->zero_grad();
+    m->forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
+    m->backward();
+  }
+  BOOST_TEST(std::equal(a.grads(), a.grads() + a.num_params(), b.grads()));
+  // one 4C-wide buffer per token instead of `layers` of them
+  const size_t saved = (size_t)(cfg.layers - 1) * batch.B * batch.T * 4 * cfg.hidden * sizeof(float);
+  BOOST_TEST(a.activation_bytes() - b.activation_bytes() == saved);
+}
+
+BOOST_AUTO_TEST_CASE(bad_input_is_a_clear_error) {
+  auto cfg = small_config();
+  gpt::Model m(cfg, kernels::cpu_backend());
+  m.init(4);
+  Batch batch(cfg);
+  BOOST_CHECK_THROW(m.forward(batch.inputs.data(), batch.targets.data(), 1, cfg.seq_len + 1), RuntimeError);
+  batch.inputs[20] = cfg.vocab_real;  // a padding id
+  try {
+    m.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
+    BOOST_FAIL("expected an error");
+  } catch (const RuntimeError& e) {
+    BOOST_TEST(std::string(e.what()).find("row 1, position 3") != std::string::npos, e.what());
+  }
+  batch.inputs[20] = 0;
+  batch.targets[0] = -5 + cfg.vocab * 2;
+  BOOST_CHECK_THROW(m.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T), RuntimeError);
+  cfg.heads = 5;
+  BOOST_CHECK_THROW(gpt::Model(cfg, kernels::cpu_backend()), UsageError);
+  cfg = small_config();
+  cfg.vocab_real = cfg.vocab + 1;
+  BOOST_CHECK_THROW(gpt::validate(cfg), UsageError);
+}

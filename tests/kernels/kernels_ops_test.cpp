@@ -1,0 +1,116 @@
+// Checks every op of the fast CPU backend against the reference backend on random small and odd shapes.
+// Tolerance (fp32): 1e-5 relative with a tensor-scaled floor (see ops_checks.h); embeddings, residual adds and
+// AdamW must match bitwise (the same arithmetic in both backends).
+#define BOOST_TEST_MODULE kernels_ops
+#include <omp.h>
+
+#include <boost/test/unit_test.hpp>
+
+#include "cairn/kernels/profile.h"
+#include "ops_checks.h"
+
+using namespace ops_checks;
+
+namespace {
+constexpr double kRtol = 1e-5;
+const Backend& fast() { return cpu_backend(); }
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(registry) {
+  BOOST_TEST(find_backend("cpu") == &cpu_backend());
+  BOOST_TEST(find_backend("cpu-ref") == &cpu_reference_backend());
+  BOOST_TEST(find_backend("nope") == nullptr);
+  BOOST_TEST(std::string(backend_names()).find("cpu-ref") != std::string::npos);
+  BOOST_TEST(backend_unavailable_reason("cpu") == nullptr);
+  BOOST_TEST(std::string(backend_unavailable_reason("tpu")).find("unknown backend \"tpu\"") != std::string::npos);
+  float* p = static_cast<float*>(fast().alloc(sizeof(float) * 100));
+  for (int i = 0; i < 100; i++) BOOST_REQUIRE_EQUAL(p[i], 0.0f);
+  fast().free(p);
+}
+
+BOOST_AUTO_TEST_CASE(embedding) { check_embedding(fast(), kRtol); }
+BOOST_AUTO_TEST_CASE(layernorm) { check_layernorm(fast(), kRtol); }
+BOOST_AUTO_TEST_CASE(matmul) { check_matmul(fast(), kRtol); }
+BOOST_AUTO_TEST_CASE(attention) { check_attention(fast(), kRtol); }
+BOOST_AUTO_TEST_CASE(gelu_and_residual) { check_gelu_residual(fast(), kRtol, true); }
+BOOST_AUTO_TEST_CASE(crossentropy) { check_crossentropy(fast(), kRtol); }
+BOOST_AUTO_TEST_CASE(adamw_norm_scale) {
+  check_optimizer(fast(), kRtol, true);
+  // one element by hand (PyTorch AdamW order)
+  float p = 1.0f, gr = 0.2f, m = 0.0f, v = 0.0f;
+  AdamWParams h1;
+  h1.lr = 0.1f;
+  h1.weight_decay = 0.5f;
+  h1.step = 1;
+  ref().adamw_update(&p, &gr, &m, &v, 1, h1);
+  // decay: 1 * (1 - 0.05) = 0.95; m = 0.02, v = 4e-5; mhat = 0.2, sqrt(vhat) = 0.2 -> step 0.1 * ~1
+  BOOST_CHECK_CLOSE(p, 0.95 - 0.1 * 0.2 / (0.2 + 1e-8), 1e-4);
+}
+
+// The profiling wrapper forwards to the inner backend unchanged and counts calls per op.
+BOOST_AUTO_TEST_CASE(profiled_backend_forwards_and_counts) {
+  profile_reset();
+  const Backend& prof = profiled_backend(fast());
+  check_layernorm(prof, kRtol);
+  check_optimizer(prof, kRtol, true);
+  bool saw_layernorm = false, saw_norm = false;
+  for (const auto& t : profile_report()) {
+    if (t.op == "layernorm_forward") saw_layernorm = t.calls == 4;  // one per shape in check_layernorm
+    if (t.op == "squared_norm") saw_norm = t.calls == 1;
+    BOOST_TEST(t.seconds >= 0.0);
+  }
+  BOOST_TEST(saw_layernorm);
+  BOOST_TEST(saw_norm);
+  profile_reset();
+  BOOST_TEST(profile_report().empty());
+}
+
+// The reference attention itself against a direct softmax computed in double (it defines the others).
+BOOST_AUTO_TEST_CASE(attention_reference_vs_double) {
+  const int B = 2, T = 5, C = 8, NH = 2, hd = C / NH;
+  auto qkv = randn((size_t)B * T * 3 * C, 40);
+  std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T);
+  ref().attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < T; i++) {
+        std::vector<double> s(i + 1);
+        double mx = -1e300, sum = 0.0;
+        for (int j = 0; j <= i; j++) {
+          double dot = 0.0;
+          for (int d = 0; d < hd; d++)
+            dot += (double)qkv[((size_t)b * T + i) * 3 * C + h * hd + d] * qkv[((size_t)b * T + j) * 3 * C + C + h * hd + d];
+          s[j] = dot / std::sqrt((double)hd);
+          mx = std::max(mx, s[j]);
+        }
+        for (int j = 0; j <= i; j++) sum += std::exp(s[j] - mx);
+        for (int d = 0; d < hd; d++) {
+          double o = 0.0;
+          for (int j = 0; j <= i; j++)
+            o += std::exp(s[j] - mx) / sum * qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hd + d];
+          BOOST_CHECK_SMALL(out[((size_t)b * T + i) * C + h * hd + d] - o, 1e-5);
+        }
+        BOOST_CHECK_SMALL(lse[((size_t)b * NH + h) * T + i] - (mx + std::log(sum)), 1e-5);
+      }
+}
+
+// Reductions in the fast backend have a fixed order: results are bitwise equal for 1 and 2 threads.
+BOOST_AUTO_TEST_CASE(fast_backend_is_thread_count_independent) {
+  const int N = 37, C = 96, B = 2, T = 19, NH = 4;
+  auto x = randn((size_t)N * C, 80), w = randn(C, 81), dout = randn((size_t)N * C, 82);
+  std::vector<float> m(N), r(N), o(x.size());
+  fast().layernorm_forward(o.data(), m.data(), r.data(), x.data(), w.data(), w.data(), N, C);
+  auto qkv = randn((size_t)B * T * 3 * C, 83);
+  std::vector<std::vector<float>> results[2];
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    std::vector<float> dx(x.size()), dw(C), db(C), ao((size_t)B * T * C), al((size_t)B * NH * T), dq(qkv.size());
+    fast().layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), m.data(), r.data(),
+                              N, C);
+    fast().attention_forward(ao.data(), al.data(), qkv.data(), B, T, C, NH);
+    fast().attention_backward(dq.data(), ao.data(), qkv.data(), ao.data(), al.data(), B, T, C, NH);
+    std::vector<float> norm{(float)fast().squared_norm(x.data(), x.size())};
+    results[threads - 1] = {dx, dw, db, ao, al, dq, norm};
+  }
+  for (size_t i = 0; i < results[0].size(); i++) BOOST_TEST((results[0][i] == results[1][i]), "result " << i);
+}
