@@ -10,7 +10,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   nlohmann-json3-dev libopenblas-dev libpcre2-dev libxxhash-dev zlib1g-dev
   python3 python3-numpy python3-h5py python3-torch
-  fortunes libxml2-utils nodejs chromium
+  fortunes libxml2-utils nodejs chromium python3-pil
 )
 
 missing=()

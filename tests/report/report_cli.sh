@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# CLI test of cairn-report on synthetic run directories: well-formed HTML (xmllint), every chart has
+# data points, gates pass and fail as designed (planted regression), missing pieces, corrupt lines,
+# and exit codes 0 / 2 / 3.
+set -euo pipefail
+BIN=${CAIRN_BIN_DIR:-build/bin}
+REPORT=$BIN/cairn-report
+SRC=${CAIRN_SOURCE_DIR:-.}
+PY=/usr/bin/python3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+gen() { $PY "$SRC/tests/report/make_runs.py" "$@"; }
+gen "$T/base" --seed 1 --name base --steps 300
+gen "$T/good" --seed 2 --name good --steps 300 --loss-shift 0.005 --tps-factor 0.99
+gen "$T/bad" --seed 3 --name bad --steps 300 --loss-shift 0.1 --tps-factor 0.9 --busbw-factor 0.8 --wrong 2
+gen "$T/partial" --seed 4 --name partial --steps 200 --without sweep,eval,plan --corrupt-lines 2 --torn-last --no-finished
+
+cat > "$T/gates.toml" <<'EOF'
+[report.gates]
+val_loss = { max_increase = 0.02 }
+tokens_per_s = { max_drop_pct = 5 }
+busbw_allreduce = { max_drop_pct = 10 }
+wrong = { max = 0 }
+eval_hellaswag_acc = { max_drop = 0.005 }
+EOF
+
+# Checks a report directory: XHTML parses as XML, every chart has points, JSON/MD exist.
+check_report() {
+  local dir=$1
+  for f in index.html summary.md summary.json; do [ -s "$dir/report/$f" ] || fail "$dir/report/$f missing"; done
+  xmllint --noout "$dir/report/index.html" || fail "$dir/report/index.html is not well-formed"
+  $PY - "$dir/report/index.html" "$dir/report/summary.json" <<'EOF'
+import json, sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+svg = "{http://www.w3.org/2000/svg}svg"
+charts = list(root.iter(svg))
+assert charts, "no charts in the report"
+for c in charts:
+    pts = int(c.get("data-points", "0"))
+    assert pts > 0, "chart %s has no data points" % c.get("id")
+    # Each drawn series reports its own points; at least one must be non-empty.
+    series = [int(g.get("data-points", "0")) for g in c.iter() if g.get("class", "").startswith("series")]
+    assert any(series), "chart %s: no series with points" % c.get("id")
+    for el in c.iter():
+        for k, v in el.attrib.items():
+            assert "nan" not in v.lower() or k == "aria-label", "NaN in chart %s: %s=%s" % (c.get("id"), k, v)
+s = json.load(open(sys.argv[2]))
+assert len(s["charts"]) == len(charts), (len(s["charts"]), len(charts))
+print("%d charts, all with data points" % len(charts))
+EOF
+}
+
+# 1. A good candidate passes every gate: exit 0.
+"$REPORT" "$T/good" --baseline "$T/base" --config "$T/gates.toml" --log-level warn || fail "good run: exit $?"
+check_report "$T/good"
+$PY - "$T/good/report/summary.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["verdict"] == "pass" and s["exit_code"] == 0, s["verdict"]
+assert s["gates_total"] == 5 and s["gates_failed"] == 0
+names = {r["name"] for r in s["runs"]}
+assert names == {"base", "good"}, names
+sections = {c["section"] for c in s["charts"]}
+assert sections == {"train", "eval", "sweep", "plan", "data"}, sections
+for g in s["gates"]:
+    assert g["verdict"] == "pass" and g["value"] is not None, g
+EOF
+grep -q '\*\*PASS\*\*: all 5 gate checks passed' "$T/good/report/summary.md" || fail "summary.md lacks PASS"
+
+# 2. The planted regression fails exactly the gates it should: exit 3.
+set +e
+"$REPORT" "$T/bad" --baseline "$T/base" --config "$T/gates.toml" --out "$T/out-bad" --json "$T/bad.json" 2> "$T/bad.err"
+rc=$?
+set -e
+[ $rc -eq 3 ] || fail "regressed run: exit $rc, expected 3"
+grep -q "gates failed" "$T/bad.err" || fail "no gate summary on stderr"
+check_report "$T/out-bad"
+cmp -s "$T/bad.json" "$T/out-bad/report/summary.json" || fail "--json differs from summary.json"
+$PY - "$T/out-bad/report/summary.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+v = {g["metric"]: g["verdict"] for g in s["gates"]}
+assert v == {"val_loss": "fail", "tokens_per_s": "fail", "busbw_allreduce": "fail", "wrong": "fail",
+             "eval_hellaswag_acc": "fail"}, v
+g = next(g for g in s["gates"] if g["metric"] == "wrong")
+assert g["value"] == 2 and g["limit"] == 0, g  # planted: 2 wrong results at 2 KiB
+EOF
+grep -q 'FAIL: 5 of 5 gate checks failed' "$T/out-bad/report/index.html" || fail "HTML lacks the FAIL banner"
+
+# 3. Missing pieces and corrupt lines: rendered, named, and gates on absent data fail with a reason.
+set +e
+"$REPORT" "$T/partial" --baseline "$T/base" --config "$T/gates.toml" 2> "$T/partial.err"
+rc=$?
+set -e
+[ $rc -eq 3 ] || fail "partial run: exit $rc, expected 3"
+check_report "$T/partial"
+grep -q "partial/train/metrics.jsonl:6: " "$T/partial.err" || fail "corrupt line not reported with file:line"
+$PY - "$T/partial/report/summary.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+run = next(r for r in s["runs"] if r["name"] == "partial")
+assert set(run["absent_stages"]) == {"sweep", "plan", "eval"}, run["absent_stages"]
+assert run["problem_count"] == 3, run["problems"]  # two corrupt lines and a torn last line
+assert any(":6: " in p for p in run["problems"]) and any("torn" in p for p in run["problems"])
+assert run["train_finished"] is False
+gates = {g["metric"]: g for g in s["gates"]}
+assert gates["busbw_allreduce"]["verdict"] == "fail"
+assert "has no sweep/ stage" in gates["busbw_allreduce"]["reason"], gates["busbw_allreduce"]
+assert "has no eval/ stage" in gates["eval_hellaswag_acc"]["reason"]
+assert gates["val_loss"]["value"] is not None
+EOF
+grep -q "partial/train/metrics.jsonl:6: " "$T/partial/report/summary.md" || fail "summary.md does not list the corrupt line"
+
+# 4. Config errors exit 2: an unknown gate metric, an unknown rule, a missing run directory.
+set +e
+"$REPORT" "$T/good" --baseline "$T/base" --set 'report.gates.val_los={max_increase=0.02}' 2> "$T/e1"; r1=$?
+"$REPORT" "$T/good" --baseline "$T/base" --set 'report.gates.val_loss={max_rise=0.02}' 2> "$T/e2"; r2=$?
+"$REPORT" "$T/nope" 2> "$T/e3"; r3=$?
+"$REPORT" 2> "$T/e4"; r4=$?
+set -e
+[ $r1 -eq 2 ] && grep -q 'unknown gate metric "val_los" (did you mean "val_loss"?)' "$T/e1" || fail "unknown metric: exit $r1 $(cat "$T/e1")"
+[ $r2 -eq 2 ] && grep -q 'unknown gate rule' "$T/e2" || fail "unknown rule: exit $r2 $(cat "$T/e2")"
+[ $r3 -eq 2 ] && grep -q "nope" "$T/e3" || fail "missing run dir: exit $r3 $(cat "$T/e3")"
+[ $r4 -eq 2 ] || fail "no runs: exit $r4"
+
+# 5. Several runs overlaid without a baseline; absolute gates still apply; --list-metrics and --help.
+"$REPORT" "$T/base" "$T/good" "$T/bad" --out "$T/multi" --set 'report.gates.skipped_total={max=10}' --log-level warn
+check_report "$T/multi"
+grep -q 'bad' "$T/multi/report/summary.md" || fail "multi-run summary lacks a run"
+"$REPORT" --list-metrics | grep -q 'busbw_<coll>\[_<tier>\]' || fail "--list-metrics"
+"$REPORT" --help | grep -q 'eval_<task>_<metric>' || fail "--help does not document metric names"
+# 6. Garbage input: binary bytes as metrics.jsonl, an empty one, a sweep.json of the wrong shape.
+mkdir -p "$T/junk/train" "$T/empty/train" "$T/shape/sweep"
+head -c 4000 /dev/urandom > "$T/junk/train/metrics.jsonl"
+: > "$T/empty/train/metrics.jsonl"
+echo '{"results":"x","fits":[{"collective":3}],"wrong":"many"}' > "$T/shape/sweep/sweep.json"
+"$REPORT" "$T/junk" "$T/empty" "$T/shape" --out "$T/garbage" --log-level error || fail "garbage input: exit $?"
+xmllint --noout "$T/garbage/report/index.html" || fail "garbage input: HTML not well-formed"
+$PY -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['runs'][0]['problem_count'] > 0" "$T/garbage/report/summary.json"
+grep -q "empty/train/metrics.jsonl (no train or val records)" "$T/garbage/report/summary.md" || fail "empty file not named"
+echo "report_cli: all checks passed"

@@ -1,0 +1,241 @@
+// Unit tests of cairn-report's readers, metrics and gates (tools/report).
+#define BOOST_TEST_MODULE report_tool
+#include <boost/test/unit_test.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "cairn/error.h"
+#include "catalog.h"
+#include "fastjson.h"
+#include "charts.h"
+#include "gates.h"
+#include "rundata.h"
+
+using namespace cairn::report;
+namespace fs = std::filesystem;
+
+namespace {
+std::string train_line(int step, double loss, double tps) {
+  return "{\"kind\":\"train\",\"step\":" + std::to_string(step) + ",\"tokens\":" + std::to_string(step * 1000) +
+         ",\"loss\":" + std::to_string(loss) + ",\"lr\":0.001,\"grad_norm\":1.0,\"tokens_per_s\":" + std::to_string(tps) +
+         ",\"mfu\":0.4,\"skipped\":0,\"skipped_total\":0,\"time_s\":{\"data\":0.01,\"forward\":0.1,\"backward\":0.2,"
+         "\"comm\":0.05,\"optimizer\":0.02,\"total\":0.4},\"wall_time\":" + std::to_string(1000 + step) + "}\n";
+}
+
+json gate_table(const std::string& toml_like_metric, const json& rules) { return json{{toml_like_metric, rules}}; }
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("cairn_report_test_" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(metrics_jsonl_corrupt_torn_and_restarted) {
+  std::string text;
+  for (int s = 1; s <= 10; ++s) text += train_line(s, 5.0 - 0.1 * s, 1000);
+  text += "{\"kind\":\"val\",\"step\":10,\"tokens\":10000,\"val_loss\":4.2}\n";
+  text += "{not json}\n";                                 // line 12
+  text += "[1,2,3]\n";                                    // line 13: valid JSON, not an object
+  for (int s = 8; s <= 12; ++s) text += train_line(s, 3.0, 2000);  // requeued from step 8
+  text += "{\"kind\":\"train\",\"step\":13,\"loss\":2.";  // torn last line (line 19)
+  RunData run;
+  parse_metrics_jsonl(text, "r/train/metrics.jsonl", run);
+  BOOST_TEST(run.train.size() == 12u);  // 1..7 kept, 8..12 rewritten
+  BOOST_TEST(run.train.step[7] == 8.0);
+  BOOST_TEST(run.train.loss[7] == 3.0);
+  BOOST_TEST(run.restarts.size() == 1u);
+  BOOST_TEST(run.restarts[0] == 8.0);
+  BOOST_TEST(run.val.size() == 1u);
+  BOOST_TEST(run.problem_count == 3u);
+  BOOST_TEST(run.problems[0].rfind("r/train/metrics.jsonl:12: ", 0) == 0u);
+  BOOST_TEST(run.problems[1] == "r/train/metrics.jsonl:13: not a JSON object");
+  BOOST_TEST(run.problems[2].rfind("r/train/metrics.jsonl:19: ", 0) == 0u);
+  BOOST_TEST(run.problems[2].find("torn last line") != std::string::npos);
+  BOOST_TEST(run.train.t_total[0] == 0.4);
+}
+
+BOOST_AUTO_TEST_CASE(computed_metrics_use_medians_after_warmup) {
+  RunData run;
+  run.name = "r";
+  std::string text;
+  for (int s = 1; s <= 100; ++s) text += train_line(s, 3.0, s <= 5 ? 10.0 : 1000.0 + s);  // slow warm-up steps
+  parse_metrics_jsonl(text, "m", run);
+  MetricSettings st;
+  st.warmup_frac = 0.1;
+  auto m = compute_metrics(run, st);
+  BOOST_TEST(m.at("tokens_per_s").value == 1055.5);  // median of steps 11..100
+  BOOST_TEST(m.at("tokens_per_s").best == 1100.0);
+  BOOST_TEST(m.at("mfu").value == 40.0, boost::test_tools::tolerance(1e-9));  // fraction shown in percent
+  BOOST_TEST(m.at("loss").value == 3.0, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(m.at("steps").value == 100.0);
+  BOOST_TEST(m.at("train_time_s").value == 99.0);
+  BOOST_TEST(m.at("step_time_s").value == 0.4);
+  BOOST_TEST(m.count("val_loss") == 0u);
+
+  RunData ev;
+  parse_eval_jsonl("{\"step\":100,\"task\":\"hellaswag\",\"metric\":\"acc\",\"value\":0.30}\n"
+                   "{\"step\":200,\"task\":\"hellaswag\",\"metric\":\"acc\",\"value\":0.28}\n"
+                   "{\"step\":200,\"task\":\"wiki\",\"metric\":\"ppl\",\"value\":20}\n"
+                   "{\"step\":100,\"task\":\"wiki\",\"metric\":\"ppl\",\"value\":25}\n"
+                   "{\"step\":300,\"task\":\"wiki\"}\n",
+                   "e", ev);
+  BOOST_TEST(ev.problem_count == 1u);
+  auto em = compute_metrics(ev, st);
+  BOOST_TEST(em.at("eval_hellaswag_acc").value == 0.28);  // value at the last step
+  BOOST_TEST(em.at("eval_hellaswag_acc").best == 0.30);   // higher is better
+  BOOST_TEST(em.at("eval_wiki_ppl").value == 20.0);
+  BOOST_TEST(em.at("eval_wiki_ppl").best == 20.0);        // lower is better
+}
+
+BOOST_AUTO_TEST_CASE(gate_names_resolve_or_are_config_errors) {
+  BOOST_TEST((resolve_metric("val_loss")->better == Better::Lower));
+  BOOST_TEST(resolve_metric("busbw_allreduce")->name == "busbw_allreduce");
+  BOOST_TEST(resolve_metric("busbw_reduce_scatter_intra")->name == "busbw_reducescatter_intra");
+  BOOST_TEST(resolve_metric("eval.hellaswag.acc")->name == "eval_hellaswag_acc");
+  BOOST_TEST((resolve_metric("eval_lambada_ppl")->better == Better::Lower));
+  BOOST_TEST(!resolve_metric("busbw_allsum"));
+  BOOST_TEST(!resolve_metric("val_los"));
+  BOOST_CHECK_EXCEPTION(parse_gates(gate_table("val_los", {{"max_increase", 0.02}})), cairn::UsageError,
+                        [](const cairn::UsageError& e) {
+                          std::string w = e.what();
+                          return e.code() == 2 && w.find("unknown gate metric \"val_los\"") != std::string::npos &&
+                                 w.find("did you mean \"val_loss\"") != std::string::npos;
+                        });
+  BOOST_CHECK_THROW(parse_gates(gate_table("val_loss", {{"max_rise", 0.02}})), cairn::UsageError);
+  BOOST_CHECK_THROW(parse_gates(gate_table("val_loss", {{"max_increase", "a lot"}})), cairn::UsageError);
+  BOOST_CHECK_THROW(parse_gates(gate_table("val_loss", 0.02)), cairn::UsageError);
+  auto rules = parse_gates(json{{"val_loss", {{"max_increase", 0.02}}}, {"wrong", {{"max", 0}}}});
+  BOOST_TEST(rules.size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(gates_pass_fail_and_missing_data) {
+  std::vector<RunData> runs(3);
+  runs[0].name = "base";
+  runs[0].is_baseline = true;
+  runs[1].name = "good";
+  runs[2].name = "bad";
+  runs[2].present = {"train"};
+  std::vector<std::map<std::string, MetricValue>> m(3);
+  m[0]["val_loss"] = {3.00, 3.00};
+  m[0]["tokens_per_s"] = {1000, 1000};
+  m[0]["busbw_allreduce"] = {100, 100};
+  m[1]["val_loss"] = {3.01, 3.01};
+  m[1]["tokens_per_s"] = {960, 960};
+  m[1]["busbw_allreduce"] = {95, 95};
+  m[1]["wrong"] = {0, 0};
+  m[2]["val_loss"] = {3.05, 3.05};     // planted regression: +0.05
+  m[2]["tokens_per_s"] = {940, 940};   // -6%
+  auto rules = parse_gates(json{{"val_loss", {{"max_increase", 0.02}}},
+                                {"tokens_per_s", {{"max_drop_pct", 5}}},
+                                {"busbw_allreduce", {{"max_drop_pct", 10}}},
+                                {"wrong", {{"max", 0}}}});
+  auto res = evaluate_gates(rules, runs, m, 0);
+  BOOST_TEST(res.size() == 8u);  // 4 rules x 2 runs (the baseline is not gated)
+  auto find = [&](const std::string& run, const std::string& metric) -> const GateResult& {
+    for (const auto& g : res)
+      if (g.run == run && g.metric == metric) return g;
+    BOOST_FAIL("no gate result for " + run + " " + metric);
+    return res.front();
+  };
+  BOOST_TEST(find("good", "val_loss").pass);
+  BOOST_TEST(find("good", "val_loss").limit == 3.02, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find("good", "tokens_per_s").pass);
+  BOOST_TEST(find("good", "tokens_per_s").limit == 950.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(find("good", "busbw_allreduce").pass);
+  BOOST_TEST(find("good", "wrong").pass);
+  const GateResult& vl = find("bad", "val_loss");
+  BOOST_TEST(!vl.pass);
+  BOOST_TEST(vl.baseline == 3.0);
+  BOOST_TEST(vl.value == 3.05);
+  BOOST_TEST(vl.reason == "+0.05 vs baseline 3; allowed increase 0.02");
+  BOOST_TEST(!find("bad", "tokens_per_s").pass);
+  // Missing data fails, with the reason.
+  const GateResult& bw = find("bad", "busbw_allreduce");
+  BOOST_TEST(!bw.pass);
+  BOOST_TEST(bw.reason.find("has no sweep/ stage") != std::string::npos);
+  BOOST_TEST(!find("bad", "wrong").pass);
+
+  // Relative gates without a baseline fail with the reason; absolute ones still work.
+  auto nobase = evaluate_gates(rules, runs, m, -1);
+  for (const auto& g : nobase) {
+    if (g.metric == "wrong" && g.run == "good") BOOST_TEST(g.pass);
+    if (g.metric == "val_loss") {
+      BOOST_TEST(!g.pass);
+      BOOST_TEST(g.reason.find("needs a baseline") != std::string::npos);
+    }
+  }
+  // Higher-is-better bounds: min.
+  auto mins = evaluate_gates(parse_gates(json{{"tokens_per_s", {{"min", 950}}}}), runs, m, 0);
+  BOOST_TEST(mins[0].pass);
+  BOOST_TEST(!mins[1].pass);
+}
+
+BOOST_AUTO_TEST_CASE(run_directory_reading_is_tolerant) {
+  TempDir tmp;
+  BOOST_CHECK_EXCEPTION(read_run((tmp.path / "nope").string()), cairn::UsageError, [](const cairn::UsageError& e) {
+    return std::string(e.what()).find("nope") != std::string::npos;
+  });
+  fs::create_directories(tmp.path / "r" / "train");
+  fs::create_directories(tmp.path / "r" / "sweep");
+  {
+    std::ofstream(tmp.path / "r" / "sweep" / "sweep.json") << "{\"results\": [1, 2";  // truncated
+    std::ofstream(tmp.path / "r" / "config.toml") << "[run]\nname = \"nightly\"\n";
+  }
+  RunData run = read_run((tmp.path / "r").string());
+  BOOST_TEST(run.name == "nightly");
+  BOOST_TEST(run.has("train"));
+  BOOST_TEST(run.has("sweep"));
+  BOOST_TEST(!run.has("eval"));
+  bool names_metrics = false, names_fabric = false;
+  for (const auto& m : run.missing) {
+    names_metrics |= m.find("train/metrics.jsonl") != std::string::npos;
+    names_fabric |= m.find("sweep/fabric.toml") != std::string::npos;
+  }
+  BOOST_TEST(names_metrics);
+  BOOST_TEST(names_fabric);
+  BOOST_TEST(run.problem_count == 1u);
+  BOOST_TEST(run.problems[0].find("sweep.json: invalid JSON") != std::string::npos);
+  // Charts of a run with nothing in it: none, and no crash.
+  std::vector<RunData> runs{run};
+  BOOST_TEST(build_charts(runs, -1, ChartSettings{}).empty());
+}
+
+BOOST_AUTO_TEST_CASE(fast_scanner_agrees_with_a_full_parser) {
+  std::string good = train_line(7, 3.25, 1234.5);
+  good.pop_back();  // newline
+  MetricRecord rec;
+  BOOST_REQUIRE((scan_metric_record(good, rec) == ScanResult::Ok));
+  BOOST_TEST(rec.values[kFieldStep] == 7.0);
+  BOOST_TEST(rec.values[kFieldLoss] == 3.25);
+  BOOST_TEST(rec.values[kFieldTimeTotal] == 0.4);
+  BOOST_TEST(rec.kind == "train");
+  BOOST_TEST(std::isnan(rec.values[kFieldValLoss]));
+  // Every prefix and many one-byte mutations: the scanner accepts exactly what nlohmann accepts.
+  std::vector<std::string> cases;
+  for (size_t n = 0; n < good.size(); ++n) cases.push_back(good.substr(0, n));
+  std::mt19937 rng(3);
+  const std::string alphabet = "{}[]\",:0123456789.eE+-tfnul \\/x\t";
+  for (int k = 0; k < 3000; ++k) {
+    std::string m = good;
+    m[rng() % m.size()] = alphabet[rng() % alphabet.size()];
+    cases.push_back(m);
+  }
+  for (const char* extra : {"{}", "[]", "3", "\"x\"", "{\"a\":[1,{\"b\":null}],\"step\":-0.5e+3}", "{\"step\":01}",
+                            "{\"step\":1.}", "{\"s\":\"\\u12G4\"}", "{\"a\":1,}", "{\"a\" 1}", "{\"kind\":\"tr\\u0061in\"}",
+                            "{\"step\":1e999}", "{\"x\":\"tab\there\"}"})
+    cases.push_back(extra);
+  for (const auto& c : cases) {
+    bool ok_full = json::accept(c);
+    ScanResult r = scan_metric_record(c, rec);
+    bool ok_fast = r != ScanResult::Invalid;
+    BOOST_TEST(ok_fast == ok_full, "line: " << c);
+    if (ok_full) BOOST_TEST(((r == ScanResult::Ok) == json::parse(c).is_object()), "line: " << c);
+  }
+}

@@ -1,0 +1,572 @@
+// Metric catalog of cairn-report: names, units, directions, and how each is computed from a run.
+#include "catalog.h"
+
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+#include "cairn/config.h"
+
+namespace cairn::report {
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+
+Better eval_direction(const std::string& metric) {
+  std::string m = metric;
+  std::transform(m.begin(), m.end(), m.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const char* lower : {"loss", "ppl", "perplexity", "bpb", "bits", "error", "err", "nll", "wer", "cer"})
+    if (m.find(lower) != std::string::npos) return Better::Lower;
+  return Better::Higher;
+}
+
+// Splits "<collective>[_<tier>]" (collective may itself contain '_', e.g. reduce_scatter).
+bool split_collective_tier(const std::string& rest, std::string* coll, std::string* tier) {
+  *tier = "";
+  *coll = rest;
+  for (const auto& t : known_tiers()) {
+    std::string suffix = "_" + t;
+    if (rest.size() > suffix.size() && rest.compare(rest.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      *tier = t;
+      *coll = rest.substr(0, rest.size() - suffix.size());
+      break;
+    }
+  }
+  std::string norm = normalize_collective(*coll);
+  for (const auto& c : known_collectives())
+    if (c == norm) {
+      *coll = c;
+      return true;
+    }
+  return false;
+}
+
+double last_finite(const std::vector<double>& y) {
+  for (size_t i = y.size(); i-- > 0;)
+    if (std::isfinite(y[i])) return y[i];
+  return kNaN;
+}
+double first_finite(const std::vector<double>& y) {
+  for (double v : y)
+    if (std::isfinite(v)) return v;
+  return kNaN;
+}
+double min_finite(const std::vector<double>& y, size_t from = 0) {
+  double m = kNaN;
+  for (size_t i = from; i < y.size(); ++i)
+    if (std::isfinite(y[i]) && (std::isnan(m) || y[i] < m)) m = y[i];
+  return m;
+}
+double max_finite(const std::vector<double>& y, size_t from = 0) {
+  double m = kNaN;
+  for (size_t i = from; i < y.size(); ++i)
+    if (std::isfinite(y[i]) && (std::isnan(m) || y[i] > m)) m = y[i];
+  return m;
+}
+// Mean of the last k finite values.
+double tail_mean(const std::vector<double>& y, size_t k) {
+  double s = 0;
+  size_t n = 0;
+  for (size_t i = y.size(); i-- > 0 && n < k;)
+    if (std::isfinite(y[i])) {
+      s += y[i];
+      ++n;
+    }
+  return n ? s / static_cast<double>(n) : kNaN;
+}
+
+const json* object_at(const json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it != j.end() && it->is_object() ? &*it : nullptr;
+}
+
+// First numeric value among several possible key names.
+double first_num(const json& j, std::initializer_list<const char*> keys) {
+  if (!j.is_object()) return kNaN;
+  for (const char* k : keys) {
+    double v = num_or_nan(j, k);
+    if (!std::isnan(v)) return v;
+  }
+  return kNaN;
+}
+
+void set(std::map<std::string, MetricValue>& m, const std::string& name, double value, double best = kNaN) {
+  if (std::isnan(value)) return;
+  m[name] = {value, best};
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_collectives() {
+  static const std::vector<std::string> k{"allreduce", "allgather", "reducescatter", "alltoall",
+                                          "broadcast", "reduce",    "sendrecv"};
+  return k;
+}
+const std::vector<std::string>& known_tiers() {
+  static const std::vector<std::string> k{"world", "intra", "inter"};
+  return k;
+}
+
+std::string normalize_collective(const std::string& name) {
+  std::string out;
+  for (char c : name)
+    if (c != '_' && c != '-') out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+const std::vector<MetricDef>& fixed_metrics() {
+  static const std::vector<MetricDef> k{
+      {"loss", "", "train", Better::Lower, "final training loss: mean of the last 5% of logged steps (1..50 records)"},
+      {"val_loss", "", "train", Better::Lower, "last validation loss"},
+      {"best_val_loss", "", "train", Better::Lower, "lowest validation loss"},
+      {"tokens_per_s", "tok/s", "train", Better::Higher, "median training throughput after warm-up"},
+      {"mfu", "%", "train", Better::Higher, "median model FLOPs utilisation after warm-up"},
+      {"tflops", "TFLOP/s", "train", Better::Higher, "median achieved TFLOP/s per GPU after warm-up"},
+      {"step_time_s", "s", "train", Better::Lower, "median step time (time_s.total) after warm-up"},
+      {"data_wait_s", "s", "train", Better::Lower, "median time waiting for data per step after warm-up"},
+      {"comm_s", "s", "train", Better::Lower, "median exposed communication time per step after warm-up"},
+      {"grad_norm", "", "train", Better::Neither, "median gradient norm after warm-up"},
+      {"skipped_total", "", "train", Better::Lower, "optimizer steps skipped (non-finite or clipped-out gradients)"},
+      {"steps", "", "train", Better::Neither, "last logged training step"},
+      {"tokens", "tok", "train", Better::Neither, "tokens trained at the last logged step"},
+      {"train_time_s", "s", "train", Better::Lower, "wall time between the first and last logged step"},
+      {"avg_busbw", "GB/s", "sweep", Better::Higher, "sweep.json avg_busbw (nccl-tests' average bus bandwidth)"},
+      {"wrong", "", "sweep", Better::Lower, "wrong results found by the sweep's correctness checks"},
+      {"plan_step_time_s", "s", "plan", Better::Lower, "best plan's predicted step time"},
+      {"plan_tokens_per_s", "tok/s", "plan", Better::Higher, "best plan's predicted throughput"},
+      {"plan_mfu", "%", "plan", Better::Higher, "best plan's predicted MFU"},
+      {"plan_memory_gib", "GiB", "plan", Better::Lower, "best plan's predicted memory per GPU"},
+      {"plan_error_pct", "%", "plan", Better::Lower,
+       "|measured - predicted| / predicted step time of the plan the training used, in %"},
+      {"data_tokens", "tok", "data", Better::Neither, "tokens in the dataset"},
+      {"data_shards", "", "data", Better::Neither, "shards in the dataset"},
+      {"data_documents", "", "data", Better::Neither, "documents in the dataset"},
+      {"data_bytes_per_token", "B", "data", Better::Neither, "text bytes per token (tokenizer compression)"},
+      {"data_shard_imbalance", "%", "data", Better::Lower, "(largest shard - mean) / mean tokens per shard"},
+  };
+  return k;
+}
+
+std::optional<MetricDef> resolve_metric(const std::string& raw) {
+  for (const auto& d : fixed_metrics())
+    if (d.name == raw) return d;
+  std::string name = raw;
+  // eval.<task>.<metric> and eval/<task>/<metric> are spellings of eval_<task>_<metric>.
+  if (starts_with(name, "eval.") || starts_with(name, "eval/")) {
+    char sep = name[4];
+    auto p = name.find(sep, 5);
+    if (p == std::string::npos || p == 5 || p + 1 >= name.size()) return std::nullopt;
+    name = "eval_" + name.substr(5, p - 5) + "_" + name.substr(p + 1);
+    std::string metric = raw.substr(p + 1);
+    return MetricDef{name, "", "eval", eval_direction(metric), "evaluation result"};
+  }
+  if (starts_with(name, "eval_")) {
+    if (name.size() < 8 || name.find('_', 5) == std::string::npos) return std::nullopt;
+    std::string metric = name.substr(name.rfind('_') + 1);
+    return MetricDef{name, "", "eval", eval_direction(metric), "evaluation result"};
+  }
+  struct Pattern {
+    const char* prefix;
+    const char* unit;
+    Better better;
+    const char* doc;
+  };
+  static const Pattern patterns[] = {
+      {"fit_busbw_", "GB/s", Better::Higher, "fitted bus bandwidth (beta)"},
+      {"busbw_", "GB/s", Better::Higher, "peak measured bus bandwidth over message sizes"},
+      {"alpha_", "us", Better::Lower, "fitted latency (alpha)"},
+  };
+  for (const auto& p : patterns) {
+    if (!starts_with(name, p.prefix)) continue;
+    std::string coll, tier;
+    if (!split_collective_tier(name.substr(std::string(p.prefix).size()), &coll, &tier)) return std::nullopt;
+    std::string canonical = std::string(p.prefix) + coll + (tier.empty() ? "" : "_" + tier);
+    return MetricDef{canonical, p.unit, "sweep", p.better, p.doc};
+  }
+  return std::nullopt;
+}
+
+std::string suggest_metric(const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& d : fixed_metrics()) names.push_back(d.name);
+  for (const auto& c : known_collectives()) {
+    names.push_back("busbw_" + c);
+    names.push_back("alpha_" + c);
+    names.push_back("fit_busbw_" + c);
+  }
+  std::string best;
+  size_t best_d = 4;
+  for (const auto& n : names) {
+    size_t d = edit_distance(name, n);
+    if (d < best_d) {
+      best_d = d;
+      best = n;
+    }
+  }
+  return best;
+}
+
+std::string metrics_help() {
+  std::ostringstream os;
+  os << "Metric names for [report.gates] and the comparison table:\n";
+  std::string group;
+  for (const auto& d : fixed_metrics()) {
+    if (d.group != group) {
+      group = d.group;
+      os << "  " << group << ":\n";
+    }
+    os << "    " << d.name;
+    for (size_t i = d.name.size(); i < 22; ++i) os << ' ';
+    os << d.doc << (d.unit.empty() ? "" : " [" + d.unit + "]")
+       << (d.better == Better::Lower ? " (lower is better)" : d.better == Better::Higher ? " (higher is better)" : "")
+       << "\n";
+  }
+  os << "  sweep, per collective (";
+  for (size_t i = 0; i < known_collectives().size(); ++i) os << (i ? ", " : "") << known_collectives()[i];
+  os << ")\n  and optionally per tier (_world, _intra, _inter; default: world, else the best tier):\n";
+  os << "    busbw_<coll>[_<tier>]   peak measured bus bandwidth over message sizes [GB/s] (higher is better)\n";
+  os << "    fit_busbw_<coll>[_<tier>] fitted bus bandwidth beta [GB/s] (higher is better)\n";
+  os << "    alpha_<coll>[_<tier>]   fitted latency alpha [us] (lower is better)\n";
+  os << "  eval, per task and metric of eval/results.jsonl (value at the last evaluated step):\n";
+  os << "    eval_<task>_<metric>    e.g. eval_hellaswag_acc, eval_lambada_ppl; lower is better for metrics\n";
+  os << "                            named like loss/ppl/perplexity/bpb/error, else higher\n";
+  os << "Gate rules (one or more per metric): max_increase, max_increase_pct, max_drop, max_drop_pct\n"
+        "(against --baseline), max, min (absolute), e.g. val_loss = { max_increase = 0.02 }.\n";
+  return os.str();
+}
+
+std::vector<double> ema_smooth(const std::vector<double>& y, double weight) {
+  std::vector<double> out(y.size(), kNaN);
+  if (weight <= 0) return y;
+  double acc = 0, norm = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (!std::isfinite(y[i])) continue;
+    acc = acc * weight + (1 - weight) * y[i];
+    norm = norm * weight + (1 - weight);
+    out[i] = acc / norm;
+  }
+  return out;
+}
+
+double median_from(const std::vector<double>& y, size_t from) {
+  std::vector<double> v;
+  v.reserve(y.size() > from ? y.size() - from : 0);
+  for (size_t i = from; i < y.size(); ++i)
+    if (std::isfinite(y[i])) v.push_back(y[i]);
+  if (v.empty()) return kNaN;
+  size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(mid), v.end());
+  double m = v[mid];
+  if (v.size() % 2 == 0) {
+    double lo = *std::max_element(v.begin(), v.begin() + static_cast<long>(mid));
+    m = (m + lo) / 2;
+  }
+  return m;
+}
+
+size_t warmup_index(size_t n, double warmup_frac) {
+  if (n < 3) return 0;
+  size_t w = static_cast<size_t>(static_cast<double>(n) * std::clamp(warmup_frac, 0.0, 0.9));
+  return std::max<size_t>(1, w);
+}
+
+double as_percent(double v) { return std::isfinite(v) && std::fabs(v) <= 1.5 ? v * 100 : v; }
+
+json plan_used_by_training(const RunData& run, bool* matched) {
+  *matched = false;
+  const json* plans = nullptr;
+  if (run.plans.is_object() && run.plans.contains("plans") && run.plans["plans"].is_array() &&
+      !run.plans["plans"].empty())
+    plans = &run.plans["plans"];
+  if (!plans) return nullptr;
+  const json* par = object_at(run.config, "parallel");
+  if (par) {
+    for (const auto& p : *plans) {
+      if (!p.is_object()) continue;
+      bool all_equal = true;
+      int compared = 0;
+      for (const char* k : {"dp", "tp", "pp", "v", "mb", "zero", "recompute", "sp"}) {
+        auto a = par->find(k);
+        auto b = p.find(k);
+        if (a == par->end() || b == p.end() || a->is_array() || a->is_null()) continue;
+        ++compared;
+        if (*a != *b) all_equal = false;
+      }
+      if (compared > 0 && all_equal) {
+        *matched = true;
+        return p;
+      }
+    }
+  }
+  return (*plans)[0];
+}
+
+std::vector<double> data_tokens_per_shard(const RunData& run) {
+  std::vector<double> out;
+  auto from_array = [&](const json& arr) {
+    for (const auto& e : arr) {
+      if (e.is_number()) out.push_back(e.get<double>());
+      else if (e.is_object()) out.push_back(first_num(e, {"tokens", "num_tokens", "n_tokens"}));
+    }
+  };
+  for (const json* src : {&run.data_stats, &run.data_index}) {
+    if (!src->is_object()) continue;
+    for (const char* key : {"tokens_per_shard", "shard_tokens", "shards"}) {
+      auto it = src->find(key);
+      if (it != src->end() && it->is_array() && !it->empty()) {
+        from_array(*it);
+        bool any = std::any_of(out.begin(), out.end(), [](double v) { return std::isfinite(v); });
+        if (any) return out;
+        out.clear();
+      }
+    }
+  }
+  return out;
+}
+
+Histogram data_doc_length_histogram(const RunData& run) {
+  Histogram h;
+  if (!run.data_stats.is_object()) return h;
+  const json* hist = nullptr;
+  for (const char* key : {"doc_length_histogram", "document_length_histogram", "doc_len_histogram",
+                          "doc_length_hist", "length_histogram"}) {
+    auto it = run.data_stats.find(key);
+    if (it != run.data_stats.end() && (it->is_object() || it->is_array())) {
+      hist = &*it;
+      break;
+    }
+  }
+  if (!hist) return h;
+  if (hist->is_object()) {
+    const json* edges = nullptr;
+    const json* counts = nullptr;
+    for (const char* k : {"edges", "bin_edges", "bins"})
+      if (hist->contains(k) && (*hist)[k].is_array()) edges = &(*hist)[k];
+    for (const char* k : {"counts", "count", "values"})
+      if (hist->contains(k) && (*hist)[k].is_array()) counts = &(*hist)[k];
+    if (!edges || !counts) return h;
+    size_t n = counts->size();
+    bool edges_are_bounds = edges->size() == n + 1;
+    for (size_t i = 0; i < n; ++i) {
+      if (!(*counts)[i].is_number()) continue;
+      double lo = i < edges->size() && (*edges)[i].is_number() ? (*edges)[i].get<double>() : kNaN;
+      double hi = edges_are_bounds && (*edges)[i + 1].is_number() ? (*edges)[i + 1].get<double>()
+                  : i + 1 < edges->size() && (*edges)[i + 1].is_number() ? (*edges)[i + 1].get<double>()
+                                                                          : kNaN;
+      h.lo.push_back(lo);
+      h.hi.push_back(hi);
+      h.count.push_back((*counts)[i].get<double>());
+    }
+  } else {
+    for (const auto& b : *hist) {
+      if (b.is_array() && b.size() >= 3 && b[0].is_number() && b[1].is_number() && b[2].is_number()) {
+        h.lo.push_back(b[0].get<double>());
+        h.hi.push_back(b[1].get<double>());
+        h.count.push_back(b[2].get<double>());
+      } else if (b.is_object()) {
+        double c = first_num(b, {"count", "n", "docs"});
+        if (std::isnan(c)) continue;
+        h.lo.push_back(first_num(b, {"lo", "min", "from", "start"}));
+        h.hi.push_back(first_num(b, {"hi", "max", "to", "end"}));
+        h.count.push_back(c);
+      }
+    }
+  }
+  return h;
+}
+
+std::map<std::string, MetricValue> compute_metrics(const RunData& run, const MetricSettings& st) {
+  std::map<std::string, MetricValue> m;
+  const TrainSeries& t = run.train;
+  if (t.size() > 0) {
+    size_t n = t.size();
+    size_t w = warmup_index(n, st.warmup_frac);
+    size_t k = std::clamp<size_t>(n / 20, 1, 50);
+    std::vector<double> smooth = ema_smooth(t.loss, st.smooth);
+    set(m, "loss", tail_mean(t.loss, k), min_finite(smooth));
+    set(m, "tokens_per_s", median_from(t.tokens_per_s, w), max_finite(t.tokens_per_s, w));
+    set(m, "mfu", as_percent(median_from(t.mfu, w)), as_percent(max_finite(t.mfu, w)));
+    set(m, "tflops", median_from(t.tflops, w), max_finite(t.tflops, w));
+    set(m, "step_time_s", median_from(t.t_total, w), min_finite(t.t_total, w));
+    set(m, "data_wait_s", median_from(t.t_data, w));
+    set(m, "comm_s", median_from(t.t_comm, w));
+    set(m, "grad_norm", median_from(t.grad_norm, w));
+    double skipped = last_finite(t.skipped_total);
+    if (std::isnan(skipped)) {
+      double s = 0;
+      bool any = false;
+      for (double v : t.skipped)
+        if (std::isfinite(v)) {
+          s += v > 0 ? 1 : 0;
+          any = true;
+        }
+      if (any) skipped = s;
+    }
+    set(m, "skipped_total", skipped);
+    set(m, "steps", t.step.back());
+    set(m, "tokens", last_finite(t.tokens));
+    double w0 = first_finite(t.wall_time), w1 = last_finite(t.wall_time);
+    if (std::isfinite(w0) && std::isfinite(w1) && w1 >= w0) set(m, "train_time_s", w1 - w0);
+  }
+  if (run.val.size() > 0) {
+    set(m, "val_loss", last_finite(run.val.val_loss), min_finite(run.val.val_loss));
+    set(m, "best_val_loss", min_finite(run.val.val_loss));
+  }
+  // Eval: value at the last evaluated step per (task, metric); best over steps.
+  std::map<std::string, std::pair<double, MetricValue>> ev;  // name -> (step, value)
+  for (const auto& r : run.eval) {
+    std::string name = "eval_" + r.task + "_" + r.metric;
+    Better b = eval_direction(r.metric);
+    auto it = ev.find(name);
+    if (it == ev.end()) {
+      ev[name] = {r.step, {r.value, r.value}};
+      continue;
+    }
+    auto& [step, mv] = it->second;
+    if (!(r.step < step)) {
+      step = r.step;
+      mv.value = r.value;
+    }
+    mv.best = b == Better::Lower ? std::min(mv.best, r.value) : std::max(mv.best, r.value);
+  }
+  for (const auto& [name, sv] : ev) m[name] = sv.second;
+
+  // Sweep.
+  if (run.sweep.is_object()) {
+    std::map<std::string, double> peak;  // coll_tier -> peak busbw
+    std::map<std::string, std::map<std::string, double>> per_coll;
+    double wrong_sum = 0;
+    bool wrong_any = false;
+    if (run.sweep.contains("results") && run.sweep["results"].is_array()) {
+      for (const auto& r : run.sweep["results"]) {
+        if (!r.is_object() || !r.contains("collective") || !r["collective"].is_string()) continue;
+        std::string coll = normalize_collective(r["collective"].get<std::string>());
+        std::string tier = r.contains("tier") && r["tier"].is_string() ? r["tier"].get<std::string>() : "world";
+        double bw = kNaN;
+        for (const char* side : {"oop", "ip"}) {
+          const json* s = object_at(r, side);
+          if (!s) continue;
+          double b = num_or_nan(*s, "busbw");
+          if (std::isfinite(b) && (std::isnan(bw) || b > bw)) bw = b;
+          double wr = num_or_nan(*s, "wrong");
+          if (std::isfinite(wr)) {
+            wrong_sum += wr;
+            wrong_any = true;
+          }
+        }
+        if (std::isnan(bw)) continue;
+        double& cur = per_coll[coll][tier];
+        if (cur == 0 || bw > cur) cur = bw;
+      }
+    }
+    for (const auto& [coll, tiers] : per_coll) {
+      double overall = kNaN;
+      for (const auto& [tier, bw] : tiers) {
+        set(m, "busbw_" + coll + "_" + tier, bw, bw);
+        if (std::isnan(overall) || bw > overall) overall = bw;
+      }
+      auto w = tiers.find("world");
+      set(m, "busbw_" + coll, w != tiers.end() ? w->second : overall);
+    }
+    if (run.sweep.contains("fits") && run.sweep["fits"].is_array()) {
+      std::map<std::string, std::map<std::string, std::pair<double, double>>> fits;
+      for (const auto& f : run.sweep["fits"]) {
+        if (!f.is_object() || !f.contains("collective") || !f["collective"].is_string()) continue;
+        std::string coll = normalize_collective(f["collective"].get<std::string>());
+        std::string tier = f.contains("tier") && f["tier"].is_string() ? f["tier"].get<std::string>() : "world";
+        fits[coll][tier] = {num_or_nan(f, "alpha_us"), num_or_nan(f, "busbw_gbps")};
+        set(m, "alpha_" + coll + "_" + tier, num_or_nan(f, "alpha_us"));
+        set(m, "fit_busbw_" + coll + "_" + tier, num_or_nan(f, "busbw_gbps"));
+      }
+      for (const auto& [coll, tiers] : fits) {
+        auto w = tiers.find("world");
+        const auto& chosen = w != tiers.end() ? w->second : tiers.begin()->second;
+        set(m, "alpha_" + coll, chosen.first);
+        set(m, "fit_busbw_" + coll, chosen.second);
+      }
+    }
+    set(m, "avg_busbw", num_or_nan(run.sweep, "avg_busbw"));
+    double wrong = num_or_nan(run.sweep, "wrong");
+    if (std::isnan(wrong) && wrong_any) wrong = wrong_sum;
+    set(m, "wrong", wrong);
+  }
+
+  // Plan.
+  if (run.plans.is_object() && run.plans.contains("plans") && run.plans["plans"].is_array() &&
+      !run.plans["plans"].empty() && run.plans["plans"][0].is_object()) {
+    const json& best = run.plans["plans"][0];
+    set(m, "plan_step_time_s", num_or_nan(best, "step_time_s"));
+    set(m, "plan_tokens_per_s", num_or_nan(best, "tokens_per_s"));
+    set(m, "plan_mfu", as_percent(num_or_nan(best, "mfu")));
+    set(m, "plan_memory_gib", num_or_nan(best, "memory_gib"));
+    auto measured = m.find("step_time_s");
+    bool matched = false;
+    json used = plan_used_by_training(run, &matched);
+    if (measured != m.end() && used.is_object()) {
+      double pred = num_or_nan(used, "step_time_s");
+      if (std::isfinite(pred) && pred > 0)
+        set(m, "plan_error_pct", std::fabs(measured->second.value - pred) / pred * 100);
+    }
+  }
+
+  // Data.
+  std::vector<double> per_shard = data_tokens_per_shard(run);
+  double total = first_num(run.data_stats, {"total_tokens", "tokens", "num_tokens"});
+  if (std::isnan(total)) total = first_num(run.data_index, {"total_tokens", "tokens", "num_tokens"});
+  if (std::isnan(total) && !per_shard.empty()) {
+    total = 0;
+    for (double v : per_shard)
+      if (std::isfinite(v)) total += v;
+  }
+  set(m, "data_tokens", total);
+  double shards = first_num(run.data_stats, {"shards", "num_shards"});
+  if (std::isnan(shards)) shards = first_num(run.data_index, {"num_shards"});
+  if (std::isnan(shards) && !per_shard.empty()) shards = static_cast<double>(per_shard.size());
+  set(m, "data_shards", shards);
+  double docs = first_num(run.data_stats, {"documents", "num_documents", "total_documents", "docs"});
+  if (std::isnan(docs)) docs = first_num(run.data_index, {"total_documents", "documents", "num_documents", "docs"});
+  set(m, "data_documents", docs);
+  set(m, "data_bytes_per_token", first_num(run.data_stats, {"bytes_per_token"}));
+  set(m, "data_shard_imbalance", first_num(run.data_stats, {"shard_imbalance"}) * 100);
+  return m;
+}
+
+std::string missing_reason(const RunData& run, const MetricDef& d) {
+  auto stage_reason = [&](const std::string& stage, const std::string& file) -> std::string {
+    if (!run.has(stage)) return "run \"" + run.name + "\" has no " + stage + "/ stage";
+    for (const auto& miss : run.missing)
+      if (miss.find(file) != std::string::npos) return "run \"" + run.name + "\": " + miss + " is missing or empty";
+    return "";
+  };
+  if (d.group == "train") {
+    std::string r = stage_reason("train", "metrics.jsonl");
+    if (!r.empty()) return r;
+    if (d.name == "val_loss" || d.name == "best_val_loss")
+      return "run \"" + run.name + "\": no validation records in train/metrics.jsonl";
+    return "run \"" + run.name + "\": train/metrics.jsonl has no values for " + d.name;
+  }
+  if (d.group == "eval") {
+    std::string r = stage_reason("eval", "results.jsonl");
+    if (!r.empty()) return r;
+    return "run \"" + run.name + "\": no eval/results.jsonl records for " + d.name;
+  }
+  if (d.group == "sweep") {
+    std::string r = stage_reason("sweep", "sweep.json");
+    if (!r.empty()) return r;
+    return "run \"" + run.name + "\": sweep.json has no results for " + d.name;
+  }
+  if (d.group == "plan") {
+    std::string r = stage_reason("plan", "plans.json");
+    if (!r.empty()) return r;
+    if (d.name == "plan_error_pct") return "run \"" + run.name + "\": needs both plans.json and training step times";
+    return "run \"" + run.name + "\": plans.json has no value for " + d.name;
+  }
+  if (d.group == "data") {
+    if (!run.has("data")) return "run \"" + run.name + "\" has no data/ stage";
+    return "run \"" + run.name + "\": data/stats.json has no value for " + d.name;
+  }
+  return "not available";
+}
+
+}  // namespace cairn::report

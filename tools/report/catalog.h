@@ -1,0 +1,78 @@
+// The metrics cairn-report computes per run (the names gates and the comparison table use).
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rundata.h"
+
+namespace cairn::report {
+
+enum class Better { Lower, Higher, Neither };
+
+struct MetricDef {
+  std::string name;   // canonical name, e.g. "val_loss", "busbw_allreduce", "eval_hellaswag_acc"
+  std::string unit;   // for display: "", "tok/s", "%", "s", "GB/s", "us", "GiB", "tok", "B"
+  std::string group;  // "train", "eval", "sweep", "plan", "data"
+  Better better = Better::Neither;
+  std::string doc;
+};
+
+// A metric's value in one run: `value` is what gates compare; `best` is shown next to it (NaN = n/a).
+struct MetricValue {
+  double value = kNaN;
+  double best = kNaN;
+};
+
+// How per-run numbers are reduced ([report] keys).
+struct MetricSettings {
+  double warmup_frac = 0.1;  // fraction of logged steps left out of throughput/time medians
+  double smooth = 0.9;       // EMA weight for smoothed loss curves (0 = none)
+};
+
+// The fixed metrics, in the order the comparison table lists them.
+const std::vector<MetricDef>& fixed_metrics();
+// Known collectives and tiers of cairn-sweep (for busbw_<collective>[_<tier>] names).
+const std::vector<std::string>& known_collectives();
+const std::vector<std::string>& known_tiers();
+
+// The definition of a metric name a gate may use, or nullopt when the name is unknown. Accepts the
+// patterns busbw_<coll>[_<tier>], fit_busbw_<coll>[_<tier>], alpha_<coll>[_<tier>] and
+// eval_<task>_<metric> (also written eval.<task>.<metric> or eval/<task>/<metric>).
+std::optional<MetricDef> resolve_metric(const std::string& name);
+// Names close to `name` for an error message ("" when none is close).
+std::string suggest_metric(const std::string& name);
+// Documentation of every metric name (for --help, --list-metrics and docs/report.md).
+std::string metrics_help();
+
+// Every metric available in `run`, by canonical name.
+std::map<std::string, MetricValue> compute_metrics(const RunData& run, const MetricSettings& settings);
+// Why `metric` is not available in `run` (e.g. "no train/metrics.jsonl").
+std::string missing_reason(const RunData& run, const MetricDef& metric);
+
+// --- analysis helpers shared with the charts ---
+
+// EMA smoothing with TensorBoard's debiasing; NaNs are carried through, not smoothed over.
+std::vector<double> ema_smooth(const std::vector<double>& y, double weight);
+// Median of the finite values of y[from..]; NaN if none.
+double median_from(const std::vector<double>& y, size_t from);
+// First index after warm-up for a series of n records.
+size_t warmup_index(size_t n, double warmup_frac);
+// Fractions in [0, 1.5] are taken as fractions and shown in percent.
+double as_percent(double v);
+// Lower-case and without '_' or '-' ("all_reduce" -> "allreduce").
+std::string normalize_collective(const std::string& name);
+
+// The plan the training run used: matched by [parallel] of the run's config.toml when possible,
+// else the best plan. Null when there are no plans. `matched` says which case it was.
+json plan_used_by_training(const RunData& run, bool* matched);
+
+// Per-shard token counts and the document-length histogram from data/stats.json or index.json.
+std::vector<double> data_tokens_per_shard(const RunData& run);
+struct Histogram {
+  std::vector<double> lo, hi, count;
+};
+Histogram data_doc_length_histogram(const RunData& run);
+
+}  // namespace cairn::report

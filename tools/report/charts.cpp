@@ -1,0 +1,567 @@
+// Builds cairn-report's charts from the runs' data with libcommon's SVG plotting module.
+#include "charts.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "cairn/plot.h"
+
+namespace cairn::report {
+namespace {
+
+using plot::Axis;
+using plot::Chart;
+using plot::Scale;
+using plot::Series;
+using plot::Style;
+
+bool any_finite(const std::vector<double>& v) {
+  return std::any_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+}
+
+std::string slug(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (std::isalnum(static_cast<unsigned char>(c))) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    else if (!out.empty() && out.back() != '-') out += '-';
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out.empty() ? "x" : out;
+}
+
+struct Builder {
+  const std::vector<RunData>& runs;
+  int baseline;
+  const ChartSettings& st;
+  std::vector<ChartOut> out;
+  std::set<std::string> ids;
+
+  std::string unique_id(const std::string& base) {
+    std::string id = base;
+    for (int k = 2; ids.count(id); ++k) id = base + "-" + std::to_string(k);
+    ids.insert(id);
+    return id;
+  }
+
+  Chart chart(const std::string& id, const std::string& title) {
+    Chart c;
+    c.id = unique_id(id);
+    c.title = title;
+    c.width = st.width;
+    c.height = st.height;
+    c.max_points_per_series = st.max_points;
+    return c;
+  }
+
+  void add(const std::string& section, const Chart& c) {
+    ChartOut o;
+    o.section = section;
+    o.id = c.id;
+    o.title = c.title;
+    o.svg = plot::render_svg(c);
+    o.points = svg_points(o.svg);
+    for (const auto& s : c.series) o.series.push_back(s.name);
+    out.push_back(std::move(o));
+  }
+  void add(const std::string& section, const plot::BarChart& c) {
+    ChartOut o;
+    o.section = section;
+    o.id = c.id;
+    o.title = c.title;
+    o.svg = plot::render_svg(c);
+    o.points = svg_points(o.svg);
+    for (const auto& g : c.groups) o.series.push_back(g.name);
+    out.push_back(std::move(o));
+  }
+
+  std::string color(size_t i) const { return run_color(runs, baseline, i); }
+
+  std::vector<size_t> runs_with_train() const {
+    std::vector<size_t> r;
+    for (size_t i = 0; i < runs.size(); ++i)
+      if (runs[i].train.size() > 0 || runs[i].val.size() > 0) r.push_back(i);
+    return r;
+  }
+
+  // A series of column `y` against column `x` of run i.
+  Series line(size_t i, const std::vector<double>& x, const std::vector<double>& y, const std::string& suffix = "") {
+    Series s;
+    s.name = run_label(runs[i]) + suffix;
+    s.x = x;
+    s.y = y;
+    s.color = color(i);
+    return s;
+  }
+
+  void loss_chart(bool vs_tokens) {
+    std::vector<size_t> tr = runs_with_train();
+    Chart c = chart(vs_tokens ? "train-loss-tokens" : "train-loss-step",
+                    vs_tokens ? "Loss vs tokens" : "Loss vs step");
+    c.x = Axis{vs_tokens ? "tokens" : "step", vs_tokens ? "tok" : "", Scale::Linear, {}, {}, false};
+    c.y = Axis{"loss", "", Scale::Log, {}, {}, false};
+    bool raw = tr.size() <= 4;
+    c.subtitle = st.smooth > 0 ? std::string("solid: train, EMA ") + plot::format_value(st.smooth, "", 3) +
+                                     (raw ? " (raw faint)" : "") + "; dashed: validation"
+                               : "solid: train; dashed: validation";
+    // The first steps' loss (~ln V) would squeeze the rest of the curve into a few pixels: the top
+    // of the axis is the highest raw loss after the first 10% of steps, so late spikes still show.
+    double top = 0;
+    for (size_t i : tr) {
+      const auto& t = runs[i].train;
+      for (size_t k = t.size() / 10; k < t.size(); ++k)
+        if (std::isfinite(t.loss[k])) top = std::max(top, t.loss[k]);
+      const auto& v = runs[i].val;
+      for (size_t k = v.size() / 10; k < v.size(); ++k)
+        if (std::isfinite(v.val_loss[k])) top = std::max(top, v.val_loss[k]);
+    }
+    if (top > 0) {
+      c.y.max = top * 1.08;
+      c.subtitle += "; first steps clipped";
+    }
+    bool any = false;
+    for (size_t i : tr) {
+      const auto& t = runs[i].train;
+      const std::vector<double>& x = vs_tokens ? t.tokens : t.step;
+      if (t.size() > 0 && any_finite(x) && any_finite(t.loss)) {
+        if (raw && st.smooth > 0) {
+          Series r = line(i, x, t.loss, " raw");
+          r.opacity = 0.28;
+          r.width = 1;
+          r.in_legend = false;
+          c.series.push_back(std::move(r));
+        }
+        c.series.push_back(line(i, x, ema_smooth(t.loss, st.smooth)));
+        any = true;
+      }
+      const auto& v = runs[i].val;
+      const std::vector<double>& vx = vs_tokens ? v.tokens : v.step;
+      if (v.size() > 0 && any_finite(vx)) {
+        Series s = line(i, vx, v.val_loss, " val");
+        s.style = Style::LinePoints;
+        s.dashed = true;
+        // One legend entry per run: the train curve's; the subtitle explains the dashes. A run
+        // with validation records only still gets its entry.
+        s.in_legend = !(t.size() > 0 && any_finite(x) && any_finite(t.loss));
+        s.width = 1.2;
+        c.series.push_back(std::move(s));
+        any = true;
+      }
+    }
+    if (any) add("train", c);
+  }
+
+  void simple_train_chart(const std::string& id, const std::string& title, const std::string& subtitle,
+                          std::vector<double> TrainSeries::*col, Axis y, double scale = 1.0) {
+    Chart c = chart(id, title);
+    c.subtitle = subtitle;
+    c.x = Axis{"step", "", Scale::Linear, {}, {}, false};
+    c.y = y;
+    for (size_t i : runs_with_train()) {
+      const auto& t = runs[i].train;
+      const auto& ys = t.*col;
+      if (!any_finite(ys)) continue;
+      Series s = line(i, t.step, ys);
+      if (scale != 1.0)
+        for (double& v : s.y) v *= scale;
+      c.series.push_back(std::move(s));
+    }
+    if (!c.series.empty()) add("train", c);
+  }
+
+  void grad_norm_chart() {
+    Chart c = chart("train-grad-norm", "Gradient norm");
+    c.subtitle = "raw (spikes kept); triangles: skipped steps";
+    c.x = Axis{"step", "", Scale::Linear, {}, {}, false};
+    c.y = Axis{"gradient norm", "", Scale::Log, {}, {}, false};
+    for (size_t i : runs_with_train()) {
+      const auto& t = runs[i].train;
+      if (any_finite(t.grad_norm)) c.series.push_back(line(i, t.step, t.grad_norm));
+      plot::Markers m;
+      m.name = c.markers.empty() ? "skipped step (run colour)" : "";
+      m.color = color(i);
+      double prev_total = 0;
+      for (size_t k = 0; k < t.size(); ++k) {
+        bool skipped = std::isfinite(t.skipped[k]) && t.skipped[k] > 0;
+        if (!skipped && std::isnan(t.skipped[k]) && std::isfinite(t.skipped_total[k])) {
+          skipped = t.skipped_total[k] > prev_total;
+        }
+        if (std::isfinite(t.skipped_total[k])) prev_total = t.skipped_total[k];
+        if (skipped) m.x.push_back(t.step[k]);
+      }
+      if (!m.x.empty()) c.markers.push_back(std::move(m));
+    }
+    if (!c.series.empty() || !c.markers.empty()) add("train", c);
+  }
+
+  struct Phase {
+    const char* name;
+    std::vector<double> TrainSeries::*col;
+    const char* color;
+  };
+  static const std::vector<Phase>& phases() {
+    static const std::vector<Phase> p{{"data wait", &TrainSeries::t_data, "#8c564b"},
+                                      {"forward", &TrainSeries::t_forward, "#1f77b4"},
+                                      {"backward", &TrainSeries::t_backward, "#ff7f0e"},
+                                      {"exposed comm", &TrainSeries::t_comm, "#d62728"},
+                                      {"optimizer", &TrainSeries::t_optimizer, "#2ca02c"}};
+    return p;
+  }
+
+  void step_time_charts() {
+    std::vector<size_t> with_time;
+    for (size_t i : runs_with_train()) {
+      const auto& t = runs[i].train;
+      bool any = any_finite(t.t_total);
+      for (const auto& p : phases()) any |= any_finite(t.*(p.col));
+      if (any) with_time.push_back(i);
+    }
+    // A stacked area over steps for up to three runs; beyond that the per-run bars tell more.
+    size_t shown = 0;
+    for (size_t i : with_time) {
+      if (shown == 3) break;
+      ++shown;
+      const auto& t = runs[i].train;
+      Chart c = chart("train-step-time-" + slug(runs[i].name), "Step time breakdown: " + run_label(runs[i]));
+      c.subtitle = "stacked per step (bucket means when downsampled)";
+      c.x = Axis{"step", "", Scale::Linear, {}, {}, false};
+      c.y = Axis{"time per step", "s", Scale::Linear, {}, {}, true};
+      plot::Stack stk;
+      stk.x = t.step;
+      std::vector<double> other(t.size(), 0.0);
+      bool has_other = false;
+      for (const auto& p : phases()) {
+        const auto& col = t.*(p.col);
+        if (!any_finite(col)) continue;
+        stk.names.push_back(p.name);
+        stk.colors.push_back(p.color);
+        stk.layers.push_back(col);
+      }
+      for (size_t k = 0; k < t.size(); ++k) {
+        if (!std::isfinite(t.t_total[k])) continue;
+        double sum = 0;
+        for (const auto& p : phases()) {
+          double v = (t.*(p.col))[k];
+          if (std::isfinite(v)) sum += v;
+        }
+        other[k] = std::max(0.0, t.t_total[k] - sum);
+        has_other |= other[k] > 1e-12 * std::max(1.0, t.t_total[k]);
+      }
+      if (has_other) {
+        stk.names.push_back("other");
+        stk.colors.push_back("#c7c7c7");
+        stk.layers.push_back(other);
+      }
+      // Warm-up steps (compilation, allocator growth) can take many times a normal step: the axis
+      // tops out at the highest total after warm-up so the steady state stays readable.
+      double top = 0;
+      for (size_t k = warmup_index(t.size(), st.warmup_frac); k < t.size(); ++k) {
+        double total = 0;
+        for (const auto& layer : stk.layers)
+          if (std::isfinite(layer[k])) total += layer[k];
+        top = std::max(top, total);
+      }
+      size_t w = warmup_index(t.size(), st.warmup_frac);
+      bool clipped = false;
+      for (size_t k = 0; k < w; ++k) {
+        double total = 0;
+        for (const auto& layer : stk.layers)
+          if (std::isfinite(layer[k])) total += layer[k];
+        clipped |= total > top * 1.1;
+      }
+      if (top > 0 && clipped) {
+        c.y.max = top * 1.1;
+        c.subtitle += "; warm-up steps clipped";
+      }
+      c.stack = std::move(stk);
+      add("train", c);
+    }
+    if (with_time.size() >= 2) {
+      plot::BarChart b;
+      b.id = unique_id("train-step-time-runs");
+      b.title = "Median step time by phase";
+      b.subtitle = "after warm-up (first " + plot::format_value(st.warmup_frac * 100, "%", 3) + " of logged steps)";
+      b.width = st.width;
+      b.height = st.height;
+      b.horizontal = true;
+      b.stacked = true;
+      b.value_axis = Axis{"time per step", "s", Scale::Linear, {}, {}, true};
+      for (size_t i : with_time) b.categories.push_back(run_label(runs[i]));
+      std::vector<double> other;
+      for (const auto& p : phases()) {
+        plot::BarGroup g{p.name, {}, p.color};
+        bool any = false;
+        for (size_t i : with_time) {
+          const auto& t = runs[i].train;
+          double m = median_from(t.*(p.col), warmup_index(t.size(), st.warmup_frac));
+          g.values.push_back(m);
+          any |= std::isfinite(m);
+        }
+        if (any) b.groups.push_back(std::move(g));
+      }
+      plot::BarGroup og{"other", {}, "#c7c7c7"};
+      bool any_other = false;
+      for (size_t k = 0; k < with_time.size(); ++k) {
+        const auto& t = runs[with_time[k]].train;
+        double total = median_from(t.t_total, warmup_index(t.size(), st.warmup_frac));
+        double sum = 0;
+        for (const auto& g : b.groups)
+          if (std::isfinite(g.values[k])) sum += g.values[k];
+        double o = std::isfinite(total) ? std::max(0.0, total - sum) : kNaN;
+        og.values.push_back(o);
+        any_other |= std::isfinite(o) && o > 0;
+      }
+      if (any_other) b.groups.push_back(std::move(og));
+      add("train", b);
+    }
+  }
+
+  void train_charts() {
+    if (runs_with_train().empty()) return;
+    loss_chart(false);
+    loss_chart(true);
+    simple_train_chart("train-lr", "Learning rate", "", &TrainSeries::lr, Axis{"learning rate", "", Scale::Linear, {}, {}, true});
+    grad_norm_chart();
+    simple_train_chart("train-throughput", "Throughput", "tokens per second, all ranks", &TrainSeries::tokens_per_s,
+                       Axis{"throughput", "tok/s", Scale::Linear, {}, {}, true});
+    // MFU is logged as a fraction; shown in percent.
+    bool fraction = true;
+    for (const auto& r : runs)
+      for (double v : r.train.mfu)
+        if (std::isfinite(v) && v > 1.5) fraction = false;
+    simple_train_chart("train-mfu", "Model FLOPs utilisation", "", &TrainSeries::mfu,
+                       Axis{"MFU", "%", Scale::Linear, {}, {}, true}, fraction ? 100.0 : 1.0);
+    step_time_charts();
+  }
+
+  void eval_charts() {
+    // (task, metric) -> per run: step -> (value, stderr)
+    std::map<std::pair<std::string, std::string>, std::map<size_t, std::map<double, std::pair<double, double>>>> data;
+    for (size_t i = 0; i < runs.size(); ++i)
+      for (const auto& r : runs[i].eval) {
+        double x = std::isfinite(r.step) ? r.step : 0;
+        data[{r.task, r.metric}][i][x] = {r.value, r.stderr_value};
+      }
+    for (const auto& [key, per_run] : data) {
+      // A metric evaluated at one step only is a number, not a curve: the eval table shows it.
+      size_t most_steps = 0;
+      for (const auto& [i, points] : per_run) most_steps = std::max(most_steps, points.size());
+      if (most_steps < 2) continue;
+      Chart c = chart("eval-" + slug(key.first) + "-" + slug(key.second), "Eval: " + key.first + " / " + key.second);
+      c.subtitle = "error bars: reported stderr";
+      c.x = Axis{"step", "", Scale::Linear, {}, {}, false};
+      c.y = Axis{key.second, "", Scale::Linear, {}, {}, false};
+      for (const auto& [i, points] : per_run) {
+        Series s = line(i, {}, {});
+        s.style = Style::LinePoints;
+        for (const auto& [x, vs] : points) {
+          s.x.push_back(x);
+          s.y.push_back(vs.first);
+          s.y_err.push_back(vs.second);
+        }
+        c.series.push_back(std::move(s));
+      }
+      add("eval", c);
+    }
+  }
+
+  void sweep_charts() {
+    struct Key {
+      std::string coll, tier;
+      bool operator<(const Key& o) const { return std::tie(coll, tier) < std::tie(o.coll, o.tier); }
+    };
+    std::map<Key, std::map<size_t, std::map<std::string, std::vector<std::pair<double, double>>>>> measured;
+    std::map<Key, std::map<size_t, std::vector<double>>> factors;  // busbw / algbw
+    std::vector<std::string> coll_order;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const json& sw = runs[i].sweep;
+      if (!sw.is_object() || !sw.contains("results") || !sw["results"].is_array()) continue;
+      for (const auto& r : sw["results"]) {
+        if (!r.is_object() || !r.contains("collective") || !r["collective"].is_string()) continue;
+        Key k{normalize_collective(r["collective"].get<std::string>()),
+              r.contains("tier") && r["tier"].is_string() ? r["tier"].get<std::string>() : "world"};
+        double size = num_or_nan(r, "size");
+        const json* oop = r.contains("oop") && r["oop"].is_object() ? &r["oop"] : nullptr;
+        if (!oop && r.contains("ip") && r["ip"].is_object()) oop = &r["ip"];
+        if (!oop || !std::isfinite(size)) continue;
+        double bw = num_or_nan(*oop, "busbw"), alg = num_or_nan(*oop, "algbw");
+        std::string variant;
+        if (r.contains("type") && r["type"].is_string()) variant += r["type"].get<std::string>();
+        if (r.contains("redop") && r["redop"].is_string() && r["redop"].get<std::string>() != "none")
+          variant += " " + r["redop"].get<std::string>();
+        measured[k][i][variant].push_back({size, bw});
+        if (std::isfinite(bw) && std::isfinite(alg) && alg > 0) factors[k][i].push_back(bw / alg);
+      }
+    }
+    for (auto& [k, per_run] : measured) {
+      Chart c = chart("sweep-" + k.coll + "-" + k.tier, "Bus bandwidth: " + k.coll + " (" + k.tier + ")");
+      c.subtitle = "points: measured (out-of-place); dashed: fitted alpha-beta model";
+      c.x = Axis{"message size", "B", Scale::Log, {}, {}, false};
+      c.y = Axis{"bus bandwidth", "GB/s", Scale::Log, {}, {}, false};
+      size_t nruns = per_run.size();
+      for (auto& [i, variants] : per_run) {
+        double xmin = 1e300, xmax = 0;
+        for (auto& [variant, pts] : variants) {
+          std::sort(pts.begin(), pts.end());
+          Series s = line(i, {}, {}, variants.size() > 1 ? " " + variant : "");
+          s.style = Style::LinePoints;
+          s.dashed = false;
+          s.width = 1.2;
+          for (auto [x, y] : pts) {
+            s.x.push_back(x);
+            s.y.push_back(y);
+            if (x > 0) {
+              xmin = std::min(xmin, x);
+              xmax = std::max(xmax, x);
+            }
+          }
+          c.series.push_back(std::move(s));
+        }
+        // Fitted curve: busbw(S) = S f / (alpha + S f / beta), f = busbw/algbw of the measurements.
+        const json& sw = runs[i].sweep;
+        if (!sw.contains("fits") || !sw["fits"].is_array() || xmax <= 0) continue;
+        double f = median_from(factors[k][i], 0);
+        if (!std::isfinite(f) || f <= 0) f = 1;
+        for (const auto& fit : sw["fits"]) {
+          if (!fit.is_object() || !fit.contains("collective") || !fit["collective"].is_string()) continue;
+          std::string tier = fit.contains("tier") && fit["tier"].is_string() ? fit["tier"].get<std::string>() : "world";
+          if (normalize_collective(fit["collective"].get<std::string>()) != k.coll || tier != k.tier) continue;
+          if (fit.contains("valid") && fit["valid"].is_boolean() && !fit["valid"].get<bool>()) continue;
+          double alpha = num_or_nan(fit, "alpha_us"), beta = num_or_nan(fit, "busbw_gbps");
+          if (!(alpha >= 0) || !(beta > 0)) continue;
+          Series s = line(i, {}, {}, " fit");
+          s.dashed = true;
+          s.in_legend = false;  // the subtitle says dashed = fit
+          s.width = 1.4;
+          const int n = 64;
+          for (int j = 0; j < n; ++j) {
+            double S = xmin * std::pow(xmax / xmin, static_cast<double>(j) / (n - 1));
+            double t = alpha * 1e-6 + S * f / (beta * 1e9);
+            s.x.push_back(S);
+            s.y.push_back(S * f / t / 1e9);
+          }
+          c.series.push_back(std::move(s));
+          double peak = num_or_nan(fit, "peak_busbw_gbps");
+          if (nruns <= 2 && std::isfinite(peak) && peak > 0)
+            c.refs.push_back({false, peak, "peak " + plot::format_value(peak, "GB/s", 3) +
+                                                (nruns > 1 ? " (" + runs[i].name + ")" : ""),
+                              color(i), true});
+          double half = num_or_nan(fit, "half_peak_bytes");
+          if (nruns == 1 && std::isfinite(half) && half > 0)
+            c.refs.push_back({true, half, "half peak at " + plot::format_value(half, "B", 3), "#777777", true});
+        }
+      }
+      add("sweep", c);
+    }
+  }
+
+  void plan_charts() {
+    plot::BarChart b;
+    b.id = unique_id("plan-predicted-vs-measured");
+    b.title = "Plan: predicted vs measured step time";
+    b.width = st.width;
+    b.height = st.height;
+    b.horizontal = true;
+    b.value_axis = Axis{"step time", "s", Scale::Linear, {}, {}, true};
+    plot::BarGroup pred{"predicted (cairn-plan)", {}, "#9ecae1"}, meas{"measured (median)", {}, "#1f77b4"};
+    for (size_t i = 0; i < runs.size(); ++i) {
+      bool matched = false;
+      json used = plan_used_by_training(runs[i], &matched);
+      const auto& t = runs[i].train;
+      double m = median_from(t.t_total, warmup_index(t.size(), st.warmup_frac));
+      if (!used.is_object() || !std::isfinite(m)) continue;
+      b.categories.push_back(run_label(runs[i]) + (matched ? "" : " (best plan)"));
+      pred.values.push_back(num_or_nan(used, "step_time_s"));
+      meas.values.push_back(m);
+    }
+    if (b.categories.empty()) return;
+    b.groups = {pred, meas};
+    add("plan", b);
+  }
+
+  void data_charts() {
+    std::vector<size_t> with;
+    for (size_t i = 0; i < runs.size(); ++i)
+      if (!data_tokens_per_shard(runs[i]).empty()) with.push_back(i);
+    if (!with.empty()) {
+      size_t max_shards = 0;
+      for (size_t i : with) max_shards = std::max(max_shards, data_tokens_per_shard(runs[i]).size());
+      if (max_shards <= 64) {
+        plot::BarChart b;
+        b.id = unique_id("data-tokens-per-shard");
+        b.title = "Tokens per shard";
+        b.width = st.width;
+        b.height = st.height;
+        b.category_label = "shard";
+        b.value_axis = Axis{"tokens", "tok", Scale::Linear, {}, {}, true};
+        for (size_t k = 0; k < max_shards; ++k) b.categories.push_back(std::to_string(k));
+        for (size_t i : with) b.groups.push_back({run_label(runs[i]), data_tokens_per_shard(runs[i]), color(i)});
+        add("data", b);
+      } else {
+        Chart c = chart("data-tokens-per-shard", "Tokens per shard");
+        c.x = Axis{"shard", "", Scale::Linear, {}, {}, false};
+        c.y = Axis{"tokens", "tok", Scale::Linear, {}, {}, true};
+        for (size_t i : with) {
+          std::vector<double> y = data_tokens_per_shard(runs[i]), x(y.size());
+          for (size_t k = 0; k < x.size(); ++k) x[k] = static_cast<double>(k);
+          Series s = line(i, x, y);
+          s.style = Style::Points;
+          c.series.push_back(std::move(s));
+        }
+        add("data", c);
+      }
+    }
+    for (size_t i = 0; i < runs.size(); ++i) {
+      Histogram h = data_doc_length_histogram(runs[i]);
+      if (h.count.empty()) continue;
+      plot::BarChart b;
+      b.id = unique_id("data-doc-length-" + slug(runs[i].name));
+      b.title = "Document length: " + run_label(runs[i]);
+      b.width = st.width;
+      b.height = st.height;
+      b.category_label = "document length [tokens]";
+      b.value_axis = Axis{"documents", "", Scale::Linear, {}, {}, true};
+      for (size_t k = 0; k < h.count.size(); ++k) {
+        auto label = [](double v) {
+          if (!std::isfinite(v)) return std::string();
+          if (v == std::floor(v) && std::fabs(v) < 1e5) return std::to_string(static_cast<long long>(v));
+          return plot::format_value(v, "", 3);
+        };
+        std::string lo = label(h.lo[k]), hi = label(h.hi[k]);
+        b.categories.push_back(hi.empty() ? lo + "+" : lo + "-" + hi);
+      }
+      b.groups.push_back({"documents", h.count, color(i)});
+      add("data", b);
+    }
+  }
+};
+
+}  // namespace
+
+std::string run_color(const std::vector<RunData>& runs, int baseline, size_t i) {
+  if (runs.size() > 1 && static_cast<int>(i) == baseline) return "#333333";
+  size_t k = i;
+  if (baseline >= 0 && static_cast<int>(i) > baseline) --k;
+  return plot::palette_color(k);
+}
+
+std::string run_label(const RunData& run) { return run.is_baseline ? run.name + " (baseline)" : run.name; }
+
+size_t svg_points(const std::string& svg) {
+  auto p = svg.find("data-points=\"");
+  if (p == std::string::npos) return 0;
+  return static_cast<size_t>(std::strtoull(svg.c_str() + p + 13, nullptr, 10));
+}
+
+std::vector<ChartOut> build_charts(const std::vector<RunData>& runs, int baseline, const ChartSettings& settings) {
+  Builder b{runs, baseline, settings, {}, {}};
+  b.train_charts();
+  b.eval_charts();
+  b.sweep_charts();
+  b.plan_charts();
+  b.data_charts();
+  return std::move(b.out);
+}
+
+}  // namespace cairn::report

@@ -1,0 +1,153 @@
+// Parsing and evaluation of cairn-report's regression gates.
+#include "gates.h"
+
+#include <cmath>
+
+#include "cairn/error.h"
+#include "cairn/plot.h"
+
+namespace cairn::report {
+namespace {
+
+const std::vector<std::string>& rule_kinds() {
+  static const std::vector<std::string> k{"max_increase", "max_increase_pct", "max_drop", "max_drop_pct", "max", "min"};
+  return k;
+}
+
+// Rounding slack so that a value exactly at the limit (3.0 + 0.02 vs 3.02) passes.
+double slack(double limit) { return 1e-12 * std::max(1.0, std::fabs(limit)); }
+
+std::string fmt(double v, const std::string& unit) { return plot::format_value(v, unit, 4); }
+
+std::string amount_text(double a) {
+  std::string s = plot::format_value(a, "", 6);
+  return s;
+}
+
+}  // namespace
+
+std::string GateRule::text() const { return kind + " = " + amount_text(amount); }
+
+std::vector<GateRule> parse_gates(const json& gates) {
+  std::vector<GateRule> rules;
+  if (gates.is_null()) return rules;
+  if (!gates.is_object()) throw UsageError("[report.gates] must be a table of metric = { rule = number }");
+  for (auto it = gates.begin(); it != gates.end(); ++it) {
+    const std::string& key = it.key();
+    std::optional<MetricDef> def = resolve_metric(key);
+    if (!def) {
+      std::string hint = suggest_metric(key);
+      throw UsageError("report.gates." + key + ": unknown gate metric \"" + key + "\"" +
+                       (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") +
+                       "; see cairn-report --list-metrics");
+    }
+    const json& spec = it.value();
+    if (!spec.is_object() || spec.empty())
+      throw UsageError("report.gates." + key + ": expected a table such as { max_increase = 0.02 }, got " +
+                       spec.dump());
+    for (auto r = spec.begin(); r != spec.end(); ++r) {
+      bool known = false;
+      for (const auto& k : rule_kinds()) known |= k == r.key();
+      if (!known)
+        throw UsageError("report.gates." + key + "." + r.key() +
+                         ": unknown gate rule (use max_increase, max_increase_pct, max_drop, max_drop_pct, max or min)");
+      if (!r.value().is_number() || !std::isfinite(r.value().get<double>()))
+        throw UsageError("report.gates." + key + "." + r.key() + ": expected a number, got " + r.value().dump());
+      GateRule g;
+      g.metric = *def;
+      g.key = key;
+      g.kind = r.key();
+      g.amount = r.value().get<double>();
+      rules.push_back(g);
+    }
+  }
+  return rules;
+}
+
+std::vector<GateResult> evaluate_gates(const std::vector<GateRule>& rules, const std::vector<RunData>& runs,
+                                       const std::vector<std::map<std::string, MetricValue>>& metrics,
+                                       int baseline) {
+  std::vector<GateResult> out;
+  std::vector<size_t> checked;
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (static_cast<int>(i) != baseline) checked.push_back(i);
+  if (checked.empty() && baseline >= 0) checked.push_back(static_cast<size_t>(baseline));
+
+  for (const auto& rule : rules) {
+    for (size_t ri : checked) {
+      GateResult g;
+      g.run = runs[ri].name;
+      g.metric = rule.metric.name;
+      g.unit = rule.metric.unit;
+      g.rule = rule.text();
+      auto v = metrics[ri].find(rule.metric.name);
+      if (v != metrics[ri].end()) g.value = v->second.value;
+      if (rule.relative()) {
+        if (baseline < 0) {
+          g.reason = "needs a baseline run (--baseline DIR)";
+        } else if (static_cast<int>(ri) == baseline) {
+          g.reason = "no run to compare with the baseline";
+        } else {
+          auto b = metrics[static_cast<size_t>(baseline)].find(rule.metric.name);
+          if (b != metrics[static_cast<size_t>(baseline)].end()) g.baseline = b->second.value;
+          else g.reason = "baseline: " + missing_reason(runs[static_cast<size_t>(baseline)], rule.metric);
+        }
+      }
+      if (std::isnan(g.value)) {
+        std::string why = missing_reason(runs[ri], rule.metric);
+        g.reason = g.reason.empty() ? why : why + "; " + g.reason;
+      }
+      if (g.reason.empty()) {
+        double base = g.baseline, a = rule.amount;
+        const std::string& u = g.unit;
+        if (rule.kind == "max_increase") {
+          g.limit = base + a;
+          g.limit_text = "<= " + fmt(g.limit, u) + " (baseline + " + amount_text(a) + ")";
+          g.pass = g.value <= g.limit + slack(g.limit);
+        } else if (rule.kind == "max_increase_pct") {
+          g.limit = base + std::fabs(base) * a / 100;
+          g.limit_text = "<= " + fmt(g.limit, u) + " (baseline + " + amount_text(a) + "%)";
+          g.pass = g.value <= g.limit + slack(g.limit);
+        } else if (rule.kind == "max_drop") {
+          g.limit = base - a;
+          g.limit_text = ">= " + fmt(g.limit, u) + " (baseline - " + amount_text(a) + ")";
+          g.pass = g.value >= g.limit - slack(g.limit);
+        } else if (rule.kind == "max_drop_pct") {
+          g.limit = base - std::fabs(base) * a / 100;
+          g.limit_text = ">= " + fmt(g.limit, u) + " (baseline - " + amount_text(a) + "%)";
+          g.pass = g.value >= g.limit - slack(g.limit);
+        } else if (rule.kind == "max") {
+          g.limit = a;
+          g.limit_text = "<= " + fmt(a, u);
+          g.pass = g.value <= g.limit + slack(g.limit);
+        } else {
+          g.limit = a;
+          g.limit_text = ">= " + fmt(a, u);
+          g.pass = g.value >= g.limit - slack(g.limit);
+        }
+        if (!g.pass) {
+          double d = g.value - base;
+          std::string pct = base != 0 ? plot::format_value(d / std::fabs(base) * 100, "%", 3) : "n/a";
+          if (d > 0) pct = "+" + pct;
+          std::string abs_d = (d > 0 ? "+" : "") + fmt(d, u);
+          if (rule.kind == "max_increase")
+            g.reason = abs_d + " vs baseline " + fmt(base, u) + "; allowed increase " + fmt(a, u);
+          else if (rule.kind == "max_increase_pct")
+            g.reason = pct + " vs baseline " + fmt(base, u) + "; allowed increase " + amount_text(a) + "%";
+          else if (rule.kind == "max_drop")
+            g.reason = abs_d + " vs baseline " + fmt(base, u) + "; allowed drop " + fmt(a, u);
+          else if (rule.kind == "max_drop_pct")
+            g.reason = pct + " vs baseline " + fmt(base, u) + "; allowed drop " + amount_text(a) + "%";
+          else if (rule.kind == "max")
+            g.reason = fmt(g.value, u) + " is above the maximum " + fmt(a, u);
+          else
+            g.reason = fmt(g.value, u) + " is below the minimum " + fmt(a, u);
+        }
+      }
+      out.push_back(g);
+    }
+  }
+  return out;
+}
+
+}  // namespace cairn::report

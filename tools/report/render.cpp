@@ -1,0 +1,592 @@
+// Renders cairn-report's model as self-contained XHTML-compatible HTML, Markdown and JSON.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "cairn/plot.h"
+#include "cairn/provenance.h"
+#include "report.h"
+
+namespace cairn::report {
+namespace {
+
+using plot::format_value;
+using plot::xml_escape;
+
+std::string fmt(double v, const std::string& unit) { return std::isnan(v) ? "n/a" : format_value(v, unit, 4); }
+
+// Signed difference with units, e.g. "+0.012" or "-3.1%".
+std::string signed_fmt(double v, const std::string& unit, int digits = 3) {
+  if (std::isnan(v)) return "n/a";
+  std::string s = format_value(v, unit, digits);
+  return v > 0 ? "+" + s : s;
+}
+
+enum class Verdict { Better, Worse, Same, Unknown };
+Verdict compare(double value, double base, Better better) {
+  if (std::isnan(value) || std::isnan(base)) return Verdict::Unknown;
+  double tol = 1e-9 * std::max(1.0, std::fabs(base));
+  if (std::fabs(value - base) <= tol) return Verdict::Same;
+  if (better == Better::Neither) return Verdict::Unknown;
+  bool lower = value < base;
+  return (better == Better::Lower) == lower ? Verdict::Better : Verdict::Worse;
+}
+const char* verdict_word(Verdict v) {
+  switch (v) {
+    case Verdict::Better: return "better";
+    case Verdict::Worse: return "worse";
+    case Verdict::Same: return "same";
+    default: return "";
+  }
+}
+
+std::string json_cell(const json& j) {
+  if (j.is_null()) return "";
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_boolean()) return j.get<bool>() ? "yes" : "no";
+  if (j.is_number_integer()) return std::to_string(j.get<long long>());
+  if (j.is_number()) return format_value(j.get<double>(), "", 4);
+  return j.dump();
+}
+
+const char* kCss = R"CSS(
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0;color:#1f2328;background:#f4f5f7;font-size:14px}
+header{background:#1f2937;color:#fff;padding:14px 24px}
+header h1{margin:0;font-size:20px}
+header p{margin:4px 0 0;color:#cbd5e1;font-size:12px}
+nav{padding:8px 24px;background:#e5e7eb;font-size:13px}
+nav a{margin-right:14px;color:#1f2937}
+main{padding:4px 24px 32px}
+section{background:#fff;border:1px solid #dfe2e6;border-radius:6px;padding:10px 16px 14px;margin:14px 0}
+h2{font-size:17px;margin:4px 0 10px}
+h3{font-size:14px;margin:14px 0 6px}
+.banner{padding:10px 14px;border-radius:6px;font-weight:600;font-size:15px;margin:14px 0 0}
+.banner.pass{background:#dcfce7;color:#14532d;border:1px solid #86efac}
+.banner.fail{background:#fee2e2;color:#7f1d1d;border:1px solid #fca5a5}
+.banner.none{background:#f1f5f9;color:#334155;border:1px solid #cbd5e1}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(540px,1fr));gap:12px}
+.charts figure{margin:0;border:1px solid #eceef1;border-radius:4px;padding:4px}
+.charts svg{width:100%;height:auto;display:block}
+.scroll{overflow-x:auto}
+table{border-collapse:collapse;font-size:13px;margin:4px 0}
+th,td{border-bottom:1px solid #eceef1;padding:4px 9px;text-align:right;vertical-align:top;white-space:nowrap}
+th{background:#f8fafc;font-weight:600}
+td.l,th.l{text-align:left}
+td.wrap{white-space:normal;max-width:560px;text-align:left}
+.pass{color:#15803d;font-weight:600}
+.fail{color:#b91c1c;font-weight:600}
+.better{color:#15803d}
+.worse{color:#b91c1c}
+.same,.muted{color:#6b7280}
+.small{font-size:11px}
+ul.problems{margin:4px 0;padding-left:18px;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}
+footer{padding:8px 24px 24px;color:#6b7280;font-size:12px}
+)CSS";
+
+struct Html {
+  std::string o;
+  Html& operator<<(const std::string& s) {
+    o += s;
+    return *this;
+  }
+};
+
+std::string stage_list(const RunData& r) {
+  std::string s;
+  for (const char* st : {"sweep", "plan", "data", "train", "eval"}) {
+    if (!s.empty()) s += " ";
+    s += r.has(st) ? std::string(st) : "";
+  }
+  std::string out;
+  std::istringstream is(s);
+  std::string w;
+  while (is >> w) out += (out.empty() ? "" : ", ") + w;
+  return out.empty() ? "none" : out;
+}
+
+std::string absent_list(const RunData& r) {
+  std::string out;
+  for (const char* st : {"sweep", "plan", "data", "train", "eval"})
+    if (!r.has(st)) out += (out.empty() ? "" : ", ") + std::string(st);
+  return out;
+}
+
+std::string train_status(const RunData& r) {
+  if (r.train.size() == 0) return r.has("train") ? "no records" : "";
+  std::string s = "step " + format_value(r.train.step.back(), "", 6);
+  s += r.train_finished ? ", finished" : ", not finished";
+  if (!r.restarts.empty()) s += ", " + std::to_string(r.restarts.size()) + " restart(s)";
+  return s;
+}
+
+const RunData* first_run_with(const ReportModel& m, bool (*pred)(const RunData&)) {
+  for (const auto& r : m.runs)
+    if (pred(r)) return &r;
+  return nullptr;
+}
+
+bool section_has(const ReportModel& m, const std::string& section) {
+  return std::any_of(m.charts.begin(), m.charts.end(), [&](const ChartOut& c) { return c.section == section; });
+}
+
+void charts_html(Html& h, const ReportModel& m, const std::string& section) {
+  h << "<div class=\"charts\">";
+  for (const auto& c : m.charts)
+    if (c.section == section) h << "<figure>" << c.svg << "</figure>";
+  h << "</div>";
+}
+
+const json* plans_of(const RunData& r) {
+  if (r.plans.is_object() && r.plans.contains("plans") && r.plans["plans"].is_array() && !r.plans["plans"].empty())
+    return &r.plans["plans"];
+  return nullptr;
+}
+
+}  // namespace
+
+std::string render_html(const ReportModel& m) {
+  Html h;
+  h.o.reserve(1 << 20);
+  const auto& prov = provenance();
+  h << "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
+    << "<meta charset=\"utf-8\"/>\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n"
+    << "<meta name=\"generator\" content=\"cairn-report " << xml_escape(cairn_version()) << "\"/>\n"
+    << "<title>cairn report: " << xml_escape(m.title) << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n";
+  h << "<header><h1>cairn report: " << xml_escape(m.title) << "</h1><p>" << std::to_string(m.runs.size())
+    << " run(s)" << (m.baseline >= 0 ? ", baseline " + xml_escape(m.runs[static_cast<size_t>(m.baseline)].name) : "")
+    << " &#183; generated " << xml_escape(prov.time_utc.empty() ? utc_now_iso8601() : prov.time_utc) << " on "
+    << xml_escape(prov.host.empty() ? hostname_string() : prov.host) << " by cairn-report "
+    << xml_escape(cairn_version()) << " (" << xml_escape(cairn_git_sha()) << ")</p></header>\n";
+
+  h << "<nav><a href=\"#gates\">Gates</a><a href=\"#runs\">Runs</a><a href=\"#comparison\">Comparison</a>";
+  for (const char* s : {"train", "eval", "sweep", "plan", "data"}) {
+    static const std::map<std::string, std::string> names{
+        {"train", "Training"}, {"eval", "Evaluation"}, {"sweep", "Collectives"}, {"plan", "Plan"}, {"data", "Data"}};
+    bool has = section_has(m, s) ||
+               (std::string(s) == "plan" && first_run_with(m, [](const RunData& r) { return plans_of(r) != nullptr; })) ||
+               (std::string(s) == "eval" && first_run_with(m, [](const RunData& r) { return !r.eval.empty(); })) ||
+               (std::string(s) == "data" && first_run_with(m, [](const RunData& r) { return r.has("data"); }));
+    if (has) h << "<a href=\"#" << s << "\">" << names.at(s) << "</a>";
+  }
+  h << "</nav>\n<main>\n";
+
+  // Verdict and gates.
+  size_t failed = m.gates_failed();
+  h << "<section id=\"gates\"><h2>Gates</h2>";
+  if (m.gates.empty()) h << "<div class=\"banner none\">No gates configured ([report.gates] is empty).</div>";
+  else if (failed == 0)
+    h << "<div class=\"banner pass\">PASS: all " << std::to_string(m.gates.size()) << " gate checks passed.</div>";
+  else
+    h << "<div class=\"banner fail\">FAIL: " << std::to_string(failed) << " of " << std::to_string(m.gates.size())
+      << " gate checks failed (exit code 3).</div>";
+  if (!m.gates.empty()) {
+    h << "<div class=\"scroll\"><table><thead><tr><th class=\"l\">verdict</th><th class=\"l\">metric</th><th "
+         "class=\"l\">run</th><th class=\"l\">rule</th><th>baseline</th><th>value</th><th>limit</th><th "
+         "class=\"l\">reason</th></tr></thead><tbody>";
+    for (const auto& g : m.gates) {
+      h << "<tr><td class=\"l " << (g.pass ? "pass" : "fail") << "\">" << (g.pass ? "PASS" : "FAIL") << "</td><td class=\"l\"><code>"
+        << xml_escape(g.metric) << "</code></td><td class=\"l\">" << xml_escape(g.run) << "</td><td class=\"l\"><code>"
+        << xml_escape(g.rule) << "</code></td><td>" << fmt(g.baseline, g.unit) << "</td><td>" << fmt(g.value, g.unit)
+        << "</td><td>" << xml_escape(g.limit_text.empty() ? "n/a" : g.limit_text) << "</td><td class=\"wrap\">"
+        << xml_escape(g.reason) << "</td></tr>";
+    }
+    h << "</tbody></table></div>";
+  }
+  h << "</section>\n";
+
+  // Runs and what is missing.
+  h << "<section id=\"runs\"><h2>Runs</h2><div class=\"scroll\"><table><thead><tr><th class=\"l\">run</th><th "
+       "class=\"l\">directory</th><th class=\"l\">stages</th><th class=\"l\">not present</th><th "
+       "class=\"l\">training</th><th class=\"l\">missing files</th><th>problems</th></tr></thead><tbody>";
+  for (size_t i = 0; i < m.runs.size(); ++i) {
+    const auto& r = m.runs[i];
+    h << "<tr><td class=\"l\"><span style=\"color:" << xml_escape(run_color(m.runs, m.baseline, i))
+      << "\">&#9632;</span> " << xml_escape(run_label(r)) << "</td><td class=\"l\"><code>" << xml_escape(r.dir)
+      << "</code></td><td class=\"l\">" << xml_escape(stage_list(r)) << "</td><td class=\"l muted\">"
+      << xml_escape(absent_list(r)) << "</td><td class=\"l\">" << xml_escape(train_status(r))
+      << "</td><td class=\"wrap\">";
+    for (size_t k = 0; k < r.missing.size(); ++k) h << (k ? "<br/>" : "") << "<code>" << xml_escape(r.missing[k]) << "</code>";
+    h << "</td><td>" << std::to_string(r.problem_count) << "</td></tr>";
+  }
+  h << "</tbody></table></div>";
+  for (const auto& r : m.runs) {
+    if (r.problem_count == 0) continue;
+    h << "<h3>Problems in " << xml_escape(r.name) << " (" << std::to_string(r.problem_count) << ")</h3><ul class=\"problems\">";
+    for (const auto& p : r.problems) h << "<li>" << xml_escape(p) << "</li>";
+    if (r.problem_count > r.problems.size())
+      h << "<li>... and " << std::to_string(r.problem_count - r.problems.size()) << " more</li>";
+    h << "</ul>";
+  }
+  h << "</section>\n";
+
+  // Comparison table.
+  h << "<section id=\"comparison\"><h2>Comparison</h2>";
+  if (m.table_metrics.empty()) h << "<p class=\"muted\">No metrics found in any run.</p>";
+  else {
+    h << "<p class=\"small muted\">Final values" << (m.baseline >= 0 ? "; change against the baseline, coloured by whether it is better or worse" : "")
+      << "; small grey: best over the run.</p><div class=\"scroll\"><table><thead><tr><th class=\"l\">metric</th>";
+    for (const auto& r : m.runs) h << "<th>" << xml_escape(run_label(r)) << "</th>";
+    h << "</tr></thead><tbody>";
+    for (const auto& d : m.table_metrics) {
+      h << "<tr><td class=\"l\"><code>" << xml_escape(d.name) << "</code>"
+        << (d.unit.empty() ? "" : " <span class=\"muted small\">[" + xml_escape(d.unit) + "]</span>") << "</td>";
+      double base = kNaN;
+      if (m.baseline >= 0) {
+        auto b = m.metrics[static_cast<size_t>(m.baseline)].find(d.name);
+        if (b != m.metrics[static_cast<size_t>(m.baseline)].end()) base = b->second.value;
+      }
+      for (size_t i = 0; i < m.runs.size(); ++i) {
+        auto it = m.metrics[i].find(d.name);
+        if (it == m.metrics[i].end()) {
+          h << "<td class=\"muted\">n/a</td>";
+          continue;
+        }
+        const MetricValue& v = it->second;
+        // One line per cell: value, best (grey), change against the baseline (coloured).
+        h << "<td>" << xml_escape(fmt(v.value, d.unit));
+        if (std::isfinite(v.best) && std::fabs(v.best - v.value) > 1e-12 * std::max(1.0, std::fabs(v.value)))
+          h << " <span class=\"small muted\">(best " << xml_escape(fmt(v.best, d.unit)) << ")</span>";
+        if (m.baseline >= 0 && static_cast<int>(i) != m.baseline && std::isfinite(base)) {
+          Verdict vd = compare(v.value, base, d.better);
+          double delta = v.value - base;
+          std::string text = vd == Verdict::Same ? "="
+                             : base != 0         ? signed_fmt(delta / std::fabs(base) * 100, "%")
+                                                 : signed_fmt(delta, d.unit);
+          h << " <span class=\"small " << verdict_word(vd) << "\" title=\""
+            << xml_escape(std::string(verdict_word(vd)) + " " + signed_fmt(delta, d.unit)) << "\">" << xml_escape(text)
+            << (vd == Verdict::Better ? " &#9650;" : vd == Verdict::Worse ? " &#9660;" : "") << "</span>";
+        }
+        h << "</td>";
+      }
+      h << "</tr>";
+    }
+    h << "</tbody></table></div>";
+  }
+  h << "</section>\n";
+
+  if (section_has(m, "train")) {
+    h << "<section id=\"train\"><h2>Training</h2>";
+    charts_html(h, m, "train");
+    h << "</section>\n";
+  }
+  if (first_run_with(m, [](const RunData& r) { return !r.eval.empty(); })) {
+    // Latest result per task/metric and run, then the curves of metrics evaluated more than once.
+    h << "<section id=\"eval\"><h2>Evaluation</h2><div class=\"scroll\"><table><thead><tr><th class=\"l\">task</th><th "
+         "class=\"l\">metric</th>";
+    for (const auto& r : m.runs) h << "<th>" << xml_escape(run_label(r)) << "</th>";
+    h << "</tr></thead><tbody>";
+    std::map<std::pair<std::string, std::string>, std::map<size_t, const EvalRecord*>> latest;
+    for (size_t i = 0; i < m.runs.size(); ++i)
+      for (const auto& e : m.runs[i].eval) {
+        const EvalRecord*& slot = latest[{e.task, e.metric}][i];
+        if (!slot || !(e.step < slot->step)) slot = &e;
+      }
+    for (const auto& [key, per_run] : latest) {
+      h << "<tr><td class=\"l\">" << xml_escape(key.first) << "</td><td class=\"l\">" << xml_escape(key.second) << "</td>";
+      for (size_t i = 0; i < m.runs.size(); ++i) {
+        auto it = per_run.find(i);
+        if (it == per_run.end()) {
+          h << "<td class=\"muted\">n/a</td>";
+          continue;
+        }
+        const EvalRecord& e = *it->second;
+        h << "<td>" << xml_escape(format_value(e.value, "", 4));
+        if (std::isfinite(e.stderr_value)) h << " <span class=\"small muted\">&#177; " << xml_escape(format_value(e.stderr_value, "", 2)) << "</span>";
+        if (std::isfinite(e.step)) h << " <span class=\"small muted\">@" << xml_escape(format_value(e.step, "", 6)) << "</span>";
+        h << "</td>";
+      }
+      h << "</tr>";
+    }
+    h << "</tbody></table></div>";
+    charts_html(h, m, "eval");
+    h << "</section>\n";
+  }
+  if (section_has(m, "sweep")) {
+    h << "<section id=\"sweep\"><h2>Collectives (cairn-sweep)</h2>";
+    charts_html(h, m, "sweep");
+    h << "<h3>Fitted alpha-beta models</h3><div class=\"scroll\"><table><thead><tr><th class=\"l\">run</th><th "
+         "class=\"l\">collective</th><th class=\"l\">tier</th><th>alpha</th><th>busbw (beta)</th><th>r&#178;</th><th>half "
+         "peak at</th><th>peak busbw</th></tr></thead><tbody>";
+    for (const auto& r : m.runs) {
+      if (!r.sweep.is_object() || !r.sweep.contains("fits") || !r.sweep["fits"].is_array()) continue;
+      for (const auto& f : r.sweep["fits"]) {
+        if (!f.is_object()) continue;
+        h << "<tr><td class=\"l\">" << xml_escape(r.name) << "</td><td class=\"l\">" << xml_escape(json_cell(f.value("collective", json())))
+          << "</td><td class=\"l\">" << xml_escape(json_cell(f.value("tier", json("world")))) << "</td><td>"
+          << xml_escape(fmt(num_or_nan(f, "alpha_us"), "us")) << "</td><td>" << xml_escape(fmt(num_or_nan(f, "busbw_gbps"), "GB/s"))
+          << "</td><td>" << xml_escape(fmt(num_or_nan(f, "r2"), "")) << "</td><td>"
+          << xml_escape(fmt(num_or_nan(f, "half_peak_bytes"), "B")) << "</td><td>"
+          << xml_escape(fmt(num_or_nan(f, "peak_busbw_gbps"), "GB/s")) << "</td></tr>";
+      }
+    }
+    h << "</tbody></table></div></section>\n";
+  }
+
+  if (first_run_with(m, [](const RunData& r) { return plans_of(r) != nullptr; })) {
+    h << "<section id=\"plan\"><h2>Plan (cairn-plan)</h2>";
+    std::vector<std::pair<const json*, std::string>> shown;  // plan lists already tabulated
+    for (const auto& r : m.runs) {
+      const json* plans = plans_of(r);
+      if (!plans) continue;
+      bool matched = false;
+      json used = plan_used_by_training(r, &matched);
+      auto same = std::find_if(shown.begin(), shown.end(), [&](const auto& s) { return *s.first == *plans; });
+      if (same != shown.end()) {
+        h << "<h3>Top plans: " << xml_escape(run_label(r)) << "</h3><p class=\"muted\">Same plans as "
+          << xml_escape(same->second) << ".</p>";
+      } else {
+      shown.push_back({plans, r.name});
+      h << "<h3>Top plans: " << xml_escape(run_label(r)) << "</h3><div class=\"scroll\"><table><thead><tr><th>#</th>";
+      static const std::vector<std::pair<const char*, const char*>> cols{
+          {"dp", ""}, {"tp", ""}, {"pp", ""}, {"v", ""}, {"mb", ""}, {"zero", ""}, {"recompute", ""}, {"sp", ""}};
+      for (const auto& [k, u] : cols) h << "<th>" << k << "</th>";
+      h << "<th>step time</th><th>tokens/s</th><th>TFLOP/s/GPU</th><th>MFU</th><th>memory</th></tr></thead><tbody>";
+      int n = 0;
+      for (const auto& p : *plans) {
+        if (n >= m.inputs.top_plans) break;
+        if (!p.is_object()) continue;
+        bool is_used = matched && p == used;
+        h << "<tr" << (is_used ? " style=\"background:#eef6ff\" title=\"used by the training run\"" : "") << "><td>"
+          << std::to_string(++n) << (is_used ? " &#10003;" : "") << "</td>";
+        for (const auto& [k, u] : cols) h << "<td>" << xml_escape(json_cell(p.value(k, json()))) << "</td>";
+        h << "<td>" << xml_escape(fmt(num_or_nan(p, "step_time_s"), "s")) << "</td><td>"
+          << xml_escape(fmt(num_or_nan(p, "tokens_per_s"), "tok/s")) << "</td><td>"
+          << xml_escape(fmt(num_or_nan(p, "tflops_per_gpu"), "")) << "</td><td>"
+          << xml_escape(fmt(as_percent(num_or_nan(p, "mfu")), "%")) << "</td><td>"
+          << xml_escape(fmt(num_or_nan(p, "memory_gib"), "GiB")) << "</td></tr>";
+      }
+      h << "</tbody></table></div>";
+      }
+      auto meas = m.metrics[static_cast<size_t>(&r - m.runs.data())].find("step_time_s");
+      if (used.is_object() && meas != m.metrics[static_cast<size_t>(&r - m.runs.data())].end()) {
+        double pred = num_or_nan(used, "step_time_s");
+        double mv = meas->second.value;
+        h << "<p>Predicted step time " << xml_escape(fmt(pred, "s")) << " vs measured median "
+          << xml_escape(fmt(mv, "s")) << " (" << xml_escape(signed_fmt((mv - pred) / pred * 100, "%")) << ")"
+          << (matched ? " for the plan the training used." : "; the training's [parallel] did not match a listed plan, compared with the best plan.")
+          << "</p>";
+      }
+    }
+    charts_html(h, m, "plan");
+    h << "</section>\n";
+  }
+
+  if (section_has(m, "data") || first_run_with(m, [](const RunData& r) { return r.has("data"); })) {
+    h << "<section id=\"data\"><h2>Data (cairn-reshard)</h2><div class=\"scroll\"><table><thead><tr><th "
+         "class=\"l\">run</th><th class=\"l\">dataset</th><th>tokens</th><th>shards</th><th>documents</th><th>bytes/token</th></tr></thead><tbody>";
+    for (size_t i = 0; i < m.runs.size(); ++i) {
+      const auto& r = m.runs[i];
+      if (!r.has("data")) continue;
+      auto get = [&](const char* k) {
+        auto it = m.metrics[i].find(k);
+        return it == m.metrics[i].end() ? kNaN : it->second.value;
+      };
+      h << "<tr><td class=\"l\">" << xml_escape(r.name) << "</td><td class=\"l\"><code>" << xml_escape(r.data_dir)
+        << "</code></td><td>" << xml_escape(fmt(get("data_tokens"), "")) << "</td><td>" << xml_escape(fmt(get("data_shards"), ""))
+        << "</td><td>" << xml_escape(fmt(get("data_documents"), "")) << "</td><td>"
+        << xml_escape(fmt(get("data_bytes_per_token"), "")) << "</td></tr>";
+    }
+    h << "</tbody></table></div>";
+    charts_html(h, m, "data");
+    h << "</section>\n";
+  }
+
+  h << "</main>\n<footer>Command: <code>" << xml_escape(prov.command_line) << "</code><br/>Built in "
+    << xml_escape(format_value(m.seconds, "s", 3)) << ". Charts are inline SVG; this file fetches nothing.</footer>\n";
+  h << "</body>\n</html>\n";
+  return std::move(h.o);
+}
+
+namespace {
+std::string md_cell(const std::string& raw) {
+  std::string s = plot::valid_utf8(raw), o;
+  for (char c : s) {
+    if (c == '|') o += "\\|";
+    else if (c == '\n') o += ' ';
+    else o += c;
+  }
+  return o;
+}
+}  // namespace
+
+std::string render_markdown(const ReportModel& m) {
+  std::ostringstream os;
+  size_t failed = m.gates_failed();
+  os << "## cairn report: " << md_cell(m.title) << "\n\n";
+  if (m.gates.empty()) os << "No gates configured.\n\n";
+  else if (failed == 0) os << "**PASS**: all " << m.gates.size() << " gate checks passed.\n\n";
+  else os << "**FAIL**: " << failed << " of " << m.gates.size() << " gate checks failed.\n\n";
+  os << "Runs: ";
+  for (size_t i = 0; i < m.runs.size(); ++i) os << (i ? ", " : "") << "`" << md_cell(run_label(m.runs[i])) << "`";
+  os << "\n\n";
+  if (!m.gates.empty()) {
+    os << "### Gates\n\n| verdict | metric | run | rule | baseline | value | limit | reason |\n"
+          "|---|---|---|---|---:|---:|---|---|\n";
+    for (const auto& g : m.gates)
+      os << "| " << (g.pass ? "PASS" : "**FAIL**") << " | `" << md_cell(g.metric) << "` | " << md_cell(g.run) << " | `"
+         << md_cell(g.rule) << "` | " << fmt(g.baseline, g.unit) << " | " << fmt(g.value, g.unit) << " | "
+         << md_cell(g.limit_text.empty() ? "n/a" : g.limit_text) << " | " << md_cell(g.reason) << " |\n";
+    os << "\n";
+  }
+  if (!m.table_metrics.empty()) {
+    os << "### Comparison\n\n| metric |";
+    for (const auto& r : m.runs) os << " " << md_cell(run_label(r)) << " |";
+    os << "\n|---|";
+    for (size_t i = 0; i < m.runs.size(); ++i) os << "---:|";
+    os << "\n";
+    for (const auto& d : m.table_metrics) {
+      os << "| `" << d.name << "`" << (d.unit.empty() ? "" : " [" + d.unit + "]") << " |";
+      double base = kNaN;
+      if (m.baseline >= 0) {
+        auto b = m.metrics[static_cast<size_t>(m.baseline)].find(d.name);
+        if (b != m.metrics[static_cast<size_t>(m.baseline)].end()) base = b->second.value;
+      }
+      for (size_t i = 0; i < m.runs.size(); ++i) {
+        auto it = m.metrics[i].find(d.name);
+        if (it == m.metrics[i].end()) {
+          os << " n/a |";
+          continue;
+        }
+        os << " " << md_cell(fmt(it->second.value, d.unit));
+        if (m.baseline >= 0 && static_cast<int>(i) != m.baseline && std::isfinite(base) && base != 0) {
+          Verdict vd = compare(it->second.value, base, d.better);
+          os << " (" << signed_fmt((it->second.value - base) / std::fabs(base) * 100, "%");
+          if (vd == Verdict::Better || vd == Verdict::Worse) os << " " << verdict_word(vd);
+          os << ")";
+        }
+        os << " |";
+      }
+      os << "\n";
+    }
+    os << "\n";
+  }
+  bool any_missing = false;
+  for (const auto& r : m.runs) any_missing |= !r.missing.empty() || r.problem_count > 0;
+  if (any_missing) {
+    os << "### Missing pieces and problems\n\n";
+    for (const auto& r : m.runs) {
+      for (const auto& miss : r.missing) os << "- `" << md_cell(r.name) << "`: missing `" << md_cell(miss) << "`\n";
+      for (const auto& p : r.problems) os << "- `" << md_cell(r.name) << "`: " << md_cell(p) << "\n";
+      if (r.problem_count > r.problems.size())
+        os << "- `" << md_cell(r.name) << "`: ... and " << (r.problem_count - r.problems.size()) << " more problems\n";
+    }
+    os << "\n";
+  }
+  os << "_" << m.charts.size() << " charts in `report/index.html`; every number in `report/summary.json`._\n";
+  return os.str();
+}
+
+json render_json(const ReportModel& m) {
+  json j;
+  j["provenance"] = provenance().to_json();
+  j["title"] = m.title;
+  j["verdict"] = m.gates.empty() ? "no gates" : m.gates_failed() ? "fail" : "pass";
+  j["exit_code"] = m.gates_failed() ? 3 : 0;
+  j["gates_failed"] = m.gates_failed();
+  j["gates_total"] = m.gates.size();
+  j["baseline"] = m.baseline >= 0 ? json(m.runs[static_cast<size_t>(m.baseline)].name) : json(nullptr);
+  j["settings"] = {{"smooth", m.inputs.metric_settings.smooth},
+                   {"warmup_frac", m.inputs.metric_settings.warmup_frac},
+                   {"max_points", m.inputs.chart_settings.max_points}};
+  json runs = json::array();
+  for (size_t i = 0; i < m.runs.size(); ++i) {
+    const auto& r = m.runs[i];
+    json jr;
+    jr["name"] = r.name;
+    jr["dir"] = r.dir;
+    jr["baseline"] = r.is_baseline;
+    jr["stages"] = r.present;
+    std::vector<std::string> absent;
+    for (const char* st : {"sweep", "plan", "data", "train", "eval"})
+      if (!r.has(st)) absent.push_back(st);
+    jr["absent_stages"] = absent;
+    jr["missing"] = r.missing;
+    jr["problems"] = r.problems;
+    jr["problem_count"] = r.problem_count;
+    jr["train_records"] = r.train.size();
+    jr["val_records"] = r.val.size();
+    jr["eval_records"] = r.eval.size();
+    jr["train_finished"] = r.train_finished;
+    jr["restarts_at_step"] = r.restarts;
+    json met = json::object();
+    for (const auto& [name, v] : m.metrics[i]) {
+      auto def = resolve_metric(name);
+      met[name] = {{"value", v.value}, {"best", v.best}, {"unit", def ? def->unit : ""}};
+    }
+    jr["metrics"] = met;
+    bool matched = false;
+    json used = plan_used_by_training(r, &matched);
+    if (used.is_object()) jr["plan_used"] = {{"plan", used}, {"matched_config", matched}};
+    // The numbers of the plan, sweep-fit and eval tables too.
+    if (const json* plans = plans_of(r)) {
+      json top = json::array();
+      for (const auto& p : *plans) {
+        if (static_cast<int>(top.size()) >= m.inputs.top_plans) break;
+        json row = p;
+        if (row.is_object()) row.erase("breakdown");
+        top.push_back(row);
+      }
+      jr["top_plans"] = top;
+    }
+    if (r.sweep.is_object() && r.sweep.contains("fits")) jr["sweep_fits"] = r.sweep["fits"];
+    json ev = json::array();
+    for (const auto& e : r.eval)
+      ev.push_back({{"step", e.step}, {"task", e.task}, {"metric", e.metric}, {"value", e.value}, {"stderr", e.stderr_value}});
+    if (!ev.empty()) jr["eval"] = ev;
+    runs.push_back(jr);
+  }
+  j["runs"] = runs;
+  json cmp = json::array();
+  for (const auto& d : m.table_metrics) {
+    json row;
+    row["metric"] = d.name;
+    row["unit"] = d.unit;
+    row["better"] = d.better == Better::Lower ? "lower" : d.better == Better::Higher ? "higher" : "neither";
+    double base = kNaN;
+    if (m.baseline >= 0) {
+      auto b = m.metrics[static_cast<size_t>(m.baseline)].find(d.name);
+      if (b != m.metrics[static_cast<size_t>(m.baseline)].end()) base = b->second.value;
+    }
+    json vals = json::object();
+    for (size_t i = 0; i < m.runs.size(); ++i) {
+      auto it = m.metrics[i].find(d.name);
+      if (it == m.metrics[i].end()) {
+        vals[m.runs[i].name] = nullptr;
+        continue;
+      }
+      json c = {{"value", it->second.value}, {"best", it->second.best}};
+      if (m.baseline >= 0 && static_cast<int>(i) != m.baseline && std::isfinite(base)) {
+        c["delta"] = it->second.value - base;
+        c["delta_pct"] = base != 0 ? json((it->second.value - base) / std::fabs(base) * 100) : json(nullptr);
+        c["verdict"] = verdict_word(compare(it->second.value, base, d.better));
+      }
+      vals[m.runs[i].name] = c;
+    }
+    row["runs"] = vals;
+    cmp.push_back(row);
+  }
+  j["comparison"] = cmp;
+  json gates = json::array();
+  for (const auto& g : m.gates)
+    gates.push_back({{"metric", g.metric},
+                     {"run", g.run},
+                     {"rule", g.rule},
+                     {"unit", g.unit},
+                     {"baseline", g.baseline},
+                     {"value", g.value},
+                     {"limit", g.limit},
+                     {"limit_text", g.limit_text},
+                     {"verdict", g.pass ? "pass" : "fail"},
+                     {"reason", g.reason}});
+  j["gates"] = gates;
+  json charts = json::array();
+  for (const auto& c : m.charts)
+    charts.push_back({{"id", c.id}, {"section", c.section}, {"title", c.title}, {"points", c.points}, {"series", c.series}});
+  j["charts"] = charts;
+  j["build_seconds"] = m.seconds;
+  return j;
+}
+
+}  // namespace cairn::report

@@ -1,0 +1,361 @@
+// Reads a run directory for cairn-report, tolerating absent stages, torn files and corrupt lines.
+#include "rundata.h"
+
+#include "fastjson.h"
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "cairn/config.h"
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/log.h"
+
+namespace cairn::report {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kMaxProblemsKept = 40;
+
+bool is_file(const std::string& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+bool is_dir(const std::string& p) {
+  std::error_code ec;
+  return fs::is_directory(p, ec);
+}
+
+// Reads a file into `out`; on failure records a problem and returns false.
+bool slurp(const std::string& path, std::string& out, RunData& run) {
+  try {
+    out = read_file(path);
+    return true;
+  } catch (const std::exception& e) {
+    run.problem(e.what());
+    return false;
+  }
+}
+
+// Parses a JSON file; null (and a recorded problem) when unreadable or invalid.
+json read_json(const std::string& path, RunData& run) {
+  std::string text;
+  if (!slurp(path, text, run)) return nullptr;
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    run.problem(path + ": invalid JSON (" + e.what() + ")");
+    return nullptr;
+  }
+}
+
+json read_toml(const std::string& path, RunData& run) {
+  try {
+    return read_toml_file_as_json(path);
+  } catch (const std::exception& e) {
+    run.problem(path + ": " + e.what());
+    return nullptr;
+  }
+}
+
+void truncate_train_from(TrainSeries& t, size_t n) {
+  for (auto* col : {&t.step, &t.tokens, &t.loss, &t.lr, &t.grad_norm, &t.tokens_per_s, &t.mfu, &t.tflops,
+                    &t.wall_time, &t.skipped, &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward,
+                    &t.t_comm, &t.t_optimizer, &t.t_total})
+    if (col->size() > n) col->resize(n);
+}
+
+// Short description of a JSON parse failure: nlohmann's message without its "[json.exception...]" prefix.
+std::string parse_error_text(std::string_view line) {
+  try {
+    json ignored = json::parse(line);
+    (void)ignored;
+  } catch (const json::parse_error& e) {
+    std::string w = e.what();
+    auto p = w.find("] ");
+    return p == std::string::npos ? w : w.substr(p + 2);
+  }
+  return "invalid JSON";
+}
+
+std::string basename_of(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  std::string b = fs::path(dir).filename().string();
+  return b.empty() || b == "." ? fs::absolute(dir).lexically_normal().filename().string() : b;
+}
+
+void read_data_stage(RunData& run) {
+  // [data] path of the run's config when it points elsewhere, else <run>/data (or <run>/reshard).
+  std::vector<std::string> candidates;
+  if (run.config.is_object() && run.config.contains("data") && run.config["data"].is_object()) {
+    const json& d = run.config["data"];
+    if (d.contains("path") && d["path"].is_string() && !d["path"].get<std::string>().empty()) {
+      std::string p = d["path"].get<std::string>();
+      candidates.push_back(p);
+      if (!fs::path(p).is_absolute()) candidates.push_back(join_path(run.dir, p));
+    }
+  }
+  candidates.push_back(join_path(run.dir, "data"));
+  candidates.push_back(join_path(run.dir, "reshard"));
+  for (const auto& c : candidates) {
+    if (is_file(join_path(c, "index.json")) || is_file(join_path(c, "stats.json"))) {
+      run.data_dir = c;
+      break;
+    }
+  }
+  if (run.data_dir.empty()) {
+    if (is_dir(join_path(run.dir, "data"))) {
+      run.present.push_back("data");
+      run.missing.push_back("data/index.json and data/stats.json");
+    }
+    return;
+  }
+  run.present.push_back("data");
+  std::string idx = join_path(run.data_dir, "index.json"), st = join_path(run.data_dir, "stats.json");
+  if (is_file(idx)) run.data_index = read_json(idx, run);
+  else run.missing.push_back(idx);
+  if (is_file(st)) run.data_stats = read_json(st, run);
+  else run.missing.push_back(st);
+}
+
+}  // namespace
+
+bool RunData::has(const std::string& stage) const {
+  return std::find(present.begin(), present.end(), stage) != present.end();
+}
+
+void RunData::problem(const std::string& text) {
+  ++problem_count;
+  if (problems.size() < kMaxProblemsKept) problems.push_back(text);
+}
+
+double num_or_nan(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return kNaN;
+  if (it->is_number()) return it->get<double>();
+  if (it->is_boolean()) return it->get<bool>() ? 1.0 : 0.0;
+  return kNaN;
+}
+
+void parse_metrics_jsonl(const std::string& text, const std::string& path, RunData& run) {
+  TrainSeries& t = run.train;
+  ValSeries& v = run.val;
+  size_t line_no = 0, pos = 0;
+  const size_t n = text.size();
+  // Reserve by a guess of the line count so 10^5-line files do not reallocate much.
+  size_t guess = static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
+  for (auto* col : {&t.step, &t.tokens, &t.loss, &t.lr, &t.grad_norm, &t.tokens_per_s, &t.mfu, &t.tflops,
+                    &t.wall_time, &t.skipped, &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward,
+                    &t.t_comm, &t.t_optimizer, &t.t_total})
+    col->reserve(guess);
+  while (pos < n) {
+    size_t end = text.find('\n', pos);
+    bool last_unterminated = end == std::string::npos;
+    if (last_unterminated) end = n;
+    std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+    if (line.empty()) continue;
+    MetricRecord rec;
+    ScanResult sr = scan_metric_record(line, rec);
+    if (sr != ScanResult::Ok) {
+      std::string why = sr == ScanResult::Invalid ? parse_error_text(line) : "not a JSON object";
+      if (last_unterminated) why += " (torn last line: the writer was probably killed)";
+      run.problem(path + ":" + std::to_string(line_no) + ": " + why);
+      continue;
+    }
+    std::string_view kind;
+    std::string kind_storage;
+    if (rec.has_kind && rec.kind_escaped) {
+      // Rare: an escaped "kind" string; let the full parser decode it.
+      json full = json::parse(line, nullptr, false);
+      if (full.is_object() && full.contains("kind") && full["kind"].is_string()) kind_storage = full["kind"].get<std::string>();
+      kind = kind_storage;
+    } else if (rec.has_kind) {
+      kind = rec.kind;
+    } else if (!std::isnan(rec.values[kFieldValLoss])) {
+      kind = "val";
+    } else if (!std::isnan(rec.values[kFieldLoss])) {
+      kind = "train";
+    }
+    const double* f = rec.values;
+    double step = f[kFieldStep];
+    if (kind == "train") {
+      if (!std::isfinite(step)) {
+        run.problem(path + ":" + std::to_string(line_no) + ": train record without a numeric \"step\"");
+        continue;
+      }
+      if (!t.step.empty() && step <= t.step.back()) {
+        // A requeued run resumed from a checkpoint: its lines supersede the earlier ones from `step` on.
+        size_t keep = static_cast<size_t>(std::lower_bound(t.step.begin(), t.step.end(), step) - t.step.begin());
+        truncate_train_from(t, keep);
+        run.restarts.push_back(step);
+      }
+      t.step.push_back(step);
+      t.tokens.push_back(f[kFieldTokens]);
+      t.loss.push_back(f[kFieldLoss]);
+      t.lr.push_back(f[kFieldLr]);
+      t.grad_norm.push_back(f[kFieldGradNorm]);
+      t.tokens_per_s.push_back(f[kFieldTokensPerS]);
+      t.mfu.push_back(f[kFieldMfu]);
+      t.tflops.push_back(f[kFieldTflops]);
+      t.wall_time.push_back(f[kFieldWallTime]);
+      t.skipped.push_back(f[kFieldSkipped]);
+      t.skipped_total.push_back(f[kFieldSkippedTotal]);
+      t.t_data.push_back(f[kFieldTimeData]);
+      t.t_forward.push_back(f[kFieldTimeForward]);
+      t.t_backward.push_back(f[kFieldTimeBackward]);
+      t.t_comm.push_back(f[kFieldTimeComm]);
+      t.t_optimizer.push_back(f[kFieldTimeOptimizer]);
+      t.t_total.push_back(f[kFieldTimeTotal]);
+    } else if (kind == "val") {
+      double vl = f[kFieldValLoss];
+      if (!std::isfinite(step) || std::isnan(vl)) {
+        run.problem(path + ":" + std::to_string(line_no) + ": val record without numeric \"step\" and \"val_loss\"");
+        continue;
+      }
+      if (!v.step.empty() && step <= v.step.back()) {
+        size_t keep = static_cast<size_t>(std::lower_bound(v.step.begin(), v.step.end(), step) - v.step.begin());
+        v.step.resize(keep);
+        v.tokens.resize(keep);
+        v.val_loss.resize(keep);
+      }
+      v.step.push_back(step);
+      v.tokens.push_back(f[kFieldTokens]);
+      v.val_loss.push_back(vl);
+    }
+    // Other kinds (events, notes) are not charted.
+  }
+}
+
+void parse_eval_jsonl(const std::string& text, const std::string& path, RunData& run) {
+  size_t line_no = 0, pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    bool last_unterminated = end == std::string::npos;
+    if (last_unterminated) end = text.size();
+    std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    if (line.empty()) continue;
+    json rec = json::parse(line, nullptr, false);
+    if (rec.is_discarded() || !rec.is_object()) {
+      std::string why = rec.is_discarded() ? parse_error_text(line) : "not a JSON object";
+      if (last_unterminated) why += " (torn last line)";
+      run.problem(path + ":" + std::to_string(line_no) + ": " + why);
+      continue;
+    }
+    EvalRecord r;
+    r.step = num_or_nan(rec, "step");
+    r.tokens = num_or_nan(rec, "tokens");
+    r.value = num_or_nan(rec, "value");
+    r.stderr_value = num_or_nan(rec, "stderr");
+    auto str = [&](const char* k) {
+      auto it = rec.find(k);
+      return it != rec.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    r.checkpoint = str("checkpoint");
+    r.task = str("task");
+    r.metric = str("metric");
+    if (r.task.empty() || r.metric.empty() || std::isnan(r.value)) {
+      run.problem(path + ":" + std::to_string(line_no) + ": eval record needs \"task\", \"metric\" and a numeric \"value\"");
+      continue;
+    }
+    run.eval.push_back(std::move(r));
+  }
+}
+
+RunData read_run(const std::string& dir) {
+  if (!is_dir(dir)) {
+    std::error_code ec;
+    if (fs::exists(dir, ec)) throw UsageError(file_message("run directory", dir, "not a directory"));
+    throw UsageError(file_message("cannot open run directory", dir, "No such file or directory"));
+  }
+  RunData run;
+  run.dir = dir;
+  std::string cfg = join_path(dir, "config.toml");
+  if (is_file(cfg)) run.config = read_toml(cfg, run);
+  run.name = basename_of(dir);
+  if (run.config.is_object() && run.config.contains("run") && run.config["run"].is_object()) {
+    const json& r = run.config["run"];
+    if (r.contains("name") && r["name"].is_string() && !r["name"].get<std::string>().empty())
+      run.name = r["name"].get<std::string>();
+  }
+
+  // sweep/
+  std::string sweep_dir = join_path(dir, "sweep");
+  if (is_dir(sweep_dir)) {
+    run.present.push_back("sweep");
+    std::string sj = join_path(sweep_dir, "sweep.json"), ft = join_path(sweep_dir, "fabric.toml");
+    if (is_file(sj)) run.sweep = read_json(sj, run);
+    else run.missing.push_back(sj);
+    if (is_file(ft)) run.fabric = read_toml(ft, run);
+    else run.missing.push_back(ft);
+  }
+  // plan/
+  std::string plan_dir = join_path(dir, "plan");
+  if (is_dir(plan_dir)) {
+    run.present.push_back("plan");
+    std::string pj = join_path(plan_dir, "plans.json");
+    if (is_file(pj)) run.plans = read_json(pj, run);
+    else run.missing.push_back(pj);
+  }
+  read_data_stage(run);
+  // train/
+  std::string train_dir = join_path(dir, "train");
+  if (is_dir(train_dir)) {
+    run.present.push_back("train");
+    std::string mj = join_path(train_dir, "metrics.jsonl");
+    std::string text;
+    if (!is_file(mj)) run.missing.push_back(mj);
+    else if (slurp(mj, text, run)) {
+      parse_metrics_jsonl(text, mj, run);
+      if (run.train.size() == 0 && run.val.size() == 0) run.missing.push_back(mj + " (no train or val records)");
+    }
+    run.train_finished = is_file(join_path(train_dir, "FINISHED"));
+  }
+  // eval/
+  std::string eval_dir = join_path(dir, "eval");
+  if (is_dir(eval_dir)) {
+    run.present.push_back("eval");
+    std::string rj = join_path(eval_dir, "results.jsonl");
+    std::string text;
+    if (!is_file(rj)) run.missing.push_back(rj);
+    else if (slurp(rj, text, run)) {
+      parse_eval_jsonl(text, rj, run);
+      if (run.eval.empty()) run.missing.push_back(rj + " (no records)");
+    }
+  }
+  return run;
+}
+
+std::vector<RunData> read_runs(const std::vector<std::string>& dirs, int threads) {
+  std::vector<RunData> runs(dirs.size());
+  std::vector<std::exception_ptr> errors(dirs.size());
+  size_t nthreads = threads > 0 ? static_cast<size_t>(threads)
+                                : std::max<size_t>(1, std::min<size_t>(dirs.size(), std::thread::hardware_concurrency()));
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < dirs.size(); i = next++) {
+      try {
+        runs[i] = read_run(dirs[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < nthreads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return runs;
+}
+
+}  // namespace cairn::report

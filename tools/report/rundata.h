@@ -1,0 +1,79 @@
+// Tolerant readers of one run directory's outputs (train, eval, sweep, plan, data) for cairn-report.
+#pragma once
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace cairn::report {
+
+using json = nlohmann::json;
+inline constexpr double kNaN = std::nan("");
+
+// Training records from train/metrics.jsonl, one entry per logged step (columns; NaN = absent).
+struct TrainSeries {
+  std::vector<double> step, tokens, loss, lr, grad_norm, tokens_per_s, mfu, tflops, wall_time;
+  std::vector<double> skipped;                                  // per record: skipped this step (0/1)
+  std::vector<double> skipped_total;                            // running count as logged
+  std::vector<double> t_data, t_forward, t_backward, t_comm, t_optimizer, t_total;  // time_s.*
+  size_t size() const { return step.size(); }
+};
+
+struct ValSeries {
+  std::vector<double> step, tokens, val_loss;
+  size_t size() const { return step.size(); }
+};
+
+struct EvalRecord {
+  double step = kNaN, tokens = kNaN;
+  std::string checkpoint, task, metric;
+  double value = kNaN, stderr_value = kNaN;
+};
+
+// Everything cairn-report knows about one run directory. Pieces that are absent are listed in
+// `missing` (the report renders the rest); unreadable records go to `problems` as "file:line: why".
+struct RunData {
+  std::string dir;
+  std::string name;
+  bool is_baseline = false;
+  std::vector<std::string> present;   // stages found: "sweep", "plan", "data", "train", "eval"
+  std::vector<std::string> missing;   // e.g. "train/metrics.jsonl"
+  std::vector<std::string> problems;  // e.g. "runs/a/train/metrics.jsonl:17: invalid JSON (...)"
+  size_t problem_count = 0;           // problems beyond those kept are counted here
+
+  TrainSeries train;
+  ValSeries val;
+  bool train_finished = false;
+  std::vector<double> restarts;       // steps at which a requeued run restarted (earlier lines superseded)
+
+  std::vector<EvalRecord> eval;
+
+  json sweep;       // sweep/sweep.json, or null
+  json fabric;      // sweep/fabric.toml as JSON, or null
+  json plans;       // plan/plans.json, or null
+  json data_stats;  // data/stats.json, or null
+  json data_index;  // data/index.json, or null
+  std::string data_dir;
+  json config;      // <run>/config.toml as JSON, or null
+
+  bool has(const std::string& stage) const;
+  void problem(const std::string& text);
+};
+
+// Reads whatever `dir` holds. Throws UsageError if `dir` is not a directory; everything else
+// (missing files, corrupt lines, bad JSON) is recorded in the RunData and never throws.
+RunData read_run(const std::string& dir);
+
+// Reads several runs in parallel (threads), in order.
+std::vector<RunData> read_runs(const std::vector<std::string>& dirs, int threads = 0);
+
+// Parses metrics.jsonl text (exposed for tests and benchmarks); `path` names it in problems.
+void parse_metrics_jsonl(const std::string& text, const std::string& path, RunData& run);
+// Parses eval/results.jsonl text.
+void parse_eval_jsonl(const std::string& text, const std::string& path, RunData& run);
+
+// Number at `key` of a JSON object, NaN when absent/null/not a number (bools count as 0/1).
+double num_or_nan(const json& obj, const char* key);
+
+}  // namespace cairn::report
