@@ -1,0 +1,119 @@
+#!/bin/bash
+# cairn-eval end to end: a real fortunes dataset, a tiny cairn-train run, then evaluation checked against
+# the trainer's own validation loss (1e-5), across 1/2/4 MPI ranks (identical), restart-safe reruns,
+# output files (jsonl, h5, lm-eval JSON), and bad inputs (exit 2 with clear messages).
+source "$(dirname "$0")/lib.sh"
+cd "$WORK"
+make_dataset "$WORK/data"
+write_train_config train.toml "$WORK/run" 20 10
+"$BIN/cairn-train" --config train.toml --log-level warn
+
+# [eval.task.val32]: cairn-train's validation windows (val_batches 4 x micro 8 = the first 32).
+$PY "$SRC/tests/eval/make_fortune_mc.py" --out mc.jsonl -n 40
+cat > eval.toml <<TOML
+[run]
+dir = "$WORK/run"
+[eval]
+tasks = ["val32", "train_val", "docs", "mc"]
+batch_size = 5
+threads = 1
+[eval.task.val32]
+kind = "perplexity"
+max_windows = 32
+[eval.task.docs]
+kind = "perplexity"
+mode = "documents"
+limit = 30
+[eval.task.mc]
+kind = "multiple_choice"
+path = "$WORK/mc.jsonl"
+TOML
+"$BIN/cairn-eval" --config eval.toml > summary1.txt
+grep -q "| val32" summary1.txt || fail "no summary table"
+grep -q "acc_norm" summary1.txt || fail "no acc_norm in the summary"
+
+$PY - "$WORK/run" <<'PY'
+import json, sys, h5py, math
+run = sys.argv[1]
+val = {j["step"]: j["val_loss"] for j in map(json.loads, open(f"{run}/train/metrics.jsonl")) if j["kind"] == "val"}
+rows = [json.loads(l) for l in open(f"{run}/eval/results.jsonl")]
+got = {r["step"]: r["value"] for r in rows if r["task"] == "val32" and r["metric"] == "loss"}
+assert sorted(got) == [10, 20], got
+tv = {r["step"]: r["value"] for r in rows if r["task"] == "train_val" and r["metric"] == "loss"}
+for s in got:
+    assert abs(got[s] - val[s]) <= 1e-5, (s, got[s], val[s])
+    assert abs(tv[s] - val[s]) <= 1e-5, (s, tv[s], val[s])
+    print(f"step {s}: eval loss {got[s]:.7f} (train_val {tv[s]:.7f}) train val_loss {val[s]:.7f}")
+h = h5py.File(f"{run}/eval/results.h5")
+assert len(h["results/value"]) == len(rows), "h5 rows != jsonl rows"
+assert "git_sha" in h.attrs and "command_line" in h.attrs
+metrics = {r["metric"] for r in rows}
+for m in ["loss", "perplexity", "accuracy", "bits_per_byte", "byte_perplexity", "word_perplexity", "acc", "acc_norm",
+          "eval_tokens_per_s", "eval_examples_per_s"]:
+    assert m in metrics, m
+for r in rows:
+    if r["metric"] == "perplexity":
+        loss = [x for x in rows if x["step"] == r["step"] and x["task"] == r["task"] and x["metric"] == "loss"][0]
+        assert abs(math.log(r["value"]) - loss["value"]) < 1e-9
+lm = json.load(open(f"{run}/eval/lm_eval/step_00000020.json"))
+for k in ["results", "configs", "versions", "n-samples", "config", "n-shot", "higher_is_better"]:
+    assert k in lm, k
+mc = lm["results"]["mc"]
+assert 0 <= mc["acc,none"] <= 1 and mc["acc_stderr,none"] > 0 and "acc_norm_stderr,none" in mc
+assert lm["n-samples"]["mc"]["effective"] == 40
+assert lm["results"]["docs"]["word_perplexity,none"] > 1
+PY
+
+# 2 and 4 ranks: identical values (bitwise, as printed by JSON) to 1 rank.
+for np in 2 4; do
+  mpirun -np $np --oversubscribe "$BIN/cairn-eval" --config eval.toml --out "$WORK/run$np" \
+    "$WORK/run/train/ckpt" --log-level warn > /dev/null
+done
+$PY - "$WORK" <<'PY'
+import json, sys
+w = sys.argv[1]
+def vals(d):
+    return {(r["step"], r["task"], r["metric"]): r["value"] for r in map(json.loads, open(f"{d}/eval/results.jsonl"))
+            if not r["metric"].startswith("eval_")}
+a = vals(f"{w}/run")
+for np in (2, 4):
+    b = vals(f"{w}/run{np}")
+    assert a.keys() == b.keys(), np
+    diff = [k for k in a if a[k] != b[k]]
+    assert not diff, (np, diff[:3], [(a[k], b[k]) for k in diff[:3]])
+print("1/2/4 ranks identical over", len(a), "values")
+PY
+
+# Restart-safe: a rerun finds everything in results.jsonl and evaluates nothing.
+n1=$(wc -l < run/eval/results.jsonl)
+"$BIN/cairn-eval" --config eval.toml 2> rerun.err > /dev/null
+grep -q "already evaluated" rerun.err || fail "rerun did not skip evaluated checkpoints"
+[ "$(wc -l < run/eval/results.jsonl)" = "$n1" ] || fail "rerun changed results.jsonl"
+
+# Bad inputs: exit 2 with clear messages.
+CK="$WORK/run/train/ckpt/step_00000020"
+expect_exit 2 "another model shape" "$BIN/cairn-eval" --config eval.toml --out bad1 "$CK" --set model.layers=3
+expect_exit 2 "index.json" "$BIN/cairn-eval" --config eval.toml --out bad2 --data "$WORK/nonexistent" "$CK"
+cp -r "$WORK/data" data_notok
+$PY - data_notok/index.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["tokenizer"] = {"type": "gpt2", "files": {"vocab": "tokenizer/encoder.json", "merges": "tokenizer/vocab.bpe"}}
+json.dump(d, open(sys.argv[1], "w"))
+PY
+expect_exit 2 "cannot load the tokenizer" "$BIN/cairn-eval" --config eval.toml --out bad3 --data "$WORK/data_notok" "$CK"
+head -2 mc.jsonl > broken.jsonl
+echo '{"context": "x", "choices": ["a", "b"], "label": 5}' >> broken.jsonl
+echo '{"context": "unterminated' >> broken.jsonl
+sed -n 3,4p mc.jsonl >> broken.jsonl
+expect_exit 2 "broken.jsonl:3: label 5 is out of range" "$BIN/cairn-eval" --config eval.toml --out bad4 \
+  "$CK" --tasks mc --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'/broken.jsonl"}'
+"$BIN/cairn-eval" --config eval.toml --out skip "$CK" --tasks mc --skip-bad \
+  --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'/broken.jsonl"}' > skip.txt 2> skip.err || fail "--skip-bad failed"
+$PY -c "import json,sys; d=json.load(open('skip/eval/lm_eval/step_00000020.json')); n=d['n-samples']['mc']; assert n=={'original':6,'effective':4}, n"
+: > empty.jsonl
+expect_exit 2 "empty task" "$BIN/cairn-eval" --config eval.toml --out bad5 \
+  "$CK" --tasks mc --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'/empty.jsonl"}'
+expect_exit 2 "unknown task" "$BIN/cairn-eval" --config eval.toml --out bad6 "$CK" --tasks nosuch
+expect_exit 2 "No such file" "$BIN/cairn-eval" --config eval.toml --out bad7 "$WORK/run/train/ckpt/step_00000099"
+echo "eval_cli: OK"

@@ -1,0 +1,454 @@
+// cairn-eval's driver: resolve checkpoints (one, a root, or --watch a training run), load each into a
+// forward-only model, run the tasks, and append to the results record (restart-safe).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <toml++/toml.h>
+
+#include "cairn/checkpoint.h"
+#include "cairn/cli.h"
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/kernels/backend.h"
+#include "cairn/log.h"
+#include "cairn/mpi.h"
+#include "eval.h"
+
+namespace fs = std::filesystem;
+
+namespace cairn::eval {
+
+using nlohmann::json;
+
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A checkpoint to evaluate: its directory (or model.h5 path) and step.
+struct Target {
+  int64_t step = -1;
+  std::string path;
+};
+
+// Settings of the training run that wrote a checkpoint (from model.h5's config_toml).
+struct RunSettings {
+  double val_fraction = -1;
+  std::string data_path, run_dir;
+  int64_t val_rows = 0;  // windows one validation pass of the trainer scores (0 = unknown)
+};
+
+RunSettings parse_run_settings(const std::string& config_toml, const json& train_state) {
+  RunSettings rs;
+  if (config_toml.empty()) return rs;
+  try {
+    toml::table t = toml::parse(config_toml);
+    if (auto v = t["data"]["val_fraction"].value<double>()) rs.val_fraction = *v;
+    if (auto v = t["data"]["path"].value<std::string>()) rs.data_path = *v;
+    if (auto v = t["run"]["dir"].value<std::string>()) rs.run_dir = *v;
+    // cairn-train's validation pass: val_batches micro-batches per rank (micro as the trainer picks it).
+    int64_t world = train_state.value("world_size", int64_t{0});
+    int64_t vb = t["train"]["val_batches"].value<int64_t>().value_or(0);
+    int64_t mb = t["train"]["micro_batch"].value<int64_t>().value_or(0);
+    if (mb <= 0) mb = t["parallel"]["mb"].value<int64_t>().value_or(0);
+    if (mb <= 0 && world > 0) mb = t["train"]["global_batch"].value<int64_t>().value_or(0) / world;
+    if (world > 0 && vb > 0 && mb > 0) rs.val_rows = vb * world * mb;
+  } catch (const std::exception& e) {
+    CAIRN_LOG_WARN("cannot parse the training config stored in the checkpoint: %s", e.what());
+  }
+  return rs;
+}
+
+// Refuses a checkpoint whose model differs from a [model] key the user set explicitly.
+void check_model_keys(const Config& cfg, const gpt::GptConfig& mc, const std::string& where) {
+  struct K {
+    const char* key;
+    int64_t actual;
+    int64_t alt;
+  } keys[] = {{"model.layers", mc.layers, mc.layers}, {"model.hidden", mc.hidden, mc.hidden},
+              {"model.heads", mc.heads, mc.heads},    {"model.seq_len", mc.seq_len, mc.seq_len},
+              {"model.vocab", mc.vocab, mc.vocab_real}};
+  for (const auto& k : keys) {
+    if (cfg.origin(k.key).kind == Origin::Default) continue;
+    int64_t want = cfg.get_int(k.key);
+    if (std::string(k.key) == "model.vocab" && want == 0) continue;
+    if (want != k.actual && want != k.alt) {
+      throw UsageError(strprintf("checkpoint \"%s\" has %s = %lld but the config sets %s = %lld (%s): a checkpoint of "
+                                 "another model shape",
+                                 where.c_str(), k.key, static_cast<long long>(k.actual), k.key,
+                                 static_cast<long long>(want), cfg.origin(k.key).describe().c_str()));
+    }
+  }
+}
+
+bool same_shape(const gpt::GptConfig& a, const gpt::GptConfig& b) {
+  return a.layers == b.layers && a.hidden == b.hidden && a.heads == b.heads && a.seq_len == b.seq_len &&
+         a.vocab == b.vocab && a.vocab_real == b.vocab_real;
+}
+
+// Resolves a positional input / [eval] checkpoint into checkpoints: a model.h5, a step_* directory,
+// a checkpoint root, or a train directory holding ckpt/.
+std::vector<Target> resolve_input(const std::string& input, bool verify) {
+  if (!path_exists(input)) throw UsageError(file_message("cannot open checkpoint", input, "No such file or directory"));
+  if (fs::is_regular_file(input)) {
+    checkpoint::ModelMeta meta;
+    try {
+      meta = checkpoint::read_model_meta(input);
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+    return {{meta.step, input}};
+  }
+  if (path_exists(join_path(input, "model.h5"))) {
+    std::string problem = checkpoint::check_dir(input, verify);
+    if (!problem.empty()) throw UsageError(file_message("incomplete checkpoint", input, problem));
+    int64_t step = checkpoint::parse_step_dir(fs::path(input).lexically_normal().filename().string());
+    if (step < 0) step = checkpoint::read_model_meta(input).step;
+    return {{step, input}};
+  }
+  std::string root = fs::is_directory(join_path(input, "ckpt")) ? join_path(input, "ckpt") : input;
+  std::vector<Target> out;
+  for (const auto& e : checkpoint::list(root, verify)) {
+    if (e.complete) out.push_back({e.step, e.dir});
+    else CAIRN_LOG_WARN("skipping incomplete checkpoint \"%s\": %s", e.dir.c_str(), e.problem.c_str());
+  }
+  if (out.empty()) throw UsageError(file_message("no complete checkpoint in", root, "nothing to evaluate"));
+  return out;
+}
+
+class Evaluator {
+ public:
+  Evaluator(const Config& cfg) : cfg_(cfg) {
+    run_dir_ = run_dir(cfg);
+    out_dir_ = join_path(run_dir_, "eval");
+    std::string bname = cfg.get_string("eval.backend");
+    backend_ = kernels::find_backend(bname.c_str());
+    if (!backend_)
+      throw UsageError(strprintf("[eval] backend = \"%s\" is not available in this build (available: %s)", bname.c_str(),
+                                 kernels::backend_names()));
+    int threads = static_cast<int>(cfg.get_int("eval.threads"));
+    if (threads > 0) omp_set_num_threads(threads);
+    batch_size_ = static_cast<int>(cfg.get_int("eval.batch_size"));
+    verify_ = cfg.get_bool("eval.verify_checkpoints");
+    reevaluate_ = cfg.get_bool("eval.reevaluate");
+    bool ok = true;
+    std::string msg;
+    if (mpi::rank() == 0) {
+      try {
+        ensure_dir(out_dir_);
+        check_writable_dir(out_dir_);
+        if (cfg.get_bool("eval.log_samples")) ensure_dir(join_path(out_dir_, "samples"));
+        ensure_dir(join_path(out_dir_, "lm_eval"));
+        rows_ = read_results(join_path(out_dir_, "results.jsonl"));
+      } catch (const Error& e) {
+        ok = false;
+        msg = e.what();
+      }
+    }
+    mpi::agree_or_throw(ok, msg, kExitUsage);
+    task_names_ = cfg.get_strings("eval.tasks");
+    if (task_names_.empty()) throw UsageError("[eval] tasks is empty: nothing to evaluate");
+    // Unknown task names are config errors: report them before waiting for or loading checkpoints.
+    json tables = cfg.section("eval.task");
+    for (const auto& t : task_names_)
+      if (t != "val" && t != "train_val" && !(tables.is_object() && tables.contains(t)))
+        throw UsageError("[eval] tasks: unknown task \"" + t + "\" (define [eval.task." + t + "]; built in: val, train_val)");
+    check_task_tables(cfg);
+  }
+
+  // True when every configured task already has rows for this step.
+  bool done(int64_t step) const {
+    if (reevaluate_) return false;
+    for (const auto& t : task_names_) {
+      bool found = false;
+      for (const auto& r : rows_)
+        if (r.step == step && r.task == t) {
+          found = true;
+          break;
+        }
+      if (!found) return false;
+    }
+    return true;
+  }
+
+  // Rank 0 filters targets already in the results; every rank gets the same list.
+  std::vector<Target> pending(const std::vector<Target>& all, int* skipped) {
+    std::vector<Target> out;
+    json list = json::array();
+    if (mpi::rank() == 0) {
+      for (const auto& t : all) {
+        if (done(t.step) || evaluated_.count(t.step)) {
+          if (!evaluated_.count(t.step)) ++*skipped;
+          evaluated_.insert(t.step);
+          continue;
+        }
+        list.push_back({t.step, t.path});
+      }
+    }
+    list = json::parse(mpi::broadcast_string(list.dump()));
+    for (const auto& x : list) out.push_back({x[0].get<int64_t>(), x[1].get<std::string>()});
+    return out;
+  }
+
+  // Evaluates one checkpoint on every task; false if it vanished meanwhile (pruned by the trainer).
+  bool evaluate(const Target& target, EvalSummary& summary) {
+    auto t0 = std::chrono::steady_clock::now();
+    checkpoint::ModelMeta meta;
+    bool ok = true;
+    std::string msg;
+    int code = kExitUsage;
+    try {
+      meta = checkpoint::read_model_meta(target.path);
+      gpt::validate(meta.config);
+      check_model_keys(cfg_, meta.config, target.path);
+      if (!model_ || !same_shape(model_cfg_, meta.config)) {
+        tasks_.clear();
+        model_.reset();
+        model_ = std::make_unique<gpt::Model>(meta.config, *backend_, /*training=*/false);
+        model_cfg_ = meta.config;
+      }
+      load_weights(target.path);
+    } catch (const Error& e) {
+      ok = false;
+      msg = e.what();
+      code = e.code() == kExitRuntime ? kExitUsage : e.code();  // unreadable/mismatched checkpoint: input error
+    } catch (const std::exception& e) {
+      ok = false;
+      msg = file_message("cannot load checkpoint", target.path, e.what());
+    }
+    if (mpi::allreduce(ok ? 0 : 1, MPI_MAX) != 0) {
+      bool gone = mpi::broadcast_value(static_cast<int>(!path_exists(target.path))) != 0;
+      if (gone) {
+        CAIRN_LOG_WARN("checkpoint \"%s\" disappeared while being read (pruned by the trainer?); skipped",
+                       target.path.c_str());
+        model_.reset();
+        tasks_.clear();
+        return false;
+      }
+      mpi::agree_or_throw(ok, msg, code);
+    }
+    if (tasks_.empty()) {
+      RunSettings rs = parse_run_settings(meta.config_toml, meta.train_state);
+      TaskContext ctx;
+      ctx.cfg = &cfg_;
+      ctx.default_data = cfg_.get_string("data.path");
+      if (ctx.default_data.empty()) ctx.default_data = rs.data_path;
+      if (ctx.default_data.empty()) {
+        // The training run's own <run>/data: beside the checkpoint (<run>/train/ckpt/step_N), or under
+        // its recorded run dir, or under this run dir.
+        fs::path ck = fs::absolute(target.path).lexically_normal();
+        if (ck.filename() == "model.h5") ck = ck.parent_path();
+        std::vector<std::string> candidates = {(ck.parent_path().parent_path().parent_path() / "data").string()};
+        if (!rs.run_dir.empty()) candidates.push_back(join_path(rs.run_dir, "data"));
+        candidates.push_back(join_path(run_dir_, "data"));
+        ctx.default_data = candidates.back();
+        for (const auto& c : candidates)
+          if (path_exists(join_path(c, "index.json"))) {
+            ctx.default_data = c;
+            break;
+          }
+      }
+      // The validation split is the one of the run that wrote the checkpoint unless set here.
+      ctx.val_fraction = cfg_.origin("data.val_fraction").kind != Origin::Default || rs.val_fraction < 0
+                             ? cfg_.get_float("data.val_fraction")
+                             : rs.val_fraction;
+      ctx.train_val_rows = rs.val_rows;
+      ctx.context = static_cast<int>(cfg_.get_int("eval.context"));
+      ctx.batch_size = batch_size_;
+      ctx.limit = cfg_.get_int("eval.limit");
+      ctx.skip_bad = cfg_.get_bool("eval.skip_bad");
+      tasks_ = prepare_tasks(ctx, model_cfg_);
+    }
+    std::vector<TaskResult> results;
+    for (auto& task : tasks_) {
+      if (mpi::rank() == 0 && cfg_.get_bool("eval.log_samples"))
+        set_samples_path(*task, join_path(out_dir_, strprintf("samples/step_%08lld_%s.jsonl",
+                                                              static_cast<long long>(target.step), task->name.c_str())));
+      CAIRN_LOG_INFO("step %lld: task %s ...", static_cast<long long>(target.step), task->name.c_str());
+      results.push_back(task->evaluate(*model_));
+    }
+    double wall = unix_now();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<ResultRow> new_rows;
+    for (const auto& r : results) {
+      for (const auto& m : r.metrics)
+        new_rows.push_back({target.step, meta.tokens, target.path, r.task, m.name, m.value, m.stderr_, r.samples, wall});
+      double tps = r.seconds > 0 ? r.tokens_processed / r.seconds : 0, eps = r.seconds > 0 ? r.samples / r.seconds : 0;
+      new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_tokens_per_s", tps, std::nan(""), r.samples, wall});
+      new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_examples_per_s", eps, std::nan(""), r.samples, wall});
+    }
+    if (mpi::rank() == 0) {
+      // Replace rows of the same (step, task) (reevaluate), keep the rest, then rewrite atomically.
+      std::set<std::string> replaced;
+      for (const auto& r : results) replaced.insert(r.task);
+      std::vector<ResultRow> kept;
+      for (const auto& r : rows_)
+        if (!(r.step == target.step && replaced.count(r.task))) kept.push_back(r);
+      kept.insert(kept.end(), new_rows.begin(), new_rows.end());
+      rows_ = std::move(kept);
+      write_results_jsonl(join_path(out_dir_, "results.jsonl"), rows_);
+      write_results_h5(join_path(out_dir_, "results.h5"), rows_);
+      std::string lm_path = join_path(out_dir_, strprintf("lm_eval/step_%08lld.json", static_cast<long long>(target.step)));
+      json lm = lm_eval_json(target.step, meta.tokens, target.path, results, cfg_, model_cfg_, batch_size_);
+      if (path_exists(lm_path)) {
+        // Keep tasks evaluated for this step by an earlier run.
+        try {
+          json old = json::parse(read_file(lm_path));
+          for (const char* key : {"results", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "group_subtasks"})
+            if (old.contains(key) && old[key].is_object())
+              for (auto it = old[key].begin(); it != old[key].end(); ++it)
+                if (!lm[key].contains(it.key())) lm[key][it.key()] = it.value();
+        } catch (const std::exception&) {
+        }
+      }
+      atomic_write(lm_path, lm.dump(2) + "\n");
+      std::fputs(summary_table(target.step, meta.tokens, target.path, results).c_str(), stdout);
+      std::fflush(stdout);
+      CAIRN_LOG_INFO("step %lld evaluated in %.2f s", static_cast<long long>(target.step), secs);
+    }
+    summary.rows.insert(summary.rows.end(), new_rows.begin(), new_rows.end());
+    ++summary.checkpoints_evaluated;
+    evaluated_.insert(target.step);
+    return true;
+  }
+
+ private:
+  void load_weights(const std::string& path) {
+    const auto& tensors = model_->tensors();
+    try {
+      if (backend_->device_memory) {
+        std::vector<float> host(model_->num_params());
+        checkpoint::read_model(path, tensors, host.data());
+        backend_->copy_to_device(model_->params(), host.data(), host.size() * sizeof(float));
+      } else {
+        checkpoint::read_model(path, tensors, model_->params());
+      }
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+  }
+
+  const Config& cfg_;
+  std::string run_dir_, out_dir_;
+  const kernels::Backend* backend_ = nullptr;
+  int batch_size_ = 8;
+  bool verify_ = true, reevaluate_ = false;
+  std::vector<std::string> task_names_;
+  std::vector<ResultRow> rows_;  // rank 0: the record
+  std::set<int64_t> evaluated_;
+  gpt::GptConfig model_cfg_;
+  std::unique_ptr<gpt::Model> model_;
+  std::vector<std::unique_ptr<Task>> tasks_;
+};
+
+// --watch: the checkpoint root and the FINISHED marker of the run being followed.
+void watch(const Config& cfg, Evaluator& ev, EvalSummary& summary) {
+  std::string dir = cfg.get_string("eval.watch");
+  // DIR is the training run's train/ directory or its checkpoint root train/ckpt.
+  fs::path norm = fs::path(dir).lexically_normal();
+  if (norm.filename().empty()) norm = norm.parent_path();
+  bool is_root = norm.filename() == "ckpt";
+  std::string root = is_root ? norm.string() : join_path(norm.string(), "ckpt");
+  std::string train_dir = is_root ? norm.parent_path().string() : norm.string();
+  std::string finished = join_path(train_dir, "FINISHED");
+  double idle_timeout = cfg.get_float("eval.idle_timeout");
+  double poll = cfg.get_float("eval.poll_interval");
+  bool verify = cfg.get_bool("eval.verify_checkpoints");
+  if (mpi::rank() == 0 && !path_exists(dir))
+    CAIRN_LOG_WARN("--watch \"%s\" does not exist yet; waiting for the training run to create it", dir.c_str());
+  CAIRN_LOG_INFO("watching \"%s\" (stop at \"%s\" or after %.0f s idle)", root.c_str(), finished.c_str(), idle_timeout);
+  auto last_activity = std::chrono::steady_clock::now();
+  for (;;) {
+    // Read the marker before scanning: a checkpoint sealed before FINISHED is then always seen.
+    int finished_seen = 0;
+    std::vector<Target> found;
+    if (mpi::rank() == 0) {
+      finished_seen = path_exists(finished) ? 1 : 0;
+      if (fs::is_directory(root)) {
+        for (const auto& e : checkpoint::list(root, false)) {
+          if (!e.complete) continue;
+          if (verify) {
+            std::string problem = checkpoint::check_dir(e.dir, true);
+            if (!problem.empty()) {
+              CAIRN_LOG_WARN("checkpoint \"%s\" failed verification: %s; skipped", e.dir.c_str(), problem.c_str());
+              continue;
+            }
+          }
+          found.push_back({e.step, e.dir});
+        }
+      }
+    }
+    finished_seen = mpi::broadcast_value(finished_seen);
+    int skipped = 0;
+    std::vector<Target> todo = ev.pending(found, &skipped);
+    summary.checkpoints_skipped += skipped;
+    if (!todo.empty()) {
+      for (const auto& t : todo) ev.evaluate(t, summary);
+      last_activity = std::chrono::steady_clock::now();
+      continue;
+    }
+    if (finished_seen) {
+      CAIRN_LOG_INFO("training run finished (%s); every checkpoint evaluated", finished.c_str());
+      return;
+    }
+    double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_activity).count();
+    if (idle_timeout > 0 && idle >= idle_timeout) {
+      CAIRN_LOG_WARN("no new checkpoint in %.0f s (idle_timeout); stopping", idle);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(poll));
+  }
+}
+
+}  // namespace
+
+EvalSummary run_eval(const Config& cfg, const EvalOptions& opts) {
+  EvalSummary summary;
+  Evaluator ev(cfg);
+  if (!cfg.get_string("eval.watch").empty()) {
+    if (!opts.checkpoints.empty())
+      throw UsageError("give either checkpoints or --watch DIR, not both");
+    watch(cfg, ev, summary);
+  } else {
+    std::vector<std::string> inputs = opts.checkpoints;
+    if (inputs.empty()) {
+      std::string c = cfg.get_string("eval.checkpoint");
+      inputs.push_back(c.empty() ? join_path(join_path(run_dir(cfg), "train"), "ckpt") : c);
+    }
+    std::vector<Target> all;
+    bool ok = true;
+    std::string msg;
+    int code = kExitUsage;
+    if (mpi::rank() == 0) {
+      try {
+        for (const auto& in : inputs) {
+          auto t = resolve_input(in, cfg.get_bool("eval.verify_checkpoints"));
+          all.insert(all.end(), t.begin(), t.end());
+        }
+      } catch (const Error& e) {
+        ok = false;
+        msg = e.what();
+        code = e.code();
+      }
+    }
+    mpi::agree_or_throw(ok, msg, code);
+    int skipped = 0;
+    std::vector<Target> todo = ev.pending(all, &skipped);
+    summary.checkpoints_skipped += skipped;
+    if (skipped && mpi::rank() == 0)
+      CAIRN_LOG_INFO("%d checkpoint(s) already evaluated (in results.jsonl); skipped (eval.reevaluate = true redoes them)",
+                     skipped);
+    for (const auto& t : todo) ev.evaluate(t, summary);
+  }
+  return summary;
+}
+
+}  // namespace cairn::eval

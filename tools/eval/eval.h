@@ -1,0 +1,170 @@
+// cairn-eval: scoring requests with a forward-only GPT over MPI ranks, tasks (perplexity, multiple
+// choice), the results record (results.jsonl/h5, lm-evaluation-harness JSON) and the --watch driver.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cairn/config.h"
+#include "cairn/gpt.h"
+
+namespace cairn::tokenizer {
+class Tokenizer;
+}
+namespace cairn::shards {
+class Dataset;
+}
+
+namespace cairn::eval {
+
+// ---------------------------------------------------------------- scoring
+
+// A set of scoring requests, materialised lazily (a rank only builds the rows it scores): request i is a
+// sequence of lengths[i] input tokens and as many targets (-1 = position not scored).
+struct RequestSet {
+  std::vector<int> lengths;
+  std::function<void(size_t i, int32_t* inputs, int32_t* targets)> fill;
+};
+
+// The outcome of one request.
+struct Score {
+  double loglik = 0;    // sum of log p(target) over the scored positions (nats)
+  int64_t tokens = 0;   // scored positions
+  int64_t correct = 0;  // scored positions where the argmax token equals the target
+};
+
+struct ScoreStats {
+  int64_t forwards = 0;        // forward passes on this rank
+  int64_t tokens_scored = 0;   // scored positions over all ranks
+  int64_t tokens_processed = 0;  // input positions (with padding) over all ranks
+  double seconds = 0;
+};
+
+// Packs requests of similar length into batches of `batch_size` rows (longest first), deals whole
+// batches to ranks round-robin, and gathers every Score to every rank in request order. A batch's
+// contents do not depend on the rank count, so the per-request values (and sums taken in request
+// order) are bitwise identical for any number of ranks.
+std::vector<Score> score_requests(gpt::Model& model, const RequestSet& requests, int batch_size,
+                                  ScoreStats* stats = nullptr);
+
+// lm-evaluation-harness's get_rolling_token_windows + make_disjoint_window: windows over n tokens
+// (prefix token before the first) such that every token is predicted once. Each window is
+// (input_begin, input_len, pred_len): input tokens are doc[input_begin, input_begin+input_len), where
+// input_begin == -1 means "prefix token, then doc[0, input_len-1)", and the last pred_len input
+// positions are scored.
+struct RollingWindow {
+  int64_t input_begin = 0;
+  int input_len = 0;
+  int pred_len = 0;
+};
+std::vector<RollingWindow> rolling_windows(int64_t n, int max_seq_len, int context_len = 1);
+
+// ---------------------------------------------------------------- tasks
+
+struct Metric {
+  std::string name;  // "acc", "acc_norm", "loss", "perplexity", "bits_per_byte", ...
+  double value = 0;
+  double stderr_ = std::numeric_limits<double>::quiet_NaN();  // NaN: not defined for this metric
+  bool higher_is_better = true;
+};
+
+struct TaskResult {
+  std::string task, kind;
+  std::vector<Metric> metrics;
+  int64_t samples = 0;      // examples (documents, windows, questions) scored
+  int64_t skipped_bad = 0;  // malformed records skipped with skip_bad
+  int64_t tokens_scored = 0, tokens_processed = 0;
+  double seconds = 0;
+  nlohmann::json config = nlohmann::json::object();  // the task's settings (lm_eval "configs")
+};
+
+// Everything a task needs besides the model.
+struct TaskContext {
+  const Config* cfg = nullptr;
+  std::string default_data;   // dataset directory when a task names none
+  double val_fraction = 0.02; // of the training run that wrote the checkpoint
+  int64_t train_val_rows = 0; // windows in one validation pass of that run (0 = unknown)
+  int context = 0;            // maximum tokens per forward row
+  int batch_size = 8;
+  int64_t limit = 0;
+  bool skip_bad = false;
+};
+
+// A prepared task: requests built once per model shape, scored per checkpoint.
+struct Task {
+  std::string name, kind;
+  nlohmann::json settings;
+  virtual ~Task() = default;
+  virtual TaskResult evaluate(gpt::Model& model) = 0;
+};
+
+// The task list of [eval] tasks (with [eval.task.<name>] tables), validated: unknown names, bad kinds,
+// missing files, malformed JSONL (with line numbers), empty tasks are UsageErrors. Tokenizers and
+// datasets are loaded here; `model_cfg` is the checkpoint's model, checked against them.
+std::vector<std::unique_ptr<Task>> prepare_tasks(const TaskContext& ctx, const gpt::GptConfig& model_cfg);
+
+// Checks task tables that need no checkpoint (kinds, JSONL files) so a --watch job fails at once.
+void check_task_tables(const Config& cfg);
+// Multiple-choice tasks with [eval] log_samples write per-example log-likelihoods here (rank 0).
+void set_samples_path(Task& task, const std::string& path);
+
+// One multiple-choice example and the harness's pair encoding (context/continuation split where the
+// trailing whitespace of the context moves into the continuation; empty context -> end-of-text).
+struct McExample {
+  std::string context;
+  std::vector<std::string> choices;
+  int label = 0;
+};
+// Parses a JSONL file; errors "path:line: why" (UsageError), or counts skipped lines with skip_bad.
+std::vector<McExample> read_mc_jsonl(const std::string& path, bool skip_bad, int64_t* skipped);
+void encode_pair(const tokenizer::Tokenizer& tok, const std::string& context, const std::string& continuation,
+                 std::vector<uint32_t>& context_enc, std::vector<uint32_t>& continuation_enc);
+// Python's len(re.split(r"\s+", text)): words for word perplexity as lm-evaluation-harness counts them.
+int64_t count_words(const std::string& text);
+// Mean's standard error as the harness computes it: sample stddev (n-1) / sqrt(n); NaN for n < 2.
+double mean_stderr(const std::vector<double>& x);
+
+// ---------------------------------------------------------------- results
+
+struct ResultRow {
+  int64_t step = 0, tokens = 0;
+  std::string checkpoint, task, metric;
+  double value = 0;
+  double stderr_ = std::numeric_limits<double>::quiet_NaN();
+  int64_t n = 0;
+  double wall_time = 0;  // unix seconds when the checkpoint's evaluation finished
+};
+
+// results.jsonl is the record: reading it tells which (step, task) pairs are done.
+std::vector<ResultRow> read_results(const std::string& jsonl_path);
+void write_results_jsonl(const std::string& path, const std::vector<ResultRow>& rows);
+void write_results_h5(const std::string& path, const std::vector<ResultRow>& rows);
+// lm-evaluation-harness results layout for one checkpoint.
+nlohmann::json lm_eval_json(int64_t step, int64_t tokens, const std::string& checkpoint,
+                            const std::vector<TaskResult>& results, const Config& cfg, const gpt::GptConfig& model,
+                            int batch_size);
+// The summary table printed on stdout.
+std::string summary_table(int64_t step, int64_t tokens, const std::string& checkpoint,
+                          const std::vector<TaskResult>& results);
+
+// ---------------------------------------------------------------- driver
+
+struct EvalOptions {
+  std::vector<std::string> checkpoints;  // positional inputs (else [eval] checkpoint)
+};
+
+struct EvalSummary {
+  int checkpoints_evaluated = 0;
+  int checkpoints_skipped = 0;  // already in results
+  std::vector<ResultRow> rows;  // rows written by this run
+};
+
+// Runs cairn-eval as configured (MPI initialised); called by main() and tests.
+EvalSummary run_eval(const Config& cfg, const EvalOptions& opts = {});
+
+}  // namespace cairn::eval

@@ -1,0 +1,628 @@
+// Evaluation tasks: perplexity over a cairn dataset (training windows or rolling windows per document)
+// and multiple choice from JSONL, with metrics defined as lm-evaluation-harness defines them.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/log.h"
+#include "cairn/mpi.h"
+#include "cairn/shards.h"
+#include "cairn/tokenizer.h"
+#include "eval.h"
+
+namespace cairn::eval {
+
+using nlohmann::json;
+
+// ---------------------------------------------------------------- helpers
+
+int64_t count_words(const std::string& text) {
+  // re.split(r"\s+", s) yields one more piece than there are whitespace runs (leading/trailing runs
+  // give empty pieces, which the harness counts too). Python's \s on str: ASCII whitespace, \x1c-\x1f,
+  // and the Unicode spaces below.
+  auto space_at = [&](size_t i, size_t* len) -> bool {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    *len = 1;
+    if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return true;
+    auto next = [&](size_t k) { return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0; };
+    if (c == 0xc2 && (next(1) == 0x85 || next(1) == 0xa0)) { *len = 2; return true; }
+    if (c == 0xe1 && next(1) == 0x9a && next(2) == 0x80) { *len = 3; return true; }  // U+1680
+    if (c == 0xe2 && next(1) == 0x80 && ((next(2) >= 0x80 && next(2) <= 0x8a) || next(2) == 0xa8 ||
+                                         next(2) == 0xa9 || next(2) == 0xaf)) { *len = 3; return true; }
+    if (c == 0xe2 && next(1) == 0x81 && next(2) == 0x9f) { *len = 3; return true; }  // U+205F
+    if (c == 0xe3 && next(1) == 0x80 && next(2) == 0x80) { *len = 3; return true; }  // U+3000
+    return false;
+  };
+  int64_t runs = 0;
+  bool in_run = false;
+  for (size_t i = 0; i < text.size();) {
+    size_t len = 1;
+    bool sp = space_at(i, &len);
+    if (sp && !in_run) ++runs;
+    in_run = sp;
+    i += len;
+  }
+  return runs + 1;
+}
+
+double mean_stderr(const std::vector<double>& x) {
+  if (x.size() < 2) return std::nan("");
+  double mu = 0;
+  for (double v : x) mu += v;
+  mu /= static_cast<double>(x.size());
+  double ss = 0;
+  for (double v : x) ss += (v - mu) * (v - mu);
+  return std::sqrt(ss / static_cast<double>(x.size() - 1)) / std::sqrt(static_cast<double>(x.size()));
+}
+
+namespace {
+
+int64_t utf8_chars(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s)
+    if ((c & 0xc0) != 0x80) ++n;
+  return n;
+}
+
+std::string task_where(const std::string& name) { return "[eval.task." + name + "]"; }
+
+std::string get_str(const json& t, const std::string& name, const char* key, const std::string& def) {
+  if (!t.contains(key)) return def;
+  if (!t[key].is_string()) throw UsageError(task_where(name) + " " + key + " must be a string");
+  return t[key].get<std::string>();
+}
+int64_t get_int(const json& t, const std::string& name, const char* key, int64_t def) {
+  if (!t.contains(key)) return def;
+  if (!t[key].is_number_integer()) throw UsageError(task_where(name) + " " + key + " must be an integer");
+  return t[key].get<int64_t>();
+}
+
+std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const std::string& dir, const std::string& task,
+                                                     const gpt::GptConfig& model_cfg) {
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  try {
+    tok = tokenizer::load_for_dataset(dir);
+  } catch (const Error& e) {
+    throw UsageError("task " + task + ": cannot load the tokenizer of dataset \"" + dir + "\": " + e.what());
+  }
+  if (static_cast<int64_t>(tok->vocab_size()) != model_cfg.vocab_real) {
+    throw UsageError(strprintf("task %s: the tokenizer of \"%s\" (%s) has %u ids but the checkpoint's model was "
+                               "trained with vocab_real = %d: wrong dataset or checkpoint",
+                               task.c_str(), dir.c_str(), tok->id().c_str(), tok->vocab_size(), model_cfg.vocab_real));
+  }
+  return tok;
+}
+
+// ---------------------------------------------------------------- perplexity
+
+// Perplexity over a dataset. mode "windows": cairn-train's T+1-token windows (stride T, each window
+// predicts T tokens with context from its start; the split "val" is exactly the trainer's validation
+// tail). mode "documents": each selected document (its end-of-text removed) scored alone with the
+// harness's rolling windows, end-of-text as the prefix token; word perplexity needs the document text.
+struct PerplexityTask : Task {
+  std::unique_ptr<shards::Dataset> ds;
+  std::vector<std::unique_ptr<shards::Shard>> shard_files;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  bool documents = false;
+  int T = 0;
+  uint32_t eot = 0;
+  // windows mode
+  std::vector<std::pair<uint32_t, uint64_t>> windows;  // (shard, token offset); T+1 tokens each
+  std::vector<uint8_t> token_bytes;                   // UTF-8 bytes each token stands for (EOT: 0)
+  uint64_t window_bytes = 0;                          // bytes of all scored targets (computed once)
+  // documents mode
+  struct Doc {
+    uint32_t shard;
+    uint64_t begin, n;  // tokens [begin, begin+n) without the trailing end-of-text
+    uint32_t bytes;
+    int64_t words;
+  };
+  std::vector<Doc> docs;
+  struct Req {
+    uint32_t doc;
+    RollingWindow w;
+  };
+  std::vector<Req> reqs;
+  int batch_size = 8;
+
+  TaskResult evaluate(gpt::Model& model) override {
+    RequestSet rs;
+    std::vector<uint32_t> buf;
+    if (!documents) {
+      rs.lengths.assign(windows.size(), T);
+      rs.fill = [&](size_t i, int32_t* in, int32_t* tg) {
+        buf.resize(static_cast<size_t>(T) + 1);
+        shard_files[windows[i].first]->read_tokens(windows[i].second, buf.size(), buf.data());
+        for (int t = 0; t < T; ++t) {
+          in[t] = static_cast<int32_t>(buf[t]);
+          tg[t] = static_cast<int32_t>(buf[t + 1]);
+        }
+      };
+    } else {
+      rs.lengths.resize(reqs.size());
+      for (size_t i = 0; i < reqs.size(); ++i) rs.lengths[i] = reqs[i].w.input_len;
+      rs.fill = [&](size_t i, int32_t* in, int32_t* tg) {
+        const Req& r = reqs[i];
+        const Doc& d = docs[r.doc];
+        int L = r.w.input_len;
+        if (r.w.input_begin < 0) {
+          buf.resize(static_cast<size_t>(L));
+          shard_files[d.shard]->read_tokens(d.begin, buf.size(), buf.data());
+          in[0] = static_cast<int32_t>(eot);
+          for (int t = 1; t < L; ++t) in[t] = static_cast<int32_t>(buf[t - 1]);
+          for (int t = 0; t < L; ++t) tg[t] = static_cast<int32_t>(buf[t]);
+        } else {
+          buf.resize(static_cast<size_t>(L) + 1);
+          shard_files[d.shard]->read_tokens(d.begin + static_cast<uint64_t>(r.w.input_begin), buf.size(), buf.data());
+          for (int t = 0; t < L; ++t) {
+            in[t] = static_cast<int32_t>(buf[t]);
+            tg[t] = t >= L - r.w.pred_len ? static_cast<int32_t>(buf[t + 1]) : -1;
+          }
+        }
+      };
+    }
+    ScoreStats st;
+    std::vector<Score> scores = score_requests(model, rs, batch_size, &st);
+
+    TaskResult res;
+    res.task = name;
+    res.kind = kind;
+    res.config = settings;
+    res.tokens_scored = st.tokens_scored;
+    res.tokens_processed = st.tokens_processed;
+    res.seconds = st.seconds;
+    double nll = 0, bytes = 0, words = 0;
+    int64_t tokens = 0, correct = 0;
+    if (!documents) {
+      for (size_t i = 0; i < scores.size(); ++i) {
+        nll -= scores[i].loglik;
+        tokens += scores[i].tokens;
+        correct += scores[i].correct;
+      }
+      // Bytes the scored targets stand for (token byte lengths; end-of-text counts none): counted once
+      // per task, windows split over ranks, an exact integer sum.
+      if (window_bytes == 0) {
+        std::vector<uint32_t> row(static_cast<size_t>(T) + 1);
+        uint64_t local = 0;
+        for (size_t i = static_cast<size_t>(mpi::rank()); i < windows.size(); i += static_cast<size_t>(mpi::size())) {
+          shard_files[windows[i].first]->read_tokens(windows[i].second, row.size(), row.data());
+          for (int t = 1; t <= T; ++t) local += token_bytes[row[t]];
+        }
+        window_bytes = mpi::size() > 1 ? mpi::allreduce(local) : local;
+      }
+      bytes = static_cast<double>(window_bytes);
+      res.samples = static_cast<int64_t>(windows.size());
+    } else {
+      std::vector<double> doc_ll(docs.size(), 0.0);
+      for (size_t i = 0; i < scores.size(); ++i) {
+        doc_ll[reqs[i].doc] += scores[i].loglik;
+        tokens += scores[i].tokens;
+        correct += scores[i].correct;
+      }
+      for (size_t d = 0; d < docs.size(); ++d) {
+        nll -= doc_ll[d];
+        bytes += docs[d].bytes;
+        words += static_cast<double>(docs[d].words);
+      }
+      res.samples = static_cast<int64_t>(docs.size());
+    }
+    double loss = tokens ? nll / static_cast<double>(tokens) : std::nan("");
+    res.metrics.push_back({"loss", loss, std::nan(""), false});
+    res.metrics.push_back({"perplexity", std::exp(loss), std::nan(""), false});
+    res.metrics.push_back({"accuracy", tokens ? static_cast<double>(correct) / static_cast<double>(tokens) : 0.0,
+                           std::nan(""), true});
+    if (bytes > 0) {
+      res.metrics.push_back({"bits_per_byte", nll / bytes / std::log(2.0), std::nan(""), false});
+      res.metrics.push_back({"byte_perplexity", std::exp(nll / bytes), std::nan(""), false});
+    }
+    if (documents && words > 0) res.metrics.push_back({"word_perplexity", std::exp(nll / words), std::nan(""), false});
+    res.metrics.push_back({"tokens", static_cast<double>(tokens), std::nan(""), true});
+    return res;
+  }
+};
+
+std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, const TaskContext& ctx,
+                                      const gpt::GptConfig& mc) {
+  auto task = std::make_unique<PerplexityTask>();
+  task->name = name;
+  task->kind = "perplexity";
+  task->batch_size = ctx.batch_size;
+  std::string data = get_str(t, name, "data", ctx.default_data);
+  if (data.empty()) throw UsageError("task " + name + ": no dataset (set [data] path or data in " + task_where(name) + ")");
+  std::string split = get_str(t, name, "split", "val");
+  std::string mode = get_str(t, name, "mode", "windows");
+  if (split != "val" && split != "all" && split != "shards")
+    throw UsageError(task_where(name) + " split = \"" + split + "\": expected \"val\", \"all\" or \"shards\"");
+  if (mode != "windows" && mode != "documents")
+    throw UsageError(task_where(name) + " mode = \"" + mode + "\": expected \"windows\" or \"documents\"");
+  task->documents = mode == "documents";
+  try {
+    task->ds = std::make_unique<shards::Dataset>(shards::Dataset::open(data));
+  } catch (const Error& e) {
+    throw UsageError("task " + name + ": " + e.what());
+  }
+  const shards::Dataset& ds = *task->ds;
+  task->tok = load_tokenizer(data, name, mc);
+  task->eot = ds.eot_id();
+  for (size_t i = 0; i < ds.num_shards(); ++i) task->shard_files.push_back(ds.shard(i));
+
+  std::set<uint32_t> chosen;
+  if (split == "shards") {
+    if (!t.contains("shards") || !t["shards"].is_array() || t["shards"].empty())
+      throw UsageError(task_where(name) + " split = \"shards\" needs shards = [index, ...]");
+    for (const auto& s : t["shards"]) {
+      if (!s.is_number_integer() || s.get<int64_t>() < 0 || s.get<uint64_t>() >= ds.num_shards())
+        throw UsageError(strprintf("%s shards: %s is not a shard index of \"%s\" (0..%zu)", task_where(name).c_str(),
+                                   s.dump().c_str(), data.c_str(), ds.num_shards() - 1));
+      chosen.insert(s.get<uint32_t>());
+    }
+  }
+  // cairn-train's window numbering (windows of T+1 tokens at stride T, shard by shard) and its
+  // validation tail; the same arithmetic as the trainer's build_window_index.
+  const int T = mc.seq_len;
+  task->T = T;
+  std::vector<uint64_t> first_window;
+  uint64_t total = 0;
+  for (size_t i = 0; i < ds.num_shards(); ++i) {
+    first_window.push_back(total);
+    uint64_t n = ds.info(i).tokens;
+    total += n > static_cast<uint64_t>(T) ? (n - 1) / static_cast<uint64_t>(T) : 0;
+  }
+  first_window.push_back(total);
+  uint64_t val_windows = 0;
+  if (ctx.val_fraction > 0) {
+    val_windows = std::max<uint64_t>(static_cast<uint64_t>(std::ceil(ctx.val_fraction * static_cast<double>(total))), 1);
+    val_windows = std::min(val_windows, total / 2);
+  }
+  if (split == "val" && val_windows == 0)
+    throw UsageError(strprintf("task %s: dataset \"%s\" has no validation split (val_fraction = %g, %llu windows of %d "
+                               "tokens)", name.c_str(), data.c_str(), ctx.val_fraction,
+                               static_cast<unsigned long long>(total), T + 1));
+  const uint64_t val_first = total - val_windows;
+  auto locate = [&](uint64_t w) {
+    size_t s = static_cast<size_t>(std::upper_bound(first_window.begin(), first_window.end(), w) - first_window.begin()) - 1;
+    return std::make_pair(static_cast<uint32_t>(s), (w - first_window[s]) * static_cast<uint64_t>(T));
+  };
+  int64_t limit = get_int(t, name, "limit", ctx.limit);
+  json settings = {{"task", name}, {"output_type", "loglikelihood_rolling"}, {"dataset_path", data},
+                   {"split", split}, {"mode", mode}, {"tokenizer", task->tok->id()}};
+
+  if (!task->documents) {
+    int64_t max_windows = get_int(t, name, "max_windows", 0);
+    if (limit > 0) max_windows = max_windows > 0 ? std::min(max_windows, limit) : limit;
+    bool like_train = t.contains("like_train") && t["like_train"].is_boolean() && t["like_train"].get<bool>();
+    if (like_train) {
+      // Exactly the rows of cairn-train's validation pass: row r is val window (r mod val_windows).
+      if (split != "val") throw UsageError(task_where(name) + " like_train = true needs split = \"val\"");
+      if (ctx.train_val_rows <= 0)
+        throw UsageError("task " + name + ": the checkpoint does not record the trainer's validation settings "
+                         "(val_batches, micro batch, ranks); use max_windows instead");
+      for (int64_t r = 0; r < ctx.train_val_rows; ++r)
+        task->windows.push_back(locate(val_first + static_cast<uint64_t>(r) % val_windows));
+      settings["like_train"] = true;
+    }
+    uint64_t lo = split == "val" ? val_first : 0, hi = like_train ? lo : total;
+    for (uint64_t w = lo; w < hi; ++w) {
+      auto loc = locate(w);
+      if (split == "shards" && !chosen.count(loc.first)) continue;
+      if (max_windows > 0 && static_cast<int64_t>(task->windows.size()) >= max_windows) break;
+      task->windows.push_back(loc);
+    }
+    if (task->windows.empty())
+      throw UsageError(strprintf("task %s: no %d-token windows to score in \"%s\" (split %s)", name.c_str(), T + 1,
+                                 data.c_str(), split.c_str()));
+    task->token_bytes.assign(mc.vocab, 0);
+    for (uint32_t id = 0; id < task->tok->vocab_size(); ++id)
+      task->token_bytes[id] = id == task->eot ? 0 : static_cast<uint8_t>(std::min<size_t>(255, task->tok->decode(&id, 1).size()));
+    settings["windows"] = task->windows.size();
+    settings["window_tokens"] = T + 1;
+    if (split == "val") settings["val_fraction"] = ctx.val_fraction;
+  } else {
+    const int C = ctx.context > 0 ? std::min(ctx.context, mc.seq_len) : mc.seq_len;
+    int rolling = static_cast<int>(get_int(t, name, "rolling_context", 1));
+    // Documents that start at or after the held-out region's first token (val), or in chosen shards.
+    auto [val_shard, val_off] = val_first < total ? locate(val_first) : std::make_pair(static_cast<uint32_t>(ds.num_shards()), uint64_t{0});
+    std::vector<uint32_t> toks;
+    for (uint32_t s = 0; s < ds.num_shards(); ++s) {
+      if (split == "shards" && !chosen.count(s)) continue;
+      if (split == "val" && s < val_shard) continue;
+      const shards::Shard& sh = *task->shard_files[s];
+      for (uint64_t d = 0; d < sh.num_documents(); ++d) {
+        if (limit > 0 && static_cast<int64_t>(task->docs.size()) >= limit) break;
+        uint64_t b = sh.doc_begin(d), e = sh.doc_end(d);
+        if (split == "val" && s == val_shard && b < val_off) continue;
+        toks.resize(e - b);
+        sh.read_tokens(b, e - b, toks.data());
+        uint64_t n = e - b;
+        if (n > 0 && toks[n - 1] == task->eot) --n;
+        std::string text = task->tok->decode(toks.data(), static_cast<size_t>(n));
+        task->docs.push_back({s, b, n, sh.doc_bytes(d), count_words(text)});
+      }
+    }
+    if (task->docs.empty())
+      throw UsageError(strprintf("task %s: no documents to score in \"%s\" (split %s)", name.c_str(), data.c_str(), split.c_str()));
+    for (uint32_t di = 0; di < task->docs.size(); ++di)
+      for (const RollingWindow& w : rolling_windows(static_cast<int64_t>(task->docs[di].n), C, rolling))
+        task->reqs.push_back({di, w});
+    if (task->reqs.empty())
+      throw UsageError("task " + name + ": every selected document is empty");
+    settings["documents"] = task->docs.size();
+    settings["max_length"] = C;
+    settings["rolling_context"] = rolling;
+  }
+  task->settings = settings;
+  return task;
+}
+
+// ---------------------------------------------------------------- multiple choice
+
+struct McTask : Task {
+  std::vector<McExample> examples;
+  int64_t skipped = 0;
+  std::vector<std::vector<int32_t>> seqs;  // per choice: context + continuation tokens
+  std::vector<int> cont_len;               // per choice: scored trailing tokens
+  std::vector<std::pair<size_t, size_t>> example_requests;  // first choice, count
+  // Forward rows: a choice whose context + continuation fits the model is one row, as in the harness
+  // (context truncated from the left); a continuation longer than the context is scored over several
+  // rows, each token once with as much context as fits.
+  struct Window {
+    uint32_t choice;
+    int start, len, pred;  // inputs seq[start, start+len), the last `pred` positions scored
+  };
+  std::vector<Window> windows;
+  int batch_size = 8;
+  std::string samples_path;  // per-example log-likelihoods (JSONL) when set
+
+  TaskResult evaluate(gpt::Model& model) override {
+    RequestSet rs;
+    rs.lengths.resize(windows.size());
+    for (size_t i = 0; i < windows.size(); ++i) rs.lengths[i] = windows[i].len;
+    rs.fill = [&](size_t i, int32_t* in, int32_t* tg) {
+      const Window& w = windows[i];
+      const auto& s = seqs[w.choice];
+      for (int t = 0; t < w.len; ++t) {
+        in[t] = s[w.start + t];
+        tg[t] = t >= w.len - w.pred ? s[w.start + t + 1] : -1;
+      }
+    };
+    ScoreStats st;
+    std::vector<Score> window_scores = score_requests(model, rs, batch_size, &st);
+    std::vector<Score> scores(seqs.size());
+    for (size_t i = 0; i < windows.size(); ++i) {
+      Score& sc = scores[windows[i].choice];
+      sc.loglik += window_scores[i].loglik;
+      sc.tokens += window_scores[i].tokens;
+      sc.correct += window_scores[i].correct;
+    }
+    TaskResult res;
+    res.task = name;
+    res.kind = kind;
+    res.config = settings;
+    res.samples = static_cast<int64_t>(examples.size());
+    res.skipped_bad = skipped;
+    res.tokens_scored = st.tokens_scored;
+    res.tokens_processed = st.tokens_processed;
+    res.seconds = st.seconds;
+    std::vector<double> acc(examples.size()), acc_norm(examples.size());
+    json samples = json::array();
+    for (size_t e = 0; e < examples.size(); ++e) {
+      auto [first, count] = example_requests[e];
+      size_t best = 0, best_norm = 0;
+      double bv = -INFINITY, bn = -INFINITY;
+      json lls = json::array();
+      for (size_t c = 0; c < count; ++c) {
+        double ll = scores[first + c].loglik;
+        double norm = ll / static_cast<double>(std::max<int64_t>(1, utf8_chars(examples[e].choices[c])));
+        if (ll > bv) { bv = ll; best = c; }
+        if (norm > bn) { bn = norm; best_norm = c; }
+        lls.push_back(ll);
+      }
+      acc[e] = best == static_cast<size_t>(examples[e].label) ? 1.0 : 0.0;
+      acc_norm[e] = best_norm == static_cast<size_t>(examples[e].label) ? 1.0 : 0.0;
+      if (!samples_path.empty()) {
+        json tokens = json::array();
+        for (size_t c = 0; c < count; ++c) tokens.push_back({{"sequence", seqs[first + c]}, {"continuation_tokens", cont_len[first + c]}});
+        samples.push_back({{"doc_id", e}, {"label", examples[e].label}, {"lls", lls}, {"acc", acc[e]},
+                           {"acc_norm", acc_norm[e]}, {"requests", tokens}});
+      }
+    }
+    double a = 0, an = 0;
+    for (size_t e = 0; e < examples.size(); ++e) {
+      a += acc[e];
+      an += acc_norm[e];
+    }
+    double n = static_cast<double>(examples.size());
+    res.metrics.push_back({"acc", a / n, mean_stderr(acc), true});
+    res.metrics.push_back({"acc_norm", an / n, mean_stderr(acc_norm), true});
+    if (!samples_path.empty() && mpi::rank() == 0) {
+      std::string text;
+      for (const auto& s : samples) text += s.dump() + "\n";
+      atomic_write(samples_path, text);
+    }
+    return res;
+  }
+};
+
+std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const TaskContext& ctx, const gpt::GptConfig& mc) {
+  auto task = std::make_unique<McTask>();
+  task->name = name;
+  task->kind = "multiple_choice";
+  task->batch_size = ctx.batch_size;
+  std::string path = get_str(t, name, "path", "");
+  if (path.empty()) throw UsageError(task_where(name) + " needs path = \"file.jsonl\"");
+  std::string data = get_str(t, name, "data", ctx.default_data);
+  std::string delim = get_str(t, name, "delimiter", " ");
+  int64_t limit = get_int(t, name, "limit", ctx.limit);
+  task->examples = read_mc_jsonl(path, ctx.skip_bad, &task->skipped);
+  if (limit > 0 && static_cast<int64_t>(task->examples.size()) > limit) task->examples.resize(static_cast<size_t>(limit));
+  if (task->examples.empty())
+    throw UsageError(file_message("task " + name + ": no examples in", path,
+                                  task->skipped ? strprintf("all %lld lines were malformed", static_cast<long long>(task->skipped))
+                                                : "empty task"));
+  if (data.empty()) throw UsageError("task " + name + ": no tokenizer (set [data] path or data in " + task_where(name) + ")");
+  auto tok = load_tokenizer(data, name, mc);
+  const int C = ctx.context > 0 ? std::min(ctx.context, mc.seq_len) : mc.seq_len;
+  std::vector<uint32_t> ce, ke;
+  for (size_t e = 0; e < task->examples.size(); ++e) {
+    const McExample& ex = task->examples[e];
+    task->example_requests.push_back({task->seqs.size(), ex.choices.size()});
+    for (const std::string& choice : ex.choices) {
+      encode_pair(*tok, ex.context, delim + choice, ce, ke);
+      if (ce.empty()) ce.push_back(tok->eot_id());
+      if (ke.empty()) throw UsageError(strprintf("%s: example %zu: a choice encodes to no tokens", path.c_str(), e));
+      std::vector<int32_t> whole;
+      whole.reserve(ce.size() + ke.size());
+      for (uint32_t x : ce) whole.push_back(static_cast<int32_t>(x));
+      for (uint32_t x : ke) whole.push_back(static_cast<int32_t>(x));
+      const int m = static_cast<int>(whole.size()), k = static_cast<int>(ke.size());
+      const uint32_t choice_id = static_cast<uint32_t>(task->seqs.size());
+      // Predict tokens [m-k, m) in chunks of at most C, each from the C tokens before its end.
+      for (int cur = m - k; cur < m;) {
+        int end = std::min(m, cur + C);
+        int len = std::min(C, end - 1);
+        task->windows.push_back({choice_id, end - 1 - len, len, end - cur});
+        cur = end;
+      }
+      task->seqs.push_back(std::move(whole));
+      task->cont_len.push_back(k);
+    }
+  }
+  task->settings = {{"task", name}, {"output_type", "multiple_choice"}, {"dataset_path", path},
+                    {"target_delimiter", delim}, {"num_fewshot", 0}, {"tokenizer", tok->id()},
+                    {"metric_list", json::array({{{"metric", "acc"}}, {{"metric", "acc_norm"}}})}};
+  if (t.contains("version")) task->settings["version"] = t["version"];
+  if (ctx.cfg && ctx.cfg->get_bool("eval.log_samples")) task->samples_path = "pending";
+  return task;
+}
+
+}  // namespace
+
+std::vector<McExample> read_mc_jsonl(const std::string& path, bool skip_bad, int64_t* skipped) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(errno_message("cannot open", path));
+  std::vector<McExample> out;
+  std::string line;
+  int64_t lineno = 0, bad = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    std::string why;
+    McExample ex;
+    try {
+      json j = json::parse(line);
+      if (!j.is_object()) why = "not a JSON object";
+      else if (!j.contains("context") || !j["context"].is_string()) why = "missing string field \"context\"";
+      else if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty())
+        why = "\"choices\" must be a non-empty array of strings";
+      else if (!j.contains("label") || !j["label"].is_number_integer()) why = "missing integer field \"label\"";
+      else {
+        ex.context = j["context"].get<std::string>();
+        for (const auto& c : j["choices"]) {
+          if (!c.is_string()) {
+            why = "\"choices\" must be a non-empty array of strings";
+            break;
+          }
+          ex.choices.push_back(c.get<std::string>());
+        }
+        int64_t label = j["label"].get<int64_t>();
+        if (why.empty() && (label < 0 || label >= static_cast<int64_t>(ex.choices.size())))
+          why = strprintf("label %lld is out of range for %zu choices", static_cast<long long>(label), ex.choices.size());
+        ex.label = static_cast<int>(label);
+      }
+    } catch (const json::exception& e) {
+      why = std::string("invalid JSON: ") + e.what();
+    }
+    if (!why.empty()) {
+      if (!skip_bad)
+        throw UsageError(strprintf("%s:%lld: %s (use --skip-bad to skip malformed lines)", path.c_str(),
+                                   static_cast<long long>(lineno), why.c_str()));
+      if (bad < 5) CAIRN_LOG_WARN("%s:%lld: skipped: %s", path.c_str(), static_cast<long long>(lineno), why.c_str());
+      ++bad;
+      continue;
+    }
+    out.push_back(std::move(ex));
+  }
+  if (skipped) *skipped = bad;
+  return out;
+}
+
+void encode_pair(const tokenizer::Tokenizer& tok, const std::string& context, const std::string& continuation,
+                 std::vector<uint32_t>& context_enc, std::vector<uint32_t>& continuation_enc) {
+  // lm-evaluation-harness _encode_pair: trailing whitespace of the context moves to the continuation,
+  // the pair is encoded whole and the continuation is what follows the context's own encoding.
+  size_t keep = context.size();
+  while (keep > 0 && std::isspace(static_cast<unsigned char>(context[keep - 1]))) --keep;
+  std::string ctx = context.substr(0, keep);
+  std::string cont = context.substr(keep) + continuation;
+  context_enc.clear();
+  continuation_enc.clear();
+  if (ctx.empty()) {
+    // Empty context: the end-of-text token stands in; the continuation is encoded alone.
+    tok.encode_into(cont, continuation_enc);
+    return;
+  }
+  std::vector<uint32_t> whole = tok.encode(ctx + cont);
+  tok.encode_into(ctx, context_enc);
+  size_t n = std::min(context_enc.size(), whole.size());
+  continuation_enc.assign(whole.begin() + static_cast<std::ptrdiff_t>(n), whole.end());
+}
+
+std::vector<std::unique_ptr<Task>> prepare_tasks(const TaskContext& ctx, const gpt::GptConfig& model_cfg) {
+  std::vector<std::string> names = ctx.cfg->get_strings("eval.tasks");
+  if (names.empty()) throw UsageError("[eval] tasks is empty: nothing to evaluate");
+  json tables = ctx.cfg->section("eval.task");
+  std::vector<std::unique_ptr<Task>> tasks;
+  std::set<std::string> seen;
+  for (const std::string& name : names) {
+    if (!seen.insert(name).second) throw UsageError("[eval] tasks lists \"" + name + "\" twice");
+    json t;
+    if (tables.is_object() && tables.contains(name)) t = tables[name];
+    else if (name == "val") t = {{"kind", "perplexity"}, {"split", "val"}, {"mode", "windows"}};
+    else if (name == "train_val") t = {{"kind", "perplexity"}, {"split", "val"}, {"mode", "windows"}, {"like_train", true}};
+    else {
+      std::string known;
+      if (tables.is_object())
+        for (auto it = tables.begin(); it != tables.end(); ++it) known += (known.empty() ? "" : ", ") + it.key();
+      throw UsageError("[eval] tasks: unknown task \"" + name + "\" (define [eval.task." + name + "]; defined: " +
+                       (known.empty() ? "none" : known) + "; built in: val, train_val)");
+    }
+    if (!t.is_object()) throw UsageError(task_where(name) + " must be a table");
+    std::string kind = get_str(t, name, "kind", "");
+    if (kind == "perplexity") tasks.push_back(make_perplexity(name, t, ctx, model_cfg));
+    else if (kind == "multiple_choice") tasks.push_back(make_mc(name, t, ctx, model_cfg));
+    else
+      throw UsageError(task_where(name) + " kind = \"" + kind + "\": expected \"perplexity\" or \"multiple_choice\"");
+  }
+  return tasks;
+}
+
+void check_task_tables(const Config& cfg) {
+  json tables = cfg.section("eval.task");
+  for (const std::string& name : cfg.get_strings("eval.tasks")) {
+    if (!tables.is_object() || !tables.contains(name)) continue;
+    const json& t = tables[name];
+    if (!t.is_object()) throw UsageError(task_where(name) + " must be a table");
+    std::string kind = get_str(t, name, "kind", "");
+    if (kind != "perplexity" && kind != "multiple_choice")
+      throw UsageError(task_where(name) + " kind = \"" + kind + "\": expected \"perplexity\" or \"multiple_choice\"");
+    if (kind == "multiple_choice") {
+      std::string path = get_str(t, name, "path", "");
+      if (path.empty()) throw UsageError(task_where(name) + " needs path = \"file.jsonl\"");
+      int64_t skipped = 0;
+      if (read_mc_jsonl(path, cfg.get_bool("eval.skip_bad"), &skipped).empty())
+        throw UsageError(file_message("task " + name + ": no examples in", path, "empty task"));
+    }
+  }
+}
+
+// Sets where a multiple-choice task writes its per-example log-likelihoods for this checkpoint.
+void set_samples_path(Task& task, const std::string& path) {
+  if (auto* mc = dynamic_cast<McTask*>(&task); mc && !mc->samples_path.empty()) mc->samples_path = path;
+}
+
+}  // namespace cairn::eval
