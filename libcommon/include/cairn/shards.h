@@ -1,14 +1,23 @@
 // Reader (and writer) of cairn token shards: HDF5 files + index.json (see docs/shard-format.md).
-// CONTRACT used by cairn-train/cairn-eval; implemented by the cairn-reshard work (libcommon/src/shards*.cpp).
+// CONTRACT used by cairn-train/cairn-eval; implemented by the cairn-reshard work (libcommon/src/shards/).
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+namespace cairn {
+class Config;
+}
+
 namespace cairn::shards {
+
+// The dataset directory a config names: [data] path, or <run.dir>/data when that is "".
+std::string dataset_path(const Config& cfg);
 
 struct ShardInfo {
   std::string file;       // file name relative to the dataset directory
@@ -31,6 +40,12 @@ class Shard {
   virtual uint64_t doc_end(uint64_t d) const = 0;
   virtual uint32_t doc_bytes(uint64_t d) const = 0;
   std::vector<uint32_t> document(uint64_t d) const;
+  // Stored width (2 or 4 bytes) and, when the file could be memory-mapped, the raw little-endian
+  // token array (nullptr otherwise); lets bulk copiers avoid widening.
+  virtual int token_width() const = 0;
+  virtual const void* mapped_tokens() const { return nullptr; }
+  // Root attributes of the file (format_version, tokenizer, vocab_size, eot_id, tokens_xxh64, ...).
+  virtual nlohmann::json attributes() const = 0;
 };
 
 // A dataset directory (index.json + shard files).
@@ -43,6 +58,9 @@ class Dataset {
   size_t num_shards() const { return shards_.size(); }
   const ShardInfo& info(size_t i) const { return shards_[i]; }
   uint64_t total_tokens() const;
+  uint64_t total_documents() const;
+  int64_t seed() const;             // -1 when the documents were not shuffled
+  std::string shard_path(size_t i) const;
   uint32_t vocab_size() const;      // tokenizer vocabulary (max id + 1)
   uint32_t eot_id() const;          // end-of-text token id
   std::string tokenizer_id() const;
@@ -53,5 +71,57 @@ class Dataset {
   nlohmann::json index_;
   std::vector<ShardInfo> shards_;
 };
+
+constexpr int kFormatVersion = 1;
+
+// The HDF5 library is not thread-safe: every HDF5 call in the shard reader/writer holds this lock
+// (token reads from mapped shards and token writes go around HDF5 and need no lock).
+std::mutex& hdf5_mutex();
+
+// Opens one shard file directly (verify, resume checks); errors name the path.
+std::unique_ptr<Shard> open_shard(const std::string& path);
+
+// Token storage width: uint16 when every id fits (vocab_size <= 65536), else uint32.
+inline bool tokens_fit_uint16(uint32_t vocab_size) { return vocab_size <= 65536; }
+std::string shard_file_name(size_t index);  // "shard_00000.h5"
+std::string hex64(uint64_t v);              // 16 lowercase hex digits (how index.json stores hashes)
+uint64_t parse_hex64(const std::string& s);  // throws UsageError if not hex
+
+// What a shard file records about itself beyond its data (HDF5 root attributes).
+struct ShardMeta {
+  uint64_t shard_index = 0, shard_count = 1;
+  std::string tokenizer_id;
+  uint32_t vocab_size = 0, eot_id = 0;
+  int64_t seed = -1;       // -1: not shuffled
+  std::string plan_hash;   // identifies the inputs + settings that produced it (for resume)
+};
+
+// Streams one shard whose size is known up front into a temp file; finish() renames it into place,
+// so a crash leaves the complete old file or none. Not thread-safe; one writer per shard.
+class ShardWriter {
+ public:
+  ShardWriter(const std::string& path, const ShardMeta& meta, uint64_t num_tokens, uint64_t num_documents);
+  ~ShardWriter();
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+  // Appends tokens (each < vocab_size) in order; `doc_token_counts`/`bytes` describe whole documents.
+  void append_tokens(const uint32_t* tokens, size_t n);
+  // Appends tokens already in a stored layout (little-endian, `width` 2 or 4 bytes each), e.g.
+  // straight from a mapped input shard: no widening, written without an intermediate copy.
+  void append_raw(const void* tokens, size_t n, int width);
+  void append_document(uint64_t tokens_in_doc, uint32_t source_bytes);
+  ShardInfo finish();  // checks counts, writes offsets/attrs, fsyncs, renames
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// If `path` holds a complete shard whose plan_hash attribute equals `plan_hash` and whose tokens
+// still hash to the stored xxh64, returns its info (resume skips it); otherwise nullopt.
+bool existing_shard_matches(const std::string& path, const std::string& plan_hash, ShardInfo& info);
+
+// xxHash64 (seed 0) of tokens as stored: little-endian uint16 or uint32 values.
+uint64_t hash_tokens(const uint32_t* tokens, size_t n, bool as_uint16);
 
 }  // namespace cairn::shards

@@ -1,0 +1,290 @@
+// Reading cairn token shards: index.json parsing and random access to token ranges and documents.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <xxhash.h>
+
+#include "cairn/config.h"
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/h5.h"
+#include "cairn/log.h"
+#include "cairn/shards.h"
+
+namespace cairn::shards {
+
+using json = nlohmann::json;
+
+std::string dataset_path(const Config& cfg) {
+  std::string p = cfg.get_string("data.path");
+  return p.empty() ? join_path(cfg.get_string("run.dir"), "data") : p;
+}
+
+std::string shard_file_name(size_t index) { return strprintf("shard_%05zu.h5", index); }
+
+std::string hex64(uint64_t v) { return strprintf("%016llx", static_cast<unsigned long long>(v)); }
+
+uint64_t parse_hex64(const std::string& s) {
+  if (s.empty() || s.size() > 16 || s.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+    throw UsageError("\"" + s + "\" is not a 64-bit hex checksum");
+  return std::stoull(s, nullptr, 16);
+}
+
+uint64_t hash_tokens(const uint32_t* tokens, size_t n, bool as_uint16) {
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  if (!as_uint16) {
+    XXH64_update(st, tokens, n * sizeof(uint32_t));  // little-endian hosts only (x86, arm)
+  } else {
+    uint16_t buf[4096];
+    for (size_t i = 0; i < n;) {
+      size_t m = std::min<size_t>(4096, n - i);
+      for (size_t k = 0; k < m; ++k) buf[k] = static_cast<uint16_t>(tokens[i + k]);
+      XXH64_update(st, buf, m * sizeof(uint16_t));
+      i += m;
+    }
+  }
+  uint64_t h = XXH64_digest(st);
+  XXH64_freeState(st);
+  return h;
+}
+
+std::vector<uint32_t> Shard::tokens(uint64_t offset, uint64_t count) const {
+  std::vector<uint32_t> out(count);
+  read_tokens(offset, count, out.data());
+  return out;
+}
+
+std::vector<uint32_t> Shard::document(uint64_t d) const {
+  uint64_t b = doc_begin(d), e = doc_end(d);
+  return tokens(b, e - b);
+}
+
+namespace {
+
+class H5Shard final : public Shard {
+ public:
+  explicit H5Shard(const std::string& path) : path_(path) {
+    std::lock_guard<std::mutex> lock(hdf5_mutex());
+    file_ = h5::File::open(path);
+    if (!file_.exists("tokens") || !file_.exists("doc_offsets") || !file_.exists("doc_bytes"))
+      throw RuntimeError(file_message("cannot read shard", path, "missing /tokens, /doc_offsets or /doc_bytes"));
+    tokens_ = file_.dataset("tokens");
+    if (tokens_.is_type(H5T_NATIVE_UINT16)) width_ = 2;
+    else if (tokens_.is_type(H5T_NATIVE_UINT32)) width_ = 4;
+    else throw RuntimeError(file_message("cannot read shard", path, "/tokens is neither uint16 nor uint32"));
+    num_tokens_ = tokens_.size();
+    offsets_ = file_.read<uint64_t>("doc_offsets");
+    bytes_ = file_.read<uint32_t>("doc_bytes");
+    if (offsets_.empty() || bytes_.size() + 1 != offsets_.size())
+      throw RuntimeError(file_message("cannot read shard", path,
+                                      strprintf("/doc_offsets has %zu entries but /doc_bytes %zu (want documents+1)",
+                                                offsets_.size(), bytes_.size())));
+    if (offsets_.front() != 0 || offsets_.back() != num_tokens_)
+      throw RuntimeError(file_message("cannot read shard", path,
+                                      strprintf("/doc_offsets must run from 0 to %llu tokens",
+                                                static_cast<unsigned long long>(num_tokens_))));
+    try_map();
+  }
+  ~H5Shard() override {
+    if (map_) ::munmap(map_, map_len_);
+    std::lock_guard<std::mutex> lock(hdf5_mutex());
+    tokens_ = h5::Dataset();
+    file_ = h5::File();
+  }
+
+  uint64_t num_tokens() const override { return num_tokens_; }
+  uint64_t num_documents() const override { return bytes_.size(); }
+  void read_tokens(uint64_t offset, uint64_t count, uint32_t* out) const override {
+    if (offset > num_tokens_ || count > num_tokens_ - offset)
+      throw RuntimeError(file_message("cannot read", path_ + "/tokens",
+                                      strprintf("range [%llu, %llu) is outside its %llu tokens",
+                                                static_cast<unsigned long long>(offset),
+                                                static_cast<unsigned long long>(offset + count),
+                                                static_cast<unsigned long long>(num_tokens_))));
+    if (count == 0) return;
+    if (data_) {
+      if (width_ == 2) {
+        const auto* p = static_cast<const uint16_t*>(data_) + offset;
+        for (uint64_t i = 0; i < count; ++i) out[i] = p[i];
+      } else {
+        std::memcpy(out, static_cast<const uint32_t*>(data_) + offset, count * 4);
+      }
+      return;
+    }
+    std::lock_guard<std::mutex> lock(hdf5_mutex());
+    tokens_.read_range_into<uint32_t>(offset, count, out);
+  }
+  uint64_t doc_begin(uint64_t d) const override { return offsets_.at(d); }
+  uint64_t doc_end(uint64_t d) const override { return offsets_.at(d + 1); }
+  uint32_t doc_bytes(uint64_t d) const override { return bytes_.at(d); }
+  int token_width() const override { return width_; }
+  const void* mapped_tokens() const override { return data_; }
+  json attributes() const override {
+    std::lock_guard<std::mutex> lock(hdf5_mutex());
+    json a = json::object();
+    for (const char* s : {"tokenizer", "plan_hash", "tool", "version", "git_sha", "host", "time_utc"})
+      if (file_.has_attr(s)) a[s] = file_.attr_string(s);
+    for (const char* s : {"format_version", "vocab_size", "eot_id", "shard_index", "shard_count", "seed"})
+      if (file_.has_attr(s)) a[s] = file_.attr_int(s);
+    for (const char* s : {"tokens_xxh64", "num_tokens", "num_documents"})
+      if (file_.has_attr(s)) a[s] = file_.attr_uint(s);
+    return a;
+  }
+  const std::vector<uint64_t>& offsets() const { return offsets_; }
+
+ private:
+  // Maps /tokens straight from the file when it is contiguous and little-endian (the normal case).
+  void try_map() {
+    if (num_tokens_ == 0) return;
+    int64_t off = tokens_.contiguous_offset();
+    if (off < 0) return;
+    h5::Handle t(tokens_.file_type(), H5Tclose);
+    if (H5Tget_order(t.id()) != H5T_ORDER_LE) return;
+    int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat st {};
+    uint64_t need = static_cast<uint64_t>(off) + num_tokens_ * width_;
+    if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < need) {
+      ::close(fd);
+      throw RuntimeError(file_message("cannot read shard", path_,
+                                      strprintf("file is truncated (%lld bytes, tokens end at %llu)",
+                                                static_cast<long long>(st.st_size), static_cast<unsigned long long>(need))));
+    }
+    void* m = ::mmap(nullptr, need, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) return;
+    // No MADV_SEQUENTIAL: shuffled resharding reads documents in random order, and the kernel would
+    // drop pages right after each sequential-looking touch.
+    map_ = m;
+    map_len_ = need;
+    data_ = static_cast<const char*>(m) + off;
+  }
+
+  std::string path_;
+  h5::File file_;
+  h5::Dataset tokens_;
+  int width_ = 2;
+  uint64_t num_tokens_ = 0;
+  std::vector<uint64_t> offsets_;
+  std::vector<uint32_t> bytes_;
+  void* map_ = nullptr;
+  size_t map_len_ = 0;
+  const void* data_ = nullptr;
+};
+
+uint64_t json_u64(const json& j, const char* key, const std::string& path) {
+  if (!j.contains(key) || !j[key].is_number_unsigned())
+    throw UsageError(file_message("malformed dataset index", path, std::string("missing or bad \"") + key + "\""));
+  return j[key].get<uint64_t>();
+}
+
+}  // namespace
+
+std::unique_ptr<Shard> open_shard(const std::string& path) { return std::make_unique<H5Shard>(path); }
+
+Dataset Dataset::open(const std::string& dir) {
+  std::string path = join_path(dir, "index.json");
+  if (!path_exists(path))
+    throw UsageError(file_message("cannot open dataset", path,
+                                  "No such file (build one with cairn-reshard build, or set [data] path)"));
+  Dataset ds;
+  ds.dir_ = dir;
+  try {
+    ds.index_ = json::parse(read_file(path));
+  } catch (const json::parse_error& e) {
+    throw UsageError(file_message("malformed dataset index", path, e.what()));
+  }
+  const json& ix = ds.index_;
+  if (!ix.is_object() || !ix.contains("shards") || !ix["shards"].is_array())
+    throw UsageError(file_message("malformed dataset index", path, "no \"shards\" array"));
+  if (ix.value("format_version", 0) != kFormatVersion)
+    throw UsageError(file_message("malformed dataset index", path,
+                                  strprintf("format_version %d (this cairn reads %d)", ix.value("format_version", 0),
+                                            kFormatVersion)));
+  json_u64(ix, "vocab_size", path);
+  json_u64(ix, "eot_id", path);
+  size_t i = 0;
+  for (const json& s : ix["shards"]) {
+    ShardInfo info;
+    std::string where = path + " shard " + std::to_string(i++);
+    if (!s.is_object() || !s.contains("file") || !s["file"].is_string())
+      throw UsageError(file_message("malformed dataset index", where, "no \"file\""));
+    info.file = s["file"].get<std::string>();
+    info.tokens = json_u64(s, "tokens", where);
+    info.documents = json_u64(s, "documents", where);
+    if (!s.contains("xxh64") || !s["xxh64"].is_string())
+      throw UsageError(file_message("malformed dataset index", where, "no \"xxh64\""));
+    info.xxh64 = parse_hex64(s["xxh64"].get<std::string>());
+    ds.shards_.push_back(info);
+  }
+  return ds;
+}
+
+uint64_t Dataset::total_tokens() const {
+  uint64_t t = 0;
+  for (auto& s : shards_) t += s.tokens;
+  return t;
+}
+uint64_t Dataset::total_documents() const {
+  uint64_t t = 0;
+  for (auto& s : shards_) t += s.documents;
+  return t;
+}
+int64_t Dataset::seed() const {
+  auto it = index_.find("seed");
+  return it == index_.end() || it->is_null() ? -1 : it->get<int64_t>();
+}
+std::string Dataset::shard_path(size_t i) const { return join_path(dir_, shards_.at(i).file); }
+uint32_t Dataset::vocab_size() const { return index_.at("vocab_size").get<uint32_t>(); }
+uint32_t Dataset::eot_id() const { return index_.at("eot_id").get<uint32_t>(); }
+std::string Dataset::tokenizer_id() const {
+  auto it = index_.find("tokenizer");
+  if (it == index_.end()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  return it->value("id", "");
+}
+std::unique_ptr<Shard> Dataset::shard(size_t i) const { return open_shard(shard_path(i)); }
+
+bool existing_shard_matches(const std::string& path, const std::string& plan_hash, ShardInfo& info) {
+  if (!path_exists(path)) return false;
+  try {
+    auto sh = open_shard(path);
+    json a = sh->attributes();
+    if (a.value("plan_hash", "") != plan_hash || a.value("format_version", 0) != kFormatVersion) return false;
+    if (!a.contains("tokens_xxh64")) return false;
+    std::vector<uint32_t> buf;
+    XXH64_state_t* st = XXH64_createState();
+    XXH64_reset(st, 0);
+    const uint64_t n = sh->num_tokens(), step = 1 << 20;
+    if (const void* m = sh->mapped_tokens()) {
+      XXH64_update(st, m, n * sh->token_width());
+    } else {
+      for (uint64_t o = 0; o < n; o += step) {
+        uint64_t c = std::min(step, n - o);
+        buf.resize(c);
+        sh->read_tokens(o, c, buf.data());
+        if (sh->token_width() == 2) {
+          std::vector<uint16_t> narrow(buf.begin(), buf.end());
+          XXH64_update(st, narrow.data(), c * 2);
+        } else {
+          XXH64_update(st, buf.data(), c * 4);
+        }
+      }
+    }
+    uint64_t h = XXH64_digest(st);
+    XXH64_freeState(st);
+    if (h != a["tokens_xxh64"].get<uint64_t>()) return false;
+    info.tokens = n;
+    info.documents = sh->num_documents();
+    info.xxh64 = h;
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace cairn::shards

@@ -1,0 +1,29 @@
+# Shared setup of the cairn-reshard script tests: binary, python with h5py, fortunes, a temp dir.
+set -euo pipefail
+B="${CAIRN_BIN_DIR:?}/cairn-reshard"
+PY=/usr/bin/python3
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+DUMP="$PY $HERE/dump_dataset.py"
+# Debian fortunes: the text files (not the .dat indexes or .u8 links).
+FORTUNES=()
+for f in /usr/share/games/fortunes/*; do
+  case "$f" in *.dat|*.u8) continue ;; esac
+  [ -f "$f" ] && [ ! -L "$f" ] && FORTUNES+=("$f")
+done
+[ ${#FORTUNES[@]} -gt 0 ] || { echo "fortunes package missing (/usr/share/games/fortunes)" >&2; exit 1; }
+T="$(mktemp -d "${TMPDIR:-/tmp}/cairn-reshard-test.XXXXXX")"
+trap 'rm -rf "$T"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+# expect_exit CODE PATTERN cmd...: the command must exit with CODE and print PATTERN on stderr.
+expect_exit() {
+  local code="$1" pattern="$2"; shift 2
+  local rc=0
+  "$@" >"$T/out.txt" 2>"$T/err.txt" || rc=$?
+  [ "$rc" = "$code" ] || { cat "$T/err.txt" >&2; fail "exit $rc, wanted $code: $*"; }
+  grep -q -- "$pattern" "$T/err.txt" "$T/out.txt" || { cat "$T/err.txt" >&2; fail "no '$pattern' in output of: $*"; }
+  echo "ok: exit $code with '$pattern'"
+}
+# same_tokens A B: the two datasets hold identical documents in the same order.
+same_tokens() { cmp <($DUMP "$1") <($DUMP "$2") || fail "datasets $1 and $2 differ"; echo "ok: $1 == $2"; }

@@ -1,0 +1,153 @@
+// Unit tests of the shard reader/writer, tokenizers' building blocks and the reshard planner.
+#define BOOST_TEST_MODULE reshard_unit
+#include <boost/test/unit_test.hpp>
+
+#include <filesystem>
+#include <set>
+
+#include "cairn/error.h"
+#include "cairn/shards.h"
+#include "cairn/tokenizer.h"
+#include "reshard.h"
+
+namespace fs = std::filesystem;
+using namespace cairn;
+
+namespace {
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("cairn-reshard-unit-" + std::to_string(::getpid()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::vector<std::string> split(const tokenizer::RegexSplitter& s, const std::string& text) {
+  std::vector<std::string> out;
+  s.split(text, [&](size_t b, size_t n) { out.push_back(text.substr(b, n)); });
+  return out;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(bytes_tokenizer_round_trips) {
+  auto tok = tokenizer::load({});
+  BOOST_TEST(tok->vocab_size() == 257u);
+  BOOST_TEST(tok->eot_id() == 256u);
+  std::string text = "héllo\n\tworld";
+  auto ids = tok->encode(text);
+  BOOST_TEST(ids.size() == text.size());
+  BOOST_TEST(tok->decode(ids) == text);
+  BOOST_CHECK_THROW(tokenizer::load({"sentencepiece", "", "", ""}), UsageError);
+  BOOST_CHECK_THROW(tokenizer::load({"gpt2", "", "", ""}), UsageError);
+}
+
+BOOST_AUTO_TEST_CASE(utf8_validation_finds_first_bad_byte) {
+  BOOST_TEST(tokenizer::find_invalid_utf8("plain ascii text, long enough for the fast path") == std::string::npos);
+  BOOST_TEST(tokenizer::find_invalid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") == std::string::npos);
+  BOOST_TEST(tokenizer::find_invalid_utf8("abc\xff") == 3u);
+  BOOST_TEST(tokenizer::find_invalid_utf8("ab\xc0\xaf") == 2u);          // overlong
+  BOOST_TEST(tokenizer::find_invalid_utf8("x\xed\xa0\x80") == 1u);       // surrogate
+  BOOST_TEST(tokenizer::find_invalid_utf8("12345678\xe2\x82") == 8u);    // truncated
+}
+
+BOOST_AUTO_TEST_CASE(pre_tokenizer_regexes_split_like_gpt2_and_llama3) {
+  tokenizer::RegexSplitter gpt2(tokenizer::kGpt2Pattern);
+  std::vector<std::string> want{"Hello", ",", " world", "'s", " 12345", "  ", " ok", "\n"};
+  BOOST_TEST(split(gpt2, "Hello, world's 12345   ok\n") == want, boost::test_tools::per_element());
+  tokenizer::RegexSplitter llama3(tokenizer::kLlama3Pattern, false);
+  std::vector<std::string> want3{"Hello", ",", " world", "'S", " ", "123", "45", "\n\n", "x"};
+  BOOST_TEST(split(llama3, "Hello, world'S 12345\n\nx") == want3, boost::test_tools::per_element());
+  BOOST_CHECK_THROW(tokenizer::RegexSplitter("(unclosed"), UsageError);
+}
+
+BOOST_AUTO_TEST_CASE(fast_gpt2_splitter_equals_the_regex_on_random_unicode) {
+  // Letters, digits, punctuation, apostrophes and contractions, every kind of whitespace the two
+  // definitions of \s disagree on (NEL, BOM, NBSP, em space, ideographic space), CJK, Arabic-Indic
+  // digits, combining marks, emoji (outside the BMP) and Roman numerals (Nl).
+  const std::vector<std::string> atoms{"a", "Z", "é", "ß", "ж", "中", "7", "٣", "Ⅻ", "'", "'s", "'ll", "'re", "'t", "'x",
+                                       " ", "  ", "\t", "\n", "\r\n", "\xc2\x85", "\xef\xbb\xbf", "\xc2\xa0",
+                                       "\xe2\x80\x83", "\xe3\x80\x80", ",", "--", "!?", "\xcc\x81", "\xf0\x9f\x98\x80", "$", "_"};
+  tokenizer::RegexSplitter js(tokenizer::kGpt2Pattern), hf(tokenizer::kHfByteLevelPattern);
+  uint64_t state = 12345;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string text;
+    int len = 1 + static_cast<int>((state >> 33) % 24);
+    for (int k = 0; k < len; ++k) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      text += atoms[(state >> 33) % atoms.size()];
+    }
+    for (bool use_js : {true, false}) {
+      std::vector<std::string> fast;
+      tokenizer::split_gpt2_fast(text, use_js, [&](size_t b, size_t n) { fast.push_back(text.substr(b, n)); });
+      std::vector<std::string> slow = split(use_js ? js : hf, text);
+      BOOST_TEST_REQUIRE(fast == slow, "text \"" << text << "\" (js whitespace " << use_js << ")");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(shard_writer_and_reader_round_trip_both_widths) {
+  TempDir t;
+  for (uint32_t vocab : {257u, 100000u}) {
+    std::string path = (t.path / ("s" + std::to_string(vocab) + ".h5")).string();
+    shards::ShardMeta meta;
+    meta.vocab_size = vocab;
+    meta.eot_id = vocab - 1;
+    meta.tokenizer_id = "test";
+    meta.plan_hash = "p1";
+    std::vector<uint32_t> toks(3000);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint32_t>((i * 7919) % vocab);
+    shards::ShardWriter w(path, meta, toks.size(), 3);
+    w.append_tokens(toks.data(), 1000);
+    w.append_tokens(toks.data() + 1000, 2000);
+    w.append_document(10, 11);
+    w.append_document(2000, 5);
+    w.append_document(990, 7);
+    shards::ShardInfo info = w.finish();
+    BOOST_TEST(info.xxh64 == shards::hash_tokens(toks.data(), toks.size(), vocab <= 65536));
+    auto sh = shards::open_shard(path);
+    BOOST_TEST(sh->token_width() == (vocab <= 65536 ? 2 : 4));
+    BOOST_TEST(sh->num_tokens() == 3000u);
+    BOOST_TEST(sh->num_documents() == 3u);
+    BOOST_TEST(sh->doc_begin(1) == 10u);
+    BOOST_TEST(sh->doc_end(1) == 2010u);
+    BOOST_TEST(sh->doc_bytes(2) == 7u);
+    BOOST_TEST(sh->tokens(5, 100) == std::vector<uint32_t>(toks.begin() + 5, toks.begin() + 105),
+               boost::test_tools::per_element());
+    BOOST_TEST(sh->document(2) == std::vector<uint32_t>(toks.begin() + 2010, toks.end()), boost::test_tools::per_element());
+    BOOST_CHECK_THROW(sh->tokens(2990, 20), RuntimeError);
+    shards::ShardInfo again;
+    BOOST_TEST(shards::existing_shard_matches(path, "p1", again));
+    BOOST_TEST(!shards::existing_shard_matches(path, "other plan", again));
+  }
+  // A token outside the vocabulary is refused, naming the file.
+  shards::ShardMeta meta;
+  meta.vocab_size = 10;
+  shards::ShardWriter w((t.path / "bad.h5").string(), meta, 2, 1);
+  uint32_t bad[2] = {3, 12};
+  BOOST_CHECK_THROW(w.append_tokens(bad, 2), UsageError);
+}
+
+BOOST_AUTO_TEST_CASE(planner_balances_and_shuffle_is_a_fixed_permutation) {
+  std::vector<uint64_t> lens{5, 100, 3, 40, 40, 7, 60, 20, 1, 90, 33, 8};
+  std::vector<uint64_t> prefix{0};
+  for (auto l : lens) prefix.push_back(prefix.back() + l);
+  auto b = reshard::plan_bounds(prefix, 3, false);
+  BOOST_TEST(b.front() == 0u);
+  BOOST_TEST(b.back() == prefix.back());
+  for (auto x : b) BOOST_TEST((std::find(prefix.begin(), prefix.end(), x) != prefix.end()));  // document boundaries
+  auto s = reshard::plan_bounds(prefix, 5, true);
+  for (size_t k = 0; k + 1 < s.size(); ++k) BOOST_TEST((s[k + 1] - s[k] == prefix.back() / 5 || s[k + 1] - s[k] == prefix.back() / 5 + 1));
+  auto empty = reshard::plan_bounds(prefix, 40, false);  // more shards than documents: some are empty
+  BOOST_TEST(empty.back() == prefix.back());
+  auto p1 = reshard::shuffled_order(1000, 42), p2 = reshard::shuffled_order(1000, 42), p3 = reshard::shuffled_order(1000, 43);
+  BOOST_TEST(p1 == p2);
+  BOOST_TEST(p1 != p3);
+  std::set<uint64_t> all(p1.begin(), p1.end());
+  BOOST_TEST(all.size() == 1000u);
+  // Pinned values (computed independently in Python): the order must never change between versions
+  // or platforms, or a rerun with the same --seed would produce a different dataset.
+  std::vector<uint64_t> pinned5{2, 1, 4, 3, 0}, pinned10{0, 9, 5, 8, 6, 4, 7, 2, 1, 3};
+  BOOST_TEST(reshard::shuffled_order(5, 1) == pinned5, boost::test_tools::per_element());
+  BOOST_TEST(reshard::shuffled_order(10, 42) == pinned10, boost::test_tools::per_element());
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Round trips on fortunes: text -> shards -> Megatron -> shards and -> llm.c -> shards keep every token;
+# reshard 8 -> 3 -> 5 keeps documents (and order without --seed); MPI ranks/threads give identical shards.
+source "$(dirname "$0")/common.sh"
+
+"$B" build --delimiter % --shards 8 --out "$T/d8" "${FORTUNES[@]}"
+"$B" verify "$T/d8"
+docs=$($PY -c "import json;print(json.load(open('$T/d8/index.json'))['total_documents'])")
+[ "$docs" -gt 15000 ] || fail "only $docs documents from fortunes"
+
+# 8 -> 3 -> 5 keeps the order; with --seed the multiset, in another order; balanced within 1%.
+"$B" reshard "$T/d8" --shards 3 --out "$T/d3"
+"$B" reshard "$T/d3" --shards 5 --out "$T/d5"
+same_tokens "$T/d8" "$T/d5"
+"$B" reshard "$T/d3" --shards 5 --seed 42 --out "$T/s5"
+cmp <($DUMP "$T/d8" | sort) <($DUMP "$T/s5" | sort) || fail "shuffled reshard changed the documents"
+! cmp -s <($DUMP "$T/d8") <($DUMP "$T/s5") || fail "--seed did not change the order"
+"$B" verify "$T/d5" "$T/s5"
+$PY - "$T/d5/stats.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+t = s["tokens_per_shard"]; mean = sum(t) / len(t)
+assert len(t) == 5 and max(abs(x - mean) for x in t) / mean < 0.01, t
+assert s["documents"] > 15000 and 0.9 < s["bytes_per_token"] < 1.1 and sum(s["doc_length_histogram"]["counts"]) == s["documents"]
+print("ok: balanced within 1%:", t)
+PY
+# Several inputs are concatenated in order (same tokenizer); different tokenizers are refused.
+"$B" reshard "$T/d3" "$T/d5" --shards 4 --out "$T/merged"
+cmp <($DUMP "$T/merged") <(cat <($DUMP "$T/d3") <($DUMP "$T/d5")) || fail "merged reshard is not d3 then d5"
+echo "ok: two datasets merged in order"
+# --split-docs balances to the token and keeps the token stream.
+"$B" reshard "$T/d8" --shards 7 --split-docs --out "$T/split7"
+$PY - "$T/split7/index.json" <<'PY'
+import json, sys
+t = [s["tokens"] for s in json.load(open(sys.argv[1]))["shards"]]
+assert max(t) - min(t) <= 1, t
+print("ok: split-docs shards", t)
+PY
+cmp <($DUMP "$T/d8" | tr '\n' ' ') <($DUMP "$T/split7" | tr '\n' ' ') || fail "split-docs changed the token stream"
+
+# Megatron: export, check the files with an independent reader (Megatron's layout), import back.
+"$B" convert --to megatron --out "$T/meg/fortunes_text_document" "$T/d8"
+"$B" convert --from megatron "$T/meg/fortunes_text_document" --shards 4 --out "$T/from_meg"
+same_tokens "$T/d8" "$T/from_meg"
+# llm.c: export, independent check, import back.
+"$B" convert --to llmc --out "$T/llmc" "$T/d8"
+"$B" convert --from llmc "$T/llmc" --shards 2 --out "$T/from_llmc"
+same_tokens "$T/d8" "$T/from_llmc"
+$PY - "$T/meg/fortunes_text_document" "$T/llmc" "$T/d8" <<'PY'
+import glob, json, os, struct, sys
+import numpy as np, h5py
+prefix, llmc, ds = sys.argv[1:4]
+ix = json.load(open(os.path.join(ds, "index.json")))
+docs = []
+for s in ix["shards"]:
+    with h5py.File(os.path.join(ds, s["file"])) as h:
+        t, o = h["tokens"][:], h["doc_offsets"][:]
+        docs += [t[o[i]:o[i + 1]] for i in range(len(o) - 1)]
+# Megatron MMIDIDX v1: magic, version, dtype code, counts, sizes, pointers, document index.
+b = open(prefix + ".idx", "rb").read()
+assert b[:9] == b"MMIDIDX\x00\x00"
+version, = struct.unpack("<Q", b[9:17]); code = b[17]
+nseq, ndoc = struct.unpack("<QQ", b[18:34])
+assert version == 1 and code == 8 and nseq == len(docs) and ndoc == len(docs) + 1
+sizes = np.frombuffer(b, np.int32, nseq, 34)
+ptrs = np.frombuffer(b, np.int64, nseq, 34 + 4 * nseq)
+doc_idx = np.frombuffer(b, np.int64, ndoc, 34 + 12 * nseq)
+assert 34 + 12 * nseq + 8 * ndoc == len(b)
+assert (doc_idx == np.arange(ndoc)).all() and ptrs[0] == 0 and (np.diff(ptrs) == sizes[:-1] * 2).all()
+bin_ = np.memmap(prefix + ".bin", np.uint16, "r")
+for i in (0, 1, len(docs) // 2, len(docs) - 1):
+    assert (bin_[ptrs[i] // 2: ptrs[i] // 2 + sizes[i]] == docs[i]).all()
+# llm.c: 256 x int32 header (magic 20240520, version 1, token count), then uint16 tokens.
+toks = []
+for f in sorted(glob.glob(os.path.join(llmc, "*.bin"))):
+    h = np.fromfile(f, np.int32, 256)
+    assert h[0] == 20240520 and h[1] == 1
+    t = np.fromfile(f, np.uint16, offset=1024)
+    assert len(t) == h[2]
+    toks.append(t)
+assert (np.concatenate(toks) == np.concatenate(docs)).all()
+print("ok: Megatron and llm.c files match their formats and the tokens")
+PY
+
+# Same shards whatever the ranks and threads: compare index.json checksums.
+sums() { $PY -c "import json,sys;print([s['xxh64'] for s in json.load(open(sys.argv[1]))['shards']])" "$1/index.json"; }
+mpirun -np 2 --oversubscribe "$B" reshard "$T/d8" --shards 5 --seed 9 --threads 1 --out "$T/mpi5"
+"$B" reshard "$T/d8" --shards 5 --seed 9 --threads 3 --out "$T/thr5"
+[ "$(sums "$T/mpi5")" = "$(sums "$T/thr5")" ] || fail "MPI and threaded reshard differ"
+mpirun -np 2 --oversubscribe "$B" build --set data.batch_mb=0.2 --delimiter % --shards 8 --threads 1 --out "$T/mpi_d8" "${FORTUNES[@]}"
+[ "$(sums "$T/mpi_d8")" = "$(sums "$T/d8")" ] || fail "MPI build differs from the single-process build"
+echo "ok: identical shards with 2 ranks, 1 rank x 3 threads"
+
+# Directory input (skips fortune's binary .dat indexes), stdin, gzip and JSONL inputs.
+"$B" build --delimiter % --shards 2 --out "$T/dir" /usr/share/games/fortunes
+[ "$($PY -c "import json;print(json.load(open('$T/dir/index.json'))['total_documents'])")" = "$docs" ] || fail "directory input differs"
+gzip -c "${FORTUNES[0]}" > "$T/one.gz"
+"$B" build --delimiter % --shards 1 --out "$T/gz" "$T/one.gz"
+cat "${FORTUNES[0]}" | "$B" build --delimiter % --shards 1 --out "$T/stdin" -
+"$B" build --delimiter % --shards 1 --out "$T/plain" "${FORTUNES[0]}"
+same_tokens "$T/plain" "$T/gz"
+same_tokens "$T/plain" "$T/stdin"
+$PY - "${FORTUNES[0]}" "$T/docs.jsonl" <<'PY'
+import json, sys
+docs, cur = [], []
+for line in open(sys.argv[1], encoding="utf-8").read().splitlines(keepends=True):
+    if line.rstrip("\r\n") == "%":
+        if cur: docs.append("".join(cur))
+        cur = []
+    else:
+        cur.append(line)
+if cur: docs.append("".join(cur))
+with open(sys.argv[2], "w") as f:
+    for d in docs: f.write(json.dumps({"id": 1, "body": d}) + "\n")
+PY
+"$B" build --jsonl-field body --shards 1 --out "$T/jsonl" "$T/docs.jsonl"
+same_tokens "$T/plain" "$T/jsonl"
+"$B" stats "$T/d8" | grep -q "bytes/token" || fail "stats output"
+echo PASS

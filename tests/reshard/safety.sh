@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Safety: SIGKILL mid-reshard then rerun resumes and verifies; inputs are never written; malformed
+# inputs give errors naming file and line/offset (or --skip-bad counts); verify catches corruption.
+source "$(dirname "$0")/common.sh"
+
+# ---- SIGKILL during reshard, then rerun: complete shards are kept, the result verifies.
+for i in 1 2 3 4 5 6 7 8 9 10; do cat "${FORTUNES[@]}"; done > "$T/big.txt"
+"$B" build --delimiter % --shards 4 --out "$T/big" "$T/big.txt"
+rm "$T/big.txt"
+killed=0
+for attempt in 1 2 3; do
+  rm -rf "$T/out"
+  "$B" reshard "$T/big" --shards 200 --threads 1 --out "$T/out" 2>/dev/null &
+  pid=$!
+  # Kill as soon as the first shard is in place (the run is then well under way, far from done).
+  for _ in $(seq 2000); do
+    compgen -G "$T/out/shard_*.h5" >/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.005
+  done
+  kill -KILL $pid 2>/dev/null || true
+  wait $pid 2>/dev/null || true
+  if [ ! -f "$T/out/index.json" ]; then killed=1; break; fi
+done
+[ $killed = 1 ] || fail "reshard finished before it could be killed (3 attempts)"
+before=$(ls "$T/out" | grep -c '^shard_' || true)
+echo "ok: killed with $before complete shards and $(ls -a "$T/out" | grep -c '\.tmp\.' || true) temp files left"
+"$B" verify "$T/out" >/dev/null 2>&1 && fail "verify passed on an interrupted dataset (no index.json)"
+"$B" reshard "$T/big" --shards 200 --threads 1 --out "$T/out" 2>"$T/rerun.log"
+grep -q "already complete" "$T/rerun.log" || { cat "$T/rerun.log"; fail "rerun did not resume"; }
+"$B" verify "$T/out"
+[ "$(ls -a "$T/out" | grep -c '\.tmp\.' || true)" = 0 ] || fail "temp files left after the rerun"
+$PY - "$T/big" "$T/out" <<'PY'
+import json, os, sys, h5py, numpy as np
+def stream(d):
+    ix = json.load(open(os.path.join(d, "index.json")))
+    return np.concatenate([h5py.File(os.path.join(d, s["file"]))["tokens"][:] for s in ix["shards"]])
+assert (stream(sys.argv[1]) == stream(sys.argv[2])).all()
+print("ok: resumed dataset holds exactly the input tokens")
+PY
+# A corrupted shard is found by verify (exit 3) and is rewritten, not reused, by a rerun.
+$PY - "$T/out/shard_00003.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as h:
+    off = h["tokens"].id.get_offset()
+with open(sys.argv[1], "r+b") as f:
+    f.seek(off + 10); b = f.read(1); f.seek(off + 10); f.write(bytes([(b[0] + 1) % 200]))
+PY
+expect_exit 3 'shard_00003.h5: tokens do not match' "$B" verify "$T/out"
+"$B" reshard "$T/big" --shards 200 --threads 1 --out "$T/out" 2>/dev/null
+"$B" verify "$T/out" >/dev/null
+echo "ok: corrupted shard rewritten by the rerun"
+# Out-of-vocabulary token, broken offsets, index.json mismatch: all reported with shard and document.
+cp -r "$T/out" "$T/bad"
+$PY - "$T/bad" <<'PY'
+import json, os, sys, h5py, numpy as np
+d = sys.argv[1]
+with h5py.File(os.path.join(d, "shard_00001.h5"), "r+") as h:
+    t = h["tokens"]; t[5] = 300                      # id >= vocab 257
+with h5py.File(os.path.join(d, "shard_00002.h5"), "r+") as h:
+    o = h["doc_offsets"]; o[3] = o[2] - 1 if o[2] > 0 else 0   # not monotone
+ix = json.load(open(os.path.join(d, "index.json"))); ix["shards"][4]["tokens"] += 1
+json.dump(ix, open(os.path.join(d, "index.json"), "w"))
+PY
+expect_exit 3 'shard_00001.h5: document 0, token 5: id 300 is not below the vocabulary size 257' "$B" verify "$T/bad"
+grep -q 'shard_00002.h5: document 2.*not monotone' "$T/out.txt" || fail "offsets problem not reported"
+grep -q 'shard_00004.h5: has .* tokens, index.json says' "$T/out.txt" || fail "index mismatch not reported"
+rm -rf "$T/bad" "$T/out"
+
+# ---- An interrupted build keeps the parts of the inputs it finished: a bad last file stops the
+# build after five good ones; once fixed, the rerun reuses those five and tokenizes only the last.
+mkdir -p "$T/resume"
+for i in 0 1 2 3 4; do cp "${FORTUNES[$i]}" "$T/resume/a_$i.txt"; done
+printf 'bad \xff\n' > "$T/resume/z_bad.txt"
+expect_exit 2 'z_bad.txt:1 (byte offset 4): invalid UTF-8' "$B" build --delimiter % --out "$T/rb" "$T/resume"
+[ "$(ls "$T/rb/.build-parts" | grep -c '^part_.*\.h5$')" = 5 ] || fail "parts of the finished inputs were not kept"
+printf 'fixed\n' > "$T/resume/z_bad.txt"
+"$B" build --delimiter % --out "$T/rb" "$T/resume" 2>"$T/log.txt"
+grep -q "5 inputs unchanged since an interrupted run" "$T/log.txt" || { cat "$T/log.txt"; fail "build did not reuse parts"; }
+[ ! -e "$T/rb/.build-parts" ] || fail "parts left after a successful build"
+"$B" verify "$T/rb" >/dev/null
+echo "ok: interrupted build resumed from its parts"
+
+# ---- Inputs are never written: refuse output directories that are or overlap inputs.
+cp "${FORTUNES[0]}" "$T/in.txt"
+expect_exit 2 'refusing to write into' "$B" build --delimiter % --out "$T" "$T/in.txt"
+mkdir -p "$T/corpus"; cp "${FORTUNES[1]}" "$T/corpus/"
+expect_exit 2 'refusing to write into' "$B" build --delimiter % --out "$T/corpus/data" "$T/corpus"
+"$B" build --delimiter % --shards 2 --out "$T/ds" "$T/in.txt"
+expect_exit 2 'refusing to write into' "$B" reshard "$T/ds" --shards 3 --out "$T/ds"
+"$B" verify "$T/ds" >/dev/null
+
+# ---- Malformed inputs: file and line (or offset) in the error; --skip-bad counts instead.
+printf 'good one\n%%\nbad \xff byte\n%%\nlast\n' > "$T/bad_utf8.txt"
+expect_exit 2 'bad_utf8.txt:3 (byte offset 15): invalid UTF-8' "$B" build --delimiter % --out "$T/x" "$T/bad_utf8.txt"
+"$B" build --delimiter % --skip-bad --shards 1 --out "$T/skipped" "$T/bad_utf8.txt" 2>"$T/log.txt"
+grep -q "skipped 1 bad records" "$T/log.txt" || fail "--skip-bad did not count the record"
+[ "$($PY -c "import json;d=json.load(open('$T/skipped/index.json'));print(d['total_documents'], d['skipped_records'])")" = "2 1" ] || fail "skip-bad counts"
+printf '{"text": "fine"}\n{"text": "broken\n{"other": 1}\n' > "$T/bad.jsonl"
+expect_exit 2 'bad.jsonl:2 (byte offset 17): broken JSON line' "$B" build --out "$T/x" "$T/bad.jsonl"
+printf '{"text": "fine"}\n{"other": 1}\n' > "$T/nofield.jsonl"
+expect_exit 2 'nofield.jsonl:2 .*no string field "text"' "$B" build --out "$T/x" "$T/nofield.jsonl"
+"$B" build --skip-bad --out "$T/x2" "$T/bad.jsonl" 2>"$T/log.txt"
+grep -q "skipped 2 bad records" "$T/log.txt" || fail "--skip-bad JSONL count"
+printf '\x1f\x8b\x08\x00garbage' > "$T/corrupt.gz"
+expect_exit 2 'corrupt.gz' "$B" build --out "$T/x" "$T/corrupt.gz"
+expect_exit 2 'No such file' "$B" build --out "$T/x" "$T/missing.txt"
+
+# Truncated / corrupt Megatron and llm.c files.
+"$B" convert --to megatron --out "$T/meg/m" "$T/ds"
+"$B" convert --to llmc --out "$T/llmc" "$T/ds"
+head -c 100 "$T/meg/m.idx" > "$T/meg/t.idx"; cp "$T/meg/m.bin" "$T/meg/t.bin"
+expect_exit 2 't.idx.*truncated' "$B" convert --from megatron "$T/meg/t" --out "$T/x"
+cp "$T/meg/m.idx" "$T/meg/w.idx"; cp "$T/meg/m.bin" "$T/meg/w.bin"; printf 'XXIDIDX' | dd of="$T/meg/w.idx" conv=notrunc 2>/dev/null
+expect_exit 2 'w.idx.*at byte offset 0: wrong magic' "$B" convert --from megatron "$T/meg/w" --out "$T/x"
+cp "$T/meg/m.idx" "$T/meg/s.idx"; head -c 50 "$T/meg/m.bin" > "$T/meg/s.bin"
+expect_exit 2 's.bin.*index describes' "$B" convert --from megatron "$T/meg/s" --out "$T/x"
+f=$(ls "$T/llmc"/*.bin | head -1)
+head -c 1500 "$f" > "$T/trunc.bin"
+expect_exit 2 'trunc.bin.*header says' "$B" convert --from llmc "$T/trunc.bin" --out "$T/x"
+printf '\x01\x02\x03\x04' | cat - <(tail -c +5 "$f") > "$T/magic.bin"
+expect_exit 2 'magic.bin.*at byte offset 0: wrong magic' "$B" convert --from llmc "$T/magic.bin" --out "$T/x"
+expect_exit 2 'not an HDF5 file\|No such file\|cannot' "$B" verify "$T/meg"
+expect_exit 2 'exactly one of --from' "$B" convert --out "$T/x" "$T/ds"
+echo PASS

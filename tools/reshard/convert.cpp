@@ -1,0 +1,355 @@
+// `convert`: Megatron-LM indexed datasets (.bin/.idx, MMIDIDX v1) and llm.c token shards, both ways.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/log.h"
+#include "cairn/mpi.h"
+#include "reshard.h"
+
+namespace cairn::reshard {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMegatronMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
+constexpr int32_t kLlmcMagic = 20240520;
+constexpr size_t kLlmcHeaderInts = 256;
+
+// Megatron's dtype codes (megatron/core/datasets/indexed_dataset.py DType).
+size_t megatron_item_size(uint8_t code) {
+  switch (code) {
+    case 1: case 2: return 1;  // uint8, int8
+    case 3: case 8: return 2;  // int16, uint16
+    case 4: case 7: return 4;  // int32, float32
+    case 5: case 6: return 8;  // int64, float64
+    default: return 0;
+  }
+}
+
+// Read-only view of a whole file (mmap), errors naming the path.
+struct MappedFile {
+  std::string path;
+  const unsigned char* data = nullptr;
+  size_t size = 0;
+  explicit MappedFile(const std::string& p) : path(p) {
+    int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw UsageError(errno_message("cannot open", p));
+    struct stat st {};
+    ::fstat(fd, &st);
+    size = static_cast<size_t>(st.st_size);
+    if (size > 0) {
+      void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (m == MAP_FAILED) {
+        ::close(fd);
+        throw RuntimeError(errno_message("cannot map", p));
+      }
+      data = static_cast<const unsigned char*>(m);
+    }
+    ::close(fd);
+  }
+  ~MappedFile() {
+    if (data) ::munmap(const_cast<unsigned char*>(data), size);
+  }
+  template <typename T>
+  T at(size_t off) const {
+    T v;
+    std::memcpy(&v, data + off, sizeof v);
+    return v;
+  }
+};
+
+[[noreturn]] void corrupt(const std::string& path, size_t offset, const std::string& why) {
+  throw UsageError(file_message("corrupt input", path, strprintf("at byte offset %zu: %s", offset, why.c_str())));
+}
+
+// Appends a document, adding the end-of-text when the source lacks it (cairn documents end with it).
+void add_doc(MemorySource& src, const tokenizer::Tokenizer& tok, std::vector<uint32_t>& doc, uint64_t& added_eot) {
+  if (doc.empty()) return;
+  if (doc.back() != tok.eot_id()) doc.push_back(tok.eot_id()), ++added_eot;
+  std::string text = tok.decode(doc.data(), doc.size() - 1);
+  src.add_document(doc.data(), doc.size(), static_cast<uint32_t>(std::min<size_t>(text.size(), UINT32_MAX)));
+  doc.clear();
+}
+
+void check_ids(const std::string& path, size_t offset, uint32_t id, uint32_t vocab) {
+  if (id >= vocab)
+    corrupt(path, offset, strprintf("token id %u is not below the tokenizer's vocabulary size %u (set --tokenizer)", id, vocab));
+}
+
+void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, MemorySource& src, uint64_t& added) {
+  std::string prefix = input;
+  for (const char* ext : {".idx", ".bin"})
+    if (prefix.size() > 4 && prefix.compare(prefix.size() - 4, 4, ext) == 0) prefix.resize(prefix.size() - 4);
+  MappedFile idx(prefix + ".idx"), bin(prefix + ".bin");
+  const std::string& ip = idx.path;
+  if (idx.size < 34) corrupt(ip, idx.size, "file is too short for the MMIDIDX header (34 bytes)");
+  if (std::memcmp(idx.data, kMegatronMagic, 9) != 0) corrupt(ip, 0, "wrong magic (not a Megatron MMIDIDX index)");
+  uint64_t version = idx.at<uint64_t>(9);
+  if (version != 1) corrupt(ip, 9, strprintf("unsupported version %llu (want 1)", static_cast<unsigned long long>(version)));
+  uint8_t code = idx.data[17];
+  size_t item = megatron_item_size(code);
+  if (item == 0 || code == 6 || code == 7) corrupt(ip, 17, strprintf("dtype code %u is not an integer token type", code));
+  uint64_t nseq = idx.at<uint64_t>(18), ndoc = idx.at<uint64_t>(26);
+  size_t need = 34 + nseq * 4 + nseq * 8 + ndoc * 8;
+  if (nseq > idx.size || ndoc > idx.size || idx.size < need)
+    corrupt(ip, idx.size, strprintf("truncated: %llu sequences and %llu document indices need %zu bytes, file has %zu",
+                                    static_cast<unsigned long long>(nseq), static_cast<unsigned long long>(ndoc), need,
+                                    idx.size));
+  const size_t sizes_off = 34, ptr_off = sizes_off + nseq * 4, doc_off = ptr_off + nseq * 8;
+  uint64_t expect_ptr = 0;
+  for (uint64_t s = 0; s < nseq; ++s) {
+    int32_t len = idx.at<int32_t>(sizes_off + s * 4);
+    int64_t ptr = idx.at<int64_t>(ptr_off + s * 8);
+    if (len < 0) corrupt(ip, sizes_off + s * 4, strprintf("sequence %llu has negative length", static_cast<unsigned long long>(s)));
+    if (static_cast<uint64_t>(ptr) != expect_ptr)
+      corrupt(ip, ptr_off + s * 8, strprintf("sequence %llu pointer %lld, expected %llu", static_cast<unsigned long long>(s),
+                                             static_cast<long long>(ptr), static_cast<unsigned long long>(expect_ptr)));
+    expect_ptr += static_cast<uint64_t>(len) * item;
+  }
+  if (bin.size != expect_ptr)
+    corrupt(bin.path, std::min<size_t>(bin.size, expect_ptr),
+            strprintf("has %zu bytes but the index describes %llu", bin.size, static_cast<unsigned long long>(expect_ptr)));
+  if (ndoc == 0 || idx.at<int64_t>(doc_off) != 0) corrupt(ip, doc_off, "document index must start at 0");
+  int64_t prev = 0;
+  for (uint64_t d = 1; d < ndoc; ++d) {
+    int64_t v = idx.at<int64_t>(doc_off + d * 8);
+    if (v < prev || static_cast<uint64_t>(v) > nseq)
+      corrupt(ip, doc_off + d * 8, strprintf("document index %lld is not monotone within [0, %llu]",
+                                             static_cast<long long>(v), static_cast<unsigned long long>(nseq)));
+    prev = v;
+  }
+  if (static_cast<uint64_t>(prev) != nseq) corrupt(ip, doc_off + (ndoc - 1) * 8, "document index does not end at the sequence count");
+  auto token = [&](uint64_t i) -> uint32_t {
+    switch (code) {
+      case 1: return bin.data[i];
+      case 2: return static_cast<uint32_t>(static_cast<int8_t>(bin.data[i]));
+      case 3: return static_cast<uint32_t>(bin.at<int16_t>(i * 2));
+      case 8: return bin.at<uint16_t>(i * 2);
+      case 4: return static_cast<uint32_t>(bin.at<int32_t>(i * 4));
+      default: return static_cast<uint32_t>(bin.at<int64_t>(i * 8));
+    }
+  };
+  std::vector<uint32_t> doc;
+  uint64_t tok_index = 0;
+  uint64_t seq = 0;
+  for (uint64_t d = 0; d + 1 < ndoc; ++d) {
+    uint64_t end = static_cast<uint64_t>(idx.at<int64_t>(doc_off + (d + 1) * 8));
+    for (; seq < end; ++seq) {
+      int32_t len = idx.at<int32_t>(sizes_off + seq * 4);
+      for (int32_t k = 0; k < len; ++k, ++tok_index) {
+        uint32_t t = token(tok_index);
+        check_ids(bin.path, tok_index * item, t, tok.vocab_size());
+        doc.push_back(t);
+      }
+    }
+    add_doc(src, tok, doc, added);
+  }
+}
+
+std::vector<std::string> expand_bin_inputs(const std::vector<std::string>& inputs) {
+  std::vector<std::string> out;
+  for (auto& in : inputs) {
+    if (fs::is_directory(in)) {
+      std::vector<std::string> files;
+      for (auto& e : fs::directory_iterator(in))
+        if (e.is_regular_file() && e.path().extension() == ".bin") files.push_back(e.path().string());
+      std::sort(files.begin(), files.end());
+      out.insert(out.end(), files.begin(), files.end());
+    } else {
+      out.push_back(in);
+    }
+  }
+  return out;
+}
+
+void import_llmc(const std::string& path, const tokenizer::Tokenizer& tok, MemorySource& src, uint64_t& added,
+                 std::vector<uint32_t>& doc) {
+  MappedFile f(path);
+  const size_t hdr = kLlmcHeaderInts * 4;
+  if (f.size < hdr) corrupt(path, f.size, "file is too short for the llm.c header (1024 bytes)");
+  if (f.at<int32_t>(0) != kLlmcMagic) corrupt(path, 0, strprintf("wrong magic %d (llm.c token shards have %d)", f.at<int32_t>(0), kLlmcMagic));
+  if (f.at<int32_t>(4) != 1) corrupt(path, 4, strprintf("unsupported version %d (want 1: uint16 tokens)", f.at<int32_t>(4)));
+  int32_t ntok = f.at<int32_t>(8);
+  if (ntok < 0 || f.size != hdr + static_cast<size_t>(ntok) * 2)
+    corrupt(path, std::min<size_t>(f.size, hdr + static_cast<size_t>(std::max(ntok, 0)) * 2),
+            strprintf("header says %d tokens (%zu bytes) but the file has %zu bytes", ntok, hdr + size_t(std::max(ntok, 0)) * 2, f.size));
+  const uint32_t eot = tok.eot_id();
+  for (int32_t i = 0; i < ntok; ++i) {
+    uint32_t t = f.at<uint16_t>(hdr + static_cast<size_t>(i) * 2);
+    check_ids(path, hdr + static_cast<size_t>(i) * 2, t, tok.vocab_size());
+    if (t == eot) {
+      // llm.c streams put end-of-text before each document; an empty document is dropped.
+      if (!doc.empty()) {
+        doc.push_back(t);
+        add_doc(src, tok, doc, added);
+      }
+      continue;
+    }
+    doc.push_back(t);
+  }
+}
+
+void write_bytes(FILE* f, const void* p, size_t n, const std::string& path) {
+  if (n && std::fwrite(p, 1, n, f) != n) throw RuntimeError(errno_message("cannot write", path));
+}
+
+void close_file(FILE* f, const std::string& path) {
+  if (std::fflush(f) != 0 || ::fsync(fileno(f)) != 0) {
+    std::fclose(f);
+    throw RuntimeError(errno_message("cannot write", path));
+  }
+  if (std::fclose(f) != 0) throw RuntimeError(errno_message("cannot write", path));
+}
+
+void export_megatron(const shards::Dataset& ds, const std::string& prefix) {
+  // Megatron's rule (best_fitting_dtype): uint16 below 65500 ids, else int32.
+  const bool u16 = ds.vocab_size() < 65500;
+  const uint8_t code = u16 ? 8 : 4;
+  const size_t item = u16 ? 2 : 4;
+  if (!fs::path(prefix).parent_path().empty()) ensure_dir(fs::path(prefix).parent_path().string());
+  AtomicFile bin_file(prefix + ".bin"), idx_file(prefix + ".idx");
+  FILE* bin = std::fopen(bin_file.temp_path().c_str(), "wb");
+  if (!bin) throw RuntimeError(errno_message("cannot write", bin_file.path()));
+  std::vector<int32_t> sizes;
+  std::vector<int64_t> pointers;
+  int64_t ptr = 0;
+  std::vector<uint32_t> buf;
+  std::vector<uint16_t> b16;
+  for (size_t i = 0; i < ds.num_shards(); ++i) {
+    auto sh = ds.shard(i);
+    buf.resize(sh->num_tokens());
+    sh->read_tokens(0, sh->num_tokens(), buf.data());
+    if (u16) {
+      b16.assign(buf.begin(), buf.end());
+      write_bytes(bin, b16.data(), b16.size() * 2, bin_file.path());
+    } else {
+      write_bytes(bin, buf.data(), buf.size() * 4, bin_file.path());
+    }
+    for (uint64_t d = 0; d < sh->num_documents(); ++d) {
+      uint64_t len = sh->doc_end(d) - sh->doc_begin(d);
+      if (len > INT32_MAX) throw UsageError(strprintf("document %llu of %s is too long for Megatron (int32 sizes)",
+                                                      static_cast<unsigned long long>(d), ds.info(i).file.c_str()));
+      sizes.push_back(static_cast<int32_t>(len));
+      pointers.push_back(ptr);
+      ptr += static_cast<int64_t>(len * item);
+    }
+  }
+  close_file(bin, bin_file.path());
+  FILE* idx = std::fopen(idx_file.temp_path().c_str(), "wb");
+  if (!idx) throw RuntimeError(errno_message("cannot write", idx_file.path()));
+  uint64_t version = 1, nseq = sizes.size(), ndoc = sizes.size() + 1;
+  write_bytes(idx, kMegatronMagic, 9, idx_file.path());
+  write_bytes(idx, &version, 8, idx_file.path());
+  write_bytes(idx, &code, 1, idx_file.path());
+  write_bytes(idx, &nseq, 8, idx_file.path());
+  write_bytes(idx, &ndoc, 8, idx_file.path());
+  write_bytes(idx, sizes.data(), sizes.size() * 4, idx_file.path());
+  write_bytes(idx, pointers.data(), pointers.size() * 8, idx_file.path());
+  std::vector<int64_t> doc_idx(ndoc);
+  for (uint64_t d = 0; d < ndoc; ++d) doc_idx[d] = static_cast<int64_t>(d);
+  write_bytes(idx, doc_idx.data(), doc_idx.size() * 8, idx_file.path());
+  close_file(idx, idx_file.path());
+  bin_file.commit();
+  idx_file.commit();
+  CAIRN_LOG_INFO("wrote %s.bin/.idx: %llu documents, %lld bytes of %s tokens", prefix.c_str(),
+                 static_cast<unsigned long long>(nseq), static_cast<long long>(ptr), u16 ? "uint16" : "int32");
+}
+
+void export_llmc(const shards::Dataset& ds, const std::string& dir) {
+  if (ds.vocab_size() > 65536)
+    throw UsageError(strprintf("llm.c shards hold uint16 tokens; this dataset's vocabulary is %u", ds.vocab_size()));
+  ensure_dir(dir);
+  std::vector<uint32_t> buf;
+  for (size_t i = 0; i < ds.num_shards(); ++i) {
+    auto sh = ds.shard(i);
+    if (sh->num_tokens() > INT32_MAX)
+      throw UsageError(file_message("shard", ds.info(i).file, "has more tokens than an llm.c shard can hold (2^31-1)"));
+    buf.resize(sh->num_tokens());
+    sh->read_tokens(0, sh->num_tokens(), buf.data());
+    std::vector<uint16_t> b16(buf.begin(), buf.end());
+    std::vector<int32_t> header(kLlmcHeaderInts, 0);
+    header[0] = kLlmcMagic;
+    header[1] = 1;
+    header[2] = static_cast<int32_t>(b16.size());
+    std::string path = join_path(dir, strprintf("shard_%06zu.bin", i));
+    std::string content(reinterpret_cast<const char*>(header.data()), header.size() * 4);
+    content.append(reinterpret_cast<const char*>(b16.data()), b16.size() * 2);
+    atomic_write(path, content);
+  }
+  CAIRN_LOG_INFO("wrote %zu llm.c shards to %s (%llu tokens)", ds.num_shards(), dir.c_str(),
+                 static_cast<unsigned long long>(ds.total_tokens()));
+}
+
+}  // namespace
+
+int run_convert(const Config& cfg, const std::string& from, const std::string& to, const std::vector<std::string>& inputs,
+                const std::string& out) {
+  if (from.empty() == to.empty()) throw UsageError("convert needs exactly one of --from megatron|llmc or --to megatron|llmc");
+  const bool root = !mpi::initialized() || mpi::rank() == 0;
+  if (!to.empty()) {
+    if (out.empty()) throw UsageError("convert --to needs --out (a .bin/.idx prefix for megatron, a directory for llmc)");
+    if (inputs.size() > 1) throw UsageError("convert --to takes one dataset directory");
+    std::string in = inputs.empty() ? dataset_dir(cfg, "") : inputs[0];
+    check_output_not_input(to == "llmc" ? out : fs::absolute(out).parent_path().string(), {in});
+    shards::Dataset ds = shards::Dataset::open(in);
+    if (root) {
+      if (to == "megatron") export_megatron(ds, out);
+      else export_llmc(ds, out);
+    }
+    if (mpi::initialized()) mpi::barrier();
+    return 0;
+  }
+  if (inputs.empty()) throw UsageError("convert --from needs inputs (Megatron prefixes or llm.c .bin files/directories)");
+  const std::string dir = dataset_dir(cfg, out);
+  check_output_not_input(dir, inputs);
+  auto tok = load_configured_tokenizer(cfg);
+  MemorySource src;
+  uint64_t added = 0;
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  std::vector<std::string> files;
+  if (from == "megatron") {
+    for (auto& in : inputs) import_megatron(in, *tok, src, added), files.push_back(in);
+  } else {
+    std::vector<uint32_t> doc;
+    files = expand_bin_inputs(inputs);
+    for (auto& f : files) import_llmc(f, *tok, src, added, doc);
+    add_doc(src, *tok, doc, added);
+  }
+  if (src.num_docs() == 0) throw UsageError("the inputs contain no documents");
+  XXH64_update(st, src.tokens.data(), src.tokens.size() * 4);
+  XXH64_update(st, src.starts.data(), src.starts.size() * 8);
+  src.id = "import:" + shards::hex64(XXH64_digest(st));
+  XXH64_freeState(st);
+  if (added && root) CAIRN_LOG_INFO("added end-of-text to %llu documents that lacked it", static_cast<unsigned long long>(added));
+  OutputSpec spec;
+  spec.dir = dir;
+  spec.shards = static_cast<uint64_t>(cfg.get_int("data.shards"));
+  spec.seed = cfg.get_int("data.seed");
+  spec.split_docs = cfg.get_bool("data.split_docs");
+  spec.threads = resolve_threads(cfg);
+  spec.tokenizer = tok->describe();
+  spec.tokenizer_files = tok->source_files();
+  spec.vocab_size = tok->vocab_size();
+  spec.eot_id = tok->eot_id();
+  spec.sources = files;
+  WriteResult r = write_dataset(src, spec);
+  if (root)
+    CAIRN_LOG_INFO("imported %llu documents, %llu tokens from %s into %s (%llu shards)",
+                   static_cast<unsigned long long>(src.num_docs()), static_cast<unsigned long long>(r.tokens),
+                   from.c_str(), dir.c_str(), static_cast<unsigned long long>(spec.shards));
+  return 0;
+}
+
+}  // namespace cairn::reshard

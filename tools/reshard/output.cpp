@@ -1,0 +1,528 @@
+// Planning and writing output datasets: balanced shards, seeded shuffle, MPI/thread split, resume,
+// index.json and stats.json; plus the document sources they read from.
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "cairn/cli.h"
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/log.h"
+#include "cairn/mpi.h"
+#include "cairn/provenance.h"
+#include "reshard.h"
+
+namespace cairn::reshard {
+
+namespace fs = std::filesystem;
+
+// ------------------------------------------------------------------------------------ sources
+
+void MemorySource::read_stream(uint64_t offset, uint64_t count, uint32_t* out) const {
+  std::copy(tokens.begin() + offset, tokens.begin() + offset + count, out);
+}
+
+void MemorySource::add_document(const uint32_t* t, size_t n, uint32_t source_bytes) {
+  tokens.insert(tokens.end(), t, t + n);
+  starts.push_back(tokens.size());
+  bytes.push_back(source_bytes);
+}
+
+DatasetSource::DatasetSource(const std::vector<shards::Dataset>& datasets) {
+  doc_starts_.push_back(0);
+  shard_token_starts_.push_back(0);
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  for (const shards::Dataset& ds : datasets)
+  for (size_t i = 0; i < ds.num_shards(); ++i) {
+    auto sh = ds.shard(i);
+    const auto& info = ds.info(i);
+    if (sh->num_tokens() != info.tokens || sh->num_documents() != info.documents)
+      throw UsageError(file_message("dataset index", join_path(ds.dir(), "index.json"),
+                                    strprintf("says shard %zu has %llu tokens / %llu documents but %s has %llu / %llu "
+                                              "(run cairn-reshard verify)",
+                                              i, static_cast<unsigned long long>(info.tokens),
+                                              static_cast<unsigned long long>(info.documents), info.file.c_str(),
+                                              static_cast<unsigned long long>(sh->num_tokens()),
+                                              static_cast<unsigned long long>(sh->num_documents()))));
+    uint64_t base = shard_token_starts_.back();
+    for (uint64_t d = 0; d < sh->num_documents(); ++d) {
+      doc_starts_.push_back(base + sh->doc_end(d));
+      doc_bytes_.push_back(sh->doc_bytes(d));
+    }
+    shard_token_starts_.push_back(base + sh->num_tokens());
+    XXH64_update(st, &info.xxh64, sizeof info.xxh64);
+    XXH64_update(st, &info.tokens, sizeof info.tokens);
+    XXH64_update(st, &info.documents, sizeof info.documents);
+    shards_.push_back(std::move(sh));
+  }
+  identity_ = "dataset:" + shards::hex64(XXH64_digest(st)) + ":" + datasets.front().tokenizer_id();
+  XXH64_freeState(st);
+}
+
+void DatasetSource::read_stream(uint64_t offset, uint64_t count, uint32_t* out) const {
+  while (count > 0) {
+    size_t s = std::upper_bound(shard_token_starts_.begin(), shard_token_starts_.end(), offset) -
+               shard_token_starts_.begin() - 1;
+    uint64_t local = offset - shard_token_starts_[s];
+    uint64_t take = std::min(count, shards_[s]->num_tokens() - local);
+    shards_[s]->read_tokens(local, take, out);
+    out += take;
+    offset += take;
+    count -= take;
+  }
+}
+
+bool DatasetSource::raw_range(uint64_t offset, uint64_t count, const void*& ptr, int& width) const {
+  size_t s = std::upper_bound(shard_token_starts_.begin(), shard_token_starts_.end(), offset) -
+             shard_token_starts_.begin() - 1;
+  if (s >= shards_.size()) return false;
+  uint64_t local = offset - shard_token_starts_[s];
+  const auto& sh = *shards_[s];
+  const void* base = sh.mapped_tokens();
+  if (!base || local + count > sh.num_tokens()) return false;
+  width = sh.token_width();
+  ptr = static_cast<const char*>(base) + local * width;
+  return true;
+}
+
+void DatasetSource::prefetch(uint64_t d, int stage) const {
+  if (stage == 0) {
+    __builtin_prefetch(&doc_starts_[d]);
+    __builtin_prefetch(&doc_bytes_[d]);
+    return;
+  }
+  uint64_t off = doc_starts_[d];
+  const void* p = nullptr;
+  int w = 0;
+  if (raw_range(off, 1, p, w)) {
+    __builtin_prefetch(p);
+    __builtin_prefetch(static_cast<const char*>(p) + 64);
+    __builtin_prefetch(static_cast<const char*>(p) + 128);
+    __builtin_prefetch(static_cast<const char*>(p) + 192);
+  }
+}
+
+// ------------------------------------------------------------------------------------ planning
+
+namespace {
+// splitmix64: a fixed, portable generator (std distributions differ between standard libraries).
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+uint64_t bounded(uint64_t& state, uint64_t n) {  // unbiased value in [0, n)
+  uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+  uint64_t r;
+  do r = splitmix64(state);
+  while (r >= limit);
+  return r % n;
+}
+}  // namespace
+
+std::vector<uint64_t> shuffled_order(uint64_t n, uint64_t seed) {
+  std::vector<uint64_t> p(n);
+  for (uint64_t i = 0; i < n; ++i) p[i] = i;
+  uint64_t state = seed;
+  for (uint64_t i = n; i > 1; --i) std::swap(p[i - 1], p[bounded(state, i)]);
+  return p;
+}
+
+std::vector<uint64_t> plan_bounds(const std::vector<uint64_t>& prefix, uint64_t shards, bool split_docs) {
+  const uint64_t total = prefix.back();
+  std::vector<uint64_t> b(shards + 1, 0);
+  b[shards] = total;
+  for (uint64_t k = 1; k < shards; ++k) {
+    // Ideal cut, rounded so shard sizes differ by at most one token.
+    uint64_t target = static_cast<uint64_t>((static_cast<unsigned __int128>(total) * k) / shards);
+    if (split_docs) {
+      b[k] = target;
+      continue;
+    }
+    // The document boundary nearest to the ideal cut, never before the previous cut.
+    auto it = std::lower_bound(prefix.begin(), prefix.end(), target);
+    uint64_t hi = it == prefix.end() ? total : *it;
+    uint64_t lo = it == prefix.begin() ? 0 : *(it - 1);
+    uint64_t cut = (target - lo <= hi - target) ? lo : hi;
+    b[k] = std::max(cut, b[k - 1]);
+  }
+  return b;
+}
+
+// ------------------------------------------------------------------------------------ helpers
+
+std::string dataset_dir(const Config& cfg, const std::string& explicit_dir) {
+  return explicit_dir.empty() ? shards::dataset_path(cfg) : explicit_dir;
+}
+
+int resolve_threads(const Config& cfg) {
+  int64_t t = cfg.get_int("data.threads");
+  if (t <= 0) t = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(t);
+}
+
+void check_output_not_input(const std::string& out, const std::vector<std::string>& inputs) {
+  std::error_code ec;
+  fs::path o = fs::weakly_canonical(out, ec);
+  for (const auto& in : inputs) {
+    if (in == "-") continue;
+    fs::path i = fs::weakly_canonical(in, ec);
+    const bool is_dir = fs::is_directory(i, ec);
+    auto inside = [](const fs::path& child, const fs::path& parent) {
+      auto c = child.begin(), p = parent.begin();
+      for (; p != parent.end(); ++p, ++c)
+        if (c == child.end() || *c != *p) return false;
+      return true;
+    };
+    // A directory input must not contain the output (its shards would be read back as input) nor be
+    // inside it; a file input's own directory is off limits (we never write next to inputs).
+    if (is_dir ? (inside(o, i) || inside(i, o)) : (o == i || o == i.parent_path() || inside(i, o)))
+      throw UsageError(file_message("refusing to write into", out,
+                                    "it is or overlaps the input " + in + " (inputs are never modified)"));
+  }
+}
+
+// ------------------------------------------------------------------------------------ writing
+
+WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
+  auto t0 = std::chrono::steady_clock::now();
+  const bool use_mpi = mpi::initialized();
+  const int rank = use_mpi ? mpi::rank() : 0, size = use_mpi ? mpi::size() : 1;
+  const uint64_t ndocs = src.num_docs();
+
+  // Order and prefix sums of document lengths in output order.
+  std::vector<uint64_t> order;
+  if (spec.seed >= 0) order = shuffled_order(ndocs, static_cast<uint64_t>(spec.seed));
+  auto doc_of = [&](uint64_t pos) { return order.empty() ? pos : order[pos]; };
+  std::vector<uint64_t> prefix(ndocs + 1, 0);
+  for (uint64_t p = 0; p < ndocs; ++p) {
+    uint64_t d = doc_of(p);
+    prefix[p + 1] = prefix[p] + (src.doc_start(d + 1) - src.doc_start(d));
+  }
+  const uint64_t total = prefix.back();
+  const uint64_t nshards = spec.shards;
+  std::vector<uint64_t> bounds = plan_bounds(prefix, nshards, spec.split_docs);
+  if (!spec.split_docs && total > 0) {
+    double ideal = static_cast<double>(total) / nshards, worst = 0;
+    for (uint64_t k = 0; k < nshards; ++k) worst = std::max(worst, std::fabs((bounds[k + 1] - bounds[k]) - ideal) / ideal);
+    if (worst > 0.01)
+      CAIRN_LOG_WARN("shards differ from the mean by up to %.1f%% (documents are long relative to shards; "
+                     "--split-docs balances exactly)", 100 * worst);
+  }
+
+  // The plan identity: same inputs + same settings => same shard contents (resume is safe).
+  std::string plan_base = src.identity() + strprintf("|n=%llu|seed=%lld|split=%d|tok=%s",
+                                                     static_cast<unsigned long long>(nshards),
+                                                     static_cast<long long>(spec.seed), spec.split_docs ? 1 : 0,
+                                                     spec.tokenizer.value("id", "").c_str());
+
+  if (rank == 0) {
+    ensure_dir(spec.dir);
+    // The old index no longer describes the directory while shards are rewritten.
+    for (const char* f : {"index.json", "stats.json"}) std::filesystem::remove(join_path(spec.dir, f));
+    for (auto& e : fs::directory_iterator(spec.dir)) {
+      std::string n = e.path().filename().string();
+      if (n.rfind(".shard_", 0) == 0 && n.find(".tmp.") != std::string::npos) fs::remove(e.path());  // killed runs
+    }
+  }
+  if (use_mpi) mpi::barrier();
+  auto since = [&]() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  CAIRN_LOG_DEBUG("planned %llu shards in %.3f s", static_cast<unsigned long long>(nshards), since());
+
+  shards::ShardMeta base_meta;
+  base_meta.shard_count = nshards;
+  base_meta.tokenizer_id = spec.tokenizer.value("id", "");
+  base_meta.vocab_size = spec.vocab_size;
+  base_meta.eot_id = spec.eot_id;
+  base_meta.seed = spec.seed;
+
+  std::vector<uint64_t> mine;
+  for (uint64_t k = static_cast<uint64_t>(rank); k < nshards; k += static_cast<uint64_t>(size)) mine.push_back(k);
+  std::vector<shards::ShardInfo> infos(mine.size());
+  std::vector<char> resumed(mine.size(), 0);
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> done_tokens{0};
+  std::mutex err_mutex;
+  std::string first_error;
+  int error_code = 0;
+  Progress progress("writing shards", (total + size - 1) / size, "tokens");
+  std::mutex progress_mutex;
+
+  auto worker = [&]() {
+    std::vector<uint32_t> buf;
+    uint64_t since_progress = 0;
+    for (;;) {
+      size_t i = next.fetch_add(1);
+      if (i >= mine.size()) return;
+      {
+        std::lock_guard<std::mutex> lock(err_mutex);
+        if (!first_error.empty()) return;
+      }
+      const uint64_t k = mine[i];
+      try {
+        const uint64_t t_begin = bounds[k], t_end = bounds[k + 1];
+        // Documents overlapping [t_begin, t_end).
+        uint64_t p_begin = std::upper_bound(prefix.begin(), prefix.end(), t_begin) - prefix.begin() - 1;
+        if (t_begin == total) p_begin = ndocs;
+        uint64_t p_end = std::lower_bound(prefix.begin(), prefix.end(), t_end) - prefix.begin();
+        if (t_end == t_begin) p_end = p_begin;
+        std::string hash_input = plan_base + strprintf("|k=%llu|%llu-%llu", static_cast<unsigned long long>(k),
+                                                       static_cast<unsigned long long>(t_begin),
+                                                       static_cast<unsigned long long>(t_end));
+        shards::ShardMeta meta = base_meta;
+        meta.shard_index = k;
+        meta.plan_hash = shards::hex64(XXH64(hash_input.data(), hash_input.size(), 0));
+        std::string path = join_path(spec.dir, shards::shard_file_name(k));
+        shards::ShardInfo info;
+        if (shards::existing_shard_matches(path, meta.plan_hash, info)) {
+          info.file = shards::shard_file_name(k);
+          infos[i] = info;
+          resumed[i] = 1;
+          done_tokens += t_end - t_begin;
+          continue;
+        }
+        shards::ShardWriter w(path, meta, t_end - t_begin, p_end - p_begin);
+        uint64_t p = p_begin;
+        while (p < p_end) {
+          // Coalesce runs of documents that are consecutive in the source stream into one read.
+          if (!order.empty()) {  // shuffled: fetch documents ahead of use
+            if (p + 32 < p_end) src.prefetch(doc_of(p + 32), 0);
+            if (p + 16 < p_end) src.prefetch(doc_of(p + 16), 1);
+          }
+          uint64_t d = doc_of(p);
+          uint64_t q = p + 1;
+          while (q < p_end && doc_of(q) == doc_of(q - 1) + 1 && q - p < 4096) ++q;
+          uint64_t s_lo = std::max(prefix[p], t_begin), s_hi = std::min(prefix[q], t_end);
+          uint64_t src_off = src.doc_start(d) + (s_lo - prefix[p]);
+          uint64_t n = s_hi - s_lo;
+          const uint64_t chunk = 1 << 20;
+          for (uint64_t o = 0; o < n; o += chunk) {
+            uint64_t c = std::min(chunk, n - o);
+            const void* raw = nullptr;
+            int width = 0;
+            if (src.raw_range(src_off + o, c, raw, width)) {
+              w.append_raw(raw, c, width);
+              continue;
+            }
+            buf.resize(c);
+            src.read_stream(src_off + o, c, buf.data());
+            w.append_tokens(buf.data(), c);
+          }
+          for (uint64_t r = p; r < q; ++r) {
+            uint64_t dr = doc_of(r), len = prefix[r + 1] - prefix[r];
+            uint64_t lo = std::max(prefix[r], t_begin) - prefix[r], hi = std::min(prefix[r + 1], t_end) - prefix[r];
+            uint32_t b = src.doc_bytes(dr);
+            // A split document's bytes are shared out in proportion to its tokens (sums are kept).
+            uint32_t part = (lo == 0 && hi == len)
+                                ? b
+                                : static_cast<uint32_t>((static_cast<unsigned __int128>(b) * hi) / len -
+                                                        (static_cast<unsigned __int128>(b) * lo) / len);
+            w.append_document(hi - lo, part);
+          }
+          done_tokens += n;
+          since_progress += n;
+          if (since_progress >= (1u << 22) && progress_mutex.try_lock()) {
+            since_progress = 0;
+            progress.update(done_tokens.load());
+            progress_mutex.unlock();
+          }
+          p = q;
+        }
+        infos[i] = w.finish();
+      } catch (const Error& e) {
+        std::lock_guard<std::mutex> lock(err_mutex);
+        if (first_error.empty()) first_error = e.what(), error_code = e.code();
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(err_mutex);
+        if (first_error.empty()) first_error = e.what(), error_code = kExitRuntime;
+      }
+    }
+  };
+  int nthreads = std::max(1, std::min<int>(spec.threads, static_cast<int>(mine.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < nthreads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  progress.finish();
+  fsync_path(spec.dir);  // the shard renames are durable before index.json names them
+  CAIRN_LOG_DEBUG("wrote shards at %.3f s", since());
+  if (use_mpi) mpi::agree_or_throw(first_error.empty(), first_error, error_code ? error_code : kExitRuntime);
+  else if (!first_error.empty()) throw Error(error_code, first_error);
+
+  // Gather every shard's info on rank 0 (as JSON lines) to write the index.
+  json local = json::array();
+  uint64_t n_resumed = 0;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    local.push_back({{"k", mine[i]}, {"file", infos[i].file}, {"tokens", infos[i].tokens},
+                     {"documents", infos[i].documents}, {"xxh64", shards::hex64(infos[i].xxh64)}});
+    n_resumed += resumed[i];
+  }
+  std::vector<std::string> all = use_mpi ? mpi::allgather_strings(local.dump()) : std::vector<std::string>{local.dump()};
+  if (use_mpi) n_resumed = mpi::allreduce<uint64_t>(n_resumed);
+  WriteResult result;
+  if (rank == 0) {
+    std::vector<json> shard_list(nshards);
+    for (auto& s : all)
+      for (auto& e : json::parse(s)) {
+        uint64_t k = e["k"].get<uint64_t>();
+        e.erase("k");
+        shard_list[k] = e;
+      }
+    uint64_t total_docs = 0, total_bytes = 0;
+    for (auto& s : shard_list) total_docs += s["documents"].get<uint64_t>();
+    for (uint64_t d = 0; d < ndocs; ++d) total_bytes += src.doc_bytes(d);
+    // Shards of an earlier run with more shards are no longer part of the dataset.
+    for (auto& e : fs::directory_iterator(spec.dir)) {
+      std::string n = e.path().filename().string();
+      unsigned idx = 0;
+      if (std::sscanf(n.c_str(), "shard_%u.h5", &idx) == 1 && n == shards::shard_file_name(idx) && idx >= nshards) {
+        CAIRN_LOG_INFO("removing stale %s from an earlier run", n.c_str());
+        fs::remove(e.path());
+      }
+    }
+    // Tokenizer files travel with the dataset so readers (cairn-eval) can decode and encode.
+    std::string tokdir = join_path(spec.dir, "tokenizer");
+    if (!spec.tokenizer_files.empty() || !spec.tokenizer_files_from_dataset.empty()) ensure_dir(tokdir);
+    for (auto& f : spec.tokenizer_files) atomic_write(join_path(tokdir, fs::path(f).filename().string()), read_file(f));
+    if (!spec.tokenizer_files_from_dataset.empty()) {
+      std::string from = join_path(spec.tokenizer_files_from_dataset, "tokenizer");
+      if (fs::is_directory(from))
+        for (auto& e : fs::directory_iterator(from))
+          if (e.is_regular_file())
+            atomic_write(join_path(tokdir, e.path().filename().string()), read_file(e.path().string()));
+    }
+    json index = {{"format", "cairn-shards"},
+                  {"format_version", shards::kFormatVersion},
+                  {"tokenizer", spec.tokenizer},
+                  {"vocab_size", spec.vocab_size},
+                  {"eot_id", spec.eot_id},
+                  {"token_dtype", shards::tokens_fit_uint16(spec.vocab_size) ? "uint16" : "uint32"},
+                  {"seed", spec.seed >= 0 ? json(spec.seed) : json(nullptr)},
+                  {"split_docs", spec.split_docs},
+                  {"total_tokens", total},
+                  {"total_documents", total_docs},
+                  {"total_bytes", total_bytes},
+                  {"skipped_records", spec.skipped_records},
+                  {"shards", shard_list},
+                  {"sources", spec.sources},
+                  {"provenance", provenance().to_json()}};
+    atomic_write(join_path(spec.dir, "index.json"), index.dump(2) + "\n");
+    CAIRN_LOG_DEBUG("wrote index.json at %.3f s", since());
+    json stats = compute_stats(shards::Dataset::open(spec.dir));
+    atomic_write(join_path(spec.dir, "stats.json"), stats.dump(2) + "\n");
+    CAIRN_LOG_DEBUG("wrote stats.json at %.3f s", since());
+    result.documents = total_docs;
+  }
+  if (use_mpi) mpi::barrier();
+  result.tokens = total;
+  result.shards_resumed = n_resumed;
+  result.shards_written = nshards - n_resumed;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+// ------------------------------------------------------------------------------------ stats
+
+json compute_stats(const shards::Dataset& ds) {
+  json per_shard = json::array();
+  std::vector<uint64_t> lengths;
+  uint64_t bytes = 0, tokens = 0;
+  for (size_t i = 0; i < ds.num_shards(); ++i) {
+    auto sh = ds.shard(i);
+    per_shard.push_back({{"file", ds.info(i).file}, {"tokens", sh->num_tokens()}, {"documents", sh->num_documents()}});
+    tokens += sh->num_tokens();
+    for (uint64_t d = 0; d < sh->num_documents(); ++d) {
+      lengths.push_back(sh->doc_end(d) - sh->doc_begin(d));
+      bytes += sh->doc_bytes(d);
+    }
+  }
+  // Power-of-two buckets: [1,2), [2,4), ... tokens per document (end-of-text included).
+  std::vector<uint64_t> counts;
+  for (uint64_t l : lengths) {
+    size_t b = l == 0 ? 0 : 63 - __builtin_clzll(l);
+    if (counts.size() <= b) counts.resize(b + 1, 0);
+    counts[b]++;
+  }
+  json edges = json::array();
+  for (size_t b = 0; b <= counts.size(); ++b) edges.push_back(uint64_t{1} << b);
+  // Percentiles by selection (a full sort of millions of lengths would dominate small reshards).
+  std::vector<uint64_t> sorted = lengths;
+  auto pct = [&](double q) -> uint64_t {
+    if (sorted.empty()) return 0;
+    auto nth = sorted.begin() + std::min(sorted.size() - 1, static_cast<size_t>(q * (sorted.size() - 1) + 0.5));
+    std::nth_element(sorted.begin(), nth, sorted.end());
+    return *nth;
+  };
+  const uint64_t lmin = lengths.empty() ? 0 : *std::min_element(lengths.begin(), lengths.end());
+  const uint64_t lmax = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  json tps = json::array();
+  uint64_t tmax = 0, tmin = UINT64_MAX;
+  for (auto& s : per_shard) {
+    uint64_t t = s["tokens"].get<uint64_t>();
+    tps.push_back(t);
+    tmax = std::max(tmax, t), tmin = std::min(tmin, t);
+  }
+  double mean = ds.num_shards() ? static_cast<double>(tokens) / ds.num_shards() : 0;
+  return {{"provenance", provenance().to_json()},
+          {"tokenizer", ds.tokenizer_id()},
+          {"vocab_size", ds.vocab_size()},
+          {"tokens", tokens},
+          {"documents", lengths.size()},
+          {"bytes", bytes},
+          {"bytes_per_token", tokens ? static_cast<double>(bytes) / tokens : 0.0},
+          {"shards", per_shard},
+          {"tokens_per_shard", tps},
+          {"shard_imbalance", mean > 0 ? (tmax - mean) / mean : 0.0},
+          {"shard_min_tokens", ds.num_shards() ? tmin : 0},
+          {"shard_max_tokens", tmax},
+          {"doc_length", {{"min", lmin},
+                          {"max", lmax},
+                          {"mean", lengths.empty() ? 0.0 : static_cast<double>(tokens) / lengths.size()},
+                          {"p50", pct(0.5)},
+                          {"p90", pct(0.9)},
+                          {"p99", pct(0.99)}}},
+          {"doc_length_histogram", {{"edges", edges}, {"counts", counts}}}};
+}
+
+std::string format_stats(const json& s) {
+  std::string out;
+  out += strprintf("tokenizer        %s (vocab %u)\n", s["tokenizer"].get<std::string>().c_str(),
+                   s["vocab_size"].get<uint32_t>());
+  out += strprintf("tokens           %llu\n", static_cast<unsigned long long>(s["tokens"].get<uint64_t>()));
+  out += strprintf("documents        %llu\n", static_cast<unsigned long long>(s["documents"].get<uint64_t>()));
+  out += strprintf("source bytes     %llu\n", static_cast<unsigned long long>(s["bytes"].get<uint64_t>()));
+  out += strprintf("bytes/token      %.3f\n", s["bytes_per_token"].get<double>());
+  const json& dl = s["doc_length"];
+  out += strprintf("doc length       min %llu  p50 %llu  mean %.1f  p90 %llu  p99 %llu  max %llu tokens\n",
+                   static_cast<unsigned long long>(dl["min"].get<uint64_t>()),
+                   static_cast<unsigned long long>(dl["p50"].get<uint64_t>()), dl["mean"].get<double>(),
+                   static_cast<unsigned long long>(dl["p90"].get<uint64_t>()),
+                   static_cast<unsigned long long>(dl["p99"].get<uint64_t>()),
+                   static_cast<unsigned long long>(dl["max"].get<uint64_t>()));
+  out += strprintf("shards           %zu  (min %llu, max %llu tokens, imbalance %.3f%%)\n", s["shards"].size(),
+                   static_cast<unsigned long long>(s["shard_min_tokens"].get<uint64_t>()),
+                   static_cast<unsigned long long>(s["shard_max_tokens"].get<uint64_t>()),
+                   100 * s["shard_imbalance"].get<double>());
+  out += "doc length histogram (tokens):\n";
+  const json& h = s["doc_length_histogram"];
+  uint64_t peak = 1;
+  for (auto& c : h["counts"]) peak = std::max(peak, c.get<uint64_t>());
+  for (size_t b = 0; b < h["counts"].size(); ++b) {
+    uint64_t c = h["counts"][b].get<uint64_t>();
+    if (c == 0) continue;
+    out += strprintf("  [%7llu, %7llu) %10llu %s\n", static_cast<unsigned long long>(h["edges"][b].get<uint64_t>()),
+                     static_cast<unsigned long long>(h["edges"][b + 1].get<uint64_t>()),
+                     static_cast<unsigned long long>(c), std::string(static_cast<size_t>(40.0 * c / peak), '#').c_str());
+  }
+  return out;
+}
+
+}  // namespace cairn::reshard

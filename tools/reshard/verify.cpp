@@ -1,0 +1,163 @@
+// `verify` (checksums, offsets, token ranges, index consistency; exit 3 on any problem) and `stats`.
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "cairn/cli.h"
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/log.h"
+#include "cairn/mpi.h"
+#include "reshard.h"
+
+namespace cairn::reshard {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Checks one dataset; appends "where: what" problems (capped per shard so output stays readable).
+json verify_dataset(const std::string& dir, std::vector<std::string>& problems) {
+  const size_t cap_per_shard = 20;
+  shards::Dataset ds = shards::Dataset::open(dir);
+  const json& ix = ds.index();
+  const uint32_t vocab = ds.vocab_size(), eot = ds.eot_id();
+  const bool split = ix.value("split_docs", false);
+  const std::string tok_id = ds.tokenizer_id();
+  uint64_t tokens = 0, docs = 0, bytes = 0;
+  std::set<std::string> listed;
+  for (size_t i = 0; i < ds.num_shards(); ++i) {
+    const auto& info = ds.info(i);
+    listed.insert(info.file);
+    std::string where = join_path(dir, info.file);
+    size_t before = problems.size();
+    auto problem = [&](const std::string& what) {
+      if (problems.size() - before < cap_per_shard) problems.push_back(where + ": " + what);
+      else if (problems.size() - before == cap_per_shard) problems.push_back(where + ": ... (more problems not shown)");
+    };
+    std::unique_ptr<shards::Shard> sh;
+    try {
+      sh = shards::open_shard(where);
+    } catch (const Error& e) {
+      problems.push_back(where + ": " + e.what());
+      continue;
+    }
+    json a = sh->attributes();
+    if (a.value("format_version", 0) != shards::kFormatVersion) problem("format_version attribute is not 1");
+    if (a.value("vocab_size", int64_t{-1}) != static_cast<int64_t>(vocab))
+      problem(strprintf("vocab_size attribute %lld differs from index.json %u", static_cast<long long>(a.value("vocab_size", int64_t{-1})), vocab));
+    if (a.value("eot_id", int64_t{-1}) != static_cast<int64_t>(eot)) problem("eot_id attribute differs from index.json");
+    if (a.value("tokenizer", "") != tok_id) problem("tokenizer attribute \"" + a.value("tokenizer", "") + "\" differs from index.json \"" + tok_id + "\"");
+    if (a.value("shard_index", int64_t{-1}) != static_cast<int64_t>(i)) problem(strprintf("shard_index attribute is not %zu", i));
+    if (a.value("shard_count", int64_t{-1}) != static_cast<int64_t>(ds.num_shards())) problem("shard_count attribute differs from the index");
+    if (sh->token_width() != (shards::tokens_fit_uint16(vocab) ? 2 : 4)) problem("token width does not match the vocabulary size");
+    const uint64_t n = sh->num_tokens(), nd = sh->num_documents();
+    if (n != info.tokens) problem(strprintf("has %llu tokens, index.json says %llu", static_cast<unsigned long long>(n), static_cast<unsigned long long>(info.tokens)));
+    if (nd != info.documents) problem(strprintf("has %llu documents, index.json says %llu", static_cast<unsigned long long>(nd), static_cast<unsigned long long>(info.documents)));
+    // Offsets monotone, each document non-empty and ending with end-of-text.
+    std::vector<uint64_t> ends(nd);
+    for (uint64_t d = 0; d < nd; ++d) {
+      uint64_t b = sh->doc_begin(d), e = sh->doc_end(d);
+      ends[d] = e;
+      if (e < b || e > n) problem(strprintf("document %llu: offsets [%llu, %llu) are not monotone within %llu tokens", static_cast<unsigned long long>(d), static_cast<unsigned long long>(b), static_cast<unsigned long long>(e), static_cast<unsigned long long>(n)));
+      else if (e == b) problem(strprintf("document %llu is empty", static_cast<unsigned long long>(d)));
+      bytes += sh->doc_bytes(d);
+    }
+    // Token ids below the vocabulary, checksum, end-of-text at document ends.
+    XXH64_state_t* st = XXH64_createState();
+    XXH64_reset(st, 0);
+    std::vector<uint32_t> buf;
+    std::vector<uint16_t> narrow;
+    const uint64_t step = 1 << 20;
+    size_t next_doc = 0;
+    for (uint64_t o = 0; o < n; o += step) {
+      uint64_t c = std::min(step, n - o);
+      buf.resize(c);
+      sh->read_tokens(o, c, buf.data());
+      if (sh->token_width() == 2) {
+        narrow.assign(buf.begin(), buf.end());
+        XXH64_update(st, narrow.data(), c * 2);
+      } else {
+        XXH64_update(st, buf.data(), c * 4);
+      }
+      for (uint64_t k = 0; k < c; ++k)
+        if (buf[k] >= vocab) {
+          uint64_t pos = o + k;
+          uint64_t d = std::upper_bound(ends.begin(), ends.end(), pos) - ends.begin();
+          problem(strprintf("document %llu, token %llu: id %u is not below the vocabulary size %u", static_cast<unsigned long long>(d), static_cast<unsigned long long>(pos), buf[k], vocab));
+        }
+      while (next_doc < nd && ends[next_doc] <= o + c) {
+        uint64_t e = ends[next_doc];
+        if (!split && e > o && e > sh->doc_begin(next_doc) && e <= n && buf[e - 1 - o] != eot)
+          problem(strprintf("document %llu does not end with end-of-text (%u)", static_cast<unsigned long long>(next_doc), eot));
+        ++next_doc;
+      }
+    }
+    uint64_t h = XXH64_digest(st);
+    XXH64_freeState(st);
+    if (!a.contains("tokens_xxh64") || a["tokens_xxh64"].get<uint64_t>() != h)
+      problem("tokens do not match the checksum stored in the file (xxh64 " + shards::hex64(h) + ")");
+    if (h != info.xxh64) problem("tokens do not match index.json's checksum " + shards::hex64(info.xxh64) + " (computed " + shards::hex64(h) + ")");
+    tokens += n;
+    docs += nd;
+  }
+  auto total = [&](const char* key, uint64_t have) {
+    if (ix.contains(key) && ix[key].is_number_unsigned() && ix[key].get<uint64_t>() != have)
+      problems.push_back(join_path(dir, "index.json") + strprintf(": %s is %llu but the shards hold %llu", key, static_cast<unsigned long long>(ix[key].get<uint64_t>()), static_cast<unsigned long long>(have)));
+  };
+  total("total_tokens", tokens);
+  total("total_documents", docs);
+  total("total_bytes", bytes);
+  for (auto& e : fs::directory_iterator(dir)) {
+    std::string n = e.path().filename().string();
+    if (n.size() > 3 && n.compare(n.size() - 3, 3, ".h5") == 0 && n.rfind("shard_", 0) == 0 && !listed.count(n))
+      problems.push_back(join_path(dir, n) + ": shard file not listed in index.json");
+  }
+  // The tokenizer files must still be the ones the dataset was built with.
+  const json& tj = ix.value("tokenizer", json());
+  if (tj.is_object() && tj.value("type", "") != "bytes") {
+    try {
+      tokenizer::load_from_description(tj, dir);
+    } catch (const Error& e) {
+      problems.push_back(join_path(dir, "tokenizer") + ": " + e.what());
+    }
+  }
+  return {{"dataset", dir}, {"shards", ds.num_shards()}, {"tokens", tokens}, {"documents", docs}};
+}
+
+}  // namespace
+
+int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out) {
+  std::vector<std::string> dirs = inputs.empty() ? std::vector<std::string>{dataset_dir(cfg, "")} : inputs;
+  if (mpi::initialized() && mpi::rank() != 0) return 0;
+  std::vector<std::string> problems;
+  json checked = json::array();
+  for (auto& d : dirs) checked.push_back(verify_dataset(d, problems));
+  for (auto& p : problems) std::printf("%s\n", p.c_str());
+  for (auto& c : checked)
+    std::printf("%s: %s (%llu shards, %llu documents, %llu tokens)\n", c["dataset"].get<std::string>().c_str(),
+                problems.empty() ? "OK" : "FAILED", static_cast<unsigned long long>(c["shards"].get<uint64_t>()),
+                static_cast<unsigned long long>(c["documents"].get<uint64_t>()),
+                static_cast<unsigned long long>(c["tokens"].get<uint64_t>()));
+  std::fflush(stdout);
+  if (!json_out.empty()) write_json_output(json_out, json{{"datasets", checked}, {"problems", problems}, {"ok", problems.empty()}}.dump(2) + "\n");
+  if (!problems.empty()) throw GateFailure(strprintf("verify found %zu problem(s)", problems.size()));
+  return 0;
+}
+
+int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out) {
+  std::vector<std::string> dirs = inputs.empty() ? std::vector<std::string>{dataset_dir(cfg, "")} : inputs;
+  if (mpi::initialized() && mpi::rank() != 0) return 0;
+  for (auto& d : dirs) {
+    json s = compute_stats(shards::Dataset::open(d));
+    std::printf("%s\n%s", d.c_str(), format_stats(s).c_str());
+    atomic_write(join_path(d, "stats.json"), s.dump(2) + "\n");
+    if (!json_out.empty()) write_json_output(json_out, s.dump(2) + "\n");
+  }
+  return 0;
+}
+
+}  // namespace cairn::reshard
