@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Checks one cairn-sweep run the way its users would: parse the stdout table like an nccl-tests
+script (split on whitespace, skip '#'), recompute sizes/counts and bus bandwidths independently,
+and require sweep.json, --json, sweep.h5, sweep.txt and fabric.toml to agree with the table."""
+import argparse
+import json
+import sys
+import tomllib
+
+import h5py
+
+FACTORS = {
+    "allreduce": lambda n: 2.0 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}
+SPLIT = {"allgather", "reducescatter", "alltoall"}
+WORD = {"float": 4, "int32": 4, "double": 8, "half": 2, "bfloat16": 2}
+
+
+def fail(msg):
+    print("check_sweep: FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def float_column(value, width):
+    """nccl-tests' getFloatStr."""
+    power, v = 0, 1
+    while value >= v and power < 19:
+        power += 1
+        v *= 10
+    if power < width - 2:
+        return "%*.2f" % (width, value)
+    if power < width - 1:
+        return "%*.1f" % (width, value)
+    if power < width + 1:
+        return "%*.0f" % (width, value)
+    return "%*.1e" % (width, value)
+
+
+def parse_table(path):
+    """What nccl-tests users do: every non-comment line is a row of whitespace-separated fields."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            fields = line.split()
+            if len(fields) != 13:
+                fail("row with %d fields: %r" % (len(fields), line))
+            rows.append(fields)
+    return rows
+
+
+def expected_row(coll, req_bytes, word, n):
+    count = req_bytes // word
+    if coll in SPLIT:
+        per = count // n
+        return per * n * word, per
+    return count * word, count
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("table")
+    ap.add_argument("outdir")
+    ap.add_argument("--json")
+    ap.add_argument("--minbytes", type=int, required=True)
+    ap.add_argument("--maxbytes", type=int, required=True)
+    ap.add_argument("--expect-wrong", type=int, default=0)
+    a = ap.parse_args()
+
+    rows = parse_table(a.table)
+    doc = json.load(open(a.outdir + "/sweep.json"))
+    if a.json:
+        other = json.load(open(a.json))
+        if other["results"] != doc["results"]:
+            fail("--json results differ from sweep.json")
+    txt = open(a.outdir + "/sweep.txt").read()
+    if txt != open(a.table).read():
+        fail("sweep.txt differs from stdout")
+    results = doc["results"]
+    if len(rows) != len(results):
+        fail("%d table rows but %d JSON results" % (len(rows), len(results)))
+    requested = []
+    s = a.minbytes
+    while s <= a.maxbytes:
+        requested.append(s)
+        s *= 2
+
+    wrong_total = 0
+    for fields, r in zip(rows, results):
+        coll, n = r["collective"], r["ranks"]
+        word = WORD[r["type"]]
+        # size/count: one of the requested sizes, reduced exactly as nccl-tests does.
+        options = {expected_row(coll, b, word, n) for b in requested}
+        if (r["size"], r["count"]) not in options:
+            fail("%s n=%d: size %d count %d not an nccl-tests row" % (coll, n, r["size"], r["count"]))
+        if [int(fields[0]), int(fields[1])] != [r["size"], r["count"]]:
+            fail("table size/count differ from JSON: %r" % fields)
+        if fields[2] != r["type"] or fields[3] != r["redop"] or fields[4] != r["root"].strip():
+            fail("table type/redop/root differ from JSON: %r vs %r" % (fields, r))
+        for key, col in (("out_of_place", 5), ("in_place", 9)):
+            m = r[key]
+            factor = FACTORS[coll](n)
+            algbw = r["size"] / 1e3 / m["time"]
+            if abs(m["alg_bw"] - algbw) > 1e-9 * (1 + algbw):
+                fail("%s algbw %g != size/time %g" % (coll, m["alg_bw"], algbw))
+            if abs(m["bus_bw"] - m["alg_bw"] * factor) > 1e-9 * (1 + m["bus_bw"]):
+                fail("%s n=%d busbw %g != algbw %g x %g" % (coll, n, m["bus_bw"], m["alg_bw"], factor))
+            printed = [float_column(m["time"], 7).strip(), float_column(m["alg_bw"], 6).strip(),
+                       float_column(m["bus_bw"], 6).strip()]
+            if fields[col:col + 3] != printed:
+                fail("table %r != JSON formatted %r" % (fields[col:col + 3], printed))
+            want_wrong = "N/A" if m["nwrong"] is None else "%g" % m["nwrong"]
+            if fields[col + 3] != want_wrong:
+                fail("table #wrong %s != JSON %s" % (fields[col + 3], want_wrong))
+            if m["nwrong"] is not None:
+                wrong_total += int(m["nwrong"])
+            cm = r["oop" if key == "out_of_place" else "ip"]
+            if cm["busbw"] != m["bus_bw"] or cm["time_us"] != m["time"]:
+                fail("cairn fields differ from nccl-tests fields")
+    if wrong_total != doc["wrong"] or doc["out_of_bounds"]["count"] != wrong_total:
+        fail("wrong total %d, JSON says %d" % (wrong_total, doc["wrong"]))
+    if wrong_total != a.expect_wrong:
+        fail("expected %d wrong elements, found %d" % (a.expect_wrong, wrong_total))
+
+    # Footers: one "# Avg bus bandwidth" per block, the mean of its rows' busbw (oop and ip).
+    avg_lines = [l for l in txt.splitlines() if l.startswith("# Avg bus bandwidth")]
+    blocks = doc["blocks"]
+    if len(avg_lines) != len(blocks):
+        fail("%d footers for %d blocks" % (len(avg_lines), len(blocks)))
+    i = 0
+    for line, b in zip(avg_lines, blocks):
+        k = sum(1 for r in results if (r["collective"], r["tier"], r["type"], r["redop"]) ==
+                (b["collective"], b["tier"], b["type"], b["redop"]))
+        mine = results[i:i + k]
+        i += k
+        mean = sum(r["out_of_place"]["bus_bw"] + r["in_place"]["bus_bw"] for r in mine) / (2 * k)
+        printed = float(line.split(":")[1].split()[0])
+        if abs(printed - mean) > 1e-5 * (1 + mean):
+            fail("footer %s != mean busbw %g" % (line, mean))
+
+    # HDF5: the same numbers per block, plus topology and provenance.
+    with h5py.File(a.outdir + "/sweep.h5", "r") as f:
+        names = sorted(f["blocks"].keys())
+        if len(names) != len(blocks):
+            fail("sweep.h5 has %d blocks, JSON %d" % (len(names), len(blocks)))
+        i = 0
+        for name, b in zip(names, blocks):
+            g = f["blocks"][name]
+            if g.attrs["collective"] != b["collective"] or g.attrs["tier"] != b["tier"]:
+                fail("h5 block %s is not %r" % (name, b))
+            sizes = list(g["size"][...])
+            mine = results[i:i + len(sizes)]
+            i += len(sizes)
+            for j, r in enumerate(mine):
+                if sizes[j] != r["size"] or g["count"][j] != r["count"]:
+                    fail("h5 %s row %d size/count differ" % (name, j))
+                if g["oop_busbw"][j] != r["out_of_place"]["bus_bw"] or g["ip_time_us"][j] != r["in_place"]["time"]:
+                    fail("h5 %s row %d numbers differ from JSON" % (name, j))
+                w = g["oop_wrong"][j]
+                if (r["out_of_place"]["nwrong"] is None) != (w < 0):
+                    fail("h5 %s row %d checked flag differs" % (name, j))
+        if "tool" not in f.attrs or "hosts_by_rank" not in f["topology"]:
+            fail("sweep.h5 lacks provenance or topology")
+        if len(f["topology"]["hosts_by_rank"]) != len(doc["config"]["devices"]):
+            fail("sweep.h5 topology size differs")
+
+    fabric = tomllib.load(open(a.outdir + "/fabric.toml", "rb"))
+    if fabric["fabric"]["world_size"] != len(doc["config"]["devices"]):
+        fail("fabric.toml world_size")
+    for fit in doc["fits"]:
+        if not (fit["in_fabric"] and fit["valid"]):
+            continue
+        t = fabric[fit["tier"]][fit["collective"]]
+        for key in ("alpha_us", "busbw_gbps", "r2", "half_peak_bytes", "peak_busbw_gbps", "ranks"):
+            if t[key] != fit[key]:
+                fail("fabric.toml %s.%s.%s = %r, JSON %r" % (fit["tier"], fit["collective"], key, t[key], fit[key]))
+    print("check_sweep: ok: %d rows in %d blocks, %d wrong" % (len(rows), len(blocks), wrong_total))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# cairn-sweep under real mpirun (2 and 4 ranks): table/JSON/HDF5/fabric agreement, tiers on
+# simulated nodes, a planted wrong element -> exit 3, the busbw gate -> exit 3, bad input -> exit 2.
+set -uo pipefail
+BIN=${CAIRN_BIN_DIR:?}/cairn-sweep
+PY=/usr/bin/python3
+CHECK=tests/sweep/check_sweep.py
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# 1. Every collective on 2 ranks, --json next to the run-directory outputs.
+if mpirun -np 2 "$BIN" --out "$TMP/np2" all -b 64 -e 64K -n 3 -w 1 --json "$TMP/np2.json" >"$TMP/np2.txt" 2>"$TMP/np2.err"; then
+  $PY $CHECK "$TMP/np2.txt" "$TMP/np2/sweep" --json "$TMP/np2.json" --minbytes 64 --maxbytes 65536 || fail "np2 check"
+else
+  fail "np2 sweep exited $?"; cat "$TMP/np2.err" >&2
+fi
+
+# 2. 4 ranks as 2 simulated nodes of 2: world, intra (both nodes at once) and inter tiers.
+if SWEEP_TEST_RANKS_PER_NODE=2 mpirun -np 4 --oversubscribe "$BIN" --out "$TMP/np4" allreduce,allgather,reducescatter,alltoall,sendrecv \
+    -b 64 -e 16K -n 2 -w 1 --tiers world,intra,inter -d float32,int32 --op sum,max >"$TMP/np4.txt" 2>"$TMP/np4.err"; then
+  $PY $CHECK "$TMP/np4.txt" "$TMP/np4/sweep" --minbytes 64 --maxbytes 16384 || fail "np4 check"
+  for t in world intra inter; do
+    grep -q "^\[$t.allreduce\]" "$TMP/np4/sweep/fabric.toml" || fail "fabric.toml lacks [$t.allreduce]"
+  done
+  grep -q "^ranks = 2" "$TMP/np4/sweep/fabric.toml" || fail "intra/inter tiers should have 2 ranks"
+else
+  fail "np4 sweep exited $?"; cat "$TMP/np4.err" >&2
+fi
+
+# 3. One real node: inter is skipped with a note.
+mpirun -np 2 "$BIN" --out "$TMP/one" -b 64 -e 256 -n 1 -w 0 --tiers world,inter >"$TMP/one.txt" 2>&1 || fail "one-node sweep"
+grep -q "# Note: tier inter skipped: the job runs on one node" "$TMP/one.txt" || fail "no note for skipped inter tier"
+
+# 4. A planted wrong element: #wrong > 0 in the table and exit 3.
+SWEEP_TEST_CORRUPT=2 mpirun -np 2 "$BIN" --out "$TMP/bad" allgather -b 64 -e 1K -n 1 -w 0 >"$TMP/bad.txt" 2>"$TMP/bad.err"
+rc=$?
+[ $rc -eq 3 ] || fail "planted wrong: exit $rc, want 3"
+grep -q "# Out of bounds values : 1 FAILED" "$TMP/bad.txt" || fail "planted wrong not in the footer"
+grep -q "1 wrong element" "$TMP/bad.err" || fail "planted wrong: no message"
+$PY $CHECK "$TMP/bad.txt" "$TMP/bad/sweep" --minbytes 64 --maxbytes 1024 --expect-wrong 1 || fail "bad-run check"
+
+# 5. The bandwidth gate.
+mpirun -np 2 "$BIN" --out "$TMP/gate" -b 1K -e 4K -n 1 -w 0 --min-busbw 100000 >"$TMP/gate.txt" 2>"$TMP/gate.err"
+rc=$?
+[ $rc -eq 3 ] || fail "--min-busbw: exit $rc, want 3"
+grep -q "Avg bus bandwidth    : .* FAILED" "$TMP/gate.txt" || fail "--min-busbw: footer does not say FAILED"
+
+# 6. Bad input: exit 2 and a message naming the problem.
+expect_usage() {
+  local want=$1; shift
+  mpirun -np 2 "$BIN" --out "$TMP/usage" "$@" >"$TMP/u.txt" 2>"$TMP/u.err"
+  local rc=$?
+  [ $rc -eq 2 ] || fail "'$*': exit $rc, want 2"
+  grep -qE -- "$want" "$TMP/u.err" || { fail "'$*': no '$want' in stderr"; head -3 "$TMP/u.err" >&2; }
+}
+expect_usage "at least 1 byte" -b 0
+expect_usage "size range is inverted" -b 1M -e 1K
+expect_usage "is not one of" allreduse
+expect_usage "not available on backend mpi" -d bfloat16
+expect_usage "not available on backend mpi" --op avg
+expect_usage "cannot be divided among 2 ranks" allgather -b 4 -e 64
+expect_usage "built without CUDA|GPUs but only 0 are visible" --backend nccl  # CUDA builds on GPU-less CI
+expect_usage "not a size" -e 12X
+
+[ $failures -eq 0 ] && echo "sweep_cli: all checks passed"
+exit $((failures > 0))

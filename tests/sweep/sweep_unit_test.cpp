@@ -1,0 +1,150 @@
+// cairn-sweep's pure parts against hand-computed tables: nccl-tests' size/count rules and bus
+// bandwidth factors per collective, size parsing, the closed-form reductions, the fit.
+#define BOOST_TEST_MODULE sweep_unit
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+
+#include "cairn/error.h"
+#include "collectives.h"
+#include "pattern.h"
+#include "sweep.h"
+
+using namespace cairn::sweep;
+
+struct HandRow {
+  const char* coll;
+  int n;
+  uint64_t bytes;
+  uint64_t size, count;  // what nccl-tests prints for float (4-byte) elements
+  double factor;
+};
+
+// Worked by hand from nccl-tests' getCollByteCount: count = bytes/4, then per collective.
+const HandRow kHand[] = {
+    {"allreduce", 4, 1024, 1024, 256, 1.5},      {"allgather", 4, 1024, 1024, 64, 0.75},
+    {"reducescatter", 4, 1024, 1024, 64, 0.75},  {"alltoall", 4, 1024, 1024, 64, 0.75},
+    {"broadcast", 4, 1024, 1024, 256, 1.0},      {"reduce", 4, 1024, 1024, 256, 1.0},
+    {"sendrecv", 4, 1024, 1024, 256, 1.0},       {"allreduce", 2, 64, 64, 16, 1.0},
+    {"allgather", 2, 64, 64, 8, 0.5},            {"reducescatter", 2, 64, 64, 8, 0.5},
+    {"allreduce", 3, 1000, 1000, 250, 4.0 / 3},  {"allgather", 3, 1000, 996, 83, 2.0 / 3},
+    {"reducescatter", 3, 1000, 996, 83, 2.0 / 3}, {"alltoall", 3, 1000, 996, 83, 2.0 / 3},
+    {"sendrecv", 3, 1002, 1000, 250, 1.0},       {"allreduce", 1, 64, 64, 16, 0.0},
+    {"allgather", 8, 8, 0, 0, 0.875},
+};
+
+BOOST_AUTO_TEST_CASE(size_count_and_factor_match_hand_table) {
+  for (const auto& h : kHand) {
+    const Collective& c = find_collective(h.coll);
+    SizeRow r = size_row(c, h.bytes, 4, h.n);
+    BOOST_TEST_CONTEXT(h.coll << " n=" << h.n << " bytes=" << h.bytes) {
+      BOOST_TEST(r.size == h.size);
+      BOOST_TEST(r.count == h.count);
+      BOOST_TEST(std::abs(c.busbw_factor(h.n) - h.factor) < 1e-12);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bandwidths_follow_nccl_tests) {
+  double alg = 0, bus = 0;
+  // allreduce, 4 ranks, 1 KiB in 1 us: algbw = 1024 B / 1 us = 1.024 GB/s, busbw x 2(n-1)/n.
+  bandwidths(find_collective("allreduce"), 256, 4, 4, 1e-6, &alg, &bus);
+  BOOST_TEST(std::abs(alg - 1.024) < 1e-12);
+  BOOST_TEST(std::abs(bus - 1.536) < 1e-12);
+  // allgather counts all ranks' blocks: 64 elements x 4 B x 4 ranks = 1024 B.
+  bandwidths(find_collective("allgather"), 64, 4, 4, 1e-6, &alg, &bus);
+  BOOST_TEST(std::abs(alg - 1.024) < 1e-12);
+  BOOST_TEST(std::abs(bus - 0.768) < 1e-12);
+  bandwidths(find_collective("sendrecv"), 256, 4, 4, 2e-6, &alg, &bus);
+  BOOST_TEST(std::abs(alg - 0.512) < 1e-12);
+  BOOST_TEST(bus == alg);
+}
+
+BOOST_AUTO_TEST_CASE(names_and_bad_names) {
+  BOOST_TEST(std::string(find_collective("all_reduce_perf").name) == "allreduce");
+  BOOST_TEST(std::string(type_info(parse_type("float32")).name) == "float");
+  BOOST_TEST(std::string(type_info(parse_type("bf16")).name) == "bfloat16");
+  BOOST_CHECK_THROW(find_collective("allreduse"), cairn::UsageError);
+  BOOST_CHECK_THROW(parse_type("int8"), cairn::UsageError);
+  BOOST_CHECK_THROW(parse_op("prod"), cairn::UsageError);
+}
+
+BOOST_AUTO_TEST_CASE(byte_sizes_and_sweep_steps) {
+  BOOST_TEST(parse_bytes("8", "x") == 8u);
+  BOOST_TEST(parse_bytes("1K", "x") == 1024u);
+  BOOST_TEST(parse_bytes("128M", "x") == 128ull << 20);
+  BOOST_TEST(parse_bytes("2g", "x") == 2ull << 30);
+  BOOST_CHECK_THROW(parse_bytes("", "x"), cairn::UsageError);
+  BOOST_CHECK_THROW(parse_bytes("1.5M", "x"), cairn::UsageError);
+  BOOST_CHECK_THROW(parse_bytes("-3", "x"), cairn::UsageError);
+  SweepOptions o;
+  o.minbytes = 8;
+  o.maxbytes = 100;
+  o.stepfactor = 2;
+  BOOST_TEST(sweep_sizes(o) == (std::vector<uint64_t>{8, 16, 32, 64}), boost::test_tools::per_element());
+  o.stepfactor = 1;
+  o.stepbytes = 40;
+  BOOST_TEST(sweep_sizes(o) == (std::vector<uint64_t>{8, 48, 88}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(closed_form_reductions_equal_explicit_ones) {
+  for (int n : {1, 2, 3, 4, 7, 64}) {
+    for (RedOp op : {RedOp::Sum, RedOp::Max, RedOp::Min}) {
+      PatternParams p;
+      p.seed = 12345 + n;
+      p.nranks = n;
+      p.reducing = true;
+      p.op = op;
+      p.c_min = INT64_MAX;
+      p.c_max = INT64_MIN;
+      for (int r = 0; r < n; ++r) {
+        int64_t f = rank_factor(p.seed, r);
+        p.c_sum += f;
+        p.c_min = std::min(p.c_min, f);
+        p.c_max = std::max(p.c_max, f);
+      }
+      for (uint64_t g = 0; g < 200; ++g) {
+        double want = op == RedOp::Sum ? 0 : input_value(p, 0, g);
+        for (int r = 0; r < n; ++r) {
+          double v = input_value(p, r, g);
+          want = op == RedOp::Sum ? want + v : op == RedOp::Max ? std::max(want, v) : std::min(want, v);
+        }
+        BOOST_TEST(reduced_value(p, g) == want);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(non_reducing_values_differ_between_ranks) {
+  PatternParams p;
+  p.seed = 7;
+  p.modulus = 1 << 24;
+  int same = 0;
+  for (uint64_t g = 0; g < 1000; ++g) same += input_value(p, 0, g) == input_value(p, 1, g);
+  BOOST_TEST(same < 5);  // a block delivered from the wrong rank is caught
+  BOOST_TEST(!value_matches(p, std::nan(""), 0.0));
+}
+
+Block synthetic_block(double alpha_us, double busbw_gbps, double factor) {
+  Block b;
+  for (uint64_t s = 1024; s <= (64u << 20); s *= 4) {
+    Row r;
+    r.size = s;
+    r.oop.time_us = alpha_us + static_cast<double>(s) * factor / (busbw_gbps * 1e3);
+    r.oop.busbw = static_cast<double>(s) / 1e3 / r.oop.time_us * factor;
+    b.rows.push_back(r);
+  }
+  return b;
+}
+
+BOOST_AUTO_TEST_CASE(fit_recovers_alpha_and_busbw) {
+  Block b = synthetic_block(5.0, 12.5, 1.5);
+  Fit f = fit_block(b, 1.5);
+  BOOST_TEST(f.valid);
+  BOOST_TEST(std::abs(f.alpha_us - 5.0) < 1e-6);
+  BOOST_TEST(std::abs(f.busbw_gbps - 12.5) < 1e-6);
+  BOOST_TEST(f.r2 > 0.999999);
+  // Half of the peak busbw is reached where S*factor/busbw ~ alpha: between 64 KiB and 256 KiB here.
+  BOOST_TEST(f.half_peak_bytes == 65536u);
+  BOOST_TEST(!fit_block(b, 0.0).valid);  // one rank: nothing to fit
+}

@@ -1,0 +1,181 @@
+// MPI backend of cairn-sweep: host buffers, blocking MPI collectives on the tier's communicator.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+
+#include "backend.h"
+#include "cairn/error.h"
+#include "cairn/log.h"
+#include "cairn/mpi.h"
+
+namespace cairn::sweep {
+
+struct BackendComm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+};
+
+namespace {
+
+bool mpi_supports_type(DataType t) {
+  return t == DataType::Int32 || t == DataType::Float32 || t == DataType::Float64;
+}
+bool mpi_supports_op(RedOp op) { return op == RedOp::Sum || op == RedOp::Max || op == RedOp::Min; }
+int mpi_visible_devices() { return -1; }
+
+MPI_Datatype mpi_type(DataType t) {
+  switch (t) {
+    case DataType::Int32: return MPI_INT32_T;
+    case DataType::Float64: return MPI_DOUBLE;
+    default: return MPI_FLOAT;
+  }
+}
+MPI_Op mpi_op(RedOp op) {
+  switch (op) {
+    case RedOp::Max: return MPI_MAX;
+    case RedOp::Min: return MPI_MIN;
+    default: return MPI_SUM;
+  }
+}
+
+BackendComm* mpi_open(MPI_Comm comm, int) {
+  auto* bc = new BackendComm;
+  bc->comm = comm;
+  MPI_Comm_rank(comm, &bc->rank);
+  MPI_Comm_size(comm, &bc->size);
+  return bc;
+}
+void mpi_close(BackendComm* bc) { delete bc; }
+DeviceInfo mpi_device_info(int) { return DeviceInfo{}; }
+std::string mpi_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(text, &len);
+  std::string s(text, static_cast<size_t>(len));
+  auto nl = s.find_first_of("\n,");
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+// Page-aligned so that timings do not depend on where malloc happened to put the buffer.
+void* mpi_alloc(BackendComm*, size_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) {
+    throw RuntimeError(strprintf("cannot allocate %zu bytes of host memory for the sweep buffers", bytes));
+  }
+  return p;
+}
+void mpi_release(BackendComm*, void* p) { std::free(p); }
+
+template <typename T>
+T sentinel() {
+  if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::quiet_NaN();
+  else return std::numeric_limits<T>::min() + 7;
+}
+
+template <typename T>
+void fill_typed(T* p, const Segment& s, const PatternParams& pp) {
+  if (s.kind == ValueKind::Sentinel) {
+    T v = sentinel<T>();
+    for (uint64_t j = 0; j < s.count; ++j) p[s.offset + j] = v;
+    return;
+  }
+  for (uint64_t j = 0; j < s.count; ++j) p[s.offset + j] = static_cast<T>(segment_value(pp, s, j));
+}
+
+template <typename T>
+int64_t check_typed(const T* p, const Segment& s, const PatternParams& pp) {
+  int64_t wrong = 0;
+  for (uint64_t j = 0; j < s.count; ++j) {
+    if (!value_matches(pp, static_cast<double>(p[s.offset + j]), segment_value(pp, s, j))) ++wrong;
+  }
+  return wrong;
+}
+
+void mpi_fill(BackendComm*, void* view, DataType t, const Segment& s, const PatternParams& pp) {
+  switch (t) {
+    case DataType::Int32: fill_typed(static_cast<int32_t*>(view), s, pp); break;
+    case DataType::Float64: fill_typed(static_cast<double*>(view), s, pp); break;
+    default: fill_typed(static_cast<float*>(view), s, pp); break;
+  }
+}
+int64_t mpi_check(BackendComm*, const void* view, DataType t, const Segment& s, const PatternParams& pp) {
+  switch (t) {
+    case DataType::Int32: return check_typed(static_cast<const int32_t*>(view), s, pp);
+    case DataType::Float64: return check_typed(static_cast<const double*>(view), s, pp);
+    default: return check_typed(static_cast<const float*>(view), s, pp);
+  }
+}
+
+void mpi_run(BackendComm* bc, CollKind kind, const void* send, void* recv, size_t count, DataType t, RedOp op,
+             int root, bool in_place) {
+  MPI_Datatype dt = mpi_type(t);
+  int n = static_cast<int>(count);
+  MPI_Comm comm = bc->comm;
+  int rc = MPI_SUCCESS;
+  const char* what = "";
+  switch (kind) {
+    case CollKind::AllReduce:
+      what = "MPI_Allreduce";
+      rc = MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, n, dt, mpi_op(op), comm);
+      break;
+    case CollKind::AllGather:
+      what = "MPI_Allgather";
+      rc = in_place ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, dt, comm)
+                    : MPI_Allgather(send, n, dt, recv, n, dt, comm);
+      break;
+    case CollKind::ReduceScatter:
+      what = "MPI_Reduce_scatter_block";
+      rc = MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, n, dt, mpi_op(op), comm);
+      break;
+    case CollKind::AlltoAll:
+      what = "MPI_Alltoall";
+      rc = in_place ? MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, dt, comm)
+                    : MPI_Alltoall(send, n, dt, recv, n, dt, comm);
+      break;
+    case CollKind::Broadcast:
+      what = "MPI_Bcast";
+      // Out of place, the root broadcasts straight from its send buffer (no extra copy timed).
+      rc = MPI_Bcast(bc->rank == root && !in_place ? const_cast<void*>(send) : recv, n, dt, root, comm);
+      break;
+    case CollKind::Reduce:
+      what = "MPI_Reduce";
+      rc = MPI_Reduce(in_place && bc->rank == root ? MPI_IN_PLACE : send, recv, n, dt, mpi_op(op), root, comm);
+      break;
+    case CollKind::SendRecv: {
+      what = "MPI_Sendrecv";
+      int next = (bc->rank + 1) % bc->size, prev = (bc->rank - 1 + bc->size) % bc->size;
+      rc = in_place ? MPI_Sendrecv_replace(recv, n, dt, next, 7, prev, 7, comm, MPI_STATUS_IGNORE)
+                    : MPI_Sendrecv(send, n, dt, next, 7, recv, n, dt, prev, 7, comm, MPI_STATUS_IGNORE);
+      break;
+    }
+  }
+  mpi::check(rc, what);
+}
+
+void mpi_sync(BackendComm*) {}
+
+void mpi_corrupt(BackendComm*, void* view, DataType t, size_t index) {
+  switch (t) {
+    case DataType::Int32: static_cast<int32_t*>(view)[index] += 1; break;
+    case DataType::Float64: static_cast<double*>(view)[index] += 1; break;
+    default: static_cast<float*>(view)[index] += 1; break;
+  }
+}
+
+}  // namespace
+
+const Backend& mpi_backend() {
+  static const Backend b = {"mpi",          mpi_supports_type, mpi_supports_op, true,      true,      true,
+                            mpi_visible_devices, mpi_open,     mpi_close,       mpi_device_info, mpi_version,
+                            mpi_alloc,    mpi_release,       mpi_fill,        mpi_check, mpi_run,
+                            mpi_sync,     mpi_corrupt};
+  return b;
+}
+
+#ifndef CAIRN_SWEEP_NCCL
+const Backend* nccl_backend() { return nullptr; }
+#endif
+
+}  // namespace cairn::sweep

@@ -1,0 +1,257 @@
+// NCCL backend of cairn-sweep: one GPU per rank (chosen by local rank), the NCCL communicator
+// bootstrapped over the tier's MPI communicator, data filled and checked by kernels on the device.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "backend.h"
+#include "cairn/error.h"
+
+namespace cairn::sweep {
+
+struct BackendComm {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int device = 0, rank = 0, size = 1;
+  unsigned long long* wrong_counter = nullptr;  // device scalar for check kernels
+};
+
+namespace {
+
+void cuda_check(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw RuntimeError(std::string(what) + ": " + cudaGetErrorString(rc));
+}
+void nccl_check(ncclResult_t rc, const char* what) {
+  if (rc != ncclSuccess) throw RuntimeError(std::string(what) + ": " + ncclGetErrorString(rc));
+}
+
+bool nccl_supports_type(DataType) { return true; }
+bool nccl_supports_op(RedOp op) { return op != RedOp::None; }
+
+int nccl_visible_devices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+ncclDataType_t nccl_type(DataType t) {
+  switch (t) {
+    case DataType::Int32: return ncclInt32;
+    case DataType::Float64: return ncclFloat64;
+    case DataType::Float16: return ncclFloat16;
+    case DataType::BFloat16: return ncclBfloat16;
+    default: return ncclFloat32;
+  }
+}
+ncclRedOp_t nccl_op(RedOp op) {
+  switch (op) {
+    case RedOp::Max: return ncclMax;
+    case RedOp::Min: return ncclMin;
+    case RedOp::Avg: return ncclAvg;
+    default: return ncclSum;
+  }
+}
+
+BackendComm* nccl_open(MPI_Comm comm, int local_rank) {
+  int devices = nccl_visible_devices();
+  if (devices <= 0) throw UsageError("backend nccl: no CUDA device is visible to this rank");
+  auto* bc = new BackendComm;
+  MPI_Comm_rank(comm, &bc->rank);
+  MPI_Comm_size(comm, &bc->size);
+  bc->device = local_rank;
+  if (bc->device >= devices) {
+    delete bc;
+    throw UsageError("backend nccl: local rank " + std::to_string(local_rank) + " needs GPU " +
+                     std::to_string(local_rank) + " but only " + std::to_string(devices) +
+                     " are visible (run at most one rank per GPU)");
+  }
+  cuda_check(cudaSetDevice(bc->device), "cudaSetDevice");
+  ncclUniqueId id;
+  if (bc->rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);
+  nccl_check(ncclCommInitRank(&bc->comm, bc->size, id, bc->rank), "ncclCommInitRank");
+  cuda_check(cudaStreamCreateWithFlags(&bc->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cuda_check(cudaMalloc(&bc->wrong_counter, sizeof(unsigned long long)), "cudaMalloc");
+  return bc;
+}
+
+void nccl_close(BackendComm* bc) {
+  if (!bc) return;
+  cudaStreamSynchronize(bc->stream);
+  if (bc->comm) ncclCommDestroy(bc->comm);
+  if (bc->stream) cudaStreamDestroy(bc->stream);
+  if (bc->wrong_counter) cudaFree(bc->wrong_counter);
+  delete bc;
+}
+
+DeviceInfo nccl_device_info(int local_rank) {
+  cudaDeviceProp prop;
+  DeviceInfo info;
+  info.device = local_rank;
+  if (cudaGetDeviceProperties(&prop, local_rank) == cudaSuccess) {
+    char bus[64];
+    std::snprintf(bus, sizeof bus, "%04x:%02x:%02x", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
+    info.bus_id = bus;
+    info.name = prop.name;
+  }
+  return info;
+}
+
+std::string nccl_version() {
+  int v = 0;
+  ncclGetVersion(&v);
+  return "NCCL " + std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." + std::to_string(v % 100);
+}
+
+void* nccl_alloc(BackendComm* bc, size_t bytes) {
+  void* p = nullptr;
+  cuda_check(cudaSetDevice(bc->device), "cudaSetDevice");
+  if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+    throw RuntimeError("cannot allocate " + std::to_string(bytes) + " bytes on GPU " + std::to_string(bc->device));
+  }
+  return p;
+}
+void nccl_release(BackendComm*, void* p) { cudaFree(p); }
+
+template <typename T>
+__device__ T from_double(double v) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(static_cast<float>(v));
+  else return static_cast<T>(v);
+}
+template <typename T>
+__device__ double to_double(T v) {
+  if constexpr (std::is_same_v<T, __half>) return static_cast<double>(__half2float(v));
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return static_cast<double>(__bfloat162float(v));
+  else return static_cast<double>(v);
+}
+template <typename T>
+__device__ T sentinel_value() {
+  if constexpr (std::is_same_v<T, int32_t>) return static_cast<int32_t>(-2147483641);
+  else return from_double<T>(__longlong_as_double(0x7ff8000000000000ll));  // quiet NaN
+}
+
+template <typename T>
+__global__ void fill_kernel(T* p, Segment s, PatternParams pp) {
+  for (uint64_t j = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; j < s.count;
+       j += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    p[s.offset + j] = s.kind == ValueKind::Sentinel ? sentinel_value<T>() : from_double<T>(segment_value(pp, s, j));
+  }
+}
+
+template <typename T>
+__global__ void check_kernel(const T* p, Segment s, PatternParams pp, unsigned long long* wrong) {
+  unsigned long long local = 0;
+  for (uint64_t j = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; j < s.count;
+       j += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    if (!value_matches(pp, to_double<T>(p[s.offset + j]), segment_value(pp, s, j))) ++local;
+  }
+  if (local) atomicAdd(wrong, local);
+}
+
+template <typename T>
+__global__ void corrupt_kernel(T* p, size_t index) {
+  p[index] = from_double<T>(to_double<T>(p[index]) + 1.0);
+}
+
+unsigned grid_for(uint64_t count) {
+  uint64_t blocks = (count + 255) / 256;
+  return static_cast<unsigned>(blocks < 4096 ? (blocks ? blocks : 1) : 4096);
+}
+
+template <typename F>
+void dispatch(DataType t, F&& f) {
+  switch (t) {
+    case DataType::Int32: f(static_cast<int32_t*>(nullptr)); break;
+    case DataType::Float64: f(static_cast<double*>(nullptr)); break;
+    case DataType::Float16: f(static_cast<__half*>(nullptr)); break;
+    case DataType::BFloat16: f(static_cast<__nv_bfloat16*>(nullptr)); break;
+    default: f(static_cast<float*>(nullptr)); break;
+  }
+}
+
+void nccl_fill(BackendComm* bc, void* view, DataType t, const Segment& s, const PatternParams& pp) {
+  if (s.count == 0) return;
+  dispatch(t, [&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    fill_kernel<T><<<grid_for(s.count), 256, 0, bc->stream>>>(static_cast<T*>(view), s, pp);
+  });
+  cuda_check(cudaGetLastError(), "fill kernel");
+  cuda_check(cudaStreamSynchronize(bc->stream), "cudaStreamSynchronize");
+}
+
+int64_t nccl_check_data(BackendComm* bc, const void* view, DataType t, const Segment& s, const PatternParams& pp) {
+  if (s.count == 0) return 0;
+  cuda_check(cudaMemsetAsync(bc->wrong_counter, 0, sizeof(unsigned long long), bc->stream), "cudaMemset");
+  dispatch(t, [&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    check_kernel<T><<<grid_for(s.count), 256, 0, bc->stream>>>(static_cast<const T*>(view), s, pp, bc->wrong_counter);
+  });
+  cuda_check(cudaGetLastError(), "check kernel");
+  unsigned long long wrong = 0;
+  cuda_check(cudaMemcpyAsync(&wrong, bc->wrong_counter, sizeof wrong, cudaMemcpyDeviceToHost, bc->stream),
+             "cudaMemcpy");
+  cuda_check(cudaStreamSynchronize(bc->stream), "cudaStreamSynchronize");
+  return static_cast<int64_t>(wrong);
+}
+
+void nccl_run(BackendComm* bc, CollKind kind, const void* send, void* recv, size_t count, DataType t, RedOp op,
+              int root, bool) {
+  ncclDataType_t dt = nccl_type(t);
+  ncclComm_t c = bc->comm;
+  cudaStream_t st = bc->stream;
+  switch (kind) {
+    case CollKind::AllReduce: nccl_check(ncclAllReduce(send, recv, count, dt, nccl_op(op), c, st), "ncclAllReduce"); break;
+    case CollKind::AllGather: nccl_check(ncclAllGather(send, recv, count, dt, c, st), "ncclAllGather"); break;
+    case CollKind::ReduceScatter:
+      nccl_check(ncclReduceScatter(send, recv, count, dt, nccl_op(op), c, st), "ncclReduceScatter");
+      break;
+    case CollKind::AlltoAll: {
+      size_t bytes = count * type_size(t);
+      nccl_check(ncclGroupStart(), "ncclGroupStart");
+      for (int p = 0; p < bc->size; ++p) {
+        nccl_check(ncclSend(static_cast<const char*>(send) + p * bytes, count, dt, p, c, st), "ncclSend");
+        nccl_check(ncclRecv(static_cast<char*>(recv) + p * bytes, count, dt, p, c, st), "ncclRecv");
+      }
+      nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+      break;
+    }
+    case CollKind::Broadcast: nccl_check(ncclBroadcast(send, recv, count, dt, root, c, st), "ncclBroadcast"); break;
+    case CollKind::Reduce: nccl_check(ncclReduce(send, recv, count, dt, nccl_op(op), root, c, st), "ncclReduce"); break;
+    case CollKind::SendRecv: {
+      int next = (bc->rank + 1) % bc->size, prev = (bc->rank - 1 + bc->size) % bc->size;
+      nccl_check(ncclGroupStart(), "ncclGroupStart");
+      nccl_check(ncclSend(send, count, dt, next, c, st), "ncclSend");
+      nccl_check(ncclRecv(recv, count, dt, prev, c, st), "ncclRecv");
+      nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+      break;
+    }
+  }
+}
+
+void nccl_sync(BackendComm* bc) { cuda_check(cudaStreamSynchronize(bc->stream), "cudaStreamSynchronize"); }
+
+void nccl_corrupt(BackendComm* bc, void* view, DataType t, size_t index) {
+  dispatch(t, [&](auto tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    corrupt_kernel<T><<<1, 1, 0, bc->stream>>>(static_cast<T*>(view), index);
+  });
+  cuda_check(cudaStreamSynchronize(bc->stream), "cudaStreamSynchronize");
+}
+
+}  // namespace
+
+const Backend* nccl_backend() {
+  static const Backend b = {"nccl",        nccl_supports_type, nccl_supports_op, false,      false,      false,
+                            nccl_visible_devices, nccl_open,   nccl_close,       nccl_device_info, nccl_version,
+                            nccl_alloc,    nccl_release,       nccl_fill,        nccl_check_data, nccl_run,
+                            nccl_sync,     nccl_corrupt};
+  return &b;
+}
+
+}  // namespace cairn::sweep

@@ -1,0 +1,101 @@
+// cairn-sweep: collective-bandwidth sweeps (MPI or NCCL) with nccl-tests-compatible output,
+// per-tier latency/bandwidth fits and fabric.toml for cairn-plan.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <optional>
+
+#include "cairn/cli.h"
+#include "cairn/log.h"
+#include "cairn/mpi.h"
+#include "sweep.h"
+
+namespace {
+
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string toml_list(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + toml_string(items[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return cairn::run_tool("cairn-sweep", argc, argv, [&]() -> int {
+    CLI::App app{"cairn-sweep: measure collective bandwidth per size and per cluster tier (nccl-tests-compatible "
+                 "table on stdout; sweep.txt, sweep.json, sweep.h5 and fabric.toml under <out>/sweep/)"};
+    cairn::CommonOptions opts;
+    cairn::add_common_options(app, opts);
+    std::string minbytes, maxbytes, stepbytes, backend;
+    int64_t stepfactor = 0, iters = 0, warmup = 0, check = 0, average = 0, blocking = 0, root = 0;
+    double min_busbw = 0;
+    std::vector<std::string> colls, types, ops, tiers;
+    bool keep_samples = false, malloc_tune = false;
+    app.add_option("collectives,--collectives", colls,
+                   "allreduce, allgather, reducescatter, alltoall, broadcast, reduce, sendrecv or all (comma list)")
+        ->delimiter(',');
+    app.add_option("-b,--minbytes", minbytes, "smallest size in bytes, K/M/G suffixes (default 8)");
+    app.add_option("-e,--maxbytes", maxbytes, "largest size in bytes, K/M/G suffixes (default 128M)");
+    app.add_option("-f,--stepfactor", stepfactor, "multiply the size by this each step (default 2)");
+    app.add_option("-i,--stepbytes", stepbytes, "add this many bytes each step (implies -f 1 unless -f is given)");
+    app.add_option("-n,--iters", iters, "timed iterations per size (default 20)");
+    app.add_option("-w,--warmup_iters", warmup, "warm-up iterations (default 5)");
+    app.add_option("-c,--check", check, "correctness-check iterations per size; 0 = off (default 1)");
+    app.add_option("-a,--average", average, "time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)");
+    app.add_option("-z,--blocking", blocking, "1 = wait and barrier after each collective (default 0)");
+    app.add_option("-d,--datatype", types, "float32, float64, int32, float16, bfloat16 (comma list)")->delimiter(',');
+    app.add_option("--op", ops, "sum, max, min, avg (comma list)")->delimiter(',');
+    app.add_option("-r,--root", root, "root of broadcast/reduce (default 0)");
+    app.add_option("--backend", backend, "auto, mpi or nccl (default auto)");
+    app.add_option("--tiers", tiers, "world, intra, inter (comma list; default world)")->delimiter(',');
+    app.add_option("--min-busbw", min_busbw, "exit 3 if a block's average bus bandwidth (GB/s) is lower");
+    app.add_flag("--keep-samples", keep_samples, "store every iteration's time in sweep.h5");
+    app.add_flag("--malloc-tune", malloc_tune, "mallopt(M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB) before measuring");
+    cairn::parse_cli(app, argc, argv);
+
+    std::vector<std::string> sets;
+    auto set_str = [&](const char* key, const std::string& v) { sets.push_back(std::string("sweep.") + key + "=" + toml_string(v)); };
+    auto set_raw = [&](const char* key, const std::string& v) { sets.push_back(std::string("sweep.") + key + "=" + v); };
+    if (app.count("collectives")) set_raw("collectives", toml_list(colls));
+    if (app.count("-b")) set_str("minbytes", minbytes);
+    if (app.count("-e")) set_str("maxbytes", maxbytes);
+    if (app.count("-i")) {
+      set_str("stepbytes", stepbytes);
+      if (!app.count("-f")) set_raw("stepfactor", "1");
+    }
+    if (app.count("-f")) set_raw("stepfactor", std::to_string(stepfactor));
+    if (app.count("-n")) set_raw("iters", std::to_string(iters));
+    if (app.count("-w")) set_raw("warmup_iters", std::to_string(warmup));
+    if (app.count("-c")) set_raw("check", std::to_string(check));
+    if (app.count("-a")) set_raw("average", std::to_string(average));
+    if (app.count("-z")) set_raw("blocking", std::to_string(blocking));
+    if (app.count("-d")) set_raw("types", toml_list(types));
+    if (app.count("--op")) set_raw("ops", toml_list(ops));
+    if (app.count("-r")) set_raw("root", std::to_string(root));
+    if (app.count("--backend")) set_str("backend", backend);
+    if (app.count("--tiers")) set_raw("tiers", toml_list(tiers));
+    if (app.count("--min-busbw")) set_raw("min_busbw", cairn::strprintf("%.17g", min_busbw));
+    if (keep_samples) set_raw("keep_samples", "true");
+    if (malloc_tune) set_raw("malloc_tune", "true");
+
+    cairn::mpi::Session session(&argc, &argv);
+    cairn::Config cfg = cairn::load_tool_config(opts, sets);
+    if (cairn::maybe_print_config(opts, cfg)) return 0;
+    cairn::sweep::SweepOptions so = cairn::sweep::sweep_options(cfg);
+    so.json_path = opts.json_path;
+    so.print_table = opts.json_path != "-";  // --json - owns stdout
+    cairn::sweep::SweepResult result;
+    int code = cairn::sweep::run_sweep(cfg, so, &result);
+    if (code != 0 && cairn::mpi::rank() == 0) std::fprintf(stderr, "cairn-sweep: %s\n", result.verdict.c_str());
+    return code;
+  });
+}

@@ -1,0 +1,414 @@
+// cairn-sweep's outputs: the nccl-tests text table, the JSON (nccl-tests -J fields plus tiers and
+// fits), sweep.h5 and fabric.toml for cairn-plan.
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "cairn/config.h"
+#include "cairn/files.h"
+#include "cairn/h5.h"
+#include "cairn/log.h"
+#include "cairn/provenance.h"
+#include "sweep.h"
+
+namespace cairn::sweep {
+
+std::string float_column(double value, int width) {
+  // nccl-tests' getFloatStr: as many decimals as fit in the column, exponent beyond that.
+  int power = 0;
+  for (uint64_t v = 1; value >= static_cast<double>(v) && power < 19; v *= 10) power++;
+  if (power < width - 2) return strprintf("%*.2f", width, value);
+  if (power < width - 1) return strprintf("%*.1f", width, value);
+  if (power < width + 1) return strprintf("%*.0f", width, value);
+  return strprintf("%*.1e", width, value);
+}
+
+namespace {
+
+std::string root_column(int root) { return strprintf("%6i", root); }
+
+
+}  // namespace
+
+std::string format_preamble(const RunInfo& info) {
+  const SweepOptions& o = info.opts;
+  std::string s;
+  s += strprintf("# cairn-sweep version %s (git %s) backend %s: %s\n", cairn_version().c_str(),
+                 cairn_git_sha().c_str(), info.backend.c_str(), info.backend_version.c_str());
+  s += strprintf("# nThread 1 nGpus 1 minBytes %llu maxBytes %llu step: %llu(%s) warmup iters: %d iters: %d "
+                 "agg iters: 1 validation: %d graph: 0\n",
+                 static_cast<unsigned long long>(o.minbytes), static_cast<unsigned long long>(o.maxbytes),
+                 static_cast<unsigned long long>(o.stepfactor > 1 ? o.stepfactor : o.stepbytes),
+                 o.stepfactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check);
+  if (o.blocking) s += "# Blocking Enabled: wait for completion and barrier after each collective \n";
+  s += strprintf("# Average: %d (%s time per op across ranks)\n", o.average,
+                 o.average == 0 ? "rank 0" : o.average == 2 ? "min" : o.average == 3 ? "max" : "mean");
+  s += strprintf("# Topology: %zu ranks on %d node(s), %d per node%s\n", info.ranks.size(), info.nodes,
+                 info.ranks_per_node, info.simulated_nodes ? " (simulated nodes: SWEEP_TEST_RANKS_PER_NODE)" : "");
+  std::string env;
+  for (const auto& e : info.env) {
+    if (e.rfind("MALLOC_", 0) == 0 || e.rfind("GLIBC_TUNABLES", 0) == 0) env += " " + e;
+  }
+  s += "# Malloc:" + (env.empty() ? std::string(" (no MALLOC_* settings)") : env) + "\n";
+  s += "# Malloc note: " + info.malloc_note + "\n";
+  s += "#\n# Using devices\n";
+  for (const auto& r : info.ranks) {
+    s += strprintf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", r.rank, r.group, r.pid,
+                   r.host.c_str(), r.device.device, r.device.bus_id.c_str(), r.device.name.c_str());
+  }
+  return s;
+}
+
+std::string format_block_header(const Block& b) {
+  std::string s = "#\n";
+  s += strprintf("# Collective test starting: %s\n", b.perf_name.c_str());
+  s += strprintf("# Tier %s: %d rank(s) per communicator, %d communicator(s) at once", b.tier.c_str(), b.nranks,
+                 b.groups);
+  for (size_t i = 0; i < b.group_hosts.size() && i < 8; ++i) s += (i ? ", " : " (") + b.group_hosts[i];
+  s += b.group_hosts.size() > 8 ? ", ...)\n" : (b.group_hosts.empty() ? "\n" : ")\n");
+  s += "#\n";
+  s += strprintf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "",
+                 "", "", "", "");
+  s += strprintf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size", "count", "type",
+                 "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", 0, "");
+  s += strprintf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)", "(elements)", "",
+                 "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", 0, "");
+  return s;
+}
+
+namespace {
+std::string measure_columns(const Measure& m) {
+  std::string s = strprintf("  %7s  %6s  %6s", float_column(m.time_us, 7).c_str(), float_column(m.algbw, 6).c_str(),
+                            float_column(m.busbw, 6).c_str());
+  if (m.checked) s += strprintf("  %6g", static_cast<double>(m.wrong));
+  else s += "    N/A";
+  return s;
+}
+}  // namespace
+
+std::string format_row(const Row& r, const Block& b) {
+  std::string s = strprintf("%12llu  %12llu  %8s  %6s  %6s", static_cast<unsigned long long>(r.size),
+                            static_cast<unsigned long long>(r.count), type_info(b.type).name, op_name(b.op),
+                            root_column(b.root).c_str());
+  s += measure_columns(r.oop);
+  s += measure_columns(r.ip);
+  return s + "\n";
+}
+
+std::string format_block_footer(const Block& b, double min_busbw) {
+  std::string s;
+  s += strprintf("# %-20s : %lld %s\n", "Out of bounds values", static_cast<long long>(b.wrong), b.wrong ? "FAILED" : "OK");
+  s += strprintf("# %-20s : %g %s\n", "Avg bus bandwidth", b.avg_busbw,
+                 min_busbw > 0 ? (b.avg_busbw < min_busbw ? "FAILED" : "OK") : "");
+  if (b.groups > 1 && !b.rows.empty()) {
+    for (int g = 0; g < b.groups; ++g) {
+      double sum = 0;
+      int n = 0;
+      for (const auto& r : b.rows) {
+        if (g < static_cast<int>(r.nodes_oop.size())) sum += r.nodes_oop[g].busbw + r.nodes_ip[g].busbw, n += 2;
+      }
+      s += strprintf("# %-20s : %g (%s)\n", strprintf("Node %d avg busbw", g).c_str(), n ? sum / n : 0.0,
+                     g < static_cast<int>(b.group_hosts.size()) ? b.group_hosts[g].c_str() : "");
+    }
+  }
+  if (b.fit.valid) {
+    s += strprintf("# %-20s : alpha %.3g us, busbw %.4g GB/s, R2 %.4f, half-peak %llu B, peak %.4g GB/s\n", "Fit",
+                   b.fit.alpha_us, b.fit.busbw_gbps, b.fit.r2, static_cast<unsigned long long>(b.fit.half_peak_bytes),
+                   b.fit.peak_busbw_gbps);
+  } else {
+    s += strprintf("# %-20s : none (%s)\n", "Fit", b.fit.note.c_str());
+  }
+  s += "#\n";
+  s += strprintf("# Collective test concluded: %s\n", b.perf_name.c_str());
+  return s;
+}
+
+namespace {
+
+json measure_nccl_json(const Measure& m) {
+  return {{"time", m.time_us}, {"alg_bw", m.algbw}, {"bus_bw", m.busbw},
+          {"nwrong", m.checked ? json(static_cast<double>(m.wrong)) : json(nullptr)}};
+}
+json measure_json(const Measure& m) {
+  return {{"time_us", m.time_us}, {"algbw", m.algbw}, {"busbw", m.busbw},
+          {"wrong", m.checked ? json(m.wrong) : json(nullptr)}};
+}
+json fit_json(const Block& b) {
+  json f = {{"collective", b.collective},
+            {"tier", b.tier},
+            {"type", type_info(b.type).name},
+            {"redop", op_name(b.op)},
+            {"ranks", b.nranks},
+            {"valid", b.fit.valid},
+            {"alpha_us", b.fit.alpha_us},
+            {"busbw_gbps", b.fit.busbw_gbps},
+            {"r2", b.fit.r2},
+            {"half_peak_bytes", b.fit.half_peak_bytes},
+            {"peak_busbw_gbps", b.fit.peak_busbw_gbps},
+            {"points", b.fit.points},
+            {"in_fabric", b.in_fabric}};
+  if (!b.fit.valid) {  // no model: readers must not mistake zeros for a measured fabric
+    f["alpha_us"] = nullptr;
+    f["busbw_gbps"] = nullptr;
+    f["r2"] = nullptr;
+  }
+  if (!b.fit.note.empty()) f["note"] = b.fit.note;
+  return f;
+}
+
+}  // namespace
+
+json sweep_json(const RunInfo& info, const SweepResult& r) {
+  const SweepOptions& o = info.opts;
+  json doc;
+  doc["version"] = 2;  // nccl-tests' JSON_FILE_VERSION
+  doc["start_time"] = info.start_time;
+  doc["args"] = json::array();
+  doc["args"].push_back(provenance().command_line);
+  doc["env"] = info.env;
+  doc["nccl_version"] = nullptr;
+  json cfg = {{"nthreads", 1},
+              {"ngpus", 1},
+              {"minimum_bytes", o.minbytes},
+              {"maximum_bytes", o.maxbytes},
+              {"warmup_iters", o.warmup},
+              {"iterations", o.iters},
+              {"aggregated_iterations", 1},
+              {"validation", o.check},
+              {"graph", 0},
+              {"blocking_collectives", o.blocking ? "true" : "false"},
+              {"per_iter_timing", o.keep_samples ? "true" : "false"},
+              {"parallel_init", "false"},
+              {"average", o.average},
+              {"backend", info.backend},
+              {"backend_version", info.backend_version},
+              {"tiers", o.tiers},
+              {"min_busbw", o.min_busbw}};
+  if (o.stepfactor > 1) cfg["step_factor"] = o.stepfactor;
+  else cfg["step_bytes"] = o.stepbytes;
+  json devices = json::array();
+  for (const auto& rk : info.ranks) {
+    devices.push_back({{"rank", rk.rank},
+                       {"group", rk.group},
+                       {"pid", rk.pid},
+                       {"hostname", rk.host},
+                       {"device", rk.device.device},
+                       {"device_hex", rk.device.bus_id},
+                       {"device_info", rk.device.name}});
+  }
+  cfg["devices"] = devices;
+  doc["config"] = cfg;
+
+  json results = json::array(), blocks = json::array(), fits = json::array();
+  for (const auto& b : r.blocks) {
+    for (const auto& row : b.rows) {
+      json e = {{"size", row.size},
+                {"count", row.count},
+                {"type", type_info(b.type).name},
+                {"redop", op_name(b.op)},
+                {"root", root_column(b.root)},
+                {"out_of_place", measure_nccl_json(row.oop)},
+                {"in_place", measure_nccl_json(row.ip)},
+                {"actual_iterations", o.iters},
+                {"experiment_name", b.perf_name},
+                {"collective", b.collective},
+                {"tier", b.tier},
+                {"ranks", b.nranks},
+                {"oop", measure_json(row.oop)},
+                {"ip", measure_json(row.ip)}};
+      e["root"] = root_column(b.root);
+      if (!row.nodes_oop.empty()) {
+        json nodes = json::array();
+        for (size_t g = 0; g < row.nodes_oop.size(); ++g) {
+          nodes.push_back({{"node", g},
+                           {"host", g < b.group_hosts.size() ? b.group_hosts[g] : ""},
+                           {"oop", measure_json(row.nodes_oop[g])},
+                           {"ip", measure_json(row.nodes_ip[g])}});
+        }
+        e["nodes"] = nodes;
+      }
+      results.push_back(e);
+    }
+    blocks.push_back({{"collective", b.collective},
+                      {"tier", b.tier},
+                      {"type", type_info(b.type).name},
+                      {"redop", op_name(b.op)},
+                      {"root", b.root},
+                      {"ranks", b.nranks},
+                      {"communicators", b.groups},
+                      {"avg_busbw", b.avg_busbw},
+                      {"wrong", b.wrong}});
+    fits.push_back(fit_json(b));
+  }
+  doc["results"] = results;
+  doc["out_of_bounds"] = {{"count", r.wrong}, {"okay", r.wrong == 0 ? "true" : "false"}};
+  doc["average_bus_bandwidth"] = {
+      {"bandwidth", r.avg_busbw},
+      {"okay", o.min_busbw > 0 ? json(r.gate_failed ? "false" : "true") : json("unchecked")}};
+  doc["errors"] = json::array();
+  doc["end_time"] = info.end_time;
+  // cairn's own fields (the brief's sweep.json contract).
+  doc["provenance"] = provenance().to_json();
+  doc["fits"] = fits;
+  doc["blocks"] = blocks;
+  doc["avg_busbw"] = r.avg_busbw;
+  doc["wrong"] = r.wrong;
+  doc["notes"] = r.notes;
+  doc["topology"] = {{"nodes", info.nodes},
+                     {"ranks_per_node", info.ranks_per_node},
+                     {"hosts_by_rank", info.hosts_by_rank},
+                     {"simulated", info.simulated_nodes}};
+  doc["malloc"] = {{"tuned_in_process", o.malloc_tune}, {"note", info.malloc_note}};
+  return doc;
+}
+
+void write_sweep_h5(const std::string& path, const RunInfo& info, const SweepResult& r) {
+  const SweepOptions& o = info.opts;
+  AtomicFile af(path);
+  {
+    h5::File f = h5::File::create(af.temp_path());
+    h5::write_provenance(f);
+    f.set_attr("backend", info.backend);
+    f.set_attr("backend_version", info.backend_version);
+    f.set_attr("start_time", info.start_time);
+    f.set_attr("end_time", info.end_time);
+    f.set_attr("avg_busbw", r.avg_busbw);
+    f.set_attr("wrong", static_cast<int64_t>(r.wrong));
+    f.set_attr("malloc_note", info.malloc_note);
+    f.set_attr("malloc_tuned_in_process", static_cast<int64_t>(o.malloc_tune));
+    f.write_strings("environment", info.env.empty() ? std::vector<std::string>{""} : info.env);
+
+    h5::Group topo = f.create_group("topology");
+    topo.write_strings("hosts_by_rank", info.hosts_by_rank);
+    std::vector<std::string> devices;
+    for (const auto& rk : info.ranks) {
+      devices.push_back(strprintf("%d [%s] %s", rk.device.device, rk.device.bus_id.c_str(), rk.device.name.c_str()));
+    }
+    topo.write_strings("device_by_rank", devices);
+    std::vector<int32_t> node_of_rank;
+    for (const auto& rk : info.ranks) node_of_rank.push_back(rk.group);
+    topo.write<int32_t>("node_of_rank", node_of_rank);
+    std::vector<int32_t> per_node(info.nodes, 0);
+    for (int n : node_of_rank) per_node[n]++;
+    topo.write<int32_t>("ranks_per_node", per_node);
+    topo.set_attr("nodes", info.nodes);
+    topo.set_attr("world_size", static_cast<int64_t>(info.ranks.size()));
+    topo.set_attr("simulated", static_cast<int64_t>(info.simulated_nodes));
+
+    h5::Group conf = f.create_group("options");
+    conf.set_attr("minbytes", static_cast<uint64_t>(o.minbytes));
+    conf.set_attr("maxbytes", static_cast<uint64_t>(o.maxbytes));
+    conf.set_attr("stepfactor", o.stepfactor);
+    conf.set_attr("stepbytes", static_cast<uint64_t>(o.stepbytes));
+    conf.set_attr("iters", o.iters);
+    conf.set_attr("warmup_iters", o.warmup);
+    conf.set_attr("check", o.check);
+    conf.set_attr("average", o.average);
+    conf.set_attr("blocking", o.blocking);
+
+    h5::Group blocks = f.create_group("blocks");
+    for (size_t i = 0; i < r.blocks.size(); ++i) {
+      const Block& b = r.blocks[i];
+      h5::Group g = blocks.create_group(strprintf("%03zu_%s_%s_%s_%s", i, b.tier.c_str(), b.collective.c_str(),
+                                                  type_info(b.type).name, op_name(b.op)));
+      g.set_attr("collective", b.collective);
+      g.set_attr("tier", b.tier);
+      g.set_attr("type", std::string(type_info(b.type).name));
+      g.set_attr("redop", std::string(op_name(b.op)));
+      g.set_attr("root", b.root);
+      g.set_attr("ranks", b.nranks);
+      g.set_attr("communicators", b.groups);
+      g.set_attr("avg_busbw", b.avg_busbw);
+      g.set_attr("wrong", static_cast<int64_t>(b.wrong));
+      std::vector<uint64_t> size, count;
+      std::vector<double> ot, oa, ob, it, ia, ib;
+      std::vector<int64_t> ow, iw;
+      for (const auto& row : b.rows) {
+        size.push_back(row.size);
+        count.push_back(row.count);
+        ot.push_back(row.oop.time_us), oa.push_back(row.oop.algbw), ob.push_back(row.oop.busbw);
+        it.push_back(row.ip.time_us), ia.push_back(row.ip.algbw), ib.push_back(row.ip.busbw);
+        ow.push_back(row.oop.checked ? row.oop.wrong : -1);
+        iw.push_back(row.ip.checked ? row.ip.wrong : -1);
+      }
+      g.write<uint64_t>("size", size);
+      g.write<uint64_t>("count", count);
+      g.write<double>("oop_time_us", ot);
+      g.write<double>("oop_algbw", oa);
+      g.write<double>("oop_busbw", ob);
+      g.write<int64_t>("oop_wrong", ow);
+      g.write<double>("ip_time_us", it);
+      g.write<double>("ip_algbw", ia);
+      g.write<double>("ip_busbw", ib);
+      g.write<int64_t>("ip_wrong", iw);
+      if (b.groups > 1 && !b.rows.empty()) {
+        std::vector<double> nt, nb;
+        for (const auto& row : b.rows) {
+          for (const auto& m : row.nodes_oop) nt.push_back(m.time_us), nb.push_back(m.busbw);
+        }
+        std::vector<hsize_t> dims = {b.rows.size(), static_cast<hsize_t>(b.groups)};
+        g.write<double>("nodes_oop_time_us", nt, dims);
+        g.write<double>("nodes_oop_busbw", nb, dims);
+      }
+      if (o.keep_samples && !b.rows.empty()) {
+        std::vector<double> so, si;
+        for (const auto& row : b.rows) {
+          so.insert(so.end(), row.samples_oop.begin(), row.samples_oop.end());
+          si.insert(si.end(), row.samples_ip.begin(), row.samples_ip.end());
+        }
+        std::vector<hsize_t> dims = {b.rows.size(), static_cast<hsize_t>(o.iters)};
+        g.write<double>("samples_oop_us", so, dims);
+        g.write<double>("samples_ip_us", si, dims);
+      }
+      h5::Group fit = g.create_group("fit");
+      fit.set_attr("valid", static_cast<int64_t>(b.fit.valid));
+      fit.set_attr("alpha_us", b.fit.alpha_us);
+      fit.set_attr("busbw_gbps", b.fit.busbw_gbps);
+      fit.set_attr("r2", b.fit.r2);
+      fit.set_attr("half_peak_bytes", static_cast<uint64_t>(b.fit.half_peak_bytes));
+      fit.set_attr("peak_busbw_gbps", b.fit.peak_busbw_gbps);
+      fit.set_attr("in_fabric", static_cast<int64_t>(b.in_fabric));
+      if (!b.fit.note.empty()) fit.set_attr("note", b.fit.note);
+    }
+    f.close();
+  }
+  af.commit();
+}
+
+std::string fabric_toml(const RunInfo& info, const SweepResult& r) {
+  const Provenance& p = provenance();
+  json fabric = {{"backend", info.backend},
+                 {"backend_version", info.backend_version},
+                 {"world_size", static_cast<int64_t>(info.ranks.size())},
+                 {"nodes", info.nodes},
+                 {"ranks_per_node", info.ranks_per_node},
+                 {"simulated_nodes", info.simulated_nodes},
+                 {"type", type_info(info.opts.types.front()).name},
+                 {"tool", p.tool},
+                 {"version", p.version},
+                 {"git_sha", p.git_sha},
+                 {"host", p.host},
+                 {"time_utc", p.time_utc},
+                 {"command_line", p.command_line}};
+  json doc = {{"fabric", fabric}};
+  std::vector<std::string> skipped;
+  for (const auto& b : r.blocks) {
+    if (!b.in_fabric) continue;
+    if (!b.fit.valid) {
+      skipped.push_back(b.tier + "." + b.collective + ": " + b.fit.note);
+      continue;
+    }
+    doc[b.tier][b.collective] = {{"alpha_us", b.fit.alpha_us},
+                                 {"busbw_gbps", b.fit.busbw_gbps},
+                                 {"r2", b.fit.r2},
+                                 {"half_peak_bytes", b.fit.half_peak_bytes},
+                                 {"peak_busbw_gbps", b.fit.peak_busbw_gbps},
+                                 {"ranks", b.nranks}};
+  }
+  if (!skipped.empty()) doc["fabric"]["skipped"] = skipped;
+  return "# Fabric model measured by cairn-sweep; cairn-plan reads it via [cluster] fabric = \"<this file>\".\n"
+         "# time(S bytes on n ranks) = alpha_us + S * busbw_factor(collective, n) / busbw_gbps (nccl-tests factors)\n" +
+         json_to_toml(doc) + "\n";
+}
+
+}  // namespace cairn::sweep

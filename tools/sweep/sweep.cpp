@@ -1,0 +1,740 @@
+// cairn-sweep's driver: validates the request, runs every (tier, collective, type, op) block over
+// the chosen backend, gathers per-rank timings and checks on rank 0, fits, writes the outputs.
+#include "sweep.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "cairn/cli.h"
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/log.h"
+#include "cairn/mpi.h"
+#include "cairn/provenance.h"
+
+extern char** environ;
+
+namespace cairn::sweep {
+
+uint64_t parse_bytes(const std::string& text, const std::string& what) {
+  std::string t = text;
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+  uint64_t mult = 1;
+  if (!t.empty()) {
+    char s = static_cast<char>(std::toupper(static_cast<unsigned char>(t.back())));
+    if (s == 'K') mult = 1ull << 10;
+    else if (s == 'M') mult = 1ull << 20;
+    else if (s == 'G') mult = 1ull << 30;
+    else if (s == 'T') mult = 1ull << 40;
+    if (mult != 1) t.pop_back();
+    else if (s == 'B') t.pop_back();
+  }
+  if (t.empty() || !std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    throw UsageError(what + ": '" + text + "' is not a size (bytes, optionally with a K, M or G suffix)");
+  }
+  uint64_t v = std::stoull(t);
+  if (v > (UINT64_MAX >> 1) / mult) throw UsageError(what + ": '" + text + "' is too large");
+  return v * mult;
+}
+
+std::vector<uint64_t> sweep_sizes(const SweepOptions& o) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t s = o.minbytes; s <= o.maxbytes;) {
+    sizes.push_back(s);
+    uint64_t next = o.stepfactor > 1 ? s * static_cast<uint64_t>(o.stepfactor) : s + o.stepbytes;
+    if (next <= s) break;
+    s = next;
+  }
+  return sizes;
+}
+
+SweepOptions sweep_options(const Config& cfg) {
+  SweepOptions o;
+  o.backend = cfg.get_string("sweep.backend");
+  for (const auto& c : cfg.get_strings("sweep.collectives")) {
+    if (c == "all") {
+      for (const auto& k : collectives()) o.collectives.push_back(k.name);
+    } else {
+      o.collectives.push_back(find_collective(c).name);
+    }
+  }
+  if (o.collectives.empty()) throw UsageError("sweep.collectives: no collective given");
+  for (const auto& t : cfg.get_strings("sweep.types")) o.types.push_back(parse_type(t));
+  if (o.types.empty()) throw UsageError("sweep.types: no type given");
+  for (const auto& op : cfg.get_strings("sweep.ops")) o.ops.push_back(parse_op(op));
+  if (o.ops.empty()) throw UsageError("sweep.ops: no reduction op given");
+  o.root = static_cast<int>(cfg.get_int("sweep.root"));
+  o.minbytes = parse_bytes(cfg.get_string("sweep.minbytes"), "sweep.minbytes (-b)");
+  o.maxbytes = parse_bytes(cfg.get_string("sweep.maxbytes"), "sweep.maxbytes (-e)");
+  o.stepbytes = parse_bytes(cfg.get_string("sweep.stepbytes"), "sweep.stepbytes (-i)");
+  o.stepfactor = static_cast<int>(cfg.get_int("sweep.stepfactor"));
+  o.minbytes_defaulted = cfg.origin("sweep.minbytes").kind == Origin::Default;
+  if (o.minbytes == 0) throw UsageError("sweep.minbytes (-b) must be at least 1 byte");
+  if (o.maxbytes < o.minbytes) {
+    throw UsageError(strprintf("size range is inverted: sweep.maxbytes (-e) %llu < sweep.minbytes (-b) %llu",
+                               static_cast<unsigned long long>(o.maxbytes),
+                               static_cast<unsigned long long>(o.minbytes)));
+  }
+  if (o.stepfactor <= 1 && o.stepbytes == 0) {
+    throw UsageError("sweep.stepbytes (-i) must be > 0 when sweep.stepfactor (-f) is 1");
+  }
+  o.iters = static_cast<int>(cfg.get_int("sweep.iters"));
+  o.warmup = static_cast<int>(cfg.get_int("sweep.warmup_iters"));
+  o.check = static_cast<int>(cfg.get_int("sweep.check"));
+  o.average = static_cast<int>(cfg.get_int("sweep.average"));
+  o.blocking = static_cast<int>(cfg.get_int("sweep.blocking"));
+  o.tiers = cfg.get_strings("sweep.tiers");
+  if (o.tiers.empty()) throw UsageError("sweep.tiers: no tier given");
+  o.min_busbw = cfg.get_float("sweep.min_busbw");
+  o.keep_samples = cfg.get_bool("sweep.keep_samples");
+  o.malloc_tune = cfg.get_bool("sweep.malloc_tune");
+  o.run_dir = cfg.get_string("run.dir");
+  if (const char* c = std::getenv("SWEEP_TEST_CORRUPT")) o.corrupt_check = std::atoll(c);
+  if (const char* s = std::getenv("SWEEP_TEST_RANKS_PER_NODE")) o.simulated_ranks_per_node = std::atoi(s);
+  return o;
+}
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Node layout of the job; with the SWEEP_TEST_RANKS_PER_NODE test hook, consecutive ranks are
+// grouped into pretend nodes so intra/inter tiers can be exercised on one machine.
+struct SweepTopology {
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, node_index = 0, node_count = 1;
+  int device_local_rank = 0;  // the real local rank (GPU choice)
+  std::vector<int> node_of_rank;
+  std::vector<std::string> hosts_by_rank;
+  MPI_Comm node = MPI_COMM_NULL, cross = MPI_COMM_NULL;
+  bool simulated = false, owns_comms = false;
+  bool uniform = true;  // every node has the same number of ranks
+};
+
+SweepTopology make_topology(int simulated_per_node) {
+  const mpi::Topology& t = mpi::topology();
+  SweepTopology s;
+  s.rank = t.rank;
+  s.size = t.size;
+  s.device_local_rank = t.local_rank;
+  s.hosts_by_rank = t.hosts_by_rank;
+  if (simulated_per_node > 0) {
+    s.simulated = true;
+    s.owns_comms = true;
+    s.node_index = t.rank / simulated_per_node;
+    s.node_count = (t.size + simulated_per_node - 1) / simulated_per_node;
+    mpi::check(MPI_Comm_split(t.world, s.node_index, t.rank, &s.node), "MPI_Comm_split");
+    MPI_Comm_rank(s.node, &s.local_rank);
+    MPI_Comm_size(s.node, &s.local_size);
+    mpi::check(MPI_Comm_split(t.world, s.local_rank, t.rank, &s.cross), "MPI_Comm_split");
+  } else {
+    s.local_rank = t.local_rank;
+    s.local_size = t.local_size;
+    s.node_index = t.node_index;
+    s.node_count = t.node_count;
+    s.node = t.node;
+    s.cross = t.cross;
+  }
+  s.node_of_rank = mpi::allgather_value<int>(s.node_index);
+  std::vector<int> per_node(s.node_count, 0);
+  for (int n : s.node_of_rank) per_node[n]++;
+  for (int c : per_node) s.uniform &= c == per_node[0];
+  return s;
+}
+
+// One communicator layer the sweep measures.
+struct TierPlan {
+  std::string name;
+  MPI_Comm comm = MPI_COMM_NULL;  // this rank's communicator (null: not taking part)
+  int nranks = 1;
+  std::vector<std::vector<int>> groups;  // world ranks of each communicator measured at once
+  std::vector<std::string> group_hosts;
+};
+
+std::vector<TierPlan> plan_tiers(const SweepOptions& o, const SweepTopology& t, std::vector<std::string>& notes) {
+  std::vector<TierPlan> plans;
+  for (const auto& name : o.tiers) {
+    TierPlan p;
+    p.name = name;
+    if (name == "world") {
+      p.comm = MPI_COMM_WORLD;
+      p.nranks = t.size;
+      p.groups.resize(1);
+      for (int r = 0; r < t.size; ++r) p.groups[0].push_back(r);
+      p.group_hosts.push_back(t.node_count == 1 ? t.hosts_by_rank[0] : strprintf("%d nodes", t.node_count));
+    } else if (name == "intra") {
+      if (t.local_size == 1) {
+        notes.push_back("tier intra skipped: one rank per node");
+        continue;
+      }
+      if (!t.uniform) throw UsageError("tier intra needs the same number of ranks on every node");
+      p.comm = t.node;
+      p.nranks = t.local_size;
+      p.groups.resize(t.node_count);
+      for (int r = 0; r < t.size; ++r) p.groups[t.node_of_rank[r]].push_back(r);
+      for (const auto& g : p.groups) {
+        p.group_hosts.push_back(t.simulated ? strprintf("%s/node%d", t.hosts_by_rank[g[0]].c_str(), t.node_of_rank[g[0]])
+                                            : t.hosts_by_rank[g[0]]);
+      }
+    } else if (name == "inter") {
+      if (t.node_count == 1) {
+        notes.push_back("tier inter skipped: the job runs on one node");
+        continue;
+      }
+      p.comm = t.local_rank == 0 ? t.cross : MPI_COMM_NULL;
+      p.nranks = t.node_count;
+      p.groups.resize(1);
+      std::vector<bool> seen(t.node_count, false);
+      for (int r = 0; r < t.size; ++r) {
+        if (!seen[t.node_of_rank[r]]) {
+          seen[t.node_of_rank[r]] = true;
+          p.groups[0].push_back(r);
+        }
+      }
+      p.group_hosts.push_back(strprintf("%d nodes, 1 rank each", t.node_count));
+    }
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+PatternParams make_params(const Collective& c, DataType t, RedOp op, int nranks, uint64_t seed) {
+  PatternParams p;
+  p.seed = seed;
+  p.nranks = nranks;
+  p.reducing = c.reducing;
+  p.op = c.reducing ? op : RedOp::None;
+  p.type = t;
+  // Integers exact in the type, so a value survives every transfer bit for bit.
+  switch (t) {
+    case DataType::Float16: p.modulus = 2048; break;
+    case DataType::BFloat16: p.modulus = 256; break;
+    default: p.modulus = 1 << 24; break;
+  }
+  if (c.reducing) {
+    p.c_min = INT64_MAX;
+    p.c_max = INT64_MIN;
+    for (int r = 0; r < nranks; ++r) {
+      int64_t f = rank_factor(seed, r);
+      p.c_sum += f;
+      p.c_min = std::min(p.c_min, f);
+      p.c_max = std::max(p.c_max, f);
+    }
+    // |partial sums| <= 7n; beyond the type's exact-integer range the order of additions matters.
+    double bound = 7.0 * nranks;
+    bool half = t == DataType::Float16 || t == DataType::BFloat16;
+    if (half && bound > (t == DataType::Float16 ? 2048 : 256)) {
+      p.tol_abs = 1;
+      p.tol_rel = t == DataType::Float16 ? 2e-3 : 1.6e-2;
+    }
+    if (p.op == RedOp::Avg) {
+      switch (t) {
+        case DataType::Int32: p.tol_abs = 1; break;
+        case DataType::Float32: p.tol_abs = 1e-5; p.tol_rel = 1e-5; break;
+        case DataType::Float64: p.tol_abs = 1e-12; p.tol_rel = 1e-12; break;
+        case DataType::Float16: p.tol_abs = 0.02; p.tol_rel = 1e-2; break;
+        case DataType::BFloat16: p.tol_abs = 0.1; p.tol_rel = 3e-2; break;
+      }
+    }
+  }
+  return p;
+}
+
+// A collective/type/op the sweep runs, with its sizes already reduced to nccl-tests' rows.
+struct BlockPlan {
+  const Collective* coll = nullptr;
+  DataType type = DataType::Float32;
+  RedOp op = RedOp::None;
+  int root = -1;
+  std::vector<SizeRow> rows;
+};
+
+std::vector<SizeRow> plan_rows(const SweepOptions& o, const Collective& c, DataType t, int nranks,
+                               const std::string& tier, const std::string& backend, std::vector<std::string>& notes) {
+  size_t ws = type_size(t);
+  std::vector<SizeRow> rows;
+  uint64_t skipped = 0;
+  for (uint64_t bytes : sweep_sizes(o)) {
+    SizeRow r = size_row(c, bytes, ws, nranks);
+    if (r.count == 0) {
+      bool split = c.counts(nranks, nranks).param == 1 && nranks > 1;
+      if (o.minbytes_defaulted) {
+        ++skipped;
+        continue;
+      }
+      throw UsageError(strprintf(
+          "%s on %d ranks (tier %s): %llu bytes of %s %s among %d ranks; use -b/--minbytes >= %llu",
+          c.name, nranks, tier.c_str(), static_cast<unsigned long long>(bytes), type_info(t).name,
+          split ? "cannot be divided" : "is less than one element to share", nranks,
+          static_cast<unsigned long long>(ws * (split ? nranks : 1))));
+    }
+    if (backend == "mpi" && r.count > static_cast<uint64_t>(INT_MAX)) {
+      throw UsageError(strprintf("%s: %llu elements per rank exceed MPI's int count limit; lower -e/--maxbytes",
+                                 c.name, static_cast<unsigned long long>(r.count)));
+    }
+    if (!rows.empty() && rows.back().size == r.size) continue;  // rounding made two sizes equal
+    rows.push_back(r);
+  }
+  if (skipped) {
+    notes.push_back(strprintf("%s (tier %s): %llu default size(s) below one element per rank skipped", c.name,
+                              tier.c_str(), static_cast<unsigned long long>(skipped)));
+  }
+  if (rows.empty()) throw UsageError(strprintf("%s (tier %s): no size in the range is large enough", c.name, tier.c_str()));
+  return rows;
+}
+
+// Per-rank raw results of one block, packed for one MPI_Gather: for each row
+// [oop_s, ip_s, oop_wrong, ip_wrong, oop_checked, ip_checked, samples_oop(iters), samples_ip(iters)].
+size_t row_stride(const SweepOptions& o) { return 6 + (o.keep_samples ? 2 * static_cast<size_t>(o.iters) : 0); }
+
+struct Buffers {
+  const Backend* be = nullptr;
+  BackendComm* bc = nullptr;
+  void* send = nullptr;
+  void* recv = nullptr;
+  Buffers() = default;
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+  ~Buffers() {
+    if (send) be->release(bc, send);
+    if (recv) be->release(bc, recv);
+  }
+};
+
+std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm comm, const BlockPlan& bp,
+                                  const SweepOptions& o, int64_t* checks_done) {
+  const Collective& c = *bp.coll;
+  int rank = 0, n = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &n);
+  size_t ws = type_size(bp.type);
+  // Both buffers hold max(send, recv) elements, as in nccl-tests: in place, the send view of
+  // reduce-scatter and alltoall spans the whole receive buffer.
+  uint64_t bytes = 0;
+  for (const auto& r : bp.rows) bytes = std::max(bytes, std::max(r.counts.send, r.counts.recv) * ws);
+  Buffers buf;
+  buf.be = &be;
+  buf.bc = bc;
+  buf.send = be.alloc(bc, bytes);
+  buf.recv = be.alloc(bc, bytes);
+  char* send = static_cast<char*>(buf.send);
+  char* recv = static_cast<char*>(buf.recv);
+
+  struct Views {
+    char* send;
+    char* recv;
+  };
+  auto views = [&](const SizeRow& r, bool ip) {
+    if (!ip) return Views{send, recv};
+    uint64_t recv_off = r.counts.recv_inplace_offset;
+    if (c.kind == CollKind::ReduceScatter && be.inplace_reducescatter_at_start) recv_off = 0;
+    return Views{recv + r.counts.send_inplace_offset * rank * ws, recv + recv_off * rank * ws};
+  };
+  auto run_once = [&](const SizeRow& r, bool ip) {
+    Views v = views(r, ip);
+    be.run(bc, c.kind, v.send, v.recv, r.count, bp.type, bp.op, bp.root, ip);
+  };
+  // Writes the sentinel over the receive buffer and this rank's inputs into the send view: the
+  // buffers are touched here, outside the timed loop.
+  auto prepare = [&](const SizeRow& r, bool ip, uint64_t seed, std::vector<Segment>* expect) {
+    PatternParams pp = make_params(c, bp.type, bp.op, n, seed);
+    std::vector<Segment> init, exp;
+    c.layout(LayoutArgs{rank, n, bp.root, r.count, ip, &be}, init, exp);
+    Views v = views(r, ip);
+    be.fill(bc, recv, bp.type, Segment{true, 0, std::max(r.counts.send, r.counts.recv), ValueKind::Sentinel, 0, 0}, pp);
+    for (const auto& s : init) be.fill(bc, s.recv_view ? v.recv : v.send, bp.type, s, pp);
+    if (expect) *expect = exp;
+    return pp;
+  };
+
+  // Warm-up at the largest and smallest size, as nccl-tests does (connections, first-touch faults).
+  if (o.warmup > 0) {
+    for (const SizeRow* r : {&bp.rows.back(), &bp.rows.front()}) {
+      prepare(*r, false, 1, nullptr);
+      for (int i = 0; i < o.warmup; ++i) run_once(*r, false);
+      be.sync(bc);
+    }
+  }
+
+  size_t stride = row_stride(o);
+  std::vector<double> out(bp.rows.size() * stride, 0.0);
+  uint64_t seed = 1000;
+  std::optional<Progress> progress;
+  if (mpi::rank() == 0) progress.emplace(strprintf("%s %s", c.name, type_info(bp.type).name), bp.rows.size(), "sizes");
+  for (size_t k = 0; k < bp.rows.size(); ++k) {
+    if (progress) progress->update(k, strprintf("%llu B", static_cast<unsigned long long>(bp.rows[k].size)));
+    const SizeRow& r = bp.rows[k];
+    double* rec = &out[k * stride];
+    for (int mode = 0; mode < 2; ++mode) {
+      bool ip = mode == 1;
+      prepare(r, ip, ++seed, nullptr);
+      run_once(r, ip);  // untimed: settles this size's protocol and buffers
+      be.sync(bc);
+      mpi::check(MPI_Barrier(comm), "MPI_Barrier");
+      double* samples = o.keep_samples ? rec + 6 + mode * o.iters : nullptr;
+      double t0 = now_s(), last = t0;
+      for (int i = 0; i < o.iters; ++i) {
+        run_once(r, ip);
+        if (o.blocking) {
+          be.sync(bc);
+          mpi::check(MPI_Barrier(comm), "MPI_Barrier");
+        }
+        if (samples) {
+          be.sync(bc);
+          double t = now_s();
+          samples[i] = (t - last) * 1e6;
+          last = t;
+        }
+      }
+      be.sync(bc);
+      rec[mode] = (now_s() - t0) / o.iters;
+
+      bool checkable = o.check > 0 && !(ip && c.kind == CollKind::AlltoAll && !be.checked_inplace_alltoall);
+      int64_t wrong = 0;
+      for (int rep = 0; checkable && rep < o.check; ++rep) {
+        std::vector<Segment> expect;
+        PatternParams pp = prepare(r, ip, ++seed, &expect);
+        run_once(r, ip);
+        be.sync(bc);
+        Views v = views(r, ip);
+        ++*checks_done;
+        if (o.corrupt_check > 0 && *checks_done == o.corrupt_check && mpi::rank() == 0) {
+          for (const auto& s : expect) {
+            if (s.count == 0) continue;
+            be.corrupt(bc, (s.recv_view ? v.recv : v.send) + s.offset * ws, bp.type, 0);
+            CAIRN_LOG_WARN("test hook SWEEP_TEST_CORRUPT: corrupted one element of %s at %llu bytes", c.name,
+                           static_cast<unsigned long long>(r.size));
+            break;
+          }
+        }
+        int64_t w = 0;
+        for (const auto& s : expect) w += be.check(bc, s.recv_view ? v.recv : v.send, bp.type, s, pp);
+        wrong = std::max(wrong, w);
+      }
+      rec[2 + mode] = static_cast<double>(wrong);
+      rec[4 + mode] = checkable ? 1.0 : 0.0;
+    }
+  }
+  if (progress) progress->finish();
+  return out;
+}
+
+// Combines per-rank times as nccl-tests' -a: 0 = first rank, 1 = mean, 2 = min, 3 = max.
+double combine(const std::vector<double>& v, int average) {
+  if (v.empty()) return 0;
+  switch (average) {
+    case 0: return v.front();
+    case 2: return *std::min_element(v.begin(), v.end());
+    case 3: return *std::max_element(v.begin(), v.end());
+    default: {
+      double s = 0;
+      for (double x : v) s += x;
+      return s / static_cast<double>(v.size());
+    }
+  }
+}
+
+Measure make_measure(const Collective& c, const SizeRow& r, size_t ws, int nranks, double seconds, int64_t wrong,
+                     bool checked) {
+  Measure m;
+  m.time_us = seconds * 1e6;
+  bandwidths(c, r.count, ws, nranks, seconds, &m.algbw, &m.busbw);
+  m.wrong = wrong;
+  m.checked = checked;
+  return m;
+}
+
+// Rank 0: turns the gathered per-rank records into the block's rows.
+void assemble_block(Block& b, const BlockPlan& bp, const TierPlan& tier, const std::vector<double>& all,
+                    const SweepOptions& o) {
+  size_t stride = row_stride(o);
+  size_t per_rank = bp.rows.size() * stride;
+  size_t ws = type_size(bp.type);
+  const Collective& c = *bp.coll;
+  auto at = [&](int rank, size_t k, size_t field) { return all[static_cast<size_t>(rank) * per_rank + k * stride + field]; };
+  std::vector<int> members;
+  for (const auto& g : tier.groups) members.insert(members.end(), g.begin(), g.end());
+  double bw_sum = 0;
+  int bw_count = 0;
+  for (size_t k = 0; k < bp.rows.size(); ++k) {
+    const SizeRow& sr = bp.rows[k];
+    Row row;
+    row.size = sr.size;
+    row.count = sr.count;
+    for (int mode = 0; mode < 2; ++mode) {
+      std::vector<double> times;
+      int64_t wrong = 0;
+      bool checked = true;
+      for (int r : members) {
+        times.push_back(at(r, k, mode));
+        wrong += static_cast<int64_t>(at(r, k, 2 + mode));
+        checked &= at(r, k, 4 + mode) != 0;
+      }
+      Measure m = make_measure(c, sr, ws, tier.nranks, combine(times, o.average), wrong, checked);
+      (mode == 0 ? row.oop : row.ip) = m;
+      bw_sum += m.busbw;
+      ++bw_count;
+      if (tier.groups.size() > 1) {
+        auto& per_node = mode == 0 ? row.nodes_oop : row.nodes_ip;
+        for (const auto& g : tier.groups) {
+          std::vector<double> gt;
+          int64_t gw = 0;
+          for (int r : g) {
+            gt.push_back(at(r, k, mode));
+            gw += static_cast<int64_t>(at(r, k, 2 + mode));
+          }
+          per_node.push_back(make_measure(c, sr, ws, tier.nranks, combine(gt, o.average), gw, checked));
+        }
+      }
+      if (o.keep_samples) {
+        auto& samples = mode == 0 ? row.samples_oop : row.samples_ip;
+        samples.assign(o.iters, 0.0);
+        for (int i = 0; i < o.iters; ++i) {
+          for (int r : members) samples[i] = std::max(samples[i], at(r, k, 6 + mode * o.iters + i));
+        }
+      }
+    }
+    b.wrong += row.oop.wrong + row.ip.wrong;
+    b.rows.push_back(std::move(row));
+  }
+  b.avg_busbw = bw_count ? bw_sum / bw_count : 0;
+}
+
+std::vector<std::string> recorded_env() {
+  static const char* prefixes[] = {"MALLOC_", "GLIBC_TUNABLES", "NCCL_", "OMPI_MCA_", "UCX_", "CUDA_VISIBLE_DEVICES",
+                                   "OMP_NUM_THREADS", "SLURM_JOB_ID", "SLURM_NNODES", "SLURM_NTASKS"};
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    for (const char* p : prefixes) {
+      if (kv.rfind(p, 0) == 0) {
+        out.push_back(kv);
+        break;
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string malloc_note(const SweepOptions& o) {
+  bool mmap_off = false, trim_high = false;
+  if (const char* v = std::getenv("MALLOC_MMAP_MAX_")) mmap_off = std::atoll(v) == 0;
+  if (const char* v = std::getenv("MALLOC_TRIM_THRESHOLD_")) trim_high = std::atoll(v) >= (64ll << 20);
+  if (o.malloc_tune) {
+    return "malloc tuned in-process (sweep.malloc_tune): mmap_max=0, trim_threshold=1 GiB; "
+           "MPI's per-call temporary buffers are reused, not re-faulted";
+  }
+  if (mmap_off && trim_high) {
+    return "MALLOC_MMAP_MAX_=0 and a high MALLOC_TRIM_THRESHOLD_: MPI's per-call temporary buffers are reused, "
+           "not re-faulted";
+  }
+  return "default malloc: large-message MPI reductions may page-fault a fresh temporary buffer on every call "
+         "(set MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824 or sweep.malloc_tune; see README)";
+}
+
+}  // namespace
+
+int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* result_out) {
+  SweepOptions o = opts_in;
+  (void)cfg;  // everything the sweep needs is in opts (from sweep_options(cfg)); kept for run_<tool>(cfg) symmetry
+  const mpi::Topology& world = mpi::topology();
+  bool root = world.rank == 0;
+  RunInfo info;
+  info.start_time = utc_now_iso8601();
+  if (o.malloc_tune) {
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
+
+  // Backend: auto picks NCCL when built with it and every rank sees a GPU.
+  const Backend* nccl = nccl_backend();
+  if (o.backend == "auto") {
+    int visible = nccl ? nccl->visible_devices() : 0;
+    visible = mpi::allreduce<int>(visible, MPI_MIN);
+    o.backend = visible > 0 ? "nccl" : "mpi";
+  }
+  if (o.backend == "nccl" && !nccl) {
+    throw UsageError("backend nccl: this cairn-sweep was built without CUDA (configure with -DCAIRN_CUDA=ON)");
+  }
+  const Backend& be = o.backend == "nccl" ? *nccl : mpi_backend();
+  for (DataType t : o.types) {
+    if (!be.supports_type(t)) {
+      throw UsageError(std::string("type ") + type_info(t).config_name + " is not available on backend " + be.name +
+                       " (MPI: float32, float64, int32; NCCL adds float16, bfloat16)");
+    }
+  }
+  bool any_reducing = false;
+  for (const auto& name : o.collectives) any_reducing |= find_collective(name).reducing;
+  for (RedOp op : o.ops) {
+    if (any_reducing && !be.supports_op(op)) {
+      throw UsageError(std::string("reduction op ") + op_name(op) + " is not available on backend " + be.name +
+                       " (MPI has sum, max, min; NCCL adds avg)");
+    }
+  }
+  if (o.backend == "nccl") {
+    int visible = be.visible_devices();
+    int need = world.local_size;
+    int ok = mpi::allreduce<int>(visible >= need ? 1 : 0, MPI_MIN);
+    if (!ok) {
+      throw UsageError(strprintf("backend nccl: %d ranks on a node need %d GPUs but only %d are visible", need, need,
+                                 visible));
+    }
+  }
+
+  SweepTopology topo = make_topology(o.simulated_ranks_per_node);
+  SweepResult res;
+  res.backend = o.backend;
+  std::vector<TierPlan> tiers = plan_tiers(o, topo, res.notes);
+
+  // Plan every block first so that bad sizes or roots fail before anything runs.
+  std::vector<std::vector<BlockPlan>> plans(tiers.size());
+  for (size_t ti = 0; ti < tiers.size(); ++ti) {
+    for (const auto& name : o.collectives) {
+      const Collective& c = find_collective(name);
+      if (c.rooted && o.root >= tiers[ti].nranks) {
+        throw UsageError(strprintf("sweep.root (-r) %d is not a rank of tier %s (%d ranks)", o.root,
+                                   tiers[ti].name.c_str(), tiers[ti].nranks));
+      }
+      for (DataType t : o.types) {
+        std::vector<SizeRow> rows = plan_rows(o, c, t, tiers[ti].nranks, tiers[ti].name, o.backend, res.notes);
+        std::vector<RedOp> ops = c.reducing ? o.ops : std::vector<RedOp>{RedOp::None};
+        for (RedOp op : ops) plans[ti].push_back(BlockPlan{&c, t, op, c.rooted ? o.root : -1, rows});
+      }
+    }
+  }
+
+  // Preamble (rank 0): versions, options, devices, environment.
+  info.opts = o;
+  info.backend = o.backend;
+  info.backend_version = be.version();
+  info.hosts_by_rank = topo.hosts_by_rank;
+  info.nodes = topo.node_count;
+  info.ranks_per_node = topo.local_size;
+  info.simulated_nodes = topo.simulated;
+  info.env = recorded_env();
+  info.malloc_note = malloc_note(o);
+  {
+    DeviceInfo d = be.device_info(topo.device_local_rank);
+    std::string line = strprintf("%d\t%d\t%s\t%s\t%s", topo.node_index, static_cast<int>(getpid()), std::to_string(d.device).c_str(),
+                                 d.bus_id.c_str(), d.name.c_str());
+    std::vector<std::string> lines = mpi::allgather_strings(line);
+    for (int r = 0; r < topo.size; ++r) {
+      RankInfo ri;
+      ri.rank = r;
+      ri.host = topo.hosts_by_rank[r];
+      std::vector<std::string> f;
+      size_t pos = 0;
+      const std::string& s = lines[r];
+      while (true) {
+        size_t tab = s.find('\t', pos);
+        f.push_back(s.substr(pos, tab == std::string::npos ? std::string::npos : tab - pos));
+        if (tab == std::string::npos) break;
+        pos = tab + 1;
+      }
+      ri.group = std::atoi(f[0].c_str());
+      ri.pid = std::atoi(f[1].c_str());
+      ri.device.device = std::atoi(f[2].c_str());
+      ri.device.bus_id = f[3];
+      ri.device.name = f[4];
+      info.ranks.push_back(ri);
+    }
+  }
+  auto emit = [&](const std::string& text) {
+    if (!root) return;
+    res.table += text;
+    if (o.print_table) {
+      std::fputs(text.c_str(), stdout);
+      std::fflush(stdout);
+    }
+  };
+  emit(format_preamble(info));
+  for (const auto& note : res.notes) emit("# Note: " + note + "\n");
+
+  // The blocks.
+  int64_t checks_done = 0;
+  for (size_t ti = 0; ti < tiers.size(); ++ti) {
+    const TierPlan& tier = tiers[ti];
+    BackendComm* bc = tier.comm != MPI_COMM_NULL ? be.open(tier.comm, topo.device_local_rank) : nullptr;
+    for (const BlockPlan& bp : plans[ti]) {
+      std::vector<double> mine(bp.rows.size() * row_stride(o), std::numeric_limits<double>::quiet_NaN());
+      if (bc) mine = measure_block(be, bc, tier.comm, bp, o, &checks_done);
+      std::vector<double> all(root ? mine.size() * topo.size : 0);
+      mpi::check(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
+                            static_cast<int>(mine.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD),
+                 "MPI_Gather");
+      if (!root) continue;
+      Block b;
+      b.collective = bp.coll->name;
+      b.perf_name = bp.coll->perf_name;
+      b.tier = tier.name;
+      b.type = bp.type;
+      b.op = bp.op;
+      b.root = bp.root;
+      b.nranks = tier.nranks;
+      b.groups = static_cast<int>(tier.groups.size());
+      b.group_hosts = tier.group_hosts;
+      assemble_block(b, bp, tier, all, o);
+      b.fit = fit_block(b, bp.coll->busbw_factor(tier.nranks));
+      b.in_fabric = bp.type == o.types.front() && (bp.op == RedOp::None || bp.op == o.ops.front());
+      std::string text = format_block_header(b);
+      for (const auto& row : b.rows) text += format_row(row, b);
+      text += format_block_footer(b, o.min_busbw);
+      emit(text);
+      res.blocks.push_back(std::move(b));
+    }
+    if (bc) be.close(bc);
+  }
+  if (topo.owns_comms) {
+    MPI_Comm_free(&topo.node);
+    MPI_Comm_free(&topo.cross);
+  }
+
+  // Summary, files and the verdict (decided on rank 0, shared with every rank).
+  int code = 0;
+  if (root) {
+    double sum = 0;
+    for (const auto& b : res.blocks) {
+      sum += b.avg_busbw;
+      res.wrong += b.wrong;
+      if (o.min_busbw > 0 && b.avg_busbw < o.min_busbw) res.gate_failed = true;
+    }
+    res.avg_busbw = res.blocks.empty() ? 0 : sum / static_cast<double>(res.blocks.size());
+    info.end_time = utc_now_iso8601();
+    std::string dir = run_subdir(o.run_dir, "sweep");
+    res.out_dir = dir;
+    atomic_write(join_path(dir, "sweep.txt"), res.table);
+    std::string doc = sweep_json(info, res).dump(1) + "\n";
+    atomic_write(join_path(dir, "sweep.json"), doc);
+    if (!o.json_path.empty()) write_json_output(o.json_path, doc);
+    write_sweep_h5(join_path(dir, "sweep.h5"), info, res);
+    atomic_write(join_path(dir, "fabric.toml"), fabric_toml(info, res));
+    CAIRN_LOG_INFO("wrote %s/{sweep.txt,sweep.json,sweep.h5,fabric.toml}", dir.c_str());
+    if (res.wrong > 0) code = kExitGate;
+    else if (res.gate_failed) code = kExitGate;
+  }
+  code = mpi::broadcast_value<int>(code);
+  res.wrong = mpi::broadcast_value<int64_t>(res.wrong);
+  if (code == kExitGate) {
+    res.verdict = res.wrong > 0
+                      ? strprintf("%lld wrong element(s) in the results (see #wrong in the table)",
+                                  static_cast<long long>(res.wrong))
+                      : strprintf("average bus bandwidth below --min-busbw %.3g GB/s in at least one block",
+                                  o.min_busbw);
+  }
+  if (result_out) *result_out = std::move(res);
+  return code;
+}
+
+}  // namespace cairn::sweep

@@ -1,0 +1,126 @@
+// cairn-sweep's driver: options from the [sweep] config, the measured blocks, fits and outputs.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cairn/config.h"
+#include "backend.h"
+#include "collectives.h"
+
+namespace cairn::sweep {
+
+struct SweepOptions {
+  std::string backend = "auto";  // resolved to "mpi" or "nccl" by run_sweep
+  std::vector<std::string> collectives;
+  std::vector<DataType> types;
+  std::vector<RedOp> ops;
+  int root = 0;
+  uint64_t minbytes = 8, maxbytes = 128ull << 20, stepbytes = 1ull << 20;
+  int stepfactor = 2;
+  bool minbytes_defaulted = false;  // sizes too small to split among ranks are then skipped, not errors
+  int iters = 20, warmup = 5, check = 1, average = 1, blocking = 0;
+  std::vector<std::string> tiers;
+  double min_busbw = 0;
+  bool keep_samples = false, malloc_tune = false;
+  std::string run_dir;
+  std::string json_path;      // --json ("" none, "-" stdout)
+  bool print_table = true;    // the nccl-tests table on stdout
+  int64_t corrupt_check = 0;  // test hook (SWEEP_TEST_CORRUPT=N): corrupt the Nth checked result
+  int simulated_ranks_per_node = 0;  // test hook (SWEEP_TEST_RANKS_PER_NODE): pretend nodes of N ranks
+};
+
+// Parses "8", "1K", "128M", "2G" (powers of 1024, as nccl-tests); throws UsageError naming `what`.
+uint64_t parse_bytes(const std::string& text, const std::string& what);
+// The sizes a sweep visits (-b, -e, -f, -i), before per-collective rounding.
+std::vector<uint64_t> sweep_sizes(const SweepOptions& o);
+// Reads and validates the [sweep] section (UsageError on bad values).
+SweepOptions sweep_options(const Config& cfg);
+
+struct Measure {
+  double time_us = 0, algbw = 0, busbw = 0;
+  int64_t wrong = 0;
+  bool checked = false;  // false prints "N/A" in the #wrong column
+};
+
+struct Row {
+  uint64_t size = 0, count = 0;
+  Measure oop, ip;
+  std::vector<Measure> nodes_oop, nodes_ip;    // intra tier: per node
+  std::vector<double> samples_oop, samples_ip;  // --keep-samples: per-iteration us, max over ranks
+};
+
+struct Fit {
+  bool valid = false;
+  double alpha_us = 0, busbw_gbps = 0, r2 = 0, peak_busbw_gbps = 0;
+  uint64_t half_peak_bytes = 0;
+  int points = 0;
+  std::string note;
+};
+
+struct Block {
+  std::string collective, perf_name, tier;
+  DataType type = DataType::Float32;
+  RedOp op = RedOp::None;
+  int root = -1;
+  int nranks = 1;   // communicator size of the tier
+  int groups = 1;   // communicators measured at once (nodes for intra)
+  std::vector<std::string> group_hosts;
+  std::vector<Row> rows;
+  double avg_busbw = 0;
+  int64_t wrong = 0;
+  Fit fit;
+  bool in_fabric = false;  // the block whose fit goes to fabric.toml for (tier, collective)
+};
+
+struct SweepResult {
+  std::string backend;
+  std::vector<Block> blocks;
+  std::vector<std::string> notes;
+  double avg_busbw = 0;
+  int64_t wrong = 0;
+  bool gate_failed = false;
+  std::string table;  // the text printed on stdout (rank 0)
+  std::string out_dir;
+  std::string verdict;  // why the exit code is 3 ("" when 0)
+};
+
+// Fits time(bytes) = alpha + bytes*factor/busbw to a block's out-of-place rows (weighted least
+// squares on relative error, so small and large sizes both count).
+Fit fit_block(const Block& b, double busbw_factor);
+
+// Runs the whole sweep (all ranks); rank 0 prints and writes the outputs. Returns the exit code on
+// every rank: 0, or 3 when a check or the --min-busbw gate failed (result->verdict says why).
+// Every rank agrees on it, so the caller can return it without aborting the MPI job.
+int run_sweep(const Config& cfg, const SweepOptions& opts, SweepResult* result = nullptr);
+
+// What the outputs say about the run besides the results (rank 0 fills it).
+struct RankInfo {
+  int rank = 0, group = 0, pid = 0;
+  std::string host;
+  DeviceInfo device;
+};
+struct RunInfo {
+  SweepOptions opts;
+  std::string backend, backend_version;
+  std::vector<RankInfo> ranks;
+  std::vector<std::string> hosts_by_rank;
+  int nodes = 1, ranks_per_node = 1;
+  bool simulated_nodes = false;
+  std::vector<std::string> env;  // recorded settings "NAME=value" (MALLOC_*, NCCL_*, OMPI_MCA_*, ...)
+  std::string malloc_note;       // what the malloc settings mean for large-message MPI collectives
+  std::string start_time, end_time;
+};
+
+// Output writers (rank 0), in report.cpp.
+std::string format_preamble(const RunInfo& info);
+std::string format_block_header(const Block& b);
+std::string format_row(const Row& r, const Block& b);
+std::string format_block_footer(const Block& b, double min_busbw);
+nlohmann::json sweep_json(const RunInfo& info, const SweepResult& r);
+void write_sweep_h5(const std::string& path, const RunInfo& info, const SweepResult& r);
+std::string fabric_toml(const RunInfo& info, const SweepResult& r);
+// nccl-tests' number formatting for a column of `width` characters.
+std::string float_column(double value, int width);
+
+}  // namespace cairn::sweep
