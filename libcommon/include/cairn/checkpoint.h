@@ -1,0 +1,87 @@
+// Training checkpoints: <run>/train/ckpt/step_%08d/{model.h5, optim.rank%05d.h5, DONE} writer and reader.
+// cairn-train writes and resumes them; cairn-eval loads model weights through read_model().
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cairn/gpt.h"
+
+namespace cairn::checkpoint {
+
+// "<root>/step_00001000" for step 1000.
+std::string step_dir(const std::string& root, int64_t step);
+// The directory name's step, or -1 if `name` is not "step_%08d".
+int64_t parse_step_dir(const std::string& name);
+
+// One checkpoint directory found under a root, with its state.
+struct Entry {
+  int64_t step = -1;
+  std::string dir;
+  bool complete = false;  // DONE present and every file it lists matches its size and checksum
+  std::string problem;    // why it is not complete ("" when complete)
+};
+
+// Every step_* directory under `root`, oldest first. With verify, checksums in DONE are checked
+// (reads every file); without, only DONE's presence and the listed files' sizes.
+std::vector<Entry> list(const std::string& root, bool verify = true);
+// Newest complete checkpoint under `root`; incomplete or corrupt newer ones are reported with
+// CAIRN_LOG_WARN and skipped. Empty if none (or root missing).
+std::optional<Entry> find_newest_complete(const std::string& root, bool verify = true);
+// Checks one checkpoint directory (DONE present, sizes and xxh64 of listed files); "" if good.
+std::string check_dir(const std::string& dir, bool verify = true);
+
+// What model.h5 holds besides the weights.
+struct ModelMeta {
+  gpt::GptConfig config;
+  int64_t step = 0;
+  int64_t tokens = 0;
+  nlohmann::json train_state = nlohmann::json::object();  // trainer's own state (loader position, ...)
+  std::string config_toml;                                 // effective config of the run
+};
+
+// Writes model.h5: one dataset per tensor under /params/<HF GPT-2 name> with its shape,
+// attrs step, tokens, the model config (layers, hidden, heads, seq_len, vocab, vocab_real),
+// train_state (JSON text) and provenance.
+void write_model(const std::string& path, const ModelMeta& meta, const std::vector<gpt::TensorInfo>& tensors,
+                 const float* params);
+// Reads the metadata of a model.h5 (a file path or a checkpoint directory).
+ModelMeta read_model_meta(const std::string& path_or_dir);
+// Reads the weights into `params` laid out by `tensors` (from a Model of the same config). Errors
+// name the file and tensor on a missing tensor or shape mismatch.
+void read_model(const std::string& path_or_dir, const std::vector<gpt::TensorInfo>& tensors, float* params);
+
+// One rank's optimizer state: AdamW moments for flat parameter range [offset, offset+count).
+struct OptimShard {
+  uint64_t offset = 0;
+  uint64_t count = 0;
+  uint64_t total = 0;  // number of parameters of the model
+  int64_t adam_step = 0;
+  std::vector<float> m, v;
+  nlohmann::json rank_state = nlohmann::json::object();  // per-rank trainer state
+};
+std::string optim_file_name(int rank);  // "optim.rank00003.h5"
+void write_optim(const std::string& path, const OptimShard& shard);
+OptimShard read_optim(const std::string& path);
+// Fills m/v for the parameter range [offset, offset+count) from every optim.rank*.h5 in `dir`
+// (works when the checkpoint was written with another rank count or ZeRO setting). Throws if a
+// part of the range is covered by no file.
+void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, float* m, float* v,
+                      int64_t* adam_step);
+
+// Finalises a checkpoint written into `tmp_dir` (all ranks' files present): records sizes and
+// xxh64 of every file, renames tmp_dir to final_dir (replacing an old one), then writes DONE.
+// Rank 0 calls this after a barrier.
+void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step, int world_size);
+
+// Deletes complete checkpoints beyond the newest `keep_last`, except those whose step is a multiple
+// of keep_every (> 0), and stale temporary directories. Returns the directories removed.
+std::vector<std::string> prune(const std::string& root, int keep_last, int64_t keep_every);
+
+// xxHash64 of a whole file (streamed).
+uint64_t file_xxh64(const std::string& path);
+
+}  // namespace cairn::checkpoint

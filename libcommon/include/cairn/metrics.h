@@ -1,0 +1,91 @@
+// Metric sinks: metrics.jsonl lines, TensorBoard event files (TFRecord + Event protobuf, no TensorFlow),
+// and Chrome trace JSON (complete events, opened by Perfetto / chrome://tracing).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace cairn::metrics {
+
+// CRC32C (Castagnoli, polynomial 0x1EDC6F41, reflected) and TFRecord's masked form.
+uint32_t crc32c(const void* data, size_t n);
+uint32_t masked_crc32c(const void* data, size_t n);
+
+// Appends one JSON object per line and flushes each line, so a killed run loses nothing written.
+class JsonlWriter {
+ public:
+  JsonlWriter() = default;
+  // Opens `path` for appending (creating it). With truncate_after_step >= 0, lines whose "step" is
+  // greater are dropped first (a resumed run rewrites the steps after its checkpoint).
+  explicit JsonlWriter(const std::string& path, int64_t truncate_after_step = -1);
+  ~JsonlWriter();
+  JsonlWriter(const JsonlWriter&) = delete;
+  JsonlWriter& operator=(const JsonlWriter&) = delete;
+  JsonlWriter(JsonlWriter&& o) noexcept;
+  JsonlWriter& operator=(JsonlWriter&& o) noexcept;
+  bool is_open() const { return f_ != nullptr; }
+  void write(const nlohmann::json& line);
+  void close();
+
+ private:
+  std::FILE* f_ = nullptr;
+  std::string path_;
+};
+
+// TensorBoard scalar event writer: <dir>/events.out.tfevents.<unix time>.<host>[.<suffix>].
+// Each record is TFRecord-framed (length, masked CRC of length, data, masked CRC of data); the first
+// event carries file_version "brain.Event:2", the rest a Summary with one simple_value per tag.
+class TfEventsWriter {
+ public:
+  TfEventsWriter() = default;
+  explicit TfEventsWriter(const std::string& dir, const std::string& suffix = "");
+  ~TfEventsWriter();
+  TfEventsWriter(const TfEventsWriter&) = delete;
+  TfEventsWriter& operator=(const TfEventsWriter&) = delete;
+  bool is_open() const { return f_ != nullptr; }
+  const std::string& path() const { return path_; }
+  void add_scalar(const std::string& tag, float value, int64_t step, double wall_time);
+  // Several scalars of one step in one Event.
+  void add_scalars(const std::vector<std::pair<std::string, float>>& values, int64_t step, double wall_time);
+  void flush();
+  void close();
+
+ private:
+  void write_record(std::string_view data);
+  std::FILE* f_ = nullptr;
+  std::string path_;
+};
+
+// Protobuf encodings used by TfEventsWriter (exposed for tests).
+std::string encode_event_file_version(double wall_time, const std::string& version = "brain.Event:2");
+std::string encode_event_scalars(double wall_time, int64_t step,
+                                 const std::vector<std::pair<std::string, float>>& values);
+// TFRecord framing of one record.
+std::string frame_record(std::string_view data);
+
+// Collects Chrome trace "complete" events (ph "X"); timestamps in microseconds since an epoch the
+// caller picks (one per run, so ranks line up after their clocks are aligned).
+class Trace {
+ public:
+  void add(const std::string& name, const std::string& category, int pid, int tid, double ts_us, double dur_us,
+           const nlohmann::json& args = nullptr);
+  // Names a process / thread row in the viewer (metadata events).
+  void name_process(int pid, const std::string& name);
+  void name_thread(int pid, int tid, const std::string& name);
+  size_t size() const { return events_.size(); }
+  bool empty() const { return events_.empty(); }
+  const nlohmann::json& events() const { return events_; }
+  void append(const nlohmann::json& events);  // events from another rank
+  // {"traceEvents":[...], "displayTimeUnit":"ms", "otherData":{...}}
+  std::string to_json(const nlohmann::json& other_data = nlohmann::json::object()) const;
+  void clear() { events_ = nlohmann::json::array(); }
+
+ private:
+  nlohmann::json events_ = nlohmann::json::array();
+};
+
+}  // namespace cairn::metrics

@@ -1,0 +1,322 @@
+// Checkpoint files (model.h5, optim.rank*.h5, DONE) and the directory protocol around them.
+#include "cairn/checkpoint.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/h5.h"
+#include "cairn/log.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace cairn::checkpoint {
+
+namespace {
+constexpr const char* kDone = "DONE";
+constexpr const char* kModel = "model.h5";
+constexpr const char* kTmpPrefix = ".tmp_";
+
+std::string model_path(const std::string& path_or_dir) {
+  std::error_code ec;
+  if (fs::is_directory(path_or_dir, ec)) return join_path(path_or_dir, kModel);
+  return path_or_dir;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+}  // namespace
+
+std::string step_dir(const std::string& root, int64_t step) {
+  return join_path(root, strprintf("step_%08lld", static_cast<long long>(step)));
+}
+
+int64_t parse_step_dir(const std::string& name) {
+  if (name.size() < 6 || name.compare(0, 5, "step_") != 0) return -1;
+  int64_t v = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
+}
+
+uint64_t file_xxh64(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw RuntimeError(errno_message("cannot open", path));
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    std::streamsize n = in.gcount();
+    if (n > 0) XXH64_update(st, buf.data(), static_cast<size_t>(n));
+  }
+  uint64_t h = XXH64_digest(st);
+  XXH64_freeState(st);
+  return h;
+}
+
+std::string check_dir(const std::string& dir, bool verify) {
+  std::string done = join_path(dir, kDone);
+  if (!path_exists(done)) return "no DONE marker (incomplete: the writer was interrupted)";
+  json j;
+  try {
+    j = json::parse(read_file(done));
+  } catch (const std::exception& e) {
+    return std::string("DONE marker unreadable: ") + e.what();
+  }
+  if (!j.contains("files") || !j["files"].is_object()) return "DONE marker lists no files";
+  for (auto& [name, info] : j["files"].items()) {
+    std::string p = join_path(dir, name);
+    std::error_code ec;
+    auto size = fs::file_size(p, ec);
+    if (ec) return name + " is missing";
+    if (size != info.value("bytes", uint64_t{0})) {
+      return strprintf("%s has %llu bytes, DONE says %llu", name.c_str(), static_cast<unsigned long long>(size),
+                       static_cast<unsigned long long>(info.value("bytes", uint64_t{0})));
+    }
+    if (verify && hex64(file_xxh64(p)) != info.value("xxh64", std::string())) {
+      return name + " checksum mismatch (corrupt)";
+    }
+  }
+  return "";
+}
+
+std::vector<Entry> list(const std::string& root, bool verify) {
+  std::vector<Entry> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& de : fs::directory_iterator(root, ec)) {
+    if (!de.is_directory()) continue;
+    int64_t step = parse_step_dir(de.path().filename().string());
+    if (step < 0) continue;
+    Entry e;
+    e.step = step;
+    e.dir = de.path().string();
+    out.push_back(e);
+  }
+  std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.step < b.step; });
+  for (auto& e : out) {
+    e.problem = check_dir(e.dir, verify);
+    e.complete = e.problem.empty();
+  }
+  return out;
+}
+
+std::optional<Entry> find_newest_complete(const std::string& root, bool verify) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return std::nullopt;
+  std::vector<Entry> entries;
+  for (const auto& de : fs::directory_iterator(root, ec)) {
+    int64_t step = de.is_directory() ? parse_step_dir(de.path().filename().string()) : -1;
+    if (step >= 0) entries.push_back(Entry{step, de.path().string(), false, ""});
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.step > b.step; });
+  // Newest first; verify lazily so a long history is not checksummed on every resume.
+  for (auto& e : entries) {
+    e.problem = check_dir(e.dir, verify);
+    if (e.problem.empty()) {
+      e.complete = true;
+      return e;
+    }
+    CAIRN_LOG_WARN("skipping checkpoint \"%s\": %s", e.dir.c_str(), e.problem.c_str());
+  }
+  return std::nullopt;
+}
+
+void write_model(const std::string& path, const ModelMeta& meta, const std::vector<gpt::TensorInfo>& tensors,
+                 const float* params) {
+  h5::File f = h5::File::create(path);
+  h5::Group g = f.create_group("params");
+  for (const auto& t : tensors) {
+    std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+    if (dims.empty()) dims.push_back(t.size);
+    h5::Dataset ds(h5::create_dataset_raw(g, t.name, H5T_NATIVE_FLOAT, dims), g.path() + "/" + t.name);
+    h5::write_raw(ds, H5T_NATIVE_FLOAT, params + t.offset);
+    ds.set_attr("xxh64", hex64(XXH64(params + t.offset, t.size * sizeof(float), 0)));
+  }
+  f.set_attr("format", "cairn-checkpoint-1");
+  f.set_attr("step", meta.step);
+  f.set_attr("tokens", meta.tokens);
+  f.set_attr("layers", meta.config.layers);
+  f.set_attr("hidden", meta.config.hidden);
+  f.set_attr("heads", meta.config.heads);
+  f.set_attr("seq_len", meta.config.seq_len);
+  f.set_attr("vocab", meta.config.vocab);
+  f.set_attr("vocab_real", meta.config.vocab_real);
+  f.set_attr("train_state", meta.train_state.dump());
+  f.set_attr("config_toml", meta.config_toml);
+  h5::write_provenance(f);
+  f.flush();
+  f.close();
+}
+
+ModelMeta read_model_meta(const std::string& path_or_dir) {
+  std::string path = model_path(path_or_dir);
+  h5::File f = h5::File::open(path);
+  ModelMeta m;
+  try {
+    m.step = f.attr_int("step");
+    m.tokens = f.attr_int("tokens");
+    m.config.layers = static_cast<int>(f.attr_int("layers"));
+    m.config.hidden = static_cast<int>(f.attr_int("hidden"));
+    m.config.heads = static_cast<int>(f.attr_int("heads"));
+    m.config.seq_len = static_cast<int>(f.attr_int("seq_len"));
+    m.config.vocab = static_cast<int>(f.attr_int("vocab"));
+    m.config.vocab_real = static_cast<int>(f.attr_int("vocab_real"));
+    if (f.has_attr("train_state")) m.train_state = json::parse(f.attr_string("train_state"));
+    if (f.has_attr("config_toml")) m.config_toml = f.attr_string("config_toml");
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw RuntimeError(file_message("cannot read checkpoint metadata of", path, e.what()));
+  }
+  return m;
+}
+
+void read_model(const std::string& path_or_dir, const std::vector<gpt::TensorInfo>& tensors, float* params) {
+  std::string path = model_path(path_or_dir);
+  h5::File f = h5::File::open(path);
+  if (!f.exists("params")) throw RuntimeError(file_message("cannot read", path, "no /params group (not a cairn checkpoint)"));
+  h5::Group g = f.group("params");
+  for (const auto& t : tensors) {
+    if (!g.exists(t.name)) throw RuntimeError(file_message("cannot read", path, "missing tensor /params/" + t.name));
+    h5::Dataset ds = g.dataset(t.name);
+    if (ds.size() != t.size) {
+      throw RuntimeError(file_message("cannot read", path,
+                                      strprintf("tensor /params/%s has %llu values, the model expects %zu", t.name.c_str(),
+                                                static_cast<unsigned long long>(ds.size()), t.size)));
+    }
+    h5::read_raw(ds, H5T_NATIVE_FLOAT, params + t.offset);
+    if (ds.has_attr("xxh64") && ds.attr_string("xxh64") != hex64(XXH64(params + t.offset, t.size * sizeof(float), 0))) {
+      throw RuntimeError(file_message("cannot read", path, "checksum mismatch in tensor /params/" + t.name));
+    }
+  }
+}
+
+std::string optim_file_name(int rank) { return strprintf("optim.rank%05d.h5", rank); }
+
+void write_optim(const std::string& path, const OptimShard& s) {
+  h5::File f = h5::File::create(path);
+  f.set_attr("offset", s.offset);
+  f.set_attr("count", s.count);
+  f.set_attr("total", s.total);
+  f.set_attr("adam_step", s.adam_step);
+  f.set_attr("rank_state", s.rank_state.dump());
+  std::vector<hsize_t> dims{s.count};
+  h5::Dataset dm(h5::create_dataset_raw(f, "m", H5T_NATIVE_FLOAT, dims), path + "/m");
+  h5::Dataset dv(h5::create_dataset_raw(f, "v", H5T_NATIVE_FLOAT, dims), path + "/v");
+  if (s.count > 0) {
+    h5::write_raw(dm, H5T_NATIVE_FLOAT, s.m.data());
+    h5::write_raw(dv, H5T_NATIVE_FLOAT, s.v.data());
+  }
+  h5::write_provenance(f);
+  f.flush();
+  f.close();
+}
+
+OptimShard read_optim(const std::string& path) {
+  h5::File f = h5::File::open(path);
+  OptimShard s;
+  s.offset = f.attr_uint("offset");
+  s.count = f.attr_uint("count");
+  s.total = f.attr_uint("total");
+  s.adam_step = f.attr_int("adam_step");
+  s.rank_state = json::parse(f.attr_string("rank_state"));
+  s.m = f.read<float>("m");
+  s.v = f.read<float>("v");
+  if (s.m.size() != s.count || s.v.size() != s.count) {
+    throw RuntimeError(file_message("cannot read", path, "moment sizes do not match the shard's count"));
+  }
+  return s;
+}
+
+void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, float* m, float* v, int64_t* adam_step) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& de : fs::directory_iterator(dir, ec)) {
+    std::string n = de.path().filename().string();
+    if (n.rfind("optim.rank", 0) == 0 && n.size() > 3 && n.compare(n.size() - 3, 3, ".h5") == 0) files.push_back(de.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  uint64_t covered = 0;
+  for (const auto& p : files) {
+    h5::File f = h5::File::open(p);
+    uint64_t o = f.attr_uint("offset"), c = f.attr_uint("count");
+    if (adam_step) *adam_step = f.attr_int("adam_step");
+    uint64_t lo = std::max(o, offset), hi = std::min(o + c, offset + count);
+    if (lo >= hi) continue;
+    f.dataset("m").read_range_into<float>(lo - o, hi - lo, m + (lo - offset));
+    f.dataset("v").read_range_into<float>(lo - o, hi - lo, v + (lo - offset));
+    covered += hi - lo;
+  }
+  if (covered != count) {
+    throw RuntimeError(file_message("cannot resume from", dir,
+                                    strprintf("optimizer files cover %llu of the %llu values needed",
+                                              static_cast<unsigned long long>(covered),
+                                              static_cast<unsigned long long>(count))));
+  }
+}
+
+void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step, int world_size) {
+  json files = json::object();
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& de : fs::directory_iterator(tmp_dir, ec)) names.push_back(de.path().filename().string());
+  if (ec) throw RuntimeError(file_message("cannot list", tmp_dir, ec.message()));
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) {
+    std::string p = join_path(tmp_dir, n);
+    fsync_path(p);
+    files[n] = {{"bytes", fs::file_size(p)}, {"xxh64", hex64(file_xxh64(p))}};
+  }
+  if (path_exists(final_dir)) {
+    fs::remove_all(final_dir, ec);
+    if (ec) throw RuntimeError(file_message("cannot replace", final_dir, ec.message()));
+  }
+  rename_path(tmp_dir, final_dir);
+  fsync_path(fs::path(final_dir).parent_path().string());
+  json done = {{"step", step}, {"world_size", world_size}, {"files", files}};
+  atomic_write(join_path(final_dir, kDone), done.dump(1) + "\n");
+}
+
+std::vector<std::string> prune(const std::string& root, int keep_last, int64_t keep_every) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return removed;
+  std::vector<std::pair<int64_t, std::string>> complete;
+  for (const auto& de : fs::directory_iterator(root, ec)) {
+    std::string n = de.path().filename().string();
+    if (de.is_directory() && n.rfind(kTmpPrefix, 0) == 0) {
+      fs::remove_all(de.path(), ec);
+      removed.push_back(de.path().string());
+      continue;
+    }
+    int64_t step = de.is_directory() ? parse_step_dir(n) : -1;
+    if (step >= 0 && path_exists(join_path(de.path().string(), kDone))) complete.emplace_back(step, de.path().string());
+  }
+  std::sort(complete.begin(), complete.end());
+  int n = static_cast<int>(complete.size());
+  for (int i = 0; i < n - keep_last; ++i) {
+    if (keep_every > 0 && complete[i].first % keep_every == 0) continue;
+    fs::remove_all(complete[i].second, ec);
+    if (ec) {
+      CAIRN_LOG_WARN("cannot remove old checkpoint \"%s\": %s", complete[i].second.c_str(), ec.message().c_str());
+    } else {
+      removed.push_back(complete[i].second);
+    }
+  }
+  return removed;
+}
+
+}  // namespace cairn::checkpoint

@@ -1,0 +1,218 @@
+// metrics.jsonl writer, TensorBoard tfevents writer (hand-encoded protobuf) and Chrome trace collector.
+#include "cairn/metrics.h"
+
+#include <unistd.h>
+
+#include <boost/crc.hpp>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/log.h"
+#include "cairn/provenance.h"
+
+using nlohmann::json;
+
+namespace cairn::metrics {
+
+uint32_t crc32c(const void* data, size_t n) {
+  // Castagnoli: poly 0x1EDC6F41, init and final xor all ones, reflected in and out.
+  boost::crc_optimal<32, 0x1EDC6F41, 0xFFFFFFFF, 0xFFFFFFFF, true, true> crc;
+  crc.process_bytes(data, n);
+  return crc.checksum();
+}
+
+uint32_t masked_crc32c(const void* data, size_t n) {
+  uint32_t c = crc32c(data, n);
+  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+// ---------------------------------------------------------------- jsonl
+
+JsonlWriter::JsonlWriter(const std::string& path, int64_t truncate_after_step) : path_(path) {
+  if (truncate_after_step >= 0 && path_exists(path)) {
+    // Keep the lines up to the resumed step; a line that does not parse (torn by a kill) is dropped.
+    std::ifstream in(path);
+    std::string line, kept;
+    while (std::getline(in, line)) {
+      try {
+        json j = json::parse(line);
+        if (j.value("step", int64_t{0}) <= truncate_after_step) kept += line + "\n";
+      } catch (const std::exception&) {
+      }
+    }
+    atomic_write(path, kept);
+  }
+  f_ = std::fopen(path.c_str(), "a");
+  if (!f_) throw RuntimeError(errno_message("cannot open", path));
+}
+
+JsonlWriter::~JsonlWriter() { close(); }
+
+JsonlWriter::JsonlWriter(JsonlWriter&& o) noexcept : f_(o.f_), path_(std::move(o.path_)) { o.f_ = nullptr; }
+
+JsonlWriter& JsonlWriter::operator=(JsonlWriter&& o) noexcept {
+  if (this != &o) {
+    close();
+    f_ = o.f_;
+    path_ = std::move(o.path_);
+    o.f_ = nullptr;
+  }
+  return *this;
+}
+
+void JsonlWriter::write(const json& line) {
+  if (!f_) return;
+  std::string s = line.dump(-1, ' ', false, json::error_handler_t::replace);
+  s.push_back('\n');
+  if (std::fwrite(s.data(), 1, s.size(), f_) != s.size() || std::fflush(f_) != 0) {
+    throw RuntimeError(errno_message("cannot write", path_));
+  }
+}
+
+void JsonlWriter::close() {
+  if (f_) std::fclose(f_);
+  f_ = nullptr;
+}
+
+// ---------------------------------------------------------------- protobuf + TFRecord
+
+namespace {
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+void put_tag(std::string& out, int field, int wire) { put_varint(out, (static_cast<uint64_t>(field) << 3) | wire); }
+void put_fixed64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_fixed32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_double(std::string& out, int field, double d) {
+  uint64_t bits;
+  std::memcpy(&bits, &d, 8);
+  put_tag(out, field, 1);
+  put_fixed64(out, bits);
+}
+void put_bytes(std::string& out, int field, std::string_view b) {
+  put_tag(out, field, 2);
+  put_varint(out, b.size());
+  out.append(b.data(), b.size());
+}
+}  // namespace
+
+// Event { double wall_time = 1; int64 step = 2; oneof { string file_version = 3; Summary summary = 5; } }
+std::string encode_event_file_version(double wall_time, const std::string& version) {
+  std::string ev;
+  put_double(ev, 1, wall_time);
+  put_bytes(ev, 3, version);
+  return ev;
+}
+
+// Summary { repeated Value value = 1; }  Value { string tag = 1; float simple_value = 2; }
+std::string encode_event_scalars(double wall_time, int64_t step, const std::vector<std::pair<std::string, float>>& values) {
+  std::string summary;
+  for (const auto& [tag, v] : values) {
+    std::string val;
+    put_bytes(val, 1, tag);
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    put_tag(val, 2, 5);
+    put_fixed32(val, bits);
+    put_bytes(summary, 1, val);
+  }
+  std::string ev;
+  put_double(ev, 1, wall_time);
+  put_tag(ev, 2, 0);
+  put_varint(ev, static_cast<uint64_t>(step));
+  put_bytes(ev, 5, summary);
+  return ev;
+}
+
+std::string frame_record(std::string_view data) {
+  std::string out;
+  std::string len;
+  put_fixed64(len, data.size());
+  out += len;
+  put_fixed32(out, masked_crc32c(len.data(), len.size()));
+  out.append(data.data(), data.size());
+  put_fixed32(out, masked_crc32c(data.data(), data.size()));
+  return out;
+}
+
+TfEventsWriter::TfEventsWriter(const std::string& dir, const std::string& suffix) {
+  path_ = join_path(dir, strprintf("events.out.tfevents.%lld.%s", static_cast<long long>(std::time(nullptr)),
+                                   hostname_string().c_str()));
+  if (!suffix.empty()) path_ += "." + suffix;
+  f_ = std::fopen(path_.c_str(), "ab");
+  if (!f_) throw RuntimeError(errno_message("cannot open", path_));
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  write_record(encode_event_file_version(static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9));
+  flush();
+}
+
+TfEventsWriter::~TfEventsWriter() { close(); }
+
+void TfEventsWriter::write_record(std::string_view data) {
+  std::string rec = frame_record(data);
+  if (std::fwrite(rec.data(), 1, rec.size(), f_) != rec.size()) throw RuntimeError(errno_message("cannot write", path_));
+}
+
+void TfEventsWriter::add_scalar(const std::string& tag, float value, int64_t step, double wall_time) {
+  add_scalars({{tag, value}}, step, wall_time);
+}
+
+void TfEventsWriter::add_scalars(const std::vector<std::pair<std::string, float>>& values, int64_t step,
+                                 double wall_time) {
+  if (!f_) return;
+  write_record(encode_event_scalars(wall_time, step, values));
+}
+
+void TfEventsWriter::flush() {
+  if (f_ && std::fflush(f_) != 0) throw RuntimeError(errno_message("cannot write", path_));
+}
+
+void TfEventsWriter::close() {
+  if (f_) std::fclose(f_);
+  f_ = nullptr;
+}
+
+// ---------------------------------------------------------------- Chrome trace
+
+void Trace::add(const std::string& name, const std::string& category, int pid, int tid, double ts_us, double dur_us,
+                const json& args) {
+  json e = {{"name", name}, {"cat", category}, {"ph", "X"}, {"pid", pid}, {"tid", tid},
+            {"ts", std::round(ts_us * 1000.0) / 1000.0}, {"dur", std::round(dur_us * 1000.0) / 1000.0}};
+  if (!args.is_null()) e["args"] = args;
+  events_.push_back(std::move(e));
+}
+
+void Trace::name_process(int pid, const std::string& name) {
+  events_.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", name}}}});
+  events_.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pid}}}});
+}
+
+void Trace::name_thread(int pid, int tid, const std::string& name) {
+  events_.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}});
+}
+
+void Trace::append(const json& events) {
+  for (const auto& e : events) events_.push_back(e);
+}
+
+std::string Trace::to_json(const json& other_data) const {
+  json j = {{"traceEvents", events_}, {"displayTimeUnit", "ms"}, {"otherData", other_data}};
+  return j.dump();
+}
+
+}  // namespace cairn::metrics

@@ -1,0 +1,124 @@
+// Unit tests of checkpoint files: model/optimizer round trip, sealing with DONE, newest-complete
+// selection skipping incomplete and corrupt ones, pruning, optimizer ranges across shard layouts.
+#define BOOST_TEST_MODULE train_checkpoint
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cairn/checkpoint.h"
+#include "cairn/files.h"
+
+namespace fs = std::filesystem;
+using namespace cairn;
+
+static std::string temp_dir(const std::string& tag) {
+  std::string d = (fs::temp_directory_path() / ("cairn_train_" + tag + "_" + std::to_string(getpid()))).string();
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+static std::vector<gpt::TensorInfo> fake_tensors() {
+  std::vector<gpt::TensorInfo> t(3);
+  t[0].name = "wte"; t[0].offset = 0; t[0].size = 12; t[0].shape = {4, 3}; t[0].weight_decay = true;
+  t[1].name = "h.0.ln_1.weight"; t[1].offset = 12; t[1].size = 3; t[1].shape = {3};
+  t[2].name = "h.0.attn.c_attn.weight"; t[2].offset = 15; t[2].size = 9; t[2].shape = {3, 3}; t[2].layer = 0;
+  return t;
+}
+
+static void write_ckpt(const std::string& root, int64_t step, const std::vector<float>& p) {
+  std::string tmp = root + "/.tmp_" + std::to_string(step);
+  fs::create_directories(tmp);
+  checkpoint::ModelMeta meta;
+  meta.config.layers = 1; meta.config.hidden = 3; meta.config.vocab = 4; meta.config.vocab_real = 4;
+  meta.step = step;
+  meta.tokens = step * 100;
+  meta.train_state = {{"loader", {{"epoch", 1}, {"position", step}}}};
+  checkpoint::write_model(tmp + "/model.h5", meta, fake_tensors(), p.data());
+  checkpoint::OptimShard s;
+  s.offset = 0; s.count = 10; s.total = 24; s.adam_step = step;
+  s.m.assign(10, 1.0f); s.v.assign(10, 2.0f);
+  checkpoint::write_optim(tmp + "/" + checkpoint::optim_file_name(0), s);
+  s.offset = 10; s.count = 14;
+  s.m.assign(14, 3.0f); s.v.assign(14, 4.0f);
+  checkpoint::write_optim(tmp + "/" + checkpoint::optim_file_name(1), s);
+  checkpoint::seal(tmp, checkpoint::step_dir(root, step), step, 2);
+}
+
+BOOST_AUTO_TEST_CASE(round_trip_and_newest_complete) {
+  std::string root = temp_dir("ckpt");
+  std::vector<float> p(24);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = 0.5f * i - 3.0f;
+  for (int64_t s : {10, 20, 30, 40}) write_ckpt(root, s, p);
+
+  auto meta = checkpoint::read_model_meta(checkpoint::step_dir(root, 20));
+  BOOST_TEST(meta.step == 20);
+  BOOST_TEST(meta.tokens == 2000);
+  BOOST_TEST(meta.config.hidden == 3);
+  BOOST_TEST(meta.train_state["loader"]["position"] == 20);
+  std::vector<float> q(24, 0.0f);
+  checkpoint::read_model(checkpoint::step_dir(root, 20), fake_tensors(), q.data());
+  BOOST_TEST(q == p, boost::test_tools::per_element());
+
+  // Optimizer range spanning both rank files (as a 3-rank ZeRO layout would ask).
+  std::vector<float> m(8), v(8);
+  int64_t adam_step = 0;
+  checkpoint::read_optim_range(checkpoint::step_dir(root, 20), 6, 8, m.data(), v.data(), &adam_step);
+  BOOST_TEST(adam_step == 20);
+  BOOST_TEST(m[0] == 1.0f);
+  BOOST_TEST(m[3] == 1.0f);
+  BOOST_TEST(m[4] == 3.0f);
+  BOOST_TEST(v[7] == 4.0f);
+
+  // Newest (40) loses DONE: incomplete; 30 gets a corrupted byte: checksum mismatch; 20 is chosen.
+  fs::remove(checkpoint::step_dir(root, 40) + "/DONE");
+  {
+    std::string f = checkpoint::step_dir(root, 30) + "/optim.rank00001.h5";
+    std::fstream s(f, std::ios::in | std::ios::out | std::ios::binary);
+    s.seekg(0, std::ios::end);
+    auto size = static_cast<long>(s.tellg());
+    s.seekp(size - 8);
+    s.put('\x7f');
+  }
+  auto all = checkpoint::list(root);
+  BOOST_REQUIRE_EQUAL(all.size(), 4u);
+  BOOST_TEST(all[3].problem.find("DONE") != std::string::npos);
+  BOOST_TEST(all[2].problem.find("checksum") != std::string::npos);
+  auto newest = checkpoint::find_newest_complete(root);
+  BOOST_REQUIRE(newest.has_value());
+  BOOST_TEST(newest->step == 20);
+  fs::remove_all(root);
+}
+
+BOOST_AUTO_TEST_CASE(prune_keeps_last_and_every_nth) {
+  std::string root = temp_dir("prune");
+  std::vector<float> p(24, 1.0f);
+  for (int64_t s = 1; s <= 7; ++s) write_ckpt(root, s * 10, p);
+  fs::create_directories(root + "/.tmp_80");  // stale temp dir of a killed writer
+  checkpoint::prune(root, 2, 30);
+  std::vector<int64_t> left;
+  for (const auto& e : checkpoint::list(root, false)) left.push_back(e.step);
+  BOOST_TEST(left == (std::vector<int64_t>{30, 60, 70}), boost::test_tools::per_element());
+  BOOST_TEST(!fs::exists(root + "/.tmp_80"));
+  fs::remove_all(root);
+}
+
+BOOST_AUTO_TEST_CASE(missing_tensor_is_named) {
+  std::string root = temp_dir("missing");
+  std::vector<float> p(24, 1.0f);
+  write_ckpt(root, 5, p);
+  auto t = fake_tensors();
+  t[2].name = "h.0.mlp.c_fc.weight";
+  std::vector<float> q(24);
+  try {
+    checkpoint::read_model(checkpoint::step_dir(root, 5), t, q.data());
+    BOOST_FAIL("expected an error");
+  } catch (const std::exception& e) {
+    BOOST_TEST(std::string(e.what()).find("h.0.mlp.c_fc.weight") != std::string::npos);
+    BOOST_TEST(std::string(e.what()).find("model.h5") != std::string::npos);
+  }
+  fs::remove_all(root);
+}

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# cairn-train end to end: 1 vs 2 ranks (with and without ZeRO-1) reproduce the same loss curve over
+# 50 steps; metrics.jsonl / tfevents / trace.json contents; SIGTERM -> checkpoint + exit 75 + resume;
+# bad inputs exit 2 without touching existing outputs.
+set -euo pipefail
+BIN=${CAIRN_BIN_DIR:?CAIRN_BIN_DIR must point at build/bin}
+PY=/usr/bin/python3
+HERE=$(cd "$(dirname "$0")" && pwd)
+W=$(mktemp -d /tmp/cairn_train_e2e.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+MPIRUN="mpirun --oversubscribe"
+F=/usr/share/games/fortunes
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$BIN/cairn-reshard" --log-level warn --out "$W/ds" --set 'data.delimiter="%"' --set data.shards=3 \
+  build "$F/fortunes" "$F/computers" "$F/science"
+
+MODEL=(--data "$W/ds" --threads 1 --log-level warn --set model.layers=2 --set model.hidden=32 --set model.heads=2
+       --set model.seq_len=32 --set train.global_batch=8 --set train.warmup=5 --set train.lr=0.003
+       --set train.checkpoint_every=25 --set train.val_every=25 --set train.spike_zscore=0)
+
+# ---- data parallel parity: 1 rank (micro 4, accum 2) vs 2 ranks (micro 2), with and without ZeRO-1
+"$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --steps 50 --set train.micro_batch=4
+$MPIRUN -np 2 "$BIN/cairn-train" --out "$W/r2" "${MODEL[@]}" --steps 50 --set train.micro_batch=2 --trace-steps 2:4
+# ZeRO-1 and the micro-batch come from a cairn-plan best.toml layered after the experiment settings.
+printf '[parallel]\ndp = 2\ntp = 1\npp = 1\nv = 1\nmb = 2\nzero = 1\nrecompute = "none"\nsp = "off"\n' > "$W/best2.toml"
+$MPIRUN -np 2 "$BIN/cairn-train" --out "$W/r2z" "${MODEL[@]}" --steps 50 --config "$W/best2.toml"
+"$PY" - "$W" <<'PYEOF'
+import json, sys
+w = sys.argv[1]
+def losses(run):
+    return [json.loads(l)["loss"] for l in open(f"{w}/{run}/train/metrics.jsonl") if '"train"' in l]
+ref = losses("r1")
+assert len(ref) == 50, len(ref)
+for run in ("r2", "r2z"):
+    got = losses(run)
+    assert len(got) == 50, (run, len(got))
+    worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
+    print(f"{run}: max relative loss difference vs 1 rank over 50 steps = {worst:.2e}")
+    assert worst <= 1e-5, (run, worst)
+assert ref[-1] < ref[0] - 1.0, ("loss did not fall", ref[0], ref[-1])
+import h5py
+ck = f"{w}/r2z/train/ckpt/step_00000050"
+counts = [int(h5py.File(f"{ck}/optim.rank{r:05d}.h5", "r").attrs["count"]) for r in (0, 1)]
+total = int(h5py.File(f"{ck}/optim.rank00000.h5", "r").attrs["total"])
+assert min(counts) > 0 and sum(counts) == total, ("ZeRO-1 optimizer shards", counts, total)
+with h5py.File(f"{ck}/model.h5", "r") as m:
+    assert m["params/h.0.attn.c_attn.weight"].shape == (32, 96) and m.attrs["step"] == 50
+PYEOF
+
+# ---- a 2-rank ZeRO-1 checkpoint resumes on 1 rank without ZeRO (optimizer slices are re-assembled)
+"$BIN/cairn-train" --out "$W/r2z" "${MODEL[@]}" --steps 52
+[[ $(grep -c '"train"' "$W/r2z/train/metrics.jsonl") == 52 ]] || fail "ZeRO-1 -> 1 rank resume"
+
+# ---- --resume auto passes over a corrupt newest checkpoint (reported) and uses the previous one
+cp -r "$W/r1" "$W/r1c"
+printf 'garbage' | dd of="$W/r1c/train/ckpt/step_00000050/model.h5" bs=1 seek=4000 conv=notrunc status=none
+err=$("$BIN/cairn-train" --out "$W/r1c" "${MODEL[@]}" --steps 50 --set train.micro_batch=4 2>&1 >/dev/null)
+grep -q 'step_00000050.*checksum mismatch' <<<"$err" || fail "corrupt checkpoint not reported: $err"
+[[ $(grep -c '"train"' "$W/r1c/train/metrics.jsonl") == 50 ]] || fail "resume from step 25 should rewrite 26..50"
+"$PY" - "$W" <<'PYEOF'
+import json, sys
+w = sys.argv[1]
+a = [json.loads(l)["loss"] for l in open(f"{w}/r1/train/metrics.jsonl") if '"train"' in l]
+b = [json.loads(l)["loss"] for l in open(f"{w}/r1c/train/metrics.jsonl") if '"train"' in l]
+assert a == b, "resumed steps 26..50 must repeat the original losses bitwise"
+PYEOF
+
+# ---- observability: metrics lines, tfevents (independent reader), Chrome trace
+"$PY" - "$W/r2/train" "$HERE/read_tfevents.py" <<'PYEOF'
+import glob, json, subprocess, sys
+d, reader = sys.argv[1], sys.argv[2]
+lines = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
+train = [l for l in lines if l["kind"] == "train"]
+val = [l for l in lines if l["kind"] == "val"]
+keys = {"kind", "step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "tflops", "skipped",
+        "skipped_total", "time_s", "wall_time"}
+assert keys <= set(train[0]), keys - set(train[0])
+assert set(train[0]["time_s"]) >= {"data", "forward", "backward", "comm", "optimizer", "total"}
+assert [l["step"] for l in train] == list(range(1, 51))
+assert train[-1]["tokens"] == 50 * 8 * 32
+assert [l["step"] for l in val] == [25, 50] and all(set(l) >= {"step", "tokens", "val_loss"} for l in val)
+files = glob.glob(f"{d}/events.out.tfevents.*")
+assert len(files) == 1, files
+out = subprocess.run(["/usr/bin/python3", reader, files[0], "--tensorboard"], check=True, capture_output=True, text=True).stdout
+events = [json.loads(l) for l in out.splitlines()]
+assert events[0]["file_version"] == "brain.Event:2"
+tb = {e["step"]: e["scalars"]["train/loss"] for e in events if "train/loss" in e.get("scalars", {})}
+for l in train:
+    assert abs(tb[l["step"]] - l["loss"]) <= 1e-6 * abs(l["loss"]), (l["step"], tb[l["step"]], l["loss"])
+tbval = {e["step"]: e["scalars"]["val/loss"] for e in events if "val/loss" in e.get("scalars", {})}
+assert sorted(tbval) == [25, 50]
+trace = json.load(open(f"{d}/trace.json"))
+ev = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+assert {e["pid"] for e in ev} == {0, 1}, "one process row per rank"
+names = {e["name"] for e in ev}
+for n in ("forward", "backward", "optimizer", "comm (exposed)", "backward h.0", "backward h.1", "step 3", "step 4"):
+    assert n in names, (n, names)
+assert "step 5" not in names and "step 2" not in names
+assert all(e["dur"] >= 0 for e in ev)
+print("metrics.jsonl, tfevents and trace.json check out")
+PYEOF
+
+# ---- SIGTERM: finish the step, checkpoint, exit 75; rerunning resumes and finishes
+"$BIN/cairn-train" --out "$W/sig" "${MODEL[@]}" --steps 100000 --set train.checkpoint_every=0 --set train.val_every=0 &
+pid=$!
+for _ in $(seq 1 1800); do
+  [[ -f "$W/sig/train/metrics.jsonl" && $(wc -l < "$W/sig/train/metrics.jsonl") -ge 3 ]] && break
+  sleep 0.1
+done
+kill -TERM $pid
+rc=0; wait $pid || rc=$?
+[[ $rc == 75 ]] || fail "SIGTERM: expected exit 75, got $rc"
+last=$(tail -n 1 "$W/sig/train/metrics.jsonl" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+ckpt=$(printf "%s/sig/train/ckpt/step_%08d" "$W" "$last")
+[[ -f "$ckpt/DONE" && -f "$ckpt/model.h5" && -f "$ckpt/optim.rank00000.h5" ]] || fail "no complete checkpoint $ckpt"
+[[ ! -e "$W/sig/train/FINISHED" ]] || fail "FINISHED after a stop"
+"$BIN/cairn-train" --out "$W/sig" "${MODEL[@]}" --steps $((last + 3)) --set train.checkpoint_every=0 --set train.val_every=0
+[[ -f "$W/sig/train/FINISHED" ]] || fail "resumed run did not finish"
+[[ $(grep -c '"train"' "$W/sig/train/metrics.jsonl") == $((last + 3)) ]] || fail "resumed metrics have gaps or repeats"
+
+# ---- SIGUSR1 through mpirun (which forwards it to every rank): same checkpoint + exit 75
+$MPIRUN -np 2 "$BIN/cairn-train" --out "$W/usr1" "${MODEL[@]}" --steps 100000 --set train.checkpoint_every=0 \
+  --set train.val_every=0 2>/dev/null &
+pid=$!
+for _ in $(seq 1 1800); do
+  [[ -f "$W/usr1/train/metrics.jsonl" && $(wc -l < "$W/usr1/train/metrics.jsonl") -ge 3 ]] && break
+  sleep 0.1
+done
+kill -USR1 $pid
+rc=0; wait $pid || rc=$?
+[[ $rc == 75 ]] || fail "SIGUSR1 under mpirun: expected exit 75, got $rc"
+ls "$W"/usr1/train/ckpt/step_*/optim.rank00001.h5 > /dev/null || fail "SIGUSR1: no 2-rank checkpoint"
+
+# ---- bad input: exit 2, a clear message, nothing overwritten
+expect2() {  # expect2 <message fragment> <command...>
+  local want=$1; shift
+  local rc=0 err
+  err=$("$@" 2>&1 >/dev/null) || rc=$?
+  [[ $rc == 2 ]] || fail "expected exit 2, got $rc from: $* ($err)"
+  grep -qi -- "$want" <<<"$err" || fail "message lacks '$want': $err"
+}
+before=$(md5sum "$W/r1/train/metrics.jsonl")
+expect2 "index.json" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set "data.path=\"$W/nope\""
+expect2 "vocab" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set model.vocab=128
+expect2 "seq_len" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set model.seq_len=4000000
+expect2 "divisible" $MPIRUN -np 2 "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set train.global_batch=3
+expect2 "tp = 2" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set parallel.tp=2
+printf '[parallel]\ndp = 4\ntp = 1\npp = 1\nv = 1\nmb = 2\nzero = 1\nrecompute = "none"\nsp = "off"\n' > "$W/best.toml"
+expect2 "dp = 4" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --config "$W/best.toml"
+expect2 "/dev/null" "$BIN/cairn-train" --out /dev/null/run "${MODEL[@]}"
+expect2 "existing checkpoints" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --resume none
+[[ $(md5sum "$W/r1/train/metrics.jsonl") == "$before" ]] || fail "a failed run changed metrics.jsonl"
+echo "train e2e: all checks passed"

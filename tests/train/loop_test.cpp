@@ -1,0 +1,172 @@
+// Training-loop tests, run on 1 and 2 ranks: exact resume after a stop (bitwise losses and weights),
+// skipped updates on injected NaNs and spikes, restore-after-too-many-skips and stop-on-skips.
+#define BOOST_TEST_MODULE train_loop
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "cairn/checkpoint.h"
+#include "cairn/error.h"
+#include "cairn/log.h"
+#include "cairn/mpi.h"
+#include "fixture.h"
+#include "trainer.h"
+
+namespace fs = std::filesystem;
+using namespace cairn;
+using namespace cairn::train;
+
+struct MpiFixture {
+  std::unique_ptr<mpi::Session> session;
+  MpiFixture() {
+    auto& m = boost::unit_test::framework::master_test_suite();
+    session = std::make_unique<mpi::Session>(&m.argc, &m.argv);
+    log_settings().level = LogLevel::Warn;
+  }
+};
+BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
+
+// A shared scratch directory with a small fortunes dataset (same path on every rank).
+static std::string scratch() {
+  static std::string dir;
+  if (dir.empty()) {
+    std::string mine = (fs::temp_directory_path() / ("cairn_train_loop_" + std::to_string(getpid()))).string();
+    dir = mpi::broadcast_string(mine);
+    if (mpi::rank() == 0) test::make_dataset(dir + "/data", 2, 800);
+    mpi::barrier();
+  }
+  return dir;
+}
+
+static Config small_config(const std::string& out, std::vector<std::string> extra = {}) {
+  ConfigSources src;
+  src.use_env = false;
+  src.sets = {"run.dir=\"" + out + "\"", "data.path=\"" + scratch() + "/data\"", "model.layers=2", "model.hidden=32",
+              "model.heads=2", "model.seq_len=16", "train.global_batch=4", "train.steps=12", "train.warmup=2",
+              "train.lr=0.003", "train.val_every=0", "train.checkpoint_every=0", "train.threads=1",
+              "train.spike_zscore=0"};
+  for (auto& e : extra) src.sets.push_back(e);
+  return load_config(src);
+}
+
+BOOST_AUTO_TEST_CASE(resume_is_bitwise_exact) {
+  std::string base = scratch();
+  TrainResult straight = run_train(small_config(base + "/straight"));
+  BOOST_TEST(straight.exit_code == 0);
+  BOOST_REQUIRE_EQUAL(straight.losses.size(), 12u);
+
+  TrainHooks stop;
+  stop.stop_after_step = 6;
+  TrainResult first = run_train(small_config(base + "/resumed"), stop);
+  BOOST_TEST(first.exit_code == kExitRequeue);
+  BOOST_TEST(first.final_step == 6);
+  BOOST_TEST(fs::exists(base + "/resumed/train/ckpt/step_00000006/DONE"));
+  BOOST_TEST(!fs::exists(base + "/resumed/train/FINISHED"));
+
+  TrainResult second = run_train(small_config(base + "/resumed"));
+  BOOST_TEST(second.exit_code == 0);
+  BOOST_REQUIRE_EQUAL(second.losses.size(), 6u);
+  BOOST_TEST(second.steps.front() == 7);
+  for (size_t i = 0; i < 6; ++i) {
+    BOOST_TEST(first.losses[i] == straight.losses[i]);
+    BOOST_TEST(second.losses[i] == straight.losses[6 + i]);  // bitwise: exact double equality
+  }
+  if (mpi::rank() == 0) {
+    BOOST_REQUIRE_EQUAL(second.params.size(), straight.params.size());
+    BOOST_TEST(std::memcmp(second.params.data(), straight.params.data(), 4 * straight.params.size()) == 0);
+  }
+  BOOST_TEST(fs::exists(base + "/resumed/train/FINISHED"));
+}
+
+BOOST_AUTO_TEST_CASE(resume_with_zero1_is_bitwise_exact) {
+  std::string base = scratch();
+  TrainResult straight = run_train(small_config(base + "/z_straight", {"parallel.zero=1", "train.steps=8"}));
+  TrainHooks stop;
+  stop.stop_after_step = 4;
+  run_train(small_config(base + "/z_resumed", {"parallel.zero=1", "train.steps=8"}), stop);
+  TrainResult second = run_train(small_config(base + "/z_resumed", {"parallel.zero=1", "train.steps=8"}));
+  BOOST_REQUIRE_EQUAL(second.losses.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) BOOST_TEST(second.losses[i] == straight.losses[4 + i]);
+}
+
+BOOST_AUTO_TEST_CASE(nan_and_spike_steps_are_skipped) {
+  std::string base = scratch();
+  TrainHooks h;
+  h.fault = [](int64_t step) {
+    if (step == 3) return Fault::NanGrad;
+    if (step == 4) return Fault::NanLoss;
+    if (step == 14) return Fault::LossSpike;
+    return Fault::None;
+  };
+  TrainResult r = run_train(small_config(base + "/faults", {"train.steps=16", "train.spike_zscore=4",
+                                                             "train.spike_min_steps=6", "train.spike_window=8"}),
+                            h);
+  BOOST_TEST(r.exit_code == 0);
+  BOOST_REQUIRE_EQUAL(r.skipped.size(), 16u);
+  int skipped = 0;
+  for (int s : r.skipped) skipped += s;
+  BOOST_TEST(r.skipped[2] == 1);
+  BOOST_TEST(r.skipped[3] == 1);
+  BOOST_TEST(r.skipped[13] == 1);
+  BOOST_TEST(skipped == 3);
+  if (mpi::rank() == 0) {
+    for (float p : r.params) BOOST_TEST_REQUIRE(std::isfinite(p));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(too_many_skips_restore_then_continue_past_bad_data) {
+  std::string base = scratch();
+  TrainHooks h;
+  h.fault = [](int64_t step) { return step >= 7 && step <= 9 ? Fault::NanGrad : Fault::None; };
+  // Once restored to step 5, steps 7..9 are computed again: inject only on the first pass.
+  auto seen = std::make_shared<int>(0);
+  h.fault = [seen](int64_t step) {
+    if (step >= 7 && step <= 9 && *seen < 3) {
+      ++*seen;
+      return Fault::NanGrad;
+    }
+    return Fault::None;
+  };
+  TrainResult r = run_train(small_config(base + "/restore", {"train.checkpoint_every=5", "train.max_consecutive_skips=2"}), h);
+  BOOST_TEST(r.exit_code == 0);
+  BOOST_TEST(r.restores == 1);
+  BOOST_TEST(r.final_step == 12);
+  // Steps 6..9 were computed, then 6..12 again after restoring step 5.
+  BOOST_REQUIRE_EQUAL(r.steps.size(), 16u);
+  BOOST_TEST(r.steps[9] == 6);
+  auto meta = checkpoint::read_model_meta(base + "/restore/train/ckpt/step_00000012");
+  // The data position moved past the 4 batches consumed before the restore.
+  BOOST_TEST(meta.train_state["batch"].get<int64_t>() == 16);
+  BOOST_TEST(meta.train_state["skipped_total"].get<int64_t>() == 3);
+}
+
+BOOST_AUTO_TEST_CASE(too_many_skips_can_stop) {
+  std::string base = scratch();
+  TrainHooks h;
+  h.fault = [](int64_t step) { return step >= 3 ? Fault::NanLoss : Fault::None; };
+  BOOST_CHECK_THROW(run_train(small_config(base + "/stop", {"train.max_consecutive_skips=1", "train.on_too_many_skips=\"stop\""}), h),
+                    RuntimeError);
+}
+
+BOOST_AUTO_TEST_CASE(schedule_and_step_ranges) {
+  // Linear warmup to the peak, cosine to min_lr at the last step, halfway in the middle.
+  BOOST_TEST(learning_rate(0, 110, 10, 1.0, 0.1, "cosine") == 0.1, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(learning_rate(9, 110, 10, 1.0, 0.1, "cosine") == 1.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(learning_rate(60, 110, 10, 1.0, 0.1, "cosine") == 0.55, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(learning_rate(110, 110, 10, 1.0, 0.1, "cosine") == 0.1, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(learning_rate(60, 110, 10, 1.0, 0.1, "linear") == 0.55, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(learning_rate(60, 110, 10, 1.0, 0.1, "constant") == 1.0);
+  BOOST_TEST(parse_step_range("3:7").first == 3);
+  BOOST_TEST(parse_step_range("3:7").second == 7);
+  BOOST_CHECK_THROW(parse_step_range("7:3"), UsageError);
+  BOOST_CHECK_THROW(parse_step_range("x"), UsageError);
+}
+
+BOOST_AUTO_TEST_CASE(cleanup) {
+  mpi::barrier();
+  if (mpi::rank() == 0) fs::remove_all(scratch());
+}

@@ -1,0 +1,137 @@
+#!/usr/bin/python3
+"""Independent reader of TensorBoard event files (TFRecord framing + Event protobuf), written from the
+format documentation, to check cairn's writer without TensorFlow. Prints one JSON object per event:
+{"wall_time", "step", "file_version"?, "scalars": {tag: value}}; exits 1 on any framing/CRC error.
+Uses TensorBoard's own reader too when --tensorboard is given and it is installed."""
+import json
+import struct
+import sys
+
+
+def _crc32c_table():
+    poly = 0x82F63B78  # 0x1EDC6F41 reflected
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ poly if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE = _crc32c_table()
+
+
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def masked(data):
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def varint(buf, i):
+    shift = result = 0
+    while True:
+        b = buf[i]
+        i += 1
+        result |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return result, i
+
+
+def fields(buf):
+    """Yields (field number, wire type, value) of a protobuf message."""
+    i = 0
+    while i < len(buf):
+        key, i = varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            v, i = varint(buf, i)
+        elif wire == 1:
+            v = buf[i:i + 8]
+            i += 8
+        elif wire == 2:
+            n, i = varint(buf, i)
+            v = buf[i:i + n]
+            i += n
+        elif wire == 5:
+            v = buf[i:i + 4]
+            i += 4
+        else:
+            raise ValueError("unsupported wire type %d" % wire)
+        yield field, wire, v
+
+
+def decode_event(buf):
+    ev = {"scalars": {}}
+    for f, w, v in fields(buf):
+        if f == 1 and w == 1:
+            ev["wall_time"] = struct.unpack("<d", v)[0]
+        elif f == 2 and w == 0:
+            ev["step"] = v
+        elif f == 3 and w == 2:
+            ev["file_version"] = v.decode()
+        elif f == 5 and w == 2:
+            for sf, sw, sv in fields(v):
+                if sf != 1:
+                    continue
+                tag, val = None, None
+                for vf, vw, vv in fields(sv):
+                    if vf == 1:
+                        tag = vv.decode()
+                    elif vf == 2 and vw == 5:
+                        val = struct.unpack("<f", vv)[0]
+                ev["scalars"][tag] = val
+    return ev
+
+
+def read(path):
+    data = open(path, "rb").read()
+    i, out = 0, []
+    while i < len(data):
+        if len(data) - i < 12:
+            raise ValueError("truncated record header at byte %d" % i)
+        header = data[i:i + 8]
+        (length,) = struct.unpack("<Q", header)
+        (hcrc,) = struct.unpack("<I", data[i + 8:i + 12])
+        if hcrc != masked(header):
+            raise ValueError("length CRC mismatch at byte %d" % i)
+        body = data[i + 12:i + 12 + length]
+        (bcrc,) = struct.unpack("<I", data[i + 12 + length:i + 16 + length])
+        if len(body) != length or bcrc != masked(body):
+            raise ValueError("data CRC mismatch at byte %d" % i)
+        out.append(decode_event(body))
+        i += 16 + length
+    return out
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    try:
+        events = read(args[0])
+    except (ValueError, IndexError, struct.error) as e:
+        print("bad event file: %s" % e, file=sys.stderr)
+        return 1
+    for ev in events:
+        print(json.dumps(ev))
+    if "--tensorboard" in sys.argv:
+        try:
+            from tensorboard.backend.event_processing import event_file_loader
+        except ImportError:
+            print("tensorboard not installed: skipped its reader", file=sys.stderr)
+            return 0
+        n = sum(1 for _ in event_file_loader.EventFileLoader(args[0]).Load())
+        if n != len(events):
+            print("tensorboard read %d events, we read %d" % (n, len(events)), file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
