@@ -21,9 +21,11 @@ void add_common_options(CLI::App& app, CommonOptions& opts) {
   app.set_version_flag("--version", cairn_version() + " (git " + cairn_git_sha() + ")");
   app.add_option("-C,--config", opts.config_files,
                  "TOML config file (repeatable; later files override earlier; `include = [...]` merges others)")
-      ->type_name("FILE");
+      ->type_name("FILE")
+      ->allow_extra_args(false);  // one value per occurrence: `--config a.toml input.txt` keeps the input
   app.add_option("--set", opts.sets, "override a config key: section.key=value (repeatable; highest precedence)")
-      ->type_name("KEY=VALUE");
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
   app.add_option("-o,--out", opts.out, "run directory (sets [run] dir); outputs go to <out>/<stage>/")
       ->type_name("DIR");
   app.add_flag("--print-config", opts.print_config,
@@ -77,6 +79,14 @@ void write_json_output(const std::string& path, const std::string& text) {
 
 std::string run_dir(const Config& cfg) { return cfg.get_string("run.dir"); }
 
+namespace {
+// "[r3/8 host] " on multi-rank jobs, so a failure names the rank it happened on.
+std::string rank_prefix() {
+  const LogSettings& s = log_settings();
+  return s.size > 1 ? strprintf("[r%d/%d %s] ", s.rank, s.size, s.host.c_str()) : std::string();
+}
+}  // namespace
+
 int run_tool(const std::string& tool, int argc, char** argv, const std::function<int()>& body) {
   Provenance& p = provenance();
   p.tool = tool;
@@ -95,11 +105,12 @@ int run_tool(const std::string& tool, int argc, char** argv, const std::function
     return kExitUsage;
   } catch (const Error& e) {
     if (e.code() == kExitOk && std::string(e.what()).empty()) return kExitOk;
-    std::fprintf(stderr, "%s: %s\n", tool.c_str(), e.what());
+    // Usage errors come from the command line and config, the same on every rank: say it once.
+    if (e.code() != kExitUsage || log_settings().rank == 0) std::fprintf(stderr, "%s%s: %s\n", rank_prefix().c_str(), tool.c_str(), e.what());
     mpi::abort_if_failed(e.code());
     return e.code();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n", tool.c_str(), e.what());
+    std::fprintf(stderr, "%s%s: %s\n", rank_prefix().c_str(), tool.c_str(), e.what());
     mpi::abort_if_failed(kExitRuntime);
     return kExitRuntime;
   }

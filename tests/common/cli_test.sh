@@ -28,6 +28,7 @@ check missing_config 2 "cannot open config" -- "$probe" --config "$data/missing.
 check runtime 1 "cairn-probe: the thing broke" -- "$probe" --fail runtime
 check gate 3 "cairn-probe: busbw" -- "$probe" --fail gate
 check io_error 1 "cannot read \"/nonexistent/input.txt\": No such file or directory" -- "$probe" --fail io
+check set_takes_one_value 2 "The following argument was not expected: extra" -- "$probe" --set model.layers=3 extra
 check bad_log_level 2 "unknown log level" -- "$probe" --log-level loud
 "$probe" --json "$tmp/out.json" >/dev/null 2>&1
 check json_written 0 '"layers":12' -- cat "$tmp/out.json"
