@@ -261,31 +261,19 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
       chosen.insert(s.get<uint32_t>());
     }
   }
-  // cairn-train's window numbering (windows of T+1 tokens at stride T, shard by shard) and its
-  // validation tail; the same arithmetic as the trainer's build_window_index.
+  // cairn-train's window numbering and validation tail (shards::WindowIndex, shared with the trainer).
   const int T = mc.seq_len;
   task->T = T;
-  std::vector<uint64_t> first_window;
-  uint64_t total = 0;
-  for (size_t i = 0; i < ds.num_shards(); ++i) {
-    first_window.push_back(total);
-    uint64_t n = ds.info(i).tokens;
-    total += n > static_cast<uint64_t>(T) ? (n - 1) / static_cast<uint64_t>(T) : 0;
-  }
-  first_window.push_back(total);
-  uint64_t val_windows = 0;
-  if (ctx.val_fraction > 0) {
-    val_windows = std::max<uint64_t>(static_cast<uint64_t>(std::ceil(ctx.val_fraction * static_cast<double>(total))), 1);
-    val_windows = std::min(val_windows, total / 2);
-  }
+  const shards::WindowIndex widx = shards::build_window_index(ds, T, ctx.val_fraction, 1);
+  const uint64_t total = widx.total, val_windows = widx.val_windows;
   if (split == "val" && val_windows == 0)
     throw UsageError(strprintf("task %s: dataset \"%s\" has no validation split (val_fraction = %g, %llu windows of %d "
                                "tokens)", name.c_str(), data.c_str(), ctx.val_fraction,
                                static_cast<unsigned long long>(total), T + 1));
-  const uint64_t val_first = total - val_windows;
+  const uint64_t val_first = widx.val_first();
   auto locate = [&](uint64_t w) {
-    size_t s = static_cast<size_t>(std::upper_bound(first_window.begin(), first_window.end(), w) - first_window.begin()) - 1;
-    return std::make_pair(static_cast<uint32_t>(s), (w - first_window[s]) * static_cast<uint64_t>(T));
+    auto [s, off] = widx.locate(w);
+    return std::make_pair(static_cast<uint32_t>(s), off);
   };
   int64_t limit = get_int(t, name, "limit", ctx.limit);
   json settings = {{"task", name}, {"output_type", "loglikelihood_rolling"}, {"dataset_path", data},

@@ -15,32 +15,6 @@ std::mutex& hdf5_mutex() {
   return m;
 }
 
-std::pair<size_t, uint64_t> WindowIndex::locate(uint64_t w) const {
-  // first_window has one entry per shard plus the end; find the shard whose range holds w.
-  auto it = std::upper_bound(first_window.begin(), first_window.end(), w);
-  size_t shard = static_cast<size_t>(it - first_window.begin()) - 1;
-  return {shard, (w - first_window[shard]) * static_cast<uint64_t>(T)};
-}
-
-WindowIndex build_window_index(const shards::Dataset& ds, int T, double val_fraction, uint64_t min_val_windows) {
-  WindowIndex idx;
-  idx.T = T;
-  uint64_t total = 0;
-  for (size_t i = 0; i < ds.num_shards(); ++i) {
-    idx.first_window.push_back(total);
-    uint64_t n = ds.info(i).tokens;
-    total += n > static_cast<uint64_t>(T) ? (n - 1) / static_cast<uint64_t>(T) : 0;
-  }
-  idx.first_window.push_back(total);
-  idx.total = total;
-  if (val_fraction > 0) {
-    idx.val_windows = std::max<uint64_t>(static_cast<uint64_t>(std::ceil(val_fraction * static_cast<double>(total))),
-                                         min_val_windows);
-    idx.val_windows = std::min(idx.val_windows, total / 2);
-  }
-  return idx;
-}
-
 namespace {
 uint64_t splitmix64(uint64_t& s) {
   uint64_t z = (s += 0x9E3779B97F4A7C15ull);

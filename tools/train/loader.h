@@ -22,16 +22,8 @@ std::mutex& hdf5_mutex();
 // not cross shards; documents are concatenated with end-of-text as stored). Windows are numbered
 // shard by shard. The validation split is the LAST `val_windows` windows of that numbering (a fixed,
 // unshuffled tail, so cairn-eval can score exactly the same windows); the rest is the training split.
-struct WindowIndex {
-  int T = 0;
-  std::vector<uint64_t> first_window;  // per shard, prefix sums of window counts
-  uint64_t total = 0;
-  uint64_t val_windows = 0;
-  uint64_t train_windows() const { return total - val_windows; }
-  // (shard, token offset) of window w.
-  std::pair<size_t, uint64_t> locate(uint64_t w) const;
-};
-WindowIndex build_window_index(const shards::Dataset& ds, int T, double val_fraction, uint64_t min_val_windows);
+using shards::WindowIndex;
+using shards::build_window_index;
 
 // One micro-batch for this rank: B rows of T inputs and T targets (targets = inputs shifted by one).
 struct MicroBatch {

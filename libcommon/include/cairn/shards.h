@@ -124,4 +124,19 @@ bool existing_shard_matches(const std::string& path, const std::string& plan_has
 // xxHash64 (seed 0) of tokens as stored: little-endian uint16 or uint32 values.
 uint64_t hash_tokens(const uint32_t* tokens, size_t n, bool as_uint16);
 
+// cairn-train's sample numbering, shared with cairn-eval so both score the same tokens: windows of T+1
+// tokens at stride T, shard by shard (T inputs, T targets shifted by one), and a validation tail of
+// ceil(val_fraction * total) windows (at least min_val_windows, at most half).
+struct WindowIndex {
+  int T = 0;
+  std::vector<uint64_t> first_window;  // per shard, prefix sums of window counts (plus the end)
+  uint64_t total = 0;
+  uint64_t val_windows = 0;
+  uint64_t train_windows() const { return total - val_windows; }
+  uint64_t val_first() const { return total - val_windows; }
+  // (shard, token offset) of window w.
+  std::pair<size_t, uint64_t> locate(uint64_t w) const;
+};
+WindowIndex build_window_index(const Dataset& ds, int T, double val_fraction, uint64_t min_val_windows);
+
 }  // namespace cairn::shards
