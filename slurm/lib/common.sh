@@ -1,0 +1,268 @@
+# Shared shell functions for the stage templates, submit-pipeline.sh, nightly.sh and run-local.sh.
+# shellcheck shell=bash disable=SC2034
+# Sourced, never executed. Everything a stage needs to know about the config comes from a cairn
+# tool's own --print-config output: this file never parses the user's TOML.
+#
+# Environment it honours (all optional):
+#   CAIRN_HOME        the cairn checkout or install prefix (holds slurm/ and, by default, build/bin)
+#   CAIRN_BIN_DIR     where the cairn-* binaries are (default: $CAIRN_HOME/build/bin, then PATH)
+#   CAIRN_MODULES     environment modules to `module load` before running (sites with Lmod/Tcl modules)
+#   CAIRN_ENV_FILE    a shell file sourced before running (conda/spack activation, site settings)
+#   CAIRN_LAUNCHER    srun | mpirun | none (default: srun inside a Slurm job, else mpirun)
+#   CAIRN_SRUN_MPI    srun's --mpi plugin (default pmix: Debian's Open MPI is built with PMIx)
+#   CAIRN_SRUN_ARGS   extra srun arguments (word-split), e.g. "--cpu-bind=cores"
+#   CAIRN_NP          ranks for mpirun in local mode (default 2)
+#   CAIRN_MPIRUN_ARGS extra mpirun arguments (word-split), e.g. "--oversubscribe"
+# The tools read every CAIRN_<SECTION>_<KEY> variable as config (CAIRN_TRAIN_STEPS=10), so the
+# scripts' own variables never start with a section name (run, eval, report, ...) and CAIRN_RUN_DIR
+# stays a plain shell variable, never exported.
+
+CAIRN_STAGES=(sweep plan reshard train eval report)
+# cairn-train's documented exit code for "checkpointed after SIGUSR1/SIGTERM, requeue me" (EX_TEMPFAIL).
+CAIRN_EXIT_REQUEUE=75
+
+# Prints a script's header comment (everything after line 1 up to the first non-comment line) as help.
+cairn_usage() {
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$1" >&2
+}
+
+cairn_log() { echo "cairn[$(date -u +%H:%M:%S)] $*" >&2; }
+cairn_die() { echo "cairn: $*" >&2; exit "${CAIRN_DIE_CODE:-1}"; }
+
+# Finds CAIRN_HOME: the env var, else the folder above this file.
+cairn_find_home() {
+  if [ -z "${CAIRN_HOME:-}" ]; then
+    CAIRN_HOME=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  fi
+  export CAIRN_HOME
+}
+
+# Site environment hook: modules and/or an env file, before any binary runs.
+cairn_env_hook() {
+  if [ -n "${CAIRN_MODULES:-}" ]; then
+    if ! command -v module >/dev/null 2>&1 && [ -f /etc/profile.d/modules.sh ]; then
+      # shellcheck disable=SC1091
+      source /etc/profile.d/modules.sh
+    fi
+    command -v module >/dev/null 2>&1 || cairn_die "CAIRN_MODULES is set but the 'module' command is missing"
+    # shellcheck disable=SC2086
+    module load $CAIRN_MODULES
+  fi
+  if [ -n "${CAIRN_ENV_FILE:-}" ]; then
+    # shellcheck disable=SC1090
+    source "$CAIRN_ENV_FILE"
+  fi
+  # Open MPI refuses to run as root unless told; containers and CI often are root.
+  if [ "$(id -u)" -eq 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  fi
+}
+
+# Prints the path of cairn-<tool>, or returns 1 if it is not built/installed.
+cairn_tool() {
+  local name=cairn-$1 dir
+  for dir in "${CAIRN_BIN_DIR:-}" "$CAIRN_HOME/build/bin"; do
+    if [ -n "$dir" ] && [ -x "$dir/$name" ]; then echo "$dir/$name"; return 0; fi
+  done
+  command -v "$name" 2>/dev/null && return 0
+  return 1
+}
+
+# Prints the first available cairn tool (every tool validates and prints the whole config).
+cairn_any_tool() {
+  local t
+  for t in report plan train eval reshard sweep; do
+    cairn_tool "$t" && return 0
+  done
+  return 1
+}
+
+# cairn_print_config ARGS...: the effective config as the tools see it (TOML with origin comments).
+cairn_print_config() {
+  local tool
+  tool=$(cairn_any_tool) || cairn_die "no cairn-* binary found (looked in ${CAIRN_BIN_DIR:-<unset>}, $CAIRN_HOME/build/bin and PATH); build first"
+  "$tool" "$@" --print-config
+}
+
+# cairn_config_value SECTION KEY < printed-config: prints the value of SECTION.KEY from a tool's
+# --print-config output (strings unquoted; empty when declared but unset). Returns 1 if the key is
+# not declared (not printed) at all.
+cairn_config_value() {
+  awk -v want="[$1]" -v key="$2" '
+    /^[[:space:]]*\[/ { sub(/[[:space:]]*#.*/, ""); gsub(/[[:space:]]/, ""); insec = ($0 == want); next }
+    insec {
+      line = $0
+      # a declared key without a value prints as "# key = (unset)"
+      if (match(line, "^#[[:space:]]*\"?" key "\"?[[:space:]]*=[[:space:]]*\\(unset\\)")) { print ""; found = 1; exit }
+      if (match(line, "^[[:space:]]*\"?" key "\"?[[:space:]]*=[[:space:]]*")) {
+        v = substr(line, RLENGTH + 1)
+        if (v ~ /^"/) {
+          out = ""; i = 2
+          while (i <= length(v)) {
+            c = substr(v, i, 1)
+            if (c == "\\") { i++; c = substr(v, i, 1); if (c == "n") c = "\n"; else if (c == "t") c = "\t" }
+            else if (c == "\"") break
+            out = out c; i++
+          }
+          print out
+        } else {
+          sub(/[[:space:]]*#.*/, "", v); sub(/[[:space:]]+$/, "", v); print v
+        }
+        found = 1; exit
+      }
+    }
+    END { exit found ? 0 : 1 }'
+}
+
+# A TOML basic string for --set values, so a path is never read as a number, date or boolean.
+cairn_toml_str() {
+  local s=$1
+  s=${s//\\/\\\\}; s=${s//\"/\\\"}
+  printf '"%s"' "$s"
+}
+
+# Makes a path absolute (relative to the current directory) without requiring it to exist.
+cairn_abspath() {
+  case "$1" in
+    /*) echo "$1" ;;
+    *) echo "$(pwd)/${1#./}" ;;
+  esac
+}
+
+# cairn_resolve_run_dir ARGS...: sets CAIRN_RUN_DIR from the tools' view of [run] dir.
+cairn_resolve_run_dir() {
+  local printed dir
+  printed=$(cairn_print_config "$@") || cairn_die "the config is not valid (see the tool's message above)"
+  dir=$(cairn_config_value run dir <<<"$printed") || cairn_die "--print-config output has no [run] dir"
+  CAIRN_RUN_DIR=$(cairn_abspath "$dir")
+  CAIRN_PRINTED_CONFIG=$printed
+}
+
+# Which launcher: srun inside an allocation, mpirun otherwise.
+cairn_launcher() {
+  if [ -n "${CAIRN_LAUNCHER:-}" ]; then echo "$CAIRN_LAUNCHER"
+  elif [ -n "${SLURM_JOB_ID:-}" ]; then echo srun
+  else echo mpirun
+  fi
+}
+
+# Runs a command in the background and relays SIGUSR1/SIGUSR2/SIGTERM to it, so a batch shell that
+# Slurm signals (--signal=B:USR1@grace, scancel --signal=USR1 --batch) passes the signal to srun,
+# which forwards it to every rank. Returns the command's exit code.
+cairn_run_relaying_signals() {
+  "$@" &
+  local pid=$! rc=0
+  # A signal that came before the command started (see cairn_batch_prologue) is passed on now.
+  if [ -n "${CAIRN_SIGNAL_PENDING:-}" ]; then
+    cairn_log "relaying the earlier SIG$CAIRN_SIGNAL_PENDING to the ranks"
+    kill -s "$CAIRN_SIGNAL_PENDING" "$pid" 2>/dev/null || true
+    CAIRN_SIGNAL_PENDING=""
+  fi
+  # shellcheck disable=SC2064
+  trap "cairn_log 'relaying SIGUSR1 to the ranks'; kill -USR1 $pid 2>/dev/null || true" USR1
+  # shellcheck disable=SC2064
+  trap "kill -USR2 $pid 2>/dev/null || true" USR2
+  # shellcheck disable=SC2064
+  trap "cairn_log 'relaying SIGTERM to the ranks'; kill -TERM $pid 2>/dev/null || true" TERM
+  while :; do
+    rc=0
+    wait "$pid" || rc=$?
+    # wait returns early (status > 128) when a trapped signal arrives; keep waiting while it runs.
+    kill -0 "$pid" 2>/dev/null || break
+  done
+  trap 'CAIRN_SIGNAL_PENDING=USR1' USR1
+  trap 'CAIRN_SIGNAL_PENDING=TERM' TERM
+  trap - USR2
+  return "$rc"
+}
+
+# Threads per rank follow the allocation's --cpus-per-task: srun does not bind ranks the way mpirun
+# does, and OpenMP's default (every core of the node per rank) oversubscribes the node, which costs
+# 10-50x with spinning threads. Since Slurm 22.05 srun also no longer inherits --cpus-per-task.
+cairn_srun_environment() {
+  if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$SLURM_CPUS_PER_TASK}
+    export SRUN_CPUS_PER_TASK=${SRUN_CPUS_PER_TASK:-$SLURM_CPUS_PER_TASK}
+  fi
+}
+
+# cairn_launch CMD...: runs CMD on every rank of the allocation (srun) or on CAIRN_NP local ranks.
+cairn_launch() {
+  local launcher
+  launcher=$(cairn_launcher)
+  case "$launcher" in
+    srun)
+      cairn_srun_environment
+      # shellcheck disable=SC2086
+      cairn_run_relaying_signals srun --mpi="${CAIRN_SRUN_MPI:-pmix}" ${CAIRN_SRUN_ARGS:-} "$@" ;;
+    mpirun)
+      # shellcheck disable=SC2086
+      cairn_run_relaying_signals mpirun -np "${CAIRN_NP:-2}" ${CAIRN_MPIRUN_ARGS:-} "$@" ;;
+    none)
+      cairn_run_relaying_signals "$@" ;;
+    *) cairn_die "CAIRN_LAUNCHER must be srun, mpirun or none (got '$launcher')" ;;
+  esac
+}
+
+# cairn_launch_one CMD...: a single-process tool (plan, report). Under Slurm it still goes through
+# srun -n 1 so MPI initialises the same way on every site.
+cairn_launch_one() {
+  case "$(cairn_launcher)" in
+    srun)
+      cairn_srun_environment
+      # shellcheck disable=SC2086
+      cairn_run_relaying_signals srun --mpi="${CAIRN_SRUN_MPI:-pmix}" --ntasks=1 --nodes=1 ${CAIRN_SRUN_ARGS:-} "$@" ;;
+    *) cairn_run_relaying_signals "$@" ;;
+  esac
+}
+
+# cairn_stage_tool STAGE TOOL: prints the binary path; when it is missing, says so and returns 1
+# (run-local.sh treats that as "skip this stage" while tools are still landing).
+cairn_stage_tool() {
+  local path
+  if path=$(cairn_tool "$2"); then echo "$path"; return 0; fi
+  cairn_log "stage $1: cairn-$2 is not built (looked in ${CAIRN_BIN_DIR:-<CAIRN_BIN_DIR unset>}, $CAIRN_HOME/build/bin, PATH)"
+  return 1
+}
+
+# Sources every stage body (each defines cairn_stage_<name> "ARGS...").
+cairn_load_stages() {
+  local s
+  for s in "${CAIRN_STAGES[@]}"; do
+    # shellcheck disable=SC1090
+    source "$CAIRN_HOME/slurm/stages/$s.sh"
+  done
+}
+
+# Prints a command line that a shell reads back as the same words; plain words stay unquoted (so a
+# --dry-run's $JOB_X placeholders still expand when pasted).
+cairn_shell_words() {
+  local w out=""
+  for w in "$@"; do
+    if [[ "$w" =~ ^[][A-Za-z0-9_./:=,@%+\$-]+$ ]]; then out+="$w "
+    else out+="'${w//\'/\'\\\'\'}' "
+    fi
+  done
+  echo "${out% }"
+}
+
+# Escapes a string for a JSON document.
+cairn_json_str() {
+  local s=$1
+  s=${s//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\n'/\\n}; s=${s//$'\t'/\\t}; s=${s//$'\r'/\\r}
+  printf '"%s"' "$s"
+}
+
+# Common prologue of every sbatch template: find CAIRN_HOME even though Slurm runs a copy of the
+# script from its spool directory, load the site environment, resolve the run directory.
+cairn_batch_prologue() {
+  # Until a stage's command runs, remember USR1/TERM instead of dying of them (bash's default).
+  trap 'CAIRN_SIGNAL_PENDING=USR1' USR1
+  trap 'CAIRN_SIGNAL_PENDING=TERM' TERM
+  cairn_env_hook
+  cairn_resolve_run_dir "$@"
+  mkdir -p "$CAIRN_RUN_DIR"
+  cairn_log "job ${SLURM_JOB_ID:-local} (${SLURM_JOB_NAME:-}) on ${SLURM_JOB_NODELIST:-$(hostname)}: ${SLURM_NTASKS:-?} tasks, restart ${SLURM_RESTART_COUNT:-0}, run dir $CAIRN_RUN_DIR"
+}
+
+cairn_find_home

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Nightly regression: runs the pipeline for CONFIG on Slurm, waits, then gates it against a baseline.
+#
+# Usage: slurm/nightly.sh CONFIG BASELINE_DIR [--set k=v ...] [--out DIR] [other submit-pipeline.sh options]
+#
+# Runs every stage but the report with slurm/submit-pipeline.sh --wait into a fresh run directory
+# (<[run] dir>/<UTC date-time> unless --out is given; <[run] dir>/latest points at it), then
+# cairn-report on that run with --baseline BASELINE_DIR and the config's [report.gates].
+# Exit code (for cron and CI): 0 all gates pass, 3 a gate failed (regression), 1 infrastructure
+# failure (a job failed, a tool is missing, the baseline is missing, ...), 2 usage error.
+# Output is plain timestamped lines, one per event, safe to mail from cron.
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/lib/common.sh"
+source "$here/stages/report.sh"
+
+say() { echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) nightly: $*"; }
+finish() { say "$2"; exit "$1"; }
+
+if [ $# -lt 2 ] || [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+  cairn_usage "$0"; exit 2
+fi
+config=$1 baseline=$2; shift 2
+[ -f "$config" ] || finish 2 "USAGE: cannot open \"$config\": No such file or directory"
+config=$(cairn_abspath "$config")
+[ -d "$baseline" ] || finish 1 "INFRA-FAILURE: baseline \"$baseline\" is not a directory"
+baseline=$(cd "$baseline" && pwd)
+
+sets=() out="" passthrough=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --set) [ $# -ge 2 ] || finish 2 "USAGE: --set needs a value"; sets+=(--set "$2"); shift 2 ;;
+    --out) [ $# -ge 2 ] || finish 2 "USAGE: --out needs a value"; out=$2; shift 2 ;;
+    --stages|--dry-run|--wait) finish 2 "USAGE: nightly.sh chooses $1 itself" ;;
+    --grace|--sbatch) [ $# -ge 2 ] || finish 2 "USAGE: $1 needs a value"; passthrough+=("$1" "$2"); shift 2 ;;
+    *) passthrough+=("$1"); shift ;;
+  esac
+done
+
+cairn_env_hook
+printed=$(cairn_print_config --config "$config" "${sets[@]}" 2>&1) || finish 1 "INFRA-FAILURE: config rejected: $printed"
+base=$(cairn_config_value run dir <<<"$printed") || finish 1 "INFRA-FAILURE: no [run] dir in the printed config"
+base=$(cairn_abspath "$base")
+if [ -z "$out" ]; then
+  out=$base/$(date -u +%Y%m%dT%H%M%SZ)
+fi
+out=$(cairn_abspath "$out")
+mkdir -p "$out" || finish 1 "INFRA-FAILURE: cannot create \"$out\""
+if [ "$(dirname "$out")" = "$base" ]; then ln -sfn "$(basename "$out")" "$base/latest" 2>/dev/null || true; fi
+
+# One nightly at a time per run directory base (cron may start the next before this one ends).
+if command -v flock >/dev/null; then
+  exec 9>"$base/.nightly.lock"
+  flock -n 9 || finish 1 "INFRA-FAILURE: another nightly.sh holds $base/.nightly.lock"
+fi
+
+say "config $config; baseline $baseline; run $out"
+stages=()
+for s in "${CAIRN_STAGES[@]}"; do [ "$s" = report ] || stages+=("$s"); done
+stages_csv=$(IFS=,; echo "${stages[*]}")
+export CAIRN_POLL_S=${CAIRN_POLL_S:-5}
+"$here/submit-pipeline.sh" "$config" "${sets[@]}" --out "$out" --stages "$stages_csv" --wait "${passthrough[@]}" 2>&1 \
+  | while IFS= read -r line; do say "$line"; done
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || finish 1 "INFRA-FAILURE: the pipeline did not complete (exit $rc); see the FAILED line above and $out/logs/"
+
+say "pipeline completed; running cairn-report against the baseline"
+export CAIRN_LAUNCHER=none CAIRN_BASELINE_DIR=$baseline
+# shellcheck disable=SC2034  # read by the stage body
+CAIRN_RUN_DIR=$out
+mkdir -p "$out/logs"
+cairn_stage_report --config "$config" "${sets[@]}" --set "run.dir=$(cairn_toml_str "$out")" > "$out/logs/report.log" 2>&1
+rc=$?
+sed 's/^/  | /' "$out/logs/report.log"
+summary=$out/report/summary.md
+case "$rc" in
+  0) finish 0 "PASS: every gate passed against $baseline (report $out/report/index.html)" ;;
+  3) finish 3 "REGRESSION: a gate failed against $baseline; see $summary and $out/report/index.html" ;;
+  *) finish 1 "INFRA-FAILURE: cairn-report exited $rc; log $out/logs/report.log" ;;
+esac

@@ -1,0 +1,9 @@
+# Stage body: tokenize the corpus named in [data] into shards with cairn-reshard -> <run>/data/
+# shellcheck shell=bash
+# (or [data] path). Ranks split the output shards; a rerun skips shards already complete.
+cairn_stage_reshard() {
+  local bin
+  bin=$(cairn_stage_tool reshard reshard) || return "${CAIRN_MISSING_RC:-1}"
+  # The common options belong to the main command, before the subcommand.
+  cairn_launch "$bin" "$@" build
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# A failing stage on a real Slurm: train fails (its dataset does not exist), so Slurm cancels the
+# stages that depend on it (eval, report: --kill-on-invalid-dep) instead of leaving them pending, and
+# submit-pipeline.sh --wait exits 1 naming the failed stage, its job and its log, which holds the
+# tool's error. Run under scripts/slurm-local.sh run --.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+[ -n "${SLURM_CONF:-}" ] || fail "SLURM_CONF not set: run under scripts/slurm-local.sh run --"
+
+work="" ; make_workdir failure
+cd "$CAIRN_SOURCE_DIR"
+
+rc=0
+CAIRN_POLL_S=1 slurm/submit-pipeline.sh tests/slurm/tiny.toml --out "$work/run" --stages train,eval,report \
+  --set "data.path=\"$work/no-such-dataset\"" --wait > "$work/submit.out" 2>&1 || rc=$?
+cat "$work/submit.out"
+[ "$rc" -eq 1 ] || fail "submit-pipeline --wait exited $rc, expected 1"
+
+train_job=$(sed -n 's/^submitted train as job \([0-9]*\).*/\1/p' "$work/submit.out")
+log="$work/run/logs/train-$train_job.out"
+grep -q "^FAILED: stage train (job $train_job, FAILED, exit [0-9]*:[0-9]*); log: $log\$" "$work/submit.out" \
+  || fail "the output does not name the failed stage and its log"
+grep -q "no-such-dataset" "$log" || fail "the train log $log does not hold cairn-train's error"
+[ "$(job_state "$train_job")" = FAILED ] || fail "train job is $(job_state "$train_job")"
+for s in eval report; do
+  jid=$(sed -n "s/^submitted $s as job \\([0-9]*\\).*/\\1/p" "$work/submit.out")
+  [ "$(job_state "$jid")" = CANCELLED ] || fail "$s job $jid is $(job_state "$jid"), expected CANCELLED"
+  [ ! -e "$work/run/logs/$s-$jid.out" ] || fail "$s ran although train failed"
+done
+grep -q "^cancelled: eval report" "$work/submit.out" || fail "the output does not list the cancelled dependents"
+pass "train FAILED, eval and report CANCELLED, the output names the stage and its log"
+
+# With --eval-watch the eval job starts alongside training (after:TRAIN); when training fails it must
+# stop watching instead of idling until its timeout, and the report is still cancelled.
+rc=0
+CAIRN_POLL_S=1 slurm/submit-pipeline.sh tests/slurm/tiny.toml --out "$work/run2" --stages train,eval,report \
+  --set "data.path=\"$work/no-such-dataset\"" --eval-watch --wait > "$work/submit2.out" 2>&1 || rc=$?
+cat "$work/submit2.out"
+[ "$rc" -eq 1 ] || fail "--eval-watch: submit-pipeline --wait exited $rc, expected 1"
+grep -q "^FAILED: stage train " "$work/submit2.out" || fail "--eval-watch: train failure not named"
+report_job=$(sed -n 's/^submitted report as job \([0-9]*\).*/\1/p' "$work/submit2.out")
+[ "$(job_state "$report_job")" = CANCELLED ] || fail "--eval-watch: report job is $(job_state "$report_job")"
+eval_job=$(sed -n 's/^submitted eval as job \([0-9]*\).*/\1/p' "$work/submit2.out")
+if [ -f "$work/run2/logs/eval-$eval_job.out" ]; then
+  grep -q "stopping the watch" "$work/run2/logs/eval-$eval_job.out" || fail "eval did not stop watching"
+fi
+pass "--eval-watch: a failed training stops the watching eval; report CANCELLED"

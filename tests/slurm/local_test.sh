@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Local mode and the scripts' command lines, without Slurm: slurm/run-local.sh runs all six stage
+# bodies in order with mpirun and the report's gates pass; a report gate failure surfaces as exit 3
+# naming the stage; submit-pipeline.sh --dry-run works without Slurm and honours --stages;
+# bad arguments get exit 2 and a message naming what is wrong.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+work="" ; make_workdir local
+cd "$CAIRN_SOURCE_DIR"
+tiny=tests/slurm/tiny.toml
+
+expect() {  # expect CODE TEXT CMD...: runs CMD, checks its exit code and that its output has TEXT
+  local code=$1 text=$2 rc=0; shift 2
+  "$@" > "$work/out" 2>&1 || rc=$?
+  [ "$rc" -eq "$code" ] || { cat "$work/out"; fail "$* exited $rc, expected $code"; }
+  grep -qF -- "$text" "$work/out" || { cat "$work/out"; fail "$* did not say '$text'"; }
+}
+expect 2 'cannot open "nope.toml"' slurm/submit-pipeline.sh nope.toml --dry-run
+expect 2 "unknown stage 'trian'" slurm/submit-pipeline.sh "$tiny" --stages trian --dry-run
+expect 2 "--sbatch wants STAGE:ARGS" slurm/submit-pipeline.sh "$tiny" --sbatch "-N 2" --dry-run
+expect 2 "unknown option '--bogus'" slurm/run-local.sh "$tiny" --bogus
+expect 2 "stepz" slurm/run-local.sh "$tiny" --set train.stepz=3
+expect 2 "Usage" slurm/nightly.sh "$tiny"
+pass "bad arguments: exit 2 with the reason"
+
+expect 0 "JOB_REPORT=" slurm/submit-pipeline.sh "$tiny" --out "$work/dry" --stages train,report --dry-run
+[ "$(grep -c '^JOB_' "$work/out")" -eq 2 ] || fail "--stages train,report did not give two jobs"
+grep -q -- "--dependency=afterok:\$JOB_TRAIN --kill-on-invalid-dep=yes" "$work/out" \
+  || { cat "$work/out"; fail "report does not depend on train alone"; }
+pass "--dry-run without Slurm, --stages drops dependencies on stages left out"
+
+# The whole pipeline locally; an absolute loss gate so it passes without a baseline.
+rc=0
+slurm/run-local.sh "$tiny" --out "$work/run" --set "report.gates.val_loss={ max = 4.0 }" > "$work/local.out" 2>&1 || rc=$?
+[ "$rc" -eq 0 ] || { tail -n 30 "$work/local.out"; fail "run-local exited $rc"; }
+for s in sweep plan reshard train eval report; do
+  grep -q "== stage $s done" "$work/local.out" || fail "stage $s did not run"
+  [ -s "$work/run/logs/$s.log" ] || fail "no log for $s"
+done
+grep -q "^report: $work/run/report/index.html" "$work/local.out" || fail "the outputs were not printed"
+pass "run-local: six stages in order, report written"
+
+# An impossible gate fails the report stage: exit 3, stage and log named.
+expect 3 "FAILED: stage report (exit 3); log: $work/run/logs/report.log" \
+  slurm/run-local.sh "$tiny" --out "$work/run" --stages report --set "report.gates.val_loss={ max = 0.1 }"
+pass "a failed gate: exit 3 naming the report stage"
