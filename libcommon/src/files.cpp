@@ -54,7 +54,10 @@ std::string temp_name_for(const std::string& path) {
   char suffix[32];
   std::snprintf(suffix, sizeof suffix, ".tmp.%d.%06x", static_cast<int>(getpid()),
                 static_cast<unsigned>(rng() & 0xffffff));
-  return (p.parent_path() / ("." + p.filename().string() + suffix)).string();
+  // Appended piecewise: GCC 12 warns falsely (-Wrestrict) on `"." + std::string`.
+  std::string name(".");
+  name.append(p.filename().string()).append(suffix);
+  return (p.parent_path() / name).string();
 }
 
 void write_all(int fd, const char* data, size_t size, const std::string& path) {
