@@ -5,6 +5,9 @@
 #include <string>
 
 #include "cairn/kernels/backend.h"
+#ifdef CAIRN_HAVE_CUDA_BACKEND
+#include "cairn/kernels/cuda.h"
+#endif
 #include "cpu_common.h"
 
 namespace cairn::kernels {
@@ -58,10 +61,6 @@ double squared_norm_reference(const float* x, size_t n) {
 void scale_reference(float* x, float s, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] *= s;
 }
-
-#ifdef CAIRN_HAVE_CUDA_BACKEND
-const Backend* cuda_backend_or_null();  // kernels/cuda: nullptr when no GPU is usable
-#endif
 
 const Backend* find_backend(const char* name) {
   if (!name) return nullptr;

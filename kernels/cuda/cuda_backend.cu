@@ -1,13 +1,20 @@
-// The CUDA backend (fp32): cuBLAS for matmuls, straightforward deterministic kernels for everything else.
-// First version: correctness and the same semantics as the CPU reference; the bf16/cuBLASLt/flash-attention
-// speed work of issue 7 replaces kernels one by one behind the same table.
+// The CUDA backend (fp32): cuBLAS for matmuls, straightforward deterministic kernels for everything else; with
+// cuda_set_bf16_matmul(true) (precision = "bf16") the matmuls run on tensor cores through cuBLASLt with bf16 inputs
+// and fp32 accumulation. Same semantics as the CPU reference; faster kernels (flash attention, fused epilogues)
+// replace these one by one behind the same table. Every op runs on the legacy default stream.
+#include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "../cpu/cpu_common.h"
@@ -42,13 +49,37 @@ cublasHandle_t cublas() {
   return handle;
 }
 
+// Bytes held through this backend now and at most (trainers report the high-water mark, like PyTorch's
+// max_memory_allocated); the size of each live allocation is kept so frees can be subtracted.
+std::mutex g_mem_mutex;
+std::unordered_map<void*, size_t> g_mem_sizes;
+std::atomic<size_t> g_mem_current{0}, g_mem_peak{0};
+
+void track_alloc(void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lk(g_mem_mutex);
+  g_mem_sizes[p] = bytes;
+  const size_t now = g_mem_current += bytes;
+  if (now > g_mem_peak) g_mem_peak = now;
+}
+void track_free(void* p) {
+  std::lock_guard<std::mutex> lk(g_mem_mutex);
+  auto it = g_mem_sizes.find(p);
+  if (it == g_mem_sizes.end()) return;
+  g_mem_current -= it->second;
+  g_mem_sizes.erase(it);
+}
+
 // Grows-only device scratch for ops that need temporaries (attention's D, norm partials).
 float* scratch(size_t floats) {
   static float* ptr = nullptr;
   static size_t capacity = 0;
   if (floats > capacity) {
-    if (ptr) CAIRN_CUDA(cudaFree(ptr));
+    if (ptr) {
+      track_free(ptr);
+      CAIRN_CUDA(cudaFree(ptr));
+    }
     CAIRN_CUDA(cudaMalloc(&ptr, floats * sizeof(float)));
+    track_alloc(ptr, floats * sizeof(float));
     capacity = floats;
   }
   return ptr;
@@ -57,12 +88,26 @@ float* scratch(size_t floats) {
 // ---------------- memory ----------------
 void* dev_alloc(size_t bytes) {
   void* p = nullptr;
-  CAIRN_CUDA(cudaMalloc(&p, bytes == 0 ? 256 : bytes));
-  CAIRN_CUDA(cudaMemset(p, 0, bytes == 0 ? 256 : bytes));
+  const size_t n = bytes == 0 ? 256 : bytes;
+  cudaError_t err = cudaMalloc(&p, n);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // an allocation failure is not sticky: clear it so the next launch check does not report it
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw std::runtime_error("CUDA: out of device memory allocating " + std::to_string(n >> 20) + " MiB (" +
+                             std::to_string(free_b >> 20) + " MiB free of " + std::to_string(total_b >> 20) +
+                             " MiB; cairn holds " + std::to_string(g_mem_current.load() >> 20) +
+                             " MiB): lower the micro-batch or sequence length");
+  }
+  CAIRN_CUDA(cudaMemset(p, 0, n));
+  track_alloc(p, n);
   return p;
 }
 void dev_free(void* p) {
-  if (p) cudaFree(p);
+  if (p) {
+    track_free(p);
+    cudaFree(p);
+  }
 }
 void to_device(void* dst, const void* src, size_t bytes) {
   if (bytes) CAIRN_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
@@ -76,7 +121,10 @@ void device_copy(void* dst, const void* src, size_t bytes) {
 void fill_zero(void* p, size_t bytes) {
   if (bytes) CAIRN_CUDA(cudaMemset(p, 0, bytes));
 }
-void synchronize() { CAIRN_CUDA(cudaDeviceSynchronize()); }
+// Every op of this backend runs on the legacy default stream, so waiting for that stream is waiting for the backend.
+// Not cudaDeviceSynchronize: a trainer's communication on its own non-blocking stream (NCCL) keeps running, which
+// is what lets the model's per-layer synchronize during backward overlap with gradient all-reduces.
+void synchronize() { CAIRN_CUDA(cudaStreamSynchronize(cudaStreamLegacy)); }
 
 // ---------------- reductions ----------------
 __device__ inline float warp_sum(float v) {
@@ -227,8 +275,124 @@ __global__ void fill_rows_kernel(float* out, const float* bias, int N, int OC) {
   if (idx < (size_t)N * OC) out[idx] = bias[idx % OC];
 }
 
+// ---- bf16 GEMMs (precision = "bf16", autocast style): A and B rounded to bf16 right before each GEMM, fp32
+// accumulation and fp32 output, so parameters, gradients, AdamW state and every other op stay fp32.
+std::atomic<bool> g_bf16_matmul{false};
+
+cublasLtHandle_t cublaslt() {
+  static cublasLtHandle_t handle = [] {
+    cublasLtHandle_t h;
+    cublas_check(cublasLtCreate(&h), "cublasLtCreate");
+    return h;
+  }();
+  return handle;
+}
+
+__global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, size_t n) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+}
+
+// bf16 copies of a GEMM's two inputs in one grow-only buffer (not scratch(): attention and the norm use that one):
+// A at the start, B at the next 256-byte boundary, so both are 256-byte aligned and the buffer is as large as the
+// largest pair (the lm_head's logits gradient dominates), not twice the largest operand.
+std::pair<__nv_bfloat16*, __nv_bfloat16*> bf16_copies(const float* a, size_t na, const float* b, size_t nb) {
+  static __nv_bfloat16* ptr = nullptr;
+  static size_t capacity = 0;
+  const size_t b_offset = (na + 127) / 128 * 128, n = b_offset + nb;
+  if (n > capacity) {
+    if (ptr) {
+      track_free(ptr);
+      CAIRN_CUDA(cudaFree(ptr));
+    }
+    CAIRN_CUDA(cudaMalloc(&ptr, n * sizeof(__nv_bfloat16)));
+    track_alloc(ptr, n * sizeof(__nv_bfloat16));
+    capacity = n;
+  }
+  to_bf16_kernel<<<blocks_for(na), kThreads>>>(ptr, a, na);
+  to_bf16_kernel<<<blocks_for(nb), kThreads>>>(ptr + b_offset, b, nb);
+  CAIRN_LAUNCHED("to_bf16");
+  return {ptr, ptr + b_offset};
+}
+
+constexpr size_t kLtWorkspaceBytes = 32u << 20;
+void* lt_workspace() {
+  static void* ws = [] {
+    void* p = nullptr;
+    CAIRN_CUDA(cudaMalloc(&p, kLtWorkspaceBytes));
+    track_alloc(p, kLtWorkspaceBytes);
+    return p;
+  }();
+  return ws;
+}
+
+uint32_t alignment_of(const void* p) {
+  uint32_t a = 256;
+  while (a > 4 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+  return a;
+}
+
+// The cublasSgemm call below with A and B in bf16 (dense: lda/ldb are the stored row counts, as in every call here).
+// False when cuBLASLt offers no algorithm for the shape or alignment; the caller then runs the fp32 GEMM.
+bool gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* a, int lda,
+               const float* b, int ldb, float beta, float* c, int ldc) {
+  const int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
+  const int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t ad = nullptr, bd = nullptr, cd = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  bool ok = false;
+  try {
+    cublas_check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA");
+    cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
+    cublas_check(cublasLtMatrixLayoutCreate(&ad, CUDA_R_16BF, a_rows, a_cols, lda), "layout A");
+    cublas_check(cublasLtMatrixLayoutCreate(&bd, CUDA_R_16BF, b_rows, b_cols, ldb), "layout B");
+    cublas_check(cublasLtMatrixLayoutCreate(&cd, CUDA_R_32F, m, n, ldc), "layout C");
+    cublas_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    uint64_t ws_bytes = kLtWorkspaceBytes;
+    uint32_t align_ab = 256, align_c = alignment_of(c);  // bf16 copies are cudaMalloc'ed: 256-byte aligned
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                      sizeof ws_bytes), "pref workspace");
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_ab,
+                                                      sizeof align_ab), "pref align A");
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_ab,
+                                                      sizeof align_ab), "pref align B");
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                                      sizeof align_c), "pref align C");
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                                      sizeof align_c), "pref align D");
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(cublaslt(), op, ad, bd, cd, cd, pref, 1, &heuristic, &found) ==
+            CUBLAS_STATUS_SUCCESS &&
+        found > 0) {
+      const auto [a16, b16] = bf16_copies(a, (size_t)lda * a_cols, b, (size_t)ldb * b_cols);
+      const float one = 1.0f;
+      cublas_check(cublasLtMatmul(cublaslt(), op, &one, a16, ad, b16, bd, &beta, c, cd, c, cd, &heuristic.algo,
+                                  lt_workspace(), kLtWorkspaceBytes, 0),
+                   "cublasLtMatmul (bf16)");
+      ok = true;
+    }
+  } catch (...) {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (cd) cublasLtMatrixLayoutDestroy(cd);
+    if (bd) cublasLtMatrixLayoutDestroy(bd);
+    if (ad) cublasLtMatrixLayoutDestroy(ad);
+    if (op) cublasLtMatmulDescDestroy(op);
+    throw;
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(cd);
+  cublasLtMatrixLayoutDestroy(bd);
+  cublasLtMatrixLayoutDestroy(ad);
+  cublasLtMatmulDescDestroy(op);
+  return ok;
+}
+
 void sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc) {
+  if (g_bf16_matmul && gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)) return;
   const float one = 1.0f;
   cublas_check(cublasSgemm(cublas(), ta, tb, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc), "cublasSgemm");
 }
@@ -260,29 +424,37 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 }
 
 // ---------------- attention: one thread per (b, h, query row), online softmax ----------------
+// HD > 0 compiles a kernel for that head dimension (the per-thread rows then live in registers: loops have constant
+// trip counts and are unrolled); HD = 0 is the generic version for any head dim <= kMaxHeadDim (local memory).
+// Same operations in the same order either way, so results do not depend on which one runs.
+template <int HD>
 __global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= B * NH * T) return;
   const int i = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
-  const int hd = C / NH;
+  const int hd = HD > 0 ? HD : C / NH;
   const float scale = rsqrtf((float)hd);
   const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hd;
-  float o[kMaxHeadDim];
+  float o[HD > 0 ? HD : kMaxHeadDim];
+  #pragma unroll
   for (int d = 0; d < hd; d++) o[d] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   for (int j = 0; j <= i; j++) {
     const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hd;
     const float* v = k + C;
     float s = 0.0f;
+    #pragma unroll
     for (int d = 0; d < hd; d++) s += q[d] * k[d];
     s *= scale;
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new), p = expf(s - m_new);
     l = l * corr + p;
+    #pragma unroll
     for (int d = 0; d < hd; d++) o[d] = o[d] * corr + p * v[d];
     m = m_new;
   }
   float* dst = out + ((size_t)b * T + i) * C + h * hd;
+  #pragma unroll
   for (int d = 0; d < hd; d++) dst[d] = o[d] / l;
   lse[((size_t)b * NH + h) * T + i] = m + logf(l);
 }
@@ -299,60 +471,70 @@ __global__ void attention_delta_kernel(float* D, const float* dout, const float*
 }
 
 // dQ_i = scale * sum_{j<=i} P_ij (dO_i.V_j - D_i) K_j   (one thread per query row)
+template <int HD>
 __global__ void attention_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
                                     int B, int T, int C, int NH) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= B * NH * T) return;
-  const int i = idx % T, h = (idx / T) % NH, b = idx / (T * NH), hd = C / NH;
+  const int i = idx % T, h = (idx / T) % NH, b = idx / (T * NH), hd = HD > 0 ? HD : C / NH;
   const float scale = rsqrtf((float)hd);
   const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hd;
   const float* dO = dout + ((size_t)b * T + i) * C + h * hd;
-  float acc[kMaxHeadDim];
+  float acc[HD > 0 ? HD : kMaxHeadDim];
+  #pragma unroll
   for (int d = 0; d < hd; d++) acc[d] = 0.0f;
   for (int j = 0; j <= i; j++) {
     const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hd;
     const float* v = k + C;
     float s = 0.0f, dp = 0.0f;
+    #pragma unroll
     for (int d = 0; d < hd; d++) {
       s += q[d] * k[d];
       dp += dO[d] * v[d];
     }
     const float p = expf(s * scale - lse[idx]);
     const float ds = p * (dp - D[idx]) * scale;
+    #pragma unroll
     for (int d = 0; d < hd; d++) acc[d] += ds * k[d];
   }
   float* dq = dqkv + ((size_t)b * T + i) * 3 * C + h * hd;
+  #pragma unroll
   for (int d = 0; d < hd; d++) dq[d] = acc[d];
 }
 
 // dK_j = scale * sum_{i>=j} dS_ij Q_i, dV_j = sum_{i>=j} P_ij dO_i   (one thread per key row, no atomics)
+template <int HD>
 __global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                      const float* D, int B, int T, int C, int NH) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= B * NH * T) return;
-  const int j = idx % T, h = (idx / T) % NH, b = idx / (T * NH), hd = C / NH;
+  const int j = idx % T, h = (idx / T) % NH, b = idx / (T * NH), hd = HD > 0 ? HD : C / NH;
   const float scale = rsqrtf((float)hd);
   const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hd;
   const float* v = k + C;
-  float dk[kMaxHeadDim], dv[kMaxHeadDim];
+  float dk[HD > 0 ? HD : kMaxHeadDim], dv[HD > 0 ? HD : kMaxHeadDim];
+  #pragma unroll
   for (int d = 0; d < hd; d++) dk[d] = dv[d] = 0.0f;
   const size_t row0 = ((size_t)b * NH + h) * T;
   for (int i = j; i < T; i++) {
     const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hd;
     const float* dO = dout + ((size_t)b * T + i) * C + h * hd;
     float s = 0.0f, dp = 0.0f;
+    #pragma unroll
     for (int d = 0; d < hd; d++) {
       s += q[d] * k[d];
       dp += dO[d] * v[d];
     }
     const float p = expf(s * scale - lse[row0 + i]);
     const float ds = p * (dp - D[row0 + i]) * scale;
+    #pragma unroll
     for (int d = 0; d < hd; d++) {
       dk[d] += ds * q[d];
       dv[d] += p * dO[d];
     }
   }
   float* row = dqkv + ((size_t)b * T + j) * 3 * C + h * hd;
+  #pragma unroll
   for (int d = 0; d < hd; d++) {
     row[C + d] = dk[d];
     row[2 * C + d] = dv[d];
@@ -367,7 +549,12 @@ void check_head_dim(int C, int NH) {
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   check_head_dim(C, NH);
-  attention_forward_kernel<<<blocks_for((size_t)B * NH * T, 64), 64>>>(out, lse, qkv, B, T, C, NH);
+  const unsigned grid = blocks_for((size_t)B * NH * T, 64);
+  switch (C / NH) {
+    case 64: attention_forward_kernel<64><<<grid, 64>>>(out, lse, qkv, B, T, C, NH); break;
+    case 128: attention_forward_kernel<128><<<grid, 64>>>(out, lse, qkv, B, T, C, NH); break;
+    default: attention_forward_kernel<0><<<grid, 64>>>(out, lse, qkv, B, T, C, NH);
+  }
   CAIRN_LAUNCHED("attention_forward");
 }
 
@@ -377,8 +564,20 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const size_t rows = (size_t)B * NH * T;
   float* D = scratch(rows);
   attention_delta_kernel<<<blocks_for(rows), kThreads>>>(D, dout, out, B, T, C, NH);
-  attention_dq_kernel<<<blocks_for(rows, 64), 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
-  attention_dkv_kernel<<<blocks_for(rows, 64), 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+  const unsigned grid = blocks_for(rows, 64);
+  switch (C / NH) {
+    case 64:
+      attention_dq_kernel<64><<<grid, 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+      attention_dkv_kernel<64><<<grid, 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+      break;
+    case 128:
+      attention_dq_kernel<128><<<grid, 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+      attention_dkv_kernel<128><<<grid, 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+      break;
+    default:
+      attention_dq_kernel<0><<<grid, 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+      attention_dkv_kernel<0><<<grid, 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
+  }
   CAIRN_LAUNCHED("attention_backward");
 }
 
@@ -535,6 +734,19 @@ Backend make_cuda_backend() {
 }
 
 }  // namespace
+
+// Device bytes allocated through this backend now / at most since the process started or the last reset (declared
+// where used: tools/train/gpu_cuda.cpp, bench/kernels_gpu_gpt_bench.cpp).
+size_t cuda_allocated_bytes() { return g_mem_current.load(); }
+size_t cuda_peak_allocated_bytes() { return g_mem_peak.load(); }
+// precision = "bf16": every matmul of this backend rounds its inputs to bf16 and runs on tensor cores (fp32
+// accumulation and output); off (the default) is plain fp32 cuBLAS.
+void cuda_set_bf16_matmul(bool on) { g_bf16_matmul = on; }
+bool cuda_bf16_matmul() { return g_bf16_matmul; }
+void cuda_reset_peak_allocated_bytes() {
+  std::lock_guard<std::mutex> lk(g_mem_mutex);
+  g_mem_peak = g_mem_current.load();
+}
 
 // nullptr when no CUDA device is usable (no driver, no GPU): callers report that and skip or fail clearly.
 const Backend* cuda_backend_or_null() {

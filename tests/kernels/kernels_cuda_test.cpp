@@ -1,12 +1,15 @@
-// Checks every op of the CUDA backend (fp32) against the CPU reference backend, forward and backward.
+// Checks every op of the CUDA backend (fp32) against the CPU reference backend, forward and backward, and the
+// matmuls again with precision = "bf16" (inputs rounded to bf16, fp32 accumulation).
 // Tolerance: 1e-4 relative with a tensor-scaled floor (ops_checks.h): cuBLAS and the GPU reductions sum in other
-// orders and contract to FMA. Exits 77 (ctest: skipped) with the reason when no GPU is usable.
+// orders and contract to FMA; bf16 matmuls 2e-2 (bf16 keeps 8 significant bits: ~4e-3 relative per input, which a
+// dot product averages). Exits 77 (ctest: skipped) with the reason when no GPU is usable.
 #define BOOST_TEST_MODULE kernels_cuda
 #include <boost/test/unit_test.hpp>
 #include <cstdio>
 #include <cstdlib>
 
 #include "ops_checks.h"
+#include "cairn/kernels/cuda.h"
 
 using namespace ops_checks;
 
@@ -39,3 +42,10 @@ BOOST_AUTO_TEST_CASE(attention) { check_attention(gpu(), kRtol); }
 BOOST_AUTO_TEST_CASE(gelu_and_residual) { check_gelu_residual(gpu(), kRtol, true); }
 BOOST_AUTO_TEST_CASE(crossentropy) { check_crossentropy(gpu(), kRtol); }
 BOOST_AUTO_TEST_CASE(adamw_norm_scale) { check_optimizer(gpu(), kRtol, false); }
+BOOST_AUTO_TEST_CASE(matmul_bf16) {
+  cairn::kernels::cuda_set_bf16_matmul(true);
+  struct Off {
+    ~Off() { cairn::kernels::cuda_set_bf16_matmul(false); }
+  } off;
+  check_matmul(gpu(), 2e-2);
+}

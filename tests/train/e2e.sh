@@ -95,7 +95,7 @@ trace = json.load(open(f"{d}/trace.json"))
 ev = [e for e in trace["traceEvents"] if e["ph"] == "X"]
 assert {e["pid"] for e in ev} == {0, 1}, "one process row per rank"
 names = {e["name"] for e in ev}
-for n in ("forward", "backward", "optimizer", "comm (exposed)", "backward h.0", "backward h.1", "step 3", "step 4"):
+for n in ("forward", "backward", "optimizer", "comm (exposed)", "backward h.0", "backward h.1", "forward h.0", "forward h.1", "forward embeddings", "forward head/loss", "step 3", "step 4"):
     assert n in names, (n, names)
 assert "step 5" not in names and "step 2" not in names
 assert all(e["dur"] >= 0 for e in ev)

@@ -27,6 +27,7 @@
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
 #include "cairn/shards.h"
+#include "gpu.h"
 #include "loader.h"
 
 namespace fs = std::filesystem;
@@ -85,6 +86,9 @@ struct Settings {
   double peak_tflops = 0;
   int threads = 0;
   std::string backend;
+  bool on_gpu = false;            // backend "cuda": device memory, NCCL between ranks
+  bool recompute_gelu = false;    // cuda: [parallel]/[train] recompute = "gelu"
+  bool bf16 = false;              // cuda: precision = "bf16" (bf16 GEMM inputs, fp32 accumulation and state)
   std::string run_dir, train_dir, ckpt_dir, data_dir;
   double val_fraction = 0;
 };
@@ -150,6 +154,17 @@ Settings read_settings(const Config& cfg) {
   }
   if (s.backend == "cpu" && cfg.get_string("train.precision") != "fp32") {
     throw UsageError("[train] precision = \"" + cfg.get_string("train.precision") + "\" needs the cuda backend; the cpu backend computes in fp32");
+  }
+  s.on_gpu = s.backend == "cuda";
+  if (s.on_gpu) {
+    s.bf16 = cfg.get_string("train.precision") == "bf16";
+    for (const std::string& r : {recompute, trecompute}) {
+      if (r != "none" && r != "gelu") {
+        throw UsageError("recompute = \"" + r + "\" ([parallel] or [train]) is not implemented on the cuda backend; use "
+                         "\"gelu\" or \"none\"");
+      }
+      if (r == "gelu") s.recompute_gelu = true;
+    }
   }
   if (cfg.get_string("model.architecture") != "gpt") {
     throw UsageError("[model] architecture = \"" + cfg.get_string("model.architecture") + "\": cairn-train implements \"gpt\"");
@@ -261,6 +276,13 @@ class Trainer {
   void trace_event(const std::string& name, const std::string& cat, double t0, double t1, const json& args = nullptr,
                    int tid = 0);
   double measure_peak_tflops();
+  // NVTX ranges named like the trace phases, so Nsight Systems timelines read like trace.json (GPU only).
+  void phase_begin(const char* name) {
+    if (s_.on_gpu) gpu::range_push(name);
+  }
+  void phase_end() {
+    if (s_.on_gpu) gpu::range_pop();
+  }
 
   const Config& cfg_;
   TrainHooks hooks_;
@@ -291,7 +313,9 @@ class Trainer {
   std::string last_ckpt_;
   int restores_since_checkpoint_ = 0;  // restoring over and over means the model, not the data, is bad
 
-  // Gradient communication.
+  // Gradient communication: NCCL on its own stream between GPU ranks (backend "cuda"), MPI otherwise.
+  gpu::DeviceInfo device_;
+  std::unique_ptr<gpu::Nccl> nccl_;
   std::vector<MPI_Request> requests_;
   std::vector<std::pair<double, size_t>> bucket_starts_;  // launch time and size of each request (trace)
   size_t pend_lo_ = 0, pend_hi_ = 0, covered_ = 0;
@@ -307,6 +331,7 @@ class Trainer {
   double trace_epoch_ = 0;
   double flops_per_token_ = 0, peak_tflops_ = 0;
   double last_cb_time_ = 0;
+  double last_fwd_time_ = 0;  // end of the previous forward trace event
 };
 
 void Trainer::trace_event(const std::string& name, const std::string& cat, double t0, double t1, const json& args,
@@ -337,7 +362,15 @@ void Trainer::setup() {
   s_ = read_settings(cfg_);
   if (!s_.trace_steps.empty()) std::tie(trace_a_, trace_b_) = parse_step_range(s_.trace_steps);
 
+  if (s_.on_gpu) {
+    // Unavailable (no driver, no GPU, or a build without CUDA) is a configuration error: exit 2 with the reason.
+    if (const char* why = kernels::backend_unavailable_reason("cuda")) {
+      throw UsageError(strprintf("[train] backend = \"cuda\" cannot run here: %s", why));
+    }
+    device_ = gpu::bind_rank_to_gpu();  // before the backend allocates anything
+  }
   backend_ = kernels::find_backend(s_.backend.c_str());
+  if (backend_ && s_.on_gpu) gpu::set_bf16_matmul(s_.bf16);
   if (!backend_) {
     throw UsageError(strprintf("[train] backend = \"%s\" is not available in this build (available: %s)",
                                s_.backend.c_str(), kernels::backend_names()));
@@ -398,6 +431,17 @@ void Trainer::setup() {
   mpi::barrier();
 
   model_ = std::make_unique<gpt::Model>(gcfg_, *backend_);
+  // Per-layer forward events in the trace (backward layers come from the gradient-ready callback).
+  model_->set_forward_layer_hook([this](int layer) {
+    if (!tracing_) return;
+    double t = now_s();
+    std::string name = layer < 0                ? std::string("forward embeddings")
+                       : layer >= gcfg_.layers ? std::string("forward head/loss")
+                                               : strprintf("forward h.%d", layer);
+    trace_event(name, "layer", last_fwd_time_, t);
+    last_fwd_time_ = t;
+  });
+  if (s_.recompute_gelu) model_->set_recompute_gelu(true);
   N_ = model_->num_params();
   for (const auto& t : model_->tensors()) {
     if (!segments_.empty() && segments_.back().decay == t.weight_decay &&
@@ -418,6 +462,7 @@ void Trainer::setup() {
   }
   m_ = BackendBuffer(backend_, hi_ - lo_);
   v_ = BackendBuffer(backend_, hi_ - lo_);
+  if (s_.on_gpu && s_.world > 1) nccl_ = std::make_unique<gpu::Nccl>();
 
   LoaderOptions lo;
   lo.B = s_.micro;
@@ -441,7 +486,13 @@ void Trainer::setup() {
   spec.vocab = gcfg_.vocab;
   flops_per_token_ = costmodel::model_flops_per_token(spec);
   peak_tflops_ = s_.peak_tflops > 0 ? s_.peak_tflops : measure_peak_tflops();
+  if (s_.on_gpu) gpu::reset_peak_allocated();  // a measuring sgemm's buffers are not training memory
 
+  if (s_.on_gpu) {
+    CAIRN_LOG_INFO("device: %s (%s, %.0f GiB), one GPU per rank%s, %s; MFU against %.1f TFLOP/s per GPU",
+                   device_.name.c_str(), device_.pci_bus_id.c_str(), device_.total_gib,
+                   s_.world > 1 ? ", NCCL between ranks" : "", s_.bf16 ? "bf16 GEMMs" : "fp32", peak_tflops_);
+  }
   CAIRN_LOG_INFO("model: %d layers, hidden %d, %d heads, seq %d, vocab %d (%d real): %.2fM parameters", gcfg_.layers,
                  gcfg_.hidden, gcfg_.heads, gcfg_.seq_len, gcfg_.vocab, gcfg_.vocab_real, N_ / 1e6);
   CAIRN_LOG_INFO("data: \"%s\": %llu train / %llu val windows; %d ranks x micro %d x accum %d = batch %lld (%lld tokens)%s",
@@ -457,8 +508,11 @@ void Trainer::setup() {
 }
 
 double Trainer::measure_peak_tflops() {
-  // Peak of this rank's sgemm on a square problem: the honest ceiling for MFU on a CPU.
-  const int n = 512;
+  // A GPU's datasheet peak (fp32, or bf16 tensor cores with precision = "bf16") when it is a known one; else, as
+  // on a CPU, the measured peak of this rank's GEMM on a square problem, large enough on a GPU to hide launch latency.
+  double datasheet = s_.bf16 ? device_.peak_tflops_bf16 : device_.peak_tflops_fp32;
+  if (s_.on_gpu && datasheet > 0) return mpi::allreduce(datasheet) / s_.world;
+  const int n = s_.on_gpu ? 4096 : 512;
   float* a = static_cast<float*>(backend_->alloc(sizeof(float) * n * n));
   float* b = static_cast<float*>(backend_->alloc(sizeof(float) * n * n));
   float* c = static_cast<float*>(backend_->alloc(sizeof(float) * n * n));
@@ -610,6 +664,13 @@ void Trainer::flush_bucket() {
   float* g = model_->grads();
   size_t lo = pend_lo_, hi = pend_hi_;
   pend_lo_ = pend_hi_ = 0;
+  if (nccl_) {
+    // Device memory: NCCL on its own stream, queued behind the backward kernels that produced the bucket.
+    if (shard_ == 0) nccl_->all_reduce(g + lo, hi - lo);
+    else nccl_->reduce_to_shards(g, lo, hi, shard_, N_, shard_grads_.data());
+    bucket_starts_.emplace_back(now_s(), hi - lo);
+    return;
+  }
   MPI_Request req;
   if (shard_ == 0) {
     mpi::check(MPI_Iallreduce(MPI_IN_PLACE, g + lo, static_cast<int>(hi - lo), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
@@ -671,6 +732,7 @@ void Trainer::finish_grad_reduce() {
     pend_hi_ = N_;
     flush_bucket();
   }
+  if (nccl_) nccl_->wait();
   if (!requests_.empty()) {
     mpi::check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
   }
@@ -690,12 +752,17 @@ void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault faul
   double loss_sum = 0;
   for (int k = 0; k < s_.accum; ++k) {
     double t0 = now_s(), wait = 0;
+    phase_begin("data");
     MicroBatch mb = loader_->next(&wait);
+    phase_end();
     double t1 = now_s();
     tm.data += wait;
     trace_event("data", "phase", t0, t1, {{"micro", k}, {"batch", mb.batch}});
+    phase_begin("forward");
+    last_fwd_time_ = t1;
     loss_sum += model_->forward(mb.inputs.data(), mb.targets.data(), mb.B, mb.T);
     backend_->synchronize();  // phase times mean something on asynchronous (device) backends too
+    phase_end();
     double t2 = now_s();
     tm.forward += t2 - t1;
     trace_event("forward", "phase", t1, t2, {{"micro", k}});
@@ -703,6 +770,7 @@ void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault faul
     reduce_active_ = last && s_.world > 1;
     covered_ = 0;
     last_cb_time_ = t2;
+    phase_begin("backward");
     if (last && fault == Fault::NanGrad && s_.rank == 0) {
       // Poison rank 0's gradient before communication: every rank must then see a non-finite norm.
       model_->backward([this](size_t f, size_t c) {
@@ -714,12 +782,15 @@ void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault faul
       model_->backward([this](size_t f, size_t c) { start_grad_reduce(f, c); });
     }
     backend_->synchronize();
+    phase_end();
     double t3 = now_s();
     tm.backward += t3 - t2;
     trace_event("backward", "phase", t2, t3, {{"micro", k}});
   }
   double t4 = now_s();
+  phase_begin("comm (exposed)");
   if (s_.world > 1) finish_grad_reduce();
+  phase_end();
   reduce_active_ = false;
   double t5 = now_s();
   tm.comm += t5 - t4;
@@ -758,8 +829,12 @@ double Trainer::apply_update(double lr, double grad_scale) {
     backend_->adamw_update(p + a, g + (a - lo_), m_.data() + (a - lo_), v_.data() + (a - lo_), b - a, hp);
   }
   if (shard_ == 0) return 0.0;
+  if (nccl_) backend_->synchronize();  // the AdamW kernels count as optimizer time, not as all-gather
   double t0 = now_s();
-  {
+  if (nccl_) {
+    nccl_->all_gather_shards(p, shard_, N_);  // after the AdamW kernels just queued
+    nccl_->wait();
+  } else {
     std::vector<int> counts(s_.world), displs(s_.world);
     for (int r = 0; r < s_.world; ++r) {
       size_t a = std::min(N_, shard_ * r), b = std::min(N_, shard_ * (r + 1));
@@ -856,7 +931,10 @@ TrainResult Trainer::run() {
     if (!skipped) {
       double clip = s_.grad_clip > 0 && norm > s_.grad_clip ? s_.grad_clip / norm : 1.0;
       ++adam_step_;
+      phase_begin("optimizer");
       gather_s = apply_update(lr, clip / (static_cast<double>(s_.accum) * s_.world));
+      backend_->synchronize();
+      phase_end();
       spikes_.push(loss, norm, static_cast<size_t>(s_.spike_window));
       consecutive_skips_ = 0;
     } else {
@@ -894,6 +972,16 @@ TrainResult Trainer::run() {
                    {"time_s", {{"data", tm.data}, {"forward", tm.forward}, {"backward", tm.backward},
                                {"comm", tm.comm}, {"optimizer", tm.optimizer}, {"total", tm.total}}},
                    {"wall_time", wall_clock()}};
+      std::string mem_note;
+      if (s_.on_gpu) {
+        // Rank 0's device memory: high-water of cairn's allocations (compare PyTorch's max_memory_allocated) and
+        // what the device has in use now (CUDA context, cuBLAS and NCCL buffers included).
+        const double gib = 1024.0 * 1024.0 * 1024.0;
+        double peak = static_cast<double>(gpu::peak_allocated_bytes()) / gib;
+        line["peak_mem_gib"] = peak;
+        line["device_mem_gib"] = static_cast<double>(gpu::device_used_bytes()) / gib;
+        mem_note = strprintf(" | mem %.2f GiB", peak);
+      }
       if (!std::isfinite(loss)) line["loss"] = nullptr;
       if (!std::isfinite(norm)) line["grad_norm"] = nullptr;
       jsonl_.write(line);
@@ -907,10 +995,10 @@ TrainResult Trainer::run() {
       if (step % s_.log_every == 0 || step == s_.steps) {
         double elapsed = now_s() - run_t0;
         double eta = elapsed / static_cast<double>(step - first_step) * static_cast<double>(s_.steps - step);
-        CAIRN_LOG_INFO("step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s | mfu %.1f%% | data %.0f ms | ETA %s%s",
+        CAIRN_LOG_INFO("step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s | mfu %.1f%% | data %.0f ms%s | ETA %s%s",
                        static_cast<long long>(step), static_cast<long long>(s_.steps), static_cast<double>(loss), lr, norm,
-                       format_rate(tok_s).c_str(), 100 * mfu, 1e3 * tm.data, format_duration(eta).c_str(),
-                       skipped ? " | SKIPPED" : "");
+                       format_rate(tok_s).c_str(), 100 * mfu, 1e3 * tm.data, mem_note.c_str(),
+                       format_duration(eta).c_str(), skipped ? " | SKIPPED" : "");
       }
     }
 
@@ -949,7 +1037,9 @@ TrainResult Trainer::run() {
 
     if (s_.val_every > 0 && (step % s_.val_every == 0 || step == s_.steps)) {
       double t0 = now_s();
+      phase_begin("validation");
       double vl = validate();
+      phase_end();
       trace_event("validation", "phase", t0, now_s());
       if (std::isfinite(vl)) {
         result_.val_losses.push_back(vl);

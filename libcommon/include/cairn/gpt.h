@@ -91,6 +91,9 @@ class Model {
   // Activation buffers grow to the largest B*T seen and are reused. Host pointers; ids are checked
   // (a token outside [0, vocab_real) throws cairn::RuntimeError naming the position).
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T);
+  // Called during forward() after the embeddings (layer -1), after each transformer layer (0..L-1) and
+  // after the head and loss (layer L), so a trainer can time the forward pass per layer. Empty: none.
+  void set_forward_layer_hook(std::function<void(int layer)> hook);
   // B*T*vocab of the last forward (padded columns included). Backend memory. Valid until backward(),
   // which overwrites it with the logits' gradient to save memory.
   const float* logits() const;

@@ -129,6 +129,7 @@ double train_flops_per_token(const GptConfig& c) {
 }
 
 struct Model::Impl {
+  std::function<void(int)> forward_layer_hook;  // per-layer forward timing (set_forward_layer_hook)
   GptConfig cfg;
   const Backend& be;
   bool training;
@@ -266,6 +267,7 @@ struct Model::Impl {
     T = t;
     be.copy_to_device(d_inputs, inputs, sizeof(int32_t) * N);
     be.embedding_forward(encoded, d_inputs, P(0), P(1), B, T, C);
+    if (forward_layer_hook) forward_layer_hook(-1);
     for (int l = 0; l < cfg.layers; l++) {
       const LayerTensors& w = layers[l];
       LayerActs& a = act(l);
@@ -280,6 +282,7 @@ struct Model::Impl {
       be.gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * C);
       be.matmul_forward(proj, a.fch_gelu, P(w.fcprojw), P(w.fcprojb), N, 4 * C, C, WeightLayout::InOut);
       be.residual_forward(a.res3, a.res2, proj, (size_t)N * C);
+      if (forward_layer_hook) forward_layer_hook(l);
     }
     const int lnfw = (int)tensors.size() - 2, lnfb = (int)tensors.size() - 1;
     be.layernorm_forward(lnf, lnf_mean, lnf_rstd, act(cfg.layers - 1).res3, P(lnfw), P(lnfb), N, C);
@@ -408,8 +411,12 @@ void Model::init(uint64_t seed) {
 }
 
 float Model::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
-  return impl_->forward(inputs, targets, B, T);
+  float loss = impl_->forward(inputs, targets, B, T);
+  if (impl_->forward_layer_hook) impl_->forward_layer_hook(impl_->cfg.layers);
+  return loss;
 }
+
+void Model::set_forward_layer_hook(std::function<void(int layer)> hook) { impl_->forward_layer_hook = std::move(hook); }
 
 void Model::backward(const std::function<void(size_t, size_t)>& on_grads_ready, float grad_scale) {
   impl_->backward(on_grads_ready, grad_scale);

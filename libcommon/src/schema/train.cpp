@@ -32,7 +32,9 @@ void declare_train(Schema& s) {
   // Execution.
   s.add_choice("train", "backend", KeyType::String, "cpu", {"cpu", "cuda"}, "kernel backend");
   s.add_range("train", "threads", KeyType::Int, 0, 0, 4096, "OpenMP threads per rank (0 = OpenMP's default)");
-  s.add_choice("train", "precision", KeyType::String, "fp32", {"fp32", "bf16"}, "compute precision (CPU: fp32 only)");
+  s.add_choice("train", "precision", KeyType::String, "fp32", {"fp32", "bf16"},
+               "compute precision: fp32, or bf16 on cuda (GEMM inputs in bf16 with fp32 accumulation; parameters, "
+               "gradients and optimizer state stay fp32)");
   s.add_choice("train", "recompute", KeyType::String, "none", {"none", "gelu", "full"},
                "activation recomputation (CPU: none only)");
   s.add_range("train", "bucket_mb", KeyType::Float, 4.0, 0.001, 1e6, "gradient all-reduce bucket size in MiB");
@@ -49,6 +51,6 @@ void declare_train(Schema& s) {
   s.add("train", "trace_steps", KeyType::String, "", "a:b writes a Chrome trace of steps a..b-1 to <run>/train/trace.json");
   s.add("train", "tensorboard", KeyType::Bool, true, "write events.out.tfevents.* scalars");
   s.add_range("train", "peak_tflops", KeyType::Float, 0.0, 0, 1e9,
-              "peak TFLOP/s per rank for MFU (0 = measured sgemm peak on CPU)");
+              "peak TFLOP/s per rank for MFU (0 = measured sgemm peak on CPU; datasheet fp32 peak of known GPUs)");
 }
 }  // namespace cairn::schema

@@ -1,12 +1,18 @@
-// The CUDA backend's entry points (defined only in builds with CAIRN_HAVE_CUDA_BACKEND).
+// Entry points of the CUDA backend beyond the op table (defined only in builds with CAIRN_HAVE_CUDA_BACKEND).
 #pragma once
-#include <string>
+#include <cstddef>
 
 #include "cairn/kernels/backend.h"
 
 namespace cairn::kernels {
-// The CUDA op table, or nullptr when no usable GPU is present.
+// The CUDA op table, or nullptr when no usable GPU is present (find_backend("cuda") returns this).
 const Backend* cuda_backend_or_null();
-// Why the CUDA backend cannot be used ("" when it can), for skip messages and errors.
-std::string cuda_unavailable_reason();
+// Bytes currently allocated through the backend, and the high-water mark (like PyTorch's
+// memory_allocated / max_memory_allocated), for peak-memory metrics.
+size_t cuda_allocated_bytes();
+size_t cuda_peak_allocated_bytes();
+void cuda_reset_peak_allocated_bytes();
+// precision = "bf16": matmuls round their inputs to bf16 and run on tensor cores through cuBLASLt with
+// fp32 accumulation; everything else stays fp32.
+void cuda_set_bf16_matmul(bool on);
 }  // namespace cairn::kernels

@@ -1,0 +1,173 @@
+// Benchmark (figures, not a test) for bench/kernels_gpu_bench.sh: one GPT training step (zero_grad + forward +
+// backward + AdamW) on the CUDA backend at the largest micro-batch that fits, with tokens/s, MFU and peak device
+// memory; compare with bench/kernels_gpu_torch_bench.py (same model, same FLOP count, same MFU formula).
+// Usage: kernels_gpu_gpt_bench [--layers 12] [--hidden 768] [--heads 12] [--seq 1024] [--vocab 50304] [--batch 0]
+//          [--max-batch 64] [--steps 5] [--warmup 1] [--recompute-gelu 0] [--bf16 0] [--peak-fp32 67]
+//          [--peak-bf16 989.4]
+//   --bf16 1: precision "bf16" (GEMM inputs rounded to bf16, fp32 accumulation; everything else fp32)
+//   --batch 0: the largest power of two <= --max-batch whose memory (measured per sequence at batch 1) fits in
+//   90% of the free device memory; halved again if it still runs out.
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cairn/gpt.h"
+#include "cairn/kernels/backend.h"
+#include "cairn/kernels/cuda.h"
+
+using namespace cairn;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Result {
+  double tokens_per_s = 0, fwd_ms = 0, bwd_ms = 0, opt_ms = 0, loss = 0, peak_gib = 0;
+};
+
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+Result run(const kernels::Backend& be, const gpt::GptConfig& cfg, int B, int steps, int warmup, bool recompute) {
+  kernels::cuda_reset_peak_allocated_bytes();
+  gpt::Model model(cfg, be);
+  model.set_recompute_gelu(recompute);
+  model.init(1);
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
+  std::vector<int32_t> inputs((size_t)B * cfg.seq_len), targets((size_t)B * cfg.seq_len);
+  for (size_t i = 0; i < inputs.size(); i++) {
+    inputs[i] = tok(rng);
+    targets[i] = tok(rng);
+  }
+  struct Moments {
+    const kernels::Backend& be;
+    float *m, *v;
+    ~Moments() {
+      be.free(m);
+      be.free(v);
+    }
+  } mv{be, static_cast<float*>(be.alloc(model.num_params() * 4)), static_cast<float*>(be.alloc(model.num_params() * 4))};
+  const auto ranges = gpt::decay_ranges(model.tensors(), 0, model.num_params());
+  double tf = 0, tb = 0, to = 0, loss = 0;
+  for (int s = -warmup; s < steps; s++) {
+    if (s == 0) tf = tb = to = 0;
+    auto t0 = Clock::now();
+    model.zero_grad();
+    loss = model.forward(inputs.data(), targets.data(), B, cfg.seq_len);  // copies the loss back: synchronous
+    auto t1 = Clock::now();
+    model.backward();
+    be.synchronize();
+    auto t2 = Clock::now();
+    kernels::AdamWParams hp;
+    hp.lr = 1e-4f;
+    hp.step = s + warmup + 1;
+    for (const auto& r : ranges) {
+      hp.weight_decay = r.weight_decay ? 0.1f : 0.0f;
+      be.adamw_update(model.params() + r.first, model.grads() + r.first, mv.m + r.first, mv.v + r.first, r.count, hp);
+    }
+    be.synchronize();
+    auto t3 = Clock::now();
+    tf += secs(t0, t1);
+    tb += secs(t1, t2);
+    to += secs(t2, t3);
+  }
+  Result r;
+  const double total = tf + tb + to;
+  r.tokens_per_s = (double)B * cfg.seq_len * steps / total;
+  r.fwd_ms = 1e3 * tf / steps;
+  r.bwd_ms = 1e3 * tb / steps;
+  r.opt_ms = 1e3 * to / steps;
+  r.loss = loss;
+  r.peak_gib = kernels::cuda_peak_allocated_bytes() / 1073741824.0;
+  return r;
+}
+
+bool is_oom(const std::exception& e) { return std::string(e.what()).find("out of device memory") != std::string::npos; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gpt::GptConfig cfg;  // GPT-2 124M with the padded vocabulary
+  cfg.vocab_real = cfg.vocab;
+  int B = 0, max_batch = 64, steps = 5, warmup = 1, recompute = 0, bf16 = 0;
+  double peak_fp32 = 67.0, peak_bf16 = 989.4;  // H100 SXM / H200 datasheet, dense
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const char* v = argv[i + 1];
+    if (k == "--layers") cfg.layers = std::atoi(v);
+    else if (k == "--hidden") cfg.hidden = std::atoi(v);
+    else if (k == "--heads") cfg.heads = std::atoi(v);
+    else if (k == "--seq") cfg.seq_len = std::atoi(v);
+    else if (k == "--vocab") cfg.vocab = cfg.vocab_real = std::atoi(v);
+    else if (k == "--batch") B = std::atoi(v);
+    else if (k == "--max-batch") max_batch = std::atoi(v);
+    else if (k == "--steps") steps = std::atoi(v);
+    else if (k == "--warmup") warmup = std::atoi(v);
+    else if (k == "--recompute-gelu") recompute = std::atoi(v);
+    else if (k == "--bf16") bf16 = std::atoi(v);
+    else if (k == "--peak-fp32") peak_fp32 = std::atof(v);
+    else if (k == "--peak-bf16") peak_bf16 = std::atof(v);
+    else {
+      std::fprintf(stderr, "kernels_gpu_gpt_bench: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  const kernels::Backend* be = kernels::find_backend("cuda");
+  if (!be) {
+    std::fprintf(stderr, "kernels_gpu_gpt_bench: %s\n", kernels::backend_unavailable_reason("cuda"));
+    return 77;
+  }
+  kernels::cuda_set_bf16_matmul(bf16 != 0);
+  const char* tag = bf16 ? "bf16" : "fp32";
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  try {
+    if (B <= 0) {
+      // Memory of one sequence: a batch-1 forward allocates every activation buffer of that batch.
+      size_t per_seq = 0;
+      {
+        gpt::Model probe(cfg, *be);
+        probe.set_recompute_gelu(recompute);
+        std::vector<int32_t> ids(cfg.seq_len, 1);
+        probe.forward(ids.data(), ids.data(), 1, cfg.seq_len);
+        per_seq = probe.activation_bytes();
+      }
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      const double fixed = 4.0 * 4.0 * gpt::count_params(cfg);  // params, grads, AdamW m and v
+      B = 1;
+      while (B * 2 <= max_batch && fixed + 2.0 * B * per_seq <= 0.9 * free_b) B *= 2;
+      std::printf("memory: %.2f GiB per sequence of %d tokens, %.2f GiB free: micro-batch %d (cap %d)\n",
+                  per_seq / 1073741824.0, cfg.seq_len, free_b / 1073741824.0, B, max_batch);
+    }
+    const double flops_per_token = gpt::train_flops_per_token(cfg);
+    for (;; B /= 2) {
+      try {
+        Result r = run(*be, cfg, B, steps, warmup, recompute);
+        const double tflops = flops_per_token * r.tokens_per_s / 1e12;
+        std::printf("%s, GPT L=%d C=%d H=%d T=%d V=%d (%zu params), micro-batch %d%s, %d steps\n", prop.name,
+                    cfg.layers, cfg.hidden, cfg.heads, cfg.seq_len, cfg.vocab, gpt::count_params(cfg), B,
+                    recompute ? ", recompute gelu" : "", steps);
+        std::printf("cairn cuda %s: %9.0f tokens/s  %6.1f TFLOP/s  MFU %5.1f%% of fp32 peak %.0f, %5.2f%% of bf16 "
+                    "peak %.0f  step %.1f ms (fwd %.1f bwd %.1f adamw %.1f)  peak mem %.2f GiB  loss %.4f\n",
+                    tag, r.tokens_per_s, tflops, 100 * tflops / peak_fp32, peak_fp32, 100 * tflops / peak_bf16,
+                    peak_bf16,
+                    r.fwd_ms + r.bwd_ms + r.opt_ms, r.fwd_ms, r.bwd_ms, r.opt_ms, r.peak_gib, r.loss);
+        std::printf("RESULT cairn_%s batch=%d tokens_per_s=%.0f mfu_fp32=%.4f mfu_bf16=%.4f peak_mem_gib=%.2f\n", tag,
+                    B, r.tokens_per_s, tflops / peak_fp32, tflops / peak_bf16, r.peak_gib);
+        return 0;
+      } catch (const std::exception& e) {
+        if (!is_oom(e) || B == 1) throw;
+        std::printf("micro-batch %d ran out of memory (%s); trying %d\n", B, e.what(), B / 2);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernels_gpu_gpt_bench: %s\n", e.what());
+    return 1;
+  }
+}

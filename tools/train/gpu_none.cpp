@@ -1,0 +1,28 @@
+// gpu.h in builds without CUDA: the trainer only reaches these with [train] backend = "cuda", which such a build
+// rejects earlier (find_backend("cuda") does not exist), so each one only says so.
+#include "cairn/error.h"
+#include "gpu.h"
+
+namespace cairn::train::gpu {
+
+namespace {
+[[noreturn]] void no_cuda() { throw UsageError("this cairn-train was built without CUDA (configure with -DCAIRN_CUDA=ON)"); }
+}  // namespace
+
+DeviceInfo bind_rank_to_gpu() { no_cuda(); }
+size_t peak_allocated_bytes() { return 0; }
+size_t device_used_bytes() { return 0; }
+void reset_peak_allocated() {}
+void set_bf16_matmul(bool) {}
+void range_push(const char*) {}
+void range_pop() {}
+
+struct Nccl::Impl {};
+Nccl::Nccl() : impl_(nullptr) { no_cuda(); }
+Nccl::~Nccl() = default;
+void Nccl::all_reduce(float*, size_t) { no_cuda(); }
+void Nccl::reduce_to_shards(const float*, size_t, size_t, size_t, size_t, float*) { no_cuda(); }
+void Nccl::all_gather_shards(float*, size_t, size_t) { no_cuda(); }
+void Nccl::wait() { no_cuda(); }
+
+}  // namespace cairn::train::gpu
