@@ -73,6 +73,10 @@ import glob, json, subprocess, sys
 d, reader = sys.argv[1], sys.argv[2]
 lines = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
 train = [l for l in lines if l["kind"] == "train"]
+prov = [l for l in lines if l["kind"] == "provenance"]
+assert prov and prov[0]["provenance"]["tool"] == "cairn-train" and prov[0]["provenance"]["git_sha"], prov
+assert "--out" in prov[0]["provenance"]["command_line"] and "[train]" in prov[0]["provenance"]["config"]
+assert open(f"{d}/config.toml").read().startswith("# effective config of cairn-train")
 val = [l for l in lines if l["kind"] == "val"]
 keys = {"kind", "step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "tflops", "skipped",
         "skipped_total", "time_s", "wall_time"}

@@ -881,8 +881,15 @@ TrainResult Trainer::run() {
 
   // Observability sinks (rank 0), opened only now that the config and data are known good.
   if (s_.rank == 0) {
-    atomic_write(join_path(s_.train_dir, "config.toml"), cfg_.to_toml(true));
+    const Provenance& prov = provenance();
+    atomic_write(join_path(s_.train_dir, "config.toml"),
+                 strprintf("# effective config of %s %s (git %s) on %s at %s\n# command line: %s\n",
+                           prov.tool.c_str(), prov.version.c_str(), prov.git_sha.c_str(), prov.host.c_str(),
+                           prov.time_utc.c_str(), prov.command_line.c_str()) +
+                     cfg_.to_toml(true));
     jsonl_ = metrics::JsonlWriter(join_path(s_.train_dir, "metrics.jsonl"), step_);
+    // Each start (and each resume) records who wrote the lines that follow; readers skip this kind.
+    jsonl_.write({{"kind", "provenance"}, {"step", step_}, {"provenance", prov.to_json()}});
     if (s_.tensorboard) tb_ = std::make_unique<metrics::TfEventsWriter>(s_.train_dir);
   }
   trace_.name_process(s_.rank, strprintf("rank %d", s_.rank));
