@@ -52,6 +52,17 @@ Config load_tool_config(const CommonOptions& opts, const std::vector<std::string
   return cfg;
 }
 
+Config load_tool_config(const CommonOptions& opts, const ToolSettings& tool_settings) {
+  CommonOptions without_sets = opts;
+  without_sets.sets.clear();
+  Config cfg = load_tool_config(without_sets);
+  for (const auto& [key, value] : tool_settings) cfg.set(key, value, Origin{Origin::Program, "command-line flag"});
+  for (const auto& s : opts.sets) cfg.set_from_text(s, Origin{Origin::Set, s});
+  if (!opts.out.empty()) cfg.set("run.dir", opts.out, Origin{Origin::Set, "--out"});
+  provenance().config_toml = cfg.to_toml(false);
+  return cfg;
+}
+
 bool maybe_print_config(const CommonOptions& opts, const Config& cfg) {
   if (!opts.print_config) return false;
   std::cout << "# effective config of " << provenance().tool << " " << cairn_version()

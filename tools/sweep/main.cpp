@@ -10,25 +10,6 @@
 #include "cairn/mpi.h"
 #include "sweep.h"
 
-namespace {
-
-std::string toml_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string toml_list(const std::vector<std::string>& items) {
-  std::string out = "[";
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + toml_string(items[i]);
-  return out + "]";
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   return cairn::run_tool("cairn-sweep", argc, argv, [&]() -> int {
     CLI::App app{"cairn-sweep: measure collective bandwidth per size and per cluster tier (nccl-tests-compatible "
@@ -62,33 +43,33 @@ int main(int argc, char** argv) {
     app.add_flag("--malloc-tune", malloc_tune, "mallopt(M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB) before measuring");
     cairn::parse_cli(app, argc, argv);
 
-    std::vector<std::string> sets;
-    auto set_str = [&](const char* key, const std::string& v) { sets.push_back(std::string("sweep.") + key + "=" + toml_string(v)); };
-    auto set_raw = [&](const char* key, const std::string& v) { sets.push_back(std::string("sweep.") + key + "=" + v); };
-    if (app.count("collectives")) set_raw("collectives", toml_list(colls));
-    if (app.count("-b")) set_str("minbytes", minbytes);
-    if (app.count("-e")) set_str("maxbytes", maxbytes);
+    // Flags given on the command line become typed [sweep] settings (ranked like --set).
+    cairn::ToolSettings settings;
+    auto set = [&](const char* key, cairn::json value) { settings.emplace_back(std::string("sweep.") + key, std::move(value)); };
+    if (app.count("collectives")) set("collectives", colls);
+    if (app.count("-b")) set("minbytes", minbytes);
+    if (app.count("-e")) set("maxbytes", maxbytes);
     if (app.count("-i")) {
-      set_str("stepbytes", stepbytes);
-      if (!app.count("-f")) set_raw("stepfactor", "1");
+      set("stepbytes", stepbytes);
+      if (!app.count("-f")) set("stepfactor", 1);
     }
-    if (app.count("-f")) set_raw("stepfactor", std::to_string(stepfactor));
-    if (app.count("-n")) set_raw("iters", std::to_string(iters));
-    if (app.count("-w")) set_raw("warmup_iters", std::to_string(warmup));
-    if (app.count("-c")) set_raw("check", std::to_string(check));
-    if (app.count("-a")) set_raw("average", std::to_string(average));
-    if (app.count("-z")) set_raw("blocking", std::to_string(blocking));
-    if (app.count("-d")) set_raw("types", toml_list(types));
-    if (app.count("--op")) set_raw("ops", toml_list(ops));
-    if (app.count("-r")) set_raw("root", std::to_string(root));
-    if (app.count("--backend")) set_str("backend", backend);
-    if (app.count("--tiers")) set_raw("tiers", toml_list(tiers));
-    if (app.count("--min-busbw")) set_raw("min_busbw", cairn::strprintf("%.17g", min_busbw));
-    if (keep_samples) set_raw("keep_samples", "true");
-    if (malloc_tune) set_raw("malloc_tune", "true");
+    if (app.count("-f")) set("stepfactor", stepfactor);
+    if (app.count("-n")) set("iters", iters);
+    if (app.count("-w")) set("warmup_iters", warmup);
+    if (app.count("-c")) set("check", check);
+    if (app.count("-a")) set("average", average);
+    if (app.count("-z")) set("blocking", blocking);
+    if (app.count("-d")) set("types", types);
+    if (app.count("--op")) set("ops", ops);
+    if (app.count("-r")) set("root", root);
+    if (app.count("--backend")) set("backend", backend);
+    if (app.count("--tiers")) set("tiers", tiers);
+    if (app.count("--min-busbw")) set("min_busbw", min_busbw);
+    if (keep_samples) set("keep_samples", true);
+    if (malloc_tune) set("malloc_tune", true);
 
     cairn::mpi::Session session(&argc, &argv);
-    cairn::Config cfg = cairn::load_tool_config(opts, sets);
+    cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
     cairn::sweep::SweepOptions so = cairn::sweep::sweep_options(cfg);
     so.json_path = opts.json_path;

@@ -31,6 +31,11 @@ void add_common_options(CLI::App& app, CommonOptions& opts);
 // assignments a tool derives from its own flags; they rank with --set (after the env).
 Config load_tool_config(const CommonOptions& opts, const std::vector<std::string>& tool_sets = {});
 
+// Typed values of a tool's own flags for config keys, e.g. {{"sweep.iters", 50}, {"sweep.tiers", {"intra"}}}:
+// validated like any key and ranked with --set (after the env), without quoting values as TOML text.
+using ToolSettings = std::vector<std::pair<std::string, json>>;
+Config load_tool_config(const CommonOptions& opts, const ToolSettings& tool_settings);
+
 // If --print-config was given, prints the effective config (with origins) to stdout and returns true.
 bool maybe_print_config(const CommonOptions& opts, const Config& cfg);
 
