@@ -36,10 +36,10 @@ int main(int argc, char** argv) {
       std::cout << cairn::report::metrics_help();
       return 0;
     }
-    std::vector<std::string> sets;
-    if (!baseline.empty()) sets.push_back("report.baseline=" + cairn::json(baseline).dump());
-    if (!title.empty()) sets.push_back("report.title=" + cairn::json(title).dump());
-    cairn::Config cfg = cairn::load_tool_config(opts, sets);
+    cairn::ToolSettings settings;
+    if (!baseline.empty()) settings.emplace_back("report.baseline", baseline);
+    if (!title.empty()) settings.emplace_back("report.title", title);
+    cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
     cairn::report::ReportInputs inputs = cairn::report::report_inputs(cfg, runs);
     cairn::report::ReportResult result = cairn::report::run_report(inputs);

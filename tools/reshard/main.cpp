@@ -54,9 +54,9 @@ int main(int argc, char** argv) {
     // For this tool --out names the dataset directory itself, not the run directory.
     std::string out = opts.out;
     opts.out.clear();
-    std::vector<std::string> sets;
+    cairn::ToolSettings settings;
     auto str = [&](const char* key, const std::string& v) {
-      if (!v.empty()) sets.push_back(std::string("data.") + key + "=" + cairn::json(v).dump());
+      if (!v.empty()) settings.emplace_back(std::string("data.") + key, v);
     };
     str("tokenizer", tokenizer);
     str("vocab", vocab);
@@ -65,12 +65,12 @@ int main(int argc, char** argv) {
     str("delimiter", delimiter);
     str("jsonl_field", jsonl_field);
     str("format", format);
-    if (shards > 0) sets.push_back("data.shards=" + std::to_string(shards));
-    if (seed >= -1) sets.push_back("data.seed=" + std::to_string(seed));
-    if (threads >= 0) sets.push_back("data.threads=" + std::to_string(threads));
-    if (split_docs) sets.push_back("data.split_docs=true");
-    if (skip_bad) sets.push_back("data.skip_bad=true");
-    cairn::Config cfg = cairn::load_tool_config(opts, sets);
+    if (shards > 0) settings.emplace_back("data.shards", shards);
+    if (seed >= -1) settings.emplace_back("data.seed", seed);
+    if (threads >= 0) settings.emplace_back("data.threads", threads);
+    if (split_docs) settings.emplace_back("data.split_docs", true);
+    if (skip_bad) settings.emplace_back("data.skip_bad", true);
+    cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
     // MPI only when a launcher started us (mpirun, srun with PMI/PMIx): a plain run stays a plain
     // process and avoids MPI's singleton start-up.

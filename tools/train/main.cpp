@@ -25,15 +25,14 @@ int main(int argc, char** argv) {
     app.add_option("--threads", threads, "OpenMP threads per rank (sets [train] threads)");
     cairn::parse_cli(app, argc, argv);
 
-    auto quoted = [](const std::string& s) { return nlohmann::json(s).dump(); };
-    std::vector<std::string> sets;
-    if (!resume.empty()) sets.push_back("train.resume=" + quoted(resume));
-    if (!trace_steps.empty()) sets.push_back("train.trace_steps=" + quoted(trace_steps));
-    if (!data.empty()) sets.push_back("data.path=" + quoted(data));
-    if (!backend.empty()) sets.push_back("train.backend=" + quoted(backend));
-    if (steps > 0) sets.push_back("train.steps=" + std::to_string(steps));
-    if (threads >= 0) sets.push_back("train.threads=" + std::to_string(threads));
-    cairn::Config cfg = cairn::load_tool_config(opts, sets);
+    cairn::ToolSettings settings;
+    if (!resume.empty()) settings.emplace_back("train.resume", resume);
+    if (!trace_steps.empty()) settings.emplace_back("train.trace_steps", trace_steps);
+    if (!data.empty()) settings.emplace_back("data.path", data);
+    if (!backend.empty()) settings.emplace_back("train.backend", backend);
+    if (steps > 0) settings.emplace_back("train.steps", steps);
+    if (threads >= 0) settings.emplace_back("train.threads", threads);
+    cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
     cairn::train::TrainResult r = cairn::train::run_train(cfg);
     if (cairn::mpi::rank() == 0 && !opts.json_path.empty()) {
