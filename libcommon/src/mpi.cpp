@@ -47,14 +47,13 @@ void compute_topology() {
 }
 }  // namespace
 
-Session::Session(int* argc, char*** argv) {
+Session::Session(int* argc, char*** argv, int thread_level) {
   if (g_session_active) throw RuntimeError("internal: a second MPI session was started");
   int already = 0;
   MPI_Initialized(&already);
   if (!already) {
     int provided = 0;
-    // FUNNELED: helper threads (data prefetch) never call MPI; only the main thread does.
-    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    int rc = MPI_Init_thread(argc, argv, thread_level, &provided);
     if (rc != MPI_SUCCESS) throw RuntimeError("MPI_Init_thread failed");
     g_we_initialized = true;
   }

@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
     if (keep_samples) set("keep_samples", true);
     if (malloc_tune) set("malloc_tune", true);
 
-    cairn::mpi::Session session(&argc, &argv);
+    // No helper threads here: MPI_THREAD_SINGLE, as a bare benchmark loop would initialise MPI.
+    cairn::mpi::Session session(&argc, &argv, MPI_THREAD_SINGLE);
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
     cairn::sweep::SweepOptions so = cairn::sweep::sweep_options(cfg);

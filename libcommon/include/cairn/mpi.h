@@ -13,7 +13,9 @@ namespace cairn::mpi {
 // Also fills log_settings() rank/size/host. Only one may exist; nested use is an error.
 class Session {
  public:
-  Session(int* argc, char*** argv);
+  // thread_level: FUNNELED by default (helper threads such as data prefetch never call MPI); a tool
+  // with no helper threads may ask for MPI_THREAD_SINGLE, which some MPI builds run faster.
+  Session(int* argc, char*** argv, int thread_level = MPI_THREAD_FUNNELED);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
