@@ -52,10 +52,7 @@ void run(const kernels::Backend& be, const gpt::GptConfig& cfg, int B, int steps
     kernels::AdamWParams hp;
     hp.lr = 1e-4f;
     hp.step = s + warmup + 1;
-    for (const auto& r : ranges) {
-      hp.weight_decay = r.weight_decay ? 0.1f : 0.0f;
-      be.adamw_update(model.params() + r.first, model.grads() + r.first, m + r.first, v + r.first, r.count, hp);
-    }
+    gpt::adamw_update_ranges(be, ranges, 0, model.params(), model.grads(), m, v, hp, 0.1f);
     be.synchronize();
     t_fwd += std::chrono::duration<double>(t1 - t0).count();
     t_bwd += std::chrono::duration<double>(t2 - t1).count();

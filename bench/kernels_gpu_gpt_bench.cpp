@@ -66,10 +66,7 @@ Result run(const kernels::Backend& be, const gpt::GptConfig& cfg, int B, int ste
     kernels::AdamWParams hp;
     hp.lr = 1e-4f;
     hp.step = s + warmup + 1;
-    for (const auto& r : ranges) {
-      hp.weight_decay = r.weight_decay ? 0.1f : 0.0f;
-      be.adamw_update(model.params() + r.first, model.grads() + r.first, mv.m + r.first, mv.v + r.first, r.count, hp);
-    }
+    gpt::adamw_update_ranges(be, ranges, 0, model.params(), model.grads(), mv.m, mv.v, hp, 0.1f);
     be.synchronize();
     auto t3 = Clock::now();
     tf += secs(t0, t1);

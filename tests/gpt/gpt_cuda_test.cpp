@@ -127,10 +127,7 @@ std::vector<float> train_losses(const kernels::Backend& be, int steps) {
     hp.lr = 1e-3f;
     hp.beta2 = 0.95f;
     hp.step = s + 1;
-    for (const auto& r : ranges) {
-      hp.weight_decay = r.weight_decay ? 0.1f : 0.0f;
-      be.adamw_update(model.params() + r.first, model.grads() + r.first, m + r.first, v + r.first, r.count, hp);
-    }
+    gpt::adamw_update_ranges(be, ranges, 0, model.params(), model.grads(), m, v, hp, 0.1f);
   }
   be.synchronize();
   be.free(m);

@@ -94,11 +94,8 @@ int main(int argc, char** argv) {
       losses.push_back(model.forward(inputs.data(), targets.data(), B, T));
       model.backward();
       hp.step = s;
-      for (const auto& r : gpt::decay_ranges(model.tensors(), 0, model.num_params())) {
-        hp.weight_decay = r.weight_decay ? weight_decay : 0.0f;
-        be->adamw_update(model.params() + r.first, model.grads() + r.first, m.data() + r.first, v.data() + r.first,
-                         r.count, hp);
-      }
+      gpt::adamw_update_ranges(*be, gpt::decay_ranges(model.tensors(), 0, model.num_params()), 0, model.params(),
+                               model.grads(), m.data(), v.data(), hp, weight_decay);
     }
     losses.push_back(model.forward(inputs.data(), targets.data(), B, T));
     f.write("adamw_losses", losses);

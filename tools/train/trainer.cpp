@@ -239,11 +239,6 @@ std::vector<float> to_host(const kernels::Backend& b, const float* src, size_t n
 }
 
 // Contiguous runs of parameters with the same weight-decay flag.
-struct Segment {
-  size_t offset, count;
-  bool decay;
-};
-
 // Per-rank timing of one step, in seconds.
 struct StepTimes {
   double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, total = 0;
@@ -296,7 +291,7 @@ class Trainer {
   gpt::GptConfig gcfg_;
   std::unique_ptr<gpt::Model> model_;
   size_t N_ = 0;
-  std::vector<Segment> segments_;
+  std::vector<gpt::DecayRange> decay_ranges_;
 
   // Optimizer state: [lo_, hi_) is the range this rank updates (all of it without ZeRO).
   size_t lo_ = 0, hi_ = 0, shard_ = 0;
@@ -443,14 +438,6 @@ void Trainer::setup() {
   });
   if (s_.recompute_gelu) model_->set_recompute_gelu(true);
   N_ = model_->num_params();
-  for (const auto& t : model_->tensors()) {
-    if (!segments_.empty() && segments_.back().decay == t.weight_decay &&
-        segments_.back().offset + segments_.back().count == t.offset) {
-      segments_.back().count += t.size;
-    } else {
-      segments_.push_back({t.offset, t.size, t.weight_decay});
-    }
-  }
   if (s_.zero == 1 && s_.world > 1) {
     shard_ = (N_ + s_.world - 1) / s_.world;
     lo_ = std::min(N_, shard_ * s_.rank);
@@ -460,6 +447,8 @@ void Trainer::setup() {
     lo_ = 0;
     hi_ = N_;
   }
+  // This rank's slice of the optimizer, split where weight decay switches on and off.
+  decay_ranges_ = gpt::decay_ranges(model_->tensors(), lo_, hi_ - lo_);
   m_ = BackendBuffer(backend_, hi_ - lo_);
   v_ = BackendBuffer(backend_, hi_ - lo_);
   if (s_.on_gpu && s_.world > 1) nccl_ = std::make_unique<gpu::Nccl>();
@@ -822,12 +811,8 @@ double Trainer::apply_update(double lr, double grad_scale) {
   hp.grad_scale = static_cast<float>(grad_scale);
   float* p = model_->params();
   const float* g = shard_ > 0 ? shard_grads_.data() : model_->grads() + lo_;
-  for (const Segment& seg : segments_) {
-    size_t a = std::max(seg.offset, lo_), b = std::min(seg.offset + seg.count, hi_);
-    if (a >= b) continue;
-    hp.weight_decay = seg.decay ? static_cast<float>(s_.weight_decay) : 0.0f;
-    backend_->adamw_update(p + a, g + (a - lo_), m_.data() + (a - lo_), v_.data() + (a - lo_), b - a, hp);
-  }
+  gpt::adamw_update_ranges(*backend_, decay_ranges_, lo_, p, g, m_.data(), v_.data(), hp,
+                           static_cast<float>(s_.weight_decay));
   if (shard_ == 0) return 0.0;
   if (nccl_) backend_->synchronize();  // the AdamW kernels count as optimizer time, not as all-gather
   double t0 = now_s();

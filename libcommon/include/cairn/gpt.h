@@ -15,9 +15,7 @@
 #include <utility>
 #include <vector>
 
-namespace cairn::kernels {
-struct Backend;
-}
+#include "cairn/kernels/backend.h"
 
 namespace cairn::gpt {
 
@@ -56,6 +54,12 @@ struct DecayRange {
 // Splits [first, first+count) of the flat buffer into maximal runs of equal weight_decay, so an optimizer
 // (or a ZeRO-1 shard of it) can call AdamW once per run with wd or 0.
 std::vector<DecayRange> decay_ranges(const std::vector<TensorInfo>& tensors, size_t first, size_t count);
+// One AdamW step over the parameters covered by `ranges` (from decay_ranges over [first, ...)), with
+// `weight_decay` on the decaying runs and none elsewhere. `params` is the whole flat buffer; `grads`,
+// `m` and `v` start at element `first` (a ZeRO-1 shard holds only its slice). Backend memory.
+void adamw_update_ranges(const kernels::Backend& be, const std::vector<DecayRange>& ranges, size_t first,
+                         float* params, const float* grads, float* m, float* v, kernels::AdamWParams hp,
+                         float weight_decay);
 
 class Model {
  public:

@@ -120,6 +120,16 @@ std::vector<DecayRange> decay_ranges(const std::vector<TensorInfo>& tensors, siz
   return out;
 }
 
+void adamw_update_ranges(const kernels::Backend& be, const std::vector<DecayRange>& ranges, size_t first,
+                         float* params, const float* grads, float* m, float* v, kernels::AdamWParams hp,
+                         float weight_decay) {
+  for (const DecayRange& r : ranges) {
+    hp.weight_decay = r.weight_decay ? weight_decay : 0.0f;
+    const size_t rel = r.first - first;
+    be.adamw_update(params + r.first, grads + rel, m + rel, v + rel, r.count, hp);
+  }
+}
+
 double train_flops_per_token(const GptConfig& c) {
   // matmul parameters (attention qkv+proj, MLP, tied lm_head): 2 FLOPs each forward, 6 forward+backward;
   // attention scores and weighted values: 2 * 2 * T * C per layer forward (full square, as PaLM counts).
