@@ -1,61 +1,72 @@
 #!/usr/bin/env bash
-# Benchmark (prints figures, not a test): cairn-sweep's allreduce busbw over MPI on 2 ranks versus
-# a bare MPI_Allreduce loop (bench/sweep_bare_allreduce.cpp) on the same kind of buffers, 1 KiB to
-# 256 MiB. Per size both run ROUNDS times, alternating, and the best busbw of each is compared (target:
-# within 3%). Then the same sweep with and without the malloc settings that stop Open MPI's
-# per-call temporary buffers from being page-faulted afresh on every call.
-# Usage: bench/sweep_allreduce_bench.sh [build-dir] (default build); ROUNDS, ITERS, MAXBYTES env.
+# Benchmark (prints figures, not a test): cairn-sweep's allreduce busbw over MPI on 2 ranks versus a
+# bare MPI_Allreduce loop, 1 KiB to 256 MiB (target: within 3% at every size). Uses
+# `cairn-sweep --bench-bare`: in ONE mpirun job, on the SAME buffers, per size it alternates many
+# short rounds of cairn-sweep's own timed loop (the code path behind every busbw it reports) and a
+# bare `for (i<iters) MPI_Allreduce` loop with the same barrier, timing and combine-across-ranks
+# rule, so machine noise hits both alike. Then the same with glibc's default malloc, to show the
+# page-fault effect of Open MPI's per-call temporary buffers (it slows both loops alike).
+# Usage: bench/sweep_allreduce_bench.sh [build-dir] (default build)
+# Env: REPEATS (2) runs with the malloc settings, MAX_ROUNDS (400) and SIZE_S (10) rounds and
+# seconds per size, LOOP_MS (0.5) one timed loop, MAXBYTES (268435456), DEFAULT_MALLOC (1: run it).
 set -euo pipefail
 BUILD=${1:-build}
 BIN=$BUILD/bin/cairn-sweep
-ROUNDS=${ROUNDS:-3}
-ITERS=${ITERS:-20}
+REPEATS=${REPEATS:-2}
+MAX_ROUNDS=${MAX_ROUNDS:-400}
+SIZE_S=${SIZE_S:-10}
+LOOP_MS=${LOOP_MS:-0.5}
 MAXBYTES=${MAXBYTES:-268435456}
+DEFAULT_MALLOC=${DEFAULT_MALLOC:-1}
+[ -x "$BIN" ] || { echo "sweep_allreduce_bench: $BIN not found (build the cairn-sweep target)" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-mpicxx -O2 -o "$TMP/bare" "$(dirname "$0")/sweep_bare_allreduce.cpp"
+BENCH=(--bench-bare "$MAX_ROUNDS" --bench-size-s "$SIZE_S" --bench-loop-ms "$LOOP_MS" -w 5)
 
-# The comparison runs with the malloc settings on, for both, so only the loop differs. Sizes are
-# interleaved (cairn-sweep, bare, cairn-sweep, ...) so both see the same machine conditions.
-export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824
-MALLOC=(-x MALLOC_MMAP_MAX_ -x MALLOC_TRIM_THRESHOLD_)
-size=1024
-while [ "$size" -le "$MAXBYTES" ]; do
-  # Small sizes get more iterations so that one timed loop lasts long enough to mean something.
-  n=$ITERS
-  [ "$size" -le 1048576 ] && n=$((ITERS * 10))
-  for r in $(seq 1 "$ROUNDS"); do
-    mpirun -np 2 "${MALLOC[@]}" "$BIN" --out "$TMP/run" -b "$size" -e "$size" -n "$n" -w 5 -c 0 \
-      --json "$TMP/sweep_${size}_$r.json" >/dev/null 2>&1
-    mpirun -np 2 "${MALLOC[@]}" "$TMP/bare" "$size" "$size" "$n" 5 >>"$TMP/bare.txt"
-  done
-  size=$((size * 2))
+echo "# host: $(hostname), $(nproc) CPUs, load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+# The comparison runs with the malloc settings, so that large sizes measure the transfer rather
+# than page faults (README: "Page faults and malloc settings"); -x exports them to both ranks.
+for r in $(seq 1 "$REPEATS"); do
+  echo "# run $r of $REPEATS: MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824"
+  MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824 mpirun -np 2 -x MALLOC_MMAP_MAX_ -x MALLOC_TRIM_THRESHOLD_ \
+    "$BIN" --out "$TMP/run" -b 1K -e "$MAXBYTES" "${BENCH[@]}" --json "$TMP/tuned_$r.json" 2>/dev/null
 done
-unset MALLOC_MMAP_MAX_ MALLOC_TRIM_THRESHOLD_
-# Page-fault effect: cairn-sweep with glibc's default malloc thresholds, large sizes.
-mpirun -np 2 "$BIN" --out "$TMP/default" -b 1M -e "$MAXBYTES" -n "$ITERS" -w 5 -c 0 --json "$TMP/default.json" >/dev/null 2>&1
+if [ "$DEFAULT_MALLOC" = 1 ]; then
+  echo "# glibc's default malloc, 1 MiB and up (10 rounds)"
+  env -u MALLOC_MMAP_MAX_ -u MALLOC_TRIM_THRESHOLD_ mpirun -np 2 "$BIN" --out "$TMP/run" -b 1M -e "$MAXBYTES" \
+    --bench-bare 10 --bench-size-s 2 --bench-loop-ms "$LOOP_MS" -w 2 --json "$TMP/default.json" 2>/dev/null
+fi
 
-/usr/bin/python3 - "$TMP" "$ROUNDS" <<'PY'
+/usr/bin/python3 - "$TMP" "$REPEATS" "$DEFAULT_MALLOC" <<'PY'
 import json, sys
-tmp, rounds = sys.argv[1], int(sys.argv[2])
-sweep, bare = {}, {}
-import glob
-for path in glob.glob(f"{tmp}/sweep_*.json"):
-    for row in json.load(open(path))["results"]:
-        sweep[row["size"]] = max(sweep.get(row["size"], 0), row["out_of_place"]["bus_bw"])
-for line in open(f"{tmp}/bare.txt"):
-    size, _, bw = line.split()
-    bare[int(size)] = max(bare.get(int(size), 0), float(bw))
-default = {row["size"]: row["out_of_place"]["bus_bw"] for row in json.load(open(f"{tmp}/default.json"))["results"]}
-print(f"allreduce, MPI, 2 ranks, float32, best of {rounds} rounds (busbw GB/s)")
-print(f"{'size':>12} {'cairn-sweep':>12} {'bare loop':>12} {'diff %':>8} {'default malloc':>15}")
-worst = 0.0
-for size in sorted(bare):
-    s, b = sweep.get(size, 0.0), bare[size]
-    d = 100.0 * (s - b) / b if b else 0.0
-    worst = max(worst, abs(d))
-    dm = f"{default[size]:15.3f}" if size in default else f"{'':>15}"
-    print(f"{size:12d} {s:12.3f} {b:12.3f} {d:8.1f} {dm}")
-print(f"largest |difference|: {worst:.1f}% (target 3%)")
+tmp, repeats, with_default = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+runs = [json.load(open(f"{tmp}/tuned_{r}.json")) for r in range(1, repeats + 1)]
+default = {}
+if with_default:
+    default = {row["size"]: row for row in json.load(open(f"{tmp}/default.json"))["rows"]}
+print()
+print(f"allreduce, MPI, 2 ranks, float32 sum, out of place: cairn-sweep vs bare MPI_Allreduce loop, busbw GB/s")
+print(f"per run: median over rounds (sweep/bare), best (sweep/bare), paired % = median ABBA-pair difference")
+head = f"{'size':>10}"
+for r in range(repeats):
+    head += f" | {'run%d med s/b' % (r + 1):>15} {'best s/b':>13} {'paired%':>7}"
+if with_default:
+    head += f" | {'default malloc med s/b':>22}"
+print(head)
+worst = worst_med = worst_best = 0.0
+for i, row in enumerate(runs[0]["rows"]):
+    line = f"{row['size']:>10}"
+    for run in runs:
+        x = run["rows"][i]
+        worst = max(worst, abs(x["diff_paired_pct"]))
+        worst_med = max(worst_med, abs(x["diff_median_pct"]))
+        worst_best = max(worst_best, abs(x["diff_best_pct"]))
+        line += f" | {x['sweep_median']:7.3f}/{x['bare_median']:<7.3f} {x['sweep_best']:6.3f}/{x['bare_best']:<6.3f} {x['diff_paired_pct']:7.2f}"
+    if row["size"] in default:
+        d = default[row["size"]]
+        line += f" | {d['sweep_median']:10.3f}/{d['bare_median']:<11.3f}"
+    print(line)
+print(f"largest |difference| over all sizes and runs (target 3%): paired {worst:.2f}%, "
+      f"of medians {worst_med:.2f}%, of best {worst_best:.2f}%")
 PY

@@ -174,13 +174,33 @@ def main():
     fabric = tomllib.load(open(a.outdir + "/fabric.toml", "rb"))
     if fabric["fabric"]["world_size"] != len(doc["config"]["devices"]):
         fail("fabric.toml world_size")
+    primaries = set()
     for fit in doc["fits"]:
-        if not (fit["in_fabric"] and fit["valid"]):
+        if not fit["valid"]:
             continue
-        t = fabric[fit["tier"]][fit["collective"]]
-        for key in ("alpha_us", "busbw_gbps", "r2", "half_peak_bytes", "peak_busbw_gbps", "ranks"):
-            if t[key] != fit[key]:
-                fail("fabric.toml %s.%s.%s = %r, JSON %r" % (fit["tier"], fit["collective"], key, t[key], fit[key]))
+        coll = fabric[fit["tier"]][fit["collective"]]
+        # Every type/op has [tier.collective.type.redop] ([tier.collective.type] without a reduction);
+        # the primary one is also [tier.collective] itself, the table cairn-plan reads.
+        sub = coll.get(fit["type"], {})
+        if fit["redop"] != "none":
+            sub = sub.get(fit["redop"], {})
+        tables = [("%s.%s.%s.%s" % (fit["tier"], fit["collective"], fit["type"], fit["redop"]), sub)]
+        if fit["in_fabric"]:
+            primaries.add((fit["tier"], fit["collective"]))
+            tables.append(("%s.%s" % (fit["tier"], fit["collective"]), coll))
+            if (coll.get("type"), coll.get("redop")) != (fit["type"], fit["redop"]):
+                fail("fabric.toml %s.%s names type/redop %r/%r, JSON %r/%r" % (fit["tier"], fit["collective"],
+                     coll.get("type"), coll.get("redop"), fit["type"], fit["redop"]))
+        for where, t in tables:
+            for key in ("alpha_us", "busbw_gbps", "r2", "half_peak_bytes", "peak_busbw_gbps", "ranks"):
+                if t.get(key) != fit[key]:
+                    fail("fabric.toml %s.%s = %r, JSON %r" % (where, key, t.get(key), fit[key]))
+    for tier, colls in fabric.items():
+        if tier == "fabric":
+            continue
+        for name, coll in colls.items():
+            if "alpha_us" in coll and (tier, name) not in primaries:
+                fail("fabric.toml [%s.%s] has a fit no JSON fit is marked in_fabric for" % (tier, name))
     print("check_sweep: ok: %d rows in %d blocks, %d wrong" % (len(rows), len(blocks), wrong_total))
 
 

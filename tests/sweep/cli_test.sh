@@ -48,7 +48,41 @@ rc=$?
 [ $rc -eq 3 ] || fail "--min-busbw: exit $rc, want 3"
 grep -q "Avg bus bandwidth    : .* FAILED" "$TMP/gate.txt" || fail "--min-busbw: footer does not say FAILED"
 
-# 6. Bad input: exit 2 and a message naming the problem.
+# 6. Large MPI counts: a test hook lowers MPI's int count limit to 1000 elements, so sizes up to
+# 64 KiB take the large-count path (sliced reductions, derived types for the rest; 1000 does not
+# divide the counts, so remainders are exercised). Every element is still checked on 3 ranks.
+if SWEEP_TEST_MPI_COUNT_LIMIT=1000 mpirun -np 3 --oversubscribe "$BIN" --out "$TMP/big" \
+    allreduce,allgather,alltoall,broadcast,reduce,sendrecv -d float32,int32 -b 6K -e 48K -n 1 -w 1 -c 1 \
+    >"$TMP/big.txt" 2>"$TMP/big.err"; then
+  $PY $CHECK "$TMP/big.txt" "$TMP/big/sweep" --minbytes 6144 --maxbytes 49152 || fail "large-count check"
+  n=$(grep -c "use MPI large-count handling" "$TMP/big.txt")
+  [ "$n" -eq 12 ] || fail "large-count notes: $n, want 12 (6 collectives x 2 types)"
+else
+  fail "large-count sweep exited $?"; cat "$TMP/big.err" >&2
+fi
+SWEEP_TEST_MPI_COUNT_LIMIT=1000 mpirun -np 2 "$BIN" --out "$TMP/bigrs" reducescatter -b 64K -e 64K >"$TMP/u.txt" 2>"$TMP/u.err"
+rc=$?
+[ $rc -eq 2 ] || fail "large-count reducescatter: exit $rc, want 2"
+grep -q "no large-count reduce-scatter" "$TMP/u.err" || fail "large-count reducescatter: no message"
+
+# 7. --bench-bare (the benchmark mode): both loops measured per size, JSON with per-round figures.
+if mpirun -np 2 "$BIN" --out "$TMP/bench" --bench-bare 4 --bench-size-s 0 -b 1K -e 4K -w 1 --json "$TMP/bench.json" \
+    >"$TMP/bench.txt" 2>"$TMP/bench.err"; then
+  $PY - "$TMP/bench.json" <<'PY' || fail "--bench-bare JSON"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert [r["size"] for r in d["rows"]] == [1024, 2048, 4096], d["rows"]
+for r in d["rows"]:
+    assert r["rounds"] == 4 and len(r["sweep_busbw"]) == 4 and len(r["bare_busbw"]) == 4, r
+    assert all(x > 0 for x in r["sweep_busbw"] + r["bare_busbw"]), r
+    assert r["sweep_best"] == max(r["sweep_busbw"]) and r["bare_best"] == max(r["bare_busbw"]), r
+PY
+  [ "$(grep -vc '^#' "$TMP/bench.txt")" -eq 3 ] || fail "--bench-bare: want 3 table rows"
+else
+  fail "--bench-bare exited $?"; cat "$TMP/bench.err" >&2
+fi
+
+# 8. Bad input: exit 2 and a message naming the problem.
 expect_usage() {
   local want=$1; shift
   mpirun -np 2 "$BIN" --out "$TMP/usage" "$@" >"$TMP/u.txt" 2>"$TMP/u.err"
@@ -64,6 +98,7 @@ expect_usage "not available on backend mpi" --op avg
 expect_usage "cannot be divided among 2 ranks" allgather -b 4 -e 64
 expect_usage "built without CUDA|GPUs but only 0 are visible" --backend nccl  # CUDA builds on GPU-less CI
 expect_usage "not a size" -e 12X
+expect_usage "measures allreduce only" --bench-bare 3 allgather -b 1K -e 1K
 
 [ $failures -eq 0 ] && echo "sweep_cli: all checks passed"
 exit $((failures > 0))

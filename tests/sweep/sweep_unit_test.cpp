@@ -148,3 +148,23 @@ BOOST_AUTO_TEST_CASE(fit_recovers_alpha_and_busbw) {
   BOOST_TEST(f.half_peak_bytes == 65536u);
   BOOST_TEST(!fit_block(b, 0.0).valid);  // one rank: nothing to fit
 }
+
+BOOST_AUTO_TEST_CASE(bench_summary_medians_best_and_abba_pairs) {
+  // Rounds alternate (sweep, bare), (bare, sweep): rounds 0+1 and 2+3 are the two ABBA pairs.
+  std::vector<double> sweep = {2.0, 4.0, 1.0, 3.0, 10.0};
+  std::vector<double> bare = {1.0, 4.0, 1.0, 3.0, 2.0};
+  BenchBareRow r = summarize_bench_row(1024, 256, 7, sweep, bare);
+  BOOST_TEST(r.rounds == 5);
+  BOOST_TEST(r.sweep_median == 3.0);
+  BOOST_TEST(r.bare_median == 2.0);
+  BOOST_TEST(r.sweep_best == 10.0);
+  BOOST_TEST(r.bare_best == 4.0);
+  BOOST_TEST(r.diff_median_pct == 50.0, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(r.diff_best_pct == 150.0, boost::test_tools::tolerance(1e-9));
+  // Pair 1: harmonic means 2/(1/2+1/4) = 8/3 vs 2/(1/1+1/4) = 8/5 -> +66.67%; pair 2: 1.5 vs 1.5 -> 0%;
+  // the unpaired fifth round is left out; median of {66.67, 0} = 33.33.
+  BOOST_TEST(r.diff_paired_pct == 100.0 / 3.0, boost::test_tools::tolerance(1e-9));
+  std::string line = format_bench_row(r);
+  BOOST_TEST(line.find("1024") != std::string::npos);
+  BOOST_TEST(line.find("33.33") != std::string::npos);
+}

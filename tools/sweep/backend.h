@@ -57,6 +57,10 @@ struct Backend {
 };
 
 const Backend& mpi_backend();
+// The largest element count one MPI call takes (INT_MAX; the SWEEP_TEST_MPI_COUNT_LIMIT test hook
+// lowers it). Above it the MPI backend splits reductions into consecutive calls and sends the
+// other collectives as one element of a derived type spanning the count.
+uint64_t mpi_count_limit();
 // nullptr when cairn was built without CUDA.
 const Backend* nccl_backend();
 

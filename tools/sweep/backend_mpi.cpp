@@ -1,4 +1,5 @@
 // MPI backend of cairn-sweep: host buffers, blocking MPI collectives on the tier's communicator.
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -15,7 +16,19 @@ namespace cairn::sweep {
 struct BackendComm {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1;
+  uint64_t count_limit = INT_MAX;  // largest count one MPI call takes (test hook can lower it)
+  // The last large-count type built (built outside the timed loop by the untimed call, reused).
+  MPI_Datatype big_type = MPI_DATATYPE_NULL, big_base = MPI_DATATYPE_NULL;
+  uint64_t big_count = 0;
 };
+
+uint64_t mpi_count_limit() {
+  if (const char* v = std::getenv("SWEEP_TEST_MPI_COUNT_LIMIT")) {
+    long long n = std::atoll(v);
+    if (n > 0 && n < INT_MAX) return static_cast<uint64_t>(n);
+  }
+  return INT_MAX;
+}
 
 namespace {
 
@@ -43,11 +56,15 @@ MPI_Op mpi_op(RedOp op) {
 BackendComm* mpi_open(MPI_Comm comm, int) {
   auto* bc = new BackendComm;
   bc->comm = comm;
+  bc->count_limit = mpi_count_limit();
   MPI_Comm_rank(comm, &bc->rank);
   MPI_Comm_size(comm, &bc->size);
   return bc;
 }
-void mpi_close(BackendComm* bc) { delete bc; }
+void mpi_close(BackendComm* bc) {
+  if (bc->big_type != MPI_DATATYPE_NULL) MPI_Type_free(&bc->big_type);
+  delete bc;
+}
 DeviceInfo mpi_device_info(int) { return DeviceInfo{}; }
 std::string mpi_version() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -108,10 +125,78 @@ int64_t mpi_check(BackendComm*, const void* view, DataType t, const Segment& s, 
   }
 }
 
+void run_counted(BackendComm* bc, CollKind kind, const void* send, void* recv, int n, MPI_Datatype dt, RedOp op,
+                 int root, bool in_place);
+
+// A datatype spanning `count` elements of `base` (extent exactly count elements) built from
+// blocks of at most `limit`, so that counts above MPI's int range go as one element of it
+// (the usual large-count construction for MPI 3: contiguous blocks plus a remainder, in a struct).
+MPI_Datatype large_count_type(uint64_t count, MPI_Datatype base, size_t elem_size, uint64_t limit) {
+  uint64_t blocks = count / limit, rest = count % limit;
+  MPI_Datatype block = MPI_DATATYPE_NULL, body = MPI_DATATYPE_NULL, out = MPI_DATATYPE_NULL;
+  mpi::check(MPI_Type_contiguous(static_cast<int>(limit), base, &block), "MPI_Type_contiguous");
+  mpi::check(MPI_Type_contiguous(static_cast<int>(blocks), block, &body), "MPI_Type_contiguous");
+  if (rest == 0) {
+    out = body;
+  } else {
+    MPI_Datatype tail = MPI_DATATYPE_NULL;
+    mpi::check(MPI_Type_contiguous(static_cast<int>(rest), base, &tail), "MPI_Type_contiguous");
+    int lengths[2] = {1, 1};
+    MPI_Aint displacements[2] = {0, static_cast<MPI_Aint>(blocks * limit * elem_size)};
+    MPI_Datatype types[2] = {body, tail};
+    mpi::check(MPI_Type_create_struct(2, lengths, displacements, types, &out), "MPI_Type_create_struct");
+    MPI_Type_free(&tail);
+    MPI_Type_free(&body);
+  }
+  MPI_Type_free(&block);
+  mpi::check(MPI_Type_commit(&out), "MPI_Type_commit");
+  return out;
+}
+
 void mpi_run(BackendComm* bc, CollKind kind, const void* send, void* recv, size_t count, DataType t, RedOp op,
              int root, bool in_place) {
   MPI_Datatype dt = mpi_type(t);
-  int n = static_cast<int>(count);
+  MPI_Comm comm = bc->comm;
+  if (count > bc->count_limit) {
+    size_t ws = type_size(t);
+    // Predefined reduction ops take only predefined types (Open MPI 4 checks it), so reductions go
+    // as consecutive calls over slices of at most count_limit elements.
+    if (kind == CollKind::AllReduce || kind == CollKind::Reduce) {
+      for (uint64_t done = 0; done < count;) {
+        uint64_t part = std::min<uint64_t>(bc->count_limit, count - done);
+        const char* s = static_cast<const char*>(send) + done * ws;
+        char* r = static_cast<char*>(recv) + done * ws;
+        int n = static_cast<int>(part);
+        if (kind == CollKind::AllReduce) {
+          mpi::check(MPI_Allreduce(in_place ? MPI_IN_PLACE : s, r, n, dt, mpi_op(op), comm), "MPI_Allreduce");
+        } else {
+          mpi::check(MPI_Reduce(in_place && bc->rank == root ? MPI_IN_PLACE : s, r, n, dt, mpi_op(op), root, comm),
+                     "MPI_Reduce");
+        }
+        done += part;
+      }
+      return;
+    }
+    if (kind == CollKind::ReduceScatter) {
+      // Each rank's slice of the send buffer is strided, and predefined ops refuse derived types.
+      throw UsageError("reducescatter over MPI: more than 2^31-1 elements per rank need MPI 4 large-count calls");
+    }
+    // Non-reducing collectives: one element of a type that spans the whole per-rank count.
+    if (bc->big_type == MPI_DATATYPE_NULL || bc->big_count != count || bc->big_base != dt) {
+      if (bc->big_type != MPI_DATATYPE_NULL) MPI_Type_free(&bc->big_type);
+      bc->big_type = large_count_type(count, dt, ws, bc->count_limit);
+      bc->big_count = count;
+      bc->big_base = dt;
+    }
+    run_counted(bc, kind, send, recv, 1, bc->big_type, op, root, in_place);
+    return;
+  }
+  run_counted(bc, kind, send, recv, static_cast<int>(count), dt, op, root, in_place);
+}
+
+// One MPI call of `n` elements of `dt` (a predefined type, or the large-count type with n = 1).
+void run_counted(BackendComm* bc, CollKind kind, const void* send, void* recv, int n, MPI_Datatype dt, RedOp op,
+                 int root, bool in_place) {
   MPI_Comm comm = bc->comm;
   int rc = MPI_SUCCESS;
   const char* what = "";

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cairn/cli.h"
+#include "cairn/error.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "sweep.h"
@@ -41,6 +42,15 @@ int main(int argc, char** argv) {
     app.add_option("--min-busbw", min_busbw, "exit 3 if a block's average bus bandwidth (GB/s) is lower");
     app.add_flag("--keep-samples", keep_samples, "store every iteration's time in sweep.h5");
     app.add_flag("--malloc-tune", malloc_tune, "mallopt(M_MMAP_MAX=0, M_TRIM_THRESHOLD=1GiB) before measuring");
+    cairn::sweep::BenchBareOptions bench;
+    bench.max_rounds = 0;
+    double bench_loop_ms = 0.5;
+    app.add_option("--bench-bare", bench.max_rounds,
+                   "benchmark mode: per size, up to N alternating rounds of cairn-sweep's allreduce measurement and "
+                   "a bare MPI_Allreduce loop on the same buffers; prints both busbw (see README)");
+    app.add_option("--bench-loop-ms", bench_loop_ms, "with --bench-bare: length of one timed loop (default 0.5 ms)");
+    app.add_option("--bench-size-s", bench.size_seconds,
+                   "with --bench-bare: time budget per size (default 5 s; at least 24 rounds)");
     cairn::parse_cli(app, argc, argv);
 
     // Flags given on the command line become typed [sweep] settings (ranked like --set).
@@ -75,6 +85,10 @@ int main(int argc, char** argv) {
     cairn::sweep::SweepOptions so = cairn::sweep::sweep_options(cfg);
     so.json_path = opts.json_path;
     so.print_table = opts.json_path != "-";  // --json - owns stdout
+    if (bench.max_rounds > 0) {
+      bench.loop_seconds = bench_loop_ms / 1000.0;
+      return cairn::sweep::run_bench_bare(so, bench);
+    }
     cairn::sweep::SweepResult result;
     int code = cairn::sweep::run_sweep(cfg, so, &result);
     if (code != 0 && cairn::mpi::rank() == 0) std::fprintf(stderr, "cairn-sweep: %s\n", result.verdict.c_str());

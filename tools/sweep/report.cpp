@@ -392,18 +392,34 @@ std::string fabric_toml(const RunInfo& info, const SweepResult& r) {
                  {"command_line", p.command_line}};
   json doc = {{"fabric", fabric}};
   std::vector<std::string> skipped;
+  auto fit_table = [](const Block& b) {
+    return json{{"alpha_us", b.fit.alpha_us},
+                {"busbw_gbps", b.fit.busbw_gbps},
+                {"r2", b.fit.r2},
+                {"half_peak_bytes", b.fit.half_peak_bytes},
+                {"peak_busbw_gbps", b.fit.peak_busbw_gbps},
+                {"ranks", b.nranks}};
+  };
+  // [<tier>.<collective>] is the model cairn-plan reads (one type/op, see mark_fabric_blocks); every
+  // measured type and op also gets its own sub-table, [<tier>.<collective>.<type>.<redop>], or
+  // [<tier>.<collective>.<type>] for collectives without a reduction (type and redop named as in
+  // the table's columns).
   for (const auto& b : r.blocks) {
-    if (!b.in_fabric) continue;
+    std::string where = b.tier + "." + b.collective + "." + type_info(b.type).name +
+                        (b.op == RedOp::None ? std::string() : std::string(".") + op_name(b.op));
     if (!b.fit.valid) {
-      skipped.push_back(b.tier + "." + b.collective + ": " + b.fit.note);
+      skipped.push_back(where + ": " + b.fit.note);
       continue;
     }
-    doc[b.tier][b.collective] = {{"alpha_us", b.fit.alpha_us},
-                                 {"busbw_gbps", b.fit.busbw_gbps},
-                                 {"r2", b.fit.r2},
-                                 {"half_peak_bytes", b.fit.half_peak_bytes},
-                                 {"peak_busbw_gbps", b.fit.peak_busbw_gbps},
-                                 {"ranks", b.nranks}};
+    json& coll = doc[b.tier][b.collective];
+    if (b.in_fabric) {
+      json t = fit_table(b);
+      t["type"] = type_info(b.type).name;
+      t["redop"] = op_name(b.op);
+      for (auto it = t.begin(); it != t.end(); ++it) coll[it.key()] = it.value();
+    }
+    if (b.op == RedOp::None) coll[type_info(b.type).name] = fit_table(b);
+    else coll[type_info(b.type).name][op_name(b.op)] = fit_table(b);
   }
   if (!skipped.empty()) doc["fabric"]["skipped"] = skipped;
   return "# Fabric model measured by cairn-sweep; cairn-plan reads it via [cluster] fabric = \"<this file>\".\n"

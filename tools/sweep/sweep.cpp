@@ -110,6 +110,36 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+}  // namespace
+
+double time_collective(const Backend& be, BackendComm* bc, MPI_Comm comm, const TimedCall& call, int iters,
+                       bool blocking, double* samples) {
+  auto run_once = [&]() {
+    be.run(bc, call.kind, call.send, call.recv, call.count, call.type, call.op, call.root, call.in_place);
+  };
+  run_once();  // untimed: settles this size's protocol and buffers
+  be.sync(bc);
+  mpi::check(MPI_Barrier(comm), "MPI_Barrier");
+  double t0 = now_s(), last = t0;
+  for (int i = 0; i < iters; ++i) {
+    run_once();
+    if (blocking) {
+      be.sync(bc);
+      mpi::check(MPI_Barrier(comm), "MPI_Barrier");
+    }
+    if (samples) {
+      be.sync(bc);
+      double t = now_s();
+      samples[i] = (t - last) * 1e6;
+      last = t;
+    }
+  }
+  be.sync(bc);
+  return (now_s() - t0) / iters;
+}
+
+namespace {
+
 // Node layout of the job; with the SWEEP_TEST_RANKS_PER_NODE test hook, consecutive ranks are
 // grouped into pretend nodes so intra/inter tiers can be exercised on one machine.
 struct SweepTopology {
@@ -264,7 +294,7 @@ std::vector<SizeRow> plan_rows(const SweepOptions& o, const Collective& c, DataT
                                const std::string& tier, const std::string& backend, std::vector<std::string>& notes) {
   size_t ws = type_size(t);
   std::vector<SizeRow> rows;
-  uint64_t skipped = 0;
+  uint64_t skipped = 0, large = 0;
   for (uint64_t bytes : sweep_sizes(o)) {
     SizeRow r = size_row(c, bytes, ws, nranks);
     if (r.count == 0) {
@@ -279,9 +309,14 @@ std::vector<SizeRow> plan_rows(const SweepOptions& o, const Collective& c, DataT
           split ? "cannot be divided" : "is less than one element to share", nranks,
           static_cast<unsigned long long>(ws * (split ? nranks : 1))));
     }
-    if (backend == "mpi" && r.count > static_cast<uint64_t>(INT_MAX)) {
-      throw UsageError(strprintf("%s: %llu elements per rank exceed MPI's int count limit; lower -e/--maxbytes",
-                                 c.name, static_cast<unsigned long long>(r.count)));
+    if (backend == "mpi" && r.count > mpi_count_limit()) {
+      if (c.kind == CollKind::ReduceScatter) {
+        throw UsageError(strprintf(
+            "reducescatter over MPI: %llu elements per rank exceed MPI's int count limit (Open MPI 4 has no "
+            "large-count reduce-scatter); lower -e/--maxbytes or use the nccl backend",
+            static_cast<unsigned long long>(r.count)));
+      }
+      ++large;
     }
     if (!rows.empty() && rows.back().size == r.size) continue;  // rounding made two sizes equal
     rows.push_back(r);
@@ -289,6 +324,14 @@ std::vector<SizeRow> plan_rows(const SweepOptions& o, const Collective& c, DataT
   if (skipped) {
     notes.push_back(strprintf("%s (tier %s): %llu default size(s) below one element per rank skipped", c.name,
                               tier.c_str(), static_cast<unsigned long long>(skipped)));
+  }
+  if (large) {
+    notes.push_back(strprintf("%s %s (tier %s): %llu size(s) above %llu elements per rank use MPI large-count "
+                              "handling (%s)",
+                              c.name, type_info(t).config_name, tier.c_str(), static_cast<unsigned long long>(large),
+                              static_cast<unsigned long long>(mpi_count_limit()),
+                              c.reducing ? "consecutive calls of at most that many elements"
+                                         : "one element of a derived type spanning the count"));
   }
   if (rows.empty()) throw UsageError(strprintf("%s (tier %s): no size in the range is large enough", c.name, tier.c_str()));
   return rows;
@@ -379,26 +422,10 @@ std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm c
     for (int mode = 0; mode < 2; ++mode) {
       bool ip = mode == 1;
       prepare(r, ip, ++seed, nullptr);
-      run_once(r, ip);  // untimed: settles this size's protocol and buffers
-      be.sync(bc);
-      mpi::check(MPI_Barrier(comm), "MPI_Barrier");
       double* samples = o.keep_samples ? rec + 6 + mode * o.iters : nullptr;
-      double t0 = now_s(), last = t0;
-      for (int i = 0; i < o.iters; ++i) {
-        run_once(r, ip);
-        if (o.blocking) {
-          be.sync(bc);
-          mpi::check(MPI_Barrier(comm), "MPI_Barrier");
-        }
-        if (samples) {
-          be.sync(bc);
-          double t = now_s();
-          samples[i] = (t - last) * 1e6;
-          last = t;
-        }
-      }
-      be.sync(bc);
-      rec[mode] = (now_s() - t0) / o.iters;
+      Views v = views(r, ip);
+      TimedCall call{c.kind, v.send, v.recv, r.count, bp.type, bp.op, bp.root, ip};
+      rec[mode] = time_collective(be, bc, comm, call, o.iters, o.blocking != 0, samples);
 
       bool checkable = o.check > 0 && !(ip && c.kind == CollKind::AlltoAll && !be.checked_inplace_alltoall);
       int64_t wrong = 0;
@@ -430,8 +457,9 @@ std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm c
   return out;
 }
 
-// Combines per-rank times as nccl-tests' -a: 0 = first rank, 1 = mean, 2 = min, 3 = max.
-double combine(const std::vector<double>& v, int average) {
+}  // namespace
+
+double combine_times(const std::vector<double>& v, int average) {
   if (v.empty()) return 0;
   switch (average) {
     case 0: return v.front();
@@ -444,6 +472,8 @@ double combine(const std::vector<double>& v, int average) {
     }
   }
 }
+
+namespace {
 
 Measure make_measure(const Collective& c, const SizeRow& r, size_t ws, int nranks, double seconds, int64_t wrong,
                      bool checked) {
@@ -481,7 +511,7 @@ void assemble_block(Block& b, const BlockPlan& bp, const TierPlan& tier, const s
         wrong += static_cast<int64_t>(at(r, k, 2 + mode));
         checked &= at(r, k, 4 + mode) != 0;
       }
-      Measure m = make_measure(c, sr, ws, tier.nranks, combine(times, o.average), wrong, checked);
+      Measure m = make_measure(c, sr, ws, tier.nranks, combine_times(times, o.average), wrong, checked);
       (mode == 0 ? row.oop : row.ip) = m;
       bw_sum += m.busbw;
       ++bw_count;
@@ -494,7 +524,7 @@ void assemble_block(Block& b, const BlockPlan& bp, const TierPlan& tier, const s
             gt.push_back(at(r, k, mode));
             gw += static_cast<int64_t>(at(r, k, 2 + mode));
           }
-          per_node.push_back(make_measure(c, sr, ws, tier.nranks, combine(gt, o.average), gw, checked));
+          per_node.push_back(make_measure(c, sr, ws, tier.nranks, combine_times(gt, o.average), gw, checked));
         }
       }
       if (o.keep_samples) {
@@ -545,6 +575,30 @@ std::string malloc_note(const SweepOptions& o) {
 }
 
 }  // namespace
+
+void mark_fabric_blocks(std::vector<Block>& blocks, DataType first_type, RedOp first_op) {
+  auto preferred = [&](const Block& b) {
+    return b.type == first_type && (b.op == RedOp::None || b.op == first_op);
+  };
+  for (auto& b : blocks) b.in_fabric = false;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    Block* chosen = nullptr;
+    bool seen_before = false;
+    for (size_t j = 0; j < i; ++j) seen_before |= blocks[j].tier == blocks[i].tier && blocks[j].collective == blocks[i].collective;
+    if (seen_before) continue;
+    // First (tier, collective) occurrence: pick the preferred valid block, else the first valid one.
+    for (size_t j = i; j < blocks.size(); ++j) {
+      Block& b = blocks[j];
+      if (b.tier != blocks[i].tier || b.collective != blocks[i].collective || !b.fit.valid) continue;
+      if (preferred(b)) {
+        chosen = &b;
+        break;
+      }
+      if (!chosen) chosen = &b;
+    }
+    if (chosen) chosen->in_fabric = true;
+  }
+}
 
 int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* result_out) {
   SweepOptions o = opts_in;
@@ -687,7 +741,6 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
       b.group_hosts = tier.group_hosts;
       assemble_block(b, bp, tier, all, o);
       b.fit = fit_block(b, bp.coll->busbw_factor(tier.nranks));
-      b.in_fabric = bp.type == o.types.front() && (bp.op == RedOp::None || bp.op == o.ops.front());
       std::string text = format_block_header(b);
       for (const auto& row : b.rows) text += format_row(row, b);
       text += format_block_footer(b, o.min_busbw);
@@ -704,6 +757,7 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
   // Summary, files and the verdict (decided on rank 0, shared with every rank).
   int code = 0;
   if (root) {
+    mark_fabric_blocks(res.blocks, o.types.front(), o.ops.front());
     double sum = 0;
     for (const auto& b : res.blocks) {
       sum += b.avg_busbw;

@@ -70,7 +70,7 @@ struct Block {
   double avg_busbw = 0;
   int64_t wrong = 0;
   Fit fit;
-  bool in_fabric = false;  // the block whose fit goes to fabric.toml for (tier, collective)
+  bool in_fabric = false;  // the block whose fit is [<tier>.<collective>] in fabric.toml
 };
 
 struct SweepResult {
@@ -85,9 +85,32 @@ struct SweepResult {
   std::string verdict;  // why the exit code is 3 ("" when 0)
 };
 
+// One collective call exactly as the timed loop issues it (views already resolved).
+struct TimedCall {
+  CollKind kind = CollKind::AllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DataType type = DataType::Float32;
+  RedOp op = RedOp::Sum;
+  int root = -1;
+  bool in_place = false;
+};
+// The measurement behind every time cairn-sweep reports: one untimed call, wait, barrier on `comm`,
+// `iters` back-to-back calls (blocking: wait and barrier after each), wait. Returns this rank's
+// seconds per call; `samples` (optional, `iters` values) gets per-call microseconds.
+double time_collective(const Backend& be, BackendComm* bc, MPI_Comm comm, const TimedCall& call, int iters,
+                       bool blocking, double* samples = nullptr);
+// Combines per-rank times as nccl-tests' -a: 0 = first rank, 1 = mean, 2 = min, 3 = max.
+double combine_times(const std::vector<double>& per_rank_seconds, int average);
+
 // Fits time(bytes) = alpha + bytes*factor/busbw to a block's out-of-place rows (weighted least
 // squares on relative error, so small and large sizes both count).
 Fit fit_block(const Block& b, double busbw_factor);
+
+// Chooses, per (tier, collective), the block whose fit becomes fabric.toml's [<tier>.<collective>]
+// table: the first type and op requested when its fit is valid, else the first valid one.
+void mark_fabric_blocks(std::vector<Block>& blocks, DataType first_type, RedOp first_op);
 
 // Runs the whole sweep (all ranks); rank 0 prints and writes the outputs. Returns the exit code on
 // every rank: 0, or 3 when a check or the --min-busbw gate failed (result->verdict says why).
@@ -111,6 +134,28 @@ struct RunInfo {
   std::string malloc_note;       // what the malloc settings mean for large-message MPI collectives
   std::string start_time, end_time;
 };
+
+// --bench-bare (bench.cpp): per size, `rounds` alternating pairs of cairn-sweep's timed loop and a
+// bare MPI_Allreduce loop on the same buffers in this one job; rank 0 prints the comparison.
+struct BenchBareOptions {
+  int max_rounds = 400, min_rounds = 24;  // rounds per size
+  // One timed loop lasts about this long (>= 1 call): short loops fit between the scheduler's
+  // interruptions on a shared machine, so most loops are clean and a hit one is one sample.
+  double loop_seconds = 0.0005;
+  double size_seconds = 5;  // after min_rounds, no new round starts past this per size
+};
+struct BenchBareRow {
+  uint64_t size = 0, count = 0;
+  int iters = 0, rounds = 0;
+  std::vector<double> sweep_busbw, bare_busbw;  // per round
+  double sweep_median = 0, bare_median = 0, sweep_best = 0, bare_best = 0;
+  double diff_median_pct = 0, diff_best_pct = 0, diff_paired_pct = 0;
+};
+BenchBareRow summarize_bench_row(uint64_t size, uint64_t count, int iters, const std::vector<double>& sweep_busbw,
+                                 const std::vector<double>& bare_busbw);
+std::string format_bench_header(int nranks, const BenchBareOptions& b, const std::string& type, const std::string& op);
+std::string format_bench_row(const BenchBareRow& r);
+int run_bench_bare(const SweepOptions& opts, const BenchBareOptions& bench);
 
 // Output writers (rank 0), in report.cpp.
 std::string format_preamble(const RunInfo& info);
