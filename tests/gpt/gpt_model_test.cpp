@@ -217,23 +217,99 @@ BOOST_AUTO_TEST_CASE(forward_only_matches_training_and_backends_agree) {
   BOOST_TEST(std::isfinite(l4));
 }
 
-BOOST_AUTO_TEST_CASE(recompute_gelu_is_bitwise_identical_and_smaller) {
+// Every recompute mode gives bitwise the same logits, losses and accumulated gradients as none on both CPU
+// backends (two micro-batches, the second smaller, so buffers are reused), with less activation memory.
+BOOST_AUTO_TEST_CASE(recompute_modes_are_bitwise_identical_and_smaller) {
   const auto cfg = small_config();
-  gpt::Model a(cfg, kernels::cpu_backend()), b(cfg, kernels::cpu_backend());
-  a.init(9);
-  b.init(9);
-  b.set_recompute_gelu(true);
-  BOOST_TEST(b.recompute_gelu());
-  Batch batch(cfg);
-  for (gpt::Model* m : {&a, &b}) {
-    m->zero_grad();
-    m->forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
-    m->backward();
+  const gpt::Recompute modes[] = {gpt::Recompute::None, gpt::Recompute::Gelu, gpt::Recompute::Full};
+  Batch big(cfg, 11), small(cfg, 12);
+  small.B = 2;
+  small.T = 9;
+  for (const kernels::Backend* be : {&kernels::cpu_backend(), &kernels::cpu_reference_backend()}) {
+    BOOST_TEST_CONTEXT("backend " << be->name) {
+      std::vector<float> ref_logits, ref_grads;
+      std::vector<float> ref_losses;
+      size_t bytes[3] = {0, 0, 0};
+      for (int mi = 0; mi < 3; mi++) {
+        BOOST_TEST_CONTEXT("recompute " << gpt::recompute_name(modes[mi])) {
+          gpt::Model m(cfg, *be);
+          m.init(9);
+          m.set_recompute(modes[mi]);
+          BOOST_TEST((m.recompute() == modes[mi]));
+          int hook_calls = 0;
+          m.set_forward_layer_hook([&](int) { hook_calls++; });
+          m.zero_grad();
+          std::vector<float> logits((size_t)big.B * big.T * cfg.vocab), losses;
+          losses.push_back(m.forward(big.inputs.data(), big.targets.data(), big.B, big.T));
+          m.copy_logits_to_host(logits.data());
+          BOOST_TEST(hook_calls == cfg.layers + 2);
+          m.backward({}, 0.5f);
+          BOOST_TEST(hook_calls == cfg.layers + 2);  // recomputing in backward is not a forward
+          losses.push_back(m.forward(small.inputs.data(), small.targets.data(), small.B, small.T));
+          m.backward({}, 0.5f);
+          std::vector<float> grads(m.num_params());
+          m.copy_grads_to_host(grads.data());
+          bytes[mi] = m.activation_bytes();
+          BOOST_TEST(bytes[mi] ==
+                     gpt::planned_activation_bytes(cfg, (size_t)big.B * big.T, modes[mi], true));
+          if (mi == 0) {
+            ref_logits = logits;
+            ref_grads = grads;
+            ref_losses = losses;
+            continue;
+          }
+          BOOST_TEST((losses == ref_losses));
+          BOOST_TEST((logits == ref_logits));
+          size_t differ = 0;
+          for (size_t i = 0; i < grads.size(); i++) differ += grads[i] != ref_grads[i];
+          BOOST_TEST(differ == 0u);
+        }
+      }
+      // per token and layer: none keeps 16C + NH + 4 floats; gelu shares the 4C GELU output; full keeps only
+      // the layer output (C) plus one shared set of 15C + NH + 4
+      const size_t N = (size_t)big.B * big.T, C = cfg.hidden, L = cfg.layers, per_layer = 16 * C + cfg.heads + 4;
+      BOOST_TEST(bytes[0] - bytes[1] == (L - 1) * N * 4 * C * sizeof(float));
+      BOOST_TEST(bytes[0] - bytes[2] == (L - 1) * N * (per_layer - C) * sizeof(float));
+      BOOST_TEST(bytes[2] < bytes[1]);
+      BOOST_TEST(bytes[1] < bytes[0]);
+    }
   }
-  BOOST_TEST(std::equal(a.grads(), a.grads() + a.num_params(), b.grads()));
-  // one 4C-wide buffer per token instead of `layers` of them
-  const size_t saved = (size_t)(cfg.layers - 1) * batch.B * batch.T * 4 * cfg.hidden * sizeof(float);
-  BOOST_TEST(a.activation_bytes() - b.activation_bytes() == saved);
+}
+
+BOOST_AUTO_TEST_CASE(recompute_mode_switches_and_names) {
+  const auto cfg = small_config();
+  gpt::Model m(cfg, kernels::cpu_backend());
+  m.init(3);
+  Batch batch(cfg);
+  m.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
+  const size_t none_bytes = m.activation_bytes();
+  m.set_recompute(gpt::Recompute::Full);  // frees the activations: the last forward is gone
+  BOOST_TEST(m.activation_bytes() == 0u);
+  BOOST_CHECK_THROW(m.backward(), RuntimeError);
+  m.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
+  BOOST_TEST(m.activation_bytes() < none_bytes);
+  m.backward();
+  // the compatibility switch
+  m.set_recompute_gelu(true);
+  BOOST_TEST((m.recompute() == gpt::Recompute::Gelu));
+  BOOST_TEST(m.recompute_gelu());
+  m.set_recompute_gelu(false);
+  BOOST_TEST((m.recompute() == gpt::Recompute::None));
+  BOOST_TEST(!m.recompute_gelu());
+  BOOST_TEST((gpt::parse_recompute("full") == gpt::Recompute::Full));
+  BOOST_TEST(gpt::recompute_name(gpt::parse_recompute("gelu")) == std::string("gelu"));
+  BOOST_CHECK_THROW(gpt::parse_recompute("selective"), UsageError);
+  // hardware FLOPs: full reruns layers-1 layers without the MLP output projection
+  const double C = cfg.hidden, T = cfg.seq_len;
+  BOOST_TEST(gpt::recompute_flops_per_token(cfg, gpt::Recompute::Full) == 2 * (16 * C * C + 4 * T * C));
+  BOOST_TEST(gpt::recompute_flops_per_token(cfg, gpt::Recompute::Gelu) == 0.0);
+  // a forward-only model keeps one set of buffers whatever the mode
+  gpt::Model eval(cfg, kernels::cpu_backend(), false);
+  eval.copy_params_from_host(m.params());
+  eval.set_recompute(gpt::Recompute::Full);
+  eval.forward(batch.inputs.data(), nullptr, batch.B, batch.T);
+  BOOST_TEST(eval.activation_bytes() ==
+             gpt::planned_activation_bytes(cfg, (size_t)batch.B * batch.T, gpt::Recompute::None, false));
 }
 
 BOOST_AUTO_TEST_CASE(bad_input_is_a_clear_error) {

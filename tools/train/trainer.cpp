@@ -87,11 +87,32 @@ struct Settings {
   int threads = 0;
   std::string backend;
   bool on_gpu = false;            // backend "cuda": device memory, NCCL between ranks
-  bool recompute_gelu = false;    // cuda: [parallel]/[train] recompute = "gelu"
+  gpt::Recompute recompute = gpt::Recompute::None;  // [train] / [parallel] recompute (resolve_recompute)
   bool bf16 = false;              // cuda: precision = "bf16" (bf16 GEMM inputs, fp32 accumulation and state)
   std::string run_dir, train_dir, ckpt_dir, data_dir;
   double val_fraction = 0;
 };
+
+// Activation recomputation from [train] recompute (none|gelu|full) and cairn-plan's [parallel] recompute
+// (none|selective|full|gelu). It lives in the model, so every backend runs it. "none" in one key defers to
+// the other; two different modes are a usage error (a plan that needs full recompute to fit in memory
+// must not be silently overridden, nor the experiment's own choice). Megatron's "selective" (recompute
+// the attention core) is what our attention always does, so it adds nothing: it counts as none.
+gpt::Recompute resolve_recompute(const Config& cfg) {
+  std::string plan = cfg.get_string("parallel.recompute");
+  const std::string train = cfg.get_string("train.recompute");
+  if (plan == "selective") {
+    CAIRN_LOG_INFO("[parallel] recompute = \"selective\" needs nothing here: the attention kernels keep only the "
+                   "softmax log-sum-exp, never the T x T probabilities, and backward always recomputes them");
+    plan = "none";
+  }
+  if (plan != "none" && train != "none" && plan != train) {
+    throw UsageError("[train] recompute = \"" + train + "\" and [parallel] recompute = \"" + plan +
+                     "\" disagree; set one of them to \"none\" or both to the same mode (e.g. --set train.recompute=" +
+                     plan + ")");
+  }
+  return gpt::parse_recompute(train != "none" ? train : plan);
+}
 
 Settings read_settings(const Config& cfg) {
   Settings s;
@@ -146,26 +167,12 @@ Settings read_settings(const Config& cfg) {
   s.zero = static_cast<int>(cfg.get_int("parallel.zero"));
   if (s.zero > 1) throw UsageError(strprintf("[parallel] zero = %d: cairn-train supports zero = 0 or 1", s.zero));
   if (cfg.get_string("parallel.sp") == "on") throw UsageError("[parallel] sp = \"on\" needs tensor parallelism (tp > 1), which cairn-train does not run");
-  std::string recompute = cfg.get_string("parallel.recompute");
-  std::string trecompute = cfg.get_string("train.recompute");
-  if (s.backend == "cpu" && (recompute != "none" || trecompute != "none")) {
-    throw UsageError("activation recomputation ([parallel] recompute / [train] recompute) is not available on the "
-                     "cpu backend; set it to \"none\"");
-  }
+  s.recompute = resolve_recompute(cfg);
   if (s.backend == "cpu" && cfg.get_string("train.precision") != "fp32") {
     throw UsageError("[train] precision = \"" + cfg.get_string("train.precision") + "\" needs the cuda backend; the cpu backend computes in fp32");
   }
   s.on_gpu = s.backend == "cuda";
-  if (s.on_gpu) {
-    s.bf16 = cfg.get_string("train.precision") == "bf16";
-    for (const std::string& r : {recompute, trecompute}) {
-      if (r != "none" && r != "gelu") {
-        throw UsageError("recompute = \"" + r + "\" ([parallel] or [train]) is not implemented on the cuda backend; use "
-                         "\"gelu\" or \"none\"");
-      }
-      if (r == "gelu") s.recompute_gelu = true;
-    }
-  }
+  if (s.on_gpu) s.bf16 = cfg.get_string("train.precision") == "bf16";
   if (cfg.get_string("model.architecture") != "gpt") {
     throw UsageError("[model] architecture = \"" + cfg.get_string("model.architecture") + "\": cairn-train implements \"gpt\"");
   }
@@ -325,6 +332,7 @@ class Trainer {
   size_t trace_events_ = 0;
   double trace_epoch_ = 0;
   double flops_per_token_ = 0, peak_tflops_ = 0;
+  double hw_flops_per_token_ = 0;  // flops_per_token_ plus what activation recomputation reruns
   double last_cb_time_ = 0;
   double last_fwd_time_ = 0;  // end of the previous forward trace event
 };
@@ -436,7 +444,7 @@ void Trainer::setup() {
     trace_event(name, "layer", last_fwd_time_, t);
     last_fwd_time_ = t;
   });
-  if (s_.recompute_gelu) model_->set_recompute_gelu(true);
+  model_->set_recompute(s_.recompute);
   N_ = model_->num_params();
   if (s_.zero == 1 && s_.world > 1) {
     shard_ = (N_ + s_.world - 1) / s_.world;
@@ -474,6 +482,9 @@ void Trainer::setup() {
   spec.seq_len = gcfg_.seq_len;
   spec.vocab = gcfg_.vocab;
   flops_per_token_ = costmodel::model_flops_per_token(spec);
+  // MFU counts model FLOPs only (as cairn-plan and Megatron report it); recomputation's extra forward work
+  // goes into hardware FLOPs ("hfu" in metrics lines), from the model's own count of what it reruns.
+  hw_flops_per_token_ = flops_per_token_ + gpt::recompute_flops_per_token(gcfg_, s_.recompute);
   peak_tflops_ = s_.peak_tflops > 0 ? s_.peak_tflops : measure_peak_tflops();
   if (s_.on_gpu) gpu::reset_peak_allocated();  // a measuring sgemm's buffers are not training memory
 
@@ -489,6 +500,16 @@ void Trainer::setup() {
                  static_cast<unsigned long long>(widx_.val_windows), s_.world, s_.micro, s_.accum,
                  static_cast<long long>(s_.global_batch), static_cast<long long>(s_.global_batch * s_.T),
                  s_.zero ? ", ZeRO-1" : "");
+  if (s_.recompute != gpt::Recompute::None) {
+    const size_t rows = static_cast<size_t>(s_.micro) * static_cast<size_t>(s_.T);
+    const double mib = 1024.0 * 1024.0;
+    CAIRN_LOG_INFO("recompute = \"%s\": activations %.1f MiB per rank instead of %.1f MiB; +%.1f%% hardware FLOPs "
+                   "(MFU counts model FLOPs only)",
+                   gpt::recompute_name(s_.recompute),
+                   static_cast<double>(gpt::planned_activation_bytes(gcfg_, rows, s_.recompute)) / mib,
+                   static_cast<double>(gpt::planned_activation_bytes(gcfg_, rows, gpt::Recompute::None)) / mib,
+                   100.0 * (hw_flops_per_token_ / flops_per_token_ - 1.0));
+  }
   if (s_.val_every > 0 && s_.val_batches > 0 && val_micro_batches() == 0) {
     CAIRN_LOG_WARN("validation is off: the split has %llu windows, fewer than ranks x micro_batch = %d "
                    "(raise [data] val_fraction)",
@@ -964,6 +985,8 @@ TrainResult Trainer::run() {
                    {"time_s", {{"data", tm.data}, {"forward", tm.forward}, {"backward", tm.backward},
                                {"comm", tm.comm}, {"optimizer", tm.optimizer}, {"total", tm.total}}},
                    {"wall_time", wall_clock()}};
+      if (s_.recompute == gpt::Recompute::Full && peak_tflops_ > 0)
+        line["hfu"] = hw_flops_per_token_ * tok_s / 1e12 / s_.world / peak_tflops_;
       std::string mem_note;
       if (s_.on_gpu) {
         // Rank 0's device memory: high-water of cairn's allocations (compare PyTorch's max_memory_allocated) and

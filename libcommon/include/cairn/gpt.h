@@ -61,6 +61,21 @@ void adamw_update_ranges(const kernels::Backend& be, const std::vector<DecayRang
                          float* params, const float* grads, float* m, float* v, kernels::AdamWParams hp,
                          float weight_decay);
 
+// Activation recomputation ([train] recompute / [parallel] recompute in cairn-train):
+//   None: every layer keeps its activations for backward.
+//   Gelu: one GELU output buffer shared by all layers, recomputed from the MLP pre-activation in backward
+//         (saves 4C floats per token per layer but one).
+//   Full: each layer keeps only its output (the residual stream, the next layer's input); one shared set
+//         of per-layer activations is rebuilt in backward by rerunning the layer's forward from its saved
+//         input (all but the MLP output projection, whose product backward does not need), layer by layer.
+//         The last layer is not rerun: the shared set still holds it after forward.
+// Megatron's "selective" (recompute the attention core) has no mode: our attention never stores the
+// T x T probabilities (only the row log-sum-exp), its backward always recomputes them.
+enum class Recompute { None, Gelu, Full };
+const char* recompute_name(Recompute mode);  // "none", "gelu", "full"
+// "none" | "gelu" | "full"; throws cairn::UsageError otherwise.
+Recompute parse_recompute(const std::string& name);
+
 class Model {
  public:
   // training=false builds a forward-only model (cairn-eval): no gradient buffers, and activations of a
@@ -114,11 +129,17 @@ class Model {
   void zero_grad();
   std::vector<std::pair<size_t, size_t>> grad_ready_ranges() const;
 
-  // Activation recomputation ([parallel] recompute = "gelu"): keep one GELU output buffer instead of one per
-  // layer (a quarter of the activation memory) and recompute it during backward. Same results bitwise.
+  // Activation recomputation; every mode gives bitwise the same results on a deterministic backend (the
+  // same kernels run on the same inputs), it only trades memory for backward time. Changing the mode
+  // frees the activations (reallocated at the next forward) and needs a new forward before backward().
+  void set_recompute(Recompute mode);
+  Recompute recompute() const;
+  // Compatibility: set_recompute_gelu(true) = Recompute::Gelu, false = None; recompute_gelu() is true when
+  // GELU outputs are recomputed (Gelu or Full).
   void set_recompute_gelu(bool on);
   bool recompute_gelu() const;
-  // Bytes of activation (and backward scratch) buffers currently allocated, for memory reports.
+  // Bytes of activation (and backward scratch) buffers currently allocated, for memory reports; equals
+  // planned_activation_bytes(config(), tokens, recompute(), training()) for the largest B*T seen.
   size_t activation_bytes() const;
 
  private:
@@ -128,5 +149,12 @@ class Model {
 
 // FLOPs of one training step (forward + backward) per token, 6N + attention (for MFU).
 double train_flops_per_token(const GptConfig& cfg);
+// Extra FLOPs per token that recomputation adds to a training step (hardware FLOPs minus model FLOPs), in
+// the same accounting as train_flops_per_token (matmuls and the attention square; element-wise ops are
+// free): Full reruns layers-1 layer forwards without the MLP output projection; Gelu and None add none.
+double recompute_flops_per_token(const GptConfig& cfg, Recompute mode);
+// Bytes Model::activation_bytes() reports once a forward of `tokens` = B*T rows has run, without
+// allocating anything (memory planning: the mode's saving for a model and batch).
+size_t planned_activation_bytes(const GptConfig& cfg, size_t tokens, Recompute mode, bool training = true);
 
 }  // namespace cairn::gpt

@@ -1,4 +1,5 @@
-// GPT-2 forward/backward over a kernel backend: parameter layout, init, activation buffers, gradient buckets.
+// GPT-2 forward/backward over a kernel backend: parameter layout, init, activation buffers (and their
+// recomputation), gradient buckets.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -138,6 +139,111 @@ double train_flops_per_token(const GptConfig& c) {
   return 6.0 * matmul_params + 12.0 * L * T * C;
 }
 
+const char* recompute_name(Recompute mode) {
+  switch (mode) {
+    case Recompute::None: return "none";
+    case Recompute::Gelu: return "gelu";
+    case Recompute::Full: return "full";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(const std::string& name) {
+  for (Recompute m : {Recompute::None, Recompute::Gelu, Recompute::Full})
+    if (name == recompute_name(m)) return m;
+  throw UsageError("recompute must be \"none\", \"gelu\" or \"full\", not \"" + name + "\"");
+}
+
+double recompute_flops_per_token(const GptConfig& c, Recompute mode) {
+  if (mode != Recompute::Full || c.layers < 2) return 0.0;
+  // per rerun layer: qkv (3C^2), attention projection (C^2) and MLP input (4C^2) matmuls at 2 FLOPs per
+  // multiply-add, plus the attention square 2 * 2 * T * C; the MLP output projection is not rerun.
+  const double C = c.hidden, T = c.seq_len;
+  return double(c.layers - 1) * (16.0 * C * C + 4.0 * T * C);
+}
+
+namespace {
+
+// One transformer layer's activations for `tokens` rows. With recomputation some pointers of different
+// layers alias one shared buffer.
+struct LayerActs {
+  float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
+};
+
+struct Activations {
+  int32_t* d_inputs = nullptr;
+  int32_t* d_targets = nullptr;
+  float* encoded = nullptr;
+  std::vector<LayerActs> layers;  // `layers` entries when training, one reused entry when not
+  float *proj = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *logits = nullptr,
+        *losses = nullptr, *xent_lse = nullptr;
+  float *dres = nullptr, *dtmp = nullptr, *dbig = nullptr;  // backward scratch
+};
+
+// Lays out the activations of `tokens` rows for a mode, taking each buffer from take(bytes), which
+// allocates (a model) or only counts and returns nullptr (planned_activation_bytes).
+//   training, None: every buffer per layer.
+//   training, Gelu: fch_gelu shared by all layers.
+//   training, Full: res3 (the layer output = next layer's input) per layer, everything else shared.
+//   forward-only: one set reused by every layer (a layer's output may overwrite its input in place).
+void layout_activations(const GptConfig& cfg, bool training, Recompute mode, size_t tokens,
+                        const std::function<void*(size_t)>& take, Activations& a) {
+  const size_t N = tokens, C = cfg.hidden, NH = cfg.heads, Vp = cfg.vocab;
+  auto f = [&](size_t count) { return static_cast<float*>(take(count * sizeof(float))); };
+  a = Activations{};
+  a.d_inputs = static_cast<int32_t*>(take(N * sizeof(int32_t)));
+  a.d_targets = static_cast<int32_t*>(take(N * sizeof(int32_t)));
+  a.encoded = f(N * C);
+  if (!training) mode = Recompute::Full;  // one shared set; the per-layer outputs below collapse to one too
+  const bool share_gelu = mode != Recompute::None, share_all = mode == Recompute::Full;
+  float* shared_gelu = share_gelu ? f(N * 4 * C) : nullptr;
+  auto layer_set = [&](LayerActs& s) {  // all but fch_gelu and res3
+    s.ln1 = f(N * C);
+    s.ln1_mean = f(N);
+    s.ln1_rstd = f(N);
+    s.qkv = f(N * 3 * C);
+    s.atty = f(N * C);
+    s.att_lse = f(N * NH);
+    s.res2 = f(N * C);
+    s.ln2 = f(N * C);
+    s.ln2_mean = f(N);
+    s.ln2_rstd = f(N);
+    s.fch = f(N * 4 * C);
+  };
+  LayerActs shared{};
+  if (share_all) layer_set(shared);
+  const int slots = training ? cfg.layers : 1;
+  for (int l = 0; l < slots; l++) {
+    LayerActs s = shared;
+    if (!share_all) layer_set(s);
+    s.fch_gelu = share_gelu ? shared_gelu : f(N * 4 * C);
+    s.res3 = f(N * C);
+    a.layers.push_back(s);
+  }
+  a.proj = f(N * C);
+  a.lnf = f(N * C);
+  a.lnf_mean = f(N);
+  a.lnf_rstd = f(N);
+  a.logits = f(N * Vp);
+  a.losses = f(N);
+  a.xent_lse = f(N);
+  if (training) {
+    a.dres = f(N * C);
+    a.dtmp = f(N * C);
+    a.dbig = f(N * 4 * C);
+  }
+}
+
+}  // namespace
+
+size_t planned_activation_bytes(const GptConfig& cfg, size_t tokens, Recompute mode, bool training) {
+  validate(cfg);
+  size_t bytes = 0;
+  Activations a;
+  layout_activations(cfg, training, mode, tokens, [&](size_t n) -> void* { bytes += n; return nullptr; }, a);
+  return bytes;
+}
+
 struct Model::Impl {
   std::function<void(int)> forward_layer_hook;  // per-layer forward timing (set_forward_layer_hook)
   GptConfig cfg;
@@ -156,17 +262,11 @@ struct Model::Impl {
   int n_valid = 0;
   std::vector<void*> owned;  // every activation allocation, freed together
   size_t owned_bytes = 0;
-  bool recompute_gelu = false;  // keep one GELU output buffer and recompute it in backward
-  int32_t* d_inputs = nullptr;
-  int32_t* d_targets = nullptr;
-  float* encoded = nullptr;
-  struct LayerActs {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
-  };
-  std::vector<LayerActs> acts;  // layers entries when training, one reused entry when not
-  float *proj = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *logits = nullptr,
-        *losses = nullptr, *xent_lse = nullptr;
-  float *dres = nullptr, *dtmp = nullptr, *dbig = nullptr;  // backward scratch
+  Recompute recompute = Recompute::None;
+  // With recomputation: the layer whose activations the shared buffers hold (-1: none), so backward
+  // reruns only what forward (or an earlier recompute) has not left in place.
+  int shared_layer = -1;
+  Activations acts;
   std::vector<float> host_losses;
 
   Impl(const GptConfig& c, const Backend& b, bool train) : cfg(c), be(b), training(train) {
@@ -193,66 +293,32 @@ struct Model::Impl {
   float* P(int tensor) { return params + tensors[tensor].offset; }
   float* G(int tensor) { return grads + tensors[tensor].offset; }
 
-  template <typename T>
-  T* alloc(size_t count) {
-    void* p = be.alloc(count * sizeof(T));
-    owned.push_back(p);
-    owned_bytes += count * sizeof(T);
-    return static_cast<T*>(p);
-  }
-
   void free_activations() {
     for (void* p : owned) be.free(p);
     owned.clear();
     owned_bytes = 0;
-    acts.clear();
+    acts = Activations{};
     capacity = 0;
+    shared_layer = -1;
   }
 
   void ensure_activations(size_t tokens) {
     if (tokens <= capacity) return;
     free_activations();
-    const size_t N = tokens, C = cfg.hidden, NH = cfg.heads, Vp = cfg.vocab;
-    d_inputs = alloc<int32_t>(N);
-    d_targets = alloc<int32_t>(N);
-    encoded = alloc<float>(N * C);
-    const int slots = training ? cfg.layers : 1;
-    float* shared_gelu = recompute_gelu || !training ? alloc<float>(N * 4 * C) : nullptr;
-    for (int l = 0; l < slots; l++) {
-      LayerActs a;
-      a.ln1 = alloc<float>(N * C);
-      a.ln1_mean = alloc<float>(N);
-      a.ln1_rstd = alloc<float>(N);
-      a.qkv = alloc<float>(N * 3 * C);
-      a.atty = alloc<float>(N * C);
-      a.att_lse = alloc<float>(N * NH);
-      a.res2 = alloc<float>(N * C);
-      a.ln2 = alloc<float>(N * C);
-      a.ln2_mean = alloc<float>(N);
-      a.ln2_rstd = alloc<float>(N);
-      a.fch = alloc<float>(N * 4 * C);
-      a.fch_gelu = shared_gelu ? shared_gelu : alloc<float>(N * 4 * C);
-      a.res3 = alloc<float>(N * C);
-      acts.push_back(a);
-    }
-    proj = alloc<float>(N * C);
-    lnf = alloc<float>(N * C);
-    lnf_mean = alloc<float>(N);
-    lnf_rstd = alloc<float>(N);
-    logits = alloc<float>(N * Vp);
-    losses = alloc<float>(N);
-    xent_lse = alloc<float>(N);
-    if (training) {
-      dres = alloc<float>(N * C);
-      dtmp = alloc<float>(N * C);
-      dbig = alloc<float>(N * 4 * C);
-    }
-    capacity = N;
+    layout_activations(cfg, training, recompute, tokens,
+                       [&](size_t bytes) {
+                         void* p = be.alloc(bytes);
+                         owned.push_back(p);
+                         owned_bytes += bytes;
+                         return p;
+                       },
+                       acts);
+    capacity = tokens;
   }
 
-  LayerActs& act(int l) { return acts[training ? l : 0]; }
+  LayerActs& act(int l) { return acts.layers[training ? l : 0]; }
   // The residual stream entering layer l.
-  float* layer_input(int l) { return l == 0 ? encoded : act(l - 1).res3; }
+  float* layer_input(int l) { return l == 0 ? acts.encoded : act(l - 1).res3; }
 
   void check_tokens(const int32_t* ids, int N, int T, const char* what, bool allow_negative) {
     for (int i = 0; i < N; i++) {
@@ -264,47 +330,59 @@ struct Model::Impl {
     }
   }
 
+  // Layer l's forward from its input residual stream into act(l). With through_output = false (a
+  // recompute in backward) it stops before the MLP output projection: backward needs neither that
+  // product nor res3, which is kept. The kernels and their inputs are those of the first pass, so the
+  // recomputed activations are bitwise the same.
+  void layer_forward(int l, bool through_output) {
+    const int N = B * T, C = cfg.hidden, NH = cfg.heads;
+    const LayerTensors& w = layers[l];
+    LayerActs& a = act(l);
+    float* res = layer_input(l);
+    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, P(w.ln1w), P(w.ln1b), N, C);
+    be.matmul_forward(a.qkv, a.ln1, P(w.qkvw), P(w.qkvb), N, C, 3 * C, WeightLayout::InOut);
+    be.attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH);
+    be.matmul_forward(acts.proj, a.atty, P(w.attprojw), P(w.attprojb), N, C, C, WeightLayout::InOut);
+    be.residual_forward(a.res2, res, acts.proj, (size_t)N * C);
+    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(w.ln2w), P(w.ln2b), N, C);
+    be.matmul_forward(a.fch, a.ln2, P(w.fcw), P(w.fcb), N, C, 4 * C, WeightLayout::InOut);
+    be.gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * C);
+    if (!through_output) return;
+    be.matmul_forward(acts.proj, a.fch_gelu, P(w.fcprojw), P(w.fcprojb), N, 4 * C, C, WeightLayout::InOut);
+    be.residual_forward(a.res3, a.res2, acts.proj, (size_t)N * C);
+  }
+
   float forward(const int32_t* inputs, const int32_t* targets, int b, int t) {
     if (b <= 0 || t <= 0) throw RuntimeError("gpt forward: batch and sequence length must be > 0");
     if (t > cfg.seq_len)
       throw RuntimeError("gpt forward: sequence length " + std::to_string(t) + " exceeds the model's seq_len " +
                          std::to_string(cfg.seq_len));
-    const int N = b * t, C = cfg.hidden, NH = cfg.heads, Vp = cfg.vocab;
+    const int N = b * t, C = cfg.hidden, Vp = cfg.vocab;
     check_tokens(inputs, N, t, "input", false);
     if (targets) check_tokens(targets, N, t, "target", true);
     ensure_activations((size_t)N);
     B = b;
     T = t;
-    be.copy_to_device(d_inputs, inputs, sizeof(int32_t) * N);
-    be.embedding_forward(encoded, d_inputs, P(0), P(1), B, T, C);
+    shared_layer = -1;
+    be.copy_to_device(acts.d_inputs, inputs, sizeof(int32_t) * N);
+    be.embedding_forward(acts.encoded, acts.d_inputs, P(0), P(1), B, T, C);
     if (forward_layer_hook) forward_layer_hook(-1);
     for (int l = 0; l < cfg.layers; l++) {
-      const LayerTensors& w = layers[l];
-      LayerActs& a = act(l);
-      float* res = layer_input(l);
-      be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, P(w.ln1w), P(w.ln1b), N, C);
-      be.matmul_forward(a.qkv, a.ln1, P(w.qkvw), P(w.qkvb), N, C, 3 * C, WeightLayout::InOut);
-      be.attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH);
-      be.matmul_forward(proj, a.atty, P(w.attprojw), P(w.attprojb), N, C, C, WeightLayout::InOut);
-      be.residual_forward(a.res2, res, proj, (size_t)N * C);
-      be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(w.ln2w), P(w.ln2b), N, C);
-      be.matmul_forward(a.fch, a.ln2, P(w.fcw), P(w.fcb), N, C, 4 * C, WeightLayout::InOut);
-      be.gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * C);
-      be.matmul_forward(proj, a.fch_gelu, P(w.fcprojw), P(w.fcprojb), N, 4 * C, C, WeightLayout::InOut);
-      be.residual_forward(a.res3, a.res2, proj, (size_t)N * C);
+      layer_forward(l, true);
       if (forward_layer_hook) forward_layer_hook(l);
     }
+    shared_layer = cfg.layers - 1;
     const int lnfw = (int)tensors.size() - 2, lnfb = (int)tensors.size() - 1;
-    be.layernorm_forward(lnf, lnf_mean, lnf_rstd, act(cfg.layers - 1).res3, P(lnfw), P(lnfb), N, C);
-    be.matmul_forward(logits, lnf, P(0), nullptr, N, C, Vp, WeightLayout::OutIn);
+    be.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, act(cfg.layers - 1).res3, P(lnfw), P(lnfb), N, C);
+    be.matmul_forward(acts.logits, acts.lnf, P(0), nullptr, N, C, Vp, WeightLayout::OutIn);
     logits_valid = true;
     have_targets = targets != nullptr;
     n_valid = 0;
     if (!targets) return 0.0f;
-    be.copy_to_device(d_targets, targets, sizeof(int32_t) * N);
-    be.crossentropy_forward(losses, xent_lse, logits, d_targets, N, cfg.vocab_real, Vp);
+    be.copy_to_device(acts.d_targets, targets, sizeof(int32_t) * N);
+    be.crossentropy_forward(acts.losses, acts.xent_lse, acts.logits, acts.d_targets, N, cfg.vocab_real, Vp);
     host_losses.resize(N);
-    be.copy_to_host(host_losses.data(), losses, sizeof(float) * N);
+    be.copy_to_host(host_losses.data(), acts.losses, sizeof(float) * N);
     double sum = 0.0;
     for (int i = 0; i < N; i++)
       if (targets[i] >= 0) {
@@ -314,11 +392,23 @@ struct Model::Impl {
     return n_valid ? (float)(sum / n_valid) : 0.0f;
   }
 
+  // Before layer l's backward: rebuild what the recompute mode did not keep for it.
+  void restore_layer(int l) {
+    if (recompute == Recompute::None || shared_layer == l) return;
+    const int N = B * T, C = cfg.hidden;
+    if (recompute == Recompute::Full)
+      layer_forward(l, false);
+    else  // Gelu: every other activation of the layer is its own
+      be.gelu_forward(act(l).fch_gelu, act(l).fch, (size_t)N * 4 * C);
+    shared_layer = l;
+  }
+
   void backward(const std::function<void(size_t, size_t)>& ready, float grad_scale) {
     if (!training) throw RuntimeError("gpt backward: the model was built forward-only (training=false)");
     if (!have_targets || !logits_valid)
       throw RuntimeError("gpt backward: needs a preceding forward with targets (and only one backward per forward)");
     const int N = B * T, C = cfg.hidden, NH = cfg.heads, Vp = cfg.vocab;
+    float *dres = acts.dres, *dtmp = acts.dtmp, *dbig = acts.dbig;
     auto notify = [&](size_t first, size_t count) {
       if (!ready) return;
       be.synchronize();
@@ -326,18 +416,19 @@ struct Model::Impl {
     };
     // the logits buffer becomes dlogits in place
     const float dloss = n_valid ? grad_scale / (float)n_valid : 0.0f;
-    be.crossentropy_backward(logits, logits, xent_lse, d_targets, dloss, N, cfg.vocab_real, Vp);
+    be.crossentropy_backward(acts.logits, acts.logits, acts.xent_lse, acts.d_targets, dloss, N, cfg.vocab_real, Vp);
     logits_valid = false;
-    be.matmul_backward(dtmp, G(0), nullptr, logits, lnf, P(0), N, C, Vp, WeightLayout::OutIn);
+    be.matmul_backward(dtmp, G(0), nullptr, acts.logits, acts.lnf, P(0), N, C, Vp, WeightLayout::OutIn);
     const int lnfw = (int)tensors.size() - 2, lnfb = (int)tensors.size() - 1;
     be.fill_zero(dres, sizeof(float) * N * C);
-    be.layernorm_backward(dres, G(lnfw), G(lnfb), dtmp, act(cfg.layers - 1).res3, P(lnfw), lnf_mean, lnf_rstd, N, C);
+    be.layernorm_backward(dres, G(lnfw), G(lnfb), dtmp, act(cfg.layers - 1).res3, P(lnfw), acts.lnf_mean,
+                          acts.lnf_rstd, N, C);
     notify(tensors[lnfw].offset, tensors[lnfw].size + tensors[lnfb].size);
     for (int l = cfg.layers - 1; l >= 0; l--) {
       const LayerTensors& w = layers[l];
+      restore_layer(l);
       LayerActs& a = act(l);
       // MLP: dres holds d(res3), which is also d(res2)'s pass-through part
-      if (recompute_gelu) be.gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * C);
       be.matmul_backward(dbig, G(w.fcprojw), G(w.fcprojb), dres, a.fch_gelu, P(w.fcprojw), N, 4 * C, C,
                          WeightLayout::InOut);
       be.gelu_backward(dbig, a.fch, dbig, (size_t)N * 4 * C);
@@ -352,7 +443,7 @@ struct Model::Impl {
                             C);
       notify(w.first, w.count);
     }
-    be.embedding_backward(G(0), G(1), dres, d_inputs, B, T, C);
+    be.embedding_backward(G(0), G(1), dres, acts.d_inputs, B, T, C);
     notify(0, tensors[0].size + tensors[1].size);
   }
 };
@@ -374,7 +465,7 @@ float* Model::params() { return impl_->params; }
 float* Model::grads() { return impl_->grads; }
 const float* Model::params() const { return impl_->params; }
 const float* Model::grads() const { return impl_->grads; }
-const float* Model::logits() const { return impl_->logits; }
+const float* Model::logits() const { return impl_->acts.logits; }
 const float* Model::position_losses() const { return impl_->host_losses.data(); }
 int Model::valid_targets() const { return impl_->n_valid; }
 
@@ -393,7 +484,7 @@ void Model::copy_grads_to_host(float* host) const {
 void Model::copy_logits_to_host(float* host) const {
   if (!impl_->logits_valid) throw RuntimeError("gpt: no logits (no forward yet, or backward() overwrote them)");
   impl_->be.synchronize();
-  impl_->be.copy_to_host(host, impl_->logits, sizeof(float) * (size_t)impl_->B * impl_->T * impl_->cfg.vocab);
+  impl_->be.copy_to_host(host, impl_->acts.logits, sizeof(float) * (size_t)impl_->B * impl_->T * impl_->cfg.vocab);
 }
 
 void Model::init(uint64_t seed) {
@@ -436,13 +527,15 @@ void Model::zero_grad() {
   if (impl_->grads) impl_->be.fill_zero(impl_->grads, sizeof(float) * impl_->n_params);
 }
 
-void Model::set_recompute_gelu(bool on) {
-  if (impl_->recompute_gelu == on) return;
+void Model::set_recompute(Recompute mode) {
+  if (impl_->recompute == mode) return;
   impl_->free_activations();  // reallocated with the new layout at the next forward
-  impl_->recompute_gelu = on;
+  impl_->recompute = mode;
   impl_->logits_valid = impl_->have_targets = false;
 }
-bool Model::recompute_gelu() const { return impl_->recompute_gelu; }
+Recompute Model::recompute() const { return impl_->recompute; }
+void Model::set_recompute_gelu(bool on) { set_recompute(on ? Recompute::Gelu : Recompute::None); }
+bool Model::recompute_gelu() const { return impl_->recompute != Recompute::None; }
 size_t Model::activation_bytes() const { return impl_->owned_bytes; }
 
 std::vector<std::pair<size_t, size_t>> Model::grad_ready_ranges() const {

@@ -10,7 +10,8 @@ void declare_parallel(Schema& s) {
   s.add_range("parallel", "mb", KeyType::Int, 0, 0, 1e6, "micro-batch size in sequences (0 = train.micro_batch)");
   s.add_range("parallel", "zero", KeyType::Int, 0, 0, 3, "ZeRO stage (0 = none, 1 = optimizer states sharded, ...)");
   s.add_choice("parallel", "recompute", KeyType::String, "none", {"none", "selective", "full", "gelu"},
-               "activation recomputation");
+               "activation recomputation (cairn-train: selective = none, its attention never stores the "
+               "probabilities; gelu/full as [train] recompute)");
   s.add_choice("parallel", "sp", KeyType::String, "off", {"on", "off"}, "sequence parallelism");
 }
 }  // namespace cairn::schema

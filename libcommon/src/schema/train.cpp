@@ -36,7 +36,9 @@ void declare_train(Schema& s) {
                "compute precision: fp32, or bf16 on cuda (GEMM inputs in bf16 with fp32 accumulation; parameters, "
                "gradients and optimizer state stay fp32)");
   s.add_choice("train", "recompute", KeyType::String, "none", {"none", "gelu", "full"},
-               "activation recomputation (CPU: none only)");
+               "activation recomputation, any backend: gelu (one shared GELU output buffer) or full (keep each layer's "
+               "input only, rerun the layer in backward); same results bitwise, less memory. \"none\" defers to "
+               "[parallel] recompute; two different modes are an error");
   s.add_range("train", "bucket_mb", KeyType::Float, 4.0, 0.001, 1e6, "gradient all-reduce bucket size in MiB");
   s.add_range("train", "prefetch", KeyType::Int, 4, 1, 1024, "micro-batches the loader thread reads ahead");
   // Faults.
