@@ -11,7 +11,8 @@
 #   env: ARCH=90 (sm_), MAX_B=64 (micro-batch cap), STEPS=5, PYTHON=python3, SKIP_TORCH=1,
 #        TORCH_COMPILE=0|1|2 (torch.compile: none, bf16, bf16 and fp32), OUT=dir (gets kernels_gpu_bench.log and
 #        results.txt), FORCE_DIRECT=1 (skip CMake), SHIM_BOOST=1 (Boost.Test stand-in even where Boost exists)
-# Device time: about 2 min build, 1 min tests, 1-2 min per cairn run, 1-3 min per PyTorch mode.
+#        ATTN_SIMPLE=1 (also run the GPT-2 step with the simple attention kernels: CAIRN_CUDA_ATTENTION=simple)
+# Device time: about 2 min build, 1 min tests, 20 s attention kernels, 1-2 min per cairn run, 1-3 min per PyTorch mode.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:-$root/build-gpu-bench}
@@ -39,7 +40,7 @@ tests=()
 if [[ ${FORCE_DIRECT:-0} != 1 ]] && cmake -S "$root" -B "$work/cmake" -DCAIRN_KERNELS_ONLY=ON -DCAIRN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
      -DCMAKE_BUILD_TYPE=Release >"$work/cmake-configure.log" 2>&1; then
   note "build: CMake kernels-only"
-  cmake --build "$work/cmake" -j"$jobs" --target kernels_cuda gpt_cuda kernels_ops || exit 1
+  cmake --build "$work/cmake" -j"$jobs" --target kernels_cuda gpt_cuda kernels_ops kernels_flash_emulation || exit 1
   ctest_dir=$work/cmake
 else
   why=$(grep -m1 -iE 'could not find|not found|error' "$work/cmake-configure.log" 2>/dev/null || echo "FORCE_DIRECT=1")
@@ -47,7 +48,8 @@ else
   ctest_dir=
 fi
 
-# Direct build: the kernels, the GPT model, the gpu tests (shimmed Boost.Test when Boost is missing) and the benchmark.
+# Direct build: the kernels, the GPT model, the gpu tests and the flash-attention emulation test (shimmed Boost.Test
+# when Boost is missing) and the benchmark.
 d=$work/direct
 mkdir -p "$d"
 CXX=${CXX:-g++}
@@ -60,10 +62,14 @@ else
   "$CXX" "${cxxflags[@]}" -c "$root/bench/gpu_shims/cblas_naive.cpp" -o "$d/cblas_naive.o" || exit 1
   blas=("$d/cblas_naive.o")
 fi
-"$NVCC" -O3 -std=c++17 -arch=sm_"$ARCH" -I"$root/kernels/include" -c "$root/kernels/cuda/cuda_backend.cu" \
-  -o "$d/cuda_backend.o" &
-pids=($!)
-objs=("$d/cuda_backend.o")
+pids=()
+objs=()
+for cu in "$root"/kernels/cuda/*.cu; do
+  o=$d/$(basename "${cu%.cu}").o
+  "$NVCC" -O3 -std=c++17 -arch=sm_"$ARCH" -I"$root/kernels/include" -c "$cu" -o "$o" &
+  pids+=($!)
+  objs+=("$o")
+done
 for src in kernels/cpu/common.cpp kernels/cpu/reference.cpp kernels/cpu/fast.cpp kernels/profile.cpp \
            libcommon/src/gpt/model.cpp; do
   o=$d/$(basename "${src%.cpp}").o
@@ -81,7 +87,7 @@ if [[ -z $ctest_dir ]]; then
   if [[ ${SHIM_BOOST:-0} == 1 ]] || ! echo '#include <boost/test/unit_test.hpp>' | "$CXX" -E -x c++ - >/dev/null 2>&1; then
     shim=(-I"$root/bench/gpu_shims")
   fi
-  for t in kernels/kernels_cuda gpt/gpt_cuda; do
+  for t in kernels/kernels_cuda kernels/kernels_flash_emulation gpt/gpt_cuda; do
     if [[ ${#shim[@]} -gt 0 ]]; then
       "$CXX" "${cxxflags[@]}" "${shim[@]}" -I"$root/tests/kernels" "$root/tests/${t}_test.cpp" "${libs[@]}" \
         -o "$d/$(basename "$t")" || exit 1
@@ -110,6 +116,12 @@ else
 fi
 if [[ $status -ne 0 ]]; then echo "TESTS FAILED" >>"$results"; elif grep -q "rc=77" "$results"; then echo "TESTS SKIPPED (no usable GPU)" >>"$results"; else echo "TESTS passed" >>"$results"; fi
 
+# ---------------------------------------------------------------- attention alone (GPT-2 124M shape)
+note "attention kernels: flash vs simple, B=8 T=1024 C=768 NH=12 (fp32)"
+timeout 300 "$d/kernels_gpu_gpt_bench" --hidden 768 --heads 12 --seq 1024 --batch 8 --steps 10 --attention-bench 1 \
+  | tee "$work/attention.txt" || status=1
+grep '^RESULT' "$work/attention.txt" >>"$results"
+
 # ---------------------------------------------------------------- GPT-2 124M
 model=(--layers 12 --hidden 768 --heads 12 --seq 1024 --vocab 50304 --steps "$STEPS")
 : > "$work/cairn.txt"
@@ -118,6 +130,11 @@ for bf16 in 0 1; do
   timeout 600 "$d/kernels_gpu_gpt_bench" "${model[@]}" --max-batch "$MAX_B" --bf16 "$bf16" | tee -a "$work/cairn.txt" \
     || status=1
 done
+if [[ ${ATTN_SIMPLE:-0} == 1 ]]; then
+  note "cairn cuda bf16 with the simple attention kernels (for comparison; RESULT lines say cairn_bf16)"
+  CAIRN_CUDA_ATTENTION=simple timeout 600 "$d/kernels_gpu_gpt_bench" "${model[@]}" --max-batch "$MAX_B" --bf16 1 \
+    | sed 's/^RESULT cairn_bf16/RESULT cairn_bf16_simple_attention/' | tee -a "$work/cairn.txt" || status=1
+fi
 grep '^RESULT' "$work/cairn.txt" >>"$results"
 if [[ ${SKIP_TORCH:-0} != 1 ]]; then
   modes=("eager fp32" "eager bf16")

@@ -3,13 +3,18 @@
 // memory; compare with bench/kernels_gpu_torch_bench.py (same model, same FLOP count, same MFU formula).
 // Usage: kernels_gpu_gpt_bench [--layers 12] [--hidden 768] [--heads 12] [--seq 1024] [--vocab 50304] [--batch 0]
 //          [--max-batch 64] [--steps 5] [--warmup 1] [--recompute-gelu 0] [--bf16 0] [--peak-fp32 67]
-//          [--peak-bf16 989.4]
+//          [--peak-bf16 989.4] [--attention-bench 0]
 //   --bf16 1: precision "bf16" (GEMM inputs rounded to bf16, fp32 accumulation; everything else fp32)
 //   --batch 0: the largest power of two <= --max-batch whose memory (measured per sequence at batch 1) fits in
 //   90% of the free device memory; halved again if it still runs out.
+//   --attention-bench 1: instead of the training step, time causal attention forward and backward alone at the
+//   model's shape (micro-batch --batch, 8 when 0) with the flash kernels and with the simple ones (fp32, CUDA
+//   events not needed: each timed loop ends with a synchronize), and print how far flash is from simple.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -84,6 +89,62 @@ Result run(const kernels::Backend& be, const gpt::GptConfig& cfg, int B, int ste
   return r;
 }
 
+// Attention alone (flash vs simple kernels) at [B, T, C] with NH heads: ms per forward / backward, TFLOP/s counting
+// the causal half of the score matrix (forward 2 matmuls, backward 2.5x forward: the usual flash-attention count).
+int attention_bench(const kernels::Backend& be, int B, int T, int C, int NH, int reps) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> qkv((size_t)B * T * 3 * C), dout((size_t)B * T * C);
+  for (auto& x : qkv) x = dist(rng);
+  for (auto& x : dout) x = dist(rng);
+  auto dev = [&](size_t n) { return static_cast<float*>(be.alloc(n * sizeof(float))); };
+  float *d_qkv = dev(qkv.size()), *d_dout = dev(dout.size()), *out = dev(dout.size()),
+        *lse = dev((size_t)B * NH * T), *dqkv = dev(qkv.size());
+  be.copy_to_device(d_qkv, qkv.data(), qkv.size() * sizeof(float));
+  be.copy_to_device(d_dout, dout.data(), dout.size() * sizeof(float));
+  const double fwd_flops = 4.0 * B * NH * ((double)T * (T + 1) / 2) * (C / NH), bwd_flops = 2.5 * fwd_flops;
+  std::vector<float> results[2];
+  double fwd_ms[2] = {0, 0}, bwd_ms[2] = {0, 0};
+  for (int flash = 1; flash >= 0; flash--) {
+    kernels::cuda_set_flash_attention(flash != 0);
+    be.attention_forward(out, lse, d_qkv, B, T, C, NH);  // warm-up (and shared-memory attributes)
+    be.attention_backward(dqkv, d_dout, d_qkv, out, lse, B, T, C, NH);
+    be.synchronize();
+    auto t0 = Clock::now();
+    for (int r = 0; r < reps; r++) be.attention_forward(out, lse, d_qkv, B, T, C, NH);
+    be.synchronize();
+    auto t1 = Clock::now();
+    for (int r = 0; r < reps; r++) be.attention_backward(dqkv, d_dout, d_qkv, out, lse, B, T, C, NH);
+    be.synchronize();
+    auto t2 = Clock::now();
+    fwd_ms[flash] = 1e3 * secs(t0, t1) / reps;
+    bwd_ms[flash] = 1e3 * secs(t1, t2) / reps;
+    auto& res = results[flash];
+    res.resize(dout.size() + qkv.size());
+    be.copy_to_host(res.data(), out, dout.size() * sizeof(float));
+    be.copy_to_host(res.data() + dout.size(), dqkv, qkv.size() * sizeof(float));
+  }
+  kernels::cuda_set_flash_attention(true);
+  double worst = 0, scale = 0;
+  for (float x : results[0]) scale = std::max(scale, (double)std::fabs(x));
+  for (size_t i = 0; i < results[0].size(); i++)
+    worst = std::max(worst, std::fabs((double)results[1][i] - results[0][i]) / (scale + 1e-30));
+  for (float* p : {d_qkv, d_dout, out, lse, dqkv}) be.free(p);
+  std::printf("attention B=%d T=%d C=%d NH=%d (head dim %d), fp32, %d reps:\n", B, T, C, NH, C / NH, reps);
+  for (int flash = 1; flash >= 0; flash--) {
+    const char* name = flash ? "flash" : "simple";
+    std::printf("  %-6s forward %8.3f ms (%6.2f TFLOP/s)  backward %8.3f ms (%6.2f TFLOP/s)\n", name, fwd_ms[flash],
+                fwd_flops / fwd_ms[flash] / 1e9, bwd_ms[flash], bwd_flops / bwd_ms[flash] / 1e9);
+    std::printf("RESULT attention_%s B=%d T=%d fwd_ms=%.3f bwd_ms=%.3f fwd_tflops=%.2f bwd_tflops=%.2f\n", name, B, T,
+                fwd_ms[flash], bwd_ms[flash], fwd_flops / fwd_ms[flash] / 1e9, bwd_flops / bwd_ms[flash] / 1e9);
+  }
+  std::printf("  flash vs simple: max |difference| %.2e of max |value| (out and dqkv)%s\n", worst,
+              worst <= 1e-4 ? "" : "  <-- MISMATCH");
+  std::printf("RESULT attention_flash_vs_simple max_rel_diff=%.3e speedup_fwd=%.2f speedup_bwd=%.2f\n", worst,
+              fwd_ms[0] / fwd_ms[1], bwd_ms[0] / bwd_ms[1]);
+  return worst <= 1e-4 ? 0 : 1;
+}
+
 bool is_oom(const std::exception& e) { return std::string(e.what()).find("out of device memory") != std::string::npos; }
 
 }  // namespace
@@ -91,7 +152,7 @@ bool is_oom(const std::exception& e) { return std::string(e.what()).find("out of
 int main(int argc, char** argv) {
   gpt::GptConfig cfg;  // GPT-2 124M with the padded vocabulary
   cfg.vocab_real = cfg.vocab;
-  int B = 0, max_batch = 64, steps = 5, warmup = 1, recompute = 0, bf16 = 0;
+  int B = 0, max_batch = 64, steps = 5, warmup = 1, recompute = 0, bf16 = 0, attn_bench = 0;
   double peak_fp32 = 67.0, peak_bf16 = 989.4;  // H100 SXM / H200 datasheet, dense
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -109,6 +170,7 @@ int main(int argc, char** argv) {
     else if (k == "--bf16") bf16 = std::atoi(v);
     else if (k == "--peak-fp32") peak_fp32 = std::atof(v);
     else if (k == "--peak-bf16") peak_bf16 = std::atof(v);
+    else if (k == "--attention-bench") attn_bench = std::atoi(v);
     else {
       std::fprintf(stderr, "kernels_gpu_gpt_bench: unknown option %s\n", k.c_str());
       return 2;
@@ -118,6 +180,14 @@ int main(int argc, char** argv) {
   if (!be) {
     std::fprintf(stderr, "kernels_gpu_gpt_bench: %s\n", kernels::backend_unavailable_reason("cuda"));
     return 77;
+  }
+  if (attn_bench) {
+    try {
+      return attention_bench(*be, B > 0 ? B : 8, cfg.seq_len, cfg.hidden, cfg.heads, std::max(1, steps));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kernels_gpu_gpt_bench: %s\n", e.what());
+      return 1;
+    }
   }
   kernels::cuda_set_bf16_matmul(bf16 != 0);
   const char* tag = bf16 ? "bf16" : "fp32";

@@ -17,7 +17,7 @@ namespace cairn::kernels {
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kGeluScaling = 0.7978845608028654f;  // sqrt(2/pi)
 
-// A Backend with host-memory hooks filled in and every op null.
+// A Backend with host-memory hooks (and argmax_rows) filled in and every other op null.
 Backend host_memory_backend(const char* name);
 
 void adamw_update_reference(float* params, const float* grads, float* m, float* v, size_t n,

@@ -1,7 +1,9 @@
 // The CUDA backend (fp32): cuBLAS for matmuls, straightforward deterministic kernels for everything else; with
 // cuda_set_bf16_matmul(true) (precision = "bf16") the matmuls run on tensor cores through cuBLASLt with bf16 inputs
-// and fp32 accumulation. Same semantics as the CPU reference; faster kernels (flash attention, fused epilogues)
-// replace these one by one behind the same table. Every op runs on the legacy default stream.
+// and fp32 accumulation. Same semantics as the CPU reference; faster kernels replace these one by one behind the same
+// table: attention runs the tiled flash kernels of flash_attention.cu for head dims <= 128 (CAIRN_CUDA_ATTENTION=simple
+// or cuda_set_flash_attention(false) selects the one-row-per-thread kernels below). Every op runs on the legacy
+// default stream.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -10,6 +12,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -19,8 +23,10 @@
 
 #include "../cpu/cpu_common.h"
 #include "cairn/kernels/backend.h"
+#include "flash_attention.h"
 
 namespace cairn::kernels {
+void cuda_argmax_rows(int32_t* out, const float* x, int N, int V, int Vp);  // kernels/cuda/argmax.cu
 namespace {
 
 void cuda_check(cudaError_t err, const char* what) {
@@ -541,6 +547,21 @@ __global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float
   }
 }
 
+// Flash (default) or simple attention kernels: -1 until decided by CAIRN_CUDA_ATTENTION or cuda_set_flash_attention.
+std::atomic<int> g_flash_attention{-1};
+
+bool flash_attention_on() {
+  int on = g_flash_attention.load();
+  if (on < 0) {
+    const char* env = std::getenv("CAIRN_CUDA_ATTENTION");
+    if (env && *env && std::strcmp(env, "flash") != 0 && std::strcmp(env, "simple") != 0)
+      throw std::runtime_error(std::string("CAIRN_CUDA_ATTENTION=\"") + env + "\": expected \"flash\" or \"simple\"");
+    on = !(env && std::strcmp(env, "simple") == 0);
+    g_flash_attention = on;
+  }
+  return on != 0;
+}
+
 void check_head_dim(int C, int NH) {
   if (C / NH > kMaxHeadDim)
     throw std::runtime_error("CUDA attention: head dim " + std::to_string(C / NH) + " > " +
@@ -548,6 +569,10 @@ void check_head_dim(int C, int NH) {
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+  if (flash_attention_on() && flash_attention_supported(C, NH)) {
+    flash_attention_forward(out, lse, qkv, B, T, C, NH);
+    return;
+  }
   check_head_dim(C, NH);
   const unsigned grid = blocks_for((size_t)B * NH * T, 64);
   switch (C / NH) {
@@ -560,8 +585,12 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                         int T, int C, int NH) {
-  check_head_dim(C, NH);
   const size_t rows = (size_t)B * NH * T;
+  if (flash_attention_on() && flash_attention_supported(C, NH)) {
+    flash_attention_backward(dqkv, dout, qkv, out, lse, scratch(rows), B, T, C, NH);
+    return;
+  }
+  check_head_dim(C, NH);
   float* D = scratch(rows);
   attention_delta_kernel<<<blocks_for(rows), kThreads>>>(D, dout, out, B, T, C, NH);
   const unsigned grid = blocks_for(rows, 64);
@@ -727,6 +756,7 @@ Backend make_cuda_backend() {
   b.residual_forward = residual_forward;
   b.crossentropy_forward = crossentropy_forward;
   b.crossentropy_backward = crossentropy_backward;
+  b.argmax_rows = cuda_argmax_rows;  // kernels/cuda/argmax.cu
   b.adamw_update = adamw_update;
   b.squared_norm = squared_norm;
   b.scale = scale;
@@ -743,6 +773,9 @@ size_t cuda_peak_allocated_bytes() { return g_mem_peak.load(); }
 // accumulation and output); off (the default) is plain fp32 cuBLAS.
 void cuda_set_bf16_matmul(bool on) { g_bf16_matmul = on; }
 bool cuda_bf16_matmul() { return g_bf16_matmul; }
+// Attention kernels: flash (tiled, flash_attention.cu; the default) or the simple one-row-per-thread ones.
+void cuda_set_flash_attention(bool on) { g_flash_attention = on ? 1 : 0; }
+bool cuda_flash_attention() { return flash_attention_on(); }
 void cuda_reset_peak_allocated_bytes() {
   std::lock_guard<std::mutex> lk(g_mem_mutex);
   g_mem_peak = g_mem_current.load();

@@ -1,5 +1,8 @@
 // Checks every op of the CUDA backend (fp32) against the CPU reference backend, forward and backward, and the
-// matmuls again with precision = "bf16" (inputs rounded to bf16, fp32 accumulation).
+// matmuls again with precision = "bf16" (inputs rounded to bf16, fp32 accumulation). Attention twice: the tiled flash
+// kernels (the default; kernels/cuda/flash_attention.cu) and the simple one-row-per-thread kernels, each vs the
+// reference at 1e-4, flash also on tile-edge shapes (T = 1, 63, 64, 65, ..., head dims 32/64/128 and padded ones),
+// at GPT-2 size (T 1024, 12 heads of 64), bitwise run to run, and against the simple kernels.
 // Tolerance: 1e-4 relative with a tensor-scaled floor (ops_checks.h): cuBLAS and the GPU reductions sum in other
 // orders and contract to FMA; bf16 matmuls 2e-2 (bf16 keeps 8 significant bits: ~4e-3 relative per input, which a
 // dot product averages). Exits 77 (ctest: skipped) with the reason when no GPU is usable.
@@ -38,9 +41,72 @@ BOOST_AUTO_TEST_CASE(memory_hooks) {
 BOOST_AUTO_TEST_CASE(embedding) { check_embedding(gpu(), kRtol); }
 BOOST_AUTO_TEST_CASE(layernorm) { check_layernorm(gpu(), kRtol); }
 BOOST_AUTO_TEST_CASE(matmul) { check_matmul(gpu(), kRtol); }
-BOOST_AUTO_TEST_CASE(attention) { check_attention(gpu(), kRtol); }
+namespace {
+// Selects the flash (true) or simple attention kernels for one test case, restoring the flash default after.
+struct FlashAttention {
+  explicit FlashAttention(bool on) { cairn::kernels::cuda_set_flash_attention(on); }
+  ~FlashAttention() { cairn::kernels::cuda_set_flash_attention(true); }
+};
+
+struct AttentionRun {
+  std::vector<float> out, lse, dqkv;
+};
+
+AttentionRun run_attention(const AttentionShape& s, const std::vector<float>& qkv, const std::vector<float>& dout) {
+  const Backend& be = gpu();
+  Buf<float> d_qkv(be, qkv), d_dout(be, dout), o(be, (size_t)s.B * s.T * s.C, 0.0f),
+      l(be, (size_t)s.B * s.NH * s.T, 0.0f), d(be, qkv.size(), 5.0f);
+  be.attention_forward(o, l, d_qkv, s.B, s.T, s.C, s.NH);
+  be.attention_backward(d, d_dout, d_qkv, o, l, s.B, s.T, s.C, s.NH);
+  return {o.host(), l.host(), d.host()};
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(attention) {
+  FlashAttention flash(true);
+  check_attention(gpu(), kRtol);
+}
+BOOST_AUTO_TEST_CASE(attention_simple_kernels) {
+  FlashAttention flash(false);
+  check_attention(gpu(), kRtol);
+}
+// Tile edges: forward tiles are 64 queries x 64 keys (head dims <= 64) or 64 x 32 (128); backward 64/32 x 32.
+BOOST_AUTO_TEST_CASE(flash_attention_tile_edges) {
+  FlashAttention flash(true);
+  check_attention_shapes(gpu(), kRtol,
+                         {{1, 1, 64, 1}, {2, 63, 128, 2}, {1, 64, 64, 1}, {2, 65, 128, 2}, {1, 130, 192, 3},
+                          {1, 257, 64, 1}, {1, 31, 128, 1}, {2, 33, 256, 2}, {1, 97, 128, 1}, {1, 160, 256, 2},
+                          {2, 70, 64, 2}, {1, 50, 96, 2}, {1, 45, 160, 2}, {1, 66, 100, 1}, {3, 129, 384, 3}});
+}
+// GPT-2 124M's attention shape (one sequence; the CPU reference takes a few seconds).
+BOOST_AUTO_TEST_CASE(flash_attention_gpt2_size) {
+  FlashAttention flash(true);
+  check_attention_shapes(gpu(), kRtol, {{1, 1024, 768, 12}});
+}
+// Deterministic (no atomics): two runs are bitwise equal; and flash agrees with the simple kernels.
+BOOST_AUTO_TEST_CASE(flash_attention_deterministic_and_vs_simple) {
+  const AttentionShape s{2, 200, 768, 12};
+  auto qkv = randn((size_t)s.B * s.T * 3 * s.C, 60, 1.5f), dout = randn((size_t)s.B * s.T * s.C, 61);
+  AttentionRun a, b, simple;
+  {
+    FlashAttention flash(true);
+    a = run_attention(s, qkv, dout);
+    b = run_attention(s, qkv, dout);
+  }
+  {
+    FlashAttention flash(false);
+    simple = run_attention(s, qkv, dout);
+  }
+  BOOST_TEST(a.out == b.out);
+  BOOST_TEST(a.lse == b.lse);
+  BOOST_TEST(a.dqkv == b.dqkv);
+  check_close(a.out, simple.out, "flash vs simple out", kRtol);
+  check_close(a.lse, simple.lse, "flash vs simple lse", kRtol);
+  check_close(a.dqkv, simple.dqkv, "flash vs simple dqkv", kRtol);
+}
 BOOST_AUTO_TEST_CASE(gelu_and_residual) { check_gelu_residual(gpu(), kRtol, true); }
 BOOST_AUTO_TEST_CASE(crossentropy) { check_crossentropy(gpu(), kRtol); }
+BOOST_AUTO_TEST_CASE(argmax) { check_argmax(gpu()); }
 BOOST_AUTO_TEST_CASE(adamw_norm_scale) { check_optimizer(gpu(), kRtol, false); }
 BOOST_AUTO_TEST_CASE(matmul_bf16) {
   cairn::kernels::cuda_set_bf16_matmul(true);

@@ -34,6 +34,8 @@ BOOST_AUTO_TEST_CASE(matmul) { check_matmul(fast(), kRtol); }
 BOOST_AUTO_TEST_CASE(attention) { check_attention(fast(), kRtol); }
 BOOST_AUTO_TEST_CASE(gelu_and_residual) { check_gelu_residual(fast(), kRtol, true); }
 BOOST_AUTO_TEST_CASE(crossentropy) { check_crossentropy(fast(), kRtol); }
+BOOST_AUTO_TEST_CASE(argmax) { check_argmax(fast()); }
+BOOST_AUTO_TEST_CASE(argmax_reference) { check_argmax(cpu_reference_backend()); }
 BOOST_AUTO_TEST_CASE(adamw_norm_scale) {
   check_optimizer(fast(), kRtol, true);
   // one element by hand (PyTorch AdamW order)

@@ -151,11 +151,12 @@ inline void check_matmul(const Backend& be, double rtol) {
       }
 }
 
-inline void check_attention(const Backend& be, double rtol) {
-  struct Shape {
-    int B, T, C, NH;
-  };
-  for (auto s : {Shape{1, 1, 8, 2}, Shape{2, 7, 24, 3}, Shape{3, 33, 30, 5}, Shape{2, 64, 64, 4}, Shape{1, 80, 128, 2}}) {
+struct AttentionShape {
+  int B, T, C, NH;
+};
+
+inline void check_attention_shapes(const Backend& be, double rtol, const std::vector<AttentionShape>& shapes) {
+  for (auto s : shapes) {
     const std::string tag = std::to_string(s.B) + "x" + std::to_string(s.T) + "x" + std::to_string(s.C) + "/" +
                             std::to_string(s.NH);
     auto qkv = randn((size_t)s.B * s.T * 3 * s.C, 30, 1.5f);
@@ -172,6 +173,10 @@ inline void check_attention(const Backend& be, double rtol) {
     be.attention_backward(d2, d_dout, d_qkv, o1d, l1d, s.B, s.T, s.C, s.NH);
     check_close(d2.host(), d1, "attention dqkv " + tag, rtol);
   }
+}
+
+inline void check_attention(const Backend& be, double rtol) {
+  check_attention_shapes(be, rtol, {{1, 1, 8, 2}, {2, 7, 24, 3}, {3, 33, 30, 5}, {2, 64, 64, 4}, {1, 80, 128, 2}});
 }
 
 // The reference evaluates 0.5x(1 + tanh(y)) as GPT-2/PyTorch write it; where tanh(y) ~ -1 that form loses ~1 ulp
@@ -236,6 +241,39 @@ inline void check_crossentropy(const Backend& be, double rtol) {
       BOOST_CHECK_SMALL(rowsum, 1e-5);  // softmax - onehot sums to zero
       for (int j = V; j < Vp; j++) BOOST_REQUIRE_EQUAL(d2[(size_t)n * Vp + j], 0.0f);
     }
+  }
+}
+
+// argmax_rows: exact (an index), against a plain loop with torch.argmax's rule, including ties (the first wins),
+// NaN (the first NaN wins, also in column 0), padding columns >= V holding larger values, and rows wider than a
+// GPU block.
+inline void check_argmax(const Backend& be) {
+  for (auto [N, V, Vp] : {std::tuple{1, 1, 1}, {7, 5, 8}, {33, 300, 320}, {4, 50257, 50304}}) {
+    auto x = randn((size_t)N * Vp, 70);
+    for (int n = 0; n < N; n++) {
+      float* row = x.data() + (size_t)n * Vp;
+      for (int j = V; j < Vp; j++) row[j] = 100.0f;  // never real: must be ignored
+      if (n % 4 == 1 && V > 3) row[V - 1] = row[V / 2] = 50.0f;  // tie: the first index wins
+      if (n % 4 == 2 && V > 3) row[V - 2] = NAN, row[V / 3 + 1] = NAN;  // NaN: the first NaN wins
+      if (n % 4 == 3) row[0] = NAN;
+    }
+    std::vector<int32_t> want(N);
+    for (int n = 0; n < N; n++) {
+      const float* row = x.data() + (size_t)n * Vp;
+      int best = -1;
+      for (int j = 0; j < V && best < 0; j++)
+        if (std::isnan(row[j])) best = j;
+      if (best < 0) {
+        best = 0;
+        for (int j = 1; j < V; j++)
+          if (row[j] > row[best]) best = j;
+      }
+      want[n] = best;
+    }
+    Buf<float> d_x(be, x);
+    Buf<int32_t> d_out(be, (size_t)N, -1);
+    be.argmax_rows(d_out, d_x, N, V, Vp);
+    BOOST_TEST(d_out.host() == want, "argmax N=" << N << " V=" << V << " Vp=" << Vp);
   }
 }
 

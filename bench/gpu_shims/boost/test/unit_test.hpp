@@ -28,9 +28,21 @@ struct RequireFailed {};
 struct Registrar {
   Registrar(const char* name, void (*fn)()) { cases().push_back({name, fn}); }
 };
+// BOOST_TEST_CONTEXT's messages, innermost last; printed with every failure inside them.
+inline std::vector<std::string>& contexts() {
+  static std::vector<std::string> c;
+  return c;
+}
+struct Context {
+  explicit Context(std::string what) { contexts().push_back(std::move(what)); }
+  ~Context() { contexts().pop_back(); }
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+};
 inline void fail(const char* file, int line, const std::string& what, bool require) {
   ++failures();
   std::printf("%s(%d): error: check %s failed\n", file, line, what.c_str());
+  for (const std::string& c : contexts()) std::printf("  context: %s\n", c.c_str());
   if (require) throw RequireFailed{};
 }
 inline bool close_pct(double a, double b, double pct) {
@@ -69,6 +81,7 @@ inline bool close_pct(double a, double b, double pct) {
 #define BOOST_CHECK_SMALL(x, tol) \
   do { if (!(std::fabs(x) <= (tol))) cairn_test_shim::fail(__FILE__, __LINE__, #x " small", false); } while (0)
 #define BOOST_TEST_MESSAGE(msg) (std::cout << msg << "\n")
+#define BOOST_TEST_CONTEXT(msg) if (cairn_test_shim::Context cairn_shim_context_{CAIRN_SHIM_MSG(msg)}; true)
 
 int main() {
   int failed_cases = 0;

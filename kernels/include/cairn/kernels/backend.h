@@ -89,6 +89,10 @@ struct Backend {
   void (*crossentropy_backward)(float* dlogits, const float* logits, const float* lse,
                                 const int32_t* targets, float dloss, int N, int V, int Vp);
 
+  // ---- argmax over the columns < V of each row of x [N, Vp]: the first maximum, a NaN counting as the largest
+  // (torch.argmax's rule). Evaluation's accuracy reads N ints back instead of N*Vp logits. ----
+  void (*argmax_rows)(int32_t* out, const float* x, int N, int V, int Vp);
+
   // ---- optimizer ----
   // One AdamW step over n contiguous elements (params, grads, m, v all n long).
   void (*adamw_update)(float* params, const float* grads, float* m, float* v, size_t n,

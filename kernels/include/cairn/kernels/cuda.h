@@ -15,4 +15,9 @@ void cuda_reset_peak_allocated_bytes();
 // precision = "bf16": matmuls round their inputs to bf16 and run on tensor cores through cuBLASLt with
 // fp32 accumulation; everything else stays fp32.
 void cuda_set_bf16_matmul(bool on);
+// Attention kernels: true (the default) runs the tiled flash kernels (kernels/cuda/flash_attention.cu) for head dims
+// <= 128, false the simple one-query-row-per-thread kernels (kept for comparison). The initial choice comes from the
+// environment: CAIRN_CUDA_ATTENTION=flash|simple (another value: the first attention call throws).
+void cuda_set_flash_attention(bool on);
+bool cuda_flash_attention();
 }  // namespace cairn::kernels

@@ -1,0 +1,673 @@
+// Tiled causal flash attention (FlashAttention-2 scheme, fp32), written once for two executors: the CUDA kernels in
+// flash_attention.cu run each block with one thread per `tid` and __syncthreads() at every barrier(), and the host
+// emulation at the bottom of this file runs every phase for all 128 tids in turn (barriers fall between phases), so
+// the CPU test tests/kernels/kernels_flash_emulation_test.cpp checks exactly the tile loops, causal tile skipping, tail
+// masks, online softmax and index math that the GPU runs.
+//
+// Thread layout: 128 threads = 8 thread rows (ty = tid / 16) x 16 thread columns (tx = tid % 16); the 16 threads of
+// a thread row are one half-warp, so row reductions are 16-lane shuffles. A thread owns the tile rows ty + 8 i
+// (i < R) and the tile columns tx + 16 j (j < CC) of a score tile, and the head-dim columns tx + 16 c (c < HD / 16)
+// of its accumulators. Inner loops read shared memory 4 floats at a time (float4, 16-byte aligned) along the
+// reduction dimension: shared tiles are stored [rows][HD + 4] (16 different rows read by a quarter-warp then fall in
+// different 4-bank groups) and score tiles [rows][cols + pad] with (cols + pad) % 32 == 16 (the two half-warps of a warp
+// then hit disjoint banks). Head dims are zero-padded to 32, 64 or 128 (zeros change no dot product).
+//
+// Forward, per (b, h, query tile of BQ rows): Q tile in shared memory; for each key tile at or below the diagonal
+// (later tiles are skipped: key_tiles_for): load K, V; S = Q K^T scale, masked where key > query or key >= T;
+// online softmax (running row max m and sum l, the accumulator rescaled by exp(m_old - m_new)); P to shared memory;
+// O += P V. Out = O / l, lse = m + log l.
+// Backward (D = rowsum(dO o O) first, flash_attention.cu): the key/value pass, per key tile, loops over the query
+// tiles at or after it, recomputes P = exp(S - lse), dP = dO V^T, dS = P (dP - D) scale and accumulates
+// dV += P^T dO, dK += dS^T Q in registers; the query pass, per query tile, loops over key tiles like the forward and
+// accumulates dQ += dS K. No atomics: every output element has one owner thread, so results are deterministic.
+#pragma once
+#include <math.h>
+#include <stddef.h>
+
+#ifdef __CUDACC__
+#define CAIRN_FA_FN __device__ __forceinline__
+#define CAIRN_FA_UNROLL _Pragma("unroll")
+#define CAIRN_FA_UNROLL2 _Pragma("unroll 2")
+#else
+#include <cstdint>
+#include <stdexcept>
+#define CAIRN_FA_FN inline
+#define CAIRN_FA_UNROLL
+#define CAIRN_FA_UNROLL2
+#endif
+
+namespace cairn::kernels::flash {
+
+constexpr int kThreads = 128;
+
+// One attention call: qkv [B,T,3C] (q | k | v, head h owning columns h*hd..), out/dout [B,T,C], lse/D [B,NH,T].
+struct Problem {
+  int B, T, C, NH, hd;
+  float scale;  // 1 / sqrt(hd)
+};
+
+// The head dims these kernels handle, zero-padded to an instantiated size; 0: not handled (the caller falls back).
+constexpr int padded_head_dim(int hd) { return hd <= 0 ? 0 : hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 0; }
+
+// Row stride of a score tile with `cols` columns (a multiple of 16): stride % 32 == 16.
+constexpr int score_ld(int cols) { return cols % 32 == 0 ? cols + 16 : cols; }
+
+// Tile shapes per padded head dim. R = tile rows per thread (tile rows 8 R), CC/CQ = tile columns per thread (tile
+// columns 16 CC). Sized so accumulators stay in registers (<= 64 floats per thread) and shared memory stays under
+// 80 KB (2-3 blocks per SM on A100/H100).
+template <int HD>
+struct Config;
+template <>
+struct Config<32> {
+  static constexpr int fwd_R = 8, fwd_CC = 4, kv_R = 8, kv_CQ = 2, q_R = 8, q_CC = 2;
+};
+template <>
+struct Config<64> {
+  static constexpr int fwd_R = 8, fwd_CC = 4, kv_R = 8, kv_CQ = 2, q_R = 8, q_CC = 2;
+};
+template <>
+struct Config<128> {
+  static constexpr int fwd_R = 8, fwd_CC = 2, kv_R = 4, kv_CQ = 2, q_R = 4, q_CC = 2;
+};
+
+// Shared-memory layouts (offsets in floats, all multiples of 4: every tile starts 16-byte aligned).
+template <int HD, int R, int CC>
+struct FwdLayout {
+  static constexpr int BQ = 8 * R, BK = 16 * CC, LD = HD + 4, LDP = score_ld(BK);
+  static constexpr int q = 0, k = q + BQ * LD, v = k + BK * LD, p = v + BK * LD, floats = p + BQ * LDP;
+};
+template <int HD, int R, int CQ>
+struct KvLayout {  // rows are keys (8 R per block), columns queries (16 CQ per query tile)
+  static constexpr int BK = 8 * R, BQ = 16 * CQ, LD = HD + 4, LDP = score_ld(BQ);
+  static constexpr int k = 0, v = k + BK * LD, q = v + BK * LD, dout = q + BQ * LD, p = dout + BQ * LD,
+                       ds = p + BK * LDP, lse = ds + BK * LDP, delta = lse + BQ, floats = delta + BQ;
+};
+template <int HD, int R, int CC>
+struct QLayout {  // rows are queries (8 R per block), columns keys (16 CC per key tile)
+  static constexpr int BQ = 8 * R, BK = 16 * CC, LD = HD + 4, LDP = score_ld(BK);
+  static constexpr int q = 0, dout = q + BQ * LD, k = dout + BQ * LD, v = k + BK * LD, ds = v + BK * LD,
+                       floats = ds + BQ * LDP;
+};
+
+// Per-thread registers of each kernel.
+template <int R, int CC, int DC>
+struct FwdRegs {
+  float o[R][DC];
+  float s[R][CC];
+  float m[R], l[R], red[R];
+};
+template <int R, int CQ, int DC>
+struct KvRegs {
+  float dk[R][DC], dv[R][DC];
+  float s[R][CQ], dp[R][CQ];
+};
+template <int R, int CC, int DC>
+struct QRegs {
+  float dq[R][DC];
+  float s[R][CC], dp[R][CC];
+  float lse[R], delta[R];
+};
+
+// Four consecutive floats of shared memory (p 16-byte aligned): one 128-bit load on the device; the host emulation
+// checks the alignment the device needs.
+struct F4 {
+  float x, y, z, w;
+};
+CAIRN_FA_FN F4 load4(const float* p) {
+#ifdef __CUDACC__
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  return F4{v.x, v.y, v.z, v.w};
+#else
+  if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) throw std::logic_error("flash attention: misaligned float4 load");
+  return F4{p[0], p[1], p[2], p[3]};
+#endif
+}
+// a + x.x y.x + x.y y.y + x.z y.z + x.w y.w, in that order (the same order as four scalar steps)
+CAIRN_FA_FN float dot4(float a, const F4& x, const F4& y) {
+  a += x.x * y.x;
+  a += x.y * y.y;
+  a += x.z * y.z;
+  a += x.w * y.w;
+  return a;
+}
+
+// The two score tiles of the backward passes in one sweep over the head dim: s[i][j] = a[row i] . b[col j] and
+// dp[i][j] = a2[row i] . b2[col j], for the thread's tile rows ty + 8 i of (a, a2) and tile columns tx + 16 j of
+// (b, b2), every operand a shared tile with row stride ld. The key/value pass calls it with keys as rows
+// (S^T = K Q^T, dP^T = V dO^T), the query pass with queries as rows (S = Q K^T, dP = dO V^T).
+template <int HD, int R, int CC>
+CAIRN_FA_FN void score_tile_pair(float (&s)[R][CC], float (&dp)[R][CC], const float* a, const float* a2,
+                                 const float* b, const float* b2, int ld, int ty, int tx) {
+  CAIRN_FA_UNROLL
+  for (int i = 0; i < R; i++) {
+    CAIRN_FA_UNROLL
+    for (int j = 0; j < CC; j++) s[i][j] = dp[i][j] = 0.0f;
+  }
+  CAIRN_FA_UNROLL2
+  for (int d = 0; d < HD; d += 4) {
+    F4 bv[CC], b2v[CC];
+    CAIRN_FA_UNROLL
+    for (int j = 0; j < CC; j++) {
+      bv[j] = load4(b + (tx + 16 * j) * ld + d);
+      b2v[j] = load4(b2 + (tx + 16 * j) * ld + d);
+    }
+    CAIRN_FA_UNROLL
+    for (int i = 0; i < R; i++) {
+      const F4 av = load4(a + (ty + 8 * i) * ld + d), a2v = load4(a2 + (ty + 8 * i) * ld + d);
+      CAIRN_FA_UNROLL
+      for (int j = 0; j < CC; j++) {
+        s[i][j] = dot4(s[i][j], av, bv[j]);
+        dp[i][j] = dot4(dp[i][j], a2v, b2v[j]);
+      }
+    }
+  }
+}
+
+// Rows [row0, row0 + rows) of one head's slice of a [*, T, ld] tensor into dst[rows][dst_ld]; rows >= T and columns
+// >= hd are written as 0 (never read from global memory), so tails need no other special case.
+template <int HD>
+CAIRN_FA_FN void load_tile(float* dst, int dst_ld, int rows, const float* src, size_t src_ld, int row0, int T, int hd,
+                           int tid) {
+  for (int idx = tid; idx < rows * HD; idx += kThreads) {
+    const int r = idx / HD, d = idx % HD, t = row0 + r;
+    dst[r * dst_ld + d] = (t < T && d < hd) ? src[(size_t)t * src_ld + d] : 0.0f;
+  }
+}
+
+// Key tiles of BK keys a query tile [q0, q0 + BQ) needs under the causal mask (later tiles are all masked).
+CAIRN_FA_FN int key_tiles_for(int q0, int BQ, int BK, int T) {
+  const int last = q0 + BQ - 1 < T - 1 ? q0 + BQ - 1 : T - 1;
+  return last / BK + 1;
+}
+
+// ---------------------------------------------------------------- forward
+// One block: query tile qt of head (b, h). Writes out rows and lse of the tile's rows < T.
+template <int HD, int R, int CC, class Block>
+CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, const float* qkv, const Problem& pb,
+                               int b, int h, int qt) {
+  using L = FwdLayout<HD, R, CC>;
+  constexpr int DC = HD / 16;
+  using Regs = FwdRegs<R, CC, DC>;
+  float* sQ = smem + L::q;
+  float* sK = smem + L::k;
+  float* sV = smem + L::v;
+  float* sP = smem + L::p;
+  const int T = pb.T, C = pb.C, hd = pb.hd;
+  const float scale = pb.scale;
+  const size_t ld3 = (size_t)3 * C;
+  const float* q_base = qkv + (size_t)b * T * ld3 + (size_t)h * hd;
+  const int q0 = qt * L::BQ;
+
+  blk.each([&](int tid, Regs& r) {
+    CAIRN_FA_UNROLL
+    for (int i = 0; i < R; i++) {
+      r.m[i] = -INFINITY;
+      r.l[i] = 0.0f;
+      CAIRN_FA_UNROLL
+      for (int c = 0; c < DC; c++) r.o[i][c] = 0.0f;
+    }
+    load_tile<HD>(sQ, L::LD, L::BQ, q_base, ld3, q0, T, hd, tid);
+  });
+  const int n_kt = key_tiles_for(q0, L::BQ, L::BK, T);
+  for (int kt = 0; kt < n_kt; kt++) {
+    const int k0 = kt * L::BK;
+    blk.barrier();  // the previous iteration's readers of sK, sV, sP are done (first time: sQ is complete)
+    blk.each([&](int tid, Regs&) {
+      load_tile<HD>(sK, L::LD, L::BK, q_base + C, ld3, k0, T, hd, tid);
+      load_tile<HD>(sV, L::LD, L::BK, q_base + 2 * C, ld3, k0, T, hd, tid);
+    });
+    blk.barrier();
+    // S = Q K^T * scale, masked; the thread's part of each row max
+    blk.each([&](int tid, Regs& r) {
+      const int ty = tid / 16, tx = tid % 16;
+      CAIRN_FA_UNROLL
+      for (int i = 0; i < R; i++) {
+        CAIRN_FA_UNROLL
+        for (int j = 0; j < CC; j++) r.s[i][j] = 0.0f;
+      }
+      CAIRN_FA_UNROLL2
+      for (int d = 0; d < HD; d += 4) {
+        F4 kv[CC];
+        CAIRN_FA_UNROLL
+        for (int j = 0; j < CC; j++) kv[j] = load4(sK + (tx + 16 * j) * L::LD + d);
+        CAIRN_FA_UNROLL
+        for (int i = 0; i < R; i++) {
+          const F4 qv = load4(sQ + (ty + 8 * i) * L::LD + d);
+          CAIRN_FA_UNROLL
+          for (int j = 0; j < CC; j++) r.s[i][j] = dot4(r.s[i][j], qv, kv[j]);
+        }
+      }
+      CAIRN_FA_UNROLL
+      for (int i = 0; i < R; i++) {
+        const int qi = q0 + ty + 8 * i;
+        float mx = -INFINITY;
+        CAIRN_FA_UNROLL
+        for (int j = 0; j < CC; j++) {
+          const int kj = k0 + tx + 16 * j;
+          const float s = (kj > qi || kj >= T) ? -INFINITY : r.s[i][j] * scale;
+          r.s[i][j] = s;
+          mx = fmaxf(mx, s);
+        }
+        r.red[i] = mx;
+      }
+    });
+    blk.template reduce16<R, true>([](Regs& r) { return r.red; });  // red = the tile's row max
+    // online softmax: P = exp(S - m_new) into shared memory, rescale the accumulator and the running sum
+    blk.each([&](int tid, Regs& r) {
+      const int ty = tid / 16, tx = tid % 16;
+      CAIRN_FA_UNROLL
+      for (int i = 0; i < R; i++) {
+        const float m_new = fmaxf(r.m[i], r.red[i]);
+        // Key 0 lies in key tile 0 and is <= every query, so after tile 0 each row's max is finite; the guard keeps
+        // a row that had no unmasked score yet at exp(-inf) = 0 instead of exp(-inf - -inf) = NaN.
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        const float corr = expf(r.m[i] - m_use);
+        float sum = 0.0f;
+        CAIRN_FA_UNROLL
+        for (int j = 0; j < CC; j++) {
+          const float p = expf(r.s[i][j] - m_use);
+          sP[(ty + 8 * i) * L::LDP + tx + 16 * j] = p;
+          sum += p;
+        }
+        CAIRN_FA_UNROLL
+        for (int c = 0; c < DC; c++) r.o[i][c] *= corr;
+        r.l[i] *= corr;
+        r.m[i] = m_new;
+        r.red[i] = sum;
+      }
+    });
+    blk.template reduce16<R, false>([](Regs& r) { return r.red; });  // red = the tile's row sum of P
+    blk.barrier();  // sP complete
+    // O += P V
+    blk.each([&](int tid, Regs& r) {
+      const int ty = tid / 16, tx = tid % 16;
+      CAIRN_FA_UNROLL
+      for (int i = 0; i < R; i++) r.l[i] += r.red[i];
+      CAIRN_FA_UNROLL2
+      for (int kc = 0; kc < L::BK; kc += 4) {
+        F4 vv[DC];  // V[kc..kc+3][tx + 16 c]
+        CAIRN_FA_UNROLL
+        for (int c = 0; c < DC; c++) {
+          const float* v = sV + kc * L::LD + tx + 16 * c;
+          vv[c] = F4{v[0], v[L::LD], v[2 * L::LD], v[3 * L::LD]};
+        }
+        CAIRN_FA_UNROLL
+        for (int i = 0; i < R; i++) {
+          const F4 pv = load4(sP + (ty + 8 * i) * L::LDP + kc);
+          CAIRN_FA_UNROLL
+          for (int c = 0; c < DC; c++) r.o[i][c] = dot4(r.o[i][c], pv, vv[c]);
+        }
+      }
+    });
+  }
+  blk.each([&](int tid, Regs& r) {
+    const int ty = tid / 16, tx = tid % 16;
+    CAIRN_FA_UNROLL
+    for (int i = 0; i < R; i++) {
+      const int qi = q0 + ty + 8 * i;
+      if (qi >= T) continue;
+      float* dst = out + ((size_t)b * T + qi) * C + (size_t)h * hd;
+      CAIRN_FA_UNROLL
+      for (int c = 0; c < DC; c++) {
+        const int d = tx + 16 * c;
+        if (d < hd) dst[d] = r.o[i][c] / r.l[i];
+      }
+      if (tx == 0) lse[((size_t)b * pb.NH + h) * T + qi] = r.m[i] + logf(r.l[i]);
+    }
+  });
+}
+
+// ---------------------------------------------------------------- backward: dK, dV
+// One block: key tile kt of head (b, h); writes the dK and dV columns of the tile's key rows < T.
+template <int HD, int R, int CQ, class Block>
+CAIRN_FA_FN void backward_kv_block(Block& blk, float* smem, float* dqkv, const float* dout, const float* qkv,
+                                   const float* lse, const float* delta, const Problem& pb, int b, int h, int kt) {
+  using L = KvLayout<HD, R, CQ>;
+  constexpr int DC = HD / 16;
+  using Regs = KvRegs<R, CQ, DC>;
+  float* sK = smem + L::k;
+  float* sV = smem + L::v;
+  float* sQ = smem + L::q;
+  float* sdO = smem + L::dout;
+  float* sP = smem + L::p;
+  float* sdS = smem + L::ds;
+  float* sLse = smem + L::lse;
+  float* sD = smem + L::delta;
+  const int T = pb.T, C = pb.C, hd = pb.hd;
+  const float scale = pb.scale;
+  const size_t ld3 = (size_t)3 * C;
+  const float* q_base = qkv + (size_t)b * T * ld3 + (size_t)h * hd;
+  const float* do_base = dout + (size_t)b * T * C + (size_t)h * hd;
+  const float* lse_row = lse + ((size_t)b * pb.NH + h) * T;
+  const float* d_row = delta + ((size_t)b * pb.NH + h) * T;
+  const int k0 = kt * L::BK;
+
+  blk.each([&](int tid, Regs& r) {
+    CAIRN_FA_UNROLL
+    for (int i = 0; i < R; i++) {
+      CAIRN_FA_UNROLL
+      for (int c = 0; c < DC; c++) r.dk[i][c] = r.dv[i][c] = 0.0f;
+    }
+    load_tile<HD>(sK, L::LD, L::BK, q_base + C, ld3, k0, T, hd, tid);
+    load_tile<HD>(sV, L::LD, L::BK, q_base + 2 * C, ld3, k0, T, hd, tid);
+  });
+  const int n_qt = (T + L::BQ - 1) / L::BQ;
+  // query tiles entirely above the diagonal (every query < k0) see none of these keys: start at the tile holding k0
+  for (int qt = k0 / L::BQ; qt < n_qt; qt++) {
+    const int q0 = qt * L::BQ;
+    blk.barrier();  // the previous iteration's readers of sQ, sdO, sP, sdS are done (first time: sK, sV complete)
+    blk.each([&](int tid, Regs&) {
+      load_tile<HD>(sQ, L::LD, L::BQ, q_base, ld3, q0, T, hd, tid);
+      load_tile<HD>(sdO, L::LD, L::BQ, do_base, (size_t)C, q0, T, hd, tid);
+      for (int idx = tid; idx < L::BQ; idx += kThreads) {
+        const int t = q0 + idx;
+        sLse[idx] = t < T ? lse_row[t] : 0.0f;
+        sD[idx] = t < T ? d_row[t] : 0.0f;
+      }
+    });
+    blk.barrier();
+    // S^T = K Q^T, dP^T = V dO^T; P = exp(S scale - lse), dS = P (dP - D) scale, both into shared memory
+    blk.each([&](int tid, Regs& r) {
+      const int ty = tid / 16, tx = tid % 16;
+      score_tile_pair<HD, R, CQ>(r.s, r.dp, sK, sV, sQ, sdO, L::LD, ty, tx);
+      CAIRN_FA_UNROLL
+      for (int i = 0; i < R; i++) {
+        const int kj = k0 + ty + 8 * i;
+        CAIRN_FA_UNROLL
+        for (int j = 0; j < CQ; j++) {
+          const int qc = tx + 16 * j, qi = q0 + qc;
+          const bool valid = qi < T && kj <= qi;
+          const float p = valid ? expf(r.s[i][j] * scale - sLse[qc]) : 0.0f;
+          sP[(ty + 8 * i) * L::LDP + qc] = p;
+          sdS[(ty + 8 * i) * L::LDP + qc] = p * (r.dp[i][j] - sD[qc]) * scale;
+        }
+      }
+    });
+    blk.barrier();  // sP, sdS complete
+    // dV += P^T dO, dK += dS^T Q
+    blk.each([&](int tid, Regs& r) {
+      const int ty = tid / 16, tx = tid % 16;
+      CAIRN_FA_UNROLL2
+      for (int qc = 0; qc < L::BQ; qc += 4) {
+        F4 ov[DC], qv[DC];  // dO, Q [qc..qc+3][tx + 16 c]
+        CAIRN_FA_UNROLL
+        for (int c = 0; c < DC; c++) {
+          const float* o = sdO + qc * L::LD + tx + 16 * c;
+          const float* q = sQ + qc * L::LD + tx + 16 * c;
+          ov[c] = F4{o[0], o[L::LD], o[2 * L::LD], o[3 * L::LD]};
+          qv[c] = F4{q[0], q[L::LD], q[2 * L::LD], q[3 * L::LD]};
+        }
+        CAIRN_FA_UNROLL
+        for (int i = 0; i < R; i++) {
+          const F4 pv = load4(sP + (ty + 8 * i) * L::LDP + qc), dsv = load4(sdS + (ty + 8 * i) * L::LDP + qc);
+          CAIRN_FA_UNROLL
+          for (int c = 0; c < DC; c++) {
+            r.dv[i][c] = dot4(r.dv[i][c], pv, ov[c]);
+            r.dk[i][c] = dot4(r.dk[i][c], dsv, qv[c]);
+          }
+        }
+      }
+    });
+  }
+  blk.each([&](int tid, Regs& r) {
+    const int ty = tid / 16, tx = tid % 16;
+    CAIRN_FA_UNROLL
+    for (int i = 0; i < R; i++) {
+      const int kj = k0 + ty + 8 * i;
+      if (kj >= T) continue;
+      float* row = dqkv + ((size_t)b * T + kj) * ld3 + (size_t)h * hd;
+      CAIRN_FA_UNROLL
+      for (int c = 0; c < DC; c++) {
+        const int d = tx + 16 * c;
+        if (d < hd) {
+          row[C + d] = r.dk[i][c];
+          row[2 * C + d] = r.dv[i][c];
+        }
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------- backward: dQ
+// One block: query tile qt of head (b, h); writes the dQ columns of the tile's query rows < T.
+template <int HD, int R, int CC, class Block>
+CAIRN_FA_FN void backward_q_block(Block& blk, float* smem, float* dqkv, const float* dout, const float* qkv,
+                                  const float* lse, const float* delta, const Problem& pb, int b, int h, int qt) {
+  using L = QLayout<HD, R, CC>;
+  constexpr int DC = HD / 16;
+  using Regs = QRegs<R, CC, DC>;
+  float* sQ = smem + L::q;
+  float* sdO = smem + L::dout;
+  float* sK = smem + L::k;
+  float* sV = smem + L::v;
+  float* sdS = smem + L::ds;
+  const int T = pb.T, C = pb.C, hd = pb.hd;
+  const float scale = pb.scale;
+  const size_t ld3 = (size_t)3 * C;
+  const float* q_base = qkv + (size_t)b * T * ld3 + (size_t)h * hd;
+  const float* do_base = dout + (size_t)b * T * C + (size_t)h * hd;
+  const float* lse_row = lse + ((size_t)b * pb.NH + h) * T;
+  const float* d_row = delta + ((size_t)b * pb.NH + h) * T;
+  const int q0 = qt * L::BQ;
+
+  blk.each([&](int tid, Regs& r) {
+    const int ty = tid / 16;
+    CAIRN_FA_UNROLL
+    for (int i = 0; i < R; i++) {
+      const int qi = q0 + ty + 8 * i;
+      r.lse[i] = qi < T ? lse_row[qi] : 0.0f;
+      r.delta[i] = qi < T ? d_row[qi] : 0.0f;
+      CAIRN_FA_UNROLL
+      for (int c = 0; c < DC; c++) r.dq[i][c] = 0.0f;
+    }
+    load_tile<HD>(sQ, L::LD, L::BQ, q_base, ld3, q0, T, hd, tid);
+    load_tile<HD>(sdO, L::LD, L::BQ, do_base, (size_t)C, q0, T, hd, tid);
+  });
+  const int n_kt = key_tiles_for(q0, L::BQ, L::BK, T);
+  for (int kt = 0; kt < n_kt; kt++) {
+    const int k0 = kt * L::BK;
+    blk.barrier();  // the previous iteration's readers of sK, sdS are done (first time: sQ, sdO complete)
+    blk.each([&](int tid, Regs&) {
+      load_tile<HD>(sK, L::LD, L::BK, q_base + C, ld3, k0, T, hd, tid);
+      load_tile<HD>(sV, L::LD, L::BK, q_base + 2 * C, ld3, k0, T, hd, tid);
+    });
+    blk.barrier();
+    // S = Q K^T, dP = dO V^T; dS = P (dP - D) scale into shared memory
+    blk.each([&](int tid, Regs& r) {
+      const int ty = tid / 16, tx = tid % 16;
+      score_tile_pair<HD, R, CC>(r.s, r.dp, sQ, sdO, sK, sV, L::LD, ty, tx);
+      CAIRN_FA_UNROLL
+      for (int i = 0; i < R; i++) {
+        const int qi = q0 + ty + 8 * i;
+        CAIRN_FA_UNROLL
+        for (int j = 0; j < CC; j++) {
+          const int kj = k0 + tx + 16 * j;
+          const bool valid = qi < T && kj <= qi;
+          const float p = valid ? expf(r.s[i][j] * scale - r.lse[i]) : 0.0f;
+          sdS[(ty + 8 * i) * L::LDP + tx + 16 * j] = p * (r.dp[i][j] - r.delta[i]) * scale;
+        }
+      }
+    });
+    blk.barrier();  // sdS complete
+    // dQ += dS K
+    blk.each([&](int tid, Regs& r) {
+      const int ty = tid / 16, tx = tid % 16;
+      CAIRN_FA_UNROLL2
+      for (int kc = 0; kc < L::BK; kc += 4) {
+        F4 kv[DC];  // K[kc..kc+3][tx + 16 c]
+        CAIRN_FA_UNROLL
+        for (int c = 0; c < DC; c++) {
+          const float* k = sK + kc * L::LD + tx + 16 * c;
+          kv[c] = F4{k[0], k[L::LD], k[2 * L::LD], k[3 * L::LD]};
+        }
+        CAIRN_FA_UNROLL
+        for (int i = 0; i < R; i++) {
+          const F4 dsv = load4(sdS + (ty + 8 * i) * L::LDP + kc);
+          CAIRN_FA_UNROLL
+          for (int c = 0; c < DC; c++) r.dq[i][c] = dot4(r.dq[i][c], dsv, kv[c]);
+        }
+      }
+    });
+  }
+  blk.each([&](int tid, Regs& r) {
+    const int ty = tid / 16, tx = tid % 16;
+    CAIRN_FA_UNROLL
+    for (int i = 0; i < R; i++) {
+      const int qi = q0 + ty + 8 * i;
+      if (qi >= T) continue;
+      float* row = dqkv + ((size_t)b * T + qi) * ld3 + (size_t)h * hd;
+      CAIRN_FA_UNROLL
+      for (int c = 0; c < DC; c++) {
+        const int d = tx + 16 * c;
+        if (d < hd) row[d] = r.dq[i][c];
+      }
+    }
+  });
+}
+
+}  // namespace cairn::kernels::flash
+
+// ---------------------------------------------------------------- host emulation (tests; not compiled by nvcc)
+#ifndef __CUDACC__
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace cairn::kernels::flash {
+
+// Runs a block's phases for all kThreads tids in turn: each() is one phase of every thread, barrier() a no-op
+// (phases never overlap), reduce16 the device's 16-lane xor butterfly (the same pairing and order of operations).
+// `reverse` runs the tids of each phase backwards: a phase that read another thread's writes from the same phase (a
+// missing barrier) would then change the result, so tests compare both orders bitwise. Registers start as NaN so a
+// read before the first write poisons the output.
+template <class Regs>
+struct HostBlock {
+  std::vector<Regs> regs;
+  bool reverse = false;
+  explicit HostBlock(bool rev) : regs(kThreads), reverse(rev) {
+    std::vector<float> nan(sizeof(Regs) / sizeof(float) + 1, std::numeric_limits<float>::quiet_NaN());
+    for (auto& r : regs) std::memcpy(static_cast<void*>(&r), nan.data(), sizeof(Regs));
+  }
+  void barrier() {}
+  template <class F>
+  void each(F&& f) {
+    for (int n = 0; n < kThreads; n++) {
+      const int tid = reverse ? kThreads - 1 - n : n;
+      f(tid, regs[tid]);
+    }
+  }
+  template <int N, bool kMax, class Sel>
+  void reduce16(Sel sel) {
+    for (int g = 0; g < kThreads; g += 16)
+      for (int i = 0; i < N; i++) {
+        float v[16], w[16];
+        for (int t = 0; t < 16; t++) v[t] = sel(regs[g + t])[i];
+        for (int o = 8; o >= 1; o >>= 1) {
+          for (int t = 0; t < 16; t++) w[t] = kMax ? fmaxf(v[t], v[t ^ o]) : v[t] + v[t ^ o];
+          std::copy(w, w + 16, v);
+        }
+        for (int t = 0; t < 16; t++) sel(regs[g + t])[i] = v[t];
+      }
+  }
+};
+
+inline Problem make_problem(int B, int T, int C, int NH) {
+  const int hd = C / NH;
+  return Problem{B, T, C, NH, hd, 1.0f / sqrtf((float)hd)};
+}
+
+// Shared memory of one emulated block: 16-byte aligned like the device's, NaN-filled so a read of a location no
+// thread wrote poisons the output.
+struct alignas(16) SmemQuad {
+  float v[4];
+};
+struct HostSmem {
+  std::vector<SmemQuad> quads;
+  explicit HostSmem(int floats) : quads((size_t)(floats + 3) / 4) {}
+};
+inline float* poisoned(HostSmem& smem) {
+  float* p = reinterpret_cast<float*>(smem.quads.data());
+  std::fill(p, p + 4 * smem.quads.size(), std::numeric_limits<float>::quiet_NaN());
+  return p;
+}
+
+// The grids the CUDA launchers use: x = b * NH + h, y = tile (forward and dQ: heaviest tile first).
+template <int HD>
+void emulate_forward_hd(float* out, float* lse, const float* qkv, const Problem& pb, bool reverse) {
+  constexpr int R = Config<HD>::fwd_R, CC = Config<HD>::fwd_CC;
+  using L = FwdLayout<HD, R, CC>;
+  const int n_qt = (pb.T + L::BQ - 1) / L::BQ;
+  HostSmem smem(L::floats);
+  for (int bh = 0; bh < pb.B * pb.NH; bh++)
+    for (int y = 0; y < n_qt; y++) {
+      HostBlock<FwdRegs<R, CC, HD / 16>> blk(reverse);
+      forward_block<HD, R, CC>(blk, poisoned(smem), out, lse, qkv, pb, bh / pb.NH, bh % pb.NH, n_qt - 1 - y);
+    }
+}
+
+template <int HD>
+void emulate_backward_hd(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                         const Problem& pb, bool reverse) {
+  {
+    constexpr int R = Config<HD>::q_R, CC = Config<HD>::q_CC;
+    using L = QLayout<HD, R, CC>;
+    const int n_qt = (pb.T + L::BQ - 1) / L::BQ;
+    HostSmem smem(L::floats);
+    for (int bh = 0; bh < pb.B * pb.NH; bh++)
+      for (int y = 0; y < n_qt; y++) {
+        HostBlock<QRegs<R, CC, HD / 16>> blk(reverse);
+        backward_q_block<HD, R, CC>(blk, poisoned(smem), dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH,
+                                    n_qt - 1 - y);
+      }
+  }
+  {
+    constexpr int R = Config<HD>::kv_R, CQ = Config<HD>::kv_CQ;
+    using L = KvLayout<HD, R, CQ>;
+    const int n_kt = (pb.T + L::BK - 1) / L::BK;
+    HostSmem smem(L::floats);
+    for (int bh = 0; bh < pb.B * pb.NH; bh++)
+      for (int y = 0; y < n_kt; y++) {
+        HostBlock<KvRegs<R, CQ, HD / 16>> blk(reverse);
+        backward_kv_block<HD, R, CQ>(blk, poisoned(smem), dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH, y);
+      }
+  }
+}
+
+// The CUDA backend's flash path on the host: false (nothing written) where the kernels do not handle the head dim.
+inline bool emulate_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                            bool reverse = false) {
+  const Problem pb = make_problem(B, T, C, NH);
+  switch (C % NH == 0 ? padded_head_dim(pb.hd) : 0) {
+    case 32: emulate_forward_hd<32>(out, lse, qkv, pb, reverse); return true;
+    case 64: emulate_forward_hd<64>(out, lse, qkv, pb, reverse); return true;
+    case 128: emulate_forward_hd<128>(out, lse, qkv, pb, reverse); return true;
+    default: return false;
+  }
+}
+
+inline bool emulate_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                             int B, int T, int C, int NH, bool reverse = false) {
+  const Problem pb = make_problem(B, T, C, NH);
+  const int hdp = C % NH == 0 ? padded_head_dim(pb.hd) : 0;
+  if (!hdp) return false;
+  // D = rowsum(dO o O) per (b, h, t): flash_attention.cu's delta kernel
+  std::vector<float> delta((size_t)B * NH * T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const size_t off = ((size_t)b * T + t) * C + (size_t)h * pb.hd;
+        float s = 0.0f;
+        for (int d = 0; d < pb.hd; d++) s += dout[off + d] * out[off + d];
+        delta[((size_t)b * NH + h) * T + t] = s;
+      }
+  switch (hdp) {
+    case 32: emulate_backward_hd<32>(dqkv, dout, qkv, lse, delta.data(), pb, reverse); break;
+    case 64: emulate_backward_hd<64>(dqkv, dout, qkv, lse, delta.data(), pb, reverse); break;
+    default: emulate_backward_hd<128>(dqkv, dout, qkv, lse, delta.data(), pb, reverse); break;
+  }
+  return true;
+}
+
+}  // namespace cairn::kernels::flash
+#endif  // __CUDACC__
