@@ -7,16 +7,19 @@
 #      within 3e-2 of the fp32 GPU curve;
 #   3. a CPU checkpoint resumes on the GPU and a GPU checkpoint on the CPU (same HDF5 files);
 #   4. with >= 2 GPUs: 2 ranks over NCCL (micro-batch halved) and 2 ranks with ZeRO-1 reproduce the 1-GPU curve
-#      within 1e-4.
-# Usage: bench/train_gpu_check.sh BIN_DIR   (the build's bin/ with cairn-train and cairn-reshard)
+#      within 1e-4;
+#   5. cairn-eval on the CUDA backend scores the GPU run's last checkpoint like the CPU backend: loss within 1e-5
+#      relative, token accuracy (argmax on the device) equal up to near-ties.
+# Usage: bench/train_gpu_check.sh BIN_DIR   (the build's bin/ with cairn-train, cairn-reshard and cairn-eval)
+#   env: PY (python3 with json only), FORTUNES_DIR (default /usr/share/games/fortunes)
 set -euo pipefail
 BIN=${1:-${CAIRN_BIN_DIR:?usage: train_gpu_check.sh BIN_DIR}}
-PY=${PY:-/usr/bin/python3}
+PY=${PY:-$(command -v python3 || echo /usr/bin/python3)}
 W=$(mktemp -d /tmp/cairn_train_gpu.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 fail() { echo "FAIL: $*" >&2; exit 1; }
-F=/usr/share/games/fortunes
+F=${FORTUNES_DIR:-/usr/share/games/fortunes}
 
 "$BIN/cairn-reshard" --log-level warn --out "$W/ds" --set 'data.delimiter="%"' --set data.shards=2 \
   build "$F/fortunes" "$F/science"
@@ -57,6 +60,13 @@ if [[ $ngpu -ge 2 ]]; then
     --set train.micro_batch=4 --set parallel.zero=1
 fi
 
+# ---- 5. cairn-eval on the GPU vs the CPU, the GPU run's step-30 checkpoint
+for be in cpu cuda; do
+  "$BIN/cairn-eval" --out "$W/gpu" --data "$W/ds" --log-level warn --threads 1 --backend "$be" --tasks val \
+    --reevaluate "$W/gpu/train/ckpt/step_00000030" >/dev/null
+  mv "$W/gpu/eval/results.jsonl" "$W/eval_$be.jsonl"
+done
+
 "$PY" - "$W" <<'PYEOF'
 import json, os, sys
 w = sys.argv[1]
@@ -86,5 +96,10 @@ for run in ("gpu2", "gpu2z"):
     if os.path.exists(f"{w}/{run}"):
         print(f"{run}: 2 ranks NCCL vs 1 GPU: max relative difference {worst(losses(run), gpu):.2e}")
         assert worst(losses(run), gpu) <= 1e-4, run
+ev = {be: {r["metric"]: r["value"] for r in map(json.loads, open(f"{w}/eval_{be}.jsonl"))} for be in ("cpu", "cuda")}
+print(f"eval val loss cpu {ev['cpu']['loss']:.6f} cuda {ev['cuda']['loss']:.6f}; "
+      f"accuracy cpu {ev['cpu']['accuracy']:.5f} cuda {ev['cuda']['accuracy']:.5f}")
+assert abs(ev["cuda"]["loss"] - ev["cpu"]["loss"]) <= 1e-5 * abs(ev["cpu"]["loss"]), ev
+assert abs(ev["cuda"]["accuracy"] - ev["cpu"]["accuracy"]) <= 0.002, ev
 PYEOF
 echo "train_gpu_check: OK"

@@ -16,6 +16,7 @@
 #include "cairn/cli.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
+#include "cairn/gpu.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
@@ -130,6 +131,15 @@ class Evaluator {
     run_dir_ = run_dir(cfg);
     out_dir_ = join_path(run_dir_, "eval");
     std::string bname = cfg.get_string("eval.backend");
+    if (bname == "cuda") {
+      // Unavailable (no driver, no GPU, a build without CUDA) is a configuration error with the reason; otherwise
+      // each rank takes the GPU of its local rank before the backend allocates anything.
+      if (const char* why = kernels::backend_unavailable_reason("cuda"))
+        throw UsageError(strprintf("[eval] backend = \"cuda\" cannot run here: %s", why));
+      device_ = gpu::bind_rank_to_gpu("[eval] backend");
+      CAIRN_LOG_INFO("evaluating on GPU %d of this node: %s (%s)", device_.ordinal, device_.name.c_str(),
+                     device_.pci_bus_id.c_str());
+    }
     backend_ = kernels::find_backend(bname.c_str());
     if (!backend_)
       throw UsageError(strprintf("[eval] backend = \"%s\" is not available in this build (available: %s)", bname.c_str(),
@@ -339,6 +349,7 @@ class Evaluator {
   const Config& cfg_;
   std::string run_dir_, out_dir_;
   const kernels::Backend* backend_ = nullptr;
+  gpu::DeviceInfo device_;  // set on the cuda backend
   int batch_size_ = 8;
   bool verify_ = true, reevaluate_ = false;
   std::vector<std::string> task_names_;

@@ -34,18 +34,25 @@ std::vector<RollingWindow> rolling_windows(int64_t n, int max_seq_len, int conte
 
 namespace {
 
-// The argmax over the real vocabulary of one logits row (first maximum, as torch.argmax).
-int32_t argmax_row(const float* row, int V) {
-  int32_t best = 0;
-  float bv = row[0];
-  for (int j = 1; j < V; ++j) {
-    if (row[j] > bv) {
-      bv = row[j];
-      best = j;
+// A device (or host, on CPU backends) int32 buffer from the backend, freed with it.
+struct BackendInts {
+  const kernels::Backend& be;
+  int32_t* ptr = nullptr;
+  size_t capacity = 0;
+  explicit BackendInts(const kernels::Backend& b) : be(b) {}
+  ~BackendInts() { be.free(ptr); }
+  BackendInts(const BackendInts&) = delete;
+  BackendInts& operator=(const BackendInts&) = delete;
+  int32_t* get(size_t n) {
+    if (n > capacity) {
+      be.free(ptr);
+      ptr = nullptr;
+      ptr = static_cast<int32_t*>(be.alloc(n * sizeof(int32_t)));
+      capacity = n;
     }
+    return ptr;
   }
-  return best;
-}
+};
 
 }  // namespace
 
@@ -70,7 +77,8 @@ std::vector<Score> score_requests(gpt::Model& model, const RequestSet& requests,
   const int V = gc.vocab_real, Vp = gc.vocab;
   const kernels::Backend& be = model.backend();
   std::vector<int32_t> inputs, targets;
-  std::vector<float> host_logits;
+  std::vector<int32_t> argmax;
+  BackendInts argmax_buffer(be);
   // Local results: (request index, loglik, tokens, correct) for the batches this rank owns.
   std::vector<int64_t> local_idx, local_tok, local_cor;
   std::vector<double> local_ll;
@@ -90,12 +98,12 @@ std::vector<Score> score_requests(gpt::Model& model, const RequestSet& requests,
     ++forwards;
     processed += static_cast<int64_t>(rows) * T;
     const float* losses = model.position_losses();
-    const float* logits = model.logits();
-    if (be.device_memory) {
-      host_logits.resize(static_cast<size_t>(rows) * T * Vp);
-      be.copy_to_host(host_logits.data(), logits, host_logits.size() * sizeof(float));
-      logits = host_logits.data();
-    }
+    // The argmax runs where the logits are: a GPU returns rows*T ints, not rows*T*Vp floats.
+    const size_t positions = static_cast<size_t>(rows) * T;
+    int32_t* dev_argmax = argmax_buffer.get(positions);
+    be.argmax_rows(dev_argmax, model.logits(), rows * T, V, Vp);
+    argmax.resize(positions);
+    be.copy_to_host(argmax.data(), dev_argmax, positions * sizeof(int32_t));
     for (int r = 0; r < rows; ++r) {
       double ll = 0;
       int64_t tok = 0, cor = 0;
@@ -104,7 +112,7 @@ std::vector<Score> score_requests(gpt::Model& model, const RequestSet& requests,
         if (targets[p] < 0) continue;
         ll -= static_cast<double>(losses[p]);
         ++tok;
-        if (argmax_row(logits + p * Vp, V) == targets[p]) ++cor;
+        if (argmax[p] == targets[p]) ++cor;
       }
       local_idx.push_back(static_cast<int64_t>(order[lo + r]));
       local_ll.push_back(ll);

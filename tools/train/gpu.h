@@ -1,38 +1,23 @@
-// cairn-train's GPU plumbing beyond the kernel table: one GPU per rank, NCCL gradient communication on its own
-// stream, device memory figures. gpu_cuda.cpp implements it in CUDA builds; gpu_none.cpp in CPU-only builds, where
+// cairn-train's GPU plumbing beyond the kernel table and libcommon's cairn/gpu.h: NCCL gradient communication on its
+// own stream. gpu_cuda.cpp implements it in CUDA builds; gpu_none.cpp in CPU-only builds, where
 // the trainer never reaches it (find_backend("cuda") does not exist there).
 #pragma once
 #include <cstddef>
 #include <string>
 
+#include "cairn/gpu.h"
+
 namespace cairn::train::gpu {
 
-struct DeviceInfo {
-  int ordinal = -1;           // CUDA device index within this process's visible devices
-  std::string name;           // e.g. "NVIDIA H100 80GB HBM3"
-  std::string pci_bus_id;
-  double total_gib = 0;
-  double peak_tflops_fp32 = 0;  // non-tensor-core fp32 peak from a table of known GPUs; 0 if unknown
-  double peak_tflops_bf16 = 0;  // dense bf16 tensor-core peak from the same table; 0 if unknown
-};
-
-// Makes GPU (local_rank % visible GPUs) current for this rank; must run before the CUDA backend allocates.
-// Collective over MPI_COMM_WORLD: throws UsageError naming the ranks when two ranks of a node would share a GPU.
-DeviceInfo bind_rank_to_gpu();
-
-// High-water mark of device memory allocated through cairn's CUDA backend (what PyTorch calls
-// max_memory_allocated), and device memory in use on the current GPU as cudaMemGetInfo sees it (context, cuBLAS
-// and NCCL buffers included).
-size_t peak_allocated_bytes();
-size_t device_used_bytes();
-void reset_peak_allocated();  // the high-water mark restarts at what is allocated now
-
-// precision = "bf16": the CUDA backend's GEMMs take bf16 copies of their inputs (fp32 accumulation and output).
-void set_bf16_matmul(bool on);
-
-// NVTX ranges (Nsight Systems timelines); free when no profiler is attached.
-void range_push(const char* name);
-void range_pop();
+// Device binding, memory figures, bf16 switch and NVTX ranges are libcommon's (cairn/gpu.h), shared with cairn-eval.
+using cairn::gpu::DeviceInfo;
+using cairn::gpu::device_used_bytes;
+using cairn::gpu::peak_allocated_bytes;
+using cairn::gpu::range_pop;
+using cairn::gpu::range_push;
+using cairn::gpu::reset_peak_allocated;
+using cairn::gpu::set_bf16_matmul;
+inline DeviceInfo bind_rank_to_gpu() { return cairn::gpu::bind_rank_to_gpu("[train] backend"); }
 
 // An NCCL communicator over all ranks (bootstrapped over MPI: ncclGetUniqueId on rank 0, MPI_Bcast,
 // ncclCommInitRank) with its own non-blocking stream. Every call first makes that stream wait for the work already

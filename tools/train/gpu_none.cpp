@@ -9,14 +9,6 @@ namespace {
 [[noreturn]] void no_cuda() { throw UsageError("this cairn-train was built without CUDA (configure with -DCAIRN_CUDA=ON)"); }
 }  // namespace
 
-DeviceInfo bind_rank_to_gpu() { no_cuda(); }
-size_t peak_allocated_bytes() { return 0; }
-size_t device_used_bytes() { return 0; }
-void reset_peak_allocated() {}
-void set_bf16_matmul(bool) {}
-void range_push(const char*) {}
-void range_pop() {}
-
 struct Nccl::Impl {};
 Nccl::Nccl() : impl_(nullptr) { no_cuda(); }
 Nccl::~Nccl() = default;
