@@ -6,6 +6,8 @@
 # MFU for cairn (fp32, bf16) and PyTorch (eager bf16, torch.compile bf16; Python runs without the bundle's
 # libraries). Phases run in that order while the time budget lasts; each one's output lands in $OUT, and
 # results.txt sums them up. Rehearsed on a machine without a GPU (every phase then skips or exits 2).
+# $OUT gets three files (the device tool returns at most eight): results.txt, session.log (every phase's whole
+# output, in order) and sweep_nccl.json.
 # Usage, from the device tool (carry .gpu-carry):
 #   bash bench/gpu_session.sh [.gpu-carry/cairn-gpu-bundle.tar.xz]
 #   env: OUT (result folder, default ./gpu-session-out), BUDGET_S (default 480), MAX_B (GPT-2 micro-batch cap, 32),
@@ -26,7 +28,8 @@ start=$SECONDS
 status=0
 say() { echo "$*" | tee -a "$results"; }
 left() { echo $((BUDGET_S - (SECONDS - start))); }
-# phase NAME ESTIMATE_S TIMEOUT_S command...: runs when the estimate still fits the budget, logs to $OUT/NAME.log
+# phase NAME ESTIMATE_S TIMEOUT_S command...: runs when the estimate still fits the budget; output to $logs/NAME.log,
+# then appended to $OUT/session.log
 phase() {
   local name=$1 estimate=$2 limit=$3
   shift 3
@@ -36,15 +39,19 @@ phase() {
   fi
   echo "== $name (timeout $limit s, $(left) s of the budget left)"
   local t0=$SECONDS
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  timeout "$limit" "$@" >"$logs/$name.log" 2>&1
   local rc=$?
-  tail -25 "$OUT/$name.log"
+  tail -25 "$logs/$name.log"
+  { echo "==== $name (rc $rc)"; cat "$logs/$name.log"; } >>"$OUT/session.log"
   say "PHASE $name rc=$rc$([[ $rc -eq 77 ]] && echo ' (skipped: no usable GPU)') $((SECONDS - t0))s"
   [[ $rc -eq 0 || $rc -eq 77 ]] || status=1
   return 0
 }
 
 work=$(mktemp -d /tmp/cairn-gpu.XXXXXX)
+logs=$work/logs
+mkdir -p "$logs"
+: >"$OUT/session.log"
 tar -C "$work" -xJf "$bundle_tar" || { say "cannot unpack $bundle_tar"; exit 1; }
 # shellcheck disable=SC1091
 source "$work/cairn-gpu-bundle/env.sh"
@@ -58,11 +65,11 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 phase kernels_cuda 20 120 "$CAIRN_BUNDLE_TESTS/kernels_cuda"
 phase gpt_cuda 30 180 "$CAIRN_BUNDLE_TESTS/gpt_cuda"
 phase train_cuda 90 300 env PY=python3 FORTUNES_DIR="$CAIRN_BUNDLE_DATA" bash "$root/bench/train_gpu_check.sh" "$CAIRN_BUNDLE_BIN"
-grep -E 'max relative|eval val loss|peak_mem' "$OUT/train_cuda.log" >>"$results" 2>/dev/null
+grep -E 'max relative|eval val loss|peak_mem' "$logs/train_cuda.log" >>"$results" 2>/dev/null
 # The NCCL sweep on one GPU: every collective, float32 sum, nccl-tests' defaults otherwise; #wrong must be 0.
 phase sweep_nccl 90 240 "$CAIRN_BUNDLE_BIN/cairn-sweep" --backend nccl --out "$work/sweep" all -b 8 -e "$SWEEP_MAX" -f 2 \
   -n 20 -w 5 -c 1 --json "$OUT/sweep_nccl.json"
-grep -E '^# (Collective test starting|Out of bounds|Avg bus bandwidth|Fit)' "$OUT/sweep_nccl.log" >>"$results" 2>/dev/null
+grep -E '^# (Collective test starting|Out of bounds|Avg bus bandwidth|Fit)' "$logs/sweep_nccl.log" >>"$results" 2>/dev/null
 
 # ---- speed: GPT-2 124M (12 layers, hidden 768, 12 heads, seq 1024, vocab 50304)
 model=(--layers 12 --hidden 768 --heads 12 --seq 1024 --vocab 50304 --steps "$STEPS")
@@ -72,7 +79,7 @@ phase gpt2_torch_eager_bf16 60 180 env -u LD_LIBRARY_PATH python3 "$root/bench/k
 phase gpt2_cairn_fp32 60 180 "$CAIRN_BUNDLE_TESTS/kernels_gpu_gpt_bench" "${model[@]}" --max-batch "$MAX_B" --bf16 0
 [[ $TORCH_COMPILE == 1 ]] && phase gpt2_torch_compile_bf16 120 240 env -u LD_LIBRARY_PATH python3 "$root/bench/kernels_gpu_torch_bench.py" \
   --mode compile --dtype bf16 "${model[@]}" --max-batch "$MAX_B"
-grep -h '^RESULT' "$OUT"/gpt2_*.log >>"$results" 2>/dev/null
+grep -h '^RESULT' "$logs"/gpt2_*.log >>"$results" 2>/dev/null
 
 say "session: $((SECONDS - start)) s, status $status"
 echo "== results"
