@@ -2,7 +2,7 @@
 // backward + AdamW) on the CUDA backend at the largest micro-batch that fits, with tokens/s, MFU and peak device
 // memory; compare with bench/kernels_gpu_torch_bench.py (same model, same FLOP count, same MFU formula).
 // Usage: kernels_gpu_gpt_bench [--layers 12] [--hidden 768] [--heads 12] [--seq 1024] [--vocab 50304] [--batch 0]
-//          [--max-batch 64] [--steps 5] [--warmup 1] [--recompute-gelu 0] [--bf16 0] [--peak-fp32 67]
+//          [--max-batch 64] [--steps 5] [--warmup 1] [--recompute none|gelu|full] [--bf16 0] [--peak-fp32 67]
 //          [--peak-bf16 989.4] [--attention-bench 0]
 //   --bf16 1: precision "bf16" (GEMM inputs rounded to bf16, fp32 accumulation; everything else fp32)
 //   --batch 0: the largest power of two <= --max-batch whose memory (measured per sequence at batch 1) fits in
@@ -37,10 +37,11 @@ struct Result {
 
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-Result run(const kernels::Backend& be, const gpt::GptConfig& cfg, int B, int steps, int warmup, bool recompute) {
+Result run(const kernels::Backend& be, const gpt::GptConfig& cfg, int B, int steps, int warmup,
+           gpt::Recompute recompute) {
   kernels::cuda_reset_peak_allocated_bytes();
   gpt::Model model(cfg, be);
-  model.set_recompute_gelu(recompute);
+  model.set_recompute(recompute);
   model.init(1);
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
@@ -152,7 +153,8 @@ bool is_oom(const std::exception& e) { return std::string(e.what()).find("out of
 int main(int argc, char** argv) {
   gpt::GptConfig cfg;  // GPT-2 124M with the padded vocabulary
   cfg.vocab_real = cfg.vocab;
-  int B = 0, max_batch = 64, steps = 5, warmup = 1, recompute = 0, bf16 = 0, attn_bench = 0;
+  int B = 0, max_batch = 64, steps = 5, warmup = 1, bf16 = 0, attn_bench = 0;
+  gpt::Recompute recompute = gpt::Recompute::None;
   double peak_fp32 = 67.0, peak_bf16 = 989.4;  // H100 SXM / H200 datasheet, dense
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
@@ -166,7 +168,15 @@ int main(int argc, char** argv) {
     else if (k == "--max-batch") max_batch = std::atoi(v);
     else if (k == "--steps") steps = std::atoi(v);
     else if (k == "--warmup") warmup = std::atoi(v);
-    else if (k == "--recompute-gelu") recompute = std::atoi(v);
+    else if (k == "--recompute") {
+      try {
+        recompute = gpt::parse_recompute(v);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "kernels_gpu_gpt_bench: --recompute: %s\n", e.what());
+        return 2;
+      }
+    }
+    else if (k == "--recompute-gelu") recompute = std::atoi(v) ? gpt::Recompute::Gelu : gpt::Recompute::None;
     else if (k == "--bf16") bf16 = std::atoi(v);
     else if (k == "--peak-fp32") peak_fp32 = std::atof(v);
     else if (k == "--peak-bf16") peak_bf16 = std::atof(v);
@@ -199,7 +209,7 @@ int main(int argc, char** argv) {
       size_t per_seq = 0;
       {
         gpt::Model probe(cfg, *be);
-        probe.set_recompute_gelu(recompute);
+        probe.set_recompute(recompute);
         std::vector<int32_t> ids(cfg.seq_len, 1);
         probe.forward(ids.data(), ids.data(), 1, cfg.seq_len);
         per_seq = probe.activation_bytes();
@@ -219,7 +229,7 @@ int main(int argc, char** argv) {
         const double tflops = flops_per_token * r.tokens_per_s / 1e12;
         std::printf("%s, GPT L=%d C=%d H=%d T=%d V=%d (%zu params), micro-batch %d%s, %d steps\n", prop.name,
                     cfg.layers, cfg.hidden, cfg.heads, cfg.seq_len, cfg.vocab, gpt::count_params(cfg), B,
-                    recompute ? ", recompute gelu" : "", steps);
+                    recompute != gpt::Recompute::None ? (std::string(", recompute ") + gpt::recompute_name(recompute)).c_str() : "", steps);
         std::printf("cairn cuda %s: %9.0f tokens/s  %6.1f TFLOP/s  MFU %5.1f%% of fp32 peak %.0f, %5.2f%% of bf16 "
                     "peak %.0f  step %.1f ms (fwd %.1f bwd %.1f adamw %.1f)  peak mem %.2f GiB  loss %.4f\n",
                     tag, r.tokens_per_s, tflops, 100 * tflops / peak_fp32, peak_fp32, 100 * tflops / peak_bf16,

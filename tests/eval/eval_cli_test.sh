@@ -94,6 +94,12 @@ grep -q "already evaluated" rerun.err || fail "rerun did not skip evaluated chec
 CK="$WORK/run/train/ckpt/step_00000020"
 expect_exit 2 "another model shape" "$BIN/cairn-eval" --config eval.toml --out bad1 "$CK" --set model.layers=3
 expect_exit 2 "index.json" "$BIN/cairn-eval" --config eval.toml --out bad2 --data "$WORK/nonexistent" "$CK"
+# --backend cuda where it cannot run (no GPU, or a build without CUDA): a usage error naming the backend, nothing
+# written (on a GPU machine bench/train_gpu_check.sh checks cairn-eval on CUDA instead)
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  expect_exit 2 'backend = "cuda"' "$BIN/cairn-eval" --config eval.toml --out bad_cuda --backend cuda "$CK"
+  [ ! -e bad_cuda/eval/results.jsonl ] || fail "--backend cuda without a GPU wrote results"
+fi
 cp -r "$WORK/data" data_notok
 $PY - data_notok/index.json <<'PY'
 import json, sys
