@@ -163,6 +163,28 @@ CAIRN_FA_FN void score_tile_pair(float (&s)[R][CC], float (&dp)[R][CC], const fl
   }
 }
 
+// acc[i][c] += P[row ty + 8 i][0..K) . M[0..K)[column tx + 16 c]: a score tile (row stride ldp) times the rows of a
+// shared tile (row stride ld), K a multiple of 4. The forward's O += P V and the query pass's dQ += dS K.
+template <int R, int DC, int K>
+CAIRN_FA_FN void accumulate_scores_times_tile(float (&acc)[R][DC], const float* p, int ldp, const float* m, int ld,
+                                              int ty, int tx) {
+  CAIRN_FA_UNROLL2
+  for (int kc = 0; kc < K; kc += 4) {
+    F4 mv[DC];  // M[kc..kc+3][tx + 16 c]
+    CAIRN_FA_UNROLL
+    for (int c = 0; c < DC; c++) {
+      const float* col = m + kc * ld + tx + 16 * c;
+      mv[c] = F4{col[0], col[ld], col[2 * ld], col[3 * ld]};
+    }
+    CAIRN_FA_UNROLL
+    for (int i = 0; i < R; i++) {
+      const F4 pv = load4(p + (ty + 8 * i) * ldp + kc);
+      CAIRN_FA_UNROLL
+      for (int c = 0; c < DC; c++) acc[i][c] = dot4(acc[i][c], pv, mv[c]);
+    }
+  }
+}
+
 // Rows [row0, row0 + rows) of one head's slice of a [*, T, ld] tensor into dst[rows][dst_ld]; rows >= T and columns
 // >= hd are written as 0 (never read from global memory), so tails need no other special case.
 template <int HD>
@@ -283,21 +305,7 @@ CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, 
       const int ty = tid / 16, tx = tid % 16;
       CAIRN_FA_UNROLL
       for (int i = 0; i < R; i++) r.l[i] += r.red[i];
-      CAIRN_FA_UNROLL2
-      for (int kc = 0; kc < L::BK; kc += 4) {
-        F4 vv[DC];  // V[kc..kc+3][tx + 16 c]
-        CAIRN_FA_UNROLL
-        for (int c = 0; c < DC; c++) {
-          const float* v = sV + kc * L::LD + tx + 16 * c;
-          vv[c] = F4{v[0], v[L::LD], v[2 * L::LD], v[3 * L::LD]};
-        }
-        CAIRN_FA_UNROLL
-        for (int i = 0; i < R; i++) {
-          const F4 pv = load4(sP + (ty + 8 * i) * L::LDP + kc);
-          CAIRN_FA_UNROLL
-          for (int c = 0; c < DC; c++) r.o[i][c] = dot4(r.o[i][c], pv, vv[c]);
-        }
-      }
+      accumulate_scores_times_tile<R, DC, L::BK>(r.o, sP, L::LDP, sV, L::LD, ty, tx);
     });
   }
   blk.each([&](int tid, Regs& r) {
@@ -492,21 +500,7 @@ CAIRN_FA_FN void backward_q_block(Block& blk, float* smem, float* dqkv, const fl
     // dQ += dS K
     blk.each([&](int tid, Regs& r) {
       const int ty = tid / 16, tx = tid % 16;
-      CAIRN_FA_UNROLL2
-      for (int kc = 0; kc < L::BK; kc += 4) {
-        F4 kv[DC];  // K[kc..kc+3][tx + 16 c]
-        CAIRN_FA_UNROLL
-        for (int c = 0; c < DC; c++) {
-          const float* k = sK + kc * L::LD + tx + 16 * c;
-          kv[c] = F4{k[0], k[L::LD], k[2 * L::LD], k[3 * L::LD]};
-        }
-        CAIRN_FA_UNROLL
-        for (int i = 0; i < R; i++) {
-          const F4 dsv = load4(sdS + (ty + 8 * i) * L::LDP + kc);
-          CAIRN_FA_UNROLL
-          for (int c = 0; c < DC; c++) r.dq[i][c] = dot4(r.dq[i][c], dsv, kv[c]);
-        }
-      }
+      accumulate_scores_times_tile<R, DC, L::BK>(r.dq, sdS, L::LDP, sK, L::LD, ty, tx);
     });
   }
   blk.each([&](int tid, Regs& r) {
