@@ -71,7 +71,11 @@ phase sweep_nccl 90 240 "$CAIRN_BUNDLE_BIN/cairn-sweep" --backend nccl --out "$w
   -n 20 -w 5 -c 1 --json "$OUT/sweep_nccl.json"
 grep -E '^# (Collective test starting|Out of bounds|Avg bus bandwidth|Fit)' "$logs/sweep_nccl.log" >>"$results" 2>/dev/null
 
-# ---- speed: GPT-2 124M (12 layers, hidden 768, 12 heads, seq 1024, vocab 50304)
+# ---- speed: attention alone (fp32 flash, simple, bf16 tensor-core flash; GPT-2 shape, batch 8), then
+# GPT-2 124M (12 layers, hidden 768, 12 heads, seq 1024, vocab 50304)
+phase attention_bench 20 120 "$CAIRN_BUNDLE_TESTS/kernels_gpu_gpt_bench" --hidden 768 --heads 12 --seq 1024 --batch 8 \
+  --steps 10 --attention-bench 1
+grep -h '^RESULT' "$logs/attention_bench.log" >>"$results" 2>/dev/null
 model=(--layers 12 --hidden 768 --heads 12 --seq 1024 --vocab 50304 --steps "$STEPS")
 phase gpt2_cairn_bf16 60 180 "$CAIRN_BUNDLE_TESTS/kernels_gpu_gpt_bench" "${model[@]}" --max-batch "$MAX_B" --bf16 1
 phase gpt2_torch_eager_bf16 60 180 env -u LD_LIBRARY_PATH python3 "$root/bench/kernels_gpu_torch_bench.py" --mode eager --dtype bf16 \

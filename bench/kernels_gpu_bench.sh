@@ -40,7 +40,8 @@ tests=()
 if [[ ${FORCE_DIRECT:-0} != 1 ]] && cmake -S "$root" -B "$work/cmake" -DCAIRN_KERNELS_ONLY=ON -DCAIRN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
      -DCMAKE_BUILD_TYPE=Release >"$work/cmake-configure.log" 2>&1; then
   note "build: CMake kernels-only"
-  cmake --build "$work/cmake" -j"$jobs" --target kernels_cuda gpt_cuda kernels_ops kernels_flash_emulation || exit 1
+  cmake --build "$work/cmake" -j"$jobs" --target kernels_cuda gpt_cuda kernels_ops kernels_flash_emulation \
+    kernels_flash_bf16_emulation || exit 1
   ctest_dir=$work/cmake
 else
   why=$(grep -m1 -iE 'could not find|not found|error' "$work/cmake-configure.log" 2>/dev/null || echo "FORCE_DIRECT=1")
@@ -87,7 +88,7 @@ if [[ -z $ctest_dir ]]; then
   if [[ ${SHIM_BOOST:-0} == 1 ]] || ! echo '#include <boost/test/unit_test.hpp>' | "$CXX" -E -x c++ - >/dev/null 2>&1; then
     shim=(-I"$root/bench/gpu_shims")
   fi
-  for t in kernels/kernels_cuda kernels/kernels_flash_emulation gpt/gpt_cuda; do
+  for t in kernels/kernels_cuda kernels/kernels_flash_emulation kernels/kernels_flash_bf16_emulation gpt/gpt_cuda; do
     if [[ ${#shim[@]} -gt 0 ]]; then
       "$CXX" "${cxxflags[@]}" "${shim[@]}" -I"$root/tests/kernels" "$root/tests/${t}_test.cpp" "${libs[@]}" \
         -o "$d/$(basename "$t")" || exit 1

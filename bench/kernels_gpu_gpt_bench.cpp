@@ -8,8 +8,9 @@
 //   --batch 0: the largest power of two <= --max-batch whose memory (measured per sequence at batch 1) fits in
 //   90% of the free device memory; halved again if it still runs out.
 //   --attention-bench 1: instead of the training step, time causal attention forward and backward alone at the
-//   model's shape (micro-batch --batch, 8 when 0) with the flash kernels and with the simple ones (fp32, CUDA
-//   events not needed: each timed loop ends with a synchronize), and print how far flash is from simple.
+//   model's shape (micro-batch --batch, 8 when 0) with the flash kernels and with the simple ones (fp32), and with
+//   the bf16 tensor-core flash kernels (precision bf16; head dims 64 and 128) (CUDA events not needed: each timed
+//   loop ends with a synchronize), and print how far each is from simple.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -90,8 +91,9 @@ Result run(const kernels::Backend& be, const gpt::GptConfig& cfg, int B, int ste
   return r;
 }
 
-// Attention alone (flash vs simple kernels) at [B, T, C] with NH heads: ms per forward / backward, TFLOP/s counting
-// the causal half of the score matrix (forward 2 matmuls, backward 2.5x forward: the usual flash-attention count).
+// Attention alone (flash vs simple kernels, fp32; and the bf16 tensor-core flash kernels of precision "bf16" where the
+// head dim is 64 or 128) at [B, T, C] with NH heads: ms per forward / backward, TFLOP/s counting the causal half of the
+// score matrix (forward 2 matmuls, backward 2.5x forward: the usual flash-attention count).
 int attention_bench(const kernels::Backend& be, int B, int T, int C, int NH, int reps) {
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -104,10 +106,18 @@ int attention_bench(const kernels::Backend& be, int B, int T, int C, int NH, int
   be.copy_to_device(d_qkv, qkv.data(), qkv.size() * sizeof(float));
   be.copy_to_device(d_dout, dout.data(), dout.size() * sizeof(float));
   const double fwd_flops = 4.0 * B * NH * ((double)T * (T + 1) / 2) * (C / NH), bwd_flops = 2.5 * fwd_flops;
-  std::vector<float> results[2];
-  double fwd_ms[2] = {0, 0}, bwd_ms[2] = {0, 0};
-  for (int flash = 1; flash >= 0; flash--) {
-    kernels::cuda_set_flash_attention(flash != 0);
+  struct Variant {
+    const char* name;
+    bool flash, bf16;
+    double fwd_ms = 0, bwd_ms = 0;
+    std::vector<float> result;  // out then dqkv
+  };
+  const int hd = C % NH == 0 ? C / NH : 0;
+  std::vector<Variant> variants = {{"flash", true, false, 0, 0, {}}, {"simple", false, false, 0, 0, {}}};
+  if (hd == 64 || hd == 128) variants.push_back({"flash_bf16", true, true, 0, 0, {}});
+  for (auto& v : variants) {
+    kernels::cuda_set_flash_attention(v.flash);
+    kernels::cuda_set_bf16_matmul(v.bf16);
     be.attention_forward(out, lse, d_qkv, B, T, C, NH);  // warm-up (and shared-memory attributes)
     be.attention_backward(dqkv, d_dout, d_qkv, out, lse, B, T, C, NH);
     be.synchronize();
@@ -118,32 +128,44 @@ int attention_bench(const kernels::Backend& be, int B, int T, int C, int NH, int
     for (int r = 0; r < reps; r++) be.attention_backward(dqkv, d_dout, d_qkv, out, lse, B, T, C, NH);
     be.synchronize();
     auto t2 = Clock::now();
-    fwd_ms[flash] = 1e3 * secs(t0, t1) / reps;
-    bwd_ms[flash] = 1e3 * secs(t1, t2) / reps;
-    auto& res = results[flash];
-    res.resize(dout.size() + qkv.size());
-    be.copy_to_host(res.data(), out, dout.size() * sizeof(float));
-    be.copy_to_host(res.data() + dout.size(), dqkv, qkv.size() * sizeof(float));
+    v.fwd_ms = 1e3 * secs(t0, t1) / reps;
+    v.bwd_ms = 1e3 * secs(t1, t2) / reps;
+    v.result.resize(dout.size() + qkv.size());
+    be.copy_to_host(v.result.data(), out, dout.size() * sizeof(float));
+    be.copy_to_host(v.result.data() + dout.size(), dqkv, qkv.size() * sizeof(float));
   }
   kernels::cuda_set_flash_attention(true);
-  double worst = 0, scale = 0;
-  for (float x : results[0]) scale = std::max(scale, (double)std::fabs(x));
-  for (size_t i = 0; i < results[0].size(); i++)
-    worst = std::max(worst, std::fabs((double)results[1][i] - results[0][i]) / (scale + 1e-30));
+  kernels::cuda_set_bf16_matmul(false);
   for (float* p : {d_qkv, d_dout, out, lse, dqkv}) be.free(p);
-  std::printf("attention B=%d T=%d C=%d NH=%d (head dim %d), fp32, %d reps:\n", B, T, C, NH, C / NH, reps);
-  for (int flash = 1; flash >= 0; flash--) {
-    const char* name = flash ? "flash" : "simple";
-    std::printf("  %-6s forward %8.3f ms (%6.2f TFLOP/s)  backward %8.3f ms (%6.2f TFLOP/s)\n", name, fwd_ms[flash],
-                fwd_flops / fwd_ms[flash] / 1e9, bwd_ms[flash], bwd_flops / bwd_ms[flash] / 1e9);
-    std::printf("RESULT attention_%s B=%d T=%d fwd_ms=%.3f bwd_ms=%.3f fwd_tflops=%.2f bwd_tflops=%.2f\n", name, B, T,
-                fwd_ms[flash], bwd_ms[flash], fwd_flops / fwd_ms[flash] / 1e9, bwd_flops / bwd_ms[flash] / 1e9);
+  const Variant& simple = variants[1];
+  double scale = 0;
+  for (float x : simple.result) scale = std::max(scale, (double)std::fabs(x));
+  auto worst_vs_simple = [&](const Variant& v) {
+    double worst = 0;
+    for (size_t i = 0; i < simple.result.size(); i++)
+      worst = std::max(worst, std::fabs((double)v.result[i] - simple.result[i]) / (scale + 1e-30));
+    return worst;
+  };
+  std::printf("attention B=%d T=%d C=%d NH=%d (head dim %d), %d reps (flash_bf16: precision bf16, tensor cores):\n", B,
+              T, C, NH, hd, reps);
+  for (const auto& v : variants) {
+    std::printf("  %-10s forward %8.3f ms (%6.2f TFLOP/s)  backward %8.3f ms (%6.2f TFLOP/s)\n", v.name, v.fwd_ms,
+                fwd_flops / v.fwd_ms / 1e9, v.bwd_ms, bwd_flops / v.bwd_ms / 1e9);
+    std::printf("RESULT attention_%s B=%d T=%d fwd_ms=%.3f bwd_ms=%.3f fwd_tflops=%.2f bwd_tflops=%.2f\n", v.name, B, T,
+                v.fwd_ms, v.bwd_ms, fwd_flops / v.fwd_ms / 1e9, bwd_flops / v.bwd_ms / 1e9);
   }
-  std::printf("  flash vs simple: max |difference| %.2e of max |value| (out and dqkv)%s\n", worst,
-              worst <= 1e-4 ? "" : "  <-- MISMATCH");
-  std::printf("RESULT attention_flash_vs_simple max_rel_diff=%.3e speedup_fwd=%.2f speedup_bwd=%.2f\n", worst,
-              fwd_ms[0] / fwd_ms[1], bwd_ms[0] / bwd_ms[1]);
-  return worst <= 1e-4 ? 0 : 1;
+  int rc = 0;
+  for (size_t i = 0; i < variants.size(); i++) {
+    if (i == 1) continue;
+    const Variant& v = variants[i];
+    const double worst = worst_vs_simple(v), limit = v.bf16 ? 2e-2 : 1e-4;  // bf16: inputs rounded to 8 bits
+    if (worst > limit) rc = 1;
+    std::printf("  %s vs simple: max |difference| %.2e of max |value| (out and dqkv)%s\n", v.name, worst,
+                worst <= limit ? "" : "  <-- MISMATCH");
+    std::printf("RESULT attention_%s_vs_simple max_rel_diff=%.3e speedup_fwd=%.2f speedup_bwd=%.2f\n", v.name, worst,
+                simple.fwd_ms / v.fwd_ms, simple.bwd_ms / v.bwd_ms);
+  }
+  return rc;
 }
 
 bool is_oom(const std::exception& e) { return std::string(e.what()).find("out of device memory") != std::string::npos; }

@@ -1,9 +1,9 @@
 // The CUDA backend (fp32): cuBLAS for matmuls, straightforward deterministic kernels for everything else; with
 // cuda_set_bf16_matmul(true) (precision = "bf16") the matmuls run on tensor cores through cuBLASLt with bf16 inputs
 // and fp32 accumulation. Same semantics as the CPU reference; faster kernels replace these one by one behind the same
-// table: attention runs the tiled flash kernels of flash_attention.cu for head dims <= 128 (CAIRN_CUDA_ATTENTION=simple
-// or cuda_set_flash_attention(false) selects the one-row-per-thread kernels below). Every op runs on the legacy
-// default stream.
+// table: attention runs the tiled flash kernels of flash_attention.cu for head dims <= 128, in bf16 mode the tensor-core
+// ones of flash_attention_bf16.cu for head dims 64 and 128 (CAIRN_CUDA_ATTENTION=simple or cuda_set_flash_attention(false)
+// selects the one-row-per-thread kernels below). Every op runs on the legacy default stream.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -24,6 +24,7 @@
 #include "../cpu/cpu_common.h"
 #include "cairn/kernels/backend.h"
 #include "flash_attention.h"
+#include "flash_attention_bf16.h"
 
 namespace cairn::kernels {
 void cuda_argmax_rows(int32_t* out, const float* x, int N, int V, int Vp);  // kernels/cuda/argmax.cu
@@ -547,19 +548,35 @@ __global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float
   }
 }
 
-// Flash (default) or simple attention kernels: -1 until decided by CAIRN_CUDA_ATTENTION or cuda_set_flash_attention.
+// Attention kernels: flash (default) or simple, and in bf16 mode whether flash means the bf16 tensor-core kernels
+// (default) or the fp32 ones; -1 until decided by CAIRN_CUDA_ATTENTION (flash | flash-fp32 | simple) or the setters.
 std::atomic<int> g_flash_attention{-1};
+std::atomic<int> g_bf16_attention{-1};
+
+void attention_choice_from_env() {
+  const char* env = std::getenv("CAIRN_CUDA_ATTENTION");
+  const std::string v = env ? env : "";
+  if (!v.empty() && v != "flash" && v != "flash-fp32" && v != "simple")
+    throw std::runtime_error("CAIRN_CUDA_ATTENTION=\"" + v + "\": expected \"flash\", \"flash-fp32\" or \"simple\"");
+  int expected = -1;
+  g_flash_attention.compare_exchange_strong(expected, v == "simple" ? 0 : 1);
+  expected = -1;
+  g_bf16_attention.compare_exchange_strong(expected, v == "flash-fp32" ? 0 : 1);
+}
 
 bool flash_attention_on() {
-  int on = g_flash_attention.load();
-  if (on < 0) {
-    const char* env = std::getenv("CAIRN_CUDA_ATTENTION");
-    if (env && *env && std::strcmp(env, "flash") != 0 && std::strcmp(env, "simple") != 0)
-      throw std::runtime_error(std::string("CAIRN_CUDA_ATTENTION=\"") + env + "\": expected \"flash\" or \"simple\"");
-    on = !(env && std::strcmp(env, "simple") == 0);
-    g_flash_attention = on;
-  }
-  return on != 0;
+  if (g_flash_attention.load() < 0) attention_choice_from_env();
+  return g_flash_attention.load() != 0;
+}
+
+bool bf16_attention_on() {
+  if (g_bf16_attention.load() < 0) attention_choice_from_env();
+  return g_bf16_attention.load() != 0;
+}
+
+// precision = "bf16" (bf16 matmuls on) and a head dim of 64 or 128: the bf16 tensor-core flash kernels.
+bool use_bf16_flash(int C, int NH) {
+  return g_bf16_matmul && flash_attention_on() && bf16_attention_on() && flash_attention_bf16_supported(C, NH);
 }
 
 void check_head_dim(int C, int NH) {
@@ -569,6 +586,10 @@ void check_head_dim(int C, int NH) {
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+  if (use_bf16_flash(C, NH)) {
+    flash_attention_bf16_forward(out, lse, qkv, B, T, C, NH);
+    return;
+  }
   if (flash_attention_on() && flash_attention_supported(C, NH)) {
     flash_attention_forward(out, lse, qkv, B, T, C, NH);
     return;
@@ -586,6 +607,10 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                         int T, int C, int NH) {
   const size_t rows = (size_t)B * NH * T;
+  if (use_bf16_flash(C, NH)) {
+    flash_attention_bf16_backward(dqkv, dout, qkv, out, lse, scratch(rows), B, T, C, NH);
+    return;
+  }
   if (flash_attention_on() && flash_attention_supported(C, NH)) {
     flash_attention_backward(dqkv, dout, qkv, out, lse, scratch(rows), B, T, C, NH);
     return;
@@ -776,6 +801,9 @@ bool cuda_bf16_matmul() { return g_bf16_matmul; }
 // Attention kernels: flash (tiled, flash_attention.cu; the default) or the simple one-row-per-thread ones.
 void cuda_set_flash_attention(bool on) { g_flash_attention = on ? 1 : 0; }
 bool cuda_flash_attention() { return flash_attention_on(); }
+// bf16 mode's attention: the bf16 tensor-core flash kernels (flash_attention_bf16.cu; the default) or the fp32 ones.
+void cuda_set_bf16_attention(bool on) { g_bf16_attention = on ? 1 : 0; }
+bool cuda_bf16_attention() { return bf16_attention_on(); }
 void cuda_reset_peak_allocated_bytes() {
   std::lock_guard<std::mutex> lk(g_mem_mutex);
   g_mem_peak = g_mem_current.load();

@@ -46,6 +46,13 @@ struct Problem {
   float scale;  // 1 / sqrt(hd)
 };
 
+// The Problem of one call, for P = flash::Problem or flash_bf16::Problem (the same fields). Host code.
+template <class P>
+inline P problem_for(int B, int T, int C, int NH) {
+  const int hd = C / NH;
+  return P{B, T, C, NH, hd, 1.0f / sqrtf((float)hd)};
+}
+
 // The head dims these kernels handle, zero-padded to an instantiated size; 0: not handled (the caller falls back).
 constexpr int padded_head_dim(int hd) { return hd <= 0 ? 0 : hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 0; }
 
@@ -273,7 +280,7 @@ CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, 
         r.red[i] = mx;
       }
     });
-    blk.template reduce16<R, true>([](Regs& r) { return r.red; });  // red = the tile's row max
+    blk.template reduce<16, R, true>([](Regs& r) { return r.red; });  // red = the tile's row max
     // online softmax: P = exp(S - m_new) into shared memory, rescale the accumulator and the running sum
     blk.each([&](int tid, Regs& r) {
       const int ty = tid / 16, tx = tid % 16;
@@ -298,7 +305,7 @@ CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, 
         r.red[i] = sum;
       }
     });
-    blk.template reduce16<R, false>([](Regs& r) { return r.red; });  // red = the tile's row sum of P
+    blk.template reduce<16, R, false>([](Regs& r) { return r.red; });  // red = the tile's row sum of P
     blk.barrier();  // sP complete
     // O += P V
     blk.each([&](int tid, Regs& r) {
@@ -530,8 +537,24 @@ CAIRN_FA_FN void backward_q_block(Block& blk, float* smem, float* dqkv, const fl
 
 namespace cairn::kernels::flash {
 
+// The device executor's reduce (flash_launch.cuh) on the host: in every group of Lanes consecutive tids, the xor
+// butterfly with offsets Lanes/2 down to 1, the same pairing and order of operations. Both host executors use it.
+template <int Lanes, int N, bool kMax, class RegsVec, class Sel>
+void host_reduce(RegsVec& regs, int threads, Sel sel) {
+  for (int g = 0; g < threads; g += Lanes)
+    for (int i = 0; i < N; i++) {
+      float v[Lanes], w[Lanes];
+      for (int t = 0; t < Lanes; t++) v[t] = sel(regs[g + t])[i];
+      for (int o = Lanes / 2; o >= 1; o >>= 1) {
+        for (int t = 0; t < Lanes; t++) w[t] = kMax ? fmaxf(v[t], v[t ^ o]) : v[t] + v[t ^ o];
+        std::copy(w, w + Lanes, v);
+      }
+      for (int t = 0; t < Lanes; t++) sel(regs[g + t])[i] = v[t];
+    }
+}
+
 // Runs a block's phases for all kThreads tids in turn: each() is one phase of every thread, barrier() a no-op
-// (phases never overlap), reduce16 the device's 16-lane xor butterfly (the same pairing and order of operations).
+// (phases never overlap), reduce the device's xor butterfly (host_reduce).
 // `reverse` runs the tids of each phase backwards: a phase that read another thread's writes from the same phase (a
 // missing barrier) would then change the result, so tests compare both orders bitwise. Registers start as NaN so a
 // read before the first write poisons the output.
@@ -551,25 +574,12 @@ struct HostBlock {
       f(tid, regs[tid]);
     }
   }
-  template <int N, bool kMax, class Sel>
-  void reduce16(Sel sel) {
-    for (int g = 0; g < kThreads; g += 16)
-      for (int i = 0; i < N; i++) {
-        float v[16], w[16];
-        for (int t = 0; t < 16; t++) v[t] = sel(regs[g + t])[i];
-        for (int o = 8; o >= 1; o >>= 1) {
-          for (int t = 0; t < 16; t++) w[t] = kMax ? fmaxf(v[t], v[t ^ o]) : v[t] + v[t ^ o];
-          std::copy(w, w + 16, v);
-        }
-        for (int t = 0; t < 16; t++) sel(regs[g + t])[i] = v[t];
-      }
+  template <int Lanes, int N, bool kMax, class Sel>
+  void reduce(Sel sel) {
+    host_reduce<Lanes, N, kMax>(regs, kThreads, sel);
   }
 };
 
-inline Problem make_problem(int B, int T, int C, int NH) {
-  const int hd = C / NH;
-  return Problem{B, T, C, NH, hd, 1.0f / sqrtf((float)hd)};
-}
 
 // Shared memory of one emulated block: 16-byte aligned like the device's, NaN-filled so a read of a location no
 // thread wrote poisons the output.
@@ -631,7 +641,7 @@ void emulate_backward_hd(float* dqkv, const float* dout, const float* qkv, const
 // The CUDA backend's flash path on the host: false (nothing written) where the kernels do not handle the head dim.
 inline bool emulate_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                             bool reverse = false) {
-  const Problem pb = make_problem(B, T, C, NH);
+  const Problem pb = problem_for<Problem>(B, T, C, NH);
   switch (C % NH == 0 ? padded_head_dim(pb.hd) : 0) {
     case 32: emulate_forward_hd<32>(out, lse, qkv, pb, reverse); return true;
     case 64: emulate_forward_hd<64>(out, lse, qkv, pb, reverse); return true;
@@ -642,7 +652,7 @@ inline bool emulate_forward(float* out, float* lse, const float* qkv, int B, int
 
 inline bool emulate_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                              int B, int T, int C, int NH, bool reverse = false) {
-  const Problem pb = make_problem(B, T, C, NH);
+  const Problem pb = problem_for<Problem>(B, T, C, NH);
   const int hdp = C % NH == 0 ? padded_head_dim(pb.hd) : 0;
   if (!hdp) return false;
   // D = rowsum(dO o O) per (b, h, t): flash_attention.cu's delta kernel

@@ -6,11 +6,16 @@
 // Tolerance: 1e-4 relative with a tensor-scaled floor (ops_checks.h): cuBLAS and the GPU reductions sum in other
 // orders and contract to FMA; bf16 matmuls 2e-2 (bf16 keeps 8 significant bits: ~4e-3 relative per input, which a
 // dot product averages). Exits 77 (ctest: skipped) with the reason when no GPU is usable.
+// bf16 attention (precision = "bf16": the tensor-core flash kernels of kernels/cuda/flash_attention_bf16.cu, head dims
+// 64 and 128): 2e-2 vs the fp32 reference (measured on the host emulation: <= 1e-2), and 2e-3 vs the host emulation
+// of the same block code (flash_attention_bf16_tiles.h) on the same inputs, which only the tensor cores' summation
+// order and the rounding of P / dS to bf16 at slightly different values separate: a fragment-layout error is O(1).
 #define BOOST_TEST_MODULE kernels_cuda
 #include <boost/test/unit_test.hpp>
 #include <cstdio>
 #include <cstdlib>
 
+#include "../../kernels/cuda/flash_attention_bf16_tiles.h"
 #include "ops_checks.h"
 #include "cairn/kernels/cuda.h"
 
@@ -114,4 +119,70 @@ BOOST_AUTO_TEST_CASE(matmul_bf16) {
     ~Off() { cairn::kernels::cuda_set_bf16_matmul(false); }
   } off;
   check_matmul(gpu(), 2e-2);
+}
+
+namespace {
+constexpr double kBf16Rtol = 2e-2, kBf16VsEmulation = 2e-3;
+// precision = "bf16" for one test case (matmuls and attention on tensor cores, whatever CAIRN_CUDA_ATTENTION says),
+// off again after.
+struct Bf16Mode {
+  Bf16Mode() {
+    cairn::kernels::cuda_set_bf16_matmul(true);
+    cairn::kernels::cuda_set_bf16_attention(true);
+  }
+  ~Bf16Mode() {
+    cairn::kernels::cuda_set_bf16_matmul(false);
+    cairn::kernels::cuda_set_bf16_attention(true);
+  }
+};
+}  // namespace
+
+// Tile edges of the bf16 kernels (flash_bf16::Config: hd 64: forward and dQ tiles of 128 queries x 64 keys, dK/dV 64
+// keys x 64 queries; hd 128: 64 x 64 forward, 64 x 32 backward), T = 1, tails; head dims 32 and 96 fall back to the
+// fp32 flash kernels (fp32 tolerance).
+BOOST_AUTO_TEST_CASE(flash_bf16_attention_tile_edges) {
+  FlashAttention flash(true);
+  Bf16Mode bf16;
+  check_attention_shapes(gpu(), kBf16Rtol,
+                         {{1, 1, 64, 1}, {2, 15, 128, 2}, {1, 64, 64, 1}, {2, 65, 128, 2}, {1, 128, 64, 1},
+                          {2, 129, 128, 2}, {1, 130, 192, 3},
+                          {1, 257, 64, 1}, {1, 1, 128, 1}, {1, 31, 128, 1}, {2, 33, 256, 2}, {1, 97, 128, 1},
+                          {1, 160, 256, 2}, {3, 129, 384, 3}});
+  check_attention_shapes(gpu(), kRtol, {{2, 70, 64, 2}, {1, 50, 96, 2}});
+}
+BOOST_AUTO_TEST_CASE(flash_bf16_attention_gpt2_size) {
+  FlashAttention flash(true);
+  Bf16Mode bf16;
+  check_attention_shapes(gpu(), kBf16Rtol, {{1, 1024, 768, 12}});
+}
+// The GPU against the host emulation of the same block code (flash_attention_bf16_tiles.h) on the same inputs: checks
+// what the CPU test cannot, that the tensor cores' fragment layout is the one the emulation transcribes from the PTX
+// ISA. Also bitwise run to run, and cuda_set_bf16_attention(false) selects the fp32 flash kernels in bf16 mode.
+BOOST_AUTO_TEST_CASE(flash_bf16_attention_vs_emulation_and_deterministic) {
+  FlashAttention flash(true);
+  Bf16Mode bf16;
+  for (const AttentionShape s : {AttentionShape{2, 200, 768, 12}, AttentionShape{1, 161, 256, 2}}) {
+    const std::string tag = std::to_string(s.T) + "x" + std::to_string(s.C) + "/" + std::to_string(s.NH);
+    auto qkv = randn((size_t)s.B * s.T * 3 * s.C, 62, 1.5f), dout = randn((size_t)s.B * s.T * s.C, 63);
+    const AttentionRun a = run_attention(s, qkv, dout), b = run_attention(s, qkv, dout);
+    BOOST_TEST(a.out == b.out);
+    BOOST_TEST(a.lse == b.lse);
+    BOOST_TEST(a.dqkv == b.dqkv);
+    std::vector<float> out(a.out.size()), lse(a.lse.size()), dqkv(a.dqkv.size());
+    namespace fb = cairn::kernels::flash_bf16;
+    BOOST_REQUIRE_MESSAGE(fb::emulate_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH),
+                          "emulation declined " << tag);
+    BOOST_REQUIRE_MESSAGE(fb::emulate_backward(dqkv.data(), dout.data(), qkv.data(), a.out.data(), a.lse.data(), s.B,
+                                               s.T, s.C, s.NH),
+                          "emulation declined " << tag);
+    check_close(a.out, out, "bf16 flash GPU vs emulation out " + tag, kBf16VsEmulation);
+    check_close(a.lse, lse, "bf16 flash GPU vs emulation lse " + tag, kBf16VsEmulation);
+    check_close(a.dqkv, dqkv, "bf16 flash GPU vs emulation dqkv " + tag, kBf16VsEmulation);
+    cairn::kernels::cuda_set_bf16_attention(false);
+    const AttentionRun fp32 = run_attention(s, qkv, dout);
+    cairn::kernels::cuda_set_bf16_attention(true);
+    check_close(a.out, fp32.out, "bf16 vs fp32 flash out " + tag, kBf16Rtol);
+    check_close(a.dqkv, fp32.dqkv, "bf16 vs fp32 flash dqkv " + tag, kBf16Rtol);
+    BOOST_TEST(fp32.out != a.out);  // the switch did select other kernels
+  }
 }

@@ -22,14 +22,7 @@ namespace {
 constexpr double kRtol = 2e-5;
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-struct Shape {
-  int B, T, C, NH;
-};
-
-std::string tag(const Shape& s) {
-  return std::to_string(s.B) + "x" + std::to_string(s.T) + " C=" + std::to_string(s.C) + "/" + std::to_string(s.NH) +
-         " (hd " + std::to_string(s.C / s.NH) + ")";
-}
+using Shape = AttentionShape;
 
 struct Result {
   std::vector<float> out, lse, dqkv;
@@ -40,11 +33,11 @@ Result run_emulation(const Shape& s, const std::vector<float>& qkv, const std::v
   Result r{std::vector<float>((size_t)s.B * s.T * s.C, kNaN), std::vector<float>((size_t)s.B * s.NH * s.T, kNaN),
            std::vector<float>(qkv.size(), kNaN)};
   BOOST_REQUIRE_MESSAGE(flash::emulate_forward(r.out.data(), r.lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, reverse),
-                        "flash forward declined " << tag(s));
+                        "flash forward declined " << describe(s));
   // backward from the reference's out and lse, as the GPU test does, so it is checked on its own
   BOOST_REQUIRE_MESSAGE(flash::emulate_backward(r.dqkv.data(), dout.data(), qkv.data(), ref_out.data(),
                                                 ref_lse.data(), s.B, s.T, s.C, s.NH, reverse),
-                        "flash backward declined " << tag(s));
+                        "flash backward declined " << describe(s));
   return r;
 }
 
@@ -55,12 +48,12 @@ void check_shape(const Shape& s, uint32_t seed) {
   ref().attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
   ref().attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), s.B, s.T, s.C, s.NH);
   const Result got = run_emulation(s, qkv, dout, out, lse, false);
-  check_close(got.out, out, "flash out " + tag(s), kRtol);
-  check_close(got.lse, lse, "flash lse " + tag(s), kRtol);
-  check_close(got.dqkv, dqkv, "flash dqkv " + tag(s), kRtol);
+  check_close(got.out, out, "flash out " + describe(s), kRtol);
+  check_close(got.lse, lse, "flash lse " + describe(s), kRtol);
+  check_close(got.dqkv, dqkv, "flash dqkv " + describe(s), kRtol);
   const Result rev = run_emulation(s, qkv, dout, out, lse, true);
   BOOST_CHECK_MESSAGE(rev.out == got.out && rev.lse == got.lse && rev.dqkv == got.dqkv,
-                      "flash " << tag(s) << ": thread order changes the result (a phase reads another thread's write)");
+                      "flash " << describe(s) << ": thread order changes the result (a phase reads another thread's write)");
 }
 }  // namespace
 

@@ -154,11 +154,15 @@ inline void check_matmul(const Backend& be, double rtol) {
 struct AttentionShape {
   int B, T, C, NH;
 };
+// "BxT C=C/NH (hd d)" for messages.
+inline std::string describe(const AttentionShape& s) {
+  return std::to_string(s.B) + "x" + std::to_string(s.T) + " C=" + std::to_string(s.C) + "/" + std::to_string(s.NH) +
+         " (hd " + std::to_string(s.NH > 0 ? s.C / s.NH : 0) + ")";
+}
 
 inline void check_attention_shapes(const Backend& be, double rtol, const std::vector<AttentionShape>& shapes) {
   for (auto s : shapes) {
-    const std::string tag = std::to_string(s.B) + "x" + std::to_string(s.T) + "x" + std::to_string(s.C) + "/" +
-                            std::to_string(s.NH);
+    const std::string tag = describe(s);
     auto qkv = randn((size_t)s.B * s.T * 3 * s.C, 30, 1.5f);
     std::vector<float> o1((size_t)s.B * s.T * s.C), l1((size_t)s.B * s.NH * s.T);
     ref().attention_forward(o1.data(), l1.data(), qkv.data(), s.B, s.T, s.C, s.NH);

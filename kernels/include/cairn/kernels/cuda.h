@@ -13,11 +13,17 @@ size_t cuda_allocated_bytes();
 size_t cuda_peak_allocated_bytes();
 void cuda_reset_peak_allocated_bytes();
 // precision = "bf16": matmuls round their inputs to bf16 and run on tensor cores through cuBLASLt with
-// fp32 accumulation; everything else stays fp32.
+// fp32 accumulation; everything else stays fp32 except attention (cuda_set_bf16_attention below).
 void cuda_set_bf16_matmul(bool on);
+bool cuda_bf16_matmul();
 // Attention kernels: true (the default) runs the tiled flash kernels (kernels/cuda/flash_attention.cu) for head dims
 // <= 128, false the simple one-query-row-per-thread kernels (kept for comparison). The initial choice comes from the
-// environment: CAIRN_CUDA_ATTENTION=flash|simple (another value: the first attention call throws).
+// environment: CAIRN_CUDA_ATTENTION=flash|flash-fp32|simple (another value: the first attention call throws).
 void cuda_set_flash_attention(bool on);
 bool cuda_flash_attention();
+// In bf16 mode (cuda_set_bf16_matmul(true)), flash attention with head dim 64 or 128 runs the bf16 tensor-core kernels
+// (kernels/cuda/flash_attention_bf16.cu: tiles rounded to bf16, fp32 accumulation and softmax) when this is true (the
+// default), the fp32 flash kernels when false; CAIRN_CUDA_ATTENTION=flash-fp32 makes false the initial choice.
+void cuda_set_bf16_attention(bool on);
+bool cuda_bf16_attention();
 }  // namespace cairn::kernels
