@@ -1,4 +1,6 @@
 // Host memory hooks, the element-wise optimizer reference loops and the backend registry.
+#include <omp.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +12,9 @@
 #include "cairn/kernels/cuda.h"
 #endif
 #include "cpu_common.h"
+
+// Weak: a build against another BLAS still links, and then only OpenMP's count is set.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace cairn::kernels {
 namespace {
@@ -74,6 +79,12 @@ double squared_norm_reference(const float* x, size_t n) {
 
 void scale_reference(float* x, float s, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void set_cpu_threads(int threads) {
+  if (threads < 1) threads = 1;
+  omp_set_num_threads(threads);
+  if (openblas_set_num_threads) openblas_set_num_threads(threads);
 }
 
 const Backend* find_backend(const char* name) {

@@ -1,6 +1,8 @@
 // MPI session, topology (node-local and cross-node communicators) and string collectives.
 #include "cairn/mpi.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -94,6 +96,8 @@ bool initialized() {
 }
 
 const Topology& topology() { return g_topology; }
+
+int cores_per_local_rank() { return std::max(1, omp_get_num_procs() / std::max(1, g_topology.local_size)); }
 int rank() { return g_topology.rank; }
 int size() { return g_topology.size; }
 

@@ -1,6 +1,5 @@
 // cairn-eval's driver: resolve checkpoints (one, a root, or --watch a training run), load each into a
 // forward-only model, run the tasks, and append to the results record (restart-safe).
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -144,8 +143,9 @@ class Evaluator {
     if (!backend_)
       throw UsageError(strprintf("[eval] backend = \"%s\" is not available in this build (available: %s)", bname.c_str(),
                                  kernels::backend_names()));
-    int threads = static_cast<int>(cfg.get_int("eval.threads"));
-    if (threads > 0) omp_set_num_threads(threads);
+    // threads = 0: share the node's cores among its ranks (and OpenBLAS's too), as cairn-train does.
+    const int threads = static_cast<int>(cfg.get_int("eval.threads"));
+    kernels::set_cpu_threads(threads > 0 ? threads : mpi::cores_per_local_rank());
     batch_size_ = static_cast<int>(cfg.get_int("eval.batch_size"));
     verify_ = cfg.get_bool("eval.verify_checkpoints");
     reevaluate_ = cfg.get_bool("eval.reevaluate");

@@ -3,7 +3,6 @@
 // faults, metrics.
 #include "trainer.h"
 
-#include <omp.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -32,10 +31,6 @@
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// pthread OpenBLAS ignores OpenMP's thread count and starts one thread per core in every rank, which
-// oversubscribes the cores under MPI; weak so a build on another BLAS still links.
-extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace cairn::train {
 
@@ -379,10 +374,7 @@ void Trainer::setup() {
                                s_.backend.c_str(), kernels::backend_names()));
   }
   // threads = 0: share the node's cores among its ranks instead of every rank taking all of them.
-  int threads = s_.threads > 0 ? s_.threads
-                               : std::max(1, omp_get_num_procs() / std::max(1, mpi::topology().local_size));
-  omp_set_num_threads(threads);
-  if (openblas_set_num_threads) openblas_set_num_threads(omp_get_max_threads());
+  kernels::set_cpu_threads(s_.threads > 0 ? s_.threads : mpi::cores_per_local_rank());
 
   // Dataset and model sizes.
   {

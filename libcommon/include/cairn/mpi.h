@@ -38,6 +38,9 @@ struct Topology {
   MPI_Comm cross = MPI_COMM_NULL;  // ranks with the same local_rank across nodes (one per node)
 };
 const Topology& topology();
+// The node's cores (OpenMP's count of processors) shared among the ranks on this node, at least 1: the CPU threads a
+// rank takes when its tool's `threads` setting is 0.
+int cores_per_local_rank();
 
 int rank();
 int size();

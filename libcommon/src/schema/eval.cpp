@@ -26,7 +26,7 @@ void declare_eval(Schema& s) {
   s.add("eval", "log_samples", KeyType::Bool, false,
         "write per-example log-likelihoods of multiple-choice tasks to <out>/eval/samples/step_%08d_<task>.jsonl");
   s.add_choice("eval", "backend", KeyType::String, "cpu", {"cpu", "cpu-ref", "cuda"}, "kernel backend");
-  s.add_range("eval", "threads", KeyType::Int, 0, 0, 4096, "OpenMP threads per rank (0 = OpenMP's default)");
+  s.add_range("eval", "threads", KeyType::Int, 0, 0, 4096, "CPU threads per rank (0 = the node's cores shared among its ranks)");
   s.add_open_section("eval.task", KeyType::Table,
                      "task tables: name = { kind = \"perplexity\" | \"multiple_choice\", ... }; perplexity: data "
                      "(dataset dir, default [data] path), split = \"val\"|\"all\"|\"shards\", shards = [i, ...], "

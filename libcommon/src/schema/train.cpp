@@ -31,7 +31,7 @@ void declare_train(Schema& s) {
   s.add_range("train", "val_batches", KeyType::Int, 4, 0, 1e9, "micro-batches per rank in a validation pass");
   // Execution.
   s.add_choice("train", "backend", KeyType::String, "cpu", {"cpu", "cuda"}, "kernel backend");
-  s.add_range("train", "threads", KeyType::Int, 0, 0, 4096, "OpenMP threads per rank (0 = OpenMP's default)");
+  s.add_range("train", "threads", KeyType::Int, 0, 0, 4096, "CPU threads per rank (0 = the node's cores shared among its ranks)");
   s.add_choice("train", "precision", KeyType::String, "fp32", {"fp32", "bf16"},
                "compute precision: fp32, or bf16 on cuda (GEMM inputs in bf16 with fp32 accumulation; parameters, "
                "gradients and optimizer state stay fp32)");

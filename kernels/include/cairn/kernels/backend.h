@@ -103,6 +103,10 @@ struct Backend {
   void (*scale)(float* x, float s, size_t n);
 };
 
+// Threads of the CPU backends in this process: OpenMP's count and OpenBLAS's (the pthread build ignores OpenMP's
+// and would start one thread per core in every rank, oversubscribing the cores under MPI).
+void set_cpu_threads(int threads);
+
 // Plain readable loops (the llm.c-style reference every other backend is tested against).
 const Backend& cpu_reference_backend();
 // Fast CPU backend: OpenBLAS sgemm for matmuls, OpenMP across batch/heads/rows, SIMD-friendly loops.
