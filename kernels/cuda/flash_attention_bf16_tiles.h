@@ -481,11 +481,9 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, uint16_t* smem, float* dqkv, cons
   float* sD = reinterpret_cast<float*>(smem + L::delta);
   const int T = pb.T, C = pb.C;
   const float scale = pb.scale;
-  const size_t ld3 = (size_t)3 * C;
-  const float* q_base = qkv + (size_t)b * T * ld3 + (size_t)h * HD;
-  const float* do_base = dout + (size_t)b * T * C + (size_t)h * HD;
-  const float* lse_row = lse + ((size_t)b * pb.NH + h) * T;
-  const float* d_row = delta + ((size_t)b * pb.NH + h) * T;
+  const flash::BackwardHead head = flash::backward_head(pb, qkv, dout, lse, delta, b, h);
+  const size_t ld3 = head.ld3;
+  const float *q_base = head.q, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
   const int k0 = kt * kRows;
 
   blk.each([&](int tid, Regs& r) {
@@ -584,11 +582,9 @@ CAIRN_FA_FN void backward_q_block(Block& blk, uint16_t* smem, float* dqkv, const
   uint16_t* sKt = smem + L::kt;
   const int T = pb.T, C = pb.C;
   const float scale = pb.scale;
-  const size_t ld3 = (size_t)3 * C;
-  const float* q_base = qkv + (size_t)b * T * ld3 + (size_t)h * HD;
-  const float* do_base = dout + (size_t)b * T * C + (size_t)h * HD;
-  const float* lse_row = lse + ((size_t)b * pb.NH + h) * T;
-  const float* d_row = delta + ((size_t)b * pb.NH + h) * T;
+  const flash::BackwardHead head = flash::backward_head(pb, qkv, dout, lse, delta, b, h);
+  const size_t ld3 = head.ld3;
+  const float *q_base = head.q, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
   const int q0 = qt * kRows;
 
   blk.each([&](int tid, Regs& r) {

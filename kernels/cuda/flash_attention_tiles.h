@@ -332,6 +332,21 @@ CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, 
   });
 }
 
+// One head's slices of a backward call's inputs: q, k, v columns of qkv (row stride ld3; k at q + C, v at q + 2C),
+// dO (row stride C), and the head's lse and D rows [T].
+struct BackwardHead {
+  size_t ld3;
+  const float *q, *dout, *lse, *delta;
+};
+template <class P>  // flash::Problem or flash_bf16::Problem
+CAIRN_FA_FN BackwardHead backward_head(const P& pb, const float* qkv, const float* dout, const float* lse,
+                                       const float* delta, int b, int h) {
+  const size_t ld3 = (size_t)3 * pb.C;
+  return BackwardHead{ld3, qkv + (size_t)b * pb.T * ld3 + (size_t)h * pb.hd,
+                      dout + (size_t)b * pb.T * pb.C + (size_t)h * pb.hd, lse + ((size_t)b * pb.NH + h) * pb.T,
+                      delta + ((size_t)b * pb.NH + h) * pb.T};
+}
+
 // ---------------------------------------------------------------- backward: dK, dV
 // One block: key tile kt of head (b, h); writes the dK and dV columns of the tile's key rows < T.
 template <int HD, int R, int CQ, class Block>
@@ -350,11 +365,9 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, float* smem, float* dqkv, const f
   float* sD = smem + L::delta;
   const int T = pb.T, C = pb.C, hd = pb.hd;
   const float scale = pb.scale;
-  const size_t ld3 = (size_t)3 * C;
-  const float* q_base = qkv + (size_t)b * T * ld3 + (size_t)h * hd;
-  const float* do_base = dout + (size_t)b * T * C + (size_t)h * hd;
-  const float* lse_row = lse + ((size_t)b * pb.NH + h) * T;
-  const float* d_row = delta + ((size_t)b * pb.NH + h) * T;
+  const BackwardHead head = backward_head(pb, qkv, dout, lse, delta, b, h);
+  const size_t ld3 = head.ld3;
+  const float *q_base = head.q, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
   const int k0 = kt * L::BK;
 
   blk.each([&](int tid, Regs& r) {
@@ -458,11 +471,9 @@ CAIRN_FA_FN void backward_q_block(Block& blk, float* smem, float* dqkv, const fl
   float* sdS = smem + L::ds;
   const int T = pb.T, C = pb.C, hd = pb.hd;
   const float scale = pb.scale;
-  const size_t ld3 = (size_t)3 * C;
-  const float* q_base = qkv + (size_t)b * T * ld3 + (size_t)h * hd;
-  const float* do_base = dout + (size_t)b * T * C + (size_t)h * hd;
-  const float* lse_row = lse + ((size_t)b * pb.NH + h) * T;
-  const float* d_row = delta + ((size_t)b * pb.NH + h) * T;
+  const BackwardHead head = backward_head(pb, qkv, dout, lse, delta, b, h);
+  const size_t ld3 = head.ld3;
+  const float *q_base = head.q, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
   const int q0 = qt * L::BQ;
 
   blk.each([&](int tid, Regs& r) {
