@@ -5,61 +5,27 @@
 //                          [--profile 1]  (per-op time split of one backend)
 #include <omp.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/kernels/profile.h"
+#include "gpt_step_timer.h"
 
 using namespace cairn;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void run(const kernels::Backend& be, const gpt::GptConfig& cfg, int B, int steps, int warmup, bool recompute) {
   gpt::Model model(cfg, be);
   model.set_recompute_gelu(recompute);
   model.init(1);
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
-  std::vector<int32_t> inputs(B * cfg.seq_len), targets(B * cfg.seq_len);
-  for (size_t i = 0; i < inputs.size(); i++) {
-    inputs[i] = tok(rng);
-    targets[i] = tok(rng);
-  }
-  // optimizer state in the backend's memory (device memory on GPU backends)
-  float* m = static_cast<float*>(be.alloc(model.num_params() * sizeof(float)));
-  float* v = static_cast<float*>(be.alloc(model.num_params() * sizeof(float)));
-  const auto ranges = gpt::decay_ranges(model.tensors(), 0, model.num_params());
-  double t_fwd = 0, t_bwd = 0, t_opt = 0, loss = 0;
-  for (int s = -warmup; s < steps; s++) {
-    if (s == 0) t_fwd = t_bwd = t_opt = 0;
-    auto t0 = Clock::now();
-    model.zero_grad();
-    loss = model.forward(inputs.data(), targets.data(), B, cfg.seq_len);
-    auto t1 = Clock::now();
-    model.backward();
-    be.synchronize();
-    auto t2 = Clock::now();
-    kernels::AdamWParams hp;
-    hp.lr = 1e-4f;
-    hp.step = s + warmup + 1;
-    gpt::adamw_update_ranges(be, ranges, 0, model.params(), model.grads(), m, v, hp, 0.1f);
-    be.synchronize();
-    t_fwd += std::chrono::duration<double>(t1 - t0).count();
-    t_bwd += std::chrono::duration<double>(t2 - t1).count();
-    t_opt += seconds_since(t2);
-  }
-  be.free(m);
-  be.free(v);
+  const bench::StepTimes t = bench::time_training_steps(model, B, steps, warmup);
+  const double t_fwd = t.forward_s, t_bwd = t.backward_s, t_opt = t.optimizer_s, loss = t.loss;
   const double total = t_fwd + t_bwd + t_opt;
   const double tokens = (double)B * cfg.seq_len * steps;
   const double flops = gpt::train_flops_per_token(cfg) * tokens;

@@ -26,6 +26,7 @@
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/kernels/cuda.h"
+#include "gpt_step_timer.h"
 
 using namespace cairn;
 using Clock = std::chrono::steady_clock;
@@ -44,49 +45,13 @@ Result run(const kernels::Backend& be, const gpt::GptConfig& cfg, int B, int ste
   gpt::Model model(cfg, be);
   model.set_recompute(recompute);
   model.init(1);
-  std::mt19937 rng(3);
-  std::uniform_int_distribution<int> tok(0, cfg.vocab_real - 1);
-  std::vector<int32_t> inputs((size_t)B * cfg.seq_len), targets((size_t)B * cfg.seq_len);
-  for (size_t i = 0; i < inputs.size(); i++) {
-    inputs[i] = tok(rng);
-    targets[i] = tok(rng);
-  }
-  struct Moments {
-    const kernels::Backend& be;
-    float *m, *v;
-    ~Moments() {
-      be.free(m);
-      be.free(v);
-    }
-  } mv{be, static_cast<float*>(be.alloc(model.num_params() * 4)), static_cast<float*>(be.alloc(model.num_params() * 4))};
-  const auto ranges = gpt::decay_ranges(model.tensors(), 0, model.num_params());
-  double tf = 0, tb = 0, to = 0, loss = 0;
-  for (int s = -warmup; s < steps; s++) {
-    if (s == 0) tf = tb = to = 0;
-    auto t0 = Clock::now();
-    model.zero_grad();
-    loss = model.forward(inputs.data(), targets.data(), B, cfg.seq_len);  // copies the loss back: synchronous
-    auto t1 = Clock::now();
-    model.backward();
-    be.synchronize();
-    auto t2 = Clock::now();
-    kernels::AdamWParams hp;
-    hp.lr = 1e-4f;
-    hp.step = s + warmup + 1;
-    gpt::adamw_update_ranges(be, ranges, 0, model.params(), model.grads(), mv.m, mv.v, hp, 0.1f);
-    be.synchronize();
-    auto t3 = Clock::now();
-    tf += secs(t0, t1);
-    tb += secs(t1, t2);
-    to += secs(t2, t3);
-  }
+  const bench::StepTimes t = bench::time_training_steps(model, B, steps, warmup);
   Result r;
-  const double total = tf + tb + to;
-  r.tokens_per_s = (double)B * cfg.seq_len * steps / total;
-  r.fwd_ms = 1e3 * tf / steps;
-  r.bwd_ms = 1e3 * tb / steps;
-  r.opt_ms = 1e3 * to / steps;
-  r.loss = loss;
+  r.tokens_per_s = (double)B * cfg.seq_len * steps / t.total_s();
+  r.fwd_ms = 1e3 * t.forward_s / steps;
+  r.bwd_ms = 1e3 * t.backward_s / steps;
+  r.opt_ms = 1e3 * t.optimizer_s / steps;
+  r.loss = t.loss;
   r.peak_gib = kernels::cuda_peak_allocated_bytes() / 1073741824.0;
   return r;
 }

@@ -15,6 +15,7 @@
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/kernels/cuda.h"
+#include "gpt_checks.h"
 
 using namespace cairn;
 
@@ -36,14 +37,6 @@ std::vector<float> to_host(const kernels::Backend& be, const float* p, size_t n)
   return h;
 }
 
-double max_rel(const float* a, const float* b, size_t n) {
-  double scale = 0.0, diff = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    scale = std::max(scale, (double)std::fabs(b[i]));
-    diff = std::max(diff, (double)std::fabs(a[i] - b[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(model_matches_cpu) {

@@ -8,6 +8,7 @@
 #include "cairn/error.h"
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
+#include "gpt_checks.h"
 
 using namespace cairn;
 
@@ -37,15 +38,6 @@ struct Batch {
     targets[3] = -1;
   }
 };
-
-double max_rel(const float* a, const float* b, size_t n) {
-  double scale = 0.0, diff = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    scale = std::max(scale, (double)std::fabs(b[i]));
-    diff = std::max(diff, (double)std::fabs(a[i] - b[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
 
 }  // namespace
 
