@@ -55,22 +55,32 @@ inline float exp_vec(float x) {
 void embedding_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T, int C) {
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; bt++) {
-    const int t = bt % T;
+    const int t = bt % T, id = inp[bt];
     float* o = out + (size_t)bt * C;
-    const float* e = wte + (size_t)inp[bt] * C;
-    const float* p = wpe + (size_t)t * C;
-    for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    // id < 0: the wte row lives on another rank (vocab-parallel); wpe == nullptr: no positional term
+    const float* e = id >= 0 ? wte + (size_t)id * C : nullptr;
+    const float* p = wpe ? wpe + (size_t)t * C : nullptr;
+    if (e && p)
+      for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+    else if (e)
+      std::copy(e, e + C, o);
+    else if (p)
+      std::copy(p, p + C, o);
+    else
+      std::fill(o, o + C, 0.0f);
   }
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) {
   // wpe rows are disjoint per t; wte rows may repeat, so split wte's columns instead (no races, fixed order)
+  if (dwpe) {
 #pragma omp parallel for schedule(static)
-  for (int t = 0; t < T; t++) {
-    float* dp = dwpe + (size_t)t * C;
-    for (int b = 0; b < B; b++) {
-      const float* d = dout + ((size_t)b * T + t) * C;
-      for (int c = 0; c < C; c++) dp[c] += d[c];
+    for (int t = 0; t < T; t++) {
+      float* dp = dwpe + (size_t)t * C;
+      for (int b = 0; b < B; b++) {
+        const float* d = dout + ((size_t)b * T + t) * C;
+        for (int c = 0; c < C; c++) dp[c] += d[c];
+      }
     }
   }
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
@@ -78,6 +88,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   for (int blk = 0; blk < blocks; blk++) {
     const int c0 = blk * kColumnBlock, c1 = std::min(C, c0 + kColumnBlock);
     for (int bt = 0; bt < B * T; bt++) {
+      if (inp[bt] < 0) continue;  // row owned by another rank
       const float* d = dout + (size_t)bt * C;
       float* de = dwte + (size_t)inp[bt] * C;
       for (int c = c0; c < c1; c++) de[c] += d[c];
@@ -427,8 +438,10 @@ void crossentropy_forward(float* losses, float* lse, const float* logits, const 
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float* l = logits + (size_t)n * Vp;
-    lse[n] = logsumexp_row(l, V);
-    losses[n] = targets[n] < 0 ? 0.0f : lse[n] - l[targets[n]];
+    const int target = targets[n];
+    lse[n] = logsumexp_row(l, V);  // written for every row, ignored ones included
+    // target >= V: the target column is on another rank, which subtracts its logit; never read l[target] here
+    losses[n] = target < 0 ? 0.0f : target >= V ? lse[n] : lse[n] - l[target];
   }
 }
 
@@ -441,7 +454,7 @@ CAIRN_CLONES void crossentropy_backward_row(float* dl, const float* l, float row
 #pragma omp simd
   for (int j = 0; j < V; j++) dl[j] = exp_vec(l[j] - row_lse) * dloss;
   for (int j = V; j < Vp; j++) dl[j] = 0.0f;
-  dl[target] -= dloss;
+  if (target < V) dl[target] -= dloss;  // target >= V (on another rank): pure softmax row
 }
 
 void crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,

@@ -14,9 +14,12 @@ void embedding_forward(float* out, const int32_t* inp, const float* wte, const f
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       float* o = out + ((size_t)b * T + t) * C;
-      const float* e = wte + (size_t)inp[b * T + t] * C;
-      const float* p = wpe + (size_t)t * C;
-      for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
+      const int id = inp[b * T + t];  // < 0: the wte row lives on another rank (vocab-parallel), contributes 0
+      for (int c = 0; c < C; c++) {
+        const float e = id >= 0 ? wte[(size_t)id * C + c] : 0.0f;
+        const float p = wpe ? wpe[(size_t)t * C + c] : 0.0f;
+        o[c] = e + p;
+      }
     }
 }
 
@@ -24,11 +27,10 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       const float* d = dout + ((size_t)b * T + t) * C;
-      float* de = dwte + (size_t)inp[b * T + t] * C;
-      float* dp = dwpe + (size_t)t * C;
+      const int id = inp[b * T + t];
       for (int c = 0; c < C; c++) {
-        de[c] += d[c];
-        dp[c] += d[c];
+        if (id >= 0) dwte[(size_t)id * C + c] += d[c];
+        if (dwpe) dwpe[(size_t)t * C + c] += d[c];
       }
     }
 }
@@ -210,7 +212,10 @@ void crossentropy_forward(float* losses, float* lse, const float* logits, const 
     float sum = 0.0f;
     for (int j = 0; j < V; j++) sum += std::exp(l[j] - maxval);
     lse[n] = maxval + std::log(sum);
-    losses[n] = targets[n] < 0 ? 0.0f : lse[n] - l[targets[n]];
+    const int target = targets[n];
+    if (target < 0) losses[n] = 0.0f;          // ignored row
+    else if (target >= V) losses[n] = lse[n];  // target column on another rank: its logit is subtracted there
+    else losses[n] = lse[n] - l[target];
   }
 }
 
@@ -219,13 +224,14 @@ void crossentropy_backward(float* dlogits, const float* logits, const float* lse
   for (int n = 0; n < N; n++) {
     const float* l = logits + (size_t)n * Vp;
     float* dl = dlogits + (size_t)n * Vp;
+    const int target = targets[n];  // >= V never equals a column j < V: pure softmax row
     for (int j = 0; j < Vp; j++) {
-      if (targets[n] < 0 || j >= V) {
+      if (target < 0 || j >= V) {
         dl[j] = 0.0f;
         continue;
       }
       float p = std::exp(l[j] - lse[n]);
-      dl[j] = (p - (j == targets[n] ? 1.0f : 0.0f)) * dloss;
+      dl[j] = (p - (j == target ? 1.0f : 0.0f)) * dloss;
     }
   }
 }

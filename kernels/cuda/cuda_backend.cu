@@ -193,8 +193,11 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* inp, const f
                                          int T, int C) {
   const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= (size_t)N * C) return;
-  const int bt = (int)(idx / C), c = (int)(idx % C);
-  out[idx] = wte[(size_t)inp[bt] * C + c] + wpe[(size_t)(bt % T) * C + c];
+  const int bt = (int)(idx / C), c = (int)(idx % C), id = inp[bt];
+  // id < 0: the wte row lives on another rank (vocab-parallel); wpe == nullptr: no positional term
+  const float e = id >= 0 ? wte[(size_t)id * C + c] : 0.0f;
+  const float p = wpe ? wpe[(size_t)(bt % T) * C + c] : 0.0f;
+  out[idx] = e + p;
 }
 
 // wpe: one thread per (t, c) summing over b. wte: one thread per column walking the tokens in order, so repeated
@@ -209,7 +212,10 @@ __global__ void embedding_backward_wpe(float* dwpe, const float* dout, int B, in
 __global__ void embedding_backward_wte(float* dwte, const float* dout, const int32_t* inp, int N, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  for (int bt = 0; bt < N; bt++) dwte[(size_t)inp[bt] * C + c] += dout[(size_t)bt * C + c];
+  for (int bt = 0; bt < N; bt++) {
+    const int id = inp[bt];
+    if (id >= 0) dwte[(size_t)id * C + c] += dout[(size_t)bt * C + c];  // id < 0: row owned by another rank
+  }
 }
 
 void embedding_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T, int C) {
@@ -217,7 +223,7 @@ void embedding_forward(float* out, const int32_t* inp, const float* wte, const f
   CAIRN_LAUNCHED("embedding_forward");
 }
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C) {
-  embedding_backward_wpe<<<blocks_for((size_t)T * C), kThreads>>>(dwpe, dout, B, T, C);
+  if (dwpe) embedding_backward_wpe<<<blocks_for((size_t)T * C), kThreads>>>(dwpe, dout, B, T, C);
   embedding_backward_wte<<<blocks_for(C, 64), 64>>>(dwte, dout, inp, B * T, C);
   CAIRN_LAUNCHED("embedding_backward");
 }
@@ -702,8 +708,10 @@ __global__ void crossentropy_forward_kernel(float* losses, float* lse, const flo
   s = block_reduce<false>(s);
   if (threadIdx.x == 0) {
     const float row_lse = mx + logf(s);
-    lse[n] = row_lse;
-    losses[n] = targets[n] < 0 ? 0.0f : row_lse - l[targets[n]];
+    const int t = targets[n];
+    lse[n] = row_lse;  // written for every row, ignored ones included
+    // t >= V: the target column is on another rank, which subtracts its logit; l[t] is never read here
+    losses[n] = t < 0 ? 0.0f : t >= V ? row_lse : row_lse - l[t];
   }
 }
 __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
@@ -713,6 +721,7 @@ __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits
   float* dl = dlogits + (size_t)n * Vp;
   for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
     float g = 0.0f;
+    // t >= V (target on another rank) never equals a j < V: pure softmax row; lse[n] may be the global one
     if (t >= 0 && j < V) g = (expf(l[j] - lse[n]) - (j == t ? 1.0f : 0.0f)) * dloss;
     dl[j] = g;  // each element read then written by the same thread: in place is safe
   }

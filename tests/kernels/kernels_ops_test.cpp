@@ -4,6 +4,7 @@
 #define BOOST_TEST_MODULE kernels_ops
 #include <omp.h>
 
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 
 #include "cairn/kernels/profile.h"
@@ -35,6 +36,75 @@ BOOST_AUTO_TEST_CASE(attention) { check_attention(fast(), kRtol); }
 BOOST_AUTO_TEST_CASE(gelu_and_residual) { check_gelu_residual(fast(), kRtol, true); }
 BOOST_AUTO_TEST_CASE(crossentropy) { check_crossentropy(fast(), kRtol); }
 BOOST_AUTO_TEST_CASE(argmax) { check_argmax(fast()); }
+BOOST_AUTO_TEST_CASE(embedding_vocab_parallel) {
+  check_embedding_vocab_parallel(fast());
+  check_embedding_vocab_parallel(ref());
+}
+BOOST_AUTO_TEST_CASE(crossentropy_vocab_parallel) {
+  check_crossentropy_vocab_parallel(fast());
+  check_crossentropy_vocab_parallel(ref());
+}
+
+// The vocab-parallel semantics by hand, on the reference (which defines them) and the fast backend: a negative id
+// drops the wte term, a null wpe the positional one; a target >= V gives loss == lse without reading the target
+// column, and a pure softmax * dloss gradient row; an ignored row still gets its lse.
+BOOST_AUTO_TEST_CASE(vocab_parallel_semantics_by_hand) {
+  for (const Backend* be : {&ref(), &fast()}) {
+    BOOST_TEST_CONTEXT(be->name) {
+      const float wte[2 * 3] = {1, 2, 3, 4, 5, 6}, wpe[2 * 3] = {10, 20, 30, 40, 50, 60};
+      const int32_t inp[2] = {-1, 1};
+      float out[6];
+      be->embedding_forward(out, inp, wte, wpe, 1, 2, 3);
+      BOOST_TEST((std::vector<float>(out, out + 6) == std::vector<float>{10, 20, 30, 44, 55, 66}));
+      be->embedding_forward(out, inp, wte, nullptr, 1, 2, 3);
+      BOOST_TEST((std::vector<float>(out, out + 6) == std::vector<float>{0, 0, 0, 4, 5, 6}));
+      const int32_t none[2] = {-3, -1};
+      be->embedding_forward(out, none, wte, nullptr, 1, 2, 3);
+      BOOST_TEST((std::vector<float>(out, out + 6) == std::vector<float>(6, 0.0f)));
+      const float dout[6] = {1, 1, 1, 2, 2, 2};
+      float dwte[6] = {}, dwpe[6] = {};
+      be->embedding_backward(dwte, dwpe, dout, inp, 1, 2, 3);
+      BOOST_TEST((std::vector<float>(dwte, dwte + 6) == std::vector<float>{0, 0, 0, 2, 2, 2}));
+      BOOST_TEST((std::vector<float>(dwpe, dwpe + 6) == std::vector<float>{1, 1, 1, 2, 2, 2}));
+      be->embedding_backward(dwte, nullptr, dout, inp, 1, 2, 3);
+      BOOST_TEST((std::vector<float>(dwte, dwte + 6) == std::vector<float>{0, 0, 0, 4, 4, 4}));
+
+      // rows: target 2 (normal), target 4 == V (column 4 is padding holding NaN), target -1 (ignored)
+      const int N = 3, V = 4, Vp = 5;
+      const float logits[N * Vp] = {0.5f, -1, 2, 0, NAN, 1, 3, -2, 0.25f, NAN, -1, 0, 1, 2, NAN};
+      const int32_t targets[N] = {2, 4, -1};
+      float losses[N] = {7, 7, 7}, lse[N] = {NAN, NAN, NAN};
+      be->crossentropy_forward(losses, lse, logits, targets, N, V, Vp);
+      for (int n = 0; n < N; n++) {
+        double m = -1e300, s = 0.0;
+        for (int j = 0; j < V; j++) m = std::max(m, (double)logits[n * Vp + j]);
+        for (int j = 0; j < V; j++) s += std::exp(logits[n * Vp + j] - m);
+        const double want = m + std::log(s);
+        BOOST_CHECK_SMALL(lse[n] - want, 1e-5);
+        if (n == 1) BOOST_TEST(losses[n] == lse[n]);
+        if (n == 2) BOOST_TEST(losses[n] == 0.0f);
+        if (n == 0) BOOST_CHECK_SMALL(losses[n] - (want - 2.0), 1e-5);
+      }
+      const float dloss = 0.5f;
+      float dl[N * Vp];
+      std::fill(dl, dl + N * Vp, 3.0f);
+      be->crossentropy_backward(dl, logits, lse, targets, dloss, N, V, Vp);
+      for (int n = 0; n < N; n++)
+        for (int j = 0; j < Vp; j++) {
+          double want = 0.0;
+          if (targets[n] >= 0 && j < V)
+            want = (std::exp((double)logits[n * Vp + j] - lse[n]) - (j == targets[n] ? 1.0 : 0.0)) * dloss;
+          BOOST_CHECK_SMALL(dl[n * Vp + j] - want, 1e-6);
+          if (targets[n] < 0 || j >= V) BOOST_TEST(dl[n * Vp + j] == 0.0f);
+        }
+      // backward uses the lse it is given (a global one under vocab parallelism): a larger lse scales the row
+      const float lse_global[N] = {lse[0] + 1.0f, lse[1] + 1.0f, lse[2]};
+      be->crossentropy_backward(dl, logits, lse_global, targets, dloss, N, V, Vp);
+      for (int j = 0; j < V; j++)
+        BOOST_CHECK_SMALL(dl[Vp + j] - std::exp((double)logits[Vp + j] - lse[1] - 1.0) * dloss, 1e-6);
+    }
+  }
+}
 BOOST_AUTO_TEST_CASE(argmax_reference) { check_argmax(cpu_reference_backend()); }
 BOOST_AUTO_TEST_CASE(adamw_norm_scale) {
   check_optimizer(fast(), kRtol, true);

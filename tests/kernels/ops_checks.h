@@ -97,6 +97,65 @@ inline void check_embedding(const Backend& be, double rtol) {
     be.embedding_backward(dwte2, dwpe2, d_dout, d_inp, B, T, C);
     check_close(dwte2.host(), dwte1, "embedding dwte", rtol);
     check_close(dwpe2.host(), dwpe1, "embedding dwpe", rtol);
+    // vocab-parallel forms: every third id on another rank (< 0), with and without the positional table
+    auto inp_tp = inp;
+    for (size_t i = 0; i < inp_tp.size(); i += 3) inp_tp[i] = -1 - (int32_t)i;  // any negative value
+    Buf<int32_t> d_inp_tp(be, inp_tp);
+    for (bool with_wpe : {true, false}) {
+      const std::string tag = std::string(with_wpe ? " (negative ids)" : " (negative ids, no wpe)");
+      std::vector<float> o3(o1.size());
+      ref().embedding_forward(o3.data(), inp_tp.data(), wte.data(), with_wpe ? wpe.data() : nullptr, B, T, C);
+      Buf<float> o4(be, o1.size(), 7.0f);  // must overwrite garbage
+      be.embedding_forward(o4, d_inp_tp, d_wte, with_wpe ? d_wpe.ptr : nullptr, B, T, C);
+      BOOST_TEST(o3 == o4.host(), "embedding out" << tag);
+      auto dwte3 = randn(wte.size(), 7), dwpe3 = randn(wpe.size(), 8);
+      Buf<float> dwte4(be, dwte3), dwpe4(be, dwpe3);
+      ref().embedding_backward(dwte3.data(), with_wpe ? dwpe3.data() : nullptr, dout.data(), inp_tp.data(), B, T, C);
+      be.embedding_backward(dwte4, with_wpe ? dwpe4.ptr : nullptr, d_dout, d_inp_tp, B, T, C);
+      check_close(dwte4.host(), dwte3, "embedding dwte" + tag, rtol);
+      check_close(dwpe4.host(), dwpe3, "embedding dwpe" + tag, rtol);  // untouched without wpe
+      if (!with_wpe) BOOST_TEST(dwpe4.host() == randn(wpe.size(), 8), "dwpe == nullptr must skip the gradient");
+    }
+  }
+}
+
+// Vocab-parallel embedding on one backend: wte split by rows into [0, V0) and [V0, V), ids remapped per half
+// (negative where the row is not local), wpe on the first half only. The halves' outputs summed are the unsplit
+// output bitwise (each element is e + p, p + e or e + 0 plus a 0), and each half's dwte rows and the first half's
+// dwpe are the unsplit gradients bitwise (the same additions in the same order).
+inline void check_embedding_vocab_parallel(const Backend& be) {
+  for (auto [B, T, C, V] : {std::tuple{2, 9, 17, 7}, {3, 16, 64, 50}}) {
+    const std::string shape = std::to_string(B) + "x" + std::to_string(T) + " C=" + std::to_string(C) +
+                              " V=" + std::to_string(V);
+    auto wte = randn((size_t)V * C, 90), wpe = randn((size_t)T * C, 91), dout = randn((size_t)B * T * C, 92);
+    auto inp = randint((size_t)B * T, V, 93);
+    Buf<float> d_wte(be, wte), d_wpe(be, wpe), d_dout(be, dout), out(be, dout.size(), 0.0f);
+    Buf<float> dwte(be, wte.size(), 0.0f), dwpe(be, wpe.size(), 0.0f);
+    Buf<int32_t> d_inp(be, inp);
+    be.embedding_forward(out, d_inp, d_wte, d_wpe, B, T, C);
+    be.embedding_backward(dwte, dwpe, d_dout, d_inp, B, T, C);
+    const auto want_out = out.host(), want_dwte = dwte.host(), want_dwpe = dwpe.host();
+    const int V0 = V / 2;
+    std::vector<float> sum(want_out.size(), 0.0f);
+    for (int half : {0, 1}) {
+      const int off = half ? V0 : 0, Vk = half ? V - V0 : V0;
+      const bool with_wpe = half == 0;
+      std::vector<float> wte_k(wte.begin() + (size_t)off * C, wte.begin() + (size_t)(off + Vk) * C);
+      std::vector<int32_t> inp_k(inp.size());
+      for (size_t i = 0; i < inp.size(); i++) inp_k[i] = inp[i] >= off && inp[i] < off + Vk ? inp[i] - off : -1;
+      Buf<float> d_wte_k(be, wte_k), out_k(be, want_out.size(), 3.0f), dwte_k(be, wte_k.size(), 0.0f),
+          dwpe_k(be, wpe.size(), 0.0f);
+      Buf<int32_t> d_inp_k(be, inp_k);
+      be.embedding_forward(out_k, d_inp_k, d_wte_k, with_wpe ? d_wpe.ptr : nullptr, B, T, C);
+      be.embedding_backward(dwte_k, with_wpe ? dwpe_k.ptr : nullptr, d_dout, d_inp_k, B, T, C);
+      const auto o = out_k.host();
+      for (size_t i = 0; i < sum.size(); i++) sum[i] += o[i];
+      const std::vector<float> want_rows(want_dwte.begin() + (size_t)off * C,
+                                         want_dwte.begin() + (size_t)(off + Vk) * C);
+      BOOST_TEST(dwte_k.host() == want_rows, "vocab-parallel dwte half " << half << " " << shape);
+      if (with_wpe) BOOST_TEST(dwpe_k.host() == want_dwpe, "vocab-parallel dwpe " << shape);
+    }
+    BOOST_TEST(sum == want_out, "vocab-parallel embedding sum " << shape);
   }
 }
 
@@ -225,14 +284,23 @@ inline void check_crossentropy(const Backend& be, double rtol) {
     if (N > 3) targets[2] = -1;  // ignored position
     for (int n = 0; n < N; n++)  // padded columns hold large values that must not leak into the loss
       for (int j = V; j < Vp; j++) logits[(size_t)n * Vp + j] = 50.0f;
-    std::vector<float> loss1(N), lse1(N);
+    // targets >= V: the target column is on another rank (vocab-parallel). Column V is NaN where it exists and
+    // 1 << 30 lies outside the buffer, so reading logits at the target column shows up.
+    if (N > 3) targets[3] = V;
+    if (N > 3 && Vp > V) logits[(size_t)3 * Vp + V] = NAN;
+    if (N > 5) targets[N - 1] = 1 << 30;
+    std::vector<float> loss1(N), lse1(N, NAN);
     ref().crossentropy_forward(loss1.data(), lse1.data(), logits.data(), targets.data(), N, V, Vp);
-    Buf<float> d_logits(be, logits), loss2(be, N, 0.0f), lse2(be, N, 0.0f);
+    for (int n = 0; n < N; n++) BOOST_REQUIRE_MESSAGE(std::isfinite(lse1[n]), "reference lse not written, row " << n);
+    Buf<float> d_logits(be, logits), loss2(be, N, 0.0f), lse2(be, N, NAN);  // lse must be written on every row
     Buf<int32_t> d_targets(be, targets);
     be.crossentropy_forward(loss2, lse2, d_logits, d_targets, N, V, Vp);
-    check_close(loss2.host(), loss1, "crossentropy losses", rtol);
-    check_close(lse2.host(), lse1, "crossentropy lse", rtol);
-    if (N > 3) BOOST_TEST(loss2.host()[2] == 0.0f);
+    const auto loss2h = loss2.host(), lse2h = lse2.host();
+    check_close(loss2h, loss1, "crossentropy losses", rtol);
+    check_close(lse2h, lse1, "crossentropy lse", rtol);
+    if (N > 3) BOOST_TEST(loss2h[2] == 0.0f);
+    for (int n = 0; n < N; n++)
+      if (targets[n] >= V) BOOST_TEST(loss2h[n] == lse2h[n], "target >= V: loss == lse, row " << n);
     std::vector<float> d1(logits.size());
     ref().crossentropy_backward(d1.data(), logits.data(), lse1.data(), targets.data(), 0.25f, N, V, Vp);
     Buf<float> lse1d(be, lse1);
@@ -242,8 +310,84 @@ inline void check_crossentropy(const Backend& be, double rtol) {
     for (int n = 0; n < N; n++) {
       double rowsum = 0.0;
       for (int j = 0; j < Vp; j++) rowsum += d2[(size_t)n * Vp + j];
-      BOOST_CHECK_SMALL(rowsum, 1e-5);  // softmax - onehot sums to zero
+      // softmax - onehot sums to zero; softmax alone (target >= V) to dloss; an ignored row is all zeros
+      BOOST_CHECK_SMALL(rowsum - (targets[n] >= V ? 0.25 : 0.0), 1e-5);
       for (int j = V; j < Vp; j++) BOOST_REQUIRE_EQUAL(d2[(size_t)n * Vp + j], 0.0f);
+      if (targets[n] < 0)
+        for (int j = 0; j < Vp; j++) BOOST_REQUIRE_EQUAL(d2[(size_t)n * Vp + j], 0.0f);
+    }
+  }
+}
+
+// Vocab-parallel cross-entropy on one backend: the columns [0, V) of [N, Vp] logits split into [0, V0) and [V0, V),
+// each half a padded [N, Vk + 3] matrix with local targets (target - offset where the column is local, a value >= Vk
+// otherwise, -1 kept for ignored rows). The halves' lse combined by log-sum-exp in double give the global lse, and
+// loss = lse_global - (lse_holder - loss_holder) (the holder's loss is its lse minus the target logit) equals the
+// unsplit loss within 1e-5 relative (absolute 1e-5 below 1: a loss near 0 is a difference of two ~lse-sized numbers).
+// Backward on each half with the global lse equals the unsplit backward's columns within 1e-6 absolute.
+inline void check_crossentropy_vocab_parallel(const Backend& be) {
+  const float dloss = 0.25f;
+  for (auto [N, V, Vp, V0] : {std::tuple{9, 37, 64, 18}, {40, 300, 320, 160}, {5, 2, 2, 1}}) {
+    const std::string shape = std::to_string(N) + "x" + std::to_string(V) + "/" + std::to_string(Vp);
+    auto logits = randn((size_t)N * Vp, 94, 3.0f);
+    for (int n = 0; n < N; n++)
+      for (int j = V; j < Vp; j++) logits[(size_t)n * Vp + j] = 50.0f;
+    auto targets = randint(N, V, 95);
+    targets[1] = -1;  // ignored
+    targets[2] = 0;   // first column of the first half
+    targets[3] = V0;  // first column of the second half
+    Buf<float> d_logits(be, logits), loss(be, N, 0.0f), lse(be, N, 0.0f), dlogits(be, logits.size(), 0.0f);
+    Buf<int32_t> d_targets(be, targets);
+    be.crossentropy_forward(loss, lse, d_logits, d_targets, N, V, Vp);
+    be.crossentropy_backward(dlogits, d_logits, lse, d_targets, dloss, N, V, Vp);
+    const auto want_loss = loss.host(), want_lse = lse.host(), want_d = dlogits.host();
+    std::vector<float> loss_k[2], lse_k[2], logits_k[2];
+    std::vector<int32_t> targets_k[2];
+    const int offs[2] = {0, V0}, widths[2] = {V0, V - V0};
+    for (int k : {0, 1}) {
+      const int off = offs[k], Vk = widths[k], Vpk = Vk + 3;
+      logits_k[k].assign((size_t)N * Vpk, 50.0f);
+      targets_k[k].resize(N);
+      for (int n = 0; n < N; n++) {
+        for (int j = 0; j < Vk; j++) logits_k[k][(size_t)n * Vpk + j] = logits[(size_t)n * Vp + off + j];
+        const int t = targets[n];
+        targets_k[k][n] = t < 0 ? -1 : t >= off && t < off + Vk ? t - off : Vk + n % 4;  // Vk..Vk+3: the padding
+      }
+      Buf<float> d_lk(be, logits_k[k]), d_loss(be, N, 0.0f), d_lse(be, N, 0.0f);
+      Buf<int32_t> d_tk(be, targets_k[k]);
+      be.crossentropy_forward(d_loss, d_lse, d_lk, d_tk, N, Vk, Vpk);
+      loss_k[k] = d_loss.host();
+      lse_k[k] = d_lse.host();
+    }
+    std::vector<float> lse_global(N);
+    for (int n = 0; n < N; n++) {
+      const double a = lse_k[0][n], b = lse_k[1][n], m = std::max(a, b);
+      const double g = m + std::log(std::exp(a - m) + std::exp(b - m));
+      lse_global[n] = (float)g;
+      BOOST_CHECK_MESSAGE(std::fabs(g - want_lse[n]) <= 1e-5 * std::max(1.0, std::fabs((double)want_lse[n])),
+                          "vocab-parallel lse " << shape << " row " << n << ": " << g << " vs " << want_lse[n]);
+      if (targets[n] < 0) continue;
+      const int holder = targets[n] < V0 ? 0 : 1;
+      const double got = g - ((double)lse_k[holder][n] - loss_k[holder][n]);
+      BOOST_CHECK_MESSAGE(std::fabs(got - want_loss[n]) <= 1e-5 * std::max(1.0, std::fabs((double)want_loss[n])),
+                          "vocab-parallel loss " << shape << " row " << n << ": " << got << " vs " << want_loss[n]);
+      BOOST_TEST(loss_k[1 - holder][n] == lse_k[1 - holder][n], "non-holder loss == lse, row " << n);
+    }
+    BOOST_TEST((loss_k[0][1] == 0.0f && loss_k[1][1] == 0.0f), "ignored row: loss 0 on both halves");
+    Buf<float> d_lse_global(be, lse_global);
+    for (int k : {0, 1}) {
+      const int off = offs[k], Vk = widths[k], Vpk = Vk + 3;
+      Buf<float> d_lk(be, logits_k[k]), d_dk(be, logits_k[k].size(), 9.0f);
+      Buf<int32_t> d_tk(be, targets_k[k]);
+      be.crossentropy_backward(d_dk, d_lk, d_lse_global, d_tk, dloss, N, Vk, Vpk);
+      const auto dk = d_dk.host();
+      double worst = 0.0;
+      for (int n = 0; n < N; n++) {
+        for (int j = 0; j < Vk; j++)
+          worst = std::max(worst, (double)std::fabs(dk[(size_t)n * Vpk + j] - want_d[(size_t)n * Vp + off + j]));
+        for (int j = Vk; j < Vpk; j++) BOOST_REQUIRE_EQUAL(dk[(size_t)n * Vpk + j], 0.0f);
+      }
+      BOOST_CHECK_MESSAGE(worst <= 1e-6, "vocab-parallel dlogits half " << k << " " << shape << ": worst " << worst);
     }
   }
 }

@@ -34,16 +34,59 @@ void validate(const GptConfig& cfg);
 // Number of parameters of the flat buffer (including wte's padding rows).
 size_t count_params(const GptConfig& cfg);
 
+// How a tensor of a tensor-parallel model piece relates to the whole tensor (Megatron's split):
+//   None: replicated on every TP rank (norms, wpe, biases of row-parallel layers);
+//   Rows: a block of the first dimension (vocab-parallel wte, row-parallel attention/MLP output weights);
+//   Cols: a block of the last dimension of every row (column-parallel MLP input weight and bias);
+//   QkvCols: q, k and v column blocks each split by heads (column-parallel c_attn weight and bias), so a rank's
+//            [.., 3C/tp] piece is q|k|v of its own heads, the layout the attention kernel expects.
+enum class Split { None, Rows, Cols, QkvCols };
+
 // One named parameter tensor inside the flat buffer (HF GPT-2 names: "wte", "wpe",
-// "h.0.ln_1.weight", ..., "ln_f.bias").
+// "h.0.ln_1.weight", ..., "ln_f.bias"; a model piece keeps the whole model's names and layer numbers).
 struct TensorInfo {
   std::string name;
   size_t offset = 0;  // in floats, into params/grads
   size_t size = 0;
-  std::vector<int> shape;
+  std::vector<int> shape;       // this piece's shape
   bool weight_decay = false;  // true for matmul weights and embeddings; false for norms and biases
   int layer = -1;             // transformer layer, -1 for embeddings / final norm
+  Split split = Split::None;    // how `shape` is cut out of full_shape (tensor parallelism)
+  std::vector<int> full_shape;  // the whole tensor's shape (== shape without tensor parallelism)
 };
+
+// Where this process's piece of the model sits in a tensor/pipeline-parallel layout (cairn-train). The default
+// is the whole model on one rank.
+struct ShardSpec {
+  int tp = 1, tp_rank = 0;         // tensor parallelism: heads, MLP columns and vocabulary rows split tp ways
+  bool sequence_parallel = false;  // tp > 1: LayerNorms and the residual stream hold 1/tp of the rows
+  int first_layer = 0;             // pipeline: the transformer layers this piece holds
+  int num_layers = -1;             // -1: all layers from first_layer
+  bool has_embedding = true;       // first pipeline stage: token + position embedding of the input ids
+  bool has_head = true;            // last pipeline stage: final LayerNorm, lm_head (its own copy of wte when the
+                                   // embedding is on another stage: tied weights, kept equal by the trainer) and loss
+};
+
+// Collectives over the tensor-parallel group, on backend memory, provided by the trainer (MPI on CPU, NCCL on
+// GPU). Every rank of the group calls them in the same order.
+struct TpComm {
+  std::function<void(float* buf, size_t n)> all_reduce;                             // sum, in place
+  std::function<void(float* full, const float* part, size_t part_n)> all_gather;     // full = parts in rank order
+  std::function<void(float* part, const float* full, size_t part_n)> reduce_scatter;  // part = sum of full's
+                                                                                      // block tp_rank
+};
+
+// A run of floats of a model piece's flat buffer and where it lies in the whole model's flat buffer.
+struct FlatRun {
+  size_t local = 0, full = 0, count = 0;
+};
+// The tensors of a model piece (shapes, offsets in its own flat buffer, split); the default spec gives the whole
+// model's list. Throws cairn::UsageError when the spec does not fit the config (tp not dividing heads or vocab,
+// a layer range outside the model, ...).
+std::vector<TensorInfo> piece_tensors(const GptConfig& cfg, const ShardSpec& spec);
+// Every run of the piece's flat buffer inside the whole model's flat buffer (count_params(cfg) floats), tensor by
+// tensor in piece order; replicated tensors included (whoever assembles decides which replica speaks).
+std::vector<FlatRun> full_model_runs(const GptConfig& cfg, const ShardSpec& spec);
 
 // A contiguous run of parameters that share one weight-decay flag.
 struct DecayRange {
@@ -76,11 +119,26 @@ const char* recompute_name(Recompute mode);  // "none", "gelu", "full"
 // "none" | "gelu" | "full"; throws cairn::UsageError otherwise.
 Recompute parse_recompute(const std::string& name);
 
+// What one backward pass is asked to do (Model::backward).
+struct BackwardOptions {
+  // Called as each parameter range's gradient is final (see Model::backward).
+  std::function<void(size_t first, size_t count)> on_grads_ready;
+  float grad_scale = 1.0f;
+  // The last micro-batch of a step: gradients that tensor parallelism leaves partial per rank (LayerNorms under
+  // sequence parallelism) are summed over the TP group now, once, over everything accumulated.
+  bool last_micro_batch = true;
+  // Pipeline stages without the head: d(output) of this piece, [rows, hidden] in backend memory.
+  const float* output_grad = nullptr;
+};
+
 class Model {
  public:
   // training=false builds a forward-only model (cairn-eval): no gradient buffers, and activations of a
   // single layer reused across layers. backward() then throws.
   Model(const GptConfig& cfg, const kernels::Backend& backend, bool training = true);
+  // A piece of a tensor/pipeline-parallel model (ShardSpec); `comm` is used when spec.tp > 1.
+  Model(const GptConfig& cfg, const kernels::Backend& backend, bool training, const ShardSpec& spec,
+        TpComm comm = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -109,7 +167,23 @@ class Model {
   // B*T positions (targets < 0 are ignored) and keeps per-position losses; without, returns 0.
   // Activation buffers grow to the largest B*T seen and are reused. Host pointers; ids are checked
   // (a token outside [0, vocab_real) throws cairn::RuntimeError naming the position).
+  // A pipeline piece without the embedding takes its input from stage_input() (filled by the caller before the
+  // call; `inputs` may then be null); one without the head ignores `targets` and returns 0, its output is
+  // stage_output().
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T);
+  const ShardSpec& shard() const;
+  // Rows of the residual stream this piece holds per B*T tokens: B*T, or B*T/tp with sequence parallelism.
+  size_t stream_rows(int B, int T) const;
+  // Pipeline: [stream_rows, hidden] buffers in backend memory of the current activation slot, valid for the
+  // B x T of the next forward (input) or the last forward (output). stage_input_grad() after backward():
+  // d(input), to send to the previous stage. Each call allocates the slot for B x T if needed.
+  float* stage_input(int B, int T);
+  const float* stage_output() const;
+  const float* stage_input_grad() const;
+  // Pipeline schedules keep several micro-batches in flight: each slot is a separate set of activations;
+  // forward() and backward() use the current one (slot 0 by default).
+  void set_activation_slot(int slot);
+  int activation_slot() const;
   // Called during forward() after the embeddings (layer -1), after each transformer layer (0..L-1) and
   // after the head and loss (layer L), so a trainer can time the forward pass per layer. Empty: none.
   void set_forward_layer_hook(std::function<void(int layer)> hook);
@@ -126,6 +200,7 @@ class Model {
   // accumulated micro-batches.
   void backward(const std::function<void(size_t first, size_t count)>& on_grads_ready = {},
                 float grad_scale = 1.0f);
+  void backward(const BackwardOptions& options);
   void zero_grad();
   std::vector<std::pair<size_t, size_t>> grad_ready_ranges() const;
 
@@ -156,5 +231,8 @@ double recompute_flops_per_token(const GptConfig& cfg, Recompute mode);
 // Bytes Model::activation_bytes() reports once a forward of `tokens` = B*T rows has run, without
 // allocating anything (memory planning: the mode's saving for a model and batch).
 size_t planned_activation_bytes(const GptConfig& cfg, size_t tokens, Recompute mode, bool training = true);
+// The same for one activation slot of a model piece (tensor/sequence/pipeline parallelism).
+size_t planned_activation_bytes(const GptConfig& cfg, const ShardSpec& spec, size_t tokens, Recompute mode,
+                                bool training = true);
 
 }  // namespace cairn::gpt

@@ -38,40 +38,121 @@ struct LayerTensors {
   size_t first, count;  // the layer's contiguous range
 };
 
-std::vector<TensorInfo> make_tensors(const GptConfig& c) {
+int spec_layers(const GptConfig& c, const ShardSpec& sp) {
+  return sp.num_layers < 0 ? c.layers - sp.first_layer : sp.num_layers;
+}
+
+void validate_spec(const GptConfig& c, const ShardSpec& sp) {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw UsageError("model piece: " + what);
+  };
+  need(sp.tp >= 1 && sp.tp_rank >= 0 && sp.tp_rank < sp.tp,
+       "tensor-parallel rank " + std::to_string(sp.tp_rank) + " of " + std::to_string(sp.tp));
+  need(c.heads % sp.tp == 0, "heads (" + std::to_string(c.heads) + ") must be divisible by tp (" +
+                                 std::to_string(sp.tp) + ")");
+  need(c.vocab % sp.tp == 0, "vocab (" + std::to_string(c.vocab) + ") must be divisible by tp (" +
+                                 std::to_string(sp.tp) + "): pad it to a multiple of 64*tp");
+  // every rank's vocabulary block must hold a real token, or its softmax has no column at all
+  need(c.vocab_real > (sp.tp - 1) * (c.vocab / sp.tp),
+       "vocab_real (" + std::to_string(c.vocab_real) + ") leaves the last of " + std::to_string(sp.tp) +
+           " vocabulary blocks of " + std::to_string(c.vocab / sp.tp) + " rows without a real token");
+  const int n = spec_layers(c, sp);
+  need(sp.first_layer >= 0 && n >= 0 && sp.first_layer + n <= c.layers,
+       "layers [" + std::to_string(sp.first_layer) + ", " + std::to_string(sp.first_layer + n) +
+           ") outside the model's " + std::to_string(c.layers));
+  need(n > 0 || sp.has_embedding || sp.has_head, "a piece without layers, embedding or head");
+}
+
+}  // namespace
+
+std::vector<TensorInfo> piece_tensors(const GptConfig& c, const ShardSpec& sp) {
+  validate_spec(c, sp);
   std::vector<TensorInfo> t;
   size_t offset = 0;
-  auto add = [&](std::string name, std::vector<int> shape, bool decay, int layer) {
+  const int tp = sp.tp;
+  auto add = [&](std::string name, std::vector<int> full, bool decay, int layer, Split split) {
+    std::vector<int> shape = full;
+    if (tp > 1 && split == Split::Rows) shape.front() /= tp;
+    if (tp > 1 && (split == Split::Cols || split == Split::QkvCols)) shape.back() /= tp;
+    if (tp == 1) split = Split::None;
     size_t size = 1;
     for (int d : shape) size *= (size_t)d;
-    t.push_back(TensorInfo{std::move(name), offset, size, std::move(shape), decay, layer});
+    t.push_back(TensorInfo{std::move(name), offset, size, std::move(shape), decay, layer, split, std::move(full)});
     offset += size;
   };
   const int C = c.hidden;
-  add("wte", {c.vocab, C}, true, -1);
-  add("wpe", {c.seq_len, C}, true, -1);
-  for (int l = 0; l < c.layers; l++) {
+  if (sp.has_embedding || sp.has_head) add("wte", {c.vocab, C}, true, -1, Split::Rows);
+  if (sp.has_embedding) add("wpe", {c.seq_len, C}, true, -1, Split::None);
+  const int n = spec_layers(c, sp);
+  for (int l = sp.first_layer; l < sp.first_layer + n; l++) {
     const std::string p = "h." + std::to_string(l) + ".";
-    add(p + "ln_1.weight", {C}, false, l);
-    add(p + "ln_1.bias", {C}, false, l);
-    add(p + "attn.c_attn.weight", {C, 3 * C}, true, l);
-    add(p + "attn.c_attn.bias", {3 * C}, false, l);
-    add(p + "attn.c_proj.weight", {C, C}, true, l);
-    add(p + "attn.c_proj.bias", {C}, false, l);
-    add(p + "ln_2.weight", {C}, false, l);
-    add(p + "ln_2.bias", {C}, false, l);
-    add(p + "mlp.c_fc.weight", {C, 4 * C}, true, l);
-    add(p + "mlp.c_fc.bias", {4 * C}, false, l);
-    add(p + "mlp.c_proj.weight", {4 * C, C}, true, l);
-    add(p + "mlp.c_proj.bias", {C}, false, l);
+    add(p + "ln_1.weight", {C}, false, l, Split::None);
+    add(p + "ln_1.bias", {C}, false, l, Split::None);
+    add(p + "attn.c_attn.weight", {C, 3 * C}, true, l, Split::QkvCols);
+    add(p + "attn.c_attn.bias", {3 * C}, false, l, Split::QkvCols);
+    add(p + "attn.c_proj.weight", {C, C}, true, l, Split::Rows);
+    add(p + "attn.c_proj.bias", {C}, false, l, Split::None);
+    add(p + "ln_2.weight", {C}, false, l, Split::None);
+    add(p + "ln_2.bias", {C}, false, l, Split::None);
+    add(p + "mlp.c_fc.weight", {C, 4 * C}, true, l, Split::Cols);
+    add(p + "mlp.c_fc.bias", {4 * C}, false, l, Split::Cols);
+    add(p + "mlp.c_proj.weight", {4 * C, C}, true, l, Split::Rows);
+    add(p + "mlp.c_proj.bias", {C}, false, l, Split::None);
   }
-  add("ln_f.weight", {C}, false, -1);
-  add("ln_f.bias", {C}, false, -1);
+  if (sp.has_head) {
+    add("ln_f.weight", {C}, false, -1, Split::None);
+    add("ln_f.bias", {C}, false, -1, Split::None);
+  }
   return t;
 }
 
+namespace {
+
+std::vector<TensorInfo> make_tensors(const GptConfig& c) { return piece_tensors(c, ShardSpec{}); }
+
+// Runs of one tensor piece inside its whole tensor (offsets relative to each tensor's start).
+void tensor_runs(const TensorInfo& t, int tp, int tp_rank, std::vector<FlatRun>& out) {
+  const size_t local_cols = (size_t)t.shape.back();
+  const size_t rows = t.size / local_cols;
+  switch (t.split) {
+    case Split::None:
+      out.push_back({0, 0, t.size});
+      return;
+    case Split::Rows:
+      out.push_back({0, (size_t)tp_rank * t.size, t.size});
+      return;
+    case Split::Cols:
+      for (size_t r = 0; r < rows; r++) out.push_back({r * local_cols, r * local_cols * tp + tp_rank * local_cols, local_cols});
+      return;
+    case Split::QkvCols: {
+      const size_t part = local_cols / 3, full_cols = local_cols * tp;
+      for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < 3; j++)
+          out.push_back({r * local_cols + j * part, r * full_cols + j * (full_cols / 3) + tp_rank * part, part});
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<FlatRun> full_model_runs(const GptConfig& c, const ShardSpec& sp) {
+  const std::vector<TensorInfo> full = make_tensors(c), mine = piece_tensors(c, sp);
+  std::vector<FlatRun> out;
+  for (const TensorInfo& t : mine) {
+    const TensorInfo* whole = nullptr;
+    for (const TensorInfo& f : full)
+      if (f.name == t.name) whole = &f;
+    std::vector<FlatRun> runs;
+    tensor_runs(t, sp.tp, sp.tp_rank, runs);
+    for (FlatRun r : runs) out.push_back({t.offset + r.local, whole->offset + r.full, r.count});
+  }
+  return out;
+}
+
+namespace {
+
 constexpr int kTensorsPerLayer = 12;
-constexpr int kFirstLayerTensor = 2;  // after wte, wpe
 
 // splitmix64: a tiny, well-mixed generator; per-tensor streams make init independent of tensor order
 uint64_t splitmix64(uint64_t& state) {
@@ -164,20 +245,52 @@ double recompute_flops_per_token(const GptConfig& c, Recompute mode) {
 
 namespace {
 
-// One transformer layer's activations for `tokens` rows. With recomputation some pointers of different
-// layers alias one shared buffer.
+// Sizes of a model piece for one forward of `tokens` = B*T rows.
+struct Dims {
+  size_t N = 0;     // token rows: attention, MLP and the head work on all of them
+  size_t R = 0;     // residual-stream rows this rank holds: N, or N/tp with sequence parallelism
+  size_t C = 0;     // hidden
+  size_t Cl = 0;    // attention width of this rank's heads (C/tp)
+  size_t NHl = 0;   // heads on this rank
+  size_t Fl = 0;    // MLP width on this rank (4C/tp)
+  size_t Vl = 0;    // vocabulary rows on this rank (padded)
+  int layers = 0;   // transformer layers in this piece
+  bool split_rows = false;  // sequence parallelism with tp > 1
+};
+
+Dims dims_of(const GptConfig& c, const ShardSpec& sp, size_t tokens) {
+  Dims d;
+  d.N = tokens;
+  d.split_rows = sp.sequence_parallel && sp.tp > 1;
+  d.R = d.split_rows ? tokens / sp.tp : tokens;
+  d.C = c.hidden;
+  d.Cl = d.C / sp.tp;
+  d.NHl = c.heads / sp.tp;
+  d.Fl = 4 * d.C / sp.tp;
+  d.Vl = c.vocab / sp.tp;
+  d.layers = spec_layers(c, sp);
+  return d;
+}
+
+// One transformer layer's activations. With recomputation some pointers of different layers alias one
+// shared buffer. [R, .] buffers hold this rank's residual-stream rows, [N, .] ones all token rows.
 struct LayerActs {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att_lse, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
 };
 
 struct Activations {
-  int32_t* d_inputs = nullptr;
-  int32_t* d_targets = nullptr;
-  float* encoded = nullptr;
-  std::vector<LayerActs> layers;  // `layers` entries when training, one reused entry when not
-  float *proj = nullptr, *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *logits = nullptr,
-        *losses = nullptr, *xent_lse = nullptr;
+  int32_t* d_inputs = nullptr;   // ids; with tp > 1 block-local, -1 where another rank holds the row
+  int32_t* d_targets = nullptr;  // targets; with tp > 1 block-local, >= the block's vocabulary elsewhere
+  float* encoded = nullptr;      // [R, C]: the piece's input stream (embedding output or the previous stage's)
+  std::vector<LayerActs> layers;  // one entry per layer when training, one reused entry when not
+  float *proj = nullptr;          // [N, C] output projection (partial sums under tensor parallelism)
+  float *proj_rows = nullptr;     // [R, C] its reduce-scatter (sequence parallelism)
+  float *gathered = nullptr;      // [N, C] all-gathered stream rows (sequence parallelism)
+  float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *logits = nullptr, *losses = nullptr,
+        *xent_lse = nullptr;
+  float *lse_all = nullptr, *losses_all = nullptr;  // [tp, N] every rank's lse and losses (vocab parallelism)
   float *dres = nullptr, *dtmp = nullptr, *dbig = nullptr;  // backward scratch
+  float *dfull = nullptr, *drows = nullptr;                 // sequence parallelism: gathered d(stream), reduced dX
 };
 
 // Lays out the activations of `tokens` rows for a mode, taking each buffer from take(bytes), which
@@ -186,139 +299,210 @@ struct Activations {
 //   training, Gelu: fch_gelu shared by all layers.
 //   training, Full: res3 (the layer output = next layer's input) per layer, everything else shared.
 //   forward-only: one set reused by every layer (a layer's output may overwrite its input in place).
-void layout_activations(const GptConfig& cfg, bool training, Recompute mode, size_t tokens,
+void layout_activations(const GptConfig& cfg, const ShardSpec& sp, bool training, Recompute mode, size_t tokens,
                         const std::function<void*(size_t)>& take, Activations& a) {
-  const size_t N = tokens, C = cfg.hidden, NH = cfg.heads, Vp = cfg.vocab;
+  const Dims d = dims_of(cfg, sp, tokens);
+  const size_t N = d.N, R = d.R, C = d.C;
   auto f = [&](size_t count) { return static_cast<float*>(take(count * sizeof(float))); };
+  auto ids = [&]() { return static_cast<int32_t*>(take(N * sizeof(int32_t))); };
   a = Activations{};
-  a.d_inputs = static_cast<int32_t*>(take(N * sizeof(int32_t)));
-  a.d_targets = static_cast<int32_t*>(take(N * sizeof(int32_t)));
-  a.encoded = f(N * C);
+  if (sp.has_embedding) a.d_inputs = ids();
+  if (sp.has_head) a.d_targets = ids();
+  a.encoded = f(R * C);
   if (!training) mode = Recompute::Full;  // one shared set; the per-layer outputs below collapse to one too
   const bool share_gelu = mode != Recompute::None, share_all = mode == Recompute::Full;
-  float* shared_gelu = share_gelu ? f(N * 4 * C) : nullptr;
+  float* shared_gelu = share_gelu && d.layers > 0 ? f(N * d.Fl) : nullptr;
   auto layer_set = [&](LayerActs& s) {  // all but fch_gelu and res3
-    s.ln1 = f(N * C);
-    s.ln1_mean = f(N);
-    s.ln1_rstd = f(N);
-    s.qkv = f(N * 3 * C);
-    s.atty = f(N * C);
-    s.att_lse = f(N * NH);
-    s.res2 = f(N * C);
-    s.ln2 = f(N * C);
-    s.ln2_mean = f(N);
-    s.ln2_rstd = f(N);
-    s.fch = f(N * 4 * C);
+    s.ln1 = f(R * C);
+    s.ln1_mean = f(R);
+    s.ln1_rstd = f(R);
+    s.qkv = f(N * 3 * d.Cl);
+    s.atty = f(N * d.Cl);
+    s.att_lse = f(N * d.NHl);
+    s.res2 = f(R * C);
+    s.ln2 = f(R * C);
+    s.ln2_mean = f(R);
+    s.ln2_rstd = f(R);
+    s.fch = f(N * d.Fl);
   };
   LayerActs shared{};
-  if (share_all) layer_set(shared);
-  const int slots = training ? cfg.layers : 1;
+  if (share_all && d.layers > 0) layer_set(shared);
+  const int slots = training ? d.layers : std::min(d.layers, 1);
   for (int l = 0; l < slots; l++) {
     LayerActs s = shared;
     if (!share_all) layer_set(s);
-    s.fch_gelu = share_gelu ? shared_gelu : f(N * 4 * C);
-    s.res3 = f(N * C);
+    s.fch_gelu = share_gelu ? shared_gelu : f(N * d.Fl);
+    s.res3 = f(R * C);
     a.layers.push_back(s);
   }
-  a.proj = f(N * C);
-  a.lnf = f(N * C);
-  a.lnf_mean = f(N);
-  a.lnf_rstd = f(N);
-  a.logits = f(N * Vp);
-  a.losses = f(N);
-  a.xent_lse = f(N);
+  if (d.layers > 0) a.proj = f(N * C);
+  if (d.split_rows) {
+    if (d.layers > 0) a.proj_rows = f(R * C);
+    a.gathered = f(N * C);
+  }
+  if (sp.has_head) {
+    a.lnf = f(R * C);
+    a.lnf_mean = f(R);
+    a.lnf_rstd = f(R);
+    a.logits = f(N * d.Vl);
+    a.losses = f(N);
+    a.xent_lse = f(N);
+    if (sp.tp > 1) {
+      a.lse_all = f(sp.tp * N);
+      a.losses_all = f(sp.tp * N);
+    }
+  }
   if (training) {
-    a.dres = f(N * C);
+    a.dres = f(R * C);
     a.dtmp = f(N * C);
-    a.dbig = f(N * 4 * C);
+    if (d.layers > 0) a.dbig = f(N * d.Fl);
+    if (d.split_rows) {
+      a.dfull = f(N * C);
+      a.drows = f(R * C);
+    }
   }
 }
 
 }  // namespace
 
-size_t planned_activation_bytes(const GptConfig& cfg, size_t tokens, Recompute mode, bool training) {
+size_t planned_activation_bytes(const GptConfig& cfg, const ShardSpec& spec, size_t tokens, Recompute mode,
+                                bool training) {
   validate(cfg);
+  validate_spec(cfg, spec);
   size_t bytes = 0;
   Activations a;
-  layout_activations(cfg, training, mode, tokens, [&](size_t n) -> void* { bytes += n; return nullptr; }, a);
+  layout_activations(cfg, spec, training, mode, tokens, [&](size_t n) -> void* { bytes += n; return nullptr; }, a);
   return bytes;
 }
 
+size_t planned_activation_bytes(const GptConfig& cfg, size_t tokens, Recompute mode, bool training) {
+  return planned_activation_bytes(cfg, ShardSpec{}, tokens, mode, training);
+}
+
 struct Model::Impl {
+  // One set of activations and the state of its last forward (pipeline schedules keep several in flight).
+  struct Slot {
+    std::vector<void*> owned;  // every activation allocation, freed together
+    size_t owned_bytes = 0;
+    size_t capacity = 0;  // B*T rows the buffers were laid out for
+    Activations acts;
+    int B = 0, T = 0;
+    bool forwarded = false, have_targets = false, logits_valid = false;
+    int n_valid = 0;
+    // With recomputation: the layer whose activations the shared buffers hold (-1: none), so backward
+    // reruns only what forward (or an earlier recompute) has not left in place.
+    int shared_layer = -1;
+    std::vector<float> host_losses;
+  };
+
   std::function<void(int)> forward_layer_hook;  // per-layer forward timing (set_forward_layer_hook)
   GptConfig cfg;
+  ShardSpec spec;
+  TpComm comm;
   const Backend& be;
   bool training;
   std::vector<TensorInfo> tensors;
-  std::vector<LayerTensors> layers;
+  std::vector<LayerTensors> layers;  // this piece's layers, local index 0..
+  int wte = -1, wpe = -1, lnfw = -1, lnfb = -1;  // tensor indices (-1: not in this piece)
+  size_t vocab_first = 0, vocab_rows = 0;         // this rank's block of vocabulary rows
+  int vocab_real_rows = 0;                        // rows of the block below vocab_real
   size_t n_params = 0;
   float* params = nullptr;
   float* grads = nullptr;
-
-  // activations, sized for `capacity` = B*T tokens
-  size_t capacity = 0;
-  int B = 0, T = 0;
-  bool have_targets = false, logits_valid = false;
-  int n_valid = 0;
-  std::vector<void*> owned;  // every activation allocation, freed together
-  size_t owned_bytes = 0;
   Recompute recompute = Recompute::None;
-  // With recomputation: the layer whose activations the shared buffers hold (-1: none), so backward
-  // reruns only what forward (or an earlier recompute) has not left in place.
-  int shared_layer = -1;
-  Activations acts;
-  std::vector<float> host_losses;
+  std::vector<Slot> slots = std::vector<Slot>(1);
+  int slot = 0;
 
-  Impl(const GptConfig& c, const Backend& b, bool train) : cfg(c), be(b), training(train) {
+  Impl(const GptConfig& c, const Backend& b, bool train, const ShardSpec& sp, TpComm tc)
+      : cfg(c), spec(sp), comm(std::move(tc)), be(b), training(train) {
     validate(cfg);
-    tensors = make_tensors(cfg);
+    tensors = piece_tensors(cfg, spec);
+    if (spec.tp > 1 && (!comm.all_reduce || !comm.all_gather || !comm.reduce_scatter))
+      throw UsageError("model piece: tp > 1 needs the tensor-parallel collectives");
     n_params = tensors.back().offset + tensors.back().size;
-    for (int l = 0; l < cfg.layers; l++) {
-      const int t0 = kFirstLayerTensor + l * kTensorsPerLayer;
-      LayerTensors lt{t0, t0 + 1, t0 + 2, t0 + 3, t0 + 4, t0 + 5, t0 + 6, t0 + 7, t0 + 8, t0 + 9, t0 + 10, t0 + 11, 0, 0};
-      lt.first = tensors[t0].offset;
-      lt.count = tensors[t0 + 11].offset + tensors[t0 + 11].size - lt.first;
+    int t = 0;
+    if (spec.has_embedding || spec.has_head) wte = t++;
+    if (spec.has_embedding) wpe = t++;
+    for (int l = 0; l < spec_layers(cfg, spec); l++, t += kTensorsPerLayer) {
+      LayerTensors lt{t, t + 1, t + 2, t + 3, t + 4, t + 5, t + 6, t + 7, t + 8, t + 9, t + 10, t + 11, 0, 0};
+      lt.first = tensors[t].offset;
+      lt.count = tensors[t + 11].offset + tensors[t + 11].size - lt.first;
       layers.push_back(lt);
     }
+    if (spec.has_head) {
+      lnfw = t;
+      lnfb = t + 1;
+    }
+    vocab_rows = (size_t)cfg.vocab / spec.tp;
+    vocab_first = vocab_rows * spec.tp_rank;
+    vocab_real_rows = (int)std::clamp<int64_t>((int64_t)cfg.vocab_real - (int64_t)vocab_first, 0, (int64_t)vocab_rows);
     params = static_cast<float*>(be.alloc(n_params * sizeof(float)));
     if (training) grads = static_cast<float*>(be.alloc(n_params * sizeof(float)));
   }
 
   ~Impl() {
-    free_activations();
+    for (size_t i = 0; i < slots.size(); i++) free_slot(slots[i]);
     be.free(params);
     if (grads) be.free(grads);
   }
 
   float* P(int tensor) { return params + tensors[tensor].offset; }
   float* G(int tensor) { return grads + tensors[tensor].offset; }
+  // A row-parallel layer's bias is added once, by TP rank 0, before the partial sums are reduced.
+  const float* row_bias(int tensor) { return spec.tp_rank == 0 ? P(tensor) : nullptr; }
+  Slot& cur() { return slots[slot]; }
+  Activations& acts() { return slots[slot].acts; }
+  Dims dims() { return dims_of(cfg, spec, (size_t)cur().B * cur().T); }
 
-  void free_activations() {
-    for (void* p : owned) be.free(p);
-    owned.clear();
-    owned_bytes = 0;
-    acts = Activations{};
-    capacity = 0;
-    shared_layer = -1;
+  void free_slot(Slot& s) {
+    for (void* p : s.owned) be.free(p);
+    s = Slot{};
   }
 
   void ensure_activations(size_t tokens) {
-    if (tokens <= capacity) return;
-    free_activations();
-    layout_activations(cfg, training, recompute, tokens,
+    Slot& s = cur();
+    if (tokens <= s.capacity) return;
+    free_slot(s);
+    layout_activations(cfg, spec, training, recompute, tokens,
                        [&](size_t bytes) {
                          void* p = be.alloc(bytes);
-                         owned.push_back(p);
-                         owned_bytes += bytes;
+                         s.owned.push_back(p);
+                         s.owned_bytes += bytes;
                          return p;
                        },
-                       acts);
-    capacity = tokens;
+                       s.acts);
+    s.capacity = tokens;
   }
 
-  LayerActs& act(int l) { return acts.layers[training ? l : 0]; }
-  // The residual stream entering layer l.
-  float* layer_input(int l) { return l == 0 ? acts.encoded : act(l - 1).res3; }
+  LayerActs& act(int l) { return acts().layers[training ? l : 0]; }
+  // The residual stream entering local layer l.
+  float* layer_input(int l) { return l == 0 ? acts().encoded : act(l - 1).res3; }
+  float* piece_output() { return layers.empty() ? acts().encoded : act((int)layers.size() - 1).res3; }
+
+  // Tensor parallelism: the partial sums `full` [N, C] of a row-parallel product (or of dX of a column-parallel
+  // one) summed over the group, as the rank's stream rows: in place (all-reduce), or reduce-scattered into
+  // `rows` [R, C] with sequence parallelism.
+  float* reduce_rows(float* full, float* rows, const Dims& d) {
+    if (spec.tp == 1) return full;
+    if (d.split_rows) {
+      comm.reduce_scatter(rows, full, d.R * d.C);
+      return rows;
+    }
+    comm.all_reduce(full, d.N * d.C);
+    return full;
+  }
+  // The stream rows [R, C] as the [N, C] input of a column-parallel product (an all-gather with sequence
+  // parallelism; the rows themselves otherwise).
+  const float* gather_rows(const float* rows, float* full, const Dims& d) {
+    if (!d.split_rows) return rows;
+    comm.all_gather(full, rows, d.R * d.C);
+    return full;
+  }
+  // Sequence parallelism leaves each rank with its rows' share of a LayerNorm's gradient: sum it over the group
+  // once per step, over all micro-batches accumulated (weight and bias are adjacent: 2C floats).
+  void sum_norm_grads(int weight_tensor, const BackwardOptions& o, const Dims& d) {
+    if (d.split_rows && o.last_micro_batch) comm.all_reduce(G(weight_tensor), 2 * d.C);
+  }
 
   void check_tokens(const int32_t* ids, int N, int T, const char* what, bool allow_negative) {
     for (int i = 0; i < N; i++) {
@@ -330,26 +514,120 @@ struct Model::Impl {
     }
   }
 
+  // Ids (or targets) relative to this rank's vocabulary block: rows held elsewhere become `elsewhere`.
+  std::vector<int32_t> block_local(const int32_t* ids, size_t n, int32_t elsewhere) const {
+    std::vector<int32_t> out(n);
+    for (size_t i = 0; i < n; i++) {
+      const int64_t id = ids[i];
+      if (id < 0) out[i] = -1;
+      else if ((size_t)id >= vocab_first && (size_t)id < vocab_first + vocab_rows) out[i] = (int32_t)(id - (int64_t)vocab_first);
+      else out[i] = elsewhere;
+    }
+    return out;
+  }
+
   // Layer l's forward from its input residual stream into act(l). With through_output = false (a
   // recompute in backward) it stops before the MLP output projection: backward needs neither that
   // product nor res3, which is kept. The kernels and their inputs are those of the first pass, so the
   // recomputed activations are bitwise the same.
   void layer_forward(int l, bool through_output) {
-    const int N = B * T, C = cfg.hidden, NH = cfg.heads;
+    const Dims d = dims();
+    const int B = cur().B, T = cur().T;
+    const int N = (int)d.N, R = (int)d.R, C = (int)d.C, Cl = (int)d.Cl, Fl = (int)d.Fl;
     const LayerTensors& w = layers[l];
     LayerActs& a = act(l);
+    Activations& s = acts();
     float* res = layer_input(l);
-    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, P(w.ln1w), P(w.ln1b), N, C);
-    be.matmul_forward(a.qkv, a.ln1, P(w.qkvw), P(w.qkvb), N, C, 3 * C, WeightLayout::InOut);
-    be.attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH);
-    be.matmul_forward(acts.proj, a.atty, P(w.attprojw), P(w.attprojb), N, C, C, WeightLayout::InOut);
-    be.residual_forward(a.res2, res, acts.proj, (size_t)N * C);
-    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(w.ln2w), P(w.ln2b), N, C);
-    be.matmul_forward(a.fch, a.ln2, P(w.fcw), P(w.fcb), N, C, 4 * C, WeightLayout::InOut);
-    be.gelu_forward(a.fch_gelu, a.fch, (size_t)N * 4 * C);
+    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, P(w.ln1w), P(w.ln1b), R, C);
+    const float* x = gather_rows(a.ln1, s.gathered, d);
+    be.matmul_forward(a.qkv, x, P(w.qkvw), P(w.qkvb), N, C, 3 * Cl, WeightLayout::InOut);
+    be.attention_forward(a.atty, a.att_lse, a.qkv, B, T, Cl, (int)d.NHl);
+    be.matmul_forward(s.proj, a.atty, P(w.attprojw), row_bias(w.attprojb), N, Cl, C, WeightLayout::InOut);
+    be.residual_forward(a.res2, res, reduce_rows(s.proj, s.proj_rows, d), (size_t)R * C);
+    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(w.ln2w), P(w.ln2b), R, C);
+    x = gather_rows(a.ln2, s.gathered, d);
+    be.matmul_forward(a.fch, x, P(w.fcw), P(w.fcb), N, C, Fl, WeightLayout::InOut);
+    be.gelu_forward(a.fch_gelu, a.fch, (size_t)N * Fl);
     if (!through_output) return;
-    be.matmul_forward(acts.proj, a.fch_gelu, P(w.fcprojw), P(w.fcprojb), N, 4 * C, C, WeightLayout::InOut);
-    be.residual_forward(a.res3, a.res2, acts.proj, (size_t)N * C);
+    be.matmul_forward(s.proj, a.fch_gelu, P(w.fcprojw), row_bias(w.fcprojb), N, Fl, C, WeightLayout::InOut);
+    be.residual_forward(a.res3, a.res2, reduce_rows(s.proj, s.proj_rows, d), (size_t)R * C);
+  }
+
+  void embed(const int32_t* inputs, const Dims& d) {
+    Activations& s = acts();
+    const int B = cur().B, T = cur().T;
+    if (spec.tp == 1) {
+      be.copy_to_device(s.d_inputs, inputs, sizeof(int32_t) * d.N);
+      be.embedding_forward(s.encoded, s.d_inputs, P(wte), P(wpe), B, T, (int)d.C);
+      return;
+    }
+    // vocab-parallel: each rank looks up its block's rows (others add zero), rank 0 adds the positions, and the
+    // sum over the group is the embedding (one non-zero term per row: exact)
+    const std::vector<int32_t> local = block_local(inputs, d.N, -1);
+    be.copy_to_device(s.d_inputs, local.data(), sizeof(int32_t) * d.N);
+    float* out = d.split_rows ? s.gathered : s.encoded;
+    be.embedding_forward(out, s.d_inputs, P(wte), spec.tp_rank == 0 ? P(wpe) : nullptr, B, T, (int)d.C);
+    if (d.split_rows) comm.reduce_scatter(s.encoded, out, d.R * d.C);
+    else comm.all_reduce(out, d.N * d.C);
+  }
+
+  // Vocab-parallel cross-entropy: each rank has the log-sum-exp of its block and, where it holds the target,
+  // lse - target logit. The row's lse over all blocks is combined in double in rank order (the same on every
+  // rank), and the loss is (lse - lse_holder) + loss_holder. The logits are never gathered.
+  void combine_vocab_parallel_loss(const int32_t* targets, const Dims& d) {
+    Activations& s = acts();
+    const size_t N = d.N, tp = (size_t)spec.tp;
+    comm.all_gather(s.lse_all, s.xent_lse, N);
+    comm.all_gather(s.losses_all, s.losses, N);
+    std::vector<float> lse(tp * N), loss(tp * N), lse_global(N);
+    be.copy_to_host(lse.data(), s.lse_all, sizeof(float) * tp * N);
+    be.copy_to_host(loss.data(), s.losses_all, sizeof(float) * tp * N);
+    std::vector<float>& out = cur().host_losses;
+    for (size_t n = 0; n < N; n++) {
+      double m = -INFINITY;
+      for (size_t r = 0; r < tp; r++) m = std::max(m, (double)lse[r * N + n]);
+      double sum = 0.0;
+      for (size_t r = 0; r < tp; r++) sum += std::exp((double)lse[r * N + n] - m);
+      const double g = m + std::log(sum);
+      lse_global[n] = (float)g;
+      if (targets[n] < 0) {
+        out[n] = 0.0f;
+        continue;
+      }
+      const size_t h = (size_t)targets[n] / vocab_rows;
+      out[n] = (float)((g - lse[h * N + n]) + loss[h * N + n]);
+    }
+    be.copy_to_device(s.xent_lse, lse_global.data(), sizeof(float) * N);  // backward's softmax over all blocks
+  }
+
+  float head_forward(const int32_t* targets, const Dims& d) {
+    Activations& s = acts();
+    Slot& sl = cur();
+    const int N = (int)d.N, R = (int)d.R, C = (int)d.C;
+    be.layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, piece_output(), P(lnfw), P(lnfb), R, C);
+    const float* x = gather_rows(s.lnf, s.gathered, d);
+    be.matmul_forward(s.logits, x, P(wte), nullptr, N, C, (int)d.Vl, WeightLayout::OutIn);
+    sl.logits_valid = true;
+    sl.have_targets = targets != nullptr;
+    sl.n_valid = 0;
+    if (!targets) return 0.0f;
+    if (spec.tp == 1) {
+      be.copy_to_device(s.d_targets, targets, sizeof(int32_t) * N);
+    } else {
+      const std::vector<int32_t> local = block_local(targets, d.N, (int32_t)d.Vl);
+      be.copy_to_device(s.d_targets, local.data(), sizeof(int32_t) * N);
+    }
+    be.crossentropy_forward(s.losses, s.xent_lse, s.logits, s.d_targets, N, vocab_real_rows, (int)d.Vl);
+    sl.host_losses.resize(N);
+    if (spec.tp == 1) be.copy_to_host(sl.host_losses.data(), s.losses, sizeof(float) * N);
+    else combine_vocab_parallel_loss(targets, d);
+    double sum = 0.0;
+    for (int i = 0; i < N; i++)
+      if (targets[i] >= 0) {
+        sum += sl.host_losses[i];
+        sl.n_valid++;
+      }
+    return sl.n_valid ? (float)(sum / sl.n_valid) : 0.0f;
   }
 
   float forward(const int32_t* inputs, const int32_t* targets, int b, int t) {
@@ -357,101 +635,130 @@ struct Model::Impl {
     if (t > cfg.seq_len)
       throw RuntimeError("gpt forward: sequence length " + std::to_string(t) + " exceeds the model's seq_len " +
                          std::to_string(cfg.seq_len));
-    const int N = b * t, C = cfg.hidden, Vp = cfg.vocab;
-    check_tokens(inputs, N, t, "input", false);
-    if (targets) check_tokens(targets, N, t, "target", true);
-    ensure_activations((size_t)N);
-    B = b;
-    T = t;
-    shared_layer = -1;
-    be.copy_to_device(acts.d_inputs, inputs, sizeof(int32_t) * N);
-    be.embedding_forward(acts.encoded, acts.d_inputs, P(0), P(1), B, T, C);
-    if (forward_layer_hook) forward_layer_hook(-1);
-    for (int l = 0; l < cfg.layers; l++) {
-      layer_forward(l, true);
-      if (forward_layer_hook) forward_layer_hook(l);
+    const int N = b * t;
+    if (spec.sequence_parallel && spec.tp > 1 && N % spec.tp != 0)
+      throw RuntimeError("gpt forward: sequence parallelism needs batch x sequence (" + std::to_string(N) +
+                         ") divisible by tp (" + std::to_string(spec.tp) + ")");
+    if (spec.has_embedding) {
+      if (!inputs) throw RuntimeError("gpt forward: the first pipeline stage needs input ids");
+      check_tokens(inputs, N, t, "input", false);
     }
-    shared_layer = cfg.layers - 1;
-    const int lnfw = (int)tensors.size() - 2, lnfb = (int)tensors.size() - 1;
-    be.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, act(cfg.layers - 1).res3, P(lnfw), P(lnfb), N, C);
-    be.matmul_forward(acts.logits, acts.lnf, P(0), nullptr, N, C, Vp, WeightLayout::OutIn);
-    logits_valid = true;
-    have_targets = targets != nullptr;
-    n_valid = 0;
-    if (!targets) return 0.0f;
-    be.copy_to_device(acts.d_targets, targets, sizeof(int32_t) * N);
-    be.crossentropy_forward(acts.losses, acts.xent_lse, acts.logits, acts.d_targets, N, cfg.vocab_real, Vp);
-    host_losses.resize(N);
-    be.copy_to_host(host_losses.data(), acts.losses, sizeof(float) * N);
-    double sum = 0.0;
-    for (int i = 0; i < N; i++)
-      if (targets[i] >= 0) {
-        sum += host_losses[i];
-        n_valid++;
-      }
-    return n_valid ? (float)(sum / n_valid) : 0.0f;
+    if (targets && spec.has_head) check_tokens(targets, N, t, "target", true);
+    ensure_activations((size_t)N);
+    Slot& sl = cur();
+    sl.B = b;
+    sl.T = t;
+    sl.shared_layer = -1;
+    sl.logits_valid = sl.have_targets = false;
+    const Dims d = dims();
+    if (spec.has_embedding) {
+      embed(inputs, d);
+      if (forward_layer_hook) forward_layer_hook(-1);
+    }
+    for (int l = 0; l < (int)layers.size(); l++) {
+      layer_forward(l, true);
+      if (forward_layer_hook) forward_layer_hook(spec.first_layer + l);
+    }
+    sl.shared_layer = (int)layers.size() - 1;
+    sl.forwarded = true;
+    return spec.has_head ? head_forward(targets, d) : 0.0f;
   }
 
   // Before layer l's backward: rebuild what the recompute mode did not keep for it.
   void restore_layer(int l) {
-    if (recompute == Recompute::None || shared_layer == l) return;
-    const int N = B * T, C = cfg.hidden;
+    Slot& sl = cur();
+    if (recompute == Recompute::None || sl.shared_layer == l) return;
+    const Dims d = dims();
     if (recompute == Recompute::Full)
       layer_forward(l, false);
     else  // Gelu: every other activation of the layer is its own
-      be.gelu_forward(act(l).fch_gelu, act(l).fch, (size_t)N * 4 * C);
-    shared_layer = l;
+      be.gelu_forward(act(l).fch_gelu, act(l).fch, d.N * d.Fl);
+    sl.shared_layer = l;
   }
 
-  void backward(const std::function<void(size_t, size_t)>& ready, float grad_scale) {
-    if (!training) throw RuntimeError("gpt backward: the model was built forward-only (training=false)");
-    if (!have_targets || !logits_valid)
-      throw RuntimeError("gpt backward: needs a preceding forward with targets (and only one backward per forward)");
-    const int N = B * T, C = cfg.hidden, NH = cfg.heads, Vp = cfg.vocab;
-    float *dres = acts.dres, *dtmp = acts.dtmp, *dbig = acts.dbig;
-    auto notify = [&](size_t first, size_t count) {
-      if (!ready) return;
-      be.synchronize();
-      ready(first, count);
-    };
-    // the logits buffer becomes dlogits in place
-    const float dloss = n_valid ? grad_scale / (float)n_valid : 0.0f;
-    be.crossentropy_backward(acts.logits, acts.logits, acts.xent_lse, acts.d_targets, dloss, N, cfg.vocab_real, Vp);
-    logits_valid = false;
-    be.matmul_backward(dtmp, G(0), nullptr, acts.logits, acts.lnf, P(0), N, C, Vp, WeightLayout::OutIn);
-    const int lnfw = (int)tensors.size() - 2, lnfb = (int)tensors.size() - 1;
-    be.fill_zero(dres, sizeof(float) * N * C);
-    be.layernorm_backward(dres, G(lnfw), G(lnfb), dtmp, act(cfg.layers - 1).res3, P(lnfw), acts.lnf_mean,
-                          acts.lnf_rstd, N, C);
+  // The head's backward: d(loss) -> d(logits) in place -> lm_head -> final LayerNorm, into dres.
+  void head_backward(const BackwardOptions& o, const Dims& d, const std::function<void(size_t, size_t)>& notify) {
+    Activations& s = acts();
+    Slot& sl = cur();
+    const int N = (int)d.N, R = (int)d.R, C = (int)d.C;
+    const float dloss = sl.n_valid ? o.grad_scale / (float)sl.n_valid : 0.0f;
+    be.crossentropy_backward(s.logits, s.logits, s.xent_lse, s.d_targets, dloss, N, vocab_real_rows, (int)d.Vl);
+    sl.logits_valid = false;
+    const float* x = gather_rows(s.lnf, s.gathered, d);
+    be.matmul_backward(s.dtmp, G(wte), nullptr, s.logits, x, P(wte), N, C, (int)d.Vl, WeightLayout::OutIn);
+    // without the embedding here the lm_head is wte's only use: its gradient is final
+    if (!spec.has_embedding) notify(tensors[wte].offset, tensors[wte].size);
+    float* dx = reduce_rows(s.dtmp, s.drows, d);
+    be.fill_zero(s.dres, sizeof(float) * R * C);
+    be.layernorm_backward(s.dres, G(lnfw), G(lnfb), dx, piece_output(), P(lnfw), s.lnf_mean, s.lnf_rstd, R, C);
+    sum_norm_grads(lnfw, o, d);
     notify(tensors[lnfw].offset, tensors[lnfw].size + tensors[lnfb].size);
-    for (int l = cfg.layers - 1; l >= 0; l--) {
-      const LayerTensors& w = layers[l];
-      restore_layer(l);
-      LayerActs& a = act(l);
-      // MLP: dres holds d(res3), which is also d(res2)'s pass-through part
-      be.matmul_backward(dbig, G(w.fcprojw), G(w.fcprojb), dres, a.fch_gelu, P(w.fcprojw), N, 4 * C, C,
-                         WeightLayout::InOut);
-      be.gelu_backward(dbig, a.fch, dbig, (size_t)N * 4 * C);
-      be.matmul_backward(dtmp, G(w.fcw), G(w.fcb), dbig, a.ln2, P(w.fcw), N, C, 4 * C, WeightLayout::InOut);
-      be.layernorm_backward(dres, G(w.ln2w), G(w.ln2b), dtmp, a.res2, P(w.ln2w), a.ln2_mean, a.ln2_rstd, N, C);
-      // attention: dres now holds d(res2)
-      be.matmul_backward(dtmp, G(w.attprojw), G(w.attprojb), dres, a.atty, P(w.attprojw), N, C, C,
-                         WeightLayout::InOut);
-      be.attention_backward(dbig, dtmp, a.qkv, a.atty, a.att_lse, B, T, C, NH);
-      be.matmul_backward(dtmp, G(w.qkvw), G(w.qkvb), dbig, a.ln1, P(w.qkvw), N, C, 3 * C, WeightLayout::InOut);
-      be.layernorm_backward(dres, G(w.ln1w), G(w.ln1b), dtmp, layer_input(l), P(w.ln1w), a.ln1_mean, a.ln1_rstd, N,
-                            C);
-      notify(w.first, w.count);
+  }
+
+  void layer_backward(int l, const BackwardOptions& o, const Dims& d) {
+    Activations& s = acts();
+    const int B = cur().B, T = cur().T;
+    const int N = (int)d.N, R = (int)d.R, C = (int)d.C, Cl = (int)d.Cl, Fl = (int)d.Fl;
+    const LayerTensors& w = layers[l];
+    restore_layer(l);
+    LayerActs& a = act(l);
+    float *dres = s.dres, *dtmp = s.dtmp, *dbig = s.dbig;
+    // MLP: dres holds d(res3), which is also d(res2)'s pass-through part
+    const float* dy = gather_rows(dres, s.dfull, d);
+    be.matmul_backward(dbig, G(w.fcprojw), G(w.fcprojb), dy, a.fch_gelu, P(w.fcprojw), N, Fl, C, WeightLayout::InOut);
+    be.gelu_backward(dbig, a.fch, dbig, (size_t)N * Fl);
+    const float* x = gather_rows(a.ln2, s.gathered, d);
+    be.matmul_backward(dtmp, G(w.fcw), G(w.fcb), dbig, x, P(w.fcw), N, C, Fl, WeightLayout::InOut);
+    be.layernorm_backward(dres, G(w.ln2w), G(w.ln2b), reduce_rows(dtmp, s.drows, d), a.res2, P(w.ln2w), a.ln2_mean,
+                          a.ln2_rstd, R, C);
+    // attention: dres now holds d(res2)
+    dy = gather_rows(dres, s.dfull, d);
+    be.matmul_backward(dtmp, G(w.attprojw), G(w.attprojb), dy, a.atty, P(w.attprojw), N, Cl, C, WeightLayout::InOut);
+    be.attention_backward(dbig, dtmp, a.qkv, a.atty, a.att_lse, B, T, Cl, (int)d.NHl);
+    x = gather_rows(a.ln1, s.gathered, d);
+    be.matmul_backward(dtmp, G(w.qkvw), G(w.qkvb), dbig, x, P(w.qkvw), N, C, 3 * Cl, WeightLayout::InOut);
+    be.layernorm_backward(dres, G(w.ln1w), G(w.ln1b), reduce_rows(dtmp, s.drows, d), layer_input(l), P(w.ln1w),
+                          a.ln1_mean, a.ln1_rstd, R, C);
+    sum_norm_grads(w.ln1w, o, d);
+    sum_norm_grads(w.ln2w, o, d);
+  }
+
+  void backward(const BackwardOptions& o) {
+    if (!training) throw RuntimeError("gpt backward: the model was built forward-only (training=false)");
+    Slot& sl = cur();
+    if (spec.has_head && (!sl.have_targets || !sl.logits_valid))
+      throw RuntimeError("gpt backward: needs a preceding forward with targets (and only one backward per forward)");
+    if (!spec.has_head && (!sl.forwarded || !o.output_grad))
+      throw RuntimeError("gpt backward: a piece without the head needs a forward and the gradient of its output");
+    const Dims d = dims();
+    Activations& s = acts();
+    auto notify = [&](size_t first, size_t count) {
+      if (!o.on_grads_ready) return;
+      be.synchronize();
+      o.on_grads_ready(first, count);
+    };
+    if (spec.has_head) head_backward(o, d, notify);
+    else be.copy_device(s.dres, o.output_grad, sizeof(float) * d.R * d.C);
+    for (int l = (int)layers.size() - 1; l >= 0; l--) {
+      layer_backward(l, o, d);
+      notify(layers[l].first, layers[l].count);
     }
-    be.embedding_backward(G(0), G(1), dres, acts.d_inputs, B, T, C);
-    notify(0, tensors[0].size + tensors[1].size);
+    if (spec.has_embedding) {
+      const float* de = gather_rows(s.dres, s.dfull, d);
+      be.embedding_backward(G(wte), G(wpe), de, s.d_inputs, sl.B, sl.T, (int)d.C);
+      notify(tensors[wte].offset, tensors[wte].size + tensors[wpe].size);
+    }
+    sl.forwarded = false;
   }
 };
 
 Model::Model(const GptConfig& cfg, const kernels::Backend& backend, bool training)
-    : impl_(new Impl(cfg, backend, training)) {}
+    : impl_(new Impl(cfg, backend, training, ShardSpec{}, TpComm{})) {}
+Model::Model(const GptConfig& cfg, const kernels::Backend& backend, bool training, const ShardSpec& spec, TpComm comm)
+    : impl_(new Impl(cfg, backend, training, spec, std::move(comm))) {}
 Model::~Model() { delete impl_; }
 const GptConfig& Model::config() const { return impl_->cfg; }
+const ShardSpec& Model::shard() const { return impl_->spec; }
 const kernels::Backend& Model::backend() const { return impl_->be; }
 bool Model::training() const { return impl_->training; }
 const std::vector<TensorInfo>& Model::tensors() const { return impl_->tensors; }
@@ -465,9 +772,25 @@ float* Model::params() { return impl_->params; }
 float* Model::grads() { return impl_->grads; }
 const float* Model::params() const { return impl_->params; }
 const float* Model::grads() const { return impl_->grads; }
-const float* Model::logits() const { return impl_->acts.logits; }
-const float* Model::position_losses() const { return impl_->host_losses.data(); }
-int Model::valid_targets() const { return impl_->n_valid; }
+const float* Model::logits() const { return impl_->slots[impl_->slot].acts.logits; }
+const float* Model::position_losses() const { return impl_->slots[impl_->slot].host_losses.data(); }
+int Model::valid_targets() const { return impl_->slots[impl_->slot].n_valid; }
+
+size_t Model::stream_rows(int B, int T) const {
+  return dims_of(impl_->cfg, impl_->spec, (size_t)B * T).R;
+}
+float* Model::stage_input(int B, int T) {
+  impl_->ensure_activations((size_t)B * T);
+  return impl_->acts().encoded;
+}
+const float* Model::stage_output() const { return impl_->piece_output(); }
+const float* Model::stage_input_grad() const { return impl_->slots[impl_->slot].acts.dres; }
+void Model::set_activation_slot(int slot) {
+  if (slot < 0) throw RuntimeError("gpt: negative activation slot");
+  if ((size_t)slot >= impl_->slots.size()) impl_->slots.resize((size_t)slot + 1);
+  impl_->slot = slot;
+}
+int Model::activation_slot() const { return impl_->slot; }
 
 void Model::copy_params_from_host(const float* host) {
   impl_->be.copy_to_device(impl_->params, host, sizeof(float) * impl_->n_params);
@@ -482,46 +805,57 @@ void Model::copy_grads_to_host(float* host) const {
   impl_->be.copy_to_host(host, impl_->grads, sizeof(float) * impl_->n_params);
 }
 void Model::copy_logits_to_host(float* host) const {
-  if (!impl_->logits_valid) throw RuntimeError("gpt: no logits (no forward yet, or backward() overwrote them)");
+  const Impl::Slot& sl = impl_->slots[impl_->slot];
+  if (!sl.logits_valid) throw RuntimeError("gpt: no logits (no forward yet, or backward() overwrote them)");
   impl_->be.synchronize();
-  impl_->be.copy_to_host(host, impl_->acts.logits, sizeof(float) * (size_t)impl_->B * impl_->T * impl_->cfg.vocab);
+  impl_->be.copy_to_host(host, sl.acts.logits, sizeof(float) * (size_t)sl.B * sl.T * impl_->vocab_rows);
 }
 
 void Model::init(uint64_t seed) {
   Impl& m = *impl_;
-  std::vector<float> host(m.n_params, 0.0f);
+  std::vector<float> host(m.n_params, 0.0f), whole;
   const float stddev = 0.02f;
   const float residual_std = stddev / std::sqrt(2.0f * m.cfg.layers);
   for (const auto& t : m.tensors) {
-    float* p = host.data() + t.offset;
+    // the whole tensor as the whole model's init draws it (per-name streams), then this piece of it
+    size_t n = 1;
+    for (int dim : t.full_shape) n *= (size_t)dim;
+    whole.assign(n, 0.0f);
     const bool is_bias = t.name.ends_with(".bias");
     const bool is_norm = t.name.find("ln_") != std::string::npos;
     if (is_norm && !is_bias) {
-      std::fill(p, p + t.size, 1.0f);
+      std::fill(whole.begin(), whole.end(), 1.0f);
     } else if (is_bias) {
       // zeros
     } else if (t.name == "wte") {
       // padding rows stay zero: they are never looked up and their logits are masked
-      fill_normal(p, (size_t)m.cfg.vocab_real * m.cfg.hidden, stddev, seed, t.name);
+      fill_normal(whole.data(), (size_t)m.cfg.vocab_real * m.cfg.hidden, stddev, seed, t.name);
     } else {
       const bool residual_proj = t.name.ends_with("c_proj.weight");
-      fill_normal(p, t.size, residual_proj ? residual_std : stddev, seed, t.name);
+      fill_normal(whole.data(), n, residual_proj ? residual_std : stddev, seed, t.name);
     }
+    std::vector<FlatRun> runs;
+    tensor_runs(t, m.spec.tp, m.spec.tp_rank, runs);
+    for (const FlatRun& r : runs) std::copy_n(whole.data() + r.full, r.count, host.data() + t.offset + r.local);
   }
   m.be.copy_to_device(m.params, host.data(), sizeof(float) * m.n_params);
 }
 
 float Model::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
   float loss = impl_->forward(inputs, targets, B, T);
-  if (impl_->forward_layer_hook) impl_->forward_layer_hook(impl_->cfg.layers);
+  if (impl_->forward_layer_hook && impl_->spec.has_head) impl_->forward_layer_hook(impl_->cfg.layers);
   return loss;
 }
 
 void Model::set_forward_layer_hook(std::function<void(int layer)> hook) { impl_->forward_layer_hook = std::move(hook); }
 
 void Model::backward(const std::function<void(size_t, size_t)>& on_grads_ready, float grad_scale) {
-  impl_->backward(on_grads_ready, grad_scale);
+  BackwardOptions o;
+  o.on_grads_ready = on_grads_ready;
+  o.grad_scale = grad_scale;
+  impl_->backward(o);
 }
+void Model::backward(const BackwardOptions& options) { impl_->backward(options); }
 
 void Model::zero_grad() {
   if (impl_->grads) impl_->be.fill_zero(impl_->grads, sizeof(float) * impl_->n_params);
@@ -529,22 +863,27 @@ void Model::zero_grad() {
 
 void Model::set_recompute(Recompute mode) {
   if (impl_->recompute == mode) return;
-  impl_->free_activations();  // reallocated with the new layout at the next forward
+  for (auto& s : impl_->slots) impl_->free_slot(s);  // reallocated with the new layout at the next forward
   impl_->recompute = mode;
-  impl_->logits_valid = impl_->have_targets = false;
 }
 Recompute Model::recompute() const { return impl_->recompute; }
 void Model::set_recompute_gelu(bool on) { set_recompute(on ? Recompute::Gelu : Recompute::None); }
 bool Model::recompute_gelu() const { return impl_->recompute != Recompute::None; }
-size_t Model::activation_bytes() const { return impl_->owned_bytes; }
+size_t Model::activation_bytes() const {
+  size_t total = 0;
+  for (const auto& s : impl_->slots) total += s.owned_bytes;
+  return total;
+}
 
 std::vector<std::pair<size_t, size_t>> Model::grad_ready_ranges() const {
   const Impl& m = *impl_;
   std::vector<std::pair<size_t, size_t>> r;
-  const size_t lnf = m.tensors[m.tensors.size() - 2].offset;
-  r.emplace_back(lnf, m.n_params - lnf);
-  for (int l = m.cfg.layers - 1; l >= 0; l--) r.emplace_back(m.layers[l].first, m.layers[l].count);
-  r.emplace_back(0, m.tensors[0].size + m.tensors[1].size);
+  if (m.spec.has_head) {
+    if (!m.spec.has_embedding) r.emplace_back(m.tensors[m.wte].offset, m.tensors[m.wte].size);
+    r.emplace_back(m.tensors[m.lnfw].offset, m.tensors[m.lnfw].size + m.tensors[m.lnfb].size);
+  }
+  for (int l = (int)m.layers.size() - 1; l >= 0; l--) r.emplace_back(m.layers[l].first, m.layers[l].count);
+  if (m.spec.has_embedding) r.emplace_back(0, m.tensors[m.wte].size + m.tensors[m.wpe].size);
   return r;
 }
 

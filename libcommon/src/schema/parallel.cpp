@@ -13,5 +13,7 @@ void declare_parallel(Schema& s) {
                "activation recomputation (cairn-train: selective = none, its attention never stores the "
                "probabilities; gelu/full as [train] recompute)");
   s.add_choice("parallel", "sp", KeyType::String, "off", {"on", "off"}, "sequence parallelism");
+  s.add_range("parallel", "stage_layers", KeyType::IntList, json::array(), 1, 100000,
+              "layers of each pipeline stage (pp*v entries in virtual-stage order); empty = even split");
 }
 }  // namespace cairn::schema

@@ -45,6 +45,8 @@ struct Backend {
   void (*synchronize)();
 
   // ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ----
+  // Vocab-parallel: an id < 0 means the wte row lives on another rank, its term is 0 (forward) and it adds nothing to
+  // dwte (backward); wpe == nullptr (forward) / dwpe == nullptr (backward) drops the positional term / its gradient.
   void (*embedding_forward)(float* out, const int32_t* inp, const float* wte, const float* wpe,
                             int B, int T, int C);
   void (*embedding_backward)(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
@@ -80,12 +82,15 @@ struct Backend {
   void (*residual_forward)(float* out, const float* a, const float* b, size_t n);
 
   // ---- fused softmax + cross-entropy over logits [N, Vp]; only columns < V are real ----
-  // losses[i] = logsumexp(logits[i,:V]) - logits[i,targets[i]]; 0 where targets[i] < 0.
-  // lse [N] saved for backward.
+  // losses[i] = logsumexp(logits[i,:V]) - logits[i,targets[i]]; 0 where targets[i] < 0; where targets[i] >= V (the
+  // target column is on another rank, vocab-parallel) losses[i] = lse[i] and logits[i,targets[i]] is never read.
+  // lse[i] = logsumexp(logits[i,:V]) [N] is written for every row (ignored ones too) and saved for backward.
   void (*crossentropy_forward)(float* losses, float* lse, const float* logits, const int32_t* targets,
                                int N, int V, int Vp);
   // dlogits[i,j] = (softmax_j - [j == target]) * dloss for j < V, 0 for j >= V and for rows with
-  // targets < 0. Overwritten; may alias logits (the CPU/GPU model does this to save memory).
+  // targets < 0; targets >= V gives softmax_j * dloss (no -1). softmax_j = exp(logits[i,j] - lse[i]) with the lse
+  // given (a global one over all ranks' columns under vocab parallelism), never recomputed. Overwritten; may alias
+  // logits (the CPU/GPU model does this to save memory).
   void (*crossentropy_backward)(float* dlogits, const float* logits, const float* lse,
                                 const int32_t* targets, float dloss, int N, int V, int Vp);
 
