@@ -2,6 +2,8 @@
 // own stream. gpu_cuda.cpp implements it in CUDA builds; gpu_none.cpp in CPU-only builds, where
 // the trainer never reaches it (find_backend("cuda") does not exist there).
 #pragma once
+#include <mpi.h>
+
 #include <cstddef>
 #include <string>
 
@@ -19,17 +21,18 @@ using cairn::gpu::reset_peak_allocated;
 using cairn::gpu::set_bf16_matmul;
 inline DeviceInfo bind_rank_to_gpu() { return cairn::gpu::bind_rank_to_gpu("[train] backend"); }
 
-// An NCCL communicator over all ranks (bootstrapped over MPI: ncclGetUniqueId on rank 0, MPI_Bcast,
-// ncclCommInitRank) with its own non-blocking stream. Every call first makes that stream wait for the work already
-// queued on the compute (default) stream, so a call right after a layer's backward overlaps the next layers.
+// An NCCL communicator over the ranks of an MPI communicator (bootstrapped over it: ncclGetUniqueId on its rank 0,
+// MPI_Bcast, ncclCommInitRank; NCCL ranks are its ranks) with its own non-blocking stream. Every call first makes
+// that stream wait for the work already queued on the compute (default) stream, so a call right after a layer's
+// backward overlaps the next layers.
 class Nccl {
  public:
-  Nccl();  // collective
+  explicit Nccl(MPI_Comm comm = MPI_COMM_WORLD);  // collective over comm
   ~Nccl();
   Nccl(const Nccl&) = delete;
   Nccl& operator=(const Nccl&) = delete;
 
-  // buf[0, count) summed over all ranks, in place.
+  // buf[0, count) summed over the ranks, in place.
   void all_reduce(float* buf, size_t count);
   // ZeRO-1 gradient bucket: g[lo, hi) summed over ranks, each rank receiving the part inside its shard
   // [r*shard, min(N, (r+1)*shard)) at shard_out[i - r*shard]. Uneven pieces, so one ncclReduce per owning rank in

@@ -43,14 +43,14 @@ struct Nccl::Impl {
   }
 };
 
-Nccl::Nccl() : impl_(new Impl) {
+Nccl::Nccl(MPI_Comm comm) : impl_(new Impl) {
   Impl& m = *impl_;
   try {
-    m.rank = mpi::rank();
-    m.world = mpi::size();
+    mpi::check(MPI_Comm_rank(comm, &m.rank), "MPI_Comm_rank");
+    mpi::check(MPI_Comm_size(comm, &m.world), "MPI_Comm_size");
     ncclUniqueId id{};
     if (m.rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    mpi::check(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast (NCCL id)");
+    mpi::check(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, comm), "MPI_Bcast (NCCL id)");
     // Non-blocking: kernels on the legacy default stream must not implicitly wait for communication.
     cuda_check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     cuda_check(cudaEventCreateWithFlags(&m.compute_done, cudaEventDisableTiming), "cudaEventCreate");

@@ -1,0 +1,45 @@
+// cairn-train's settings: everything the config decides, read and checked before anything is written.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "cairn/config.h"
+#include "cairn/gpt.h"
+
+namespace cairn::train {
+
+// Everything the config decides, checked before anything is written.
+struct Settings {
+  int world = 1, rank = 0;
+  int64_t steps = 0, global_batch = 0, warmup = 0;
+  int micro = 0, accum = 1, T = 0;
+  uint64_t seed = 0;
+  double lr = 0, min_lr = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0, grad_clip = 0;
+  std::string schedule;
+  int64_t checkpoint_every = 0, keep_every = 0, val_every = 0;
+  int keep_checkpoints = 1, val_batches = 0, prefetch = 4, log_every = 1;
+  std::string resume;
+  int zero = 0;
+  double bucket_bytes = 0;
+  double spike_z = 0;
+  int spike_window = 50, spike_min_steps = 20, max_skips = 5;
+  bool restore_on_skips = true;
+  std::string trace_steps;
+  bool tensorboard = true;
+  double peak_tflops = 0;
+  int threads = 0;
+  std::string backend;
+  bool on_gpu = false;            // backend "cuda": device memory, NCCL between ranks
+  gpt::Recompute recompute = gpt::Recompute::None;  // [train] / [parallel] recompute (resolve_recompute)
+  bool bf16 = false;              // cuda: precision = "bf16" (bf16 GEMM inputs, fp32 accumulation and state)
+  std::string run_dir, train_dir, ckpt_dir, data_dir;
+  double val_fraction = 0;
+};
+
+// [train] recompute and [parallel] recompute resolved to one mode (usage error when they disagree).
+gpt::Recompute resolve_recompute(const Config& cfg);
+
+// Reads and checks the config; throws UsageError (exit 2) on anything cairn-train cannot run.
+Settings read_settings(const Config& cfg);
+
+}  // namespace cairn::train

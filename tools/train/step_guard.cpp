@@ -1,0 +1,79 @@
+// cairn-train's NaN/spike policy (step_guard.h): the z-score window, the skip decision, too many skips in a row.
+#include "step_guard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cairn/error.h"
+#include "cairn/log.h"
+
+namespace cairn::train {
+
+double SpikeWindow::zscore(const std::deque<double>& w, double x) {
+  if (w.size() < 2) return 0;
+  double mean = 0, var = 0;
+  for (double v : w) mean += v;
+  mean /= static_cast<double>(w.size());
+  for (double v : w) var += (v - mean) * (v - mean);
+  double sd = std::sqrt(var / static_cast<double>(w.size() - 1));
+  if (sd <= 1e-12 * std::max(1.0, std::fabs(mean))) return x > mean * (1 + 1e-6) + 1e-12 ? 1e9 : 0;
+  return (x - mean) / sd;
+}
+
+void SpikeWindow::push(double l, double n, size_t cap) {
+  loss.push_back(l);
+  norm.push_back(n);
+  while (loss.size() > cap) loss.pop_front();
+  while (norm.size() > cap) norm.pop_front();
+}
+
+nlohmann::json SpikeWindow::to_json() const {
+  return {{"loss", std::vector<double>(loss.begin(), loss.end())},
+          {"norm", std::vector<double>(norm.begin(), norm.end())}};
+}
+
+SpikeWindow SpikeWindow::from_json(const nlohmann::json& j) {
+  SpikeWindow w;
+  for (double x : j["loss"]) w.loss.push_back(x);
+  for (double x : j["norm"]) w.norm.push_back(x);
+  return w;
+}
+
+std::string skip_reason(const Settings& s, const SpikeWindow& window, float loss, double norm) {
+  if (!std::isfinite(loss) || !std::isfinite(norm)) return "non-finite loss or gradient";
+  if (s.spike_z > 0 && static_cast<int>(window.loss.size()) >= s.spike_min_steps) {
+    double zl = SpikeWindow::zscore(window.loss, loss), zn = SpikeWindow::zscore(window.norm, norm);
+    if (zl > s.spike_z) return strprintf("loss spike (z = %.1f)", zl);
+    if (zn > s.spike_z) return strprintf("gradient-norm spike (z = %.1f)", zn);
+  }
+  return "";
+}
+
+void StepGuard::accepted(float loss, double norm, const Settings& s) {
+  spikes.push(loss, norm, static_cast<size_t>(s.spike_window));
+  consecutive = 0;
+}
+
+bool StepGuard::must_restore(const Settings& s, int64_t step, const std::string& reason,
+                             const std::string& last_ckpt) const {
+  if (consecutive <= s.max_skips) return false;
+  if (!s.restore_on_skips) {
+    throw RuntimeError(strprintf("%d consecutive steps skipped (last at step %lld: %s); stopping as "
+                                 "[train] on_too_many_skips = \"stop\"",
+                                 consecutive, static_cast<long long>(step), reason.c_str()));
+  }
+  if (restores_since_checkpoint >= 3) {
+    throw RuntimeError(strprintf("%d consecutive steps skipped at step %lld after %d restores of \"%s\" without "
+                                 "progress: the model itself diverges (lower [train] lr?)",
+                                 consecutive, static_cast<long long>(step), restores_since_checkpoint,
+                                 last_ckpt.c_str()));
+  }
+  if (last_ckpt.empty()) {
+    throw RuntimeError(strprintf("%d consecutive steps skipped at step %lld and no checkpoint to restore yet",
+                                 consecutive, static_cast<long long>(step)));
+  }
+  return true;
+}
+
+}  // namespace cairn::train

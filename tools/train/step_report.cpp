@@ -1,0 +1,176 @@
+// cairn-train's per-step record and its sinks (step_report.h): metrics.jsonl, TensorBoard, the progress line, MFU.
+#include "step_report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "cairn/costmodel.h"
+#include "cairn/files.h"
+#include "cairn/log.h"
+#include "cairn/mpi.h"
+#include "cairn/provenance.h"
+#include "step_trace.h"
+
+using nlohmann::json;
+
+namespace cairn::train {
+
+namespace {
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  long t = static_cast<long>(s + 0.5);
+  if (t >= 3600) return strprintf("%ldh%02ldm", t / 3600, (t / 60) % 60);
+  if (t >= 60) return strprintf("%ldm%02lds", t / 60, t % 60);
+  return strprintf("%lds", t);
+}
+
+std::string format_rate(double r) {
+  if (r >= 1e6) return strprintf("%.2fM", r / 1e6);
+  if (r >= 1e3) return strprintf("%.1fk", r / 1e3);
+  return strprintf("%.0f", r);
+}
+
+// The measured peak of this rank's GEMM on a square problem (large enough on a GPU to hide launch latency), as the
+// mean over ranks so MFU is the same number on every rank.
+double measure_peak_tflops(const Settings& s, const kernels::Backend& backend) {
+  const int n = s.on_gpu ? 4096 : 512;
+  float* a = static_cast<float*>(backend.alloc(sizeof(float) * n * n));
+  float* b = static_cast<float*>(backend.alloc(sizeof(float) * n * n));
+  float* c = static_cast<float*>(backend.alloc(sizeof(float) * n * n));
+  backend.matmul_forward(c, a, b, nullptr, n, n, n, kernels::WeightLayout::InOut);
+  double best = 0;
+  for (int rep = 0; rep < 8; ++rep) {  // best of several: other processes may share the core
+    double t0 = now_s();
+    backend.matmul_forward(c, a, b, nullptr, n, n, n, kernels::WeightLayout::InOut);
+    backend.synchronize();
+    double dt = now_s() - t0;
+    if (dt > 0) best = std::max(best, 2.0 * n * n * n / dt / 1e12);
+  }
+  backend.free(a);
+  backend.free(b);
+  backend.free(c);
+  return mpi::allreduce(best) / s.world;
+}
+
+}  // namespace
+
+json StepTimes::to_json() const {
+  json j = json::object();
+  for (const auto& [name, field] : kStepTimeFields) j[name] = this->*field;
+  return j;
+}
+
+json StepRecord::to_json(double wall_time) const {
+  json line = {{"kind", "train"}, {"step", step}, {"tokens", tokens}, {"loss", loss}, {"lr", lr},
+               {"grad_norm", grad_norm}, {"tokens_per_s", tokens_per_s}, {"mfu", mfu}, {"tflops", tflops},
+               {"skipped", skipped}, {"skipped_total", skipped_total}, {"time_s", time.to_json()},
+               {"wall_time", wall_time}};
+  if (hfu) line["hfu"] = *hfu;
+  if (peak_mem_gib) line["peak_mem_gib"] = *peak_mem_gib;
+  if (device_mem_gib) line["device_mem_gib"] = *device_mem_gib;
+  if (!std::isfinite(loss)) line["loss"] = nullptr;
+  if (!std::isfinite(grad_norm)) line["grad_norm"] = nullptr;
+  return line;
+}
+
+FlopCounts flop_counts(const Settings& s, const gpt::GptConfig& g, const gpu::DeviceInfo& device,
+                       const kernels::Backend& backend) {
+  FlopCounts f;
+  costmodel::ModelSpec spec;
+  spec.layers = g.layers;
+  spec.hidden = g.hidden;
+  spec.heads = spec.kv_heads = g.heads;
+  spec.ffn_hidden = 4 * static_cast<int64_t>(g.hidden);
+  spec.seq_len = g.seq_len;
+  spec.vocab = g.vocab;
+  f.model_per_token = costmodel::model_flops_per_token(spec);
+  // MFU counts model FLOPs only (as cairn-plan and Megatron report it); recomputation's extra forward work
+  // goes into hardware FLOPs ("hfu" in metrics lines), from the model's own count of what it reruns.
+  f.hardware_per_token = f.model_per_token + gpt::recompute_flops_per_token(g, s.recompute);
+  if (s.peak_tflops > 0) {
+    f.peak_tflops = s.peak_tflops;
+  } else {
+    // A GPU's datasheet peak (fp32, or bf16 tensor cores with precision = "bf16") when it is a known one; else, as
+    // on a CPU, the measured peak of this rank's GEMM.
+    double datasheet = s.bf16 ? device.peak_tflops_bf16 : device.peak_tflops_fp32;
+    f.peak_tflops = s.on_gpu && datasheet > 0 ? mpi::allreduce(datasheet) / s.world : measure_peak_tflops(s, backend);
+  }
+  return f;
+}
+
+void StepReporter::open(const Config& cfg, int64_t step) {
+  if (s_.rank != 0) return;
+  const Provenance& prov = provenance();
+  atomic_write(join_path(s_.train_dir, "config.toml"),
+               strprintf("# effective config of %s %s (git %s) on %s at %s\n# command line: %s\n", prov.tool.c_str(),
+                         prov.version.c_str(), prov.git_sha.c_str(), prov.host.c_str(), prov.time_utc.c_str(),
+                         prov.command_line.c_str()) +
+                   cfg.to_toml(true));
+  jsonl_ = metrics::JsonlWriter(join_path(s_.train_dir, "metrics.jsonl"), step);
+  // Each start (and each resume) records who wrote the lines that follow; readers skip this kind.
+  jsonl_.write({{"kind", "provenance"}, {"step", step}, {"provenance", prov.to_json()}});
+  if (s_.tensorboard) tb_ = std::make_unique<metrics::TfEventsWriter>(s_.train_dir);
+}
+
+void StepReporter::reopen(int64_t step) {
+  if (s_.rank == 0) jsonl_ = metrics::JsonlWriter(join_path(s_.train_dir, "metrics.jsonl"), step);
+}
+
+void StepReporter::start_clock(int64_t first_step) {
+  run_t0_ = now_s();
+  first_step_ = first_step;
+}
+
+void StepReporter::write(StepRecord& r) {
+  const int64_t tokens_per_step = s_.global_batch * s_.T;
+  r.tokens_per_s = tokens_per_step / std::max(r.time.total, 1e-9);
+  r.tflops = flops_.model_per_token * r.tokens_per_s / 1e12 / s_.world;
+  r.mfu = flops_.peak_tflops > 0 ? r.tflops / flops_.peak_tflops : 0;
+  if (s_.rank != 0) return;
+  if (s_.recompute == gpt::Recompute::Full && flops_.peak_tflops > 0)
+    r.hfu = flops_.hardware_per_token * r.tokens_per_s / 1e12 / s_.world / flops_.peak_tflops;
+  std::string mem_note;
+  if (s_.on_gpu) {
+    // Rank 0's device memory: high-water of cairn's allocations (compare PyTorch's max_memory_allocated) and
+    // what the device has in use now (CUDA context, cuBLAS and NCCL buffers included).
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    r.peak_mem_gib = static_cast<double>(gpu::peak_allocated_bytes()) / gib;
+    r.device_mem_gib = static_cast<double>(gpu::device_used_bytes()) / gib;
+    mem_note = strprintf(" | mem %.2f GiB", *r.peak_mem_gib);
+  }
+  jsonl_.write(r.to_json(wall_clock()));
+  if (tb_) {
+    tb_->add_scalars({{"train/loss", r.loss}, {"train/lr", static_cast<float>(r.lr)},
+                      {"train/grad_norm", static_cast<float>(r.grad_norm)},
+                      {"train/tokens_per_s", static_cast<float>(r.tokens_per_s)},
+                      {"train/mfu", static_cast<float>(r.mfu)},
+                      {"train/skipped_total", static_cast<float>(r.skipped_total)},
+                      {"time/data_s", static_cast<float>(r.time.data)}, {"time/step_s", static_cast<float>(r.time.total)}},
+                     r.step, wall_clock());
+  }
+  if (r.step % s_.log_every == 0 || r.step == s_.steps) {
+    double elapsed = now_s() - run_t0_;
+    double eta = elapsed / static_cast<double>(r.step - first_step_) * static_cast<double>(s_.steps - r.step);
+    CAIRN_LOG_INFO("step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s | mfu %.1f%% | data %.0f ms%s | ETA %s%s",
+                   static_cast<long long>(r.step), static_cast<long long>(s_.steps), static_cast<double>(r.loss), r.lr,
+                   r.grad_norm, format_rate(r.tokens_per_s).c_str(), 100 * r.mfu, 1e3 * r.time.data, mem_note.c_str(),
+                   format_duration(eta).c_str(), r.skipped ? " | SKIPPED" : "");
+  }
+}
+
+void StepReporter::write_val(int64_t step, int64_t tokens, double val_loss, uint64_t first_window, uint64_t windows) {
+  if (s_.rank != 0) return;
+  // Which windows were scored, so cairn-eval can reproduce the figure exactly.
+  jsonl_.write({{"kind", "val"}, {"step", step}, {"tokens", tokens}, {"val_loss", val_loss},
+                {"val_first_window", first_window}, {"val_windows", windows}, {"seq_len", s_.T},
+                {"wall_time", wall_clock()}});
+  if (tb_) tb_->add_scalar("val/loss", static_cast<float>(val_loss), step, wall_clock());
+  CAIRN_LOG_INFO("step %lld | val loss %.4f", static_cast<long long>(step), val_loss);
+}
+
+void StepReporter::flush() {
+  if (tb_) tb_->flush();
+}
+
+}  // namespace cairn::train
