@@ -150,9 +150,9 @@ expect2 "index.json" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set "data.
 expect2 "vocab" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set model.vocab=128
 expect2 "seq_len" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set model.seq_len=4000000
 expect2 "divisible" $MPIRUN -np 2 "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set train.global_batch=3
-expect2 "tp = 2" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set parallel.tp=2
+expect2 "tp\*pp = 2\*1" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set parallel.tp=2  # 1 rank cannot hold tp = 2
 printf '[parallel]\ndp = 4\ntp = 1\npp = 1\nv = 1\nmb = 2\nzero = 1\nrecompute = "none"\nsp = "off"\n' > "$W/best.toml"
-expect2 "dp = 4" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --config "$W/best.toml"
+expect2 "dp\*tp\*pp = 4\*1\*1 = 4 does not match the 1 MPI ranks" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --config "$W/best.toml"
 expect2 "/dev/null" "$BIN/cairn-train" --out /dev/null/run "${MODEL[@]}"
 expect2 "existing checkpoints" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --resume none
 [[ $(md5sum "$W/r1/train/metrics.jsonl") == "$before" ]] || fail "a failed run changed metrics.jsonl"

@@ -69,20 +69,29 @@ Settings read_settings(const Config& cfg) {
   s.backend = cfg.get_string("train.backend");
   s.val_fraction = cfg.get_float("data.val_fraction");
 
-  // [parallel]: only pure data parallelism (with optional ZeRO-1) runs here.
-  int64_t tp = cfg.get_int("parallel.tp"), pp = cfg.get_int("parallel.pp"), dp = cfg.get_int("parallel.dp");
-  if (tp != 1 || pp != 1) {
-    throw UsageError(strprintf("[parallel] tp = %lld, pp = %lld: cairn-train runs data parallelism only "
-                               "(tp = 1, pp = 1); choose a plan with tp = pp = 1",
-                               static_cast<long long>(tp), static_cast<long long>(pp)));
+  // [parallel]: the layout (cairn-plan's best.toml keys), checked against the model and the batch. The vocabulary
+  // (known once the dataset is open) is checked by the model pieces.
+  parallel::LayoutRequest req;
+  req.world = s.world;
+  req.dp = static_cast<int>(cfg.get_int("parallel.dp"));
+  req.tp = static_cast<int>(cfg.get_int("parallel.tp"));
+  req.pp = static_cast<int>(cfg.get_int("parallel.pp"));
+  req.v = static_cast<int>(cfg.get_int("parallel.v"));
+  req.zero = static_cast<int>(cfg.get_int("parallel.zero"));
+  req.sp = cfg.get_string("parallel.sp") == "on";
+  req.micro_batch = cfg.get_int("train.micro_batch");
+  if (req.micro_batch <= 0) req.micro_batch = cfg.get_int("parallel.mb");
+  req.global_batch = s.global_batch;
+  req.layers = static_cast<int>(cfg.get_int("model.layers"));
+  req.heads = static_cast<int>(cfg.get_int("model.heads"));
+  req.hidden = static_cast<int>(cfg.get_int("model.hidden"));
+  req.seq_len = s.T;
+  for (int64_t n : cfg.get_ints("parallel.stage_layers")) req.stage_layers.push_back(static_cast<int>(n));
+  s.layout = parallel::resolve_layout(req);
+  s.zero = s.layout.zero;
+  if (s.zero >= 2) {
+    throw UsageError(strprintf("[parallel] zero = %d: cairn-train runs ZeRO stages 0 and 1 so far; set zero = 1", s.zero));
   }
-  if (dp != 0 && dp != s.world) {
-    throw UsageError(strprintf("[parallel] dp = %lld but %d ranks were started (dp must equal the rank count, or 0)",
-                               static_cast<long long>(dp), s.world));
-  }
-  s.zero = static_cast<int>(cfg.get_int("parallel.zero"));
-  if (s.zero > 1) throw UsageError(strprintf("[parallel] zero = %d: cairn-train supports zero = 0 or 1", s.zero));
-  if (cfg.get_string("parallel.sp") == "on") throw UsageError("[parallel] sp = \"on\" needs tensor parallelism (tp > 1), which cairn-train does not run");
   s.recompute = resolve_recompute(cfg);
   if (s.backend == "cpu" && cfg.get_string("train.precision") != "fp32") {
     throw UsageError("[train] precision = \"" + cfg.get_string("train.precision") + "\" needs the cuda backend; the cpu backend computes in fp32");
@@ -92,15 +101,8 @@ Settings read_settings(const Config& cfg) {
   if (cfg.get_string("model.architecture") != "gpt") {
     throw UsageError("[model] architecture = \"" + cfg.get_string("model.architecture") + "\": cairn-train implements \"gpt\"");
   }
-  int64_t mb = cfg.get_int("train.micro_batch");
-  if (mb <= 0) mb = cfg.get_int("parallel.mb");
-  if (mb <= 0) mb = s.global_batch / s.world;
-  if (mb <= 0 || s.global_batch % (static_cast<int64_t>(s.world) * mb) != 0) {
-    throw UsageError(strprintf("[train] global_batch = %lld is not divisible by ranks (%d) x micro_batch (%lld)",
-                               static_cast<long long>(s.global_batch), s.world, static_cast<long long>(mb)));
-  }
-  s.micro = static_cast<int>(mb);
-  s.accum = static_cast<int>(s.global_batch / (s.world * mb));
+  s.micro = s.layout.micro_batch;
+  s.accum = s.layout.micro_steps;
   if (s.warmup > s.steps) s.warmup = s.steps;
 
   s.run_dir = run_dir(cfg);

@@ -5,6 +5,7 @@
 
 #include "cairn/config.h"
 #include "cairn/gpt.h"
+#include "cairn/parallel.h"
 
 namespace cairn::train {
 
@@ -20,6 +21,7 @@ struct Settings {
   int keep_checkpoints = 1, val_batches = 0, prefetch = 4, log_every = 1;
   std::string resume;
   int zero = 0;
+  parallel::Layout layout;        // [parallel]: dp x tp x pp (v), ZeRO, sp, micro-batch (resolve_layout)
   double bucket_bytes = 0;
   double spike_z = 0;
   int spike_window = 50, spike_min_steps = 20, max_skips = 5;

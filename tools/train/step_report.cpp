@@ -67,6 +67,7 @@ json StepRecord::to_json(double wall_time) const {
                {"skipped", skipped}, {"skipped_total", skipped_total}, {"time_s", time.to_json()},
                {"wall_time", wall_time}};
   if (hfu) line["hfu"] = *hfu;
+  if (mem_gib > 0) line["mem_gib"] = mem_gib;
   if (peak_mem_gib) line["peak_mem_gib"] = *peak_mem_gib;
   if (device_mem_gib) line["device_mem_gib"] = *device_mem_gib;
   if (!std::isfinite(loss)) line["loss"] = nullptr;

@@ -1,5 +1,6 @@
-// cairn-train's checkpoints: finding the one to resume from, writing (model.h5 with the train_state JSON, per-rank
-// optim shards, sealed and pruned) and loading them back.
+// cairn-train's checkpoints: finding the one to resume from, writing (model.h5 with the train_state JSON, optimizer
+// state, sealed and pruned) and loading them back. Checkpoints hold whole tensors whatever the layout, so any layout
+// resumes any other.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,6 +10,8 @@
 #include "cairn/config.h"
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
+#include "cairn/parallel.h"
+#include "chunk.h"
 #include "grad_sync.h"
 #include "settings.h"
 #include "step_guard.h"
@@ -26,13 +29,15 @@ struct TrainProgress {
 // The train_state JSON of model.h5: progress, skip counters, spike window and what the run was started with.
 nlohmann::json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g);
 
-// The checkpoints of one run in <run>/train/ckpt/: the model's parameters and this rank's slice [lo, hi) of the
-// AdamW moments m and v (backend memory), all of which must outlive this object.
+// The checkpoints of one run in <run>/train/ckpt/, written from and loaded into this rank's model chunks (which must
+// outlive this object). model.h5 holds the whole model. The AdamW moments: without tensor or pipeline parallelism
+// each data-parallel rank writes its ZeRO slice of the (whole) flat buffer to optim.rank<r>.h5 as before; otherwise
+// every rank's pieces are assembled into whole-model order on rank 0, which writes them to optim.rank00000.h5.
 class TrainCheckpoints {
  public:
-  TrainCheckpoints(const Config& cfg, const Settings& s, const gpt::GptConfig& config, gpt::Model& model,
-                   const kernels::Backend& backend, const Shards& shards, float* m, float* v)
-      : cfg_(cfg), s_(s), config_(config), model_(model), backend_(backend), shards_(shards), m_(m), v_(v) {}
+  TrainCheckpoints(const Config& cfg, const Settings& s, const gpt::GptConfig& config, const parallel::Groups& groups,
+                   std::vector<Chunk>& chunks, const kernels::Backend& backend)
+      : cfg_(cfg), s_(s), config_(config), groups_(groups), chunks_(chunks), backend_(backend) {}
 
   // Collective. [train] resume: "auto" the newest complete checkpoint (or none), "none" none (a usage error over
   // existing checkpoints), else that directory (a usage error when incomplete). "" = start from scratch.
@@ -43,14 +48,16 @@ class TrainCheckpoints {
   std::string write(const TrainProgress& p, const StepGuard& g) const;
 
  private:
+  // Without tensor and pipeline parallelism this rank's one chunk is the whole flat buffer.
+  bool whole() const { return s_.layout.tp == 1 && s_.layout.pp == 1; }
+  void write_files(const std::string& tmp, const TrainProgress& p, const StepGuard& g) const;
+
   const Config& cfg_;
   const Settings& s_;
   const gpt::GptConfig& config_;
-  gpt::Model& model_;
+  const parallel::Groups& groups_;
+  std::vector<Chunk>& chunks_;
   const kernels::Backend& backend_;
-  const Shards& shards_;
-  float* m_;
-  float* v_;
 };
 
 }  // namespace cairn::train

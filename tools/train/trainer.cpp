@@ -6,10 +6,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <memory>
 
 #include "backend_buffer.h"
+#include "cairn/gpt_mpi.h"
+#include "cairn/parallel.h"
+#include "cairn/pipeline.h"
+#include "chunk.h"
 #include "cairn/checkpoint.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
@@ -22,6 +27,7 @@
 #include "gpu.h"
 #include "grad_sync.h"
 #include "loader.h"
+#include "piece_io.h"
 #include "settings.h"
 #include "step_guard.h"
 #include "step_report.h"
@@ -53,17 +59,31 @@ class Trainer {
   void load_checkpoint(const std::string& dir);
   void write_checkpoint();
 
-  // One step.
+  // One step: the pipeline schedule's forward and backward passes over this rank's chunks.
   void train_step(StepTimes& tm, float& loss, double& norm_sq, Fault fault);
-  void backward(bool last, Fault fault);
-  void grads_ready(size_t first, size_t count);
+  const MicroBatch& micro_batch(int k, StepTimes& tm);
+  void forward_action(const pipeline::Action& a, StepTimes& tm);
+  void backward_action(const pipeline::Action& a, bool last, Fault fault, StepTimes& tm);
+  void grads_ready(Chunk& ch, size_t first, size_t count);
+  void finish_grads(StepTimes& tm);
   double global_norm_sq() const;
   double update_or_skip(int64_t step, const std::string& skip_reason, float loss, double norm, double lr);
-  double apply_update(double lr, double grad_scale);  // returns seconds spent all-gathering (ZeRO-1)
+  double apply_update(double lr, double grad_scale);  // returns seconds spent all-gathering (ZeRO)
   void poison_first_grad() {
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    backend_->copy_to_device(model_->grads(), &nan, sizeof nan);
+    backend_->copy_to_device(chunks_.front().model->grads(), &nan, sizeof nan);
   }
+  // Pipeline messages: a chunk's activations (forward) or input gradient (backward) to/from the neighbouring
+  // virtual stage, staged through host memory (device backends); recv returns the seconds spent waiting.
+  int take_slot(Chunk& ch, int micro);
+  void send_floats(const float* src, size_t n, int to, int tag);
+  double recv_floats(Chunk& ch, float* dst, size_t n, int from, int tag);
+  void wait_sends();
+  size_t stream_floats(const Chunk& ch) const;
+  // Collectives over a sub-group on the backend's memory (staged through host memory on a device backend).
+  void allreduce_backend(float* buf, size_t n, MPI_Comm comm);
+  std::vector<float> assemble_params();
+  double memory_gib() const;
 
   // The run loop.
   void start_run();
@@ -95,17 +115,23 @@ class Trainer {
   const kernels::Backend* backend_ = nullptr;
   gpu::DeviceInfo device_;
   gpt::GptConfig gcfg_;
-  std::unique_ptr<gpt::Model> model_;
-  std::vector<gpt::DecayRange> decay_ranges_;
-
-  // Data parallelism: the group gradients are summed over, and this rank's part of the optimizer state
-  // (shards_.lo .. shards_.hi: all of it without ZeRO).
-  MPI_Comm dp_comm_ = MPI_COMM_WORLD;
-  Shards shards_;
-  BackendBuffer m_, v_, shard_grads_;  // in the backend's memory
-  std::unique_ptr<GradSync> grad_sync_;  // null on a single rank
-  bool reduce_active_ = false;           // the last micro-batch's backward: ranges go to grad_sync_
-  size_t covered_ = 0;                   // parameters whose gradient the model reported in this backward
+  // The layout and this rank's chunks of the model (one per virtual pipeline stage it runs), each with its part of
+  // the optimizer state and its data-parallel gradient sync.
+  std::unique_ptr<parallel::Groups> groups_;
+  std::vector<Chunk> chunks_;
+  gpt::TpComm tp_comm_;
+  double tp_comm_s_ = 0;  // seconds in tensor-parallel collectives (this step so far)
+  // Pipeline sends in flight: each owns its buffer until MPI is done with it. Nothing waits for a send mid-step (a
+  // rank blocked on its own send while the receiver waits for that rank would deadlock); wait_sends() at the end.
+  struct PendingSend {
+    std::vector<float> buf;
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
+  std::deque<PendingSend> sends_;
+  std::vector<MicroBatch> micro_;  // this step's micro-batches, fetched as the schedule first needs them
+  double loss_sum_ = 0;            // losses of the micro-batches whose head ran on this rank (this step)
+  bool reduce_active_ = false;     // the chunk's last backward of the step: ranges go to its gradient sync
+  size_t covered_ = 0;             // parameters whose gradient the model reported in this backward
 
   // Progress and fault state (checkpointed), checkpoints.
   TrainProgress progress_;
@@ -205,42 +231,76 @@ void Trainer::open_dataset() {
   mpi::barrier();
 }
 
-// The model, this rank's optimizer state, the gradient sync, the data loader and the checkpoints.
+// The layout's groups, this rank's model chunks with their optimizer state and gradient sync, the data loader and
+// the checkpoints.
 void Trainer::build_model() {
-  model_ = std::make_unique<gpt::Model>(gcfg_, *backend_);
-  // Per-layer forward events in the trace (backward layers come from the gradient-ready callback).
-  model_->set_forward_layer_hook([this](int layer) {
-    if (!trace_.active()) return;
-    double t = now_s();
-    std::string name = layer < 0                ? std::string("forward embeddings")
-                       : layer >= gcfg_.layers ? std::string("forward head/loss")
-                                               : strprintf("forward h.%d", layer);
-    trace_.event(name, "layer", last_fwd_time_, t);
-    last_fwd_time_ = t;
-  });
-  model_->set_recompute(s_.recompute);
-  shards_ = Shards::over(dp_comm_, model_->num_params(), s_.zero == 1);
-  if (shards_.shard > 0) shard_grads_ = BackendBuffer(backend_, shards_.count());
-  // This rank's slice of the optimizer, split where weight decay switches on and off.
-  decay_ranges_ = gpt::decay_ranges(model_->tensors(), shards_.lo, shards_.count());
-  m_ = BackendBuffer(backend_, shards_.count());
-  v_ = BackendBuffer(backend_, shards_.count());
-  if (shards_.size > 1) {
-    grad_sync_ = make_grad_sync(s_.on_gpu, dp_comm_, *backend_, shards_, model_->grads(), shard_grads_.data(),
-                                s_.bucket_bytes, trace_);
+  const parallel::Layout& L = s_.layout;
+  groups_ = std::make_unique<parallel::Groups>(L);
+  const parallel::Coords& at = groups_->coords;
+  if (L.tp > 1) {
+    auto count = [this](double seconds) { tp_comm_s_ += seconds; };
+    tp_comm_ = gpt::mpi_tp_comm(groups_->tp, count, backend_->device_memory ? backend_ : nullptr);
+  }
+  if (L.pp > 1) pipeline::max_message_tag(L.pp, L.v, s_.accum);  // throws when the tags would not fit
+  for (int c = 0; c < L.v; ++c) {
+    Chunk ch;
+    ch.stage = parallel::virtual_stage(L, at.pp, c);
+    const auto [first, count] = parallel::stage_layer_range(L, ch.stage);
+    ch.spec.tp = L.tp;
+    ch.spec.tp_rank = at.tp;
+    ch.spec.sequence_parallel = L.sp;
+    ch.spec.first_layer = first;
+    ch.spec.num_layers = count;
+    ch.spec.has_embedding = ch.stage == 0;
+    ch.spec.has_head = ch.stage == L.pp * L.v - 1;
+    try {
+      ch.model = std::make_unique<gpt::Model>(gcfg_, *backend_, true, ch.spec, tp_comm_);
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("[model] / [parallel]: ") + e.what());
+    }
+    // Per-layer forward events in the trace (backward layers come from the gradient-ready callback).
+    ch.model->set_forward_layer_hook([this](int layer) {
+      if (!trace_.active()) return;
+      double t = now_s();
+      std::string name = layer < 0                ? std::string("forward embeddings")
+                         : layer >= gcfg_.layers ? std::string("forward head/loss")
+                                                 : strprintf("forward h.%d", layer);
+      trace_.event(name, "layer", last_fwd_time_, t);
+      last_fwd_time_ = t;
+    });
+    ch.model->set_recompute(s_.recompute);
+    ch.map = piece_map(gcfg_, ch.spec);
+    ch.norm_ranges = norm_ranges(ch.model->tensors(), ch.spec);
+    if (L.pp > 1 && (ch.spec.has_embedding || ch.spec.has_head)) {
+      const gpt::TensorInfo* wte = ch.model->find_tensor("wte");
+      ch.tied_first = wte->offset;
+      ch.tied_count = wte->size;
+    }
+    ch.shards = Shards::over(groups_->dp, ch.model->num_params(), s_.zero >= 1);
+    if (ch.shards.shard > 0) ch.shard_grads = BackendBuffer(backend_, ch.shards.count());
+    // This rank's slice of the optimizer, split where weight decay switches on and off.
+    ch.decay = gpt::decay_ranges(ch.model->tensors(), ch.shards.lo, ch.shards.count());
+    ch.m = BackendBuffer(backend_, ch.shards.count());
+    ch.v = BackendBuffer(backend_, ch.shards.count());
+    if (ch.shards.size > 1) {
+      ch.sync = make_grad_sync(s_.on_gpu, groups_->dp, *backend_, ch.shards, ch.model->grads(), ch.shard_grads.data(),
+                               s_.bucket_bytes, trace_);
+    }
+    ch.slot_of_micro.assign(static_cast<size_t>(s_.accum), -1);
+    chunks_.push_back(std::move(ch));
   }
 
   LoaderOptions lo;
   lo.B = s_.micro;
   lo.T = s_.T;
-  lo.rank = s_.rank;
-  lo.world = s_.world;
+  lo.rank = at.dp;  // every rank of a data-parallel replica (its TP and pipeline ranks) reads the same batches
+  lo.world = L.dp;
   lo.accum = s_.accum;
   lo.seed = s_.seed;
   lo.prefetch = s_.prefetch;
   lo.vocab_limit = ds_->vocab_size();
   loader_ = std::make_unique<Loader>(*ds_, widx_, lo);
-  checkpoints_ = std::make_unique<TrainCheckpoints>(cfg_, s_, gcfg_, *model_, *backend_, shards_, m_.data(), v_.data());
+  checkpoints_ = std::make_unique<TrainCheckpoints>(cfg_, s_, gcfg_, *groups_, chunks_, *backend_);
 }
 
 void Trainer::log_setup() const {
@@ -250,12 +310,19 @@ void Trainer::log_setup() const {
                    s_.world > 1 ? ", NCCL between ranks" : "", s_.bf16 ? "bf16 GEMMs" : "fp32", flops_.peak_tflops);
   }
   CAIRN_LOG_INFO("model: %d layers, hidden %d, %d heads, seq %d, vocab %d (%d real): %.2fM parameters", gcfg_.layers,
-                 gcfg_.hidden, gcfg_.heads, gcfg_.seq_len, gcfg_.vocab, gcfg_.vocab_real, shards_.N / 1e6);
-  CAIRN_LOG_INFO("data: \"%s\": %llu train / %llu val windows; %d ranks x micro %d x accum %d = batch %lld (%lld tokens)%s",
+                 gcfg_.hidden, gcfg_.heads, gcfg_.seq_len, gcfg_.vocab, gcfg_.vocab_real,
+                 static_cast<double>(gpt::count_params(gcfg_)) / 1e6);
+  if (s_.world > 1 || s_.layout.tp > 1 || s_.layout.pp > 1) {
+    size_t mine = 0;
+    for (const Chunk& ch : chunks_) mine += ch.num_params();
+    CAIRN_LOG_INFO("layout: %s; rank 0 holds %.2fM parameters", parallel::describe(s_.layout).c_str(), mine / 1e6);
+  }
+  for (const std::string& note : s_.layout.notes) CAIRN_LOG_INFO("%s", note.c_str());
+  CAIRN_LOG_INFO("data: \"%s\": %llu train / %llu val windows; %d data-parallel ranks x micro %d x accum %d = batch %lld (%lld tokens)%s",
                  s_.data_dir.c_str(), static_cast<unsigned long long>(widx_.train_windows()),
-                 static_cast<unsigned long long>(widx_.val_windows), s_.world, s_.micro, s_.accum,
+                 static_cast<unsigned long long>(widx_.val_windows), s_.layout.dp, s_.micro, s_.accum,
                  static_cast<long long>(s_.global_batch), static_cast<long long>(s_.global_batch * s_.T),
-                 s_.zero ? ", ZeRO-1" : "");
+                 s_.zero ? strprintf(", ZeRO-%d", s_.zero).c_str() : "");
   if (s_.recompute != gpt::Recompute::None) {
     const size_t rows = static_cast<size_t>(s_.micro) * static_cast<size_t>(s_.T);
     const double mib = 1024.0 * 1024.0;
@@ -269,14 +336,14 @@ void Trainer::log_setup() const {
   if (s_.val_every > 0 && s_.val_batches > 0 && val_micro_batches() == 0) {
     CAIRN_LOG_WARN("validation is off: the split has %llu windows, fewer than ranks x micro_batch = %d "
                    "(raise [data] val_fraction)",
-                   static_cast<unsigned long long>(widx_.val_windows), s_.world * s_.micro);
+                   static_cast<unsigned long long>(widx_.val_windows), s_.layout.dp * s_.micro);
   }
 }
 
 void Trainer::init_or_resume() {
   std::string resume_dir = checkpoints_->resume_dir();
   if (resume_dir.empty()) {
-    model_->init(s_.seed);
+    for (Chunk& ch : chunks_) ch.model->init(s_.seed);
     CAIRN_LOG_INFO("starting from scratch (seed %llu)", static_cast<unsigned long long>(s_.seed));
   } else {
     load_checkpoint(resume_dir);
@@ -296,77 +363,179 @@ void Trainer::write_checkpoint() {
 
 // ---------------------------------------------------------------- one step
 
+// One step: the schedule's forward and backward passes over this rank's chunks (without pipeline parallelism each
+// micro-batch's forward then its backward), the gradient sums (tied embeddings, data parallel), loss and norm.
 void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault fault) {
   double step_t0 = now_s();
-  model_->zero_grad();
-  double loss_sum = 0;
-  for (int k = 0; k < s_.accum; ++k) {
-    double t0 = now_s(), wait = 0;
-    phase_begin("data");
-    MicroBatch mb = loader_->next(&wait);
-    phase_end();
-    double t1 = now_s();
-    tm.data += wait;
-    trace_.event("data", "phase", t0, t1, {{"micro", k}, {"batch", mb.batch}});
-    phase_begin("forward");
-    last_fwd_time_ = t1;
-    loss_sum += model_->forward(mb.inputs.data(), mb.targets.data(), mb.B, mb.T);
-    backend_->synchronize();  // phase times mean something on asynchronous (device) backends too
-    phase_end();
-    double t2 = now_s();
-    tm.forward += t2 - t1;
-    trace_.event("forward", "phase", t1, t2, {{"micro", k}});
-    last_cb_time_ = t2;
-    phase_begin("backward");
-    backward(k == s_.accum - 1, fault);
-    backend_->synchronize();
-    phase_end();
-    double t3 = now_s();
-    tm.backward += t3 - t2;
-    trace_.event("backward", "phase", t2, t3, {{"micro", k}});
+  for (Chunk& ch : chunks_) ch.model->zero_grad();
+  micro_.clear();
+  loss_sum_ = 0;
+  tp_comm_s_ = 0;
+  const parallel::Layout& L = s_.layout;
+  std::vector<int> backwards_left(chunks_.size(), s_.accum);
+  for (const pipeline::Action& a : pipeline::one_f_one_b(L.pp, L.v, groups_->coords.pp, s_.accum)) {
+    if (a.op == pipeline::Op::Forward) forward_action(a, tm);
+    else backward_action(a, --backwards_left[a.chunk] == 0, fault, tm);
   }
-  double t4 = now_s();
-  phase_begin("comm (exposed)");
-  if (grad_sync_) grad_sync_->finish();
-  phase_end();
-  reduce_active_ = false;
-  double t5 = now_s();
-  tm.comm += t5 - t4;
-  trace_.event("comm (exposed)", "phase", t4, t5);
+  wait_sends();
+  finish_grads(tm);
 
-  // Loss over the global batch; gradient norm of the averaged gradient.
-  double sums[2] = {loss_sum, global_norm_sq()};
-  double scale = 1.0 / (static_cast<double>(s_.accum) * s_.world);
+  // Loss over the global batch (the last stage's TP rank 0 speaks for each micro-batch); norm of the averaged
+  // gradient (each parameter counted once); scaled by the data-parallel replicas and micro-batches.
+  const bool speaks = chunks_.back().spec.has_head && groups_->coords.tp == 0;
+  double sums[2] = {speaks ? loss_sum_ : 0.0, global_norm_sq()};
+  double scale = 1.0 / (static_cast<double>(s_.accum) * L.dp);
   if (s_.world > 1) mpi::allreduce_inplace(sums, 2);
   loss = static_cast<float>(sums[0] * scale);
   norm_sq = sums[1] * scale * scale;
   if (fault == Fault::NanLoss) loss = std::numeric_limits<float>::quiet_NaN();
   if (fault == Fault::LossSpike) loss *= 50.0f;
+  tm.tp_comm = tp_comm_s_;
   tm.total = now_s() - step_t0;  // optimizer time is added by the caller
 }
 
-// One micro-batch's backward; during the last one, each range whose gradient is final goes to the gradient sync.
-void Trainer::backward(bool last, Fault fault) {
-  reduce_active_ = last && grad_sync_;
-  covered_ = 0;
-  if (last && fault == Fault::NanGrad && s_.rank == 0) {
-    // Poison rank 0's gradient before communication: every rank must then see a non-finite norm.
-    model_->backward([this](size_t f, size_t c) {
-      if (f == 0 && c > 0) poison_first_grad();
-      grads_ready(f, c);
-    });
-    if (covered_ == 0) poison_first_grad();
-  } else {
-    model_->backward([this](size_t f, size_t c) { grads_ready(f, c); });
+// Micro-batch k of this step (every rank of a data-parallel replica reads the same ones), fetched in order.
+const MicroBatch& Trainer::micro_batch(int k, StepTimes& tm) {
+  while (static_cast<int>(micro_.size()) <= k) {
+    double t0 = now_s(), wait = 0;
+    phase_begin("data");
+    micro_.push_back(loader_->next(&wait));
+    phase_end();
+    tm.data += wait;
+    trace_.event("data", "phase", t0, now_s(), {{"micro", static_cast<int>(micro_.size()) - 1},
+                                                 {"batch", micro_.back().batch}});
   }
+  return micro_[static_cast<size_t>(k)];
 }
 
-void Trainer::grads_ready(size_t first, size_t count) {
+size_t Trainer::stream_floats(const Chunk& ch) const {
+  return ch.model->stream_rows(s_.micro, s_.T) * static_cast<size_t>(gcfg_.hidden);
+}
+
+int Trainer::take_slot(Chunk& ch, int micro) {
+  int slot;
+  if (!ch.free_slots.empty()) {
+    slot = ch.free_slots.back();
+    ch.free_slots.pop_back();
+  } else {
+    slot = ch.slots_used++;
+  }
+  ch.slot_of_micro[static_cast<size_t>(micro)] = slot;
+  ch.model->set_activation_slot(slot);
+  return slot;
+}
+
+void Trainer::send_floats(const float* src, size_t n, int to, int tag) {
+  PendingSend* s = nullptr;
+  for (PendingSend& p : sends_) {  // reuse a buffer whose message has left
+    int done = 0;
+    mpi::check(MPI_Test(&p.req, &done, MPI_STATUS_IGNORE), "MPI_Test (pipeline send)");
+    if (done) {
+      s = &p;
+      break;
+    }
+  }
+  if (!s) s = &sends_.emplace_back();
+  s->buf.resize(n);
+  backend_->copy_to_host(s->buf.data(), src, n * sizeof(float));
+  mpi::check(MPI_Isend(s->buf.data(), static_cast<int>(n), MPI_FLOAT, to, tag, MPI_COMM_WORLD, &s->req),
+             "MPI_Isend (pipeline)");
+}
+
+double Trainer::recv_floats(Chunk& ch, float* dst, size_t n, int from, int tag) {
+  double t0 = now_s();
+  float* into = dst;
+  if (backend_->device_memory) {
+    ch.recv_host.resize(n);
+    into = ch.recv_host.data();
+  }
+  mpi::check(MPI_Recv(into, static_cast<int>(n), MPI_FLOAT, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+             "MPI_Recv (pipeline)");
+  if (into != dst) backend_->copy_to_device(dst, into, n * sizeof(float));
+  return now_s() - t0;
+}
+
+void Trainer::wait_sends() {
+  for (PendingSend& p : sends_) mpi::check(MPI_Wait(&p.req, MPI_STATUS_IGNORE), "MPI_Wait (pipeline send)");
+}
+
+void Trainer::forward_action(const pipeline::Action& a, StepTimes& tm) {
+  const MicroBatch& mb = micro_batch(a.micro, tm);
+  Chunk& ch = chunks_[static_cast<size_t>(a.chunk)];
+  take_slot(ch, a.micro);
+  const pipeline::Peers peer = pipeline::peers(s_.layout.pp, s_.layout.v, groups_->coords.pp, a);
+  auto to_world = [&](int pp_rank) {
+    return parallel::rank_of(s_.layout, {groups_->coords.dp, groups_->coords.tp, pp_rank});
+  };
+  double t1 = now_s();
+  if (!ch.spec.has_embedding) {
+    double wait = recv_floats(ch, ch.model->stage_input(mb.B, mb.T), stream_floats(ch), to_world(peer.recv_from),
+                              peer.recv_tag);
+    tm.pp_wait += wait;
+    trace_.event("pipeline wait", "comm", t1, now_s(), {{"micro", a.micro}, {"chunk", a.chunk}}, 1);
+  }
+  double t2 = now_s();
+  phase_begin("forward");
+  last_fwd_time_ = t2;
+  float loss = ch.model->forward(mb.inputs.data(), mb.targets.data(), mb.B, mb.T);
+  backend_->synchronize();  // phase times mean something on asynchronous (device) backends too
+  phase_end();
+  if (ch.spec.has_head) loss_sum_ += loss;
+  else send_floats(ch.model->stage_output(), stream_floats(ch), to_world(peer.send_to), peer.send_tag);
+  double t3 = now_s();
+  tm.forward += t3 - t2;
+  trace_.event("forward", "phase", t2, t3, {{"micro", a.micro}, {"chunk", a.chunk}});
+}
+
+// One micro-batch's backward on a chunk; during the chunk's last one of the step, each range whose gradient is
+// final goes to its gradient sync.
+void Trainer::backward_action(const pipeline::Action& a, bool last, Fault fault, StepTimes& tm) {
+  Chunk& ch = chunks_[static_cast<size_t>(a.chunk)];
+  const int slot = ch.slot_of_micro[static_cast<size_t>(a.micro)];
+  ch.model->set_activation_slot(slot);
+  const pipeline::Peers peer = pipeline::peers(s_.layout.pp, s_.layout.v, groups_->coords.pp, a);
+  auto to_world = [&](int pp_rank) {
+    return parallel::rank_of(s_.layout, {groups_->coords.dp, groups_->coords.tp, pp_rank});
+  };
+  gpt::BackwardOptions o;
+  o.last_micro_batch = last;
+  double t1 = now_s();
+  if (!ch.spec.has_head) {
+    if (!ch.grad_in.data()) ch.grad_in = BackendBuffer(backend_, stream_floats(ch));
+    tm.pp_wait += recv_floats(ch, ch.grad_in.data(), stream_floats(ch), to_world(peer.recv_from), peer.recv_tag);
+    trace_.event("pipeline wait", "comm", t1, now_s(), {{"micro", a.micro}, {"chunk", a.chunk}}, 1);
+    o.output_grad = ch.grad_in.data();
+  }
+  double t2 = now_s();
+  last_cb_time_ = t2;
+  reduce_active_ = last && ch.sync;
+  covered_ = 0;
+  const bool poison = last && fault == Fault::NanGrad && s_.rank == 0 && &ch == &chunks_.front();
+  o.on_grads_ready = [this, &ch, poison](size_t f, size_t c) {
+    // Poison rank 0's gradient before communication: every rank must then see a non-finite norm.
+    if (poison && f == 0 && c > 0) poison_first_grad();
+    grads_ready(ch, f, c);
+  };
+  phase_begin("backward");
+  ch.model->backward(o);
+  if (poison && covered_ == 0) poison_first_grad();
+  if (!ch.spec.has_embedding)
+    send_floats(ch.model->stage_input_grad(), stream_floats(ch), to_world(peer.send_to), peer.send_tag);
+  backend_->synchronize();
+  phase_end();
+  ch.slot_of_micro[static_cast<size_t>(a.micro)] = -1;
+  ch.free_slots.push_back(slot);
+  double t3 = now_s();
+  tm.backward += t3 - t2;
+  trace_.event("backward", "phase", t2, t3, {{"micro", a.micro}, {"chunk", a.chunk}});
+}
+
+void Trainer::grads_ready(Chunk& ch, size_t first, size_t count) {
   double t = now_s();
   if (trace_.active()) {
     // The backward time since the previous ready range belongs to the layer that owns this range.
     int layer = -1;
-    for (const auto& ti : model_->tensors()) {
+    for (const auto& ti : ch.model->tensors()) {
       if (first >= ti.offset && first < ti.offset + ti.size) layer = ti.layer;
     }
     trace_.event(layer >= 0 ? strprintf("backward h.%d", layer) : "backward embeddings/head", "layer", last_cb_time_, t,
@@ -374,16 +543,65 @@ void Trainer::grads_ready(size_t first, size_t count) {
   }
   last_cb_time_ = t;
   covered_ += count;
-  if (reduce_active_) grad_sync_->ready(first, count);
+  if (!reduce_active_) return;
+  // A tied wte copy waits for the sum over the embedding group (finish_grads); the rest of the range goes now.
+  const size_t tie_lo = ch.tied_first, tie_hi = ch.tied_first + ch.tied_count, end = first + count;
+  if (ch.tied_count == 0 || end <= tie_lo || first >= tie_hi) {
+    ch.sync->ready(first, count);
+    return;
+  }
+  if (first < tie_lo) ch.sync->ready(first, tie_lo - first);
+  if (end > tie_hi) ch.sync->ready(tie_hi, end - tie_hi);
 }
 
-// This rank's part of the squared norm of the summed gradient (summed over ranks by the caller).
+// After the schedule: tied input/output embeddings summed between the first and last stage (Megatron's embedding
+// group), then each chunk's data-parallel sum completed; the wait is exposed communication.
+void Trainer::finish_grads(StepTimes& tm) {
+  double t4 = now_s();
+  phase_begin("comm (exposed)");
+  for (Chunk& ch : chunks_) {
+    if (ch.tied_count > 0) {
+      allreduce_backend(ch.model->grads() + ch.tied_first, ch.tied_count, groups_->embedding);
+      if (ch.sync) ch.sync->ready(ch.tied_first, ch.tied_count);
+    }
+    if (ch.sync) ch.sync->finish();
+  }
+  phase_end();
+  reduce_active_ = false;
+  double t5 = now_s();
+  tm.comm += t5 - t4;
+  trace_.event("comm (exposed)", "phase", t4, t5);
+}
+
+void Trainer::allreduce_backend(float* buf, size_t n, MPI_Comm comm) {
+  if (!backend_->device_memory) {
+    mpi::allreduce_inplace(buf, n, MPI_SUM, comm);
+    return;
+  }
+  std::vector<float> host(n);
+  backend_->copy_to_host(host.data(), buf, n * sizeof(float));
+  mpi::allreduce_inplace(host, MPI_SUM, comm);
+  backend_->copy_to_device(buf, host.data(), n * sizeof(float));
+}
+
+// This rank's part of the squared norm of the summed gradient (summed over ranks by the caller): the ranges it
+// counts, inside its ZeRO shard, or on data-parallel rank 0 without ZeRO.
 double Trainer::global_norm_sq() const {
-  if (shards_.shard > 0) return backend_->squared_norm(shard_grads_.data(), shards_.count());
-  return s_.rank == 0 || s_.world == 1 ? backend_->squared_norm(model_->grads(), shards_.N) : 0.0;
+  double sum = 0;
+  for (const Chunk& ch : chunks_) {
+    const Shards& sh = ch.shards;
+    if (sh.shard == 0 && groups_->coords.dp != 0) continue;
+    for (const auto& [first, count] : ch.norm_ranges) {
+      const size_t a = std::max(first, sh.lo), b = std::min(first + count, sh.hi);
+      if (a >= b) continue;
+      sum += sh.shard > 0 ? backend_->squared_norm(ch.shard_grads.data() + (a - sh.lo), b - a)
+                          : backend_->squared_norm(ch.model->grads() + a, b - a);
+    }
+  }
+  return sum;
 }
 
-// Applies the step's update, or counts its skip; returns seconds spent all-gathering parameters (ZeRO-1).
+// Applies the step's update, or counts its skip; returns seconds spent all-gathering parameters (ZeRO).
 double Trainer::update_or_skip(int64_t step, const std::string& skip_reason, float loss, double norm, double lr) {
   if (!skip_reason.empty()) {
     guard_.skipped();
@@ -396,7 +614,7 @@ double Trainer::update_or_skip(int64_t step, const std::string& skip_reason, flo
   double clip = s_.grad_clip > 0 && norm > s_.grad_clip ? s_.grad_clip / norm : 1.0;
   ++progress_.adam_step;
   phase_begin("optimizer");
-  double gather_s = apply_update(lr, clip / (static_cast<double>(s_.accum) * s_.world));
+  double gather_s = apply_update(lr, clip / (static_cast<double>(s_.accum) * s_.layout.dp));
   backend_->synchronize();
   phase_end();
   guard_.accepted(loss, norm, s_);
@@ -411,33 +629,57 @@ double Trainer::apply_update(double lr, double grad_scale) {
   hp.eps = static_cast<float>(s_.eps);
   hp.step = static_cast<long>(progress_.adam_step);
   hp.grad_scale = static_cast<float>(grad_scale);
-  float* p = model_->params();
-  const float* g = shards_.shard > 0 ? shard_grads_.data() : model_->grads() + shards_.lo;
-  gpt::adamw_update_ranges(*backend_, decay_ranges_, shards_.lo, p, g, m_.data(), v_.data(), hp,
-                           static_cast<float>(s_.weight_decay));
-  return grad_sync_ ? grad_sync_->all_gather_params(p) : 0.0;
+  double gather_s = 0;
+  for (Chunk& ch : chunks_) {
+    float* p = ch.model->params();
+    const float* g = ch.shards.shard > 0 ? ch.shard_grads.data() : ch.model->grads() + ch.shards.lo;
+    gpt::adamw_update_ranges(*backend_, ch.decay, ch.shards.lo, p, g, ch.m.data(), ch.v.data(), hp,
+                             static_cast<float>(s_.weight_decay));
+    if (ch.sync) gather_s += ch.sync->all_gather_params(p);
+  }
+  return gather_s;
 }
 
 // ---------------------------------------------------------------- the run
 
 int Trainer::val_micro_batches() const {
   // Never more than the split holds: the scored windows are then exactly the first
-  // val_micro_batches() x ranks x micro_batch windows of the validation split, each once.
-  uint64_t per_pass = static_cast<uint64_t>(s_.world) * s_.micro;
+  // val_micro_batches() x data-parallel ranks x micro_batch windows of the validation split, each once.
+  uint64_t per_pass = static_cast<uint64_t>(s_.layout.dp) * s_.micro;
   return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(std::max(s_.val_batches, 0)),
                                              widx_.val_windows / per_pass));
 }
 
+// Forward passes over the validation windows; with pipeline parallelism each micro-batch walks through the virtual
+// stages in order (blocking messages: no schedule is needed without backward).
 double Trainer::validate() {
   int batches = val_micro_batches();
   if (batches <= 0) return std::nan("");
+  const parallel::Layout& L = s_.layout;
+  const parallel::Coords& at = groups_->coords;
+  auto world_rank_of_stage = [&](int stage) { return parallel::rank_of(L, {at.dp, at.tp, stage % L.pp}); };
+  std::vector<float> host;
   double sum = 0;
   for (int k = 0; k < batches; ++k) {
     MicroBatch mb = loader_->val_batch(k);
-    sum += model_->forward(mb.inputs.data(), mb.targets.data(), mb.B, mb.T);
+    for (Chunk& ch : chunks_) {
+      ch.model->set_activation_slot(0);
+      const size_t n = stream_floats(ch);
+      if (!ch.spec.has_embedding) recv_floats(ch, ch.model->stage_input(mb.B, mb.T), n, world_rank_of_stage(ch.stage - 1), ch.stage);
+      float loss = ch.model->forward(mb.inputs.data(), mb.targets.data(), mb.B, mb.T);
+      if (ch.spec.has_head) {
+        if (at.tp == 0) sum += loss;
+        continue;
+      }
+      host.resize(n);
+      backend_->copy_to_host(host.data(), ch.model->stage_output(), n * sizeof(float));
+      mpi::check(MPI_Send(host.data(), static_cast<int>(n), MPI_FLOAT, world_rank_of_stage(ch.stage + 1), ch.stage + 1,
+                          MPI_COMM_WORLD),
+                 "MPI_Send (validation)");
+    }
   }
   if (s_.world > 1) sum = mpi::allreduce(sum);
-  return sum / (static_cast<double>(batches) * s_.world);
+  return sum / (static_cast<double>(batches) * L.dp);
 }
 
 bool Trainer::stop_requested() {
@@ -498,6 +740,7 @@ bool Trainer::run_step() {
   result_.skipped.push_back(r.skipped ? 1 : 0);
 
   r.tokens = progress_.tokens;
+  r.mem_gib = s_.world > 1 ? mpi::allreduce(memory_gib(), MPI_MAX) : memory_gib();
   r.skipped_total = guard_.skipped_total;
   report_->write(r);  // rank 0 speaks for all; the time split is rank 0's
   return guard_.must_restore(s_, step, reason, last_ckpt_);
@@ -530,7 +773,7 @@ void Trainer::validate_after(int64_t step) {
   if (!std::isfinite(vl)) return;
   result_.val_losses.push_back(vl);
   report_->write_val(step, progress_.tokens, vl, widx_.train_windows(),
-                     static_cast<uint64_t>(val_micro_batches()) * s_.world * s_.micro);
+                     static_cast<uint64_t>(val_micro_batches()) * s_.layout.dp * s_.micro);
 }
 
 // Writes the periodic and the final checkpoints, and one on a stop request; true when the run must stop (requeue).
@@ -567,7 +810,34 @@ void Trainer::finish_run(int exit_code) {
   sigaction(SIGUSR1, &old_usr1_, nullptr);
   result_.exit_code = exit_code;
   result_.final_step = progress_.step;
-  if (s_.rank == 0) result_.params = to_host(*backend_, model_->params(), shards_.N);
+  result_.params = assemble_params();
+  if (s_.rank != 0) result_.params.clear();
+}
+
+// The whole model's parameters on rank 0 (collective): each rank's chunks placed at their whole-model positions.
+std::vector<float> Trainer::assemble_params() {
+  if (s_.layout.tp == 1 && s_.layout.pp == 1) return to_host(*backend_, chunks_.front().model->params(), chunks_.front().num_params());
+  std::vector<float> full(gpt::count_params(gcfg_), 0.0f);
+  if (groups_->coords.dp == 0) {
+    for (const Chunk& ch : chunks_) {
+      const std::vector<float> local = to_host(*backend_, ch.model->params(), ch.num_params());
+      add_to_full(ch.map, 0, ch.num_params(), local.data(), full.data());
+    }
+  }
+  reduce_to_root(full, MPI_COMM_WORLD);
+  return full;
+}
+
+// GiB of cairn's buffers on this rank: parameters and gradients of its chunks, their optimizer state and gradient
+// shards, and the activations of every micro-batch slot the schedule has used.
+double Trainer::memory_gib() const {
+  size_t bytes = 0;
+  for (const Chunk& ch : chunks_) {
+    bytes += 2 * ch.num_params() * sizeof(float);
+    bytes += (ch.m.n + ch.v.n + ch.shard_grads.n + ch.grad_in.n) * sizeof(float);
+    bytes += ch.model->activation_bytes();
+  }
+  return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
 }
 
 TrainResult Trainer::run() {

@@ -1,6 +1,8 @@
-// gpt::TpComm over MPI (CPU backends): the tensor-parallel group's all-reduce, all-gather and reduce-scatter.
+// gpt::TpComm over MPI: the tensor-parallel group's all-reduce, all-gather and reduce-scatter (staged through host memory on device backends).
 #include <chrono>
 #include <climits>
+#include <memory>
+#include <vector>
 #include <string>
 
 #include "cairn/error.h"
@@ -30,26 +32,60 @@ void timed(const std::function<void(double)>& on_call, F&& f) {
   on_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
+// Host copies of backend buffers around a collective (device backends).
+struct Staging {
+  const kernels::Backend* be;
+  std::vector<float> a, b;
+  float* in(const float* p, size_t n, std::vector<float>& h) {
+    if (!be) return const_cast<float*>(p);
+    h.resize(n);
+    be->copy_to_host(h.data(), p, n * sizeof(float));
+    return h.data();
+  }
+  float* out(float* p, size_t n, std::vector<float>& h) {
+    if (!be) return p;
+    h.resize(n);
+    return h.data();
+  }
+  void back(float* p, size_t n, const std::vector<float>& h) {
+    if (be) be->copy_to_device(p, h.data(), n * sizeof(float));
+  }
+};
+
 }  // namespace
 
-TpComm mpi_tp_comm(MPI_Comm comm, std::function<void(double)> on_call) {
+TpComm mpi_tp_comm(MPI_Comm comm, std::function<void(double)> on_call, const kernels::Backend* staging) {
+  if (staging && !staging->device_memory) staging = nullptr;
+  auto st = std::make_shared<Staging>(Staging{staging, {}, {}});
   TpComm c;
-  c.all_reduce = [comm, on_call](float* buf, size_t n) {
+  c.all_reduce = [comm, on_call, st](float* buf, size_t n) {
     timed(on_call, [&] {
-      mpi::check(MPI_Allreduce(MPI_IN_PLACE, buf, count_of(n, "all-reduce"), MPI_FLOAT, MPI_SUM, comm),
+      float* h = st->in(buf, n, st->a);
+      mpi::check(MPI_Allreduce(MPI_IN_PLACE, h, count_of(n, "all-reduce"), MPI_FLOAT, MPI_SUM, comm),
                  "MPI_Allreduce (tensor parallel)");
+      st->back(buf, n, st->a);
     });
   };
-  c.all_gather = [comm, on_call](float* full, const float* part, size_t n) {
+  c.all_gather = [comm, on_call, st](float* full, const float* part, size_t n) {
     timed(on_call, [&] {
       const int count = count_of(n, "all-gather");
-      mpi::check(MPI_Allgather(part, count, MPI_FLOAT, full, count, MPI_FLOAT, comm), "MPI_Allgather (tensor parallel)");
+      int size = 1;
+      MPI_Comm_size(comm, &size);
+      float* src = st->in(part, n, st->a);
+      float* dst = st->out(full, n * size, st->b);
+      mpi::check(MPI_Allgather(src, count, MPI_FLOAT, dst, count, MPI_FLOAT, comm), "MPI_Allgather (tensor parallel)");
+      st->back(full, n * size, st->b);
     });
   };
-  c.reduce_scatter = [comm, on_call](float* part, const float* full, size_t n) {
+  c.reduce_scatter = [comm, on_call, st](float* part, const float* full, size_t n) {
     timed(on_call, [&] {
-      mpi::check(MPI_Reduce_scatter_block(full, part, count_of(n, "reduce-scatter"), MPI_FLOAT, MPI_SUM, comm),
+      int size = 1;
+      MPI_Comm_size(comm, &size);
+      float* src = st->in(full, n * size, st->a);
+      float* dst = st->out(part, n, st->b);
+      mpi::check(MPI_Reduce_scatter_block(src, dst, count_of(n, "reduce-scatter"), MPI_FLOAT, MPI_SUM, comm),
                  "MPI_Reduce_scatter_block (tensor parallel)");
+      st->back(part, n, st->b);
     });
   };
   return c;
