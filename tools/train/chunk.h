@@ -13,6 +13,7 @@
 #include "cairn/parallel.h"
 #include "grad_sync.h"
 #include "piece_io.h"
+#include "zero_units.h"
 
 namespace cairn::train {
 
@@ -25,7 +26,11 @@ struct Chunk {
   Shards shards;
   BackendBuffer m, v, shard_grads;
   std::vector<gpt::DecayRange> decay;
-  std::unique_ptr<GradSync> sync;  // null when dp == 1
+  std::unique_ptr<GradSync> sync;  // null when dp == 1; with ZeRO-2 only the parameter all-gather
+  // ZeRO-2/3: the model's units borrow their gradient (and, ZeRO-3, parameter) memory here; ZeRO-3's parameters
+  // live only as this rank's shard.
+  std::unique_ptr<ZeroUnits> zero;
+  BackendBuffer param_shard;
   // Parameter ranges whose gradient this rank counts in the global norm: each whole-model parameter once over the
   // TP group (replicated tensors on TP rank 0) and the pipeline (the tied wte copy on the first stage).
   std::vector<std::pair<size_t, size_t>> norm_ranges;
@@ -40,6 +45,8 @@ struct Chunk {
   BackendBuffer grad_in;                     // the received gradient of this chunk's output
 
   size_t num_params() const { return model->num_params(); }
+  // The rank's shard [shards.lo, shards.hi) of the flat parameters: param_shard (ZeRO-3) or inside the model's.
+  float* params_of_shard() { return param_shard.data() ? param_shard.data() : model->params() + shards.lo; }
 };
 
 // The ranges of `tensors` counted in the global gradient norm on this rank (see Chunk::norm_ranges).

@@ -89,9 +89,6 @@ Settings read_settings(const Config& cfg) {
   for (int64_t n : cfg.get_ints("parallel.stage_layers")) req.stage_layers.push_back(static_cast<int>(n));
   s.layout = parallel::resolve_layout(req);
   s.zero = s.layout.zero;
-  if (s.zero >= 2) {
-    throw UsageError(strprintf("[parallel] zero = %d: cairn-train runs ZeRO stages 0 and 1 so far; set zero = 1", s.zero));
-  }
   s.recompute = resolve_recompute(cfg);
   if (s.backend == "cpu" && cfg.get_string("train.precision") != "fp32") {
     throw UsageError("[train] precision = \"" + cfg.get_string("train.precision") + "\" needs the cuda backend; the cpu backend computes in fp32");

@@ -73,7 +73,9 @@ void TrainCheckpoints::load(const std::string& dir, TrainProgress& p, StepGuard&
   for (Chunk& ch : chunks_) {
     std::vector<float> local(ch.num_params()), m(ch.shards.count()), v(ch.shards.count());
     take_from_full(ch.map, 0, local.size(), full.data(), local.data());
-    backend_.copy_to_device(ch.model->params(), local.data(), local.size() * sizeof(float));
+    if (ch.model->params()) backend_.copy_to_device(ch.model->params(), local.data(), local.size() * sizeof(float));
+    if (ch.param_shard.data())  // ZeRO-3: the rank's shard is the master copy
+      backend_.copy_to_device(ch.param_shard.data(), local.data() + ch.shards.lo, ch.shards.count() * sizeof(float));
     if (whole()) {
       checkpoint::read_optim_range(dir, ch.shards.lo, ch.shards.count(), m.data(), v.data(), &adam_step);
     } else {
@@ -137,7 +139,10 @@ void TrainCheckpoints::write_files(const std::string& tmp, const TrainProgress& 
     m.assign(N, 0.0f);
     v.assign(N, 0.0f);
     for (const Chunk& ch : chunks_) {
-      if (dp0) {
+      if (ch.param_shard.data()) {  // ZeRO-3: each data-parallel rank speaks for its shard
+        const std::vector<float> local = to_host(backend_, ch.param_shard.data(), ch.shards.count());
+        add_to_full(ch.map, ch.shards.lo, ch.shards.hi, local.data(), params.data());
+      } else if (dp0) {
         const std::vector<float> local = to_host(backend_, ch.model->params(), ch.num_params());
         add_to_full(ch.map, 0, local.size(), local.data(), params.data());
       }

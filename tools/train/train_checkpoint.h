@@ -49,7 +49,8 @@ class TrainCheckpoints {
 
  private:
   // Without tensor and pipeline parallelism this rank's one chunk is the whole flat buffer.
-  bool whole() const { return s_.layout.tp == 1 && s_.layout.pp == 1; }
+  // (ZeRO-3 keeps only shards of the parameters: assembled like pieces.)
+  bool whole() const { return s_.layout.tp == 1 && s_.layout.pp == 1 && s_.zero < 3; }
   void write_files(const std::string& tmp, const TrainProgress& p, const StepGuard& g) const;
 
   const Config& cfg_;

@@ -71,7 +71,9 @@ class Trainer {
   double apply_update(double lr, double grad_scale);  // returns seconds spent all-gathering (ZeRO)
   void poison_first_grad() {
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    backend_->copy_to_device(chunks_.front().model->grads(), &nan, sizeof nan);
+    Chunk& ch = chunks_.front();
+    float* g = ch.model->grads() ? ch.model->grads() : ch.shard_grads.data();  // ZeRO-2/3: after its reduction
+    backend_->copy_to_device(g, &nan, sizeof nan);
   }
   // Pipeline messages: a chunk's activations (forward) or input gradient (backward) to/from the neighbouring
   // virtual stage, staged through host memory (device backends); recv returns the seconds spent waiting.
@@ -282,7 +284,13 @@ void Trainer::build_model() {
     ch.decay = gpt::decay_ranges(ch.model->tensors(), ch.shards.lo, ch.shards.count());
     ch.m = BackendBuffer(backend_, ch.shards.count());
     ch.v = BackendBuffer(backend_, ch.shards.count());
-    if (ch.shards.size > 1) {
+    if (s_.zero >= 2 && ch.shards.size > 1) {
+      if (s_.zero == 3) ch.param_shard = BackendBuffer(backend_, ch.shards.count());
+      // the tied wte copy's gradient waits for the embedding group's sum (unit 0 holds wte)
+      ch.zero = std::make_unique<ZeroUnits>(groups_->dp, ch.shards, ch.model->units(), *backend_, s_.zero == 3,
+                                            ch.param_shard.data(), ch.shard_grads.data(), ch.tied_count > 0 ? 0 : -1);
+    }
+    if (ch.shards.size > 1 && s_.zero < 3) {
       ch.sync = make_grad_sync(s_.on_gpu, groups_->dp, *backend_, ch.shards, ch.model->grads(), ch.shard_grads.data(),
                                s_.bucket_bytes, trace_);
     }
@@ -349,6 +357,13 @@ void Trainer::init_or_resume() {
     load_checkpoint(resume_dir);
     CAIRN_LOG_INFO("resuming from \"%s\" at step %lld", resume_dir.c_str(), static_cast<long long>(progress_.step));
   }
+  // ZeRO-2/3: from now on the model borrows its gradient (and ZeRO-3 parameter) memory, its own is freed.
+  for (Chunk& ch : chunks_) {
+    if (!ch.zero) continue;
+    if (ch.param_shard.data() && ch.model->params())
+      backend_->copy_device(ch.param_shard.data(), ch.model->params() + ch.shards.lo, ch.shards.count() * sizeof(float));
+    ch.model->set_unit_storage(ch.zero->storage());
+  }
 }
 
 void Trainer::load_checkpoint(const std::string& dir) {
@@ -367,7 +382,10 @@ void Trainer::write_checkpoint() {
 // micro-batch's forward then its backward), the gradient sums (tied embeddings, data parallel), loss and norm.
 void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault fault) {
   double step_t0 = now_s();
-  for (Chunk& ch : chunks_) ch.model->zero_grad();
+  for (Chunk& ch : chunks_) {
+    ch.model->zero_grad();
+    if (ch.zero) ch.zero->begin_step();
+  }
   micro_.clear();
   loss_sum_ = 0;
   tp_comm_s_ = 0;
@@ -560,6 +578,12 @@ void Trainer::finish_grads(StepTimes& tm) {
   double t4 = now_s();
   phase_begin("comm (exposed)");
   for (Chunk& ch : chunks_) {
+    if (ch.zero) {  // ZeRO-2/3: units were reduce-scattered as backward finished them; the tied wte last
+      ch.zero->finish_step();
+      if (ch.tied_count > 0) allreduce_backend(ch.zero->deferred_grads(), ch.tied_count, groups_->embedding);
+      ch.zero->reduce_deferred();
+      continue;
+    }
     if (ch.tied_count > 0) {
       allreduce_backend(ch.model->grads() + ch.tied_first, ch.tied_count, groups_->embedding);
       if (ch.sync) ch.sync->ready(ch.tied_first, ch.tied_count);
@@ -631,11 +655,13 @@ double Trainer::apply_update(double lr, double grad_scale) {
   hp.grad_scale = static_cast<float>(grad_scale);
   double gather_s = 0;
   for (Chunk& ch : chunks_) {
-    float* p = ch.model->params();
     const float* g = ch.shards.shard > 0 ? ch.shard_grads.data() : ch.model->grads() + ch.shards.lo;
-    gpt::adamw_update_ranges(*backend_, ch.decay, ch.shards.lo, p, g, ch.m.data(), ch.v.data(), hp,
+    // the rank's shard of the parameters, wherever it lives (ZeRO-3: only there)
+    std::vector<gpt::DecayRange> ranges = ch.decay;
+    for (gpt::DecayRange& r : ranges) r.first -= ch.shards.lo;
+    gpt::adamw_update_ranges(*backend_, ranges, 0, ch.params_of_shard(), g, ch.m.data(), ch.v.data(), hp,
                              static_cast<float>(s_.weight_decay));
-    if (ch.sync) gather_s += ch.sync->all_gather_params(p);
+    if (ch.sync) gather_s += ch.sync->all_gather_params(ch.model->params());
   }
   return gather_s;
 }
@@ -816,10 +842,15 @@ void Trainer::finish_run(int exit_code) {
 
 // The whole model's parameters on rank 0 (collective): each rank's chunks placed at their whole-model positions.
 std::vector<float> Trainer::assemble_params() {
-  if (s_.layout.tp == 1 && s_.layout.pp == 1) return to_host(*backend_, chunks_.front().model->params(), chunks_.front().num_params());
+  const Chunk& first = chunks_.front();
+  if (s_.layout.tp == 1 && s_.layout.pp == 1 && first.model->params())
+    return to_host(*backend_, first.model->params(), first.num_params());
   std::vector<float> full(gpt::count_params(gcfg_), 0.0f);
-  if (groups_->coords.dp == 0) {
-    for (const Chunk& ch : chunks_) {
+  for (const Chunk& ch : chunks_) {
+    if (ch.param_shard.data()) {  // ZeRO-3: every data-parallel rank speaks for its shard
+      const std::vector<float> local = to_host(*backend_, ch.param_shard.data(), ch.shards.count());
+      add_to_full(ch.map, ch.shards.lo, ch.shards.hi, local.data(), full.data());
+    } else if (groups_->coords.dp == 0) {
       const std::vector<float> local = to_host(*backend_, ch.model->params(), ch.num_params());
       add_to_full(ch.map, 0, ch.num_params(), local.data(), full.data());
     }
@@ -833,7 +864,8 @@ std::vector<float> Trainer::assemble_params() {
 double Trainer::memory_gib() const {
   size_t bytes = 0;
   for (const Chunk& ch : chunks_) {
-    bytes += 2 * ch.num_params() * sizeof(float);
+    bytes += ((ch.model->params() ? 1 : 0) + (ch.model->grads() ? 1 : 0)) * ch.num_params() * sizeof(float);
+    bytes += ch.param_shard.n * sizeof(float) + (ch.zero ? ch.zero->bytes() : 0);
     bytes += (ch.m.n + ch.v.n + ch.shard_grads.n + ch.grad_in.n) * sizeof(float);
     bytes += ch.model->activation_bytes();
   }

@@ -119,6 +119,22 @@ const char* recompute_name(Recompute mode);  // "none", "gelu", "full"
 // "none" | "gelu" | "full"; throws cairn::UsageError otherwise.
 Recompute parse_recompute(const std::string& name);
 
+// Where a model's parameters and gradients live, unit by unit (Model::units(): the embedding, each layer, the final
+// norm). Left empty (the default) the model keeps them in its own flat buffers. Set, the caller lends each unit's
+// memory only while the model uses it, so no rank holds all of them at once (ZeRO-3 parameters, ZeRO-2/3
+// gradients; FSDP's per-layer gather and release):
+//   acquire_params(u): the unit's parameters (its [first, first + count) of the flat layout), valid until
+//                      release_params(u); called before each forward and backward use, released right after.
+//   acquire_grads(u):  a buffer for the unit's gradient (accumulated with +=, so zeroed as the caller sees fit);
+//                      grads_done(u) hands it back once this backward's gradient of the unit is complete (instead
+//                      of BackwardOptions::on_grads_ready for that unit).
+struct UnitStorage {
+  std::function<const float*(int unit)> acquire_params;
+  std::function<void(int unit)> release_params;
+  std::function<float*(int unit)> acquire_grads;
+  std::function<void(int unit)> grads_done;
+};
+
 // What one backward pass is asked to do (Model::backward).
 struct BackwardOptions {
   // Called as each parameter range's gradient is final (see Model::backward).
@@ -180,6 +196,12 @@ class Model {
   float* stage_input(int B, int T);
   const float* stage_output() const;
   const float* stage_input_grad() const;
+  // The units parameters and gradients are lent in (UnitStorage), as (first, count) ranges of the flat layout in
+  // order: the embedding (wte, wpe; wte alone on a last stage without it), each layer, the final norm.
+  std::vector<std::pair<size_t, size_t>> units() const;
+  // Switches parameters and/or gradients to lent storage (the model frees its own buffers for them: params() or
+  // grads() then return nullptr, and init()/copies of them throw). Between steps only.
+  void set_unit_storage(UnitStorage storage);
   // Pipeline schedules keep several micro-batches in flight: each slot is a separate set of activations;
   // forward() and backward() use the current one (slot 0 by default).
   void set_activation_slot(int slot);

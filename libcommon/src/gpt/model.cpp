@@ -410,6 +410,14 @@ struct Model::Impl {
   float* params = nullptr;
   float* grads = nullptr;
   Recompute recompute = Recompute::None;
+  // Units (embedding, layers, final norm) and lent storage (UnitStorage).
+  std::vector<std::pair<size_t, size_t>> units;
+  std::vector<int> unit_of;  // per tensor
+  int emb_unit = -1, head_unit = -1;
+  UnitStorage storage;
+  std::vector<const float*> unit_params;
+  std::vector<float*> unit_grads;
+  std::vector<int> unit_uses;
   std::vector<Slot> slots = std::vector<Slot>(1);
   int slot = 0;
 
@@ -433,6 +441,19 @@ struct Model::Impl {
       lnfw = t;
       lnfb = t + 1;
     }
+    unit_of.assign(tensors.size(), -1);
+    auto add_unit = [&](int first_tensor, int last_tensor) {
+      const size_t first = tensors[first_tensor].offset;
+      units.emplace_back(first, tensors[last_tensor].offset + tensors[last_tensor].size - first);
+      for (int i = first_tensor; i <= last_tensor; i++) unit_of[i] = (int)units.size() - 1;
+      return (int)units.size() - 1;
+    };
+    if (wte >= 0) emb_unit = add_unit(wte, wpe >= 0 ? wpe : wte);
+    for (const LayerTensors& lt : layers) add_unit(lt.ln1w, lt.fcprojb);
+    if (lnfw >= 0) head_unit = add_unit(lnfw, lnfb);
+    unit_params.assign(units.size(), nullptr);
+    unit_grads.assign(units.size(), nullptr);
+    unit_uses.assign(units.size(), 0);
     vocab_rows = (size_t)cfg.vocab / spec.tp;
     vocab_first = vocab_rows * spec.tp_rank;
     vocab_real_rows = (int)std::clamp<int64_t>((int64_t)cfg.vocab_real - (int64_t)vocab_first, 0, (int64_t)vocab_rows);
@@ -442,12 +463,44 @@ struct Model::Impl {
 
   ~Impl() {
     for (size_t i = 0; i < slots.size(); i++) free_slot(slots[i]);
-    be.free(params);
+    if (params) be.free(params);
     if (grads) be.free(grads);
   }
 
-  float* P(int tensor) { return params + tensors[tensor].offset; }
-  float* G(int tensor) { return grads + tensors[tensor].offset; }
+  int layer_unit(int l) const { return unit_of[layers[l].ln1w]; }
+
+  // Parameter and gradient of a tensor: in the model's flat buffers, or in the unit memory lent for now.
+  const float* P(int tensor) {
+    if (!storage.acquire_params) return params + tensors[tensor].offset;
+    const int u = unit_of[tensor];
+    if (!unit_params[u]) throw RuntimeError("gpt: parameters of unit " + std::to_string(u) + " used while not acquired");
+    return unit_params[u] + (tensors[tensor].offset - units[u].first);
+  }
+  float* G(int tensor) {
+    if (!storage.acquire_grads) return grads + tensors[tensor].offset;
+    const int u = unit_of[tensor];
+    if (!unit_grads[u]) unit_grads[u] = storage.acquire_grads(u);
+    return unit_grads[u] + (tensors[tensor].offset - units[u].first);
+  }
+  // Units in use (reference-counted: the embedding serves the head too on a single stage).
+  void use_params(int u) {
+    if (storage.acquire_params && unit_uses[u]++ == 0) unit_params[u] = storage.acquire_params(u);
+  }
+  void done_params(int u) {
+    if (storage.acquire_params && --unit_uses[u] == 0) {
+      storage.release_params(u);
+      unit_params[u] = nullptr;
+    }
+  }
+  // A unit's gradient of this backward is complete: handed back (lent storage) or announced.
+  void grads_complete(int u, const std::function<void(size_t, size_t)>& notify) {
+    if (storage.acquire_grads) {
+      if (unit_grads[u]) storage.grads_done(u);
+      unit_grads[u] = nullptr;
+      return;
+    }
+    notify(units[u].first, units[u].second);
+  }
   // A row-parallel layer's bias is added once, by TP rank 0, before the partial sums are reduced.
   const float* row_bias(int tensor) { return spec.tp_rank == 0 ? P(tensor) : nullptr; }
   Slot& cur() { return slots[slot]; }
@@ -499,9 +552,10 @@ struct Model::Impl {
     return full;
   }
   // Sequence parallelism leaves each rank with its rows' share of a LayerNorm's gradient: sum it over the group
-  // once per step, over all micro-batches accumulated (weight and bias are adjacent: 2C floats).
+  // once per step, over all micro-batches accumulated (weight and bias are adjacent: 2C floats); with lent gradient
+  // storage each backward's gradient is handed over on its own, so then every time.
   void sum_norm_grads(int weight_tensor, const BackwardOptions& o, const Dims& d) {
-    if (d.split_rows && o.last_micro_batch) comm.all_reduce(G(weight_tensor), 2 * d.C);
+    if (d.split_rows && (o.last_micro_batch || storage.acquire_grads)) comm.all_reduce(G(weight_tensor), 2 * d.C);
   }
 
   void check_tokens(const int32_t* ids, int N, int T, const char* what, bool allow_negative) {
@@ -538,6 +592,7 @@ struct Model::Impl {
     LayerActs& a = act(l);
     Activations& s = acts();
     float* res = layer_input(l);
+    use_params(layer_unit(l));
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, P(w.ln1w), P(w.ln1b), R, C);
     const float* x = gather_rows(a.ln1, s.gathered, d);
     be.matmul_forward(a.qkv, x, P(w.qkvw), P(w.qkvb), N, C, 3 * Cl, WeightLayout::InOut);
@@ -548,12 +603,19 @@ struct Model::Impl {
     x = gather_rows(a.ln2, s.gathered, d);
     be.matmul_forward(a.fch, x, P(w.fcw), P(w.fcb), N, C, Fl, WeightLayout::InOut);
     be.gelu_forward(a.fch_gelu, a.fch, (size_t)N * Fl);
-    if (!through_output) return;
-    be.matmul_forward(s.proj, a.fch_gelu, P(w.fcprojw), row_bias(w.fcprojb), N, Fl, C, WeightLayout::InOut);
-    be.residual_forward(a.res3, a.res2, reduce_rows(s.proj, s.proj_rows, d), (size_t)R * C);
+    if (through_output) {
+      be.matmul_forward(s.proj, a.fch_gelu, P(w.fcprojw), row_bias(w.fcprojb), N, Fl, C, WeightLayout::InOut);
+      be.residual_forward(a.res3, a.res2, reduce_rows(s.proj, s.proj_rows, d), (size_t)R * C);
+    }
+    done_params(layer_unit(l));
   }
 
   void embed(const int32_t* inputs, const Dims& d) {
+    use_params(emb_unit);
+    embed_tokens(inputs, d);
+    done_params(emb_unit);
+  }
+  void embed_tokens(const int32_t* inputs, const Dims& d) {
     Activations& s = acts();
     const int B = cur().B, T = cur().T;
     if (spec.tp == 1) {
@@ -601,6 +663,14 @@ struct Model::Impl {
   }
 
   float head_forward(const int32_t* targets, const Dims& d) {
+    use_params(head_unit);
+    use_params(emb_unit);
+    const float loss = head_loss(targets, d);
+    done_params(emb_unit);
+    done_params(head_unit);
+    return loss;
+  }
+  float head_loss(const int32_t* targets, const Dims& d) {
     Activations& s = acts();
     Slot& sl = cur();
     const int N = (int)d.N, R = (int)d.R, C = (int)d.C;
@@ -678,6 +748,13 @@ struct Model::Impl {
 
   // The head's backward: d(loss) -> d(logits) in place -> lm_head -> final LayerNorm, into dres.
   void head_backward(const BackwardOptions& o, const Dims& d, const std::function<void(size_t, size_t)>& notify) {
+    use_params(head_unit);
+    use_params(emb_unit);
+    head_grads(o, d, notify);
+    done_params(emb_unit);
+    done_params(head_unit);
+  }
+  void head_grads(const BackwardOptions& o, const Dims& d, const std::function<void(size_t, size_t)>& notify) {
     Activations& s = acts();
     Slot& sl = cur();
     const int N = (int)d.N, R = (int)d.R, C = (int)d.C;
@@ -687,12 +764,12 @@ struct Model::Impl {
     const float* x = gather_rows(s.lnf, s.gathered, d);
     be.matmul_backward(s.dtmp, G(wte), nullptr, s.logits, x, P(wte), N, C, (int)d.Vl, WeightLayout::OutIn);
     // without the embedding here the lm_head is wte's only use: its gradient is final
-    if (!spec.has_embedding) notify(tensors[wte].offset, tensors[wte].size);
+    if (!spec.has_embedding) grads_complete(emb_unit, notify);
     float* dx = reduce_rows(s.dtmp, s.drows, d);
     be.fill_zero(s.dres, sizeof(float) * R * C);
     be.layernorm_backward(s.dres, G(lnfw), G(lnfb), dx, piece_output(), P(lnfw), s.lnf_mean, s.lnf_rstd, R, C);
     sum_norm_grads(lnfw, o, d);
-    notify(tensors[lnfw].offset, tensors[lnfw].size + tensors[lnfb].size);
+    grads_complete(head_unit, notify);
   }
 
   void layer_backward(int l, const BackwardOptions& o, const Dims& d) {
@@ -700,6 +777,7 @@ struct Model::Impl {
     const int B = cur().B, T = cur().T;
     const int N = (int)d.N, R = (int)d.R, C = (int)d.C, Cl = (int)d.Cl, Fl = (int)d.Fl;
     const LayerTensors& w = layers[l];
+    use_params(layer_unit(l));
     restore_layer(l);
     LayerActs& a = act(l);
     float *dres = s.dres, *dtmp = s.dtmp, *dbig = s.dbig;
@@ -721,6 +799,7 @@ struct Model::Impl {
                           a.ln1_mean, a.ln1_rstd, R, C);
     sum_norm_grads(w.ln1w, o, d);
     sum_norm_grads(w.ln2w, o, d);
+    done_params(layer_unit(l));
   }
 
   void backward(const BackwardOptions& o) {
@@ -741,12 +820,12 @@ struct Model::Impl {
     else be.copy_device(s.dres, o.output_grad, sizeof(float) * d.R * d.C);
     for (int l = (int)layers.size() - 1; l >= 0; l--) {
       layer_backward(l, o, d);
-      notify(layers[l].first, layers[l].count);
+      grads_complete(layer_unit(l), notify);
     }
     if (spec.has_embedding) {
       const float* de = gather_rows(s.dres, s.dfull, d);
       be.embedding_backward(G(wte), G(wpe), de, s.d_inputs, sl.B, sl.T, (int)d.C);
-      notify(tensors[wte].offset, tensors[wte].size + tensors[wpe].size);
+      grads_complete(emb_unit, notify);
     }
     sl.forwarded = false;
   }
@@ -785,6 +864,26 @@ float* Model::stage_input(int B, int T) {
 }
 const float* Model::stage_output() const { return impl_->piece_output(); }
 const float* Model::stage_input_grad() const { return impl_->slots[impl_->slot].acts.dres; }
+std::vector<std::pair<size_t, size_t>> Model::units() const { return impl_->units; }
+
+void Model::set_unit_storage(UnitStorage storage) {
+  Impl& m = *impl_;
+  if ((bool)storage.acquire_params != (bool)storage.release_params ||
+      (bool)storage.acquire_grads != (bool)storage.grads_done)
+    throw RuntimeError("gpt: unit storage needs acquire and release/done together");
+  for (int uses : m.unit_uses)
+    if (uses) throw RuntimeError("gpt: unit storage changed while a unit is in use");
+  if (storage.acquire_params && m.params) {
+    m.be.free(m.params);
+    m.params = nullptr;
+  }
+  if (storage.acquire_grads && m.grads) {
+    m.be.free(m.grads);
+    m.grads = nullptr;
+  }
+  m.storage = std::move(storage);
+}
+
 void Model::set_activation_slot(int slot) {
   if (slot < 0) throw RuntimeError("gpt: negative activation slot");
   if ((size_t)slot >= impl_->slots.size()) impl_->slots.resize((size_t)slot + 1);
@@ -793,14 +892,16 @@ void Model::set_activation_slot(int slot) {
 int Model::activation_slot() const { return impl_->slot; }
 
 void Model::copy_params_from_host(const float* host) {
+  if (!impl_->params) throw RuntimeError("gpt: parameters are in lent unit storage");
   impl_->be.copy_to_device(impl_->params, host, sizeof(float) * impl_->n_params);
 }
 void Model::copy_params_to_host(float* host) const {
+  if (!impl_->params) throw RuntimeError("gpt: parameters are in lent unit storage");
   impl_->be.synchronize();
   impl_->be.copy_to_host(host, impl_->params, sizeof(float) * impl_->n_params);
 }
 void Model::copy_grads_to_host(float* host) const {
-  if (!impl_->grads) throw RuntimeError("gpt: the model was built forward-only (training=false) and has no gradients");
+  if (!impl_->grads) throw RuntimeError("gpt: no gradients here (a forward-only model, or gradients in lent unit storage)");
   impl_->be.synchronize();
   impl_->be.copy_to_host(host, impl_->grads, sizeof(float) * impl_->n_params);
 }
@@ -813,6 +914,7 @@ void Model::copy_logits_to_host(float* host) const {
 
 void Model::init(uint64_t seed) {
   Impl& m = *impl_;
+  if (!m.params) throw RuntimeError("gpt: parameters are in lent unit storage");
   std::vector<float> host(m.n_params, 0.0f), whole;
   const float stddev = 0.02f;
   const float residual_std = stddev / std::sqrt(2.0f * m.cfg.layers);

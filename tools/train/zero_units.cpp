@@ -1,0 +1,213 @@
+// ZeRO-2/3 unit storage of a model chunk (zero_units.h): per-unit reduce-scatter of gradients, per-unit all-gather
+// of parameter shards with prefetch.
+#include "zero_units.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "cairn/error.h"
+#include "cairn/mpi.h"
+
+namespace cairn::train {
+
+ZeroUnits::ZeroUnits(MPI_Comm dp, const Shards& shards, std::vector<std::pair<size_t, size_t>> units,
+                     const kernels::Backend& backend, bool shard_params, float* param_shard, float* shard_grads,
+                     int deferred_unit)
+    : dp_(dp), sh_(shards), units_(std::move(units)), be_(backend), shard_params_(shard_params),
+      param_shard_(param_shard), shard_grads_(shard_grads), deferred_(deferred_unit) {
+  for (const auto& u : units_) max_unit_ = std::max(max_unit_, u.second);
+  if (max_unit_ > static_cast<size_t>(INT_MAX)) throw RuntimeError("ZeRO: a unit of the model exceeds MPI's int count");
+  grads_of_.assign(units_.size(), nullptr);
+  grads_owned_.resize(units_.size());
+  if (deferred_ >= 0) deferred_buf_ = take_buffer(units_[deferred_].second);
+}
+
+ZeroUnits::~ZeroUnits() {
+  // nothing may be in flight when the buffers go (an exception mid-step): let MPI finish first
+  for (Pending& p : pending_) MPI_Wait(&p.req, MPI_STATUS_IGNORE);
+  for (Gather& g : gathers_) MPI_Wait(&g.req, MPI_STATUS_IGNORE);
+}
+
+gpt::UnitStorage ZeroUnits::storage() {
+  gpt::UnitStorage s;
+  if (shard_params_) {
+    s.acquire_params = [this](int u) { return acquire_params(u); };
+    s.release_params = [this](int u) { release_params(u); };
+  }
+  s.acquire_grads = [this](int u) { return acquire_grads(u); };
+  s.grads_done = [this](int u) { grads_done(u); };
+  return s;
+}
+
+// The smallest pooled buffer that holds `floats`, or a new one of exactly that size (units differ: a large
+// vocabulary's embedding can be several layers' worth).
+std::unique_ptr<ZeroUnits::Buffer> ZeroUnits::take_buffer(size_t floats) {
+  size_t best = pool_.size();
+  for (size_t i = 0; i < pool_.size(); ++i)
+    if (pool_[i]->host.size() >= floats && (best == pool_.size() || pool_[i]->host.size() < pool_[best]->host.size()))
+      best = i;
+  if (best < pool_.size()) {
+    auto b = std::move(pool_[best]);
+    pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(best));
+    return b;
+  }
+  auto b = std::make_unique<Buffer>();
+  b->host.resize(floats);
+  if (be_.device_memory) b->device = BackendBuffer(&be_, floats);
+  held_floats_ += floats;
+  return b;
+}
+
+void ZeroUnits::give_back(std::unique_ptr<Buffer> b) { pool_.push_back(std::move(b)); }
+
+void ZeroUnits::split(int u, std::vector<int>& counts, std::vector<int>& displs) const {
+  const size_t a = units_[u].first, b = a + units_[u].second;
+  counts.assign(sh_.size, 0);
+  displs.assign(sh_.size, 0);
+  for (int r = 0; r < sh_.size; ++r) {
+    const size_t lo = std::max(a, sh_.begin(r)), hi = std::min(b, sh_.end(r));
+    counts[r] = hi > lo ? static_cast<int>(hi - lo) : 0;
+    displs[r] = hi > lo ? static_cast<int>(lo - a) : 0;
+  }
+}
+
+// ---------------------------------------------------------------- parameters (ZeRO-3)
+
+ZeroUnits::Gather* ZeroUnits::find_gather(int u) {
+  for (Gather& g : gathers_)
+    if (g.unit == u) return &g;
+  return nullptr;
+}
+
+void ZeroUnits::start_gather(int u) {
+  std::vector<int> counts, displs;
+  split(u, counts, displs);
+  Gather g;
+  g.unit = u;
+  g.buf = take_buffer(units_[u].second);
+  const int mine = counts[sh_.rank];
+  std::vector<float> send(static_cast<size_t>(mine));
+  if (mine > 0) {
+    const size_t from = units_[u].first + static_cast<size_t>(displs[sh_.rank]) - sh_.lo;
+    be_.copy_to_host(send.data(), param_shard_ + from, send.size() * sizeof(float));
+  }
+  // MPI_Iallgatherv reads the send buffer until completion: keep it in the unit's host buffer at its own place
+  std::copy(send.begin(), send.end(), g.buf->host.begin() + displs[sh_.rank]);
+  mpi::check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, g.buf->host.data(), counts.data(), displs.data(),
+                             MPI_FLOAT, dp_, &g.req),
+             "MPI_Iallgatherv (ZeRO-3 parameters)");
+  gathers_.push_back(std::move(g));
+}
+
+const float* ZeroUnits::acquire_params(int u) {
+  if (!find_gather(u)) start_gather(u);
+  // prefetch the next unit in the direction of travel (forward ascending, backward descending)
+  const int next = u + (u >= last_acquired_ ? 1 : -1);
+  last_acquired_ = u;
+  Gather* g = find_gather(u);
+  if (!g->ready) {
+    mpi::check(MPI_Wait(&g->req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)");
+    if (g->buf->device.data())
+      be_.copy_to_device(g->buf->device.data(), g->buf->host.data(), units_[u].second * sizeof(float));
+    g->ready = true;
+  }
+  const float* out = g->buf->data();
+  if (next >= 0 && next < static_cast<int>(units_.size()) && !find_gather(next)) start_gather(next);
+  return out;
+}
+
+void ZeroUnits::release_params(int u) {
+  for (size_t i = 0; i < gathers_.size(); ++i) {
+    if (gathers_[i].unit != u) continue;
+    mpi::check(MPI_Wait(&gathers_[i].req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)");
+    give_back(std::move(gathers_[i].buf));
+    gathers_.erase(gathers_.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
+  }
+}
+
+// ---------------------------------------------------------------- gradients (ZeRO-2 and 3)
+
+float* ZeroUnits::acquire_grads(int u) {
+  if (u == deferred_) return deferred_buf_->data();
+  // keep at most a couple of reduce-scatters in flight: the oldest frees its buffer for this unit
+  while (pending_.size() >= 2) {
+    complete(pending_.front());
+    pending_.pop_front();
+  }
+  grads_owned_[u] = take_buffer(units_[u].second);
+  grads_of_[u] = grads_owned_[u].get();
+  be_.fill_zero(grads_of_[u]->data(), units_[u].second * sizeof(float));
+  return grads_of_[u]->data();
+}
+
+void ZeroUnits::grads_done(int u) {
+  if (u == deferred_) return;  // summed over the embedding group first (reduce_deferred)
+  std::vector<int> counts, displs;
+  split(u, counts, displs);
+  Pending p;
+  p.unit = u;
+  p.buf = std::move(grads_owned_[u]);
+  grads_of_[u] = nullptr;
+  if (p.buf->device.data())
+    be_.copy_to_host(p.buf->host.data(), p.buf->device.data(), units_[u].second * sizeof(float));
+  p.part.resize(static_cast<size_t>(counts[sh_.rank]));
+  mpi::check(MPI_Ireduce_scatter(p.buf->host.data(), p.part.data(), counts.data(), MPI_FLOAT, MPI_SUM, dp_, &p.req),
+             "MPI_Ireduce_scatter (ZeRO gradients)");
+  pending_.push_back(std::move(p));
+  // Open MPI progresses non-blocking collectives only inside MPI calls: poke them
+  for (Pending& q : pending_) {
+    int done = 0;
+    MPI_Test(&q.req, &done, MPI_STATUS_IGNORE);
+  }
+}
+
+void ZeroUnits::complete(Pending& p) {
+  mpi::check(MPI_Wait(&p.req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO gradients)");
+  const size_t a = std::max(units_[p.unit].first, sh_.lo);
+  if (!p.part.empty()) {
+    // shard += part, with the backend's add (out = a + b) on its own memory
+    BackendBuffer tmp(&be_, p.part.size());
+    be_.copy_to_device(tmp.data(), p.part.data(), p.part.size() * sizeof(float));
+    float* dst = shard_grads_ + (a - sh_.lo);
+    be_.residual_forward(dst, dst, tmp.data(), p.part.size());
+  }
+  give_back(std::move(p.buf));
+}
+
+void ZeroUnits::begin_step() {
+  if (sh_.count()) be_.fill_zero(shard_grads_, sh_.count() * sizeof(float));
+  if (deferred_buf_) be_.fill_zero(deferred_buf_->data(), units_[deferred_].second * sizeof(float));
+}
+
+void ZeroUnits::finish_step() {
+  for (Pending& p : pending_) complete(p);
+  pending_.clear();
+  // prefetched parameters nobody used (the unit after the last one touched)
+  for (Gather& g : gathers_) {
+    mpi::check(MPI_Wait(&g.req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)");
+    give_back(std::move(g.buf));
+  }
+  gathers_.clear();
+  last_acquired_ = -1;
+}
+
+float* ZeroUnits::deferred_grads() { return deferred_buf_ ? deferred_buf_->data() : nullptr; }
+
+void ZeroUnits::reduce_deferred() {
+  if (deferred_ < 0) return;
+  std::vector<int> counts, displs;
+  split(deferred_, counts, displs);
+  Pending p;
+  p.unit = deferred_;
+  p.buf = take_buffer(units_[deferred_].second);
+  be_.copy_to_host(p.buf->host.data(), deferred_buf_->data(), units_[deferred_].second * sizeof(float));
+  p.part.resize(static_cast<size_t>(counts[sh_.rank]));
+  mpi::check(MPI_Reduce_scatter(p.buf->host.data(), p.part.data(), counts.data(), MPI_FLOAT, MPI_SUM, dp_),
+             "MPI_Reduce_scatter (ZeRO tied embedding)");
+  complete(p);
+}
+
+size_t ZeroUnits::bytes() const { return held_floats_ * sizeof(float) * (be_.device_memory ? 2 : 1); }
+
+}  // namespace cairn::train

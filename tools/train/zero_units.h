@@ -1,0 +1,98 @@
+// ZeRO-2/3 for one model chunk over its data-parallel group: the model's units (embedding, layers, final norm)
+// borrow gradient memory (ZeRO-2 and 3) and parameters (ZeRO-3) from here, so no rank holds all of either.
+#pragma once
+#include <mpi.h>
+
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "backend_buffer.h"
+#include "cairn/gpt.h"
+#include "cairn/kernels/backend.h"
+#include "grad_sync.h"
+
+namespace cairn::train {
+
+// Gradients: a unit's gradient is reduce-scattered over the group as soon as a backward has finished it (every
+// micro-batch, as DeepSpeed's stage 2 does), non-blocking, and this rank's part is added into its shard of the
+// gradient; the unit's buffer then serves the next unit. One unit may be `deferred` (a wte whose tied copy lives
+// on another pipeline stage): it keeps its buffer for the whole step, so the caller can sum it over the embedding
+// group before reduce_deferred().
+// Parameters (ZeRO-3): this rank keeps only its shard [lo, hi) of the chunk's flat parameters (the optimizer
+// updates it in place); a unit is all-gathered just before the model uses it, the next unit in the same direction
+// is prefetched, and the buffer is released after use (FSDP's schedule).
+// Buffers are host memory; on a device backend they are staged (copied to and from backend memory).
+class ZeroUnits {
+ public:
+  ZeroUnits(MPI_Comm dp, const Shards& shards, std::vector<std::pair<size_t, size_t>> units,
+            const kernels::Backend& backend, bool shard_params, float* param_shard, float* shard_grads,
+            int deferred_unit);
+  ~ZeroUnits();
+  ZeroUnits(const ZeroUnits&) = delete;
+  ZeroUnits& operator=(const ZeroUnits&) = delete;
+
+  gpt::UnitStorage storage();
+  // Before the step's first backward: the gradient shard and the deferred unit's buffer start at zero.
+  void begin_step();
+  // After the step's last backward: waits for the reduce-scatters still in flight.
+  void finish_step();
+  // The deferred unit's accumulated gradient (backend memory), and its reduce-scatter into the shard.
+  float* deferred_grads();
+  void reduce_deferred();
+  // Bytes of buffers held now (memory reports).
+  size_t bytes() const;
+
+ private:
+  struct Buffer {
+    std::vector<float> host;  // its size is the buffer's capacity
+    BackendBuffer device;     // device backends only
+    float* data() { return device.data() ? device.data() : host.data(); }
+  };
+  struct Pending {  // a reduce-scatter in flight
+    int unit = -1;
+    std::unique_ptr<Buffer> buf;
+    std::vector<float> part;  // this rank's summed part
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
+  struct Gather {  // a unit's parameters being, or having been, gathered
+    int unit = -1;
+    std::unique_ptr<Buffer> buf;
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool ready = false;
+  };
+
+  std::unique_ptr<Buffer> take_buffer(size_t floats);
+  void give_back(std::unique_ptr<Buffer> b);
+  // Counts and displacements of unit u's floats over the group's shards.
+  void split(int u, std::vector<int>& counts, std::vector<int>& displs) const;
+  void start_gather(int u);
+  Gather* find_gather(int u);
+  void complete(Pending& p);  // adds its part into the shard
+  const float* acquire_params(int u);
+  void release_params(int u);
+  float* acquire_grads(int u);
+  void grads_done(int u);
+
+  MPI_Comm dp_;
+  Shards sh_;
+  std::vector<std::pair<size_t, size_t>> units_;
+  const kernels::Backend& be_;
+  bool shard_params_;
+  float* param_shard_;
+  float* shard_grads_;
+  int deferred_;
+  size_t max_unit_ = 0;
+  size_t held_floats_ = 0;  // capacity of every buffer made (in use or pooled)
+  std::vector<std::unique_ptr<Buffer>> pool_;
+  std::unique_ptr<Buffer> deferred_buf_;
+  std::vector<Buffer*> grads_of_;  // per unit: its gradient buffer while a backward fills it
+  std::vector<std::unique_ptr<Buffer>> grads_owned_;
+  std::deque<Pending> pending_;
+  std::vector<Gather> gathers_;
+  int last_acquired_ = -1;
+};
+
+}  // namespace cairn::train
