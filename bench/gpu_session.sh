@@ -64,8 +64,12 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 # ---- correctness first
 phase kernels_cuda 20 120 "$CAIRN_BUNDLE_TESTS/kernels_cuda"
 phase gpt_cuda 30 180 "$CAIRN_BUNDLE_TESTS/gpt_cuda"
-phase train_cuda 90 300 env PY=python3 FORTUNES_DIR="$CAIRN_BUNDLE_DATA" bash "$root/bench/train_gpu_check.sh" "$CAIRN_BUNDLE_BIN"
-grep -E 'max relative|eval val loss|peak_mem' "$logs/train_cuda.log" >>"$results" 2>/dev/null
+# (also its parallel-layout part: on 1 GPU accumulation, ZeRO-3 at dp1 and the refusal of 2 ranks on one GPU via the
+# bundle's mpirun, ~4 more short runs; with >= 2 GPUs tp2, pp2, tp2 + sp, ZeRO-3 dp2 over NCCL. SKIPPED lines say
+# what one GPU cannot show.)
+phase train_cuda 110 360 env PY=python3 FORTUNES_DIR="$CAIRN_BUNDLE_DATA" bash "$root/bench/train_gpu_check.sh" "$CAIRN_BUNDLE_BIN"
+grep -E 'max relative|eval val loss|peak_mem|tp_comm|GPUs visible|SKIPPED|refused|FAIL' "$logs/train_cuda.log" \
+  >>"$results" 2>/dev/null
 # The NCCL sweep on one GPU: every collective, float32 sum, nccl-tests' defaults otherwise; #wrong must be 0.
 phase sweep_nccl 90 240 "$CAIRN_BUNDLE_BIN/cairn-sweep" --backend nccl --out "$work/sweep" all -b 8 -e "$SWEEP_MAX" -f 2 \
   -n 20 -w 5 -c 1 --json "$OUT/sweep_nccl.json"

@@ -10,8 +10,16 @@
 #      within 1e-4;
 #   5. cairn-eval on the CUDA backend scores the GPU run's last checkpoint like the CPU backend: loss within 1e-5
 #      relative, token accuracy (argmax on the device) equal up to near-ties.
+#   6. parallel layouts (lr 1e-3, Adam eps 1e-5, fp32, 20 steps, against a 1-GPU run of the same settings):
+#      with >= 2 GPUs, tp2 (tensor-parallel collectives over NCCL: NCCL must have started), pp2, tp2 + sp and ZeRO-3
+#      dp2 (and tp2 x pp2, dp2 x tp2 with >= 4 GPUs) within 1e-4 relative per step, tp runs reporting time_s.tp_comm > 0;
+#      with exactly 1 GPU no layout can split anything (tp/pp/dp need one rank per GPU), so: gradient accumulation
+#      (micro-batch 2, 4 micro-steps) within 1e-4, ZeRO-3 at dp1 (a no-op) equal to the plain run (1e-6), and two
+#      ranks asking for tp2 on the one GPU refused with exit 2 by the one-GPU-per-rank rule. What cannot run is
+#      printed as a SKIPPED line with the reason. Multi-rank runs need mpirun: BIN_DIR/mpirun (the GPU bundle's) or
+#      the one on PATH, or env MPIRUN.
 # Usage: bench/train_gpu_check.sh BIN_DIR   (the build's bin/ with cairn-train, cairn-reshard and cairn-eval)
-#   env: PY (python3 with json only), FORTUNES_DIR (default /usr/share/games/fortunes)
+#   env: PY (python3 with json only), FORTUNES_DIR (default /usr/share/games/fortunes), MPIRUN (mpirun to use)
 set -euo pipefail
 BIN=${1:-${CAIRN_BIN_DIR:?usage: train_gpu_check.sh BIN_DIR}}
 PY=${PY:-$(command -v python3 || echo /usr/bin/python3)}
@@ -23,9 +31,18 @@ F=${FORTUNES_DIR:-/usr/share/games/fortunes}
 
 "$BIN/cairn-reshard" --log-level warn --out "$W/ds" --set 'data.delimiter="%"' --set data.shards=2 \
   build "$F/fortunes" "$F/science"
-MODEL=(--data "$W/ds" --threads 1 --log-level warn --set model.layers=2 --set model.hidden=64 --set model.heads=4
-       --set model.seq_len=64 --set train.global_batch=8 --set train.warmup=5 --set train.lr=0.003
-       --set train.checkpoint_every=15 --set train.val_every=0 --set train.spike_zscore=0)
+BASE=(--data "$W/ds" --threads 1 --log-level warn --set model.layers=2 --set model.hidden=64 --set model.heads=4
+      --set model.seq_len=64 --set train.global_batch=8 --set train.warmup=5
+      --set train.checkpoint_every=15 --set train.val_every=0 --set train.spike_zscore=0)
+MODEL=("${BASE[@]}" --set train.lr=0.003)
+# The layout runs (6.): tests/train/layouts.sh's lr and eps, which keep the rounding noise of other summation orders
+# well below the tolerance (Adam turns noise in near-zero gradients into lr-sized steps), fp32, 20 steps.
+LAY=("${BASE[@]}" --set train.lr=0.001 --set train.eps=1e-5 --steps 20 --backend cuda)
+# mpirun: the bundle's (relocated Open MPI, see scripts/gpu-bundle.sh), else PATH's; none: multi-rank runs skip.
+if [[ -z ${MPIRUN:-} ]]; then
+  if [[ -x $BIN/mpirun ]]; then MPIRUN=$BIN/mpirun; else MPIRUN=$(command -v mpirun || true); fi
+fi
+skip() { echo "SKIPPED: $*"; }
 
 # ---- 1. unavailable backend: a usage error (exit 2) naming the reason, nothing trained
 set +e
@@ -53,11 +70,68 @@ cp -r "$W/gpu/train/ckpt/step_00000015" "$W/g2c/train/ckpt/"
 "$BIN/cairn-train" --out "$W/g2c" "${MODEL[@]}" --steps 30 --backend cpu
 # ---- 4. NCCL data parallel (needs two GPUs)
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [[ $ngpu -ge 2 ]]; then
-  mpirun -np 2 --oversubscribe "$BIN/cairn-train" --out "$W/gpu2" "${MODEL[@]}" --steps 30 --backend cuda \
-    --set train.micro_batch=4
-  mpirun -np 2 --oversubscribe "$BIN/cairn-train" --out "$W/gpu2z" "${MODEL[@]}" --steps 30 --backend cuda \
-    --set train.micro_batch=4 --set parallel.zero=1
+echo "GPUs visible: $ngpu; mpirun: ${MPIRUN:-none}"
+if [[ $ngpu -ge 2 && -n $MPIRUN ]]; then
+  timeout 300 "$MPIRUN" -np 2 --oversubscribe "$BIN/cairn-train" --out "$W/gpu2" "${MODEL[@]}" --steps 30 \
+    --backend cuda --set train.micro_batch=4
+  timeout 300 "$MPIRUN" -np 2 --oversubscribe "$BIN/cairn-train" --out "$W/gpu2z" "${MODEL[@]}" --steps 30 \
+    --backend cuda --set train.micro_batch=4 --set parallel.zero=1
+elif [[ $ngpu -ge 2 ]]; then
+  skip "4. NCCL data parallel: no mpirun (set MPIRUN)"
+else
+  skip "4. NCCL data parallel: $ngpu GPU(s), needs 2 (one rank per GPU)"
+fi
+
+# ---- 6. parallel layouts against one GPU with the same settings
+# lay NAME RANKS ARGS...: one run into $W/NAME, its whole output (NCCL_DEBUG=INFO) in $W/NAME.log
+lay() {
+  local name=$1 np=$2
+  shift 2
+  local cmd=("$BIN/cairn-train" --out "$W/$name" "${LAY[@]}" "$@")
+  [[ $np == 1 ]] || cmd=(timeout 300 "$MPIRUN" -np "$np" --oversubscribe "${cmd[@]}")
+  local rc=0
+  NCCL_DEBUG=INFO "${cmd[@]}" >"$W/$name.log" 2>&1 || rc=$?
+  [[ $rc == 0 ]] || { tail -30 "$W/$name.log" >&2; fail "$name: exited $rc: ${cmd[*]}"; }
+}
+lay lay1 1
+if [[ $ngpu -ge 2 && -n $MPIRUN ]]; then
+  lay tp2 2 --set parallel.tp=2
+  lay pp2 2 --set parallel.pp=2 --set train.micro_batch=2  # 4 micro-batches through the 1F1B schedule
+  lay tp2sp 2 --set parallel.tp=2 --set 'parallel.sp="on"'
+  lay z3dp2 2 --set train.micro_batch=4 --set parallel.zero=3
+  # The TP collectives must go over NCCL (a dp1 layout has no other NCCL communicator), not through host memory.
+  for run in tp2 tp2sp; do
+    grep -q 'NCCL INFO' "$W/$run.log" || fail "$run: no NCCL communicator was started (tensor parallelism over MPI?)"
+  done
+  if [[ $ngpu -ge 4 ]]; then
+    lay tp2pp2 4 --set parallel.tp=2 --set parallel.pp=2 --set train.micro_batch=2
+    # two NCCL communicators per rank (data-parallel buckets on their stream, TP collectives on theirs) at once
+    lay dp2tp2 4 --set parallel.tp=2 --set train.micro_batch=4
+  else
+    skip "6. tp2 x pp2, dp2 x tp2: $ngpu GPUs, need 4"
+  fi
+else
+  if [[ $ngpu -ge 2 ]]; then
+    skip "6. tp2, pp2, tp2 + sp, ZeRO-3 dp2: no mpirun (set MPIRUN)"
+  else
+    skip "6. tp2, pp2, tp2 + sp, ZeRO-3 dp2 (NCCL tensor-parallel collectives untested): 1 GPU, each needs 2 ranks" \
+      "on 2 GPUs (one GPU per rank); running what one GPU can show instead"
+  fi
+  lay acc4 1 --set train.micro_batch=2
+  lay z3dp1 1 --set parallel.zero=3
+  if [[ -n $MPIRUN ]]; then
+    # Two ranks on the one GPU: refused (exit 2) by the binding rule before anything is trained.
+    set +e
+    err=$(timeout 120 "$MPIRUN" -np 2 --oversubscribe "$BIN/cairn-train" --out "$W/share" "${LAY[@]}" \
+      --set parallel.tp=2 2>&1 >/dev/null)
+    rc=$?
+    set -e
+    [[ $rc -eq 2 ]] || fail "2 ranks on 1 GPU: expected exit 2, got $rc: $err"
+    grep -q 'would share GPU' <<<"$err" || fail "2 ranks on 1 GPU: no reason given: $err"
+    echo "2 ranks on 1 GPU with tp2: refused with exit 2 ($(grep -m1 -o 'ranks [0-9]* and [0-9]* would share GPU' <<<"$err"))"
+  else
+    skip "6. 2 ranks on 1 GPU refused: no mpirun (set MPIRUN)"
+  fi
 fi
 
 # ---- 5. cairn-eval on the GPU vs the CPU, the GPU run's step-30 checkpoint
@@ -96,6 +170,22 @@ for run in ("gpu2", "gpu2z"):
     if os.path.exists(f"{w}/{run}"):
         print(f"{run}: 2 ranks NCCL vs 1 GPU: max relative difference {worst(losses(run), gpu):.2e}")
         assert worst(losses(run), gpu) <= 1e-4, run
+lay1 = losses("lay1")
+assert len(lay1) == 20 and lay1[-1] < lay1[0] - 0.5, ("layout reference did not learn", lay1)
+for run, tol, what in (("tp2", 1e-4, "tp2 on 2 GPUs"), ("pp2", 1e-4, "pp2 on 2 GPUs"),
+                       ("tp2sp", 1e-4, "tp2 + sp on 2 GPUs"), ("z3dp2", 1e-4, "ZeRO-3 dp2 on 2 GPUs"),
+                       ("tp2pp2", 1e-4, "tp2 x pp2 on 4 GPUs"), ("dp2tp2", 1e-4, "dp2 x tp2 on 4 GPUs"),
+                       ("acc4", 1e-4, "1 GPU, 4 micro-batches of 2"),
+                       ("z3dp1", 1e-6, "1 GPU, ZeRO-3 at dp1 (no-op)")):
+    if not os.path.exists(f"{w}/{run}"):
+        continue
+    d = worst(losses(run), lay1)
+    print(f"{run}: {what} vs 1 GPU, 20 steps: max relative difference {d:.2e} (limit {tol:.0e})")
+    assert d <= tol, run
+    if "tp" in run:
+        tp = [l["time_s"].get("tp_comm", 0) for l in lines(run)]
+        print(f"{run}: time_s.tp_comm mean {sum(tp) / len(tp) * 1e3:.3f} ms per step")
+        assert any(t > 0 for t in tp), (run, "time_s.tp_comm is 0 on every step")
 ev = {be: {r["metric"]: r["value"] for r in map(json.loads, open(f"{w}/eval_{be}.jsonl"))} for be in ("cpu", "cuda")}
 print(f"eval val loss cpu {ev['cpu']['loss']:.6f} cuda {ev['cuda']['loss']:.6f}; "
       f"accuracy cpu {ev['cpu']['accuracy']:.5f} cuda {ev['cuda']['accuracy']:.5f}")

@@ -26,6 +26,9 @@ trap 'rm -rf "$stage"' EXIT
 b=$stage/cairn-gpu-bundle
 mkdir -p "$b/bin" "$b/tests" "$b/lib" "$b/openmpi/lib" "$b/pmix" "$b/data"
 cp "$BUILD"/bin/cairn-{train,reshard,sweep,eval} "$b/bin/"
+# mpirun (Open MPI's orterun) for the multi-rank GPU checks, relocated like the rest (env.sh: plm isolated, so it
+# forks the ranks itself and needs no ssh/rsh).
+cp -L "$(command -v orterun || command -v mpirun)" "$b/bin/mpirun"
 for t in kernels_cuda gpt_cuda kernels_ops kernels_gpu_gpt_bench; do
   f=$(find "$BUILD/tests" -name "$t" -type f -perm -u+x | head -1)
   [[ -n $f ]] || { echo "gpu-bundle: $t was not built" >&2; exit 1; }
@@ -53,7 +56,7 @@ done
 cp /usr/share/games/fortunes/{fortunes,science} "$b/data/"
 
 # Environment for the unpacked bundle: its libraries first, Open MPI and PMIx relocated to it, and MPI started as a
-# singleton without orted (one rank per process: the machine has one GPU).
+# singleton without orted (one rank per process: the machine has one GPU), or by bin/mpirun on this node only.
 cat >"$b/env.sh" <<'EOF'
 # source this: the bundle's libraries and Open MPI relocated to the unpacked folder
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -61,6 +64,7 @@ export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OPAL_PKGLIBDIR=$bundle/openmpi/lib/openmpi3 OPAL_PKGDATADIR=$bundle/openmpi/share
 export OMPI_MCA_mca_base_component_path=$bundle/openmpi/lib/openmpi3 PMIX_MCA_mca_base_component_path=$bundle/pmix
 export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_btl=self,vader OMPI_MCA_mtl='^ofi' OMPI_MCA_pml=ob1
+export OMPI_MCA_plm=isolated  # the bundle's bin/mpirun: ranks on this node only, no ssh/rsh agent needed
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export CAIRN_BUNDLE_BIN=$bundle/bin CAIRN_BUNDLE_TESTS=$bundle/tests CAIRN_BUNDLE_DATA=$bundle/data
 EOF

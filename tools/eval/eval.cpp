@@ -54,7 +54,13 @@ RunSettings parse_run_settings(const std::string& config_toml, const json& train
     if (auto v = t["data"]["val_fraction"].value<double>()) rs.val_fraction = *v;
     if (auto v = t["data"]["path"].value<std::string>()) rs.data_path = *v;
     if (auto v = t["run"]["dir"].value<std::string>()) rs.run_dir = *v;
-    // cairn-train's validation pass: val_batches micro-batches per rank (micro as the trainer picks it).
+    // cairn-train's validation pass: the windows it scored, as it recorded them (val_rows: val_batches x
+    // data-parallel ranks x micro-batch, capped by the split)...
+    if (train_state.contains("val_rows") && train_state["val_rows"].is_number_unsigned()) {
+      rs.val_rows = train_state["val_rows"].get<int64_t>();
+      return rs;
+    }
+    // ... or, for checkpoints written before it recorded them, val_batches micro-batches per rank.
     int64_t world = train_state.value("world_size", int64_t{0});
     int64_t vb = t["train"]["val_batches"].value<int64_t>().value_or(0);
     int64_t mb = t["train"]["micro_batch"].value<int64_t>().value_or(0);

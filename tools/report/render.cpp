@@ -144,6 +144,47 @@ const json* plans_of(const RunData& r) {
   return nullptr;
 }
 
+// Rows of layout_predict.json (bench/layout_predict.sh), or null.
+const json* layout_rows_of(const RunData& r) {
+  const json& lp = r.layout_predict;
+  if (lp.is_object() && lp.contains("rows") && lp["rows"].is_array() && !lp["rows"].empty()) return &lp["rows"];
+  return nullptr;
+}
+
+// One table row of a layout: {layout, ranks, predicted s, measured s, error, predicted memory,
+// measured memory, error, background cores}; memory in MiB (these runs hold tens of MiB).
+std::vector<std::string> layout_cells(const json& row) {
+  auto mib = [&](const char* k) { return num_or_nan(row, k) * 1024; };
+  return {row.value("layout", std::string()),
+          json_cell(row.value("ranks", json())),
+          fmt(num_or_nan(row, "predicted_step_s"), "s"),
+          fmt(num_or_nan(row, "measured_step_s"), "s"),
+          signed_fmt(num_or_nan(row, "step_error_pct"), "%"),
+          fmt(mib("predicted_mem_gib"), "MiB"),
+          fmt(mib("measured_mem_gib"), "MiB"),
+          signed_fmt(num_or_nan(row, "mem_error_pct"), "%"),
+          fmt(num_or_nan(row, "background_cores"), "")};
+}
+const char* const kLayoutHeads[] = {"layout", "ranks", "predicted step", "measured step", "error",
+                                    "predicted memory", "measured memory", "error", "other load (cores)"};
+
+// "step time: mean |error| 12.3 %, max 40.1 %, 20/24 within 15 %; memory: ..."
+std::string layout_summary(const json& lp) {
+  std::string out;
+  if (!lp.contains("summary") || !lp["summary"].is_object()) return out;
+  const json& s = lp["summary"];
+  double target = num_or_nan(s, "target_pct");
+  for (const char* k : {"step", "memory"}) {
+    if (!s.contains(k) || !s[k].is_object()) continue;
+    const json& st = s[k];
+    out += std::string(out.empty() ? "" : "; ") + (std::string(k) == "step" ? "step time" : "memory") +
+           ": mean |error| " + fmt(num_or_nan(st, "mean_abs_pct"), "%") + ", max " +
+           fmt(num_or_nan(st, "max_abs_pct"), "%") + ", " + json_cell(st.value("within_target", json())) + "/" +
+           json_cell(st.value("n", json())) + " within " + fmt(target, "%");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string render_html(const ReportModel& m) {
@@ -170,6 +211,8 @@ std::string render_html(const ReportModel& m) {
                (std::string(s) == "data" && first_run_with(m, [](const RunData& r) { return r.has("data"); }));
     if (has) h << "<a href=\"#" << s << "\">" << names.at(s) << "</a>";
   }
+  if (first_run_with(m, [](const RunData& r) { return layout_rows_of(r) != nullptr; }))
+    h << "<a href=\"#layouts\">Layouts</a>";
   h << "</nav>\n<main>\n";
 
   // Verdict and gates.
@@ -373,6 +416,27 @@ std::string render_html(const ReportModel& m) {
     h << "</section>\n";
   }
 
+  if (first_run_with(m, [](const RunData& r) { return layout_rows_of(r) != nullptr; })) {
+    h << "<section id=\"layouts\"><h2>Layouts: predicted vs measured (cairn-plan vs cairn-train)</h2>";
+    for (const auto& r : m.runs) {
+      const json* rows = layout_rows_of(r);
+      if (!rows) continue;
+      h << "<h3>" << xml_escape(run_label(r)) << "</h3><p class=\"muted\">"
+        << xml_escape(layout_summary(r.layout_predict)) << "</p><div class=\"scroll\"><table><thead><tr>";
+      for (const char* c : kLayoutHeads) h << "<th" << (c == kLayoutHeads[0] ? " class=\"l\"" : "") << ">" << c << "</th>";
+      h << "</tr></thead><tbody>";
+      for (const auto& row : *rows) {
+        if (!row.is_object()) continue;
+        auto cells = layout_cells(row);
+        h << "<tr" << (row.contains("error") ? " title=\"" + xml_escape(json_cell(row["error"])) + "\"" : "") << ">";
+        for (size_t k = 0; k < cells.size(); ++k) h << "<td" << (k == 0 ? " class=\"l\"" : "") << ">" << xml_escape(cells[k]) << "</td>";
+        h << "</tr>";
+      }
+      h << "</tbody></table></div>";
+    }
+    h << "</section>\n";
+  }
+
   if (section_has(m, "data") || first_run_with(m, [](const RunData& r) { return r.has("data"); })) {
     h << "<section id=\"data\"><h2>Data (cairn-reshard)</h2><div class=\"scroll\"><table><thead><tr><th "
          "class=\"l\">run</th><th class=\"l\">dataset</th><th>tokens</th><th>shards</th><th>documents</th><th>bytes/token</th></tr></thead><tbody>";
@@ -462,6 +526,21 @@ std::string render_markdown(const ReportModel& m) {
     }
     os << "\n";
   }
+  for (const auto& r : m.runs) {
+    const json* rows = layout_rows_of(r);
+    if (!rows) continue;
+    os << "### Layouts: predicted vs measured (" << md_cell(run_label(r)) << ")\n\n" << md_cell(layout_summary(r.layout_predict))
+       << "\n\n|";
+    for (const char* c : kLayoutHeads) os << " " << c << " |";
+    os << "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    for (const auto& row : *rows) {
+      if (!row.is_object()) continue;
+      os << "|";
+      for (const auto& c : layout_cells(row)) os << " " << md_cell(c) << " |";
+      os << "\n";
+    }
+    os << "\n";
+  }
   bool any_missing = false;
   for (const auto& r : m.runs) any_missing |= !r.missing.empty() || r.problem_count > 0;
   if (any_missing) {
@@ -531,6 +610,11 @@ json render_json(const ReportModel& m) {
       jr["top_plans"] = top;
     }
     if (r.sweep.is_object() && r.sweep.contains("fits")) jr["sweep_fits"] = r.sweep["fits"];
+    if (layout_rows_of(r)) {
+      json lp = r.layout_predict;
+      lp.erase("provenance");
+      jr["layout_predict"] = lp;
+    }
     json ev = json::array();
     for (const auto& e : r.eval)
       ev.push_back({{"step", e.step}, {"task", e.task}, {"metric", e.metric}, {"value", e.value}, {"stderr", e.stderr_value}});

@@ -305,6 +305,9 @@ RunData read_run(const std::string& dir) {
     if (is_file(pj)) run.plans = read_json(pj, run);
     else run.missing.push_back(pj);
   }
+  // bench/layout_predict.sh's table of predicted vs measured step time and memory per layout.
+  std::string lp = join_path(dir, "layout_predict.json");
+  if (is_file(lp)) run.layout_predict = read_json(lp, run);
   read_data_stage(run);
   // train/
   std::string train_dir = join_path(dir, "train");

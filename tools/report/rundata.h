@@ -52,6 +52,7 @@ struct RunData {
   json sweep;       // sweep/sweep.json, or null
   json fabric;      // sweep/fabric.toml as JSON, or null
   json plans;       // plan/plans.json, or null
+  json layout_predict;  // layout_predict.json (bench/layout_predict.sh: predicted vs measured per layout), or null
   json data_stats;  // data/stats.json, or null
   json data_index;  // data/index.json, or null
   std::string data_dir;

@@ -1,12 +1,14 @@
 // cairn-train's GPU plumbing beyond the kernel table and libcommon's cairn/gpu.h: NCCL gradient communication on its
-// own stream. gpu_cuda.cpp implements it in CUDA builds; gpu_none.cpp in CPU-only builds, where
-// the trainer never reaches it (find_backend("cuda") does not exist there).
+// own stream, and the model's tensor-parallel collectives over NCCL. gpu_cuda.cpp implements it in CUDA builds;
+// gpu_none.cpp in CPU-only builds, where the trainer never reaches it (find_backend("cuda") does not exist there).
 #pragma once
 #include <mpi.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
+#include "cairn/gpt.h"
 #include "cairn/gpu.h"
 
 namespace cairn::train::gpu {
@@ -45,8 +47,21 @@ class Nccl {
   void wait();
 
  private:
+  friend gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double seconds)> on_call);
   struct Impl;
   Impl* impl_;
 };
+
+// The model's tensor-parallel collectives (gpt::TpComm) over `comm`, the TP group's communicator (which must outlive
+// the returned table and every model holding it; give the TP group its own Nccl, not the data-parallel one):
+// all_reduce = ncclAllReduce (sum, in place), all_gather = ncclAllGather, reduce_scatter = ncclReduceScatter, on
+// device memory, counts as size_t (no INT_MAX limit). Each call runs on `comm`'s stream between two CUDA events: it
+// starts after the work already queued on the compute (legacy default) stream and the compute stream's later work
+// waits for it, so the model can use the result right after the call, and the host never waits.
+// `on_call(seconds)` (optional) is told how long each call took: then the host synchronizes the compute stream before
+// the collective and the communication stream after it, so the figure is the collective's own time (waiting for the
+// slowest peer included, like MPI's) -- at the price of the CPU/GPU overlap (the host can no longer queue the next
+// kernels while a collective runs) at every tensor-parallel collective. Leave it empty for speed.
+gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double seconds)> on_call);
 
 }  // namespace cairn::train::gpu

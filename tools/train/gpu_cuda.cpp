@@ -1,10 +1,14 @@
-// CUDA/NCCL implementation of gpu.h (compiled only when the build has CUDA): the NCCL communicator and its stream.
+// CUDA/NCCL implementation of gpu.h (compiled only when the build has CUDA): the NCCL communicator and its stream,
+// and the tensor-parallel collectives over it.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "cairn/error.h"
@@ -33,6 +37,7 @@ struct Nccl::Impl {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   cudaEvent_t compute_done = nullptr;
+  cudaEvent_t comm_done = nullptr;
   int rank = 0, world = 1;
 
   // The communication stream waits (on the device, not the host) for what is queued on the legacy default
@@ -40,6 +45,12 @@ struct Nccl::Impl {
   void after_compute() {
     cuda_check(cudaEventRecord(compute_done, cudaStreamLegacy), "cudaEventRecord");
     cuda_check(cudaStreamWaitEvent(stream, compute_done, 0), "cudaStreamWaitEvent");
+  }
+  // The other way round: what is queued on the compute stream from now on waits for the communication stream's
+  // work so far (tensor-parallel results are used by the very next kernel).
+  void compute_after() {
+    cuda_check(cudaEventRecord(comm_done, stream), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(cudaStreamLegacy, comm_done, 0), "cudaStreamWaitEvent");
   }
 };
 
@@ -54,8 +65,10 @@ Nccl::Nccl(MPI_Comm comm) : impl_(new Impl) {
     // Non-blocking: kernels on the legacy default stream must not implicitly wait for communication.
     cuda_check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     cuda_check(cudaEventCreateWithFlags(&m.compute_done, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_check(cudaEventCreateWithFlags(&m.comm_done, cudaEventDisableTiming), "cudaEventCreate");
     nccl_check(ncclCommInitRank(&m.comm, m.world, id, m.rank), "ncclCommInitRank");
   } catch (...) {
+    if (m.comm_done) cudaEventDestroy(m.comm_done);
     if (m.compute_done) cudaEventDestroy(m.compute_done);
     if (m.stream) cudaStreamDestroy(m.stream);
     delete impl_;
@@ -74,6 +87,7 @@ Nccl::~Nccl() {
       ncclCommDestroy(m.comm);
     }
   }
+  if (m.comm_done) cudaEventDestroy(m.comm_done);
   if (m.compute_done) cudaEventDestroy(m.compute_done);
   if (m.stream) cudaStreamDestroy(m.stream);
   delete impl_;
@@ -129,5 +143,46 @@ void Nccl::all_gather_shards(float* p, size_t shard, size_t N) {
 }
 
 void Nccl::wait() { cuda_check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize (NCCL stream)"); }
+
+gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
+  // One collective on the communicator's stream, fenced by events against the compute stream on both sides (NCCL is
+  // never handed the legacy default stream itself); timed, when asked, between host synchronizations.
+  auto run = [m = comm.impl_, on_call = std::move(on_call)](const char* what, auto&& op) {
+    std::chrono::steady_clock::time_point t0;
+    if (on_call) {
+      // The compute work queued before the call is not the collective's time.
+      cuda_check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize (compute, before a TP collective)");
+      t0 = std::chrono::steady_clock::now();
+    }
+    m->after_compute();
+    nccl_check(op(m->comm, m->stream), what, m->comm);
+    m->compute_after();
+    if (on_call) {
+      cuda_check(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize (tensor-parallel collective)");
+      on_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  };
+  // Sizes are the same on every rank of the group, so an empty call is skipped by all of them.
+  gpt::TpComm c;
+  c.all_reduce = [run](float* buf, size_t n) {
+    if (n == 0) return;
+    run("ncclAllReduce (tensor parallel)", [&](ncclComm_t nc, cudaStream_t s) {
+      return ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, nc, s);
+    });
+  };
+  c.all_gather = [run](float* full, const float* part, size_t n) {
+    if (n == 0) return;
+    run("ncclAllGather (tensor parallel)", [&](ncclComm_t nc, cudaStream_t s) {
+      return ncclAllGather(part, full, n, ncclFloat32, nc, s);
+    });
+  };
+  c.reduce_scatter = [run](float* part, const float* full, size_t n) {
+    if (n == 0) return;
+    run("ncclReduceScatter (tensor parallel)", [&](ncclComm_t nc, cudaStream_t s) {
+      return ncclReduceScatter(full, part, n, ncclFloat32, ncclSum, nc, s);
+    });
+  };
+  return c;
+}
 
 }  // namespace cairn::train::gpu

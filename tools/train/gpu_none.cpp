@@ -16,5 +16,6 @@ void Nccl::all_reduce(float*, size_t) { no_cuda(); }
 void Nccl::reduce_to_shards(const float*, size_t, size_t, size_t, size_t, float*) { no_cuda(); }
 void Nccl::all_gather_shards(float*, size_t, size_t) { no_cuda(); }
 void Nccl::wait() { no_cuda(); }
+gpt::TpComm nccl_tp_comm(Nccl&, std::function<void(double)>) { no_cuda(); }
 
 }  // namespace cairn::train::gpu

@@ -36,6 +36,9 @@ struct Settings {
   bool bf16 = false;              // cuda: precision = "bf16" (bf16 GEMM inputs, fp32 accumulation and state)
   std::string run_dir, train_dir, ckpt_dir, data_dir;
   double val_fraction = 0;
+  // Windows one validation pass scores (val_batches x dp x micro_batch, capped by the split); set once the dataset
+  // is open, recorded in checkpoints so cairn-eval's train_val scores exactly these.
+  uint64_t val_rows = 0;
 };
 
 // [train] recompute and [parallel] recompute resolved to one mode (usage error when they disagree).

@@ -147,7 +147,14 @@ void StepReporter::write(StepRecord& r) {
                       {"train/tokens_per_s", static_cast<float>(r.tokens_per_s)},
                       {"train/mfu", static_cast<float>(r.mfu)},
                       {"train/skipped_total", static_cast<float>(r.skipped_total)},
-                      {"time/data_s", static_cast<float>(r.time.data)}, {"time/step_s", static_cast<float>(r.time.total)}},
+                      {"time/data_s", static_cast<float>(r.time.data)}, {"time/step_s", static_cast<float>(r.time.total)},
+                      {"time/forward_s", static_cast<float>(r.time.forward)},
+                      {"time/backward_s", static_cast<float>(r.time.backward)},
+                      {"time/dp_comm_s", static_cast<float>(r.time.comm)},
+                      {"time/tp_comm_s", static_cast<float>(r.time.tp_comm)},
+                      {"time/pp_wait_s", static_cast<float>(r.time.pp_wait)},
+                      {"time/optimizer_s", static_cast<float>(r.time.optimizer)},
+                      {"memory/max_rank_gib", static_cast<float>(r.mem_gib)}},
                      r.step, wall_clock());
   }
   if (r.step % s_.log_every == 0 || r.step == s_.steps) {

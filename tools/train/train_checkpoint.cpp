@@ -21,7 +21,8 @@ namespace cairn::train {
 json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g) {
   return {{"step", p.step}, {"tokens", p.tokens}, {"batch", p.batch}, {"adam_step", p.adam_step},
           {"skipped_total", g.skipped_total}, {"consecutive_skips", g.consecutive}, {"spikes", g.spikes.to_json()},
-          {"seed", s.seed}, {"world_size", s.world}, {"zero", s.zero}, {"layout", parallel::describe(s.layout)}};
+          {"seed", s.seed}, {"world_size", s.world}, {"zero", s.zero}, {"layout", parallel::describe(s.layout)},
+          {"dp", s.layout.dp}, {"micro_batch", s.micro}, {"val_rows", s.val_rows}};
 }
 
 std::string TrainCheckpoints::resume_dir() const {

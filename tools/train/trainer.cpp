@@ -120,6 +120,8 @@ class Trainer {
   // The layout and this rank's chunks of the model (one per virtual pipeline stage it runs), each with its part of
   // the optimizer state and its data-parallel gradient sync.
   std::unique_ptr<parallel::Groups> groups_;
+  // The tensor-parallel group's NCCL communicator (GPU, tp > 1); declared before chunks_ so it outlives their models.
+  std::unique_ptr<gpu::Nccl> tp_nccl_;
   std::vector<Chunk> chunks_;
   gpt::TpComm tp_comm_;
   double tp_comm_s_ = 0;  // seconds in tensor-parallel collectives (this step so far)
@@ -240,8 +242,19 @@ void Trainer::build_model() {
   groups_ = std::make_unique<parallel::Groups>(L);
   const parallel::Coords& at = groups_->coords;
   if (L.tp > 1) {
-    auto count = [this](double seconds) { tp_comm_s_ += seconds; };
-    tp_comm_ = gpt::mpi_tp_comm(groups_->tp, count, backend_->device_memory ? backend_ : nullptr);
+    auto count = [this](double seconds) {
+      tp_comm_s_ += seconds;
+      if (trace_.active()) {
+        const double t = now_s();
+        trace_.event("tensor-parallel collective", "comm", t - seconds, t, nullptr, 1);
+      }
+    };
+    if (s_.on_gpu) {
+      tp_nccl_ = std::make_unique<gpu::Nccl>(groups_->tp);  // collective over the TP group
+      tp_comm_ = gpu::nccl_tp_comm(*tp_nccl_, count);
+    } else {
+      tp_comm_ = gpt::mpi_tp_comm(groups_->tp, count);
+    }
   }
   if (L.pp > 1) pipeline::max_message_tag(L.pp, L.v, s_.accum);  // throws when the tags would not fit
   for (int c = 0; c < L.v; ++c) {
@@ -308,6 +321,7 @@ void Trainer::build_model() {
   lo.prefetch = s_.prefetch;
   lo.vocab_limit = ds_->vocab_size();
   loader_ = std::make_unique<Loader>(*ds_, widx_, lo);
+  s_.val_rows = static_cast<uint64_t>(val_micro_batches()) * static_cast<uint64_t>(L.dp) * static_cast<uint64_t>(s_.micro);
   checkpoints_ = std::make_unique<TrainCheckpoints>(cfg_, s_, gcfg_, *groups_, chunks_, *backend_);
 }
 
@@ -798,8 +812,7 @@ void Trainer::validate_after(int64_t step) {
   trace_.event("validation", "phase", t0, now_s());
   if (!std::isfinite(vl)) return;
   result_.val_losses.push_back(vl);
-  report_->write_val(step, progress_.tokens, vl, widx_.train_windows(),
-                     static_cast<uint64_t>(val_micro_batches()) * s_.layout.dp * s_.micro);
+  report_->write_val(step, progress_.tokens, vl, widx_.train_windows(), s_.val_rows);
 }
 
 // Writes the periodic and the final checkpoints, and one on a stop request; true when the run must stop (requeue).
