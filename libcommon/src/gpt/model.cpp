@@ -299,6 +299,30 @@ struct Activations {
 //   training, Gelu: fch_gelu shared by all layers.
 //   training, Full: res3 (the layer output = next layer's input) per layer, everything else shared.
 //   forward-only: one set reused by every layer (a layer's output may overwrite its input in place).
+// Scratch buffers (the projection's partial sums, all-gathered rows, backward's temporaries) serve one forward or
+// backward at a time: a model keeps one set for all activation slots (slots = micro-batches in flight).
+void layout_scratch(const GptConfig& cfg, const ShardSpec& sp, bool training, size_t tokens,
+                    const std::function<void*(size_t)>& take, Activations& a) {
+  const Dims d = dims_of(cfg, sp, tokens);
+  const size_t N = d.N, R = d.R, C = d.C;
+  auto f = [&](size_t count) { return static_cast<float*>(take(count * sizeof(float))); };
+  if (d.layers > 0) a.proj = f(N * C);
+  if (d.split_rows) {
+    if (d.layers > 0) a.proj_rows = f(R * C);
+    a.gathered = f(N * C);
+  }
+  if (training) {
+    a.dres = f(R * C);
+    a.dtmp = f(N * C);
+    if (d.layers > 0) a.dbig = f(N * d.Fl);
+    if (d.split_rows) {
+      a.dfull = f(N * C);
+      a.drows = f(R * C);
+    }
+  }
+}
+
+// The activations one slot keeps from its forward to its backward (the scratch pointers are left null).
 void layout_activations(const GptConfig& cfg, const ShardSpec& sp, bool training, Recompute mode, size_t tokens,
                         const std::function<void*(size_t)>& take, Activations& a) {
   const Dims d = dims_of(cfg, sp, tokens);
@@ -335,11 +359,6 @@ void layout_activations(const GptConfig& cfg, const ShardSpec& sp, bool training
     s.res3 = f(R * C);
     a.layers.push_back(s);
   }
-  if (d.layers > 0) a.proj = f(N * C);
-  if (d.split_rows) {
-    if (d.layers > 0) a.proj_rows = f(R * C);
-    a.gathered = f(N * C);
-  }
   if (sp.has_head) {
     a.lnf = f(R * C);
     a.lnf_mean = f(R);
@@ -352,15 +371,6 @@ void layout_activations(const GptConfig& cfg, const ShardSpec& sp, bool training
       a.losses_all = f(sp.tp * N);
     }
   }
-  if (training) {
-    a.dres = f(R * C);
-    a.dtmp = f(N * C);
-    if (d.layers > 0) a.dbig = f(N * d.Fl);
-    if (d.split_rows) {
-      a.dfull = f(N * C);
-      a.drows = f(R * C);
-    }
-  }
 }
 
 }  // namespace
@@ -371,7 +381,12 @@ size_t planned_activation_bytes(const GptConfig& cfg, const ShardSpec& spec, siz
   validate_spec(cfg, spec);
   size_t bytes = 0;
   Activations a;
-  layout_activations(cfg, spec, training, mode, tokens, [&](size_t n) -> void* { bytes += n; return nullptr; }, a);
+  auto count = [&](size_t n) -> void* {
+    bytes += n;
+    return nullptr;
+  };
+  layout_activations(cfg, spec, training, mode, tokens, count, a);
+  layout_scratch(cfg, spec, training, tokens, count, a);
   return bytes;
 }
 
@@ -420,6 +435,7 @@ struct Model::Impl {
   std::vector<int> unit_uses;
   std::vector<Slot> slots = std::vector<Slot>(1);
   int slot = 0;
+  Slot scratch;  // the scratch buffers every slot shares (only its owned/capacity/acts' scratch pointers are used)
 
   Impl(const GptConfig& c, const Backend& b, bool train, const ShardSpec& sp, TpComm tc)
       : cfg(c), spec(sp), comm(std::move(tc)), be(b), training(train) {
@@ -463,6 +479,7 @@ struct Model::Impl {
 
   ~Impl() {
     for (size_t i = 0; i < slots.size(); i++) free_slot(slots[i]);
+    free_slot(scratch);
     if (params) be.free(params);
     if (grads) be.free(grads);
   }
@@ -514,17 +531,37 @@ struct Model::Impl {
 
   void ensure_activations(size_t tokens) {
     Slot& s = cur();
-    if (tokens <= s.capacity) return;
-    free_slot(s);
-    layout_activations(cfg, spec, training, recompute, tokens,
-                       [&](size_t bytes) {
-                         void* p = be.alloc(bytes);
-                         s.owned.push_back(p);
-                         s.owned_bytes += bytes;
-                         return p;
-                       },
-                       s.acts);
-    s.capacity = tokens;
+    auto taker = [&](Slot& into) {
+      return [&](size_t bytes) {
+        void* p = be.alloc(bytes);
+        into.owned.push_back(p);
+        into.owned_bytes += bytes;
+        return p;
+      };
+    };
+    if (tokens > scratch.capacity) {
+      free_slot(scratch);
+      layout_scratch(cfg, spec, training, tokens, taker(scratch), scratch.acts);
+      scratch.capacity = tokens;
+    }
+    if (tokens > s.capacity) {
+      free_slot(s);
+      layout_activations(cfg, spec, training, recompute, tokens, taker(s), s.acts);
+      s.capacity = tokens;
+    }
+    attach_scratch(s.acts);
+  }
+  // A slot's scratch pointers: the model's one set.
+  void attach_scratch(Activations& a) {
+    const Activations& x = scratch.acts;
+    a.proj = x.proj;
+    a.proj_rows = x.proj_rows;
+    a.gathered = x.gathered;
+    a.dres = x.dres;
+    a.dtmp = x.dtmp;
+    a.dbig = x.dbig;
+    a.dfull = x.dfull;
+    a.drows = x.drows;
   }
 
   LayerActs& act(int l) { return acts().layers[training ? l : 0]; }
@@ -811,6 +848,7 @@ struct Model::Impl {
       throw RuntimeError("gpt backward: a piece without the head needs a forward and the gradient of its output");
     const Dims d = dims();
     Activations& s = acts();
+    attach_scratch(s);  // another slot may have grown the scratch since this slot's forward
     auto notify = [&](size_t first, size_t count) {
       if (!o.on_grads_ready) return;
       be.synchronize();
@@ -966,6 +1004,7 @@ void Model::zero_grad() {
 void Model::set_recompute(Recompute mode) {
   if (impl_->recompute == mode) return;
   for (auto& s : impl_->slots) impl_->free_slot(s);  // reallocated with the new layout at the next forward
+  impl_->free_slot(impl_->scratch);
   impl_->recompute = mode;
 }
 Recompute Model::recompute() const { return impl_->recompute; }
@@ -974,6 +1013,7 @@ bool Model::recompute_gelu() const { return impl_->recompute != Recompute::None;
 size_t Model::activation_bytes() const {
   size_t total = 0;
   for (const auto& s : impl_->slots) total += s.owned_bytes;
+  total += impl_->scratch.owned_bytes;
   return total;
 }
 
