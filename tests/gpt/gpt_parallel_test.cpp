@@ -192,7 +192,7 @@ BOOST_AUTO_TEST_CASE(sequence_parallel_with_full_recompute) { tensor_parallel_ca
 // Pipeline pieces: rank r holds an equal share of the layers; the first holds the embedding, the last the head
 // (with its own wte copy); two micro-batches are in flight in two activation slots (forward, forward, backward,
 // backward), and the activations travel with MPI send/recv.
-BOOST_AUTO_TEST_CASE(pipeline_pieces_match_whole_model) {
+void pipeline_case(gpt::Recompute recompute) {
   const int world = mpi::size(), rank = mpi::rank();
   const gpt::GptConfig c = config(world);
   if (c.layers % world != 0) return;
@@ -204,6 +204,7 @@ BOOST_AUTO_TEST_CASE(pipeline_pieces_match_whole_model) {
   spec.has_embedding = rank == 0;
   spec.has_head = rank == world - 1;
   gpt::Model m(c, kernels::cpu_backend(), true, spec);
+  m.set_recompute(recompute);  // full: the rebuilt layer buffers are shared by both slots
   m.init(42);
   const auto params = assemble(m, host_params(m), true, false);
   // each tensor has one owner except wte (first and last stage), so compare all but wte
@@ -242,3 +243,6 @@ BOOST_AUTO_TEST_CASE(pipeline_pieces_match_whole_model) {
   const auto grads = assemble(m, host_grads(m), true, true);
   BOOST_TEST(max_rel(grads.data(), ref.grads.data(), grads.size()) < 1e-5);
 }
+
+BOOST_AUTO_TEST_CASE(pipeline_pieces_match_whole_model) { pipeline_case(gpt::Recompute::None); }
+BOOST_AUTO_TEST_CASE(pipeline_pieces_with_full_recompute) { pipeline_case(gpt::Recompute::Full); }

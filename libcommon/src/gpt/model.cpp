@@ -291,7 +291,28 @@ struct Activations {
   float *lse_all = nullptr, *losses_all = nullptr;  // [tp, N] every rank's lse and losses (vocab parallelism)
   float *dres = nullptr, *dtmp = nullptr, *dbig = nullptr;  // backward scratch
   float *dfull = nullptr, *drows = nullptr;                 // sequence parallelism: gathered d(stream), reduced dX
+  // Recomputation's shared buffers (scratch: one set for all slots): a layer's activations rebuilt in backward
+  // (full) and the GELU output (gelu, full).
+  LayerActs shared_set{};
+  float* shared_gelu = nullptr;
 };
+
+// All of a layer's activations but fch_gelu and res3, from take().
+template <typename F>
+void layer_set(LayerActs& s, const Dims& d, F&& f) {
+  const size_t N = d.N, R = d.R, C = d.C;
+  s.ln1 = f(R * C);
+  s.ln1_mean = f(R);
+  s.ln1_rstd = f(R);
+  s.qkv = f(N * 3 * d.Cl);
+  s.atty = f(N * d.Cl);
+  s.att_lse = f(N * d.NHl);
+  s.res2 = f(R * C);
+  s.ln2 = f(R * C);
+  s.ln2_mean = f(R);
+  s.ln2_rstd = f(R);
+  s.fch = f(N * d.Fl);
+}
 
 // Lays out the activations of `tokens` rows for a mode, taking each buffer from take(bytes), which
 // allocates (a model) or only counts and returns nullptr (planned_activation_bytes).
@@ -301,11 +322,14 @@ struct Activations {
 //   forward-only: one set reused by every layer (a layer's output may overwrite its input in place).
 // Scratch buffers (the projection's partial sums, all-gathered rows, backward's temporaries) serve one forward or
 // backward at a time: a model keeps one set for all activation slots (slots = micro-batches in flight).
-void layout_scratch(const GptConfig& cfg, const ShardSpec& sp, bool training, size_t tokens,
+void layout_scratch(const GptConfig& cfg, const ShardSpec& sp, bool training, Recompute mode, size_t tokens,
                     const std::function<void*(size_t)>& take, Activations& a) {
   const Dims d = dims_of(cfg, sp, tokens);
   const size_t N = d.N, R = d.R, C = d.C;
   auto f = [&](size_t count) { return static_cast<float*>(take(count * sizeof(float))); };
+  if (!training) mode = Recompute::Full;  // forward-only: one set reused by every layer
+  if (mode != Recompute::None && d.layers > 0) a.shared_gelu = f(N * d.Fl);
+  if (mode == Recompute::Full && d.layers > 0) layer_set(a.shared_set, d, f);
   if (d.layers > 0) a.proj = f(N * C);
   if (d.split_rows) {
     if (d.layers > 0) a.proj_rows = f(R * C);
@@ -322,9 +346,10 @@ void layout_scratch(const GptConfig& cfg, const ShardSpec& sp, bool training, si
   }
 }
 
-// The activations one slot keeps from its forward to its backward (the scratch pointers are left null).
+// The activations one slot keeps from its forward to its backward; recomputation's shared buffers come from
+// `scratch` (layout_scratch), the other scratch pointers are left null.
 void layout_activations(const GptConfig& cfg, const ShardSpec& sp, bool training, Recompute mode, size_t tokens,
-                        const std::function<void*(size_t)>& take, Activations& a) {
+                        const std::function<void*(size_t)>& take, const Activations& scratch, Activations& a) {
   const Dims d = dims_of(cfg, sp, tokens);
   const size_t N = d.N, R = d.R, C = d.C;
   auto f = [&](size_t count) { return static_cast<float*>(take(count * sizeof(float))); };
@@ -335,27 +360,11 @@ void layout_activations(const GptConfig& cfg, const ShardSpec& sp, bool training
   a.encoded = f(R * C);
   if (!training) mode = Recompute::Full;  // one shared set; the per-layer outputs below collapse to one too
   const bool share_gelu = mode != Recompute::None, share_all = mode == Recompute::Full;
-  float* shared_gelu = share_gelu && d.layers > 0 ? f(N * d.Fl) : nullptr;
-  auto layer_set = [&](LayerActs& s) {  // all but fch_gelu and res3
-    s.ln1 = f(R * C);
-    s.ln1_mean = f(R);
-    s.ln1_rstd = f(R);
-    s.qkv = f(N * 3 * d.Cl);
-    s.atty = f(N * d.Cl);
-    s.att_lse = f(N * d.NHl);
-    s.res2 = f(R * C);
-    s.ln2 = f(R * C);
-    s.ln2_mean = f(R);
-    s.ln2_rstd = f(R);
-    s.fch = f(N * d.Fl);
-  };
-  LayerActs shared{};
-  if (share_all && d.layers > 0) layer_set(shared);
   const int slots = training ? d.layers : std::min(d.layers, 1);
   for (int l = 0; l < slots; l++) {
-    LayerActs s = shared;
-    if (!share_all) layer_set(s);
-    s.fch_gelu = share_gelu ? shared_gelu : f(N * d.Fl);
+    LayerActs s = scratch.shared_set;
+    if (!share_all) layer_set(s, d, f);
+    s.fch_gelu = share_gelu ? scratch.shared_gelu : f(N * d.Fl);
     s.res3 = f(R * C);
     a.layers.push_back(s);
   }
@@ -385,8 +394,9 @@ size_t planned_activation_bytes(const GptConfig& cfg, const ShardSpec& spec, siz
     bytes += n;
     return nullptr;
   };
-  layout_activations(cfg, spec, training, mode, tokens, count, a);
-  layout_scratch(cfg, spec, training, tokens, count, a);
+  Activations scratch;
+  layout_scratch(cfg, spec, training, mode, tokens, count, scratch);
+  layout_activations(cfg, spec, training, mode, tokens, count, scratch, a);
   return bytes;
 }
 
@@ -404,9 +414,6 @@ struct Model::Impl {
     int B = 0, T = 0;
     bool forwarded = false, have_targets = false, logits_valid = false;
     int n_valid = 0;
-    // With recomputation: the layer whose activations the shared buffers hold (-1: none), so backward
-    // reruns only what forward (or an earlier recompute) has not left in place.
-    int shared_layer = -1;
     std::vector<float> host_losses;
   };
 
@@ -436,6 +443,9 @@ struct Model::Impl {
   std::vector<Slot> slots = std::vector<Slot>(1);
   int slot = 0;
   Slot scratch;  // the scratch buffers every slot shares (only its owned/capacity/acts' scratch pointers are used)
+  // With recomputation: the slot and layer whose activations the shared buffers hold (-1: none), so backward
+  // reruns only what forward (or an earlier recompute) has not left in place.
+  int shared_owner = -1, shared_layer = -1;
 
   Impl(const GptConfig& c, const Backend& b, bool train, const ShardSpec& sp, TpComm tc)
       : cfg(c), spec(sp), comm(std::move(tc)), be(b), training(train) {
@@ -540,13 +550,17 @@ struct Model::Impl {
       };
     };
     if (tokens > scratch.capacity) {
+      // Every slot's activations point into the scratch (recomputation's shared set): all are laid out anew. The
+      // micro-batches a schedule keeps in flight have one size, so none is lost.
+      for (Slot& x : slots) free_slot(x);
       free_slot(scratch);
-      layout_scratch(cfg, spec, training, tokens, taker(scratch), scratch.acts);
+      layout_scratch(cfg, spec, training, recompute, tokens, taker(scratch), scratch.acts);
       scratch.capacity = tokens;
+      shared_owner = -1;
     }
     if (tokens > s.capacity) {
       free_slot(s);
-      layout_activations(cfg, spec, training, recompute, tokens, taker(s), s.acts);
+      layout_activations(cfg, spec, training, recompute, tokens, taker(s), scratch.acts, s.acts);
       s.capacity = tokens;
     }
     attach_scratch(s.acts);
@@ -755,7 +769,7 @@ struct Model::Impl {
     Slot& sl = cur();
     sl.B = b;
     sl.T = t;
-    sl.shared_layer = -1;
+    shared_owner = -1;
     sl.logits_valid = sl.have_targets = false;
     const Dims d = dims();
     if (spec.has_embedding) {
@@ -766,21 +780,22 @@ struct Model::Impl {
       layer_forward(l, true);
       if (forward_layer_hook) forward_layer_hook(spec.first_layer + l);
     }
-    sl.shared_layer = (int)layers.size() - 1;
+    shared_owner = slot;
+    shared_layer = (int)layers.size() - 1;
     sl.forwarded = true;
     return spec.has_head ? head_forward(targets, d) : 0.0f;
   }
 
   // Before layer l's backward: rebuild what the recompute mode did not keep for it.
   void restore_layer(int l) {
-    Slot& sl = cur();
-    if (recompute == Recompute::None || sl.shared_layer == l) return;
+    if (recompute == Recompute::None || (shared_owner == slot && shared_layer == l)) return;
     const Dims d = dims();
     if (recompute == Recompute::Full)
       layer_forward(l, false);
     else  // Gelu: every other activation of the layer is its own
       be.gelu_forward(act(l).fch_gelu, act(l).fch, d.N * d.Fl);
-    sl.shared_layer = l;
+    shared_owner = slot;
+    shared_layer = l;
   }
 
   // The head's backward: d(loss) -> d(logits) in place -> lm_head -> final LayerNorm, into dres.
@@ -1005,6 +1020,7 @@ void Model::set_recompute(Recompute mode) {
   if (impl_->recompute == mode) return;
   for (auto& s : impl_->slots) impl_->free_slot(s);  // reallocated with the new layout at the next forward
   impl_->free_slot(impl_->scratch);
+  impl_->shared_owner = -1;
   impl_->recompute = mode;
 }
 Recompute Model::recompute() const { return impl_->recompute; }
