@@ -43,6 +43,15 @@ $BIN --config configs/models/bloom-176b.toml --config $A100 --set cluster.nodes=
   --out "$T/run" --explain --plan dp=8,tp=4,pp=12,mb=2,zero=1,recompute=full > "$T/ex.txt"
 grep -q "pipeline bubble" "$T/ex.txt" || fail "explain has no bubble line"
 grep -q "memory per device" "$T/ex.txt" || fail "explain has no memory"
+# recompute is its own line (the whole rerun time), not "of which" under memory-bound kernels
+grep -q "^  recompute (included) .*full: rerun in backward" "$T/ex.txt" || fail "explain has no recompute line"
+grep -q "of which recompute" "$T/ex.txt" && fail "explain still nests recompute under memory-bound kernels"
+grep -q "^flops .*6lh(2h + 2kvd + 2f + 2s) + 6hV (gpt" "$T/ex.txt" || fail "explain: no gpt FLOPs formula"
+# a Llama model prints the SwiGLU / GQA formula, never the GPT-only Narayanan one
+$BIN --config configs/models/llama2-70b.toml --config $A100 --set cluster.nodes=8 --set train.global_batch=512 \
+  --out "$T/run" --explain --plan dp=8,tp=8,pp=1,mb=1,zero=1,recompute=full > "$T/exl.txt"
+grep -q "^flops .*6lh(2h + 2kvd + 3f + 2s) + 6hV (llama: SwiGLU" "$T/exl.txt" || fail "explain: no llama FLOPs formula"
+grep -q "Narayanan" "$T/exl.txt" && fail "explain prints the GPT-only Narayanan formula for llama"
 
 # 3. Infeasible inputs: exit 2 (invalid) or 3 (nothing fits), each with an explanation
 set +e

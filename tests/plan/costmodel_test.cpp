@@ -82,6 +82,76 @@ BOOST_AUTO_TEST_CASE(flops_match_narayanan_and_gemm_sum) {
   BOOST_TEST(flops_per_token(m).model_train / (6.0 * double(pc.total)) < 1.1);
 }
 
+// --explain: the FLOPs line gives the formula of the model's family (and its value is flops_per_token's); the
+// recompute time is its own line, the total rerun (GEMM + memory-bound + TP), not a part of memory-bound kernels.
+static double number_after(const std::string& text, const std::string& key) {
+  const size_t at = text.find(key);
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, "no \"" << key << "\" in:\n" << text);
+  return std::stod(text.substr(at + key.size()));
+}
+
+static std::string line_of(const std::string& text, const std::string& key) {
+  const size_t at = text.find(key);
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, "no \"" << key << "\" in:\n" << text);
+  const size_t start = text.rfind('\n', at) + 1;
+  return text.substr(start, text.find('\n', at) - start);
+}
+
+BOOST_AUTO_TEST_CASE(explain_prints_the_family_formula_and_recompute_apart) {
+  Cluster c;
+  c.nodes = 8;
+  c.gpus_per_node = 8;
+  Assumptions a;
+  Plan p;
+  p.dp = 8;
+  p.tp = 8;
+  p.pp = 1;
+  p.mb = 1;
+  p.zero = 1;
+  p.recompute = Recompute::Full;
+  // Llama-2 70B: SwiGLU (3 MLP matrices) and GQA (8 KV heads); the GPT-only Narayanan formula must not appear.
+  const ModelSpec l70 = model_from_config(load({"configs/models/llama2-70b.toml"}));
+  Evaluation e = evaluate(l70, c, p, 512, a);
+  std::string text = explain(l70, c, e, 512, a);
+  BOOST_TEST_MESSAGE(text);
+  const std::string fl = line_of(text, "flops ");
+  BOOST_TEST(fl.find("Narayanan") == std::string::npos);
+  BOOST_TEST(fl.find("72lh^2") == std::string::npos);
+  BOOST_TEST(fl.find("6lh(2h + 2kvd + 3f + 2s) + 6hV") != std::string::npos);
+  BOOST_TEST(fl.find("SwiGLU") != std::string::npos);
+  BOOST_TEST(fl.find("kvd = kv_heads x head_dim = 8 x 128 = 1024") != std::string::npos);
+  {
+    const double l = double(l70.layers), h = double(l70.hidden), f = double(l70.ffn_hidden);
+    const double s = double(l70.seq_len), V = double(l70.vocab), kvd = double(l70.kv_heads * l70.head_dim());
+    const double formula = 6 * l * h * (2 * h + 2 * kvd + 3 * f + 2 * s) + 6 * h * V;
+    BOOST_TEST(std::abs(formula / flops_per_token(l70).model_train - 1) < 1e-12);
+    BOOST_TEST(std::abs(number_after(fl, "flops") / formula - 1) < 1e-3);  // printed with 4 digits
+  }
+  // The recompute line: its own (not indented under memory-bound kernels), the whole rerun time.
+  const std::string rc = line_of(text, "recompute (included)");
+  BOOST_TEST(rc.rfind("  recompute (included)", 0) == 0);
+  BOOST_TEST(text.find("of which recompute") == std::string::npos);
+  BOOST_TEST(number_after(rc, "recompute (included)") == e.b.recompute, boost::test_tools::tolerance(1e-3));
+  BOOST_TEST(e.b.recompute > e.b.memory_bound);  // full recompute reruns GEMMs too: more than memory-bound holds
+  BOOST_TEST(e.b.recompute < e.b.gemm + e.b.memory_bound + e.b.tp_comm);
+
+  // GPT-3 175B: the gpt form, which equals Narayanan's eq. (3); both values printed.
+  const ModelSpec g = model_from_config(load({"configs/models/gpt3-175b.toml"}));
+  p.pp = 8;
+  p.dp = 1;
+  e = evaluate(g, c, p, 64, a);
+  text = explain(g, c, e, 64, a);
+  const std::string gl = line_of(text, "flops ");
+  BOOST_TEST(gl.find("6lh(2h + 2kvd + 2f + 2s) + 6hV") != std::string::npos);
+  BOOST_TEST(gl.find("Narayanan 72lh^2(1 + s/6h + V/12lh)") != std::string::npos);
+  BOOST_TEST(std::abs(number_after(gl, "flops") / narayanan_flops_per_token(g) - 1) < 1e-3);
+  // No recompute: the line says so, with 0 s.
+  p.recompute = Recompute::None;
+  e = evaluate(g, c, p, 64, a);
+  text = explain(g, c, e, 64, a);
+  BOOST_TEST(number_after(line_of(text, "recompute (included)"), "recompute (included)") == 0.0);
+}
+
 BOOST_AUTO_TEST_CASE(zero_paper_memory) {
   // Rajbhandari et al. 2020, Figure 1: 7.5B parameters, 64 GPUs, K = 12 (fp16 params and grads).
   Assumptions a;

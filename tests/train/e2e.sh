@@ -99,12 +99,14 @@ trace = json.load(open(f"{d}/trace.json"))
 ev = [e for e in trace["traceEvents"] if e["ph"] == "X"]
 assert {e["pid"] for e in ev} == {0, 1}, "one process row per rank"
 names = {e["name"] for e in ev}
-for n in ("forward", "backward", "optimizer", "comm (exposed)", "backward h.0", "backward h.1", "forward h.0", "forward h.1", "forward embeddings", "forward head/loss", "step 3", "step 4"):
+# --trace-steps 2:4 = steps 2 and 3, numbered as in metrics.jsonl
+for n in ("forward", "backward", "optimizer", "comm (exposed)", "backward h.0", "backward h.1", "forward h.0", "forward h.1", "forward embeddings", "forward head/loss", "step 2", "step 3"):
     assert n in names, (n, names)
-assert "step 5" not in names and "step 2" not in names
-assert all(e["dur"] >= 0 for e in ev)
+assert "step 4" not in names and "step 1" not in names
+assert all(type(e["ts"]) is int and type(e["dur"]) is int and e["dur"] >= 0 for e in ev)
 print("metrics.jsonl, tfevents and trace.json check out")
 PYEOF
+"$PY" "$HERE/check_trace.py" "$W/r2/train/trace.json" --steps 2:4 --ranks 2
 
 # ---- SIGTERM: finish the step, checkpoint, exit 75; rerunning resumes and finishes
 "$BIN/cairn-train" --out "$W/sig" "${MODEL[@]}" --steps 100000 --set train.checkpoint_every=0 --set train.val_every=0 &

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "cairn/checkpoint.h"
 #include "cairn/error.h"
@@ -164,6 +165,34 @@ BOOST_AUTO_TEST_CASE(schedule_and_step_ranges) {
   BOOST_TEST(parse_step_range("3:7").second == 7);
   BOOST_CHECK_THROW(parse_step_range("7:3"), UsageError);
   BOOST_CHECK_THROW(parse_step_range("x"), UsageError);
+  BOOST_CHECK_THROW(parse_step_range("0:3"), UsageError);  // steps are numbered from 1: there is no step 0
+  BOOST_CHECK_THROW(parse_step_range("3:3"), UsageError);
+}
+
+// --trace-steps a:b traces steps a..b-1, numbered as in metrics.jsonl (1-based), plus the validation after a
+// traced step; every event has integer microseconds.
+BOOST_AUTO_TEST_CASE(trace_steps_are_one_based_half_open) {
+  std::string out = scratch() + "/trace";
+  TrainResult r = run_train(small_config(out, {"train.trace_steps=\"3:5\"", "train.steps=6", "train.val_every=4",
+                                               "data.val_fraction=0.1", "train.val_batches=2"}));
+  BOOST_TEST(r.exit_code == 0);
+  if (mpi::rank() != 0) return;
+  std::ifstream in(out + "/train/trace.json");
+  BOOST_REQUIRE(in.good());
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::vector<std::string> steps;
+  int validations = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    BOOST_TEST(e["ts"].is_number_integer());
+    BOOST_TEST(e["dur"].is_number_integer());
+    if (e["cat"] == "step" && e["pid"] == 0) steps.push_back(e["name"].get<std::string>());
+    if (e["name"] == "validation" && e["pid"] == 0) ++validations;
+  }
+  BOOST_TEST(steps == (std::vector<std::string>{"step 3", "step 4"}), boost::test_tools::per_element());
+  BOOST_TEST(validations == 1);  // after step 4 (val_every = 4), inside the range
+  BOOST_TEST(j["otherData"]["first_step"] == 3);
+  BOOST_TEST(j["otherData"]["last_step"] == 4);
 }
 
 BOOST_AUTO_TEST_CASE(cleanup) {

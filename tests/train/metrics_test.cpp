@@ -117,13 +117,36 @@ BOOST_AUTO_TEST_CASE(jsonl_truncates_after_resumed_step) {
 BOOST_AUTO_TEST_CASE(trace_is_chrome_json) {
   Trace t;
   t.name_process(0, "rank 0");
-  t.add("forward", "phase", 0, 0, 10.0, 5.5, {{"step", 3}});
-  t.add("h.0", "layer", 1, 1, 11.0, 1.0);
+  t.add("forward", "phase", 0, 0, 10, 5, {{"step", 3}});
+  t.add("h.0", "layer", 1, 1, 11, 1);
   json j = json::parse(t.to_json({{"world_size", 2}}));
   BOOST_TEST(j["traceEvents"].size() == 4u);
   const json& e = j["traceEvents"][2];
   BOOST_TEST(e["ph"] == "X");
-  BOOST_TEST(e["dur"].get<double>() == 5.5);
+  BOOST_TEST(e["ts"].is_number_integer());
+  BOOST_TEST(e["dur"].is_number_integer());
+  BOOST_TEST(e["dur"].get<int64_t>() == 5);
   BOOST_TEST(e["args"]["step"] == 3);
   BOOST_TEST(j["traceEvents"][3]["pid"] == 1);
+  // rebase(): the earliest event starts at 0, metadata untouched
+  t.rebase();
+  BOOST_TEST(t.events()[2]["ts"].get<int64_t>() == 0);
+  BOOST_TEST(t.events()[3]["ts"].get<int64_t>() == 1);
+  BOOST_TEST(!t.events()[0].contains("ts"));
+}
+
+// Seconds -> integer microseconds through one monotonic conversion: a child inside its parent in seconds stays
+// inside in microseconds, and siblings that touch never overlap (the float version ended children one ulp late).
+BOOST_AUTO_TEST_CASE(trace_microseconds_keep_nesting) {
+  const double epoch = 123456.789012345;
+  for (int i = 0; i < 100000; ++i) {
+    const double p0 = epoch + i * 0.0137 + 1e-7 * (i % 7), p1 = p0 + 0.01 + 3e-8 * (i % 11);
+    const double c0 = p0 + (p1 - p0) * 0.3, c1 = p1;  // child ends with its parent
+    const int64_t ps = Trace::to_us(p0, epoch), pe = Trace::to_us(p1, epoch);
+    const int64_t cs = Trace::to_us(c0, epoch), ce = Trace::to_us(c1, epoch);
+    BOOST_REQUIRE(cs >= ps);
+    BOOST_REQUIRE(ce <= pe);
+    BOOST_REQUIRE(cs <= ce);
+  }
+  BOOST_TEST(Trace::to_us(epoch + 0.25, epoch) == 250000);
 }

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -20,37 +22,54 @@ inline double wall_clock() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// This rank's trace events of steps a..b-1 (0-based); rows (tid) 0 = compute, 1 = comm, pid = rank.
+// This rank's trace events of steps a..b-1 ([train] trace_steps = "a:b"), numbered from 1 like every other step
+// number (metrics.jsonl, TensorBoard, the progress line, checkpoints step_%08d = after that many steps): "10:12"
+// traces steps 10 and 11, plus the validation pass after a traced step.
+//
+// The trace is well-formed for Perfetto and Chrome DevTools: integer microseconds since the trace's first event;
+// pid = rank; tid 0 = compute, where events nest strictly ("step N" > phases data/forward/backward/comm
+// (exposed)/optimizer > per-layer events; "validation" > its forwards > their layers) and siblings never overlap;
+// tid 1 = comm (pipeline waits, tensor-parallel collectives, bucket all-reduces, parameter all-gathers). Comm
+// events in flight at the same time (asynchronous buckets) each go to the first comm row (tid 1, 2, ...) where they
+// overlap nothing, so no comm row has overlapping or nested events.
 class StepTrace {
  public:
   // Parses [train] trace_steps (empty: no trace; a bad range is a UsageError).
   void init(const Settings& s);
   // Names this rank's process and its rows.
   void name_rows();
-  // Takes now as the trace's time zero.
+  // Takes now as the trace's time zero (ranks call it together, after a barrier).
   void start_clock() { epoch_ = now_s(); }
-  // Decides whether step (1-based) is traced; returns that.
+  // Decides whether step (1-based) is traced, a <= step < b, and takes now as the step's start; returns that.
   bool begin_step(int64_t step) {
-    active_ = step - 1 >= a_ && step - 1 < b_;
+    active_ = step >= a_ && step < b_;
+    step_t0_ = now_s();
     return active_;
   }
   bool active() const { return active_; }
-  // True after the last traced step: time to flush().
-  bool range_done(int64_t step) const { return active_ && step == b_; }
+  // Start of the current step (begin_step): its "step N" event begins here, before any of its phases.
+  double step_start() const { return step_t0_; }
+  // True after the last traced step (and its validation): time to flush().
+  bool range_done(int64_t step) const { return active_ && step == b_ - 1; }
   bool has_events() const { return events_ > 0; }
+  // An event from t0 to t1 (now_s() seconds) on the compute row (tid 0) or, with tid >= 1, on a comm row.
   void event(const std::string& name, const std::string& cat, double t0, double t1,
              const nlohmann::json& args = nullptr, int tid = 0);
   // Collective: every rank's events to rank 0, which writes trace.json; tracing is then over.
   void flush();
 
  private:
+  // The first comm row (tid 1, 2, ...) where [ts, ts + dur] overlaps no event; opens a new row if none.
+  int comm_row(int64_t ts, int64_t dur);
+
   metrics::Trace trace_;
   int rank_ = 0, world_ = 1;
   std::string steps_, train_dir_;
   int64_t a_ = -1, b_ = -1;
   bool active_ = false;
   size_t events_ = 0;
-  double epoch_ = 0;
+  double epoch_ = 0, step_t0_ = 0;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> comm_rows_;  // [start, end] us of each comm row's events
 };
 
 }  // namespace cairn::train

@@ -148,7 +148,7 @@ class Trainer {
   std::unique_ptr<StepReporter> report_;
   StepTrace trace_;
   double last_cb_time_ = 0;
-  double last_fwd_time_ = 0;  // end of the previous forward trace event
+  double last_fwd_time_ = 0;  // end of the previous per-layer forward trace event (set at each forward's start)
   struct sigaction old_term_ {}, old_usr1_ {};
 };
 
@@ -701,12 +701,25 @@ double Trainer::validate() {
   std::vector<float> host;
   double sum = 0;
   for (int k = 0; k < batches; ++k) {
+    const double t0 = now_s();
     MicroBatch mb = loader_->val_batch(k);
-    for (Chunk& ch : chunks_) {
+    trace_.event("data", "phase", t0, now_s(), {{"micro", k}, {"validation", true}});
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      Chunk& ch = chunks_[c];
       ch.model->set_activation_slot(0);
       const size_t n = stream_floats(ch);
-      if (!ch.spec.has_embedding) recv_floats(ch, ch.model->stage_input(mb.B, mb.T), n, world_rank_of_stage(ch.stage - 1), ch.stage);
+      const json where = {{"micro", k}, {"chunk", static_cast<int>(c)}, {"validation", true}};
+      if (!ch.spec.has_embedding) {
+        const double t1 = now_s();
+        recv_floats(ch, ch.model->stage_input(mb.B, mb.T), n, world_rank_of_stage(ch.stage - 1), ch.stage);
+        trace_.event("pipeline wait", "comm", t1, now_s(), where, 1);
+      }
+      // Per-layer events start at this forward, not at the last training forward.
+      const double t2 = now_s();
+      last_fwd_time_ = t2;
       float loss = ch.model->forward(mb.inputs.data(), mb.targets.data(), mb.B, mb.T);
+      if (trace_.active()) backend_->synchronize();  // the event ends when the forward has run
+      trace_.event("forward", "phase", t2, now_s(), where);
       if (ch.spec.has_head) {
         if (at.tp == 0) sum += loss;
         continue;
@@ -770,7 +783,7 @@ bool Trainer::run_step() {
   r.time.comm += gather_s;
   r.time.total += t_end - t_opt;
   trace_.event("optimizer", "phase", t_opt, t_end, {{"skipped", r.skipped}});
-  trace_.event(strprintf("step %lld", static_cast<long long>(step)), "step", t_end - r.time.total, t_end);
+  trace_.event(strprintf("step %lld", static_cast<long long>(step)), "step", trace_.step_start(), t_end);
 
   progress_.step = step;
   progress_.batch += 1;
@@ -926,10 +939,11 @@ std::pair<int64_t, int64_t> parse_step_range(const std::string& text) {
     size_t p1 = 0, p2 = 0;
     int64_t a = std::stoll(text.substr(0, colon), &p1);
     int64_t b = std::stoll(text.substr(colon + 1), &p2);
-    if (p1 != colon || p2 != text.size() - colon - 1 || a < 0 || b <= a) throw std::invalid_argument("range");
+    if (p1 != colon || p2 != text.size() - colon - 1 || a < 1 || b <= a) throw std::invalid_argument("range");
     return {a, b};
   } catch (const std::exception&) {
-    throw UsageError("trace steps \"" + text + "\": expected a:b with 0 <= a < b (steps a..b-1)");
+    throw UsageError("trace steps \"" + text +
+                     "\": expected a:b with 1 <= a < b (steps a..b-1, numbered from 1 as in metrics.jsonl)");
   }
 }
 

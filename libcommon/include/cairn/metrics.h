@@ -67,19 +67,25 @@ std::string encode_event_scalars(double wall_time, int64_t step,
 // TFRecord framing of one record.
 std::string frame_record(std::string_view data);
 
-// Collects Chrome trace "complete" events (ph "X"); timestamps in microseconds since an epoch the
-// caller picks (one per run, so ranks line up after their clocks are aligned).
+// Collects Chrome trace "complete" events (ph "X") with integer microseconds (ts, dur) since an epoch the
+// caller picks (one per run, so ranks line up after their clocks are aligned). Integers keep ts + dur exact in
+// every viewer: a child converted with the same clock as its parent can never end one ulp past it.
 class Trace {
  public:
-  void add(const std::string& name, const std::string& category, int pid, int tid, double ts_us, double dur_us,
+  void add(const std::string& name, const std::string& category, int pid, int tid, int64_t ts_us, int64_t dur_us,
            const nlohmann::json& args = nullptr);
-  // Names a process / thread row in the viewer (metadata events).
+  // Microseconds from epoch_s to t_s (seconds on one clock), rounded: monotonic in t_s, so intervals nested or
+  // disjoint in seconds stay nested or disjoint in microseconds.
+  static int64_t to_us(double t_s, double epoch_s);
+// Names a process / thread row in the viewer (metadata events).
   void name_process(int pid, const std::string& name);
   void name_thread(int pid, int tid, const std::string& name);
   size_t size() const { return events_.size(); }
   bool empty() const { return events_.empty(); }
   const nlohmann::json& events() const { return events_; }
   void append(const nlohmann::json& events);  // events from another rank
+  // Shifts every timed event so the earliest starts at ts 0 (metadata events have no ts).
+  void rebase();
   // {"traceEvents":[...], "displayTimeUnit":"ms", "otherData":{...}}
   std::string to_json(const nlohmann::json& other_data = nlohmann::json::object()) const;
   void clear() { events_ = nlohmann::json::array(); }

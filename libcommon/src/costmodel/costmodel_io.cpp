@@ -207,6 +207,27 @@ json to_json(const Evaluation& e) {
   return j;
 }
 
+namespace {
+
+// The model FLOPs per token and the formula of the model's family that gives them (flops_per_token: 2 FLOPs per
+// multiply-add of each GEMM, training = 3 x forward). Per layer forward: QKV 2h(h + 2kvd), attention 4sh,
+// projection 2h^2, MLP 2 x 2hf (gpt: GELU, up and down) or 3 x 2hf (llama: SwiGLU gate, up and down); head 2hV.
+std::string flops_formula(const ModelSpec& m, const FlopsPerToken& fl) {
+  const long long kvd = (long long)(m.kv_heads * m.head_dim());
+  if (m.arch == Arch::Gpt) {
+    std::string f = strprintf("%.4g model FLOPs/token = 6lh(2h + 2kvd + 2f + 2s) + 6hV (gpt: GELU MLP", fl.model_train);
+    if (m.kv_heads == m.heads && m.ffn_hidden == 4 * m.hidden)
+      return f + strprintf("; kvd = h, f = 4h: Narayanan 72lh^2(1 + s/6h + V/12lh) = %.4g)",
+                           narayanan_flops_per_token(m));
+    return f + strprintf("; kvd = %lld, f = %lld)", kvd, (long long)m.ffn_hidden);
+  }
+  return strprintf("%.4g model FLOPs/token = 6lh(2h + 2kvd + 3f + 2s) + 6hV (llama: SwiGLU MLP, 3 matrices; "
+                   "GQA kvd = kv_heads x head_dim = %lld x %lld = %lld; f = %lld)",
+                   fl.model_train, (long long)m.kv_heads, (long long)m.head_dim(), kvd, (long long)m.ffn_hidden);
+}
+
+}  // namespace
+
 std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, int64_t global_batch,
                     const Assumptions& a) {
   std::ostringstream os;
@@ -218,8 +239,7 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
                   m.arch == Arch::Gpt ? "gpt" : "llama", (long long)m.layers, (long long)m.hidden,
                   (long long)m.heads, (long long)m.kv_heads, (long long)m.ffn_hidden, (long long)m.seq_len,
                   (long long)m.vocab, double(pc.total) / 1e9);
-  os << strprintf("flops     %.4g model FLOPs/token (6N+attention; Narayanan 72lh^2(...) = %.4g)\n", fl.model_train,
-                  narayanan_flops_per_token(m));
+  os << "flops     " << flops_formula(m, fl) << "\n";
   os << strprintf("cluster   %s: %d x %d devices, %.0f TFLOP/s peak, %.0f GiB at %.0f GB/s%s\n", c.name.c_str(), c.nodes,
                   c.gpus_per_node, c.peak_tflops, c.hbm_gib, c.hbm_gbps,
                   c.has_fabric ? (", links from " + c.fabric_path).c_str() : "");
@@ -238,9 +258,14 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   os << strprintf("time per step %.4f s  (%.0f tokens/s, %.1f TFLOP/s/GPU model, %.1f hardware; MFU %.1f%%, HFU %.1f%%)\n",
                   T, e.tokens_per_s, e.tflops_per_gpu, e.hw_tflops_per_gpu, 100 * e.mfu, 100 * e.hfu);
   line("GEMM compute", b.gemm, "slowest stage, all micro-batches, incl. recompute");
-  line("memory-bound kernels", b.memory_bound, "norms, activations, softmax, loss");
-  line("  of which recompute", b.recompute, "");
-  line("TP communication", b.tp_comm, "exposed (not overlapped)");
+  line("memory-bound kernels", b.memory_bound, "norms, activations, softmax, loss, incl. recompute");
+  line("TP communication", b.tp_comm, "exposed (not overlapped), incl. recompute");
+  // Not another term of the step: the forward work rerun in backward, already inside the three lines above.
+  line("recompute (included)", b.recompute,
+       e.plan.recompute == Recompute::None
+           ? "none"
+           : strprintf("%s: rerun in backward; part of GEMM, memory-bound and TP above", recompute_name(e.plan.recompute))
+                 .c_str());
   line("PP point-to-point", b.pp_p2p, "");
   line("pipeline bubble", b.bubble, e.plan.v > 1 ? "(p-1)/(v m) of the busy time" : "(p-1)/m of the busy time");
   line("DP communication", b.dp_comm, "total");

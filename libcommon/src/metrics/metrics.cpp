@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <boost/crc.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "cairn/error.h"
@@ -189,12 +191,23 @@ void TfEventsWriter::close() {
 
 // ---------------------------------------------------------------- Chrome trace
 
-void Trace::add(const std::string& name, const std::string& category, int pid, int tid, double ts_us, double dur_us,
+void Trace::add(const std::string& name, const std::string& category, int pid, int tid, int64_t ts_us, int64_t dur_us,
                 const json& args) {
-  json e = {{"name", name}, {"cat", category}, {"ph", "X"}, {"pid", pid}, {"tid", tid},
-            {"ts", std::round(ts_us * 1000.0) / 1000.0}, {"dur", std::round(dur_us * 1000.0) / 1000.0}};
+  json e = {{"name", name}, {"cat", category}, {"ph", "X"}, {"pid", pid}, {"tid", tid}, {"ts", ts_us},
+            {"dur", std::max<int64_t>(dur_us, 0)}};
   if (!args.is_null()) e["args"] = args;
   events_.push_back(std::move(e));
+}
+
+int64_t Trace::to_us(double t_s, double epoch_s) { return std::llround((t_s - epoch_s) * 1e6); }
+
+void Trace::rebase() {
+  int64_t first = std::numeric_limits<int64_t>::max();
+  for (const auto& e : events_)
+    if (e.contains("ts")) first = std::min(first, e["ts"].get<int64_t>());
+  if (first == std::numeric_limits<int64_t>::max() || first == 0) return;
+  for (auto& e : events_)
+    if (e.contains("ts")) e["ts"] = e["ts"].get<int64_t>() - first;
 }
 
 void Trace::name_process(int pid, const std::string& name) {

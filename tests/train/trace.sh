@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# cairn-train's Chrome trace opens cleanly in Perfetto and Chrome DevTools (tests/train/check_trace.py): integer
+# microseconds, every event nested in its parent on its (rank, row), flat comm rows, the traced step numbers equal
+# --trace-steps a:b (1-based steps a..b-1, as in metrics.jsonl), and a validation pass inside the range whose
+# per-layer events start inside it. Layouts: pp2 (1F1B) with validation, pp2 x v2 (interleaved), tp2 (collectives
+# on the comm row), dp2 with small buckets (all-reduces in flight together, each on a comm row of its own).
+set -euo pipefail
+BIN=${CAIRN_BIN_DIR:?CAIRN_BIN_DIR must point at build/bin}
+PY=/usr/bin/python3
+HERE=$(cd "$(dirname "$0")" && pwd)
+W=$(mktemp -d /tmp/cairn_train_trace.XXXXXX)
+trap '[[ -n ${KEEP:-} ]] || rm -rf "$W"' EXIT  # KEEP=1 keeps the runs for a look after a failure
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+MPIRUN=(mpirun --oversubscribe)
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$BIN/cairn-reshard" --log-level error --out "$W/ds" --set 'data.delimiter="%"' build /usr/share/games/fortunes/fortunes
+MODEL=(--data "$W/ds" --threads 1 --log-level warn --set model.layers=4 --set model.hidden=32 --set model.heads=4
+       --set model.seq_len=32 --set train.global_batch=8 --set train.micro_batch=2 --set train.warmup=2
+       --set train.spike_zscore=0 --set train.checkpoint_every=0 --steps 6)
+
+run() {  # run NAME RANKS ARGS...
+  local name=$1 np=$2
+  shift 2
+  "${MPIRUN[@]}" -np "$np" "$BIN/cairn-train" --out "$W/$name" "${MODEL[@]}" "$@" || fail "$name: cairn-train exited $?"
+}
+
+# pp2: steps 2, 3 and 4 traced; validation after step 3 (val_every = 3) lies inside the range, the one after
+# step 6 outside it.
+run pp2 2 --set parallel.pp=2 --set train.val_every=3 --trace-steps 2:5
+"$PY" "$HERE/check_trace.py" "$W/pp2/train/trace.json" --steps 2:5 --ranks 2 --validation-after 3 --pipeline
+# the traced steps are the metrics' steps of the same numbers
+"$PY" - "$W/pp2/train" <<'PYEOF'
+import json, sys
+d = sys.argv[1]
+steps = [json.loads(l)["step"] for l in open(f"{d}/metrics.jsonl") if '"train"' in l]
+assert steps == [1, 2, 3, 4, 5, 6], steps
+val = [json.loads(l)["step"] for l in open(f"{d}/metrics.jsonl") if '"val"' in l]
+assert val == [3, 6], val
+PYEOF
+
+# pp2 x v2 (interleaved 1F1B), validation after the last traced step (the trace is written after it)
+run pp2v2 2 --set parallel.pp=2 --set parallel.v=2 --set train.val_every=2 --trace-steps 1:3
+"$PY" "$HERE/check_trace.py" "$W/pp2v2/train/trace.json" --steps 1:3 --ranks 2 --validation-after 2 --pipeline
+
+# tp2: tensor-parallel collectives on the comm row, inside forward and backward
+run tp2 2 --set parallel.tp=2 --set train.val_every=0 --trace-steps 5:7
+"$PY" "$HERE/check_trace.py" "$W/tp2/train/trace.json" --steps 5:7 --ranks 2
+grep -q '"tensor-parallel collective"' "$W/tp2/train/trace.json" || fail "tp2: no tensor-parallel collective events"
+
+# dp2 with 4 KiB buckets: many all-reduces in flight at once
+run dp2 2 --set train.bucket_mb=0.004 --set train.val_every=0 --trace-steps 3:4
+"$PY" "$HERE/check_trace.py" "$W/dp2/train/trace.json" --steps 3:4 --ranks 2
+
+# a range starting at step 0 names a step that does not exist: exit 2 with the convention in the message
+set +e
+err=$("$BIN/cairn-train" --out "$W/bad" "${MODEL[@]}" --trace-steps 0:2 2>&1); rc=$?
+set -e
+[[ $rc == 2 ]] || fail "--trace-steps 0:2: exit $rc, expected 2"
+grep -q "1 <= a < b" <<<"$err" || fail "--trace-steps 0:2: message does not state the 1-based convention: $err"
+echo "trace checks passed"
