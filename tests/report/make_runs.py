@@ -3,7 +3,7 @@
 the brief, for cairn-report's tests and benchmark. Deterministic for a given --seed.
 
   make_runs.py DIR [--steps N] [--seed S] [--name NAME] [--loss-shift X] [--tps-factor F]
-               [--busbw-factor F] [--wrong N] [--without sweep,eval,...] [--corrupt-lines K]
+               [--busbw-factor F] [--wrong N] [--sweep-layout v3|flat] [--without sweep,eval,...] [--corrupt-lines K]
                [--restart-at STEP] [--no-finished]
 """
 import argparse
@@ -27,8 +27,10 @@ def provenance(tool):
 
 
 def make_sweep(d, rng, a):
+    """sweep.json in cairn-sweep's layout (--sweep-layout v3: nccl-tests' version-3 -J document with
+    cairn's fields under "cairn"), or the flat layout written before it (--sweep-layout flat)."""
     ranks = 8
-    results, fits = [], []
+    results, fits, runs = [], [], []
     tables = {"fabric": {"backend": "mpi", "world_size": ranks, "nodes": 2, "ranks_per_node": 4}}
     wrong_total = 0
     for coll, factor in COLLECTIVES:
@@ -37,6 +39,7 @@ def make_sweep(d, rng, a):
             f = factor(n)
             size = 8
             peak = 0.0
+            run_rows, run_wrong = [], 0
             while size <= 256 << 20:
                 t = alpha * 1e-6 + size * f / (beta * 1e9)
                 t *= 1 + rng.uniform(-0.03, 0.03)
@@ -45,21 +48,59 @@ def make_sweep(d, rng, a):
                 peak = max(peak, busbw)
                 wrong = a.wrong if (coll == "allreduce" and tier == "world" and size == 2048) else 0
                 wrong_total += wrong
+                run_wrong += wrong
                 side = {"time_us": t * 1e6, "algbw": algbw, "busbw": busbw, "wrong": wrong}
-                results.append({"collective": coll, "tier": tier, "size": size, "count": size // 4,
-                                "type": "float", "redop": "sum" if coll == "allreduce" else "none", "root": -1,
-                                "oop": side, "ip": dict(side, wrong=0)})
+                ip = dict(side, wrong=0)
+                redop = "sum" if coll == "allreduce" else "none"
+                if a.sweep_layout == "flat":
+                    row = {"collective": coll, "tier": tier, "size": size, "count": size // 4, "type": "float",
+                           "redop": redop, "root": -1, "oop": side, "ip": ip}
+                else:
+                    def nccl(m):
+                        return {"time": m["time_us"], "alg_bw": m["algbw"], "bus_bw": m["busbw"],
+                                "nwrong": float(m["wrong"])}
+                    row = {"size": size, "count": size // 4, "type": "float", "redop": redop, "root": "    -1",
+                           "out_of_place": nccl(side), "in_place": nccl(ip), "actual_iterations": 20,
+                           "experiment_name": "",
+                           "cairn": {"collective": coll, "tier": tier, "ranks": n, "oop": side, "ip": ip,
+                                     "oop_cpu_time_us": side["time_us"], "ip_cpu_time_us": ip["time_us"]}}
+                results.append(row)
+                run_rows.append(row)
                 size *= 4
             half = alpha * 1e-6 * beta * 1e9 / f
             fit = {"collective": coll, "tier": tier, "alpha_us": alpha, "busbw_gbps": beta, "r2": 0.998,
                    "half_peak_bytes": half, "peak_busbw_gbps": peak}
+            if a.sweep_layout != "flat":
+                fit.update(type="float", redop=redop, root=-1, ranks=n, valid=True, points=len(run_rows),
+                           in_fabric=True)
             fits.append(fit)
-            tables[tier + "." + coll] = dict({k: v for k, v in fit.items() if k not in ("collective", "tier")},
-                                             ranks=n)
-    avg = sum(r["oop"]["busbw"] for r in results) / len(results)
-    write(os.path.join(d, "sweep", "sweep.json"),
-          json.dumps({"provenance": provenance("cairn-sweep"), "results": results, "fits": fits,
-                      "avg_busbw": avg, "wrong": wrong_total}, indent=1))
+            run_bw = sum(r["cairn"]["oop"]["busbw"] + r["cairn"]["ip"]["busbw"] for r in run_rows) / (
+                2 * len(run_rows)) if a.sweep_layout != "flat" else 0
+            runs.append({"collective": coll, "experiment": coll.replace("all", "all_") + "_perf", "tier": tier,
+                         "ranks": n, "results": run_rows,
+                         "out_of_bounds": {"count": run_wrong, "okay": "true" if run_wrong == 0 else "false"},
+                         "average_bus_bandwidth": {"bandwidth": run_bw, "okay": "unchecked"}})
+            tables[tier + "." + coll] = dict({k: v for k, v in fit.items()
+                                              if k in ("alpha_us", "busbw_gbps", "r2", "half_peak_bytes",
+                                                       "peak_busbw_gbps")}, ranks=n)
+    side_of = (lambda r: r["oop"]) if a.sweep_layout == "flat" else (lambda r: r["cairn"]["oop"])
+    avg = sum(side_of(r)["busbw"] for r in results) / len(results)
+    if a.sweep_layout == "flat":
+        doc = {"provenance": provenance("cairn-sweep"), "results": results, "fits": fits,
+               "avg_busbw": avg, "wrong": wrong_total}
+    else:
+        # nccl-tests' keys at the top (their average_bus_bandwidth differs from cairn's avg_busbw on
+        # purpose: the report must read cairn's).
+        doc = {"version": 3, "start_time": "2026-11-30 00:00:00", "args": ["cairn-sweep", "all"],
+               "env": [], "nccl_version": 0,
+               "config": {"nthreads": 1, "ngpus": 1, "minimum_bytes": 8, "maximum_bytes": 256 << 20},
+               "results": results,
+               "out_of_bounds": {"count": wrong_total, "okay": "true" if wrong_total == 0 else "false"},
+               "average_bus_bandwidth": {"bandwidth": avg * 0.5, "okay": "unchecked"},
+               "errors": [], "end_time": "2026-11-30 00:01:00",
+               "cairn": {"provenance": provenance("cairn-sweep"), "backend": "mpi", "runs": runs, "fits": fits,
+                         "avg_busbw": avg, "wrong": wrong_total, "notes": []}}
+    write(os.path.join(d, "sweep", "sweep.json"), json.dumps(doc, indent=1))
     toml = []
     for name, t in tables.items():
         toml.append("[%s]" % name)
@@ -170,6 +211,8 @@ def main():
     ap.add_argument("--tps-factor", type=float, default=1.0)
     ap.add_argument("--busbw-factor", type=float, default=1.0)
     ap.add_argument("--wrong", type=int, default=0)
+    ap.add_argument("--sweep-layout", choices=("v3", "flat"), default="v3",
+                    help="sweep.json layout: v3 (cairn-sweep now) or flat (written before version 3)")
     ap.add_argument("--without", default="", help="comma-separated stages to leave out")
     ap.add_argument("--corrupt-lines", type=int, default=0)
     ap.add_argument("--torn-last", action="store_true")

@@ -140,4 +140,32 @@ echo '{"results":"x","fits":[{"collective":3}],"wrong":"many"}' > "$T/shape/swee
 xmllint --noout "$T/garbage/report/index.html" || fail "garbage input: HTML not well-formed"
 $PY -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['runs'][0]['problem_count'] > 0" "$T/garbage/report/summary.json"
 grep -q "empty/train/metrics.jsonl (no train or val records)" "$T/garbage/report/summary.md" || fail "empty file not named"
+# 7. sweep.json layouts: the flat layout written before nccl-tests' version 3 (cairn's fields beside
+# nccl-tests') reads as the same numbers as version 3 (cairn's fields under "cairn"), planted wrong
+# results included; version 3's nccl-tests average_bus_bandwidth is not taken for cairn's avg_busbw.
+gen "$T/flat" --seed 3 --name flat --steps 50 --busbw-factor 0.8 --wrong 2 --sweep-layout flat --without train,eval,plan,data
+gen "$T/v3" --seed 3 --name v3 --steps 50 --busbw-factor 0.8 --wrong 2 --without train,eval,plan,data
+"$REPORT" "$T/flat" "$T/v3" --out "$T/layouts" --log-level warn || fail "layouts: exit $?"
+check_report "$T/layouts"
+$PY - "$T/layouts/report/summary.json" "$T/v3/sweep/sweep.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+v3 = json.load(open(sys.argv[2]))
+assert v3["version"] == 3 and "collective" not in v3["results"][0], "make_runs.py did not write version 3"
+runs = {r["name"]: r for r in s["runs"]}
+flat = {k: v["value"] for k, v in runs["flat"]["metrics"].items()}
+new = {k: v["value"] for k, v in runs["v3"]["metrics"].items()}
+assert flat == new, sorted(set(flat.items()) ^ set(new.items()))
+for k in ("busbw_allreduce", "busbw_allgather_intra", "alpha_allreduce", "fit_busbw_allgather", "avg_busbw"):
+    assert new.get(k) is not None, k
+assert new["wrong"] == 2, new["wrong"]
+assert abs(new["avg_busbw"] - v3["cairn"]["avg_busbw"]) < 1e-9, new["avg_busbw"]
+assert len(runs["v3"]["sweep_fits"]) == len(runs["flat"]["sweep_fits"]) == 4
+charts = {c["id"]: c for c in s["charts"] if c["section"] == "sweep"}
+assert len(charts) == 4, sorted(charts)
+for c in charts.values():  # per run: measured points and a fitted curve
+    assert sum(1 for x in c["series"] if x.startswith("v3")) == 2, c["series"]
+    assert sum(1 for x in c["series"] if x.startswith("flat")) == 2, c["series"]
+print("layouts: flat and version-3 sweep.json read alike")
+EOF
 echo "report_cli: all checks passed"

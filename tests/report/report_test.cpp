@@ -207,6 +207,57 @@ BOOST_AUTO_TEST_CASE(run_directory_reading_is_tolerant) {
   BOOST_TEST(build_charts(runs, -1, ChartSettings{}).empty());
 }
 
+BOOST_AUTO_TEST_CASE(sweep_json_both_layouts) {
+  // Version 3 (cairn-sweep now): nccl-tests' keys at the top, cairn's under "cairn".
+  json v3 = json::parse(R"({"version": 3,
+    "results": [{"size": 1024, "count": 256, "type": "float", "redop": "sum", "root": "    -1",
+                 "out_of_place": {"time": 2, "alg_bw": 0.5, "bus_bw": 0.75, "nwrong": 0},
+                 "in_place": {"time": 2, "alg_bw": 0.5, "bus_bw": 0.7, "nwrong": 0},
+                 "cairn": {"collective": "allreduce", "tier": "intra",
+                           "oop": {"time_us": 2, "algbw": 0.5, "busbw": 0.8, "wrong": 1},
+                           "ip": {"time_us": 2, "algbw": 0.5, "busbw": 0.7, "wrong": 0}}},
+                {"size": 8, "type": "float"}],
+    "out_of_bounds": {"count": 9, "okay": "false"}, "average_bus_bandwidth": {"bandwidth": 9, "okay": "unchecked"},
+    "cairn": {"fits": [{"collective": "allreduce", "alpha_us": 3}], "avg_busbw": 0.75, "wrong": 1}})");
+  auto rows = sweep_rows(v3);
+  BOOST_REQUIRE(rows.size() == 1u);  // the entry without a collective is skipped
+  BOOST_TEST(rows[0].collective == "allreduce");
+  BOOST_TEST(rows[0].tier == "intra");
+  BOOST_TEST(rows[0].root == "-1");
+  BOOST_TEST(rows[0].redop == "sum");
+  BOOST_TEST(rows[0].size == 1024.0);
+  BOOST_TEST(rows[0].busbw[0] == 0.8);  // cairn's measure, not nccl-tests' bus_bw
+  BOOST_TEST(rows[0].wrong[0] == 1.0);
+  BOOST_TEST(sweep_avg_busbw(v3) == 0.75);
+  BOOST_TEST(sweep_wrong(v3) == 1.0);
+  BOOST_REQUIRE(sweep_fits(v3) != nullptr);
+  BOOST_TEST(sweep_fits(v3)->size() == 1u);
+  // A result with cairn's collective but no cairn measures: nccl-tests' own columns.
+  json bare = v3;
+  bare["results"][0]["cairn"].erase("oop");
+  BOOST_TEST(sweep_rows(bare)[0].busbw[0] == 0.75);
+  // Without cairn's summary numbers: nccl-tests' average_bus_bandwidth and out_of_bounds.
+  bare.erase("cairn");
+  BOOST_TEST(sweep_avg_busbw(bare) == 9.0);
+  BOOST_TEST(sweep_wrong(bare) == 9.0);
+  BOOST_TEST(sweep_fits(bare) == nullptr);
+  // The flat layout written before version 3: cairn's fields beside nccl-tests'.
+  json flat = json::parse(R"({"results": [{"collective": "allgather", "size": 64, "type": "float", "redop": "none",
+                 "root": -1, "oop": {"busbw": 2.5, "algbw": 2, "wrong": 0}, "ip": {"busbw": 2}}],
+    "fits": [{"collective": "allgather"}, {"collective": "allgather"}], "avg_busbw": 2.25, "wrong": 0})");
+  rows = sweep_rows(flat);
+  BOOST_REQUIRE(rows.size() == 1u);
+  BOOST_TEST(rows[0].tier == "world");
+  BOOST_TEST(rows[0].root == "-1");
+  BOOST_TEST(rows[0].busbw[0] == 2.5);
+  BOOST_TEST(std::isnan(rows[0].wrong[1]));
+  BOOST_TEST(sweep_avg_busbw(flat) == 2.25);
+  BOOST_TEST(sweep_wrong(flat) == 0.0);
+  BOOST_TEST(sweep_fits(flat)->size() == 2u);
+  BOOST_TEST(sweep_rows(json("x")).empty());
+  BOOST_TEST(std::isnan(sweep_wrong(json::array())));
+}
+
 BOOST_AUTO_TEST_CASE(fast_scanner_agrees_with_a_full_parser) {
   std::string good = train_line(7, 3.25, 1234.5);
   good.pop_back();  // newline

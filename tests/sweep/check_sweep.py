@@ -28,18 +28,13 @@ def fail(msg):
 
 
 def float_column(value, width):
-    """nccl-tests' getFloatStr."""
-    power, v = 0, 1
-    while value >= v and power < 19:
-        power += 1
-        v *= 10
-    if power < width - 2:
-        return "%*.2f" % (width, value)
-    if power < width - 1:
-        return "%*.1f" % (width, value)
-    if power < width + 1:
-        return "%*.0f" % (width, value)
-    return "%*.1e" % (width, value)
+    """nccl-tests' getFloatStr (src/util.cu): the first of %.2f, %.1f, %.0f that fits the width,
+    else an exponent (%.1e from 7 characters, %.0e below), cut at the width."""
+    for fmt in ("%*.2f", "%*.1f", "%*.0f"):
+        text = fmt % (width, value)
+        if len(text) <= width:
+            return text
+    return ((width >= 7 and "%*.1e" or "%*.0e") % (width, value))[:width]
 
 
 def parse_table(path):
@@ -59,7 +54,7 @@ def parse_table(path):
 def expected_row(coll, req_bytes, word, n):
     count = req_bytes // word
     if coll in SPLIT:
-        per = count // n
+        per = (count // n) & ~(16 // word - 1)  # nccl-tests trims per-rank blocks to 16-byte multiples
         return per * n * word, per
     return count * word, count
 
@@ -84,6 +79,8 @@ def main():
     if txt != open(a.table).read():
         fail("sweep.txt differs from stdout")
     results = doc["results"]
+    for r in results:  # cairn's per-row extras live under "cairn"
+        r.update({k: v for k, v in r["cairn"].items()})
     if len(rows) != len(results):
         fail("%d table rows but %d JSON results" % (len(rows), len(results)))
     requested = []
@@ -124,23 +121,28 @@ def main():
             cm = r["oop" if key == "out_of_place" else "ip"]
             if cm["busbw"] != m["bus_bw"] or cm["time_us"] != m["time"]:
                 fail("cairn fields differ from nccl-tests fields")
-    if wrong_total != doc["wrong"] or doc["out_of_bounds"]["count"] != wrong_total:
-        fail("wrong total %d, JSON says %d" % (wrong_total, doc["wrong"]))
+    if wrong_total != doc["cairn"]["wrong"] or doc["out_of_bounds"]["count"] != wrong_total:
+        fail("wrong total %d, JSON says %d" % (wrong_total, doc["cairn"]["wrong"]))
     if wrong_total != a.expect_wrong:
         fail("expected %d wrong elements, found %d" % (a.expect_wrong, wrong_total))
 
-    # Footers: one "# Avg bus bandwidth" per block, the mean of its rows' busbw (oop and ip).
+    # Footers: one "# Avg bus bandwidth" per (tier, collective) table, as one nccl-tests run: the
+    # mean busbw (oop and ip) of all its rows, every type/op/root.
     avg_lines = [l for l in txt.splitlines() if l.startswith("# Avg bus bandwidth")]
-    blocks = doc["blocks"]
-    if len(avg_lines) != len(blocks):
-        fail("%d footers for %d blocks" % (len(avg_lines), len(blocks)))
+    blocks = doc["cairn"]["blocks"]
+    runs = doc["cairn"]["runs"]
+    if len(avg_lines) != len(runs):
+        fail("%d footers for %d runs" % (len(avg_lines), len(runs)))
     i = 0
-    for line, b in zip(avg_lines, blocks):
-        k = sum(1 for r in results if (r["collective"], r["tier"], r["type"], r["redop"]) ==
-                (b["collective"], b["tier"], b["type"], b["redop"]))
+    for line, run in zip(avg_lines, runs):
+        k = len(run["results"])
         mine = results[i:i + k]
         i += k
+        if any((r["collective"], r["tier"]) != (run["collective"], run["tier"]) for r in mine):
+            fail("run %s/%s does not match the results list" % (run["collective"], run["tier"]))
         mean = sum(r["out_of_place"]["bus_bw"] + r["in_place"]["bus_bw"] for r in mine) / (2 * k)
+        if abs(run["average_bus_bandwidth"]["bandwidth"] - mean) > 1e-9 * (1 + mean):
+            fail("run %s/%s average %r != %g" % (run["collective"], run["tier"], run["average_bus_bandwidth"], mean))
         printed = float(line.split(":")[1].split()[0])
         if abs(printed - mean) > 1e-5 * (1 + mean):
             fail("footer %s != mean busbw %g" % (line, mean))
@@ -175,8 +177,12 @@ def main():
     if fabric["fabric"]["world_size"] != len(doc["config"]["devices"]):
         fail("fabric.toml world_size")
     primaries = set()
-    for fit in doc["fits"]:
-        if not fit["valid"]:
+    seen = set()
+    for fit in doc["cairn"]["fits"]:
+        key = (fit["tier"], fit["collective"], fit["type"], fit["redop"])
+        first = key not in seen  # -r -1 and sendrecv under several ops: the first fills the sub-table
+        seen.add(key)
+        if not fit["valid"] or (not first and not fit["in_fabric"]):
             continue
         coll = fabric[fit["tier"]][fit["collective"]]
         # Every type/op has [tier.collective.type.redop] ([tier.collective.type] without a reduction);
@@ -184,7 +190,7 @@ def main():
         sub = coll.get(fit["type"], {})
         if fit["redop"] != "none":
             sub = sub.get(fit["redop"], {})
-        tables = [("%s.%s.%s.%s" % (fit["tier"], fit["collective"], fit["type"], fit["redop"]), sub)]
+        tables = [("%s.%s.%s.%s" % (fit["tier"], fit["collective"], fit["type"], fit["redop"]), sub)] if first else []
         if fit["in_fabric"]:
             primaries.add((fit["tier"], fit["collective"]))
             tables.append(("%s.%s" % (fit["tier"], fit["collective"]), coll))

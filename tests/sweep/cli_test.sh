@@ -95,10 +95,67 @@ expect_usage "size range is inverted" -b 1M -e 1K
 expect_usage "is not one of" allreduse
 expect_usage "not available on backend mpi" -d bfloat16
 expect_usage "not available on backend mpi" --op avg
-expect_usage "cannot be divided among 2 ranks" allgather -b 4 -e 64
+expect_usage "unknown reduction op 'bogus'" -o bogus
+expect_usage "mulsum: not measured" -o mulsum
+expect_usage "int8: not measured" -d int8
+expect_usage "nthreads 2: cairn-sweep runs one thread" -t 2
+expect_usage "ngpus 4: cairn-sweep drives one GPU" -g 4
+expect_usage "root -2: give a rank, or -1" -r -2
+expect_usage "blocking 4: choose 0, 1, 2 or 3" -z 4
+expect_usage "report_cputime 2: choose 0 or 1" -C 2
+expect_usage "agg_iters 0: must be 1 or more" -m 0
+expect_usage "local_register 3: choose 0, 1 or 2" -R 3
+expect_usage "not a rank of tier world" broadcast -r 2
 expect_usage "built without CUDA|GPUs but only 0 are visible" --backend nccl  # CUDA builds on GPU-less CI
 expect_usage "not a size" -e 12X
 expect_usage "measures allreduce only" --bench-bare 3 allgather -b 1K -e 1K
+
+# 9. nccl-tests' flags with nccl-tests' meaning. -o is the reduction op (not --out): `-o max`
+# measures max and writes nothing under ./max; --out keeps its long form.
+mkdir -p "$TMP/cwd"
+if (cd "$TMP/cwd" && mpirun -np 2 "$BIN" --out "$TMP/opmax" -o max -b 64 -e 256 -n 1 -w 0 >"$TMP/opmax.txt" 2>"$TMP/opmax.err"); then
+  [ ! -e "$TMP/cwd/max" ] || fail "-o max created ./max (taken as --out)"
+  n=$(grep -vc '^#' "$TMP/opmax.txt"); m=$(awk '!/^#/ && NF == 13 && $4 == "max"' "$TMP/opmax.txt" | wc -l)
+  [ "$m" -eq 3 ] && [ "$n" -eq 4 ] || fail "-o max: want 3 allreduce max rows, got $m of $n lines"
+else
+  fail "-o max exited $?"; cat "$TMP/opmax.err" >&2
+fi
+
+# 10. Every collective x every type (-d all) x every op (-o all) x every root (-r -1) on 3 ranks:
+# sizes that leave a rank less than a 16-byte block print 0-byte rows (no exit 2); every line
+# follows nccl-tests' formatting rules (tests/sweep/nccl_format.py) and the files agree.
+if mpirun -np 3 --oversubscribe "$BIN" --out "$TMP/fmt" all -b 8 -e 4K -n 1 -w 1 -d all -o all -r -1 \
+    -J "$TMP/fmt.json" >"$TMP/fmt.txt" 2>"$TMP/fmt.err"; then
+  $PY tests/sweep/nccl_format.py "$TMP/fmt.txt" "$TMP/fmt.json" --types int32,float,double --ops sum,prod,max,min \
+    --ranks 3 --roots all || fail "nccl-tests format (3 ranks, all types/ops/roots)"
+  $PY $CHECK "$TMP/fmt.txt" "$TMP/fmt/sweep" --json "$TMP/fmt.json" --minbytes 8 --maxbytes 4096 || fail "3-rank check"
+  z=$(awk '!/^#/ && NF == 13 && $1 == 0 && $2 == 0' "$TMP/fmt.txt" | wc -l)
+  [ "$z" -gt 0 ] || fail "no 0-byte rows for sizes below one block per rank"
+  grep -q "^# Writing JSON output to $TMP/fmt.json" "$TMP/fmt.txt" || fail "-J: no 'Writing JSON output' line"
+else
+  fail "all-types/ops/roots sweep exited $?"; cat "$TMP/fmt.err" >&2
+fi
+
+# 11. -C 1 (cputime columns and cpu_time in JSON), -m 2, -z 3, -G/-R accepted with a note, -t/-g 1,
+# --experiment-name, and sendrecv's op column.
+if mpirun -np 2 "$BIN" --out "$TMP/misc" allreduce,sendrecv,reduce -b 64 -e 1K -n 2 -w 1 -o sum,min -C 1 -m 2 -z 3 \
+    -G 5 -R 1 -t 1 -g 1 --experiment-name exp1 -J "$TMP/misc.json" >"$TMP/misc.txt" 2>"$TMP/misc.err"; then
+  $PY tests/sweep/nccl_format.py "$TMP/misc.txt" "$TMP/misc.json" --types float --ops sum,min --ranks 2 --roots 0 \
+    --cputime --experiment exp1 || fail "nccl-tests format (-C 1)"
+  grep -q "agg iters: 2 " "$TMP/misc.txt" || fail "-m 2 not in the options line"
+  grep -q "^# Blocking Enabled: wait and barrier after each outer iteration" "$TMP/misc.txt" || fail "-z 3 not reported"
+  grep -q "^# Note: -G 5 (CUDA graph launches): not applicable to the mpi backend" "$TMP/misc.txt" || fail "-G note"
+  grep -q "^# Note: -R 1 (NCCL buffer registration): not applicable to the mpi backend" "$TMP/misc.txt" || fail "-R note"
+  $PY - "$TMP/misc.json" <<'PY' || fail "-m/-z/-C JSON"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["config"]["aggregated_iterations"] == 2 and d["config"]["blocking_collectives"] == "true", d["config"]
+assert {r["redop"] for r in d["results"] if r["cairn"]["collective"] == "sendrecv"} == {"sum", "min"}
+assert all("cpu_time" in r["out_of_place"] for r in d["results"])
+PY
+else
+  fail "-C/-m/-z sweep exited $?"; cat "$TMP/misc.err" >&2
+fi
 
 [ $failures -eq 0 ] && echo "sweep_cli: all checks passed"
 exit $((failures > 0))

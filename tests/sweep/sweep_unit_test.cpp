@@ -20,15 +20,17 @@ struct HandRow {
   double factor;
 };
 
-// Worked by hand from nccl-tests' getCollByteCount: count = bytes/4, then per collective.
+// Worked by hand from nccl-tests' getCollByteCount: count = bytes/4, then per collective; the ones
+// that divide by the rank count trim the per-rank block to 16 bytes: (count/n) & ~(16/4 - 1).
 const HandRow kHand[] = {
     {"allreduce", 4, 1024, 1024, 256, 1.5},      {"allgather", 4, 1024, 1024, 64, 0.75},
     {"reducescatter", 4, 1024, 1024, 64, 0.75},  {"alltoall", 4, 1024, 1024, 64, 0.75},
     {"broadcast", 4, 1024, 1024, 256, 1.0},      {"reduce", 4, 1024, 1024, 256, 1.0},
     {"sendrecv", 4, 1024, 1024, 256, 1.0},       {"allreduce", 2, 64, 64, 16, 1.0},
     {"allgather", 2, 64, 64, 8, 0.5},            {"reducescatter", 2, 64, 64, 8, 0.5},
-    {"allreduce", 3, 1000, 1000, 250, 4.0 / 3},  {"allgather", 3, 1000, 996, 83, 2.0 / 3},
-    {"reducescatter", 3, 1000, 996, 83, 2.0 / 3}, {"alltoall", 3, 1000, 996, 83, 2.0 / 3},
+    {"allreduce", 3, 1000, 1000, 250, 4.0 / 3},  {"allgather", 3, 1000, 960, 80, 2.0 / 3},
+    {"reducescatter", 3, 1000, 960, 80, 2.0 / 3}, {"alltoall", 3, 1000, 960, 80, 2.0 / 3},
+    {"allgather", 2, 48, 32, 4, 0.5},            {"alltoall", 4, 32, 0, 0, 0.75},
     {"sendrecv", 3, 1002, 1000, 250, 1.0},       {"allreduce", 1, 64, 64, 16, 0.0},
     {"allgather", 8, 8, 0, 0, 0.875},
 };
@@ -66,7 +68,35 @@ BOOST_AUTO_TEST_CASE(names_and_bad_names) {
   BOOST_TEST(std::string(type_info(parse_type("bf16")).name) == "bfloat16");
   BOOST_CHECK_THROW(find_collective("allreduse"), cairn::UsageError);
   BOOST_CHECK_THROW(parse_type("int8"), cairn::UsageError);
-  BOOST_CHECK_THROW(parse_op("prod"), cairn::UsageError);
+  BOOST_TEST(std::string(op_name(parse_op("prod"))) == "prod");
+  BOOST_CHECK_THROW(parse_op("mulsum"), cairn::UsageError);
+}
+
+// nccl-tests' getFloatStr: %.2f, %.1f, %.0f, whichever first fits the column, else an exponent.
+BOOST_AUTO_TEST_CASE(float_columns_follow_get_float_str) {
+  BOOST_TEST(float_column(1.234, 7) == "   1.23");
+  BOOST_TEST(float_column(9999.996, 7) == "10000.0");  // %.2f would round up to 8 characters
+  BOOST_TEST(float_column(123456.7, 7) == " 123457");
+  BOOST_TEST(float_column(123456789.0, 7) == "1.2e+08");
+  BOOST_TEST(float_column(15000000.0, 6) == " 2e+07");
+  BOOST_TEST(float_column(0.0, 6) == "  0.00");
+}
+
+// nccl-tests' reduction ops, with prod exact: one rank holds a(g) in [-3, 3], the others +-1.
+BOOST_AUTO_TEST_CASE(closed_form_product_equals_explicit_one) {
+  for (int n : {1, 2, 3, 5, 64}) {
+    PatternParams p;
+    p.seed = 99 + n;
+    p.nranks = n;
+    p.reducing = true;
+    p.op = RedOp::Prod;
+    for (int r = 0; r < n; ++r) p.sign_prod *= rank_sign(p.seed, r);
+    for (uint64_t g = 0; g < 200; ++g) {
+      double want = 1;
+      for (int r = 0; r < n; ++r) want *= input_value(p, r, g);
+      BOOST_TEST(reduced_value(p, g) == want);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(byte_sizes_and_sweep_steps) {

@@ -131,7 +131,7 @@ const std::vector<MetricDef>& fixed_metrics() {
       {"steps", "", "train", Better::Neither, "last logged training step"},
       {"tokens", "tok", "train", Better::Neither, "tokens trained at the last logged step"},
       {"train_time_s", "s", "train", Better::Lower, "wall time between the first and last logged step"},
-      {"avg_busbw", "GB/s", "sweep", Better::Higher, "sweep.json avg_busbw (nccl-tests' average bus bandwidth)"},
+      {"avg_busbw", "GB/s", "sweep", Better::Higher, "sweep.json avg_busbw (mean of the blocks' average bus bandwidth)"},
       {"wrong", "", "sweep", Better::Lower, "wrong results found by the sweep's correctness checks"},
       {"plan_step_time_s", "s", "plan", Better::Lower, "best plan's predicted step time"},
       {"plan_tokens_per_s", "tok/s", "plan", Better::Higher, "best plan's predicted throughput"},
@@ -432,33 +432,25 @@ std::map<std::string, MetricValue> compute_metrics(const RunData& run, const Met
   }
   for (const auto& [name, sv] : ev) m[name] = sv.second;
 
-  // Sweep.
+  // Sweep (either sweep.json layout; see sweep_rows).
   if (run.sweep.is_object()) {
-    std::map<std::string, double> peak;  // coll_tier -> peak busbw
-    std::map<std::string, std::map<std::string, double>> per_coll;
+    std::map<std::string, std::map<std::string, double>> per_coll;  // coll -> tier -> peak busbw
     double wrong_sum = 0;
     bool wrong_any = false;
-    if (run.sweep.contains("results") && run.sweep["results"].is_array()) {
-      for (const auto& r : run.sweep["results"]) {
-        if (!r.is_object() || !r.contains("collective") || !r["collective"].is_string()) continue;
-        std::string coll = normalize_collective(r["collective"].get<std::string>());
-        std::string tier = r.contains("tier") && r["tier"].is_string() ? r["tier"].get<std::string>() : "world";
-        double bw = kNaN;
-        for (const char* side : {"oop", "ip"}) {
-          const json* s = object_at(r, side);
-          if (!s) continue;
-          double b = num_or_nan(*s, "busbw");
-          if (std::isfinite(b) && (std::isnan(bw) || b > bw)) bw = b;
-          double wr = num_or_nan(*s, "wrong");
-          if (std::isfinite(wr)) {
-            wrong_sum += wr;
-            wrong_any = true;
-          }
+    for (const SweepRow& r : sweep_rows(run.sweep)) {
+      std::string coll = normalize_collective(r.collective);
+      double bw = kNaN;
+      for (int side = 0; side < 2; ++side) {
+        double b = r.busbw[side];
+        if (std::isfinite(b) && (std::isnan(bw) || b > bw)) bw = b;
+        if (std::isfinite(r.wrong[side])) {
+          wrong_sum += r.wrong[side];
+          wrong_any = true;
         }
-        if (std::isnan(bw)) continue;
-        double& cur = per_coll[coll][tier];
-        if (cur == 0 || bw > cur) cur = bw;
       }
+      if (std::isnan(bw)) continue;
+      double& cur = per_coll[coll][r.tier];
+      if (cur == 0 || bw > cur) cur = bw;
     }
     for (const auto& [coll, tiers] : per_coll) {
       double overall = kNaN;
@@ -469,25 +461,36 @@ std::map<std::string, MetricValue> compute_metrics(const RunData& run, const Met
       auto w = tiers.find("world");
       set(m, "busbw_" + coll, w != tiers.end() ? w->second : overall);
     }
-    if (run.sweep.contains("fits") && run.sweep["fits"].is_array()) {
-      std::map<std::string, std::map<std::string, std::pair<double, double>>> fits;
-      for (const auto& f : run.sweep["fits"]) {
+    if (const json* fit_list = sweep_fits(run.sweep)) {
+      // Several fits per collective and tier (-d/-o all, -r -1): the one in fabric.toml
+      // ("in_fabric", the model cairn-plan reads), else the first.
+      struct Chosen {
+        double alpha, beta;
+        bool in_fabric;
+      };
+      std::map<std::string, std::map<std::string, Chosen>> fits;
+      for (const auto& f : *fit_list) {
         if (!f.is_object() || !f.contains("collective") || !f["collective"].is_string()) continue;
         std::string coll = normalize_collective(f["collective"].get<std::string>());
         std::string tier = f.contains("tier") && f["tier"].is_string() ? f["tier"].get<std::string>() : "world";
-        fits[coll][tier] = {num_or_nan(f, "alpha_us"), num_or_nan(f, "busbw_gbps")};
-        set(m, "alpha_" + coll + "_" + tier, num_or_nan(f, "alpha_us"));
-        set(m, "fit_busbw_" + coll + "_" + tier, num_or_nan(f, "busbw_gbps"));
+        bool in_fabric = f.contains("in_fabric") && f["in_fabric"].is_boolean() && f["in_fabric"].get<bool>();
+        Chosen c{num_or_nan(f, "alpha_us"), num_or_nan(f, "busbw_gbps"), in_fabric};
+        auto [it, fresh] = fits[coll].try_emplace(tier, c);
+        if (!fresh && in_fabric && !it->second.in_fabric) it->second = c;
       }
       for (const auto& [coll, tiers] : fits) {
+        for (const auto& [tier, c] : tiers) {
+          set(m, "alpha_" + coll + "_" + tier, c.alpha);
+          set(m, "fit_busbw_" + coll + "_" + tier, c.beta);
+        }
         auto w = tiers.find("world");
-        const auto& chosen = w != tiers.end() ? w->second : tiers.begin()->second;
-        set(m, "alpha_" + coll, chosen.first);
-        set(m, "fit_busbw_" + coll, chosen.second);
+        const Chosen& chosen = w != tiers.end() ? w->second : tiers.begin()->second;
+        set(m, "alpha_" + coll, chosen.alpha);
+        set(m, "fit_busbw_" + coll, chosen.beta);
       }
     }
-    set(m, "avg_busbw", num_or_nan(run.sweep, "avg_busbw"));
-    double wrong = num_or_nan(run.sweep, "wrong");
+    set(m, "avg_busbw", sweep_avg_busbw(run.sweep));
+    double wrong = sweep_wrong(run.sweep);
     if (std::isnan(wrong) && wrong_any) wrong = wrong_sum;
     set(m, "wrong", wrong);
   }

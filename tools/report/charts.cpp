@@ -375,22 +375,20 @@ struct Builder {
     std::map<Key, std::map<size_t, std::vector<double>>> factors;  // busbw / algbw
     std::vector<std::string> coll_order;
     for (size_t i = 0; i < runs.size(); ++i) {
-      const json& sw = runs[i].sweep;
-      if (!sw.is_object() || !sw.contains("results") || !sw["results"].is_array()) continue;
-      for (const auto& r : sw["results"]) {
-        if (!r.is_object() || !r.contains("collective") || !r["collective"].is_string()) continue;
-        Key k{normalize_collective(r["collective"].get<std::string>()),
-              r.contains("tier") && r["tier"].is_string() ? r["tier"].get<std::string>() : "world"};
-        double size = num_or_nan(r, "size");
-        const json* oop = r.contains("oop") && r["oop"].is_object() ? &r["oop"] : nullptr;
-        if (!oop && r.contains("ip") && r["ip"].is_object()) oop = &r["ip"];
-        if (!oop || !std::isfinite(size)) continue;
-        double bw = num_or_nan(*oop, "busbw"), alg = num_or_nan(*oop, "algbw");
-        std::string variant;
-        if (r.contains("type") && r["type"].is_string()) variant += r["type"].get<std::string>();
-        if (r.contains("redop") && r["redop"].is_string() && r["redop"].get<std::string>() != "none")
-          variant += " " + r["redop"].get<std::string>();
-        measured[k][i][variant].push_back({size, bw});
+      // Either sweep.json layout (sweep_rows). A variant is one type/op (and root, when the run
+      // measured several roots: -r -1) of a collective and tier: one line each.
+      std::vector<SweepRow> rows = sweep_rows(runs[i].sweep);
+      std::map<Key, std::set<std::string>> roots;
+      for (const auto& r : rows) roots[Key{normalize_collective(r.collective), r.tier}].insert(r.root);
+      for (const auto& r : rows) {
+        Key k{normalize_collective(r.collective), r.tier};
+        int side = std::isnan(r.busbw[0]) && !std::isnan(r.busbw[1]) ? 1 : 0;  // out-of-place, else in-place
+        double bw = r.busbw[side], alg = r.algbw[side];
+        if (std::isnan(bw) || !std::isfinite(r.size)) continue;
+        std::string variant = r.type;
+        if (!r.redop.empty() && r.redop != "none") variant += " " + r.redop;
+        if (roots[k].size() > 1) variant += " root " + r.root;
+        measured[k][i][variant].push_back({r.size, bw});
         if (std::isfinite(bw) && std::isfinite(alg) && alg > 0) factors[k][i].push_back(bw / alg);
       }
     }
@@ -419,15 +417,29 @@ struct Builder {
           c.series.push_back(std::move(s));
         }
         // Fitted curve: busbw(S) = S f / (alpha + S f / beta), f = busbw/algbw of the measurements.
-        const json& sw = runs[i].sweep;
-        if (!sw.contains("fits") || !sw["fits"].is_array() || xmax <= 0) continue;
+        const json* fit_list = sweep_fits(runs[i].sweep);
+        if (!fit_list || xmax <= 0) continue;
         double f = median_from(factors[k][i], 0);
         if (!std::isfinite(f) || f <= 0) f = 1;
-        for (const auto& fit : sw["fits"]) {
+        // Several fits for this collective and tier (-d/-o all, -r -1): the one cairn-plan reads
+        // (in_fabric) when marked, else all of them.
+        auto in_fabric = [](const json& fit) {
+          auto it = fit.find("in_fabric");
+          return it != fit.end() && it->is_boolean() && it->get<bool>();
+        };
+        std::vector<const json*> matching;
+        bool any_in_fabric = false;
+        for (const auto& fit : *fit_list) {
           if (!fit.is_object() || !fit.contains("collective") || !fit["collective"].is_string()) continue;
           std::string tier = fit.contains("tier") && fit["tier"].is_string() ? fit["tier"].get<std::string>() : "world";
           if (normalize_collective(fit["collective"].get<std::string>()) != k.coll || tier != k.tier) continue;
           if (fit.contains("valid") && fit["valid"].is_boolean() && !fit["valid"].get<bool>()) continue;
+          matching.push_back(&fit);
+          any_in_fabric |= in_fabric(fit);
+        }
+        for (const json* fp : matching) {
+          const json& fit = *fp;
+          if (any_in_fabric && matching.size() > 1 && !in_fabric(fit)) continue;
           double alpha = num_or_nan(fit, "alpha_us"), beta = num_or_nan(fit, "busbw_gbps");
           if (!(alpha >= 0) || !(beta > 0)) continue;
           Series s = line(i, {}, {}, " fit");

@@ -350,14 +350,28 @@ std::string render_html(const ReportModel& m) {
     h << "<section id=\"sweep\"><h2>Collectives (cairn-sweep)</h2>";
     charts_html(h, m, "sweep");
     h << "<h3>Fitted alpha-beta models</h3><div class=\"scroll\"><table><thead><tr><th class=\"l\">run</th><th "
-         "class=\"l\">collective</th><th class=\"l\">tier</th><th>alpha</th><th>busbw (beta)</th><th>r&#178;</th><th>half "
-         "peak at</th><th>peak busbw</th></tr></thead><tbody>";
+         "class=\"l\">collective</th><th class=\"l\">tier</th><th class=\"l\">type / op</th><th>alpha</th><th>busbw "
+         "(beta)</th><th>r&#178;</th><th>half peak at</th><th>peak busbw</th></tr></thead><tbody>";
     for (const auto& r : m.runs) {
-      if (!r.sweep.is_object() || !r.sweep.contains("fits") || !r.sweep["fits"].is_array()) continue;
-      for (const auto& f : r.sweep["fits"]) {
+      const json* fits = sweep_fits(r.sweep);
+      if (!fits) continue;
+      for (const auto& f : *fits) {
         if (!f.is_object()) continue;
+        // type, op (none for collectives without one) and root (when not -1) of the fitted block.
+        std::string variant;
+        auto str = [&](const char* k) {
+          auto it = f.find(k);
+          return it != f.end() && it->is_string() ? it->get<std::string>() : std::string();
+        };
+        variant = str("type");
+        std::string op = str("redop");
+        if (!op.empty() && op != "none") variant += (variant.empty() ? "" : " ") + op;
+        auto root = f.find("root");
+        if (root != f.end() && root->is_number_integer() && root->get<long long>() >= 0)
+          variant += " root " + std::to_string(root->get<long long>());
         h << "<tr><td class=\"l\">" << xml_escape(r.name) << "</td><td class=\"l\">" << xml_escape(json_cell(f.value("collective", json())))
-          << "</td><td class=\"l\">" << xml_escape(json_cell(f.value("tier", json("world")))) << "</td><td>"
+          << "</td><td class=\"l\">" << xml_escape(json_cell(f.value("tier", json("world")))) << "</td><td class=\"l\">"
+          << xml_escape(variant) << "</td><td>"
           << xml_escape(fmt(num_or_nan(f, "alpha_us"), "us")) << "</td><td>" << xml_escape(fmt(num_or_nan(f, "busbw_gbps"), "GB/s"))
           << "</td><td>" << xml_escape(fmt(num_or_nan(f, "r2"), "")) << "</td><td>"
           << xml_escape(fmt(num_or_nan(f, "half_peak_bytes"), "B")) << "</td><td>"
@@ -609,7 +623,7 @@ json render_json(const ReportModel& m) {
       }
       jr["top_plans"] = top;
     }
-    if (r.sweep.is_object() && r.sweep.contains("fits")) jr["sweep_fits"] = r.sweep["fits"];
+    if (const json* fits = sweep_fits(r.sweep)) jr["sweep_fits"] = *fits;
     if (layout_rows_of(r)) {
       json lp = r.layout_predict;
       lp.erase("provenance");

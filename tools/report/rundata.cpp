@@ -140,6 +140,89 @@ double num_or_nan(const json& obj, const char* key) {
   return kNaN;
 }
 
+const json* sweep_extras(const json& sweep) {
+  if (!sweep.is_object()) return nullptr;
+  auto it = sweep.find("cairn");
+  return it != sweep.end() && it->is_object() ? &*it : &sweep;
+}
+
+const json* sweep_fits(const json& sweep) {
+  const json* x = sweep_extras(sweep);
+  if (!x) return nullptr;
+  auto it = x->find("fits");
+  return it != x->end() && it->is_array() ? &*it : nullptr;
+}
+
+namespace {
+std::string string_at(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+// Number at obj[outer][key], NaN when any part is absent.
+double nested_num(const json& obj, const char* outer, const char* key) {
+  auto it = obj.find(outer);
+  return it != obj.end() && it->is_object() ? num_or_nan(*it, key) : kNaN;
+}
+}  // namespace
+
+std::vector<SweepRow> sweep_rows(const json& sweep) {
+  std::vector<SweepRow> rows;
+  if (!sweep.is_object()) return rows;
+  auto res = sweep.find("results");
+  if (res == sweep.end() || !res->is_array()) return rows;
+  rows.reserve(res->size());
+  for (const auto& r : *res) {
+    if (!r.is_object()) continue;
+    auto c = r.find("cairn");
+    const json& x = c != r.end() && c->is_object() ? *c : r;  // version 3, else the flat layout
+    SweepRow row;
+    row.collective = string_at(x, "collective");
+    if (row.collective.empty()) continue;
+    std::string tier = string_at(x, "tier");
+    if (!tier.empty()) row.tier = tier;
+    row.type = string_at(r, "type");
+    row.redop = string_at(r, "redop");
+    auto root = r.find("root");  // nccl-tests writes the padded column text; older files a number
+    if (root != r.end() && root->is_string()) {
+      row.root = root->get<std::string>();
+      row.root.erase(0, row.root.find_first_not_of(' '));
+    } else if (root != r.end() && root->is_number_integer()) {
+      row.root = std::to_string(root->get<long long>());
+    }
+    row.size = num_or_nan(r, "size");
+    const char* cairn_side[2] = {"oop", "ip"};
+    const char* nccl_side[2] = {"out_of_place", "in_place"};
+    for (int s = 0; s < 2; ++s) {
+      auto m = x.find(cairn_side[s]);
+      if (m != x.end() && m->is_object()) {
+        row.busbw[s] = num_or_nan(*m, "busbw");
+        row.algbw[s] = num_or_nan(*m, "algbw");
+        row.wrong[s] = num_or_nan(*m, "wrong");
+      } else {  // nccl-tests' own measure
+        row.busbw[s] = nested_num(r, nccl_side[s], "bus_bw");
+        row.algbw[s] = nested_num(r, nccl_side[s], "alg_bw");
+        row.wrong[s] = nested_num(r, nccl_side[s], "nwrong");
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+double sweep_avg_busbw(const json& sweep) {
+  const json* x = sweep_extras(sweep);
+  if (!x) return kNaN;
+  double v = num_or_nan(*x, "avg_busbw");
+  return std::isnan(v) ? nested_num(sweep, "average_bus_bandwidth", "bandwidth") : v;
+}
+
+double sweep_wrong(const json& sweep) {
+  const json* x = sweep_extras(sweep);
+  if (!x) return kNaN;
+  double v = num_or_nan(*x, "wrong");
+  return std::isnan(v) ? nested_num(sweep, "out_of_bounds", "count") : v;
+}
+
 void parse_metrics_jsonl(const std::string& text, const std::string& path, RunData& run) {
   TrainSeries& t = run.train;
   ValSeries& v = run.val;

@@ -77,4 +77,30 @@ void parse_eval_jsonl(const std::string& text, const std::string& path, RunData&
 // Number at `key` of a JSON object, NaN when absent/null/not a number (bools count as 0/1).
 double num_or_nan(const json& obj, const char* key);
 
+// sweep/sweep.json comes in two layouts, both read:
+//  - version 3 (cairn-sweep now): nccl-tests' -J document, with cairn's additions under "cairn" at
+//    the top (fits, avg_busbw, wrong, runs, ...) and in each results[] entry (collective, tier,
+//    ranks, oop, ip, nodes);
+//  - the flat layout written before (version 2): the same cairn fields beside nccl-tests' keys.
+// cairn's top-level fields: sweep["cairn"], or the document itself (flat layout); null when `sweep`
+// is not an object.
+const json* sweep_extras(const json& sweep);
+// cairn's fits list (one entry per measured block), or null.
+const json* sweep_fits(const json& sweep);
+
+// One results[] entry, either layout. Measures are [0] out-of-place, [1] in-place; NaN = absent.
+struct SweepRow {
+  std::string collective;  // as written (not normalized)
+  std::string tier = "world";
+  std::string type, redop, root;  // nccl-tests' columns ("" when absent; root trimmed)
+  double size = kNaN;
+  double busbw[2] = {kNaN, kNaN}, algbw[2] = {kNaN, kNaN}, wrong[2] = {kNaN, kNaN};
+};
+// The results[] entries that name their collective (others, and non-objects, are skipped).
+std::vector<SweepRow> sweep_rows(const json& sweep);
+// cairn's average bus bandwidth and wrong-result count (nccl-tests' average_bus_bandwidth and
+// out_of_bounds when cairn's are absent); NaN when neither is there.
+double sweep_avg_busbw(const json& sweep);
+double sweep_wrong(const json& sweep);
+
 }  // namespace cairn::report

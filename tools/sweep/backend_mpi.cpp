@@ -35,7 +35,7 @@ namespace {
 bool mpi_supports_type(DataType t) {
   return t == DataType::Int32 || t == DataType::Float32 || t == DataType::Float64;
 }
-bool mpi_supports_op(RedOp op) { return op == RedOp::Sum || op == RedOp::Max || op == RedOp::Min; }
+bool mpi_supports_op(RedOp op) { return op == RedOp::Sum || op == RedOp::Prod || op == RedOp::Max || op == RedOp::Min; }
 int mpi_visible_devices() { return -1; }
 
 MPI_Datatype mpi_type(DataType t) {
@@ -49,6 +49,7 @@ MPI_Op mpi_op(RedOp op) {
   switch (op) {
     case RedOp::Max: return MPI_MAX;
     case RedOp::Min: return MPI_MIN;
+    case RedOp::Prod: return MPI_PROD;
     default: return MPI_SUM;
   }
 }

@@ -53,6 +53,7 @@ ncclRedOp_t nccl_op(RedOp op) {
     case RedOp::Max: return ncclMax;
     case RedOp::Min: return ncclMin;
     case RedOp::Avg: return ncclAvg;
+    case RedOp::Prod: return ncclProd;
     default: return ncclSum;
   }
 }

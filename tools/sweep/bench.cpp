@@ -206,7 +206,7 @@ int run_bench_bare(const SweepOptions& opts, const BenchBareOptions& bo) {
       // Alternate which loop goes first, so neither always follows the other.
       for (int k = 0; k < 2; ++k) {
         bool sweep_turn = (k == 0) == (round % 2 == 0);
-        if (sweep_turn) t[0] = time_collective(be, bc, comm, call, iters, false);
+        if (sweep_turn) t[0] = time_collective(be, bc, comm, call, iters, 0);
         else t[1] = bare_loop(count, iters);
       }
       std::vector<double> all(rank == 0 ? 2 * static_cast<size_t>(n) : 0);

@@ -8,17 +8,20 @@
 namespace cairn::sweep {
 namespace {
 
-CollCounts whole_counts(uint64_t c, int) { return {c, c, c, 0, 0}; }
-CollCounts allgather_counts(uint64_t c, int n) {
-  uint64_t p = c / n;
+CollCounts whole_counts(uint64_t c, int, size_t) { return {c, c, c, 0, 0}; }
+// nccl-tests trims per-rank blocks of collectives that divide the buffer by the rank count to a
+// multiple of 16 bytes: (count/nranks) & ~(16/eltSize - 1).
+uint64_t trimmed(uint64_t c, int n, size_t w) { return (c / n) & ~static_cast<uint64_t>(16 / w - 1); }
+CollCounts allgather_counts(uint64_t c, int n, size_t w) {
+  uint64_t p = trimmed(c, n, w);
   return {p, p * n, p, p, 0};
 }
-CollCounts reducescatter_counts(uint64_t c, int n) {
-  uint64_t p = c / n;
+CollCounts reducescatter_counts(uint64_t c, int n, size_t w) {
+  uint64_t p = trimmed(c, n, w);
   return {p * n, p, p, 0, p};
 }
-CollCounts alltoall_counts(uint64_t c, int n) {
-  uint64_t p = c / n;
+CollCounts alltoall_counts(uint64_t c, int n, size_t w) {
+  uint64_t p = trimmed(c, n, w);
   return {p * n, p * n, p, 0, 0};
 }
 
@@ -78,18 +81,18 @@ const TypeInfo kTypes[] = {
 
 const std::vector<Collective>& collectives() {
   static const std::vector<Collective> table = {
-      {CollKind::AllReduce, "allreduce", "all_reduce_perf", true, false, whole_counts, allreduce_factor, false,
+      {CollKind::AllReduce, "allreduce", "all_reduce_perf", true, true, false, whole_counts, allreduce_factor, false,
        allreduce_layout},
-      {CollKind::AllGather, "allgather", "all_gather_perf", false, false, allgather_counts, split_factor, true,
+      {CollKind::AllGather, "allgather", "all_gather_perf", false, false, false, allgather_counts, split_factor, true,
        allgather_layout},
-      {CollKind::ReduceScatter, "reducescatter", "reduce_scatter_perf", true, false, reducescatter_counts,
+      {CollKind::ReduceScatter, "reducescatter", "reduce_scatter_perf", true, true, false, reducescatter_counts,
        split_factor, true, reducescatter_layout},
-      {CollKind::AlltoAll, "alltoall", "alltoall_perf", false, false, alltoall_counts, split_factor, true,
+      {CollKind::AlltoAll, "alltoall", "alltoall_perf", false, false, false, alltoall_counts, split_factor, true,
        alltoall_layout},
-      {CollKind::Broadcast, "broadcast", "broadcast_perf", false, true, whole_counts, unit_factor, false,
+      {CollKind::Broadcast, "broadcast", "broadcast_perf", false, false, true, whole_counts, unit_factor, false,
        broadcast_layout},
-      {CollKind::Reduce, "reduce", "reduce_perf", true, true, whole_counts, unit_factor, false, reduce_layout},
-      {CollKind::SendRecv, "sendrecv", "sendrecv_perf", false, false, whole_counts, unit_factor, false,
+      {CollKind::Reduce, "reduce", "reduce_perf", true, true, true, whole_counts, unit_factor, false, reduce_layout},
+      {CollKind::SendRecv, "sendrecv", "sendrecv_perf", false, true, false, whole_counts, unit_factor, false,
        sendrecv_layout},
   };
   return table;
@@ -121,6 +124,7 @@ const char* op_name(RedOp op) {
     case RedOp::Max: return "max";
     case RedOp::Min: return "min";
     case RedOp::Avg: return "avg";
+    case RedOp::Prod: return "prod";
     default: return "none";
   }
 }
@@ -130,12 +134,13 @@ RedOp parse_op(const std::string& name) {
   if (name == "max") return RedOp::Max;
   if (name == "min") return RedOp::Min;
   if (name == "avg") return RedOp::Avg;
-  throw UsageError("unknown reduction op '" + name + "' (choose from sum, max, min, avg)");
+  if (name == "prod") return RedOp::Prod;
+  throw UsageError("unknown reduction op '" + name + "' (choose from sum, prod, max, min, avg, all)");
 }
 
 SizeRow size_row(const Collective& c, uint64_t bytes, size_t elem_size, int nranks) {
   SizeRow r;
-  r.counts = c.counts(bytes / elem_size, nranks);
+  r.counts = c.counts(bytes / elem_size, nranks, elem_size);
   r.size = std::max(r.counts.send, r.counts.recv) * elem_size;
   r.count = r.counts.param;
   return r;

@@ -28,8 +28,9 @@ struct Collective {
   const char* name;       // "allreduce"
   const char* perf_name;  // nccl-tests binary it matches, "all_reduce_perf"
   bool reducing;          // takes a reduction op
+  bool op_column;         // nccl-tests loops over -o and prints the op (reducing ones, and sendrecv)
   bool rooted;            // takes a root
-  CollCounts (*counts)(uint64_t count, int nranks);
+  CollCounts (*counts)(uint64_t count, int nranks, size_t elem_size);
   double (*busbw_factor)(int nranks);
   bool algbw_times_ranks;  // algbw = param*size*(nranks if true else 1)/t
   // Segments to write into the send view before the call, and to verify afterwards.
@@ -48,7 +49,7 @@ struct TypeInfo {
 };
 const TypeInfo& type_info(DataType t);
 DataType parse_type(const std::string& name);  // float32|float, float64|double, int32, float16|half, bfloat16|bf16
-const char* op_name(RedOp op);                  // "sum", "max", "min", "avg", "none"
+const char* op_name(RedOp op);                  // "sum", "prod", "max", "min", "avg", "none"
 RedOp parse_op(const std::string& name);
 
 // The size (bytes) and count columns nccl-tests prints for a requested size in bytes.

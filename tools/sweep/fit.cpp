@@ -26,7 +26,7 @@ Fit fit_block(const Block& b, double factor) {
   std::vector<std::pair<double, double>> pts;
   for (const auto& r : b.rows) {
     double t = r.oop.time_us;
-    if (!(t > 0) || !std::isfinite(t)) continue;
+    if (r.size == 0 || !(t > 0) || !std::isfinite(t)) continue;  // 0-byte rows carry no bandwidth
     double x = static_cast<double>(r.size) * factor;
     pts.emplace_back(x, t);
   }

@@ -12,7 +12,7 @@
 namespace cairn::sweep {
 
 enum class DataType : int { Int32 = 0, Float32, Float64, Float16, BFloat16 };
-enum class RedOp : int { Sum = 0, Max, Min, Avg, None };
+enum class RedOp : int { Sum = 0, Max, Min, Avg, Prod, None };
 
 // What a run of elements should hold: the sentinel recv buffers start with, one rank's input, or
 // the reduction over all ranks' inputs.
@@ -27,6 +27,7 @@ struct PatternParams {
   DataType type = DataType::Float32;
   int64_t modulus = 1;     // range of non-reducing values (exact in the type)
   int64_t c_sum = 0, c_max = 0, c_min = 0;  // of c(rank) over all ranks (reducing)
+  int64_t sign_prod = 1;  // product of rank_sign(rank) over all ranks (prod)
   // Both 0: exact comparison; else |got - want| <= tol_abs + tol_rel*|want| (avg, half types).
   double tol_abs = 0, tol_rel = 0;
 };
@@ -43,11 +44,24 @@ CAIRN_HD inline int64_t rank_factor(uint64_t seed, int rank) {
   return static_cast<int64_t>(mix64(seed * 31 + 7 + static_cast<uint64_t>(rank)) % 5) - 2;
 }
 
-// The input rank `rank` holds at global index g. Reducing: a(g) + b(g)*c(rank) with a in [-3,3],
+// s(rank) in {-1, 1}: each rank's sign in prod reductions.
+CAIRN_HD inline int64_t rank_sign(uint64_t seed, int rank) {
+  return (mix64(seed * 131 + 3 + static_cast<uint64_t>(rank)) & 1) ? -1 : 1;
+}
+
+// The rank that holds the non-unit factor of index g in prod reductions.
+CAIRN_HD inline int prod_owner(uint64_t g, int nranks) { return static_cast<int>(g % static_cast<uint64_t>(nranks)); }
+
+// The input rank `rank` holds at global index g. Prod: one rank (prod_owner) holds a(g) in [-3,3],
+// every other rank its sign s(rank), so the product a(g)*S/s(owner) is exact in every type. Reducing: a(g) + b(g)*c(rank) with a in [-3,3],
 // b in {0,1,2}, so sums of a few thousand ranks stay exact small integers in every type.
 // Non-reducing: a hash of (rank, g) in [-modulus/2, modulus/2) so misplaced blocks are caught.
 CAIRN_HD inline double input_value(const PatternParams& p, int rank, uint64_t g) {
   uint64_t h = mix64(p.seed ^ (g * 0xD1B54A32D192ED03ull));
+  if (p.reducing && p.op == RedOp::Prod) {
+    if (rank == prod_owner(g, p.nranks)) return static_cast<double>(static_cast<int64_t>(h % 7) - 3);
+    return static_cast<double>(rank_sign(p.seed, rank));
+  }
   if (p.reducing) {
     int64_t a = static_cast<int64_t>(h % 7) - 3;
     int64_t b = static_cast<int64_t>((h >> 32) % 3);
@@ -63,6 +77,10 @@ CAIRN_HD inline double reduced_value(const PatternParams& p, uint64_t g) {
   int64_t a = static_cast<int64_t>(h % 7) - 3;
   int64_t b = static_cast<int64_t>((h >> 32) % 3);
   switch (p.op) {
+    case RedOp::Prod: {
+      int64_t owner_sign = rank_sign(p.seed, prod_owner(g, p.nranks));
+      return static_cast<double>(a * p.sign_prod * owner_sign);  // S/s(owner) = S*s(owner)
+    }
     case RedOp::Max: return static_cast<double>(a + b * p.c_max);
     case RedOp::Min: return static_cast<double>(a + b * p.c_min);
     case RedOp::Avg: {

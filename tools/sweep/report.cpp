@@ -14,33 +14,159 @@
 namespace cairn::sweep {
 
 std::string float_column(double value, int width) {
-  // nccl-tests' getFloatStr: as many decimals as fit in the column, exponent beyond that.
-  int power = 0;
-  for (uint64_t v = 1; value >= static_cast<double>(v) && power < 19; v *= 10) power++;
-  if (power < width - 2) return strprintf("%*.2f", width, value);
-  if (power < width - 1) return strprintf("%*.1f", width, value);
-  if (power < width + 1) return strprintf("%*.0f", width, value);
-  return strprintf("%*.1e", width, value);
+  // nccl-tests' getFloatStr: two decimals if they fit in the column, else one, else none, else an
+  // exponent (one decimal from 7 characters up); what does not fit is cut at the column width.
+  for (const char* fmt : {"%*.2f", "%*.1f", "%*.0f"}) {
+    std::string t = strprintf(fmt, width, value);
+    if (static_cast<int>(t.size()) <= width) return t;
+  }
+  std::string t = strprintf(width >= 7 ? "%*.1e" : "%*.0e", width, value);
+  return t.substr(0, static_cast<size_t>(width));
 }
 
 namespace {
 
 std::string root_column(int root) { return strprintf("%6i", root); }
 
+// The op column: nccl-tests prints the -o op for reducing collectives and for sendrecv.
+const char* redop_column(const Block& b) { return op_name(b.op); }
+
+// The op a fit is filed under in fabric.toml and the fits list: none for non-reducing collectives.
+const char* fit_redop(const Block& b) {
+  for (const auto& c : collectives()) {
+    if (b.collective == c.name) return c.reducing ? op_name(b.op) : "none";
+  }
+  return op_name(b.op);
+}
+
+std::string fit_name(const Block& b) {
+  std::string n = std::string("Fit ") + type_info(b.type).name;
+  if (b.op != RedOp::None) n += std::string(" ") + op_name(b.op);
+  if (b.root >= 0) n += strprintf(" root %d", b.root);
+  return n;
+}
 
 }  // namespace
 
+// nccl-tests' format version this output follows (its NCCL_TESTS_VERSION).
+const char* const kNcclTestsFormatVersion = "2.19.6";
+
 std::string format_preamble(const RunInfo& info) {
-  const SweepOptions& o = info.opts;
   std::string s;
+  s += strprintf("# nccl-tests version %s nccl-headers=%d nccl-library=%d\n", kNcclTestsFormatVersion,
+                 info.nccl_version, info.nccl_version);
   s += strprintf("# cairn-sweep version %s (git %s) backend %s: %s\n", cairn_version().c_str(),
                  cairn_git_sha().c_str(), info.backend.c_str(), info.backend_version.c_str());
+  return s;
+}
+
+std::string format_section_header(const RunInfo& info, const std::string& perf_name) {
+  const SweepOptions& o = info.opts;
+  std::string s;
+  s += strprintf("# Collective test starting: %s\n", perf_name.c_str());
   s += strprintf("# nThread 1 nGpus 1 minBytes %llu maxBytes %llu step: %llu(%s) warmup iters: %d iters: %d "
-                 "agg iters: 1 validation: %d graph: 0\n",
+                 "agg iters: %d validation: %d graph: 0 unalign: 0\n",
                  static_cast<unsigned long long>(o.minbytes), static_cast<unsigned long long>(o.maxbytes),
                  static_cast<unsigned long long>(o.stepfactor > 1 ? o.stepfactor : o.stepbytes),
-                 o.stepfactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.check);
-  if (o.blocking) s += "# Blocking Enabled: wait for completion and barrier after each collective \n";
+                 o.stepfactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.agg_iters, o.check);
+  if (o.blocking == 1) s += "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n";
+  if (o.blocking == 2) s += "# Blocking Enabled: wait after each inner iteration (-m), no barrier \n";
+  if (o.blocking == 3) s += "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n";
+  s += "#\n# Using devices\n";
+  for (const auto& r : info.ranks) {
+    s += strprintf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", r.rank, r.group, r.pid,
+                   r.host.c_str(), r.device.device, r.device.bus_id.c_str(), r.device.name.c_str());
+  }
+  const char* time = o.report_cputime ? "cputime" : "time";
+  s += "#\n";
+  s += strprintf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "",
+                 "", "", "", "");
+  s += strprintf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size", "count", "type",
+                 "redop", "root", time, "algbw", "busbw", "#wrong", time, "algbw", "busbw", "#wrong", 0, "");
+  s += strprintf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)", "(elements)", "",
+                 "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", 0, "");
+  return s;
+}
+
+namespace {
+std::string measure_columns(const Measure& m, double time_us) {
+  std::string s = strprintf("  %7s  %6s  %6s", float_column(time_us, 7).c_str(), float_column(m.algbw, 6).c_str(),
+                            float_column(m.busbw, 6).c_str());
+  if (m.checked) s += strprintf("  %6g", static_cast<double>(m.wrong));
+  else s += "    N/A";
+  return s;
+}
+}  // namespace
+
+std::string format_row(const Row& r, const Block& b, bool report_cputime) {
+  std::string s = strprintf("%12llu  %12llu  %8s  %6s  %6s", static_cast<unsigned long long>(r.size),
+                            static_cast<unsigned long long>(r.count), type_info(b.type).name, redop_column(b),
+                            root_column(b.root).c_str());
+  s += measure_columns(r.oop, report_cputime ? r.oop_cpu_us : r.oop.time_us);
+  s += measure_columns(r.ip, report_cputime ? r.ip_cpu_us : r.ip.time_us);
+  return s + "\n";
+}
+
+double section_avg_busbw(const std::vector<const Block*>& blocks) {
+  double sum = 0;
+  size_t n = 0;
+  for (const Block* b : blocks) {
+    for (const auto& r : b->rows) sum += r.oop.busbw + r.ip.busbw, n += 2;
+  }
+  return n ? sum / static_cast<double>(n) : 0.0;
+}
+
+std::string format_section_footer(const std::vector<const Block*>& blocks, double min_busbw) {
+  int64_t wrong = 0;
+  for (const Block* b : blocks) wrong += b->wrong;
+  double avg = section_avg_busbw(blocks);
+  std::string perf = blocks.empty() ? std::string() : blocks.front()->perf_name;
+  std::string s;
+  s += strprintf("# %-20s : %lld %s\n", "Out of bounds values", static_cast<long long>(wrong), wrong ? "FAILED" : "OK");
+  s += strprintf("# %-20s : %g %s\n", "Avg bus bandwidth", avg,
+                 min_busbw > 0 ? (avg < min_busbw ? "FAILED" : "OK") : "");
+  s += "#\n";
+  s += strprintf("# Collective test concluded: %s\n", perf.c_str());
+  s += "#\n";
+  return s;
+}
+
+std::string format_section_extras(const std::vector<const Block*>& blocks) {
+  if (blocks.empty()) return "";
+  const Block& f = *blocks.front();
+  std::string s = strprintf("# Tier %s: %d rank(s) per communicator, %d communicator(s) at once", f.tier.c_str(),
+                            f.nranks, f.groups);
+  for (size_t i = 0; i < f.group_hosts.size() && i < 8; ++i) s += (i ? ", " : " (") + f.group_hosts[i];
+  s += f.group_hosts.size() > 8 ? ", ...)\n" : (f.group_hosts.empty() ? "\n" : ")\n");
+  for (const Block* bp : blocks) {
+    const Block& b = *bp;
+    if (b.groups > 1 && !b.rows.empty()) {
+      for (int g = 0; g < b.groups; ++g) {
+        double sum = 0;
+        int n = 0;
+        for (const auto& r : b.rows) {
+          if (g < static_cast<int>(r.nodes_oop.size())) sum += r.nodes_oop[g].busbw + r.nodes_ip[g].busbw, n += 2;
+        }
+        s += strprintf("# %-20s : %g (%s; %s)\n", strprintf("Node %d avg busbw", g).c_str(), n ? sum / n : 0.0,
+                       g < static_cast<int>(b.group_hosts.size()) ? b.group_hosts[g].c_str() : "",
+                       fit_name(b).substr(4).c_str());
+      }
+    }
+    if (b.fit.valid) {
+      s += strprintf("# %-20s : alpha %.3g us, busbw %.4g GB/s, R2 %.4f, half-peak %llu B, peak %.4g GB/s\n",
+                     fit_name(b).c_str(), b.fit.alpha_us, b.fit.busbw_gbps, b.fit.r2,
+                     static_cast<unsigned long long>(b.fit.half_peak_bytes), b.fit.peak_busbw_gbps);
+    } else {
+      s += strprintf("# %-20s : none (%s)\n", fit_name(b).c_str(), b.fit.note.c_str());
+    }
+  }
+  s += "#\n";
+  return s;
+}
+
+std::string format_trailer(const RunInfo& info, const SweepResult& r) {
+  const SweepOptions& o = info.opts;
+  std::string s;
   s += strprintf("# Average: %d (%s time per op across ranks)\n", o.average,
                  o.average == 0 ? "rank 0" : o.average == 2 ? "min" : o.average == 3 ? "max" : "mean");
   s += strprintf("# Topology: %zu ranks on %d node(s), %d per node%s\n", info.ranks.size(), info.nodes,
@@ -51,82 +177,17 @@ std::string format_preamble(const RunInfo& info) {
   }
   s += "# Malloc:" + (env.empty() ? std::string(" (no MALLOC_* settings)") : env) + "\n";
   s += "# Malloc note: " + info.malloc_note + "\n";
-  s += "#\n# Using devices\n";
-  for (const auto& r : info.ranks) {
-    s += strprintf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", r.rank, r.group, r.pid,
-                   r.host.c_str(), r.device.device, r.device.bus_id.c_str(), r.device.name.c_str());
-  }
-  return s;
-}
-
-std::string format_block_header(const Block& b) {
-  std::string s = "#\n";
-  s += strprintf("# Collective test starting: %s\n", b.perf_name.c_str());
-  s += strprintf("# Tier %s: %d rank(s) per communicator, %d communicator(s) at once", b.tier.c_str(), b.nranks,
-                 b.groups);
-  for (size_t i = 0; i < b.group_hosts.size() && i < 8; ++i) s += (i ? ", " : " (") + b.group_hosts[i];
-  s += b.group_hosts.size() > 8 ? ", ...)\n" : (b.group_hosts.empty() ? "\n" : ")\n");
-  s += "#\n";
-  s += strprintf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "",
-                 "", "", "", "");
-  s += strprintf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size", "count", "type",
-                 "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", 0, "");
-  s += strprintf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)", "(elements)", "",
-                 "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", 0, "");
-  return s;
-}
-
-namespace {
-std::string measure_columns(const Measure& m) {
-  std::string s = strprintf("  %7s  %6s  %6s", float_column(m.time_us, 7).c_str(), float_column(m.algbw, 6).c_str(),
-                            float_column(m.busbw, 6).c_str());
-  if (m.checked) s += strprintf("  %6g", static_cast<double>(m.wrong));
-  else s += "    N/A";
-  return s;
-}
-}  // namespace
-
-std::string format_row(const Row& r, const Block& b) {
-  std::string s = strprintf("%12llu  %12llu  %8s  %6s  %6s", static_cast<unsigned long long>(r.size),
-                            static_cast<unsigned long long>(r.count), type_info(b.type).name, op_name(b.op),
-                            root_column(b.root).c_str());
-  s += measure_columns(r.oop);
-  s += measure_columns(r.ip);
-  return s + "\n";
-}
-
-std::string format_block_footer(const Block& b, double min_busbw) {
-  std::string s;
-  s += strprintf("# %-20s : %lld %s\n", "Out of bounds values", static_cast<long long>(b.wrong), b.wrong ? "FAILED" : "OK");
-  s += strprintf("# %-20s : %g %s\n", "Avg bus bandwidth", b.avg_busbw,
-                 min_busbw > 0 ? (b.avg_busbw < min_busbw ? "FAILED" : "OK") : "");
-  if (b.groups > 1 && !b.rows.empty()) {
-    for (int g = 0; g < b.groups; ++g) {
-      double sum = 0;
-      int n = 0;
-      for (const auto& r : b.rows) {
-        if (g < static_cast<int>(r.nodes_oop.size())) sum += r.nodes_oop[g].busbw + r.nodes_ip[g].busbw, n += 2;
-      }
-      s += strprintf("# %-20s : %g (%s)\n", strprintf("Node %d avg busbw", g).c_str(), n ? sum / n : 0.0,
-                     g < static_cast<int>(b.group_hosts.size()) ? b.group_hosts[g].c_str() : "");
-    }
-  }
-  if (b.fit.valid) {
-    s += strprintf("# %-20s : alpha %.3g us, busbw %.4g GB/s, R2 %.4f, half-peak %llu B, peak %.4g GB/s\n", "Fit",
-                   b.fit.alpha_us, b.fit.busbw_gbps, b.fit.r2, static_cast<unsigned long long>(b.fit.half_peak_bytes),
-                   b.fit.peak_busbw_gbps);
-  } else {
-    s += strprintf("# %-20s : none (%s)\n", "Fit", b.fit.note.c_str());
-  }
-  s += "#\n";
-  s += strprintf("# Collective test concluded: %s\n", b.perf_name.c_str());
+  for (const auto& n : o.flag_notes) s += "# Note: " + n + "\n";
+  for (const auto& n : r.notes) s += "# Note: " + n + "\n";
+  if (!o.json_path.empty() && o.json_path != "-") s += "# Writing JSON output to " + o.json_path + "\n";
+  s += "\n";  // nccl-tests ends with an empty line (no error)
   return s;
 }
 
 namespace {
 
-json measure_nccl_json(const Measure& m) {
-  return {{"time", m.time_us}, {"alg_bw", m.algbw}, {"bus_bw", m.busbw},
+json measure_nccl_json(const Measure& m, double time_us, bool cputime) {
+  return {{cputime ? "cpu_time" : "time", time_us}, {"alg_bw", m.algbw}, {"bus_bw", m.busbw},
           {"nwrong", m.checked ? json(static_cast<double>(m.wrong)) : json(nullptr)}};
 }
 json measure_json(const Measure& m) {
@@ -137,7 +198,8 @@ json fit_json(const Block& b) {
   json f = {{"collective", b.collective},
             {"tier", b.tier},
             {"type", type_info(b.type).name},
-            {"redop", op_name(b.op)},
+            {"redop", fit_redop(b)},
+            {"root", b.root},
             {"ranks", b.nranks},
             {"valid", b.fit.valid},
             {"alpha_us", b.fit.alpha_us},
@@ -155,37 +217,33 @@ json fit_json(const Block& b) {
   if (!b.fit.note.empty()) f["note"] = b.fit.note;
   return f;
 }
+const char* bool_str(bool v) { return v ? "true" : "false"; }  // nccl-tests writes booleans as strings
 
 }  // namespace
 
 json sweep_json(const RunInfo& info, const SweepResult& r) {
   const SweepOptions& o = info.opts;
-  json doc;
-  doc["version"] = 2;  // nccl-tests' JSON_FILE_VERSION
-  doc["start_time"] = info.start_time;
-  doc["args"] = json::array();
-  doc["args"].push_back(provenance().command_line);
-  doc["env"] = info.env;
-  doc["nccl_version"] = nullptr;
-  json cfg = {{"nthreads", 1},
-              {"ngpus", 1},
-              {"minimum_bytes", o.minbytes},
-              {"maximum_bytes", o.maxbytes},
-              {"warmup_iters", o.warmup},
-              {"iterations", o.iters},
-              {"aggregated_iterations", 1},
-              {"validation", o.check},
-              {"graph", 0},
-              {"blocking_collectives", o.blocking ? "true" : "false"},
-              {"per_iter_timing", o.keep_samples ? "true" : "false"},
-              {"parallel_init", "false"},
-              {"average", o.average},
-              {"backend", info.backend},
-              {"backend_version", info.backend_version},
-              {"tiers", o.tiers},
-              {"min_busbw", o.min_busbw}};
+  bool cputime = o.report_cputime != 0;
+  // nccl-tests' -J document (JSON_FILE_VERSION 3), key for key and in its order; cairn's extras
+  // sit under "cairn" (top level and per result).
+  json doc = json::object();
+  doc["version"] = 3;
+  doc["start_time"] = info.start_time_local;
+  doc["args"] = o.args;
+  doc["env"] = info.env;  // filtered (nccl-tests records the whole environment, which can hold secrets)
+  doc["nccl_version"] = info.nccl_version;
+  json cfg = {{"nthreads", 1}, {"ngpus", 1}, {"minimum_bytes", o.minbytes}, {"maximum_bytes", o.maxbytes}};
   if (o.stepfactor > 1) cfg["step_factor"] = o.stepfactor;
   else cfg["step_bytes"] = o.stepbytes;
+  cfg["warmup_iters"] = o.warmup;
+  cfg["iterations"] = o.iters;
+  cfg["aggregated_iterations"] = o.agg_iters;
+  cfg["validation"] = o.check;
+  cfg["graph"] = 0;
+  cfg["blocking_collectives"] = bool_str(o.blocking != 0);
+  cfg["per_iter_timing"] = bool_str(false);
+  cfg["per_iter_skip"] = 0;
+  cfg["parallel_init"] = bool_str(false);
   json devices = json::array();
   for (const auto& rk : info.ranks) {
     devices.push_back({{"rank", rk.rank},
@@ -199,66 +257,113 @@ json sweep_json(const RunInfo& info, const SweepResult& r) {
   cfg["devices"] = devices;
   doc["config"] = cfg;
 
-  json results = json::array(), blocks = json::array(), fits = json::array();
-  for (const auto& b : r.blocks) {
-    for (const auto& row : b.rows) {
-      json e = {{"size", row.size},
-                {"count", row.count},
-                {"type", type_info(b.type).name},
-                {"redop", op_name(b.op)},
-                {"root", root_column(b.root)},
-                {"out_of_place", measure_nccl_json(row.oop)},
-                {"in_place", measure_nccl_json(row.ip)},
-                {"actual_iterations", o.iters},
-                {"experiment_name", b.perf_name},
-                {"collective", b.collective},
-                {"tier", b.tier},
-                {"ranks", b.nranks},
-                {"oop", measure_json(row.oop)},
-                {"ip", measure_json(row.ip)}};
-      e["root"] = root_column(b.root);
-      if (!row.nodes_oop.empty()) {
-        json nodes = json::array();
-        for (size_t g = 0; g < row.nodes_oop.size(); ++g) {
-          nodes.push_back({{"node", g},
-                           {"host", g < b.group_hosts.size() ? b.group_hosts[g] : ""},
-                           {"oop", measure_json(row.nodes_oop[g])},
-                           {"ip", measure_json(row.nodes_ip[g])}});
-        }
-        e["nodes"] = nodes;
-      }
-      results.push_back(e);
+  auto gate = [&](double bw) {
+    return o.min_busbw > 0 ? json(bool_str(bw >= o.min_busbw)) : json("unchecked");
+  };
+  json results = json::array(), runs = json::array(), blocks = json::array(), fits = json::array();
+  double bw_sum = 0;
+  size_t bw_n = 0;
+  for (size_t i = 0; i < r.blocks.size();) {
+    // One run = one (tier, collective) table, as one nccl-tests binary writes one results list.
+    std::vector<const Block*> section;
+    size_t j = i;
+    for (; j < r.blocks.size() && r.blocks[j].tier == r.blocks[i].tier &&
+           r.blocks[j].collective == r.blocks[i].collective;
+         ++j) {
+      section.push_back(&r.blocks[j]);
     }
-    blocks.push_back({{"collective", b.collective},
+    json run_results = json::array();
+    int64_t run_wrong = 0;
+    for (const Block* bp : section) {
+      const Block& b = *bp;
+      run_wrong += b.wrong;
+      for (const auto& row : b.rows) {
+        json e = json::object();
+        e["size"] = row.size;
+        e["count"] = row.count;
+        e["type"] = type_info(b.type).name;
+        e["redop"] = redop_column(b);
+        e["root"] = root_column(b.root);
+        e["out_of_place"] = measure_nccl_json(row.oop, cputime ? row.oop_cpu_us : row.oop.time_us, cputime);
+        e["in_place"] = measure_nccl_json(row.ip, cputime ? row.ip_cpu_us : row.ip.time_us, cputime);
+        e["actual_iterations"] = o.iters;
+        e["experiment_name"] = o.experiment_name;
+        json extra = {{"collective", b.collective},
                       {"tier", b.tier},
-                      {"type", type_info(b.type).name},
-                      {"redop", op_name(b.op)},
-                      {"root", b.root},
                       {"ranks", b.nranks},
-                      {"communicators", b.groups},
-                      {"avg_busbw", b.avg_busbw},
-                      {"wrong", b.wrong}});
-    fits.push_back(fit_json(b));
+                      {"oop", measure_json(row.oop)},
+                      {"ip", measure_json(row.ip)},
+                      {"oop_cpu_time_us", row.oop_cpu_us},
+                      {"ip_cpu_time_us", row.ip_cpu_us}};
+        if (!row.nodes_oop.empty()) {
+          json nodes = json::array();
+          for (size_t g = 0; g < row.nodes_oop.size(); ++g) {
+            nodes.push_back({{"node", g},
+                             {"host", g < b.group_hosts.size() ? b.group_hosts[g] : ""},
+                             {"oop", measure_json(row.nodes_oop[g])},
+                             {"ip", measure_json(row.nodes_ip[g])}});
+          }
+          extra["nodes"] = nodes;
+        }
+        e["cairn"] = extra;
+        bw_sum += row.oop.busbw + row.ip.busbw;
+        bw_n += 2;
+        results.push_back(e);
+        run_results.push_back(e);
+      }
+      blocks.push_back({{"collective", b.collective},
+                        {"tier", b.tier},
+                        {"type", type_info(b.type).name},
+                        {"redop", redop_column(b)},
+                        {"root", b.root},
+                        {"ranks", b.nranks},
+                        {"communicators", b.groups},
+                        {"avg_busbw", b.avg_busbw},
+                        {"wrong", b.wrong}});
+      fits.push_back(fit_json(b));
+    }
+    double run_bw = section_avg_busbw(section);
+    runs.push_back({{"collective", section.front()->collective},
+                    {"experiment", section.front()->perf_name},
+                    {"tier", section.front()->tier},
+                    {"ranks", section.front()->nranks},
+                    {"results", run_results},
+                    {"out_of_bounds", {{"count", run_wrong}, {"okay", bool_str(run_wrong == 0)}}},
+                    {"average_bus_bandwidth", {{"bandwidth", run_bw}, {"okay", gate(run_bw)}}}});
+    i = j;
   }
+  double avg_rows = bw_n ? bw_sum / static_cast<double>(bw_n) : 0.0;
   doc["results"] = results;
-  doc["out_of_bounds"] = {{"count", r.wrong}, {"okay", r.wrong == 0 ? "true" : "false"}};
+  doc["out_of_bounds"] = {{"count", r.wrong}, {"okay", bool_str(r.wrong == 0)}};
   doc["average_bus_bandwidth"] = {
-      {"bandwidth", r.avg_busbw},
-      {"okay", o.min_busbw > 0 ? json(r.gate_failed ? "false" : "true") : json("unchecked")}};
+      {"bandwidth", runs.size() == 1 ? runs[0]["average_bus_bandwidth"]["bandwidth"] : json(avg_rows)},
+      {"okay", o.min_busbw > 0 ? json(bool_str(!r.gate_failed)) : json("unchecked")}};
   doc["errors"] = json::array();
-  doc["end_time"] = info.end_time;
-  // cairn's own fields (the brief's sweep.json contract).
-  doc["provenance"] = provenance().to_json();
-  doc["fits"] = fits;
-  doc["blocks"] = blocks;
-  doc["avg_busbw"] = r.avg_busbw;
-  doc["wrong"] = r.wrong;
-  doc["notes"] = r.notes;
-  doc["topology"] = {{"nodes", info.nodes},
-                     {"ranks_per_node", info.ranks_per_node},
-                     {"hosts_by_rank", info.hosts_by_rank},
-                     {"simulated", info.simulated_nodes}};
-  doc["malloc"] = {{"tuned_in_process", o.malloc_tune}, {"note", info.malloc_note}};
+  doc["end_time"] = info.end_time_local;
+  doc["cairn"] = {{"provenance", provenance().to_json()},
+                  {"backend", info.backend},
+                  {"backend_version", info.backend_version},
+                  {"average", o.average},
+                  {"blocking", o.blocking},
+                  {"report_cputime", o.report_cputime},
+                  {"tiers", o.tiers},
+                  {"min_busbw", o.min_busbw},
+                  {"keep_samples", o.keep_samples},
+                  {"start_time_utc", info.start_time},
+                  {"end_time_utc", info.end_time},
+                  {"runs", runs},
+                  {"fits", fits},
+                  {"blocks", blocks},
+                  {"avg_busbw", r.avg_busbw},
+                  {"wrong", r.wrong},
+                  {"notes", r.notes},
+                  {"flag_notes", o.flag_notes},
+                  {"topology",
+                   {{"nodes", info.nodes},
+                    {"ranks_per_node", info.ranks_per_node},
+                    {"hosts_by_rank", info.hosts_by_rank},
+                    {"simulated", info.simulated_nodes}}},
+                  {"malloc", {{"tuned_in_process", o.malloc_tune}, {"note", info.malloc_note}}}};
   return doc;
 }
 
@@ -404,9 +509,15 @@ std::string fabric_toml(const RunInfo& info, const SweepResult& r) {
   // measured type and op also gets its own sub-table, [<tier>.<collective>.<type>.<redop>], or
   // [<tier>.<collective>.<type>] for collectives without a reduction (type and redop named as in
   // the table's columns).
+  std::set<std::string> written;
   for (const auto& b : r.blocks) {
+    std::string redop = fit_redop(b);
     std::string where = b.tier + "." + b.collective + "." + type_info(b.type).name +
-                        (b.op == RedOp::None ? std::string() : std::string(".") + op_name(b.op));
+                        (redop == "none" ? std::string() : "." + redop);
+    // -r -1 (every root) and sendrecv under several -o ops measure one type/op more than once: the
+    // first measurement fills the sub-table.
+    bool first = written.insert(where).second;
+    if (!first && !b.in_fabric) continue;
     if (!b.fit.valid) {
       skipped.push_back(where + ": " + b.fit.note);
       continue;
@@ -415,11 +526,12 @@ std::string fabric_toml(const RunInfo& info, const SweepResult& r) {
     if (b.in_fabric) {
       json t = fit_table(b);
       t["type"] = type_info(b.type).name;
-      t["redop"] = op_name(b.op);
+      t["redop"] = redop;
       for (auto it = t.begin(); it != t.end(); ++it) coll[it.key()] = it.value();
     }
-    if (b.op == RedOp::None) coll[type_info(b.type).name] = fit_table(b);
-    else coll[type_info(b.type).name][op_name(b.op)] = fit_table(b);
+    if (!first) continue;
+    if (redop == "none") coll[type_info(b.type).name] = fit_table(b);
+    else coll[type_info(b.type).name][redop] = fit_table(b);
   }
   if (!skipped.empty()) doc["fabric"]["skipped"] = skipped;
   return "# Fabric model measured by cairn-sweep; cairn-plan reads it via [cluster] fabric = \"<this file>\".\n"

@@ -15,11 +15,20 @@ struct SweepOptions {
   std::vector<std::string> collectives;
   std::vector<DataType> types;
   std::vector<RedOp> ops;
-  int root = 0;
+  bool all_types = false, all_ops = false;  // -d all / -o all: every type/op the backend has (nccl-tests order)
+  int root = 0;                             // -1: every rank of the tier in turn (nccl-tests' -r -1)
   uint64_t minbytes = 8, maxbytes = 128ull << 20, stepbytes = 1ull << 20;
   int stepfactor = 2;
   bool minbytes_defaulted = false;  // sizes too small to split among ranks are then skipped, not errors
-  int iters = 20, warmup = 5, check = 1, average = 1, blocking = 0;
+  int iters = 20, warmup = 5, check = 1, average = 1;
+  int blocking = 0;        // nccl-tests' -z: 1 wait+barrier per call, 2 wait per call, 3 wait+barrier per iteration
+  int agg_iters = 1;       // -m: calls per timed iteration
+  int report_cputime = 0;  // -C 1: the time column is the host time to issue the calls
+  int local_register = 0;  // -R (recorded; not applicable to MPI)
+  int graph_launches = 0;  // -G (recorded; CUDA graphs are not used)
+  std::string experiment_name;          // JSON results' experiment_name ("" as nccl-tests)
+  std::vector<std::string> args;        // the command line, for the JSON "args" list
+  std::vector<std::string> flag_notes;  // what the command line asked that does not apply here
   std::vector<std::string> tiers;
   double min_busbw = 0;
   bool keep_samples = false, malloc_tune = false;
@@ -46,6 +55,7 @@ struct Measure {
 struct Row {
   uint64_t size = 0, count = 0;
   Measure oop, ip;
+  double oop_cpu_us = 0, ip_cpu_us = 0;        // host time to issue one call (-C 1 prints it)
   std::vector<Measure> nodes_oop, nodes_ip;    // intra tier: per node
   std::vector<double> samples_oop, samples_ip;  // --keep-samples: per-iteration us, max over ranks
 };
@@ -99,8 +109,10 @@ struct TimedCall {
 // The measurement behind every time cairn-sweep reports: one untimed call, wait, barrier on `comm`,
 // `iters` back-to-back calls (blocking: wait and barrier after each), wait. Returns this rank's
 // seconds per call; `samples` (optional, `iters` values) gets per-call microseconds.
+// `blocking` is nccl-tests' -z (0..3), `agg` its -m (calls per iteration; the time is per call);
+// `cpu_seconds` (optional) gets the host time per call before the final wait (-C 1).
 double time_collective(const Backend& be, BackendComm* bc, MPI_Comm comm, const TimedCall& call, int iters,
-                       bool blocking, double* samples = nullptr);
+                       int blocking, double* samples = nullptr, int agg = 1, double* cpu_seconds = nullptr);
 // Combines per-rank times as nccl-tests' -a: 0 = first rank, 1 = mean, 2 = min, 3 = max.
 double combine_times(const std::vector<double>& per_rank_seconds, int average);
 
@@ -132,7 +144,9 @@ struct RunInfo {
   bool simulated_nodes = false;
   std::vector<std::string> env;  // recorded settings "NAME=value" (MALLOC_*, NCCL_*, OMPI_MCA_*, ...)
   std::string malloc_note;       // what the malloc settings mean for large-message MPI collectives
-  std::string start_time, end_time;
+  std::string start_time, end_time;              // UTC ISO 8601 (provenance, HDF5)
+  std::string start_time_local, end_time_local;  // nccl-tests' JSON format, "%Y-%m-%d %H:%M:%S" local
+  int nccl_version = 0;                          // NCCL version code (0 on MPI)
 };
 
 // --bench-bare (bench.cpp): per size, `rounds` alternating pairs of cairn-sweep's timed loop and a
@@ -157,11 +171,19 @@ std::string format_bench_header(int nranks, const BenchBareOptions& b, const std
 std::string format_bench_row(const BenchBareRow& r);
 int run_bench_bare(const SweepOptions& opts, const BenchBareOptions& bench);
 
-// Output writers (rank 0), in report.cpp.
+// Output writers (rank 0), in report.cpp. The text follows nccl-tests' layout: one section per
+// (tier, collective) = one nccl-tests binary run, with every type/op/root row in one table.
+// The first line(s) of the whole output (nccl-tests version line, then cairn's own).
 std::string format_preamble(const RunInfo& info);
-std::string format_block_header(const Block& b);
-std::string format_row(const Row& r, const Block& b);
-std::string format_block_footer(const Block& b, double min_busbw);
+// "# Collective test starting", the options line, devices, the table header.
+std::string format_section_header(const RunInfo& info, const std::string& perf_name);
+std::string format_row(const Row& r, const Block& b, bool report_cputime = false);
+// A table's blocks (same tier and collective): the nccl-tests footer, then cairn's extra lines.
+double section_avg_busbw(const std::vector<const Block*>& blocks);
+std::string format_section_footer(const std::vector<const Block*>& blocks, double min_busbw);
+std::string format_section_extras(const std::vector<const Block*>& blocks);
+// Run-level cairn lines printed after the last section (averaging, topology, malloc, notes).
+std::string format_trailer(const RunInfo& info, const SweepResult& r);
 nlohmann::json sweep_json(const RunInfo& info, const SweepResult& r);
 void write_sweep_h5(const std::string& path, const RunInfo& info, const SweepResult& r);
 std::string fabric_toml(const RunInfo& info, const SweepResult& r);
