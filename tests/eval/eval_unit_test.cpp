@@ -143,3 +143,27 @@ BOOST_AUTO_TEST_CASE(batched_scoring_equals_row_by_row) {
     BOOST_TEST(batched[i].loglik < 0);
   }
 }
+
+// lm-evaluation-harness's file conventions: hash_string (sha256 hex), the date_id of results_<date_id>.json,
+// sanitize_model_name and the json.dumps(indent=2, ensure_ascii=False) text doc_hash is taken of.
+BOOST_AUTO_TEST_CASE(harness_file_conventions) {
+  BOOST_TEST(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  BOOST_TEST(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  // 56 bytes: the padding spills into a second block.
+  BOOST_TEST(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  BOOST_TEST(sha256_hex(std::string(1000, 'a')) == "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
+  BOOST_TEST(sanitize_model_name("EleutherAI/pythia-160m") == "EleutherAI__pythia-160m");
+  BOOST_TEST(sanitize_model_name("a:/b<>c") == "a__b__c");
+  setenv("TZ", "UTC", 1);
+  tzset();
+  // datetime.fromtimestamp(1700000000.25).isoformat().replace(":", "-") in UTC
+  BOOST_TEST(harness_date_id(1700000000.25) == "2023-11-14T22-13-20.250000");
+  BOOST_TEST(harness_date_id(1700000000.0) == "2023-11-14T22-13-20");  // isoformat drops a zero fraction
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(
+      R"({"b": "caf\u00e9 \"q\"\t\u0001", "a": [1, 2.5, true, null], "e": [], "o": {}, "n": {"x": 1e-05}})");
+  // json.dumps(doc, indent=2, ensure_ascii=False) of the same doc in CPython 3.11
+  BOOST_TEST(python_json_dumps_indent2(doc) ==
+             "{\n  \"b\": \"caf\xc3\xa9 \\\"q\\\"\\t\\u0001\",\n  \"a\": [\n    1,\n    2.5,\n    true,\n    null\n  ],\n"
+             "  \"e\": [],\n  \"o\": {},\n  \"n\": {\n    \"x\": 1e-05\n  }\n}");
+}

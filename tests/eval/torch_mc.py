@@ -62,9 +62,11 @@ def main():
     worst, n = 0.0, 0
     for s in samples:
         doc = docs[s["doc_id"]]
+        # The harness's sample schema: filtered_resps[c] = [str(loglikelihood), str(is_greedy)].
+        lls = [float(r[0]) for r in s["filtered_resps"]]
         for c, choice in enumerate(doc["choices"]):
             ctx, cont = encode_pair(doc["context"], " " + choice)
-            req = s["requests"][c]
+            req = s["cairn"]["requests"][c]
             if ctx + cont != req["sequence"] or len(cont) != req["continuation_tokens"]:
                 sys.exit(f"doc {s['doc_id']} choice {c}: tokenization differs from cairn's")
             # Each continuation token predicted once from as many preceding tokens as fit (seq_len): the
@@ -77,12 +79,11 @@ def main():
                 logp = forward(cfg, P, seq[start:end - 1])
                 ll += sum(logp[j - 1 - start, seq[j]].item() for j in range(cur, end))
                 cur = end
-            err = abs(ll - s["lls"][c]) / max(1.0, abs(ll))
+            err = abs(ll - lls[c]) / max(1.0, abs(ll))
             worst = max(worst, err)
             n += 1
-        lls = s["lls"]
         best = max(range(len(lls)), key=lambda i: (lls[i], -i))
-        if (best == s["label"]) != bool(s["acc"]):
+        if (best == int(s["target"])) != bool(s["acc"]):
             sys.exit(f"doc {s['doc_id']}: acc disagrees with the log-likelihoods")
     print(f"torch parity: {n} choice log-likelihoods, max relative error {worst:.2e}")
     if worst > 1e-4:

@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 namespace cairn::eval {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 namespace {
 
@@ -217,6 +218,7 @@ class Evaluator {
   // Evaluates one checkpoint on every task; false if it vanished meanwhile (pruned by the trainer).
   bool evaluate(const Target& target, EvalSummary& summary) {
     auto t0 = std::chrono::steady_clock::now();
+    const double start_unix = unix_now();
     checkpoint::ModelMeta meta;
     bool ok = true;
     std::string msg;
@@ -285,9 +287,6 @@ class Evaluator {
     }
     std::vector<TaskResult> results;
     for (auto& task : tasks_) {
-      if (mpi::rank() == 0 && cfg_.get_bool("eval.log_samples"))
-        set_samples_path(*task, join_path(out_dir_, strprintf("samples/step_%08lld_%s.jsonl",
-                                                              static_cast<long long>(target.step), task->name.c_str())));
       CAIRN_LOG_INFO("step %lld: task %s ...", static_cast<long long>(target.step), task->name.c_str());
       results.push_back(task->evaluate(*model_));
     }
@@ -312,20 +311,7 @@ class Evaluator {
       rows_ = std::move(kept);
       write_results_jsonl(join_path(out_dir_, "results.jsonl"), rows_);
       write_results_h5(join_path(out_dir_, "results.h5"), rows_);
-      std::string lm_path = join_path(out_dir_, strprintf("lm_eval/step_%08lld.json", static_cast<long long>(target.step)));
-      json lm = lm_eval_json(target.step, meta.tokens, target.path, results, cfg_, model_cfg_, batch_size_);
-      if (path_exists(lm_path)) {
-        // Keep tasks evaluated for this step by an earlier run.
-        try {
-          json old = json::parse(read_file(lm_path));
-          for (const char* key : {"results", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "group_subtasks"})
-            if (old.contains(key) && old[key].is_object())
-              for (auto it = old[key].begin(); it != old[key].end(); ++it)
-                if (!lm[key].contains(it.key())) lm[key][it.key()] = it.value();
-        } catch (const std::exception&) {
-        }
-      }
-      atomic_write(lm_path, lm.dump(2) + "\n");
+      write_harness_files(target, meta.tokens, results, start_unix, wall);
       std::fputs(summary_table(target.step, meta.tokens, target.path, results).c_str(), stdout);
       std::fflush(stdout);
       CAIRN_LOG_INFO("step %lld evaluated in %.2f s", static_cast<long long>(target.step), secs);
@@ -337,6 +323,80 @@ class Evaluator {
   }
 
  private:
+  // lm-evaluation-harness's files (EvaluationTracker with output_path <out>/eval/lm_eval):
+  // lm_eval/<model_name_sanitized>/results_<date_id>.json and samples_<task>_<date_id>.jsonl, the model name
+  // being "<run>/step_%08d". lm_eval/step_%08d.json and samples/step_%08d_<task>.jsonl are hard links to them
+  // (copies where links fail). The results file keeps tasks evaluated for this step by an earlier run.
+  void write_harness_files(const Target& target, int64_t tokens, const std::vector<TaskResult>& results,
+                           double start_unix, double end_unix) {
+    RunInfo info;
+    info.step = target.step;
+    info.tokens = tokens;
+    info.checkpoint = target.path;
+    std::string run_name = fs::path(run_dir_).lexically_normal().filename().string();
+    if (run_name.empty() || run_name == "." || run_name == "..")
+      run_name = fs::absolute(run_dir_).lexically_normal().filename().string();
+    if (run_name.empty()) run_name = "cairn";
+    info.model_name = strprintf("%s/step_%08lld", run_name.c_str(), static_cast<long long>(target.step));
+    info.start_time = start_unix;
+    info.end_time = end_unix;
+    info.batch_size = batch_size_;
+    info.ranks = mpi::size();
+    info.num_params = static_cast<int64_t>(model_->num_params());
+    ordered_json lm = lm_eval_json(info, results, cfg_, model_cfg_);
+    const std::string step_path =
+        join_path(out_dir_, strprintf("lm_eval/step_%08lld.json", static_cast<long long>(target.step)));
+    if (path_exists(step_path)) {
+      try {
+        ordered_json old = ordered_json::parse(read_file(step_path));
+        for (const char* key : {"results", "configs", "versions", "n-shot", "higher_is_better", "n-samples",
+                                "group_subtasks", "task_hashes"})
+          if (old.contains(key) && old[key].is_object())
+            for (auto it = old[key].begin(); it != old[key].end(); ++it)
+              if (!lm[key].contains(it.key())) lm[key][it.key()] = it.value();
+      } catch (const std::exception&) {
+      }
+      for (const char* key : {"configs", "versions", "n-shot", "higher_is_better"}) {  // sorted by task, as the harness
+        std::map<std::string, ordered_json> by_task;
+        for (auto it = lm[key].begin(); it != lm[key].end(); ++it) by_task[it.key()] = it.value();
+        ordered_json sorted = ordered_json::object();
+        for (auto& [k, v] : by_task) sorted[k] = std::move(v);
+        lm[key] = std::move(sorted);
+      }
+    }
+    const std::string dir = join_path(join_path(out_dir_, "lm_eval"), sanitize_model_name(info.model_name));
+    ensure_dir(dir);
+    const std::string date_id = harness_date_id(unix_now());
+    const std::string results_path = join_path(dir, "results_" + date_id + ".json");
+    const std::string text = lm.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+    atomic_write(results_path, text);
+    link_or_copy(results_path, step_path, text);
+    for (const auto& r : results) {
+      if (!r.has_samples) continue;
+      std::string lines;
+      for (const auto& line : r.sample_lines) lines += line.dump(-1, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+      const std::string path = join_path(dir, "samples_" + r.task + "_" + date_id + ".jsonl");
+      atomic_write(path, lines);
+      ensure_dir(join_path(out_dir_, "samples"));
+      link_or_copy(path, join_path(out_dir_, strprintf("samples/step_%08lld_%s.jsonl", static_cast<long long>(target.step),
+                                                       r.task.c_str())),
+                   lines);
+    }
+  }
+
+  // Points `link` at `target`'s file (a hard link, replaced atomically), or writes `content` there.
+  static void link_or_copy(const std::string& target, const std::string& link, const std::string& content) {
+    const std::string tmp = link + ".link.tmp";
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    fs::create_hard_link(target, tmp, ec);
+    if (!ec) fs::rename(tmp, link, ec);
+    if (ec) {
+      fs::remove(tmp, ec);
+      atomic_write(link, content);
+    }
+  }
+
   void load_weights(const std::string& path) {
     const auto& tensors = model_->tensors();
     try {

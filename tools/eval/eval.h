@@ -71,16 +71,28 @@ struct Metric {
   double value = 0;
   double stderr_ = std::numeric_limits<double>::quiet_NaN();  // NaN: not defined for this metric
   bool higher_is_better = true;
+  // How the harness would aggregate per-example items into the value (configs[task].metric_list):
+  // "mean", "weighted_perplexity", "bits_per_byte", "weighted_mean".
+  std::string aggregation = "mean";
 };
 
 struct TaskResult {
   std::string task, kind;
   std::vector<Metric> metrics;
   int64_t samples = 0;      // examples (documents, windows, questions) scored
+  int64_t samples_original = -1;  // the task's full size (before --limit, with malformed records); -1: = samples
   int64_t skipped_bad = 0;  // malformed records skipped with skip_bad
   int64_t tokens_scored = 0, tokens_processed = 0;
   double seconds = 0;
   nlohmann::json config = nlohmann::json::object();  // the task's settings (lm_eval "configs")
+  // The tokenizer's end-of-text (harness tokenizer_eos_token / eot_token_id) and the context length.
+  int64_t eot_id = -1;
+  std::string eot_text;
+  int max_length = 0;
+  // With [eval] log_samples (rank 0): one line per example in the harness's sample schema (doc_id, doc,
+  // target, arguments, resps, filtered_resps, filter, metrics, doc_hash, prompt_hash, target_hash, metrics).
+  bool has_samples = false;
+  std::vector<nlohmann::ordered_json> sample_lines;
 };
 
 // Everything a task needs besides the model.
@@ -99,6 +111,7 @@ struct TaskContext {
 struct Task {
   std::string name, kind;
   nlohmann::json settings;
+  bool log_samples = false;  // fill TaskResult::sample_lines (rank 0)
   virtual ~Task() = default;
   virtual TaskResult evaluate(gpt::Model& model) = 0;
 };
@@ -110,8 +123,6 @@ std::vector<std::unique_ptr<Task>> prepare_tasks(const TaskContext& ctx, const g
 
 // Checks task tables that need no checkpoint (kinds, JSONL files) so a --watch job fails at once.
 void check_task_tables(const Config& cfg);
-// Multiple-choice tasks with [eval] log_samples write per-example log-likelihoods here (rank 0).
-void set_samples_path(Task& task, const std::string& path);
 
 // One multiple-choice example and the harness's pair encoding (context/continuation split where the
 // trailing whitespace of the context moves into the continuation; empty context -> end-of-text).
@@ -119,6 +130,7 @@ struct McExample {
   std::string context;
   std::vector<std::string> choices;
   int label = 0;
+  std::string raw;  // the JSONL line (the harness's "doc" in samples)
 };
 // Parses a JSONL file; errors "path:line: why" (UsageError), or counts skipped lines with skip_bad.
 std::vector<McExample> read_mc_jsonl(const std::string& path, bool skip_bad, int64_t* skipped);
@@ -144,10 +156,30 @@ struct ResultRow {
 std::vector<ResultRow> read_results(const std::string& jsonl_path);
 void write_results_jsonl(const std::string& path, const std::vector<ResultRow>& rows);
 void write_results_h5(const std::string& path, const std::vector<ResultRow>& rows);
-// lm-evaluation-harness results layout for one checkpoint.
-nlohmann::json lm_eval_json(int64_t step, int64_t tokens, const std::string& checkpoint,
-                            const std::vector<TaskResult>& results, const Config& cfg, const gpt::GptConfig& model,
-                            int batch_size);
+// lm-evaluation-harness's file conventions (lm_eval/utils.py, lm_eval/loggers/evaluation_tracker.py).
+// hash_string: sha256 hex digest of the UTF-8 text.
+std::string sha256_hex(std::string_view text);
+// datetime.now().isoformat().replace(":", "-") for a unix time (local time, microseconds dropped when 0):
+// the <date_id> of results_<date_id>.json and samples_<task>_<date_id>.jsonl.
+std::string harness_date_id(double unix_seconds);
+// sanitize_model_name: runs of "<>:/|\?*[] become "__".
+std::string sanitize_model_name(const std::string& name);
+// json.dumps(doc, indent=2, ensure_ascii=False) of a doc, as the harness hashes it into doc_hash.
+std::string python_json_dumps_indent2(const nlohmann::ordered_json& doc);
+
+// What a results file records besides the task results.
+struct RunInfo {
+  int64_t step = 0, tokens = 0;
+  std::string checkpoint;
+  std::string model_name;  // "<run>/step_%08d": config.model_args' pretrained=, model_name
+  double start_time = 0, end_time = 0;  // unix seconds of this checkpoint's evaluation
+  int batch_size = 0, ranks = 1;
+  int64_t num_params = 0;
+};
+// lm-evaluation-harness results layout for one checkpoint: simple_evaluate's dict plus what
+// EvaluationTracker.save_results_aggregated adds (task_hashes, model_name, times), and a "cairn" object.
+nlohmann::ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& results, const Config& cfg,
+                                    const gpt::GptConfig& model);
 // The summary table printed on stdout.
 std::string summary_table(int64_t step, int64_t tokens, const std::string& checkpoint,
                           const std::vector<TaskResult>& results);

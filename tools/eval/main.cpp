@@ -10,7 +10,8 @@ int main(int argc, char** argv) {
   return cairn::run_tool("cairn-eval", argc, argv, [&]() -> int {
     cairn::mpi::Session session(&argc, &argv);
     CLI::App app{"cairn-eval: perplexity and multiple-choice evaluation of cairn checkpoints, data parallel over MPI.\n"
-                 "Writes <out>/eval/results.jsonl, results.h5 and lm_eval/step_%08d.json (lm-evaluation-harness layout).\n"
+                 "Writes <out>/eval/results.jsonl, results.h5 and lm-evaluation-harness's files\n"
+                 "lm_eval/<run>__step_%08d/results_<date>.json (linked as lm_eval/step_%08d.json).\n"
                  "Exit codes: 0 done, 1 runtime failure, 2 config/input error."};
     cairn::CommonOptions opts;
     cairn::add_common_options(app, opts);
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
     app.add_option("--backend", backend, "kernel backend ([eval] backend)");
     app.add_option("--threads", threads, "OpenMP threads per rank ([eval] threads)");
     app.add_flag("--skip-bad", skip_bad, "skip malformed JSONL lines instead of failing");
-    app.add_flag("--log-samples", log_samples, "write per-example log-likelihoods of multiple-choice tasks");
+    app.add_flag("--log-samples", log_samples,
+               "write per-example samples (harness schema) of multiple-choice and documents-mode perplexity tasks");
     app.add_flag("--reevaluate", reevaluate, "evaluate checkpoints already in results.jsonl again");
     cairn::parse_cli(app, argc, argv);
 

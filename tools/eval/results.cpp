@@ -1,6 +1,8 @@
 // The results record of cairn-eval: results.jsonl (the record restarts resume from), results.h5,
 // lm-evaluation-harness JSON per checkpoint, and the stdout summary table.
+#include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <fstream>
 
 #include "cairn/error.h"
@@ -13,6 +15,7 @@
 namespace cairn::eval {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 namespace {
 json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
@@ -98,27 +101,142 @@ void write_results_h5(const std::string& path, const std::vector<ResultRow>& row
   af.commit();
 }
 
-json lm_eval_json(int64_t step, int64_t tokens, const std::string& checkpoint, const std::vector<TaskResult>& results,
-                  const Config& cfg, const gpt::GptConfig& model, int batch_size) {
-  json out;
-  json res = json::object(), configs = json::object(), versions = json::object(), nshot = json::object(),
-       hib = json::object(), nsamples = json::object(), groups = json::object(), perf = json::object();
+// ---------------------------------------------------------------- lm-evaluation-harness conventions
+
+std::string sha256_hex(std::string_view text) {
+  static const uint32_t K[64] = {
+      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
+      0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+      0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8,
+      0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+      0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819,
+      0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+      0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+      0xc67178f2};
+  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  auto rotr = [](uint32_t x, int n) { return (x >> n) | (x << (32 - n)); };
+  std::string msg(text);
+  const uint64_t bits = static_cast<uint64_t>(text.size()) * 8;
+  msg.push_back(static_cast<char>(0x80));
+  while (msg.size() % 64 != 56) msg.push_back('\0');
+  for (int i = 7; i >= 0; --i) msg.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
+  for (size_t off = 0; off < msg.size(); off += 64) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; ++i) {
+      const auto* p = reinterpret_cast<const unsigned char*>(msg.data() + off + 4 * i);
+      w[i] = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+    }
+    for (int i = 16; i < 64; ++i) {
+      uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+    for (int i = 0; i < 64; ++i) {
+      uint32_t S1 = rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25);
+      uint32_t ch = (e & f) ^ (~e & g);
+      uint32_t t1 = hh + S1 + ch + K[i] + w[i];
+      uint32_t S0 = rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22);
+      uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
+      uint32_t t2 = S0 + maj;
+      hh = g;
+      g = f;
+      f = e;
+      e = d + t1;
+      d = c;
+      c = b;
+      b = a;
+      a = t1 + t2;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
+  }
+  std::string out;
+  for (uint32_t v : h) out += strprintf("%08x", v);
+  return out;
+}
+
+std::string harness_date_id(double unix_seconds) {
+  // datetime.now().isoformat(): local time, "YYYY-MM-DDTHH:MM:SS[.ffffff]" (no fraction when it is 0).
+  double whole = std::floor(unix_seconds);
+  auto micro = static_cast<long>(std::llround((unix_seconds - whole) * 1e6));
+  auto t = static_cast<time_t>(whole);
+  if (micro >= 1000000) {
+    micro -= 1000000;
+    ++t;
+  }
+  struct tm tm {};
+  localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H-%M-%S", &tm);
+  std::string s = buf;
+  if (micro != 0) s += strprintf(".%06ld", micro);
+  return s;
+}
+
+std::string sanitize_model_name(const std::string& name) {
+  // re.sub(r"[\"<>:/|\\?*\[\]]+", "__", name)
+  static const std::string bad = "\"<>:/|\\?*[]";
+  std::string out;
+  for (size_t i = 0; i < name.size();) {
+    if (bad.find(name[i]) == std::string::npos) {
+      out += name[i++];
+      continue;
+    }
+    while (i < name.size() && bad.find(name[i]) != std::string::npos) ++i;
+    out += "__";
+  }
+  return out;
+}
+
+std::string python_json_dumps_indent2(const nlohmann::ordered_json& doc) {
+  // nlohmann's dump(2) matches json.dumps(indent=2, ensure_ascii=False) for the values JSON parsing gives:
+  // ", " / ": " separators, one element per line, [] and {} for empty containers, \uXXXX (lowercase) for
+  // other control characters, shortest round-trip floats.
+  return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& results, const Config& cfg,
+                          const gpt::GptConfig& model) {
+  ordered_json res = ordered_json::object(), configs = ordered_json::object(), versions = ordered_json::object(),
+               nshot = ordered_json::object(), hib = ordered_json::object(), nsamples = ordered_json::object(),
+               groups = ordered_json::object(), perf = ordered_json::object(), hashes = ordered_json::object();
+  const TaskResult* tok_source = nullptr;
   for (const auto& r : results) {
-    json t = {{"alias", r.task}};
-    json h = json::object();
+    // _collect_results: name, alias, sample_len, then "<metric>,<filter>" and "<metric>_stderr,<filter>".
+    ordered_json t = {{"name", r.task}, {"alias", r.task}, {"sample_len", r.samples}};
+    ordered_json h = ordered_json::object(), metric_list = ordered_json::array();
     for (const auto& m : r.metrics) {
       t[m.name + ",none"] = number_or_null(m.value);
       // The harness writes "N/A" where a metric has no standard error.
-      t[m.name + "_stderr,none"] = std::isfinite(m.stderr_) ? json(m.stderr_) : json("N/A");
+      t[m.name + "_stderr,none"] = std::isfinite(m.stderr_) ? ordered_json(m.stderr_) : ordered_json("N/A");
       h[m.name] = m.higher_is_better;
+      metric_list.push_back({{"metric", m.name}, {"aggregation", m.aggregation}, {"higher_is_better", m.higher_is_better}});
     }
     res[r.task] = t;
-    configs[r.task] = r.config;
-    versions[r.task] = r.config.contains("version") ? r.config["version"] : json(1.0);
+    // task.dump_config(): the task's settings plus the fields every harness task config has.
+    ordered_json c = ordered_json::object();
+    c["task"] = r.task;
+    for (auto it = r.config.begin(); it != r.config.end(); ++it) c[it.key()] = it.value();
+    c["num_fewshot"] = 0;
+    c["metric_list"] = metric_list;
+    c["repeats"] = 1;
+    c["should_decontaminate"] = false;
+    ordered_json version = r.config.contains("version") ? ordered_json(r.config["version"]) : ordered_json(1.0);
+    c["metadata"] = {{"version", version}};
+    configs[r.task] = c;
+    versions[r.task] = version;
     nshot[r.task] = 0;
     hib[r.task] = h;
-    nsamples[r.task] = {{"original", r.samples + r.skipped_bad}, {"effective", r.samples}};
-    groups[r.task] = json::array();
+    nsamples[r.task] = {{"original", r.samples_original >= 0 ? r.samples_original : r.samples + r.skipped_bad},
+                        {"effective", r.samples}};
+    if (r.has_samples) {
+      // EvaluationTracker.save_results_aggregated: sha256 of the concatenated doc/prompt/target hashes.
+      std::string cat;
+      for (const auto& s : r.sample_lines)
+        cat += s["doc_hash"].get<std::string>() + s["prompt_hash"].get<std::string>() + s["target_hash"].get<std::string>();
+      hashes[r.task] = sha256_hex(cat);
+    }
+    if (!tok_source && r.eot_id >= 0) tok_source = &r;
     perf[r.task] = {{"seconds", r.seconds},
                     {"tokens_scored", r.tokens_scored},
                     {"tokens_processed", r.tokens_processed},
@@ -126,25 +244,74 @@ json lm_eval_json(int64_t step, int64_t tokens, const std::string& checkpoint, c
                     {"examples_per_s", r.seconds > 0 ? r.samples / r.seconds : 0.0},
                     {"skipped_bad", r.skipped_bad}};
   }
+  auto sorted = [](const ordered_json& o) {  // the harness sorts these by task name
+    ordered_json out = ordered_json::object();
+    std::vector<std::string> keys;
+    for (auto it = o.begin(); it != o.end(); ++it) keys.push_back(it.key());
+    std::sort(keys.begin(), keys.end());
+    for (const auto& k : keys) out[k] = o[k];
+    return out;
+  };
+  const std::string model_args =
+      strprintf("pretrained=%s,checkpoint=%s,layers=%d,hidden=%d,heads=%d,seq_len=%d,vocab=%d", info.model_name.c_str(),
+                info.checkpoint.c_str(), model.layers, model.hidden, model.heads, model.seq_len, model.vocab_real);
+  const std::string version = cairn_version(), sha = cairn_git_sha();
+  ordered_json out;
+  // simple_evaluate(): evaluate()'s dict ...
   out["results"] = res;
   out["group_subtasks"] = groups;
-  out["configs"] = configs;
-  out["versions"] = versions;
-  out["n-shot"] = nshot;
-  out["higher_is_better"] = hib;
+  out["configs"] = sorted(configs);
+  out["versions"] = sorted(versions);
+  out["n-shot"] = sorted(nshot);
+  out["higher_is_better"] = sorted(hib);
   out["n-samples"] = nsamples;
+  // ... then config, git_hash, date (time.time() at the start), add_env_info, add_tokenizer_info ...
   out["config"] = {{"model", "cairn-gpt"},
-                   {"model_args", strprintf("checkpoint=%s,layers=%d,hidden=%d,heads=%d,seq_len=%d,vocab=%d",
-                                            checkpoint.c_str(), model.layers, model.hidden, model.heads,
-                                            model.seq_len, model.vocab_real)},
-                   {"batch_size", batch_size},
+                   {"model_args", model_args},
+                   {"model_num_parameters", info.num_params},
+                   {"batch_size", info.batch_size},
+                   {"batch_sizes", ordered_json::array()},
                    {"device", cfg.get_string("eval.backend")},
-                   {"limit", cfg.get_int("eval.limit") > 0 ? json(cfg.get_int("eval.limit")) : json(nullptr)},
-                   {"step", step},
-                   {"tokens", tokens}};
-  out["git_hash"] = cairn_git_sha();
-  out["date"] = utc_now_iso8601();
-  out["cairn"] = {{"step", step}, {"tokens", tokens}, {"checkpoint", checkpoint}, {"performance", perf},
+                   {"use_cache", nullptr},
+                   {"limit", cfg.get_int("eval.limit") > 0 ? ordered_json(cfg.get_int("eval.limit")) : ordered_json(nullptr)},
+                   {"bootstrap_iters", 0},  // stderr: the closed-form mean stderr, "N/A" where that does not apply
+                   {"gen_kwargs", nullptr},
+                   {"random_seed", nullptr},
+                   {"numpy_seed", nullptr},
+                   {"torch_seed", nullptr},
+                   {"fewshot_seed", nullptr},
+                   {"step", info.step},
+                   {"tokens", info.tokens}};
+  out["git_hash"] = sha;
+  out["date"] = info.start_time;
+  out["pretty_env_info"] = strprintf("cairn-eval %s (git %s) on %s, backend %s, %d rank(s)", version.c_str(), sha.c_str(),
+                                     hostname_string().c_str(), cfg.get_string("eval.backend").c_str(), info.ranks);
+  out["transformers_version"] = "N/A";
+  out["lm_eval_version"] = "cairn-eval " + version;
+  out["cairn_version"] = version;
+  out["upper_git_hash"] = nullptr;
+  if (tok_source) {
+    const std::string id = std::to_string(tok_source->eot_id);
+    out["tokenizer_pad_token"] = {nullptr, "None"};
+    out["tokenizer_eos_token"] = {tok_source->eot_text, id};
+    out["tokenizer_bos_token"] = {tok_source->eot_text, id};
+    out["eot_token_id"] = tok_source->eot_id;
+    out["max_length"] = tok_source->max_length;
+  }
+  // ... and EvaluationTracker.save_results_aggregated(): task_hashes and the GeneralConfigTracker fields.
+  out["task_hashes"] = hashes;
+  out["model_source"] = "cairn";
+  out["model_name"] = info.model_name;
+  out["model_name_sanitized"] = sanitize_model_name(info.model_name);
+  out["system_instruction"] = nullptr;
+  out["system_instruction_sha"] = nullptr;
+  out["fewshot_as_multiturn"] = false;
+  out["chat_template"] = nullptr;
+  out["chat_template_sha"] = nullptr;
+  out["start_time"] = info.start_time;
+  out["end_time"] = info.end_time;
+  out["total_evaluation_time_seconds"] = strprintf("%.6f", info.end_time - info.start_time);
+  out["cairn"] = {{"step", info.step}, {"tokens", info.tokens}, {"checkpoint", info.checkpoint}, {"performance", perf},
                   {"provenance", provenance().to_json()}};
   return out;
 }

@@ -70,6 +70,46 @@ int64_t utf8_chars(const std::string& s) {
 
 std::string task_where(const std::string& name) { return "[eval.task." + name + "]"; }
 
+// Python's str() of a float / bool, as the harness's sanitize_list writes resps.
+std::string py_str(double v) { return nlohmann::json(v).dump(); }
+std::string py_str(bool v) { return v ? "True" : "False"; }
+
+// One line of the harness's samples_<task>_<date>.jsonl (lm_eval/evaluator.py evaluate(), then
+// EvaluationTracker.save_results_samples): arguments become {"gen_args_i": {"arg_j": ...}}, resps and
+// filtered_resps are stringified (sanitize_list), target is str(target), the hashes are sha256 hex digests of
+// json.dumps(doc, indent=2, ensure_ascii=False), of the first request's first argument and of str(target);
+// then the metric values (process_results) follow.
+nlohmann::ordered_json harness_sample(int64_t doc_id, const nlohmann::ordered_json& doc, const std::string& target,
+                                      const std::vector<std::vector<std::string>>& args,
+                                      const std::vector<nlohmann::ordered_json>& filtered,
+                                      const nlohmann::ordered_json& metrics) {
+  using oj = nlohmann::ordered_json;
+  oj arguments = oj::object(), resps = oj::array(), filtered_resps = oj::array(), names = oj::array();
+  for (size_t i = 0; i < args.size(); ++i) {
+    oj a = oj::object();
+    for (size_t j = 0; j < args[i].size(); ++j) a["arg_" + std::to_string(j)] = args[i][j];
+    arguments["gen_args_" + std::to_string(i)] = a;
+  }
+  for (const auto& f : filtered) {
+    resps.push_back(oj::array({f}));  // one response per request (repeats = 1)
+    filtered_resps.push_back(f);      // the "none" filter: take_first
+  }
+  for (auto it = metrics.begin(); it != metrics.end(); ++it) names.push_back(it.key());
+  oj line = {{"doc_id", doc_id},
+             {"doc", doc},
+             {"target", target},
+             {"arguments", arguments},
+             {"resps", resps},
+             {"filtered_resps", filtered_resps},
+             {"filter", "none"},
+             {"metrics", names},
+             {"doc_hash", sha256_hex(python_json_dumps_indent2(doc))},
+             {"prompt_hash", sha256_hex(args.empty() || args[0].empty() ? std::string() : args[0][0])},
+             {"target_hash", sha256_hex(target)}};
+  for (auto it = metrics.begin(); it != metrics.end(); ++it) line[it.key()] = it.value();
+  return line;
+}
+
 std::string get_str(const json& t, const std::string& name, const char* key, const std::string& def) {
   if (!t.contains(key)) return def;
   if (!t[key].is_string()) throw UsageError(task_where(name) + " " + key + " must be a string");
@@ -120,6 +160,7 @@ struct PerplexityTask : Task {
     uint64_t begin, n;  // tokens [begin, begin+n) without the trailing end-of-text
     uint32_t bytes;
     int64_t words;
+    uint64_t index;  // the document's number in its shard
   };
   std::vector<Doc> docs;
   struct Req {
@@ -128,6 +169,8 @@ struct PerplexityTask : Task {
   };
   std::vector<Req> reqs;
   int batch_size = 8;
+  int64_t original = 0;  // windows / documents of the task before limit
+  int max_length = 0;
 
   TaskResult evaluate(gpt::Model& model) override {
     RequestSet rs;
@@ -172,6 +215,10 @@ struct PerplexityTask : Task {
     res.task = name;
     res.kind = kind;
     res.config = settings;
+    res.samples_original = original;
+    res.eot_id = eot;
+    res.eot_text = tok->decode(&eot, 1);
+    res.max_length = max_length;
     res.tokens_scored = st.tokens_scored;
     res.tokens_processed = st.tokens_processed;
     res.seconds = st.seconds;
@@ -203,24 +250,53 @@ struct PerplexityTask : Task {
         tokens += scores[i].tokens;
         correct += scores[i].correct;
       }
+      std::vector<Score> doc_score(docs.size());
+      for (size_t i = 0; i < scores.size(); ++i) {
+        doc_score[reqs[i].doc].tokens += scores[i].tokens;
+        doc_score[reqs[i].doc].correct += scores[i].correct;
+      }
       for (size_t d = 0; d < docs.size(); ++d) {
         nll -= doc_ll[d];
         bytes += docs[d].bytes;
         words += static_cast<double>(docs[d].words);
       }
       res.samples = static_cast<int64_t>(docs.size());
+      if (log_samples && mpi::rank() == 0) {
+        // The harness's loglikelihood_rolling sample: arguments (text,), resps [[loglik]], and per-document
+        // (value, weight) items of each metric (process_results' tuples).
+        res.has_samples = true;
+        std::vector<uint32_t> toks;
+        for (size_t d = 0; d < docs.size(); ++d) {
+          const Doc& dc = docs[d];
+          toks.resize(dc.n);
+          shard_files[dc.shard]->read_tokens(dc.begin, dc.n, toks.data());
+          std::string text = tok->decode(toks.data(), toks.size());
+          const double ll = doc_ll[d], nt = static_cast<double>(doc_score[d].tokens);
+          nlohmann::ordered_json doc = {{"text", text}, {"shard", dc.shard}, {"document", dc.index}};
+          nlohmann::ordered_json items = {{"loss", {-ll, nt}}, {"perplexity", {ll, nt}},
+                                          {"accuracy", {static_cast<double>(doc_score[d].correct), nt}},
+                                          {"bits_per_byte", {ll, dc.bytes}}, {"byte_perplexity", {ll, dc.bytes}},
+                                          {"word_perplexity", {ll, dc.words}}};
+          res.sample_lines.push_back(harness_sample(static_cast<int64_t>(d), doc, text, {{text}},
+                                                    {nlohmann::ordered_json::array({py_str(ll)})}, items));
+        }
+      }
     }
+    // Aggregations as the harness names them, over per-example (value, weight) items: loss = weighted_mean of
+    // (nll, tokens), perplexity = weighted_perplexity of (loglik, tokens), and so on. The scored-token count is
+    // tokens_scored, not a metric.
     double loss = tokens ? nll / static_cast<double>(tokens) : std::nan("");
-    res.metrics.push_back({"loss", loss, std::nan(""), false});
-    res.metrics.push_back({"perplexity", std::exp(loss), std::nan(""), false});
-    res.metrics.push_back({"accuracy", tokens ? static_cast<double>(correct) / static_cast<double>(tokens) : 0.0,
-                           std::nan(""), true});
+    const double nan = std::nan("");
+    res.metrics.push_back({"loss", loss, nan, false, "weighted_mean"});
+    res.metrics.push_back({"perplexity", std::exp(loss), nan, false, "weighted_perplexity"});
+    res.metrics.push_back({"accuracy", tokens ? static_cast<double>(correct) / static_cast<double>(tokens) : 0.0, nan,
+                           true, "weighted_mean"});
     if (bytes > 0) {
-      res.metrics.push_back({"bits_per_byte", nll / bytes / std::log(2.0), std::nan(""), false});
-      res.metrics.push_back({"byte_perplexity", std::exp(nll / bytes), std::nan(""), false});
+      res.metrics.push_back({"bits_per_byte", nll / bytes / std::log(2.0), nan, false, "bits_per_byte"});
+      res.metrics.push_back({"byte_perplexity", std::exp(nll / bytes), nan, false, "weighted_perplexity"});
     }
-    if (documents && words > 0) res.metrics.push_back({"word_perplexity", std::exp(nll / words), std::nan(""), false});
-    res.metrics.push_back({"tokens", static_cast<double>(tokens), std::nan(""), true});
+    if (documents && words > 0)
+      res.metrics.push_back({"word_perplexity", std::exp(nll / words), nan, false, "weighted_perplexity"});
     return res;
   }
 };
@@ -264,6 +340,7 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
   // cairn-train's window numbering and validation tail (shards::WindowIndex, shared with the trainer).
   const int T = mc.seq_len;
   task->T = T;
+  task->max_length = T;
   const shards::WindowIndex widx = shards::build_window_index(ds, T, ctx.val_fraction, 1);
   const uint64_t total = widx.total, val_windows = widx.val_windows;
   if (split == "val" && val_windows == 0)
@@ -280,7 +357,10 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
                    {"split", split}, {"mode", mode}, {"tokenizer", task->tok->id()}};
 
   if (!task->documents) {
-    int64_t max_windows = get_int(t, name, "max_windows", 0);
+    // max_windows defines the task (its full size); limit takes the first windows of it (n-samples original
+    // vs effective).
+    const int64_t task_windows = get_int(t, name, "max_windows", 0);
+    int64_t max_windows = task_windows;
     if (limit > 0) max_windows = max_windows > 0 ? std::min(max_windows, limit) : limit;
     bool like_train = t.contains("like_train") && t["like_train"].is_boolean() && t["like_train"].get<bool>();
     if (like_train) {
@@ -297,9 +377,12 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
     for (uint64_t w = lo; w < hi; ++w) {
       auto loc = locate(w);
       if (split == "shards" && !chosen.count(loc.first)) continue;
-      if (max_windows > 0 && static_cast<int64_t>(task->windows.size()) >= max_windows) break;
+      if (task_windows > 0 && task->original >= task_windows) break;
+      ++task->original;
+      if (max_windows > 0 && static_cast<int64_t>(task->windows.size()) >= max_windows) continue;
       task->windows.push_back(loc);
     }
+    if (like_train) task->original = static_cast<int64_t>(task->windows.size());
     if (task->windows.empty())
       throw UsageError(strprintf("task %s: no %d-token windows to score in \"%s\" (split %s)", name.c_str(), T + 1,
                                  data.c_str(), split.c_str()));
@@ -320,15 +403,16 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
       if (split == "val" && s < val_shard) continue;
       const shards::Shard& sh = *task->shard_files[s];
       for (uint64_t d = 0; d < sh.num_documents(); ++d) {
-        if (limit > 0 && static_cast<int64_t>(task->docs.size()) >= limit) break;
         uint64_t b = sh.doc_begin(d), e = sh.doc_end(d);
         if (split == "val" && s == val_shard && b < val_off) continue;
+        ++task->original;  // every document of the split counts; limit keeps the first ones
+        if (limit > 0 && static_cast<int64_t>(task->docs.size()) >= limit) continue;
         toks.resize(e - b);
         sh.read_tokens(b, e - b, toks.data());
         uint64_t n = e - b;
         if (n > 0 && toks[n - 1] == task->eot) --n;
         std::string text = task->tok->decode(toks.data(), static_cast<size_t>(n));
-        task->docs.push_back({s, b, n, sh.doc_bytes(d), count_words(text)});
+        task->docs.push_back({s, b, n, sh.doc_bytes(d), count_words(text), d});
       }
     }
     if (task->docs.empty())
@@ -340,9 +424,11 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
       throw UsageError("task " + name + ": every selected document is empty");
     settings["documents"] = task->docs.size();
     settings["max_length"] = C;
+    task->max_length = C;
     settings["rolling_context"] = rolling;
   }
   task->settings = settings;
+  task->log_samples = ctx.cfg && ctx.cfg->get_bool("eval.log_samples") && task->documents;
   return task;
 }
 
@@ -363,7 +449,11 @@ struct McTask : Task {
   };
   std::vector<Window> windows;
   int batch_size = 8;
-  std::string samples_path;  // per-example log-likelihoods (JSONL) when set
+  std::string delimiter = " ";
+  int64_t original = 0;  // valid examples in the file (before limit) + malformed ones skipped
+  int64_t eot = -1;
+  std::string eot_text;
+  int max_length = 0;
 
   TaskResult evaluate(gpt::Model& model) override {
     RequestSet rs;
@@ -391,12 +481,17 @@ struct McTask : Task {
     res.kind = kind;
     res.config = settings;
     res.samples = static_cast<int64_t>(examples.size());
+    res.samples_original = original;
+    res.eot_id = eot;
+    res.eot_text = eot_text;
+    res.max_length = max_length;
     res.skipped_bad = skipped;
     res.tokens_scored = st.tokens_scored;
     res.tokens_processed = st.tokens_processed;
     res.seconds = st.seconds;
     std::vector<double> acc(examples.size()), acc_norm(examples.size());
-    json samples = json::array();
+    const bool logging = log_samples && mpi::rank() == 0;
+    res.has_samples = logging;
     for (size_t e = 0; e < examples.size(); ++e) {
       auto [first, count] = example_requests[e];
       size_t best = 0, best_norm = 0;
@@ -411,11 +506,29 @@ struct McTask : Task {
       }
       acc[e] = best == static_cast<size_t>(examples[e].label) ? 1.0 : 0.0;
       acc_norm[e] = best_norm == static_cast<size_t>(examples[e].label) ? 1.0 : 0.0;
-      if (!samples_path.empty()) {
-        json tokens = json::array();
-        for (size_t c = 0; c < count; ++c) tokens.push_back({{"sequence", seqs[first + c]}, {"continuation_tokens", cont_len[first + c]}});
-        samples.push_back({{"doc_id", e}, {"label", examples[e].label}, {"lls", lls}, {"acc", acc[e]},
-                           {"acc_norm", acc_norm[e]}, {"requests", tokens}});
+      if (logging) {
+        // The harness's multiple_choice sample: one (context, delimiter + choice) request per choice, resps
+        // (loglikelihood, is_greedy), target the label index; cairn adds the token ids it scored.
+        const McExample& ex = examples[e];
+        nlohmann::ordered_json doc;
+        try {
+          doc = nlohmann::ordered_json::parse(ex.raw);
+        } catch (const nlohmann::json::exception&) {
+          doc = {{"context", ex.context}, {"choices", ex.choices}, {"label", ex.label}};
+        }
+        std::vector<std::vector<std::string>> args;
+        std::vector<nlohmann::ordered_json> filtered;
+        nlohmann::ordered_json tokens = nlohmann::ordered_json::array();
+        for (size_t c = 0; c < count; ++c) {
+          const Score& sc = scores[first + c];
+          args.push_back({ex.context, delimiter + ex.choices[c]});
+          filtered.push_back(nlohmann::ordered_json::array({py_str(sc.loglik), py_str(sc.correct == sc.tokens)}));
+          tokens.push_back({{"sequence", seqs[first + c]}, {"continuation_tokens", cont_len[first + c]}});
+        }
+        nlohmann::ordered_json line = harness_sample(static_cast<int64_t>(e), doc, std::to_string(ex.label), args,
+                                                     filtered, {{"acc", acc[e]}, {"acc_norm", acc_norm[e]}});
+        line["cairn"] = {{"lls", lls}, {"requests", tokens}};
+        res.sample_lines.push_back(std::move(line));
       }
     }
     double a = 0, an = 0;
@@ -424,13 +537,8 @@ struct McTask : Task {
       an += acc_norm[e];
     }
     double n = static_cast<double>(examples.size());
-    res.metrics.push_back({"acc", a / n, mean_stderr(acc), true});
-    res.metrics.push_back({"acc_norm", an / n, mean_stderr(acc_norm), true});
-    if (!samples_path.empty() && mpi::rank() == 0) {
-      std::string text;
-      for (const auto& s : samples) text += s.dump() + "\n";
-      atomic_write(samples_path, text);
-    }
+    res.metrics.push_back({"acc", a / n, mean_stderr(acc), true, "mean"});
+    res.metrics.push_back({"acc_norm", an / n, mean_stderr(acc_norm), true, "mean"});
     return res;
   }
 };
@@ -446,6 +554,8 @@ std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const Task
   std::string delim = get_str(t, name, "delimiter", " ");
   int64_t limit = get_int(t, name, "limit", ctx.limit);
   task->examples = read_mc_jsonl(path, ctx.skip_bad, &task->skipped);
+  task->original = static_cast<int64_t>(task->examples.size()) + task->skipped;
+  task->delimiter = delim;
   if (limit > 0 && static_cast<int64_t>(task->examples.size()) > limit) task->examples.resize(static_cast<size_t>(limit));
   if (task->examples.empty())
     throw UsageError(file_message("task " + name + ": no examples in", path,
@@ -454,6 +564,10 @@ std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const Task
   if (data.empty()) throw UsageError("task " + name + ": no tokenizer (set [data] path or data in " + task_where(name) + ")");
   auto tok = load_tokenizer(data, name, mc);
   const int C = ctx.context > 0 ? std::min(ctx.context, mc.seq_len) : mc.seq_len;
+  const uint32_t eot = tok->eot_id();
+  task->eot = eot;
+  task->eot_text = tok->decode(&eot, 1);
+  task->max_length = C;
   std::vector<uint32_t> ce, ke;
   for (size_t e = 0; e < task->examples.size(); ++e) {
     const McExample& ex = task->examples[e];
@@ -483,7 +597,7 @@ std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const Task
                     {"target_delimiter", delim}, {"num_fewshot", 0}, {"tokenizer", tok->id()},
                     {"metric_list", json::array({{{"metric", "acc"}}, {{"metric", "acc_norm"}}})}};
   if (t.contains("version")) task->settings["version"] = t["version"];
-  if (ctx.cfg && ctx.cfg->get_bool("eval.log_samples")) task->samples_path = "pending";
+  task->log_samples = ctx.cfg && ctx.cfg->get_bool("eval.log_samples");
   return task;
 }
 
@@ -521,6 +635,7 @@ std::vector<McExample> read_mc_jsonl(const std::string& path, bool skip_bad, int
         if (why.empty() && (label < 0 || label >= static_cast<int64_t>(ex.choices.size())))
           why = strprintf("label %lld is out of range for %zu choices", static_cast<long long>(label), ex.choices.size());
         ex.label = static_cast<int>(label);
+        ex.raw = line;
       }
     } catch (const json::exception& e) {
       why = std::string("invalid JSON: ") + e.what();
@@ -608,9 +723,5 @@ void check_task_tables(const Config& cfg) {
   }
 }
 
-// Sets where a multiple-choice task writes its per-example log-likelihoods for this checkpoint.
-void set_samples_path(Task& task, const std::string& path) {
-  if (auto* mc = dynamic_cast<McTask*>(&task); mc && !mc->samples_path.empty()) mc->samples_path = path;
-}
 
 }  // namespace cairn::eval
