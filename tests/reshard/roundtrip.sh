@@ -70,7 +70,9 @@ assert (doc_idx == np.arange(ndoc)).all() and ptrs[0] == 0 and (np.diff(ptrs) ==
 bin_ = np.memmap(prefix + ".bin", np.uint16, "r")
 for i in (0, 1, len(docs) // 2, len(docs) - 1):
     assert (bin_[ptrs[i] // 2: ptrs[i] // 2 + sizes[i]] == docs[i]).all()
-# llm.c: 256 x int32 header (magic 20240520, version 1, token count), then uint16 tokens.
+# llm.c: 256 x int32 header (magic 20240520, version 1, token count), then uint16 tokens, end-of-text
+# before each document (as llm.c's scripts write it) instead of after.
+eot = ix["eot_id"]
 toks = []
 for f in sorted(glob.glob(os.path.join(llmc, "*.bin"))):
     h = np.fromfile(f, np.int32, 256)
@@ -78,7 +80,7 @@ for f in sorted(glob.glob(os.path.join(llmc, "*.bin"))):
     t = np.fromfile(f, np.uint16, offset=1024)
     assert len(t) == h[2]
     toks.append(t)
-assert (np.concatenate(toks) == np.concatenate(docs)).all()
+assert (np.concatenate(toks) == np.concatenate([np.concatenate([[eot], d[:-1]]) for d in docs])).all()
 print("ok: Megatron and llm.c files match their formats and the tokens")
 PY
 

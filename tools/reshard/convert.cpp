@@ -6,6 +6,8 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cctype>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -23,8 +25,17 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMegatronMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
-constexpr int32_t kLlmcMagic = 20240520;
 constexpr size_t kLlmcHeaderInts = 256;
+
+// llm.c's two token-file variants (dev/data/data_common.py HEADERS_INFO): 256 x int32 header
+// (magic, version, token count, zeros) then the tokens.
+struct LlmcVariant {
+  const char* name;  // llm.c's model descriptor
+  int32_t magic, version;
+  size_t item;  // bytes per token
+};
+constexpr LlmcVariant kLlmcGpt2{"gpt-2", 20240520, 1, 2};
+constexpr LlmcVariant kLlmcLlama3{"llama-3", 20240801, 7, 4};
 
 // Megatron's dtype codes (megatron/core/datasets/indexed_dataset.py DType).
 size_t megatron_item_size(uint8_t code) {
@@ -157,14 +168,42 @@ void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, 
   }
 }
 
+// The shard index llm.c's scripts put at the end of a file name (fineweb_train_000001.bin -> 1), or -1.
+long long llmc_shard_number(const std::string& path) {
+  std::string stem = fs::path(path).stem().string();
+  size_t e = stem.size(), b = e;
+  while (b > 0 && std::isdigit(static_cast<unsigned char>(stem[b - 1]))) --b;
+  if (b == e || e - b > 18 || b == 0 || (stem[b - 1] != '_' && stem[b - 1] != '-')) return -1;
+  return std::stoll(stem.substr(b, e - b));
+}
+
+// A directory's .bin files in the order llm.c's scripts wrote the token stream: by the shard number
+// ending the name (fineweb.py: <name>_val_000000.bin, <name>_train_000001.bin, ...; a document may
+// continue from one file into the next), which for zero-padded names is also the loader's glob order.
+// Names without a number sort after numbered ones, by bytes (glob's order in the C locale).
+std::vector<std::string> llmc_directory_files(const std::string& dir) {
+  std::vector<std::pair<long long, std::string>> files;
+  for (auto& e : fs::directory_iterator(dir)) {
+    std::string name = e.path().filename().string();
+    if (!name.empty() && name[0] != '.' && e.is_regular_file() && e.path().extension() == ".bin")
+      files.emplace_back(0, e.path().string());
+  }
+  for (auto& f : files) {
+    long long n = llmc_shard_number(f.second);
+    f.first = n < 0 ? LLONG_MAX : n;
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<std::string> out;
+  for (auto& f : files) out.push_back(f.second);
+  return out;
+}
+
 std::vector<std::string> expand_bin_inputs(const std::vector<std::string>& inputs) {
   std::vector<std::string> out;
   for (auto& in : inputs) {
     if (fs::is_directory(in)) {
-      std::vector<std::string> files;
-      for (auto& e : fs::directory_iterator(in))
-        if (e.is_regular_file() && e.path().extension() == ".bin") files.push_back(e.path().string());
-      std::sort(files.begin(), files.end());
+      std::vector<std::string> files = llmc_directory_files(in);
+      if (files.empty()) throw UsageError(file_message("input directory", in, "has no llm.c .bin files"));
       out.insert(out.end(), files.begin(), files.end());
     } else {
       out.push_back(in);
@@ -173,23 +212,36 @@ std::vector<std::string> expand_bin_inputs(const std::vector<std::string>& input
   return out;
 }
 
+// Reads one llm.c token file (either variant) into the document stream. `doc` carries the document
+// in progress from the previous file, so a document that spans files stays whole.
 void import_llmc(const std::string& path, const tokenizer::Tokenizer& tok, MemorySource& src, uint64_t& added,
                  std::vector<uint32_t>& doc) {
   MappedFile f(path);
   const size_t hdr = kLlmcHeaderInts * 4;
   if (f.size < hdr) corrupt(path, f.size, "file is too short for the llm.c header (1024 bytes)");
-  if (f.at<int32_t>(0) != kLlmcMagic) corrupt(path, 0, strprintf("wrong magic %d (llm.c token shards have %d)", f.at<int32_t>(0), kLlmcMagic));
-  if (f.at<int32_t>(4) != 1) corrupt(path, 4, strprintf("unsupported version %d (want 1: uint16 tokens)", f.at<int32_t>(4)));
-  int32_t ntok = f.at<int32_t>(8);
-  if (ntok < 0 || f.size != hdr + static_cast<size_t>(ntok) * 2)
-    corrupt(path, std::min<size_t>(f.size, hdr + static_cast<size_t>(std::max(ntok, 0)) * 2),
-            strprintf("header says %d tokens (%zu bytes) but the file has %zu bytes", ntok, hdr + size_t(std::max(ntok, 0)) * 2, f.size));
+  const int32_t magic = f.at<int32_t>(0), version = f.at<int32_t>(4);
+  const LlmcVariant* v = nullptr;
+  for (const LlmcVariant* c : {&kLlmcGpt2, &kLlmcLlama3})
+    if (magic == c->magic) v = c;
+  if (!v)
+    corrupt(path, 0, strprintf("wrong magic %d (llm.c token files have %d, gpt-2 uint16, or %d, llama-3 uint32)", magic,
+                               kLlmcGpt2.magic, kLlmcLlama3.magic));
+  if (version != v->version)
+    corrupt(path, 4, strprintf("unsupported version %d for magic %d (want %d: %s, uint%zu tokens)", version, magic,
+                               v->version, v->name, v->item * 8));
+  const int32_t ntok = f.at<int32_t>(8);
+  const size_t want = hdr + static_cast<size_t>(std::max(ntok, 0)) * v->item;
+  if (ntok < 0 || f.size != want)
+    corrupt(path, std::min(f.size, want),
+            strprintf("header says %d tokens (%zu bytes) but the file has %zu bytes", ntok, want, f.size));
   const uint32_t eot = tok.eot_id();
   for (int32_t i = 0; i < ntok; ++i) {
-    uint32_t t = f.at<uint16_t>(hdr + static_cast<size_t>(i) * 2);
-    check_ids(path, hdr + static_cast<size_t>(i) * 2, t, tok.vocab_size());
+    const size_t off = hdr + static_cast<size_t>(i) * v->item;
+    uint32_t t = v->item == 2 ? f.at<uint16_t>(off) : f.at<uint32_t>(off);
+    check_ids(path, off, t, tok.vocab_size());
     if (t == eot) {
-      // llm.c streams put end-of-text before each document; an empty document is dropped.
+      // llm.c's scripts put end-of-text before each document (cairn's own older exports after it);
+      // either way it closes the document in progress, and an empty document is dropped.
       if (!doc.empty()) {
         doc.push_back(t);
         add_doc(src, tok, doc, added);
@@ -266,37 +318,64 @@ void export_megatron(const shards::Dataset& ds, const std::string& prefix) {
                  static_cast<unsigned long long>(nseq), static_cast<long long>(ptr), u16 ? "uint16" : "int32");
 }
 
-void export_llmc(const shards::Dataset& ds, const std::string& dir) {
-  if (ds.vocab_size() > 65536)
-    throw UsageError(strprintf("llm.c shards hold uint16 tokens; this dataset's vocabulary is %u", ds.vocab_size()));
+// Writes one llm.c file per shard in llm.c's convention: end-of-text before each document (as its
+// scripts write them) instead of after it. That is the dataset's token stream shifted by one: each
+// file starts with the token that ended the previous shard (end-of-text for the first), and the
+// final end-of-text is dropped, so every file keeps its shard's token count and a document split
+// across shards (--split-docs) continues into the next file without a delimiter.
+void export_llmc(const shards::Dataset& ds, const std::string& dir, const std::string& format) {
+  const LlmcVariant* v = &kLlmcGpt2;
+  if (format == "llama-3" || (format == "auto" && ds.vocab_size() > 65536)) v = &kLlmcLlama3;
+  if (v->item == 2 && ds.vocab_size() > 65536)
+    throw UsageError(strprintf("llm.c's gpt-2 format holds uint16 tokens but this dataset's vocabulary has %u ids "
+                               "(largest %u); use --llmc-format llama-3 (uint32 tokens)",
+                               ds.vocab_size(), ds.vocab_size() - 1));
   ensure_dir(dir);
   std::vector<uint32_t> buf;
+  std::vector<char> body;
+  uint32_t carry = ds.eot_id();  // the token the previous shard's file left out
   for (size_t i = 0; i < ds.num_shards(); ++i) {
     auto sh = ds.shard(i);
-    if (sh->num_tokens() > INT32_MAX)
-      throw UsageError(file_message("shard", ds.info(i).file, "has more tokens than an llm.c shard can hold (2^31-1)"));
-    buf.resize(sh->num_tokens());
-    sh->read_tokens(0, sh->num_tokens(), buf.data());
-    std::vector<uint16_t> b16(buf.begin(), buf.end());
+    const uint64_t n = sh->num_tokens();
+    if (n > INT32_MAX)
+      throw UsageError(file_message("shard", ds.info(i).file, "has more tokens than an llm.c file can hold (2^31-1)"));
+    buf.resize(n + 1);
+    buf[0] = carry;
+    if (n) sh->read_tokens(0, n, buf.data() + 1);
+    if (n) carry = buf[n];
     std::vector<int32_t> header(kLlmcHeaderInts, 0);
-    header[0] = kLlmcMagic;
-    header[1] = 1;
-    header[2] = static_cast<int32_t>(b16.size());
-    std::string path = join_path(dir, strprintf("shard_%06zu.bin", i));
-    std::string content(reinterpret_cast<const char*>(header.data()), header.size() * 4);
-    content.append(reinterpret_cast<const char*>(b16.data()), b16.size() * 2);
-    atomic_write(path, content);
+    header[0] = v->magic;
+    header[1] = v->version;
+    header[2] = static_cast<int32_t>(n);
+    body.resize(kLlmcHeaderInts * 4 + n * v->item);
+    std::memcpy(body.data(), header.data(), kLlmcHeaderInts * 4);
+    char* p = body.data() + kLlmcHeaderInts * 4;
+    if (v->item == 2) {
+      for (uint64_t k = 0; k < n; ++k) {
+        uint16_t t = static_cast<uint16_t>(buf[k]);
+        std::memcpy(p + k * 2, &t, 2);
+      }
+    } else if (n) {
+      std::memcpy(p, buf.data(), n * 4);
+    }
+    atomic_write(join_path(dir, strprintf("shard_%06zu.bin", i)), std::string_view(body.data(), body.size()));
   }
-  CAIRN_LOG_INFO("wrote %zu llm.c shards to %s (%llu tokens)", ds.num_shards(), dir.c_str(),
+  if (ds.total_tokens() > 0 && carry != ds.eot_id())
+    CAIRN_LOG_WARN("the dataset's last token is %u, not end-of-text %u; it was not exported", carry, ds.eot_id());
+  CAIRN_LOG_INFO("wrote %zu llm.c files (%s: magic %d, version %d, uint%zu tokens, end-of-text %u before each document) "
+                 "to %s (%llu tokens)",
+                 ds.num_shards(), v->name, v->magic, v->version, v->item * 8, ds.eot_id(), dir.c_str(),
                  static_cast<unsigned long long>(ds.total_tokens()));
 }
 
 }  // namespace
 
 int run_convert(const Config& cfg, const std::string& from, const std::string& to, const std::vector<std::string>& inputs,
-                const std::string& out) {
+                const std::string& out, const std::string& llmc_format) {
   if (from.empty() == to.empty()) throw UsageError("convert needs exactly one of --from megatron|llmc or --to megatron|llmc");
   const bool root = !mpi::initialized() || mpi::rank() == 0;
+  if (llmc_format != "auto" && to != "llmc")
+    throw UsageError("--llmc-format applies to convert --to llmc (imports read the variant from each file's header)");
   if (!to.empty()) {
     if (out.empty()) throw UsageError("convert --to needs --out (a .bin/.idx prefix for megatron, a directory for llmc)");
     if (inputs.size() > 1) throw UsageError("convert --to takes one dataset directory");
@@ -305,7 +384,7 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     shards::Dataset ds = shards::Dataset::open(in);
     if (root) {
       if (to == "megatron") export_megatron(ds, out);
-      else export_llmc(ds, out);
+      else export_llmc(ds, out, llmc_format);
     }
     if (mpi::initialized()) mpi::barrier();
     return 0;
@@ -325,7 +404,8 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     std::vector<uint32_t> doc;
     files = expand_bin_inputs(inputs);
     for (auto& f : files) import_llmc(f, *tok, src, added, doc);
-    add_doc(src, *tok, doc, added);
+    uint64_t final_doc = 0;  // llm.c's last document has no delimiter after it: not worth a message
+    add_doc(src, *tok, doc, final_doc);
   }
   if (src.num_docs() == 0) throw UsageError("the inputs contain no documents");
   XXH64_update(st, src.tokens.data(), src.tokens.size() * 4);

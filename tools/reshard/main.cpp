@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     cairn::add_common_options(app, opts);
     std::vector<std::string> inputs;
     std::string tokenizer, vocab, merges, tokenizer_json, delimiter, jsonl_field, format, from, to;
+    std::string llmc_format = "auto";
     int64_t shards = 0, seed = -2, threads = -1;
     bool split_docs = false, skip_bad = false;
 
@@ -48,6 +49,10 @@ int main(int argc, char** argv) {
     convert->add_option("--from", from, "import: megatron | llmc")->check(CLI::IsMember({"megatron", "llmc"}));
     convert->add_option("--to", to, "export: megatron (--out is the .bin/.idx prefix) | llmc (--out is a directory)")
         ->check(CLI::IsMember({"megatron", "llmc"}));
+    convert->add_option("--llmc-format", llmc_format,
+                        "llm.c export variant: gpt-2 (magic 20240520, uint16) | llama-3 (magic 20240801, uint32) | "
+                        "auto (llama-3 when the vocabulary exceeds 65536 ids)")
+        ->check(CLI::IsMember({"auto", "gpt-2", "llama-3"}));
     app.footer("--out DIR is the output dataset directory (default: [data] path, else <run.dir>/data).");
     cairn::parse_cli(app, argc, argv);
 
@@ -83,7 +88,7 @@ int main(int argc, char** argv) {
     using namespace cairn::reshard;
     if (build->parsed()) return run_build(cfg, inputs, out, opts.json_path);
     if (reshard->parsed()) return run_reshard(cfg, inputs, out, opts.json_path);
-    if (convert->parsed()) return run_convert(cfg, from, to, inputs, out);
+    if (convert->parsed()) return run_convert(cfg, from, to, inputs, out, llmc_format);
     if (verify->parsed()) return run_verify(cfg, inputs.empty() && !out.empty() ? std::vector<std::string>{out} : inputs, opts.json_path);
     return run_stats(cfg, inputs.empty() && !out.empty() ? std::vector<std::string>{out} : inputs, opts.json_path);
   });

@@ -122,8 +122,10 @@ int run_build(const Config& cfg, const std::vector<std::string>& inputs, const s
               const std::string& json_out = "");
 int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const std::string& out,
                 const std::string& json_out = "");
+// llmc_format: llm.c export variant, "gpt-2" (uint16), "llama-3" (uint32) or "auto" (by vocabulary size).
 int run_convert(const Config& cfg, const std::string& from, const std::string& to,
-                const std::vector<std::string>& inputs, const std::string& out);
+                const std::vector<std::string>& inputs, const std::string& out,
+                const std::string& llmc_format = "auto");
 int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out);
 int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out);
 

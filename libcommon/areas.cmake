@@ -1,0 +1,14 @@
+# Links between libcommon areas and to the kernels, included by libcommon/CMakeLists.txt.
+# The kernels (backend table, OpenBLAS; with CUDA the cuBLAS backend and the CUDA runtime) go only
+# into the areas whose sources call them, so tools that use neither (plan, report, reshard) do not
+# load them: gpt (the model runs on a kernels::Backend) and gpu (device binding, the CUDA backend's
+# allocator figures).
+foreach(area gpt gpu)
+  if(TARGET cairn_${area})
+    target_link_libraries(cairn_${area} PUBLIC cairn_kernels)
+  endif()
+endforeach()
+# checkpoint's interface (cairn/checkpoint.h) is written in gpt's types (GptConfig, TensorInfo).
+if(TARGET cairn_checkpoint AND TARGET cairn_gpt)
+  target_link_libraries(cairn_checkpoint PUBLIC cairn_gpt)
+endif()

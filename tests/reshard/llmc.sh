@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# llm.c conversion, both variants (gpt-2: magic 20240520 v1 uint16; llama-3: magic 20240801 v7 uint32):
+# round trips cairn -> llm.c -> cairn, files byte-identical to llm.c's write_datafile with end-of-text
+# before each document, 128k-vocabulary ids kept by llama-3 and refused by gpt-2 (exit 2), and a
+# fineweb.py-style directory (val_000000, train_000001, ...) imported in llm.c's order with the
+# documents that span files kept whole.
+source "$(dirname "$0")/common.sh"
+LF="$PY $HERE/llmc_files.py"
+
+# A small dataset with the bytes tokenizer (vocabulary 257, end-of-text 256), 3 shards.
+"$B" build --delimiter % --shards 3 --out "$T/ds" "${FORTUNES[@]:0:4}"
+
+# Export: auto picks gpt-2 for a small vocabulary; llama-3 on request; both byte-exact and round trip.
+"$B" convert --to llmc --out "$T/g2" "$T/ds"
+$LF expect "$T/ds" "$T/g2" gpt-2
+"$B" convert --to llmc --llmc-format llama-3 --out "$T/l3" "$T/ds"
+$LF expect "$T/ds" "$T/l3" llama-3
+"$B" convert --from llmc "$T/g2" --shards 2 --out "$T/from_g2"
+same_tokens "$T/ds" "$T/from_g2"
+"$B" convert --from llmc "$T/l3" --shards 3 --out "$T/from_l3"
+same_tokens "$T/ds" "$T/from_l3"
+"$B" verify "$T/from_g2" "$T/from_l3"
+
+# --split-docs shards: a document cut by a shard boundary continues into the next file, no delimiter.
+"$B" reshard "$T/ds" --shards 4 --split-docs --out "$T/split"
+"$B" convert --to llmc --out "$T/split_g2" "$T/split"
+$LF expect "$T/split" "$T/split_g2" gpt-2 "$T/ds"
+"$B" convert --from llmc "$T/split_g2" --shards 2 --out "$T/from_split"
+same_tokens "$T/ds" "$T/from_split"
+
+# A Llama-3-sized vocabulary (128256 ids, merged tokens above 65535, end-of-text 128001).
+$LF widetok "$T/wide.json"
+W=(--tokenizer hf --tokenizer-json "$T/wide.json")
+"$B" build "${W[@]}" --delimiter % --shards 2 --out "$T/wide" "${FORTUNES[@]:0:2}"
+$PY - "$T/wide/index.json" <<'PY'
+import json, sys
+ix = json.load(open(sys.argv[1]))
+assert ix["vocab_size"] == 128256 and ix["eot_id"] == 128001 and ix["token_dtype"] == "uint32", ix
+PY
+max=$($LF maxid "$T/wide")
+[ "$max" -gt 65535 ] || fail "the wide tokenizer produced no id above 65535 (max $max)"
+"$B" convert --to llmc --out "$T/wide_l3" "$T/wide"   # auto: llama-3
+$LF expect "$T/wide" "$T/wide_l3" llama-3
+"$B" convert --from llmc "${W[@]}" "$T/wide_l3" --shards 3 --out "$T/from_wide"
+same_tokens "$T/wide" "$T/from_wide"
+[ "$($LF maxid "$T/from_wide")" = "$max" ] || fail "ids above 65535 did not survive the llama-3 round trip"
+echo "ok: ids up to $max (not end-of-text) survive llama-3"
+expect_exit 2 "gpt-2 format holds uint16 tokens.*128256" \
+  "$B" convert --to llmc --llmc-format gpt-2 --out "$T/wide_g2" "$T/wide"
+[ ! -e "$T/wide_g2/shard_000000.bin" ] || fail "a refused gpt-2 export left files"
+expect_exit 2 "llmc-format applies to convert --to llmc" \
+  "$B" convert --to megatron --llmc-format llama-3 --out "$T/m/x" "$T/ds"
+
+# fineweb.py's layout: val_000000 then train_000001..; every shard boundary cuts a document. The
+# directory is read in the order llm.c wrote it (val_000000 first, though it sorts after train_* by name).
+for model in gpt-2 llama-3; do
+  $LF fineweb "$T/ds" "$T/fw_$model" $model 20000 > "$T/fw_$model.txt"
+  nfiles=$(grep -c '\.bin$' "$T/fw_$model.txt")
+  [ "$nfiles" -ge 3 ] || fail "fineweb layout made only $nfiles files"
+  grep -q "inside a document after shard: 0 " "$T/fw_$model.txt" || fail "no document spans val_000000 -> train_000001"
+  "$B" convert --from llmc "$T/fw_$model" --shards 2 --out "$T/from_fw_$model"
+  same_tokens "$T/ds" "$T/from_fw_$model"
+  echo "ok: $model directory of $nfiles files imported in llm.c's order, documents spanning files kept whole"
+done
+# The same files given one by one in name order (train_* before val) are a different stream.
+files=($(ls "$T/fw_gpt-2"/*.bin | sort))
+"$B" convert --from llmc "${files[@]}" --shards 1 --out "$T/from_fw_names"
+! cmp -s <($DUMP "$T/ds") <($DUMP "$T/from_fw_names") || fail "name order should not have reproduced the stream"
+
+# Header checks: a magic/version pair llm.c never writes, and a truncated llama-3 file.
+f="$T/l3/shard_000000.bin"
+printf '\x01\x00\x00\x00' | cat <(head -c 4 "$f") - <(tail -c +9 "$f") > "$T/badver.bin"
+expect_exit 2 'badver.bin.*at byte offset 4: unsupported version 1 for magic 20240801' \
+  "$B" convert --from llmc "$T/badver.bin" --out "$T/x"
+head -c 3000 "$f" > "$T/trunc_l3.bin"
+expect_exit 2 'trunc_l3.bin.*header says' "$B" convert --from llmc "$T/trunc_l3.bin" --out "$T/x"
+# Ids beyond the import tokenizer's vocabulary are named.
+expect_exit 2 'token id .* is not below' "$B" convert --from llmc --tokenizer bytes "$T/wide_l3" --out "$T/x"
+echo PASS
