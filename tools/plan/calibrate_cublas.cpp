@@ -1,6 +1,9 @@
 // cairn-plan calibrate on a GPU: bf16 cuBLAS GEMM throughput and device-memory bandwidth (built with CUDA only).
+// cuBLAS is loaded (dlopen) when calibrate first measures a GEMM and the CUDA runtime is linked statically, so
+// cairn-plan's other commands start without loading either (tens of ms against hundreds; bench/startup_bench.sh).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <chrono>
 #include <string>
@@ -19,6 +22,37 @@ void check_cuda(cudaError_t rc, const char* what) {
 
 void check_cublas(cublasStatus_t rc, const char* what) {
   if (rc != CUBLAS_STATUS_SUCCESS) throw RuntimeError(strprintf("%s: cuBLAS status %d", what, int(rc)));
+}
+
+// The three cuBLAS entry points calibrate uses, from the library loaded on first use.
+struct CublasApi {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  // the C (32-bit int) signature; C++ also sees an overload, so spell the type out
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                    const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                    cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  GemmEx gemm_ex = nullptr;
+};
+
+const CublasApi& cublas() {
+  static const CublasApi api = [] {
+    const std::string versioned = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(versioned.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) lib = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) throw RuntimeError("calibrate: cannot load cuBLAS (" + versioned + "): " + dlerror());
+    CublasApi a;
+    auto sym = [&](const char* name) {
+      void* f = dlsym(lib, name);
+      if (!f) throw RuntimeError(std::string("calibrate: cuBLAS has no ") + name);
+      return f;
+    };
+    a.create = reinterpret_cast<decltype(a.create)>(sym("cublasCreate_v2"));
+    a.destroy = reinterpret_cast<decltype(a.destroy)>(sym("cublasDestroy_v2"));
+    a.gemm_ex = reinterpret_cast<decltype(a.gemm_ex)>(sym("cublasGemmEx"));
+    return a;
+  }();
+  return api;
 }
 
 // Device buffer freed on scope exit.
@@ -89,11 +123,12 @@ double measure_gemm_cublas(int64_t m, int64_t n, int64_t k, double seconds) {
   check_cuda(cudaMemset(a.p, 0, size_t(m * k) * 2), "cudaMemset");
   check_cuda(cudaMemset(b.p, 0, size_t(k * n) * 2), "cudaMemset");
   cublasHandle_t h{};
-  check_cublas(cublasCreate(&h), "cublasCreate");
+  const CublasApi& api = cublas();
+  check_cublas(api.create(&h), "cublasCreate");
   const float one = 1.0f, zero = 0.0f;
   // Row-major C = A B is column-major C^T = B^T A^T: pass B first.
   auto call = [&]() {
-    check_cublas(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &one, b.p, CUDA_R_16BF, int(n),
+    check_cublas(api.gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &one, b.p, CUDA_R_16BF, int(n),
                               a.p, CUDA_R_16BF, int(k), &zero, c.p, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
@@ -102,10 +137,10 @@ double measure_gemm_cublas(int64_t m, int64_t n, int64_t k, double seconds) {
   try {
     rate = calls_per_second(call, seconds) * 2.0 * double(m) * double(n) * double(k);
   } catch (...) {
-    cublasDestroy(h);
+    api.destroy(h);
     throw;
   }
-  cublasDestroy(h);
+  api.destroy(h);
   return rate;
 }
 
