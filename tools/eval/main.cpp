@@ -8,7 +8,6 @@
 
 int main(int argc, char** argv) {
   return cairn::run_tool("cairn-eval", argc, argv, [&]() -> int {
-    cairn::mpi::Session session(&argc, &argv);
     CLI::App app{"cairn-eval: perplexity and multiple-choice evaluation of cairn checkpoints, data parallel over MPI.\n"
                  "Writes <out>/eval/results.jsonl, results.h5 and lm-evaluation-harness's files\n"
                  "lm_eval/<run>__step_%08d/results_<date>.json (linked as lm_eval/step_%08d.json).\n"
@@ -42,6 +41,8 @@ int main(int argc, char** argv) {
                "write per-example samples (harness schema) of multiple-choice and documents-mode perplexity tasks");
     app.add_flag("--reevaluate", reevaluate, "evaluate checkpoints already in results.jsonl again");
     cairn::parse_cli(app, argc, argv);
+    // MPI starts after the command line: --help and --version return without starting Open MPI's helpers.
+    cairn::mpi::Session session(&argc, &argv);
 
     cairn::ToolSettings settings;
     if (!watch.empty()) settings.emplace_back("eval.watch", watch);

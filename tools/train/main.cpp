@@ -1,4 +1,5 @@
-// cairn-train: trains a GPT model on cairn shards (CPU, MPI data parallel), with exact resume.
+// cairn-train: trains a GPT model on cairn shards (CPU or CUDA; data, tensor, sequence and pipeline parallel, ZeRO
+// 0-3), with exact resume.
 #include <CLI/CLI.hpp>
 
 #include "cairn/cli.h"
@@ -8,8 +9,8 @@
 
 int main(int argc, char** argv) {
   return cairn::run_tool("cairn-train", argc, argv, [&]() -> int {
-    cairn::mpi::Session session(&argc, &argv);
-    CLI::App app{"cairn-train: GPT training on cairn shards (CPU kernels, MPI data parallel, ZeRO-1).\n"
+    CLI::App app{"cairn-train: GPT training on cairn shards in the [parallel] layout cairn-plan proposes (data,\n"
+                 "tensor, sequence and pipeline parallelism, ZeRO 0-3; CPU kernels or CUDA).\n"
                  "Exit codes: 0 done, 1 runtime failure, 2 config/input error, 75 stopped by SIGTERM/SIGUSR1\n"
                  "after writing a checkpoint (requeue and rerun to continue)."};
     cairn::CommonOptions opts;
@@ -24,6 +25,8 @@ int main(int argc, char** argv) {
     app.add_option("--backend", backend, "kernel backend (sets [train] backend)");
     app.add_option("--threads", threads, "OpenMP threads per rank (sets [train] threads)");
     cairn::parse_cli(app, argc, argv);
+    // MPI starts after the command line: --help and --version return without starting Open MPI's helpers.
+    cairn::mpi::Session session(&argc, &argv);
 
     cairn::ToolSettings settings;
     if (!resume.empty()) settings.emplace_back("train.resume", resume);
