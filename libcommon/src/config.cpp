@@ -312,8 +312,24 @@ std::string position(const std::string& file, const toml::source_region& src) {
   return file + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
 }
 
-toml::table parse_toml_file(const std::string& path) {
-  if (!fs::exists(path)) throw UsageError("cannot open config \"" + path + "\": No such file or directory");
+// Why `path` cannot be read as a config file ("" when it is a readable regular file). Checked with
+// stat() before anything opens it: opening a FIFO would block forever, a directory reads as garbage.
+// A file named on the command line may be a pipe (`--config <(...)`, process substitution); an
+// include may not: nobody is writing to it.
+std::string config_file_problem(const std::string& path, bool allow_pipe = false) {
+  if (path.empty()) return "empty file name";
+  std::error_code ec;
+  fs::file_status st = fs::status(path, ec);
+  if (ec || st.type() == fs::file_type::not_found) return "No such file or directory";
+  if (st.type() == fs::file_type::directory) return "is a directory, not a TOML file";
+  if (st.type() == fs::file_type::regular) return "";
+  if (allow_pipe && (st.type() == fs::file_type::fifo || st.type() == fs::file_type::character)) return "";
+  return "not a regular file (a FIFO, socket or device)";
+}
+
+toml::table parse_toml_file(const std::string& path, bool allow_pipe = true) {
+  if (std::string why = config_file_problem(path, allow_pipe); !why.empty())
+    throw UsageError("cannot open config \"" + path + "\": " + why);
   try {
     return toml::parse_file(path);
   } catch (const toml::parse_error& e) {
@@ -635,7 +651,7 @@ void apply_table(Config& cfg, const Schema& schema, const toml::table& table, co
 }
 
 void apply_file(Config& cfg, const Schema& schema, const std::string& path, std::vector<std::string>& stack,
-                std::vector<std::string>& files_read) {
+                std::vector<std::string>& files_read, bool included = false) {
   std::error_code ec;
   std::string canon = fs::weakly_canonical(path, ec).string();
   if (ec) canon = path;
@@ -644,7 +660,7 @@ void apply_file(Config& cfg, const Schema& schema, const std::string& path, std:
     for (const auto& s : stack) chain += s + " -> ";
     throw UsageError("include cycle: " + chain + canon);
   }
-  toml::table table = parse_toml_file(path);
+  toml::table table = parse_toml_file(path, !included);
   files_read.push_back(path);
   stack.push_back(canon);
   if (auto inc = table.get("include")) {
@@ -662,9 +678,11 @@ void apply_file(Config& cfg, const Schema& schema, const std::string& path, std:
     }
     fs::path base = fs::path(path).parent_path();
     for (const auto& [rel, where] : includes) {
+      if (rel.empty()) throw UsageError(where + ": cannot include \"\": empty file name");
       fs::path p = fs::path(rel).is_absolute() ? fs::path(rel) : base / rel;
-      if (!fs::exists(p)) throw UsageError(where + ": cannot include \"" + p.string() + "\": No such file or directory");
-      apply_file(cfg, schema, p.string(), stack, files_read);
+      if (std::string why = config_file_problem(p.string()); !why.empty())
+        throw UsageError(where + ": cannot include \"" + p.string() + "\": " + why);
+      apply_file(cfg, schema, p.string(), stack, files_read, true);
     }
   }
   apply_table(cfg, schema, table, "", path);
@@ -725,7 +743,132 @@ Config load_config(const ConfigSources& sources, const Schema& schema) {
   return cfg;
 }
 
-json read_toml_file_as_json(const std::string& path) { return toml_to_json(parse_toml_file(path)); }
+json read_toml_file_as_json(const std::string& path) { return toml_to_json(parse_toml_file(path, false)); }
+
+// ---------------------------------------------------------------- typed stage-file reading
+
+namespace {
+std::string describe_value(const json& v) {
+  if (v.is_number_float()) {
+    double x = v.get<double>();
+    if (std::isnan(x)) return "nan";
+    if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  }
+  if (v.is_null()) return "null";
+  return value_kind(v) + " " + short_json(v);
+}
+}  // namespace
+
+JsonFields::JsonFields(const json& j, std::string file, std::string kind, std::string prefix)
+    : j_(&j), file_(std::move(file)), kind_(std::move(kind)), prefix_(std::move(prefix)) {
+  if (!j.is_object())
+    throw UsageError("malformed " + kind_ + " \"" + file_ + "\"" +
+                     (prefix_.empty() ? std::string(": ") : ": key \"" + prefix_ + "\": ") +
+                     "expected a table/object, got " + describe_value(j));
+}
+
+std::string JsonFields::key_path(const std::string& key) const {
+  if (prefix_.empty()) return key;
+  if (!key.empty() && key[0] == '[') return prefix_ + key;
+  return prefix_ + "." + key;
+}
+
+void JsonFields::fail(const std::string& key, const std::string& expectation) const {
+  std::string got;
+  auto it = j_->find(key);
+  got = it == j_->end() ? "nothing (missing)" : describe_value(*it);
+  throw UsageError("malformed " + kind_ + " \"" + file_ + "\": key \"" + key_path(key) + "\": expected " + expectation +
+                   ", got " + got);
+}
+
+bool JsonFields::has(const std::string& key) const {
+  auto it = j_->find(key);
+  return it != j_->end() && !it->is_null();
+}
+
+uint64_t JsonFields::u64(const std::string& key, uint64_t max) const {
+  auto it = j_->find(key);
+  const std::string want = max == UINT64_MAX ? "a non-negative integer" : "an integer in [0, " + std::to_string(max) + "]";
+  if (it == j_->end()) fail(key, want);
+  if (it->is_number_unsigned() && it->get<uint64_t>() <= max) return it->get<uint64_t>();
+  if (it->is_number_integer() && it->get<int64_t>() >= 0 && static_cast<uint64_t>(it->get<int64_t>()) <= max)
+    return static_cast<uint64_t>(it->get<int64_t>());
+  fail(key, want);
+}
+
+uint64_t JsonFields::u64_or(const std::string& key, uint64_t dflt, uint64_t max) const {
+  return has(key) ? u64(key, max) : dflt;
+}
+
+int64_t JsonFields::i64(const std::string& key, int64_t min, int64_t max) const {
+  auto it = j_->find(key);
+  const std::string want = "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  if (it == j_->end()) fail(key, want);
+  if (it->is_number_unsigned()) {
+    uint64_t u = it->get<uint64_t>();
+    if (u <= static_cast<uint64_t>(INT64_MAX) && static_cast<int64_t>(u) >= min && static_cast<int64_t>(u) <= max)
+      return static_cast<int64_t>(u);
+  } else if (it->is_number_integer()) {
+    int64_t x = it->get<int64_t>();
+    if (x >= min && x <= max) return x;
+  }
+  fail(key, want);
+}
+
+int64_t JsonFields::i64_or(const std::string& key, int64_t dflt, int64_t min, int64_t max) const {
+  return has(key) ? i64(key, min, max) : dflt;
+}
+
+double JsonFields::number(const std::string& key, double min, double max) const {
+  auto it = j_->find(key);
+  std::string want = "a finite number";
+  if (min > -1e300 || max < 1e300) {
+    if (min == 0 && max >= 1e300) want = "a finite number >= 0";
+    else want += " in [" + short_json(json(min)) + ", " + short_json(json(max)) + "]";
+  }
+  if (it == j_->end() || !it->is_number()) fail(key, want);
+  double x = it->get<double>();
+  if (!std::isfinite(x) || x < min || x > max) fail(key, want);
+  return x;
+}
+
+double JsonFields::number_or(const std::string& key, double dflt, double min, double max) const {
+  return has(key) ? number(key, min, max) : dflt;
+}
+
+std::string JsonFields::str(const std::string& key) const {
+  auto it = j_->find(key);
+  if (it == j_->end() || !it->is_string()) fail(key, "a string");
+  return it->get<std::string>();
+}
+
+std::string JsonFields::str_or(const std::string& key, const std::string& dflt) const {
+  return has(key) ? str(key) : dflt;
+}
+
+bool JsonFields::boolean_or(const std::string& key, bool dflt) const {
+  if (!has(key)) return dflt;
+  const json& v = j_->at(key);
+  if (!v.is_boolean()) fail(key, "true or false");
+  return v.get<bool>();
+}
+
+JsonFields JsonFields::object(const std::string& key) const {
+  auto it = j_->find(key);
+  if (it == j_->end() || !it->is_object()) fail(key, "a table/object");
+  return JsonFields(*it, file_, kind_, key_path(key));
+}
+
+const json& JsonFields::array(const std::string& key, bool non_empty) const {
+  auto it = j_->find(key);
+  if (it == j_->end() || !it->is_array() || (non_empty && it->empty()))
+    fail(key, non_empty ? "a non-empty array" : "an array");
+  return *it;
+}
+
+JsonFields JsonFields::nested(const json& value, const std::string& key) const {
+  return JsonFields(value, file_, kind_, key_path(key));
+}
 
 std::string json_to_toml(const json& tables) {
   std::ostringstream os;

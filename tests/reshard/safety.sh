@@ -122,4 +122,33 @@ printf '\x01\x02\x03\x04' | cat - <(tail -c +5 "$f") > "$T/magic.bin"
 expect_exit 2 'magic.bin.*at byte offset 0: wrong magic' "$B" convert --from llmc "$T/magic.bin" --out "$T/x"
 expect_exit 2 'not an HDF5 file\|No such file\|cannot' "$B" verify "$T/meg"
 expect_exit 2 'exactly one of --from' "$B" convert --out "$T/x" "$T/ds"
+
+# ---- Corruption is caught, not copied: reshard/convert of a dataset that fails verify exit 3 naming
+# the shard and write nothing; an index without shards or with a wrong checksum is refused too.
+cp -r "$T/ds" "$T/rot"
+$PY - "$T/rot/shard_00001.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as h:
+    off = h["tokens"].id.get_offset()
+with open(sys.argv[1], "r+b") as f:
+    f.seek(off + 6); b = f.read(1); f.seek(off + 6); f.write(bytes([b[0] ^ 1]))
+PY
+expect_exit 3 'corrupt dataset shard ".*shard_00001.h5": tokens hash to' "$B" reshard "$T/rot" --shards 3 --out "$T/laundered"
+[ ! -e "$T/laundered/index.json" ] && [ -z "$(ls "$T/laundered" 2>/dev/null | grep shard_ || true)" ] || fail "reshard wrote output from a corrupt input"
+expect_exit 3 'shard_00001.h5' "$B" convert --to llmc --out "$T/laundered-llmc" "$T/rot"
+[ -z "$(ls "$T/laundered-llmc" 2>/dev/null || true)" ] || fail "convert wrote output from a corrupt input"
+cp -r "$T/ds" "$T/wrongsum"
+$PY -c "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); ix['shards'][0]['xxh64']='%016x' % (int(ix['shards'][0]['xxh64'],16)^1); json.dump(ix,open(p,'w'))" "$T/wrongsum/index.json"
+expect_exit 3 'shard_00000.h5": tokens hash to .* but index.json says' "$B" reshard "$T/wrongsum" --shards 2 --out "$T/x3"
+$PY -c "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); ix['shards']=[]; json.dump(ix,open(p,'w'))" "$T/wrongsum/index.json"
+expect_exit 2 'key "shards": expected a non-empty array' "$B" reshard "$T/wrongsum" --shards 2 --out "$T/x3"
+$PY -c "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); ix['vocab_size']=None; json.dump(ix,open(p,'w'))" "$T/wrongsum/index.json"
+expect_exit 2 'key "vocab_size": expected an integer in \[0, 4294967295\], got null' "$B" verify "$T/wrongsum"
+# A killed run's index.json/stats.json temp files are removed by the next run.
+mkdir -p "$T/stale"
+touch "$T/stale/.index.json.tmp.99999.abcdef" "$T/stale/.stats.json.tmp.99999.123456" "$T/stale/.shard_00000.h5.tmp.99999.1"
+"$B" reshard "$T/ds" --shards 2 --out "$T/stale" 2>/dev/null
+[ "$(ls -a "$T/stale" | grep -c '\.tmp\.' || true)" = 0 ] || fail "stale temp files survived the next run: $(ls -a "$T/stale")"
+"$B" verify "$T/stale" >/dev/null
+echo "ok: corrupt inputs refused, nothing written; stale temp files removed"
 echo PASS

@@ -383,6 +383,10 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
       task->windows.push_back(loc);
     }
     if (like_train) task->original = static_cast<int64_t>(task->windows.size());
+    // The shards these windows come from, checked against their checksums before anything is scored (exit 3).
+    std::set<uint32_t> used;
+    for (const auto& w : task->windows) used.insert(w.first);
+    for (uint32_t s : used) ds.verify_shard(s, *task->shard_files[s]);
     if (task->windows.empty())
       throw UsageError(strprintf("task %s: no %d-token windows to score in \"%s\" (split %s)", name.c_str(), T + 1,
                                  data.c_str(), split.c_str()));
@@ -402,6 +406,7 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
       if (split == "shards" && !chosen.count(s)) continue;
       if (split == "val" && s < val_shard) continue;
       const shards::Shard& sh = *task->shard_files[s];
+      ds.verify_shard(s, sh);  // its checksum first (exit 3 on corruption)
       for (uint64_t d = 0; d < sh.num_documents(); ++d) {
         uint64_t b = sh.doc_begin(d), e = sh.doc_end(d);
         if (split == "val" && s == val_shard && b < val_off) continue;

@@ -73,12 +73,13 @@ std::string parse_error_text(std::string_view line) {
   try {
     json ignored = json::parse(line);
     (void)ignored;
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for numbers such as 1e999999 that overflow a double.
     std::string w = e.what();
     auto p = w.find("] ");
     return p == std::string::npos ? w : w.substr(p + 2);
   }
-  return "invalid JSON";
+  return "invalid JSON (a number that is not finite?)";
 }
 
 std::string basename_of(std::string dir) {

@@ -262,6 +262,29 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
                                  datasets.back().tokenizer_id().c_str(), inputs[0].c_str(),
                                  datasets.front().tokenizer_id().c_str()));
   }
+  // Corruption is caught, not copied: every input shard's tokens are checked against index.json
+  // (xxh64, counts, ids below the vocabulary) before anything is written or removed. Ranks split the
+  // shards and agree, so a bad shard stops every rank with the same message (exit 3, naming it).
+  {
+    const bool use_mpi = mpi::initialized();
+    const size_t rank = use_mpi ? static_cast<size_t>(mpi::rank()) : 0, size = use_mpi ? static_cast<size_t>(mpi::size()) : 1;
+    std::string err;
+    int code = 0;
+    size_t base = 0;
+    try {
+      for (auto& d : datasets) {
+        // Global shard numbering across the concatenated datasets, round-robin over ranks.
+        size_t first = (rank + size - base % size) % size;
+        d.verify_shards(resolve_threads(cfg), first, size);
+        base += d.num_shards();
+      }
+    } catch (const Error& e) {
+      err = e.what();
+      code = e.code();
+    }
+    if (use_mpi) mpi::agree_or_throw(err.empty(), err, code ? code : kExitRuntime);
+    else if (!err.empty()) throw Error(code, err);
+  }
   const shards::Dataset& in = datasets.front();
   DatasetSource src(datasets);
   size_t in_shards = 0;

@@ -382,11 +382,21 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     std::string in = inputs.empty() ? dataset_dir(cfg, "") : inputs[0];
     check_output_not_input(to == "llmc" ? out : fs::absolute(out).parent_path().string(), {in});
     shards::Dataset ds = shards::Dataset::open(in);
+    std::string err;
+    int code = 0;
     if (root) {
-      if (to == "megatron") export_megatron(ds, out);
-      else export_llmc(ds, out, llmc_format);
+      try {
+        // Corruption is caught, not copied: check every shard before the first byte is written.
+        ds.verify_shards(resolve_threads(cfg));
+        if (to == "megatron") export_megatron(ds, out);
+        else export_llmc(ds, out, llmc_format);
+      } catch (const Error& e) {
+        err = e.what();
+        code = e.code();
+      }
     }
-    if (mpi::initialized()) mpi::barrier();
+    if (mpi::initialized()) mpi::agree_or_throw(err.empty(), err, code ? code : kExitRuntime);
+    else if (!err.empty()) throw Error(code, err);
     return 0;
   }
   if (inputs.empty()) throw UsageError("convert --from needs inputs (Megatron prefixes or llm.c .bin files/directories)");

@@ -228,10 +228,25 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
     ensure_dir(spec.dir);
     // The old index no longer describes the directory while shards are rewritten.
     for (const char* f : {"index.json", "stats.json"}) std::filesystem::remove(join_path(spec.dir, f));
+    // Temp files of killed runs (atomic_write/ShardWriter name them .<file>.tmp.<pid>.<n>): shards,
+    // index.json, stats.json and the tokenizer copies.
+    auto is_stale_temp = [](const std::string& n) {
+      if (n.empty() || n[0] != '.' || n.find(".tmp.") == std::string::npos) return false;
+      return n.rfind(".shard_", 0) == 0 || n.rfind(".index.json.tmp.", 0) == 0 || n.rfind(".stats.json.tmp.", 0) == 0;
+    };
     for (auto& e : fs::directory_iterator(spec.dir)) {
       std::string n = e.path().filename().string();
-      if (n.rfind(".shard_", 0) == 0 && n.find(".tmp.") != std::string::npos) fs::remove(e.path());  // killed runs
+      if (e.is_regular_file() && is_stale_temp(n)) {
+        CAIRN_LOG_DEBUG("removing %s left by an interrupted run", n.c_str());
+        fs::remove(e.path());
+      }
     }
+    std::error_code ec;
+    if (fs::is_directory(join_path(spec.dir, "tokenizer"), ec))
+      for (auto& e : fs::directory_iterator(join_path(spec.dir, "tokenizer"))) {
+        std::string n = e.path().filename().string();
+        if (e.is_regular_file() && n.size() > 1 && n[0] == '.' && n.find(".tmp.") != std::string::npos) fs::remove(e.path());
+      }
   }
   if (use_mpi) mpi::barrier();
   auto since = [&]() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };

@@ -61,6 +61,7 @@ std::vector<uint64_t> batch_windows(const WindowIndex& idx, uint64_t seed, int64
 Loader::Loader(const shards::Dataset& ds, const WindowIndex& idx, LoaderOptions opt) : ds_(ds), idx_(idx), opt_(opt) {
   std::lock_guard<std::mutex> lk(hdf5_mutex());
   for (size_t i = 0; i < ds.num_shards(); ++i) shards_.push_back(ds.shard(i));
+  verified_ = std::make_unique<std::once_flag[]>(ds.num_shards());
 }
 
 Loader::~Loader() { stop(); }
@@ -68,6 +69,8 @@ Loader::~Loader() { stop(); }
 void Loader::read_window(uint64_t w, uint32_t* row) const {
   auto [s, off] = idx_.locate(w);
   const shards::Shard& sh = *shards_[s];
+  // not under hdf5_mutex(): verify_shard takes it itself where it reads attributes
+  std::call_once(verified_[s], [&] { ds_.verify_shard(s, sh); });
   const void* mapped = sh.mapped_tokens();
   size_t n = static_cast<size_t>(idx_.T) + 1;
   if (mapped) {

@@ -80,6 +80,9 @@ class Loader {
   const WindowIndex& idx_;
   LoaderOptions opt_;
   std::vector<std::unique_ptr<shards::Shard>> shards_;
+  // Each shard's checksum is verified once, on first touch, in whichever thread reads it first (the prefetch
+  // thread during training): corruption stops the run (exit 3, naming the shard) instead of being trained on.
+  std::unique_ptr<std::once_flag[]> verified_;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;

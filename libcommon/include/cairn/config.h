@@ -137,6 +137,40 @@ json read_toml_file_as_json(const std::string& path);
 // Serialises a JSON object of tables as TOML text (for files tools write, e.g. best.toml).
 std::string json_to_toml(const json& tables);
 
+// Typed reading of the files stages exchange (index.json, DONE, fabric.toml, ...): every accessor
+// checks the key's type and range and throws UsageError (exit 2)
+//   `malformed <kind> "<file>": key "<path.to.key>": expected <expectation>, got <value>`
+// so no raw library message (json type_error, ...) reaches the user.
+class JsonFields {
+ public:
+  JsonFields(const json& j, std::string file, std::string kind, std::string prefix = "");
+  const json& raw() const { return *j_; }
+  const std::string& file() const { return file_; }
+  // Present and not null.
+  bool has(const std::string& key) const;
+  uint64_t u64(const std::string& key, uint64_t max = UINT64_MAX) const;
+  uint64_t u64_or(const std::string& key, uint64_t dflt, uint64_t max = UINT64_MAX) const;
+  int64_t i64(const std::string& key, int64_t min, int64_t max) const;
+  int64_t i64_or(const std::string& key, int64_t dflt, int64_t min, int64_t max) const;
+  // Finite numbers in [min, max] (integers accepted).
+  double number(const std::string& key, double min, double max) const;
+  double number_or(const std::string& key, double dflt, double min, double max) const;
+  std::string str(const std::string& key) const;
+  std::string str_or(const std::string& key, const std::string& dflt) const;
+  bool boolean_or(const std::string& key, bool dflt) const;
+  JsonFields object(const std::string& key) const;  // required object
+  const json& array(const std::string& key, bool non_empty = false) const;  // required array
+  // A reader for a nested value (an array element, an object member) named `key` under this one.
+  JsonFields nested(const json& value, const std::string& key) const;
+  // The dotted name of `key` under this reader ("shards[3].xxh64").
+  std::string key_path(const std::string& key) const;
+  [[noreturn]] void fail(const std::string& key, const std::string& expectation) const;
+
+ private:
+  const json* j_;
+  std::string file_, kind_, prefix_;
+};
+
 // Splits "a.b.c" into section "a.b" and key "c".
 std::pair<std::string, std::string> split_dotted(const std::string& dotted);
 // Edit distance, for suggestions.

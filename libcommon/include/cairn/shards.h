@@ -66,6 +66,19 @@ class Dataset {
   std::string tokenizer_id() const;
   std::unique_ptr<Shard> shard(size_t i) const;  // opens shard file i
 
+  // Corruption is caught, not copied: every reader of a dataset (reshard, convert, cairn-train's and
+  // cairn-eval's loaders) checks each shard's tokens against index.json before using them.
+  // verify_shard hashes shard i's tokens as stored (streamed from the mapping, at memory speed) and
+  // checks them against index.json's xxh64 and the file's tokens_xxh64 attribute, and that every id
+  // is below vocab_size(); throws GateFailure (exit 3, like `cairn-reshard verify`) naming the shard
+  // file, the document and token of a bad id, and the expected and computed checksums.
+  // Thread-safe; call it once per shard, e.g. from a loader's prefetch thread on first touch.
+  void verify_shard(size_t i, const Shard& sh) const;
+  void verify_shard(size_t i) const;  // opens the shard itself
+  // verify_shard for shards i = first, first+stride, ... on `threads` threads (MPI ranks pass
+  // first = rank, stride = size and agree on the outcome); rethrows the first failure.
+  void verify_shards(int threads, size_t first = 0, size_t stride = 1) const;
+
  private:
   std::string dir_;
   nlohmann::json index_;
@@ -123,6 +136,15 @@ bool existing_shard_matches(const std::string& path, const std::string& plan_has
 
 // xxHash64 (seed 0) of tokens as stored: little-endian uint16 or uint32 values.
 uint64_t hash_tokens(const uint32_t* tokens, size_t n, bool as_uint16);
+
+// What a single pass over a shard's stored tokens computes: xxh64 (as in index.json) and the first
+// token whose id is >= `vocab_size` (UINT64_MAX when none).
+struct TokenScan {
+  uint64_t xxh64 = 0;
+  uint64_t first_bad = UINT64_MAX;
+  uint32_t first_bad_id = 0;
+};
+TokenScan scan_shard_tokens(const Shard& sh, uint32_t vocab_size);
 
 // cairn-train's sample numbering, shared with cairn-eval so both score the same tokens: windows of T+1
 // tokens at stride T, shard by shard (T inputs, T targets shifted by one), and a validation tail of

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cairn/config.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/h5.h"
@@ -73,21 +74,39 @@ std::string check_dir(const std::string& dir, bool verify) {
   try {
     j = json::parse(read_file(done));
   } catch (const std::exception& e) {
-    return std::string("DONE marker unreadable: ") + e.what();
+    // nlohmann's message without its "[json.exception.parse_error.101] " prefix and echo of the text.
+    std::string w = e.what();
+    if (auto p = w.find("] "); w.rfind("[json.exception", 0) == 0 && p != std::string::npos) w = w.substr(p + 2);
+    if (auto p = w.find("; last read:"); p != std::string::npos) w = w.substr(0, p);
+    return "malformed DONE marker \"" + done + "\": " + w;
   }
-  if (!j.contains("files") || !j["files"].is_object()) return "DONE marker lists no files";
-  for (auto& [name, info] : j["files"].items()) {
-    std::string p = join_path(dir, name);
-    std::error_code ec;
-    auto size = fs::file_size(p, ec);
-    if (ec) return name + " is missing";
-    if (size != info.value("bytes", uint64_t{0})) {
-      return strprintf("%s has %llu bytes, DONE says %llu", name.c_str(), static_cast<unsigned long long>(size),
-                       static_cast<unsigned long long>(info.value("bytes", uint64_t{0})));
+  // A malformed DONE (wrong types, missing keys) makes the checkpoint incomplete, with the reason,
+  // so `--resume auto` falls back to the previous one instead of aborting.
+  try {
+    JsonFields f(j, done, "DONE marker");
+    f.u64("step");
+    JsonFields files = f.object("files");
+    if (files.raw().empty()) return "DONE marker lists no files";
+    for (auto& [name, info] : files.raw().items()) {
+      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+        files.fail(name, "a file name inside the checkpoint directory");
+      JsonFields fi = files.nested(info, name);
+      const uint64_t bytes = fi.u64("bytes");
+      const std::string want_hash = fi.str("xxh64");
+      std::string p = join_path(dir, name);
+      std::error_code ec;
+      auto size = fs::file_size(p, ec);
+      if (ec) return name + " is missing";
+      if (size != bytes) {
+        return strprintf("%s has %llu bytes, DONE says %llu", name.c_str(), static_cast<unsigned long long>(size),
+                         static_cast<unsigned long long>(bytes));
+      }
+      if (verify && hex64(file_xxh64(p)) != want_hash) {
+        return name + " checksum mismatch (corrupt)";
+      }
     }
-    if (verify && hex64(file_xxh64(p)) != info.value("xxh64", std::string())) {
-      return name + " checksum mismatch (corrupt)";
-    }
+  } catch (const Error& e) {
+    return e.what();
   }
   return "";
 }
@@ -303,7 +322,9 @@ std::vector<std::string> prune(const std::string& root, int keep_last, int64_t k
       continue;
     }
     int64_t step = de.is_directory() ? parse_step_dir(n) : -1;
-    if (step >= 0 && path_exists(join_path(de.path().string(), kDone))) complete.emplace_back(step, de.path().string());
+    // Complete = a DONE that parses and matches the files (a malformed DONE must not count, or it
+    // could get the last good checkpoint pruned).
+    if (step >= 0 && check_dir(de.path().string(), false).empty()) complete.emplace_back(step, de.path().string());
   }
   std::sort(complete.begin(), complete.end());
   int n = static_cast<int>(complete.size());

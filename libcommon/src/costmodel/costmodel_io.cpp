@@ -31,11 +31,6 @@ int collective_index(const std::string& name) {
   return -1;
 }
 
-double number(const json& t, const char* key, const std::string& where) {
-  if (!t.contains(key) || !t[key].is_number())
-    throw UsageError(where + ": missing number \"" + key + "\"");
-  return t[key].get<double>();
-}
 }  // namespace
 
 ModelSpec model_from_config(const Config& cfg) {
@@ -66,18 +61,24 @@ void apply_fabric(Cluster& c, const std::string& path) {
   } catch (const std::exception& e) {
     throw UsageError(file_message("cannot parse", path, e.what()));
   }
-  int rpn = 0;
-  if (f.contains("fabric") && f["fabric"].is_object() && f["fabric"].contains("ranks_per_node") &&
-      f["fabric"]["ranks_per_node"].is_number())
-    rpn = f["fabric"]["ranks_per_node"].get<int>();
+  // Every figure is read through JsonFields: wrong types, non-finite or negative numbers are
+  // errors naming the file and key (exit 2), never a raw library message or a `nan` plan.
+  JsonFields top(f, path, "fabric file");
+  int rpn = 0, nodes = 1;
+  if (top.has("fabric")) {
+    JsonFields fab = top.object("fabric");
+    rpn = static_cast<int>(fab.i64_or("ranks_per_node", 0, 0, 1 << 20));
+    nodes = static_cast<int>(fab.i64_or("nodes", 1, 1, 1 << 24));
+  }
   int found = 0;
   for (const char* tier_name : {"intra", "inter", "world"}) {
-    if (!f.contains(tier_name) || !f[tier_name].is_object()) continue;
+    if (!top.has(tier_name)) continue;
+    JsonFields tier_fields = top.object(tier_name);
     const std::string tn = tier_name;
     // "world" spans nodes when the sweep ran on several; use it for the inter tier if no inter fit.
     Tier* tier = tn == "intra" ? &c.intra : &c.inter;
     if (tn == "world") {
-      const bool multi_node = f.contains("fabric") && f["fabric"].value("nodes", 1) > 1;
+      const bool multi_node = nodes > 1;
       if (!multi_node) tier = &c.intra;
       bool have = false;
       for (const auto& x : tier->fitted) have |= x.valid;
@@ -86,12 +87,12 @@ void apply_fabric(Cluster& c, const std::string& path) {
     for (auto it = f[tier_name].begin(); it != f[tier_name].end(); ++it) {
       const int idx = collective_index(it.key());
       if (idx < 0 || !it.value().is_object()) continue;
-      const std::string where = "\"" + path + "\" [" + tn + "." + it.key() + "]";
+      JsonFields fit_fields = tier_fields.nested(it.value(), it.key());
       Tier::Fit fit;
-      fit.alpha_us = number(it.value(), "alpha_us", where);
-      fit.busbw_gbps = number(it.value(), "busbw_gbps", where);
-      if (!(fit.busbw_gbps > 0)) throw UsageError(where + ": busbw_gbps must be positive");
-      fit.ranks = it.value().value("ranks", 2);
+      fit.alpha_us = fit_fields.number("alpha_us", 0, 1e300);
+      fit.busbw_gbps = fit_fields.number("busbw_gbps", 0, 1e300);
+      if (!(fit.busbw_gbps > 0)) fit_fields.fail("busbw_gbps", "a positive number");
+      fit.ranks = static_cast<int>(fit_fields.i64_or("ranks", 2, 1, 1 << 24));
       fit.valid = true;
       tier->fitted[size_t(idx)] = fit;
       // The inter fit is driven by the ranks of each node in that communicator (1 for a cross-node

@@ -4,7 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <set>
+#include <thread>
 #include <xxhash.h>
 
 #include "cairn/config.h"
@@ -176,12 +180,6 @@ class H5Shard final : public Shard {
   const void* data_ = nullptr;
 };
 
-uint64_t json_u64(const json& j, const char* key, const std::string& path) {
-  if (!j.contains(key) || !j[key].is_number_unsigned())
-    throw UsageError(file_message("malformed dataset index", path, std::string("missing or bad \"") + key + "\""));
-  return j[key].get<uint64_t>();
-}
-
 }  // namespace
 
 std::unique_ptr<Shard> open_shard(const std::string& path) { return std::make_unique<H5Shard>(path); }
@@ -195,30 +193,45 @@ Dataset Dataset::open(const std::string& dir) {
   ds.dir_ = dir;
   try {
     ds.index_ = json::parse(read_file(path));
-  } catch (const json::parse_error& e) {
-    throw UsageError(file_message("malformed dataset index", path, e.what()));
+  } catch (const json::exception& e) {
+    // nlohmann's message without its "[json.exception.parse_error.101] " prefix or the echo of the
+    // text it last read (which can be kilobytes of provenance).
+    std::string w = e.what();
+    if (auto p = w.find("] "); w.rfind("[json.exception", 0) == 0 && p != std::string::npos) w = w.substr(p + 2);
+    if (auto p = w.find("; last read:"); p != std::string::npos) w = w.substr(0, p);
+    throw UsageError(file_message("malformed dataset index", path, "invalid JSON: " + w));
   }
-  const json& ix = ds.index_;
-  if (!ix.is_object() || !ix.contains("shards") || !ix["shards"].is_array())
-    throw UsageError(file_message("malformed dataset index", path, "no \"shards\" array"));
-  if (ix.value("format_version", 0) != kFormatVersion)
-    throw UsageError(file_message("malformed dataset index", path,
-                                  strprintf("format_version %d (this cairn reads %d)", ix.value("format_version", 0),
-                                            kFormatVersion)));
-  json_u64(ix, "vocab_size", path);
-  json_u64(ix, "eot_id", path);
-  size_t i = 0;
-  for (const json& s : ix["shards"]) {
+  // Every key through JsonFields: a wrong type or range is a UsageError naming the file and key.
+  JsonFields ix(ds.index_, path, "dataset index");
+  if (ix.has("format") && ix.str("format") != "cairn-shards") ix.fail("format", "\"cairn-shards\"");
+  if (ix.i64("format_version", INT64_MIN, INT64_MAX) != kFormatVersion)
+    ix.fail("format_version", strprintf("%d (the format this cairn reads)", kFormatVersion));
+  const uint64_t vocab = ix.u64("vocab_size", UINT32_MAX);
+  if (vocab == 0) ix.fail("vocab_size", "a positive integer");
+  ix.u64("eot_id", vocab - 1);
+  if (ix.has("seed")) ix.i64("seed", -1, INT64_MAX);
+  ix.boolean_or("split_docs", false);
+  for (const char* k : {"total_tokens", "total_documents", "total_bytes", "skipped_records"}) ix.u64_or(k, 0);
+  if (ix.has("tokenizer") && !ix.raw()["tokenizer"].is_string()) {
+    JsonFields tok = ix.object("tokenizer");
+    tok.str_or("id", "");
+    tok.str_or("type", "");
+  }
+  const json& list = ix.array("shards", true);
+  std::set<std::string> seen;
+  for (size_t i = 0; i < list.size(); ++i) {
+    JsonFields s = ix.nested(list[i], strprintf("shards[%zu]", i));
     ShardInfo info;
-    std::string where = path + " shard " + std::to_string(i++);
-    if (!s.is_object() || !s.contains("file") || !s["file"].is_string())
-      throw UsageError(file_message("malformed dataset index", where, "no \"file\""));
-    info.file = s["file"].get<std::string>();
-    info.tokens = json_u64(s, "tokens", where);
-    info.documents = json_u64(s, "documents", where);
-    if (!s.contains("xxh64") || !s["xxh64"].is_string())
-      throw UsageError(file_message("malformed dataset index", where, "no \"xxh64\""));
-    info.xxh64 = parse_hex64(s["xxh64"].get<std::string>());
+    info.file = s.str("file");
+    if (info.file.empty() || info.file[0] == '/' || info.file.find("..") != std::string::npos)
+      s.fail("file", "a file name inside the dataset directory");
+    if (!seen.insert(info.file).second) s.fail("file", "a file not listed twice");
+    info.tokens = s.u64("tokens");
+    info.documents = s.u64("documents", info.tokens);
+    std::string hx = s.str("xxh64");
+    if (hx.size() != 16 || hx.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+      s.fail("xxh64", "16 hex digits");
+    info.xxh64 = parse_hex64(hx);
     ds.shards_.push_back(info);
   }
   return ds;
@@ -247,7 +260,133 @@ std::string Dataset::tokenizer_id() const {
   if (it->is_string()) return it->get<std::string>();
   return it->value("id", "");
 }
-std::unique_ptr<Shard> Dataset::shard(size_t i) const { return open_shard(shard_path(i)); }
+std::unique_ptr<Shard> Dataset::shard(size_t i) const {
+  try {
+    return open_shard(shard_path(i));
+  } catch (const Error& e) {
+    // A shard index.json lists that cannot be opened (missing, not HDF5, truncated): the dataset
+    // fails verify (exit 3), like a checksum mismatch.
+    if (e.code() != kExitRuntime) throw;
+    throw GateFailure(std::string(e.what()) + " (a shard listed in " + join_path(dir_, "index.json") +
+                      "; cairn-reshard verify " + dir_ + " lists every problem)");
+  }
+}
+
+TokenScan scan_shard_tokens(const Shard& sh, uint32_t vocab_size) {
+  TokenScan r;
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  const uint64_t n = sh.num_tokens(), step = 1 << 18;  // chunks stay in cache between hash and id scan
+  const int w = sh.token_width();
+  // uint16 storage cannot hold a bad id when the vocabulary has every uint16 value.
+  const bool check_ids = !(w == 2 && vocab_size >= 65536);
+  auto scan = [&](auto* p, uint64_t c, uint64_t base) {
+    if (!check_ids || r.first_bad != UINT64_MAX) return;
+    uint32_t mx = 0;
+    for (uint64_t k = 0; k < c; ++k) mx = std::max<uint32_t>(mx, p[k]);
+    if (mx < vocab_size) return;
+    for (uint64_t k = 0; k < c; ++k)
+      if (p[k] >= vocab_size) {
+        r.first_bad = base + k;
+        r.first_bad_id = p[k];
+        return;
+      }
+  };
+  if (const void* m = sh.mapped_tokens()) {
+    for (uint64_t o = 0; o < n; o += step) {
+      uint64_t c = std::min(step, n - o);
+      const char* p = static_cast<const char*>(m) + o * w;
+      XXH64_update(st, p, c * w);
+      if (w == 2) scan(reinterpret_cast<const uint16_t*>(p), c, o);
+      else scan(reinterpret_cast<const uint32_t*>(p), c, o);
+    }
+  } else {
+    std::vector<uint32_t> buf;
+    std::vector<uint16_t> narrow;
+    for (uint64_t o = 0; o < n; o += step) {
+      uint64_t c = std::min(step, n - o);
+      buf.resize(c);
+      sh.read_tokens(o, c, buf.data());
+      if (w == 2) {
+        narrow.assign(buf.begin(), buf.end());
+        XXH64_update(st, narrow.data(), c * 2);
+      } else {
+        XXH64_update(st, buf.data(), c * 4);
+      }
+      scan(buf.data(), c, o);
+    }
+  }
+  r.xxh64 = XXH64_digest(st);
+  XXH64_freeState(st);
+  return r;
+}
+
+void Dataset::verify_shard(size_t i, const Shard& sh) const {
+  const ShardInfo& info = shards_.at(i);
+  const std::string path = shard_path(i);
+  const std::string hint = " (cairn-reshard verify " + dir_ + " lists every problem)";
+  if (sh.num_tokens() != info.tokens || sh.num_documents() != info.documents)
+    throw GateFailure(file_message("corrupt dataset shard", path,
+                                   strprintf("has %llu tokens / %llu documents, index.json says %llu / %llu",
+                                             static_cast<unsigned long long>(sh.num_tokens()),
+                                             static_cast<unsigned long long>(sh.num_documents()),
+                                             static_cast<unsigned long long>(info.tokens),
+                                             static_cast<unsigned long long>(info.documents)) + hint));
+  const TokenScan r = scan_shard_tokens(sh, vocab_size());
+  if (r.xxh64 != info.xxh64)
+    throw GateFailure(file_message("corrupt dataset shard", path,
+                                   "tokens hash to xxh64 " + hex64(r.xxh64) + " but index.json says " +
+                                       hex64(info.xxh64) + hint));
+  json a = sh.attributes();
+  if (a.contains("tokens_xxh64") && (!a["tokens_xxh64"].is_number_unsigned() || a["tokens_xxh64"].get<uint64_t>() != r.xxh64))
+    throw GateFailure(file_message("corrupt dataset shard", path,
+                                   "tokens hash to xxh64 " + hex64(r.xxh64) +
+                                       " but the file's tokens_xxh64 attribute differs" + hint));
+  if (r.first_bad != UINT64_MAX) {
+    uint64_t d = 0, lo = 0, hi = sh.num_documents();
+    while (lo < hi) {  // the document holding token first_bad: first d with doc_end(d) > first_bad
+      uint64_t mid = lo + (hi - lo) / 2;
+      if (sh.doc_end(mid) > r.first_bad) hi = mid;
+      else lo = mid + 1;
+    }
+    d = lo;
+    throw GateFailure(file_message("bad token in dataset shard", path,
+                                   strprintf("document %llu, token %llu: id %u is not below the vocabulary size %u",
+                                             static_cast<unsigned long long>(d),
+                                             static_cast<unsigned long long>(r.first_bad), r.first_bad_id,
+                                             vocab_size()) + hint));
+  }
+}
+
+void Dataset::verify_shard(size_t i) const { verify_shard(i, *shard(i)); }
+
+void Dataset::verify_shards(int threads, size_t first, size_t stride) const {
+  if (stride == 0) stride = 1;
+  std::vector<size_t> todo;
+  for (size_t i = first; i < num_shards(); i += stride) todo.push_back(i);
+  std::atomic<size_t> next{0};
+  std::mutex m;
+  std::exception_ptr err;
+  size_t err_index = SIZE_MAX;
+  auto work = [&]() {
+    for (;;) {
+      size_t k = next.fetch_add(1);
+      if (k >= todo.size()) return;
+      try {
+        verify_shard(todo[k]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(m);
+        if (todo[k] < err_index) err = std::current_exception(), err_index = todo[k];  // the lowest shard: deterministic
+      }
+    }
+  };
+  const int n = std::max(1, std::min<int>(threads, static_cast<int>(todo.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (err) std::rethrow_exception(err);
+}
 
 bool existing_shard_matches(const std::string& path, const std::string& plan_hash, ShardInfo& info) {
   if (!path_exists(path)) return false;
@@ -256,28 +395,9 @@ bool existing_shard_matches(const std::string& path, const std::string& plan_has
     json a = sh->attributes();
     if (a.value("plan_hash", "") != plan_hash || a.value("format_version", 0) != kFormatVersion) return false;
     if (!a.contains("tokens_xxh64")) return false;
-    std::vector<uint32_t> buf;
-    XXH64_state_t* st = XXH64_createState();
-    XXH64_reset(st, 0);
-    const uint64_t n = sh->num_tokens(), step = 1 << 20;
-    if (const void* m = sh->mapped_tokens()) {
-      XXH64_update(st, m, n * sh->token_width());
-    } else {
-      for (uint64_t o = 0; o < n; o += step) {
-        uint64_t c = std::min(step, n - o);
-        buf.resize(c);
-        sh->read_tokens(o, c, buf.data());
-        if (sh->token_width() == 2) {
-          std::vector<uint16_t> narrow(buf.begin(), buf.end());
-          XXH64_update(st, narrow.data(), c * 2);
-        } else {
-          XXH64_update(st, buf.data(), c * 4);
-        }
-      }
-    }
-    uint64_t h = XXH64_digest(st);
-    XXH64_freeState(st);
-    if (h != a["tokens_xxh64"].get<uint64_t>()) return false;
+    const uint64_t n = sh->num_tokens();
+    const uint64_t h = scan_shard_tokens(*sh, UINT32_MAX).xxh64;
+    if (!a["tokens_xxh64"].is_number_unsigned() || h != a["tokens_xxh64"].get<uint64_t>()) return false;
     info.tokens = n;
     info.documents = sh->num_documents();
     info.xxh64 = h;
