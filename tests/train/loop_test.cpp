@@ -3,15 +3,18 @@
 #define BOOST_TEST_MODULE train_loop
 #include <boost/test/unit_test.hpp>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "cairn/checkpoint.h"
 #include "cairn/error.h"
+#include "cairn/gpt.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "fixture.h"
@@ -193,6 +196,196 @@ BOOST_AUTO_TEST_CASE(trace_steps_are_one_based_half_open) {
   BOOST_TEST(validations == 1);  // after step 4 (val_every = 4), inside the range
   BOOST_TEST(j["otherData"]["first_step"] == 3);
   BOOST_TEST(j["otherData"]["last_step"] == 4);
+}
+
+// ---------------------------------------------------------------- stop signals at any moment
+// Real signals (raise) at points the trainer reports through TrainHooks::at: no timers. A signal raised on one rank
+// only must stop every rank (the stop decision is collective).
+
+static bool exists_any_checkpoint(const std::string& run) {
+  return !checkpoint::list(run + "/train/ckpt", false).empty();
+}
+
+BOOST_AUTO_TEST_CASE(signal_during_setup_exits_75_with_nothing_saved) {
+  for (int sig : {SIGTERM, SIGUSR1}) {
+    const std::string run = scratch() + "/sig_setup_" + std::to_string(sig);
+    TrainHooks h;
+    h.at = [sig](const std::string& point, int64_t) {
+      if (point == "setup" && mpi::rank() == mpi::size() - 1) raise(sig);  // the last rank only
+    };
+    TrainResult r = run_train(small_config(run), h);
+    BOOST_TEST(r.exit_code == kExitRequeue);
+    BOOST_TEST(r.final_step == 0);
+    BOOST_TEST(r.steps.empty());
+    BOOST_TEST(stop_signal() == 0);  // acted on, cleared
+    mpi::barrier();
+    BOOST_TEST(!exists_any_checkpoint(run));
+    BOOST_TEST(fs::exists(run + "/train/STOPPED"));
+    BOOST_TEST(!fs::exists(run + "/train/FINISHED"));
+    // The requeued run starts from scratch and finishes; STOPPED is gone.
+    TrainResult again = run_train(small_config(run));
+    BOOST_TEST(again.exit_code == 0);
+    BOOST_TEST(again.final_step == 12);
+    mpi::barrier();
+    BOOST_TEST(!fs::exists(run + "/train/STOPPED"));
+    BOOST_TEST(fs::exists(run + "/train/FINISHED"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(signal_mid_run_checkpoints_and_resumes_bitwise) {
+  const std::string base = scratch();
+  TrainResult straight = run_train(small_config(base + "/sig_straight"));
+  TrainHooks h;
+  h.at = [](const std::string& point, int64_t step) {
+    if (point == "step_done" && step == 5 && mpi::rank() == 0) raise(SIGUSR1);
+  };
+  TrainResult first = run_train(small_config(base + "/sig_mid"), h);
+  BOOST_TEST(first.exit_code == kExitRequeue);
+  BOOST_TEST(first.final_step == 5);
+  mpi::barrier();
+  BOOST_TEST(fs::exists(base + "/sig_mid/train/ckpt/step_00000005/DONE"));
+  BOOST_TEST(fs::exists(base + "/sig_mid/train/STOPPED"));
+  TrainResult second = run_train(small_config(base + "/sig_mid"));
+  BOOST_TEST(second.exit_code == 0);
+  BOOST_REQUIRE_EQUAL(second.losses.size(), 7u);
+  for (size_t i = 0; i < 7; ++i) BOOST_TEST(second.losses[i] == straight.losses[5 + i]);
+  if (mpi::rank() == 0)
+    BOOST_TEST(std::memcmp(second.params.data(), straight.params.data(), 4 * straight.params.size()) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(signal_at_the_end_lets_the_run_finish) {
+  for (const char* where : {"step_done", "final_checkpoint", "end"}) {
+    const std::string run = scratch() + "/sig_end_" + where;
+    TrainHooks h;
+    h.at = [where](const std::string& point, int64_t step) {
+      if (point == where && (point != "step_done" || step == 12) && mpi::rank() == 0) raise(SIGTERM);
+    };
+    TrainResult r = run_train(small_config(run), h);
+    BOOST_TEST(r.exit_code == 0, where);
+    BOOST_TEST(r.final_step == 12);
+    BOOST_TEST(stop_signal() == 0);
+    mpi::barrier();
+    BOOST_TEST(fs::exists(run + "/train/FINISHED"), where);
+    BOOST_TEST(fs::exists(run + "/train/ckpt/step_00000012/DONE"));
+    BOOST_TEST(!fs::exists(run + "/train/STOPPED"));
+  }
+}
+
+// ---------------------------------------------------------------- FINISHED means a usable model
+
+static nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+BOOST_AUTO_TEST_CASE(extending_a_finished_run_removes_finished) {
+  const std::string run = scratch() + "/extend";
+  BOOST_TEST(run_train(small_config(run, {"train.steps=6"})).exit_code == 0);
+  mpi::barrier();
+  BOOST_TEST(fs::exists(run + "/train/FINISHED"));
+  TrainHooks h;
+  auto seen = std::make_shared<int>(-1);
+  h.at = [run, seen](const std::string& point, int64_t) {
+    if (point == "first_step") *seen = fs::exists(run + "/train/FINISHED") ? 1 : 0;
+  };
+  h.stop_after_step = 8;
+  TrainResult r = run_train(small_config(run, {"train.steps=12"}), h);
+  BOOST_TEST(r.exit_code == kExitRequeue);
+  BOOST_TEST(*seen == 0);  // gone before the first step of the extension
+  mpi::barrier();
+  BOOST_TEST(!fs::exists(run + "/train/FINISHED"));  // cairn-eval --watch keeps waiting
+  BOOST_TEST(run_train(small_config(run, {"train.steps=12"})).exit_code == 0);
+  mpi::barrier();
+  BOOST_TEST(read_json(run + "/train/FINISHED")["step"] == 12);
+}
+
+// Every step skips from step 4 on, on every pass: the restores all go back to the step-4 checkpoint (written after an
+// accepted step), none is written from the skipping state, and the third restore of it ends the run with an error.
+BOOST_AUTO_TEST_CASE(a_run_that_only_skips_stops_with_an_error) {
+  const std::string run = scratch() + "/dead";
+  TrainHooks h;
+  h.fault = [](int64_t step) { return step >= 4 ? Fault::NanGrad : Fault::None; };
+  BOOST_CHECK_THROW(run_train(small_config(run, {"train.steps=40", "train.checkpoint_every=2",
+                                                  "train.max_consecutive_skips=2"}), h),
+                    RuntimeError);
+  clear_stop_signal();
+  mpi::barrier();
+  std::vector<int64_t> steps;
+  for (const auto& e : checkpoint::list(run + "/train/ckpt", false)) steps.push_back(e.step);
+  BOOST_TEST(steps == (std::vector<int64_t>{2, 4}), boost::test_tools::per_element());
+  BOOST_TEST(!fs::exists(run + "/train/FINISHED"));
+}
+
+// The learning rate that killed a model in the issue: no FINISHED, a non-zero outcome.
+BOOST_AUTO_TEST_CASE(lr_1000_does_not_finish) {
+  const std::string run = scratch() + "/lr1000";
+  bool failed = false;
+  try {
+    TrainResult r = run_train(small_config(run, {"train.steps=60", "train.lr=1000", "train.checkpoint_every=5",
+                                                 "train.spike_zscore=6"}));
+    failed = r.exit_code != 0;
+  } catch (const RuntimeError&) {
+    failed = true;
+  }
+  BOOST_TEST(failed);
+  mpi::barrier();
+  BOOST_TEST(!fs::exists(run + "/train/FINISHED"));
+}
+
+// A checkpoint with valid checksums but a NaN in wte: refused at resume, never trained from or named by FINISHED.
+BOOST_AUTO_TEST_CASE(non_finite_checkpoint_is_refused) {
+  const std::string run = scratch() + "/nanckpt";
+  TrainHooks stop;
+  stop.stop_after_step = 4;
+  BOOST_TEST(run_train(small_config(run), stop).exit_code == kExitRequeue);
+  mpi::barrier();
+  const std::string dir = run + "/train/ckpt/step_00000004";
+  if (mpi::rank() == 0) {
+    checkpoint::ModelMeta meta = checkpoint::read_model_meta(dir);
+    auto tensors = gpt::piece_tensors(meta.config, gpt::ShardSpec{});
+    std::vector<float> p(gpt::count_params(meta.config));
+    checkpoint::read_model(dir, tensors, p.data());
+    for (const auto& t : tensors)
+      if (t.name == "wte") p[t.offset + 7] = std::numeric_limits<float>::quiet_NaN();
+    const std::string tmp = run + "/train/ckpt/.tmp_poison";
+    fs::create_directories(tmp);
+    for (const auto& f : fs::directory_iterator(dir))
+      if (f.path().filename() != "DONE" && f.path().filename() != "model.h5") fs::copy(f.path(), tmp + "/" + f.path().filename().string());
+    checkpoint::write_model(tmp + "/model.h5", meta, tensors, p.data());
+    checkpoint::seal(tmp, dir, 4, mpi::size());
+    BOOST_TEST(checkpoint::check_dir(dir).empty());  // checksums valid
+  }
+  mpi::barrier();
+  BOOST_CHECK_THROW(run_train(small_config(run)), RuntimeError);
+  mpi::barrier();
+  BOOST_TEST(!fs::exists(run + "/train/FINISHED"));
+}
+
+// ---------------------------------------------------------------- rollback
+
+// --resume step_4 (with a new lr) after a 12-step run, stopped at step 6, then --resume auto: continues the new line
+// (step 6), never the abandoned run's step 8 or 12, which were retired.
+BOOST_AUTO_TEST_CASE(rollback_retires_the_abandoned_checkpoints) {
+  const std::string run = scratch() + "/rollback";
+  BOOST_TEST(run_train(small_config(run, {"train.checkpoint_every=4"})).exit_code == 0);
+  mpi::barrier();
+  TrainHooks stop;
+  stop.stop_after_step = 6;
+  TrainResult rb = run_train(small_config(run, {"train.checkpoint_every=4", "train.lr=0.001",
+                                                "train.resume=\"" + run + "/train/ckpt/step_00000004\""}),
+                             stop);
+  BOOST_TEST(rb.exit_code == kExitRequeue);
+  BOOST_TEST(rb.steps.front() == 5);
+  mpi::barrier();
+  std::vector<int64_t> steps;
+  for (const auto& e : checkpoint::list(run + "/train/ckpt", false)) steps.push_back(e.step);
+  BOOST_TEST(steps == (std::vector<int64_t>{4, 6}), boost::test_tools::per_element());
+  BOOST_TEST(fs::exists(run + "/train/retired"));
+  BOOST_TEST(!fs::exists(run + "/train/FINISHED"));
+  TrainResult after = run_train(small_config(run, {"train.checkpoint_every=4", "train.lr=0.001"}));
+  BOOST_TEST(after.exit_code == 0);
+  BOOST_REQUIRE(!after.steps.empty());
+  BOOST_TEST(after.steps.front() == 7);
 }
 
 BOOST_AUTO_TEST_CASE(cleanup) {

@@ -8,11 +8,15 @@
 #include "trainer.h"
 
 int main(int argc, char** argv) {
+  // First of all: a SIGTERM/SIGUSR1 (Slurm's preemption warning) during start-up must not kill us (exit 143/138,
+  // the job then neither checkpoints nor requeues); the trainer acts on it before the first step.
+  cairn::train::install_stop_handlers();
   return cairn::run_tool("cairn-train", argc, argv, [&]() -> int {
     CLI::App app{"cairn-train: GPT training on cairn shards in the [parallel] layout cairn-plan proposes (data,\n"
                  "tensor, sequence and pipeline parallelism, ZeRO 0-3; CPU kernels or CUDA).\n"
-                 "Exit codes: 0 done, 1 runtime failure, 2 config/input error, 75 stopped by SIGTERM/SIGUSR1\n"
-                 "after writing a checkpoint (requeue and rerun to continue)."};
+                 "Exit codes: 0 done (FINISHED written: a usable model), 1 runtime failure (also a run that\n"
+                 "cannot make progress), 2 config/input error, 75 stopped by SIGTERM/SIGUSR1 after writing a\n"
+                 "checkpoint, or before the first step with nothing to save (requeue and rerun to continue)."};
     cairn::CommonOptions opts;
     cairn::add_common_options(app, opts);
     std::string resume, trace_steps, data, backend;
@@ -25,6 +29,7 @@ int main(int argc, char** argv) {
     app.add_option("--backend", backend, "kernel backend (sets [train] backend)");
     app.add_option("--threads", threads, "OpenMP threads per rank (sets [train] threads)");
     cairn::parse_cli(app, argc, argv);
+    if (!opts.print_config) cairn::train::test_pause("startup");
     // MPI starts after the command line: --help and --version return without starting Open MPI's helpers.
     cairn::mpi::Session session(&argc, &argv);
 
@@ -38,6 +43,7 @@ int main(int argc, char** argv) {
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
     cairn::train::TrainResult r = cairn::train::run_train(cfg);
+    cairn::train::test_pause("exit");
     if (cairn::mpi::rank() == 0 && !opts.json_path.empty()) {
       int skipped = 0;
       for (int s : r.skipped) skipped += s;

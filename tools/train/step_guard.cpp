@@ -40,12 +40,30 @@ SpikeWindow SpikeWindow::from_json(const nlohmann::json& j) {
   return w;
 }
 
+// Calibrated on healthy curves (tools/train/README.md, "Spike rule"): a step's loss is close to normal around the
+// window, its gradient norm is heavy-tailed (healthy steps reach 11 sigma and 4x the window mean on small batches).
+// So the loss is judged by its z-score; the gradient norm by the z-score of its logarithm and, as published
+// gradient-norm spikes are an order of magnitude or more, only from kNormSpikeRatio x the window mean on.
+constexpr double kNormSpikeRatio = 10.0;
+
+static double log_zscore(const std::deque<double>& w, double x) {
+  std::deque<double> logs;
+  for (double v : w) logs.push_back(std::log(std::max(v, 1e-30)));
+  return SpikeWindow::zscore(logs, std::log(std::max(x, 1e-30)));
+}
+
 std::string skip_reason(const Settings& s, const SpikeWindow& window, float loss, double norm) {
   if (!std::isfinite(loss) || !std::isfinite(norm)) return "non-finite loss or gradient";
   if (s.spike_z > 0 && static_cast<int>(window.loss.size()) >= s.spike_min_steps) {
-    double zl = SpikeWindow::zscore(window.loss, loss), zn = SpikeWindow::zscore(window.norm, norm);
+    const double zl = SpikeWindow::zscore(window.loss, loss);
     if (zl > s.spike_z) return strprintf("loss spike (z = %.1f)", zl);
-    if (zn > s.spike_z) return strprintf("gradient-norm spike (z = %.1f)", zn);
+    double mean = 0;
+    for (double v : window.norm) mean += v;
+    mean /= static_cast<double>(std::max<size_t>(window.norm.size(), 1));
+    if (norm > kNormSpikeRatio * mean) {
+      const double zn = log_zscore(window.norm, norm);
+      if (zn > s.spike_z) return strprintf("gradient-norm spike (%.1fx the window mean, z of log = %.1f)", norm / mean, zn);
+    }
   }
   return "";
 }

@@ -3,10 +3,15 @@
 #include "trainer.h"
 
 #include <signal.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
+#include <filesystem>
 #include <limits>
 #include <memory>
 
@@ -41,7 +46,8 @@ namespace cairn::train {
 namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;
-void on_stop_signal(int sig) { g_stop_signal = sig; }
+bool g_handlers_installed = false;
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 class Trainer {
  public:
@@ -58,6 +64,11 @@ class Trainer {
   void init_or_resume();
   void load_checkpoint(const std::string& dir);
   void write_checkpoint();
+  bool params_finite() const;        // collective: every parameter of the model is finite
+  void retire_newer_checkpoints();  // after an explicit --resume DIR: the checkpoints it diverges from
+  void hook(const char* point, int64_t step) {
+    if (hooks_.at) hooks_.at(point, step);
+  }
 
   // One step: the pipeline schedule's forward and backward passes over this rank's chunks.
   void train_step(StepTimes& tm, float& loss, double& norm_sq, Fault fault);
@@ -97,6 +108,7 @@ class Trainer {
   double validate();
   int val_micro_batches() const;
   bool stop_requested();
+  void write_stopped(const char* why);
 
   // NVTX ranges named like the trace phases, so Nsight Systems timelines read like trace.json (GPU only).
   void phase_begin(const char* name) {
@@ -142,6 +154,9 @@ class Trainer {
   StepGuard guard_;
   std::unique_ptr<TrainCheckpoints> checkpoints_;
   std::string last_ckpt_;
+  // Accepted (not skipped) updates since the state of last_ckpt_ (or since initialisation): a checkpoint is never
+  // written from a state that only skipped since the last one, so restores keep counting against that checkpoint.
+  int64_t accepted_since_ckpt_ = 0;
 
   // Observability.
   FlopCounts flops_;
@@ -149,7 +164,6 @@ class Trainer {
   StepTrace trace_;
   double last_cb_time_ = 0;
   double last_fwd_time_ = 0;  // end of the previous per-layer forward trace event (set at each forward's start)
-  struct sigaction old_term_ {}, old_usr1_ {};
 };
 
 // ---------------------------------------------------------------- setup
@@ -370,6 +384,7 @@ void Trainer::init_or_resume() {
   } else {
     load_checkpoint(resume_dir);
     CAIRN_LOG_INFO("resuming from \"%s\" at step %lld", resume_dir.c_str(), static_cast<long long>(progress_.step));
+    retire_newer_checkpoints();
   }
   // ZeRO-2/3: from now on the model borrows its gradient (and ZeRO-3 parameter) memory, its own is freed.
   for (Chunk& ch : chunks_) {
@@ -382,12 +397,70 @@ void Trainer::init_or_resume() {
 
 void Trainer::load_checkpoint(const std::string& dir) {
   checkpoints_->load(dir, progress_, guard_);
+  // Checksums only say the files are what was written: a checkpoint written from a broken model (a NaN in wte)
+  // would make every step skip and every restore return to it.
+  if (!params_finite()) {
+    throw RuntimeError(file_message("cannot resume from", dir,
+                                    "its parameters are not all finite (the files are intact: it was written from a "
+                                    "diverged model); resume from an older checkpoint with --resume DIR"));
+  }
   last_ckpt_ = dir;
+  accepted_since_ckpt_ = 0;
 }
 
 void Trainer::write_checkpoint() {
   last_ckpt_ = checkpoints_->write(progress_, guard_);
+  accepted_since_ckpt_ = 0;
   guard_.restores_since_checkpoint = 0;
+}
+
+bool Trainer::params_finite() const {
+  double sum = 0;
+  for (const Chunk& ch : chunks_) {
+    if (ch.param_shard.data()) sum += backend_->squared_norm(ch.param_shard.data(), ch.shards.count());
+    else if (ch.model->params()) sum += backend_->squared_norm(ch.model->params(), ch.num_params());
+  }
+  int bad = std::isfinite(sum) ? 0 : 1;
+  if (s_.world > 1) bad = mpi::allreduce(bad, MPI_MAX);
+  return bad == 0;
+}
+
+// A rollback (--resume DIR, possibly with new settings) starts a new line of checkpoints at DIR's step: the newer
+// ones in ckpt/ belong to the abandoned run and --resume auto must never pick them after a crash. They move to
+// <run>/train/retired/<UTC time>/ (kept, not deleted).
+void Trainer::retire_newer_checkpoints() {
+  if (s_.resume == "auto" || s_.resume == "none") return;
+  bool ok = true;
+  std::string err;
+  if (s_.rank == 0) try {
+    std::vector<std::string> moved;
+    std::string dest;
+    for (const checkpoint::Entry& e : checkpoint::list(s_.ckpt_dir, false)) {
+      if (e.step <= progress_.step) continue;
+      if (dest.empty()) {
+        char stamp[32];
+        const time_t now = time(nullptr);
+        struct tm t {};
+        gmtime_r(&now, &t);
+        strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &t);
+        dest = join_path(join_path(s_.train_dir, "retired"), stamp);
+        ensure_dir(dest);
+      }
+      const std::string name = std::filesystem::path(e.dir).filename().string();
+      std::filesystem::rename(e.dir, join_path(dest, name));
+      moved.push_back(name);
+    }
+    if (!moved.empty()) {
+      std::string names;
+      for (const std::string& m : moved) names += (names.empty() ? "" : ", ") + m;
+      CAIRN_LOG_WARN("rollback to step %lld: retired the checkpoints of the abandoned run (%s) to \"%s\"",
+                     static_cast<long long>(progress_.step), names.c_str(), dest.c_str());
+    }
+  } catch (const std::exception& e) {
+    ok = false;
+    err = std::string("cannot retire the checkpoints newer than the rollback: ") + e.what();
+  }
+  mpi::agree_or_throw(ok, err, kExitRuntime);
 }
 
 // ---------------------------------------------------------------- one step
@@ -656,6 +729,7 @@ double Trainer::update_or_skip(int64_t step, const std::string& skip_reason, flo
   backend_->synchronize();
   phase_end();
   guard_.accepted(loss, norm, s_);
+  ++accepted_since_ckpt_;
   return gather_s;
 }
 
@@ -746,12 +820,13 @@ void Trainer::start_run() {
   report_->open(cfg_, progress_.step);
   trace_.name_rows();
 
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, &old_term_);
-  sigaction(SIGUSR1, &sa, &old_usr1_);
-  g_stop_signal = 0;
+  // The run continues: an earlier FINISHED (a shorter run extended with --steps, a rollback) or STOPPED no longer
+  // describes it (cairn-eval --watch stops at FINISHED).
+  if (s_.rank == 0) {
+    std::error_code ec;
+    if (progress_.step < s_.steps) std::filesystem::remove(join_path(s_.train_dir, "FINISHED"), ec);
+    std::filesystem::remove(join_path(s_.train_dir, "STOPPED"), ec);
+  }
 
   mpi::barrier();
   trace_.start_clock();
@@ -828,38 +903,73 @@ void Trainer::validate_after(int64_t step) {
   report_->write_val(step, progress_.tokens, vl, widx_.train_windows(), s_.val_rows);
 }
 
+static const char* stop_name() {
+  return g_stop_signal == SIGUSR1 ? "SIGUSR1" : g_stop_signal == SIGTERM ? "SIGTERM" : "test hook";
+}
+
+// <run>/train/STOPPED: the run stopped on a signal with kExitRequeue, for launchers that lose the exit code.
+void Trainer::write_stopped(const char* why) {
+  if (s_.rank != 0) return;
+  json st = {{"exit_code", kExitRequeue}, {"step", progress_.step}, {"signal", stop_name()}, {"reason", why},
+             {"checkpoint", last_ckpt_}, {"provenance", provenance().to_json()}};
+  atomic_write(join_path(s_.train_dir, "STOPPED"), st.dump(1) + "\n");
+}
+
 // Writes the periodic and the final checkpoints, and one on a stop request; true when the run must stop (requeue).
+// Never from a state that only skipped since the last checkpoint: that state is the last checkpoint's model (skips
+// change neither parameters nor optimizer state), and writing it again would hide a run that makes no progress.
 bool Trainer::checkpoint_or_stop(int64_t step) {
   bool stop = stop_requested() && step < s_.steps;
   bool periodic = s_.checkpoint_every > 0 && step % s_.checkpoint_every == 0;
+  bool wrote = false;
   if (stop || periodic || step == s_.steps) {
-    loader_->stop();  // no HDF5 reads while writing
-    write_checkpoint();
-    if (!stop && step < s_.steps) loader_->start(progress_.batch);
+    if (accepted_since_ckpt_ > 0) {
+      loader_->stop();  // no HDF5 reads while writing
+      write_checkpoint();
+      wrote = true;
+      if (!stop && step < s_.steps) loader_->start(progress_.batch);
+    } else if (s_.rank == 0) {
+      CAIRN_LOG_WARN("step %lld: no checkpoint written: every step since %s was skipped", static_cast<long long>(step),
+                     last_ckpt_.empty() ? "the start" : ("\"" + last_ckpt_ + "\"").c_str());
+    }
   }
   if (stop && s_.rank == 0) {
-    CAIRN_LOG_WARN("stop requested (%s): checkpoint written at step %lld; exiting with %d so the job is requeued",
-                   g_stop_signal == SIGUSR1 ? "SIGUSR1" : g_stop_signal == SIGTERM ? "SIGTERM" : "test hook",
+    CAIRN_LOG_WARN("stop requested (%s): %s at step %lld; exiting with %d so the job is requeued", stop_name(),
+                   wrote ? "checkpoint written" : "nothing new to save",
                    static_cast<long long>(progress_.step), kExitRequeue);
   }
+  if (stop) write_stopped("stop signal during the run");
   return stop;
 }
 
+// FINISHED means a usable model: the final checkpoint holds finite parameters that at least one accepted update of
+// this line of training produced (or the resumed checkpoint already did). Otherwise the run fails (exit 1).
 void Trainer::finish_run(int exit_code) {
   loader_->stop();
   if (trace_.has_events()) trace_.flush();
   if (progress_.step >= s_.steps && exit_code == 0) {
     const std::string last = checkpoint::step_dir(s_.ckpt_dir, progress_.step);
-    if (last_ckpt_ != last) write_checkpoint();
+    if (last_ckpt_ != last && accepted_since_ckpt_ > 0) write_checkpoint();
+    hook("final_checkpoint", progress_.step);
+    if (last_ckpt_.empty()) {
+      throw RuntimeError(strprintf("no update of the %lld steps was applied (all skipped: %s); no model to save",
+                                   static_cast<long long>(progress_.step),
+                                   "non-finite or spiking loss / gradient norm"));
+    }
+    if (!params_finite()) {
+      throw RuntimeError(strprintf("the model after step %lld has non-finite parameters; not writing FINISHED",
+                                   static_cast<long long>(progress_.step)));
+    }
     if (s_.rank == 0) {
+      // When the last steps were all skipped, the last checkpoint holds exactly the final model.
       json fin = {{"step", progress_.step}, {"tokens", progress_.tokens}, {"skipped_total", guard_.skipped_total},
-                  {"checkpoint", last}, {"provenance", provenance().to_json()}};
+                  {"checkpoint", last_ckpt_}, {"provenance", provenance().to_json()}};
       atomic_write(join_path(s_.train_dir, "FINISHED"), fin.dump(1) + "\n");
     }
+    result_.finished_checkpoint = last_ckpt_;
   }
   mpi::barrier();  // FINISHED and the last checkpoint exist for every rank once run() returns
-  sigaction(SIGTERM, &old_term_, nullptr);
-  sigaction(SIGUSR1, &old_usr1_, nullptr);
+  if (progress_.step >= s_.steps && exit_code == 0) test_pause("finished");
   result_.exit_code = exit_code;
   result_.final_step = progress_.step;
   result_.params = assemble_params();
@@ -899,11 +1009,26 @@ double Trainer::memory_gib() const {
 }
 
 TrainResult Trainer::run() {
+  install_stop_handlers();  // (main did already; tests call run_train directly)
+  hook("setup", 0);
   setup();
   init_or_resume();
   start_run();
   int exit_code = 0;
-  while (progress_.step < s_.steps) {
+  hook("first_step", progress_.step);
+  test_pause("first_step");
+  // A signal during start-up (or before it: the handlers are installed first thing in main) stops here: nothing
+  // was computed, nothing to save; exit 75 so the job is requeued rather than killed.
+  if (progress_.step < s_.steps && stop_requested()) {
+    if (s_.rank == 0) {
+      CAIRN_LOG_WARN("stop requested (%s) before the first step: nothing to save; exiting with %d so the job is "
+                     "requeued",
+                     stop_name(), kExitRequeue);
+    }
+    write_stopped("stop signal before the first step");
+    exit_code = kExitRequeue;
+  }
+  while (exit_code == 0 && progress_.step < s_.steps) {
     if (run_step()) {
       restore_after_skips();
       continue;
@@ -912,12 +1037,15 @@ TrainResult Trainer::run() {
     validate_after(step);
     report_->flush();
     if (trace_.range_done(step)) trace_.flush();
+    hook("step_done", step);
+    if (step == s_.steps) test_pause("last_step");
     if (checkpoint_or_stop(step)) {
       exit_code = kExitRequeue;
       break;
     }
   }
   finish_run(exit_code);
+  hook("end", progress_.step);
   return result_;
 }
 
@@ -947,7 +1075,40 @@ std::pair<int64_t, int64_t> parse_step_range(const std::string& text) {
   }
 }
 
+void install_stop_handlers() {
+  if (g_handlers_installed) return;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+  g_handlers_installed = true;
+}
+
+int stop_signal() { return g_stop_signal; }
+void clear_stop_signal() { g_stop_signal = 0; }
+
+void test_pause(const char* point) {
+  const char* want = std::getenv("CAIRNTEST_TRAIN_PAUSE");
+  const char* file = std::getenv("CAIRNTEST_TRAIN_PAUSE_FILE");
+  if (!want || !file || std::string(want) != point) return;
+  const std::string marker = strprintf("%s.%d", file, static_cast<int>(getpid()));
+  if (FILE* f = std::fopen(marker.c_str(), "w")) {
+    std::fprintf(f, "%s\n", point);
+    std::fclose(f);
+  }
+  for (int i = 0; i < 12000 && g_stop_signal == 0; ++i) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
 TrainResult run_train(const Config& cfg, const TrainHooks& hooks) {
+  install_stop_handlers();
+  struct Clear {  // the signal was acted on (or came after the last step's check): the next run starts clean
+    ~Clear() { clear_stop_signal(); }
+  } clear;
   Trainer t(cfg, hooks);
   return t.run();
 }

@@ -10,8 +10,10 @@
 
 namespace cairn::train {
 
-// Exit code after SIGTERM/SIGUSR1: the step finished, a checkpoint was written, rerun to continue.
-// slurm/train.sbatch requeues the job when it sees this code (EX_TEMPFAIL).
+// Exit code after SIGTERM/SIGUSR1: the step finished, a checkpoint was written (or, before the first step, there was
+// nothing to save), rerun to continue. slurm/train.sbatch requeues the job when it sees this code (EX_TEMPFAIL).
+// Rank 0 also writes <run>/train/STOPPED ({"exit_code": 75, ...}) so launchers that lose the code (mpirun after
+// SIGTERM exits 1) can recover it (slurm/stages/train.sh).
 constexpr int kExitRequeue = 75;
 
 // Faults a test can inject at a given step (applied on every rank identically).
@@ -20,6 +22,10 @@ enum class Fault { None, NanGrad, NanLoss, LossSpike };
 struct TrainHooks {
   std::function<Fault(int64_t step)> fault;  // step being computed (1-based)
   int64_t stop_after_step = -1;              // behave as if SIGTERM arrived during this step
+  // Called at fixed points of the run (a test may raise(SIGTERM) there): "setup" (handlers installed, nothing read
+  // yet), "first_step" (set up, before the first step), "step_done" (after each step, before its stop check and
+  // checkpoint; step = that step), "final_checkpoint" (the last checkpoint written, FINISHED not yet), "end".
+  std::function<void(const std::string& point, int64_t step)> at;
 };
 
 struct TrainResult {
@@ -31,7 +37,22 @@ struct TrainResult {
   std::vector<double> val_losses;
   std::vector<float> params;        // final parameters (rank 0)
   int restores = 0;                 // checkpoint restores after too many skips
+  std::string finished_checkpoint;  // the checkpoint FINISHED names ("" when the run did not finish)
 };
+
+// SIGTERM/SIGUSR1 handlers that only record the signal (idempotent; they stay installed until the process exits).
+// main() installs them before anything else, so a signal at any moment of start-up or shutdown is seen: before the
+// first step the run exits 75 with nothing to save, during the run it finishes the step and checkpoints (75), after
+// the last step's stop check the run finishes normally (0).
+void install_stop_handlers();
+int stop_signal();        // the last stop signal received (0: none)
+void clear_stop_signal();  // run_train() clears it when it returns (a signal acted on, or one after the last step)
+
+// Test hook for process-level tests: when the environment has CAIRNTEST_TRAIN_PAUSE=<point> (points: "startup" in
+// main before MPI starts, "first_step", "last_step" (after the last step, before its stop check), "finished"
+// (FINISHED written), "exit" (main, before MPI_Finalize)), the process creates ${CAIRNTEST_TRAIN_PAUSE_FILE}.<pid>
+// there and waits (at most 120 s) for a stop signal, so a test signals at a moment it controls, never on a timer.
+void test_pause(const char* point);
 
 // Runs training as configured; called by main() and by tests (MPI must be initialised).
 TrainResult run_train(const Config& cfg, const TrainHooks& hooks = {});
