@@ -6,8 +6,14 @@ cairn_stage_plan() {
   bin=$(cairn_stage_tool plan plan) || return "${CAIRN_MISSING_RC:-1}"
   if [ -f "$fabric" ] && configured=$(cairn_config_value cluster fabric <<<"${CAIRN_PRINTED_CONFIG:-}") \
      && [ -z "$configured" ]; then
-    cairn_log "plan: using this run's measured fabric $fabric"
-    extra=(--set "cluster.fabric=$(cairn_toml_str "$fabric")")
+    # A sweep whose every fit was rejected (a busy machine: time that does not grow with size) writes a fabric
+    # without tier tables; the plan then keeps the cluster file's fabric instead of failing the pipeline.
+    if grep -qE '^\[(intra|inter|world)\.' "$fabric"; then
+      cairn_log "plan: using this run's measured fabric $fabric"
+      extra=(--set "cluster.fabric=$(cairn_toml_str "$fabric")")
+    else
+      cairn_log "plan: warning: $fabric has no usable collective fit (see its 'skipped' list); using the cluster file's fabric"
+    fi
   fi
   cairn_launch_one "$bin" "$@" "${extra[@]}"
 }
