@@ -385,3 +385,136 @@ BOOST_AUTO_TEST_CASE(evaluate_config_for_training_tools) {
   BOOST_TEST(e.mfu > 0);
   BOOST_TEST(e.mfu < 1);
 }
+
+BOOST_AUTO_TEST_CASE(gemm_shape_model_and_measured_table) {
+  Cluster c;
+  c.peak_tflops = 989;
+  c.sm_count = 132;
+  c.gemm_max_efficiency = 0.75;
+  c.kernel_overhead_us = 0;
+  // One full wave of 128 x 256 tiles (132 tiles) vs one tile more: the partial second wave idles SMs.
+  const double full = gemm_efficiency_shape(c, 11 * 256, 12 * 256, 8192);
+  const double spill = gemm_efficiency_shape(c, 11 * 256 + 256, 12 * 256, 8192);
+  BOOST_TEST(full > spill);
+  BOOST_TEST(full <= 0.75 + 1e-12);
+  // A short K (attention's head dimension) pays the tile prologue: well below a long K per FLOP.
+  BOOST_TEST(gemm_efficiency_shape(c, 8192, 8192, 128) < 0.7 * gemm_efficiency_shape(c, 8192, 8192, 8192));
+  // A measured shape corrects the model there and nearby.
+  c.gemm_table_m = {4096};
+  c.gemm_table_n = {4096};
+  c.gemm_table_k = {4096};
+  c.gemm_table_efficiency = {0.5};
+  BOOST_TEST(std::abs(gemm_efficiency_shape(c, 4096, 4096, 4096) - 0.5) < 1e-9);
+  BOOST_TEST(gemm_efficiency_shape(c, 8192, 4096, 4096) < 0.6);
+}
+
+BOOST_AUTO_TEST_CASE(uneven_stages_balance_embedding_and_head) {
+  // Llama 3 405B on 16 stages: 126 layers, the head about 0.7 layers, the embedding almost nothing:
+  // the first and last ranks take 7 layers, the other 14 take 8 (Llama 3 paper, section 3.3.2).
+  const auto s = stage_split(126, 16, 1, 0.05, 0.7);
+  BOOST_REQUIRE(s.size() == 16u);
+  BOOST_TEST(s.front() == 7);
+  BOOST_TEST(s.back() == 7);
+  for (size_t i = 1; i + 1 < s.size(); ++i) BOOST_TEST(s[i] == 8);
+  // Interleaved: pp*v entries in virtual-stage order, every chunk >= 1, summing to the layers.
+  const auto v = stage_split(126, 16, 7, 0.05, 0.7);
+  BOOST_REQUIRE(v.size() == 112u);
+  int sum = 0;
+  for (int n : v) {
+    BOOST_TEST(n >= 1);
+    sum += n;
+  }
+  BOOST_TEST(sum == 126);
+  BOOST_TEST(stage_split(10, 4, 3, 0, 0).empty());  // 12 virtual stages cannot each hold a layer
+  // The model evaluates a layout whose layers do not divide and reports its split.
+  const ModelSpec m = gpt(30, 2048, 16, 2048, 51200);
+  Cluster c;
+  c.nodes = 1;
+  c.gpus_per_node = 4;
+  c.hbm_gib = 1e6;
+  Plan p;
+  p.pp = 4;
+  p.mb = 1;
+  const Evaluation e = evaluate(m, c, p, 16, Assumptions{});
+  BOOST_REQUIRE(e.feasible());
+  BOOST_TEST(e.b.stage_layers.size() == 4u);
+  BOOST_TEST(e.b.layers_max_stage == 8);
+}
+
+BOOST_AUTO_TEST_CASE(selective_recompute_with_sp_saves_what_korthikanti_measured) {
+  // Korthikanti et al. 2022 Table 5, 175B on 64 A100s (TP8 PP8, batch 64): full recompute 18.13 s,
+  // selective recompute + SP 13.75 s, a 24% saving. The model (SP's backward re-gather beside the dgrad
+  // GEMMs included) lands within a few points of it.
+  const Config cfg = load({"configs/models/gpt3-175b.toml", "configs/clusters/dgx-a100-80gb.toml"},
+                          {"cluster.nodes=8", "model.vocab=51200"});
+  const ModelSpec m = model_from_config(cfg);
+  const Cluster c = cluster_from_config(cfg);
+  Plan p;
+  p.dp = 1;
+  p.tp = 8;
+  p.pp = 8;
+  p.mb = 1;
+  p.recompute = Recompute::Full;
+  const Evaluation full = evaluate(m, c, p, 64, assumptions_from_config(cfg));
+  p.recompute = Recompute::Selective;
+  p.sp = true;
+  const Evaluation sel = evaluate(m, c, p, 64, assumptions_from_config(cfg));
+  BOOST_REQUIRE(full.feasible());
+  BOOST_REQUIRE(sel.feasible());
+  const double saving = 1 - sel.step_time_s / full.step_time_s;
+  BOOST_TEST_MESSAGE("selective + SP saves " << 100 * saving << "% (published 24%)");
+  // 27% predicted against 24% measured: each row is within 4% of its published time (bench/plan_accuracy.py);
+  // the model's backward is 2x its forward where Megatron's measured 2.2x.
+  BOOST_TEST(saving > 0.20);
+  BOOST_TEST(saving < 0.28);
+  BOOST_TEST(std::abs(full.step_time_s / 18.13 - 1) < 0.15);  // 10% slow: docs/cost-model.md, section 6
+  // TP overlap hides most of SP's collectives behind the GEMMs.
+  p.tp_overlap = true;
+  const Evaluation ov = evaluate(m, c, p, 64, assumptions_from_config(cfg));
+  BOOST_REQUIRE(ov.feasible());
+  BOOST_TEST(ov.b.tp_comm < 0.5 * sel.b.tp_comm);
+  BOOST_TEST(ov.step_time_s < sel.step_time_s);
+  p.sp = false;
+  BOOST_TEST((evaluate(m, c, p, 64, assumptions_from_config(cfg)).reject == Reject::kTpOverlap));
+}
+
+BOOST_AUTO_TEST_CASE(context_parallelism_splits_the_sequence) {
+  ModelSpec m;
+  m.arch = Arch::Llama;
+  m.layers = 32;
+  m.hidden = 4096;
+  m.heads = 32;
+  m.kv_heads = 8;
+  m.ffn_hidden = 14336;
+  m.seq_len = 65536;
+  m.vocab = 128256;
+  m.tied_embeddings = false;
+  Cluster c;
+  c.nodes = 1;
+  c.gpus_per_node = 8;
+  c.peak_tflops = 989;
+  c.hbm_gib = 1e6;
+  Assumptions a;
+  Plan p;
+  p.tp = 2;
+  p.dp = 4;
+  p.mb = 1;
+  p.zero = 1;
+  p.sp = true;
+  Plan without_flash = p;
+  without_flash.dp = 2;
+  without_flash.cp = 2;
+  BOOST_TEST((evaluate(m, c, without_flash, 8, a).reject == Reject::kCp));  // ring attention needs a fused kernel
+  a.flash_attention = true;
+  const Evaluation no_cp = evaluate(m, c, p, 8, a);
+  Plan q = p;
+  q.dp = 2;
+  q.cp = 2;
+  const Evaluation cp2 = evaluate(m, c, q, 8, a);
+  BOOST_REQUIRE(no_cp.feasible());
+  BOOST_REQUIRE(cp2.feasible());
+  // Half the tokens per rank: half the activations per layer; ring attention costs something.
+  BOOST_TEST(std::abs(cp2.b.act_per_layer / no_cp.b.act_per_layer - 0.5) < 1e-9);
+  BOOST_TEST(cp2.b.cp_comm + cp2.b.overlap_slowdown > 0);
+  BOOST_TEST(plan_string(q).find("cp=2") != std::string::npos);
+}

@@ -104,6 +104,7 @@ std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
     return measure_sgemm(a, b, c, secs);
   };
   std::vector<std::pair<double, double>> points;  // (flops of one call, FLOP/s)
+  std::vector<std::array<double, 4>> measured;      // (m, n, k, FLOP/s) of each shape, for the shape table
   const auto t0 = clk::now();
   for (auto sh : shapes) {
     double fl = 2.0 * double(sh[0]) * double(sh[1]) * double(sh[2]);
@@ -115,6 +116,7 @@ std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
     if (fl > max_flops) continue;
     const double rate = measure(sh[0], sh[1], sh[2], opts.seconds);
     points.emplace_back(fl, rate);
+    measured.push_back({double(sh[0]), double(sh[1]), double(sh[2]), rate});
     CAIRN_LOG_INFO("%s %lld x %lld x %lld: %.2f GFLOP/s", gpu ? "cublas bf16" : "sgemm", (long long)sh[0],
                    (long long)sh[1], (long long)sh[2], rate / 1e9);
   }
@@ -158,6 +160,18 @@ std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
   cluster["gemm_flops"] = xs;
   cluster["gemm_efficiency"] = ys;
   cluster["gemm_max_efficiency"] = *std::max_element(ys.begin(), ys.end());
+  // Every measured shape: the cost model corrects its shape model by these where they are near.
+  json tm = json::array(), tn = json::array(), tk = json::array(), te = json::array();
+  for (const auto& x : measured) {
+    tm.push_back(x[0]);
+    tn.push_back(x[1]);
+    tk.push_back(x[2]);
+    te.push_back(std::min(1.0, std::max(1e-4, x[3] / peak)));
+  }
+  cluster["gemm_table_m"] = tm;
+  cluster["gemm_table_n"] = tn;
+  cluster["gemm_table_k"] = tk;
+  cluster["gemm_table_efficiency"] = te;
   cluster["kernel_overhead_us"] = overhead_us;
   cluster["hbm_gbps"] = stream;
   cluster["hbm_efficiency"] = 1.0;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <functional>
 #include <map>
 
 #include "cairn/cli.h"
@@ -20,16 +21,17 @@ using namespace costmodel;
 namespace {
 
 std::string table(const std::vector<Evaluation>& plans, size_t k) {
-  std::string out = strprintf("%4s %5s %3s %3s %2s %3s %4s %9s %3s %10s %12s %8s %6s %6s %8s\n", "rank", "dp", "tp",
-                              "pp", "v", "mb", "zero", "recompute", "sp", "step_s", "tokens/s", "TFLOP/s", "MFU",
-                              "HFU", "mem_GiB");
+  std::string out = strprintf("%4s %5s %3s %3s %3s %2s %3s %4s %9s %3s %4s %10s %12s %8s %6s %6s %8s\n", "rank", "dp",
+                              "tp", "pp", "cp", "v", "mb", "zero", "recompute", "sp", "tpov", "step_s", "tokens/s",
+                              "TFLOP/s", "MFU", "HFU", "mem_GiB");
   for (size_t i = 0; i < std::min(k, plans.size()); ++i) {
     const Evaluation& e = plans[i];
     if (!e.feasible()) break;
     const Plan& p = e.plan;
-    out += strprintf("%4zu %5d %3d %3d %2d %3d %4d %9s %3s %10.4g %12.0f %8.1f %5.1f%% %5.1f%% %8.2f\n", i + 1, p.dp,
-                     p.tp, p.pp, p.v, p.mb, p.zero, recompute_name(p.recompute), p.sp ? "on" : "off", e.step_time_s,
-                     e.tokens_per_s, e.tflops_per_gpu, 100 * e.mfu, 100 * e.hfu, e.memory_gib);
+    out += strprintf("%4zu %5d %3d %3d %3d %2d %3d %4d %9s %3s %4s %10.4g %12.0f %8.1f %5.1f%% %5.1f%% %8.2f\n", i + 1,
+                     p.dp, p.tp, p.pp, p.cp, p.v, p.mb, p.zero, recompute_name(p.recompute), p.sp ? "on" : "off",
+                     p.tp_overlap ? "on" : "off", e.step_time_s, e.tokens_per_s, e.tflops_per_gpu, 100 * e.mfu,
+                     100 * e.hfu, e.memory_gib);
   }
   return out;
 }
@@ -96,6 +98,8 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
     col_i("zero", [](const Evaluation& e) { return e.plan.zero; });
     col_i("recompute", [](const Evaluation& e) { return int(e.plan.recompute); });
     col_i("sp", [](const Evaluation& e) { return int(e.plan.sp); });
+    col_i("cp", [](const Evaluation& e) { return e.plan.cp; });
+    col_i("tp_overlap", [](const Evaluation& e) { return int(e.plan.tp_overlap); });
     col_i("feasible", [](const Evaluation& e) { return int(e.feasible()); });
     col_i("reject", [](const Evaluation& e) { return int(e.reject); });
     col_i("microbatches", [](const Evaluation& e) { return e.b.microbatches; });
@@ -110,6 +114,8 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
     col_d("time_memory_bound", [](const Evaluation& e) { return e.b.memory_bound; });
     col_d("time_recompute", [](const Evaluation& e) { return e.b.recompute; });
     col_d("time_tp_comm", [](const Evaluation& e) { return e.b.tp_comm; });
+    col_d("time_cp_comm", [](const Evaluation& e) { return e.b.cp_comm; });
+    col_d("time_overlap_slowdown", [](const Evaluation& e) { return e.b.overlap_slowdown; });
     col_d("time_pp_p2p", [](const Evaluation& e) { return e.b.pp_p2p; });
     col_d("time_bubble", [](const Evaluation& e) { return e.b.bubble; });
     col_d("time_dp_comm", [](const Evaluation& e) { return e.b.dp_comm; });
@@ -130,7 +136,12 @@ std::string best_toml(const Evaluation& e) {
   const Plan& p = e.plan;
   json t = {{"parallel",
              {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"v", p.v}, {"mb", p.mb}, {"zero", p.zero},
-              {"recompute", recompute_name(p.recompute)}, {"sp", p.sp ? "on" : "off"}}}};
+              {"recompute", recompute_name(p.recompute)}, {"sp", p.sp ? "on" : "off"}, {"cp", p.cp},
+              {"tp_overlap", p.tp_overlap ? "on" : "off"}}}};
+  // An uneven split (layers not divisible by pp*v) is written out: cairn-train runs exactly this one.
+  const auto& sl = e.b.stage_layers;
+  if (sl.size() > 1 && std::adjacent_find(sl.begin(), sl.end(), std::not_equal_to<int>()) != sl.end())
+    t["parallel"]["stage_layers"] = sl;
   std::string head = strprintf(
       "# Best parallel plan from %s %s at %s: predicted %.4g s/step, %.4g tokens/s, MFU %.1f%%, %.2f GiB/device.\n"
       "# Layer it after the experiment config: cairn-train --config exp.toml --config best.toml\n",
@@ -153,7 +164,10 @@ Plan explain_plan(const Config& cfg, int world) {
   first_int("plan.zero", p.zero);
   if (cfg.has("plan.recompute")) p.recompute = parse_recompute(cfg.get_strings("plan.recompute").front());
   if (cfg.has("plan.sp")) p.sp = cfg.get_strings("plan.sp").front() == "on";
-  if (!cfg.has("plan.dp") && cfg.get_int("parallel.dp") <= 0) p.dp = std::max(1, world / std::max(1, p.tp * p.pp));
+  first_int("plan.cp", p.cp);
+  if (cfg.has("plan.tp_overlap")) p.tp_overlap = cfg.get_strings("plan.tp_overlap").front() == "on";
+  if (!cfg.has("plan.dp") && cfg.get_int("parallel.dp") <= 0)
+    p.dp = std::max(1, world / std::max(1, p.tp * p.pp * p.cp));
   return p;
 }
 

@@ -11,10 +11,12 @@ namespace cairn::plan {
 
 // What the user constrained in [plan] / --plan: empty list = every valid value.
 struct Constraints {
-  std::vector<int64_t> dp, tp, pp, v, mb, zero;
+  std::vector<int64_t> dp, tp, pp, v, mb, zero, cp;
   std::vector<costmodel::Recompute> recompute;
-  std::vector<int> sp;  // 0 off, 1 on
-  int64_t max_mb = 16, max_tp = 0, max_v = 8;
+  std::vector<int> sp;          // 0 off, 1 on
+  std::vector<int> tp_overlap;  // 0 off, 1 on
+  int64_t max_mb = 16, max_tp = 0, max_v = 0, cp_min_seq = 16384;
+  std::vector<int> stage_layers;  // [parallel] stage_layers, applied to plans whose pp*v matches
 };
 Constraints constraints_from_config(const Config& cfg);
 

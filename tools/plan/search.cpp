@@ -29,6 +29,54 @@ bool allowed(const std::vector<int64_t>& list, int64_t x) {
   return list.empty() || std::find(list.begin(), list.end(), x) != list.end();
 }
 
+// Every (v, mb, zero, recompute, sp, tp_overlap) of one (dp, tp, pp, cp) layout. Interleaving is limited
+// only by the layers (one per virtual stage at least); uneven splits are balanced by the cost model.
+void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, int64_t global_batch,
+                   const costmodel::Assumptions& a, const Constraints& k, int64_t dp, int64_t tp, int64_t pp,
+                   int64_t cp, const std::vector<Recompute>& recomputes, const std::vector<int64_t>& zeros,
+                   SearchResult& r) {
+  const int64_t per_rank = global_batch / dp;
+  std::vector<int64_t> vs;
+  if (!k.v.empty())
+    vs = k.v;
+  else
+    for (int64_t v = 1; v * pp <= m.layers && (k.max_v <= 0 || v <= k.max_v); ++v)
+      if (v == 1 || pp > 1) vs.push_back(v);
+  std::vector<int64_t> mbs;
+  for (int64_t mb : divisors(per_rank))
+    if (allowed(k.mb, mb) && (!k.mb.empty() || mb <= k.max_mb)) mbs.push_back(mb);
+  std::vector<int> sps = k.sp;
+  if (sps.empty()) sps = tp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0};
+  for (int64_t v : vs) {
+    for (int64_t mb : mbs) {
+      // The interleaved schedule needs micro-batches divisible by pp: skip what the model would reject.
+      if (v > 1 && k.v.empty() && (per_rank / mb) % pp != 0) continue;
+      for (int64_t zero : zeros) {
+        if (zero >= 2 && pp > 1 && k.zero.empty()) continue;  // the model rejects these: skip unless asked
+        for (Recompute rc : recomputes)
+          for (int sp : sps) {
+            std::vector<int> overlaps = k.tp_overlap;
+            if (overlaps.empty()) overlaps = sp && tp <= c.gpus_per_node ? std::vector<int>{0, 1} : std::vector<int>{0};
+            for (int ov : overlaps) {
+              Plan p;
+              p.dp = int(dp);
+              p.tp = int(tp);
+              p.pp = int(pp);
+              p.cp = int(cp);
+              p.v = int(v);
+              p.mb = int(mb);
+              p.zero = int(zero);
+              p.recompute = rc;
+              p.sp = sp != 0;
+              p.tp_overlap = ov != 0;
+              r.all.push_back(costmodel::evaluate(m, c, p, global_batch, a, false));
+            }
+          }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Constraints constraints_from_config(const Config& cfg) {
@@ -45,10 +93,14 @@ Constraints constraints_from_config(const Config& cfg) {
   ints("plan.v", k.v);
   ints("plan.mb", k.mb);
   ints("plan.zero", k.zero);
+  ints("plan.cp", k.cp);
   if (cfg.has("plan.recompute"))
     for (const auto& s : cfg.get_strings("plan.recompute")) k.recompute.push_back(costmodel::parse_recompute(s));
   if (cfg.has("plan.sp"))
     for (const auto& s : cfg.get_strings("plan.sp")) k.sp.push_back(s == "on" ? 1 : 0);
+  if (cfg.has("plan.tp_overlap"))
+    for (const auto& s : cfg.get_strings("plan.tp_overlap")) k.tp_overlap.push_back(s == "on" ? 1 : 0);
+  k.cp_min_seq = cfg.get_int("plan.cp_min_seq");
   k.max_mb = cfg.get_int("plan.max_mb");
   k.max_tp = cfg.get_int("plan.max_tp");
   k.max_v = cfg.get_int("plan.max_v");
@@ -71,42 +123,22 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
   if (recomputes.empty()) recomputes = {Recompute::None, Recompute::Selective, Recompute::Full};
   std::vector<int64_t> zeros = k.zero.empty() ? std::vector<int64_t>{0, 1, 2, 3} : k.zero;
   r.all.reserve(1 << 16);
-  for (int64_t tp : divisors(world)) {
-    if (!allowed(k.tp, tp)) continue;
-    if (k.tp.empty() && ((k.max_tp > 0 && tp > k.max_tp) || m.heads % tp != 0)) continue;
-    for (int64_t pp : divisors(world / tp)) {
-      if (!allowed(k.pp, pp) || pp > m.layers) continue;
-      const int64_t dp = world / (tp * pp);
-      if (!allowed(k.dp, dp)) continue;
-      if (global_batch % dp != 0) continue;
-      const int64_t per_rank = global_batch / dp;
-      std::vector<int64_t> vs;
-      if (!k.v.empty())
-        vs = k.v;
-      else
-        for (int64_t v = 1; v <= k.max_v; ++v)
-          if (v == 1 || (pp > 1 && m.layers % (pp * v) == 0)) vs.push_back(v);
-      std::vector<int64_t> mbs;
-      for (int64_t mb : divisors(per_rank))
-        if (allowed(k.mb, mb) && (!k.mb.empty() || mb <= k.max_mb)) mbs.push_back(mb);
-      std::vector<int> sps = k.sp;
-      if (sps.empty()) sps = tp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0};
-      for (int64_t v : vs)
-        for (int64_t mb : mbs)
-          for (int64_t zero : zeros)
-            for (Recompute rc : recomputes)
-              for (int sp : sps) {
-                Plan p;
-                p.dp = int(dp);
-                p.tp = int(tp);
-                p.pp = int(pp);
-                p.v = int(v);
-                p.mb = int(mb);
-                p.zero = int(zero);
-                p.recompute = rc;
-                p.sp = sp != 0;
-                r.all.push_back(costmodel::evaluate(m, c, p, global_batch, a, false));
-              }
+  // Context parallelism only pays off for long sequences; below cp_min_seq the search keeps cp = 1.
+  std::vector<int64_t> cps = k.cp;
+  if (cps.empty())
+    for (int64_t cp : divisors(world))
+      if (cp == 1 || (m.seq_len >= k.cp_min_seq && m.seq_len % (2 * cp) == 0)) cps.push_back(cp);
+  for (int64_t cp : cps) {
+    if (world % cp != 0) continue;
+    for (int64_t tp : divisors(world / cp)) {
+      if (!allowed(k.tp, tp)) continue;
+      if (k.tp.empty() && ((k.max_tp > 0 && tp > k.max_tp) || m.heads % tp != 0)) continue;
+      for (int64_t pp : divisors(world / (cp * tp))) {
+        if (!allowed(k.pp, pp) || pp > m.layers) continue;
+        const int64_t dp = world / (cp * tp * pp);
+        if (!allowed(k.dp, dp) || global_batch % dp != 0) continue;
+        search_layout(m, c, global_batch, a, k, dp, tp, pp, cp, recomputes, zeros, r);
+      }
     }
   }
   // Feasible plans first, fastest first; rejected ones after, smallest memory first.

@@ -87,6 +87,13 @@ Settings read_settings(const Config& cfg) {
   req.hidden = static_cast<int>(cfg.get_int("model.hidden"));
   req.seq_len = s.T;
   for (int64_t n : cfg.get_ints("parallel.stage_layers")) req.stage_layers.push_back(static_cast<int>(n));
+  // cairn-plan also models context parallelism and TP overlap (for GPU clusters); say plainly what runs here.
+  if (cfg.get_int("parallel.cp") > 1)
+    throw UsageError("[parallel] cp = " + std::to_string(cfg.get_int("parallel.cp")) +
+                     ": cairn-train does not implement context parallelism; constrain the planner with --plan cp=1");
+  if (cfg.get_string("parallel.tp_overlap") == "on" && s.rank == 0)
+    CAIRN_LOG_WARN("[parallel] tp_overlap = on: cairn-train runs its TP collectives synchronously; the predicted step "
+                   "time assumes they overlap");
   s.layout = parallel::resolve_layout(req);
   s.zero = s.layout.zero;
   s.recompute = resolve_recompute(cfg);

@@ -93,6 +93,17 @@ struct Cluster {
   // fixed per-kernel overhead.
   std::vector<double> gemm_flops, gemm_efficiency;
   double gemm_max_efficiency = 0.8;
+  // GEMM shape model (GPUs): tiles spread over `sm_count` SMs in waves, and a per-tile K prologue.
+  // sm_count = 0 (CPUs) uses only the FLOP-size curve above.
+  int sm_count = 0;
+  double gemm_k_half = 64;        // K at which a tile's prologue/epilogue halves its efficiency
+  // Measured shapes (cairn-plan calibrate): efficiency at (m, n, k); the shape model is corrected by the
+  // measured/modelled ratio of the nearest measured shapes (log space).
+  std::vector<double> gemm_table_m, gemm_table_n, gemm_table_k, gemm_table_efficiency;
+  // Fused (flash) attention kernel: achieved fraction of peak over its real FLOPs, forward and backward.
+  double attention_efficiency = 0.6;
+  // Compute slows by this fraction while a collective runs beside it (NCCL kernels occupy SMs and HBM).
+  double overlap_slowdown = 0.1;
   double kernel_overhead_us = 4;  // launch + tail per kernel
   double reserved_gib = 1.0;      // runtime context, allocator, NCCL buffers
   Tier intra{300, 1, 0.8}, inter{25, 5, 0.9};  // DGX A100-like until configured
@@ -111,6 +122,9 @@ void apply_fabric(Cluster& c, const std::string& path);
 double collective_time(const Cluster& c, Collective coll, double bytes, int n, int per_node);
 // Efficiency of one GEMM of `flops` FLOPs (table or default curve), in (0, 1].
 double gemm_efficiency(const Cluster& c, double flops);
+// Efficiency of one m x n x k GEMM (`count` of them batched): the FLOP-size curve on CPUs; on GPUs the
+// large-GEMM efficiency x wave quantisation over the SMs x the K prologue, corrected by measured shapes.
+double gemm_efficiency_shape(const Cluster& c, double m, double n, double k, double count = 1);
 // Seconds for a GEMM M x N x K (batch of `count`), roofline of compute and `elem_bytes` traffic.
 double gemm_time(const Cluster& c, double m, double n, double k, double count, double elem_bytes);
 
@@ -122,10 +136,15 @@ Recompute parse_recompute(const std::string& s);  // none|selective|full (gelu -
 
 struct Plan {
   int dp = 1, tp = 1, pp = 1, v = 1, mb = 1, zero = 0;
+  int cp = 1;               // context parallelism: the sequence split over cp ranks (ring attention)
   Recompute recompute = Recompute::None;
   bool sp = false;
+  bool tp_overlap = false;  // TP collectives overlapped with the adjacent GEMMs (Megatron-Core tp_comm_overlap)
+  // Layers of each of the pp*v virtual stages (empty: balanced automatically, see stage_split).
+  std::vector<int> stage_layers;
 };
-std::string plan_string(const Plan& p);  // "dp=8,tp=4,pp=12,v=1,mb=2,zero=1,recompute=full,sp=off"
+// "dp=8,tp=4,pp=12,v=1,mb=2,zero=1,recompute=full,sp=off" (+ ",cp=2", ",tp_overlap=on" when set)
+std::string plan_string(const Plan& p);
 
 // Precision and framework assumptions (docs/cost-model.md, "Memory").
 struct Assumptions {
@@ -134,6 +153,10 @@ struct Assumptions {
   double optimizer_bytes = 12;  // fp32 master weights + Adam m and v (ZeRO paper's K = 12)
   double activation_bytes = 2;  // 16-bit activations (Korthikanti's constants assume 2)
   bool flash_attention = false; // attention scores never stored (no 5as/h term)
+  bool causal = true;
+  // Bytes the memory-bound kernels move relative to Megatron/Transformer Engine's fused kernels (1): eager
+  // PyTorch stacks run norms, activations, rotary and casts as separate kernels and move more.
+  double memory_bound_factor = 1.0;           // causal mask: a fused attention kernel skips the masked half of the scores
   bool dropout = true;          // gpt keeps dropout masks; llama never has dropout
   bool dp_overlap = true;       // gradient reduction overlapped with backward (Megatron overlap_grad_reduce)
   bool pp_scatter_gather = true;  // PP sends T*h/tp per TP rank (Megatron); false: the full T*h (DeepSpeed)
@@ -142,7 +165,8 @@ struct Assumptions {
 
 // Why a plan was rejected (kOk when feasible).
 enum class Reject : uint8_t {
-  kOk = 0, kWorld, kHeads, kKvHeads, kLayers, kBatch, kMicroBatch, kInterleave, kSp, kZeroPp, kMemory,
+  kOk = 0, kWorld, kHeads, kKvHeads, kLayers, kBatch, kMicroBatch, kInterleave, kSp, kZeroPp, kMemory, kCp,
+  kTpOverlap,
 };
 const char* reject_name(Reject r);
 
@@ -152,6 +176,8 @@ struct Breakdown {
   double memory_bound = 0;    // norms, activations, softmax, cross-entropy
   double recompute = 0;       // of gemm + memory_bound: the part spent recomputing
   double tp_comm = 0;         // exposed tensor-parallel collectives
+  double cp_comm = 0;         // exposed context-parallel (ring attention) transfers
+  double overlap_slowdown = 0;  // compute lost to collectives running beside it (TP overlap, ZeRO-3, CP)
   double pp_p2p = 0;          // exposed pipeline point-to-point transfers
   double bubble = 0;          // pipeline fill/drain idle time
   double dp_comm = 0;         // total data-parallel (or ZeRO) communication
@@ -168,8 +194,9 @@ struct Breakdown {
   double inflight = 0;         // micro-batch-stages of activations held (Korthikanti's factor)
   int microbatches = 0;
   int layers_max_stage = 0;
+  std::vector<int> stage_layers;  // layers per virtual stage (pp*v entries) the plan was evaluated with
   int64_t stage_params = 0;    // parameters held by the largest stage per TP rank
-  std::string tp_tier, dp_tier, pp_tier;  // "intra"/"inter"
+  std::string tp_tier, dp_tier, pp_tier, cp_tier;  // "intra"/"inter"
 };
 
 struct Evaluation {
@@ -201,6 +228,11 @@ nlohmann::json to_json(const Evaluation& e);
 // Multi-line human breakdown (--explain).
 std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, int64_t global_batch,
                     const Assumptions& a);
+
+// Layers per virtual stage for pp*v stages: every stage >= 1, the first rank's first chunk and the last
+// rank's last chunk lighter by the embedding's and the head's cost in layers (embed_layers, head_layers),
+// minimising the busiest rank. Empty when pp*v > layers.
+std::vector<int> stage_split(int64_t layers, int pp, int v, double embed_layers, double head_layers);
 
 // Reads [parallel] into a Plan for `world` devices (dp 0 -> world/(tp*pp), mb 0 -> 1).
 Plan plan_from_parallel(const Config& cfg, int world);

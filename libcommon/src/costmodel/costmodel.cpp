@@ -111,10 +111,75 @@ double gemm_efficiency(const Cluster& c, double flops) {
   return ys[i - 1] + w * (ys[i] - ys[i - 1]);
 }
 
+namespace {
+
+// Seconds of the compute part of one GEMM before the measured-shape correction. CPUs: the FLOP-size
+// curve (its fixed overhead included). GPUs: output tiles of the usual cuBLAS shapes run in waves over the
+// SMs; a partial last wave and padded tiles idle SMs (stream-K/split-K win back about half of a partial
+// wave), a tile's prologue/epilogue costs like gemm_k_half extra K, and every kernel pays its launch/tail.
+double modelled_gemm_seconds(const Cluster& c, double m, double n, double k, double count) {
+  const double flops = 2 * m * n * k * count;
+  const double peak = c.peak_tflops * 1e12;
+  if (c.sm_count <= 0) return flops / (peak * gemm_efficiency(c, flops));
+  static constexpr double kTiles[3][3] = {{256, 128, 1.0}, {128, 256, 1.0}, {128, 128, 0.88}};
+  double best = 0;
+  for (const auto& t : kTiles) {
+    const double tiles_m = std::ceil(m / t[0]), tiles_n = std::ceil(n / t[1]);
+    const double padding = (m * n) / (tiles_m * t[0] * tiles_n * t[1]);
+    const double tiles = tiles_m * tiles_n * count;
+    const double waves = std::ceil(tiles / c.sm_count);
+    const double wave_fill = tiles / (waves * c.sm_count);
+    best = std::max(best, t[2] * padding * (wave_fill + 0.5 * (1 - wave_fill)));
+  }
+  const double k_factor = c.gemm_k_half > 0 ? k / (k + c.gemm_k_half) : 1.0;
+  return flops / (peak * c.gemm_max_efficiency * best * k_factor) + c.kernel_overhead_us * 1e-6;
+}
+
+// Measured/modelled efficiency at the measured shapes nearest to (m, n, k) in log space (inverse
+// distance weights over the 3 nearest): the calibrate table corrects the shape model where it measured.
+double measured_shape_factor(const Cluster& c, double m, double n, double k) {
+  const size_t count = c.gemm_table_m.size();
+  if (count == 0) return 1.0;
+  struct Near {
+    double d2, ratio;
+  };
+  Near near[3] = {{1e300, 1}, {1e300, 1}, {1e300, 1}};
+  const double lm = std::log(m), ln = std::log(n), lk = std::log(k);
+  for (size_t i = 0; i < count; ++i) {
+    const double dm = lm - std::log(c.gemm_table_m[i]), dn = ln - std::log(c.gemm_table_n[i]);
+    const double dk = lk - std::log(c.gemm_table_k[i]);
+    const double d2 = dm * dm + dn * dn + dk * dk;
+    if (d2 >= near[2].d2) continue;
+    const double mm = c.gemm_table_m[i], nn = c.gemm_table_n[i], kk = c.gemm_table_k[i];
+    const double modelled = 2 * mm * nn * kk / (c.peak_tflops * 1e12 * modelled_gemm_seconds(c, mm, nn, kk, 1));
+    Near x{d2, c.gemm_table_efficiency[i] / modelled};
+    for (auto& slot : near)
+      if (x.d2 < slot.d2) std::swap(x, slot);
+  }
+  double wsum = 0, rsum = 0;
+  for (const auto& x : near) {
+    if (x.d2 >= 1e300) continue;
+    const double w = 1.0 / (x.d2 + 0.01);
+    wsum += w;
+    rsum += w * x.ratio;
+  }
+  return wsum > 0 ? rsum / wsum : 1.0;
+}
+
+double gemm_compute_seconds(const Cluster& c, double m, double n, double k, double count) {
+  return modelled_gemm_seconds(c, m, n, k, count) / measured_shape_factor(c, m, n, k);
+}
+
+}  // namespace
+
+double gemm_efficiency_shape(const Cluster& c, double m, double n, double k, double count) {
+  if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0;
+  return 2 * m * n * k * count / (c.peak_tflops * 1e12 * gemm_compute_seconds(c, m, n, k, count));
+}
+
 double gemm_time(const Cluster& c, double m, double n, double k, double count, double elem_bytes) {
   if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0;
-  const double flops = 2 * m * n * k * count;
-  const double compute = flops / (c.peak_tflops * 1e12 * gemm_efficiency(c, flops));
+  const double compute = gemm_compute_seconds(c, m, n, k, count);
   const double bytes = (m * k + k * n + m * n) * count * elem_bytes;
   const double memory = bytes / (c.hbm_gbps * 1e9 * c.hbm_efficiency);
   return std::max(compute, memory);
@@ -179,8 +244,11 @@ Recompute parse_recompute(const std::string& s) {
 }
 
 std::string plan_string(const Plan& p) {
-  return strprintf("dp=%d,tp=%d,pp=%d,v=%d,mb=%d,zero=%d,recompute=%s,sp=%s", p.dp, p.tp, p.pp, p.v, p.mb, p.zero,
-                   recompute_name(p.recompute), p.sp ? "on" : "off");
+  std::string s = strprintf("dp=%d,tp=%d,pp=%d,v=%d,mb=%d,zero=%d,recompute=%s,sp=%s", p.dp, p.tp, p.pp, p.v, p.mb,
+                            p.zero, recompute_name(p.recompute), p.sp ? "on" : "off");
+  if (p.cp > 1) s += strprintf(",cp=%d", p.cp);
+  if (p.tp_overlap) s += ",tp_overlap=on";
+  return s;
 }
 
 const char* reject_name(Reject r) {
@@ -196,6 +264,8 @@ const char* reject_name(Reject r) {
     case Reject::kSp: return "sp";
     case Reject::kZeroPp: return "zero_pp";
     case Reject::kMemory: return "memory";
+    case Reject::kCp: return "cp";
+    case Reject::kTpOverlap: return "tp_overlap";
   }
   return "?";
 }
@@ -245,8 +315,11 @@ Plan plan_from_parallel(const Config& cfg, int world) {
   p.zero = int(cfg.get_int("parallel.zero"));
   p.recompute = parse_recompute(cfg.get_string("parallel.recompute"));
   p.sp = cfg.get_string("parallel.sp") == "on";
+  p.cp = int(cfg.get_int("parallel.cp"));
+  p.tp_overlap = cfg.get_string("parallel.tp_overlap") == "on";
+  for (int64_t n : cfg.get_ints("parallel.stage_layers")) p.stage_layers.push_back(int(n));
   p.dp = int(cfg.get_int("parallel.dp"));
-  if (p.dp <= 0) p.dp = std::max(1, world / std::max(1, p.tp * p.pp));
+  if (p.dp <= 0) p.dp = std::max(1, world / std::max(1, p.tp * p.pp * p.cp));
   return p;
 }
 
@@ -257,6 +330,8 @@ Assumptions assumptions_from_config(const Config& cfg) {
   a.optimizer_bytes = cfg.get_float("plan.optimizer_bytes");
   a.activation_bytes = cfg.get_float("plan.activation_bytes");
   a.flash_attention = cfg.get_bool("plan.flash_attention");
+  a.causal = cfg.get_bool("plan.causal");
+  a.memory_bound_factor = cfg.get_float("plan.memory_bound_factor");
   a.dp_overlap = cfg.get_bool("plan.dp_overlap");
   a.pp_scatter_gather = cfg.get_bool("plan.pp_scatter_gather");
   a.memory_headroom = cfg.get_float("plan.memory_headroom");
@@ -267,11 +342,24 @@ Assumptions assumptions_from_config(const Config& cfg) {
 
 namespace {
 
-// Per-micro-batch times of one transformer layer on one TP rank.
+// A collective running beside compute: the part the compute cannot hide, and the compute lost while both
+// run (NCCL kernels take SMs and memory bandwidth from the GEMMs they overlap).
+struct Overlap {
+  double exposed = 0, slowdown = 0;
+};
+Overlap overlap(const Cluster& c, double comm, double compute) {
+  return {std::max(0.0, comm - compute), c.overlap_slowdown * std::min(comm, compute)};
+}
+
+// Per-micro-batch times of one transformer layer on one rank: GEMMs, memory-bound kernels, exposed TP and
+// CP communication, and compute slowed by overlapped collectives; forward, backward, and recompute.
 struct LayerTimes {
-  double f_gemm = 0, f_mem = 0, f_tp = 0;  // forward
-  double b_gemm = 0, b_mem = 0, b_tp = 0;  // backward (without recompute)
-  double r_gemm = 0, r_mem = 0, r_tp = 0;  // recompute added to backward
+  double f_gemm = 0, f_mem = 0, f_tp = 0, f_cp = 0, f_slow = 0;
+  double b_gemm = 0, b_mem = 0, b_tp = 0, b_cp = 0, b_slow = 0;
+  double r_gemm = 0, r_mem = 0, r_tp = 0, r_cp = 0, r_slow = 0;
+  double fwd() const { return f_gemm + f_mem + f_tp + f_cp + f_slow; }
+  double bwd() const { return b_gemm + b_mem + b_tp + b_cp + b_slow + r_gemm + r_mem + r_tp + r_cp + r_slow; }
+  double recompute() const { return r_gemm + r_mem + r_tp + r_cp + r_slow; }
 };
 
 // Bytes per token of the memory-bound (elementwise) kernels of one layer's forward, split into the
@@ -304,284 +392,441 @@ ElementwiseBytes layer_elementwise(const ModelSpec& m, const Assumptions& a) {
   return r;
 }
 
-LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& a, int64_t b, int tp, bool sp,
-                       Recompute rc) {
+// Where each parallel group sits: Megatron's rank order is tp (fastest), cp, dp, pp.
+struct Groups {
+  int tp_per_node = 1, cp_per_node = 1, dp_per_node = 1;
+  bool tp_spans = false, cp_spans = false, dp_spans = false, pp_spans = false;
+};
+
+Groups place_groups(const Cluster& c, const Plan& p) {
+  Groups g;
+  const int gpn = c.gpus_per_node;
+  g.tp_spans = p.tp > gpn || gpn % p.tp != 0;
+  g.tp_per_node = g.tp_spans ? std::min(p.tp, gpn) : p.tp;
+  const int64_t tc = int64_t(p.tp) * p.cp;
+  g.cp_spans = tc > gpn;
+  g.cp_per_node = p.tp >= gpn ? 1 : std::max(1, std::min(p.cp, gpn / p.tp));
+  // Gradients reduce over the data-parallel ranks of every context-parallel rank (dp x cp, stride tp).
+  g.dp_spans = tc * p.dp > gpn;
+  g.dp_per_node = p.tp >= gpn ? 1 : std::max(1, std::min(p.cp * p.dp, gpn / p.tp));
+  g.pp_spans = tc * p.dp * p.pp > gpn;
+  return g;
+}
+
+// Tensor-parallel collectives of one layer. Without SP: two all-reduces each way. With SP: all-gather
+// before and reduce-scatter after each of the two blocks each way, plus the backward re-gather of the
+// column-parallel inputs for their weight gradients, issued beside the data-gradient GEMMs (Korthikanti et
+// al. 2022 4.2.2; Megatron's LinearWithGradAccumulationAndAsyncCommunication). With tp_overlap every
+// collective is split into tp chunks pipelined with its neighbouring GEMM (Megatron-Core userbuffers):
+// only the first chunk and what the GEMM cannot cover stay exposed.
+void add_tp_comm(const Cluster& c, const Plan& p, const Groups& g, double bytes, const double gemm_f[4],
+                 const double dgrad[4], const double wgrad[4], LayerTimes& L) {
+  if (p.tp <= 1) return;
+  const double ar = collective_time(c, Collective::AllReduce, bytes, p.tp, g.tp_per_node);
+  if (!p.sp) {
+    L.f_tp = 2 * ar;
+    L.b_tp = 2 * ar;
+    return;
+  }
+  const double ag = collective_time(c, Collective::AllGather, bytes, p.tp, g.tp_per_node);
+  const double rs = collective_time(c, Collective::ReduceScatter, bytes, p.tp, g.tp_per_node);
+  // GEMM order: 0 QKV (column), 1 projection (row), 2 MLP up (column), 3 MLP down (row).
+  if (!p.tp_overlap) {
+    L.f_tp = 2 * (ag + rs);
+    L.b_tp = 2 * (ag + rs);
+    for (int col : {0, 2}) {
+      const Overlap o = overlap(c, ag, dgrad[col]);
+      L.b_tp += o.exposed;
+      L.b_slow += o.slowdown;
+    }
+    return;
+  }
+  auto beside = [&](double comm, double gemm, double& exposed, double& slow) {
+    const Overlap o = overlap(c, comm * (p.tp - 1) / p.tp, gemm);
+    exposed += comm / p.tp + o.exposed;
+    slow += o.slowdown;
+  };
+  beside(ag, gemm_f[0], L.f_tp, L.f_slow);  // gather the sequence into the QKV GEMM
+  beside(rs, gemm_f[1], L.f_tp, L.f_slow);  // scatter the projection's output
+  beside(ag, gemm_f[2], L.f_tp, L.f_slow);
+  beside(rs, gemm_f[3], L.f_tp, L.f_slow);
+  for (int row : {1, 3}) beside(ag, dgrad[row], L.b_tp, L.b_slow);  // gather the output gradient
+  for (int col : {0, 2}) {
+    beside(ag, dgrad[col], L.b_tp, L.b_slow);  // re-gather the input for the weight gradient
+    beside(rs, wgrad[col], L.b_tp, L.b_slow);  // scatter the input gradient
+  }
+}
+
+LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g) {
   LayerTimes L;
-  const double T = double(b) * double(m.seq_len), h = double(m.hidden), f = double(m.ffn_hidden);
-  const double s = double(m.seq_len), d = double(m.head_dim());
+  const double s = double(m.seq_len), s_local = s / p.cp, T = double(p.mb) * s_local;
+  const double h = double(m.hidden), f = double(m.ffn_hidden), d = double(m.head_dim());
   // With tp > kv_heads Megatron replicates KV heads: each rank keeps at least one.
-  const double t = double(tp), kv = std::max(double(m.kv_heads), t) * d, e = a.activation_bytes;
+  const double t = double(p.tp), kv = std::max(double(m.kv_heads), t) * d, e = a.activation_bytes;
   const double heads_local = double(m.heads) / t;
   const double up = (m.arch == Arch::Gpt ? 1.0 : 2.0) * f / t;  // SwiGLU gate+up fused into one GEMM
   // Weight GEMMs (M x N x K): forward, then backward dgrad (M x K x N) and wgrad (K x N x M).
   const double w[4][3] = {{T, (h + 2 * kv) / t, h}, {T, h, h / t}, {T, up, h}, {T, h, f / t}};
-  double fw = 0, bw = 0;
-  for (const auto& g : w) {
-    fw += gemm_time(c, g[0], g[1], g[2], 1, e);
-    bw += gemm_time(c, g[0], g[2], g[1], 1, e) + gemm_time(c, g[2], g[1], g[0], 1, e);
+  double gemm_f[4], dgrad[4], wgrad[4], fw = 0, bw = 0;
+  for (int i = 0; i < 4; ++i) {
+    gemm_f[i] = gemm_time(c, w[i][0], w[i][1], w[i][2], 1, e);
+    dgrad[i] = gemm_time(c, w[i][0], w[i][2], w[i][1], 1, e);
+    wgrad[i] = gemm_time(c, w[i][2], w[i][1], w[i][0], 1, e);
+    fw += gemm_f[i];
+    bw += dgrad[i] + wgrad[i];
   }
-  // Attention core: batched over b x local heads, QK^T (s x s x d) and scores x V (s x d x s).
+  const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency, k0 = c.kernel_overhead_us * 1e-6;
+  // Attention core: the local s/cp queries against all s keys, batched over b x local heads.
   double core_f, core_b;
   if (a.flash_attention) {
-    // Fused kernel: FLOPs of both products, traffic of Q, K, V, O only.
-    const double flops = 4 * s * s * d * double(b) * heads_local;
-    const double eff = gemm_efficiency(c, flops);
+    // Fused kernel: the FLOPs it really runs (a causal mask skips the masked blocks; under CP Megatron's
+    // load-balanced chunks keep that half on every rank) at the kernel's own efficiency; traffic of Q, K,
+    // V, O only. Backward recomputes the scores: 5 products instead of 2 (Dao et al. 2022).
+    const double frac = a.causal ? 0.5 : 1.0;
+    const double flops = 4 * s_local * s * d * double(p.mb) * heads_local * frac;
     const double bytes = T * (2 * h + 2 * kv) / t * e;
-    core_f = std::max(flops / (c.peak_tflops * 1e12 * eff), bytes / (c.hbm_gbps * 1e9 * c.hbm_efficiency));
-    core_b = 2.5 * core_f;  // backward recomputes the scores: 5 products instead of 2
+    core_f = std::max(flops / (c.peak_tflops * 1e12 * c.attention_efficiency), bytes / hbm) + k0;
+    core_b = 2.5 * core_f;
   } else {
-    const double cnt = double(b) * heads_local;
-    core_f = gemm_time(c, s, s, d, cnt, e) + gemm_time(c, s, d, s, cnt, e);
+    const double cnt = double(p.mb) * heads_local;
+    core_f = gemm_time(c, s_local, s, d, cnt, e) + gemm_time(c, s_local, d, s, cnt, e);
     core_b = 2 * core_f;
   }
   L.f_gemm = fw + core_f;
   L.b_gemm = bw + core_b;
   // Elementwise work: replicated bytes are split by TP only with SP; backward moves about twice the bytes.
   const ElementwiseBytes eb = layer_elementwise(m, a);
-  const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency, k0 = c.kernel_overhead_us * 1e-6;
-  const double rep = eb.replicated * T / (sp ? t : 1.0), split = eb.split * T / t, scores = eb.scores * T / t;
+  const double mf = a.memory_bound_factor;
+  const double rep = mf * eb.replicated * T / (p.sp ? t : 1.0), split = mf * eb.split * T / t;
+  const double scores = mf * eb.scores * T / t;
   L.f_mem = (rep + split + scores) / hbm + eb.kernels * k0;
   L.b_mem = 2 * (rep + split + scores) / hbm + 2 * eb.kernels * k0;
-  // Tensor parallel: 2 all-reduces forward, 2 backward of T x h activations (SP: all-gather +
-  // reduce-scatter pairs, the same bus bytes). Placed on the tier the TP group spans.
-  if (tp > 1) {
-    const double bytes = T * h * e;
-    const int per_node = (tp <= c.gpus_per_node && c.gpus_per_node % tp == 0) ? tp : std::min(tp, c.gpus_per_node);
-    double one;
-    if (sp)
-      one = collective_time(c, Collective::AllGather, bytes, tp, per_node) +
-            collective_time(c, Collective::ReduceScatter, bytes, tp, per_node);
-    else
-      one = collective_time(c, Collective::AllReduce, bytes, tp, per_node);
-    L.f_tp = 2 * one;
-    L.b_tp = 2 * one;
+  add_tp_comm(c, p, g, T * h * e, gemm_f, dgrad, wgrad, L);
+  if (p.cp > 1) {
+    // Ring attention: cp - 1 steps, each passing the local K and V chunk to the next rank while the
+    // current block is computed; backward passes K, V and their gradients.
+    const double kv_bytes = 2 * T * kv / t * e;
+    const int per_node = g.cp_spans ? 1 : 2;
+    const double step_f = collective_time(c, Collective::SendRecv, kv_bytes, 2, per_node);
+    const double step_b = collective_time(c, Collective::SendRecv, 2 * kv_bytes, 2, per_node);
+    const Overlap of = overlap(c, step_f, core_f / p.cp), ob = overlap(c, step_b, core_b / p.cp);
+    L.f_cp = (p.cp - 1) * of.exposed;
+    L.f_slow += (p.cp - 1) * of.slowdown;
+    L.b_cp = (p.cp - 1) * ob.exposed;
+    L.b_slow += (p.cp - 1) * ob.slowdown;
   }
-  if (rc == Recompute::Full) {
+  if (p.recompute == Recompute::Full) {
     L.r_gemm = L.f_gemm;
     L.r_mem = L.f_mem;
     L.r_tp = L.f_tp;
-  } else if (rc == Recompute::Selective) {
+    L.r_cp = L.f_cp;
+    L.r_slow = L.f_slow;
+  } else if (p.recompute == Recompute::Selective) {
     L.r_gemm = core_f;
     L.r_mem = scores / hbm + k0;
   }
   return L;
 }
 
-// Stage layout: how many layers the first, last and largest stage hold. Extra layers of an uneven
-// split go to middle stages first (the first holds the embedding, the last the head and loss).
-struct Stages {
-  int first = 0, last = 0, max = 0, middle_max = 0;
+// Checks the plan's shape against the model, batch and cluster; kOk or the first violation.
+Reject check_plan(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t global_batch, const Assumptions& a,
+                  std::string* why) {
+  auto no = [&](Reject r, std::string text) {
+    if (why) *why = std::move(text);
+    return r;
+  };
+  if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.v < 1 || p.mb < 1 || p.cp < 1 || p.zero < 0 || p.zero > 3)
+    return no(Reject::kWorld, "every degree must be >= 1 and zero in 0..3: " + plan_string(p));
+  if (m.heads % p.tp != 0)
+    return no(Reject::kHeads, strprintf("heads = %lld is not divisible by tp = %d", (long long)m.heads, p.tp));
+  if (m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
+    return no(Reject::kKvHeads,
+              strprintf("kv_heads = %lld cannot be split over tp = %d", (long long)m.kv_heads, p.tp));
+  const int64_t gpus = int64_t(p.dp) * p.tp * p.pp * p.cp;
+  if (gpus != c.world())
+    return no(Reject::kWorld, strprintf("dp*tp*pp*cp = %lld but the cluster has %d devices", (long long)gpus,
+                                        c.world()));
+  if (p.v > 1 && p.pp == 1)
+    return no(Reject::kInterleave, "interleaving (v > 1) needs pipeline parallelism (pp > 1)");
+  const int64_t stages = int64_t(p.pp) * p.v;
+  if (!p.stage_layers.empty()) {
+    if (int64_t(p.stage_layers.size()) != stages)
+      return no(Reject::kLayers, strprintf("stage_layers has %zu entries for pp*v = %lld virtual stages",
+                                           p.stage_layers.size(), (long long)stages));
+    int64_t sum = 0;
+    for (int n : p.stage_layers) {
+      if (n < 1) return no(Reject::kLayers, "every stage_layers entry must be >= 1");
+      sum += n;
+    }
+    if (sum != m.layers)
+      return no(Reject::kLayers, strprintf("stage_layers sum to %lld, not the model's %lld layers", (long long)sum,
+                                           (long long)m.layers));
+  } else if (stages > m.layers) {
+    return no(p.v > 1 ? Reject::kInterleave : Reject::kLayers,
+              strprintf("%lld layers cannot fill pp*v = %d*%d stages with a layer each", (long long)m.layers, p.pp,
+                        p.v));
+  }
+  if (global_batch % (int64_t(p.dp) * p.mb) != 0)
+    return no(Reject::kBatch, strprintf("global batch %lld is not a multiple of dp*mb = %d*%d",
+                                        (long long)global_batch, p.dp, p.mb));
+  const int64_t micro = global_batch / (int64_t(p.dp) * p.mb);
+  if (p.v > 1 && micro % p.pp != 0)
+    return no(Reject::kInterleave, strprintf("interleaved schedule needs micro-batches (%lld) divisible by pp = %d",
+                                             (long long)micro, p.pp));
+  if (p.sp && p.tp == 1) return no(Reject::kSp, "sequence parallelism needs tp > 1");
+  if (p.sp && m.seq_len % (int64_t(p.tp) * p.cp) != 0)
+    return no(Reject::kSp, strprintf("seq_len = %lld is not divisible by tp*cp = %d", (long long)m.seq_len,
+                                     p.tp * p.cp));
+  if (p.tp_overlap && !p.sp)
+    return no(Reject::kTpOverlap, "TP communication overlap needs sequence parallelism (sp = on), as in "
+                                  "Megatron-Core");
+  if (p.tp_overlap && p.tp > c.gpus_per_node)
+    return no(Reject::kTpOverlap, strprintf("TP communication overlap needs the TP group inside a node (tp = %d, "
+                                            "%d devices per node): its chunked exchanges run over NVLink",
+                                            p.tp, c.gpus_per_node));
+  if (p.cp > 1 && m.seq_len % (2 * int64_t(p.cp)) != 0)
+    return no(Reject::kCp, strprintf("seq_len = %lld is not divisible by 2*cp = %d (load-balanced causal chunks)",
+                                     (long long)m.seq_len, 2 * p.cp));
+  if (p.cp > 1 && !a.flash_attention)
+    return no(Reject::kCp, "context parallelism needs a fused attention kernel (plan.flash_attention = true), as "
+                           "Megatron-Core's ring attention does");
+  if (p.zero >= 2 && p.pp > 1)
+    return no(Reject::kZeroPp, "ZeRO-2/3 shard gradients every micro-batch and are not combined with "
+                               "pipeline parallelism (DeepSpeed, Megatron)");
+  return Reject::kOk;
+}
+
+// Layers per virtual stage of the plan: given, even, or balanced (stage_split).
+std::vector<int> plan_stage_layers(const ModelSpec& m, const Plan& p, double embed_layers, double head_layers) {
+  if (!p.stage_layers.empty()) return p.stage_layers;
+  const int64_t stages = int64_t(p.pp) * p.v;
+  if (m.layers % stages == 0) return std::vector<int>(size_t(stages), int(m.layers / stages));
+  return stage_split(m.layers, p.pp, p.v, embed_layers, head_layers);
+}
+
+// Data-parallel (and ZeRO) communication of one step and the part of it the step waits for.
+struct DpComm {
+  double total = 0, exposed = 0, slowdown = 0;
 };
 
-Stages stage_layers(int64_t layers, int pp) {
-  Stages s;
-  if (pp == 1) {
-    s.first = s.last = s.max = int(layers);
-    return s;
+DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g, const LayerTimes& L,
+               double params, double layer_params, int layers, double microbatches) {
+  DpComm r;
+  const int n = p.dp * p.cp;
+  if (n <= 1) return r;
+  auto coll = [&](Collective k, double bytes) { return collective_time(c, k, bytes, n, g.dp_per_node); };
+  const double grad_b = params * a.grad_bytes, w_b = params * a.weight_bytes;
+  const double lay = std::max(1, layers);
+  // Bucketed collectives hide behind the backward (or forward) that precedes them except the last bucket
+  // (about one layer): exposed = max(C - W (L-1)/L, C/L); the hidden part slows that compute.
+  auto bucketed = [&](double comm, double window) {
+    const double exposed = a.dp_overlap ? std::max(comm - window * (lay - 1) / lay, comm / lay) : comm;
+    r.exposed += exposed;
+    if (a.dp_overlap) r.slowdown += c.overlap_slowdown * (comm - exposed);
+  };
+  const double bwd = layers * L.bwd(), fwd = layers * L.fwd();
+  if (p.zero == 0) {
+    r.total = coll(Collective::AllReduce, grad_b);
+    bucketed(r.total, bwd);
+  } else if (p.zero <= 2) {
+    const double rs = coll(Collective::ReduceScatter, grad_b), ag = coll(Collective::AllGather, w_b);
+    const double reductions = p.zero == 2 ? microbatches : 1.0;  // ZeRO-2: gradients never held whole
+    r.total = reductions * rs + ag;
+    for (int i = 0; i < int(reductions); ++i) bucketed(rs, bwd);
+    bucketed(ag, fwd);  // the updated parameters are gathered beside the next forward
+  } else {
+    // ZeRO-3 / FSDP, per micro-batch and layer: gather the layer's parameters beside the previous layer's
+    // forward (prefetch of one), gather them again and reduce-scatter their gradients beside the next
+    // layer's backward. The first gather and the last reduce-scatter cannot hide.
+    const double ag = coll(Collective::AllGather, layer_params * a.weight_bytes);
+    const double rs = coll(Collective::ReduceScatter, layer_params * a.grad_bytes);
+    const Overlap of = overlap(c, ag, L.fwd()), ob = overlap(c, ag + rs, L.bwd());
+    r.total = microbatches * layers * (2 * ag + rs);
+    r.exposed = microbatches * (ag + rs + (layers - 1) * (of.exposed + ob.exposed));
+    r.slowdown = microbatches * (layers - 1) * (of.slowdown + ob.slowdown);
   }
-  const int base = int(layers / pp), rem = int(layers % pp);
-  s.middle_max = pp > 2 ? base + (rem > 0 ? 1 : 0) : 0;
-  s.first = base + (rem > pp - 2 ? 1 : 0);
-  s.last = base;
-  s.max = std::max({s.first, s.last, s.middle_max});
-  return s;
+  return r;
 }
 
 }  // namespace
+
+std::vector<int> stage_split(int64_t layers, int pp, int v, double embed_layers, double head_layers) {
+  const int64_t stages = int64_t(pp) * v;
+  if (pp < 1 || v < 1 || stages > layers) return {};
+  // Per rank: how many layers it can take under a load target (first rank pays the embedding, the last
+  // the head and loss); the smallest target whose capacities cover every layer, found by bisection.
+  auto capacity = [&](int r, double target) {
+    double extra = (r == 0 ? embed_layers : 0.0) + (r == pp - 1 ? head_layers : 0.0);
+    return std::max<int64_t>(v, int64_t(std::floor(target - extra + 1e-9)));
+  };
+  double lo = double(layers) / pp, hi = double(layers) + embed_layers + head_layers + v;
+  for (int it = 0; it < 60; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    int64_t cap = 0;
+    for (int r = 0; r < pp; ++r) cap += capacity(r, mid);
+    (cap >= layers ? hi : lo) = mid;
+  }
+  std::vector<int64_t> per_rank(static_cast<size_t>(pp));
+  int64_t total = 0;
+  for (int r = 0; r < pp; ++r) total += per_rank[size_t(r)] = capacity(r, hi);
+  // Trim the surplus from the most loaded ranks, middle ranks first (they carry no embedding or head).
+  while (total > layers) {
+    int best = -1;
+    double best_load = -1;
+    for (int r = 0; r < pp; ++r) {
+      if (per_rank[size_t(r)] <= v) continue;
+      const double load = double(per_rank[size_t(r)]) + (r == 0 ? embed_layers : 0.0) +
+                          (r == pp - 1 ? head_layers : 0.0) + ((r == 0 || r == pp - 1) ? 1e-6 : 0.0);
+      if (load > best_load) best_load = load, best = r;
+    }
+    if (best < 0) return {};
+    --per_rank[size_t(best)];
+    --total;
+  }
+  // Each rank's layers over its v chunks (virtual stage j*pp + r): as even as possible, the rank's first
+  // chunk lighter on rank 0 (embedding) and its last chunk lighter on the last rank (head).
+  std::vector<int> out(static_cast<size_t>(stages));
+  for (int r = 0; r < pp; ++r) {
+    const int64_t n = per_rank[size_t(r)], base = n / v, rem = n % v;
+    for (int j = 0; j < v; ++j) {
+      const int slot = (r == 0) ? v - 1 - j : j;  // rank 0 gives its extra layers to its later chunks
+      out[size_t(j) * pp + r] = int(base + (slot < rem ? 1 : 0));
+    }
+  }
+  return out;
+}
 
 Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t global_batch, const Assumptions& a,
                     bool fill_reason) {
   Evaluation ev;
   ev.plan = p;
-  auto reject = [&](Reject r, const std::string& why) {
-    ev.reject = r;
-    if (fill_reason) ev.reason = why;
-    return ev;
-  };
-  const int world = c.world();
-  const int64_t gpus = int64_t(p.dp) * p.tp * p.pp;
-  if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.v < 1 || p.mb < 1 || p.zero < 0 || p.zero > 3)
-    return reject(Reject::kWorld, fill_reason ? "every degree must be >= 1 and zero in 0..3: " + plan_string(p) : "");
-  if (m.heads % p.tp != 0)
-    return reject(Reject::kHeads, fill_reason ? strprintf("heads = %lld is not divisible by tp = %d",
-                                                         (long long)m.heads, p.tp) : "");
-  if (m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
-    return reject(Reject::kKvHeads, fill_reason ? strprintf("kv_heads = %lld cannot be split over tp = %d",
-                                                           (long long)m.kv_heads, p.tp) : "");
-  if (gpus != world || p.dp < 1 || p.tp < 1 || p.pp < 1 || p.v < 1 || p.mb < 1)
-    return reject(Reject::kWorld, fill_reason ? strprintf("dp*tp*pp = %lld but the cluster has %d devices",
-                                                         (long long)gpus, world) : "");
-  if (p.pp > m.layers || (p.v > 1 && m.layers % (int64_t(p.pp) * p.v) != 0))
-    return reject(p.v > 1 ? Reject::kInterleave : Reject::kLayers,
-                  fill_reason ? strprintf("%lld layers cannot be split into pp*v = %d*%d stages", (long long)m.layers,
-                                          p.pp, p.v) : "");
-  if (p.v > 1 && p.pp == 1)
-    return reject(Reject::kInterleave, "interleaving (v > 1) needs pipeline parallelism (pp > 1)");
-  if (global_batch % (int64_t(p.dp) * p.mb) != 0)
-    return reject(Reject::kBatch,
-                  fill_reason ? strprintf("global batch %lld is not a multiple of dp*mb = %d*%d",
-                                          (long long)global_batch, p.dp, p.mb) : "");
-  const int64_t micro = global_batch / (int64_t(p.dp) * p.mb);
-  if (p.v > 1 && micro % p.pp != 0)
-    return reject(Reject::kInterleave,
-                  fill_reason ? strprintf("interleaved schedule needs micro-batches (%lld) divisible by pp = %d",
-                                          (long long)micro, p.pp) : "");
-  if (p.sp && p.tp == 1) return reject(Reject::kSp, "sequence parallelism needs tp > 1");
-  if (p.sp && m.seq_len % p.tp != 0)
-    return reject(Reject::kSp, fill_reason ? strprintf("seq_len = %lld is not divisible by tp = %d",
-                                                      (long long)m.seq_len, p.tp) : "");
-  if (p.zero >= 2 && p.pp > 1)
-    return reject(Reject::kZeroPp, "ZeRO-2/3 shard gradients every micro-batch and are not combined with "
-                                   "pipeline parallelism (DeepSpeed, Megatron)");
-
+  {
+    std::string why;
+    ev.reject = check_plan(m, c, p, global_batch, a, fill_reason ? &why : nullptr);
+    if (ev.reject != Reject::kOk) {
+      ev.reason = why;
+      return ev;
+    }
+  }
   Breakdown& B = ev.b;
+  const int64_t micro = global_batch / (int64_t(p.dp) * p.mb);
+  const double mb_count = double(micro);
   B.microbatches = int(micro);
   const ParamCounts pc = parameter_counts(m);
   const FlopsPerToken fl = flops_per_token(m);
   const double t = double(p.tp), e = a.activation_bytes;
-  const double T = double(p.mb) * double(m.seq_len);  // tokens per micro-batch
+  const double T = double(p.mb) * double(m.seq_len) / p.cp;  // tokens per micro-batch per rank
   const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency, k0 = c.kernel_overhead_us * 1e-6;
   const int gpn = c.gpus_per_node;
+  const Groups g = place_groups(c, p);
+  B.tp_tier = p.tp == 1 ? "-" : (g.tp_spans ? "inter" : "intra");
+  B.cp_tier = p.cp == 1 ? "-" : (g.cp_spans ? "inter" : "intra");
+  B.dp_tier = p.dp * p.cp == 1 ? "-" : (g.dp_spans ? "inter" : "intra");
+  B.pp_tier = p.pp == 1 ? "-" : (g.pp_spans ? "inter" : "intra");
 
-  // Tiers: ranks ordered tp (fastest), dp, pp as in Megatron.
-  const bool tp_spans = p.tp > gpn || gpn % p.tp != 0;
-  const int dp_per_node = p.tp >= gpn ? 1 : std::max(1, std::min(p.dp, gpn / p.tp));
-  const bool dp_spans = int64_t(p.tp) * p.dp > gpn;
-  const bool pp_spans = int64_t(p.tp) * p.dp * p.pp > gpn;
-  B.tp_tier = p.tp == 1 ? "-" : (tp_spans ? "inter" : "intra");
-  B.dp_tier = p.dp == 1 ? "-" : (dp_spans ? "inter" : "intra");
-  B.pp_tier = p.pp == 1 ? "-" : (pp_spans ? "inter" : "intra");
-
-  // ---- per-micro-batch stage times
-  const LayerTimes L = layer_times(m, c, a, p.mb, p.tp, p.sp, p.recompute);
-  const double layer_f = L.f_gemm + L.f_mem + L.f_tp;
-  const double layer_b = L.b_gemm + L.b_mem + L.b_tp + L.r_gemm + L.r_mem + L.r_tp;
-  const Stages st = stage_layers(m.layers, p.pp);
-  B.layers_max_stage = st.max;
-  // Embedding lookup (first stage) and head + cross-entropy (last stage).
+  // ---- per-micro-batch layer, embedding and head times
+  const LayerTimes L = layer_times(m, c, a, p, g);
+  const double layer_f = L.fwd(), layer_b = L.bwd();
   const double V = double(m.vocab), h = double(m.hidden);
   const double embed_f = T * h * e * 2 / hbm + k0, embed_b = 2 * embed_f;
   const double head_f_gemm = gemm_time(c, T, V / t, h, 1, e);
   const double head_b_gemm = gemm_time(c, T, h, V / t, 1, e) + gemm_time(c, h, V / t, T, 1, e);
   // Cross-entropy in fp32 over T x V/t logits: read logits, write/read fp32 softmax, write grads.
-  const double ce_bytes = T * V / t * (e + 4 + 4 + e);
+  const double ce_bytes = a.memory_bound_factor * T * V / t * (e + 4 + 4 + e);
   const double head_f = head_f_gemm + ce_bytes / 2 / hbm + 2 * k0 +
-                        (p.tp > 1 ? 2 * collective_time(c, Collective::AllReduce, T * 4, p.tp, std::min(p.tp, gpn)) : 0);
+                        (p.tp > 1 ? 2 * collective_time(c, Collective::AllReduce, T * 4, p.tp, g.tp_per_node) : 0);
   const double head_b = head_b_gemm + ce_bytes / 2 / hbm + 2 * k0;
   // Pipeline p2p: Megatron sends T x h / tp per boundary (scatter-gather or SP shards) each way.
   double p2p = 0;
   if (p.pp > 1) {
     const double bytes = T * h * e / (a.pp_scatter_gather || p.sp ? t : 1.0);
-    p2p = collective_time(c, Collective::SendRecv, bytes, 2, pp_spans ? 1 : 2);
+    p2p = collective_time(c, Collective::SendRecv, bytes, 2, g.pp_spans ? 1 : 2);
   }
-  // Stage time per micro-batch (forward + backward), each stage sends/receives once each way per chunk.
-  const double p2p_stage = p.pp > 1 ? 2.0 * p.v * p2p : 0.0;
-  auto stage_time = [&](int layers, bool first, bool last) {
-    return layers * (layer_f + layer_b) + (first ? embed_f + embed_b : 0) + (last ? head_f + head_b : 0) + p2p_stage;
-  };
-  const double t_first = stage_time(st.first, true, p.pp == 1);
-  const double t_last = p.pp == 1 ? t_first : stage_time(st.last, false, true);
-  const double t_mid = p.pp > 2 ? stage_time(st.middle_max, false, false) : 0.0;
-  const double t_max = std::max({t_first, t_last, t_mid});
-  const double t_sum = p.pp == 1 ? t_first : t_first + t_last + (p.pp - 2) * t_mid;
-  const double mb_count = double(micro);
-  double t_pipe;
-  if (p.v == 1)
-    t_pipe = (mb_count - 1) * t_max + t_sum;  // first micro-batch crosses every stage, the rest follow the slowest
-  else
-    t_pipe = mb_count * t_max + (p.pp - 1) * t_max / p.v;  // Narayanan 2021: bubble (p-1)/(v m)
-  // Breakdown of the slowest stage's busy time.
-  const int lay = st.max;
-  const bool max_is_last = t_last >= t_first && t_last >= t_mid;
-  const bool max_is_first = !max_is_last && t_first >= t_mid;
-  const int lay_crit = max_is_last ? st.last : (max_is_first ? st.first : st.middle_max);
-  (void)lay;
-  B.gemm = mb_count * (lay_crit * (L.f_gemm + L.b_gemm + L.r_gemm) + (max_is_last ? head_f_gemm + head_b_gemm : 0));
-  B.memory_bound = mb_count * (lay_crit * (L.f_mem + L.b_mem + L.r_mem) + (max_is_last ? ce_bytes / hbm : 0) +
-                               (max_is_first ? embed_f + embed_b : 0));
-  B.recompute = mb_count * lay_crit * (L.r_gemm + L.r_mem + L.r_tp);
+  const double p2p_stage = p.pp > 1 ? 2.0 * p.v * p2p : 0.0;  // each chunk receives and sends once each way
+
+  // ---- pipeline stages: layers per rank (its v chunks), per-rank busy time per micro-batch
+  const double layer_time = std::max(1e-30, layer_f + layer_b);
+  const std::vector<int> sl = plan_stage_layers(m, p, (embed_f + embed_b) / layer_time, (head_f + head_b) / layer_time);
+  B.stage_layers = sl;
+  std::vector<int> rank_layers(size_t(p.pp), 0);
+  for (size_t j = 0; j < sl.size(); ++j) rank_layers[j % size_t(p.pp)] += sl[j];
+  std::vector<double> tau(size_t(p.pp));
+  int crit = 0;
+  for (int r = 0; r < p.pp; ++r) {
+    tau[size_t(r)] = rank_layers[size_t(r)] * layer_time + (r == 0 ? embed_f + embed_b : 0.0) +
+                     (r == p.pp - 1 ? head_f + head_b : 0.0) + p2p_stage;
+    if (tau[size_t(r)] > tau[size_t(crit)]) crit = r;
+  }
+  const double t_max = tau[size_t(crit)];
+  double t_sum = 0;
+  for (double x : tau) t_sum += x;
+  // 1F1B: the first micro-batch crosses every stage, the rest follow the slowest (Narayanan 2021);
+  // interleaved: bubble (p-1)/(v m) of the busy time.
+  const double t_pipe = p.v == 1 ? (mb_count - 1) * t_max + t_sum : mb_count * t_max + (p.pp - 1) * t_max / p.v;
+  const int lay_crit = rank_layers[size_t(crit)];
+  const bool crit_first = crit == 0, crit_last = crit == p.pp - 1;
+  B.layers_max_stage = *std::max_element(rank_layers.begin(), rank_layers.end());
+  B.gemm = mb_count * (lay_crit * (L.f_gemm + L.b_gemm + L.r_gemm) + (crit_last ? head_f_gemm + head_b_gemm : 0));
+  B.memory_bound = mb_count * (lay_crit * (L.f_mem + L.b_mem + L.r_mem) + (crit_last ? ce_bytes / hbm : 0) +
+                               (crit_first ? embed_f + embed_b : 0));
+  B.recompute = mb_count * lay_crit * L.recompute();
   B.tp_comm = mb_count * lay_crit * (L.f_tp + L.b_tp + L.r_tp);
+  B.cp_comm = mb_count * lay_crit * (L.f_cp + L.b_cp + L.r_cp);
+  B.overlap_slowdown = mb_count * lay_crit * (L.f_slow + L.b_slow + L.r_slow);
   B.pp_p2p = mb_count * p2p_stage;
   B.bubble = t_pipe - mb_count * t_max;
   B.stage_forward = lay_crit * layer_f;
   B.stage_backward = lay_crit * layer_b;
 
-  // ---- parameters per GPU (largest stage, per TP rank)
+  // ---- parameters per rank (per TP rank)
   const double layer_params_tp = double(pc.per_layer - pc.per_layer_norms) / t + double(pc.per_layer_norms);
   const double embed_tp = double(m.vocab * m.hidden) / t + double(pc.embedding - m.vocab * m.hidden);
   const double head_tp = (m.tied_embeddings ? (p.pp > 1 ? double(m.vocab * m.hidden) / t : 0.0)
                                             : double(pc.head) / t) + double(pc.final_norm);
-  const double params_first = st.first * layer_params_tp + embed_tp + (p.pp == 1 ? head_tp : 0.0);
-  const double params_last = p.pp == 1 ? params_first : st.last * layer_params_tp + head_tp;
-  const double params_mid = p.pp > 2 ? st.middle_max * layer_params_tp : 0.0;
-  const double params_max = std::max({params_first, params_last, params_mid});
+  auto rank_params = [&](int r) {
+    return rank_layers[size_t(r)] * layer_params_tp + (r == 0 ? embed_tp : 0.0) + (r == p.pp - 1 ? head_tp : 0.0);
+  };
+  double params_max = 0;
+  for (int r = 0; r < p.pp; ++r) params_max = std::max(params_max, rank_params(r));
   B.stage_params = int64_t(params_max);
 
-  // ---- data parallel / ZeRO communication
-  double dp_total = 0, dp_exposed = 0;
-  if (p.dp > 1) {
-    const double P = params_max;
-    auto coll = [&](Collective k, double bytes) { return collective_time(c, k, bytes, p.dp, dp_per_node); };
-    const double grad_b = P * a.grad_bytes, w_b = P * a.weight_bytes;
-    // Only the last bucket (about one layer) cannot overlap with the backward that produced it.
-    const double layers_here = std::max(1, lay_crit);
-    auto exposed = [&](double comm, double window) {
-      if (!a.dp_overlap) return comm;
-      return std::max(comm - window * (layers_here - 1) / layers_here, comm / layers_here);
-    };
-    const double bwd_mb = lay_crit * layer_b, fwd_mb = lay_crit * layer_f;
-    if (p.zero == 0) {
-      dp_total = coll(Collective::AllReduce, grad_b);
-      dp_exposed = exposed(dp_total, bwd_mb);
-    } else if (p.zero == 1) {
-      const double rs = coll(Collective::ReduceScatter, grad_b), ag = coll(Collective::AllGather, w_b);
-      dp_total = rs + ag;
-      dp_exposed = exposed(rs, bwd_mb) + exposed(ag, fwd_mb);  // param all-gather overlaps the next forward
-    } else if (p.zero == 2) {
-      const double rs = coll(Collective::ReduceScatter, grad_b), ag = coll(Collective::AllGather, w_b);
-      dp_total = mb_count * rs + ag;
-      dp_exposed = mb_count * exposed(rs, bwd_mb) + exposed(ag, fwd_mb);
-    } else {
-      const double rs = coll(Collective::ReduceScatter, grad_b), ag = coll(Collective::AllGather, w_b);
-      dp_total = mb_count * (rs + 2 * ag);
-      dp_exposed = mb_count * (exposed(ag, fwd_mb) + exposed(ag + rs, bwd_mb));
-    }
-  }
-  B.dp_comm = dp_total;
-  B.dp_exposed = dp_exposed;
-  // Optimizer: streams grads, optimizer states (read + write) and the new 16-bit weights.
-  const double local_params = params_max / (p.zero >= 1 ? double(p.dp) : 1.0);
+  // ---- data parallel / ZeRO communication, optimizer
+  const DpComm dc = dp_comm(c, a, p, g, L, params_max, layer_params_tp, lay_crit, mb_count);
+  B.dp_comm = dc.total;
+  B.dp_exposed = dc.exposed + dc.slowdown;  // what the step waits for, incl. compute slowed by the hidden part
+  const double shards = double(p.dp) * p.cp;
+  const double local_params = params_max / (p.zero >= 1 ? shards : 1.0);
   B.optimizer = local_params * (2 * a.grad_bytes + 2 * a.optimizer_bytes + a.weight_bytes) / hbm + 4 * k0;
+  ev.step_time_s = t_pipe + B.dp_exposed + B.optimizer;
 
-  ev.step_time_s = t_pipe + dp_exposed + B.optimizer;
-
-  // ---- memory per GPU
-  const double d = double(p.dp);
+  // ---- memory per rank: the first stage (most activations in flight) and the last (logits)
   auto states = [&](double P) {
-    return std::array<double, 3>{P * a.weight_bytes / (p.zero >= 3 ? d : 1.0),
-                                 P * a.grad_bytes / (p.zero >= 2 ? d : 1.0),
-                                 P * a.optimizer_bytes / (p.zero >= 1 ? d : 1.0)};
+    return std::array<double, 3>{P * a.weight_bytes / (p.zero >= 3 ? shards : 1.0),
+                                 P * a.grad_bytes / (p.zero >= 2 ? shards : 1.0),
+                                 P * a.optimizer_bytes / (p.zero >= 1 ? shards : 1.0)};
   };
-  const double act_layer = activation_bytes_per_layer(m, a, p.mb, p.tp, p.sp, p.recompute);
+  ModelSpec m_local = m;  // activations of the s/cp tokens a rank holds
+  m_local.seq_len = m.seq_len / p.cp;
+  const double act_layer = activation_bytes_per_layer(m_local, a, p.mb, p.tp, p.sp, p.recompute);
   B.act_per_layer = act_layer;
   // Micro-batches in flight on the first stage: min(m, p) for 1F1B; interleaved keeps
-  // (p-1)*2 + (v-1)*p + 1 model chunks of l/(p v) layers (Megatron's warm-up count).
+  // (p-1)*2 + (v-1)*p + 1 model chunks (Megatron's warm-up count) of the rank's average chunk.
+  const double first_layers = rank_layers[0];
   double inflight_layers;
   if (p.v == 1) {
     B.inflight = double(std::min<int64_t>(micro, p.pp));
-    inflight_layers = st.first * B.inflight;
+    inflight_layers = first_layers * B.inflight;
   } else {
     const double chunks = std::min<double>(mb_count * p.v, 2.0 * (p.pp - 1) + double(p.v - 1) * p.pp + 1);
-    inflight_layers = chunks * double(m.layers) / (double(p.pp) * p.v);
-    B.inflight = inflight_layers / std::max(1, st.first);
+    inflight_layers = chunks * first_layers / p.v;
+    B.inflight = inflight_layers / std::max(1.0, first_layers);
   }
   const bool dropout = a.dropout && m.arch == Arch::Gpt;
   const double embed_act = dropout ? T * h / (p.sp ? t : 1.0) : 0.0;  // embedding dropout mask
   const double acts_first = inflight_layers * act_layer + embed_act * B.inflight;
   // Recompute working set: one layer's full activations rebuilt during backward.
-  double work = 0;
-  if (p.recompute != Recompute::None)
-    work = activation_bytes_per_layer(m, a, p.mb, p.tp, p.sp, Recompute::None);
+  const double work =
+      p.recompute != Recompute::None ? activation_bytes_per_layer(m_local, a, p.mb, p.tp, p.sp, Recompute::None) : 0;
   // Logits (16-bit) and the fp32 cross-entropy buffer on the last stage (Korthikanti: 4sbv/t).
   const double logits = T * V / t * (e + 4);
   // ZeRO-3 keeps two gathered layers (current + prefetch) at full size.
@@ -591,24 +836,21 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
     auto s3 = states(P);
     return s3[0] + s3[1] + s3[2] + acts + (has_logits ? logits : 0.0) + work + zero3 + reserved;
   };
-  const double mem_first = total(params_first, acts_first, p.pp == 1);
-  double mem_last = mem_first;
-  if (p.pp > 1) {
-    // The last stage holds one micro-batch in flight (1F1B) or v chunks when interleaved.
-    const double last_layers = p.v == 1 ? st.last : double(m.layers) / p.pp;
-    mem_last = total(params_last, last_layers * act_layer, true);
-  }
+  const double mem_first = total(rank_params(0), acts_first, p.pp == 1);
+  // The last stage holds one micro-batch in flight (1F1B) or its v chunks when interleaved.
+  const double acts_last = double(rank_layers[size_t(p.pp - 1)]) * act_layer;
+  const double mem_last = p.pp > 1 ? total(rank_params(p.pp - 1), acts_last, true) : mem_first;
   const bool first_is_max = mem_first >= mem_last;
-  const double P_mem = first_is_max ? params_first : params_last;
-  const auto s3 = states(P_mem);
+  const auto s3 = states(first_is_max ? rank_params(0) : rank_params(p.pp - 1));
   B.mem_weights = s3[0];
   B.mem_grads = s3[1];
   B.mem_optimizer = s3[2];
-  B.mem_activations = first_is_max ? acts_first : (p.v == 1 ? st.last : double(m.layers) / p.pp) * act_layer;
+  B.mem_activations = first_is_max ? acts_first : acts_last;
   B.mem_logits = (p.pp == 1 || !first_is_max) ? logits : 0.0;
   B.mem_buffers = work + zero3 + reserved;
   B.mem_total = std::max(mem_first, mem_last);
   ev.memory_gib = B.mem_total / kGiB;
+  (void)gpn;
 
   // ---- rates
   const double tokens = double(global_batch) * double(m.seq_len);
@@ -617,7 +859,7 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
   double hw_per_token = fl.model_train;
   if (p.recompute == Recompute::Full) hw_per_token += double(m.layers) * fl.layer_forward;
   if (p.recompute == Recompute::Selective) hw_per_token += double(m.layers) * fl.attention_core;
-  const double denom = ev.step_time_s * double(world);
+  const double denom = ev.step_time_s * double(c.world());
   ev.tflops_per_gpu = model_flops / denom / 1e12;
   ev.hw_tflops_per_gpu = hw_per_token * tokens / denom / 1e12;
   ev.mfu = ev.tflops_per_gpu / c.peak_tflops;

@@ -129,6 +129,25 @@ Cluster cluster_from_config(const Config& cfg) {
       throw UsageError(strprintf("[cluster] gemm_efficiency[%zu] = %g is outside (0, 1]", i, c.gemm_efficiency[i]));
   }
   c.gemm_max_efficiency = cfg.get_float("cluster.gemm_max_efficiency");
+  c.sm_count = int(cfg.get_int("cluster.sm_count"));
+  c.gemm_k_half = cfg.get_float("cluster.gemm_k_half");
+  c.gemm_table_m = cfg.get_floats("cluster.gemm_table_m");
+  c.gemm_table_n = cfg.get_floats("cluster.gemm_table_n");
+  c.gemm_table_k = cfg.get_floats("cluster.gemm_table_k");
+  c.gemm_table_efficiency = cfg.get_floats("cluster.gemm_table_efficiency");
+  const size_t shapes = c.gemm_table_m.size();
+  if (c.gemm_table_n.size() != shapes || c.gemm_table_k.size() != shapes || c.gemm_table_efficiency.size() != shapes)
+    throw UsageError(strprintf("[cluster] gemm_table_m/n/k/efficiency must have equal lengths (%zu, %zu, %zu, %zu)",
+                               shapes, c.gemm_table_n.size(), c.gemm_table_k.size(), c.gemm_table_efficiency.size()));
+  for (size_t i = 0; i < shapes; ++i) {
+    if (!(c.gemm_table_m[i] >= 1 && c.gemm_table_n[i] >= 1 && c.gemm_table_k[i] >= 1))
+      throw UsageError(strprintf("[cluster] gemm_table shape %zu has a dimension below 1", i));
+    if (!(c.gemm_table_efficiency[i] > 0) || c.gemm_table_efficiency[i] > 1.0)
+      throw UsageError(strprintf("[cluster] gemm_table_efficiency[%zu] = %g is outside (0, 1]", i,
+                                 c.gemm_table_efficiency[i]));
+  }
+  c.attention_efficiency = cfg.get_float("cluster.attention_efficiency");
+  c.overlap_slowdown = cfg.get_float("cluster.overlap_slowdown");
   c.kernel_overhead_us = cfg.get_float("cluster.kernel_overhead_us");
   c.reserved_gib = cfg.get_float("cluster.reserved_gib");
   c.intra.bandwidth_gbps = cfg.get_float("cluster.intra_bw_gbps");
@@ -170,6 +189,8 @@ json to_json(const Evaluation& e) {
             {"zero", p.zero},
             {"recompute", recompute_name(p.recompute)},
             {"sp", p.sp ? "on" : "off"},
+            {"cp", p.cp},
+            {"tp_overlap", p.tp_overlap ? "on" : "off"},
             {"feasible", e.feasible()},
             {"step_time_s", e.step_time_s},
             {"tokens_per_s", e.tokens_per_s},
@@ -185,6 +206,8 @@ json to_json(const Evaluation& e) {
         {"memory_bound", b.memory_bound},
         {"recompute", b.recompute},
         {"tp_comm", b.tp_comm},
+        {"cp_comm", b.cp_comm},
+        {"overlap_slowdown", b.overlap_slowdown},
         {"pp_p2p", b.pp_p2p},
         {"bubble", b.bubble},
         {"dp_comm", b.dp_comm},
@@ -202,9 +225,10 @@ json to_json(const Evaluation& e) {
       {"microbatches", b.microbatches},
       {"inflight_microbatches", b.inflight},
       {"layers_max_stage", b.layers_max_stage},
+      {"stage_layers", b.stage_layers},
       {"stage_params", b.stage_params},
       {"activation_bytes_per_layer", b.act_per_layer},
-      {"tiers", {{"tp", b.tp_tier}, {"dp", b.dp_tier}, {"pp", b.pp_tier}}}};
+      {"tiers", {{"tp", b.tp_tier}, {"cp", b.cp_tier}, {"dp", b.dp_tier}, {"pp", b.pp_tier}}}};
   return j;
 }
 
@@ -260,7 +284,11 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
                   T, e.tokens_per_s, e.tflops_per_gpu, e.hw_tflops_per_gpu, 100 * e.mfu, 100 * e.hfu);
   line("GEMM compute", b.gemm, "slowest stage, all micro-batches, incl. recompute");
   line("memory-bound kernels", b.memory_bound, "norms, activations, softmax, loss, incl. recompute");
-  line("TP communication", b.tp_comm, "exposed (not overlapped), incl. recompute");
+  line("TP communication", b.tp_comm,
+       e.plan.tp_overlap ? "exposed: first chunks + what the GEMMs cannot cover, incl. recompute"
+                         : "exposed, incl. recompute (SP's wgrad re-gather beside the dgrad GEMM)");
+  if (e.plan.cp > 1) line("CP ring attention", b.cp_comm, "exposed K/V transfers, incl. recompute");
+  line("overlap slowdown", b.overlap_slowdown, "compute slowed by collectives running beside it");
   // Not another term of the step: the forward work rerun in backward, already inside the three lines above.
   line("recompute (included)", b.recompute,
        e.plan.recompute == Recompute::None
@@ -274,6 +302,11 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   line("optimizer", b.optimizer, "");
   os << strprintf("  per micro-batch on the slowest stage (%d layers): forward %.4f s, backward %.4f s\n",
                   b.layers_max_stage, b.stage_forward, b.stage_backward);
+  if (e.plan.pp > 1) {
+    std::string list;
+    for (size_t i = 0; i < b.stage_layers.size(); ++i) list += (i ? "," : "") + std::to_string(b.stage_layers[i]);
+    os << "  layers per virtual stage [" << list << "]\n";
+  }
   const double capacity = c.hbm_gib * (1 - a.memory_headroom);
   os << strprintf("memory per device %.2f GiB of %.2f GiB usable%s\n", e.memory_gib, capacity,
                   e.feasible() ? "" : "  -> DOES NOT FIT");

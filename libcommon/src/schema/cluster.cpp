@@ -19,6 +19,20 @@ void declare_cluster(Schema& s) {
         "achieved fraction of peak at each gemm_flops size (log-linear interpolation)");
   s.add_range("cluster", "gemm_max_efficiency", KeyType::Float, 0.8, 0.01, 1.0,
               "large-GEMM efficiency when no table is given");
+  s.add_range("cluster", "sm_count", KeyType::Int, 0, 0, 100000,
+              "streaming multiprocessors per GPU for the GEMM wave model (A100 108, H100/H200 132); 0 = CPU");
+  s.add_range("cluster", "gemm_k_half", KeyType::Float, 64.0, 0, 1e6,
+              "GEMM K at which a tile's prologue/epilogue halves its efficiency (GPU shape model)");
+  s.add("cluster", "gemm_table_m", KeyType::FloatList, json::array(),
+        "measured GEMM shapes: M of each (cairn-plan calibrate writes the four gemm_table_* lists)");
+  s.add("cluster", "gemm_table_n", KeyType::FloatList, json::array(), "measured GEMM shapes: N of each");
+  s.add("cluster", "gemm_table_k", KeyType::FloatList, json::array(), "measured GEMM shapes: K of each");
+  s.add("cluster", "gemm_table_efficiency", KeyType::FloatList, json::array(),
+        "measured GEMM shapes: achieved fraction of peak_tflops");
+  s.add_range("cluster", "attention_efficiency", KeyType::Float, 0.6, 0.01, 1.0,
+              "fused (flash) attention: achieved fraction of peak over the FLOPs it runs, forward and backward");
+  s.add_range("cluster", "overlap_slowdown", KeyType::Float, 0.1, 0.0, 1.0,
+              "fraction by which compute slows while a collective runs beside it (SMs, HBM taken by NCCL)");
   s.add_range("cluster", "kernel_overhead_us", KeyType::Float, 4.0, 0, 1e6,
               "fixed time per kernel (launch, tail effects) when no table is given");
   s.add_range("cluster", "reserved_gib", KeyType::Float, 1.0, 0, 1e6,

@@ -12,6 +12,12 @@ void declare_parallel(Schema& s) {
   s.add_choice("parallel", "recompute", KeyType::String, "none", {"none", "selective", "full", "gelu"},
                "activation recomputation (cairn-train: selective = none, its attention never stores the "
                "probabilities; gelu/full as [train] recompute)");
+  s.add_range("parallel", "cp", KeyType::Int, 1, 1, 1e5,
+              "context-parallel degree: the sequence split over cp ranks with ring attention (cairn-plan; "
+              "cairn-train runs cp = 1)");
+  s.add_choice("parallel", "tp_overlap", KeyType::String, "off", {"on", "off"},
+               "TP collectives overlapped with the neighbouring GEMMs (Megatron-Core tp_comm_overlap; cairn-plan "
+               "models it, cairn-train runs its TP collectives synchronously)");
   s.add_choice("parallel", "sp", KeyType::String, "off", {"on", "off"}, "sequence parallelism");
   s.add_range("parallel", "stage_layers", KeyType::IntList, json::array(), 1, 100000,
               "layers of each pipeline stage (pp*v entries in virtual-stage order); empty = even split");

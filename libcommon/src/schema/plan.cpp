@@ -14,9 +14,16 @@ void declare_plan(Schema& s) {
                std::string("activation recomputation none|selective|full: ") + fix);
   s.add_choice("plan", "sp", KeyType::StringOrStringList, nullptr, {"on", "off"},
                std::string("sequence parallelism on|off: ") + fix);
+  s.add("plan", "cp", KeyType::IntOrIntList, nullptr,
+        std::string("context-parallel degree: ") + fix + " (unset: 1 below plan.cp_min_seq tokens)");
+  s.add_choice("plan", "tp_overlap", KeyType::StringOrStringList, nullptr, {"on", "off"},
+               std::string("TP communication overlap on|off (needs sp = on): ") + fix);
+  s.add_range("plan", "cp_min_seq", KeyType::Int, 16384, 1, 1e9,
+              "the search tries context parallelism only for sequences at least this long");
   s.add_range("plan", "max_mb", KeyType::Int, 16, 1, 1e6, "largest micro-batch size searched");
   s.add_range("plan", "max_tp", KeyType::Int, 0, 0, 1e6, "largest TP degree searched (0 = no limit)");
-  s.add_range("plan", "max_v", KeyType::Int, 8, 1, 1e4, "largest interleaving factor searched");
+  s.add_range("plan", "max_v", KeyType::Int, 0, 0, 1e4,
+              "largest interleaving factor searched (0 = as many as the layers allow: one per virtual stage)");
   s.add_range("plan", "global_batch", KeyType::Int, 0, 0, 1e9,
               "global batch in sequences (0 = [train] global_batch)");
   s.add_range("plan", "top_k", KeyType::Int, 10, 1, 1e6, "plans shown in the ranked table");
@@ -30,6 +37,10 @@ void declare_plan(Schema& s) {
   s.add_range("plan", "activation_bytes", KeyType::Float, 2.0, 1, 8, "bytes per activation element (2 = bf16)");
   s.add("plan", "flash_attention", KeyType::Bool, false,
         "fused attention that never stores the s x s scores (drops Korthikanti's 5as/h term)");
+  s.add_range("plan", "memory_bound_factor", KeyType::Float, 1.0, 0.1, 20.0,
+              "bytes moved by memory-bound kernels relative to Megatron/TE's fused kernels (eager PyTorch: more)");
+  s.add("plan", "causal", KeyType::Bool, true,
+        "causal attention: a fused attention kernel skips the masked half of the scores");
   s.add("plan", "dp_overlap", KeyType::Bool, true,
         "overlap gradient reduction with backward (Megatron; DeepSpeed's pipeline engine reduces after the flush: false)");
   s.add("plan", "pp_scatter_gather", KeyType::Bool, true,
