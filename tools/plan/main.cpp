@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cairn/cli.h"
+#include "calibrate_runs.h"
 #include "plan.h"
 
 int main(int argc, char** argv) {
@@ -22,7 +23,8 @@ int main(int argc, char** argv) {
     app.add_option("--top", top, "plans in the ranked table (sets [plan] top_k)");
     app.require_subcommand(0, 1);
     CLI::App* cal = app.add_subcommand("calibrate", "measure GEMM efficiency (cuBLAS bf16 on a GPU, OpenBLAS "
-                                                    "on CPU) and memory bandwidth over the model's shapes; write a cluster file");
+                                                    "on CPU) and memory bandwidth over the model's shapes; write a cluster file "
+                                                    "(--from-runs: refit it from cairn-train runs instead)");
     cal->fallthrough();  // --config/--set/--out after "calibrate" belong to the main app
     cairn::plan::CalibrateOptions copts;
     cal->add_option("--output", copts.output, "cluster file to write (default <out>/plan/cluster-calibrated.toml)")
@@ -31,12 +33,23 @@ int main(int argc, char** argv) {
     cal->add_option("--max-dim", copts.max_dim, "largest square GEMM of the size sweep")->capture_default_str();
     cal->add_option("--device", copts.device, "auto (GPU with cuBLAS when built with CUDA and present), cpu or gpu")
         ->capture_default_str();
+    cairn::plan::RefitOptions ropts;
+    cal->add_option("--from-runs", ropts.runs, "instead of measuring: refit the cluster's efficiency terms to the step "
+                                               "times of finished cairn-train runs (default output "
+                                               "<out>/plan/cluster-refit.toml), with leave-one-out errors")
+        ->type_name("DIR")
+        ->expected(1, -1);
     cairn::parse_cli(app, argc, argv);
 
     std::vector<std::string> sets = cairn::plan::plan_flag_to_sets(plan_text);
     if (top > 0) sets.push_back("plan.top_k=" + std::to_string(top));
     cairn::Config cfg = cairn::load_tool_config(opts, sets);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
+    if (cal->parsed() && !ropts.runs.empty()) {
+      ropts.output = copts.output;
+      ropts.json_path = opts.json_path;
+      return cairn::plan::run_calibrate_from_runs(cfg, ropts);
+    }
     if (cal->parsed()) {
       std::string path = cairn::plan::run_calibrate(cfg, copts);
       std::cout << path << "\n";

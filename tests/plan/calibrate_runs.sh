@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# cairn-plan calibrate --from-runs on real cairn-train runs (1 rank, dp2, tp2 on this CPU): the refitted cluster
+# file is written with its provenance and loads back, the leave-one-out table names every run with finite errors,
+# one run says it has no held-out run, and a directory that is not a usable run exits 2 naming it.
+set -euo pipefail
+BIN=${CAIRN_BIN_DIR:?CAIRN_BIN_DIR must point at build/bin}
+PY=/usr/bin/python3
+W=$(mktemp -d /tmp/cairn_plan_refit.XXXXXX)
+trap '[[ -n ${KEEP:-} ]] || rm -rf "$W"' EXIT  # KEEP=1 keeps the runs for a look after a failure
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+T0=$SECONDS
+
+"$BIN/cairn-reshard" --log-level error --out "$W/ds" --set 'data.delimiter="%"' build /usr/share/games/fortunes/fortunes
+# vocab = 0 (the dataset's, padded to 64): calibrate has to find it through the run's dataset. A fixed peak skips
+# cairn-train's own GEMM measurement; no validation, no TensorBoard: only step times matter here.
+MODEL=(--data "$W/ds" --threads 1 --log-level warn --set model.layers=2 --set model.hidden=64 --set model.heads=4
+       --set model.seq_len=64 --set train.global_batch=8 --set train.micro_batch=2 --set train.warmup=2
+       --set train.checkpoint_every=0 --set train.val_every=0 --set train.tensorboard=false
+       --set train.peak_tflops=0.05 --steps 10)
+train() {
+  local name=$1 np=$2
+  shift 2
+  local cmd=("$BIN/cairn-train" --out "$W/$name" "${MODEL[@]}" "$@")
+  [[ $np == 1 ]] || cmd=(mpirun --oversubscribe -np "$np" "${cmd[@]}")
+  "${cmd[@]}" || fail "$name: cairn-train exited $?"
+}
+train r1 1
+train dp2 2
+train tp2 2 --set parallel.tp=2
+echo "training: $(( SECONDS - T0 )) s"
+
+# The site: this CPU as a node of 2 one-core devices (the 2-rank runs stay inside it, on the intra tier).
+SITE=(--config configs/clusters/cpu-local.toml --set cluster.gpus_per_node=2 --set cluster.peak_tflops=0.083)
+
+# ---- 1. three runs: leave-one-out table, refitted file with provenance, JSON report
+"$BIN/cairn-plan" calibrate --from-runs "$W/r1" "$W/dp2" "$W/tp2" "${SITE[@]}" --output "$W/refit.toml" \
+  --out "$W/cal" --json "$W/refit.json" --log-level warn > "$W/out.txt" 2> "$W/err.txt" \
+  || fail "calibrate --from-runs exited $?: $(cat "$W/err.txt")"
+cat "$W/out.txt"
+[[ -s $W/refit.toml ]] || fail "no refitted cluster file"
+[[ $(tail -1 "$W/out.txt") == "$W/refit.toml" ]] || fail "the written path is not the last line of stdout"
+grep -q "after (held out)" "$W/out.txt" || fail "no held-out column"
+for r in r1 dp2 tp2; do grep -q "^$r " "$W/out.txt" || fail "table has no row for $r"; done
+grep -q "^mean |error|" "$W/out.txt" || fail "no mean/max line"
+[[ $(head -1 "$W/refit.toml") == "# Cluster file written by cairn-plan calibrate --from-runs"* ]] || fail "no header"
+grep -q "^# command line: .*--from-runs" "$W/refit.toml" || fail "no command line in the provenance"
+grep -q "^# tool: cairn-plan .*(git " "$W/refit.toml" || fail "no tool/version/git in the provenance"
+[[ $(grep -c "^# run: " "$W/refit.toml") == 3 ]] || fail "provenance does not list the 3 runs"
+grep -q "^# factor compute: x" "$W/refit.toml" || fail "no compute factor recorded"
+"$PY" - "$W" <<'PY'
+import json, math, sys, tomllib
+w = sys.argv[1]
+site = tomllib.load(open("configs/clusters/cpu-local.toml", "rb"))["cluster"]
+refit = tomllib.load(open(f"{w}/refit.toml", "rb"))
+assert list(refit) == ["cluster"], list(refit)
+c = refit["cluster"]
+missing = sorted(set(site) - set(c))
+assert not missing, f"input [cluster] keys missing from the refitted file: {missing}"
+assert c["gpus_per_node"] == 2 and c["peak_tflops"] == 0.083, "the invocation's --set values are not kept"
+d = json.load(open(f"{w}/refit.json"))
+rows = {r["run"].rsplit("/", 1)[-1]: r for r in d["rows"]}
+assert sorted(rows) == ["dp2", "r1", "tp2"], sorted(rows)
+assert rows["r1"]["ranks"] == 1 and rows["dp2"]["ranks"] == 2 and rows["tp2"]["ranks"] == 2, rows
+assert rows["tp2"]["layout"].startswith("dp=1,tp=2") and rows["dp2"]["layout"].startswith("dp=2,tp=1"), rows
+for name, r in rows.items():
+    for k in ("measured_step_s", "predicted_before_s", "predicted_after_s", "error_before_pct", "error_after_pct"):
+        assert math.isfinite(r[k]), (name, k, r[k])
+    assert r["measured_step_s"] > 0 and r["predicted_after_s"] > 0, (name, r)
+f = d["factors"]
+assert f["compute"]["exercised"] and 0.2 <= f["compute"]["factor"] <= 5, f["compute"]
+assert f["intra"]["exercised"] and not f["inter"]["exercised"], f
+assert d["held_out"] and "provenance" in d
+# The factors are what the file holds: compute scales gemm_max_efficiency (within the schema's 1.0).
+want = min(1.0, site["gemm_max_efficiency"] * f["compute"]["factor"])
+assert abs(c["gemm_max_efficiency"] - want) < 1e-9 * max(1, want), (c["gemm_max_efficiency"], want)
+s = d["summary"]
+print(f"leave-one-out mean |error| {s['mean_abs_error_before_pct']:.1f} % -> {s['mean_abs_error_after_pct']:.1f} %, "
+      f"max {s['max_abs_error_before_pct']:.1f} % -> {s['max_abs_error_after_pct']:.1f} %; factors " +
+      ", ".join(f"{k} x{v['factor']:.3g}" for k, v in f.items() if v["exercised"]))
+PY
+
+# ---- 2. the written file loads back as a cluster file and plans with it
+TINY=(--set model.layers=2 --set model.hidden=64 --set model.heads=4 --set model.seq_len=64 --set model.vocab=128
+      --set train.global_batch=8)
+"$BIN/cairn-plan" --config "$W/refit.toml" "${TINY[@]}" --out "$W/chk" --explain --plan dp=2,mb=2 > "$W/explain.txt" \
+  2> "$W/chk.err" || fail "the refitted file does not load/plan: $(cat "$W/chk.err")"
+"$BIN/cairn-plan" --config "$W/refit.toml" --print-config > "$W/print.txt" || fail "--print-config with the file failed"
+grep -q "refit.toml" "$W/print.txt" || fail "print-config does not show the file"
+
+# ---- 3. one run: default output under <out>/plan/, and it says there is no held-out run
+"$BIN/cairn-plan" calibrate --from-runs "$W/r1" "${SITE[@]}" --out "$W/one" --log-level warn > "$W/one.txt" \
+  || fail "calibrate --from-runs with one run exited $?"
+[[ -s $W/one/plan/cluster-refit.toml ]] || fail "default output <out>/plan/cluster-refit.toml missing"
+grep -q "no held-out run" "$W/one.txt" || fail "one run: no 'no held-out run' note"
+
+# ---- 4. directories that are not usable runs: exit 2 naming them, nothing written
+expect_usage() {  # DIR WHAT: calibrate on DIR (with a good run) must exit 2 naming DIR and saying WHAT
+  local rc=0
+  "$BIN/cairn-plan" calibrate --from-runs "$W/r1" "$1" "${SITE[@]}" --output "$W/bad.toml" > /dev/null \
+    2> "$W/bad.err" || rc=$?
+  [[ $rc == 2 ]] || fail "$1: exit $rc, want 2: $(cat "$W/bad.err")"
+  grep -q "^cairn-plan: .*\"$1\"" "$W/bad.err" || fail "$1 not named: $(cat "$W/bad.err")"
+  grep -q "$2" "$W/bad.err" || fail "$1: no '$2' in: $(cat "$W/bad.err")"
+  [[ ! -e $W/bad.toml ]] || fail "$1: a file was written anyway"
+}
+expect_usage "$W/nonexistent" "no such directory"
+mkdir -p "$W/empty"
+expect_usage "$W/empty" "no train/metrics.jsonl"
+mkdir -p "$W/nosteps/train"
+head -1 "$W/r1/train/metrics.jsonl" > "$W/nosteps/train/metrics.jsonl"  # the provenance line only
+grep -m2 '"train"' "$W/r1/train/metrics.jsonl" | sed 's/"skipped":false/"skipped":true/' >> "$W/nosteps/train/metrics.jsonl"
+expect_usage "$W/nosteps" "no finished training steps"
+echo "calibrate_runs.sh: ok ($(( SECONDS - T0 )) s)"

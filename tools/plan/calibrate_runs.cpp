@@ -1,0 +1,727 @@
+// cairn-plan calibrate --from-runs (calibrate_runs.h): learns a site's efficiency terms from its own cairn-train
+// runs, validates them leave-one-out and writes the refitted cluster file.
+#include "calibrate_runs.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "cairn/cli.h"
+#include "cairn/costmodel.h"
+#include "cairn/error.h"
+#include "cairn/files.h"
+#include "cairn/log.h"
+#include "cairn/provenance.h"
+
+namespace fs = std::filesystem;
+
+namespace cairn::plan {
+
+namespace {
+
+// A fitted factor outside this range says the model misses a mechanism, not that an efficiency is off.
+constexpr double kFactorMin = 0.2, kFactorMax = 5.0;
+
+// Median per-phase seconds of one run's steady steps (rank 0's split, as cairn-train logs it).
+struct Measured {
+  double total = 0, compute = 0, tp_comm = 0, dp_comm = 0, pp_wait = 0, optimizer = 0;
+};
+
+// One start of cairn-train in a metrics.jsonl (a provenance line begins each start and each resume).
+struct Segment {
+  std::string config_toml;  // the provenance line's effective config ("" when absent)
+  std::vector<json> steps;  // finished train lines, in order
+  int rejected = 0;         // train lines that skipped their update or hold a non-finite figure
+};
+
+struct Run {
+  std::string dir, label;
+  Config cfg;  // the invocation's [cluster] and [plan] with the run's [model], [parallel] and batch
+  int world = 0;
+  std::string world_from;  // where the rank count came from
+  int64_t first_step = 0, last_step = 0;
+  int used = 0, left_out = 0;  // steps in the medians; warm-up, skipped and non-finite steps
+  Measured m;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double number_or(const json& j, const char* key, double dflt) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : dflt;
+}
+
+std::string string_or(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// A step that trained: not skipped, finite loss, every phase time finite and non-negative, a positive total.
+bool finished_step(const json& j) {
+  auto skipped = j.find("skipped");
+  if (skipped != j.end() && skipped->is_boolean() && skipped->get<bool>()) return false;
+  if (!std::isfinite(number_or(j, "loss", std::nan("")))) return false;
+  auto t = j.find("time_s");
+  if (t == j.end() || !t->is_object()) return false;
+  for (const auto& [k, v] : t->items())
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) return false;
+  return number_or(*t, "total", 0) > 0;
+}
+
+std::vector<Segment> read_segments(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw UsageError(errno_message("cannot read", path));
+  std::vector<Segment> segs(1);  // lines before any provenance line (none in files cairn-train writes)
+  std::string line;
+  while (std::getline(f, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;  // a torn last line of a killed run
+    const std::string kind = string_or(j, "kind");
+    if (kind == "provenance") {
+      segs.emplace_back();
+      auto p = j.find("provenance");
+      if (p != j.end() && p->is_object()) segs.back().config_toml = string_or(*p, "config");
+    } else if (kind == "train") {
+      if (finished_step(j)) segs.back().steps.push_back(std::move(j));
+      else ++segs.back().rejected;
+    }
+  }
+  return segs;
+}
+
+// Medians over the steps after the warm-up (at least one step is kept, so a short run still counts).
+Measured measure(const std::vector<json>& steps, size_t skip) {
+  std::vector<double> total, compute, tp, dp, pp, opt;
+  for (size_t i = skip; i < steps.size(); ++i) {
+    const json& t = steps[i]["time_s"];
+    const double tpc = number_or(t, "tp_comm", 0);
+    total.push_back(number_or(t, "total", 0));
+    // forward and backward include the TP collectives inside them (step_report.h), not the pipeline waits.
+    compute.push_back(std::max(0.0, number_or(t, "forward", 0) + number_or(t, "backward", 0) - tpc));
+    tp.push_back(tpc);
+    dp.push_back(number_or(t, "comm", 0));
+    pp.push_back(number_or(t, "pp_wait", 0));
+    opt.push_back(number_or(t, "optimizer", 0));
+  }
+  return {median(total), median(compute), median(tp), median(dp), median(pp), median(opt)};
+}
+
+json toml_node_to_json(const toml::node& node) {
+  if (auto t = node.as_table()) {
+    json obj = json::object();
+    for (auto&& [k, v] : *t) obj[std::string(k.str())] = toml_node_to_json(v);
+    return obj;
+  }
+  if (auto a = node.as_array()) {
+    json arr = json::array();
+    for (auto& e : *a) arr.push_back(toml_node_to_json(e));
+    return arr;
+  }
+  if (auto s = node.as_string()) return s->get();
+  if (auto i = node.as_integer()) return i->get();
+  if (auto f = node.as_floating_point()) return f->get();
+  if (auto b = node.as_boolean()) return b->get();
+  return nullptr;  // dates: no config key of [model], [parallel] or [train] is one
+}
+
+// The run's effective config as tables: the chosen start's provenance line, else train/config.toml (which
+// cairn-train rewrites at every start).
+json run_tables(const Segment& seg, const std::string& dir, std::string& where) {
+  const std::string metrics = join_path(dir, "train/metrics.jsonl");
+  if (!seg.config_toml.empty()) {
+    try {
+      where = metrics + " (provenance config)";
+      return toml_node_to_json(toml::parse(seg.config_toml, metrics));
+    } catch (const toml::parse_error& e) {
+      CAIRN_LOG_WARN("%s: the provenance config does not parse (%s); reading train/config.toml", metrics.c_str(),
+                     std::string(e.description()).c_str());
+    }
+  }
+  where = join_path(dir, "train/config.toml");
+  if (!path_exists(where))
+    throw UsageError(file_message("not a usable cairn-train run", dir,
+                                  "no config: train/metrics.jsonl has no provenance config and train/config.toml is missing"));
+  return read_toml_file_as_json(where);
+}
+
+// The vocabulary cairn-train used when [model] vocab = 0: the dataset's, padded to a multiple of 64 (trainer.cpp).
+int64_t dataset_vocab(const json& tables, const std::string& dir) {
+  std::string data;
+  if (tables.contains("data") && tables["data"].is_object()) data = string_or(tables["data"], "path");
+  if (data.empty()) data = join_path(dir, "data");
+  const std::string index = join_path(data, "index.json");
+  json j = path_exists(index) ? json::parse(read_file(index), nullptr, false) : json();
+  const double v = j.is_object() ? number_or(j, "vocab_size", 0) : 0;
+  if (!(v >= 1))
+    throw UsageError(file_message("cannot tell the vocabulary of run", dir,
+                                  "[model] vocab = 0 (the dataset's) and the dataset index \"" + index +
+                                      "\" is missing or has no vocab_size"));
+  return (int64_t(v) + 63) / 64 * 64;
+}
+
+// The config a run is evaluated with: the site's cluster and modelling assumptions ([cluster], [plan]) from the
+// invocation, the model, layout and batch from the run, resolved the way cairn-train resolves them (settings.cpp).
+Config run_config(const Config& site, const json& tables, const std::string& where, const std::string& dir) {
+  Config c = site;
+  const Origin from{Origin::File, where};
+  // A key the run's config lacks (written by an older cairn-train) takes its default, not the invocation's value.
+  for (const KeySpec& spec : c.schema().keys())
+    if ((spec.section == "model" || spec.section == "parallel") && !spec.default_value.is_null())
+      c.set(spec.section + "." + spec.key, spec.default_value, Origin{});
+  for (const char* section : {"model", "parallel"}) {
+    auto sec = tables.find(section);
+    if (sec == tables.end() || !sec->is_object()) continue;
+    for (const auto& [k, v] : sec->items()) {
+      if (v.is_null()) continue;
+      if (!c.schema().find(section, k)) {
+        CAIRN_LOG_WARN("%s: [%s] %s is not a key of this cairn-plan; ignored", where.c_str(), section, k.c_str());
+        continue;
+      }
+      c.set(std::string(section) + "." + k, v, from);
+    }
+  }
+  const json train = tables.contains("train") && tables["train"].is_object() ? tables["train"] : json::object();
+  if (train.contains("global_batch")) c.set("train.global_batch", train["global_batch"], from);
+  c.set("plan.global_batch", 0, from);  // the run's batch, whatever the invocation's [plan] says
+  const int64_t micro = int64_t(number_or(train, "micro_batch", 0));
+  if (micro > 0) c.set("parallel.mb", micro, from);
+  const std::string rc = string_or(train, "recompute");
+  if (!rc.empty() && rc != "none") c.set("parallel.recompute", rc, from);
+  if (c.get_int("model.vocab") == 0) c.set("model.vocab", dataset_vocab(tables, dir), from);
+  return c;
+}
+
+// A final checkpoint's DONE (JSON: step, world_size) written during the steps [first, last].
+int checkpoint_world(const std::string& dir, int64_t first, int64_t last) {
+  const fs::path ckpt = fs::path(dir) / "train" / "ckpt";
+  std::error_code ec;
+  int64_t best_step = -1;
+  int world = 0;
+  for (fs::directory_iterator it(ckpt, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path done = it->path() / "DONE";
+    if (!fs::is_regular_file(done, ec)) continue;
+    json j = json::parse(read_file(done.string()), nullptr, false);
+    if (!j.is_object()) continue;
+    const double step = number_or(j, "step", -1), w = number_or(j, "world_size", 0);
+    if (step >= double(first) && step <= double(last) && step > double(best_step) && w >= 1) {
+      best_step = int64_t(step);
+      world = int(w);
+    }
+  }
+  return world;
+}
+
+// How many ranks ran the steps: [parallel] dp x tp x pp when dp is fixed; else a checkpoint of that start;
+// else the train lines themselves (tflops = model FLOPs per token x tokens/s / ranks, step_report.cpp).
+int run_world(const Config& c, const Segment& seg, const std::string& dir, int64_t first, int64_t last,
+              std::string& from) {
+  const int64_t tp = c.get_int("parallel.tp"), pp = c.get_int("parallel.pp"), dp = c.get_int("parallel.dp");
+  if (dp > 0) {
+    from = "[parallel] dp x tp x pp";
+    return int(dp * tp * pp);
+  }
+  if (int w = checkpoint_world(dir, first, last); w > 0) {
+    from = "checkpoint DONE world_size";
+    return w;
+  }
+  costmodel::ModelSpec spec = costmodel::model_from_config(c);
+  spec.kv_heads = spec.heads;  // cairn-train's MFU counts a GPT block (step_report.cpp: flop_counts)
+  spec.ffn_hidden = 4 * spec.hidden;
+  const double per_token = costmodel::model_flops_per_token(spec);
+  std::vector<double> ws;
+  for (const json& s : seg.steps) {
+    const double tf = number_or(s, "tflops", 0), tps = number_or(s, "tokens_per_s", 0);
+    if (tf > 0 && tps > 0) ws.push_back(per_token * tps / (tf * 1e12));
+  }
+  const double w = median(ws);
+  const double r = std::round(w);
+  if (!(r >= 1) || std::fabs(w - r) > 0.01 * r || int64_t(r) % (tp * pp) != 0)
+    throw UsageError(file_message("cannot tell how many ranks ran", dir,
+                                  "[parallel] dp = 0, no checkpoint of the last start, and tflops / tokens_per_s in "
+                                  "train/metrics.jsonl do not give a whole multiple of tp x pp"));
+  from = "tflops and tokens_per_s of the train lines";
+  return int(r);
+}
+
+std::string run_label(const std::string& dir) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const std::string base = fs::path(d).filename().string();
+  return base.empty() ? d : base;
+}
+
+// Reads one run directory; UsageError (exit 2) naming it and what is missing when it cannot be used.
+Run load_run(const Config& site, const std::string& dir, int warmup) {
+  if (!fs::is_directory(dir)) throw UsageError(file_message("not a run directory", dir, "no such directory"));
+  const std::string metrics = join_path(dir, "train/metrics.jsonl");
+  if (!path_exists(metrics))
+    throw UsageError(file_message("not a cairn-train run", dir, "no train/metrics.jsonl"));
+  std::vector<Segment> segs = read_segments(metrics);
+  // The last start that finished steps: a resume that died at once leaves the earlier start's steps usable.
+  const Segment* seg = nullptr;
+  int rejected = 0;
+  for (const Segment& s : segs) rejected += s.rejected;
+  for (auto it = segs.rbegin(); it != segs.rend() && !seg; ++it)
+    if (!it->steps.empty()) seg = &*it;
+  if (!seg)
+    throw UsageError(file_message("no finished training steps in", dir,
+                                  rejected ? strprintf("train/metrics.jsonl has %d train lines, every one skipped or "
+                                                       "non-finite", rejected)
+                                           : std::string("train/metrics.jsonl has no train lines")));
+  Run r;
+  r.dir = dir;
+  r.label = run_label(dir);
+  std::string where;
+  const json tables = run_tables(*seg, dir, where);
+  r.cfg = run_config(site, tables, where, dir);
+  const size_t n = seg->steps.size();
+  const size_t skip = std::min(n - 1, size_t(std::max(0, warmup)));
+  if (skip < size_t(std::max(0, warmup)))
+    CAIRN_LOG_WARN("%s: only %zu finished steps; %zu warm-up steps left out instead of %d", dir.c_str(), n, skip,
+                   warmup);
+  r.first_step = int64_t(number_or(seg->steps.front(), "step", 0));
+  r.last_step = int64_t(number_or(seg->steps.back(), "step", 0));
+  r.world = run_world(r.cfg, *seg, dir, r.first_step, r.last_step, r.world_from);
+  r.used = int(n - skip);
+  r.left_out = int(skip) + seg->rejected;
+  r.m = measure(seg->steps, skip);
+  return r;
+}
+
+// ------------------------------------------------------------------ fitting
+
+enum Knob { kCompute = 0, kIntra, kInter, kKnobs };
+constexpr const char* kKnobName[kKnobs] = {"compute", "intra", "inter"};
+
+struct Factors {
+  std::array<double, kKnobs> k{1.0, 1.0, 1.0};
+};
+
+// The [cluster] keys the compute factor scales: every achievable fraction of the device (GEMM table and large-GEMM
+// efficiency, memory bandwidth, any kernel class the schema adds), never a link tier's.
+std::vector<std::string> compute_keys(const json& cluster) {
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : cluster.items()) {
+    if (!k.ends_with("efficiency") || k.starts_with("intra_") || k.starts_with("inter_")) continue;
+    if (v.is_number() || (v.is_array() && !v.empty())) keys.push_back(k);
+  }
+  return keys;
+}
+
+// Multiplies an efficiency within its schema range (a fraction of nominal cannot pass 1; table entries (0, 1]).
+double scale_within(const std::string& key, double v, double k) {
+  const KeySpec* spec = registry().find("cluster", key);
+  const double lo = spec && spec->min ? *spec->min : 1e-4, hi = spec && spec->max ? *spec->max : 1.0;
+  return std::clamp(v * k, lo, hi);
+}
+
+// The [cluster] values the factors change (only those keys), from the invocation's cluster section `base`.
+// The factors between which knob `knob` still changes some value: beyond them every efficiency it scales sits at
+// its schema limit, so a larger factor would be a number in the file that changes nothing.
+std::pair<double, double> moving_range(const json& base, int knob) {
+  double lo = 1e300, hi = 0;
+  auto widen = [&](const std::string& key, const json& v) {
+    if (!v.is_number() || !(v.get<double>() > 0)) return;
+    const double x = v.get<double>();
+    lo = std::min(lo, scale_within(key, x, 0.0) / x);
+    hi = std::max(hi, scale_within(key, x, 1e300) / x);
+  };
+  if (knob == kCompute) {
+    for (const std::string& key : compute_keys(base)) {
+      if (base[key].is_array())
+        for (const json& e : base[key]) widen(key, e);
+      else
+        widen(key, base[key]);
+    }
+  } else {
+    const std::string key = std::string(kKnobName[knob]) + "_efficiency";
+    if (base.contains(key)) widen(key, base[key]);
+  }
+  return hi > 0 ? std::make_pair(lo, hi) : std::make_pair(1.0, 1.0);
+}
+
+json scaled_cluster(const json& base, const Factors& f) {
+  json out = json::object();
+  for (const std::string& key : compute_keys(base)) {
+    const json& v = base[key];
+    if (v.is_array()) {
+      json a = json::array();
+      for (const json& e : v) a.push_back(e.is_number() ? json(scale_within(key, e.get<double>(), f.k[kCompute])) : e);
+      out[key] = a;
+    } else {
+      out[key] = scale_within(key, v.get<double>(), f.k[kCompute]);
+    }
+  }
+  for (int t : {kIntra, kInter}) {
+    const std::string key = std::string(kKnobName[t]) + "_efficiency";
+    if (base.contains(key) && base[key].is_number()) out[key] = scale_within(key, base[key].get<double>(), f.k[t]);
+  }
+  return out;
+}
+
+costmodel::Evaluation evaluate(const Run& r, const json& cluster) {
+  Config c = r.cfg;
+  const Origin o{Origin::Program, "cairn-plan calibrate --from-runs"};
+  for (const auto& [k, v] : cluster.items()) c.set("cluster." + k, v, o);
+  return costmodel::evaluate_config(c, r.world);
+}
+
+struct Obs {
+  double pred = 0, meas = 0;
+  bool dp = false;  // an exposed DP wait (else compute or TP collectives)
+};
+
+// (predicted, measured) pairs of the terms a knob governs, over `runs`, under factors `f`: compute time for the
+// compute knob; a tier's TP collectives and exposed DP communication for that tier's knob.
+std::vector<Obs> observe(const std::vector<const Run*>& runs, const json& base, const Factors& f, int knob) {
+  const json cluster = scaled_cluster(base, f);
+  std::vector<Obs> obs;
+  for (const Run* r : runs) {
+    const costmodel::Evaluation e = evaluate(*r, cluster);
+    const costmodel::Breakdown& b = e.b;
+    if (knob == kCompute) {
+      if (r->m.compute > 0 && b.gemm + b.memory_bound > 0) obs.push_back({b.gemm + b.memory_bound, r->m.compute});
+      continue;
+    }
+    const std::string tier = kKnobName[knob];
+    if (e.plan.tp > 1 && b.tp_tier == tier && b.tp_comm > 0 && r->m.tp_comm > 0)
+      obs.push_back({b.tp_comm, r->m.tp_comm, false});
+    // A fully hidden measured wait (0) still says the link is faster than modelled: floored, not dropped.
+    if (e.plan.dp > 1 && b.dp_tier == tier && b.dp_exposed > 0)
+      obs.push_back({b.dp_exposed, std::max(r->m.dp_comm, 1e-6), true});
+  }
+  return obs;
+}
+
+// Median predicted / measured; `only` 0: every term, 1: TP collectives and compute, 2: exposed DP waits.
+double median_ratio(const std::vector<Obs>& obs, int only = 0) {
+  std::vector<double> r;
+  for (const Obs& o : obs)
+    if (only == 0 || (only == 2) == o.dp) r.push_back(o.pred / o.meas);
+  return median(r);
+}
+
+double sum_pred(const std::vector<Obs>& obs) {
+  double s = 0;
+  for (const Obs& o : obs) s += o.pred;
+  return s;
+}
+
+struct KnobFit {
+  bool exercised = false, adjustable = true;
+  bool clamped = false;  // the runs ask for a factor outside [kFactorMin, kFactorMax]
+  bool at_limit = false;  // or beyond the point where every efficiency it scales is at its schema limit (1.0)
+  int terms = 0, dp_terms = 0;
+  double ratio_tp = std::nan(""), ratio_dp = std::nan("");  // a tier's TP and DP terms apart, before the fit
+  double wanted = 1;                     // the factor the runs asked for, before the clamp
+  double ratio_before = std::nan(""), ratio_after = std::nan("");  // median predicted / measured of its terms
+};
+
+// Bounds the factor the runs ask for (`wanted`) to [kFactorMin, kFactorMax] and to where it still moves a value,
+// recording which bound held it.
+double bound(KnobFit& kf, const json& base, int knob, double wanted) {
+  const auto [lo_move, hi_move] = moving_range(base, knob);
+  const double lo = std::max(kFactorMin, lo_move), hi = std::min(kFactorMax, hi_move);
+  kf.wanted = wanted;
+  kf.clamped = wanted < kFactorMin * (1 - 1e-9) || wanted > kFactorMax * (1 + 1e-9);
+  kf.at_limit = !kf.clamped && (wanted < lo * (1 - 1e-9) || wanted > hi * (1 + 1e-9));
+  return std::clamp(wanted, lo, hi);
+}
+
+struct Fit {
+  Factors f;
+  std::array<KnobFit, kKnobs> knob;
+};
+
+// Median-of-ratios fit of each knob in turn (compute first: the exposed DP wait depends on backward time), repeated
+// until stable, because the fixed per-kernel time and the roofline do not scale with an efficiency.
+Fit fit_runs(const std::vector<const Run*>& runs, const json& base) {
+  Fit fit;
+  for (int k = 0; k < kKnobs; ++k) {
+    KnobFit& kf = fit.knob[size_t(k)];
+    const std::vector<Obs> obs = observe(runs, base, fit.f, k);
+    if (obs.empty()) continue;
+    kf.exercised = true;
+    kf.terms = int(obs.size());
+    kf.ratio_before = median_ratio(obs);
+    kf.ratio_tp = median_ratio(obs, 1);
+    kf.ratio_dp = median_ratio(obs, 2);
+    kf.dp_terms = int(std::count_if(obs.begin(), obs.end(), [](const Obs& o) { return o.dp; }));
+    // Fabric fits replace a tier's nominal efficiency; a term that does not move with its knob cannot be fitted.
+    Factors probe = fit.f;
+    probe.k[size_t(k)] = 0.5;
+    kf.adjustable = std::fabs(sum_pred(observe(runs, base, probe, k)) / sum_pred(obs) - 1) > 1e-3;
+  }
+  for (int round = 0; round < 30; ++round) {
+    double worst = 0;
+    for (int k = 0; k < kKnobs; ++k) {
+      KnobFit& kf = fit.knob[size_t(k)];
+      if (!kf.exercised || !kf.adjustable) continue;
+      const double ratio = median_ratio(observe(runs, base, fit.f, k));
+      double& factor = fit.f.k[size_t(k)];
+      factor = bound(kf, base, k, factor * ratio);
+      if (!kf.clamped && !kf.at_limit) worst = std::max(worst, std::fabs(std::log(ratio)));
+    }
+    if (worst < 1e-4) break;
+  }
+  for (int k = 0; k < kKnobs; ++k) {
+    KnobFit& kf = fit.knob[size_t(k)];
+    if (!kf.exercised) continue;
+    kf.ratio_after = median_ratio(observe(runs, base, fit.f, k));
+    // What the runs ask for at the final factors (the last round may have stopped at a bound one step short).
+    if (kf.adjustable) bound(kf, base, k, fit.f.k[size_t(k)] * kf.ratio_after);
+  }
+  return fit;
+}
+
+// ------------------------------------------------------------------ validation and output
+
+struct Row {
+  const Run* run = nullptr;
+  std::string layout;
+  double before = 0, after = 0;  // predicted step seconds: the invocation's cluster, the fit without this run
+  costmodel::Breakdown b_before, b_after;  // the predicted phases behind `before` and `after`
+  double err(double pred) const { return 100.0 * (pred - run->m.total) / run->m.total; }
+};
+
+std::vector<Row> validate(const std::vector<Run>& runs, const json& base, const Fit& all) {
+  std::vector<Row> rows;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    Row row;
+    row.run = &runs[i];
+    const costmodel::Evaluation e = evaluate(runs[i], json::object());
+    row.layout = costmodel::plan_string(e.plan);
+    row.before = e.step_time_s;
+    row.b_before = e.b;
+    std::vector<const Run*> others;
+    for (size_t j = 0; j < runs.size(); ++j)
+      if (j != i) others.push_back(&runs[j]);
+    const Factors f = runs.size() > 1 ? fit_runs(others, base).f : all.f;  // one run: in-sample
+    const costmodel::Evaluation a = evaluate(runs[i], scaled_cluster(base, f));
+    row.after = a.step_time_s;
+    row.b_after = a.b;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+struct Summary {
+  double mean_before = 0, mean_after = 0, max_before = 0, max_after = 0;
+};
+
+Summary summarize(const std::vector<Row>& rows) {
+  Summary s;
+  for (const Row& r : rows) {
+    const double b = std::fabs(r.err(r.before)), a = std::fabs(r.err(r.after));
+    s.mean_before += b / double(rows.size());
+    s.mean_after += a / double(rows.size());
+    s.max_before = std::max(s.max_before, b);
+    s.max_after = std::max(s.max_after, a);
+  }
+  return s;
+}
+
+// One line per knob: what it changed, on how many terms, the median predicted/measured before and after.
+std::vector<std::string> describe_factors(const json& base, const Fit& fit) {
+  std::vector<std::string> lines;
+  const json after = scaled_cluster(base, fit.f);
+  for (int k = 0; k < kKnobs; ++k) {
+    const KnobFit& kf = fit.knob[size_t(k)];
+    const std::string name = kKnobName[k];
+    if (!kf.exercised) {
+      lines.push_back(name + ": not fitted (no run exercises it" +
+                      (k == kCompute ? std::string(")") : ": no TP or DP group on the " + name + " tier)"));
+      continue;
+    }
+    if (!kf.adjustable) {
+      const bool fabric = k != kCompute && base.contains("fabric") && base["fabric"].is_string() &&
+                          !base["fabric"].get<std::string>().empty();
+      lines.push_back(strprintf("%s: not fitted (%d terms, predicted/measured %.3f): %s", name.c_str(), kf.terms,
+                                kf.ratio_before,
+                                fabric ? "[cluster] fabric's fitted links replace the tier efficiency (rerun cairn-sweep "
+                                         "to update them)"
+                                       : "the prediction does not depend on its efficiencies"));
+      continue;
+    }
+    std::string keys;
+    for (const auto& [key, v] : after.items()) {
+      const bool mine = k == kCompute ? !key.starts_with("intra_") && !key.starts_with("inter_") : key.starts_with(name + "_");
+      if (!mine) continue;
+      if (!keys.empty()) keys += ", ";
+      const double f = fit.f.k[size_t(k)];
+      if (v.is_array()) {
+        size_t capped = 0;
+        for (size_t i = 0; i < v.size(); ++i)
+          capped += std::fabs(v[i].get<double>() - base[key][i].get<double>() * f) > 1e-12;
+        keys += strprintf("%s x%.4g (%zu sizes", key.c_str(), f, v.size()) +
+                (capped ? strprintf(", %zu held at 1.0)", capped) : std::string(")"));
+      } else {
+        keys += strprintf("%s %.4g -> %.4g", key.c_str(), base[key].get<double>(), v.get<double>());
+        if (std::fabs(v.get<double>() - base[key].get<double>() * f) > 1e-12) keys += " (held at the schema's limit)";
+      }
+    }
+    std::string split;  // a tier's TP and DP terms can disagree: the pooled median hides it
+    if (k != kCompute && kf.dp_terms > 0 && kf.dp_terms < kf.terms)
+      split = strprintf(" (TP collectives %.3f, exposed DP %.3f)", kf.ratio_tp, kf.ratio_dp);
+    lines.push_back(strprintf("%s: x%.4g from %d run terms, predicted/measured %.3f%s -> %.3f; %s", name.c_str(),
+                              fit.f.k[size_t(k)], kf.terms, kf.ratio_before, split.c_str(), kf.ratio_after,
+                              keys.c_str()));
+    if (kf.clamped)
+      lines.push_back(strprintf("%s: clamped to [%g, %g]: the runs ask for x%.3g, beyond what an efficiency error "
+                                "explains (a mechanism the model lacks)", name.c_str(), kFactorMin, kFactorMax, kf.wanted));
+    else if (kf.at_limit)
+      lines.push_back(strprintf("%s: held at x%.4g, where its efficiencies reach their schema limits: the runs ask for "
+                                "x%.3g (check peak_tflops, hbm_gbps, the link bandwidth or kernel_overhead_us)",
+                                name.c_str(), fit.f.k[size_t(k)], kf.wanted));
+  }
+  return lines;
+}
+
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+void write_cluster(const std::string& path, const Config& cfg, const std::vector<Run>& runs, const Fit& fit,
+                   const std::vector<std::string>& factor_lines, const Summary& s, bool held_out) {
+  json cluster = cfg.section("cluster");
+  const json scaled = scaled_cluster(cluster, fit.f);
+  for (const auto& [k, v] : scaled.items()) cluster[k] = v;
+  for (auto it = cluster.begin(); it != cluster.end();) {
+    if (it.value().is_null() || (it.value().is_string() && it.value().get<std::string>().empty()))
+      it = cluster.erase(it);
+    else
+      ++it;
+  }
+  const Provenance& p = provenance();
+  std::string files;
+  for (const std::string& f : cfg.files_read()) files += (files.empty() ? "" : ", ") + f;
+  // [cluster] is a closed schema section: the record of the refit is comments, so the file loads as any cluster file.
+  std::string text = "# Cluster file written by cairn-plan calibrate --from-runs: the [cluster] of the invocation with\n"
+                     "# its efficiency terms refitted to the per-phase step times of cairn-train runs.\n";
+  text += strprintf("# tool: %s %s (git %s) on %s at %s\n", p.tool.c_str(), p.version.c_str(), p.git_sha.c_str(),
+                    p.host.c_str(), p.time_utc.c_str());
+  text += "# command line: " + one_line(p.command_line) + "\n";
+  text += "# input config files: " + (files.empty() ? std::string("(none)") : files) + "\n";
+  for (const Run& r : runs)
+    text += strprintf("# run: %s | %d rank%s (%s) | steps %lld..%lld, %d used, %d left out | %.6g s/step measured\n",
+                      one_line(r.dir).c_str(), r.world, r.world == 1 ? "" : "s", r.world_from.c_str(), (long long)r.first_step,
+                      (long long)r.last_step, r.used, r.left_out, r.m.total);
+  for (const std::string& l : factor_lines) text += "# factor " + l + "\n";
+  text += strprintf("# %s: mean |error| %.1f %% -> %.1f %%, max %.1f %% -> %.1f %%\n",
+                    held_out ? "leave-one-out step time" : "in-sample step time (one run: no held-out run)",
+                    s.mean_before, s.mean_after, s.max_before, s.max_after);
+  text += json_to_toml(json{{"cluster", cluster}});
+  atomic_write(path, text);
+}
+
+void print_report(std::ostream& os, const std::vector<Row>& rows, const std::vector<std::string>& factor_lines,
+                  const Summary& s, bool held_out) {
+  size_t wl = 3, wa = 6;
+  for (const Row& r : rows) {
+    wl = std::max(wl, r.run->label.size());
+    wa = std::max(wa, r.layout.size());
+  }
+  const char* after = held_out ? "after (held out)" : "after (in-sample)";
+  os << strprintf("%-*s  %-*s %5s %10s %10s %17s %9s %9s\n", int(wl), "run", int(wa), "layout", "ranks", "measured s",
+                  "before s", after, "err bef", "err aft");
+  for (const Row& r : rows)
+    os << strprintf("%-*s  %-*s %5d %10.4f %10.4f %17.4f %+8.1f%% %+8.1f%%\n", int(wl), r.run->label.c_str(), int(wa),
+                    r.layout.c_str(), r.run->world, r.run->m.total, r.before, r.after, r.err(r.before),
+                    r.err(r.after));
+  os << strprintf("mean |error| %.1f %% before, %.1f %% after; max %.1f %% before, %.1f %% after%s\n", s.mean_before,
+                  s.mean_after, s.max_before, s.max_after,
+                  held_out ? " (each run predicted by the fit on the others)"
+                           : " (one run: no held-out run, the after column is in-sample)");
+  for (const Row& r : rows)
+    if (r.run->m.pp_wait > 0 || r.b_before.bubble + r.b_before.pp_p2p > 0)
+      os << strprintf("pipeline %s (report only): measured pp_wait %.4f s, predicted bubble + p2p %.4f s\n",
+                      r.run->label.c_str(), r.run->m.pp_wait, r.b_before.bubble + r.b_before.pp_p2p);
+  os << "fit on all runs:\n";
+  for (const std::string& l : factor_lines) os << "  " << l << "\n";
+}
+
+// The predicted counterparts of the measured phases.
+json predicted_phases(const costmodel::Breakdown& b) {
+  return {{"compute", b.gemm + b.memory_bound}, {"tp_comm", b.tp_comm}, {"dp_comm", b.dp_exposed},
+          {"pp_wait", b.bubble + b.pp_p2p}, {"optimizer", b.optimizer}};
+}
+
+json report_json(const std::vector<Row>& rows, const Fit& fit, const std::vector<std::string>& factor_lines,
+                 const Summary& s, bool held_out, const std::string& path) {
+  json jr = json::array();
+  for (const Row& r : rows) {
+    const Measured& m = r.run->m;
+    jr.push_back({{"run", r.run->dir}, {"layout", r.layout}, {"ranks", r.run->world},
+                  {"ranks_from", r.run->world_from}, {"steps_used", r.run->used}, {"measured_step_s", m.total},
+                  {"measured_time_s", {{"compute", m.compute}, {"tp_comm", m.tp_comm}, {"dp_comm", m.dp_comm},
+                                       {"pp_wait", m.pp_wait}, {"optimizer", m.optimizer}}},
+                  {"predicted_before_s", r.before}, {"predicted_after_s", r.after},
+                  {"predicted_before_time_s", predicted_phases(r.b_before)},
+                  {"predicted_after_time_s", predicted_phases(r.b_after)},
+                  {"error_before_pct", r.err(r.before)}, {"error_after_pct", r.err(r.after)}});
+  }
+  json factors = json::object();
+  for (int k = 0; k < kKnobs; ++k) {
+    const KnobFit& kf = fit.knob[size_t(k)];
+    factors[kKnobName[k]] = {{"factor", fit.f.k[size_t(k)]}, {"exercised", kf.exercised},
+                             {"adjustable", kf.adjustable}, {"clamped", kf.clamped}, {"at_limit", kf.at_limit}, {"wanted", kf.wanted},
+                             {"terms", kf.terms}};
+  }
+  return {{"kind", "cluster_refit"}, {"output", path}, {"held_out", held_out}, {"rows", jr}, {"factors", factors},
+          {"notes", factor_lines},
+          {"summary", {{"mean_abs_error_before_pct", s.mean_before}, {"mean_abs_error_after_pct", s.mean_after},
+                       {"max_abs_error_before_pct", s.max_before}, {"max_abs_error_after_pct", s.max_after}}},
+          {"provenance", provenance().to_json()}};
+}
+
+}  // namespace
+
+int run_calibrate_from_runs(const Config& cfg, const RefitOptions& opts) {
+  if (opts.runs.empty()) throw UsageError("calibrate --from-runs: give at least one run directory");
+  std::string path = opts.output;
+  if (path.empty()) path = join_path(run_subdir(run_dir(cfg), "plan"), "cluster-refit.toml");
+  check_writable_file(path);
+  std::vector<Run> runs;
+  for (const std::string& dir : opts.runs) runs.push_back(load_run(cfg, dir, opts.warmup_steps));
+  for (Run& r : runs) {
+    const costmodel::Evaluation e = evaluate(r, json::object());
+    if (!e.feasible() && e.reject != costmodel::Reject::kMemory)
+      throw UsageError(file_message("the cost model cannot evaluate the layout of run", r.dir, e.reason));
+    if (!(e.step_time_s > 0) || !std::isfinite(e.step_time_s))
+      throw UsageError(file_message("the cost model predicts no step time for run", r.dir, "check its [model]"));
+    if (!e.feasible()) CAIRN_LOG_WARN("%s: %s (it ran, so the step time is still compared)", r.dir.c_str(), e.reason.c_str());
+    CAIRN_LOG_INFO("%s: %s on %d ranks (%s), %d steps, %.4f s/step measured", r.dir.c_str(),
+                   costmodel::plan_string(e.plan).c_str(), r.world, r.world_from.c_str(), r.used, r.m.total);
+  }
+  const json base = cfg.section("cluster");
+  std::vector<const Run*> all;
+  for (const Run& r : runs) all.push_back(&r);
+  const Fit fit = fit_runs(all, base);
+  const bool held_out = runs.size() > 1;
+  const std::vector<Row> rows = validate(runs, base, fit);
+  const Summary s = summarize(rows);
+  const std::vector<std::string> lines = describe_factors(base, fit);
+  for (const std::string& l : lines)
+    if (l.find(": clamped") != std::string::npos || l.find(": held at") != std::string::npos)
+      CAIRN_LOG_WARN("%s", l.c_str());
+  write_cluster(path, cfg, runs, fit, lines, s, held_out);
+  const bool json_stdout = opts.json_path == "-";
+  print_report(json_stdout ? std::cerr : std::cout, rows, lines, s, held_out);
+  if (!opts.json_path.empty()) write_json_output(opts.json_path, report_json(rows, fit, lines, s, held_out, path).dump(1) + "\n");
+  std::cout << (json_stdout ? "" : path + "\n");  // the path last on stdout, as plain calibrate prints it
+  return 0;
+}
+
+}  // namespace cairn::plan
