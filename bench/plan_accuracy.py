@@ -36,11 +36,13 @@ TITAN_H100 = ("pytorch/torchtitan docs/performance.md Tables 1 and 3: FSDP, eage
 MOSAIC = ("mosaicml/llm-foundry scripts/train/benchmarking/README.md: MPT FSDP FULL_SHARD, bf16, flash "
           "attention; A100 80GB with 1600 Gb/s RoCE per node, H100 80GB")
 LLAMA3 = ("Llama Team 2024, The Llama 3 Herd of Models, Table 4: 405B on H100 80GB 700 W, 400 Gb/s RoCE, "
-          "16M tokens per batch, BF16 model TFLOP/s per GPU (Megatron-style counting assumed)")
+          "16M tokens per batch, BF16 model TFLOP/s per GPU; the paper does not give its FLOP count: compared "
+          "with causal attention counted as executed (half the s^2 products; at 8k the conventions differ by 4 %, "
+          "at 128k full counting would put the CP run's hardware utilisation at 27 % against 41 % at 8k)")
 
 # Fitted by `--fit` on the fit half (bench/results/plan_accuracy_fit.json); the cluster files carry the
 # per-device GEMM constants, this the eager stacks' memory-bound factor.
-EAGER_MEMORY_BOUND_FACTOR = 1.5
+EAGER_MEMORY_BOUND_FACTOR = 2.0
 
 
 def gpt(l, h, a, V=51200, s=2048):
@@ -73,10 +75,11 @@ def rows():
             ("530B", 105, 20480, 128, 2520, 8, 35, 2520, 163), ("1T", 128, 25600, 160, 3072, 8, 64, 3072, 163)]:
         add(NARAYANAN, f"GPT {name}", A100, g, gpt(l, h, a), B,
             f"tp={tp},pp={pp},v=1,zero=0,recompute=full,sp=off,cp=1", "hw_tflops", pub,
-            ["plan.dp_overlap=false"])
+            ["plan.dp_overlap=false", "plan.tp_async_backward=false"])
     add(BLOOM, "BLOOM-176B", A100, 384, gpt(70, 14336, 112, V=250880), 2048,
         "tp=4,pp=12,v=1,mb=2,zero=1,recompute=full,sp=off,cp=1", "hw_tflops", 150,
-        ["cluster.inter_bw_gbps=6.25", "plan.dp_overlap=false", "plan.pp_scatter_gather=false"])
+        ["cluster.inter_bw_gbps=6.25", "plan.dp_overlap=false", "plan.pp_scatter_gather=false",
+         "plan.tp_async_backward=false"])
     # Korthikanti 2022: dp = 1 everywhere; full recompute without SP vs selective recompute + SP.
     for name, l, h, a, g, tp, pp, B, full_s, sel_s in [
             ("22B", 48, 6144, 64, 8, 8, 1, 4, 1.42, 1.10), ("175B", 96, 12288, 96, 64, 8, 8, 64, 18.13, 13.75),
@@ -131,11 +134,11 @@ def rows():
     l3_405b_long = dict(l3_405b, seq_len=131072)
     meta = fa + ["cluster.inter_bw_gbps=50"]
     add(LLAMA3, "Llama3 405B 8192 GPUs", H100, 8192, l3_405b, 2048,
-        "tp=8,pp=16,cp=1,mb=1,zero=1,recompute=[none,selective]", "model_tflops", 430, meta)
+        "tp=8,pp=16,cp=1,mb=1,zero=1,recompute=[none,selective]", "model_tflops_causal", 430, meta)
     add(LLAMA3, "Llama3 405B 16384 GPUs", H100, 16384, l3_405b, 2048,
-        "tp=8,pp=16,cp=1,mb=1,zero=1,recompute=[none,selective]", "model_tflops", 400, meta)
+        "tp=8,pp=16,cp=1,mb=1,zero=1,recompute=[none,selective]", "model_tflops_causal", 400, meta)
     add(LLAMA3, "Llama3 405B 16384 GPUs CP16 128k", H100, 16384, l3_405b_long, 128,
-        "tp=8,pp=16,cp=16,mb=1,zero=1,recompute=[none,selective]", "model_tflops", 380, meta)
+        "tp=8,pp=16,cp=16,mb=1,zero=1,recompute=[none,selective]", "model_tflops_causal", 380, meta)
     # Alternate fit / held-out within each source.
     seen = {}
     for r in out:
@@ -165,8 +168,11 @@ def predict(binary, r, consts):
         p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         return None, (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
-    plan = json.loads(p.stdout)["plans"][0]
+    doc = json.loads(p.stdout)
+    plan, model = doc["plans"][0], doc["model"]
+    causal_flops = model["model_flops_per_token"] - 6 * model["layers"] * model["hidden"] * model["seq_len"]
     value = {"hw_tflops": plan["hw_tflops_per_gpu"], "model_tflops": plan["tflops_per_gpu"],
+             "model_tflops_causal": plan["tokens_per_s"] * causal_flops / r["gpus"] / 1e12,
              "step_s": plan["step_time_s"], "tokens_per_gpu": plan["tokens_per_s"] / r["gpus"]}[r["metric"]]
     return value, plan
 

@@ -158,7 +158,10 @@ struct Assumptions {
   // PyTorch stacks run norms, activations, rotary and casts as separate kernels and move more.
   double memory_bound_factor = 1.0;           // causal mask: a fused attention kernel skips the masked half of the scores
   bool dropout = true;          // gpt keeps dropout masks; llama never has dropout
-  bool dp_overlap = true;       // gradient reduction overlapped with backward (Megatron overlap_grad_reduce)
+  bool dp_overlap = true;
+  // Without SP, the column-parallel layers' backward all-reduce runs beside their weight-gradient GEMM
+  // (Megatron-LM's async tensor-parallel all-reduce, default since 2022); false: exposed (Megatron 2021).
+  bool tp_async_backward = true;       // gradient reduction overlapped with backward (Megatron overlap_grad_reduce)
   bool pp_scatter_gather = true;  // PP sends T*h/tp per TP rank (Megatron); false: the full T*h (DeepSpeed)
   double memory_headroom = 0.0; // fraction of HBM kept free
 };

@@ -333,6 +333,7 @@ Assumptions assumptions_from_config(const Config& cfg) {
   a.causal = cfg.get_bool("plan.causal");
   a.memory_bound_factor = cfg.get_float("plan.memory_bound_factor");
   a.dp_overlap = cfg.get_bool("plan.dp_overlap");
+  a.tp_async_backward = cfg.get_bool("plan.tp_async_backward");
   a.pp_scatter_gather = cfg.get_bool("plan.pp_scatter_gather");
   a.memory_headroom = cfg.get_float("plan.memory_headroom");
   return a;
@@ -419,13 +420,21 @@ Groups place_groups(const Cluster& c, const Plan& p) {
 // al. 2022 4.2.2; Megatron's LinearWithGradAccumulationAndAsyncCommunication). With tp_overlap every
 // collective is split into tp chunks pipelined with its neighbouring GEMM (Megatron-Core userbuffers):
 // only the first chunk and what the GEMM cannot cover stay exposed.
-void add_tp_comm(const Cluster& c, const Plan& p, const Groups& g, double bytes, const double gemm_f[4],
-                 const double dgrad[4], const double wgrad[4], LayerTimes& L) {
+void add_tp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g, double bytes,
+                 const double gemm_f[4], const double dgrad[4], const double wgrad[4], LayerTimes& L) {
   if (p.tp <= 1) return;
   const double ar = collective_time(c, Collective::AllReduce, bytes, p.tp, g.tp_per_node);
   if (!p.sp) {
     L.f_tp = 2 * ar;
-    L.b_tp = 2 * ar;
+    if (!a.tp_async_backward) {
+      L.b_tp = 2 * ar;
+      return;
+    }
+    for (int col : {0, 2}) {  // the input gradient's all-reduce beside the weight-gradient GEMM
+      const Overlap o = overlap(c, ar, wgrad[col]);
+      L.b_tp += o.exposed;
+      L.b_slow += o.slowdown;
+    }
     return;
   }
   const double ag = collective_time(c, Collective::AllGather, bytes, p.tp, g.tp_per_node);
@@ -501,7 +510,7 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
   const double scores = mf * eb.scores * T / t;
   L.f_mem = (rep + split + scores) / hbm + eb.kernels * k0;
   L.b_mem = 2 * (rep + split + scores) / hbm + 2 * eb.kernels * k0;
-  add_tp_comm(c, p, g, T * h * e, gemm_f, dgrad, wgrad, L);
+  add_tp_comm(c, a, p, g, T * h * e, gemm_f, dgrad, wgrad, L);
   if (p.cp > 1) {
     // Ring attention: cp - 1 steps, each passing the local K and V chunk to the next rank while the
     // current block is computed; backward passes K, V and their gradients.

@@ -41,6 +41,9 @@ void declare_plan(Schema& s) {
               "bytes moved by memory-bound kernels relative to Megatron/TE's fused kernels (eager PyTorch: more)");
   s.add("plan", "causal", KeyType::Bool, true,
         "causal attention: a fused attention kernel skips the masked half of the scores");
+  s.add("plan", "tp_async_backward", KeyType::Bool, true,
+        "without SP, the backward all-reduce of column-parallel layers runs beside their weight-gradient GEMM "
+        "(Megatron-LM since 2022; Megatron 2021: false)");
   s.add("plan", "dp_overlap", KeyType::Bool, true,
         "overlap gradient reduction with backward (Megatron; DeepSpeed's pipeline engine reduces after the flush: false)");
   s.add("plan", "pp_scatter_gather", KeyType::Bool, true,
