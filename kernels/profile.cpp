@@ -41,23 +41,14 @@ struct Wrap<Member, Slot, Name> {
   }
 };
 
+// One slot and one name per op, from the single op list in backend.h.
+enum Slot : int {
+#define CAIRN_OP_SLOT(op) kSlot_##op,
+  CAIRN_KERNEL_OPS(CAIRN_OP_SLOT)
+#undef CAIRN_OP_SLOT
+};
 #define CAIRN_OP_NAME(op) constexpr char k_##op[] = #op;
-CAIRN_OP_NAME(embedding_forward)
-CAIRN_OP_NAME(embedding_backward)
-CAIRN_OP_NAME(layernorm_forward)
-CAIRN_OP_NAME(layernorm_backward)
-CAIRN_OP_NAME(matmul_forward)
-CAIRN_OP_NAME(matmul_backward)
-CAIRN_OP_NAME(attention_forward)
-CAIRN_OP_NAME(attention_backward)
-CAIRN_OP_NAME(gelu_forward)
-CAIRN_OP_NAME(gelu_backward)
-CAIRN_OP_NAME(residual_forward)
-CAIRN_OP_NAME(crossentropy_forward)
-CAIRN_OP_NAME(crossentropy_backward)
-CAIRN_OP_NAME(adamw_update)
-CAIRN_OP_NAME(squared_norm)
-CAIRN_OP_NAME(scale)
+CAIRN_KERNEL_OPS(CAIRN_OP_NAME)
 #undef CAIRN_OP_NAME
 
 }  // namespace
@@ -66,23 +57,8 @@ const Backend& profiled_backend(const Backend& inner) {
   static Backend wrapped;
   g_inner = &inner;
   wrapped = inner;  // memory hooks and name pass straight through
-#define CAIRN_WRAP(op, slot) wrapped.op = &Wrap<&Backend::op, slot, k_##op>::call;
-  CAIRN_WRAP(embedding_forward, 0)
-  CAIRN_WRAP(embedding_backward, 1)
-  CAIRN_WRAP(layernorm_forward, 2)
-  CAIRN_WRAP(layernorm_backward, 3)
-  CAIRN_WRAP(matmul_forward, 4)
-  CAIRN_WRAP(matmul_backward, 5)
-  CAIRN_WRAP(attention_forward, 6)
-  CAIRN_WRAP(attention_backward, 7)
-  CAIRN_WRAP(gelu_forward, 8)
-  CAIRN_WRAP(gelu_backward, 9)
-  CAIRN_WRAP(residual_forward, 10)
-  CAIRN_WRAP(crossentropy_forward, 11)
-  CAIRN_WRAP(crossentropy_backward, 12)
-  CAIRN_WRAP(adamw_update, 13)
-  CAIRN_WRAP(squared_norm, 14)
-  CAIRN_WRAP(scale, 15)
+#define CAIRN_WRAP(op) wrapped.op = &Wrap<&Backend::op, kSlot_##op, k_##op>::call;
+  CAIRN_KERNEL_OPS(CAIRN_WRAP)
 #undef CAIRN_WRAP
   return wrapped;
 }

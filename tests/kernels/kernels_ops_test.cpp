@@ -5,6 +5,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 #include <boost/test/unit_test.hpp>
 
 #include "cairn/kernels/profile.h"
@@ -27,6 +30,20 @@ BOOST_AUTO_TEST_CASE(registry) {
   float* p = static_cast<float*>(fast().alloc(sizeof(float) * 100));
   for (int i = 0; i < 100; i++) BOOST_REQUIRE_EQUAL(p[i], 0.0f);
   fast().free(p);
+}
+
+// Every op of CAIRN_KERNEL_OPS is set in every backend of this build and in the profiling wrapper.
+BOOST_AUTO_TEST_CASE(no_missing_ops) {
+  std::vector<std::pair<std::string, const Backend*>> backends = {{"cpu", &cpu_backend()},
+                                                                   {"cpu-ref", &cpu_reference_backend()},
+                                                                   {"profiled cpu", &profiled_backend(cpu_backend())}};
+  if (const Backend* cuda = find_backend("cuda")) backends.emplace_back("cuda", cuda);
+  for (const auto& [name, b] : backends) {
+#define CAIRN_CHECK_OP(op) BOOST_TEST((b->op != nullptr), name << " lacks " #op);
+    CAIRN_KERNEL_OPS(CAIRN_CHECK_OP)
+#undef CAIRN_CHECK_OP
+  }
+  BOOST_TEST(kKernelOpCount == 17);
 }
 
 BOOST_AUTO_TEST_CASE(embedding) { check_embedding(fast(), kRtol); }

@@ -13,7 +13,7 @@
 // Pointers are device pointers of the backend (host memory for the CPU backends). Functions are
 // asynchronous with respect to the host on device backends; `synchronize` waits.
 #pragma once
-#include <cstddef>
+#include <cstddef>  // offsetof
 #include <cstdint>
 
 namespace cairn::kernels {
@@ -107,6 +107,20 @@ struct Backend {
   // x *= s
   void (*scale)(float* x, float s, size_t n);
 };
+
+// Every compute op of Backend, once. The profiler wraps each, the "missing ops" test checks each backend has
+// each, and the static_assert below fails the build when an op field is added to Backend but not here.
+#define CAIRN_KERNEL_OPS(X)                                                                                   \
+  X(embedding_forward) X(embedding_backward) X(layernorm_forward) X(layernorm_backward) X(matmul_forward)      \
+  X(matmul_backward) X(attention_forward) X(attention_backward) X(gelu_forward) X(gelu_backward)               \
+  X(residual_forward) X(crossentropy_forward) X(crossentropy_backward) X(argmax_rows) X(adamw_update)          \
+  X(squared_norm) X(scale)
+
+#define CAIRN_KERNEL_OP_COUNT_ONE(op) +1
+inline constexpr int kKernelOpCount = 0 CAIRN_KERNEL_OPS(CAIRN_KERNEL_OP_COUNT_ONE);
+#undef CAIRN_KERNEL_OP_COUNT_ONE
+static_assert(sizeof(Backend) == offsetof(Backend, embedding_forward) + kKernelOpCount * sizeof(void (*)()),
+              "CAIRN_KERNEL_OPS must list every compute op of Backend (after the memory hooks), in any order");
 
 // Threads of the CPU backends in this process: OpenMP's count and OpenBLAS's (the pthread build ignores OpenMP's
 // and would start one thread per core in every rank, oversubscribing the cores under MPI).
