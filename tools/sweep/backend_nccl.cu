@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend.h"
+#include "cairn/device_binding.h"
 #include "cairn/error.h"
 
 namespace cairn::sweep {
@@ -64,13 +65,9 @@ BackendComm* nccl_open(MPI_Comm comm, int local_rank) {
   auto* bc = new BackendComm;
   MPI_Comm_rank(comm, &bc->rank);
   MPI_Comm_size(comm, &bc->size);
-  bc->device = local_rank;
-  if (bc->device >= devices) {
-    delete bc;
-    throw UsageError("backend nccl: local rank " + std::to_string(local_rank) + " needs GPU " +
-                     std::to_string(local_rank) + " but only " + std::to_string(devices) +
-                     " are visible (run at most one rank per GPU)");
-  }
+  // The rule every tool uses (cairn/device_binding.h): local rank modulo the visible devices, so that
+  // `srun --gpus-per-task=1` (each rank sees one GPU) works; NCCL refuses two ranks on one GPU itself.
+  bc->device = device_for_local_rank(local_rank, devices, "backend nccl");
   cuda_check(cudaSetDevice(bc->device), "cudaSetDevice");
   ncclUniqueId id;
   if (bc->rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -93,8 +90,9 @@ void nccl_close(BackendComm* bc) {
 DeviceInfo nccl_device_info(int local_rank) {
   cudaDeviceProp prop;
   DeviceInfo info;
-  info.device = local_rank;
-  if (cudaGetDeviceProperties(&prop, local_rank) == cudaSuccess) {
+  const int visible = nccl_visible_devices();
+  info.device = visible > 0 ? device_for_local_rank(local_rank, visible, "backend nccl") : local_rank;
+  if (cudaGetDeviceProperties(&prop, info.device) == cudaSuccess) {
     char bus[64];
     std::snprintf(bus, sizeof bus, "%04x:%02x:%02x", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
     info.bus_id = bus;

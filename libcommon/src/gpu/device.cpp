@@ -5,6 +5,7 @@
 #include <map>
 #include <vector>
 
+#include "cairn/device_binding.h"
 #include "cairn/error.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
@@ -48,7 +49,7 @@ DeviceInfo bind_rank_to_gpu(const char* config_key) {
   }
   const mpi::Topology& topo = mpi::topology();
   DeviceInfo info;
-  info.ordinal = topo.local_rank % count;
+  info.ordinal = device_for_local_rank(topo.local_rank, count, config_key);
   cuda_check(cudaSetDevice(info.ordinal), "cudaSetDevice");
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, info.ordinal), "cudaGetDeviceProperties");
