@@ -151,3 +151,98 @@ BOOST_AUTO_TEST_CASE(planner_balances_and_shuffle_is_a_fixed_permutation) {
   BOOST_TEST(reshard::shuffled_order(5, 1) == pinned5, boost::test_tools::per_element());
   BOOST_TEST(reshard::shuffled_order(10, 42) == pinned10, boost::test_tools::per_element());
 }
+
+namespace {
+// The documents a text input holds, split the simple way (the whole text in memory): the reference
+// the streaming reader must equal, batch size and read-buffer boundaries notwithstanding.
+std::vector<std::string> reference_docs(const std::string& all, const std::string& delim) {
+  std::vector<std::string> docs;
+  size_t pos = 0, begin = 0;
+  while (pos < all.size()) {
+    size_t nl = all.find('\n', pos);
+    size_t end = nl == std::string::npos ? all.size() : nl;
+    std::string l = all.substr(pos, end - pos);
+    if (!l.empty() && l.back() == '\r') l.pop_back();
+    size_t next = nl == std::string::npos ? all.size() : nl + 1;
+    if (l == delim) {
+      if (pos > begin) docs.push_back(all.substr(begin, pos - begin));
+      begin = next;
+    }
+    pos = next;
+  }
+  if (begin < all.size()) docs.push_back(all.substr(begin));
+  return docs;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(record_reader_streams_the_same_documents_at_any_batch_size) {
+  TempDir tmp;
+  // ~9 MB with long documents, CRLF lines and empty documents, so records span the 4 MB reads.
+  std::string all;
+  uint64_t state = 7;
+  auto rnd = [&]() { return state = state * 6364136223846793005ULL + 1442695040888963407ULL, state >> 33; };
+  while (all.size() < (9u << 20)) {
+    size_t lines = rnd() % 40;
+    if (rnd() % 50 == 0) lines = 20000;  // a document of ~1 MB
+    for (size_t l = 0; l < lines; ++l) {
+      all += std::string(rnd() % 90, static_cast<char>('a' + rnd() % 26));
+      all += rnd() % 5 == 0 ? "\r\n" : "\n";
+    }
+    all += rnd() % 3 == 0 ? "%\r\n" : "%\n";
+  }
+  all += std::string(6u << 20, 'L') + "\n%\n";  // one line longer than a read
+  all += "tail without newline";
+  const std::string path = (tmp.path / "in.txt").string();
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    std::fwrite(all.data(), 1, all.size(), f);
+    std::fclose(f);
+  }
+  const std::vector<std::string> want = reference_docs(all, "%");
+  reshard::TextSettings ts;
+  ts.delimiter = "%";
+  for (size_t batch : {size_t{1}, size_t{4096}, size_t{3} << 20}) {
+    reshard::RecordReader r(path, ts);
+    reshard::RecordBatch b;
+    std::vector<std::string> got;
+    while (r.next(b, batch))
+      for (auto& rec : b.records) got.push_back(b.raw.substr(rec.begin, rec.end - rec.begin));
+    BOOST_TEST(r.stream_error().empty());
+    BOOST_REQUIRE_EQUAL(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) BOOST_REQUIRE(got[i] == want[i]);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(decode_record_reports_line_and_offset) {
+  reshard::RecordBatch b;
+  b.kind = reshard::InputKind::Jsonl;
+  auto add = [&](const std::string& s, uint64_t line, uint64_t off) {
+    reshard::RecordBatch::Record r;
+    r.begin = b.raw.size();
+    b.raw += s;
+    r.end = b.raw.size();
+    r.line = line;
+    r.offset = off;
+    b.records.push_back(r);
+  };
+  add(R"({"text": "caf\u00e9"})", 1, 0);
+  add("{\"text\": \"bad \xff\"}", 2, 100);
+  add(R"({"body": "x"})", 3, 200);
+  add(R"({"text": "unterminated)", 4, 300);
+  reshard::TextSettings ts;
+  std::string storage;
+  std::string_view text;
+  reshard::RecordProblem p;
+  BOOST_TEST(reshard::decode_record(b, 0, ts, storage, text, p));
+  BOOST_TEST(text == "caf\xc3\xa9");
+  BOOST_TEST(!reshard::decode_record(b, 1, ts, storage, text, p));
+  BOOST_TEST(p.line == 2u);
+  BOOST_TEST(p.offset == 114u);
+  BOOST_TEST(p.why == "invalid UTF-8");
+  BOOST_TEST(!reshard::decode_record(b, 2, ts, storage, text, p));
+  BOOST_TEST(p.why == "no string field \"text\"");
+  BOOST_TEST(!reshard::decode_record(b, 3, ts, storage, text, p));
+  BOOST_TEST(p.why.rfind("broken JSON line", 0) == 0);
+  BOOST_TEST(reshard::describe_problem("x.jsonl.zst", true, p).find(
+                 "bad input \"x.jsonl.zst\": line 4 (byte offset 300 of the decompressed stream): broken JSON") == 0);
+}

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -54,76 +55,255 @@ std::unique_ptr<tokenizer::Tokenizer> load_configured_tokenizer(const Config& cf
 
 namespace {
 
-// Tokenizes one input file with `nthreads` threads into a part file (a shard of all its documents,
-// in order, each ending with end-of-text). Returns {documents, skipped records, source bytes}.
-json tokenize_file_to_part(const Config& cfg, const tokenizer::Tokenizer& tok, const std::string& file,
-                           const std::string& part_path, const shards::ShardMeta& meta, int nthreads,
-                           Progress& progress, std::atomic<uint64_t>& done_bytes) {
-  TextCorpus corpus = read_text_files(cfg, {file});
-  const uint64_t batch_bytes = static_cast<uint64_t>(cfg.get_float("data.batch_mb") * (1 << 20));
-  std::vector<Batch> batches;
-  for (size_t d = 0; d < corpus.docs.size();) {
-    Batch b;
-    b.first = d;
-    uint64_t acc = 0;
-    while (d < corpus.docs.size() && (acc == 0 || acc + corpus.docs[d].text.size() <= batch_bytes))
-      acc += corpus.docs[d++].text.size();
-    b.last = d;
-    batches.push_back(std::move(b));
+// Input text per part file. A part's text and tokens are what build holds in memory at a time (with
+// 4-byte tokens, up to ~5x this), whatever the size of an input file.
+constexpr size_t kPartTextBytes = size_t{32} << 20;
+
+// One work item: raw records in, their documents' tokens out.
+struct TokenBatch {
+  RecordBatch records;
+  std::vector<uint32_t> tokens;
+  std::vector<uint64_t> lengths;  // tokens per document (end-of-text included)
+  std::vector<uint32_t> bytes;    // source bytes per document
+  uint64_t skipped = 0;
+  bool failed = false;
+  RecordProblem problem;
+  std::string error;  // a failure that is not the record's fault (tokenizer)
+  int error_code = 0;
+  // Ready for the next records, keeping the memory (reused buffers: no page faults, no allocator churn).
+  void reset() {
+    records.clear();
+    tokens.clear();
+    lengths.clear();
+    bytes.clear();
+    skipped = 0;
+    failed = false;
+    problem = {};
+    error.clear();
+    error_code = 0;
   }
+};
+
+// The progress line over every input this rank reads: bytes of the files (compressed bytes for
+// compressed files, so the ETA holds), documents, MB/s and ETA.
+struct InputProgress {
+  Progress progress;
+  uint64_t done_files_bytes = 0;  // bytes of the inputs already finished
+  uint64_t records = 0;           // records of the inputs already finished
+  // MB, or kB when the inputs are under 1 MB (in MB they would show as 0/0).
+  uint64_t unit;
+  explicit InputProgress(uint64_t total_bytes)
+      : progress("reading inputs", total_bytes / unit_for(total_bytes), unit_for(total_bytes) == 1000 ? "kB" : "MB"),
+        unit(unit_for(total_bytes)) {}
+  static uint64_t unit_for(uint64_t total) { return total > 0 && total < 1000000 ? 1000 : 1000000; }
+  void update(const RecordReader& r) {
+    progress.update((done_files_bytes + r.raw_consumed()) / unit,
+                    strprintf("%llu documents", static_cast<unsigned long long>(records + r.records())));
+  }
+};
+
+std::string part_name(size_t file, size_t part) { return strprintf("part_%06zu_%05zu.h5", file, part); }
+std::string sidecar_name(size_t file) { return strprintf("part_%06zu.json", file); }
+std::string part_hash(const std::string& plan, size_t part) {
+  std::string k = (plan.empty() ? std::string("stdin") : plan) + strprintf("|part=%zu", part);
+  return shards::hex64(XXH64(k.data(), k.size(), 0));
+}
+
+// Decodes and tokenizes the records of one batch (a tokenizing thread's work).
+void tokenize_batch(TokenBatch& b, const TextSettings& ts, const tokenizer::Tokenizer& tok) {
   const uint32_t eot = tok.eot_id();
-  std::atomic<size_t> next{0};
-  std::string error;
-  std::mutex mu;
-  auto worker = [&]() {
-    for (;;) {
-      size_t i = next.fetch_add(1);
-      if (i >= batches.size()) return;
-      Batch& b = batches[i];
-      try {
-        uint64_t bytes = 0;
-        for (size_t d = b.first; d < b.last; ++d) {
-          size_t before = b.tokens.size();
-          tok.encode_into(corpus.docs[d].text, b.tokens);
-          b.tokens.push_back(eot);
-          b.lengths.push_back(b.tokens.size() - before);
-          bytes += corpus.docs[d].text.size();
+  std::string storage;
+  std::string_view text;
+  // Room for every token up front (the bytes tokenizer's count; BPE needs fewer; pages never
+  // touched cost no memory): the vector is not regrown and copied document by document.
+  b.tokens.reserve(b.records.raw.size() + b.records.records.size());
+  try {
+    for (size_t i = 0; i < b.records.records.size(); ++i) {
+      if (!decode_record(b.records, i, ts, storage, text, b.problem)) {
+        if (!ts.skip_bad) {
+          b.failed = true;
+          return;
         }
-        done_bytes += bytes;
-        std::unique_lock<std::mutex> lock(mu, std::try_to_lock);
-        if (lock) progress.update(done_bytes.load());
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (error.empty()) error = e.what();
+        ++b.skipped;
+        continue;
       }
+      if (text.empty()) continue;  // empty documents are not stored
+      size_t before = b.tokens.size();
+      tok.encode_into(text, b.tokens);
+      b.tokens.push_back(eot);
+      b.lengths.push_back(b.tokens.size() - before);
+      b.bytes.push_back(static_cast<uint32_t>(text.size()));
     }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::min<int>(nthreads, static_cast<int>(batches.size())); ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  if (!error.empty()) throw RuntimeError(error);
-  uint64_t tokens = 0;
-  for (auto& b : batches) tokens += b.tokens.size();
-  shards::ShardWriter w(part_path, meta, tokens, corpus.docs.size());
-  for (auto& b : batches) {
-    w.append_tokens(b.tokens.data(), b.tokens.size());
-    for (size_t d = b.first; d < b.last; ++d)
-      w.append_document(b.lengths[d - b.first], static_cast<uint32_t>(corpus.docs[d].text.size()));
-    std::vector<uint32_t>().swap(b.tokens);
+  } catch (const Error& e) {
+    b.error = e.what(), b.error_code = e.code();
+  } catch (const std::exception& e) {
+    b.error = e.what(), b.error_code = kExitRuntime;
   }
-  w.finish();
-  return {{"file", file}, {"documents", corpus.docs.size()}, {"skipped", corpus.skipped}, {"bytes", corpus.bytes}};
+}
+
+// Streams one input file into part files of about kPartTextBytes of text each (documents in order,
+// each ending with end-of-text), reading on this thread while `nthreads` threads tokenize. Returns
+// the sidecar: {file, plan, parts, documents, tokens, xxh64 (of the file's tokens as stored),
+// skipped, bytes (content bytes read)}.
+json tokenize_input(const Config& cfg, const tokenizer::Tokenizer& tok, const std::string& file, size_t index,
+                    size_t nfiles, const std::string& parts_dir, const std::string& plan, int nthreads,
+                    InputProgress& ip) {
+  const TextSettings ts = text_settings(cfg);
+  const size_t batch_bytes =
+      std::max<size_t>(1, static_cast<size_t>(cfg.get_float("data.batch_mb") * (1 << 20)));
+  RecordReader reader(file, ts);
+  const bool compressed = reader.compressed();
+  const bool narrow = shards::tokens_fit_uint16(tok.vocab_size());
+  shards::ShardMeta meta;
+  meta.shard_index = index;
+  meta.shard_count = nfiles;
+  meta.tokenizer_id = tok.id();
+  meta.vocab_size = tok.vocab_size();
+  meta.eot_id = tok.eot_id();
+  XXH64_state_t* hash = XXH64_createState();
+  XXH64_reset(hash, 0);
+  struct HashFree {
+    XXH64_state_t* h;
+    ~HashFree() { XXH64_freeState(h); }
+  } hash_free{hash};
+  uint64_t file_tokens = 0, file_docs = 0, skipped = 0;
+  size_t part = 0;
+  bool more = true;
+  std::vector<std::unique_ptr<TokenBatch>> spare;  // batches of the previous part, for reuse
+  while (more) {
+    std::vector<std::unique_ptr<TokenBatch>> batches;
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t next = 0;
+    bool closed = false;
+    std::atomic<size_t> first_failed{SIZE_MAX};
+    // Batches after a failed one are not tokenized (their work is wasted), those before it are:
+    // the error reported is then always the input's first, whatever the thread count.
+    auto run_one = [&](size_t i, TokenBatch& b) {
+      if (i > first_failed.load()) return;
+      tokenize_batch(b, ts, tok);
+      if (b.failed || !b.error.empty()) {
+        size_t cur = first_failed.load();
+        while (i < cur && !first_failed.compare_exchange_weak(cur, i)) {
+        }
+      }
+    };
+    auto worker = [&]() {
+      for (;;) {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return next < batches.size() || closed; });
+        if (next >= batches.size()) return;
+        size_t i = next++;
+        TokenBatch* b = batches[i].get();
+        lock.unlock();
+        run_one(i, *b);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < nthreads; ++t) pool.emplace_back(worker);
+    auto close_and_join = [&]() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        closed = true;
+      }
+      cv.notify_all();
+      worker();  // this thread helps with what is queued
+      for (auto& t : pool) t.join();
+      pool.clear();
+    };
+    size_t part_bytes = 0;
+    try {
+      while (part_bytes < kPartTextBytes && first_failed.load() == SIZE_MAX) {
+        std::unique_ptr<TokenBatch> b;
+        if (spare.empty()) {
+          b = std::make_unique<TokenBatch>();
+        } else {
+          b = std::move(spare.back());
+          spare.pop_back();
+          b->reset();
+        }
+        if (!reader.next(b->records, batch_bytes)) {
+          more = false;
+          break;
+        }
+        part_bytes += b->records.raw.size();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          batches.push_back(std::move(b));
+        }
+        cv.notify_one();
+        ip.update(reader);
+      }
+    } catch (...) {
+      close_and_join();
+      throw;
+    }
+    close_and_join();
+    // The first problem in input order wins: a bad record before the point where the stream broke.
+    for (auto& b : batches) {
+      if (b->failed) throw UsageError(describe_problem(reader.shown(), compressed, b->problem));
+      if (!b->error.empty()) throw Error(b->error_code, b->error);
+      skipped += b->skipped;
+    }
+    if (first_failed.load() == SIZE_MAX && !reader.stream_error().empty() && !more) {
+      if (!ts.skip_bad)
+        throw InputStreamError(reader.stream_error() + " (use --skip-bad to keep the documents before it)");
+      ++skipped;
+      CAIRN_LOG_WARN("%s; keeping the documents before it (--skip-bad)", reader.stream_error().c_str());
+    }
+    if (batches.empty() && part > 0) break;  // the input ended exactly at a part boundary
+    uint64_t tokens = 0, docs = 0;
+    for (auto& b : batches) tokens += b->tokens.size(), docs += b->lengths.size();
+    meta.plan_hash = part_hash(plan, part);
+    shards::ShardWriter w(join_path(parts_dir, part_name(index, part)), meta, tokens, docs);
+    uint16_t narrow_buf[4096];
+    for (auto& b : batches) {
+      w.append_tokens(b->tokens.data(), b->tokens.size());
+      // The file's checksum over all its parts, as stored (identifies the input for resume).
+      if (narrow) {
+        for (size_t o = 0; o < b->tokens.size(); o += 4096) {
+          size_t m = std::min<size_t>(4096, b->tokens.size() - o);
+          for (size_t k = 0; k < m; ++k) narrow_buf[k] = static_cast<uint16_t>(b->tokens[o + k]);
+          XXH64_update(hash, narrow_buf, m * 2);
+        }
+      } else {
+        XXH64_update(hash, b->tokens.data(), b->tokens.size() * 4);
+      }
+      for (size_t d = 0; d < b->lengths.size(); ++d) w.append_document(b->lengths[d], b->bytes[d]);
+      spare.push_back(std::move(b));
+    }
+    w.finish();
+    CAIRN_LOG_DEBUG("%s: part %zu: %llu documents, %llu tokens", reader.shown().c_str(), part,
+                    static_cast<unsigned long long>(docs), static_cast<unsigned long long>(tokens));
+    file_tokens += tokens;
+    file_docs += docs;
+    ++part;
+  }
+  ip.done_files_bytes += reader.raw_consumed();
+  ip.records += reader.records();
+  return {{"file", file},
+          {"plan", plan},
+          {"parts", part},
+          {"documents", file_docs},
+          {"tokens", file_tokens},
+          {"xxh64", shards::hex64(XXH64_digest(hash))},
+          {"skipped", skipped},
+          {"bytes", reader.decompressed_bytes()}};
 }
 
 // What makes a part reusable on a rerun: the file (path, size, mtime), tokenizer and text settings.
+// The file whose size and mtime stand for an input (an LMDB environment's data.mdb).
+std::string stat_path(const std::string& input) {
+  return std::filesystem::is_directory(input) ? join_path(input, "data.mdb") : input;
+}
+
 std::string part_plan(const Config& cfg, const tokenizer::Tokenizer& tok, const std::string& file, size_t index) {
   std::string key = tok.id();
   key += strprintf("|%zu|", index);
   key += file;
   if (file == "-") return "";  // stdin cannot be known unchanged: always tokenized again
   struct stat st {};
-  if (::stat(file.c_str(), &st) == 0)
+  if (::stat(stat_path(file).c_str(), &st) == 0)
     key += strprintf("|%lld|%lld.%09ld", static_cast<long long>(st.st_size), static_cast<long long>(st.st_mtim.tv_sec),
                      st.st_mtim.tv_nsec);
   for (const char* k : {"data.format", "data.delimiter", "data.jsonl_field"}) {
@@ -132,6 +312,27 @@ std::string part_plan(const Config& cfg, const tokenizer::Tokenizer& tok, const 
   }
   key += cfg.get_bool("data.skip_bad") ? "|skip" : "|strict";
   return shards::hex64(XXH64(key.data(), key.size(), 0));
+}
+
+// True when an interrupted build left every part of input `index` complete under the same plan.
+bool parts_reusable(const std::string& parts_dir, size_t index, const std::string& plan) {
+  if (plan.empty()) return false;
+  const std::string side = join_path(parts_dir, sidecar_name(index));
+  if (!path_exists(side)) return false;
+  json j;
+  try {
+    j = json::parse(read_file(side));
+    if (j.value("plan", "") != plan) return false;
+    const size_t n = j.at("parts").get<size_t>();
+    for (size_t p = 0; p < n; ++p) {
+      shards::ShardInfo info;
+      if (!shards::existing_shard_matches(join_path(parts_dir, part_name(index, p)), part_hash(plan, p), info))
+        return false;
+    }
+    return n > 0;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -148,10 +349,16 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   const int nthreads = resolve_threads(cfg);
   auto t0 = std::chrono::steady_clock::now();
 
-  // Stage 1: every input file becomes a part (a shard of its documents) in <dir>/.build-parts/,
-  // tokenized by rank i % size (stdin by rank 0) with all its threads. Memory holds one file at a
-  // time; parts of unchanged files are reused when a build is rerun after an interruption.
-  const std::vector<std::string> files = expand_inputs(inputs);
+  // Stage 1: every input file becomes parts (shards of its documents, ~32 MB of text each) in
+  // <dir>/.build-parts/, streamed by rank i % size (stdin by rank 0) and tokenized with all its
+  // threads. Memory holds one part at a time whatever the file sizes; the parts of unchanged files
+  // are reused when a build is rerun after an interruption.
+  std::vector<std::string> input_dirs;
+  const std::vector<std::string> files = expand_inputs(inputs, &input_dirs);
+  // Globs and manifests name their files only once expanded: those (and the directories they
+  // named) are off limits too.
+  check_output_not_input(dir, files);
+  check_output_not_input(dir, input_dirs);
   const std::string parts = join_path(dir, ".build-parts");
   if (rank == 0) ensure_dir(parts);
   if (use_mpi) mpi::barrier();
@@ -159,57 +366,64 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   auto owner = [&](size_t i) { return files[i] == "-" ? 0 : static_cast<int>(i % size); };
   for (size_t i = 0; i < files.size(); ++i) {
     struct stat st {};
-    if (owner(i) == rank && files[i] != "-" && ::stat(files[i].c_str(), &st) == 0) my_bytes += st.st_size;
+    if (owner(i) == rank && files[i] != "-" && ::stat(stat_path(files[i]).c_str(), &st) == 0) my_bytes += st.st_size;
   }
-  Progress progress("tokenizing", my_bytes, "bytes");
-  std::atomic<uint64_t> done_bytes{0};
+  InputProgress progress(my_bytes);
   std::string error;
   int error_code = 0;
   uint64_t reused = 0;
   try {
     for (size_t i = 0; i < files.size(); ++i) {
       if (owner(i) != rank) continue;
-      std::string part = join_path(parts, strprintf("part_%06zu.h5", i));
-      std::string sidecar = join_path(parts, strprintf("part_%06zu.json", i));
-      shards::ShardMeta meta;
-      meta.shard_index = i;
-      meta.shard_count = files.size();
-      meta.tokenizer_id = tok->id();
-      meta.vocab_size = tok->vocab_size();
-      meta.eot_id = tok->eot_id();
-      meta.plan_hash = part_plan(cfg, *tok, files[i], i);
-      shards::ShardInfo info;
-      if (!meta.plan_hash.empty() && path_exists(sidecar) && shards::existing_shard_matches(part, meta.plan_hash, info)) {
+      const std::string plan = part_plan(cfg, *tok, files[i], i);
+      const std::string sidecar = join_path(parts, sidecar_name(i));
+      if (parts_reusable(parts, i, plan)) {
         ++reused;
+        struct stat st {};
+        if (::stat(stat_path(files[i]).c_str(), &st) == 0) progress.done_files_bytes += st.st_size;
         continue;
       }
-      if (meta.plan_hash.empty()) meta.plan_hash = "stdin";
-      json summary = tokenize_file_to_part(cfg, *tok, files[i], part, meta, nthreads, progress, done_bytes);
+      std::filesystem::remove(sidecar);  // its parts are being rewritten
+      json summary = tokenize_input(cfg, *tok, files[i], i, files.size(), parts, plan, nthreads, progress);
       atomic_write(sidecar, summary.dump() + "\n");
     }
   } catch (const Error& e) {
     error = e.what(), error_code = e.code();
   }
-  progress.finish();
+  progress.progress.finish(strprintf("%llu documents", static_cast<unsigned long long>(progress.records)));
   if (use_mpi) mpi::agree_or_throw(error.empty(), error, error_code ? error_code : kExitRuntime);
   else if (!error.empty()) throw Error(error_code, error);
   if (use_mpi) reused = mpi::allreduce<uint64_t>(reused);
   double tok_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // Stage 2: the parts, in input order, form a dataset that is planned and written like a reshard.
+  // Its identity (for resume) is that of the inputs' token streams, however they were cut into parts.
   uint64_t skipped = 0, source_bytes = 0, docs = 0;
+  std::string identity;
   if (rank == 0) {
     json shard_list = json::array();
+    XXH64_state_t* st = XXH64_createState();
+    XXH64_reset(st, 0);
     for (size_t i = 0; i < files.size(); ++i) {
-      json side = json::parse(read_file(join_path(parts, strprintf("part_%06zu.json", i))));
+      json side = json::parse(read_file(join_path(parts, sidecar_name(i))));
       skipped += side.value("skipped", uint64_t{0});
       source_bytes += side.value("bytes", uint64_t{0});
-      std::string file = strprintf("part_%06zu.h5", i);
-      auto sh = shards::open_shard(join_path(parts, file));
-      shard_list.push_back({{"file", file}, {"tokens", sh->num_tokens()}, {"documents", sh->num_documents()},
-                            {"xxh64", shards::hex64(sh->attributes().value("tokens_xxh64", uint64_t{0}))}});
-      docs += sh->num_documents();
+      const size_t n = side.at("parts").get<size_t>();
+      for (size_t p = 0; p < n; ++p) {
+        std::string file = part_name(i, p);
+        auto sh = shards::open_shard(join_path(parts, file));
+        shard_list.push_back({{"file", file}, {"tokens", sh->num_tokens()}, {"documents", sh->num_documents()},
+                              {"xxh64", shards::hex64(sh->attributes().value("tokens_xxh64", uint64_t{0}))}});
+      }
+      const uint64_t fx = shards::parse_hex64(side.at("xxh64").get<std::string>());
+      const uint64_t ft = side.at("tokens").get<uint64_t>(), fd = side.at("documents").get<uint64_t>();
+      XXH64_update(st, &fx, sizeof fx);
+      XXH64_update(st, &ft, sizeof ft);
+      XXH64_update(st, &fd, sizeof fd);
+      docs += fd;
     }
+    identity = "dataset:" + shards::hex64(XXH64_digest(st)) + ":" + tok->id();
+    XXH64_freeState(st);
     json index = {{"format", "cairn-shards"}, {"format_version", shards::kFormatVersion},
                   {"tokenizer", tok->describe()}, {"vocab_size", tok->vocab_size()}, {"eot_id", tok->eot_id()},
                   {"shards", shard_list}};
@@ -224,12 +438,15 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   if (use_mpi) mpi::barrier();
   if (use_mpi) docs = mpi::broadcast_value<uint64_t>(docs);
   if (docs == 0) throw UsageError("the inputs contain no documents");
+  if (use_mpi) identity = mpi::broadcast_string(identity);
   shards::Dataset parts_ds = shards::Dataset::open(parts);
   DatasetSource src({parts_ds});
+  src.set_identity(identity);
   OutputSpec spec;
   spec.dir = dir;
   fill_output_spec(cfg, *tok, spec);
   spec.sources = files;
+  spec.ids_checked = true;  // the parts were written by ShardWriter, which checked every id
   spec.skipped_records = use_mpi ? mpi::broadcast_value<uint64_t>(skipped) : skipped;
   WriteResult r = write_dataset(src, spec);
   if (rank == 0) {
@@ -263,21 +480,18 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
                                  datasets.front().tokenizer_id().c_str()));
   }
   // Corruption is caught, not copied: every input shard's tokens are checked against index.json
-  // (xxh64, counts, ids below the vocabulary) before anything is written or removed. Ranks split the
-  // shards and agree, so a bad shard stops every rank with the same message (exit 3, naming it).
+  // (xxh64, counts, ids below the vocabulary) before anything is written or removed, with the shards
+  // the copy then reads (opened once). Ranks split the shards and agree, so a bad shard stops every
+  // rank with the same message (exit 3, naming it).
+  std::unique_ptr<DatasetSource> src_ptr;
   {
     const bool use_mpi = mpi::initialized();
     const size_t rank = use_mpi ? static_cast<size_t>(mpi::rank()) : 0, size = use_mpi ? static_cast<size_t>(mpi::size()) : 1;
     std::string err;
     int code = 0;
-    size_t base = 0;
     try {
-      for (auto& d : datasets) {
-        // Global shard numbering across the concatenated datasets, round-robin over ranks.
-        size_t first = (rank + size - base % size) % size;
-        d.verify_shards(resolve_threads(cfg), first, size);
-        base += d.num_shards();
-      }
+      src_ptr = std::make_unique<DatasetSource>(datasets);
+      src_ptr->verify(resolve_threads(cfg), rank, size);
     } catch (const Error& e) {
       err = e.what();
       code = e.code();
@@ -285,12 +499,12 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
     if (use_mpi) mpi::agree_or_throw(err.empty(), err, code ? code : kExitRuntime);
     else if (!err.empty()) throw Error(code, err);
   }
+  CAIRN_LOG_DEBUG("opened and verified the input shards in %.3f s",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   const shards::Dataset& in = datasets.front();
-  DatasetSource src(datasets);
+  const DatasetSource& src = *src_ptr;
   size_t in_shards = 0;
   for (auto& d : datasets) in_shards += d.num_shards();
-  CAIRN_LOG_DEBUG("opened %zu input shards in %.3f s", in_shards,
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   OutputSpec spec;
   spec.dir = dir;
   spec.shards = static_cast<uint64_t>(cfg.get_int("data.shards"));
@@ -303,6 +517,7 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
   for (auto& d : datasets) spec.vocab_size = std::max(spec.vocab_size, d.vocab_size());
   spec.eot_id = in.eot_id();
   spec.sources = inputs;
+  spec.ids_checked = true;  // verified above against each input's vocabulary, at most the output's
   WriteResult r = write_dataset(src, spec);
   const bool use_mpi = mpi::initialized();
   if (!use_mpi || mpi::rank() == 0) {

@@ -1,5 +1,7 @@
 // Planning and writing output datasets: balanced shards, seeded shuffle, MPI/thread split, resume,
 // index.json and stats.json; plus the document sources they read from.
+#include <sys/mman.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -34,23 +36,26 @@ void MemorySource::add_document(const uint32_t* t, size_t n, uint32_t source_byt
   bytes.push_back(source_bytes);
 }
 
-DatasetSource::DatasetSource(const std::vector<shards::Dataset>& datasets) {
+DatasetSource::DatasetSource(const std::vector<shards::Dataset>& datasets) : datasets_(datasets) {
   doc_starts_.push_back(0);
   shard_token_starts_.push_back(0);
   XXH64_state_t* st = XXH64_createState();
   XXH64_reset(st, 0);
-  for (const shards::Dataset& ds : datasets)
+  for (size_t di = 0; di < datasets.size(); ++di) {
+  const shards::Dataset& ds = datasets[di];
   for (size_t i = 0; i < ds.num_shards(); ++i) {
     auto sh = ds.shard(i);
+    shard_origin_.emplace_back(di, i);
     const auto& info = ds.info(i);
+    // The counts index.json gives must hold before they place documents (verify() checks the rest).
     if (sh->num_tokens() != info.tokens || sh->num_documents() != info.documents)
-      throw UsageError(file_message("dataset index", join_path(ds.dir(), "index.json"),
-                                    strprintf("says shard %zu has %llu tokens / %llu documents but %s has %llu / %llu "
-                                              "(run cairn-reshard verify)",
-                                              i, static_cast<unsigned long long>(info.tokens),
-                                              static_cast<unsigned long long>(info.documents), info.file.c_str(),
-                                              static_cast<unsigned long long>(sh->num_tokens()),
-                                              static_cast<unsigned long long>(sh->num_documents()))));
+      throw GateFailure(file_message("corrupt dataset shard", ds.shard_path(i),
+                                     strprintf("has %llu tokens / %llu documents, index.json says %llu / %llu "
+                                               "(cairn-reshard verify %s lists every problem)",
+                                               static_cast<unsigned long long>(sh->num_tokens()),
+                                               static_cast<unsigned long long>(sh->num_documents()),
+                                               static_cast<unsigned long long>(info.tokens),
+                                               static_cast<unsigned long long>(info.documents), ds.dir().c_str())));
     uint64_t base = shard_token_starts_.back();
     for (uint64_t d = 0; d < sh->num_documents(); ++d) {
       doc_starts_.push_back(base + sh->doc_end(d));
@@ -61,6 +66,7 @@ DatasetSource::DatasetSource(const std::vector<shards::Dataset>& datasets) {
     XXH64_update(st, &info.tokens, sizeof info.tokens);
     XXH64_update(st, &info.documents, sizeof info.documents);
     shards_.push_back(std::move(sh));
+  }
   }
   identity_ = "dataset:" + shards::hex64(XXH64_digest(st)) + ":" + datasets.front().tokenizer_id();
   XXH64_freeState(st);
@@ -106,6 +112,48 @@ void DatasetSource::prefetch(uint64_t d, int stage) const {
     __builtin_prefetch(static_cast<const char*>(p) + 64);
     __builtin_prefetch(static_cast<const char*>(p) + 128);
     __builtin_prefetch(static_cast<const char*>(p) + 192);
+  }
+}
+
+void DatasetSource::verify(int threads, size_t first, size_t stride) const {
+  if (stride == 0) stride = 1;
+  std::vector<size_t> todo;
+  for (size_t i = first; i < shards_.size(); i += stride) todo.push_back(i);
+  std::atomic<size_t> next{0};
+  std::mutex m;
+  std::exception_ptr err;
+  size_t err_index = SIZE_MAX;
+  auto work = [&]() {
+    for (;;) {
+      size_t k = next.fetch_add(1);
+      if (k >= todo.size()) return;
+      const size_t g = todo[k];
+      try {
+        datasets_[shard_origin_[g].first].verify_shard(shard_origin_[g].second, *shards_[g]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(m);
+        if (g < err_index) err = std::current_exception(), err_index = g;  // the lowest shard: deterministic
+      }
+    }
+  };
+  const int n = std::max(1, std::min<int>(threads, static_cast<int>(todo.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (err) std::rethrow_exception(err);
+}
+
+void DatasetSource::release_mapped() const {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  for (const auto& sh : shards_) {
+    const void* base = sh->mapped_tokens();
+    if (!base) continue;
+    // Whole pages inside the token array only: the mapping's other pages (HDF5 metadata) are tiny.
+    uintptr_t lo = reinterpret_cast<uintptr_t>(base), hi = lo + sh->num_tokens() * sh->token_width();
+    lo = (lo + page - 1) / page * page;
+    hi = hi / page * page;
+    if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
   }
 }
 
@@ -252,6 +300,31 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
   auto since = [&]() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   CAIRN_LOG_DEBUG("planned %llu shards in %.3f s", static_cast<unsigned long long>(nshards), since());
 
+  // What shard [t_begin, t_end) stores of the document at output position p: its tokens there and
+  // its source bytes (a split document's bytes are shared in proportion to its tokens, sums kept).
+  // The writer and the statistics both use it, so stats.json describes the shards without reading them.
+  struct Piece {
+    uint64_t tokens;
+    uint32_t bytes;
+  };
+  auto piece = [&](uint64_t p, uint64_t t_begin, uint64_t t_end) -> Piece {
+    uint64_t len = prefix[p + 1] - prefix[p];
+    uint64_t lo = std::max(prefix[p], t_begin) - prefix[p], hi = std::min(prefix[p + 1], t_end) - prefix[p];
+    uint32_t b = src.doc_bytes(doc_of(p));
+    uint32_t part = (lo == 0 && hi == len) ? b
+                                           : static_cast<uint32_t>((static_cast<unsigned __int128>(b) * hi) / len -
+                                                                   (static_cast<unsigned __int128>(b) * lo) / len);
+    return {hi - lo, part};
+  };
+  // Documents overlapping tokens [t_begin, t_end) of the output stream: positions [first, second).
+  auto doc_range = [&](uint64_t t_begin, uint64_t t_end) -> std::pair<uint64_t, uint64_t> {
+    uint64_t p_begin = std::upper_bound(prefix.begin(), prefix.end(), t_begin) - prefix.begin() - 1;
+    if (t_begin == total) p_begin = ndocs;
+    uint64_t p_end = std::lower_bound(prefix.begin(), prefix.end(), t_end) - prefix.begin();
+    if (t_end == t_begin) p_end = p_begin;
+    return {p_begin, p_end};
+  };
+
   shards::ShardMeta base_meta;
   base_meta.shard_count = nshards;
   base_meta.tokenizer_id = spec.tokenizer.value("id", "");
@@ -271,9 +344,13 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
   Progress progress("writing shards", (total + size - 1) / size, "tokens");
   std::mutex progress_mutex;
 
+  // Tokens a thread copies between unmapping what it read: resident memory stays near threads x this
+  // x token width. In order nothing is read twice, so often is free; shuffled reads come back to
+  // every page, which then has to be mapped again, so less often.
+  const uint64_t release_every = order.empty() ? (uint64_t{1} << 24) : (uint64_t{1} << 27);
   auto worker = [&]() {
     std::vector<uint32_t> buf;
-    uint64_t since_progress = 0;
+    uint64_t since_progress = 0, since_release = 0;
     for (;;) {
       size_t i = next.fetch_add(1);
       if (i >= mine.size()) return;
@@ -284,11 +361,7 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
       const uint64_t k = mine[i];
       try {
         const uint64_t t_begin = bounds[k], t_end = bounds[k + 1];
-        // Documents overlapping [t_begin, t_end).
-        uint64_t p_begin = std::upper_bound(prefix.begin(), prefix.end(), t_begin) - prefix.begin() - 1;
-        if (t_begin == total) p_begin = ndocs;
-        uint64_t p_end = std::lower_bound(prefix.begin(), prefix.end(), t_end) - prefix.begin();
-        if (t_end == t_begin) p_end = p_begin;
+        const auto [p_begin, p_end] = doc_range(t_begin, t_end);
         std::string hash_input = plan_base + strprintf("|k=%llu|%llu-%llu", static_cast<unsigned long long>(k),
                                                        static_cast<unsigned long long>(t_begin),
                                                        static_cast<unsigned long long>(t_end));
@@ -305,6 +378,7 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
           continue;
         }
         shards::ShardWriter w(path, meta, t_end - t_begin, p_end - p_begin);
+        w.set_ids_checked(spec.ids_checked);
         uint64_t p = p_begin;
         while (p < p_end) {
           // Coalesce runs of documents that are consecutive in the source stream into one read.
@@ -332,18 +406,16 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
             w.append_tokens(buf.data(), c);
           }
           for (uint64_t r = p; r < q; ++r) {
-            uint64_t dr = doc_of(r), len = prefix[r + 1] - prefix[r];
-            uint64_t lo = std::max(prefix[r], t_begin) - prefix[r], hi = std::min(prefix[r + 1], t_end) - prefix[r];
-            uint32_t b = src.doc_bytes(dr);
-            // A split document's bytes are shared out in proportion to its tokens (sums are kept).
-            uint32_t part = (lo == 0 && hi == len)
-                                ? b
-                                : static_cast<uint32_t>((static_cast<unsigned __int128>(b) * hi) / len -
-                                                        (static_cast<unsigned __int128>(b) * lo) / len);
-            w.append_document(hi - lo, part);
+            Piece pc = piece(r, t_begin, t_end);
+            w.append_document(pc.tokens, pc.bytes);
           }
           done_tokens += n;
           since_progress += n;
+          since_release += n;
+          if (since_release >= release_every) {
+            since_release = 0;
+            src.release_mapped();
+          }
           if (since_progress >= (1u << 22) && progress_mutex.try_lock()) {
             since_progress = 0;
             progress.update(done_tokens.load());
@@ -431,7 +503,22 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
                   {"provenance", provenance().to_json()}};
     atomic_write(join_path(spec.dir, "index.json"), index.dump(2) + "\n");
     CAIRN_LOG_DEBUG("wrote index.json at %.3f s", since());
-    json stats = compute_stats(shards::Dataset::open(spec.dir));
+    // Statistics from the plan, not from a second pass over the written shards.
+    json per_shard = json::array();
+    std::vector<uint64_t> lengths;
+    lengths.reserve(total_docs);
+    uint64_t stat_bytes = 0;
+    for (uint64_t k = 0; k < nshards; ++k) {
+      const auto [p_begin, p_end] = doc_range(bounds[k], bounds[k + 1]);
+      for (uint64_t p = p_begin; p < p_end; ++p) {
+        Piece pc = piece(p, bounds[k], bounds[k + 1]);
+        lengths.push_back(pc.tokens);
+        stat_bytes += pc.bytes;
+      }
+      per_shard.push_back({{"file", shard_list[k]["file"]}, {"tokens", bounds[k + 1] - bounds[k]},
+                           {"documents", p_end - p_begin}});
+    }
+    json stats = stats_json(base_meta.tokenizer_id, spec.vocab_size, per_shard, std::move(lengths), stat_bytes);
     atomic_write(join_path(spec.dir, "stats.json"), stats.dump(2) + "\n");
     CAIRN_LOG_DEBUG("wrote stats.json at %.3f s", since());
     result.documents = total_docs;
@@ -449,16 +536,23 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
 json compute_stats(const shards::Dataset& ds) {
   json per_shard = json::array();
   std::vector<uint64_t> lengths;
-  uint64_t bytes = 0, tokens = 0;
+  uint64_t bytes = 0;
   for (size_t i = 0; i < ds.num_shards(); ++i) {
     auto sh = ds.shard(i);
     per_shard.push_back({{"file", ds.info(i).file}, {"tokens", sh->num_tokens()}, {"documents", sh->num_documents()}});
-    tokens += sh->num_tokens();
     for (uint64_t d = 0; d < sh->num_documents(); ++d) {
       lengths.push_back(sh->doc_end(d) - sh->doc_begin(d));
       bytes += sh->doc_bytes(d);
     }
   }
+  return stats_json(ds.tokenizer_id(), ds.vocab_size(), per_shard, std::move(lengths), bytes);
+}
+
+json stats_json(const std::string& tokenizer_id, uint32_t vocab_size, const json& per_shard,
+                std::vector<uint64_t> lengths, uint64_t bytes) {
+  uint64_t tokens = 0;
+  for (auto& s : per_shard) tokens += s["tokens"].get<uint64_t>();
+  const size_t num_shards = per_shard.size();
   // Power-of-two buckets: [1,2), [2,4), ... tokens per document (end-of-text included).
   std::vector<uint64_t> counts;
   for (uint64_t l : lengths) {
@@ -469,15 +563,15 @@ json compute_stats(const shards::Dataset& ds) {
   json edges = json::array();
   for (size_t b = 0; b <= counts.size(); ++b) edges.push_back(uint64_t{1} << b);
   // Percentiles by selection (a full sort of millions of lengths would dominate small reshards).
-  std::vector<uint64_t> sorted = lengths;
+  std::vector<uint64_t>& sorted = lengths;  // reordered by the selections below; min/max come first
+  const uint64_t lmin = lengths.empty() ? 0 : *std::min_element(lengths.begin(), lengths.end());
+  const uint64_t lmax = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
   auto pct = [&](double q) -> uint64_t {
     if (sorted.empty()) return 0;
     auto nth = sorted.begin() + std::min(sorted.size() - 1, static_cast<size_t>(q * (sorted.size() - 1) + 0.5));
     std::nth_element(sorted.begin(), nth, sorted.end());
     return *nth;
   };
-  const uint64_t lmin = lengths.empty() ? 0 : *std::min_element(lengths.begin(), lengths.end());
-  const uint64_t lmax = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
   json tps = json::array();
   uint64_t tmax = 0, tmin = UINT64_MAX;
   for (auto& s : per_shard) {
@@ -485,10 +579,10 @@ json compute_stats(const shards::Dataset& ds) {
     tps.push_back(t);
     tmax = std::max(tmax, t), tmin = std::min(tmin, t);
   }
-  double mean = ds.num_shards() ? static_cast<double>(tokens) / ds.num_shards() : 0;
+  double mean = num_shards ? static_cast<double>(tokens) / num_shards : 0;
   return {{"provenance", provenance().to_json()},
-          {"tokenizer", ds.tokenizer_id()},
-          {"vocab_size", ds.vocab_size()},
+          {"tokenizer", tokenizer_id},
+          {"vocab_size", vocab_size},
           {"tokens", tokens},
           {"documents", lengths.size()},
           {"bytes", bytes},
@@ -496,7 +590,7 @@ json compute_stats(const shards::Dataset& ds) {
           {"shards", per_shard},
           {"tokens_per_shard", tps},
           {"shard_imbalance", mean > 0 ? (tmax - mean) / mean : 0.0},
-          {"shard_min_tokens", ds.num_shards() ? tmin : 0},
+          {"shard_min_tokens", num_shards ? tmin : 0},
           {"shard_max_tokens", tmax},
           {"doc_length", {{"min", lmin},
                           {"max", lmax},

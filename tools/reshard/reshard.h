@@ -3,11 +3,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cairn/config.h"
+#include "cairn/error.h"
 #include "cairn/shards.h"
 #include "cairn/tokenizer.h"
 
@@ -33,6 +35,10 @@ class DocSource {
   // Hints that document d will be read soon (shuffled order is memory-latency bound): stage 0 fetches
   // its metadata, stage 1 (issued later) its first tokens.
   virtual void prefetch(uint64_t d, int stage) const {}
+  // Drops this process's mappings of pages already copied (they stay in the page cache), so resident
+  // memory stays bounded while a dataset larger than memory streams through. Thread-safe; a later
+  // read maps the pages again.
+  virtual void release_mapped() const {}
 };
 
 // Documents held in memory (build, imports).
@@ -54,6 +60,9 @@ class MemorySource final : public DocSource {
 class DatasetSource final : public DocSource {
  public:
   explicit DatasetSource(const std::vector<shards::Dataset>& datasets);
+  // Replaces the identity (build names its parts by the inputs they came from, not by how the
+  // inputs were cut into parts).
+  void set_identity(std::string id) { identity_ = std::move(id); }
   uint64_t num_docs() const override { return doc_starts_.size() - 1; }
   uint64_t doc_start(uint64_t d) const override { return doc_starts_[d]; }
   uint32_t doc_bytes(uint64_t d) const override { return doc_bytes_[d]; }
@@ -61,8 +70,15 @@ class DatasetSource final : public DocSource {
   std::string identity() const override { return identity_; }
   bool raw_range(uint64_t offset, uint64_t count, const void*& ptr, int& width) const override;
   void prefetch(uint64_t d, int stage) const override;
+  void release_mapped() const override;
+  // Checks shards first, first+stride, ... (numbered across the datasets) against their index.json
+  // on `threads` threads with the shards already open (Dataset::verify_shard): GateFailure (exit 3)
+  // naming the lowest bad shard.
+  void verify(int threads, size_t first = 0, size_t stride = 1) const;
 
  private:
+  std::vector<shards::Dataset> datasets_;
+  std::vector<std::pair<size_t, size_t>> shard_origin_;  // (dataset, shard in it) per shard
   std::vector<std::unique_ptr<shards::Shard>> shards_;
   std::vector<uint64_t> shard_token_starts_;
   std::vector<uint64_t> doc_starts_;
@@ -83,6 +99,7 @@ struct OutputSpec {
   uint32_t vocab_size = 0, eot_id = 0;
   std::vector<std::string> sources;
   uint64_t skipped_records = 0;
+  bool ids_checked = false;  // every source id is known to be below vocab_size (verified inputs)
 };
 
 // Summary of a written dataset.
@@ -108,6 +125,10 @@ std::vector<uint64_t> plan_bounds(const std::vector<uint64_t>& prefix, uint64_t 
 
 // Statistics of a dataset (also written as stats.json).
 json compute_stats(const shards::Dataset& ds);
+// The statistics of shards described by `per_shard` ([{file, tokens, documents}]), every stored
+// document's length in tokens (shard order) and their source bytes.
+json stats_json(const std::string& tokenizer_id, uint32_t vocab_size, const json& per_shard,
+                std::vector<uint64_t> lengths, uint64_t bytes);
 std::string format_stats(const json& stats);
 
 // Refuses output directories that are, contain or sit inside an input (UsageError).
@@ -132,24 +153,139 @@ int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const s
 // The tokenizer the [data] section describes (tokenizer, vocab, merges, tokenizer_json).
 std::unique_ptr<tokenizer::Tokenizer> load_configured_tokenizer(const Config& cfg);
 
-// Reading raw text inputs into documents (build).
-struct TextDocument {
-  std::string_view text;
-  uint32_t input = 0;  // index into the input file list
-  uint64_t line = 0;   // 1-based line where it starts
-};
-struct TextCorpus {
-  std::vector<std::string> files;               // expanded input names
-  std::vector<std::unique_ptr<std::string>> storage;  // owns the text views point into
-  std::vector<TextDocument> docs;
-  uint64_t skipped = 0;
-  uint64_t bytes = 0;
-};
-TextCorpus read_text_inputs(const Config& cfg, const std::vector<std::string>& inputs);
-// Reads already expanded files (see expand_inputs).
-TextCorpus read_text_files(const Config& cfg, const std::vector<std::string>& files);
+// ------------------------------------------------------------------------------------ build inputs
 // Files named by the inputs: directories expanded (recursive, sorted, hidden and binary files
-// skipped), duplicates by real path removed, "-" kept for stdin.
-std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs);
+// skipped), glob patterns expanded (sorted), @FILE manifests read (one input per line, relative to
+// the manifest), duplicates by real path removed, "-" kept for stdin. `dirs` receives the
+// directories that were expanded (the output may not sit inside them).
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs,
+                                       std::vector<std::string>* dirs = nullptr);
+
+// The rest of an input cannot be read (truncated or corrupt compressed data): exit 2, or with
+// --skip-bad one skipped record and the input ends there.
+struct InputStreamError : UsageError {
+  using UsageError::UsageError;
+};
+
+// One input's bytes, decompressed when they start with gzip's or zstd's magic, in bounded memory.
+class InputStream {
+ public:
+  explicit InputStream(const std::string& name);  // "-" is stdin
+  ~InputStream();
+  InputStream(const InputStream&) = delete;
+  InputStream& operator=(const InputStream&) = delete;
+  // Up to n bytes of content; 0 at the end. Throws InputStreamError naming the file and the
+  // compressed byte offset when the data is truncated or corrupt.
+  size_t read(char* out, size_t n);
+  uint64_t raw_consumed() const;  // bytes of the file itself consumed so far (for progress)
+  const std::string& shown() const;
+  const char* compression() const;  // "none", "gzip" or "zstd"
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// How text inputs become documents ([data] format, delimiter, jsonl_field, skip_bad).
+struct TextSettings {
+  std::string format = "auto", delimiter, field = "text";
+  bool skip_bad = false;
+};
+TextSettings text_settings(const Config& cfg);
+// LMDB environments (a directory holding data.mdb, or a .mdb file opened without a subdirectory):
+// each value of the main database, in key order, is a record.
+bool is_lmdb_path(const std::string& path);
+class LmdbInput {
+ public:
+  explicit LmdbInput(const std::string& path);
+  ~LmdbInput();
+  bool next(std::string_view& value);  // the next value (valid until the next call); false at the end
+  void release_read_pages();            // unmaps pages already read (bounded resident memory)
+  uint64_t bytes_read() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// What records an input holds: by --format, else by name (.jsonl/.ndjson: JSONL; .tfrecord,
+// .tfrecords, .tfrec: TFRecord; else text; a .gz/.zst/.zstd ending is looked through).
+enum class InputKind { Text, Jsonl, TfRecord };
+InputKind input_kind(const std::string& name, const TextSettings& s);
+
+// Raw records of an input, in order: JSONL lines (without newline/CR, blank lines dropped), text
+// documents (whole file, or the lines between delimiter lines, newlines included) or TFRecord
+// payloads (serialized tf.train.Example). Decoding (JSON, protobuf, CRCs of TFRecord payloads,
+// UTF-8 checks) happens later, on the tokenizing threads.
+struct RecordBatch {
+  struct Record {
+    size_t begin = 0, end = 0;  // in raw
+    uint64_t line = 0;          // 1-based line where the record starts (TFRecord: record number)
+    uint64_t offset = 0;        // byte offset in the (decompressed) input
+    uint32_t crc = 0;           // TFRecord: the payload's masked CRC32C as stored
+  };
+  InputKind kind = InputKind::Text;
+  const char* unit = "line";  // what Record::line counts ("record" for TFRecord, "entry" for LMDB)
+  std::string raw;
+  std::vector<Record> records;
+  void clear() {
+    raw.clear();
+    records.clear();
+  }
+};
+
+// Reads one input as a sequence of RecordBatches of about max_bytes each: memory holds one batch
+// and the record being read, whatever the size of the input.
+class RecordReader {
+ public:
+  RecordReader(const std::string& name, const TextSettings& s);
+  // Fills `batch` with the next records (at least max_bytes of them unless the input ends); false
+  // when the input is exhausted and the batch is empty.
+  bool next(RecordBatch& batch, size_t max_bytes);
+  // Set when the input ended early on unreadable data (InputStreamError's message).
+  const std::string& stream_error() const { return stream_error_; }
+  uint64_t raw_consumed() const;         // bytes of the file consumed (compressed if compressed)
+  uint64_t decompressed_bytes() const;   // content bytes read
+  uint64_t records() const { return records_; }
+  const std::string& shown() const { return shown_; }
+  bool compressed() const;
+
+ private:
+  bool fill();
+  bool ensure(size_t n);  // at least n unconsumed bytes in buf_; false when the input ends first
+  bool next_line(std::string_view& line, uint64_t& offset, bool& complete);
+  void next_tfrecords(RecordBatch& batch, size_t max_bytes);
+  void add_record(RecordBatch& batch, std::string_view text, uint64_t line, uint64_t offset);
+  void flush_doc(RecordBatch& batch);
+
+  std::string shown_;
+  std::unique_ptr<InputStream> stream_;  // a file or stdin
+  std::unique_ptr<LmdbInput> lmdb_;      // or an LMDB environment
+  TextSettings settings_;
+  InputKind kind_ = InputKind::Text;
+  std::string buf_;          // content read and not yet consumed from pos_ on
+  size_t pos_ = 0;
+  uint64_t buf_offset_ = 0;  // content offset of buf_[0]
+  bool eof_ = false, done_ = false;
+  uint64_t line_ = 1, records_ = 0;
+  std::string doc_;          // the text document being assembled (delimiter mode)
+  uint64_t doc_line_ = 1, doc_offset_ = 0;
+  std::string stream_error_;
+};
+
+// Why a record is not a document, and where it is.
+struct RecordProblem {
+  uint64_t line = 0, offset = 0;
+  std::string why;
+  const char* unit = "line";  // what `line` counts ("record" for TFRecord, "entry" for LMDB: no offset)
+};
+// Record i of `batch` as document text (JSONL: the string field, TFRecord: the first value of the
+// bytes feature, both named by `s.field`, decoded into `storage`); false with `problem` set when it
+// is malformed (invalid UTF-8, broken JSON, no such field, payload CRC mismatch, not an Example,
+// over 4 GiB).
+bool decode_record(const RecordBatch& batch, size_t i, const TextSettings& s, std::string& storage,
+                   std::string_view& text, RecordProblem& problem);
+// `bad input "<file>": line L (byte offset O): why (use --skip-bad ...)` ("record R" for TFRecord).
+std::string describe_problem(const std::string& shown, bool compressed, const RecordProblem& p);
 
 }  // namespace cairn::reshard

@@ -152,7 +152,11 @@ int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const s
   std::vector<std::string> dirs = inputs.empty() ? std::vector<std::string>{dataset_dir(cfg, "")} : inputs;
   if (mpi::initialized() && mpi::rank() != 0) return 0;
   for (auto& d : dirs) {
-    json s = compute_stats(shards::Dataset::open(d));
+    shards::Dataset ds = shards::Dataset::open(d);
+    // Statistics of a corrupt dataset would describe data no reader will accept: its shards are
+    // checked first, like reshard/convert do (exit 3 naming the shard; stats.json is left alone).
+    ds.verify_shards(resolve_threads(cfg));
+    json s = compute_stats(ds);
     std::printf("%s\n%s", d.c_str(), format_stats(s).c_str());
     atomic_write(join_path(d, "stats.json"), s.dump(2) + "\n");
     if (!json_out.empty()) write_json_output(json_out, s.dump(2) + "\n");

@@ -122,6 +122,9 @@ class ShardWriter {
   // Appends tokens already in a stored layout (little-endian, `width` 2 or 4 bytes each), e.g.
   // straight from a mapped input shard: no widening, written without an intermediate copy.
   void append_raw(const void* tokens, size_t n, int width);
+  // The caller guarantees every id it appends with append_raw is below vocab_size (e.g. they come
+  // from shards verified against the same or a smaller vocabulary), so the writer skips its scan.
+  void set_ids_checked(bool checked);
   void append_document(uint64_t tokens_in_doc, uint32_t source_bytes);
   ShardInfo finish();  // checks counts, writes offsets/attrs, fsyncs, renames
 

@@ -147,10 +147,30 @@ struct ShardWriter::Impl {
     const void* data = narrow ? static_cast<const void*>(buf16.data()) : buf32.data();
     size_t w = narrow ? 2 : 4;
     XXH64_update(hash, data, buffered * w);
-    pwrite_all(fd, data, buffered * w, static_cast<uint64_t>(tokens_off) + written * w, atomic.temp);
+    write_tokens(data, buffered * w);
     written += buffered;
     buffered = 0;
   }
+
+  // Writes token bytes at the current end and starts their write-back early: the disk then works
+  // while the next pieces are copied, and finish()'s fsync waits only for the tail (without this the
+  // kernel starts write-back at its dirty thresholds, typically gigabytes, and all of it waits for
+  // the fsync).
+  void write_tokens(const void* data, size_t n) {
+    const uint64_t at = static_cast<uint64_t>(tokens_off) + written * (narrow ? 2 : 4);
+    pwrite_all(fd, data, n, at, atomic.temp);
+    unsynced += n;
+    if (unsynced >= kWriteBehind) {
+#ifdef __linux__
+      const uint64_t end = at + n;
+      ::sync_file_range(fd, static_cast<off_t>(end - unsynced), static_cast<off_t>(unsynced), SYNC_FILE_RANGE_WRITE);
+#endif
+      unsynced = 0;
+    }
+  }
+  static constexpr size_t kWriteBehind = size_t{8} << 20;
+  size_t unsynced = 0;  // bytes written since the last write-back request
+  bool ids_checked = false;
 };
 
 ShardWriter::ShardWriter(const std::string& path, const ShardMeta& meta, uint64_t num_tokens, uint64_t num_documents)
@@ -206,8 +226,9 @@ void ShardWriter::append_raw(const void* tokens, size_t n, int width) {
   }
   if (m.written + m.buffered + n > m.num_tokens)
     throw RuntimeError(file_message("cannot write", m.path, "more tokens than planned (internal error)"));
-  // Ids must stay below the vocabulary (skip the scan when every uint16 value is allowed).
-  if (!(m.narrow && m.meta.vocab_size >= 65536)) {
+  // Ids must stay below the vocabulary (skip the scan when every uint16 value is allowed, or when
+  // the caller has checked them, e.g. input shards verified before a reshard).
+  if (!m.ids_checked && !(m.narrow && m.meta.vocab_size >= 65536)) {
     uint32_t mx = 0;
     if (m.narrow) {
       const auto* p = static_cast<const uint16_t*>(tokens);
@@ -239,10 +260,18 @@ void ShardWriter::append_raw(const void* tokens, size_t n, int width) {
     return;
   }
   m.flush();
-  XXH64_update(m.hash, tokens, n * stored);
-  pwrite_all(m.fd, tokens, n * stored, static_cast<uint64_t>(m.tokens_off) + m.written * stored, m.atomic.temp);
-  m.written += n;
+  // Hash and write in cache-sized steps, so the source is read from memory once for both.
+  const char* src = static_cast<const char*>(tokens);
+  const size_t step = (size_t{256} << 10) / stored;
+  for (size_t o = 0; o < n; o += step) {
+    const size_t c = std::min(step, n - o);
+    XXH64_update(m.hash, src + o * stored, c * stored);
+    m.write_tokens(src + o * stored, c * stored);
+    m.written += c;
+  }
 }
+
+void ShardWriter::set_ids_checked(bool checked) { impl_->ids_checked = checked; }
 
 void ShardWriter::append_document(uint64_t tokens_in_doc, uint32_t source_bytes) {
   impl_->offsets.push_back(impl_->offsets.back() + tokens_in_doc);

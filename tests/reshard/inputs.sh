@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Streamed build inputs: JSONL/text plain, .gz and .zst give the same dataset; an input larger than a
+# part streams through several parts with every document intact; threads and ranks do not change the
+# output; directories, globs and @manifests; the progress line; truncated/corrupt compressed data,
+# invalid UTF-8 and missing fields name file and line/offset (exit 2) or are counted with --skip-bad;
+# a failed build leaves the dataset already in --out intact.
+source "$(dirname "$0")/common.sh"
+command -v zstd >/dev/null || fail "zstd (the command) is missing: bash scripts/install-deps.sh"
+
+# ---- A JSONL corpus from fortunes (with some non-ASCII text), ~45 MB so it spans two 32 MB parts.
+$PY - "$T" "${FORTUNES[@]}" <<'PY'
+import json, os, sys
+out, files = sys.argv[1], sys.argv[2:]
+docs = []
+for f in files:
+    for d in open(f, encoding="utf-8", errors="replace").read().split("\n%\n"):
+        if d.strip():
+            docs.append(d)
+extra = ["naïve café — ünïcödé ✓", "日本語のテキスト", "emoji 🎉 and tabs\tand \"quotes\""]
+with open(os.path.join(out, "small.jsonl"), "w") as f:
+    for i, d in enumerate(docs[:3000]):
+        f.write(json.dumps({"id": i, "text": d + (" " + extra[i % 3] if i % 7 == 0 else "")}) + "\n")
+with open(os.path.join(out, "big.jsonl"), "w") as f:
+    n = 0
+    while f.tell() < 45_000_000:
+        for d in docs:
+            f.write(json.dumps({"text": d, "n": n}, ensure_ascii=(n % 2 == 0)) + "\n")
+            n += 1
+PY
+gzip -k "$T/small.jsonl"
+zstd -q -k "$T/small.jsonl"
+zstd -q -k -3 "$T/big.jsonl"
+
+# ---- Plain, gzip and zstd inputs give the same documents, tokens and checksums.
+"$B" build --shards 3 --out "$T/plain" "$T/small.jsonl"
+"$B" build --shards 3 --out "$T/gz" "$T/small.jsonl.gz"
+"$B" build --shards 3 --out "$T/zst" "$T/small.jsonl.zst"
+same_tokens "$T/plain" "$T/gz"
+same_tokens "$T/plain" "$T/zst"
+xx() { $PY -c "import json,sys;print([s['xxh64'] for s in json.load(open(sys.argv[1]))['shards']])" "$1/index.json"; }
+[ "$(xx "$T/plain")" = "$(xx "$T/zst")" ] && [ "$(xx "$T/plain")" = "$(xx "$T/gz")" ] || fail "checksums differ by compression"
+echo "ok: plain, .gz and .zst inputs give identical datasets"
+
+# ---- A big input streams through several parts; every document arrives intact and in order (the
+# bytes tokenizer's ids are the UTF-8 bytes, so the dataset can be checked against the text itself).
+"$B" build --shards 4 --threads 2 --out "$T/big" "$T/big.jsonl.zst" 2>"$T/big.log"
+cat "$T/big.log"
+grep -q "reading inputs [0-9]*/[0-9]* MB .* MB/s .*documents" "$T/big.log" || fail "no progress line with MB and documents"
+$PY - "$T/big.jsonl" "$T/big" <<'PY'
+import json, os, sys
+import h5py, numpy as np
+src, ds = sys.argv[1:3]
+ix = json.load(open(os.path.join(ds, "index.json")))
+want = (json.loads(l)["text"].encode() for l in open(src, encoding="utf-8"))
+n = 0
+for s in ix["shards"]:
+    with h5py.File(os.path.join(ds, s["file"])) as h:
+        t, o, b = h["tokens"][:], h["doc_offsets"][:], h["doc_bytes"][:]
+    for i in range(len(o) - 1):
+        w = next(want)
+        got = t[o[i]:o[i + 1]]
+        assert got[-1] == 256 and bytes(got[:-1].astype(np.uint8)) == w and b[i] == len(w), f"document {n} differs"
+        n += 1
+assert next(want, None) is None, "documents missing"
+print(f"ok: {n} documents of a {os.path.getsize(src) / 1e6:.0f} MB input intact across parts")
+PY
+
+# ---- Threads and ranks do not change the output (tokens, offsets, checksums, plan hashes, stats).
+"$B" build --shards 4 --threads 1 --out "$T/big1" "$T/big.jsonl.zst" 2>/dev/null
+mpirun -np 2 --oversubscribe "$B" build --shards 4 --threads 1 --out "$T/bigmpi" "$T/big.jsonl.zst" "$T/small.jsonl" 2>/dev/null
+"$B" build --shards 4 --threads 2 --out "$T/bigcat" "$T/big.jsonl.zst" "$T/small.jsonl" 2>/dev/null
+identical() {
+  $PY - "$1" "$2" <<'PY' || fail "$1 and $2 differ"
+import json, os, sys, h5py
+a, b = sys.argv[1:3]
+ia, ib = (json.load(open(os.path.join(d, "index.json"))) for d in (a, b))
+for k in ("shards", "total_tokens", "total_documents", "total_bytes", "tokenizer"):
+    assert ia[k] == ib[k], k
+for s in ia["shards"]:
+    with h5py.File(os.path.join(a, s["file"])) as x, h5py.File(os.path.join(b, s["file"])) as y:
+        for d in ("tokens", "doc_offsets", "doc_bytes"):
+            assert (x[d][:] == y[d][:]).all(), d
+        assert x.attrs["plan_hash"] == y.attrs["plan_hash"], "plan_hash"
+sa, sb = (json.load(open(os.path.join(d, "stats.json"))) for d in (a, b))
+sa.pop("provenance"); sb.pop("provenance")
+assert sa == sb, "stats.json"
+PY
+  echo "ok: $1 == $2 (byte for byte in tokens, offsets, checksums, plan hashes, stats)"
+}
+identical "$T/big" "$T/big1"
+identical "$T/bigcat" "$T/bigmpi"
+rm -rf "$T/big1" "$T/bigmpi" "$T/bigcat" "$T/big.jsonl"
+
+# ---- Directories, globs (quoted: expanded by cairn, as from a config) and @manifests.
+mkdir -p "$T/tree/a" "$T/tree/b"
+cp "$T/small.jsonl.gz" "$T/tree/a/1.jsonl.gz"
+cp "$T/small.jsonl.zst" "$T/tree/b/2.jsonl.zst"
+"$B" build --shards 2 --out "$T/list" "$T/tree/a/1.jsonl.gz" "$T/tree/b/2.jsonl.zst"
+"$B" build --shards 2 --out "$T/dir" "$T/tree"
+"$B" build --shards 2 --out "$T/glob" "$T/tree/*/*.jsonl.*"
+printf '# inputs of the test\n\na/1.jsonl.gz\n  b/*.zst  \n' > "$T/tree/list.txt"
+"$B" build --shards 2 --out "$T/manifest" "@$T/tree/list.txt"
+for d in dir glob manifest; do identical "$T/list" "$T/$d"; done
+expect_exit 2 'no input matches ".*nothing\*.jsonl"' "$B" build --out "$T/x" "$T/nothing*.jsonl"
+printf 'a/1.jsonl.gz\nmissing.jsonl\n' > "$T/tree/bad-list.txt"
+expect_exit 2 'cannot open input ".*missing.jsonl": No such file or directory (listed in .*bad-list.txt:2)' \
+  "$B" build --out "$T/x" "@$T/tree/bad-list.txt"
+expect_exit 2 'cannot read manifest' "$B" build --out "$T/x" "@$T/no-such-list.txt"
+
+# ---- Bad input: exit 2 naming file and line/offset; --skip-bad counts and keeps the rest.
+docs_of() { $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print(d['total_documents'], d['skipped_records'])" "$1/index.json"; }
+total=$(docs_of "$T/plain" | cut -d' ' -f1)
+# Truncated zstd and gzip: the error gives the compressed byte where the file ends.
+size=$(stat -c %s "$T/small.jsonl.zst")
+head -c $((size / 2)) "$T/small.jsonl.zst" > "$T/cut.jsonl.zst"
+expect_exit 2 "truncated zstd input \".*cut.jsonl.zst\": the file ends at compressed byte $((size / 2)) inside a zstd frame" \
+  "$B" build --out "$T/x" "$T/cut.jsonl.zst"
+"$B" build --skip-bad --out "$T/cutskip" "$T/cut.jsonl.zst" 2>"$T/log.txt"
+grep -q "truncated zstd input" "$T/log.txt" || fail "--skip-bad did not warn about the truncated input"
+read -r got skipped <<<"$(docs_of "$T/cutskip")"
+[ "$skipped" = 1 ] && [ "$got" -gt 100 ] && [ "$got" -lt "$total" ] || fail "truncated .zst with --skip-bad: $got documents, $skipped skipped"
+echo "ok: truncated .zst kept its first $got of $total documents with --skip-bad"
+size=$(stat -c %s "$T/small.jsonl.gz")
+head -c $((size / 2)) "$T/small.jsonl.gz" > "$T/cut.jsonl.gz"
+expect_exit 2 "truncated gzip input \".*cut.jsonl.gz\": the file ends at compressed byte $((size / 2))" \
+  "$B" build --out "$T/x" "$T/cut.jsonl.gz"
+"$B" build --skip-bad --out "$T/cutgz" "$T/cut.jsonl.gz" 2>/dev/null
+read -r got skipped <<<"$(docs_of "$T/cutgz")"
+[ "$skipped" = 1 ] && [ "$got" -gt 100 ] && [ "$got" -lt "$total" ] || fail "truncated .gz with --skip-bad: $got documents"
+# Corrupt zstd data (bytes flipped inside the frame) names the compressed offset.
+cp "$T/small.jsonl.zst" "$T/rot.jsonl.zst"
+printf '\xde\xad\xbe\xef\xde\xad\xbe\xef' | dd of="$T/rot.jsonl.zst" bs=1 seek=$((size / 3)) conv=notrunc 2>/dev/null
+expect_exit 2 'corrupt zstd input ".*rot.jsonl.zst": at compressed byte [0-9]' "$B" build --out "$T/x" "$T/rot.jsonl.zst"
+# Invalid UTF-8 and a line without the field, in a compressed input: line and decompressed offset.
+printf '{"text": "one"}\n{"text": "two"}\n{"text": "bad \xc3\x28 byte"}\n{"body": "no text"}\n{"text": "last"}\n' > "$T/mixed.jsonl"
+zstd -q "$T/mixed.jsonl" -o "$T/mixed.jsonl.zst"
+expect_exit 2 'bad input ".*mixed.jsonl.zst": line 3 (byte offset 46 of the decompressed stream): invalid UTF-8' \
+  "$B" build --out "$T/x" "$T/mixed.jsonl.zst"
+expect_exit 2 'bad input ".*mixed.jsonl": line 3 (byte offset 46): invalid UTF-8' "$B" build --out "$T/x" "$T/mixed.jsonl"
+sed -i '3d' "$T/mixed.jsonl"
+expect_exit 2 'bad input ".*mixed.jsonl": line 3 (byte offset 32): no string field "text"' "$B" build --out "$T/x" "$T/mixed.jsonl"
+"$B" build --skip-bad --out "$T/mixskip" "$T/mixed.jsonl.zst" 2>"$T/log.txt"
+grep -q "skipped 2 bad records" "$T/log.txt" || fail "--skip-bad did not count 2 records"
+[ "$(docs_of "$T/mixskip")" = "3 2" ] || fail "--skip-bad kept $(docs_of "$T/mixskip") (documents skipped)"
+# The first bad record is reported whatever the thread count (batches are tokenized in parallel):
+# two bad lines far apart, ~100 batches of 10 KB, the later one in an earlier-finishing batch.
+$PY - "$T/two-bad.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(1, 20001):
+        f.write('{"text": 1}\n' if i in (12000, 700) else json.dumps({"text": f"document {i} " * (1 + i % 5)}) + "\n")
+PY
+for th in 1 2 3; do
+  expect_exit 2 'bad input ".*two-bad.jsonl": line 700 (byte offset [0-9]*): no string field' \
+    "$B" build --threads $th --set data.batch_mb=0.01 --out "$T/x" "$T/two-bad.jsonl"
+done
+
+# ---- A failed build leaves the dataset already in --out intact (it fails before writing shards).
+"$B" build --shards 2 --out "$T/keep" "$T/small.jsonl" 2>/dev/null
+expect_exit 2 'truncated zstd input' "$B" build --shards 5 --out "$T/keep" "$T/small.jsonl" "$T/cut.jsonl.zst"
+"$B" verify "$T/keep" >/dev/null || fail "the earlier dataset was damaged by a failed build"
+same_tokens "$T/plain" "$T/keep"
+echo PASS
