@@ -774,11 +774,15 @@ std::string JsonFields::key_path(const std::string& key) const {
 }
 
 void JsonFields::fail(const std::string& key, const std::string& expectation) const {
-  std::string got;
   auto it = j_->find(key);
-  got = it == j_->end() ? "nothing (missing)" : describe_value(*it);
+  if (it != j_->end()) fail_value(key, *it, expectation);
   throw UsageError("malformed " + kind_ + " \"" + file_ + "\": key \"" + key_path(key) + "\": expected " + expectation +
-                   ", got " + got);
+                   ", got nothing (missing)");
+}
+
+void JsonFields::fail_value(const std::string& key, const json& value, const std::string& expectation) const {
+  throw UsageError("malformed " + kind_ + " \"" + file_ + "\": key \"" + key_path(key) + "\": expected " + expectation +
+                   ", got " + describe_value(value));
 }
 
 bool JsonFields::has(const std::string& key) const {
@@ -868,6 +872,22 @@ const json& JsonFields::array(const std::string& key, bool non_empty) const {
 
 JsonFields JsonFields::nested(const json& value, const std::string& key) const {
   return JsonFields(value, file_, kind_, key_path(key));
+}
+
+std::string json_error_text(const std::exception& e) {
+  std::string w = e.what();
+  if (auto p = w.find("] "); w.rfind("[json.exception", 0) == 0 && p != std::string::npos) w = w.substr(p + 2);
+  if (auto p = w.find("; last read:"); p != std::string::npos) w = w.substr(0, p);
+  return w;
+}
+
+json parse_json_text(const std::string& text, const std::string& file, const std::string& kind) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number that overflows a double: both are bad input.
+    throw UsageError("malformed " + kind + " \"" + file + "\": invalid JSON: " + json_error_text(e));
+  }
 }
 
 std::string json_to_toml(const json& tables) {

@@ -159,6 +159,24 @@ void check_writable_dir(const std::string& dir) {
     throw UsageError(e.what());
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) throw UsageError(errno_message("cannot write to directory", dir));
+  // access() says yes to root whatever the mode bits; creating a file is the real test.
+  std::string probe = temp_name_for(join_path(dir, "write-probe"));
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw UsageError(errno_message("cannot write to directory", dir));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+void check_writable_file(const std::string& path) {
+  if (path == "-") return;
+  if (path.empty()) throw UsageError("an output file name is empty");
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw UsageError(file_message("cannot write", path, "Is a directory"));
+  try {
+    check_writable_dir(parent_dir(path));
+  } catch (const UsageError& e) {
+    throw UsageError(file_message("cannot write", path, e.what()));
+  }
 }
 
 bool path_exists(const std::string& path) {

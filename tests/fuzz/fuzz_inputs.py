@@ -2,11 +2,13 @@
 """Seeded fuzzing of the files stages exchange, through the real tools.
 
 Each case mutates one input file (dataset index.json and shard tokens, fabric.toml, a cluster file,
-config includes, one metrics.jsonl line), runs the tool under `timeout` and asserts: no crash, no
+config includes, one metrics.jsonl line, sweep.json and plans.json read by cairn-report, tokenizer
+files and a dataset's tokenizer description), runs the tool under `timeout` and asserts: no crash, no
 hang, no raw library message, exit 0/2/3 as the convention says, the offending file named, and
 nothing written when a reshard/convert input is refused.
 
-usage: fuzz_inputs.py KIND [--cases N] [--seed S]    KIND: dataset|fabric|cluster|include|metrics|all
+usage: fuzz_inputs.py KIND [--cases N] [--seed S]
+       KIND: dataset|fabric|cluster|include|metrics|sweep|plans|tokenizer|all
 """
 import argparse
 import copy
@@ -26,6 +28,7 @@ RAW = ["[json.exception", "type_error", "out_of_range", "std::", "terminate call
 
 failures = []
 counts = {}
+exits = {}  # kind -> {exit code: cases}, printed so a run shows what the cases exercised
 
 
 def run(cmd, **kw):
@@ -39,6 +42,7 @@ def run(cmd, **kw):
 
 def check(kind, desc, rc, out, err, allowed, must_name=None, extra=None):
     counts[kind] = counts.get(kind, 0) + 1
+    exits.setdefault(kind, {})[rc] = exits.get(kind, {}).get(rc, 0) + 1
     text = out + err
     problems = []
     if rc in (124, 137):
@@ -179,8 +183,6 @@ def fuzz_dataset(rng, n, tmp):
         else:
             cmd = [f"{BIN}/cairn-reshard", sub, ds]
         allowed = set(expect)
-        if sub in ("stats",) and expect == {3}:
-            allowed = {0, 3}  # stats reads counts and lengths, not token checksums
         if sub == "verify" and expect == {2}:
             allowed = {2}
         rc, o, e = run(cmd + ["--log-level", "warn"])
@@ -340,14 +342,255 @@ def fuzz_metrics(rng, n, tmp):
         shutil.rmtree(outdir, ignore_errors=True)
 
 
+# ------------------------------------------------------------------------------- sweep.json / plans.json
+def json_paths(obj, prefix=()):
+    """The path (tuple of keys and indices) of every value inside obj."""
+    out = []
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else []
+    for k, v in items:
+        out.append(prefix + (k,))
+        out += json_paths(v, prefix + (k,))
+    return out
+
+
+def at_path(obj, path):
+    for p in path:
+        obj = obj[p]
+    return obj
+
+
+def mutate_json(rng, doc, read_keys):
+    """One mutation of a JSON document: (text, description, must_fail). Text-level damage (a number a
+    double cannot hold, NaN, truncation, a non-object document) must be refused; a wrong value in a
+    key may be refused (exit 2) or ignored where the reader does not use it (exit 0)."""
+    doc = copy.deepcopy(doc)
+    paths = json_paths(doc)
+    what = rng.random()
+    if what < 0.15:
+        leaves = [p for p in paths if isinstance(at_path(doc, p), (int, float)) and not isinstance(at_path(doc, p), bool)]
+        p = rng.choice(leaves)
+        bad = rng.choice(["1e999999", "-1e400", "NaN", "Infinity", "1" * 400 + ".5e999"])
+        at_path(doc, p[:-1])[p[-1]] = "@@BAD@@"
+        return json.dumps(doc).replace('"@@BAD@@"', bad), f"{'.'.join(map(str, p))} = {bad[:20]} (text)", True
+    if what < 0.20:
+        text = json.dumps(doc)
+        cut = rng.randrange(len(text))
+        return text[:cut], f"truncated at byte {cut}", True
+    if what < 0.23:
+        v = rng.choice([[], [1], "x", 3, None, True])
+        return json.dumps(v), f"document = {v!r}", True
+    preferred = [p for p in paths if (isinstance(p[-1], str) and p[-1] in read_keys) or
+                 (len(p) > 1 and isinstance(p[-1], int) and p[-2] in read_keys)]
+    p = rng.choice(preferred if preferred and rng.random() < 0.8 else paths)
+    parent = at_path(doc, p[:-1])
+    if rng.random() < 0.15 and isinstance(parent, dict):
+        del parent[p[-1]]
+        desc = f"{'.'.join(map(str, p))} removed"
+    else:
+        parent[p[-1]] = junk(rng)
+        desc = f"{'.'.join(map(str, p))} = {parent[p[-1]]!r}"
+    return json.dumps(doc), desc, False
+
+
+def names_key_or_why(rc, err):
+    def f():
+        if rc == 2 and not any(w in err for w in ('key "', "invalid JSON", "expected a table/object")):
+            return "exit 2 without naming the key or the JSON error"
+        return None
+    return f
+
+
+SWEEP_KEYS = {"results", "cairn", "fits", "collective", "tier", "type", "redop", "root", "size", "count", "oop",
+              "ip", "busbw", "algbw", "wrong", "time_us", "out_of_place", "in_place", "bus_bw", "alg_bw", "nwrong",
+              "time", "avg_busbw", "average_bus_bandwidth", "bandwidth", "out_of_bounds", "alpha_us",
+              "busbw_gbps", "r2", "half_peak_bytes", "peak_busbw_gbps", "valid", "in_fabric", "points", "ranks"}
+PLAN_KEYS = {"plans", "dp", "tp", "pp", "v", "mb", "zero", "recompute", "sp", "step_time_s", "tokens_per_s",
+             "tflops_per_gpu", "hw_tflops_per_gpu", "mfu", "hfu", "memory_gib", "feasible", "reason"}
+
+
+def report_bases(tmp, stage, fname):
+    """Base documents: make_runs.py's (both sweep layouts), and the real tool's output when it runs here."""
+    bases = []
+    layouts = ["v3", "flat"] if stage == "sweep" else ["v3"]
+    for layout in layouts:
+        d = os.path.join(tmp, f"base-{stage}-{layout}")
+        without = ",".join(x for x in ("sweep", "plan", "data", "train", "eval") if x != stage)
+        subprocess.run([sys.executable, os.path.join(SRC, "tests/report/make_runs.py"), d, "--steps", "20",
+                        "--sweep-layout", layout, "--without", without], check=True)
+        bases.append((f"make_runs {layout}", json.load(open(os.path.join(d, stage, fname)))))
+    real = os.path.join(tmp, f"real-{stage}")
+    if stage == "sweep":
+        rc, o, e = run([f"{BIN}/cairn-sweep", "--out", real, "allreduce,allgather,broadcast", "-b", "64", "-e", "4K",
+                        "-n", "1", "-w", "0", "--log-level", "error"])
+    else:
+        rc, o, e = run([f"{BIN}/cairn-plan"] + PLAN + ["--out", real, "--log-level", "error"], cwd=SRC)
+    if rc == 0:
+        bases.append((f"cairn-{stage}", json.load(open(os.path.join(real, stage, fname)))))
+    else:
+        print(f"note: no real {fname} to fuzz (the tool exited {rc}: {e.strip()[-200:]})")
+    return bases
+
+
+def fuzz_report_file(rng, n, tmp, kind, stage, fname, read_keys):
+    bases = report_bases(tmp, stage, fname)
+    run_dir = os.path.join(tmp, f"fz-{stage}")
+    os.makedirs(os.path.join(run_dir, stage), exist_ok=True)
+    path = os.path.join(run_dir, stage, fname)
+    for case in range(n):
+        base_name, base = rng.choice(bases)
+        text, desc, must_fail = mutate_json(rng, base, read_keys)
+        with open(path, "w") as f:
+            f.write(text)
+        outdir = os.path.join(tmp, f"rep-{stage}{case}")
+        rc, o, e = run([f"{BIN}/cairn-report", run_dir, "--out", outdir, "--log-level", "warn"], cwd=SRC)
+
+        def extra(rc=rc, e=e, outdir=outdir):
+            if rc == 0 and not os.path.exists(os.path.join(outdir, "report", "summary.json")):
+                return "exit 0 without a report"
+            return names_key_or_why(rc, e)()
+        check(kind, f"case {case} ({base_name}): {desc}", rc, o, e, {2} if must_fail else {0, 2}, [path], extra)
+        shutil.rmtree(outdir, ignore_errors=True)
+
+
+def fuzz_sweep(rng, n, tmp):
+    fuzz_report_file(rng, n, tmp, "sweep", "sweep", "sweep.json", SWEEP_KEYS)
+
+
+def fuzz_plans(rng, n, tmp):
+    fuzz_report_file(rng, n, tmp, "plans", "plan", "plans.json", PLAN_KEYS)
+
+
+# ------------------------------------------------------------------------------------------ tokenizer
+def bytes_to_unicode():
+    """GPT-2's byte -> printable character table (byte-level BPE token spelling)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
+        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def tokenizer_files(tmp):
+    """A small byte-level BPE tokenizer as tokenizer.json (hf) and encoder.json + vocab.bpe (gpt2)."""
+    bu = bytes_to_unicode()
+    vocab = {bu[b]: b for b in range(256)}
+    merges = []
+    for a, b in [("h", "e"), ("\u0120", "t"), ("\u0120t", "he"), ("q", "u"), ("\u0120", "f"), ("o", "x")]:
+        merges.append(f"{a} {b}")
+        vocab.setdefault(a + b, len(vocab))
+    vocab["<|endoftext|>"] = len(vocab)
+    hf = {"version": "1.0", "truncation": None, "padding": None, "normalizer": None,
+          "added_tokens": [{"id": vocab["<|endoftext|>"], "content": "<|endoftext|>", "special": True}],
+          "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+          "model": {"type": "BPE", "dropout": None, "vocab": vocab, "merges": merges}}
+    seq = copy.deepcopy(hf)
+    seq["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "\\s+|\\S+"}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]}
+    seq["model"]["merges"] = [m.split(" ") for m in merges]
+    return hf, seq, vocab, merges
+
+
+TOKENIZER_KEYS = {"model", "type", "vocab", "merges", "pre_tokenizer", "pretokenizers", "pattern", "Regex", "String",
+                  "behavior", "invert", "add_prefix_space", "use_regex", "added_tokens", "id", "content",
+                  "normalizer", "ignore_merges"}
+
+
+def built(out):
+    def f():
+        return None if os.path.exists(os.path.join(out, "index.json")) else "exit 0 without a dataset"
+    return f
+
+
+def fuzz_tokenizer(rng, n, tmp):
+    hf, seq, vocab, merges = tokenizer_files(tmp)
+    text = os.path.join(tmp, "tok-in.txt")
+    with open(text, "w") as f:
+        f.write("the quick brown fox\n%\nthe end of the box\n%\nquux\n")
+    # A dataset built with the hf tokenizer: its index.json "tokenizer" description is fuzzed too.
+    tj = os.path.join(tmp, "tokenizer.json")
+    json.dump(hf, open(tj, "w"))
+    base_ds = os.path.join(tmp, "tok-ds")
+    rc, o, e = run([f"{BIN}/cairn-reshard", "build", "--tokenizer", "hf", "--tokenizer-json", tj, "--delimiter", "%",
+                    "--out", base_ds, text, "--log-level", "warn"])
+    if rc != 0:
+        sys.exit(f"cannot build the base dataset with the hf tokenizer: {e}")
+    base_index = json.load(open(os.path.join(base_ds, "index.json")))
+    for case in range(n):
+        out = os.path.join(tmp, f"tok-o{case}")
+        what = rng.random()
+        if what < 0.6:  # tokenizer.json through cairn-reshard build
+            base = rng.choice([hf, seq])
+            body, desc, must_fail = mutate_json(rng, base, TOKENIZER_KEYS | set(vocab))
+            path = os.path.join(tmp, f"tokenizer{case}.json")
+            open(path, "w").write(body)
+            cmd = ["--tokenizer", "hf", "--tokenizer-json", path]
+            names = [path]
+            allowed = {2} if must_fail else {0, 2}
+        elif what < 0.8:  # GPT-2 encoder.json or vocab.bpe
+            enc = os.path.join(tmp, f"encoder{case}.json")
+            bpe = os.path.join(tmp, f"vocab{case}.bpe")
+            lines = ["#version: 0.2"] + merges
+            if rng.random() < 0.6:
+                body, desc, must_fail = mutate_json(rng, vocab, set(vocab))
+                open(enc, "w").write(body)
+                open(bpe, "w").write("\n".join(lines) + "\n")
+                names = [enc]
+            else:
+                json.dump(vocab, open(enc, "w"))
+                i = rng.randrange(len(lines))
+                lines[i] = rng.choice(["", "a", "a b c", " x", "\u0120q u", "zz zz", "\x00 \x01", "h"])
+                desc, must_fail = f"vocab.bpe line {i + 1} = {lines[i]!r}", False
+                open(bpe, "w").write("\n".join(lines) + "\n")
+                names = [bpe]
+            cmd = ["--tokenizer", "gpt2", "--vocab", enc, "--merges", bpe]
+            allowed = {2} if must_fail else {0, 2}
+        else:  # the dataset's tokenizer description, read back by verify
+            ds = os.path.join(tmp, f"tok-d{case}")
+            shutil.copytree(base_ds, ds)
+            ix = copy.deepcopy(base_index)
+            key = rng.choice(["type", "id", "files", "files.tokenizer_json", None])
+            if key is None:
+                ix["tokenizer"] = junk(rng)
+                desc = f"tokenizer = {ix['tokenizer']!r}"
+            else:
+                obj, k = (ix["tokenizer"]["files"], "tokenizer_json") if key.startswith("files.") else (ix["tokenizer"], key)
+                if rng.random() < 0.2:
+                    obj.pop(k, None)
+                    desc = f"tokenizer.{key} removed"
+                else:
+                    obj[k] = junk(rng)
+                    desc = f"tokenizer.{key} = {obj[k]!r}"
+            json.dump(ix, open(os.path.join(ds, "index.json"), "w"))
+            rc, o, e = run([f"{BIN}/cairn-reshard", "verify", ds, "--log-level", "warn"])
+            # verify names index.json, the tokenizer files, or the shards whose tokenizer attribute
+            # no longer matches index.json's.
+            check("tokenizer", f"case {case} verify: {desc}", rc, o, e, {0, 2, 3},
+                  [os.path.join(ds, "index.json"), os.path.join(ds, "tokenizer"), "differs from index.json"])
+            shutil.rmtree(ds, ignore_errors=True)
+            continue
+        rc, o, e = run([f"{BIN}/cairn-reshard", "build"] + cmd + ["--delimiter", "%", "--out", out, text,
+                                                                   "--log-level", "warn"])
+        check("tokenizer", f"case {case}: {desc}", rc, o, e, allowed, names,
+              built(out) if rc == 0 else nothing_written(out))
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kind")
     ap.add_argument("--cases", type=int, default=0)
     ap.add_argument("--seed", type=int, default=20240601)
     a = ap.parse_args()
-    kinds = ["dataset", "fabric", "cluster", "include", "metrics"] if a.kind == "all" else [a.kind]
-    default = {"dataset": 160, "fabric": 80, "cluster": 60, "include": 40, "metrics": 60}
+    kinds = ["dataset", "fabric", "cluster", "include", "metrics", "sweep", "plans", "tokenizer"] \
+        if a.kind == "all" else [a.kind]
+    default = {"dataset": 160, "fabric": 80, "cluster": 60, "include": 40, "metrics": 60, "sweep": 200, "plans": 150,
+               "tokenizer": 200}
     tmp = tempfile.mkdtemp(prefix="cairn-fuzz.")
     try:
         for k in kinds:
@@ -356,7 +599,7 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for k, c in counts.items():
-        print(f"{k}: {c} cases")
+        print(f"{k}: {c} cases (" + ", ".join(f"exit {rc}: {m}" for rc, m in sorted(exits[k].items())) + ")")
     if failures:
         print(f"FAIL: {len(failures)} case(s)", file=sys.stderr)
         for f in failures[:60]:

@@ -1,7 +1,8 @@
 // Seeded in-process fuzzing of the stage-file readers: checkpoint DONE markers (a malformed DONE is an
 // incomplete checkpoint with a reason, and --resume auto's search falls back to the previous one),
 // dataset index.json (Dataset::open throws only UsageError naming the file and key), fabric.toml
-// (apply_fabric: UsageError naming the file, never a nan figure) and JsonFields itself.
+// (apply_fabric: UsageError naming the file, never a nan figure), JsonFields itself, parse_json_text
+// and the output checks tools run before long work (check_writable_dir/file).
 #define BOOST_TEST_MODULE fuzz_stage_files
 #include <boost/test/unit_test.hpp>
 
@@ -241,4 +242,42 @@ BOOST_AUTO_TEST_CASE(json_fields_messages) {
   BOOST_CHECK_EXCEPTION(JsonFields(n, "p", "k").number("x", 0, 1e300), UsageError, [](const UsageError& e) {
     return std::string(e.what()).find("got nan") != std::string::npos;
   });
+}
+
+BOOST_AUTO_TEST_CASE(json_text_and_array_elements) {
+  // Invalid JSON, including a number a double cannot hold (nlohmann's out_of_range, not parse_error),
+  // is a UsageError naming the file, without nlohmann's "[json.exception...]" prefix.
+  for (const char* text : {"{\"a\": 1e999999}", "{\"a\": [1, 2", "[-1e400]", "{\"a\": NaN}", ""}) {
+    BOOST_TEST_INFO(text);
+    BOOST_CHECK_EXCEPTION(parse_json_text(text, "dir/x.json", "test file"), UsageError, [](const UsageError& e) {
+      std::string m = e.what();
+      return m.rfind("malformed test file \"dir/x.json\": invalid JSON: ", 0) == 0 &&
+             m.find("json.exception") == std::string::npos && m.find("last read") == std::string::npos;
+    });
+  }
+  BOOST_TEST(parse_json_text("{\"a\": 1e-999999}", "x", "k")["a"].get<double>() == 0.0);  // underflow is a value
+  json j = json::parse(R"({"m": {"merges": ["a b", 7]}})");
+  JsonFields m = JsonFields(j, "t.json", "tokenizer").object("m");
+  BOOST_CHECK_EXCEPTION(m.fail_value("merges[1]", j["m"]["merges"][1], "\"a b\""), UsageError, [](const UsageError& e) {
+    return std::string(e.what()) == "malformed tokenizer \"t.json\": key \"m.merges[1]\": expected \"a b\", got integer 7";
+  });
+}
+
+BOOST_AUTO_TEST_CASE(unwritable_outputs) {
+  // Checked before long work: exit 2 naming the path, also for root (mode bits do not stop root).
+  std::string d = temp_dir("out");
+  write(d + "/file", "x");
+  fs::create_directories(d + "/dir");
+  auto usage_naming = [](const std::string& want) {
+    return [want](const UsageError& e) { return std::string(e.what()).find(want) != std::string::npos; };
+  };
+  BOOST_CHECK_EXCEPTION(check_writable_dir(d + "/file/sub"), UsageError, usage_naming("\"" + d + "/file/sub\""));
+  BOOST_CHECK_EXCEPTION(check_writable_dir("/proc/cairn-test"), UsageError, usage_naming("\"/proc/cairn-test\""));
+  BOOST_CHECK_EXCEPTION(check_writable_file(d + "/dir"), UsageError, usage_naming("\"" + d + "/dir\": Is a directory"));
+  BOOST_CHECK_EXCEPTION(check_writable_file(d + "/file/x.json"), UsageError, usage_naming("\"" + d + "/file/x.json\""));
+  check_writable_file(d + "/new/x.json");  // creates the directory, leaves no probe file behind
+  check_writable_file("-");
+  BOOST_TEST(fs::is_directory(d + "/new"));
+  BOOST_TEST(fs::is_empty(d + "/new"));
+  fs::remove_all(d);
 }

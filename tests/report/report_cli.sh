@@ -131,12 +131,23 @@ check_report "$T/multi"
 grep -q 'bad' "$T/multi/report/summary.md" || fail "multi-run summary lacks a run"
 "$REPORT" --list-metrics | grep -q 'busbw_<coll>\[_<tier>\]' || fail "--list-metrics"
 "$REPORT" --help | grep -q 'eval_<task>_<metric>' || fail "--help does not document metric names"
-# 6. Garbage input: binary bytes as metrics.jsonl, an empty one, a sweep.json of the wrong shape.
-mkdir -p "$T/junk/train" "$T/empty/train" "$T/shape/sweep"
+# 6. Garbage input: binary bytes as metrics.jsonl and an empty one are rendered (bad lines skipped and
+# counted); a sweep.json or plans.json of the wrong shape is bad input: exit 2 naming the file and key.
+mkdir -p "$T/junk/train" "$T/empty/train" "$T/shape/sweep" "$T/pshape/plan"
 head -c 4000 /dev/urandom > "$T/junk/train/metrics.jsonl"
 : > "$T/empty/train/metrics.jsonl"
 echo '{"results":"x","fits":[{"collective":3}],"wrong":"many"}' > "$T/shape/sweep/sweep.json"
-"$REPORT" "$T/junk" "$T/empty" "$T/shape" --out "$T/garbage" --log-level error || fail "garbage input: exit $?"
+echo '{"plans":[{"dp":8,"mfu":1e999999}]}' > "$T/pshape/plan/plans.json"
+"$REPORT" "$T/junk" "$T/empty" --out "$T/garbage" --log-level error || fail "garbage input: exit $?"
+set +e
+"$REPORT" "$T/junk" "$T/shape" --out "$T/garbage2" 2> "$T/e5"; r5=$?
+"$REPORT" "$T/pshape" --out "$T/garbage3" 2> "$T/e6"; r6=$?
+set -e
+[ $r5 -eq 2 ] && grep -qF "malformed sweep file \"$T/shape/sweep/sweep.json\": key \"wrong\": expected" "$T/e5" ||
+  fail "sweep.json of the wrong shape: exit $r5 $(cat "$T/e5")"
+[ $r6 -eq 2 ] && grep -qF "malformed plan file \"$T/pshape/plan/plans.json\": invalid JSON: number overflow" "$T/e6" ||
+  fail "plans.json with 1e999999: exit $r6 $(cat "$T/e6")"
+[ ! -e "$T/garbage2/report" ] || fail "a refused sweep.json left a report directory"
 xmllint --noout "$T/garbage/report/index.html" || fail "garbage input: HTML not well-formed"
 $PY -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['runs'][0]['problem_count'] > 0" "$T/garbage/report/summary.json"
 grep -q "empty/train/metrics.jsonl (no train or val records)" "$T/garbage/report/summary.md" || fail "empty file not named"

@@ -185,7 +185,7 @@ BOOST_AUTO_TEST_CASE(run_directory_reading_is_tolerant) {
   fs::create_directories(tmp.path / "r" / "train");
   fs::create_directories(tmp.path / "r" / "sweep");
   {
-    std::ofstream(tmp.path / "r" / "sweep" / "sweep.json") << "{\"results\": [1, 2";  // truncated
+    std::ofstream(tmp.path / "r" / "layout_predict.json") << "{\"rows\": [1, 2";  // truncated
     std::ofstream(tmp.path / "r" / "config.toml") << "[run]\nname = \"nightly\"\n";
   }
   RunData run = read_run((tmp.path / "r").string());
@@ -201,7 +201,7 @@ BOOST_AUTO_TEST_CASE(run_directory_reading_is_tolerant) {
   BOOST_TEST(names_metrics);
   BOOST_TEST(names_fabric);
   BOOST_TEST(run.problem_count == 1u);
-  BOOST_TEST(run.problems[0].find("sweep.json: invalid JSON") != std::string::npos);
+  BOOST_TEST(run.problems[0].find("layout_predict.json: invalid JSON") != std::string::npos);
   // Charts of a run with nothing in it: none, and no crash.
   std::vector<RunData> runs{run};
   BOOST_TEST(build_charts(runs, -1, ChartSettings{}).empty());
@@ -289,4 +289,53 @@ BOOST_AUTO_TEST_CASE(fast_scanner_agrees_with_a_full_parser) {
     BOOST_TEST(ok_fast == ok_full, "line: " << c);
     if (ok_full) BOOST_TEST(((r == ScanResult::Ok) == json::parse(c).is_object()), "line: " << c);
   }
+}
+
+BOOST_AUTO_TEST_CASE(sweep_and_plan_files_are_checked_key_by_key) {
+  // A bad sweep.json or plans.json is a UsageError (exit 2) naming the file and the key, never a raw
+  // library message; null stays "not measured" (cairn-sweep writes NaN as null).
+  TempDir tmp;
+  auto run_with = [&](const std::string& stage, const std::string& file, const std::string& text) {
+    fs::path d = tmp.path / ("r" + std::to_string(std::rand()));
+    fs::create_directories(d / stage);
+    std::ofstream(d / stage / file) << text;
+    return d.string();
+  };
+  auto expect = [&](const std::string& stage, const std::string& file, const std::string& text, const std::string& want) {
+    std::string dir = run_with(stage, file, text);
+    std::string msg;
+    try {
+      read_run(dir);
+    } catch (const cairn::UsageError& e) {
+      msg = e.what();
+    }
+    BOOST_TEST_INFO(text << " -> " << msg);
+    BOOST_TEST(msg.find(dir + "/" + stage + "/" + file) != std::string::npos);
+    BOOST_TEST(msg.find(want) != std::string::npos);
+    BOOST_TEST(msg.find("json.exception") == std::string::npos);
+  };
+  expect("sweep", "sweep.json", R"({"results": [{"size": 1e999999}]})", "invalid JSON: number overflow");
+  expect("sweep", "sweep.json", R"({"results": [1, 2)", "invalid JSON");
+  expect("sweep", "sweep.json", R"([1])", "expected a table/object");
+  expect("sweep", "sweep.json", R"({"results": "x"})", "key \"results\": expected an array");
+  expect("sweep", "sweep.json", R"({"results": [{"cairn": {"collective": 3}}]})", "key \"results[0].cairn.collective\": expected a string");
+  expect("sweep", "sweep.json", R"({"results": [{"out_of_place": {"bus_bw": "fast"}}]})",
+         "key \"results[0].out_of_place.bus_bw\": expected a finite number >= 0");
+  expect("sweep", "sweep.json", R"({"cairn": {"fits": [{"collective": "allreduce", "alpha_us": true}]}})",
+         "key \"cairn.fits[0].alpha_us\": expected a finite number");
+  expect("sweep", "sweep.json", R"({"cairn": 5})", "key \"cairn\": expected a table/object");
+  expect("sweep", "sweep.json", R"({"wrong": -1})", "key \"wrong\": expected a finite number >= 0");
+  expect("plan", "plans.json", R"({"plans": null})", "key \"plans\": expected an array");
+  expect("plan", "plans.json", R"({"plans": [{"dp": 1.5}]})", "key \"plans[0].dp\": expected an integer in [0, 2147483647]");
+  expect("plan", "plans.json", R"({"plans": [{"dp": 2, "step_time_s": "1s"}]})", "key \"plans[0].step_time_s\"");
+  expect("plan", "plans.json", R"({"plans": [{"sp": 1}]})", "key \"plans[0].sp\"");
+  expect("plan", "plans.json", R"({"plans": [7]})", "key \"plans[0]\": expected a table/object");
+
+  // Nulls (NaN as cairn-sweep writes it), nccl-tests' text in nwrong and both layouts read fine.
+  RunData ok = read_run(run_with("sweep", "sweep.json",
+                                 R"({"version": 3, "results": [{"size": 8, "root": "   -1", "out_of_place": {"bus_bw": null,
+                                 "nwrong": "N/A"}, "cairn": {"collective": "allreduce", "oop": {"busbw": null, "wrong": null}}}],
+                                 "cairn": {"fits": [{"collective": "allreduce", "valid": false, "alpha_us": null}]}})"));
+  BOOST_TEST(ok.sweep.is_object());
+  BOOST_TEST(sweep_rows(ok.sweep).size() == 1u);
 }

@@ -110,6 +110,26 @@ expect_usage "built without CUDA|GPUs but only 0 are visible" --backend nccl  # 
 expect_usage "not a size" -e 12X
 expect_usage "measures allreduce only" --bench-bare 3 allgather -b 1K -e 1K
 
+# 8b. An output location that cannot be written fails before anything is measured (exit 2, no table),
+# naming the path. Tests run as root, where mode bits do not stop writes: a path under a regular file,
+# a directory where a file goes, and /proc fail for root too.
+echo "not a directory" > "$TMP/afile"
+mkdir -p "$TMP/hasdir/sweep/sweep.json" "$TMP/jdir"
+expect_unwritable() {
+  local want=$1; shift
+  mpirun -np 2 "$BIN" "$@" -b 64 -e 1K -n 1 -w 0 >"$TMP/w.txt" 2>"$TMP/w.err"
+  local rc=$?
+  [ $rc -eq 2 ] || fail "'$*': exit $rc, want 2"
+  grep -qF -- "$want" "$TMP/w.err" || { fail "'$*': stderr does not name '$want'"; head -3 "$TMP/w.err" >&2; }
+  ! grep -q "^# Out of bounds values" "$TMP/w.txt" || fail "'$*': measured before failing on the output"
+}
+expect_unwritable "\"$TMP/afile/sub/sweep\": Not a directory" --out "$TMP/afile/sub"
+expect_unwritable "\"$TMP/hasdir/sweep/sweep.json\": Is a directory" --out "$TMP/hasdir"
+expect_unwritable "\"/proc/cairn-sweep-test/sweep\"" --out /proc/cairn-sweep-test
+expect_unwritable "\"$TMP/jdir\": Is a directory" --out "$TMP/jout" -J "$TMP/jdir"
+expect_unwritable "\"$TMP/afile/x.json\"" --out "$TMP/jout" --json "$TMP/afile/x.json"
+expect_unwritable "\"$TMP/afile/b.json\"" --out "$TMP/jout" --bench-bare 2 --json "$TMP/afile/b.json"
+
 # 9. nccl-tests' flags with nccl-tests' meaning. -o is the reduction op (not --out): `-o max`
 # measures max and writes nothing under ./max; --out keeps its long form.
 mkdir -p "$TMP/cwd"

@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
                "  busbw_allreduce = { max_drop_pct = 10 }\n"
                "  wrong = { max = 0 }\n"
                "or --set 'report.gates.val_loss={max_increase=0.02}'. Exit codes: 0 ok, 1 runtime error,\n"
-               "2 usage/config error (e.g. an unknown gate metric), 3 a gate failed (missing data fails too).\n\n" +
+               "2 usage/config error or bad input (e.g. an unknown gate metric, a malformed sweep.json or plans.json),\n"
+               "3 a gate failed (missing data fails too).\n\n" +
                cairn::report::metrics_help());
     cairn::parse_cli(app, argc, argv);
     if (list_metrics) {

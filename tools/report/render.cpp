@@ -155,7 +155,8 @@ const json* layout_rows_of(const RunData& r) {
 // measured memory, error, background cores}; memory in MiB (these runs hold tens of MiB).
 std::vector<std::string> layout_cells(const json& row) {
   auto mib = [&](const char* k) { return num_or_nan(row, k) * 1024; };
-  return {row.value("layout", std::string()),
+  auto layout = row.find("layout");  // value() would throw a raw type_error for a non-string
+  return {layout != row.end() && layout->is_string() ? layout->get<std::string>() : std::string(),
           json_cell(row.value("ranks", json())),
           fmt(num_or_nan(row, "predicted_step_s"), "s"),
           fmt(num_or_nan(row, "measured_step_s"), "s"),

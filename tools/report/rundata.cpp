@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "cairn/config.h"
@@ -46,10 +47,107 @@ json read_json(const std::string& path, RunData& run) {
   if (!slurp(path, text, run)) return nullptr;
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
-    run.problem(path + ": invalid JSON (" + e.what() + ")");
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for 1e999999
+    run.problem(path + ": invalid JSON (" + json_error_text(e) + ")");
     return nullptr;
   }
+}
+
+// ---- sweep.json and plans.json: parsed and checked through the typed reader. The report's tables,
+// charts and gates read these files key by key; a wrong type, a non-finite number or invalid JSON is a
+// UsageError (exit 2) naming the file and key, instead of a silently empty chart or a raw message.
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// An optional number: absent or null reads as "not measured" (cairn-sweep writes null for NaN).
+void opt_number(const JsonFields& f, const char* key, double min = -kInf) { f.number_or(key, 0, min, kInf); }
+
+// A string, or (nccl-tests' padded root column, or an older file's number) an integer.
+void opt_string_or_int(const JsonFields& f, const char* key) {
+  if (!f.has(key)) return;
+  const json& v = f.raw().at(key);
+  if (!v.is_string() && !v.is_number_integer()) f.fail(key, "a string or an integer");
+}
+
+// One measure: cairn's {busbw, algbw, wrong, time_us} or nccl-tests' {bus_bw, alg_bw, nwrong, time}.
+void check_measure(const JsonFields& m, bool nccl) {
+  if (nccl)
+    for (const char* k : {"bus_bw", "alg_bw", "time", "cpu_time"}) opt_number(m, k, 0);
+  else
+    for (const char* k : {"busbw", "algbw", "time_us"}) opt_number(m, k, 0);
+  const char* wrong = nccl ? "nwrong" : "wrong";
+  // nccl-tests may write text (N/A) where nothing was checked; a number must be a count.
+  if (!(nccl && m.has(wrong) && m.raw().at(wrong).is_string())) opt_number(m, wrong, 0);
+}
+
+void check_sweep_extras(const JsonFields& x) {
+  opt_number(x, "avg_busbw", 0);
+  opt_number(x, "wrong", 0);
+  if (!x.has("fits")) return;
+  const json& fits = x.array("fits");
+  for (size_t i = 0; i < fits.size(); ++i) {
+    JsonFields f = x.nested(fits[i], "fits[" + std::to_string(i) + "]");
+    f.str("collective");
+    for (const char* k : {"tier", "type", "redop", "note"}) f.str_or(k, "");
+    f.i64_or("root", -1, -1, INT32_MAX);
+    f.boolean_or("valid", true);
+    f.boolean_or("in_fabric", false);
+    for (const char* k : {"alpha_us", "r2"}) opt_number(f, k);
+    for (const char* k : {"busbw_gbps", "half_peak_bytes", "peak_busbw_gbps", "points", "ranks"}) opt_number(f, k, 0);
+  }
+}
+
+void check_sweep_json(const json& doc, const std::string& path) {
+  JsonFields top(doc, path, "sweep file");
+  // Version 3 keeps cairn's fields under "cairn"; the flat layout (version 2) beside nccl-tests'.
+  check_sweep_extras(top.has("cairn") ? top.object("cairn") : top);
+  for (const char* k : {"average_bus_bandwidth", "out_of_bounds"}) {
+    if (!top.has(k)) continue;
+    JsonFields o = top.object(k);
+    opt_number(o, std::string(k) == "out_of_bounds" ? "count" : "bandwidth", 0);
+  }
+  if (!top.has("results")) return;
+  const json& results = top.array("results");
+  for (size_t i = 0; i < results.size(); ++i) {
+    JsonFields r = top.nested(results[i], "results[" + std::to_string(i) + "]");
+    JsonFields x = r.has("cairn") ? r.object("cairn") : r;
+    for (const char* k : {"collective", "tier"}) x.str_or(k, "");
+    for (const char* k : {"oop", "ip"})
+      if (x.has(k)) check_measure(x.object(k), false);
+    for (const char* k : {"type", "redop"}) r.str_or(k, "");
+    opt_string_or_int(r, "root");
+    opt_number(r, "size", 0);
+    opt_number(r, "count", 0);
+    for (const char* k : {"out_of_place", "in_place"})
+      if (r.has(k)) check_measure(r.object(k), true);
+  }
+}
+
+void check_plans_json(const json& doc, const std::string& path) {
+  JsonFields top(doc, path, "plan file");
+  const json& plans = top.array("plans");
+  for (size_t i = 0; i < plans.size(); ++i) {
+    JsonFields p = top.nested(plans[i], "plans[" + std::to_string(i) + "]");
+    for (const char* k : {"dp", "tp", "pp", "v", "mb"}) p.u64_or(k, 1, INT32_MAX);
+    p.u64_or("zero", 0, 3);
+    p.str_or("recompute", "");
+    if (p.has("sp") && !p.raw().at("sp").is_string() && !p.raw().at("sp").is_boolean()) p.fail("sp", "\"on\", \"off\" or true/false");
+    p.boolean_or("feasible", true);
+    p.str_or("reason", "");
+    for (const char* k : {"step_time_s", "tokens_per_s", "tflops_per_gpu", "hw_tflops_per_gpu", "mfu", "hfu", "memory_gib"})
+      opt_number(p, k, 0);
+  }
+}
+
+// A stage file the report checks key by key: unreadable is a problem (as for any file), anything
+// else wrong in it throws UsageError.
+json read_checked_json(const std::string& path, const std::string& kind, void (*check)(const json&, const std::string&),
+                       RunData& run) {
+  std::string text;
+  if (!slurp(path, text, run)) return nullptr;
+  json doc = parse_json_text(text, path, kind);
+  check(doc, path);
+  return doc;
 }
 
 json read_toml(const std::string& path, RunData& run) {
@@ -75,9 +173,7 @@ std::string parse_error_text(std::string_view line) {
     (void)ignored;
   } catch (const json::exception& e) {
     // parse_error, and out_of_range for numbers such as 1e999999 that overflow a double.
-    std::string w = e.what();
-    auto p = w.find("] ");
-    return p == std::string::npos ? w : w.substr(p + 2);
+    return json_error_text(e);
   }
   return "invalid JSON (a number that is not finite?)";
 }
@@ -376,7 +472,7 @@ RunData read_run(const std::string& dir) {
   if (is_dir(sweep_dir)) {
     run.present.push_back("sweep");
     std::string sj = join_path(sweep_dir, "sweep.json"), ft = join_path(sweep_dir, "fabric.toml");
-    if (is_file(sj)) run.sweep = read_json(sj, run);
+    if (is_file(sj)) run.sweep = read_checked_json(sj, "sweep file", check_sweep_json, run);
     else run.missing.push_back(sj);
     if (is_file(ft)) run.fabric = read_toml(ft, run);
     else run.missing.push_back(ft);
@@ -386,7 +482,7 @@ RunData read_run(const std::string& dir) {
   if (is_dir(plan_dir)) {
     run.present.push_back("plan");
     std::string pj = join_path(plan_dir, "plans.json");
-    if (is_file(pj)) run.plans = read_json(pj, run);
+    if (is_file(pj)) run.plans = read_checked_json(pj, "plan file", check_plans_json, run);
     else run.missing.push_back(pj);
   }
   // bench/layout_predict.sh's table of predicted vs measured step time and memory per layout.

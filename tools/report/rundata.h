@@ -62,8 +62,10 @@ struct RunData {
   void problem(const std::string& text);
 };
 
-// Reads whatever `dir` holds. Throws UsageError if `dir` is not a directory; everything else
-// (missing files, corrupt lines, bad JSON) is recorded in the RunData and never throws.
+// Reads whatever `dir` holds. Throws UsageError if `dir` is not a directory, or if sweep/sweep.json or
+// plan/plans.json is malformed (invalid JSON, a wrong type or non-finite number in a key the report
+// reads: the message names the file and key). Everything else (missing files, corrupt JSONL lines,
+// other unreadable files) is recorded in the RunData and never throws.
 RunData read_run(const std::string& dir);
 
 // Reads several runs in parallel (threads), in order.

@@ -139,6 +139,7 @@ int run_bench_bare(const SweepOptions& opts, const BenchBareOptions& bo) {
     rows.push_back(r);
   }
   if (rows.empty()) throw UsageError("--bench-bare: no size in the range holds one element");
+  check_outputs(o, false);  // only --json is written in this mode
 
   // One pair of page-aligned buffers, allocated through the backend and touched once, used by both loops.
   uint64_t bytes = rows.back().count * ws;

@@ -622,6 +622,24 @@ void mark_fabric_blocks(std::vector<Block>& blocks, DataType first_type, RedOp f
   }
 }
 
+void check_outputs(const SweepOptions& o, bool with_run_dir) {
+  // Rank 0 writes every output; a path it cannot use must fail now, not after minutes of measuring.
+  std::string err;
+  if (mpi::rank() == 0) {
+    try {
+      if (with_run_dir) {
+        std::string dir = join_path(o.run_dir, "sweep");
+        check_writable_dir(dir);
+        for (const char* f : {"sweep.txt", "sweep.json", "sweep.h5", "fabric.toml"}) check_writable_file(join_path(dir, f));
+      }
+      if (!o.json_path.empty()) check_writable_file(o.json_path);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+  }
+  mpi::agree_or_throw(err.empty(), err, kExitUsage);
+}
+
 int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* result_out) {
   SweepOptions o = opts_in;
   (void)cfg;  // everything the sweep needs is in opts (from sweep_options(cfg)); kept for run_<tool>(cfg) symmetry
@@ -726,6 +744,8 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
       }
     }
   }
+
+  check_outputs(o, true);
 
   // Preamble (rank 0): versions, options, devices, environment.
   info.opts = o;

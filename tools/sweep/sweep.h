@@ -128,6 +128,10 @@ void mark_fabric_blocks(std::vector<Block>& blocks, DataType first_type, RedOp f
 // every rank: 0, or 3 when a check or the --min-busbw gate failed (result->verdict says why).
 // Every rank agrees on it, so the caller can return it without aborting the MPI job.
 int run_sweep(const Config& cfg, const SweepOptions& opts, SweepResult* result = nullptr);
+// Before anything is measured: rank 0 creates <run_dir>/sweep (with_run_dir) and checks that every
+// file the sweep will write there and --json/-J can be written; otherwise every rank throws the same
+// UsageError (exit 2) naming the path. Collective over MPI_COMM_WORLD.
+void check_outputs(const SweepOptions& o, bool with_run_dir);
 
 // What the outputs say about the run besides the results (rank 0 fills it).
 struct RankInfo {

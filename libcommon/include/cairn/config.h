@@ -165,11 +165,21 @@ class JsonFields {
   // The dotted name of `key` under this reader ("shards[3].xxh64").
   std::string key_path(const std::string& key) const;
   [[noreturn]] void fail(const std::string& key, const std::string& expectation) const;
+  // fail() for a value that is not a member of this object, e.g. an array element named "merges[3]".
+  [[noreturn]] void fail_value(const std::string& key, const json& value, const std::string& expectation) const;
 
  private:
   const json* j_;
   std::string file_, kind_, prefix_;
 };
+
+// nlohmann's exception text without its "[json.exception.parse_error.101] " prefix and the echo of
+// the text it last read (which can be kilobytes of provenance): what a user is shown.
+std::string json_error_text(const std::exception& e);
+// Parses the JSON text of `file`. Invalid JSON, including numbers a double cannot hold (1e999999,
+// which nlohmann reports as out_of_range, not parse_error), throws UsageError (exit 2)
+//   `malformed <kind> "<file>": invalid JSON: <reason>`.
+json parse_json_text(const std::string& text, const std::string& file, const std::string& kind);
 
 // Splits "a.b.c" into section "a.b" and key "c".
 std::pair<std::string, std::string> split_dotted(const std::string& dotted);

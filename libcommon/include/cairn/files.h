@@ -35,7 +35,11 @@ void ensure_dir(const std::string& path);
 // "<out>/<stage>" created if needed (e.g. run_subdir("runs/demo", "sweep")).
 std::string run_subdir(const std::string& out, const std::string& stage);
 // Throws UsageError (exit 2) if `dir` cannot be created or written to (checked before long work starts).
+// A probe file is created and removed: permission bits do not stop root, a read-only mount or /proc does.
 void check_writable_dir(const std::string& dir);
+// Throws UsageError (exit 2) naming `path` if an output file cannot be written there: its directory
+// as for check_writable_dir, and the path itself must not be a directory. "-" (stdout) always passes.
+void check_writable_file(const std::string& path);
 bool path_exists(const std::string& path);
 // fsync a file or directory by path (best effort for directories).
 void fsync_path(const std::string& path);

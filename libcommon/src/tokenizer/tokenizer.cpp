@@ -15,6 +15,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "cairn/config.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
@@ -587,26 +588,26 @@ class BytesTokenizer final : public Tokenizer {
   }
 };
 
-json parse_json_file(const std::string& path, const std::string& what) {
-  std::string text = read_file(path);
+// Tokenizer files and descriptions are read through the typed reader (JsonFields): a wrong type, a
+// missing key or an out-of-range id is a UsageError (exit 2) naming the file, the key and what was
+// expected, never a raw library message. A file that cannot be read is bad input too.
+std::string read_tokenizer_file(const std::string& path) {
   try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw UsageError(file_message("tokenizer file", path,
-                                  strprintf("is not a valid %s (JSON error at byte %zu: %s)", what.c_str(),
-                                            static_cast<size_t>(e.byte), e.what())));
+    return read_file(path);
+  } catch (const RuntimeError& e) {
+    throw UsageError(std::string("tokenizer file: ") + e.what());
   }
 }
 
+constexpr uint64_t kMaxTokenId = (1u << 24) - 1;  // ids index dense tables: 16M is far above real vocabularies
+
 // Fills id_to_bytes from a {token: id} object of byte-level token strings.
-void load_byte_level_vocab(const json& vocab, const std::string& path, std::vector<std::string>& id_to_bytes,
-                           std::vector<bool>& present) {
-  if (!vocab.is_object() || vocab.empty())
-    throw UsageError(file_message("tokenizer file", path, "has no {token: id} vocabulary object"));
+void load_byte_level_vocab(const JsonFields& vocab, std::vector<std::string>& id_to_bytes, std::vector<bool>& present) {
+  if (vocab.raw().empty())
+    throw UsageError(file_message("tokenizer file", vocab.file(), "has no {token: id} vocabulary object"));
   std::string bytes;
-  for (auto& [tok, idv] : vocab.items()) {
-    if (!idv.is_number_unsigned() || idv.get<uint64_t>() >= (1u << 24))
-      throw UsageError(file_message("tokenizer file", path, "vocabulary entry \"" + tok + "\" has no valid id"));
+  for (auto& [tok, idv] : vocab.raw().items()) {
+    if (!idv.is_number_unsigned() || idv.get<uint64_t>() > kMaxTokenId) vocab.fail(tok, "a token id in [0, 16777215]");
     uint32_t id = idv.get<uint32_t>();
     if (id >= id_to_bytes.size()) id_to_bytes.resize(id + 1), present.resize(id + 1, false);
     if (!byte_level_to_bytes(tok, bytes)) {
@@ -615,6 +616,16 @@ void load_byte_level_vocab(const json& vocab, const std::string& path, std::vect
     }
     id_to_bytes[id] = bytes;
     present[id] = true;
+  }
+}
+
+// The BpeTokenizer compiles the split patterns: a bad regex is named with the file it came from.
+std::unique_ptr<BpeTokenizer> make_bpe(const BpeConfig& cfg, std::vector<std::string> id_to_bytes,
+                                       std::vector<bool> special, const std::string& path) {
+  try {
+    return std::make_unique<BpeTokenizer>(cfg, std::move(id_to_bytes), std::move(special));
+  } catch (const UsageError& e) {
+    throw UsageError(file_message("tokenizer file", path, e.what()));
   }
 }
 
@@ -633,10 +644,11 @@ std::string file_hash_id(const std::string& type, const std::vector<std::string>
 std::unique_ptr<Tokenizer> load_gpt2(const std::string& vocab_path, const std::string& merges_path) {
   if (vocab_path.empty() || merges_path.empty())
     throw UsageError("tokenizer gpt2 needs --vocab encoder.json and --merges vocab.bpe ([data] vocab, merges)");
-  json vocab = parse_json_file(vocab_path, "GPT-2 encoder.json");
+  const std::string kind = "GPT-2 encoder.json";
+  json vocab = parse_json_text(read_tokenizer_file(vocab_path), vocab_path, kind);
   std::vector<std::string> id_to_bytes;
   std::vector<bool> present;
-  load_byte_level_vocab(vocab, vocab_path, id_to_bytes, present);
+  load_byte_level_vocab(JsonFields(vocab, vocab_path, kind), id_to_bytes, present);
   std::vector<bool> special(id_to_bytes.size(), false);
   BpeConfig cfg;
   cfg.type = "gpt2";
@@ -649,10 +661,10 @@ std::unique_ptr<Tokenizer> load_gpt2(const std::string& vocab_path, const std::s
     throw UsageError(file_message("tokenizer file", vocab_path, "is not a GPT-2 encoder.json (no <|endoftext|> entry)"));
   cfg.eot = eot->get<uint32_t>();
   special[cfg.eot] = false;  // the reference encoder does not treat it specially in text
-  auto tok = std::make_unique<BpeTokenizer>(cfg, id_to_bytes, special);
+  auto tok = make_bpe(cfg, id_to_bytes, special, vocab_path);
   if (!tok->has_all_bytes())
     throw UsageError(file_message("tokenizer file", vocab_path, "is not a byte-level BPE vocabulary (a byte has no token)"));
-  std::string merges = read_file(merges_path);
+  std::string merges = read_tokenizer_file(merges_path);
   std::istringstream in(merges);
   std::string line, a, b, ab, bb;
   size_t lineno = 0;
@@ -675,25 +687,31 @@ std::unique_ptr<Tokenizer> load_gpt2(const std::string& vocab_path, const std::s
 }
 
 // Collects the regex split patterns of a pre_tokenizer node; throws for unsupported kinds.
-void collect_pre_tokenizer(const json& node, const std::string& path, BpeConfig& cfg, bool& byte_level) {
-  if (node.is_null()) return;
-  std::string type = node.value("type", "");
+void collect_pre_tokenizer(const JsonFields& node, BpeConfig& cfg, bool& byte_level, int depth = 0) {
+  const std::string& path = node.file();
+  std::string type = node.str("type");
   if (type == "Sequence") {
-    for (auto& p : node.at("pretokenizers")) collect_pre_tokenizer(p, path, cfg, byte_level);
+    // Bounded: a pathological file must not recurse until the stack runs out.
+    if (depth >= 16) node.fail("pretokenizers", "Sequence pre-tokenizers nested at most 16 deep");
+    const json& list = node.array("pretokenizers");
+    for (size_t i = 0; i < list.size(); ++i)
+      collect_pre_tokenizer(node.nested(list[i], "pretokenizers[" + std::to_string(i) + "]"), cfg, byte_level, depth + 1);
   } else if (type == "ByteLevel") {
     byte_level = true;
-    if (node.value("add_prefix_space", false)) cfg.add_prefix_space = true;
-    if (node.value("use_regex", true)) cfg.split_patterns.push_back(kHfByteLevelPattern);
+    if (node.boolean_or("add_prefix_space", false)) cfg.add_prefix_space = true;
+    if (node.boolean_or("use_regex", true)) cfg.split_patterns.push_back(kHfByteLevelPattern);
   } else if (type == "Split") {
-    const json& pat = node.at("pattern");
-    std::string behavior = node.value("behavior", "Isolated");
-    if (behavior != "Isolated" || node.value("invert", false))
+    JsonFields pat = node.object("pattern");
+    std::string behavior = node.str_or("behavior", "Isolated");
+    if (behavior != "Isolated" || node.boolean_or("invert", false))
       throw UsageError(file_message("tokenizer file", path, "uses a Split pre-tokenizer with behavior " + behavior +
                                                                  " (only Isolated, invert=false is supported)"));
-    if (pat.contains("Regex")) {
-      cfg.split_patterns.push_back(pat.at("Regex").get<std::string>());
-    } else if (pat.contains("String")) {
-      std::string s = pat.at("String").get<std::string>(), quoted = "\\Q" + s + "\\E";
+    if (pat.has("Regex")) {
+      cfg.split_patterns.push_back(pat.str("Regex"));
+    } else if (pat.has("String")) {
+      // Appended piecewise: GCC 12 warns falsely (-Wrestrict) on `"\\Q" + std::string`.
+      std::string quoted("\\Q");
+      quoted.append(pat.str("String")).append("\\E");
       cfg.split_patterns.push_back(quoted);
     } else {
       throw UsageError(file_message("tokenizer file", path, "has a Split pattern without Regex or String"));
@@ -706,37 +724,39 @@ void collect_pre_tokenizer(const json& node, const std::string& path, BpeConfig&
 
 std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
   if (path.empty()) throw UsageError("tokenizer hf needs --tokenizer-json FILE ([data] tokenizer_json)");
-  json j = parse_json_file(path, "Hugging Face tokenizer.json");
+  const std::string kind = "Hugging Face tokenizer.json";
+  json j = parse_json_text(read_tokenizer_file(path), path, kind);
   if (!j.is_object() || !j.contains("model"))
     throw UsageError(file_message("tokenizer file", path, "is not a Hugging Face tokenizer.json (no \"model\")"));
-  const json& model = j["model"];
-  std::string mtype = model.value("type", "BPE");
+  JsonFields top(j, path, kind);
+  JsonFields model = top.object("model");
+  std::string mtype = model.str_or("type", "BPE");
   if (mtype != "BPE")
     throw UsageError(file_message("tokenizer file", path, "has a " + mtype + " model (only BPE is supported)"));
-  if (j.contains("normalizer") && !j["normalizer"].is_null())
+  if (top.has("normalizer"))
     throw UsageError(file_message("tokenizer file", path, "has a normalizer (not supported; byte-level BPE only)"));
   BpeConfig cfg;
   cfg.type = "hf";
   cfg.files = {path};
   cfg.file_roles = {"tokenizer_json"};
   cfg.id = file_hash_id("hf", cfg.files);
-  cfg.ignore_merges = model.value("ignore_merges", false);
+  cfg.ignore_merges = model.boolean_or("ignore_merges", false);
   bool byte_level = false;
-  try {
-    collect_pre_tokenizer(j.value("pre_tokenizer", json()), path, cfg, byte_level);
-  } catch (const json::exception& e) {
-    throw UsageError(file_message("tokenizer file", path, std::string("has a malformed pre_tokenizer: ") + e.what()));
-  }
+  if (top.has("pre_tokenizer")) collect_pre_tokenizer(top.object("pre_tokenizer"), cfg, byte_level);
   if (!byte_level)
     throw UsageError(file_message("tokenizer file", path, "is not byte-level BPE (no ByteLevel pre-tokenizer)"));
   std::vector<std::string> id_to_bytes;
   std::vector<bool> present;
-  load_byte_level_vocab(model.value("vocab", json()), path, id_to_bytes, present);
+  const JsonFields vocab = model.object("vocab");
+  load_byte_level_vocab(vocab, id_to_bytes, present);
   std::vector<bool> special(id_to_bytes.size(), false);
   std::unordered_map<std::string, uint32_t> added;
-  for (auto& t : j.value("added_tokens", json::array())) {
-    uint32_t id = t.at("id").get<uint32_t>();
-    std::string content = t.at("content").get<std::string>();
+  const json no_tokens = json::array();
+  const json& added_tokens = top.has("added_tokens") ? top.array("added_tokens") : no_tokens;
+  for (size_t i = 0; i < added_tokens.size(); ++i) {
+    JsonFields t = top.nested(added_tokens[i], "added_tokens[" + std::to_string(i) + "]");
+    uint32_t id = static_cast<uint32_t>(t.u64("id", kMaxTokenId));
+    std::string content = t.str("content");
     if (id >= id_to_bytes.size()) id_to_bytes.resize(id + 1), present.resize(id + 1, false), special.resize(id + 1, false);
     id_to_bytes[id] = content;
     present[id] = true;
@@ -747,9 +767,9 @@ std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
   for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>"}) {
     auto it = added.find(name);
     if (it == added.end()) {
-      auto v = model["vocab"].find(name);
-      if (v == model["vocab"].end()) continue;
-      cfg.eot = v->get<uint32_t>();
+      auto v = vocab.raw().find(name);
+      if (v == vocab.raw().end()) continue;
+      cfg.eot = v->get<uint32_t>();  // checked by load_byte_level_vocab
     } else {
       cfg.eot = it->second;
     }
@@ -759,30 +779,27 @@ std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
   if (!found)
     throw UsageError(file_message("tokenizer file", path,
                                   "has no end-of-text token (<|endoftext|>, <|end_of_text|>, </s>, <eos>)"));
-  auto tok = std::make_unique<BpeTokenizer>(cfg, id_to_bytes, special);
+  auto tok = make_bpe(cfg, id_to_bytes, special, path);
   if (!tok->has_all_bytes())
     throw UsageError(file_message("tokenizer file", path, "is not a byte-level BPE vocabulary (a byte has no token)"));
-  const json& merges = model.value("merges", json::array());
+  const json& merges = model.has("merges") ? model.array("merges") : no_tokens;
   std::string ab, bb;
-  uint32_t rank = 0;
-  for (auto& m : merges) {
+  for (uint32_t rank = 0; rank < merges.size(); ++rank) {
+    const json& m = merges[rank];
+    const std::string key = "merges[" + std::to_string(rank) + "]";
     std::string a, b;
     if (m.is_string()) {
       std::string s = m.get<std::string>();
       size_t sp = s.find(' ');
-      if (sp == std::string::npos)
-        throw UsageError(file_message("tokenizer file", path, strprintf("merge %u \"%s\" is not \"a b\"", rank, s.c_str())));
+      if (sp == std::string::npos) model.fail_value(key, m, "\"a b\" (two tokens and a space)");
       a = s.substr(0, sp), b = s.substr(sp + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       a = m[0].get<std::string>(), b = m[1].get<std::string>();
     } else {
-      throw UsageError(file_message("tokenizer file", path, strprintf("merge %u is neither \"a b\" nor [a, b]", rank)));
+      model.fail_value(key, m, "\"a b\" or [\"a\", \"b\"]");
     }
     if (!byte_level_to_bytes(a, ab) || !byte_level_to_bytes(b, bb) || !tok->add_merge(ab, bb, rank))
-      throw UsageError(file_message("tokenizer file", path,
-                                    strprintf("merge %u \"%s %s\" uses or makes a token missing from the vocabulary",
-                                              rank, a.c_str(), b.c_str())));
-    ++rank;
+      model.fail_value(key, m, "a merge of two vocabulary tokens into a vocabulary token");
   }
   return tok;
 }
@@ -797,35 +814,35 @@ std::unique_ptr<Tokenizer> load(const Spec& spec) {
 }
 
 std::unique_ptr<Tokenizer> load_from_description(const json& d, const std::string& dataset_dir) {
-  if (!d.is_object()) throw UsageError("dataset tokenizer description is not an object");
+  // The description is index.json's "tokenizer" object: errors name that file and key.
+  JsonFields desc(d, join_path(dataset_dir, "index.json"), "dataset index", "tokenizer");
   Spec spec;
-  spec.type = d.value("type", "");
-  json files = d.value("files", json::object());
+  spec.type = desc.str("type");
+  if (spec.type != "bytes" && spec.type != "gpt2" && spec.type != "hf") desc.fail("type", "\"bytes\", \"gpt2\" or \"hf\"");
+  const json no_files = json::object();
+  const JsonFields files = desc.has("files") ? desc.object("files") : JsonFields(no_files, desc.file(), "dataset index", "tokenizer.files");
   auto resolve = [&](const char* role) -> std::string {
-    if (!files.contains(role)) return "";
-    std::string f = files[role].get<std::string>();
+    std::string f = files.str_or(role, "");
+    if (f.empty()) return "";
     return std::filesystem::path(f).is_absolute() ? f : join_path(dataset_dir, f);
   };
   spec.vocab = resolve("vocab");
   spec.merges = resolve("merges");
   spec.tokenizer_json = resolve("tokenizer_json");
+  const std::string want_id = desc.str_or("id", "");
   auto tok = load(spec);
-  if (d.contains("id") && d["id"].get<std::string>() != tok->id())
+  if (!want_id.empty() && want_id != tok->id())
     throw UsageError(strprintf("tokenizer files in %s do not match the dataset (id %s, files give %s)",
-                               dataset_dir.c_str(), d["id"].get<std::string>().c_str(), tok->id().c_str()));
+                               dataset_dir.c_str(), want_id.c_str(), tok->id().c_str()));
   return tok;
 }
 
 std::unique_ptr<Tokenizer> load_for_dataset(const std::string& dataset_dir) {
   std::string path = join_path(dataset_dir, "index.json");
-  json index;
-  try {
-    index = json::parse(read_file(path));
-  } catch (const json::parse_error& e) {
-    throw UsageError(file_message("cannot parse", path, e.what()));
-  }
-  if (!index.contains("tokenizer")) throw UsageError(file_message("dataset index", path, "has no tokenizer"));
-  return load_from_description(index["tokenizer"], dataset_dir);
+  json index = parse_json_text(read_tokenizer_file(path), path, "dataset index");
+  JsonFields ix(index, path, "dataset index");
+  if (!ix.has("tokenizer")) throw UsageError(file_message("dataset index", path, "has no tokenizer"));
+  return load_from_description(ix.raw().at("tokenizer"), dataset_dir);
 }
 
 }  // namespace cairn::tokenizer
