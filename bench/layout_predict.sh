@@ -41,7 +41,7 @@ MODEL=(--set model.layers=$L --set model.hidden=$H --set model.heads=$A --set mo
        --set model.vocab=320 --set train.global_batch=$GB)
 # cairn-train's attention keeps only the row log-sum-exp, never the s x s probabilities, and recomputes
 # them in backward (tools/train/README.md): to the cost model that is flash attention (memory and FLOPs).
-PLAN_SETS=(--set plan.flash_attention=true)
+PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false)  # cairn-train: TP collectives synchronous
 
 echo "== dataset, calibration, sweep -> $OUT" >&2
 [ -f "$OUT/ds/index.json" ] || "$BIN/cairn-reshard" --log-level warn --out "$OUT/ds" --set 'data.delimiter="%"' \
