@@ -48,10 +48,12 @@ out=$(cairn_abspath "$out")
 mkdir -p "$out" || finish 1 "INFRA-FAILURE: cannot create \"$out\""
 if [ "$(dirname "$out")" = "$base" ]; then ln -sfn "$(basename "$out")" "$base/latest" 2>/dev/null || true; fi
 
-# One nightly at a time per run directory base (cron may start the next before this one ends).
+# One nightly at a time per run directory base (cron may start the next before this one ends). The lock lives
+# next to the run: with --out the config's [run] dir need not exist.
+lock=$(dirname "$out")/.nightly.lock
 if command -v flock >/dev/null; then
-  exec 9>"$base/.nightly.lock"
-  flock -n 9 || finish 1 "INFRA-FAILURE: another nightly.sh holds $base/.nightly.lock"
+  exec 9>"$lock" || finish 1 "INFRA-FAILURE: cannot create \"$lock\""
+  flock -n 9 || finish 1 "INFRA-FAILURE: another nightly.sh holds $lock"
 fi
 
 say "config $config; baseline $baseline; run $out"

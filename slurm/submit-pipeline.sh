@@ -219,8 +219,9 @@ for s in "${selected[@]}"; do
 done
 for s in $failed; do
   echo "FAILED: stage $s (job ${job_of[$s]}, ${state_of[$s]}, exit $(job_exit "${job_of[$s]}")); log: ${log_of[$s]}"
-  # The tool's own message (cairn-<tool>: ...) says why; the log's end says how it ended.
-  { grep -E '^cairn-[a-z]+: ' "${log_of[$s]}" | awk '!seen[$0]++' | tail -n 3
+  # The tool's own message (cairn-<tool>: ...) or the stage's (cairn <stage>: ..., e.g. a launcher that returned 0
+  # having run nothing) says why; the log's end says how it ended.
+  { grep -E '^cairn[- ][a-z]+: ' "${log_of[$s]}" | awk '!seen[$0]++' | tail -n 3
     tail -n 3 "${log_of[$s]}"; } 2>/dev/null | awk '!seen[$0]++ { print "  | " $0 }' || true
 done
 [ -n "$cancelled" ] && echo "cancelled:$cancelled (a stage they depend on failed, or scancel)"

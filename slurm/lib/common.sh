@@ -146,34 +146,73 @@ cairn_launcher() {
   fi
 }
 
-# Runs a command in the background and relays SIGUSR1/SIGUSR2/SIGTERM to it, so a batch shell that
-# Slurm signals (--signal=B:USR1@grace, scancel --signal=USR1 --batch) passes the signal to srun,
-# which forwards it to every rank. Returns the command's exit code.
+# cairn_run_relaying_signals [--as SIG] [--repeat] CMD...: runs CMD in the background and relays SIGUSR1, SIGUSR2
+# and SIGTERM to it, so a batch shell that Slurm signals (--signal=B:USR1@grace, scancel --signal=USR1 --batch)
+# passes the signal to srun, which forwards it to every rank. Returns CMD's exit code.
+#   --as SIG   USR1 and TERM reach CMD as SIG (USR2 as itself)
+#   --repeat   once one has come, send it again every 2 s until CMD exits (a launcher that has not started its
+#              ranks yet drops a signal)
+# The traps go in before CMD starts: a signal in between is recorded and relayed as soon as CMD's pid is known,
+# never lost. So is one the batch shell recorded earlier (CAIRN_SIGNAL_PENDING, see cairn_batch_prologue).
 cairn_run_relaying_signals() {
-  "$@" &
-  local pid=$! rc=0
-  # A signal that came before the command started (see cairn_batch_prologue) is passed on now.
-  if [ -n "${CAIRN_SIGNAL_PENDING:-}" ]; then
-    cairn_log "relaying the earlier SIG$CAIRN_SIGNAL_PENDING to the ranks"
-    kill -s "$CAIRN_SIGNAL_PENDING" "$pid" 2>/dev/null || true
-    CAIRN_SIGNAL_PENDING=""
-  fi
-  # shellcheck disable=SC2064
-  trap "cairn_log 'relaying SIGUSR1 to the ranks'; kill -USR1 $pid 2>/dev/null || true" USR1
-  # shellcheck disable=SC2064
-  trap "kill -USR2 $pid 2>/dev/null || true" USR2
-  # shellcheck disable=SC2064
-  trap "cairn_log 'relaying SIGTERM to the ranks'; kill -TERM $pid 2>/dev/null || true" TERM
-  while :; do
-    rc=0
-    wait "$pid" || rc=$?
-    # wait returns early (status > 128) when a trapped signal arrives; keep waiting while it runs.
-    kill -0 "$pid" 2>/dev/null || break
+  local rc=0 tick=0 sig pending
+  CAIRN_RELAY_AS="" CAIRN_RELAY_REPEAT=0 CAIRN_RELAY_PID="" CAIRN_RELAY_GOT=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --as) CAIRN_RELAY_AS=$2; shift 2 ;;
+      --repeat) CAIRN_RELAY_REPEAT=1; shift ;;
+      *) break ;;
+    esac
   done
+  CAIRN_LAST_LAUNCHER=${1##*/}
+  trap 'cairn_relay_signal USR1' USR1
+  trap 'cairn_relay_signal USR2' USR2
+  trap 'cairn_relay_signal TERM' TERM
+  "$@" &
+  CAIRN_RELAY_PID=$!
+  # Signals recorded before the pid was known (here or in the batch prologue) are passed on now.
+  pending=${CAIRN_SIGNAL_PENDING:-}
+  CAIRN_SIGNAL_PENDING=""
+  for sig in $pending; do cairn_relay_signal "$sig"; done
+  if [ "$CAIRN_RELAY_REPEAT" = 1 ]; then
+    # Polls rather than waits: the loop must wake up to repeat the signal (traps run between commands).
+    while kill -0 "$CAIRN_RELAY_PID" 2>/dev/null; do
+      if [ -n "$CAIRN_RELAY_GOT" ]; then
+        tick=$((tick + 1))
+        if [ $((tick % 10)) -eq 0 ]; then kill -s "${CAIRN_RELAY_AS:-USR1}" "$CAIRN_RELAY_PID" 2>/dev/null || true; fi
+      fi
+      sleep 0.2
+    done
+    wait "$CAIRN_RELAY_PID" || rc=$?
+  else
+    while :; do
+      rc=0
+      wait "$CAIRN_RELAY_PID" || rc=$?
+      # wait returns early (status > 128) when a trapped signal arrives; keep waiting while it runs.
+      kill -0 "$CAIRN_RELAY_PID" 2>/dev/null || break
+    done
+  fi
+  CAIRN_RELAY_PID=""
   trap 'CAIRN_SIGNAL_PENDING=USR1' USR1
   trap 'CAIRN_SIGNAL_PENDING=TERM' TERM
   trap - USR2
   return "$rc"
+}
+
+# cairn_relay_signal SIG: the trap body of cairn_run_relaying_signals. Before the command's pid is known it only
+# records SIG (CAIRN_SIGNAL_PENDING, a list); after, it sends SIG (or --as's signal) to the command.
+cairn_relay_signal() {
+  local sig=$1 to=$1
+  if [ -z "${CAIRN_RELAY_PID:-}" ]; then
+    CAIRN_SIGNAL_PENDING="${CAIRN_SIGNAL_PENDING:+$CAIRN_SIGNAL_PENDING }$sig"
+    return 0
+  fi
+  if [ "$sig" != USR2 ]; then
+    [ -n "${CAIRN_RELAY_AS:-}" ] && to=$CAIRN_RELAY_AS
+    CAIRN_RELAY_GOT=1
+    cairn_log "relaying SIG$sig to the ranks${CAIRN_RELAY_AS:+ as SIG$to}"
+  fi
+  kill -s "$to" "$CAIRN_RELAY_PID" 2>/dev/null || true
 }
 
 # Threads per rank follow the allocation's --cpus-per-task: srun does not bind ranks the way mpirun
@@ -214,6 +253,68 @@ cairn_launch_one() {
       cairn_run_relaying_signals srun --mpi="${CAIRN_SRUN_MPI:-pmix}" --ntasks=1 --nodes=1 ${CAIRN_SRUN_ARGS:-} "$@" ;;
     *) cairn_run_relaying_signals "$@" ;;
   esac
+}
+
+# cairn_stage_outputs STAGE: prints, one per line, the files STAGE's tool always writes when it succeeds; a
+# leading "+" marks one it rewrites on every successful run (so one older than the stage's start is stale).
+# Uses CAIRN_RUN_DIR and, for the dataset directory, CAIRN_PRINTED_CONFIG ([data] path, else <run>/data).
+cairn_stage_outputs() {
+  local run=$CAIRN_RUN_DIR data f
+  case "$1" in
+    sweep) for f in fabric.toml sweep.json; do echo "+$run/sweep/$f"; done ;;
+    plan) for f in best.toml plans.json; do echo "+$run/plan/$f"; done ;;
+    # cairn-reshard removes index.json first and writes it last, once every shard is complete.
+    reshard)
+      data=$(cairn_config_value data path <<<"${CAIRN_PRINTED_CONFIG:-}") || data=""
+      echo "+$(cairn_abspath "${data:-$run/data}")/index.json" ;;
+    # FINISHED is rewritten by every run that ends with 0 (even one that resumes at the last step); every run
+    # appends a provenance line to metrics.jsonl.
+    train) echo "+$run/train/FINISHED"; echo "$run/train/metrics.jsonl" ;;
+    # A rerun that finds every checkpoint already evaluated leaves results.jsonl as it was.
+    eval) echo "$run/eval/results.jsonl" ;;
+    report) for f in index.html summary.md summary.json; do echo "+$run/report/$f"; done ;;
+    *) return 1 ;;
+  esac
+}
+
+# cairn_stage_begin: marks the start of a stage's tool in the run directory (CAIRN_STAGE_MARK), so that
+# cairn_stage_check can tell this run's outputs from an earlier run's. The mark is a file on the run
+# directory's file system, so its time comes from the same clock as the outputs' (a shared file system's
+# server may be seconds apart from this node).
+cairn_stage_begin() {
+  mkdir -p "$CAIRN_RUN_DIR/logs"
+  CAIRN_STAGE_MARK=$(mktemp "$CAIRN_RUN_DIR/logs/.stage-start.XXXXXX") || CAIRN_STAGE_MARK=""
+}
+
+# cairn_stage_check STAGE RC: the verdict on a stage whose tool (through its launcher) returned RC. A non-zero
+# RC is returned as it is. With 0 every output of cairn_stage_outputs STAGE must exist, be non-empty and (those
+# marked "+") not predate cairn_stage_begin by more than CAIRN_MTIME_SLACK_S (default 5) seconds; otherwise
+# it says which and returns 1. A launcher can return 0 having run nothing (srun: "task 0 launch failed:
+# Unspecified error"), and a job that did nothing must not end COMPLETED.
+cairn_stage_check() {
+  local stage=$1 rc=$2 out path fresh mark=${CAIRN_STAGE_MARK:-} bad="" t_mark="" t_path
+  CAIRN_STAGE_MARK=""
+  if [ -n "$mark" ]; then
+    t_mark=$(stat -c %Y "$mark" 2>/dev/null) || t_mark=""
+    rm -f "$mark"
+  fi
+  [ "$rc" -eq 0 ] || return "$rc"
+  while IFS= read -r out; do
+    fresh=0 path=$out
+    if [ "${out:0:1}" = + ]; then fresh=1 path=${out:1}; fi
+    if [ ! -e "$path" ]; then bad="\"$path\" is missing"
+    elif [ ! -s "$path" ]; then bad="\"$path\" is empty"
+    elif [ "$fresh" = 1 ] && [ -n "$t_mark" ]; then
+      t_path=$(stat -c %Y "$path" 2>/dev/null) || t_path=0
+      if [ $((t_path + ${CAIRN_MTIME_SLACK_S:-5})) -lt "$t_mark" ]; then
+        bad="\"$path\" was not rewritten (it is from $(date -u -d "@$t_path" +%Y-%m-%dT%H:%M:%SZ), before this stage started)"
+      fi
+    fi
+    if [ -n "$bad" ]; then break; fi
+  done < <(cairn_stage_outputs "$stage")
+  if [ -z "$bad" ]; then return 0; fi
+  echo "cairn $stage: ${CAIRN_LAST_LAUNCHER:-the launcher} returned 0 but $bad" >&2
+  return 1
 }
 
 # cairn_stage_tool STAGE TOOL: prints the binary path; when it is missing, says so and returns 1
@@ -261,7 +362,7 @@ cairn_batch_prologue() {
   trap 'CAIRN_SIGNAL_PENDING=TERM' TERM
   cairn_env_hook
   cairn_resolve_run_dir "$@"
-  mkdir -p "$CAIRN_RUN_DIR"
+  mkdir -p "$CAIRN_RUN_DIR/logs"
   cairn_log "job ${SLURM_JOB_ID:-local} (${SLURM_JOB_NAME:-}) on ${SLURM_JOB_NODELIST:-$(hostname)}: ${SLURM_NTASKS:-?} tasks, restart ${SLURM_RESTART_COUNT:-0}, run dir $CAIRN_RUN_DIR"
 }
 

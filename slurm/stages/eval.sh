@@ -6,9 +6,11 @@
 cairn_stage_eval() {
   local bin train=$CAIRN_RUN_DIR/train rc=0 guard=""
   bin=$(cairn_stage_tool eval eval) || return "${CAIRN_MISSING_RC:-1}"
+  cairn_stage_begin
   if [ "${CAIRN_WATCH_EVAL:-0}" != 1 ]; then
     # Positionals first: --set takes every word after it.
-    cairn_launch "$bin" "$train/ckpt" "$@"
+    cairn_launch "$bin" "$train/ckpt" "$@" || rc=$?
+    cairn_stage_check eval "$rc"
     return
   fi
   mkdir -p "$train"
@@ -20,7 +22,7 @@ cairn_stage_eval() {
   fi
   cairn_launch "$bin" "$@" --watch "$train" || rc=$?
   if [ -n "$guard" ]; then kill "$guard" 2>/dev/null || true; fi
-  return "$rc"
+  cairn_stage_check eval "$rc"
 }
 
 # cairn_watch_guard JOBID PID: sends PID SIGTERM once JOBID is in a final state other than COMPLETED.

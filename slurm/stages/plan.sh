@@ -2,7 +2,7 @@
 # shellcheck shell=bash
 # When this run's sweep measured the fabric and the config names none, the plan uses the measurement.
 cairn_stage_plan() {
-  local bin fabric=$CAIRN_RUN_DIR/sweep/fabric.toml configured extra=()
+  local bin fabric=$CAIRN_RUN_DIR/sweep/fabric.toml configured extra=() rc=0
   bin=$(cairn_stage_tool plan plan) || return "${CAIRN_MISSING_RC:-1}"
   if [ -f "$fabric" ] && configured=$(cairn_config_value cluster fabric <<<"${CAIRN_PRINTED_CONFIG:-}") \
      && [ -z "$configured" ]; then
@@ -15,5 +15,7 @@ cairn_stage_plan() {
       cairn_log "plan: warning: $fabric has no usable collective fit (see its 'skipped' list); using the cluster file's fabric"
     fi
   fi
-  cairn_launch_one "$bin" "$@" "${extra[@]}"
+  cairn_stage_begin
+  cairn_launch_one "$bin" "$@" "${extra[@]}" || rc=$?
+  cairn_stage_check plan "$rc"
 }

@@ -7,11 +7,12 @@
 # Signals and the launcher: a signal that reached the batch shell before the ranks start
 # (CAIRN_SIGNAL_PENDING, trapped from the first line of train.sbatch) means do not start: return 75
 # (requeue; nothing to save). Once started, SIGTERM and SIGUSR1 both reach the launcher as SIGUSR1,
-# repeated every 2 s until it exits: mpirun SIGKILLs the ranks a moment after forwarding SIGTERM and
-# exits 1 (the checkpoint may be torn), but forwards SIGUSR1 and exits with the ranks' code; a launcher
-# that has not started its ranks yet drops a signal, so it is sent again (cairn-train treats both
-# signals alike, and one more is harmless). cairn-train's <run>/train/STOPPED (written when it stops on
-# a signal) restores 75 should a launcher still lose it.
+# repeated every 2 s until it exits (cairn_run_relaying_signals --as USR1 --repeat): mpirun SIGKILLs the
+# ranks a moment after forwarding SIGTERM and exits 1 (the checkpoint may be torn), but forwards SIGUSR1
+# and exits with the ranks' code; a launcher that has not started its ranks yet drops a signal, so it is
+# sent again (cairn-train treats both signals alike, and one more is harmless). cairn-train's
+# <run>/train/STOPPED (written when it stops on a signal) restores 75 should a launcher still lose it.
+# A launcher that returns 0 without FINISHED and metrics (a task launch that failed) fails the stage.
 cairn_stage_train() {
   local bin best=$CAIRN_RUN_DIR/plan/best.toml extra=() rc=0 stopped=$CAIRN_RUN_DIR/train/STOPPED launch=()
   bin=$(cairn_stage_tool train train) || return "${CAIRN_MISSING_RC:-1}"
@@ -20,44 +21,24 @@ cairn_stage_train() {
     extra=(--config "$best")
   fi
   if [ -n "${CAIRN_SIGNAL_PENDING:-}" ]; then
-    cairn_log "train: SIG$CAIRN_SIGNAL_PENDING arrived before training started: not starting; exit $CAIRN_EXIT_REQUEUE (requeue)"
+    cairn_log "train: SIG${CAIRN_SIGNAL_PENDING%% *} arrived before training started: not starting; exit $CAIRN_EXIT_REQUEUE (requeue)"
     CAIRN_SIGNAL_PENDING=""
     return "$CAIRN_EXIT_REQUEUE"
   fi
-  # The launcher as cairn_launch (slurm/lib/common.sh) builds it.
+  # The launcher as cairn_launch (slurm/lib/common.sh) builds it (its extra arguments word-split on purpose).
+  # shellcheck disable=SC2206
   case "$(cairn_launcher)" in
-    # shellcheck disable=SC2206
     srun) cairn_srun_environment; launch=(srun --mpi="${CAIRN_SRUN_MPI:-pmix}" ${CAIRN_SRUN_ARGS:-}) ;;
-    # shellcheck disable=SC2206
     mpirun) launch=(mpirun -np "${CAIRN_NP:-2}" ${CAIRN_MPIRUN_ARGS:-}) ;;
     none) launch=() ;;
     *) cairn_die "CAIRN_LAUNCHER must be srun, mpirun or none (got '$(cairn_launcher)')" ;;
   esac
   rm -f "$stopped"
-  cairn_run_relaying_signals cairn_train_relay_as_usr1 "${launch[@]}" "$bin" "$@" "${extra[@]}" || rc=$?
+  cairn_stage_begin
+  cairn_run_relaying_signals --as USR1 --repeat "${launch[@]}" "$bin" "$@" "${extra[@]}" || rc=$?
   if [ "$rc" -ne 0 ] && [ "$rc" -ne "$CAIRN_EXIT_REQUEUE" ] && [ -f "$stopped" ]; then
     cairn_log "train: the launcher exited $rc but cairn-train stopped on a signal ($stopped); exit $CAIRN_EXIT_REQUEUE"
     rc=$CAIRN_EXIT_REQUEUE
   fi
-  return "$rc"
-}
-
-# cairn_train_relay_as_usr1 CMD...: runs CMD (the launcher) in the background; SIGTERM or SIGUSR1 to this
-# (sub)shell reaches CMD as SIGUSR1 within 0.2 s and again every 2 s until CMD exits; SIGUSR2 is passed on.
-# Returns CMD's exit code.
-cairn_train_relay_as_usr1() {
-  local got="" pid rc=0 tick=0
-  trap 'got=1' TERM USR1
-  trap '[ -n "${pid:-}" ] && kill -USR2 "$pid" 2>/dev/null || true' USR2
-  "$@" &
-  pid=$!
-  while kill -0 "$pid" 2>/dev/null; do
-    if [ -n "$got" ]; then
-      if [ $((tick % 10)) -eq 0 ]; then kill -USR1 "$pid" 2>/dev/null || true; fi
-      tick=$((tick + 1))
-    fi
-    sleep 0.2
-  done
-  wait "$pid" || rc=$?
-  return "$rc"
+  cairn_stage_check train "$rc"
 }

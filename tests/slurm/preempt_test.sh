@@ -3,6 +3,9 @@
 # --signal=B:USR1@grace does before a time limit), cairn-train checkpoints and exits 75, train.sbatch
 # requeues the job, the job resumes from the checkpoint and completes; its final weights equal an
 # uninterrupted run's, bitwise (CPU, same rank count). Run under scripts/slurm-local.sh run --.
+# Never a race with the run's end: the ranks are frozen (SIGSTOP) mid-run, and only thawed once the
+# relayed SIGUSR1 (scancel -> batch shell -> srun -> slurmstepd -> ranks) is pending on every one of
+# them. (On a fast idle machine the 120 steps used to end before the signal landed: 2 failures in 7.)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 [ -n "${SLURM_CONF:-}" ] || fail "SLURM_CONF not set: run under scripts/slurm-local.sh run --"
@@ -28,15 +31,24 @@ straight=$(submit "$work/straight")
 preempted=$(submit "$work/preempted")
 [ -n "$straight" ] && [ -n "$preempted" ] || fail "no job ids"
 
-# Signal once training is visibly under way (a few steps logged) and well before the end.
+# Signal once training is visibly under way (a few steps logged), with its ranks frozen until the signal
+# is theirs: the run cannot reach its end first, however fast the machine or slow the relay.
 metrics=$work/preempted/train/metrics.jsonl
 logged_steps() { local n; n=$(grep -c '"kind": *"train"' "$metrics" 2>/dev/null) || true; echo "${n:-0}"; }
 under_way() { [ "$(logged_steps)" -ge 5 ]; }
 wait_for "train job $preempted to log 5 steps" 300 under_way
+ranks=$(job_procs "$preempted" cairn-train | paste -sd ' ')
+[ "$(wc -w <<<"$ranks")" -eq 2 ] || fail "job $preempted: expected 2 cairn-train ranks, found '$ranks'"
+# shellcheck disable=SC2086
+kill -STOP $ranks
+thaw() { kill -CONT $ranks 2>/dev/null || true; }
 at=$(logged_steps)
-[ "$at" -lt "$steps" ] || fail "training finished before it could be signalled"
+[ "$at" -lt "$steps" ] || { thaw; fail "training finished before it could be signalled (step $at)"; }
 scancel --signal=USR1 --batch "$preempted"
-echo "signalled job $preempted at about step $at"
+all_pending() { local p; for p in $ranks; do signal_pending "$p" USR1 || return 1; done; }
+wait_for "SIGUSR1 to reach the frozen ranks ($ranks) of job $preempted" 120 all_pending
+thaw
+echo "signalled job $preempted at step $at (ranks $ranks held until SIGUSR1 was pending on each)"
 
 st=$(wait_job "$preempted" 600) || fail "preempted job: $st"
 [ "$st" = COMPLETED ] || { cat "$work/preempted/logs/"train-*.out >&2; fail "preempted job ended $st"; }
