@@ -66,6 +66,21 @@ mpirun -np 2 "$BIN/cairn-sweep" allreduce,allgather,reducescatter,sendrecv -b 8 
 FABRIC=$OUT/sweep/fabric.toml
 read -r PEAK BW OVH < <($PY -c "import tomllib,sys; c=tomllib.load(open(sys.argv[1],'rb'))['cluster']
 print(c['peak_tflops'], c['hbm_gbps'], c['kernel_overhead_us'])" "$OUT/cpu1.toml")
+# cairn-train's attention kernel on this CPU, one thread, the bench's shape: its efficiency over the FLOPs it
+# runs (causal half, backward 2.5x forward, as the cost model counts them) relative to the calibrated peak. The
+# kernel is a loop nest, not a GEMM: without this the model would price it at a fused GPU kernel's default.
+KBENCH=$BIN/../tests/gpt/kernels_gpt_bench
+if [ -x "$KBENCH" ]; then
+  ATT_MS=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$KBENCH" --backend cpu --layers "$L" --hidden "$H" --heads "$A" \
+    --seq "$S" --batch "$MB" --vocab 320 --steps 10 --profile 1 2>/dev/null |
+    awk '/attention_(forward|backward)/ {t += $4} END {print t}')
+  ATT_EFF=$($PY -c "import sys; l,h,s,b,ms,peak=map(float,sys.argv[1:]); f=3.5*2*s*s*h*b*l
+print(min(1.0, max(0.01, f/(ms*1e-3)/(peak*1e12))))" "$L" "$H" "$S" "$MB" "$ATT_MS" "$PEAK")
+  echo "attention kernel: ${ATT_MS} ms per step of $L layers -> attention_efficiency $ATT_EFF" >&2
+  PLAN_SETS+=(--set "cluster.attention_efficiency=$ATT_EFF")
+else
+  echo "layout_predict: $KBENCH not built: attention priced at the cluster file's attention_efficiency" >&2
+fi
 
 # Layouts: "dp tp pp v zero sp recompute"
 LAYOUTS=$($PY - "$L" "$A" "$S" "$GB" "$MB" "$RANKS" "$RECOMPUTE" "$FILTER" <<'PY'
