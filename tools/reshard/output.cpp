@@ -116,32 +116,9 @@ void DatasetSource::prefetch(uint64_t d, int stage) const {
 }
 
 void DatasetSource::verify(int threads, size_t first, size_t stride) const {
-  if (stride == 0) stride = 1;
-  std::vector<size_t> todo;
-  for (size_t i = first; i < shards_.size(); i += stride) todo.push_back(i);
-  std::atomic<size_t> next{0};
-  std::mutex m;
-  std::exception_ptr err;
-  size_t err_index = SIZE_MAX;
-  auto work = [&]() {
-    for (;;) {
-      size_t k = next.fetch_add(1);
-      if (k >= todo.size()) return;
-      const size_t g = todo[k];
-      try {
-        datasets_[shard_origin_[g].first].verify_shard(shard_origin_[g].second, *shards_[g]);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(m);
-        if (g < err_index) err = std::current_exception(), err_index = g;  // the lowest shard: deterministic
-      }
-    }
-  };
-  const int n = std::max(1, std::min<int>(threads, static_cast<int>(todo.size())));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < n; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (err) std::rethrow_exception(err);
+  shards::for_each_index_parallel(first, shards_.size(), stride, threads, [&](size_t g) {
+    datasets_[shard_origin_[g].first].verify_shard(shard_origin_[g].second, *shards_[g]);
+  });
 }
 
 void DatasetSource::release_mapped() const {

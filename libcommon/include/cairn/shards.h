@@ -2,6 +2,7 @@
 // CONTRACT used by cairn-train/cairn-eval; implemented by the cairn-reshard work (libcommon/src/shards/).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -163,5 +164,10 @@ struct WindowIndex {
   std::pair<size_t, uint64_t> locate(uint64_t w) const;
 };
 WindowIndex build_window_index(const Dataset& ds, int T, double val_fraction, uint64_t min_val_windows);
+
+// Runs fn(i) for i = first, first + stride, ... < end on `threads` threads; rethrows the exception of the lowest i
+// that failed (deterministic whatever the thread count). Shard verification uses it.
+void for_each_index_parallel(size_t first, size_t end, size_t stride, int threads,
+                             const std::function<void(size_t)>& fn);
 
 }  // namespace cairn::shards

@@ -360,10 +360,11 @@ void Dataset::verify_shard(size_t i, const Shard& sh) const {
 
 void Dataset::verify_shard(size_t i) const { verify_shard(i, *shard(i)); }
 
-void Dataset::verify_shards(int threads, size_t first, size_t stride) const {
+void for_each_index_parallel(size_t first, size_t end, size_t stride, int threads,
+                             const std::function<void(size_t)>& fn) {
   if (stride == 0) stride = 1;
   std::vector<size_t> todo;
-  for (size_t i = first; i < num_shards(); i += stride) todo.push_back(i);
+  for (size_t i = first; i < end; i += stride) todo.push_back(i);
   std::atomic<size_t> next{0};
   std::mutex m;
   std::exception_ptr err;
@@ -373,10 +374,10 @@ void Dataset::verify_shards(int threads, size_t first, size_t stride) const {
       size_t k = next.fetch_add(1);
       if (k >= todo.size()) return;
       try {
-        verify_shard(todo[k]);
+        fn(todo[k]);
       } catch (...) {
         std::lock_guard<std::mutex> lock(m);
-        if (todo[k] < err_index) err = std::current_exception(), err_index = todo[k];  // the lowest shard: deterministic
+        if (todo[k] < err_index) err = std::current_exception(), err_index = todo[k];  // the lowest: deterministic
       }
     }
   };
@@ -386,6 +387,10 @@ void Dataset::verify_shards(int threads, size_t first, size_t stride) const {
   work();
   for (auto& t : pool) t.join();
   if (err) std::rethrow_exception(err);
+}
+
+void Dataset::verify_shards(int threads, size_t first, size_t stride) const {
+  for_each_index_parallel(first, num_shards(), stride, threads, [&](size_t i) { verify_shard(i); });
 }
 
 bool existing_shard_matches(const std::string& path, const std::string& plan_hash, ShardInfo& info) {
