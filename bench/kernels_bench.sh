@@ -12,7 +12,7 @@ threads=${2:-"1 2"}
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 shift $(( $# >= 2 ? 2 : $# ))
 [[ ${1:-} == "--" ]] && shift
-bench=$build/tests/gpt/kernels_gpt_bench
+bench=$build/bench/kernels_gpt_bench
 [[ -x $bench ]] || { echo "kernels_bench: build the kernels_gpt_bench target first ($bench)" >&2; exit 1; }
 backend=all  # the single-threaded reference once (it is ~100x slower), then the fast backend only
 for t in $threads; do

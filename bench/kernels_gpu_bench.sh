@@ -88,7 +88,8 @@ if [[ -z $ctest_dir ]]; then
   if [[ ${SHIM_BOOST:-0} == 1 ]] || ! echo '#include <boost/test/unit_test.hpp>' | "$CXX" -E -x c++ - >/dev/null 2>&1; then
     shim=(-I"$root/bench/gpu_shims")
   fi
-  for t in kernels/kernels_cuda kernels/kernels_flash_emulation kernels/kernels_flash_bf16_emulation gpt/gpt_cuda; do
+  for t in kernels/kernels_cuda kernels/kernels_flash_emulation kernels/kernels_flash_bf16_emulation \
+           libcommon/gpt/gpt_cuda; do
     if [[ ${#shim[@]} -gt 0 ]]; then
       "$CXX" "${cxxflags[@]}" "${shim[@]}" -I"$root/tests/kernels" "$root/tests/${t}_test.cpp" "${libs[@]}" \
         -o "$d/$(basename "$t")" || exit 1

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark (figures, not a test) for bench/kernels_gpu_bench.sh: one GPT-2 training step (zero_grad + forward +
-backward + AdamW) in the machine's PyTorch on the GPU, the same model as cairn (tests/gpt/torch_gpt.py: HF
+backward + AdamW) in the machine's PyTorch on the GPU, the same model as cairn (tests/libcommon/gpt/torch_gpt.py: HF
 Conv1D layout, tied lm_head, tanh GELU) but with PyTorch's fused attention (scaled_dot_product_attention), at the
 largest power-of-two micro-batch that fits. Prints tokens/s, MFU (cairn's FLOP count: gpt::train_flops_per_token)
 and torch.cuda.max_memory_allocated.

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Benchmark (figures, not a test): tokens/s of one GPT training step (zero_grad + forward + backward + AdamW)
-in eager PyTorch, the same model as kernels_gpt_bench (tests/gpt/torch_gpt.py), same batch and thread count.
+in eager PyTorch, the same model as kernels_gpt_bench (tests/libcommon/gpt/torch_gpt.py), same batch and thread count.
 Usage: kernels_torch_bench.py [--layers L] [--hidden C] [--heads H] [--seq T] [--batch B] [--vocab V] [--steps S]"""
 import argparse
 import os
@@ -9,7 +9,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpt"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "libcommon", "gpt"))
 from torch_gpt import forward  # noqa: E402
 
 

@@ -69,7 +69,7 @@ print(c['peak_tflops'], c['hbm_gbps'], c['kernel_overhead_us'])" "$OUT/cpu1.toml
 # cairn-train's attention kernel on this CPU, one thread, the bench's shape: its efficiency over the FLOPs it
 # runs (causal half, backward 2.5x forward, as the cost model counts them) relative to the calibrated peak. The
 # kernel is a loop nest, not a GEMM: without this the model would price it at a fused GPU kernel's default.
-KBENCH=$BIN/../tests/gpt/kernels_gpt_bench
+KBENCH=$BIN/../bench/kernels_gpt_bench
 if [ -x "$KBENCH" ]; then
   ATT_MS=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$KBENCH" --backend cpu --layers "$L" --hidden "$H" --heads "$A" \
     --seq "$S" --batch "$MB" --vocab 320 --steps 10 --profile 1 2>/dev/null |

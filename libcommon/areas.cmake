@@ -12,3 +12,11 @@ endforeach()
 if(TARGET cairn_checkpoint AND TARGET cairn_gpt)
   target_link_libraries(cairn_checkpoint PUBLIC cairn_gpt)
 endif()
+# costmodel writes plans.json rows and reads fabric.toml fits through the records (cairn/records.h).
+if(TARGET cairn_costmodel AND TARGET cairn_records)
+  target_link_libraries(cairn_costmodel PUBLIC cairn_records)
+endif()
+# gpu's NCCL bootstrap (nccl.cpp, nccl_comm_from_mpi) calls NCCL when the build has CUDA.
+if(CAIRN_HAVE_CUDA AND TARGET cairn_gpu AND TARGET cairn_nccl)
+  target_link_libraries(cairn_gpu PUBLIC cairn_nccl)
+endif()

@@ -30,7 +30,7 @@ cp "$BUILD"/bin/cairn-{train,reshard,sweep,eval} "$b/bin/"
 # forks the ranks itself and needs no ssh/rsh).
 cp -L "$(command -v orterun || command -v mpirun)" "$b/bin/mpirun"
 for t in kernels_cuda gpt_cuda kernels_ops kernels_gpu_gpt_bench; do
-  f=$(find "$BUILD/tests" -name "$t" -type f -perm -u+x | head -1)
+  f=$(find "$BUILD/tests" "$BUILD/bench" -name "$t" -type f -perm -u+x | head -1)
   [[ -n $f ]] || { echo "gpu-bundle: $t was not built" >&2; exit 1; }
   cp "$f" "$b/tests/"
 done

@@ -5,12 +5,13 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config ccache git
+  build-essential cmake ninja-build pkg-config ccache git
   libcli11-dev libtomlplusplus-dev libboost-test-dev
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   nlohmann-json3-dev libopenblas-dev libpcre2-dev libxxhash-dev zlib1g-dev libzstd-dev
   libprotobuf-dev protobuf-compiler liblmdb-dev
   python3 python3-numpy python3-h5py python3-torch
+  clang-format clang-tidy
   fortunes libxml2-utils nodejs chromium python3-pil zstd time python3-lmdb
 )
 

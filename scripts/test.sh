@@ -1,19 +1,54 @@
 #!/usr/bin/env bash
-# README command 2: install dependencies, build (release preset), run the whole test suite with ctest.
-# ctest's summary is the last thing printed. Extra arguments go to ctest (e.g. -L unit, -R sweep).
+# README command 2 (and CI): install dependencies, build the release preset and run the whole test suite with ctest,
+# then the sanitizer phases (scripts/sanitize.sh asan, tsan) and the format check (scripts/lint.sh format).
+# Extra arguments go to the release ctest (e.g. -L unit, -R sweep) and then skip the later phases unless asked for.
+# Switches (1 = run, 0 = skip): CAIRN_TEST_SANITIZE (asan + tsan), CAIRN_TEST_LINT (clang-format check),
+# CAIRN_TEST_TIDY (clang-tidy, default 0: ~10+ min on 2 cores). Each phase's time is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 export BOOST_TEST_COLOR_OUTPUT=no OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+later=$([ $# -eq 0 ] && echo 1 || echo 0)
+sanitize=${CAIRN_TEST_SANITIZE:-$later}
+lint=${CAIRN_TEST_LINT:-$later}
+tidy=${CAIRN_TEST_TIDY:-0}
 jobs=$(nproc)
 log=build/build.log
 mkdir -p build
-echo "test: configuring and building (log: $log)" >&2
-if ! { cmake --preset release && cmake --build --preset release -j"$jobs"; } >"$log" 2>&1; then
-  grep -E "error|Error" "$log" | head -40 >&2
-  tail -20 "$log" >&2
-  echo "test: build failed (full log: $log)" >&2
+summary=()
+failed=()
+# phase NAME CMD...: runs CMD, records its wall time and whether it failed; later phases run regardless.
+phase() {
+  local name=$1 start=$SECONDS rc=0
+  shift
+  echo "test: phase $name" >&2
+  "$@" || rc=$?
+  summary+=("$(printf '%-14s %5d s  %s' "$name" $((SECONDS - start)) "$([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)")")")
+  [ $rc = 0 ] || failed+=("$name")
+}
+release_build() {
+  echo "test: configuring and building (log: $log)" >&2
+  if ! { cmake --preset release && cmake --build --preset release -j"$jobs"; } >"$log" 2>&1; then
+    grep -E "error|Error" "$log" | head -40 >&2
+    tail -20 "$log" >&2
+    echo "test: build failed (full log: $log)" >&2
+    return 1
+  fi
+  grep -E "warning:" "$log" | sort -u | head -20 >&2 || true
+}
+phase release-build release_build
+if [ ${#failed[@]} -eq 0 ]; then
+  phase release-ctest ctest --test-dir build/release --output-on-failure -j"$jobs" "$@"
+fi
+if [ "$sanitize" = 1 ]; then
+  phase asan bash scripts/sanitize.sh asan
+  phase tsan bash scripts/sanitize.sh tsan
+fi
+if [ "$lint" = 1 ]; then phase lint-format bash scripts/lint.sh format; fi
+if [ "$tidy" = 1 ]; then phase lint-tidy bash scripts/lint.sh tidy; fi
+echo "test: phases (wall time on $jobs cores):" >&2
+printf '  %s\n' "${summary[@]}" >&2
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "test: FAILED: ${failed[*]}" >&2
   exit 1
 fi
-grep -E "warning:" "$log" | sort -u | head -20 >&2 || true
-exec ctest --test-dir build/release --output-on-failure -j"$jobs" "$@"

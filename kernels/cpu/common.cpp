@@ -65,8 +65,7 @@ Backend host_memory_backend(const char* name) {
   return b;
 }
 
-void adamw_update_reference(float* params, const float* grads, float* m, float* v, size_t n,
-                            const AdamWParams& hp) {
+void adamw_update_reference(float* params, const float* grads, float* m, float* v, size_t n, const AdamWParams& hp) {
   const AdamWStep step(hp);
   for (size_t i = 0; i < n; i++) step.apply(params[i], grads[i], m[i], v[i]);
 }

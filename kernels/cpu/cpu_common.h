@@ -20,8 +20,7 @@ constexpr float kGeluScaling = 0.7978845608028654f;  // sqrt(2/pi)
 // A Backend with host-memory hooks (and argmax_rows) filled in and every other op null.
 Backend host_memory_backend(const char* name);
 
-void adamw_update_reference(float* params, const float* grads, float* m, float* v, size_t n,
-                            const AdamWParams& hp);
+void adamw_update_reference(float* params, const float* grads, float* m, float* v, size_t n, const AdamWParams& hp);
 double squared_norm_reference(const float* x, size_t n);
 void scale_reference(float* x, float s, size_t n);
 
@@ -31,10 +30,14 @@ struct AdamWStep {
   float lr, beta1, beta2, eps, decay_factor, step_size, bc2_sqrt, grad_scale;
   explicit AdamWStep(const AdamWParams& hp)
       // scalars in double like PyTorch's Python-side arithmetic, then rounded to fp32
-      : lr(hp.lr), beta1(hp.beta1), beta2(hp.beta2), eps(hp.eps),
+      : lr(hp.lr),
+        beta1(hp.beta1),
+        beta2(hp.beta2),
+        eps(hp.eps),
         decay_factor((float)(1.0 - (double)hp.lr * hp.weight_decay)),
         step_size((float)(hp.lr / (1.0 - std::pow((double)hp.beta1, (double)hp.step)))),
-        bc2_sqrt((float)std::sqrt(1.0 - std::pow((double)hp.beta2, (double)hp.step))), grad_scale(hp.grad_scale) {}
+        bc2_sqrt((float)std::sqrt(1.0 - std::pow((double)hp.beta2, (double)hp.step))),
+        grad_scale(hp.grad_scale) {}
   CAIRN_HOST_DEVICE void apply(float& p, float g, float& m, float& v) const {
     g *= grad_scale;
     p *= decay_factor;

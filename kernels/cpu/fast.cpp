@@ -62,12 +62,9 @@ void embedding_forward(float* out, const int32_t* inp, const float* wte, const f
     const float* p = wpe ? wpe + (size_t)t * C : nullptr;
     if (e && p)
       for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
-    else if (e)
-      std::copy(e, e + C, o);
-    else if (p)
-      std::copy(p, p + C, o);
-    else
-      std::fill(o, o + C, 0.0f);
+    else if (e) std::copy(e, e + C, o);
+    else if (p) std::copy(p, p + C, o);
+    else std::fill(o, o + C, 0.0f);
   }
 }
 
@@ -113,8 +110,8 @@ CAIRN_CLONES void layernorm_row(float* o, float* mean, float* rstd, const float*
   *rstd = s;
 }
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++)
     layernorm_row(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, weight, bias, C);
@@ -157,8 +154,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   {
 #pragma omp for schedule(static) nowait
     for (int n = 0; n < N; n++)
-      layernorm_backward_row(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight, mean[n],
-                             rstd[n], C);
+      layernorm_backward_row(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, weight, mean[n], rstd[n],
+                             C);
 #pragma omp for schedule(static)
     for (int blk = 0; blk < blocks; blk++)
       layernorm_param_grads(dweight, dbias, dout, inp, mean, rstd, N, C, blk * kColumnBlock,
@@ -177,8 +174,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   }
   if (layout == WeightLayout::InOut)
     cblas_sgemm(CblasRowMajor_, CblasNoTrans_, CblasNoTrans_, N, OC, C, 1.0f, inp, C, weight, OC, beta, out, OC);
-  else
-    cblas_sgemm(CblasRowMajor_, CblasNoTrans_, CblasTrans_, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+  else cblas_sgemm(CblasRowMajor_, CblasNoTrans_, CblasTrans_, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
 }
 
 CAIRN_CLONES void column_sums(float* dbias, const float* dout, int N, int OC, int o0, int o1) {
@@ -358,8 +354,8 @@ CAIRN_CLONES void attention_head_backward(float* dqkv, const float* dout, const 
   }
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        int B, int T, int C, int NH) {
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                        int T, int C, int NH) {
   const int hd = C / NH;
 #pragma omp parallel
   {
@@ -457,8 +453,8 @@ CAIRN_CLONES void crossentropy_backward_row(float* dl, const float* l, float row
   if (target < V) dl[target] -= dloss;  // target >= V (on another rank): pure softmax row
 }
 
-void crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
-                           float dloss, int N, int V, int Vp) {
+void crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets, float dloss,
+                           int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++)
     crossentropy_backward_row(dlogits + (size_t)n * Vp, logits + (size_t)n * Vp, lse[n], targets[n], dloss, V, Vp);

@@ -35,8 +35,8 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
     }
 }
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int N, int C) {
   for (int n = 0; n < N; n++) {
     const float* x = inp + (size_t)n * C;
     float m = 0.0f;
@@ -87,8 +87,8 @@ inline float& weight_ref(float* w, int c, int o, int C, int OC, WeightLayout lay
   return layout == WeightLayout::InOut ? w[(size_t)c * OC + o] : w[(size_t)o * C + c];
 }
 
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
-                    int OC, WeightLayout layout) {
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                    WeightLayout layout) {
   for (int n = 0; n < N; n++)
     for (int o = 0; o < OC; o++) {
       float sum = bias ? bias[o] : 0.0f;
@@ -146,8 +146,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 }
 
 // With P = softmax(S): dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        int B, int T, int C, int NH) {
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                        int T, int C, int NH) {
   const int hd = C / NH;
   const float scale = 1.0f / std::sqrt((float)hd);
   std::memset(dqkv, 0, sizeof(float) * (size_t)B * T * 3 * C);
@@ -202,8 +202,8 @@ void residual_forward(float* out, const float* a, const float* b, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int N,
-                          int V, int Vp) {
+void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int N, int V,
+                          int Vp) {
   for (int n = 0; n < N; n++) {
     const float* l = logits + (size_t)n * Vp;
     float maxval = -INFINITY;
@@ -219,8 +219,8 @@ void crossentropy_forward(float* losses, float* lse, const float* logits, const 
   }
 }
 
-void crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
-                           float dloss, int N, int V, int Vp) {
+void crossentropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets, float dloss,
+                           int N, int V, int Vp) {
   for (int n = 0; n < N; n++) {
     const float* l = logits + (size_t)n * Vp;
     float* dl = dlogits + (size_t)n * Vp;

@@ -1,13 +1,8 @@
-// CUDA argmax_rows for the backend table (cuda_backend.cu registers it): one block per row, the same answer as the
-// CPU loop (first maximum, a NaN counting as the largest), so evaluation accuracy does not depend on the backend.
-#include <cuda_runtime.h>
+// CUDA argmax_rows for the backend table: one block per row, the same answer as the CPU loop (first maximum, a NaN
+// counting as the largest), so evaluation accuracy does not depend on the backend.
+#include "cuda_common.cuh"
 
-#include <cmath>
-#include <cstdint>
-#include <stdexcept>
-#include <string>
-
-namespace cairn::kernels {
+namespace cairn::kernels::cuda {
 namespace {
 
 constexpr int kArgmaxThreads = 256;
@@ -47,11 +42,10 @@ __global__ void argmax_rows_kernel(int32_t* out, const float* x, int V, int Vp) 
 
 }  // namespace
 
-void cuda_argmax_rows(int32_t* out, const float* x, int N, int V, int Vp) {
+void argmax_rows(int32_t* out, const float* x, int N, int V, int Vp) {
   if (N <= 0) return;
   argmax_rows_kernel<<<N, kArgmaxThreads>>>(out, x, V, Vp);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(std::string("CUDA: argmax_rows: ") + cudaGetErrorString(err));
+  CAIRN_CUDA_CHECK_LAUNCH("argmax_rows");
 }
 
-}  // namespace cairn::kernels
+}  // namespace cairn::kernels::cuda

@@ -18,7 +18,6 @@ namespace {
 namespace fa = flash;
 constexpr const char* kWhat = "CUDA flash attention";
 
-using flash_launch::check;
 using flash_launch::DeviceBlock;
 using flash_launch::grid_for;
 using flash_launch::kMaxSmemBytes;
@@ -43,8 +42,8 @@ static_assert(fwd_bytes<64>() <= kMaxSmemBytes && kv_bytes<64>() <= kMaxSmemByte
 // Grid: x = b * NH + h (up to 2^31 - 1), y = tile. Forward and dQ take y reversed so the longest (last, most key
 // tiles under the causal mask) query tiles start first; the dK/dV pass's longest tiles are the first ones.
 template <int HD, int R, int CC>
-__global__ void __launch_bounds__(fa::kThreads) flash_forward_kernel(float* out, float* lse, const float* qkv,
-                                                                     fa::Problem pb, int n_tiles) {
+__global__ void __launch_bounds__(fa::kThreads)
+    flash_forward_kernel(float* out, float* lse, const float* qkv, fa::Problem pb, int n_tiles) {
   extern __shared__ float4 flash_smem[];  // float4: the tiles' 16-byte alignment (float4 loads)
   float* smem = reinterpret_cast<float*>(flash_smem);
   DeviceBlock<fa::FwdRegs<R, CC, HD / 16>> blk;
@@ -53,10 +52,9 @@ __global__ void __launch_bounds__(fa::kThreads) flash_forward_kernel(float* out,
 }
 
 template <int HD, int R, int CC>
-__global__ void __launch_bounds__(fa::kThreads) flash_backward_q_kernel(float* dqkv, const float* dout,
-                                                                        const float* qkv, const float* lse,
-                                                                        const float* delta, fa::Problem pb,
-                                                                        int n_tiles) {
+__global__ void __launch_bounds__(fa::kThreads)
+    flash_backward_q_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                            fa::Problem pb, int n_tiles) {
   extern __shared__ float4 flash_smem[];  // float4: the tiles' 16-byte alignment (float4 loads)
   float* smem = reinterpret_cast<float*>(flash_smem);
   DeviceBlock<fa::QRegs<R, CC, HD / 16>> blk;
@@ -66,15 +64,14 @@ __global__ void __launch_bounds__(fa::kThreads) flash_backward_q_kernel(float* d
 }
 
 template <int HD, int R, int CQ>
-__global__ void __launch_bounds__(fa::kThreads) flash_backward_kv_kernel(float* dqkv, const float* dout,
-                                                                         const float* qkv, const float* lse,
-                                                                         const float* delta, fa::Problem pb) {
+__global__ void __launch_bounds__(fa::kThreads)
+    flash_backward_kv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                             fa::Problem pb) {
   extern __shared__ float4 flash_smem[];  // float4: the tiles' 16-byte alignment (float4 loads)
   float* smem = reinterpret_cast<float*>(flash_smem);
   DeviceBlock<fa::KvRegs<R, CQ, HD / 16>> blk;
   const int bh = blockIdx.x;
-  fa::backward_kv_block<HD, R, CQ>(blk, smem, dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH,
-                                   (int)blockIdx.y);
+  fa::backward_kv_block<HD, R, CQ>(blk, smem, dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH, (int)blockIdx.y);
 }
 
 template <int HD>
@@ -86,7 +83,7 @@ void forward_hd(float* out, float* lse, const float* qkv, const fa::Problem& pb)
   static std::atomic<unsigned> smem_set{0};
   flash_launch::prepare(flash_forward_kernel<HD, R, CC>, fwd_bytes<HD>(), smem_set, 0, kWhat);
   flash_forward_kernel<HD, R, CC><<<grid, fa::kThreads, fwd_bytes<HD>()>>>(out, lse, qkv, pb, tiles);
-  check(cudaGetLastError(), "flash_attention_forward");
+  CAIRN_CUDA_CHECK_LAUNCH("flash_attention_forward");
 }
 
 template <int HD>
@@ -100,7 +97,7 @@ void backward_hd(float* dqkv, const float* dout, const float* qkv, const float* 
     static std::atomic<unsigned> smem_set{0};
     flash_launch::prepare(flash_backward_q_kernel<HD, R, CC>, q_bytes<HD>(), smem_set, 0, kWhat);
     flash_backward_q_kernel<HD, R, CC><<<grid, fa::kThreads, q_bytes<HD>()>>>(dqkv, dout, qkv, lse, delta, pb, tiles);
-    check(cudaGetLastError(), "flash_attention_backward (dq)");
+    CAIRN_CUDA_CHECK_LAUNCH("flash_attention_backward (dq)");
   }
   {
     constexpr int R = fa::Config<HD>::kv_R, CQ = fa::Config<HD>::kv_CQ;
@@ -109,10 +106,9 @@ void backward_hd(float* dqkv, const float* dout, const float* qkv, const float* 
     static std::atomic<unsigned> smem_set{0};
     flash_launch::prepare(flash_backward_kv_kernel<HD, R, CQ>, kv_bytes<HD>(), smem_set, 0, kWhat);
     flash_backward_kv_kernel<HD, R, CQ><<<grid, fa::kThreads, kv_bytes<HD>()>>>(dqkv, dout, qkv, lse, delta, pb);
-    check(cudaGetLastError(), "flash_attention_backward (dk, dv)");
+    CAIRN_CUDA_CHECK_LAUNCH("flash_attention_backward (dk, dv)");
   }
 }
-
 
 }  // namespace
 

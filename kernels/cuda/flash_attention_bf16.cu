@@ -19,7 +19,6 @@ namespace fb = flash_bf16;
 
 constexpr const char* kWhat = "CUDA bf16 flash attention";
 
-using flash_launch::check;
 using flash_launch::DeviceBlock;
 using flash_launch::grid_for;
 using flash_launch::kMaxSmemBytes;
@@ -50,8 +49,8 @@ static_assert(fwd_bytes<64>() <= kMaxSmemBytes && kv_bytes<64>() <= kMaxSmemByte
 // Grid: x = b * NH + h, y = tile. Forward and dQ take y reversed so the longest query tiles (most key tiles under the
 // causal mask) start first; the dK/dV pass's longest tiles are the first ones.
 template <int HD, int BK, int NW>
-__global__ void __launch_bounds__(32 * NW) flash_bf16_forward_kernel(float* out, float* lse, const float* qkv,
-                                                                     fb::Problem pb, int n_tiles) {
+__global__ void __launch_bounds__(32 * NW)
+    flash_bf16_forward_kernel(float* out, float* lse, const float* qkv, fb::Problem pb, int n_tiles) {
   extern __shared__ float4 flash_bf16_smem[];  // float4: 16-byte alignment of the tiles
   uint16_t* smem = reinterpret_cast<uint16_t*>(flash_bf16_smem);
   DeviceBlock<fb::FwdRegs<HD, BK>> blk;
@@ -60,10 +59,9 @@ __global__ void __launch_bounds__(32 * NW) flash_bf16_forward_kernel(float* out,
 }
 
 template <int HD, int BK, int NW>
-__global__ void __launch_bounds__(32 * NW) flash_bf16_backward_q_kernel(float* dqkv, const float* dout,
-                                                                        const float* qkv, const float* lse,
-                                                                        const float* delta, fb::Problem pb,
-                                                                        int n_tiles) {
+__global__ void __launch_bounds__(32 * NW)
+    flash_bf16_backward_q_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                                 fb::Problem pb, int n_tiles) {
   extern __shared__ float4 flash_bf16_smem[];
   uint16_t* smem = reinterpret_cast<uint16_t*>(flash_bf16_smem);
   DeviceBlock<fb::QRegs<HD, BK>> blk;
@@ -73,9 +71,9 @@ __global__ void __launch_bounds__(32 * NW) flash_bf16_backward_q_kernel(float* d
 }
 
 template <int HD, int BQ, int NW>
-__global__ void __launch_bounds__(32 * NW) flash_bf16_backward_kv_kernel(float* dqkv, const float* dout,
-                                                                         const float* qkv, const float* lse,
-                                                                         const float* delta, fb::Problem pb) {
+__global__ void __launch_bounds__(32 * NW)
+    flash_bf16_backward_kv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                  const float* delta, fb::Problem pb) {
   extern __shared__ float4 flash_bf16_smem[];
   uint16_t* smem = reinterpret_cast<uint16_t*>(flash_bf16_smem);
   DeviceBlock<fb::KvRegs<HD, BQ>> blk;
@@ -92,7 +90,7 @@ void forward_hd(float* out, float* lse, const float* qkv, const fb::Problem& pb)
   static std::atomic<unsigned> ready{0};
   flash_launch::prepare(flash_bf16_forward_kernel<HD, BK, NW>, fwd_bytes<HD>(), ready, 8, kWhat);
   flash_bf16_forward_kernel<HD, BK, NW><<<grid, 32 * NW, fwd_bytes<HD>()>>>(out, lse, qkv, pb, tiles);
-  check(cudaGetLastError(), "flash_attention_bf16_forward");
+  CAIRN_CUDA_CHECK_LAUNCH("flash_attention_bf16_forward");
 }
 
 template <int HD>
@@ -104,9 +102,8 @@ void backward_hd(float* dqkv, const float* dout, const float* qkv, const float* 
     const dim3 grid = grid_for(pb, tiles, kWhat);
     static std::atomic<unsigned> ready{0};
     flash_launch::prepare(flash_bf16_backward_q_kernel<HD, BK, NW>, q_bytes<HD>(), ready, 8, kWhat);
-    flash_bf16_backward_q_kernel<HD, BK, NW><<<grid, 32 * NW, q_bytes<HD>()>>>(dqkv, dout, qkv, lse, delta, pb,
-                                                                             tiles);
-    check(cudaGetLastError(), "flash_attention_bf16_backward (dq)");
+    flash_bf16_backward_q_kernel<HD, BK, NW><<<grid, 32 * NW, q_bytes<HD>()>>>(dqkv, dout, qkv, lse, delta, pb, tiles);
+    CAIRN_CUDA_CHECK_LAUNCH("flash_attention_bf16_backward (dq)");
   }
   {
     constexpr int BQ = fb::Config<HD>::kv_BQ, NW = fb::Config<HD>::kv_W, rows = KvL<HD>::ROWS;
@@ -114,10 +111,9 @@ void backward_hd(float* dqkv, const float* dout, const float* qkv, const float* 
     static std::atomic<unsigned> ready{0};
     flash_launch::prepare(flash_bf16_backward_kv_kernel<HD, BQ, NW>, kv_bytes<HD>(), ready, 8, kWhat);
     flash_bf16_backward_kv_kernel<HD, BQ, NW><<<grid, 32 * NW, kv_bytes<HD>()>>>(dqkv, dout, qkv, lse, delta, pb);
-    check(cudaGetLastError(), "flash_attention_bf16_backward (dk, dv)");
+    CAIRN_CUDA_CHECK_LAUNCH("flash_attention_bf16_backward (dk, dv)");
   }
 }
-
 
 void require_supported(int C, int NH) {
   if (!flash_attention_bf16_supported(C, NH))
@@ -127,30 +123,24 @@ void require_supported(int C, int NH) {
 
 }  // namespace
 
-bool flash_attention_bf16_supported(int C, int NH) {
-  return NH > 0 && C % NH == 0 && fb::head_dim_supported(C / NH);
-}
+bool flash_attention_bf16_supported(int C, int NH) { return NH > 0 && C % NH == 0 && fb::head_dim_supported(C / NH); }
 
 void flash_attention_bf16_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   require_supported(C, NH);
   if ((long long)B * T * NH == 0) return;
   const fb::Problem pb = flash::problem_for<fb::Problem>(B, T, C, NH);
-  if (pb.hd == 64)
-    forward_hd<64>(out, lse, qkv, pb);
-  else
-    forward_hd<128>(out, lse, qkv, pb);
+  if (pb.hd == 64) forward_hd<64>(out, lse, qkv, pb);
+  else forward_hd<128>(out, lse, qkv, pb);
 }
 
-void flash_attention_bf16_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                                   const float* lse, float* delta, int B, int T, int C, int NH) {
+void flash_attention_bf16_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                                   float* delta, int B, int T, int C, int NH) {
   require_supported(C, NH);
   if ((long long)B * T * NH == 0) return;
   const fb::Problem pb = flash::problem_for<fb::Problem>(B, T, C, NH);
   flash_launch::launch_delta(delta, dout, out, pb, "flash_attention_bf16_backward (delta)");
-  if (pb.hd == 64)
-    backward_hd<64>(dqkv, dout, qkv, lse, delta, pb);
-  else
-    backward_hd<128>(dqkv, dout, qkv, lse, delta, pb);
+  if (pb.hd == 64) backward_hd<64>(dqkv, dout, qkv, lse, delta, pb);
+  else backward_hd<128>(dqkv, dout, qkv, lse, delta, pb);
 }
 
 }  // namespace cairn::kernels

@@ -10,6 +10,6 @@ bool flash_attention_bf16_supported(int C, int NH);
 // rounded to bf16 in shared memory, products accumulate in fp32, softmax statistics stay fp32. `delta` is device
 // scratch of B * NH * T floats for D = rowsum(dO o O).
 void flash_attention_bf16_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
-void flash_attention_bf16_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                                   const float* lse, float* delta, int B, int T, int C, int NH);
+void flash_attention_bf16_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                                   float* delta, int B, int T, int C, int NH);
 }  // namespace cairn::kernels

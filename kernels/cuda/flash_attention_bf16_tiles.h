@@ -1,8 +1,8 @@
 // Tiled causal flash attention on tensor cores (bf16 mma.sync, fp32 accumulation; FlashAttention-2 scheme) for
 // precision = "bf16", written once for two executors like flash_attention_tiles.h: the CUDA kernels in
 // flash_attention_bf16.cu (one thread per tid, __syncthreads at barrier(), PTX mma.sync.m16n8k16 for mma()), and the
-// host executor at the bottom of this file, which runs each phase for all tids in turn and emulates each warp's
-// mma exactly as the PTX ISA defines it (gathers the 32 lanes' fragments into the 16x16 A, 16x8 B and C matrices
+// host executor in kernels/emulation/flash_bf16_host.h, which runs each phase for all tids in turn and emulates each
+// warp's mma exactly as the PTX ISA defines it (gathers the 32 lanes' fragments into the 16x16 A, 16x8 B and C matrices
 // through the fragment maps below, multiplies the bf16 values in fp32, scatters D back to the lanes' registers), so
 // the CPU test tests/kernels/kernels_flash_bf16_emulation_test.cpp checks the tiling, causal tile skipping, tail
 // masks, online softmax, fragment bookkeeping (which lane holds which element, the accumulator-to-A-fragment reuse)
@@ -27,8 +27,9 @@
 // accumulators of n-tiles 2j and 2j+1 are exactly the A fragment of k-step j (acc_to_a).
 // Shared memory holds bf16 tiles: row-major [rows][HD + 8] (operands whose reduction dimension is the head dim) and
 // transposed [HD][cols + 8] (V in the forward, read transposed from global memory; Q and dO in the dK/dV pass and K
-// in the dQ pass, transposed from their row-major shared copies: operands reduced over keys or queries), so every fragment load is one 32-bit load of two neighbouring bf16; the +8 pad puts the 32 lanes
-// of a fragment load in 32 different banks. No atomics: every output element has one owner thread (deterministic).
+// in the dQ pass, transposed from their row-major shared copies: operands reduced over keys or queries), so every
+// fragment load is one 32-bit load of two neighbouring bf16; the +8 pad puts the 32 lanes of a fragment load in 32
+// different banks. No atomics: every output element has one owner thread (deterministic).
 #pragma once
 #include <stdint.h>
 
@@ -37,9 +38,9 @@
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 #else
-#include <cstring>
-#include <string>
-#include <vector>
+// The host side of the shared-memory primitives below: bf16 rounding and the race checker's hook (emulation only).
+#include "../emulation/bf16_host.h"
+#include "../emulation/smem_race_check.h"
 #endif
 
 namespace cairn::kernels::flash_bf16 {
@@ -57,8 +58,8 @@ constexpr bool head_dim_supported(int hd) { return hd == 64 || hd == 128; }
 // Per pass: warps per block (the block's own tile has 16 rows per warp: more rows = fewer global reads of the other
 // side per FLOP) and the width of the tiles it loops over (keys in the forward and dQ passes, queries in the dK/dV
 // pass). hd 64 runs the forward and dQ passes with 8 warps (128 rows; ~128 registers: two blocks per SM); the
-// dK/dV pass (~180 registers) and hd 128 stay at 4 warps (64 rows) so two or more blocks fit on an SM, and hd 128 halves
-// the dQ and dK/dV tiles so two full-width accumulator sets plus the score tiles stay in registers.
+// dK/dV pass (~180 registers) and hd 128 stay at 4 warps (64 rows) so two or more blocks fit on an SM, and hd 128
+// halves the dQ and dK/dV tiles so two full-width accumulator sets plus the score tiles stay in registers.
 template <int HD>
 struct Config {
   static constexpr int fwd_W = HD == 64 ? 8 : 4, fwd_BK = 64;
@@ -73,7 +74,7 @@ struct Config {
 CAIRN_FA_FN int a_row(int lane, int i) { return (lane >> 2) + 8 * ((i >> 1) & 1); }
 CAIRN_FA_FN int a_col(int lane, int i) { return 2 * (lane & 3) + (i & 1) + 8 * (i >> 2); }
 CAIRN_FA_FN int b_row(int lane, int i) { return 2 * (lane & 3) + (i & 1) + 8 * (i >> 1); }  // k
-CAIRN_FA_FN int b_col(int lane, int) { return lane >> 2; }                                   // n
+CAIRN_FA_FN int b_col(int lane, int) { return lane >> 2; }                                  // n
 CAIRN_FA_FN int c_row(int lane, int i) { return (lane >> 2) + 8 * (i >> 1); }
 CAIRN_FA_FN int c_col(int lane, int i) { return 2 * (lane & 3) + (i & 1); }
 
@@ -83,77 +84,6 @@ struct Mma {
   uint32_t a[4];
   uint32_t b[2];
 };
-
-#ifndef __CUDACC__
-// Shared-memory race checker of the host executor (below): phases run one after another on the host, so a missing
-// barrier cannot change the emulated result; instead every shared-memory access of the block code (through lds32,
-// sts32, lds16, ldsf, stsf) is checked against the others since the last barrier: a read of a location another thread
-// wrote (RAW), a write of a location another thread read (WAR) or wrote (WAW) in the same barrier interval throws.
-// Granularity 16 bits; pointers outside the registered block are ignored.
-struct SmemRaceCheck {
-  const uint16_t* base = nullptr;
-  size_t halves = 0;
-  int tid = -1, epoch = 0;
-  std::vector<int> w_tid, w_epoch, r_tid, r_epoch;  // last writer; reader (-2: several) of the current epoch
-  void reset(const uint16_t* b, size_t n) {
-    base = b;
-    halves = n;
-    epoch = 0;
-    w_tid.assign(n, -1);
-    w_epoch.assign(n, -1);
-    r_tid.assign(n, -1);
-    r_epoch.assign(n, -1);
-  }
-  void access(const void* p, size_t bytes, bool write) {
-    const uint16_t* h = static_cast<const uint16_t*>(p);
-    if (!base || h < base || h >= base + halves) return;
-    for (size_t i = (size_t)(h - base), e = i + bytes / 2; i < e && i < halves; i++) {
-      const bool other_wrote = w_epoch[i] == epoch && w_tid[i] != tid;
-      if (write) {
-        if (other_wrote || (r_epoch[i] == epoch && r_tid[i] != tid))
-          throw std::logic_error("flash bf16: shared-memory race (thread " + std::to_string(tid) + " writes element " +
-                                 std::to_string(i) + " another thread accessed since the last barrier)");
-        w_tid[i] = tid;
-        w_epoch[i] = epoch;
-      } else {
-        if (other_wrote)
-          throw std::logic_error("flash bf16: shared-memory race (thread " + std::to_string(tid) + " reads element " +
-                                 std::to_string(i) + " thread " + std::to_string(w_tid[i]) +
-                                 " wrote since the last barrier)");
-        if (r_epoch[i] != epoch) {
-          r_epoch[i] = epoch;
-          r_tid[i] = tid;
-        } else if (r_tid[i] != tid) {
-          r_tid[i] = -2;
-        }
-      }
-    }
-  }
-};
-inline SmemRaceCheck*& race_check() {
-  static thread_local SmemRaceCheck* check = nullptr;
-  return check;
-}
-inline void race_access(const void* p, size_t bytes, bool write) {
-  if (SmemRaceCheck* c = race_check()) c->access(p, bytes, write);
-}
-
-// float -> bf16 bits, round to nearest even (NaN stays a quiet NaN): what __floats2bfloat162_rn does on the device.
-inline uint16_t bf16_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
-}
-inline float bf16_to_float(uint16_t h) {
-  const uint32_t u = (uint32_t)h << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-inline float round_bf16(float x) { return bf16_to_float(bf16_bits(x)); }
-#endif
 
 // Two floats rounded to bf16 in one 32-bit register: lo in bits 0-15 (the lower-indexed element), hi in 16-31.
 CAIRN_FA_FN uint32_t pack_bf16(float lo, float hi) {
@@ -235,10 +165,9 @@ CAIRN_FA_FN void acc_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&
 // Rows [row0, row0 + rows) of one head's slice of a [*, T, src_ld] fp32 tensor (HD columns) into dst[r][d] (row
 // stride ld), rounded to bf16; rows >= T are zeros (never read from global memory).
 template <int HD, int NT>
-CAIRN_FA_FN void load_rows(uint16_t* dst, int ld, int rows, const float* src, size_t src_ld, int row0, int T,
-                           int tid) {
+CAIRN_FA_FN void load_rows(uint16_t* dst, int ld, int rows, const float* src, size_t src_ld, int row0, int T, int tid) {
   CAIRN_FA_UNROLL2  // a few global loads in flight per thread, not all of them (registers)
-  for (int idx = tid; idx < rows * (HD / 2); idx += NT) {
+      for (int idx = tid; idx < rows * (HD / 2); idx += NT) {
     const int r = idx / (HD / 2), d = 2 * (idx % (HD / 2)), t = row0 + r;
     float x = 0.0f, y = 0.0f;
     if (t < T) {
@@ -251,10 +180,9 @@ CAIRN_FA_FN void load_rows(uint16_t* dst, int ld, int rows, const float* src, si
 }
 // The same rows transposed: dst[d][r] (row stride ld), two rows per 32-bit store; rows >= T are zeros.
 template <int HD, int NT>
-CAIRN_FA_FN void load_cols(uint16_t* dst, int ld, int rows, const float* src, size_t src_ld, int row0, int T,
-                           int tid) {
+CAIRN_FA_FN void load_cols(uint16_t* dst, int ld, int rows, const float* src, size_t src_ld, int row0, int T, int tid) {
   CAIRN_FA_UNROLL2  // a few global loads in flight per thread, not all of them (registers)
-  for (int idx = tid; idx < (rows / 2) * HD; idx += NT) {
+      for (int idx = tid; idx < (rows / 2) * HD; idx += NT) {
     const int d = idx % HD, r = 2 * (idx / HD), t = row0 + r;
     const float x = t < T ? src[(size_t)t * src_ld + d] : 0.0f;
     const float y = t + 1 < T ? src[(size_t)(t + 1) * src_ld + d] : 0.0f;
@@ -266,7 +194,7 @@ CAIRN_FA_FN void load_cols(uint16_t* dst, int ld, int rows, const float* src, si
 template <int HD, int NT>
 CAIRN_FA_FN void transpose_tile(uint16_t* dst, int ldt, const uint16_t* src, int ld, int rows, int tid) {
   CAIRN_FA_UNROLL2  // a few global loads in flight per thread, not all of them (registers)
-  for (int idx = tid; idx < (rows / 2) * HD; idx += NT) {
+      for (int idx = tid; idx < (rows / 2) * HD; idx += NT) {
     const int d = idx % HD, r = 2 * (idx / HD);
     sts32(dst + d * ldt + r, lds16(src + r * ld + d) | (lds16(src + (r + 1) * ld + d) << 16));
   }
@@ -656,174 +584,3 @@ CAIRN_FA_FN void backward_q_block(Block& blk, uint16_t* smem, float* dqkv, const
 }
 
 }  // namespace cairn::kernels::flash_bf16
-
-// ---------------------------------------------------------------- host emulation (tests; not compiled by nvcc)
-#ifndef __CUDACC__
-#include <cstring>
-#include <vector>
-
-namespace cairn::kernels::flash_bf16 {
-
-// Runs a block's phases for all 32 NW tids in turn (barrier() only starts a new interval of the race checker: phases
-// never overlap here; `reverse` runs each phase's tids backwards, so a phase that read another thread's write from the
-// same phase changes the result).
-// reduce is the device's xor butterfly over groups of lanes (flash::host_reduce). mma() is one warp-wide
-// mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 per warp, emulated as the PTX ISA defines it: every lane's operands are
-// gathered into A (16 x 16), B (16 x 8), C (16 x 8) through the fragment maps, D = A B + C is computed from the bf16
-// values in fp32 (products of two bf16 are exact in fp32; summed in k order after C: the hardware's order and
-// internal rounding are unspecified, so the GPU may differ in the last bits), and D is scattered back to each lane's
-// four accumulators. Registers and (in the emulate_ functions) shared memory start as all-ones bytes: a float NaN and
-// a bf16 NaN in every half, so any read before a write poisons the output.
-template <class Regs, int NW>
-struct HostBlock {
-  static constexpr int kThreads = 32 * NW;
-  std::vector<Regs> regs;
-  bool reverse = false;
-  explicit HostBlock(bool rev) : regs(kThreads), reverse(rev) {
-    for (auto& r : regs) std::memset(static_cast<void*>(&r), 0xff, sizeof(Regs));
-  }
-  void barrier() {
-    if (SmemRaceCheck* c = race_check()) c->epoch++;
-  }
-  template <class F>
-  void each(F&& f) {
-    for (int n = 0; n < kThreads; n++) {
-      const int tid = reverse ? kThreads - 1 - n : n;
-      if (SmemRaceCheck* c = race_check()) c->tid = tid;
-      f(tid, regs[tid]);
-    }
-  }
-  template <int Lanes, int N, bool kMax, class Sel>
-  void reduce(Sel sel) {
-    flash::host_reduce<Lanes, N, kMax>(regs, kThreads, sel);
-  }
-  template <class Ops>
-  void mma(Ops ops) {
-    for (int w = 0; w < NW; w++) {
-      float A[16][16], B[16][8], Cm[16][8];
-      float* d[32];
-      for (int n = 0; n < 32; n++) {
-        const int lane = reverse ? 31 - n : n, tid = 32 * w + lane;
-        if (SmemRaceCheck* c = race_check()) c->tid = tid;
-        const Mma m = ops(tid, regs[tid]);
-        for (int i = 0; i < 8; i++)
-          A[a_row(lane, i)][a_col(lane, i)] = bf16_to_float((uint16_t)(m.a[i / 2] >> (16 * (i % 2))));
-        for (int i = 0; i < 4; i++)
-          B[b_row(lane, i)][b_col(lane, i)] = bf16_to_float((uint16_t)(m.b[i / 2] >> (16 * (i % 2))));
-        for (int i = 0; i < 4; i++) Cm[c_row(lane, i)][c_col(lane, i)] = m.d[i];
-        d[lane] = m.d;
-      }
-      float D[16][8];
-      for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 8; c++) {
-          float acc = Cm[r][c];
-          for (int k = 0; k < 16; k++) acc += A[r][k] * B[k][c];
-          D[r][c] = acc;
-        }
-      for (int lane = 0; lane < 32; lane++)
-        for (int i = 0; i < 4; i++) d[lane][i] = D[c_row(lane, i)][c_col(lane, i)];
-    }
-  }
-};
-
-
-// Shared memory of one emulated block: 16-byte aligned like the device's, all-ones (bf16 and float NaN) bytes.
-struct alignas(16) SmemChunk {
-  uint16_t v[8];
-};
-// Poisons the block's shared memory and registers it with the race checker (when one is active).
-inline uint16_t* poisoned(std::vector<SmemChunk>& smem) {
-  std::memset(static_cast<void*>(smem.data()), 0xff, smem.size() * sizeof(SmemChunk));
-  uint16_t* p = reinterpret_cast<uint16_t*>(smem.data());
-  if (SmemRaceCheck* c = race_check()) c->reset(p, smem.size() * 8);
-  return p;
-}
-// Activates a race checker for the emulation calls in its scope.
-struct RaceCheckScope {
-  SmemRaceCheck check;
-  RaceCheckScope() { race_check() = &check; }
-  ~RaceCheckScope() { race_check() = nullptr; }
-  RaceCheckScope(const RaceCheckScope&) = delete;
-  RaceCheckScope& operator=(const RaceCheckScope&) = delete;
-};
-
-// The grids the CUDA launchers use: x = b * NH + h, y = tile (forward and dQ: heaviest tile first).
-template <int HD>
-void emulate_forward_hd(float* out, float* lse, const float* qkv, const Problem& pb, bool reverse) {
-  RaceCheckScope race;
-  constexpr int BK = Config<HD>::fwd_BK, NW = Config<HD>::fwd_W;
-  using L = FwdLayout<HD, BK, NW>;
-  const int n_qt = (pb.T + L::ROWS - 1) / L::ROWS;
-  std::vector<SmemChunk> smem((L::halves + 7) / 8);
-  for (int bh = 0; bh < pb.B * pb.NH; bh++)
-    for (int y = 0; y < n_qt; y++) {
-      HostBlock<FwdRegs<HD, BK>, NW> blk(reverse);
-      forward_block<HD, BK, NW>(blk, poisoned(smem), out, lse, qkv, pb, bh / pb.NH, bh % pb.NH, n_qt - 1 - y);
-    }
-}
-
-template <int HD>
-void emulate_backward_hd(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
-                         const Problem& pb, bool reverse) {
-  RaceCheckScope race;
-  {
-    constexpr int BK = Config<HD>::q_BK, NW = Config<HD>::q_W;
-    using L = QLayout<HD, BK, NW>;
-    const int n_qt = (pb.T + L::ROWS - 1) / L::ROWS;
-    std::vector<SmemChunk> smem((L::halves + 7) / 8);
-    for (int bh = 0; bh < pb.B * pb.NH; bh++)
-      for (int y = 0; y < n_qt; y++) {
-        HostBlock<QRegs<HD, BK>, NW> blk(reverse);
-        backward_q_block<HD, BK, NW>(blk, poisoned(smem), dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH,
-                                     n_qt - 1 - y);
-      }
-  }
-  {
-    constexpr int BQ = Config<HD>::kv_BQ, NW = Config<HD>::kv_W;
-    using L = KvLayout<HD, BQ, NW>;
-    const int n_kt = (pb.T + L::ROWS - 1) / L::ROWS;
-    std::vector<SmemChunk> smem((L::halves + 7) / 8);
-    for (int bh = 0; bh < pb.B * pb.NH; bh++)
-      for (int y = 0; y < n_kt; y++) {
-        HostBlock<KvRegs<HD, BQ>, NW> blk(reverse);
-        backward_kv_block<HD, BQ, NW>(blk, poisoned(smem), dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH,
-                                      y);
-      }
-  }
-}
-
-// The CUDA backend's bf16 flash path on the host: false (nothing written) where the kernels do not handle the shape.
-inline bool emulate_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            bool reverse = false) {
-  if (NH <= 0 || C % NH != 0 || !head_dim_supported(C / NH)) return false;
-  const Problem pb = flash::problem_for<Problem>(B, T, C, NH);
-  if (pb.hd == 64)
-    emulate_forward_hd<64>(out, lse, qkv, pb, reverse);
-  else
-    emulate_forward_hd<128>(out, lse, qkv, pb, reverse);
-  return true;
-}
-
-inline bool emulate_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                             int B, int T, int C, int NH, bool reverse = false) {
-  if (NH <= 0 || C % NH != 0 || !head_dim_supported(C / NH)) return false;
-  const Problem pb = flash::problem_for<Problem>(B, T, C, NH);
-  // D = rowsum(dO o O) per (b, h, t) in fp32 from the fp32 tensors: flash_attention_bf16.cu's delta kernel
-  std::vector<float> delta((size_t)B * NH * T);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) {
-        const size_t off = ((size_t)b * T + t) * C + (size_t)h * pb.hd;
-        float s = 0.0f;
-        for (int d = 0; d < pb.hd; d++) s += dout[off + d] * out[off + d];
-        delta[((size_t)b * NH + h) * T + t] = s;
-      }
-  if (pb.hd == 64)
-    emulate_backward_hd<64>(dqkv, dout, qkv, lse, delta.data(), pb, reverse);
-  else
-    emulate_backward_hd<128>(dqkv, dout, qkv, lse, delta.data(), pb, reverse);
-  return true;
-}
-
-}  // namespace cairn::kernels::flash_bf16
-#endif  // __CUDACC__

@@ -1,16 +1,16 @@
 // Tiled causal flash attention (FlashAttention-2 scheme, fp32), written once for two executors: the CUDA kernels in
 // flash_attention.cu run each block with one thread per `tid` and __syncthreads() at every barrier(), and the host
-// emulation at the bottom of this file runs every phase for all 128 tids in turn (barriers fall between phases), so
-// the CPU test tests/kernels/kernels_flash_emulation_test.cpp checks exactly the tile loops, causal tile skipping, tail
-// masks, online softmax and index math that the GPU runs.
+// emulation (kernels/emulation/flash_host.h) runs every phase for all 128 tids in turn (barriers fall between
+// phases), so the CPU test tests/kernels/kernels_flash_emulation_test.cpp checks exactly the tile loops, causal tile
+// skipping, tail masks, online softmax and index math that the GPU runs. This header holds only the block code.
 //
 // Thread layout: 128 threads = 8 thread rows (ty = tid / 16) x 16 thread columns (tx = tid % 16); the 16 threads of
 // a thread row are one half-warp, so row reductions are 16-lane shuffles. A thread owns the tile rows ty + 8 i
 // (i < R) and the tile columns tx + 16 j (j < CC) of a score tile, and the head-dim columns tx + 16 c (c < HD / 16)
 // of its accumulators. Inner loops read shared memory 4 floats at a time (float4, 16-byte aligned) along the
 // reduction dimension: shared tiles are stored [rows][HD + 4] (16 different rows read by a quarter-warp then fall in
-// different 4-bank groups) and score tiles [rows][cols + pad] with (cols + pad) % 32 == 16 (the two half-warps of a warp
-// then hit disjoint banks). Head dims are zero-padded to 32, 64 or 128 (zeros change no dot product).
+// different 4-bank groups) and score tiles [rows][cols + pad] with (cols + pad) % 32 == 16 (the two half-warps of a
+// warp then hit disjoint banks). Head dims are zero-padded to 32, 64 or 128 (zeros change no dot product).
 //
 // Forward, per (b, h, query tile of BQ rows): Q tile in shared memory; for each key tile at or below the diagonal
 // (later tiles are skipped: key_tiles_for): load K, V; S = Q K^T scale, masked where key > query or key >= T;
@@ -143,8 +143,8 @@ CAIRN_FA_FN float dot4(float a, const F4& x, const F4& y) {
 // (b, b2), every operand a shared tile with row stride ld. The key/value pass calls it with keys as rows
 // (S^T = K Q^T, dP^T = V dO^T), the query pass with queries as rows (S = Q K^T, dP = dO V^T).
 template <int HD, int R, int CC>
-CAIRN_FA_FN void score_tile_pair(float (&s)[R][CC], float (&dp)[R][CC], const float* a, const float* a2,
-                                 const float* b, const float* b2, int ld, int ty, int tx) {
+CAIRN_FA_FN void score_tile_pair(float (&s)[R][CC], float (&dp)[R][CC], const float* a, const float* a2, const float* b,
+                                 const float* b2, int ld, int ty, int tx) {
   CAIRN_FA_UNROLL
   for (int i = 0; i < R; i++) {
     CAIRN_FA_UNROLL
@@ -306,7 +306,7 @@ CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, 
       }
     });
     blk.template reduce<16, R, false>([](Regs& r) { return r.red; });  // red = the tile's row sum of P
-    blk.barrier();  // sP complete
+    blk.barrier();                                                     // sP complete
     // O += P V
     blk.each([&](int tid, Regs& r) {
       const int ty = tid / 16, tx = tid % 16;
@@ -538,151 +538,3 @@ CAIRN_FA_FN void backward_q_block(Block& blk, float* smem, float* dqkv, const fl
 }
 
 }  // namespace cairn::kernels::flash
-
-// ---------------------------------------------------------------- host emulation (tests; not compiled by nvcc)
-#ifndef __CUDACC__
-#include <algorithm>
-#include <cstring>
-#include <limits>
-#include <vector>
-
-namespace cairn::kernels::flash {
-
-// The device executor's reduce (flash_launch.cuh) on the host: in every group of Lanes consecutive tids, the xor
-// butterfly with offsets Lanes/2 down to 1, the same pairing and order of operations. Both host executors use it.
-template <int Lanes, int N, bool kMax, class RegsVec, class Sel>
-void host_reduce(RegsVec& regs, int threads, Sel sel) {
-  for (int g = 0; g < threads; g += Lanes)
-    for (int i = 0; i < N; i++) {
-      float v[Lanes], w[Lanes];
-      for (int t = 0; t < Lanes; t++) v[t] = sel(regs[g + t])[i];
-      for (int o = Lanes / 2; o >= 1; o >>= 1) {
-        for (int t = 0; t < Lanes; t++) w[t] = kMax ? fmaxf(v[t], v[t ^ o]) : v[t] + v[t ^ o];
-        std::copy(w, w + Lanes, v);
-      }
-      for (int t = 0; t < Lanes; t++) sel(regs[g + t])[i] = v[t];
-    }
-}
-
-// Runs a block's phases for all kThreads tids in turn: each() is one phase of every thread, barrier() a no-op
-// (phases never overlap), reduce the device's xor butterfly (host_reduce).
-// `reverse` runs the tids of each phase backwards: a phase that read another thread's writes from the same phase (a
-// missing barrier) would then change the result, so tests compare both orders bitwise. Registers start as NaN so a
-// read before the first write poisons the output.
-template <class Regs>
-struct HostBlock {
-  std::vector<Regs> regs;
-  bool reverse = false;
-  explicit HostBlock(bool rev) : regs(kThreads), reverse(rev) {
-    std::vector<float> nan(sizeof(Regs) / sizeof(float) + 1, std::numeric_limits<float>::quiet_NaN());
-    for (auto& r : regs) std::memcpy(static_cast<void*>(&r), nan.data(), sizeof(Regs));
-  }
-  void barrier() {}
-  template <class F>
-  void each(F&& f) {
-    for (int n = 0; n < kThreads; n++) {
-      const int tid = reverse ? kThreads - 1 - n : n;
-      f(tid, regs[tid]);
-    }
-  }
-  template <int Lanes, int N, bool kMax, class Sel>
-  void reduce(Sel sel) {
-    host_reduce<Lanes, N, kMax>(regs, kThreads, sel);
-  }
-};
-
-
-// Shared memory of one emulated block: 16-byte aligned like the device's, NaN-filled so a read of a location no
-// thread wrote poisons the output.
-struct alignas(16) SmemQuad {
-  float v[4];
-};
-struct HostSmem {
-  std::vector<SmemQuad> quads;
-  explicit HostSmem(int floats) : quads((size_t)(floats + 3) / 4) {}
-};
-inline float* poisoned(HostSmem& smem) {
-  float* p = reinterpret_cast<float*>(smem.quads.data());
-  std::fill(p, p + 4 * smem.quads.size(), std::numeric_limits<float>::quiet_NaN());
-  return p;
-}
-
-// The grids the CUDA launchers use: x = b * NH + h, y = tile (forward and dQ: heaviest tile first).
-template <int HD>
-void emulate_forward_hd(float* out, float* lse, const float* qkv, const Problem& pb, bool reverse) {
-  constexpr int R = Config<HD>::fwd_R, CC = Config<HD>::fwd_CC;
-  using L = FwdLayout<HD, R, CC>;
-  const int n_qt = (pb.T + L::BQ - 1) / L::BQ;
-  HostSmem smem(L::floats);
-  for (int bh = 0; bh < pb.B * pb.NH; bh++)
-    for (int y = 0; y < n_qt; y++) {
-      HostBlock<FwdRegs<R, CC, HD / 16>> blk(reverse);
-      forward_block<HD, R, CC>(blk, poisoned(smem), out, lse, qkv, pb, bh / pb.NH, bh % pb.NH, n_qt - 1 - y);
-    }
-}
-
-template <int HD>
-void emulate_backward_hd(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
-                         const Problem& pb, bool reverse) {
-  {
-    constexpr int R = Config<HD>::q_R, CC = Config<HD>::q_CC;
-    using L = QLayout<HD, R, CC>;
-    const int n_qt = (pb.T + L::BQ - 1) / L::BQ;
-    HostSmem smem(L::floats);
-    for (int bh = 0; bh < pb.B * pb.NH; bh++)
-      for (int y = 0; y < n_qt; y++) {
-        HostBlock<QRegs<R, CC, HD / 16>> blk(reverse);
-        backward_q_block<HD, R, CC>(blk, poisoned(smem), dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH,
-                                    n_qt - 1 - y);
-      }
-  }
-  {
-    constexpr int R = Config<HD>::kv_R, CQ = Config<HD>::kv_CQ;
-    using L = KvLayout<HD, R, CQ>;
-    const int n_kt = (pb.T + L::BK - 1) / L::BK;
-    HostSmem smem(L::floats);
-    for (int bh = 0; bh < pb.B * pb.NH; bh++)
-      for (int y = 0; y < n_kt; y++) {
-        HostBlock<KvRegs<R, CQ, HD / 16>> blk(reverse);
-        backward_kv_block<HD, R, CQ>(blk, poisoned(smem), dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH, y);
-      }
-  }
-}
-
-// The CUDA backend's flash path on the host: false (nothing written) where the kernels do not handle the head dim.
-inline bool emulate_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            bool reverse = false) {
-  const Problem pb = problem_for<Problem>(B, T, C, NH);
-  switch (C % NH == 0 ? padded_head_dim(pb.hd) : 0) {
-    case 32: emulate_forward_hd<32>(out, lse, qkv, pb, reverse); return true;
-    case 64: emulate_forward_hd<64>(out, lse, qkv, pb, reverse); return true;
-    case 128: emulate_forward_hd<128>(out, lse, qkv, pb, reverse); return true;
-    default: return false;
-  }
-}
-
-inline bool emulate_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                             int B, int T, int C, int NH, bool reverse = false) {
-  const Problem pb = problem_for<Problem>(B, T, C, NH);
-  const int hdp = C % NH == 0 ? padded_head_dim(pb.hd) : 0;
-  if (!hdp) return false;
-  // D = rowsum(dO o O) per (b, h, t): flash_attention.cu's delta kernel
-  std::vector<float> delta((size_t)B * NH * T);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) {
-        const size_t off = ((size_t)b * T + t) * C + (size_t)h * pb.hd;
-        float s = 0.0f;
-        for (int d = 0; d < pb.hd; d++) s += dout[off + d] * out[off + d];
-        delta[((size_t)b * NH + h) * T + t] = s;
-      }
-  switch (hdp) {
-    case 32: emulate_backward_hd<32>(dqkv, dout, qkv, lse, delta.data(), pb, reverse); break;
-    case 64: emulate_backward_hd<64>(dqkv, dout, qkv, lse, delta.data(), pb, reverse); break;
-    default: emulate_backward_hd<128>(dqkv, dout, qkv, lse, delta.data(), pb, reverse); break;
-  }
-  return true;
-}
-
-}  // namespace cairn::kernels::flash
-#endif  // __CUDACC__

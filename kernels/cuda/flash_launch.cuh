@@ -1,6 +1,6 @@
 // What the launchers of both flash-attention kernel families share (flash_attention.cu: fp32; flash_attention_bf16.cu:
 // bf16 tensor cores): the device executor of the block code, the D = rowsum(dO o O) kernel, grids, the once-per-device
-// launch preparation and the error check. Included by those two .cu files only.
+// launch preparation. Included by those two .cu files only.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -8,14 +8,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "cairn/kernels/gpu_check.h"
+
 namespace cairn::kernels::flash_launch {
 
 // Shared memory per block: the opt-in limit of every sm_80+ part (sm_86/89 have the least).
 constexpr size_t kMaxSmemBytes = 99 * 1024;
-
-inline void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(err));
-}
 
 // Device executor of the block code: this thread's registers, barrier = __syncthreads, row reductions over groups of
 // `Lanes` consecutive lanes as xor butterflies (offsets Lanes/2 down to 1: the host executors' flash::host_reduce
@@ -78,7 +76,7 @@ template <class Problem>
 void launch_delta(float* delta, const float* dout, const float* out, const Problem& pb, const char* what) {
   const long long rows = (long long)pb.B * pb.NH * pb.T;
   delta_kernel<<<(unsigned)((rows + 7) / 8), 256>>>(delta, dout, out, pb);
-  check(cudaGetLastError(), what);
+  CAIRN_CUDA_CHECK_LAUNCH(what);
 }
 
 // Grid: x = b * NH + h (up to 2^31 - 1), y = tile.
@@ -96,18 +94,17 @@ dim3 grid_for(const Problem& pb, int tiles, const char* what) {
 template <class Kernel>
 void prepare(Kernel kernel, size_t smem_bytes, std::atomic<unsigned>& done, int min_major, const char* what) {
   int dev = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
+  CAIRN_CUDA_CHECK(cudaGetDevice(&dev));
   const unsigned bit = dev >= 0 && dev < 32 ? 1u << dev : 0u;
   if (bit && (done.load() & bit)) return;
   if (min_major > 0) {
     int major = 0;
-    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
+    CAIRN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     if (major < min_major)
       throw std::runtime_error(std::string(what) + " needs compute capability " + std::to_string(min_major) +
                                ".0+; device " + std::to_string(dev) + " is " + std::to_string(major) + ".x");
   }
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes),
-        (std::string("cudaFuncSetAttribute(") + what + " shared memory)").c_str());
+  CAIRN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
   done |= bit;
 }
 

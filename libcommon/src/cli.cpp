@@ -1,5 +1,7 @@
 // Common CLI options (CLI11), config loading from them, and the main() wrapper with exit codes.
 #include "cairn/cli.h"
+#include "cairn/config_section.h"
+#include "cairn/sections/run.h"
 
 #include <csignal>
 #include <cstdio>
@@ -37,6 +39,56 @@ void add_common_options(CLI::App& app, CommonOptions& opts) {
   app.add_flag("--log-all-ranks", opts.log_all_ranks, "every MPI rank logs, prefixed [rank/size host]");
 }
 
+namespace {
+
+// The CLI11 option of one flagged key: the value is kept typed and checked by the schema when the config loads.
+void add_key_flag(CLI::App& app, const KeySpec& k, ToolSettings& settings) {
+  const std::string dotted = k.section + "." + k.key;
+  const std::string help = k.doc + " (sets [" + k.section + "] " + k.key + ")";
+  // The flag's long name as the user typed it, for error messages ("--iters").
+  std::string shown = k.flag;
+  if (size_t comma = shown.rfind(','); comma != std::string::npos) shown = shown.substr(comma + 1);
+  auto keep = [&settings, dotted, shown](json v) { settings.emplace_back(dotted, std::move(v), shown); };
+  switch (k.type) {
+    case KeyType::Bool:
+      app.add_flag_function(
+          k.flag, [keep](int64_t) { keep(true); }, help);
+      break;
+    case KeyType::Int:
+      app.add_option_function<int64_t>(
+          k.flag, [keep](const int64_t& v) { keep(v); }, help);
+      break;
+    case KeyType::Float:
+      app.add_option_function<double>(
+          k.flag, [keep](const double& v) { keep(v); }, help);
+      break;
+    case KeyType::StringList:
+    case KeyType::StringOrStringList:
+      app.add_option_function<std::vector<std::string>>(
+             k.flag, [keep](const std::vector<std::string>& v) { keep(v); }, help)
+          ->delimiter(',');
+      break;
+    case KeyType::IntList:
+    case KeyType::IntOrIntList:
+      app.add_option_function<std::vector<int64_t>>(
+             k.flag, [keep](const std::vector<int64_t>& v) { keep(v); }, help)
+          ->delimiter(',');
+      break;
+    default:
+      app.add_option_function<std::string>(
+          k.flag, [keep](const std::string& v) { keep(v); }, help);
+      break;
+  }
+}
+
+}  // namespace
+
+void add_section_flags(CLI::App& app, const std::string& section, ToolSettings& settings, const Schema& schema) {
+  for (const KeySpec& k : schema.keys()) {
+    if (k.section == section && !k.flag.empty()) add_key_flag(app, k, settings);
+  }
+}
+
 Config load_tool_config(const CommonOptions& opts, const std::vector<std::string>& tool_sets) {
   LogSettings& ls = log_settings();
   ls.level = parse_log_level(opts.log_level);
@@ -56,7 +108,8 @@ Config load_tool_config(const CommonOptions& opts, const ToolSettings& tool_sett
   CommonOptions without_sets = opts;
   without_sets.sets.clear();
   Config cfg = load_tool_config(without_sets);
-  for (const auto& [key, value] : tool_settings) cfg.set(key, value, Origin{Origin::Program, "command-line flag"});
+  for (const auto& t : tool_settings)
+    cfg.set(t.key, t.value, Origin{Origin::Program, t.flag.empty() ? "command-line flag" : t.flag});
   for (const auto& s : opts.sets) cfg.set_from_text(s, Origin{Origin::Set, s});
   if (!opts.out.empty()) cfg.set("run.dir", opts.out, Origin{Origin::Set, "--out"});
   provenance().config_toml = cfg.to_toml(false);
@@ -88,7 +141,7 @@ void write_json_output(const std::string& path, const std::string& text) {
   atomic_write(path, text.back() == '\n' ? text : text + "\n");
 }
 
-std::string run_dir(const Config& cfg) { return cfg.get_string("run.dir"); }
+std::string run_dir(const Config& cfg) { return read_section<RunSection>(cfg).dir; }
 
 namespace {
 // "[r3/8 host] " on multi-rank jobs, so a failure names the rank it happened on.
@@ -117,7 +170,8 @@ int run_tool(const std::string& tool, int argc, char** argv, const std::function
   } catch (const Error& e) {
     if (e.code() == kExitOk && std::string(e.what()).empty()) return kExitOk;
     // Usage errors come from the command line and config, the same on every rank: say it once.
-    if (e.code() != kExitUsage || log_settings().rank == 0) std::fprintf(stderr, "%s%s: %s\n", rank_prefix().c_str(), tool.c_str(), e.what());
+    if (e.code() != kExitUsage || log_settings().rank == 0)
+      std::fprintf(stderr, "%s%s: %s\n", rank_prefix().c_str(), tool.c_str(), e.what());
     mpi::abort_if_failed(e.code());
     return e.code();
   } catch (const std::exception& e) {

@@ -220,9 +220,7 @@ bool is_str(const json& v) { return v.is_string(); }
 // prefixed with `where` (a file position, env var or --set).
 json check_value(const KeySpec& spec, const std::string& key, const json& v, const std::string& where) {
   std::string name = spec.section + "." + key;
-  auto fail = [&](const std::string& what) -> json {
-    throw UsageError(where + ": " + name + ": " + what);
-  };
+  auto fail = [&](const std::string& what) -> json { throw UsageError(where + ": " + name + ": " + what); };
   bool ok = false;
   json out = v;
   switch (spec.type) {
@@ -370,7 +368,9 @@ std::string toml_string_literal(const std::string& s) {
 }
 
 bool bare_key_ok(const std::string& k) {
-  return !k.empty() && std::all_of(k.begin(), k.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
+  return !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
 }
 std::string toml_key(const std::string& k) { return bare_key_ok(k) ? k : toml_string_literal(k); }
 
@@ -457,7 +457,8 @@ int64_t Config::get_int(const std::string& dotted) const {
   const json& v = get(dotted);
   if (v.is_null()) unset_key(dotted);
   if (v.is_array()) {
-    if (v.size() != 1) throw UsageError("config key '" + dotted + "' must be a single integer here, got " + short_json(v));
+    if (v.size() != 1)
+      throw UsageError("config key '" + dotted + "' must be a single integer here, got " + short_json(v));
     return v[0].get<int64_t>();
   }
   return v.get<int64_t>();
@@ -479,7 +480,8 @@ std::string Config::get_string(const std::string& dotted) const {
   const json& v = get(dotted);
   if (v.is_null()) unset_key(dotted);
   if (v.is_array()) {
-    if (v.size() != 1) throw UsageError("config key '" + dotted + "' must be a single value here, got " + short_json(v));
+    if (v.size() != 1)
+      throw UsageError("config key '" + dotted + "' must be a single value here, got " + short_json(v));
     return v[0].get<std::string>();
   }
   return v.get<std::string>();
@@ -548,7 +550,8 @@ void Config::set_from_text(const std::string& assignment, Origin origin) {
     throw UsageError("--set expects section.key=value, got '" + assignment + "'");
   }
   std::string dotted = assignment.substr(0, eq);
-  dotted.erase(std::remove_if(dotted.begin(), dotted.end(), [](unsigned char c) { return std::isspace(c); }), dotted.end());
+  dotted.erase(std::remove_if(dotted.begin(), dotted.end(), [](unsigned char c) { return std::isspace(c); }),
+               dotted.end());
   std::string text = assignment.substr(eq + 1);
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.erase(text.begin());
   if (dotted.find('.') == std::string::npos) {
@@ -721,8 +724,9 @@ void apply_env(Config& cfg, const Schema& schema) {
         if (!other_section_matches) {
           std::string hint = schema.suggest(section, key);
           throw UsageError("env " + name + ": unknown key '" + key + "' in [" + section + "]" +
-                           (hint.empty() ? "" : " (did you mean CAIRN_" + env_section_name(split_dotted(hint).first) +
-                                                    "_" + env_section_name(split_dotted(hint).second) + "?)"));
+                           (hint.empty() ? ""
+                                         : " (did you mean CAIRN_" + env_section_name(split_dotted(hint).first) + "_" +
+                                               env_section_name(split_dotted(hint).second) + "?)"));
         }
         continue;
       }
@@ -792,7 +796,8 @@ bool JsonFields::has(const std::string& key) const {
 
 uint64_t JsonFields::u64(const std::string& key, uint64_t max) const {
   auto it = j_->find(key);
-  const std::string want = max == UINT64_MAX ? "a non-negative integer" : "an integer in [0, " + std::to_string(max) + "]";
+  const std::string want =
+      max == UINT64_MAX ? "a non-negative integer" : "an integer in [0, " + std::to_string(max) + "]";
   if (it == j_->end()) fail(key, want);
   if (it->is_number_unsigned() && it->get<uint64_t>() <= max) return it->get<uint64_t>();
   if (it->is_number_integer() && it->get<int64_t>() >= 0 && static_cast<uint64_t>(it->get<int64_t>()) <= max)

@@ -10,7 +10,7 @@
 namespace cairn {
 
 nlohmann::json Provenance::to_json() const {
-  return {{"tool", tool},         {"version", version},           {"git_sha", git_sha}, {"host", host},
+  return {{"tool", tool},         {"version", version},           {"git_sha", git_sha},   {"host", host},
           {"time_utc", time_utc}, {"command_line", command_line}, {"config", config_toml}};
 }
 
@@ -49,7 +49,9 @@ std::string shell_join(const std::vector<std::string>& args) {
   std::string out;
   for (const auto& a : args) {
     if (!out.empty()) out += ' ';
-    bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") == std::string::npos;
+    bool plain =
+        !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%") ==
+                          std::string::npos;
     if (plain) {
       out += a;
     } else {

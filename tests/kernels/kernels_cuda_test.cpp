@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "../../kernels/cuda/flash_attention_bf16_tiles.h"
+#include "../../kernels/emulation/flash_bf16_host.h"
 #include "ops_checks.h"
 #include "cairn/kernels/cuda.h"
 

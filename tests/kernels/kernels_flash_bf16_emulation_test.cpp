@@ -1,9 +1,9 @@
-// Checks the bf16 tensor-core flash attention (kernels/cuda/flash_attention_bf16_tiles.h) on the CPU: its host
-// executor runs the kernels' block code tid by tid and emulates each warp's mma.sync.m16n8k16 from the PTX ISA's
-// fragment layout, so this test checks the tiling, causal tile skipping, tail masks, online softmax, fragment
-// bookkeeping (fragment loads from shared memory, accumulator -> A-fragment reuse, the C layout of every output and
-// mask) and index math without a GPU. It cannot check that the hardware's fragment layout is the transcribed one
-// (kernels_cuda compares the GPU with this emulation for that).
+// Checks the bf16 tensor-core flash attention (kernels/cuda/flash_attention_bf16_tiles.h) on the CPU: the host executor
+// (kernels/emulation/flash_bf16_host.h) runs the kernels' block code tid by tid and emulates each warp's
+// mma.sync.m16n8k16 from the PTX ISA's fragment layout, so this test checks the tiling, causal tile skipping, tail
+// masks, online softmax, fragment bookkeeping (fragment loads from shared memory, accumulator -> A-fragment reuse, the
+// C layout of every output and mask) and index math without a GPU. It cannot check that the hardware's fragment layout
+// is the transcribed one (kernels_cuda compares the GPU with this emulation for that).
 // Tolerances (ops_checks.h: relative plus a tensor-scaled floor):
 //  - tight, 1e-2: against the reference run on the same bf16-rounded q, k, v, dO, so the errors left are the bf16
 //    rounding of P (forward) and of P, dS (backward) as mma inputs (2^-9 relative each, averaged over a row);
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "../../kernels/cuda/flash_attention_bf16_tiles.h"
+#include "../../kernels/emulation/flash_bf16_host.h"
 #include "ops_checks.h"
 
 using namespace ops_checks;

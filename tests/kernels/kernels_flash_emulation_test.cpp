@@ -1,7 +1,8 @@
 // Checks the CUDA flash-attention algorithm on the CPU: kernels/cuda/flash_attention_tiles.h holds the kernels' block
-// code once, and its host executor runs it tid by tid (same tiles, causal tile skipping, tail masks, online softmax,
-// 16-lane butterflies, index math). Compared with the CPU reference attention forward and backward on shapes that
-// cover each padded head dim (32, 64, 128, and head dims padded up to them), T below, at and off tile multiples.
+// code once, and the host executor (kernels/emulation/flash_host.h) runs it tid by tid (same tiles, causal tile
+// skipping, tail masks, online softmax, 16-lane butterflies, index math). Compared with the CPU reference attention
+// forward and backward on shapes that cover each padded head dim (32, 64, 128, and head dims padded up to them), T
+// below, at and off tile multiples.
 // Tolerance 2e-5 (ops_checks.h: relative plus tensor-scaled floor): the online softmax and tile-order sums round
 // differently from the reference's row-at-a-time loops (measured worst errors are printed with --log_level=message).
 // Also: every output element is written (outputs start as NaN, shared memory and registers are NaN-poisoned by the
@@ -12,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "../../kernels/cuda/flash_attention_tiles.h"
+#include "../../kernels/emulation/flash_host.h"
 #include "ops_checks.h"
 
 using namespace ops_checks;

@@ -8,7 +8,6 @@
 
 #include "cairn/error.h"
 #include "catalog.h"
-#include "fastjson.h"
 #include "charts.h"
 #include "gates.h"
 #include "rundata.h"
@@ -258,38 +257,7 @@ BOOST_AUTO_TEST_CASE(sweep_json_both_layouts) {
   BOOST_TEST(std::isnan(sweep_wrong(json::array())));
 }
 
-BOOST_AUTO_TEST_CASE(fast_scanner_agrees_with_a_full_parser) {
-  std::string good = train_line(7, 3.25, 1234.5);
-  good.pop_back();  // newline
-  MetricRecord rec;
-  BOOST_REQUIRE((scan_metric_record(good, rec) == ScanResult::Ok));
-  BOOST_TEST(rec.values[kFieldStep] == 7.0);
-  BOOST_TEST(rec.values[kFieldLoss] == 3.25);
-  BOOST_TEST(rec.values[kFieldTimeTotal] == 0.4);
-  BOOST_TEST(rec.kind == "train");
-  BOOST_TEST(std::isnan(rec.values[kFieldValLoss]));
-  // Every prefix and many one-byte mutations: the scanner accepts exactly what nlohmann accepts.
-  std::vector<std::string> cases;
-  for (size_t n = 0; n < good.size(); ++n) cases.push_back(good.substr(0, n));
-  std::mt19937 rng(3);
-  const std::string alphabet = "{}[]\",:0123456789.eE+-tfnul \\/x\t";
-  for (int k = 0; k < 3000; ++k) {
-    std::string m = good;
-    m[rng() % m.size()] = alphabet[rng() % alphabet.size()];
-    cases.push_back(m);
-  }
-  for (const char* extra : {"{}", "[]", "3", "\"x\"", "{\"a\":[1,{\"b\":null}],\"step\":-0.5e+3}", "{\"step\":01}",
-                            "{\"step\":1.}", "{\"s\":\"\\u12G4\"}", "{\"a\":1,}", "{\"a\" 1}", "{\"kind\":\"tr\\u0061in\"}",
-                            "{\"step\":1e999}", "{\"x\":\"tab\there\"}"})
-    cases.push_back(extra);
-  for (const auto& c : cases) {
-    bool ok_full = json::accept(c);
-    ScanResult r = scan_metric_record(c, rec);
-    bool ok_fast = r != ScanResult::Invalid;
-    BOOST_TEST(ok_fast == ok_full, "line: " << c);
-    if (ok_full) BOOST_TEST(((r == ScanResult::Ok) == json::parse(c).is_object()), "line: " << c);
-  }
-}
+// The metrics scanner's own tests (agreement with a full parser) are in tests/libcommon/records/.
 
 BOOST_AUTO_TEST_CASE(sweep_and_plan_files_are_checked_key_by_key) {
   // A bad sweep.json or plans.json is a UsageError (exit 2) naming the file and the key, never a raw

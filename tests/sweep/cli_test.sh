@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # cairn-sweep under real mpirun (2 and 4 ranks): table/JSON/HDF5/fabric agreement, tiers on
 # simulated nodes, a planted wrong element -> exit 3, the busbw gate -> exit 3, bad input -> exit 2.
+# Usage: cli_test.sh FAULTS_BIN (tests/sweep's cairn-sweep-faults: the same command line with injected faults;
+# the installed cairn-sweep has none).
 set -uo pipefail
 BIN=${CAIRN_BIN_DIR:?}/cairn-sweep
+FAULTS=${1:?usage: cli_test.sh <cairn-sweep-faults>}
 PY=/usr/bin/python3
 CHECK=tests/sweep/check_sweep.py
 TMP=$(mktemp -d)
@@ -19,7 +22,7 @@ else
 fi
 
 # 2. 4 ranks as 2 simulated nodes of 2: world, intra (both nodes at once) and inter tiers.
-if SWEEP_TEST_RANKS_PER_NODE=2 mpirun -np 4 --oversubscribe "$BIN" --out "$TMP/np4" allreduce,allgather,reducescatter,alltoall,sendrecv \
+if mpirun -np 4 --oversubscribe "$FAULTS" --ranks-per-node 2 --out "$TMP/np4" allreduce,allgather,reducescatter,alltoall,sendrecv \
     -b 64 -e 16K -n 2 -w 1 --tiers world,intra,inter -d float32,int32 --op sum,max >"$TMP/np4.txt" 2>"$TMP/np4.err"; then
   $PY $CHECK "$TMP/np4.txt" "$TMP/np4/sweep" --minbytes 64 --maxbytes 16384 || fail "np4 check"
   for t in world intra inter; do
@@ -35,7 +38,7 @@ mpirun -np 2 "$BIN" --out "$TMP/one" -b 64 -e 256 -n 1 -w 0 --tiers world,inter 
 grep -q "# Note: tier inter skipped: the job runs on one node" "$TMP/one.txt" || fail "no note for skipped inter tier"
 
 # 4. A planted wrong element: #wrong > 0 in the table and exit 3.
-SWEEP_TEST_CORRUPT=2 mpirun -np 2 "$BIN" --out "$TMP/bad" allgather -b 64 -e 1K -n 1 -w 0 >"$TMP/bad.txt" 2>"$TMP/bad.err"
+mpirun -np 2 "$FAULTS" --corrupt-check 2 --out "$TMP/bad" allgather -b 64 -e 1K -n 1 -w 0 >"$TMP/bad.txt" 2>"$TMP/bad.err"
 rc=$?
 [ $rc -eq 3 ] || fail "planted wrong: exit $rc, want 3"
 grep -q "# Out of bounds values : 1 FAILED" "$TMP/bad.txt" || fail "planted wrong not in the footer"
@@ -48,10 +51,10 @@ rc=$?
 [ $rc -eq 3 ] || fail "--min-busbw: exit $rc, want 3"
 grep -q "Avg bus bandwidth    : .* FAILED" "$TMP/gate.txt" || fail "--min-busbw: footer does not say FAILED"
 
-# 6. Large MPI counts: a test hook lowers MPI's int count limit to 1000 elements, so sizes up to
+# 6. Large MPI counts: an injected fault lowers MPI's int count limit to 1000 elements, so sizes up to
 # 64 KiB take the large-count path (sliced reductions, derived types for the rest; 1000 does not
 # divide the counts, so remainders are exercised). Every element is still checked on 3 ranks.
-if SWEEP_TEST_MPI_COUNT_LIMIT=1000 mpirun -np 3 --oversubscribe "$BIN" --out "$TMP/big" \
+if mpirun -np 3 --oversubscribe "$FAULTS" --mpi-count-limit 1000 --out "$TMP/big" \
     allreduce,allgather,alltoall,broadcast,reduce,sendrecv -d float32,int32 -b 6K -e 48K -n 1 -w 1 -c 1 \
     >"$TMP/big.txt" 2>"$TMP/big.err"; then
   $PY $CHECK "$TMP/big.txt" "$TMP/big/sweep" --minbytes 6144 --maxbytes 49152 || fail "large-count check"
@@ -60,7 +63,7 @@ if SWEEP_TEST_MPI_COUNT_LIMIT=1000 mpirun -np 3 --oversubscribe "$BIN" --out "$T
 else
   fail "large-count sweep exited $?"; cat "$TMP/big.err" >&2
 fi
-SWEEP_TEST_MPI_COUNT_LIMIT=1000 mpirun -np 2 "$BIN" --out "$TMP/bigrs" reducescatter -b 64K -e 64K >"$TMP/u.txt" 2>"$TMP/u.err"
+mpirun -np 2 "$FAULTS" --mpi-count-limit 1000 --out "$TMP/bigrs" reducescatter -b 64K -e 64K >"$TMP/u.txt" 2>"$TMP/u.err"
 rc=$?
 [ $rc -eq 2 ] || fail "large-count reducescatter: exit $rc, want 2"
 grep -q "no large-count reduce-scatter" "$TMP/u.err" || fail "large-count reducescatter: no message"

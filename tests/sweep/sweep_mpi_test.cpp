@@ -40,7 +40,6 @@ SweepOptions small_options(const std::string& dir) {
   o.backend = "mpi";
   o.run_dir = dir;
   o.print_table = false;
-  o.corrupt_check = 0;
   return o;
 }
 
@@ -77,9 +76,10 @@ BOOST_AUTO_TEST_CASE(planted_wrong_element_fails_the_gate) {
   SweepOptions o = small_options(scratch_dir("bad"));
   o.collectives = {"allgather"};
   o.types = {DataType::Float32};
-  o.corrupt_check = 2;  // the second checked result on rank 0
+  SweepFaults faults;
+  faults.corrupt_check = 2;  // the second checked result on rank 0
   SweepResult res;
-  int code = run_sweep(cfg, o, &res);
+  int code = run_sweep(cfg, o, &res, faults);
   BOOST_TEST(code == 3);
   if (cairn::mpi::rank() == 0) {
     BOOST_TEST(res.wrong == 1);

@@ -68,7 +68,7 @@ assert a == b, "resumed steps 26..50 must repeat the original losses bitwise"
 PYEOF
 
 # ---- observability: metrics lines, tfevents (independent reader), Chrome trace
-"$PY" - "$W/r2/train" "$HERE/read_tfevents.py" <<'PYEOF'
+"$PY" - "$W/r2/train" "$HERE/../libcommon/metrics/read_tfevents.py" <<'PYEOF'
 import glob, json, subprocess, sys
 d, reader = sys.argv[1], sys.argv[2]
 lines = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]

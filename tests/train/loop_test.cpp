@@ -57,9 +57,16 @@ static Config small_config(const std::string& out, std::vector<std::string> extr
   return load_config(src);
 }
 
+// Hooks that only ask for the final weights (TrainResult::params), for the comparisons below.
+static TrainHooks with_params() {
+  TrainHooks h;
+  h.return_params = true;
+  return h;
+}
+
 BOOST_AUTO_TEST_CASE(resume_is_bitwise_exact) {
   std::string base = scratch();
-  TrainResult straight = run_train(small_config(base + "/straight"));
+  TrainResult straight = run_train(small_config(base + "/straight"), with_params());
   BOOST_TEST(straight.exit_code == 0);
   BOOST_REQUIRE_EQUAL(straight.losses.size(), 12u);
 
@@ -71,7 +78,7 @@ BOOST_AUTO_TEST_CASE(resume_is_bitwise_exact) {
   BOOST_TEST(fs::exists(base + "/resumed/train/ckpt/step_00000006/DONE"));
   BOOST_TEST(!fs::exists(base + "/resumed/train/FINISHED"));
 
-  TrainResult second = run_train(small_config(base + "/resumed"));
+  TrainResult second = run_train(small_config(base + "/resumed"), with_params());
   BOOST_TEST(second.exit_code == 0);
   BOOST_REQUIRE_EQUAL(second.losses.size(), 6u);
   BOOST_TEST(second.steps.front() == 7);
@@ -80,6 +87,7 @@ BOOST_AUTO_TEST_CASE(resume_is_bitwise_exact) {
     BOOST_TEST(second.losses[i] == straight.losses[6 + i]);  // bitwise: exact double equality
   }
   if (mpi::rank() == 0) {
+    BOOST_REQUIRE(!straight.params.empty());
     BOOST_REQUIRE_EQUAL(second.params.size(), straight.params.size());
     BOOST_TEST(std::memcmp(second.params.data(), straight.params.data(), 4 * straight.params.size()) == 0);
   }
@@ -99,7 +107,7 @@ BOOST_AUTO_TEST_CASE(resume_with_zero1_is_bitwise_exact) {
 
 BOOST_AUTO_TEST_CASE(nan_and_spike_steps_are_skipped) {
   std::string base = scratch();
-  TrainHooks h;
+  TrainHooks h = with_params();
   h.fault = [](int64_t step) {
     if (step == 3) return Fault::NanGrad;
     if (step == 4) return Fault::NanLoss;
@@ -118,6 +126,7 @@ BOOST_AUTO_TEST_CASE(nan_and_spike_steps_are_skipped) {
   BOOST_TEST(r.skipped[13] == 1);
   BOOST_TEST(skipped == 3);
   if (mpi::rank() == 0) {
+    BOOST_REQUIRE(!r.params.empty());
     for (float p : r.params) BOOST_TEST_REQUIRE(std::isfinite(p));
   }
 }
@@ -234,7 +243,7 @@ BOOST_AUTO_TEST_CASE(signal_during_setup_exits_75_with_nothing_saved) {
 
 BOOST_AUTO_TEST_CASE(signal_mid_run_checkpoints_and_resumes_bitwise) {
   const std::string base = scratch();
-  TrainResult straight = run_train(small_config(base + "/sig_straight"));
+  TrainResult straight = run_train(small_config(base + "/sig_straight"), with_params());
   TrainHooks h;
   h.at = [](const std::string& point, int64_t step) {
     if (point == "step_done" && step == 5 && mpi::rank() == 0) raise(SIGUSR1);
@@ -245,10 +254,14 @@ BOOST_AUTO_TEST_CASE(signal_mid_run_checkpoints_and_resumes_bitwise) {
   mpi::barrier();
   BOOST_TEST(fs::exists(base + "/sig_mid/train/ckpt/step_00000005/DONE"));
   BOOST_TEST(fs::exists(base + "/sig_mid/train/STOPPED"));
-  TrainResult second = run_train(small_config(base + "/sig_mid"));
+  TrainResult second = run_train(small_config(base + "/sig_mid"), with_params());
   BOOST_TEST(second.exit_code == 0);
   BOOST_REQUIRE_EQUAL(second.losses.size(), 7u);
   for (size_t i = 0; i < 7; ++i) BOOST_TEST(second.losses[i] == straight.losses[5 + i]);
+  if (mpi::rank() == 0) {
+    BOOST_REQUIRE_EQUAL(second.params.size(), straight.params.size());
+    BOOST_REQUIRE(!straight.params.empty());
+  }
   if (mpi::rank() == 0)
     BOOST_TEST(std::memcmp(second.params.data(), straight.params.data(), 4 * straight.params.size()) == 0);
 }

@@ -2,15 +2,22 @@
 # Stop signals at any moment of a cairn-train process (tests/train/loop_test.cpp covers the same in-process):
 # start-up (right after the handlers are installed, before MPI starts), mid-run, after the last step, after
 # FINISHED and just before MPI_Finalize; 1 rank directly, 2 ranks through mpirun, and the train stage of
-# slurm/run-local.sh (which relays SIGTERM to mpirun). Never on a timer: the trainer pauses at a point named by
+# slurm/run-local.sh (which relays SIGTERM to mpirun). Never on a timer: tests/train's cairn-train-pausing (cairn-train's
+# command line with a pausing TrainHooks::at; the installed binary has no such hook) pauses at a point named by
 # CAIRNTEST_TRAIN_PAUSE and creates $CAIRNTEST_TRAIN_PAUSE_FILE.<pid>; the test signals once every rank is there
 # (or, mid-run, once metrics.jsonl has 3 steps). Expected: before the first step 75 with nothing saved (STOPPED
 # written), mid-run 75 with a checkpoint, from the last step on 0 with FINISHED.
+# Usage: signals.sh <cairn-train-pausing>
 set -euo pipefail
 BIN=${CAIRN_BIN_DIR:?CAIRN_BIN_DIR must point at build/bin}
+PAUSING=${1:?usage: signals.sh <cairn-train-pausing>}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 W=$(mktemp -d /tmp/cairn_train_signals.XXXXXX)
 trap 'rm -rf "$W"' EXIT
+# The tools for slurm/run-local.sh (CAIRN_BIN_DIR), with cairn-train being the pausing one.
+mkdir "$W/bin"
+ln -s "$BIN"/cairn-* "$W/bin/"
+ln -sf "$PAUSING" "$W/bin/cairn-train"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 F=/usr/share/games/fortunes
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -54,8 +61,8 @@ case_() {
   esac
   echo "ok: $name (exit $rc)"
 }
-T=("$BIN/cairn-train")
-M=(mpirun --oversubscribe -np 2 "$BIN/cairn-train")
+T=("$W/bin/cairn-train")
+M=(mpirun --oversubscribe -np 2 "$W/bin/cairn-train")
 case_ "1 rank, SIGTERM at start-up"        1 startup  TERM 75 4      -- "${T[@]}"
 case_ "1 rank, SIGUSR1 at start-up"        1 startup  USR1 75 4      -- "${T[@]}"
 case_ "1 rank, SIGTERM mid-run"            1 mid      TERM 75 100000 -- "${T[@]}"
@@ -67,7 +74,7 @@ case_ "mpirun 2 ranks, SIGUSR1 mid-run"    2 mid      USR1 75 100000 -- "${M[@]}
 case_ "mpirun 2 ranks, SIGUSR1 after the last step" 2 last_step USR1 0 4 -- "${M[@]}"
 case_ "mpirun 2 ranks, SIGUSR1 before MPI_Finalize" 2 exit USR1 0 4  -- "${M[@]}"
 # slurm/run-local.sh's train stage: SIGTERM to the script, relayed to mpirun (the documented code must survive it).
-LOCAL=(env CAIRN_BIN_DIR="$BIN" CAIRN_NP=2 "$ROOT/slurm/run-local.sh" "$ROOT/configs/demo.toml" --stages train)
+LOCAL=(env CAIRN_BIN_DIR="$W/bin" CAIRN_NP=2 "$ROOT/slurm/run-local.sh" "$ROOT/configs/demo.toml" --stages train)
 case_ "run-local.sh, SIGTERM at start-up"  2 startup  TERM 75 4      -- "${LOCAL[@]}"
 case_ "run-local.sh, SIGTERM mid-run"      2 mid      TERM 75 100000 -- "${LOCAL[@]}"
 case_ "run-local.sh, SIGTERM after the last step" 2 last_step TERM 0 4 -- "${LOCAL[@]}"

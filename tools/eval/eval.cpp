@@ -19,6 +19,9 @@
 #include "cairn/kernels/backend.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
+#include "cairn/sections/data.h"
+#include "cairn/sections/model.h"
+#include "cairn/sections/run.h"
 #include "eval.h"
 
 namespace fs = std::filesystem;
@@ -30,9 +33,7 @@ using nlohmann::ordered_json;
 
 namespace {
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // A checkpoint to evaluate: its directory (or model.h5 path) and step.
 struct Target {
@@ -47,7 +48,7 @@ struct RunSettings {
   int64_t val_rows = 0;  // windows one validation pass of the trainer scores (0 = unknown)
 };
 
-RunSettings parse_run_settings(const std::string& config_toml, const json& train_state) {
+RunSettings parse_run_settings(const std::string& config_toml, const records::TrainState& train_state) {
   RunSettings rs;
   if (config_toml.empty()) return rs;
   try {
@@ -57,14 +58,14 @@ RunSettings parse_run_settings(const std::string& config_toml, const json& train
     if (auto v = t["run"]["dir"].value<std::string>()) rs.run_dir = *v;
     // cairn-train's validation pass: the windows it scored, as it recorded them (val_rows: val_batches x
     // data-parallel ranks x micro-batch, capped by the split)...
-    if (train_state.contains("val_rows") && train_state["val_rows"].is_number_unsigned()) {
-      rs.val_rows = train_state["val_rows"].get<int64_t>();
+    if (train_state.val_rows) {
+      rs.val_rows = static_cast<int64_t>(*train_state.val_rows);
       return rs;
     }
     // ... or, for checkpoints written before it recorded them, val_batches micro-batches per rank.
-    int64_t world = train_state.value("world_size", int64_t{0});
+    int64_t world = train_state.world_size.value_or(0);
     int64_t vb = t["train"]["val_batches"].value<int64_t>().value_or(0);
-    int64_t mb = t["train"]["micro_batch"].value<int64_t>().value_or(0);
+    int64_t mb = train_state.micro_batch.value_or(t["train"]["micro_batch"].value<int64_t>().value_or(0));
     if (mb <= 0) mb = t["parallel"]["mb"].value<int64_t>().value_or(0);
     if (mb <= 0 && world > 0) mb = t["train"]["global_batch"].value<int64_t>().value_or(0) / world;
     if (world > 0 && vb > 0 && mb > 0) rs.val_rows = vb * world * mb;
@@ -76,16 +77,20 @@ RunSettings parse_run_settings(const std::string& config_toml, const json& train
 
 // Refuses a checkpoint whose model differs from a [model] key the user set explicitly.
 void check_model_keys(const Config& cfg, const gpt::GptConfig& mc, const std::string& where) {
+  const ModelSection m = read_section<ModelSection>(cfg);
   struct K {
     const char* key;
+    int64_t want;
     int64_t actual;
     int64_t alt;
-  } keys[] = {{"model.layers", mc.layers, mc.layers}, {"model.hidden", mc.hidden, mc.hidden},
-              {"model.heads", mc.heads, mc.heads},    {"model.seq_len", mc.seq_len, mc.seq_len},
-              {"model.vocab", mc.vocab, mc.vocab_real}};
+  } keys[] = {{"model.layers", m.layers, mc.layers, mc.layers},
+              {"model.hidden", m.hidden, mc.hidden, mc.hidden},
+              {"model.heads", m.heads, mc.heads, mc.heads},
+              {"model.seq_len", m.seq_len, mc.seq_len, mc.seq_len},
+              {"model.vocab", m.vocab, mc.vocab, mc.vocab_real}};
   for (const auto& k : keys) {
-    if (cfg.origin(k.key).kind == Origin::Default) continue;
-    int64_t want = cfg.get_int(k.key);
+    if (cfg.origin(k.key).kind == Origin::Default) continue;  // only keys the user set explicitly
+    const int64_t want = k.want;
     if (std::string(k.key) == "model.vocab" && want == 0) continue;
     if (want != k.actual && want != k.alt) {
       throw UsageError(strprintf("checkpoint \"%s\" has %s = %lld but the config sets %s = %lld (%s): a checkpoint of "
@@ -133,10 +138,10 @@ std::vector<Target> resolve_input(const std::string& input, bool verify) {
 
 class Evaluator {
  public:
-  Evaluator(const Config& cfg) : cfg_(cfg) {
-    run_dir_ = run_dir(cfg);
+  Evaluator(const Config& cfg, const EvalSection& es) : cfg_(cfg), eval_(es), data_(read_section<DataSection>(cfg)) {
+    run_dir_ = read_section<RunSection>(cfg).dir;
     out_dir_ = join_path(run_dir_, "eval");
-    std::string bname = cfg.get_string("eval.backend");
+    const std::string& bname = eval_.backend;
     if (bname == "cuda") {
       // Unavailable (no driver, no GPU, a build without CUDA) is a configuration error with the reason; otherwise
       // each rank takes the GPU of its local rank before the backend allocates anything.
@@ -148,21 +153,18 @@ class Evaluator {
     }
     backend_ = kernels::find_backend(bname.c_str());
     if (!backend_)
-      throw UsageError(strprintf("[eval] backend = \"%s\" is not available in this build (available: %s)", bname.c_str(),
-                                 kernels::backend_names()));
+      throw UsageError(strprintf("[eval] backend = \"%s\" is not available in this build (available: %s)",
+                                 bname.c_str(), kernels::backend_names()));
     // threads = 0: share the node's cores among its ranks (and OpenBLAS's too), as cairn-train does.
-    const int threads = static_cast<int>(cfg.get_int("eval.threads"));
-    kernels::set_cpu_threads(threads > 0 ? threads : mpi::cores_per_local_rank());
-    batch_size_ = static_cast<int>(cfg.get_int("eval.batch_size"));
-    verify_ = cfg.get_bool("eval.verify_checkpoints");
-    reevaluate_ = cfg.get_bool("eval.reevaluate");
+    kernels::set_cpu_threads(eval_.threads > 0 ? eval_.threads : mpi::cores_per_local_rank());
+    batch_size_ = static_cast<int>(eval_.batch_size);
     bool ok = true;
     std::string msg;
     if (mpi::rank() == 0) {
       try {
         ensure_dir(out_dir_);
         check_writable_dir(out_dir_);
-        if (cfg.get_bool("eval.log_samples")) ensure_dir(join_path(out_dir_, "samples"));
+        if (eval_.log_samples) ensure_dir(join_path(out_dir_, "samples"));
         ensure_dir(join_path(out_dir_, "lm_eval"));
         rows_ = read_results(join_path(out_dir_, "results.jsonl"));
       } catch (const Error& e) {
@@ -171,19 +173,20 @@ class Evaluator {
       }
     }
     mpi::agree_or_throw(ok, msg, kExitUsage);
-    task_names_ = cfg.get_strings("eval.tasks");
+    task_names_ = eval_.tasks;
     if (task_names_.empty()) throw UsageError("[eval] tasks is empty: nothing to evaluate");
     // Unknown task names are config errors: report them before waiting for or loading checkpoints.
     json tables = cfg.section("eval.task");
     for (const auto& t : task_names_)
       if (t != "val" && t != "train_val" && !(tables.is_object() && tables.contains(t)))
-        throw UsageError("[eval] tasks: unknown task \"" + t + "\" (define [eval.task." + t + "]; built in: val, train_val)");
-    check_task_tables(cfg);
+        throw UsageError("[eval] tasks: unknown task \"" + t + "\" (define [eval.task." + t +
+                         "]; built in: val, train_val)");
+    check_task_tables(tables, eval_);
   }
 
   // True when every configured task already has rows for this step.
   bool done(int64_t step) const {
-    if (reevaluate_) return false;
+    if (eval_.reevaluate) return false;
     for (const auto& t : task_names_) {
       bool found = false;
       for (const auto& r : rows_)
@@ -254,10 +257,14 @@ class Evaluator {
       mpi::agree_or_throw(ok, msg, code);
     }
     if (tasks_.empty()) {
-      RunSettings rs = parse_run_settings(meta.config_toml, meta.train_state);
+      RunSettings rs =
+          parse_run_settings(meta.config_toml, records::TrainState::from_json(JsonFields(meta.train_state, target.path,
+                                                                                         "checkpoint train_state")));
       TaskContext ctx;
-      ctx.cfg = &cfg_;
-      ctx.default_data = cfg_.get_string("data.path");
+      ctx.tasks = task_names_;
+      ctx.tables = cfg_.section("eval.task");
+      ctx.log_samples = eval_.log_samples;
+      ctx.default_data = data_.path;
       if (ctx.default_data.empty()) ctx.default_data = rs.data_path;
       if (ctx.default_data.empty()) {
         // The training run's own <run>/data: beside the checkpoint (<run>/train/ckpt/step_N), or under
@@ -276,13 +283,13 @@ class Evaluator {
       }
       // The validation split is the one of the run that wrote the checkpoint unless set here.
       ctx.val_fraction = cfg_.origin("data.val_fraction").kind != Origin::Default || rs.val_fraction < 0
-                             ? cfg_.get_float("data.val_fraction")
+                             ? data_.val_fraction
                              : rs.val_fraction;
       ctx.train_val_rows = rs.val_rows;
-      ctx.context = static_cast<int>(cfg_.get_int("eval.context"));
+      ctx.context = static_cast<int>(eval_.context);
       ctx.batch_size = batch_size_;
-      ctx.limit = cfg_.get_int("eval.limit");
-      ctx.skip_bad = cfg_.get_bool("eval.skip_bad");
+      ctx.limit = eval_.limit;
+      ctx.skip_bad = eval_.skip_bad;
       tasks_ = prepare_tasks(ctx, model_cfg_);
     }
     std::vector<TaskResult> results;
@@ -295,10 +302,13 @@ class Evaluator {
     std::vector<ResultRow> new_rows;
     for (const auto& r : results) {
       for (const auto& m : r.metrics)
-        new_rows.push_back({target.step, meta.tokens, target.path, r.task, m.name, m.value, m.stderr_, r.samples, wall});
+        new_rows.push_back(
+            {target.step, meta.tokens, target.path, r.task, m.name, m.value, m.stderr_, r.samples, wall});
       double tps = r.seconds > 0 ? r.tokens_processed / r.seconds : 0, eps = r.seconds > 0 ? r.samples / r.seconds : 0;
-      new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_tokens_per_s", tps, std::nan(""), r.samples, wall});
-      new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_examples_per_s", eps, std::nan(""), r.samples, wall});
+      new_rows.push_back(
+          {target.step, meta.tokens, target.path, r.task, "eval_tokens_per_s", tps, std::nan(""), r.samples, wall});
+      new_rows.push_back(
+          {target.step, meta.tokens, target.path, r.task, "eval_examples_per_s", eps, std::nan(""), r.samples, wall});
     }
     if (mpi::rank() == 0) {
       // Replace rows of the same (step, task) (reevaluate), keep the rest, then rewrite atomically.
@@ -343,7 +353,7 @@ class Evaluator {
     info.batch_size = batch_size_;
     info.ranks = mpi::size();
     info.num_params = static_cast<int64_t>(model_->num_params());
-    ordered_json lm = lm_eval_json(info, results, cfg_, model_cfg_);
+    ordered_json lm = lm_eval_json(info, results, eval_, model_cfg_);
     const std::string step_path =
         join_path(out_dir_, strprintf("lm_eval/step_%08lld.json", static_cast<long long>(target.step)));
     if (path_exists(step_path)) {
@@ -374,12 +384,14 @@ class Evaluator {
     for (const auto& r : results) {
       if (!r.has_samples) continue;
       std::string lines;
-      for (const auto& line : r.sample_lines) lines += line.dump(-1, ' ', false, ordered_json::error_handler_t::replace) + "\n";
+      for (const auto& line : r.sample_lines)
+        lines += line.dump(-1, ' ', false, ordered_json::error_handler_t::replace) + "\n";
       const std::string path = join_path(dir, "samples_" + r.task + "_" + date_id + ".jsonl");
       atomic_write(path, lines);
       ensure_dir(join_path(out_dir_, "samples"));
-      link_or_copy(path, join_path(out_dir_, strprintf("samples/step_%08lld_%s.jsonl", static_cast<long long>(target.step),
-                                                       r.task.c_str())),
+      link_or_copy(path,
+                   join_path(out_dir_, strprintf("samples/step_%08lld_%s.jsonl", static_cast<long long>(target.step),
+                                                 r.task.c_str())),
                    lines);
     }
   }
@@ -412,12 +424,13 @@ class Evaluator {
     }
   }
 
-  const Config& cfg_;
+  const Config& cfg_;  // origins of [data] keys and the [eval.task] tables
+  const EvalSection eval_;
+  const DataSection data_;
   std::string run_dir_, out_dir_;
   const kernels::Backend* backend_ = nullptr;
   gpu::DeviceInfo device_;  // set on the cuda backend
   int batch_size_ = 8;
-  bool verify_ = true, reevaluate_ = false;
   std::vector<std::string> task_names_;
   std::vector<ResultRow> rows_;  // rank 0: the record
   std::set<int64_t> evaluated_;
@@ -427,8 +440,8 @@ class Evaluator {
 };
 
 // --watch: the checkpoint root and the FINISHED marker of the run being followed.
-void watch(const Config& cfg, Evaluator& ev, EvalSummary& summary) {
-  std::string dir = cfg.get_string("eval.watch");
+void watch(const EvalSection& es, Evaluator& ev, EvalSummary& summary) {
+  const std::string& dir = es.watch;
   // DIR is the training run's train/ directory or its checkpoint root train/ckpt.
   fs::path norm = fs::path(dir).lexically_normal();
   if (norm.filename().empty()) norm = norm.parent_path();
@@ -436,9 +449,9 @@ void watch(const Config& cfg, Evaluator& ev, EvalSummary& summary) {
   std::string root = is_root ? norm.string() : join_path(norm.string(), "ckpt");
   std::string train_dir = is_root ? norm.parent_path().string() : norm.string();
   std::string finished = join_path(train_dir, "FINISHED");
-  double idle_timeout = cfg.get_float("eval.idle_timeout");
-  double poll = cfg.get_float("eval.poll_interval");
-  bool verify = cfg.get_bool("eval.verify_checkpoints");
+  const double idle_timeout = es.idle_timeout;
+  const double poll = es.poll_interval;
+  const bool verify = es.verify_checkpoints;
   if (mpi::rank() == 0 && !path_exists(dir))
     CAIRN_LOG_WARN("--watch \"%s\" does not exist yet; waiting for the training run to create it", dir.c_str());
   CAIRN_LOG_INFO("watching \"%s\" (stop at \"%s\" or after %.0f s idle)", root.c_str(), finished.c_str(), idle_timeout);
@@ -489,16 +502,16 @@ void watch(const Config& cfg, Evaluator& ev, EvalSummary& summary) {
 
 EvalSummary run_eval(const Config& cfg, const EvalOptions& opts) {
   EvalSummary summary;
-  Evaluator ev(cfg);
-  if (!cfg.get_string("eval.watch").empty()) {
-    if (!opts.checkpoints.empty())
-      throw UsageError("give either checkpoints or --watch DIR, not both");
-    watch(cfg, ev, summary);
+  const EvalSection es = read_section<EvalSection>(cfg);
+  Evaluator ev(cfg, es);
+  if (!es.watch.empty()) {
+    if (!opts.checkpoints.empty()) throw UsageError("give either checkpoints or --watch DIR, not both");
+    watch(es, ev, summary);
   } else {
     std::vector<std::string> inputs = opts.checkpoints;
     if (inputs.empty()) {
-      std::string c = cfg.get_string("eval.checkpoint");
-      inputs.push_back(c.empty() ? join_path(join_path(run_dir(cfg), "train"), "ckpt") : c);
+      const std::string& c = es.checkpoint;
+      inputs.push_back(c.empty() ? join_path(join_path(read_section<RunSection>(cfg).dir, "train"), "ckpt") : c);
     }
     std::vector<Target> all;
     bool ok = true;
@@ -507,7 +520,7 @@ EvalSummary run_eval(const Config& cfg, const EvalOptions& opts) {
     if (mpi::rank() == 0) {
       try {
         for (const auto& in : inputs) {
-          auto t = resolve_input(in, cfg.get_bool("eval.verify_checkpoints"));
+          auto t = resolve_input(in, es.verify_checkpoints);
           all.insert(all.end(), t.begin(), t.end());
         }
       } catch (const Error& e) {
@@ -521,8 +534,9 @@ EvalSummary run_eval(const Config& cfg, const EvalOptions& opts) {
     std::vector<Target> todo = ev.pending(all, &skipped);
     summary.checkpoints_skipped += skipped;
     if (skipped && mpi::rank() == 0)
-      CAIRN_LOG_INFO("%d checkpoint(s) already evaluated (in results.jsonl); skipped (eval.reevaluate = true redoes them)",
-                     skipped);
+      CAIRN_LOG_INFO(
+          "%d checkpoint(s) already evaluated (in results.jsonl); skipped (eval.reevaluate = true redoes them)",
+          skipped);
     for (const auto& t : todo) ev.evaluate(t, summary);
   }
   return summary;

@@ -12,6 +12,8 @@
 
 #include "cairn/config.h"
 #include "cairn/gpt.h"
+#include "cairn/records.h"
+#include "cairn/sections/eval.h"
 
 namespace cairn::tokenizer {
 class Tokenizer;
@@ -39,8 +41,8 @@ struct Score {
 };
 
 struct ScoreStats {
-  int64_t forwards = 0;        // forward passes on this rank
-  int64_t tokens_scored = 0;   // scored positions over all ranks
+  int64_t forwards = 0;          // forward passes on this rank
+  int64_t tokens_scored = 0;     // scored positions over all ranks
   int64_t tokens_processed = 0;  // input positions (with padding) over all ranks
   double seconds = 0;
 };
@@ -79,9 +81,9 @@ struct Metric {
 struct TaskResult {
   std::string task, kind;
   std::vector<Metric> metrics;
-  int64_t samples = 0;      // examples (documents, windows, questions) scored
+  int64_t samples = 0;            // examples (documents, windows, questions) scored
   int64_t samples_original = -1;  // the task's full size (before --limit, with malformed records); -1: = samples
-  int64_t skipped_bad = 0;  // malformed records skipped with skip_bad
+  int64_t skipped_bad = 0;        // malformed records skipped with skip_bad
   int64_t tokens_scored = 0, tokens_processed = 0;
   double seconds = 0;
   nlohmann::json config = nlohmann::json::object();  // the task's settings (lm_eval "configs")
@@ -97,11 +99,13 @@ struct TaskResult {
 
 // Everything a task needs besides the model.
 struct TaskContext {
-  const Config* cfg = nullptr;
-  std::string default_data;   // dataset directory when a task names none
-  double val_fraction = 0.02; // of the training run that wrote the checkpoint
-  int64_t train_val_rows = 0; // windows in one validation pass of that run (0 = unknown)
-  int context = 0;            // maximum tokens per forward row
+  std::vector<std::string> tasks;  // [eval] tasks, in order
+  nlohmann::json tables;           // the [eval.task] tables
+  bool log_samples = false;        // [eval] log_samples
+  std::string default_data;        // dataset directory when a task names none
+  double val_fraction = 0.02;      // of the training run that wrote the checkpoint
+  int64_t train_val_rows = 0;      // windows in one validation pass of that run (0 = unknown)
+  int context = 0;                 // maximum tokens per forward row
   int batch_size = 8;
   int64_t limit = 0;
   bool skip_bad = false;
@@ -122,7 +126,7 @@ struct Task {
 std::vector<std::unique_ptr<Task>> prepare_tasks(const TaskContext& ctx, const gpt::GptConfig& model_cfg);
 
 // Checks task tables that need no checkpoint (kinds, JSONL files) so a --watch job fails at once.
-void check_task_tables(const Config& cfg);
+void check_task_tables(const nlohmann::json& tables, const EvalSection& eval);
 
 // One multiple-choice example and the harness's pair encoding (context/continuation split where the
 // trailing whitespace of the context moves into the continuation; empty context -> end-of-text).
@@ -143,14 +147,8 @@ double mean_stderr(const std::vector<double>& x);
 
 // ---------------------------------------------------------------- results
 
-struct ResultRow {
-  int64_t step = 0, tokens = 0;
-  std::string checkpoint, task, metric;
-  double value = 0;
-  double stderr_ = std::numeric_limits<double>::quiet_NaN();
-  int64_t n = 0;
-  double wall_time = 0;  // unix seconds when the checkpoint's evaluation finished
-};
+// One row of results.jsonl, results.h5 and --json: the record cairn-report reads too (cairn/records.h).
+using ResultRow = records::EvalRow;
 
 // results.jsonl is the record: reading it tells which (step, task) pairs are done.
 std::vector<ResultRow> read_results(const std::string& jsonl_path);
@@ -171,15 +169,15 @@ std::string python_json_dumps_indent2(const nlohmann::ordered_json& doc);
 struct RunInfo {
   int64_t step = 0, tokens = 0;
   std::string checkpoint;
-  std::string model_name;  // "<run>/step_%08d": config.model_args' pretrained=, model_name
+  std::string model_name;               // "<run>/step_%08d": config.model_args' pretrained=, model_name
   double start_time = 0, end_time = 0;  // unix seconds of this checkpoint's evaluation
   int batch_size = 0, ranks = 1;
   int64_t num_params = 0;
 };
 // lm-evaluation-harness results layout for one checkpoint: simple_evaluate's dict plus what
 // EvaluationTracker.save_results_aggregated adds (task_hashes, model_name, times), and a "cairn" object.
-nlohmann::ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& results, const Config& cfg,
-                                    const gpt::GptConfig& model);
+nlohmann::ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& results,
+                                    const EvalSection& eval, const gpt::GptConfig& model);
 // The summary table printed on stdout.
 std::string summary_table(int64_t step, int64_t tokens, const std::string& checkpoint,
                           const std::vector<TaskResult>& results);

@@ -32,21 +32,9 @@ std::vector<ResultRow> read_results(const std::string& path) {
     ++lineno;
     if (line.empty()) continue;
     try {
-      json j = json::parse(line);
-      ResultRow r;
-      r.step = j.at("step").get<int64_t>();
-      r.tokens = j.value("tokens", int64_t{0});
-      r.checkpoint = j.value("checkpoint", std::string());
-      r.task = j.at("task").get<std::string>();
-      r.metric = j.at("metric").get<std::string>();
-      r.value = j.at("value").is_number() ? j["value"].get<double>() : std::nan("");
-      r.stderr_ = j.contains("stderr") && j["stderr"].is_number() ? j["stderr"].get<double>() : std::nan("");
-      r.n = j.value("n", int64_t{0});
-      r.wall_time = j.value("wall_time", 0.0);
-      rows.push_back(r);
-    } catch (const json::exception& e) {
-      throw UsageError(strprintf("%s:%lld: not a cairn-eval result line (%s); move the file away to start over",
-                                 path.c_str(), static_cast<long long>(lineno), e.what()));
+      rows.push_back(ResultRow::parse(line, path + ":" + std::to_string(lineno)));
+    } catch (const UsageError& e) {
+      throw UsageError(std::string(e.what()) + "; move the file away to start over");
     }
   }
   return rows;
@@ -54,12 +42,7 @@ std::vector<ResultRow> read_results(const std::string& path) {
 
 void write_results_jsonl(const std::string& path, const std::vector<ResultRow>& rows) {
   std::string text;
-  for (const auto& r : rows) {
-    json j = {{"step", r.step},         {"tokens", r.tokens}, {"checkpoint", r.checkpoint},
-              {"task", r.task},         {"metric", r.metric}, {"value", number_or_null(r.value)},
-              {"stderr", number_or_null(r.stderr_)}, {"n", r.n}, {"wall_time", r.wall_time}};
-    text += j.dump() + "\n";
-  }
+  for (const auto& r : rows) text += r.to_json().dump() + "\n";
   atomic_write(path, text);
 }
 
@@ -75,7 +58,7 @@ void write_results_h5(const std::string& path, const std::vector<ResultRow>& row
       tokens.push_back(r.tokens);
       n.push_back(r.n);
       value.push_back(r.value);
-      err.push_back(r.stderr_);
+      err.push_back(r.stderr_value);
       wall.push_back(r.wall_time);
       ckpt.push_back(r.checkpoint);
       task.push_back(r.task);
@@ -104,15 +87,16 @@ void write_results_h5(const std::string& path, const std::vector<ResultRow>& row
 // ---------------------------------------------------------------- lm-evaluation-harness conventions
 
 std::string sha256_hex(std::string_view text) {
-  static const uint32_t K[64] = {
-      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
-      0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
-      0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8,
-      0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
-      0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819,
-      0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
-      0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-      0xc67178f2};
+  static const uint32_t K[64] = {0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+                                 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+                                 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+                                 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+                                 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+                                 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+                                 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+                                 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+                                 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+                                 0xc67178f2};
   uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
   auto rotr = [](uint32_t x, int n) { return (x >> n) | (x << (32 - n)); };
   std::string msg(text);
@@ -195,7 +179,7 @@ std::string python_json_dumps_indent2(const nlohmann::ordered_json& doc) {
   return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& results, const Config& cfg,
+ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& results, const EvalSection& eval,
                           const gpt::GptConfig& model) {
   ordered_json res = ordered_json::object(), configs = ordered_json::object(), versions = ordered_json::object(),
                nshot = ordered_json::object(), hib = ordered_json::object(), nsamples = ordered_json::object(),
@@ -210,7 +194,8 @@ ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& re
       // The harness writes "N/A" where a metric has no standard error.
       t[m.name + "_stderr,none"] = std::isfinite(m.stderr_) ? ordered_json(m.stderr_) : ordered_json("N/A");
       h[m.name] = m.higher_is_better;
-      metric_list.push_back({{"metric", m.name}, {"aggregation", m.aggregation}, {"higher_is_better", m.higher_is_better}});
+      metric_list.push_back(
+          {{"metric", m.name}, {"aggregation", m.aggregation}, {"higher_is_better", m.higher_is_better}});
     }
     res[r.task] = t;
     // task.dump_config(): the task's settings plus the fields every harness task config has.
@@ -233,7 +218,8 @@ ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& re
       // EvaluationTracker.save_results_aggregated: sha256 of the concatenated doc/prompt/target hashes.
       std::string cat;
       for (const auto& s : r.sample_lines)
-        cat += s["doc_hash"].get<std::string>() + s["prompt_hash"].get<std::string>() + s["target_hash"].get<std::string>();
+        cat += s["doc_hash"].get<std::string>() + s["prompt_hash"].get<std::string>() +
+               s["target_hash"].get<std::string>();
       hashes[r.task] = sha256_hex(cat);
     }
     if (!tok_source && r.eot_id >= 0) tok_source = &r;
@@ -271,9 +257,9 @@ ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& re
                    {"model_num_parameters", info.num_params},
                    {"batch_size", info.batch_size},
                    {"batch_sizes", ordered_json::array()},
-                   {"device", cfg.get_string("eval.backend")},
+                   {"device", eval.backend},
                    {"use_cache", nullptr},
-                   {"limit", cfg.get_int("eval.limit") > 0 ? ordered_json(cfg.get_int("eval.limit")) : ordered_json(nullptr)},
+                   {"limit", eval.limit > 0 ? ordered_json(eval.limit) : ordered_json(nullptr)},
                    {"bootstrap_iters", 0},  // stderr: the closed-form mean stderr, "N/A" where that does not apply
                    {"gen_kwargs", nullptr},
                    {"random_seed", nullptr},
@@ -284,8 +270,8 @@ ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& re
                    {"tokens", info.tokens}};
   out["git_hash"] = sha;
   out["date"] = info.start_time;
-  out["pretty_env_info"] = strprintf("cairn-eval %s (git %s) on %s, backend %s, %d rank(s)", version.c_str(), sha.c_str(),
-                                     hostname_string().c_str(), cfg.get_string("eval.backend").c_str(), info.ranks);
+  out["pretty_env_info"] = strprintf("cairn-eval %s (git %s) on %s, backend %s, %d rank(s)", version.c_str(),
+                                     sha.c_str(), hostname_string().c_str(), eval.backend.c_str(), info.ranks);
   out["transformers_version"] = "N/A";
   out["lm_eval_version"] = "cairn-eval " + version;
   out["cairn_version"] = version;
@@ -311,15 +297,18 @@ ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& re
   out["start_time"] = info.start_time;
   out["end_time"] = info.end_time;
   out["total_evaluation_time_seconds"] = strprintf("%.6f", info.end_time - info.start_time);
-  out["cairn"] = {{"step", info.step}, {"tokens", info.tokens}, {"checkpoint", info.checkpoint}, {"performance", perf},
+  out["cairn"] = {{"step", info.step},
+                  {"tokens", info.tokens},
+                  {"checkpoint", info.checkpoint},
+                  {"performance", perf},
                   {"provenance", provenance().to_json()}};
   return out;
 }
 
 std::string summary_table(int64_t step, int64_t tokens, const std::string& checkpoint,
                           const std::vector<TaskResult>& results) {
-  std::string s = strprintf("checkpoint %s (step %lld, %lld tokens)\n", checkpoint.c_str(), static_cast<long long>(step),
-                            static_cast<long long>(tokens));
+  std::string s = strprintf("checkpoint %s (step %lld, %lld tokens)\n", checkpoint.c_str(),
+                            static_cast<long long>(step), static_cast<long long>(tokens));
   s += "|      Task       |     Metric      |    Value    |   Stderr   |   n    | tokens/s | examples/s |\n";
   s += "|-----------------|-----------------|-------------|------------|--------|----------|------------|\n";
   for (const auto& r : results) {
@@ -328,8 +317,8 @@ std::string summary_table(int64_t step, int64_t tokens, const std::string& check
     for (const auto& m : r.metrics) {
       std::string err = std::isfinite(m.stderr_) ? strprintf("%10.4f", m.stderr_) : std::string("       N/A");
       std::string val = std::abs(m.value) < 1e6 ? strprintf("%11.5f", m.value) : strprintf("%11.5g", m.value);
-      s += strprintf("| %-15s | %-15s | %s | %s | %6lld | %8s | %10s |\n", first ? r.task.c_str() : "",
-                     m.name.c_str(), val.c_str(), err.c_str(), static_cast<long long>(r.samples),
+      s += strprintf("| %-15s | %-15s | %s | %s | %6lld | %8s | %10s |\n", first ? r.task.c_str() : "", m.name.c_str(),
+                     val.c_str(), err.c_str(), static_cast<long long>(r.samples),
                      first ? strprintf("%.0f", tps).c_str() : "", first ? strprintf("%.1f", eps).c_str() : "");
       first = false;
     }

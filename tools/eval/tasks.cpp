@@ -29,12 +29,27 @@ int64_t count_words(const std::string& text) {
     *len = 1;
     if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return true;
     auto next = [&](size_t k) { return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0; };
-    if (c == 0xc2 && (next(1) == 0x85 || next(1) == 0xa0)) { *len = 2; return true; }
-    if (c == 0xe1 && next(1) == 0x9a && next(2) == 0x80) { *len = 3; return true; }  // U+1680
-    if (c == 0xe2 && next(1) == 0x80 && ((next(2) >= 0x80 && next(2) <= 0x8a) || next(2) == 0xa8 ||
-                                         next(2) == 0xa9 || next(2) == 0xaf)) { *len = 3; return true; }
-    if (c == 0xe2 && next(1) == 0x81 && next(2) == 0x9f) { *len = 3; return true; }  // U+205F
-    if (c == 0xe3 && next(1) == 0x80 && next(2) == 0x80) { *len = 3; return true; }  // U+3000
+    if (c == 0xc2 && (next(1) == 0x85 || next(1) == 0xa0)) {
+      *len = 2;
+      return true;
+    }
+    if (c == 0xe1 && next(1) == 0x9a && next(2) == 0x80) {
+      *len = 3;
+      return true;
+    }  // U+1680
+    if (c == 0xe2 && next(1) == 0x80 &&
+        ((next(2) >= 0x80 && next(2) <= 0x8a) || next(2) == 0xa8 || next(2) == 0xa9 || next(2) == 0xaf)) {
+      *len = 3;
+      return true;
+    }
+    if (c == 0xe2 && next(1) == 0x81 && next(2) == 0x9f) {
+      *len = 3;
+      return true;
+    }  // U+205F
+    if (c == 0xe3 && next(1) == 0x80 && next(2) == 0x80) {
+      *len = 3;
+      return true;
+    }  // U+3000
     return false;
   };
   int64_t runs = 0;
@@ -152,8 +167,8 @@ struct PerplexityTask : Task {
   uint32_t eot = 0;
   // windows mode
   std::vector<std::pair<uint32_t, uint64_t>> windows;  // (shard, token offset); T+1 tokens each
-  std::vector<uint8_t> token_bytes;                   // UTF-8 bytes each token stands for (EOT: 0)
-  uint64_t window_bytes = 0;                          // bytes of all scored targets (computed once)
+  std::vector<uint8_t> token_bytes;                    // UTF-8 bytes each token stands for (EOT: 0)
+  uint64_t window_bytes = 0;                           // bytes of all scored targets (computed once)
   // documents mode
   struct Doc {
     uint32_t shard;
@@ -173,44 +188,70 @@ struct PerplexityTask : Task {
   int max_length = 0;
 
   TaskResult evaluate(gpt::Model& model) override {
-    RequestSet rs;
-    std::vector<uint32_t> buf;
-    if (!documents) {
-      rs.lengths.assign(windows.size(), T);
-      rs.fill = [&](size_t i, int32_t* in, int32_t* tg) {
-        buf.resize(static_cast<size_t>(T) + 1);
-        shard_files[windows[i].first]->read_tokens(windows[i].second, buf.size(), buf.data());
-        for (int t = 0; t < T; ++t) {
-          in[t] = static_cast<int32_t>(buf[t]);
-          tg[t] = static_cast<int32_t>(buf[t + 1]);
-        }
-      };
-    } else {
-      rs.lengths.resize(reqs.size());
-      for (size_t i = 0; i < reqs.size(); ++i) rs.lengths[i] = reqs[i].w.input_len;
-      rs.fill = [&](size_t i, int32_t* in, int32_t* tg) {
-        const Req& r = reqs[i];
-        const Doc& d = docs[r.doc];
-        int L = r.w.input_len;
-        if (r.w.input_begin < 0) {
-          buf.resize(static_cast<size_t>(L));
-          shard_files[d.shard]->read_tokens(d.begin, buf.size(), buf.data());
-          in[0] = static_cast<int32_t>(eot);
-          for (int t = 1; t < L; ++t) in[t] = static_cast<int32_t>(buf[t - 1]);
-          for (int t = 0; t < L; ++t) tg[t] = static_cast<int32_t>(buf[t]);
-        } else {
-          buf.resize(static_cast<size_t>(L) + 1);
-          shard_files[d.shard]->read_tokens(d.begin + static_cast<uint64_t>(r.w.input_begin), buf.size(), buf.data());
-          for (int t = 0; t < L; ++t) {
-            in[t] = static_cast<int32_t>(buf[t]);
-            tg[t] = t >= L - r.w.pred_len ? static_cast<int32_t>(buf[t + 1]) : -1;
-          }
-        }
-      };
-    }
+    std::vector<uint32_t> buf;  // the fill callbacks' read buffer
+    RequestSet rs = documents ? document_requests(buf) : window_requests(buf);
     ScoreStats st;
     std::vector<Score> scores = score_requests(model, rs, batch_size, &st);
 
+    TaskResult res = result_header(st);
+    Totals sum;
+    if (!documents) add_window_scores(scores, sum, res);
+    else add_document_scores(scores, sum, res);
+    add_metrics(sum, res);
+    return res;
+  }
+
+ private:
+  // Sums over the scored windows or documents that the metrics are computed from.
+  struct Totals {
+    double nll = 0, bytes = 0, words = 0;
+    int64_t tokens = 0, correct = 0;
+  };
+
+  // Windows: T inputs and the T tokens after them as targets.
+  RequestSet window_requests(std::vector<uint32_t>& buf) {
+    RequestSet rs;
+    rs.lengths.assign(windows.size(), T);
+    rs.fill = [this, &buf](size_t i, int32_t* in, int32_t* tg) {
+      buf.resize(static_cast<size_t>(T) + 1);
+      shard_files[windows[i].first]->read_tokens(windows[i].second, buf.size(), buf.data());
+      for (int t = 0; t < T; ++t) {
+        in[t] = static_cast<int32_t>(buf[t]);
+        tg[t] = static_cast<int32_t>(buf[t + 1]);
+      }
+    };
+    return rs;
+  }
+
+  // Documents: the rolling windows; the first one of a document starts with end-of-text as its
+  // prefix, the others score only their last pred_len tokens (the rest is context).
+  RequestSet document_requests(std::vector<uint32_t>& buf) {
+    RequestSet rs;
+    rs.lengths.resize(reqs.size());
+    for (size_t i = 0; i < reqs.size(); ++i) rs.lengths[i] = reqs[i].w.input_len;
+    rs.fill = [this, &buf](size_t i, int32_t* in, int32_t* tg) {
+      const Req& r = reqs[i];
+      const Doc& d = docs[r.doc];
+      int L = r.w.input_len;
+      if (r.w.input_begin < 0) {
+        buf.resize(static_cast<size_t>(L));
+        shard_files[d.shard]->read_tokens(d.begin, buf.size(), buf.data());
+        in[0] = static_cast<int32_t>(eot);
+        for (int t = 1; t < L; ++t) in[t] = static_cast<int32_t>(buf[t - 1]);
+        for (int t = 0; t < L; ++t) tg[t] = static_cast<int32_t>(buf[t]);
+      } else {
+        buf.resize(static_cast<size_t>(L) + 1);
+        shard_files[d.shard]->read_tokens(d.begin + static_cast<uint64_t>(r.w.input_begin), buf.size(), buf.data());
+        for (int t = 0; t < L; ++t) {
+          in[t] = static_cast<int32_t>(buf[t]);
+          tg[t] = t >= L - r.w.pred_len ? static_cast<int32_t>(buf[t + 1]) : -1;
+        }
+      }
+    };
+    return rs;
+  }
+
+  TaskResult result_header(const ScoreStats& st) {
     TaskResult res;
     res.task = name;
     res.kind = kind;
@@ -222,69 +263,84 @@ struct PerplexityTask : Task {
     res.tokens_scored = st.tokens_scored;
     res.tokens_processed = st.tokens_processed;
     res.seconds = st.seconds;
-    double nll = 0, bytes = 0, words = 0;
-    int64_t tokens = 0, correct = 0;
-    if (!documents) {
-      for (size_t i = 0; i < scores.size(); ++i) {
-        nll -= scores[i].loglik;
-        tokens += scores[i].tokens;
-        correct += scores[i].correct;
+    return res;
+  }
+
+  // Bytes the scored targets stand for (token byte lengths; end-of-text counts none): counted once
+  // per task, windows split over ranks, an exact integer sum.
+  uint64_t scored_window_bytes() {
+    if (window_bytes == 0) {
+      std::vector<uint32_t> row(static_cast<size_t>(T) + 1);
+      uint64_t local = 0;
+      for (size_t i = static_cast<size_t>(mpi::rank()); i < windows.size(); i += static_cast<size_t>(mpi::size())) {
+        shard_files[windows[i].first]->read_tokens(windows[i].second, row.size(), row.data());
+        for (int t = 1; t <= T; ++t) local += token_bytes[row[t]];
       }
-      // Bytes the scored targets stand for (token byte lengths; end-of-text counts none): counted once
-      // per task, windows split over ranks, an exact integer sum.
-      if (window_bytes == 0) {
-        std::vector<uint32_t> row(static_cast<size_t>(T) + 1);
-        uint64_t local = 0;
-        for (size_t i = static_cast<size_t>(mpi::rank()); i < windows.size(); i += static_cast<size_t>(mpi::size())) {
-          shard_files[windows[i].first]->read_tokens(windows[i].second, row.size(), row.data());
-          for (int t = 1; t <= T; ++t) local += token_bytes[row[t]];
-        }
-        window_bytes = mpi::size() > 1 ? mpi::allreduce(local) : local;
-      }
-      bytes = static_cast<double>(window_bytes);
-      res.samples = static_cast<int64_t>(windows.size());
-    } else {
-      std::vector<double> doc_ll(docs.size(), 0.0);
-      for (size_t i = 0; i < scores.size(); ++i) {
-        doc_ll[reqs[i].doc] += scores[i].loglik;
-        tokens += scores[i].tokens;
-        correct += scores[i].correct;
-      }
-      std::vector<Score> doc_score(docs.size());
-      for (size_t i = 0; i < scores.size(); ++i) {
-        doc_score[reqs[i].doc].tokens += scores[i].tokens;
-        doc_score[reqs[i].doc].correct += scores[i].correct;
-      }
-      for (size_t d = 0; d < docs.size(); ++d) {
-        nll -= doc_ll[d];
-        bytes += docs[d].bytes;
-        words += static_cast<double>(docs[d].words);
-      }
-      res.samples = static_cast<int64_t>(docs.size());
-      if (log_samples && mpi::rank() == 0) {
-        // The harness's loglikelihood_rolling sample: arguments (text,), resps [[loglik]], and per-document
-        // (value, weight) items of each metric (process_results' tuples).
-        res.has_samples = true;
-        std::vector<uint32_t> toks;
-        for (size_t d = 0; d < docs.size(); ++d) {
-          const Doc& dc = docs[d];
-          toks.resize(dc.n);
-          shard_files[dc.shard]->read_tokens(dc.begin, dc.n, toks.data());
-          std::string text = tok->decode(toks.data(), toks.size());
-          const double ll = doc_ll[d], nt = static_cast<double>(doc_score[d].tokens);
-          nlohmann::ordered_json doc = {{"text", text}, {"shard", dc.shard}, {"document", dc.index}};
-          nlohmann::ordered_json items = {{"loss", {-ll, nt}}, {"perplexity", {ll, nt}},
-                                          {"accuracy", {static_cast<double>(doc_score[d].correct), nt}},
-                                          {"bits_per_byte", {ll, dc.bytes}}, {"byte_perplexity", {ll, dc.bytes}},
-                                          {"word_perplexity", {ll, dc.words}}};
-          res.sample_lines.push_back(harness_sample(static_cast<int64_t>(d), doc, text, {{text}},
-                                                    {nlohmann::ordered_json::array({py_str(ll)})}, items));
-        }
-      }
+      window_bytes = mpi::size() > 1 ? mpi::allreduce(local) : local;
     }
-    // Aggregations as the harness names them, over per-example (value, weight) items: loss = weighted_mean of
-    // (nll, tokens), perplexity = weighted_perplexity of (loglik, tokens), and so on. The scored-token count is
-    // tokens_scored, not a metric.
+    return window_bytes;
+  }
+
+  void add_window_scores(const std::vector<Score>& scores, Totals& sum, TaskResult& res) {
+    for (size_t i = 0; i < scores.size(); ++i) {
+      sum.nll -= scores[i].loglik;
+      sum.tokens += scores[i].tokens;
+      sum.correct += scores[i].correct;
+    }
+    sum.bytes = static_cast<double>(scored_window_bytes());
+    res.samples = static_cast<int64_t>(windows.size());
+  }
+
+  void add_document_scores(const std::vector<Score>& scores, Totals& sum, TaskResult& res) {
+    std::vector<double> doc_ll(docs.size(), 0.0);
+    for (size_t i = 0; i < scores.size(); ++i) {
+      doc_ll[reqs[i].doc] += scores[i].loglik;
+      sum.tokens += scores[i].tokens;
+      sum.correct += scores[i].correct;
+    }
+    std::vector<Score> doc_score(docs.size());
+    for (size_t i = 0; i < scores.size(); ++i) {
+      doc_score[reqs[i].doc].tokens += scores[i].tokens;
+      doc_score[reqs[i].doc].correct += scores[i].correct;
+    }
+    for (size_t d = 0; d < docs.size(); ++d) {
+      sum.nll -= doc_ll[d];
+      sum.bytes += docs[d].bytes;
+      sum.words += static_cast<double>(docs[d].words);
+    }
+    res.samples = static_cast<int64_t>(docs.size());
+    if (log_samples && mpi::rank() == 0) add_document_samples(doc_ll, doc_score, res);
+  }
+
+  // The harness's loglikelihood_rolling sample: arguments (text,), resps [[loglik]], and per-document
+  // (value, weight) items of each metric (process_results' tuples).
+  void add_document_samples(const std::vector<double>& doc_ll, const std::vector<Score>& doc_score, TaskResult& res) {
+    res.has_samples = true;
+    std::vector<uint32_t> toks;
+    for (size_t d = 0; d < docs.size(); ++d) {
+      const Doc& dc = docs[d];
+      toks.resize(dc.n);
+      shard_files[dc.shard]->read_tokens(dc.begin, dc.n, toks.data());
+      std::string text = tok->decode(toks.data(), toks.size());
+      const double ll = doc_ll[d], nt = static_cast<double>(doc_score[d].tokens);
+      nlohmann::ordered_json doc = {{"text", text}, {"shard", dc.shard}, {"document", dc.index}};
+      nlohmann::ordered_json items = {{"loss", {-ll, nt}},
+                                      {"perplexity", {ll, nt}},
+                                      {"accuracy", {static_cast<double>(doc_score[d].correct), nt}},
+                                      {"bits_per_byte", {ll, dc.bytes}},
+                                      {"byte_perplexity", {ll, dc.bytes}},
+                                      {"word_perplexity", {ll, dc.words}}};
+      res.sample_lines.push_back(harness_sample(static_cast<int64_t>(d), doc, text, {{text}},
+                                                {nlohmann::ordered_json::array({py_str(ll)})}, items));
+    }
+  }
+
+  // Aggregations as the harness names them, over per-example (value, weight) items: loss = weighted_mean of
+  // (nll, tokens), perplexity = weighted_perplexity of (loglik, tokens), and so on. The scored-token count is
+  // tokens_scored, not a metric.
+  void add_metrics(const Totals& sum, TaskResult& res) const {
+    const double nll = sum.nll, bytes = sum.bytes, words = sum.words;
+    const int64_t tokens = sum.tokens, correct = sum.correct;
     double loss = tokens ? nll / static_cast<double>(tokens) : std::nan("");
     const double nan = std::nan("");
     res.metrics.push_back({"loss", loss, nan, false, "weighted_mean"});
@@ -297,7 +353,6 @@ struct PerplexityTask : Task {
     }
     if (documents && words > 0)
       res.metrics.push_back({"word_perplexity", std::exp(nll / words), nan, false, "weighted_perplexity"});
-    return res;
   }
 };
 
@@ -308,7 +363,8 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
   task->kind = "perplexity";
   task->batch_size = ctx.batch_size;
   std::string data = get_str(t, name, "data", ctx.default_data);
-  if (data.empty()) throw UsageError("task " + name + ": no dataset (set [data] path or data in " + task_where(name) + ")");
+  if (data.empty())
+    throw UsageError("task " + name + ": no dataset (set [data] path or data in " + task_where(name) + ")");
   std::string split = get_str(t, name, "split", "val");
   std::string mode = get_str(t, name, "mode", "windows");
   if (split != "val" && split != "all" && split != "shards")
@@ -345,16 +401,18 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
   const uint64_t total = widx.total, val_windows = widx.val_windows;
   if (split == "val" && val_windows == 0)
     throw UsageError(strprintf("task %s: dataset \"%s\" has no validation split (val_fraction = %g, %llu windows of %d "
-                               "tokens)", name.c_str(), data.c_str(), ctx.val_fraction,
-                               static_cast<unsigned long long>(total), T + 1));
+                               "tokens)",
+                               name.c_str(), data.c_str(), ctx.val_fraction, static_cast<unsigned long long>(total),
+                               T + 1));
   const uint64_t val_first = widx.val_first();
   auto locate = [&](uint64_t w) {
     auto [s, off] = widx.locate(w);
     return std::make_pair(static_cast<uint32_t>(s), off);
   };
   int64_t limit = get_int(t, name, "limit", ctx.limit);
-  json settings = {{"task", name}, {"output_type", "loglikelihood_rolling"}, {"dataset_path", data},
-                   {"split", split}, {"mode", mode}, {"tokenizer", task->tok->id()}};
+  json settings = {{"task", name},         {"output_type", "loglikelihood_rolling"},
+                   {"dataset_path", data}, {"split", split},
+                   {"mode", mode},         {"tokenizer", task->tok->id()}};
 
   if (!task->documents) {
     // max_windows defines the task (its full size); limit takes the first windows of it (n-samples original
@@ -367,7 +425,8 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
       // Exactly the rows of cairn-train's validation pass: row r is val window (r mod val_windows).
       if (split != "val") throw UsageError(task_where(name) + " like_train = true needs split = \"val\"");
       if (ctx.train_val_rows <= 0)
-        throw UsageError("task " + name + ": the checkpoint does not record the trainer's validation settings "
+        throw UsageError("task " + name +
+                         ": the checkpoint does not record the trainer's validation settings "
                          "(val_batches, micro batch, ranks); use max_windows instead");
       for (int64_t r = 0; r < ctx.train_val_rows; ++r)
         task->windows.push_back(locate(val_first + static_cast<uint64_t>(r) % val_windows));
@@ -392,7 +451,8 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
                                  data.c_str(), split.c_str()));
     task->token_bytes.assign(mc.vocab, 0);
     for (uint32_t id = 0; id < task->tok->vocab_size(); ++id)
-      task->token_bytes[id] = id == task->eot ? 0 : static_cast<uint8_t>(std::min<size_t>(255, task->tok->decode(&id, 1).size()));
+      task->token_bytes[id] =
+          id == task->eot ? 0 : static_cast<uint8_t>(std::min<size_t>(255, task->tok->decode(&id, 1).size()));
     settings["windows"] = task->windows.size();
     settings["window_tokens"] = T + 1;
     if (split == "val") settings["val_fraction"] = ctx.val_fraction;
@@ -400,7 +460,8 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
     const int C = ctx.context > 0 ? std::min(ctx.context, mc.seq_len) : mc.seq_len;
     int rolling = static_cast<int>(get_int(t, name, "rolling_context", 1));
     // Documents that start at or after the held-out region's first token (val), or in chosen shards.
-    auto [val_shard, val_off] = val_first < total ? locate(val_first) : std::make_pair(static_cast<uint32_t>(ds.num_shards()), uint64_t{0});
+    auto [val_shard, val_off] =
+        val_first < total ? locate(val_first) : std::make_pair(static_cast<uint32_t>(ds.num_shards()), uint64_t{0});
     std::vector<uint32_t> toks;
     for (uint32_t s = 0; s < ds.num_shards(); ++s) {
       if (split == "shards" && !chosen.count(s)) continue;
@@ -421,19 +482,19 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
       }
     }
     if (task->docs.empty())
-      throw UsageError(strprintf("task %s: no documents to score in \"%s\" (split %s)", name.c_str(), data.c_str(), split.c_str()));
+      throw UsageError(
+          strprintf("task %s: no documents to score in \"%s\" (split %s)", name.c_str(), data.c_str(), split.c_str()));
     for (uint32_t di = 0; di < task->docs.size(); ++di)
       for (const RollingWindow& w : rolling_windows(static_cast<int64_t>(task->docs[di].n), C, rolling))
         task->reqs.push_back({di, w});
-    if (task->reqs.empty())
-      throw UsageError("task " + name + ": every selected document is empty");
+    if (task->reqs.empty()) throw UsageError("task " + name + ": every selected document is empty");
     settings["documents"] = task->docs.size();
     settings["max_length"] = C;
     task->max_length = C;
     settings["rolling_context"] = rolling;
   }
   task->settings = settings;
-  task->log_samples = ctx.cfg && ctx.cfg->get_bool("eval.log_samples") && task->documents;
+  task->log_samples = ctx.log_samples && task->documents;
   return task;
 }
 
@@ -442,8 +503,8 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
 struct McTask : Task {
   std::vector<McExample> examples;
   int64_t skipped = 0;
-  std::vector<std::vector<int32_t>> seqs;  // per choice: context + continuation tokens
-  std::vector<int> cont_len;               // per choice: scored trailing tokens
+  std::vector<std::vector<int32_t>> seqs;                   // per choice: context + continuation tokens
+  std::vector<int> cont_len;                                // per choice: scored trailing tokens
   std::vector<std::pair<size_t, size_t>> example_requests;  // first choice, count
   // Forward rows: a choice whose context + continuation fits the model is one row, as in the harness
   // (context truncated from the left); a continuation longer than the context is scored over several
@@ -505,8 +566,14 @@ struct McTask : Task {
       for (size_t c = 0; c < count; ++c) {
         double ll = scores[first + c].loglik;
         double norm = ll / static_cast<double>(std::max<int64_t>(1, utf8_chars(examples[e].choices[c])));
-        if (ll > bv) { bv = ll; best = c; }
-        if (norm > bn) { bn = norm; best_norm = c; }
+        if (ll > bv) {
+          bv = ll;
+          best = c;
+        }
+        if (norm > bn) {
+          bn = norm;
+          best_norm = c;
+        }
         lls.push_back(ll);
       }
       acc[e] = best == static_cast<size_t>(examples[e].label) ? 1.0 : 0.0;
@@ -548,7 +615,8 @@ struct McTask : Task {
   }
 };
 
-std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const TaskContext& ctx, const gpt::GptConfig& mc) {
+std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const TaskContext& ctx,
+                              const gpt::GptConfig& mc) {
   auto task = std::make_unique<McTask>();
   task->name = name;
   task->kind = "multiple_choice";
@@ -561,12 +629,15 @@ std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const Task
   task->examples = read_mc_jsonl(path, ctx.skip_bad, &task->skipped);
   task->original = static_cast<int64_t>(task->examples.size()) + task->skipped;
   task->delimiter = delim;
-  if (limit > 0 && static_cast<int64_t>(task->examples.size()) > limit) task->examples.resize(static_cast<size_t>(limit));
+  if (limit > 0 && static_cast<int64_t>(task->examples.size()) > limit)
+    task->examples.resize(static_cast<size_t>(limit));
   if (task->examples.empty())
-    throw UsageError(file_message("task " + name + ": no examples in", path,
-                                  task->skipped ? strprintf("all %lld lines were malformed", static_cast<long long>(task->skipped))
-                                                : "empty task"));
-  if (data.empty()) throw UsageError("task " + name + ": no tokenizer (set [data] path or data in " + task_where(name) + ")");
+    throw UsageError(
+        file_message("task " + name + ": no examples in", path,
+                     task->skipped ? strprintf("all %lld lines were malformed", static_cast<long long>(task->skipped))
+                                   : "empty task"));
+  if (data.empty())
+    throw UsageError("task " + name + ": no tokenizer (set [data] path or data in " + task_where(name) + ")");
   auto tok = load_tokenizer(data, name, mc);
   const int C = ctx.context > 0 ? std::min(ctx.context, mc.seq_len) : mc.seq_len;
   const uint32_t eot = tok->eot_id();
@@ -598,11 +669,15 @@ std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const Task
       task->cont_len.push_back(k);
     }
   }
-  task->settings = {{"task", name}, {"output_type", "multiple_choice"}, {"dataset_path", path},
-                    {"target_delimiter", delim}, {"num_fewshot", 0}, {"tokenizer", tok->id()},
+  task->settings = {{"task", name},
+                    {"output_type", "multiple_choice"},
+                    {"dataset_path", path},
+                    {"target_delimiter", delim},
+                    {"num_fewshot", 0},
+                    {"tokenizer", tok->id()},
                     {"metric_list", json::array({{{"metric", "acc"}}, {{"metric", "acc_norm"}}})}};
   if (t.contains("version")) task->settings["version"] = t["version"];
-  task->log_samples = ctx.cfg && ctx.cfg->get_bool("eval.log_samples");
+  task->log_samples = ctx.log_samples;
   return task;
 }
 
@@ -638,7 +713,8 @@ std::vector<McExample> read_mc_jsonl(const std::string& path, bool skip_bad, int
         }
         int64_t label = j["label"].get<int64_t>();
         if (why.empty() && (label < 0 || label >= static_cast<int64_t>(ex.choices.size())))
-          why = strprintf("label %lld is out of range for %zu choices", static_cast<long long>(label), ex.choices.size());
+          why =
+              strprintf("label %lld is out of range for %zu choices", static_cast<long long>(label), ex.choices.size());
         ex.label = static_cast<int>(label);
         ex.raw = line;
       }
@@ -681,9 +757,9 @@ void encode_pair(const tokenizer::Tokenizer& tok, const std::string& context, co
 }
 
 std::vector<std::unique_ptr<Task>> prepare_tasks(const TaskContext& ctx, const gpt::GptConfig& model_cfg) {
-  std::vector<std::string> names = ctx.cfg->get_strings("eval.tasks");
+  const std::vector<std::string>& names = ctx.tasks;
   if (names.empty()) throw UsageError("[eval] tasks is empty: nothing to evaluate");
-  json tables = ctx.cfg->section("eval.task");
+  const json& tables = ctx.tables;
   std::vector<std::unique_ptr<Task>> tasks;
   std::set<std::string> seen;
   for (const std::string& name : names) {
@@ -691,13 +767,14 @@ std::vector<std::unique_ptr<Task>> prepare_tasks(const TaskContext& ctx, const g
     json t;
     if (tables.is_object() && tables.contains(name)) t = tables[name];
     else if (name == "val") t = {{"kind", "perplexity"}, {"split", "val"}, {"mode", "windows"}};
-    else if (name == "train_val") t = {{"kind", "perplexity"}, {"split", "val"}, {"mode", "windows"}, {"like_train", true}};
+    else if (name == "train_val")
+      t = {{"kind", "perplexity"}, {"split", "val"}, {"mode", "windows"}, {"like_train", true}};
     else {
       std::string known;
       if (tables.is_object())
         for (auto it = tables.begin(); it != tables.end(); ++it) known += (known.empty() ? "" : ", ") + it.key();
-      throw UsageError("[eval] tasks: unknown task \"" + name + "\" (define [eval.task." + name + "]; defined: " +
-                       (known.empty() ? "none" : known) + "; built in: val, train_val)");
+      throw UsageError("[eval] tasks: unknown task \"" + name + "\" (define [eval.task." + name +
+                       "]; defined: " + (known.empty() ? "none" : known) + "; built in: val, train_val)");
     }
     if (!t.is_object()) throw UsageError(task_where(name) + " must be a table");
     std::string kind = get_str(t, name, "kind", "");
@@ -709,9 +786,8 @@ std::vector<std::unique_ptr<Task>> prepare_tasks(const TaskContext& ctx, const g
   return tasks;
 }
 
-void check_task_tables(const Config& cfg) {
-  json tables = cfg.section("eval.task");
-  for (const std::string& name : cfg.get_strings("eval.tasks")) {
+void check_task_tables(const json& tables, const EvalSection& eval) {
+  for (const std::string& name : eval.tasks) {
     if (!tables.is_object() || !tables.contains(name)) continue;
     const json& t = tables[name];
     if (!t.is_object()) throw UsageError(task_where(name) + " must be a table");
@@ -722,11 +798,10 @@ void check_task_tables(const Config& cfg) {
       std::string path = get_str(t, name, "path", "");
       if (path.empty()) throw UsageError(task_where(name) + " needs path = \"file.jsonl\"");
       int64_t skipped = 0;
-      if (read_mc_jsonl(path, cfg.get_bool("eval.skip_bad"), &skipped).empty())
+      if (read_mc_jsonl(path, eval.skip_bad, &skipped).empty())
         throw UsageError(file_message("task " + name + ": no examples in", path, "empty task"));
     }
   }
 }
-
 
 }  // namespace cairn::eval

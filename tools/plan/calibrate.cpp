@@ -64,8 +64,10 @@ double measure_stream_gbps(size_t bytes, double seconds) {
   return 3.0 * double(n) * sizeof(float) * double(iters) / el / 1e9;
 }
 
-std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
-  const costmodel::ModelSpec m = costmodel::model_from_config(cfg);
+namespace {
+
+// Checks the options and picks the device: the GPU (cuBLAS) for --device gpu, or for auto when one is found.
+bool calibrate_on_gpu(const CalibrateOptions& opts) {
   if (opts.seconds <= 0 || opts.max_dim < 16) throw UsageError("calibrate: --seconds must be > 0 and --max-dim >= 16");
   if (opts.device != "auto" && opts.device != "cpu" && opts.device != "gpu")
     throw UsageError("calibrate: --device must be auto, cpu or gpu, not \"" + opts.device + "\"");
@@ -78,17 +80,30 @@ std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
 #else
   if (opts.device == "gpu") throw UsageError("calibrate --device gpu: this cairn-plan was built without CUDA");
 #endif
-  // Shapes the model needs at micro-batch 1 (M x N x K), forward and backward forms, for TP 1
-  // (and TP 2..8 on a GPU, whose GEMMs they shrink); on a CPU capped so one call stays around a second.
+  return gpu;
+}
+
+using Shape = std::array<int64_t, 3>;  // M x N x K
+
+// Shapes the model needs at micro-batch 1 (M x N x K), forward and backward forms, for TP 1
+// (and TP 2..8 on a GPU, whose GEMMs they shrink), attention's two GEMMs per head, then squares and
+// K = 64 panels up to --max-dim (16384 at least on a GPU).
+std::vector<Shape> calibration_shapes(const costmodel::ModelSpec& m, bool gpu, const CalibrateOptions& opts) {
   const int64_t T = m.seq_len, h = m.hidden, f = m.ffn_hidden, kv = m.kv_heads * m.head_dim(), d = m.head_dim();
   const int64_t up = m.arch == costmodel::Arch::Gpt ? f : 2 * f;
-  std::vector<std::array<int64_t, 3>> shapes;
+  std::vector<Shape> shapes;
   for (int64_t t : gpu ? std::vector<int64_t>{1, 2, 4, 8} : std::vector<int64_t>{1}) {
     if (h % t || f % t) continue;
     const int64_t qkv = std::max<int64_t>(1, (h + 2 * kv) / t);
-    for (auto sh : std::vector<std::array<int64_t, 3>>{{T, qkv, h}, {T, h, h / t}, {T, up / t, h}, {T, h, f / t},
-                                                       {T, h, qkv}, {h, qkv, T}, {T, f / t, h}, {f / t, h, T},
-                                                       {T, m.vocab / t, h}})
+    for (auto sh : std::vector<Shape>{{T, qkv, h},
+                                      {T, h, h / t},
+                                      {T, up / t, h},
+                                      {T, h, f / t},
+                                      {T, h, qkv},
+                                      {h, qkv, T},
+                                      {T, f / t, h},
+                                      {f / t, h, T},
+                                      {T, m.vocab / t, h}})
       shapes.push_back(sh);
   }
   shapes.push_back({T, T, d});
@@ -96,16 +111,25 @@ std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
   const int64_t max_dim = gpu ? std::max(opts.max_dim, 16384) : opts.max_dim;
   for (int64_t s = 32; s <= max_dim; s *= 2) shapes.push_back({s, s, s});
   for (int64_t s = 64; s <= max_dim; s *= 4) shapes.push_back({s, s, 64});
-  const double max_flops = gpu ? 1e14 : 4e11;
-  auto measure = [&](int64_t a, int64_t b, int64_t c, double secs) {
+  return shapes;
+}
+
+// FLOP/s of one GEMM shape: cuBLAS bf16 on the GPU, else OpenBLAS sgemm.
+double measure_gemm(bool gpu, int64_t a, int64_t b, int64_t c, double secs) {
 #ifdef CAIRN_PLAN_CUBLAS
-    if (gpu) return measure_gemm_cublas(a, b, c, secs);
+  if (gpu) return measure_gemm_cublas(a, b, c, secs);
 #endif
-    return measure_sgemm(a, b, c, secs);
-  };
+  return measure_sgemm(a, b, c, secs);
+}
+
+struct GemmMeasurements {
   std::vector<std::pair<double, double>> points;  // (flops of one call, FLOP/s)
-  std::vector<std::array<double, 4>> measured;      // (m, n, k, FLOP/s) of each shape, for the shape table
-  const auto t0 = clk::now();
+  std::vector<std::array<double, 4>> measured;    // (m, n, k, FLOP/s) of each shape, for the shape table
+};
+
+GemmMeasurements measure_shapes(const std::vector<Shape>& shapes, bool gpu, double seconds) {
+  const double max_flops = gpu ? 1e14 : 4e11;
+  GemmMeasurements g;
   for (auto sh : shapes) {
     double fl = 2.0 * double(sh[0]) * double(sh[1]) * double(sh[2]);
     // Too big for this machine in reasonable time: shrink the token dimension, keep the others.
@@ -114,38 +138,62 @@ std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
       fl /= 2;
     }
     if (fl > max_flops) continue;
-    const double rate = measure(sh[0], sh[1], sh[2], opts.seconds);
-    points.emplace_back(fl, rate);
-    measured.push_back({double(sh[0]), double(sh[1]), double(sh[2]), rate});
+    const double rate = measure_gemm(gpu, sh[0], sh[1], sh[2], seconds);
+    g.points.emplace_back(fl, rate);
+    g.measured.push_back({double(sh[0]), double(sh[1]), double(sh[2]), rate});
     CAIRN_LOG_INFO("%s %lld x %lld x %lld: %.2f GFLOP/s", gpu ? "cublas bf16" : "sgemm", (long long)sh[0],
                    (long long)sh[1], (long long)sh[2], rate / 1e9);
   }
-  const double tiny = measure(8, 8, 8, opts.seconds / 4);
-  const double overhead_us = 2.0 * 512 / tiny * 1e6;
+  return g;
+}
+
+// Memory bandwidth in GB/s: HBM on the GPU, a stream triad on the CPU.
+double measure_memory_gbps(bool gpu, double seconds) {
   double stream = 0;
 #ifdef CAIRN_PLAN_CUBLAS
-  if (gpu) stream = measure_hbm_cuda_gbps(size_t(1) << 30, std::max(0.2, opts.seconds));
+  if (gpu) stream = measure_hbm_cuda_gbps(size_t(1) << 30, std::max(0.2, seconds));
 #endif
-  if (!gpu) stream = measure_stream_gbps(size_t(192) << 20, std::max(0.2, opts.seconds));
-  CAIRN_LOG_INFO("memory %.1f GB/s; smallest GEMM %.2f us; %.1f s measuring", stream, overhead_us, since(t0));
+  if (!gpu) stream = measure_stream_gbps(size_t(192) << 20, std::max(0.2, seconds));
+  return stream;
+}
+
+std::string gemm_library(bool gpu) {
   std::string library = "OpenBLAS sgemm (fp32)";
 #ifdef CAIRN_PLAN_CUBLAS
   if (gpu) library = "cuBLAS bf16 GEMM on " + cuda_device_name();
 #endif
+  return library;
+}
 
-  double best = 0;
+// The peak efficiencies are relative to: [cluster] peak_tflops when the config sets it, else (or when a
+// measurement beats it) the best measured rate.
+struct Peak {
+  double best = 0, peak = 0;  // FLOP/s
+};
+
+Peak calibration_peak(const Config& cfg, const std::vector<std::pair<double, double>>& points) {
+  Peak r;
+  double& best = r.best;
   for (const auto& p : points) best = std::max(best, p.second);
-  const bool peak_given = cfg.origin("cluster.peak_tflops").kind != Origin::Default;
-  double peak = peak_given ? cfg.get_float("cluster.peak_tflops") * 1e12 : best;
+  const bool peak_given = cfg.origin(std::string(ClusterSection::kSection) + ".peak_tflops").kind != Origin::Default;
+  double& peak = r.peak;
+  peak = peak_given ? read_section<ClusterSection>(cfg).peak_tflops * 1e12 : best;
   if (best > peak) {
     CAIRN_LOG_WARN("measured %.3f TFLOP/s exceeds [cluster] peak_tflops = %.3f; using the measurement as peak",
                    best / 1e12, peak / 1e12);
     peak = best;
   }
+  return r;
+}
+
+// The [cluster] table of the written file, in place of the config's: every key of the config's [cluster],
+// rewritten with the measurements (empty values dropped).
+json calibrated_cluster(const Config& cfg, const GemmMeasurements& g, double peak, double overhead_us, double stream,
+                        const std::string& library) {
   // Table: log-spaced bins (a factor 2 wide) of size, best efficiency of the shapes in each bin
   // (the library's own choice of kernel for that size), ascending.
   std::map<int, std::pair<double, double>> bins;  // bin -> (flops, efficiency)
-  for (const auto& [fl, rate] : points) {
+  for (const auto& [fl, rate] : g.points) {
     const int bin = int(std::floor(std::log2(fl)));
     auto& b = bins[bin];
     if (rate / peak > b.second) b = {fl, rate / peak};
@@ -155,14 +203,14 @@ std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
     xs.push_back(p.first);
     ys.push_back(std::min(1.0, std::max(1e-4, p.second)));
   }
-  json cluster = cfg.section("cluster");
+  json cluster = cfg.section(ClusterSection::kSection);  // every key, rewritten below with the measurements
   cluster["peak_tflops"] = peak / 1e12;
   cluster["gemm_flops"] = xs;
   cluster["gemm_efficiency"] = ys;
   cluster["gemm_max_efficiency"] = *std::max_element(ys.begin(), ys.end());
   // Every measured shape: the cost model corrects its shape model by these where they are near.
   json tm = json::array(), tn = json::array(), tk = json::array(), te = json::array();
-  for (const auto& x : measured) {
+  for (const auto& x : g.measured) {
     tm.push_back(x[0]);
     tn.push_back(x[1]);
     tk.push_back(x[2]);
@@ -180,16 +228,34 @@ std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
   for (auto it = cluster.begin(); it != cluster.end();) {
     if (it.value().is_null() || (it.value().is_string() && it.value().get<std::string>().empty()))
       it = cluster.erase(it);
-    else
-      ++it;
+    else ++it;
   }
+  return cluster;
+}
+
+}  // namespace
+
+std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
+  const costmodel::ModelSpec m = costmodel::model_from_section(read_section<ModelSection>(cfg));
+  const bool gpu = calibrate_on_gpu(opts);
+  const std::vector<Shape> shapes = calibration_shapes(m, gpu, opts);
+  const auto t0 = clk::now();
+  const GemmMeasurements g = measure_shapes(shapes, gpu, opts.seconds);
+  const double tiny = measure_gemm(gpu, 8, 8, 8, opts.seconds / 4);
+  const double overhead_us = 2.0 * 512 / tiny * 1e6;
+  const double stream = measure_memory_gbps(gpu, opts.seconds);
+  CAIRN_LOG_INFO("memory %.1f GB/s; smallest GEMM %.2f us; %.1f s measuring", stream, overhead_us, since(t0));
+  const std::string library = gemm_library(gpu);
+
+  const Peak pk = calibration_peak(cfg, g.points);
+  const json cluster = calibrated_cluster(cfg, g, pk.peak, overhead_us, stream, library);
   std::string path = opts.output;
   if (path.empty()) path = join_path(run_subdir(run_dir(cfg), "plan"), "cluster-calibrated.toml");
   const std::string text = "# Cluster file written by cairn-plan calibrate (GEMM efficiency = measured / peak).\n" +
                            json_to_toml(json{{"cluster", cluster}});
   atomic_write(path, text);
-  CAIRN_LOG_INFO("wrote %s (%zu GEMM sizes, peak %.3f TFLOP/s, best efficiency %.2f)", path.c_str(), xs.size(),
-                 peak / 1e12, best / peak);
+  CAIRN_LOG_INFO("wrote %s (%zu GEMM sizes, peak %.3f TFLOP/s, best efficiency %.2f)", path.c_str(),
+                 cluster["gemm_flops"].size(), pk.peak / 1e12, pk.best / pk.peak);
   return path;
 }
 

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <string>
 
+#include "cairn/device_binding.h"
 #include "cairn/error.h"
+#include "cairn/kernels/gpu_check.h"  // header only: the check macros without linking the kernels (or cuBLAS)
 #include "cairn/log.h"
 #include "plan.h"
 
@@ -16,12 +18,20 @@ namespace cairn::plan {
 
 namespace {
 
-void check_cuda(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw RuntimeError(std::string(what) + ": " + cudaGetErrorString(rc));
-}
-
-void check_cublas(cublasStatus_t rc, const char* what) {
-  if (rc != CUBLAS_STATUS_SUCCESS) throw RuntimeError(strprintf("%s: cuBLAS status %d", what, int(rc)));
+// Makes calibrate's GPU current, once: cairn's rank-to-GPU rule (cairn/device_binding.h) for local rank 0, since
+// calibrate runs one process per node (no MPI) and measures one GPU: the first one CUDA_VISIBLE_DEVICES leaves.
+int bind_calibrate_gpu() {
+  static const int device = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cudaGetLastError();  // no driver: not sticky
+      count = 0;
+    }
+    const int d = device_for_local_rank(0, count, "calibrate --device gpu");
+    CAIRN_CUDA_CHECK(cudaSetDevice(d));
+    return d;
+  }();
+  return device;
 }
 
 // The three cuBLAS entry points calibrate uses, from the library loaded on first use.
@@ -58,7 +68,7 @@ const CublasApi& cublas() {
 // Device buffer freed on scope exit.
 struct DeviceBuffer {
   void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) { check_cuda(cudaMalloc(&p, bytes), "cudaMalloc"); }
+  explicit DeviceBuffer(size_t bytes) { CAIRN_CUDA_CHECK(cudaMalloc(&p, bytes)); }
   ~DeviceBuffer() { cudaFree(p); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -67,8 +77,8 @@ struct DeviceBuffer {
 struct Events {
   cudaEvent_t start{}, stop{};
   Events() {
-    check_cuda(cudaEventCreate(&start), "cudaEventCreate");
-    check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+    CAIRN_CUDA_CHECK(cudaEventCreate(&start));
+    CAIRN_CUDA_CHECK(cudaEventCreate(&stop));
   }
   ~Events() {
     cudaEventDestroy(start);
@@ -83,16 +93,16 @@ template <typename F>
 double calls_per_second(F call, double seconds) {
   Events ev;
   call();  // warm-up: heuristics, workspace, clocks
-  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  CAIRN_CUDA_CHECK(cudaDeviceSynchronize());
   int64_t batch = 1, total = 0;
   double elapsed = 0;
   while (elapsed < seconds) {
-    check_cuda(cudaEventRecord(ev.start), "cudaEventRecord");
+    CAIRN_CUDA_CHECK(cudaEventRecord(ev.start));
     for (int64_t i = 0; i < batch; ++i) call();
-    check_cuda(cudaEventRecord(ev.stop), "cudaEventRecord");
-    check_cuda(cudaEventSynchronize(ev.stop), "cudaEventSynchronize");
+    CAIRN_CUDA_CHECK(cudaEventRecord(ev.stop));
+    CAIRN_CUDA_CHECK(cudaEventSynchronize(ev.stop));
     float ms = 0;
-    check_cuda(cudaEventElapsedTime(&ms, ev.start, ev.stop), "cudaEventElapsedTime");
+    CAIRN_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.start, ev.stop));
     elapsed += ms * 1e-3;
     total += batch;
     if (ms < 20) batch *= 2;
@@ -114,24 +124,24 @@ bool cublas_available(std::string* why) {
 
 std::string cuda_device_name() {
   cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  CAIRN_CUDA_CHECK(cudaGetDeviceProperties(&prop, bind_calibrate_gpu()));
   return prop.name;
 }
 
 double measure_gemm_cublas(int64_t m, int64_t n, int64_t k, double seconds) {
+  bind_calibrate_gpu();
   DeviceBuffer a(size_t(m * k) * 2), b(size_t(k * n) * 2), c(size_t(m * n) * 2);
-  check_cuda(cudaMemset(a.p, 0, size_t(m * k) * 2), "cudaMemset");
-  check_cuda(cudaMemset(b.p, 0, size_t(k * n) * 2), "cudaMemset");
+  CAIRN_CUDA_CHECK(cudaMemset(a.p, 0, size_t(m * k) * 2));
+  CAIRN_CUDA_CHECK(cudaMemset(b.p, 0, size_t(k * n) * 2));
   cublasHandle_t h{};
   const CublasApi& api = cublas();
-  check_cublas(api.create(&h), "cublasCreate");
+  CAIRN_CUBLAS_CHECK(api.create(&h));
   const float one = 1.0f, zero = 0.0f;
   // Row-major C = A B is column-major C^T = B^T A^T: pass B first.
   auto call = [&]() {
-    check_cublas(api.gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &one, b.p, CUDA_R_16BF, int(n),
-                              a.p, CUDA_R_16BF, int(k), &zero, c.p, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx");
+    CAIRN_CUBLAS_CHECK(api.gemm_ex(h, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(m), int(k), &one, b.p, CUDA_R_16BF, int(n),
+                                   a.p, CUDA_R_16BF, int(k), &zero, c.p, CUDA_R_16BF, int(n), CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
   };
   double rate = 0;
   try {
@@ -145,8 +155,9 @@ double measure_gemm_cublas(int64_t m, int64_t n, int64_t k, double seconds) {
 }
 
 double measure_hbm_cuda_gbps(size_t bytes, double seconds) {
+  bind_calibrate_gpu();
   DeviceBuffer src(bytes), dst(bytes);
-  auto call = [&]() { check_cuda(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync"); };
+  auto call = [&]() { CAIRN_CUDA_CHECK(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice)); };
   return calls_per_second(call, seconds) * 2.0 * double(bytes) / 1e9;  // read + write
 }
 

@@ -18,6 +18,8 @@
 #include "cairn/files.h"
 #include "cairn/log.h"
 #include "cairn/provenance.h"
+#include "cairn/records.h"
+#include "cairn/sections.h"
 
 namespace fs = std::filesystem;
 
@@ -35,9 +37,9 @@ struct Measured {
 
 // One start of cairn-train in a metrics.jsonl (a provenance line begins each start and each resume).
 struct Segment {
-  std::string config_toml;  // the provenance line's effective config ("" when absent)
-  std::vector<json> steps;  // finished train lines, in order
-  int rejected = 0;         // train lines that skipped their update or hold a non-finite figure
+  std::string config_toml;                  // the provenance line's effective config ("" when absent)
+  std::vector<records::MetricsLine> steps;  // finished train lines, in order
+  int rejected = 0;                         // train lines that skipped their update or hold a non-finite figure
 };
 
 struct Run {
@@ -67,16 +69,18 @@ std::string string_or(const json& j, const char* key) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-// A step that trained: not skipped, finite loss, every phase time finite and non-negative, a positive total.
-bool finished_step(const json& j) {
-  auto skipped = j.find("skipped");
-  if (skipped != j.end() && skipped->is_boolean() && skipped->get<bool>()) return false;
-  if (!std::isfinite(number_or(j, "loss", std::nan("")))) return false;
-  auto t = j.find("time_s");
-  if (t == j.end() || !t->is_object()) return false;
-  for (const auto& [k, v] : t->items())
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) return false;
-  return number_or(*t, "total", 0) > 0;
+// A phase's seconds; a phase the line lacks (written before it was measured, or null) counts 0.
+double phase(double seconds) { return std::isnan(seconds) ? 0 : seconds; }
+
+// A step that trained: not skipped, finite loss, no phase time negative, a positive total.
+bool finished_step(const records::MetricsLine& m) {
+  if (m.skipped.value_or(false) || !m.loss || !m.time_s) return false;
+  const records::StepTimes& t = *m.time_s;
+#define CAIRN_CALIBRATE_NEGATIVE(name) \
+  if (phase(t.name) < 0) return false;
+  CAIRN_STEP_TIME_FIELDS(CAIRN_CALIBRATE_NEGATIVE)
+#undef CAIRN_CALIBRATE_NEGATIVE
+  return t.total > 0;
 }
 
 std::vector<Segment> read_segments(const std::string& path) {
@@ -84,16 +88,17 @@ std::vector<Segment> read_segments(const std::string& path) {
   if (!f) throw UsageError(errno_message("cannot read", path));
   std::vector<Segment> segs(1);  // lines before any provenance line (none in files cairn-train writes)
   std::string line;
-  while (std::getline(f, line)) {
+  for (int64_t line_no = 1; std::getline(f, line); ++line_no) {
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object()) continue;  // a torn last line of a killed run
-    const std::string kind = string_or(j, "kind");
-    if (kind == "provenance") {
+    // A complete line is read through the record: a wrong type is an error naming the file, line and key.
+    records::MetricsLine m =
+        records::MetricsLine::from_json(JsonFields(j, path + ":" + std::to_string(line_no), "metrics line"));
+    if (m.kind == "provenance") {
       segs.emplace_back();
-      auto p = j.find("provenance");
-      if (p != j.end() && p->is_object()) segs.back().config_toml = string_or(*p, "config");
-    } else if (kind == "train") {
-      if (finished_step(j)) segs.back().steps.push_back(std::move(j));
+      if (m.provenance.is_object()) segs.back().config_toml = string_or(m.provenance, "config");
+    } else if (m.kind == "train") {
+      if (finished_step(m)) segs.back().steps.push_back(std::move(m));
       else ++segs.back().rejected;
     }
   }
@@ -101,18 +106,18 @@ std::vector<Segment> read_segments(const std::string& path) {
 }
 
 // Medians over the steps after the warm-up (at least one step is kept, so a short run still counts).
-Measured measure(const std::vector<json>& steps, size_t skip) {
+Measured measure(const std::vector<records::MetricsLine>& steps, size_t skip) {
   std::vector<double> total, compute, tp, dp, pp, opt;
   for (size_t i = skip; i < steps.size(); ++i) {
-    const json& t = steps[i]["time_s"];
-    const double tpc = number_or(t, "tp_comm", 0);
-    total.push_back(number_or(t, "total", 0));
-    // forward and backward include the TP collectives inside them (step_report.h), not the pipeline waits.
-    compute.push_back(std::max(0.0, number_or(t, "forward", 0) + number_or(t, "backward", 0) - tpc));
+    const records::StepTimes& t = *steps[i].time_s;  // finished_step: present
+    const double tpc = phase(t.tp_comm);
+    total.push_back(t.total);
+    // forward and backward include the TP collectives inside them (records.h), not the pipeline waits.
+    compute.push_back(std::max(0.0, phase(t.forward) + phase(t.backward) - tpc));
     tp.push_back(tpc);
-    dp.push_back(number_or(t, "comm", 0));
-    pp.push_back(number_or(t, "pp_wait", 0));
-    opt.push_back(number_or(t, "optimizer", 0));
+    dp.push_back(phase(t.comm));
+    pp.push_back(phase(t.pp_wait));
+    opt.push_back(phase(t.optimizer));
   }
   return {median(total), median(compute), median(tp), median(dp), median(pp), median(opt)};
 }
@@ -150,8 +155,9 @@ json run_tables(const Segment& seg, const std::string& dir, std::string& where) 
   }
   where = join_path(dir, "train/config.toml");
   if (!path_exists(where))
-    throw UsageError(file_message("not a usable cairn-train run", dir,
-                                  "no config: train/metrics.jsonl has no provenance config and train/config.toml is missing"));
+    throw UsageError(
+        file_message("not a usable cairn-train run", dir,
+                     "no config: train/metrics.jsonl has no provenance config and train/config.toml is missing"));
   return read_toml_file_as_json(where);
 }
 
@@ -198,7 +204,7 @@ Config run_config(const Config& site, const json& tables, const std::string& whe
   if (micro > 0) c.set("parallel.mb", micro, from);
   const std::string rc = string_or(train, "recompute");
   if (!rc.empty() && rc != "none") c.set("parallel.recompute", rc, from);
-  if (c.get_int("model.vocab") == 0) c.set("model.vocab", dataset_vocab(tables, dir), from);
+  if (read_section<ModelSection>(c).vocab == 0) c.set("model.vocab", dataset_vocab(tables, dir), from);
   return c;
 }
 
@@ -226,7 +232,8 @@ int checkpoint_world(const std::string& dir, int64_t first, int64_t last) {
 // else the train lines themselves (tflops = model FLOPs per token x tokens/s / ranks, step_report.cpp).
 int run_world(const Config& c, const Segment& seg, const std::string& dir, int64_t first, int64_t last,
               std::string& from) {
-  const int64_t tp = c.get_int("parallel.tp"), pp = c.get_int("parallel.pp"), dp = c.get_int("parallel.dp");
+  const auto parallel = read_section<ParallelSection>(c);
+  const int64_t tp = parallel.tp, pp = parallel.pp, dp = parallel.dp;
   if (dp > 0) {
     from = "[parallel] dp x tp x pp";
     return int(dp * tp * pp);
@@ -235,13 +242,13 @@ int run_world(const Config& c, const Segment& seg, const std::string& dir, int64
     from = "checkpoint DONE world_size";
     return w;
   }
-  costmodel::ModelSpec spec = costmodel::model_from_config(c);
+  costmodel::ModelSpec spec = costmodel::model_from_section(read_section<ModelSection>(c));
   spec.kv_heads = spec.heads;  // cairn-train's MFU counts a GPT block (step_report.cpp: flop_counts)
   spec.ffn_hidden = 4 * spec.hidden;
   const double per_token = costmodel::model_flops_per_token(spec);
   std::vector<double> ws;
-  for (const json& s : seg.steps) {
-    const double tf = number_or(s, "tflops", 0), tps = number_or(s, "tokens_per_s", 0);
+  for (const records::MetricsLine& s : seg.steps) {
+    const double tf = s.tflops.value_or(0), tps = s.tokens_per_s.value_or(0);
     if (tf > 0 && tps > 0) ws.push_back(per_token * tps / (tf * 1e12));
   }
   const double w = median(ws);
@@ -265,8 +272,7 @@ std::string run_label(const std::string& dir) {
 Run load_run(const Config& site, const std::string& dir, int warmup) {
   if (!fs::is_directory(dir)) throw UsageError(file_message("not a run directory", dir, "no such directory"));
   const std::string metrics = join_path(dir, "train/metrics.jsonl");
-  if (!path_exists(metrics))
-    throw UsageError(file_message("not a cairn-train run", dir, "no train/metrics.jsonl"));
+  if (!path_exists(metrics)) throw UsageError(file_message("not a cairn-train run", dir, "no train/metrics.jsonl"));
   std::vector<Segment> segs = read_segments(metrics);
   // The last start that finished steps: a resume that died at once leaves the earlier start's steps usable.
   const Segment* seg = nullptr;
@@ -277,7 +283,8 @@ Run load_run(const Config& site, const std::string& dir, int warmup) {
   if (!seg)
     throw UsageError(file_message("no finished training steps in", dir,
                                   rejected ? strprintf("train/metrics.jsonl has %d train lines, every one skipped or "
-                                                       "non-finite", rejected)
+                                                       "non-finite",
+                                                       rejected)
                                            : std::string("train/metrics.jsonl has no train lines")));
   Run r;
   r.dir = dir;
@@ -290,8 +297,8 @@ Run load_run(const Config& site, const std::string& dir, int warmup) {
   if (skip < size_t(std::max(0, warmup)))
     CAIRN_LOG_WARN("%s: only %zu finished steps; %zu warm-up steps left out instead of %d", dir.c_str(), n, skip,
                    warmup);
-  r.first_step = int64_t(number_or(seg->steps.front(), "step", 0));
-  r.last_step = int64_t(number_or(seg->steps.back(), "step", 0));
+  r.first_step = seg->steps.front().step.value_or(0);
+  r.last_step = seg->steps.back().step.value_or(0);
   r.world = run_world(r.cfg, *seg, dir, r.first_step, r.last_step, r.world_from);
   r.used = int(n - skip);
   r.left_out = int(skip) + seg->rejected;
@@ -341,8 +348,7 @@ std::pair<double, double> moving_range(const json& base, int knob) {
     for (const std::string& key : compute_keys(base)) {
       if (base[key].is_array())
         for (const json& e : base[key]) widen(key, e);
-      else
-        widen(key, base[key]);
+      else widen(key, base[key]);
     }
   } else {
     const std::string key = std::string(kKnobName[knob]) + "_efficiency";
@@ -420,11 +426,11 @@ double sum_pred(const std::vector<Obs>& obs) {
 
 struct KnobFit {
   bool exercised = false, adjustable = true;
-  bool clamped = false;  // the runs ask for a factor outside [kFactorMin, kFactorMax]
+  bool clamped = false;   // the runs ask for a factor outside [kFactorMin, kFactorMax]
   bool at_limit = false;  // or beyond the point where every efficiency it scales is at its schema limit (1.0)
   int terms = 0, dp_terms = 0;
-  double ratio_tp = std::nan(""), ratio_dp = std::nan("");  // a tier's TP and DP terms apart, before the fit
-  double wanted = 1;                     // the factor the runs asked for, before the clamp
+  double ratio_tp = std::nan(""), ratio_dp = std::nan("");         // a tier's TP and DP terms apart, before the fit
+  double wanted = 1;                                               // the factor the runs asked for, before the clamp
   double ratio_before = std::nan(""), ratio_after = std::nan("");  // median predicted / measured of its terms
 };
 
@@ -490,7 +496,7 @@ Fit fit_runs(const std::vector<const Run*>& runs, const json& base) {
 struct Row {
   const Run* run = nullptr;
   std::string layout;
-  double before = 0, after = 0;  // predicted step seconds: the invocation's cluster, the fit without this run
+  double before = 0, after = 0;            // predicted step seconds: the invocation's cluster, the fit without this run
   costmodel::Breakdown b_before, b_after;  // the predicted phases behind `before` and `after`
   double err(double pred) const { return 100.0 * (pred - run->m.total) / run->m.total; }
 };
@@ -547,16 +553,17 @@ std::vector<std::string> describe_factors(const json& base, const Fit& fit) {
     if (!kf.adjustable) {
       const bool fabric = k != kCompute && base.contains("fabric") && base["fabric"].is_string() &&
                           !base["fabric"].get<std::string>().empty();
-      lines.push_back(strprintf("%s: not fitted (%d terms, predicted/measured %.3f): %s", name.c_str(), kf.terms,
-                                kf.ratio_before,
-                                fabric ? "[cluster] fabric's fitted links replace the tier efficiency (rerun cairn-sweep "
-                                         "to update them)"
-                                       : "the prediction does not depend on its efficiencies"));
+      lines.push_back(
+          strprintf("%s: not fitted (%d terms, predicted/measured %.3f): %s", name.c_str(), kf.terms, kf.ratio_before,
+                    fabric ? "[cluster] fabric's fitted links replace the tier efficiency (rerun cairn-sweep "
+                             "to update them)"
+                           : "the prediction does not depend on its efficiencies"));
       continue;
     }
     std::string keys;
     for (const auto& [key, v] : after.items()) {
-      const bool mine = k == kCompute ? !key.starts_with("intra_") && !key.starts_with("inter_") : key.starts_with(name + "_");
+      const bool mine =
+          k == kCompute ? !key.starts_with("intra_") && !key.starts_with("inter_") : key.starts_with(name + "_");
       if (!mine) continue;
       if (!keys.empty()) keys += ", ";
       const double f = fit.f.k[size_t(k)];
@@ -579,7 +586,8 @@ std::vector<std::string> describe_factors(const json& base, const Fit& fit) {
                               keys.c_str()));
     if (kf.clamped)
       lines.push_back(strprintf("%s: clamped to [%g, %g]: the runs ask for x%.3g, beyond what an efficiency error "
-                                "explains (a mechanism the model lacks)", name.c_str(), kFactorMin, kFactorMax, kf.wanted));
+                                "explains (a mechanism the model lacks)",
+                                name.c_str(), kFactorMin, kFactorMax, kf.wanted));
     else if (kf.at_limit)
       lines.push_back(strprintf("%s: held at x%.4g, where its efficiencies reach their schema limits: the runs ask for "
                                 "x%.3g (check peak_tflops, hbm_gbps, the link bandwidth or kernel_overhead_us)",
@@ -595,29 +603,29 @@ std::string one_line(std::string s) {
 
 void write_cluster(const std::string& path, const Config& cfg, const std::vector<Run>& runs, const Fit& fit,
                    const std::vector<std::string>& factor_lines, const Summary& s, bool held_out) {
-  json cluster = cfg.section("cluster");
+  json cluster = cfg.section(ClusterSection::kSection);
   const json scaled = scaled_cluster(cluster, fit.f);
   for (const auto& [k, v] : scaled.items()) cluster[k] = v;
   for (auto it = cluster.begin(); it != cluster.end();) {
     if (it.value().is_null() || (it.value().is_string() && it.value().get<std::string>().empty()))
       it = cluster.erase(it);
-    else
-      ++it;
+    else ++it;
   }
   const Provenance& p = provenance();
   std::string files;
   for (const std::string& f : cfg.files_read()) files += (files.empty() ? "" : ", ") + f;
   // [cluster] is a closed schema section: the record of the refit is comments, so the file loads as any cluster file.
-  std::string text = "# Cluster file written by cairn-plan calibrate --from-runs: the [cluster] of the invocation with\n"
-                     "# its efficiency terms refitted to the per-phase step times of cairn-train runs.\n";
+  std::string text =
+      "# Cluster file written by cairn-plan calibrate --from-runs: the [cluster] of the invocation with\n"
+      "# its efficiency terms refitted to the per-phase step times of cairn-train runs.\n";
   text += strprintf("# tool: %s %s (git %s) on %s at %s\n", p.tool.c_str(), p.version.c_str(), p.git_sha.c_str(),
                     p.host.c_str(), p.time_utc.c_str());
   text += "# command line: " + one_line(p.command_line) + "\n";
   text += "# input config files: " + (files.empty() ? std::string("(none)") : files) + "\n";
   for (const Run& r : runs)
     text += strprintf("# run: %s | %d rank%s (%s) | steps %lld..%lld, %d used, %d left out | %.6g s/step measured\n",
-                      one_line(r.dir).c_str(), r.world, r.world == 1 ? "" : "s", r.world_from.c_str(), (long long)r.first_step,
-                      (long long)r.last_step, r.used, r.left_out, r.m.total);
+                      one_line(r.dir).c_str(), r.world, r.world == 1 ? "" : "s", r.world_from.c_str(),
+                      (long long)r.first_step, (long long)r.last_step, r.used, r.left_out, r.m.total);
   for (const std::string& l : factor_lines) text += "# factor " + l + "\n";
   text += strprintf("# %s: mean |error| %.1f %% -> %.1f %%, max %.1f %% -> %.1f %%\n",
                     held_out ? "leave-one-out step time" : "in-sample step time (one run: no held-out run)",
@@ -638,8 +646,7 @@ void print_report(std::ostream& os, const std::vector<Row>& rows, const std::vec
                   "before s", after, "err bef", "err aft");
   for (const Row& r : rows)
     os << strprintf("%-*s  %-*s %5d %10.4f %10.4f %17.4f %+8.1f%% %+8.1f%%\n", int(wl), r.run->label.c_str(), int(wa),
-                    r.layout.c_str(), r.run->world, r.run->m.total, r.before, r.after, r.err(r.before),
-                    r.err(r.after));
+                    r.layout.c_str(), r.run->world, r.run->m.total, r.before, r.after, r.err(r.before), r.err(r.after));
   os << strprintf("mean |error| %.1f %% before, %.1f %% after; max %.1f %% before, %.1f %% after%s\n", s.mean_before,
                   s.mean_after, s.max_before, s.max_after,
                   held_out ? " (each run predicted by the fit on the others)"
@@ -654,8 +661,11 @@ void print_report(std::ostream& os, const std::vector<Row>& rows, const std::vec
 
 // The predicted counterparts of the measured phases.
 json predicted_phases(const costmodel::Breakdown& b) {
-  return {{"compute", b.gemm + b.memory_bound}, {"tp_comm", b.tp_comm}, {"dp_comm", b.dp_exposed},
-          {"pp_wait", b.bubble + b.pp_p2p}, {"optimizer", b.optimizer}};
+  return {{"compute", b.gemm + b.memory_bound},
+          {"tp_comm", b.tp_comm},
+          {"dp_comm", b.dp_exposed},
+          {"pp_wait", b.bubble + b.pp_p2p},
+          {"optimizer", b.optimizer}};
 }
 
 json report_json(const std::vector<Row>& rows, const Fit& fit, const std::vector<std::string>& factor_lines,
@@ -663,26 +673,47 @@ json report_json(const std::vector<Row>& rows, const Fit& fit, const std::vector
   json jr = json::array();
   for (const Row& r : rows) {
     const Measured& m = r.run->m;
-    jr.push_back({{"run", r.run->dir}, {"layout", r.layout}, {"ranks", r.run->world},
-                  {"ranks_from", r.run->world_from}, {"steps_used", r.run->used}, {"measured_step_s", m.total},
-                  {"measured_time_s", {{"compute", m.compute}, {"tp_comm", m.tp_comm}, {"dp_comm", m.dp_comm},
-                                       {"pp_wait", m.pp_wait}, {"optimizer", m.optimizer}}},
-                  {"predicted_before_s", r.before}, {"predicted_after_s", r.after},
+    jr.push_back({{"run", r.run->dir},
+                  {"layout", r.layout},
+                  {"ranks", r.run->world},
+                  {"ranks_from", r.run->world_from},
+                  {"steps_used", r.run->used},
+                  {"measured_step_s", m.total},
+                  {"measured_time_s",
+                   {{"compute", m.compute},
+                    {"tp_comm", m.tp_comm},
+                    {"dp_comm", m.dp_comm},
+                    {"pp_wait", m.pp_wait},
+                    {"optimizer", m.optimizer}}},
+                  {"predicted_before_s", r.before},
+                  {"predicted_after_s", r.after},
                   {"predicted_before_time_s", predicted_phases(r.b_before)},
                   {"predicted_after_time_s", predicted_phases(r.b_after)},
-                  {"error_before_pct", r.err(r.before)}, {"error_after_pct", r.err(r.after)}});
+                  {"error_before_pct", r.err(r.before)},
+                  {"error_after_pct", r.err(r.after)}});
   }
   json factors = json::object();
   for (int k = 0; k < kKnobs; ++k) {
     const KnobFit& kf = fit.knob[size_t(k)];
-    factors[kKnobName[k]] = {{"factor", fit.f.k[size_t(k)]}, {"exercised", kf.exercised},
-                             {"adjustable", kf.adjustable}, {"clamped", kf.clamped}, {"at_limit", kf.at_limit}, {"wanted", kf.wanted},
+    factors[kKnobName[k]] = {{"factor", fit.f.k[size_t(k)]},
+                             {"exercised", kf.exercised},
+                             {"adjustable", kf.adjustable},
+                             {"clamped", kf.clamped},
+                             {"at_limit", kf.at_limit},
+                             {"wanted", kf.wanted},
                              {"terms", kf.terms}};
   }
-  return {{"kind", "cluster_refit"}, {"output", path}, {"held_out", held_out}, {"rows", jr}, {"factors", factors},
+  return {{"kind", "cluster_refit"},
+          {"output", path},
+          {"held_out", held_out},
+          {"rows", jr},
+          {"factors", factors},
           {"notes", factor_lines},
-          {"summary", {{"mean_abs_error_before_pct", s.mean_before}, {"mean_abs_error_after_pct", s.mean_after},
-                       {"max_abs_error_before_pct", s.max_before}, {"max_abs_error_after_pct", s.max_after}}},
+          {"summary",
+           {{"mean_abs_error_before_pct", s.mean_before},
+            {"mean_abs_error_after_pct", s.mean_after},
+            {"max_abs_error_before_pct", s.max_before},
+            {"max_abs_error_after_pct", s.max_after}}},
           {"provenance", provenance().to_json()}};
 }
 
@@ -701,11 +732,12 @@ int run_calibrate_from_runs(const Config& cfg, const RefitOptions& opts) {
       throw UsageError(file_message("the cost model cannot evaluate the layout of run", r.dir, e.reason));
     if (!(e.step_time_s > 0) || !std::isfinite(e.step_time_s))
       throw UsageError(file_message("the cost model predicts no step time for run", r.dir, "check its [model]"));
-    if (!e.feasible()) CAIRN_LOG_WARN("%s: %s (it ran, so the step time is still compared)", r.dir.c_str(), e.reason.c_str());
+    if (!e.feasible())
+      CAIRN_LOG_WARN("%s: %s (it ran, so the step time is still compared)", r.dir.c_str(), e.reason.c_str());
     CAIRN_LOG_INFO("%s: %s on %d ranks (%s), %d steps, %.4f s/step measured", r.dir.c_str(),
                    costmodel::plan_string(e.plan).c_str(), r.world, r.world_from.c_str(), r.used, r.m.total);
   }
-  const json base = cfg.section("cluster");
+  const json base = cfg.section(ClusterSection::kSection);
   std::vector<const Run*> all;
   for (const Run& r : runs) all.push_back(&r);
   const Fit fit = fit_runs(all, base);
@@ -719,7 +751,8 @@ int run_calibrate_from_runs(const Config& cfg, const RefitOptions& opts) {
   write_cluster(path, cfg, runs, fit, lines, s, held_out);
   const bool json_stdout = opts.json_path == "-";
   print_report(json_stdout ? std::cerr : std::cout, rows, lines, s, held_out);
-  if (!opts.json_path.empty()) write_json_output(opts.json_path, report_json(rows, fit, lines, s, held_out, path).dump(1) + "\n");
+  if (!opts.json_path.empty())
+    write_json_output(opts.json_path, report_json(rows, fit, lines, s, held_out, path).dump(1) + "\n");
   std::cout << (json_stdout ? "" : path + "\n");  // the path last on stdout, as plain calibrate prints it
   return 0;
 }

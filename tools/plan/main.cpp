@@ -16,15 +16,17 @@ int main(int argc, char** argv) {
     std::string plan_text;
     bool explain = false;
     int64_t top = 0;
-    app.add_option("--plan", plan_text, "constrain the search / the explained plan: dp=8,tp=4,pp=2,v=1,mb=1,zero=1,"
-                                        "recompute=full,sp=on (lists: tp=[4,8])")
+    app.add_option("--plan", plan_text,
+                   "constrain the search / the explained plan: dp=8,tp=4,pp=2,v=1,mb=1,zero=1,"
+                   "recompute=full,sp=on (lists: tp=[4,8])")
         ->type_name("K=V,...");
     app.add_flag("--explain", explain, "evaluate the one plan given by --plan (or [parallel]) and print its breakdown");
     app.add_option("--top", top, "plans in the ranked table (sets [plan] top_k)");
     app.require_subcommand(0, 1);
-    CLI::App* cal = app.add_subcommand("calibrate", "measure GEMM efficiency (cuBLAS bf16 on a GPU, OpenBLAS "
-                                                    "on CPU) and memory bandwidth over the model's shapes; write a cluster file "
-                                                    "(--from-runs: refit it from cairn-train runs instead)");
+    CLI::App* cal =
+        app.add_subcommand("calibrate", "measure GEMM efficiency (cuBLAS bf16 on a GPU, OpenBLAS "
+                                        "on CPU) and memory bandwidth over the model's shapes; write a cluster file "
+                                        "(--from-runs: refit it from cairn-train runs instead)");
     cal->fallthrough();  // --config/--set/--out after "calibrate" belong to the main app
     cairn::plan::CalibrateOptions copts;
     cal->add_option("--output", copts.output, "cluster file to write (default <out>/plan/cluster-calibrated.toml)")
@@ -34,9 +36,10 @@ int main(int argc, char** argv) {
     cal->add_option("--device", copts.device, "auto (GPU with cuBLAS when built with CUDA and present), cpu or gpu")
         ->capture_default_str();
     cairn::plan::RefitOptions ropts;
-    cal->add_option("--from-runs", ropts.runs, "instead of measuring: refit the cluster's efficiency terms to the step "
-                                               "times of finished cairn-train runs (default output "
-                                               "<out>/plan/cluster-refit.toml), with leave-one-out errors")
+    cal->add_option("--from-runs", ropts.runs,
+                    "instead of measuring: refit the cluster's efficiency terms to the step "
+                    "times of finished cairn-train runs (default output "
+                    "<out>/plan/cluster-refit.toml), with leave-one-out errors")
         ->type_name("DIR")
         ->expected(1, -1);
     cairn::parse_cli(app, argc, argv);

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <iostream>
 #include <functional>
+#include <iostream>
 #include <map>
 
 #include "cairn/cli.h"
@@ -54,8 +54,12 @@ json model_json(const ModelSpec& m) {
 }
 
 json cluster_json(const Cluster& c) {
-  return {{"name", c.name},          {"nodes", c.nodes},       {"gpus_per_node", c.gpus_per_node},
-          {"peak_tflops", c.peak_tflops}, {"hbm_gib", c.hbm_gib}, {"hbm_gbps", c.hbm_gbps},
+  return {{"name", c.name},
+          {"nodes", c.nodes},
+          {"gpus_per_node", c.gpus_per_node},
+          {"peak_tflops", c.peak_tflops},
+          {"hbm_gib", c.hbm_gib},
+          {"hbm_gbps", c.hbm_gbps},
           {"fabric", c.fabric_path}};
 }
 
@@ -74,7 +78,8 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
     h5::Group g = f.create_group("plans");
     g.set_attr("order", "feasible plans fastest first, then rejected plans");
     std::string codes;
-    for (int i = 0; i <= int(Reject::kMemory); ++i) codes += strprintf("%s%d=%s", i ? "," : "", i, reject_name(Reject(i)));
+    for (int i = 0; i <= int(Reject::kMemory); ++i)
+      codes += strprintf("%s%d=%s", i ? "," : "", i, reject_name(Reject(i)));
     g.set_attr("reject_codes", codes);
     g.set_attr("recompute_codes", "0=none,1=selective,2=full");
     g.set_attr("units", "times in seconds per step, memory in GiB per device");
@@ -135,8 +140,15 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
 std::string best_toml(const Evaluation& e) {
   const Plan& p = e.plan;
   json t = {{"parallel",
-             {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"v", p.v}, {"mb", p.mb}, {"zero", p.zero},
-              {"recompute", recompute_name(p.recompute)}, {"sp", p.sp ? "on" : "off"}, {"cp", p.cp},
+             {{"dp", p.dp},
+              {"tp", p.tp},
+              {"pp", p.pp},
+              {"v", p.v},
+              {"mb", p.mb},
+              {"zero", p.zero},
+              {"recompute", recompute_name(p.recompute)},
+              {"sp", p.sp ? "on" : "off"},
+              {"cp", p.cp},
               {"tp_overlap", p.tp_overlap ? "on" : "off"}}}};
   // An uneven split (layers not divisible by pp*v) is written out: cairn-train runs exactly this one.
   const auto& sl = e.b.stage_layers;
@@ -151,23 +163,25 @@ std::string best_toml(const Evaluation& e) {
 }
 
 // The single plan of --explain: [plan] values (first of a list), else [parallel].
-Plan explain_plan(const Config& cfg, int world) {
-  Plan p = plan_from_parallel(cfg, world);
-  auto first_int = [&](const char* key, int& out) {
-    if (cfg.has(key)) out = int(cfg.get_ints(key).front());
+Plan explain_plan(const PlanSection& s, const ParallelSection& parallel, int world) {
+  Plan p = plan_from_section(parallel, world);
+  auto first_int = [](const PlanSection::IntChoice& choice, int& out) {
+    if (choice && !choice->empty()) out = int(choice->front());
   };
-  first_int("plan.dp", p.dp);
-  first_int("plan.tp", p.tp);
-  first_int("plan.pp", p.pp);
-  first_int("plan.v", p.v);
-  first_int("plan.mb", p.mb);
-  first_int("plan.zero", p.zero);
-  if (cfg.has("plan.recompute")) p.recompute = parse_recompute(cfg.get_strings("plan.recompute").front());
-  if (cfg.has("plan.sp")) p.sp = cfg.get_strings("plan.sp").front() == "on";
-  first_int("plan.cp", p.cp);
-  if (cfg.has("plan.tp_overlap")) p.tp_overlap = cfg.get_strings("plan.tp_overlap").front() == "on";
-  if (!cfg.has("plan.dp") && cfg.get_int("parallel.dp") <= 0)
-    p.dp = std::max(1, world / std::max(1, p.tp * p.pp * p.cp));
+  auto first_on = [](const PlanSection::StringChoice& choice, bool& out) {
+    if (choice && !choice->empty()) out = choice->front() == "on";
+  };
+  first_int(s.dp, p.dp);
+  first_int(s.tp, p.tp);
+  first_int(s.pp, p.pp);
+  first_int(s.v, p.v);
+  first_int(s.mb, p.mb);
+  first_int(s.zero, p.zero);
+  if (s.recompute && !s.recompute->empty()) p.recompute = parse_recompute(s.recompute->front());
+  first_on(s.sp, p.sp);
+  first_int(s.cp, p.cp);
+  first_on(s.tp_overlap, p.tp_overlap);
+  if (!s.dp && parallel.dp <= 0) p.dp = std::max(1, world / std::max(1, p.tp * p.pp * p.cp));
   return p;
 }
 
@@ -182,36 +196,42 @@ std::string reject_summary(const SearchResult& r) {
 }  // namespace
 
 int run_plan(const Config& cfg, const RunOptions& opts) {
-  const ModelSpec m = model_from_config(cfg);
-  const Cluster c = cluster_from_config(cfg);
-  const Assumptions a = assumptions_from_config(cfg);
-  const int64_t global_batch = global_batch_from_config(cfg);
+  const auto plan = read_section<PlanSection>(cfg);
+  const ModelSpec m = model_from_section(read_section<ModelSection>(cfg));
+  const Cluster c = cluster_from_section(read_section<ClusterSection>(cfg));
+  const Assumptions a = assumptions_from_section(plan);
+  const int64_t global_batch = global_batch_from_sections(plan, read_section<TrainSection>(cfg));
   const ParamCounts pc = parameter_counts(m);
-  CAIRN_LOG_INFO("model: %s, %.4g B parameters, %.4g model FLOPs/token; cluster %s: %d x %d devices", 
+  CAIRN_LOG_INFO("model: %s, %.4g B parameters, %.4g model FLOPs/token; cluster %s: %d x %d devices",
                  m.arch == Arch::Gpt ? "gpt" : "llama", double(pc.total) / 1e9, flops_per_token(m).model_train,
                  c.name.c_str(), c.nodes, c.gpus_per_node);
   const std::string out_dir = run_subdir(run_dir(cfg), "plan");
 
-  if (opts.explain || cfg.get_bool("plan.explain")) {
-    const Plan p = explain_plan(cfg, c.world());
+  if (opts.explain || plan.explain) {
+    const Plan p = explain_plan(plan, read_section<ParallelSection>(cfg), c.world());
     const Evaluation e = evaluate(m, c, p, global_batch, a, true);
     (opts.json_path == "-" ? std::cerr : std::cout) << explain(m, c, e, global_batch, a);
     std::cout.flush();
-    json doc = {{"provenance", provenance().to_json()}, {"model", model_json(m)}, {"cluster", cluster_json(c)},
-                {"global_batch", global_batch}, {"plans", json::array({to_json(e)})}};
+    json doc = {{"provenance", provenance().to_json()},
+                {"model", model_json(m)},
+                {"cluster", cluster_json(c)},
+                {"global_batch", global_batch},
+                {"plans", json::array({to_json(e)})}};
     if (!opts.json_path.empty()) write_json_output(opts.json_path, doc.dump(2));
-    if (!e.feasible() && e.reject != Reject::kMemory) throw UsageError("plan " + plan_string(p) + " is invalid: " + e.reason);
+    if (!e.feasible() && e.reject != Reject::kMemory)
+      throw UsageError("plan " + plan_string(p) + " is invalid: " + e.reason);
     if (!e.feasible()) throw GateFailure("plan " + plan_string(p) + " does not fit: " + e.reason);
     return 0;
   }
 
-  const Constraints k = constraints_from_config(cfg);
+  const Constraints k = constraints_from_section(plan);
   SearchResult r = search(m, c, global_batch, a, k);
   CAIRN_LOG_INFO("evaluated %zu plans (%zu feasible) in %.3f s", r.all.size(), r.feasible, r.elapsed_s);
   if (r.all.empty())
     throw UsageError(strprintf("no plan is valid for %d devices, global batch %lld and the [plan] constraints "
                                "(TP must divide heads = %lld and the device count; the global batch must be a "
-                               "multiple of dp)", c.world(), (long long)global_batch, (long long)m.heads));
+                               "multiple of dp)",
+                               c.world(), (long long)global_batch, (long long)m.heads));
   if (r.feasible == 0) {
     // Explain the closest candidate: the smallest-memory plan (rejected plans are sorted by it).
     Evaluation best = evaluate(m, c, r.all.front().plan, global_batch, a, true);
@@ -222,26 +242,22 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
     throw GateFailure(strprintf("no plan fits in memory (%zu evaluated: %s); the smallest, %s, %s", r.all.size(),
                                 reject_summary(r).c_str(), plan_string(best.plan).c_str(), best.reason.c_str()));
   }
-  const size_t top_k = size_t(cfg.get_int("plan.top_k"));
+  const size_t top_k = size_t(plan.top_k);
   // With --json - the JSON document is stdout's only content; the table goes to stderr instead.
   FILE* table_out = opts.json_path == "-" ? stderr : stdout;
   std::fprintf(table_out, "# %s: %.4g B params, global batch %lld x %lld tokens on %s (%d x %d devices)\n",
-              m.arch == Arch::Gpt ? "gpt" : "llama", double(pc.total) / 1e9, (long long)global_batch,
-              (long long)m.seq_len, c.name.c_str(), c.nodes, c.gpus_per_node);
+               m.arch == Arch::Gpt ? "gpt" : "llama", double(pc.total) / 1e9, (long long)global_batch,
+               (long long)m.seq_len, c.name.c_str(), c.nodes, c.gpus_per_node);
   std::fprintf(table_out, "# %zu plans evaluated (%zu feasible) in %.3f s\n", r.all.size(), r.feasible, r.elapsed_s);
   if (!opts.quiet_table) std::fputs(table(r.all, top_k).c_str(), table_out);
   std::fflush(table_out);
 
   json plans = json::array();
   for (size_t i = 0; i < std::min(top_k, r.feasible); ++i) plans.push_back(to_json(r.all[i]));
-  json doc = {{"provenance", provenance().to_json()},
-              {"model", model_json(m)},
-              {"cluster", cluster_json(c)},
-              {"global_batch", global_batch},
-              {"plans_evaluated", r.all.size()},
-              {"plans_feasible", r.feasible},
-              {"search_seconds", r.elapsed_s},
-              {"plans", plans}};
+  json doc = {{"provenance", provenance().to_json()}, {"model", model_json(m)},
+              {"cluster", cluster_json(c)},           {"global_batch", global_batch},
+              {"plans_evaluated", r.all.size()},      {"plans_feasible", r.feasible},
+              {"search_seconds", r.elapsed_s},        {"plans", plans}};
   const std::string text = doc.dump(2) + "\n";
   atomic_write(join_path(out_dir, "plans.json"), text);
   if (!opts.json_path.empty()) write_json_output(opts.json_path, text);

@@ -6,6 +6,7 @@
 
 #include "cairn/config.h"
 #include "cairn/costmodel.h"
+#include "cairn/sections.h"
 
 namespace cairn::plan {
 
@@ -18,6 +19,8 @@ struct Constraints {
   int64_t max_mb = 16, max_tp = 0, max_v = 0, cp_min_seq = 16384;
   std::vector<int> stage_layers;  // [parallel] stage_layers, applied to plans whose pp*v matches
 };
+// The [plan] search constraints (UsageError for a degree out of range).
+Constraints constraints_from_section(const PlanSection& s);
 Constraints constraints_from_config(const Config& cfg);
 
 struct SearchResult {
@@ -32,7 +35,7 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
                     const costmodel::Assumptions& a, const Constraints& k);
 
 // The global batch in sequences: [plan] global_batch, else [train] global_batch.
-int64_t global_batch_from_config(const Config& cfg);
+int64_t global_batch_from_sections(const PlanSection& plan, const TrainSection& train);
 
 // Splits "dp=8,tp=4,recompute=full,tp=[2,4]" into "plan.dp=8" ... (brackets keep their commas).
 std::vector<std::string> plan_flag_to_sets(const std::string& text);
@@ -49,9 +52,9 @@ int run_plan(const Config& cfg, const RunOptions& opts);
 // cairn-plan calibrate: measures GEMM efficiency (OpenBLAS sgemm) over the model's shapes and a
 // size sweep, and memory bandwidth, and writes a cluster TOML file. Returns the path written.
 struct CalibrateOptions {
-  std::string output;     // "" = <out>/plan/cluster-calibrated.toml
-  double seconds = 0.2;   // time per measured shape
-  int max_dim = 2048;     // largest square GEMM of the sweep (CPU)
+  std::string output;           // "" = <out>/plan/cluster-calibrated.toml
+  double seconds = 0.2;         // time per measured shape
+  int max_dim = 2048;           // largest square GEMM of the sweep (CPU)
   std::string device = "auto";  // auto (GPU when built with CUDA and one is present), cpu, gpu
 };
 std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts);

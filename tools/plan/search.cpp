@@ -1,6 +1,7 @@
 // Exhaustive enumeration of parallel plans and the [plan] constraints that restrict it.
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "cairn/error.h"
 #include "cairn/log.h"
@@ -37,8 +38,7 @@ void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, i
                    SearchResult& r) {
   const int64_t per_rank = global_batch / dp;
   std::vector<int64_t> vs;
-  if (!k.v.empty())
-    vs = k.v;
+  if (!k.v.empty()) vs = k.v;
   else
     for (int64_t v = 1; v * pp <= m.layers && (k.max_v <= 0 || v <= k.max_v); ++v)
       if (v == 1 || pp > 1) vs.push_back(v);
@@ -79,37 +79,46 @@ void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, i
 
 }  // namespace
 
-Constraints constraints_from_config(const Config& cfg) {
+Constraints constraints_from_section(const PlanSection& s) {
   Constraints k;
-  auto ints = [&](const char* key, std::vector<int64_t>& out) {
-    if (cfg.has(key)) out = cfg.get_ints(key);
+  // An unset constraint (nullopt) searches every valid value: the empty list.
+  auto ints = [](const PlanSection::IntChoice& choice, const char* key, int64_t lo, int64_t hi) {
+    std::vector<int64_t> out = choice.value_or(std::vector<int64_t>{});
     for (int64_t x : out)
-      if (x < (std::string(key) == "plan.zero" ? 0 : 1) || (std::string(key) == "plan.zero" && x > 3))
-        throw UsageError(strprintf("%s = %lld is out of range", key, (long long)x));
+      if (x < lo || x > hi)
+        throw UsageError(strprintf("%s.%s = %lld is out of range", PlanSection::kSection, key, (long long)x));
+    return out;
   };
-  ints("plan.dp", k.dp);
-  ints("plan.tp", k.tp);
-  ints("plan.pp", k.pp);
-  ints("plan.v", k.v);
-  ints("plan.mb", k.mb);
-  ints("plan.zero", k.zero);
-  ints("plan.cp", k.cp);
-  if (cfg.has("plan.recompute"))
-    for (const auto& s : cfg.get_strings("plan.recompute")) k.recompute.push_back(costmodel::parse_recompute(s));
-  if (cfg.has("plan.sp"))
-    for (const auto& s : cfg.get_strings("plan.sp")) k.sp.push_back(s == "on" ? 1 : 0);
-  if (cfg.has("plan.tp_overlap"))
-    for (const auto& s : cfg.get_strings("plan.tp_overlap")) k.tp_overlap.push_back(s == "on" ? 1 : 0);
-  k.cp_min_seq = cfg.get_int("plan.cp_min_seq");
-  k.max_mb = cfg.get_int("plan.max_mb");
-  k.max_tp = cfg.get_int("plan.max_tp");
-  k.max_v = cfg.get_int("plan.max_v");
+  auto on_off = [](const PlanSection::StringChoice& choice) {
+    std::vector<int> out;
+    for (const auto& x : choice.value_or(std::vector<std::string>{})) out.push_back(x == "on" ? 1 : 0);
+    return out;
+  };
+  constexpr int64_t kAny = std::numeric_limits<int64_t>::max();
+  k.dp = ints(s.dp, "dp", 1, kAny);
+  k.tp = ints(s.tp, "tp", 1, kAny);
+  k.pp = ints(s.pp, "pp", 1, kAny);
+  k.v = ints(s.v, "v", 1, kAny);
+  k.mb = ints(s.mb, "mb", 1, kAny);
+  k.zero = ints(s.zero, "zero", 0, 3);
+  k.cp = ints(s.cp, "cp", 1, kAny);
+  for (const auto& x : s.recompute.value_or(std::vector<std::string>{}))
+    k.recompute.push_back(costmodel::parse_recompute(x));
+  k.sp = on_off(s.sp);
+  k.tp_overlap = on_off(s.tp_overlap);
+  k.cp_min_seq = s.cp_min_seq;
+  k.max_mb = s.max_mb;
+  k.max_tp = s.max_tp;
+  k.max_v = s.max_v;
   return k;
 }
 
-int64_t global_batch_from_config(const Config& cfg) {
-  int64_t b = cfg.get_int("plan.global_batch");
-  if (b <= 0) b = cfg.get_int("train.global_batch");
+Constraints constraints_from_config(const Config& cfg) {
+  return constraints_from_section(read_section<PlanSection>(cfg));
+}
+
+int64_t global_batch_from_sections(const PlanSection& plan, const TrainSection& train) {
+  const int64_t b = plan.global_batch > 0 ? plan.global_batch : train.global_batch;
   if (b <= 0) throw UsageError("global batch is 0: set [train] global_batch (sequences)");
   return b;
 }
@@ -195,10 +204,8 @@ std::vector<std::string> plan_flag_to_sets(const std::string& text) {
   for (char ch : text) {
     if (ch == '[') ++depth;
     if (ch == ']') --depth;
-    if (ch == ',' && depth == 0)
-      flush();
-    else
-      cur += ch;
+    if (ch == ',' && depth == 0) flush();
+    else cur += ch;
   }
   flush();
   return out;

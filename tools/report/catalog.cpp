@@ -131,7 +131,8 @@ const std::vector<MetricDef>& fixed_metrics() {
       {"steps", "", "train", Better::Neither, "last logged training step"},
       {"tokens", "tok", "train", Better::Neither, "tokens trained at the last logged step"},
       {"train_time_s", "s", "train", Better::Lower, "wall time between the first and last logged step"},
-      {"avg_busbw", "GB/s", "sweep", Better::Higher, "sweep.json avg_busbw (mean of the blocks' average bus bandwidth)"},
+      {"avg_busbw", "GB/s", "sweep", Better::Higher,
+       "sweep.json avg_busbw (mean of the blocks' average bus bandwidth)"},
       {"wrong", "", "sweep", Better::Lower, "wrong results found by the sweep's correctness checks"},
       {"plan_step_time_s", "s", "plan", Better::Lower, "best plan's predicted step time"},
       {"plan_tokens_per_s", "tok/s", "plan", Better::Higher, "best plan's predicted throughput"},
@@ -219,7 +220,9 @@ std::string metrics_help() {
     os << "    " << d.name;
     for (size_t i = d.name.size(); i < 22; ++i) os << ' ';
     os << d.doc << (d.unit.empty() ? "" : " [" + d.unit + "]")
-       << (d.better == Better::Lower ? " (lower is better)" : d.better == Better::Higher ? " (higher is better)" : "")
+       << (d.better == Better::Lower    ? " (lower is better)"
+           : d.better == Better::Higher ? " (higher is better)"
+                                        : "")
        << "\n";
   }
   os << "  sweep, per collective (";
@@ -329,8 +332,8 @@ Histogram data_doc_length_histogram(const RunData& run) {
   Histogram h;
   if (!run.data_stats.is_object()) return h;
   const json* hist = nullptr;
-  for (const char* key : {"doc_length_histogram", "document_length_histogram", "doc_len_histogram",
-                          "doc_length_hist", "length_histogram"}) {
+  for (const char* key : {"doc_length_histogram", "document_length_histogram", "doc_len_histogram", "doc_length_hist",
+                          "length_histogram"}) {
     auto it = run.data_stats.find(key);
     if (it != run.data_stats.end() && (it->is_object() || it->is_array())) {
       hist = &*it;
@@ -351,9 +354,9 @@ Histogram data_doc_length_histogram(const RunData& run) {
     for (size_t i = 0; i < n; ++i) {
       if (!(*counts)[i].is_number()) continue;
       double lo = i < edges->size() && (*edges)[i].is_number() ? (*edges)[i].get<double>() : kNaN;
-      double hi = edges_are_bounds && (*edges)[i + 1].is_number() ? (*edges)[i + 1].get<double>()
+      double hi = edges_are_bounds && (*edges)[i + 1].is_number()        ? (*edges)[i + 1].get<double>()
                   : i + 1 < edges->size() && (*edges)[i + 1].is_number() ? (*edges)[i + 1].get<double>()
-                                                                          : kNaN;
+                                                                         : kNaN;
       h.lo.push_back(lo);
       h.hi.push_back(hi);
       h.count.push_back((*counts)[i].get<double>());
@@ -376,8 +379,28 @@ Histogram data_doc_length_histogram(const RunData& run) {
   return h;
 }
 
-std::map<std::string, MetricValue> compute_metrics(const RunData& run, const MetricSettings& st) {
-  std::map<std::string, MetricValue> m;
+namespace {
+
+using Metrics = std::map<std::string, MetricValue>;
+
+// Optimizer steps skipped: the logged running total, else the number of records logged with skipped > 0.
+double skipped_steps(const TrainSeries& t) {
+  double skipped = last_finite(t.skipped_total);
+  if (std::isnan(skipped)) {
+    double s = 0;
+    bool any = false;
+    for (double v : t.skipped)
+      if (std::isfinite(v)) {
+        s += v > 0 ? 1 : 0;
+        any = true;
+      }
+    if (any) skipped = s;
+  }
+  return skipped;
+}
+
+// Training: final loss (tail mean), medians after the warm-up, the last step's counters; then validation.
+void train_metrics(Metrics& m, const RunData& run, const MetricSettings& st) {
   const TrainSeries& t = run.train;
   if (t.size() > 0) {
     size_t n = t.size();
@@ -392,18 +415,7 @@ std::map<std::string, MetricValue> compute_metrics(const RunData& run, const Met
     set(m, "data_wait_s", median_from(t.t_data, w));
     set(m, "comm_s", median_from(t.t_comm, w));
     set(m, "grad_norm", median_from(t.grad_norm, w));
-    double skipped = last_finite(t.skipped_total);
-    if (std::isnan(skipped)) {
-      double s = 0;
-      bool any = false;
-      for (double v : t.skipped)
-        if (std::isfinite(v)) {
-          s += v > 0 ? 1 : 0;
-          any = true;
-        }
-      if (any) skipped = s;
-    }
-    set(m, "skipped_total", skipped);
+    set(m, "skipped_total", skipped_steps(t));
     set(m, "steps", t.step.back());
     set(m, "tokens", last_finite(t.tokens));
     double w0 = first_finite(t.wall_time), w1 = last_finite(t.wall_time);
@@ -413,7 +425,10 @@ std::map<std::string, MetricValue> compute_metrics(const RunData& run, const Met
     set(m, "val_loss", last_finite(run.val.val_loss), min_finite(run.val.val_loss));
     set(m, "best_val_loss", min_finite(run.val.val_loss));
   }
-  // Eval: value at the last evaluated step per (task, metric); best over steps.
+}
+
+// Eval: value at the last evaluated step per (task, metric); best over steps.
+void eval_metrics(Metrics& m, const RunData& run) {
   std::map<std::string, std::pair<double, MetricValue>> ev;  // name -> (step, value)
   for (const auto& r : run.eval) {
     std::string name = "eval_" + r.task + "_" + r.metric;
@@ -431,89 +446,99 @@ std::map<std::string, MetricValue> compute_metrics(const RunData& run, const Met
     mv.best = b == Better::Lower ? std::min(mv.best, r.value) : std::max(mv.best, r.value);
   }
   for (const auto& [name, sv] : ev) m[name] = sv.second;
+}
 
-  // Sweep (either sweep.json layout; see sweep_rows).
-  if (run.sweep.is_object()) {
-    std::map<std::string, std::map<std::string, double>> per_coll;  // coll -> tier -> peak busbw
-    double wrong_sum = 0;
-    bool wrong_any = false;
-    for (const SweepRow& r : sweep_rows(run.sweep)) {
-      std::string coll = normalize_collective(r.collective);
-      double bw = kNaN;
-      for (int side = 0; side < 2; ++side) {
-        double b = r.busbw[side];
-        if (std::isfinite(b) && (std::isnan(bw) || b > bw)) bw = b;
-        if (std::isfinite(r.wrong[side])) {
-          wrong_sum += r.wrong[side];
-          wrong_any = true;
-        }
-      }
-      if (std::isnan(bw)) continue;
-      double& cur = per_coll[coll][r.tier];
-      if (cur == 0 || bw > cur) cur = bw;
-    }
-    for (const auto& [coll, tiers] : per_coll) {
-      double overall = kNaN;
-      for (const auto& [tier, bw] : tiers) {
-        set(m, "busbw_" + coll + "_" + tier, bw, bw);
-        if (std::isnan(overall) || bw > overall) overall = bw;
-      }
-      auto w = tiers.find("world");
-      set(m, "busbw_" + coll, w != tiers.end() ? w->second : overall);
-    }
-    if (const json* fit_list = sweep_fits(run.sweep)) {
-      // Several fits per collective and tier (-d/-o all, -r -1): the one in fabric.toml
-      // ("in_fabric", the model cairn-plan reads), else the first.
-      struct Chosen {
-        double alpha, beta;
-        bool in_fabric;
-      };
-      std::map<std::string, std::map<std::string, Chosen>> fits;
-      for (const auto& f : *fit_list) {
-        if (!f.is_object() || !f.contains("collective") || !f["collective"].is_string()) continue;
-        std::string coll = normalize_collective(f["collective"].get<std::string>());
-        std::string tier = f.contains("tier") && f["tier"].is_string() ? f["tier"].get<std::string>() : "world";
-        bool in_fabric = f.contains("in_fabric") && f["in_fabric"].is_boolean() && f["in_fabric"].get<bool>();
-        Chosen c{num_or_nan(f, "alpha_us"), num_or_nan(f, "busbw_gbps"), in_fabric};
-        auto [it, fresh] = fits[coll].try_emplace(tier, c);
-        if (!fresh && in_fabric && !it->second.in_fabric) it->second = c;
-      }
-      for (const auto& [coll, tiers] : fits) {
-        for (const auto& [tier, c] : tiers) {
-          set(m, "alpha_" + coll + "_" + tier, c.alpha);
-          set(m, "fit_busbw_" + coll + "_" + tier, c.beta);
-        }
-        auto w = tiers.find("world");
-        const Chosen& chosen = w != tiers.end() ? w->second : tiers.begin()->second;
-        set(m, "alpha_" + coll, chosen.alpha);
-        set(m, "fit_busbw_" + coll, chosen.beta);
-      }
-    }
-    set(m, "avg_busbw", sweep_avg_busbw(run.sweep));
-    double wrong = sweep_wrong(run.sweep);
-    if (std::isnan(wrong) && wrong_any) wrong = wrong_sum;
-    set(m, "wrong", wrong);
+// Fitted alpha and beta per collective and tier, and per collective (world tier, else the first).
+void sweep_fit_metrics(Metrics& m, const json& fit_list) {
+  // Several fits per collective and tier (-d/-o all, -r -1): the one in fabric.toml
+  // ("in_fabric", the model cairn-plan reads), else the first.
+  struct Chosen {
+    double alpha, beta;
+    bool in_fabric;
+  };
+  std::map<std::string, std::map<std::string, Chosen>> fits;
+  for (const auto& f : fit_list) {
+    if (!f.is_object() || !f.contains("collective") || !f["collective"].is_string()) continue;
+    std::string coll = normalize_collective(f["collective"].get<std::string>());
+    std::string tier = f.contains("tier") && f["tier"].is_string() ? f["tier"].get<std::string>() : "world";
+    bool in_fabric = f.contains("in_fabric") && f["in_fabric"].is_boolean() && f["in_fabric"].get<bool>();
+    Chosen c{num_or_nan(f, "alpha_us"), num_or_nan(f, "busbw_gbps"), in_fabric};
+    auto [it, fresh] = fits[coll].try_emplace(tier, c);
+    if (!fresh && in_fabric && !it->second.in_fabric) it->second = c;
   }
-
-  // Plan.
-  if (run.plans.is_object() && run.plans.contains("plans") && run.plans["plans"].is_array() &&
-      !run.plans["plans"].empty() && run.plans["plans"][0].is_object()) {
-    const json& best = run.plans["plans"][0];
-    set(m, "plan_step_time_s", num_or_nan(best, "step_time_s"));
-    set(m, "plan_tokens_per_s", num_or_nan(best, "tokens_per_s"));
-    set(m, "plan_mfu", as_percent(num_or_nan(best, "mfu")));
-    set(m, "plan_memory_gib", num_or_nan(best, "memory_gib"));
-    auto measured = m.find("step_time_s");
-    bool matched = false;
-    json used = plan_used_by_training(run, &matched);
-    if (measured != m.end() && used.is_object()) {
-      double pred = num_or_nan(used, "step_time_s");
-      if (std::isfinite(pred) && pred > 0)
-        set(m, "plan_error_pct", std::fabs(measured->second.value - pred) / pred * 100);
+  for (const auto& [coll, tiers] : fits) {
+    for (const auto& [tier, c] : tiers) {
+      set(m, "alpha_" + coll + "_" + tier, c.alpha);
+      set(m, "fit_busbw_" + coll + "_" + tier, c.beta);
     }
+    auto w = tiers.find("world");
+    const Chosen& chosen = w != tiers.end() ? w->second : tiers.begin()->second;
+    set(m, "alpha_" + coll, chosen.alpha);
+    set(m, "fit_busbw_" + coll, chosen.beta);
   }
+}
 
-  // Data.
+// Sweep (either sweep.json layout; see sweep_rows): peak bus bandwidth per collective and tier, the fits,
+// the average bandwidth and the wrong results.
+void sweep_metrics(Metrics& m, const RunData& run) {
+  if (!run.sweep.is_object()) return;
+  std::map<std::string, std::map<std::string, double>> per_coll;  // coll -> tier -> peak busbw
+  double wrong_sum = 0;
+  bool wrong_any = false;
+  for (const SweepRow& r : sweep_rows(run.sweep)) {
+    std::string coll = normalize_collective(r.collective);
+    double bw = kNaN;
+    for (int side = 0; side < 2; ++side) {
+      double b = r.busbw[side];
+      if (std::isfinite(b) && (std::isnan(bw) || b > bw)) bw = b;
+      if (std::isfinite(r.wrong[side])) {
+        wrong_sum += r.wrong[side];
+        wrong_any = true;
+      }
+    }
+    if (std::isnan(bw)) continue;
+    double& cur = per_coll[coll][r.tier];
+    if (cur == 0 || bw > cur) cur = bw;
+  }
+  for (const auto& [coll, tiers] : per_coll) {
+    double overall = kNaN;
+    for (const auto& [tier, bw] : tiers) {
+      set(m, "busbw_" + coll + "_" + tier, bw, bw);
+      if (std::isnan(overall) || bw > overall) overall = bw;
+    }
+    auto w = tiers.find("world");
+    set(m, "busbw_" + coll, w != tiers.end() ? w->second : overall);
+  }
+  if (const json* fit_list = sweep_fits(run.sweep)) sweep_fit_metrics(m, *fit_list);
+  set(m, "avg_busbw", sweep_avg_busbw(run.sweep));
+  double wrong = sweep_wrong(run.sweep);
+  if (std::isnan(wrong) && wrong_any) wrong = wrong_sum;
+  set(m, "wrong", wrong);
+}
+
+// Plan: the best plan's predictions, and the error of the used plan's step time against the measured one
+// (so after train_metrics, which sets step_time_s).
+void plan_metrics(Metrics& m, const RunData& run) {
+  if (!(run.plans.is_object() && run.plans.contains("plans") && run.plans["plans"].is_array() &&
+        !run.plans["plans"].empty() && run.plans["plans"][0].is_object()))
+    return;
+  const json& best = run.plans["plans"][0];
+  set(m, "plan_step_time_s", num_or_nan(best, "step_time_s"));
+  set(m, "plan_tokens_per_s", num_or_nan(best, "tokens_per_s"));
+  set(m, "plan_mfu", as_percent(num_or_nan(best, "mfu")));
+  set(m, "plan_memory_gib", num_or_nan(best, "memory_gib"));
+  auto measured = m.find("step_time_s");
+  bool matched = false;
+  json used = plan_used_by_training(run, &matched);
+  if (measured != m.end() && used.is_object()) {
+    double pred = num_or_nan(used, "step_time_s");
+    if (std::isfinite(pred) && pred > 0)
+      set(m, "plan_error_pct", std::fabs(measured->second.value - pred) / pred * 100);
+  }
+}
+
+// Data: from stats.json, else index.json, else summed over the shards.
+void data_metrics(Metrics& m, const RunData& run) {
   std::vector<double> per_shard = data_tokens_per_shard(run);
   double total = first_num(run.data_stats, {"total_tokens", "tokens", "num_tokens"});
   if (std::isnan(total)) total = first_num(run.data_index, {"total_tokens", "tokens", "num_tokens"});
@@ -532,6 +557,17 @@ std::map<std::string, MetricValue> compute_metrics(const RunData& run, const Met
   set(m, "data_documents", docs);
   set(m, "data_bytes_per_token", first_num(run.data_stats, {"bytes_per_token"}));
   set(m, "data_shard_imbalance", first_num(run.data_stats, {"shard_imbalance"}) * 100);
+}
+
+}  // namespace
+
+std::map<std::string, MetricValue> compute_metrics(const RunData& run, const MetricSettings& st) {
+  std::map<std::string, MetricValue> m;
+  train_metrics(m, run, st);
+  eval_metrics(m, run);
+  sweep_metrics(m, run);
+  plan_metrics(m, run);
+  data_metrics(m, run);
   return m;
 }
 

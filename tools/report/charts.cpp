@@ -24,7 +24,8 @@ bool any_finite(const std::vector<double>& v) {
 std::string slug(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (std::isalnum(static_cast<unsigned char>(c))) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     else if (!out.empty() && out.back() != '-') out += '-';
   }
   while (!out.empty() && out.back() == '-') out.pop_back();
@@ -97,8 +98,7 @@ struct Builder {
 
   void loss_chart(bool vs_tokens) {
     std::vector<size_t> tr = runs_with_train();
-    Chart c = chart(vs_tokens ? "train-loss-tokens" : "train-loss-step",
-                    vs_tokens ? "Loss vs tokens" : "Loss vs step");
+    Chart c = chart(vs_tokens ? "train-loss-tokens" : "train-loss-step", vs_tokens ? "Loss vs tokens" : "Loss vs step");
     c.x = Axis{vs_tokens ? "tokens" : "step", vs_tokens ? "tok" : "", Scale::Linear, {}, {}, false};
     c.y = Axis{"loss", "", Scale::Log, {}, {}, false};
     bool raw = tr.size() <= 4;
@@ -321,7 +321,8 @@ struct Builder {
     if (runs_with_train().empty()) return;
     loss_chart(false);
     loss_chart(true);
-    simple_train_chart("train-lr", "Learning rate", "", &TrainSeries::lr, Axis{"learning rate", "", Scale::Linear, {}, {}, true});
+    simple_train_chart("train-lr", "Learning rate", "", &TrainSeries::lr,
+                       Axis{"learning rate", "", Scale::Linear, {}, {}, true});
     grad_norm_chart();
     simple_train_chart("train-throughput", "Throughput", "tokens per second, all ranks", &TrainSeries::tokens_per_s,
                        Axis{"throughput", "tok/s", Scale::Linear, {}, {}, true});
@@ -456,9 +457,10 @@ struct Builder {
           c.series.push_back(std::move(s));
           double peak = num_or_nan(fit, "peak_busbw_gbps");
           if (nruns <= 2 && std::isfinite(peak) && peak > 0)
-            c.refs.push_back({false, peak, "peak " + plot::format_value(peak, "GB/s", 3) +
-                                                (nruns > 1 ? " (" + runs[i].name + ")" : ""),
-                              color(i), true});
+            c.refs.push_back(
+                {false, peak,
+                 "peak " + plot::format_value(peak, "GB/s", 3) + (nruns > 1 ? " (" + runs[i].name + ")" : ""), color(i),
+                 true});
           double half = num_or_nan(fit, "half_peak_bytes");
           if (nruns == 1 && std::isfinite(half) && half > 0)
             c.refs.push_back({true, half, "half peak at " + plot::format_value(half, "B", 3), "#777777", true});

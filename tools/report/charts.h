@@ -12,7 +12,7 @@ struct ChartOut {
   std::string id;
   std::string title;
   std::string svg;
-  size_t points = 0;    // data points drawn (after downsampling)
+  size_t points = 0;                // data points drawn (after downsampling)
   std::vector<std::string> series;  // names of the series drawn
 };
 

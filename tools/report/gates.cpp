@@ -38,8 +38,7 @@ std::vector<GateRule> parse_gates(const json& gates) {
     if (!def) {
       std::string hint = suggest_metric(key);
       throw UsageError("report.gates." + key + ": unknown gate metric \"" + key + "\"" +
-                       (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") +
-                       "; see cairn-report --list-metrics");
+                       (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") + "; see cairn-report --list-metrics");
     }
     const json& spec = it.value();
     if (!spec.is_object() || spec.empty())
@@ -49,8 +48,9 @@ std::vector<GateRule> parse_gates(const json& gates) {
       bool known = false;
       for (const auto& k : rule_kinds()) known |= k == r.key();
       if (!known)
-        throw UsageError("report.gates." + key + "." + r.key() +
-                         ": unknown gate rule (use max_increase, max_increase_pct, max_drop, max_drop_pct, max or min)");
+        throw UsageError(
+            "report.gates." + key + "." + r.key() +
+            ": unknown gate rule (use max_increase, max_increase_pct, max_drop, max_drop_pct, max or min)");
       if (!r.value().is_number() || !std::isfinite(r.value().get<double>()))
         throw UsageError("report.gates." + key + "." + r.key() + ": expected a number, got " + r.value().dump());
       GateRule g;
@@ -65,8 +65,7 @@ std::vector<GateRule> parse_gates(const json& gates) {
 }
 
 std::vector<GateResult> evaluate_gates(const std::vector<GateRule>& rules, const std::vector<RunData>& runs,
-                                       const std::vector<std::map<std::string, MetricValue>>& metrics,
-                                       int baseline) {
+                                       const std::vector<std::map<std::string, MetricValue>>& metrics, int baseline) {
   std::vector<GateResult> out;
   std::vector<size_t> checked;
   for (size_t i = 0; i < runs.size(); ++i)
@@ -138,10 +137,8 @@ std::vector<GateResult> evaluate_gates(const std::vector<GateRule>& rules, const
             g.reason = abs_d + " vs baseline " + fmt(base, u) + "; allowed drop " + fmt(a, u);
           else if (rule.kind == "max_drop_pct")
             g.reason = pct + " vs baseline " + fmt(base, u) + "; allowed drop " + amount_text(a) + "%";
-          else if (rule.kind == "max")
-            g.reason = fmt(g.value, u) + " is above the maximum " + fmt(a, u);
-          else
-            g.reason = fmt(g.value, u) + " is below the minimum " + fmt(a, u);
+          else if (rule.kind == "max") g.reason = fmt(g.value, u) + " is above the maximum " + fmt(a, u);
+          else g.reason = fmt(g.value, u) + " is below the minimum " + fmt(a, u);
         }
       }
       out.push_back(g);

@@ -9,9 +9,9 @@ namespace cairn::report {
 
 // One rule of one gate, e.g. val_loss max_increase 0.02.
 struct GateRule {
-  MetricDef metric;   // resolved (canonical name)
-  std::string key;    // the metric as written in the config
-  std::string kind;   // max_increase | max_increase_pct | max_drop | max_drop_pct | max | min
+  MetricDef metric;  // resolved (canonical name)
+  std::string key;   // the metric as written in the config
+  std::string kind;  // max_increase | max_increase_pct | max_drop | max_drop_pct | max | min
   double amount = 0;
   bool relative() const { return kind != "max" && kind != "min"; }
   std::string text() const;  // "max_increase = 0.02"
@@ -22,22 +22,21 @@ struct GateRule {
 std::vector<GateRule> parse_gates(const json& gates);
 
 struct GateResult {
-  std::string run;       // the run checked
-  std::string metric;    // canonical metric name
+  std::string run;     // the run checked
+  std::string metric;  // canonical metric name
   std::string unit;
-  std::string rule;      // "max_drop_pct = 5"
+  std::string rule;  // "max_drop_pct = 5"
   double baseline = kNaN;
   double value = kNaN;
-  double limit = kNaN;   // the threshold the value was compared with
+  double limit = kNaN;     // the threshold the value was compared with
   std::string limit_text;  // "<= 3.27 (baseline + 0.02)"
   bool pass = false;
-  std::string reason;    // why it failed, or "" when it passed
+  std::string reason;  // why it failed, or "" when it passed
 };
 
 // Checks every rule on every run except the baseline (or on the baseline when it is the only run).
 // `baseline` indexes `runs` (-1: none). Missing data and missing baselines are failures with a reason.
 std::vector<GateResult> evaluate_gates(const std::vector<GateRule>& rules, const std::vector<RunData>& runs,
-                                       const std::vector<std::map<std::string, MetricValue>>& metrics,
-                                       int baseline);
+                                       const std::vector<std::map<std::string, MetricValue>>& metrics, int baseline);
 
 }  // namespace cairn::report

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cairn/cli.h"
+#include "cairn/config_section.h"
 #include "cairn/error.h"
 #include "report.h"
 
@@ -14,32 +15,29 @@ int main(int argc, char** argv) {
     cairn::CommonOptions opts;
     cairn::add_common_options(app, opts);
     std::vector<std::string> runs;
-    std::string baseline, title;
     bool list_metrics = false;
     app.add_option("runs", runs, "run directories (each may hold sweep/ plan/ data/ train/ eval/)")->type_name("DIR");
-    app.add_option("-b,--baseline", baseline, "reference run: comparisons and gates are against it ([report] baseline)")
-        ->type_name("DIR");
-    app.add_option("--title", title, "report title ([report] title)");
+    // -b/--baseline and --title set their [report] keys (declared in cairn/sections/report.h).
+    cairn::ToolSettings settings;
+    cairn::add_section_flags(app, "report", settings);
     app.add_flag("--list-metrics", list_metrics, "print the metric names gates can use, and exit");
-    app.footer("--out DIR writes DIR/report/ (default: the first run that is not the baseline).\n"
-               "Gates, e.g. in a config file:\n"
-               "  [report.gates]\n"
-               "  val_loss = { max_increase = 0.02 }\n"
-               "  tokens_per_s = { max_drop_pct = 5 }\n"
-               "  busbw_allreduce = { max_drop_pct = 10 }\n"
-               "  wrong = { max = 0 }\n"
-               "or --set 'report.gates.val_loss={max_increase=0.02}'. Exit codes: 0 ok, 1 runtime error,\n"
-               "2 usage/config error or bad input (e.g. an unknown gate metric, a malformed sweep.json or plans.json),\n"
-               "3 a gate failed (missing data fails too).\n\n" +
-               cairn::report::metrics_help());
+    app.footer(
+        "--out DIR writes DIR/report/ (default: the first run that is not the baseline).\n"
+        "Gates, e.g. in a config file:\n"
+        "  [report.gates]\n"
+        "  val_loss = { max_increase = 0.02 }\n"
+        "  tokens_per_s = { max_drop_pct = 5 }\n"
+        "  busbw_allreduce = { max_drop_pct = 10 }\n"
+        "  wrong = { max = 0 }\n"
+        "or --set 'report.gates.val_loss={max_increase=0.02}'. Exit codes: 0 ok, 1 runtime error,\n"
+        "2 usage/config error or bad input (e.g. an unknown gate metric, a malformed sweep.json or plans.json),\n"
+        "3 a gate failed (missing data fails too).\n\n" +
+        cairn::report::metrics_help());
     cairn::parse_cli(app, argc, argv);
     if (list_metrics) {
       std::cout << cairn::report::metrics_help();
       return 0;
     }
-    cairn::ToolSettings settings;
-    if (!baseline.empty()) settings.emplace_back("report.baseline", baseline);
-    if (!title.empty()) settings.emplace_back("report.title", title);
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
     cairn::report::ReportInputs inputs = cairn::report::report_inputs(cfg, runs);

@@ -166,8 +166,9 @@ std::vector<std::string> layout_cells(const json& row) {
           signed_fmt(num_or_nan(row, "mem_error_pct"), "%"),
           fmt(num_or_nan(row, "background_cores"), "")};
 }
-const char* const kLayoutHeads[] = {"layout", "ranks", "predicted step", "measured step", "error",
-                                    "predicted memory", "measured memory", "error", "other load (cores)"};
+const char* const kLayoutHeads[] = {"layout",          "ranks", "predicted step",
+                                    "measured step",   "error", "predicted memory",
+                                    "measured memory", "error", "other load (cores)"};
 
 // "step time: mean |error| 12.3 %, max 40.1 %, 20/24 within 15 %; memory: ..."
 std::string layout_summary(const json& lp) {
@@ -186,37 +187,49 @@ std::string layout_summary(const json& lp) {
   return out;
 }
 
-}  // namespace
+// ---- The parts of render_html, one per region of the page, in page order.
 
-std::string render_html(const ReportModel& m) {
-  Html h;
-  h.o.reserve(1 << 20);
-  const auto& prov = provenance();
+void html_head_and_header(Html& h, const ReportModel& m, const Provenance& prov) {
   h << "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
     << "<meta charset=\"utf-8\"/>\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\n"
     << "<meta name=\"generator\" content=\"cairn-report " << xml_escape(cairn_version()) << "\"/>\n"
     << "<title>cairn report: " << xml_escape(m.title) << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n";
-  h << "<header><h1>cairn report: " << xml_escape(m.title) << "</h1><p>" << std::to_string(m.runs.size())
-    << " run(s)" << (m.baseline >= 0 ? ", baseline " + xml_escape(m.runs[static_cast<size_t>(m.baseline)].name) : "")
+  h << "<header><h1>cairn report: " << xml_escape(m.title) << "</h1><p>" << std::to_string(m.runs.size()) << " run(s)"
+    << (m.baseline >= 0 ? ", baseline " + xml_escape(m.runs[static_cast<size_t>(m.baseline)].name) : "")
     << " &#183; generated " << xml_escape(prov.time_utc.empty() ? utc_now_iso8601() : prov.time_utc) << " on "
     << xml_escape(prov.host.empty() ? hostname_string() : prov.host) << " by cairn-report "
     << xml_escape(cairn_version()) << " (" << xml_escape(cairn_git_sha()) << ")</p></header>\n";
+}
 
+// Whether the page has an Evaluation / Plan / Data / Layouts section (the tables show without charts too).
+bool has_eval_section(const ReportModel& m) {
+  return first_run_with(m, [](const RunData& r) { return !r.eval.empty(); }) != nullptr;
+}
+bool has_plan_section(const ReportModel& m) {
+  return first_run_with(m, [](const RunData& r) { return plans_of(r) != nullptr; }) != nullptr;
+}
+bool has_data_section(const ReportModel& m) {
+  return section_has(m, "data") || first_run_with(m, [](const RunData& r) { return r.has("data"); });
+}
+bool has_layouts_section(const ReportModel& m) {
+  return first_run_with(m, [](const RunData& r) { return layout_rows_of(r) != nullptr; }) != nullptr;
+}
+
+void html_nav(Html& h, const ReportModel& m) {
   h << "<nav><a href=\"#gates\">Gates</a><a href=\"#runs\">Runs</a><a href=\"#comparison\">Comparison</a>";
   for (const char* s : {"train", "eval", "sweep", "plan", "data"}) {
     static const std::map<std::string, std::string> names{
         {"train", "Training"}, {"eval", "Evaluation"}, {"sweep", "Collectives"}, {"plan", "Plan"}, {"data", "Data"}};
-    bool has = section_has(m, s) ||
-               (std::string(s) == "plan" && first_run_with(m, [](const RunData& r) { return plans_of(r) != nullptr; })) ||
-               (std::string(s) == "eval" && first_run_with(m, [](const RunData& r) { return !r.eval.empty(); })) ||
-               (std::string(s) == "data" && first_run_with(m, [](const RunData& r) { return r.has("data"); }));
+    bool has = section_has(m, s) || (std::string(s) == "plan" && has_plan_section(m)) ||
+               (std::string(s) == "eval" && has_eval_section(m)) || (std::string(s) == "data" && has_data_section(m));
     if (has) h << "<a href=\"#" << s << "\">" << names.at(s) << "</a>";
   }
-  if (first_run_with(m, [](const RunData& r) { return layout_rows_of(r) != nullptr; }))
-    h << "<a href=\"#layouts\">Layouts</a>";
+  if (has_layouts_section(m)) h << "<a href=\"#layouts\">Layouts</a>";
   h << "</nav>\n<main>\n";
+}
 
-  // Verdict and gates.
+// Verdict banner and the table of gate checks.
+void html_gates(Html& h, const ReportModel& m) {
   size_t failed = m.gates_failed();
   h << "<section id=\"gates\"><h2>Gates</h2>";
   if (m.gates.empty()) h << "<div class=\"banner none\">No gates configured ([report.gates] is empty).</div>";
@@ -230,17 +243,19 @@ std::string render_html(const ReportModel& m) {
          "class=\"l\">run</th><th class=\"l\">rule</th><th>baseline</th><th>value</th><th>limit</th><th "
          "class=\"l\">reason</th></tr></thead><tbody>";
     for (const auto& g : m.gates) {
-      h << "<tr><td class=\"l " << (g.pass ? "pass" : "fail") << "\">" << (g.pass ? "PASS" : "FAIL") << "</td><td class=\"l\"><code>"
-        << xml_escape(g.metric) << "</code></td><td class=\"l\">" << xml_escape(g.run) << "</td><td class=\"l\"><code>"
-        << xml_escape(g.rule) << "</code></td><td>" << fmt(g.baseline, g.unit) << "</td><td>" << fmt(g.value, g.unit)
-        << "</td><td>" << xml_escape(g.limit_text.empty() ? "n/a" : g.limit_text) << "</td><td class=\"wrap\">"
-        << xml_escape(g.reason) << "</td></tr>";
+      h << "<tr><td class=\"l " << (g.pass ? "pass" : "fail") << "\">" << (g.pass ? "PASS" : "FAIL")
+        << "</td><td class=\"l\"><code>" << xml_escape(g.metric) << "</code></td><td class=\"l\">" << xml_escape(g.run)
+        << "</td><td class=\"l\"><code>" << xml_escape(g.rule) << "</code></td><td>" << fmt(g.baseline, g.unit)
+        << "</td><td>" << fmt(g.value, g.unit) << "</td><td>" << xml_escape(g.limit_text.empty() ? "n/a" : g.limit_text)
+        << "</td><td class=\"wrap\">" << xml_escape(g.reason) << "</td></tr>";
     }
     h << "</tbody></table></div>";
   }
   h << "</section>\n";
+}
 
-  // Runs and what is missing.
+// The runs, which stages and files each lacks, and the problems found reading them.
+void html_runs(Html& h, const ReportModel& m) {
   h << "<section id=\"runs\"><h2>Runs</h2><div class=\"scroll\"><table><thead><tr><th class=\"l\">run</th><th "
        "class=\"l\">directory</th><th class=\"l\">stages</th><th class=\"l\">not present</th><th "
        "class=\"l\">training</th><th class=\"l\">missing files</th><th>problems</th></tr></thead><tbody>";
@@ -251,227 +266,280 @@ std::string render_html(const ReportModel& m) {
       << "</code></td><td class=\"l\">" << xml_escape(stage_list(r)) << "</td><td class=\"l muted\">"
       << xml_escape(absent_list(r)) << "</td><td class=\"l\">" << xml_escape(train_status(r))
       << "</td><td class=\"wrap\">";
-    for (size_t k = 0; k < r.missing.size(); ++k) h << (k ? "<br/>" : "") << "<code>" << xml_escape(r.missing[k]) << "</code>";
+    for (size_t k = 0; k < r.missing.size(); ++k)
+      h << (k ? "<br/>" : "") << "<code>" << xml_escape(r.missing[k]) << "</code>";
     h << "</td><td>" << std::to_string(r.problem_count) << "</td></tr>";
   }
   h << "</tbody></table></div>";
   for (const auto& r : m.runs) {
     if (r.problem_count == 0) continue;
-    h << "<h3>Problems in " << xml_escape(r.name) << " (" << std::to_string(r.problem_count) << ")</h3><ul class=\"problems\">";
+    h << "<h3>Problems in " << xml_escape(r.name) << " (" << std::to_string(r.problem_count)
+      << ")</h3><ul class=\"problems\">";
     for (const auto& p : r.problems) h << "<li>" << xml_escape(p) << "</li>";
     if (r.problem_count > r.problems.size())
       h << "<li>... and " << std::to_string(r.problem_count - r.problems.size()) << " more</li>";
     h << "</ul>";
   }
   h << "</section>\n";
+}
 
-  // Comparison table.
+// The baseline's value of a metric, or NaN (no baseline, or the baseline lacks it).
+double baseline_value(const ReportModel& m, const std::string& metric) {
+  if (m.baseline < 0) return kNaN;
+  const auto& base_metrics = m.metrics[static_cast<size_t>(m.baseline)];
+  auto b = base_metrics.find(metric);
+  return b != base_metrics.end() ? b->second.value : kNaN;
+}
+
+// One cell of the comparison table: value, best (grey), change against the baseline (coloured).
+void html_comparison_cell(Html& h, const ReportModel& m, size_t run, const MetricDef& d, double base) {
+  auto it = m.metrics[run].find(d.name);
+  if (it == m.metrics[run].end()) {
+    h << "<td class=\"muted\">n/a</td>";
+    return;
+  }
+  const MetricValue& v = it->second;
+  h << "<td>" << xml_escape(fmt(v.value, d.unit));
+  if (std::isfinite(v.best) && std::fabs(v.best - v.value) > 1e-12 * std::max(1.0, std::fabs(v.value)))
+    h << " <span class=\"small muted\">(best " << xml_escape(fmt(v.best, d.unit)) << ")</span>";
+  if (m.baseline >= 0 && static_cast<int>(run) != m.baseline && std::isfinite(base)) {
+    Verdict vd = compare(v.value, base, d.better);
+    double delta = v.value - base;
+    std::string text = vd == Verdict::Same ? "="
+                       : base != 0         ? signed_fmt(delta / std::fabs(base) * 100, "%")
+                                           : signed_fmt(delta, d.unit);
+    h << " <span class=\"small " << verdict_word(vd) << "\" title=\""
+      << xml_escape(std::string(verdict_word(vd)) + " " + signed_fmt(delta, d.unit)) << "\">" << xml_escape(text)
+      << (vd == Verdict::Better  ? " &#9650;"
+          : vd == Verdict::Worse ? " &#9660;"
+                                 : "")
+      << "</span>";
+  }
+  h << "</td>";
+}
+
+void html_comparison(Html& h, const ReportModel& m) {
   h << "<section id=\"comparison\"><h2>Comparison</h2>";
   if (m.table_metrics.empty()) h << "<p class=\"muted\">No metrics found in any run.</p>";
   else {
-    h << "<p class=\"small muted\">Final values" << (m.baseline >= 0 ? "; change against the baseline, coloured by whether it is better or worse" : "")
+    h << "<p class=\"small muted\">Final values"
+      << (m.baseline >= 0 ? "; change against the baseline, coloured by whether it is better or worse" : "")
       << "; small grey: best over the run.</p><div class=\"scroll\"><table><thead><tr><th class=\"l\">metric</th>";
     for (const auto& r : m.runs) h << "<th>" << xml_escape(run_label(r)) << "</th>";
     h << "</tr></thead><tbody>";
     for (const auto& d : m.table_metrics) {
       h << "<tr><td class=\"l\"><code>" << xml_escape(d.name) << "</code>"
         << (d.unit.empty() ? "" : " <span class=\"muted small\">[" + xml_escape(d.unit) + "]</span>") << "</td>";
-      double base = kNaN;
-      if (m.baseline >= 0) {
-        auto b = m.metrics[static_cast<size_t>(m.baseline)].find(d.name);
-        if (b != m.metrics[static_cast<size_t>(m.baseline)].end()) base = b->second.value;
-      }
-      for (size_t i = 0; i < m.runs.size(); ++i) {
-        auto it = m.metrics[i].find(d.name);
-        if (it == m.metrics[i].end()) {
-          h << "<td class=\"muted\">n/a</td>";
-          continue;
-        }
-        const MetricValue& v = it->second;
-        // One line per cell: value, best (grey), change against the baseline (coloured).
-        h << "<td>" << xml_escape(fmt(v.value, d.unit));
-        if (std::isfinite(v.best) && std::fabs(v.best - v.value) > 1e-12 * std::max(1.0, std::fabs(v.value)))
-          h << " <span class=\"small muted\">(best " << xml_escape(fmt(v.best, d.unit)) << ")</span>";
-        if (m.baseline >= 0 && static_cast<int>(i) != m.baseline && std::isfinite(base)) {
-          Verdict vd = compare(v.value, base, d.better);
-          double delta = v.value - base;
-          std::string text = vd == Verdict::Same ? "="
-                             : base != 0         ? signed_fmt(delta / std::fabs(base) * 100, "%")
-                                                 : signed_fmt(delta, d.unit);
-          h << " <span class=\"small " << verdict_word(vd) << "\" title=\""
-            << xml_escape(std::string(verdict_word(vd)) + " " + signed_fmt(delta, d.unit)) << "\">" << xml_escape(text)
-            << (vd == Verdict::Better ? " &#9650;" : vd == Verdict::Worse ? " &#9660;" : "") << "</span>";
-        }
-        h << "</td>";
-      }
+      const double base = baseline_value(m, d.name);
+      for (size_t i = 0; i < m.runs.size(); ++i) html_comparison_cell(h, m, i, d, base);
       h << "</tr>";
     }
     h << "</tbody></table></div>";
   }
   h << "</section>\n";
+}
 
+// Latest result per task/metric and run, then the curves of metrics evaluated more than once.
+void html_eval(Html& h, const ReportModel& m) {
+  h << "<section id=\"eval\"><h2>Evaluation</h2><div class=\"scroll\"><table><thead><tr><th class=\"l\">task</th><th "
+       "class=\"l\">metric</th>";
+  for (const auto& r : m.runs) h << "<th>" << xml_escape(run_label(r)) << "</th>";
+  h << "</tr></thead><tbody>";
+  std::map<std::pair<std::string, std::string>, std::map<size_t, const EvalRecord*>> latest;
+  for (size_t i = 0; i < m.runs.size(); ++i)
+    for (const auto& e : m.runs[i].eval) {
+      const EvalRecord*& slot = latest[{e.task, e.metric}][i];
+      if (!slot || !(e.step < slot->step)) slot = &e;
+    }
+  for (const auto& [key, per_run] : latest) {
+    h << "<tr><td class=\"l\">" << xml_escape(key.first) << "</td><td class=\"l\">" << xml_escape(key.second)
+      << "</td>";
+    for (size_t i = 0; i < m.runs.size(); ++i) {
+      auto it = per_run.find(i);
+      if (it == per_run.end()) {
+        h << "<td class=\"muted\">n/a</td>";
+        continue;
+      }
+      const EvalRecord& e = *it->second;
+      h << "<td>" << xml_escape(format_value(e.value, "", 4));
+      if (std::isfinite(e.stderr_value))
+        h << " <span class=\"small muted\">&#177; " << xml_escape(format_value(e.stderr_value, "", 2)) << "</span>";
+      if (std::isfinite(e.step))
+        h << " <span class=\"small muted\">@" << xml_escape(format_value(e.step, "", 6)) << "</span>";
+      h << "</td>";
+    }
+    h << "</tr>";
+  }
+  h << "</tbody></table></div>";
+  charts_html(h, m, "eval");
+  h << "</section>\n";
+}
+
+// "type op root N" of a fitted sweep block: op when it has one (not "none"), root when not -1.
+std::string sweep_fit_variant(const json& f) {
+  auto str = [&](const char* k) {
+    auto it = f.find(k);
+    return it != f.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  std::string variant = str("type");
+  std::string op = str("redop");
+  if (!op.empty() && op != "none") variant += (variant.empty() ? "" : " ") + op;
+  auto root = f.find("root");
+  if (root != f.end() && root->is_number_integer() && root->get<long long>() >= 0)
+    variant += " root " + std::to_string(root->get<long long>());
+  return variant;
+}
+
+void html_sweep(Html& h, const ReportModel& m) {
+  h << "<section id=\"sweep\"><h2>Collectives (cairn-sweep)</h2>";
+  charts_html(h, m, "sweep");
+  h << "<h3>Fitted alpha-beta models</h3><div class=\"scroll\"><table><thead><tr><th class=\"l\">run</th><th "
+       "class=\"l\">collective</th><th class=\"l\">tier</th><th class=\"l\">type / op</th><th>alpha</th><th>busbw "
+       "(beta)</th><th>r&#178;</th><th>half peak at</th><th>peak busbw</th></tr></thead><tbody>";
+  for (const auto& r : m.runs) {
+    const json* fits = sweep_fits(r.sweep);
+    if (!fits) continue;
+    for (const auto& f : *fits) {
+      if (!f.is_object()) continue;
+      h << "<tr><td class=\"l\">" << xml_escape(r.name) << "</td><td class=\"l\">"
+        << xml_escape(json_cell(f.value("collective", json()))) << "</td><td class=\"l\">"
+        << xml_escape(json_cell(f.value("tier", json("world")))) << "</td><td class=\"l\">"
+        << xml_escape(sweep_fit_variant(f)) << "</td><td>" << xml_escape(fmt(num_or_nan(f, "alpha_us"), "us"))
+        << "</td><td>" << xml_escape(fmt(num_or_nan(f, "busbw_gbps"), "GB/s")) << "</td><td>"
+        << xml_escape(fmt(num_or_nan(f, "r2"), "")) << "</td><td>"
+        << xml_escape(fmt(num_or_nan(f, "half_peak_bytes"), "B")) << "</td><td>"
+        << xml_escape(fmt(num_or_nan(f, "peak_busbw_gbps"), "GB/s")) << "</td></tr>";
+    }
+  }
+  h << "</tbody></table></div></section>\n";
+}
+
+// The table of a run's top plans; the plan the training used (when it matched one) highlighted.
+void html_top_plans_table(Html& h, const ReportModel& m, const RunData& r, const json& plans, const json& used,
+                          bool matched) {
+  h << "<h3>Top plans: " << xml_escape(run_label(r)) << "</h3><div class=\"scroll\"><table><thead><tr><th>#</th>";
+  static const std::vector<std::pair<const char*, const char*>> cols{{"dp", ""},        {"tp", ""}, {"pp", ""},
+                                                                     {"v", ""},         {"mb", ""}, {"zero", ""},
+                                                                     {"recompute", ""}, {"sp", ""}};
+  for (const auto& [k, u] : cols) h << "<th>" << k << "</th>";
+  h << "<th>step time</th><th>tokens/s</th><th>TFLOP/s/GPU</th><th>MFU</th><th>memory</th></tr></thead><tbody>";
+  int n = 0;
+  for (const auto& p : plans) {
+    if (n >= m.inputs.top_plans) break;
+    if (!p.is_object()) continue;
+    bool is_used = matched && p == used;
+    h << "<tr" << (is_used ? " style=\"background:#eef6ff\" title=\"used by the training run\"" : "") << "><td>"
+      << std::to_string(++n) << (is_used ? " &#10003;" : "") << "</td>";
+    for (const auto& [k, u] : cols) h << "<td>" << xml_escape(json_cell(p.value(k, json()))) << "</td>";
+    h << "<td>" << xml_escape(fmt(num_or_nan(p, "step_time_s"), "s")) << "</td><td>"
+      << xml_escape(fmt(num_or_nan(p, "tokens_per_s"), "tok/s")) << "</td><td>"
+      << xml_escape(fmt(num_or_nan(p, "tflops_per_gpu"), "")) << "</td><td>"
+      << xml_escape(fmt(as_percent(num_or_nan(p, "mfu")), "%")) << "</td><td>"
+      << xml_escape(fmt(num_or_nan(p, "memory_gib"), "GiB")) << "</td></tr>";
+  }
+  h << "</tbody></table></div>";
+}
+
+// Per run: its top plans (or a pointer to an identical list already shown), and the predicted step time
+// of the plan the training used against the measured one.
+void html_plan(Html& h, const ReportModel& m) {
+  h << "<section id=\"plan\"><h2>Plan (cairn-plan)</h2>";
+  std::vector<std::pair<const json*, std::string>> shown;  // plan lists already tabulated
+  for (const auto& r : m.runs) {
+    const json* plans = plans_of(r);
+    if (!plans) continue;
+    bool matched = false;
+    json used = plan_used_by_training(r, &matched);
+    auto same = std::find_if(shown.begin(), shown.end(), [&](const auto& s) { return *s.first == *plans; });
+    if (same != shown.end()) {
+      h << "<h3>Top plans: " << xml_escape(run_label(r)) << "</h3><p class=\"muted\">Same plans as "
+        << xml_escape(same->second) << ".</p>";
+    } else {
+      shown.push_back({plans, r.name});
+      html_top_plans_table(h, m, r, *plans, used, matched);
+    }
+    const auto& run_metrics = m.metrics[static_cast<size_t>(&r - m.runs.data())];
+    auto meas = run_metrics.find("step_time_s");
+    if (used.is_object() && meas != run_metrics.end()) {
+      double pred = num_or_nan(used, "step_time_s");
+      double mv = meas->second.value;
+      h << "<p>Predicted step time " << xml_escape(fmt(pred, "s")) << " vs measured median " << xml_escape(fmt(mv, "s"))
+        << " (" << xml_escape(signed_fmt((mv - pred) / pred * 100, "%")) << ")"
+        << (matched ? " for the plan the training used."
+                    : "; the training's [parallel] did not match a listed plan, compared with the best plan.")
+        << "</p>";
+    }
+  }
+  charts_html(h, m, "plan");
+  h << "</section>\n";
+}
+
+void html_layouts(Html& h, const ReportModel& m) {
+  h << "<section id=\"layouts\"><h2>Layouts: predicted vs measured (cairn-plan vs cairn-train)</h2>";
+  for (const auto& r : m.runs) {
+    const json* rows = layout_rows_of(r);
+    if (!rows) continue;
+    h << "<h3>" << xml_escape(run_label(r)) << "</h3><p class=\"muted\">"
+      << xml_escape(layout_summary(r.layout_predict)) << "</p><div class=\"scroll\"><table><thead><tr>";
+    for (const char* c : kLayoutHeads)
+      h << "<th" << (c == kLayoutHeads[0] ? " class=\"l\"" : "") << ">" << c << "</th>";
+    h << "</tr></thead><tbody>";
+    for (const auto& row : *rows) {
+      if (!row.is_object()) continue;
+      auto cells = layout_cells(row);
+      h << "<tr" << (row.contains("error") ? " title=\"" + xml_escape(json_cell(row["error"])) + "\"" : "") << ">";
+      for (size_t k = 0; k < cells.size(); ++k)
+        h << "<td" << (k == 0 ? " class=\"l\"" : "") << ">" << xml_escape(cells[k]) << "</td>";
+      h << "</tr>";
+    }
+    h << "</tbody></table></div>";
+  }
+  h << "</section>\n";
+}
+
+void html_data(Html& h, const ReportModel& m) {
+  h << "<section id=\"data\"><h2>Data (cairn-reshard)</h2><div class=\"scroll\"><table><thead><tr><th "
+       "class=\"l\">run</th><th "
+       "class=\"l\">dataset</th><th>tokens</th><th>shards</th><th>documents</th><th>bytes/token</th></tr></"
+       "thead><tbody>";
+  for (size_t i = 0; i < m.runs.size(); ++i) {
+    const auto& r = m.runs[i];
+    if (!r.has("data")) continue;
+    auto get = [&](const char* k) {
+      auto it = m.metrics[i].find(k);
+      return it == m.metrics[i].end() ? kNaN : it->second.value;
+    };
+    h << "<tr><td class=\"l\">" << xml_escape(r.name) << "</td><td class=\"l\"><code>" << xml_escape(r.data_dir)
+      << "</code></td><td>" << xml_escape(fmt(get("data_tokens"), "")) << "</td><td>"
+      << xml_escape(fmt(get("data_shards"), "")) << "</td><td>" << xml_escape(fmt(get("data_documents"), ""))
+      << "</td><td>" << xml_escape(fmt(get("data_bytes_per_token"), "")) << "</td></tr>";
+  }
+  h << "</tbody></table></div>";
+  charts_html(h, m, "data");
+  h << "</section>\n";
+}
+
+}  // namespace
+
+std::string render_html(const ReportModel& m) {
+  Html h;
+  h.o.reserve(1 << 20);
+  const auto& prov = provenance();
+  html_head_and_header(h, m, prov);
+  html_nav(h, m);
+  html_gates(h, m);
+  html_runs(h, m);
+  html_comparison(h, m);
   if (section_has(m, "train")) {
     h << "<section id=\"train\"><h2>Training</h2>";
     charts_html(h, m, "train");
     h << "</section>\n";
   }
-  if (first_run_with(m, [](const RunData& r) { return !r.eval.empty(); })) {
-    // Latest result per task/metric and run, then the curves of metrics evaluated more than once.
-    h << "<section id=\"eval\"><h2>Evaluation</h2><div class=\"scroll\"><table><thead><tr><th class=\"l\">task</th><th "
-         "class=\"l\">metric</th>";
-    for (const auto& r : m.runs) h << "<th>" << xml_escape(run_label(r)) << "</th>";
-    h << "</tr></thead><tbody>";
-    std::map<std::pair<std::string, std::string>, std::map<size_t, const EvalRecord*>> latest;
-    for (size_t i = 0; i < m.runs.size(); ++i)
-      for (const auto& e : m.runs[i].eval) {
-        const EvalRecord*& slot = latest[{e.task, e.metric}][i];
-        if (!slot || !(e.step < slot->step)) slot = &e;
-      }
-    for (const auto& [key, per_run] : latest) {
-      h << "<tr><td class=\"l\">" << xml_escape(key.first) << "</td><td class=\"l\">" << xml_escape(key.second) << "</td>";
-      for (size_t i = 0; i < m.runs.size(); ++i) {
-        auto it = per_run.find(i);
-        if (it == per_run.end()) {
-          h << "<td class=\"muted\">n/a</td>";
-          continue;
-        }
-        const EvalRecord& e = *it->second;
-        h << "<td>" << xml_escape(format_value(e.value, "", 4));
-        if (std::isfinite(e.stderr_value)) h << " <span class=\"small muted\">&#177; " << xml_escape(format_value(e.stderr_value, "", 2)) << "</span>";
-        if (std::isfinite(e.step)) h << " <span class=\"small muted\">@" << xml_escape(format_value(e.step, "", 6)) << "</span>";
-        h << "</td>";
-      }
-      h << "</tr>";
-    }
-    h << "</tbody></table></div>";
-    charts_html(h, m, "eval");
-    h << "</section>\n";
-  }
-  if (section_has(m, "sweep")) {
-    h << "<section id=\"sweep\"><h2>Collectives (cairn-sweep)</h2>";
-    charts_html(h, m, "sweep");
-    h << "<h3>Fitted alpha-beta models</h3><div class=\"scroll\"><table><thead><tr><th class=\"l\">run</th><th "
-         "class=\"l\">collective</th><th class=\"l\">tier</th><th class=\"l\">type / op</th><th>alpha</th><th>busbw "
-         "(beta)</th><th>r&#178;</th><th>half peak at</th><th>peak busbw</th></tr></thead><tbody>";
-    for (const auto& r : m.runs) {
-      const json* fits = sweep_fits(r.sweep);
-      if (!fits) continue;
-      for (const auto& f : *fits) {
-        if (!f.is_object()) continue;
-        // type, op (none for collectives without one) and root (when not -1) of the fitted block.
-        std::string variant;
-        auto str = [&](const char* k) {
-          auto it = f.find(k);
-          return it != f.end() && it->is_string() ? it->get<std::string>() : std::string();
-        };
-        variant = str("type");
-        std::string op = str("redop");
-        if (!op.empty() && op != "none") variant += (variant.empty() ? "" : " ") + op;
-        auto root = f.find("root");
-        if (root != f.end() && root->is_number_integer() && root->get<long long>() >= 0)
-          variant += " root " + std::to_string(root->get<long long>());
-        h << "<tr><td class=\"l\">" << xml_escape(r.name) << "</td><td class=\"l\">" << xml_escape(json_cell(f.value("collective", json())))
-          << "</td><td class=\"l\">" << xml_escape(json_cell(f.value("tier", json("world")))) << "</td><td class=\"l\">"
-          << xml_escape(variant) << "</td><td>"
-          << xml_escape(fmt(num_or_nan(f, "alpha_us"), "us")) << "</td><td>" << xml_escape(fmt(num_or_nan(f, "busbw_gbps"), "GB/s"))
-          << "</td><td>" << xml_escape(fmt(num_or_nan(f, "r2"), "")) << "</td><td>"
-          << xml_escape(fmt(num_or_nan(f, "half_peak_bytes"), "B")) << "</td><td>"
-          << xml_escape(fmt(num_or_nan(f, "peak_busbw_gbps"), "GB/s")) << "</td></tr>";
-      }
-    }
-    h << "</tbody></table></div></section>\n";
-  }
-
-  if (first_run_with(m, [](const RunData& r) { return plans_of(r) != nullptr; })) {
-    h << "<section id=\"plan\"><h2>Plan (cairn-plan)</h2>";
-    std::vector<std::pair<const json*, std::string>> shown;  // plan lists already tabulated
-    for (const auto& r : m.runs) {
-      const json* plans = plans_of(r);
-      if (!plans) continue;
-      bool matched = false;
-      json used = plan_used_by_training(r, &matched);
-      auto same = std::find_if(shown.begin(), shown.end(), [&](const auto& s) { return *s.first == *plans; });
-      if (same != shown.end()) {
-        h << "<h3>Top plans: " << xml_escape(run_label(r)) << "</h3><p class=\"muted\">Same plans as "
-          << xml_escape(same->second) << ".</p>";
-      } else {
-      shown.push_back({plans, r.name});
-      h << "<h3>Top plans: " << xml_escape(run_label(r)) << "</h3><div class=\"scroll\"><table><thead><tr><th>#</th>";
-      static const std::vector<std::pair<const char*, const char*>> cols{
-          {"dp", ""}, {"tp", ""}, {"pp", ""}, {"v", ""}, {"mb", ""}, {"zero", ""}, {"recompute", ""}, {"sp", ""}};
-      for (const auto& [k, u] : cols) h << "<th>" << k << "</th>";
-      h << "<th>step time</th><th>tokens/s</th><th>TFLOP/s/GPU</th><th>MFU</th><th>memory</th></tr></thead><tbody>";
-      int n = 0;
-      for (const auto& p : *plans) {
-        if (n >= m.inputs.top_plans) break;
-        if (!p.is_object()) continue;
-        bool is_used = matched && p == used;
-        h << "<tr" << (is_used ? " style=\"background:#eef6ff\" title=\"used by the training run\"" : "") << "><td>"
-          << std::to_string(++n) << (is_used ? " &#10003;" : "") << "</td>";
-        for (const auto& [k, u] : cols) h << "<td>" << xml_escape(json_cell(p.value(k, json()))) << "</td>";
-        h << "<td>" << xml_escape(fmt(num_or_nan(p, "step_time_s"), "s")) << "</td><td>"
-          << xml_escape(fmt(num_or_nan(p, "tokens_per_s"), "tok/s")) << "</td><td>"
-          << xml_escape(fmt(num_or_nan(p, "tflops_per_gpu"), "")) << "</td><td>"
-          << xml_escape(fmt(as_percent(num_or_nan(p, "mfu")), "%")) << "</td><td>"
-          << xml_escape(fmt(num_or_nan(p, "memory_gib"), "GiB")) << "</td></tr>";
-      }
-      h << "</tbody></table></div>";
-      }
-      auto meas = m.metrics[static_cast<size_t>(&r - m.runs.data())].find("step_time_s");
-      if (used.is_object() && meas != m.metrics[static_cast<size_t>(&r - m.runs.data())].end()) {
-        double pred = num_or_nan(used, "step_time_s");
-        double mv = meas->second.value;
-        h << "<p>Predicted step time " << xml_escape(fmt(pred, "s")) << " vs measured median "
-          << xml_escape(fmt(mv, "s")) << " (" << xml_escape(signed_fmt((mv - pred) / pred * 100, "%")) << ")"
-          << (matched ? " for the plan the training used." : "; the training's [parallel] did not match a listed plan, compared with the best plan.")
-          << "</p>";
-      }
-    }
-    charts_html(h, m, "plan");
-    h << "</section>\n";
-  }
-
-  if (first_run_with(m, [](const RunData& r) { return layout_rows_of(r) != nullptr; })) {
-    h << "<section id=\"layouts\"><h2>Layouts: predicted vs measured (cairn-plan vs cairn-train)</h2>";
-    for (const auto& r : m.runs) {
-      const json* rows = layout_rows_of(r);
-      if (!rows) continue;
-      h << "<h3>" << xml_escape(run_label(r)) << "</h3><p class=\"muted\">"
-        << xml_escape(layout_summary(r.layout_predict)) << "</p><div class=\"scroll\"><table><thead><tr>";
-      for (const char* c : kLayoutHeads) h << "<th" << (c == kLayoutHeads[0] ? " class=\"l\"" : "") << ">" << c << "</th>";
-      h << "</tr></thead><tbody>";
-      for (const auto& row : *rows) {
-        if (!row.is_object()) continue;
-        auto cells = layout_cells(row);
-        h << "<tr" << (row.contains("error") ? " title=\"" + xml_escape(json_cell(row["error"])) + "\"" : "") << ">";
-        for (size_t k = 0; k < cells.size(); ++k) h << "<td" << (k == 0 ? " class=\"l\"" : "") << ">" << xml_escape(cells[k]) << "</td>";
-        h << "</tr>";
-      }
-      h << "</tbody></table></div>";
-    }
-    h << "</section>\n";
-  }
-
-  if (section_has(m, "data") || first_run_with(m, [](const RunData& r) { return r.has("data"); })) {
-    h << "<section id=\"data\"><h2>Data (cairn-reshard)</h2><div class=\"scroll\"><table><thead><tr><th "
-         "class=\"l\">run</th><th class=\"l\">dataset</th><th>tokens</th><th>shards</th><th>documents</th><th>bytes/token</th></tr></thead><tbody>";
-    for (size_t i = 0; i < m.runs.size(); ++i) {
-      const auto& r = m.runs[i];
-      if (!r.has("data")) continue;
-      auto get = [&](const char* k) {
-        auto it = m.metrics[i].find(k);
-        return it == m.metrics[i].end() ? kNaN : it->second.value;
-      };
-      h << "<tr><td class=\"l\">" << xml_escape(r.name) << "</td><td class=\"l\"><code>" << xml_escape(r.data_dir)
-        << "</code></td><td>" << xml_escape(fmt(get("data_tokens"), "")) << "</td><td>" << xml_escape(fmt(get("data_shards"), ""))
-        << "</td><td>" << xml_escape(fmt(get("data_documents"), "")) << "</td><td>"
-        << xml_escape(fmt(get("data_bytes_per_token"), "")) << "</td></tr>";
-    }
-    h << "</tbody></table></div>";
-    charts_html(h, m, "data");
-    h << "</section>\n";
-  }
-
+  if (has_eval_section(m)) html_eval(h, m);
+  if (section_has(m, "sweep")) html_sweep(h, m);
+  if (has_plan_section(m)) html_plan(h, m);
+  if (has_layouts_section(m)) html_layouts(h, m);
+  if (has_data_section(m)) html_data(h, m);
   h << "</main>\n<footer>Command: <code>" << xml_escape(prov.command_line) << "</code><br/>Built in "
     << xml_escape(format_value(m.seconds, "s", 3)) << ". Charts are inline SVG; this file fetches nothing.</footer>\n";
   h << "</body>\n</html>\n";
@@ -544,8 +612,8 @@ std::string render_markdown(const ReportModel& m) {
   for (const auto& r : m.runs) {
     const json* rows = layout_rows_of(r);
     if (!rows) continue;
-    os << "### Layouts: predicted vs measured (" << md_cell(run_label(r)) << ")\n\n" << md_cell(layout_summary(r.layout_predict))
-       << "\n\n|";
+    os << "### Layouts: predicted vs measured (" << md_cell(run_label(r)) << ")\n\n"
+       << md_cell(layout_summary(r.layout_predict)) << "\n\n|";
     for (const char* c : kLayoutHeads) os << " " << c << " |";
     os << "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const auto& row : *rows) {
@@ -632,7 +700,8 @@ json render_json(const ReportModel& m) {
     }
     json ev = json::array();
     for (const auto& e : r.eval)
-      ev.push_back({{"step", e.step}, {"task", e.task}, {"metric", e.metric}, {"value", e.value}, {"stderr", e.stderr_value}});
+      ev.push_back(
+          {{"step", e.step}, {"task", e.task}, {"metric", e.metric}, {"value", e.value}, {"stderr", e.stderr_value}});
     if (!ev.empty()) jr["eval"] = ev;
     runs.push_back(jr);
   }
@@ -682,7 +751,8 @@ json render_json(const ReportModel& m) {
   j["gates"] = gates;
   json charts = json::array();
   for (const auto& c : m.charts)
-    charts.push_back({{"id", c.id}, {"section", c.section}, {"title", c.title}, {"points", c.points}, {"series", c.series}});
+    charts.push_back(
+        {{"id", c.id}, {"section", c.section}, {"title", c.title}, {"points", c.points}, {"series", c.series}});
   j["charts"] = charts;
   j["build_seconds"] = m.seconds;
   return j;

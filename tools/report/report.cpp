@@ -10,6 +10,8 @@
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
+#include "cairn/sections/report.h"
+#include "cairn/sections/run.h"
 
 namespace cairn::report {
 namespace fs = std::filesystem;
@@ -31,29 +33,32 @@ size_t ReportModel::gates_failed() const {
 ReportInputs report_inputs(const Config& cfg, const std::vector<std::string>& cli_runs) {
   ReportInputs in;
   in.gates = parse_gates(cfg.section("report.gates"));
-  in.runs = cfg.get_strings("report.runs");
+  const ReportSection rs = read_section<ReportSection>(cfg);
+  in.runs = rs.runs;
   for (const auto& r : cli_runs) in.runs.push_back(r);
-  in.baseline = cfg.get_string("report.baseline");
+  in.baseline = rs.baseline;
   if (in.runs.empty() && in.baseline.empty())
     throw UsageError("no run directories given (pass them as arguments or set [report] runs)");
   for (const auto& d : in.runs)
-    if (!fs::is_directory(d)) throw UsageError(file_message("cannot open run directory", d, fs::exists(d) ? "Not a directory" : "No such file or directory"));
+    if (!fs::is_directory(d))
+      throw UsageError(file_message("cannot open run directory", d,
+                                    fs::exists(d) ? "Not a directory" : "No such file or directory"));
   if (!in.baseline.empty() && !fs::is_directory(in.baseline))
     throw UsageError(file_message("cannot open baseline run directory", in.baseline, "No such file or directory"));
-  in.title = cfg.get_string("report.title");
-  in.metric_settings.smooth = cfg.get_float("report.smooth");
-  in.metric_settings.warmup_frac = cfg.get_float("report.warmup_frac");
+  in.title = rs.title;
+  in.metric_settings.smooth = rs.smooth;
+  in.metric_settings.warmup_frac = rs.warmup_frac;
   in.chart_settings.smooth = in.metric_settings.smooth;
   in.chart_settings.warmup_frac = in.metric_settings.warmup_frac;
-  in.chart_settings.max_points = static_cast<size_t>(cfg.get_int("report.max_points"));
-  in.chart_settings.width = static_cast<int>(cfg.get_int("report.chart_width"));
-  in.top_plans = static_cast<int>(cfg.get_int("report.top_plans"));
-  in.threads = static_cast<int>(cfg.get_int("report.threads"));
+  in.chart_settings.max_points = static_cast<size_t>(rs.max_points);
+  in.chart_settings.width = rs.chart_width;
+  in.top_plans = rs.top_plans;
+  in.threads = rs.threads;
   // The report goes to [run] dir when --out, --set or CAIRN_RUN_DIR gives it, else into the first run
   // that is not the baseline (a config file's [run] dir names the run it configures, not this report).
   auto origin = cfg.origin("run.dir").kind;
   if (origin == Origin::Set || origin == Origin::Env || in.runs.empty()) {
-    in.out_dir = run_dir(cfg);
+    in.out_dir = read_section<RunSection>(cfg).dir;
   } else {
     std::string cb = in.baseline.empty() ? "" : canonical(in.baseline);
     in.out_dir = in.runs.empty() ? in.baseline : in.runs.front();
@@ -107,8 +112,8 @@ ReportModel build_report(const ReportInputs& in) {
     if (present.count(d.name)) m.table_metrics.push_back(d);
   std::vector<std::string> pattern_names;
   for (const auto& name : present) {
-    bool fixed = std::any_of(fixed_metrics().begin(), fixed_metrics().end(),
-                             [&](const MetricDef& d) { return d.name == name; });
+    bool fixed =
+        std::any_of(fixed_metrics().begin(), fixed_metrics().end(), [&](const MetricDef& d) { return d.name == name; });
     if (!fixed) pattern_names.push_back(name);
   }
   // Per-tier and fitted sweep numbers stay in summary.json; the table keeps the headline ones.
@@ -117,7 +122,8 @@ ReportModel build_report(const ReportInputs& in) {
     if (!def) continue;
     if (def->group == "sweep") {
       bool tiered = false;
-      for (const auto& t : known_tiers()) tiered |= name.size() > t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
+      for (const auto& t : known_tiers())
+        tiered |= name.size() > t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
       if (tiered || name.rfind("fit_busbw_", 0) == 0) continue;
     }
     m.table_metrics.push_back(*def);

@@ -1,8 +1,6 @@
 // Reads a run directory for cairn-report, tolerating absent stages, torn files and corrupt lines.
 #include "rundata.h"
 
-#include "fastjson.h"
-
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -13,6 +11,7 @@
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
+#include "cairn/records.h"
 
 namespace cairn::report {
 namespace fs = std::filesystem;
@@ -126,17 +125,8 @@ void check_sweep_json(const json& doc, const std::string& path) {
 void check_plans_json(const json& doc, const std::string& path) {
   JsonFields top(doc, path, "plan file");
   const json& plans = top.array("plans");
-  for (size_t i = 0; i < plans.size(); ++i) {
-    JsonFields p = top.nested(plans[i], "plans[" + std::to_string(i) + "]");
-    for (const char* k : {"dp", "tp", "pp", "v", "mb"}) p.u64_or(k, 1, INT32_MAX);
-    p.u64_or("zero", 0, 3);
-    p.str_or("recompute", "");
-    if (p.has("sp") && !p.raw().at("sp").is_string() && !p.raw().at("sp").is_boolean()) p.fail("sp", "\"on\", \"off\" or true/false");
-    p.boolean_or("feasible", true);
-    p.str_or("reason", "");
-    for (const char* k : {"step_time_s", "tokens_per_s", "tflops_per_gpu", "hw_tflops_per_gpu", "mfu", "hfu", "memory_gib"})
-      opt_number(p, k, 0);
-  }
+  for (size_t i = 0; i < plans.size(); ++i)
+    records::PlanRow::from_json(top.nested(plans[i], "plans[" + std::to_string(i) + "]"));
 }
 
 // A stage file the report checks key by key: unreadable is a problem (as for any file), anything
@@ -160,9 +150,9 @@ json read_toml(const std::string& path, RunData& run) {
 }
 
 void truncate_train_from(TrainSeries& t, size_t n) {
-  for (auto* col : {&t.step, &t.tokens, &t.loss, &t.lr, &t.grad_norm, &t.tokens_per_s, &t.mfu, &t.tflops,
-                    &t.wall_time, &t.skipped, &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward,
-                    &t.t_comm, &t.t_optimizer, &t.t_total})
+  for (auto* col :
+       {&t.step, &t.tokens, &t.loss, &t.lr, &t.grad_norm, &t.tokens_per_s, &t.mfu, &t.tflops, &t.wall_time, &t.skipped,
+        &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward, &t.t_comm, &t.t_optimizer, &t.t_total})
     if (col->size() > n) col->resize(n);
 }
 
@@ -320,6 +310,37 @@ double sweep_wrong(const json& sweep) {
   return std::isnan(v) ? nested_num(sweep, "out_of_bounds", "count") : v;
 }
 
+namespace {
+
+template <class T>
+double value_or_nan(const std::optional<T>& v) {
+  return v ? static_cast<double>(*v) : kNaN;
+}
+
+// One train line's figures into the report's columns (absent = NaN).
+void append_train(TrainSeries& t, const records::MetricsLine& r) {
+  t.step.push_back(value_or_nan(r.step));
+  t.tokens.push_back(value_or_nan(r.tokens));
+  t.loss.push_back(value_or_nan(r.loss));
+  t.lr.push_back(value_or_nan(r.lr));
+  t.grad_norm.push_back(value_or_nan(r.grad_norm));
+  t.tokens_per_s.push_back(value_or_nan(r.tokens_per_s));
+  t.mfu.push_back(value_or_nan(r.mfu));
+  t.tflops.push_back(value_or_nan(r.tflops));
+  t.wall_time.push_back(value_or_nan(r.wall_time));
+  t.skipped.push_back(value_or_nan(r.skipped));
+  t.skipped_total.push_back(value_or_nan(r.skipped_total));
+  const records::StepTimes* tm = r.time_s ? &*r.time_s : nullptr;
+  t.t_data.push_back(tm ? tm->data : kNaN);
+  t.t_forward.push_back(tm ? tm->forward : kNaN);
+  t.t_backward.push_back(tm ? tm->backward : kNaN);
+  t.t_comm.push_back(tm ? tm->comm : kNaN);
+  t.t_optimizer.push_back(tm ? tm->optimizer : kNaN);
+  t.t_total.push_back(tm ? tm->total : kNaN);
+}
+
+}  // namespace
+
 void parse_metrics_jsonl(const std::string& text, const std::string& path, RunData& run) {
   TrainSeries& t = run.train;
   ValSeries& v = run.val;
@@ -327,9 +348,9 @@ void parse_metrics_jsonl(const std::string& text, const std::string& path, RunDa
   const size_t n = text.size();
   // Reserve by a guess of the line count so 10^5-line files do not reallocate much.
   size_t guess = static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
-  for (auto* col : {&t.step, &t.tokens, &t.loss, &t.lr, &t.grad_norm, &t.tokens_per_s, &t.mfu, &t.tflops,
-                    &t.wall_time, &t.skipped, &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward,
-                    &t.t_comm, &t.t_optimizer, &t.t_total})
+  for (auto* col :
+       {&t.step, &t.tokens, &t.loss, &t.lr, &t.grad_norm, &t.tokens_per_s, &t.mfu, &t.tflops, &t.wall_time, &t.skipped,
+        &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward, &t.t_comm, &t.t_optimizer, &t.t_total})
     col->reserve(guess);
   while (pos < n) {
     size_t end = text.find('\n', pos);
@@ -340,32 +361,21 @@ void parse_metrics_jsonl(const std::string& text, const std::string& path, RunDa
     ++line_no;
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
     if (line.empty()) continue;
-    MetricRecord rec;
-    ScanResult sr = scan_metric_record(line, rec);
-    if (sr != ScanResult::Ok) {
-      std::string why = sr == ScanResult::Invalid ? parse_error_text(line) : "not a JSON object";
+    records::MetricsLine rec;
+    records::ScanResult sr = records::scan_metrics_line(line, rec);
+    if (sr != records::ScanResult::Ok) {
+      std::string why = sr == records::ScanResult::Invalid ? parse_error_text(line) : "not a JSON object";
       if (last_unterminated) why += " (torn last line: the writer was probably killed)";
       run.problem(path + ":" + std::to_string(line_no) + ": " + why);
       continue;
     }
-    std::string_view kind;
-    std::string kind_storage;
-    if (rec.has_kind && rec.kind_escaped) {
-      // Rare: an escaped "kind" string; let the full parser decode it.
-      json full = json::parse(line, nullptr, false);
-      if (full.is_object() && full.contains("kind") && full["kind"].is_string()) kind_storage = full["kind"].get<std::string>();
-      kind = kind_storage;
-    } else if (rec.has_kind) {
-      kind = rec.kind;
-    } else if (!std::isnan(rec.values[kFieldValLoss])) {
-      kind = "val";
-    } else if (!std::isnan(rec.values[kFieldLoss])) {
-      kind = "train";
-    }
-    const double* f = rec.values;
-    double step = f[kFieldStep];
+    // Lines without a kind (hand-made files) are told apart by their figures.
+    std::string_view kind = rec.kind;
+    if (kind.empty() && rec.val_loss) kind = "val";
+    else if (kind.empty() && rec.loss) kind = "train";
+    const double step = value_or_nan(rec.step);
     if (kind == "train") {
-      if (!std::isfinite(step)) {
+      if (!rec.step) {
         run.problem(path + ":" + std::to_string(line_no) + ": train record without a numeric \"step\"");
         continue;
       }
@@ -375,26 +385,9 @@ void parse_metrics_jsonl(const std::string& text, const std::string& path, RunDa
         truncate_train_from(t, keep);
         run.restarts.push_back(step);
       }
-      t.step.push_back(step);
-      t.tokens.push_back(f[kFieldTokens]);
-      t.loss.push_back(f[kFieldLoss]);
-      t.lr.push_back(f[kFieldLr]);
-      t.grad_norm.push_back(f[kFieldGradNorm]);
-      t.tokens_per_s.push_back(f[kFieldTokensPerS]);
-      t.mfu.push_back(f[kFieldMfu]);
-      t.tflops.push_back(f[kFieldTflops]);
-      t.wall_time.push_back(f[kFieldWallTime]);
-      t.skipped.push_back(f[kFieldSkipped]);
-      t.skipped_total.push_back(f[kFieldSkippedTotal]);
-      t.t_data.push_back(f[kFieldTimeData]);
-      t.t_forward.push_back(f[kFieldTimeForward]);
-      t.t_backward.push_back(f[kFieldTimeBackward]);
-      t.t_comm.push_back(f[kFieldTimeComm]);
-      t.t_optimizer.push_back(f[kFieldTimeOptimizer]);
-      t.t_total.push_back(f[kFieldTimeTotal]);
+      append_train(t, rec);
     } else if (kind == "val") {
-      double vl = f[kFieldValLoss];
-      if (!std::isfinite(step) || std::isnan(vl)) {
+      if (!rec.step || !rec.val_loss) {
         run.problem(path + ":" + std::to_string(line_no) + ": val record without numeric \"step\" and \"val_loss\"");
         continue;
       }
@@ -405,8 +398,8 @@ void parse_metrics_jsonl(const std::string& text, const std::string& path, RunDa
         v.val_loss.resize(keep);
       }
       v.step.push_back(step);
-      v.tokens.push_back(f[kFieldTokens]);
-      v.val_loss.push_back(vl);
+      v.tokens.push_back(value_or_nan(rec.tokens));
+      v.val_loss.push_back(*rec.val_loss);
     }
     // Other kinds (events, notes) are not charted.
   }
@@ -423,29 +416,29 @@ void parse_eval_jsonl(const std::string& text, const std::string& path, RunData&
     ++line_no;
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
     if (line.empty()) continue;
-    json rec = json::parse(line, nullptr, false);
-    if (rec.is_discarded() || !rec.is_object()) {
-      std::string why = rec.is_discarded() ? parse_error_text(line) : "not a JSON object";
+    const std::string where = path + ":" + std::to_string(line_no);
+    records::EvalRow row;
+    try {
+      row = records::EvalRow::parse(line, where);
+    } catch (const UsageError& e) {
+      // One bad line is a problem of this run, not the end of the report.
+      std::string why = e.what();
       if (last_unterminated) why += " (torn last line)";
-      run.problem(path + ":" + std::to_string(line_no) + ": " + why);
+      run.problem(why);
+      continue;
+    }
+    if (std::isnan(row.value)) {
+      run.problem(where + ": eval record needs \"task\", \"metric\" and a numeric \"value\"");
       continue;
     }
     EvalRecord r;
-    r.step = num_or_nan(rec, "step");
-    r.tokens = num_or_nan(rec, "tokens");
-    r.value = num_or_nan(rec, "value");
-    r.stderr_value = num_or_nan(rec, "stderr");
-    auto str = [&](const char* k) {
-      auto it = rec.find(k);
-      return it != rec.end() && it->is_string() ? it->get<std::string>() : std::string();
-    };
-    r.checkpoint = str("checkpoint");
-    r.task = str("task");
-    r.metric = str("metric");
-    if (r.task.empty() || r.metric.empty() || std::isnan(r.value)) {
-      run.problem(path + ":" + std::to_string(line_no) + ": eval record needs \"task\", \"metric\" and a numeric \"value\"");
-      continue;
-    }
+    r.step = static_cast<double>(row.step);
+    r.tokens = static_cast<double>(row.tokens);
+    r.checkpoint = std::move(row.checkpoint);
+    r.task = std::move(row.task);
+    r.metric = std::move(row.metric);
+    r.value = row.value;
+    r.stderr_value = row.stderr_value;
     run.eval.push_back(std::move(r));
   }
 }
@@ -520,8 +513,9 @@ RunData read_run(const std::string& dir) {
 std::vector<RunData> read_runs(const std::vector<std::string>& dirs, int threads) {
   std::vector<RunData> runs(dirs.size());
   std::vector<std::exception_ptr> errors(dirs.size());
-  size_t nthreads = threads > 0 ? static_cast<size_t>(threads)
-                                : std::max<size_t>(1, std::min<size_t>(dirs.size(), std::thread::hardware_concurrency()));
+  size_t nthreads = threads > 0
+                        ? static_cast<size_t>(threads)
+                        : std::max<size_t>(1, std::min<size_t>(dirs.size(), std::thread::hardware_concurrency()));
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t i = next++; i < dirs.size(); i = next++) {

@@ -14,8 +14,8 @@ inline constexpr double kNaN = std::nan("");
 // Training records from train/metrics.jsonl, one entry per logged step (columns; NaN = absent).
 struct TrainSeries {
   std::vector<double> step, tokens, loss, lr, grad_norm, tokens_per_s, mfu, tflops, wall_time;
-  std::vector<double> skipped;                                  // per record: skipped this step (0/1)
-  std::vector<double> skipped_total;                            // running count as logged
+  std::vector<double> skipped;        // per record: skipped this step (0/1)
+  std::vector<double> skipped_total;  // running count as logged
   std::vector<double> t_data, t_forward, t_backward, t_comm, t_optimizer, t_total;  // time_s.*
   size_t size() const { return step.size(); }
 };
@@ -45,18 +45,18 @@ struct RunData {
   TrainSeries train;
   ValSeries val;
   bool train_finished = false;
-  std::vector<double> restarts;       // steps at which a requeued run restarted (earlier lines superseded)
+  std::vector<double> restarts;  // steps at which a requeued run restarted (earlier lines superseded)
 
   std::vector<EvalRecord> eval;
 
-  json sweep;       // sweep/sweep.json, or null
-  json fabric;      // sweep/fabric.toml as JSON, or null
-  json plans;       // plan/plans.json, or null
+  json sweep;           // sweep/sweep.json, or null
+  json fabric;          // sweep/fabric.toml as JSON, or null
+  json plans;           // plan/plans.json, or null
   json layout_predict;  // layout_predict.json (bench/layout_predict.sh: predicted vs measured per layout), or null
-  json data_stats;  // data/stats.json, or null
-  json data_index;  // data/index.json, or null
+  json data_stats;      // data/stats.json, or null
+  json data_index;      // data/index.json, or null
   std::string data_dir;
-  json config;      // <run>/config.toml as JSON, or null
+  json config;  // <run>/config.toml as JSON, or null
 
   bool has(const std::string& stage) const;
   void problem(const std::string& text);

@@ -21,12 +21,12 @@ namespace cairn::reshard {
 
 namespace {
 
-tokenizer::Spec tokenizer_spec(const Config& cfg) {
+tokenizer::Spec tokenizer_spec(const DataSection& data) {
   tokenizer::Spec s;
-  s.type = cfg.get_string("data.tokenizer");
-  s.vocab = cfg.get_string("data.vocab");
-  s.merges = cfg.get_string("data.merges");
-  s.tokenizer_json = cfg.get_string("data.tokenizer_json");
+  s.type = data.tokenizer;
+  s.vocab = data.vocab;
+  s.merges = data.merges;
+  s.tokenizer_json = data.tokenizer_json;
   return s;
 }
 
@@ -36,11 +36,11 @@ struct Batch {
   std::vector<uint64_t> lengths;  // tokens per document (end-of-text included)
 };
 
-void fill_output_spec(const Config& cfg, const tokenizer::Tokenizer& tok, OutputSpec& spec) {
-  spec.shards = static_cast<uint64_t>(cfg.get_int("data.shards"));
-  spec.seed = cfg.get_int("data.seed");
-  spec.split_docs = cfg.get_bool("data.split_docs");
-  spec.threads = resolve_threads(cfg);
+void fill_output_spec(const DataSection& data, const tokenizer::Tokenizer& tok, OutputSpec& spec) {
+  spec.shards = static_cast<uint64_t>(data.shards);
+  spec.seed = data.seed;
+  spec.split_docs = data.split_docs;
+  spec.threads = resolve_threads(data);
   spec.tokenizer = tok.describe();
   spec.tokenizer_files = tok.source_files();
   spec.vocab_size = tok.vocab_size();
@@ -49,8 +49,8 @@ void fill_output_spec(const Config& cfg, const tokenizer::Tokenizer& tok, Output
 
 }  // namespace
 
-std::unique_ptr<tokenizer::Tokenizer> load_configured_tokenizer(const Config& cfg) {
-  return tokenizer::load(tokenizer_spec(cfg));
+std::unique_ptr<tokenizer::Tokenizer> load_configured_tokenizer(const DataSection& data) {
+  return tokenizer::load(tokenizer_spec(data));
 }
 
 namespace {
@@ -145,12 +145,11 @@ void tokenize_batch(TokenBatch& b, const TextSettings& ts, const tokenizer::Toke
 // each ending with end-of-text), reading on this thread while `nthreads` threads tokenize. Returns
 // the sidecar: {file, plan, parts, documents, tokens, xxh64 (of the file's tokens as stored),
 // skipped, bytes (content bytes read)}.
-json tokenize_input(const Config& cfg, const tokenizer::Tokenizer& tok, const std::string& file, size_t index,
+json tokenize_input(const DataSection& data, const tokenizer::Tokenizer& tok, const std::string& file, size_t index,
                     size_t nfiles, const std::string& parts_dir, const std::string& plan, int nthreads,
                     InputProgress& ip) {
-  const TextSettings ts = text_settings(cfg);
-  const size_t batch_bytes =
-      std::max<size_t>(1, static_cast<size_t>(cfg.get_float("data.batch_mb") * (1 << 20)));
+  const TextSettings ts = text_settings(data);
+  const size_t batch_bytes = std::max<size_t>(1, static_cast<size_t>(data.batch_mb * (1 << 20)));
   RecordReader reader(file, ts);
   const bool compressed = reader.compressed();
   const bool narrow = shards::tokens_fit_uint16(tok.vocab_size());
@@ -281,14 +280,10 @@ json tokenize_input(const Config& cfg, const tokenizer::Tokenizer& tok, const st
   }
   ip.done_files_bytes += reader.raw_consumed();
   ip.records += reader.records();
-  return {{"file", file},
-          {"plan", plan},
-          {"parts", part},
-          {"documents", file_docs},
-          {"tokens", file_tokens},
-          {"xxh64", shards::hex64(XXH64_digest(hash))},
-          {"skipped", skipped},
-          {"bytes", reader.decompressed_bytes()}};
+  return {{"file", file},          {"plan", plan},
+          {"parts", part},         {"documents", file_docs},
+          {"tokens", file_tokens}, {"xxh64", shards::hex64(XXH64_digest(hash))},
+          {"skipped", skipped},    {"bytes", reader.decompressed_bytes()}};
 }
 
 // What makes a part reusable on a rerun: the file (path, size, mtime), tokenizer and text settings.
@@ -297,7 +292,7 @@ std::string stat_path(const std::string& input) {
   return std::filesystem::is_directory(input) ? join_path(input, "data.mdb") : input;
 }
 
-std::string part_plan(const Config& cfg, const tokenizer::Tokenizer& tok, const std::string& file, size_t index) {
+std::string part_plan(const DataSection& data, const tokenizer::Tokenizer& tok, const std::string& file, size_t index) {
   std::string key = tok.id();
   key += strprintf("|%zu|", index);
   key += file;
@@ -306,11 +301,11 @@ std::string part_plan(const Config& cfg, const tokenizer::Tokenizer& tok, const 
   if (::stat(stat_path(file).c_str(), &st) == 0)
     key += strprintf("|%lld|%lld.%09ld", static_cast<long long>(st.st_size), static_cast<long long>(st.st_mtim.tv_sec),
                      st.st_mtim.tv_nsec);
-  for (const char* k : {"data.format", "data.delimiter", "data.jsonl_field"}) {
+  for (const std::string* v : {&data.format, &data.delimiter, &data.jsonl_field}) {
     key += '|';
-    key += cfg.get_string(k);
+    key += *v;
   }
-  key += cfg.get_bool("data.skip_bad") ? "|skip" : "|strict";
+  key += data.skip_bad ? "|skip" : "|strict";
   return shards::hex64(XXH64(key.data(), key.size(), 0));
 }
 
@@ -339,14 +334,15 @@ bool parts_reusable(const std::string& parts_dir, size_t index, const std::strin
 
 int run_build(const Config& cfg, const std::vector<std::string>& args, const std::string& out,
               const std::string& json_out) {
-  std::vector<std::string> inputs = args.empty() ? cfg.get_strings("data.inputs") : args;
+  const DataSection data = read_section<DataSection>(cfg);
+  std::vector<std::string> inputs = args.empty() ? data.inputs : args;
   if (inputs.empty()) throw UsageError("build needs inputs (files, directories or -), or [data] inputs");
   const std::string dir = dataset_dir(cfg, out);
   check_output_not_input(dir, inputs);
-  auto tok = load_configured_tokenizer(cfg);
+  auto tok = load_configured_tokenizer(data);
   const bool use_mpi = mpi::initialized();
   const int rank = use_mpi ? mpi::rank() : 0, size = use_mpi ? mpi::size() : 1;
-  const int nthreads = resolve_threads(cfg);
+  const int nthreads = resolve_threads(data);
   auto t0 = std::chrono::steady_clock::now();
 
   // Stage 1: every input file becomes parts (shards of its documents, ~32 MB of text each) in
@@ -375,7 +371,7 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   try {
     for (size_t i = 0; i < files.size(); ++i) {
       if (owner(i) != rank) continue;
-      const std::string plan = part_plan(cfg, *tok, files[i], i);
+      const std::string plan = part_plan(data, *tok, files[i], i);
       const std::string sidecar = join_path(parts, sidecar_name(i));
       if (parts_reusable(parts, i, plan)) {
         ++reused;
@@ -384,7 +380,7 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
         continue;
       }
       std::filesystem::remove(sidecar);  // its parts are being rewritten
-      json summary = tokenize_input(cfg, *tok, files[i], i, files.size(), parts, plan, nthreads, progress);
+      json summary = tokenize_input(data, *tok, files[i], i, files.size(), parts, plan, nthreads, progress);
       atomic_write(sidecar, summary.dump() + "\n");
     }
   } catch (const Error& e) {
@@ -412,7 +408,9 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
       for (size_t p = 0; p < n; ++p) {
         std::string file = part_name(i, p);
         auto sh = shards::open_shard(join_path(parts, file));
-        shard_list.push_back({{"file", file}, {"tokens", sh->num_tokens()}, {"documents", sh->num_documents()},
+        shard_list.push_back({{"file", file},
+                              {"tokens", sh->num_tokens()},
+                              {"documents", sh->num_documents()},
                               {"xxh64", shards::hex64(sh->attributes().value("tokens_xxh64", uint64_t{0}))}});
       }
       const uint64_t fx = shards::parse_hex64(side.at("xxh64").get<std::string>());
@@ -424,16 +422,17 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
     }
     identity = "dataset:" + shards::hex64(XXH64_digest(st)) + ":" + tok->id();
     XXH64_freeState(st);
-    json index = {{"format", "cairn-shards"}, {"format_version", shards::kFormatVersion},
-                  {"tokenizer", tok->describe()}, {"vocab_size", tok->vocab_size()}, {"eot_id", tok->eot_id()},
-                  {"shards", shard_list}};
+    json index = {{"format", "cairn-shards"},     {"format_version", shards::kFormatVersion},
+                  {"tokenizer", tok->describe()}, {"vocab_size", tok->vocab_size()},
+                  {"eot_id", tok->eot_id()},      {"shards", shard_list}};
     atomic_write(join_path(parts, "index.json"), index.dump() + "\n");
-    CAIRN_LOG_INFO("tokenized %zu inputs (%.1f MB, %llu documents) in %.2f s (%.1f MB/s, %d threads x %d ranks)%s%s",
-                   files.size(), source_bytes / 1e6, static_cast<unsigned long long>(docs), tok_s,
-                   source_bytes / 1e6 / tok_s, nthreads, size,
-                   reused ? strprintf("; %llu inputs unchanged since an interrupted run",
-                                      static_cast<unsigned long long>(reused)).c_str() : "",
-                   skipped ? strprintf("; skipped %llu bad records", static_cast<unsigned long long>(skipped)).c_str() : "");
+    CAIRN_LOG_INFO(
+        "tokenized %zu inputs (%.1f MB, %llu documents) in %.2f s (%.1f MB/s, %d threads x %d ranks)%s%s", files.size(),
+        source_bytes / 1e6, static_cast<unsigned long long>(docs), tok_s, source_bytes / 1e6 / tok_s, nthreads, size,
+        reused ? strprintf("; %llu inputs unchanged since an interrupted run", static_cast<unsigned long long>(reused))
+                     .c_str()
+               : "",
+        skipped ? strprintf("; skipped %llu bad records", static_cast<unsigned long long>(skipped)).c_str() : "");
   }
   if (use_mpi) mpi::barrier();
   if (use_mpi) docs = mpi::broadcast_value<uint64_t>(docs);
@@ -444,18 +443,20 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   src.set_identity(identity);
   OutputSpec spec;
   spec.dir = dir;
-  fill_output_spec(cfg, *tok, spec);
+  fill_output_spec(data, *tok, spec);
   spec.sources = files;
   spec.ids_checked = true;  // the parts were written by ShardWriter, which checked every id
   spec.skipped_records = use_mpi ? mpi::broadcast_value<uint64_t>(skipped) : skipped;
   WriteResult r = write_dataset(src, spec);
   if (rank == 0) {
     std::filesystem::remove_all(parts);
-    CAIRN_LOG_INFO("built %s: %llu documents, %llu tokens (%.3f bytes/token) in %llu shards%s",
-                   dir.c_str(), static_cast<unsigned long long>(docs), static_cast<unsigned long long>(r.tokens),
-                   r.tokens ? source_bytes / double(r.tokens) : 0.0, static_cast<unsigned long long>(spec.shards),
-                   r.shards_resumed ? strprintf(" (%llu already complete)",
-                                                static_cast<unsigned long long>(r.shards_resumed)).c_str() : "");
+    CAIRN_LOG_INFO(
+        "built %s: %llu documents, %llu tokens (%.3f bytes/token) in %llu shards%s", dir.c_str(),
+        static_cast<unsigned long long>(docs), static_cast<unsigned long long>(r.tokens),
+        r.tokens ? source_bytes / double(r.tokens) : 0.0, static_cast<unsigned long long>(spec.shards),
+        r.shards_resumed
+            ? strprintf(" (%llu already complete)", static_cast<unsigned long long>(r.shards_resumed)).c_str()
+            : "");
     json j = r.to_json(dir);
     j["skipped_records"] = skipped;
     j["source_bytes"] = source_bytes;
@@ -468,6 +469,7 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
 int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const std::string& out,
                 const std::string& json_out) {
   if (inputs.empty()) throw UsageError("reshard needs input dataset directories (they are concatenated in order)");
+  const DataSection data = read_section<DataSection>(cfg);
   const std::string dir = dataset_dir(cfg, out);
   check_output_not_input(dir, inputs);
   auto t0 = std::chrono::steady_clock::now();
@@ -486,12 +488,13 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
   std::unique_ptr<DatasetSource> src_ptr;
   {
     const bool use_mpi = mpi::initialized();
-    const size_t rank = use_mpi ? static_cast<size_t>(mpi::rank()) : 0, size = use_mpi ? static_cast<size_t>(mpi::size()) : 1;
+    const size_t rank = use_mpi ? static_cast<size_t>(mpi::rank()) : 0,
+                 size = use_mpi ? static_cast<size_t>(mpi::size()) : 1;
     std::string err;
     int code = 0;
     try {
       src_ptr = std::make_unique<DatasetSource>(datasets);
-      src_ptr->verify(resolve_threads(cfg), rank, size);
+      src_ptr->verify(resolve_threads(data), rank, size);
     } catch (const Error& e) {
       err = e.what();
       code = e.code();
@@ -507,10 +510,10 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
   for (auto& d : datasets) in_shards += d.num_shards();
   OutputSpec spec;
   spec.dir = dir;
-  spec.shards = static_cast<uint64_t>(cfg.get_int("data.shards"));
-  spec.seed = cfg.get_int("data.seed");
-  spec.split_docs = cfg.get_bool("data.split_docs");
-  spec.threads = resolve_threads(cfg);
+  spec.shards = static_cast<uint64_t>(data.shards);
+  spec.seed = data.seed;
+  spec.split_docs = data.split_docs;
+  spec.threads = resolve_threads(data);
   spec.tokenizer = in.index().at("tokenizer");
   spec.tokenizer_files_from_dataset = inputs[0];
   spec.vocab_size = 0;
@@ -526,7 +529,9 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
                    static_cast<unsigned long long>(spec.shards), static_cast<unsigned long long>(r.tokens), gb,
                    r.seconds, gb / r.seconds,
                    r.shards_resumed ? strprintf("; %llu shards already complete, skipped",
-                                                static_cast<unsigned long long>(r.shards_resumed)).c_str() : "");
+                                                static_cast<unsigned long long>(r.shards_resumed))
+                                          .c_str()
+                                    : "");
     write_json_output(json_out, r.to_json(dir).dump(2));
   }
   return 0;

@@ -40,10 +40,14 @@ constexpr LlmcVariant kLlmcLlama3{"llama-3", 20240801, 7, 4};
 // Megatron's dtype codes (megatron/core/datasets/indexed_dataset.py DType).
 size_t megatron_item_size(uint8_t code) {
   switch (code) {
-    case 1: case 2: return 1;  // uint8, int8
-    case 3: case 8: return 2;  // int16, uint16
-    case 4: case 7: return 4;  // int32, float32
-    case 5: case 6: return 8;  // int64, float64
+    case 1:
+    case 2: return 1;  // uint8, int8
+    case 3:
+    case 8: return 2;  // int16, uint16
+    case 4:
+    case 7: return 4;  // int32, float32
+    case 5:
+    case 6: return 8;  // int64, float64
     default: return 0;
   }
 }
@@ -95,7 +99,8 @@ void add_doc(MemorySource& src, const tokenizer::Tokenizer& tok, std::vector<uin
 
 void check_ids(const std::string& path, size_t offset, uint32_t id, uint32_t vocab) {
   if (id >= vocab)
-    corrupt(path, offset, strprintf("token id %u is not below the tokenizer's vocabulary size %u (set --tokenizer)", id, vocab));
+    corrupt(path, offset,
+            strprintf("token id %u is not below the tokenizer's vocabulary size %u (set --tokenizer)", id, vocab));
 }
 
 void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, MemorySource& src, uint64_t& added) {
@@ -107,40 +112,48 @@ void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, 
   if (idx.size < 34) corrupt(ip, idx.size, "file is too short for the MMIDIDX header (34 bytes)");
   if (std::memcmp(idx.data, kMegatronMagic, 9) != 0) corrupt(ip, 0, "wrong magic (not a Megatron MMIDIDX index)");
   uint64_t version = idx.at<uint64_t>(9);
-  if (version != 1) corrupt(ip, 9, strprintf("unsupported version %llu (want 1)", static_cast<unsigned long long>(version)));
+  if (version != 1)
+    corrupt(ip, 9, strprintf("unsupported version %llu (want 1)", static_cast<unsigned long long>(version)));
   uint8_t code = idx.data[17];
   size_t item = megatron_item_size(code);
-  if (item == 0 || code == 6 || code == 7) corrupt(ip, 17, strprintf("dtype code %u is not an integer token type", code));
+  if (item == 0 || code == 6 || code == 7)
+    corrupt(ip, 17, strprintf("dtype code %u is not an integer token type", code));
   uint64_t nseq = idx.at<uint64_t>(18), ndoc = idx.at<uint64_t>(26);
   size_t need = 34 + nseq * 4 + nseq * 8 + ndoc * 8;
   if (nseq > idx.size || ndoc > idx.size || idx.size < need)
-    corrupt(ip, idx.size, strprintf("truncated: %llu sequences and %llu document indices need %zu bytes, file has %zu",
-                                    static_cast<unsigned long long>(nseq), static_cast<unsigned long long>(ndoc), need,
-                                    idx.size));
+    corrupt(ip, idx.size,
+            strprintf("truncated: %llu sequences and %llu document indices need %zu bytes, file has %zu",
+                      static_cast<unsigned long long>(nseq), static_cast<unsigned long long>(ndoc), need, idx.size));
   const size_t sizes_off = 34, ptr_off = sizes_off + nseq * 4, doc_off = ptr_off + nseq * 8;
   uint64_t expect_ptr = 0;
   for (uint64_t s = 0; s < nseq; ++s) {
     int32_t len = idx.at<int32_t>(sizes_off + s * 4);
     int64_t ptr = idx.at<int64_t>(ptr_off + s * 8);
-    if (len < 0) corrupt(ip, sizes_off + s * 4, strprintf("sequence %llu has negative length", static_cast<unsigned long long>(s)));
+    if (len < 0)
+      corrupt(ip, sizes_off + s * 4,
+              strprintf("sequence %llu has negative length", static_cast<unsigned long long>(s)));
     if (static_cast<uint64_t>(ptr) != expect_ptr)
-      corrupt(ip, ptr_off + s * 8, strprintf("sequence %llu pointer %lld, expected %llu", static_cast<unsigned long long>(s),
-                                             static_cast<long long>(ptr), static_cast<unsigned long long>(expect_ptr)));
+      corrupt(ip, ptr_off + s * 8,
+              strprintf("sequence %llu pointer %lld, expected %llu", static_cast<unsigned long long>(s),
+                        static_cast<long long>(ptr), static_cast<unsigned long long>(expect_ptr)));
     expect_ptr += static_cast<uint64_t>(len) * item;
   }
   if (bin.size != expect_ptr)
     corrupt(bin.path, std::min<size_t>(bin.size, expect_ptr),
-            strprintf("has %zu bytes but the index describes %llu", bin.size, static_cast<unsigned long long>(expect_ptr)));
+            strprintf("has %zu bytes but the index describes %llu", bin.size,
+                      static_cast<unsigned long long>(expect_ptr)));
   if (ndoc == 0 || idx.at<int64_t>(doc_off) != 0) corrupt(ip, doc_off, "document index must start at 0");
   int64_t prev = 0;
   for (uint64_t d = 1; d < ndoc; ++d) {
     int64_t v = idx.at<int64_t>(doc_off + d * 8);
     if (v < prev || static_cast<uint64_t>(v) > nseq)
-      corrupt(ip, doc_off + d * 8, strprintf("document index %lld is not monotone within [0, %llu]",
-                                             static_cast<long long>(v), static_cast<unsigned long long>(nseq)));
+      corrupt(ip, doc_off + d * 8,
+              strprintf("document index %lld is not monotone within [0, %llu]", static_cast<long long>(v),
+                        static_cast<unsigned long long>(nseq)));
     prev = v;
   }
-  if (static_cast<uint64_t>(prev) != nseq) corrupt(ip, doc_off + (ndoc - 1) * 8, "document index does not end at the sequence count");
+  if (static_cast<uint64_t>(prev) != nseq)
+    corrupt(ip, doc_off + (ndoc - 1) * 8, "document index does not end at the sequence count");
   auto token = [&](uint64_t i) -> uint32_t {
     switch (code) {
       case 1: return bin.data[i];
@@ -224,11 +237,13 @@ void import_llmc(const std::string& path, const tokenizer::Tokenizer& tok, Memor
   for (const LlmcVariant* c : {&kLlmcGpt2, &kLlmcLlama3})
     if (magic == c->magic) v = c;
   if (!v)
-    corrupt(path, 0, strprintf("wrong magic %d (llm.c token files have %d, gpt-2 uint16, or %d, llama-3 uint32)", magic,
-                               kLlmcGpt2.magic, kLlmcLlama3.magic));
+    corrupt(path, 0,
+            strprintf("wrong magic %d (llm.c token files have %d, gpt-2 uint16, or %d, llama-3 uint32)", magic,
+                      kLlmcGpt2.magic, kLlmcLlama3.magic));
   if (version != v->version)
-    corrupt(path, 4, strprintf("unsupported version %d for magic %d (want %d: %s, uint%zu tokens)", version, magic,
-                               v->version, v->name, v->item * 8));
+    corrupt(path, 4,
+            strprintf("unsupported version %d for magic %d (want %d: %s, uint%zu tokens)", version, magic, v->version,
+                      v->name, v->item * 8));
   const int32_t ntok = f.at<int32_t>(8);
   const size_t want = hdr + static_cast<size_t>(std::max(ntok, 0)) * v->item;
   if (ntok < 0 || f.size != want)
@@ -290,8 +305,9 @@ void export_megatron(const shards::Dataset& ds, const std::string& prefix) {
     }
     for (uint64_t d = 0; d < sh->num_documents(); ++d) {
       uint64_t len = sh->doc_end(d) - sh->doc_begin(d);
-      if (len > INT32_MAX) throw UsageError(strprintf("document %llu of %s is too long for Megatron (int32 sizes)",
-                                                      static_cast<unsigned long long>(d), ds.info(i).file.c_str()));
+      if (len > INT32_MAX)
+        throw UsageError(strprintf("document %llu of %s is too long for Megatron (int32 sizes)",
+                                   static_cast<unsigned long long>(d), ds.info(i).file.c_str()));
       sizes.push_back(static_cast<int32_t>(len));
       pointers.push_back(ptr);
       ptr += static_cast<int64_t>(len * item);
@@ -362,22 +378,26 @@ void export_llmc(const shards::Dataset& ds, const std::string& dir, const std::s
   }
   if (ds.total_tokens() > 0 && carry != ds.eot_id())
     CAIRN_LOG_WARN("the dataset's last token is %u, not end-of-text %u; it was not exported", carry, ds.eot_id());
-  CAIRN_LOG_INFO("wrote %zu llm.c files (%s: magic %d, version %d, uint%zu tokens, end-of-text %u before each document) "
-                 "to %s (%llu tokens)",
-                 ds.num_shards(), v->name, v->magic, v->version, v->item * 8, ds.eot_id(), dir.c_str(),
-                 static_cast<unsigned long long>(ds.total_tokens()));
+  CAIRN_LOG_INFO(
+      "wrote %zu llm.c files (%s: magic %d, version %d, uint%zu tokens, end-of-text %u before each document) "
+      "to %s (%llu tokens)",
+      ds.num_shards(), v->name, v->magic, v->version, v->item * 8, ds.eot_id(), dir.c_str(),
+      static_cast<unsigned long long>(ds.total_tokens()));
 }
 
 }  // namespace
 
-int run_convert(const Config& cfg, const std::string& from, const std::string& to, const std::vector<std::string>& inputs,
-                const std::string& out, const std::string& llmc_format) {
-  if (from.empty() == to.empty()) throw UsageError("convert needs exactly one of --from megatron|llmc or --to megatron|llmc");
+int run_convert(const Config& cfg, const std::string& from, const std::string& to,
+                const std::vector<std::string>& inputs, const std::string& out, const std::string& llmc_format) {
+  if (from.empty() == to.empty())
+    throw UsageError("convert needs exactly one of --from megatron|llmc or --to megatron|llmc");
   const bool root = !mpi::initialized() || mpi::rank() == 0;
+  const DataSection data = read_section<DataSection>(cfg);
   if (llmc_format != "auto" && to != "llmc")
     throw UsageError("--llmc-format applies to convert --to llmc (imports read the variant from each file's header)");
   if (!to.empty()) {
-    if (out.empty()) throw UsageError("convert --to needs --out (a .bin/.idx prefix for megatron, a directory for llmc)");
+    if (out.empty())
+      throw UsageError("convert --to needs --out (a .bin/.idx prefix for megatron, a directory for llmc)");
     if (inputs.size() > 1) throw UsageError("convert --to takes one dataset directory");
     std::string in = inputs.empty() ? dataset_dir(cfg, "") : inputs[0];
     check_output_not_input(to == "llmc" ? out : fs::absolute(out).parent_path().string(), {in});
@@ -387,7 +407,7 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     if (root) {
       try {
         // Corruption is caught, not copied: check every shard before the first byte is written.
-        ds.verify_shards(resolve_threads(cfg));
+        ds.verify_shards(resolve_threads(data));
         if (to == "megatron") export_megatron(ds, out);
         else export_llmc(ds, out, llmc_format);
       } catch (const Error& e) {
@@ -399,10 +419,11 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     else if (!err.empty()) throw Error(code, err);
     return 0;
   }
-  if (inputs.empty()) throw UsageError("convert --from needs inputs (Megatron prefixes or llm.c .bin files/directories)");
+  if (inputs.empty())
+    throw UsageError("convert --from needs inputs (Megatron prefixes or llm.c .bin files/directories)");
   const std::string dir = dataset_dir(cfg, out);
   check_output_not_input(dir, inputs);
-  auto tok = load_configured_tokenizer(cfg);
+  auto tok = load_configured_tokenizer(data);
   MemorySource src;
   uint64_t added = 0;
   XXH64_state_t* st = XXH64_createState();
@@ -422,13 +443,14 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
   XXH64_update(st, src.starts.data(), src.starts.size() * 8);
   src.id = "import:" + shards::hex64(XXH64_digest(st));
   XXH64_freeState(st);
-  if (added && root) CAIRN_LOG_INFO("added end-of-text to %llu documents that lacked it", static_cast<unsigned long long>(added));
+  if (added && root)
+    CAIRN_LOG_INFO("added end-of-text to %llu documents that lacked it", static_cast<unsigned long long>(added));
   OutputSpec spec;
   spec.dir = dir;
-  spec.shards = static_cast<uint64_t>(cfg.get_int("data.shards"));
-  spec.seed = cfg.get_int("data.seed");
-  spec.split_docs = cfg.get_bool("data.split_docs");
-  spec.threads = resolve_threads(cfg);
+  spec.shards = static_cast<uint64_t>(data.shards);
+  spec.seed = data.seed;
+  spec.split_docs = data.split_docs;
+  spec.threads = resolve_threads(data);
   spec.tokenizer = tok->describe();
   spec.tokenizer_files = tok->source_files();
   spec.vocab_size = tok->vocab_size();

@@ -39,7 +39,7 @@ bool looks_binary(const fs::path& p) {
   size_t n = std::fread(buf, 1, sizeof buf, f);
   std::fclose(f);
   if (has_gzip_magic(buf, n) || has_zstd_magic(buf, n)) return false;  // compressed text
-  if (tfrecord_name(p.string())) return false;  // binary by nature, but documents
+  if (tfrecord_name(p.string())) return false;                         // binary by nature, but documents
   return std::find(buf, buf + n, '\0') != buf + n;
 }
 
@@ -74,8 +74,7 @@ struct Expander {
         it.disable_recursion_pending();
         continue;
       }
-      if (it->is_regular_file() && !is_lmdb_path(it->path().parent_path().string()))
-        files.push_back(it->path());
+      if (it->is_regular_file() && !is_lmdb_path(it->path().parent_path().string())) files.push_back(it->path());
     }
     std::sort(files.begin(), files.end());
     for (auto& f : files) {
@@ -119,10 +118,12 @@ struct Expander {
   // A manifest lists inputs one per line (files, directories, globs, further @manifests); relative
   // names are relative to the manifest's directory; blank lines and lines starting with # are skipped.
   void add_manifest(const std::string& path, int depth) {
-    if (depth > 8) throw UsageError(file_message("cannot read manifest", path, "manifests nested more than 8 deep (a cycle?)"));
+    if (depth > 8)
+      throw UsageError(file_message("cannot read manifest", path, "manifests nested more than 8 deep (a cycle?)"));
     std::error_code ec;
     if (!fs::is_regular_file(path, ec))
-      throw UsageError(file_message("cannot read manifest", path, "No such file (inputs starting with @ are manifests)"));
+      throw UsageError(
+          file_message("cannot read manifest", path, "No such file (inputs starting with @ are manifests)"));
     std::string text = read_file(path);
     fs::path base = fs::path(path).parent_path();
     size_t pos = 0;
@@ -247,10 +248,10 @@ struct InputStream::Impl {
       in_pos = in_len - zs.avail_in;
       if (rc == Z_STREAM_END) z_member_done = true;
       else if (rc != Z_OK && rc != Z_BUF_ERROR)
-        throw InputStreamError(file_message(
-            "corrupt gzip input", shown,
-            strprintf("at compressed byte %llu: %s", static_cast<unsigned long long>(consumed()),
-                      zs.msg ? zs.msg : "invalid data")));
+        throw InputStreamError(
+            file_message("corrupt gzip input", shown,
+                         strprintf("at compressed byte %llu: %s", static_cast<unsigned long long>(consumed()),
+                                   zs.msg ? zs.msg : "invalid data")));
       if (got > 0) {
         produced += got;
         return got;
@@ -272,10 +273,10 @@ struct InputStream::Impl {
       size_t r = ZSTD_decompressStream(zd, &ob, &ib);
       in_pos = ib.pos;
       if (ZSTD_isError(r))
-        throw InputStreamError(file_message("corrupt zstd input", shown,
-                                            strprintf("at compressed byte %llu: %s",
-                                                      static_cast<unsigned long long>(consumed()),
-                                                      ZSTD_getErrorName(r))));
+        throw InputStreamError(
+            file_message("corrupt zstd input", shown,
+                         strprintf("at compressed byte %llu: %s", static_cast<unsigned long long>(consumed()),
+                                   ZSTD_getErrorName(r))));
       zstd_hint = r;
       if (ob.pos > 0) {
         produced += ob.pos;
@@ -332,12 +333,12 @@ const char* InputStream::compression() const {
 
 // ------------------------------------------------------------------------------------ records
 
-TextSettings text_settings(const Config& cfg) {
+TextSettings text_settings(const DataSection& data) {
   TextSettings s;
-  s.format = cfg.get_string("data.format");
-  s.delimiter = cfg.get_string("data.delimiter");
-  s.field = cfg.get_string("data.jsonl_field");
-  s.skip_bad = cfg.get_bool("data.skip_bad");
+  s.format = data.format;
+  s.delimiter = data.delimiter;
+  s.field = data.jsonl_field;
+  s.skip_bad = data.skip_bad;
   return s;
 }
 
@@ -394,10 +395,10 @@ void RecordReader::next_tfrecords(RecordBatch& batch, size_t max_bytes) {
     }
     const uint64_t off = buf_offset_ + pos_, rec = line_;
     if (!ensure(12))
-      throw InputStreamError(file_message("truncated TFRecord input", shown,
-                                          strprintf("record %llu at byte offset %llu: the file ends inside its header",
-                                                    static_cast<unsigned long long>(rec),
-                                                    static_cast<unsigned long long>(off))));
+      throw InputStreamError(
+          file_message("truncated TFRecord input", shown,
+                       strprintf("record %llu at byte offset %llu: the file ends inside its header",
+                                 static_cast<unsigned long long>(rec), static_cast<unsigned long long>(off))));
     uint64_t len = 0;
     uint32_t len_crc = 0;
     std::memcpy(&len, buf_.data() + pos_, 8);
@@ -409,17 +410,17 @@ void RecordReader::next_tfrecords(RecordBatch& batch, size_t max_bytes) {
                     "cannot be found)",
                     static_cast<unsigned long long>(rec), static_cast<unsigned long long>(off))));
     if (len > UINT32_MAX)
-      throw InputStreamError(file_message("unsupported TFRecord input", shown,
-                                          strprintf("record %llu at byte offset %llu holds %llu bytes (over 4 GiB)",
-                                                    static_cast<unsigned long long>(rec),
-                                                    static_cast<unsigned long long>(off),
-                                                    static_cast<unsigned long long>(len))));
+      throw InputStreamError(
+          file_message("unsupported TFRecord input", shown,
+                       strprintf("record %llu at byte offset %llu holds %llu bytes (over 4 GiB)",
+                                 static_cast<unsigned long long>(rec), static_cast<unsigned long long>(off),
+                                 static_cast<unsigned long long>(len))));
     if (!ensure(12 + len + 4))
-      throw InputStreamError(file_message(
-          "truncated TFRecord input", shown,
-          strprintf("record %llu at byte offset %llu: the file ends inside its %llu-byte payload",
-                    static_cast<unsigned long long>(rec), static_cast<unsigned long long>(off),
-                    static_cast<unsigned long long>(len))));
+      throw InputStreamError(
+          file_message("truncated TFRecord input", shown,
+                       strprintf("record %llu at byte offset %llu: the file ends inside its %llu-byte payload",
+                                 static_cast<unsigned long long>(rec), static_cast<unsigned long long>(off),
+                                 static_cast<unsigned long long>(len))));
     uint32_t crc = 0;
     std::memcpy(&crc, buf_.data() + pos_ + 12 + len, 4);
     add_record(batch, std::string_view(buf_.data() + pos_ + 12, len), rec, off);

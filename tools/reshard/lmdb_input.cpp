@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 bool is_lmdb_path(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) return fs::is_regular_file(fs::path(path) / "data.mdb", ec);
-  return path.size() > 4 && path.compare(path.size() - 4, 4, ".mdb") == 0 && path.rfind("lock.mdb") != path.size() - 8 &&
-         fs::is_regular_file(path, ec);
+  return path.size() > 4 && path.compare(path.size() - 4, 4, ".mdb") == 0 &&
+         path.rfind("lock.mdb") != path.size() - 8 && fs::is_regular_file(path, ec);
 }
 
 struct LmdbInput::Impl {
@@ -50,7 +50,8 @@ LmdbInput::LmdbInput(const std::string& path) : impl_(std::make_unique<Impl>()) 
   m.check(mdb_env_create(&m.env), "cannot open LMDB input");
   // MDB_NOLOCK: reading needs no lock file (none is created next to the input); the environment
   // must not be written while cairn reads it, like any input.
-  m.check(mdb_env_open(m.env, path.c_str(), MDB_RDONLY | MDB_NOLOCK | MDB_NORDAHEAD | (subdir ? 0 : MDB_NOSUBDIR), 0444),
+  m.check(mdb_env_open(m.env, path.c_str(), MDB_RDONLY | MDB_NOLOCK | MDB_NORDAHEAD | (subdir ? 0 : MDB_NOSUBDIR),
+                       0444),
           "cannot open LMDB input");
   m.check(mdb_txn_begin(m.env, nullptr, MDB_RDONLY, &m.txn), "cannot read LMDB input");
   m.check(mdb_dbi_open(m.txn, nullptr, 0, &m.dbi), "cannot read LMDB input");

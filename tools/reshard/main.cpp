@@ -2,10 +2,13 @@
 // conversion; verification and statistics (subcommands build, reshard, convert, verify, stats).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
+#include <set>
 
 #include "cairn/cli.h"
+#include "cairn/config_section.h"
 #include "cairn/mpi.h"
 #include "reshard.h"
 
@@ -16,10 +19,8 @@ int main(int argc, char** argv) {
     cairn::CommonOptions opts;
     cairn::add_common_options(app, opts);
     std::vector<std::string> inputs;
-    std::string tokenizer, vocab, merges, tokenizer_json, delimiter, jsonl_field, format, from, to;
+    std::string from, to;
     std::string llmc_format = "auto";
-    int64_t shards = 0, seed = -2, threads = -1;
-    bool split_docs = false, skip_bad = false;
 
     auto* build = app.add_subcommand("build", "raw text (files, directories, - for stdin; .gz ok) -> token shards");
     auto* reshard = app.add_subcommand("reshard", "M shards -> N shards balanced by tokens (optionally shuffled)");
@@ -30,28 +31,31 @@ int main(int argc, char** argv) {
       sub->fallthrough();  // common options (--out, --config, --set, ...) may follow the subcommand
       sub->add_option("inputs", inputs, "inputs (files, directories, datasets, - for stdin)");
     }
-    for (auto* sub : {build, reshard, convert}) {
-      sub->add_option("--shards", shards, "number of output shards ([data] shards)");
-      sub->add_option("--seed", seed, "shuffle documents with this seed, -1 keeps order ([data] seed)");
-      sub->add_option("--threads", threads, "worker threads, 0 = all cores ([data] threads)");
-      sub->add_flag("--split-docs", split_docs, "split documents at shard boundaries for exact balance");
-    }
-    for (auto* sub : {build, convert}) {
-      sub->add_option("--tokenizer", tokenizer, "bytes | gpt2 | hf ([data] tokenizer)");
-      sub->add_option("--vocab", vocab, "GPT-2 encoder.json");
-      sub->add_option("--merges", merges, "GPT-2 vocab.bpe");
-      sub->add_option("--tokenizer-json", tokenizer_json, "Hugging Face tokenizer.json (BPE)");
-    }
-    build->add_option("--delimiter", delimiter, "a line equal to this separates documents (e.g. %)");
-    build->add_option("--jsonl-field", jsonl_field, "JSONL field holding the text (default text)");
-    build->add_option("--format", format, "auto | text | jsonl");
-    build->add_flag("--skip-bad", skip_bad, "skip and count malformed records instead of failing");
+    // The [data] flags (declared in cairn/sections/data.h) of the keys each subcommand uses.
+    cairn::ToolSettings settings;
+    const std::set<std::string> output = {"--shards", "--seed", "--threads", "--split-docs"};
+    const std::set<std::string> tokenizer = {"--tokenizer", "--vocab", "--merges", "--tokenizer-json"};
+    const std::set<std::string> text = {"--delimiter", "--jsonl-field", "--format", "--skip-bad"};
+    auto data_flags = [&](CLI::App* sub, std::initializer_list<const std::set<std::string>*> groups) {
+      const size_t before = sub->get_options().size();
+      cairn::add_section_flags(*sub, "data", settings);
+      std::vector<CLI::Option*> added = sub->get_options();
+      for (size_t i = before; i < added.size(); ++i) {
+        const std::string name = added[i]->get_name();
+        if (std::none_of(groups.begin(), groups.end(), [&](const auto* g) { return g->count(name) > 0; }))
+          sub->remove_option(added[i]);
+      }
+    };
+    data_flags(build, {&output, &tokenizer, &text});
+    data_flags(reshard, {&output});
+    data_flags(convert, {&output, &tokenizer});
     convert->add_option("--from", from, "import: megatron | llmc")->check(CLI::IsMember({"megatron", "llmc"}));
     convert->add_option("--to", to, "export: megatron (--out is the .bin/.idx prefix) | llmc (--out is a directory)")
         ->check(CLI::IsMember({"megatron", "llmc"}));
-    convert->add_option("--llmc-format", llmc_format,
-                        "llm.c export variant: gpt-2 (magic 20240520, uint16) | llama-3 (magic 20240801, uint32) | "
-                        "auto (llama-3 when the vocabulary exceeds 65536 ids)")
+    convert
+        ->add_option("--llmc-format", llmc_format,
+                     "llm.c export variant: gpt-2 (magic 20240520, uint16) | llama-3 (magic 20240801, uint32) | "
+                     "auto (llama-3 when the vocabulary exceeds 65536 ids)")
         ->check(CLI::IsMember({"auto", "gpt-2", "llama-3"}));
     app.footer("--out DIR is the output dataset directory (default: [data] path, else <run.dir>/data).");
     cairn::parse_cli(app, argc, argv);
@@ -59,22 +63,6 @@ int main(int argc, char** argv) {
     // For this tool --out names the dataset directory itself, not the run directory.
     std::string out = opts.out;
     opts.out.clear();
-    cairn::ToolSettings settings;
-    auto str = [&](const char* key, const std::string& v) {
-      if (!v.empty()) settings.emplace_back(std::string("data.") + key, v);
-    };
-    str("tokenizer", tokenizer);
-    str("vocab", vocab);
-    str("merges", merges);
-    str("tokenizer_json", tokenizer_json);
-    str("delimiter", delimiter);
-    str("jsonl_field", jsonl_field);
-    str("format", format);
-    if (shards > 0) settings.emplace_back("data.shards", shards);
-    if (seed >= -1) settings.emplace_back("data.seed", seed);
-    if (threads >= 0) settings.emplace_back("data.threads", threads);
-    if (split_docs) settings.emplace_back("data.split_docs", true);
-    if (skip_bad) settings.emplace_back("data.skip_bad", true);
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
     // MPI only when a launcher started us (mpirun, srun with PMI/PMIx): a plain run stays a plain
@@ -89,7 +77,8 @@ int main(int argc, char** argv) {
     if (build->parsed()) return run_build(cfg, inputs, out, opts.json_path);
     if (reshard->parsed()) return run_reshard(cfg, inputs, out, opts.json_path);
     if (convert->parsed()) return run_convert(cfg, from, to, inputs, out, llmc_format);
-    if (verify->parsed()) return run_verify(cfg, inputs.empty() && !out.empty() ? std::vector<std::string>{out} : inputs, opts.json_path);
+    if (verify->parsed())
+      return run_verify(cfg, inputs.empty() && !out.empty() ? std::vector<std::string>{out} : inputs, opts.json_path);
     return run_stats(cfg, inputs.empty() && !out.empty() ? std::vector<std::string>{out} : inputs, opts.json_path);
   });
 }

@@ -42,31 +42,31 @@ DatasetSource::DatasetSource(const std::vector<shards::Dataset>& datasets) : dat
   XXH64_state_t* st = XXH64_createState();
   XXH64_reset(st, 0);
   for (size_t di = 0; di < datasets.size(); ++di) {
-  const shards::Dataset& ds = datasets[di];
-  for (size_t i = 0; i < ds.num_shards(); ++i) {
-    auto sh = ds.shard(i);
-    shard_origin_.emplace_back(di, i);
-    const auto& info = ds.info(i);
-    // The counts index.json gives must hold before they place documents (verify() checks the rest).
-    if (sh->num_tokens() != info.tokens || sh->num_documents() != info.documents)
-      throw GateFailure(file_message("corrupt dataset shard", ds.shard_path(i),
-                                     strprintf("has %llu tokens / %llu documents, index.json says %llu / %llu "
-                                               "(cairn-reshard verify %s lists every problem)",
-                                               static_cast<unsigned long long>(sh->num_tokens()),
-                                               static_cast<unsigned long long>(sh->num_documents()),
-                                               static_cast<unsigned long long>(info.tokens),
-                                               static_cast<unsigned long long>(info.documents), ds.dir().c_str())));
-    uint64_t base = shard_token_starts_.back();
-    for (uint64_t d = 0; d < sh->num_documents(); ++d) {
-      doc_starts_.push_back(base + sh->doc_end(d));
-      doc_bytes_.push_back(sh->doc_bytes(d));
+    const shards::Dataset& ds = datasets[di];
+    for (size_t i = 0; i < ds.num_shards(); ++i) {
+      auto sh = ds.shard(i);
+      shard_origin_.emplace_back(di, i);
+      const auto& info = ds.info(i);
+      // The counts index.json gives must hold before they place documents (verify() checks the rest).
+      if (sh->num_tokens() != info.tokens || sh->num_documents() != info.documents)
+        throw GateFailure(file_message("corrupt dataset shard", ds.shard_path(i),
+                                       strprintf("has %llu tokens / %llu documents, index.json says %llu / %llu "
+                                                 "(cairn-reshard verify %s lists every problem)",
+                                                 static_cast<unsigned long long>(sh->num_tokens()),
+                                                 static_cast<unsigned long long>(sh->num_documents()),
+                                                 static_cast<unsigned long long>(info.tokens),
+                                                 static_cast<unsigned long long>(info.documents), ds.dir().c_str())));
+      uint64_t base = shard_token_starts_.back();
+      for (uint64_t d = 0; d < sh->num_documents(); ++d) {
+        doc_starts_.push_back(base + sh->doc_end(d));
+        doc_bytes_.push_back(sh->doc_bytes(d));
+      }
+      shard_token_starts_.push_back(base + sh->num_tokens());
+      XXH64_update(st, &info.xxh64, sizeof info.xxh64);
+      XXH64_update(st, &info.tokens, sizeof info.tokens);
+      XXH64_update(st, &info.documents, sizeof info.documents);
+      shards_.push_back(std::move(sh));
     }
-    shard_token_starts_.push_back(base + sh->num_tokens());
-    XXH64_update(st, &info.xxh64, sizeof info.xxh64);
-    XXH64_update(st, &info.tokens, sizeof info.tokens);
-    XXH64_update(st, &info.documents, sizeof info.documents);
-    shards_.push_back(std::move(sh));
-  }
   }
   identity_ = "dataset:" + shards::hex64(XXH64_digest(st)) + ":" + datasets.front().tokenizer_id();
   XXH64_freeState(st);
@@ -188,8 +188,8 @@ std::string dataset_dir(const Config& cfg, const std::string& explicit_dir) {
   return explicit_dir.empty() ? shards::dataset_path(cfg) : explicit_dir;
 }
 
-int resolve_threads(const Config& cfg) {
-  int64_t t = cfg.get_int("data.threads");
+int resolve_threads(const DataSection& data) {
+  int64_t t = data.threads;
   if (t <= 0) t = std::max(1u, std::thread::hardware_concurrency());
   return static_cast<int>(t);
 }
@@ -217,74 +217,45 @@ void check_output_not_input(const std::string& out, const std::vector<std::strin
 
 // ------------------------------------------------------------------------------------ writing
 
-WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
-  auto t0 = std::chrono::steady_clock::now();
-  const bool use_mpi = mpi::initialized();
-  const int rank = use_mpi ? mpi::rank() : 0, size = use_mpi ? mpi::size() : 1;
-  const uint64_t ndocs = src.num_docs();
+namespace {
 
-  // Order and prefix sums of document lengths in output order.
-  std::vector<uint64_t> order;
-  if (spec.seed >= 0) order = shuffled_order(ndocs, static_cast<uint64_t>(spec.seed));
-  auto doc_of = [&](uint64_t pos) { return order.empty() ? pos : order[pos]; };
-  std::vector<uint64_t> prefix(ndocs + 1, 0);
-  for (uint64_t p = 0; p < ndocs; ++p) {
-    uint64_t d = doc_of(p);
-    prefix[p + 1] = prefix[p] + (src.doc_start(d + 1) - src.doc_start(d));
-  }
-  const uint64_t total = prefix.back();
-  const uint64_t nshards = spec.shards;
-  std::vector<uint64_t> bounds = plan_bounds(prefix, nshards, spec.split_docs);
-  if (!spec.split_docs && total > 0) {
-    double ideal = static_cast<double>(total) / nshards, worst = 0;
-    for (uint64_t k = 0; k < nshards; ++k) worst = std::max(worst, std::fabs((bounds[k + 1] - bounds[k]) - ideal) / ideal);
-    if (worst > 0.01)
-      CAIRN_LOG_WARN("shards differ from the mean by up to %.1f%% (documents are long relative to shards; "
-                     "--split-docs balances exactly)", 100 * worst);
-  }
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
-  // The plan identity: same inputs + same settings => same shard contents (resume is safe).
-  std::string plan_base = src.identity() + strprintf("|n=%llu|seed=%lld|split=%d|tok=%s",
-                                                     static_cast<unsigned long long>(nshards),
-                                                     static_cast<long long>(spec.seed), spec.split_docs ? 1 : 0,
-                                                     spec.tokenizer.value("id", "").c_str());
+// What one shard stores of one document: its tokens there and its source bytes.
+struct Piece {
+  uint64_t tokens;
+  uint32_t bytes;
+};
 
-  if (rank == 0) {
-    ensure_dir(spec.dir);
-    // The old index no longer describes the directory while shards are rewritten.
-    for (const char* f : {"index.json", "stats.json"}) std::filesystem::remove(join_path(spec.dir, f));
-    // Temp files of killed runs (atomic_write/ShardWriter name them .<file>.tmp.<pid>.<n>): shards,
-    // index.json, stats.json and the tokenizer copies.
-    auto is_stale_temp = [](const std::string& n) {
-      if (n.empty() || n[0] != '.' || n.find(".tmp.") == std::string::npos) return false;
-      return n.rfind(".shard_", 0) == 0 || n.rfind(".index.json.tmp.", 0) == 0 || n.rfind(".stats.json.tmp.", 0) == 0;
-    };
-    for (auto& e : fs::directory_iterator(spec.dir)) {
-      std::string n = e.path().filename().string();
-      if (e.is_regular_file() && is_stale_temp(n)) {
-        CAIRN_LOG_DEBUG("removing %s left by an interrupted run", n.c_str());
-        fs::remove(e.path());
-      }
+// Where every document goes: the output order (seeded shuffle, or the source's order), prefix sums
+// of document lengths in that order, and the shard boundaries in tokens of the output stream.
+struct OutputPlan {
+  const DocSource& src;
+  const uint64_t ndocs, nshards;
+  std::vector<uint64_t> order;   // output position -> source document; empty: the source's order
+  std::vector<uint64_t> prefix;  // prefix[p]: tokens before output position p
+  std::vector<uint64_t> bounds;  // shard k holds tokens [bounds[k], bounds[k + 1])
+  uint64_t total = 0;
+
+  OutputPlan(const DocSource& s, const OutputSpec& spec) : src(s), ndocs(s.num_docs()), nshards(spec.shards) {
+    if (spec.seed >= 0) order = shuffled_order(ndocs, static_cast<uint64_t>(spec.seed));
+    prefix.assign(ndocs + 1, 0);
+    for (uint64_t p = 0; p < ndocs; ++p) {
+      uint64_t d = doc_of(p);
+      prefix[p + 1] = prefix[p] + (src.doc_start(d + 1) - src.doc_start(d));
     }
-    std::error_code ec;
-    if (fs::is_directory(join_path(spec.dir, "tokenizer"), ec))
-      for (auto& e : fs::directory_iterator(join_path(spec.dir, "tokenizer"))) {
-        std::string n = e.path().filename().string();
-        if (e.is_regular_file() && n.size() > 1 && n[0] == '.' && n.find(".tmp.") != std::string::npos) fs::remove(e.path());
-      }
+    total = prefix.back();
+    bounds = plan_bounds(prefix, nshards, spec.split_docs);
   }
-  if (use_mpi) mpi::barrier();
-  auto since = [&]() { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  CAIRN_LOG_DEBUG("planned %llu shards in %.3f s", static_cast<unsigned long long>(nshards), since());
 
-  // What shard [t_begin, t_end) stores of the document at output position p: its tokens there and
-  // its source bytes (a split document's bytes are shared in proportion to its tokens, sums kept).
-  // The writer and the statistics both use it, so stats.json describes the shards without reading them.
-  struct Piece {
-    uint64_t tokens;
-    uint32_t bytes;
-  };
-  auto piece = [&](uint64_t p, uint64_t t_begin, uint64_t t_end) -> Piece {
+  uint64_t doc_of(uint64_t pos) const { return order.empty() ? pos : order[pos]; }
+
+  // What shard [t_begin, t_end) stores of the document at output position p (a split document's
+  // bytes are shared in proportion to its tokens, sums kept). The writer and the statistics both
+  // use it, so stats.json describes the shards without reading them.
+  Piece piece(uint64_t p, uint64_t t_begin, uint64_t t_end) const {
     uint64_t len = prefix[p + 1] - prefix[p];
     uint64_t lo = std::max(prefix[p], t_begin) - prefix[p], hi = std::min(prefix[p + 1], t_end) - prefix[p];
     uint32_t b = src.doc_bytes(doc_of(p));
@@ -292,219 +263,381 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
                                            : static_cast<uint32_t>((static_cast<unsigned __int128>(b) * hi) / len -
                                                                    (static_cast<unsigned __int128>(b) * lo) / len);
     return {hi - lo, part};
-  };
+  }
+
   // Documents overlapping tokens [t_begin, t_end) of the output stream: positions [first, second).
-  auto doc_range = [&](uint64_t t_begin, uint64_t t_end) -> std::pair<uint64_t, uint64_t> {
+  std::pair<uint64_t, uint64_t> doc_range(uint64_t t_begin, uint64_t t_end) const {
     uint64_t p_begin = std::upper_bound(prefix.begin(), prefix.end(), t_begin) - prefix.begin() - 1;
     if (t_begin == total) p_begin = ndocs;
     uint64_t p_end = std::lower_bound(prefix.begin(), prefix.end(), t_end) - prefix.begin();
     if (t_end == t_begin) p_end = p_begin;
     return {p_begin, p_end};
+  }
+};
+
+void warn_if_unbalanced(const OutputPlan& plan, bool split_docs) {
+  if (split_docs || plan.total == 0) return;
+  double ideal = static_cast<double>(plan.total) / plan.nshards, worst = 0;
+  for (uint64_t k = 0; k < plan.nshards; ++k)
+    worst = std::max(worst, std::fabs((plan.bounds[k + 1] - plan.bounds[k]) - ideal) / ideal);
+  if (worst > 0.01)
+    CAIRN_LOG_WARN("shards differ from the mean by up to %.1f%% (documents are long relative to shards; "
+                   "--split-docs balances exactly)",
+                   100 * worst);
+}
+
+// The plan identity: same inputs + same settings => same shard contents (resume is safe).
+std::string plan_identity(const DocSource& src, const OutputSpec& spec) {
+  return src.identity() + strprintf("|n=%llu|seed=%lld|split=%d|tok=%s", static_cast<unsigned long long>(spec.shards),
+                                    static_cast<long long>(spec.seed), spec.split_docs ? 1 : 0,
+                                    spec.tokenizer.value("id", "").c_str());
+}
+
+// Rank 0, before any shard is written: the old index no longer describes the directory while shards
+// are rewritten, and temp files of killed runs go.
+void prepare_output_dir(const std::string& dir) {
+  ensure_dir(dir);
+  for (const char* f : {"index.json", "stats.json"}) std::filesystem::remove(join_path(dir, f));
+  // Temp files of killed runs (atomic_write/ShardWriter name them .<file>.tmp.<pid>.<n>): shards,
+  // index.json, stats.json and the tokenizer copies.
+  auto is_stale_temp = [](const std::string& n) {
+    if (n.empty() || n[0] != '.' || n.find(".tmp.") == std::string::npos) return false;
+    return n.rfind(".shard_", 0) == 0 || n.rfind(".index.json.tmp.", 0) == 0 || n.rfind(".stats.json.tmp.", 0) == 0;
   };
+  for (auto& e : fs::directory_iterator(dir)) {
+    std::string n = e.path().filename().string();
+    if (e.is_regular_file() && is_stale_temp(n)) {
+      CAIRN_LOG_DEBUG("removing %s left by an interrupted run", n.c_str());
+      fs::remove(e.path());
+    }
+  }
+  std::error_code ec;
+  if (fs::is_directory(join_path(dir, "tokenizer"), ec))
+    for (auto& e : fs::directory_iterator(join_path(dir, "tokenizer"))) {
+      std::string n = e.path().filename().string();
+      if (e.is_regular_file() && n.size() > 1 && n[0] == '.' && n.find(".tmp.") != std::string::npos)
+        fs::remove(e.path());
+    }
+}
 
-  shards::ShardMeta base_meta;
-  base_meta.shard_count = nshards;
-  base_meta.tokenizer_id = spec.tokenizer.value("id", "");
-  base_meta.vocab_size = spec.vocab_size;
-  base_meta.eot_id = spec.eot_id;
-  base_meta.seed = spec.seed;
+shards::ShardMeta base_shard_meta(const OutputSpec& spec) {
+  shards::ShardMeta m;
+  m.shard_count = spec.shards;
+  m.tokenizer_id = spec.tokenizer.value("id", "");
+  m.vocab_size = spec.vocab_size;
+  m.eot_id = spec.eot_id;
+  m.seed = spec.seed;
+  return m;
+}
 
-  std::vector<uint64_t> mine;
-  for (uint64_t k = static_cast<uint64_t>(rank); k < nshards; k += static_cast<uint64_t>(size)) mine.push_back(k);
-  std::vector<shards::ShardInfo> infos(mine.size());
-  std::vector<char> resumed(mine.size(), 0);
-  std::atomic<size_t> next{0};
-  std::atomic<uint64_t> done_tokens{0};
-  std::mutex err_mutex;
+// Writes this rank's shards (k = rank, rank + size, ...) on a pool of threads, each taking the next
+// unclaimed shard; a shard an earlier run of the same plan completed is kept (resume). The first
+// error stops the other threads from starting new shards.
+class ShardWriterPool {
+ public:
+  ShardWriterPool(const OutputPlan& plan, const OutputSpec& spec, const std::string& plan_base,
+                  const shards::ShardMeta& base_meta, int rank, int size)
+      : plan_(plan),
+        spec_(spec),
+        plan_base_(plan_base),
+        base_meta_(base_meta),
+        progress_("writing shards", (plan.total + size - 1) / size, "tokens"),
+        // Tokens a thread copies between unmapping what it read: resident memory stays near threads x
+        // this x token width. In order nothing is read twice, so often is free; shuffled reads come
+        // back to every page, which then has to be mapped again, so less often.
+        release_every_(plan.order.empty() ? (uint64_t{1} << 24) : (uint64_t{1} << 27)) {
+    for (uint64_t k = static_cast<uint64_t>(rank); k < plan.nshards; k += static_cast<uint64_t>(size))
+      mine.push_back(k);
+    infos.resize(mine.size());
+    resumed.assign(mine.size(), 0);
+  }
+
+  void run() {
+    int nthreads = std::max(1, std::min<int>(spec_.threads, static_cast<int>(mine.size())));
+    std::vector<std::thread> pool;
+    for (int t = 1; t < nthreads; ++t) pool.emplace_back([this] { worker(); });
+    worker();
+    for (auto& t : pool) t.join();
+    progress_.finish();
+  }
+
+  std::vector<uint64_t> mine;            // this rank's shard indices
+  std::vector<shards::ShardInfo> infos;  // per entry of mine
+  std::vector<char> resumed;             // per entry of mine: kept from an earlier run
   std::string first_error;
   int error_code = 0;
-  Progress progress("writing shards", (total + size - 1) / size, "tokens");
-  std::mutex progress_mutex;
 
-  // Tokens a thread copies between unmapping what it read: resident memory stays near threads x this
-  // x token width. In order nothing is read twice, so often is free; shuffled reads come back to
-  // every page, which then has to be mapped again, so less often.
-  const uint64_t release_every = order.empty() ? (uint64_t{1} << 24) : (uint64_t{1} << 27);
-  auto worker = [&]() {
+ private:
+  struct ThreadState {
     std::vector<uint32_t> buf;
     uint64_t since_progress = 0, since_release = 0;
+  };
+
+  void worker() {
+    ThreadState ts;
     for (;;) {
-      size_t i = next.fetch_add(1);
+      size_t i = next_.fetch_add(1);
       if (i >= mine.size()) return;
       {
-        std::lock_guard<std::mutex> lock(err_mutex);
+        std::lock_guard<std::mutex> lock(err_mutex_);
         if (!first_error.empty()) return;
       }
-      const uint64_t k = mine[i];
       try {
-        const uint64_t t_begin = bounds[k], t_end = bounds[k + 1];
-        const auto [p_begin, p_end] = doc_range(t_begin, t_end);
-        std::string hash_input = plan_base + strprintf("|k=%llu|%llu-%llu", static_cast<unsigned long long>(k),
-                                                       static_cast<unsigned long long>(t_begin),
-                                                       static_cast<unsigned long long>(t_end));
-        shards::ShardMeta meta = base_meta;
-        meta.shard_index = k;
-        meta.plan_hash = shards::hex64(XXH64(hash_input.data(), hash_input.size(), 0));
-        std::string path = join_path(spec.dir, shards::shard_file_name(k));
-        shards::ShardInfo info;
-        if (shards::existing_shard_matches(path, meta.plan_hash, info)) {
-          info.file = shards::shard_file_name(k);
-          infos[i] = info;
-          resumed[i] = 1;
-          done_tokens += t_end - t_begin;
-          continue;
-        }
-        shards::ShardWriter w(path, meta, t_end - t_begin, p_end - p_begin);
-        w.set_ids_checked(spec.ids_checked);
-        uint64_t p = p_begin;
-        while (p < p_end) {
-          // Coalesce runs of documents that are consecutive in the source stream into one read.
-          if (!order.empty()) {  // shuffled: fetch documents ahead of use
-            if (p + 32 < p_end) src.prefetch(doc_of(p + 32), 0);
-            if (p + 16 < p_end) src.prefetch(doc_of(p + 16), 1);
-          }
-          uint64_t d = doc_of(p);
-          uint64_t q = p + 1;
-          while (q < p_end && doc_of(q) == doc_of(q - 1) + 1 && q - p < 4096) ++q;
-          uint64_t s_lo = std::max(prefix[p], t_begin), s_hi = std::min(prefix[q], t_end);
-          uint64_t src_off = src.doc_start(d) + (s_lo - prefix[p]);
-          uint64_t n = s_hi - s_lo;
-          const uint64_t chunk = 1 << 20;
-          for (uint64_t o = 0; o < n; o += chunk) {
-            uint64_t c = std::min(chunk, n - o);
-            const void* raw = nullptr;
-            int width = 0;
-            if (src.raw_range(src_off + o, c, raw, width)) {
-              w.append_raw(raw, c, width);
-              continue;
-            }
-            buf.resize(c);
-            src.read_stream(src_off + o, c, buf.data());
-            w.append_tokens(buf.data(), c);
-          }
-          for (uint64_t r = p; r < q; ++r) {
-            Piece pc = piece(r, t_begin, t_end);
-            w.append_document(pc.tokens, pc.bytes);
-          }
-          done_tokens += n;
-          since_progress += n;
-          since_release += n;
-          if (since_release >= release_every) {
-            since_release = 0;
-            src.release_mapped();
-          }
-          if (since_progress >= (1u << 22) && progress_mutex.try_lock()) {
-            since_progress = 0;
-            progress.update(done_tokens.load());
-            progress_mutex.unlock();
-          }
-          p = q;
-        }
-        infos[i] = w.finish();
+        write_shard(i, ts);
       } catch (const Error& e) {
-        std::lock_guard<std::mutex> lock(err_mutex);
-        if (first_error.empty()) first_error = e.what(), error_code = e.code();
+        record_error(e.what(), e.code());
       } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(err_mutex);
-        if (first_error.empty()) first_error = e.what(), error_code = kExitRuntime;
+        record_error(e.what(), kExitRuntime);
       }
     }
-  };
-  int nthreads = std::max(1, std::min<int>(spec.threads, static_cast<int>(mine.size())));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < nthreads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  progress.finish();
+  }
+
+  void record_error(const char* what, int code) {
+    std::lock_guard<std::mutex> lock(err_mutex_);
+    if (first_error.empty()) first_error = what, error_code = code;
+  }
+
+  void write_shard(size_t i, ThreadState& ts) {
+    const uint64_t k = mine[i];
+    const uint64_t t_begin = plan_.bounds[k], t_end = plan_.bounds[k + 1];
+    const auto [p_begin, p_end] = plan_.doc_range(t_begin, t_end);
+    std::string hash_input =
+        plan_base_ + strprintf("|k=%llu|%llu-%llu", static_cast<unsigned long long>(k),
+                               static_cast<unsigned long long>(t_begin), static_cast<unsigned long long>(t_end));
+    shards::ShardMeta meta = base_meta_;
+    meta.shard_index = k;
+    meta.plan_hash = shards::hex64(XXH64(hash_input.data(), hash_input.size(), 0));
+    std::string path = join_path(spec_.dir, shards::shard_file_name(k));
+    shards::ShardInfo info;
+    if (shards::existing_shard_matches(path, meta.plan_hash, info)) {
+      info.file = shards::shard_file_name(k);
+      infos[i] = info;
+      resumed[i] = 1;
+      done_tokens_ += t_end - t_begin;
+      return;
+    }
+    shards::ShardWriter w(path, meta, t_end - t_begin, p_end - p_begin);
+    w.set_ids_checked(spec_.ids_checked);
+    for (uint64_t p = p_begin; p < p_end;) p = append_run(w, p, p_end, t_begin, t_end, ts);
+    infos[i] = w.finish();
+  }
+
+  // Appends the documents from output position p on that are consecutive in the source stream (up
+  // to 4096 of them), read as one range; returns the position after them.
+  uint64_t append_run(shards::ShardWriter& w, uint64_t p, uint64_t p_end, uint64_t t_begin, uint64_t t_end,
+                      ThreadState& ts) {
+    const DocSource& src = plan_.src;
+    if (!plan_.order.empty()) {  // shuffled: fetch documents ahead of use
+      if (p + 32 < p_end) src.prefetch(plan_.doc_of(p + 32), 0);
+      if (p + 16 < p_end) src.prefetch(plan_.doc_of(p + 16), 1);
+    }
+    uint64_t d = plan_.doc_of(p);
+    uint64_t q = p + 1;
+    while (q < p_end && plan_.doc_of(q) == plan_.doc_of(q - 1) + 1 && q - p < 4096) ++q;
+    uint64_t s_lo = std::max(plan_.prefix[p], t_begin), s_hi = std::min(plan_.prefix[q], t_end);
+    uint64_t src_off = src.doc_start(d) + (s_lo - plan_.prefix[p]);
+    uint64_t n = s_hi - s_lo;
+    copy_tokens(w, src_off, n, ts.buf);
+    for (uint64_t r = p; r < q; ++r) {
+      Piece pc = plan_.piece(r, t_begin, t_end);
+      w.append_document(pc.tokens, pc.bytes);
+    }
+    account(n, ts);
+    return q;
+  }
+
+  // Tokens [src_off, src_off + n) of the source stream, in chunks: straight from the source's mapped
+  // shard where it has one, else through buf.
+  void copy_tokens(shards::ShardWriter& w, uint64_t src_off, uint64_t n, std::vector<uint32_t>& buf) {
+    const DocSource& src = plan_.src;
+    const uint64_t chunk = 1 << 20;
+    for (uint64_t o = 0; o < n; o += chunk) {
+      uint64_t c = std::min(chunk, n - o);
+      const void* raw = nullptr;
+      int width = 0;
+      if (src.raw_range(src_off + o, c, raw, width)) {
+        w.append_raw(raw, c, width);
+        continue;
+      }
+      buf.resize(c);
+      src.read_stream(src_off + o, c, buf.data());
+      w.append_tokens(buf.data(), c);
+    }
+  }
+
+  // Counts n copied tokens: releases the source's mapped pages and updates the progress now and then.
+  void account(uint64_t n, ThreadState& ts) {
+    done_tokens_ += n;
+    ts.since_progress += n;
+    ts.since_release += n;
+    if (ts.since_release >= release_every_) {
+      ts.since_release = 0;
+      plan_.src.release_mapped();
+    }
+    if (ts.since_progress >= (1u << 22) && progress_mutex_.try_lock()) {
+      ts.since_progress = 0;
+      progress_.update(done_tokens_.load());
+      progress_mutex_.unlock();
+    }
+  }
+
+  const OutputPlan& plan_;
+  const OutputSpec& spec_;
+  const std::string& plan_base_;
+  const shards::ShardMeta& base_meta_;
+  Progress progress_;
+  const uint64_t release_every_;
+  std::atomic<size_t> next_{0};
+  std::atomic<uint64_t> done_tokens_{0};
+  std::mutex err_mutex_, progress_mutex_;
+};
+
+// Every rank's shard infos, as JSON lines gathered on every rank: {"k", "file", "tokens", ...}.
+std::vector<std::string> gather_shard_infos(const ShardWriterPool& w, bool use_mpi) {
+  json local = json::array();
+  for (size_t i = 0; i < w.mine.size(); ++i) {
+    local.push_back({{"k", w.mine[i]},
+                     {"file", w.infos[i].file},
+                     {"tokens", w.infos[i].tokens},
+                     {"documents", w.infos[i].documents},
+                     {"xxh64", shards::hex64(w.infos[i].xxh64)}});
+  }
+  return use_mpi ? mpi::allgather_strings(local.dump()) : std::vector<std::string>{local.dump()};
+}
+
+// index.json's shard list in shard order, from the gathered lines.
+std::vector<json> shard_list_of(const std::vector<std::string>& all, uint64_t nshards) {
+  std::vector<json> shard_list(nshards);
+  for (auto& s : all)
+    for (auto& e : json::parse(s)) {
+      uint64_t k = e["k"].get<uint64_t>();
+      e.erase("k");
+      shard_list[k] = e;
+    }
+  return shard_list;
+}
+
+// Shards of an earlier run with more shards are no longer part of the dataset.
+void remove_stale_shards(const std::string& dir, uint64_t nshards) {
+  for (auto& e : fs::directory_iterator(dir)) {
+    std::string n = e.path().filename().string();
+    unsigned idx = 0;
+    if (std::sscanf(n.c_str(), "shard_%u.h5", &idx) == 1 && n == shards::shard_file_name(idx) && idx >= nshards) {
+      CAIRN_LOG_INFO("removing stale %s from an earlier run", n.c_str());
+      fs::remove(e.path());
+    }
+  }
+}
+
+// Tokenizer files travel with the dataset so readers (cairn-eval) can decode and encode.
+void copy_tokenizer_files(const OutputSpec& spec) {
+  std::string tokdir = join_path(spec.dir, "tokenizer");
+  if (!spec.tokenizer_files.empty() || !spec.tokenizer_files_from_dataset.empty()) ensure_dir(tokdir);
+  for (auto& f : spec.tokenizer_files) atomic_write(join_path(tokdir, fs::path(f).filename().string()), read_file(f));
+  if (!spec.tokenizer_files_from_dataset.empty()) {
+    std::string from = join_path(spec.tokenizer_files_from_dataset, "tokenizer");
+    if (fs::is_directory(from))
+      for (auto& e : fs::directory_iterator(from))
+        if (e.is_regular_file())
+          atomic_write(join_path(tokdir, e.path().filename().string()), read_file(e.path().string()));
+  }
+}
+
+json index_json(const OutputSpec& spec, uint64_t total, uint64_t total_docs, uint64_t total_bytes,
+                const std::vector<json>& shard_list) {
+  return {{"format", "cairn-shards"},
+          {"format_version", shards::kFormatVersion},
+          {"tokenizer", spec.tokenizer},
+          {"vocab_size", spec.vocab_size},
+          {"eot_id", spec.eot_id},
+          {"token_dtype", shards::tokens_fit_uint16(spec.vocab_size) ? "uint16" : "uint32"},
+          {"seed", spec.seed >= 0 ? json(spec.seed) : json(nullptr)},
+          {"split_docs", spec.split_docs},
+          {"total_tokens", total},
+          {"total_documents", total_docs},
+          {"total_bytes", total_bytes},
+          {"skipped_records", spec.skipped_records},
+          {"shards", shard_list},
+          {"sources", spec.sources},
+          {"provenance", provenance().to_json()}};
+}
+
+// Statistics from the plan, not from a second pass over the written shards.
+json plan_stats_json(const OutputPlan& plan, const OutputSpec& spec, const std::string& tokenizer_id,
+                     const std::vector<json>& shard_list, uint64_t total_docs) {
+  json per_shard = json::array();
+  std::vector<uint64_t> lengths;
+  lengths.reserve(total_docs);
+  uint64_t stat_bytes = 0;
+  for (uint64_t k = 0; k < plan.nshards; ++k) {
+    const auto [p_begin, p_end] = plan.doc_range(plan.bounds[k], plan.bounds[k + 1]);
+    for (uint64_t p = p_begin; p < p_end; ++p) {
+      Piece pc = plan.piece(p, plan.bounds[k], plan.bounds[k + 1]);
+      lengths.push_back(pc.tokens);
+      stat_bytes += pc.bytes;
+    }
+    per_shard.push_back({{"file", shard_list[k]["file"]},
+                         {"tokens", plan.bounds[k + 1] - plan.bounds[k]},
+                         {"documents", p_end - p_begin}});
+  }
+  return stats_json(tokenizer_id, spec.vocab_size, per_shard, std::move(lengths), stat_bytes);
+}
+
+// Rank 0, once every shard is written: drops stale shards, copies the tokenizer files and writes
+// index.json and stats.json. Returns the number of documents in the dataset.
+uint64_t write_index_and_stats(const OutputPlan& plan, const OutputSpec& spec, const shards::ShardMeta& base_meta,
+                               const std::vector<std::string>& all, std::chrono::steady_clock::time_point t0) {
+  std::vector<json> shard_list = shard_list_of(all, plan.nshards);
+  uint64_t total_docs = 0, total_bytes = 0;
+  for (auto& s : shard_list) total_docs += s["documents"].get<uint64_t>();
+  for (uint64_t d = 0; d < plan.ndocs; ++d) total_bytes += plan.src.doc_bytes(d);
+  remove_stale_shards(spec.dir, plan.nshards);
+  copy_tokenizer_files(spec);
+  json index = index_json(spec, plan.total, total_docs, total_bytes, shard_list);
+  atomic_write(join_path(spec.dir, "index.json"), index.dump(2) + "\n");
+  CAIRN_LOG_DEBUG("wrote index.json at %.3f s", seconds_since(t0));
+  json stats = plan_stats_json(plan, spec, base_meta.tokenizer_id, shard_list, total_docs);
+  atomic_write(join_path(spec.dir, "stats.json"), stats.dump(2) + "\n");
+  CAIRN_LOG_DEBUG("wrote stats.json at %.3f s", seconds_since(t0));
+  return total_docs;
+}
+
+}  // namespace
+
+WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
+  auto t0 = std::chrono::steady_clock::now();
+  const bool use_mpi = mpi::initialized();
+  const int rank = use_mpi ? mpi::rank() : 0, size = use_mpi ? mpi::size() : 1;
+
+  const OutputPlan plan(src, spec);
+  warn_if_unbalanced(plan, spec.split_docs);
+  const std::string plan_base = plan_identity(src, spec);
+  if (rank == 0) prepare_output_dir(spec.dir);
+  if (use_mpi) mpi::barrier();
+  CAIRN_LOG_DEBUG("planned %llu shards in %.3f s", static_cast<unsigned long long>(plan.nshards), seconds_since(t0));
+
+  const shards::ShardMeta base_meta = base_shard_meta(spec);
+  ShardWriterPool writers(plan, spec, plan_base, base_meta, rank, size);
+  writers.run();
   fsync_path(spec.dir);  // the shard renames are durable before index.json names them
-  CAIRN_LOG_DEBUG("wrote shards at %.3f s", since());
-  if (use_mpi) mpi::agree_or_throw(first_error.empty(), first_error, error_code ? error_code : kExitRuntime);
-  else if (!first_error.empty()) throw Error(error_code, first_error);
+  CAIRN_LOG_DEBUG("wrote shards at %.3f s", seconds_since(t0));
+  if (use_mpi)
+    mpi::agree_or_throw(writers.first_error.empty(), writers.first_error,
+                        writers.error_code ? writers.error_code : kExitRuntime);
+  else if (!writers.first_error.empty()) throw Error(writers.error_code, writers.first_error);
 
   // Gather every shard's info on rank 0 (as JSON lines) to write the index.
-  json local = json::array();
   uint64_t n_resumed = 0;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    local.push_back({{"k", mine[i]}, {"file", infos[i].file}, {"tokens", infos[i].tokens},
-                     {"documents", infos[i].documents}, {"xxh64", shards::hex64(infos[i].xxh64)}});
-    n_resumed += resumed[i];
-  }
-  std::vector<std::string> all = use_mpi ? mpi::allgather_strings(local.dump()) : std::vector<std::string>{local.dump()};
+  for (char r : writers.resumed) n_resumed += r;
+  std::vector<std::string> all = gather_shard_infos(writers, use_mpi);
   if (use_mpi) n_resumed = mpi::allreduce<uint64_t>(n_resumed);
   WriteResult result;
-  if (rank == 0) {
-    std::vector<json> shard_list(nshards);
-    for (auto& s : all)
-      for (auto& e : json::parse(s)) {
-        uint64_t k = e["k"].get<uint64_t>();
-        e.erase("k");
-        shard_list[k] = e;
-      }
-    uint64_t total_docs = 0, total_bytes = 0;
-    for (auto& s : shard_list) total_docs += s["documents"].get<uint64_t>();
-    for (uint64_t d = 0; d < ndocs; ++d) total_bytes += src.doc_bytes(d);
-    // Shards of an earlier run with more shards are no longer part of the dataset.
-    for (auto& e : fs::directory_iterator(spec.dir)) {
-      std::string n = e.path().filename().string();
-      unsigned idx = 0;
-      if (std::sscanf(n.c_str(), "shard_%u.h5", &idx) == 1 && n == shards::shard_file_name(idx) && idx >= nshards) {
-        CAIRN_LOG_INFO("removing stale %s from an earlier run", n.c_str());
-        fs::remove(e.path());
-      }
-    }
-    // Tokenizer files travel with the dataset so readers (cairn-eval) can decode and encode.
-    std::string tokdir = join_path(spec.dir, "tokenizer");
-    if (!spec.tokenizer_files.empty() || !spec.tokenizer_files_from_dataset.empty()) ensure_dir(tokdir);
-    for (auto& f : spec.tokenizer_files) atomic_write(join_path(tokdir, fs::path(f).filename().string()), read_file(f));
-    if (!spec.tokenizer_files_from_dataset.empty()) {
-      std::string from = join_path(spec.tokenizer_files_from_dataset, "tokenizer");
-      if (fs::is_directory(from))
-        for (auto& e : fs::directory_iterator(from))
-          if (e.is_regular_file())
-            atomic_write(join_path(tokdir, e.path().filename().string()), read_file(e.path().string()));
-    }
-    json index = {{"format", "cairn-shards"},
-                  {"format_version", shards::kFormatVersion},
-                  {"tokenizer", spec.tokenizer},
-                  {"vocab_size", spec.vocab_size},
-                  {"eot_id", spec.eot_id},
-                  {"token_dtype", shards::tokens_fit_uint16(spec.vocab_size) ? "uint16" : "uint32"},
-                  {"seed", spec.seed >= 0 ? json(spec.seed) : json(nullptr)},
-                  {"split_docs", spec.split_docs},
-                  {"total_tokens", total},
-                  {"total_documents", total_docs},
-                  {"total_bytes", total_bytes},
-                  {"skipped_records", spec.skipped_records},
-                  {"shards", shard_list},
-                  {"sources", spec.sources},
-                  {"provenance", provenance().to_json()}};
-    atomic_write(join_path(spec.dir, "index.json"), index.dump(2) + "\n");
-    CAIRN_LOG_DEBUG("wrote index.json at %.3f s", since());
-    // Statistics from the plan, not from a second pass over the written shards.
-    json per_shard = json::array();
-    std::vector<uint64_t> lengths;
-    lengths.reserve(total_docs);
-    uint64_t stat_bytes = 0;
-    for (uint64_t k = 0; k < nshards; ++k) {
-      const auto [p_begin, p_end] = doc_range(bounds[k], bounds[k + 1]);
-      for (uint64_t p = p_begin; p < p_end; ++p) {
-        Piece pc = piece(p, bounds[k], bounds[k + 1]);
-        lengths.push_back(pc.tokens);
-        stat_bytes += pc.bytes;
-      }
-      per_shard.push_back({{"file", shard_list[k]["file"]}, {"tokens", bounds[k + 1] - bounds[k]},
-                           {"documents", p_end - p_begin}});
-    }
-    json stats = stats_json(base_meta.tokenizer_id, spec.vocab_size, per_shard, std::move(lengths), stat_bytes);
-    atomic_write(join_path(spec.dir, "stats.json"), stats.dump(2) + "\n");
-    CAIRN_LOG_DEBUG("wrote stats.json at %.3f s", since());
-    result.documents = total_docs;
-  }
+  if (rank == 0) result.documents = write_index_and_stats(plan, spec, base_meta, all, t0);
   if (use_mpi) mpi::barrier();
-  result.tokens = total;
+  result.tokens = plan.total;
   result.shards_resumed = n_resumed;
-  result.shards_written = nshards - n_resumed;
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.shards_written = plan.nshards - n_resumed;
+  result.seconds = seconds_since(t0);
   return result;
 }
 
@@ -569,12 +702,13 @@ json stats_json(const std::string& tokenizer_id, uint32_t vocab_size, const json
           {"shard_imbalance", mean > 0 ? (tmax - mean) / mean : 0.0},
           {"shard_min_tokens", num_shards ? tmin : 0},
           {"shard_max_tokens", tmax},
-          {"doc_length", {{"min", lmin},
-                          {"max", lmax},
-                          {"mean", lengths.empty() ? 0.0 : static_cast<double>(tokens) / lengths.size()},
-                          {"p50", pct(0.5)},
-                          {"p90", pct(0.9)},
-                          {"p99", pct(0.99)}}},
+          {"doc_length",
+           {{"min", lmin},
+            {"max", lmax},
+            {"mean", lengths.empty() ? 0.0 : static_cast<double>(tokens) / lengths.size()},
+            {"p50", pct(0.5)},
+            {"p90", pct(0.9)},
+            {"p99", pct(0.99)}}},
           {"doc_length_histogram", {{"edges", edges}, {"counts", counts}}}};
 }
 
@@ -604,9 +738,10 @@ std::string format_stats(const json& s) {
   for (size_t b = 0; b < h["counts"].size(); ++b) {
     uint64_t c = h["counts"][b].get<uint64_t>();
     if (c == 0) continue;
-    out += strprintf("  [%7llu, %7llu) %10llu %s\n", static_cast<unsigned long long>(h["edges"][b].get<uint64_t>()),
-                     static_cast<unsigned long long>(h["edges"][b + 1].get<uint64_t>()),
-                     static_cast<unsigned long long>(c), std::string(static_cast<size_t>(40.0 * c / peak), '#').c_str());
+    out +=
+        strprintf("  [%7llu, %7llu) %10llu %s\n", static_cast<unsigned long long>(h["edges"][b].get<uint64_t>()),
+                  static_cast<unsigned long long>(h["edges"][b + 1].get<uint64_t>()),
+                  static_cast<unsigned long long>(c), std::string(static_cast<size_t>(40.0 * c / peak), '#').c_str());
   }
   return out;
 }

@@ -10,6 +10,7 @@
 
 #include "cairn/config.h"
 #include "cairn/error.h"
+#include "cairn/sections/data.h"
 #include "cairn/shards.h"
 #include "cairn/tokenizer.h"
 
@@ -93,7 +94,7 @@ struct OutputSpec {
   int64_t seed = -1;
   bool split_docs = false;
   int threads = 0;
-  json tokenizer;  // description stored in index.json
+  json tokenizer;                            // description stored in index.json
   std::vector<std::string> tokenizer_files;  // copied to <dir>/tokenizer/
   std::string tokenizer_files_from_dataset;  // or: copy <that dataset>/tokenizer/
   uint32_t vocab_size = 0, eot_id = 0;
@@ -107,8 +108,12 @@ struct WriteResult {
   uint64_t tokens = 0, documents = 0, shards_written = 0, shards_resumed = 0;
   double seconds = 0;
   json to_json(const std::string& dir) const {
-    return {{"dataset", dir}, {"tokens", tokens}, {"documents", documents}, {"shards_written", shards_written},
-            {"shards_resumed", shards_resumed}, {"seconds", seconds}};
+    return {{"dataset", dir},
+            {"tokens", tokens},
+            {"documents", documents},
+            {"shards_written", shards_written},
+            {"shards_resumed", shards_resumed},
+            {"seconds", seconds}};
   }
 };
 
@@ -135,7 +140,8 @@ std::string format_stats(const json& stats);
 void check_output_not_input(const std::string& out, const std::vector<std::string>& inputs);
 // The dataset directory to write/read: explicit value, else [data] path, else <run.dir>/data.
 std::string dataset_dir(const Config& cfg, const std::string& explicit_dir);
-int resolve_threads(const Config& cfg);
+// [data] threads, 0 = every hardware thread.
+int resolve_threads(const DataSection& data);
 
 // Subcommands; each returns the exit code. Inputs are positional arguments.
 // `json_out` ("" none, "-" stdout) receives a summary of what was written.
@@ -151,7 +157,7 @@ int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const 
 int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out);
 
 // The tokenizer the [data] section describes (tokenizer, vocab, merges, tokenizer_json).
-std::unique_ptr<tokenizer::Tokenizer> load_configured_tokenizer(const Config& cfg);
+std::unique_ptr<tokenizer::Tokenizer> load_configured_tokenizer(const DataSection& data);
 
 // ------------------------------------------------------------------------------------ build inputs
 // Files named by the inputs: directories expanded (recursive, sorted, hidden and binary files
@@ -191,7 +197,7 @@ struct TextSettings {
   std::string format = "auto", delimiter, field = "text";
   bool skip_bad = false;
 };
-TextSettings text_settings(const Config& cfg);
+TextSettings text_settings(const DataSection& data);
 // LMDB environments (a directory holding data.mdb, or a .mdb file opened without a subdirectory):
 // each value of the main database, in key order, is a record.
 bool is_lmdb_path(const std::string& path);
@@ -200,7 +206,7 @@ class LmdbInput {
   explicit LmdbInput(const std::string& path);
   ~LmdbInput();
   bool next(std::string_view& value);  // the next value (valid until the next call); false at the end
-  void release_read_pages();            // unmaps pages already read (bounded resident memory)
+  void release_read_pages();           // unmaps pages already read (bounded resident memory)
   uint64_t bytes_read() const;
 
  private:
@@ -244,8 +250,8 @@ class RecordReader {
   bool next(RecordBatch& batch, size_t max_bytes);
   // Set when the input ended early on unreadable data (InputStreamError's message).
   const std::string& stream_error() const { return stream_error_; }
-  uint64_t raw_consumed() const;         // bytes of the file consumed (compressed if compressed)
-  uint64_t decompressed_bytes() const;   // content bytes read
+  uint64_t raw_consumed() const;        // bytes of the file consumed (compressed if compressed)
+  uint64_t decompressed_bytes() const;  // content bytes read
   uint64_t records() const { return records_; }
   const std::string& shown() const { return shown_; }
   bool compressed() const;
@@ -263,12 +269,12 @@ class RecordReader {
   std::unique_ptr<LmdbInput> lmdb_;      // or an LMDB environment
   TextSettings settings_;
   InputKind kind_ = InputKind::Text;
-  std::string buf_;          // content read and not yet consumed from pos_ on
+  std::string buf_;  // content read and not yet consumed from pos_ on
   size_t pos_ = 0;
   uint64_t buf_offset_ = 0;  // content offset of buf_[0]
   bool eof_ = false, done_ = false;
   uint64_t line_ = 1, records_ = 0;
-  std::string doc_;          // the text document being assembled (delimiter mode)
+  std::string doc_;  // the text document being assembled (delimiter mode)
   uint64_t doc_line_ = 1, doc_offset_ = 0;
   std::string stream_error_;
 };

@@ -48,21 +48,34 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems) 
     json a = sh->attributes();
     if (a.value("format_version", 0) != shards::kFormatVersion) problem("format_version attribute is not 1");
     if (a.value("vocab_size", int64_t{-1}) != static_cast<int64_t>(vocab))
-      problem(strprintf("vocab_size attribute %lld differs from index.json %u", static_cast<long long>(a.value("vocab_size", int64_t{-1})), vocab));
-    if (a.value("eot_id", int64_t{-1}) != static_cast<int64_t>(eot)) problem("eot_id attribute differs from index.json");
-    if (a.value("tokenizer", "") != tok_id) problem("tokenizer attribute \"" + a.value("tokenizer", "") + "\" differs from index.json \"" + tok_id + "\"");
-    if (a.value("shard_index", int64_t{-1}) != static_cast<int64_t>(i)) problem(strprintf("shard_index attribute is not %zu", i));
-    if (a.value("shard_count", int64_t{-1}) != static_cast<int64_t>(ds.num_shards())) problem("shard_count attribute differs from the index");
-    if (sh->token_width() != (shards::tokens_fit_uint16(vocab) ? 2 : 4)) problem("token width does not match the vocabulary size");
+      problem(strprintf("vocab_size attribute %lld differs from index.json %u",
+                        static_cast<long long>(a.value("vocab_size", int64_t{-1})), vocab));
+    if (a.value("eot_id", int64_t{-1}) != static_cast<int64_t>(eot))
+      problem("eot_id attribute differs from index.json");
+    if (a.value("tokenizer", "") != tok_id)
+      problem("tokenizer attribute \"" + a.value("tokenizer", "") + "\" differs from index.json \"" + tok_id + "\"");
+    if (a.value("shard_index", int64_t{-1}) != static_cast<int64_t>(i))
+      problem(strprintf("shard_index attribute is not %zu", i));
+    if (a.value("shard_count", int64_t{-1}) != static_cast<int64_t>(ds.num_shards()))
+      problem("shard_count attribute differs from the index");
+    if (sh->token_width() != (shards::tokens_fit_uint16(vocab) ? 2 : 4))
+      problem("token width does not match the vocabulary size");
     const uint64_t n = sh->num_tokens(), nd = sh->num_documents();
-    if (n != info.tokens) problem(strprintf("has %llu tokens, index.json says %llu", static_cast<unsigned long long>(n), static_cast<unsigned long long>(info.tokens)));
-    if (nd != info.documents) problem(strprintf("has %llu documents, index.json says %llu", static_cast<unsigned long long>(nd), static_cast<unsigned long long>(info.documents)));
+    if (n != info.tokens)
+      problem(strprintf("has %llu tokens, index.json says %llu", static_cast<unsigned long long>(n),
+                        static_cast<unsigned long long>(info.tokens)));
+    if (nd != info.documents)
+      problem(strprintf("has %llu documents, index.json says %llu", static_cast<unsigned long long>(nd),
+                        static_cast<unsigned long long>(info.documents)));
     // Offsets monotone, each document non-empty and ending with end-of-text.
     std::vector<uint64_t> ends(nd);
     for (uint64_t d = 0; d < nd; ++d) {
       uint64_t b = sh->doc_begin(d), e = sh->doc_end(d);
       ends[d] = e;
-      if (e < b || e > n) problem(strprintf("document %llu: offsets [%llu, %llu) are not monotone within %llu tokens", static_cast<unsigned long long>(d), static_cast<unsigned long long>(b), static_cast<unsigned long long>(e), static_cast<unsigned long long>(n)));
+      if (e < b || e > n)
+        problem(strprintf("document %llu: offsets [%llu, %llu) are not monotone within %llu tokens",
+                          static_cast<unsigned long long>(d), static_cast<unsigned long long>(b),
+                          static_cast<unsigned long long>(e), static_cast<unsigned long long>(n)));
       else if (e == b) problem(strprintf("document %llu is empty", static_cast<unsigned long long>(d)));
       bytes += sh->doc_bytes(d);
     }
@@ -87,12 +100,14 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems) 
         if (buf[k] >= vocab) {
           uint64_t pos = o + k;
           uint64_t d = std::upper_bound(ends.begin(), ends.end(), pos) - ends.begin();
-          problem(strprintf("document %llu, token %llu: id %u is not below the vocabulary size %u", static_cast<unsigned long long>(d), static_cast<unsigned long long>(pos), buf[k], vocab));
+          problem(strprintf("document %llu, token %llu: id %u is not below the vocabulary size %u",
+                            static_cast<unsigned long long>(d), static_cast<unsigned long long>(pos), buf[k], vocab));
         }
       while (next_doc < nd && ends[next_doc] <= o + c) {
         uint64_t e = ends[next_doc];
         if (!split && e > o && e > sh->doc_begin(next_doc) && e <= n && buf[e - 1 - o] != eot)
-          problem(strprintf("document %llu does not end with end-of-text (%u)", static_cast<unsigned long long>(next_doc), eot));
+          problem(strprintf("document %llu does not end with end-of-text (%u)",
+                            static_cast<unsigned long long>(next_doc), eot));
         ++next_doc;
       }
     }
@@ -100,13 +115,18 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems) 
     XXH64_freeState(st);
     if (!a.contains("tokens_xxh64") || a["tokens_xxh64"].get<uint64_t>() != h)
       problem("tokens do not match the checksum stored in the file (xxh64 " + shards::hex64(h) + ")");
-    if (h != info.xxh64) problem("tokens do not match index.json's checksum " + shards::hex64(info.xxh64) + " (computed " + shards::hex64(h) + ")");
+    if (h != info.xxh64)
+      problem("tokens do not match index.json's checksum " + shards::hex64(info.xxh64) + " (computed " +
+              shards::hex64(h) + ")");
     tokens += n;
     docs += nd;
   }
   auto total = [&](const char* key, uint64_t have) {
     if (ix.contains(key) && ix[key].is_number_unsigned() && ix[key].get<uint64_t>() != have)
-      problems.push_back(join_path(dir, "index.json") + strprintf(": %s is %llu but the shards hold %llu", key, static_cast<unsigned long long>(ix[key].get<uint64_t>()), static_cast<unsigned long long>(have)));
+      problems.push_back(join_path(dir, "index.json") +
+                         strprintf(": %s is %llu but the shards hold %llu", key,
+                                   static_cast<unsigned long long>(ix[key].get<uint64_t>()),
+                                   static_cast<unsigned long long>(have)));
   };
   total("total_tokens", tokens);
   total("total_documents", docs);
@@ -143,7 +163,9 @@ int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const 
                 static_cast<unsigned long long>(c["documents"].get<uint64_t>()),
                 static_cast<unsigned long long>(c["tokens"].get<uint64_t>()));
   std::fflush(stdout);
-  if (!json_out.empty()) write_json_output(json_out, json{{"datasets", checked}, {"problems", problems}, {"ok", problems.empty()}}.dump(2) + "\n");
+  if (!json_out.empty())
+    write_json_output(json_out,
+                      json{{"datasets", checked}, {"problems", problems}, {"ok", problems.empty()}}.dump(2) + "\n");
   if (!problems.empty()) throw GateFailure(strprintf("verify found %zu problem(s)", problems.size()));
   return 0;
 }
@@ -155,7 +177,7 @@ int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const s
     shards::Dataset ds = shards::Dataset::open(d);
     // Statistics of a corrupt dataset would describe data no reader will accept: its shards are
     // checked first, like reshard/convert do (exit 3 naming the shard; stats.json is left alone).
-    ds.verify_shards(resolve_threads(cfg));
+    ds.verify_shards(resolve_threads(read_section<DataSection>(cfg)));
     json s = compute_stats(ds);
     std::printf("%s\n%s", d.c_str(), format_stats(s).c_str());
     atomic_write(join_path(d, "stats.json"), s.dump(2) + "\n");

@@ -19,7 +19,7 @@ struct BackendComm;
 // A rank's device, for the "#  Rank  0 Group  0 Pid ... device ..." lines.
 struct DeviceInfo {
   int device = -1;
-  std::string bus_id = "cpu";   // [xxxx:xx:xx] for GPUs
+  std::string bus_id = "cpu";  // [xxxx:xx:xx] for GPUs
   std::string name = "host memory";
 };
 
@@ -52,15 +52,26 @@ struct Backend {
               bool in_place);
   // Waits until everything started has completed.
   void (*sync)(BackendComm*);
-  // Test hook: changes element `index` of `view` so that it is wrong.
-  void (*corrupt)(BackendComm*, void* view, DataType, size_t index);
 };
 
 const Backend& mpi_backend();
-// The largest element count one MPI call takes (INT_MAX; the SWEEP_TEST_MPI_COUNT_LIMIT test hook
-// lowers it). Above it the MPI backend splits reductions into consecutive calls and sends the
-// other collectives as one element of a derived type spanning the count.
+// The largest element count one MPI call takes (INT_MAX, or lower while an MpiCountLimit lives). Above
+// it the MPI backend splits reductions into consecutive calls and sends the other collectives as one
+// element of a derived type spanning the count.
 uint64_t mpi_count_limit();
+// Lowers mpi_count_limit() to `limit` (0 or >= INT_MAX: unchanged) for its lifetime, so a test
+// (SweepFaults::mpi_count_limit) reaches the large-count paths with small buffers; communicators
+// opened meanwhile keep the limit they started with.
+class MpiCountLimit {
+ public:
+  explicit MpiCountLimit(uint64_t limit);
+  ~MpiCountLimit();
+  MpiCountLimit(const MpiCountLimit&) = delete;
+  MpiCountLimit& operator=(const MpiCountLimit&) = delete;
+
+ private:
+  uint64_t saved_;
+};
 // nullptr when cairn was built without CUDA.
 const Backend* nccl_backend();
 

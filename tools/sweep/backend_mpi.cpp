@@ -16,25 +16,26 @@ namespace cairn::sweep {
 struct BackendComm {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1;
-  uint64_t count_limit = INT_MAX;  // largest count one MPI call takes (test hook can lower it)
+  uint64_t count_limit = INT_MAX;  // largest count one MPI call takes (MpiCountLimit can lower it)
   // The last large-count type built (built outside the timed loop by the untimed call, reused).
   MPI_Datatype big_type = MPI_DATATYPE_NULL, big_base = MPI_DATATYPE_NULL;
   uint64_t big_count = 0;
 };
 
-uint64_t mpi_count_limit() {
-  if (const char* v = std::getenv("SWEEP_TEST_MPI_COUNT_LIMIT")) {
-    long long n = std::atoll(v);
-    if (n > 0 && n < INT_MAX) return static_cast<uint64_t>(n);
-  }
-  return INT_MAX;
+namespace {
+uint64_t g_count_limit = INT_MAX;  // MPI's int count: what every real run uses
+}  // namespace
+
+uint64_t mpi_count_limit() { return g_count_limit; }
+
+MpiCountLimit::MpiCountLimit(uint64_t limit) : saved_(g_count_limit) {
+  if (limit > 0 && limit < INT_MAX) g_count_limit = limit;
 }
+MpiCountLimit::~MpiCountLimit() { g_count_limit = saved_; }
 
 namespace {
 
-bool mpi_supports_type(DataType t) {
-  return t == DataType::Int32 || t == DataType::Float32 || t == DataType::Float64;
-}
+bool mpi_supports_type(DataType t) { return t == DataType::Int32 || t == DataType::Float32 || t == DataType::Float64; }
 bool mpi_supports_op(RedOp op) { return op == RedOp::Sum || op == RedOp::Prod || op == RedOp::Max || op == RedOp::Min; }
 int mpi_visible_devices() { return -1; }
 
@@ -154,8 +155,8 @@ MPI_Datatype large_count_type(uint64_t count, MPI_Datatype base, size_t elem_siz
   return out;
 }
 
-void mpi_run(BackendComm* bc, CollKind kind, const void* send, void* recv, size_t count, DataType t, RedOp op,
-             int root, bool in_place) {
+void mpi_run(BackendComm* bc, CollKind kind, const void* send, void* recv, size_t count, DataType t, RedOp op, int root,
+             bool in_place) {
   MPI_Datatype dt = mpi_type(t);
   MPI_Comm comm = bc->comm;
   if (count > bc->count_limit) {
@@ -242,21 +243,13 @@ void run_counted(BackendComm* bc, CollKind kind, const void* send, void* recv, i
 
 void mpi_sync(BackendComm*) {}
 
-void mpi_corrupt(BackendComm*, void* view, DataType t, size_t index) {
-  switch (t) {
-    case DataType::Int32: static_cast<int32_t*>(view)[index] += 1; break;
-    case DataType::Float64: static_cast<double*>(view)[index] += 1; break;
-    default: static_cast<float*>(view)[index] += 1; break;
-  }
-}
-
 }  // namespace
 
 const Backend& mpi_backend() {
-  static const Backend b = {"mpi",          mpi_supports_type, mpi_supports_op, true,      true,      true,
-                            mpi_visible_devices, mpi_open,     mpi_close,       mpi_device_info, mpi_version,
-                            mpi_alloc,    mpi_release,       mpi_fill,        mpi_check, mpi_run,
-                            mpi_sync,     mpi_corrupt};
+  static const Backend b = {
+      "mpi",     mpi_supports_type, mpi_supports_op, true,        true,      true,        mpi_visible_devices,
+      mpi_open,  mpi_close,         mpi_device_info, mpi_version, mpi_alloc, mpi_release, mpi_fill,
+      mpi_check, mpi_run,           mpi_sync};
   return b;
 }
 

@@ -1,17 +1,22 @@
-// NCCL backend of cairn-sweep: one GPU per rank (chosen by local rank), the NCCL communicator
-// bootstrapped over the tier's MPI communicator, data filled and checked by kernels on the device.
+// NCCL backend of cairn-sweep: one GPU per rank and the NCCL communicator over the tier's MPI communicator, both
+// through libcommon's GPU area (cairn/gpu.h binding, cairn/gpu_nccl.h bootstrap), data filled and checked by kernels
+// on the device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <cstdio>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "backend.h"
 #include "cairn/device_binding.h"
 #include "cairn/error.h"
+#include "cairn/gpu.h"
+#include "cairn/gpu_check.h"
+#include "cairn/gpu_nccl.h"
 
 namespace cairn::sweep {
 
@@ -23,13 +28,6 @@ struct BackendComm {
 };
 
 namespace {
-
-void cuda_check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw RuntimeError(std::string(what) + ": " + cudaGetErrorString(rc));
-}
-void nccl_check(ncclResult_t rc, const char* what) {
-  if (rc != ncclSuccess) throw RuntimeError(std::string(what) + ": " + ncclGetErrorString(rc));
-}
 
 bool nccl_supports_type(DataType) { return true; }
 bool nccl_supports_op(RedOp op) { return op != RedOp::None; }
@@ -60,22 +58,17 @@ ncclRedOp_t nccl_op(RedOp op) {
 }
 
 BackendComm* nccl_open(MPI_Comm comm, int local_rank) {
-  int devices = nccl_visible_devices();
-  if (devices <= 0) throw UsageError("backend nccl: no CUDA device is visible to this rank");
-  auto* bc = new BackendComm;
+  // The binding every tool uses (cairn/gpu.h): local rank modulo the visible devices, so that
+  // `srun --gpus-per-task=1` (each rank sees one GPU) works, and no two ranks of the tier on one physical GPU.
+  const gpu::DeviceInfo dev = gpu::bind_rank_to_gpu("backend nccl", comm, local_rank);
+  auto bc = std::make_unique<BackendComm>();
+  bc->device = dev.ordinal;
   MPI_Comm_rank(comm, &bc->rank);
   MPI_Comm_size(comm, &bc->size);
-  // The rule every tool uses (cairn/device_binding.h): local rank modulo the visible devices, so that
-  // `srun --gpus-per-task=1` (each rank sees one GPU) works; NCCL refuses two ranks on one GPU itself.
-  bc->device = device_for_local_rank(local_rank, devices, "backend nccl");
-  cuda_check(cudaSetDevice(bc->device), "cudaSetDevice");
-  ncclUniqueId id;
-  if (bc->rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);
-  nccl_check(ncclCommInitRank(&bc->comm, bc->size, id, bc->rank), "ncclCommInitRank");
-  cuda_check(cudaStreamCreateWithFlags(&bc->stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  cuda_check(cudaMalloc(&bc->wrong_counter, sizeof(unsigned long long)), "cudaMalloc");
-  return bc;
+  bc->comm = gpu::nccl_comm_from_mpi(comm);
+  CAIRN_CUDA_CHECK(cudaStreamCreateWithFlags(&bc->stream, cudaStreamNonBlocking));
+  CAIRN_CUDA_CHECK(cudaMalloc(&bc->wrong_counter, sizeof(unsigned long long)));
+  return bc.release();
 }
 
 void nccl_close(BackendComm* bc) {
@@ -109,7 +102,7 @@ std::string nccl_version() {
 
 void* nccl_alloc(BackendComm* bc, size_t bytes) {
   void* p = nullptr;
-  cuda_check(cudaSetDevice(bc->device), "cudaSetDevice");
+  CAIRN_CUDA_CHECK(cudaSetDevice(bc->device));
   if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
     throw RuntimeError("cannot allocate " + std::to_string(bytes) + " bytes on GPU " + std::to_string(bc->device));
   }
@@ -153,11 +146,6 @@ __global__ void check_kernel(const T* p, Segment s, PatternParams pp, unsigned l
   if (local) atomicAdd(wrong, local);
 }
 
-template <typename T>
-__global__ void corrupt_kernel(T* p, size_t index) {
-  p[index] = from_double<T>(to_double<T>(p[index]) + 1.0);
-}
-
 unsigned grid_for(uint64_t count) {
   uint64_t blocks = (count + 255) / 256;
   return static_cast<unsigned>(blocks < 4096 ? (blocks ? blocks : 1) : 4096);
@@ -180,22 +168,21 @@ void nccl_fill(BackendComm* bc, void* view, DataType t, const Segment& s, const 
     using T = std::remove_pointer_t<decltype(tag)>;
     fill_kernel<T><<<grid_for(s.count), 256, 0, bc->stream>>>(static_cast<T*>(view), s, pp);
   });
-  cuda_check(cudaGetLastError(), "fill kernel");
-  cuda_check(cudaStreamSynchronize(bc->stream), "cudaStreamSynchronize");
+  CAIRN_CUDA_CHECK_LAUNCH("fill_kernel");
+  CAIRN_CUDA_CHECK(cudaStreamSynchronize(bc->stream));
 }
 
 int64_t nccl_check_data(BackendComm* bc, const void* view, DataType t, const Segment& s, const PatternParams& pp) {
   if (s.count == 0) return 0;
-  cuda_check(cudaMemsetAsync(bc->wrong_counter, 0, sizeof(unsigned long long), bc->stream), "cudaMemset");
+  CAIRN_CUDA_CHECK(cudaMemsetAsync(bc->wrong_counter, 0, sizeof(unsigned long long), bc->stream));
   dispatch(t, [&](auto tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     check_kernel<T><<<grid_for(s.count), 256, 0, bc->stream>>>(static_cast<const T*>(view), s, pp, bc->wrong_counter);
   });
-  cuda_check(cudaGetLastError(), "check kernel");
+  CAIRN_CUDA_CHECK_LAUNCH("check_kernel");
   unsigned long long wrong = 0;
-  cuda_check(cudaMemcpyAsync(&wrong, bc->wrong_counter, sizeof wrong, cudaMemcpyDeviceToHost, bc->stream),
-             "cudaMemcpy");
-  cuda_check(cudaStreamSynchronize(bc->stream), "cudaStreamSynchronize");
+  CAIRN_CUDA_CHECK(cudaMemcpyAsync(&wrong, bc->wrong_counter, sizeof wrong, cudaMemcpyDeviceToHost, bc->stream));
+  CAIRN_CUDA_CHECK(cudaStreamSynchronize(bc->stream));
   return static_cast<int64_t>(wrong);
 }
 
@@ -205,51 +192,54 @@ void nccl_run(BackendComm* bc, CollKind kind, const void* send, void* recv, size
   ncclComm_t c = bc->comm;
   cudaStream_t st = bc->stream;
   switch (kind) {
-    case CollKind::AllReduce: nccl_check(ncclAllReduce(send, recv, count, dt, nccl_op(op), c, st), "ncclAllReduce"); break;
-    case CollKind::AllGather: nccl_check(ncclAllGather(send, recv, count, dt, c, st), "ncclAllGather"); break;
-    case CollKind::ReduceScatter:
-      nccl_check(ncclReduceScatter(send, recv, count, dt, nccl_op(op), c, st), "ncclReduceScatter");
-      break;
+    case CollKind::AllReduce: CAIRN_NCCL_CHECK(ncclAllReduce(send, recv, count, dt, nccl_op(op), c, st)); break;
+    case CollKind::AllGather: CAIRN_NCCL_CHECK(ncclAllGather(send, recv, count, dt, c, st)); break;
+    case CollKind::ReduceScatter: CAIRN_NCCL_CHECK(ncclReduceScatter(send, recv, count, dt, nccl_op(op), c, st)); break;
     case CollKind::AlltoAll: {
       size_t bytes = count * type_size(t);
-      nccl_check(ncclGroupStart(), "ncclGroupStart");
+      CAIRN_NCCL_CHECK(ncclGroupStart());
       for (int p = 0; p < bc->size; ++p) {
-        nccl_check(ncclSend(static_cast<const char*>(send) + p * bytes, count, dt, p, c, st), "ncclSend");
-        nccl_check(ncclRecv(static_cast<char*>(recv) + p * bytes, count, dt, p, c, st), "ncclRecv");
+        CAIRN_NCCL_CHECK(ncclSend(static_cast<const char*>(send) + p * bytes, count, dt, p, c, st));
+        CAIRN_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + p * bytes, count, dt, p, c, st));
       }
-      nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+      CAIRN_NCCL_CHECK(ncclGroupEnd());
       break;
     }
-    case CollKind::Broadcast: nccl_check(ncclBroadcast(send, recv, count, dt, root, c, st), "ncclBroadcast"); break;
-    case CollKind::Reduce: nccl_check(ncclReduce(send, recv, count, dt, nccl_op(op), root, c, st), "ncclReduce"); break;
+    case CollKind::Broadcast: CAIRN_NCCL_CHECK(ncclBroadcast(send, recv, count, dt, root, c, st)); break;
+    case CollKind::Reduce: CAIRN_NCCL_CHECK(ncclReduce(send, recv, count, dt, nccl_op(op), root, c, st)); break;
     case CollKind::SendRecv: {
       int next = (bc->rank + 1) % bc->size, prev = (bc->rank - 1 + bc->size) % bc->size;
-      nccl_check(ncclGroupStart(), "ncclGroupStart");
-      nccl_check(ncclSend(send, count, dt, next, c, st), "ncclSend");
-      nccl_check(ncclRecv(recv, count, dt, prev, c, st), "ncclRecv");
-      nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+      CAIRN_NCCL_CHECK(ncclGroupStart());
+      CAIRN_NCCL_CHECK(ncclSend(send, count, dt, next, c, st));
+      CAIRN_NCCL_CHECK(ncclRecv(recv, count, dt, prev, c, st));
+      CAIRN_NCCL_CHECK(ncclGroupEnd());
       break;
     }
   }
 }
 
-void nccl_sync(BackendComm* bc) { cuda_check(cudaStreamSynchronize(bc->stream), "cudaStreamSynchronize"); }
-
-void nccl_corrupt(BackendComm* bc, void* view, DataType t, size_t index) {
-  dispatch(t, [&](auto tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    corrupt_kernel<T><<<1, 1, 0, bc->stream>>>(static_cast<T*>(view), index);
-  });
-  cuda_check(cudaStreamSynchronize(bc->stream), "cudaStreamSynchronize");
-}
+void nccl_sync(BackendComm* bc) { CAIRN_CUDA_CHECK(cudaStreamSynchronize(bc->stream)); }
 
 }  // namespace
 
 const Backend* nccl_backend() {
-  static const Backend b = {"nccl",        nccl_supports_type, nccl_supports_op, false,      false,      false,
-                            nccl_visible_devices, nccl_open,   nccl_close,       nccl_device_info, nccl_version,
-                            nccl_alloc,    nccl_release,       nccl_fill,        nccl_check_data, nccl_run,
-                            nccl_sync,     nccl_corrupt};
+  static const Backend b = {"nccl",
+                            nccl_supports_type,
+                            nccl_supports_op,
+                            false,
+                            false,
+                            false,
+                            nccl_visible_devices,
+                            nccl_open,
+                            nccl_close,
+                            nccl_device_info,
+                            nccl_version,
+                            nccl_alloc,
+                            nccl_release,
+                            nccl_fill,
+                            nccl_check_data,
+                            nccl_run,
+                            nccl_sync};
   return &b;
 }
 

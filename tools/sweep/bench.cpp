@@ -22,9 +22,7 @@ namespace cairn::sweep {
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 MPI_Datatype bare_type(DataType t) {
   switch (t) {
@@ -79,7 +77,8 @@ BenchBareRow summarize_bench_row(uint64_t size, uint64_t count, int iters, const
   std::vector<double> ratios;
   size_t rounds = std::min(sweep_busbw.size(), bare_busbw.size());
   for (size_t i = 0; i + 1 < rounds; i += 2) {
-    double s = sweep_busbw[i] > 0 && sweep_busbw[i + 1] > 0 ? 2.0 / (1.0 / sweep_busbw[i] + 1.0 / sweep_busbw[i + 1]) : 0;
+    double s =
+        sweep_busbw[i] > 0 && sweep_busbw[i + 1] > 0 ? 2.0 / (1.0 / sweep_busbw[i] + 1.0 / sweep_busbw[i + 1]) : 0;
     double b = bare_busbw[i] > 0 && bare_busbw[i + 1] > 0 ? 2.0 / (1.0 / bare_busbw[i] + 1.0 / bare_busbw[i + 1]) : 0;
     if (s > 0 && b > 0) ratios.push_back(100.0 * (s / b - 1.0));
   }
@@ -88,15 +87,15 @@ BenchBareRow summarize_bench_row(uint64_t size, uint64_t count, int iters, const
 }
 
 std::string format_bench_header(int nranks, const BenchBareOptions& b, const std::string& type, const std::string& op) {
-  std::string s = strprintf(
-      "# allreduce, MPI, %d ranks, %s %s, out of place; per size %d..%d alternating rounds (about %.1f s), "
-      "loops of about %.1f ms (busbw GB/s)\n"
-      "# sweep = cairn-sweep's timed loop (backend table, as reported); bare = for (i<iters) MPI_Allreduce\n"
-      "# diff %% = 100*(sweep-bare)/bare; paired %% = median over pairs of rounds (ABBA) of the difference\n",
-      nranks, type.c_str(), op.c_str(), std::min(b.min_rounds, b.max_rounds), b.max_rounds, b.size_seconds,
-      b.loop_seconds * 1e3);
-  s += strprintf("#%11s %11s %6s %6s %10s %10s %8s %10s %10s %8s %8s\n", "size", "count", "iters", "rounds", "sweep_med",
-                 "bare_med", "diff%", "sweep_best", "bare_best", "diff%", "paired%");
+  std::string s =
+      strprintf("# allreduce, MPI, %d ranks, %s %s, out of place; per size %d..%d alternating rounds (about %.1f s), "
+                "loops of about %.1f ms (busbw GB/s)\n"
+                "# sweep = cairn-sweep's timed loop (backend table, as reported); bare = for (i<iters) MPI_Allreduce\n"
+                "# diff %% = 100*(sweep-bare)/bare; paired %% = median over pairs of rounds (ABBA) of the difference\n",
+                nranks, type.c_str(), op.c_str(), std::min(b.min_rounds, b.max_rounds), b.max_rounds, b.size_seconds,
+                b.loop_seconds * 1e3);
+  s += strprintf("#%11s %11s %6s %6s %10s %10s %8s %10s %10s %8s %8s\n", "size", "count", "iters", "rounds",
+                 "sweep_med", "bare_med", "diff%", "sweep_best", "bare_best", "diff%", "paired%");
   return s;
 }
 
@@ -107,20 +106,215 @@ std::string format_bench_row(const BenchBareRow& r) {
                    r.diff_paired_pct);
 }
 
-int run_bench_bare(const SweepOptions& opts, const BenchBareOptions& bo) {
-  SweepOptions o = opts;
+namespace {
+
+// The checks that need no MPI state, in the order the tool has always reported them.
+void check_bench_request(const SweepOptions& o, const BenchBareOptions& bo) {
   if (bo.max_rounds < 1) throw UsageError("--bench-bare: the number of rounds must be at least 1");
-  if (bo.loop_seconds <= 0 || bo.size_seconds < 0) throw UsageError("--bench-loop-ms must be > 0 and --bench-size-s >= 0");
-  double loop_seconds = bo.loop_seconds;
+  if (bo.loop_seconds <= 0 || bo.size_seconds < 0)
+    throw UsageError("--bench-loop-ms must be > 0 and --bench-size-s >= 0");
   if (o.backend == "nccl") throw UsageError("--bench-bare compares against bare MPI_Allreduce: use --backend mpi");
   if (o.collectives.size() != 1 || o.collectives.front() != "allreduce") {
     throw UsageError("--bench-bare measures allreduce only (give no collective or 'allreduce')");
   }
+}
+
+void check_backend_supports(const Backend& be, DataType type, RedOp op) {
+  if (!be.supports_type(type))
+    throw UsageError(std::string("--bench-bare: type ") + type_info(type).config_name + " is not available on MPI");
+  if (!be.supports_op(op))
+    throw UsageError(std::string("--bench-bare: op ") + op_name(op) + " is not available on MPI");
+}
+
+// The sweep's sizes as allreduce rows, without empty or repeated ones.
+std::vector<SizeRow> bench_size_rows(const SweepOptions& o, const Collective& c, size_t ws, int n) {
+  std::vector<SizeRow> rows;
+  for (uint64_t bytes : sweep_sizes(o)) {
+    SizeRow r = size_row(c, bytes, ws, n);
+    if (r.count == 0 || (!rows.empty() && rows.back().size == r.size)) continue;
+    if (r.count > static_cast<uint64_t>(INT32_MAX))
+      throw UsageError("--bench-bare: sizes above 2^31-1 elements are not benchmarked");
+    rows.push_back(r);
+  }
+  if (rows.empty()) throw UsageError("--bench-bare: no size in the range holds one element");
+  return rows;
+}
+
+// One pair of page-aligned buffers, allocated through the backend and touched once, used by both
+// loops (so neither loop has the advantage of warmer or differently placed memory).
+struct BenchBuffers {
+  const Backend& be;
+  BackendComm* bc = nullptr;
+  void* send = nullptr;
+  void* recv = nullptr;
+
+  BenchBuffers(const Backend& backend, MPI_Comm comm, DataType type, uint64_t count, size_t ws, int rank)
+      : be(backend) {
+    uint64_t bytes = count * ws;
+    bc = be.open(comm, 0);
+    send = be.alloc(bc, bytes);
+    recv = be.alloc(bc, bytes);
+    switch (type) {
+      case DataType::Int32: fill_inputs<int32_t>(send, count, rank); break;
+      case DataType::Float64: fill_inputs<double>(send, count, rank); break;
+      default: fill_inputs<float>(send, count, rank); break;
+    }
+    std::memset(recv, 0, bytes);
+  }
+  void release() {
+    be.release(bc, send);
+    be.release(bc, recv);
+    be.close(bc);
+  }
+};
+
+// The bare loop the sweep's figure is compared with: one call and a barrier to line the ranks up,
+// then `iters` back-to-back MPI_Allreduce calls; seconds per call.
+struct BareLoop {
+  const BenchBuffers& buf;
+  MPI_Datatype dt;
+  MPI_Op op;
+  MPI_Comm comm;
+
+  double operator()(int count, int iters) const {
+    MPI_Allreduce(buf.send, buf.recv, count, dt, op, comm);
+    MPI_Barrier(comm);
+    double t0 = now_s();
+    for (int i = 0; i < iters; ++i) MPI_Allreduce(buf.send, buf.recv, count, dt, op, comm);
+    return (now_s() - t0) / iters;
+  }
+};
+
+// Output goes to stdout on rank 0 only, and only when the table is wanted.
+void emit(int rank, const SweepOptions& o, const std::string& s) {
+  if (rank != 0) return;
+  if (o.print_table) {
+    std::fputs(s.c_str(), stdout);
+    std::fflush(stdout);
+  }
+}
+
+constexpr const char* kMallocEnv[] = {"MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_"};
+
+std::string environment_line(bool malloc_tune) {
+  std::string env = "# Environment:";
+  for (const char* k : kMallocEnv) {
+    const char* v = std::getenv(k);
+    env += strprintf(" %s=%s", k, v ? v : "(unset)");
+  }
+  if (malloc_tune) env += " (malloc tuned in-process)";
+  return env + "\n";
+}
+
+// Everything one size's measurement needs besides the size itself.
+struct BenchContext {
+  const SweepOptions& o;
+  const BenchBareOptions& bo;
+  const Backend& be;
+  const Collective& c;
+  BenchBuffers& buf;
+  const BareLoop& bare_loop;
+  MPI_Comm comm;
+  DataType type;
+  RedOp op;
+  size_t ws;
+  int rank, n;
+};
+
+// Measures one size in alternating rounds; the summarized row is meaningful on rank 0 only.
+BenchBareRow measure_size(const BenchContext& x, const SizeRow& r) {
+  int count = static_cast<int>(r.count);
+  // Iterations per loop so that one loop lasts about loop_seconds (at least one call); every rank
+  // uses rank 0's choice so the loops match.
+  double probe = x.bare_loop(count, 1);
+  for (int k = 0; k < 2; ++k) probe = std::min(probe, x.bare_loop(count, 2));  // a descheduled probe overestimates
+  int iters = static_cast<int>(std::clamp(std::ceil(x.bo.loop_seconds / std::max(probe, 1e-9)), 1.0, 1e6));
+  iters = mpi::broadcast_value<int>(iters, 0, x.comm);
+  TimedCall call{x.c.kind, x.buf.send, x.buf.recv, r.count, x.type, x.op, -1, false};
+  std::vector<double> sweep_bw, bare_bw;
+  double size_start = now_s();
+  for (int round = 0; round < x.bo.max_rounds; ++round) {
+    // Short loops, many rounds: a descheduled rank spoils a few loops, not the figure. Rounds stop
+    // after the size's time budget (rank 0 decides, every rank follows).
+    if (round >= x.bo.min_rounds) {
+      int more = now_s() - size_start < x.bo.size_seconds ? 1 : 0;
+      if (!mpi::broadcast_value<int>(more, 0, x.comm)) break;
+    }
+    double t[2];
+    // Alternate which loop goes first, so neither always follows the other.
+    for (int k = 0; k < 2; ++k) {
+      bool sweep_turn = (k == 0) == (round % 2 == 0);
+      if (sweep_turn) t[0] = time_collective(x.be, x.buf.bc, x.comm, call, iters, 0);
+      else t[1] = x.bare_loop(count, iters);
+    }
+    std::vector<double> all(x.rank == 0 ? 2 * static_cast<size_t>(x.n) : 0);
+    mpi::check(MPI_Gather(t, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, x.comm), "MPI_Gather");
+    if (x.rank != 0) continue;
+    for (int which = 0; which < 2; ++which) {
+      std::vector<double> per_rank;
+      for (int q = 0; q < x.n; ++q) per_rank.push_back(all[2 * static_cast<size_t>(q) + which]);
+      double algbw = 0, busbw = 0;
+      bandwidths(x.c, r.count, x.ws, x.n, combine_times(per_rank, x.o.average), &algbw, &busbw);
+      (which == 0 ? sweep_bw : bare_bw).push_back(busbw);
+    }
+  }
+  return summarize_bench_row(r.size, r.count, iters, sweep_bw, bare_bw);
+}
+
+std::string summary_line(const std::vector<BenchBareRow>& results) {
+  double worst_median = 0, worst_paired = 0;
+  for (const auto& r : results) {
+    worst_median = std::max(worst_median, std::abs(r.diff_median_pct));
+    worst_paired = std::max(worst_paired, std::abs(r.diff_paired_pct));
+  }
+  return strprintf("# largest |diff| of medians: %.2f%%, of paired differences: %.2f%% (target 3%%)\n", worst_median,
+                   worst_paired);
+}
+
+nlohmann::json bench_json(const SweepOptions& o, const BenchBareOptions& bo, int n, DataType type, RedOp op,
+                          const std::vector<BenchBareRow>& results) {
+  nlohmann::json doc;
+  doc["provenance"] = provenance().to_json();
+  doc["benchmark"] = "allreduce: cairn-sweep timed loop vs bare MPI_Allreduce loop";
+  doc["ranks"] = n;
+  doc["max_rounds"] = bo.max_rounds;
+  doc["min_rounds"] = bo.min_rounds;
+  doc["size_seconds"] = bo.size_seconds;
+  doc["type"] = type_info(type).config_name;
+  doc["op"] = op_name(op);
+  doc["loop_seconds"] = bo.loop_seconds;
+  for (const char* k : kMallocEnv) {
+    if (const char* v = std::getenv(k)) doc["env"][k] = v;
+  }
+  doc["malloc_tune"] = o.malloc_tune;
+  doc["rows"] = nlohmann::json::array();
+  for (const auto& r : results) {
+    doc["rows"].push_back({{"size", r.size},
+                           {"count", r.count},
+                           {"iters", r.iters},
+                           {"rounds", r.rounds},
+                           {"sweep_busbw", r.sweep_busbw},
+                           {"bare_busbw", r.bare_busbw},
+                           {"sweep_median", r.sweep_median},
+                           {"bare_median", r.bare_median},
+                           {"sweep_best", r.sweep_best},
+                           {"bare_best", r.bare_best},
+                           {"diff_median_pct", r.diff_median_pct},
+                           {"diff_best_pct", r.diff_best_pct},
+                           {"diff_paired_pct", r.diff_paired_pct}});
+  }
+  return doc;
+}
+
+}  // namespace
+
+int run_bench_bare(const SweepOptions& opts, const BenchBareOptions& bo) {
+  const SweepOptions& o = opts;
+  check_bench_request(o, bo);
   const Backend& be = mpi_backend();
   DataType type = o.types.front();
   RedOp op = o.ops.front();
-  if (!be.supports_type(type)) throw UsageError(std::string("--bench-bare: type ") + type_info(type).config_name + " is not available on MPI");
-  if (!be.supports_op(op)) throw UsageError(std::string("--bench-bare: op ") + op_name(op) + " is not available on MPI");
+  check_backend_supports(be, type, op);
   if (o.malloc_tune) {
     mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
@@ -131,145 +325,32 @@ int run_bench_bare(const SweepOptions& opts, const BenchBareOptions& bo) {
   MPI_Comm_size(comm, &n);
   const Collective& c = find_collective("allreduce");
   size_t ws = type_size(type);
-  std::vector<SizeRow> rows;
-  for (uint64_t bytes : sweep_sizes(o)) {
-    SizeRow r = size_row(c, bytes, ws, n);
-    if (r.count == 0 || (!rows.empty() && rows.back().size == r.size)) continue;
-    if (r.count > static_cast<uint64_t>(INT32_MAX)) throw UsageError("--bench-bare: sizes above 2^31-1 elements are not benchmarked");
-    rows.push_back(r);
-  }
-  if (rows.empty()) throw UsageError("--bench-bare: no size in the range holds one element");
+  std::vector<SizeRow> rows = bench_size_rows(o, c, ws, n);
   check_outputs(o, false);  // only --json is written in this mode
 
-  // One pair of page-aligned buffers, allocated through the backend and touched once, used by both loops.
-  uint64_t bytes = rows.back().count * ws;
-  BackendComm* bc = be.open(comm, 0);
-  void* send = be.alloc(bc, bytes);
-  void* recv = be.alloc(bc, bytes);
-  switch (type) {
-    case DataType::Int32: fill_inputs<int32_t>(send, rows.back().count, rank); break;
-    case DataType::Float64: fill_inputs<double>(send, rows.back().count, rank); break;
-    default: fill_inputs<float>(send, rows.back().count, rank); break;
-  }
-  std::memset(recv, 0, bytes);
-  MPI_Datatype dt = bare_type(type);
-  MPI_Op mop = bare_op(op);
-
-  auto bare_loop = [&](int count, int iters) {
-    MPI_Allreduce(send, recv, count, dt, mop, comm);
-    MPI_Barrier(comm);
-    double t0 = now_s();
-    for (int i = 0; i < iters; ++i) MPI_Allreduce(send, recv, count, dt, mop, comm);
-    return (now_s() - t0) / iters;
-  };
+  BenchBuffers buf(be, comm, type, rows.back().count, ws, rank);
+  BareLoop bare_loop{buf, bare_type(type), bare_op(op), comm};
   for (const SizeRow* r : {&rows.back(), &rows.front()}) {
-    for (int i = 0; i < o.warmup; ++i) MPI_Allreduce(send, recv, static_cast<int>(r->count), dt, mop, comm);
+    for (int i = 0; i < o.warmup; ++i)
+      MPI_Allreduce(buf.send, buf.recv, static_cast<int>(r->count), bare_loop.dt, bare_loop.op, comm);
   }
+  emit(rank, o, environment_line(o.malloc_tune));
+  emit(rank, o, format_bench_header(n, bo, type_info(type).config_name, op_name(op)));
 
-  auto emit = [&](const std::string& s) {
-    if (rank != 0) return;
-    if (o.print_table) {
-      std::fputs(s.c_str(), stdout);
-      std::fflush(stdout);
-    }
-  };
-  {
-    std::string env = "# Environment:";
-    for (const char* k : {"MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_"}) {
-      const char* v = std::getenv(k);
-      env += strprintf(" %s=%s", k, v ? v : "(unset)");
-    }
-    if (o.malloc_tune) env += " (malloc tuned in-process)";
-    emit(env + "\n");
-  }
-  emit(format_bench_header(n, bo, type_info(type).config_name, op_name(op)));
-
+  const BenchContext ctx{o, bo, be, c, buf, bare_loop, comm, type, op, ws, rank, n};
   std::vector<BenchBareRow> results;
   for (const SizeRow& r : rows) {
-    int count = static_cast<int>(r.count);
-    // Iterations per loop so that one loop lasts about loop_seconds (at least one call); every rank
-    // uses rank 0's choice so the loops match.
-    double probe = bare_loop(count, 1);
-    for (int k = 0; k < 2; ++k) probe = std::min(probe, bare_loop(count, 2));  // a descheduled probe overestimates
-    int iters = static_cast<int>(std::clamp(std::ceil(loop_seconds / std::max(probe, 1e-9)), 1.0, 1e6));
-    iters = mpi::broadcast_value<int>(iters, 0, comm);
-    TimedCall call{c.kind, send, recv, r.count, type, op, -1, false};
-    std::vector<double> sweep_bw, bare_bw;
-    double size_start = now_s();
-    for (int round = 0; round < bo.max_rounds; ++round) {
-      // Short loops, many rounds: a descheduled rank spoils a few loops, not the figure. Rounds stop
-      // after the size's time budget (rank 0 decides, every rank follows).
-      if (round >= bo.min_rounds) {
-        int more = now_s() - size_start < bo.size_seconds ? 1 : 0;
-        if (!mpi::broadcast_value<int>(more, 0, comm)) break;
-      }
-      double t[2];
-      // Alternate which loop goes first, so neither always follows the other.
-      for (int k = 0; k < 2; ++k) {
-        bool sweep_turn = (k == 0) == (round % 2 == 0);
-        if (sweep_turn) t[0] = time_collective(be, bc, comm, call, iters, 0);
-        else t[1] = bare_loop(count, iters);
-      }
-      std::vector<double> all(rank == 0 ? 2 * static_cast<size_t>(n) : 0);
-      mpi::check(MPI_Gather(t, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, comm), "MPI_Gather");
-      if (rank != 0) continue;
-      for (int which = 0; which < 2; ++which) {
-        std::vector<double> per_rank;
-        for (int q = 0; q < n; ++q) per_rank.push_back(all[2 * static_cast<size_t>(q) + which]);
-        double algbw = 0, busbw = 0;
-        bandwidths(c, r.count, ws, n, combine_times(per_rank, o.average), &algbw, &busbw);
-        (which == 0 ? sweep_bw : bare_bw).push_back(busbw);
-      }
-    }
+    BenchBareRow row = measure_size(ctx, r);
     if (rank == 0) {
-      results.push_back(summarize_bench_row(r.size, r.count, iters, sweep_bw, bare_bw));
-      emit(format_bench_row(results.back()));
+      results.push_back(row);
+      emit(rank, o, format_bench_row(results.back()));
     }
   }
-  double worst_median = 0, worst_paired = 0;
-  for (const auto& r : results) {
-    worst_median = std::max(worst_median, std::abs(r.diff_median_pct));
-    worst_paired = std::max(worst_paired, std::abs(r.diff_paired_pct));
-  }
-  emit(strprintf("# largest |diff| of medians: %.2f%%, of paired differences: %.2f%% (target 3%%)\n", worst_median,
-                 worst_paired));
-  be.release(bc, send);
-  be.release(bc, recv);
-  be.close(bc);
+  emit(rank, o, summary_line(results));
+  buf.release();
 
-  if (rank == 0 && !o.json_path.empty()) {
-    nlohmann::json doc;
-    doc["provenance"] = provenance().to_json();
-    doc["benchmark"] = "allreduce: cairn-sweep timed loop vs bare MPI_Allreduce loop";
-    doc["ranks"] = n;
-    doc["max_rounds"] = bo.max_rounds;
-    doc["min_rounds"] = bo.min_rounds;
-    doc["size_seconds"] = bo.size_seconds;
-    doc["type"] = type_info(type).config_name;
-    doc["op"] = op_name(op);
-    doc["loop_seconds"] = loop_seconds;
-    for (const char* k : {"MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_"}) {
-      if (const char* v = std::getenv(k)) doc["env"][k] = v;
-    }
-    doc["malloc_tune"] = o.malloc_tune;
-    doc["rows"] = nlohmann::json::array();
-    for (const auto& r : results) {
-      doc["rows"].push_back({{"size", r.size},
-                             {"count", r.count},
-                             {"iters", r.iters},
-                             {"rounds", r.rounds},
-                             {"sweep_busbw", r.sweep_busbw},
-                             {"bare_busbw", r.bare_busbw},
-                             {"sweep_median", r.sweep_median},
-                             {"bare_median", r.bare_median},
-                             {"sweep_best", r.sweep_best},
-                             {"bare_best", r.bare_best},
-                             {"diff_median_pct", r.diff_median_pct},
-                             {"diff_best_pct", r.diff_best_pct},
-                             {"diff_paired_pct", r.diff_paired_pct}});
-    }
-    write_json_output(o.json_path, doc.dump(1) + "\n");
-  }
+  if (rank == 0 && !o.json_path.empty())
+    write_json_output(o.json_path, bench_json(o, bo, n, type, op, results).dump(1) + "\n");
   return 0;
 }
 

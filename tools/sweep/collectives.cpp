@@ -72,8 +72,8 @@ void sendrecv_layout(const LayoutArgs& a, std::vector<Segment>& init, std::vecto
 }
 
 const TypeInfo kTypes[] = {
-    {DataType::Int32, "int32", "int32", 4},     {DataType::Float32, "float", "float32", 4},
-    {DataType::Float64, "double", "float64", 8}, {DataType::Float16, "half", "float16", 2},
+    {DataType::Int32, "int32", "int32", 4},          {DataType::Float32, "float", "float32", 4},
+    {DataType::Float64, "double", "float64", 8},     {DataType::Float16, "half", "float16", 2},
     {DataType::BFloat16, "bfloat16", "bfloat16", 2},
 };
 
@@ -146,8 +146,8 @@ SizeRow size_row(const Collective& c, uint64_t bytes, size_t elem_size, int nran
   return r;
 }
 
-void bandwidths(const Collective& c, uint64_t param_count, size_t elem_size, int nranks, double seconds,
-                double* algbw, double* busbw) {
+void bandwidths(const Collective& c, uint64_t param_count, size_t elem_size, int nranks, double seconds, double* algbw,
+                double* busbw) {
   double mult = c.algbw_times_ranks ? static_cast<double>(nranks) : 1.0;
   double base = seconds > 0 ? static_cast<double>(param_count) * elem_size * mult / 1.0e9 / seconds : 0.0;
   *algbw = base;

@@ -43,13 +43,13 @@ const Collective& find_collective(const std::string& name);
 
 struct TypeInfo {
   DataType type;
-  const char* name;        // nccl-tests' name: "float", "double", "int32", "half", "bfloat16"
+  const char* name;         // nccl-tests' name: "float", "double", "int32", "half", "bfloat16"
   const char* config_name;  // cairn's: "float32", "float64", "int32", "float16", "bfloat16"
   size_t size;
 };
 const TypeInfo& type_info(DataType t);
 DataType parse_type(const std::string& name);  // float32|float, float64|double, int32, float16|half, bfloat16|bf16
-const char* op_name(RedOp op);                  // "sum", "prod", "max", "min", "avg", "none"
+const char* op_name(RedOp op);                 // "sum", "prod", "max", "min", "avg", "none"
 RedOp parse_op(const std::string& name);
 
 // The size (bytes) and count columns nccl-tests prints for a requested size in bytes.
@@ -61,7 +61,7 @@ struct SizeRow {
 SizeRow size_row(const Collective& c, uint64_t bytes, size_t elem_size, int nranks);
 
 // algbw and busbw (GB/s, 1e9) for one row measured in `seconds` per op.
-void bandwidths(const Collective& c, uint64_t param_count, size_t elem_size, int nranks, double seconds,
-                double* algbw, double* busbw);
+void bandwidths(const Collective& c, uint64_t param_count, size_t elem_size, int nranks, double seconds, double* algbw,
+                double* busbw);
 
 }  // namespace cairn::sweep

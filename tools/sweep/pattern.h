@@ -22,12 +22,12 @@ enum class ValueKind : int { Sentinel = 0, Input, Reduced };
 struct PatternParams {
   uint64_t seed = 0;
   int nranks = 1;
-  bool reducing = false;   // reducing collectives use a + b*c(rank) values with a closed-form reduction
+  bool reducing = false;  // reducing collectives use a + b*c(rank) values with a closed-form reduction
   RedOp op = RedOp::Sum;
   DataType type = DataType::Float32;
-  int64_t modulus = 1;     // range of non-reducing values (exact in the type)
+  int64_t modulus = 1;                      // range of non-reducing values (exact in the type)
   int64_t c_sum = 0, c_max = 0, c_min = 0;  // of c(rank) over all ranks (reducing)
-  int64_t sign_prod = 1;  // product of rank_sign(rank) over all ranks (prod)
+  int64_t sign_prod = 1;                    // product of rank_sign(rank) over all ranks (prod)
   // Both 0: exact comparison; else |got - want| <= tol_abs + tol_rel*|want| (avg, half types).
   double tol_abs = 0, tol_rel = 0;
 };
@@ -53,8 +53,8 @@ CAIRN_HD inline int64_t rank_sign(uint64_t seed, int rank) {
 CAIRN_HD inline int prod_owner(uint64_t g, int nranks) { return static_cast<int>(g % static_cast<uint64_t>(nranks)); }
 
 // The input rank `rank` holds at global index g. Prod: one rank (prod_owner) holds a(g) in [-3,3],
-// every other rank its sign s(rank), so the product a(g)*S/s(owner) is exact in every type. Reducing: a(g) + b(g)*c(rank) with a in [-3,3],
-// b in {0,1,2}, so sums of a few thousand ranks stay exact small integers in every type.
+// every other rank its sign s(rank), so the product a(g)*S/s(owner) is exact in every type. Reducing: a(g) +
+// b(g)*c(rank) with a in [-3,3], b in {0,1,2}, so sums of a few thousand ranks stay exact small integers in every type.
 // Non-reducing: a hash of (rank, g) in [-modulus/2, modulus/2) so misplaced blocks are caught.
 CAIRN_HD inline double input_value(const PatternParams& p, int rank, uint64_t g) {
   uint64_t h = mix64(p.seed ^ (g * 0xD1B54A32D192ED03ull));
@@ -106,8 +106,8 @@ struct Segment {
   uint64_t offset = 0;    // elements from the view's start
   uint64_t count = 0;
   ValueKind kind = ValueKind::Input;
-  int src_rank = 0;       // Input: whose data
-  uint64_t g0 = 0;        // global index of the first element
+  int src_rank = 0;  // Input: whose data
+  uint64_t g0 = 0;   // global index of the first element
 };
 
 CAIRN_HD inline double segment_value(const PatternParams& p, const Segment& s, uint64_t j) {

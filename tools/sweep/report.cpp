@@ -9,6 +9,7 @@
 #include "cairn/h5.h"
 #include "cairn/log.h"
 #include "cairn/provenance.h"
+#include "cairn/records.h"
 #include "sweep.h"
 
 namespace cairn::sweep {
@@ -55,8 +56,8 @@ std::string format_preamble(const RunInfo& info) {
   std::string s;
   s += strprintf("# nccl-tests version %s nccl-headers=%d nccl-library=%d\n", kNcclTestsFormatVersion,
                  info.nccl_version, info.nccl_version);
-  s += strprintf("# cairn-sweep version %s (git %s) backend %s: %s\n", cairn_version().c_str(),
-                 cairn_git_sha().c_str(), info.backend.c_str(), info.backend_version.c_str());
+  s += strprintf("# cairn-sweep version %s (git %s) backend %s: %s\n", cairn_version().c_str(), cairn_git_sha().c_str(),
+                 info.backend.c_str(), info.backend_version.c_str());
   return s;
 }
 
@@ -71,11 +72,12 @@ std::string format_section_header(const RunInfo& info, const std::string& perf_n
                  o.stepfactor > 1 ? "factor" : "bytes", o.warmup, o.iters, o.agg_iters, o.check);
   if (o.blocking == 1) s += "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n";
   if (o.blocking == 2) s += "# Blocking Enabled: wait after each inner iteration (-m), no barrier \n";
-  if (o.blocking == 3) s += "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n";
+  if (o.blocking == 3)
+    s += "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n";
   s += "#\n# Using devices\n";
   for (const auto& r : info.ranks) {
-    s += strprintf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", r.rank, r.group, r.pid,
-                   r.host.c_str(), r.device.device, r.device.bus_id.c_str(), r.device.name.c_str());
+    s += strprintf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", r.rank, r.group, r.pid, r.host.c_str(),
+                   r.device.device, r.device.bus_id.c_str(), r.device.name.c_str());
   }
   const char* time = o.report_cputime ? "cputime" : "time";
   s += "#\n";
@@ -168,9 +170,12 @@ std::string format_trailer(const RunInfo& info, const SweepResult& r) {
   const SweepOptions& o = info.opts;
   std::string s;
   s += strprintf("# Average: %d (%s time per op across ranks)\n", o.average,
-                 o.average == 0 ? "rank 0" : o.average == 2 ? "min" : o.average == 3 ? "max" : "mean");
+                 o.average == 0   ? "rank 0"
+                 : o.average == 2 ? "min"
+                 : o.average == 3 ? "max"
+                                  : "mean");
   s += strprintf("# Topology: %zu ranks on %d node(s), %d per node%s\n", info.ranks.size(), info.nodes,
-                 info.ranks_per_node, info.simulated_nodes ? " (simulated nodes: SWEEP_TEST_RANKS_PER_NODE)" : "");
+                 info.ranks_per_node, info.simulated_nodes ? " (simulated nodes)" : "");
   std::string env;
   for (const auto& e : info.env) {
     if (e.rfind("MALLOC_", 0) == 0 || e.rfind("GLIBC_TUNABLES", 0) == 0) env += " " + e;
@@ -187,11 +192,15 @@ std::string format_trailer(const RunInfo& info, const SweepResult& r) {
 namespace {
 
 json measure_nccl_json(const Measure& m, double time_us, bool cputime) {
-  return {{cputime ? "cpu_time" : "time", time_us}, {"alg_bw", m.algbw}, {"bus_bw", m.busbw},
+  return {{cputime ? "cpu_time" : "time", time_us},
+          {"alg_bw", m.algbw},
+          {"bus_bw", m.busbw},
           {"nwrong", m.checked ? json(static_cast<double>(m.wrong)) : json(nullptr)}};
 }
 json measure_json(const Measure& m) {
-  return {{"time_us", m.time_us}, {"algbw", m.algbw}, {"busbw", m.busbw},
+  return {{"time_us", m.time_us},
+          {"algbw", m.algbw},
+          {"busbw", m.busbw},
           {"wrong", m.checked ? json(m.wrong) : json(nullptr)}};
 }
 json fit_json(const Block& b) {
@@ -221,17 +230,11 @@ const char* bool_str(bool v) { return v ? "true" : "false"; }  // nccl-tests wri
 
 }  // namespace
 
-json sweep_json(const RunInfo& info, const SweepResult& r) {
+namespace {
+
+// The "config" object of nccl-tests' -J document: run settings and one entry per rank's device.
+json config_json(const RunInfo& info) {
   const SweepOptions& o = info.opts;
-  bool cputime = o.report_cputime != 0;
-  // nccl-tests' -J document (JSON_FILE_VERSION 3), key for key and in its order; cairn's extras
-  // sit under "cairn" (top level and per result).
-  json doc = json::object();
-  doc["version"] = 3;
-  doc["start_time"] = info.start_time_local;
-  doc["args"] = o.args;
-  doc["env"] = info.env;  // filtered (nccl-tests records the whole environment, which can hold secrets)
-  doc["nccl_version"] = info.nccl_version;
   json cfg = {{"nthreads", 1}, {"ngpus", 1}, {"minimum_bytes", o.minbytes}, {"maximum_bytes", o.maxbytes}};
   if (o.stepfactor > 1) cfg["step_factor"] = o.stepfactor;
   else cfg["step_bytes"] = o.stepbytes;
@@ -255,71 +258,73 @@ json sweep_json(const RunInfo& info, const SweepResult& r) {
                        {"device_info", rk.device.name}});
   }
   cfg["devices"] = devices;
-  doc["config"] = cfg;
+  return cfg;
+}
 
-  auto gate = [&](double bw) {
-    return o.min_busbw > 0 ? json(bool_str(bw >= o.min_busbw)) : json("unchecked");
-  };
-  json results = json::array(), runs = json::array(), blocks = json::array(), fits = json::array();
-  double bw_sum = 0;
-  size_t bw_n = 0;
-  for (size_t i = 0; i < r.blocks.size();) {
-    // One run = one (tier, collective) table, as one nccl-tests binary writes one results list.
-    std::vector<const Block*> section;
-    size_t j = i;
-    for (; j < r.blocks.size() && r.blocks[j].tier == r.blocks[i].tier &&
-           r.blocks[j].collective == r.blocks[i].collective;
-         ++j) {
-      section.push_back(&r.blocks[j]);
+// One size of one block as an nccl-tests result entry, cairn's figures under "cairn".
+json result_json(const SweepOptions& o, const Block& b, const Row& row) {
+  const bool cputime = o.report_cputime != 0;
+  json e = json::object();
+  e["size"] = row.size;
+  e["count"] = row.count;
+  e["type"] = type_info(b.type).name;
+  e["redop"] = redop_column(b);
+  e["root"] = root_column(b.root);
+  e["out_of_place"] = measure_nccl_json(row.oop, cputime ? row.oop_cpu_us : row.oop.time_us, cputime);
+  e["in_place"] = measure_nccl_json(row.ip, cputime ? row.ip_cpu_us : row.ip.time_us, cputime);
+  e["actual_iterations"] = o.iters;
+  e["experiment_name"] = o.experiment_name;
+  json extra = {{"collective", b.collective},
+                {"tier", b.tier},
+                {"ranks", b.nranks},
+                {"oop", measure_json(row.oop)},
+                {"ip", measure_json(row.ip)},
+                {"oop_cpu_time_us", row.oop_cpu_us},
+                {"ip_cpu_time_us", row.ip_cpu_us}};
+  if (!row.nodes_oop.empty()) {
+    json nodes = json::array();
+    for (size_t g = 0; g < row.nodes_oop.size(); ++g) {
+      nodes.push_back({{"node", g},
+                       {"host", g < b.group_hosts.size() ? b.group_hosts[g] : ""},
+                       {"oop", measure_json(row.nodes_oop[g])},
+                       {"ip", measure_json(row.nodes_ip[g])}});
     }
+    extra["nodes"] = nodes;
+  }
+  e["cairn"] = extra;
+  return e;
+}
+
+json block_json(const Block& b) {
+  return {{"collective", b.collective}, {"tier", b.tier},           {"type", type_info(b.type).name},
+          {"redop", redop_column(b)},   {"root", b.root},           {"ranks", b.nranks},
+          {"communicators", b.groups},  {"avg_busbw", b.avg_busbw}, {"wrong", b.wrong}};
+}
+
+// The lists sweep_json fills while it walks the blocks, run by run.
+struct SweepLists {
+  const SweepOptions& o;
+  json results = json::array(), runs = json::array(), blocks = json::array(), fits = json::array();
+  double bw_sum = 0;  // over every row's out-of-place and in-place busbw
+  size_t bw_n = 0;
+
+  json gate(double bw) const { return o.min_busbw > 0 ? json(bool_str(bw >= o.min_busbw)) : json("unchecked"); }
+
+  // One run = one (tier, collective) table, as one nccl-tests binary writes one results list.
+  void add_run(const std::vector<const Block*>& section) {
     json run_results = json::array();
     int64_t run_wrong = 0;
     for (const Block* bp : section) {
       const Block& b = *bp;
       run_wrong += b.wrong;
       for (const auto& row : b.rows) {
-        json e = json::object();
-        e["size"] = row.size;
-        e["count"] = row.count;
-        e["type"] = type_info(b.type).name;
-        e["redop"] = redop_column(b);
-        e["root"] = root_column(b.root);
-        e["out_of_place"] = measure_nccl_json(row.oop, cputime ? row.oop_cpu_us : row.oop.time_us, cputime);
-        e["in_place"] = measure_nccl_json(row.ip, cputime ? row.ip_cpu_us : row.ip.time_us, cputime);
-        e["actual_iterations"] = o.iters;
-        e["experiment_name"] = o.experiment_name;
-        json extra = {{"collective", b.collective},
-                      {"tier", b.tier},
-                      {"ranks", b.nranks},
-                      {"oop", measure_json(row.oop)},
-                      {"ip", measure_json(row.ip)},
-                      {"oop_cpu_time_us", row.oop_cpu_us},
-                      {"ip_cpu_time_us", row.ip_cpu_us}};
-        if (!row.nodes_oop.empty()) {
-          json nodes = json::array();
-          for (size_t g = 0; g < row.nodes_oop.size(); ++g) {
-            nodes.push_back({{"node", g},
-                             {"host", g < b.group_hosts.size() ? b.group_hosts[g] : ""},
-                             {"oop", measure_json(row.nodes_oop[g])},
-                             {"ip", measure_json(row.nodes_ip[g])}});
-          }
-          extra["nodes"] = nodes;
-        }
-        e["cairn"] = extra;
+        json e = result_json(o, b, row);
         bw_sum += row.oop.busbw + row.ip.busbw;
         bw_n += 2;
         results.push_back(e);
         run_results.push_back(e);
       }
-      blocks.push_back({{"collective", b.collective},
-                        {"tier", b.tier},
-                        {"type", type_info(b.type).name},
-                        {"redop", redop_column(b)},
-                        {"root", b.root},
-                        {"ranks", b.nranks},
-                        {"communicators", b.groups},
-                        {"avg_busbw", b.avg_busbw},
-                        {"wrong", b.wrong}});
+      blocks.push_back(block_json(b));
       fits.push_back(fit_json(b));
     }
     double run_bw = section_avg_busbw(section);
@@ -330,40 +335,75 @@ json sweep_json(const RunInfo& info, const SweepResult& r) {
                     {"results", run_results},
                     {"out_of_bounds", {{"count", run_wrong}, {"okay", bool_str(run_wrong == 0)}}},
                     {"average_bus_bandwidth", {{"bandwidth", run_bw}, {"okay", gate(run_bw)}}}});
+  }
+};
+
+// cairn's top-level extras (under "cairn"): provenance, settings beyond nccl-tests', runs, fits, topology.
+json cairn_extras_json(const RunInfo& info, const SweepResult& r, const SweepLists& lists) {
+  const SweepOptions& o = info.opts;
+  return {{"provenance", provenance().to_json()},
+          {"backend", info.backend},
+          {"backend_version", info.backend_version},
+          {"average", o.average},
+          {"blocking", o.blocking},
+          {"report_cputime", o.report_cputime},
+          {"tiers", o.tiers},
+          {"min_busbw", o.min_busbw},
+          {"keep_samples", o.keep_samples},
+          {"start_time_utc", info.start_time},
+          {"end_time_utc", info.end_time},
+          {"runs", lists.runs},
+          {"fits", lists.fits},
+          {"blocks", lists.blocks},
+          {"avg_busbw", r.avg_busbw},
+          {"wrong", r.wrong},
+          {"notes", r.notes},
+          {"flag_notes", o.flag_notes},
+          {"topology",
+           {{"nodes", info.nodes},
+            {"ranks_per_node", info.ranks_per_node},
+            {"hosts_by_rank", info.hosts_by_rank},
+            {"simulated", info.simulated_nodes}}},
+          {"malloc", {{"tuned_in_process", o.malloc_tune}, {"note", info.malloc_note}}}};
+}
+
+}  // namespace
+
+json sweep_json(const RunInfo& info, const SweepResult& r) {
+  const SweepOptions& o = info.opts;
+  // nccl-tests' -J document (JSON_FILE_VERSION 3), key for key and in its order; cairn's extras
+  // sit under "cairn" (top level and per result).
+  json doc = json::object();
+  doc["version"] = 3;
+  doc["start_time"] = info.start_time_local;
+  doc["args"] = o.args;
+  doc["env"] = info.env;  // filtered (nccl-tests records the whole environment, which can hold secrets)
+  doc["nccl_version"] = info.nccl_version;
+  doc["config"] = config_json(info);
+
+  SweepLists lists{o};
+  for (size_t i = 0; i < r.blocks.size();) {
+    // Consecutive blocks of the same tier and collective form one run.
+    std::vector<const Block*> section;
+    size_t j = i;
+    for (; j < r.blocks.size() && r.blocks[j].tier == r.blocks[i].tier &&
+           r.blocks[j].collective == r.blocks[i].collective;
+         ++j) {
+      section.push_back(&r.blocks[j]);
+    }
+    lists.add_run(section);
     i = j;
   }
-  double avg_rows = bw_n ? bw_sum / static_cast<double>(bw_n) : 0.0;
-  doc["results"] = results;
+  double avg_rows = lists.bw_n ? lists.bw_sum / static_cast<double>(lists.bw_n) : 0.0;
+  doc["results"] = lists.results;
   doc["out_of_bounds"] = {{"count", r.wrong}, {"okay", bool_str(r.wrong == 0)}};
-  doc["average_bus_bandwidth"] = {
-      {"bandwidth", runs.size() == 1 ? runs[0]["average_bus_bandwidth"]["bandwidth"] : json(avg_rows)},
-      {"okay", o.min_busbw > 0 ? json(bool_str(!r.gate_failed)) : json("unchecked")}};
+  doc["average_bus_bandwidth"] = {{"bandwidth", lists.runs.size() == 1
+                                                    ? lists.runs[0]["average_bus_bandwidth"]["bandwidth"]
+                                                    : json(avg_rows)},
+                                  {"okay", o.min_busbw > 0 ? json(bool_str(!r.gate_failed)) : json("unchecked")}};
   doc["errors"] = json::array();
   doc["end_time"] = info.end_time_local;
-  doc["cairn"] = {{"provenance", provenance().to_json()},
-                  {"backend", info.backend},
-                  {"backend_version", info.backend_version},
-                  {"average", o.average},
-                  {"blocking", o.blocking},
-                  {"report_cputime", o.report_cputime},
-                  {"tiers", o.tiers},
-                  {"min_busbw", o.min_busbw},
-                  {"keep_samples", o.keep_samples},
-                  {"start_time_utc", info.start_time},
-                  {"end_time_utc", info.end_time},
-                  {"runs", runs},
-                  {"fits", fits},
-                  {"blocks", blocks},
-                  {"avg_busbw", r.avg_busbw},
-                  {"wrong", r.wrong},
-                  {"notes", r.notes},
-                  {"flag_notes", o.flag_notes},
-                  {"topology",
-                   {{"nodes", info.nodes},
-                    {"ranks_per_node", info.ranks_per_node},
-                    {"hosts_by_rank", info.hosts_by_rank},
-                    {"simulated", info.simulated_nodes}}},
-                  {"malloc", {{"tuned_in_process", o.malloc_tune}, {"note", info.malloc_note}}}};
+  doc["cairn"] = cairn_extras_json(info, r, lists);
   return doc;
 }
 
@@ -498,12 +538,14 @@ std::string fabric_toml(const RunInfo& info, const SweepResult& r) {
   json doc = {{"fabric", fabric}};
   std::vector<std::string> skipped;
   auto fit_table = [](const Block& b) {
-    return json{{"alpha_us", b.fit.alpha_us},
-                {"busbw_gbps", b.fit.busbw_gbps},
-                {"r2", b.fit.r2},
-                {"half_peak_bytes", b.fit.half_peak_bytes},
-                {"peak_busbw_gbps", b.fit.peak_busbw_gbps},
-                {"ranks", b.nranks}};
+    records::FabricTier t;
+    t.alpha_us = b.fit.alpha_us;
+    t.busbw_gbps = b.fit.busbw_gbps;
+    t.ranks = b.nranks;
+    t.r2 = b.fit.r2;
+    t.half_peak_bytes = b.fit.half_peak_bytes;
+    t.peak_busbw_gbps = b.fit.peak_busbw_gbps;
+    return t;
   };
   // [<tier>.<collective>] is the model cairn-plan reads (one type/op, see mark_fabric_blocks); every
   // measured type and op also gets its own sub-table, [<tier>.<collective>.<type>.<redop>], or
@@ -512,8 +554,8 @@ std::string fabric_toml(const RunInfo& info, const SweepResult& r) {
   std::set<std::string> written;
   for (const auto& b : r.blocks) {
     std::string redop = fit_redop(b);
-    std::string where = b.tier + "." + b.collective + "." + type_info(b.type).name +
-                        (redop == "none" ? std::string() : "." + redop);
+    std::string where =
+        b.tier + "." + b.collective + "." + type_info(b.type).name + (redop == "none" ? std::string() : "." + redop);
     // -r -1 (every root) and sendrecv under several -o ops measure one type/op more than once: the
     // first measurement fills the sub-table.
     bool first = written.insert(where).second;
@@ -524,14 +566,15 @@ std::string fabric_toml(const RunInfo& info, const SweepResult& r) {
     }
     json& coll = doc[b.tier][b.collective];
     if (b.in_fabric) {
-      json t = fit_table(b);
-      t["type"] = type_info(b.type).name;
-      t["redop"] = redop;
-      for (auto it = t.begin(); it != t.end(); ++it) coll[it.key()] = it.value();
+      records::FabricTier t = fit_table(b);
+      t.type = type_info(b.type).name;
+      t.redop = redop;
+      const json fit = t.to_json();
+      for (auto it = fit.begin(); it != fit.end(); ++it) coll[it.key()] = it.value();
     }
     if (!first) continue;
-    if (redop == "none") coll[type_info(b.type).name] = fit_table(b);
-    else coll[type_info(b.type).name][redop] = fit_table(b);
+    if (redop == "none") coll[type_info(b.type).name] = fit_table(b).to_json();
+    else coll[type_info(b.type).name][redop] = fit_table(b).to_json();
   }
   if (!skipped.empty()) doc["fabric"]["skipped"] = skipped;
   return "# Fabric model measured by cairn-sweep; cairn-plan reads it via [cluster] fabric = \"<this file>\".\n"

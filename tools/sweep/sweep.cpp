@@ -22,6 +22,8 @@
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
+#include "cairn/sections/run.h"
+#include "cairn/sections/sweep.h"
 
 extern char** environ;
 
@@ -40,7 +42,8 @@ uint64_t parse_bytes(const std::string& text, const std::string& what) {
     if (mult != 1) t.pop_back();
     else if (s == 'B') t.pop_back();
   }
-  if (t.empty() || !std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+  if (t.empty() ||
+      !std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
     throw UsageError(what + ": '" + text + "' is not a size (bytes, optionally with a K, M or G suffix)");
   }
   uint64_t v = std::stoull(t);
@@ -60,9 +63,10 @@ std::vector<uint64_t> sweep_sizes(const SweepOptions& o) {
 }
 
 SweepOptions sweep_options(const Config& cfg) {
+  const SweepSection sw = read_section<SweepSection>(cfg);
   SweepOptions o;
-  o.backend = cfg.get_string("sweep.backend");
-  for (const auto& c : cfg.get_strings("sweep.collectives")) {
+  o.backend = sw.backend;
+  for (const auto& c : sw.collectives) {
     if (c == "all") {
       for (const auto& k : collectives()) o.collectives.push_back(k.name);
     } else {
@@ -71,21 +75,21 @@ SweepOptions sweep_options(const Config& cfg) {
   }
   if (o.collectives.empty()) throw UsageError("sweep.collectives: no collective given");
   // "all" (nccl-tests' -d all / -o all): every type or op the backend measures, chosen once it is known
-  for (const auto& t : cfg.get_strings("sweep.types")) {
+  for (const auto& t : sw.types) {
     if (t == "all") o.all_types = true;
     else o.types.push_back(parse_type(t));
   }
   if (o.types.empty() && !o.all_types) throw UsageError("sweep.types: no type given");
-  for (const auto& op : cfg.get_strings("sweep.ops")) {
+  for (const auto& op : sw.ops) {
     if (op == "all") o.all_ops = true;
     else o.ops.push_back(parse_op(op));
   }
   if (o.ops.empty() && !o.all_ops) throw UsageError("sweep.ops: no reduction op given");
-  o.root = static_cast<int>(cfg.get_int("sweep.root"));
-  o.minbytes = parse_bytes(cfg.get_string("sweep.minbytes"), "sweep.minbytes (-b)");
-  o.maxbytes = parse_bytes(cfg.get_string("sweep.maxbytes"), "sweep.maxbytes (-e)");
-  o.stepbytes = parse_bytes(cfg.get_string("sweep.stepbytes"), "sweep.stepbytes (-i)");
-  o.stepfactor = static_cast<int>(cfg.get_int("sweep.stepfactor"));
+  o.root = static_cast<int>(sw.root);
+  o.minbytes = parse_bytes(sw.minbytes, "sweep.minbytes (-b)");
+  o.maxbytes = parse_bytes(sw.maxbytes, "sweep.maxbytes (-e)");
+  o.stepbytes = parse_bytes(sw.stepbytes, "sweep.stepbytes (-i)");
+  o.stepfactor = static_cast<int>(sw.stepfactor);
   o.minbytes_defaulted = cfg.origin("sweep.minbytes").kind == Origin::Default;
   if (o.minbytes == 0) throw UsageError("sweep.minbytes (-b) must be at least 1 byte");
   if (o.maxbytes < o.minbytes) {
@@ -96,29 +100,25 @@ SweepOptions sweep_options(const Config& cfg) {
   if (o.stepfactor <= 1 && o.stepbytes == 0) {
     throw UsageError("sweep.stepbytes (-i) must be > 0 when sweep.stepfactor (-f) is 1");
   }
-  o.iters = static_cast<int>(cfg.get_int("sweep.iters"));
-  o.warmup = static_cast<int>(cfg.get_int("sweep.warmup_iters"));
-  o.check = static_cast<int>(cfg.get_int("sweep.check"));
-  o.average = static_cast<int>(cfg.get_int("sweep.average"));
-  o.blocking = static_cast<int>(cfg.get_int("sweep.blocking"));
-  o.agg_iters = static_cast<int>(cfg.get_int("sweep.agg_iters"));
-  o.report_cputime = static_cast<int>(cfg.get_int("sweep.report_cputime"));
-  o.tiers = cfg.get_strings("sweep.tiers");
+  o.iters = static_cast<int>(sw.iters);
+  o.warmup = static_cast<int>(sw.warmup_iters);
+  o.check = static_cast<int>(sw.check);
+  o.average = sw.average;
+  o.blocking = sw.blocking;
+  o.agg_iters = static_cast<int>(sw.agg_iters);
+  o.report_cputime = sw.report_cputime;
+  o.tiers = sw.tiers;
   if (o.tiers.empty()) throw UsageError("sweep.tiers: no tier given");
-  o.min_busbw = cfg.get_float("sweep.min_busbw");
-  o.keep_samples = cfg.get_bool("sweep.keep_samples");
-  o.malloc_tune = cfg.get_bool("sweep.malloc_tune");
-  o.run_dir = cfg.get_string("run.dir");
-  if (const char* c = std::getenv("SWEEP_TEST_CORRUPT")) o.corrupt_check = std::atoll(c);
-  if (const char* s = std::getenv("SWEEP_TEST_RANKS_PER_NODE")) o.simulated_ranks_per_node = std::atoi(s);
+  o.min_busbw = sw.min_busbw;
+  o.keep_samples = sw.keep_samples;
+  o.malloc_tune = sw.malloc_tune;
+  o.run_dir = read_section<RunSection>(cfg).dir;
   return o;
 }
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -159,7 +159,7 @@ double time_collective(const Backend& be, BackendComm* bc, MPI_Comm comm, const 
 
 namespace {
 
-// Node layout of the job; with the SWEEP_TEST_RANKS_PER_NODE test hook, consecutive ranks are
+// Node layout of the job; with SweepFaults::ranks_per_node (tests), consecutive ranks are
 // grouped into pretend nodes so intra/inter tiers can be exercised on one machine.
 struct SweepTopology {
   int rank = 0, size = 1, local_rank = 0, local_size = 1, node_index = 0, node_count = 1;
@@ -233,8 +233,9 @@ std::vector<TierPlan> plan_tiers(const SweepOptions& o, const SweepTopology& t, 
       p.groups.resize(t.node_count);
       for (int r = 0; r < t.size; ++r) p.groups[t.node_of_rank[r]].push_back(r);
       for (const auto& g : p.groups) {
-        p.group_hosts.push_back(t.simulated ? strprintf("%s/node%d", t.hosts_by_rank[g[0]].c_str(), t.node_of_rank[g[0]])
-                                            : t.hosts_by_rank[g[0]]);
+        p.group_hosts.push_back(t.simulated
+                                    ? strprintf("%s/node%d", t.hosts_by_rank[g[0]].c_str(), t.node_of_rank[g[0]])
+                                    : t.hosts_by_rank[g[0]]);
       }
     } else if (name == "inter") {
       if (t.node_count == 1) {
@@ -291,10 +292,22 @@ PatternParams make_params(const Collective& c, DataType t, RedOp op, int nranks,
     if (p.op == RedOp::Avg) {
       switch (t) {
         case DataType::Int32: p.tol_abs = 1; break;
-        case DataType::Float32: p.tol_abs = 1e-5; p.tol_rel = 1e-5; break;
-        case DataType::Float64: p.tol_abs = 1e-12; p.tol_rel = 1e-12; break;
-        case DataType::Float16: p.tol_abs = 0.02; p.tol_rel = 1e-2; break;
-        case DataType::BFloat16: p.tol_abs = 0.1; p.tol_rel = 3e-2; break;
+        case DataType::Float32:
+          p.tol_abs = 1e-5;
+          p.tol_rel = 1e-5;
+          break;
+        case DataType::Float64:
+          p.tol_abs = 1e-12;
+          p.tol_rel = 1e-12;
+          break;
+        case DataType::Float16:
+          p.tol_abs = 0.02;
+          p.tol_rel = 1e-2;
+          break;
+        case DataType::BFloat16:
+          p.tol_abs = 0.1;
+          p.tol_rel = 3e-2;
+          break;
       }
     }
   }
@@ -321,18 +334,19 @@ std::vector<SizeRow> plan_rows(const SweepOptions& o, const Collective& c, DataT
     if (r.count == 0) ++skipped;
     if (backend == "mpi" && r.count > mpi_count_limit()) {
       if (c.kind == CollKind::ReduceScatter) {
-        throw UsageError(strprintf(
-            "reducescatter over MPI: %llu elements per rank exceed MPI's int count limit (Open MPI 4 has no "
-            "large-count reduce-scatter); lower -e/--maxbytes or use the nccl backend",
-            static_cast<unsigned long long>(r.count)));
+        throw UsageError(
+            strprintf("reducescatter over MPI: %llu elements per rank exceed MPI's int count limit (Open MPI 4 has no "
+                      "large-count reduce-scatter); lower -e/--maxbytes or use the nccl backend",
+                      static_cast<unsigned long long>(r.count)));
       }
       ++large;
     }
     rows.push_back(r);
   }
   if (skipped) {
-    notes.push_back(strprintf("%s %s (tier %s, %d ranks): %llu size(s) below one 16-byte block per rank run as 0-byte rows",
-                              c.name, type_info(t).name, tier.c_str(), nranks, static_cast<unsigned long long>(skipped)));
+    notes.push_back(
+        strprintf("%s %s (tier %s, %d ranks): %llu size(s) below one 16-byte block per rank run as 0-byte rows", c.name,
+                  type_info(t).name, tier.c_str(), nranks, static_cast<unsigned long long>(skipped)));
   }
   if (large) {
     notes.push_back(strprintf("%s %s (tier %s): %llu size(s) above %llu elements per rank use MPI large-count "
@@ -366,7 +380,7 @@ struct Buffers {
 };
 
 std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm comm, const BlockPlan& bp,
-                                  const SweepOptions& o, int64_t* checks_done) {
+                                  const SweepOptions& o, const SweepFaults& faults, int64_t* checks_done) {
   const Collective& c = *bp.coll;
   int rank = 0, n = 1;
   MPI_Comm_rank(comm, &rank);
@@ -446,11 +460,13 @@ std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm c
         be.sync(bc);
         Views v = views(r, ip);
         ++*checks_done;
-        if (o.corrupt_check > 0 && *checks_done == o.corrupt_check && mpi::rank() == 0) {
+        if (faults.corrupt_check > 0 && *checks_done == faults.corrupt_check && mpi::rank() == 0) {
+          // The backend's own fill writes the sentinel (which no result matches) over one expected element.
           for (const auto& s : expect) {
             if (s.count == 0) continue;
-            be.corrupt(bc, (s.recv_view ? v.recv : v.send) + s.offset * ws, bp.type, 0);
-            CAIRN_LOG_WARN("test hook SWEEP_TEST_CORRUPT: corrupted one element of %s at %llu bytes", c.name,
+            be.fill(bc, s.recv_view ? v.recv : v.send, bp.type,
+                    Segment{s.recv_view, s.offset, 1, ValueKind::Sentinel, 0, 0}, pp);
+            CAIRN_LOG_WARN("injected fault: corrupted one element of %s at %llu bytes", c.name,
                            static_cast<unsigned long long>(r.size));
             break;
           }
@@ -502,7 +518,9 @@ void assemble_block(Block& b, const BlockPlan& bp, const TierPlan& tier, const s
   size_t per_rank = bp.rows.size() * stride;
   size_t ws = type_size(bp.type);
   const Collective& c = *bp.coll;
-  auto at = [&](int rank, size_t k, size_t field) { return all[static_cast<size_t>(rank) * per_rank + k * stride + field]; };
+  auto at = [&](int rank, size_t k, size_t field) {
+    return all[static_cast<size_t>(rank) * per_rank + k * stride + field];
+  };
   std::vector<int> members;
   for (const auto& g : tier.groups) members.insert(members.end(), g.begin(), g.end());
   double bw_sum = 0;
@@ -554,8 +572,9 @@ void assemble_block(Block& b, const BlockPlan& bp, const TierPlan& tier, const s
 }
 
 std::vector<std::string> recorded_env() {
-  static const char* prefixes[] = {"MALLOC_", "GLIBC_TUNABLES", "NCCL_", "OMPI_MCA_", "UCX_", "CUDA_VISIBLE_DEVICES",
-                                   "OMP_NUM_THREADS", "SLURM_JOB_ID", "SLURM_NNODES", "SLURM_NTASKS"};
+  static const char* prefixes[] = {"MALLOC_",      "GLIBC_TUNABLES",       "NCCL_",           "OMPI_MCA_",
+                                   "UCX_",         "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "SLURM_JOB_ID",
+                                   "SLURM_NNODES", "SLURM_NTASKS"};
   std::vector<std::string> out;
   for (char** e = environ; e && *e; ++e) {
     std::string kv = *e;
@@ -599,14 +618,13 @@ std::string malloc_note(const SweepOptions& o) {
 }  // namespace
 
 void mark_fabric_blocks(std::vector<Block>& blocks, DataType first_type, RedOp first_op) {
-  auto preferred = [&](const Block& b) {
-    return b.type == first_type && (b.op == RedOp::None || b.op == first_op);
-  };
+  auto preferred = [&](const Block& b) { return b.type == first_type && (b.op == RedOp::None || b.op == first_op); };
   for (auto& b : blocks) b.in_fabric = false;
   for (size_t i = 0; i < blocks.size(); ++i) {
     Block* chosen = nullptr;
     bool seen_before = false;
-    for (size_t j = 0; j < i; ++j) seen_before |= blocks[j].tier == blocks[i].tier && blocks[j].collective == blocks[i].collective;
+    for (size_t j = 0; j < i; ++j)
+      seen_before |= blocks[j].tier == blocks[i].tier && blocks[j].collective == blocks[i].collective;
     if (seen_before) continue;
     // First (tier, collective) occurrence: pick the preferred valid block, else the first valid one.
     for (size_t j = i; j < blocks.size(); ++j) {
@@ -630,7 +648,8 @@ void check_outputs(const SweepOptions& o, bool with_run_dir) {
       if (with_run_dir) {
         std::string dir = join_path(o.run_dir, "sweep");
         check_writable_dir(dir);
-        for (const char* f : {"sweep.txt", "sweep.json", "sweep.h5", "fabric.toml"}) check_writable_file(join_path(dir, f));
+        for (const char* f : {"sweep.txt", "sweep.json", "sweep.h5", "fabric.toml"})
+          check_writable_file(join_path(dir, f));
       }
       if (!o.json_path.empty()) check_writable_file(o.json_path);
     } catch (const Error& e) {
@@ -640,20 +659,10 @@ void check_outputs(const SweepOptions& o, bool with_run_dir) {
   mpi::agree_or_throw(err.empty(), err, kExitUsage);
 }
 
-int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* result_out) {
-  SweepOptions o = opts_in;
-  (void)cfg;  // everything the sweep needs is in opts (from sweep_options(cfg)); kept for run_<tool>(cfg) symmetry
-  const mpi::Topology& world = mpi::topology();
-  bool root = world.rank == 0;
-  RunInfo info;
-  info.start_time = utc_now_iso8601();
-  info.start_time_local = local_time_now();
-  if (o.malloc_tune) {
-    mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  }
+namespace {
 
-  // Backend: auto picks NCCL when built with it and every rank sees a GPU.
+// Backend: auto picks NCCL when built with it and every rank sees a GPU.
+const Backend& choose_backend(SweepOptions& o) {
   const Backend* nccl = nccl_backend();
   if (o.backend == "auto") {
     int visible = nccl ? nccl->visible_devices() : 0;
@@ -663,8 +672,12 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
   if (o.backend == "nccl" && !nccl) {
     throw UsageError("backend nccl: this cairn-sweep was built without CUDA (configure with -DCAIRN_CUDA=ON)");
   }
-  const Backend& be = o.backend == "nccl" ? *nccl : mpi_backend();
-  // -d all / -o all: every type and op this backend has, in nccl-tests' order.
+  return o.backend == "nccl" ? *nccl : mpi_backend();
+}
+
+// -d all / -o all: every type and op this backend has, in nccl-tests' order; then every asked-for
+// type (and op, where a collective reduces) must be one the backend has.
+void resolve_types_and_ops(SweepOptions& o, const Backend& be) {
   if (o.all_types) {
     o.types.clear();
     for (DataType t : {DataType::Int32, DataType::Float16, DataType::Float32, DataType::Float64, DataType::BFloat16}) {
@@ -691,35 +704,42 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
                        " (MPI has sum, prod, max, min; NCCL adds avg)");
     }
   }
-  // nccl-tests flags accepted for compatibility that do not change how cairn measures: say so.
-  const char* why = o.backend == "mpi" ? "not applicable to the mpi backend" : "not implemented by cairn's nccl backend";
+}
+
+// nccl-tests flags accepted for compatibility that do not change how cairn measures: say so.
+void note_compatibility_flags(SweepOptions& o) {
+  const char* why =
+      o.backend == "mpi" ? "not applicable to the mpi backend" : "not implemented by cairn's nccl backend";
   if (o.graph_launches > 0) {
-    o.flag_notes.push_back(strprintf("-G %d (CUDA graph launches): %s; calls are launched directly", o.graph_launches, why));
+    o.flag_notes.push_back(
+        strprintf("-G %d (CUDA graph launches): %s; calls are launched directly", o.graph_launches, why));
   }
   if (o.local_register > 0) {
-    o.flag_notes.push_back(strprintf("-R %d (NCCL buffer registration): %s; buffers are not registered", o.local_register, why));
+    o.flag_notes.push_back(
+        strprintf("-R %d (NCCL buffer registration): %s; buffers are not registered", o.local_register, why));
   }
   if (o.agg_iters > 1 && o.backend == "nccl") {
     o.flag_notes.push_back(strprintf("-m %d: the %d calls of an iteration are issued one by one, not in one NCCL group",
                                      o.agg_iters, o.agg_iters));
   }
+}
+
+void check_root_and_devices(const SweepOptions& o, const Backend& be, const mpi::Topology& world) {
   if (o.root < -1) throw UsageError(strprintf("sweep.root (-r) %d: give a rank, or -1 for every rank in turn", o.root));
   if (o.backend == "nccl") {
     int visible = be.visible_devices();
     int need = world.local_size;
     int ok = mpi::allreduce<int>(visible >= need ? 1 : 0, MPI_MIN);
     if (!ok) {
-      throw UsageError(strprintf("backend nccl: %d ranks on a node need %d GPUs but only %d are visible", need, need,
-                                 visible));
+      throw UsageError(
+          strprintf("backend nccl: %d ranks on a node need %d GPUs but only %d are visible", need, need, visible));
     }
   }
+}
 
-  SweepTopology topo = make_topology(o.simulated_ranks_per_node);
-  SweepResult res;
-  res.backend = o.backend;
-  std::vector<TierPlan> tiers = plan_tiers(o, topo, res.notes);
-
-  // Plan every block first so that bad sizes or roots fail before anything runs.
+// Plans every block of every tier first, so that bad sizes or roots fail before anything runs.
+std::vector<std::vector<BlockPlan>> plan_blocks(const SweepOptions& o, const std::vector<TierPlan>& tiers,
+                                                std::vector<std::string>& notes) {
   std::vector<std::vector<BlockPlan>> plans(tiers.size());
   for (size_t ti = 0; ti < tiers.size(); ++ti) {
     for (const auto& name : o.collectives) {
@@ -730,7 +750,7 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
       }
       // nccl-tests' loops: type, then op (collectives with an op column), then root (-r -1: all).
       for (DataType t : o.types) {
-        std::vector<SizeRow> rows = plan_rows(o, c, t, tiers[ti].nranks, tiers[ti].name, o.backend, res.notes);
+        std::vector<SizeRow> rows = plan_rows(o, c, t, tiers[ti].nranks, tiers[ti].name, o.backend, notes);
         std::vector<RedOp> ops = c.op_column ? o.ops : std::vector<RedOp>{RedOp::None};
         std::vector<int> roots{-1};
         if (c.rooted && o.root >= 0) roots = {o.root};
@@ -744,10 +764,41 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
       }
     }
   }
+  return plans;
+}
 
-  check_outputs(o, true);
+// Every rank's node, pid and device, gathered as tab-separated lines (same list on every rank).
+std::vector<RankInfo> gather_rank_infos(const Backend& be, const SweepTopology& topo) {
+  DeviceInfo d = be.device_info(topo.device_local_rank);
+  std::string line = strprintf("%d\t%d\t%s\t%s\t%s", topo.node_index, static_cast<int>(getpid()),
+                               std::to_string(d.device).c_str(), d.bus_id.c_str(), d.name.c_str());
+  std::vector<std::string> lines = mpi::allgather_strings(line);
+  std::vector<RankInfo> ranks;
+  for (int r = 0; r < topo.size; ++r) {
+    RankInfo ri;
+    ri.rank = r;
+    ri.host = topo.hosts_by_rank[r];
+    std::vector<std::string> f;
+    size_t pos = 0;
+    const std::string& s = lines[r];
+    while (true) {
+      size_t tab = s.find('\t', pos);
+      f.push_back(s.substr(pos, tab == std::string::npos ? std::string::npos : tab - pos));
+      if (tab == std::string::npos) break;
+      pos = tab + 1;
+    }
+    ri.group = std::atoi(f[0].c_str());
+    ri.pid = std::atoi(f[1].c_str());
+    ri.device.device = std::atoi(f[2].c_str());
+    ri.device.bus_id = f[3];
+    ri.device.name = f[4];
+    ranks.push_back(ri);
+  }
+  return ranks;
+}
 
-  // Preamble (rank 0): versions, options, devices, environment.
+// The preamble's facts (rank 0 prints them): versions, options, topology, devices, environment.
+void describe_run(RunInfo& info, const SweepOptions& o, const Backend& be, const SweepTopology& topo) {
   info.opts = o;
   info.backend = o.backend;
   info.backend_version = be.version();
@@ -763,127 +814,164 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
   info.simulated_nodes = topo.simulated;
   info.env = recorded_env();
   info.malloc_note = malloc_note(o);
-  {
-    DeviceInfo d = be.device_info(topo.device_local_rank);
-    std::string line = strprintf("%d\t%d\t%s\t%s\t%s", topo.node_index, static_cast<int>(getpid()), std::to_string(d.device).c_str(),
-                                 d.bus_id.c_str(), d.name.c_str());
-    std::vector<std::string> lines = mpi::allgather_strings(line);
-    for (int r = 0; r < topo.size; ++r) {
-      RankInfo ri;
-      ri.rank = r;
-      ri.host = topo.hosts_by_rank[r];
-      std::vector<std::string> f;
-      size_t pos = 0;
-      const std::string& s = lines[r];
-      while (true) {
-        size_t tab = s.find('\t', pos);
-        f.push_back(s.substr(pos, tab == std::string::npos ? std::string::npos : tab - pos));
-        if (tab == std::string::npos) break;
-        pos = tab + 1;
-      }
-      ri.group = std::atoi(f[0].c_str());
-      ri.pid = std::atoi(f[1].c_str());
-      ri.device.device = std::atoi(f[2].c_str());
-      ri.device.bus_id = f[3];
-      ri.device.name = f[4];
-      info.ranks.push_back(ri);
-    }
-  }
-  auto emit = [&](const std::string& text) {
+  for (RankInfo& ri : gather_rank_infos(be, topo)) info.ranks.push_back(ri);
+}
+
+// The text table: kept in the result and, unless turned off, printed as it grows (rank 0 only).
+struct TableOutput {
+  bool root;
+  const SweepOptions& o;
+  SweepResult& res;
+  void operator()(const std::string& text) const {
     if (!root) return;
     res.table += text;
     if (o.print_table) {
       std::fputs(text.c_str(), stdout);
       std::fflush(stdout);
     }
-  };
+  }
+};
+
+// Rank 0: the block of one plan from every rank's figures (all), with its fit.
+Block make_block(const BlockPlan& bp, const TierPlan& tier, const std::vector<double>& all, const SweepOptions& o) {
+  Block b;
+  b.collective = bp.coll->name;
+  b.perf_name = bp.coll->perf_name;
+  b.tier = tier.name;
+  b.type = bp.type;
+  b.op = bp.op;
+  b.root = bp.root;
+  b.nranks = tier.nranks;
+  b.groups = static_cast<int>(tier.groups.size());
+  b.group_hosts = tier.group_hosts;
+  assemble_block(b, bp, tier, all, o);
+  b.fit = fit_block(b, bp.coll->busbw_factor(tier.nranks));
+  return b;
+}
+
+// Everything measuring a tier needs besides the tier.
+struct SweepContext {
+  const SweepOptions& o;
+  const Backend& be;
+  const SweepTopology& topo;
+  const SweepFaults& faults;
+  const RunInfo& info;
+  const TableOutput& emit;
+  SweepResult& res;
+  bool root;
+};
+
+// One section per (tier, collective), as one nccl-tests binary run: every type/op/root row in one
+// table, one footer; cairn's extra lines (tier, fits, per-node figures) after the footer.
+void measure_tier(const SweepContext& x, const TierPlan& tier, const std::vector<BlockPlan>& plans,
+                  int64_t* checks_done) {
+  const SweepOptions& o = x.o;
+  BackendComm* bc = tier.comm != MPI_COMM_NULL ? x.be.open(tier.comm, x.topo.device_local_rank) : nullptr;
+  size_t section_start = x.res.blocks.size();
+  for (size_t pi = 0; pi < plans.size(); ++pi) {
+    const BlockPlan& bp = plans[pi];
+    bool first = pi == 0 || plans[pi - 1].coll != bp.coll;
+    bool last = pi + 1 == plans.size() || plans[pi + 1].coll != bp.coll;
+    if (first) {
+      section_start = x.res.blocks.size();
+      x.emit(format_section_header(x.info, bp.coll->perf_name));
+    }
+    std::vector<double> mine(bp.rows.size() * row_stride(o), std::numeric_limits<double>::quiet_NaN());
+    if (bc) mine = measure_block(x.be, bc, tier.comm, bp, o, x.faults, checks_done);
+    std::vector<double> all(x.root ? mine.size() * x.topo.size : 0);
+    mpi::check(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
+                          static_cast<int>(mine.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD),
+               "MPI_Gather");
+    if (!x.root) continue;
+    Block b = make_block(bp, tier, all, o);
+    std::string text;
+    for (const auto& row : b.rows) text += format_row(row, b, o.report_cputime != 0);
+    x.emit(text);
+    x.res.blocks.push_back(std::move(b));
+    if (last) {
+      std::vector<const Block*> section;
+      for (size_t k = section_start; k < x.res.blocks.size(); ++k) section.push_back(&x.res.blocks[k]);
+      if (o.min_busbw > 0 && section_avg_busbw(section) < o.min_busbw) x.res.gate_failed = true;
+      x.emit(format_section_footer(section, o.min_busbw) + format_section_extras(section));
+    }
+  }
+  if (bc) x.be.close(bc);
+}
+
+// Rank 0: summary, trailer and the files under <run>/sweep/; returns the exit code.
+int finish_on_root(RunInfo& info, SweepResult& res, const SweepOptions& o, const TableOutput& emit) {
+  mark_fabric_blocks(res.blocks, o.types.front(), o.ops.front());
+  double sum = 0;
+  for (const auto& b : res.blocks) {
+    sum += b.avg_busbw;
+    res.wrong += b.wrong;
+  }
+  res.avg_busbw = res.blocks.empty() ? 0 : sum / static_cast<double>(res.blocks.size());
+  info.end_time = utc_now_iso8601();
+  info.end_time_local = local_time_now();
+  emit(format_trailer(info, res));
+  std::string dir = run_subdir(o.run_dir, "sweep");
+  res.out_dir = dir;
+  atomic_write(join_path(dir, "sweep.txt"), res.table);
+  std::string doc = sweep_json(info, res).dump(1) + "\n";
+  atomic_write(join_path(dir, "sweep.json"), doc);
+  if (!o.json_path.empty()) write_json_output(o.json_path, doc);
+  write_sweep_h5(join_path(dir, "sweep.h5"), info, res);
+  atomic_write(join_path(dir, "fabric.toml"), fabric_toml(info, res));
+  CAIRN_LOG_INFO("wrote %s/{sweep.txt,sweep.json,sweep.h5,fabric.toml}", dir.c_str());
+  if (res.wrong > 0) return kExitGate;
+  if (res.gate_failed) return kExitGate;
+  return 0;
+}
+
+}  // namespace
+
+int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* result_out, const SweepFaults& faults) {
+  SweepOptions o = opts_in;
+  const MpiCountLimit count_limit(faults.mpi_count_limit);
+  (void)cfg;  // everything the sweep needs is in opts (from sweep_options(cfg)); kept for run_<tool>(cfg) symmetry
+  const mpi::Topology& world = mpi::topology();
+  bool root = world.rank == 0;
+  RunInfo info;
+  info.start_time = utc_now_iso8601();
+  info.start_time_local = local_time_now();
+  if (o.malloc_tune) {
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  }
+  const Backend& be = choose_backend(o);
+  resolve_types_and_ops(o, be);
+  note_compatibility_flags(o);
+  check_root_and_devices(o, be, world);
+
+  SweepTopology topo = make_topology(faults.ranks_per_node);
+  SweepResult res;
+  res.backend = o.backend;
+  std::vector<TierPlan> tiers = plan_tiers(o, topo, res.notes);
+  std::vector<std::vector<BlockPlan>> plans = plan_blocks(o, tiers, res.notes);
+  check_outputs(o, true);
+
+  describe_run(info, o, be, topo);
+  const TableOutput emit{root, o, res};
   emit(format_preamble(info));
 
-  // One section per (tier, collective), as one nccl-tests binary run: every type/op/root row in one
-  // table, one footer; cairn's extra lines (tier, fits, per-node figures) after the footer.
   int64_t checks_done = 0;
-  for (size_t ti = 0; ti < tiers.size(); ++ti) {
-    const TierPlan& tier = tiers[ti];
-    BackendComm* bc = tier.comm != MPI_COMM_NULL ? be.open(tier.comm, topo.device_local_rank) : nullptr;
-    size_t section_start = res.blocks.size();
-    for (size_t pi = 0; pi < plans[ti].size(); ++pi) {
-      const BlockPlan& bp = plans[ti][pi];
-      bool first = pi == 0 || plans[ti][pi - 1].coll != bp.coll;
-      bool last = pi + 1 == plans[ti].size() || plans[ti][pi + 1].coll != bp.coll;
-      if (first) {
-        section_start = res.blocks.size();
-        emit(format_section_header(info, bp.coll->perf_name));
-      }
-      std::vector<double> mine(bp.rows.size() * row_stride(o), std::numeric_limits<double>::quiet_NaN());
-      if (bc) mine = measure_block(be, bc, tier.comm, bp, o, &checks_done);
-      std::vector<double> all(root ? mine.size() * topo.size : 0);
-      mpi::check(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
-                            static_cast<int>(mine.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD),
-                 "MPI_Gather");
-      if (!root) continue;
-      Block b;
-      b.collective = bp.coll->name;
-      b.perf_name = bp.coll->perf_name;
-      b.tier = tier.name;
-      b.type = bp.type;
-      b.op = bp.op;
-      b.root = bp.root;
-      b.nranks = tier.nranks;
-      b.groups = static_cast<int>(tier.groups.size());
-      b.group_hosts = tier.group_hosts;
-      assemble_block(b, bp, tier, all, o);
-      b.fit = fit_block(b, bp.coll->busbw_factor(tier.nranks));
-      std::string text;
-      for (const auto& row : b.rows) text += format_row(row, b, o.report_cputime != 0);
-      emit(text);
-      res.blocks.push_back(std::move(b));
-      if (last) {
-        std::vector<const Block*> section;
-        for (size_t k = section_start; k < res.blocks.size(); ++k) section.push_back(&res.blocks[k]);
-        if (o.min_busbw > 0 && section_avg_busbw(section) < o.min_busbw) res.gate_failed = true;
-        emit(format_section_footer(section, o.min_busbw) + format_section_extras(section));
-      }
-    }
-    if (bc) be.close(bc);
-  }
+  const SweepContext ctx{o, be, topo, faults, info, emit, res, root};
+  for (size_t ti = 0; ti < tiers.size(); ++ti) measure_tier(ctx, tiers[ti], plans[ti], &checks_done);
   if (topo.owns_comms) {
     MPI_Comm_free(&topo.node);
     MPI_Comm_free(&topo.cross);
   }
 
   // Summary, files and the verdict (decided on rank 0, shared with every rank).
-  int code = 0;
-  if (root) {
-    mark_fabric_blocks(res.blocks, o.types.front(), o.ops.front());
-    double sum = 0;
-    for (const auto& b : res.blocks) {
-      sum += b.avg_busbw;
-      res.wrong += b.wrong;
-    }
-    res.avg_busbw = res.blocks.empty() ? 0 : sum / static_cast<double>(res.blocks.size());
-    info.end_time = utc_now_iso8601();
-    info.end_time_local = local_time_now();
-    emit(format_trailer(info, res));
-    std::string dir = run_subdir(o.run_dir, "sweep");
-    res.out_dir = dir;
-    atomic_write(join_path(dir, "sweep.txt"), res.table);
-    std::string doc = sweep_json(info, res).dump(1) + "\n";
-    atomic_write(join_path(dir, "sweep.json"), doc);
-    if (!o.json_path.empty()) write_json_output(o.json_path, doc);
-    write_sweep_h5(join_path(dir, "sweep.h5"), info, res);
-    atomic_write(join_path(dir, "fabric.toml"), fabric_toml(info, res));
-    CAIRN_LOG_INFO("wrote %s/{sweep.txt,sweep.json,sweep.h5,fabric.toml}", dir.c_str());
-    if (res.wrong > 0) code = kExitGate;
-    else if (res.gate_failed) code = kExitGate;
-  }
+  int code = root ? finish_on_root(info, res, o, emit) : 0;
   code = mpi::broadcast_value<int>(code);
   res.wrong = mpi::broadcast_value<int64_t>(res.wrong);
   if (code == kExitGate) {
-    res.verdict = res.wrong > 0
-                      ? strprintf("%lld wrong element(s) in the results (see #wrong in the table)",
-                                  static_cast<long long>(res.wrong))
-                      : strprintf("average bus bandwidth below --min-busbw %.3g GB/s in at least one table",
-                                  o.min_busbw);
+    res.verdict = res.wrong > 0 ? strprintf("%lld wrong element(s) in the results (see #wrong in the table)",
+                                            static_cast<long long>(res.wrong))
+                                : strprintf("average bus bandwidth below --min-busbw %.3g GB/s in at least one table",
+                                            o.min_busbw);
   }
   if (result_out) *result_out = std::move(res);
   return code;

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "cairn/config.h"
 #include "backend.h"
+#include "cairn/config.h"
 #include "collectives.h"
 
 namespace cairn::sweep {
@@ -33,10 +33,16 @@ struct SweepOptions {
   double min_busbw = 0;
   bool keep_samples = false, malloc_tune = false;
   std::string run_dir;
-  std::string json_path;      // --json ("" none, "-" stdout)
-  bool print_table = true;    // the nccl-tests table on stdout
-  int64_t corrupt_check = 0;  // test hook (SWEEP_TEST_CORRUPT=N): corrupt the Nth checked result
-  int simulated_ranks_per_node = 0;  // test hook (SWEEP_TEST_RANKS_PER_NODE): pretend nodes of N ranks
+  std::string json_path;    // --json ("" none, "-" stdout)
+  bool print_table = true;  // the nccl-tests table on stdout
+};
+
+// Faults and stand-ins that only tests inject (cairn-sweep itself passes none: nothing in the tool, its config or
+// its environment sets them), so a test proves #wrong, exit 3, the tiers and MPI's large-count paths on one machine.
+struct SweepFaults {
+  int64_t corrupt_check = 0;     // > 0: one element of rank 0's Nth checked result is overwritten before the check
+  int ranks_per_node = 0;        // > 0: consecutive ranks form pretend nodes of this many (intra/inter tiers)
+  uint64_t mpi_count_limit = 0;  // > 0: MPI's per-call count limit lowered to this (large-count paths, small sizes)
 };
 
 // Parses "8", "1K", "128M", "2G" (powers of 1024, as nccl-tests); throws UsageError naming `what`.
@@ -55,8 +61,8 @@ struct Measure {
 struct Row {
   uint64_t size = 0, count = 0;
   Measure oop, ip;
-  double oop_cpu_us = 0, ip_cpu_us = 0;        // host time to issue one call (-C 1 prints it)
-  std::vector<Measure> nodes_oop, nodes_ip;    // intra tier: per node
+  double oop_cpu_us = 0, ip_cpu_us = 0;         // host time to issue one call (-C 1 prints it)
+  std::vector<Measure> nodes_oop, nodes_ip;     // intra tier: per node
   std::vector<double> samples_oop, samples_ip;  // --keep-samples: per-iteration us, max over ranks
 };
 
@@ -73,8 +79,8 @@ struct Block {
   DataType type = DataType::Float32;
   RedOp op = RedOp::None;
   int root = -1;
-  int nranks = 1;   // communicator size of the tier
-  int groups = 1;   // communicators measured at once (nodes for intra)
+  int nranks = 1;  // communicator size of the tier
+  int groups = 1;  // communicators measured at once (nodes for intra)
   std::vector<std::string> group_hosts;
   std::vector<Row> rows;
   double avg_busbw = 0;
@@ -127,7 +133,11 @@ void mark_fabric_blocks(std::vector<Block>& blocks, DataType first_type, RedOp f
 // Runs the whole sweep (all ranks); rank 0 prints and writes the outputs. Returns the exit code on
 // every rank: 0, or 3 when a check or the --min-busbw gate failed (result->verdict says why).
 // Every rank agrees on it, so the caller can return it without aborting the MPI job.
-int run_sweep(const Config& cfg, const SweepOptions& opts, SweepResult* result = nullptr);
+int run_sweep(const Config& cfg, const SweepOptions& opts, SweepResult* result = nullptr,
+              const SweepFaults& faults = {});
+// cairn-sweep's command line (main.cpp is this with no faults; tests/sweep's fault-injecting build passes some):
+// parses argv, starts MPI, runs the sweep or --bench-bare and returns the exit code.
+int sweep_main(int argc, char** argv, const SweepFaults& faults = {});
 // Before anything is measured: rank 0 creates <run_dir>/sweep (with_run_dir) and checks that every
 // file the sweep will write there and --json/-J can be written; otherwise every rank throws the same
 // UsageError (exit 2) naming the path. Collective over MPI_COMM_WORLD.
@@ -146,8 +156,8 @@ struct RunInfo {
   std::vector<std::string> hosts_by_rank;
   int nodes = 1, ranks_per_node = 1;
   bool simulated_nodes = false;
-  std::vector<std::string> env;  // recorded settings "NAME=value" (MALLOC_*, NCCL_*, OMPI_MCA_*, ...)
-  std::string malloc_note;       // what the malloc settings mean for large-message MPI collectives
+  std::vector<std::string> env;                  // recorded settings "NAME=value" (MALLOC_*, NCCL_*, OMPI_MCA_*, ...)
+  std::string malloc_note;                       // what the malloc settings mean for large-message MPI collectives
   std::string start_time, end_time;              // UTC ISO 8601 (provenance, HDF5)
   std::string start_time_local, end_time_local;  // nccl-tests' JSON format, "%Y-%m-%d %H:%M:%S" local
   int nccl_version = 0;                          // NCCL version code (0 on MPI)

@@ -42,7 +42,7 @@ struct Chunk {
   std::vector<int> free_slots;
   int slots_used = 0;
   std::vector<float> recv_host;  // staging of received floats on device backends
-  BackendBuffer grad_in;                     // the received gradient of this chunk's output
+  BackendBuffer grad_in;         // the received gradient of this chunk's output
 
   size_t num_params() const { return model->num_params(); }
   // The rank's shard [shards.lo, shards.hi) of the flat parameters: param_shard (ZeRO-3) or inside the model's.

@@ -14,8 +14,8 @@
 namespace cairn::train::gpu {
 
 // Device binding, memory figures, bf16 switch and NVTX ranges are libcommon's (cairn/gpu.h), shared with cairn-eval.
-using cairn::gpu::DeviceInfo;
 using cairn::gpu::device_used_bytes;
+using cairn::gpu::DeviceInfo;
 using cairn::gpu::peak_allocated_bytes;
 using cairn::gpu::range_pop;
 using cairn::gpu::range_push;
@@ -23,8 +23,8 @@ using cairn::gpu::reset_peak_allocated;
 using cairn::gpu::set_bf16_matmul;
 inline DeviceInfo bind_rank_to_gpu() { return cairn::gpu::bind_rank_to_gpu("[train] backend"); }
 
-// An NCCL communicator over the ranks of an MPI communicator (bootstrapped over it: ncclGetUniqueId on its rank 0,
-// MPI_Bcast, ncclCommInitRank; NCCL ranks are its ranks) with its own non-blocking stream. Every call first makes
+// An NCCL communicator over the ranks of an MPI communicator (libcommon's bootstrap, cairn/gpu_nccl.h: NCCL ranks are
+// its ranks) with its own non-blocking stream. Every call first makes
 // that stream wait for the work already queued on the compute (default) stream, so a call right after a layer's
 // backward overlaps the next layers.
 class Nccl {

@@ -1,5 +1,5 @@
-// CUDA/NCCL implementation of gpu.h (compiled only when the build has CUDA): the NCCL communicator and its stream,
-// and the tensor-parallel collectives over it.
+// CUDA/NCCL implementation of gpu.h (compiled only when the build has CUDA): the NCCL communicator (bootstrapped by
+// libcommon's cairn/gpu_nccl.h) and its stream, and the tensor-parallel collectives over it.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "cairn/error.h"
-#include "cairn/log.h"
+#include "cairn/gpu_check.h"
+#include "cairn/gpu_nccl.h"
 #include "cairn/mpi.h"
 #include "gpu.h"
 
@@ -20,15 +20,17 @@ namespace cairn::train::gpu {
 
 namespace {
 
-void cuda_check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw RuntimeError(strprintf("CUDA: %s: %s", what, cudaGetErrorString(err)));
-}
-
-void nccl_check(ncclResult_t r, const char* what, ncclComm_t comm = nullptr) {
-  if (r == ncclSuccess) return;
-  const char* detail = comm ? ncclGetLastError(comm) : nullptr;
-  throw RuntimeError(strprintf("NCCL: %s: %s%s%s", what, ncclGetErrorString(r), detail && *detail ? ": " : "",
-                               detail ? detail : ""));
+// Queues the calls of `group` (one NCCL call per peer) inside one NCCL group; a failed call still closes the group.
+template <class F>
+void nccl_group(F&& group) {
+  CAIRN_NCCL_CHECK(ncclGroupStart());
+  try {
+    group();
+  } catch (...) {
+    ncclGroupEnd();
+    throw;
+  }
+  CAIRN_NCCL_CHECK(ncclGroupEnd());
 }
 
 }  // namespace
@@ -43,14 +45,14 @@ struct Nccl::Impl {
   // The communication stream waits (on the device, not the host) for what is queued on the legacy default
   // stream, where the CUDA backend runs every kernel.
   void after_compute() {
-    cuda_check(cudaEventRecord(compute_done, cudaStreamLegacy), "cudaEventRecord");
-    cuda_check(cudaStreamWaitEvent(stream, compute_done, 0), "cudaStreamWaitEvent");
+    CAIRN_CUDA_CHECK(cudaEventRecord(compute_done, cudaStreamLegacy));
+    CAIRN_CUDA_CHECK(cudaStreamWaitEvent(stream, compute_done, 0));
   }
   // The other way round: what is queued on the compute stream from now on waits for the communication stream's
   // work so far (tensor-parallel results are used by the very next kernel).
   void compute_after() {
-    cuda_check(cudaEventRecord(comm_done, stream), "cudaEventRecord");
-    cuda_check(cudaStreamWaitEvent(cudaStreamLegacy, comm_done, 0), "cudaStreamWaitEvent");
+    CAIRN_CUDA_CHECK(cudaEventRecord(comm_done, stream));
+    CAIRN_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, comm_done, 0));
   }
 };
 
@@ -59,14 +61,11 @@ Nccl::Nccl(MPI_Comm comm) : impl_(new Impl) {
   try {
     mpi::check(MPI_Comm_rank(comm, &m.rank), "MPI_Comm_rank");
     mpi::check(MPI_Comm_size(comm, &m.world), "MPI_Comm_size");
-    ncclUniqueId id{};
-    if (m.rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    mpi::check(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, comm), "MPI_Bcast (NCCL id)");
     // Non-blocking: kernels on the legacy default stream must not implicitly wait for communication.
-    cuda_check(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-    cuda_check(cudaEventCreateWithFlags(&m.compute_done, cudaEventDisableTiming), "cudaEventCreate");
-    cuda_check(cudaEventCreateWithFlags(&m.comm_done, cudaEventDisableTiming), "cudaEventCreate");
-    nccl_check(ncclCommInitRank(&m.comm, m.world, id, m.rank), "ncclCommInitRank");
+    CAIRN_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+    CAIRN_CUDA_CHECK(cudaEventCreateWithFlags(&m.compute_done, cudaEventDisableTiming));
+    CAIRN_CUDA_CHECK(cudaEventCreateWithFlags(&m.comm_done, cudaEventDisableTiming));
+    m.comm = cairn::gpu::nccl_comm_from_mpi(comm);  // on the GPU trainer setup bound (bind_rank_to_gpu)
   } catch (...) {
     if (m.comm_done) cudaEventDestroy(m.comm_done);
     if (m.compute_done) cudaEventDestroy(m.compute_done);
@@ -96,28 +95,23 @@ Nccl::~Nccl() {
 void Nccl::all_reduce(float* buf, size_t count) {
   if (count == 0) return;
   impl_->after_compute();
-  nccl_check(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, impl_->comm, impl_->stream), "ncclAllReduce",
-             impl_->comm);
+  CAIRN_NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, impl_->comm, impl_->stream));
 }
 
 void Nccl::reduce_to_shards(const float* g, size_t lo, size_t hi, size_t shard, size_t N, float* shard_out) {
   if (hi <= lo) return;
   Impl& m = *impl_;
   m.after_compute();
-  nccl_check(ncclGroupStart(), "ncclGroupStart");
-  for (int r = 0; r < m.world; ++r) {
-    size_t s0 = std::min(N, shard * static_cast<size_t>(r)), s1 = std::min(N, s0 + shard);
-    size_t a = std::max(lo, s0), b = std::min(hi, s1);
-    if (a >= b) continue;
-    // recvbuff is only written on the root; other ranks pass their own (valid, untouched) shard buffer.
-    float* recv = r == m.rank ? shard_out + (a - s0) : shard_out;
-    ncclResult_t rc = ncclReduce(g + a, recv, b - a, ncclFloat32, ncclSum, r, m.comm, m.stream);
-    if (rc != ncclSuccess) {
-      ncclGroupEnd();
-      nccl_check(rc, "ncclReduce", m.comm);
+  nccl_group([&] {
+    for (int r = 0; r < m.world; ++r) {
+      size_t s0 = std::min(N, shard * static_cast<size_t>(r)), s1 = std::min(N, s0 + shard);
+      size_t a = std::max(lo, s0), b = std::min(hi, s1);
+      if (a >= b) continue;
+      // recvbuff is only written on the root; other ranks pass their own (valid, untouched) shard buffer.
+      float* recv = r == m.rank ? shard_out + (a - s0) : shard_out;
+      CAIRN_NCCL_CHECK(ncclReduce(g + a, recv, b - a, ncclFloat32, ncclSum, r, m.comm, m.stream));
     }
-  }
-  nccl_check(ncclGroupEnd(), "ncclGroupEnd (reduce to shards)", m.comm);
+  });
 }
 
 void Nccl::all_gather_shards(float* p, size_t shard, size_t N) {
@@ -125,40 +119,36 @@ void Nccl::all_gather_shards(float* p, size_t shard, size_t N) {
   if (N == 0) return;
   m.after_compute();
   if (shard * static_cast<size_t>(m.world) == N) {
-    nccl_check(ncclAllGather(p + shard * static_cast<size_t>(m.rank), p, shard, ncclFloat32, m.comm, m.stream),
-               "ncclAllGather", m.comm);
+    CAIRN_NCCL_CHECK(ncclAllGather(p + shard * static_cast<size_t>(m.rank), p, shard, ncclFloat32, m.comm, m.stream));
     return;
   }
-  nccl_check(ncclGroupStart(), "ncclGroupStart");
-  for (int r = 0; r < m.world; ++r) {
-    size_t a = std::min(N, shard * static_cast<size_t>(r)), b = std::min(N, a + shard);
-    if (a >= b) continue;
-    ncclResult_t rc = ncclBroadcast(p + a, p + a, b - a, ncclFloat32, r, m.comm, m.stream);
-    if (rc != ncclSuccess) {
-      ncclGroupEnd();
-      nccl_check(rc, "ncclBroadcast", m.comm);
+  nccl_group([&] {
+    for (int r = 0; r < m.world; ++r) {
+      size_t a = std::min(N, shard * static_cast<size_t>(r)), b = std::min(N, a + shard);
+      if (a >= b) continue;
+      CAIRN_NCCL_CHECK(ncclBroadcast(p + a, p + a, b - a, ncclFloat32, r, m.comm, m.stream));
     }
-  }
-  nccl_check(ncclGroupEnd(), "ncclGroupEnd (all-gather shards)", m.comm);
+  });
 }
 
-void Nccl::wait() { cuda_check(cudaStreamSynchronize(impl_->stream), "cudaStreamSynchronize (NCCL stream)"); }
+void Nccl::wait() { CAIRN_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
 
 gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
-  // One collective on the communicator's stream, fenced by events against the compute stream on both sides (NCCL is
-  // never handed the legacy default stream itself); timed, when asked, between host synchronizations.
-  auto run = [m = comm.impl_, on_call = std::move(on_call)](const char* what, auto&& op) {
+  // One collective (`op` issues and checks it) on the communicator's stream, fenced by events against the compute
+  // stream on both sides (NCCL is never handed the legacy default stream itself); timed, when asked, between host
+  // synchronizations.
+  auto run = [m = comm.impl_, on_call = std::move(on_call)](auto&& op) {
     std::chrono::steady_clock::time_point t0;
     if (on_call) {
       // The compute work queued before the call is not the collective's time.
-      cuda_check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize (compute, before a TP collective)");
+      CAIRN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
       t0 = std::chrono::steady_clock::now();
     }
     m->after_compute();
-    nccl_check(op(m->comm, m->stream), what, m->comm);
+    op(m->comm, m->stream);
     m->compute_after();
     if (on_call) {
-      cuda_check(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize (tensor-parallel collective)");
+      CAIRN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
       on_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   };
@@ -166,20 +156,18 @@ gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
   gpt::TpComm c;
   c.all_reduce = [run](float* buf, size_t n) {
     if (n == 0) return;
-    run("ncclAllReduce (tensor parallel)", [&](ncclComm_t nc, cudaStream_t s) {
-      return ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, nc, s);
+    run([&](ncclComm_t nc, cudaStream_t s) {
+      CAIRN_NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, nc, s));
     });
   };
   c.all_gather = [run](float* full, const float* part, size_t n) {
     if (n == 0) return;
-    run("ncclAllGather (tensor parallel)", [&](ncclComm_t nc, cudaStream_t s) {
-      return ncclAllGather(part, full, n, ncclFloat32, nc, s);
-    });
+    run([&](ncclComm_t nc, cudaStream_t s) { CAIRN_NCCL_CHECK(ncclAllGather(part, full, n, ncclFloat32, nc, s)); });
   };
   c.reduce_scatter = [run](float* part, const float* full, size_t n) {
     if (n == 0) return;
-    run("ncclReduceScatter (tensor parallel)", [&](ncclComm_t nc, cudaStream_t s) {
-      return ncclReduceScatter(full, part, n, ncclFloat32, ncclSum, nc, s);
+    run([&](ncclComm_t nc, cudaStream_t s) {
+      CAIRN_NCCL_CHECK(ncclReduceScatter(full, part, n, ncclFloat32, ncclSum, nc, s));
     });
   };
   return c;

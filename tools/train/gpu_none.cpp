@@ -6,7 +6,9 @@
 namespace cairn::train::gpu {
 
 namespace {
-[[noreturn]] void no_cuda() { throw UsageError("this cairn-train was built without CUDA (configure with -DCAIRN_CUDA=ON)"); }
+[[noreturn]] void no_cuda() {
+  throw UsageError("this cairn-train was built without CUDA (configure with -DCAIRN_CUDA=ON)");
+}
 }  // namespace
 
 struct Nccl::Impl {};

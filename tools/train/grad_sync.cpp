@@ -155,8 +155,9 @@ class NcclGradSync final : public GradSync {
 
 }  // namespace
 
-std::unique_ptr<GradSync> make_grad_sync(bool nccl, MPI_Comm comm, const kernels::Backend& backend, const Shards& shards,
-                                         float* grads, float* shard_grads, double bucket_bytes, StepTrace& trace) {
+std::unique_ptr<GradSync> make_grad_sync(bool nccl, MPI_Comm comm, const kernels::Backend& backend,
+                                         const Shards& shards, float* grads, float* shard_grads, double bucket_bytes,
+                                         StepTrace& trace) {
   if (nccl) return std::make_unique<NcclGradSync>(comm, backend, shards, grads, shard_grads, bucket_bytes, trace);
   return std::make_unique<MpiGradSync>(comm, shards, grads, shard_grads, bucket_bytes, trace);
 }

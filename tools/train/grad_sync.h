@@ -15,7 +15,8 @@
 namespace cairn::train {
 
 // How the flat parameter range [0, N) is split over a data-parallel group: rank r owns [begin(r), end(r)) and
-// updates the optimizer state of [lo, hi) = its own. shard == 0: not split (no ZeRO, or a group of one), lo = 0, hi = N.
+// updates the optimizer state of [lo, hi) = its own. shard == 0: not split (no ZeRO, or a group of one), lo = 0, hi =
+// N.
 struct Shards {
   size_t N = 0, shard = 0, lo = 0, hi = 0;
   int rank = 0, size = 1;  // in the group's communicator
@@ -74,7 +75,8 @@ class GradSync {
 // MPI (host buffers): MPI_Iallreduce / MPI_Ireduce_scatter per bucket, MPI_Allgatherv for the parameters.
 // NCCL (device buffers, backend "cuda"): gpu::Nccl over the same group, on its own stream behind the compute stream.
 // comm: the data-parallel group (its rank and size are those of shards).
-std::unique_ptr<GradSync> make_grad_sync(bool nccl, MPI_Comm comm, const kernels::Backend& backend, const Shards& shards,
-                                         float* grads, float* shard_grads, double bucket_bytes, StepTrace& trace);
+std::unique_ptr<GradSync> make_grad_sync(bool nccl, MPI_Comm comm, const kernels::Backend& backend,
+                                         const Shards& shards, float* grads, float* shard_grads, double bucket_bytes,
+                                         StepTrace& trace);
 
 }  // namespace cairn::train

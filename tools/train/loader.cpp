@@ -10,11 +10,6 @@
 
 namespace cairn::train {
 
-std::mutex& hdf5_mutex() {
-  static std::mutex m;
-  return m;
-}
-
 namespace {
 uint64_t splitmix64(uint64_t& s) {
   uint64_t z = (s += 0x9E3779B97F4A7C15ull);
@@ -59,7 +54,7 @@ std::vector<uint64_t> batch_windows(const WindowIndex& idx, uint64_t seed, int64
 }
 
 Loader::Loader(const shards::Dataset& ds, const WindowIndex& idx, LoaderOptions opt) : ds_(ds), idx_(idx), opt_(opt) {
-  std::lock_guard<std::mutex> lk(hdf5_mutex());
+  std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
   for (size_t i = 0; i < ds.num_shards(); ++i) shards_.push_back(ds.shard(i));
   verified_ = std::make_unique<std::once_flag[]>(ds.num_shards());
 }
@@ -82,7 +77,7 @@ void Loader::read_window(uint64_t w, uint32_t* row) const {
       std::copy(p, p + n, row);
     }
   } else {
-    std::lock_guard<std::mutex> lk(hdf5_mutex());
+    std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
     sh.read_tokens(off, n, row);
   }
   if (opt_.vocab_limit) {
@@ -142,7 +137,8 @@ void Loader::run(int64_t batch) {
   try {
     for (int64_t b = batch;; ++b) {
       for (int k = 0; k < opt_.accum; ++k) {
-        MicroBatch mb = make_batch(batch_windows(idx_, opt_.seed, b, k, opt_.rank, opt_.world, opt_.B, opt_.accum), b, k);
+        MicroBatch mb =
+            make_batch(batch_windows(idx_, opt_.seed, b, k, opt_.rank, opt_.world, opt_.B, opt_.accum), b, k);
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return stop_ || queue_.size() < static_cast<size_t>(opt_.prefetch); });
         if (stop_) return;

@@ -15,15 +15,16 @@
 
 namespace cairn::train {
 
-// HDF5 (the Debian build is not thread-safe) is entered only while holding this lock.
-std::mutex& hdf5_mutex();
+// HDF5 (the Debian build is not thread-safe) is entered only while holding the process's one HDF5 lock, the same
+// one the shard reader takes, so the loader thread's shard checks never run beside a checkpoint save or load.
+using shards::hdf5_mutex;
 
 // Sample w of the dataset is the window of T+1 tokens starting at token w*T of its shard (windows do
 // not cross shards; documents are concatenated with end-of-text as stored). Windows are numbered
 // shard by shard. The validation split is the LAST `val_windows` windows of that numbering (a fixed,
 // unshuffled tail, so cairn-eval can score exactly the same windows); the rest is the training split.
-using shards::WindowIndex;
 using shards::build_window_index;
+using shards::WindowIndex;
 
 // One micro-batch for this rank: B rows of T inputs and T targets (targets = inputs shifted by one).
 struct MicroBatch {
@@ -34,10 +35,10 @@ struct MicroBatch {
 };
 
 struct LoaderOptions {
-  int B = 1;                 // micro-batch rows per rank
+  int B = 1;  // micro-batch rows per rank
   int T = 1;
   int rank = 0, world = 1;
-  int accum = 1;             // micro-steps per global batch
+  int accum = 1;  // micro-steps per global batch
   uint64_t seed = 0;
   int prefetch = 4;          // queue bound (micro-batches)
   uint32_t vocab_limit = 0;  // tokens must be < this (0 = no check)

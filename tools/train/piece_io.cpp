@@ -74,7 +74,8 @@ std::vector<std::pair<size_t, size_t>> norm_ranges(const std::vector<gpt::Tensor
                                                    const gpt::ShardSpec& spec) {
   std::vector<std::pair<size_t, size_t>> out;
   for (const gpt::TensorInfo& t : tensors) {
-    const bool counted = (t.split != gpt::Split::None || spec.tp_rank == 0) && !(t.name == "wte" && !spec.has_embedding);
+    const bool counted =
+        (t.split != gpt::Split::None || spec.tp_rank == 0) && !(t.name == "wte" && !spec.has_embedding);
     if (!counted) continue;
     if (!out.empty() && out.back().first + out.back().second == t.offset) out.back().second += t.size;
     else out.emplace_back(t.offset, t.size);

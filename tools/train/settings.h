@@ -6,6 +6,7 @@
 #include "cairn/config.h"
 #include "cairn/gpt.h"
 #include "cairn/parallel.h"
+#include "cairn/sections.h"
 
 namespace cairn::train {
 
@@ -21,7 +22,7 @@ struct Settings {
   int keep_checkpoints = 1, val_batches = 0, prefetch = 4, log_every = 1;
   std::string resume;
   int zero = 0;
-  parallel::Layout layout;        // [parallel]: dp x tp x pp (v), ZeRO, sp, micro-batch (resolve_layout)
+  parallel::Layout layout;  // [parallel]: dp x tp x pp (v), ZeRO, sp, micro-batch (resolve_layout)
   double bucket_bytes = 0;
   double spike_z = 0;
   int spike_window = 50, spike_min_steps = 20, max_skips = 5;
@@ -31,18 +32,19 @@ struct Settings {
   double peak_tflops = 0;
   int threads = 0;
   std::string backend;
-  bool on_gpu = false;            // backend "cuda": device memory, NCCL between ranks
+  bool on_gpu = false;                              // backend "cuda": device memory, NCCL between ranks
   gpt::Recompute recompute = gpt::Recompute::None;  // [train] / [parallel] recompute (resolve_recompute)
-  bool bf16 = false;              // cuda: precision = "bf16" (bf16 GEMM inputs, fp32 accumulation and state)
+  bool bf16 = false;  // cuda: precision = "bf16" (bf16 GEMM inputs, fp32 accumulation and state)
   std::string run_dir, train_dir, ckpt_dir, data_dir;
-  double val_fraction = 0;
+  double val_fraction = 0;  // [data] val_fraction
+  ModelSection model;       // [model], checked against the dataset when it opens
   // Windows one validation pass scores (val_batches x dp x micro_batch, capped by the split); set once the dataset
   // is open, recorded in checkpoints so cairn-eval's train_val scores exactly these.
   uint64_t val_rows = 0;
 };
 
 // [train] recompute and [parallel] recompute resolved to one mode (usage error when they disagree).
-gpt::Recompute resolve_recompute(const Config& cfg);
+gpt::Recompute resolve_recompute(const TrainSection& train, const ParallelSection& parallel);
 
 // Reads and checks the config; throws UsageError (exit 2) on anything cairn-train cannot run.
 Settings read_settings(const Config& cfg);

@@ -28,18 +28,6 @@ void SpikeWindow::push(double l, double n, size_t cap) {
   while (norm.size() > cap) norm.pop_front();
 }
 
-nlohmann::json SpikeWindow::to_json() const {
-  return {{"loss", std::vector<double>(loss.begin(), loss.end())},
-          {"norm", std::vector<double>(norm.begin(), norm.end())}};
-}
-
-SpikeWindow SpikeWindow::from_json(const nlohmann::json& j) {
-  SpikeWindow w;
-  for (double x : j["loss"]) w.loss.push_back(x);
-  for (double x : j["norm"]) w.norm.push_back(x);
-  return w;
-}
-
 // Calibrated on healthy curves (tools/train/README.md, "Spike rule"): a step's loss is close to normal around the
 // window, its gradient norm is heavy-tailed (healthy steps reach 11 sigma and 4x the window mean on small batches).
 // So the loss is judged by its z-score; the gradient norm by the z-score of its logarithm and, as published
@@ -62,7 +50,8 @@ std::string skip_reason(const Settings& s, const SpikeWindow& window, float loss
     mean /= static_cast<double>(std::max<size_t>(window.norm.size(), 1));
     if (norm > kNormSpikeRatio * mean) {
       const double zn = log_zscore(window.norm, norm);
-      if (zn > s.spike_z) return strprintf("gradient-norm spike (%.1fx the window mean, z of log = %.1f)", norm / mean, zn);
+      if (zn > s.spike_z)
+        return strprintf("gradient-norm spike (%.1fx the window mean, z of log = %.1f)", norm / mean, zn);
     }
   }
   return "";

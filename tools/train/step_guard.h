@@ -15,8 +15,6 @@ struct SpikeWindow {
   std::deque<double> loss, norm;
   static double zscore(const std::deque<double>& w, double x);
   void push(double l, double n, size_t cap);
-  nlohmann::json to_json() const;               // {"loss": [...], "norm": [...]}
-  static SpikeWindow from_json(const nlohmann::json& j);
 };
 
 // Why a step's update must be skipped: a non-finite loss or gradient norm, or a loss / gradient-norm z-score above

@@ -55,24 +55,26 @@ double measure_peak_tflops(const Settings& s, const kernels::Backend& backend) {
 
 }  // namespace
 
-json StepTimes::to_json() const {
-  json j = json::object();
-  for (const auto& [name, field] : kStepTimeFields) j[name] = this->*field;
-  return j;
-}
-
-json StepRecord::to_json(double wall_time) const {
-  json line = {{"kind", "train"}, {"step", step}, {"tokens", tokens}, {"loss", loss}, {"lr", lr},
-               {"grad_norm", grad_norm}, {"tokens_per_s", tokens_per_s}, {"mfu", mfu}, {"tflops", tflops},
-               {"skipped", skipped}, {"skipped_total", skipped_total}, {"time_s", time.to_json()},
-               {"wall_time", wall_time}};
-  if (hfu) line["hfu"] = *hfu;
-  if (mem_gib > 0) line["mem_gib"] = mem_gib;
-  if (peak_mem_gib) line["peak_mem_gib"] = *peak_mem_gib;
-  if (device_mem_gib) line["device_mem_gib"] = *device_mem_gib;
-  if (!std::isfinite(loss)) line["loss"] = nullptr;
-  if (!std::isfinite(grad_norm)) line["grad_norm"] = nullptr;
-  return line;
+records::MetricsLine StepRecord::line(double wall_time) const {
+  records::MetricsLine m;
+  m.kind = "train";
+  m.step = step;
+  m.tokens = tokens;
+  m.loss = loss;  // a non-finite loss or norm is written as null
+  m.lr = lr;
+  m.grad_norm = grad_norm;
+  m.tokens_per_s = tokens_per_s;
+  m.mfu = mfu;
+  m.tflops = tflops;
+  m.skipped = skipped;
+  m.skipped_total = skipped_total;
+  m.time_s = time;
+  m.wall_time = wall_time;
+  m.hfu = hfu;
+  if (mem_gib > 0) m.mem_gib = mem_gib;
+  m.peak_mem_gib = peak_mem_gib;
+  m.device_mem_gib = device_mem_gib;
+  return m;
 }
 
 FlopCounts flop_counts(const Settings& s, const gpt::GptConfig& g, const gpu::DeviceInfo& device,
@@ -110,7 +112,11 @@ void StepReporter::open(const Config& cfg, int64_t step) {
                    cfg.to_toml(true));
   jsonl_ = metrics::JsonlWriter(join_path(s_.train_dir, "metrics.jsonl"), step);
   // Each start (and each resume) records who wrote the lines that follow; readers skip this kind.
-  jsonl_.write({{"kind", "provenance"}, {"step", step}, {"provenance", prov.to_json()}});
+  records::MetricsLine line;
+  line.kind = "provenance";
+  line.step = step;
+  line.provenance = prov.to_json();
+  jsonl_.write(line.to_json());
   if (s_.tensorboard) tb_ = std::make_unique<metrics::TfEventsWriter>(s_.train_dir);
 }
 
@@ -140,14 +146,16 @@ void StepReporter::write(StepRecord& r) {
     r.device_mem_gib = static_cast<double>(gpu::device_used_bytes()) / gib;
     mem_note = strprintf(" | mem %.2f GiB", *r.peak_mem_gib);
   }
-  jsonl_.write(r.to_json(wall_clock()));
+  jsonl_.write(r.line(wall_clock()).to_json());
   if (tb_) {
-    tb_->add_scalars({{"train/loss", r.loss}, {"train/lr", static_cast<float>(r.lr)},
+    tb_->add_scalars({{"train/loss", r.loss},
+                      {"train/lr", static_cast<float>(r.lr)},
                       {"train/grad_norm", static_cast<float>(r.grad_norm)},
                       {"train/tokens_per_s", static_cast<float>(r.tokens_per_s)},
                       {"train/mfu", static_cast<float>(r.mfu)},
                       {"train/skipped_total", static_cast<float>(r.skipped_total)},
-                      {"time/data_s", static_cast<float>(r.time.data)}, {"time/step_s", static_cast<float>(r.time.total)},
+                      {"time/data_s", static_cast<float>(r.time.data)},
+                      {"time/step_s", static_cast<float>(r.time.total)},
                       {"time/forward_s", static_cast<float>(r.time.forward)},
                       {"time/backward_s", static_cast<float>(r.time.backward)},
                       {"time/dp_comm_s", static_cast<float>(r.time.comm)},
@@ -160,19 +168,27 @@ void StepReporter::write(StepRecord& r) {
   if (r.step % s_.log_every == 0 || r.step == s_.steps) {
     double elapsed = now_s() - run_t0_;
     double eta = elapsed / static_cast<double>(r.step - first_step_) * static_cast<double>(s_.steps - r.step);
-    CAIRN_LOG_INFO("step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s | mfu %.1f%% | data %.0f ms%s | ETA %s%s",
-                   static_cast<long long>(r.step), static_cast<long long>(s_.steps), static_cast<double>(r.loss), r.lr,
-                   r.grad_norm, format_rate(r.tokens_per_s).c_str(), 100 * r.mfu, 1e3 * r.time.data, mem_note.c_str(),
-                   format_duration(eta).c_str(), r.skipped ? " | SKIPPED" : "");
+    CAIRN_LOG_INFO(
+        "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s | mfu %.1f%% | data %.0f ms%s | ETA %s%s",
+        static_cast<long long>(r.step), static_cast<long long>(s_.steps), static_cast<double>(r.loss), r.lr,
+        r.grad_norm, format_rate(r.tokens_per_s).c_str(), 100 * r.mfu, 1e3 * r.time.data, mem_note.c_str(),
+        format_duration(eta).c_str(), r.skipped ? " | SKIPPED" : "");
   }
 }
 
 void StepReporter::write_val(int64_t step, int64_t tokens, double val_loss, uint64_t first_window, uint64_t windows) {
   if (s_.rank != 0) return;
   // Which windows were scored, so cairn-eval can reproduce the figure exactly.
-  jsonl_.write({{"kind", "val"}, {"step", step}, {"tokens", tokens}, {"val_loss", val_loss},
-                {"val_first_window", first_window}, {"val_windows", windows}, {"seq_len", s_.T},
-                {"wall_time", wall_clock()}});
+  records::MetricsLine line;
+  line.kind = "val";
+  line.step = step;
+  line.tokens = tokens;
+  line.val_loss = val_loss;
+  line.val_first_window = static_cast<int64_t>(first_window);
+  line.val_windows = static_cast<int64_t>(windows);
+  line.seq_len = s_.T;
+  line.wall_time = wall_clock();
+  jsonl_.write(line.to_json());
   if (tb_) tb_->add_scalar("val/loss", static_cast<float>(val_loss), step, wall_clock());
   CAIRN_LOG_INFO("step %lld | val loss %.4f", static_cast<long long>(step), val_loss);
 }

@@ -13,26 +13,15 @@
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/metrics.h"
+#include "cairn/records.h"
 #include "gpu.h"
 #include "settings.h"
 
 namespace cairn::train {
 
-// Per-rank timing of one step, in seconds; metrics lines carry it as "time_s". A new phase (say tp_comm) is one
-// member here and one row in kStepTimeFields.
-// comm is data-parallel communication (the exposed wait after backward, the ZeRO parameter all-gather); tp_comm the
-// tensor-parallel collectives (inside forward and backward, whose times include them); pp_wait the pipeline's
-// waits for a neighbouring stage's activations or gradients (bubble and point-to-point transfer).
-struct StepTimes {
-  double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, total = 0, tp_comm = 0, pp_wait = 0;
-  nlohmann::json to_json() const;  // {"data": s, "forward": s, ...}
-};
-
-// The names of StepTimes' fields in metrics.jsonl's "time_s".
-inline constexpr std::pair<const char*, double StepTimes::*> kStepTimeFields[] = {
-    {"data", &StepTimes::data}, {"forward", &StepTimes::forward},     {"backward", &StepTimes::backward},
-    {"comm", &StepTimes::comm}, {"optimizer", &StepTimes::optimizer}, {"total", &StepTimes::total},
-    {"tp_comm", &StepTimes::tp_comm}, {"pp_wait", &StepTimes::pp_wait}};
+// Per-rank timing of one step, in seconds; metrics lines carry it as "time_s". Its phases are listed once, in
+// cairn/records.h (CAIRN_STEP_TIME_FIELDS), with what each one counts.
+using StepTimes = records::StepTimes;
 
 // One optimizer step as rank 0 reports it (the time split is rank 0's).
 struct StepRecord {
@@ -48,7 +37,7 @@ struct StepRecord {
   std::optional<double> peak_mem_gib, device_mem_gib;  // GPU: rank 0's device memory
   double mem_gib = 0;  // the most any rank holds in cairn's buffers: parameters, gradients, optimizer, activations
 
-  nlohmann::json to_json(double wall_time) const;  // a metrics.jsonl "train" line
+  records::MetricsLine line(double wall_time) const;  // a metrics.jsonl "train" line
 };
 
 // What MFU is computed from: model FLOPs per token (the cost model's, 3 x forward: Megatron's accounting, the figure

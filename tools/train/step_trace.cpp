@@ -26,8 +26,8 @@ void StepTrace::name_rows() {
   trace_.name_thread(rank_, 1, "comm");
 }
 
-void StepTrace::event(const std::string& name, const std::string& cat, double t0, double t1,
-                      const nlohmann::json& args, int tid) {
+void StepTrace::event(const std::string& name, const std::string& cat, double t0, double t1, const nlohmann::json& args,
+                      int tid) {
   if (!active_) return;
   // Both ends through the same monotonic conversion: what nests (or touches) in seconds nests in microseconds.
   const int64_t ts = metrics::Trace::to_us(t0, epoch_), end = metrics::Trace::to_us(std::max(t0, t1), epoch_);
@@ -61,9 +61,12 @@ void StepTrace::flush() {
     for (const auto& txt : all) merged.append(nlohmann::json::parse(txt));
     merged.rebase();
     std::string path = join_path(train_dir_, "trace.json");
-    atomic_write(path, merged.to_json({{"steps", steps_}, {"first_step", a_}, {"last_step", b_ - 1},
+    atomic_write(path, merged.to_json({{"steps", steps_},
+                                       {"first_step", a_},
+                                       {"last_step", b_ - 1},
                                        {"step_numbering", "1-based, half-open a:b = steps a..b-1"},
-                                       {"time_unit", "integer microseconds"}, {"world_size", world_},
+                                       {"time_unit", "integer microseconds"},
+                                       {"world_size", world_},
                                        {"provenance", provenance().to_json()}}));
     CAIRN_LOG_INFO("trace of steps %lld..%lld written to \"%s\"", static_cast<long long>(a_),
                    static_cast<long long>(b_ - 1), path.c_str());

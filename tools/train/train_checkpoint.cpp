@@ -4,12 +4,13 @@
 #include <filesystem>
 #include <vector>
 
+#include "backend_buffer.h"
 #include "cairn/checkpoint.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
-#include "backend_buffer.h"
+#include "cairn/records.h"
 #include "loader.h"
 #include "step_trace.h"
 
@@ -19,10 +20,23 @@ using nlohmann::json;
 namespace cairn::train {
 
 json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g) {
-  return {{"step", p.step}, {"tokens", p.tokens}, {"batch", p.batch}, {"adam_step", p.adam_step},
-          {"skipped_total", g.skipped_total}, {"consecutive_skips", g.consecutive}, {"spikes", g.spikes.to_json()},
-          {"seed", s.seed}, {"world_size", s.world}, {"zero", s.zero}, {"layout", parallel::describe(s.layout)},
-          {"dp", s.layout.dp}, {"micro_batch", s.micro}, {"val_rows", s.val_rows}};
+  records::TrainState st;
+  st.step = p.step;
+  st.tokens = p.tokens;
+  st.batch = p.batch;
+  st.adam_step = p.adam_step;
+  st.skipped_total = g.skipped_total;
+  st.consecutive_skips = g.consecutive;
+  st.spikes = records::TrainState::Spikes{{g.spikes.loss.begin(), g.spikes.loss.end()},
+                                          {g.spikes.norm.begin(), g.spikes.norm.end()}};
+  st.seed = s.seed;
+  st.world_size = s.world;
+  st.zero = s.zero;
+  st.layout = parallel::describe(s.layout);
+  st.dp = s.layout.dp;
+  st.micro_batch = s.micro;
+  st.val_rows = s.val_rows;
+  return st.to_json();
 }
 
 std::string TrainCheckpoints::resume_dir() const {
@@ -48,17 +62,18 @@ std::string TrainCheckpoints::resume_dir() const {
 }
 
 void TrainCheckpoints::load(const std::string& dir, TrainProgress& p, StepGuard& g) const {
-  std::lock_guard<std::mutex> lk(hdf5_mutex());
+  std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
   checkpoint::ModelMeta meta = checkpoint::read_model_meta(dir);
   const gpt::GptConfig& c = meta.config;
   const gpt::GptConfig& want = config_;
   if (c.layers != want.layers || c.hidden != want.hidden || c.heads != want.heads || c.vocab != want.vocab ||
       c.seq_len != want.seq_len) {
-    throw UsageError(file_message("cannot resume from", dir,
-                                  strprintf("checkpoint model (layers %d, hidden %d, heads %d, seq %d, vocab %d) differs "
-                                            "from [model] (layers %d, hidden %d, heads %d, seq %d, vocab %d)",
-                                            c.layers, c.hidden, c.heads, c.seq_len, c.vocab, want.layers, want.hidden,
-                                            want.heads, want.seq_len, want.vocab)));
+    throw UsageError(
+        file_message("cannot resume from", dir,
+                     strprintf("checkpoint model (layers %d, hidden %d, heads %d, seq %d, vocab %d) differs "
+                               "from [model] (layers %d, hidden %d, heads %d, seq %d, vocab %d)",
+                               c.layers, c.hidden, c.heads, c.seq_len, c.vocab, want.layers, want.hidden, want.heads,
+                               want.seq_len, want.vocab)));
   }
   // The whole model, then each chunk's pieces of it; the moments of [lo, hi) of each chunk likewise.
   const std::vector<gpt::TensorInfo> whole_tensors = gpt::piece_tensors(config_, gpt::ShardSpec{});
@@ -88,14 +103,20 @@ void TrainCheckpoints::load(const std::string& dir, TrainProgress& p, StepGuard&
       backend_.copy_to_device(ch.v.data(), v.data(), v.size() * sizeof(float));
     }
   }
-  const json& st = meta.train_state;
-  p.step = st.value("step", meta.step);
-  p.tokens = st.value("tokens", meta.tokens);
-  p.batch = st.value("batch", p.step);
-  p.adam_step = st.value("adam_step", adam_step);
-  g.skipped_total = st.value("skipped_total", int64_t{0});
-  g.consecutive = st.value("consecutive_skips", 0);
-  g.spikes = st.contains("spikes") ? SpikeWindow::from_json(st["spikes"]) : SpikeWindow{};
+  // Checkpoints written before a key existed lack it: the model file's own figures, or a fresh start's.
+  const records::TrainState st = records::TrainState::from_json(
+      JsonFields(meta.train_state, join_path(dir, "model.h5"), "checkpoint train_state"));
+  p.step = st.step.value_or(meta.step);
+  p.tokens = st.tokens.value_or(meta.tokens);
+  p.batch = st.batch.value_or(p.step);
+  p.adam_step = st.adam_step.value_or(adam_step);
+  g.skipped_total = st.skipped_total.value_or(0);
+  g.consecutive = static_cast<int>(st.consecutive_skips.value_or(0));
+  g.spikes = SpikeWindow{};
+  if (st.spikes) {
+    g.spikes.loss.assign(st.spikes->loss.begin(), st.spikes->loss.end());
+    g.spikes.norm.assign(st.spikes->norm.begin(), st.spikes->norm.end());
+  }
 }
 
 std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) const {
@@ -158,7 +179,7 @@ void TrainCheckpoints::write_files(const std::string& tmp, const TrainProgress& 
     reduce_to_root(m, MPI_COMM_WORLD);
     reduce_to_root(v, MPI_COMM_WORLD);
   }
-  std::lock_guard<std::mutex> lk(hdf5_mutex());
+  std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
   if (s_.rank == 0) {
     checkpoint::ModelMeta meta;
     meta.config = config_;

@@ -20,9 +20,9 @@ namespace cairn::train {
 
 // Where the run is (kept in checkpoints with the StepGuard's counters and spike window).
 struct TrainProgress {
-  int64_t step = 0;    // completed steps
+  int64_t step = 0;  // completed steps
   int64_t tokens = 0;
-  int64_t batch = 0;   // data position: next global batch to read
+  int64_t batch = 0;  // data position: next global batch to read
   int64_t adam_step = 0;
 };
 

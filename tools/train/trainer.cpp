@@ -3,8 +3,6 @@
 #include "trainer.h"
 
 #include <signal.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,19 +14,19 @@
 #include <memory>
 
 #include "backend_buffer.h"
-#include "cairn/gpt_mpi.h"
-#include "cairn/parallel.h"
-#include "cairn/pipeline.h"
-#include "chunk.h"
 #include "cairn/checkpoint.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/gpt.h"
+#include "cairn/gpt_mpi.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
+#include "cairn/parallel.h"
+#include "cairn/pipeline.h"
 #include "cairn/provenance.h"
 #include "cairn/shards.h"
+#include "chunk.h"
 #include "gpu.h"
 #include "grad_sync.h"
 #include "loader.h"
@@ -64,7 +62,7 @@ class Trainer {
   void init_or_resume();
   void load_checkpoint(const std::string& dir);
   void write_checkpoint();
-  bool params_finite() const;        // collective: every parameter of the model is finite
+  bool params_finite() const;       // collective: every parameter of the model is finite
   void retire_newer_checkpoints();  // after an explicit --resume DIR: the checkpoints it diverges from
   void hook(const char* point, int64_t step) {
     if (hooks_.at) hooks_.at(point, step);
@@ -201,7 +199,7 @@ void Trainer::bind_backend() {
 // The dataset, the model's sizes and the windows; then the output directory, which must be writable.
 void Trainer::open_dataset() {
   {
-    std::lock_guard<std::mutex> lk(hdf5_mutex());
+    std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
     if (!path_exists(join_path(s_.data_dir, "index.json"))) {
       throw UsageError(file_message("cannot open dataset", s_.data_dir,
                                     "no index.json (run cairn-reshard first or set [data] path)"));
@@ -209,25 +207,26 @@ void Trainer::open_dataset() {
     ds_ = std::make_unique<shards::Dataset>(shards::Dataset::open(s_.data_dir));
   }
   uint32_t data_vocab = ds_->vocab_size();
-  int64_t vocab = cfg_.get_int("model.vocab");
+  int64_t vocab = s_.model.vocab;
   if (vocab == 0) vocab = (static_cast<int64_t>(data_vocab) + 63) / 64 * 64;
   if (static_cast<int64_t>(data_vocab) > vocab) {
     throw UsageError(strprintf("[model] vocab = %lld but the dataset \"%s\" has token ids up to %u (vocab_size %u); "
                                "set vocab = 0 to take it from the dataset",
                                static_cast<long long>(vocab), s_.data_dir.c_str(), data_vocab - 1, data_vocab));
   }
-  gcfg_.layers = static_cast<int>(cfg_.get_int("model.layers"));
-  gcfg_.hidden = static_cast<int>(cfg_.get_int("model.hidden"));
-  gcfg_.heads = static_cast<int>(cfg_.get_int("model.heads"));
+  gcfg_.layers = s_.model.layers;
+  gcfg_.hidden = static_cast<int>(s_.model.hidden);
+  gcfg_.heads = s_.model.heads;
   gcfg_.seq_len = s_.T;
   gcfg_.vocab = static_cast<int>(vocab);
   gcfg_.vocab_real = static_cast<int>(data_vocab);
   if (gcfg_.hidden % gcfg_.heads != 0) {
     throw UsageError(strprintf("[model] hidden = %d is not divisible by heads = %d", gcfg_.hidden, gcfg_.heads));
   }
-  int64_t kv = cfg_.get_int("model.kv_heads"), ffn = cfg_.get_int("model.ffn_hidden");
-  if ((kv != 0 && kv != gcfg_.heads) || (ffn != 0 && ffn != 4 * gcfg_.hidden) || !cfg_.get_bool("model.tied_embeddings")) {
-    throw UsageError("[model] kv_heads, ffn_hidden and tied_embeddings must keep GPT-2's values (0, 0, true) for cairn-train");
+  const int64_t kv = s_.model.kv_heads, ffn = s_.model.ffn_hidden;
+  if ((kv != 0 && kv != gcfg_.heads) || (ffn != 0 && ffn != 4 * gcfg_.hidden) || !s_.model.tied_embeddings) {
+    throw UsageError(
+        "[model] kv_heads, ffn_hidden and tied_embeddings must keep GPT-2's values (0, 0, true) for cairn-train");
   }
 
   widx_ = build_window_index(*ds_, s_.T, s_.val_fraction, s_.val_every > 0 ? 1 : 0);
@@ -291,7 +290,7 @@ void Trainer::build_model() {
     ch.model->set_forward_layer_hook([this](int layer) {
       if (!trace_.active()) return;
       double t = now_s();
-      std::string name = layer < 0                ? std::string("forward embeddings")
+      std::string name = layer < 0               ? std::string("forward embeddings")
                          : layer >= gcfg_.layers ? std::string("forward head/loss")
                                                  : strprintf("forward h.%d", layer);
       trace_.event(name, "layer", last_fwd_time_, t);
@@ -335,7 +334,8 @@ void Trainer::build_model() {
   lo.prefetch = s_.prefetch;
   lo.vocab_limit = ds_->vocab_size();
   loader_ = std::make_unique<Loader>(*ds_, widx_, lo);
-  s_.val_rows = static_cast<uint64_t>(val_micro_batches()) * static_cast<uint64_t>(L.dp) * static_cast<uint64_t>(s_.micro);
+  s_.val_rows =
+      static_cast<uint64_t>(val_micro_batches()) * static_cast<uint64_t>(L.dp) * static_cast<uint64_t>(s_.micro);
   checkpoints_ = std::make_unique<TrainCheckpoints>(cfg_, s_, gcfg_, *groups_, chunks_, *backend_);
 }
 
@@ -354,7 +354,8 @@ void Trainer::log_setup() const {
     CAIRN_LOG_INFO("layout: %s; rank 0 holds %.2fM parameters", parallel::describe(s_.layout).c_str(), mine / 1e6);
   }
   for (const std::string& note : s_.layout.notes) CAIRN_LOG_INFO("%s", note.c_str());
-  CAIRN_LOG_INFO("data: \"%s\": %llu train / %llu val windows; %d data-parallel ranks x micro %d x accum %d = batch %lld (%lld tokens)%s",
+  CAIRN_LOG_INFO("data: \"%s\": %llu train / %llu val windows; %d data-parallel ranks x micro %d x accum %d = batch "
+                 "%lld (%lld tokens)%s",
                  s_.data_dir.c_str(), static_cast<unsigned long long>(widx_.train_windows()),
                  static_cast<unsigned long long>(widx_.val_windows), s_.layout.dp, s_.micro, s_.accum,
                  static_cast<long long>(s_.global_batch), static_cast<long long>(s_.global_batch * s_.T),
@@ -390,7 +391,8 @@ void Trainer::init_or_resume() {
   for (Chunk& ch : chunks_) {
     if (!ch.zero) continue;
     if (ch.param_shard.data() && ch.model->params())
-      backend_->copy_device(ch.param_shard.data(), ch.model->params() + ch.shards.lo, ch.shards.count() * sizeof(float));
+      backend_->copy_device(ch.param_shard.data(), ch.model->params() + ch.shards.lo,
+                            ch.shards.count() * sizeof(float));
     ch.model->set_unit_storage(ch.zero->storage());
   }
 }
@@ -433,33 +435,33 @@ void Trainer::retire_newer_checkpoints() {
   bool ok = true;
   std::string err;
   if (s_.rank == 0) try {
-    std::vector<std::string> moved;
-    std::string dest;
-    for (const checkpoint::Entry& e : checkpoint::list(s_.ckpt_dir, false)) {
-      if (e.step <= progress_.step) continue;
-      if (dest.empty()) {
-        char stamp[32];
-        const time_t now = time(nullptr);
-        struct tm t {};
-        gmtime_r(&now, &t);
-        strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &t);
-        dest = join_path(join_path(s_.train_dir, "retired"), stamp);
-        ensure_dir(dest);
+      std::vector<std::string> moved;
+      std::string dest;
+      for (const checkpoint::Entry& e : checkpoint::list(s_.ckpt_dir, false)) {
+        if (e.step <= progress_.step) continue;
+        if (dest.empty()) {
+          char stamp[32];
+          const time_t now = time(nullptr);
+          struct tm t {};
+          gmtime_r(&now, &t);
+          strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &t);
+          dest = join_path(join_path(s_.train_dir, "retired"), stamp);
+          ensure_dir(dest);
+        }
+        const std::string name = std::filesystem::path(e.dir).filename().string();
+        std::filesystem::rename(e.dir, join_path(dest, name));
+        moved.push_back(name);
       }
-      const std::string name = std::filesystem::path(e.dir).filename().string();
-      std::filesystem::rename(e.dir, join_path(dest, name));
-      moved.push_back(name);
+      if (!moved.empty()) {
+        std::string names;
+        for (const std::string& m : moved) names += (names.empty() ? "" : ", ") + m;
+        CAIRN_LOG_WARN("rollback to step %lld: retired the checkpoints of the abandoned run (%s) to \"%s\"",
+                       static_cast<long long>(progress_.step), names.c_str(), dest.c_str());
+      }
+    } catch (const std::exception& e) {
+      ok = false;
+      err = std::string("cannot retire the checkpoints newer than the rollback: ") + e.what();
     }
-    if (!moved.empty()) {
-      std::string names;
-      for (const std::string& m : moved) names += (names.empty() ? "" : ", ") + m;
-      CAIRN_LOG_WARN("rollback to step %lld: retired the checkpoints of the abandoned run (%s) to \"%s\"",
-                     static_cast<long long>(progress_.step), names.c_str(), dest.c_str());
-    }
-  } catch (const std::exception& e) {
-    ok = false;
-    err = std::string("cannot retire the checkpoints newer than the rollback: ") + e.what();
-  }
   mpi::agree_or_throw(ok, err, kExitRuntime);
 }
 
@@ -507,8 +509,8 @@ const MicroBatch& Trainer::micro_batch(int k, StepTimes& tm) {
     micro_.push_back(loader_->next(&wait));
     phase_end();
     tm.data += wait;
-    trace_.event("data", "phase", t0, now_s(), {{"micro", static_cast<int>(micro_.size()) - 1},
-                                                 {"batch", micro_.back().batch}});
+    trace_.event("data", "phase", t0, now_s(),
+                 {{"micro", static_cast<int>(micro_.size()) - 1}, {"batch", micro_.back().batch}});
   }
   return micro_[static_cast<size_t>(k)];
 }
@@ -574,8 +576,8 @@ void Trainer::forward_action(const pipeline::Action& a, StepTimes& tm) {
   };
   double t1 = now_s();
   if (!ch.spec.has_embedding) {
-    double wait = recv_floats(ch, ch.model->stage_input(mb.B, mb.T), stream_floats(ch), to_world(peer.recv_from),
-                              peer.recv_tag);
+    double wait =
+        recv_floats(ch, ch.model->stage_input(mb.B, mb.T), stream_floats(ch), to_world(peer.recv_from), peer.recv_tag);
     tm.pp_wait += wait;
     trace_.event("pipeline wait", "comm", t1, now_s(), {{"micro", a.micro}, {"chunk", a.chunk}}, 1);
   }
@@ -760,8 +762,8 @@ int Trainer::val_micro_batches() const {
   // Never more than the split holds: the scored windows are then exactly the first
   // val_micro_batches() x data-parallel ranks x micro_batch windows of the validation split, each once.
   uint64_t per_pass = static_cast<uint64_t>(s_.layout.dp) * s_.micro;
-  return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(std::max(s_.val_batches, 0)),
-                                             widx_.val_windows / per_pass));
+  return static_cast<int>(
+      std::min<uint64_t>(static_cast<uint64_t>(std::max(s_.val_batches, 0)), widx_.val_windows / per_pass));
 }
 
 // Forward passes over the validation windows; with pipeline parallelism each micro-batch walks through the virtual
@@ -879,7 +881,7 @@ void Trainer::restore_after_skips() {
   int64_t resume_batch = progress_.batch, skipped_total = guard_.skipped_total;
   loader_->stop();
   load_checkpoint(last_ckpt_);
-  progress_.batch = resume_batch;       // the data that caused the skips is not replayed
+  progress_.batch = resume_batch;        // the data that caused the skips is not replayed
   guard_.skipped_total = skipped_total;  // skips stay counted across the restore
   guard_.consecutive = 0;
   ++result_.restores;
@@ -910,8 +912,9 @@ static const char* stop_name() {
 // <run>/train/STOPPED: the run stopped on a signal with kExitRequeue, for launchers that lose the exit code.
 void Trainer::write_stopped(const char* why) {
   if (s_.rank != 0) return;
-  json st = {{"exit_code", kExitRequeue}, {"step", progress_.step}, {"signal", stop_name()}, {"reason", why},
-             {"checkpoint", last_ckpt_}, {"provenance", provenance().to_json()}};
+  json st = {{"exit_code", kExitRequeue}, {"step", progress_.step},
+             {"signal", stop_name()},     {"reason", why},
+             {"checkpoint", last_ckpt_},  {"provenance", provenance().to_json()}};
   atomic_write(join_path(s_.train_dir, "STOPPED"), st.dump(1) + "\n");
 }
 
@@ -935,8 +938,8 @@ bool Trainer::checkpoint_or_stop(int64_t step) {
   }
   if (stop && s_.rank == 0) {
     CAIRN_LOG_WARN("stop requested (%s): %s at step %lld; exiting with %d so the job is requeued", stop_name(),
-                   wrote ? "checkpoint written" : "nothing new to save",
-                   static_cast<long long>(progress_.step), kExitRequeue);
+                   wrote ? "checkpoint written" : "nothing new to save", static_cast<long long>(progress_.step),
+                   kExitRequeue);
   }
   if (stop) write_stopped("stop signal during the run");
   return stop;
@@ -962,18 +965,23 @@ void Trainer::finish_run(int exit_code) {
     }
     if (s_.rank == 0) {
       // When the last steps were all skipped, the last checkpoint holds exactly the final model.
-      json fin = {{"step", progress_.step}, {"tokens", progress_.tokens}, {"skipped_total", guard_.skipped_total},
-                  {"checkpoint", last_ckpt_}, {"provenance", provenance().to_json()}};
+      json fin = {{"step", progress_.step},
+                  {"tokens", progress_.tokens},
+                  {"skipped_total", guard_.skipped_total},
+                  {"checkpoint", last_ckpt_},
+                  {"provenance", provenance().to_json()}};
       atomic_write(join_path(s_.train_dir, "FINISHED"), fin.dump(1) + "\n");
     }
     result_.finished_checkpoint = last_ckpt_;
   }
   mpi::barrier();  // FINISHED and the last checkpoint exist for every rank once run() returns
-  if (progress_.step >= s_.steps && exit_code == 0) test_pause("finished");
+  if (progress_.step >= s_.steps && exit_code == 0) hook("finished", progress_.step);
   result_.exit_code = exit_code;
   result_.final_step = progress_.step;
-  result_.params = assemble_params();
-  if (s_.rank != 0) result_.params.clear();
+  if (hooks_.return_params) {  // a test's final-weights comparison: the run itself has its final checkpoint
+    result_.params = assemble_params();
+    if (s_.rank != 0) result_.params.clear();
+  }
 }
 
 // The whole model's parameters on rank 0 (collective): each rank's chunks placed at their whole-model positions.
@@ -1016,7 +1024,6 @@ TrainResult Trainer::run() {
   start_run();
   int exit_code = 0;
   hook("first_step", progress_.step);
-  test_pause("first_step");
   // A signal during start-up (or before it: the handlers are installed first thing in main) stops here: nothing
   // was computed, nothing to save; exit 75 so the job is requeued rather than killed.
   if (progress_.step < s_.steps && stop_requested()) {
@@ -1038,7 +1045,7 @@ TrainResult Trainer::run() {
     report_->flush();
     if (trace_.range_done(step)) trace_.flush();
     hook("step_done", step);
-    if (step == s_.steps) test_pause("last_step");
+    if (step == s_.steps) hook("last_step", step);
     if (checkpoint_or_stop(step)) {
       exit_code = kExitRequeue;
       break;
@@ -1088,21 +1095,6 @@ void install_stop_handlers() {
 
 int stop_signal() { return g_stop_signal; }
 void clear_stop_signal() { g_stop_signal = 0; }
-
-void test_pause(const char* point) {
-  const char* want = std::getenv("CAIRNTEST_TRAIN_PAUSE");
-  const char* file = std::getenv("CAIRNTEST_TRAIN_PAUSE_FILE");
-  if (!want || !file || std::string(want) != point) return;
-  const std::string marker = strprintf("%s.%d", file, static_cast<int>(getpid()));
-  if (FILE* f = std::fopen(marker.c_str(), "w")) {
-    std::fprintf(f, "%s\n", point);
-    std::fclose(f);
-  }
-  for (int i = 0; i < 12000 && g_stop_signal == 0; ++i) {
-    struct timespec ts = {0, 10 * 1000 * 1000};
-    nanosleep(&ts, nullptr);
-  }
-}
 
 TrainResult run_train(const Config& cfg, const TrainHooks& hooks) {
   install_stop_handlers();

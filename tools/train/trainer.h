@@ -19,23 +19,31 @@ constexpr int kExitRequeue = 75;
 // Faults a test can inject at a given step (applied on every rank identically).
 enum class Fault { None, NanGrad, NanLoss, LossSpike };
 
+// What tests inject into a run (cairn-train itself passes none: the binary has no test hooks; tests call run_train or
+// train_main, or run tests/train's cairn-train-pausing, which is train_main with `at` pausing at a named point).
 struct TrainHooks {
   std::function<Fault(int64_t step)> fault;  // step being computed (1-based)
   int64_t stop_after_step = -1;              // behave as if SIGTERM arrived during this step
   // Called at fixed points of the run (a test may raise(SIGTERM) there): "setup" (handlers installed, nothing read
   // yet), "first_step" (set up, before the first step), "step_done" (after each step, before its stop check and
-  // checkpoint; step = that step), "final_checkpoint" (the last checkpoint written, FINISHED not yet), "end".
+  // checkpoint; step = that step), "last_step" (right after "step_done" of the last step), "final_checkpoint" (the
+  // last checkpoint written, FINISHED not yet), "finished" (FINISHED written and seen by every rank), "end"; and
+  // from train_main: "startup" (handlers installed, before MPI starts; not with --print-config), "exit" (the run
+  // returned, before MPI_Finalize).
   std::function<void(const std::string& point, int64_t step)> at;
+  // Fill TrainResult::params: a whole-model host copy gathered on rank 0 (collective), which runs never need for
+  // themselves (the final checkpoint holds the model); tests compare final weights with it.
+  bool return_params = false;
 };
 
 struct TrainResult {
   int exit_code = 0;
   int64_t final_step = 0;
-  std::vector<double> losses;       // per step computed in this process (1-based step order)
-  std::vector<int64_t> steps;       // the step number of each loss
-  std::vector<int> skipped;         // 1 where that step's update was skipped
+  std::vector<double> losses;  // per step computed in this process (1-based step order)
+  std::vector<int64_t> steps;  // the step number of each loss
+  std::vector<int> skipped;    // 1 where that step's update was skipped
   std::vector<double> val_losses;
-  std::vector<float> params;        // final parameters (rank 0)
+  std::vector<float> params;        // final parameters (rank 0, only with TrainHooks::return_params)
   int restores = 0;                 // checkpoint restores after too many skips
   std::string finished_checkpoint;  // the checkpoint FINISHED names ("" when the run did not finish)
 };
@@ -45,17 +53,15 @@ struct TrainResult {
 // first step the run exits 75 with nothing to save, during the run it finishes the step and checkpoints (75), after
 // the last step's stop check the run finishes normally (0).
 void install_stop_handlers();
-int stop_signal();        // the last stop signal received (0: none)
+int stop_signal();         // the last stop signal received (0: none)
 void clear_stop_signal();  // run_train() clears it when it returns (a signal acted on, or one after the last step)
 
-// Test hook for process-level tests: when the environment has CAIRNTEST_TRAIN_PAUSE=<point> (points: "startup" in
-// main before MPI starts, "first_step", "last_step" (after the last step, before its stop check), "finished"
-// (FINISHED written), "exit" (main, before MPI_Finalize)), the process creates ${CAIRNTEST_TRAIN_PAUSE_FILE}.<pid>
-// there and waits (at most 120 s) for a stop signal, so a test signals at a moment it controls, never on a timer.
-void test_pause(const char* point);
-
-// Runs training as configured; called by main() and by tests (MPI must be initialised).
+// Runs training as configured; called by train_main() and by tests (MPI must be initialised).
 TrainResult run_train(const Config& cfg, const TrainHooks& hooks = {});
+
+// cairn-train's command line (main.cpp is this with no hooks): installs the stop handlers first, parses argv,
+// starts MPI, trains and returns the exit code.
+int train_main(int argc, char** argv, const TrainHooks& hooks = {});
 
 // Learning rate at 0-based step s (warmup, then cosine/linear/constant decay to min_lr).
 double learning_rate(int64_t s, int64_t steps, int64_t warmup, double lr, double min_lr, const std::string& schedule);

@@ -13,8 +13,14 @@ namespace cairn::train {
 ZeroUnits::ZeroUnits(MPI_Comm dp, const Shards& shards, std::vector<std::pair<size_t, size_t>> units,
                      const kernels::Backend& backend, bool shard_params, float* param_shard, float* shard_grads,
                      int deferred_unit)
-    : dp_(dp), sh_(shards), units_(std::move(units)), be_(backend), shard_params_(shard_params),
-      param_shard_(param_shard), shard_grads_(shard_grads), deferred_(deferred_unit) {
+    : dp_(dp),
+      sh_(shards),
+      units_(std::move(units)),
+      be_(backend),
+      shard_params_(shard_params),
+      param_shard_(param_shard),
+      shard_grads_(shard_grads),
+      deferred_(deferred_unit) {
   for (const auto& u : units_) max_unit_ = std::max(max_unit_, u.second);
   if (max_unit_ > static_cast<size_t>(INT_MAX)) throw RuntimeError("ZeRO: a unit of the model exceeds MPI's int count");
   grads_of_.assign(units_.size(), nullptr);

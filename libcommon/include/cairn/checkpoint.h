@@ -40,7 +40,7 @@ struct ModelMeta {
   int64_t step = 0;
   int64_t tokens = 0;
   nlohmann::json train_state = nlohmann::json::object();  // trainer's own state (loader position, ...)
-  std::string config_toml;                                 // effective config of the run
+  std::string config_toml;                                // effective config of the run
 };
 
 // Writes model.h5: one dataset per tensor under /params/<HF GPT-2 name> with its shape,
@@ -69,8 +69,7 @@ OptimShard read_optim(const std::string& path);
 // Fills m/v for the parameter range [offset, offset+count) from every optim.rank*.h5 in `dir`
 // (works when the checkpoint was written with another rank count or ZeRO setting). Throws if a
 // part of the range is covered by no file.
-void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, float* m, float* v,
-                      int64_t* adam_step);
+void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, float* m, float* v, int64_t* adam_step);
 
 // Finalises a checkpoint written into `tmp_dir` (all ranks' files present): records sizes and
 // xxh64 of every file, renames tmp_dir to final_dir (replacing an old one), then writes DONE.

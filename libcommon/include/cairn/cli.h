@@ -16,10 +16,10 @@ namespace cairn {
 struct CommonOptions {
   std::vector<std::string> config_files;
   std::vector<std::string> sets;
-  std::string out;         // overrides [run] dir
+  std::string out;  // overrides [run] dir
   bool print_config = false;
   std::string log_level = "info";
-  std::string json_path;   // "" = none, "-" = stdout
+  std::string json_path;  // "" = none, "-" = stdout
   bool log_all_ranks = false;
 };
 
@@ -31,9 +31,8 @@ void add_common_options(CLI::App& app, CommonOptions& opts);
 // assignments a tool derives from its own flags; they rank with --set (after the env).
 Config load_tool_config(const CommonOptions& opts, const std::vector<std::string>& tool_sets = {});
 
-// Typed values of a tool's own flags for config keys, e.g. {{"sweep.iters", 50}, {"sweep.tiers", {"intra"}}}:
+// Typed values of a tool's own flags for config keys (ToolSettings, config.h), e.g. {"sweep.iters", 50}:
 // validated like any key and ranked with --set (after the env), without quoting values as TOML text.
-using ToolSettings = std::vector<std::pair<std::string, json>>;
 Config load_tool_config(const CommonOptions& opts, const ToolSettings& tool_settings);
 
 // If --print-config was given, prints the effective config (with origins) to stdout and returns true.

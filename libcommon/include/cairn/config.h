@@ -15,7 +15,7 @@ using json = nlohmann::json;
 enum class KeyType {
   Bool,
   Int,
-  Float,               // accepts integers too
+  Float,  // accepts integers too
   String,
   StringList,
   IntList,
@@ -31,10 +31,11 @@ struct KeySpec {
   std::string section;  // "train", or nested "report.gates"
   std::string key;      // "steps"; "*" declares an open section whose keys are free (type applies)
   KeyType type = KeyType::String;
-  json default_value;   // null: no default (unset unless configured)
+  json default_value;  // null: no default (unset unless configured)
   std::optional<double> min, max;
   std::vector<std::string> choices;  // for String / StringList / StringOrStringList
   std::string doc;
+  std::string flag;  // a tool flag that sets this key ("-n,--iters"), see add_section_flags
 };
 
 // The registry of every section and key of every tool (llama.cpp-style one common registry),
@@ -57,7 +58,7 @@ class Schema {
   bool has_section(const std::string& section) const;
   bool is_open_section(const std::string& section) const;
   bool has_subsections(const std::string& section) const;  // e.g. "report" for "report.gates"
-  std::vector<std::string> sections() const;  // in declaration order
+  std::vector<std::string> sections() const;               // in declaration order
   const std::vector<KeySpec>& keys() const { return keys_; }
   // "did you mean" for a misspelled section.key ("" if nothing close).
   std::string suggest(const std::string& section, const std::string& key) const;
@@ -90,7 +91,7 @@ class Config {
  public:
   explicit Config(const Schema& schema = registry());
 
-  bool has(const std::string& dotted) const;  // set and not null
+  bool has(const std::string& dotted) const;         // set and not null
   const json& get(const std::string& dotted) const;  // throws UsageError if undeclared
   int64_t get_int(const std::string& dotted) const;
   double get_float(const std::string& dotted) const;
@@ -127,6 +128,16 @@ class Config {
   std::vector<std::string> files_read_;
 };
 
+// A value a tool's own flag gives a config key, ranked with --set (after the env) and validated like any key;
+// `flag` ("--steps") names it in errors and --print-config origins.
+struct ToolSetting {
+  std::string key;  // "sweep.iters"
+  json value;
+  std::string flag;
+  ToolSetting(std::string k, json v, std::string f = "") : key(std::move(k)), value(std::move(v)), flag(std::move(f)) {}
+};
+using ToolSettings = std::vector<ToolSetting>;
+
 // Builds the effective config from the sources (see ConfigSources), validating everything.
 // Errors are UsageError naming file:line:col, the key, what was expected and a suggestion.
 Config load_config(const ConfigSources& sources, const Schema& schema = registry());
@@ -158,7 +169,7 @@ class JsonFields {
   std::string str(const std::string& key) const;
   std::string str_or(const std::string& key, const std::string& dflt) const;
   bool boolean_or(const std::string& key, bool dflt) const;
-  JsonFields object(const std::string& key) const;  // required object
+  JsonFields object(const std::string& key) const;                          // required object
   const json& array(const std::string& key, bool non_empty = false) const;  // required array
   // A reader for a nested value (an array element, an object member) named `key` under this one.
   JsonFields nested(const json& value, const std::string& key) const;

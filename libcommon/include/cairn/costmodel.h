@@ -12,7 +12,11 @@
 
 namespace cairn {
 class Config;
-}
+struct ClusterSection;
+struct ModelSection;
+struct ParallelSection;
+struct PlanSection;
+}  // namespace cairn
 
 namespace cairn::costmodel {
 
@@ -30,18 +34,20 @@ struct ModelSpec {
 
 // Llama's MLP rule: 2/3 of 4h rounded up to a multiple of 256; GPT: 4h.
 int64_t default_ffn_hidden(Arch arch, int64_t hidden);
-// Reads [model] (kv_heads 0 -> heads, ffn_hidden 0 -> default). Throws UsageError naming the key
-// when the shape is impossible (hidden not divisible by heads, heads by kv_heads, vocab unset).
+// The [model] section as a spec (kv_heads 0 -> heads, ffn_hidden 0 -> default). Throws UsageError naming
+// the key when the shape is impossible (hidden not divisible by heads, heads by kv_heads, vocab unset).
+ModelSpec model_from_section(const ModelSection& s);
+// model_from_section of the config's [model].
 ModelSpec model_from_config(const Config& cfg);
 // Validates a hand-built spec the same way (UsageError).
 void validate_model(const ModelSpec& m);
 
 struct ParamCounts {
-  int64_t embedding = 0;   // token (+ learned position for gpt) embeddings
-  int64_t per_layer = 0;   // one transformer layer (weights, biases, norms)
+  int64_t embedding = 0;        // token (+ learned position for gpt) embeddings
+  int64_t per_layer = 0;        // one transformer layer (weights, biases, norms)
   int64_t per_layer_norms = 0;  // of which norm weights/biases (replicated under TP)
   int64_t final_norm = 0;
-  int64_t head = 0;        // output projection (0 when tied)
+  int64_t head = 0;  // output projection (0 when tied)
   int64_t total = 0;
 };
 ParamCounts parameter_counts(const ModelSpec& m);
@@ -50,11 +56,11 @@ inline int64_t parameter_count(const ModelSpec& m) { return parameter_counts(m).
 // FLOPs per token from each GEMM (2 per multiply-add), attention over the full sequence
 // (Megatron's accounting). forward = one forward pass; model training = 3x forward.
 struct FlopsPerToken {
-  double layer_forward = 0;      // one transformer layer, forward
-  double attention_core = 0;     // of which QK^T and attention x V (recomputed by selective)
-  double head_forward = 0;       // output projection (logits)
-  double forward = 0;            // whole model forward
-  double model_train = 0;        // 3 x forward: the MFU numerator per token
+  double layer_forward = 0;   // one transformer layer, forward
+  double attention_core = 0;  // of which QK^T and attention x V (recomputed by selective)
+  double head_forward = 0;    // output projection (logits)
+  double forward = 0;         // whole model forward
+  double model_train = 0;     // 3 x forward: the MFU numerator per token
 };
 FlopsPerToken flops_per_token(const ModelSpec& m);
 // Training FLOPs per token as cairn-train reports MFU with (model FLOPs, no recompute).
@@ -70,9 +76,9 @@ double busbw_factor(Collective c, int n);
 
 // One link tier: nominal bandwidth per GPU per direction or fitted alpha/beta per collective.
 struct Tier {
-  double bandwidth_gbps = 0;   // GB/s (1e9) per GPU per direction, nominal
-  double latency_us = 0;       // per ring step, nominal
-  double efficiency = 1.0;     // achievable fraction of nominal bandwidth
+  double bandwidth_gbps = 0;  // GB/s (1e9) per GPU per direction, nominal
+  double latency_us = 0;      // per ring step, nominal
+  double efficiency = 1.0;    // achievable fraction of nominal bandwidth
   struct Fit {
     bool valid = false;
     double alpha_us = 0, busbw_gbps = 0;
@@ -85,10 +91,10 @@ struct Tier {
 struct Cluster {
   std::string name = "cluster";
   int nodes = 1, gpus_per_node = 1;
-  double peak_tflops = 1;        // dense 16-bit (or the training dtype) peak per device
-  double hbm_gib = 80;           // device memory capacity (GiB)
-  double hbm_gbps = 2000;        // device memory bandwidth (GB/s)
-  double hbm_efficiency = 0.8;   // achievable fraction for streaming kernels
+  double peak_tflops = 1;       // dense 16-bit (or the training dtype) peak per device
+  double hbm_gib = 80;          // device memory capacity (GiB)
+  double hbm_gbps = 2000;       // device memory bandwidth (GB/s)
+  double hbm_efficiency = 0.8;  // achievable fraction for streaming kernels
   // GEMM efficiency vs GEMM size (FLOPs), log-linear interpolation; empty: max_efficiency with a
   // fixed per-kernel overhead.
   std::vector<double> gemm_flops, gemm_efficiency;
@@ -96,7 +102,7 @@ struct Cluster {
   // GEMM shape model (GPUs): tiles spread over `sm_count` SMs in waves, and a per-tile K prologue.
   // sm_count = 0 (CPUs) uses only the FLOP-size curve above.
   int sm_count = 0;
-  double gemm_k_half = 64;        // K at which a tile's prologue/epilogue halves its efficiency
+  double gemm_k_half = 64;  // K at which a tile's prologue/epilogue halves its efficiency
   // Measured shapes (cairn-plan calibrate): efficiency at (m, n, k); the shape model is corrected by the
   // measured/modelled ratio of the nearest measured shapes (log space).
   std::vector<double> gemm_table_m, gemm_table_n, gemm_table_k, gemm_table_efficiency;
@@ -104,15 +110,18 @@ struct Cluster {
   double attention_efficiency = 0.6;
   // Compute slows by this fraction while a collective runs beside it (NCCL kernels occupy SMs and HBM).
   double overlap_slowdown = 0.1;
-  double kernel_overhead_us = 4;  // launch + tail per kernel
-  double reserved_gib = 1.0;      // runtime context, allocator, NCCL buffers
+  double kernel_overhead_us = 4;               // launch + tail per kernel
+  double reserved_gib = 1.0;                   // runtime context, allocator, NCCL buffers
   Tier intra{300, 1, 0.8}, inter{25, 5, 0.9};  // DGX A100-like until configured
   bool has_fabric = false;
   std::string fabric_path;
   int world() const { return nodes * gpus_per_node; }
 };
 
-// Reads [cluster]; with `fabric = "path"` the fitted per-tier alpha/beta replace nominal links.
+// The [cluster] section as a cluster; with `fabric = "path"` the fitted per-tier alpha/beta replace nominal
+// links. Throws UsageError on inconsistent GEMM tables.
+Cluster cluster_from_section(const ClusterSection& s);
+// cluster_from_section of the config's [cluster].
 Cluster cluster_from_config(const Config& cfg);
 // Applies a cairn-sweep fabric.toml to the cluster (throws UsageError naming the file/table).
 void apply_fabric(Cluster& c, const std::string& path);
@@ -136,7 +145,7 @@ Recompute parse_recompute(const std::string& s);  // none|selective|full (gelu -
 
 struct Plan {
   int dp = 1, tp = 1, pp = 1, v = 1, mb = 1, zero = 0;
-  int cp = 1;               // context parallelism: the sequence split over cp ranks (ring attention)
+  int cp = 1;  // context parallelism: the sequence split over cp ranks (ring attention)
   Recompute recompute = Recompute::None;
   bool sp = false;
   bool tp_overlap = false;  // TP collectives overlapped with the adjacent GEMMs (Megatron-Core tp_comm_overlap)
@@ -148,44 +157,55 @@ std::string plan_string(const Plan& p);
 
 // Precision and framework assumptions (docs/cost-model.md, "Memory").
 struct Assumptions {
-  double weight_bytes = 2;      // 16-bit working weights
-  double grad_bytes = 2;        // gradient buffer (2: ZeRO paper fp16/bf16; 4: Megatron fp32 main grads)
-  double optimizer_bytes = 12;  // fp32 master weights + Adam m and v (ZeRO paper's K = 12)
-  double activation_bytes = 2;  // 16-bit activations (Korthikanti's constants assume 2)
-  bool flash_attention = false; // attention scores never stored (no 5as/h term)
+  double weight_bytes = 2;       // 16-bit working weights
+  double grad_bytes = 2;         // gradient buffer (2: ZeRO paper fp16/bf16; 4: Megatron fp32 main grads)
+  double optimizer_bytes = 12;   // fp32 master weights + Adam m and v (ZeRO paper's K = 12)
+  double activation_bytes = 2;   // 16-bit activations (Korthikanti's constants assume 2)
+  bool flash_attention = false;  // attention scores never stored (no 5as/h term)
   bool causal = true;
   // Bytes the memory-bound kernels move relative to Megatron/Transformer Engine's fused kernels (1): eager
   // PyTorch stacks run norms, activations, rotary and casts as separate kernels and move more.
-  double memory_bound_factor = 1.0;           // causal mask: a fused attention kernel skips the masked half of the scores
-  bool dropout = true;          // gpt keeps dropout masks; llama never has dropout
+  double memory_bound_factor = 1.0;  // causal mask: a fused attention kernel skips the masked half of the scores
+  bool dropout = true;               // gpt keeps dropout masks; llama never has dropout
   bool dp_overlap = true;
   // Without SP, the column-parallel layers' backward all-reduce runs beside their weight-gradient GEMM
   // (Megatron-LM's async tensor-parallel all-reduce, default since 2022); false: exposed (Megatron 2021).
-  bool tp_async_backward = true;       // gradient reduction overlapped with backward (Megatron overlap_grad_reduce)
+  bool tp_async_backward = true;  // gradient reduction overlapped with backward (Megatron overlap_grad_reduce)
   bool pp_scatter_gather = true;  // PP sends T*h/tp per TP rank (Megatron); false: the full T*h (DeepSpeed)
-  double memory_headroom = 0.0; // fraction of HBM kept free
+  double memory_headroom = 0.0;   // fraction of HBM kept free
 };
 
 // Why a plan was rejected (kOk when feasible).
 enum class Reject : uint8_t {
-  kOk = 0, kWorld, kHeads, kKvHeads, kLayers, kBatch, kMicroBatch, kInterleave, kSp, kZeroPp, kMemory, kCp,
+  kOk = 0,
+  kWorld,
+  kHeads,
+  kKvHeads,
+  kLayers,
+  kBatch,
+  kMicroBatch,
+  kInterleave,
+  kSp,
+  kZeroPp,
+  kMemory,
+  kCp,
   kTpOverlap,
 };
 const char* reject_name(Reject r);
 
 struct Breakdown {
   // Seconds per optimizer step on the critical path.
-  double gemm = 0;            // GEMM time of the slowest stage over all its micro-batches (incl. recompute)
-  double memory_bound = 0;    // norms, activations, softmax, cross-entropy
-  double recompute = 0;       // of gemm + memory_bound: the part spent recomputing
-  double tp_comm = 0;         // exposed tensor-parallel collectives
-  double cp_comm = 0;         // exposed context-parallel (ring attention) transfers
+  double gemm = 0;              // GEMM time of the slowest stage over all its micro-batches (incl. recompute)
+  double memory_bound = 0;      // norms, activations, softmax, cross-entropy
+  double recompute = 0;         // of gemm + memory_bound: the part spent recomputing
+  double tp_comm = 0;           // exposed tensor-parallel collectives
+  double cp_comm = 0;           // exposed context-parallel (ring attention) transfers
   double overlap_slowdown = 0;  // compute lost to collectives running beside it (TP overlap, ZeRO-3, CP)
-  double pp_p2p = 0;          // exposed pipeline point-to-point transfers
-  double bubble = 0;          // pipeline fill/drain idle time
-  double dp_comm = 0;         // total data-parallel (or ZeRO) communication
-  double dp_exposed = 0;      // of which not hidden behind backward
-  double optimizer = 0;       // optimizer step (memory bound, over the local shard)
+  double pp_p2p = 0;            // exposed pipeline point-to-point transfers
+  double bubble = 0;            // pipeline fill/drain idle time
+  double dp_comm = 0;           // total data-parallel (or ZeRO) communication
+  double dp_exposed = 0;        // of which not hidden behind backward
+  double optimizer = 0;         // optimizer step (memory bound, over the local shard)
   double stage_forward = 0, stage_backward = 0;  // one micro-batch on the slowest stage
   // Bytes per GPU (the first pipeline stage, which holds the most activations).
   double mem_weights = 0, mem_grads = 0, mem_optimizer = 0;
@@ -193,22 +213,22 @@ struct Breakdown {
   double mem_logits = 0;       // last stage: logits and loss buffers
   double mem_buffers = 0;      // recompute working set, ZeRO-3 gathered layers, reserved
   double mem_total = 0;
-  double act_per_layer = 0;    // stored activation bytes per layer per micro-batch
-  double inflight = 0;         // micro-batch-stages of activations held (Korthikanti's factor)
+  double act_per_layer = 0;  // stored activation bytes per layer per micro-batch
+  double inflight = 0;       // micro-batch-stages of activations held (Korthikanti's factor)
   int microbatches = 0;
   int layers_max_stage = 0;
   std::vector<int> stage_layers;  // layers per virtual stage (pp*v entries) the plan was evaluated with
-  int64_t stage_params = 0;    // parameters held by the largest stage per TP rank
+  int64_t stage_params = 0;       // parameters held by the largest stage per TP rank
   std::string tp_tier, dp_tier, pp_tier, cp_tier;  // "intra"/"inter"
 };
 
 struct Evaluation {
   Plan plan;
   Reject reject = Reject::kOk;
-  std::string reason;             // filled for rejected plans
+  std::string reason;  // filled for rejected plans
   double step_time_s = 0, tokens_per_s = 0;
-  double tflops_per_gpu = 0;      // model FLOPs (no recompute) per second per GPU
-  double hw_tflops_per_gpu = 0;   // hardware FLOPs (with recompute)
+  double tflops_per_gpu = 0;     // model FLOPs (no recompute) per second per GPU
+  double hw_tflops_per_gpu = 0;  // hardware FLOPs (with recompute)
   double mfu = 0, hfu = 0;
   double memory_gib = 0;
   Breakdown b;
@@ -216,13 +236,12 @@ struct Evaluation {
 };
 
 // Evaluates one plan. `fill_reason` formats a human explanation for rejected plans (slower).
-Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t global_batch,
-                    const Assumptions& a, bool fill_reason = true);
+Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t global_batch, const Assumptions& a,
+                    bool fill_reason = true);
 
 // Activation bytes per layer per micro-batch of b sequences, Korthikanti et al. 2022 generalised
 // to GQA / SwiGLU (equal to sbh(34 + 5as/h) for a GPT layer without parallelism).
-double activation_bytes_per_layer(const ModelSpec& m, const Assumptions& a, int64_t b, int tp, bool sp,
-                                  Recompute r);
+double activation_bytes_per_layer(const ModelSpec& m, const Assumptions& a, int64_t b, int tp, bool sp, Recompute r);
 // Bytes per parameter held per GPU for weights+grads+optimizer at a ZeRO stage over dp ranks.
 double state_bytes_per_param(const Assumptions& a, int zero, int dp);
 
@@ -237,9 +256,13 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
 // minimising the busiest rank. Empty when pp*v > layers.
 std::vector<int> stage_split(int64_t layers, int pp, int v, double embed_layers, double head_layers);
 
-// Reads [parallel] into a Plan for `world` devices (dp 0 -> world/(tp*pp), mb 0 -> 1).
+// The [parallel] section as a Plan for `world` devices (dp 0 -> world/(tp*pp*cp), mb 0 -> 1).
+Plan plan_from_section(const ParallelSection& s, int world);
+// plan_from_section of the config's [parallel].
 Plan plan_from_parallel(const Config& cfg, int world);
-// Reads the [plan] precision/memory assumption keys.
+// The [plan] precision/memory assumption keys.
+Assumptions assumptions_from_section(const PlanSection& s);
+// assumptions_from_section of the config's [plan].
 Assumptions assumptions_from_config(const Config& cfg);
 
 // One call for a training tool: evaluates the [parallel] plan of `cfg` for [model] on [cluster]

@@ -23,8 +23,8 @@ struct GptConfig {
   int layers = 12;
   int hidden = 768;
   int heads = 12;
-  int seq_len = 1024;   // maximum context (wpe rows)
-  int vocab = 50304;    // padded vocabulary (rows of wte)
+  int seq_len = 1024;      // maximum context (wpe rows)
+  int vocab = 50304;       // padded vocabulary (rows of wte)
   int vocab_real = 50257;  // ids >= vocab_real never appear; their logits are masked out of the loss
 };
 
@@ -49,8 +49,8 @@ struct TensorInfo {
   size_t offset = 0;  // in floats, into params/grads
   size_t size = 0;
   std::vector<int> shape;       // this piece's shape
-  bool weight_decay = false;  // true for matmul weights and embeddings; false for norms and biases
-  int layer = -1;             // transformer layer, -1 for embeddings / final norm
+  bool weight_decay = false;    // true for matmul weights and embeddings; false for norms and biases
+  int layer = -1;               // transformer layer, -1 for embeddings / final norm
   Split split = Split::None;    // how `shape` is cut out of full_shape (tensor parallelism)
   std::vector<int> full_shape;  // the whole tensor's shape (== shape without tensor parallelism)
 };
@@ -70,8 +70,8 @@ struct ShardSpec {
 // Collectives over the tensor-parallel group, on backend memory, provided by the trainer (MPI on CPU, NCCL on
 // GPU). Every rank of the group calls them in the same order.
 struct TpComm {
-  std::function<void(float* buf, size_t n)> all_reduce;                             // sum, in place
-  std::function<void(float* full, const float* part, size_t part_n)> all_gather;     // full = parts in rank order
+  std::function<void(float* buf, size_t n)> all_reduce;                               // sum, in place
+  std::function<void(float* full, const float* part, size_t part_n)> all_gather;      // full = parts in rank order
   std::function<void(float* part, const float* full, size_t part_n)> reduce_scatter;  // part = sum of full's
                                                                                       // block tp_rank
 };
@@ -100,9 +100,8 @@ std::vector<DecayRange> decay_ranges(const std::vector<TensorInfo>& tensors, siz
 // One AdamW step over the parameters covered by `ranges` (from decay_ranges over [first, ...)), with
 // `weight_decay` on the decaying runs and none elsewhere. `params` is the whole flat buffer; `grads`,
 // `m` and `v` start at element `first` (a ZeRO-1 shard holds only its slice). Backend memory.
-void adamw_update_ranges(const kernels::Backend& be, const std::vector<DecayRange>& ranges, size_t first,
-                         float* params, const float* grads, float* m, float* v, kernels::AdamWParams hp,
-                         float weight_decay);
+void adamw_update_ranges(const kernels::Backend& be, const std::vector<DecayRange>& ranges, size_t first, float* params,
+                         const float* grads, float* m, float* v, kernels::AdamWParams hp, float weight_decay);
 
 // Activation recomputation ([train] recompute / [parallel] recompute in cairn-train):
 //   None: every layer keeps its activations for backward.
@@ -153,8 +152,7 @@ class Model {
   // single layer reused across layers. backward() then throws.
   Model(const GptConfig& cfg, const kernels::Backend& backend, bool training = true);
   // A piece of a tensor/pipeline-parallel model (ShardSpec); `comm` is used when spec.tp > 1.
-  Model(const GptConfig& cfg, const kernels::Backend& backend, bool training, const ShardSpec& spec,
-        TpComm comm = {});
+  Model(const GptConfig& cfg, const kernels::Backend& backend, bool training, const ShardSpec& spec, TpComm comm = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -172,8 +170,8 @@ class Model {
   // Host copies whatever the backend's memory (checkpoints, evaluation on a GPU backend).
   void copy_params_from_host(const float* host);  // num_params() floats
   void copy_params_to_host(float* host) const;
-  void copy_grads_to_host(float* host) const;     // throws for forward-only models
-  void copy_logits_to_host(float* host) const;    // B*T*vocab floats of the last forward
+  void copy_grads_to_host(float* host) const;   // throws for forward-only models
+  void copy_logits_to_host(float* host) const;  // B*T*vocab floats of the last forward
 
   // GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2*layers), zeros for biases,
   // ones for norm weights; deterministic in seed.
@@ -212,16 +210,15 @@ class Model {
   // B*T*vocab of the last forward (padded columns included). Backend memory. Valid until backward(),
   // which overwrites it with the logits' gradient to save memory.
   const float* logits() const;
-  const float* position_losses() const; // B*T of the last forward with targets (host memory)
-  int valid_targets() const;            // positions with targets >= 0 in the last forward
+  const float* position_losses() const;  // B*T of the last forward with targets (host memory)
+  int valid_targets() const;             // positions with targets >= 0 in the last forward
   // Backward of the last forward (with targets): accumulates into grads(). `on_layer_done(first,
   // count)` is called as each parameter range's gradient is final (last layer first), so data-parallel
   // training can start all-reducing that bucket while backward continues. The ranges, in call order, are
   // grad_ready_ranges(): ln_f, h.<L-1>, ..., h.0, then wte+wpe; together they cover the buffer once.
   // The gradient is that of (mean loss of this forward) * grad_scale: pass 1/micro_steps to average
   // accumulated micro-batches.
-  void backward(const std::function<void(size_t first, size_t count)>& on_grads_ready = {},
-                float grad_scale = 1.0f);
+  void backward(const std::function<void(size_t first, size_t count)>& on_grads_ready = {}, float grad_scale = 1.0f);
   void backward(const BackwardOptions& options);
   void zero_grad();
   std::vector<std::pair<size_t, size_t>> grad_ready_ranges() const;

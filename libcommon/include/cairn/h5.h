@@ -61,15 +61,14 @@ class Location {
   bool valid() const { return h_.valid(); }
   const std::string& path() const { return path_; }  // file path + object path, for errors
 
-  bool exists(const std::string& name) const;  // link exists (one level or a/b/c)
+  bool exists(const std::string& name) const;         // link exists (one level or a/b/c)
   Group group(const std::string& name) const;         // open existing
   Group create_group(const std::string& name) const;  // create (parents too)
   Dataset dataset(const std::string& name) const;     // open existing
 
   // 1-D (or shaped) dataset from a vector; contiguous layout unless chunk > 0.
   template <typename T>
-  Dataset write(const std::string& name, const std::vector<T>& data,
-                      const std::vector<hsize_t>& dims = {}) const;
+  Dataset write(const std::string& name, const std::vector<T>& data, const std::vector<hsize_t>& dims = {}) const;
   template <typename T>
   std::vector<T> read(const std::string& name) const;
   // Strings dataset (variable-length UTF-8).
@@ -118,7 +117,7 @@ class Dataset : public Location {
   std::vector<T> read_all() const;
   // Byte offset of the raw data in the file for contiguous datasets (for mmap readers); -1 if none.
   int64_t contiguous_offset() const;
-  hid_t file_type() const;  // caller closes with H5Tclose
+  hid_t file_type() const;           // caller closes with H5Tclose
   bool is_type(hid_t native) const;  // class and size equal to native type
 };
 

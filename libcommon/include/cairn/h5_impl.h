@@ -5,16 +5,14 @@
 namespace cairn::h5 {
 
 // Non-template helpers implemented in h5.cpp.
-Handle create_dataset_raw(const Location& loc, const std::string& name, hid_t type,
-                          const std::vector<hsize_t>& dims);
+Handle create_dataset_raw(const Location& loc, const std::string& name, hid_t type, const std::vector<hsize_t>& dims);
 void write_raw(const Dataset& ds, hid_t mem_type, const void* data);
 void read_raw(const Dataset& ds, hid_t mem_type, void* data);
 void read_range_raw(const Dataset& ds, hid_t mem_type, hsize_t offset, hsize_t count, void* out);
 [[noreturn]] void throw_h5(const std::string& what, const std::string& path);
 
 template <typename T>
-Dataset Location::write(const std::string& name, const std::vector<T>& data,
-                        const std::vector<hsize_t>& dims) const {
+Dataset Location::write(const std::string& name, const std::vector<T>& data, const std::vector<hsize_t>& dims) const {
   std::vector<hsize_t> shape = dims.empty() ? std::vector<hsize_t>{data.size()} : dims;
   Dataset ds(create_dataset_raw(*this, name, native_type<T>(), shape), path_ + "/" + name);
   write_raw(ds, native_type<T>(), data.data());

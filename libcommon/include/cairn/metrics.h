@@ -77,7 +77,7 @@ class Trace {
   // Microseconds from epoch_s to t_s (seconds on one clock), rounded: monotonic in t_s, so intervals nested or
   // disjoint in seconds stay nested or disjoint in microseconds.
   static int64_t to_us(double t_s, double epoch_s);
-// Names a process / thread row in the viewer (metadata events).
+  // Names a process / thread row in the viewer (metadata events).
   void name_process(int pid, const std::string& name);
   void name_thread(int pid, int tid, const std::string& name);
   size_t size() const { return events_.size(); }

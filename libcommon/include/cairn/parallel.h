@@ -13,7 +13,7 @@ namespace cairn::parallel {
 // A validated, complete layout (resolve_layout()); the same on every rank.
 struct Layout {
   int world = 1, dp = 1, tp = 1, pp = 1, v = 1, zero = 0;
-  bool sp = false;  // effective: false at tp = 1, where sequence parallelism has nothing to split
+  bool sp = false;                       // effective: false at tp = 1, where sequence parallelism has nothing to split
   int micro_batch = 1, micro_steps = 1;  // sequences per micro-batch; micro-batches per step per dp rank
   // Layers of each virtual stage, pp*v entries in virtual-stage order: virtual stage s = chunk * pp + pipeline
   // rank (Megatron's interleaving), so pipeline rank p holds stages p, p + pp, p + 2pp, ...
@@ -34,16 +34,16 @@ int rank_of(const Layout& layout, const Coords& coords);
 
 // What the config and the model say; resolve_layout() checks it and fills in the derived values.
 struct LayoutRequest {
-  int world = 1;                // MPI ranks
-  int dp = 0;                   // 0 = world / (tp*pp)
+  int world = 1;  // MPI ranks
+  int dp = 0;     // 0 = world / (tp*pp)
   int tp = 1, pp = 1, v = 1, zero = 0;
   bool sp = false;
-  int64_t micro_batch = 0;      // sequences per micro-batch; 0 = global_batch / dp (no accumulation)
-  int64_t global_batch = 1;     // sequences per optimizer step over all dp ranks
+  int64_t micro_batch = 0;   // sequences per micro-batch; 0 = global_batch / dp (no accumulation)
+  int64_t global_batch = 1;  // sequences per optimizer step over all dp ranks
   int layers = 1, heads = 1, hidden = 1;
-  int kv_heads = 0;             // GQA key/value heads; 0 = heads
-  int ffn_hidden = 0;           // the resolved MLP inner size; 0 = not checked
-  int vocab = 0;                // padded rows of the embedding; 0 = not known yet, not checked
+  int kv_heads = 0;    // GQA key/value heads; 0 = heads
+  int ffn_hidden = 0;  // the resolved MLP inner size; 0 = not checked
+  int vocab = 0;       // padded rows of the embedding; 0 = not known yet, not checked
   int seq_len = 1;
   std::vector<int> stage_layers;  // [parallel] stage_layers; empty = even split
 };

@@ -66,8 +66,8 @@ struct Simulation {
   std::string stuck;                       // on deadlock: each rank's next action and what it waits for
   std::vector<std::vector<double>> start;  // [rank][index in that rank's list]; only finished ones
   std::vector<std::vector<double>> end;
-  double makespan = 0;                     // latest end over all ranks
-  double busy = 0;                         // sum of action durations over all ranks
+  double makespan = 0;  // latest end over all ranks
+  double busy = 0;      // sum of action durations over all ranks
 };
 
 // Runs every rank's list strictly in order; an action starts when its rank is free and its input exists:

@@ -14,11 +14,11 @@ enum class Scale { Linear, Log };
 // One axis. Tick labels carry SI prefixes chosen per axis (k, M, G / m, µ, n); unit "B" uses binary
 // prefixes (KiB, MiB, ...) and, on a log axis, ticks at powers of two.
 struct Axis {
-  std::string label;                 // "step", "message size"
-  std::string unit;                  // "B", "GB/s", "s", "tok/s", "%", "" (shown as "label [unit]")
+  std::string label;  // "step", "message size"
+  std::string unit;   // "B", "GB/s", "s", "tok/s", "%", "" (shown as "label [unit]")
   Scale scale = Scale::Linear;
-  std::optional<double> min, max;    // fixed range; otherwise from the data
-  bool include_zero = false;         // linear axes: extend the range to 0
+  std::optional<double> min, max;  // fixed range; otherwise from the data
+  bool include_zero = false;       // linear axes: extend the range to 0
 };
 
 enum class Style { Line, Points, LinePoints };
@@ -27,13 +27,13 @@ enum class Style { Line, Points, LinePoints };
 struct Series {
   std::string name;
   std::vector<double> x, y;
-  std::string color;                 // "" = palette colour of the series' index
+  std::string color;  // "" = palette colour of the series' index
   Style style = Style::Line;
   bool dashed = false;
   double width = 1.6;
   double opacity = 1.0;
-  bool in_legend = true;             // false for e.g. the raw curve behind a smoothed one
-  std::vector<double> y_err;         // optional symmetric error bars (Points/LinePoints)
+  bool in_legend = true;      // false for e.g. the raw curve behind a smoothed one
+  std::vector<double> y_err;  // optional symmetric error bars (Points/LinePoints)
 };
 
 // A horizontal (y = value) or vertical (x = value) reference line with a label, e.g. a peak.
@@ -61,10 +61,10 @@ struct Stack {
 };
 
 struct Chart {
-  std::string id;                    // HTML id (letters, digits, '-')
+  std::string id;  // HTML id (letters, digits, '-')
   std::string title;
-  std::string subtitle;              // one line under the title, e.g. "smoothed, raw faint"
-  int width = 620, height = 340;     // of the plot including axes; the legend adds rows below
+  std::string subtitle;           // one line under the title, e.g. "smoothed, raw faint"
+  int width = 620, height = 340;  // of the plot including axes; the legend adds rows below
   Axis x, y;
   std::vector<Series> series;
   std::vector<RefLine> refs;
@@ -76,8 +76,8 @@ struct Chart {
 // Categorical bars: one bar per category per group, side by side or stacked.
 struct BarGroup {
   std::string name;
-  std::vector<double> values;        // one per category
-  std::string color;                 // "" = palette
+  std::vector<double> values;  // one per category
+  std::string color;           // "" = palette
 };
 struct BarChart {
   std::string id;
@@ -88,7 +88,7 @@ struct BarChart {
   std::string category_label;
   std::vector<BarGroup> groups;
   bool stacked = false;
-  bool horizontal = false;           // categories on the y axis (long names, many runs)
+  bool horizontal = false;  // categories on the y axis (long names, many runs)
   Axis value_axis;
 };
 
@@ -116,8 +116,7 @@ std::string format_value(double v, const std::string& unit, int digits = 3);
 // Indices of the points to draw so that at most ~4 per bucket remain (first, min, max, last of
 // each of `buckets` equal x ranges): the drawn curve keeps every spike. x must be non-decreasing;
 // otherwise buckets are by index. Returns all indices when there are few points.
-std::vector<size_t> downsample_minmax(const std::vector<double>& x, const std::vector<double>& y,
-                                      size_t buckets);
+std::vector<size_t> downsample_minmax(const std::vector<double>& x, const std::vector<double>& y, size_t buckets);
 
 // The i-th colour of a palette of distinguishable colours (cycles).
 const std::string& palette_color(size_t i);

@@ -8,9 +8,9 @@
 namespace cairn {
 
 struct Provenance {
-  std::string tool;          // "cairn-sweep"
-  std::string version;       // project version
-  std::string git_sha;       // at build time ("unknown" outside a checkout)
+  std::string tool;     // "cairn-sweep"
+  std::string version;  // project version
+  std::string git_sha;  // at build time ("unknown" outside a checkout)
   std::string host;
   std::string time_utc;      // ISO 8601 of tool start
   std::string command_line;  // argv joined with shell quoting

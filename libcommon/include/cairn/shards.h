@@ -21,10 +21,10 @@ namespace cairn::shards {
 std::string dataset_path(const Config& cfg);
 
 struct ShardInfo {
-  std::string file;       // file name relative to the dataset directory
+  std::string file;  // file name relative to the dataset directory
   uint64_t tokens = 0;
   uint64_t documents = 0;
-  uint64_t xxh64 = 0;     // xxHash64 of the token bytes as stored
+  uint64_t xxh64 = 0;  // xxHash64 of the token bytes as stored
 };
 
 // One open shard: random access to token ranges and documents.
@@ -60,10 +60,10 @@ class Dataset {
   const ShardInfo& info(size_t i) const { return shards_[i]; }
   uint64_t total_tokens() const;
   uint64_t total_documents() const;
-  int64_t seed() const;             // -1 when the documents were not shuffled
+  int64_t seed() const;  // -1 when the documents were not shuffled
   std::string shard_path(size_t i) const;
-  uint32_t vocab_size() const;      // tokenizer vocabulary (max id + 1)
-  uint32_t eot_id() const;          // end-of-text token id
+  uint32_t vocab_size() const;  // tokenizer vocabulary (max id + 1)
+  uint32_t eot_id() const;      // end-of-text token id
   std::string tokenizer_id() const;
   std::unique_ptr<Shard> shard(size_t i) const;  // opens shard file i
 
@@ -88,17 +88,19 @@ class Dataset {
 
 constexpr int kFormatVersion = 1;
 
-// The HDF5 library is not thread-safe: every HDF5 call in the shard reader/writer holds this lock
-// (token reads from mapped shards and token writes go around HDF5 and need no lock).
-std::mutex& hdf5_mutex();
+// The HDF5 library (Debian's build) is not thread-safe: every HDF5 call of a process that uses HDF5 from more than
+// one thread (the shard reader/writer, cairn-train's loader thread beside its checkpoints) holds this one lock.
+// Recursive, because callers that hold it call shard code that takes it again. Token reads from mapped shards and
+// token writes go around HDF5 and need no lock.
+std::recursive_mutex& hdf5_mutex();
 
 // Opens one shard file directly (verify, resume checks); errors name the path.
 std::unique_ptr<Shard> open_shard(const std::string& path);
 
 // Token storage width: uint16 when every id fits (vocab_size <= 65536), else uint32.
 inline bool tokens_fit_uint16(uint32_t vocab_size) { return vocab_size <= 65536; }
-std::string shard_file_name(size_t index);  // "shard_00000.h5"
-std::string hex64(uint64_t v);              // 16 lowercase hex digits (how index.json stores hashes)
+std::string shard_file_name(size_t index);   // "shard_00000.h5"
+std::string hex64(uint64_t v);               // 16 lowercase hex digits (how index.json stores hashes)
 uint64_t parse_hex64(const std::string& s);  // throws UsageError if not hex
 
 // What a shard file records about itself beyond its data (HDF5 root attributes).
@@ -106,8 +108,8 @@ struct ShardMeta {
   uint64_t shard_index = 0, shard_count = 1;
   std::string tokenizer_id;
   uint32_t vocab_size = 0, eot_id = 0;
-  int64_t seed = -1;       // -1: not shuffled
-  std::string plan_hash;   // identifies the inputs + settings that produced it (for resume)
+  int64_t seed = -1;      // -1: not shuffled
+  std::string plan_hash;  // identifies the inputs + settings that produced it (for resume)
 };
 
 // Streams one shard whose size is known up front into a temp file; finish() renames it into place,

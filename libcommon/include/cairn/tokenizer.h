@@ -72,7 +72,8 @@ class RegexSplitter {
   // Calls piece(begin, length) for each piece of `text` (which must be valid UTF-8), in order.
   template <typename F>
   void split(std::string_view text, F&& piece) const {
-    split_impl(text, [](void* ctx, size_t b, size_t n) { (*static_cast<F*>(ctx))(b, n); }, &piece);
+    split_impl(
+        text, [](void* ctx, size_t b, size_t n) { (*static_cast<F*>(ctx))(b, n); }, &piece);
   }
   const std::string& pattern() const { return pattern_; }
   // True if the whole of `text` (valid UTF-8) matches the pattern.

@@ -206,15 +206,16 @@ ModelMeta read_model_meta(const std::string& path_or_dir) {
 void read_model(const std::string& path_or_dir, const std::vector<gpt::TensorInfo>& tensors, float* params) {
   std::string path = model_path(path_or_dir);
   h5::File f = h5::File::open(path);
-  if (!f.exists("params")) throw RuntimeError(file_message("cannot read", path, "no /params group (not a cairn checkpoint)"));
+  if (!f.exists("params"))
+    throw RuntimeError(file_message("cannot read", path, "no /params group (not a cairn checkpoint)"));
   h5::Group g = f.group("params");
   for (const auto& t : tensors) {
     if (!g.exists(t.name)) throw RuntimeError(file_message("cannot read", path, "missing tensor /params/" + t.name));
     h5::Dataset ds = g.dataset(t.name);
     if (ds.size() != t.size) {
       throw RuntimeError(file_message("cannot read", path,
-                                      strprintf("tensor /params/%s has %llu values, the model expects %zu", t.name.c_str(),
-                                                static_cast<unsigned long long>(ds.size()), t.size)));
+                                      strprintf("tensor /params/%s has %llu values, the model expects %zu",
+                                                t.name.c_str(), static_cast<unsigned long long>(ds.size()), t.size)));
     }
     h5::read_raw(ds, H5T_NATIVE_FLOAT, params + t.offset);
     if (ds.has_attr("xxh64") && ds.attr_string("xxh64") != hex64(XXH64(params + t.offset, t.size * sizeof(float), 0))) {
@@ -265,7 +266,8 @@ void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, f
   std::error_code ec;
   for (const auto& de : fs::directory_iterator(dir, ec)) {
     std::string n = de.path().filename().string();
-    if (n.rfind("optim.rank", 0) == 0 && n.size() > 3 && n.compare(n.size() - 3, 3, ".h5") == 0) files.push_back(de.path().string());
+    if (n.rfind("optim.rank", 0) == 0 && n.size() > 3 && n.compare(n.size() - 3, 3, ".h5") == 0)
+      files.push_back(de.path().string());
   }
   std::sort(files.begin(), files.end());
   uint64_t covered = 0;
@@ -280,10 +282,10 @@ void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, f
     covered += hi - lo;
   }
   if (covered != count) {
-    throw RuntimeError(file_message("cannot resume from", dir,
-                                    strprintf("optimizer files cover %llu of the %llu values needed",
-                                              static_cast<unsigned long long>(covered),
-                                              static_cast<unsigned long long>(count))));
+    throw RuntimeError(
+        file_message("cannot resume from", dir,
+                     strprintf("optimizer files cover %llu of the %llu values needed",
+                               static_cast<unsigned long long>(covered), static_cast<unsigned long long>(count))));
   }
 }
 

@@ -7,6 +7,8 @@
 #include "cairn/config.h"
 #include "cairn/error.h"
 #include "cairn/log.h"
+#include "cairn/sections/parallel.h"
+#include "cairn/sections/plan.h"
 
 namespace cairn::costmodel {
 
@@ -27,13 +29,12 @@ int64_t default_ffn_hidden(Arch arch, int64_t hidden) {
 
 void validate_model(const ModelSpec& m) {
   if (m.hidden % m.heads != 0)
-    throw UsageError(strprintf("[model] hidden = %lld is not divisible by heads = %lld", (long long)m.hidden,
-                               (long long)m.heads));
+    throw UsageError(
+        strprintf("[model] hidden = %lld is not divisible by heads = %lld", (long long)m.hidden, (long long)m.heads));
   if (m.kv_heads <= 0 || m.heads % m.kv_heads != 0)
     throw UsageError(strprintf("[model] heads = %lld is not divisible by kv_heads = %lld", (long long)m.heads,
                                (long long)m.kv_heads));
-  if (m.vocab <= 0)
-    throw UsageError("[model] vocab is 0: the cost model needs the vocabulary size (set model.vocab)");
+  if (m.vocab <= 0) throw UsageError("[model] vocab is 0: the cost model needs the vocabulary size (set model.vocab)");
   if (m.layers <= 0 || m.seq_len <= 0 || m.ffn_hidden <= 0)
     throw UsageError("[model] layers, seq_len and ffn_hidden must be positive");
 }
@@ -42,16 +43,16 @@ ParamCounts parameter_counts(const ModelSpec& m) {
   ParamCounts p;
   const int64_t h = m.hidden, f = m.ffn_hidden, V = m.vocab, kv = m.kv_heads * m.head_dim();
   if (m.arch == Arch::Gpt) {
-    p.embedding = V * h + m.seq_len * h;               // token + learned positions
-    p.per_layer_norms = 4 * h;                          // two LayerNorms, weight + bias
-    p.per_layer = h * (h + 2 * kv) + (h + 2 * kv)       // QKV with bias
-                  + h * h + h                           // attention output projection
-                  + h * f + f + f * h + h               // MLP with biases
+    p.embedding = V * h + m.seq_len * h;           // token + learned positions
+    p.per_layer_norms = 4 * h;                     // two LayerNorms, weight + bias
+    p.per_layer = h * (h + 2 * kv) + (h + 2 * kv)  // QKV with bias
+                  + h * h + h                      // attention output projection
+                  + h * f + f + f * h + h          // MLP with biases
                   + p.per_layer_norms;
     p.final_norm = 2 * h;
   } else {
-    p.embedding = V * h;                                // RoPE: no position parameters
-    p.per_layer_norms = 2 * h;                          // two RMSNorm weights
+    p.embedding = V * h;                                                     // RoPE: no position parameters
+    p.per_layer_norms = 2 * h;                                               // two RMSNorm weights
     p.per_layer = h * (h + 2 * kv) + h * h + 3 * h * f + p.per_layer_norms;  // no biases, SwiGLU
     p.final_norm = h;
   }
@@ -194,10 +195,13 @@ double collective_time(const Cluster& c, Collective coll, double bytes, int n, i
   if (!fit->valid) {
     // Bus bandwidth is collective-independent to first order: borrow another fitted collective.
     for (const auto& f : tier.fitted)
-      if (f.valid) { fit = &f; break; }
+      if (f.valid) {
+        fit = &f;
+        break;
+      }
   }
-  const double intra_busbw = c.intra.fitted[0].valid ? c.intra.fitted[0].busbw_gbps
-                                                     : c.intra.bandwidth_gbps * c.intra.efficiency;
+  const double intra_busbw =
+      c.intra.fitted[0].valid ? c.intra.fitted[0].busbw_gbps : c.intra.bandwidth_gbps * c.intra.efficiency;
   double busbw, alpha;
   if (fit->valid) {
     busbw = fit->busbw_gbps;
@@ -216,10 +220,8 @@ double collective_time(const Cluster& c, Collective coll, double bytes, int n, i
     double steps;
     if (coll == Collective::AllReduce)
       steps = std::min(2.0 * (n - 1), 2.0 * std::ceil(std::log2(double(n))));  // ring vs tree latency
-    else if (coll == Collective::SendRecv)
-      steps = 1;
-    else
-      steps = n - 1;
+    else if (coll == Collective::SendRecv) steps = 1;
+    else steps = n - 1;
     alpha = tier.latency_us * 1e-6 * steps;
   }
   return alpha + bytes * busbw_factor(coll, n) / (busbw * 1e9);
@@ -280,8 +282,7 @@ double state_bytes_per_param(const Assumptions& a, int zero, int dp) {
 
 // Stored activation bytes of one layer for one micro-batch, per TP rank. Korthikanti et al. 2022
 // section 4, term by term so that GQA (smaller K, V) and SwiGLU (three f-wide tensors) come out right.
-double activation_bytes_per_layer(const ModelSpec& m, const Assumptions& a, int64_t b, int tp, bool sp,
-                                  Recompute r) {
+double activation_bytes_per_layer(const ModelSpec& m, const Assumptions& a, int64_t b, int tp, bool sp, Recompute r) {
   const double s = double(m.seq_len), h = double(m.hidden), f = double(m.ffn_hidden);
   const double heads = double(m.heads), kvr = std::max<double>(double(m.kv_heads), tp) / double(m.heads);
   const double e = a.activation_bytes, t = double(tp);
@@ -292,51 +293,56 @@ double activation_bytes_per_layer(const ModelSpec& m, const Assumptions& a, int6
   // LayerNorm inputs (2 x e sbh), QKV input (e sbh), MLP input (e sbh), dropout masks (1 byte each).
   double replicated = 2 * e * sbh + e * sbh + e * sbh + (dropout ? 2 * sbh : 0.0);
   // Parts split by TP: Q, K, V (K, V shrink with GQA), attention-projection input, MLP inner tensors.
-  double split = e * sbh * (1 + 2 * kvr)  // Q, K, V
-                 + e * sbh;               // softmax x V output = projection input
-  if (m.arch == Arch::Gpt)
-    split += 2 * e * s * double(b) * f;  // GeLU input and output (fc2 input)
-  else
-    split += 3 * e * s * double(b) * f;  // gate, up, and silu(gate)*up (down-projection input)
+  double split = e * sbh * (1 + 2 * kvr)                        // Q, K, V
+                 + e * sbh;                                     // softmax x V output = projection input
+  if (m.arch == Arch::Gpt) split += 2 * e * s * double(b) * f;  // GeLU input and output (fc2 input)
+  else split += 3 * e * s * double(b) * f;                      // gate, up, and silu(gate)*up (down-projection input)
   // Attention scores: softmax output (e), dropout mask (1) and dropout output (e) per score.
   double scores = 0;
-  if (!a.flash_attention && r != Recompute::Selective)
-    scores = heads * s * s * double(b) * (dropout ? (2 * e + 1) : e);
+  if (!a.flash_attention && r != Recompute::Selective) scores = heads * s * s * double(b) * (dropout ? (2 * e + 1) : e);
   return replicated / (sp ? t : 1.0) + (split + scores) / t;
 }
 
-Plan plan_from_parallel(const Config& cfg, int world) {
+Plan plan_from_section(const ParallelSection& s, int world) {
   Plan p;
-  p.tp = int(cfg.get_int("parallel.tp"));
-  p.pp = int(cfg.get_int("parallel.pp"));
-  p.v = int(cfg.get_int("parallel.v"));
-  p.mb = int(cfg.get_int("parallel.mb"));
+  p.tp = s.tp;
+  p.pp = s.pp;
+  p.v = s.v;
+  p.mb = int(s.mb);
   if (p.mb <= 0) p.mb = 1;
-  p.zero = int(cfg.get_int("parallel.zero"));
-  p.recompute = parse_recompute(cfg.get_string("parallel.recompute"));
-  p.sp = cfg.get_string("parallel.sp") == "on";
-  p.cp = int(cfg.get_int("parallel.cp"));
-  p.tp_overlap = cfg.get_string("parallel.tp_overlap") == "on";
-  for (int64_t n : cfg.get_ints("parallel.stage_layers")) p.stage_layers.push_back(int(n));
-  p.dp = int(cfg.get_int("parallel.dp"));
+  p.zero = s.zero;
+  p.recompute = parse_recompute(s.recompute);
+  p.sp = s.sp == "on";
+  p.cp = s.cp;
+  p.tp_overlap = s.tp_overlap == "on";
+  for (int64_t n : s.stage_layers) p.stage_layers.push_back(int(n));
+  p.dp = s.dp;
   if (p.dp <= 0) p.dp = std::max(1, world / std::max(1, p.tp * p.pp * p.cp));
   return p;
 }
 
-Assumptions assumptions_from_config(const Config& cfg) {
+Plan plan_from_parallel(const Config& cfg, int world) {
+  return plan_from_section(read_section<ParallelSection>(cfg), world);
+}
+
+Assumptions assumptions_from_section(const PlanSection& s) {
   Assumptions a;
-  a.weight_bytes = cfg.get_float("plan.weight_bytes");
-  a.grad_bytes = cfg.get_float("plan.grad_bytes");
-  a.optimizer_bytes = cfg.get_float("plan.optimizer_bytes");
-  a.activation_bytes = cfg.get_float("plan.activation_bytes");
-  a.flash_attention = cfg.get_bool("plan.flash_attention");
-  a.causal = cfg.get_bool("plan.causal");
-  a.memory_bound_factor = cfg.get_float("plan.memory_bound_factor");
-  a.dp_overlap = cfg.get_bool("plan.dp_overlap");
-  a.tp_async_backward = cfg.get_bool("plan.tp_async_backward");
-  a.pp_scatter_gather = cfg.get_bool("plan.pp_scatter_gather");
-  a.memory_headroom = cfg.get_float("plan.memory_headroom");
+  a.weight_bytes = s.weight_bytes;
+  a.grad_bytes = s.grad_bytes;
+  a.optimizer_bytes = s.optimizer_bytes;
+  a.activation_bytes = s.activation_bytes;
+  a.flash_attention = s.flash_attention;
+  a.causal = s.causal;
+  a.memory_bound_factor = s.memory_bound_factor;
+  a.dp_overlap = s.dp_overlap;
+  a.tp_async_backward = s.tp_async_backward;
+  a.pp_scatter_gather = s.pp_scatter_gather;
+  a.memory_headroom = s.memory_headroom;
   return a;
+}
+
+Assumptions assumptions_from_config(const Config& cfg) {
+  return assumptions_from_section(read_section<PlanSection>(cfg));
 }
 
 // ------------------------------------------------------------------ evaluation
@@ -549,14 +555,12 @@ Reject check_plan(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t g
   if (m.heads % p.tp != 0)
     return no(Reject::kHeads, strprintf("heads = %lld is not divisible by tp = %d", (long long)m.heads, p.tp));
   if (m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
-    return no(Reject::kKvHeads,
-              strprintf("kv_heads = %lld cannot be split over tp = %d", (long long)m.kv_heads, p.tp));
+    return no(Reject::kKvHeads, strprintf("kv_heads = %lld cannot be split over tp = %d", (long long)m.kv_heads, p.tp));
   const int64_t gpus = int64_t(p.dp) * p.tp * p.pp * p.cp;
   if (gpus != c.world())
-    return no(Reject::kWorld, strprintf("dp*tp*pp*cp = %lld but the cluster has %d devices", (long long)gpus,
-                                        c.world()));
-  if (p.v > 1 && p.pp == 1)
-    return no(Reject::kInterleave, "interleaving (v > 1) needs pipeline parallelism (pp > 1)");
+    return no(Reject::kWorld,
+              strprintf("dp*tp*pp*cp = %lld but the cluster has %d devices", (long long)gpus, c.world()));
+  if (p.v > 1 && p.pp == 1) return no(Reject::kInterleave, "interleaving (v > 1) needs pipeline parallelism (pp > 1)");
   const int64_t stages = int64_t(p.pp) * p.v;
   if (!p.stage_layers.empty()) {
     if (int64_t(p.stage_layers.size()) != stages)
@@ -576,16 +580,16 @@ Reject check_plan(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t g
                         p.v));
   }
   if (global_batch % (int64_t(p.dp) * p.mb) != 0)
-    return no(Reject::kBatch, strprintf("global batch %lld is not a multiple of dp*mb = %d*%d",
-                                        (long long)global_batch, p.dp, p.mb));
+    return no(Reject::kBatch,
+              strprintf("global batch %lld is not a multiple of dp*mb = %d*%d", (long long)global_batch, p.dp, p.mb));
   const int64_t micro = global_batch / (int64_t(p.dp) * p.mb);
   if (p.v > 1 && micro % p.pp != 0)
     return no(Reject::kInterleave, strprintf("interleaved schedule needs micro-batches (%lld) divisible by pp = %d",
                                              (long long)micro, p.pp));
   if (p.sp && p.tp == 1) return no(Reject::kSp, "sequence parallelism needs tp > 1");
   if (p.sp && m.seq_len % (int64_t(p.tp) * p.cp) != 0)
-    return no(Reject::kSp, strprintf("seq_len = %lld is not divisible by tp*cp = %d", (long long)m.seq_len,
-                                     p.tp * p.cp));
+    return no(Reject::kSp,
+              strprintf("seq_len = %lld is not divisible by tp*cp = %d", (long long)m.seq_len, p.tp * p.cp));
   if (p.tp_overlap && !p.sp)
     return no(Reject::kTpOverlap, "TP communication overlap needs sequence parallelism (sp = on), as in "
                                   "Megatron-Core");
@@ -705,110 +709,122 @@ std::vector<int> stage_split(int64_t layers, int pp, int v, double embed_layers,
   return out;
 }
 
-Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t global_batch, const Assumptions& a,
-                    bool fill_reason) {
-  Evaluation ev;
-  ev.plan = p;
-  {
-    std::string why;
-    ev.reject = check_plan(m, c, p, global_batch, a, fill_reason ? &why : nullptr);
-    if (ev.reject != Reject::kOk) {
-      ev.reason = why;
-      return ev;
-    }
-  }
-  Breakdown& B = ev.b;
-  const int64_t micro = global_batch / (int64_t(p.dp) * p.mb);
-  const double mb_count = double(micro);
-  B.microbatches = int(micro);
-  const ParamCounts pc = parameter_counts(m);
-  const FlopsPerToken fl = flops_per_token(m);
-  const double t = double(p.tp), e = a.activation_bytes;
-  const double T = double(p.mb) * double(m.seq_len) / p.cp;  // tokens per micro-batch per rank
-  const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency, k0 = c.kernel_overhead_us * 1e-6;
-  const int gpn = c.gpus_per_node;
-  const Groups g = place_groups(c, p);
-  B.tp_tier = p.tp == 1 ? "-" : (g.tp_spans ? "inter" : "intra");
-  B.cp_tier = p.cp == 1 ? "-" : (g.cp_spans ? "inter" : "intra");
-  B.dp_tier = p.dp * p.cp == 1 ? "-" : (g.dp_spans ? "inter" : "intra");
-  B.pp_tier = p.pp == 1 ? "-" : (g.pp_spans ? "inter" : "intra");
+namespace {
 
-  // ---- per-micro-batch layer, embedding and head times
-  const LayerTimes L = layer_times(m, c, a, p, g);
-  const double layer_f = L.fwd(), layer_b = L.bwd();
+// Per-micro-batch times on one rank of what is not a transformer layer: the embedding (first stage), the
+// output head and cross-entropy (last stage), and the pipeline's point-to-point transfers.
+struct EdgeTimes {
+  double embed_f = 0, embed_b = 0;
+  double head_f_gemm = 0, head_b_gemm = 0;
+  double ce_bytes = 0;  // memory traffic of the cross-entropy, forward and backward together
+  double head_f = 0, head_b = 0;
+  double p2p_stage = 0;  // per stage: each of its chunks receives and sends once each way
+};
+
+// T: tokens per micro-batch per rank.
+EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g,
+                     double T) {
+  EdgeTimes E;
+  const double t = double(p.tp), e = a.activation_bytes;
+  const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency, k0 = c.kernel_overhead_us * 1e-6;
   const double V = double(m.vocab), h = double(m.hidden);
-  const double embed_f = T * h * e * 2 / hbm + k0, embed_b = 2 * embed_f;
-  const double head_f_gemm = gemm_time(c, T, V / t, h, 1, e);
-  const double head_b_gemm = gemm_time(c, T, h, V / t, 1, e) + gemm_time(c, h, V / t, T, 1, e);
+  E.embed_f = T * h * e * 2 / hbm + k0;
+  E.embed_b = 2 * E.embed_f;
+  E.head_f_gemm = gemm_time(c, T, V / t, h, 1, e);
+  E.head_b_gemm = gemm_time(c, T, h, V / t, 1, e) + gemm_time(c, h, V / t, T, 1, e);
   // Cross-entropy in fp32 over T x V/t logits: read logits, write/read fp32 softmax, write grads.
-  const double ce_bytes = a.memory_bound_factor * T * V / t * (e + 4 + 4 + e);
-  const double head_f = head_f_gemm + ce_bytes / 2 / hbm + 2 * k0 +
-                        (p.tp > 1 ? 2 * collective_time(c, Collective::AllReduce, T * 4, p.tp, g.tp_per_node) : 0);
-  const double head_b = head_b_gemm + ce_bytes / 2 / hbm + 2 * k0;
+  E.ce_bytes = a.memory_bound_factor * T * V / t * (e + 4 + 4 + e);
+  E.head_f = E.head_f_gemm + E.ce_bytes / 2 / hbm + 2 * k0 +
+             (p.tp > 1 ? 2 * collective_time(c, Collective::AllReduce, T * 4, p.tp, g.tp_per_node) : 0);
+  E.head_b = E.head_b_gemm + E.ce_bytes / 2 / hbm + 2 * k0;
   // Pipeline p2p: Megatron sends T x h / tp per boundary (scatter-gather or SP shards) each way.
   double p2p = 0;
   if (p.pp > 1) {
     const double bytes = T * h * e / (a.pp_scatter_gather || p.sp ? t : 1.0);
     p2p = collective_time(c, Collective::SendRecv, bytes, 2, g.pp_spans ? 1 : 2);
   }
-  const double p2p_stage = p.pp > 1 ? 2.0 * p.v * p2p : 0.0;  // each chunk receives and sends once each way
+  E.p2p_stage = p.pp > 1 ? 2.0 * p.v * p2p : 0.0;
+  return E;
+}
 
-  // ---- pipeline stages: layers per rank (its v chunks), per-rank busy time per micro-batch
-  const double layer_time = std::max(1e-30, layer_f + layer_b);
-  const std::vector<int> sl = plan_stage_layers(m, p, (embed_f + embed_b) / layer_time, (head_f + head_b) / layer_time);
-  B.stage_layers = sl;
-  std::vector<int> rank_layers(size_t(p.pp), 0);
-  for (size_t j = 0; j < sl.size(); ++j) rank_layers[j % size_t(p.pp)] += sl[j];
-  std::vector<double> tau(size_t(p.pp));
+// The pipeline: layers per virtual stage and per rank (its v chunks), and the time of all micro-batches through
+// it, set by the critical (busiest) rank.
+struct Pipeline {
+  std::vector<int> stage_layers, rank_layers;
   int crit = 0;
+  double t_max = 0;   // busy time of the critical rank per micro-batch
+  double t_pipe = 0;  // every micro-batch through the pipeline, bubble included
+};
+
+Pipeline pipeline_schedule(const ModelSpec& m, const Plan& p, const EdgeTimes& E, double layer_time, double mb_count) {
+  Pipeline P;
+  P.stage_layers = plan_stage_layers(m, p, (E.embed_f + E.embed_b) / layer_time, (E.head_f + E.head_b) / layer_time);
+  const std::vector<int>& sl = P.stage_layers;
+  P.rank_layers.assign(size_t(p.pp), 0);
+  for (size_t j = 0; j < sl.size(); ++j) P.rank_layers[j % size_t(p.pp)] += sl[j];
+  std::vector<double> tau(size_t(p.pp));
   for (int r = 0; r < p.pp; ++r) {
-    tau[size_t(r)] = rank_layers[size_t(r)] * layer_time + (r == 0 ? embed_f + embed_b : 0.0) +
-                     (r == p.pp - 1 ? head_f + head_b : 0.0) + p2p_stage;
-    if (tau[size_t(r)] > tau[size_t(crit)]) crit = r;
+    tau[size_t(r)] = P.rank_layers[size_t(r)] * layer_time + (r == 0 ? E.embed_f + E.embed_b : 0.0) +
+                     (r == p.pp - 1 ? E.head_f + E.head_b : 0.0) + E.p2p_stage;
+    if (tau[size_t(r)] > tau[size_t(P.crit)]) P.crit = r;
   }
-  const double t_max = tau[size_t(crit)];
+  P.t_max = tau[size_t(P.crit)];
   double t_sum = 0;
   for (double x : tau) t_sum += x;
   // 1F1B: the first micro-batch crosses every stage, the rest follow the slowest (Narayanan 2021);
   // interleaved: bubble (p-1)/(v m) of the busy time.
-  const double t_pipe = p.v == 1 ? (mb_count - 1) * t_max + t_sum : mb_count * t_max + (p.pp - 1) * t_max / p.v;
-  const int lay_crit = rank_layers[size_t(crit)];
-  const bool crit_first = crit == 0, crit_last = crit == p.pp - 1;
-  B.layers_max_stage = *std::max_element(rank_layers.begin(), rank_layers.end());
-  B.gemm = mb_count * (lay_crit * (L.f_gemm + L.b_gemm + L.r_gemm) + (crit_last ? head_f_gemm + head_b_gemm : 0));
-  B.memory_bound = mb_count * (lay_crit * (L.f_mem + L.b_mem + L.r_mem) + (crit_last ? ce_bytes / hbm : 0) +
-                               (crit_first ? embed_f + embed_b : 0));
+  P.t_pipe = p.v == 1 ? (mb_count - 1) * P.t_max + t_sum : mb_count * P.t_max + (p.pp - 1) * P.t_max / p.v;
+  return P;
+}
+
+// The step's time on the critical rank by kind (GEMM, memory-bound, communication, bubble, ...).
+void fill_time_breakdown(Breakdown& B, const Plan& p, const LayerTimes& L, const EdgeTimes& E, const Pipeline& P,
+                         double mb_count, double hbm) {
+  const int lay_crit = P.rank_layers[size_t(P.crit)];
+  const bool crit_first = P.crit == 0, crit_last = P.crit == p.pp - 1;
+  B.stage_layers = P.stage_layers;
+  B.layers_max_stage = *std::max_element(P.rank_layers.begin(), P.rank_layers.end());
+  B.gemm = mb_count * (lay_crit * (L.f_gemm + L.b_gemm + L.r_gemm) + (crit_last ? E.head_f_gemm + E.head_b_gemm : 0));
+  B.memory_bound = mb_count * (lay_crit * (L.f_mem + L.b_mem + L.r_mem) + (crit_last ? E.ce_bytes / hbm : 0) +
+                               (crit_first ? E.embed_f + E.embed_b : 0));
   B.recompute = mb_count * lay_crit * L.recompute();
   B.tp_comm = mb_count * lay_crit * (L.f_tp + L.b_tp + L.r_tp);
   B.cp_comm = mb_count * lay_crit * (L.f_cp + L.b_cp + L.r_cp);
   B.overlap_slowdown = mb_count * lay_crit * (L.f_slow + L.b_slow + L.r_slow);
-  B.pp_p2p = mb_count * p2p_stage;
-  B.bubble = t_pipe - mb_count * t_max;
-  B.stage_forward = lay_crit * layer_f;
-  B.stage_backward = lay_crit * layer_b;
+  B.pp_p2p = mb_count * E.p2p_stage;
+  B.bubble = P.t_pipe - mb_count * P.t_max;
+  B.stage_forward = lay_crit * L.fwd();
+  B.stage_backward = lay_crit * L.bwd();
+}
 
-  // ---- parameters per rank (per TP rank)
-  const double layer_params_tp = double(pc.per_layer - pc.per_layer_norms) / t + double(pc.per_layer_norms);
-  const double embed_tp = double(m.vocab * m.hidden) / t + double(pc.embedding - m.vocab * m.hidden);
-  const double head_tp = (m.tied_embeddings ? (p.pp > 1 ? double(m.vocab * m.hidden) / t : 0.0)
-                                            : double(pc.head) / t) + double(pc.final_norm);
-  auto rank_params = [&](int r) {
-    return rank_layers[size_t(r)] * layer_params_tp + (r == 0 ? embed_tp : 0.0) + (r == p.pp - 1 ? head_tp : 0.0);
-  };
-  double params_max = 0;
-  for (int r = 0; r < p.pp; ++r) params_max = std::max(params_max, rank_params(r));
-  B.stage_params = int64_t(params_max);
+// Parameters a rank holds per TP rank: its layers, plus the embedding on the first pipeline rank and the head
+// (or, tied, a copy of the embedding when pp > 1) and final norm on the last.
+struct RankParams {
+  double layer_tp = 0, embed_tp = 0, head_tp = 0;
+  double of(const std::vector<int>& rank_layers, int r, int pp) const {
+    return rank_layers[size_t(r)] * layer_tp + (r == 0 ? embed_tp : 0.0) + (r == pp - 1 ? head_tp : 0.0);
+  }
+};
 
-  // ---- data parallel / ZeRO communication, optimizer
-  const DpComm dc = dp_comm(c, a, p, g, L, params_max, layer_params_tp, lay_crit, mb_count);
-  B.dp_comm = dc.total;
-  B.dp_exposed = dc.exposed + dc.slowdown;  // what the step waits for, incl. compute slowed by the hidden part
+RankParams params_per_rank(const ModelSpec& m, const Plan& p, const ParamCounts& pc) {
+  const double t = double(p.tp);
+  RankParams rp;
+  rp.layer_tp = double(pc.per_layer - pc.per_layer_norms) / t + double(pc.per_layer_norms);
+  rp.embed_tp = double(m.vocab * m.hidden) / t + double(pc.embedding - m.vocab * m.hidden);
+  rp.head_tp = (m.tied_embeddings ? (p.pp > 1 ? double(m.vocab * m.hidden) / t : 0.0) : double(pc.head) / t) +
+               double(pc.final_norm);
+  return rp;
+}
+
+// Memory per rank: the first stage (most activations in flight) and the last (logits); the larger is reported.
+// micro: micro-batches per step; T: tokens per micro-batch per rank.
+void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p, int64_t micro,
+                 double T, const std::vector<int>& rank_layers, const RankParams& rp) {
+  const double mb_count = double(micro);
+  const double t = double(p.tp), e = a.activation_bytes;
+  const double V = double(m.vocab), h = double(m.hidden);
   const double shards = double(p.dp) * p.cp;
-  const double local_params = params_max / (p.zero >= 1 ? shards : 1.0);
-  B.optimizer = local_params * (2 * a.grad_bytes + 2 * a.optimizer_bytes + a.weight_bytes) / hbm + 4 * k0;
-  ev.step_time_s = t_pipe + B.dp_exposed + B.optimizer;
-
-  // ---- memory per rank: the first stage (most activations in flight) and the last (logits)
+  auto params_of = [&](int r) { return rp.of(rank_layers, r, p.pp); };
   auto states = [&](double P) {
     return std::array<double, 3>{P * a.weight_bytes / (p.zero >= 3 ? shards : 1.0),
                                  P * a.grad_bytes / (p.zero >= 2 ? shards : 1.0),
@@ -839,18 +855,18 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
   // Logits (16-bit) and the fp32 cross-entropy buffer on the last stage (Korthikanti: 4sbv/t).
   const double logits = T * V / t * (e + 4);
   // ZeRO-3 keeps two gathered layers (current + prefetch) at full size.
-  const double zero3 = p.zero >= 3 ? 2 * layer_params_tp * a.weight_bytes : 0.0;
+  const double zero3 = p.zero >= 3 ? 2 * rp.layer_tp * a.weight_bytes : 0.0;
   const double reserved = c.reserved_gib * kGiB;
   auto total = [&](double P, double acts, bool has_logits) {
     auto s3 = states(P);
     return s3[0] + s3[1] + s3[2] + acts + (has_logits ? logits : 0.0) + work + zero3 + reserved;
   };
-  const double mem_first = total(rank_params(0), acts_first, p.pp == 1);
+  const double mem_first = total(params_of(0), acts_first, p.pp == 1);
   // The last stage holds one micro-batch in flight (1F1B) or its v chunks when interleaved.
   const double acts_last = double(rank_layers[size_t(p.pp - 1)]) * act_layer;
-  const double mem_last = p.pp > 1 ? total(rank_params(p.pp - 1), acts_last, true) : mem_first;
+  const double mem_last = p.pp > 1 ? total(params_of(p.pp - 1), acts_last, true) : mem_first;
   const bool first_is_max = mem_first >= mem_last;
-  const auto s3 = states(first_is_max ? rank_params(0) : rank_params(p.pp - 1));
+  const auto s3 = states(first_is_max ? params_of(0) : params_of(p.pp - 1));
   B.mem_weights = s3[0];
   B.mem_grads = s3[1];
   B.mem_optimizer = s3[2];
@@ -858,10 +874,11 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
   B.mem_logits = (p.pp == 1 || !first_is_max) ? logits : 0.0;
   B.mem_buffers = work + zero3 + reserved;
   B.mem_total = std::max(mem_first, mem_last);
-  ev.memory_gib = B.mem_total / kGiB;
-  (void)gpn;
+}
 
-  // ---- rates
+// Throughput, achieved model and hardware FLOP/s per GPU (hardware: with recompute), MFU and HFU.
+void fill_rates(Evaluation& ev, const ModelSpec& m, const Cluster& c, const Plan& p, const FlopsPerToken& fl,
+                int64_t global_batch) {
   const double tokens = double(global_batch) * double(m.seq_len);
   ev.tokens_per_s = tokens / ev.step_time_s;
   const double model_flops = fl.model_train * tokens;
@@ -873,16 +890,77 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
   ev.hw_tflops_per_gpu = hw_per_token * tokens / denom / 1e12;
   ev.mfu = ev.tflops_per_gpu / c.peak_tflops;
   ev.hfu = ev.hw_tflops_per_gpu / c.peak_tflops;
+}
 
+// Rejects a plan whose memory exceeds the HBM left after the headroom.
+void check_memory(Evaluation& ev, const Cluster& c, const Assumptions& a, bool fill_reason) {
   const double capacity = c.hbm_gib * (1 - a.memory_headroom);
   if (ev.memory_gib > capacity) {
     ev.reject = Reject::kMemory;
     if (fill_reason)
-      ev.reason = strprintf("needs %.1f GiB per device, %.1f GiB over the %.1f GiB available (%.0f GiB HBM%s)",
-                            ev.memory_gib, ev.memory_gib - capacity, capacity, c.hbm_gib,
-                            a.memory_headroom > 0 ? strprintf(", %.0f%% headroom", a.memory_headroom * 100).c_str()
-                                                  : "");
+      ev.reason =
+          strprintf("needs %.1f GiB per device, %.1f GiB over the %.1f GiB available (%.0f GiB HBM%s)", ev.memory_gib,
+                    ev.memory_gib - capacity, capacity, c.hbm_gib,
+                    a.memory_headroom > 0 ? strprintf(", %.0f%% headroom", a.memory_headroom * 100).c_str() : "");
   }
+}
+
+}  // namespace
+
+Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t global_batch, const Assumptions& a,
+                    bool fill_reason) {
+  Evaluation ev;
+  ev.plan = p;
+  {
+    std::string why;
+    ev.reject = check_plan(m, c, p, global_batch, a, fill_reason ? &why : nullptr);
+    if (ev.reject != Reject::kOk) {
+      ev.reason = why;
+      return ev;
+    }
+  }
+  Breakdown& B = ev.b;
+  const int64_t micro = global_batch / (int64_t(p.dp) * p.mb);
+  const double mb_count = double(micro);
+  B.microbatches = int(micro);
+  const ParamCounts pc = parameter_counts(m);
+  const FlopsPerToken fl = flops_per_token(m);
+  const double T = double(p.mb) * double(m.seq_len) / p.cp;  // tokens per micro-batch per rank
+  const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency, k0 = c.kernel_overhead_us * 1e-6;
+  const Groups g = place_groups(c, p);
+  B.tp_tier = p.tp == 1 ? "-" : (g.tp_spans ? "inter" : "intra");
+  B.cp_tier = p.cp == 1 ? "-" : (g.cp_spans ? "inter" : "intra");
+  B.dp_tier = p.dp * p.cp == 1 ? "-" : (g.dp_spans ? "inter" : "intra");
+  B.pp_tier = p.pp == 1 ? "-" : (g.pp_spans ? "inter" : "intra");
+
+  // ---- per-micro-batch layer, embedding and head times; the pipeline over them
+  const LayerTimes L = layer_times(m, c, a, p, g);
+  const EdgeTimes E = edge_times(m, c, a, p, g, T);
+  const double layer_time = std::max(1e-30, L.fwd() + L.bwd());
+  const Pipeline P = pipeline_schedule(m, p, E, layer_time, mb_count);
+  fill_time_breakdown(B, p, L, E, P, mb_count, hbm);
+  const int lay_crit = P.rank_layers[size_t(P.crit)];
+
+  // ---- parameters per rank (per TP rank)
+  const RankParams rp = params_per_rank(m, p, pc);
+  double params_max = 0;
+  for (int r = 0; r < p.pp; ++r) params_max = std::max(params_max, rp.of(P.rank_layers, r, p.pp));
+  B.stage_params = int64_t(params_max);
+
+  // ---- data parallel / ZeRO communication, optimizer
+  const DpComm dc = dp_comm(c, a, p, g, L, params_max, rp.layer_tp, lay_crit, mb_count);
+  B.dp_comm = dc.total;
+  B.dp_exposed = dc.exposed + dc.slowdown;  // what the step waits for, incl. compute slowed by the hidden part
+  const double shards = double(p.dp) * p.cp;
+  const double local_params = params_max / (p.zero >= 1 ? shards : 1.0);
+  B.optimizer = local_params * (2 * a.grad_bytes + 2 * a.optimizer_bytes + a.weight_bytes) / hbm + 4 * k0;
+  ev.step_time_s = P.t_pipe + B.dp_exposed + B.optimizer;
+
+  // ---- memory per rank, rates, and whether it fits
+  fill_memory(B, m, c, a, p, micro, T, P.rank_layers, rp);
+  ev.memory_gib = B.mem_total / kGiB;
+  fill_rates(ev, m, c, p, fl, global_batch);
+  check_memory(ev, c, a, fill_reason);
   return ev;
 }
 

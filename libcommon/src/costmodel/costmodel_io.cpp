@@ -9,6 +9,8 @@
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
+#include "cairn/records.h"
+#include "cairn/sections.h"
 
 namespace cairn::costmodel {
 
@@ -33,23 +35,25 @@ int collective_index(const std::string& name) {
 
 }  // namespace
 
-ModelSpec model_from_config(const Config& cfg) {
+ModelSpec model_from_section(const ModelSection& s) {
   ModelSpec m;
-  m.arch = cfg.get_string("model.architecture") == "llama" ? Arch::Llama : Arch::Gpt;
-  m.layers = cfg.get_int("model.layers");
-  m.hidden = cfg.get_int("model.hidden");
-  m.heads = cfg.get_int("model.heads");
-  m.kv_heads = cfg.get_int("model.kv_heads");
+  m.arch = s.architecture == "llama" ? Arch::Llama : Arch::Gpt;
+  m.layers = s.layers;
+  m.hidden = s.hidden;
+  m.heads = s.heads;
+  m.kv_heads = s.kv_heads;
   if (m.kv_heads == 0) m.kv_heads = m.heads;
-  m.seq_len = cfg.get_int("model.seq_len");
-  m.vocab = cfg.get_int("model.vocab");
-  m.tied_embeddings = cfg.get_bool("model.tied_embeddings");
+  m.seq_len = s.seq_len;
+  m.vocab = s.vocab;
+  m.tied_embeddings = s.tied_embeddings;
   if (m.hidden % m.heads != 0) validate_model(m);  // reports the key before ffn defaults use it
-  m.ffn_hidden = cfg.get_int("model.ffn_hidden");
+  m.ffn_hidden = s.ffn_hidden;
   if (m.ffn_hidden == 0) m.ffn_hidden = default_ffn_hidden(m.arch, m.hidden);
   validate_model(m);
   return m;
 }
+
+ModelSpec model_from_config(const Config& cfg) { return model_from_section(read_section<ModelSection>(cfg)); }
 
 void apply_fabric(Cluster& c, const std::string& path) {
   if (!path_exists(path)) throw UsageError(file_message("cannot open", path, "No such file or directory"));
@@ -87,12 +91,11 @@ void apply_fabric(Cluster& c, const std::string& path) {
     for (auto it = f[tier_name].begin(); it != f[tier_name].end(); ++it) {
       const int idx = collective_index(it.key());
       if (idx < 0 || !it.value().is_object()) continue;
-      JsonFields fit_fields = tier_fields.nested(it.value(), it.key());
+      const records::FabricTier measured = records::FabricTier::from_json(tier_fields.nested(it.value(), it.key()));
       Tier::Fit fit;
-      fit.alpha_us = fit_fields.number("alpha_us", 0, 1e300);
-      fit.busbw_gbps = fit_fields.number("busbw_gbps", 0, 1e300);
-      if (!(fit.busbw_gbps > 0)) fit_fields.fail("busbw_gbps", "a positive number");
-      fit.ranks = static_cast<int>(fit_fields.i64_or("ranks", 2, 1, 1 << 24));
+      fit.alpha_us = measured.alpha_us;
+      fit.busbw_gbps = measured.busbw_gbps;
+      fit.ranks = static_cast<int>(measured.ranks);
       fit.valid = true;
       tier->fitted[size_t(idx)] = fit;
       // The inter fit is driven by the ranks of each node in that communicator (1 for a cross-node
@@ -108,33 +111,33 @@ void apply_fabric(Cluster& c, const std::string& path) {
   c.fabric_path = path;
 }
 
-Cluster cluster_from_config(const Config& cfg) {
+Cluster cluster_from_section(const ClusterSection& s) {
   Cluster c;
-  c.name = cfg.get_string("cluster.name");
-  c.nodes = int(cfg.get_int("cluster.nodes"));
-  c.gpus_per_node = int(cfg.get_int("cluster.gpus_per_node"));
-  c.peak_tflops = cfg.get_float("cluster.peak_tflops");
-  c.hbm_gib = cfg.get_float("cluster.hbm_gib");
-  c.hbm_gbps = cfg.get_float("cluster.hbm_gbps");
-  c.hbm_efficiency = cfg.get_float("cluster.hbm_efficiency");
-  c.gemm_flops = cfg.get_floats("cluster.gemm_flops");
-  c.gemm_efficiency = cfg.get_floats("cluster.gemm_efficiency");
+  c.name = s.name;
+  c.nodes = int(s.nodes);
+  c.gpus_per_node = s.gpus_per_node;
+  c.peak_tflops = s.peak_tflops;
+  c.hbm_gib = s.hbm_gib;
+  c.hbm_gbps = s.hbm_gbps;
+  c.hbm_efficiency = s.hbm_efficiency;
+  c.gemm_flops = s.gemm_flops;
+  c.gemm_efficiency = s.gemm_efficiency;
   if (c.gemm_flops.size() != c.gemm_efficiency.size())
-    throw UsageError(strprintf("[cluster] gemm_flops has %zu entries but gemm_efficiency has %zu",
-                               c.gemm_flops.size(), c.gemm_efficiency.size()));
+    throw UsageError(strprintf("[cluster] gemm_flops has %zu entries but gemm_efficiency has %zu", c.gemm_flops.size(),
+                               c.gemm_efficiency.size()));
   for (size_t i = 0; i < c.gemm_flops.size(); ++i) {
     if (!(c.gemm_flops[i] > 0) || (i > 0 && c.gemm_flops[i] <= c.gemm_flops[i - 1]))
       throw UsageError("[cluster] gemm_flops must be positive and strictly ascending");
     if (!(c.gemm_efficiency[i] > 0) || c.gemm_efficiency[i] > 1.0)
       throw UsageError(strprintf("[cluster] gemm_efficiency[%zu] = %g is outside (0, 1]", i, c.gemm_efficiency[i]));
   }
-  c.gemm_max_efficiency = cfg.get_float("cluster.gemm_max_efficiency");
-  c.sm_count = int(cfg.get_int("cluster.sm_count"));
-  c.gemm_k_half = cfg.get_float("cluster.gemm_k_half");
-  c.gemm_table_m = cfg.get_floats("cluster.gemm_table_m");
-  c.gemm_table_n = cfg.get_floats("cluster.gemm_table_n");
-  c.gemm_table_k = cfg.get_floats("cluster.gemm_table_k");
-  c.gemm_table_efficiency = cfg.get_floats("cluster.gemm_table_efficiency");
+  c.gemm_max_efficiency = s.gemm_max_efficiency;
+  c.sm_count = s.sm_count;
+  c.gemm_k_half = s.gemm_k_half;
+  c.gemm_table_m = s.gemm_table_m;
+  c.gemm_table_n = s.gemm_table_n;
+  c.gemm_table_k = s.gemm_table_k;
+  c.gemm_table_efficiency = s.gemm_table_efficiency;
   const size_t shapes = c.gemm_table_m.size();
   if (c.gemm_table_n.size() != shapes || c.gemm_table_k.size() != shapes || c.gemm_table_efficiency.size() != shapes)
     throw UsageError(strprintf("[cluster] gemm_table_m/n/k/efficiency must have equal lengths (%zu, %zu, %zu, %zu)",
@@ -143,27 +146,28 @@ Cluster cluster_from_config(const Config& cfg) {
     if (!(c.gemm_table_m[i] >= 1 && c.gemm_table_n[i] >= 1 && c.gemm_table_k[i] >= 1))
       throw UsageError(strprintf("[cluster] gemm_table shape %zu has a dimension below 1", i));
     if (!(c.gemm_table_efficiency[i] > 0) || c.gemm_table_efficiency[i] > 1.0)
-      throw UsageError(strprintf("[cluster] gemm_table_efficiency[%zu] = %g is outside (0, 1]", i,
-                                 c.gemm_table_efficiency[i]));
+      throw UsageError(
+          strprintf("[cluster] gemm_table_efficiency[%zu] = %g is outside (0, 1]", i, c.gemm_table_efficiency[i]));
   }
-  c.attention_efficiency = cfg.get_float("cluster.attention_efficiency");
-  c.overlap_slowdown = cfg.get_float("cluster.overlap_slowdown");
-  c.kernel_overhead_us = cfg.get_float("cluster.kernel_overhead_us");
-  c.reserved_gib = cfg.get_float("cluster.reserved_gib");
-  c.intra.bandwidth_gbps = cfg.get_float("cluster.intra_bw_gbps");
-  c.intra.latency_us = cfg.get_float("cluster.intra_latency_us");
-  c.intra.efficiency = cfg.get_float("cluster.intra_efficiency");
-  c.inter.bandwidth_gbps = cfg.get_float("cluster.inter_bw_gbps");
-  c.inter.latency_us = cfg.get_float("cluster.inter_latency_us");
-  c.inter.efficiency = cfg.get_float("cluster.inter_efficiency");
-  const std::string fabric = cfg.get_string("cluster.fabric");
-  if (!fabric.empty()) apply_fabric(c, fabric);
+  c.attention_efficiency = s.attention_efficiency;
+  c.overlap_slowdown = s.overlap_slowdown;
+  c.kernel_overhead_us = s.kernel_overhead_us;
+  c.reserved_gib = s.reserved_gib;
+  c.intra.bandwidth_gbps = s.intra_bw_gbps;
+  c.intra.latency_us = s.intra_latency_us;
+  c.intra.efficiency = s.intra_efficiency;
+  c.inter.bandwidth_gbps = s.inter_bw_gbps;
+  c.inter.latency_us = s.inter_latency_us;
+  c.inter.efficiency = s.inter_efficiency;
+  if (!s.fabric.empty()) apply_fabric(c, s.fabric);
   return c;
 }
 
+Cluster cluster_from_config(const Config& cfg) { return cluster_from_section(read_section<ClusterSection>(cfg)); }
+
 Evaluation evaluate_config(const Config& cfg, int world) {
-  const ModelSpec m = model_from_config(cfg);
-  Cluster c = cluster_from_config(cfg);
+  const ModelSpec m = model_from_section(read_section<ModelSection>(cfg));
+  Cluster c = cluster_from_section(read_section<ClusterSection>(cfg));
   if (world > 0 && world != c.world()) {
     if (world % c.gpus_per_node == 0) {
       c.nodes = world / c.gpus_per_node;
@@ -172,64 +176,64 @@ Evaluation evaluate_config(const Config& cfg, int world) {
       c.gpus_per_node = world;
     }
   }
-  int64_t batch = cfg.get_int("plan.global_batch");
-  if (batch <= 0) batch = cfg.get_int("train.global_batch");
-  const Plan p = plan_from_parallel(cfg, c.world());
-  return evaluate(m, c, p, batch, assumptions_from_config(cfg), true);
+  const auto plan = read_section<PlanSection>(cfg);
+  const int64_t batch = plan.global_batch > 0 ? plan.global_batch : read_section<TrainSection>(cfg).global_batch;
+  const Plan p = plan_from_section(read_section<ParallelSection>(cfg), c.world());
+  return evaluate(m, c, p, batch, assumptions_from_section(plan), true);
 }
 
 json to_json(const Evaluation& e) {
   const Plan& p = e.plan;
   const Breakdown& b = e.b;
-  json j = {{"dp", p.dp},
-            {"tp", p.tp},
-            {"pp", p.pp},
-            {"v", p.v},
-            {"mb", p.mb},
-            {"zero", p.zero},
-            {"recompute", recompute_name(p.recompute)},
-            {"sp", p.sp ? "on" : "off"},
-            {"cp", p.cp},
-            {"tp_overlap", p.tp_overlap ? "on" : "off"},
-            {"feasible", e.feasible()},
-            {"step_time_s", e.step_time_s},
-            {"tokens_per_s", e.tokens_per_s},
-            {"tflops_per_gpu", e.tflops_per_gpu},
-            {"hw_tflops_per_gpu", e.hw_tflops_per_gpu},
-            {"mfu", e.mfu},
-            {"hfu", e.hfu},
-            {"memory_gib", e.memory_gib}};
-  if (!e.feasible()) j["reason"] = e.reason.empty() ? reject_name(e.reject) : e.reason;
-  j["breakdown"] = {
-      {"time_s",
-       {{"gemm", b.gemm},
-        {"memory_bound", b.memory_bound},
-        {"recompute", b.recompute},
-        {"tp_comm", b.tp_comm},
-        {"cp_comm", b.cp_comm},
-        {"overlap_slowdown", b.overlap_slowdown},
-        {"pp_p2p", b.pp_p2p},
-        {"bubble", b.bubble},
-        {"dp_comm", b.dp_comm},
-        {"dp_exposed", b.dp_exposed},
-        {"optimizer", b.optimizer},
-        {"stage_forward_per_microbatch", b.stage_forward},
-        {"stage_backward_per_microbatch", b.stage_backward}}},
-      {"memory_gib",
-       {{"weights", b.mem_weights / kGiB},
-        {"grads", b.mem_grads / kGiB},
-        {"optimizer", b.mem_optimizer / kGiB},
-        {"activations", b.mem_activations / kGiB},
-        {"logits", b.mem_logits / kGiB},
-        {"buffers", b.mem_buffers / kGiB}}},
-      {"microbatches", b.microbatches},
-      {"inflight_microbatches", b.inflight},
-      {"layers_max_stage", b.layers_max_stage},
-      {"stage_layers", b.stage_layers},
-      {"stage_params", b.stage_params},
-      {"activation_bytes_per_layer", b.act_per_layer},
-      {"tiers", {{"tp", b.tp_tier}, {"cp", b.cp_tier}, {"dp", b.dp_tier}, {"pp", b.pp_tier}}}};
-  return j;
+  records::PlanRow row;
+  row.dp = p.dp;
+  row.tp = p.tp;
+  row.pp = p.pp;
+  row.v = p.v;
+  row.mb = p.mb;
+  row.zero = p.zero;
+  row.cp = p.cp;
+  row.recompute = recompute_name(p.recompute);
+  row.sp = p.sp;
+  row.tp_overlap = p.tp_overlap;
+  row.feasible = e.feasible();
+  if (!e.feasible()) row.reason = e.reason.empty() ? reject_name(e.reject) : e.reason;
+  row.step_time_s = e.step_time_s;
+  row.tokens_per_s = e.tokens_per_s;
+  row.tflops_per_gpu = e.tflops_per_gpu;
+  row.hw_tflops_per_gpu = e.hw_tflops_per_gpu;
+  row.mfu = e.mfu;
+  row.hfu = e.hfu;
+  row.memory_gib = e.memory_gib;
+  row.breakdown = {{"time_s",
+                    {{"gemm", b.gemm},
+                     {"memory_bound", b.memory_bound},
+                     {"recompute", b.recompute},
+                     {"tp_comm", b.tp_comm},
+                     {"cp_comm", b.cp_comm},
+                     {"overlap_slowdown", b.overlap_slowdown},
+                     {"pp_p2p", b.pp_p2p},
+                     {"bubble", b.bubble},
+                     {"dp_comm", b.dp_comm},
+                     {"dp_exposed", b.dp_exposed},
+                     {"optimizer", b.optimizer},
+                     {"stage_forward_per_microbatch", b.stage_forward},
+                     {"stage_backward_per_microbatch", b.stage_backward}}},
+                   {"memory_gib",
+                    {{"weights", b.mem_weights / kGiB},
+                     {"grads", b.mem_grads / kGiB},
+                     {"optimizer", b.mem_optimizer / kGiB},
+                     {"activations", b.mem_activations / kGiB},
+                     {"logits", b.mem_logits / kGiB},
+                     {"buffers", b.mem_buffers / kGiB}}},
+                   {"microbatches", b.microbatches},
+                   {"inflight_microbatches", b.inflight},
+                   {"layers_max_stage", b.layers_max_stage},
+                   {"stage_layers", b.stage_layers},
+                   {"stage_params", b.stage_params},
+                   {"activation_bytes_per_layer", b.act_per_layer},
+                   {"tiers", {{"tp", b.tp_tier}, {"cp", b.cp_tier}, {"dp", b.dp_tier}, {"pp", b.pp_tier}}}};
+  return row.to_json();
 }
 
 namespace {
@@ -242,8 +246,8 @@ std::string flops_formula(const ModelSpec& m, const FlopsPerToken& fl) {
   if (m.arch == Arch::Gpt) {
     std::string f = strprintf("%.4g model FLOPs/token = 6lh(2h + 2kvd + 2f + 2s) + 6hV (gpt: GELU MLP", fl.model_train);
     if (m.kv_heads == m.heads && m.ffn_hidden == 4 * m.hidden)
-      return f + strprintf("; kvd = h, f = 4h: Narayanan 72lh^2(1 + s/6h + V/12lh) = %.4g)",
-                           narayanan_flops_per_token(m));
+      return f +
+             strprintf("; kvd = h, f = 4h: Narayanan 72lh^2(1 + s/6h + V/12lh) = %.4g)", narayanan_flops_per_token(m));
     return f + strprintf("; kvd = %lld, f = %lld)", kvd, (long long)m.ffn_hidden);
   }
   return strprintf("%.4g model FLOPs/token = 6lh(2h + 2kvd + 3f + 2s) + 6hV (llama: SwiGLU MLP, 3 matrices; "
@@ -261,17 +265,17 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   const FlopsPerToken fl = flops_per_token(m);
   os << "plan      " << plan_string(e.plan) << "\n";
   os << strprintf("model     %s, %lld layers, h=%lld, heads=%lld (kv %lld), ffn=%lld, s=%lld, V=%lld: %.3f B params\n",
-                  m.arch == Arch::Gpt ? "gpt" : "llama", (long long)m.layers, (long long)m.hidden,
-                  (long long)m.heads, (long long)m.kv_heads, (long long)m.ffn_hidden, (long long)m.seq_len,
-                  (long long)m.vocab, double(pc.total) / 1e9);
+                  m.arch == Arch::Gpt ? "gpt" : "llama", (long long)m.layers, (long long)m.hidden, (long long)m.heads,
+                  (long long)m.kv_heads, (long long)m.ffn_hidden, (long long)m.seq_len, (long long)m.vocab,
+                  double(pc.total) / 1e9);
   os << "flops     " << flops_formula(m, fl) << "\n";
-  os << strprintf("cluster   %s: %d x %d devices, %.0f TFLOP/s peak, %.0f GiB at %.0f GB/s%s\n", c.name.c_str(), c.nodes,
-                  c.gpus_per_node, c.peak_tflops, c.hbm_gib, c.hbm_gbps,
+  os << strprintf("cluster   %s: %d x %d devices, %.0f TFLOP/s peak, %.0f GiB at %.0f GB/s%s\n", c.name.c_str(),
+                  c.nodes, c.gpus_per_node, c.peak_tflops, c.hbm_gib, c.hbm_gbps,
                   c.has_fabric ? (", links from " + c.fabric_path).c_str() : "");
   if (b.microbatches > 0)
     os << strprintf("batch     %lld sequences = %d micro-batches of %d per DP rank; tiers tp:%s dp:%s pp:%s\n",
-                  (long long)global_batch, b.microbatches, e.plan.mb, b.tp_tier.c_str(), b.dp_tier.c_str(),
-                  b.pp_tier.c_str());
+                    (long long)global_batch, b.microbatches, e.plan.mb, b.tp_tier.c_str(), b.dp_tier.c_str(),
+                    b.pp_tier.c_str());
   if (!e.feasible() && e.reject != Reject::kMemory) {
     os << "REJECTED  " << e.reason << "\n";
     return os.str();
@@ -280,8 +284,9 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   auto line = [&](const char* name, double s, const char* note) {
     os << strprintf("  %-22s %10.4f s  %5.1f%%  %s\n", name, s, T > 0 ? 100 * s / T : 0.0, note);
   };
-  os << strprintf("time per step %.4f s  (%.0f tokens/s, %.1f TFLOP/s/GPU model, %.1f hardware; MFU %.1f%%, HFU %.1f%%)\n",
-                  T, e.tokens_per_s, e.tflops_per_gpu, e.hw_tflops_per_gpu, 100 * e.mfu, 100 * e.hfu);
+  os << strprintf(
+      "time per step %.4f s  (%.0f tokens/s, %.1f TFLOP/s/GPU model, %.1f hardware; MFU %.1f%%, HFU %.1f%%)\n", T,
+      e.tokens_per_s, e.tflops_per_gpu, e.hw_tflops_per_gpu, 100 * e.mfu, 100 * e.hfu);
   line("GEMM compute", b.gemm, "slowest stage, all micro-batches, incl. recompute");
   line("memory-bound kernels", b.memory_bound, "norms, activations, softmax, loss, incl. recompute");
   line("TP communication", b.tp_comm,
@@ -291,10 +296,10 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   line("overlap slowdown", b.overlap_slowdown, "compute slowed by collectives running beside it");
   // Not another term of the step: the forward work rerun in backward, already inside the three lines above.
   line("recompute (included)", b.recompute,
-       e.plan.recompute == Recompute::None
-           ? "none"
-           : strprintf("%s: rerun in backward; part of GEMM, memory-bound and TP above", recompute_name(e.plan.recompute))
-                 .c_str());
+       e.plan.recompute == Recompute::None ? "none"
+                                           : strprintf("%s: rerun in backward; part of GEMM, memory-bound and TP above",
+                                                       recompute_name(e.plan.recompute))
+                                                 .c_str());
   line("PP point-to-point", b.pp_p2p, "");
   line("pipeline bubble", b.bubble, e.plan.v > 1 ? "(p-1)/(v m) of the busy time" : "(p-1)/m of the busy time");
   line("DP communication", b.dp_comm, "total");
@@ -313,8 +318,9 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   auto mem = [&](const char* name, double bytes, const std::string& note) {
     os << strprintf("  %-22s %9.2f GiB  %s\n", name, bytes / kGiB, note.c_str());
   };
-  mem("weights", b.mem_weights, strprintf("%lld params on the largest stage x %.0f B%s", (long long)b.stage_params,
-                                          a.weight_bytes, e.plan.zero >= 3 ? " / dp" : ""));
+  mem("weights", b.mem_weights,
+      strprintf("%lld params on the largest stage x %.0f B%s", (long long)b.stage_params, a.weight_bytes,
+                e.plan.zero >= 3 ? " / dp" : ""));
   mem("gradients", b.mem_grads, strprintf("x %.0f B%s", a.grad_bytes, e.plan.zero >= 2 ? " / dp" : ""));
   mem("optimizer states", b.mem_optimizer,
       strprintf("x %.0f B (fp32 master + Adam m, v)%s", a.optimizer_bytes, e.plan.zero >= 1 ? " / dp" : ""));

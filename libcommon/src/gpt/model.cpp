@@ -22,12 +22,12 @@ void validate(const GptConfig& c) {
   need(c.layers > 0, "layers must be > 0 (got " + std::to_string(c.layers) + ")");
   need(c.hidden > 0, "hidden must be > 0 (got " + std::to_string(c.hidden) + ")");
   need(c.heads > 0, "heads must be > 0 (got " + std::to_string(c.heads) + ")");
-  need(c.hidden % c.heads == 0, "hidden (" + std::to_string(c.hidden) + ") must be divisible by heads (" +
-                                    std::to_string(c.heads) + ")");
+  need(c.hidden % c.heads == 0,
+       "hidden (" + std::to_string(c.hidden) + ") must be divisible by heads (" + std::to_string(c.heads) + ")");
   need(c.seq_len > 0, "seq_len must be > 0 (got " + std::to_string(c.seq_len) + ")");
   need(c.vocab > 0, "vocab must be > 0 (got " + std::to_string(c.vocab) + ")");
-  need(c.vocab_real > 0 && c.vocab_real <= c.vocab, "vocab_real (" + std::to_string(c.vocab_real) +
-                                                        ") must be in 1..vocab (" + std::to_string(c.vocab) + ")");
+  need(c.vocab_real > 0 && c.vocab_real <= c.vocab,
+       "vocab_real (" + std::to_string(c.vocab_real) + ") must be in 1..vocab (" + std::to_string(c.vocab) + ")");
 }
 
 namespace {
@@ -48,8 +48,8 @@ void validate_spec(const GptConfig& c, const ShardSpec& sp) {
   };
   need(sp.tp >= 1 && sp.tp_rank >= 0 && sp.tp_rank < sp.tp,
        "tensor-parallel rank " + std::to_string(sp.tp_rank) + " of " + std::to_string(sp.tp));
-  need(c.heads % sp.tp == 0, "heads (" + std::to_string(c.heads) + ") must be divisible by tp (" +
-                                 std::to_string(sp.tp) + ")");
+  need(c.heads % sp.tp == 0,
+       "heads (" + std::to_string(c.heads) + ") must be divisible by tp (" + std::to_string(sp.tp) + ")");
   need(c.vocab % sp.tp == 0, "vocab (" + std::to_string(c.vocab) + ") must be divisible by tp (" +
                                  std::to_string(sp.tp) + "): pad it to a multiple of 64*tp");
   // every rank's vocabulary block must hold a real token, or its softmax has no column at all
@@ -115,14 +115,11 @@ void tensor_runs(const TensorInfo& t, int tp, int tp_rank, std::vector<FlatRun>&
   const size_t local_cols = (size_t)t.shape.back();
   const size_t rows = t.size / local_cols;
   switch (t.split) {
-    case Split::None:
-      out.push_back({0, 0, t.size});
-      return;
-    case Split::Rows:
-      out.push_back({0, (size_t)tp_rank * t.size, t.size});
-      return;
+    case Split::None: out.push_back({0, 0, t.size}); return;
+    case Split::Rows: out.push_back({0, (size_t)tp_rank * t.size, t.size}); return;
     case Split::Cols:
-      for (size_t r = 0; r < rows; r++) out.push_back({r * local_cols, r * local_cols * tp + tp_rank * local_cols, local_cols});
+      for (size_t r = 0; r < rows; r++)
+        out.push_back({r * local_cols, r * local_cols * tp + tp_rank * local_cols, local_cols});
       return;
     case Split::QkvCols: {
       const size_t part = local_cols / 3, full_cols = local_cols * tp;
@@ -196,15 +193,13 @@ std::vector<DecayRange> decay_ranges(const std::vector<TensorInfo>& tensors, siz
     if (a >= b) continue;
     if (!out.empty() && out.back().weight_decay == t.weight_decay && out.back().first + out.back().count == a)
       out.back().count += b - a;
-    else
-      out.push_back(DecayRange{a, b - a, t.weight_decay});
+    else out.push_back(DecayRange{a, b - a, t.weight_decay});
   }
   return out;
 }
 
-void adamw_update_ranges(const kernels::Backend& be, const std::vector<DecayRange>& ranges, size_t first,
-                         float* params, const float* grads, float* m, float* v, kernels::AdamWParams hp,
-                         float weight_decay) {
+void adamw_update_ranges(const kernels::Backend& be, const std::vector<DecayRange>& ranges, size_t first, float* params,
+                         const float* grads, float* m, float* v, kernels::AdamWParams hp, float weight_decay) {
   for (const DecayRange& r : ranges) {
     hp.weight_decay = r.weight_decay ? weight_decay : 0.0f;
     const size_t rel = r.first - first;
@@ -247,14 +242,14 @@ namespace {
 
 // Sizes of a model piece for one forward of `tokens` = B*T rows.
 struct Dims {
-  size_t N = 0;     // token rows: attention, MLP and the head work on all of them
-  size_t R = 0;     // residual-stream rows this rank holds: N, or N/tp with sequence parallelism
-  size_t C = 0;     // hidden
-  size_t Cl = 0;    // attention width of this rank's heads (C/tp)
-  size_t NHl = 0;   // heads on this rank
-  size_t Fl = 0;    // MLP width on this rank (4C/tp)
-  size_t Vl = 0;    // vocabulary rows on this rank (padded)
-  int layers = 0;   // transformer layers in this piece
+  size_t N = 0;             // token rows: attention, MLP and the head work on all of them
+  size_t R = 0;             // residual-stream rows this rank holds: N, or N/tp with sequence parallelism
+  size_t C = 0;             // hidden
+  size_t Cl = 0;            // attention width of this rank's heads (C/tp)
+  size_t NHl = 0;           // heads on this rank
+  size_t Fl = 0;            // MLP width on this rank (4C/tp)
+  size_t Vl = 0;            // vocabulary rows on this rank (padded)
+  int layers = 0;           // transformer layers in this piece
   bool split_rows = false;  // sequence parallelism with tp > 1
 };
 
@@ -279,16 +274,16 @@ struct LayerActs {
 };
 
 struct Activations {
-  int32_t* d_inputs = nullptr;   // ids; with tp > 1 block-local, -1 where another rank holds the row
-  int32_t* d_targets = nullptr;  // targets; with tp > 1 block-local, >= the block's vocabulary elsewhere
-  float* encoded = nullptr;      // [R, C]: the piece's input stream (embedding output or the previous stage's)
+  int32_t* d_inputs = nullptr;    // ids; with tp > 1 block-local, -1 where another rank holds the row
+  int32_t* d_targets = nullptr;   // targets; with tp > 1 block-local, >= the block's vocabulary elsewhere
+  float* encoded = nullptr;       // [R, C]: the piece's input stream (embedding output or the previous stage's)
   std::vector<LayerActs> layers;  // one entry per layer when training, one reused entry when not
-  float *proj = nullptr;          // [N, C] output projection (partial sums under tensor parallelism)
-  float *proj_rows = nullptr;     // [R, C] its reduce-scatter (sequence parallelism)
-  float *gathered = nullptr;      // [N, C] all-gathered stream rows (sequence parallelism)
+  float* proj = nullptr;          // [N, C] output projection (partial sums under tensor parallelism)
+  float* proj_rows = nullptr;     // [R, C] its reduce-scatter (sequence parallelism)
+  float* gathered = nullptr;      // [N, C] all-gathered stream rows (sequence parallelism)
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *logits = nullptr, *losses = nullptr,
         *xent_lse = nullptr;
-  float *lse_all = nullptr, *losses_all = nullptr;  // [tp, N] every rank's lse and losses (vocab parallelism)
+  float *lse_all = nullptr, *losses_all = nullptr;          // [tp, N] every rank's lse and losses (vocab parallelism)
   float *dres = nullptr, *dtmp = nullptr, *dbig = nullptr;  // backward scratch
   float *dfull = nullptr, *drows = nullptr;                 // sequence parallelism: gathered d(stream), reduced dX
   // Recomputation's shared buffers (scratch: one set for all slots): a layer's activations rebuilt in backward
@@ -424,10 +419,10 @@ struct Model::Impl {
   const Backend& be;
   bool training;
   std::vector<TensorInfo> tensors;
-  std::vector<LayerTensors> layers;  // this piece's layers, local index 0..
+  std::vector<LayerTensors> layers;              // this piece's layers, local index 0..
   int wte = -1, wpe = -1, lnfw = -1, lnfb = -1;  // tensor indices (-1: not in this piece)
-  size_t vocab_first = 0, vocab_rows = 0;         // this rank's block of vocabulary rows
-  int vocab_real_rows = 0;                        // rows of the block below vocab_real
+  size_t vocab_first = 0, vocab_rows = 0;        // this rank's block of vocabulary rows
+  int vocab_real_rows = 0;                       // rows of the block below vocab_real
   size_t n_params = 0;
   float* params = nullptr;
   float* grads = nullptr;
@@ -500,7 +495,8 @@ struct Model::Impl {
   const float* P(int tensor) {
     if (!storage.acquire_params) return params + tensors[tensor].offset;
     const int u = unit_of[tensor];
-    if (!unit_params[u]) throw RuntimeError("gpt: parameters of unit " + std::to_string(u) + " used while not acquired");
+    if (!unit_params[u])
+      throw RuntimeError("gpt: parameters of unit " + std::to_string(u) + " used while not acquired");
     return unit_params[u] + (tensors[tensor].offset - units[u].first);
   }
   float* G(int tensor) {
@@ -625,7 +621,8 @@ struct Model::Impl {
     for (size_t i = 0; i < n; i++) {
       const int64_t id = ids[i];
       if (id < 0) out[i] = -1;
-      else if ((size_t)id >= vocab_first && (size_t)id < vocab_first + vocab_rows) out[i] = (int32_t)(id - (int64_t)vocab_first);
+      else if ((size_t)id >= vocab_first && (size_t)id < vocab_first + vocab_rows)
+        out[i] = (int32_t)(id - (int64_t)vocab_first);
       else out[i] = elsewhere;
     }
     return out;
@@ -790,8 +787,7 @@ struct Model::Impl {
   void restore_layer(int l) {
     if (recompute == Recompute::None || (shared_owner == slot && shared_layer == l)) return;
     const Dims d = dims();
-    if (recompute == Recompute::Full)
-      layer_forward(l, false);
+    if (recompute == Recompute::Full) layer_forward(l, false);
     else  // Gelu: every other activation of the layer is its own
       be.gelu_forward(act(l).fch_gelu, act(l).fch, d.N * d.Fl);
     shared_owner = slot;
@@ -908,9 +904,7 @@ const float* Model::logits() const { return impl_->slots[impl_->slot].acts.logit
 const float* Model::position_losses() const { return impl_->slots[impl_->slot].host_losses.data(); }
 int Model::valid_targets() const { return impl_->slots[impl_->slot].n_valid; }
 
-size_t Model::stream_rows(int B, int T) const {
-  return dims_of(impl_->cfg, impl_->spec, (size_t)B * T).R;
-}
+size_t Model::stream_rows(int B, int T) const { return dims_of(impl_->cfg, impl_->spec, (size_t)B * T).R; }
 float* Model::stage_input(int B, int T) {
   impl_->ensure_activations((size_t)B * T);
   return impl_->acts().encoded;
@@ -954,7 +948,8 @@ void Model::copy_params_to_host(float* host) const {
   impl_->be.copy_to_host(host, impl_->params, sizeof(float) * impl_->n_params);
 }
 void Model::copy_grads_to_host(float* host) const {
-  if (!impl_->grads) throw RuntimeError("gpt: no gradients here (a forward-only model, or gradients in lent unit storage)");
+  if (!impl_->grads)
+    throw RuntimeError("gpt: no gradients here (a forward-only model, or gradients in lent unit storage)");
   impl_->be.synchronize();
   impl_->be.copy_to_host(host, impl_->grads, sizeof(float) * impl_->n_params);
 }

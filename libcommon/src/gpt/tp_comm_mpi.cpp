@@ -1,9 +1,10 @@
-// gpt::TpComm over MPI: the tensor-parallel group's all-reduce, all-gather and reduce-scatter (staged through host memory on device backends).
+// gpt::TpComm over MPI: the tensor-parallel group's all-reduce, all-gather and reduce-scatter (staged through host
+// memory on device backends).
 #include <chrono>
 #include <climits>
 #include <memory>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "cairn/error.h"
 #include "cairn/gpt_mpi.h"

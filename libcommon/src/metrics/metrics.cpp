@@ -3,8 +3,8 @@
 
 #include <unistd.h>
 
-#include <boost/crc.hpp>
 #include <algorithm>
+#include <boost/crc.hpp>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -121,7 +121,8 @@ std::string encode_event_file_version(double wall_time, const std::string& versi
 }
 
 // Summary { repeated Value value = 1; }  Value { string tag = 1; float simple_value = 2; }
-std::string encode_event_scalars(double wall_time, int64_t step, const std::vector<std::pair<std::string, float>>& values) {
+std::string encode_event_scalars(double wall_time, int64_t step,
+                                 const std::vector<std::pair<std::string, float>>& values) {
   std::string summary;
   for (const auto& [tag, v] : values) {
     std::string val;
@@ -167,7 +168,8 @@ TfEventsWriter::~TfEventsWriter() { close(); }
 
 void TfEventsWriter::write_record(std::string_view data) {
   std::string rec = frame_record(data);
-  if (std::fwrite(rec.data(), 1, rec.size(), f_) != rec.size()) throw RuntimeError(errno_message("cannot write", path_));
+  if (std::fwrite(rec.data(), 1, rec.size(), f_) != rec.size())
+    throw RuntimeError(errno_message("cannot write", path_));
 }
 
 void TfEventsWriter::add_scalar(const std::string& tag, float value, int64_t step, double wall_time) {
@@ -193,7 +195,12 @@ void TfEventsWriter::close() {
 
 void Trace::add(const std::string& name, const std::string& category, int pid, int tid, int64_t ts_us, int64_t dur_us,
                 const json& args) {
-  json e = {{"name", name}, {"cat", category}, {"ph", "X"}, {"pid", pid}, {"tid", tid}, {"ts", ts_us},
+  json e = {{"name", name},
+            {"cat", category},
+            {"ph", "X"},
+            {"pid", pid},
+            {"tid", tid},
+            {"ts", ts_us},
             {"dur", std::max<int64_t>(dur_us, 0)}};
   if (!args.is_null()) e["args"] = args;
   events_.push_back(std::move(e));
@@ -212,7 +219,8 @@ void Trace::rebase() {
 
 void Trace::name_process(int pid, const std::string& name) {
   events_.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", name}}}});
-  events_.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pid}}}});
+  events_.push_back(
+      {{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pid}}}});
 }
 
 void Trace::name_thread(int pid, int tid, const std::string& name) {

@@ -82,17 +82,14 @@ std::vector<int> suggest_stage_layers(int layers, int stages) {
   return out;
 }
 
-Layout resolve_layout(const LayoutRequest& r) {
-  std::vector<std::string> errors;
-  auto fail = [&](std::string m) { errors.push_back(std::move(m)); };
-  Layout l;
-  l.world = r.world;
-  l.tp = r.tp;
-  l.pp = r.pp;
-  l.v = r.v;
-  l.zero = r.zero;
-  l.sp = r.sp;
+namespace {
 
+// resolve_layout's checks, in the order their messages appear. Each adds its violations to `errors`.
+using Errors = std::vector<std::string>;
+
+// Sizes the later checks divide by.
+void check_sizes(const LayoutRequest& r, Errors& errors) {
+  auto fail = [&](std::string m) { errors.push_back(std::move(m)); };
   if (r.world < 1) fail("the MPI world has " + str(r.world) + " ranks");
   if (r.tp < 1) fail("[parallel] tp = " + str(r.tp) + " must be at least 1");
   if (r.pp < 1) fail("[parallel] pp = " + str(r.pp) + " must be at least 1");
@@ -101,28 +98,30 @@ Layout resolve_layout(const LayoutRequest& r) {
   if (r.layers < 1) fail("[model] layers = " + str(r.layers) + " must be at least 1");
   if (r.global_batch < 1) fail("[train] global_batch = " + str(r.global_batch) + " must be at least 1");
   if (r.micro_batch < 0)
-    fail("micro-batch = " + str(r.micro_batch) + " ([train] micro_batch / [parallel] mb) must be at least 1 (or 0 = auto)");
-  if (!errors.empty()) raise(errors);  // the checks below divide by these
-  if (r.zero < 0 || r.zero > 3) fail("[parallel] zero = " + str(r.zero) + " is not a ZeRO stage (0, 1, 2 or 3)");
+    fail("micro-batch = " + str(r.micro_batch) +
+         " ([train] micro_batch / [parallel] mb) must be at least 1 (or 0 = auto)");
+}
 
-  // The world: dp * tp * pp ranks.
-  {
-    int64_t tp_pp = int64_t{r.tp} * r.pp;
-    if (r.dp == 0) {
-      if (r.world % tp_pp != 0)
-        fail("the " + str(r.world) + " MPI ranks are not divisible by [parallel] tp*pp = " + str(r.tp) + "*" + str(r.pp) +
-             " = " + str(tp_pp) + ", so [parallel] dp = 0 cannot be derived");
-      else
-        l.dp = static_cast<int>(r.world / tp_pp);
-    } else if (r.dp * tp_pp != r.world) {
-      fail("[parallel] dp*tp*pp = " + str(r.dp) + "*" + str(r.tp) + "*" + str(r.pp) + " = " + str(r.dp * tp_pp) +
-           " does not match the " + str(r.world) + " MPI ranks (set [parallel] dp = 0 to derive dp)");
-    } else {
-      l.dp = r.dp;
-    }
+// The world: dp * tp * pp ranks; sets l.dp when consistent (derived when r.dp == 0).
+void resolve_dp(const LayoutRequest& r, Layout& l, Errors& errors) {
+  auto fail = [&](std::string m) { errors.push_back(std::move(m)); };
+  int64_t tp_pp = int64_t{r.tp} * r.pp;
+  if (r.dp == 0) {
+    if (r.world % tp_pp != 0)
+      fail("the " + str(r.world) + " MPI ranks are not divisible by [parallel] tp*pp = " + str(r.tp) + "*" + str(r.pp) +
+           " = " + str(tp_pp) + ", so [parallel] dp = 0 cannot be derived");
+    else l.dp = static_cast<int>(r.world / tp_pp);
+  } else if (r.dp * tp_pp != r.world) {
+    fail("[parallel] dp*tp*pp = " + str(r.dp) + "*" + str(r.tp) + "*" + str(r.pp) + " = " + str(r.dp * tp_pp) +
+         " does not match the " + str(r.world) + " MPI ranks (set [parallel] dp = 0 to derive dp)");
+  } else {
+    l.dp = r.dp;
   }
+}
 
-  // Tensor parallelism splits heads, the hidden size, the MLP and the embedding rows over tp ranks.
+// Tensor parallelism splits heads, the hidden size, the MLP and the embedding rows over tp ranks.
+void check_tp_splits(const LayoutRequest& r, Errors& errors) {
+  auto fail = [&](std::string m) { errors.push_back(std::move(m)); };
   if (r.heads % r.tp != 0)
     fail("[model] heads = " + str(r.heads) + " is not divisible by [parallel] tp = " + str(r.tp));
   if (r.kv_heads > 0 && r.kv_heads % r.tp != 0)
@@ -130,88 +129,119 @@ Layout resolve_layout(const LayoutRequest& r) {
   if (r.hidden % r.tp != 0)
     fail("[model] hidden = " + str(r.hidden) + " is not divisible by [parallel] tp = " + str(r.tp));
   if (r.ffn_hidden > 0 && r.ffn_hidden % r.tp != 0)
-    fail("[model] ffn_hidden = " + str(r.ffn_hidden) + " (the MLP inner size) is not divisible by [parallel] tp = " +
-         str(r.tp));
+    fail("[model] ffn_hidden = " + str(r.ffn_hidden) +
+         " (the MLP inner size) is not divisible by [parallel] tp = " + str(r.tp));
   if (r.vocab > 0 && r.vocab % r.tp != 0) {
     int64_t unit = 64 * int64_t{r.tp};
-    fail("[model] vocab = " + str(r.vocab) + " (rows of the embedding) is not divisible by [parallel] tp = " + str(r.tp) +
-         "; set [model] vocab to a multiple of 64*tp = " + str(unit) + ", e.g. " +
+    fail("[model] vocab = " + str(r.vocab) + " (rows of the embedding) is not divisible by [parallel] tp = " +
+         str(r.tp) + "; set [model] vocab to a multiple of 64*tp = " + str(unit) + ", e.g. " +
          str((r.vocab + unit - 1) / unit * unit));
   }
+}
 
-  // Batch: global_batch = dp * micro_batch * micro_steps.
-  if (l.dp >= 1) {
-    int64_t mb = r.micro_batch;
-    if (mb == 0) {
-      if (r.global_batch % l.dp != 0)
-        fail("[train] global_batch = " + str(r.global_batch) + " is not divisible by [parallel] dp = " + str(l.dp));
-      else
-        mb = r.global_batch / l.dp;
-    } else if (r.global_batch % (l.dp * mb) != 0) {
-      fail("[train] global_batch = " + str(r.global_batch) + " is not divisible by [parallel] dp * micro-batch ([train] "
-           "micro_batch / [parallel] mb) = " + str(l.dp) + "*" + str(mb) + " = " + str(l.dp * mb));
-      mb = 0;
-    }
-    if (mb > 0) {
-      l.micro_batch = static_cast<int>(mb);
-      l.micro_steps = static_cast<int>(r.global_batch / (l.dp * mb));
-      if (r.sp && r.tp > 1 && (mb * r.seq_len) % r.tp != 0)
-        fail("[parallel] sp = on splits micro-batch * [model] seq_len = " + str(mb) + "*" + str(r.seq_len) + " = " +
-             str(mb * r.seq_len) + " tokens over [parallel] tp = " + str(r.tp) + ", which does not divide them");
-      // Megatron's interleaved schedule runs micro-batches in groups of pp.
-      if (r.v > 1 && r.pp > 1 && l.micro_steps % r.pp != 0)
-        fail("[parallel] v = " + str(r.v) + " (interleaved schedule) needs the micro-batches per step, [train] "
-             "global_batch / (dp * micro-batch) = " + str(r.global_batch) + "/(" + str(l.dp) + "*" + str(mb) + ") = " +
-             str(l.micro_steps) + ", to be a multiple of [parallel] pp = " + str(r.pp));
-    }
+// Batch: global_batch = dp * micro_batch * micro_steps; sets l.micro_batch and l.micro_steps (needs l.dp).
+void resolve_batch(const LayoutRequest& r, Layout& l, Errors& errors) {
+  auto fail = [&](std::string m) { errors.push_back(std::move(m)); };
+  int64_t mb = r.micro_batch;
+  if (mb == 0) {
+    if (r.global_batch % l.dp != 0)
+      fail("[train] global_batch = " + str(r.global_batch) + " is not divisible by [parallel] dp = " + str(l.dp));
+    else mb = r.global_batch / l.dp;
+  } else if (r.global_batch % (l.dp * mb) != 0) {
+    fail("[train] global_batch = " + str(r.global_batch) +
+         " is not divisible by [parallel] dp * micro-batch ([train] "
+         "micro_batch / [parallel] mb) = " +
+         str(l.dp) + "*" + str(mb) + " = " + str(l.dp * mb));
+    mb = 0;
   }
-  if (r.v > 1 && r.pp == 1)
-    fail("[parallel] v = " + str(r.v) + " (virtual stages per pipeline rank) needs [parallel] pp > 1, got pp = 1");
+  if (mb > 0) {
+    l.micro_batch = static_cast<int>(mb);
+    l.micro_steps = static_cast<int>(r.global_batch / (l.dp * mb));
+    if (r.sp && r.tp > 1 && (mb * r.seq_len) % r.tp != 0)
+      fail("[parallel] sp = on splits micro-batch * [model] seq_len = " + str(mb) + "*" + str(r.seq_len) + " = " +
+           str(mb * r.seq_len) + " tokens over [parallel] tp = " + str(r.tp) + ", which does not divide them");
+    // Megatron's interleaved schedule runs micro-batches in groups of pp.
+    if (r.v > 1 && r.pp > 1 && l.micro_steps % r.pp != 0)
+      fail("[parallel] v = " + str(r.v) +
+           " (interleaved schedule) needs the micro-batches per step, [train] "
+           "global_batch / (dp * micro-batch) = " +
+           str(r.global_batch) + "/(" + str(l.dp) + "*" + str(mb) + ") = " + str(l.micro_steps) +
+           ", to be a multiple of [parallel] pp = " + str(r.pp));
+  }
+}
 
-  // Stages: pp*v virtual stages of at least one layer each.
-  {
-    int64_t stages = int64_t{r.pp} * r.v;
-    if (r.stage_layers.empty()) {
-      if (r.layers < stages) {
-        fail("[model] layers = " + str(r.layers) + " is fewer than the " + stages_text(r.pp, r.v) +
-             " pipeline stages (each needs at least one layer)");
-      } else if (r.layers % stages != 0) {
-        fail("[model] layers = " + str(r.layers) + " is not divisible by " + stages_text(r.pp, r.v) +
-             " pipeline stages; give an uneven split explicitly, e.g. [parallel] stage_layers = " +
-             list_text(suggest_stage_layers(r.layers, static_cast<int>(stages))));
-      } else {
-        l.stage_layers.assign(stages, static_cast<int>(r.layers / stages));
-      }
+// Stages: pp*v virtual stages of at least one layer each, split evenly or as [parallel] stage_layers gives;
+// sets l.stage_layers when valid.
+void resolve_stages(const LayoutRequest& r, Layout& l, Errors& errors) {
+  auto fail = [&](std::string m) { errors.push_back(std::move(m)); };
+  int64_t stages = int64_t{r.pp} * r.v;
+  if (r.stage_layers.empty()) {
+    if (r.layers < stages) {
+      fail("[model] layers = " + str(r.layers) + " is fewer than the " + stages_text(r.pp, r.v) +
+           " pipeline stages (each needs at least one layer)");
+    } else if (r.layers % stages != 0) {
+      fail("[model] layers = " + str(r.layers) + " is not divisible by " + stages_text(r.pp, r.v) +
+           " pipeline stages; give an uneven split explicitly, e.g. [parallel] stage_layers = " +
+           list_text(suggest_stage_layers(r.layers, static_cast<int>(stages))));
     } else {
-      bool ok = true;
-      if (static_cast<int64_t>(r.stage_layers.size()) != stages) {
-        fail("[parallel] stage_layers = " + list_text(r.stage_layers) + " has " + str(r.stage_layers.size()) +
-             " entries, expected one per virtual stage: " + stages_text(r.pp, r.v));
-        ok = false;
-      }
-      for (size_t i = 0; i < r.stage_layers.size(); ++i)
-        if (r.stage_layers[i] < 1) {
-          fail("[parallel] stage_layers[" + str(i) + "] = " + str(r.stage_layers[i]) +
-               ": every stage needs at least one layer");
-          ok = false;
-        }
-      int64_t sum = std::accumulate(r.stage_layers.begin(), r.stage_layers.end(), int64_t{0});
-      if (sum != r.layers) {
-        fail("[parallel] stage_layers = " + list_text(r.stage_layers) + " sums to " + str(sum) + ", but [model] layers = " +
-             str(r.layers));
-        ok = false;
-      }
-      if (ok) l.stage_layers = r.stage_layers;
+      l.stage_layers.assign(stages, static_cast<int>(r.layers / stages));
     }
+    return;
   }
+  bool ok = true;
+  if (static_cast<int64_t>(r.stage_layers.size()) != stages) {
+    fail("[parallel] stage_layers = " + list_text(r.stage_layers) + " has " + str(r.stage_layers.size()) +
+         " entries, expected one per virtual stage: " + stages_text(r.pp, r.v));
+    ok = false;
+  }
+  for (size_t i = 0; i < r.stage_layers.size(); ++i)
+    if (r.stage_layers[i] < 1) {
+      fail("[parallel] stage_layers[" + str(i) + "] = " + str(r.stage_layers[i]) +
+           ": every stage needs at least one layer");
+      ok = false;
+    }
+  int64_t sum = std::accumulate(r.stage_layers.begin(), r.stage_layers.end(), int64_t{0});
+  if (sum != r.layers) {
+    fail("[parallel] stage_layers = " + list_text(r.stage_layers) + " sums to " + str(sum) +
+         ", but [model] layers = " + str(r.layers));
+    ok = false;
+  }
+  if (ok) l.stage_layers = r.stage_layers;
+}
+
+}  // namespace
+
+Layout resolve_layout(const LayoutRequest& r) {
+  std::vector<std::string> errors;
+  Layout l;
+  l.world = r.world;
+  l.tp = r.tp;
+  l.pp = r.pp;
+  l.v = r.v;
+  l.zero = r.zero;
+  l.sp = r.sp;
+
+  check_sizes(r, errors);
+  if (!errors.empty()) raise(errors);  // the checks below divide by these
+  if (r.zero < 0 || r.zero > 3)
+    errors.push_back("[parallel] zero = " + str(r.zero) + " is not a ZeRO stage (0, 1, 2 or 3)");
+  resolve_dp(r, l, errors);
+  check_tp_splits(r, errors);
+  if (l.dp >= 1) resolve_batch(r, l, errors);
+  if (r.v > 1 && r.pp == 1)
+    errors.push_back("[parallel] v = " + str(r.v) +
+                     " (virtual stages per pipeline rank) needs [parallel] pp > 1, got pp = 1");
+  resolve_stages(r, l, errors);
 
   if (!errors.empty()) raise(errors);
   if (r.sp && r.tp == 1) {
     l.sp = false;
-    l.notes.push_back("[parallel] sp = on does nothing at tp = 1 (no tensor-parallel group to split the sequence over)");
+    l.notes.emplace_back(
+        "[parallel] sp = on does nothing at tp = 1 (no tensor-parallel group to split the sequence over)");
   }
   if (l.zero > 0 && l.dp == 1)
-    l.notes.push_back("[parallel] zero = " + str(l.zero) + " does nothing at dp = 1 (no data-parallel ranks to shard over)");
+    l.notes.push_back("[parallel] zero = " + str(l.zero) +
+                      " does nothing at dp = 1 (no data-parallel ranks to shard over)");
   return l;
 }
 

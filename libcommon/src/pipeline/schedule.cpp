@@ -140,8 +140,8 @@ Peers peers(int pp, int v, int rank, const Action& a) {
 Simulation simulate(int pp, int v, const std::vector<std::vector<Action>>& ranks, double tf, double tb) {
   check_dims(pp, v);
   if (int(ranks.size()) != pp)
-    throw UsageError("pipeline: simulate got " + std::to_string(ranks.size()) + " action lists for pp=" +
-                     std::to_string(pp));
+    throw UsageError("pipeline: simulate got " + std::to_string(ranks.size()) +
+                     " action lists for pp=" + std::to_string(pp));
   int M = 0;
   for (const auto& list : ranks)
     for (const auto& a : list) {
@@ -203,14 +203,11 @@ Simulation simulate(int pp, int v, const std::vector<std::vector<Action>>& ranks
     sim.deadlock = true;
     const Action& a = ranks[r][next[r]];
     const int s = a.chunk * pp + r;
-    stuck << (stuck.tellp() > 0 ? "; " : "") << "rank " << r << " at #" << next[r] << " " << to_string(a)
-          << " (stage " << s << ") waits for ";
-    if (a.op == Op::Forward)
-      stuck << "forward of stage " << s - 1;
-    else if (at(fend, a.micro, s) < 0)
-      stuck << "its own forward";
-    else
-      stuck << "backward of stage " << s + 1;
+    stuck << (stuck.tellp() > 0 ? "; " : "") << "rank " << r << " at #" << next[r] << " " << to_string(a) << " (stage "
+          << s << ") waits for ";
+    if (a.op == Op::Forward) stuck << "forward of stage " << s - 1;
+    else if (at(fend, a.micro, s) < 0) stuck << "its own forward";
+    else stuck << "backward of stage " << s + 1;
   }
   sim.stuck = stuck.str();
   return sim;
@@ -222,6 +219,7 @@ double simulated_bubble_fraction(int pp, int v, int M, double tf, double tb) {
     throw UsageError("pipeline: forward and backward times must be positive, got tf=" + std::to_string(tf) +
                      " tb=" + std::to_string(tb));
   std::vector<std::vector<Action>> ranks;
+  ranks.reserve(pp);
   for (int r = 0; r < pp; ++r) ranks.push_back(one_f_one_b(pp, v, r, M));
   const Simulation sim = simulate(pp, v, ranks, tf, tb);
   if (sim.deadlock) throw RuntimeError("pipeline: schedule deadlocks: " + sim.stuck);

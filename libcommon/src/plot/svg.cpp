@@ -9,8 +9,8 @@
 namespace cairn::plot {
 namespace {
 
-constexpr double kFont = 11.0;          // tick and legend font size (px)
-constexpr double kCharWidth = 6.4;      // approximate glyph width at kFont, for layout
+constexpr double kFont = 11.0;      // tick and legend font size (px)
+constexpr double kCharWidth = 6.4;  // approximate glyph width at kFont, for layout
 constexpr double kLegendRow = 18.0;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -186,7 +186,8 @@ void svg_open(std::string& o, const std::string& id, const std::string& title, d
   o += "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\"";
   if (!id.empty()) o += " id=\"" + xml_escape(id) + "\"";
   o += " viewBox=\"0 0 " + n2s(w) + " " + n2s(h) + "\" width=\"" + n2s(w) + "\" height=\"" + n2s(h) +
-       "\" role=\"img\" aria-label=\"" + xml_escape(title) + "\" font-family=\"sans-serif\" data-points=\"@@POINTS@@\">";
+       "\" role=\"img\" aria-label=\"" + xml_escape(title) +
+       "\" font-family=\"sans-serif\" data-points=\"@@POINTS@@\">";
   o += "<title>" + xml_escape(title) + "</title>";
   o += "<rect x=\"0\" y=\"0\" width=\"" + n2s(w) + "\" height=\"" + n2s(h) + "\" fill=\"#ffffff\"/>";
 }
@@ -259,7 +260,8 @@ Stack reduce_stack(const Stack& s, size_t buckets) {
     std::vector<double> sums(s.layers.size(), 0.0);
     size_t cnt = 0;
     for (; i < n; ++i) {
-      size_t bi = by_x ? std::min(buckets - 1, static_cast<size_t>((s.x[i] - x0) / (x1 - x0) * buckets)) : i * buckets / n;
+      size_t bi =
+          by_x ? std::min(buckets - 1, static_cast<size_t>((s.x[i] - x0) / (x1 - x0) * buckets)) : i * buckets / n;
       if (bi != b) break;
       sx += s.x[i];
       for (size_t l = 0; l < s.layers.size(); ++l) {
@@ -274,15 +276,15 @@ Stack reduce_stack(const Stack& s, size_t buckets) {
   return r;
 }
 
-}  // namespace
+// The plot area's pixel edges: x from px0 (left) to px1, y from py0 (top) to py1 (bottom).
+struct PlotArea {
+  double px0, px1, py0, py1;
+};
 
-std::string render_svg(const Chart& c) {
-  const double W = c.width, H = c.height;
-  bool has_sub = !c.subtitle.empty();
-  double mt = has_sub ? 44 : 32, mb = 42, mr = 20;
+// ---- The parts of render_svg(const Chart&).
 
-  // Extents of everything drawn.
-  Extent ex, ey;
+// Extents of everything a chart draws: series (with error bars), stack totals, reference lines, markers.
+void chart_extents(const Chart& c, Extent& ex, Extent& ey) {
   for (const auto& s : c.series) {
     size_t n = std::min(s.x.size(), s.y.size());
     for (size_t i = 0; i < n; ++i) {
@@ -309,16 +311,10 @@ std::string render_svg(const Chart& c) {
   for (const auto& r : c.refs) (r.vertical ? ex : ey).add(r.value, r.vertical ? c.x.scale : c.y.scale);
   for (const auto& m : c.markers)
     for (double v : m.x) ex.add(v, c.x.scale);
+}
 
-  Domain dy = make_domain(c.y, ey, 6);
-  double ml = std::max(46.0, max_label_width(dy.labels) + 30);
-  Domain dx = make_domain(c.x, ex, 7);
-  const double px0 = ml, px1 = W - mr, py0 = mt, py1 = H - mb;
-  dx.p0 = px0;
-  dx.p1 = px1;
-  dy.p0 = py1;
-  dy.p1 = py0;
-
+// Legend entries: named series, then the stack's layers, then named marker sets.
+std::vector<LegendItem> chart_legend(const Chart& c) {
   std::vector<LegendItem> legend;
   for (size_t i = 0; i < c.series.size(); ++i) {
     const auto& s = c.series[i];
@@ -331,202 +327,191 @@ std::string render_svg(const Chart& c) {
                         SwatchKind::Box, false});
   for (const auto& m : c.markers)
     if (!m.name.empty() && !m.x.empty()) legend.push_back({m.name, m.color, SwatchKind::Triangle, false});
-  double lh = legend_height(legend, W - px0 - 4);
-  double total_h = H + lh;
+  return legend;
+}
 
-  std::string o;
-  size_t total_points_est = 0;
-  for (const auto& s : c.series) total_points_est += std::min(s.x.size(), static_cast<size_t>(8000));
-  o.reserve(4096 + total_points_est * 16);
-  svg_open(o, c.id, c.title, W, total_h);
-  draw_titles(o, c.title, c.subtitle, px0);
-  draw_y_grid(o, dy, px0, px1);
-  draw_x_grid(o, dx, py0, py1);
-
-  std::string clip = (c.id.empty() ? std::string("chart") : c.id) + "-clip";
-  // A few pixels of slack so markers on the frame are drawn whole.
-  o += "<defs><clipPath id=\"" + xml_escape(clip) + "\"><rect x=\"" + n2s(px0 - 4) + "\" y=\"" + n2s(py0 - 4) +
-       "\" width=\"" + n2s(px1 - px0 + 8) + "\" height=\"" + n2s(py1 - py0 + 8) + "\"/></clipPath></defs>";
-  o += "<g clip-path=\"url(#" + xml_escape(clip) + ")\">";
-
+// Stacked areas, one path per layer from the previous layer's top to its own; returns the points drawn.
+size_t draw_stack(std::string& o, const Stack& stack, const Domain& dx, const Domain& dy, const PlotArea& a) {
+  Stack st = reduce_stack(stack, static_cast<size_t>(a.px1 - a.px0));
+  size_t n = st.x.size();
   size_t points = 0;
-  size_t max_pts = c.max_points_per_series ? c.max_points_per_series : static_cast<size_t>((px1 - px0) * 4);
-
-  if (c.stack && !c.stack->x.empty()) {
-    Stack st = reduce_stack(*c.stack, static_cast<size_t>(px1 - px0));
-    size_t n = st.x.size();
-    std::vector<double> below(n, 0.0), above(n, 0.0);
-    o += "<g class=\"stack\">";
-    for (size_t l = 0; l < st.layers.size(); ++l) {
-      for (size_t j = 0; j < n; ++j) {
-        double v = j < st.layers[l].size() && std::isfinite(st.layers[l][j]) ? st.layers[l][j] : 0;
-        above[j] = below[j] + v;
-      }
-      std::string color = l < st.colors.size() ? st.colors[l] : palette_color(l);
-      std::string name = l < st.names.size() ? st.names[l] : "";
-      o += "<path class=\"series\" data-points=\"" + std::to_string(n) + "\" fill=\"" + xml_escape(color) +
-           "\" fill-opacity=\"0.85\" stroke=\"none\" d=\"";
-      auto yv = [&](double v) { return dy.valid(v) ? dy(v) : py1; };
-      for (size_t j = 0; j < n; ++j) {
-        o += j == 0 ? "M" : "L";
-        num(o, dx(st.x[j]));
-        o += ' ';
-        num(o, yv(above[j]));
-      }
-      for (size_t j = n; j-- > 0;) {
-        o += "L";
-        num(o, dx(st.x[j]));
-        o += ' ';
-        num(o, yv(below[j]));
-      }
-      o += "Z\"><title>" + xml_escape(name) + "</title></path>";
-      points += n;
-      below = above;
+  std::vector<double> below(n, 0.0), above(n, 0.0);
+  o += "<g class=\"stack\">";
+  for (size_t l = 0; l < st.layers.size(); ++l) {
+    for (size_t j = 0; j < n; ++j) {
+      double v = j < st.layers[l].size() && std::isfinite(st.layers[l][j]) ? st.layers[l][j] : 0;
+      above[j] = below[j] + v;
     }
-    o += "</g>";
+    std::string color = l < st.colors.size() ? st.colors[l] : palette_color(l);
+    std::string name = l < st.names.size() ? st.names[l] : "";
+    o += "<path class=\"series\" data-points=\"" + std::to_string(n) + "\" fill=\"" + xml_escape(color) +
+         "\" fill-opacity=\"0.85\" stroke=\"none\" d=\"";
+    auto yv = [&](double v) { return dy.valid(v) ? dy(v) : a.py1; };
+    for (size_t j = 0; j < n; ++j) {
+      o += j == 0 ? "M" : "L";
+      num(o, dx(st.x[j]));
+      o += ' ';
+      num(o, yv(above[j]));
+    }
+    for (size_t j = n; j-- > 0;) {
+      o += "L";
+      num(o, dx(st.x[j]));
+      o += ' ';
+      num(o, yv(below[j]));
+    }
+    o += "Z\"><title>" + xml_escape(name) + "</title></path>";
+    points += n;
+    below = above;
   }
+  o += "</g>";
+  return points;
+}
 
-  for (size_t si = 0; si < c.series.size(); ++si) {
-    const auto& s = c.series[si];
-    std::string color = xml_escape(s.color.empty() ? palette_color(si) : s.color);
-    size_t n = std::min(s.x.size(), s.y.size());
-    std::vector<size_t> idx = downsample_minmax(s.x, s.y, max_pts / 4);
-    if (idx.size() > n) idx.resize(n);
-    std::string body;
-    size_t drawn = 0;
-    bool lines = s.style != Style::Points;
-    bool dots = s.style != Style::Line;
-    if (lines) {
-      std::string d;
-      d.reserve(idx.size() * 14);
-      bool pen_down = false;
-      for (size_t i : idx) {
-        if (!dx.valid(s.x[i]) || !dy.valid(s.y[i])) {
-          pen_down = false;
-          continue;
-        }
-        d += pen_down ? 'L' : 'M';
-        num(d, dx(s.x[i]));
-        d += ' ';
-        num(d, dy(s.y[i]));
-        pen_down = true;
-        ++drawn;
+// One series (downsampled to max_pts / 4 min-max buckets): its line, broken at invalid points, and/or its dots
+// with error bars. Returns the points drawn: the line's when it has one, else the dots'.
+size_t draw_series(std::string& o, const Series& s, const std::string& color, const Domain& dx, const Domain& dy,
+                   const PlotArea& a, size_t max_pts) {
+  size_t n = std::min(s.x.size(), s.y.size());
+  std::vector<size_t> idx = downsample_minmax(s.x, s.y, max_pts / 4);
+  if (idx.size() > n) idx.resize(n);
+  std::string body;
+  size_t drawn = 0;
+  bool lines = s.style != Style::Points;
+  bool dots = s.style != Style::Line;
+  if (lines) {
+    std::string d;
+    d.reserve(idx.size() * 14);
+    bool pen_down = false;
+    for (size_t i : idx) {
+      if (!dx.valid(s.x[i]) || !dy.valid(s.y[i])) {
+        pen_down = false;
+        continue;
       }
-      body += "<path fill=\"none\" stroke=\"" + color + "\" stroke-width=\"" + n2s(s.width) +
-              "\" stroke-linejoin=\"round\"";
-      if (s.dashed) body += " stroke-dasharray=\"6 4\"";
-      if (s.opacity < 1) body += " stroke-opacity=\"" + n2s(s.opacity) + "\"";
-      body += " d=\"" + d + "\"/>";
+      d += pen_down ? 'L' : 'M';
+      num(d, dx(s.x[i]));
+      d += ' ';
+      num(d, dy(s.y[i]));
+      pen_down = true;
+      ++drawn;
     }
-    if (dots) {
-      size_t dots_drawn = 0;
-      for (size_t i : idx) {
-        if (!dx.valid(s.x[i]) || !dy.valid(s.y[i])) continue;
-        double px = dx(s.x[i]), py = dy(s.y[i]);
-        if (i < s.y_err.size() && std::isfinite(s.y_err[i]) && s.y_err[i] > 0) {
-          double lo = s.y[i] - s.y_err[i], hi = s.y[i] + s.y_err[i];
-          double plo = dy.valid(lo) ? dy(lo) : py1, phi = dy.valid(hi) ? dy(hi) : py0;
-          body += "<line x1=\"" + n2s(px) + "\" y1=\"" + n2s(plo) + "\" x2=\"" + n2s(px) + "\" y2=\"" + n2s(phi) +
-                  "\" stroke=\"" + color + "\" stroke-width=\"1\"/>";
-        }
-        body += "<circle cx=\"" + n2s(px) + "\" cy=\"" + n2s(py) + "\" r=\"2.6\" fill=\"" + color + "\"";
-        if (s.opacity < 1) body += " fill-opacity=\"" + n2s(s.opacity) + "\"";
-        body += "/>";
-        ++dots_drawn;
-      }
-      if (!lines) drawn = dots_drawn;
-    }
-    o += "<g class=\"series\" data-points=\"" + std::to_string(drawn) + "\"><title>" + xml_escape(s.name) +
-         "</title>" + body + "</g>";
-    points += drawn;
+    body +=
+        "<path fill=\"none\" stroke=\"" + color + "\" stroke-width=\"" + n2s(s.width) + "\" stroke-linejoin=\"round\"";
+    if (s.dashed) body += " stroke-dasharray=\"6 4\"";
+    if (s.opacity < 1) body += " stroke-opacity=\"" + n2s(s.opacity) + "\"";
+    body += " d=\"" + d + "\"/>";
   }
+  if (dots) {
+    size_t dots_drawn = 0;
+    for (size_t i : idx) {
+      if (!dx.valid(s.x[i]) || !dy.valid(s.y[i])) continue;
+      double px = dx(s.x[i]), py = dy(s.y[i]);
+      if (i < s.y_err.size() && std::isfinite(s.y_err[i]) && s.y_err[i] > 0) {
+        double lo = s.y[i] - s.y_err[i], hi = s.y[i] + s.y_err[i];
+        double plo = dy.valid(lo) ? dy(lo) : a.py1, phi = dy.valid(hi) ? dy(hi) : a.py0;
+        body += "<line x1=\"" + n2s(px) + "\" y1=\"" + n2s(plo) + "\" x2=\"" + n2s(px) + "\" y2=\"" + n2s(phi) +
+                "\" stroke=\"" + color + "\" stroke-width=\"1\"/>";
+      }
+      body += "<circle cx=\"" + n2s(px) + "\" cy=\"" + n2s(py) + "\" r=\"2.6\" fill=\"" + color + "\"";
+      if (s.opacity < 1) body += " fill-opacity=\"" + n2s(s.opacity) + "\"";
+      body += "/>";
+      ++dots_drawn;
+    }
+    if (!lines) drawn = dots_drawn;
+  }
+  o += "<g class=\"series\" data-points=\"" + std::to_string(drawn) + "\"><title>" + xml_escape(s.name) + "</title>" +
+       body + "</g>";
+  return drawn;
+}
 
+// Labelled reference lines: vertical ones at an x value, horizontal ones at a y value.
+void draw_refs(std::string& o, const std::vector<RefLine>& refs, const Domain& dx, const Domain& dy,
+               const PlotArea& a) {
   size_t hrefs = 0;
-  for (const auto& r : c.refs) {
+  for (const auto& r : refs) {
     const Domain& d = r.vertical ? dx : dy;
     if (!d.valid(r.value)) continue;
     double p = d(r.value);
     std::string col = xml_escape(r.color);
     std::string dash = r.dashed ? " stroke-dasharray=\"3 3\"" : "";
     if (r.vertical) {
-      o += "<line x1=\"" + n2s(p) + "\" y1=\"" + n2s(py0) + "\" x2=\"" + n2s(p) + "\" y2=\"" + n2s(py1) +
+      o += "<line x1=\"" + n2s(p) + "\" y1=\"" + n2s(a.py0) + "\" x2=\"" + n2s(p) + "\" y2=\"" + n2s(a.py1) +
            "\" stroke=\"" + col + "\" stroke-width=\"1.2\"" + dash + "/>";
-      o += "<text x=\"" + n2s(p + 3) + "\" y=\"" + n2s(py0 + 11) + "\" font-size=\"10\" fill=\"" + col + "\">" +
+      o += "<text x=\"" + n2s(p + 3) + "\" y=\"" + n2s(a.py0 + 11) + "\" font-size=\"10\" fill=\"" + col + "\">" +
            xml_escape(r.label) + "</text>";
     } else {
-      o += "<line x1=\"" + n2s(px0) + "\" y1=\"" + n2s(p) + "\" x2=\"" + n2s(px1) + "\" y2=\"" + n2s(p) +
+      o += "<line x1=\"" + n2s(a.px0) + "\" y1=\"" + n2s(p) + "\" x2=\"" + n2s(a.px1) + "\" y2=\"" + n2s(p) +
            "\" stroke=\"" + col + "\" stroke-width=\"1.2\"" + dash + "/>";
       // Alternate labels right/left so two nearby lines stay legible; below the line at the top edge.
       bool right = hrefs++ % 2 == 0;
-      double ty = p - 12 < py0 ? p + 12 : p - 4;
-      o += "<text x=\"" + n2s(right ? px1 - 3 : px0 + 3) + "\" y=\"" + n2s(ty) + "\" font-size=\"10\" text-anchor=\"" +
-           (right ? "end" : "start") + "\" fill=\"" + col + "\">" + xml_escape(r.label) + "</text>";
+      double ty = p - 12 < a.py0 ? p + 12 : p - 4;
+      o += "<text x=\"" + n2s(right ? a.px1 - 3 : a.px0 + 3) + "\" y=\"" + n2s(ty) +
+           "\" font-size=\"10\" text-anchor=\"" + (right ? "end" : "start") + "\" fill=\"" + col + "\">" +
+           xml_escape(r.label) + "</text>";
     }
   }
-
-  for (const auto& m : c.markers) {
-    if (m.x.empty()) continue;
-    std::string d;
-    double last_px = -1e9;
-    size_t drawn = 0;
-    for (double v : m.x) {
-      if (!dx.valid(v)) continue;
-      double px = dx(v);
-      if (px - last_px < 1.5) continue;  // one triangle per pixel column is enough
-      last_px = px;
-      d += "M";
-      num(d, px - 4);
-      d += ' ';
-      num(d, py1);
-      d += "L";
-      num(d, px + 4);
-      d += ' ';
-      num(d, py1);
-      d += "L";
-      num(d, px);
-      d += ' ';
-      num(d, py1 - 8);
-      d += "Z";
-      ++drawn;
-    }
-    o += "<g class=\"series markers\" data-points=\"" + std::to_string(drawn) + "\"><title>" +
-         xml_escape(m.name.empty() ? std::string("markers") : m.name) + " (" + std::to_string(m.x.size()) +
-         ")</title><path fill=\"" + xml_escape(m.color) +
-         "\" fill-opacity=\"0.8\" d=\"" + d + "\"/></g>";
-    points += drawn;
-  }
-  o += "</g>";
-
-  // Frame and axis titles.
-  o += "<rect x=\"" + n2s(px0) + "\" y=\"" + n2s(py0) + "\" width=\"" + n2s(px1 - px0) + "\" height=\"" +
-       n2s(py1 - py0) + "\" fill=\"none\" stroke=\"#999\"/>";
-  o += "<text x=\"" + n2s((px0 + px1) / 2) + "\" y=\"" + n2s(py1 + 33) +
-       "\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">" + xml_escape(axis_title(c.x)) + "</text>";
-  double ycx = 13, ycy = (py0 + py1) / 2;
-  o += "<text transform=\"translate(" + n2s(ycx) + " " + n2s(ycy) +
-       ") rotate(-90)\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">" + xml_escape(axis_title(c.y)) +
-       "</text>";
-  if (points == 0)
-    o += "<text x=\"" + n2s((px0 + px1) / 2) + "\" y=\"" + n2s((py0 + py1) / 2) +
-         "\" font-size=\"13\" text-anchor=\"middle\" fill=\"#999\">no data</text>";
-  draw_legend(o, legend, px0, H - 4, W - px0 - 4);
-  o += "</svg>";
-  finish_points(o, points);
-  return o;
 }
 
-std::string render_svg(const BarChart& c) {
-  const double W = c.width;
-  size_t ncat = c.categories.size();
-  size_t ngroups = c.groups.size();
-  bool has_sub = !c.subtitle.empty();
-  double mt = has_sub ? 44 : 32, mr = 20;
+// Triangles on the x axis at each marker's x; returns the triangles drawn.
+size_t draw_markers(std::string& o, const Markers& m, const Domain& dx, double py1) {
+  std::string d;
+  double last_px = -1e9;
+  size_t drawn = 0;
+  for (double v : m.x) {
+    if (!dx.valid(v)) continue;
+    double px = dx(v);
+    if (px - last_px < 1.5) continue;  // one triangle per pixel column is enough
+    last_px = px;
+    d += "M";
+    num(d, px - 4);
+    d += ' ';
+    num(d, py1);
+    d += "L";
+    num(d, px + 4);
+    d += ' ';
+    num(d, py1);
+    d += "L";
+    num(d, px);
+    d += ' ';
+    num(d, py1 - 8);
+    d += "Z";
+    ++drawn;
+  }
+  o += "<g class=\"series markers\" data-points=\"" + std::to_string(drawn) + "\"><title>" +
+       xml_escape(m.name.empty() ? std::string("markers") : m.name) + " (" + std::to_string(m.x.size()) +
+       ")</title><path fill=\"" + xml_escape(m.color) + "\" fill-opacity=\"0.8\" d=\"" + d + "\"/></g>";
+  return drawn;
+}
 
-  // Value extent (stack totals when stacked).
+void draw_frame(std::string& o, const PlotArea& a) {
+  o += "<rect x=\"" + n2s(a.px0) + "\" y=\"" + n2s(a.py0) + "\" width=\"" + n2s(a.px1 - a.px0) + "\" height=\"" +
+       n2s(a.py1 - a.py0) + "\" fill=\"none\" stroke=\"#999\"/>";
+}
+
+// Axis titles: centred under the plot, and rotated left of it.
+void draw_x_title(std::string& o, const PlotArea& a, const std::string& title) {
+  o += "<text x=\"" + n2s((a.px0 + a.px1) / 2) + "\" y=\"" + n2s(a.py1 + 33) +
+       "\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">" + xml_escape(title) + "</text>";
+}
+// x_text: the title's x as written; line charts have always written "13.0" and bar charts "13" (kept, so that
+// the output does not change).
+void draw_y_title(std::string& o, const PlotArea& a, const std::string& title, const std::string& x_text) {
+  o += "<text transform=\"translate(" + x_text + " " + n2s((a.py0 + a.py1) / 2) +
+       ") rotate(-90)\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">" + xml_escape(title) + "</text>";
+}
+
+void draw_no_data(std::string& o, const PlotArea& a) {
+  o += "<text x=\"" + n2s((a.px0 + a.px1) / 2) + "\" y=\"" + n2s((a.py0 + a.py1) / 2) +
+       "\" font-size=\"13\" text-anchor=\"middle\" fill=\"#999\">no data</text>";
+}
+
+// ---- The parts of render_svg(const BarChart&).
+
+// Value extent: every bar, or every stack's total when stacked (from zero on a linear axis).
+Extent bar_extent(const BarChart& c) {
   Extent ev;
   Scale vs = c.value_axis.scale;
   if (vs == Scale::Linear) ev.add(0, vs);
-  for (size_t k = 0; k < ncat; ++k) {
+  for (size_t k = 0; k < c.categories.size(); ++k) {
     double total = 0;
     for (const auto& g : c.groups) {
       double v = k < g.values.size() ? g.values[k] : NAN;
@@ -536,52 +521,14 @@ std::string render_svg(const BarChart& c) {
     }
     if (c.stacked) ev.add(total, vs);
   }
+  return ev;
+}
 
-  std::vector<LegendItem> legend;
-  if (ngroups > 1 || c.stacked)
-    for (size_t g = 0; g < ngroups; ++g)
-      legend.push_back({c.groups[g].name, c.groups[g].color.empty() ? palette_color(g) : c.groups[g].color,
-                        SwatchKind::Box, false});
-
-  double H = c.height;
-  if (c.horizontal) {
-    // Grow with the number of categories so every label stays readable.
-    double band_needed = std::max(14.0, (c.stacked ? 1.0 : static_cast<double>(ngroups)) * 9.0 + 6);
-    H = std::max<double>(c.height, mt + 44 + band_needed * static_cast<double>(ncat));
-  }
-  double cat_label_w = 0;
-  for (const auto& s : c.categories) cat_label_w = std::max(cat_label_w, text_width(truncate_label(s, 200)));
-
-  Domain dv;
-  double px0, px1, py0, py1;
-  if (c.horizontal) {
-    px0 = std::max(60.0, cat_label_w + 14);
-    px1 = W - mr;
-    py0 = mt;
-    py1 = H - 42;
-    dv = make_domain(c.value_axis, ev, 6);
-    dv.p0 = px0;
-    dv.p1 = px1;
-  } else {
-    py0 = mt;
-    py1 = H - 42;
-    dv = make_domain(c.value_axis, ev, 6);
-    px0 = std::max(46.0, max_label_width(dv.labels) + 30);
-    px1 = W - mr;
-    dv.p0 = py1;
-    dv.p1 = py0;
-  }
-  double lh = legend_height(legend, W - px0 - 4);
-  std::string o;
-  o.reserve(4096 + ncat * ngroups * 120);
-  svg_open(o, c.id, c.title, W, H + lh);
-  draw_titles(o, c.title, c.subtitle, px0);
-  if (c.horizontal) draw_x_grid(o, dv, py0, py1);
-  else draw_y_grid(o, dv, px0, px1);
-
+// Bars of every group: side by side in each category's band, or stacked; returns the bars drawn.
+size_t draw_bars(std::string& o, const BarChart& c, const Domain& dv, const PlotArea& a, double band) {
+  const size_t ncat = c.categories.size(), ngroups = c.groups.size();
+  const Scale vs = c.value_axis.scale;
   size_t points = 0;
-  double span = c.horizontal ? (py1 - py0) : (px1 - px0);
-  double band = ncat ? span / static_cast<double>(ncat) : span;
   double bar_total = band * 0.8;
   double base_v = vs == Scale::Log ? dv.lo : 0.0;
   o += "<g class=\"bars\">";
@@ -603,14 +550,14 @@ std::string render_svg(const BarChart& c) {
         start_v = vs == Scale::Log ? std::max(acc, dv.lo) : acc;
         v = acc + v;
       }
-      double a = dv(start_v), b = dv(v);
+      double lo_px = dv(start_v), hi_px = dv(v);
       double off = (band - bar_total) / 2;
       double thick = c.stacked ? bar_total : bar_total / static_cast<double>(std::max<size_t>(1, ngroups));
-      double pos = (c.horizontal ? py0 : px0) + band * static_cast<double>(k) + off +
+      double pos = (c.horizontal ? a.py0 : a.px0) + band * static_cast<double>(k) + off +
                    (c.stacked ? 0 : thick * static_cast<double>(g));
       std::string tip = xml_escape(c.categories[k] + (grp.name.empty() ? "" : " / " + grp.name) + ": " +
                                    format_value(k < grp.values.size() ? grp.values[k] : NAN, c.value_axis.unit, 4));
-      double lo = std::min(a, b), len = std::max(std::fabs(b - a), 0.5);
+      double lo = std::min(lo_px, hi_px), len = std::max(std::fabs(hi_px - lo_px), 0.5);
       if (c.horizontal)
         body += "<rect x=\"" + n2s(lo) + "\" y=\"" + n2s(pos) + "\" width=\"" + n2s(len) + "\" height=\"" +
                 n2s(std::max(thick, 0.5)) + "\"><title>" + tip + "</title></rect>";
@@ -623,8 +570,12 @@ std::string render_svg(const BarChart& c) {
     points += drawn;
   }
   o += "</g>";
+  return points;
+}
 
-  // Category labels, thinned when crowded.
+// Category labels, thinned when crowded: left of horizontal bars, under vertical ones.
+void draw_category_labels(std::string& o, const BarChart& c, const PlotArea& a, double band, double cat_label_w) {
+  const size_t ncat = c.categories.size();
   double label_room = c.horizontal ? 13 : 0;
   size_t stride = 1;
   if (!c.horizontal) {
@@ -636,31 +587,132 @@ std::string render_svg(const BarChart& c) {
   o += "<g class=\"categories\" font-size=\"11\" fill=\"#444\"" +
        std::string(c.horizontal ? " text-anchor=\"end\"" : " text-anchor=\"middle\"") + ">";
   for (size_t k = 0; k < ncat; k += stride) {
-    double mid = (c.horizontal ? py0 : px0) + band * (static_cast<double>(k) + 0.5);
+    double mid = (c.horizontal ? a.py0 : a.px0) + band * (static_cast<double>(k) + 0.5);
     if (c.horizontal)
-      o += "<text x=\"" + n2s(px0 - 6) + "\" y=\"" + n2s(mid + 4) + "\">" + xml_escape(truncate_label(c.categories[k], 200)) +
-           "</text>";
+      o += "<text x=\"" + n2s(a.px0 - 6) + "\" y=\"" + n2s(mid + 4) + "\">" +
+           xml_escape(truncate_label(c.categories[k], 200)) + "</text>";
     else
-      o += "<text x=\"" + n2s(mid) + "\" y=\"" + n2s(py1 + 15) + "\">" +
-           xml_escape(truncate_label(c.categories[k], std::max(40.0, band * static_cast<double>(stride) - 4))) + "</text>";
+      o += "<text x=\"" + n2s(mid) + "\" y=\"" + n2s(a.py1 + 15) + "\">" +
+           xml_escape(truncate_label(c.categories[k], std::max(40.0, band * static_cast<double>(stride) - 4))) +
+           "</text>";
   }
   o += "</g>";
-  o += "<rect x=\"" + n2s(px0) + "\" y=\"" + n2s(py0) + "\" width=\"" + n2s(px1 - px0) + "\" height=\"" +
-       n2s(py1 - py0) + "\" fill=\"none\" stroke=\"#999\"/>";
+}
+
+}  // namespace
+
+std::string render_svg(const Chart& c) {
+  const double W = c.width, H = c.height;
+  bool has_sub = !c.subtitle.empty();
+  double mt = has_sub ? 44 : 32, mb = 42, mr = 20;
+
+  Extent ex, ey;
+  chart_extents(c, ex, ey);
+  Domain dy = make_domain(c.y, ey, 6);
+  double ml = std::max(46.0, max_label_width(dy.labels) + 30);
+  Domain dx = make_domain(c.x, ex, 7);
+  const PlotArea a{ml, W - mr, mt, H - mb};
+  dx.p0 = a.px0;
+  dx.p1 = a.px1;
+  dy.p0 = a.py1;
+  dy.p1 = a.py0;
+
+  std::vector<LegendItem> legend = chart_legend(c);
+  double lh = legend_height(legend, W - a.px0 - 4);
+  double total_h = H + lh;
+
+  std::string o;
+  size_t total_points_est = 0;
+  for (const auto& s : c.series) total_points_est += std::min(s.x.size(), static_cast<size_t>(8000));
+  o.reserve(4096 + total_points_est * 16);
+  svg_open(o, c.id, c.title, W, total_h);
+  draw_titles(o, c.title, c.subtitle, a.px0);
+  draw_y_grid(o, dy, a.px0, a.px1);
+  draw_x_grid(o, dx, a.py0, a.py1);
+
+  std::string clip = (c.id.empty() ? std::string("chart") : c.id) + "-clip";
+  // A few pixels of slack so markers on the frame are drawn whole.
+  o += "<defs><clipPath id=\"" + xml_escape(clip) + "\"><rect x=\"" + n2s(a.px0 - 4) + "\" y=\"" + n2s(a.py0 - 4) +
+       "\" width=\"" + n2s(a.px1 - a.px0 + 8) + "\" height=\"" + n2s(a.py1 - a.py0 + 8) + "\"/></clipPath></defs>";
+  o += "<g clip-path=\"url(#" + xml_escape(clip) + ")\">";
+
+  size_t points = 0;
+  size_t max_pts = c.max_points_per_series ? c.max_points_per_series : static_cast<size_t>((a.px1 - a.px0) * 4);
+  if (c.stack && !c.stack->x.empty()) points += draw_stack(o, *c.stack, dx, dy, a);
+  for (size_t si = 0; si < c.series.size(); ++si) {
+    const auto& s = c.series[si];
+    points += draw_series(o, s, xml_escape(s.color.empty() ? palette_color(si) : s.color), dx, dy, a, max_pts);
+  }
+  draw_refs(o, c.refs, dx, dy, a);
+  for (const auto& m : c.markers)
+    if (!m.x.empty()) points += draw_markers(o, m, dx, a.py1);
+  o += "</g>";
+
+  draw_frame(o, a);
+  draw_x_title(o, a, axis_title(c.x));
+  draw_y_title(o, a, axis_title(c.y), n2s(13));
+  if (points == 0) draw_no_data(o, a);
+  draw_legend(o, legend, a.px0, H - 4, W - a.px0 - 4);
+  o += "</svg>";
+  finish_points(o, points);
+  return o;
+}
+
+std::string render_svg(const BarChart& c) {
+  const double W = c.width;
+  size_t ncat = c.categories.size();
+  size_t ngroups = c.groups.size();
+  bool has_sub = !c.subtitle.empty();
+  double mt = has_sub ? 44 : 32, mr = 20;
+
+  const Extent ev = bar_extent(c);
+  std::vector<LegendItem> legend;
+  if (ngroups > 1 || c.stacked)
+    for (size_t g = 0; g < ngroups; ++g)
+      legend.push_back(
+          {c.groups[g].name, c.groups[g].color.empty() ? palette_color(g) : c.groups[g].color, SwatchKind::Box, false});
+
+  double H = c.height;
+  if (c.horizontal) {
+    // Grow with the number of categories so every label stays readable.
+    double band_needed = std::max(14.0, (c.stacked ? 1.0 : static_cast<double>(ngroups)) * 9.0 + 6);
+    H = std::max<double>(c.height, mt + 44 + band_needed * static_cast<double>(ncat));
+  }
+  double cat_label_w = 0;
+  for (const auto& s : c.categories) cat_label_w = std::max(cat_label_w, text_width(truncate_label(s, 200)));
+
+  // Horizontal bars: categories down the left (room for their labels), values along x. Vertical: values up
+  // the left (room for the tick labels), categories along x.
+  Domain dv = make_domain(c.value_axis, ev, 6);
+  PlotArea a{};
+  a.py0 = mt;
+  a.py1 = H - 42;
+  a.px0 = c.horizontal ? std::max(60.0, cat_label_w + 14) : std::max(46.0, max_label_width(dv.labels) + 30);
+  a.px1 = W - mr;
+  dv.p0 = c.horizontal ? a.px0 : a.py1;
+  dv.p1 = c.horizontal ? a.px1 : a.py0;
+  double lh = legend_height(legend, W - a.px0 - 4);
+  std::string o;
+  o.reserve(4096 + ncat * ngroups * 120);
+  svg_open(o, c.id, c.title, W, H + lh);
+  draw_titles(o, c.title, c.subtitle, a.px0);
+  if (c.horizontal) draw_x_grid(o, dv, a.py0, a.py1);
+  else draw_y_grid(o, dv, a.px0, a.px1);
+
+  double span = c.horizontal ? (a.py1 - a.py0) : (a.px1 - a.px0);
+  double band = ncat ? span / static_cast<double>(ncat) : span;
+  size_t points = draw_bars(o, c, dv, a, band);
+  draw_category_labels(o, c, a, band, cat_label_w);
+  draw_frame(o, a);
   std::string vt = axis_title(c.value_axis);
   if (c.horizontal) {
-    o += "<text x=\"" + n2s((px0 + px1) / 2) + "\" y=\"" + n2s(py1 + 33) +
-         "\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">" + xml_escape(vt) + "</text>";
+    draw_x_title(o, a, vt);
   } else {
-    o += "<text x=\"" + n2s((px0 + px1) / 2) + "\" y=\"" + n2s(py1 + 33) +
-         "\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">" + xml_escape(c.category_label) + "</text>";
-    o += "<text transform=\"translate(13 " + n2s((py0 + py1) / 2) +
-         ") rotate(-90)\" font-size=\"12\" text-anchor=\"middle\" fill=\"#333\">" + xml_escape(vt) + "</text>";
+    draw_x_title(o, a, c.category_label);
+    draw_y_title(o, a, vt, "13");
   }
-  if (points == 0)
-    o += "<text x=\"" + n2s((px0 + px1) / 2) + "\" y=\"" + n2s((py0 + py1) / 2) +
-         "\" font-size=\"13\" text-anchor=\"middle\" fill=\"#999\">no data</text>";
-  draw_legend(o, legend, px0, H - 4, W - px0 - 4);
+  if (points == 0) draw_no_data(o, a);
+  draw_legend(o, legend, a.px0, H - 4, W - a.px0 - 4);
   o += "</svg>";
   finish_points(o, points);
   return o;

@@ -69,8 +69,8 @@ struct Prefix {
 };
 constexpr std::array<Prefix, 5> kLarge{{{1e15, "P"}, {1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}}};
 constexpr std::array<Prefix, 3> kSmall{{{1e-3, "m"}, {1e-6, "\xC2\xB5"}, {1e-9, "n"}}};
-constexpr std::array<Prefix, 5> kBinary{{{1125899906842624.0, "Pi"}, {1099511627776.0, "Ti"},
-                                         {1073741824.0, "Gi"}, {1048576.0, "Mi"}, {1024.0, "Ki"}}};
+constexpr std::array<Prefix, 5> kBinary{
+    {{1125899906842624.0, "Pi"}, {1099511627776.0, "Ti"}, {1073741824.0, "Gi"}, {1048576.0, "Mi"}, {1024.0, "Ki"}}};
 
 // The prefix for magnitude `a` under `unit` (scale 1, "" when none applies).
 Prefix choose_prefix(double a, const std::string& unit) {
@@ -215,8 +215,8 @@ Ticks log_ticks(double lo, double hi, double base, int max_ticks) {
   }
   if (base == 10 && powers.size() < 3) {
     // Narrow range (e.g. a loss between 2.5 and 11): use 1..9 x 10^k, or 1, 2, 5 x 10^k.
-    for (const std::vector<double>& mults : {std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9},
-                                             std::vector<double>{1, 2, 5}}) {
+    for (const std::vector<double>& mults :
+         {std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}, std::vector<double>{1, 2, 5}}) {
       std::vector<double> vals;
       for (int k = k0; k <= k1; ++k)
         for (double m : mults) {
@@ -284,7 +284,7 @@ std::vector<std::string> tick_labels(const Ticks& ticks, const std::string& unit
     int decimals = std::max(0, -static_cast<int>(std::floor(std::log10(scaled_step) + 1e-9)));
     for (double v : ticks.values) {
       if (v == 0) {
-        out.push_back("0");
+        out.emplace_back("0");
         continue;
       }
       out.push_back(fixed(v / std::pow(10.0, e), decimals) + "e" + std::to_string(e));
@@ -297,7 +297,7 @@ std::vector<std::string> tick_labels(const Ticks& ticks, const std::string& unit
     ++decimals;  // steps like 2.5
   for (double v : ticks.values) {
     if (v == 0) {
-      out.push_back("0");
+      out.emplace_back("0");
       continue;
     }
     std::string num = fixed(v / p.scale, decimals);

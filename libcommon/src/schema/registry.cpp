@@ -1,21 +1,23 @@
-// The one registry of every config section of every tool.
-#include "sections.h"
+// The one registry of every config section of every tool, built from the typed sections (cairn/sections.h).
+#include "cairn/sections.h"
 
 namespace cairn {
 
 const Schema& registry() {
   static const Schema schema = [] {
     Schema s;
-    schema::declare_run(s);
-    schema::declare_model(s);
-    schema::declare_cluster(s);
-    schema::declare_parallel(s);
-    schema::declare_data(s);
-    schema::declare_train(s);
-    schema::declare_sweep(s);
-    schema::declare_plan(s);
-    schema::declare_eval(s);
-    schema::declare_report(s);
+    declare_section<RunSection>(s);
+    declare_section<ModelSection>(s);
+    declare_section<ClusterSection>(s);
+    declare_section<ParallelSection>(s);
+    declare_section<DataSection>(s);
+    declare_section<TrainSection>(s);
+    declare_section<SweepSection>(s);
+    declare_section<PlanSection>(s);
+    declare_section<EvalSection>(s);
+    s.add_open_section(kEvalTaskSection, KeyType::Table, kEvalTaskDoc);
+    declare_section<ReportSection>(s);
+    s.add_open_section(kReportGatesSection, KeyType::Table, kReportGatesDoc);
     return s;
   }();
   return schema;

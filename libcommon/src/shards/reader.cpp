@@ -4,18 +4,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <set>
 #include <thread>
-#include <xxhash.h>
 
 #include "cairn/config.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/h5.h"
 #include "cairn/log.h"
+#include "cairn/sections/data.h"
+#include "cairn/sections/run.h"
 #include "cairn/shards.h"
 
 namespace cairn::shards {
@@ -23,8 +25,8 @@ namespace cairn::shards {
 using json = nlohmann::json;
 
 std::string dataset_path(const Config& cfg) {
-  std::string p = cfg.get_string("data.path");
-  return p.empty() ? join_path(cfg.get_string("run.dir"), "data") : p;
+  const std::string p = read_section<DataSection>(cfg).path;
+  return p.empty() ? join_path(read_section<RunSection>(cfg).dir, "data") : p;
 }
 
 std::string shard_file_name(size_t index) { return strprintf("shard_%05zu.h5", index); }
@@ -72,7 +74,7 @@ namespace {
 class H5Shard final : public Shard {
  public:
   explicit H5Shard(const std::string& path) : path_(path) {
-    std::lock_guard<std::mutex> lock(hdf5_mutex());
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
     file_ = h5::File::open(path);
     if (!file_.exists("tokens") || !file_.exists("doc_offsets") || !file_.exists("doc_bytes"))
       throw RuntimeError(file_message("cannot read shard", path, "missing /tokens, /doc_offsets or /doc_bytes"));
@@ -95,7 +97,7 @@ class H5Shard final : public Shard {
   }
   ~H5Shard() override {
     if (map_) ::munmap(map_, map_len_);
-    std::lock_guard<std::mutex> lock(hdf5_mutex());
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
     tokens_ = h5::Dataset();
     file_ = h5::File();
   }
@@ -119,7 +121,7 @@ class H5Shard final : public Shard {
       }
       return;
     }
-    std::lock_guard<std::mutex> lock(hdf5_mutex());
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
     tokens_.read_range_into<uint32_t>(offset, count, out);
   }
   uint64_t doc_begin(uint64_t d) const override { return offsets_.at(d); }
@@ -128,7 +130,7 @@ class H5Shard final : public Shard {
   int token_width() const override { return width_; }
   const void* mapped_tokens() const override { return data_; }
   json attributes() const override {
-    std::lock_guard<std::mutex> lock(hdf5_mutex());
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
     json a = json::object();
     for (const char* s : {"tokenizer", "plan_hash", "tool", "version", "git_sha", "host", "time_utc"})
       if (file_.has_attr(s)) a[s] = file_.attr_string(s);
@@ -154,9 +156,10 @@ class H5Shard final : public Shard {
     uint64_t need = static_cast<uint64_t>(off) + num_tokens_ * width_;
     if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < need) {
       ::close(fd);
-      throw RuntimeError(file_message("cannot read shard", path_,
-                                      strprintf("file is truncated (%lld bytes, tokens end at %llu)",
-                                                static_cast<long long>(st.st_size), static_cast<unsigned long long>(need))));
+      throw RuntimeError(
+          file_message("cannot read shard", path_,
+                       strprintf("file is truncated (%lld bytes, tokens end at %llu)",
+                                 static_cast<long long>(st.st_size), static_cast<unsigned long long>(need))));
     }
     void* m = ::mmap(nullptr, need, PROT_READ, MAP_SHARED, fd, 0);
     ::close(fd);
@@ -331,14 +334,16 @@ void Dataset::verify_shard(size_t i, const Shard& sh) const {
                                              static_cast<unsigned long long>(sh.num_tokens()),
                                              static_cast<unsigned long long>(sh.num_documents()),
                                              static_cast<unsigned long long>(info.tokens),
-                                             static_cast<unsigned long long>(info.documents)) + hint));
+                                             static_cast<unsigned long long>(info.documents)) +
+                                       hint));
   const TokenScan r = scan_shard_tokens(sh, vocab_size());
   if (r.xxh64 != info.xxh64)
-    throw GateFailure(file_message("corrupt dataset shard", path,
-                                   "tokens hash to xxh64 " + hex64(r.xxh64) + " but index.json says " +
-                                       hex64(info.xxh64) + hint));
+    throw GateFailure(
+        file_message("corrupt dataset shard", path,
+                     "tokens hash to xxh64 " + hex64(r.xxh64) + " but index.json says " + hex64(info.xxh64) + hint));
   json a = sh.attributes();
-  if (a.contains("tokens_xxh64") && (!a["tokens_xxh64"].is_number_unsigned() || a["tokens_xxh64"].get<uint64_t>() != r.xxh64))
+  if (a.contains("tokens_xxh64") &&
+      (!a["tokens_xxh64"].is_number_unsigned() || a["tokens_xxh64"].get<uint64_t>() != r.xxh64))
     throw GateFailure(file_message("corrupt dataset shard", path,
                                    "tokens hash to xxh64 " + hex64(r.xxh64) +
                                        " but the file's tokens_xxh64 attribute differs" + hint));
@@ -350,11 +355,12 @@ void Dataset::verify_shard(size_t i, const Shard& sh) const {
       else lo = mid + 1;
     }
     d = lo;
-    throw GateFailure(file_message("bad token in dataset shard", path,
-                                   strprintf("document %llu, token %llu: id %u is not below the vocabulary size %u",
-                                             static_cast<unsigned long long>(d),
-                                             static_cast<unsigned long long>(r.first_bad), r.first_bad_id,
-                                             vocab_size()) + hint));
+    throw GateFailure(
+        file_message("bad token in dataset shard", path,
+                     strprintf("document %llu, token %llu: id %u is not below the vocabulary size %u",
+                               static_cast<unsigned long long>(d), static_cast<unsigned long long>(r.first_bad),
+                               r.first_bad_id, vocab_size()) +
+                         hint));
   }
 }
 

@@ -20,8 +20,8 @@
 
 namespace cairn::shards {
 
-std::mutex& hdf5_mutex() {
-  static std::mutex m;
+std::recursive_mutex& hdf5_mutex() {
+  static std::recursive_mutex m;
   return m;
 }
 
@@ -109,7 +109,7 @@ struct ShardWriter::Impl {
       : path(p), meta(m), num_tokens(nt), num_documents(nd), narrow(tokens_fit_uint16(m.vocab_size)), atomic(p) {
     XXH64_reset(hash, 0);
     {
-      std::lock_guard<std::mutex> lock(hdf5_mutex());
+      std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
       h5::File f = h5::File::create(atomic.temp);
       tokens_off = create_fixed(f, "tokens", narrow ? H5T_STD_U16LE : H5T_STD_U32LE, nt, p);
       offsets_off = create_fixed(f, "doc_offsets", H5T_STD_U64LE, nd + 1, p);
@@ -201,10 +201,10 @@ void ShardWriter::append_tokens(const uint32_t* tokens, size_t n) {
     if (bad) {
       for (size_t i = 0; i < take; ++i)
         if (tokens[i] >= vocab)
-          throw UsageError(file_message("cannot write", m.path,
-                                        strprintf("token id %u at position %llu is not below the vocabulary size %u",
-                                                  tokens[i], static_cast<unsigned long long>(m.written + m.buffered + i),
-                                                  vocab)));
+          throw UsageError(
+              file_message("cannot write", m.path,
+                           strprintf("token id %u at position %llu is not below the vocabulary size %u", tokens[i],
+                                     static_cast<unsigned long long>(m.written + m.buffered + i), vocab)));
     }
     m.buffered += take;
     tokens += take;
@@ -220,8 +220,7 @@ void ShardWriter::append_raw(const void* tokens, size_t n, int width) {
     std::vector<uint32_t> wide(n);
     if (width == 2)
       for (size_t i = 0; i < n; ++i) wide[i] = static_cast<const uint16_t*>(tokens)[i];
-    else
-      std::memcpy(wide.data(), tokens, n * 4);
+    else std::memcpy(wide.data(), tokens, n * 4);
     return append_tokens(wide.data(), n);
   }
   if (m.written + m.buffered + n > m.num_tokens)
@@ -297,7 +296,7 @@ ShardInfo ShardWriter::finish() {
   m.fd = -1;
   uint64_t h = XXH64_digest(m.hash);
   {
-    std::lock_guard<std::mutex> lock(hdf5_mutex());
+    std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
     h5::File f = h5::File::open(tmp, h5::Mode::ReadWrite);
     f.set_attr("tokens_xxh64", h);
     f.close();

@@ -10,8 +10,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 #include <unordered_map>
 
@@ -26,10 +26,10 @@ using json = nlohmann::json;
 
 // OpenAI's GPT-2 pattern with JavaScript's \s spelled out, so it splits exactly like the reference
 // encoder (gpt-3-encoder) whose output our tests compare against.
-#define CAIRN_JS_SPACE "\\t\\n\\x{0b}\\f\\r \\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}\\x{feff}"
-const char* const kGpt2Pattern =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" CAIRN_JS_SPACE "\\p{L}\\p{N}]+|[" CAIRN_JS_SPACE
-    "]+(?![^" CAIRN_JS_SPACE "])|[" CAIRN_JS_SPACE "]+";
+#define CAIRN_JS_SPACE \
+  "\\t\\n\\x{0b}\\f\\r \\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}\\x{feff}"
+const char* const kGpt2Pattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" CAIRN_JS_SPACE
+                                 "\\p{L}\\p{N}]+|[" CAIRN_JS_SPACE "]+(?![^" CAIRN_JS_SPACE "])|[" CAIRN_JS_SPACE "]+";
 const char* const kLlama3Pattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -81,8 +81,8 @@ RegexSplitter::RegexSplitter(const std::string& pattern, bool case_insensitive) 
   int err = 0;
   PCRE2_SIZE erroff = 0;
   uint32_t opts = PCRE2_UTF | PCRE2_UCP | (case_insensitive ? PCRE2_CASELESS : 0);
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), opts, &err,
-                                   &erroff, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), opts, &err, &erroff, nullptr);
   if (!code) {
     PCRE2_UCHAR buf[256];
     pcre2_get_error_message(err, buf, sizeof buf);
@@ -168,7 +168,8 @@ class Gpt2FastSplitter {
     number_ = std::make_unique<RegexSplitter>("\\p{N}");
     space_ = std::make_unique<RegexSplitter>(space_class);
     bmp_.resize(0x10000);
-    for (uint32_t cp = 0; cp < 0x10000; ++cp) bmp_[cp] = (cp >= 0xD800 && cp <= 0xDFFF) ? static_cast<uint8_t>(kOther) : classify_slow(cp);
+    for (uint32_t cp = 0; cp < 0x10000; ++cp)
+      bmp_[cp] = (cp >= 0xD800 && cp <= 0xDFFF) ? static_cast<uint8_t>(kOther) : classify_slow(cp);
   }
 
   template <typename F>
@@ -179,8 +180,9 @@ class Gpt2FastSplitter {
       // 's 't 're 've 'm 'll 'd
       if (t[i] == '\'' && i + 1 < n) {
         char a = t[i + 1], b = i + 2 < n ? t[i + 2] : 0;
-        size_t len = (a == 's' || a == 't' || a == 'm' || a == 'd') ? 2
-                     : ((a == 'r' || a == 'v') && b == 'e') || (a == 'l' && b == 'l') ? 3 : 0;
+        size_t len = (a == 's' || a == 't' || a == 'm' || a == 'd')                   ? 2
+                     : ((a == 'r' || a == 'v') && b == 'e') || (a == 'l' && b == 'l') ? 3
+                                                                                      : 0;
         if (len) {
           piece(i, len);
           i += len;
@@ -225,7 +227,8 @@ class Gpt2FastSplitter {
   }
   static size_t encode_utf8(uint32_t cp, char* out) {
     if (cp < 0x80) return out[0] = static_cast<char>(cp), 1;
-    if (cp < 0x800) return out[0] = static_cast<char>(0xC0 | (cp >> 6)), out[1] = static_cast<char>(0x80 | (cp & 0x3F)), 2;
+    if (cp < 0x800)
+      return out[0] = static_cast<char>(0xC0 | (cp >> 6)), out[1] = static_cast<char>(0x80 | (cp & 0x3F)), 2;
     if (cp < 0x10000)
       return out[0] = static_cast<char>(0xE0 | (cp >> 12)), out[1] = static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
              out[2] = static_cast<char>(0x80 | (cp & 0x3F)), 3;
@@ -323,8 +326,8 @@ std::string hex64(uint64_t v) { return strprintf("%016llx", static_cast<unsigned
 struct BpeConfig {
   std::string type;  // "gpt2" | "hf"
   std::string id;
-  std::vector<std::string> files;        // source paths
-  std::vector<std::string> file_roles;   // "vocab", "merges", "tokenizer_json"
+  std::vector<std::string> files;           // source paths
+  std::vector<std::string> file_roles;      // "vocab", "merges", "tokenizer_json"
   std::vector<std::string> split_patterns;  // applied in order, each piece split by the next
   bool add_prefix_space = false;
   bool ignore_merges = false;
@@ -407,8 +410,7 @@ class BpeTokenizer final : public Tokenizer {
     json files = json::object();
     for (size_t i = 0; i < cfg_.files.size(); ++i)
       files[cfg_.file_roles[i]] = "tokenizer/" + std::filesystem::path(cfg_.files[i]).filename().string();
-    return {{"type", cfg_.type}, {"id", cfg_.id}, {"vocab_size", vocab_size()}, {"eot_id", eot_id()},
-            {"files", files}};
+    return {{"type", cfg_.type}, {"id", cfg_.id}, {"vocab_size", vocab_size()}, {"eot_id", eot_id()}, {"files", files}};
   }
   std::vector<std::string> source_files() const override { return cfg_.files; }
 
@@ -463,8 +465,8 @@ class BpeTokenizer final : public Tokenizer {
     void insert(std::string_view w, uint64_t h, const std::vector<uint32_t>& ids) {
       if (used * 2 >= slots.size()) {
         if (slots.size() >= (1u << 20)) {  // 24 MiB of slots per thread at most
-          reset();  // bounded memory: start over rather than grow without limit
-        } else {  // grow x2 and reinsert
+          reset();                         // bounded memory: start over rather than grow without limit
+        } else {                           // grow x2 and reinsert
           std::vector<Slot> old(slots.size() * 2);
           old.swap(slots);
           size_t mask = slots.size() - 1;
@@ -658,12 +660,14 @@ std::unique_ptr<Tokenizer> load_gpt2(const std::string& vocab_path, const std::s
   cfg.split_patterns = {kGpt2Pattern};
   auto eot = vocab.find("<|endoftext|>");
   if (eot == vocab.end())
-    throw UsageError(file_message("tokenizer file", vocab_path, "is not a GPT-2 encoder.json (no <|endoftext|> entry)"));
+    throw UsageError(
+        file_message("tokenizer file", vocab_path, "is not a GPT-2 encoder.json (no <|endoftext|> entry)"));
   cfg.eot = eot->get<uint32_t>();
   special[cfg.eot] = false;  // the reference encoder does not treat it specially in text
   auto tok = make_bpe(cfg, id_to_bytes, special, vocab_path);
   if (!tok->has_all_bytes())
-    throw UsageError(file_message("tokenizer file", vocab_path, "is not a byte-level BPE vocabulary (a byte has no token)"));
+    throw UsageError(
+        file_message("tokenizer file", vocab_path, "is not a byte-level BPE vocabulary (a byte has no token)"));
   std::string merges = read_tokenizer_file(merges_path);
   std::istringstream in(merges);
   std::string line, a, b, ab, bb;
@@ -695,7 +699,8 @@ void collect_pre_tokenizer(const JsonFields& node, BpeConfig& cfg, bool& byte_le
     if (depth >= 16) node.fail("pretokenizers", "Sequence pre-tokenizers nested at most 16 deep");
     const json& list = node.array("pretokenizers");
     for (size_t i = 0; i < list.size(); ++i)
-      collect_pre_tokenizer(node.nested(list[i], "pretokenizers[" + std::to_string(i) + "]"), cfg, byte_level, depth + 1);
+      collect_pre_tokenizer(node.nested(list[i], "pretokenizers[" + std::to_string(i) + "]"), cfg, byte_level,
+                            depth + 1);
   } else if (type == "ByteLevel") {
     byte_level = true;
     if (node.boolean_or("add_prefix_space", false)) cfg.add_prefix_space = true;
@@ -704,8 +709,9 @@ void collect_pre_tokenizer(const JsonFields& node, BpeConfig& cfg, bool& byte_le
     JsonFields pat = node.object("pattern");
     std::string behavior = node.str_or("behavior", "Isolated");
     if (behavior != "Isolated" || node.boolean_or("invert", false))
-      throw UsageError(file_message("tokenizer file", path, "uses a Split pre-tokenizer with behavior " + behavior +
-                                                                 " (only Isolated, invert=false is supported)"));
+      throw UsageError(file_message("tokenizer file", path,
+                                    "uses a Split pre-tokenizer with behavior " + behavior +
+                                        " (only Isolated, invert=false is supported)"));
     if (pat.has("Regex")) {
       cfg.split_patterns.push_back(pat.str("Regex"));
     } else if (pat.has("String")) {
@@ -717,8 +723,8 @@ void collect_pre_tokenizer(const JsonFields& node, BpeConfig& cfg, bool& byte_le
       throw UsageError(file_message("tokenizer file", path, "has a Split pattern without Regex or String"));
     }
   } else {
-    throw UsageError(file_message("tokenizer file", path, "uses pre-tokenizer \"" + type +
-                                                              "\" (supported: ByteLevel, Split, Sequence)"));
+    throw UsageError(file_message("tokenizer file", path,
+                                  "uses pre-tokenizer \"" + type + "\" (supported: ByteLevel, Split, Sequence)"));
   }
 }
 
@@ -757,7 +763,8 @@ std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
     JsonFields t = top.nested(added_tokens[i], "added_tokens[" + std::to_string(i) + "]");
     uint32_t id = static_cast<uint32_t>(t.u64("id", kMaxTokenId));
     std::string content = t.str("content");
-    if (id >= id_to_bytes.size()) id_to_bytes.resize(id + 1), present.resize(id + 1, false), special.resize(id + 1, false);
+    if (id >= id_to_bytes.size())
+      id_to_bytes.resize(id + 1), present.resize(id + 1, false), special.resize(id + 1, false);
     id_to_bytes[id] = content;
     present[id] = true;
     special[id] = true;
@@ -777,8 +784,8 @@ std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
     break;
   }
   if (!found)
-    throw UsageError(file_message("tokenizer file", path,
-                                  "has no end-of-text token (<|endoftext|>, <|end_of_text|>, </s>, <eos>)"));
+    throw UsageError(
+        file_message("tokenizer file", path, "has no end-of-text token (<|endoftext|>, <|end_of_text|>, </s>, <eos>)"));
   auto tok = make_bpe(cfg, id_to_bytes, special, path);
   if (!tok->has_all_bytes())
     throw UsageError(file_message("tokenizer file", path, "is not a byte-level BPE vocabulary (a byte has no token)"));
@@ -818,9 +825,11 @@ std::unique_ptr<Tokenizer> load_from_description(const json& d, const std::strin
   JsonFields desc(d, join_path(dataset_dir, "index.json"), "dataset index", "tokenizer");
   Spec spec;
   spec.type = desc.str("type");
-  if (spec.type != "bytes" && spec.type != "gpt2" && spec.type != "hf") desc.fail("type", "\"bytes\", \"gpt2\" or \"hf\"");
+  if (spec.type != "bytes" && spec.type != "gpt2" && spec.type != "hf")
+    desc.fail("type", "\"bytes\", \"gpt2\" or \"hf\"");
   const json no_files = json::object();
-  const JsonFields files = desc.has("files") ? desc.object("files") : JsonFields(no_files, desc.file(), "dataset index", "tokenizer.files");
+  const JsonFields files =
+      desc.has("files") ? desc.object("files") : JsonFields(no_files, desc.file(), "dataset index", "tokenizer.files");
   auto resolve = [&](const char* role) -> std::string {
     std::string f = files.str_or(role, "");
     if (f.empty()) return "";

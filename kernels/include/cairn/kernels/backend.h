@@ -27,8 +27,8 @@ struct AdamWParams {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.0f;
-  long step = 1;           // 1-based step count for bias correction
-  float grad_scale = 1.0f; // gradients are multiplied by this first (clipping, accumulation averaging)
+  long step = 1;            // 1-based step count for bias correction
+  float grad_scale = 1.0f;  // gradients are multiplied by this first (clipping, accumulation averaging)
 };
 
 struct Backend {
@@ -36,7 +36,7 @@ struct Backend {
   bool device_memory;  // false: pointers are plain host memory
 
   // ---- memory ----
-  void* (*alloc)(size_t bytes);                                  // zero-initialised
+  void* (*alloc)(size_t bytes);  // zero-initialised
   void (*free)(void* ptr);
   void (*copy_to_device)(void* dst, const void* host_src, size_t bytes);
   void (*copy_to_host)(void* host_dst, const void* src, size_t bytes);
@@ -47,32 +47,28 @@ struct Backend {
   // ---- embedding: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:] ----
   // Vocab-parallel: an id < 0 means the wte row lives on another rank, its term is 0 (forward) and it adds nothing to
   // dwte (backward); wpe == nullptr (forward) / dwpe == nullptr (backward) drops the positional term / its gradient.
-  void (*embedding_forward)(float* out, const int32_t* inp, const float* wte, const float* wpe,
-                            int B, int T, int C);
-  void (*embedding_backward)(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
-                             int B, int T, int C);
+  void (*embedding_forward)(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T, int C);
+  void (*embedding_backward)(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C);
 
   // ---- layernorm over the last dim (eps 1e-5); mean/rstd [N] saved for backward ----
-  void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp,
-                            const float* weight, const float* bias, int N, int C);
-  void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
-                             const float* inp, const float* weight, const float* mean,
-                             const float* rstd, int N, int C);
+  void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, int N, int C);
+  void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                             const float* weight, const float* mean, const float* rstd, int N, int C);
 
   // ---- matmul: out[N,OC] = inp[N,C] @ W (+ bias[OC] when bias != nullptr) ----
-  void (*matmul_forward)(float* out, const float* inp, const float* weight, const float* bias,
-                         int N, int C, int OC, WeightLayout layout);
+  void (*matmul_forward)(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                         WeightLayout layout);
   // dinp (overwritten, skipped when nullptr), dweight += , dbias += (skipped when nullptr)
-  void (*matmul_backward)(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, int N, int C, int OC,
-                          WeightLayout layout);
+  void (*matmul_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int N, int C, int OC, WeightLayout layout);
 
   // ---- causal multi-head self-attention, scale 1/sqrt(head_dim) ----
   // out [B,T,C]; lse [B,NH,T] (log-sum-exp of each score row) is all backward needs besides qkv/out.
   void (*attention_forward)(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
   // dqkv [B,T,3C] overwritten.
-  void (*attention_backward)(float* dqkv, const float* dout, const float* qkv, const float* out,
-                             const float* lse, int B, int T, int C, int NH);
+  void (*attention_backward)(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                             int B, int T, int C, int NH);
 
   // ---- GELU, tanh approximation (GPT-2) ----
   void (*gelu_forward)(float* out, const float* inp, size_t n);
@@ -85,14 +81,14 @@ struct Backend {
   // losses[i] = logsumexp(logits[i,:V]) - logits[i,targets[i]]; 0 where targets[i] < 0; where targets[i] >= V (the
   // target column is on another rank, vocab-parallel) losses[i] = lse[i] and logits[i,targets[i]] is never read.
   // lse[i] = logsumexp(logits[i,:V]) [N] is written for every row (ignored ones too) and saved for backward.
-  void (*crossentropy_forward)(float* losses, float* lse, const float* logits, const int32_t* targets,
-                               int N, int V, int Vp);
+  void (*crossentropy_forward)(float* losses, float* lse, const float* logits, const int32_t* targets, int N, int V,
+                               int Vp);
   // dlogits[i,j] = (softmax_j - [j == target]) * dloss for j < V, 0 for j >= V and for rows with
   // targets < 0; targets >= V gives softmax_j * dloss (no -1). softmax_j = exp(logits[i,j] - lse[i]) with the lse
   // given (a global one over all ranks' columns under vocab parallelism), never recomputed. Overwritten; may alias
   // logits (the CPU/GPU model does this to save memory).
-  void (*crossentropy_backward)(float* dlogits, const float* logits, const float* lse,
-                                const int32_t* targets, float dloss, int N, int V, int Vp);
+  void (*crossentropy_backward)(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
+                                float dloss, int N, int V, int Vp);
 
   // ---- argmax over the columns < V of each row of x [N, Vp]: the first maximum, a NaN counting as the largest
   // (torch.argmax's rule). Evaluation's accuracy reads N ints back instead of N*Vp logits. ----
@@ -100,8 +96,7 @@ struct Backend {
 
   // ---- optimizer ----
   // One AdamW step over n contiguous elements (params, grads, m, v all n long).
-  void (*adamw_update)(float* params, const float* grads, float* m, float* v, size_t n,
-                       const AdamWParams& hp);
+  void (*adamw_update)(float* params, const float* grads, float* m, float* v, size_t n, const AdamWParams& hp);
   // Sum of squares of x[0..n) accumulated in double; result returned on the host.
   double (*squared_norm)(const float* x, size_t n);
   // x *= s
@@ -110,11 +105,14 @@ struct Backend {
 
 // Every compute op of Backend, once. The profiler wraps each, the "missing ops" test checks each backend has
 // each, and the static_assert below fails the build when an op field is added to Backend but not here.
-#define CAIRN_KERNEL_OPS(X)                                                                                   \
-  X(embedding_forward) X(embedding_backward) X(layernorm_forward) X(layernorm_backward) X(matmul_forward)      \
-  X(matmul_backward) X(attention_forward) X(attention_backward) X(gelu_forward) X(gelu_backward)               \
-  X(residual_forward) X(crossentropy_forward) X(crossentropy_backward) X(argmax_rows) X(adamw_update)          \
-  X(squared_norm) X(scale)
+// clang-format off
+#define CAIRN_KERNEL_OPS(X) \
+  X(embedding_forward) X(embedding_backward) X(layernorm_forward) X(layernorm_backward) \
+  X(matmul_forward) X(matmul_backward) X(attention_forward) X(attention_backward) \
+  X(gelu_forward) X(gelu_backward) X(residual_forward) X(crossentropy_forward) \
+  X(crossentropy_backward) X(argmax_rows) X(adamw_update) X(squared_norm) \
+  X(scale)
+// clang-format on
 
 #define CAIRN_KERNEL_OP_COUNT_ONE(op) +1
 inline constexpr int kKernelOpCount = 0 CAIRN_KERNEL_OPS(CAIRN_KERNEL_OP_COUNT_ONE);

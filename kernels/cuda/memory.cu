@@ -1,0 +1,105 @@
+// The CUDA backend's memory: the table's hooks (zeroed allocations, copies, synchronize), allocation tracking for the
+// peak-memory figures (cuda_allocated_bytes, cuda_peak_allocated_bytes in cairn/kernels/cuda.h) and the device scratch.
+#include <atomic>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "cairn/kernels/cuda.h"
+#include "cuda_common.cuh"
+
+namespace cairn::kernels {
+namespace cuda {
+namespace {
+
+// Bytes held through this backend now and at most (trainers report the high-water mark, like PyTorch's
+// max_memory_allocated); the size of each live allocation is kept so frees can be subtracted.
+std::mutex g_mem_mutex;
+std::unordered_map<void*, size_t> g_mem_sizes;
+std::atomic<size_t> g_mem_current{0}, g_mem_peak{0};
+
+}  // namespace
+
+void track_alloc(void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lk(g_mem_mutex);
+  g_mem_sizes[p] = bytes;
+  const size_t now = g_mem_current += bytes;
+  if (now > g_mem_peak) g_mem_peak = now;
+}
+void track_free(void* p) {
+  std::lock_guard<std::mutex> lk(g_mem_mutex);
+  auto it = g_mem_sizes.find(p);
+  if (it == g_mem_sizes.end()) return;
+  g_mem_current -= it->second;
+  g_mem_sizes.erase(it);
+}
+
+float* scratch(size_t floats) {
+  static float* ptr = nullptr;
+  static size_t capacity = 0;
+  if (floats > capacity) {
+    if (ptr) {
+      track_free(ptr);
+      CAIRN_CUDA_CHECK(cudaFree(ptr));
+    }
+    CAIRN_CUDA_CHECK(cudaMalloc(&ptr, floats * sizeof(float)));
+    track_alloc(ptr, floats * sizeof(float));
+    capacity = floats;
+  }
+  return ptr;
+}
+
+void* dev_alloc(size_t bytes) {
+  void* p = nullptr;
+  const size_t n = bytes == 0 ? 256 : bytes;
+  cudaError_t err = cudaMalloc(&p, n);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // an allocation failure is not sticky: clear it so the next launch check does not report it
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    // Not CAIRN_CUDA_CHECK: the user needs the sizes and what to change, not the call.
+    throw GpuError("CUDA: out of device memory allocating " + std::to_string(n >> 20) + " MiB (" +
+                   std::to_string(free_b >> 20) + " MiB free of " + std::to_string(total_b >> 20) +
+                   " MiB; cairn holds " + std::to_string(g_mem_current.load() >> 20) +
+                   " MiB): lower the micro-batch or sequence length");
+  }
+  CAIRN_CUDA_CHECK(cudaMemset(p, 0, n));
+  track_alloc(p, n);
+  return p;
+}
+void dev_free(void* p) {
+  if (p) {
+    track_free(p);
+    cudaFree(p);
+  }
+}
+void to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes) CAIRN_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+void to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes) CAIRN_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+void device_copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) CAIRN_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+void fill_zero(void* p, size_t bytes) {
+  if (bytes) CAIRN_CUDA_CHECK(cudaMemset(p, 0, bytes));
+}
+// Every op of this backend runs on the legacy default stream, so waiting for that stream is waiting for the backend.
+// Not cudaDeviceSynchronize: a trainer's communication on its own non-blocking stream (NCCL) keeps running, which
+// is what lets the model's per-layer synchronize during backward overlap with gradient all-reduces.
+void synchronize() { CAIRN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy)); }
+
+}  // namespace cuda
+
+// Device bytes allocated through this backend now / at most since the process started or the last reset (declared
+// where used: tools/train/gpu_cuda.cpp, bench/kernels_gpu_gpt_bench.cpp).
+size_t cuda_allocated_bytes() { return cuda::g_mem_current.load(); }
+size_t cuda_peak_allocated_bytes() { return cuda::g_mem_peak.load(); }
+void cuda_reset_peak_allocated_bytes() {
+  std::lock_guard<std::mutex> lk(cuda::g_mem_mutex);
+  cuda::g_mem_peak = cuda::g_mem_current.load();
+}
+
+}  // namespace cairn::kernels

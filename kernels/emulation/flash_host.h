@@ -1,0 +1,153 @@
+// Host emulation of the fp32 flash-attention kernels (block code: kernels/cuda/flash_attention_tiles.h) for tests on
+// machines without GPUs: a host executor that runs each block's phases for all tids in turn with NaN-poisoned
+// registers and shared memory, the kernels' grids, and emulate_forward / emulate_backward (the CUDA backend's flash
+// path on the host). Host code only; never compiled by nvcc.
+#pragma once
+#ifdef __CUDACC__
+#error "kernels/emulation/ is host code: the CUDA kernels use flash_launch.cuh's device executor"
+#endif
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "../cuda/flash_attention_tiles.h"
+
+namespace cairn::kernels::flash {
+
+// The device executor's reduce (flash_launch.cuh) on the host: in every group of Lanes consecutive tids, the xor
+// butterfly with offsets Lanes/2 down to 1, the same pairing and order of operations. Both host executors use it.
+template <int Lanes, int N, bool kMax, class RegsVec, class Sel>
+void host_reduce(RegsVec& regs, int threads, Sel sel) {
+  for (int g = 0; g < threads; g += Lanes)
+    for (int i = 0; i < N; i++) {
+      float v[Lanes], w[Lanes];
+      for (int t = 0; t < Lanes; t++) v[t] = sel(regs[g + t])[i];
+      for (int o = Lanes / 2; o >= 1; o >>= 1) {
+        for (int t = 0; t < Lanes; t++) w[t] = kMax ? fmaxf(v[t], v[t ^ o]) : v[t] + v[t ^ o];
+        std::copy(w, w + Lanes, v);
+      }
+      for (int t = 0; t < Lanes; t++) sel(regs[g + t])[i] = v[t];
+    }
+}
+
+// Runs a block's phases for all kThreads tids in turn: each() is one phase of every thread, barrier() a no-op
+// (phases never overlap), reduce the device's xor butterfly (host_reduce).
+// `reverse` runs the tids of each phase backwards: a phase that read another thread's writes from the same phase (a
+// missing barrier) would then change the result, so tests compare both orders bitwise. Registers start as NaN so a
+// read before the first write poisons the output.
+template <class Regs>
+struct HostBlock {
+  std::vector<Regs> regs;
+  bool reverse = false;
+  explicit HostBlock(bool rev) : regs(kThreads), reverse(rev) {
+    std::vector<float> nan(sizeof(Regs) / sizeof(float) + 1, std::numeric_limits<float>::quiet_NaN());
+    for (auto& r : regs) std::memcpy(static_cast<void*>(&r), nan.data(), sizeof(Regs));
+  }
+  void barrier() {}
+  template <class F>
+  void each(F&& f) {
+    for (int n = 0; n < kThreads; n++) {
+      const int tid = reverse ? kThreads - 1 - n : n;
+      f(tid, regs[tid]);
+    }
+  }
+  template <int Lanes, int N, bool kMax, class Sel>
+  void reduce(Sel sel) {
+    host_reduce<Lanes, N, kMax>(regs, kThreads, sel);
+  }
+};
+
+// Shared memory of one emulated block: 16-byte aligned like the device's, NaN-filled so a read of a location no
+// thread wrote poisons the output.
+struct alignas(16) SmemQuad {
+  float v[4];
+};
+struct HostSmem {
+  std::vector<SmemQuad> quads;
+  explicit HostSmem(int floats) : quads((size_t)(floats + 3) / 4) {}
+};
+inline float* poisoned(HostSmem& smem) {
+  float* p = reinterpret_cast<float*>(smem.quads.data());
+  std::fill(p, p + 4 * smem.quads.size(), std::numeric_limits<float>::quiet_NaN());
+  return p;
+}
+
+// The grids the CUDA launchers use: x = b * NH + h, y = tile (forward and dQ: heaviest tile first).
+template <int HD>
+void emulate_forward_hd(float* out, float* lse, const float* qkv, const Problem& pb, bool reverse) {
+  constexpr int R = Config<HD>::fwd_R, CC = Config<HD>::fwd_CC;
+  using L = FwdLayout<HD, R, CC>;
+  const int n_qt = (pb.T + L::BQ - 1) / L::BQ;
+  HostSmem smem(L::floats);
+  for (int bh = 0; bh < pb.B * pb.NH; bh++)
+    for (int y = 0; y < n_qt; y++) {
+      HostBlock<FwdRegs<R, CC, HD / 16>> blk(reverse);
+      forward_block<HD, R, CC>(blk, poisoned(smem), out, lse, qkv, pb, bh / pb.NH, bh % pb.NH, n_qt - 1 - y);
+    }
+}
+
+template <int HD>
+void emulate_backward_hd(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                         const Problem& pb, bool reverse) {
+  {
+    constexpr int R = Config<HD>::q_R, CC = Config<HD>::q_CC;
+    using L = QLayout<HD, R, CC>;
+    const int n_qt = (pb.T + L::BQ - 1) / L::BQ;
+    HostSmem smem(L::floats);
+    for (int bh = 0; bh < pb.B * pb.NH; bh++)
+      for (int y = 0; y < n_qt; y++) {
+        HostBlock<QRegs<R, CC, HD / 16>> blk(reverse);
+        backward_q_block<HD, R, CC>(blk, poisoned(smem), dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH,
+                                    n_qt - 1 - y);
+      }
+  }
+  {
+    constexpr int R = Config<HD>::kv_R, CQ = Config<HD>::kv_CQ;
+    using L = KvLayout<HD, R, CQ>;
+    const int n_kt = (pb.T + L::BK - 1) / L::BK;
+    HostSmem smem(L::floats);
+    for (int bh = 0; bh < pb.B * pb.NH; bh++)
+      for (int y = 0; y < n_kt; y++) {
+        HostBlock<KvRegs<R, CQ, HD / 16>> blk(reverse);
+        backward_kv_block<HD, R, CQ>(blk, poisoned(smem), dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH, y);
+      }
+  }
+}
+
+// The CUDA backend's flash path on the host: false (nothing written) where the kernels do not handle the head dim.
+inline bool emulate_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                            bool reverse = false) {
+  const Problem pb = problem_for<Problem>(B, T, C, NH);
+  switch (C % NH == 0 ? padded_head_dim(pb.hd) : 0) {
+    case 32: emulate_forward_hd<32>(out, lse, qkv, pb, reverse); return true;
+    case 64: emulate_forward_hd<64>(out, lse, qkv, pb, reverse); return true;
+    case 128: emulate_forward_hd<128>(out, lse, qkv, pb, reverse); return true;
+    default: return false;
+  }
+}
+
+inline bool emulate_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                             int B, int T, int C, int NH, bool reverse = false) {
+  const Problem pb = problem_for<Problem>(B, T, C, NH);
+  const int hdp = C % NH == 0 ? padded_head_dim(pb.hd) : 0;
+  if (!hdp) return false;
+  // D = rowsum(dO o O) per (b, h, t): flash_attention.cu's delta kernel
+  std::vector<float> delta((size_t)B * NH * T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const size_t off = ((size_t)b * T + t) * C + (size_t)h * pb.hd;
+        float s = 0.0f;
+        for (int d = 0; d < pb.hd; d++) s += dout[off + d] * out[off + d];
+        delta[((size_t)b * NH + h) * T + t] = s;
+      }
+  switch (hdp) {
+    case 32: emulate_backward_hd<32>(dqkv, dout, qkv, lse, delta.data(), pb, reverse); break;
+    case 64: emulate_backward_hd<64>(dqkv, dout, qkv, lse, delta.data(), pb, reverse); break;
+    default: emulate_backward_hd<128>(dqkv, dout, qkv, lse, delta.data(), pb, reverse); break;
+  }
+  return true;
+}
+
+}  // namespace cairn::kernels::flash

@@ -1,0 +1,156 @@
+// Typed records of the files one cairn stage writes and another reads (metrics.jsonl lines, eval result rows,
+// plans.json rows, fabric.toml fits, a checkpoint's train_state): one struct, one to_json, one from_json each.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cairn/config.h"
+
+namespace cairn::records {
+
+// Every from_json below reads through JsonFields, so a wrong type or range is a UsageError (exit 2):
+//   malformed <kind> "<file>": key "<key>": expected <what>, got <value>
+// Numbers that are not finite are written as null (JSON has no NaN) and null reads as absent.
+
+// ---- train/metrics.jsonl ------------------------------------------------------------------------------------
+
+// The step-time phases of a train line's "time_s" object, in seconds; the member name is the key. A new phase is
+// one entry here: the trainer writes it, every reader (the report's fast scanner included) reads it.
+#define CAIRN_STEP_TIME_FIELDS(X) X(data) X(forward) X(backward) X(comm) X(optimizer) X(total) X(tp_comm) X(pp_wait)
+
+// comm is data-parallel communication, tp_comm the tensor-parallel collectives (inside forward and backward, whose
+// times include them), pp_wait the pipeline's waits for a neighbouring stage. Read back, a phase the line lacks
+// (files written before it existed) is NaN.
+struct StepTimes {
+#define CAIRN_RECORDS_TIME_MEMBER(name) double name = 0;
+  CAIRN_STEP_TIME_FIELDS(CAIRN_RECORDS_TIME_MEMBER)
+#undef CAIRN_RECORDS_TIME_MEMBER
+  nlohmann::json to_json() const;
+  static StepTimes from_json(const JsonFields& f);
+};
+
+// The scalar members of a metrics line as (type, name): the name is the JSON key. This list drives to_json,
+// from_json and the fast scanner, so a key is spelled once. All are optional: a train line has no val_loss, a val
+// line no lr, a CPU run no peak_mem_gib.
+// clang-format off
+#define CAIRN_METRICS_LINE_FIELDS(X) \
+  X(int64_t, step) X(int64_t, tokens) X(double, loss) X(double, lr) \
+  X(double, grad_norm) X(double, tokens_per_s) X(double, mfu) X(double, hfu) \
+  X(double, tflops) X(bool, skipped) X(int64_t, skipped_total) X(double, mem_gib) \
+  X(double, peak_mem_gib) X(double, device_mem_gib) X(double, val_loss) X(int64_t, val_first_window) \
+  X(int64_t, val_windows) X(int64_t, seq_len) X(double, wall_time)
+// clang-format on
+
+// One line of train/metrics.jsonl. kind "train": one optimizer step; "val": a validation pass (val_loss over the
+// windows [val_first_window, +val_windows) of seq_len tokens); "provenance": who wrote the lines that follow (one
+// per start and resume of cairn-train).
+struct MetricsLine {
+  std::string kind;  // "" when the line has none
+#define CAIRN_RECORDS_LINE_MEMBER(type, name) std::optional<type> name;
+  CAIRN_METRICS_LINE_FIELDS(CAIRN_RECORDS_LINE_MEMBER)
+#undef CAIRN_RECORDS_LINE_MEMBER
+  std::optional<StepTimes> time_s;
+  nlohmann::json provenance;  // provenance lines: Provenance::to_json(); null otherwise
+
+  nlohmann::json to_json() const;
+  static MetricsLine from_json(const JsonFields& f);
+  // One line of text; `where` names it in errors ("run/train/metrics.jsonl:12"). Invalid JSON is a UsageError too.
+  static MetricsLine parse(std::string_view line, const std::string& where);
+};
+
+// The fast path for readers of many lines (cairn-report: 20 runs x 10^4 steps in well under 2 s): a strict,
+// allocation-free JSON scanner that fills a MetricsLine straight from the text, accepting exactly the texts
+// nlohmann::json accepts. Unlike from_json it is tolerant: a member whose value has another type (or a number that
+// does not fit, e.g. a fractional step) reads as absent, a flag may be 0/1, and "provenance" is skipped.
+enum class ScanResult { Ok, NotObject, Invalid };
+ScanResult scan_metrics_line(std::string_view text, MetricsLine& out);
+
+// ---- eval/results.jsonl -------------------------------------------------------------------------------------
+
+// One (checkpoint, task, metric) result of cairn-eval; results.jsonl is also cairn-eval's record of what is done.
+struct EvalRow {
+  int64_t step = 0, tokens = 0;
+  std::string checkpoint, task, metric;
+  double value = 0;                                                // NaN (null in the file) when not computed
+  double stderr_value = std::numeric_limits<double>::quiet_NaN();  // the key is "stderr"
+  int64_t n = 0;                                                   // examples scored
+  double wall_time = 0;  // unix seconds when the checkpoint's evaluation finished
+
+  nlohmann::json to_json() const;
+  // step, task and metric are required; the rest default as above.
+  static EvalRow from_json(const JsonFields& f);
+  static EvalRow parse(std::string_view line, const std::string& where);
+};
+
+// ---- plan/plans.json ----------------------------------------------------------------------------------------
+
+// One evaluated layout of cairn-plan (plans.json "plans" rows; the first is the best). Files before a key existed
+// read as the defaults below.
+struct PlanRow {
+  int64_t dp = 1, tp = 1, pp = 1, v = 1, mb = 1, cp = 1, zero = 0;
+  std::string recompute;    // "none", "selective", "full" ("" when absent)
+  bool sp = false;          // written "on"/"off"; true/false read too
+  bool tp_overlap = false;  // likewise
+  bool feasible = true;
+  std::string reason;  // why an infeasible plan was rejected
+  // Predictions (>= 0); absent or null read as not given.
+  std::optional<double> step_time_s, tokens_per_s, tflops_per_gpu, hw_tflops_per_gpu, mfu, hfu, memory_gib;
+  nlohmann::json breakdown;  // the cost model's itemised figures (docs/cost-model.md); kept as written
+
+  nlohmann::json to_json() const;
+  static PlanRow from_json(const JsonFields& f);
+};
+
+// ---- sweep/fabric.toml --------------------------------------------------------------------------------------
+
+// The fitted model of one collective on one tier, [<tier>.<collective>] in fabric.toml (tier intra, inter or world):
+// time(S bytes on n ranks) = alpha_us + S * busbw_factor(collective, n) / busbw_gbps.
+struct FabricTier {
+  double alpha_us = 0, busbw_gbps = 0;  // required: alpha_us >= 0, busbw_gbps > 0
+  int64_t ranks = 2;                    // ranks of the communicator it was measured on
+  // Quality of the fit and what was measured (written by cairn-sweep, not needed to plan).
+  std::optional<double> r2, peak_busbw_gbps;
+  std::optional<uint64_t> half_peak_bytes;
+  std::optional<std::string> type, redop;
+
+  nlohmann::json to_json() const;  // TOML-ready: non-finite numbers stay numbers (TOML has nan and inf)
+  static FabricTier from_json(const JsonFields& f);
+};
+
+// ---- train/ckpt/step_*/model.h5 attribute train_state ---------------------------------------------------------
+
+// The integer members of train_state as (type, name); the name is the key. All optional: checkpoints written before
+// a key existed lack it, and each reader chooses its fallback.
+// clang-format off
+#define CAIRN_TRAIN_STATE_FIELDS(X) \
+  X(int64_t, step) X(int64_t, tokens) X(int64_t, batch) \
+  X(int64_t, adam_step) X(int64_t, skipped_total) X(int64_t, consecutive_skips) \
+  X(uint64_t, seed) X(int64_t, world_size) X(int64_t, zero) \
+  X(int64_t, dp) X(int64_t, micro_batch) X(uint64_t, val_rows)
+// clang-format on
+
+// Where a training run is and what it was started with, so a resume continues it exactly and cairn-eval reproduces
+// its validation figure: progress (step, tokens, batch = next global batch to read, adam_step), the step guard's
+// skip counters and spike window, seed, world size, ZeRO stage, layout ("dp=2,tp=1,..."), data-parallel width,
+// micro-batch and val_rows (windows one validation pass scores).
+struct TrainState {
+#define CAIRN_RECORDS_STATE_MEMBER(type, name) std::optional<type> name;
+  CAIRN_TRAIN_STATE_FIELDS(CAIRN_RECORDS_STATE_MEMBER)
+#undef CAIRN_RECORDS_STATE_MEMBER
+  std::optional<std::string> layout;
+  struct Spikes {
+    std::vector<double> loss, norm;  // the accepted steps' recent losses and gradient norms, oldest first
+  };
+  std::optional<Spikes> spikes;
+
+  nlohmann::json to_json() const;
+  static TrainState from_json(const JsonFields& f);
+};
+
+}  // namespace cairn::records

@@ -1,0 +1,88 @@
+// [cluster]: the machine a plan runs on (cairn-plan's cost model; cairn-train for predicted step time).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cairn/config_section.h"
+
+namespace cairn {
+
+struct ClusterSection {
+  static constexpr const char* kSection = "cluster";
+  std::string name = "cluster";
+  int64_t nodes = 1;
+  int gpus_per_node = 1;
+  std::string gpu;
+  double peak_tflops = 312.0;
+  double hbm_gib = 80.0;
+  double hbm_gbps = 2039.0;
+  double hbm_efficiency = 0.8;
+  std::vector<double> gemm_flops;
+  std::vector<double> gemm_efficiency;
+  double gemm_max_efficiency = 0.8;
+  int sm_count = 0;
+  double gemm_k_half = 64.0;
+  std::vector<double> gemm_table_m, gemm_table_n, gemm_table_k, gemm_table_efficiency;
+  double attention_efficiency = 0.6;
+  double overlap_slowdown = 0.1;
+  double kernel_overhead_us = 4.0;
+  double reserved_gib = 1.0;
+  double intra_bw_gbps = 300.0;
+  double intra_latency_us = 1.0;
+  double intra_efficiency = 0.8;
+  double inter_bw_gbps = 25.0;
+  double inter_latency_us = 5.0;
+  double inter_efficiency = 0.8;
+  std::string fabric;
+  std::string calibrated;
+  template <class K>
+  static void keys(K& k) {
+    using S = ClusterSection;
+    k(&S::name, "name", "name shown in tables and reports");
+    k(&S::nodes, "nodes", Range{1, 1e6}, "nodes");
+    k(&S::gpus_per_node, "gpus_per_node", Range{1, 1024}, "devices (GPUs, or CPU sockets) per node");
+    k(&S::gpu, "gpu", "device model, for the record (e.g. A100-SXM4-80GB)");
+    k(&S::peak_tflops, "peak_tflops", Range{1e-6, 1e6},
+      "dense peak TFLOP/s per device in the training dtype (bf16 tensor cores on GPUs)");
+    k(&S::hbm_gib, "hbm_gib", Range{1e-3, 1e6}, "device memory capacity (GiB)");
+    k(&S::hbm_gbps, "hbm_gbps", Range{1e-3, 1e7}, "device memory bandwidth (GB/s)");
+    k(&S::hbm_efficiency, "hbm_efficiency", Range{0.01, 1.0},
+      "achievable fraction of memory bandwidth for streaming kernels");
+    k(&S::gemm_flops, "gemm_flops",
+      "GEMM sizes (FLOPs = 2mnk) of the efficiency table, ascending (cairn-plan calibrate writes it)");
+    k(&S::gemm_efficiency, "gemm_efficiency",
+      "achieved fraction of peak at each gemm_flops size (log-linear interpolation)");
+    k(&S::gemm_max_efficiency, "gemm_max_efficiency", Range{0.01, 1.0}, "large-GEMM efficiency when no table is given");
+    k(&S::sm_count, "sm_count", Range{0, 100000},
+      "streaming multiprocessors per GPU for the GEMM wave model (A100 108, H100/H200 132); 0 = CPU");
+    k(&S::gemm_k_half, "gemm_k_half", Range{0, 1e6},
+      "GEMM K at which a tile's prologue/epilogue halves its efficiency (GPU shape model)");
+    k(&S::gemm_table_m, "gemm_table_m",
+      "measured GEMM shapes: M of each (cairn-plan calibrate writes the four gemm_table_* lists)");
+    k(&S::gemm_table_n, "gemm_table_n", "measured GEMM shapes: N of each");
+    k(&S::gemm_table_k, "gemm_table_k", "measured GEMM shapes: K of each");
+    k(&S::gemm_table_efficiency, "gemm_table_efficiency", "measured GEMM shapes: achieved fraction of peak_tflops");
+    k(&S::attention_efficiency, "attention_efficiency", Range{0.01, 1.0},
+      "fused (flash) attention: achieved fraction of peak over the FLOPs it runs, forward and backward");
+    k(&S::overlap_slowdown, "overlap_slowdown", Range{0.0, 1.0},
+      "fraction by which compute slows while a collective runs beside it (SMs, HBM taken by NCCL)");
+    k(&S::kernel_overhead_us, "kernel_overhead_us", Range{0, 1e6},
+      "fixed time per kernel (launch, tail effects) when no table is given");
+    k(&S::reserved_gib, "reserved_gib", Range{0, 1e6},
+      "memory per device not available to the model (runtime context, communicator buffers)");
+    k(&S::intra_bw_gbps, "intra_bw_gbps", Range{1e-6, 1e7},
+      "intra-node link bandwidth per device per direction (GB/s), e.g. NVLink");
+    k(&S::intra_latency_us, "intra_latency_us", Range{0, 1e6}, "intra-node latency per ring step (us)");
+    k(&S::intra_efficiency, "intra_efficiency", Range{0.01, 1.0},
+      "achievable fraction of intra-node bandwidth (bus bandwidth / nominal)");
+    k(&S::inter_bw_gbps, "inter_bw_gbps", Range{1e-6, 1e7},
+      "inter-node bandwidth per device per direction (GB/s), e.g. one 200 Gb/s HCA = 25");
+    k(&S::inter_latency_us, "inter_latency_us", Range{0, 1e6}, "inter-node latency per ring step (us)");
+    k(&S::inter_efficiency, "inter_efficiency", Range{0.01, 1.0}, "achievable fraction of inter-node bandwidth");
+    k(&S::fabric, "fabric", "cairn-sweep fabric.toml whose fitted per-tier alpha/beta replace the nominal links");
+    k(&S::calibrated, "calibrated", "how the GEMM table was measured (calibrate writes it)");
+  }
+};
+
+}  // namespace cairn

@@ -1,0 +1,69 @@
+// [eval] and [eval.task.<name>]: cairn-eval's checkpoints, tasks, batching and --watch keys.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cairn/config_section.h"
+
+namespace cairn {
+
+struct EvalSection {
+  static constexpr const char* kSection = "eval";
+  std::string checkpoint;
+  std::vector<std::string> tasks{"val"};
+  int64_t batch_size = 8;
+  int64_t context = 0;
+  int64_t limit = 0;
+  std::string watch;
+  double idle_timeout = 3600.0;
+  double poll_interval = 2.0;
+  bool skip_bad = false;
+  bool verify_checkpoints = true;
+  bool reevaluate = false;
+  bool log_samples = false;
+  std::string backend = "cpu";
+  int threads = 0;
+  template <class K>
+  static void keys(K& k) {
+    using S = EvalSection;
+    k(&S::checkpoint, "checkpoint",
+      "a checkpoint directory (step_*), a model.h5, or a checkpoint root whose complete checkpoints are all "
+      "evaluated (\"\" = <run.dir>/train/ckpt)");
+    k(&S::tasks, "tasks", Flag{"--tasks"},
+      "tasks to run, by name: built in \"val\" (perplexity over the whole validation split in cairn-train's "
+      "windows), \"train_val\" (exactly the windows of cairn-train's validation pass, equal to its val_loss), or a "
+      "table [eval.task.<name>]");
+    k(&S::batch_size, "batch_size", Range{1, 1e6}, Flag{"--batch-size"},
+      "sequences per forward pass (requests of similar length packed)");
+    k(&S::context, "context", Range{0, 1e7}, Flag{"--context"},
+      "maximum context in tokens for rolling windows and multiple choice (0 = the model's seq_len)");
+    k(&S::limit, "limit", Range{0, 1e12}, Flag{"--limit"}, "evaluate at most this many examples per task (0 = all)");
+    k(&S::watch, "watch", Flag{"--watch"},
+      "follow a training run: a train dir or checkpoint root; evaluate each new complete checkpoint");
+    k(&S::idle_timeout, "idle_timeout", Range{0, 1e9}, Flag{"--idle-timeout"},
+      "--watch: stop after this many seconds without a new checkpoint (0 = never)");
+    k(&S::poll_interval, "poll_interval", Range{0.01, 3600}, Flag{"--poll-interval"},
+      "--watch: seconds between directory scans");
+    k(&S::skip_bad, "skip_bad", Flag{"--skip-bad"},
+      "skip malformed JSONL lines (counted in the summary) instead of failing with the line number");
+    k(&S::verify_checkpoints, "verify_checkpoints", "check each checkpoint's DONE checksums before loading it");
+    k(&S::reevaluate, "reevaluate", Flag{"--reevaluate"},
+      "evaluate checkpoints again even if results already hold them");
+    k(&S::log_samples, "log_samples", Flag{"--log-samples"},
+      "write per-example log-likelihoods of multiple-choice tasks to <out>/eval/samples/step_%08d_<task>.jsonl");
+    k(&S::backend, "backend", Choices{"cpu", "cpu-ref", "cuda"}, Flag{"--backend"}, "kernel backend");
+    k(&S::threads, "threads", Range{0, 4096}, Flag{"--threads"},
+      "CPU threads per rank (0 = the node's cores shared among its ranks)");
+  }
+};
+
+// [eval.task]: the task tables, name = { kind = ..., ... }, kept as JSON objects (each kind reads its own keys).
+inline constexpr const char* kEvalTaskSection = "eval.task";
+inline constexpr const char* kEvalTaskDoc =
+    "task tables: name = { kind = \"perplexity\" | \"multiple_choice\", ... }; perplexity: data (dataset dir, "
+    "default [data] path), split = \"val\"|\"all\"|\"shards\", shards = [i, ...], mode = \"windows\" (training "
+    "windows) | \"documents\" (rolling windows per document), rolling_context, max_windows, like_train; "
+    "multiple_choice: path (JSONL {context, choices, label}), delimiter (default \" \"), version";
+
+}  // namespace cairn

@@ -1,0 +1,87 @@
+// [plan]: cairn-plan's search constraints and the precision/memory assumptions of its cost model.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cairn/config_section.h"
+
+namespace cairn {
+
+struct PlanSection {
+  static constexpr const char* kSection = "plan";
+  // Search constraints: unset searches every valid value; one value fixes it; a list restricts it.
+  using IntChoice = std::optional<std::vector<int64_t>>;
+  using StringChoice = std::optional<std::vector<std::string>>;
+  IntChoice dp, tp, pp, v, mb, zero;
+  StringChoice recompute, sp;
+  IntChoice cp;
+  StringChoice tp_overlap;
+  int64_t cp_min_seq = 16384;
+  int64_t max_mb = 16;
+  int64_t max_tp = 0;
+  int64_t max_v = 0;
+  int64_t global_batch = 0;
+  int64_t top_k = 10;
+  double memory_headroom = 0.0;
+  double weight_bytes = 2.0;
+  double grad_bytes = 2.0;
+  double optimizer_bytes = 12.0;
+  double activation_bytes = 2.0;
+  bool flash_attention = false;
+  double memory_bound_factor = 1.0;
+  bool causal = true;
+  bool tp_async_backward = true;
+  bool dp_overlap = true;
+  bool pp_scatter_gather = true;
+  bool explain = false;
+
+  template <class K>
+  static void keys(K& k) {
+    using S = PlanSection;
+    const std::string fix = "fix (x) or restrict ([x, y]) the search; unset searches every valid value";
+    k(&S::dp, "dp", "data-parallel degree: " + fix);
+    k(&S::tp, "tp", "tensor-parallel degree: " + fix);
+    k(&S::pp, "pp", "pipeline-parallel degree: " + fix);
+    k(&S::v, "v", "virtual stages per pipeline rank: " + fix);
+    k(&S::mb, "mb", "micro-batch size (sequences): " + fix);
+    k(&S::zero, "zero", "ZeRO stage 0-3: " + fix);
+    k(&S::recompute, "recompute", Choices{"none", "selective", "full"},
+      "activation recomputation none|selective|full: " + fix);
+    k(&S::sp, "sp", Choices{"on", "off"}, "sequence parallelism on|off: " + fix);
+    k(&S::cp, "cp", "context-parallel degree: " + fix + " (unset: 1 below plan.cp_min_seq tokens)");
+    k(&S::tp_overlap, "tp_overlap", Choices{"on", "off"}, "TP communication overlap on|off (needs sp = on): " + fix);
+    k(&S::cp_min_seq, "cp_min_seq", Range{1, 1e9},
+      "the search tries context parallelism only for sequences at least this long");
+    k(&S::max_mb, "max_mb", Range{1, 1e6}, "largest micro-batch size searched");
+    k(&S::max_tp, "max_tp", Range{0, 1e6}, "largest TP degree searched (0 = no limit)");
+    k(&S::max_v, "max_v", Range{0, 1e4},
+      "largest interleaving factor searched (0 = as many as the layers allow: one per virtual stage)");
+    k(&S::global_batch, "global_batch", Range{0, 1e9}, "global batch in sequences (0 = [train] global_batch)");
+    k(&S::top_k, "top_k", Range{1, 1e6}, "plans shown in the ranked table");
+    k(&S::memory_headroom, "memory_headroom", Range{0.0, 0.9}, "fraction of device memory a plan must leave free");
+    k(&S::weight_bytes, "weight_bytes", Range{1, 8}, "bytes per working weight (2 = bf16/fp16)");
+    k(&S::grad_bytes, "grad_bytes", Range{1, 8},
+      "bytes per gradient (2: ZeRO paper fp16/bf16 grads; 4: Megatron fp32 main grads)");
+    k(&S::optimizer_bytes, "optimizer_bytes", Range{0, 64},
+      "optimizer bytes per parameter (12 = fp32 master + Adam m, v; ZeRO paper's K)");
+    k(&S::activation_bytes, "activation_bytes", Range{1, 8}, "bytes per activation element (2 = bf16)");
+    k(&S::flash_attention, "flash_attention",
+      "fused attention that never stores the s x s scores (drops Korthikanti's 5as/h term)");
+    k(&S::memory_bound_factor, "memory_bound_factor", Range{0.1, 20.0},
+      "bytes moved by memory-bound kernels relative to Megatron/TE's fused kernels (eager PyTorch: more)");
+    k(&S::causal, "causal", "causal attention: a fused attention kernel skips the masked half of the scores");
+    k(&S::tp_async_backward, "tp_async_backward",
+      "without SP, the backward all-reduce of column-parallel layers runs beside their weight-gradient GEMM "
+      "(Megatron-LM since 2022; Megatron 2021: false)");
+    k(&S::dp_overlap, "dp_overlap",
+      "overlap gradient reduction with backward (Megatron; DeepSpeed's pipeline engine reduces after the flush: "
+      "false)");
+    k(&S::pp_scatter_gather, "pp_scatter_gather",
+      "pipeline sends 1/tp of the activation per TP rank (Megatron); false: every TP rank sends it whole (DeepSpeed)");
+    k(&S::explain, "explain", "evaluate the one plan given by [plan]/--plan and print its breakdown");
+  }
+};
+
+}  // namespace cairn

@@ -1,0 +1,184 @@
+// The records other than metrics lines (records.h): eval result rows, plan rows, fabric fits, train_state.
+#include <cfloat>
+#include <cmath>
+#include <limits>
+
+#include "cairn/records.h"
+#include "fields.h"
+
+using nlohmann::json;
+
+namespace cairn::records {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// "on"/"off" as plans.json and best.toml write a switch; true/false as a hand-written file may.
+bool on_off(const JsonFields& f, const char* key, bool dflt) {
+  if (!f.has(key)) return dflt;
+  const json& v = f.raw().at(key);
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_string() && (v == "on" || v == "off")) return v == "on";
+  f.fail(key, "\"on\", \"off\" or true/false");
+}
+
+// A figure cairn-plan predicts: >= 0 when given.
+void figure(const JsonFields& f, const char* key, std::optional<double>& out) {
+  if (f.has(key)) out = f.number(key, 0, kInf);
+}
+
+std::vector<double> finite_numbers(const JsonFields& f, const char* key) {
+  std::vector<double> out;
+  const json& a = f.array(key);
+  out.reserve(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].is_number() || !std::isfinite(a[i].get<double>()))
+      f.fail_value(std::string(key) + "[" + std::to_string(i) + "]", a[i], "a finite number");
+    out.push_back(a[i].get<double>());
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- EvalRow
+
+json EvalRow::to_json() const {
+  return {{"step", step},
+          {"tokens", tokens},
+          {"checkpoint", checkpoint},
+          {"task", task},
+          {"metric", metric},
+          {"value", detail::number_or_null(value)},
+          {"stderr", detail::number_or_null(stderr_value)},
+          {"n", n},
+          {"wall_time", wall_time}};
+}
+
+EvalRow EvalRow::from_json(const JsonFields& f) {
+  EvalRow r;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  r.step = f.i64("step", 0, INT64_MAX);
+  r.tokens = f.i64_or("tokens", 0, 0, INT64_MAX);
+  r.checkpoint = f.str_or("checkpoint", "");
+  r.task = f.str("task");
+  r.metric = f.str("metric");
+  r.value = f.number_or("value", nan, -DBL_MAX, DBL_MAX);
+  r.stderr_value = f.number_or("stderr", nan, 0, DBL_MAX);
+  r.n = f.i64_or("n", 0, 0, INT64_MAX);
+  r.wall_time = f.number_or("wall_time", 0, -DBL_MAX, DBL_MAX);
+  return r;
+}
+
+EvalRow EvalRow::parse(std::string_view line, const std::string& where) {
+  const json j = parse_json_text(std::string(line), where, "eval result");
+  return from_json(JsonFields(j, where, "eval result"));
+}
+
+// ---- PlanRow
+
+json PlanRow::to_json() const {
+  json j = {{"dp", dp},
+            {"tp", tp},
+            {"pp", pp},
+            {"v", v},
+            {"mb", mb},
+            {"zero", zero},
+            {"recompute", recompute},
+            {"sp", sp ? "on" : "off"},
+            {"cp", cp},
+            {"tp_overlap", tp_overlap ? "on" : "off"},
+            {"feasible", feasible}};
+  for (auto [key, value] : {std::pair{"step_time_s", &step_time_s},
+                            {"tokens_per_s", &tokens_per_s},
+                            {"tflops_per_gpu", &tflops_per_gpu},
+                            {"hw_tflops_per_gpu", &hw_tflops_per_gpu},
+                            {"mfu", &mfu},
+                            {"hfu", &hfu},
+                            {"memory_gib", &memory_gib}})
+    detail::put(j, key, *value);
+  if (!feasible) j["reason"] = reason;
+  if (!breakdown.is_null()) j["breakdown"] = breakdown;
+  return j;
+}
+
+PlanRow PlanRow::from_json(const JsonFields& f) {
+  PlanRow p;
+  for (auto [key, value] :
+       {std::pair{"dp", &p.dp}, {"tp", &p.tp}, {"pp", &p.pp}, {"v", &p.v}, {"mb", &p.mb}, {"cp", &p.cp}})
+    *value = static_cast<int64_t>(f.u64_or(key, 1, INT32_MAX));
+  p.zero = static_cast<int64_t>(f.u64_or("zero", 0, 3));
+  p.recompute = f.str_or("recompute", "");
+  p.sp = on_off(f, "sp", false);
+  p.tp_overlap = on_off(f, "tp_overlap", false);
+  p.feasible = f.boolean_or("feasible", true);
+  p.reason = f.str_or("reason", "");
+  figure(f, "step_time_s", p.step_time_s);
+  figure(f, "tokens_per_s", p.tokens_per_s);
+  figure(f, "tflops_per_gpu", p.tflops_per_gpu);
+  figure(f, "hw_tflops_per_gpu", p.hw_tflops_per_gpu);
+  figure(f, "mfu", p.mfu);
+  figure(f, "hfu", p.hfu);
+  figure(f, "memory_gib", p.memory_gib);
+  if (f.has("breakdown")) p.breakdown = f.object("breakdown").raw();
+  return p;
+}
+
+// ---- FabricTier
+
+json FabricTier::to_json() const {
+  json j = {{"alpha_us", alpha_us}, {"busbw_gbps", busbw_gbps}, {"ranks", ranks}};
+  if (r2) j["r2"] = *r2;
+  if (half_peak_bytes) j["half_peak_bytes"] = *half_peak_bytes;
+  if (peak_busbw_gbps) j["peak_busbw_gbps"] = *peak_busbw_gbps;
+  detail::put(j, "type", type);
+  detail::put(j, "redop", redop);
+  return j;
+}
+
+FabricTier FabricTier::from_json(const JsonFields& f) {
+  FabricTier t;
+  t.alpha_us = f.number("alpha_us", 0, DBL_MAX);
+  t.busbw_gbps = f.number("busbw_gbps", 0, DBL_MAX);
+  if (!(t.busbw_gbps > 0)) f.fail("busbw_gbps", "a positive number");
+  t.ranks = f.i64_or("ranks", 2, 1, 1 << 24);
+  // r2 of a degenerate fit may be nan (TOML writes it): not needed to plan, so read only when finite.
+  if (f.has("r2")) {
+    const json& r2 = f.raw().at("r2");
+    if (!r2.is_number()) f.fail("r2", "a number");
+    if (std::isfinite(r2.get<double>())) t.r2 = r2.get<double>();
+  }
+  if (f.has("half_peak_bytes")) t.half_peak_bytes = f.u64("half_peak_bytes");
+  if (f.has("peak_busbw_gbps")) t.peak_busbw_gbps = f.number("peak_busbw_gbps", 0, DBL_MAX);
+  detail::get(f, "type", t.type);
+  detail::get(f, "redop", t.redop);
+  return t;
+}
+
+// ---- TrainState
+
+json TrainState::to_json() const {
+  json j = json::object();
+#define CAIRN_RECORDS_PUT_STATE(type, name) detail::put(j, #name, name);
+  CAIRN_TRAIN_STATE_FIELDS(CAIRN_RECORDS_PUT_STATE)
+#undef CAIRN_RECORDS_PUT_STATE
+  detail::put(j, "layout", layout);
+  if (spikes) j["spikes"] = {{"loss", spikes->loss}, {"norm", spikes->norm}};
+  return j;
+}
+
+TrainState TrainState::from_json(const JsonFields& f) {
+  TrainState s;
+#define CAIRN_RECORDS_GET_STATE(type, name) detail::get(f, #name, s.name);
+  CAIRN_TRAIN_STATE_FIELDS(CAIRN_RECORDS_GET_STATE)
+#undef CAIRN_RECORDS_GET_STATE
+  detail::get(f, "layout", s.layout);
+  if (f.has("spikes")) {
+    JsonFields w = f.object("spikes");
+    s.spikes = Spikes{finite_numbers(w, "loss"), finite_numbers(w, "norm")};
+  }
+  return s;
+}
+
+}  // namespace cairn::records

@@ -1,0 +1,195 @@
+// Config layering (defaults < file < env < --set), includes, cycles and every kind of config error.
+#define BOOST_TEST_MODULE common_config
+#include <boost/test/unit_test.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "cairn/config.h"
+#include "cairn/error.h"
+
+using namespace cairn;
+
+namespace {
+std::string data(const std::string& name) { return std::string(std::getenv("CAIRN_SOURCE_DIR")) + "/tests/libcommon/core/data/" + name; }
+
+// Returns the UsageError message of loading `sources`, or fails the test if it loads.
+std::string load_error(const ConfigSources& sources) {
+  try {
+    load_config(sources);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  BOOST_FAIL("expected a UsageError");
+  return "";
+}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(defaults_apply_when_nothing_is_set) {
+  Config cfg = load_config({});
+  BOOST_TEST(cfg.get_int("model.layers") == 12);
+  BOOST_TEST(cfg.get_string("model.architecture") == "gpt");
+  BOOST_TEST(cfg.origin("model.layers").kind == Origin::Default);
+}
+
+BOOST_AUTO_TEST_CASE(include_then_file_then_env_then_set) {
+  ConfigSources src;
+  src.files = {data("experiment.toml")};
+  Config file_only = load_config(src);
+  BOOST_TEST(file_only.get_int("model.heads") == 4);    // from the include
+  BOOST_TEST(file_only.get_int("model.layers") == 6);   // including file overrides the include
+  BOOST_TEST(file_only.get_int("parallel.tp") == 2);
+  BOOST_TEST(contains(file_only.origin("model.layers").where, "experiment.toml:5:"));
+  BOOST_TEST(contains(file_only.origin("model.heads").where, "base.toml:4:"));
+  BOOST_TEST(file_only.section("report.gates")["val_loss"]["max_increase"].get<double>() == 0.02);
+
+  setenv("CAIRN_MODEL_LAYERS", "8", 1);
+  setenv("CAIRN_MODEL_HIDDEN", "96", 1);
+  src.sets = {"model.layers=10"};
+  Config cfg = load_config(src);
+  unsetenv("CAIRN_MODEL_LAYERS");
+  unsetenv("CAIRN_MODEL_HIDDEN");
+  BOOST_TEST(cfg.get_int("model.layers") == 10);  // --set beats env
+  BOOST_TEST(cfg.origin("model.layers").kind == Origin::Set);
+  BOOST_TEST(cfg.get_int("model.hidden") == 96);  // env beats file
+  BOOST_TEST(cfg.origin("model.hidden").describe() == "env CAIRN_MODEL_HIDDEN");
+  BOOST_TEST(cfg.get_int("model.heads") == 4);
+  BOOST_TEST(cfg.files_read().size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(env_for_nested_and_string_values) {
+  setenv("CAIRN_RUN_DIR", "runs/x y", 1);
+  setenv("CAIRN_PARALLEL_RECOMPUTE", "full", 1);
+  Config cfg = load_config({});
+  unsetenv("CAIRN_RUN_DIR");
+  unsetenv("CAIRN_PARALLEL_RECOMPUTE");
+  BOOST_TEST(cfg.get_string("run.dir") == "runs/x y");
+  BOOST_TEST(cfg.get_string("parallel.recompute") == "full");
+}
+
+BOOST_AUTO_TEST_CASE(env_unknown_key_in_known_section_is_an_error) {
+  setenv("CAIRN_MODEL_LAYRES", "3", 1);
+  std::string msg = load_error({});
+  unsetenv("CAIRN_MODEL_LAYRES");
+  BOOST_TEST(contains(msg, "CAIRN_MODEL_LAYRES"));
+  BOOST_TEST(contains(msg, "CAIRN_MODEL_LAYERS"));
+}
+
+BOOST_AUTO_TEST_CASE(env_not_naming_a_section_is_ignored) {
+  setenv("CAIRN_NOT_A_SECTION_X", "1", 1);
+  BOOST_CHECK_NO_THROW(load_config({}));
+  unsetenv("CAIRN_NOT_A_SECTION_X");
+}
+
+BOOST_AUTO_TEST_CASE(unknown_key_names_file_line_and_suggests) {
+  std::string msg = load_error({{data("typo.toml")}, {}});
+  BOOST_TEST(contains(msg, "typo.toml:3:1"));
+  BOOST_TEST(contains(msg, "unknown key 'hiden' in [model]"));
+  BOOST_TEST(contains(msg, "did you mean 'model.hidden'"));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_section_suggests) {
+  std::string msg = load_error({{data("bad_section.toml")}, {}});
+  BOOST_TEST(contains(msg, "bad_section.toml:1:"));
+  BOOST_TEST(contains(msg, "unknown section [modle]"));
+  BOOST_TEST(contains(msg, "did you mean [model]"));
+}
+
+BOOST_AUTO_TEST_CASE(wrong_type_says_what_was_expected) {
+  std::string msg = load_error({{data("wrong_type.toml")}, {}});
+  BOOST_TEST(contains(msg, "wrong_type.toml:2:1"));
+  BOOST_TEST(contains(msg, "model.layers"));
+  BOOST_TEST(contains(msg, "expected an integer, got string \"two\""));
+}
+
+BOOST_AUTO_TEST_CASE(out_of_range_names_the_limit) {
+  std::string msg = load_error({{data("out_of_range.toml")}, {}});
+  BOOST_TEST(contains(msg, "out_of_range.toml:3:1"));
+  BOOST_TEST(contains(msg, "below the minimum 1"));
+}
+
+BOOST_AUTO_TEST_CASE(bad_choice_lists_choices_and_suggests) {
+  std::string msg = load_error({{data("bad_choice.toml")}, {}});
+  BOOST_TEST(contains(msg, "\"lama\" is not one of gpt, llama"));
+  BOOST_TEST(contains(msg, "did you mean \"llama\""));
+}
+
+BOOST_AUTO_TEST_CASE(syntax_error_has_position) {
+  std::string msg = load_error({{data("bad_syntax.toml")}, {}});
+  BOOST_TEST(contains(msg, "bad_syntax.toml:2:"));
+  BOOST_TEST(contains(msg, "invalid TOML"));
+}
+
+BOOST_AUTO_TEST_CASE(include_cycle_is_an_error) {
+  std::string msg = load_error({{data("cycle_a.toml")}, {}});
+  BOOST_TEST(contains(msg, "include cycle"));
+  BOOST_TEST(contains(msg, "cycle_a.toml"));
+}
+
+BOOST_AUTO_TEST_CASE(missing_file_and_missing_include) {
+  BOOST_TEST(contains(load_error({{data("nope.toml")}, {}}), "No such file or directory"));
+}
+
+BOOST_AUTO_TEST_CASE(set_errors) {
+  BOOST_TEST(contains(load_error({{}, {"model.layers"}}), "section.key=value"));
+  BOOST_TEST(contains(load_error({{}, {"layers=2"}}), "no section"));
+  BOOST_TEST(contains(load_error({{}, {"model.layers=abc"}}), "expected an integer, got string \"abc\""));
+  BOOST_TEST(contains(load_error({{}, {"model.layres=2"}}), "did you mean 'model.layers'"));
+}
+
+BOOST_AUTO_TEST_CASE(lists_and_scalars_for_either_types) {
+  Schema s;
+  s.add("plan", "tp", KeyType::IntOrIntList, nullptr, "tp");
+  s.add_choice("plan", "recompute", KeyType::StringOrStringList, nullptr, {"none", "full"}, "r");
+  s.add("plan", "peak", KeyType::Float, 1.5, "f");
+  ConfigSources src;
+  src.sets = {"plan.tp=[2, 4, 8]", "plan.recompute=full", "plan.peak=3"};
+  Config cfg = load_config(src, s);
+  BOOST_TEST(cfg.get_ints("plan.tp") == (std::vector<int64_t>{2, 4, 8}));
+  BOOST_TEST(cfg.get_strings("plan.recompute") == (std::vector<std::string>{"full"}));
+  BOOST_TEST(cfg.get_float("plan.peak") == 3.0);
+  src.sets = {"plan.recompute=[\"none\", \"ful\"]"};
+  try {
+    load_config(src, s);
+    BOOST_FAIL("expected error");
+  } catch (const UsageError& e) {
+    BOOST_TEST(contains(e.what(), "did you mean \"full\""));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(print_config_round_trips_through_toml) {
+  ConfigSources src;
+  src.files = {data("experiment.toml")};
+  src.sets = {"run.dir=runs/with \"quotes\""};
+  Config cfg = load_config(src);
+  std::string annotated = cfg.to_toml(true);
+  BOOST_TEST(contains(annotated, "layers = 6"));
+  BOOST_TEST(contains(annotated, "experiment.toml:5:1"));
+  BOOST_TEST(contains(annotated, "# default"));
+  BOOST_TEST(contains(annotated, "--set"));
+  // The plain form is valid TOML that reproduces the same config.
+  std::string path = "/tmp/cairn_config_roundtrip.toml";
+  FILE* f = fopen(path.c_str(), "w");
+  std::string plain = cfg.to_toml(false);
+  fwrite(plain.data(), 1, plain.size(), f);
+  fclose(f);
+  Config again = load_config({{path}, {}});
+  BOOST_TEST(again.to_json() == cfg.to_json());
+}
+
+BOOST_AUTO_TEST_CASE(json_to_toml_writes_nested_tables) {
+  json j = {{"parallel", {{"dp", 4}, {"tp", 2}, {"recompute", "full"}}}, {"fabric", {{"intra", {{"alpha_us", 2.5}}}}}};
+  std::string text = json_to_toml(j);
+  std::string path = "/tmp/cairn_json_to_toml.toml";
+  FILE* f = fopen(path.c_str(), "w");
+  fwrite(text.data(), 1, text.size(), f);
+  fclose(f);
+  json back = read_toml_file_as_json(path);
+  BOOST_TEST(back == j);
+}
+
+BOOST_AUTO_TEST_CASE(edit_distance_basics) {
+  BOOST_TEST(edit_distance("hiden", "hidden") == 1u);
+  BOOST_TEST(edit_distance("", "abc") == 3u);
+}

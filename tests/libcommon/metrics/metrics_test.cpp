@@ -1,0 +1,152 @@
+// Unit tests of the metric sinks: CRC32C vectors, tfevents read back by an independent Python reader,
+// jsonl truncation on resume, Chrome trace JSON shape.
+#define BOOST_TEST_MODULE train_metrics
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cairn/files.h"
+#include "cairn/metrics.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace cairn::metrics;
+
+static std::string temp_dir(const std::string& tag) {
+  std::string d = (fs::temp_directory_path() / ("cairn_train_" + tag + "_" + std::to_string(getpid()))).string();
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+static std::string run_capture(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  BOOST_REQUIRE(p);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *rc = pclose(p);
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(crc32c_known_vectors) {
+  // RFC 3720 B.4 test vectors and the classic check value.
+  BOOST_TEST(crc32c("123456789", 9) == 0xE3069283u);
+  unsigned char zeros[32] = {0};
+  BOOST_TEST(crc32c(zeros, 32) == 0x8A9136AAu);
+  unsigned char ones[32];
+  for (auto& b : ones) b = 0xff;
+  BOOST_TEST(crc32c(ones, 32) == 0x62A8AB43u);
+  unsigned char inc[32];
+  for (int i = 0; i < 32; ++i) inc[i] = static_cast<unsigned char>(i);
+  BOOST_TEST(crc32c(inc, 32) == 0x46DD794Eu);
+}
+
+BOOST_AUTO_TEST_CASE(tfevents_read_back_by_python) {
+  std::string dir = temp_dir("tfevents");
+  std::string path;
+  {
+    TfEventsWriter w(dir, "r0");
+    path = w.path();
+    for (int step = 1; step <= 5; ++step) {
+      w.add_scalars({{"train/loss", 4.0f / step}, {"train/lr", 1e-3f * step}}, step, 1700000000.0 + step);
+    }
+    w.add_scalar("val/loss", 1.25f, 5, 1700000010.5);
+  }
+  const char* src = std::getenv("CAIRN_SOURCE_DIR");
+  std::string script = std::string(src ? src : ".") + "/tests/libcommon/metrics/read_tfevents.py";
+  int rc = 0;
+  std::string out = run_capture("/usr/bin/python3 " + script + " " + path + " --tensorboard", &rc);
+  BOOST_REQUIRE_EQUAL(rc, 0);
+  std::istringstream lines(out);
+  std::string line;
+  std::vector<json> evs;
+  while (std::getline(lines, line)) evs.push_back(json::parse(line));
+  BOOST_REQUIRE_EQUAL(evs.size(), 7u);
+  BOOST_TEST(evs[0]["file_version"] == "brain.Event:2");
+  for (int step = 1; step <= 5; ++step) {
+    const json& e = evs[step];
+    BOOST_TEST(e["step"].get<int>() == step);
+    BOOST_TEST(e["wall_time"].get<double>() == 1700000000.0 + step);
+    BOOST_TEST(e["scalars"]["train/loss"].get<float>() == 4.0f / step);
+    BOOST_TEST(e["scalars"]["train/lr"].get<float>() == 1e-3f * step);
+  }
+  BOOST_TEST(evs[6]["scalars"]["val/loss"].get<double>() == 1.25);
+
+  // A flipped byte must be caught by the reader's CRC check.
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('\x5a');
+  }
+  run_capture("/usr/bin/python3 " + script + " " + path + " 2>/dev/null", &rc);
+  BOOST_TEST(rc != 0);
+  fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(jsonl_truncates_after_resumed_step) {
+  std::string dir = temp_dir("jsonl");
+  std::string path = dir + "/metrics.jsonl";
+  {
+    JsonlWriter w(path);
+    for (int s = 1; s <= 6; ++s) w.write({{"kind", "train"}, {"step", s}, {"loss", 1.0 / s}});
+  }
+  {
+    std::ofstream torn(path, std::ios::app);
+    torn << "{\"kind\":\"train\",\"st";  // a line torn by SIGKILL
+  }
+  {
+    JsonlWriter w(path, 4);
+    w.write({{"kind", "train"}, {"step", 5}, {"loss", 0.5}});
+  }
+  std::ifstream in(path);
+  std::string line;
+  std::vector<int> steps;
+  while (std::getline(in, line)) steps.push_back(json::parse(line)["step"].get<int>());
+  BOOST_TEST(steps == (std::vector<int>{1, 2, 3, 4, 5}), boost::test_tools::per_element());
+  fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(trace_is_chrome_json) {
+  Trace t;
+  t.name_process(0, "rank 0");
+  t.add("forward", "phase", 0, 0, 10, 5, {{"step", 3}});
+  t.add("h.0", "layer", 1, 1, 11, 1);
+  json j = json::parse(t.to_json({{"world_size", 2}}));
+  BOOST_TEST(j["traceEvents"].size() == 4u);
+  const json& e = j["traceEvents"][2];
+  BOOST_TEST(e["ph"] == "X");
+  BOOST_TEST(e["ts"].is_number_integer());
+  BOOST_TEST(e["dur"].is_number_integer());
+  BOOST_TEST(e["dur"].get<int64_t>() == 5);
+  BOOST_TEST(e["args"]["step"] == 3);
+  BOOST_TEST(j["traceEvents"][3]["pid"] == 1);
+  // rebase(): the earliest event starts at 0, metadata untouched
+  t.rebase();
+  BOOST_TEST(t.events()[2]["ts"].get<int64_t>() == 0);
+  BOOST_TEST(t.events()[3]["ts"].get<int64_t>() == 1);
+  BOOST_TEST(!t.events()[0].contains("ts"));
+}
+
+// Seconds -> integer microseconds through one monotonic conversion: a child inside its parent in seconds stays
+// inside in microseconds, and siblings that touch never overlap (the float version ended children one ulp late).
+BOOST_AUTO_TEST_CASE(trace_microseconds_keep_nesting) {
+  const double epoch = 123456.789012345;
+  for (int i = 0; i < 100000; ++i) {
+    const double p0 = epoch + i * 0.0137 + 1e-7 * (i % 7), p1 = p0 + 0.01 + 3e-8 * (i % 11);
+    const double c0 = p0 + (p1 - p0) * 0.3, c1 = p1;  // child ends with its parent
+    const int64_t ps = Trace::to_us(p0, epoch), pe = Trace::to_us(p1, epoch);
+    const int64_t cs = Trace::to_us(c0, epoch), ce = Trace::to_us(c1, epoch);
+    BOOST_REQUIRE(cs >= ps);
+    BOOST_REQUIRE(ce <= pe);
+    BOOST_REQUIRE(cs <= ce);
+  }
+  BOOST_TEST(Trace::to_us(epoch + 0.25, epoch) == 250000);
+}
