@@ -4,7 +4,7 @@
 # Extra arguments go to the release ctest (e.g. -L unit, -R sweep) and then skip the later phases unless asked for.
 # Switches (1 = run, 0 = skip): CAIRN_TEST_SANITIZE (asan), CAIRN_TEST_TSAN (tsan, default 0), CAIRN_TEST_LINT
 # (clang-format check), CAIRN_TEST_TIDY (clang-tidy, default 0: ~10+ min on 2 cores). Each phase's time is printed
-# at the end. On the 2-core CI machine the release build + ctest take ~17 min and the asan phase ~10; tsan (~6 min,
+# at the end. On the 2-core CI machine the release build + ctest take ~17 min and the asan phase ~13.5; tsan (~6 min,
 # its own build of the libraries) would take CI past its 30-minute budget, so it runs on request
 # (CAIRN_TEST_TSAN=1, or bash scripts/sanitize.sh tsan).
 set -euo pipefail
