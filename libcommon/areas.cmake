@@ -12,6 +12,10 @@ endforeach()
 if(TARGET cairn_checkpoint AND TARGET cairn_gpt)
   target_link_libraries(cairn_checkpoint PUBLIC cairn_gpt)
 endif()
+# checkpoint writes and checks its DONE marker through the records (cairn/records.h).
+if(TARGET cairn_checkpoint AND TARGET cairn_records)
+  target_link_libraries(cairn_checkpoint PUBLIC cairn_records)
+endif()
 # costmodel writes plans.json rows and reads fabric.toml fits through the records (cairn/records.h).
 if(TARGET cairn_costmodel AND TARGET cairn_records)
   target_link_libraries(cairn_costmodel PUBLIC cairn_records)

@@ -217,12 +217,18 @@ int checkpoint_world(const std::string& dir, int64_t first, int64_t last) {
   for (fs::directory_iterator it(ckpt, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path done = it->path() / "DONE";
     if (!fs::is_regular_file(done, ec)) continue;
+    // A marker that does not parse belongs to a checkpoint that is no evidence: skip it.
     json j = json::parse(read_file(done.string()), nullptr, false);
-    if (!j.is_object()) continue;
-    const double step = number_or(j, "step", -1), w = number_or(j, "world_size", 0);
-    if (step >= double(first) && step <= double(last) && step > double(best_step) && w >= 1) {
-      best_step = int64_t(step);
-      world = int(w);
+    records::CheckpointDone marker;
+    try {
+      marker = records::CheckpointDone::from_json(JsonFields(j, done.string(), "DONE marker"));
+    } catch (const Error&) {
+      continue;
+    }
+    const int64_t step = marker.step;
+    if (step >= first && step <= last && step > best_step && marker.world_size) {
+      best_step = step;
+      world = int(*marker.world_size);
     }
   }
   return world;

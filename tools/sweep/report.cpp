@@ -522,20 +522,21 @@ void write_sweep_h5(const std::string& path, const RunInfo& info, const SweepRes
 
 std::string fabric_toml(const RunInfo& info, const SweepResult& r) {
   const Provenance& p = provenance();
-  json fabric = {{"backend", info.backend},
-                 {"backend_version", info.backend_version},
-                 {"world_size", static_cast<int64_t>(info.ranks.size())},
-                 {"nodes", info.nodes},
-                 {"ranks_per_node", info.ranks_per_node},
-                 {"simulated_nodes", info.simulated_nodes},
-                 {"type", type_info(info.opts.types.front()).name},
-                 {"tool", p.tool},
-                 {"version", p.version},
-                 {"git_sha", p.git_sha},
-                 {"host", p.host},
-                 {"time_utc", p.time_utc},
-                 {"command_line", p.command_line}};
-  json doc = {{"fabric", fabric}};
+  records::FabricHeader header;
+  header.backend = info.backend;
+  header.backend_version = info.backend_version;
+  header.world_size = static_cast<int64_t>(info.ranks.size());
+  header.nodes = info.nodes;
+  header.ranks_per_node = info.ranks_per_node;
+  header.simulated_nodes = info.simulated_nodes;
+  header.type = type_info(info.opts.types.front()).name;
+  header.tool = p.tool;
+  header.version = p.version;
+  header.git_sha = p.git_sha;
+  header.host = p.host;
+  header.time_utc = p.time_utc;
+  header.command_line = p.command_line;
+  json doc = json::object();
   std::vector<std::string> skipped;
   auto fit_table = [](const Block& b) {
     records::FabricTier t;
@@ -576,7 +577,8 @@ std::string fabric_toml(const RunInfo& info, const SweepResult& r) {
     if (redop == "none") coll[type_info(b.type).name] = fit_table(b).to_json();
     else coll[type_info(b.type).name][redop] = fit_table(b).to_json();
   }
-  if (!skipped.empty()) doc["fabric"]["skipped"] = skipped;
+  header.skipped = skipped;
+  doc["fabric"] = header.to_json();
   return "# Fabric model measured by cairn-sweep; cairn-plan reads it via [cluster] fabric = \"<this file>\".\n"
          "# time(S bytes on n ranks) = alpha_us + S * busbw_factor(collective, n) / busbw_gbps (nccl-tests factors)\n" +
          json_to_toml(doc) + "\n";

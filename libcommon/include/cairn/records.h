@@ -123,6 +123,39 @@ struct FabricTier {
   static FabricTier from_json(const JsonFields& f);
 };
 
+// The [fabric] header of fabric.toml: what was measured, where, and by whom. cairn-plan needs nodes and
+// ranks_per_node (to know whether the world tier crossed nodes); the rest is provenance.
+struct FabricHeader {
+  std::string backend;  // "nccl" or "mpi"
+  std::optional<std::string> backend_version, type;
+  int64_t world_size = 1, nodes = 1;
+  int64_t ranks_per_node = 0;  // 0: not known (a hand-written file)
+  std::optional<bool> simulated_nodes;
+  std::optional<std::string> tool, version, git_sha, host, time_utc, command_line;
+  std::vector<std::string> skipped;  // "<tier>.<collective>.<type>: why no fit"
+
+  nlohmann::json to_json() const;
+  static FabricHeader from_json(const JsonFields& f);
+};
+
+// ---- train/ckpt/step_*/DONE ---------------------------------------------------------------------------------
+
+// The marker written last into a checkpoint directory: its presence says the checkpoint is complete, and it lists
+// every file with its size and xxHash64 (16 hex digits) so a reader can check it before loading.
+struct CheckpointDone {
+  int64_t step = 0;
+  std::optional<int64_t> world_size;  // ranks that wrote it (markers of early versions lack it)
+  struct File {
+    std::string name;
+    uint64_t bytes = 0;
+    std::string xxh64;
+  };
+  std::vector<File> files;  // sorted by name; never empty when read back
+
+  nlohmann::json to_json() const;
+  static CheckpointDone from_json(const JsonFields& f);  // file names must stay inside the directory
+};
+
 // ---- train/ckpt/step_*/model.h5 attribute train_state ---------------------------------------------------------
 
 // The integer members of train_state as (type, name); the name is the key. All optional: checkpoints written before

@@ -13,6 +13,7 @@
 #include "cairn/files.h"
 #include "cairn/h5.h"
 #include "cairn/log.h"
+#include "cairn/records.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -83,27 +84,17 @@ std::string check_dir(const std::string& dir, bool verify) {
   // A malformed DONE (wrong types, missing keys) makes the checkpoint incomplete, with the reason,
   // so `--resume auto` falls back to the previous one instead of aborting.
   try {
-    JsonFields f(j, done, "DONE marker");
-    f.u64("step");
-    JsonFields files = f.object("files");
-    if (files.raw().empty()) return "DONE marker lists no files";
-    for (auto& [name, info] : files.raw().items()) {
-      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
-        files.fail(name, "a file name inside the checkpoint directory");
-      JsonFields fi = files.nested(info, name);
-      const uint64_t bytes = fi.u64("bytes");
-      const std::string want_hash = fi.str("xxh64");
-      std::string p = join_path(dir, name);
+    const records::CheckpointDone marker = records::CheckpointDone::from_json(JsonFields(j, done, "DONE marker"));
+    for (const auto& file : marker.files) {
+      std::string p = join_path(dir, file.name);
       std::error_code ec;
       auto size = fs::file_size(p, ec);
-      if (ec) return name + " is missing";
-      if (size != bytes) {
-        return strprintf("%s has %llu bytes, DONE says %llu", name.c_str(), static_cast<unsigned long long>(size),
-                         static_cast<unsigned long long>(bytes));
+      if (ec) return file.name + " is missing";
+      if (size != file.bytes) {
+        return strprintf("%s has %llu bytes, DONE says %llu", file.name.c_str(), static_cast<unsigned long long>(size),
+                         static_cast<unsigned long long>(file.bytes));
       }
-      if (verify && hex64(file_xxh64(p)) != want_hash) {
-        return name + " checksum mismatch (corrupt)";
-      }
+      if (verify && hex64(file_xxh64(p)) != file.xxh64) return file.name + " checksum mismatch (corrupt)";
     }
   } catch (const Error& e) {
     return e.what();
@@ -290,7 +281,9 @@ void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, f
 }
 
 void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step, int world_size) {
-  json files = json::object();
+  records::CheckpointDone marker;
+  marker.step = step;
+  marker.world_size = world_size;
   std::error_code ec;
   std::vector<std::string> names;
   for (const auto& de : fs::directory_iterator(tmp_dir, ec)) names.push_back(de.path().filename().string());
@@ -299,7 +292,7 @@ void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step
   for (const auto& n : names) {
     std::string p = join_path(tmp_dir, n);
     fsync_path(p);
-    files[n] = {{"bytes", fs::file_size(p)}, {"xxh64", hex64(file_xxh64(p))}};
+    marker.files.push_back({n, fs::file_size(p), hex64(file_xxh64(p))});
   }
   if (path_exists(final_dir)) {
     fs::remove_all(final_dir, ec);
@@ -307,8 +300,7 @@ void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step
   }
   rename_path(tmp_dir, final_dir);
   fsync_path(fs::path(final_dir).parent_path().string());
-  json done = {{"step", step}, {"world_size", world_size}, {"files", files}};
-  atomic_write(join_path(final_dir, kDone), done.dump(1) + "\n");
+  atomic_write(join_path(final_dir, kDone), marker.to_json().dump(1) + "\n");
 }
 
 std::vector<std::string> prune(const std::string& root, int keep_last, int64_t keep_every) {

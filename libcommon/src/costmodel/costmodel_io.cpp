@@ -70,9 +70,9 @@ void apply_fabric(Cluster& c, const std::string& path) {
   JsonFields top(f, path, "fabric file");
   int rpn = 0, nodes = 1;
   if (top.has("fabric")) {
-    JsonFields fab = top.object("fabric");
-    rpn = static_cast<int>(fab.i64_or("ranks_per_node", 0, 0, 1 << 20));
-    nodes = static_cast<int>(fab.i64_or("nodes", 1, 1, 1 << 24));
+    const records::FabricHeader header = records::FabricHeader::from_json(top.object("fabric"));
+    rpn = static_cast<int>(header.ranks_per_node);
+    nodes = static_cast<int>(header.nodes);
   }
   int found = 0;
   for (const char* tier_name : {"intra", "inter", "world"}) {
@@ -150,6 +150,8 @@ Cluster cluster_from_section(const ClusterSection& s) {
           strprintf("[cluster] gemm_table_efficiency[%zu] = %g is outside (0, 1]", i, c.gemm_table_efficiency[i]));
   }
   c.attention_efficiency = s.attention_efficiency;
+  c.tdp_w = s.tdp_w;
+  c.power_limit_w = s.power_limit_w;
   c.overlap_slowdown = s.overlap_slowdown;
   c.kernel_overhead_us = s.kernel_overhead_us;
   c.reserved_gib = s.reserved_gib;

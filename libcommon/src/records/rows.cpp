@@ -156,6 +156,80 @@ FabricTier FabricTier::from_json(const JsonFields& f) {
   return t;
 }
 
+// ---- FabricHeader
+
+json FabricHeader::to_json() const {
+  json j = {{"backend", backend}};
+  detail::put(j, "backend_version", backend_version);
+  j["world_size"] = world_size;
+  j["nodes"] = nodes;
+  j["ranks_per_node"] = ranks_per_node;
+  detail::put(j, "simulated_nodes", simulated_nodes);
+  detail::put(j, "type", type);
+  detail::put(j, "tool", tool);
+  detail::put(j, "version", version);
+  detail::put(j, "git_sha", git_sha);
+  detail::put(j, "host", host);
+  detail::put(j, "time_utc", time_utc);
+  detail::put(j, "command_line", command_line);
+  if (!skipped.empty()) j["skipped"] = skipped;
+  return j;
+}
+
+FabricHeader FabricHeader::from_json(const JsonFields& f) {
+  FabricHeader h;
+  h.backend = f.str_or("backend", "");
+  detail::get(f, "backend_version", h.backend_version);
+  h.world_size = f.i64_or("world_size", 1, 1, 1 << 24);
+  h.nodes = f.i64_or("nodes", 1, 1, 1 << 24);
+  h.ranks_per_node = f.i64_or("ranks_per_node", 0, 0, 1 << 20);
+  detail::get(f, "simulated_nodes", h.simulated_nodes);
+  detail::get(f, "type", h.type);
+  detail::get(f, "tool", h.tool);
+  detail::get(f, "version", h.version);
+  detail::get(f, "git_sha", h.git_sha);
+  detail::get(f, "host", h.host);
+  detail::get(f, "time_utc", h.time_utc);
+  detail::get(f, "command_line", h.command_line);
+  if (f.has("skipped")) {
+    const json& list = f.array("skipped");
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].is_string()) f.fail_value("skipped[" + std::to_string(i) + "]", list[i], "a string");
+      h.skipped.push_back(list[i].get<std::string>());
+    }
+  }
+  return h;
+}
+
+// ---- CheckpointDone
+
+json CheckpointDone::to_json() const {
+  json files_json = json::object();
+  for (const File& file : files) files_json[file.name] = {{"bytes", file.bytes}, {"xxh64", file.xxh64}};
+  json j = {{"step", step}};
+  detail::put(j, "world_size", world_size);
+  j["files"] = files_json;
+  return j;
+}
+
+CheckpointDone CheckpointDone::from_json(const JsonFields& f) {
+  CheckpointDone d;
+  d.step = f.i64("step", 0, INT64_MAX);
+  if (f.has("world_size")) d.world_size = f.i64("world_size", 1, 1 << 24);
+  JsonFields files = f.object("files");
+  for (const auto& [name, info] : files.raw().items()) {
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+      files.fail(name, "a file name inside the checkpoint directory");
+    JsonFields fi = files.nested(info, name);
+    File file{name, fi.u64("bytes"), fi.str("xxh64")};
+    const bool hex = file.xxh64.size() == 16 && file.xxh64.find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!hex) fi.fail("xxh64", "16 lowercase hex digits");
+    d.files.push_back(std::move(file));
+  }
+  if (d.files.empty()) f.fail("files", "at least one file");
+  return d;
+}
+
 // ---- TrainState
 
 json TrainState::to_json() const {

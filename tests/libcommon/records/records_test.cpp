@@ -93,18 +93,19 @@ BOOST_AUTO_TEST_CASE(metrics_writer_format_is_unchanged) {
   MetricsLine m = train_line();
   m.loss = std::nan("");
   const std::string text = m.to_json().dump();
-  BOOST_TEST(text ==
-             "{\"grad_norm\":0.75,\"kind\":\"train\",\"loss\":null,\"lr\":0.0006,\"mem_gib\":1.5,\"mfu\":0.41,"
-             "\"skipped\":false,\"skipped_total\":2,\"step\":12,\"tflops\":120.5,\"time_s\":{\"backward\":0.2,"
-             "\"comm\":0.03,\"data\":0.01,\"forward\":0.1,\"optimizer\":0.02,\"pp_wait\":0.001,\"total\":0.4,"
-             "\"tp_comm\":0.005},\"tokens\":49152,\"tokens_per_s\":123456.5,\"wall_time\":1700000000.0}");
+  BOOST_TEST(text == "{\"grad_norm\":0.75,\"kind\":\"train\",\"loss\":null,\"lr\":0.0006,\"mem_gib\":1.5,\"mfu\":0.41,"
+                     "\"skipped\":false,\"skipped_total\":2,\"step\":12,\"tflops\":120.5,\"time_s\":{\"backward\":0.2,"
+                     "\"comm\":0.03,\"data\":0.01,\"forward\":0.1,\"optimizer\":0.02,\"pp_wait\":0.001,\"total\":0.4,"
+                     "\"tp_comm\":0.005},\"tokens\":49152,\"tokens_per_s\":123456.5,\"wall_time\":1700000000.0}");
   // null reads as absent: the loss is not a number the report could chart.
   BOOST_TEST(!MetricsLine::parse(text, "m").loss.has_value());
 }
 
 BOOST_AUTO_TEST_CASE(malformed_metrics_values_name_the_key) {
-  std::string msg = usage_error([] { MetricsLine::parse(R"({"kind":"train","step":"seven"})", "run/metrics.jsonl:3"); });
-  BOOST_TEST(msg.find("malformed metrics line \"run/metrics.jsonl:3\": key \"step\": expected an integer in [0, ") == 0u,
+  std::string msg =
+      usage_error([] { MetricsLine::parse(R"({"kind":"train","step":"seven"})", "run/metrics.jsonl:3"); });
+  BOOST_TEST(msg.find("malformed metrics line \"run/metrics.jsonl:3\": key \"step\": expected an integer in [0, ") ==
+                 0u,
              msg);
   BOOST_TEST(msg.find("got string \"seven\"") != std::string::npos, msg);
   msg = usage_error([] { MetricsLine::parse(R"({"kind":"train","step":1,"time_s":{"total":"x"}})", "m:1"); });
@@ -138,8 +139,8 @@ BOOST_AUTO_TEST_CASE(fast_scanner_accepts_exactly_what_a_full_parser_accepts) {
     cases.push_back(m);
   }
   for (const char* extra : {"{}", "[]", "3", "\"x\"", "{\"a\":[1,{\"b\":null}],\"step\":-0.5e+3}", "{\"step\":01}",
-                            "{\"step\":1.}", "{\"s\":\"\\u12G4\"}", "{\"a\":1,}", "{\"a\" 1}", "{\"kind\":\"tr\\u0061in\"}",
-                            "{\"step\":1e999}", "{\"x\":\"tab\there\"}"})
+                            "{\"step\":1.}", "{\"s\":\"\\u12G4\"}", "{\"a\":1,}", "{\"a\" 1}",
+                            "{\"kind\":\"tr\\u0061in\"}", "{\"step\":1e999}", "{\"x\":\"tab\there\"}"})
     cases.push_back(extra);
   for (const auto& c : cases) {
     const bool ok_full = json::accept(c);
@@ -163,7 +164,8 @@ BOOST_AUTO_TEST_CASE(eval_rows_round_trip) {
   BOOST_TEST(std::isnan(nan_back.value));
   BOOST_TEST(std::isnan(nan_back.stderr_value));
   std::string msg = usage_error([] { EvalRow::parse(R"({"step":1,"metric":"acc","value":1})", "results.jsonl:4"); });
-  BOOST_TEST(msg == "malformed eval result \"results.jsonl:4\": key \"task\": expected a string, got nothing (missing)");
+  BOOST_TEST(msg ==
+             "malformed eval result \"results.jsonl:4\": key \"task\": expected a string, got nothing (missing)");
   msg = usage_error([] { EvalRow::parse(R"({"step":-1,"task":"t","metric":"acc"})", "r:1"); });
   BOOST_TEST(msg.find("key \"step\": expected an integer in [0, ") != std::string::npos, msg);
 }
@@ -198,8 +200,9 @@ BOOST_AUTO_TEST_CASE(plan_rows_round_trip) {
   BOOST_TEST(!h.step_time_s.has_value());
   const json bad = {{"dp", 2}, {"sp", "maybe"}};
   std::string msg = usage_error([&] { PlanRow::from_json(JsonFields(bad, "plans.json", "plan file", "plans[3]")); });
-  BOOST_TEST(msg == "malformed plan file \"plans.json\": key \"plans[3].sp\": expected \"on\", \"off\" or true/false, got "
-                    "string \"maybe\"");
+  BOOST_TEST(msg ==
+             "malformed plan file \"plans.json\": key \"plans[3].sp\": expected \"on\", \"off\" or true/false, got "
+             "string \"maybe\"");
   const json negative = {{"mfu", -0.5}};
   msg = usage_error([&] { PlanRow::from_json(JsonFields(negative, "plans.json", "plan file")); });
   BOOST_TEST(msg.find("key \"mfu\": expected a finite number >= 0, got number -0.5") != std::string::npos, msg);
@@ -224,8 +227,58 @@ BOOST_AUTO_TEST_CASE(fabric_tiers_round_trip) {
   BOOST_TEST(b.ranks == 2);
   BOOST_TEST(!b.r2.has_value());
   const json zero = {{"alpha_us", 5}, {"busbw_gbps", 0}};
-  std::string msg = usage_error([&] { FabricTier::from_json(JsonFields(zero, "f.toml", "fabric file", "world.allgather")); });
-  BOOST_TEST(msg == "malformed fabric file \"f.toml\": key \"world.allgather.busbw_gbps\": expected a positive number, got integer 0");
+  std::string msg =
+      usage_error([&] { FabricTier::from_json(JsonFields(zero, "f.toml", "fabric file", "world.allgather")); });
+  BOOST_TEST(msg == "malformed fabric file \"f.toml\": key \"world.allgather.busbw_gbps\": expected a positive number, "
+                    "got integer 0");
+}
+
+BOOST_AUTO_TEST_CASE(fabric_header_round_trips) {
+  FabricHeader h;
+  h.backend = "nccl";
+  h.backend_version = "2.21.5";
+  h.world_size = 16;
+  h.nodes = 2;
+  h.ranks_per_node = 8;
+  h.simulated_nodes = false;
+  h.type = "bfloat16";
+  h.tool = "cairn-sweep";
+  h.git_sha = "0123456789ab";
+  h.skipped = {"inter.alltoall.bfloat16: fewer than 3 sizes"};
+  const json j = h.to_json();
+  const FabricHeader back = FabricHeader::from_json(JsonFields(j, "fabric.toml", "fabric file", "fabric"));
+  BOOST_TEST(back.to_json() == j);
+  // A hand-written file may give no header fields at all: one node, ranks per node unknown.
+  const FabricHeader bare = FabricHeader::from_json(JsonFields(json::object(), "f.toml", "fabric file", "fabric"));
+  BOOST_TEST(bare.nodes == 1);
+  BOOST_TEST(bare.ranks_per_node == 0);
+  const json bad = {{"nodes", 0}};
+  std::string msg = usage_error([&] { FabricHeader::from_json(JsonFields(bad, "f.toml", "fabric file", "fabric")); });
+  BOOST_TEST(msg.find("key \"fabric.nodes\"") != std::string::npos, msg);
+}
+
+BOOST_AUTO_TEST_CASE(checkpoint_done_round_trips_and_rejects_escaping_names) {
+  CheckpointDone d;
+  d.step = 120;
+  d.world_size = 4;
+  d.files = {{"model.h5", 123456, "00112233aabbccdd"}, {"optim_r0.h5", 99, "ffffffffffffffff"}};
+  const json j = d.to_json();
+  BOOST_TEST(j.dump() ==
+             R"({"files":{"model.h5":{"bytes":123456,"xxh64":"00112233aabbccdd"},"optim_r0.h5":{"bytes":99,)"
+             R"("xxh64":"ffffffffffffffff"}},"step":120,"world_size":4})");
+  const CheckpointDone back = CheckpointDone::from_json(JsonFields(j, "DONE", "DONE marker"));
+  BOOST_TEST(back.to_json() == j);
+  json escaping = j;
+  escaping["files"]["../model.h5"] = {{"bytes", 1}, {"xxh64", "0000000000000000"}};
+  std::string msg = usage_error([&] { CheckpointDone::from_json(JsonFields(escaping, "DONE", "DONE marker")); });
+  BOOST_TEST(msg.find("a file name inside the checkpoint directory") != std::string::npos, msg);
+  json short_hash = j;
+  short_hash["files"]["model.h5"]["xxh64"] = "abc";
+  msg = usage_error([&] { CheckpointDone::from_json(JsonFields(short_hash, "DONE", "DONE marker")); });
+  BOOST_TEST(msg.find("16 lowercase hex digits") != std::string::npos, msg);
+  const json empty = {{"step", 1}, {"files", json::object()}};
+  msg = usage_error([&] { CheckpointDone::from_json(JsonFields(empty, "DONE", "DONE marker")); });
+  BOOST_TEST(msg.find("at least one file") != std::string::npos, msg);
 }
 
 BOOST_AUTO_TEST_CASE(train_state_round_trips) {
@@ -254,7 +307,9 @@ BOOST_AUTO_TEST_CASE(train_state_round_trips) {
   BOOST_TEST(!o.val_rows.has_value());
   BOOST_TEST(!o.spikes.has_value());
   const json bad = {{"spikes", {{"loss", {1.0, "x"}}, {"norm", json::array()}}}};
-  std::string msg = usage_error([&] { TrainState::from_json(JsonFields(bad, "ck/model.h5", "checkpoint train_state")); });
-  BOOST_TEST(msg == "malformed checkpoint train_state \"ck/model.h5\": key \"spikes.loss[1]\": expected a finite number, "
-                    "got string \"x\"");
+  std::string msg =
+      usage_error([&] { TrainState::from_json(JsonFields(bad, "ck/model.h5", "checkpoint train_state")); });
+  BOOST_TEST(msg ==
+             "malformed checkpoint train_state \"ck/model.h5\": key \"spikes.loss[1]\": expected a finite number, "
+             "got string \"x\"");
 }
