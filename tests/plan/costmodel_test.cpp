@@ -65,7 +65,8 @@ BOOST_AUTO_TEST_CASE(parameter_counts_exact) {
 }
 
 BOOST_AUTO_TEST_CASE(flops_match_narayanan_and_gemm_sum) {
-  for (const char* f : {"configs/models/gpt3-175b.toml", "configs/models/gpt-1t.toml", "configs/models/gpt2-124m.toml"}) {
+  for (const char* f :
+       {"configs/models/gpt3-175b.toml", "configs/models/gpt-1t.toml", "configs/models/gpt2-124m.toml"}) {
     const ModelSpec m = model_from_config(load({f}));
     const double ours = flops_per_token(m).model_train, nar = narayanan_flops_per_token(m);
     BOOST_TEST(std::abs(ours / nar - 1) < 1e-12, f);
@@ -176,8 +177,8 @@ BOOST_AUTO_TEST_CASE(korthikanti_activation_forms) {
   for (double t : {2.0, 4.0, 8.0}) {
     BOOST_TEST(close(activation_bytes_per_layer(m, a, 1, int(t), false, Recompute::None),
                      sbh * (10 + 24 / t + 5 * A * s / (h * t))));
-    BOOST_TEST(close(activation_bytes_per_layer(m, a, 1, int(t), true, Recompute::None),
-                     sbh / t * (34 + 5 * A * s / h)));
+    BOOST_TEST(
+        close(activation_bytes_per_layer(m, a, 1, int(t), true, Recompute::None), sbh / t * (34 + 5 * A * s / h)));
     BOOST_TEST(close(activation_bytes_per_layer(m, a, 1, int(t), true, Recompute::Selective), sbh / t * 34));
     BOOST_TEST(close(activation_bytes_per_layer(m, a, 1, int(t), false, Recompute::Selective), sbh * (10 + 24 / t)));
     BOOST_TEST(close(activation_bytes_per_layer(m, a, 1, int(t), false, Recompute::Full), 2 * sbh));
@@ -332,7 +333,8 @@ BOOST_AUTO_TEST_CASE(published_throughput) {
   BOOST_TEST(e.hw_tflops_per_gpu > 150 * 0.8);
   BOOST_TEST(e.hw_tflops_per_gpu < 150 * 1.2);
   // Narayanan et al. 2021 Table 1: 1T GPT, TP8 PP64 DP6 on 3072 A100s, batch 3072, full recompute: 163.
-  const Config c1 = load({"configs/models/gpt-1t.toml", "configs/clusters/dgx-a100-80gb.toml"}, {"cluster.nodes=384", "plan.dp_overlap=false"});
+  const Config c1 = load({"configs/models/gpt-1t.toml", "configs/clusters/dgx-a100-80gb.toml"},
+                         {"cluster.nodes=384", "plan.dp_overlap=false"});
   p = Plan{};
   p.dp = 6;
   p.tp = 8;
@@ -517,4 +519,115 @@ BOOST_AUTO_TEST_CASE(context_parallelism_splits_the_sequence) {
   BOOST_TEST(std::abs(cp2.b.act_per_layer / no_cp.b.act_per_layer - 0.5) < 1e-9);
   BOOST_TEST(cp2.b.cp_comm + cp2.b.overlap_slowdown > 0);
   BOOST_TEST(plan_string(q).find("cp=2") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(power_cap_lowers_the_sustained_clock) {
+  Cluster c;
+  c.peak_tflops = 989;
+  c.sm_count = 132;
+  c.gemm_max_efficiency = 0.53;
+  BOOST_TEST(c.clock_factor() == 1.0);  // no power model without a TDP
+  c.tdp_w = 700;
+  c.power_limit_w = 700;
+  BOOST_TEST(c.clock_factor() == 1.0);
+  const double full = gemm_efficiency_shape(c, 16384, 16384, 8192);
+  c.power_limit_w = 500;  // torchtitan's H100s: (500/700)^(1/3) = 0.894
+  BOOST_TEST(std::abs(c.clock_factor() - 0.8939) < 1e-3);
+  BOOST_TEST(std::abs(gemm_efficiency_shape(c, 16384, 16384, 8192) / full - c.clock_factor()) < 2e-3);
+  // Cross-check with NVIDIA's ratings: H100 NVL at 400 W is rated 835 dense bf16 TFLOP/s against the SXM's 989
+  // at 700 W (0.844); the cube-root law gives 0.830.
+  c.power_limit_w = 400;
+  BOOST_TEST(std::abs(c.clock_factor() - 835.0 / 989.0) < 0.02);
+}
+
+BOOST_AUTO_TEST_CASE(causal_flash_attention_runs_the_diagonal_blocks_whole) {
+  // A causal fused kernel computes the blocks below the diagonal and the 128 x 128 diagonal blocks whole:
+  // (1 + 128/s)/2 of the scores. The forward difference between non-causal and causal is the rest.
+  ModelSpec m = gpt(2, 2048, 16, 2048, 1024);
+  Cluster c;
+  c.peak_tflops = 989;
+  c.sm_count = 132;
+  c.hbm_gib = 1e6;
+  c.attention_efficiency = 0.4;
+  Assumptions a;
+  a.flash_attention = true;
+  Plan p;
+  p.mb = 4;
+  a.causal = false;
+  const Evaluation full = evaluate(m, c, p, 4, a);
+  a.causal = true;
+  const Evaluation causal = evaluate(m, c, p, 4, a);
+  BOOST_REQUIRE(full.feasible());
+  BOOST_REQUIRE(causal.feasible());
+  const double s = 2048, d = 128, heads = 16;
+  const double attention = 4 * s * s * d * heads * 4 / (989e12 * 0.4);  // non-causal forward, 4 sequences
+  const double frac = 0.5 * (1 + 128 / s);
+  const double per_layer = (full.b.stage_forward - causal.b.stage_forward) / 2;
+  BOOST_TEST(std::abs(per_layer / (attention * (1 - frac)) - 1) < 1e-6);
+}
+
+BOOST_AUTO_TEST_CASE(op_level_selective_recompute_reruns_every_second_matmul) {
+  // torchtitan's op policy on a Llama layer reruns wk, wo and w3 (and every elementwise kernel); it stores the
+  // layer input, wq, wv, w1, w2 outputs and the attention output: e s b (4h + kvd + f) per layer (tp = 1).
+  ModelSpec m;
+  m.arch = Arch::Llama;
+  m.layers = 4;
+  m.hidden = 4096;
+  m.heads = 32;
+  m.kv_heads = 8;
+  m.ffn_hidden = 14336;
+  m.seq_len = 4096;
+  m.vocab = 32000;
+  m.tied_embeddings = false;
+  Assumptions a;
+  a.flash_attention = true;
+  a.selective_alternate_mm = true;
+  const double act = activation_bytes_per_layer(m, a, 2, 1, false, Recompute::Selective);
+  BOOST_TEST(act == 2.0 * 4096 * 2 * (4 * 4096 + 1024 + 14336));
+  Cluster c;
+  c.peak_tflops = 989;
+  c.sm_count = 132;
+  c.hbm_gib = 1e6;
+  Plan p;
+  p.mb = 2;
+  p.recompute = Recompute::Selective;
+  const Evaluation e = evaluate(m, c, p, 2, a);
+  BOOST_REQUIRE(e.feasible());
+  // Hardware FLOPs add the rerun matmuls: 2h(kvd + h + f) per token and layer.
+  const double model = flops_per_token(m).model_train;
+  const double extra = 4.0 * 2 * 4096 * (1024 + 4096 + 14336);
+  BOOST_TEST(std::abs(e.hw_tflops_per_gpu / e.tflops_per_gpu - (model + extra) / model) < 1e-9);
+  BOOST_TEST(e.b.recompute > 0);
+  // The [plan] key selects it.
+  const Config cfg = load({"configs/models/llama2-7b.toml", "configs/clusters/dgx-h100.toml"},
+                          {"plan.selective_policy=alternate_mm", "plan.dropout=false"});
+  const Assumptions from_cfg = assumptions_from_config(cfg);
+  BOOST_TEST(from_cfg.selective_alternate_mm);
+  BOOST_TEST(!from_cfg.dropout);
+}
+
+BOOST_AUTO_TEST_CASE(no_dropout_drops_the_masks) {
+  // Without dropout (MPT, Llama), a GPT layer stores no residual masks (2 sbh bytes) and no attention dropout
+  // mask and output (a s^2 b (e + 1) bytes).
+  const ModelSpec m = gpt(2, 2048, 16, 1024, 1024);
+  Assumptions a;
+  const double with = activation_bytes_per_layer(m, a, 1, 1, false, Recompute::None);
+  a.dropout = false;
+  const double without = activation_bytes_per_layer(m, a, 1, 1, false, Recompute::None);
+  BOOST_TEST(with - without == 2.0 * 1024 * 2048 + 16.0 * 1024 * 1024 * 3);
+}
+
+BOOST_AUTO_TEST_CASE(eager_adam_moves_more_bytes_than_fused) {
+  // Fused Adam: read g (2), read + write master, m, v (2 x 12), write the bf16 weight (2) = 30 B per parameter;
+  // eager PyTorch Adam + clipping: 26 fp32 element accesses = 104 B.
+  const ModelSpec m = gpt(2, 1024, 16, 1024, 1024);
+  Cluster c;
+  c.hbm_gib = 1e6;
+  c.kernel_overhead_us = 0;
+  Assumptions a;
+  Plan p;
+  const double fused = evaluate(m, c, p, 1, a).b.optimizer;
+  a.optimizer_fused = false;
+  const double eager = evaluate(m, c, p, 1, a).b.optimizer;
+  BOOST_TEST(std::abs(eager / fused - 104.0 / 30.0) < 1e-9);
 }

@@ -108,6 +108,10 @@ struct Cluster {
   std::vector<double> gemm_table_m, gemm_table_n, gemm_table_k, gemm_table_efficiency;
   // Fused (flash) attention kernel: achieved fraction of peak over its real FLOPs, forward and backward.
   double attention_efficiency = 0.6;
+  // Power model: gemm_max_efficiency and attention_efficiency hold at tdp_w; a job capped at power_limit_w
+  // runs its compute-bound kernels at the clock that power sustains, (cap / tdp)^(1/3) of it (0: no model).
+  double tdp_w = 0, power_limit_w = 0;
+  double clock_factor() const;
   // Compute slows by this fraction while a collective runs beside it (NCCL kernels occupy SMs and HBM).
   double overlap_slowdown = 0.1;
   double kernel_overhead_us = 4;               // launch + tail per kernel
@@ -163,6 +167,11 @@ struct Assumptions {
   double activation_bytes = 2;   // 16-bit activations (Korthikanti's constants assume 2)
   bool flash_attention = false;  // attention scores never stored (no 5as/h term)
   bool causal = true;
+  // recompute = selective reruns the attention core (Korthikanti et al. 2022), or with alternate_mm every
+  // second matmul of the layer and all its elementwise kernels (torchtitan's op-level policy).
+  bool selective_alternate_mm = false;
+  // Adam as one fused kernel (Megatron, apex) or as eager PyTorch's separate elementwise kernels (more bytes).
+  bool optimizer_fused = true;
   // Bytes the memory-bound kernels move relative to Megatron/Transformer Engine's fused kernels (1): eager
   // PyTorch stacks run norms, activations, rotary and casts as separate kernels and move more.
   double memory_bound_factor = 1.0;  // causal mask: a fused attention kernel skips the masked half of the scores

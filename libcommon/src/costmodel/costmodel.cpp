@@ -83,6 +83,13 @@ double narayanan_flops_per_token(const ModelSpec& m) {
 
 // ------------------------------------------------------------------ cluster primitives
 
+// A power-bound chip's dynamic power goes as f V^2 with V rising about linearly with f, so P ~ f^3: capped
+// at P_cap it sustains (P_cap / TDP)^(1/3) of the clock the efficiencies were measured at (docs/cost-model.md).
+double Cluster::clock_factor() const {
+  if (tdp_w <= 0 || power_limit_w <= 0 || power_limit_w >= tdp_w) return 1.0;
+  return std::cbrt(power_limit_w / tdp_w);
+}
+
 double busbw_factor(Collective c, int n) {
   if (n <= 1) return 0;
   switch (c) {
@@ -120,7 +127,7 @@ namespace {
 // wave), a tile's prologue/epilogue costs like gemm_k_half extra K, and every kernel pays its launch/tail.
 double modelled_gemm_seconds(const Cluster& c, double m, double n, double k, double count) {
   const double flops = 2 * m * n * k * count;
-  const double peak = c.peak_tflops * 1e12;
+  const double peak = c.peak_tflops * 1e12 * c.clock_factor();
   if (c.sm_count <= 0) return flops / (peak * gemm_efficiency(c, flops));
   static constexpr double kTiles[3][3] = {{256, 128, 1.0}, {128, 256, 1.0}, {128, 128, 0.88}};
   double best = 0;
@@ -152,7 +159,8 @@ double measured_shape_factor(const Cluster& c, double m, double n, double k) {
     const double d2 = dm * dm + dn * dn + dk * dk;
     if (d2 >= near[2].d2) continue;
     const double mm = c.gemm_table_m[i], nn = c.gemm_table_n[i], kk = c.gemm_table_k[i];
-    const double modelled = 2 * mm * nn * kk / (c.peak_tflops * 1e12 * modelled_gemm_seconds(c, mm, nn, kk, 1));
+    const double modelled =
+        2 * mm * nn * kk / (c.peak_tflops * 1e12 * c.clock_factor() * modelled_gemm_seconds(c, mm, nn, kk, 1));
     Near x{d2, c.gemm_table_efficiency[i] / modelled};
     for (auto& slot : near)
       if (x.d2 < slot.d2) std::swap(x, slot);
@@ -289,6 +297,14 @@ double activation_bytes_per_layer(const ModelSpec& m, const Assumptions& a, int6
   const bool dropout = a.dropout && m.arch == Arch::Gpt;
   const double sbh = s * double(b) * h;
   if (r == Recompute::Full) return e * sbh / (sp ? t : 1.0);  // only the layer input (2sbh in bf16)
+  if (r == Recompute::Selective && a.selective_alternate_mm) {
+    // torchtitan's op policy: the layer input, the kept (odd) matmul outputs and the attention output.
+    const double sb = s * double(b), kvd = kvr * h;
+    const double rep = e * sbh * (m.arch == Arch::Gpt ? 1.0 : 2.0);  // input (+ llama's w2 output)
+    const double split = m.arch == Arch::Gpt ? e * sb * (h + 2 * kvd) + e * sb * f + e * sbh   // qkv, fc1, attention
+                                             : e * sbh + e * sb * kvd + e * sb * f + e * sbh;  // wq, wv, w1, attention
+    return rep / (sp ? t : 1.0) + split / t;
+  }
   // Parts that TP does not split (replicated on every TP rank unless SP shards them along s):
   // LayerNorm inputs (2 x e sbh), QKV input (e sbh), MLP input (e sbh), dropout masks (1 byte each).
   double replicated = 2 * e * sbh + e * sbh + e * sbh + (dropout ? 2 * sbh : 0.0);
@@ -333,6 +349,9 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   a.activation_bytes = s.activation_bytes;
   a.flash_attention = s.flash_attention;
   a.causal = s.causal;
+  a.dropout = s.dropout;
+  a.optimizer_fused = s.optimizer_fused;
+  a.selective_alternate_mm = s.selective_policy == "alternate_mm";
   a.memory_bound_factor = s.memory_bound_factor;
   a.dp_overlap = s.dp_overlap;
   a.tp_async_backward = s.tp_async_backward;
@@ -397,6 +416,16 @@ ElementwiseBytes layer_elementwise(const ModelSpec& m, const Assumptions& a) {
     r.kernels += dropout ? 2 : 1;
   }
   return r;
+}
+
+// Fraction of the s x s score blocks a fused causal kernel computes: the blocks below the diagonal and the
+// diagonal ones whole (the mask is applied inside them), (1 + B/s)/2 for B x B blocks (B = 128, the query/key
+// tile of FlashAttention-2 and its Triton and cuDNN peers; Dao 2023, section 3.1).
+double causal_fraction(const Assumptions& a, double s) {
+  if (!a.causal) return 1.0;
+  constexpr double kBlock = 128;
+  const double n = std::max(1.0, std::ceil(s / kBlock));
+  return 0.5 * (1 + 1 / n);
 }
 
 // Where each parallel group sits: Megatron's rank order is tp (fastest), cp, dp, pp.
@@ -497,10 +526,10 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     // Fused kernel: the FLOPs it really runs (a causal mask skips the masked blocks; under CP Megatron's
     // load-balanced chunks keep that half on every rank) at the kernel's own efficiency; traffic of Q, K,
     // V, O only. Backward recomputes the scores: 5 products instead of 2 (Dao et al. 2022).
-    const double frac = a.causal ? 0.5 : 1.0;
-    const double flops = 4 * s_local * s * d * double(p.mb) * heads_local * frac;
+    const double flops = 4 * s_local * s * d * double(p.mb) * heads_local * causal_fraction(a, s);
     const double bytes = T * (2 * h + 2 * kv) / t * e;
-    core_f = std::max(flops / (c.peak_tflops * 1e12 * c.attention_efficiency), bytes / hbm) + k0;
+    const double rate = c.peak_tflops * 1e12 * c.clock_factor() * c.attention_efficiency;
+    core_f = std::max(flops / rate, bytes / hbm) + k0;
     core_b = 2.5 * core_f;
   } else {
     const double cnt = double(p.mb) * heads_local;
@@ -536,6 +565,14 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     L.r_tp = L.f_tp;
     L.r_cp = L.f_cp;
     L.r_slow = L.f_slow;
+  } else if (p.recompute == Recompute::Selective && a.selective_alternate_mm) {
+    // torchtitan's op-level policy keeps every odd matmul's output and the attention kernel's, and reruns the
+    // rest of the layer forward: the even matmuls in execution order (llama: wq, WK, wv, WO, w1, W3, w2;
+    // gpt: qkv, PROJ, fc1, FC2) and every elementwise kernel.
+    const double up1 = f / t;  // one of SwiGLU's two up projections
+    L.r_gemm = m.arch == Arch::Gpt ? gemm_f[1] + gemm_f[3]
+                                   : gemm_time(c, T, kv / t, h, 1, e) + gemm_f[1] + gemm_time(c, T, up1, h, 1, e);
+    L.r_mem = L.f_mem;
   } else if (p.recompute == Recompute::Selective) {
     L.r_gemm = core_f;
     L.r_mem = scores / hbm + k0;
@@ -877,19 +914,35 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
 }
 
 // Throughput, achieved model and hardware FLOP/s per GPU (hardware: with recompute), MFU and HFU.
-void fill_rates(Evaluation& ev, const ModelSpec& m, const Cluster& c, const Plan& p, const FlopsPerToken& fl,
-                int64_t global_batch) {
+void fill_rates(Evaluation& ev, const ModelSpec& m, const Cluster& c, const Plan& p, const Assumptions& a,
+                const FlopsPerToken& fl, int64_t global_batch) {
   const double tokens = double(global_batch) * double(m.seq_len);
   ev.tokens_per_s = tokens / ev.step_time_s;
   const double model_flops = fl.model_train * tokens;
   double hw_per_token = fl.model_train;
   if (p.recompute == Recompute::Full) hw_per_token += double(m.layers) * fl.layer_forward;
-  if (p.recompute == Recompute::Selective) hw_per_token += double(m.layers) * fl.attention_core;
+  if (p.recompute == Recompute::Selective && a.selective_alternate_mm) {
+    const double h = double(m.hidden), kvd = double(m.kv_heads * m.head_dim()), f = double(m.ffn_hidden);
+    hw_per_token += double(m.layers) * 2 * h * ((m.arch == Arch::Gpt ? 0.0 : kvd) + h + f);
+  } else if (p.recompute == Recompute::Selective) {
+    hw_per_token += double(m.layers) * fl.attention_core;
+  }
   const double denom = ev.step_time_s * double(c.world());
   ev.tflops_per_gpu = model_flops / denom / 1e12;
   ev.hw_tflops_per_gpu = hw_per_token * tokens / denom / 1e12;
   ev.mfu = ev.tflops_per_gpu / c.peak_tflops;
   ev.hfu = ev.hw_tflops_per_gpu / c.peak_tflops;
+}
+
+// Bytes the optimizer step moves per local parameter. Fused Adam (Megatron, apex): one pass reading the gradient
+// and the states and writing the states and the 16-bit weight. Eager PyTorch Adam (optimizer_fused = false:
+// Composer's DecoupledAdamW, torch.optim.AdamW for-loop/foreach) runs each update as its own kernel over the
+// fp32 tensors: weight decay (r1 w1), m = b1 m + (1-b1) g (mul_: r1 w1, add_: r2 w1), v (mul_: r1 w1, addcmul_:
+// r3 w1), sqrt (r1 w1), / (r1 w1), + eps (r1 w1), p.addcdiv_ (r3 w1) and the gradient-norm clip (r1, then
+// r1 w1): 26 element accesses of optimizer_bytes/3 (4 for fp32 master, m, v).
+double optimizer_bytes_per_param(const Assumptions& a) {
+  if (!a.optimizer_fused) return 26 * a.optimizer_bytes / 3;
+  return 2 * a.grad_bytes + 2 * a.optimizer_bytes + a.weight_bytes;
 }
 
 // Rejects a plan whose memory exceeds the HBM left after the headroom.
@@ -953,13 +1006,13 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
   B.dp_exposed = dc.exposed + dc.slowdown;  // what the step waits for, incl. compute slowed by the hidden part
   const double shards = double(p.dp) * p.cp;
   const double local_params = params_max / (p.zero >= 1 ? shards : 1.0);
-  B.optimizer = local_params * (2 * a.grad_bytes + 2 * a.optimizer_bytes + a.weight_bytes) / hbm + 4 * k0;
+  B.optimizer = local_params * optimizer_bytes_per_param(a) / hbm + 4 * k0;
   ev.step_time_s = P.t_pipe + B.dp_exposed + B.optimizer;
 
   // ---- memory per rank, rates, and whether it fits
   fill_memory(B, m, c, a, p, micro, T, P.rank_layers, rp);
   ev.memory_gib = B.mem_total / kGiB;
-  fill_rates(ev, m, c, p, fl, global_batch);
+  fill_rates(ev, m, c, p, a, fl, global_batch);
   check_memory(ev, c, a, fill_reason);
   return ev;
 }

@@ -244,7 +244,7 @@ namespace {
 // multiply-add of each GEMM, training = 3 x forward). Per layer forward: QKV 2h(h + 2kvd), attention 4sh,
 // projection 2h^2, MLP 2 x 2hf (gpt: GELU, up and down) or 3 x 2hf (llama: SwiGLU gate, up and down); head 2hV.
 std::string flops_formula(const ModelSpec& m, const FlopsPerToken& fl) {
-  const long long kvd = (long long)(m.kv_heads * m.head_dim());
+  const long long kvd = static_cast<long long>(m.kv_heads) * m.head_dim();
   if (m.arch == Arch::Gpt) {
     std::string f = strprintf("%.4g model FLOPs/token = 6lh(2h + 2kvd + 2f + 2s) + 6hV (gpt: GELU MLP", fl.model_train);
     if (m.kv_heads == m.heads && m.ffn_hidden == 4 * m.hidden)
@@ -274,6 +274,10 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   os << strprintf("cluster   %s: %d x %d devices, %.0f TFLOP/s peak, %.0f GiB at %.0f GB/s%s\n", c.name.c_str(),
                   c.nodes, c.gpus_per_node, c.peak_tflops, c.hbm_gib, c.hbm_gbps,
                   c.has_fabric ? (", links from " + c.fabric_path).c_str() : "");
+  if (c.clock_factor() < 1.0)
+    os << strprintf(
+        "power     capped at %.0f W of %.0f W: compute-bound kernels at %.3f of their rate ((cap/tdp)^1/3)\n",
+        c.power_limit_w, c.tdp_w, c.clock_factor());
   if (b.microbatches > 0)
     os << strprintf("batch     %lld sequences = %d micro-batches of %d per DP rank; tiers tp:%s dp:%s pp:%s\n",
                     (long long)global_batch, b.microbatches, e.plan.mb, b.tp_tier.c_str(), b.dp_tier.c_str(),

@@ -25,6 +25,8 @@ struct ClusterSection {
   double gemm_k_half = 64.0;
   std::vector<double> gemm_table_m, gemm_table_n, gemm_table_k, gemm_table_efficiency;
   double attention_efficiency = 0.6;
+  double tdp_w = 0.0;
+  double power_limit_w = 0.0;
   double overlap_slowdown = 0.1;
   double kernel_overhead_us = 4.0;
   double reserved_gib = 1.0;
@@ -65,6 +67,11 @@ struct ClusterSection {
     k(&S::gemm_table_efficiency, "gemm_table_efficiency", "measured GEMM shapes: achieved fraction of peak_tflops");
     k(&S::attention_efficiency, "attention_efficiency", Range{0.01, 1.0},
       "fused (flash) attention: achieved fraction of peak over the FLOPs it runs, forward and backward");
+    k(&S::tdp_w, "tdp_w", Range{0, 1e5},
+      "board power (W) at which gemm_max_efficiency and attention_efficiency hold (0 = no power model)");
+    k(&S::power_limit_w, "power_limit_w", Range{0, 1e5},
+      "power cap the job runs under (W; 0 = tdp_w): compute rates scale by (cap / tdp)^(1/3), the clock a "
+      "power-bound chip sustains (P ~ f V^2, V ~ f)");
     k(&S::overlap_slowdown, "overlap_slowdown", Range{0.0, 1.0},
       "fraction by which compute slows while a collective runs beside it (SMs, HBM taken by NCCL)");
     k(&S::kernel_overhead_us, "kernel_overhead_us", Range{0, 1e6},

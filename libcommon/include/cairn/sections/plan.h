@@ -32,6 +32,9 @@ struct PlanSection {
   bool flash_attention = false;
   double memory_bound_factor = 1.0;
   bool causal = true;
+  bool dropout = true;
+  bool optimizer_fused = true;
+  std::string selective_policy = "attention";
   bool tp_async_backward = true;
   bool dp_overlap = true;
   bool pp_scatter_gather = true;
@@ -72,6 +75,15 @@ struct PlanSection {
     k(&S::memory_bound_factor, "memory_bound_factor", Range{0.1, 20.0},
       "bytes moved by memory-bound kernels relative to Megatron/TE's fused kernels (eager PyTorch: more)");
     k(&S::causal, "causal", "causal attention: a fused attention kernel skips the masked half of the scores");
+    k(&S::dropout, "dropout",
+      "gpt models train with dropout (masks stored and moved: Megatron's GPT); false: no dropout (MPT, Llama)");
+    k(&S::optimizer_fused, "optimizer_fused",
+      "Adam runs as one fused kernel (Megatron, apex); false: eager PyTorch's separate elementwise kernels "
+      "(Composer, torch.optim for-loop/foreach), which move about 3x the bytes");
+    k(&S::selective_policy, "selective_policy", Choices{"attention", "alternate_mm"},
+      "what recompute = selective reruns: attention (Korthikanti et al. 2022: the attention core and softmax; "
+      "Megatron) or alternate_mm (torchtitan's op-level policy: every second matmul of the layer and every "
+      "elementwise kernel; the attention kernel's output is kept)");
     k(&S::tp_async_backward, "tp_async_backward",
       "without SP, the backward all-reduce of column-parallel layers runs beside their weight-gradient GEMM "
       "(Megatron-LM since 2022; Megatron 2021: false)");
