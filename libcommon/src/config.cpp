@@ -578,14 +578,14 @@ std::string Config::to_toml(bool with_origins, const std::vector<std::string>& o
           if (name.compare(0, prefix.size(), prefix) != 0) continue;
           std::string rest = name.substr(prefix.size());
           if (rest.find('.') != std::string::npos) continue;
-          rows.push_back({rest, &e});
+          rows.emplace_back(rest, &e);
           specs.push_back(&k);
         }
         continue;
       }
       auto it = values_.find(section + "." + k.key);
       if (it != values_.end()) {
-        rows.push_back({k.key, &it->second});
+        rows.emplace_back(k.key, &it->second);
         specs.push_back(&k);
       }
     }
@@ -672,7 +672,7 @@ void apply_file(Config& cfg, const Schema& schema, const std::string& path, std:
       if (!n.is_string()) {
         throw UsageError(position(path, n.source()) + ": include: expected a string or a list of strings");
       }
-      includes.push_back({n.as_string()->get(), position(path, n.source())});
+      includes.emplace_back(n.as_string()->get(), position(path, n.source()));
     };
     if (auto arr = inc->as_array()) {
       for (auto& e : *arr) add(e);
@@ -702,7 +702,7 @@ void apply_env(Config& cfg, const Schema& schema) {
     if (entry.rfind("CAIRN_", 0) != 0) continue;
     auto eq = entry.find('=');
     if (eq == std::string::npos) continue;
-    vars.push_back({entry.substr(0, eq), entry.substr(eq + 1)});
+    vars.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
   }
   std::sort(vars.begin(), vars.end());
   for (const auto& [name, text] : vars) {

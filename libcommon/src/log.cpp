@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 
@@ -79,7 +80,7 @@ std::string strprintf(const char* fmt, ...) {
 namespace {
 std::string format_duration(double s) {
   if (s < 0 || s > 1e8) return "?";
-  int t = static_cast<int>(s + 0.5);
+  const int t = static_cast<int>(std::lround(s));
   if (t >= 3600) return strprintf("%dh%02dm", t / 3600, (t / 60) % 60);
   if (t >= 60) return strprintf("%dm%02ds", t / 60, t % 60);
   return strprintf("%ds", t);

@@ -18,9 +18,6 @@
 namespace cairn::tokenizer {
 class Tokenizer;
 }
-namespace cairn::shards {
-class Dataset;
-}
 
 namespace cairn::eval {
 

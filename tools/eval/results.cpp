@@ -179,6 +179,29 @@ std::string python_json_dumps_indent2(const nlohmann::ordered_json& doc) {
   return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
+// The harness's "config" object: how the model was run (simple_evaluate's arguments).
+static ordered_json harness_config(const RunInfo& info, const EvalSection& eval, const gpt::GptConfig& model) {
+  const std::string model_args =
+      strprintf("pretrained=%s,checkpoint=%s,layers=%d,hidden=%d,heads=%d,seq_len=%d,vocab=%d", info.model_name.c_str(),
+                info.checkpoint.c_str(), model.layers, model.hidden, model.heads, model.seq_len, model.vocab_real);
+  return {{"model", "cairn-gpt"},
+          {"model_args", model_args},
+          {"model_num_parameters", info.num_params},
+          {"batch_size", info.batch_size},
+          {"batch_sizes", ordered_json::array()},
+          {"device", eval.backend},
+          {"use_cache", nullptr},
+          {"limit", eval.limit > 0 ? ordered_json(eval.limit) : ordered_json(nullptr)},
+          {"bootstrap_iters", 0},  // stderr: the closed-form mean stderr, "N/A" where that does not apply
+          {"gen_kwargs", nullptr},
+          {"random_seed", nullptr},
+          {"numpy_seed", nullptr},
+          {"torch_seed", nullptr},
+          {"fewshot_seed", nullptr},
+          {"step", info.step},
+          {"tokens", info.tokens}};
+}
+
 ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& results, const EvalSection& eval,
                           const gpt::GptConfig& model) {
   ordered_json res = ordered_json::object(), configs = ordered_json::object(), versions = ordered_json::object(),
@@ -238,9 +261,6 @@ ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& re
     for (const auto& k : keys) out[k] = o[k];
     return out;
   };
-  const std::string model_args =
-      strprintf("pretrained=%s,checkpoint=%s,layers=%d,hidden=%d,heads=%d,seq_len=%d,vocab=%d", info.model_name.c_str(),
-                info.checkpoint.c_str(), model.layers, model.hidden, model.heads, model.seq_len, model.vocab_real);
   const std::string version = cairn_version(), sha = cairn_git_sha();
   ordered_json out;
   // simple_evaluate(): evaluate()'s dict ...
@@ -252,22 +272,7 @@ ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& re
   out["higher_is_better"] = sorted(hib);
   out["n-samples"] = nsamples;
   // ... then config, git_hash, date (time.time() at the start), add_env_info, add_tokenizer_info ...
-  out["config"] = {{"model", "cairn-gpt"},
-                   {"model_args", model_args},
-                   {"model_num_parameters", info.num_params},
-                   {"batch_size", info.batch_size},
-                   {"batch_sizes", ordered_json::array()},
-                   {"device", eval.backend},
-                   {"use_cache", nullptr},
-                   {"limit", eval.limit > 0 ? ordered_json(eval.limit) : ordered_json(nullptr)},
-                   {"bootstrap_iters", 0},  // stderr: the closed-form mean stderr, "N/A" where that does not apply
-                   {"gen_kwargs", nullptr},
-                   {"random_seed", nullptr},
-                   {"numpy_seed", nullptr},
-                   {"torch_seed", nullptr},
-                   {"fewshot_seed", nullptr},
-                   {"step", info.step},
-                   {"tokens", info.tokens}};
+  out["config"] = harness_config(info, eval, model);
   out["git_hash"] = sha;
   out["date"] = info.start_time;
   out["pretty_env_info"] = strprintf("cairn-eval %s (git %s) on %s, backend %s, %d rank(s)", version.c_str(),

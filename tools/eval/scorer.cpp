@@ -134,7 +134,7 @@ std::vector<Score> score_requests(gpt::Model& model, const RequestSet& requests,
     std::vector<int> counts = mpi::allgather_value(static_cast<int>(local_idx.size()));
     std::vector<int> displs(world, 0);
     for (int r = 1; r < world; ++r) displs[r] = displs[r - 1] + counts[r - 1];
-    size_t total = static_cast<size_t>(displs[world - 1] + counts[world - 1]);
+    size_t total = static_cast<size_t>(displs[world - 1]) + static_cast<size_t>(counts[world - 1]);
     std::vector<int64_t> idx(total), tok(total), cor(total);
     std::vector<double> ll(total);
     auto gather = [&](const auto& local, auto& all) {

@@ -356,6 +356,37 @@ struct PerplexityTask : Task {
   }
 };
 
+// A perplexity task's split and mode, checked before any file is opened.
+void check_split_and_mode(const std::string& name, const std::string& split, const std::string& mode) {
+  if (split != "val" && split != "all" && split != "shards")
+    throw UsageError(task_where(name) + " split = \"" + split + "\": expected \"val\", \"all\" or \"shards\"");
+  if (mode != "windows" && mode != "documents")
+    throw UsageError(task_where(name) + " mode = \"" + mode + "\": expected \"windows\" or \"documents\"");
+}
+
+// split = "shards": the shard indices the task lists, each one of the dataset's.
+std::set<uint32_t> chosen_shards(const json& t, const std::string& name, const shards::Dataset& ds,
+                                 const std::string& data) {
+  std::set<uint32_t> chosen;
+  if (!t.contains("shards") || !t["shards"].is_array() || t["shards"].empty())
+    throw UsageError(task_where(name) + " split = \"shards\" needs shards = [index, ...]");
+  for (const auto& s : t["shards"]) {
+    if (!s.is_number_integer() || s.get<int64_t>() < 0 || s.get<uint64_t>() >= ds.num_shards())
+      throw UsageError(strprintf("%s shards: %s is not a shard index of \"%s\" (0..%zu)", task_where(name).c_str(),
+                                 s.dump().c_str(), data.c_str(), ds.num_shards() - 1));
+    chosen.insert(s.get<uint32_t>());
+  }
+  return chosen;
+}
+
+// Bytes of text per token id (capped at 255; end-of-text counts 0), for bits per byte.
+std::vector<uint8_t> token_byte_lengths(const tokenizer::Tokenizer& tok, uint32_t eot, int vocab) {
+  std::vector<uint8_t> bytes(size_t(vocab), 0);
+  for (uint32_t id = 0; id < tok.vocab_size(); ++id)
+    bytes[id] = id == eot ? 0 : static_cast<uint8_t>(std::min<size_t>(255, tok.decode(&id, 1).size()));
+  return bytes;
+}
+
 std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, const TaskContext& ctx,
                                       const gpt::GptConfig& mc) {
   auto task = std::make_unique<PerplexityTask>();
@@ -367,10 +398,7 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
     throw UsageError("task " + name + ": no dataset (set [data] path or data in " + task_where(name) + ")");
   std::string split = get_str(t, name, "split", "val");
   std::string mode = get_str(t, name, "mode", "windows");
-  if (split != "val" && split != "all" && split != "shards")
-    throw UsageError(task_where(name) + " split = \"" + split + "\": expected \"val\", \"all\" or \"shards\"");
-  if (mode != "windows" && mode != "documents")
-    throw UsageError(task_where(name) + " mode = \"" + mode + "\": expected \"windows\" or \"documents\"");
+  check_split_and_mode(name, split, mode);
   task->documents = mode == "documents";
   try {
     task->ds = std::make_unique<shards::Dataset>(shards::Dataset::open(data));
@@ -382,17 +410,7 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
   task->eot = ds.eot_id();
   for (size_t i = 0; i < ds.num_shards(); ++i) task->shard_files.push_back(ds.shard(i));
 
-  std::set<uint32_t> chosen;
-  if (split == "shards") {
-    if (!t.contains("shards") || !t["shards"].is_array() || t["shards"].empty())
-      throw UsageError(task_where(name) + " split = \"shards\" needs shards = [index, ...]");
-    for (const auto& s : t["shards"]) {
-      if (!s.is_number_integer() || s.get<int64_t>() < 0 || s.get<uint64_t>() >= ds.num_shards())
-        throw UsageError(strprintf("%s shards: %s is not a shard index of \"%s\" (0..%zu)", task_where(name).c_str(),
-                                   s.dump().c_str(), data.c_str(), ds.num_shards() - 1));
-      chosen.insert(s.get<uint32_t>());
-    }
-  }
+  const std::set<uint32_t> chosen = split == "shards" ? chosen_shards(t, name, ds, data) : std::set<uint32_t>{};
   // cairn-train's window numbering and validation tail (shards::WindowIndex, shared with the trainer).
   const int T = mc.seq_len;
   task->T = T;
@@ -449,10 +467,7 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
     if (task->windows.empty())
       throw UsageError(strprintf("task %s: no %d-token windows to score in \"%s\" (split %s)", name.c_str(), T + 1,
                                  data.c_str(), split.c_str()));
-    task->token_bytes.assign(mc.vocab, 0);
-    for (uint32_t id = 0; id < task->tok->vocab_size(); ++id)
-      task->token_bytes[id] =
-          id == task->eot ? 0 : static_cast<uint8_t>(std::min<size_t>(255, task->tok->decode(&id, 1).size()));
+    task->token_bytes = token_byte_lengths(*task->tok, task->eot, mc.vocab);
     settings["windows"] = task->windows.size();
     settings["window_tokens"] = T + 1;
     if (split == "val") settings["val_fraction"] = ctx.val_fraction;
@@ -647,7 +662,7 @@ std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const Task
   std::vector<uint32_t> ce, ke;
   for (size_t e = 0; e < task->examples.size(); ++e) {
     const McExample& ex = task->examples[e];
-    task->example_requests.push_back({task->seqs.size(), ex.choices.size()});
+    task->example_requests.emplace_back(task->seqs.size(), ex.choices.size());
     for (const std::string& choice : ex.choices) {
       encode_pair(*tok, ex.context, delim + choice, ce, ke);
       if (ce.empty()) ce.push_back(tok->eot_id());

@@ -745,6 +745,7 @@ int run_calibrate_from_runs(const Config& cfg, const RefitOptions& opts) {
   }
   const json base = cfg.section(ClusterSection::kSection);
   std::vector<const Run*> all;
+  all.reserve(runs.size());
   for (const Run& r : runs) all.push_back(&r);
   const Fit fit = fit_runs(all, base);
   const bool held_out = runs.size() > 1;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "cairn/plot.h"
 
@@ -157,7 +158,7 @@ struct Builder {
     Chart c = chart(id, title);
     c.subtitle = subtitle;
     c.x = Axis{"step", "", Scale::Linear, {}, {}, false};
-    c.y = y;
+    c.y = std::move(y);
     for (size_t i : runs_with_train()) {
       const auto& t = runs[i].train;
       const auto& ys = t.*col;
@@ -234,8 +235,8 @@ struct Builder {
       for (const auto& p : phases()) {
         const auto& col = t.*(p.col);
         if (!any_finite(col)) continue;
-        stk.names.push_back(p.name);
-        stk.colors.push_back(p.color);
+        stk.names.emplace_back(p.name);
+        stk.colors.emplace_back(p.color);
         stk.layers.push_back(col);
       }
       for (size_t k = 0; k < t.size(); ++k) {
@@ -249,8 +250,8 @@ struct Builder {
         has_other |= other[k] > 1e-12 * std::max(1.0, t.t_total[k]);
       }
       if (has_other) {
-        stk.names.push_back("other");
-        stk.colors.push_back("#c7c7c7");
+        stk.names.emplace_back("other");
+        stk.colors.emplace_back("#c7c7c7");
         stk.layers.push_back(other);
       }
       // Warm-up steps (compilation, allocator growth) can take many times a normal step: the axis

@@ -195,17 +195,17 @@ void read_data_stage(RunData& run) {
   }
   if (run.data_dir.empty()) {
     if (is_dir(join_path(run.dir, "data"))) {
-      run.present.push_back("data");
-      run.missing.push_back("data/index.json and data/stats.json");
+      run.present.emplace_back("data");
+      run.missing.emplace_back("data/index.json and data/stats.json");
     }
     return;
   }
-  run.present.push_back("data");
+  run.present.emplace_back("data");
   std::string idx = join_path(run.data_dir, "index.json"), st = join_path(run.data_dir, "stats.json");
   if (is_file(idx)) run.data_index = read_json(idx, run);
-  else run.missing.push_back(idx);
+  else run.missing.emplace_back(idx);
   if (is_file(st)) run.data_stats = read_json(st, run);
-  else run.missing.push_back(st);
+  else run.missing.emplace_back(st);
 }
 
 }  // namespace
@@ -463,20 +463,20 @@ RunData read_run(const std::string& dir) {
   // sweep/
   std::string sweep_dir = join_path(dir, "sweep");
   if (is_dir(sweep_dir)) {
-    run.present.push_back("sweep");
+    run.present.emplace_back("sweep");
     std::string sj = join_path(sweep_dir, "sweep.json"), ft = join_path(sweep_dir, "fabric.toml");
     if (is_file(sj)) run.sweep = read_checked_json(sj, "sweep file", check_sweep_json, run);
-    else run.missing.push_back(sj);
+    else run.missing.emplace_back(sj);
     if (is_file(ft)) run.fabric = read_toml(ft, run);
-    else run.missing.push_back(ft);
+    else run.missing.emplace_back(ft);
   }
   // plan/
   std::string plan_dir = join_path(dir, "plan");
   if (is_dir(plan_dir)) {
-    run.present.push_back("plan");
+    run.present.emplace_back("plan");
     std::string pj = join_path(plan_dir, "plans.json");
     if (is_file(pj)) run.plans = read_checked_json(pj, "plan file", check_plans_json, run);
-    else run.missing.push_back(pj);
+    else run.missing.emplace_back(pj);
   }
   // bench/layout_predict.sh's table of predicted vs measured step time and memory per layout.
   std::string lp = join_path(dir, "layout_predict.json");
@@ -485,26 +485,26 @@ RunData read_run(const std::string& dir) {
   // train/
   std::string train_dir = join_path(dir, "train");
   if (is_dir(train_dir)) {
-    run.present.push_back("train");
+    run.present.emplace_back("train");
     std::string mj = join_path(train_dir, "metrics.jsonl");
     std::string text;
-    if (!is_file(mj)) run.missing.push_back(mj);
+    if (!is_file(mj)) run.missing.emplace_back(mj);
     else if (slurp(mj, text, run)) {
       parse_metrics_jsonl(text, mj, run);
-      if (run.train.size() == 0 && run.val.size() == 0) run.missing.push_back(mj + " (no train or val records)");
+      if (run.train.size() == 0 && run.val.size() == 0) run.missing.emplace_back(mj + " (no train or val records)");
     }
     run.train_finished = is_file(join_path(train_dir, "FINISHED"));
   }
   // eval/
   std::string eval_dir = join_path(dir, "eval");
   if (is_dir(eval_dir)) {
-    run.present.push_back("eval");
+    run.present.emplace_back("eval");
     std::string rj = join_path(eval_dir, "results.jsonl");
     std::string text;
-    if (!is_file(rj)) run.missing.push_back(rj);
+    if (!is_file(rj)) run.missing.emplace_back(rj);
     else if (slurp(rj, text, run)) {
       parse_eval_jsonl(text, rj, run);
-      if (run.eval.empty()) run.missing.push_back(rj + " (no records)");
+      if (run.eval.empty()) run.missing.emplace_back(rj + " (no records)");
     }
   }
   return run;

@@ -1,6 +1,7 @@
 // Tolerant readers of one run directory's outputs (train, eval, sweep, plan, data) for cairn-report.
 #pragma once
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -9,7 +10,7 @@
 namespace cairn::report {
 
 using json = nlohmann::json;
-inline constexpr double kNaN = std::nan("");
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Training records from train/metrics.jsonl, one entry per logged step (columns; NaN = absent).
 struct TrainSeries {

@@ -98,7 +98,7 @@ struct InputProgress {
   static uint64_t unit_for(uint64_t total) { return total > 0 && total < 1000000 ? 1000 : 1000000; }
   void update(const RecordReader& r) {
     progress.update((done_files_bytes + r.raw_consumed()) / unit,
-                    strprintf("%llu documents", static_cast<unsigned long long>(records + r.records())));
+                    strprintf("%llu documents", static_cast<unsigned long long>(records) + r.records()));
   }
 };
 
@@ -139,6 +139,34 @@ void tokenize_batch(TokenBatch& b, const TextSettings& ts, const tokenizer::Toke
   } catch (const std::exception& e) {
     b.error = e.what(), b.error_code = kExitRuntime;
   }
+}
+
+// Writes one part file from a part's tokenized batches (then moved to `spare` for reuse) and adds its tokens, as
+// stored, to the file's checksum `hash`. Returns the part's {tokens, documents}.
+std::pair<uint64_t, uint64_t> write_part(const std::string& path, const shards::ShardMeta& meta, bool narrow,
+                                         XXH64_state_t* hash, std::vector<std::unique_ptr<TokenBatch>>& batches,
+                                         std::vector<std::unique_ptr<TokenBatch>>& spare) {
+  uint64_t tokens = 0, docs = 0;
+  for (auto& b : batches) tokens += b->tokens.size(), docs += b->lengths.size();
+  shards::ShardWriter w(path, meta, tokens, docs);
+  uint16_t narrow_buf[4096];
+  for (auto& b : batches) {
+    w.append_tokens(b->tokens.data(), b->tokens.size());
+    // The file's checksum over all its parts, as stored (identifies the input for resume).
+    if (narrow) {
+      for (size_t o = 0; o < b->tokens.size(); o += 4096) {
+        size_t m = std::min<size_t>(4096, b->tokens.size() - o);
+        for (size_t k = 0; k < m; ++k) narrow_buf[k] = static_cast<uint16_t>(b->tokens[o + k]);
+        XXH64_update(hash, narrow_buf, m * 2);
+      }
+    } else {
+      XXH64_update(hash, b->tokens.data(), b->tokens.size() * 4);
+    }
+    for (size_t d = 0; d < b->lengths.size(); ++d) w.append_document(b->lengths[d], b->bytes[d]);
+    spare.push_back(std::move(b));
+  }
+  w.finish();
+  return {tokens, docs};
 }
 
 // Streams one input file into part files of about kPartTextBytes of text each (documents in order,
@@ -251,27 +279,9 @@ json tokenize_input(const DataSection& data, const tokenizer::Tokenizer& tok, co
       CAIRN_LOG_WARN("%s; keeping the documents before it (--skip-bad)", reader.stream_error().c_str());
     }
     if (batches.empty() && part > 0) break;  // the input ended exactly at a part boundary
-    uint64_t tokens = 0, docs = 0;
-    for (auto& b : batches) tokens += b->tokens.size(), docs += b->lengths.size();
     meta.plan_hash = part_hash(plan, part);
-    shards::ShardWriter w(join_path(parts_dir, part_name(index, part)), meta, tokens, docs);
-    uint16_t narrow_buf[4096];
-    for (auto& b : batches) {
-      w.append_tokens(b->tokens.data(), b->tokens.size());
-      // The file's checksum over all its parts, as stored (identifies the input for resume).
-      if (narrow) {
-        for (size_t o = 0; o < b->tokens.size(); o += 4096) {
-          size_t m = std::min<size_t>(4096, b->tokens.size() - o);
-          for (size_t k = 0; k < m; ++k) narrow_buf[k] = static_cast<uint16_t>(b->tokens[o + k]);
-          XXH64_update(hash, narrow_buf, m * 2);
-        }
-      } else {
-        XXH64_update(hash, b->tokens.data(), b->tokens.size() * 4);
-      }
-      for (size_t d = 0; d < b->lengths.size(); ++d) w.append_document(b->lengths[d], b->bytes[d]);
-      spare.push_back(std::move(b));
-    }
-    w.finish();
+    const auto [tokens, docs] =
+        write_part(join_path(parts_dir, part_name(index, part)), meta, narrow, hash, batches, spare);
     CAIRN_LOG_DEBUG("%s: part %zu: %llu documents, %llu tokens", reader.shown().c_str(), part,
                     static_cast<unsigned long long>(docs), static_cast<unsigned long long>(tokens));
     file_tokens += tokens;
@@ -328,6 +338,48 @@ bool parts_reusable(const std::string& parts_dir, size_t index, const std::strin
   } catch (const std::exception&) {
     return false;
   }
+}
+
+// What stage 1 left in the parts directory, summed over the inputs' sidecars.
+struct PartsIndex {
+  uint64_t skipped = 0, source_bytes = 0, documents = 0;
+  std::string identity;  // "dataset:<hash of the inputs' token streams>:<tokenizer id>", for resume
+};
+
+// Writes <parts>/index.json listing every part file in input order, so the parts read as one dataset.
+PartsIndex index_parts(const std::vector<std::string>& files, const std::string& parts,
+                       const tokenizer::Tokenizer& tok) {
+  PartsIndex pi;
+  json shard_list = json::array();
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  for (size_t i = 0; i < files.size(); ++i) {
+    json side = json::parse(read_file(join_path(parts, sidecar_name(i))));
+    pi.skipped += side.value("skipped", uint64_t{0});
+    pi.source_bytes += side.value("bytes", uint64_t{0});
+    const size_t n = side.at("parts").get<size_t>();
+    for (size_t p = 0; p < n; ++p) {
+      std::string file = part_name(i, p);
+      auto sh = shards::open_shard(join_path(parts, file));
+      shard_list.push_back({{"file", file},
+                            {"tokens", sh->num_tokens()},
+                            {"documents", sh->num_documents()},
+                            {"xxh64", shards::hex64(sh->attributes().value("tokens_xxh64", uint64_t{0}))}});
+    }
+    const uint64_t fx = shards::parse_hex64(side.at("xxh64").get<std::string>());
+    const uint64_t ft = side.at("tokens").get<uint64_t>(), fd = side.at("documents").get<uint64_t>();
+    XXH64_update(st, &fx, sizeof fx);
+    XXH64_update(st, &ft, sizeof ft);
+    XXH64_update(st, &fd, sizeof fd);
+    pi.documents += fd;
+  }
+  pi.identity = "dataset:" + shards::hex64(XXH64_digest(st)) + ":" + tok.id();
+  XXH64_freeState(st);
+  json index = {{"format", "cairn-shards"},    {"format_version", shards::kFormatVersion},
+                {"tokenizer", tok.describe()}, {"vocab_size", tok.vocab_size()},
+                {"eot_id", tok.eot_id()},      {"shards", shard_list}};
+  atomic_write(join_path(parts, "index.json"), index.dump() + "\n");
+  return pi;
 }
 
 }  // namespace
@@ -397,35 +449,8 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   uint64_t skipped = 0, source_bytes = 0, docs = 0;
   std::string identity;
   if (rank == 0) {
-    json shard_list = json::array();
-    XXH64_state_t* st = XXH64_createState();
-    XXH64_reset(st, 0);
-    for (size_t i = 0; i < files.size(); ++i) {
-      json side = json::parse(read_file(join_path(parts, sidecar_name(i))));
-      skipped += side.value("skipped", uint64_t{0});
-      source_bytes += side.value("bytes", uint64_t{0});
-      const size_t n = side.at("parts").get<size_t>();
-      for (size_t p = 0; p < n; ++p) {
-        std::string file = part_name(i, p);
-        auto sh = shards::open_shard(join_path(parts, file));
-        shard_list.push_back({{"file", file},
-                              {"tokens", sh->num_tokens()},
-                              {"documents", sh->num_documents()},
-                              {"xxh64", shards::hex64(sh->attributes().value("tokens_xxh64", uint64_t{0}))}});
-      }
-      const uint64_t fx = shards::parse_hex64(side.at("xxh64").get<std::string>());
-      const uint64_t ft = side.at("tokens").get<uint64_t>(), fd = side.at("documents").get<uint64_t>();
-      XXH64_update(st, &fx, sizeof fx);
-      XXH64_update(st, &ft, sizeof ft);
-      XXH64_update(st, &fd, sizeof fd);
-      docs += fd;
-    }
-    identity = "dataset:" + shards::hex64(XXH64_digest(st)) + ":" + tok->id();
-    XXH64_freeState(st);
-    json index = {{"format", "cairn-shards"},     {"format_version", shards::kFormatVersion},
-                  {"tokenizer", tok->describe()}, {"vocab_size", tok->vocab_size()},
-                  {"eot_id", tok->eot_id()},      {"shards", shard_list}};
-    atomic_write(join_path(parts, "index.json"), index.dump() + "\n");
+    const PartsIndex pi = index_parts(files, parts, *tok);
+    skipped = pi.skipped, source_bytes = pi.source_bytes, docs = pi.documents, identity = pi.identity;
     CAIRN_LOG_INFO(
         "tokenized %zu inputs (%.1f MB, %llu documents) in %.2f s (%.1f MB/s, %d threads x %d ranks)%s%s", files.size(),
         source_bytes / 1e6, static_cast<unsigned long long>(docs), tok_s, source_bytes / 1e6 / tok_s, nthreads, size,

@@ -207,6 +207,7 @@ std::vector<std::string> llmc_directory_files(const std::string& dir) {
   }
   std::sort(files.begin(), files.end());
   std::vector<std::string> out;
+  out.reserve(files.size());
   for (auto& f : files) out.push_back(f.second);
   return out;
 }

@@ -252,6 +252,7 @@ BenchBareRow measure_size(const BenchContext& x, const SizeRow& r) {
     if (x.rank != 0) continue;
     for (int which = 0; which < 2; ++which) {
       std::vector<double> per_rank;
+      per_rank.reserve(static_cast<size_t>(x.n));
       for (int q = 0; q < x.n; ++q) per_rank.push_back(all[2 * static_cast<size_t>(q) + which]);
       double algbw = 0, busbw = 0;
       bandwidths(x.c, r.count, x.ws, x.n, combine_times(per_rank, x.o.average), &algbw, &busbw);

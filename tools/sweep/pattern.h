@@ -68,7 +68,9 @@ CAIRN_HD inline double input_value(const PatternParams& p, int rank, uint64_t g)
     return static_cast<double>(a + b * rank_factor(p.seed, rank));
   }
   uint64_t hr = mix64(h ^ (static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull));
-  return static_cast<double>(static_cast<int64_t>(hr % static_cast<uint64_t>(p.modulus)) - p.modulus / 2);
+  // Integer values centred on 0 (modulus / 2 rounds down on purpose: exact in every type).
+  const int64_t centred = static_cast<int64_t>(hr % static_cast<uint64_t>(p.modulus)) - p.modulus / 2;
+  return static_cast<double>(centred);
 }
 
 // The reduction of input_value over all ranks at index g (closed form, O(1)).

@@ -68,9 +68,9 @@ SweepOptions sweep_options(const Config& cfg) {
   o.backend = sw.backend;
   for (const auto& c : sw.collectives) {
     if (c == "all") {
-      for (const auto& k : collectives()) o.collectives.push_back(k.name);
+      for (const auto& k : collectives()) o.collectives.emplace_back(k.name);
     } else {
-      o.collectives.push_back(find_collective(c).name);
+      o.collectives.emplace_back(find_collective(c).name);
     }
   }
   if (o.collectives.empty()) throw UsageError("sweep.collectives: no collective given");
@@ -224,7 +224,7 @@ std::vector<TierPlan> plan_tiers(const SweepOptions& o, const SweepTopology& t, 
       p.group_hosts.push_back(t.node_count == 1 ? t.hosts_by_rank[0] : strprintf("%d nodes", t.node_count));
     } else if (name == "intra") {
       if (t.local_size == 1) {
-        notes.push_back("tier intra skipped: one rank per node");
+        notes.emplace_back("tier intra skipped: one rank per node");
         continue;
       }
       if (!t.uniform) throw UsageError("tier intra needs the same number of ranks on every node");
@@ -239,7 +239,7 @@ std::vector<TierPlan> plan_tiers(const SweepOptions& o, const SweepTopology& t, 
       }
     } else if (name == "inter") {
       if (t.node_count == 1) {
-        notes.push_back("tier inter skipped: the job runs on one node");
+        notes.emplace_back("tier inter skipped: the job runs on one node");
         continue;
       }
       p.comm = t.local_rank == 0 ? t.cross : MPI_COMM_NULL;

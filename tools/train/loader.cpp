@@ -62,7 +62,10 @@ Loader::Loader(const shards::Dataset& ds, const WindowIndex& idx, LoaderOptions 
 Loader::~Loader() { stop(); }
 
 void Loader::read_window(uint64_t w, uint32_t* row) const {
-  auto [s, off] = idx_.locate(w);
+  // Plain variables, not a structured binding: the lambda below captures s (clang 14 cannot capture bindings).
+  const std::pair<size_t, uint64_t> where = idx_.locate(w);
+  const size_t s = where.first;
+  const uint64_t off = where.second;
   const shards::Shard& sh = *shards_[s];
   // not under hdf5_mutex(): verify_shard takes it itself where it reads attributes
   std::call_once(verified_[s], [&] { ds_.verify_shard(s, sh); });
@@ -84,7 +87,7 @@ void Loader::read_window(uint64_t w, uint32_t* row) const {
     for (size_t i = 0; i < n; ++i) {
       if (row[i] >= opt_.vocab_limit) {
         throw UsageError(strprintf("\"%s\": token %u at offset %llu is >= the model vocabulary %u",
-                                   ds_.shard_path(s).c_str(), row[i], static_cast<unsigned long long>(off + i),
+                                   ds_.shard_path(s).c_str(), row[i], static_cast<unsigned long long>(off) + i,
                                    opt_.vocab_limit));
       }
     }

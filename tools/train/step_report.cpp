@@ -19,7 +19,7 @@ namespace {
 
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
-  long t = static_cast<long>(s + 0.5);
+  const long t = std::lround(s);
   if (t >= 3600) return strprintf("%ldh%02ldm", t / 3600, (t / 60) % 60);
   if (t >= 60) return strprintf("%ldm%02lds", t / 60, t % 60);
   return strprintf("%lds", t);

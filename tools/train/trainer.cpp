@@ -2,10 +2,9 @@
 // the update or its skip) and the run loop (validation, checkpoints, restores, stop signals).
 #include "trainer.h"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>

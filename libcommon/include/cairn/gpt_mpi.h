@@ -11,7 +11,7 @@ namespace cairn::gpt {
 // took, so a trainer can report the time spent in tensor-parallel communication. With `staging` (a backend with device
 // memory) the buffers are copied through host memory around each call, so device backends run too (NCCL would be
 // faster; this keeps one code path everywhere).
-TpComm mpi_tp_comm(MPI_Comm comm, std::function<void(double seconds)> on_call = {},
+TpComm mpi_tp_comm(MPI_Comm comm, const std::function<void(double seconds)>& on_call = {},
                    const kernels::Backend* staging = nullptr);
 
 }  // namespace cairn::gpt

@@ -55,7 +55,7 @@ struct Staging {
 
 }  // namespace
 
-TpComm mpi_tp_comm(MPI_Comm comm, std::function<void(double)> on_call, const kernels::Backend* staging) {
+TpComm mpi_tp_comm(MPI_Comm comm, const std::function<void(double)>& on_call, const kernels::Backend* staging) {
   if (staging && !staging->device_memory) staging = nullptr;
   auto st = std::make_shared<Staging>(Staging{staging, {}, {}});
   TpComm c;

@@ -109,7 +109,7 @@ class H5Shard final : public Shard {
       throw RuntimeError(file_message("cannot read", path_ + "/tokens",
                                       strprintf("range [%llu, %llu) is outside its %llu tokens",
                                                 static_cast<unsigned long long>(offset),
-                                                static_cast<unsigned long long>(offset + count),
+                                                static_cast<unsigned long long>(offset) + count,
                                                 static_cast<unsigned long long>(num_tokens_))));
     if (count == 0) return;
     if (data_) {

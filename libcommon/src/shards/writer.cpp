@@ -204,7 +204,7 @@ void ShardWriter::append_tokens(const uint32_t* tokens, size_t n) {
           throw UsageError(
               file_message("cannot write", m.path,
                            strprintf("token id %u at position %llu is not below the vocabulary size %u", tokens[i],
-                                     static_cast<unsigned long long>(m.written + m.buffered + i), vocab)));
+                                     static_cast<unsigned long long>(m.written) + m.buffered + i, vocab)));
     }
     m.buffered += take;
     tokens += take;

@@ -114,7 +114,8 @@ struct Backend {
   X(scale)
 // clang-format on
 
-#define CAIRN_KERNEL_OP_COUNT_ONE(op) +1
+// Expands to "+1" per op (a sum, so it cannot be parenthesised).
+#define CAIRN_KERNEL_OP_COUNT_ONE(op) +1  // NOLINT(bugprone-macro-parentheses)
 inline constexpr int kKernelOpCount = 0 CAIRN_KERNEL_OPS(CAIRN_KERNEL_OP_COUNT_ONE);
 #undef CAIRN_KERNEL_OP_COUNT_ONE
 static_assert(sizeof(Backend) == offsetof(Backend, embedding_forward) + kKernelOpCount * sizeof(void (*)()),
