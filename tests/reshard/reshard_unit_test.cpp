@@ -1,4 +1,4 @@
-// Unit tests of the shard reader/writer, tokenizers' building blocks and the reshard planner.
+// Unit tests of the shard reader/writer, tokenizers' building blocks, the reshard planner and mixtures.
 #define BOOST_TEST_MODULE reshard_unit
 #include <boost/test/unit_test.hpp>
 
@@ -46,9 +46,9 @@ BOOST_AUTO_TEST_CASE(utf8_validation_finds_first_bad_byte) {
   BOOST_TEST(tokenizer::find_invalid_utf8("plain ascii text, long enough for the fast path") == std::string::npos);
   BOOST_TEST(tokenizer::find_invalid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") == std::string::npos);
   BOOST_TEST(tokenizer::find_invalid_utf8("abc\xff") == 3u);
-  BOOST_TEST(tokenizer::find_invalid_utf8("ab\xc0\xaf") == 2u);          // overlong
-  BOOST_TEST(tokenizer::find_invalid_utf8("x\xed\xa0\x80") == 1u);       // surrogate
-  BOOST_TEST(tokenizer::find_invalid_utf8("12345678\xe2\x82") == 8u);    // truncated
+  BOOST_TEST(tokenizer::find_invalid_utf8("ab\xc0\xaf") == 2u);        // overlong
+  BOOST_TEST(tokenizer::find_invalid_utf8("x\xed\xa0\x80") == 1u);     // surrogate
+  BOOST_TEST(tokenizer::find_invalid_utf8("12345678\xe2\x82") == 8u);  // truncated
 }
 
 BOOST_AUTO_TEST_CASE(pre_tokenizer_regexes_split_like_gpt2_and_llama3) {
@@ -65,9 +65,38 @@ BOOST_AUTO_TEST_CASE(fast_gpt2_splitter_equals_the_regex_on_random_unicode) {
   // Letters, digits, punctuation, apostrophes and contractions, every kind of whitespace the two
   // definitions of \s disagree on (NEL, BOM, NBSP, em space, ideographic space), CJK, Arabic-Indic
   // digits, combining marks, emoji (outside the BMP) and Roman numerals (Nl).
-  const std::vector<std::string> atoms{"a", "Z", "é", "ß", "ж", "中", "7", "٣", "Ⅻ", "'", "'s", "'ll", "'re", "'t", "'x",
-                                       " ", "  ", "\t", "\n", "\r\n", "\xc2\x85", "\xef\xbb\xbf", "\xc2\xa0",
-                                       "\xe2\x80\x83", "\xe3\x80\x80", ",", "--", "!?", "\xcc\x81", "\xf0\x9f\x98\x80", "$", "_"};
+  const std::vector<std::string> atoms{"a",
+                                       "Z",
+                                       "é",
+                                       "ß",
+                                       "ж",
+                                       "中",
+                                       "7",
+                                       "٣",
+                                       "Ⅻ",
+                                       "'",
+                                       "'s",
+                                       "'ll",
+                                       "'re",
+                                       "'t",
+                                       "'x",
+                                       " ",
+                                       "  ",
+                                       "\t",
+                                       "\n",
+                                       "\r\n",
+                                       "\xc2\x85",
+                                       "\xef\xbb\xbf",
+                                       "\xc2\xa0",
+                                       "\xe2\x80\x83",
+                                       "\xe3\x80\x80",
+                                       ",",
+                                       "--",
+                                       "!?",
+                                       "\xcc\x81",
+                                       "\xf0\x9f\x98\x80",
+                                       "$",
+                                       "_"};
   tokenizer::RegexSplitter js(tokenizer::kGpt2Pattern), hf(tokenizer::kHfByteLevelPattern);
   uint64_t state = 12345;
   for (int trial = 0; trial < 3000; ++trial) {
@@ -114,7 +143,8 @@ BOOST_AUTO_TEST_CASE(shard_writer_and_reader_round_trip_both_widths) {
     BOOST_TEST(sh->doc_bytes(2) == 7u);
     BOOST_TEST(sh->tokens(5, 100) == std::vector<uint32_t>(toks.begin() + 5, toks.begin() + 105),
                boost::test_tools::per_element());
-    BOOST_TEST(sh->document(2) == std::vector<uint32_t>(toks.begin() + 2010, toks.end()), boost::test_tools::per_element());
+    BOOST_TEST(sh->document(2) == std::vector<uint32_t>(toks.begin() + 2010, toks.end()),
+               boost::test_tools::per_element());
     BOOST_CHECK_THROW(sh->tokens(2990, 20), RuntimeError);
     shards::ShardInfo again;
     BOOST_TEST(shards::existing_shard_matches(path, "p1", again));
@@ -137,10 +167,12 @@ BOOST_AUTO_TEST_CASE(planner_balances_and_shuffle_is_a_fixed_permutation) {
   BOOST_TEST(b.back() == prefix.back());
   for (auto x : b) BOOST_TEST((std::find(prefix.begin(), prefix.end(), x) != prefix.end()));  // document boundaries
   auto s = reshard::plan_bounds(prefix, 5, true);
-  for (size_t k = 0; k + 1 < s.size(); ++k) BOOST_TEST((s[k + 1] - s[k] == prefix.back() / 5 || s[k + 1] - s[k] == prefix.back() / 5 + 1));
+  for (size_t k = 0; k + 1 < s.size(); ++k)
+    BOOST_TEST((s[k + 1] - s[k] == prefix.back() / 5 || s[k + 1] - s[k] == prefix.back() / 5 + 1));
   auto empty = reshard::plan_bounds(prefix, 40, false);  // more shards than documents: some are empty
   BOOST_TEST(empty.back() == prefix.back());
-  auto p1 = reshard::shuffled_order(1000, 42), p2 = reshard::shuffled_order(1000, 42), p3 = reshard::shuffled_order(1000, 43);
+  auto p1 = reshard::shuffled_order(1000, 42), p2 = reshard::shuffled_order(1000, 42),
+       p3 = reshard::shuffled_order(1000, 43);
   BOOST_TEST(p1 == p2);
   BOOST_TEST(p1 != p3);
   std::set<uint64_t> all(p1.begin(), p1.end());
@@ -243,6 +275,61 @@ BOOST_AUTO_TEST_CASE(decode_record_reports_line_and_offset) {
   BOOST_TEST(p.why == "no string field \"text\"");
   BOOST_TEST(!reshard::decode_record(b, 3, ts, storage, text, p));
   BOOST_TEST(p.why.rfind("broken JSON line", 0) == 0);
-  BOOST_TEST(reshard::describe_problem("x.jsonl.zst", true, p).find(
-                 "bad input \"x.jsonl.zst\": line 4 (byte offset 300 of the decompressed stream): broken JSON") == 0);
+  BOOST_TEST(reshard::describe_problem("x.jsonl.zst", true, p)
+                 .find("bad input \"x.jsonl.zst\": line 4 (byte offset 300 of the decompressed stream): broken JSON") ==
+             0);
+}
+
+// Greedy blending on sources of very different document lengths: every prefix within the longest
+// document of its share, exact counts, epochs that repeat as permutations, a fixed order per seed.
+BOOST_AUTO_TEST_CASE(mixture_plan_holds_weights_at_every_prefix) {
+  reshard::MemorySource a, b, c;
+  std::vector<uint32_t> doc(1000, 7);
+  for (int i = 0; i < 300; ++i) a.add_document(doc.data(), 50 + (i * 37) % 400, 1);  // long documents
+  for (int i = 0; i < 500; ++i) b.add_document(doc.data(), 5 + (i * 13) % 60, 1);    // short ones
+  for (int i = 0; i < 7; ++i) c.add_document(doc.data(), 10 + i, 1);                 // tiny: repeats
+  const std::vector<const reshard::DocSource*> src = {&a, &b, &c};
+  const std::vector<double> w = {0.5, 0.3, 0.2};
+  const uint64_t target = 100000;
+  reshard::MixPlan p = reshard::plan_mixture(src, w, target, 11);
+  uint64_t max_len = 0;
+  std::vector<uint64_t> have(3, 0), seen_c;
+  for (size_t d = 0; d < p.source.size(); ++d) {
+    const reshard::DocSource& s = *src[p.source[d]];
+    const uint64_t len = s.doc_start(p.doc[d] + 1) - s.doc_start(p.doc[d]);
+    BOOST_TEST(p.prefix[d + 1] - p.prefix[d] == len);
+    max_len = std::max(max_len, len);
+    have[p.source[d]] += len;
+    for (size_t i = 0; i < 3; ++i) {
+      const double lag = static_cast<double>(have[i]) - w[i] * static_cast<double>(p.prefix[d + 1]);
+      BOOST_TEST(lag >= -static_cast<double>(max_len));
+      BOOST_TEST(lag <= 2.0 * max_len);
+    }
+    if (p.source[d] == 2) seen_c.push_back(p.doc[d]);
+  }
+  BOOST_TEST(p.prefix.back() >= target);
+  BOOST_TEST(p.prefix.back() - target < max_len);
+  for (size_t i = 0; i < 3; ++i) BOOST_TEST(have[i] == p.tokens[i]);
+  // The tiny source: every full pass of 7 is a permutation; passes differ in order.
+  BOOST_TEST(seen_c.size() > 100u);
+  std::set<std::vector<uint64_t>> orders;
+  for (size_t k = 0; k + 7 <= seen_c.size(); k += 7) {
+    std::vector<uint64_t> pass(seen_c.begin() + k, seen_c.begin() + k + 7), sorted = pass;
+    std::sort(sorted.begin(), sorted.end());
+    for (uint64_t i = 0; i < 7; ++i) BOOST_TEST(sorted[i] == i);
+    orders.insert(pass);
+  }
+  BOOST_TEST(orders.size() > 10u);
+  // Same seed: same plan; another seed: another order; no seed: stored order.
+  BOOST_TEST(reshard::plan_mixture(src, w, target, 11).doc == p.doc);
+  BOOST_TEST(reshard::plan_mixture(src, w, target, 12).doc != p.doc);
+  reshard::MixPlan stored = reshard::plan_mixture(src, w, target, -1);
+  for (size_t d = 0, next_a = 0; d < stored.source.size(); ++d)
+    if (stored.source[d] == 0) BOOST_TEST(stored.doc[d] == (next_a++) % 300);
+  // Windows over one shard: shares within [0, 1], the worst deviation at least the mean.
+  std::vector<uint64_t> bounds = {0, p.prefix.back()};
+  reshard::json ws = reshard::mix_window_stats(p, w, bounds, 64, 16);
+  BOOST_TEST(ws["windows"].get<uint64_t>() == (p.prefix.back() - 1) / 64 / 16);
+  BOOST_TEST(ws["worst_deviation"].get<double>() >= ws["mean_deviation"].get<double>());
+  BOOST_TEST(ws["worst_deviation"].get<double>() <= 1.0);
 }

@@ -145,6 +145,10 @@ const std::vector<MetricDef>& fixed_metrics() {
       {"data_documents", "", "data", Better::Neither, "documents in the dataset"},
       {"data_bytes_per_token", "B", "data", Better::Neither, "text bytes per token (tokenizer compression)"},
       {"data_shard_imbalance", "%", "data", Better::Lower, "(largest shard - mean) / mean tokens per shard"},
+      {"data_mix_deviation", "%", "data", Better::Lower,
+       "mixtures: worst |realised - requested| share of a source over the largest windows stats.json measures, in "
+       "points"},
+      {"data_mix_max_epochs", "", "data", Better::Neither, "mixtures: epochs of the most repeated source"},
   };
   return k;
 }
@@ -303,6 +307,15 @@ json plan_used_by_training(const RunData& run, bool* matched) {
     }
   }
   return (*plans)[0];
+}
+
+const json* data_mixture(const RunData& run) {
+  for (const json* src : {&run.data_stats, &run.data_index}) {
+    if (!src->is_object()) continue;
+    auto it = src->find("mixture");
+    if (it != src->end() && it->is_object() && it->contains("sources") && (*it)["sources"].is_array()) return &*it;
+  }
+  return nullptr;
 }
 
 std::vector<double> data_tokens_per_shard(const RunData& run) {
@@ -537,6 +550,25 @@ void plan_metrics(Metrics& m, const RunData& run) {
   }
 }
 
+// A mixture (cairn-reshard mix): the worst deviation over its largest measured windows and the most
+// repeated source's epochs.
+void mixture_metrics(Metrics& m, const RunData& run) {
+  const json* mix = data_mixture(run);
+  if (!mix) return;
+  double epochs = kNaN;
+  for (const auto& s : (*mix)["sources"])
+    if (s.is_object() && s.contains("epochs") && s["epochs"].is_number())
+      epochs = std::isnan(epochs) ? s["epochs"].get<double>() : std::max(epochs, s["epochs"].get<double>());
+  set(m, "data_mix_max_epochs", epochs);
+  double widest = -1, dev = kNaN;
+  for (const auto& w : mix->value("windows", json::array())) {
+    if (!w.is_object() || !w.contains("worst_deviation") || !w["worst_deviation"].is_number()) continue;
+    double t = w.value("tokens", 0.0);
+    if (t > widest) widest = t, dev = w["worst_deviation"].get<double>() * 100;
+  }
+  set(m, "data_mix_deviation", dev);
+}
+
 // Data: from stats.json, else index.json, else summed over the shards.
 void data_metrics(Metrics& m, const RunData& run) {
   std::vector<double> per_shard = data_tokens_per_shard(run);
@@ -557,6 +589,7 @@ void data_metrics(Metrics& m, const RunData& run) {
   set(m, "data_documents", docs);
   set(m, "data_bytes_per_token", first_num(run.data_stats, {"bytes_per_token"}));
   set(m, "data_shard_imbalance", first_num(run.data_stats, {"shard_imbalance"}) * 100);
+  mixture_metrics(m, run);
 }
 
 }  // namespace

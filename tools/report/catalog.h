@@ -70,6 +70,8 @@ json plan_used_by_training(const RunData& run, bool* matched);
 
 // Per-shard token counts and the document-length histogram from data/stats.json or index.json.
 std::vector<double> data_tokens_per_shard(const RunData& run);
+// A mixture dataset's description (stats.json "mixture", else index.json's), or nullptr.
+const json* data_mixture(const RunData& run);
 struct Histogram {
   std::vector<double> lo, hi, count;
 };

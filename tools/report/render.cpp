@@ -455,7 +455,7 @@ void html_plan(Html& h, const ReportModel& m) {
       h << "<h3>Top plans: " << xml_escape(run_label(r)) << "</h3><p class=\"muted\">Same plans as "
         << xml_escape(same->second) << ".</p>";
     } else {
-      shown.push_back({plans, r.name});
+      shown.emplace_back(plans, r.name);
       html_top_plans_table(h, m, r, *plans, used, matched);
     }
     const auto& run_metrics = m.metrics[static_cast<size_t>(&r - m.runs.data())];
@@ -497,6 +497,53 @@ void html_layouts(Html& h, const ReportModel& m) {
   h << "</section>\n";
 }
 
+// A mixture's table rows: source, weight, realised weight, tokens, documents, epochs.
+std::vector<std::string> mixture_cells(const json& s) {
+  auto num = [&](const char* k) { return s.contains(k) && s[k].is_number() ? s[k].get<double>() : kNaN; };
+  return {s.value("path", ""),       fmt(num("weight"), ""),    fmt(num("realised_weight"), ""),
+          fmt(num("tokens"), "tok"), fmt(num("documents"), ""), fmt(num("epochs"), "")};
+}
+const char* const kMixtureHeads[] = {"source", "weight", "realised", "tokens", "documents", "epochs"};
+
+// "windows of N x T tokens: worst |share - weight| D (mean E) over W windows" per measured size.
+std::vector<std::string> mixture_window_lines(const json& mix) {
+  std::vector<std::string> out;
+  for (const auto& w : mix.value("windows", json::array())) {
+    if (!w.is_object()) continue;
+    const std::string size =
+        json_cell(w.value("sequences", json())) + " x " + json_cell(mix.value("seq_len", json())) + " tokens";
+    if (!w.contains("worst_deviation") || !w["worst_deviation"].is_number()) {
+      out.push_back("windows of " + size + ": none fit in a shard");
+      continue;
+    }
+    const json mean = w.value("mean_deviation", json());
+    out.push_back("windows of " + size + ": worst |share - weight| " + fmt(w["worst_deviation"].get<double>(), "") +
+                  " (mean " + fmt(mean.is_number() ? mean.get<double>() : kNaN, "") + ") over " +
+                  json_cell(w.value("windows", json())) + " windows");
+  }
+  return out;
+}
+
+void html_mixtures(Html& h, const ReportModel& m) {
+  for (const auto& r : m.runs) {
+    const json* mix = data_mixture(r);
+    if (!mix) continue;
+    h << "<h3>Mixture: " << xml_escape(run_label(r)) << "</h3><div class=\"scroll\"><table><thead><tr>";
+    for (const char* c : kMixtureHeads)
+      h << "<th" << (c == kMixtureHeads[0] ? " class=\"l\"" : "") << ">" << c << "</th>";
+    h << "</tr></thead><tbody>";
+    for (const auto& s : (*mix)["sources"]) {
+      if (!s.is_object()) continue;
+      auto cells = mixture_cells(s);
+      h << "<tr><td class=\"l\"><code>" << xml_escape(cells[0]) << "</code></td>";
+      for (size_t c = 1; c < cells.size(); ++c) h << "<td>" << xml_escape(cells[c]) << "</td>";
+      h << "</tr>";
+    }
+    h << "</tbody></table></div>";
+    for (const auto& line : mixture_window_lines(*mix)) h << "<p class=\"muted\">" << xml_escape(line) << "</p>";
+  }
+}
+
 void html_data(Html& h, const ReportModel& m) {
   h << "<section id=\"data\"><h2>Data (cairn-reshard)</h2><div class=\"scroll\"><table><thead><tr><th "
        "class=\"l\">run</th><th "
@@ -515,6 +562,7 @@ void html_data(Html& h, const ReportModel& m) {
       << "</td><td>" << xml_escape(fmt(get("data_bytes_per_token"), "")) << "</td></tr>";
   }
   h << "</tbody></table></div>";
+  html_mixtures(h, m);
   charts_html(h, m, "data");
   h << "</section>\n";
 }
@@ -624,6 +672,23 @@ std::string render_markdown(const ReportModel& m) {
     }
     os << "\n";
   }
+  for (const auto& r : m.runs) {
+    const json* mix = data_mixture(r);
+    if (!mix) continue;
+    os << "### Data mixture (" << md_cell(run_label(r)) << ")\n\n|";
+    for (const char* c : kMixtureHeads) os << " " << c << " |";
+    os << "\n|---|---:|---:|---:|---:|---:|\n";
+    for (const auto& s : (*mix)["sources"]) {
+      if (!s.is_object()) continue;
+      auto cells = mixture_cells(s);
+      os << "| `" << md_cell(cells[0]) << "` |";
+      for (size_t c = 1; c < cells.size(); ++c) os << " " << md_cell(cells[c]) << " |";
+      os << "\n";
+    }
+    os << "\n";
+    for (const auto& line : mixture_window_lines(*mix)) os << "- " << md_cell(line) << "\n";
+    os << "\n";
+  }
   bool any_missing = false;
   for (const auto& r : m.runs) any_missing |= !r.missing.empty() || r.problem_count > 0;
   if (any_missing) {
@@ -662,7 +727,7 @@ json render_json(const ReportModel& m) {
     jr["stages"] = r.present;
     std::vector<std::string> absent;
     for (const char* st : {"sweep", "plan", "data", "train", "eval"})
-      if (!r.has(st)) absent.push_back(st);
+      if (!r.has(st)) absent.emplace_back(st);
     jr["absent_stages"] = absent;
     jr["missing"] = r.missing;
     jr["problems"] = r.problems;
@@ -693,6 +758,7 @@ json render_json(const ReportModel& m) {
       jr["top_plans"] = top;
     }
     if (const json* fits = sweep_fits(r.sweep)) jr["sweep_fits"] = *fits;
+    if (const json* mix = data_mixture(r)) jr["data_mixture"] = *mix;
     if (layout_rows_of(r)) {
       json lp = r.layout_predict;
       lp.erase("provenance");

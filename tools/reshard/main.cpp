@@ -1,5 +1,6 @@
 // cairn-reshard: raw text -> balanced, checksummed token shards; M -> N shards; Megatron/llm.c
-// conversion; verification and statistics (subcommands build, reshard, convert, verify, stats).
+// conversion; weighted mixtures; verification and statistics (subcommands build, reshard, convert, mix,
+// verify, stats).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -25,9 +26,11 @@ int main(int argc, char** argv) {
     auto* build = app.add_subcommand("build", "raw text (files, directories, - for stdin; .gz ok) -> token shards");
     auto* reshard = app.add_subcommand("reshard", "M shards -> N shards balanced by tokens (optionally shuffled)");
     auto* convert = app.add_subcommand("convert", "Megatron-LM .bin/.idx or llm.c .bin <-> cairn shards");
+    auto* mix = app.add_subcommand(
+        "mix", "datasets + weights -> one dataset whose order realises the weights (e.g. --weights 0.7,0.2,0.1)");
     auto* verify = app.add_subcommand("verify", "check checksums, offsets, token ids and index.json; exit 3 if wrong");
     auto* stats = app.add_subcommand("stats", "tokens, documents, length histogram, balance, bytes/token");
-    for (auto* sub : {build, reshard, convert, verify, stats}) {
+    for (auto* sub : {build, reshard, convert, mix, verify, stats}) {
       sub->fallthrough();  // common options (--out, --config, --set, ...) may follow the subcommand
       sub->add_option("inputs", inputs, "inputs (files, directories, datasets, - for stdin)");
     }
@@ -49,6 +52,13 @@ int main(int argc, char** argv) {
     data_flags(build, {&output, &tokenizer, &text});
     data_flags(reshard, {&output});
     data_flags(convert, {&output, &tokenizer});
+    data_flags(mix, {&output});
+    cairn::add_section_flags(*mix, "data.mix", settings);
+    mix->footer(
+        "Inputs are datasets (cairn-reshard build/reshard output, one tokenizer), or [data.mix] sources. --seed "
+        "shuffles each source's documents, afresh for every epoch of a repeated source (-1: stored order); the "
+        "blend's order is the dataset's order. stats.json reports per-source tokens, epochs and the realised mix "
+        "(docs/reshard-mix.md).");
     convert->add_option("--from", from, "import: megatron | llmc")->check(CLI::IsMember({"megatron", "llmc"}));
     convert->add_option("--to", to, "export: megatron (--out is the .bin/.idx prefix) | llmc (--out is a directory)")
         ->check(CLI::IsMember({"megatron", "llmc"}));
@@ -76,6 +86,7 @@ int main(int argc, char** argv) {
     using namespace cairn::reshard;
     if (build->parsed()) return run_build(cfg, inputs, out, opts.json_path);
     if (reshard->parsed()) return run_reshard(cfg, inputs, out, opts.json_path);
+    if (mix->parsed()) return run_mix(cfg, inputs, out, opts.json_path);
     if (convert->parsed()) return run_convert(cfg, from, to, inputs, out, llmc_format);
     if (verify->parsed())
       return run_verify(cfg, inputs.empty() && !out.empty() ? std::vector<std::string>{out} : inputs, opts.json_path);

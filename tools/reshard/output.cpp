@@ -594,9 +594,11 @@ uint64_t write_index_and_stats(const OutputPlan& plan, const OutputSpec& spec, c
   remove_stale_shards(spec.dir, plan.nshards);
   copy_tokenizer_files(spec);
   json index = index_json(spec, plan.total, total_docs, total_bytes, shard_list);
+  index.update(spec.index_extra);
   atomic_write(join_path(spec.dir, "index.json"), index.dump(2) + "\n");
   CAIRN_LOG_DEBUG("wrote index.json at %.3f s", seconds_since(t0));
   json stats = plan_stats_json(plan, spec, base_meta.tokenizer_id, shard_list, total_docs);
+  stats.update(spec.stats_extra);
   atomic_write(join_path(spec.dir, "stats.json"), stats.dump(2) + "\n");
   CAIRN_LOG_DEBUG("wrote stats.json at %.3f s", seconds_since(t0));
   return total_docs;
@@ -678,7 +680,8 @@ json stats_json(const std::string& tokenizer_id, uint32_t vocab_size, const json
   const uint64_t lmax = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
   auto pct = [&](double q) -> uint64_t {
     if (sorted.empty()) return 0;
-    auto nth = sorted.begin() + std::min(sorted.size() - 1, static_cast<size_t>(q * (sorted.size() - 1) + 0.5));
+    auto nth =
+        sorted.begin() + std::min(sorted.size() - 1, static_cast<size_t>(std::llround(q * double(sorted.size() - 1))));
     std::nth_element(sorted.begin(), nth, sorted.end());
     return *nth;
   };
@@ -731,6 +734,7 @@ std::string format_stats(const json& s) {
                    static_cast<unsigned long long>(s["shard_min_tokens"].get<uint64_t>()),
                    static_cast<unsigned long long>(s["shard_max_tokens"].get<uint64_t>()),
                    100 * s["shard_imbalance"].get<double>());
+  if (s.contains("mixture") && s["mixture"].is_object()) out += format_mixture(s["mixture"]);
   out += "doc length histogram (tokens):\n";
   const json& h = s["doc_length_histogram"];
   uint64_t peak = 1;

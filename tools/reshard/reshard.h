@@ -100,7 +100,9 @@ struct OutputSpec {
   uint32_t vocab_size = 0, eot_id = 0;
   std::vector<std::string> sources;
   uint64_t skipped_records = 0;
-  bool ids_checked = false;  // every source id is known to be below vocab_size (verified inputs)
+  bool ids_checked = false;           // every source id is known to be below vocab_size (verified inputs)
+  json index_extra = json::object();  // keys added to index.json (mix: "mixture")
+  json stats_extra = json::object();  // keys added to stats.json
 };
 
 // Summary of a written dataset.
@@ -128,6 +130,50 @@ std::vector<uint64_t> shuffled_order(uint64_t n, uint64_t seed);
 // without split_docs every bound falls on a document boundary.
 std::vector<uint64_t> plan_bounds(const std::vector<uint64_t>& prefix, uint64_t shards, bool split_docs);
 
+// ------------------------------------------------------------------------------------ mixtures
+// A blend of sources in order: mixture document p is document doc[p] of source source[p], and
+// tokens [prefix[p], prefix[p + 1]) of the mixture's stream.
+struct MixPlan {
+  std::vector<uint16_t> source;
+  std::vector<uint64_t> doc;
+  std::vector<uint64_t> prefix{0};
+  std::vector<uint64_t> tokens, documents;  // per source: what the mixture holds of it
+  std::vector<double> max_prefix_lag;       // per source: max over prefixes of |its tokens - weight x prefix|
+};
+// Megatron's greedy blending at token granularity: until `target_tokens` are reached, the source
+// whose tokens lag their weight's share of the prefix the most gives its next whole document. Each
+// source's documents come in epochs, shuffled per (seed, source, epoch) when seed >= 0, else in
+// stored order; small sources repeat. `weights` sum to 1.
+MixPlan plan_mixture(const std::vector<const DocSource*>& sources, const std::vector<double>& weights,
+                     uint64_t target_tokens, int64_t seed);
+// The mixture as one document stream (sources must outlive it).
+class MixSource final : public DocSource {
+ public:
+  MixSource(MixPlan plan, std::vector<const DocSource*> sources, std::string id)
+      : plan_(std::move(plan)), sources_(std::move(sources)), id_(std::move(id)) {}
+  uint64_t num_docs() const override { return plan_.source.size(); }
+  uint64_t doc_start(uint64_t d) const override { return plan_.prefix[d]; }
+  uint32_t doc_bytes(uint64_t d) const override { return sources_[plan_.source[d]]->doc_bytes(plan_.doc[d]); }
+  void read_stream(uint64_t offset, uint64_t count, uint32_t* out) const override;
+  std::string identity() const override { return id_; }
+  bool raw_range(uint64_t offset, uint64_t count, const void*& ptr, int& width) const override;
+  void release_mapped() const override;
+
+ private:
+  uint64_t mix_doc(uint64_t offset) const;  // the mixture document holding token `offset`
+  MixPlan plan_;
+  std::vector<const DocSource*> sources_;
+  std::string id_;
+};
+// The realised mix over cairn-train's windows of the stream cut at `bounds` (shards): windows of
+// `sequences` consecutive sequences of seq_len tokens inside a shard. {sequences, tokens, windows,
+// worst_deviation (max over windows and sources of |share - weight|), mean_deviation, worst_at,
+// per_source [{min_share, max_share}]}.
+json mix_window_stats(const MixPlan& plan, const std::vector<double>& weights, const std::vector<uint64_t>& bounds,
+                      uint64_t seq_len, uint64_t sequences);
+// The per-source table of a stats.json "mixture".
+std::string format_mixture(const json& mixture);
+
 // Statistics of a dataset (also written as stats.json).
 json compute_stats(const shards::Dataset& ds);
 // The statistics of shards described by `per_shard` ([{file, tokens, documents}]), every stored
@@ -153,6 +199,9 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
 int run_convert(const Config& cfg, const std::string& from, const std::string& to,
                 const std::vector<std::string>& inputs, const std::string& out,
                 const std::string& llmc_format = "auto");
+// [data.mix] sources (or positional datasets) blended by weight into one dataset.
+int run_mix(const Config& cfg, const std::vector<std::string>& inputs, const std::string& out,
+            const std::string& json_out = "");
 int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out);
 int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out);
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include "cairn/cli.h"
@@ -19,6 +20,26 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A shard's attributes against index.json: format, vocabulary, end-of-text, tokenizer, place in the dataset.
+void check_shard_attributes(const json& a, const shards::Dataset& ds, size_t i, const shards::Shard& sh,
+                            const std::function<void(const std::string&)>& problem) {
+  const uint32_t vocab = ds.vocab_size(), eot = ds.eot_id();
+  const std::string tok_id = ds.tokenizer_id();
+  if (a.value("format_version", 0) != shards::kFormatVersion) problem("format_version attribute is not 1");
+  if (a.value("vocab_size", int64_t{-1}) != static_cast<int64_t>(vocab))
+    problem(strprintf("vocab_size attribute %lld differs from index.json %u",
+                      static_cast<long long>(a.value("vocab_size", int64_t{-1})), vocab));
+  if (a.value("eot_id", int64_t{-1}) != static_cast<int64_t>(eot)) problem("eot_id attribute differs from index.json");
+  if (a.value("tokenizer", "") != tok_id)
+    problem("tokenizer attribute \"" + a.value("tokenizer", "") + "\" differs from index.json \"" + tok_id + "\"");
+  if (a.value("shard_index", int64_t{-1}) != static_cast<int64_t>(i))
+    problem(strprintf("shard_index attribute is not %zu", i));
+  if (a.value("shard_count", int64_t{-1}) != static_cast<int64_t>(ds.num_shards()))
+    problem("shard_count attribute differs from the index");
+  if (sh.token_width() != (shards::tokens_fit_uint16(vocab) ? 2 : 4))
+    problem("token width does not match the vocabulary size");
+}
+
 // Checks one dataset; appends "where: what" problems (capped per shard so output stays readable).
 json verify_dataset(const std::string& dir, std::vector<std::string>& problems) {
   const size_t cap_per_shard = 20;
@@ -26,7 +47,6 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems) 
   const json& ix = ds.index();
   const uint32_t vocab = ds.vocab_size(), eot = ds.eot_id();
   const bool split = ix.value("split_docs", false);
-  const std::string tok_id = ds.tokenizer_id();
   uint64_t tokens = 0, docs = 0, bytes = 0;
   std::set<std::string> listed;
   for (size_t i = 0; i < ds.num_shards(); ++i) {
@@ -46,20 +66,7 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems) 
       continue;
     }
     json a = sh->attributes();
-    if (a.value("format_version", 0) != shards::kFormatVersion) problem("format_version attribute is not 1");
-    if (a.value("vocab_size", int64_t{-1}) != static_cast<int64_t>(vocab))
-      problem(strprintf("vocab_size attribute %lld differs from index.json %u",
-                        static_cast<long long>(a.value("vocab_size", int64_t{-1})), vocab));
-    if (a.value("eot_id", int64_t{-1}) != static_cast<int64_t>(eot))
-      problem("eot_id attribute differs from index.json");
-    if (a.value("tokenizer", "") != tok_id)
-      problem("tokenizer attribute \"" + a.value("tokenizer", "") + "\" differs from index.json \"" + tok_id + "\"");
-    if (a.value("shard_index", int64_t{-1}) != static_cast<int64_t>(i))
-      problem(strprintf("shard_index attribute is not %zu", i));
-    if (a.value("shard_count", int64_t{-1}) != static_cast<int64_t>(ds.num_shards()))
-      problem("shard_count attribute differs from the index");
-    if (sh->token_width() != (shards::tokens_fit_uint16(vocab) ? 2 : 4))
-      problem("token width does not match the vocabulary size");
+    check_shard_attributes(a, ds, i, *sh, problem);
     const uint64_t n = sh->num_tokens(), nd = sh->num_documents();
     if (n != info.tokens)
       problem(strprintf("has %llu tokens, index.json says %llu", static_cast<unsigned long long>(n),
@@ -179,6 +186,16 @@ int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const s
     // checked first, like reshard/convert do (exit 3 naming the shard; stats.json is left alone).
     ds.verify_shards(resolve_threads(read_section<DataSection>(cfg)));
     json s = compute_stats(ds);
+    // A mixture's description (per-source counts, realised weights) cannot be recomputed from the
+    // shards: it is kept from the stats.json `mix` wrote, else taken from index.json.
+    try {
+      const std::string old = join_path(d, "stats.json");
+      json prev = path_exists(old) ? json::parse(read_file(old)) : json();
+      if (prev.is_object() && prev.contains("mixture")) s["mixture"] = prev["mixture"];
+      else if (ds.index().contains("mixture")) s["mixture"] = ds.index()["mixture"];
+    } catch (const json::exception&) {
+      if (ds.index().contains("mixture")) s["mixture"] = ds.index()["mixture"];
+    }
     std::printf("%s\n%s", d.c_str(), format_stats(s).c_str());
     atomic_write(join_path(d, "stats.json"), s.dump(2) + "\n");
     if (!json_out.empty()) write_json_output(json_out, s.dump(2) + "\n");

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -29,7 +30,8 @@ class Tokenizer {
   virtual std::string type() const = 0;
   virtual uint32_t vocab_size() const = 0;  // max id + 1
   virtual uint32_t eot_id() const = 0;      // end-of-text id appended after each document
-  // Appends the ids of `text` (valid UTF-8; no end-of-text added) to `out`.
+  // Appends the ids of `text` (no end-of-text added) to `out`. Text that is not valid UTF-8 is refused
+  // with a UsageError naming the first bad byte (the bytes tokenizer takes any bytes).
   virtual void encode_into(std::string_view text, std::vector<uint32_t>& out) const = 0;
   // Bytes of the given ids (ids out of range throw UsageError).
   virtual std::string decode(const uint32_t* ids, size_t n) const = 0;
@@ -61,25 +63,32 @@ size_t find_invalid_utf8(std::string_view text);
 extern const char* const kGpt2Pattern;
 extern const char* const kLlama3Pattern;
 
+class RegexSplitter;
+namespace detail {  // internal to the tokenizer sources: one match on text already validated
+bool regex_find(const RegexSplitter& re, std::string_view text, size_t pos, size_t& begin, size_t& end);
+}
+
 // Splits text with a PCRE2 pattern the way Hugging Face's Split(behavior="Isolated") does: every
-// match is a piece and so is every gap between matches. Thread-safe.
+// match is a piece and so is every gap between matches. Thread-safe. Text that is not valid UTF-8 is
+// refused (UsageError), never handed to PCRE2.
 class RegexSplitter {
  public:
   explicit RegexSplitter(const std::string& pattern, bool case_insensitive = false);
   ~RegexSplitter();
   RegexSplitter(const RegexSplitter&) = delete;
   RegexSplitter& operator=(const RegexSplitter&) = delete;
-  // Calls piece(begin, length) for each piece of `text` (which must be valid UTF-8), in order.
+  // Calls piece(begin, length) for each piece of `text`, in order.
   template <typename F>
   void split(std::string_view text, F&& piece) const {
     split_impl(
-        text, [](void* ctx, size_t b, size_t n) { (*static_cast<F*>(ctx))(b, n); }, &piece);
+        text, [](void* ctx, size_t b, size_t n) { (*static_cast<std::remove_reference_t<F>*>(ctx))(b, n); }, &piece);
   }
   const std::string& pattern() const { return pattern_; }
-  // True if the whole of `text` (valid UTF-8) matches the pattern.
+  // True if the whole of `text` matches the pattern.
   bool full_match(std::string_view text) const;
 
  private:
+  friend bool detail::regex_find(const RegexSplitter&, std::string_view, size_t, size_t&, size_t&);
   void split_impl(std::string_view text, void (*cb)(void*, size_t, size_t), void* ctx) const;
   std::string pattern_;
   void* code_ = nullptr;  // pcre2_code_8*
@@ -87,9 +96,13 @@ class RegexSplitter {
 };
 
 // GPT-2's pattern applied by hand-written code (what the gpt2 and hf ByteLevel tokenizers use; equal
-// to RegexSplitter(kGpt2Pattern) with js_whitespace, else to the pattern with PCRE2's \s).
+// to RegexSplitter(kGpt2Pattern) with js_whitespace, else to kHfByteLevelPattern with PCRE2's \s).
 // Set CAIRN_TOKENIZER_REGEX_ONLY=1 to make tokenizers use PCRE2 instead (debugging aid).
 void split_gpt2_fast(std::string_view text, bool js_whitespace, const std::function<void(size_t, size_t)>& piece);
+// The hand-written splitter for `pattern` if there is one (kGpt2Pattern, kHfByteLevelPattern,
+// kLlama3Pattern: equal to RegexSplitter(pattern) on all valid UTF-8): splits and returns true; else
+// returns false without calling `piece`. Invalid UTF-8 is refused (UsageError).
+bool split_fast(const std::string& pattern, std::string_view text, const std::function<void(size_t, size_t)>& piece);
 extern const char* const kHfByteLevelPattern;
 
 }  // namespace cairn::tokenizer

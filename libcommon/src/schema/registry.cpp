@@ -11,6 +11,7 @@ const Schema& registry() {
     declare_section<ClusterSection>(s);
     declare_section<ParallelSection>(s);
     declare_section<DataSection>(s);
+    declare_section<DataMixSection>(s);
     declare_section<TrainSection>(s);
     declare_section<SweepSection>(s);
     declare_section<PlanSection>(s);

@@ -60,4 +60,37 @@ struct DataSection {
   }
 };
 
+// [data.mix]: a weighted mixture of existing datasets (cairn-reshard mix; docs/reshard-mix.md).
+struct DataMixSection {
+  static constexpr const char* kSection = "data.mix";
+  std::vector<std::string> sources;
+  std::vector<double> weights;
+  int64_t tokens = 0;
+  double epochs = 0;
+  double max_epochs = 0;
+  int64_t seq_len = 0;
+  std::vector<int64_t> window_sequences{1, 1024};
+  template <class K>
+  static void keys(K& k) {
+    using S = DataMixSection;
+    k(&S::sources, "sources",
+      "cairn-reshard mix: the datasets to blend (built by cairn-reshard; one tokenizer); positional arguments win");
+    k(&S::weights, "weights", Flag{"--weights"},
+      "share of the mixture's tokens per source, one positive value per source, normalised to sum 1 (e.g. "
+      "[0.7, 0.2, 0.1])");
+    k(&S::tokens, "tokens", Range{0, 9.2e18}, Flag{"--tokens"},
+      "tokens of the mixture (0 = from epochs); documents stay whole, so it ends at the first document end at or "
+      "past this");
+    k(&S::epochs, "epochs", Range{0, 1e9}, Flag{"--epochs"},
+      "size as epochs of the largest source: tokens = epochs x its tokens / its weight (tokens = epochs = 0: 1 "
+      "epoch)");
+    k(&S::max_epochs, "max_epochs", Range{0, 1e12}, Flag{"--max-epochs"},
+      "refuse (exit 2) a mixture that repeats any source more than this many epochs (0 = no limit)");
+    k(&S::seq_len, "seq_len", Range{0, 1e7}, Flag{"--seq-len"},
+      "training sequence length over whose windows the realised mix is measured (0 = [model] seq_len)");
+    k(&S::window_sequences, "window_sequences", Range{1, 1e12},
+      "window sizes, in training sequences, over which stats.json reports the realised mix's worst deviation");
+  }
+};
+
 }  // namespace cairn

@@ -1,0 +1,71 @@
+// Interfaces shared by the tokenizer sources: fast pre-tokenizers, byte-level BPE and the loaders.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "cairn/tokenizer.h"
+
+namespace cairn::tokenizer::detail {
+
+// Receives one piece (begin, length) of a split.
+using PieceFn = void (*)(void* ctx, size_t begin, size_t length);
+
+// A hand-written pre-tokenizer equal to one known regex (same pieces on every valid UTF-8 text).
+class FastSplitter {
+ public:
+  virtual ~FastSplitter() = default;
+  // `text` must be valid UTF-8 (the tokenizer validates once, at encode).
+  virtual void split(std::string_view text, PieceFn piece, void* ctx) const = 0;
+};
+
+// The fast splitter for `pattern` if one exists (GPT-2's patterns, Llama 3's), else null. Returns null
+// when CAIRN_TOKENIZER_REGEX_ONLY is set (debugging aid: PCRE2 everywhere).
+const FastSplitter* fast_splitter_for(const std::string& pattern);
+
+// The first match at or after `pos` in valid UTF-8 (no validation: the caller has validated); false if none.
+bool regex_find(const RegexSplitter& re, std::string_view text, size_t pos, size_t& begin, size_t& end);
+// Splits valid UTF-8 with a compiled regex, Isolated (no validation: the caller has validated).
+void regex_split_trusted(const RegexSplitter& re, std::string_view text, PieceFn piece, void* ctx);
+
+// GPT-2's byte <-> printable code point mapping: decodes a byte-level token string to raw bytes, false if
+// a code point is not one of the 256 byte symbols.
+bool byte_level_to_bytes(std::string_view s, std::string& out);
+
+// How a Split pre-tokenizer keeps the regex matches (Hugging Face's SplitDelimiterBehavior).
+enum class SplitBehavior : uint8_t { Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous };
+
+// Splits valid UTF-8 like Hugging Face's Split pre-tokenizer: matches and the gaps between them (invert
+// swaps which is which), then combined by `behavior`; empty pieces are not reported.
+void regex_split_behavior(const RegexSplitter& re, std::string_view text, SplitBehavior behavior, bool invert,
+                          PieceFn piece, void* ctx);
+
+// What a byte-level BPE tokenizer is made of (filled by the gpt2 and hf loaders).
+struct BpeConfig {
+  std::string type;  // "gpt2" | "hf"
+  std::string id;
+  std::vector<std::string> files;           // source paths
+  std::vector<std::string> file_roles;      // "vocab", "merges", "tokenizer_json"
+  std::vector<std::string> split_patterns;  // applied in order, each piece split by the next
+  // Per pattern (missing entries: Isolated, not inverted, the only form with a hand-written path).
+  std::vector<SplitBehavior> split_behaviors;
+  std::vector<bool> split_invert;
+  bool add_prefix_space = false;
+  bool ignore_merges = false;
+  uint32_t eot = 0;
+};
+
+// Byte-level BPE (GPT-2 and Hugging Face): builds from a vocabulary, then add_merge for each merge in
+// rank order. Declared here so the loaders can fill it; defined in bpe.cpp.
+std::unique_ptr<Tokenizer> make_bpe_tokenizer(const BpeConfig& cfg, std::vector<std::string> id_to_bytes,
+                                              std::vector<bool> is_special);
+// Registers merge (a, b) -> a+b at `rank` on a tokenizer from make_bpe_tokenizer; false if a token is unknown.
+bool bpe_add_merge(Tokenizer& tok, const std::string& a, const std::string& b, uint32_t rank);
+// True if every byte has a token.
+bool bpe_has_all_bytes(const Tokenizer& tok);
+
+}  // namespace cairn::tokenizer::detail

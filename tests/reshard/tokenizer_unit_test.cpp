@@ -1,0 +1,370 @@
+// Unit tests of the tokenizers' safety and fast paths: invalid UTF-8 is refused (never reaches PCRE2),
+// the hand-written Llama 3 splitter equals the regex, and the BPE merge loop equals the reference rule.
+#define BOOST_TEST_MODULE tokenizer_unit
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/test/unit_test.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "cairn/error.h"
+#include "cairn/tokenizer.h"
+
+namespace fs = std::filesystem;
+using namespace cairn;
+using json = nlohmann::json;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("cairn-tokenizer-unit-" + std::to_string(::getpid()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+// GPT-2's bytes_to_unicode: the printable code point standing for each byte in byte-level vocabularies.
+std::string byte_symbol(unsigned char b) {
+  auto direct = [](int c) { return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF); };
+  uint32_t cp = b;
+  if (!direct(b)) {
+    uint32_t n = 0;
+    for (int c = 0; c < b; ++c) n += !direct(c);
+    cp = 256 + n;
+  }
+  std::string s;
+  if (cp < 0x80) s += static_cast<char>(cp);
+  else s += static_cast<char>(0xC0 | (cp >> 6)), s += static_cast<char>(0x80 | (cp & 0x3F));
+  return s;
+}
+std::string byte_level(const std::string& bytes) {
+  std::string s;
+  for (unsigned char c : bytes) s += byte_symbol(c);
+  return s;
+}
+
+// A tokenizer.json: all 256 bytes, `merges` (pairs of byte strings) in rank order, the given
+// pre-tokenizer and <|endoftext|> as an added token.
+std::string write_tokenizer(const fs::path& dir, const std::string& name,
+                            const std::vector<std::pair<std::string, std::string>>& merges, const json& pre) {
+  json vocab = json::object();
+  uint32_t next = 0;
+  for (int b = 0; b < 256; ++b) vocab[byte_level(std::string(1, static_cast<char>(b)))] = next++;
+  json m = json::array();
+  for (auto& [a, b] : merges) {
+    std::string ab = byte_level(a + b);
+    if (!vocab.contains(ab)) vocab[ab] = next++;
+    m.push_back(byte_level(a) + " " + byte_level(b));
+  }
+  json tok = {{"added_tokens", json::array({{{"id", next}, {"content", "<|endoftext|>"}, {"special", true}}})},
+              {"pre_tokenizer", pre},
+              {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", m}}}};
+  std::string path = (dir / name).string();
+  std::ofstream(path) << tok.dump();
+  return path;
+}
+
+json byte_level_only() { return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}; }
+json split_then_byte_level(const std::string& regex) {
+  return {{"type", "Sequence"},
+          {"pretokenizers", json::array({{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}},
+                                         byte_level_only()})}};
+}
+
+std::vector<std::string> regex_pieces(const tokenizer::RegexSplitter& s, const std::string& text) {
+  std::vector<std::string> out;
+  s.split(text, [&](size_t b, size_t n) { out.push_back(text.substr(b, n)); });
+  return out;
+}
+
+struct Rng {
+  uint64_t state;
+  uint64_t next() {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state >> 33;
+  }
+};
+
+// The reference rule on byte strings (OpenAI's encoder): merge every occurrence of the lowest-ranked
+// pair, left to right, until no pair has a rank.
+std::vector<std::string> reference_bpe(const std::string& word,
+                                       const std::map<std::pair<std::string, std::string>, int>& rank) {
+  std::vector<std::string> sym;
+  for (char c : word) sym.emplace_back(1, c);
+  while (sym.size() > 1) {
+    int best = INT32_MAX;
+    for (size_t i = 0; i + 1 < sym.size(); ++i) {
+      auto it = rank.find({sym[i], sym[i + 1]});
+      if (it != rank.end()) best = std::min(best, it->second);
+    }
+    if (best == INT32_MAX) break;
+    std::vector<std::string> next;
+    for (size_t i = 0; i < sym.size();) {
+      auto it = i + 1 < sym.size() ? rank.find({sym[i], sym[i + 1]}) : rank.end();
+      if (it != rank.end() && it->second == best) next.push_back(sym[i] + sym[i + 1]), i += 2;
+      else next.push_back(sym[i]), i += 1;
+    }
+    sym.swap(next);
+  }
+  return sym;
+}
+
+}  // namespace
+
+// Before the fix, invalid UTF-8 went to PCRE2's JIT (which does no UTF check) and to the hand-written
+// splitters, which read past the end of a truncated sequence: cairn-reshard-bench-tokenizer on the
+// Latin-1 and binary fortune files crashed in pcre2_match. Every entry point now refuses it.
+BOOST_AUTO_TEST_CASE(invalid_utf8_is_refused_by_every_entry_point) {
+  TempDir t;
+  const std::vector<std::string> bad{"caf\xe9 au lait",  // Latin-1
+                                     "abc\xe2\x82",      // truncated at the end
+                                     "\x80\x80\x80",     // lone continuation bytes
+                                     "x\xed\xa0\x80y",   // surrogate
+                                     "\xc0\xaf",         // overlong
+                                     std::string("\xff\xfe\x00\x01\xf8", 5)};
+  std::string binary;
+  Rng rng{7};
+  for (int i = 0; i < 100000; ++i) binary += static_cast<char>(rng.next());
+  const std::string custom = "[^\\s\\p{L}]+|\\p{L}+|\\s+";  // no fast path: PCRE2 (JIT) splits
+  std::vector<std::unique_ptr<tokenizer::Tokenizer>> toks;
+  tokenizer::Spec spec;
+  spec.type = "hf";
+  spec.tokenizer_json =
+      write_tokenizer(t.path, "l3.json", {{"a", "b"}}, split_then_byte_level(tokenizer::kLlama3Pattern));
+  toks.push_back(tokenizer::load(spec));
+  spec.tokenizer_json = write_tokenizer(t.path, "custom.json", {{"a", "b"}}, split_then_byte_level(custom));
+  toks.push_back(tokenizer::load(spec));
+  spec.tokenizer_json = write_tokenizer(t.path, "bl.json", {{"a", "b"}}, {{"type", "ByteLevel"}});
+  toks.push_back(tokenizer::load(spec));
+  tokenizer::RegexSplitter re(custom), l3(tokenizer::kLlama3Pattern);
+  auto ignore = [](size_t, size_t) {};
+  for (std::string text : bad) {
+    for (const std::string& s : {text, binary, "ok " + text + " ok"}) {
+      for (auto& tok : toks) BOOST_CHECK_THROW(tok->encode(s), UsageError);
+      BOOST_CHECK_THROW(re.split(s, ignore), UsageError);
+      BOOST_CHECK_THROW(l3.split(s, ignore), UsageError);
+      BOOST_CHECK_THROW(re.full_match(s), UsageError);
+      BOOST_CHECK_THROW(tokenizer::split_gpt2_fast(s, true, ignore), UsageError);
+      BOOST_CHECK_THROW(tokenizer::split_fast(tokenizer::kLlama3Pattern, s, ignore), UsageError);
+    }
+  }
+  // The message names the first bad byte.
+  try {
+    toks[0]->encode("abc\xff");
+    BOOST_FAIL("no error");
+  } catch (const UsageError& e) {
+    BOOST_TEST(std::string(e.what()).find("not valid UTF-8 (byte 3") != std::string::npos, e.what());
+  }
+  // Valid text still encodes and round-trips; bytes take anything.
+  for (auto& tok : toks)
+    BOOST_TEST(tok->decode(tok->encode("ab c\xc3\xa9 \xf0\x9f\x98\x80")) == "ab c\xc3\xa9 \xf0\x9f\x98\x80");
+  auto bytes = tokenizer::load({});
+  BOOST_TEST(bytes->encode(binary).size() == binary.size());
+}
+
+BOOST_AUTO_TEST_CASE(fast_llama3_splitter_equals_the_regex_on_random_unicode) {
+  // Contractions in every case (and U+017F, which PCRE2's caseless matching folds to s), letters,
+  // digit runs, punctuation, every kind of whitespace incl. CR/LF runs, CJK, combining marks, emoji.
+  const std::vector<std::string> atoms{"a",
+                                       "Z",
+                                       "\xc3\xa9",
+                                       "\xc3\x9f",
+                                       "\xd0\xb6",
+                                       "\xe4\xb8\xad",
+                                       "7",
+                                       "\xd9\xa3",
+                                       "\xe2\x85\xab",
+                                       "'",
+                                       "'s",
+                                       "'S",
+                                       "'ll",
+                                       "'LL",
+                                       "'Re",
+                                       "'vE",
+                                       "'t",
+                                       "'M",
+                                       "'d",
+                                       "'x",
+                                       "'\xc5\xbf",
+                                       "\xc5\xbf",
+                                       " ",
+                                       "  ",
+                                       "\t",
+                                       "\n",
+                                       "\r",
+                                       "\r\n",
+                                       "\n\n",
+                                       "\xc2\x85",
+                                       "\xef\xbb\xbf",
+                                       "\xc2\xa0",
+                                       "\xe2\x80\x83",
+                                       "\xe3\x80\x80",
+                                       ",",
+                                       "--",
+                                       "!?",
+                                       "\xcc\x81",
+                                       "\xf0\x9f\x98\x80",
+                                       "\xf0\xa0\x80\x80",
+                                       "$",
+                                       "_",
+                                       "123",
+                                       "4567"};
+  tokenizer::RegexSplitter re(tokenizer::kLlama3Pattern);
+  Rng rng{12345};
+  for (int trial = 0; trial < 5000; ++trial) {
+    std::string text;
+    int len = 1 + static_cast<int>(rng.next() % 24);
+    for (int k = 0; k < len; ++k) text += atoms[rng.next() % atoms.size()];
+    std::vector<std::string> fast;
+    BOOST_TEST_REQUIRE(tokenizer::split_fast(tokenizer::kLlama3Pattern, text,
+                                             [&](size_t b, size_t n) { fast.push_back(text.substr(b, n)); }));
+    std::vector<std::string> slow = regex_pieces(re, text);
+    BOOST_TEST_REQUIRE(fast == slow, "text \"" << text << "\"");
+  }
+  BOOST_TEST(!tokenizer::split_fast("\\p{L}+", "abc", [](size_t, size_t) {}));
+}
+
+// Words short and long (the long ones take the heap path) merge exactly as the reference rule does,
+// with merges that make the same pair appear many times and overlap ("aaaa").
+BOOST_AUTO_TEST_CASE(bpe_merges_equal_the_reference_rule_on_short_and_long_words) {
+  TempDir t;
+  Rng rng{99};
+  std::vector<std::string> tokens{"a", "b", "c", "d"};
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::map<std::pair<std::string, std::string>, int> rank;
+  std::set<std::string> known(tokens.begin(), tokens.end());
+  while (merges.size() < 60) {
+    std::string a = tokens[rng.next() % tokens.size()], b = tokens[rng.next() % tokens.size()];
+    if (known.count(a + b) || (a + b).size() > 12) continue;
+    rank[{a, b}] = static_cast<int>(merges.size());
+    merges.emplace_back(a, b);
+    tokens.push_back(a + b);
+    known.insert(a + b);
+  }
+  tokenizer::Spec spec;
+  spec.type = "hf";
+  spec.tokenizer_json = write_tokenizer(t.path, "m.json", merges, byte_level_only());
+  auto tok = tokenizer::load(spec);
+  for (int trial = 0; trial < 3000; ++trial) {
+    size_t len = trial < 2000 ? 1 + rng.next() % 70 : 60 + rng.next() % 2000;
+    std::string word;
+    for (size_t k = 0; k < len; ++k) word += static_cast<char>('a' + (rng.next() % 100 < 60 ? 0 : rng.next() % 4));
+    std::vector<uint32_t> ids = tok->encode(word);
+    std::vector<std::string> got;
+    for (uint32_t id : ids) got.push_back(tok->decode(&id, 1));
+    std::vector<std::string> want = reference_bpe(word, rank);
+    BOOST_TEST_REQUIRE(got == want, "word of " << len << " bytes: " << word);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(added_tokens_split_out_of_text_with_many_candidates) {
+  TempDir t;
+  tokenizer::Spec spec;
+  spec.type = "hf";
+  spec.tokenizer_json = write_tokenizer(t.path, "s.json", {{"<", "|"}}, byte_level_only());
+  auto tok = tokenizer::load(spec);
+  const uint32_t eot = tok->eot_id();
+  std::vector<uint32_t> ids = tok->encode("<<|endoftext|><|end<|endoftext|>");
+  BOOST_TEST(std::count(ids.begin(), ids.end(), eot) == 2);
+  BOOST_TEST(ids.back() == eot);
+  BOOST_TEST(tok->decode(ids) == "<<|endoftext|><|end<|endoftext|>");
+}
+
+// Options that would change the tokens and that cairn does not reproduce are refused with the reason.
+BOOST_AUTO_TEST_CASE(unsupported_tokenizer_json_options_are_refused_with_the_reason) {
+  TempDir t;
+  std::string base = write_tokenizer(t.path, "base.json", {{"a", "b"}}, byte_level_only());
+  json j = json::parse(std::ifstream(base));
+  auto refused = [&](json variant, const std::string& reason) {
+    std::string path = (t.path / "variant.json").string();
+    std::ofstream(path) << variant.dump();
+    tokenizer::Spec spec;
+    spec.type = "hf";
+    spec.tokenizer_json = path;
+    try {
+      tokenizer::load(spec);
+      BOOST_ERROR("loaded despite " << reason);
+    } catch (const UsageError& e) {
+      BOOST_TEST(std::string(e.what()).find(reason) != std::string::npos, e.what());
+    }
+  };
+  for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
+    json v = j;
+    v["added_tokens"][0][flag] = true;
+    refused(v, std::string(flag) + "=true");
+  }
+  json v = j;
+  v["model"]["dropout"] = 0.1;
+  refused(v, "dropout");
+  v = j;
+  v["model"]["continuing_subword_prefix"] = "##";
+  refused(v, "continuing_subword_prefix");
+  v = j;
+  v["normalizer"] = {{"type", "NFC"}};
+  refused(v, "normalizer");
+  v = j;
+  v["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xe2\x96\x81"}};
+  refused(v, "Metaspace");
+  v = j;
+  v["pre_tokenizer"] = split_then_byte_level("\\d");
+  v["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sometimes";
+  refused(v, "MergedWithNext");
+  // Null or zero dropout and empty affixes are the defaults: accepted.
+  v = j;
+  v["model"]["dropout"] = nullptr;
+  v["model"]["continuing_subword_prefix"] = "";
+  std::ofstream((t.path / "ok.json").string()) << v.dump();
+  tokenizer::Spec spec;
+  spec.type = "hf";
+  spec.tokenizer_json = (t.path / "ok.json").string();
+  BOOST_TEST(tokenizer::load(spec)->encode("ab").size() == 1u);
+}
+
+// Split behaviours and invert as Hugging Face's tokenizers define them (the cases of its own tests in
+// pre_tokenizers/split.rs and normalizer.rs). With ignore_merges and every expected piece in the
+// vocabulary, each piece comes back as one token.
+BOOST_AUTO_TEST_CASE(split_behaviors_and_invert_follow_hugging_face) {
+  TempDir t;
+  struct Case {
+    std::string regex, behavior, text;
+    bool invert;
+    std::vector<std::string> pieces;
+  };
+  const std::vector<Case> cases{
+      {" ", "Removed", "How are you doing?", false, {"How", "are", "you", "doing?"}},
+      {" ", "Isolated", "How are you doing?", false, {"How", " ", "are", " ", "you", " ", "doing?"}},
+      {" ", "MergedWithPrevious", "How are you doing?", false, {"How ", "are ", "you ", "doing?"}},
+      {" ", "MergedWithNext", "How are you doing?", false, {"How", " are", " you", " doing?"}},
+      {" ", "Contiguous", "How are you doing?", false, {"How", " ", "are", " ", "you", " ", "doing?"}},
+      {"-", "Contiguous", "The-final--countdown", false, {"The", "-", "final", "--", "countdown"}},
+      {"-", "MergedWithPrevious", "The-final--countdown", false, {"The-", "final-", "-", "countdown"}},
+      {"-", "MergedWithNext", "The-final--countdown", false, {"The", "-final", "-", "-countdown"}},
+      {"\\w+", "Removed", "Hey friend!", true, {"Hey", "friend"}},
+      {"\\w+", "Removed", "Hey friend!", false, {" ", "!"}},
+      {"\\w+", "MergedWithPrevious", "Hey friend!  x", true, {"Hey ", "friend!  ", "x"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::pair<std::string, std::string>> merges;  // builds each piece left to right
+    for (const std::string& p : c.pieces)
+      for (size_t k = 1; k < p.size(); ++k) merges.emplace_back(p.substr(0, k), p.substr(k, 1));
+    json pre = split_then_byte_level(c.regex);
+    pre["pretokenizers"][0]["behavior"] = c.behavior;
+    pre["pretokenizers"][0]["invert"] = c.invert;
+    std::string path = write_tokenizer(t.path, "split.json", merges, pre);
+    json j = json::parse(std::ifstream(path));
+    j["model"]["ignore_merges"] = true;
+    std::ofstream(path) << j.dump();
+    tokenizer::Spec spec;
+    spec.type = "hf";
+    spec.tokenizer_json = path;
+    auto tok = tokenizer::load(spec);
+    std::vector<std::string> got;
+    for (uint32_t id : tok->encode(c.text)) got.push_back(tok->decode(&id, 1));
+    BOOST_TEST(got == c.pieces, c.behavior << " invert=" << c.invert << " on \"" << c.text << "\"");
+  }
+}
