@@ -3,7 +3,9 @@
 // never on a timer, and the real binary carries no test hooks.
 // Environment: CAIRNTEST_TRAIN_PAUSE=<point> (a TrainHooks::at point: startup, first_step, last_step, finished,
 // exit, ...); at that point the process creates ${CAIRNTEST_TRAIN_PAUSE_FILE}.<pid> and waits (at most 120 s) for
-// SIGTERM/SIGUSR1. (Environment rather than flags: slurm/run-local.sh builds the command line itself.)
+// SIGTERM/SIGUSR1; with CAIRNTEST_TRAIN_PAUSE_STEP=<n> only when that point comes with step n (e.g. step_done of
+// step n: tests/slurm/cluster_nodefail_test.sh). (Environment rather than flags: slurm/run-local.sh builds the
+// command line itself.)
 #include <time.h>
 #include <unistd.h>
 
@@ -33,10 +35,12 @@ int main(int argc, char** argv) {
   cairn::train::TrainHooks hooks;
   const char* want = std::getenv("CAIRNTEST_TRAIN_PAUSE");
   const char* file = std::getenv("CAIRNTEST_TRAIN_PAUSE_FILE");
+  const char* step_env = std::getenv("CAIRNTEST_TRAIN_PAUSE_STEP");
+  const int64_t want_step = step_env ? std::atoll(step_env) : -1;
   if (want && file) {
     const std::string point = want;
-    hooks.at = [point, file](const std::string& at, int64_t) {
-      if (at == point) pause_for_signal(at, file);
+    hooks.at = [point, file, want_step](const std::string& at, int64_t step) {
+      if (at == point && (want_step < 0 || step == want_step)) pause_for_signal(at, file);
     };
   }
   return cairn::train::train_main(argc, argv, hooks);

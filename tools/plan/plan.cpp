@@ -224,7 +224,15 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
     return 0;
   }
 
-  const Constraints k = constraints_from_section(plan);
+  Constraints k = constraints_from_section(plan);
+  // cairn-train runs [train] micro_batch when it is set, whatever best.toml's [parallel] mb says: a plan with
+  // another micro-batch would be one the trainer does not run (or refuses), so that size is the only one searched.
+  const int64_t train_micro = read_section<TrainSection>(cfg).micro_batch;
+  if (train_micro > 0 && k.mb.empty()) {
+    k.mb = {train_micro};
+    CAIRN_LOG_INFO("micro-batch fixed at %lld by [train] micro_batch (set [plan] mb to search others)",
+                   static_cast<long long>(train_micro));
+  }
   SearchResult r = search(m, c, global_batch, a, k);
   CAIRN_LOG_INFO("evaluated %zu plans (%zu feasible) in %.3f s", r.all.size(), r.feasible, r.elapsed_s);
   if (r.all.empty())
