@@ -160,24 +160,7 @@ SlurmctldPidFile=$dir/run/slurmctld.pid
 SlurmdPidFile=$dir/run/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MpiDefault=pmix
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SlurmdParameters=config_overrides
-DependencyParameters=kill_invalid_depend
-SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=2
-MinJobAge=600
-KillWait=5
-InactiveLimit=0
+$(slurm_conf_common)
 # A node that stopped responding comes back by itself once its slurmd registers again; one set DOWN by
 # an admin (or a test) stays DOWN until scontrol update nodename=... state=resume.
 ReturnToService=1

@@ -8,6 +8,36 @@ SLURM_PACKAGES=(slurmctld slurmd slurm-client munge)
 die() { echo "$PROG: $*" >&2; exit 1; }
 note() { echo "$PROG: $*" >&2; }
 
+# The slurm.conf settings every throwaway instance shares (slurm-local.sh, slurm-cluster.sh add their nodes,
+# ports, paths and failure policy around them).
+slurm_conf_common() {
+  cat <<'EOF'
+SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+# No cgroups in containers: track processes by parent PID, no task binding.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+# Debian's Open MPI is built against PMIx; srun --mpi=pmix wires it up.
+MpiDefault=pmix
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+# The node may declare more CPUs than the machine has (tests run several ranks on 2 cores).
+SlurmdParameters=config_overrides
+# A job whose dependency can never be satisfied is cancelled instead of pending forever.
+DependencyParameters=kill_invalid_depend
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=2
+# Keep finished jobs visible to squeue/scontrol for 10 minutes (there is no sacct here).
+MinJobAge=600
+KillWait=5
+InactiveLimit=0
+EOF
+}
+
 packages_missing() {
   local p
   for p in "${SLURM_PACKAGES[@]}"; do
