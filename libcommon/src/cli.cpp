@@ -155,6 +155,9 @@ void write_json_output(const std::string& path, const std::string& text) {
 std::string run_dir(const Config& cfg) { return read_section<RunSection>(cfg).dir; }
 
 namespace {
+// How long a rank other than 0 waits, after a usage error, for rank 0 to report it and end the job.
+constexpr double kUsageAbortGraceSeconds = 20.0;
+
 // "[r3/8 host] " on multi-rank jobs, so a failure names the rank it happened on.
 std::string rank_prefix() {
   const LogSettings& s = log_settings();
@@ -180,9 +183,13 @@ int run_tool(const std::string& tool, int argc, char** argv, const std::function
     return kExitUsage;
   } catch (const Error& e) {
     if (e.code() == kExitOk && std::string(e.what()).empty()) return kExitOk;
-    // Usage errors come from the command line and config, the same on every rank: say it once.
-    if (e.code() != kExitUsage || log_settings().rank == 0)
-      std::fprintf(stderr, "%s%s: %s\n", rank_prefix().c_str(), tool.c_str(), e.what());
+    // Usage errors come from the command line and config, the same on every rank: rank 0 says it
+    // once and aborts the job. Another rank that aborted first would kill rank 0 before it printed
+    // (seen in CI), so the others leave rank 0 time to do it, and speak only if it did not.
+    const bool usage_on_other_rank =
+        e.code() == kExitUsage && log_settings().rank != 0 && mpi::initialized() && mpi::topology().size > 1;
+    if (usage_on_other_rank) mpi::wait_for_root_abort(kUsageAbortGraceSeconds);
+    std::fprintf(stderr, "%s%s: %s\n", rank_prefix().c_str(), tool.c_str(), e.what());
     mpi::abort_if_failed(e.code());
     return e.code();
   } catch (const std::exception& e) {

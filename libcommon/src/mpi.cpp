@@ -4,10 +4,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <map>
+#include <thread>
 
 #include "cairn/error.h"
 #include "cairn/log.h"
@@ -86,6 +88,11 @@ void abort_if_failed(int code) {
     MPI_Abort(MPI_COMM_WORLD, code);
   }
   MPI_Finalize();
+}
+
+void wait_for_root_abort(double seconds) {
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
 bool initialized() {

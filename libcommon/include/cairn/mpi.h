@@ -25,6 +25,9 @@ bool initialized();  // MPI_Init called and not finalized
 // After an error escaped a tool: on a multi-rank job, MPI_Abort with `code` (other ranks may be
 // blocked in a collective); on one rank, finalize. Called by run_tool().
 void abort_if_failed(int code);
+// On a rank other than 0 after an error every rank raises alike: sleep up to `seconds` so that rank 0
+// reports it and aborts the job (killing this process); returns if it did not.
+void wait_for_root_abort(double seconds);
 
 // Topology of the world communicator, computed once per Session.
 struct Topology {
