@@ -131,6 +131,8 @@ class Trainer {
   std::unique_ptr<parallel::Groups> groups_;
   // The tensor-parallel group's NCCL communicator (GPU, tp > 1); declared before chunks_ so it outlives their models.
   std::unique_ptr<gpu::Nccl> tp_nccl_;
+  // The activation memory of every chunk's slots (the micro-batches the schedule keeps in flight on this rank).
+  std::shared_ptr<gpt::ActivationPool> act_pool_;
   std::vector<Chunk> chunks_;
   gpt::TpComm tp_comm_;
   double tp_comm_s_ = 0;  // seconds in tensor-parallel collectives (this step so far)
@@ -296,6 +298,9 @@ void Trainer::build_model() {
       last_fwd_time_ = t;
     });
     ch.model->set_recompute(s_.recompute);
+    if (!act_pool_) act_pool_ = std::make_shared<gpt::ActivationPool>(*backend_);
+    ch.model->set_activation_pool(act_pool_);
+    act_pool_->add_slot_size(ch.model->pooled_slot_bytes(s_.micro, s_.T));
     ch.map = piece_map(gcfg_, ch.spec);
     ch.norm_ranges = norm_ranges(ch.model->tensors(), ch.spec);
     if (L.pp > 1 && (ch.spec.has_embedding || ch.spec.has_head)) {
@@ -631,6 +636,7 @@ void Trainer::backward_action(const pipeline::Action& a, bool last, Fault fault,
   phase_end();
   ch.slot_of_micro[static_cast<size_t>(a.micro)] = -1;
   ch.free_slots.push_back(slot);
+  ch.model->release_activation_slot(slot);  // its memory serves the next forward of any chunk
   double t3 = now_s();
   tm.backward += t3 - t2;
   trace_.event("backward", "phase", t2, t3, {{"micro", a.micro}, {"chunk", a.chunk}});
@@ -797,10 +803,12 @@ double Trainer::validate() {
       trace_.event("forward", "phase", t2, now_s(), where);
       if (ch.spec.has_head) {
         if (at.tp == 0) sum += loss;
+        ch.model->release_activation_slot(0);
         continue;
       }
       host.resize(n);
       backend_->copy_to_host(host.data(), ch.model->stage_output(), n * sizeof(float));
+      ch.model->release_activation_slot(0);
       mpi::check(MPI_Send(host.data(), static_cast<int>(n), MPI_FLOAT, world_rank_of_stage(ch.stage + 1), ch.stage + 1,
                           MPI_COMM_WORLD),
                  "MPI_Send (validation)");
@@ -1003,9 +1011,9 @@ std::vector<float> Trainer::assemble_params() {
 }
 
 // GiB of cairn's buffers on this rank: parameters and gradients of its chunks, their optimizer state and gradient
-// shards, and the activations of every micro-batch slot the schedule has used.
+// shards, their scratch buffers, and the activation pool (the most micro-batches in flight at once over its chunks).
 double Trainer::memory_gib() const {
-  size_t bytes = 0;
+  size_t bytes = act_pool_ ? act_pool_->allocated_bytes() : 0;
   for (const Chunk& ch : chunks_) {
     bytes += ((ch.model->params() ? 1 : 0) + (ch.model->grads() ? 1 : 0)) * ch.num_params() * sizeof(float);
     bytes += ch.param_shard.n * sizeof(float) + (ch.zero ? ch.zero->bytes() : 0);

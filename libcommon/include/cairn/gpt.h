@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -134,6 +135,39 @@ struct UnitStorage {
   std::function<void(int unit)> grads_done;
 };
 
+// Backend memory for the activation slots of the model pieces of one rank (a pipeline rank's chunks). A slot whose
+// micro-batch has finished backward gives its block back (Model::release_activation_slot) and the next slot of any
+// piece reuses it, so the rank holds the most micro-batches its schedule keeps in flight at once over all its
+// chunks (what Megatron's allocator holds), not the sum of each chunk's own peak. Blocks are never freed before the
+// pool, which outlives the models that share it (they hold a shared_ptr).
+class ActivationPool {
+ public:
+  explicit ActivationPool(const kernels::Backend& backend);
+  ~ActivationPool();
+  ActivationPool(const ActivationPool&) = delete;
+  ActivationPool& operator=(const ActivationPool&) = delete;
+  struct Block {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    const void* last_user = nullptr;  // the layout that used it last: another one gets it zeroed, as a fresh one
+  };
+  // Slot sizes the pieces sharing the pool will ask for (Model::pooled_slot_bytes): a new block is made as large as
+  // the largest of them within 25 % above the request, so slots of similar pieces (a first stage's holds the
+  // token ids too) can trade blocks, while a head's slot, logits and all, keeps blocks of its own size.
+  void add_slot_size(size_t bytes);
+  // The smallest free block of at least `bytes`, or a new one (see add_slot_size).
+  Block take(size_t bytes);
+  void give(Block block);
+  size_t allocated_bytes() const;  // every block, free or lent
+  size_t blocks() const;
+
+ private:
+  const kernels::Backend& be_;
+  std::vector<Block> free_;
+  std::vector<size_t> slot_sizes_;
+  size_t allocated_ = 0, count_ = 0;
+};
+
 // What one backward pass is asked to do (Model::backward).
 struct BackwardOptions {
   // Called as each parameter range's gradient is final (see Model::backward).
@@ -204,6 +238,14 @@ class Model {
   // forward() and backward() use the current one (slot 0 by default).
   void set_activation_slot(int slot);
   int activation_slot() const;
+  // Lays every later slot out in one block of `pool` (shared with the rank's other pieces) instead of buffers of its
+  // own; frees the slots it has. Between steps only.
+  void set_activation_pool(std::shared_ptr<ActivationPool> pool);
+  // The micro-batch of `slot` is done (after its backward): with a pool its block goes back there and the slot
+  // is laid out afresh at its next forward; without one the slot keeps its buffers for the next micro-batch.
+  void release_activation_slot(int slot);
+  // Bytes one slot of B x T tokens takes in a pool (its buffers at their alignment).
+  size_t pooled_slot_bytes(int B, int T) const;
   // Called during forward() after the embeddings (layer -1), after each transformer layer (0..L-1) and
   // after the head and loss (layer L), so a trainer can time the forward pass per layer. Empty: none.
   void set_forward_layer_hook(std::function<void(int layer)> hook);
@@ -233,7 +275,8 @@ class Model {
   void set_recompute_gelu(bool on);
   bool recompute_gelu() const;
   // Bytes of activation (and backward scratch) buffers currently allocated, for memory reports; equals
-  // planned_activation_bytes(config(), tokens, recompute(), training()) for the largest B*T seen.
+  // planned_activation_bytes(config(), tokens, recompute(), training()) for the largest B*T seen. Blocks of an
+  // activation pool are not counted (the pool's allocated_bytes() counts them once for all pieces).
   size_t activation_bytes() const;
 
  private:

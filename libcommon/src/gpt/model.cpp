@@ -404,7 +404,8 @@ struct Model::Impl {
   struct Slot {
     std::vector<void*> owned;  // every activation allocation, freed together
     size_t owned_bytes = 0;
-    size_t capacity = 0;  // B*T rows the buffers were laid out for
+    ActivationPool::Block block;  // with a pool: the one block every buffer of the slot lies in
+    size_t capacity = 0;          // B*T rows the buffers were laid out for
     Activations acts;
     int B = 0, T = 0;
     bool forwarded = false, have_targets = false, logits_valid = false;
@@ -437,6 +438,7 @@ struct Model::Impl {
   std::vector<int> unit_uses;
   std::vector<Slot> slots = std::vector<Slot>(1);
   int slot = 0;
+  std::shared_ptr<ActivationPool> pool;  // set: slots lie in its blocks (set_activation_pool)
   Slot scratch;  // the scratch buffers every slot shares (only its owned/capacity/acts' scratch pointers are used)
   // With recomputation: the slot and layer whose activations the shared buffers hold (-1: none), so backward
   // reruns only what forward (or an earlier recompute) has not left in place.
@@ -532,7 +534,41 @@ struct Model::Impl {
 
   void free_slot(Slot& s) {
     for (void* p : s.owned) be.free(p);
+    if (s.block.ptr) pool->give(s.block);
     s = Slot{};
+  }
+
+  // Lays slot `s` out in one block of the pool, each buffer at a 256-byte boundary (cuBLAS and vector loads like
+  // aligned rows). A block another piece used last is zeroed, as a fresh allocation would be.
+  static constexpr size_t kPoolAlign = 256;
+  static size_t pool_round(size_t b) { return (b + kPoolAlign - 1) / kPoolAlign * kPoolAlign; }
+  size_t pooled_bytes(size_t tokens) const {
+    size_t need = 0;
+    Activations counted;
+    layout_activations(
+        cfg, spec, training, recompute, tokens,
+        [&](size_t bytes) -> void* {
+          need += pool_round(bytes);
+          return nullptr;
+        },
+        scratch.acts, counted);
+    return need;
+  }
+  void lay_out_pooled(Slot& s, size_t tokens) {
+    ActivationPool::Block b = pool->take(pooled_bytes(tokens));
+    if (b.last_user != this) be.fill_zero(b.ptr, b.bytes);
+    b.last_user = this;
+    char* base = static_cast<char*>(b.ptr);
+    size_t used = 0;
+    layout_activations(
+        cfg, spec, training, recompute, tokens,
+        [&](size_t bytes) -> void* {
+          void* p = base + used;
+          used += pool_round(bytes);
+          return p;
+        },
+        scratch.acts, s.acts);
+    s.block = b;
   }
 
   void ensure_activations(size_t tokens) {
@@ -556,7 +592,8 @@ struct Model::Impl {
     }
     if (tokens > s.capacity) {
       free_slot(s);
-      layout_activations(cfg, spec, training, recompute, tokens, taker(s), scratch.acts, s.acts);
+      if (pool) lay_out_pooled(s, tokens);
+      else layout_activations(cfg, spec, training, recompute, tokens, taker(s), scratch.acts, s.acts);
       s.capacity = tokens;
     }
     attach_scratch(s.acts);
@@ -937,6 +974,48 @@ void Model::set_activation_slot(int slot) {
   impl_->slot = slot;
 }
 int Model::activation_slot() const { return impl_->slot; }
+
+void Model::set_activation_pool(std::shared_ptr<ActivationPool> pool) {
+  Impl& m = *impl_;
+  for (auto& s : m.slots) m.free_slot(s);
+  m.shared_owner = -1;
+  m.pool = std::move(pool);
+}
+
+void Model::release_activation_slot(int slot) {
+  Impl& m = *impl_;
+  if (!m.pool || slot < 0 || (size_t)slot >= m.slots.size()) return;
+  if (m.shared_owner == slot) m.shared_owner = -1;
+  m.free_slot(m.slots[(size_t)slot]);
+}
+
+size_t Model::pooled_slot_bytes(int B, int T) const { return impl_->pooled_bytes((size_t)B * T); }
+
+ActivationPool::ActivationPool(const kernels::Backend& backend) : be_(backend) {}
+void ActivationPool::add_slot_size(size_t bytes) { slot_sizes_.push_back(bytes); }
+ActivationPool::~ActivationPool() {
+  for (const Block& b : free_) be_.free(b.ptr);
+}
+ActivationPool::Block ActivationPool::take(size_t bytes) {
+  auto best = free_.end();
+  for (auto it = free_.begin(); it != free_.end(); ++it)
+    if (it->bytes >= bytes && (best == free_.end() || it->bytes < best->bytes)) best = it;
+  if (best != free_.end()) {
+    Block b = *best;
+    free_.erase(best);
+    return b;
+  }
+  size_t size = bytes;
+  for (size_t c : slot_sizes_)
+    if (c > size && c <= bytes + bytes / 4) size = c;
+  Block b{be_.alloc(std::max<size_t>(size, 1)), size, nullptr};
+  allocated_ += size;
+  count_++;
+  return b;
+}
+void ActivationPool::give(Block block) { free_.push_back(block); }
+size_t ActivationPool::allocated_bytes() const { return allocated_; }
+size_t ActivationPool::blocks() const { return count_; }
 
 void Model::copy_params_from_host(const float* host) {
   if (!impl_->params) throw RuntimeError("gpt: parameters are in lent unit storage");

@@ -2,6 +2,7 @@
 #define BOOST_TEST_MODULE gpt_model
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -242,8 +243,7 @@ BOOST_AUTO_TEST_CASE(recompute_modes_are_bitwise_identical_and_smaller) {
           std::vector<float> grads(m.num_params());
           m.copy_grads_to_host(grads.data());
           bytes[mi] = m.activation_bytes();
-          BOOST_TEST(bytes[mi] ==
-                     gpt::planned_activation_bytes(cfg, (size_t)big.B * big.T, modes[mi], true));
+          BOOST_TEST(bytes[mi] == gpt::planned_activation_bytes(cfg, (size_t)big.B * big.T, modes[mi], true));
           if (mi == 0) {
             ref_logits = logits;
             ref_grads = grads;
@@ -369,4 +369,66 @@ BOOST_AUTO_TEST_CASE(lent_unit_storage_matches_resident) {
     BOOST_TEST(grads == want);  // bitwise
   }
   BOOST_CHECK_THROW(lent.init(1), RuntimeError);
+}
+
+// Two middle pipeline pieces of one rank sharing an activation pool (an interleaved schedule's chunks): a slot
+// released after its backward serves the other piece's next forward, so the pool holds the most micro-batches in
+// flight at once (2), not each piece's own peak (2 + 2); gradients are bitwise those of pieces with their own buffers.
+BOOST_AUTO_TEST_CASE(activation_pool_shares_slots_across_pieces) {
+  gpt::GptConfig c = small_config();
+  c.layers = 4;
+  const kernels::Backend& be = kernels::cpu_backend();
+  auto piece = [&](int first) {
+    gpt::ShardSpec s;
+    s.first_layer = first;
+    s.num_layers = 1;
+    s.has_embedding = false;
+    s.has_head = false;
+    return s;
+  };
+  const int B = 2, T = 16;
+  auto run = [&](bool pooled, size_t* pool_bytes, size_t* pool_blocks) {
+    gpt::Model a(c, be, true, piece(1)), b(c, be, true, piece(2));
+    auto pool = std::make_shared<gpt::ActivationPool>(be);
+    if (pooled) {
+      for (gpt::Model* m : {&a, &b}) {
+        m->set_activation_pool(pool);
+        pool->add_slot_size(m->pooled_slot_bytes(B, T));
+      }
+    }
+    a.init(1), b.init(2);
+    a.zero_grad(), b.zero_grad();
+    const size_t n = a.stream_rows(B, T) * (size_t)c.hidden;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> g(0.f, 1.f);
+    std::vector<std::vector<float>> inputs(2, std::vector<float>(n)), dout(2, std::vector<float>(n));
+    for (auto* v : {&inputs[0], &inputs[1], &dout[0], &dout[1]})
+      for (float& x : *v) x = g(rng);
+    auto fwd = [&](gpt::Model& m, int slot) {
+      m.set_activation_slot(slot);
+      std::copy(inputs[(size_t)slot].begin(), inputs[(size_t)slot].end(), m.stage_input(B, T));
+      m.forward(nullptr, nullptr, B, T);
+    };
+    auto bwd = [&](gpt::Model& m, int slot) {
+      m.set_activation_slot(slot);
+      gpt::BackwardOptions o;
+      o.output_grad = dout[(size_t)slot].data();
+      m.backward(o);
+      m.release_activation_slot(slot);
+    };
+    fwd(a, 0), fwd(a, 1), bwd(a, 0), fwd(b, 0), bwd(a, 1), fwd(b, 1), bwd(b, 0), bwd(b, 1);
+    *pool_bytes = pool->allocated_bytes();
+    *pool_blocks = pool->blocks();
+    std::vector<float> grads(a.num_params() + b.num_params());
+    a.copy_grads_to_host(grads.data());
+    b.copy_grads_to_host(grads.data() + a.num_params());
+    return grads;
+  };
+  size_t bytes = 0, blocks = 0, unused = 0;
+  const std::vector<float> own = run(false, &unused, &unused);
+  const std::vector<float> shared = run(true, &bytes, &blocks);
+  BOOST_TEST(blocks == 2u);
+  gpt::Model probe(c, be, true, piece(1));
+  BOOST_TEST(bytes == 2 * probe.pooled_slot_bytes(B, T));
+  BOOST_TEST(own == shared);
 }
