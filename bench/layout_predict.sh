@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark (prints figures; not a test): the cost model against cairn-train, layout by layout.
 # Calibrates cairn-plan on this machine (`cairn-plan calibrate`, one OpenBLAS thread, as cairn-train
-# runs with --threads 1; `mpirun -np 2 cairn-sweep` for fabric.toml), then for every DP/TP/PP/v/ZeRO/SP
+# runs with --threads 1; `mpirun -np R cairn-sweep` per rank count for fabric.toml), then for every DP/TP/PP/v/ZeRO/SP
 # (/recompute) layout of 1, 2 and 4 ranks that the model allows it asks `cairn-plan --explain --plan ...`
 # for exactly that layout and trains it a few steps with cairn-train, and prints predicted vs measured
 # step time (median time_s.total after WARMUP steps) and memory per rank (max mem_gib over ranks and
@@ -10,8 +10,8 @@
 #
 # Oversubscription: R ranks on C cores (C = nproc) each get min(1, C/R) of a core, so each layout is
 # planned on a cluster of R devices ("gpus_per_node" = R) whose peak FLOP/s, memory bandwidth and
-# per-kernel overhead are the one-thread calibration scaled by min(1, C/R). Collective fits come from
-# the 2-rank sweep (cost model scales alpha by log2 n).
+# per-kernel overhead are the one-thread calibration scaled by min(1, C/R). Collective fits come from an R-rank
+# sweep per rank count R (oversubscribed like the training run when R > C).
 #
 # Usage: bench/layout_predict.sh [OUT_DIR]        (default: a fresh /tmp/cairn_layout_predict.XXXXXX, kept)
 #   env: CAIRN_BIN_DIR (build/bin)  LAYERS 4  HIDDEN 128  HEADS 4  SEQ 128  GB 16 (global batch)  MB 2
@@ -61,9 +61,17 @@ best = max((1, 2), key=rate)
 shutil.copy(f"{o}/cpu1-{best}.toml", f"{o}/cpu1.toml")
 print(f"calibration: best sgemm {rate(1)*1e3:.1f} / {rate(2)*1e3:.1f} GFLOP/s, kept run {best}", file=sys.stderr)
 PY
-mpirun -np 2 "$BIN/cairn-sweep" allreduce,allgather,reducescatter,sendrecv -b 8 -e 8M -f 4 --tiers world,intra \
-  --out "$OUT" --log-level warn > "$OUT/sweep.txt"
-FABRIC=$OUT/sweep/fabric.toml
+# The fabric of each rank count, measured as cairn-train will run it: R ranks on the CORES cores, oversubscribed
+# when R > CORES. Oversubscribed ranks wait for a time slice in every collective (a 4-rank all-reduce of 8 bytes
+# takes ~0.2 ms on 2 cores against ~1 us for 2 ranks), which a 2-rank sweep cannot show.
+for R in $RANKS; do
+  [ "$R" -gt 1 ] || continue
+  MPI=(mpirun -np "$R")
+  [ "$R" -gt "$CORES" ] && MPI+=(--oversubscribe)
+  "${MPI[@]}" "$BIN/cairn-sweep" allreduce,allgather,reducescatter,sendrecv -b 8 -e 8M -f 4 --tiers world,intra \
+    --out "$OUT/sweep-$R" --log-level warn > "$OUT/sweep-$R.txt"
+done
+fabric_of() { echo "$OUT/sweep-$1/sweep/fabric.toml"; }
 read -r PEAK BW OVH < <($PY -c "import tomllib,sys; c=tomllib.load(open(sys.argv[1],'rb'))['cluster']
 print(c['peak_tflops'], c['hbm_gbps'], c['kernel_overhead_us'])" "$OUT/cpu1.toml")
 # cairn-train's attention kernel on this CPU, one thread, the bench's shape: its efficiency over the FLOPs it
@@ -125,7 +133,7 @@ while read -r dp tp pp v zero sp rc; do
       --set "cluster.peak_tflops=$($PY -c "print($PEAK * $1)")" \
       --set "cluster.hbm_gbps=$($PY -c "print($BW * $1)")" \
       --set "cluster.kernel_overhead_us=$($PY -c "print($OVH / $1)")" \
-      --set "cluster.fabric=\"$FABRIC\"" --out "$2" --explain --plan "$plan" --json "$3" "${@:4}"
+      --set "cluster.fabric=\"$(fabric_of "$R")\"" --out "$2" --explain --plan "$plan" --json "$3" "${@:4}"
   }
   predict "$($PY -c "print(min(1.0, $CORES / $R))")" "$D" "$D/pred.json" --log-level warn > "$D/explain.txt" \
     2> "$D/plan.err" || echo "plan failed: $(tail -1 "$D/plan.err")" >&2
@@ -244,8 +252,8 @@ doc = {
     "method": {"steps": steps, "warmup_steps": warm, "threads_per_rank": 1,
                "measured_step": "median time_s.total after the warm-up steps (rank 0)",
                "measured_mem": "max mem_gib over steps (the most any rank holds: params, grads, optimizer, activations)",
-               "prediction": "cairn-plan --explain --plan <layout>, calibrated cluster (1 thread), peak/bandwidth x min(1, cores/ranks), fabric from a 2-rank cairn-sweep, reserved_gib 0, plan.flash_attention=true",
-               "calibration": "cpu1.toml", "fabric": "sweep/fabric.toml"},
+               "prediction": "cairn-plan --explain --plan <layout>, calibrated cluster (1 thread), peak/bandwidth x min(1, cores/ranks), fabric from an R-rank cairn-sweep per rank count R, reserved_gib 0, plan.flash_attention=true",
+               "calibration": "cpu1.toml", "fabric": "sweep-<R>/sweep/fabric.toml"},
     "summary": summary, "rows": rows}
 tmp = f"{out}/layout_predict.json.tmp"
 json.dump(doc, open(tmp, "w"), indent=1)

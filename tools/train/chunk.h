@@ -45,6 +45,9 @@ struct Chunk {
   BackendBuffer grad_in;         // the received gradient of this chunk's output
 
   size_t num_params() const { return model->num_params(); }
+  // The summed gradient of the rank's shard [shards.lo, shards.hi): shard_grads (ZeRO-2/3, and ZeRO-1 over NCCL) or,
+  // reduce-scattered in place (ZeRO-1 over MPI) or all-reduced, inside the model's flat gradient.
+  const float* grads_of_shard() const { return shard_grads.data() ? shard_grads.data() : model->grads() + shards.lo; }
   // The rank's shard [shards.lo, shards.hi) of the flat parameters: param_shard (ZeRO-3) or inside the model's.
   float* params_of_shard() { return param_shard.data() ? param_shard.data() : model->params() + shards.lo; }
 };

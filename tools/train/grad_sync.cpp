@@ -97,9 +97,17 @@ class MpiGradSync final : public GradSync {
         counts[r] = b > a ? static_cast<int>(b - a) : 0;
       }
       size_t mine = std::max(lo, sh_.lo);
-      float* recv = shard_grads_ + (counts[sh_.rank] > 0 ? mine - sh_.lo : 0);
-      mpi::check(MPI_Ireduce_scatter(g + lo, recv, counts.data(), MPI_FLOAT, MPI_SUM, comm_, &req),
-                 "MPI_Ireduce_scatter");
+      if (shard_grads_) {
+        float* recv = shard_grads_ + (counts[sh_.rank] > 0 ? mine - sh_.lo : 0);
+        mpi::check(MPI_Ireduce_scatter(g + lo, recv, counts.data(), MPI_FLOAT, MPI_SUM, comm_, &req),
+                   "MPI_Ireduce_scatter");
+      } else {
+        // In place, as Megatron's distributed optimizer does (no second buffer for the shard): MPI leaves this
+        // rank's sum at the start of the bucket; wait() moves it to where the shard lies in the flat gradient.
+        mpi::check(MPI_Ireduce_scatter(MPI_IN_PLACE, g + lo, counts.data(), MPI_FLOAT, MPI_SUM, comm_, &req),
+                   "MPI_Ireduce_scatter (in place)");
+        if (counts[sh_.rank] > 0 && mine != lo) moves_.push_back({lo, mine, static_cast<size_t>(counts[sh_.rank])});
+      }
     }
     requests_.push_back(req);
   }
@@ -115,6 +123,8 @@ class MpiGradSync final : public GradSync {
       mpi::check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
     }
     requests_.clear();
+    for (const Move& m : moves_) std::memmove(grads_ + m.to, grads_ + m.from, m.count * sizeof(float));
+    moves_.clear();
   }
   void gather(float* p) override {
     std::vector<int> counts(sh_.size), displs(sh_.size);
@@ -128,6 +138,10 @@ class MpiGradSync final : public GradSync {
 
   MPI_Comm comm_;
   std::vector<MPI_Request> requests_;
+  struct Move {
+    size_t from, to, count;
+  };
+  std::vector<Move> moves_;  // in-place reduce-scatter results still at their bucket's start
 };
 
 class NcclGradSync final : public GradSync {

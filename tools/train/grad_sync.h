@@ -32,7 +32,8 @@ struct Shards {
 //   ready(first, count) each time the model reports a parameter range's gradient final during the last micro-batch's
 //     backward: adjacent ranges merge into a bucket, launched (non-blocking) once it reaches bucket_bytes;
 //   finish() after backward: launches the rest, waits; then the gradient (shard == 0: grads[0, N) on every rank) or
-//     this rank's shard of it (shard_grads[0, hi - lo)) is summed over the group;
+//     this rank's shard of it (shard_grads[0, hi - lo), or grads[lo, hi) itself when shard_grads is null: MPI
+//     reduce-scatters in place) is summed over the group;
 //   all_gather_params(params) after the optimizer updated [lo, hi) (ZeRO-1 only; returns the seconds it took).
 // Buckets and the all-gather appear on the trace's "comm" row. Sums, not means: the optimizer scales.
 class GradSync {

@@ -309,7 +309,9 @@ void Trainer::build_model() {
       ch.tied_count = wte->size;
     }
     ch.shards = Shards::over(groups_->dp, ch.model->num_params(), s_.zero >= 1);
-    if (ch.shards.shard > 0) ch.shard_grads = BackendBuffer(backend_, ch.shards.count());
+    // ZeRO-1 over MPI reduce-scatters into the flat gradient itself; ZeRO-2/3 keep only the shard (their units borrow
+    // the rest), NCCL's grouped reduce writes a separate buffer.
+    if (ch.shards.shard > 0 && (s_.zero >= 2 || s_.on_gpu)) ch.shard_grads = BackendBuffer(backend_, ch.shards.count());
     // This rank's slice of the optimizer, split where weight decay switches on and off.
     ch.decay = gpt::decay_ranges(ch.model->tensors(), ch.shards.lo, ch.shards.count());
     ch.m = BackendBuffer(backend_, ch.shards.count());
@@ -712,8 +714,7 @@ double Trainer::global_norm_sq() const {
     for (const auto& [first, count] : ch.norm_ranges) {
       const size_t a = std::max(first, sh.lo), b = std::min(first + count, sh.hi);
       if (a >= b) continue;
-      sum += sh.shard > 0 ? backend_->squared_norm(ch.shard_grads.data() + (a - sh.lo), b - a)
-                          : backend_->squared_norm(ch.model->grads() + a, b - a);
+      sum += backend_->squared_norm(ch.grads_of_shard() + (a - sh.lo), b - a);
     }
   }
   return sum;
@@ -750,7 +751,7 @@ double Trainer::apply_update(double lr, double grad_scale) {
   hp.grad_scale = static_cast<float>(grad_scale);
   double gather_s = 0;
   for (Chunk& ch : chunks_) {
-    const float* g = ch.shards.shard > 0 ? ch.shard_grads.data() : ch.model->grads() + ch.shards.lo;
+    const float* g = ch.grads_of_shard();
     // the rank's shard of the parameters, wherever it lives (ZeRO-3: only there)
     std::vector<gpt::DecayRange> ranges = ch.decay;
     for (gpt::DecayRange& r : ranges) r.first -= ch.shards.lo;
