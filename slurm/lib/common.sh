@@ -225,6 +225,15 @@ cairn_srun_environment() {
   fi
 }
 
+# cairn_srun_argv: sets CAIRN_SRUN_ARGV to the srun that starts a tool's ranks: PMIx wiring, and the whole step ended
+# as soon as one rank exits non-zero or dies (--kill-on-bad-exit): a rank that crashed in MPI_Init otherwise leaves
+# the others blocked in MPI until the job's time limit (seen on the test cluster). Ranks leave together through
+# MPI_Finalize (a fence) on every planned exit, requeue (75) included, so none is cut short by it.
+cairn_srun_argv() {
+  # shellcheck disable=SC2206
+  CAIRN_SRUN_ARGV=(srun --mpi="${CAIRN_SRUN_MPI:-pmix}" --kill-on-bad-exit=1 ${CAIRN_SRUN_ARGS:-})
+}
+
 # cairn_launch CMD...: runs CMD on every rank of the allocation (srun) or on CAIRN_NP local ranks.
 cairn_launch() {
   local launcher
@@ -232,8 +241,8 @@ cairn_launch() {
   case "$launcher" in
     srun)
       cairn_srun_environment
-      # shellcheck disable=SC2086
-      cairn_run_relaying_signals srun --mpi="${CAIRN_SRUN_MPI:-pmix}" ${CAIRN_SRUN_ARGS:-} "$@" ;;
+      cairn_srun_argv
+      cairn_run_relaying_signals "${CAIRN_SRUN_ARGV[@]}" "$@" ;;
     mpirun)
       # shellcheck disable=SC2086
       cairn_run_relaying_signals mpirun -np "${CAIRN_NP:-2}" ${CAIRN_MPIRUN_ARGS:-} "$@" ;;
@@ -249,8 +258,8 @@ cairn_launch_one() {
   case "$(cairn_launcher)" in
     srun)
       cairn_srun_environment
-      # shellcheck disable=SC2086
-      cairn_run_relaying_signals srun --mpi="${CAIRN_SRUN_MPI:-pmix}" --ntasks=1 --nodes=1 ${CAIRN_SRUN_ARGS:-} "$@" ;;
+      cairn_srun_argv
+      cairn_run_relaying_signals "${CAIRN_SRUN_ARGV[@]}" --ntasks=1 --nodes=1 "$@" ;;
     *) cairn_run_relaying_signals "$@" ;;
   esac
 }

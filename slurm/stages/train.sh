@@ -28,7 +28,7 @@ cairn_stage_train() {
   # The launcher as cairn_launch (slurm/lib/common.sh) builds it (its extra arguments word-split on purpose).
   # shellcheck disable=SC2206
   case "$(cairn_launcher)" in
-    srun) cairn_srun_environment; launch=(srun --mpi="${CAIRN_SRUN_MPI:-pmix}" ${CAIRN_SRUN_ARGS:-}) ;;
+    srun) cairn_srun_environment; cairn_srun_argv; launch=("${CAIRN_SRUN_ARGV[@]}") ;;
     mpirun) launch=(mpirun -np "${CAIRN_NP:-2}" ${CAIRN_MPIRUN_ARGS:-}) ;;
     none) launch=() ;;
     *) cairn_die "CAIRN_LAUNCHER must be srun, mpirun or none (got '$(cairn_launcher)')" ;;

@@ -33,9 +33,9 @@ PY
 probe_run() {  # probe_run NAME PER_NODE PHYSICAL [CUDA_VISIBLE_DEVICES]
   local name=$1 per=$2 phys=$3
   if [ $# -ge 4 ]; then
-    CUDA_VISIBLE_DEVICES=$4 srun -N 2 --ntasks-per-node="$per" --mpi=pmix "$probe" "$phys" > "$work/$name.out" 2>&1
+    CUDA_VISIBLE_DEVICES=$4 srun -N 2 --ntasks-per-node="$per" --mpi=pmix --kill-on-bad-exit=1 "$probe" "$phys" > "$work/$name.out" 2>&1
   else
-    env -u CUDA_VISIBLE_DEVICES srun -N 2 --ntasks-per-node="$per" --mpi=pmix "$probe" "$phys" > "$work/$name.out" 2>&1
+    env -u CUDA_VISIBLE_DEVICES srun -N 2 --ntasks-per-node="$per" --mpi=pmix --kill-on-bad-exit=1 "$probe" "$phys" > "$work/$name.out" 2>&1
   fi || { cat "$work/$name.out" >&2; fail "probe $name failed"; }
 }
 
@@ -53,7 +53,7 @@ pass "probe: local rank, ranks per node and node equal Slurm's; device = local r
 # prints Slurm's variables from the same process first.
 tool_run() {  # tool_run NAME TOOL ARGS... (ARGS first: a positional must come before --set)
   local name=$1 tool=$2; shift 2
-  srun -N 2 --ntasks-per-node=2 --mpi=pmix bash -c \
+  srun -N 2 --ntasks-per-node=2 --mpi=pmix --kill-on-bad-exit=1 bash -c \
     'echo "slurm: $SLURM_PROCID $SLURM_LOCALID $SLURM_NTASKS_PER_NODE $SLURM_NODEID $(hostname)"; exec "$@"' \
     sh "$CAIRN_BIN_DIR/cairn-$tool" "$@" --log-level debug --log-all-ranks --config "$config" \
     --set cluster.nodes=2 --set cluster.gpus_per_node=2 --set "run.dir=\"$work/run\"" --set "data.path=\"$work/data\"" \

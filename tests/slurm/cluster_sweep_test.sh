@@ -18,7 +18,7 @@ sets=(--set sweep.minbytes=\"8\" --set sweep.maxbytes=\"2M\" --set sweep.stepfac
 sweep() {  # sweep NAME TIERS: cairn-sweep on 2 nodes x 2 ranks into $work/NAME; prints the bridge bytes it caused
   local before after
   before=$(veth_bytes)
-  srun -N 2 --ntasks-per-node=2 --mpi=pmix "$CAIRN_BIN_DIR/cairn-sweep" --config "$config" "${sets[@]}" \
+  srun -N 2 --ntasks-per-node=2 --mpi=pmix --kill-on-bad-exit=1 "$CAIRN_BIN_DIR/cairn-sweep" --config "$config" "${sets[@]}" \
     --set "sweep.tiers=$2" --set "run.dir=\"$work/$1\"" > "$work/$1.out" 2>&1 \
     || { cat "$work/$1.out" >&2; fail "cairn-sweep ($1, tiers $2) failed"; }
   after=$(veth_bytes)
