@@ -42,6 +42,8 @@ find_package(nlohmann_json REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# Unicode normalization (NFC/NFKC/...) of Hugging Face tokenizer.json normalizers (libutf8proc-dev).
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 find_package(ZLIB REQUIRED)
 find_package(Threads REQUIRED)
 find_package(Git QUIET)

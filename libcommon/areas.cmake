@@ -20,6 +20,10 @@ endif()
 if(TARGET cairn_costmodel AND TARGET cairn_records)
   target_link_libraries(cairn_costmodel PUBLIC cairn_records)
 endif()
+# tokenizer's normalizers (NFC, NFKC, Lowercase, ...) use utf8proc's Unicode tables.
+if(TARGET cairn_tokenizer)
+  target_link_libraries(cairn_tokenizer PRIVATE PkgConfig::UTF8PROC)
+endif()
 # gpu's NCCL bootstrap (nccl.cpp, nccl_comm_from_mpi) calls NCCL when the build has CUDA.
 if(CAIRN_HAVE_CUDA AND TARGET cairn_gpu AND TARGET cairn_nccl)
   target_link_libraries(cairn_gpu PUBLIC cairn_nccl)

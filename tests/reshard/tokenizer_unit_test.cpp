@@ -291,6 +291,7 @@ BOOST_AUTO_TEST_CASE(unsupported_tokenizer_json_options_are_refused_with_the_rea
       BOOST_ERROR("loaded despite " << reason);
     } catch (const UsageError& e) {
       BOOST_TEST(std::string(e.what()).find(reason) != std::string::npos, e.what());
+      BOOST_TEST(std::string(e.what()).find(path) != std::string::npos, e.what());  // names the file
     }
   };
   for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
@@ -304,12 +305,29 @@ BOOST_AUTO_TEST_CASE(unsupported_tokenizer_json_options_are_refused_with_the_rea
   v = j;
   v["model"]["continuing_subword_prefix"] = "##";
   refused(v, "continuing_subword_prefix");
+  for (const char* n : {"BertNormalizer", "Precompiled", "StripAccents", "Strip", "NFKC_CF"}) {
+    v = j;
+    v["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFC"}}, {{"type", n}}})}};
+    refused(v, std::string("normalizer \"") + n + "\"");
+  }
+  v = j;
+  v["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", json::array({byte_level_only(), {{"type", "Metaspace"}}})}};
+  refused(v, "Metaspace must come first");
+  // An added token matched in the normalized text (normalized=true) is not reproduced with a normalizer.
   v = j;
   v["normalizer"] = {{"type", "NFC"}};
-  refused(v, "normalizer");
+  v["added_tokens"][0]["normalized"] = true;
+  refused(v, "normalized=true");
+  // Without ByteLevel the vocabulary is SentencePiece-style: with neither byte_fallback nor unk_token a
+  // character outside it would be dropped.
   v = j;
-  v["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\xe2\x96\x81"}};
-  refused(v, "Metaspace");
+  v["pre_tokenizer"] = nullptr;
+  refused(v, "would be dropped");
+  v = j;
+  v["pre_tokenizer"] = nullptr;
+  v["model"]["unk_token"] = "<nope>";
+  refused(v, "unk_token");
   v = j;
   v["pre_tokenizer"] = split_then_byte_level("\\d");
   v["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sometimes";
@@ -367,4 +385,170 @@ BOOST_AUTO_TEST_CASE(split_behaviors_and_invert_follow_hugging_face) {
     for (uint32_t id : tok->encode(c.text)) got.push_back(tok->decode(&id, 1));
     BOOST_TEST(got == c.pieces, c.behavior << " invert=" << c.invert << " on \"" << c.text << "\"");
   }
+}
+
+namespace {
+
+const std::string kMeta = "\xe2\x96\x81";  // ▁, SentencePiece's space
+
+// A SentencePiece-style tokenizer.json: <unk>, </s>, the 256 <0xNN> byte tokens (byte_fallback), then
+// `tokens` and `merges` (pairs of tokens, each merge's result added to the vocabulary).
+std::string write_sp_tokenizer(const fs::path& dir, const json& normalizer, const json& pre,
+                               const std::vector<std::string>& tokens = {},
+                               const std::vector<std::pair<std::string, std::string>>& merges = {},
+                               bool byte_fallback = true) {
+  json vocab = {{"<unk>", 0}, {"</s>", 1}};
+  uint32_t next = 2;
+  if (byte_fallback)
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      vocab[name] = next++;
+    }
+  for (const std::string& t : tokens)
+    if (!vocab.contains(t)) vocab[t] = next++;
+  json m = json::array();
+  for (auto& [a, b] : merges) {
+    if (!vocab.contains(a + b)) vocab[a + b] = next++;
+    m.push_back(a + " " + b);
+  }
+  json added = json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}, {"normalized", false}},
+                            {{"id", 1}, {"content", "</s>"}, {"special", true}, {"normalized", false}}});
+  json tok = {
+      {"added_tokens", added},
+      {"normalizer", normalizer},
+      {"pre_tokenizer", pre},
+      {"model",
+       {{"type", "BPE"}, {"unk_token", "<unk>"}, {"byte_fallback", byte_fallback}, {"vocab", vocab}, {"merges", m}}}};
+  std::string path = (dir / "sp.json").string();
+  std::ofstream(path) << tok.dump();
+  return path;
+}
+
+std::unique_ptr<tokenizer::Tokenizer> load_hf(const std::string& path) {
+  tokenizer::Spec spec;
+  spec.type = "hf";
+  spec.tokenizer_json = path;
+  return tokenizer::load(spec);
+}
+
+json replace_space() { return {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}}; }
+
+}  // namespace
+
+// Each normalizer on a vocabulary of byte tokens only: every character falls back to its <0xNN> tokens,
+// so decoding gives back the normalized text byte for byte. Expected forms are Unicode's (UAX #15) and
+// Hugging Face's (Rust's char::to_lowercase: no final-sigma rule, İ -> i + U+0307).
+BOOST_AUTO_TEST_CASE(normalizers_produce_the_unicode_and_hugging_face_forms) {
+  TempDir t;
+  struct Case {
+    json normalizer;
+    std::string text, want;
+  };
+  const json prepend = {{"type", "Prepend"}, {"prepend", kMeta}};
+  const std::vector<Case> cases{
+      {{{"type", "NFC"}}, "e\xcc\x81 A\xcc\x8a ok", "\xc3\xa9 \xc3\x85 ok"},
+      {{{"type", "NFD"}},
+       "\xc3\xa9\xc3\x85",
+       "e\xcc\x81"
+       "A\xcc\x8a"},
+      {{{"type", "NFKC"}}, "\xef\xac\x81 \xe2\x91\xa0 \xef\xbc\xa1 \xef\xbd\xb6", "fi 1 A \xe3\x82\xab"},
+      {{{"type", "NFKD"}}, "\xef\xac\x81\xc3\xa9", "fie\xcc\x81"},
+      {{{"type", "Lowercase"}},
+       "\xc3\x80"
+       "B \xc4\xb0 \xce\xa3\xce\xa3 Z",
+       "\xc3\xa0"
+       "b i\xcc\x87 \xcf\x83\xcf\x83 z"},
+      {prepend, "ab", kMeta + "ab"},
+      {replace_space(), "a b  c", "a" + kMeta + "b" + kMeta + kMeta + "c"},
+      {{{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", "_"}}, "a   b c", "a_b_c"},
+      {{{"type", "Sequence"}, {"normalizers", json::array({prepend, replace_space()})}},
+       "a b</s>c </s>",
+       kMeta + "a" + kMeta + "b</s>" + kMeta + "c" + kMeta + "</s>"},  // per piece between added tokens
+  };
+  for (const Case& c : cases) {
+    auto tok = load_hf(write_sp_tokenizer(t.path, c.normalizer, nullptr));
+    BOOST_TEST(tok->decode(tok->encode(c.text)) == c.want, c.normalizer.dump());
+  }
+  // ASCII-only text skips the Unicode forms and stays as it is.
+  auto nfkc = load_hf(write_sp_tokenizer(t.path, {{"type", "NFKC"}}, nullptr));
+  BOOST_TEST(nfkc->decode(nfkc->encode("plain ASCII\n")) == "plain ASCII\n");
+}
+
+// Metaspace as Hugging Face's pre_tokenizers/metaspace.rs defines it: spaces become ▁, prepended per
+// prepend_scheme (not again when the text starts with ▁; "first" only at the start of the document, not
+// after an added token); split=true starts a piece at each ▁ (MergedWithNext), so "▁▁" cannot merge.
+BOOST_AUTO_TEST_CASE(metaspace_prepend_schemes_and_split) {
+  TempDir t;
+  auto meta = [](const std::string& scheme, bool split) {
+    return json{{"type", "Metaspace"}, {"replacement", kMeta}, {"prepend_scheme", scheme}, {"split", split}};
+  };
+  const std::string m = kMeta;
+  const std::vector<std::pair<std::string, std::string>> want{
+      {"first", m + "a" + m + "b</s>c" + m + "</s>" + m + "d"},
+      {"always", m + "a" + m + "b</s>" + m + "c" + m + "</s>" + m + "d"},
+      {"never", "a" + m + "b</s>c" + m + "</s>" + m + "d"},
+  };
+  for (auto& [scheme, expect] : want) {
+    auto tok = load_hf(write_sp_tokenizer(t.path, nullptr, meta(scheme, false)));
+    BOOST_TEST(tok->decode(tok->encode("a b</s>c </s> d")) == expect, scheme);
+    BOOST_TEST(tok->decode(tok->encode(" a")) == m + "a", scheme);  // already starts with ▁
+  }
+  // The legacy add_prefix_space=false means never.
+  json legacy = meta("first", false);
+  legacy["add_prefix_space"] = false;
+  auto tok = load_hf(write_sp_tokenizer(t.path, nullptr, legacy));
+  BOOST_TEST(tok->decode(tok->encode("a b")) == "a" + m + "b");
+  // "▁▁" is one token when not split; split gives "▁" + "▁b" (each ▁ joins what follows it, and a ▁
+  // followed by a ▁ stands alone, as in Hugging Face's MergedWithNext).
+  const std::vector<std::pair<std::string, std::string>> merges{{m, m}, {m, "b"}};
+  for (bool split : {false, true}) {
+    auto sp = load_hf(write_sp_tokenizer(t.path, nullptr, meta("never", split), {"a", "b", m}, merges));
+    std::vector<std::string> got;
+    for (uint32_t id : sp->encode("a  b")) got.push_back(sp->decode(&id, 1));
+    const std::vector<std::string> expect =
+        split ? std::vector<std::string>{"a", " ", " b"} : std::vector<std::string>{"a", "  ", "b"};
+    BOOST_TEST(got == expect, "split=" << split);
+  }
+}
+
+// A character without a token becomes its <0xNN> byte tokens (byte_fallback), else <unk>: one per run of
+// unknown characters with fuse_unk, one per character without.
+BOOST_AUTO_TEST_CASE(byte_fallback_and_unk) {
+  TempDir t;
+  auto tok = load_hf(write_sp_tokenizer(t.path, nullptr, nullptr, {"a", "b"}));
+  std::vector<uint32_t> ids = tok->encode("a\xe2\x82\xac"
+                                          "b");  // a€b
+  BOOST_TEST(ids.size() == 5u);
+  BOOST_TEST(tok->decode(ids) == "a\xe2\x82\xac"
+                                 "b");
+  for (bool fuse : {true, false}) {
+    std::string path = write_sp_tokenizer(t.path, nullptr, nullptr, {"a", "b"}, {}, false);
+    json j = json::parse(std::ifstream(path));
+    j["model"]["fuse_unk"] = fuse;
+    std::ofstream(path) << j.dump();
+    auto unk = load_hf(path);
+    std::vector<uint32_t> got = unk->encode("a\xe2\x82\xac\xe2\x82\xac"
+                                            "b\xe2\x82\xac");
+    const std::vector<uint32_t> a_id = unk->encode("a"), b_id = unk->encode("b");
+    std::vector<uint32_t> want{a_id[0], 0u};
+    if (!fuse) want.push_back(0u);
+    want.push_back(b_id[0]);
+    want.push_back(0u);
+    BOOST_TEST(got == want, "fuse_unk=" << fuse);
+  }
+}
+
+// Words are cut before a ▁ that follows another character only when no token could span that point:
+// with "a▁b" in the vocabulary the whole text stays one word and the merge happens.
+BOOST_AUTO_TEST_CASE(space_cuts_only_where_no_token_spans_them) {
+  TempDir t;
+  const std::vector<std::pair<std::string, std::string>> merges{{"a", kMeta}, {"a" + kMeta, "b"}};
+  auto spans = load_hf(write_sp_tokenizer(t.path, replace_space(), nullptr, {"a", "b", kMeta}, merges));
+  BOOST_TEST(spans->encode("a b").size() == 1u);
+  BOOST_TEST(spans->encode("a b a b").size() == 3u);  // "a▁b", "▁", "a▁b"
+  auto plain = load_hf(write_sp_tokenizer(t.path, replace_space(), nullptr, {"a", "b", kMeta}, {{kMeta, "b"}}));
+  const std::vector<uint32_t> ab = plain->encode("a b");
+  BOOST_TEST(ab.size() == 2u);
+  BOOST_TEST(plain->decode(ab) == "a b");
 }

@@ -1,5 +1,5 @@
-// Byte-level BPE shared by the gpt2 and hf tokenizers: added-token matching, pre-tokenizer levels,
-// a per-thread word cache and the merge loop over flat (left id, right id) -> rank tables.
+// BPE shared by the gpt2 and hf tokenizers (byte-level, or SentencePiece-style with byte fallback):
+// added-token matching, pre-tokenizer levels, a per-thread word cache and the merge loop over flat tables.
 #include <xxhash.h>
 
 #include <algorithm>
@@ -103,7 +103,7 @@ class VocabIndex {
     }
   }
   static constexpr uint32_t kEmpty = UINT32_MAX;
-  uint32_t find(std::string_view s) const {
+  [[gnu::always_inline]] uint32_t find(std::string_view s) const {
     for (size_t i = XXH3_64bits(s.data(), s.size()) & mask_;; i = (i + 1) & mask_) {
       uint32_t id = slots_[i];
       if (id == kEmpty || (*strings_)[id] == s) return id;
@@ -208,6 +208,7 @@ class BpeTokenizer final : public Tokenizer {
     for (auto& [s, id] : specials_) special_first_[static_cast<unsigned char>(s[0])] = true;
     byte_id_.fill(UINT32_MAX);
     for (int b = 0; b < 256; ++b) byte_id_[b] = vocab_.find(std::string(1, static_cast<char>(b)));
+    for (int b = 0; b < 256; ++b) fallback_id_[b] = vocab_.find(strprintf("<0x%02X>", b));
     for (size_t i = 0; i < cfg_.split_patterns.size(); ++i) {
       const std::string& p = cfg_.split_patterns[i];
       splitters_.push_back(std::make_unique<RegexSplitter>(p));
@@ -217,6 +218,35 @@ class BpeTokenizer final : public Tokenizer {
       bool plain = behaviors_.back() == SplitBehavior::Isolated && !invert_.back();
       fast_.push_back(plain ? fast_splitter_for(p) : nullptr);
     }
+    space_split_ = can_split_at_spaces();
+  }
+
+  // SentencePiece-style files without a pre-tokenizer make the whole document one word: no cache, a heap
+  // merge over thousands of symbols. When no token holds the space symbol after another character (▁
+  // only in a leading run, as SentencePiece trains them) and ▁ itself is a token, no merge can cross
+  // the point before a ▁ that follows another character, so cutting words there gives the same tokens
+  // (and unknown characters on both sides never fuse: ▁ between them is known).
+  bool can_split_at_spaces() const {
+    const std::string& sym = cfg_.space_symbol;
+    // ignore_merges looks the whole word up first: cutting it would change which words are looked up.
+    if (cfg_.byte_level || cfg_.ignore_merges || sym.empty() || vocab_.find(sym) == VocabIndex::kEmpty) return false;
+    for (uint32_t id = 0; id < id_to_bytes_.size(); ++id) {
+      if (is_special_[id]) continue;
+      const std::string& t = id_to_bytes_[id];
+      for (size_t p = t.find(sym, 1); p != std::string::npos; p = t.find(sym, p + 1))
+        if (p < sym.size() || t.compare(p - sym.size(), sym.size(), sym) != 0) return false;
+    }
+    return true;
+  }
+  // Cuts before each space symbol that follows another character ("▁the▁▁cat" -> "▁the", "▁▁cat").
+  void split_at_spaces(std::string_view text, std::vector<std::string_view>& words) const {
+    const std::string& sym = cfg_.space_symbol;
+    size_t begin = 0, prev_end = std::string_view::npos;
+    for (size_t p = text.find(sym); p != std::string_view::npos; p = text.find(sym, prev_end)) {
+      if (p > begin && p != prev_end) words.push_back(text.substr(begin, p - begin)), begin = p;
+      prev_end = p + sym.size();
+    }
+    if (begin < text.size()) words.push_back(text.substr(begin));
   }
 
   bool add_merge(const std::string& a, const std::string& b, uint32_t rank) {
@@ -227,8 +257,14 @@ class BpeTokenizer final : public Tokenizer {
     merges_.insert(ia, ib, rank, im);
     return true;
   }
+  bool has_fallback(std::string_view chars) const {
+    return std::all_of(chars.begin(), chars.end(),
+                       [&](char c) { return fallback_id_[static_cast<unsigned char>(c)] != UINT32_MAX; });
+  }
+  // Byte-level: every byte has a token; SentencePiece-style with byte_fallback: every <0xNN> exists.
   bool has_all_bytes() const {
-    return std::all_of(byte_id_.begin(), byte_id_.end(), [](uint32_t v) { return v != UINT32_MAX; });
+    const auto& ids = cfg_.byte_level ? byte_id_ : fallback_id_;
+    return std::all_of(ids.begin(), ids.end(), [](uint32_t v) { return v != UINT32_MAX; });
   }
   std::string id() const override { return cfg_.id; }
   std::string type() const override { return cfg_.type; }
@@ -241,18 +277,18 @@ class BpeTokenizer final : public Tokenizer {
     if (bad != std::string_view::npos)
       throw UsageError(
           strprintf("text is not valid UTF-8 (byte %zu of %zu); tokenizers take UTF-8 only", bad, text.size()));
-    if (specials_.empty()) return encode_ordinary(text, out);
+    if (specials_.empty()) return encode_ordinary(text, true, out);
     // Added tokens are matched literally before the pre-tokenizer, as Hugging Face does.
+    const size_t n = text.size();
+    const auto* p = reinterpret_cast<const unsigned char*>(text.data());
     size_t start = 0, i = 0;
-    while (i < text.size()) {
-      if (!special_first_[static_cast<unsigned char>(text[i])]) {
-        ++i;
-        continue;
-      }
+    while (i < n) {
+      while (i < n && !special_first_[p[i]]) ++i;  // the per-byte scan: kept a tight loop of its own
+      if (i == n) break;
       size_t len = 0;
       for (auto& [s, sid] : specials_) {
         if (text.compare(i, s.size(), s) == 0) {
-          encode_ordinary(text.substr(start, i - start), out);
+          encode_ordinary(text.substr(start, i - start), start == 0, out);
           out.push_back(sid);
           len = s.size();
           break;
@@ -261,7 +297,7 @@ class BpeTokenizer final : public Tokenizer {
       i += len ? len : 1;
       if (len) start = i;
     }
-    encode_ordinary(text.substr(start), out);
+    encode_ordinary(text.substr(start), start == 0, out);
   }
 
   std::string decode(const uint32_t* ids, size_t n) const override {
@@ -269,7 +305,8 @@ class BpeTokenizer final : public Tokenizer {
     for (size_t i = 0; i < n; ++i) {
       if (ids[i] >= id_to_bytes_.size())
         throw UsageError(strprintf("token id %u is outside the vocabulary (size %zu)", ids[i], id_to_bytes_.size()));
-      s += id_to_bytes_[ids[i]];
+      if (cfg_.byte_level) s += id_to_bytes_[ids[i]];
+      else decode_piece(ids[i], s);
     }
     return s;
   }
@@ -283,8 +320,32 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::string> source_files() const override { return cfg_.files; }
 
  private:
-  void encode_ordinary(std::string_view text, std::vector<uint32_t>& out) const {
+  // SentencePiece-style tokens: <0xNN> is its byte, the space symbol a space (the normalized text).
+  void decode_piece(uint32_t id, std::string& s) const {
+    const std::string& t = id_to_bytes_[id];
+    if (cfg_.byte_fallback && t.size() == 6 && fallback_id_[std::strtoul(t.c_str() + 3, nullptr, 16) & 0xFF] == id)
+      return void(s.push_back(static_cast<char>(std::strtoul(t.c_str() + 3, nullptr, 16))));
+    if (cfg_.space_symbol.empty()) return void(s += t);
+    size_t pos = 0;
+    for (size_t hit; (hit = t.find(cfg_.space_symbol, pos)) != std::string::npos; pos = hit + cfg_.space_symbol.size())
+      s.append(t, pos, hit - pos).push_back(' ');
+    s.append(t, pos);
+  }
+
+  // `first`: the text starts the document (Metaspace's prepend_scheme "first"). Files without a
+  // normalizer (most byte-level ones) go straight to the pre-tokenizer: no new work per byte.
+  // Not inlined: encode_into's per-byte scan for added tokens compiles tighter on its own.
+  [[gnu::noinline]] void encode_ordinary(std::string_view text, bool first, std::vector<uint32_t>& out) const {
     if (text.empty()) return;
+    if (!cfg_.normalizers.empty()) return encode_normalized(text, first, out);
+    encode_pretokenized(text, out);
+  }
+  [[gnu::noinline]] void encode_normalized(std::string_view text, bool first, std::vector<uint32_t>& out) const {
+    std::string normalized;
+    normalize(cfg_.normalizers, text, first, normalized);
+    if (!normalized.empty()) encode_pretokenized(normalized, out);
+  }
+  void encode_pretokenized(std::string_view text, std::vector<uint32_t>& out) const {
     std::string prefixed;
     if (cfg_.add_prefix_space && text[0] != ' ') {
       // Built by append: GCC 12 warns falsely (-Wrestrict) on `" " + std::string`.
@@ -310,7 +371,7 @@ class BpeTokenizer final : public Tokenizer {
   }
   // Appends the words (pieces of the last level) of `text` to `words`.
   void split_level(std::string_view text, size_t level, std::vector<std::string_view>& words) const {
-    if (level == splitters_.size()) return words.push_back(text);
+    if (level == splitters_.size()) return space_split_ ? split_at_spaces(text, words) : words.push_back(text);
     LevelCtx ctx{this, text, level, &words};
     if (fast_[level]) fast_[level]->split(text, on_piece, &ctx);
     else if (behaviors_[level] == SplitBehavior::Isolated && !invert_[level])
@@ -322,6 +383,7 @@ class BpeTokenizer final : public Tokenizer {
   void bpe_word(std::string_view word, uint64_t hash, std::vector<uint32_t>& out) const;
   void merge_small(std::vector<uint32_t>& sym) const;
   void merge_large(std::vector<uint32_t>& sym) const;
+  void char_symbols(std::string_view word, std::vector<uint32_t>& sym) const;
 
   BpeConfig cfg_;
   std::vector<std::string> id_to_bytes_;
@@ -330,11 +392,13 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::pair<std::string, uint32_t>> specials_;
   std::array<bool, 256> special_first_{};  // bytes some added token starts with
   std::array<uint32_t, 256> byte_id_{};
+  std::array<uint32_t, 256> fallback_id_{};  // <0xNN> tokens (SentencePiece-style byte fallback)
   MergeTable merges_;
   std::vector<std::unique_ptr<RegexSplitter>> splitters_;
   std::vector<SplitBehavior> behaviors_;   // per level
   std::vector<bool> invert_;               // per level
   std::vector<const FastSplitter*> fast_;  // hand-written equivalent of a level's regex, if any
+  bool space_split_ = false;               // words are also cut before ▁ (can_split_at_spaces)
   uint64_t serial_ = g_tokenizer_serial.fetch_add(1);
 };
 
@@ -420,6 +484,31 @@ void BpeTokenizer::merge_large(std::vector<uint32_t>& sym) const {
 
 thread_local WordCache t_cache;
 
+// SentencePiece-style start of a word, as Hugging Face's BPE model does it: each character is its token;
+// one without a token becomes its <0xNN> byte tokens (byte_fallback, when all of them exist), else the
+// unk token, consecutive unknown characters one unk when fuse_unk (the loader refuses files without unk
+// where a character could find neither).
+[[gnu::noinline]] void BpeTokenizer::char_symbols(std::string_view word, std::vector<uint32_t>& sym) const {
+  bool unk_pending = false;
+  for (size_t i = 0; i < word.size();) {
+    auto c = static_cast<unsigned char>(word[i]);
+    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
+    uint32_t id = len == 1 ? byte_id_[c] : vocab_.find(word.substr(i, len));
+    if (id != VocabIndex::kEmpty) {
+      if (unk_pending) sym.push_back(cfg_.unk), unk_pending = false;
+      sym.push_back(id);
+    } else if (cfg_.byte_fallback && has_fallback(word.substr(i, len))) {
+      // As Hugging Face does, a pending unk is not written before the byte tokens (it follows them).
+      for (size_t k = 0; k < len; ++k) sym.push_back(fallback_id_[static_cast<unsigned char>(word[i + k])]);
+    } else {
+      if (unk_pending && !cfg_.fuse_unk) sym.push_back(cfg_.unk);
+      unk_pending = true;
+    }
+    i += len;
+  }
+  if (unk_pending) sym.push_back(cfg_.unk);
+}
+
 // Cache lookups are memory-bound (cold passes miss in both tables): hashes are computed a few words
 // ahead and the slots prefetched, so the misses of neighbouring words overlap.
 void BpeTokenizer::encode_words(const std::vector<std::string_view>& words, std::vector<uint32_t>& out) const {
@@ -453,7 +542,7 @@ void BpeTokenizer::encode_words(const std::vector<std::string_view>& words, std:
 // `hash` is XXH3 of the word for words of 2..64 bytes (the cacheable ones).
 void BpeTokenizer::bpe_word(std::string_view word, uint64_t hash, std::vector<uint32_t>& out) const {
   if (word.empty()) return;
-  if (word.size() == 1) {  // spaces, punctuation: one byte is one token, no cache needed
+  if (word.size() == 1 && cfg_.byte_level) {  // spaces, punctuation: one byte is one token, no cache needed
     out.push_back(byte_id_[static_cast<unsigned char>(word[0])]);
     return;
   }
@@ -470,7 +559,7 @@ void BpeTokenizer::bpe_word(std::string_view word, uint64_t hash, std::vector<ui
       return;
     }
   }
-  const bool cacheable = word.size() <= 64;
+  const bool cacheable = word.size() >= 2 && word.size() <= 64;  // `hash` is set for these only
   const uint64_t h = hash;
   if (cacheable) {
     if (const WordCache::Slot* hit = cache.find(word, h)) {
@@ -486,7 +575,9 @@ void BpeTokenizer::bpe_word(std::string_view word, uint64_t hash, std::vector<ui
   if (whole != VocabIndex::kEmpty) {
     sym.push_back(whole);  // ignore_merges: a word in the vocabulary is one token
   } else {
-    for (unsigned char c : word) sym.push_back(byte_id_[c]);
+    if (cfg_.byte_level)
+      for (unsigned char c : word) sym.push_back(byte_id_[c]);
+    else char_symbols(word, sym);
     if (sym.size() <= kSmallWord) merge_small(sym);
     else merge_large(sym);
   }

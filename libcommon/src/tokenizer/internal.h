@@ -44,7 +44,21 @@ enum class SplitBehavior : uint8_t { Isolated, Removed, MergedWithPrevious, Merg
 void regex_split_behavior(const RegexSplitter& re, std::string_view text, SplitBehavior behavior, bool invert,
                           PieceFn piece, void* ctx);
 
-// What a byte-level BPE tokenizer is made of (filled by the gpt2 and hf loaders).
+// One normalizer step of a tokenizer.json (or the text edits of a Metaspace pre-tokenizer), applied in
+// order to each piece of text between added tokens.
+struct NormStep {
+  enum class Kind : uint8_t { NFC, NFD, NFKC, NFKD, Lowercase, Prepend, MetaspacePrepend, Replace, ReplaceRegex };
+  Kind kind = Kind::NFC;
+  std::string a;                      // Prepend / MetaspacePrepend: the prefix; Replace: the string replaced
+  std::string b;                      // Replace / ReplaceRegex: the replacement
+  bool first_only = false;            // MetaspacePrepend with prepend_scheme "first"
+  std::shared_ptr<RegexSplitter> re;  // ReplaceRegex
+};
+
+// Applies `steps` to valid UTF-8 `text` into `out`; `first_piece`: the text starts the document.
+void normalize(const std::vector<NormStep>& steps, std::string_view text, bool first_piece, std::string& out);
+
+// What a BPE tokenizer is made of (filled by the gpt2 and hf loaders).
 struct BpeConfig {
   std::string type;  // "gpt2" | "hf"
   std::string id;
@@ -57,9 +71,17 @@ struct BpeConfig {
   bool add_prefix_space = false;
   bool ignore_merges = false;
   uint32_t eot = 0;
+  std::vector<NormStep> normalizers;  // empty for most byte-level files: the text is used as is
+  // false: SentencePiece-style BPE, tokens are UTF-8 strings and a word starts as its characters
+  // (byte_fallback: a character without a token becomes its <0xNN> byte tokens; else unk).
+  bool byte_level = true;
+  bool byte_fallback = false;
+  bool fuse_unk = false;
+  uint32_t unk = UINT32_MAX;  // none
+  std::string space_symbol;   // "▁" where spaces were replaced: decode writes a space for it
 };
 
-// Byte-level BPE (GPT-2 and Hugging Face): builds from a vocabulary, then add_merge for each merge in
+// BPE (GPT-2 and Hugging Face, byte-level or not): builds from a vocabulary, then add_merge for each merge in
 // rank order. Declared here so the loaders can fill it; defined in bpe.cpp.
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(const BpeConfig& cfg, std::vector<std::string> id_to_bytes,
                                               std::vector<bool> is_special);

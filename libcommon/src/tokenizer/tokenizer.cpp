@@ -81,6 +81,19 @@ void load_byte_level_vocab(const JsonFields& vocab, std::vector<std::string>& id
   }
 }
 
+// Fills id_to_bytes from a {token: id} object of UTF-8 token strings (SentencePiece-style BPE).
+void load_plain_vocab(const JsonFields& vocab, std::vector<std::string>& id_to_bytes, std::vector<bool>& present) {
+  if (vocab.raw().empty())
+    throw UsageError(file_message("tokenizer file", vocab.file(), "has no {token: id} vocabulary object"));
+  for (auto& [tok, idv] : vocab.raw().items()) {
+    if (!idv.is_number_unsigned() || idv.get<uint64_t>() > kMaxTokenId) vocab.fail(tok, "a token id in [0, 16777215]");
+    uint32_t id = idv.get<uint32_t>();
+    if (id >= id_to_bytes.size()) id_to_bytes.resize(id + 1), present.resize(id + 1, false);
+    id_to_bytes[id] = tok;
+    present[id] = true;
+  }
+}
+
 // The BpeTokenizer compiles the split patterns: a bad regex is named with the file it came from.
 std::unique_ptr<Tokenizer> make_bpe(const BpeConfig& cfg, std::vector<std::string> id_to_bytes,
                                     std::vector<bool> special, const std::string& path) {
@@ -150,11 +163,108 @@ std::unique_ptr<Tokenizer> load_gpt2(const std::string& vocab_path, const std::s
   return tok;
 }
 
+// A Split level: `pattern` (PCRE2) with `behavior`; the levels before it are Isolated and not inverted.
+void add_split(BpeConfig& cfg, const std::string& pattern, detail::SplitBehavior behavior, bool invert) {
+  cfg.split_behaviors.resize(cfg.split_patterns.size(), detail::SplitBehavior::Isolated);
+  cfg.split_invert.resize(cfg.split_patterns.size(), false);
+  cfg.split_patterns.push_back(pattern);
+  cfg.split_behaviors.push_back(behavior);
+  cfg.split_invert.push_back(invert);
+}
+
+// A PCRE2 pattern matching `s` literally.
+std::string quote_pattern(const std::string& s) {
+  // Appended piecewise: GCC 12 warns falsely (-Wrestrict) on `"\\Q" + std::string`.
+  std::string quoted("\\Q");
+  quoted.append(s).append("\\E");
+  return quoted;
+}
+
+// Collects a normalizer node into cfg.normalizers; anything that is not reproduced exactly is refused,
+// naming the normalizer.
+void collect_normalizer(const JsonFields& node, BpeConfig& cfg, int depth = 0) {
+  using K = detail::NormStep::Kind;
+  std::string type = node.str("type");
+  detail::NormStep step;
+  if (type == "Sequence") {
+    if (depth >= 16) node.fail("normalizers", "Sequence normalizers nested at most 16 deep");
+    const json& list = node.array("normalizers");
+    for (size_t i = 0; i < list.size(); ++i)
+      collect_normalizer(node.nested(list[i], "normalizers[" + std::to_string(i) + "]"), cfg, depth + 1);
+    return;
+  } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+    step.kind = type == "NFC" ? K::NFC : type == "NFD" ? K::NFD : type == "NFKC" ? K::NFKC : K::NFKD;
+  } else if (type == "Lowercase") {
+    step.kind = K::Lowercase;
+  } else if (type == "Prepend") {
+    step.kind = K::Prepend;
+    step.a = node.str("prepend");
+  } else if (type == "Replace") {
+    JsonFields pat = node.object("pattern");
+    step.b = node.str("content");
+    if (pat.has("String")) {
+      step.kind = K::Replace;
+      step.a = pat.str("String");
+      if (step.a.empty()) pat.fail("String", "a non-empty string");
+      if (step.a == " ") cfg.space_symbol = step.b;
+    } else if (pat.has("Regex")) {
+      step.kind = K::ReplaceRegex;
+      try {
+        step.re = std::make_shared<RegexSplitter>(pat.str("Regex"));
+      } catch (const UsageError& e) {
+        throw UsageError(file_message("tokenizer file", node.file(), e.what()));
+      }
+    } else {
+      throw UsageError(file_message("tokenizer file", node.file(), "has a Replace pattern without Regex or String"));
+    }
+  } else {
+    throw UsageError(file_message("tokenizer file", node.file(),
+                                  "uses normalizer \"" + type +
+                                      "\" (supported: NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Sequence)"));
+  }
+  cfg.normalizers.push_back(std::move(step));
+}
+
+// Metaspace: spaces become the replacement, which is prepended per prepend_scheme, then (split) each
+// replacement starts a new piece. Reproduced as normalizer steps plus a Split level, so it must come
+// before any other pre-tokenizer.
+void add_metaspace(const JsonFields& node, BpeConfig& cfg, bool byte_level) {
+  if (byte_level || !cfg.split_patterns.empty())
+    throw UsageError(file_message("tokenizer file", node.file(),
+                                  "has a Metaspace pre-tokenizer after another pre-tokenizer (not supported: "
+                                  "Metaspace must come first)"));
+  using K = detail::NormStep::Kind;
+  std::string rep = node.str_or("replacement", "\u2581");
+  if (rep.empty()) node.fail("replacement", "a non-empty string");
+  // Files written before prepend_scheme existed say add_prefix_space (true = always); as in Hugging Face,
+  // add_prefix_space=false means never, whatever prepend_scheme says.
+  std::string scheme = node.str_or("prepend_scheme", "always");
+  if (!node.boolean_or("add_prefix_space", true)) scheme = "never";
+  if (scheme != "first" && scheme != "always" && scheme != "never")
+    node.fail("prepend_scheme", "\"first\", \"always\" or \"never\"");
+  detail::NormStep replace;
+  replace.kind = K::Replace, replace.a = " ", replace.b = rep;
+  cfg.normalizers.push_back(replace);
+  cfg.space_symbol = rep;
+  if (scheme != "never") {
+    detail::NormStep prepend;
+    prepend.kind = K::MetaspacePrepend, prepend.a = rep, prepend.first_only = scheme == "first";
+    cfg.normalizers.push_back(prepend);
+  }
+  if (node.boolean_or("split", true)) add_split(cfg, quote_pattern(rep), detail::SplitBehavior::MergedWithNext, false);
+}
+
 // Collects the regex split patterns of a pre_tokenizer node; throws for unsupported kinds.
 void collect_pre_tokenizer(const JsonFields& node, BpeConfig& cfg, bool& byte_level, int depth = 0) {
   const std::string& path = node.file();
   std::string type = node.str("type");
-  if (type == "Sequence") {
+  if (type == "Metaspace") {
+    add_metaspace(node, cfg, byte_level);
+  } else if (type == "Digits") {
+    // Rust's char::is_numeric is Unicode's N categories; one piece per digit, or per run of them.
+    add_split(cfg, node.boolean_or("individual_digits", false) ? "\\p{N}" : "\\p{N}+", detail::SplitBehavior::Isolated,
+              false);
+  } else if (type == "Sequence") {
     // Bounded: a pathological file must not recurse until the stack runs out.
     if (depth >= 16) node.fail("pretokenizers", "Sequence pre-tokenizers nested at most 16 deep");
     const json& list = node.array("pretokenizers");
@@ -178,24 +288,17 @@ void collect_pre_tokenizer(const JsonFields& node, BpeConfig& cfg, bool& byte_le
         std::find_if(std::begin(behaviors), std::end(behaviors), [&](const auto& b) { return behavior == b.first; });
     if (known == std::end(behaviors))
       node.fail("behavior", "Isolated, Removed, MergedWithPrevious, MergedWithNext or Contiguous");
-    // Patterns before this one (ByteLevel's) are Isolated and not inverted.
-    cfg.split_behaviors.resize(cfg.split_patterns.size(), B::Isolated);
-    cfg.split_invert.resize(cfg.split_patterns.size(), false);
-    cfg.split_behaviors.push_back(known->second);
-    cfg.split_invert.push_back(node.boolean_or("invert", false));
     if (pat.has("Regex")) {
-      cfg.split_patterns.push_back(pat.str("Regex"));
+      add_split(cfg, pat.str("Regex"), known->second, node.boolean_or("invert", false));
     } else if (pat.has("String")) {
-      // Appended piecewise: GCC 12 warns falsely (-Wrestrict) on `"\\Q" + std::string`.
-      std::string quoted("\\Q");
-      quoted.append(pat.str("String")).append("\\E");
-      cfg.split_patterns.push_back(quoted);
+      add_split(cfg, quote_pattern(pat.str("String")), known->second, node.boolean_or("invert", false));
     } else {
       throw UsageError(file_message("tokenizer file", path, "has a Split pattern without Regex or String"));
     }
   } else {
-    throw UsageError(file_message("tokenizer file", path,
-                                  "uses pre-tokenizer \"" + type + "\" (supported: ByteLevel, Split, Sequence)"));
+    throw UsageError(
+        file_message("tokenizer file", path,
+                     "uses pre-tokenizer \"" + type + "\" (supported: ByteLevel, Split, Digits, Metaspace, Sequence)"));
   }
 }
 
@@ -214,38 +317,13 @@ void refuse_unsupported_model(const JsonFields& model) {
       refuse(std::string(key) + " is \"" + m[key].get<std::string>() + "\" (word-piece style affixes)");
 }
 
-std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
-  if (path.empty()) throw UsageError("tokenizer hf needs --tokenizer-json FILE ([data] tokenizer_json)");
-  const std::string kind = "Hugging Face tokenizer.json";
-  json j = parse_json_text(read_tokenizer_file(path), path, kind);
-  if (!j.is_object() || !j.contains("model"))
-    throw UsageError(file_message("tokenizer file", path, "is not a Hugging Face tokenizer.json (no \"model\")"));
-  JsonFields top(j, path, kind);
-  JsonFields model = top.object("model");
-  std::string mtype = model.str_or("type", "BPE");
-  if (mtype != "BPE")
-    throw UsageError(file_message("tokenizer file", path, "has a " + mtype + " model (only BPE is supported)"));
-  if (top.has("normalizer"))
-    throw UsageError(file_message("tokenizer file", path, "has a normalizer (not supported; byte-level BPE only)"));
-  BpeConfig cfg;
-  cfg.type = "hf";
-  cfg.files = {path};
-  cfg.file_roles = {"tokenizer_json"};
-  cfg.id = file_hash_id("hf", cfg.files);
-  cfg.ignore_merges = model.boolean_or("ignore_merges", false);
-  refuse_unsupported_model(model);
-  bool byte_level = false;
-  if (top.has("pre_tokenizer")) collect_pre_tokenizer(top.object("pre_tokenizer"), cfg, byte_level);
-  if (!byte_level)
-    throw UsageError(file_message("tokenizer file", path, "is not byte-level BPE (no ByteLevel pre-tokenizer)"));
-  std::vector<std::string> id_to_bytes;
-  std::vector<bool> present;
-  const JsonFields vocab = model.object("vocab");
-  load_byte_level_vocab(vocab, id_to_bytes, present);
-  std::vector<bool> special(id_to_bytes.size(), false);
-  std::unordered_map<std::string, uint32_t> added;
-  const json no_tokens = json::array();
-  const json& added_tokens = top.has("added_tokens") ? top.array("added_tokens") : no_tokens;
+// Reads added_tokens into the id table (all matched literally in the raw text, before normalization).
+void load_added_tokens(const JsonFields& top, const BpeConfig& cfg, std::vector<std::string>& id_to_bytes,
+                       std::vector<bool>& present, std::vector<bool>& special,
+                       std::unordered_map<std::string, uint32_t>& added) {
+  const std::string& path = top.file();
+  if (!top.has("added_tokens")) return;
+  const json& added_tokens = top.array("added_tokens");
   for (size_t i = 0; i < added_tokens.size(); ++i) {
     JsonFields t = top.nested(added_tokens[i], "added_tokens[" + std::to_string(i) + "]");
     uint32_t id = static_cast<uint32_t>(t.u64("id", kMaxTokenId));
@@ -257,6 +335,13 @@ std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
         throw UsageError(file_message("tokenizer file", path,
                                       "added token \"" + content + "\" has " + flag +
                                           "=true (not supported: cairn matches added tokens literally)"));
+    // normalized=true tokens are matched in the normalized text; cairn matches the raw text, which is
+    // the same only when there is no normalizer.
+    if (!cfg.normalizers.empty() && t.boolean_or("normalized", !t.boolean_or("special", false)))
+      throw UsageError(file_message("tokenizer file", path,
+                                    "added token \"" + content +
+                                        "\" has normalized=true with a normalizer (not supported: cairn matches "
+                                        "added tokens in the raw text)"));
     if (id >= id_to_bytes.size())
       id_to_bytes.resize(id + 1), present.resize(id + 1, false), special.resize(id + 1, false);
     id_to_bytes[id] = content;
@@ -264,26 +349,42 @@ std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
     special[id] = true;
     added[content] = id;
   }
-  bool found = false;
+}
+
+// The end-of-text id: the first of the usual names among the added tokens or the vocabulary.
+uint32_t find_eot(const JsonFields& vocab, const std::unordered_map<std::string, uint32_t>& added) {
   for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>"}) {
     auto it = added.find(name);
-    if (it == added.end()) {
-      auto v = vocab.raw().find(name);
-      if (v == vocab.raw().end()) continue;
-      cfg.eot = v->get<uint32_t>();  // checked by load_byte_level_vocab
-    } else {
-      cfg.eot = it->second;
-    }
-    found = true;
-    break;
+    if (it != added.end()) return it->second;
+    auto v = vocab.raw().find(name);
+    if (v != vocab.raw().end()) return v->get<uint32_t>();  // checked by the vocabulary loader
   }
-  if (!found)
-    throw UsageError(
-        file_message("tokenizer file", path, "has no end-of-text token (<|endoftext|>, <|end_of_text|>, </s>, <eos>)"));
-  auto tok = make_bpe(cfg, id_to_bytes, special, path);
-  if (!detail::bpe_has_all_bytes(*tok))
-    throw UsageError(file_message("tokenizer file", path, "is not a byte-level BPE vocabulary (a byte has no token)"));
-  const json& merges = model.has("merges") ? model.array("merges") : no_tokens;
+  throw UsageError(file_message("tokenizer file", vocab.file(),
+                                "has no end-of-text token (<|endoftext|>, <|end_of_text|>, </s>, <eos>, <|eot_id|>)"));
+}
+
+// SentencePiece-style BPE (no ByteLevel pre-tokenizer): a character outside the vocabulary becomes its
+// <0xNN> tokens (byte_fallback, all 256 needed) or unk; without either it would be dropped, so refused.
+void configure_char_model(const JsonFields& model, BpeConfig& cfg) {
+  cfg.byte_level = false;
+  cfg.byte_fallback = model.boolean_or("byte_fallback", false);
+  cfg.fuse_unk = model.boolean_or("fuse_unk", false);
+  std::string unk = model.has("unk_token") ? model.str("unk_token") : "";
+  if (!unk.empty()) {
+    auto v = model.raw()["vocab"].find(unk);
+    if (v == model.raw()["vocab"].end()) model.fail("unk_token", "a token of model.vocab (\"" + unk + "\" is not one)");
+    cfg.unk = v->get<uint32_t>();
+  }
+  if (!cfg.byte_fallback && unk.empty())
+    throw UsageError(file_message("tokenizer file", model.file(),
+                                  "has neither a ByteLevel pre-tokenizer nor model.byte_fallback nor model.unk_token "
+                                  "(characters outside the vocabulary would be dropped; not supported)"));
+}
+
+// Registers model.merges ("a b" strings or [a, b] pairs) in rank order.
+void load_merges(const JsonFields& model, const BpeConfig& cfg, Tokenizer& tok) {
+  const json no_merges = json::array();
+  const json& merges = model.has("merges") ? model.array("merges") : no_merges;
   std::string ab, bb;
   for (uint32_t rank = 0; rank < merges.size(); ++rank) {
     const json& m = merges[rank];
@@ -299,9 +400,51 @@ std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
     } else {
       model.fail_value(key, m, "\"a b\" or [\"a\", \"b\"]");
     }
-    if (!byte_level_to_bytes(a, ab) || !byte_level_to_bytes(b, bb) || !detail::bpe_add_merge(*tok, ab, bb, rank))
+    bool ok = cfg.byte_level ? byte_level_to_bytes(a, ab) && byte_level_to_bytes(b, bb) : (ab = a, bb = b, true);
+    if (!ok || !detail::bpe_add_merge(tok, ab, bb, rank))
       model.fail_value(key, m, "a merge of two vocabulary tokens into a vocabulary token");
   }
+}
+
+std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
+  if (path.empty()) throw UsageError("tokenizer hf needs --tokenizer-json FILE ([data] tokenizer_json)");
+  const std::string kind = "Hugging Face tokenizer.json";
+  json j = parse_json_text(read_tokenizer_file(path), path, kind);
+  if (!j.is_object() || !j.contains("model"))
+    throw UsageError(file_message("tokenizer file", path, "is not a Hugging Face tokenizer.json (no \"model\")"));
+  JsonFields top(j, path, kind);
+  JsonFields model = top.object("model");
+  std::string mtype = model.str_or("type", "BPE");
+  if (mtype != "BPE")
+    throw UsageError(file_message("tokenizer file", path, "has a " + mtype + " model (only BPE is supported)"));
+  BpeConfig cfg;
+  cfg.type = "hf";
+  cfg.files = {path};
+  cfg.file_roles = {"tokenizer_json"};
+  cfg.id = file_hash_id("hf", cfg.files);
+  cfg.ignore_merges = model.boolean_or("ignore_merges", false);
+  refuse_unsupported_model(model);
+  if (top.has("normalizer")) collect_normalizer(top.object("normalizer"), cfg);
+  bool byte_level = false;
+  if (top.has("pre_tokenizer")) collect_pre_tokenizer(top.object("pre_tokenizer"), cfg, byte_level);
+  if (!byte_level) configure_char_model(model, cfg);
+  std::vector<std::string> id_to_bytes;
+  std::vector<bool> present;
+  const JsonFields vocab = model.object("vocab");
+  if (byte_level) load_byte_level_vocab(vocab, id_to_bytes, present);
+  else load_plain_vocab(vocab, id_to_bytes, present);
+  std::vector<bool> special(id_to_bytes.size(), false);
+  std::unordered_map<std::string, uint32_t> added;
+  load_added_tokens(top, cfg, id_to_bytes, present, special, added);
+  cfg.eot = find_eot(vocab, added);
+  auto tok = make_bpe(cfg, id_to_bytes, special, path);
+  if (byte_level && !detail::bpe_has_all_bytes(*tok))
+    throw UsageError(file_message("tokenizer file", path, "is not a byte-level BPE vocabulary (a byte has no token)"));
+  if (!byte_level && cfg.byte_fallback && cfg.unk == UINT32_MAX && !detail::bpe_has_all_bytes(*tok))
+    throw UsageError(file_message("tokenizer file", path,
+                                  "has model.byte_fallback without all 256 <0xNN> byte tokens and no "
+                                  "model.unk_token (a character could be dropped; not supported)"));
+  load_merges(model, cfg, *tok);
   return tok;
 }
 

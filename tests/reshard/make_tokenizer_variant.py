@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Writes a variant of a real tokenizer.json with other normalizers / pre-tokenizers, so the loader's
+supported components are each checked against the JavaScript reference on a real vocabulary.
+
+usage: make_tokenizer_variant.py IN.json OUT.json VARIANT
+  metaspace-first   SentencePiece file: no normalizer, Metaspace(prepend_scheme first, split false)
+                    (how Mistral v0.3 and newer Llama conversions ship it)
+  metaspace-split   SentencePiece file: no normalizer, Metaspace(prepend_scheme always, split true)
+  nfkc-sp           SentencePiece file: Sequence[NFKC, Prepend, Replace] (Unicode forms before the rest)
+  nfd-sp            SentencePiece file: Sequence[NFD, Prepend, Replace]
+  lowercase-sp      SentencePiece file: Sequence[Lowercase, Prepend, Replace] (text without a capital sigma: the
+                    JavaScript port lowercases a final one to ς, Rust's char::to_lowercase and cairn to σ)
+  regex-sp          SentencePiece file: Replace(Regex " {2,}" -> " ") before Prepend/Replace
+  nfc-bytelevel     byte-level file: NFC normalizer (as Qwen2 ships it)
+  digits-bytelevel  byte-level file: Digits(individual_digits) before its pre-tokenizer (ASCII digits only:
+                    the JavaScript port's \\d is ASCII, Rust's char::is_numeric and cairn's \\p{N} are not)
+  nfkd-bytelevel    byte-level file: NFKD normalizer
+"""
+import json
+import sys
+
+in_path, out_path, variant = sys.argv[1:4]
+with open(in_path, encoding="utf-8") as f:
+    tok = json.load(f)
+SP = [{"type": "Prepend", "prepend": "\u2581"}, {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]
+
+
+def seq(*steps):
+    return {"type": "Sequence", "normalizers": list(steps)}
+
+
+if variant == "metaspace-first":
+    tok["normalizer"] = None
+    tok["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False,
+                          "add_prefix_space": True}
+elif variant == "metaspace-split":
+    tok["normalizer"] = None
+    tok["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True,
+                          "add_prefix_space": True}
+elif variant == "nfkc-sp":
+    tok["normalizer"] = seq({"type": "NFKC"}, *SP)
+elif variant == "nfd-sp":
+    tok["normalizer"] = seq({"type": "NFD"}, *SP)
+elif variant == "lowercase-sp":
+    tok["normalizer"] = seq({"type": "Lowercase"}, *SP)
+elif variant == "regex-sp":
+    tok["normalizer"] = seq({"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}, *SP)
+elif variant in ("nfc-bytelevel", "nfkd-bytelevel", "digits-bytelevel"):
+    if variant != "digits-bytelevel":
+        tok["normalizer"] = {"type": "NFC" if variant == "nfc-bytelevel" else "NFKD"}
+    else:
+        tok["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": True}, tok["pre_tokenizer"]]}
+    # Added tokens are matched in the raw text (normalized=false), the form cairn reproduces.
+    for t in tok.get("added_tokens", []):
+        t["normalized"] = False
+else:
+    sys.exit(f"unknown variant {variant}")
+with open(out_path, "w", encoding="utf-8") as f:
+    json.dump(tok, f, ensure_ascii=False)
