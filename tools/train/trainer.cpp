@@ -300,7 +300,7 @@ void Trainer::build_model() {
     ch.model->set_recompute(s_.recompute);
     if (!act_pool_) act_pool_ = std::make_shared<gpt::ActivationPool>(*backend_);
     ch.model->set_activation_pool(act_pool_);
-    act_pool_->add_slot_size(ch.model->pooled_slot_bytes(s_.micro, s_.T));
+    ch.model->add_pool_sizes(s_.micro, s_.T);
     ch.map = piece_map(gcfg_, ch.spec);
     ch.norm_ranges = norm_ranges(ch.model->tensors(), ch.spec);
     if (L.pp > 1 && (ch.spec.has_embedding || ch.spec.has_head)) {

@@ -138,7 +138,9 @@ struct UnitStorage {
 // Backend memory for the activation slots of the model pieces of one rank (a pipeline rank's chunks). A slot whose
 // micro-batch has finished backward gives its block back (Model::release_activation_slot) and the next slot of any
 // piece reuses it, so the rank holds the most micro-batches its schedule keeps in flight at once over all its
-// chunks (what Megatron's allocator holds), not the sum of each chunk's own peak. Blocks are never freed before the
+// chunks (what Megatron's allocator holds), not the sum of each chunk's own peak. The pieces also share one scratch
+// block (one forward or backward runs at a time on a rank): whoever claims it last owns its contents, and a piece
+// that finds another one there rebuilds what recomputation had left in it. Blocks are never freed before the
 // pool, which outlives the models that share it (they hold a shared_ptr).
 class ActivationPool {
  public:
@@ -157,6 +159,12 @@ class ActivationPool {
   void add_slot_size(size_t bytes);
   // The smallest free block of at least `bytes`, or a new one (see add_slot_size).
   Block take(size_t bytes);
+  // The shared scratch block, made at the largest size given to add_scratch_size (and at least `bytes`) on first use;
+  // a later, larger request is an error (sizes are registered before the first forward: Model::add_pool_sizes).
+  void add_scratch_size(size_t bytes);
+  void* scratch(size_t bytes);
+  // `user` starts a forward or backward: true when another piece used the scratch since its own last claim.
+  bool claim_scratch(const void* user);
   void give(Block block);
   size_t allocated_bytes() const;  // every block, free or lent
   size_t blocks() const;
@@ -166,6 +174,9 @@ class ActivationPool {
   std::vector<Block> free_;
   std::vector<size_t> slot_sizes_;
   size_t allocated_ = 0, count_ = 0;
+  size_t scratch_want_ = 0, scratch_bytes_ = 0;
+  void* scratch_ = nullptr;
+  const void* scratch_user_ = nullptr;
 };
 
 // What one backward pass is asked to do (Model::backward).
@@ -246,6 +257,9 @@ class Model {
   void release_activation_slot(int slot);
   // Bytes one slot of B x T tokens takes in a pool (its buffers at their alignment).
   size_t pooled_slot_bytes(int B, int T) const;
+  // Tells the pool (set_activation_pool) the slot and scratch sizes of micro-batches of B x T: call for every piece
+  // sharing it before the first forward.
+  void add_pool_sizes(int B, int T);
   // Called during forward() after the embeddings (layer -1), after each transformer layer (0..L-1) and
   // after the head and loss (layer L), so a trainer can time the forward pass per layer. Empty: none.
   void set_forward_layer_hook(std::function<void(int layer)> hook);

@@ -542,6 +542,37 @@ struct Model::Impl {
   // aligned rows). A block another piece used last is zeroed, as a fresh allocation would be.
   static constexpr size_t kPoolAlign = 256;
   static size_t pool_round(size_t b) { return (b + kPoolAlign - 1) / kPoolAlign * kPoolAlign; }
+  size_t pooled_scratch_bytes(size_t tokens) const {
+    size_t need = 0;
+    Activations counted;
+    layout_scratch(
+        cfg, spec, training, recompute, tokens,
+        [&](size_t bytes) -> void* {
+          need += pool_round(bytes);
+          return nullptr;
+        },
+        counted);
+    return need;
+  }
+  // The scratch laid out in the pool's shared block (not owned: the pool counts and frees it).
+  void lay_out_scratch_pooled(size_t tokens) {
+    char* base = static_cast<char*>(pool->scratch(pooled_scratch_bytes(tokens)));
+    size_t used = 0;
+    layout_scratch(
+        cfg, spec, training, recompute, tokens,
+        [&](size_t bytes) -> void* {
+          void* p = base + used;
+          used += pool_round(bytes);
+          return p;
+        },
+        scratch.acts);
+    pool->claim_scratch(this);
+  }
+  // Before a forward or backward uses the shared scratch: what recomputation left there is gone if another piece
+  // used it since.
+  void claim_scratch() {
+    if (pool && pool->claim_scratch(this)) shared_owner = -1;
+  }
   size_t pooled_bytes(size_t tokens) const {
     size_t need = 0;
     Activations counted;
@@ -586,7 +617,8 @@ struct Model::Impl {
       // micro-batches a schedule keeps in flight have one size, so none is lost.
       for (Slot& x : slots) free_slot(x);
       free_slot(scratch);
-      layout_scratch(cfg, spec, training, recompute, tokens, taker(scratch), scratch.acts);
+      if (pool) lay_out_scratch_pooled(tokens);
+      else layout_scratch(cfg, spec, training, recompute, tokens, taker(scratch), scratch.acts);
       scratch.capacity = tokens;
       shared_owner = -1;
     }
@@ -800,6 +832,7 @@ struct Model::Impl {
     }
     if (targets && spec.has_head) check_tokens(targets, N, t, "target", true);
     ensure_activations((size_t)N);
+    claim_scratch();
     Slot& sl = cur();
     sl.B = b;
     sl.T = t;
@@ -897,6 +930,7 @@ struct Model::Impl {
     const Dims d = dims();
     Activations& s = acts();
     attach_scratch(s);  // another slot may have grown the scratch since this slot's forward
+    claim_scratch();
     auto notify = [&](size_t first, size_t count) {
       if (!o.on_grads_ready) return;
       be.synchronize();
@@ -990,11 +1024,34 @@ void Model::release_activation_slot(int slot) {
 }
 
 size_t Model::pooled_slot_bytes(int B, int T) const { return impl_->pooled_bytes((size_t)B * T); }
+void Model::add_pool_sizes(int B, int T) {
+  if (!impl_->pool) throw RuntimeError("gpt: add_pool_sizes without an activation pool");
+  impl_->pool->add_slot_size(impl_->pooled_bytes((size_t)B * T));
+  impl_->pool->add_scratch_size(impl_->pooled_scratch_bytes((size_t)B * T));
+}
 
 ActivationPool::ActivationPool(const kernels::Backend& backend) : be_(backend) {}
 void ActivationPool::add_slot_size(size_t bytes) { slot_sizes_.push_back(bytes); }
 ActivationPool::~ActivationPool() {
   for (const Block& b : free_) be_.free(b.ptr);
+  if (scratch_) be_.free(scratch_);
+}
+void ActivationPool::add_scratch_size(size_t bytes) { scratch_want_ = std::max(scratch_want_, bytes); }
+void* ActivationPool::scratch(size_t bytes) {
+  if (!scratch_) {
+    scratch_bytes_ = std::max({scratch_want_, bytes, size_t(1)});
+    scratch_ = be_.alloc(scratch_bytes_);
+    allocated_ += scratch_bytes_;
+  } else if (bytes > scratch_bytes_) {
+    throw RuntimeError("gpt: a piece asked the activation pool for " + std::to_string(bytes) +
+                       " bytes of scratch, more than the " + std::to_string(scratch_bytes_) + " registered");
+  }
+  return scratch_;
+}
+bool ActivationPool::claim_scratch(const void* user) {
+  const bool other = scratch_user_ != user;
+  scratch_user_ = user;
+  return other;
 }
 ActivationPool::Block ActivationPool::take(size_t bytes) {
   auto best = free_.end();

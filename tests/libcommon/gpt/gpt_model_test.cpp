@@ -393,7 +393,7 @@ BOOST_AUTO_TEST_CASE(activation_pool_shares_slots_across_pieces) {
     if (pooled) {
       for (gpt::Model* m : {&a, &b}) {
         m->set_activation_pool(pool);
-        pool->add_slot_size(m->pooled_slot_bytes(B, T));
+        m->add_pool_sizes(B, T);
       }
     }
     a.init(1), b.init(2);
@@ -429,6 +429,55 @@ BOOST_AUTO_TEST_CASE(activation_pool_shares_slots_across_pieces) {
   const std::vector<float> shared = run(true, &bytes, &blocks);
   BOOST_TEST(blocks == 2u);
   gpt::Model probe(c, be, true, piece(1));
-  BOOST_TEST(bytes == 2 * probe.pooled_slot_bytes(B, T));
+  auto probe_pool = std::make_shared<gpt::ActivationPool>(be);
+  probe.set_activation_pool(probe_pool);
+  probe.add_pool_sizes(B, T);
+  const size_t scratch = probe_pool->scratch(0) ? probe_pool->allocated_bytes() : 0;  // one shared scratch block
+  BOOST_TEST(bytes == 2 * probe.pooled_slot_bytes(B, T) + scratch);
   BOOST_TEST(own == shared);
+}
+
+// Full recomputation keeps state in the scratch between a forward and its backward (the last layer's rebuilt
+// activations): pieces sharing it, interleaved, still give bitwise the gradients of pieces with their own.
+BOOST_AUTO_TEST_CASE(activation_pool_shared_scratch_with_recompute) {
+  gpt::GptConfig c = small_config();
+  c.layers = 4;
+  const kernels::Backend& be = kernels::cpu_backend();
+  const int B = 2, T = 16;
+  for (gpt::Recompute mode : {gpt::Recompute::Gelu, gpt::Recompute::Full}) {
+    auto run = [&](bool pooled) {
+      gpt::ShardSpec sa, sb;
+      sa.first_layer = 1, sa.num_layers = 2, sa.has_embedding = false, sa.has_head = false;
+      sb.first_layer = 3, sb.num_layers = 1, sb.has_embedding = false, sb.has_head = false;
+      gpt::Model a(c, be, true, sa), b(c, be, true, sb);
+      auto pool = std::make_shared<gpt::ActivationPool>(be);
+      for (gpt::Model* m : {&a, &b}) {
+        m->set_recompute(mode);
+        if (pooled) m->set_activation_pool(pool), m->add_pool_sizes(B, T);
+        m->init(3);
+        m->zero_grad();
+      }
+      const size_t n = a.stream_rows(B, T) * (size_t)c.hidden;
+      std::mt19937 rng(9);
+      std::normal_distribution<float> g(0.f, 1.f);
+      std::vector<float> x(n), dy(n);
+      for (float& v : x) v = g(rng);
+      for (float& v : dy) v = g(rng);
+      // a forward, then b's forward and backward over the shared scratch, then a's backward
+      for (gpt::Model* m : {&a, &b}) {
+        m->set_activation_slot(0);
+        std::copy(x.begin(), x.end(), m->stage_input(B, T));
+        m->forward(nullptr, nullptr, B, T);
+      }
+      gpt::BackwardOptions o;
+      o.output_grad = dy.data();
+      b.backward(o);
+      a.backward(o);
+      std::vector<float> grads(a.num_params() + b.num_params());
+      a.copy_grads_to_host(grads.data());
+      b.copy_grads_to_host(grads.data() + a.num_params());
+      return grads;
+    };
+    BOOST_TEST(run(false) == run(true), "recompute " << gpt::recompute_name(mode));
+  }
 }
