@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -538,34 +539,38 @@ struct Model::Impl {
     s = Slot{};
   }
 
-  // Lays slot `s` out in one block of the pool, each buffer at a 256-byte boundary (cuBLAS and vector loads like
-  // aligned rows). A block another piece used last is zeroed, as a fresh allocation would be.
+  // Pool layouts put each buffer at a 256-byte boundary (cuBLAS and vector loads like aligned rows).
   static constexpr size_t kPoolAlign = 256;
   static size_t pool_round(size_t b) { return (b + kPoolAlign - 1) / kPoolAlign * kPoolAlign; }
+  using Take = std::function<void*(size_t)>;
+  // Runs a layout (layout_scratch or layout_activations bound to this piece) with `base` == nullptr to count its
+  // bytes at the pool's alignment, or to carve its buffers one after another from `base`.
+  static size_t pool_layout(char* base, const std::function<void(const Take&)>& layout) {
+    size_t used = 0;
+    layout([&](size_t bytes) -> void* {
+      void* p = base ? base + used : nullptr;
+      used += pool_round(bytes);
+      return p;
+    });
+    return used;
+  }
   size_t pooled_scratch_bytes(size_t tokens) const {
-    size_t need = 0;
     Activations counted;
-    layout_scratch(
-        cfg, spec, training, recompute, tokens,
-        [&](size_t bytes) -> void* {
-          need += pool_round(bytes);
-          return nullptr;
-        },
-        counted);
-    return need;
+    return pool_layout(nullptr, [&](const Take& take) {
+      layout_scratch(cfg, spec, training, recompute, tokens, take, counted);
+    });
+  }
+  size_t pooled_bytes(size_t tokens) const {
+    Activations counted;
+    return pool_layout(nullptr, [&](const Take& take) {
+      layout_activations(cfg, spec, training, recompute, tokens, take, scratch.acts, counted);
+    });
   }
   // The scratch laid out in the pool's shared block (not owned: the pool counts and frees it).
   void lay_out_scratch_pooled(size_t tokens) {
     char* base = static_cast<char*>(pool->scratch(pooled_scratch_bytes(tokens)));
-    size_t used = 0;
-    layout_scratch(
-        cfg, spec, training, recompute, tokens,
-        [&](size_t bytes) -> void* {
-          void* p = base + used;
-          used += pool_round(bytes);
-          return p;
-        },
-        scratch.acts);
+    pool_layout(base,
+                [&](const Take& take) { layout_scratch(cfg, spec, training, recompute, tokens, take, scratch.acts); });
     pool->claim_scratch(this);
   }
   // Before a forward or backward uses the shared scratch: what recomputation left there is gone if another piece
@@ -573,32 +578,15 @@ struct Model::Impl {
   void claim_scratch() {
     if (pool && pool->claim_scratch(this)) shared_owner = -1;
   }
-  size_t pooled_bytes(size_t tokens) const {
-    size_t need = 0;
-    Activations counted;
-    layout_activations(
-        cfg, spec, training, recompute, tokens,
-        [&](size_t bytes) -> void* {
-          need += pool_round(bytes);
-          return nullptr;
-        },
-        scratch.acts, counted);
-    return need;
-  }
+  // Lays slot `s` out in one block of the pool. A block another piece used last is zeroed, as a fresh allocation
+  // would be.
   void lay_out_pooled(Slot& s, size_t tokens) {
     ActivationPool::Block b = pool->take(pooled_bytes(tokens));
     if (b.last_user != this) be.fill_zero(b.ptr, b.bytes);
     b.last_user = this;
-    char* base = static_cast<char*>(b.ptr);
-    size_t used = 0;
-    layout_activations(
-        cfg, spec, training, recompute, tokens,
-        [&](size_t bytes) -> void* {
-          void* p = base + used;
-          used += pool_round(bytes);
-          return p;
-        },
-        scratch.acts, s.acts);
+    pool_layout(static_cast<char*>(b.ptr), [&](const Take& take) {
+      layout_activations(cfg, spec, training, recompute, tokens, take, scratch.acts, s.acts);
+    });
     s.block = b;
   }
 
