@@ -10,12 +10,14 @@
 #
 # Oversubscription: R ranks on C cores (C = nproc) each get min(1, C/R) of a core, so each layout is
 # planned on a cluster of R devices ("gpus_per_node" = R) whose peak FLOP/s, memory bandwidth and
-# per-kernel overhead are the one-thread calibration scaled by min(1, C/R). Collective fits come from an R-rank
+# per-kernel overhead are the one-thread calibration scaled by min(1, C/R); with R > C the pipeline bubble is
+# dropped (other ranks run in it), bounded below by the plan at a whole core per rank. Collective fits come from an R-rank
 # sweep per rank count R (oversubscribed like the training run when R > C).
 #
 # Usage: bench/layout_predict.sh [OUT_DIR]        (default: a fresh /tmp/cairn_layout_predict.XXXXXX, kept)
 #   env: CAIRN_BIN_DIR (build/bin)  LAYERS 4  HIDDEN 128  HEADS 4  SEQ 128  GB 16 (global batch)  MB 2
-#        STEPS 8  WARMUP 2  RANKS "1 2 4"  RECOMPUTE "none" (e.g. "none full")  CORES (nproc)
+#        STEPS 20  WARMUP 4  RANKS "1 2 4"  RECOMPUTE "none" (e.g. "none full")  CORES (nproc)
+#        FABRIC_RANKS (price every layout with the sweep of that many ranks instead of its own rank count)
 #        FILTER (python regex on the layout string, e.g. 'tp=2')  TARGET 15 (% bar; exits 0 regardless)
 #        RETRY 1, BG_MAX 0.25: rerun a layout up to RETRY times while other processes used more than
 #        BG_MAX cores during it (the "bg" column: cores used by the rest of the machine; keep it ~0)
@@ -28,8 +30,9 @@ OUT=${1:-$(mktemp -d /tmp/cairn_layout_predict.XXXXXX)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 L=${LAYERS:-4} H=${HIDDEN:-128} A=${HEADS:-4} S=${SEQ:-128} GB=${GB:-16} MB=${MB:-2}
-STEPS=${STEPS:-8} WARMUP=${WARMUP:-2} RANKS=${RANKS:-1 2 4} RECOMPUTE=${RECOMPUTE:-none}
+STEPS=${STEPS:-20} WARMUP=${WARMUP:-4} RANKS=${RANKS:-1 2 4} RECOMPUTE=${RECOMPUTE:-none}
 CORES=${CORES:-$(nproc)} TARGET=${TARGET:-15} FILTER=${FILTER:-} RETRY=${RETRY:-1} BG_MAX=${BG_MAX:-0.25}
+FABRIC_RANKS=${FABRIC_RANKS:-}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 PY=/usr/bin/python3
 busy_jiffies() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
@@ -41,7 +44,8 @@ MODEL=(--set model.layers=$L --set model.hidden=$H --set model.heads=$A --set mo
        --set model.vocab=320 --set train.global_batch=$GB)
 # cairn-train's attention keeps only the row log-sum-exp, never the s x s probabilities, and recomputes
 # them in backward (tools/train/README.md): to the cost model that is flash attention (memory and FLOPs).
-PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false)  # cairn-train: TP collectives synchronous
+# cairn-train: TP collectives synchronous, no dropout (its GPT has none).
+PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false --set plan.dropout=false)
 
 echo "== dataset, calibration, sweep -> $OUT" >&2
 [ -f "$OUT/ds/index.json" ] || "$BIN/cairn-reshard" --log-level warn --out "$OUT/ds" --set 'data.delimiter="%"' \
@@ -64,14 +68,20 @@ PY
 # The fabric of each rank count, measured as cairn-train will run it: R ranks on the CORES cores, oversubscribed
 # when R > CORES. Oversubscribed ranks wait for a time slice in every collective (a 4-rank all-reduce of 8 bytes
 # takes ~0.2 ms on 2 cores against ~1 us for 2 ranks), which a 2-rank sweep cannot show.
-for R in $RANKS; do
-  [ "$R" -gt 1 ] || continue
+SWEEP_RANKS=$(for R in $RANKS $FABRIC_RANKS; do if [ "$R" -gt 1 ]; then echo "$R"; fi; done | sort -nu)
+for R in $SWEEP_RANKS; do
   MPI=(mpirun -np "$R")
   [ "$R" -gt "$CORES" ] && MPI+=(--oversubscribe)
   "${MPI[@]}" "$BIN/cairn-sweep" allreduce,allgather,reducescatter,sendrecv -b 8 -e 8M -f 4 --tiers world,intra \
     --out "$OUT/sweep-$R" --log-level warn > "$OUT/sweep-$R.txt"
 done
-fabric_of() { echo "$OUT/sweep-$1/sweep/fabric.toml"; }
+# The fabric a layout of R ranks is priced with: FABRIC_RANKS's sweep when set, else R's own (1 rank: the
+# smallest sweep; its collectives are never used).
+fabric_of() {
+  local r=${FABRIC_RANKS:-$1}
+  [ "$r" -gt 1 ] || r=$(echo "$SWEEP_RANKS" | head -1)
+  echo "$OUT/sweep-$r/sweep/fabric.toml"
+}
 read -r PEAK BW OVH < <($PY -c "import tomllib,sys; c=tomllib.load(open(sys.argv[1],'rb'))['cluster']
 print(c['peak_tflops'], c['hbm_gbps'], c['kernel_overhead_us'])" "$OUT/cpu1.toml")
 # cairn-train's attention kernel on this CPU, one thread, the bench's shape: its efficiency over the FLOPs it
@@ -137,6 +147,11 @@ while read -r dp tp pp v zero sp rc; do
   }
   predict "$($PY -c "print(min(1.0, $CORES / $R))")" "$D" "$D/pred.json" --log-level warn > "$D/explain.txt" \
     2> "$D/plan.err" || echo "plan failed: $(tail -1 "$D/plan.err")" >&2
+  # Oversubscribed, the scheduler is work-conserving: a rank's pipeline bubble is another rank's compute time. The
+  # prediction then drops the bubble, bounded below by the critical path at a whole core per rank (share 1).
+  if [ "$R" -gt "$CORES" ]; then
+    predict 1 "$D/full" "$D/pred_full.json" --log-level error > /dev/null 2>&1 || true
+  fi
   MPI=(mpirun -np "$R")
   [ "$R" -gt "$CORES" ] && MPI+=(--oversubscribe)
   TRAIN=(--out "$D" --data "$OUT/ds" --threads 1 --log-level warn "${MODEL[@]}" --steps "$STEPS"
@@ -200,6 +215,10 @@ for line in open(f"{out}/layouts.txt"):
     try:
         p = json.load(open(f"{d}/pred.json"))["plans"][0]
         row["predicted_step_s"] = p["step_time_s"]
+        if int(R) > cores and os.path.exists(f"{d}/pred_full.json"):
+            full = json.load(open(f"{d}/pred_full.json"))["plans"][0]["step_time_s"]
+            row["predicted_plan_step_s"] = p["step_time_s"]
+            row["predicted_step_s"] = max(p["step_time_s"] - p["breakdown"]["time_s"]["bubble"], full)
         row["predicted_mem_gib"] = p["memory_gib"]
         row["predicted_time_s"] = p["breakdown"]["time_s"]
         row["predicted_memory_gib"] = p["breakdown"]["memory_gib"]

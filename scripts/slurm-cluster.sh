@@ -128,11 +128,15 @@ reap_dead_clusters() {
 write_config() {
   local dir=$1 cpus=$2 port=$3 nodes=$4 net=$5 i
   echo "PMIxCliTmpDirBase=$dir/tmp" > "$dir/mpi.conf"
-  # Every task gets the node-local temp dir, and Open MPI's TCP transport the cluster's subnet only. The nodes share
-  # this machine's cores (2 nodes x 2 CPUs on 2 cores in CI), so a rank waiting for a message yields its core.
+  # Every task gets a temp dir of its job's own in the node-local tmp (as job_container/tmpfs gives on real clusters:
+  # Open MPI's session directories of jobs that start and end at the same moment on a node then never share a
+  # parent that one job's cleanup may remove under the other; ranks crashing in MPI_Init on a loaded machine were
+  # seen with a shared TMPDIR), and Open MPI's TCP transport the cluster's subnet only. The nodes share this
+  # machine's cores (2 nodes x 2 CPUs on 2 cores in CI), so a rank waiting for a message yields its core.
   cat > "$dir/task-prolog.sh" <<EOF
 #!/bin/sh
-echo "export TMPDIR=$dir/tmp"
+mkdir -p "$dir/tmp/job\$SLURM_JOB_ID"
+echo "export TMPDIR=$dir/tmp/job\$SLURM_JOB_ID"
 echo "export OMPI_MCA_btl_tcp_if_include=$net.0/24"
 echo "export OMPI_MCA_oob_tcp_if_include=$net.0/24"
 echo "export OMPI_MCA_mpi_yield_when_idle=\${OMPI_MCA_mpi_yield_when_idle:-1}"
