@@ -129,10 +129,11 @@ write_config() {
   local dir=$1 cpus=$2 port=$3 nodes=$4 net=$5 i
   echo "PMIxCliTmpDirBase=$dir/tmp" > "$dir/mpi.conf"
   # Every task gets a temp dir of its job's own in the node-local tmp (as job_container/tmpfs gives on real clusters:
-  # Open MPI's session directories of jobs that start and end at the same moment on a node then never share a
-  # parent that one job's cleanup may remove under the other; ranks crashing in MPI_Init on a loaded machine were
-  # seen with a shared TMPDIR), and Open MPI's TCP transport the cluster's subnet only. The nodes share this
-  # machine's cores (2 nodes x 2 CPUs on 2 cores in CI), so a rank waiting for a message yields its core.
+  # Open MPI's session directories of jobs that start and end at the same moment on a node never share a parent),
+  # and Open MPI's TCP transport the cluster's subnet only. The nodes share this machine's cores (2 nodes x 2 CPUs
+  # on 2 cores in CI), so a rank waiting for a message yields its core. Known: under heavy load about 1 job in 20
+  # loses a rank to a SIGSEGV in MPI_Init after "shared memory initialization: open(2)" of an empty segment name
+  # (slurm/README.md); the per-job TMPDIR did not change that.
   cat > "$dir/task-prolog.sh" <<EOF
 #!/bin/sh
 mkdir -p "$dir/tmp/job\$SLURM_JOB_ID"
