@@ -36,3 +36,15 @@ for r in 0 1; do
   grep -q "rank $r of 2 sum 2" "$work/mpi.out" || { cat "$work/mpi.out" >&2; fail "rank $r missing from MPI output"; }
 done
 pass "srun --mpi=$mpi -n 2 MPI hello (allreduce) job $jid COMPLETED"
+
+# cairn_launch (slurm/lib/common.sh, what every stage uses): one rank failing ends the whole step at once
+# (--kill-on-bad-exit), instead of leaving the other rank running until the time limit. Rank 1 would sleep 600 s.
+cat > "$work/badexit.sh" <<SH
+#!/usr/bin/env bash
+source "$CAIRN_SOURCE_DIR/slurm/lib/common.sh"
+CAIRN_LAUNCHER=srun cairn_launch sh -c 'if [ "\$SLURM_PROCID" = 0 ]; then exit 3; fi; exec sleep 600'
+SH
+jid=$(sbatch --parsable -n 2 -o "$work/badexit.out" "$work/badexit.sh")
+st=$(wait_job "$jid" 60) || { cat "$work/badexit.out" >&2; fail "job $jid with a failed rank still running after 60 s: $st"; }
+[ "$st" = FAILED ] || { cat "$work/badexit.out" >&2; fail "job $jid with a failed rank ended $st, want FAILED"; }
+pass "one rank exiting 3 ended job $jid ($st) without waiting for the other rank"
