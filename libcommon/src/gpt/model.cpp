@@ -571,7 +571,6 @@ struct Model::Impl {
     char* base = static_cast<char*>(pool->scratch(pooled_scratch_bytes(tokens)));
     pool_layout(base,
                 [&](const Take& take) { layout_scratch(cfg, spec, training, recompute, tokens, take, scratch.acts); });
-    pool->claim_scratch(this);
   }
   // Before a forward or backward uses the shared scratch: what recomputation left there is gone if another piece
   // used it since.
