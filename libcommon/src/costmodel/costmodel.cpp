@@ -654,6 +654,19 @@ std::vector<int> plan_stage_layers(const ModelSpec& m, const Plan& p, double emb
   return stage_split(m.layers, p.pp, p.v, embed_layers, head_layers);
 }
 
+// Seconds of PyTorch FSDP's memory-bound copies over one whole (unsharded) layer per micro-batch; they run beside
+// the layer's compute on the same SMs and HBM, so they are charged, not hidden: the unsharded gradient copied and
+// cast into the reduce-scatter buffer in the reduce dtype (read e, write grad_bytes per parameter; FSDP1 _reduce_grad's
+// .to(reduce_dtype), FSDP2 foreach_reduce_scatter_copy_in), then FSDP1's in-place pre-divide of that buffer (read
+// and write grad_bytes), or FSDP2's copy-out of the gathered parameters after each of its two all-gathers (read and
+// write weight_bytes twice: 4 x weight_bytes = 2 x grad_bytes with bf16 weights and fp32 reduction, where both
+// implementations move the 14 bytes counted; with bf16 reduction FSDP1 skips the cast and moves 4 of the 8 counted,
+// FSDP2 about 12). docs/cost-model.md section 3.
+double fsdp_copy_kernels(const Cluster& c, const Assumptions& a, double layer_params) {
+  const double bytes = layer_params * (a.activation_bytes + 3 * a.grad_bytes);
+  return bytes / (c.hbm_gbps * 1e9 * c.hbm_efficiency) + 2 * c.kernel_overhead_us * 1e-6;
+}
+
 // Data-parallel (and ZeRO) communication of one step and the part of it the step waits for.
 struct DpComm {
   double total = 0, exposed = 0, slowdown = 0;
@@ -694,6 +707,8 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
     r.total = microbatches * layers * (2 * ag + rs);
     r.exposed = microbatches * (ag + rs + (layers - 1) * (of.exposed + ob.exposed));
     r.slowdown = microbatches * (layers - 1) * (of.slowdown + ob.slowdown);
+    // GPUs only: the CPU path (cairn-train's own ZeRO-3) has no such copies.
+    if (c.sm_count > 0) r.exposed += microbatches * layers * fsdp_copy_kernels(c, a, layer_params);
   }
   return r;
 }
