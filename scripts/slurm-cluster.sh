@@ -127,13 +127,16 @@ reap_dead_clusters() {
 
 write_config() {
   local dir=$1 cpus=$2 port=$3 nodes=$4 net=$5 i
-  echo "PMIxCliTmpDirBase=$dir/tmp" > "$dir/mpi.conf"
+  # Every PMIx fence a ring over all nodes of the step. Slurm's default ("mixed") runs fences without data as its
+  # tree collective, and here that completes on each node alone (slurmd debug log: "COLL_FENCE_TREE ... local
+  # delivery", no children): MPI_Init's closing barrier, which Open MPI relies on, then holds only the ranks of one
+  # node, so a node whose ranks are through sends to a rank of the other node still in the modex fence, whose PML
+  # has not registered its handlers yet: SIGSEGV at address 0 in MPI_Init (slurm/README.md).
+  printf 'PMIxCliTmpDirBase=%s\nPMIxCollFence=ring\n' "$dir/tmp" > "$dir/mpi.conf"
   # Every task gets a temp dir of its job's own in the node-local tmp (as job_container/tmpfs gives on real clusters:
   # Open MPI's session directories of jobs that start and end at the same moment on a node never share a parent),
   # and Open MPI's TCP transport the cluster's subnet only. The nodes share this machine's cores (2 nodes x 2 CPUs
-  # on 2 cores in CI), so a rank waiting for a message yields its core. Known: under heavy load about 1 job in 20
-  # loses a rank to a SIGSEGV in MPI_Init after "shared memory initialization: open(2)" of an empty segment name
-  # (slurm/README.md); the per-job TMPDIR did not change that.
+  # on 2 cores in CI), so a rank waiting for a message yields its core.
   cat > "$dir/task-prolog.sh" <<EOF
 #!/bin/sh
 mkdir -p "$dir/tmp/job\$SLURM_JOB_ID"
