@@ -1,5 +1,6 @@
 // Unit tests of the tokenizers' safety and fast paths: invalid UTF-8 is refused (never reaches PCRE2),
-// the hand-written Llama 3 splitter equals the regex, and the BPE merge loop equals the reference rule.
+// the hand-written Llama 3 and GPT-2 splitters equal the regexes, and the BPE merge loop and the word cache
+// give what the reference rule gives.
 #define BOOST_TEST_MODULE tokenizer_unit
 #include <unistd.h>
 
@@ -229,6 +230,22 @@ BOOST_AUTO_TEST_CASE(fast_llama3_splitter_equals_the_regex_on_random_unicode) {
   BOOST_TEST(!tokenizer::split_fast("\\p{L}+", "abc", [](size_t, size_t) {}));
 }
 
+// Appends `count` random merges of known tokens (results at most max_len bytes; with space_right false the right
+// part never contains a space, so no merge crosses a pre-tokenizer's space boundary) to merges/rank/tokens.
+void random_merges(Rng& rng, std::vector<std::string>& tokens, std::vector<std::pair<std::string, std::string>>& merges,
+                   std::map<std::pair<std::string, std::string>, int>& rank, size_t count, size_t max_len,
+                   bool space_right) {
+  std::set<std::string> known(tokens.begin(), tokens.end());
+  while (merges.size() < count) {
+    std::string a = tokens[rng.next() % tokens.size()], b = tokens[rng.next() % tokens.size()];
+    if (known.count(a + b) || (a + b).size() > max_len || (!space_right && b.find(' ') != std::string::npos)) continue;
+    rank[{a, b}] = static_cast<int>(merges.size());
+    merges.emplace_back(a, b);
+    tokens.push_back(a + b);
+    known.insert(a + b);
+  }
+}
+
 // Words short and long (the long ones take the heap path) merge exactly as the reference rule does,
 // with merges that make the same pair appear many times and overlap ("aaaa").
 BOOST_AUTO_TEST_CASE(bpe_merges_equal_the_reference_rule_on_short_and_long_words) {
@@ -237,15 +254,7 @@ BOOST_AUTO_TEST_CASE(bpe_merges_equal_the_reference_rule_on_short_and_long_words
   std::vector<std::string> tokens{"a", "b", "c", "d"};
   std::vector<std::pair<std::string, std::string>> merges;
   std::map<std::pair<std::string, std::string>, int> rank;
-  std::set<std::string> known(tokens.begin(), tokens.end());
-  while (merges.size() < 60) {
-    std::string a = tokens[rng.next() % tokens.size()], b = tokens[rng.next() % tokens.size()];
-    if (known.count(a + b) || (a + b).size() > 12) continue;
-    rank[{a, b}] = static_cast<int>(merges.size());
-    merges.emplace_back(a, b);
-    tokens.push_back(a + b);
-    known.insert(a + b);
-  }
+  random_merges(rng, tokens, merges, rank, 60, 12, true);
   tokenizer::Spec spec;
   spec.type = "hf";
   spec.tokenizer_json = write_tokenizer(t.path, "m.json", merges, byte_level_only());
@@ -259,6 +268,154 @@ BOOST_AUTO_TEST_CASE(bpe_merges_equal_the_reference_rule_on_short_and_long_words
     for (uint32_t id : ids) got.push_back(tok->decode(&id, 1));
     std::vector<std::string> want = reference_bpe(word, rank);
     BOOST_TEST_REQUIRE(got == want, "word of " << len << " bytes: " << word);
+  }
+}
+
+// The hand-written GPT-2 splitter (JavaScript's \s for gpt2, PCRE2's for hf ByteLevel) equals PCRE2 on
+// real text (every fortune file, whole) and on generated text: all ASCII bytes, letters and digits in
+// and out of ASCII, contractions (and near misses: 'S, 'x, a final '), whitespace runs before non-space,
+// \r\n, tabs, NBSP and other Unicode spaces, emoji, CJK, combining marks, and runs long enough to take
+// the 16-byte vector path and end at every offset, including at the end of the text.
+BOOST_AUTO_TEST_CASE(fast_gpt2_splitter_equals_the_regex_on_real_and_generated_text) {
+  tokenizer::RegexSplitter js(tokenizer::kGpt2Pattern), hf(tokenizer::kHfByteLevelPattern);
+  auto check = [&](const std::string& text, const std::string& what) {
+    for (bool use_js : {true, false}) {
+      std::vector<std::string> fast;
+      tokenizer::split_gpt2_fast(text, use_js, [&](size_t b, size_t n) { fast.push_back(text.substr(b, n)); });
+      std::vector<std::string> slow = regex_pieces(use_js ? js : hf, text);
+      BOOST_TEST_REQUIRE(fast == slow, what << " (js whitespace " << use_js << "): \"" << text.substr(0, 2000) << "\"");
+    }
+  };
+  size_t real_bytes = 0;
+  for (const auto& e : fs::directory_iterator("/usr/share/games/fortunes")) {
+    std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || e.is_symlink() || name.ends_with(".dat") || name.ends_with(".u8")) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (tokenizer::find_invalid_utf8(text) != std::string::npos) continue;
+    check(text, e.path().string());
+    real_bytes += text.size();
+  }
+  BOOST_TEST_REQUIRE(real_bytes > 1000000u, "fortunes text (/usr/share/games/fortunes) is needed");
+
+  std::vector<std::string> atoms{"a",
+                                 "Z",
+                                 "é",
+                                 "ß",
+                                 "ж",
+                                 "中",
+                                 "ǅ",
+                                 "7",
+                                 "٣",
+                                 "Ⅻ",
+                                 "²",
+                                 "'",
+                                 "'s",
+                                 "'S",
+                                 "'ll",
+                                 "'re",
+                                 "'ve",
+                                 "'m",
+                                 "'d",
+                                 "'t",
+                                 "'x",
+                                 " '",
+                                 " ",
+                                 "  ",
+                                 "   ",
+                                 "\t",
+                                 "\n",
+                                 "\r\n",
+                                 "\r",
+                                 "\n\n",
+                                 "\v",
+                                 "\f",
+                                 "\x1c",
+                                 "\x1f",
+                                 "\xc2\x85",
+                                 "\xef\xbb\xbf",
+                                 "\xc2\xa0",
+                                 "\xe2\x80\x83",
+                                 "\xe3\x80\x80",
+                                 "\xe2\x80\xa8",
+                                 ",",
+                                 "--",
+                                 "!?",
+                                 ".",
+                                 "\xcc\x81",
+                                 "\xf0\x9f\x98\x80",
+                                 "\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd",
+                                 "\xf0\x9d\x90\x80",
+                                 "$",
+                                 "_",
+                                 "\x7f",
+                                 "\x01",
+                                 "hello",
+                                 "The",
+                                 "1234567890",
+                                 "a1b2",
+                                 "..."};
+  for (int c = 1; c < 0x80; ++c) atoms.emplace_back(1, static_cast<char>(c));
+  const std::string letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  Rng rng{2024};
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string text;
+    const int len = 1 + static_cast<int>(rng.next() % 40);
+    for (int k = 0; k < len; ++k) {
+      if (rng.next() % 8 == 0) {  // a long run of one class: letters, digits or punctuation
+        const size_t run = 1 + rng.next() % 40, kind = rng.next() % 3;
+        if (rng.next() % 2) text += ' ';
+        for (size_t r = 0; r < run; ++r)
+          text += kind == 0   ? letters[rng.next() % letters.size()]
+                  : kind == 1 ? "0123456789"[rng.next() % 10]
+                              : "-=*.#"[rng.next() % 5];
+      } else {
+        text += atoms[rng.next() % atoms.size()];
+      }
+    }
+    check(text, "generated text " + std::to_string(trial));
+  }
+}
+
+// The word cache returns each word's merges: 60,000 distinct words (2 to 40 bytes, so both the inline
+// table of short words, grown past its first size, and the table of longer ones) in documents of
+// every length, encoded cold and again warm, against the reference rule on the regex's pieces.
+BOOST_AUTO_TEST_CASE(word_cache_keeps_every_words_merges_through_growth) {
+  TempDir t;
+  Rng rng{7};
+  std::vector<std::string> tokens{"a", "b", "c", "d", " "};
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::map<std::pair<std::string, std::string>, int> rank;
+  random_merges(rng, tokens, merges, rank, 80, 10, false);
+  tokenizer::Spec spec;
+  spec.type = "hf";
+  json pre = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  spec.tokenizer_json = write_tokenizer(t.path, "cache.json", merges, pre);
+  auto tok = tokenizer::load(spec);
+  tokenizer::RegexSplitter re(tokenizer::kHfByteLevelPattern);
+  std::set<std::string> seen;
+  std::vector<std::string> docs;
+  while (seen.size() < 60000) {
+    std::string doc;
+    const size_t words = 1 + rng.next() % 30;
+    for (size_t w = 0; w < words; ++w) {
+      std::string word;
+      const size_t len = 1 + (rng.next() % 8 == 0 ? rng.next() % 40 : rng.next() % 12);
+      for (size_t k = 0; k < len; ++k) word += static_cast<char>('a' + rng.next() % 4);
+      seen.insert(word);
+      doc += (w ? " " : "") + word;
+    }
+    docs.push_back(doc);
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const std::string& doc : docs) {
+      std::vector<std::string> want;
+      for (const std::string& piece : regex_pieces(re, doc))
+        for (const std::string& s : reference_bpe(piece, rank)) want.push_back(s);
+      std::vector<std::string> got;
+      for (uint32_t id : tok->encode(doc)) got.push_back(tok->decode(&id, 1));
+      BOOST_TEST_REQUIRE(got == want, (pass ? "warm" : "cold") << " document \"" << doc << "\"");
+    }
   }
 }
 

@@ -4,8 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <new>
+
+#include <sys/mman.h>
 
 #include "cairn/error.h"
 #include "cairn/log.h"
@@ -34,17 +38,121 @@ struct ByteUnicode {
 
 std::atomic<uint64_t> g_tokenizer_serial{1};
 
+// Allocator for the big lookup tables (merge pairs, word cache): blocks of 1 MiB or more are 2 MiB-aligned
+// and asked to be backed by transparent huge pages, so the random lookups of a cold pass do not also
+// miss in the TLB (the system may refuse; then they are ordinary pages).
+template <typename T>
+struct HugePageAllocator {
+  using value_type = T;
+  static constexpr size_t kHuge = size_t{2} << 20, kMin = size_t{1} << 20;
+  HugePageAllocator() = default;
+  template <typename U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes < kMin) return static_cast<T*>(::operator new(bytes));
+    const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+    void* p = std::aligned_alloc(kHuge, rounded);
+    if (!p) throw std::bad_alloc();
+    madvise(p, rounded, MADV_HUGEPAGE);
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) {
+    if (n * sizeof(T) < kMin) ::operator delete(p);
+    else std::free(p);
+  }
+  template <typename U>
+  bool operator==(const HugePageAllocator<U>&) const {
+    return true;
+  }
+};
+template <typename T>
+using HugeVector = std::vector<T, HugePageAllocator<T>>;
+
 // (left id, right id) -> (rank, merged id) in one open-addressing array: one multiply and usually one
-// cache line per lookup (std::unordered_map chases a pointer per node).
+// cache line per lookup (std::unordered_map chases a pointer per node). While every id and rank fits
+// 16 bits (GPT-2: 50,257 tokens, 50,000 merges) an entry is 8 bytes, so GPT-2's table is 1 MiB and its
+// used part stays in L2: the merge loop of a cold pass is bound by these lookups.
 class MergeTable {
  public:
+  static constexpr uint32_t kNone = UINT32_MAX;  // find: no merge for the pair
+  explicit MergeTable(size_t vocab_size = 0) : compact_(vocab_size < 0xFFFF) {}
+  // Keeps the first (lowest) rank of a pair, as the reference encoders do.
+  void insert(uint32_t a, uint32_t b, uint32_t rank, uint32_t merged) {
+    if (compact_ && (rank >= 0xFFFF || a >= 0xFFFF || b >= 0xFFFF || merged >= 0xFFFF)) to_wide();
+    if (compact_) insert_compact(a, b, rank, merged);
+    else insert_wide(a, b, rank, merged);
+  }
+  // The rank of merging (a, b) and the merged id, or kNone.
+  [[gnu::always_inline]] uint32_t find(uint32_t a, uint32_t b, uint32_t& merged) const {
+    if (compact_) {
+      if (small_.empty()) return kNone;
+      const uint32_t key = (a << 16) | b;
+      for (size_t i = (key * 0x9E3779B97F4A7C15ULL) >> shift_;; i = (i + 1) & mask_) {
+        const uint64_t e = small_[i];
+        if (static_cast<uint32_t>(e >> 32) == key) {
+          merged = e & 0xFFFF;
+          return (e >> 16) & 0xFFFF;
+        }
+        if (e == kSmallEmpty) return kNone;
+      }
+    }
+    if (slots_.empty()) return kNone;
+    const uint64_t key = pack(a, b);
+    for (size_t i = slot(key);; i = (i + 1) & mask_) {
+      const Entry& e = slots_[i];
+      if (e.key == key) {
+        merged = e.merged;
+        return e.rank;
+      }
+      if (e.key == kEmpty) return kNone;
+    }
+  }
+
+ private:
   struct Entry {
     uint64_t key = kEmpty;
     uint32_t rank = 0, merged = 0;
   };
-  static constexpr uint64_t kEmpty = UINT64_MAX;  // ids are < 2^24, so no real key is all ones
-  // Keeps the first (lowest) rank of a pair, as the reference encoders do.
-  void insert(uint32_t a, uint32_t b, uint32_t rank, uint32_t merged) {
+  static constexpr uint64_t kEmpty = UINT64_MAX;       // ids are < 2^24, so no real key is all ones
+  static constexpr uint64_t kSmallEmpty = UINT64_MAX;  // compact ids are < 0xFFFF: no real key is all ones
+  static uint64_t pack(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
+  // The product's top bits depend on every bit of both ids (low bits would ignore the left id).
+  size_t slot(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ULL) >> shift_; }
+  void resize_for(size_t slots) {
+    mask_ = slots - 1;
+    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(slots));
+  }
+  void insert_compact(uint32_t a, uint32_t b, uint32_t rank, uint32_t merged) {
+    if ((used_ + 1) * 2 > small_.size()) {  // at most half full: a missing pair is found absent in ~2 probes
+      HugeVector<uint64_t> old(std::max<size_t>(1024, small_.size() * 2), kSmallEmpty);
+      old.swap(small_);
+      resize_for(small_.size());
+      used_ = 0;
+      for (uint64_t e : old)
+        if (e != kSmallEmpty) insert_compact(e >> 48, (e >> 32) & 0xFFFF, (e >> 16) & 0xFFFF, e & 0xFFFF);
+    }
+    const uint32_t key = (a << 16) | b;
+    for (size_t i = (key * 0x9E3779B97F4A7C15ULL) >> shift_;; i = (i + 1) & mask_) {
+      uint64_t& e = small_[i];
+      if (static_cast<uint32_t>(e >> 32) == key && e != kSmallEmpty) return;
+      if (e == kSmallEmpty) {
+        e = (static_cast<uint64_t>(key) << 32) | (rank << 16) | merged;
+        ++used_;
+        return;
+      }
+    }
+  }
+  void to_wide() {
+    compact_ = false;
+    HugeVector<uint64_t> old;
+    old.swap(small_);
+    used_ = 0;
+    mask_ = 0, shift_ = 64;
+    for (uint64_t e : old)
+      if (e != kSmallEmpty) insert_wide(e >> 48, (e >> 32) & 0xFFFF, (e >> 16) & 0xFFFF, e & 0xFFFF);
+  }
+  void insert_wide(uint32_t a, uint32_t b, uint32_t rank, uint32_t merged) {
     if ((used_ + 1) * 4 > slots_.size() * 3) grow();  // at most 3/4 full: small enough to stay in cache
     uint64_t key = pack(a, b);
     for (size_t i = slot(key);; i = (i + 1) & mask_) {
@@ -57,29 +165,17 @@ class MergeTable {
       }
     }
   }
-  const Entry* find(uint32_t a, uint32_t b) const {
-    if (slots_.empty()) return nullptr;
-    uint64_t key = pack(a, b);
-    for (size_t i = slot(key);; i = (i + 1) & mask_) {
-      const Entry& e = slots_[i];
-      if (e.key == key) return &e;
-      if (e.key == kEmpty) return nullptr;
-    }
-  }
-
- private:
-  static uint64_t pack(uint32_t a, uint32_t b) { return (static_cast<uint64_t>(a) << 32) | b; }
-  // The product's top bits depend on every bit of both ids (low bits would ignore the left id).
-  size_t slot(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ULL) >> shift_; }
   void grow() {
     std::vector<Entry> old(std::max<size_t>(1024, slots_.size() * 2));
     old.swap(slots_);
-    mask_ = slots_.size() - 1;
-    shift_ = 64 - static_cast<unsigned>(__builtin_ctzll(slots_.size()));
+    resize_for(slots_.size());
     used_ = 0;
     for (const Entry& e : old)
-      if (e.key != kEmpty) insert(static_cast<uint32_t>(e.key >> 32), static_cast<uint32_t>(e.key), e.rank, e.merged);
+      if (e.key != kEmpty)
+        insert_wide(static_cast<uint32_t>(e.key >> 32), static_cast<uint32_t>(e.key), e.rank, e.merged);
   }
+  bool compact_;
+  HugeVector<uint64_t> small_;
   std::vector<Entry> slots_;
   size_t mask_ = 0, used_ = 0;
   unsigned shift_ = 64;
@@ -116,43 +212,98 @@ class VocabIndex {
   size_t mask_ = 0;
 };
 
-// Per-thread cache of word -> ids, an open-addressing table over flat key/value arrays (no
-// allocation per entry); tagged with the tokenizer's serial so tokenizers never share entries.
-struct WordCache {
-  // Direct-mapped entries for words of up to 16 bytes and 3 tokens (most words of real text), 32 bytes
-  // each, keys compared as two words.
-  static constexpr size_t kHotKey = 16, kHotIds = 3, kHotSlots = 16384;
-  struct Hot {
-    uint64_t k0 = 0, k1 = 0;
-    uint32_t ids[kHotIds] = {};
-    uint8_t len = 0, n = 0;  // len 0 = empty
-    void set(uint64_t a, uint64_t b, size_t word_len, const uint32_t* v, size_t count) {
-      if (count > kHotIds) return;
-      k0 = a, k1 = b, len = static_cast<uint8_t>(word_len), n = static_cast<uint8_t>(count);
-      std::memcpy(ids, v, count * sizeof(uint32_t));
-    }
-  };
-  static size_t hot_slot(uint64_t a, uint64_t b, size_t len) {
-    uint64_t h = (a ^ (b * 0xC2B2AE3D27D4EB4FULL) ^ len) * 0x9E3779B97F4A7C15ULL;
-    return (h ^ (h >> 32)) * 0x9E3779B97F4A7C15ULL >> 50;  // top 14 bits: kHotSlots = 16384
+// A word of up to 16 bytes as two little-endian words, zero-padded: the key of the short-word table.
+// `end` is the end of the buffer the word lies in: when 16 bytes from the word's start are inside it, two
+// fixed loads and masks replace variable-length copies (which stall on store forwarding).
+struct ShortKey {
+  uint64_t k0 = 0, k1 = 0;
+};
+[[gnu::always_inline]] inline ShortKey short_key(const char* p, size_t len, const char* end) {
+  ShortKey k;
+  if (end - p >= 16) {
+    std::memcpy(&k.k0, p, 8);
+    std::memcpy(&k.k1, p + 8, 8);
+    const uint64_t m0 = len >= 8 ? ~0ULL : (1ULL << (8 * len)) - 1;
+    const uint64_t m1 = len >= 16 ? ~0ULL : len <= 8 ? 0 : (1ULL << (8 * (len - 8))) - 1;
+    k.k0 &= m0, k.k1 &= m1;
+  } else {
+    std::memcpy(&k.k0, p, std::min<size_t>(8, len));
+    if (len > 8) std::memcpy(&k.k1, p + 8, len - 8);
   }
-  std::vector<Hot> hot;
+  return k;
+}
+[[gnu::always_inline]] inline uint64_t short_hash(const ShortKey& k, size_t len) {
+  uint64_t h = (k.k0 ^ (k.k1 * 0xC2B2AE3D27D4EB4FULL) ^ len) * 0x9E3779B97F4A7C15ULL;
+  return (h ^ (h >> 32)) * 0x9E3779B97F4A7C15ULL;  // the top bits pick the slot
+}
+
+// Per-thread cache of word -> ids, tagged with the tokenizer's serial so tokenizers never share entries.
+// Words of 2..16 bytes (nearly all words of real text) live in one open-addressing table whose 32-byte
+// slots hold the key and up to 3 ids inline: a lookup is one hash of two registers and usually one cache
+// line. Longer words (17..64 bytes) use a table over flat key/value arrays hashed with XXH3.
+struct WordCache {
+  static constexpr size_t kShortKey = 16, kInlineIds = 3;
+  struct Short {
+    uint64_t k0 = 0, k1 = 0;
+    uint32_t ids[kInlineIds] = {};  // n <= 3: the ids; else ids[0] is an offset into `vals`
+    uint8_t len = 0, n = 0;         // len 0 = empty
+    uint16_t pad = 0;
+  };
+  static_assert(sizeof(Short) == 32);
   struct Slot {  // 16 bytes: keys are at most 64 bytes, values at most 64 ids
     uint32_t hash = 0;
     uint32_t key_off = 0, val_off = 0;
     uint8_t key_len = 0, val_len = 0;  // key_len 0 = empty slot
   };
+  static constexpr unsigned kShortBits0 = 15, kShortBitsMax = 20;  // 1 MiB .. 32 MiB of short slots
   uint64_t serial = 0;
+  HugeVector<Short> shorts;
+  unsigned short_shift = 64 - kShortBits0;
+  size_t short_used = 0;
   std::vector<Slot> slots;
   std::string keys;
   std::vector<uint32_t> vals;
   size_t used = 0;
+  // Empties the tables but keeps their sizes: a thread that needed big tables will again, and clearing
+  // memory already mapped costs far less than growing (rehashing, page faults) every time.
   void reset() {
-    hot.assign(kHotSlots, Hot{});
-    slots.assign(1 << 14, Slot{});
+    if (shorts.empty()) shorts.resize(size_t{1} << kShortBits0);
+    else std::fill(shorts.begin(), shorts.end(), Short{});
+    short_shift = 64 - static_cast<unsigned>(__builtin_ctzll(shorts.size()));
+    short_used = 0;
+    if (slots.empty()) slots.resize(1 << 12);
+    else std::fill(slots.begin(), slots.end(), Slot{});
     keys.clear();
     vals.clear();
     used = 0;
+  }
+  size_t short_slot(uint64_t h) const { return h >> short_shift; }
+  const uint32_t* short_ids(const Short& s) const { return s.n <= kInlineIds ? s.ids : vals.data() + s.ids[0]; }
+  void place_short(const Short& e, uint64_t h) {
+    const size_t mask = shorts.size() - 1;
+    size_t i = short_slot(h);
+    while (shorts[i].len != 0) i = (i + 1) & mask;
+    shorts[i] = e;
+  }
+  void insert_short(const ShortKey& k, size_t len, uint64_t h, const uint32_t* ids, size_t n) {
+    if ((short_used + 1) * 2 > shorts.size()) {
+      if (64 - short_shift >= kShortBitsMax || vals.size() > (1u << 28)) return reset();  // bounded memory
+      HugeVector<Short> old(shorts.size() * 2);
+      old.swap(shorts);
+      --short_shift;
+      for (const Short& s : old)
+        if (s.len != 0) place_short(s, short_hash({s.k0, s.k1}, s.len));
+    }
+    Short e;
+    e.k0 = k.k0, e.k1 = k.k1, e.len = static_cast<uint8_t>(len), e.n = static_cast<uint8_t>(n);
+    if (n <= kInlineIds) {
+      std::memcpy(e.ids, ids, n * sizeof(uint32_t));
+    } else {
+      e.ids[0] = static_cast<uint32_t>(vals.size());
+      vals.insert(vals.end(), ids, ids + n);
+    }
+    place_short(e, h);
+    ++short_used;
   }
   const Slot* find(std::string_view w, uint64_t h) const {
     size_t mask = slots.size() - 1;
@@ -166,9 +317,9 @@ struct WordCache {
   }
   void insert(std::string_view w, uint64_t h, const uint32_t* ids, size_t n) {
     if (used * 2 >= slots.size()) {
-      if (slots.size() >= (1u << 20)) {  // 16 MiB of slots per thread at most
-        reset();                         // bounded memory: start over rather than grow without limit
-      } else {                           // grow x2 and reinsert
+      if (slots.size() >= (1u << 20) || keys.size() > (1u << 30)) {  // 16 MiB of slots per thread at most
+        reset();  // bounded memory: start over rather than grow without limit
+      } else {    // grow x2 and reinsert
         std::vector<Slot> old(slots.size() * 2);
         old.swap(slots);
         size_t mask = slots.size() - 1;
@@ -197,10 +348,14 @@ struct WordCache {
 class BpeTokenizer final : public Tokenizer {
  public:
   BpeTokenizer(BpeConfig cfg, std::vector<std::string> id_to_bytes, std::vector<bool> is_special)
-      : cfg_(std::move(cfg)), id_to_bytes_(std::move(id_to_bytes)), is_special_(std::move(is_special)) {
+      : cfg_(std::move(cfg)),
+        id_to_bytes_(std::move(id_to_bytes)),
+        is_special_(std::move(is_special)),
+        merges_(id_to_bytes_.size()) {
     for (uint32_t id = 0; id < id_to_bytes_.size(); ++id)
       if (is_special_[id] && !id_to_bytes_[id].empty()) specials_.emplace_back(id_to_bytes_[id], id);
     vocab_.build(id_to_bytes_, is_special_);
+    if (cfg_.byte_level) byte_pairs_.assign(65536, UINT64_MAX);
     // Longest special first so that overlapping specials match greedily (leftmost-longest, as
     // Hugging Face's added-vocabulary matcher does).
     std::sort(specials_.begin(), specials_.end(),
@@ -255,6 +410,11 @@ class BpeTokenizer final : public Tokenizer {
     uint32_t ia = vocab_.find(a), ib = vocab_.find(b), im = vocab_.find(ab);
     if (ia == VocabIndex::kEmpty || ib == VocabIndex::kEmpty || im == VocabIndex::kEmpty) return false;
     merges_.insert(ia, ib, rank, im);
+    // Byte-level words start as byte tokens: their first round of lookups reads a dense byte-pair table.
+    if (cfg_.byte_level && a.size() == 1 && b.size() == 1) {
+      uint64_t& e = byte_pairs_[static_cast<unsigned char>(a[0]) << 8 | static_cast<unsigned char>(b[0])];
+      if (e == UINT64_MAX) e = static_cast<uint64_t>(rank) << 32 | im;  // the first (lowest) rank wins
+    }
     return true;
   }
   bool has_fallback(std::string_view chars) const {
@@ -355,8 +515,9 @@ class BpeTokenizer final : public Tokenizer {
     }
     thread_local std::vector<std::string_view> words;
     words.clear();
-    split_level(text, 0, words);
-    encode_words(words, out);
+    if (splitters_.size() == 1 && fast_[0] && !space_split_) fast_[0]->split_words(text, words);
+    else split_level(text, 0, words);
+    encode_words(words, text.data() + text.size(), out);
   }
 
   struct LevelCtx {
@@ -379,9 +540,9 @@ class BpeTokenizer final : public Tokenizer {
     else regex_split_behavior(*splitters_[level], text, behaviors_[level], invert_[level], on_piece, &ctx);
   }
 
-  void encode_words(const std::vector<std::string_view>& words, std::vector<uint32_t>& out) const;
-  void bpe_word(std::string_view word, uint64_t hash, std::vector<uint32_t>& out) const;
-  void merge_small(std::vector<uint32_t>& sym) const;
+  void encode_words(const std::vector<std::string_view>& words, const char* end, std::vector<uint32_t>& out) const;
+  void bpe_word(std::string_view word, uint64_t hash, const ShortKey* key, std::vector<uint32_t>& out) const;
+  void merge_small(std::vector<uint32_t>& sym, const unsigned char* bytes) const;
   void merge_large(std::vector<uint32_t>& sym) const;
   void char_symbols(std::string_view word, std::vector<uint32_t>& sym) const;
 
@@ -394,6 +555,8 @@ class BpeTokenizer final : public Tokenizer {
   std::array<uint32_t, 256> byte_id_{};
   std::array<uint32_t, 256> fallback_id_{};  // <0xNN> tokens (SentencePiece-style byte fallback)
   MergeTable merges_;
+  // (first byte << 8 | second byte) -> rank << 32 | merged id of merging the two byte tokens; all ones: none.
+  std::vector<uint64_t> byte_pairs_;  // byte-level only
   std::vector<std::unique_ptr<RegexSplitter>> splitters_;
   std::vector<SplitBehavior> behaviors_;   // per level
   std::vector<bool> invert_;               // per level
@@ -409,31 +572,42 @@ constexpr size_t kSmallWord = 64;
 // The reference rule (OpenAI's encoder): take the lowest-ranked adjacent pair and merge every
 // occurrence of it, left to right; repeat until no pair has a rank. Ranks of pairs that did not
 // change are kept from the previous round, so a round costs a scan plus lookups for new pairs only.
-void BpeTokenizer::merge_small(std::vector<uint32_t>& sym) const {
+// `bytes`: the word's bytes when `sym` are its byte tokens (byte-level), else null.
+void BpeTokenizer::merge_small(std::vector<uint32_t>& sym, const unsigned char* bytes) const {
   size_t m = sym.size();
   uint32_t rk[kSmallWord], mg[kSmallWord];
-  bool fresh[kSmallWord];
-  auto lookup = [&](size_t k) {
-    const MergeTable::Entry* e = merges_.find(sym[k], sym[k + 1]);
-    rk[k] = e ? e->rank : UINT32_MAX;
-    mg[k] = e ? e->merged : 0;
-  };
-  for (size_t k = 0; k + 1 < m; ++k) lookup(k);
-  while (m > 1) {
-    uint32_t best = UINT32_MAX;
-    for (size_t k = 0; k + 1 < m; ++k) best = std::min(best, rk[k]);
-    if (best == UINT32_MAX) break;
+  uint32_t best = MergeTable::kNone;
+  for (size_t k = 0; k + 1 < m; ++k) {
+    if (bytes) {
+      const uint64_t e = byte_pairs_[bytes[k] << 8 | bytes[k + 1]];
+      rk[k] = static_cast<uint32_t>(e >> 32), mg[k] = static_cast<uint32_t>(e);
+    } else {
+      rk[k] = merges_.find(sym[k], sym[k + 1], mg[k]);
+    }
+    best = std::min(best, rk[k]);
+  }
+  // One pass per round: merges the pairs of rank `best` left to right, looks up each pair with a new
+  // symbol as soon as both its symbols are known, and takes the next round's lowest rank on the way.
+  // Writes (at w - 1 and w) never pass reads (at k >= w).
+  while (best != MergeTable::kNone) {
+    uint32_t next_best = MergeTable::kNone;
+    bool prev_fresh = false;
     size_t w = 0;
     for (size_t k = 0; k < m; ++w) {
-      if (k + 1 < m && rk[k] == best) {
-        sym[w] = mg[k], fresh[w] = true, k += 2;
+      bool fresh = k + 1 < m && rk[k] == best;
+      if (fresh) {
+        sym[w] = mg[k], k += 2;
       } else {  // unchanged: its pair with the next symbol keeps its rank unless that one merged
-        sym[w] = sym[k], rk[w] = rk[k], mg[w] = mg[k], fresh[w] = false, k += 1;
+        sym[w] = sym[k], rk[w] = rk[k], mg[w] = mg[k], k += 1;
       }
+      if (w > 0) {
+        if (fresh || prev_fresh) rk[w - 1] = merges_.find(sym[w - 1], sym[w], mg[w - 1]);
+        next_best = std::min(next_best, rk[w - 1]);
+      }
+      prev_fresh = fresh;
     }
     m = w;
-    for (size_t k = 0; k + 1 < m; ++k)
-      if (fresh[k] || fresh[k + 1]) lookup(k);
+    best = next_best;
   }
   sym.resize(m);
 }
@@ -449,8 +623,9 @@ void BpeTokenizer::merge_large(std::vector<uint32_t>& sym) const {
   std::vector<Item> heap;
   auto push = [&](uint32_t p) {
     if (p == kNone || next[p] == kNone) return;
-    if (const MergeTable::Entry* e = merges_.find(sym[p], sym[next[p]])) {
-      heap.emplace_back(e->rank, p);
+    uint32_t merged = 0;
+    if (uint32_t rank = merges_.find(sym[p], sym[next[p]], merged); rank != MergeTable::kNone) {
+      heap.emplace_back(rank, p);
       std::push_heap(heap.begin(), heap.end(), std::greater<>());
     }
   };
@@ -466,10 +641,10 @@ void BpeTokenizer::merge_large(std::vector<uint32_t>& sym) const {
     }
     for (uint32_t p : round) {
       if (sym[p] == kDead || next[p] == kNone) continue;
-      const MergeTable::Entry* e = merges_.find(sym[p], sym[next[p]]);
-      if (!e || e->rank != rank) continue;  // stale: a neighbour merged first
+      uint32_t merged = 0;
+      if (merges_.find(sym[p], sym[next[p]], merged) != rank) continue;  // stale: a neighbour merged first
       uint32_t q = next[p];
-      sym[p] = e->merged;
+      sym[p] = merged;
       sym[q] = kDead;
       next[p] = next[q];
       if (next[q] != kNone) prev[next[q]] = p;
@@ -509,66 +684,92 @@ thread_local WordCache t_cache;
   if (unk_pending) sym.push_back(cfg_.unk);
 }
 
-// Cache lookups are memory-bound (cold passes miss in both tables): hashes are computed a few words
-// ahead and the slots prefetched, so the misses of neighbouring words overlap.
-void BpeTokenizer::encode_words(const std::vector<std::string_view>& words, std::vector<uint32_t>& out) const {
+// Most words are one token: a push_back, not the general range insert.
+[[gnu::always_inline]] inline void append_ids(std::vector<uint32_t>& out, const uint32_t* ids, size_t n) {
+  if (n == 1) out.push_back(ids[0]);
+  else out.insert(out.end(), ids, ids + n);
+}
+
+// Cache lookups are memory-bound (cold passes miss): hashes are computed a few words ahead and the slots
+// prefetched, so the misses of neighbouring words overlap. `end`: end of the buffer the words lie in.
+void BpeTokenizer::encode_words(const std::vector<std::string_view>& words, const char* end,
+                                std::vector<uint32_t>& out) const {
   WordCache& cache = t_cache;
-  if (cache.serial != serial_ || cache.slots.empty() || cache.keys.size() > (1u << 30)) {
+  if (cache.serial != serial_ || cache.shorts.empty()) {
     cache.reset();
     cache.serial = serial_;
   }
-  constexpr size_t kAhead = 8;
-  thread_local std::vector<uint64_t> hashes;
-  hashes.resize(words.size());
+  // The short table's geometry in locals (the compiler cannot keep the thread-local's fields in
+  // registers across the stores to `out`); refreshed after each miss, whose insert may grow the table.
+  struct Table {
+    const WordCache::Short* slots;
+    size_t mask;
+    unsigned shift;
+  } tab{};
+  auto refresh = [&] { tab = {cache.shorts.data(), cache.shorts.size() - 1, cache.short_shift}; };
+  refresh();
+  // A ring of the next kAhead words' keys and hashes (computed once, when their slots are prefetched).
+  constexpr size_t kAhead = 8, kShort = WordCache::kShortKey;
+  struct Ahead {
+    ShortKey key;
+    uint64_t hash = 0;
+  } ahead[kAhead];
   auto prefetch = [&](size_t i) {
     std::string_view w = words[i];
+    Ahead& a = ahead[i % kAhead];
     if (w.size() < 2 || w.size() > 64) return;
-    if (w.size() <= WordCache::kHotKey) {
-      uint64_t k0 = 0, k1 = 0;
-      std::memcpy(&k0, w.data(), std::min<size_t>(8, w.size()));
-      if (w.size() > 8) std::memcpy(&k1, w.data() + 8, w.size() - 8);
-      __builtin_prefetch(&cache.hot[WordCache::hot_slot(k0, k1, w.size())]);
+    if (w.size() <= kShort) {
+      a.key = short_key(w.data(), w.size(), end);
+      a.hash = short_hash(a.key, w.size());
+      __builtin_prefetch(&tab.slots[a.hash >> tab.shift]);
+    } else {
+      a.hash = XXH3_64bits(w.data(), w.size());
+      __builtin_prefetch(&cache.slots[a.hash & (cache.slots.size() - 1)]);
     }
-    hashes[i] = XXH3_64bits(w.data(), w.size());
-    __builtin_prefetch(&cache.slots[hashes[i] & (cache.slots.size() - 1)]);
   };
-  for (size_t i = 0; i < std::min(kAhead, words.size()); ++i) prefetch(i);
-  for (size_t i = 0; i < words.size(); ++i) {
-    if (i + kAhead < words.size()) prefetch(i + kAhead);
-    bpe_word(words[i], hashes[i], out);
+  const bool byte_level = cfg_.byte_level;
+  const size_t n = words.size();
+  for (size_t i = 0; i < std::min(kAhead, n); ++i) prefetch(i);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string_view w = words[i];
+    const Ahead a = ahead[i % kAhead];
+    if (i + kAhead < n) prefetch(i + kAhead);
+    const size_t len = w.size();
+    if (len == 1 && byte_level) {  // spaces, punctuation: one byte is one token, no cache needed
+      out.push_back(byte_id_[static_cast<unsigned char>(w[0])]);
+    } else if (len >= 2 && len <= kShort) {
+      const WordCache::Short* hit = nullptr;
+      for (size_t k = a.hash >> tab.shift;; k = (k + 1) & tab.mask) {
+        const WordCache::Short& e = tab.slots[k];
+        if (e.k0 == a.key.k0 && e.k1 == a.key.k1 && e.len == len) {
+          hit = &e;
+          break;
+        }
+        if (e.len == 0) break;
+      }
+      if (hit) {
+        append_ids(out, cache.short_ids(*hit), hit->n);
+      } else {
+        bpe_word(w, a.hash, &a.key, out);
+        refresh();
+      }
+    } else if (len > kShort && len <= 64) {
+      if (const WordCache::Slot* hit = cache.find(w, a.hash)) {
+        out.insert(out.end(), cache.vals.data() + hit->val_off, cache.vals.data() + hit->val_off + hit->val_len);
+      } else {
+        bpe_word(w, a.hash, nullptr, out);
+        refresh();
+      }
+    } else if (len != 0) {
+      bpe_word(w, 0, nullptr, out);
+    }
   }
 }
 
-// `hash` is XXH3 of the word for words of 2..64 bytes (the cacheable ones).
-void BpeTokenizer::bpe_word(std::string_view word, uint64_t hash, std::vector<uint32_t>& out) const {
-  if (word.empty()) return;
-  if (word.size() == 1 && cfg_.byte_level) {  // spaces, punctuation: one byte is one token, no cache needed
-    out.push_back(byte_id_[static_cast<unsigned char>(word[0])]);
-    return;
-  }
-  WordCache& cache = t_cache;
-  // Short words first try the small direct-mapped table (stays in L2), then the large one.
-  WordCache::Hot* hot = nullptr;
-  uint64_t k0 = 0, k1 = 0;
-  if (word.size() <= WordCache::kHotKey) {
-    std::memcpy(&k0, word.data(), std::min<size_t>(8, word.size()));
-    if (word.size() > 8) std::memcpy(&k1, word.data() + 8, word.size() - 8);
-    hot = &cache.hot[WordCache::hot_slot(k0, k1, word.size())];
-    if (hot->len == word.size() && hot->k0 == k0 && hot->k1 == k1) {
-      out.insert(out.end(), hot->ids, hot->ids + hot->n);
-      return;
-    }
-  }
-  const bool cacheable = word.size() >= 2 && word.size() <= 64;  // `hash` is set for these only
-  const uint64_t h = hash;
-  if (cacheable) {
-    if (const WordCache::Slot* hit = cache.find(word, h)) {
-      const uint32_t* ids = cache.vals.data() + hit->val_off;
-      out.insert(out.end(), ids, ids + hit->val_len);
-      if (hot) hot->set(k0, k1, word.size(), ids, hit->val_len);
-      return;
-    }
-  }
+// A word the cache does not hold: merges it, appends its ids and caches them (words of 2..64 bytes:
+// `key` is set for those of up to 16 bytes, `hash` is the hash encode_words computed).
+[[gnu::noinline]] void BpeTokenizer::bpe_word(std::string_view word, uint64_t hash, const ShortKey* key,
+                                              std::vector<uint32_t>& out) const {
   thread_local std::vector<uint32_t> sym;
   sym.clear();
   const uint32_t whole = cfg_.ignore_merges ? vocab_.find(word) : VocabIndex::kEmpty;
@@ -578,12 +779,14 @@ void BpeTokenizer::bpe_word(std::string_view word, uint64_t hash, std::vector<ui
     if (cfg_.byte_level)
       for (unsigned char c : word) sym.push_back(byte_id_[c]);
     else char_symbols(word, sym);
-    if (sym.size() <= kSmallWord) merge_small(sym);
+    const auto* bytes = cfg_.byte_level ? reinterpret_cast<const unsigned char*>(word.data()) : nullptr;
+    if (sym.size() <= kSmallWord) merge_small(sym, bytes);
     else merge_large(sym);
   }
   out.insert(out.end(), sym.begin(), sym.end());
-  if (cacheable) cache.insert(word, h, sym.data(), sym.size());
-  if (hot) hot->set(k0, k1, word.size(), sym.data(), sym.size());
+  WordCache& cache = t_cache;
+  if (key) cache.insert_short(*key, word.size(), hash, sym.data(), sym.size());
+  else if (word.size() >= 2 && word.size() <= 64) cache.insert(word, hash, sym.data(), sym.size());
 }
 
 }  // namespace

@@ -21,6 +21,18 @@ class FastSplitter {
   virtual ~FastSplitter() = default;
   // `text` must be valid UTF-8 (the tokenizer validates once, at encode).
   virtual void split(std::string_view text, PieceFn piece, void* ctx) const = 0;
+  // The same pieces appended to `words` (no call per piece: the common single-level case).
+  virtual void split_words(std::string_view text, std::vector<std::string_view>& words) const {
+    struct Ctx {
+      std::string_view text;
+      std::vector<std::string_view>* words;
+    } ctx{text, &words};
+    auto add = [](void* c, size_t b, size_t n) {
+      auto* x = static_cast<Ctx*>(c);
+      x->words->push_back(x->text.substr(b, n));
+    };
+    split(text, add, &ctx);
+  }
 };
 
 // The fast splitter for `pattern` if one exists (GPT-2's patterns, Llama 3's), else null. Returns null

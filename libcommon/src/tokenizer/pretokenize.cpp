@@ -4,9 +4,13 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "cairn/error.h"
 #include "cairn/log.h"
@@ -276,6 +280,7 @@ class CharTable {
     for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(t[i + k]) & 0x3F);
     return cp < kTabulated ? table_[cp] : classify_slow(cp);
   }
+  uint8_t ascii(unsigned char c) const { return table_[c]; }
 
  private:
   uint8_t classify_slow(uint32_t cp) const {
@@ -292,11 +297,86 @@ class CharTable {
 
 // GPT-2's pattern
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// by hand (same leftmost-alternative semantics), with JavaScript's (gpt2) or PCRE2's (hf) \s.
+// by hand (same leftmost-alternative semantics), with JavaScript's (gpt2) or PCRE2's (hf) \s. Runs of
+// ASCII are scanned 16 bytes at a time (SSE2) and by a byte table, so most words cost no mispredicted
+// branch per byte and no UTF-8 decoding (most text is ASCII).
 class Gpt2Splitter final : public detail::FastSplitter {
  public:
-  explicit Gpt2Splitter(const std::string& space_class) : ct_(space_class) {}
+  explicit Gpt2Splitter(const std::string& space_class) : ct_(space_class) {
+    for (int c = 0; c < 0x80; ++c) byte_cls_[c] = ct_.ascii(static_cast<unsigned char>(c));
+#ifdef __SSE2__
+    // The vector classes below hard-code ASCII letters, digits and \t\n\v\f\r and space as space; used only if the
+    // table (from PCRE2) agrees on every ASCII byte.
+    simd_ = true;
+    for (int c = 0; c < 0x80; ++c) {
+      bool letter = (c | 0x20) >= 'a' && (c | 0x20) <= 'z', digit = c >= '0' && c <= '9';
+      bool space = c == ' ' || (c >= 9 && c <= 13);
+      uint8_t want = letter ? kLetter : digit ? kNumber : space ? kSpace : kOther;
+      simd_ = simd_ && byte_cls_[c] == want;
+    }
+#endif
+  }
   void split(std::string_view t, detail::PieceFn piece, void* ctx) const override {
+    split_with(t, [&](size_t b, size_t n) { piece(ctx, b, n); });
+  }
+  void split_words(std::string_view t, std::vector<std::string_view>& words) const override {
+    split_with(t, [&](size_t b, size_t n) { words.emplace_back(t.data() + b, n); });
+  }
+
+ private:
+#ifdef __SSE2__
+  // Bit i set where p[i] (of 16 bytes) is an ASCII character of class `run`.
+  static unsigned ascii_class_mask(const unsigned char* p, uint8_t run) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    __m128i m;
+    if (run == kLetter) {  // (c | 0x20) - 'a' < 26, unsigned, done as a signed compare after a shift by 128
+      __m128i x = _mm_add_epi8(_mm_or_si128(v, _mm_set1_epi8(0x20)), _mm_set1_epi8(static_cast<char>(128 - 'a')));
+      m = _mm_cmplt_epi8(x, _mm_set1_epi8(static_cast<char>(-128 + 26)));
+    } else if (run == kNumber) {
+      __m128i x = _mm_add_epi8(v, _mm_set1_epi8(static_cast<char>(128 - '0')));
+      m = _mm_cmplt_epi8(x, _mm_set1_epi8(static_cast<char>(-128 + 10)));
+    } else {  // other: ASCII and none of letter, digit, space
+      __m128i letter = _mm_cmplt_epi8(_mm_add_epi8(_mm_or_si128(v, _mm_set1_epi8(0x20)),
+                                                   _mm_set1_epi8(static_cast<char>(128 - 'a'))),
+                                      _mm_set1_epi8(static_cast<char>(-128 + 26)));
+      __m128i digit = _mm_cmplt_epi8(_mm_add_epi8(v, _mm_set1_epi8(static_cast<char>(128 - '0'))),
+                                     _mm_set1_epi8(static_cast<char>(-128 + 10)));
+      __m128i space = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')),
+                                   _mm_cmplt_epi8(_mm_add_epi8(v, _mm_set1_epi8(static_cast<char>(128 - 9))),
+                                                  _mm_set1_epi8(static_cast<char>(-128 + 5))));
+      __m128i ascii = _mm_cmpgt_epi8(v, _mm_set1_epi8(-1));
+      m = _mm_andnot_si128(_mm_or_si128(_mm_or_si128(letter, digit), space), ascii);
+    }
+    return static_cast<unsigned>(_mm_movemask_epi8(m));
+  }
+#endif
+  // End of the run of characters of class `run` that starts at k: 16 bytes at a time while they are
+  // ASCII of that class, then byte by byte, decoding longer characters.
+  [[gnu::always_inline]] size_t run_end(std::string_view t, size_t k, uint8_t run) const {
+    const size_t n = t.size();
+    const auto* p = reinterpret_cast<const unsigned char*>(t.data());
+    for (;;) {
+#ifdef __SSE2__
+      if (simd_) {
+        while (k + 16 <= n) {
+          const unsigned stop = ~ascii_class_mask(p + k, run) & 0xFFFF;
+          if (stop) {
+            k += static_cast<size_t>(__builtin_ctz(stop));
+            break;
+          }
+          k += 16;
+        }
+      }
+#endif
+      while (k < n && byte_cls_[p[k]] == run) ++k;
+      if (k >= n || p[k] < 0x80) return k;
+      size_t l;
+      if (ct_.cls(t, k, l) != run) return k;
+      k += l;
+    }
+  }
+  template <typename Piece>
+  [[gnu::always_inline]] void split_with(std::string_view t, Piece&& piece) const {
     const size_t n = t.size();
     size_t i = 0;
     while (i < n) {
@@ -307,7 +387,7 @@ class Gpt2Splitter final : public detail::FastSplitter {
                      : ((a == 'r' || a == 'v') && b == 'e') || (a == 'l' && b == 'l') ? 3
                                                                                       : 0;
         if (len) {
-          piece(ctx, i, len);
+          piece(i, len);
           i += len;
           continue;
         }
@@ -317,16 +397,15 @@ class Gpt2Splitter final : public detail::FastSplitter {
       size_t start = n;
       uint8_t run = 0;
       if (c0 != kSpace) {
-        start = i, run = c0;
+        start = i + l0, run = c0;
       } else if (t[i] == ' ' && i + 1 < n) {
         size_t l1;
         uint8_t c1 = ct_.cls(t, i + 1, l1);
-        if (c1 != kSpace) start = i + 1, run = c1;
+        if (c1 != kSpace) start = i + 1 + l1, run = c1;
       }
       if (run) {  // optional space, then a run of one class (letters, numbers or other)
-        size_t k = start, l;
-        while (k < n && ct_.cls(t, k, l) == run) k += l;
-        piece(ctx, i, k - i);
+        size_t k = run_end(t, start, run);
+        piece(i, k - i);
         i = k;
         continue;
       }
@@ -334,13 +413,14 @@ class Gpt2Splitter final : public detail::FastSplitter {
       size_t k = i, last = i, l;
       while (k < n && ct_.cls(t, k, l) == kSpace) last = k, k += l;
       size_t end = (k < n && last > i) ? last : k;
-      piece(ctx, i, end - i);
+      piece(i, end - i);
       i = end;
     }
   }
 
- private:
   CharTable ct_;
+  std::array<uint8_t, 256> byte_cls_{};  // ASCII bytes' classes; 0 (no class) for bytes of longer characters
+  bool simd_ = false;                    // the SSE2 classes equal byte_cls_ on ASCII
 };
 
 // Length of a case-insensitive contraction ('s 't 're 've 'm 'll 'd) at i (t[i] == '\''), else 0.
