@@ -126,12 +126,15 @@ reshard_seed() { "$B" reshard "$WORK/in" --shards $((SHARDS * 3 / 2)) --seed 1 -
 # Best of RUNS (default 3) for each, interleaved, so a busy machine penalises all contenders alike.
 best() { python3 -c "import sys;print(min(map(float, sys.argv[1:])))" "$@"; }
 tc=(); tr=(); ts=()
+# The load average is printed with the figures: on a shared machine it decides them.
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for _ in $(seq "${RUNS:-3}"); do
   tc+=("$(timeit cat_copy)"); rm -f "$WORK/cat.out"
   rm -rf "$WORK/out"; tr+=("$(timeit reshard_order)")
   rm -rf "$WORK/out"; ts+=("$(timeit reshard_seed)")
 done
 rm -rf "$WORK/out"
+echo "load average before / after the timed runs: $load_before / $(cut -d' ' -f1-3 /proc/loadavg) ($NPROC cores)"
 python3 - "$bytes" "${tc[*]}" "${tr[*]}" "${ts[*]}" <<'PY'
 import sys
 b = float(sys.argv[1])

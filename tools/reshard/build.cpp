@@ -507,9 +507,12 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
                                  datasets.front().tokenizer_id().c_str()));
   }
   // Corruption is caught, not copied: every input shard's tokens are checked against index.json
-  // (xxh64, counts, ids below the vocabulary) before anything is written or removed, with the shards
-  // the copy then reads (opened once). Ranks split the shards and agree, so a bad shard stops every
-  // rank with the same message (exit 3, naming it).
+  // (xxh64, counts, ids below the vocabulary). In order, while they are copied: each input shard is
+  // hashed in the pass that reads it, and an output shard is renamed into place only once all of its
+  // input shards have passed (a failure removes what this run wrote). Shuffled, before anything is
+  // written (every output shard holds documents of every input shard), with the shards the copy then
+  // reads (opened once). Ranks split the shards and agree, so a bad shard stops every rank with the
+  // same message (exit 3, naming it).
   std::unique_ptr<DatasetSource> src_ptr;
   {
     const bool use_mpi = mpi::initialized();
@@ -519,7 +522,8 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
     int code = 0;
     try {
       src_ptr = std::make_unique<DatasetSource>(datasets);
-      src_ptr->verify(resolve_threads(data), rank, size);
+      if (data.seed < 0) src_ptr->verify_while_copying();
+      else src_ptr->verify(resolve_threads(data), rank, size);
     } catch (const Error& e) {
       err = e.what();
       code = e.code();
@@ -527,7 +531,7 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
     if (use_mpi) mpi::agree_or_throw(err.empty(), err, code ? code : kExitRuntime);
     else if (!err.empty()) throw Error(code, err);
   }
-  CAIRN_LOG_DEBUG("opened and verified the input shards in %.3f s",
+  CAIRN_LOG_DEBUG("opened (and, shuffled, verified) the input shards in %.3f s",
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   const shards::Dataset& in = datasets.front();
   const DatasetSource& src = *src_ptr;

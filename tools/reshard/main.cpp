@@ -1,6 +1,7 @@
 // cairn-reshard: raw text -> balanced, checksummed token shards; M -> N shards; Megatron/llm.c
 // conversion; weighted mixtures; verification and statistics (subcommands build, reshard, convert, mix,
 // verify, stats).
+#include <malloc.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -14,6 +15,11 @@
 #include "reshard.h"
 
 int main(int argc, char** argv) {
+  // Freed blocks stay in the heap for the next allocation instead of going back to the kernel: every
+  // HDF5 file open callocs a metadata cache of several hundred KB, and on VMs each fresh page costs a
+  // fault that is slower than the copy of a page of tokens.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   return cairn::run_tool("cairn-reshard", argc, argv, [&]() -> int {
     CLI::App app{"cairn-reshard: tokenize, reshard, convert, verify and describe token datasets"};
     app.require_subcommand(1);

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -26,6 +28,28 @@ namespace fs = std::filesystem;
 
 // ------------------------------------------------------------------------------------ sources
 
+namespace {
+void* map_huge(size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without THP it is ordinary memory
+  return p;
+}
+}  // namespace
+
+template <class T>
+T* HugePageAllocator<T>::allocate(size_t n) {
+  if (n * sizeof(T) < (size_t{4} << 20)) return static_cast<T*>(::operator new(n * sizeof(T)));
+  return static_cast<T*>(map_huge(n * sizeof(T)));
+}
+template <class T>
+void HugePageAllocator<T>::deallocate(T* p, size_t n) {
+  if (n * sizeof(T) < (size_t{4} << 20)) ::operator delete(p);
+  else ::munmap(p, n * sizeof(T));
+}
+template struct HugePageAllocator<uint64_t>;
+template struct HugePageAllocator<uint32_t>;
+
 void MemorySource::read_stream(uint64_t offset, uint64_t count, uint32_t* out) const {
   std::copy(tokens.begin() + offset, tokens.begin() + offset + count, out);
 }
@@ -41,6 +65,10 @@ DatasetSource::DatasetSource(const std::vector<shards::Dataset>& datasets) : dat
   shard_token_starts_.push_back(0);
   XXH64_state_t* st = XXH64_createState();
   XXH64_reset(st, 0);
+  uint64_t total_docs = 0;
+  for (const auto& ds : datasets) total_docs += ds.total_documents();
+  doc_starts_.reserve(total_docs + 1);  // grown once: fresh pages are costly on VMs
+  doc_bytes_.reserve(total_docs);
   for (size_t di = 0; di < datasets.size(); ++di) {
     const shards::Dataset& ds = datasets[di];
     for (size_t i = 0; i < ds.num_shards(); ++i) {
@@ -57,9 +85,16 @@ DatasetSource::DatasetSource(const std::vector<shards::Dataset>& datasets) : dat
                                                  static_cast<unsigned long long>(info.tokens),
                                                  static_cast<unsigned long long>(info.documents), ds.dir().c_str())));
       uint64_t base = shard_token_starts_.back();
-      for (uint64_t d = 0; d < sh->num_documents(); ++d) {
-        doc_starts_.push_back(base + sh->doc_end(d));
-        doc_bytes_.push_back(sh->doc_bytes(d));
+      const uint64_t nd = sh->num_documents();
+      if (const uint64_t* ends = sh->doc_offsets_data()) {  // straight from the arrays the shard read
+        const uint32_t* bytes = sh->doc_bytes_data();
+        for (uint64_t d = 0; d < nd; ++d) doc_starts_.push_back(base + ends[d + 1]);
+        doc_bytes_.insert(doc_bytes_.end(), bytes, bytes + nd);
+      } else {
+        for (uint64_t d = 0; d < nd; ++d) {
+          doc_starts_.push_back(base + sh->doc_end(d));
+          doc_bytes_.push_back(sh->doc_bytes(d));
+        }
       }
       shard_token_starts_.push_back(base + sh->num_tokens());
       XXH64_update(st, &info.xxh64, sizeof info.xxh64);
@@ -70,6 +105,13 @@ DatasetSource::DatasetSource(const std::vector<shards::Dataset>& datasets) : dat
   }
   identity_ = "dataset:" + shards::hex64(XXH64_digest(st)) + ":" + datasets.front().tokenizer_id();
   XXH64_freeState(st);
+}
+
+DatasetSource::~DatasetSource() = default;
+
+size_t DatasetSource::shard_of(uint64_t offset) const {
+  return std::upper_bound(shard_token_starts_.begin(), shard_token_starts_.end(), offset) -
+         shard_token_starts_.begin() - 1;
 }
 
 void DatasetSource::read_stream(uint64_t offset, uint64_t count, uint32_t* out) const {
@@ -121,6 +163,110 @@ void DatasetSource::verify(int threads, size_t first, size_t stride) const {
   });
 }
 
+// ------------------------------------------------------------------------------------ in-pass verification
+
+// One input shard's check while it is copied: the scan covers its tokens [0, scanned()) in order.
+struct DatasetSource::ShardCheck {
+  std::mutex m;
+  std::unique_ptr<shards::TokenScanner> scan;
+  std::atomic<bool> done{false};
+};
+
+void DatasetSource::verify_while_copying() {
+  checks_.clear();
+  for (size_t g = 0; g < shards_.size(); ++g) {
+    auto c = std::make_unique<ShardCheck>();
+    const auto& ds = datasets_[shard_origin_[g].first];
+    c->scan = std::make_unique<shards::TokenScanner>(shards_[g]->token_width(), ds.vocab_size());
+    checks_.push_back(std::move(c));
+  }
+  for (size_t g = 0; g < shards_.size(); ++g)
+    if (shards_[g]->num_tokens() == 0) {  // nothing to read: checked now
+      std::lock_guard<std::mutex> lock(checks_[g]->m);
+      complete(g, *checks_[g]);
+    }
+}
+
+uint64_t DatasetSource::read_raw(uint64_t offset, uint64_t count, void* out, size_t out_bytes, int& width) const {
+  const size_t s = shard_of(offset);
+  if (s >= shards_.size()) return 0;
+  const shards::Shard& sh = *shards_[s];
+  const uint64_t local = offset - shard_token_starts_[s];
+  const uint64_t take = std::min({count, sh.num_tokens() - local, static_cast<uint64_t>(out_bytes / sh.token_width())});
+  if (take == 0 || !sh.read_stored(local, take, out)) return 0;
+  width = sh.token_width();
+  if (!checks_.empty()) feed(s, local, out, take);
+  return take;
+}
+
+// Hashes tokens [local, local + n) of shard s, just read, when they continue its hash in order; a
+// piece read out of order (another thread's part of the shard) is left to finish_verification.
+void DatasetSource::feed(size_t s, uint64_t local, const void* stored, uint64_t n) const {
+  ShardCheck& c = *checks_[s];
+  if (c.done.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(c.m);
+  if (c.done.load(std::memory_order_relaxed) || c.scan->scanned() != local) return;
+  c.scan->update(stored, n);
+  if (c.scan->scanned() == shards_[s]->num_tokens()) complete(s, c);
+}
+
+void DatasetSource::complete(size_t s, ShardCheck& c) const {
+  try {
+    const auto [di, i] = shard_origin_[s];
+    datasets_[di].check_scan(i, *shards_[s], c.scan->finish());
+  } catch (const Error& e) {
+    std::lock_guard<std::mutex> lock(fail_mutex_);
+    if (s < fail_shard_) fail_shard_ = s, fail_message_ = e.what(), fail_code_ = e.code();
+    failed_ = true;
+  }
+  c.done = true;
+}
+
+bool DatasetSource::verified(uint64_t begin, uint64_t end) const {
+  if (checks_.empty() || begin >= end) return !failed_;
+  for (size_t s = shard_of(begin); s < shards_.size() && shard_token_starts_[s] < end; ++s)
+    if (!checks_[s]->done.load()) return false;
+  return !failed_;
+}
+
+void DatasetSource::finish_verification(uint64_t begin, uint64_t end, int threads) const {
+  if (checks_.empty()) return;
+  std::vector<size_t> todo;
+  for (size_t s = 0; s < shards_.size(); ++s)
+    if (shard_token_starts_[s] >= begin && shard_token_starts_[s] < end && !checks_[s]->done) todo.push_back(s);
+  // The rest of each shard, from where its in-order hash stopped (all of it when the copy read it
+  // out of order, or not at all because the output was already complete).
+  shards::for_each_index_parallel(0, todo.size(), 1, threads, [&](size_t k) {
+    const size_t s = todo[k];
+    ShardCheck& c = *checks_[s];
+    std::lock_guard<std::mutex> lock(c.m);
+    if (c.done) return;
+    const shards::Shard& sh = *shards_[s];
+    const uint64_t step = 1 << 17;
+    std::vector<char> buf(step * sh.token_width());
+    std::vector<uint32_t> wide;
+    std::vector<uint16_t> narrow;
+    for (uint64_t o = c.scan->scanned(); o < sh.num_tokens(); o += step) {
+      const uint64_t n = std::min(step, sh.num_tokens() - o);
+      if (sh.read_stored(o, n, buf.data())) {
+        c.scan->update(buf.data(), n);
+        continue;
+      }
+      wide.resize(n);  // not stored contiguously: widened reads, narrowed back to the stored layout
+      sh.read_tokens(o, n, wide.data());
+      if (sh.token_width() == 2) {
+        narrow.assign(wide.begin(), wide.end());
+        c.scan->update(narrow.data(), n);
+      } else {
+        c.scan->update(wide.data(), n);
+      }
+    }
+    complete(s, c);
+  });
+  std::lock_guard<std::mutex> lock(fail_mutex_);
+  if (failed_) throw Error(fail_code_ ? fail_code_ : kExitGate, fail_message_);
+}
+
 void DatasetSource::release_mapped() const {
   const long page = ::sysconf(_SC_PAGESIZE);
   for (const auto& sh : shards_) {
@@ -161,7 +307,7 @@ std::vector<uint64_t> shuffled_order(uint64_t n, uint64_t seed) {
   return p;
 }
 
-std::vector<uint64_t> plan_bounds(const std::vector<uint64_t>& prefix, uint64_t shards, bool split_docs) {
+std::vector<uint64_t> plan_bounds(std::span<const uint64_t> prefix, uint64_t shards, bool split_docs) {
   const uint64_t total = prefix.back();
   std::vector<uint64_t> b(shards + 1, 0);
   b[shards] = total;
@@ -234,17 +380,24 @@ struct Piece {
 struct OutputPlan {
   const DocSource& src;
   const uint64_t ndocs, nshards;
-  std::vector<uint64_t> order;   // output position -> source document; empty: the source's order
-  std::vector<uint64_t> prefix;  // prefix[p]: tokens before output position p
-  std::vector<uint64_t> bounds;  // shard k holds tokens [bounds[k], bounds[k + 1])
+  std::vector<uint64_t> order;  // output position -> source document; empty: the source's order
+  huge_vector<uint64_t> own_prefix;
+  std::span<const uint64_t> prefix;  // prefix[p]: tokens before output position p (own_prefix or the source's)
+  std::vector<uint64_t> bounds;      // shard k holds tokens [bounds[k], bounds[k + 1])
   uint64_t total = 0;
 
   OutputPlan(const DocSource& s, const OutputSpec& spec) : src(s), ndocs(s.num_docs()), nshards(spec.shards) {
     if (spec.seed >= 0) order = shuffled_order(ndocs, static_cast<uint64_t>(spec.seed));
-    prefix.assign(ndocs + 1, 0);
-    for (uint64_t p = 0; p < ndocs; ++p) {
-      uint64_t d = doc_of(p);
-      prefix[p + 1] = prefix[p] + (src.doc_start(d + 1) - src.doc_start(d));
+    const uint64_t* starts = order.empty() ? src.doc_starts_data() : nullptr;
+    if (starts && starts[0] == 0) {  // in order: the source's own document starts are the prefix sums
+      prefix = std::span<const uint64_t>(starts, ndocs + 1);
+    } else {
+      own_prefix.assign(ndocs + 1, 0);
+      for (uint64_t p = 0; p < ndocs; ++p) {
+        uint64_t d = doc_of(p);
+        own_prefix[p + 1] = own_prefix[p] + (src.doc_start(d + 1) - src.doc_start(d));
+      }
+      prefix = own_prefix;
     }
     total = prefix.back();
     bounds = plan_bounds(prefix, nshards, spec.split_docs);
@@ -330,9 +483,12 @@ shards::ShardMeta base_shard_meta(const OutputSpec& spec) {
   return m;
 }
 
-// Writes this rank's shards (k = rank, rank + size, ...) on a pool of threads, each taking the next
-// unclaimed shard; a shard an earlier run of the same plan completed is kept (resume). The first
-// error stops the other threads from starting new shards.
+// Writes this rank's shards (a contiguous block of shard indices, so the rank reads one contiguous
+// part of the source) on a pool of threads, each taking a contiguous part of the block: in order,
+// every input shard is then read front to back by one thread, which verifies it while copying
+// (DocSource::read_raw). A shard an earlier run of the same plan completed is kept (resume). A written
+// shard waits (fsynced later, not renamed) until every input shard it holds has passed its check.
+// The first error stops the other threads from starting new shards.
 class ShardWriterPool {
  public:
   ShardWriterPool(const OutputPlan& plan, const OutputSpec& spec, const std::string& plan_base,
@@ -342,48 +498,101 @@ class ShardWriterPool {
         plan_base_(plan_base),
         base_meta_(base_meta),
         progress_("writing shards", (plan.total + size - 1) / size, "tokens"),
-        // Tokens a thread copies between unmapping what it read: resident memory stays near threads x
-        // this x token width. In order nothing is read twice, so often is free; shuffled reads come
-        // back to every page, which then has to be mapped again, so less often.
-        release_every_(plan.order.empty() ? (uint64_t{1} << 24) : (uint64_t{1} << 27)) {
-    for (uint64_t k = static_cast<uint64_t>(rank); k < plan.nshards; k += static_cast<uint64_t>(size))
-      mine.push_back(k);
+        // Tokens a thread copies through the mapping between unmapping what it read: resident memory
+        // stays near threads x this x token width. Shuffled reads come back to every page, which then
+        // has to be mapped again (expensive), so not at all when the input fits in half the memory.
+        release_every_(plan.order.empty()     ? (uint64_t{1} << 24)
+                       : fits_in_memory(plan) ? UINT64_MAX
+                                              : (uint64_t{1} << 27)) {
+    const uint64_t first = plan.nshards * static_cast<uint64_t>(rank) / size,
+                   last = plan.nshards * static_cast<uint64_t>(rank + 1) / size;
+    for (uint64_t k = first; k < last; ++k) mine.push_back(k);
+    stream_begin = plan.bounds[first];
+    stream_end = plan.bounds[last];
     infos.resize(mine.size());
     resumed.assign(mine.size(), 0);
   }
 
+  // Writes the shards and completes the verification of the input shards that start in this rank's
+  // part of the stream; errors land in first_error (a failed input check takes precedence).
   void run() {
-    int nthreads = std::max(1, std::min<int>(spec_.threads, static_cast<int>(mine.size())));
+    const int nthreads = std::max(1, std::min<int>(spec_.threads, static_cast<int>(mine.size())));
+    // Commits (fsync + rename) run on their own thread, so the writers keep the disk busy instead of
+    // each waiting for its own shard to reach the disk.
+    std::thread committer([this] { commit_loop(); });
     std::vector<std::thread> pool;
-    for (int t = 1; t < nthreads; ++t) pool.emplace_back([this] { worker(); });
-    worker();
+    for (int t = 1; t < nthreads; ++t) pool.emplace_back([this, t, nthreads] { worker(t, nthreads); });
+    worker(0, nthreads);
     for (auto& t : pool) t.join();
+    try {
+      plan_.src.finish_verification(stream_begin, stream_end, std::max(1, spec_.threads));
+    } catch (const Error& e) {
+      std::lock_guard<std::mutex> lock(err_mutex_);
+      first_error = e.what(), error_code = e.code();
+    }
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex_);
+      writers_done_ = true;
+    }
+    pending_cv_.notify_all();
+    committer.join();
     progress_.finish();
   }
 
-  std::vector<uint64_t> mine;            // this rank's shard indices
-  std::vector<shards::ShardInfo> infos;  // per entry of mine
-  std::vector<char> resumed;             // per entry of mine: kept from an earlier run
+  // Once every rank agrees the inputs passed: the shards still waiting are fsynced and renamed.
+  void commit_pending() {
+    for (auto& p : pending_) p.writer->commit();
+    pending_.clear();
+  }
+  // After a failure: the shards this run renamed into place go too (nothing is kept that was written
+  // from a run whose inputs failed), the waiting ones are removed with their writers.
+  void discard() {
+    pending_.clear();
+    for (const auto& path : committed_) std::filesystem::remove(path);
+    committed_.clear();
+  }
+
+  std::vector<uint64_t> mine;                 // this rank's shard indices
+  std::vector<shards::ShardInfo> infos;       // per entry of mine
+  std::vector<char> resumed;                  // per entry of mine: kept from an earlier run
+  uint64_t stream_begin = 0, stream_end = 0;  // the source tokens this rank's shards hold
   std::string first_error;
   int error_code = 0;
 
  private:
   struct ThreadState {
     std::vector<uint32_t> buf;
+    std::vector<char> raw;  // read_raw's cache-sized buffer
+    bool mapped = false;    // read through the source's mapping since the last release
     uint64_t since_progress = 0, since_release = 0;
   };
+  struct Pending {
+    std::unique_ptr<shards::ShardWriter> writer;
+    std::string path;
+    uint64_t t_begin, t_end;
+  };
+  // Thrown to abandon a shard when an input check has failed (the failure itself is reported).
+  struct Abandon {};
 
-  void worker() {
+  static bool fits_in_memory(const OutputPlan& plan) {
+    const double mem = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+    return static_cast<double>(plan.total) * 4 <= mem / 2;
+  }
+
+  void worker(int t, int nthreads) {
     ThreadState ts;
-    for (;;) {
-      size_t i = next_.fetch_add(1);
-      if (i >= mine.size()) return;
+    ts.raw.resize(size_t{256} << 10);
+    const size_t lo = mine.size() * t / nthreads, hi = mine.size() * (t + 1) / nthreads;
+    for (size_t i = lo; i < hi; ++i) {
       {
         std::lock_guard<std::mutex> lock(err_mutex_);
         if (!first_error.empty()) return;
       }
+      if (plan_.src.verification_failed()) return;
       try {
         write_shard(i, ts);
+      } catch (const Abandon&) {
+        return;
       } catch (const Error& e) {
         record_error(e.what(), e.code());
       } catch (const std::exception& e) {
@@ -395,6 +604,47 @@ class ShardWriterPool {
   void record_error(const char* what, int code) {
     std::lock_guard<std::mutex> lock(err_mutex_);
     if (first_error.empty()) first_error = what, error_code = code;
+  }
+
+  // The committer: renames waiting shards once their input shards have all passed (checked again
+  // whenever a shard is added, and finally once the writers are done), oldest first.
+  void commit_loop() {
+    std::unique_lock<std::mutex> lock(pending_mutex_);
+    for (;;) {
+      bool done = writers_done_;
+      std::vector<Pending> ready;
+      if (!failed()) {
+        for (size_t j = 0; j < pending_.size();) {
+          if (plan_.src.verified(pending_[j].t_begin, pending_[j].t_end)) {
+            ready.push_back(std::move(pending_[j]));
+            pending_.erase(pending_.begin() + j);
+          } else {
+            ++j;
+          }
+        }
+      }
+      if (!ready.empty()) {
+        lock.unlock();
+        for (auto& p : ready) {
+          try {
+            p.writer->commit();
+          } catch (const Error& e) {
+            record_error(e.what(), e.code());
+            continue;
+          }
+          std::lock_guard<std::mutex> relock(committed_mutex_);
+          committed_.push_back(p.path);
+        }
+        lock.lock();
+        continue;  // shards may have been added meanwhile
+      }
+      if (done) return;
+      pending_cv_.wait(lock);
+    }
+  }
+  bool failed() {
+    std::lock_guard<std::mutex> lock(err_mutex_);
+    return !first_error.empty();
   }
 
   void write_shard(size_t i, ThreadState& ts) {
@@ -416,10 +666,15 @@ class ShardWriterPool {
       done_tokens_ += t_end - t_begin;
       return;
     }
-    shards::ShardWriter w(path, meta, t_end - t_begin, p_end - p_begin);
-    w.set_ids_checked(spec_.ids_checked);
-    for (uint64_t p = p_begin; p < p_end;) p = append_run(w, p, p_end, t_begin, t_end, ts);
-    infos[i] = w.finish();
+    auto w = std::make_unique<shards::ShardWriter>(path, meta, t_end - t_begin, p_end - p_begin);
+    w->set_ids_checked(spec_.ids_checked);
+    for (uint64_t p = p_begin; p < p_end;) p = append_run(*w, p, p_end, t_begin, t_end, ts);
+    infos[i] = w->finish_pending();
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex_);
+      pending_.push_back({std::move(w), path, t_begin, t_end});
+    }
+    pending_cv_.notify_all();
   }
 
   // Appends the documents from output position p on that are consecutive in the source stream (up
@@ -437,7 +692,7 @@ class ShardWriterPool {
     uint64_t s_lo = std::max(plan_.prefix[p], t_begin), s_hi = std::min(plan_.prefix[q], t_end);
     uint64_t src_off = src.doc_start(d) + (s_lo - plan_.prefix[p]);
     uint64_t n = s_hi - s_lo;
-    copy_tokens(w, src_off, n, ts.buf);
+    copy_tokens(w, src_off, n, ts);
     for (uint64_t r = p; r < q; ++r) {
       Piece pc = plan_.piece(r, t_begin, t_end);
       w.append_document(pc.tokens, pc.bytes);
@@ -446,22 +701,33 @@ class ShardWriterPool {
     return q;
   }
 
-  // Tokens [src_off, src_off + n) of the source stream, in chunks: straight from the source's mapped
-  // shard where it has one, else through buf.
-  void copy_tokens(shards::ShardWriter& w, uint64_t src_off, uint64_t n, std::vector<uint32_t>& buf) {
+  // Tokens [src_off, src_off + n) of the source stream, in chunks: in order, read with pread into a
+  // cache-sized buffer (hashed there for the input's check, then for the output, then written);
+  // shuffled, straight from the source's mapped shard; else through buf.
+  void copy_tokens(shards::ShardWriter& w, uint64_t src_off, uint64_t n, ThreadState& ts) {
     const DocSource& src = plan_.src;
     const uint64_t chunk = 1 << 20;
-    for (uint64_t o = 0; o < n; o += chunk) {
-      uint64_t c = std::min(chunk, n - o);
-      const void* raw = nullptr;
+    for (uint64_t o = 0; o < n;) {
+      if (src.verification_failed()) throw Abandon{};
+      const uint64_t c = std::min(chunk, n - o);
       int width = 0;
-      if (src.raw_range(src_off + o, c, raw, width)) {
-        w.append_raw(raw, c, width);
-        continue;
+      if (plan_.order.empty()) {
+        if (uint64_t got = src.read_raw(src_off + o, c, ts.raw.data(), ts.raw.size(), width)) {
+          w.append_raw(ts.raw.data(), got, width);
+          o += got;
+          continue;
+        }
       }
-      buf.resize(c);
-      src.read_stream(src_off + o, c, buf.data());
-      w.append_tokens(buf.data(), c);
+      const void* raw = nullptr;
+      if (src.raw_range(src_off + o, c, raw, width)) {
+        ts.mapped = true;
+        w.append_raw(raw, c, width);
+      } else {
+        ts.buf.resize(c);
+        src.read_stream(src_off + o, c, ts.buf.data());
+        w.append_tokens(ts.buf.data(), c);
+      }
+      o += c;
     }
   }
 
@@ -470,8 +736,9 @@ class ShardWriterPool {
     done_tokens_ += n;
     ts.since_progress += n;
     ts.since_release += n;
-    if (ts.since_release >= release_every_) {
+    if (ts.since_release >= release_every_ && ts.mapped) {
       ts.since_release = 0;
+      ts.mapped = false;
       plan_.src.release_mapped();
     }
     if (ts.since_progress >= (1u << 22) && progress_mutex_.try_lock()) {
@@ -489,7 +756,11 @@ class ShardWriterPool {
   const uint64_t release_every_;
   std::atomic<size_t> next_{0};
   std::atomic<uint64_t> done_tokens_{0};
-  std::mutex err_mutex_, progress_mutex_;
+  std::mutex err_mutex_, progress_mutex_, pending_mutex_, committed_mutex_;
+  std::condition_variable pending_cv_;
+  bool writers_done_ = false;           // under pending_mutex_
+  std::vector<Pending> pending_;        // written, waiting for their inputs' checks
+  std::vector<std::string> committed_;  // renamed into place by this run
 };
 
 // Every rank's shard infos, as JSON lines gathered on every rank: {"k", "file", "tokens", ...}.
@@ -562,12 +833,12 @@ json index_json(const OutputSpec& spec, uint64_t total, uint64_t total_docs, uin
           {"provenance", provenance().to_json()}};
 }
 
-// Statistics from the plan, not from a second pass over the written shards.
-json plan_stats_json(const OutputPlan& plan, const OutputSpec& spec, const std::string& tokenizer_id,
-                     const std::vector<json>& shard_list, uint64_t total_docs) {
+// Statistics from the plan, not from a second pass over the written shards (rank 0 computes them
+// while the shards are written).
+json plan_stats_json(const OutputPlan& plan, const OutputSpec& spec, const std::string& tokenizer_id) {
   json per_shard = json::array();
   std::vector<uint64_t> lengths;
-  lengths.reserve(total_docs);
+  lengths.reserve(plan.ndocs);
   uint64_t stat_bytes = 0;
   for (uint64_t k = 0; k < plan.nshards; ++k) {
     const auto [p_begin, p_end] = plan.doc_range(plan.bounds[k], plan.bounds[k + 1]);
@@ -576,7 +847,7 @@ json plan_stats_json(const OutputPlan& plan, const OutputSpec& spec, const std::
       lengths.push_back(pc.tokens);
       stat_bytes += pc.bytes;
     }
-    per_shard.push_back({{"file", shard_list[k]["file"]},
+    per_shard.push_back({{"file", shards::shard_file_name(k)},
                          {"tokens", plan.bounds[k + 1] - plan.bounds[k]},
                          {"documents", p_end - p_begin}});
   }
@@ -585,7 +856,7 @@ json plan_stats_json(const OutputPlan& plan, const OutputSpec& spec, const std::
 
 // Rank 0, once every shard is written: drops stale shards, copies the tokenizer files and writes
 // index.json and stats.json. Returns the number of documents in the dataset.
-uint64_t write_index_and_stats(const OutputPlan& plan, const OutputSpec& spec, const shards::ShardMeta& base_meta,
+uint64_t write_index_and_stats(const OutputPlan& plan, const OutputSpec& spec, json stats,
                                const std::vector<std::string>& all, std::chrono::steady_clock::time_point t0) {
   std::vector<json> shard_list = shard_list_of(all, plan.nshards);
   uint64_t total_docs = 0, total_bytes = 0;
@@ -597,7 +868,6 @@ uint64_t write_index_and_stats(const OutputPlan& plan, const OutputSpec& spec, c
   index.update(spec.index_extra);
   atomic_write(join_path(spec.dir, "index.json"), index.dump(2) + "\n");
   CAIRN_LOG_DEBUG("wrote index.json at %.3f s", seconds_since(t0));
-  json stats = plan_stats_json(plan, spec, base_meta.tokenizer_id, shard_list, total_docs);
   stats.update(spec.stats_extra);
   atomic_write(join_path(spec.dir, "stats.json"), stats.dump(2) + "\n");
   CAIRN_LOG_DEBUG("wrote stats.json at %.3f s", seconds_since(t0));
@@ -619,14 +889,24 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
   CAIRN_LOG_DEBUG("planned %llu shards in %.3f s", static_cast<unsigned long long>(plan.nshards), seconds_since(t0));
 
   const shards::ShardMeta base_meta = base_shard_meta(spec);
+  std::future<json> stats;
+  if (rank == 0)
+    stats = std::async(std::launch::async, [&] { return plan_stats_json(plan, spec, base_meta.tokenizer_id); });
   ShardWriterPool writers(plan, spec, plan_base, base_meta, rank, size);
   writers.run();
-  fsync_path(spec.dir);  // the shard renames are durable before index.json names them
   CAIRN_LOG_DEBUG("wrote shards at %.3f s", seconds_since(t0));
-  if (use_mpi)
-    mpi::agree_or_throw(writers.first_error.empty(), writers.first_error,
-                        writers.error_code ? writers.error_code : kExitRuntime);
-  else if (!writers.first_error.empty()) throw Error(writers.error_code, writers.first_error);
+  try {
+    if (use_mpi)
+      mpi::agree_or_throw(writers.first_error.empty(), writers.first_error,
+                          writers.error_code ? writers.error_code : kExitRuntime);
+    else if (!writers.first_error.empty()) throw Error(writers.error_code, writers.first_error);
+  } catch (const Error& e) {
+    if (e.code() == kExitGate) writers.discard();  // an input failed its check: keep nothing written from it
+    throw;
+  }
+  writers.commit_pending();
+  fsync_path(spec.dir);  // the shard renames are durable before index.json names them
+  CAIRN_LOG_DEBUG("committed shards at %.3f s", seconds_since(t0));
 
   // Gather every shard's info on rank 0 (as JSON lines) to write the index.
   uint64_t n_resumed = 0;
@@ -634,7 +914,7 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
   std::vector<std::string> all = gather_shard_infos(writers, use_mpi);
   if (use_mpi) n_resumed = mpi::allreduce<uint64_t>(n_resumed);
   WriteResult result;
-  if (rank == 0) result.documents = write_index_and_stats(plan, spec, base_meta, all, t0);
+  if (rank == 0) result.documents = write_index_and_stats(plan, spec, stats.get(), all, t0);
   if (use_mpi) mpi::barrier();
   result.tokens = plan.total;
   result.shards_resumed = n_resumed;
@@ -678,10 +958,21 @@ json stats_json(const std::string& tokenizer_id, uint32_t vocab_size, const json
   std::vector<uint64_t>& sorted = lengths;  // reordered by the selections below; min/max come first
   const uint64_t lmin = lengths.empty() ? 0 : *std::min_element(lengths.begin(), lengths.end());
   const uint64_t lmax = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  // Lengths up to a few million tokens (the usual case) are counted instead: one pass, same values.
+  std::vector<uint32_t> by_length;
+  if (!lengths.empty() && lmax < (uint64_t{1} << 22)) {
+    by_length.assign(lmax + 1, 0);
+    for (uint64_t l : lengths) by_length[l]++;
+  }
   auto pct = [&](double q) -> uint64_t {
     if (sorted.empty()) return 0;
-    auto nth =
-        sorted.begin() + std::min(sorted.size() - 1, static_cast<size_t>(std::llround(q * double(sorted.size() - 1))));
+    const size_t at = std::min(sorted.size() - 1, static_cast<size_t>(std::llround(q * double(sorted.size() - 1))));
+    if (!by_length.empty()) {
+      uint64_t below = 0;
+      for (uint64_t l = 0; l < by_length.size(); ++l)
+        if ((below += by_length[l]) > at) return l;
+    }
+    auto nth = sorted.begin() + at;
     std::nth_element(sorted.begin(), nth, sorted.end());
     return *nth;
   };

@@ -1,7 +1,10 @@
 // cairn-reshard internals: document sources, the shard planner/writer, and the five subcommands.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +29,9 @@ class DocSource {
   // Token offset of document d in the stream (d == num_docs() gives the total).
   virtual uint64_t doc_start(uint64_t d) const = 0;
   virtual uint32_t doc_bytes(uint64_t d) const = 0;
+  // doc_start(0..num_docs()) as one array when the source holds it (an in-order plan uses it as is
+  // instead of building a copy); nullptr otherwise.
+  virtual const uint64_t* doc_starts_data() const { return nullptr; }
   // Tokens [offset, offset+count) of the stream.
   virtual void read_stream(uint64_t offset, uint64_t count, uint32_t* out) const = 0;
   // Identifies the content (for resume): equal identities mean equal streams.
@@ -33,6 +39,22 @@ class DocSource {
   // When tokens [offset, offset+count) lie contiguous in memory in stored layout (a mapped shard),
   // returns true with the pointer and width (2 or 4 bytes), so writers copy without widening.
   virtual bool raw_range(uint64_t offset, uint64_t count, const void*& ptr, int& width) const { return false; }
+  // Copies tokens from `offset` in stored layout into `out` (at most `count` tokens and `out_bytes`
+  // bytes) with pread, not through a mapping, stopping where a stored piece (an input shard) ends;
+  // returns how many tokens, with their width, or 0 when the source cannot (then raw_range or
+  // read_stream). The bulk path of in-order copies: a page-cache copy costs less than mapping.
+  virtual uint64_t read_raw(uint64_t offset, uint64_t count, void* out, size_t out_bytes, int& width) const {
+    return 0;
+  }
+  // Verification during the copy (DatasetSource::verify_while_copying): whether every input shard
+  // holding stream tokens [begin, end) has been checked; a shard is committed only then.
+  virtual bool verified(uint64_t begin, uint64_t end) const { return true; }
+  // Set as soon as a checked input shard fails: writers stop.
+  virtual bool verification_failed() const { return false; }
+  // Completes the check of every input shard that starts in stream tokens [begin, end) (this rank's
+  // part), hashing what the copy did not read in order; throws the failure of the lowest bad shard
+  // (GateFailure, exit 3).
+  virtual void finish_verification(uint64_t begin, uint64_t end, int threads) const {}
   // Hints that document d will be read soon (shuffled order is memory-latency bound): stage 0 fetches
   // its metadata, stage 1 (issued later) its first tokens.
   virtual void prefetch(uint64_t d, int stage) const {}
@@ -41,6 +63,24 @@ class DocSource {
   // read maps the pages again.
   virtual void release_mapped() const {}
 };
+
+// Allocates through mmap with transparent huge pages requested: tables of millions of entries then
+// cost a fault per 2 MiB instead of per 4 KiB page (faults are expensive on VMs).
+template <class T>
+struct HugePageAllocator {
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <class U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}
+  T* allocate(size_t n);
+  void deallocate(T* p, size_t n);
+  template <class U>
+  bool operator==(const HugePageAllocator<U>&) const {
+    return true;
+  }
+};
+template <class T>
+using huge_vector = std::vector<T, HugePageAllocator<T>>;
 
 // Documents held in memory (build, imports).
 class MemorySource final : public DocSource {
@@ -67,6 +107,7 @@ class DatasetSource final : public DocSource {
   uint64_t num_docs() const override { return doc_starts_.size() - 1; }
   uint64_t doc_start(uint64_t d) const override { return doc_starts_[d]; }
   uint32_t doc_bytes(uint64_t d) const override { return doc_bytes_[d]; }
+  const uint64_t* doc_starts_data() const override { return doc_starts_.data(); }
   void read_stream(uint64_t offset, uint64_t count, uint32_t* out) const override;
   std::string identity() const override { return identity_; }
   bool raw_range(uint64_t offset, uint64_t count, const void*& ptr, int& width) const override;
@@ -76,14 +117,33 @@ class DatasetSource final : public DocSource {
   // on `threads` threads with the shards already open (Dataset::verify_shard): GateFailure (exit 3)
   // naming the lowest bad shard.
   void verify(int threads, size_t first = 0, size_t stride = 1) const;
+  // Instead of verify() before copying: every read_raw hashes the tokens it reads (in the same pass)
+  // when they continue its shard's hash in order, and finish_verification() hashes the rest. The
+  // writer commits an output shard once all of its input shards have passed.
+  void verify_while_copying();
+  uint64_t read_raw(uint64_t offset, uint64_t count, void* out, size_t out_bytes, int& width) const override;
+  bool verified(uint64_t begin, uint64_t end) const override;
+  bool verification_failed() const override { return failed_.load(std::memory_order_relaxed); }
+  void finish_verification(uint64_t begin, uint64_t end, int threads) const override;
+  ~DatasetSource() override;
 
  private:
+  struct ShardCheck;
+  size_t shard_of(uint64_t offset) const;
+  void feed(size_t s, uint64_t local, const void* stored, uint64_t n) const;
+  void complete(size_t s, ShardCheck& c) const;              // c.m held
+  mutable std::vector<std::unique_ptr<ShardCheck>> checks_;  // per shard; empty: not verifying in-pass
+  mutable std::mutex fail_mutex_;
+  mutable std::atomic<bool> failed_{false};
+  mutable size_t fail_shard_ = SIZE_MAX;
+  mutable std::string fail_message_;
+  mutable int fail_code_ = 0;
   std::vector<shards::Dataset> datasets_;
   std::vector<std::pair<size_t, size_t>> shard_origin_;  // (dataset, shard in it) per shard
   std::vector<std::unique_ptr<shards::Shard>> shards_;
   std::vector<uint64_t> shard_token_starts_;
-  std::vector<uint64_t> doc_starts_;
-  std::vector<uint32_t> doc_bytes_;
+  huge_vector<uint64_t> doc_starts_;
+  huge_vector<uint32_t> doc_bytes_;
   std::string identity_;
 };
 
@@ -128,7 +188,7 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec);
 std::vector<uint64_t> shuffled_order(uint64_t n, uint64_t seed);
 // Shard k covers stream tokens [bounds[k], bounds[k+1]) of the (permuted) document stream;
 // without split_docs every bound falls on a document boundary.
-std::vector<uint64_t> plan_bounds(const std::vector<uint64_t>& prefix, uint64_t shards, bool split_docs);
+std::vector<uint64_t> plan_bounds(std::span<const uint64_t> prefix, uint64_t shards, bool split_docs);
 
 // ------------------------------------------------------------------------------------ mixtures
 // A blend of sources in order: mixture document p is document doc[p] of source source[p], and

@@ -45,9 +45,19 @@ class Shard {
   // token array (nullptr otherwise); lets bulk copiers avoid widening.
   virtual int token_width() const = 0;
   virtual const void* mapped_tokens() const { return nullptr; }
+  // The document tables in memory when the shard holds them (documents + 1 offsets, documents byte
+  // counts), for bulk readers; nullptr otherwise.
+  virtual const uint64_t* doc_offsets_data() const { return nullptr; }
+  virtual const uint32_t* doc_bytes_data() const { return nullptr; }
+  // Copies tokens [offset, offset+count) as stored (little-endian, token_width() bytes each) into `out`
+  // with pread, without mapping them: on VMs where every page-table change is expensive this reads
+  // at page-cache copy speed. False when the shard cannot (then use read_tokens or the mapping).
+  virtual bool read_stored(uint64_t offset, uint64_t count, void* out) const { return false; }
   // Root attributes of the file (format_version, tokenizer, vocab_size, eot_id, tokens_xxh64, ...).
   virtual nlohmann::json attributes() const = 0;
 };
+
+struct TokenScan;
 
 // A dataset directory (index.json + shard files).
 class Dataset {
@@ -76,6 +86,9 @@ class Dataset {
   // Thread-safe; call it once per shard, e.g. from a loader's prefetch thread on first touch.
   void verify_shard(size_t i, const Shard& sh) const;
   void verify_shard(size_t i) const;  // opens the shard itself
+  // verify_shard's verdict on a scan made elsewhere (e.g. a copy that hashed shard i's tokens while
+  // reading them, TokenScanner): the same checks and messages (GateFailure).
+  void check_scan(size_t i, const Shard& sh, const TokenScan& r) const;
   // verify_shard for shards i = first, first+stride, ... on `threads` threads (MPI ranks pass
   // first = rank, stride = size and agree on the outcome); rethrows the first failure.
   void verify_shards(int threads, size_t first = 0, size_t stride = 1) const;
@@ -130,6 +143,11 @@ class ShardWriter {
   void set_ids_checked(bool checked);
   void append_document(uint64_t tokens_in_doc, uint32_t source_bytes);
   ShardInfo finish();  // checks counts, writes offsets/attrs, fsyncs, renames
+  // finish() in two steps: finish_pending() completes the temp file and starts its write-back;
+  // commit() later fsyncs and renames it into place (a writer destroyed uncommitted removes it).
+  // Resharding commits a shard only once every input token it holds has been verified.
+  ShardInfo finish_pending();
+  void commit();
 
  private:
   struct Impl;
@@ -151,6 +169,25 @@ struct TokenScan {
   uint32_t first_bad_id = 0;
 };
 TokenScan scan_shard_tokens(const Shard& sh, uint32_t vocab_size);
+// The same scan fed in pieces, in order: update() with consecutive runs of stored tokens, then finish().
+class TokenScanner {
+ public:
+  TokenScanner(int width, uint32_t vocab_size);
+  ~TokenScanner();
+  TokenScanner(const TokenScanner&) = delete;
+  TokenScanner& operator=(const TokenScanner&) = delete;
+  void update(const void* stored, uint64_t n);  // n tokens of the scanner's width
+  uint64_t scanned() const { return pos_; }
+  TokenScan finish();
+
+ private:
+  void* state_;  // XXH64_state_t
+  int width_;
+  uint32_t vocab_;
+  bool check_ids_;
+  uint64_t pos_ = 0;
+  TokenScan r_;
+};
 
 // cairn-train's sample numbering, shared with cairn-eval so both score the same tokens: windows of T+1
 // tokens at stride T, shard by shard (T inputs, T targets shifted by one), and a validation tail of
