@@ -135,6 +135,9 @@ with open(sys.argv[1], "r+b") as f:
 PY
 expect_exit 3 'corrupt dataset shard ".*shard_00001.h5": tokens hash to' "$B" reshard "$T/rot" --shards 3 --out "$T/laundered"
 [ ! -e "$T/laundered/index.json" ] && [ -z "$(ls "$T/laundered" 2>/dev/null | grep shard_ || true)" ] || fail "reshard wrote output from a corrupt input"
+# Shuffled, the inputs are loaded into memory and checked in that pass: the same refusal.
+expect_exit 3 'corrupt dataset shard ".*shard_00001.h5": tokens hash to' "$B" reshard "$T/rot" --shards 3 --seed 7 --out "$T/laundered-shuffled"
+[ -z "$(ls "$T/laundered-shuffled" 2>/dev/null | grep -E 'shard_|index.json' || true)" ] || fail "shuffled reshard wrote output from a corrupt input"
 expect_exit 3 'shard_00001.h5' "$B" convert --to llmc --out "$T/laundered-llmc" "$T/rot"
 # stats checks the checksums too (exit 3 naming the shard) and leaves stats.json as it was.
 cp "$T/rot/stats.json" "$T/rot-stats.before"

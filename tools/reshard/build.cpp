@@ -511,8 +511,8 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
   // hashed in the pass that reads it, and an output shard is renamed into place only once all of its
   // input shards have passed (a failure removes what this run wrote). Shuffled, before anything is
   // written (every output shard holds documents of every input shard), with the shards the copy then
-  // reads (opened once). Ranks split the shards and agree, so a bad shard stops every rank with the
-  // same message (exit 3, naming it).
+  // reads (opened once), and loaded into memory by the same pass where it fits. Ranks split the shards and agree, so a
+  // bad shard stops every rank with the same message (exit 3, naming it).
   std::unique_ptr<DatasetSource> src_ptr;
   {
     const bool use_mpi = mpi::initialized();
@@ -523,7 +523,8 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
     try {
       src_ptr = std::make_unique<DatasetSource>(datasets);
       if (data.seed < 0) src_ptr->verify_while_copying();
-      else src_ptr->verify(resolve_threads(data), rank, size);
+      else if (!src_ptr->load_and_verify(resolve_threads(data), rank, size, use_mpi ? mpi::topology().local_size : 1))
+        src_ptr->verify(resolve_threads(data), rank, size);
     } catch (const Error& e) {
       err = e.what();
       code = e.code();

@@ -49,6 +49,7 @@ void HugePageAllocator<T>::deallocate(T* p, size_t n) {
 }
 template struct HugePageAllocator<uint64_t>;
 template struct HugePageAllocator<uint32_t>;
+template struct HugePageAllocator<char>;
 
 void MemorySource::read_stream(uint64_t offset, uint64_t count, uint32_t* out) const {
   std::copy(tokens.begin() + offset, tokens.begin() + offset + count, out);
@@ -107,7 +108,61 @@ DatasetSource::DatasetSource(const std::vector<shards::Dataset>& datasets) : dat
   XXH64_freeState(st);
 }
 
+struct DatasetSource::Loaded {
+  char* data = nullptr;
+  size_t bytes = 0;
+  explicit Loaded(size_t n) : data(HugePageAllocator<char>().allocate(n)), bytes(n) {}
+  ~Loaded() { HugePageAllocator<char>().deallocate(data, bytes); }
+  Loaded(const Loaded&) = delete;
+  Loaded& operator=(const Loaded&) = delete;
+};
+
 DatasetSource::~DatasetSource() = default;
+
+namespace {
+// MemAvailable from /proc/meminfo (physical memory where it cannot be read).
+double available_memory_bytes() {
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kb = 0;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    std::fclose(f);
+    if (kb > 0) return static_cast<double>(kb) * 1024;
+  }
+  return static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+}
+}  // namespace
+
+bool DatasetSource::load_and_verify(int threads, size_t first, size_t stride, int ranks_on_node) {
+  double bytes = 0;
+  for (const auto& sh : shards_) {
+    if (!sh->read_stored(0, 0, nullptr)) return false;  // not one contiguous array in its file
+    bytes += static_cast<double>(sh->num_tokens()) * sh->token_width();
+  }
+  if (bytes * std::max(ranks_on_node, 1) > available_memory_bytes() / 2) return false;
+  std::vector<std::unique_ptr<Loaded>> loaded(shards_.size());
+  shards::for_each_index_parallel(0, shards_.size(), 1, threads, [&](size_t g) {
+    const shards::Shard& sh = *shards_[g];
+    const int width = sh.token_width();
+    loaded[g] = std::make_unique<Loaded>(std::max<size_t>(sh.num_tokens() * width, 1));
+    const bool check = g >= first && (g - first) % stride == 0;
+    const auto& ds = datasets_[shard_origin_[g].first];
+    std::unique_ptr<shards::TokenScanner> scan;
+    if (check) scan = std::make_unique<shards::TokenScanner>(width, ds.vocab_size());
+    // Pieces that stay in cache between the read and the scan.
+    const uint64_t step = (uint64_t{1} << 18) / width;
+    for (uint64_t o = 0; o < sh.num_tokens(); o += step) {
+      const uint64_t n = std::min(step, sh.num_tokens() - o);
+      char* at = loaded[g]->data + o * width;
+      sh.read_stored(o, n, at);
+      if (scan) scan->update(at, n);
+    }
+    if (scan) ds.check_scan(shard_origin_[g].second, sh, scan->finish());
+  });
+  loaded_ = std::move(loaded);
+  return true;
+}
 
 size_t DatasetSource::shard_of(uint64_t offset) const {
   return std::upper_bound(shard_token_starts_.begin(), shard_token_starts_.end(), offset) -
@@ -133,23 +188,22 @@ bool DatasetSource::raw_range(uint64_t offset, uint64_t count, const void*& ptr,
   if (s >= shards_.size()) return false;
   uint64_t local = offset - shard_token_starts_[s];
   const auto& sh = *shards_[s];
-  const void* base = sh.mapped_tokens();
+  const void* base = loaded_.empty() ? sh.mapped_tokens() : loaded_[s]->data;
   if (!base || local + count > sh.num_tokens()) return false;
   width = sh.token_width();
   ptr = static_cast<const char*>(base) + local * width;
   return true;
 }
 
-void DatasetSource::prefetch(uint64_t d, int stage) const {
-  if (stage == 0) {
-    __builtin_prefetch(&doc_starts_[d]);
-    __builtin_prefetch(&doc_bytes_[d]);
-    return;
-  }
-  uint64_t off = doc_starts_[d];
+void DatasetSource::prefetch_doc(uint64_t d) const {
+  __builtin_prefetch(&doc_starts_[d]);
+  __builtin_prefetch(&doc_bytes_[d]);
+}
+
+void DatasetSource::prefetch_tokens(uint64_t offset) const {
   const void* p = nullptr;
   int w = 0;
-  if (raw_range(off, 1, p, w)) {
+  if (raw_range(offset, 1, p, w)) {
     __builtin_prefetch(p);
     __builtin_prefetch(static_cast<const char*>(p) + 64);
     __builtin_prefetch(static_cast<const char*>(p) + 128);
@@ -381,6 +435,10 @@ struct OutputPlan {
   const DocSource& src;
   const uint64_t ndocs, nshards;
   std::vector<uint64_t> order;  // output position -> source document; empty: the source's order
+  // Shuffled: each output position's source start and bytes, gathered once while planning, so that
+  // copying reads the source's tables in order and only the tokens at random.
+  huge_vector<uint64_t> start_at;
+  huge_vector<uint32_t> bytes_at;
   huge_vector<uint64_t> own_prefix;
   std::span<const uint64_t> prefix;  // prefix[p]: tokens before output position p (own_prefix or the source's)
   std::vector<uint64_t> bounds;      // shard k holds tokens [bounds[k], bounds[k + 1])
@@ -393,9 +451,13 @@ struct OutputPlan {
       prefix = std::span<const uint64_t>(starts, ndocs + 1);
     } else {
       own_prefix.assign(ndocs + 1, 0);
+      if (!order.empty()) start_at.resize(ndocs), bytes_at.resize(ndocs);
       for (uint64_t p = 0; p < ndocs; ++p) {
         uint64_t d = doc_of(p);
-        own_prefix[p + 1] = own_prefix[p] + (src.doc_start(d + 1) - src.doc_start(d));
+        if (!order.empty() && p + 16 < ndocs) src.prefetch_doc(order[p + 16]);
+        const uint64_t start = src.doc_start(d);
+        own_prefix[p + 1] = own_prefix[p] + (src.doc_start(d + 1) - start);
+        if (!order.empty()) start_at[p] = start, bytes_at[p] = src.doc_bytes(d);
       }
       prefix = own_prefix;
     }
@@ -404,6 +466,8 @@ struct OutputPlan {
   }
 
   uint64_t doc_of(uint64_t pos) const { return order.empty() ? pos : order[pos]; }
+  uint64_t start_of(uint64_t pos) const { return order.empty() ? src.doc_start(pos) : start_at[pos]; }
+  uint32_t bytes_of(uint64_t pos) const { return order.empty() ? src.doc_bytes(pos) : bytes_at[pos]; }
 
   // What shard [t_begin, t_end) stores of the document at output position p (a split document's
   // bytes are shared in proportion to its tokens, sums kept). The writer and the statistics both
@@ -411,7 +475,7 @@ struct OutputPlan {
   Piece piece(uint64_t p, uint64_t t_begin, uint64_t t_end) const {
     uint64_t len = prefix[p + 1] - prefix[p];
     uint64_t lo = std::max(prefix[p], t_begin) - prefix[p], hi = std::min(prefix[p + 1], t_end) - prefix[p];
-    uint32_t b = src.doc_bytes(doc_of(p));
+    uint32_t b = bytes_of(p);
     uint32_t part = (lo == 0 && hi == len) ? b
                                            : static_cast<uint32_t>((static_cast<unsigned __int128>(b) * hi) / len -
                                                                    (static_cast<unsigned __int128>(b) * lo) / len);
@@ -682,15 +746,11 @@ class ShardWriterPool {
   uint64_t append_run(shards::ShardWriter& w, uint64_t p, uint64_t p_end, uint64_t t_begin, uint64_t t_end,
                       ThreadState& ts) {
     const DocSource& src = plan_.src;
-    if (!plan_.order.empty()) {  // shuffled: fetch documents ahead of use
-      if (p + 32 < p_end) src.prefetch(plan_.doc_of(p + 32), 0);
-      if (p + 16 < p_end) src.prefetch(plan_.doc_of(p + 16), 1);
-    }
-    uint64_t d = plan_.doc_of(p);
+    if (!plan_.order.empty() && p + 16 < p_end) src.prefetch_tokens(plan_.start_at[p + 16]);  // shuffled: ahead of use
     uint64_t q = p + 1;
     while (q < p_end && plan_.doc_of(q) == plan_.doc_of(q - 1) + 1 && q - p < 4096) ++q;
     uint64_t s_lo = std::max(plan_.prefix[p], t_begin), s_hi = std::min(plan_.prefix[q], t_end);
-    uint64_t src_off = src.doc_start(d) + (s_lo - plan_.prefix[p]);
+    uint64_t src_off = plan_.start_of(p) + (s_lo - plan_.prefix[p]);
     uint64_t n = s_hi - s_lo;
     copy_tokens(w, src_off, n, ts);
     for (uint64_t r = p; r < q; ++r) {

@@ -55,9 +55,10 @@ class DocSource {
   // part), hashing what the copy did not read in order; throws the failure of the lowest bad shard
   // (GateFailure, exit 3).
   virtual void finish_verification(uint64_t begin, uint64_t end, int threads) const {}
-  // Hints that document d will be read soon (shuffled order is memory-latency bound): stage 0 fetches
-  // its metadata, stage 1 (issued later) its first tokens.
-  virtual void prefetch(uint64_t d, int stage) const {}
+  // Hints for shuffled order, which is memory-latency bound: document d's start and byte count
+  // (planning), and the tokens from stream offset `offset` on (copying), will be read soon.
+  virtual void prefetch_doc(uint64_t d) const {}
+  virtual void prefetch_tokens(uint64_t offset) const {}
   // Drops this process's mappings of pages already copied (they stay in the page cache), so resident
   // memory stays bounded while a dataset larger than memory streams through. Thread-safe; a later
   // read maps the pages again.
@@ -111,12 +112,21 @@ class DatasetSource final : public DocSource {
   void read_stream(uint64_t offset, uint64_t count, uint32_t* out) const override;
   std::string identity() const override { return identity_; }
   bool raw_range(uint64_t offset, uint64_t count, const void*& ptr, int& width) const override;
-  void prefetch(uint64_t d, int stage) const override;
+  void prefetch_doc(uint64_t d) const override;
+  void prefetch_tokens(uint64_t offset) const override;
   void release_mapped() const override;
   // Checks shards first, first+stride, ... (numbered across the datasets) against their index.json
   // on `threads` threads with the shards already open (Dataset::verify_shard): GateFailure (exit 3)
   // naming the lowest bad shard.
   void verify(int threads, size_t first = 0, size_t stride = 1) const;
+  // Instead of verify() for shuffled copies, whose every output shard reads documents of every input
+  // shard in random order: reads every input shard's tokens with pread into huge-page memory and
+  // checks shards first, first+stride, ... in the same pass (GateFailure as verify()). Random
+  // document reads then cost a cache miss each, where through the page cache's mapping each costs a
+  // TLB miss too, and on VMs a page-table trap per 4 KiB first touched. Returns false, having loaded
+  // nothing, when the tokens of `ranks_on_node` copies would take more than half of the node's
+  // available memory or a shard is not stored contiguously: then verify() and copy from the mapping.
+  bool load_and_verify(int threads, size_t first, size_t stride, int ranks_on_node);
   // Instead of verify() before copying: every read_raw hashes the tokens it reads (in the same pass)
   // when they continue its shard's hash in order, and finish_verification() hashes the rest. The
   // writer commits an output shard once all of its input shards have passed.
@@ -142,6 +152,8 @@ class DatasetSource final : public DocSource {
   std::vector<std::pair<size_t, size_t>> shard_origin_;  // (dataset, shard in it) per shard
   std::vector<std::unique_ptr<shards::Shard>> shards_;
   std::vector<uint64_t> shard_token_starts_;
+  struct Loaded;                                 // a shard's tokens in memory (load_and_verify)
+  std::vector<std::unique_ptr<Loaded>> loaded_;  // per shard; empty: read through the mapping
   huge_vector<uint64_t> doc_starts_;
   huge_vector<uint32_t> doc_bytes_;
   std::string identity_;
