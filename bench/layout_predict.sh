@@ -13,7 +13,7 @@
 # per-kernel overhead are the one-thread calibration scaled by min(1, C/R); with R > C the pipeline bubble is
 # dropped (other ranks run in it), bounded below by the plan at a whole core per rank. Collective fits come from an R-rank
 # sweep per rank count R (oversubscribed like the training run when R > C). Ranks of a layout of 2+ ranks compute at
-# the rate C calibrations reach when run at the same moment (on this VM ~0.8 of the lone thread's).
+# the pace of the slowest of C pinned copies of the 1-rank layout trained at the same moment (contention/ in OUT_DIR).
 #
 # Usage: bench/layout_predict.sh [OUT_DIR]        (default: a fresh /tmp/cairn_layout_predict.XXXXXX, kept)
 #   env: CAIRN_BIN_DIR (build/bin)  LAYERS 4  HIDDEN 128  HEADS 4  SEQ 128  GB 16 (global batch)  MB 2
@@ -51,11 +51,16 @@ PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false --
 echo "== dataset, calibration, sweep -> $OUT" >&2
 [ -f "$OUT/ds/index.json" ] || "$BIN/cairn-reshard" --log-level warn --out "$OUT/ds" --set 'data.delimiter="%"' \
   --set data.shards=2 build "$F/fortunes" "$F/computers" "$F/science"
+# Cores of a VM need not be equally fast (the host shares them out: on the 2-vCPU VM one ran the 1-rank layout at 152
+# ms/step and the other at 178): one-process measurements and the 1-rank layout are pinned to the first core (PIN0,
+# empty without taskset), and ranks of 2+ rank layouts are priced at the pace of the slowest core (below).
+PIN0=()
+command -v taskset > /dev/null && PIN0=(taskset -c 0)
 # One thread on one core; the peak set here is one core's (2.6 GHz x 32 fp32 FLOP/cycle); calibrate
 # replaces it by the best measured sgemm rate when that is higher (boost clock).
 # Other jobs only ever slow a measurement down: calibrate twice and keep the faster machine.
 for k in 1 2; do
-  "$BIN/cairn-plan" calibrate --config "$ROOT/configs/clusters/cpu-local.toml" --set cluster.peak_tflops=0.083 \
+  "${PIN0[@]}" "$BIN/cairn-plan" calibrate --config "$ROOT/configs/clusters/cpu-local.toml" --set cluster.peak_tflops=0.083 \
     "${MODEL[@]}" --seconds 0.3 --max-dim 512 --output "$OUT/cpu1-$k.toml" --out "$OUT" --log-level error > /dev/null
 done
 $PY - "$OUT" <<'PY'
@@ -67,33 +72,41 @@ shutil.copy(f"{o}/cpu1-{best}.toml", f"{o}/cpu1.toml")
 print(f"calibration: best sgemm {rate(1)*1e3:.1f} / {rate(2)*1e3:.1f} GFLOP/s, kept run {best}", file=sys.stderr)
 PY
 # All cores busy at once: the ranks of a multi-rank layout share the memory system, caches and (on a VM) the host
-# cores behind the vCPUs, so one rank computes slower than the lone calibration thread. Calibrate CORES copies at
-# the same moment and price every rank of a layout of 2+ ranks at that contended rate (BUSY_GEMM, BUSY_BW: mean
-# contended / solo rate, at most 1). CONTENDED=0 prices them at the solo rate.
-BUSY_GEMM=1 BUSY_BW=1
+# cores behind the vCPUs, and synchronous training runs at the pace of its slowest rank. sgemm calibrations run side
+# by side miss most of it (x1.00 on a VM whose second core trained 17 % slower), so the rate is taken from the
+# workload itself: the 1-rank layout trained alone on the first core, then one copy pinned to every core at the same
+# moment; every rank of a layout of 2+ ranks is priced at solo / slowest copy's step time (BUSY, at most 1) of the
+# calibrated peak and bandwidth. CONTENDED=0 prices them at the solo rate.
+BUSY=1
 if [ "${CONTENDED:-1}" = 1 ] && [ "$CORES" -gt 1 ]; then
+  train_alone() {  # DIR [CORE]: the 1-rank layout, STEPS steps, as the layouts below run it (pinned to CORE)
+    local pin=()
+    [ -n "${2:-}" ] && [ ${#PIN0[@]} -gt 0 ] && pin=(taskset -c "$2")
+    "${pin[@]}" "$BIN/cairn-train" --out "$1" --data "$OUT/ds" --threads 1 --log-level warn "${MODEL[@]}" --steps "$STEPS" \
+      --set train.warmup=1 --set train.checkpoint_every=0 --set train.val_every=0 --set train.tensorboard=false \
+      --set train.resume=\"none\" --set parallel.mb=$MB > "$1.log" 2>&1 < /dev/null
+  }
+  rm -rf "$OUT/contention"; mkdir -p "$OUT/contention"
+  train_alone "$OUT/contention/solo" 0
   pids=()
-  for k in $(seq "$CORES"); do
-    "$BIN/cairn-plan" calibrate --config "$ROOT/configs/clusters/cpu-local.toml" --set cluster.peak_tflops=0.083 \
-      "${MODEL[@]}" --seconds 0.3 --max-dim 512 --output "$OUT/busy-$k.toml" --out "$OUT/busy-$k" --log-level error \
-      > /dev/null &
-    pids+=($!)
-  done
+  for k in $(seq "$CORES"); do train_alone "$OUT/contention/busy-$k" $((k - 1)) & pids+=($!); done
   wait "${pids[@]}"
-  read -r BUSY_GEMM BUSY_BW < <($PY - "$OUT" "$CORES" <<'PY'
-import tomllib, sys
-o, n = sys.argv[1], int(sys.argv[2])
-load = lambda f: tomllib.load(open(f, "rb"))["cluster"]
-solo = load(f"{o}/cpu1.toml")
-rate = lambda c: c["peak_tflops"] * c["gemm_max_efficiency"]
-busy = [load(f"{o}/busy-{k}.toml") for k in range(1, n + 1)]
-g = min(1.0, sum(rate(c) for c in busy) / n / rate(solo))
-b = min(1.0, sum(c["hbm_gbps"] for c in busy) / n / solo["hbm_gbps"])
-print(f"{g:.4f} {b:.4f}")
-print(f"contended calibration ({n} at once): sgemm x{g:.3f}, stream x{b:.3f} of the solo rate", file=sys.stderr)
+  BUSY=$($PY - "$OUT/contention" "$CORES" "$WARMUP" <<'PY'
+import json, statistics, sys
+d, n, warm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def step(run):
+    tr = [json.loads(x) for x in open(f"{d}/{run}/train/metrics.jsonl") if '"train"' in x]
+    return statistics.median(r["time_s"]["total"] for r in (tr[warm:] or tr))
+solo = step("solo")
+busy = [step(f"busy-{k}") for k in range(1, n + 1)]
+f = min(1.0, solo / max(busy))
+print(f"{f:.4f}")
+print(f"contention: the 1-rank layout {solo * 1e3:.1f} ms/step alone, "
+      f"{' / '.join(f'{b * 1e3:.1f}' for b in busy)} ms on cores 0-{n - 1} at once: ranks of 2+ rank layouts at x{f:.3f}", file=sys.stderr)
 PY
 )
 fi
+BUSY_GEMM=$BUSY BUSY_BW=$BUSY
 # The fabric of each rank count, measured as cairn-train will run it: R ranks on the CORES cores, oversubscribed
 # when R > CORES. Oversubscribed ranks wait for a time slice in every collective (a 4-rank all-reduce of 8 bytes
 # takes ~0.2 ms on 2 cores against ~1 us for 2 ranks), which a 2-rank sweep cannot show.
@@ -121,7 +134,7 @@ print(c['peak_tflops'], c['hbm_gbps'], c['kernel_overhead_us'])" "$OUT/cpu1.toml
 # model would price it at a fused GPU kernel's default.
 KBENCH=$BIN/../bench/kernels_gpt_bench
 if [ -x "$KBENCH" ]; then
-  ATT_MS=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$KBENCH" --backend cpu --layers "$L" --hidden "$H" --heads "$A" \
+  ATT_MS=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${PIN0[@]}" "$KBENCH" --backend cpu --layers "$L" --hidden "$H" --heads "$A" \
     --seq "$S" --batch "$MB" --vocab 320 --steps 10 --profile 1 2>/dev/null |
     awk '/attention_(forward|backward)/ {t += $4} END {print t}')
   ATT_EFF=$($PY -c "import sys, math; l,h,s,b,ms,peak=map(float,sys.argv[1:]); frac=0.5*(1+1/math.ceil(s/128))
@@ -202,7 +215,7 @@ while read -r dp tp pp v zero sp rc; do
   for try in $(seq 0 "$RETRY"); do
     rm -rf "$D/train" "$D/try"; mkdir -p "$D/try"
     b0=$(busy_jiffies)
-    if [ "$R" -eq 1 ]; then CMD=("$BIN/cairn-train"); else CMD=("${MPI[@]}" "$BIN/cairn-train"); fi
+    if [ "$R" -eq 1 ]; then CMD=("${PIN0[@]}" "$BIN/cairn-train"); else CMD=("${MPI[@]}" "$BIN/cairn-train"); fi
     /usr/bin/time -f "%e %U %S" -o "$D/try/time" "${CMD[@]}" "${TRAIN[@]}" > "$D/try/train.log" 2>&1 < /dev/null \
       || echo "  train failed: $name (exit $?; see $D/train.log)" >&2
     b1=$(busy_jiffies)
@@ -307,7 +320,7 @@ doc = {
                "measured_step": "median time_s.total after the warm-up steps (rank 0)",
                "measured_mem": "max mem_gib over steps (the most any rank holds: params, grads, optimizer, activations)",
                "prediction": "cairn-plan --explain --plan <layout>, calibrated cluster (1 thread), peak/bandwidth x min(1, cores/ranks), fabric from an R-rank cairn-sweep per rank count R, reserved_gib 0, plan.flash_attention=true",
-               "calibration": "cpu1.toml (solo); busy-<k>.toml (all cores at once: ranks of 2+ rank layouts)",
+               "calibration": "cpu1.toml (solo, core 0; the 1-rank layout runs there too); ranks of 2+ rank layouts at the pace of the slowest of CORES pinned copies of the 1-rank layout run at once (contention/)",
                "fabric": "sweep-<R>/sweep/fabric.toml"},
     "summary": summary, "rows": rows}
 tmp = f"{out}/layout_predict.json.tmp"
