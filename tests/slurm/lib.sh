@@ -52,30 +52,6 @@ wait_for() {
 
 have_tool() { [ -x "$CAIRN_BIN_DIR/cairn-$1" ]; }
 
-# job_procs JOBID NAME: pids of the processes named NAME that belong to job JOBID of this test cluster
-# (SLURM_JOB_ID and SLURM_CONF in their environment), e.g. a job's cairn-train ranks.
-job_procs() {
-  local p
-  for p in $(pgrep -x "$2"); do
-    grep -qzsx "SLURM_JOB_ID=$1" "/proc/$p/environ" && grep -qzsxF "SLURM_CONF=$SLURM_CONF" "/proc/$p/environ" && echo "$p"
-  done
-  return 0
-}
-
-# signal_pending PID SIG...: true when every SIG (a name, e.g. USR1) is pending for the stopped process PID
-# (SigPnd: sent to the thread, ShdPnd: to the process), i.e. it has been delivered and is waiting for SIGCONT.
-signal_pending() {
-  local pid=$1 sig num mask pnd shd; shift
-  pnd=$(sed -n 's/^SigPnd:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null) || return 1
-  shd=$(sed -n 's/^ShdPnd:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null) || return 1
-  [ -n "$pnd" ] && [ -n "$shd" ] || return 1
-  for sig in "$@"; do
-    num=$(kill -l "$sig") || return 1
-    mask=$(( 1 << (num - 1) ))
-    (( (0x$pnd | 0x$shd) & mask )) || return 1
-  done
-}
-
 # make_workdir NAME: a temp dir removed when the test passes and kept (path printed) when it fails.
 make_workdir() {
   work=$(mktemp -d "/tmp/cairn-slurm-$1.XXXXXX")

@@ -2,18 +2,24 @@
 # Preemption on a real Slurm: the train job gets SIGUSR1 mid-run (scancel --signal=USR1 --batch, what
 # --signal=B:USR1@grace does before a time limit), cairn-train checkpoints and exits 75, train.sbatch
 # requeues the job, the job resumes from the checkpoint and completes; its final weights equal an
-# uninterrupted run's, bitwise (CPU, same rank count). Run under scripts/slurm-local.sh run --.
-# Never a race with the run's end: the ranks are frozen (SIGSTOP) mid-run, and only thawed once the
-# relayed SIGUSR1 (scancel -> batch shell -> srun -> slurmstepd -> ranks) is pending on every one of
-# them. (On a fast idle machine the 120 steps used to end before the signal landed: 2 failures in 7.)
+# uninterrupted run's, bitwise (CPU, same rank count). Run under scripts/slurm-local.sh run -- with the path
+# of tests/train's cairn-train-pausing.
+# Never a race with the run's end: the preempted run's ranks are cairn-train-pausing, which waits after step
+# $pause_at (CAIRNTEST_TRAIN_PAUSE=step_done) until a stop signal arrives, so the relayed SIGUSR1 (scancel ->
+# batch shell -> srun -> slurmstepd -> ranks) always finds them mid-run. (On a fast idle machine the 120 steps
+# used to end before the signal landed, 2 failures in 7; freezing the ranks once 5 steps were logged still lost
+# the race once in 20 rounds with CPU hogs: the whole run took under 2 s.) The requeued job runs the real
+# cairn-train.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 [ -n "${SLURM_CONF:-}" ] || fail "SLURM_CONF not set: run under scripts/slurm-local.sh run --"
+pausing=${1:?usage: preempt_test.sh PATH/cairn-train-pausing}
+[ -x "$pausing" ] || fail "no cairn-train-pausing at $pausing"
 
 work="" ; make_workdir preempt
 cd "$CAIRN_SOURCE_DIR"
 config=tests/slurm/tiny.toml
-steps=120
+steps=120 pause_at=5
 # Checkpoints only at the end (and on the signal), so the resumed run must start from the signal's.
 common=(--set "train.steps=$steps" --set train.checkpoint_every=0 --set train.val_every=0
         --set "data.path=\"$work/data\"")
@@ -28,27 +34,19 @@ submit() {  # submit DIR -> train job id
   sed -n 's/^submitted train as job \([0-9]*\).*/\1/p' "$1.submit"
 }
 straight=$(submit "$work/straight")
-preempted=$(submit "$work/preempted")
+# The preempted run: cairn-train from a bin dir whose cairn-train pauses after step $pause_at for a stop signal.
+mkdir -p "$work/bin"
+ln -s "$CAIRN_BIN_DIR"/cairn-* "$work/bin/"
+ln -sf "$pausing" "$work/bin/cairn-train"
+preempted=$(CAIRN_BIN_DIR=$work/bin CAIRNTEST_TRAIN_PAUSE=step_done CAIRNTEST_TRAIN_PAUSE_STEP=$pause_at \
+            CAIRNTEST_TRAIN_PAUSE_FILE=$work/paused submit "$work/preempted")
 [ -n "$straight" ] && [ -n "$preempted" ] || fail "no job ids"
-
-# Signal once training is visibly under way (a few steps logged), with its ranks frozen until the signal
-# is theirs: the run cannot reach its end first, however fast the machine or slow the relay.
-metrics=$work/preempted/train/metrics.jsonl
-logged_steps() { local n; n=$(grep -c '"kind": *"train"' "$metrics" 2>/dev/null) || true; echo "${n:-0}"; }
-under_way() { [ "$(logged_steps)" -ge 5 ]; }
-wait_for "train job $preempted to log 5 steps" 300 under_way
-ranks=$(job_procs "$preempted" cairn-train | paste -sd ' ')
-[ "$(wc -w <<<"$ranks")" -eq 2 ] || fail "job $preempted: expected 2 cairn-train ranks, found '$ranks'"
-# shellcheck disable=SC2086
-kill -STOP $ranks
-thaw() { kill -CONT $ranks 2>/dev/null || true; }
-at=$(logged_steps)
-[ "$at" -lt "$steps" ] || { thaw; fail "training finished before it could be signalled (step $at)"; }
+paused() { [ "$(find "$work" -maxdepth 1 -name 'paused.*' | wc -l)" -eq 2 ]; }
+wait_for "both ranks of job $preempted to pause after step $pause_at" 300 paused
+# The requeued job must run the real cairn-train (the same code without the hook).
+ln -sf "$CAIRN_BIN_DIR/cairn-train" "$work/bin/cairn-train"
 scancel --signal=USR1 --batch "$preempted"
-all_pending() { local p; for p in $ranks; do signal_pending "$p" USR1 || return 1; done; }
-wait_for "SIGUSR1 to reach the frozen ranks ($ranks) of job $preempted" 120 all_pending
-thaw
-echo "signalled job $preempted at step $at (ranks $ranks held until SIGUSR1 was pending on each)"
+echo "signalled job $preempted while both ranks waited after step $pause_at"
 
 st=$(wait_job "$preempted" 600) || fail "preempted job: $st"
 [ "$st" = COMPLETED ] || { cat "$work/preempted/logs/"train-*.out >&2; fail "preempted job ended $st"; }
@@ -56,8 +54,10 @@ restarts=$(job_field "$preempted" Restarts)
 [ "${restarts:-0}" -ge 1 ] || fail "job $preempted was not requeued (Restarts=$restarts)"
 log=$(ls "$work/preempted/logs/"train-*.out)
 grep -q "requeued" "$log" || fail "train log does not say it requeued: $log"
-grep -qi "resum" "$log" || fail "the requeued job did not report resuming: $log"
-pass "job $preempted checkpointed on SIGUSR1, requeued (Restarts=$restarts) and COMPLETED"
+at=$(sed -n 's/.*resuming from ".*step_0*\([0-9][0-9]*\)" at step.*/\1/p' "$log" | head -1)
+[ -n "$at" ] && [ "$at" -ge "$pause_at" ] && [ "$at" -lt "$steps" ] \
+  || { grep -i "resum\|scratch" "$log"; fail "the requeued job did not resume from a checkpoint after step $pause_at: $log"; }
+pass "job $preempted checkpointed on SIGUSR1 at step $at, requeued (Restarts=$restarts), resumed and COMPLETED"
 
 st=$(wait_job "$straight" 600) || fail "uninterrupted job: $st"
 [ "$st" = COMPLETED ] || fail "uninterrupted job ended $st"
