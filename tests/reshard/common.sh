@@ -27,3 +27,19 @@ expect_exit() {
 }
 # same_tokens A B: the two datasets hold identical documents in the same order.
 same_tokens() { cmp <($DUMP "$1") <($DUMP "$2") || fail "datasets $1 and $2 differ"; echo "ok: $1 == $2"; }
+# check_like_lenml LENML NAME TOKENIZER_JSON INPUT...: cairn-reshard build's tokens of the inputs equal those of
+# @lenml/tokenizers (LENML: its package directory, a JavaScript port of Hugging Face's tokenizers), document for
+# document (tests/reshard/hf_reference.js).
+check_like_lenml() {
+  local lenml="$1" name="$2" json="$3"
+  shift 3
+  "$B" build --delimiter % --shards 2 --out "$T/$name" --tokenizer hf --tokenizer-json "$json" "$@" 2>"$T/err.txt" ||
+    { cat "$T/err.txt" >&2; fail "$name: cairn-reshard build failed"; }
+  node "$HERE/hf_reference.js" "$lenml" "$json" "$@" > "$T/$name.ref"
+  $DUMP "$T/$name" --no-eot > "$T/$name.cairn"
+  if ! cmp -s "$T/$name.ref" "$T/$name.cairn"; then
+    diff <(nl -ba "$T/$name.ref") <(nl -ba "$T/$name.cairn") | head -6 | cut -c1-300 >&2
+    fail "$name: tokens differ from @lenml/tokenizers"
+  fi
+  echo "ok: $name: $(wc -l < "$T/$name.cairn") documents tokenized exactly like @lenml/tokenizers"
+}

@@ -38,8 +38,8 @@ BOOST_AUTO_TEST_CASE(bytes_tokenizer_round_trips) {
   auto ids = tok->encode(text);
   BOOST_TEST(ids.size() == text.size());
   BOOST_TEST(tok->decode(ids) == text);
-  BOOST_CHECK_THROW(tokenizer::load({"sentencepiece", "", "", ""}), UsageError);
-  BOOST_CHECK_THROW(tokenizer::load({"gpt2", "", "", ""}), UsageError);
+  BOOST_CHECK_THROW(tokenizer::load({"sentencepiece", "", "", "", ""}), UsageError);
+  BOOST_CHECK_THROW(tokenizer::load({"gpt2", "", "", "", ""}), UsageError);
 }
 
 BOOST_AUTO_TEST_CASE(utf8_validation_finds_first_bad_byte) {

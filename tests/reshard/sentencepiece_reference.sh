@@ -22,19 +22,7 @@ printf '%s\n%%\n' \
 UNI=("$T/unicode.txt" "$T/norm.txt")
 
 # check NAME TOKENIZER_JSON INPUT...: cairn's tokens equal the JavaScript reference's.
-check() {
-  local name="$1" json="$2"
-  shift 2
-  "$B" build --delimiter % --shards 2 --out "$T/$name" --tokenizer hf --tokenizer-json "$json" "$@" 2>"$T/err.txt" ||
-    { cat "$T/err.txt" >&2; fail "$name: cairn-reshard build failed"; }
-  node "$HERE/hf_reference.js" "$LENML" "$json" "$@" > "$T/$name.ref"
-  $DUMP "$T/$name" --no-eot > "$T/$name.cairn"
-  if ! cmp -s "$T/$name.ref" "$T/$name.cairn"; then
-    diff <(nl -ba "$T/$name.ref") <(nl -ba "$T/$name.cairn") | head -6 | cut -c1-300 >&2
-    fail "$name: tokens differ from @lenml/tokenizers"
-  fi
-  echo "ok: $name: $(wc -l < "$T/$name.cairn") documents tokenized exactly like @lenml/tokenizers"
-}
+check() { check_like_lenml "$LENML" "$@"; }
 
 check llama2 "$L2/models/tokenizer.json" "${FORTUNES[@]}" "${UNI[@]}"
 [ "$(wc -l < "$T/llama2.cairn")" -gt 15000 ] || fail "llama2: too few documents"

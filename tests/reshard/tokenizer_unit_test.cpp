@@ -115,6 +115,27 @@ std::vector<std::string> reference_bpe(const std::string& word,
   return sym;
 }
 
+// Hugging Face's rule (tokenizers' Word::merge_all, a heap of (rank, position)): merge the leftmost of the
+// lowest-ranked adjacent pairs, one at a time, until no pair has a rank. Equal to the rule above when every
+// pair a merge forms ranks after it; not otherwise (Gemma's whitespace-run merges, Yi).
+std::vector<std::string> reference_hf_bpe(const std::string& word,
+                                          const std::map<std::pair<std::string, std::string>, int>& rank) {
+  std::vector<std::string> sym;
+  for (char c : word) sym.emplace_back(1, c);
+  for (;;) {
+    int best = INT32_MAX;
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < sym.size(); ++i) {
+      auto it = rank.find({sym[i], sym[i + 1]});
+      if (it != rank.end() && it->second < best) best = it->second, at = i;
+    }
+    if (best == INT32_MAX) break;
+    sym[at] += sym[at + 1];
+    sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  }
+  return sym;
+}
+
 }  // namespace
 
 // Before the fix, invalid UTF-8 went to PCRE2's JIT (which does no UTF check) and to the hand-written
@@ -246,6 +267,20 @@ void random_merges(Rng& rng, std::vector<std::string>& tokens, std::vector<std::
   }
 }
 
+// A word of mostly "a" (60 %) and a-d, `len` bytes: repeated and overlapping pairs ("aaaa").
+std::string random_word(Rng& rng, size_t len) {
+  std::string word;
+  for (size_t k = 0; k < len; ++k) word += static_cast<char>('a' + (rng.next() % 100 < 60 ? 0 : rng.next() % 4));
+  return word;
+}
+
+// The ids of `word` as token strings.
+std::vector<std::string> token_strings(const tokenizer::Tokenizer& tok, const std::string& word) {
+  std::vector<std::string> out;
+  for (uint32_t id : tok.encode(word)) out.push_back(tok.decode(&id, 1));
+  return out;
+}
+
 // Words short and long (the long ones take the heap path) merge exactly as the reference rule does,
 // with merges that make the same pair appear many times and overlap ("aaaa").
 BOOST_AUTO_TEST_CASE(bpe_merges_equal_the_reference_rule_on_short_and_long_words) {
@@ -261,12 +296,39 @@ BOOST_AUTO_TEST_CASE(bpe_merges_equal_the_reference_rule_on_short_and_long_words
   auto tok = tokenizer::load(spec);
   for (int trial = 0; trial < 3000; ++trial) {
     size_t len = trial < 2000 ? 1 + rng.next() % 70 : 60 + rng.next() % 2000;
-    std::string word;
-    for (size_t k = 0; k < len; ++k) word += static_cast<char>('a' + (rng.next() % 100 < 60 ? 0 : rng.next() % 4));
-    std::vector<uint32_t> ids = tok->encode(word);
-    std::vector<std::string> got;
-    for (uint32_t id : ids) got.push_back(tok->decode(&id, 1));
+    const std::string word = random_word(rng, len);
+    std::vector<std::string> got = token_strings(*tok, word);
     std::vector<std::string> want = reference_bpe(word, rank);
+    BOOST_TEST_REQUIRE(got == want, "word of " << len << " bytes: " << word);
+  }
+}
+
+// Merge lists whose ranks are not monotone (a merge builds a token that a lower-ranked merge takes as a part, as
+// Gemma's hand-placed whitespace runs do) follow Hugging Face's one-merge-at-a-time rule on short and long words;
+// merging every pair of the lowest rank per round gives "aa aa" for "aaaa" below, Hugging Face "aaa a".
+BOOST_AUTO_TEST_CASE(non_monotone_merges_follow_hugging_face_one_merge_at_a_time) {
+  TempDir t;
+  tokenizer::Spec spec;
+  spec.type = "hf";
+  spec.tokenizer_json = write_tokenizer(t.path, "tiny.json", {{"aa", "a"}, {"a", "a"}}, byte_level_only());
+  auto tiny = tokenizer::load(spec);
+  BOOST_TEST((token_strings(*tiny, "aaaa") == std::vector<std::string>{"aaa", "a"}));
+
+  Rng rng{7};
+  std::vector<std::string> tokens{"a", "b", "c", "d"};
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::map<std::pair<std::string, std::string>, int> ignored;
+  random_merges(rng, tokens, merges, ignored, 80, 12, true);
+  for (size_t i = merges.size() - 1; i > 0; --i) std::swap(merges[i], merges[rng.next() % (i + 1)]);  // any order
+  std::map<std::pair<std::string, std::string>, int> rank;
+  for (size_t i = 0; i < merges.size(); ++i) rank[merges[i]] = static_cast<int>(i);
+  spec.tokenizer_json = write_tokenizer(t.path, "shuffled.json", merges, byte_level_only());
+  auto tok = tokenizer::load(spec);
+  for (int trial = 0; trial < 3000; ++trial) {
+    size_t len = trial < 2000 ? 1 + rng.next() % 70 : 60 + rng.next() % 600;
+    const std::string word = random_word(rng, len);
+    std::vector<std::string> want = reference_hf_bpe(word, rank);
+    std::vector<std::string> got = token_strings(*tok, word);
     BOOST_TEST_REQUIRE(got == want, "word of " << len << " bytes: " << word);
   }
 }
@@ -708,4 +770,48 @@ BOOST_AUTO_TEST_CASE(space_cuts_only_where_no_token_spans_them) {
   const std::vector<uint32_t> ab = plain->encode("a b");
   BOOST_TEST(ab.size() == 2u);
   BOOST_TEST(plain->decode(ab) == "a b");
+}
+
+// Added tokens that are also model vocabulary stay BPE tokens (Gemma 2 and 3: runs of "\n" are added tokens that
+// merges build; such files used to be refused as malformed). The end-of-text token is found by its usual names
+// (here <EOT>, as Anthropic's file has) or named with eot_token, which the dataset's description keeps.
+BOOST_AUTO_TEST_CASE(added_tokens_in_the_vocabulary_and_the_end_of_text_token) {
+  TempDir t;
+  json vocab = json::object();
+  uint32_t next = 0;
+  for (int b = 0; b < 256; ++b) vocab[byte_level(std::string(1, static_cast<char>(b)))] = next++;
+  const std::string nl = byte_level("\n"), nn = byte_level("\n\n"), nnn = byte_level("\n\n\n");
+  const uint32_t id_nn = next++, id_nnn = next++, id_eot = next++;
+  vocab[nn] = id_nn, vocab[nnn] = id_nnn, vocab["<EOT>"] = id_eot;
+  json file = {{"added_tokens", json::array({{{"id", id_nn}, {"content", "\n\n"}, {"special", false}},
+                                             {{"id", id_eot}, {"content", "<EOT>"}, {"special", true}}})},
+               {"pre_tokenizer", byte_level_only()},
+               {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({nl + " " + nl, nn + " " + nl})}}}};
+  fs::create_directories(t.path / "tokenizer");
+  const std::string path = (t.path / "tokenizer" / "tokenizer.json").string();
+  std::ofstream(path) << file.dump();
+  tokenizer::Spec spec;
+  spec.type = "hf";
+  spec.tokenizer_json = path;
+  auto tok = tokenizer::load(spec);
+  BOOST_TEST(tok->eot_id() == id_eot);
+  // "\n\n" is matched as the added token first; the third newline stays a byte token.
+  BOOST_TEST((tok->encode("a\n\n\nb") == std::vector<uint32_t>{'a', id_nn, '\n', 'b'}));
+  BOOST_TEST((tok->encode("\n\n\n") == std::vector<uint32_t>{id_nn, '\n'}));
+
+  spec.eot_token = "\n\n";
+  auto named = tokenizer::load(spec);
+  BOOST_TEST(named->eot_id() == id_nn);
+  BOOST_TEST(named->id() != tok->id());  // another end-of-text token: another stream
+  const json desc = named->describe();
+  BOOST_TEST(desc.value("eot_token", "") == "\n\n");
+  BOOST_TEST(tokenizer::load_from_description(desc, t.path.string())->eot_id() == id_nn);
+
+  spec.eot_token = "<nope>";
+  try {
+    tokenizer::load(spec);
+    BOOST_FAIL("a missing eot_token was accepted");
+  } catch (const UsageError& e) {
+    BOOST_TEST(std::string(e.what()).find("data.eot_token") != std::string::npos, e.what());
+  }
 }

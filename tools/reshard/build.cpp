@@ -27,6 +27,9 @@ tokenizer::Spec tokenizer_spec(const DataSection& data) {
   s.vocab = data.vocab;
   s.merges = data.merges;
   s.tokenizer_json = data.tokenizer_json;
+  s.eot_token = data.eot_token;
+  if (!s.eot_token.empty() && s.type != "hf")
+    throw UsageError("key \"data.eot_token\": applies to tokenizer = hf only (tokenizer is \"" + s.type + "\")");
   return s;
 }
 

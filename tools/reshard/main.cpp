@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     // The [data] flags (declared in cairn/sections/data.h) of the keys each subcommand uses.
     cairn::ToolSettings settings;
     const std::set<std::string> output = {"--shards", "--seed", "--threads", "--split-docs"};
-    const std::set<std::string> tokenizer = {"--tokenizer", "--vocab", "--merges", "--tokenizer-json"};
+    const std::set<std::string> tokenizer = {"--tokenizer", "--vocab", "--merges", "--tokenizer-json", "--eot-token"};
     const std::set<std::string> text = {"--delimiter", "--jsonl-field", "--format", "--skip-bad"};
     auto data_flags = [&](CLI::App* sub, std::initializer_list<const std::set<std::string>*> groups) {
       const size_t before = sub->get_options().size();

@@ -19,6 +19,7 @@ struct Spec {
   std::string vocab;           // gpt2: encoder.json
   std::string merges;          // gpt2: vocab.bpe
   std::string tokenizer_json;  // hf: tokenizer.json
+  std::string eot_token;       // hf: the token that ends each document ("" = the first of the usual names)
 };
 
 // A loaded tokenizer. encode/decode are const and safe to call from many threads at once.

@@ -347,14 +347,20 @@ struct WordCache {
 
 class BpeTokenizer final : public Tokenizer {
  public:
-  BpeTokenizer(BpeConfig cfg, std::vector<std::string> id_to_bytes, std::vector<bool> is_special)
+  BpeTokenizer(BpeConfig cfg, std::vector<std::string> id_to_bytes, std::vector<bool> is_special,
+               const std::vector<bool>& special_in_model)
       : cfg_(std::move(cfg)),
         id_to_bytes_(std::move(id_to_bytes)),
         is_special_(std::move(is_special)),
         merges_(id_to_bytes_.size()) {
     for (uint32_t id = 0; id < id_to_bytes_.size(); ++id)
       if (is_special_[id] && !id_to_bytes_[id].empty()) specials_.emplace_back(id_to_bytes_[id], id);
-    vocab_.build(id_to_bytes_, is_special_);
+    // Added tokens are matched in the text first; those that are also model vocabulary stay BPE tokens too
+    // (Gemma's newline and space runs: merges build them, as in Hugging Face's BPE model).
+    std::vector<bool> not_bpe = is_special_;
+    for (size_t id = 0; id < special_in_model.size() && id < not_bpe.size(); ++id)
+      if (special_in_model[id]) not_bpe[id] = false;
+    vocab_.build(id_to_bytes_, not_bpe);
     if (cfg_.byte_level) byte_pairs_.assign(65536, UINT64_MAX);
     // Longest special first so that overlapping specials match greedily (leftmost-longest, as
     // Hugging Face's added-vocabulary matcher does).
@@ -410,6 +416,12 @@ class BpeTokenizer final : public Tokenizer {
     uint32_t ia = vocab_.find(a), ib = vocab_.find(b), im = vocab_.find(ab);
     if (ia == VocabIndex::kEmpty || ib == VocabIndex::kEmpty || im == VocabIndex::kEmpty) return false;
     merges_.insert(ia, ib, rank, im);
+    // Merges arrive in rank order: a token built here that a lower-ranked merge already took as a part
+    // makes the ranks non-monotone (Gemma's hand-placed whitespace runs), where merging every pair of the
+    // lowest rank per round differs from Hugging Face's one merge at a time.
+    if (used_as_part_.size() < id_to_bytes_.size()) used_as_part_.resize(id_to_bytes_.size(), 0);
+    if (used_as_part_[im]) monotone_merges_ = false;
+    used_as_part_[ia] = used_as_part_[ib] = 1;
     // Byte-level words start as byte tokens: their first round of lookups reads a dense byte-pair table.
     if (cfg_.byte_level && a.size() == 1 && b.size() == 1) {
       uint64_t& e = byte_pairs_[static_cast<unsigned char>(a[0]) << 8 | static_cast<unsigned char>(b[0])];
@@ -475,7 +487,10 @@ class BpeTokenizer final : public Tokenizer {
     json files = json::object();
     for (size_t i = 0; i < cfg_.files.size(); ++i)
       files[cfg_.file_roles[i]] = "tokenizer/" + std::filesystem::path(cfg_.files[i]).filename().string();
-    return {{"type", cfg_.type}, {"id", cfg_.id}, {"vocab_size", vocab_size()}, {"eot_id", eot_id()}, {"files", files}};
+    json d = {
+        {"type", cfg_.type}, {"id", cfg_.id}, {"vocab_size", vocab_size()}, {"eot_id", eot_id()}, {"files", files}};
+    if (!cfg_.eot_token.empty()) d["eot_token"] = cfg_.eot_token;
+    return d;
   }
   std::vector<std::string> source_files() const override { return cfg_.files; }
 
@@ -562,6 +577,8 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<bool> invert_;               // per level
   std::vector<const FastSplitter*> fast_;  // hand-written equivalent of a level's regex, if any
   bool space_split_ = false;               // words are also cut before ▁ (can_split_at_spaces)
+  std::vector<uint8_t> used_as_part_;      // per token: some merge added so far takes it as a part
+  bool monotone_merges_ = true;            // no merge builds a token that a lower-ranked merge takes apart
   uint64_t serial_ = g_tokenizer_serial.fetch_add(1);
 };
 
@@ -612,8 +629,10 @@ void BpeTokenizer::merge_small(std::vector<uint32_t>& sym, const unsigned char* 
   sym.resize(m);
 }
 
-// Same rule on a linked list with a (rank, position) min-heap: each round pops every pair of the lowest
-// rank (in position order, i.e. left to right) and merges those still present.
+// Hugging Face's rule (tokenizers' Word::merge_all) on a linked list with a (rank, position) min-heap: one merge
+// at a time, the lowest rank first and the leftmost among equals, the pairs it forms queued at once. With
+// monotone ranks (every pair a merge forms ranks after it) this equals merge_small's rounds; otherwise it is the
+// only exact rule, and it is used for every word.
 void BpeTokenizer::merge_large(std::vector<uint32_t>& sym) const {
   const size_t n = sym.size();
   constexpr uint32_t kDead = UINT32_MAX, kNone = UINT32_MAX;
@@ -630,27 +649,20 @@ void BpeTokenizer::merge_large(std::vector<uint32_t>& sym) const {
     }
   };
   for (uint32_t p = 0; p + 1 < n; ++p) push(p);
-  std::vector<uint32_t> round;
   while (!heap.empty()) {
-    const uint32_t rank = heap.front().first;
-    round.clear();
-    while (!heap.empty() && heap.front().first == rank) {
-      round.push_back(heap.front().second);
-      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
-      heap.pop_back();
-    }
-    for (uint32_t p : round) {
-      if (sym[p] == kDead || next[p] == kNone) continue;
-      uint32_t merged = 0;
-      if (merges_.find(sym[p], sym[next[p]], merged) != rank) continue;  // stale: a neighbour merged first
-      uint32_t q = next[p];
-      sym[p] = merged;
-      sym[q] = kDead;
-      next[p] = next[q];
-      if (next[q] != kNone) prev[next[q]] = p;
-      push(prev[p]);
-      push(p);
-    }
+    const auto [rank, p] = heap.front();
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    heap.pop_back();
+    if (sym[p] == kDead || next[p] == kNone) continue;
+    uint32_t merged = 0;
+    if (merges_.find(sym[p], sym[next[p]], merged) != rank) continue;  // stale: a neighbour merged first
+    const uint32_t q = next[p];
+    sym[p] = merged;
+    sym[q] = kDead;
+    next[p] = next[q];
+    if (next[q] != kNone) prev[next[q]] = p;
+    push(prev[p]);
+    push(p);
   }
   size_t w = 0;
   for (uint32_t p = 0; p != kNone; p = next[p]) sym[w++] = sym[p];
@@ -780,7 +792,7 @@ void BpeTokenizer::encode_words(const std::vector<std::string_view>& words, cons
       for (unsigned char c : word) sym.push_back(byte_id_[c]);
     else char_symbols(word, sym);
     const auto* bytes = cfg_.byte_level ? reinterpret_cast<const unsigned char*>(word.data()) : nullptr;
-    if (sym.size() <= kSmallWord) merge_small(sym, bytes);
+    if (sym.size() <= kSmallWord && monotone_merges_) merge_small(sym, bytes);
     else merge_large(sym);
   }
   out.insert(out.end(), sym.begin(), sym.end());
@@ -811,8 +823,8 @@ bool byte_level_to_bytes(std::string_view s, std::string& out) {
 }
 
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(const BpeConfig& cfg, std::vector<std::string> id_to_bytes,
-                                              std::vector<bool> is_special) {
-  return std::make_unique<BpeTokenizer>(cfg, std::move(id_to_bytes), std::move(is_special));
+                                              std::vector<bool> is_special, const std::vector<bool>& special_in_model) {
+  return std::make_unique<BpeTokenizer>(cfg, std::move(id_to_bytes), std::move(is_special), special_in_model);
 }
 
 bool bpe_add_merge(Tokenizer& tok, const std::string& a, const std::string& b, uint32_t rank) {

@@ -83,6 +83,7 @@ struct BpeConfig {
   bool add_prefix_space = false;
   bool ignore_merges = false;
   uint32_t eot = 0;
+  std::string eot_token;              // hf: named by the user ([data] eot_token; kept in the description), else ""
   std::vector<NormStep> normalizers;  // empty for most byte-level files: the text is used as is
   // false: SentencePiece-style BPE, tokens are UTF-8 strings and a word starts as its characters
   // (byte_fallback: a character without a token becomes its <0xNN> byte tokens; else unk).
@@ -95,8 +96,11 @@ struct BpeConfig {
 
 // BPE (GPT-2 and Hugging Face, byte-level or not): builds from a vocabulary, then add_merge for each merge in
 // rank order. Declared here so the loaders can fill it; defined in bpe.cpp.
+// special_in_model: added tokens (is_special) that are also model vocabulary with the same string, which stay
+// BPE tokens too (merges may build them).
 std::unique_ptr<Tokenizer> make_bpe_tokenizer(const BpeConfig& cfg, std::vector<std::string> id_to_bytes,
-                                              std::vector<bool> is_special);
+                                              std::vector<bool> is_special,
+                                              const std::vector<bool>& special_in_model = {});
 // Registers merge (a, b) -> a+b at `rank` on a tokenizer from make_bpe_tokenizer; false if a token is unknown.
 bool bpe_add_merge(Tokenizer& tok, const std::string& a, const std::string& b, uint32_t rank);
 // True if every byte has a token.

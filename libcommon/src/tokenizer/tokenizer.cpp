@@ -96,9 +96,10 @@ void load_plain_vocab(const JsonFields& vocab, std::vector<std::string>& id_to_b
 
 // The BpeTokenizer compiles the split patterns: a bad regex is named with the file it came from.
 std::unique_ptr<Tokenizer> make_bpe(const BpeConfig& cfg, std::vector<std::string> id_to_bytes,
-                                    std::vector<bool> special, const std::string& path) {
+                                    std::vector<bool> special, const std::string& path,
+                                    const std::vector<bool>& special_in_model = {}) {
   try {
-    return detail::make_bpe_tokenizer(cfg, std::move(id_to_bytes), std::move(special));
+    return detail::make_bpe_tokenizer(cfg, std::move(id_to_bytes), std::move(special), special_in_model);
   } catch (const UsageError& e) {
     throw UsageError(file_message("tokenizer file", path, e.what()));
   }
@@ -318,8 +319,9 @@ void refuse_unsupported_model(const JsonFields& model) {
 }
 
 // Reads added_tokens into the id table (all matched literally in the raw text, before normalization).
+// special_in_model[id]: the added token is also model.vocab's token `id`, with the same bytes.
 void load_added_tokens(const JsonFields& top, const BpeConfig& cfg, std::vector<std::string>& id_to_bytes,
-                       std::vector<bool>& present, std::vector<bool>& special,
+                       std::vector<bool>& present, std::vector<bool>& special, std::vector<bool>& special_in_model,
                        std::unordered_map<std::string, uint32_t>& added) {
   const std::string& path = top.file();
   if (!top.has("added_tokens")) return;
@@ -344,6 +346,8 @@ void load_added_tokens(const JsonFields& top, const BpeConfig& cfg, std::vector<
                                         "added tokens in the raw text)"));
     if (id >= id_to_bytes.size())
       id_to_bytes.resize(id + 1), present.resize(id + 1, false), special.resize(id + 1, false);
+    special_in_model.resize(id_to_bytes.size(), false);
+    special_in_model[id] = present[id] && id_to_bytes[id] == content;
     id_to_bytes[id] = content;
     present[id] = true;
     special[id] = true;
@@ -351,16 +355,32 @@ void load_added_tokens(const JsonFields& top, const BpeConfig& cfg, std::vector<
   }
 }
 
-// The end-of-text id: the first of the usual names among the added tokens or the vocabulary.
-uint32_t find_eot(const JsonFields& vocab, const std::unordered_map<std::string, uint32_t>& added) {
-  for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>"}) {
+// The end-of-text id: `wanted` when given ([data] eot_token), else the first of the usual names, among the added
+// tokens or the vocabulary.
+uint32_t find_eot(const JsonFields& vocab, const std::unordered_map<std::string, uint32_t>& added,
+                  const std::string& wanted) {
+  static const char* const kNames[] = {"<|endoftext|>", "<|end_of_text|>", "</s>",
+                                       "<eos>",         "<|eot_id|>",      "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
+                                       "<EOT>"};
+  std::vector<std::string> names;
+  if (!wanted.empty()) names = {wanted};
+  else
+    for (const char* n : kNames) names.emplace_back(n);
+  for (const std::string& name : names) {
     auto it = added.find(name);
     if (it != added.end()) return it->second;
     auto v = vocab.raw().find(name);
     if (v != vocab.raw().end()) return v->get<uint32_t>();  // checked by the vocabulary loader
   }
+  if (!wanted.empty())
+    throw UsageError(
+        file_message("tokenizer file", vocab.file(), "has no token \"" + wanted + "\" (key \"data.eot_token\")"));
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
   throw UsageError(file_message("tokenizer file", vocab.file(),
-                                "has no end-of-text token (<|endoftext|>, <|end_of_text|>, </s>, <eos>, <|eot_id|>)"));
+                                "has no end-of-text token (" + list +
+                                    "); name the one to use with --eot-token "
+                                    "([data] eot_token)"));
 }
 
 // SentencePiece-style BPE (no ByteLevel pre-tokenizer): a character outside the vocabulary becomes its
@@ -406,7 +426,7 @@ void load_merges(const JsonFields& model, const BpeConfig& cfg, Tokenizer& tok) 
   }
 }
 
-std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
+std::unique_ptr<Tokenizer> load_hf(const std::string& path, const std::string& eot_token) {
   if (path.empty()) throw UsageError("tokenizer hf needs --tokenizer-json FILE ([data] tokenizer_json)");
   const std::string kind = "Hugging Face tokenizer.json";
   json j = parse_json_text(read_tokenizer_file(path), path, kind);
@@ -422,6 +442,9 @@ std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
   cfg.files = {path};
   cfg.file_roles = {"tokenizer_json"};
   cfg.id = file_hash_id("hf", cfg.files);
+  // A named end-of-text token changes the dataset's stream: it is part of the identity.
+  if (!eot_token.empty()) cfg.id += ":eot=" + eot_token;
+  cfg.eot_token = eot_token;
   cfg.ignore_merges = model.boolean_or("ignore_merges", false);
   refuse_unsupported_model(model);
   if (top.has("normalizer")) collect_normalizer(top.object("normalizer"), cfg);
@@ -434,10 +457,11 @@ std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
   if (byte_level) load_byte_level_vocab(vocab, id_to_bytes, present);
   else load_plain_vocab(vocab, id_to_bytes, present);
   std::vector<bool> special(id_to_bytes.size(), false);
+  std::vector<bool> special_in_model;
   std::unordered_map<std::string, uint32_t> added;
-  load_added_tokens(top, cfg, id_to_bytes, present, special, added);
-  cfg.eot = find_eot(vocab, added);
-  auto tok = make_bpe(cfg, id_to_bytes, special, path);
+  load_added_tokens(top, cfg, id_to_bytes, present, special, special_in_model, added);
+  cfg.eot = find_eot(vocab, added, eot_token);
+  auto tok = make_bpe(cfg, id_to_bytes, special, path, special_in_model);
   if (byte_level && !detail::bpe_has_all_bytes(*tok))
     throw UsageError(file_message("tokenizer file", path, "is not a byte-level BPE vocabulary (a byte has no token)"));
   if (!byte_level && cfg.byte_fallback && cfg.unk == UINT32_MAX && !detail::bpe_has_all_bytes(*tok))
@@ -453,7 +477,7 @@ std::unique_ptr<Tokenizer> load_hf(const std::string& path) {
 std::unique_ptr<Tokenizer> load(const Spec& spec) {
   if (spec.type == "bytes") return std::make_unique<BytesTokenizer>();
   if (spec.type == "gpt2") return load_gpt2(spec.vocab, spec.merges);
-  if (spec.type == "hf") return load_hf(spec.tokenizer_json);
+  if (spec.type == "hf") return load_hf(spec.tokenizer_json, spec.eot_token);
   throw UsageError("unknown tokenizer \"" + spec.type + "\" (bytes, gpt2, hf)");
 }
 
@@ -475,6 +499,7 @@ std::unique_ptr<Tokenizer> load_from_description(const json& d, const std::strin
   spec.vocab = resolve("vocab");
   spec.merges = resolve("merges");
   spec.tokenizer_json = resolve("tokenizer_json");
+  spec.eot_token = desc.str_or("eot_token", "");
   const std::string want_id = desc.str_or("id", "");
   auto tok = load(spec);
   if (!want_id.empty() && want_id != tok->id())

@@ -18,6 +18,7 @@ struct DataSection {
   std::string vocab;
   std::string merges;
   std::string tokenizer_json;
+  std::string eot_token;
   std::string format = "auto";
   std::string delimiter;
   std::string jsonl_field = "text";
@@ -42,6 +43,9 @@ struct DataSection {
     k(&S::merges, "merges", Flag{"--merges"}, "GPT-2 vocab.bpe (tokenizer = gpt2)");
     k(&S::tokenizer_json, "tokenizer_json", Flag{"--tokenizer-json"},
       "Hugging Face tokenizer.json with a BPE model (tokenizer = hf)");
+    k(&S::eot_token, "eot_token", Flag{"--eot-token"},
+      "tokenizer = hf: the token appended after each document (\"\" = the first of <|endoftext|>, <|end_of_text|>, "
+      "</s>, <eos>, <|eot_id|>, <｜end▁of▁sentence｜>, <EOT> in the file)");
     k(&S::format, "format", Choices{"auto", "text", "jsonl"}, Flag{"--format"},
       "input format; auto: .jsonl/.jsonl.gz/.ndjson are JSONL, everything else text");
     k(&S::delimiter, "delimiter", Flag{"--delimiter"},
