@@ -416,12 +416,6 @@ class BpeTokenizer final : public Tokenizer {
     uint32_t ia = vocab_.find(a), ib = vocab_.find(b), im = vocab_.find(ab);
     if (ia == VocabIndex::kEmpty || ib == VocabIndex::kEmpty || im == VocabIndex::kEmpty) return false;
     merges_.insert(ia, ib, rank, im);
-    // Merges arrive in rank order: a token built here that a lower-ranked merge already took as a part
-    // makes the ranks non-monotone (Gemma's hand-placed whitespace runs), where merging every pair of the
-    // lowest rank per round differs from Hugging Face's one merge at a time.
-    if (used_as_part_.size() < id_to_bytes_.size()) used_as_part_.resize(id_to_bytes_.size(), 0);
-    if (used_as_part_[im]) monotone_merges_ = false;
-    used_as_part_[ia] = used_as_part_[ib] = 1;
     // Byte-level words start as byte tokens: their first round of lookups reads a dense byte-pair table.
     if (cfg_.byte_level && a.size() == 1 && b.size() == 1) {
       uint64_t& e = byte_pairs_[static_cast<unsigned char>(a[0]) << 8 | static_cast<unsigned char>(b[0])];
@@ -577,8 +571,6 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<bool> invert_;               // per level
   std::vector<const FastSplitter*> fast_;  // hand-written equivalent of a level's regex, if any
   bool space_split_ = false;               // words are also cut before ▁ (can_split_at_spaces)
-  std::vector<uint8_t> used_as_part_;      // per token: some merge added so far takes it as a part
-  bool monotone_merges_ = true;            // no merge builds a token that a lower-ranked merge takes apart
   uint64_t serial_ = g_tokenizer_serial.fetch_add(1);
 };
 
@@ -586,14 +578,15 @@ class BpeTokenizer final : public Tokenizer {
 // megabyte without whitespace cannot take quadratic time.
 constexpr size_t kSmallWord = 64;
 
-// The reference rule (OpenAI's encoder): take the lowest-ranked adjacent pair and merge every
-// occurrence of it, left to right; repeat until no pair has a rank. Ranks of pairs that did not
-// change are kept from the previous round, so a round costs a scan plus lookups for new pairs only.
-// `bytes`: the word's bytes when `sym` are its byte tokens (byte-level), else null.
+// Hugging Face's rule (tokenizers' Word::merge_all): merge the leftmost of the lowest-ranked adjacent pairs, one at a
+// time, until no pair has a rank. Over fixed arrays: a merge scans the pairs' ranks for the lowest, shifts the tail
+// left by one and looks up only the two pairs it formed. Where every pair a merge forms ranks after that merge (trained
+// files) this equals OpenAI's rule (every pair of the lowest rank per round); where not (Gemma's and Yi's hand-placed
+// merges), only this is exact. `bytes`: the word's bytes when `sym` are its byte tokens (byte-level), else null.
 void BpeTokenizer::merge_small(std::vector<uint32_t>& sym, const unsigned char* bytes) const {
   size_t m = sym.size();
+  if (m < 2) return;
   uint32_t rk[kSmallWord], mg[kSmallWord];
-  uint32_t best = MergeTable::kNone;
   for (size_t k = 0; k + 1 < m; ++k) {
     if (bytes) {
       const uint64_t e = byte_pairs_[bytes[k] << 8 | bytes[k + 1]];
@@ -601,38 +594,24 @@ void BpeTokenizer::merge_small(std::vector<uint32_t>& sym, const unsigned char* 
     } else {
       rk[k] = merges_.find(sym[k], sym[k + 1], mg[k]);
     }
-    best = std::min(best, rk[k]);
   }
-  // One pass per round: merges the pairs of rank `best` left to right, looks up each pair with a new
-  // symbol as soon as both its symbols are known, and takes the next round's lowest rank on the way.
-  // Writes (at w - 1 and w) never pass reads (at k >= w).
-  while (best != MergeTable::kNone) {
-    uint32_t next_best = MergeTable::kNone;
-    bool prev_fresh = false;
-    size_t w = 0;
-    for (size_t k = 0; k < m; ++w) {
-      bool fresh = k + 1 < m && rk[k] == best;
-      if (fresh) {
-        sym[w] = mg[k], k += 2;
-      } else {  // unchanged: its pair with the next symbol keeps its rank unless that one merged
-        sym[w] = sym[k], rk[w] = rk[k], mg[w] = mg[k], k += 1;
-      }
-      if (w > 0) {
-        if (fresh || prev_fresh) rk[w - 1] = merges_.find(sym[w - 1], sym[w], mg[w - 1]);
-        next_best = std::min(next_best, rk[w - 1]);
-      }
-      prev_fresh = fresh;
-    }
-    m = w;
-    best = next_best;
+  for (;;) {
+    size_t at = 0;
+    for (size_t k = 1; k + 1 < m; ++k)
+      if (rk[k] < rk[at]) at = k;  // strictly lower: the leftmost among equals
+    if (rk[at] == MergeTable::kNone) break;
+    sym[at] = mg[at];
+    for (size_t k = at + 1; k + 1 < m; ++k) sym[k] = sym[k + 1], rk[k] = rk[k + 1], mg[k] = mg[k + 1];
+    --m;
+    if (m < 2) break;
+    if (at > 0) rk[at - 1] = merges_.find(sym[at - 1], sym[at], mg[at - 1]);
+    if (at + 1 < m) rk[at] = merges_.find(sym[at], sym[at + 1], mg[at]);
   }
   sym.resize(m);
 }
 
-// Hugging Face's rule (tokenizers' Word::merge_all) on a linked list with a (rank, position) min-heap: one merge
-// at a time, the lowest rank first and the leftmost among equals, the pairs it forms queued at once. With
-// monotone ranks (every pair a merge forms ranks after it) this equals merge_small's rounds; otherwise it is the
-// only exact rule, and it is used for every word.
+// The same rule for long words, on a linked list with a (rank, position) min-heap as tokenizers' Word::merge_all
+// keeps it: O(n log n), so a megabyte without whitespace cannot take quadratic time.
 void BpeTokenizer::merge_large(std::vector<uint32_t>& sym) const {
   const size_t n = sym.size();
   constexpr uint32_t kDead = UINT32_MAX, kNone = UINT32_MAX;
@@ -792,7 +771,7 @@ void BpeTokenizer::encode_words(const std::vector<std::string_view>& words, cons
       for (unsigned char c : word) sym.push_back(byte_id_[c]);
     else char_symbols(word, sym);
     const auto* bytes = cfg_.byte_level ? reinterpret_cast<const unsigned char*>(word.data()) : nullptr;
-    if (sym.size() <= kSmallWord && monotone_merges_) merge_small(sym, bytes);
+    if (sym.size() <= kSmallWord) merge_small(sym, bytes);
     else merge_large(sym);
   }
   out.insert(out.end(), sym.begin(), sym.end());
