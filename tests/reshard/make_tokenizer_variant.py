@@ -15,6 +15,10 @@ usage: make_tokenizer_variant.py IN.json OUT.json VARIANT
   digits-bytelevel  byte-level file: Digits(individual_digits) before its pre-tokenizer (ASCII digits only:
                     the JavaScript port's \\d is ASCII, Rust's char::is_numeric and cairn's \\p{N} are not)
   nfkd-bytelevel    byte-level file: NFKD normalizer
+  strip-sp          SentencePiece file: added tokens </s> with lstrip, <s> with rstrip (white space beside them
+                    goes with the token)
+  strip-bytelevel   byte-level file: <|begin_of_text|> with lstrip and rstrip, <|eot_id|> rstrip, <|end_of_text|>
+                    lstrip
 """
 import json
 import sys
@@ -54,6 +58,12 @@ elif variant in ("nfc-bytelevel", "nfkd-bytelevel", "digits-bytelevel"):
     # Added tokens are matched in the raw text (normalized=false), the form cairn reproduces.
     for t in tok.get("added_tokens", []):
         t["normalized"] = False
+elif variant in ("strip-sp", "strip-bytelevel"):
+    flags = ({"</s>": ("lstrip",), "<s>": ("rstrip",)} if variant == "strip-sp" else
+             {"<|begin_of_text|>": ("lstrip", "rstrip"), "<|eot_id|>": ("rstrip",), "<|end_of_text|>": ("lstrip",)})
+    for t in tok.get("added_tokens", []):
+        for flag in flags.get(t["content"], ()):
+            t[flag] = True
 else:
     sys.exit(f"unknown variant {variant}")
 with open(out_path, "w", encoding="utf-8") as f:

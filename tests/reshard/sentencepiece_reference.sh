@@ -3,7 +3,8 @@
 # Prepend/Replace, no pre-tokenizer, byte_fallback, fuse_unk) tokenize exactly like the JavaScript port
 # of Hugging Face's tokenizers, token for token, on all of fortunes (Gemma: one fortunes file) and on unicode-heavy text; so do
 # variants of real files with each supported normalizer / pre-tokenizer (Metaspace, NFC, NFD, NFKC,
-# NFKD, Lowercase, Replace with a regex, Digits) on the Llama 2 and Llama 3 vocabularies. A file with an
+# NFKD, Lowercase, Replace with a regex, Digits) and added tokens with lstrip / rstrip on the Llama 2 and Llama 3
+# vocabularies. A file with an
 # unsupported normalizer is refused, naming the file and the normalizer.
 source "$(dirname "$0")/common.sh"
 command -v node >/dev/null && command -v npm >/dev/null || { echo "node/npm missing: skipped"; exit 77; }
@@ -33,11 +34,11 @@ grep -qw 2 "$T/llama2.cairn" || fail "llama2: </s> in the text was not its added
 check gemma "$GE/models/tokenizer.json" "${FORTUNES[0]}" "${UNI[@]}"  # one file: its 256k vocabulary loads slowly in node
 
 # Variants of real files: one per supported normalizer / pre-tokenizer.
-for v in metaspace-first nfkc-sp nfd-sp lowercase-sp regex-sp; do
+for v in metaspace-first nfkc-sp nfd-sp lowercase-sp regex-sp strip-sp; do
   $PY "$HERE/make_tokenizer_variant.py" "$L2/models/tokenizer.json" "$T/$v.json" "$v"
   check "$v" "$T/$v.json" "${FORTUNES[0]}" "${UNI[@]}"
 done
-for v in nfc-bytelevel nfkd-bytelevel; do
+for v in nfc-bytelevel nfkd-bytelevel strip-bytelevel; do
   $PY "$HERE/make_tokenizer_variant.py" "$L3/models/tokenizer.json" "$T/$v.json" "$v"
   check "$v" "$T/$v.json" "${FORTUNES[0]}" "${UNI[@]}"
 done

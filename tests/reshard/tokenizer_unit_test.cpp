@@ -513,12 +513,10 @@ BOOST_AUTO_TEST_CASE(unsupported_tokenizer_json_options_are_refused_with_the_rea
       BOOST_TEST(std::string(e.what()).find(path) != std::string::npos, e.what());  // names the file
     }
   };
-  for (const char* flag : {"lstrip", "rstrip", "single_word"}) {
-    json v = j;
-    v["added_tokens"][0][flag] = true;
-    refused(v, std::string(flag) + "=true");
-  }
   json v = j;
+  v["added_tokens"][0]["single_word"] = true;
+  refused(v, "single_word=true");
+  v = j;
   v["model"]["dropout"] = 0.1;
   refused(v, "dropout");
   v = j;
@@ -814,4 +812,29 @@ BOOST_AUTO_TEST_CASE(added_tokens_in_the_vocabulary_and_the_end_of_text_token) {
   } catch (const UsageError& e) {
     BOOST_TEST(std::string(e.what()).find("data.eot_token") != std::string::npos, e.what());
   }
+}
+
+// lstrip / rstrip (Hugging Face's added-token flags): the white space before / after the token goes with it, any
+// Unicode White_Space (Rust's char::is_whitespace: NEL and NBSP are, U+FEFF is not), never into the text of an
+// earlier added token.
+BOOST_AUTO_TEST_CASE(added_tokens_with_lstrip_and_rstrip_take_the_white_space_beside_them) {
+  TempDir t;
+  std::string path = write_tokenizer(t.path, "strip.json", {}, byte_level_only());
+  json j = json::parse(std::ifstream(path));
+  const uint32_t eot = j["added_tokens"][0]["id"].get<uint32_t>();
+  j["added_tokens"].push_back({{"id", eot + 1}, {"content", "<L>"}, {"special", true}, {"lstrip", true}});
+  j["added_tokens"].push_back({{"id", eot + 2}, {"content", "<R>"}, {"special", true}, {"rstrip", true}});
+  std::ofstream(path) << j.dump();
+  tokenizer::Spec spec;
+  spec.type = "hf";
+  spec.tokenizer_json = path;
+  auto tok = tokenizer::load(spec);
+  auto ids = [&](const std::string& s) { return tok->encode(s); };
+  using V = std::vector<uint32_t>;
+  const uint32_t L = eot + 1, R = eot + 2;
+  BOOST_TEST((ids("a \t<L> b") == V{'a', L, ' ', 'b'}));           // lstrip: only the white space before it
+  BOOST_TEST((ids("a <R> \n b") == V{'a', ' ', R, 'b'}));          // rstrip: only the white space after it
+  BOOST_TEST((ids("<R>  <L>x") == V{R, L, 'x'}));                  // both sides, nothing left between
+  BOOST_TEST((ids("a\xc2\xa0\xe3\x80\x80<L>") == V{'a', L}));      // NBSP, ideographic space
+  BOOST_TEST((ids("\xef\xbb\xbf<L>") == V{0xef, 0xbb, 0xbf, L}));  // U+FEFF is not White_Space
 }

@@ -345,6 +345,30 @@ struct WordCache {
   }
 };
 
+// Length of the white-space character (Unicode White_Space: Rust's char::is_whitespace, which Hugging Face's lstrip
+// and rstrip use) that starts at byte i of valid UTF-8 text, or 0.
+size_t white_space_at(std::string_view t, size_t i) {
+  if (i >= t.size()) return 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(t.data()) + i;
+  const size_t left = t.size() - i;
+  if ((p[0] >= 0x09 && p[0] <= 0x0D) || p[0] == 0x20) return 1;
+  if (left >= 2 && p[0] == 0xC2 && (p[1] == 0x85 || p[1] == 0xA0)) return 2;  // NEL, NBSP
+  if (left < 3) return 0;
+  if (p[0] == 0xE1 && p[1] == 0x9A && p[2] == 0x80) return 3;  // U+1680
+  if (p[0] == 0xE2 && p[1] == 0x80 && ((p[2] >= 0x80 && p[2] <= 0x8A) || p[2] == 0xA8 || p[2] == 0xA9 || p[2] == 0xAF))
+    return 3;                                                  // U+2000-200A, U+2028, U+2029, U+202F
+  if (p[0] == 0xE2 && p[1] == 0x81 && p[2] == 0x9F) return 3;  // U+205F
+  if (p[0] == 0xE3 && p[1] == 0x80 && p[2] == 0x80) return 3;  // U+3000
+  return 0;
+}
+// Length of the white-space character that ends at byte `end`, not reaching before `floor`, or 0. (ASCII bytes and
+// the lead bytes C2, E1, E2, E3 a candidate starts with never continue another character.)
+size_t white_space_before(std::string_view t, size_t end, size_t floor) {
+  for (size_t len = 1; len <= 3; ++len)
+    if (end >= floor + len && white_space_at(t, end - len) == len) return len;
+  return 0;
+}
+
 class BpeTokenizer final : public Tokenizer {
  public:
   BpeTokenizer(BpeConfig cfg, std::vector<std::string> id_to_bytes, std::vector<bool> is_special,
@@ -354,7 +378,10 @@ class BpeTokenizer final : public Tokenizer {
         is_special_(std::move(is_special)),
         merges_(id_to_bytes_.size()) {
     for (uint32_t id = 0; id < id_to_bytes_.size(); ++id)
-      if (is_special_[id] && !id_to_bytes_[id].empty()) specials_.emplace_back(id_to_bytes_[id], id);
+      if (is_special_[id] && !id_to_bytes_[id].empty()) {
+        auto strip = cfg_.added_strip.find(id);
+        specials_.push_back({id_to_bytes_[id], id, strip == cfg_.added_strip.end() ? uint8_t{0} : strip->second});
+      }
     // Added tokens are matched in the text first; those that are also model vocabulary stay BPE tokens too
     // (Gemma's newline and space runs: merges build them, as in Hugging Face's BPE model).
     std::vector<bool> not_bpe = is_special_;
@@ -365,8 +392,8 @@ class BpeTokenizer final : public Tokenizer {
     // Longest special first so that overlapping specials match greedily (leftmost-longest, as
     // Hugging Face's added-vocabulary matcher does).
     std::sort(specials_.begin(), specials_.end(),
-              [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
-    for (auto& [s, id] : specials_) special_first_[static_cast<unsigned char>(s[0])] = true;
+              [](const auto& a, const auto& b) { return a.text.size() > b.text.size(); });
+    for (const Special& s : specials_) special_first_[static_cast<unsigned char>(s.text[0])] = true;
     byte_id_.fill(UINT32_MAX);
     for (int b = 0; b < 256; ++b) byte_id_[b] = vocab_.find(std::string(1, static_cast<char>(b)));
     for (int b = 0; b < 256; ++b) fallback_id_[b] = vocab_.find(strprintf("<0x%02X>", b));
@@ -452,11 +479,17 @@ class BpeTokenizer final : public Tokenizer {
       while (i < n && !special_first_[p[i]]) ++i;  // the per-byte scan: kept a tight loop of its own
       if (i == n) break;
       size_t len = 0;
-      for (auto& [s, sid] : specials_) {
-        if (text.compare(i, s.size(), s) == 0) {
-          encode_ordinary(text.substr(start, i - start), start == 0, out);
-          out.push_back(sid);
-          len = s.size();
+      for (const Special& s : specials_) {
+        if (text.compare(i, s.text.size(), s.text) == 0) {
+          // lstrip: the white space before the token goes with it (not back into an earlier token's part).
+          size_t end = i;
+          if (s.strip & kStripLeft)
+            while (size_t w = white_space_before(text, end, start)) end -= w;
+          encode_ordinary(text.substr(start, end - start), start == 0, out);
+          out.push_back(s.id);
+          len = s.text.size();
+          if (s.strip & kStripRight)
+            while (size_t w = white_space_at(text, i + len)) len += w;
           break;
         }
       }
@@ -559,7 +592,12 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::string> id_to_bytes_;
   std::vector<bool> is_special_;
   VocabIndex vocab_;  // non-special tokens' bytes -> id
-  std::vector<std::pair<std::string, uint32_t>> specials_;
+  struct Special {
+    std::string text;
+    uint32_t id;
+    uint8_t strip;  // kStripLeft | kStripRight
+  };
+  std::vector<Special> specials_;
   std::array<bool, 256> special_first_{};  // bytes some added token starts with
   std::array<uint32_t, 256> byte_id_{};
   std::array<uint32_t, 256> fallback_id_{};  // <0xNN> tokens (SentencePiece-style byte fallback)

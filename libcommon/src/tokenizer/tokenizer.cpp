@@ -320,7 +320,7 @@ void refuse_unsupported_model(const JsonFields& model) {
 
 // Reads added_tokens into the id table (all matched literally in the raw text, before normalization).
 // special_in_model[id]: the added token is also model.vocab's token `id`, with the same bytes.
-void load_added_tokens(const JsonFields& top, const BpeConfig& cfg, std::vector<std::string>& id_to_bytes,
+void load_added_tokens(const JsonFields& top, BpeConfig& cfg, std::vector<std::string>& id_to_bytes,
                        std::vector<bool>& present, std::vector<bool>& special, std::vector<bool>& special_in_model,
                        std::unordered_map<std::string, uint32_t>& added) {
   const std::string& path = top.file();
@@ -330,13 +330,16 @@ void load_added_tokens(const JsonFields& top, const BpeConfig& cfg, std::vector<
     JsonFields t = top.nested(added_tokens[i], "added_tokens[" + std::to_string(i) + "]");
     uint32_t id = static_cast<uint32_t>(t.u64("id", kMaxTokenId));
     std::string content = t.str("content");
-    // These change which text matches the token (strip spaces around it, whole words only): not
-    // reproduced, so refused rather than encoded differently.
-    for (const char* flag : {"lstrip", "rstrip", "single_word"})
-      if (t.boolean_or(flag, false))
-        throw UsageError(file_message("tokenizer file", path,
-                                      "added token \"" + content + "\" has " + flag +
-                                          "=true (not supported: cairn matches added tokens literally)"));
+    // single_word (whole words only) changes which text matches the token: not reproduced (no reference to
+    // check it against), so refused rather than encoded differently. lstrip / rstrip take the white space before
+    // / after the token with it.
+    if (t.boolean_or("single_word", false))
+      throw UsageError(
+          file_message("tokenizer file", path,
+                       "added token \"" + content +
+                           "\" has single_word=true (not supported: cairn matches added tokens anywhere)"));
+    const uint8_t strip = (t.boolean_or("lstrip", false) ? detail::kStripLeft : 0) |
+                          (t.boolean_or("rstrip", false) ? detail::kStripRight : 0);
     // normalized=true tokens are matched in the normalized text; cairn matches the raw text, which is
     // the same only when there is no normalizer.
     if (!cfg.normalizers.empty() && t.boolean_or("normalized", !t.boolean_or("special", false)))
@@ -348,6 +351,7 @@ void load_added_tokens(const JsonFields& top, const BpeConfig& cfg, std::vector<
       id_to_bytes.resize(id + 1), present.resize(id + 1, false), special.resize(id + 1, false);
     special_in_model.resize(id_to_bytes.size(), false);
     special_in_model[id] = present[id] && id_to_bytes[id] == content;
+    if (strip) cfg.added_strip[id] = strip;
     id_to_bytes[id] = content;
     present[id] = true;
     special[id] = true;
