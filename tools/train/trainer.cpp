@@ -376,8 +376,8 @@ void Trainer::log_setup() const {
                    static_cast<double>(gpt::planned_activation_bytes(gcfg_, rows, gpt::Recompute::None)) / mib,
                    100.0 * (flops_.hardware_per_token / flops_.model_per_token - 1.0));
   }
-  if (s_.val_every > 0 && s_.val_batches > 0 && val_micro_batches() == 0) {
-    CAIRN_LOG_WARN("validation is off: the split has %llu windows, fewer than ranks x micro_batch = %d "
+  if (s_.rank == 0 && s_.val_every > 0 && s_.val_batches > 0 && val_micro_batches() == 0) {  // same on every rank
+    CAIRN_LOG_WARN("validation is off: the split has %llu windows, fewer than data-parallel ranks x micro_batch = %d "
                    "(raise [data] val_fraction)",
                    static_cast<unsigned long long>(widx_.val_windows), s_.layout.dp * s_.micro);
   }
