@@ -33,13 +33,29 @@ same_tokens() { cmp <($DUMP "$1") <($DUMP "$2") || fail "datasets $1 and $2 diff
 check_like_lenml() {
   local lenml="$1" name="$2" json="$3"
   shift 3
-  "$B" build --delimiter % --shards 2 --out "$T/$name" --tokenizer hf --tokenizer-json "$json" "$@" 2>"$T/err.txt" ||
-    { cat "$T/err.txt" >&2; fail "$name: cairn-reshard build failed"; }
-  node "$HERE/hf_reference.js" "$lenml" "$json" "$@" > "$T/$name.ref"
+  check_like_reference "@lenml/tokenizers" "$name" "$json" "$@" -- "$lenml" "$json"
+}
+# check_like_hf_rust RUST NAME TOKENIZER_JSON INPUT...: the same against Hugging Face's Rust library itself (RUST:
+# the npm `tokenizers` package directory, tests/reshard/setup_hf_tokenizers.sh).
+check_like_hf_rust() {
+  local rust="$1" name="$2" json="$3"
+  shift 3
+  check_like_reference "Hugging Face tokenizers (Rust)" "$name" "$json" "$@" -- --rust "$rust" "$json"
+}
+# check_like_reference LABEL NAME TOKENIZER_JSON INPUT... -- HF_REFERENCE_ARGS...
+check_like_reference() {
+  local label="$1" name="$2" json="$3" inputs=() ref=()
+  shift 3
+  while [ "$1" != "--" ]; do inputs+=("$1"); shift; done
+  shift
+  ref=("$@")
+  "$B" build --delimiter % --shards 2 --out "$T/$name" --tokenizer hf --tokenizer-json "$json" "${inputs[@]}" \
+    2>"$T/err.txt" || { cat "$T/err.txt" >&2; fail "$name: cairn-reshard build failed"; }
+  node "$HERE/hf_reference.js" "${ref[@]}" "${inputs[@]}" > "$T/$name.ref" || fail "$name: the reference failed"
   $DUMP "$T/$name" --no-eot > "$T/$name.cairn"
   if ! cmp -s "$T/$name.ref" "$T/$name.cairn"; then
     diff <(nl -ba "$T/$name.ref") <(nl -ba "$T/$name.cairn") | head -6 | cut -c1-300 >&2
-    fail "$name: tokens differ from @lenml/tokenizers"
+    fail "$name: tokens differ from $label"
   fi
-  echo "ok: $name: $(wc -l < "$T/$name.cairn") documents tokenized exactly like @lenml/tokenizers"
+  echo "ok: $name: $(wc -l < "$T/$name.cairn") documents tokenized exactly like $label"
 }

@@ -19,6 +19,9 @@ usage: make_tokenizer_variant.py IN.json OUT.json VARIANT
                     goes with the token)
   strip-bytelevel   byte-level file: <|begin_of_text|> with lstrip and rstrip, <|eot_id|> rstrip, <|end_of_text|>
                     lstrip
+  single-word-sp, single-word-bytelevel
+                    added tokens <mask> (single_word), ask> (plain, inside <mask>) and <m> (single_word, lstrip,
+                    rstrip) after the file's own, matched in the raw text (normalized false)
 """
 import json
 import sys
@@ -64,6 +67,15 @@ elif variant in ("strip-sp", "strip-bytelevel"):
     for t in tok.get("added_tokens", []):
         for flag in flags.get(t["content"], ()):
             t[flag] = True
+elif variant in ("single-word-sp", "single-word-bytelevel"):
+    next_id = max([len(tok["model"]["vocab"])] + [t["id"] + 1 for t in tok.get("added_tokens", [])])
+    for i, (content, flags) in enumerate([("<mask>", ("single_word",)), ("ask>", ()),
+                                          ("<m>", ("single_word", "lstrip", "rstrip"))]):
+        t = {"id": next_id + i, "content": content, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+        for flag in flags:
+            t[flag] = True
+        tok["added_tokens"].append(t)
 else:
     sys.exit(f"unknown variant {variant}")
 with open(out_path, "w", encoding="utf-8") as f:

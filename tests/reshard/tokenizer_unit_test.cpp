@@ -514,9 +514,6 @@ BOOST_AUTO_TEST_CASE(unsupported_tokenizer_json_options_are_refused_with_the_rea
     }
   };
   json v = j;
-  v["added_tokens"][0]["single_word"] = true;
-  refused(v, "single_word=true");
-  v = j;
   v["model"]["dropout"] = 0.1;
   refused(v, "dropout");
   v = j;
@@ -817,18 +814,30 @@ BOOST_AUTO_TEST_CASE(added_tokens_in_the_vocabulary_and_the_end_of_text_token) {
 // lstrip / rstrip (Hugging Face's added-token flags): the white space before / after the token goes with it, any
 // Unicode White_Space (Rust's char::is_whitespace: NEL and NBSP are, U+FEFF is not), never into the text of an
 // earlier added token.
-BOOST_AUTO_TEST_CASE(added_tokens_with_lstrip_and_rstrip_take_the_white_space_beside_them) {
-  TempDir t;
-  std::string path = write_tokenizer(t.path, "strip.json", {}, byte_level_only());
+// A byte-level tokenizer (byte b is token b) with `added` (objects without "id") after its end-of-text token, whose
+// id it returns in `eot`.
+std::unique_ptr<tokenizer::Tokenizer> bytes_with_added_tokens(const TempDir& t, std::vector<json> added,
+                                                              uint32_t& eot) {
+  std::string path = write_tokenizer(t.path, "added.json", {}, byte_level_only());
   json j = json::parse(std::ifstream(path));
-  const uint32_t eot = j["added_tokens"][0]["id"].get<uint32_t>();
-  j["added_tokens"].push_back({{"id", eot + 1}, {"content", "<L>"}, {"special", true}, {"lstrip", true}});
-  j["added_tokens"].push_back({{"id", eot + 2}, {"content", "<R>"}, {"special", true}, {"rstrip", true}});
+  eot = j["added_tokens"][0]["id"].get<uint32_t>();
+  for (size_t i = 0; i < added.size(); ++i) {
+    added[i]["id"] = eot + 1 + i;
+    added[i]["special"] = true;
+    j["added_tokens"].push_back(added[i]);
+  }
   std::ofstream(path) << j.dump();
   tokenizer::Spec spec;
   spec.type = "hf";
   spec.tokenizer_json = path;
-  auto tok = tokenizer::load(spec);
+  return tokenizer::load(spec);
+}
+
+BOOST_AUTO_TEST_CASE(added_tokens_with_lstrip_and_rstrip_take_the_white_space_beside_them) {
+  TempDir t;
+  uint32_t eot = 0;
+  auto tok =
+      bytes_with_added_tokens(t, {{{"content", "<L>"}, {"lstrip", true}}, {{"content", "<R>"}, {"rstrip", true}}}, eot);
   auto ids = [&](const std::string& s) { return tok->encode(s); };
   using V = std::vector<uint32_t>;
   const uint32_t L = eot + 1, R = eot + 2;
@@ -837,4 +846,43 @@ BOOST_AUTO_TEST_CASE(added_tokens_with_lstrip_and_rstrip_take_the_white_space_be
   BOOST_TEST((ids("<R>  <L>x") == V{R, L, 'x'}));                  // both sides, nothing left between
   BOOST_TEST((ids("a\xc2\xa0\xe3\x80\x80<L>") == V{'a', L}));      // NBSP, ideographic space
   BOOST_TEST((ids("\xef\xbb\xbf<L>") == V{0xef, 0xbb, 0xbf, L}));  // U+FEFF is not White_Space
+}
+
+// single_word (Hugging Face's added-token flag): the token matches only where no word character (Rust regex's Unicode
+// \w: letters and other Alphabetic, marks, decimal digits, connector punctuation) touches it; a discarded match is
+// ordinary text, and no shorter token is looked for inside it (the leftmost-longest matcher continues after it).
+// Cases from Hugging Face's added_vocabulary.rs tests, without their Lowercase normalizer.
+BOOST_AUTO_TEST_CASE(added_tokens_with_single_word_match_whole_words_only) {
+  TempDir t;
+  uint32_t eot = 0;
+  auto tok = bytes_with_added_tokens(t,
+                                     {{{"content", "<mask>"}, {"single_word", true}},
+                                      {{"content", "ask>"}},
+                                      {{"content", "<m>"}, {"single_word", true}, {"lstrip", true}, {"rstrip", true}}},
+                                     eot);
+  auto ids = [&](const std::string& s) { return tok->encode(s); };
+  auto bytes = [](const std::string& s) {
+    std::vector<uint32_t> v;
+    for (unsigned char c : s) v.push_back(c);
+    return v;
+  };
+  auto cat = [](std::vector<std::vector<uint32_t>> parts) {
+    std::vector<uint32_t> v;
+    for (auto& p : parts) v.insert(v.end(), p.begin(), p.end());
+    return v;
+  };
+  const uint32_t M = eot + 1, A = eot + 2, S = eot + 3;
+  BOOST_TEST(ids("<mask> My name <mask> A<mask> <mask>ony <mask>") ==
+             cat({{M}, bytes(" My name "), {M}, bytes(" A<mask> <mask>ony "), {M}}));
+  // Punctuation is not a word character, a combining mark (U+0330) is.
+  BOOST_TEST(ids("<mask>, <mask>- \xe2\x97\x8c\xcc\xb0<mask>") ==
+             cat({{M}, bytes(", "), {M}, bytes("- \xe2\x97\x8c\xcc\xb0<mask>")}));
+  BOOST_TEST(ids("_<mask>") == bytes("_<mask>"));                      // connector punctuation
+  BOOST_TEST(ids("\xd9\xa3<mask>") == bytes("\xd9\xa3<mask>"));        // Arabic-Indic digit three (Nd)
+  BOOST_TEST(ids("\xc2\xb2<mask>") == cat({bytes("\xc2\xb2"), {M}}));  // superscript two (No) is not
+  BOOST_TEST(ids("x<mask>") == bytes("x<mask>"));                      // not "x<m" + ask>
+  BOOST_TEST(ids("xask>") == cat({bytes("x"), {A}}));
+  // With lstrip and rstrip: the neighbours are tested before the white space is taken.
+  BOOST_TEST(ids("Hi <m> there\t<m>\t<m>\xe2\x80\x80") == cat({bytes("Hi"), {S}, bytes("there"), {S}, {S}}));
+  BOOST_TEST(ids("a<m> b") == bytes("a<m> b"));
 }

@@ -11,6 +11,9 @@
 
 #include <sys/mman.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include "cairn/error.h"
 #include "cairn/log.h"
 #include "internal.h"
@@ -369,6 +372,39 @@ size_t white_space_before(std::string_view t, size_t end, size_t floor) {
   return 0;
 }
 
+// Whether a word character (Rust regex's Unicode \w, which Hugging Face's single_word test uses: Alphabetic, marks,
+// decimal digits, connector punctuation, joiners) starts at byte `i` of valid UTF-8 text `t[0, end)`.
+bool word_char_at(std::string_view t, size_t i, size_t end) {
+  if (i >= end) return false;
+  struct Code {
+    pcre2_code* code = nullptr;
+    Code() {
+      int err = 0;
+      PCRE2_SIZE off = 0;
+      const char* pattern = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]";
+      code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
+                           PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &err, &off, nullptr);
+      if (!code) throw RuntimeError("PCRE2 lacks Unicode properties (needs 10.40 or newer)");
+    }
+    ~Code() { pcre2_code_free(code); }
+  };
+  static const Code word;
+  struct Data {
+    pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
+    ~Data() { pcre2_match_data_free(md); }
+  };
+  thread_local Data data;
+  return pcre2_match(word.code, reinterpret_cast<PCRE2_SPTR>(t.data()), end, i, PCRE2_NO_UTF_CHECK, data.md, nullptr) >
+         0;
+}
+// Whether the character that ends at byte `end` is a word character.
+bool word_char_before(std::string_view t, size_t end) {
+  if (end == 0) return false;
+  size_t i = end - 1;
+  while (i > 0 && (static_cast<unsigned char>(t[i]) & 0xC0) == 0x80) --i;
+  return word_char_at(t, i, end);
+}
+
 class BpeTokenizer final : public Tokenizer {
  public:
   BpeTokenizer(BpeConfig cfg, std::vector<std::string> id_to_bytes, std::vector<bool> is_special,
@@ -379,8 +415,8 @@ class BpeTokenizer final : public Tokenizer {
         merges_(id_to_bytes_.size()) {
     for (uint32_t id = 0; id < id_to_bytes_.size(); ++id)
       if (is_special_[id] && !id_to_bytes_[id].empty()) {
-        auto strip = cfg_.added_strip.find(id);
-        specials_.push_back({id_to_bytes_[id], id, strip == cfg_.added_strip.end() ? uint8_t{0} : strip->second});
+        auto flags = cfg_.added_flags.find(id);
+        specials_.push_back({id_to_bytes_[id], id, flags == cfg_.added_flags.end() ? uint8_t{0} : flags->second});
       }
     // Added tokens are matched in the text first; those that are also model vocabulary stay BPE tokens too
     // (Gemma's newline and space runs: merges build them, as in Hugging Face's BPE model).
@@ -478,22 +514,29 @@ class BpeTokenizer final : public Tokenizer {
     while (i < n) {
       while (i < n && !special_first_[p[i]]) ++i;  // the per-byte scan: kept a tight loop of its own
       if (i == n) break;
-      size_t len = 0;
+      size_t len = 0, skip = 0;
       for (const Special& s : specials_) {
         if (text.compare(i, s.text.size(), s.text) == 0) {
+          // single_word: a word character beside the match discards it, and, as Hugging Face's leftmost-longest
+          // matcher continues after a discarded match, the text it spans is ordinary text.
+          if ((s.flags & kSingleWord) &&
+              (word_char_before(text, i) || word_char_at(text, i + s.text.size(), text.size()))) {
+            skip = s.text.size();
+            break;
+          }
           // lstrip: the white space before the token goes with it (not back into an earlier token's part).
           size_t end = i;
-          if (s.strip & kStripLeft)
+          if (s.flags & kStripLeft)
             while (size_t w = white_space_before(text, end, start)) end -= w;
           encode_ordinary(text.substr(start, end - start), start == 0, out);
           out.push_back(s.id);
           len = s.text.size();
-          if (s.strip & kStripRight)
+          if (s.flags & kStripRight)
             while (size_t w = white_space_at(text, i + len)) len += w;
           break;
         }
       }
-      i += len ? len : 1;
+      i += len ? len : skip ? skip : 1;
       if (len) start = i;
     }
     encode_ordinary(text.substr(start), start == 0, out);
@@ -595,7 +638,7 @@ class BpeTokenizer final : public Tokenizer {
   struct Special {
     std::string text;
     uint32_t id;
-    uint8_t strip;  // kStripLeft | kStripRight
+    uint8_t flags;  // kStripLeft | kStripRight | kSingleWord
   };
   std::vector<Special> specials_;
   std::array<bool, 256> special_first_{};  // bytes some added token starts with

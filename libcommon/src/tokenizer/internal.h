@@ -71,7 +71,8 @@ struct NormStep {
 void normalize(const std::vector<NormStep>& steps, std::string_view text, bool first_piece, std::string& out);
 
 // What a BPE tokenizer is made of (filled by the gpt2 and hf loaders).
-constexpr uint8_t kStripLeft = 1, kStripRight = 2;
+// Added-token options (Hugging Face's AddedToken): lstrip, rstrip, single_word.
+constexpr uint8_t kStripLeft = 1, kStripRight = 2, kSingleWord = 4;
 
 struct BpeConfig {
   std::string type;  // "gpt2" | "hf"
@@ -86,8 +87,9 @@ struct BpeConfig {
   bool ignore_merges = false;
   uint32_t eot = 0;
   std::string eot_token;  // hf: named by the user ([data] eot_token; kept in the description), else ""
-  // Added tokens that take the white space beside them (Hugging Face's lstrip: before them, rstrip: after).
-  std::unordered_map<uint32_t, uint8_t> added_strip;  // id -> kStripLeft | kStripRight
+  // Added tokens that take the white space beside them (Hugging Face's lstrip: before them, rstrip: after) or that
+  // match whole words only (single_word).
+  std::unordered_map<uint32_t, uint8_t> added_flags;  // id -> kStripLeft | kStripRight | kSingleWord
   std::vector<NormStep> normalizers;                  // empty for most byte-level files: the text is used as is
   // false: SentencePiece-style BPE, tokens are UTF-8 strings and a word starts as its characters
   // (byte_fallback: a character without a token becomes its <0xNN> byte tokens; else unk).

@@ -330,16 +330,11 @@ void load_added_tokens(const JsonFields& top, BpeConfig& cfg, std::vector<std::s
     JsonFields t = top.nested(added_tokens[i], "added_tokens[" + std::to_string(i) + "]");
     uint32_t id = static_cast<uint32_t>(t.u64("id", kMaxTokenId));
     std::string content = t.str("content");
-    // single_word (whole words only) changes which text matches the token: not reproduced (no reference to
-    // check it against), so refused rather than encoded differently. lstrip / rstrip take the white space before
-    // / after the token with it.
-    if (t.boolean_or("single_word", false))
-      throw UsageError(
-          file_message("tokenizer file", path,
-                       "added token \"" + content +
-                           "\" has single_word=true (not supported: cairn matches added tokens anywhere)"));
-    const uint8_t strip = (t.boolean_or("lstrip", false) ? detail::kStripLeft : 0) |
-                          (t.boolean_or("rstrip", false) ? detail::kStripRight : 0);
+    // lstrip / rstrip take the white space before / after the token with it; single_word matches it only where
+    // no word character touches it.
+    const uint8_t flags = (t.boolean_or("lstrip", false) ? detail::kStripLeft : 0) |
+                          (t.boolean_or("rstrip", false) ? detail::kStripRight : 0) |
+                          (t.boolean_or("single_word", false) ? detail::kSingleWord : 0);
     // normalized=true tokens are matched in the normalized text; cairn matches the raw text, which is
     // the same only when there is no normalizer.
     if (!cfg.normalizers.empty() && t.boolean_or("normalized", !t.boolean_or("special", false)))
@@ -351,7 +346,7 @@ void load_added_tokens(const JsonFields& top, BpeConfig& cfg, std::vector<std::s
       id_to_bytes.resize(id + 1), present.resize(id + 1, false), special.resize(id + 1, false);
     special_in_model.resize(id_to_bytes.size(), false);
     special_in_model[id] = present[id] && id_to_bytes[id] == content;
-    if (strip) cfg.added_strip[id] = strip;
+    if (flags) cfg.added_flags[id] = flags;
     id_to_bytes[id] = content;
     present[id] = true;
     special[id] = true;
