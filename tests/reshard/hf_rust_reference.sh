@@ -46,11 +46,13 @@ check() { check_like_hf_rust "$RUST" "$@"; }
 for m in "${!PKG[@]}"; do
   check "$m" "${PKG[$m]}/models/tokenizer.json" "${FORTUNES[0]}" "${INPUTS[@]}"
 done
-for v in metaspace-first metaspace-split nfkc-sp nfd-sp lowercase-sp regex-sp strip-sp single-word-sp; do
+for v in metaspace-first metaspace-split nfkc-sp nfd-sp lowercase-sp regex-sp strip-sp single-word-sp whitespace-sp \
+  accents-sp normstrip-sp; do
   $PY "$HERE/make_tokenizer_variant.py" "${PKG[llama2]}/models/tokenizer.json" "$T/$v.json" "$v"
   check "$v" "$T/$v.json" "${INPUTS[@]}"
 done
-for v in nfc-bytelevel nfkd-bytelevel digits-bytelevel strip-bytelevel single-word-bytelevel; do
+for v in nfc-bytelevel nfkd-bytelevel digits-bytelevel strip-bytelevel single-word-bytelevel falcon-bytelevel \
+  punct-bytelevel; do
   $PY "$HERE/make_tokenizer_variant.py" "${PKG[llama3]}/models/tokenizer.json" "$T/$v.json" "$v"
   check "$v" "$T/$v.json" "${INPUTS[@]}"
 done

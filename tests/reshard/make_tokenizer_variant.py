@@ -19,6 +19,13 @@ usage: make_tokenizer_variant.py IN.json OUT.json VARIANT
                     goes with the token)
   strip-bytelevel   byte-level file: <|begin_of_text|> with lstrip and rstrip, <|eot_id|> rstrip, <|end_of_text|>
                     lstrip
+  whitespace-sp     SentencePiece file: no normalizer, Whitespace pre-tokenizer (\w+|[^\w\s]+, white space dropped;
+                    how Hugging Face's quicktour trains a BPE)
+  accents-sp        SentencePiece file: Sequence[NFD, StripAccents, Lowercase], WhitespaceSplit pre-tokenizer
+  normstrip-sp      SentencePiece file: Sequence[Strip(left only), Prepend, Replace]
+  falcon-bytelevel  byte-level file with Falcon's pre-tokenizer: Sequence[Punctuation(Contiguous), ByteLevel,
+                    Digits(runs), Split("[0-9][0-9][0-9]")]
+  punct-bytelevel   byte-level file: Sequence[Punctuation (Isolated), ByteLevel without its regex]
   single-word-sp, single-word-bytelevel
                     added tokens <mask> (single_word), ask> (plain, inside <mask>) and <m> (single_word, lstrip,
                     rstrip) after the file's own, matched in the raw text (normalized false)
@@ -67,6 +74,24 @@ elif variant in ("strip-sp", "strip-bytelevel"):
     for t in tok.get("added_tokens", []):
         for flag in flags.get(t["content"], ()):
             t[flag] = True
+elif variant == "whitespace-sp":
+    tok["normalizer"] = None
+    tok["pre_tokenizer"] = {"type": "Whitespace"}
+elif variant == "accents-sp":
+    tok["normalizer"] = seq({"type": "NFD"}, {"type": "StripAccents"}, {"type": "Lowercase"})
+    tok["pre_tokenizer"] = {"type": "WhitespaceSplit"}
+elif variant == "normstrip-sp":
+    tok["normalizer"] = seq({"type": "Strip", "strip_left": True, "strip_right": False}, *SP)
+elif variant in ("falcon-bytelevel", "punct-bytelevel"):
+    if variant == "falcon-bytelevel":
+        pre = [{"type": "Punctuation", "behavior": "Contiguous"},
+               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+               {"type": "Digits", "individual_digits": False},
+               {"type": "Split", "pattern": {"Regex": "[0-9][0-9][0-9]"}, "behavior": "Isolated", "invert": False}]
+    else:
+        pre = [{"type": "Punctuation", "behavior": "Isolated"},
+               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]
+    tok["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": pre}
 elif variant in ("single-word-sp", "single-word-bytelevel"):
     next_id = max([len(tok["model"]["vocab"])] + [t["id"] + 1 for t in tok.get("added_tokens", [])])
     for i, (content, flags) in enumerate([("<mask>", ("single_word",)), ("ask>", ()),

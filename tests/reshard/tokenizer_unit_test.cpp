@@ -519,7 +519,7 @@ BOOST_AUTO_TEST_CASE(unsupported_tokenizer_json_options_are_refused_with_the_rea
   v = j;
   v["model"]["continuing_subword_prefix"] = "##";
   refused(v, "continuing_subword_prefix");
-  for (const char* n : {"BertNormalizer", "Precompiled", "StripAccents", "Strip", "NFKC_CF"}) {
+  for (const char* n : {"BertNormalizer", "Precompiled", "NFKC_CF"}) {
     v = j;
     v["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFC"}}, {{"type", n}}})}};
     refused(v, std::string("normalizer \"") + n + "\"");
@@ -528,6 +528,16 @@ BOOST_AUTO_TEST_CASE(unsupported_tokenizer_json_options_are_refused_with_the_rea
   v["pre_tokenizer"] = {{"type", "Sequence"},
                         {"pretokenizers", json::array({byte_level_only(), {{"type", "Metaspace"}}})}};
   refused(v, "Metaspace must come first");
+  for (const char* n : {"BertPreTokenizer", "UnicodeScripts", "CharDelimiterSplit"}) {
+    v = j;
+    v["pre_tokenizer"] = {{"type", n}};
+    refused(v, std::string("pre-tokenizer \"") + n + "\"");
+  }
+  // Hugging Face prefixes every piece of the levels before a ByteLevel with a space: not reproduced.
+  v = j;
+  v["pre_tokenizer"] = split_then_byte_level("\\d");
+  v["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true;
+  refused(v, "add_prefix_space after another pre-tokenizer");
   // An added token matched in the normalized text (normalized=true) is not reproduced with a normalizer.
   v = j;
   v["normalizer"] = {{"type", "NFC"}};

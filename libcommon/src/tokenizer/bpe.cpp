@@ -348,30 +348,6 @@ struct WordCache {
   }
 };
 
-// Length of the white-space character (Unicode White_Space: Rust's char::is_whitespace, which Hugging Face's lstrip
-// and rstrip use) that starts at byte i of valid UTF-8 text, or 0.
-size_t white_space_at(std::string_view t, size_t i) {
-  if (i >= t.size()) return 0;
-  const auto* p = reinterpret_cast<const unsigned char*>(t.data()) + i;
-  const size_t left = t.size() - i;
-  if ((p[0] >= 0x09 && p[0] <= 0x0D) || p[0] == 0x20) return 1;
-  if (left >= 2 && p[0] == 0xC2 && (p[1] == 0x85 || p[1] == 0xA0)) return 2;  // NEL, NBSP
-  if (left < 3) return 0;
-  if (p[0] == 0xE1 && p[1] == 0x9A && p[2] == 0x80) return 3;  // U+1680
-  if (p[0] == 0xE2 && p[1] == 0x80 && ((p[2] >= 0x80 && p[2] <= 0x8A) || p[2] == 0xA8 || p[2] == 0xA9 || p[2] == 0xAF))
-    return 3;                                                  // U+2000-200A, U+2028, U+2029, U+202F
-  if (p[0] == 0xE2 && p[1] == 0x81 && p[2] == 0x9F) return 3;  // U+205F
-  if (p[0] == 0xE3 && p[1] == 0x80 && p[2] == 0x80) return 3;  // U+3000
-  return 0;
-}
-// Length of the white-space character that ends at byte `end`, not reaching before `floor`, or 0. (ASCII bytes and
-// the lead bytes C2, E1, E2, E3 a candidate starts with never continue another character.)
-size_t white_space_before(std::string_view t, size_t end, size_t floor) {
-  for (size_t len = 1; len <= 3; ++len)
-    if (end >= floor + len && white_space_at(t, end - len) == len) return len;
-  return 0;
-}
-
 // Whether a word character (Rust regex's Unicode \w, which Hugging Face's single_word test uses: Alphabetic, marks,
 // decimal digits, connector punctuation, joiners) starts at byte `i` of valid UTF-8 text `t[0, end)`.
 bool word_char_at(std::string_view t, size_t i, size_t end) {
@@ -438,8 +414,9 @@ class BpeTokenizer final : public Tokenizer {
       splitters_.push_back(std::make_unique<RegexSplitter>(p));
       behaviors_.push_back(i < cfg_.split_behaviors.size() ? cfg_.split_behaviors[i] : SplitBehavior::Isolated);
       invert_.push_back(i < cfg_.split_invert.size() && cfg_.split_invert[i]);
-      // The hand-written splitters do Isolated, not inverted, only.
-      bool plain = behaviors_.back() == SplitBehavior::Isolated && !invert_.back();
+      mapped_.push_back(i >= cfg_.byte_level_levels_from);
+      // The hand-written splitters do Isolated, not inverted, on the text only.
+      bool plain = behaviors_.back() == SplitBehavior::Isolated && !invert_.back() && !mapped_.back();
       fast_.push_back(plain ? fast_splitter_for(p) : nullptr);
     }
     space_split_ = can_split_at_spaces();
@@ -615,11 +592,46 @@ class BpeTokenizer final : public Tokenizer {
     auto* c = static_cast<LevelCtx*>(p);
     c->self->split_level(c->text.substr(b, n), c->level + 1, *c->words);
   }
+  // A level after ByteLevel splits the byte-level characters of `text`; its pieces map back to byte ranges.
+  struct MappedCtx {
+    LevelCtx* level;
+    const std::vector<uint32_t>* byte_at;  // byte-level text offset (of a character start, or the end) -> text byte
+  };
+  static void on_mapped_piece(void* p, size_t b, size_t n) {
+    auto* m = static_cast<MappedCtx*>(p);
+    const size_t from = (*m->byte_at)[b], to = (*m->byte_at)[b + n];
+    on_piece(m->level, from, to - from);
+  }
+  void split_mapped_level(std::string_view text, LevelCtx& ctx) const {
+    static const ByteUnicode bu;
+    std::string mapped;
+    std::vector<uint32_t> byte_at;
+    mapped.reserve(text.size() * 2);
+    byte_at.reserve(text.size() * 2 + 1);
+    for (size_t i = 0; i < text.size(); ++i) {
+      const uint32_t cp = bu.byte_to_cp[static_cast<unsigned char>(text[i])];  // < 0x800: one or two bytes
+      byte_at.push_back(static_cast<uint32_t>(i));
+      if (cp < 0x80) {
+        mapped.push_back(static_cast<char>(cp));
+      } else {
+        mapped.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+        mapped.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+        byte_at.push_back(static_cast<uint32_t>(i));  // inside a character: never a piece boundary
+      }
+    }
+    byte_at.push_back(static_cast<uint32_t>(text.size()));
+    MappedCtx m{&ctx, &byte_at};
+    const size_t level = ctx.level;
+    if (behaviors_[level] == SplitBehavior::Isolated && !invert_[level])
+      regex_split_trusted(*splitters_[level], mapped, on_mapped_piece, &m);
+    else regex_split_behavior(*splitters_[level], mapped, behaviors_[level], invert_[level], on_mapped_piece, &m);
+  }
   // Appends the words (pieces of the last level) of `text` to `words`.
   void split_level(std::string_view text, size_t level, std::vector<std::string_view>& words) const {
     if (level == splitters_.size()) return space_split_ ? split_at_spaces(text, words) : words.push_back(text);
     LevelCtx ctx{this, text, level, &words};
-    if (fast_[level]) fast_[level]->split(text, on_piece, &ctx);
+    if (mapped_[level]) split_mapped_level(text, ctx);
+    else if (fast_[level]) fast_[level]->split(text, on_piece, &ctx);
     else if (behaviors_[level] == SplitBehavior::Isolated && !invert_[level])
       regex_split_trusted(*splitters_[level], text, on_piece, &ctx);
     else regex_split_behavior(*splitters_[level], text, behaviors_[level], invert_[level], on_piece, &ctx);
@@ -650,6 +662,7 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::unique_ptr<RegexSplitter>> splitters_;
   std::vector<SplitBehavior> behaviors_;   // per level
   std::vector<bool> invert_;               // per level
+  std::vector<bool> mapped_;               // per level: runs on the byte-level characters (after ByteLevel)
   std::vector<const FastSplitter*> fast_;  // hand-written equivalent of a level's regex, if any
   bool space_split_ = false;               // words are also cut before ▁ (can_split_at_spaces)
   uint64_t serial_ = g_tokenizer_serial.fetch_add(1);
@@ -892,5 +905,29 @@ bool bpe_add_merge(Tokenizer& tok, const std::string& a, const std::string& b, u
 }
 
 bool bpe_has_all_bytes(const Tokenizer& tok) { return static_cast<const BpeTokenizer&>(tok).has_all_bytes(); }
+
+// Length of the white-space character (Unicode White_Space: Rust's char::is_whitespace, which Hugging Face's lstrip
+// and rstrip use) that starts at byte i of valid UTF-8 text, or 0.
+size_t white_space_at(std::string_view t, size_t i) {
+  if (i >= t.size()) return 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(t.data()) + i;
+  const size_t left = t.size() - i;
+  if ((p[0] >= 0x09 && p[0] <= 0x0D) || p[0] == 0x20) return 1;
+  if (left >= 2 && p[0] == 0xC2 && (p[1] == 0x85 || p[1] == 0xA0)) return 2;  // NEL, NBSP
+  if (left < 3) return 0;
+  if (p[0] == 0xE1 && p[1] == 0x9A && p[2] == 0x80) return 3;  // U+1680
+  if (p[0] == 0xE2 && p[1] == 0x80 && ((p[2] >= 0x80 && p[2] <= 0x8A) || p[2] == 0xA8 || p[2] == 0xA9 || p[2] == 0xAF))
+    return 3;                                                  // U+2000-200A, U+2028, U+2029, U+202F
+  if (p[0] == 0xE2 && p[1] == 0x81 && p[2] == 0x9F) return 3;  // U+205F
+  if (p[0] == 0xE3 && p[1] == 0x80 && p[2] == 0x80) return 3;  // U+3000
+  return 0;
+}
+// Length of the white-space character that ends at byte `end`, not reaching before `floor`, or 0. (ASCII bytes and
+// the lead bytes C2, E1, E2, E3 a candidate starts with never continue another character.)
+size_t white_space_before(std::string_view t, size_t end, size_t floor) {
+  for (size_t len = 1; len <= 3; ++len)
+    if (end >= floor + len && white_space_at(t, end - len) == len) return len;
+  return 0;
+}
 
 }  // namespace cairn::tokenizer::detail

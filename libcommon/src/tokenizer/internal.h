@@ -59,13 +59,31 @@ void regex_split_behavior(const RegexSplitter& re, std::string_view text, SplitB
 // One normalizer step of a tokenizer.json (or the text edits of a Metaspace pre-tokenizer), applied in
 // order to each piece of text between added tokens.
 struct NormStep {
-  enum class Kind : uint8_t { NFC, NFD, NFKC, NFKD, Lowercase, Prepend, MetaspacePrepend, Replace, ReplaceRegex };
+  enum class Kind : uint8_t {
+    NFC,
+    NFD,
+    NFKC,
+    NFKD,
+    Lowercase,
+    Prepend,
+    MetaspacePrepend,
+    Replace,
+    ReplaceRegex,
+    Strip,        // white space off the left (first_only) and / or right (last_only) end
+    StripAccents  // marks (Mn, Mc, Me) removed
+  };
   Kind kind = Kind::NFC;
   std::string a;                      // Prepend / MetaspacePrepend: the prefix; Replace: the string replaced
   std::string b;                      // Replace / ReplaceRegex: the replacement
-  bool first_only = false;            // MetaspacePrepend with prepend_scheme "first"
+  bool first_only = false;            // MetaspacePrepend with prepend_scheme "first"; Strip: strip_left
+  bool last_only = false;             // Strip: strip_right
   std::shared_ptr<RegexSplitter> re;  // ReplaceRegex
 };
+
+// Length of the Unicode White_Space character (Rust's char::is_whitespace) that starts at byte i of valid UTF-8 text,
+// or 0; and of the one that ends at byte `end`, not reaching before `floor`.
+size_t white_space_at(std::string_view t, size_t i);
+size_t white_space_before(std::string_view t, size_t end, size_t floor);
 
 // Applies `steps` to valid UTF-8 `text` into `out`; `first_piece`: the text starts the document.
 void normalize(const std::vector<NormStep>& steps, std::string_view text, bool first_piece, std::string& out);
@@ -83,6 +101,9 @@ struct BpeConfig {
   // Per pattern (missing entries: Isolated, not inverted, the only form with a hand-written path).
   std::vector<SplitBehavior> split_behaviors;
   std::vector<bool> split_invert;
+  // Levels from this index on come after a ByteLevel pre-tokenizer in a Sequence: Hugging Face runs them on the
+  // byte-level characters (byte b as GPT-2's printable code point), not on the text.
+  size_t byte_level_levels_from = SIZE_MAX;
   bool add_prefix_space = false;
   bool ignore_merges = false;
   uint32_t eot = 0;

@@ -1,5 +1,5 @@
-// Hugging Face tokenizer.json normalizers (NFC/NFD/NFKC/NFKD, Lowercase, Prepend, Replace) and the text
-// edits of the Metaspace pre-tokenizer, applied to each piece of text between added tokens.
+// Hugging Face tokenizer.json normalizers (NFC/NFD/NFKC/NFKD, Lowercase, Prepend, Replace, Strip, StripAccents) and the
+// text edits of the Metaspace pre-tokenizer, applied to each piece of text between added tokens.
 #include <utf8proc.h>
 
 #include <cstdlib>
@@ -96,6 +96,37 @@ void replace_regex(std::string_view in, const RegexSplitter& re, const std::stri
   out.append(in.substr(copied));
 }
 
+// Hugging Face's StripAccents: every mark (General_Category M: Mn, Mc, Me) removed, as after NFD.
+void strip_accents(std::string_view in, std::string& out) {
+  out.clear();
+  out.reserve(in.size());
+  size_t i = 0;
+  while (i < in.size()) {
+    if (static_cast<unsigned char>(in[i]) < 0x80) {
+      out.push_back(in[i++]);
+      continue;
+    }
+    utf8proc_int32_t cp = 0;
+    utf8proc_ssize_t len = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(in.data() + i),
+                                            static_cast<utf8proc_ssize_t>(in.size() - i), &cp);
+    if (len <= 0) throw UsageError("text is not valid UTF-8 (StripAccents)");
+    const utf8proc_category_t cat = utf8proc_category(cp);
+    if (cat != UTF8PROC_CATEGORY_MN && cat != UTF8PROC_CATEGORY_MC && cat != UTF8PROC_CATEGORY_ME)
+      out.append(in.substr(i, static_cast<size_t>(len)));
+    i += static_cast<size_t>(len);
+  }
+}
+
+// Hugging Face's Strip: Unicode White_Space off the ends that are asked for.
+void strip(std::string_view in, bool left, bool right, std::string& out) {
+  size_t b = 0, e = in.size();
+  if (left)
+    while (size_t w = white_space_at(in, b)) b += w;
+  if (right)
+    while (size_t w = white_space_before(in, e, b)) e -= w;
+  out.assign(in.substr(b, e - b));
+}
+
 void apply_step(const NormStep& s, std::string_view in, bool first_piece, std::string& out) {
   using K = NormStep::Kind;
   switch (s.kind) {
@@ -118,6 +149,8 @@ void apply_step(const NormStep& s, std::string_view in, bool first_piece, std::s
     }
     case K::Replace: return replace_string(in, s.a, s.b, out);
     case K::ReplaceRegex: return replace_regex(in, *s.re, s.b, out);
+    case K::Strip: return strip(in, s.first_only, s.last_only, out);
+    case K::StripAccents: return strip_accents(in, out);
   }
 }
 

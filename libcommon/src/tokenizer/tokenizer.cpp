@@ -197,6 +197,12 @@ void collect_normalizer(const JsonFields& node, BpeConfig& cfg, int depth = 0) {
     step.kind = type == "NFC" ? K::NFC : type == "NFD" ? K::NFD : type == "NFKC" ? K::NFKC : K::NFKD;
   } else if (type == "Lowercase") {
     step.kind = K::Lowercase;
+  } else if (type == "Strip") {
+    step.kind = K::Strip;
+    step.first_only = node.boolean_or("strip_left", true);
+    step.last_only = node.boolean_or("strip_right", true);
+  } else if (type == "StripAccents") {
+    step.kind = K::StripAccents;
   } else if (type == "Prepend") {
     step.kind = K::Prepend;
     step.a = node.str("prepend");
@@ -219,9 +225,11 @@ void collect_normalizer(const JsonFields& node, BpeConfig& cfg, int depth = 0) {
       throw UsageError(file_message("tokenizer file", node.file(), "has a Replace pattern without Regex or String"));
     }
   } else {
-    throw UsageError(file_message("tokenizer file", node.file(),
-                                  "uses normalizer \"" + type +
-                                      "\" (supported: NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Sequence)"));
+    throw UsageError(
+        file_message("tokenizer file", node.file(),
+                     "uses normalizer \"" + type +
+                         "\" (supported: NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Prepend, Replace, "
+                         "Sequence)"));
   }
   cfg.normalizers.push_back(std::move(step));
 }
@@ -255,6 +263,29 @@ void add_metaspace(const JsonFields& node, BpeConfig& cfg, bool byte_level) {
   if (node.boolean_or("split", true)) add_split(cfg, quote_pattern(rep), detail::SplitBehavior::MergedWithNext, false);
 }
 
+// The split behaviour named by `key` of a Split or Punctuation node.
+detail::SplitBehavior split_behavior(const JsonFields& node, const char* key, const char* fallback) {
+  using B = detail::SplitBehavior;
+  const std::string behavior = node.str_or(key, fallback);
+  const std::pair<const char*, B> behaviors[] = {{"Isolated", B::Isolated},
+                                                 {"Removed", B::Removed},
+                                                 {"MergedWithPrevious", B::MergedWithPrevious},
+                                                 {"MergedWithNext", B::MergedWithNext},
+                                                 {"Contiguous", B::Contiguous}};
+  auto known =
+      std::find_if(std::begin(behaviors), std::end(behaviors), [&](const auto& b) { return behavior == b.first; });
+  if (known == std::end(behaviors))
+    node.fail(key, "Isolated, Removed, MergedWithPrevious, MergedWithNext or Contiguous");
+  return known->second;
+}
+
+// Pre-tokenizers that Hugging Face defines by a character class, as PCRE2 patterns. White space is Unicode
+// White_Space (Rust's char::is_whitespace, Oniguruma's \s): tab to carriage return, NEL and the separators Z*.
+constexpr const char* kWhiteSpaceRun = "[\\t-\\r\\x{85}\\p{Z}]+";
+constexpr const char* kPunctuationPattern = "[\\p{P}!-/:-@\\[-`{-~]";
+constexpr const char* kWhitespacePattern =
+    "[\\p{L}\\p{M}\\p{N}\\p{Pc}]+|[^\\p{L}\\p{M}\\p{N}\\p{Pc}\\t-\\r\\x{85}\\p{Z}]+";
+
 // Collects the regex split patterns of a pre_tokenizer node; throws for unsupported kinds.
 void collect_pre_tokenizer(const JsonFields& node, BpeConfig& cfg, bool& byte_level, int depth = 0) {
   const std::string& path = node.file();
@@ -265,6 +296,14 @@ void collect_pre_tokenizer(const JsonFields& node, BpeConfig& cfg, bool& byte_le
     // Rust's char::is_numeric is Unicode's N categories; one piece per digit, or per run of them.
     add_split(cfg, node.boolean_or("individual_digits", false) ? "\\p{N}" : "\\p{N}+", detail::SplitBehavior::Isolated,
               false);
+  } else if (type == "Punctuation") {
+    // Rust's char::is_ascii_punctuation or Unicode punctuation (P*), one character per match: Contiguous joins runs.
+    add_split(cfg, kPunctuationPattern, split_behavior(node, "behavior", "Isolated"), false);
+  } else if (type == "Whitespace") {
+    // Hugging Face's regex \w+|[^\w\s]+ (Oniguruma: \w is L, M, N and Pc; \s White_Space), the rest removed.
+    add_split(cfg, kWhitespacePattern, detail::SplitBehavior::Removed, true);
+  } else if (type == "WhitespaceSplit") {
+    add_split(cfg, kWhiteSpaceRun, detail::SplitBehavior::Removed, false);
   } else if (type == "Sequence") {
     // Bounded: a pathological file must not recurse until the stack runs out.
     if (depth >= 16) node.fail("pretokenizers", "Sequence pre-tokenizers nested at most 16 deep");
@@ -273,33 +312,34 @@ void collect_pre_tokenizer(const JsonFields& node, BpeConfig& cfg, bool& byte_le
       collect_pre_tokenizer(node.nested(list[i], "pretokenizers[" + std::to_string(i) + "]"), cfg, byte_level,
                             depth + 1);
   } else if (type == "ByteLevel") {
+    // Hugging Face prefixes each piece of the levels before it with a space: reproduced for the whole text only.
+    if (node.boolean_or("add_prefix_space", false)) {
+      if (!cfg.split_patterns.empty())
+        throw UsageError(file_message("tokenizer file", path,
+                                      "has a ByteLevel pre-tokenizer with add_prefix_space after another "
+                                      "pre-tokenizer (not supported: it must come first)"));
+      cfg.add_prefix_space = true;
+    }
+    if (byte_level) throw UsageError(file_message("tokenizer file", path, "has two ByteLevel pre-tokenizers"));
     byte_level = true;
-    if (node.boolean_or("add_prefix_space", false)) cfg.add_prefix_space = true;
-    if (node.boolean_or("use_regex", true)) cfg.split_patterns.emplace_back(kHfByteLevelPattern);
+    if (node.boolean_or("use_regex", true)) add_split(cfg, kHfByteLevelPattern, detail::SplitBehavior::Isolated, false);
+    cfg.byte_level_levels_from = cfg.split_patterns.size();
   } else if (type == "Split") {
     JsonFields pat = node.object("pattern");
-    std::string behavior = node.str_or("behavior", "Isolated");
-    using B = detail::SplitBehavior;
-    const std::pair<const char*, B> behaviors[] = {{"Isolated", B::Isolated},
-                                                   {"Removed", B::Removed},
-                                                   {"MergedWithPrevious", B::MergedWithPrevious},
-                                                   {"MergedWithNext", B::MergedWithNext},
-                                                   {"Contiguous", B::Contiguous}};
-    auto known =
-        std::find_if(std::begin(behaviors), std::end(behaviors), [&](const auto& b) { return behavior == b.first; });
-    if (known == std::end(behaviors))
-      node.fail("behavior", "Isolated, Removed, MergedWithPrevious, MergedWithNext or Contiguous");
+    const detail::SplitBehavior behavior = split_behavior(node, "behavior", "Isolated");
     if (pat.has("Regex")) {
-      add_split(cfg, pat.str("Regex"), known->second, node.boolean_or("invert", false));
+      add_split(cfg, pat.str("Regex"), behavior, node.boolean_or("invert", false));
     } else if (pat.has("String")) {
-      add_split(cfg, quote_pattern(pat.str("String")), known->second, node.boolean_or("invert", false));
+      add_split(cfg, quote_pattern(pat.str("String")), behavior, node.boolean_or("invert", false));
     } else {
       throw UsageError(file_message("tokenizer file", path, "has a Split pattern without Regex or String"));
     }
   } else {
-    throw UsageError(
-        file_message("tokenizer file", path,
-                     "uses pre-tokenizer \"" + type + "\" (supported: ByteLevel, Split, Digits, Metaspace, Sequence)"));
+    throw UsageError(file_message(
+        "tokenizer file", path,
+        "uses pre-tokenizer \"" + type +
+            "\" (supported: ByteLevel, Split, Digits, Punctuation, Whitespace, WhitespaceSplit, Metaspace, "
+            "Sequence)"));
   }
 }
 
