@@ -2,8 +2,9 @@
 # cairn's tokens equal those of Hugging Face's tokenizers library itself (the Rust crate through its Node binding,
 # npm `tokenizers` 0.23.2), token for token: the tokenizer.json files of Llama 2, Gemma, Llama 3 and the open models
 # of open_models_reference.sh, and variants of real files with every supported normalizer, pre-tokenizer and
-# added-token option (Metaspace, NFC/NFD/NFKC/NFKD, Lowercase, Replace with a regex, Digits, lstrip / rstrip,
-# single_word). Unlike the JavaScript port, the Rust library needs no text left out: capital sigma, non-ASCII digits
+# added-token option (Metaspace, NFC/NFD/NFKC/NFKD, Lowercase, Strip, StripAccents, Replace with a regex, Digits,
+# Punctuation, Whitespace, WhitespaceSplit, pre-tokenizers after ByteLevel as Falcon has them, BLOOM's Oniguruma
+# regex with a nested class, lstrip / rstrip, single_word). Unlike the JavaScript port, the Rust library needs no text left out: capital sigma, non-ASCII digits
 # and the characters whose class JavaScript's regex sees differently (U+0085, U+FEFF, U+180E, U+017F) are in.
 source "$(dirname "$0")/common.sh"
 command -v node >/dev/null && command -v npm >/dev/null || { echo "node/npm missing: skipped"; exit 77; }
@@ -52,7 +53,7 @@ for v in metaspace-first metaspace-split nfkc-sp nfd-sp lowercase-sp regex-sp st
   check "$v" "$T/$v.json" "${INPUTS[@]}"
 done
 for v in nfc-bytelevel nfkd-bytelevel digits-bytelevel strip-bytelevel single-word-bytelevel falcon-bytelevel \
-  punct-bytelevel; do
+  punct-bytelevel bloom-bytelevel; do
   $PY "$HERE/make_tokenizer_variant.py" "${PKG[llama3]}/models/tokenizer.json" "$T/$v.json" "$v"
   check "$v" "$T/$v.json" "${INPUTS[@]}"
 done

@@ -533,6 +533,12 @@ BOOST_AUTO_TEST_CASE(unsupported_tokenizer_json_options_are_refused_with_the_rea
     v["pre_tokenizer"] = {{"type", n}};
     refused(v, std::string("pre-tokenizer \"") + n + "\"");
   }
+  // Oniguruma's nested classes: a plain one is a union (BLOOM's pattern loads), a negated one or && is refused.
+  for (const char* re : {"[^a[^b]]", "[a-z&&[^c]]"}) {
+    v = j;
+    v["pre_tokenizer"] = split_then_byte_level(re);
+    refused(v, "Oniguruma");
+  }
   // Hugging Face prefixes every piece of the levels before a ByteLevel with a space: not reproduced.
   v = j;
   v["pre_tokenizer"] = split_then_byte_level("\\d");

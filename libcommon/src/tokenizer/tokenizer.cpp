@@ -173,6 +173,57 @@ void add_split(BpeConfig& cfg, const std::string& pattern, detail::SplitBehavior
   cfg.split_invert.push_back(invert);
 }
 
+// Hugging Face compiles Split and Replace regexes with Oniguruma, where `[` inside a character class opens a nested
+// class (a union): BLOOM's " ?[^(\\s|[.,!?…])]+" excludes white space and the listed punctuation. PCRE2 reads that
+// `[` as a literal and the pattern as unbalanced, so nested non-negated classes are flattened into their parent;
+// negated nested classes and `&&` (intersections) have no flat form and are refused.
+std::string pcre2_from_oniguruma(const JsonFields& node, const std::string& re) {
+  std::string out;
+  out.reserve(re.size());
+  int depth = 0;             // character classes open (1: an ordinary class)
+  bool class_start = false;  // just after "[" or "[^": a "]" here is a literal
+  for (size_t i = 0; i < re.size(); ++i) {
+    const char c = re[i];
+    if (c == '\\' && i + 1 < re.size()) {
+      out.append(re, i, 2);
+      ++i;
+      class_start = false;
+      continue;
+    }
+    if (depth == 0) {
+      if (c == '[') depth = 1, class_start = true;
+      out.push_back(c);
+      if (class_start && i + 1 < re.size() && re[i + 1] == '^') out.push_back(re[++i]);
+      continue;
+    }
+    if (c == '[' && re.compare(i, 2, "[:") == 0) {  // POSIX class [:alpha:] stays as it is
+      const size_t close = re.find(":]", i + 2);
+      if (close != std::string::npos) {
+        out.append(re, i, close + 2 - i);
+        i = close + 1;
+        class_start = false;
+        continue;
+      }
+    }
+    if (c == '[') {
+      if (i + 1 < re.size() && re[i + 1] == '^')
+        node.fail("pattern", "a regex without a negated class nested in another (Oniguruma's [a[^b]] has no "
+                             "PCRE2 form)");
+      ++depth;  // flattened: its members join the enclosing class
+      class_start = true;
+      continue;
+    }
+    if (c == '&' && i + 1 < re.size() && re[i + 1] == '&')
+      node.fail("pattern", "a regex without class intersections (Oniguruma's &&)");
+    if (c == ']' && !class_start) {
+      if (--depth > 0) continue;  // the end of a flattened nested class
+    }
+    class_start = false;
+    out.push_back(c);
+  }
+  return out;
+}
+
 // A PCRE2 pattern matching `s` literally.
 std::string quote_pattern(const std::string& s) {
   // Appended piecewise: GCC 12 warns falsely (-Wrestrict) on `"\\Q" + std::string`.
@@ -217,7 +268,7 @@ void collect_normalizer(const JsonFields& node, BpeConfig& cfg, int depth = 0) {
     } else if (pat.has("Regex")) {
       step.kind = K::ReplaceRegex;
       try {
-        step.re = std::make_shared<RegexSplitter>(pat.str("Regex"));
+        step.re = std::make_shared<RegexSplitter>(pcre2_from_oniguruma(pat, pat.str("Regex")));
       } catch (const UsageError& e) {
         throw UsageError(file_message("tokenizer file", node.file(), e.what()));
       }
@@ -328,7 +379,7 @@ void collect_pre_tokenizer(const JsonFields& node, BpeConfig& cfg, bool& byte_le
     JsonFields pat = node.object("pattern");
     const detail::SplitBehavior behavior = split_behavior(node, "behavior", "Isolated");
     if (pat.has("Regex")) {
-      add_split(cfg, pat.str("Regex"), behavior, node.boolean_or("invert", false));
+      add_split(cfg, pcre2_from_oniguruma(pat, pat.str("Regex")), behavior, node.boolean_or("invert", false));
     } else if (pat.has("String")) {
       add_split(cfg, quote_pattern(pat.str("String")), behavior, node.boolean_or("invert", false));
     } else {
