@@ -53,7 +53,7 @@ for v in metaspace-first metaspace-split nfkc-sp nfd-sp lowercase-sp regex-sp st
   check "$v" "$T/$v.json" "${INPUTS[@]}"
 done
 for v in nfc-bytelevel nfkd-bytelevel digits-bytelevel strip-bytelevel single-word-bytelevel falcon-bytelevel \
-  punct-bytelevel bloom-bytelevel; do
+  punct-bytelevel bloom-bytelevel word-bytelevel; do
   $PY "$HERE/make_tokenizer_variant.py" "${PKG[llama3]}/models/tokenizer.json" "$T/$v.json" "$v"
   check "$v" "$T/$v.json" "${INPUTS[@]}"
 done

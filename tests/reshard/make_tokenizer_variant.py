@@ -26,6 +26,8 @@ usage: make_tokenizer_variant.py IN.json OUT.json VARIANT
   falcon-bytelevel  byte-level file with Falcon's pre-tokenizer: Sequence[Punctuation(Contiguous), ByteLevel,
                     Digits(runs), Split("[0-9][0-9][0-9]")]
   punct-bytelevel   byte-level file: Sequence[Punctuation (Isolated), ByteLevel without its regex]
+  word-bytelevel    byte-level file: Sequence[Split("\\w+|\\W", Isolated), ByteLevel] (Oniguruma's \\w: letters, marks,
+                    numbers, connector punctuation)
   bloom-bytelevel   byte-level file with BLOOM's pre-tokenizer: Sequence[Split(" ?[^(\\s|[.,!?…。，、।۔،])]+",
                     Isolated), ByteLevel without its regex]
   single-word-sp, single-word-bytelevel
@@ -84,8 +86,11 @@ elif variant == "accents-sp":
     tok["pre_tokenizer"] = {"type": "WhitespaceSplit"}
 elif variant == "normstrip-sp":
     tok["normalizer"] = seq({"type": "Strip", "strip_left": True, "strip_right": False}, *SP)
-elif variant in ("falcon-bytelevel", "punct-bytelevel", "bloom-bytelevel"):
-    if variant == "bloom-bytelevel":
+elif variant in ("falcon-bytelevel", "punct-bytelevel", "bloom-bytelevel", "word-bytelevel"):
+    if variant == "word-bytelevel":
+        pre = [{"type": "Split", "pattern": {"Regex": "\\w+|\\W"}, "behavior": "Isolated", "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]
+    elif variant == "bloom-bytelevel":
         pre = [{"type": "Split", "pattern": {"Regex": " ?[^(\\s|[.,!?…。，、।۔،])]+"},
                 "behavior": "Isolated", "invert": False},
                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]

@@ -534,7 +534,7 @@ BOOST_AUTO_TEST_CASE(unsupported_tokenizer_json_options_are_refused_with_the_rea
     refused(v, std::string("pre-tokenizer \"") + n + "\"");
   }
   // Oniguruma's nested classes: a plain one is a union (BLOOM's pattern loads), a negated one or && is refused.
-  for (const char* re : {"[^a[^b]]", "[a-z&&[^c]]"}) {
+  for (const char* re : {"[^a[^b]]", "[a-z&&[^c]]", "\\bx", "[\\W]", "\\h+"}) {
     v = j;
     v["pre_tokenizer"] = split_then_byte_level(re);
     refused(v, "Oniguruma");

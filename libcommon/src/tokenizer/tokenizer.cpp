@@ -176,7 +176,8 @@ void add_split(BpeConfig& cfg, const std::string& pattern, detail::SplitBehavior
 // Hugging Face compiles Split and Replace regexes with Oniguruma, where `[` inside a character class opens a nested
 // class (a union): BLOOM's " ?[^(\\s|[.,!?…])]+" excludes white space and the listed punctuation. PCRE2 reads that
 // `[` as a literal and the pattern as unbalanced, so nested non-negated classes are flattened into their parent;
-// negated nested classes and `&&` (intersections) have no flat form and are refused.
+// negated nested classes and `&&` (intersections) have no flat form and are refused. \\w is spelled out as Oniguruma
+// reads it; \\W in a class, \\b, \\B and \\h (a hex digit to Oniguruma) are refused.
 std::string pcre2_from_oniguruma(const JsonFields& node, const std::string& re) {
   std::string out;
   out.reserve(re.size());
@@ -185,7 +186,15 @@ std::string pcre2_from_oniguruma(const JsonFields& node, const std::string& re) 
   for (size_t i = 0; i < re.size(); ++i) {
     const char c = re[i];
     if (c == '\\' && i + 1 < re.size()) {
-      out.append(re, i, 2);
+      // Oniguruma's Unicode \w is letters, marks, numbers and connector punctuation; PCRE2's (10.42) lacks marks
+      // and connectors other than "_".
+      const char e = re[i + 1];
+      if (e == 'w') out.append(depth ? "\\p{L}\\p{M}\\p{N}\\p{Pc}" : "[\\p{L}\\p{M}\\p{N}\\p{Pc}]");
+      else if (e == 'W' && depth == 0) out.append("[^\\p{L}\\p{M}\\p{N}\\p{Pc}]");
+      else if (e == 'W' || e == 'b' || e == 'B' || e == 'h' || e == 'H')
+        node.fail("pattern",
+                  std::string("a regex without \\") + e + " (Oniguruma's differs from PCRE2's: not reproduced)");
+      else out.append(re, i, 2);
       ++i;
       class_start = false;
       continue;
