@@ -692,6 +692,12 @@ BOOST_AUTO_TEST_CASE(normalizers_produce_the_unicode_and_hugging_face_forms) {
       {prepend, "ab", kMeta + "ab"},
       {replace_space(), "a b  c", "a" + kMeta + "b" + kMeta + kMeta + "c"},
       {{{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", "_"}}, "a   b c", "a_b_c"},
+      // Oniguruma's nested class is a union: every character of both sets becomes "_".
+      {{{"type", "Replace"}, {"pattern", {{"Regex", "[a[bc]]"}}}, {"content", "_"}}, "abcd", "___d"},
+      // Strip: White_Space (NBSP, ideographic space) off the asked ends; StripAccents: marks (acute, Mc U+0903).
+      {{{"type", "Strip"}, {"strip_left", true}, {"strip_right", false}}, "\xc2\xa0 a \xe3\x80\x80", "a \xe3\x80\x80"},
+      {{{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}}, "\t a b \n", "a b"},
+      {{{"type", "StripAccents"}}, "e\xcc\x81\xe0\xa4\x95\xe0\xa4\x83x", "e\xe0\xa4\x95x"},
       {{{"type", "Sequence"}, {"normalizers", json::array({prepend, replace_space()})}},
        "a b</s>c </s>",
        kMeta + "a" + kMeta + "b</s>" + kMeta + "c" + kMeta + "</s>"},  // per piece between added tokens
