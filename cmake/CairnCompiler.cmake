@@ -27,3 +27,11 @@ if(CCACHE_PROGRAM)
   set(CMAKE_CXX_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
   set(CMAKE_C_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
 endif()
+
+# The asan preset compiles at -O0 (half the compile time of -O1; its build is most of the asan phase): the code whose
+# loops the tests spend their time in (tokenizer, kernels, the flash-attention emulation tests) keeps -O1.
+function(cairn_optimize_when_sanitized target)
+  if(cairn_sanitize_flags)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:C,CXX>:-O1>)
+  endif()
+endfunction()

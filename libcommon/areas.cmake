@@ -23,6 +23,7 @@ endif()
 # tokenizer's normalizers (NFC, NFKC, Lowercase, ...) use utf8proc's Unicode tables.
 if(TARGET cairn_tokenizer)
   target_link_libraries(cairn_tokenizer PRIVATE PkgConfig::UTF8PROC)
+  cairn_optimize_when_sanitized(cairn_tokenizer)
 endif()
 # gpu's NCCL bootstrap (nccl.cpp, nccl_comm_from_mpi) calls NCCL when the build has CUDA.
 if(CAIRN_HAVE_CUDA AND TARGET cairn_gpu AND TARGET cairn_nccl)
