@@ -11,9 +11,6 @@
 
 #include <sys/mman.h>
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include "cairn/error.h"
 #include "cairn/log.h"
 #include "internal.h"
@@ -349,29 +346,13 @@ struct WordCache {
 };
 
 // Whether a word character (Rust regex's Unicode \w, which Hugging Face's single_word test uses: Alphabetic, marks,
-// decimal digits, connector punctuation, joiners) starts at byte `i` of valid UTF-8 text `t[0, end)`.
+// decimal digits, connector punctuation, joiners) starts at byte `i` of valid UTF-8 text `t[0, end)`. \G anchors
+// the match at `i`.
 bool word_char_at(std::string_view t, size_t i, size_t end) {
   if (i >= end) return false;
-  struct Code {
-    pcre2_code* code = nullptr;
-    Code() {
-      int err = 0;
-      PCRE2_SIZE off = 0;
-      const char* pattern = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]";
-      code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern), PCRE2_ZERO_TERMINATED,
-                           PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED, &err, &off, nullptr);
-      if (!code) throw RuntimeError("PCRE2 lacks Unicode properties (needs 10.40 or newer)");
-    }
-    ~Code() { pcre2_code_free(code); }
-  };
-  static const Code word;
-  struct Data {
-    pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
-    ~Data() { pcre2_match_data_free(md); }
-  };
-  thread_local Data data;
-  return pcre2_match(word.code, reinterpret_cast<PCRE2_SPTR>(t.data()), end, i, PCRE2_NO_UTF_CHECK, data.md, nullptr) >
-         0;
+  static const RegexSplitter word("\\G[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]");
+  size_t b = 0, e = 0;
+  return regex_find(word, t.substr(0, end), i, b, e);
 }
 // Whether the character that ends at byte `end` is a word character.
 bool word_char_before(std::string_view t, size_t end) {

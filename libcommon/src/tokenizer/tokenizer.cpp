@@ -340,7 +340,8 @@ detail::SplitBehavior split_behavior(const JsonFields& node, const char* key, co
 }
 
 // Pre-tokenizers that Hugging Face defines by a character class, as PCRE2 patterns. White space is Unicode
-// White_Space (Rust's char::is_whitespace, Oniguruma's \s): tab to carriage return, NEL and the separators Z*.
+// White_Space (Rust's char::is_whitespace, Oniguruma's \s): tab to carriage return, NEL and the separators Z*. Spelled
+// out because PCRE2's \s also matches U+180E, which Oniguruma's does not (checked against Hugging Face's library).
 constexpr const char* kWhiteSpaceRun = "[\\t-\\r\\x{85}\\p{Z}]+";
 constexpr const char* kPunctuationPattern = "[\\p{P}!-/:-@\\[-`{-~]";
 constexpr const char* kWhitespacePattern =
