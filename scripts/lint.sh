@@ -29,6 +29,12 @@ if [ "$what" = tidy ] || [ "$what" = all ]; then
     echo "lint: $build/compile_commands.json missing: configure first (cmake --preset release)" >&2
     exit 2
   fi
+  if grep -q '^CMAKE_UNITY_BUILD:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
+    # A unity build's database names the batch files, not our sources: tidy would check nothing.
+    echo "lint: $build is a unity build (scripts/test.sh builds one): reconfigure it with -DCMAKE_UNITY_BUILD=OFF" \
+      "or point CAIRN_LINT_BUILD at a per-source build" >&2
+    exit 2
+  fi
   # Only the translation units the build knows (a header is checked through the files including it).
   mapfile -t files < <(python3 - "$build/compile_commands.json" <<'PY'
 import json, os, sys

@@ -14,7 +14,7 @@ namespace {
 using plot::format_value;
 using plot::xml_escape;
 
-std::string fmt(double v, const std::string& unit) { return std::isnan(v) ? "n/a" : format_value(v, unit, 4); }
+std::string fmt_or_na(double v, const std::string& unit) { return std::isnan(v) ? "n/a" : format_value(v, unit, 4); }
 
 // Signed difference with units, e.g. "+0.012" or "-3.1%".
 std::string signed_fmt(double v, const std::string& unit, int digits = 3) {
@@ -158,13 +158,13 @@ std::vector<std::string> layout_cells(const json& row) {
   auto layout = row.find("layout");  // value() would throw a raw type_error for a non-string
   return {layout != row.end() && layout->is_string() ? layout->get<std::string>() : std::string(),
           json_cell(row.value("ranks", json())),
-          fmt(num_or_nan(row, "predicted_step_s"), "s"),
-          fmt(num_or_nan(row, "measured_step_s"), "s"),
+          fmt_or_na(num_or_nan(row, "predicted_step_s"), "s"),
+          fmt_or_na(num_or_nan(row, "measured_step_s"), "s"),
           signed_fmt(num_or_nan(row, "step_error_pct"), "%"),
-          fmt(mib("predicted_mem_gib"), "MiB"),
-          fmt(mib("measured_mem_gib"), "MiB"),
+          fmt_or_na(mib("predicted_mem_gib"), "MiB"),
+          fmt_or_na(mib("measured_mem_gib"), "MiB"),
           signed_fmt(num_or_nan(row, "mem_error_pct"), "%"),
-          fmt(num_or_nan(row, "background_cores"), "")};
+          fmt_or_na(num_or_nan(row, "background_cores"), "")};
 }
 const char* const kLayoutHeads[] = {"layout",          "ranks", "predicted step",
                                     "measured step",   "error", "predicted memory",
@@ -180,9 +180,9 @@ std::string layout_summary(const json& lp) {
     if (!s.contains(k) || !s[k].is_object()) continue;
     const json& st = s[k];
     out += std::string(out.empty() ? "" : "; ") + (std::string(k) == "step" ? "step time" : "memory") +
-           ": mean |error| " + fmt(num_or_nan(st, "mean_abs_pct"), "%") + ", max " +
-           fmt(num_or_nan(st, "max_abs_pct"), "%") + ", " + json_cell(st.value("within_target", json())) + "/" +
-           json_cell(st.value("n", json())) + " within " + fmt(target, "%");
+           ": mean |error| " + fmt_or_na(num_or_nan(st, "mean_abs_pct"), "%") + ", max " +
+           fmt_or_na(num_or_nan(st, "max_abs_pct"), "%") + ", " + json_cell(st.value("within_target", json())) + "/" +
+           json_cell(st.value("n", json())) + " within " + fmt_or_na(target, "%");
   }
   return out;
 }
@@ -245,9 +245,10 @@ void html_gates(Html& h, const ReportModel& m) {
     for (const auto& g : m.gates) {
       h << "<tr><td class=\"l " << (g.pass ? "pass" : "fail") << "\">" << (g.pass ? "PASS" : "FAIL")
         << "</td><td class=\"l\"><code>" << xml_escape(g.metric) << "</code></td><td class=\"l\">" << xml_escape(g.run)
-        << "</td><td class=\"l\"><code>" << xml_escape(g.rule) << "</code></td><td>" << fmt(g.baseline, g.unit)
-        << "</td><td>" << fmt(g.value, g.unit) << "</td><td>" << xml_escape(g.limit_text.empty() ? "n/a" : g.limit_text)
-        << "</td><td class=\"wrap\">" << xml_escape(g.reason) << "</td></tr>";
+        << "</td><td class=\"l\"><code>" << xml_escape(g.rule) << "</code></td><td>" << fmt_or_na(g.baseline, g.unit)
+        << "</td><td>" << fmt_or_na(g.value, g.unit) << "</td><td>"
+        << xml_escape(g.limit_text.empty() ? "n/a" : g.limit_text) << "</td><td class=\"wrap\">" << xml_escape(g.reason)
+        << "</td></tr>";
     }
     h << "</tbody></table></div>";
   }
@@ -299,9 +300,9 @@ void html_comparison_cell(Html& h, const ReportModel& m, size_t run, const Metri
     return;
   }
   const MetricValue& v = it->second;
-  h << "<td>" << xml_escape(fmt(v.value, d.unit));
+  h << "<td>" << xml_escape(fmt_or_na(v.value, d.unit));
   if (std::isfinite(v.best) && std::fabs(v.best - v.value) > 1e-12 * std::max(1.0, std::fabs(v.value)))
-    h << " <span class=\"small muted\">(best " << xml_escape(fmt(v.best, d.unit)) << ")</span>";
+    h << " <span class=\"small muted\">(best " << xml_escape(fmt_or_na(v.best, d.unit)) << ")</span>";
   if (m.baseline >= 0 && static_cast<int>(run) != m.baseline && std::isfinite(base)) {
     Verdict vd = compare(v.value, base, d.better);
     double delta = v.value - base;
@@ -404,11 +405,11 @@ void html_sweep(Html& h, const ReportModel& m) {
       h << "<tr><td class=\"l\">" << xml_escape(r.name) << "</td><td class=\"l\">"
         << xml_escape(json_cell(f.value("collective", json()))) << "</td><td class=\"l\">"
         << xml_escape(json_cell(f.value("tier", json("world")))) << "</td><td class=\"l\">"
-        << xml_escape(sweep_fit_variant(f)) << "</td><td>" << xml_escape(fmt(num_or_nan(f, "alpha_us"), "us"))
-        << "</td><td>" << xml_escape(fmt(num_or_nan(f, "busbw_gbps"), "GB/s")) << "</td><td>"
-        << xml_escape(fmt(num_or_nan(f, "r2"), "")) << "</td><td>"
-        << xml_escape(fmt(num_or_nan(f, "half_peak_bytes"), "B")) << "</td><td>"
-        << xml_escape(fmt(num_or_nan(f, "peak_busbw_gbps"), "GB/s")) << "</td></tr>";
+        << xml_escape(sweep_fit_variant(f)) << "</td><td>" << xml_escape(fmt_or_na(num_or_nan(f, "alpha_us"), "us"))
+        << "</td><td>" << xml_escape(fmt_or_na(num_or_nan(f, "busbw_gbps"), "GB/s")) << "</td><td>"
+        << xml_escape(fmt_or_na(num_or_nan(f, "r2"), "")) << "</td><td>"
+        << xml_escape(fmt_or_na(num_or_nan(f, "half_peak_bytes"), "B")) << "</td><td>"
+        << xml_escape(fmt_or_na(num_or_nan(f, "peak_busbw_gbps"), "GB/s")) << "</td></tr>";
     }
   }
   h << "</tbody></table></div></section>\n";
@@ -431,11 +432,11 @@ void html_top_plans_table(Html& h, const ReportModel& m, const RunData& r, const
     h << "<tr" << (is_used ? " style=\"background:#eef6ff\" title=\"used by the training run\"" : "") << "><td>"
       << std::to_string(++n) << (is_used ? " &#10003;" : "") << "</td>";
     for (const auto& [k, u] : cols) h << "<td>" << xml_escape(json_cell(p.value(k, json()))) << "</td>";
-    h << "<td>" << xml_escape(fmt(num_or_nan(p, "step_time_s"), "s")) << "</td><td>"
-      << xml_escape(fmt(num_or_nan(p, "tokens_per_s"), "tok/s")) << "</td><td>"
-      << xml_escape(fmt(num_or_nan(p, "tflops_per_gpu"), "")) << "</td><td>"
-      << xml_escape(fmt(as_percent(num_or_nan(p, "mfu")), "%")) << "</td><td>"
-      << xml_escape(fmt(num_or_nan(p, "memory_gib"), "GiB")) << "</td></tr>";
+    h << "<td>" << xml_escape(fmt_or_na(num_or_nan(p, "step_time_s"), "s")) << "</td><td>"
+      << xml_escape(fmt_or_na(num_or_nan(p, "tokens_per_s"), "tok/s")) << "</td><td>"
+      << xml_escape(fmt_or_na(num_or_nan(p, "tflops_per_gpu"), "")) << "</td><td>"
+      << xml_escape(fmt_or_na(as_percent(num_or_nan(p, "mfu")), "%")) << "</td><td>"
+      << xml_escape(fmt_or_na(num_or_nan(p, "memory_gib"), "GiB")) << "</td></tr>";
   }
   h << "</tbody></table></div>";
 }
@@ -463,8 +464,8 @@ void html_plan(Html& h, const ReportModel& m) {
     if (used.is_object() && meas != run_metrics.end()) {
       double pred = num_or_nan(used, "step_time_s");
       double mv = meas->second.value;
-      h << "<p>Predicted step time " << xml_escape(fmt(pred, "s")) << " vs measured median " << xml_escape(fmt(mv, "s"))
-        << " (" << xml_escape(signed_fmt((mv - pred) / pred * 100, "%")) << ")"
+      h << "<p>Predicted step time " << xml_escape(fmt_or_na(pred, "s")) << " vs measured median "
+        << xml_escape(fmt_or_na(mv, "s")) << " (" << xml_escape(signed_fmt((mv - pred) / pred * 100, "%")) << ")"
         << (matched ? " for the plan the training used."
                     : "; the training's [parallel] did not match a listed plan, compared with the best plan.")
         << "</p>";
@@ -500,8 +501,12 @@ void html_layouts(Html& h, const ReportModel& m) {
 // A mixture's table rows: source, weight, realised weight, tokens, documents, epochs.
 std::vector<std::string> mixture_cells(const json& s) {
   auto num = [&](const char* k) { return s.contains(k) && s[k].is_number() ? s[k].get<double>() : kNaN; };
-  return {s.value("path", ""),       fmt(num("weight"), ""),    fmt(num("realised_weight"), ""),
-          fmt(num("tokens"), "tok"), fmt(num("documents"), ""), fmt(num("epochs"), "")};
+  return {s.value("path", ""),
+          fmt_or_na(num("weight"), ""),
+          fmt_or_na(num("realised_weight"), ""),
+          fmt_or_na(num("tokens"), "tok"),
+          fmt_or_na(num("documents"), ""),
+          fmt_or_na(num("epochs"), "")};
 }
 const char* const kMixtureHeads[] = {"source", "weight", "realised", "tokens", "documents", "epochs"};
 
@@ -517,8 +522,9 @@ std::vector<std::string> mixture_window_lines(const json& mix) {
       continue;
     }
     const json mean = w.value("mean_deviation", json());
-    out.push_back("windows of " + size + ": worst |share - weight| " + fmt(w["worst_deviation"].get<double>(), "") +
-                  " (mean " + fmt(mean.is_number() ? mean.get<double>() : kNaN, "") + ") over " +
+    out.push_back("windows of " + size + ": worst |share - weight| " +
+                  fmt_or_na(w["worst_deviation"].get<double>(), "") + " (mean " +
+                  fmt_or_na(mean.is_number() ? mean.get<double>() : kNaN, "") + ") over " +
                   json_cell(w.value("windows", json())) + " windows");
   }
   return out;
@@ -557,9 +563,10 @@ void html_data(Html& h, const ReportModel& m) {
       return it == m.metrics[i].end() ? kNaN : it->second.value;
     };
     h << "<tr><td class=\"l\">" << xml_escape(r.name) << "</td><td class=\"l\"><code>" << xml_escape(r.data_dir)
-      << "</code></td><td>" << xml_escape(fmt(get("data_tokens"), "")) << "</td><td>"
-      << xml_escape(fmt(get("data_shards"), "")) << "</td><td>" << xml_escape(fmt(get("data_documents"), ""))
-      << "</td><td>" << xml_escape(fmt(get("data_bytes_per_token"), "")) << "</td></tr>";
+      << "</code></td><td>" << xml_escape(fmt_or_na(get("data_tokens"), "")) << "</td><td>"
+      << xml_escape(fmt_or_na(get("data_shards"), "")) << "</td><td>"
+      << xml_escape(fmt_or_na(get("data_documents"), "")) << "</td><td>"
+      << xml_escape(fmt_or_na(get("data_bytes_per_token"), "")) << "</td></tr>";
   }
   h << "</tbody></table></div>";
   html_mixtures(h, m);
@@ -621,7 +628,7 @@ std::string render_markdown(const ReportModel& m) {
           "|---|---|---|---|---:|---:|---|---|\n";
     for (const auto& g : m.gates)
       os << "| " << (g.pass ? "PASS" : "**FAIL**") << " | `" << md_cell(g.metric) << "` | " << md_cell(g.run) << " | `"
-         << md_cell(g.rule) << "` | " << fmt(g.baseline, g.unit) << " | " << fmt(g.value, g.unit) << " | "
+         << md_cell(g.rule) << "` | " << fmt_or_na(g.baseline, g.unit) << " | " << fmt_or_na(g.value, g.unit) << " | "
          << md_cell(g.limit_text.empty() ? "n/a" : g.limit_text) << " | " << md_cell(g.reason) << " |\n";
     os << "\n";
   }
@@ -644,7 +651,7 @@ std::string render_markdown(const ReportModel& m) {
           os << " n/a |";
           continue;
         }
-        os << " " << md_cell(fmt(it->second.value, d.unit));
+        os << " " << md_cell(fmt_or_na(it->second.value, d.unit));
         if (m.baseline >= 0 && static_cast<int>(i) != m.baseline && std::isfinite(base) && base != 0) {
           Verdict vd = compare(it->second.value, base, d.better);
           os << " (" << signed_fmt((it->second.value - base) / std::fabs(base) * 100, "%");

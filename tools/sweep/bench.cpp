@@ -6,12 +6,12 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "cairn/cli.h"
+#include "cairn/clock.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
@@ -21,8 +21,6 @@
 namespace cairn::sweep {
 
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 MPI_Datatype bare_type(DataType t) {
   switch (t) {
@@ -179,9 +177,9 @@ struct BareLoop {
   double operator()(int count, int iters) const {
     MPI_Allreduce(buf.send, buf.recv, count, dt, op, comm);
     MPI_Barrier(comm);
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     for (int i = 0; i < iters; ++i) MPI_Allreduce(buf.send, buf.recv, count, dt, op, comm);
-    return (now_s() - t0) / iters;
+    return (monotonic_seconds() - t0) / iters;
   }
 };
 
@@ -232,12 +230,12 @@ BenchBareRow measure_size(const BenchContext& x, const SizeRow& r) {
   iters = mpi::broadcast_value<int>(iters, 0, x.comm);
   TimedCall call{x.c.kind, x.buf.send, x.buf.recv, r.count, x.type, x.op, -1, false};
   std::vector<double> sweep_bw, bare_bw;
-  double size_start = now_s();
+  double size_start = monotonic_seconds();
   for (int round = 0; round < x.bo.max_rounds; ++round) {
     // Short loops, many rounds: a descheduled rank spoils a few loops, not the figure. Rounds stop
     // after the size's time budget (rank 0 decides, every rank follows).
     if (round >= x.bo.min_rounds) {
-      int more = now_s() - size_start < x.bo.size_seconds ? 1 : 0;
+      int more = monotonic_seconds() - size_start < x.bo.size_seconds ? 1 : 0;
       if (!mpi::broadcast_value<int>(more, 0, x.comm)) break;
     }
     double t[2];

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +16,7 @@
 #include <optional>
 
 #include "cairn/cli.h"
+#include "cairn/clock.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
@@ -116,12 +116,6 @@ SweepOptions sweep_options(const Config& cfg) {
   return o;
 }
 
-namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-}  // namespace
-
 double time_collective(const Backend& be, BackendComm* bc, MPI_Comm comm, const TimedCall& call, int iters,
                        int blocking, double* samples, int agg, double* cpu_seconds) {
   auto run_once = [&]() {
@@ -131,7 +125,7 @@ double time_collective(const Backend& be, BackendComm* bc, MPI_Comm comm, const 
   run_once();  // untimed: settles this size's protocol and buffers
   be.sync(bc);
   mpi::check(MPI_Barrier(comm), "MPI_Barrier");
-  double t0 = now_s(), last = t0, excluded = 0;
+  double t0 = monotonic_seconds(), last = t0, excluded = 0;
   for (int i = 0; i < iters; ++i) {
     for (int a = 0; a < agg; ++a) {
       run_once();
@@ -140,21 +134,21 @@ double time_collective(const Backend& be, BackendComm* bc, MPI_Comm comm, const 
     }
     if (blocking == 3) {  // -z 3: wait, then a barrier that the time excludes
       be.sync(bc);
-      double b0 = now_s();
+      double b0 = monotonic_seconds();
       mpi::check(MPI_Barrier(comm), "MPI_Barrier");
-      excluded += now_s() - b0;
+      excluded += monotonic_seconds() - b0;
     }
     if (samples) {
       be.sync(bc);
-      double t = now_s();
+      double t = monotonic_seconds();
       samples[i] = (t - last) * 1e6 / agg;
       last = t;
     }
   }
   double calls = static_cast<double>(iters) * agg;
-  if (cpu_seconds) *cpu_seconds = (now_s() - t0 - excluded) / calls;
+  if (cpu_seconds) *cpu_seconds = (monotonic_seconds() - t0 - excluded) / calls;
   be.sync(bc);
-  return (now_s() - t0 - excluded) / calls;
+  return (monotonic_seconds() - t0 - excluded) / calls;
 }
 
 namespace {

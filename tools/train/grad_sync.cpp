@@ -29,7 +29,7 @@ void GradSync::flush_bucket() {
   size_t lo = pend_lo_, hi = pend_hi_;
   pend_lo_ = pend_hi_ = 0;
   launch(lo, hi);
-  bucket_starts_.emplace_back(now_s(), hi - lo);
+  bucket_starts_.emplace_back(monotonic_seconds(), hi - lo);
 }
 
 void GradSync::ready(size_t first, size_t count) {
@@ -59,7 +59,7 @@ void GradSync::finish() {
   }
   wait();
   // Each bucket on the trace's "comm" row, from launch to the end of the wait (an upper bound).
-  double done = now_s();
+  double done = monotonic_seconds();
   const char* what = sh_.shard > 0 ? "reduce-scatter bucket" : "all-reduce bucket";
   for (const auto& [t0, n] : bucket_starts_) trace_.event(what, "comm", t0, done, {{"floats", n}}, 1);
   bucket_starts_.clear();
@@ -69,10 +69,10 @@ void GradSync::finish() {
 double GradSync::all_gather_params(float* params) {
   if (sh_.shard == 0) return 0.0;
   before_gather();
-  double t0 = now_s();
+  double t0 = monotonic_seconds();
   gather(params);
-  trace_.event("all-gather params", "comm", t0, now_s(), {{"floats", sh_.N}}, 1);
-  return now_s() - t0;
+  trace_.event("all-gather params", "comm", t0, monotonic_seconds(), {{"floats", sh_.N}}, 1);
+  return monotonic_seconds() - t0;
 }
 
 namespace {

@@ -41,10 +41,10 @@ double measure_peak_tflops(const Settings& s, const kernels::Backend& backend) {
   backend.matmul_forward(c, a, b, nullptr, n, n, n, kernels::WeightLayout::InOut);
   double best = 0;
   for (int rep = 0; rep < 8; ++rep) {  // best of several: other processes may share the core
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     backend.matmul_forward(c, a, b, nullptr, n, n, n, kernels::WeightLayout::InOut);
     backend.synchronize();
-    double dt = now_s() - t0;
+    double dt = monotonic_seconds() - t0;
     if (dt > 0) best = std::max(best, 2.0 * n * n * n / dt / 1e12);
   }
   backend.free(a);
@@ -125,7 +125,7 @@ void StepReporter::reopen(int64_t step) {
 }
 
 void StepReporter::start_clock(int64_t first_step) {
-  run_t0_ = now_s();
+  run_t0_ = monotonic_seconds();
   first_step_ = first_step;
 }
 
@@ -146,7 +146,7 @@ void StepReporter::write(StepRecord& r) {
     r.device_mem_gib = static_cast<double>(gpu::device_used_bytes()) / gib;
     mem_note = strprintf(" | mem %.2f GiB", *r.peak_mem_gib);
   }
-  jsonl_.write(r.line(wall_clock()).to_json());
+  jsonl_.write(r.line(unix_seconds()).to_json());
   if (tb_) {
     tb_->add_scalars({{"train/loss", r.loss},
                       {"train/lr", static_cast<float>(r.lr)},
@@ -163,10 +163,10 @@ void StepReporter::write(StepRecord& r) {
                       {"time/pp_wait_s", static_cast<float>(r.time.pp_wait)},
                       {"time/optimizer_s", static_cast<float>(r.time.optimizer)},
                       {"memory/max_rank_gib", static_cast<float>(r.mem_gib)}},
-                     r.step, wall_clock());
+                     r.step, unix_seconds());
   }
   if (r.step % s_.log_every == 0 || r.step == s_.steps) {
-    double elapsed = now_s() - run_t0_;
+    double elapsed = monotonic_seconds() - run_t0_;
     double eta = elapsed / static_cast<double>(r.step - first_step_) * static_cast<double>(s_.steps - r.step);
     CAIRN_LOG_INFO(
         "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s | mfu %.1f%% | data %.0f ms%s | ETA %s%s",
@@ -187,9 +187,9 @@ void StepReporter::write_val(int64_t step, int64_t tokens, double val_loss, uint
   line.val_first_window = static_cast<int64_t>(first_window);
   line.val_windows = static_cast<int64_t>(windows);
   line.seq_len = s_.T;
-  line.wall_time = wall_clock();
+  line.wall_time = unix_seconds();
   jsonl_.write(line.to_json());
-  if (tb_) tb_->add_scalar("val/loss", static_cast<float>(val_loss), step, wall_clock());
+  if (tb_) tb_->add_scalar("val/loss", static_cast<float>(val_loss), step, unix_seconds());
   CAIRN_LOG_INFO("step %lld | val loss %.4f", static_cast<long long>(step), val_loss);
 }
 

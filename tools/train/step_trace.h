@@ -1,6 +1,5 @@
 // cairn-train's clocks and Chrome trace of selected steps ([train] trace_steps -> <run>/train/trace.json).
 #pragma once
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -8,19 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cairn/clock.h"
 #include "cairn/metrics.h"
 #include "settings.h"
 
 namespace cairn::train {
-
-// Monotonic seconds (phase and step times).
-inline double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-// Seconds since the Unix epoch (metrics' wall_time).
-inline double wall_clock() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // This rank's trace events of steps a..b-1 ([train] trace_steps = "a:b"), numbered from 1 like every other step
 // number (metrics.jsonl, TensorBoard, the progress line, checkpoints step_%08d = after that many steps): "10:12"
@@ -39,11 +30,11 @@ class StepTrace {
   // Names this rank's process and its rows.
   void name_rows();
   // Takes now as the trace's time zero (ranks call it together, after a barrier).
-  void start_clock() { epoch_ = now_s(); }
+  void start_clock() { epoch_ = monotonic_seconds(); }
   // Decides whether step (1-based) is traced, a <= step < b, and takes now as the step's start; returns that.
   bool begin_step(int64_t step) {
     active_ = step >= a_ && step < b_;
-    step_t0_ = now_s();
+    step_t0_ = monotonic_seconds();
     return active_;
   }
   bool active() const { return active_; }
@@ -52,7 +43,7 @@ class StepTrace {
   // True after the last traced step (and its validation): time to flush().
   bool range_done(int64_t step) const { return active_ && step == b_ - 1; }
   bool has_events() const { return events_ > 0; }
-  // An event from t0 to t1 (now_s() seconds) on the compute row (tid 0) or, with tid >= 1, on a comm row.
+  // An event from t0 to t1 (monotonic_seconds() seconds) on the compute row (tid 0) or, with tid >= 1, on a comm row.
   void event(const std::string& name, const std::string& cat, double t0, double t1,
              const nlohmann::json& args = nullptr, int tid = 0);
   // Collective: every rank's events to rank 0, which writes trace.json; tracing is then over.

@@ -122,7 +122,7 @@ void TrainCheckpoints::load(const std::string& dir, TrainProgress& p, StepGuard&
 std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) const {
   std::string final_dir = checkpoint::step_dir(s_.ckpt_dir, p.step);
   std::string tmp = join_path(s_.ckpt_dir, strprintf(".tmp_step_%08lld", static_cast<long long>(p.step)));
-  double t0 = now_s();
+  double t0 = monotonic_seconds();
   if (s_.rank == 0) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
@@ -143,7 +143,7 @@ std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) 
     checkpoint::prune(s_.ckpt_dir, s_.keep_checkpoints, s_.keep_every);
   }
   mpi::barrier();
-  CAIRN_LOG_INFO("checkpoint \"%s\" written in %.2f s", final_dir.c_str(), now_s() - t0);
+  CAIRN_LOG_INFO("checkpoint \"%s\" written in %.2f s", final_dir.c_str(), monotonic_seconds() - t0);
   return final_dir;
 }
 

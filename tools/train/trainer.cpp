@@ -259,7 +259,7 @@ void Trainer::build_model() {
     auto count = [this](double seconds) {
       tp_comm_s_ += seconds;
       if (trace_.active()) {
-        const double t = now_s();
+        const double t = monotonic_seconds();
         trace_.event("tensor-parallel collective", "comm", t - seconds, t, nullptr, 1);
       }
     };
@@ -290,7 +290,7 @@ void Trainer::build_model() {
     // Per-layer forward events in the trace (backward layers come from the gradient-ready callback).
     ch.model->set_forward_layer_hook([this](int layer) {
       if (!trace_.active()) return;
-      double t = now_s();
+      double t = monotonic_seconds();
       std::string name = layer < 0               ? std::string("forward embeddings")
                          : layer >= gcfg_.layers ? std::string("forward head/loss")
                                                  : strprintf("forward h.%d", layer);
@@ -476,7 +476,7 @@ void Trainer::retire_newer_checkpoints() {
 // One step: the schedule's forward and backward passes over this rank's chunks (without pipeline parallelism each
 // micro-batch's forward then its backward), the gradient sums (tied embeddings, data parallel), loss and norm.
 void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault fault) {
-  double step_t0 = now_s();
+  double step_t0 = monotonic_seconds();
   for (Chunk& ch : chunks_) {
     ch.model->zero_grad();
     if (ch.zero) ch.zero->begin_step();
@@ -504,18 +504,18 @@ void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault faul
   if (fault == Fault::NanLoss) loss = std::numeric_limits<float>::quiet_NaN();
   if (fault == Fault::LossSpike) loss *= 50.0f;
   tm.tp_comm = tp_comm_s_;
-  tm.total = now_s() - step_t0;  // optimizer time is added by the caller
+  tm.total = monotonic_seconds() - step_t0;  // optimizer time is added by the caller
 }
 
 // Micro-batch k of this step (every rank of a data-parallel replica reads the same ones), fetched in order.
 const MicroBatch& Trainer::micro_batch(int k, StepTimes& tm) {
   while (static_cast<int>(micro_.size()) <= k) {
-    double t0 = now_s(), wait = 0;
+    double t0 = monotonic_seconds(), wait = 0;
     phase_begin("data");
     micro_.push_back(loader_->next(&wait));
     phase_end();
     tm.data += wait;
-    trace_.event("data", "phase", t0, now_s(),
+    trace_.event("data", "phase", t0, monotonic_seconds(),
                  {{"micro", static_cast<int>(micro_.size()) - 1}, {"batch", micro_.back().batch}});
   }
   return micro_[static_cast<size_t>(k)];
@@ -556,7 +556,7 @@ void Trainer::send_floats(const float* src, size_t n, int to, int tag) {
 }
 
 double Trainer::recv_floats(Chunk& ch, float* dst, size_t n, int from, int tag) {
-  double t0 = now_s();
+  double t0 = monotonic_seconds();
   float* into = dst;
   if (backend_->device_memory) {
     ch.recv_host.resize(n);
@@ -565,7 +565,7 @@ double Trainer::recv_floats(Chunk& ch, float* dst, size_t n, int from, int tag) 
   mpi::check(MPI_Recv(into, static_cast<int>(n), MPI_FLOAT, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
              "MPI_Recv (pipeline)");
   if (into != dst) backend_->copy_to_device(dst, into, n * sizeof(float));
-  return now_s() - t0;
+  return monotonic_seconds() - t0;
 }
 
 void Trainer::wait_sends() {
@@ -580,14 +580,14 @@ void Trainer::forward_action(const pipeline::Action& a, StepTimes& tm) {
   auto to_world = [&](int pp_rank) {
     return parallel::rank_of(s_.layout, {groups_->coords.dp, groups_->coords.tp, pp_rank});
   };
-  double t1 = now_s();
+  double t1 = monotonic_seconds();
   if (!ch.spec.has_embedding) {
     double wait =
         recv_floats(ch, ch.model->stage_input(mb.B, mb.T), stream_floats(ch), to_world(peer.recv_from), peer.recv_tag);
     tm.pp_wait += wait;
-    trace_.event("pipeline wait", "comm", t1, now_s(), {{"micro", a.micro}, {"chunk", a.chunk}}, 1);
+    trace_.event("pipeline wait", "comm", t1, monotonic_seconds(), {{"micro", a.micro}, {"chunk", a.chunk}}, 1);
   }
-  double t2 = now_s();
+  double t2 = monotonic_seconds();
   phase_begin("forward");
   last_fwd_time_ = t2;
   float loss = ch.model->forward(mb.inputs.data(), mb.targets.data(), mb.B, mb.T);
@@ -595,7 +595,7 @@ void Trainer::forward_action(const pipeline::Action& a, StepTimes& tm) {
   phase_end();
   if (ch.spec.has_head) loss_sum_ += loss;
   else send_floats(ch.model->stage_output(), stream_floats(ch), to_world(peer.send_to), peer.send_tag);
-  double t3 = now_s();
+  double t3 = monotonic_seconds();
   tm.forward += t3 - t2;
   trace_.event("forward", "phase", t2, t3, {{"micro", a.micro}, {"chunk", a.chunk}});
 }
@@ -612,14 +612,14 @@ void Trainer::backward_action(const pipeline::Action& a, bool last, Fault fault,
   };
   gpt::BackwardOptions o;
   o.last_micro_batch = last;
-  double t1 = now_s();
+  double t1 = monotonic_seconds();
   if (!ch.spec.has_head) {
     if (!ch.grad_in.data()) ch.grad_in = BackendBuffer(backend_, stream_floats(ch));
     tm.pp_wait += recv_floats(ch, ch.grad_in.data(), stream_floats(ch), to_world(peer.recv_from), peer.recv_tag);
-    trace_.event("pipeline wait", "comm", t1, now_s(), {{"micro", a.micro}, {"chunk", a.chunk}}, 1);
+    trace_.event("pipeline wait", "comm", t1, monotonic_seconds(), {{"micro", a.micro}, {"chunk", a.chunk}}, 1);
     o.output_grad = ch.grad_in.data();
   }
-  double t2 = now_s();
+  double t2 = monotonic_seconds();
   last_cb_time_ = t2;
   reduce_active_ = last && ch.sync;
   covered_ = 0;
@@ -639,13 +639,13 @@ void Trainer::backward_action(const pipeline::Action& a, bool last, Fault fault,
   ch.slot_of_micro[static_cast<size_t>(a.micro)] = -1;
   ch.free_slots.push_back(slot);
   ch.model->release_activation_slot(slot);  // its memory serves the next forward of any chunk
-  double t3 = now_s();
+  double t3 = monotonic_seconds();
   tm.backward += t3 - t2;
   trace_.event("backward", "phase", t2, t3, {{"micro", a.micro}, {"chunk", a.chunk}});
 }
 
 void Trainer::grads_ready(Chunk& ch, size_t first, size_t count) {
-  double t = now_s();
+  double t = monotonic_seconds();
   if (trace_.active()) {
     // The backward time since the previous ready range belongs to the layer that owns this range.
     int layer = -1;
@@ -671,7 +671,7 @@ void Trainer::grads_ready(Chunk& ch, size_t first, size_t count) {
 // After the schedule: tied input/output embeddings summed between the first and last stage (Megatron's embedding
 // group), then each chunk's data-parallel sum completed; the wait is exposed communication.
 void Trainer::finish_grads(StepTimes& tm) {
-  double t4 = now_s();
+  double t4 = monotonic_seconds();
   phase_begin("comm (exposed)");
   for (Chunk& ch : chunks_) {
     if (ch.zero) {  // ZeRO-2/3: units were reduce-scattered as backward finished them; the tied wte last
@@ -688,7 +688,7 @@ void Trainer::finish_grads(StepTimes& tm) {
   }
   phase_end();
   reduce_active_ = false;
-  double t5 = now_s();
+  double t5 = monotonic_seconds();
   tm.comm += t5 - t4;
   trace_.event("comm (exposed)", "phase", t4, t5);
 }
@@ -783,25 +783,25 @@ double Trainer::validate() {
   std::vector<float> host;
   double sum = 0;
   for (int k = 0; k < batches; ++k) {
-    const double t0 = now_s();
+    const double t0 = monotonic_seconds();
     MicroBatch mb = loader_->val_batch(k);
-    trace_.event("data", "phase", t0, now_s(), {{"micro", k}, {"validation", true}});
+    trace_.event("data", "phase", t0, monotonic_seconds(), {{"micro", k}, {"validation", true}});
     for (size_t c = 0; c < chunks_.size(); ++c) {
       Chunk& ch = chunks_[c];
       ch.model->set_activation_slot(0);
       const size_t n = stream_floats(ch);
       const json where = {{"micro", k}, {"chunk", static_cast<int>(c)}, {"validation", true}};
       if (!ch.spec.has_embedding) {
-        const double t1 = now_s();
+        const double t1 = monotonic_seconds();
         recv_floats(ch, ch.model->stage_input(mb.B, mb.T), n, world_rank_of_stage(ch.stage - 1), ch.stage);
-        trace_.event("pipeline wait", "comm", t1, now_s(), where, 1);
+        trace_.event("pipeline wait", "comm", t1, monotonic_seconds(), where, 1);
       }
       // Per-layer events start at this forward, not at the last training forward.
-      const double t2 = now_s();
+      const double t2 = monotonic_seconds();
       last_fwd_time_ = t2;
       float loss = ch.model->forward(mb.inputs.data(), mb.targets.data(), mb.B, mb.T);
       if (trace_.active()) backend_->synchronize();  // the event ends when the forward has run
-      trace_.event("forward", "phase", t2, now_s(), where);
+      trace_.event("forward", "phase", t2, monotonic_seconds(), where);
       if (ch.spec.has_head) {
         if (at.tp == 0) sum += loss;
         ch.model->release_activation_slot(0);
@@ -854,7 +854,7 @@ bool Trainer::run_step() {
   r.step = step;
   double norm_sq = 0;
   train_step(r.time, r.loss, norm_sq, fault);
-  double t_opt = now_s();
+  double t_opt = monotonic_seconds();
   r.grad_norm = std::sqrt(norm_sq);
   r.lr = learning_rate(step - 1, s_.steps, s_.warmup, s_.lr, s_.min_lr, s_.schedule);
 
@@ -863,7 +863,7 @@ bool Trainer::run_step() {
   r.skipped = !reason.empty();
   double gather_s = update_or_skip(step, reason, r.loss, r.grad_norm, r.lr);
   backend_->synchronize();
-  double t_end = now_s();
+  double t_end = monotonic_seconds();
   r.time.optimizer = t_end - t_opt - gather_s;  // the ZeRO-1 parameter all-gather counts as communication
   r.time.comm += gather_s;
   r.time.total += t_end - t_opt;
@@ -903,11 +903,11 @@ void Trainer::restore_after_skips() {
 
 void Trainer::validate_after(int64_t step) {
   if (s_.val_every <= 0 || (step % s_.val_every != 0 && step != s_.steps)) return;
-  double t0 = now_s();
+  double t0 = monotonic_seconds();
   phase_begin("validation");
   double vl = validate();
   phase_end();
-  trace_.event("validation", "phase", t0, now_s());
+  trace_.event("validation", "phase", t0, monotonic_seconds());
   if (!std::isfinite(vl)) return;
   result_.val_losses.push_back(vl);
   report_->write_val(step, progress_.tokens, vl, widx_.train_windows(), s_.val_rows);

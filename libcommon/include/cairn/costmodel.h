@@ -20,6 +20,9 @@ struct PlanSection;
 
 namespace cairn::costmodel {
 
+// Bytes per GiB (memory figures are in GiB, as nvidia-smi and the planner's reports print them).
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
 // ------------------------------------------------------------------ model
 
 enum class Arch { Gpt, Llama };

@@ -13,7 +13,6 @@
 namespace cairn::costmodel {
 
 namespace {
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace

@@ -15,7 +15,6 @@
 namespace cairn::costmodel {
 
 namespace {
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string normalise(const std::string& s) {
   std::string r;
