@@ -3,7 +3,7 @@
 # round trips cairn -> llm.c -> cairn, files byte-identical to llm.c's write_datafile with end-of-text
 # before each document, 128k-vocabulary ids kept by llama-3 and refused by gpt-2 (exit 2), and a
 # fineweb.py-style directory (val_000000, train_000001, ...) imported in llm.c's order with the
-# documents that span files kept whole.
+# documents that span files kept whole; Llama-3 files delimited by <|begin_of_text|> as fineweb.py writes them.
 source "$(dirname "$0")/common.sh"
 LF="$PY $HERE/llmc_files.py"
 
@@ -62,6 +62,15 @@ for model in gpt-2 llama-3; do
   same_tokens "$T/ds" "$T/from_fw_$model"
   echo "ok: $model directory of $nfiles files imported in llm.c's order, documents spanning files kept whole"
 done
+# fineweb.py's Llama-3 files: <|begin_of_text|> (128000) before each document instead of end-of-text. Imported with
+# the Llama-3-sized tokenizer, the documents come back as they were built (each ending with <|end_of_text|>, 128001).
+$LF fineweb "$T/wide" "$T/fw_bos" llama-3 3000 128000 > "$T/fw_bos.txt"
+grep -q "inside a document after shard: 0 " "$T/fw_bos.txt" || fail "no document spans the first two Llama-3 files"
+"$B" convert --from llmc "${W[@]}" "$T/fw_bos" --shards 2 --out "$T/from_fw_bos" 2> "$T/fw_bos.err"
+grep -q "documents begin with <|begin_of_text|> (128000)" "$T/fw_bos.err" || fail "no note of the Llama-3 delimiter"
+same_tokens "$T/wide" "$T/from_fw_bos"
+echo "ok: llm.c Llama-3 files split at <|begin_of_text|>"
+
 # The same files given one by one in name order (train_* before val) are a different stream.
 files=($(ls "$T/fw_gpt-2"/*.bin | sort))
 "$B" convert --from llmc "${files[@]}" --shards 1 --out "$T/from_fw_names"

@@ -12,9 +12,10 @@ usage:
       LLMC_DIR's shard_%06d.bin must be, byte for byte, what write_datafile writes for DATASET's shards
       with end-of-text moved before each document (documents taken from DOCS_DATASET, default DATASET,
       so a --split-docs dataset is checked against the documents it was cut from).
-  llmc_files.py fineweb DATASET OUT_DIR MODEL SHARD_SIZE
+  llmc_files.py fineweb DATASET OUT_DIR MODEL SHARD_SIZE [DELIMITER]
       writes DATASET's documents as llm.c's fineweb.py does; prints the files and the boundaries that
-      fall inside a document.
+      fall inside a document. DELIMITER: the id put before each document instead of the dataset's
+      end-of-text (fineweb.py's tokenize_llama puts Llama 3's <|begin_of_text|>, 128000).
   llmc_files.py widetok OUT.json
       a byte-level BPE tokenizer.json with a Llama-3-sized vocabulary (128256 ids): merged tokens have
       ids above 65535, end-of-text <|end_of_text|> is 128001.
@@ -85,9 +86,9 @@ def expect(dataset, llmc_dir, model, docs_dataset=None):
     print(f"ok: {len(names)} files byte-identical to write_datafile({model}), end-of-text before each document")
 
 
-def fineweb(dataset, out_dir, model, shard_size):
-    """fineweb.py's sharding loop over the dataset's documents (end-of-text first)."""
-    eot = index(dataset)["eot_id"]
+def fineweb(dataset, out_dir, model, shard_size, delimiter=None):
+    """fineweb.py's sharding loop over the dataset's documents (end-of-text, or DELIMITER, first)."""
+    eot = index(dataset)["eot_id"] if delimiter is None else delimiter
     os.makedirs(out_dir, exist_ok=True)
     buf, shard_index, inside = [], 0, []
 
@@ -165,7 +166,7 @@ def main():
     if cmd == "expect":
         expect(*args)
     elif cmd == "fineweb":
-        fineweb(args[0], args[1], args[2], int(args[3]))
+        fineweb(args[0], args[1], args[2], int(args[3]), int(args[4]) if len(args) > 4 else None)
     elif cmd == "widetok":
         widetok(args[0])
     elif cmd == "maxid":

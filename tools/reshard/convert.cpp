@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "cairn/error.h"
 #include "cairn/files.h"
@@ -226,10 +229,22 @@ std::vector<std::string> expand_bin_inputs(const std::vector<std::string>& input
   return out;
 }
 
-// Reads one llm.c token file (either variant) into the document stream. `doc` carries the document
-// in progress from the previous file, so a document that spans files stays whole.
+// llm.c's token files as one stream of documents, across files.
+struct LlmcStream {
+  std::vector<uint32_t> doc;  // the document in progress: one that spans files stays whole
+  bool first_file = true;
+  // llm.c's Llama-3 scripts (dev/data/fineweb.py, tinystories.py, ...) put the tokenizer's <|begin_of_text|>
+  // (128000) before each document where its GPT-2 scripts put end-of-text; a stream whose first token is that one
+  // is split there, the token is dropped and each document gets the end-of-text cairn ends documents with.
+  std::optional<uint32_t> begin_token;
+};
+
+constexpr std::string_view kLlama3BeginOfText = "<|begin_of_text|>";
+
+// Reads one llm.c token file (either variant) into the document stream.
 void import_llmc(const std::string& path, const tokenizer::Tokenizer& tok, MemorySource& src, uint64_t& added,
-                 std::vector<uint32_t>& doc) {
+                 LlmcStream& stream) {
+  std::vector<uint32_t>& doc = stream.doc;
   MappedFile f(path);
   const size_t hdr = kLlmcHeaderInts * 4;
   if (f.size < hdr) corrupt(path, f.size, "file is too short for the llm.c header (1024 bytes)");
@@ -251,10 +266,23 @@ void import_llmc(const std::string& path, const tokenizer::Tokenizer& tok, Memor
     corrupt(path, std::min(f.size, want),
             strprintf("header says %d tokens (%zu bytes) but the file has %zu bytes", ntok, want, f.size));
   const uint32_t eot = tok.eot_id();
-  for (int32_t i = 0; i < ntok; ++i) {
+  auto token_at = [&](int32_t i) {
     const size_t off = hdr + static_cast<size_t>(i) * v->item;
-    uint32_t t = v->item == 2 ? f.at<uint16_t>(off) : f.at<uint32_t>(off);
+    const uint32_t t = v->item == 2 ? f.at<uint16_t>(off) : f.at<uint32_t>(off);
     check_ids(path, off, t, tok.vocab_size());
+    return t;
+  };
+  if (stream.first_file && ntok > 0) {
+    stream.first_file = false;
+    const uint32_t t = token_at(0);
+    if (t != eot && tok.decode(&t, 1) == kLlama3BeginOfText) stream.begin_token = t;
+  }
+  for (int32_t i = 0; i < ntok; ++i) {
+    const uint32_t t = token_at(i);
+    if (stream.begin_token && t == *stream.begin_token) {
+      add_doc(src, tok, doc, added);  // closes the document in progress (none before the first)
+      continue;
+    }
     if (t == eot) {
       // llm.c's scripts put end-of-text before each document (cairn's own older exports after it);
       // either way it closes the document in progress, and an empty document is dropped.
@@ -433,11 +461,16 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
   if (from == "megatron") {
     for (auto& in : inputs) import_megatron(in, *tok, src, added), files.push_back(in);
   } else {
-    std::vector<uint32_t> doc;
+    LlmcStream stream;
     files = expand_bin_inputs(inputs);
-    for (auto& f : files) import_llmc(f, *tok, src, added, doc);
+    for (auto& f : files) import_llmc(f, *tok, src, added, stream);
     uint64_t final_doc = 0;  // llm.c's last document has no delimiter after it: not worth a message
-    add_doc(src, *tok, doc, final_doc);
+    add_doc(src, *tok, stream.doc, final_doc);
+    if (stream.begin_token && root)
+      CAIRN_LOG_INFO("%s: documents begin with %s (%u), as llm.c's Llama-3 scripts write them: split there, each "
+                     "document ending with end-of-text %u instead",
+                     files.front().c_str(), std::string(kLlama3BeginOfText).c_str(), *stream.begin_token,
+                     tok->eot_id());
   }
   if (src.num_docs() == 0) throw UsageError("the inputs contain no documents");
   XXH64_update(st, src.tokens.data(), src.tokens.size() * 4);
