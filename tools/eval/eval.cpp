@@ -13,6 +13,7 @@
 
 #include "cairn/checkpoint.h"
 #include "cairn/cli.h"
+#include "cairn/clock.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/gpu.h"
@@ -32,8 +33,6 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 
 namespace {
-
-double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // A checkpoint to evaluate: its directory (or model.h5 path) and step.
 struct Target {
@@ -221,7 +220,7 @@ class Evaluator {
   // Evaluates one checkpoint on every task; false if it vanished meanwhile (pruned by the trainer).
   bool evaluate(const Target& target, EvalSummary& summary) {
     auto t0 = std::chrono::steady_clock::now();
-    const double start_unix = unix_now();
+    const double start_unix = unix_seconds();
     checkpoint::ModelMeta meta;
     bool ok = true;
     std::string msg;
@@ -297,7 +296,7 @@ class Evaluator {
       CAIRN_LOG_INFO("step %lld: task %s ...", static_cast<long long>(target.step), task->name.c_str());
       results.push_back(task->evaluate(*model_));
     }
-    double wall = unix_now();
+    double wall = unix_seconds();
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::vector<ResultRow> new_rows;
     for (const auto& r : results) {
@@ -376,7 +375,7 @@ class Evaluator {
     }
     const std::string dir = join_path(join_path(out_dir_, "lm_eval"), sanitize_model_name(info.model_name));
     ensure_dir(dir);
-    const std::string date_id = harness_date_id(unix_now());
+    const std::string date_id = harness_date_id(unix_seconds());
     const std::string results_path = join_path(dir, "results_" + date_id + ".json");
     const std::string text = lm.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
     atomic_write(results_path, text);

@@ -231,8 +231,8 @@ std::vector<std::string> expand_bin_inputs(const std::vector<std::string>& input
 
 // llm.c's token files as one stream of documents, across files.
 struct LlmcStream {
-  std::vector<uint32_t> doc;  // the document in progress: one that spans files stays whole
-  bool first_file = true;
+  std::vector<uint32_t> doc;      // the document in progress: one that spans files stays whole
+  bool delimiter_chosen = false;  // by the first token of the stream
   // llm.c's Llama-3 scripts (dev/data/fineweb.py, tinystories.py, ...) put the tokenizer's <|begin_of_text|>
   // (128000) before each document where its GPT-2 scripts put end-of-text; a stream whose first token is that one
   // is split there, the token is dropped and each document gets the end-of-text cairn ends documents with.
@@ -272,8 +272,8 @@ void import_llmc(const std::string& path, const tokenizer::Tokenizer& tok, Memor
     check_ids(path, off, t, tok.vocab_size());
     return t;
   };
-  if (stream.first_file && ntok > 0) {
-    stream.first_file = false;
+  if (!stream.delimiter_chosen && ntok > 0) {
+    stream.delimiter_chosen = true;
     const uint32_t t = token_at(0);
     if (t != eot && tok.decode(&t, 1) == kLlama3BeginOfText) stream.begin_token = t;
   }
