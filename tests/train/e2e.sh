@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cairn-train end to end: 1 vs 2 ranks (with and without ZeRO-1) reproduce the same loss curve over
-# 50 steps; metrics.jsonl / tfevents / trace.json contents; SIGTERM -> checkpoint + exit 75 + resume;
+# 50 steps; metrics.jsonl / tfevents / trace.json contents; SIGTERM/SIGINT -> checkpoint + exit 75 + resume;
+# damaged checkpoints: skipped and retired, or exit 1 when none is usable;
 # bad inputs exit 2 without touching existing outputs.
 set -euo pipefail
 BIN=${CAIRN_BIN_DIR:?CAIRN_BIN_DIR must point at build/bin}
@@ -12,6 +13,13 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 MPIRUN="mpirun --oversubscribe"
 F=/usr/share/games/fortunes
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# Until a background run has logged 3 lines (at most 3 minutes: a slow machine, not a timed race).
+wait_for_steps() {
+  for _ in $(seq 1 1800); do
+    [[ -f "$1/train/metrics.jsonl" && $(wc -l < "$1/train/metrics.jsonl") -ge 3 ]] && return 0
+    sleep 0.1
+  done
+}
 
 "$BIN/cairn-reshard" --log-level warn --out "$W/ds" --set 'data.delimiter="%"' --set data.shards=3 \
   build "$F/fortunes" "$F/computers" "$F/science"
@@ -66,6 +74,18 @@ a = [json.loads(l)["loss"] for l in open(f"{w}/r1/train/metrics.jsonl") if '"tra
 b = [json.loads(l)["loss"] for l in open(f"{w}/r1c/train/metrics.jsonl") if '"train"' in l]
 assert a == b, "resumed steps 26..50 must repeat the original losses bitwise"
 PYEOF
+# The skipped step 50 was retired, not left to outrank (and be kept by pruning over) what the resumed run wrote.
+ls "$W"/r1c/train/retired/*/step_00000050/model.h5 > /dev/null 2>&1 || fail "damaged step_00000050 not retired"
+# Every sealed checkpoint damaged: exit 1 naming the folder, no fresh start over the run's metrics.
+cp -r "$W/r1" "$W/r1d"
+for d in "$W"/r1d/train/ckpt/step_*; do
+  printf 'garbage' | dd of="$d/model.h5" bs=1 seek=4000 conv=notrunc status=none
+done
+lines=$(wc -l < "$W/r1d/train/metrics.jsonl")
+rc=0; err=$("$BIN/cairn-train" --out "$W/r1d" "${MODEL[@]}" --steps 60 --set train.micro_batch=4 2>&1 >/dev/null) || rc=$?
+[[ $rc == 1 ]] || fail "all checkpoints damaged: expected exit 1, got $rc"
+grep -q 'no usable checkpoint in ".*r1d/train/ckpt"' <<<"$err" || fail "all damaged: unclear message: $err"
+[[ $(wc -l < "$W/r1d/train/metrics.jsonl") == "$lines" ]] || fail "all damaged: metrics.jsonl was rewritten"
 
 # ---- observability: metrics lines, tfevents (independent reader), Chrome trace
 "$PY" - "$W/r2/train" "$HERE/../libcommon/metrics/read_tfevents.py" <<'PYEOF'
@@ -111,10 +131,7 @@ PYEOF
 # ---- SIGTERM: finish the step, checkpoint, exit 75; rerunning resumes and finishes
 "$BIN/cairn-train" --out "$W/sig" "${MODEL[@]}" --steps 100000 --set train.checkpoint_every=0 --set train.val_every=0 &
 pid=$!
-for _ in $(seq 1 1800); do
-  [[ -f "$W/sig/train/metrics.jsonl" && $(wc -l < "$W/sig/train/metrics.jsonl") -ge 3 ]] && break
-  sleep 0.1
-done
+wait_for_steps "$W/sig"
 kill -TERM $pid
 rc=0; wait $pid || rc=$?
 [[ $rc == 75 ]] || fail "SIGTERM: expected exit 75, got $rc"
@@ -125,6 +142,17 @@ ckpt=$(printf "%s/sig/train/ckpt/step_%08d" "$W" "$last")
 "$BIN/cairn-train" --out "$W/sig" "${MODEL[@]}" --steps $((last + 3)) --set train.checkpoint_every=0 --set train.val_every=0
 [[ -f "$W/sig/train/FINISHED" ]] || fail "resumed run did not finish"
 [[ $(grep -c '"train"' "$W/sig/train/metrics.jsonl") == $((last + 3)) ]] || fail "resumed metrics have gaps or repeats"
+
+# ---- Ctrl-C (SIGINT) stops like SIGTERM: checkpoint, exit 75, STOPPED names the signal
+"$BIN/cairn-train" --out "$W/int" "${MODEL[@]}" --steps 100000 --set train.checkpoint_every=0 --set train.val_every=0 &
+pid=$!
+wait_for_steps "$W/int"
+kill -INT $pid
+rc=0; wait $pid || rc=$?
+[[ $rc == 75 ]] || fail "SIGINT: expected exit 75, got $rc"
+grep -q '"SIGINT"' "$W/int/train/STOPPED" || fail "SIGINT: STOPPED does not name the signal"
+last=$(tail -n 1 "$W/int/train/metrics.jsonl" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+[[ -f $(printf "%s/int/train/ckpt/step_%08d/DONE" "$W" "$last") ]] || fail "SIGINT: no checkpoint at step $last"
 
 # ---- SIGUSR1 through mpirun (which forwards it to every rank): same checkpoint + exit 75
 $MPIRUN -np 2 "$BIN/cairn-train" --out "$W/usr1" "${MODEL[@]}" --steps 100000 --set train.checkpoint_every=0 \

@@ -31,7 +31,13 @@ int main(int argc, char** argv) {
     cairn::plan::CalibrateOptions copts;
     cal->add_option("--output", copts.output, "cluster file to write (default <out>/plan/cluster-calibrated.toml)")
         ->type_name("FILE");
-    cal->add_option("--seconds", copts.seconds, "measuring time per GEMM shape")->capture_default_str();
+    cal->add_option("--seconds", copts.seconds, "measuring time per GEMM shape")
+        // An hour per shape is already a day of calibration; NaN passes a Range, so it is refused first.
+        ->check(CLI::Validator(
+            [](std::string& v) { return v.find_first_of("nN") != std::string::npos ? "must be a finite number" : ""; },
+            "", "finite"))
+        ->check(CLI::Range(1e-3, 3600.0))
+        ->capture_default_str();
     cal->add_option("--max-dim", copts.max_dim, "largest square GEMM of the size sweep")->capture_default_str();
     cal->add_option("--device", copts.device, "auto (GPU with cuBLAS when built with CUDA and present), cpu or gpu")
         ->capture_default_str();

@@ -109,8 +109,9 @@ namespace {
 // The checks that need no MPI state, in the order the tool has always reported them.
 void check_bench_request(const SweepOptions& o, const BenchBareOptions& bo) {
   if (bo.max_rounds < 1) throw UsageError("--bench-bare: the number of rounds must be at least 1");
-  if (bo.loop_seconds <= 0 || bo.size_seconds < 0)
-    throw UsageError("--bench-loop-ms must be > 0 and --bench-size-s >= 0");
+  // Written as positive tests so NaN fails them; the bounds keep the loop counts inside an int.
+  if (!(bo.loop_seconds > 0 && bo.loop_seconds <= 60) || !(bo.size_seconds >= 0 && bo.size_seconds <= 86400))
+    throw UsageError("--bench-loop-ms must be in (0, 60000] and --bench-size-s in [0, 86400]");
   if (o.backend == "nccl") throw UsageError("--bench-bare compares against bare MPI_Allreduce: use --backend mpi");
   if (o.collectives.size() != 1 || o.collectives.front() != "allreduce") {
     throw UsageError("--bench-bare measures allreduce only (give no collective or 'allreduce')");

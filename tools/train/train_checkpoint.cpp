@@ -47,6 +47,22 @@ std::string TrainCheckpoints::resume_dir() const {
       if (e) resume_dir = e->dir;
     }
     resume_dir = mpi::broadcast_string(resume_dir);
+    // Sealed checkpoints exist (DONE written) but none is usable: starting over would overwrite the run's metrics
+    // and bury its history under new checkpoints; the user decides (each was named with its problem above). A
+    // directory without DONE is a write the preemption interrupted, and a fresh start is right.
+    if (resume_dir.empty()) {
+      size_t damaged = 0;
+      if (s_.rank == 0)
+        for (const checkpoint::Entry& e : checkpoint::list(s_.ckpt_dir, false))
+          damaged += path_exists(join_path(e.dir, "DONE")) ? 1 : 0;
+      if (mpi::broadcast_string(std::to_string(damaged)) != "0") {
+        throw RuntimeError(file_message("no usable checkpoint in", s_.ckpt_dir,
+                                        strprintf("%zu sealed checkpoint(s), all damaged (see the warnings above); "
+                                                  "resume from a good copy with --resume DIR, move "
+                                                  "them away to start over, or use another --out",
+                                                  damaged)));
+      }
+    }
   } else if (s_.resume == "none") {
     auto all = checkpoint::list(s_.ckpt_dir, false);
     if (!all.empty()) {

@@ -44,7 +44,16 @@ namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;
 bool g_handlers_installed = false;
-extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+// SIGTERM/SIGUSR1 (Slurm's preemption warning) and SIGINT (Ctrl-C) stop the run at the next step boundary after a
+// checkpoint. A second Ctrl-C means "now": the default action ends the process at once.
+extern "C" void on_stop_signal(int sig) {
+  if (sig == SIGINT && g_stop_signal == SIGINT) {
+    signal(SIGINT, SIG_DFL);
+    raise(SIGINT);
+    return;
+  }
+  g_stop_signal = sig;
+}
 
 class Trainer {
  public:
@@ -434,10 +443,13 @@ bool Trainer::params_finite() const {
 }
 
 // A rollback (--resume DIR, possibly with new settings) starts a new line of checkpoints at DIR's step: the newer
-// ones in ckpt/ belong to the abandoned run and --resume auto must never pick them after a crash. They move to
+// ones in ckpt/ belong to the abandoned run and --resume auto must never pick them after a crash. With resume =
+// "auto", checkpoints newer than the one resumed from were skipped as damaged: left in place they would outrank
+// (and be kept by pruning instead of) every checkpoint this run writes below their step. Either way they move to
 // <run>/train/retired/<UTC time>/ (kept, not deleted).
 void Trainer::retire_newer_checkpoints() {
-  if (s_.resume == "auto" || s_.resume == "none") return;
+  if (s_.resume == "none") return;
+  const bool damaged = s_.resume == "auto";
   bool ok = true;
   std::string err;
   if (s_.rank == 0) try {
@@ -461,12 +473,16 @@ void Trainer::retire_newer_checkpoints() {
       if (!moved.empty()) {
         std::string names;
         for (const std::string& m : moved) names += (names.empty() ? "" : ", ") + m;
-        CAIRN_LOG_WARN("rollback to step %lld: retired the checkpoints of the abandoned run (%s) to \"%s\"",
-                       static_cast<long long>(progress_.step), names.c_str(), dest.c_str());
+        if (damaged)
+          CAIRN_LOG_WARN("resumed at step %lld: retired the newer checkpoints that could not be used (%s) to \"%s\"",
+                         static_cast<long long>(progress_.step), names.c_str(), dest.c_str());
+        else
+          CAIRN_LOG_WARN("rollback to step %lld: retired the checkpoints of the abandoned run (%s) to \"%s\"",
+                         static_cast<long long>(progress_.step), names.c_str(), dest.c_str());
       }
     } catch (const std::exception& e) {
       ok = false;
-      err = std::string("cannot retire the checkpoints newer than the rollback: ") + e.what();
+      err = std::string("cannot retire the checkpoints newer than the resume point: ") + e.what();
     }
   mpi::agree_or_throw(ok, err, kExitRuntime);
 }
@@ -914,7 +930,10 @@ void Trainer::validate_after(int64_t step) {
 }
 
 static const char* stop_name() {
-  return g_stop_signal == SIGUSR1 ? "SIGUSR1" : g_stop_signal == SIGTERM ? "SIGTERM" : "test hook";
+  return g_stop_signal == SIGUSR1   ? "SIGUSR1"
+         : g_stop_signal == SIGTERM ? "SIGTERM"
+         : g_stop_signal == SIGINT  ? "SIGINT"
+                                    : "test hook";
 }
 
 // <run>/train/STOPPED: the run stopped on a signal with kExitRequeue, for launchers that lose the exit code.
@@ -1098,6 +1117,7 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   g_handlers_installed = true;
 }
 

@@ -48,9 +48,9 @@ struct TrainResult {
   std::string finished_checkpoint;  // the checkpoint FINISHED names ("" when the run did not finish)
 };
 
-// SIGTERM/SIGUSR1 handlers that only record the signal (idempotent; they stay installed until the process exits).
-// main() installs them before anything else, so a signal at any moment of start-up or shutdown is seen: before the
-// first step the run exits 75 with nothing to save, during the run it finishes the step and checkpoints (75), after
+// SIGTERM/SIGUSR1/SIGINT handlers that only record the signal (idempotent; they stay installed until the process
+// exits). main() installs them before anything else, so a signal at any moment of start-up or shutdown is seen: before
+// the first step the run exits 75 with nothing to save, during the run it finishes the step and checkpoints (75), after
 // the last step's stop check the run finishes normally (0).
 void install_stop_handlers();
 int stop_signal();         // the last stop signal received (0: none)
