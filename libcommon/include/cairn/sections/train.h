@@ -64,9 +64,10 @@ struct TrainSection {
     k(&S::warmup, "warmup", Range{0, 1e12}, "linear warmup steps");
     k(&S::schedule, "schedule", Choices{"cosine", "linear", "constant"}, "learning-rate decay after warmup");
     k(&S::weight_decay, "weight_decay", Range{0, 1e3}, "AdamW decoupled weight decay (not on norms/biases)");
-    k(&S::beta1, "beta1", Range{0, 1}, "AdamW beta1");
-    k(&S::beta2, "beta2", Range{0, 1}, "AdamW beta2");
-    k(&S::eps, "eps", Range{0, 1}, "AdamW epsilon");
+    k(&S::beta1, "beta1", Range{0, 0.999999},
+      "AdamW beta1 (< 1: at 1 the moment never forgets and the bias correction divides by 0)");
+    k(&S::beta2, "beta2", Range{0, 0.999999}, "AdamW beta2 (< 1, as beta1)");
+    k(&S::eps, "eps", Range{1e-30, 1}, "AdamW epsilon (> 0: it keeps the update finite where the second moment is 0)");
     k(&S::grad_clip, "grad_clip", Range{0, 1e9}, "clip gradients to this global L2 norm (0 = off)");
     k(&S::checkpoint_every, "checkpoint_every", Range{0, 1e12}, "steps between checkpoints (0 = only at the end)");
     k(&S::keep_checkpoints, "keep_checkpoints", Range{1, 1e9}, "keep the newest K checkpoints");
@@ -76,7 +77,7 @@ struct TrainSection {
       "auto (newest complete checkpoint if any), none (fresh; fails if checkpoints exist), or a checkpoint directory");
     k(&S::val_every, "val_every", Range{0, 1e12}, "steps between validation passes (0 = off)");
     k(&S::val_batches, "val_batches", Range{0, 1e9}, "micro-batches per rank in a validation pass");
-    k(&S::backend, "backend", Choices{"cpu", "cuda"}, Flag{"--backend"}, "kernel backend");
+    k(&S::backend, "backend", Choices{"cpu", "cpu-ref", "cuda"}, Flag{"--backend"}, "kernel backend");
     k(&S::threads, "threads", Range{0, 4096}, Flag{"--threads"},
       "CPU threads per rank (0 = the node's cores shared among its ranks)");
     k(&S::precision, "precision", Choices{"fp32", "bf16"},
