@@ -128,13 +128,18 @@ print("metrics.jsonl, tfevents and trace.json check out")
 PYEOF
 "$PY" "$HERE/check_trace.py" "$W/r2/train/trace.json" --steps 2:4 --ranks 2
 
+# One run in DIR, sent SIG once it has logged steps: it must finish the step, checkpoint and exit 75.
+stop_with() {
+  "$BIN/cairn-train" --out "$2" "${MODEL[@]}" --steps 100000 --set train.checkpoint_every=0 --set train.val_every=0 &
+  local pid=$! rc=0
+  wait_for_steps "$2"
+  kill -"$1" $pid
+  wait $pid || rc=$?
+  [[ $rc == 75 ]] || fail "SIG$1: expected exit 75, got $rc"
+}
+
 # ---- SIGTERM: finish the step, checkpoint, exit 75; rerunning resumes and finishes
-"$BIN/cairn-train" --out "$W/sig" "${MODEL[@]}" --steps 100000 --set train.checkpoint_every=0 --set train.val_every=0 &
-pid=$!
-wait_for_steps "$W/sig"
-kill -TERM $pid
-rc=0; wait $pid || rc=$?
-[[ $rc == 75 ]] || fail "SIGTERM: expected exit 75, got $rc"
+stop_with TERM "$W/sig"
 last=$(tail -n 1 "$W/sig/train/metrics.jsonl" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["step"])')
 ckpt=$(printf "%s/sig/train/ckpt/step_%08d" "$W" "$last")
 [[ -f "$ckpt/DONE" && -f "$ckpt/model.h5" && -f "$ckpt/optim.rank00000.h5" ]] || fail "no complete checkpoint $ckpt"
@@ -144,12 +149,7 @@ ckpt=$(printf "%s/sig/train/ckpt/step_%08d" "$W" "$last")
 [[ $(grep -c '"train"' "$W/sig/train/metrics.jsonl") == $((last + 3)) ]] || fail "resumed metrics have gaps or repeats"
 
 # ---- Ctrl-C (SIGINT) stops like SIGTERM: checkpoint, exit 75, STOPPED names the signal
-"$BIN/cairn-train" --out "$W/int" "${MODEL[@]}" --steps 100000 --set train.checkpoint_every=0 --set train.val_every=0 &
-pid=$!
-wait_for_steps "$W/int"
-kill -INT $pid
-rc=0; wait $pid || rc=$?
-[[ $rc == 75 ]] || fail "SIGINT: expected exit 75, got $rc"
+stop_with INT "$W/int"
 grep -q '"SIGINT"' "$W/int/train/STOPPED" || fail "SIGINT: STOPPED does not name the signal"
 last=$(tail -n 1 "$W/int/train/metrics.jsonl" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["step"])')
 [[ -f $(printf "%s/int/train/ckpt/step_%08d/DONE" "$W" "$last") ]] || fail "SIGINT: no checkpoint at step $last"
