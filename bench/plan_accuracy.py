@@ -28,6 +28,9 @@ MAMF = {A100: 0.869, H100: 0.803}
 NARAYANAN = "Narayanan et al. 2021 (SC21) Table 1: Megatron GPT, s=2048, V=51200, DGX A100 80GB, full recompute"
 KORTHIKANTI = ("Korthikanti et al. 2022 (arXiv 2205.05198) Tables 3 and 5: iteration time, A100 80GB, s=2048, "
                "V=51200, micro-batch 1")
+NARAYANAN_T2 = ("Narayanan et al. 2021 (SC21) Table 2: DeepSpeed ZeRO-3 without model parallelism vs PTD-P (Megatron), "
+                "GPT 175B and 530B, s=2048, V=51200, Selene DGX A100 80GB with 8 x 200 Gb/s HDR per node, hardware "
+                "TFLOP/s with full recompute, fixed global batch as the GPUs double")
 BLOOM = "BigScience 2022, BLOOM-176B model card / Megatron-DeepSpeed: 384 A100 80GB, ~150 TFLOP/s per GPU"
 TITAN_A100 = ("pytorch/torchtitan docs/performance.md: FSDP2 on 64 A100 80GB, local batch as given (Llama 3 rows: "
               "commit 5f5911537, 2024-12-03; Llama 2 rows: commit 613bfd0cf, 2024-04-16)")
@@ -87,6 +90,21 @@ def rows():
             ("530B", 105, 20480, 128, 2520, 8, 35, 2520, 163), ("1T", 128, 25600, 160, 3072, 8, 64, 3072, 163)]:
         add(NARAYANAN, f"GPT {name}", A100, g, gpt(l, h, a), B,
             f"tp={tp},pp={pp},v=1,zero=0,recompute=full,sp=off,cp=1", "hw_tflops", pub,
+            ["plan.dp_overlap=false", "plan.tp_async_backward=false"])
+    # Table 2: the same global batch on 2x and 4x the GPUs. ZeRO-3 is DeepSpeed stage 3 with Megatron's GPT
+    # (its fused kernels), gradients reduced beside the backward (overlap_comm); PTD-P as the Table 1 rows.
+    for name, l, h, a, B, g, mb, pub in [
+            ("175B", 96, 12288, 96, 1536, 384, 4, 144), ("175B", 96, 12288, 96, 1536, 768, 2, 88),
+            ("175B", 96, 12288, 96, 1536, 1536, 1, 44), ("530B", 105, 20480, 128, 2560, 640, 4, 138),
+            ("530B", 105, 20480, 128, 2240, 1120, 2, 98), ("530B", 105, 20480, 128, 2240, 2240, 1, 48)]:
+        add(NARAYANAN_T2, f"GPT {name} ZeRO-3 {g} GPUs", A100, g, gpt(l, h, a), B,
+            f"tp=1,pp=1,v=1,mb={mb},zero=3,recompute=full,sp=off,cp=1", "hw_tflops", pub, ["plan.zero3_impl=deepspeed"])
+    for name, l, h, a, tp, pp, B, g, pub in [
+            ("175B", 96, 12288, 96, 8, 12, 1536, 384, 153), ("175B", 96, 12288, 96, 8, 12, 1536, 768, 149),
+            ("175B", 96, 12288, 96, 8, 12, 1536, 1536, 141), ("530B", 105, 20480, 128, 8, 35, 2240, 560, 171),
+            ("530B", 105, 20480, 128, 8, 35, 2240, 1120, 167), ("530B", 105, 20480, 128, 8, 35, 2240, 2240, 159)]:
+        add(NARAYANAN_T2, f"GPT {name} PTD-P {g} GPUs", A100, g, gpt(l, h, a), B,
+            f"tp={tp},pp={pp},v=1,mb=1,zero=0,recompute=full,sp=off,cp=1", "hw_tflops", pub,
             ["plan.dp_overlap=false", "plan.tp_async_backward=false"])
     add(BLOOM, "BLOOM-176B", A100, 384, gpt(70, 14336, 112, V=250880), 2048,
         "tp=4,pp=12,v=1,mb=2,zero=1,recompute=full,sp=off,cp=1", "hw_tflops", 150,

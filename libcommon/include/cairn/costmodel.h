@@ -184,7 +184,12 @@ struct Assumptions {
   // (Megatron-LM's async tensor-parallel all-reduce, default since 2022); false: exposed (Megatron 2021).
   bool tp_async_backward = true;  // gradient reduction overlapped with backward (Megatron overlap_grad_reduce)
   bool pp_scatter_gather = true;  // PP sends T*h/tp per TP rank (Megatron); false: the full T*h (DeepSpeed)
-  double memory_headroom = 0.0;   // fraction of HBM kept free
+  // ZeRO-3 as DeepSpeed stage 3 runs it (one collective per parameter tensor, gathers prefetched only up to
+  // its prefetch bucket, cross-node traffic at one NIC per rank) instead of PyTorch FSDP (one flat collective
+  // per layer, the next layer prefetched whole, every NIC of the node). docs/cost-model.md section 3.
+  bool zero3_deepspeed = false;
+  double zero3_prefetch_params = 5e7;  // DeepSpeed stage3_prefetch_bucket_size (parameters)
+  double memory_headroom = 0.0;        // fraction of HBM kept free
 };
 
 // Why a plan was rejected (kOk when feasible).

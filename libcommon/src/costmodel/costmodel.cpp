@@ -355,6 +355,8 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   a.dp_overlap = s.dp_overlap;
   a.tp_async_backward = s.tp_async_backward;
   a.pp_scatter_gather = s.pp_scatter_gather;
+  a.zero3_deepspeed = s.zero3_impl == "deepspeed";
+  a.zero3_prefetch_params = s.zero3_prefetch_bucket;
   a.memory_headroom = s.memory_headroom;
   return a;
 }
@@ -666,13 +668,18 @@ double fsdp_copy_kernels(const Cluster& c, const Assumptions& a, double layer_pa
   return bytes / (c.hbm_gbps * 1e9 * c.hbm_efficiency) + 2 * c.kernel_overhead_us * 1e-6;
 }
 
+// Parameter tensors of one layer as a framework holds them (DeepSpeed gathers each separately): gpt QKV,
+// projection, MLP up and down with their biases and two LayerNorms (weight, bias); llama (Hugging Face modules)
+// q, k, v, o, gate, up, down and two RMSNorm weights.
+int layer_tensor_count(const ModelSpec& m) { return m.arch == Arch::Gpt ? 12 : 9; }
+
 // Data-parallel (and ZeRO) communication of one step and the part of it the step waits for.
 struct DpComm {
   double total = 0, exposed = 0, slowdown = 0;
 };
 
 DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g, const LayerTimes& L,
-               double params, double layer_params, int layers, double microbatches) {
+               double params, double layer_params, int layers, double microbatches, int layer_tensors) {
   DpComm r;
   const int n = p.dp * p.cp;
   if (n <= 1) return r;
@@ -696,6 +703,25 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
     r.total = reductions * rs + ag;
     for (int i = 0; i < int(reductions); ++i) bucketed(rs, bwd);
     bucketed(ag, fwd);  // the updated parameters are gathered beside the next forward
+  } else if (a.zero3_deepspeed) {
+    // DeepSpeed stage 3, per micro-batch and layer: one all-gather per parameter tensor as each sub-module
+    // runs, and only zero3_prefetch_params of the next parameters fetched ahead, so a layer larger than the
+    // prefetch bucket waits for the rest of its gathers, forward and again in backward; the gradients'
+    // reduce-scatters (one per tensor) run beside the backward. Across nodes each rank's collectives reach
+    // one NIC's bandwidth, not the node's (Narayanan et al. 2021 Table 2: ZeRO-3 at 384-2240 A100 holds a
+    // step time of 15-17 GB/s per GPU for its parameter traffic as the GPUs double; docs/cost-model.md).
+    const double k = std::max(1, layer_tensors);
+    const int bw_members = g.dp_spans ? 1 : g.dp_per_node;
+    const double ag = k * collective_time(c, Collective::AllGather, layer_params * a.weight_bytes / k, n, bw_members);
+    const double rs = k * collective_time(c, Collective::ReduceScatter, layer_params * a.grad_bytes / k, n, bw_members);
+    const double ahead = std::clamp(a.zero3_prefetch_params / std::max(1.0, layer_params), 0.0, 1.0);
+    const Overlap of = overlap(c, ag * ahead, L.fwd()), ob_ag = overlap(c, ag * ahead, L.bwd());
+    const Overlap ob_rs = overlap(c, rs, L.bwd());
+    const double waited = ag * (1 - ahead);  // forward and backward each
+    r.total = microbatches * layers * (2 * ag + rs);
+    r.exposed =
+        microbatches * (ag + rs + layers * 2 * waited + (layers - 1) * (of.exposed + ob_ag.exposed + ob_rs.exposed));
+    r.slowdown = microbatches * (layers - 1) * (of.slowdown + ob_ag.slowdown + ob_rs.slowdown);
   } else {
     // ZeRO-3 / FSDP, per micro-batch and layer: gather the layer's parameters beside the previous layer's
     // forward (prefetch of one), gather them again and reduce-scatter their gradients beside the next
@@ -905,8 +931,12 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
       p.recompute != Recompute::None ? activation_bytes_per_layer(m_local, a, p.mb, p.tp, p.sp, Recompute::None) : 0;
   // Logits (16-bit) and the fp32 cross-entropy buffer on the last stage (Korthikanti: 4sbv/t).
   const double logits = T * V / t * (e + 4);
-  // ZeRO-3 keeps two gathered layers (current + prefetch) at full size.
-  const double zero3 = p.zero >= 3 ? 2 * rp.layer_tp * a.weight_bytes : 0.0;
+  // ZeRO-3 keeps gathered parameters: FSDP two whole layers (current + prefetch), DeepSpeed the tensor in use
+  // plus its prefetch bucket (never more than two layers).
+  const double largest_tensor = std::max(h * (h + 2.0 * m.kv_heads * m.head_dim()), h * double(m.ffn_hidden)) / t;
+  const double gathered =
+      a.zero3_deepspeed ? std::min(2 * rp.layer_tp, largest_tensor + a.zero3_prefetch_params) : 2 * rp.layer_tp;
+  const double zero3 = p.zero >= 3 ? gathered * a.weight_bytes : 0.0;
   const double reserved = c.reserved_gib * kGiB;
   auto total = [&](double P, double acts, bool has_logits) {
     auto s3 = states(P);
@@ -1015,7 +1045,7 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
   B.stage_params = int64_t(params_max);
 
   // ---- data parallel / ZeRO communication, optimizer
-  const DpComm dc = dp_comm(c, a, p, g, L, params_max, rp.layer_tp, lay_crit, mb_count);
+  const DpComm dc = dp_comm(c, a, p, g, L, params_max, rp.layer_tp, lay_crit, mb_count, layer_tensor_count(m));
   B.dp_comm = dc.total;
   B.dp_exposed = dc.exposed + dc.slowdown;  // what the step waits for, incl. compute slowed by the hidden part
   const double shards = double(p.dp) * p.cp;

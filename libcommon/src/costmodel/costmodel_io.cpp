@@ -307,7 +307,11 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
                                                  .c_str());
   line("PP point-to-point", b.pp_p2p, "");
   line("pipeline bubble", b.bubble, e.plan.v > 1 ? "(p-1)/(v m) of the busy time" : "(p-1)/m of the busy time");
-  line("DP communication", b.dp_comm, "total");
+  line("DP communication", b.dp_comm,
+       e.plan.zero < 3 ? "total"
+       : a.zero3_deepspeed
+           ? "total; ZeRO-3 as DeepSpeed stage 3: a collective per tensor, one NIC per rank (plan.zero3_impl)"
+           : "total; ZeRO-3 as PyTorch FSDP: per-layer gathers, next layer prefetched (plan.zero3_impl)");
   line("  exposed", b.dp_exposed, "counted in the step");
   line("optimizer", b.optimizer, "");
   os << strprintf("  per micro-batch on the slowest stage (%d layers): forward %.4f s, backward %.4f s\n",

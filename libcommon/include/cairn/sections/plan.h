@@ -38,6 +38,8 @@ struct PlanSection {
   bool tp_async_backward = true;
   bool dp_overlap = true;
   bool pp_scatter_gather = true;
+  std::string zero3_impl = "fsdp";
+  double zero3_prefetch_bucket = 5e7;
   bool explain = false;
 
   template <class K>
@@ -92,6 +94,12 @@ struct PlanSection {
       "false)");
     k(&S::pp_scatter_gather, "pp_scatter_gather",
       "pipeline sends 1/tp of the activation per TP rank (Megatron); false: every TP rank sends it whole (DeepSpeed)");
+    k(&S::zero3_impl, "zero3_impl", Choices{"fsdp", "deepspeed"},
+      "how ZeRO-3 moves parameters: fsdp (PyTorch FSDP/FSDP2: one flat all-gather and reduce-scatter per layer, "
+      "the next layer prefetched) or deepspeed (DeepSpeed stage 3: one collective per parameter tensor, "
+      "prefetch bounded by zero3_prefetch_bucket, cross-node traffic at one NIC per rank)");
+    k(&S::zero3_prefetch_bucket, "zero3_prefetch_bucket", Range{0, 1e13},
+      "zero3_impl = deepspeed: parameters gathered ahead of use (DeepSpeed stage3_prefetch_bucket_size)");
     k(&S::explain, "explain", "evaluate the one plan given by [plan]/--plan and print its breakdown");
   }
 };
