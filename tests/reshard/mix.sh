@@ -3,7 +3,7 @@
 # and document counts (each mixed document traced back to its source), weights over every training
 # window as stats.json reports them (recomputed independently), repeated epochs of the small source,
 # same seed -> identical shards, other seed -> other order, verify, stats, cairn-train, cairn-report,
-# and bad input exiting 2 naming the key and source.
+# bad input exiting 2 naming the key and source, and sizes too large to plan refused at once.
 source "$(dirname "$0")/common.sh"
 TRAIN="${CAIRN_BIN_DIR}/cairn-train"
 REPORT="${CAIRN_BIN_DIR}/cairn-report"
@@ -270,5 +270,26 @@ json.dump(ix, open(os.path.join(dst, "index.json"), "w"))
 PY
 expect_exit 2 'sources\[1\] "[^"]*empty": the dataset holds no tokens' "$B" mix "$T/web" "$T/empty" \
   --weights 1,1 --out "$T/bad"
+# An absurd size is refused at once (exit 2 naming the option, the size and the memory there is),
+# before any shard is read or the plan allocated; run under a 2 GB address-space limit and a timeout,
+# so that a regression fails here instead of growing until the machine runs out of memory. A
+# demanding but real size (the small source upsampled tens of epochs) runs under the same limit.
+bounded() { (ulimit -v 2000000; exec timeout 120 "$@"); }
+expect_exit 2 '\[data.mix\] tokens = 1000000000000 (--tokens): a mixture of 1e+12 tokens would hold about .* documents; planning them needs .* of memory, more than the .* available (MemAvailable, cgroup limit, ulimit -v).*; at most about .* tokens fit' \
+  bounded "$B" mix "$T/web" "$T/books" --weights 1,1 --tokens 1000000000000 --out "$T/bad"
+expect_exit 2 '\[data.mix\] epochs = 1e+09 (--epochs): a mixture of .* tokens would hold about .*; at most about .* epochs (--epochs) fit' \
+  bounded "$B" mix "$T/web" "$T/books" --weights 1,1 --epochs 1e9 --out "$T/bad"
+expect_exit 2 '\[data.mix\] weights\[0\] = 1e-12 (one epoch of the largest source "[^"]*web").*epochs (--epochs) fit' \
+  bounded "$B" mix "$T/web" "$T/books" --weights 1e-12,1 --out "$T/bad"
+bounded "$B" mix "$T/web" "$T/books" --weights 1,1 --tokens 20000000 --seed 5 --shards 2 --out "$T/up" 2>"$T/up.err" \
+  || { cat "$T/up.err"; fail "a 2e7-token upsampled mixture failed under ulimit -v 2000000"; }
+grep -q "planning the mixture" "$T/up.err" || fail "mix showed no planning progress"
+"$B" verify "$T/up" >/dev/null
+$PY -c "
+import json
+m = json.load(open('$T/up/stats.json'))['mixture']
+assert 2e7 <= m['tokens'] < 2e7 + 20000 and m['sources'][1]['epochs'] > 20, (m['tokens'], m['sources'][1]['epochs'])
+" || fail "upsampled mixture"
+echo "ok: absurd sizes refused at once, a 2e7-token mixture repeating books $($PY -c "import json;print(round(json.load(open('$T/up/stats.json'))['mixture']['sources'][1]['epochs']))") epochs made"
 [ ! -e "$T/bad" ] || fail "a refused mixture left $T/bad behind"
 echo "mix: all checks passed"

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "cairn/cli.h"
@@ -42,16 +43,22 @@ struct EpochCursor {
 }  // namespace
 
 MixPlan plan_mixture(const std::vector<const DocSource*>& sources, const std::vector<double>& weights,
-                     uint64_t target_tokens, int64_t seed) {
+                     uint64_t target_tokens, int64_t seed, uint64_t expected_documents) {
   const size_t k = sources.size();
   MixPlan plan;
   plan.tokens.assign(k, 0);
   plan.documents.assign(k, 0);
   plan.max_prefix_lag.assign(k, 0);
+  // Grown once: doubling a plan of a billion entries would hold the old and the new copy at once.
+  plan.source.reserve(expected_documents);
+  plan.doc.reserve(expected_documents);
+  plan.prefix.reserve(expected_documents + 1);
   std::vector<EpochCursor> cursors(k);
   for (size_t s = 0; s < k; ++s) cursors[s].ndocs = sources[s]->num_docs();
+  Progress progress("planning the mixture", target_tokens, "tokens");
   uint64_t total = 0;
   while (total < target_tokens) {
+    if ((plan.source.size() & 0xffff) == 0) progress.update(total);
     // Megatron's rule (build_blending_indices), counted in tokens: the source furthest behind its
     // share of what was emitted so far gives the next document (first the heaviest, ties to the lower
     // index).
@@ -74,6 +81,7 @@ MixPlan plan_mixture(const std::vector<const DocSource*>& sources, const std::ve
       plan.max_prefix_lag[s] = std::max(plan.max_prefix_lag[s], std::fabs(static_cast<double>(plan.tokens[s]) -
                                                                           weights[s] * static_cast<double>(total)));
   }
+  progress.finish(strprintf("%zu documents", plan.source.size()));
   return plan;
 }
 
@@ -271,15 +279,83 @@ std::vector<std::unique_ptr<DatasetSource>> verified_sources(const std::vector<s
   return out;
 }
 
-// Tokens the mixture aims at: [data.mix] tokens, else epochs (default 1) of the largest source.
-uint64_t target_tokens(const MixRequest& r, const std::vector<shards::Dataset>& ds) {
-  if (r.mix.tokens > 0) return static_cast<uint64_t>(r.mix.tokens);
-  size_t largest = 0;
+// What the mixture's size costs, from the sources' index.json alone: known before any shard is read
+// or anything allocated, so an absurd size is refused at once instead of growing the plan until the
+// machine runs out of memory.
+struct MixSize {
+  double target = 0;       // tokens: [data.mix] tokens, else epochs (default 1) of the largest source
+  size_t largest = 0;      // the source with the most tokens
+  double epoch = 0;        // tokens of one epoch of the largest source at its weight
+  double documents = 0;    // mixture documents, expected
+  double memory = 0;       // bytes of the plan (every rank on a node holds its own)
+  double shard_bytes = 0;  // tokens the shards will store, in bytes
+  double max_target = 0;   // the largest target that fits in `available` bytes
+  double available = 0;
+};
+
+// Per mixture document: the plan (source 2, document 8, prefix 8 bytes) and the document lengths
+// rank 0 gathers for stats.json (8).
+constexpr double kBytesPerMixDocument = 26;
+// Per source document: its start and byte count (12 bytes) and its epoch's shuffled order (8).
+constexpr double kBytesPerSourceDocument = 20;
+
+MixSize mix_size(const MixRequest& r, const std::vector<shards::Dataset>& ds) {
+  MixSize m;
   for (size_t i = 1; i < ds.size(); ++i)
-    if (ds[i].total_tokens() > ds[largest].total_tokens()) largest = i;
-  const double epochs = r.mix.epochs > 0 ? r.mix.epochs : 1.0;
-  return static_cast<uint64_t>(
-      std::ceil(epochs * static_cast<double>(ds[largest].total_tokens()) / r.weights[largest]));
+    if (ds[i].total_tokens() > ds[m.largest].total_tokens()) m.largest = i;
+  m.epoch = static_cast<double>(ds[m.largest].total_tokens()) / r.weights[m.largest];
+  m.target = r.mix.tokens > 0 ? static_cast<double>(r.mix.tokens)
+                              : std::ceil((r.mix.epochs > 0 ? r.mix.epochs : 1.0) * m.epoch);
+  // Source i gives about weight x target tokens, in documents of its mean length: exact for whole
+  // epochs, and the partial epoch of a seeded source is a random sample of its documents.
+  double per_token = 0, source_docs = 0;
+  for (size_t i = 0; i < ds.size(); ++i) {
+    const double n = static_cast<double>(ds[i].total_documents());
+    per_token += r.weights[i] * n / static_cast<double>(ds[i].total_tokens());
+    source_docs += n;
+  }
+  m.documents = m.target * per_token;
+  const double ranks_on_node = mpi::initialized() ? std::max(mpi::topology().local_size, 1) : 1;
+  const double fixed = source_docs * kBytesPerSourceDocument;
+  m.memory = ranks_on_node * (m.documents * kBytesPerMixDocument + source_docs * kBytesPerSourceDocument);
+  m.shard_bytes = m.target * (shards::tokens_fit_uint16(ds.front().vocab_size()) ? 2 : 4);
+  m.available = available_memory_bytes();
+  m.max_target = std::max(m.available / ranks_on_node - fixed, 0.0) / kBytesPerMixDocument / per_token;
+  return m;
+}
+
+// 297 GB, 2 TB, 31.6 PB: three digits at most before the unit.
+std::string human_bytes(double b) {
+  const char* units[] = {"MB", "GB", "TB", "PB"};
+  double v = b / 1e6;
+  size_t u = 0;
+  for (; u + 1 < std::size(units) && v >= 999.5; ++u) v /= 1e3;
+  return strprintf(v < 999.5 ? "%.3g %s" : "%.0f %s", v, units[u]);
+}
+
+// Refuses (exit 2, naming the option) a size whose plan does not fit in the memory there is; every
+// MPI rank checks its own node and all agree.
+void check_size_fits(const MixRequest& r, const MixSize& m) {
+  std::string err;
+  if (!(m.memory <= m.available && m.target < 9.2e18)) {
+    std::string what, fits;
+    if (r.mix.tokens > 0) {
+      what = strprintf("[data.mix] tokens = %lld (--tokens)", static_cast<long long>(r.mix.tokens));
+      fits = strprintf("at most about %.3g tokens fit", m.max_target);
+    } else {
+      what = r.mix.epochs > 0 ? strprintf("[data.mix] epochs = %g (--epochs)", r.mix.epochs)
+                              : strprintf("[data.mix] weights[%zu] = %g (one epoch of the largest source \"%s\")",
+                                          m.largest, r.given[m.largest], r.paths[m.largest].c_str());
+      fits = strprintf("at most about %.3g epochs (--epochs) fit", m.max_target / m.epoch);
+    }
+    err = strprintf("%s: a mixture of %.3g tokens would hold about %.3g documents; planning them needs %s of memory, "
+                    "more than the %s available (MemAvailable, cgroup limit, ulimit -v), and the shards would take %s; "
+                    "%s",
+                    what.c_str(), m.target, m.documents, human_bytes(m.memory).c_str(),
+                    human_bytes(m.available).c_str(), human_bytes(m.shard_bytes).c_str(), fits.c_str());
+  }
+  if (mpi::initialized()) mpi::agree_or_throw(err.empty(), err, kExitUsage);
+  else if (!err.empty()) throw UsageError(err);
 }
 
 std::string mix_identity(const std::vector<std::unique_ptr<DatasetSource>>& src, const MixRequest& r, uint64_t target,
@@ -361,12 +437,16 @@ int run_mix(const Config& cfg, const std::vector<std::string>& inputs, const std
   const std::string dir = dataset_dir(cfg, out);
   check_output_not_input(dir, req.paths);
   const std::vector<shards::Dataset> datasets = open_sources(req.paths);
+  const MixSize size = mix_size(req, datasets);
+  check_size_fits(req, size);
   const auto sources = verified_sources(datasets, resolve_threads(data));
-  const uint64_t target = target_tokens(req, datasets);
+  const auto target = static_cast<uint64_t>(size.target);
   std::vector<const DocSource*> ptrs;
   ptrs.reserve(sources.size());
   for (const auto& s : sources) ptrs.push_back(s.get());
-  MixPlan plan = plan_mixture(ptrs, req.weights, target, data.seed);
+  // Room for a little more than expected: a partial epoch of short documents adds a few.
+  MixPlan plan =
+      plan_mixture(ptrs, req.weights, target, data.seed, static_cast<uint64_t>(size.documents * 1.02) + 1024);
   json mixture = mixture_json(req, datasets, sources, plan, target, data.seed);
   check_max_epochs(req, mixture);
 

@@ -215,9 +215,10 @@ struct MixPlan {
 // Megatron's greedy blending at token granularity: until `target_tokens` are reached, the source
 // whose tokens lag their weight's share of the prefix the most gives its next whole document. Each
 // source's documents come in epochs, shuffled per (seed, source, epoch) when seed >= 0, else in
-// stored order; small sources repeat. `weights` sum to 1.
+// stored order; small sources repeat. `weights` sum to 1. `expected_documents` sizes the plan's
+// arrays up front. Shows progress on stderr.
 MixPlan plan_mixture(const std::vector<const DocSource*>& sources, const std::vector<double>& weights,
-                     uint64_t target_tokens, int64_t seed);
+                     uint64_t target_tokens, int64_t seed, uint64_t expected_documents = 0);
 // The mixture as one document stream (sources must outlive it).
 class MixSource final : public DocSource {
  public:
@@ -226,6 +227,8 @@ class MixSource final : public DocSource {
   uint64_t num_docs() const override { return plan_.source.size(); }
   uint64_t doc_start(uint64_t d) const override { return plan_.prefix[d]; }
   uint32_t doc_bytes(uint64_t d) const override { return sources_[plan_.source[d]]->doc_bytes(plan_.doc[d]); }
+  // The plan's prefix sums are the document starts: the writer uses them instead of a copy.
+  const uint64_t* doc_starts_data() const override { return plan_.prefix.data(); }
   void read_stream(uint64_t offset, uint64_t count, uint32_t* out) const override;
   std::string identity() const override { return id_; }
   bool raw_range(uint64_t offset, uint64_t count, const void*& ptr, int& width) const override;
@@ -260,6 +263,9 @@ void check_output_not_input(const std::string& out, const std::vector<std::strin
 std::string dataset_dir(const Config& cfg, const std::string& explicit_dir);
 // [data] threads, 0 = every hardware thread.
 int resolve_threads(const DataSection& data);
+// Bytes this process can still allocate: MemAvailable (physical memory where it cannot be read),
+// lowered by its cgroup's memory limit and by ulimit -v.
+double available_memory_bytes();
 
 // Subcommands; each returns the exit code. Inputs are positional arguments.
 // `json_out` ("" none, "-" stdout) receives a summary of what was written.
