@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Safety: SIGKILL mid-reshard then rerun resumes and verifies; inputs are never written; malformed
-# inputs give errors naming file and line/offset (or --skip-bad counts); verify catches corruption.
+# inputs give errors naming file and line/offset (or --skip-bad counts); verify catches corruption,
+# of the shards or of index.json (exit 3); --json - is pure JSON.
 source "$(dirname "$0")/common.sh"
 
 # ---- SIGKILL during reshard, then rerun: complete shards are kept, the result verifies.
@@ -120,7 +121,11 @@ head -c 1500 "$f" > "$T/trunc.bin"
 expect_exit 2 'trunc.bin.*header says' "$B" convert --from llmc "$T/trunc.bin" --out "$T/x"
 printf '\x01\x02\x03\x04' | cat - <(tail -c +5 "$f") > "$T/magic.bin"
 expect_exit 2 'magic.bin.*at byte offset 0: wrong magic' "$B" convert --from llmc "$T/magic.bin" --out "$T/x"
-expect_exit 2 'not an HDF5 file\|No such file\|cannot' "$B" verify "$T/meg"
+# A directory that is not a dataset (no index.json) fails verification; a path that is not there
+# or not a directory names nothing to verify (usage, exit 2).
+expect_exit 3 'cannot open dataset ".*meg/index.json": No such file' "$B" verify "$T/meg"
+expect_exit 2 'cannot verify ".*nowhere": No such file or directory' "$B" verify "$T/nowhere"
+expect_exit 2 'cannot verify ".*m.idx": not a directory' "$B" verify "$T/meg/m.idx"
 expect_exit 2 'exactly one of --from' "$B" convert --out "$T/x" "$T/ds"
 
 # ---- Corruption is caught, not copied: reshard/convert of a dataset that fails verify exit 3 naming
@@ -151,7 +156,67 @@ expect_exit 3 'shard_00000.h5": tokens hash to .* but index.json says' "$B" resh
 $PY -c "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); ix['shards']=[]; json.dump(ix,open(p,'w'))" "$T/wrongsum/index.json"
 expect_exit 2 'key "shards": expected a non-empty array' "$B" reshard "$T/wrongsum" --shards 2 --out "$T/x3"
 $PY -c "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); ix['vocab_size']=None; json.dump(ix,open(p,'w'))" "$T/wrongsum/index.json"
-expect_exit 2 'key "vocab_size": expected an integer in \[0, 4294967295\], got null' "$B" verify "$T/wrongsum"
+expect_exit 3 'key "vocab_size": expected an integer in \[0, 4294967295\], got null' "$B" verify "$T/wrongsum"
+# ---- A damaged index.json fails verification (exit 3) naming the file and what is wrong, whatever
+# the damage; the other datasets given are still checked and reported.
+cp -r "$T/ds" "$T/ix"
+good_index="$(cat "$T/ds/index.json")"
+damage_index() { printf '%s' "$good_index" > "$T/ix/index.json"; $PY -c "$1" "$T/ix/index.json"; }
+damage_index "import sys; p=sys.argv[1]; t=open(p).read(); open(p,'w').write(t[:len(t)//2])"
+expect_exit 3 'malformed dataset index ".*ix/index.json": invalid JSON' "$B" verify "$T/ix"
+damage_index "import sys; open(sys.argv[1],'w').write('shards: 2\n')"
+expect_exit 3 'malformed dataset index ".*ix/index.json": invalid JSON' "$B" verify "$T/ix"
+damage_index "import sys; open(sys.argv[1],'w').write('')"
+expect_exit 3 'malformed dataset index ".*ix/index.json"' "$B" verify "$T/ix"
+damage_index "import sys; open(sys.argv[1],'w').write('[1, 2]')"
+expect_exit 3 'ix/index.json' "$B" verify "$T/ix"
+damage_index "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); ix['shards']='shard_00000.h5'; json.dump(ix,open(p,'w'))"
+expect_exit 3 'ix/index.json.*key "shards"' "$B" verify "$T/ix"
+damage_index "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); ix['shards'][1]['xxh64']='xyz'; json.dump(ix,open(p,'w'))"
+expect_exit 3 'ix/index.json.*shards\[1\].*xxh64' "$B" verify "$T/ix"
+damage_index "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); ix['shards'][0]['file']='../../etc/passwd'; json.dump(ix,open(p,'w'))"
+expect_exit 3 'ix/index.json.*shards\[0\].*file' "$B" verify "$T/ix"
+damage_index "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); ix['shards'][1]['file']='shard_00009.h5'; json.dump(ix,open(p,'w'))"
+expect_exit 3 'ix/shard_00009.h5: .*No such file' "$B" verify "$T/ix"
+grep -q 'ix/shard_00001.h5: shard file not listed in index.json' "$T/out.txt" || fail "unlisted shard not reported"
+rm "$T/ix/index.json"
+expect_exit 3 'cannot open dataset ".*ix/index.json": No such file' "$B" verify "$T/ds" "$T/ix"
+grep -q "^$T/ds: OK" "$T/out.txt" && grep -q "^$T/ix: FAILED" "$T/out.txt" || fail "per-dataset verdicts: $(cat "$T/out.txt")"
+# A shard cut short (a copy that ran out of space) is one more problem naming it.
+printf '%s' "$good_index" > "$T/ix/index.json"
+head -c 3000 "$T/ds/shard_00001.h5" > "$T/ix/shard_00001.h5"
+expect_exit 3 'ix/shard_00001.h5: ' "$B" verify "$T/ix"
+echo "ok: damaged index.json and shards fail verify (exit 3) naming the file"
+
+# ---- --json - puts only JSON on stdout (the human report goes to stderr), pass or fail.
+"$B" verify "$T/ds" --json - 2>/dev/null | $PY -c "
+import json, sys
+j = json.load(sys.stdin)
+assert j['ok'] is True and j['problems'] == [] and j['datasets'][0]['ok'] is True, j
+" || fail "verify --json - is not pure JSON"
+rc=0; "$B" verify "$T/ds" "$T/ix" --json - >"$T/v.json" 2>"$T/v.err" || rc=$?
+[ $rc = 3 ] || fail "verify --json - of a damaged dataset exit $rc, wanted 3"
+$PY -c "
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j['ok'] is False and [d['ok'] for d in j['datasets']] == [True, False], j
+assert any('shard_00001.h5' in p for p in j['problems']), j['problems']
+" "$T/v.json" || fail "verify --json - of a damaged dataset is not pure JSON: $(head -c 300 "$T/v.json")"
+grep -q "ix: FAILED" "$T/v.err" || fail "verify --json - dropped the human report from stderr"
+"$B" stats "$T/ds" --json - 2>"$T/s.err" | $PY -c "
+import json, sys
+j = json.load(sys.stdin)
+assert j['tokens'] > 0 and j['documents'] > 0, j
+" || fail "stats --json - is not pure JSON"
+grep -q "tokens" "$T/s.err" || fail "stats --json - dropped the human summary from stderr"
+cp -r "$T/ds" "$T/ds2"
+"$B" stats "$T/ds" "$T/ds2" --json - 2>/dev/null | $PY -c "
+import json, sys
+j = json.load(sys.stdin)
+assert isinstance(j, list) and len(j) == 2 and j[0]['tokens'] == j[1]['tokens'] > 0, j
+" || fail "stats --json - of two datasets is not one JSON array"
+echo "ok: verify and stats --json - write pure JSON to stdout"
+
 # A killed run's index.json/stats.json temp files are removed by the next run.
 mkdir -p "$T/stale"
 touch "$T/stale/.index.json.tmp.99999.abcdef" "$T/stale/.stats.json.tmp.99999.123456" "$T/stale/.shard_00000.h5.tmp.99999.1"

@@ -40,14 +40,92 @@ void check_shard_attributes(const json& a, const shards::Dataset& ds, size_t i, 
     problem("token width does not match the vocabulary size");
 }
 
-// Checks one dataset; appends "where: what" problems (capped per shard so output stays readable).
+// Shard i (open as `sh`) against its attributes and index.json entry: counts, offsets, token ids,
+// end-of-text, checksums. Adds its tokens, documents and bytes to the dataset's totals.
+void check_shard(const shards::Shard& sh, const shards::Dataset& ds, size_t i, const shards::ShardInfo& info,
+                 bool split, const std::function<void(const std::string&)>& problem, uint64_t& tokens, uint64_t& docs,
+                 uint64_t& bytes) {
+  const uint32_t vocab = ds.vocab_size(), eot = ds.eot_id();
+  json a = sh.attributes();
+  check_shard_attributes(a, ds, i, sh, problem);
+  const uint64_t n = sh.num_tokens(), nd = sh.num_documents();
+  if (n != info.tokens)
+    problem(strprintf("has %llu tokens, index.json says %llu", static_cast<unsigned long long>(n),
+                      static_cast<unsigned long long>(info.tokens)));
+  if (nd != info.documents)
+    problem(strprintf("has %llu documents, index.json says %llu", static_cast<unsigned long long>(nd),
+                      static_cast<unsigned long long>(info.documents)));
+  // Offsets monotone, each document non-empty and ending with end-of-text.
+  std::vector<uint64_t> ends(nd);
+  for (uint64_t d = 0; d < nd; ++d) {
+    uint64_t b = sh.doc_begin(d), e = sh.doc_end(d);
+    ends[d] = e;
+    if (e < b || e > n)
+      problem(strprintf("document %llu: offsets [%llu, %llu) are not monotone within %llu tokens",
+                        static_cast<unsigned long long>(d), static_cast<unsigned long long>(b),
+                        static_cast<unsigned long long>(e), static_cast<unsigned long long>(n)));
+    else if (e == b) problem(strprintf("document %llu is empty", static_cast<unsigned long long>(d)));
+    bytes += sh.doc_bytes(d);
+  }
+  // Token ids below the vocabulary, checksum, end-of-text at document ends.
+  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> state(XXH64_createState(), XXH64_freeState);
+  XXH64_state_t* st = state.get();
+  XXH64_reset(st, 0);
+  std::vector<uint32_t> buf;
+  std::vector<uint16_t> narrow;
+  const uint64_t step = 1 << 20;
+  size_t next_doc = 0;
+  for (uint64_t o = 0; o < n; o += step) {
+    uint64_t c = std::min(step, n - o);
+    buf.resize(c);
+    sh.read_tokens(o, c, buf.data());
+    if (sh.token_width() == 2) {
+      narrow.assign(buf.begin(), buf.end());
+      XXH64_update(st, narrow.data(), c * 2);
+    } else {
+      XXH64_update(st, buf.data(), c * 4);
+    }
+    for (uint64_t k = 0; k < c; ++k)
+      if (buf[k] >= vocab) {
+        uint64_t pos = o + k;
+        uint64_t d = std::upper_bound(ends.begin(), ends.end(), pos) - ends.begin();
+        problem(strprintf("document %llu, token %llu: id %u is not below the vocabulary size %u",
+                          static_cast<unsigned long long>(d), static_cast<unsigned long long>(pos), buf[k], vocab));
+      }
+    while (next_doc < nd && ends[next_doc] <= o + c) {
+      uint64_t e = ends[next_doc];
+      if (!split && e > o && e > sh.doc_begin(next_doc) && e <= n && buf[e - 1 - o] != eot)
+        problem(strprintf("document %llu does not end with end-of-text (%u)", static_cast<unsigned long long>(next_doc),
+                          eot));
+      ++next_doc;
+    }
+  }
+  const uint64_t h = XXH64_digest(st);
+  if (!a.contains("tokens_xxh64") || a["tokens_xxh64"].get<uint64_t>() != h)
+    problem("tokens do not match the checksum stored in the file (xxh64 " + shards::hex64(h) + ")");
+  if (h != info.xxh64)
+    problem("tokens do not match index.json's checksum " + shards::hex64(info.xxh64) + " (computed " +
+            shards::hex64(h) + ")");
+  tokens += n;
+  docs += nd;
+}
+
+// Checks one dataset (an existing directory); appends "where: what" problems (capped per shard so
+// output stays readable). An index.json that is missing, unreadable, not JSON or of the wrong schema
+// is a problem like a bad shard: the directory is not a valid dataset (exit 3).
 json verify_dataset(const std::string& dir, std::vector<std::string>& problems) {
   const size_t cap_per_shard = 20;
-  shards::Dataset ds = shards::Dataset::open(dir);
+  shards::Dataset ds;
+  try {
+    ds = shards::Dataset::open(dir);
+  } catch (const Error& e) {
+    problems.push_back(e.what());
+    return {{"dataset", dir}, {"shards", 0}, {"tokens", 0}, {"documents", 0}};
+  }
   const json& ix = ds.index();
-  const uint32_t vocab = ds.vocab_size(), eot = ds.eot_id();
   const bool split = ix.value("split_docs", false);
   uint64_t tokens = 0, docs = 0, bytes = 0;
+  bool unread = false;  // a shard could not be read: the totals are unknown
   std::set<std::string> listed;
   for (size_t i = 0; i < ds.num_shards(); ++i) {
     const auto& info = ds.info(i);
@@ -63,70 +141,16 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems) 
       sh = shards::open_shard(where);
     } catch (const Error& e) {
       problems.push_back(where + ": " + e.what());
+      unread = true;
       continue;
     }
-    json a = sh->attributes();
-    check_shard_attributes(a, ds, i, *sh, problem);
-    const uint64_t n = sh->num_tokens(), nd = sh->num_documents();
-    if (n != info.tokens)
-      problem(strprintf("has %llu tokens, index.json says %llu", static_cast<unsigned long long>(n),
-                        static_cast<unsigned long long>(info.tokens)));
-    if (nd != info.documents)
-      problem(strprintf("has %llu documents, index.json says %llu", static_cast<unsigned long long>(nd),
-                        static_cast<unsigned long long>(info.documents)));
-    // Offsets monotone, each document non-empty and ending with end-of-text.
-    std::vector<uint64_t> ends(nd);
-    for (uint64_t d = 0; d < nd; ++d) {
-      uint64_t b = sh->doc_begin(d), e = sh->doc_end(d);
-      ends[d] = e;
-      if (e < b || e > n)
-        problem(strprintf("document %llu: offsets [%llu, %llu) are not monotone within %llu tokens",
-                          static_cast<unsigned long long>(d), static_cast<unsigned long long>(b),
-                          static_cast<unsigned long long>(e), static_cast<unsigned long long>(n)));
-      else if (e == b) problem(strprintf("document %llu is empty", static_cast<unsigned long long>(d)));
-      bytes += sh->doc_bytes(d);
+    // A shard that opens but cannot be read to its end (an HDF5 read error) is one more problem.
+    try {
+      check_shard(*sh, ds, i, info, split, problem, tokens, docs, bytes);
+    } catch (const Error& e) {
+      problem(e.what());
+      unread = true;
     }
-    // Token ids below the vocabulary, checksum, end-of-text at document ends.
-    XXH64_state_t* st = XXH64_createState();
-    XXH64_reset(st, 0);
-    std::vector<uint32_t> buf;
-    std::vector<uint16_t> narrow;
-    const uint64_t step = 1 << 20;
-    size_t next_doc = 0;
-    for (uint64_t o = 0; o < n; o += step) {
-      uint64_t c = std::min(step, n - o);
-      buf.resize(c);
-      sh->read_tokens(o, c, buf.data());
-      if (sh->token_width() == 2) {
-        narrow.assign(buf.begin(), buf.end());
-        XXH64_update(st, narrow.data(), c * 2);
-      } else {
-        XXH64_update(st, buf.data(), c * 4);
-      }
-      for (uint64_t k = 0; k < c; ++k)
-        if (buf[k] >= vocab) {
-          uint64_t pos = o + k;
-          uint64_t d = std::upper_bound(ends.begin(), ends.end(), pos) - ends.begin();
-          problem(strprintf("document %llu, token %llu: id %u is not below the vocabulary size %u",
-                            static_cast<unsigned long long>(d), static_cast<unsigned long long>(pos), buf[k], vocab));
-        }
-      while (next_doc < nd && ends[next_doc] <= o + c) {
-        uint64_t e = ends[next_doc];
-        if (!split && e > o && e > sh->doc_begin(next_doc) && e <= n && buf[e - 1 - o] != eot)
-          problem(strprintf("document %llu does not end with end-of-text (%u)",
-                            static_cast<unsigned long long>(next_doc), eot));
-        ++next_doc;
-      }
-    }
-    uint64_t h = XXH64_digest(st);
-    XXH64_freeState(st);
-    if (!a.contains("tokens_xxh64") || a["tokens_xxh64"].get<uint64_t>() != h)
-      problem("tokens do not match the checksum stored in the file (xxh64 " + shards::hex64(h) + ")");
-    if (h != info.xxh64)
-      problem("tokens do not match index.json's checksum " + shards::hex64(info.xxh64) + " (computed " +
-              shards::hex64(h) + ")");
-    tokens += n;
-    docs += nd;
   }
   auto total = [&](const char* key, uint64_t have) {
     if (ix.contains(key) && ix[key].is_number_unsigned() && ix[key].get<uint64_t>() != have)
@@ -135,9 +159,11 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems) 
                                    static_cast<unsigned long long>(ix[key].get<uint64_t>()),
                                    static_cast<unsigned long long>(have)));
   };
-  total("total_tokens", tokens);
-  total("total_documents", docs);
-  total("total_bytes", bytes);
+  if (!unread) {
+    total("total_tokens", tokens);
+    total("total_documents", docs);
+    total("total_bytes", bytes);
+  }
   for (auto& e : fs::directory_iterator(dir)) {
     std::string n = e.path().filename().string();
     if (n.size() > 3 && n.compare(n.size() - 3, 3, ".h5") == 0 && n.rfind("shard_", 0) == 0 && !listed.count(n))
@@ -148,7 +174,7 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems) 
   if (tj.is_object() && tj.value("type", "") != "bytes") {
     try {
       tokenizer::load_from_description(tj, dir);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // Error, or a description of the wrong shape (json's own errors)
       problems.push_back(join_path(dir, "tokenizer") + ": " + e.what());
     }
   }
@@ -160,16 +186,34 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems) 
 int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out) {
   std::vector<std::string> dirs = inputs.empty() ? std::vector<std::string>{dataset_dir(cfg, "")} : inputs;
   if (mpi::initialized() && mpi::rank() != 0) return 0;
+  // A path that is not there (or not a directory) names nothing to verify: a usage error (exit 2),
+  // found before any dataset is read. Everything about an existing directory is verified (exit 3).
+  for (const auto& d : dirs) {
+    std::error_code ec;
+    if (!fs::exists(d, ec))
+      throw UsageError(
+          file_message("cannot verify", d, "No such file or directory (verify takes dataset directories)"));
+    if (!fs::is_directory(d, ec))
+      throw UsageError(
+          file_message("cannot verify", d, "not a directory (a dataset is the directory holding index.json)"));
+  }
+  // With --json - stdout carries only the JSON; the human report goes to stderr.
+  FILE* human = json_out == "-" ? stderr : stdout;
   std::vector<std::string> problems;
   json checked = json::array();
-  for (auto& d : dirs) checked.push_back(verify_dataset(d, problems));
-  for (auto& p : problems) std::printf("%s\n", p.c_str());
+  for (auto& d : dirs) {
+    const size_t before = problems.size();
+    json c = verify_dataset(d, problems);
+    c["ok"] = problems.size() == before;
+    checked.push_back(std::move(c));
+  }
+  for (auto& p : problems) std::fprintf(human, "%s\n", p.c_str());
   for (auto& c : checked)
-    std::printf("%s: %s (%llu shards, %llu documents, %llu tokens)\n", c["dataset"].get<std::string>().c_str(),
-                problems.empty() ? "OK" : "FAILED", static_cast<unsigned long long>(c["shards"].get<uint64_t>()),
-                static_cast<unsigned long long>(c["documents"].get<uint64_t>()),
-                static_cast<unsigned long long>(c["tokens"].get<uint64_t>()));
-  std::fflush(stdout);
+    std::fprintf(human, "%s: %s (%llu shards, %llu documents, %llu tokens)\n", c["dataset"].get<std::string>().c_str(),
+                 c["ok"].get<bool>() ? "OK" : "FAILED", static_cast<unsigned long long>(c["shards"].get<uint64_t>()),
+                 static_cast<unsigned long long>(c["documents"].get<uint64_t>()),
+                 static_cast<unsigned long long>(c["tokens"].get<uint64_t>()));
+  std::fflush(human);
   if (!json_out.empty())
     write_json_output(json_out,
                       json{{"datasets", checked}, {"problems", problems}, {"ok", problems.empty()}}.dump(2) + "\n");
@@ -180,6 +224,9 @@ int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const 
 int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out) {
   std::vector<std::string> dirs = inputs.empty() ? std::vector<std::string>{dataset_dir(cfg, "")} : inputs;
   if (mpi::initialized() && mpi::rank() != 0) return 0;
+  // With --json - stdout carries only the JSON; the human summary goes to stderr.
+  FILE* human = json_out == "-" ? stderr : stdout;
+  json all = json::array();
   for (auto& d : dirs) {
     shards::Dataset ds = shards::Dataset::open(d);
     // Statistics of a corrupt dataset would describe data no reader will accept: its shards are
@@ -196,10 +243,13 @@ int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const s
     } catch (const json::exception&) {
       if (ds.index().contains("mixture")) s["mixture"] = ds.index()["mixture"];
     }
-    std::printf("%s\n%s", d.c_str(), format_stats(s).c_str());
+    std::fprintf(human, "%s\n%s", d.c_str(), format_stats(s).c_str());
+    std::fflush(human);
     atomic_write(join_path(d, "stats.json"), s.dump(2) + "\n");
-    if (!json_out.empty()) write_json_output(json_out, s.dump(2) + "\n");
+    all.push_back(std::move(s));
   }
+  // One dataset: its stats.json object; several: an array of them, in order (one JSON document).
+  if (!json_out.empty()) write_json_output(json_out, (all.size() == 1 ? all[0] : all).dump(2) + "\n");
   return 0;
 }
 
