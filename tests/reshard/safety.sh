@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Safety: SIGKILL mid-reshard then rerun resumes and verifies; inputs are never written; malformed
 # inputs give errors naming file and line/offset (or --skip-bad counts); verify catches corruption,
-# of the shards or of index.json (exit 3); --json - is pure JSON.
+# of the shards or of index.json (exit 3); --json - is pure JSON; unknown subcommands are named.
 source "$(dirname "$0")/common.sh"
 
 # ---- SIGKILL during reshard, then rerun: complete shards are kept, the result verifies.
@@ -216,6 +216,15 @@ j = json.load(sys.stdin)
 assert isinstance(j, list) and len(j) == 2 and j[0]['tokens'] == j[1]['tokens'] > 0, j
 " || fail "stats --json - of two datasets is not one JSON array"
 echo "ok: verify and stats --json - write pure JSON to stdout"
+
+# ---- An unknown subcommand is named, with the closest valid one and the list of them.
+expect_exit 2 'unknown subcommand "frobnicate"; the subcommands are build, reshard, convert, mix, verify, stats' \
+  "$B" frobnicate "$T/ds"
+expect_exit 2 'unknown subcommand "verfy" (did you mean "verify"?)' "$B" verfy "$T/ds"
+expect_exit 2 'unknown subcommand "frobnicate"' "$B" --log-level warn frobnicate
+expect_exit 2 'a subcommand is required: one of build, reshard' "$B"
+expect_exit 2 'shards' "$B" reshard "$T/ds" --shards
+echo "ok: unknown or missing subcommands exit 2 naming the valid ones"
 
 # A killed run's index.json/stats.json temp files are removed by the next run.
 mkdir -p "$T/stale"

@@ -5,14 +5,46 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <set>
+#include <string>
 
 #include "cairn/cli.h"
+#include "cairn/config.h"
 #include "cairn/config_section.h"
 #include "cairn/mpi.h"
 #include "reshard.h"
+
+namespace {
+
+// Why no subcommand ran (CLI11 only says one is required): the word given instead, with the closest
+// valid subcommand to it and the list of them; "" when the parse failed for another reason.
+std::string missing_subcommand(const CLI::App& app, const std::string& error) {
+  std::string valid, best;
+  size_t best_d = SIZE_MAX;
+  std::string given;
+  for (const std::string& a : app.remaining())
+    if (!a.empty() && a[0] != '-') {
+      given = a;
+      break;
+    }
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    const std::string& name = sub->get_name();
+    valid += (valid.empty() ? "" : ", ") + name;
+    const size_t d = cairn::edit_distance(given, name);
+    if (d < best_d && d <= std::max<size_t>(2, name.size() / 3)) best_d = d, best = name;
+  }
+  if (given.empty())
+    return error.find("subcommand") == std::string::npos
+               ? ""
+               : "a subcommand is required: one of " + valid + " (see --help)";
+  return "unknown subcommand \"" + given + "\"" + (best.empty() ? "" : " (did you mean \"" + best + "\"?)") +
+         "; the subcommands are " + valid + " (see --help)";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Freed blocks stay in the heap for the next allocation instead of going back to the kernel: every
@@ -74,7 +106,13 @@ int main(int argc, char** argv) {
                      "auto (llama-3 when the vocabulary exceeds 65536 ids)")
         ->check(CLI::IsMember({"auto", "gpt-2", "llama-3"}));
     app.footer("--out DIR is the output dataset directory (default: [data] path, else <run.dir>/data).");
-    cairn::parse_cli(app, argc, argv);
+    try {
+      cairn::parse_cli(app, argc, argv);
+    } catch (const cairn::UsageError& e) {
+      const std::string why = app.get_subcommands().empty() ? missing_subcommand(app, e.what()) : "";
+      if (why.empty()) throw;
+      throw cairn::UsageError(why);
+    }
 
     // For this tool --out names the dataset directory itself, not the run directory.
     std::string out = opts.out;
