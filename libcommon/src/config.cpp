@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include <toml++/toml.h>
 
 #include "cairn/error.h"
+#include "cairn/files.h"
 
 extern char** environ;
 
@@ -79,8 +81,16 @@ Schema& Schema::add_choice(const std::string& section, const std::string& key, K
   return add(std::move(k));
 }
 
-Schema& Schema::add_open_section(const std::string& section, KeyType type, const std::string& doc) {
-  return add(section, "*", type, nullptr, doc);
+Schema& Schema::add_open_section(const std::string& section, KeyType type, const std::string& doc,
+                                 std::vector<std::string> table_keys) {
+  KeySpec k;
+  k.section = section;
+  k.key = "*";
+  k.type = type;
+  k.default_value = nullptr;
+  k.doc = doc;
+  k.table_keys = std::move(table_keys);
+  return add(std::move(k));
 }
 
 const KeySpec* Schema::find(const std::string& section, const std::string& key) const {
@@ -168,20 +178,74 @@ std::string Schema::suggest_section(const std::string& section) const {
 }
 
 std::pair<std::string, std::string> split_dotted(const std::string& dotted) {
-  auto pos = dotted.rfind('.');
-  if (pos == std::string::npos) return {"", dotted};
-  return {dotted.substr(0, pos), dotted.substr(pos + 1)};
+  if (dotted.find_first_of("\"'") == std::string::npos) {
+    auto pos = dotted.rfind('.');
+    if (pos == std::string::npos) return {"", dotted};
+    return {dotted.substr(0, pos), dotted.substr(pos + 1)};
+  }
+  // Quoted parts (eval.task."wiki.test"): TOML's own dotted-key rules, by parsing `<dotted> = 0`.
+  toml::table t;
+  try {
+    t = toml::parse(dotted + " = 0");
+  } catch (const toml::parse_error& e) {
+    throw UsageError("invalid key " + dotted + ": " + std::string(e.description()));
+  }
+  std::vector<std::string> parts;
+  const toml::table* level = &t;
+  while (level && level->size() == 1) {
+    auto it = level->begin();
+    parts.emplace_back(it->first.str());
+    level = it->second.as_table();
+  }
+  if (parts.empty() || level) throw UsageError("invalid key " + dotted);
+  std::string section;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) section += (i ? "." : "") + parts[i];
+  return {section, parts.back()};
+}
+
+namespace {
+std::string toml_string_literal(const std::string& s);  // TOML conversion, below
+bool bare_key_ok(const std::string& k) {
+  return !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+}  // namespace
+
+std::string dotted_name(const std::string& section, const std::string& key) {
+  const std::string k = bare_key_ok(key) ? key : toml_string_literal(key);
+  return section.empty() ? k : section + "." + k;
 }
 
 // ---------------------------------------------------------------- Origin
 
+namespace {
+// Text with its control characters written as escapes, for one-line messages and `# comments` of
+// --print-config (TOML comments hold no control characters but tab): a newline in a --set argument is \n.
+std::string printable_text(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+}  // namespace
+
 std::string Origin::describe() const {
   switch (kind) {
     case Default: return "default";
-    case File: return where;
-    case Env: return "env " + where;
-    case Set: return "--set" + (where.empty() ? std::string() : " " + where);
-    case Program: return where.empty() ? "tool" : where;
+    case File: return printable_text(where);
+    case Env: return "env " + printable_text(where);
+    case Set: return "--set" + (where.empty() ? std::string() : " " + printable_text(where));
+    case Program: return where.empty() ? "tool" : printable_text(where);
   }
   return "";
 }
@@ -190,8 +254,15 @@ std::string Origin::describe() const {
 
 namespace {
 
+// TOML conversion, defined below.
+std::string toml_value(const json& v);
+std::string toml_string_literal(const std::string& s);
+std::string toml_key(const std::string& k);
+json toml_to_json(const toml::node& node);
+
+// Shortened TOML text of a value for messages: nan stays nan (JSON would print null).
 std::string short_json(const json& v) {
-  std::string s = v.dump();
+  std::string s = v.is_null() ? std::string("null") : toml_value(v);
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
 }
@@ -216,10 +287,116 @@ bool is_int(const json& v) { return v.is_number_integer(); }
 bool is_num(const json& v) { return v.is_number(); }
 bool is_str(const json& v) { return v.is_string(); }
 
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1fu) : n == 3 ? (c & 0x0fu) : (c & 0x07u);
+    for (size_t k = 1; k < n; ++k) {
+      const unsigned char d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3fu);
+    }
+    // Overlong forms, UTF-16 surrogates and values past U+10FFFF are not UTF-8 (TOML rejects them).
+    static const uint32_t min_for_length[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_for_length[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n;
+  }
+  return true;
+}
+
+// "key = value" as the user would write it where the value came from: a --set argument, an env
+// variable or a line of a file (for quoting hints).
+std::string assignment_example(const Origin& origin, const std::string& dotted, const std::string& key,
+                               const std::string& value) {
+  switch (origin.kind) {
+    case Origin::Env: return origin.where + "='" + value + "'";
+    case Origin::File: return toml_key(key) + " = " + value;
+    default: return "--set '" + dotted + "=" + value + "'";
+  }
+}
+
+// The text the user typed for a value, where it is known (--set, env), else its TOML form.
+std::string typed_text(const Origin& origin, const json& v) {
+  if (origin.kind == Origin::Set) {
+    if (auto eq = origin.where.find('='); eq != std::string::npos) return origin.where.substr(eq + 1);
+  }
+  if (origin.kind == Origin::Env) {
+    if (const char* e = std::getenv(origin.where.c_str())) return e;
+  }
+  return toml_value(v);
+}
+
+bool expects_number(KeyType t) {
+  return t == KeyType::Int || t == KeyType::Float || t == KeyType::IntList || t == KeyType::FloatList ||
+         t == KeyType::IntOrIntList;
+}
+bool expects_string(KeyType t) {
+  return t == KeyType::String || t == KeyType::StringList || t == KeyType::StringOrStringList;
+}
+
+// Why a string was given where a number (or boolean) belongs and the other way round: TOML's quotes
+// decide, and --set/env read a word that is not a TOML value as a string. "" when no hint applies.
+std::string quoting_hint(const KeySpec& spec, const std::string& dotted, const std::string& key, const json& v,
+                         const Origin& origin) {
+  if (origin.kind == Origin::Program) return "";  // a tool flag: CLI11 typed it
+  if ((expects_number(spec.type) || spec.type == KeyType::Bool) && v.is_string()) {
+    json unquoted;
+    try {
+      toml::table t = toml::parse("v = " + v.get<std::string>());
+      if (t.size() == 1 && t.get("v")) unquoted = toml_to_json(*t.get("v"));
+    } catch (const toml::parse_error&) {
+    }
+    const bool number = unquoted.is_number() && expects_number(spec.type);
+    const bool boolean = unquoted.is_boolean() && spec.type == KeyType::Bool;
+    if (number || boolean)
+      return " (write " + std::string(number ? "a number" : "true or false") +
+             " without quotes: " + assignment_example(origin, dotted, key, toml_value(unquoted)) + ")";
+    if (spec.type == KeyType::Bool)
+      return " (write true or false without quotes, e.g. " + assignment_example(origin, dotted, key, "true") + ")";
+    json example = spec.default_value.is_number() ? spec.default_value : json(spec.min ? *spec.min : 1);
+    if (spec.type == KeyType::Int || spec.type == KeyType::IntOrIntList || spec.type == KeyType::IntList)
+      example = example.is_number_integer() ? example : json(static_cast<int64_t>(example.get<double>()));
+    return " (write a number without quotes, e.g. " + assignment_example(origin, dotted, key, toml_value(example)) +
+           (origin.kind == Origin::File ? std::string()
+                                        : "; a value that is not a TOML number, boolean or list is read as a string") +
+           ")";
+  }
+  if (expects_string(spec.type) && (v.is_number() || v.is_boolean())) {
+    return " (to give it as a string, quote it: " +
+           assignment_example(origin, dotted, key, toml_string_literal(typed_text(origin, v))) + ")";
+  }
+  if (expects_string(spec.type) && v.is_array()) {
+    json quoted = json::array();
+    for (const auto& e : v) quoted.push_back(e.is_string() ? e.get<std::string>() : toml_value(e));
+    return " (quote each element: " + assignment_example(origin, dotted, key, toml_value(quoted)) + ")";
+  }
+  return "";
+}
+
+// "" if `k` may be a key of a table value of `spec`, else why not, with the closest allowed key.
+std::string unknown_table_key(const KeySpec& spec, const std::string& k) {
+  if (spec.table_keys.empty() || std::find(spec.table_keys.begin(), spec.table_keys.end(), k) != spec.table_keys.end())
+    return "";
+  std::string best, list;
+  size_t best_d = SIZE_MAX;
+  for (const auto& c : spec.table_keys) {
+    list += (list.empty() ? "" : ", ") + c;
+    size_t d = edit_distance(k, c);
+    if (d < best_d && is_close(k, c, d)) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return "unknown key '" + k + "'" + (best.empty() ? " (known keys: " + list + ")" : " (did you mean '" + best + "'?)");
+}
+
 // Checks `v` against `spec`; returns the value coerced to its canonical type, or throws UsageError
 // prefixed with `where` (a file position, env var or --set).
-json check_value(const KeySpec& spec, const std::string& key, const json& v, const std::string& where) {
-  std::string name = spec.section + "." + key;
+json check_value(const KeySpec& spec, const std::string& key, const json& v, const Origin& origin,
+                 const std::string& where) {
+  std::string name = dotted_name(spec.section, key);
   auto fail = [&](const std::string& what) -> json { throw UsageError(where + ": " + name + ": " + what); };
   bool ok = false;
   json out = v;
@@ -244,13 +421,31 @@ json check_value(const KeySpec& spec, const std::string& key, const json& v, con
     case KeyType::StringOrStringList: ok = v.is_string() || all_of_array(v, is_str); break;
     case KeyType::Table: ok = v.is_object(); break;
   }
-  if (!ok) fail(std::string("expected ") + key_type_name(spec.type) + ", got " + value_kind(v) + " " + short_json(v));
+  if (!ok)
+    fail(std::string("expected ") + key_type_name(spec.type) + ", got " + value_kind(v) + " " + short_json(v) +
+         quoting_hint(spec, name, key, v, origin));
+  // Text from the command line or the environment may be any bytes; a config is UTF-8 (as TOML is),
+  // so --print-config can write it back.
+  auto check_text = [&](const json& s) {
+    if (!valid_utf8(s.get<std::string>())) fail("value " + short_json(s) + " is not valid UTF-8");
+  };
+  if (out.is_string()) check_text(out);
+  if (out.is_array())
+    for (const auto& e : out)
+      if (e.is_string()) check_text(e);
+  if (spec.type == KeyType::Table)
+    for (auto it = out.begin(); it != out.end(); ++it)
+      if (std::string why = unknown_table_key(spec, it.key()); !why.empty()) fail(why);
 
   auto check_number = [&](const json& n) {
     double x = n.get<double>();
     if (!std::isfinite(x)) fail("value " + short_json(n) + " is not finite");
-    if (spec.min && x < *spec.min) fail("value " + short_json(n) + " is below the minimum " + json(*spec.min).dump());
-    if (spec.max && x > *spec.max) fail("value " + short_json(n) + " is above the maximum " + json(*spec.max).dump());
+    // Bounds as the key's values are written: "minimum 1", not "1.0".
+    auto bound = [](double b) {
+      return std::floor(b) == b && std::abs(b) < 1e15 ? std::to_string(static_cast<int64_t>(b)) : toml_value(b);
+    };
+    if (spec.min && x < *spec.min) fail("value " + short_json(n) + " is below the minimum " + bound(*spec.min));
+    if (spec.max && x > *spec.max) fail("value " + short_json(n) + " is above the maximum " + bound(*spec.max));
   };
   auto check_choice = [&](const json& s) {
     if (spec.choices.empty()) return;
@@ -325,23 +520,35 @@ std::string config_file_problem(const std::string& path, bool allow_pipe = false
   return "not a regular file (a FIFO, socket or device)";
 }
 
-toml::table parse_toml_file(const std::string& path, bool allow_pipe = true) {
-  if (std::string why = config_file_problem(path, allow_pipe); !why.empty())
-    throw UsageError("cannot open config \"" + path + "\": " + why);
-  try {
-    return toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    throw UsageError(position(path, e.source()) + ": invalid TOML: " + std::string(e.description()));
-  }
+// How a config read from stdin (`--config -`) is named in messages and origins.
+constexpr const char* kStdinName = "<stdin>";
+
+// The name a config source has in messages: the path, or <stdin> for "-".
+std::string source_name(const std::string& path, bool allow_stream) {
+  return allow_stream && path == "-" ? kStdinName : path;
 }
 
-// Parses the right-hand side of `key = value` text; bare words that are not TOML values are strings.
-json parse_value_text(const std::string& text) {
+// Reads and parses a config. The text is read once, whole, before parsing: stdin ("-") and pipes
+// (`--config <(...)`) cannot be read twice or sought, so nothing here may reopen or seek them.
+toml::table parse_toml_file(const std::string& given, bool allow_stream = true) {
+  const std::string shown = source_name(given, allow_stream);
+  // A file named "-" where streams are not read (read_file would take "-" for stdin).
+  const std::string path = !allow_stream && given == "-" ? "./-" : given;
+  if (shown == given) {
+    if (std::string why = config_file_problem(path, allow_stream); !why.empty())
+      throw UsageError("cannot open config \"" + path + "\": " + why);
+  }
+  std::string text;
   try {
-    toml::table t = toml::parse("v = " + text);
-    return toml_to_json(*t.get("v"));
-  } catch (const toml::parse_error&) {
-    return text;
+    text = read_file(path);
+  } catch (const Error& e) {
+    throw UsageError(shown == given ? std::string(e.what())
+                                    : "cannot read config from stdin: " + std::string(e.what()));
+  }
+  try {
+    return toml::parse(text, shown);
+  } catch (const toml::parse_error& e) {
+    throw UsageError(position(shown, e.source()) + ": invalid TOML: " + std::string(e.description()));
   }
 }
 
@@ -355,7 +562,8 @@ std::string toml_string_literal(const std::string& s) {
       case '\t': out += "\\t"; break;
       case '\r': out += "\\r"; break;
       default:
-        if (c < 0x20) {
+        // TOML's basic strings hold no control characters but tab: U+0000-U+001F and DEL are escaped.
+        if (c < 0x20 || c == 0x7f) {
           char buf[8];
           std::snprintf(buf, sizeof buf, "\\u%04x", c);
           out += buf;
@@ -367,11 +575,6 @@ std::string toml_string_literal(const std::string& s) {
   return out + "\"";
 }
 
-bool bare_key_ok(const std::string& k) {
-  return !k.empty() && std::all_of(k.begin(), k.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-  });
-}
 std::string toml_key(const std::string& k) { return bare_key_ok(k) ? k : toml_string_literal(k); }
 
 std::string toml_value(const json& v) {
@@ -410,6 +613,15 @@ std::string toml_value(const json& v) {
   return "\"\"";
 }
 
+// parse_config_value() whose errors name where the text came from (`--set a.b=...`, `env CAIRN_A_B`).
+json parse_value_at(const std::string& text, const std::string& where) {
+  try {
+    return parse_config_value(text);
+  } catch (const UsageError& e) {
+    throw UsageError(where + ": " + e.what());
+  }
+}
+
 std::string env_section_name(const std::string& section) {
   std::string s = section;
   std::replace(s.begin(), s.end(), '.', '_');
@@ -419,16 +631,42 @@ std::string env_section_name(const std::string& section) {
 
 }  // namespace
 
+std::string config_value_text(const json& v) { return short_json(v); }
+
+json parse_config_value(const std::string& text) {
+  toml::table t;
+  try {
+    t = toml::parse("v = " + text);
+  } catch (const toml::parse_error&) {
+    return text;  // not a TOML value (a bare word, a path): the text itself
+  }
+  // "1\nx = 2" parses as two keys: the rest would be dropped silently.
+  if (t.size() != 1 || !t.get("v"))
+    throw UsageError("value " + short_json(json(text)) +
+                     " is more than one TOML value (a newline ends a value); quote it to give one string");
+  return toml_to_json(*t.get("v"));
+}
+
 // ---------------------------------------------------------------- Config
 
 Config::Config(const Schema& schema) : schema_(&schema) {
   for (const auto& k : schema.keys()) {
     if (k.key == "*") continue;
-    values_[k.section + "." + k.key] = Entry{k.default_value, Origin{}};
+    values_[k.section + "." + k.key] = Entry{k.default_value, Origin{}, k.section, k.key};
   }
 }
 
-const json& Config::get(const std::string& dotted) const {
+namespace {
+// The map key of a dotted name: quoted parts as dotted_name writes them (eval.task."wiki.test").
+std::string canonical_dotted(const std::string& dotted) {
+  if (dotted.find_first_of("\"'") == std::string::npos) return dotted;
+  auto [section, key] = split_dotted(dotted);
+  return dotted_name(section, key);
+}
+}  // namespace
+
+const json& Config::get(const std::string& given) const {
+  const std::string dotted = canonical_dotted(given);
   auto it = values_.find(dotted);
   if (it == values_.end()) {
     auto [section, key] = split_dotted(dotted);
@@ -442,7 +680,7 @@ const json& Config::get(const std::string& dotted) const {
 }
 
 bool Config::has(const std::string& dotted) const {
-  auto it = values_.find(dotted);
+  auto it = values_.find(canonical_dotted(dotted));
   return it != values_.end() && !it->second.value.is_null();
 }
 
@@ -510,24 +748,28 @@ std::vector<double> Config::get_floats(const std::string& dotted) const {
 
 json Config::section(const std::string& section) const {
   json out = json::object();
-  std::string prefix = section + ".";
-  for (const auto& [k, e] : values_) {
-    if (k.compare(0, prefix.size(), prefix) != 0) continue;
-    std::string rest = k.substr(prefix.size());
-    if (rest.find('.') != std::string::npos) continue;
-    out[rest] = e.value;
-  }
+  for (const auto& [k, e] : values_)
+    if (e.section == section) out[e.key] = e.value;
   return out;
 }
 
 const Origin& Config::origin(const std::string& dotted) const {
   static const Origin none;
-  auto it = values_.find(dotted);
+  auto it = values_.find(canonical_dotted(dotted));
   return it == values_.end() ? none : it->second.origin;
 }
 
 void Config::set(const std::string& dotted, const json& value, Origin origin) {
-  auto [section, key] = split_dotted(dotted);
+  std::pair<std::string, std::string> parts;
+  try {
+    parts = split_dotted(dotted);
+  } catch (const UsageError& e) {
+    throw UsageError((origin.kind == Origin::Default ? "default" : origin.describe()) + ": " + e.what());
+  }
+  set(parts.first, parts.second, value, std::move(origin));
+}
+
+void Config::set(const std::string& section, const std::string& key, const json& value, Origin origin) {
   std::string where = origin.kind == Origin::Default ? "default" : origin.describe();
   if (!schema_->has_section(section)) {
     std::string hint = schema_->suggest_section(section);
@@ -540,25 +782,50 @@ void Config::set(const std::string& dotted, const json& value, Origin origin) {
     throw UsageError(where + ": unknown key '" + key + "' in [" + section + "]" +
                      (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
   }
-  json checked = check_value(*spec, key, value, where);
-  values_[dotted] = Entry{std::move(checked), std::move(origin)};
+  json checked = check_value(*spec, key, value, origin, where);
+  values_[dotted_name(section, key)] = Entry{std::move(checked), std::move(origin), section, key};
 }
 
 void Config::set_from_text(const std::string& assignment, Origin origin) {
-  auto eq = assignment.find('=');
+  // The first '=' outside a quoted key part ends the key (eval.task."a=b"={...}).
+  size_t eq = std::string::npos;
+  char quote = 0;
+  for (size_t i = 0; i < assignment.size() && eq == std::string::npos; ++i) {
+    const char c = assignment[i];
+    if (quote) {
+      if (c == '\\' && quote == '"') ++i;
+      else if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '=') {
+      eq = i;
+    }
+  }
+  if (eq == std::string::npos && quote)
+    throw UsageError("--set " + printable_text(assignment) + ": unterminated " + quote +
+                     " in the key (quote a key part as in TOML: eval.task.\"a.b\"=...)");
   if (eq == std::string::npos || eq == 0) {
-    throw UsageError("--set expects section.key=value, got '" + assignment + "'");
+    throw UsageError("--set expects section.key=value, got " + short_json(json(assignment)));
   }
   std::string dotted = assignment.substr(0, eq);
-  dotted.erase(std::remove_if(dotted.begin(), dotted.end(), [](unsigned char c) { return std::isspace(c); }),
-               dotted.end());
+  // Spaces around the dots are allowed as in TOML; quoted parts keep theirs (split_dotted parses them).
+  if (dotted.find_first_of("\"'") == std::string::npos)
+    dotted.erase(std::remove_if(dotted.begin(), dotted.end(), [](unsigned char c) { return std::isspace(c); }),
+                 dotted.end());
   std::string text = assignment.substr(eq + 1);
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.erase(text.begin());
-  if (dotted.find('.') == std::string::npos) {
-    throw UsageError("--set expects section.key=value, got '" + assignment + "' (no section)");
-  }
   if (origin.where.empty()) origin.where = assignment;
-  set(dotted, parse_value_text(text), std::move(origin));
+  const std::string where = origin.describe();
+  std::pair<std::string, std::string> parts;
+  try {
+    parts = split_dotted(dotted);
+  } catch (const UsageError& e) {
+    throw UsageError(where + ": " + e.what());
+  }
+  if (parts.first.empty()) {
+    throw UsageError("--set expects section.key=value, got " + short_json(json(assignment)) + " (no section)");
+  }
+  set(parts.first, parts.second, parse_value_at(text, where), std::move(origin));
 }
 
 std::string Config::to_toml(bool with_origins, const std::vector<std::string>& only_sections) const {
@@ -573,12 +840,9 @@ std::string Config::to_toml(bool with_origins, const std::vector<std::string>& o
     for (const auto& k : schema_->keys()) {
       if (k.section != section) continue;
       if (k.key == "*") {
-        std::string prefix = section + ".";
         for (const auto& [name, e] : values_) {
-          if (name.compare(0, prefix.size(), prefix) != 0) continue;
-          std::string rest = name.substr(prefix.size());
-          if (rest.find('.') != std::string::npos) continue;
-          rows.emplace_back(rest, &e);
+          if (e.section != section) continue;
+          rows.emplace_back(e.key, &e);
           specs.push_back(&k);
         }
         continue;
@@ -602,7 +866,7 @@ std::string Config::to_toml(bool with_origins, const std::vector<std::string>& o
       if (with_origins) {
         if (line.size() < 40) line.resize(40, ' ');
         line += "  # " + e->origin.describe();
-        if (!specs[i]->doc.empty() && specs[i]->key != "*") line += " | " + specs[i]->doc;
+        if (!specs[i]->doc.empty() && specs[i]->key != "*") line += " | " + printable_text(specs[i]->doc);
       }
       os << line << "\n";
     }
@@ -615,12 +879,11 @@ json Config::to_json() const {
   json out = json::object();
   for (const auto& [name, e] : values_) {
     if (e.value.is_null()) continue;
-    auto [section, key] = split_dotted(name);
     json* node = &out;
-    std::stringstream ss(section);
+    std::stringstream ss(e.section);
     std::string part;
     while (std::getline(ss, part, '.')) node = &(*node)[part];
-    (*node)[key] = e.value;
+    (*node)[e.key] = e.value;
   }
   return out;
 }
@@ -648,15 +911,21 @@ void apply_table(Config& cfg, const Schema& schema, const toml::table& table, co
       }
       throw UsageError(where + ": key '" + key + "' must be inside a [section]");
     }
-    Origin origin{Origin::File, where};
-    cfg.set(child, toml_to_json(v), origin);
+    // A misspelled key inside a table value ([eval.task.x] pth = ...) is named at its own line.
+    if (const KeySpec* spec = schema.find(section, key); spec && spec->type == KeyType::Table && v.is_table()) {
+      for (auto&& [ik, iv] : *v.as_table())
+        if (std::string why = unknown_table_key(*spec, std::string(ik.str())); !why.empty())
+          throw UsageError(position(file, ik.source()) + ": " + dotted_name(section, key) + ": " + why);
+    }
+    cfg.set(section, key, toml_to_json(v), Origin{Origin::File, where});
   }
 }
 
 void apply_file(Config& cfg, const Schema& schema, const std::string& path, std::vector<std::string>& stack,
                 std::vector<std::string>& files_read, bool included = false) {
+  const std::string shown = source_name(path, !included);  // <stdin> for `--config -`
   std::error_code ec;
-  std::string canon = fs::weakly_canonical(path, ec).string();
+  std::string canon = shown != path ? shown : fs::weakly_canonical(path, ec).string();
   if (ec) canon = path;
   if (std::find(stack.begin(), stack.end(), canon) != stack.end()) {
     std::string chain;
@@ -670,16 +939,19 @@ void apply_file(Config& cfg, const Schema& schema, const std::string& path, std:
     std::vector<std::pair<std::string, std::string>> includes;  // (path, where)
     auto add = [&](const toml::node& n) {
       if (!n.is_string()) {
-        throw UsageError(position(path, n.source()) + ": include: expected a string or a list of strings");
+        throw UsageError(position(shown, n.source()) + ": include: expected a string or a list of strings");
       }
-      includes.emplace_back(n.as_string()->get(), position(path, n.source()));
+      includes.emplace_back(n.as_string()->get(), position(shown, n.source()));
     };
     if (auto arr = inc->as_array()) {
       for (auto& e : *arr) add(e);
     } else {
       add(*inc);
     }
-    fs::path base = fs::path(path).parent_path();
+    // Relative to the including file; a config read from stdin or a pipe (/dev/fd/63) has no
+    // directory of its own, so its includes are relative to the current directory.
+    const bool stream = shown != path || !fs::is_regular_file(path, ec);
+    fs::path base = stream ? fs::path() : fs::path(path).parent_path();
     for (const auto& [rel, where] : includes) {
       if (rel.empty()) throw UsageError(where + ": cannot include \"\": empty file name");
       fs::path p = fs::path(rel).is_absolute() ? fs::path(rel) : base / rel;
@@ -688,7 +960,7 @@ void apply_file(Config& cfg, const Schema& schema, const std::string& path, std:
       apply_file(cfg, schema, p.string(), stack, files_read, true);
     }
   }
-  apply_table(cfg, schema, table, "", path);
+  apply_table(cfg, schema, table, "", shown);
   stack.pop_back();
 }
 
@@ -730,7 +1002,7 @@ void apply_env(Config& cfg, const Schema& schema) {
         }
         continue;
       }
-      cfg.set(section + "." + key, parse_value_text(text), Origin{Origin::Env, name});
+      cfg.set(section, key, parse_value_at(text, "env " + name), Origin{Origin::Env, name});
       break;
     }
   }
@@ -741,6 +1013,8 @@ void apply_env(Config& cfg, const Schema& schema) {
 Config load_config(const ConfigSources& sources, const Schema& schema) {
   Config cfg(schema);
   std::vector<std::string> stack;
+  if (std::count(sources.files.begin(), sources.files.end(), "-") > 1)
+    throw UsageError("--config - (stdin) given more than once: stdin can be read only once");
   for (const auto& f : sources.files) apply_file(cfg, schema, f, stack, cfg.files_read_);
   if (sources.use_env) apply_env(cfg, schema);
   for (const auto& s : sources.sets) cfg.set_from_text(s, Origin{Origin::Set, s});

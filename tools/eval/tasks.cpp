@@ -2,6 +2,7 @@
 // and multiple choice from JSONL, with metrics defined as lm-evaluation-harness defines them.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -83,7 +84,21 @@ int64_t utf8_chars(const std::string& s) {
   return n;
 }
 
-std::string task_where(const std::string& name) { return "[eval.task." + name + "]"; }
+// "[eval.task.mc]", "[eval.task."wiki.test"]": the table as a config file names it.
+std::string task_where(const std::string& name) { return "[" + dotted_name(kEvalTaskSection, name) + "]"; }
+
+// The config refuses keys no task kind has; a key of the other kind (path in a perplexity task) would be
+// ignored here, so it is refused too.
+void check_kind_keys(const std::string& name, const std::string& kind, const json& t) {
+  const std::vector<std::string>& keys = kind == "perplexity" ? perplexity_task_keys() : multiple_choice_task_keys();
+  for (auto it = t.begin(); it != t.end(); ++it) {
+    if (std::find(keys.begin(), keys.end(), it.key()) != keys.end()) continue;
+    std::string list;
+    for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
+    throw UsageError(task_where(name) + ": key '" + it.key() + "' is not a key of kind = \"" + kind +
+                     "\" tasks (they have " + list + ")");
+  }
+}
 
 // Python's str() of a float / bool, as the harness's sanitize_list writes resps.
 std::string py_str(double v) { return nlohmann::json(v).dump(); }
@@ -699,6 +714,16 @@ std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const Task
 }  // namespace
 
 std::vector<McExample> read_mc_jsonl(const std::string& path, bool skip_bad, int64_t* skipped) {
+  // A directory opens as an empty stream (it read as "empty task"), and a FIFO would block, or give its
+  // lines to the check before the run and none to the run: a task file is read more than once.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (!ec && st.type() == std::filesystem::file_type::directory)
+    throw UsageError(
+        file_message("cannot open", path, "Is a directory (a multiple-choice task's path is a JSONL file)"));
+  if (!ec && st.type() != std::filesystem::file_type::regular && st.type() != std::filesystem::file_type::not_found)
+    throw UsageError(file_message("cannot open", path,
+                                  "not a regular file (a FIFO, socket or device; a task file is read more than once)"));
   std::ifstream in(path);
   if (!in) throw UsageError(errno_message("cannot open", path));
   std::vector<McExample> out;
@@ -788,11 +813,12 @@ std::vector<std::unique_ptr<Task>> prepare_tasks(const TaskContext& ctx, const g
       std::string known;
       if (tables.is_object())
         for (auto it = tables.begin(); it != tables.end(); ++it) known += (known.empty() ? "" : ", ") + it.key();
-      throw UsageError("[eval] tasks: unknown task \"" + name + "\" (define [eval.task." + name +
-                       "]; defined: " + (known.empty() ? "none" : known) + "; built in: val, train_val)");
+      throw UsageError("[eval] tasks: unknown task \"" + name + "\" (define " + task_where(name) +
+                       "; defined: " + (known.empty() ? "none" : known) + "; built in: val, train_val)");
     }
     if (!t.is_object()) throw UsageError(task_where(name) + " must be a table");
     std::string kind = get_str(t, name, "kind", "");
+    if (kind == "perplexity" || kind == "multiple_choice") check_kind_keys(name, kind, t);
     if (kind == "perplexity") tasks.push_back(make_perplexity(name, t, ctx, model_cfg));
     else if (kind == "multiple_choice") tasks.push_back(make_mc(name, t, ctx, model_cfg));
     else
@@ -809,6 +835,7 @@ void check_task_tables(const json& tables, const EvalSection& eval) {
     std::string kind = get_str(t, name, "kind", "");
     if (kind != "perplexity" && kind != "multiple_choice")
       throw UsageError(task_where(name) + " kind = \"" + kind + "\": expected \"perplexity\" or \"multiple_choice\"");
+    check_kind_keys(name, kind, t);
     if (kind == "multiple_choice") {
       std::string path = get_str(t, name, "path", "");
       if (path.empty()) throw UsageError(task_where(name) + " needs path = \"file.jsonl\"");

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "cairn/config.h"
 #include "cairn/error.h"
 #include "cairn/plot.h"
 
@@ -37,22 +38,23 @@ std::vector<GateRule> parse_gates(const json& gates) {
     std::optional<MetricDef> def = resolve_metric(key);
     if (!def) {
       std::string hint = suggest_metric(key);
-      throw UsageError("report.gates." + key + ": unknown gate metric \"" + key + "\"" +
+      throw UsageError(dotted_name("report.gates", key) + ": unknown gate metric \"" + key + "\"" +
                        (hint.empty() ? "" : " (did you mean \"" + hint + "\"?)") + "; see cairn-report --list-metrics");
     }
     const json& spec = it.value();
     if (!spec.is_object() || spec.empty())
-      throw UsageError("report.gates." + key + ": expected a table such as { max_increase = 0.02 }, got " +
-                       spec.dump());
+      throw UsageError(dotted_name("report.gates", key) + ": expected a table such as { max_increase = 0.02 }, got " +
+                       config_value_text(spec));
     for (auto r = spec.begin(); r != spec.end(); ++r) {
       bool known = false;
       for (const auto& k : rule_kinds()) known |= k == r.key();
       if (!known)
         throw UsageError(
-            "report.gates." + key + "." + r.key() +
+            dotted_name("report.gates", key) + "." + r.key() +
             ": unknown gate rule (use max_increase, max_increase_pct, max_drop, max_drop_pct, max or min)");
       if (!r.value().is_number() || !std::isfinite(r.value().get<double>()))
-        throw UsageError("report.gates." + key + "." + r.key() + ": expected a number, got " + r.value().dump());
+        throw UsageError(dotted_name("report.gates", key) + "." + r.key() + ": expected a number, got " +
+                         config_value_text(r.value()));
       GateRule g;
       g.metric = *def;
       g.key = key;

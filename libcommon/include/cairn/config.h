@@ -36,6 +36,9 @@ struct KeySpec {
   std::vector<std::string> choices;  // for String / StringList / StringOrStringList
   std::string doc;
   std::string flag;  // a tool flag that sets this key ("-n,--iters"), see add_section_flags
+  // KeyType::Table only: the keys an inline table may hold (empty: any), so a misspelled key inside
+  // `[eval.task.x]` is an error with a suggestion like any other unknown key.
+  std::vector<std::string> table_keys;
 };
 
 // The registry of every section and key of every tool (llama.cpp-style one common registry),
@@ -51,8 +54,10 @@ class Schema {
                     std::optional<double> min, std::optional<double> max, const std::string& doc);
   Schema& add_choice(const std::string& section, const std::string& key, KeyType type, json default_value,
                      std::vector<std::string> choices, const std::string& doc);
-  // Declares a section whose keys are free-form, each of `type` (e.g. report.gates).
-  Schema& add_open_section(const std::string& section, KeyType type, const std::string& doc);
+  // Declares a section whose keys are free-form, each of `type` (e.g. report.gates); for tables,
+  // `table_keys` lists the keys each one may hold (empty: any).
+  Schema& add_open_section(const std::string& section, KeyType type, const std::string& doc,
+                           std::vector<std::string> table_keys = {});
 
   const KeySpec* find(const std::string& section, const std::string& key) const;
   bool has_section(const std::string& section) const;
@@ -105,7 +110,10 @@ class Config {
   const Origin& origin(const std::string& dotted) const;
 
   // Validates and sets one value (type, range, choices), e.g. a tool's own flag mapped to a key.
+  // `dotted` is TOML's dotted-key syntax: a key of an open section may be quoted (eval.task."wiki.test").
   void set(const std::string& dotted, const json& value, Origin origin);
+  // set() with the section and the (unquoted) key apart.
+  void set(const std::string& section, const std::string& key, const json& value, Origin origin);
   // Applies "section.key=value" text (the --set syntax).
   void set_from_text(const std::string& assignment, Origin origin);
 
@@ -122,6 +130,7 @@ class Config {
   struct Entry {
     json value;
     Origin origin;
+    std::string section, key;  // key unquoted: "wiki.test" of eval.task."wiki.test"
   };
   const Schema* schema_;
   std::map<std::string, Entry> values_;
@@ -192,8 +201,16 @@ std::string json_error_text(const std::exception& e);
 //   `malformed <kind> "<file>": invalid JSON: <reason>`.
 json parse_json_text(const std::string& text, const std::string& file, const std::string& kind);
 
-// Splits "a.b.c" into section "a.b" and key "c".
+// Splits "a.b.c" into section "a.b" and key "c". Parts may be quoted as in TOML: `eval.task."wiki.test"` is
+// section "eval.task", key "wiki.test". Throws UsageError on an unterminated quote.
 std::pair<std::string, std::string> split_dotted(const std::string& dotted);
+// The dotted name of a key: section + "." + the key, quoted when it is not a bare TOML key.
+std::string dotted_name(const std::string& section, const std::string& key);
+// A config value as TOML writes it (nan, inf, "quoted \n"), shortened for error messages.
+std::string config_value_text(const json& v);
+// Parses the value of a `--set section.key=value` or `CAIRN_<SECTION>_<KEY>` assignment: TOML value
+// syntax, and text that is not one TOML value (a bare word, a path) is a string.
+json parse_config_value(const std::string& text);
 // Edit distance, for suggestions.
 size_t edit_distance(const std::string& a, const std::string& b);
 

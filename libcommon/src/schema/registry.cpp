@@ -16,7 +16,7 @@ const Schema& registry() {
     declare_section<SweepSection>(s);
     declare_section<PlanSection>(s);
     declare_section<EvalSection>(s);
-    s.add_open_section(kEvalTaskSection, KeyType::Table, kEvalTaskDoc);
+    s.add_open_section(kEvalTaskSection, KeyType::Table, kEvalTaskDoc, eval_task_keys());
     declare_section<ReportSection>(s);
     s.add_open_section(kReportGatesSection, KeyType::Table, kReportGatesDoc);
     return s;

@@ -2,8 +2,12 @@
 #define BOOST_TEST_MODULE common_config
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "cairn/config.h"
 #include "cairn/error.h"
@@ -11,7 +15,9 @@
 using namespace cairn;
 
 namespace {
-std::string data(const std::string& name) { return std::string(std::getenv("CAIRN_SOURCE_DIR")) + "/tests/libcommon/core/data/" + name; }
+std::string data(const std::string& name) {
+  return std::string(std::getenv("CAIRN_SOURCE_DIR")) + "/tests/libcommon/core/data/" + name;
+}
 
 // Returns the UsageError message of loading `sources`, or fails the test if it loads.
 std::string load_error(const ConfigSources& sources) {
@@ -37,8 +43,8 @@ BOOST_AUTO_TEST_CASE(include_then_file_then_env_then_set) {
   ConfigSources src;
   src.files = {data("experiment.toml")};
   Config file_only = load_config(src);
-  BOOST_TEST(file_only.get_int("model.heads") == 4);    // from the include
-  BOOST_TEST(file_only.get_int("model.layers") == 6);   // including file overrides the include
+  BOOST_TEST(file_only.get_int("model.heads") == 4);   // from the include
+  BOOST_TEST(file_only.get_int("model.layers") == 6);  // including file overrides the include
   BOOST_TEST(file_only.get_int("parallel.tp") == 2);
   BOOST_TEST(contains(file_only.origin("model.layers").where, "experiment.toml:5:"));
   BOOST_TEST(contains(file_only.origin("model.heads").where, "base.toml:4:"));
@@ -192,4 +198,147 @@ BOOST_AUTO_TEST_CASE(json_to_toml_writes_nested_tables) {
 BOOST_AUTO_TEST_CASE(edit_distance_basics) {
   BOOST_TEST(edit_distance("hiden", "hidden") == 1u);
   BOOST_TEST(edit_distance("", "abc") == 3u);
+}
+
+namespace {
+// The temporary files of temp_toml, removed when the test program ends.
+struct TempFiles {
+  std::vector<std::string> paths;
+  ~TempFiles() {
+    for (const auto& p : paths) unlink(p.c_str());
+  }
+} temp_files;
+
+// Writes `text` to a fresh temporary file and returns its path (each test its own: ctest runs in parallel).
+std::string temp_toml(const std::string& text) {
+  char name[] = "/tmp/cairn_config_test.XXXXXX";
+  int fd = mkstemp(name);
+  BOOST_REQUIRE(fd >= 0);
+  temp_files.paths.push_back(name);
+  BOOST_REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(fd);
+  return name;
+}
+// load_error() with the environment variable `name` set to `value` meanwhile.
+std::string env_load_error(const char* name, const std::string& value) {
+  setenv(name, value.c_str(), 1);
+  std::string msg = load_error({});
+  unsetenv(name);
+  return msg;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(print_config_round_trips_control_characters_quotes_and_unicode) {
+  // Every kind of character a string may hold, from --set and from the environment; the annotated
+  // --print-config text (origins included: they quote the --set arguments) must load back to the same config.
+  const std::string nasty = std::string("line1\nline2\ttab \x7f del \x01 \"quoted\" back\\slash caf\xc3\xa9 ") +
+                            "\xe2\x82\xac \xf0\x9f\x98\x80 end";
+  setenv("CAIRN_REPORT_TITLE", ("env" + nasty).c_str(), 1);
+  ConfigSources src;
+  src.sets = {"run.name=" + nasty, "run.dir=\"" + std::string("runs/\\u007f\\n") + "\"",
+              "report.runs=[\"a\\nb\", \"\\u0000c\"]", "eval.task.\"wiki.test\"={kind=\"perplexity\", data=\"d\\te\"}"};
+  Config cfg = load_config(src);
+  unsetenv("CAIRN_REPORT_TITLE");
+  BOOST_TEST(cfg.get_string("run.name") == nasty);  // nothing dropped after the newline
+  BOOST_TEST(cfg.get_string("report.title") == "env" + nasty);
+  BOOST_TEST(cfg.get_string("run.dir") == std::string("runs/\x7f\n"));
+  BOOST_TEST(cfg.get_strings("report.runs")[1] == std::string("\0c", 2));
+  for (bool with_origins : {true, false}) {
+    const std::string text = cfg.to_toml(with_origins);
+    for (char c : text) BOOST_TEST((c == '\n' || c == '\t' || (c >= 0x20 && c != 0x7f) || c < 0));
+    Config again = load_config({{temp_toml(text)}, {}, false});
+    BOOST_TEST(again.to_json() == cfg.to_json());
+    BOOST_TEST(again.get_string("run.name") == nasty);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(set_value_with_a_second_toml_value_is_an_error_not_dropped) {
+  // "5\nmodel.layers = 3" parses as two keys: the second was dropped silently.
+  std::string msg = load_error({{}, {"train.steps=5\nlayers = 3"}});
+  BOOST_TEST(contains(msg, "--set train.steps=5"));
+  BOOST_TEST(contains(msg, "more than one TOML value"));
+  // Text that is no TOML value stays one string, newline and all.
+  ConfigSources src;
+  src.sets = {"run.name=first line\nsecond = line"};
+  BOOST_TEST(load_config(src).get_string("run.name") == "first line\nsecond = line");
+  msg = env_load_error("CAIRN_TRAIN_STEPS", "5\n[model]\nlayers = 3");
+  BOOST_TEST(contains(msg, "env CAIRN_TRAIN_STEPS"));
+  BOOST_TEST(contains(msg, "more than one TOML value"));
+}
+
+BOOST_AUTO_TEST_CASE(invalid_utf8_from_set_or_env_is_an_error) {
+  std::string msg = load_error({{}, {"run.name=caf\xe9"}});
+  BOOST_TEST(contains(msg, "run.name"));
+  BOOST_TEST(contains(msg, "not valid UTF-8"));
+  msg = env_load_error("CAIRN_RUN_NAME", "\xc3\x28");
+  BOOST_TEST(contains(msg, "env CAIRN_RUN_NAME"));
+  BOOST_TEST(contains(msg, "not valid UTF-8"));
+}
+
+BOOST_AUTO_TEST_CASE(quoted_dotted_keys_name_one_table) {
+  const std::string path = temp_toml("[eval]\ntasks = [\"wiki.test\", \"my task\"]\n"
+                                     "[eval.task.\"wiki.test\"]\nkind = \"perplexity\"\n"
+                                     "[eval.task.\"my task\"]\nkind = \"multiple_choice\"\npath = \"x.jsonl\"\n"
+                                     "[report.gates]\n\"val.loss\" = { max = 1 }\n");
+  Config cfg = load_config({{path}, {}, false});
+  json tasks = cfg.section("eval.task");
+  BOOST_TEST(tasks.size() == 2u);
+  BOOST_TEST(tasks["wiki.test"]["kind"] == "perplexity");
+  BOOST_TEST(tasks["my task"]["path"] == "x.jsonl");
+  BOOST_TEST(cfg.section("report.gates")["val.loss"]["max"] == 1);
+  BOOST_TEST(contains(cfg.origin("eval.task.\"wiki.test\"").where, ":3:"));
+  BOOST_TEST(cfg.has("eval.task.'wiki.test'"));
+  BOOST_TEST(cfg.to_json()["eval"]["task"]["wiki.test"]["kind"] == "perplexity");
+  // --print-config writes them quoted, and they load back.
+  const std::string text = cfg.to_toml(true);
+  BOOST_TEST(contains(text, "\"wiki.test\" = { kind = \"perplexity\" }"));
+  Config again = load_config({{temp_toml(text)}, {}, false});
+  BOOST_TEST(again.to_json() == cfg.to_json());
+  // The same from --set; an unterminated quote is an error naming the argument.
+  ConfigSources src;
+  src.sets = {"eval.task.\"a.b=c\" = {kind=\"perplexity\"}"};
+  BOOST_TEST(load_config(src).section("eval.task")["a.b=c"]["kind"] == "perplexity");
+  BOOST_TEST(
+      contains(load_error({{}, {"eval.task.\"a.b={kind=1}"}}), "--set eval.task.\"a.b={kind=1}: unterminated \""));
+  BOOST_TEST(split_dotted("a.b.\"c.d\"").first == "a.b");
+  BOOST_TEST(split_dotted("a.b.\"c.d\"").second == "c.d");
+  BOOST_TEST(dotted_name("eval.task", "c.d") == "eval.task.\"c.d\"");
+}
+
+BOOST_AUTO_TEST_CASE(unknown_key_in_a_task_table_is_an_error_with_a_suggestion) {
+  std::string msg =
+      load_error({{temp_toml("[eval.task.mc]\nkind = \"multiple_choice\"\npth = \"x.jsonl\"\n")}, {}, false});
+  BOOST_TEST(contains(msg, ":3:1: eval.task.mc: unknown key 'pth' (did you mean 'path'?)"));
+  msg = load_error({{}, {"eval.task.mc={kind=\"perplexity\", bogus=1}"}, false});
+  BOOST_TEST(contains(msg, "--set eval.task.mc="));
+  BOOST_TEST(contains(msg, "unknown key 'bogus' (known keys: kind, data"));
+  // report.gates tables are checked by cairn-report (metric names): any key passes here.
+  BOOST_CHECK_NO_THROW(load_config({{}, {"report.gates.val_loss={max_increase=0.1}"}, false}));
+}
+
+BOOST_AUTO_TEST_CASE(nan_is_shown_as_nan_not_null) {
+  std::string msg = load_error({{}, {"train.lr=nan"}, false});
+  BOOST_TEST(contains(msg, "value nan is not finite"));
+  BOOST_TEST(!contains(msg, "null"));
+  msg = load_error({{temp_toml("[train]\nlr = -inf\n")}, {}, false});
+  BOOST_TEST(contains(msg, "value -inf is not finite"));
+  BOOST_TEST(config_value_text(json(std::nan(""))) == "nan");
+  BOOST_TEST(config_value_text(json::array({1.5, std::nan("")})) == "[1.5, nan]");
+}
+
+BOOST_AUTO_TEST_CASE(string_for_number_and_number_for_string_give_quoting_hints) {
+  std::string msg = load_error({{}, {"train.lr=abc"}, false});
+  BOOST_TEST(contains(msg, "--set train.lr=abc: train.lr: expected a number, got string \"abc\""));
+  BOOST_TEST(contains(msg, "write a number without quotes, e.g. --set 'train.lr="));
+  msg = load_error({{temp_toml("[train]\nlr = \"0.001\"\n")}, {}, false});
+  BOOST_TEST(contains(msg, "(write a number without quotes: lr = 0.001)"));
+  msg = load_error({{}, {"run.dir=2024"}, false});
+  BOOST_TEST(contains(msg, "expected a string, got integer 2024 (to give it as a string, quote it: --set "
+                           "'run.dir=\"2024\"')"));
+  msg = env_load_error("CAIRN_RUN_NAME", "1e3");
+  BOOST_TEST(contains(msg, "quote it: CAIRN_RUN_NAME='\"1e3\"'"));
+  msg = load_error({{temp_toml("[report]\nruns = [1, \"b\"]\n")}, {}, false});
+  BOOST_TEST(contains(msg, "(quote each element: runs = [\"1\", \"b\"])"));
+  msg = load_error({{}, {"train.tensorboard=yes"}, false});
+  BOOST_TEST(contains(msg, "write true or false without quotes"));
 }

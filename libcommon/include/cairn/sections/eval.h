@@ -1,5 +1,6 @@
 // [eval] and [eval.task.<name>]: cairn-eval's checkpoints, tasks, batching and --watch keys.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -63,7 +64,26 @@ inline constexpr const char* kEvalTaskSection = "eval.task";
 inline constexpr const char* kEvalTaskDoc =
     "task tables: name = { kind = \"perplexity\" | \"multiple_choice\", ... }; perplexity: data (dataset dir, "
     "default [data] path), split = \"val\"|\"all\"|\"shards\", shards = [i, ...], mode = \"windows\" (training "
-    "windows) | \"documents\" (rolling windows per document), rolling_context, max_windows, like_train; "
-    "multiple_choice: path (JSONL {context, choices, label}), delimiter (default \" \"), version";
+    "windows) | \"documents\" (rolling windows per document), rolling_context, max_windows, like_train, limit; "
+    "multiple_choice: path (JSONL {context, choices, label}), data, delimiter (default \" \"), version, limit";
+
+// The keys a task table of each kind may hold: the config refuses any other key in [eval.task.<name>]
+// (with a suggestion), and cairn-eval a key of the other kind.
+inline const std::vector<std::string>& perplexity_task_keys() {
+  static const std::vector<std::string> keys{"kind",  "data",        "split",      "shards",         "mode",
+                                             "limit", "max_windows", "like_train", "rolling_context"};
+  return keys;
+}
+inline const std::vector<std::string>& multiple_choice_task_keys() {
+  static const std::vector<std::string> keys{"kind", "path", "data", "delimiter", "version", "limit"};
+  return keys;
+}
+// Either kind's keys: what any [eval.task.<name>] table may hold.
+inline std::vector<std::string> eval_task_keys() {
+  std::vector<std::string> keys = perplexity_task_keys();
+  for (const auto& k : multiple_choice_task_keys())
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  return keys;
+}
 
 }  // namespace cairn
