@@ -3,9 +3,14 @@
 #include "cairn/config_section.h"
 #include "cairn/sections/run.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -19,22 +24,26 @@
 
 namespace cairn {
 
-void add_common_options(CLI::App& app, CommonOptions& opts) {
+void add_common_options(CLI::App& app, CommonOptions& opts, bool short_aliases) {
   app.set_version_flag("--version", cairn_version() + " (git " + cairn_git_sha() + ")");
-  app.add_option("-C,--config", opts.config_files,
-                 "TOML config file (repeatable; later files override earlier; `include = [...]` merges others)")
+  app.add_option(short_aliases ? "-C,--config" : "--config", opts.config_files,
+                 "TOML config file (repeatable; later files override earlier; `include = [...]` merges others; "
+                 "- reads stdin)")
       ->type_name("FILE")
       ->allow_extra_args(false);  // one value per occurrence: `--config a.toml input.txt` keeps the input
   app.add_option("--set", opts.sets, "override a config key: section.key=value (repeatable; highest precedence)")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
-  app.add_option("-o,--out", opts.out, "run directory (sets [run] dir); outputs go to <out>/<stage>/")
+  app.add_option(short_aliases ? "-o,--out" : "--out", opts.out,
+                 "run directory (sets [run] dir); outputs go to <out>/<stage>/")
       ->type_name("DIR");
   app.add_flag("--print-config", opts.print_config,
                "print the effective config as TOML, each key annotated with where its value came from, and exit");
   app.add_option("--log-level", opts.log_level, "debug, info, warn, error or quiet (logs go to stderr)")
       ->capture_default_str();
-  app.add_option("--json", opts.json_path, "also write machine-readable results to FILE (- for stdout)")
+  app.add_option("--json", opts.json_path,
+                 "also write machine-readable results to FILE (- for stdout, which then holds the JSON alone: "
+                 "what the tool prints for people goes to stderr)")
       ->type_name("FILE");
   app.add_flag("--log-all-ranks", opts.log_all_ranks, "every MPI rank logs, prefixed [rank/size host]");
 }
@@ -88,13 +97,98 @@ void add_key_flag(CLI::App& app, const KeySpec& k, ToolSettings& settings) {
 
 }  // namespace
 
+namespace {
+
+// The real stdout while `--json -` owns it (-1 otherwise): fd 1 then points at stderr, so whatever a
+// tool prints for people (tables, summaries) lands on stderr and stdout carries the JSON alone.
+int json_stdout_fd = -1;
+
+void write_fd(int fd, std::string_view text) {
+  while (!text.empty()) {
+    ssize_t n = ::write(fd, text.data(), text.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw RuntimeError(std::string("cannot write to stdout: ") + std::strerror(errno));
+    }
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+// Writes data meant for stdout: to the real stdout when `--json -` redirected fd 1.
+void write_stdout(std::string_view text) {
+  if (json_stdout_fd < 0) {
+    std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
+    std::cout.flush();
+    return;
+  }
+  write_fd(json_stdout_fd, text);
+}
+
+void reserve_stdout_for_json() {
+  if (json_stdout_fd >= 0) return;
+  std::cout.flush();
+  std::fflush(stdout);
+  int saved = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (saved < 0) return;  // no stdout at all: nothing to keep clean
+  if (::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    ::close(saved);
+    return;
+  }
+  json_stdout_fd = saved;
+}
+
+// Undoes reserve_stdout_for_json when a tool's body ends (in-process callers, tests, run more than one).
+void restore_stdout() {
+  if (json_stdout_fd < 0) return;
+  std::cout.flush();
+  std::fflush(stdout);
+  ::dup2(json_stdout_fd, STDOUT_FILENO);
+  ::close(json_stdout_fd);
+  json_stdout_fd = -1;
+}
+
+// The output paths of the common options, checked before the config is used for any work: an output that
+// cannot be written is a usage error (exit 2) now, not after minutes of work. Rank 0 checks (it writes
+// them; another node may not see the paths) and a failure there ends the job.
+void check_common_outputs(const CommonOptions& opts, const Config& cfg) {
+  if (opts.json_path == "-") reserve_stdout_for_json();
+  if (mpi::initialized() && mpi::rank() != 0) return;
+  namespace fs = std::filesystem;
+  // The run directory, where the command line or the environment names it (a config file's [run] dir may
+  // name a run this tool does not write to, e.g. cairn-report's), must be a directory or creatable as one:
+  // its nearest existing ancestor is a directory (a regular file there failed late, with exit 1, in the
+  // tools that create it only when they write).
+  const Origin& dir_origin = cfg.origin("run.dir");
+  if (dir_origin.kind == Origin::Set || dir_origin.kind == Origin::Env) {
+    const std::string dir = run_dir(cfg);
+    fs::path p = dir;
+    std::error_code ec;
+    while (!p.empty() && fs::symlink_status(p, ec).type() == fs::file_type::not_found) p = p.parent_path();
+    if (!dir.empty() && !p.empty() && !fs::is_directory(p, ec))
+      throw UsageError(file_message((dir_origin.where == "--out" ? std::string("--out") : dir_origin.describe()) +
+                                        ": cannot use run directory",
+                                    dir, "Not a directory"));
+  }
+  if (!opts.json_path.empty() && opts.json_path != "-") {
+    try {
+      check_writable_file(opts.json_path);
+    } catch (const UsageError& e) {
+      throw UsageError(std::string("--json: ") + e.what());
+    }
+  }
+}
+
+}  // namespace
+
 void add_section_flags(CLI::App& app, const std::string& section, ToolSettings& settings, const Schema& schema) {
   for (const KeySpec& k : schema.keys()) {
     if (k.section == section && !k.flag.empty()) add_key_flag(app, k, settings);
   }
 }
 
-Config load_tool_config(const CommonOptions& opts, const std::vector<std::string>& tool_sets) {
+namespace {
+// The config from the common options' files, env and --set (and a tool's text assignments), before --out.
+Config load_layers(const CommonOptions& opts, const std::vector<std::string>& tool_sets) {
   LogSettings& ls = log_settings();
   ls.level = parse_log_level(opts.log_level);
   ls.all_ranks = opts.log_all_ranks;
@@ -109,30 +203,36 @@ Config load_tool_config(const CommonOptions& opts, const std::vector<std::string
   // Tool flags first, then --set, so an explicit --set wins over a convenience flag.
   for (const auto& s : tool_sets) sources.sets.push_back(s);
   for (const auto& s : opts.sets) sources.sets.push_back(s);
-  Config cfg = load_config(sources);
+  return load_config(sources);
+}
+
+// --out last (it names the run directory whatever else does), provenance, then the output checks.
+Config finish_tool_config(const CommonOptions& opts, Config cfg) {
   if (!opts.out.empty()) cfg.set("run.dir", opts.out, Origin{Origin::Set, "--out"});
   provenance().config_toml = cfg.to_toml(false);
+  check_common_outputs(opts, cfg);
   return cfg;
+}
+}  // namespace
+
+Config load_tool_config(const CommonOptions& opts, const std::vector<std::string>& tool_sets) {
+  return finish_tool_config(opts, load_layers(opts, tool_sets));
 }
 
 Config load_tool_config(const CommonOptions& opts, const ToolSettings& tool_settings) {
   CommonOptions without_sets = opts;
   without_sets.sets.clear();
-  Config cfg = load_tool_config(without_sets);
+  Config cfg = load_layers(without_sets, {});
   for (const auto& t : tool_settings)
     cfg.set(t.key, t.value, Origin{Origin::Program, t.flag.empty() ? "command-line flag" : t.flag});
   for (const auto& s : opts.sets) cfg.set_from_text(s, Origin{Origin::Set, s});
-  if (!opts.out.empty()) cfg.set("run.dir", opts.out, Origin{Origin::Set, "--out"});
-  provenance().config_toml = cfg.to_toml(false);
-  return cfg;
+  return finish_tool_config(opts, std::move(cfg));
 }
 
 bool maybe_print_config(const CommonOptions& opts, const Config& cfg) {
   if (!opts.print_config) return false;
-  std::cout << "# effective config of " << provenance().tool << " " << cairn_version()
-            << " (precedence: default < file < env CAIRN_<SECTION>_<KEY> < --set)\n";
-  std::cout << cfg.to_toml(true);
-  std::cout.flush();
+  write_stdout("# effective config of " + provenance().tool + " " + cairn_version() +
+               " (precedence: default < file < env CAIRN_<SECTION>_<KEY> < --set)\n" + cfg.to_toml(true));
   return true;
 }
 
@@ -149,7 +249,9 @@ void parse_cli(CLI::App& app, int argc, char** argv) {
 
 void write_json_output(const std::string& path, const std::string& text) {
   if (path.empty()) return;
-  atomic_write(path, text.back() == '\n' ? text : text + "\n");
+  const std::string line = !text.empty() && text.back() == '\n' ? text : text + "\n";
+  if (path == "-") write_stdout(line);
+  else atomic_write(path, line);
 }
 
 std::string run_dir(const Config& cfg) { return read_section<RunSection>(cfg).dir; }
@@ -174,6 +276,10 @@ int run_tool(const std::string& tool, int argc, char** argv, const std::function
   h5::silence_errors();
   // Writing to a closed pipe (`tool | head`) should end quietly, not kill us mid-write of a file.
   std::signal(SIGPIPE, SIG_IGN);
+  // `--json -` hands stdout back when the tool ends, however it ends.
+  struct StdoutRestorer {
+    ~StdoutRestorer() { restore_stdout(); }
+  } restorer;
   try {
     return body();
   } catch (const CLI::Success& e) {

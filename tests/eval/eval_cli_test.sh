@@ -122,4 +122,40 @@ expect_exit 2 "empty task" "$BIN/cairn-eval" --config eval.toml --out bad5 \
   "$CK" --tasks mc --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'/empty.jsonl"}'
 expect_exit 2 "unknown task" "$BIN/cairn-eval" --config eval.toml --out bad6 "$CK" --tasks nosuch
 expect_exit 2 "No such file" "$BIN/cairn-eval" --config eval.toml --out bad7 "$WORK/run/train/ckpt/step_00000099"
+# Task tables: an unknown key is a config error naming the file and line with a suggestion, a key of the other
+# kind is refused, a directory as a multiple-choice path is named as a directory, and a quoted task name with a
+# dot in it is one task.
+MC='kind="multiple_choice", path="'"$WORK"'/mc.jsonl"'
+expect_exit 2 "eval.task.mc: unknown key 'pth' (did you mean 'path'?)" "$BIN/cairn-eval" --config eval.toml --out bad8 \
+  "$CK" --tasks mc --set 'eval.task.mc={kind="multiple_choice", pth="x.jsonl"}'
+printf '[eval.task.mc]\nkind = "multiple_choice"\npath = "%s"\nlimt = 3\n' "$WORK/mc.jsonl" > typo.toml
+expect_exit 2 "typo.toml:4:1: eval.task.mc: unknown key 'limt' (did you mean 'limit'?)" "$BIN/cairn-eval" \
+  --config eval.toml --config typo.toml --out bad9 "$CK" --tasks mc
+expect_exit 2 "key 'mode' is not a key of kind = \"multiple_choice\" tasks" "$BIN/cairn-eval" --config eval.toml \
+  --out bad10 "$CK" --tasks mc --set "eval.task.mc={$MC, mode=\"documents\"}"
+expect_exit 2 "cannot open \"$WORK\": Is a directory" "$BIN/cairn-eval" --config eval.toml --out bad11 "$CK" --tasks mc \
+  --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'"}'
+for d in bad8 bad9 bad10 bad11; do [ ! -e "$d/eval/results.jsonl" ] || fail "$d: results written despite exit 2"; done
+printf '[eval]\ntasks = ["fortunes.mc"]\n[eval.task."fortunes.mc"]\n%s\nlimit = 5\n' "${MC//, /$'\n'}" > dotted.toml
+"$BIN/cairn-eval" --config eval.toml --config dotted.toml --out dotted "$CK" > dotted.txt 2> dotted.err ||
+  { cat dotted.err >&2; fail "quoted dotted task name"; }
+$PY -c "
+import json
+rows = [json.loads(l) for l in open('dotted/eval/results.jsonl')]
+assert {r['task'] for r in rows} == {'fortunes.mc'}, {r['task'] for r in rows}
+assert any(r['metric'] == 'acc' and r['n'] == 5 for r in rows), rows"
+
+# Outputs of the common options are checked before any work; --json - (also with --reevaluate, which prints the
+# summary table) leaves stdout to the JSON document alone.
+expect_exit 2 "--json: cannot write \"$WORK\": Is a directory" "$BIN/cairn-eval" --config eval.toml --out bad12 "$CK" \
+  --tasks mc --json "$WORK"
+[ ! -e bad12/eval ] || fail "--json DIR: evaluated before the error"
+"$BIN/cairn-eval" --config eval.toml --config dotted.toml --out dotted "$CK" --reevaluate --json - > re.json 2> re.err ||
+  { cat re.err >&2; fail "--reevaluate --json -"; }
+grep -q "fortunes.mc" re.err || fail "--reevaluate --json -: the summary table is not on stderr"
+$PY -c "
+import json, sys
+d = json.load(open('re.json'))
+assert d['checkpoints_evaluated'] == 1 and {r['task'] for r in d['results']} == {'fortunes.mc'}, d" ||
+  fail "--reevaluate --json -: stdout is not the JSON document alone: $(head -c 300 re.json)"
 echo "eval_cli: OK"

@@ -179,4 +179,29 @@ for c in charts.values():  # per run: measured points and a fitted curve
     assert sum(1 for x in c["series"] if x.startswith("flat")) == 2, c["series"]
 print("layouts: flat and version-3 sweep.json read alike")
 EOF
+# 8. The common options' outputs are checked before any run is read (exit 2, naming the path): --out naming a
+# regular file (or a path under one), --json naming a directory; --json - leaves the JSON alone on stdout;
+# a NaN gate amount is shown as nan; a quoted gate key (a dot inside) is one key, not a section.
+: > "$T/afile"; mkdir -p "$T/jdir"
+set +e
+"$REPORT" "$T/good" --baseline "$T/base" --out "$T/afile" 2> "$T/e7"; r7=$?
+"$REPORT" "$T/good" --baseline "$T/base" --out "$T/afile/sub" 2> "$T/e8"; r8=$?
+"$REPORT" "$T/good" --baseline "$T/base" --out "$T/jout" --json "$T/jdir" 2> "$T/e9"; r9=$?
+"$REPORT" "$T/good" --baseline "$T/base" --set 'report.gates.val_loss={max_increase=nan}' --out "$T/nan" 2> "$T/e10"; r10=$?
+printf '[report.gates]\n"val.loss" = { max = 1 }\n' > "$T/dotg.toml"
+"$REPORT" "$T/good" --baseline "$T/base" --config "$T/dotg.toml" --out "$T/dotg" 2> "$T/e11"; r11=$?
+set -e
+[ $r7 -eq 2 ] && grep -qF "cairn-report: --out: cannot use run directory \"$T/afile\": Not a directory" "$T/e7" ||
+  fail "--out FILE: exit $r7 $(cat "$T/e7")"
+[ $r8 -eq 2 ] && grep -qF "\"$T/afile/sub\": Not a directory" "$T/e8" || fail "--out FILE/sub: exit $r8 $(cat "$T/e8")"
+[ $r9 -eq 2 ] && grep -qF "cairn-report: --json: cannot write \"$T/jdir\": Is a directory" "$T/e9" ||
+  fail "--json DIR: exit $r9 $(cat "$T/e9")"
+[ ! -e "$T/jout/report" ] || fail "--json DIR: the report was written before the error"
+[ $r10 -eq 2 ] && grep -qF "max_increase: expected a number, got nan" "$T/e10" || fail "nan gate: exit $r10 $(cat "$T/e10")"
+[ $r11 -eq 2 ] && grep -qF 'report.gates."val.loss": unknown gate metric "val.loss"' "$T/e11" ||
+  fail "quoted gate key: exit $r11 $(cat "$T/e11")"
+"$REPORT" "$T/good" --baseline "$T/base" --config "$T/gates.toml" --out "$T/jstdout" --json - > "$T/j.out" 2> "$T/j.err" ||
+  fail "--json -: exit $?"
+cmp -s "$T/j.out" "$T/jstdout/report/summary.json" || fail "--json -: stdout is not exactly summary.json"
+
 echo "report_cli: all checks passed"

@@ -126,7 +126,8 @@ expect_unwritable() {
   grep -qF -- "$want" "$TMP/w.err" || { fail "'$*': stderr does not name '$want'"; head -3 "$TMP/w.err" >&2; }
   ! grep -q "^# Out of bounds values" "$TMP/w.txt" || fail "'$*': measured before failing on the output"
 }
-expect_unwritable "\"$TMP/afile/sub/sweep\": Not a directory" --out "$TMP/afile/sub"
+expect_unwritable "--out: cannot use run directory \"$TMP/afile/sub\": Not a directory" --out "$TMP/afile/sub"
+expect_unwritable "--out: cannot use run directory \"$TMP/afile\": Not a directory" --out "$TMP/afile"
 expect_unwritable "\"$TMP/hasdir/sweep/sweep.json\": Is a directory" --out "$TMP/hasdir"
 expect_unwritable "\"/proc/cairn-sweep-test/sweep\"" --out /proc/cairn-sweep-test
 expect_unwritable "\"$TMP/jdir\": Is a directory" --out "$TMP/jout" -J "$TMP/jdir"
@@ -178,6 +179,14 @@ assert all("cpu_time" in r["out_of_place"] for r in d["results"])
 PY
 else
   fail "-C/-m/-z sweep exited $?"; cat "$TMP/misc.err" >&2
+fi
+
+# 12. --json -: stdout is the JSON document alone on 2 ranks (the table and notes go nowhere or to stderr).
+if mpirun -np 2 "$BIN" --out "$TMP/jstdout" allreduce -b 64 -e 256 -n 1 -w 0 --json - >"$TMP/j.out" 2>"$TMP/j.err"; then
+  $PY -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['results'], d" "$TMP/j.out" ||
+    { fail "--json -: stdout is not one JSON document"; head -3 "$TMP/j.out" >&2; }
+else
+  fail "--json - sweep exited $?"; cat "$TMP/j.err" >&2
 fi
 
 [ $failures -eq 0 ] && echo "sweep_cli: all checks passed"

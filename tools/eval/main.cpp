@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     // MPI starts after the command line: --help and --version return without starting Open MPI's helpers.
     cairn::mpi::Session session(&argc, &argv);
 
-    if (!data.empty()) settings.emplace_back("data.path", data);
+    if (!data.empty()) settings.emplace_back("data.path", data, "--data");
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
     cairn::eval::EvalOptions eo;

@@ -59,19 +59,6 @@ struct NcclFlags {
   NcclFlags() { bench.max_rounds = 0; }
 };
 
-// nccl-tests owns the short options (-o is its op, -C report_cputime, -J its JSON file): drop the
-// common -o/-C aliases for this tool only and keep the long forms --out and --config.
-void add_long_out_and_config(CLI::App& app, cairn::CommonOptions& opts) {
-  for (const char* name : {"--out", "--config"}) {
-    if (CLI::Option* opt = app.get_option_no_throw(name)) app.remove_option(opt);
-  }
-  app.add_option("--config", opts.config_files,
-                 "TOML config file (repeatable; later files override earlier; `include = [...]` merges others)")
-      ->type_name("FILE")
-      ->allow_extra_args(false);
-  app.add_option("--out", opts.out, "run directory (sets [run] dir); outputs go to <out>/<stage>/")->type_name("DIR");
-}
-
 void add_nccl_flags(CLI::App& app, NcclFlags& f) {
   app.add_option("-t,--nthreads", f.nthreads, "threads per process (nccl-tests; only 1: one rank per GPU)");
   app.add_option("-g,--ngpus", f.ngpus, "GPUs per thread (nccl-tests; only 1: one rank per GPU)");
@@ -182,8 +169,9 @@ int cairn::sweep::sweep_main(int argc, char** argv, const SweepFaults& faults) {
     CLI::App app{"cairn-sweep: measure collective bandwidth per size and per cluster tier (nccl-tests-compatible "
                  "table on stdout; sweep.txt, sweep.json, sweep.h5 and fabric.toml under <out>/sweep/)"};
     cairn::CommonOptions opts;
-    cairn::add_common_options(app, opts);
-    add_long_out_and_config(app, opts);
+    // nccl-tests owns the short options (-o is its op, -C report_cputime, -J its JSON file): --out and
+    // --config keep only their long forms here.
+    cairn::add_common_options(app, opts, /*short_aliases=*/false);
     // Flags given on the command line become typed [sweep] settings (ranked like --set): the positional
     // collectives and nccl-tests' -b -e -f -n -w -c -a (same letters, long names and meaning) and cairn's
     // --backend --tiers --min-busbw --keep-samples --malloc-tune are declared on their keys (cairn/sections/sweep.h).

@@ -23,12 +23,17 @@ struct CommonOptions {
   bool log_all_ranks = false;
 };
 
-// Adds the common options to a CLI11 app (call before the tool adds its own).
-void add_common_options(CLI::App& app, CommonOptions& opts);
+// Adds the common options to a CLI11 app (call before the tool adds its own). Without `short_aliases`,
+// --config and --out have no -C/-o (cairn-sweep: nccl-tests owns those letters).
+void add_common_options(CLI::App& app, CommonOptions& opts, bool short_aliases = true);
 
 // Loads the effective config from the common options (files, env, --set, --out -> run.dir),
 // applies --log-level, and records the config in provenance(). `tool_sets` are "section.key=value"
 // assignments a tool derives from its own flags; they rank with --set (after the env).
+// Before any work, the outputs the common options name are checked (UsageError, exit 2, naming the
+// path): a --out/[run] dir given on the command line or in the env that is not a directory, a --json
+// file that cannot be written. With `--json -`, stdout is kept for the JSON from here until run_tool
+// returns: fd 1 points at stderr, so whatever the tool prints for people goes there.
 Config load_tool_config(const CommonOptions& opts, const std::vector<std::string>& tool_sets = {});
 
 // Typed values of a tool's own flags for config keys (ToolSettings, config.h), e.g. {"sweep.iters", 50}:
@@ -36,6 +41,7 @@ Config load_tool_config(const CommonOptions& opts, const std::vector<std::string
 Config load_tool_config(const CommonOptions& opts, const ToolSettings& tool_settings);
 
 // If --print-config was given, prints the effective config (with origins) to stdout and returns true.
+// The text is TOML that loads back (--config) to the same config.
 bool maybe_print_config(const CommonOptions& opts, const Config& cfg);
 
 // main() body shared by every tool: sets provenance (tool, argv), runs `body`, and turns exceptions
@@ -45,7 +51,7 @@ int run_tool(const std::string& tool, int argc, char** argv, const std::function
 // Parses the app; CLI11 errors become UsageError (exit 2), --help/--version exit 0 via run_tool.
 void parse_cli(CLI::App& app, int argc, char** argv);
 
-// Reads `--json` target: returns true and writes text if opts.json_path is set ("-" = stdout).
+// Writes the `--json` document (nothing when `path` is empty; "-": the real stdout, see load_tool_config).
 void write_json_output(const std::string& path, const std::string& text);
 
 // The [run] dir (after --out), i.e. where stages write <dir>/<stage>/.

@@ -33,6 +33,58 @@ check bad_log_level 2 "unknown log level" -- "$probe" --log-level loud
 "$probe" --json "$tmp/out.json" >/dev/null 2>&1
 check json_written 0 '"layers":12' -- cat "$tmp/out.json"
 check json_stdout 0 '"model"' -- "$probe" --json -
+# --json naming a directory, or a file whose directory cannot be made: exit 2 before any work (the probe's
+# "layers" line is its work), naming the path. Likewise --out naming a regular file.
+mkdir -p "$tmp/jdir"; : > "$tmp/afile"
+check json_dir 2 "cairn-probe: --json: cannot write \"$tmp/jdir\": Is a directory" -- "$probe" --json "$tmp/jdir"
+check json_dir_no_work 0 "" -- bash -c "! \"$probe\" --json \"$tmp/jdir\" 2>/dev/null | grep -q layers"
+check json_parent_is_file 2 "\"$tmp/afile/x.json\"" -- "$probe" --json "$tmp/afile/x.json"
+check json_parent_is_file_no_work 0 "" -- bash -c "! \"$probe\" --json \"$tmp/afile/x.json\" 2>/dev/null | grep -q layers"
+check out_is_file 2 "cairn-probe: --out: cannot use run directory \"$tmp/afile\": Not a directory" -- "$probe" --out "$tmp/afile"
+check run_dir_env_is_file 2 "env CAIRN_RUN_DIR: cannot use run directory \"$tmp/afile\"" -- env CAIRN_RUN_DIR="$tmp/afile" "$probe"
+# A --json file in a directory that does not exist yet (e.g. under the run directory) is written there.
+"$probe" --json "$tmp/new/sub/out.json" >/dev/null 2>&1
+check json_new_dir 0 '"layers":12' -- cat "$tmp/new/sub/out.json"
+# --json -: stdout is the JSON document alone; the probe's human line goes to stderr.
+"$probe" --json - 2>"$tmp/human.txt" >"$tmp/stdout.json"
+check json_stdout_pure 0 "" -- /usr/bin/python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$tmp/stdout.json"
+check json_stdout_human_on_stderr 0 "layers 12" -- cat "$tmp/human.txt"
+
+# --config - reads TOML from stdin, --config <(...) from a pipe; an include inside resolves relative to the
+# current directory; errors name <stdin>; stdin is read once.
+check config_stdin 0 "layers 5" -- bash -c "printf '[model]\nlayers = 5\n' | \"$probe\" --config -"
+check config_pipe 0 "layers 4" -- bash -c "\"$probe\" --config <(printf '[model]\nlayers = 4\n')"
+check config_stdin_then_file 0 "layers 6" -- bash -c "printf '[model]\nlayers = 5\n' | \"$probe\" --config - --config \"$data/experiment.toml\""
+check config_stdin_include 0 "layers 2" -- bash -c "cd \"$data\" && printf 'include = [\"base.toml\"]\n' | \"$probe\" --config -"
+check config_pipe_include 0 "layers 2" -- bash -c "cd \"$data\" && \"$probe\" --config <(printf 'include = [\"base.toml\"]\n')"
+check config_stdin_include_cwd 2 "cannot include \"base.toml\"" -- bash -c "cd \"$tmp\" && printf 'include = [\"base.toml\"]\n' | \"$probe\" --config -"
+check config_stdin_error 2 "<stdin>:2:1: unknown key 'layrs' in [model]" -- bash -c "printf '[model]\nlayrs = 5\n' | \"$probe\" --config -"
+check config_stdin_twice 2 "stdin can be read only once" -- bash -c "printf '' | \"$probe\" --config - --config -"
+check config_stdin_origin 0 "<stdin>:2:1" -- bash -c "printf '[model]\nlayers = 5\n' | \"$probe\" --config - --print-config"
+
+# --print-config round-trips values with a newline, tab, DEL, another control character, quotes, a
+# backslash and non-ASCII text, from --set and the environment: the output is TOML (Python's tomllib reads
+# the same strings) that loads back to the same config.
+val=$'a\nb\tc\x7fd\x01e "q" \\ caf\xc3\xa9 \xe2\x82\xac'
+"$probe" --set "run.name=$val" --print-config > "$tmp/pc.toml"
+env CAIRN_REPORT_TITLE="$val" "$probe" --set "run.name=$val" --print-config > "$tmp/pc_env.toml"
+check print_config_tomllib 0 "same" -- /usr/bin/python3 - "$tmp/pc.toml" "$tmp/pc_env.toml" "$val" <<'PY'
+import sys, tomllib
+want = sys.argv[3].encode("utf-8", "surrogateescape").decode("utf-8")
+a = tomllib.load(open(sys.argv[1], "rb"))
+b = tomllib.load(open(sys.argv[2], "rb"))
+assert a["run"]["name"] == want, (a["run"]["name"], want)
+assert b["run"]["name"] == want and b["report"]["title"] == want, b["report"]
+print("same")
+PY
+"$probe" --set "run.name=$val" --json - > "$tmp/direct.json" 2>/dev/null
+"$probe" --config "$tmp/pc.toml" --json - > "$tmp/reloaded.json" 2>/dev/null
+check print_config_reloads 0 "" -- cmp "$tmp/direct.json" "$tmp/reloaded.json"
+env CAIRN_REPORT_TITLE="$val" "$probe" --set "run.name=$val" --json - > "$tmp/direct_env.json" 2>/dev/null
+"$probe" --config "$tmp/pc_env.toml" --json - > "$tmp/reloaded_env.json" 2>/dev/null
+check print_config_reloads_env 0 "" -- cmp "$tmp/direct_env.json" "$tmp/reloaded_env.json"
+check set_newline_second_value 2 "more than one TOML value" -- "$probe" --set $'model.layers=3\nhidden = 5'
+
 # Exactly the data on stdout; logs on stderr.
 out=$("$probe" 2>/dev/null)
 if [ "$out" = "layers 12 dir runs/default" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL stdout_clean: '$out'"; fi
