@@ -109,4 +109,37 @@ $BIN calibrate --config configs/models/gpt2-124m.toml --config configs/clusters/
 grep -q "gemm_efficiency" "$T/cpu.toml" || fail "calibrate wrote no table"
 $BIN --config configs/models/gpt2-124m.toml --config "$T/cpu.toml" --set train.global_batch=8 \
   --set model.seq_len=128 --out "$T/run" > "$T/cpu.txt" 2>&1 || fail "plan on calibrated cluster failed"
+# 6. Command-line conformance: --top must be >= 1 (named in the error), --plan's errors name --plan, output
+# paths are checked before any work (exit 2, nothing written), and --json - leaves stdout to the JSON alone.
+base=(--config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=2 --set train.global_batch=64)
+set +e
+for top in 0 -1; do
+  $BIN "${base[@]}" --out "$T/top" --top $top > "$T/top.out" 2> "$T/top.err"; rc=$?
+  [ $rc -eq 2 ] || fail "--top $top: rc=$rc"
+  grep -qF -- "--top: plan.top_k: value $top is below the minimum 1" "$T/top.err" || fail "--top $top: $(cat "$T/top.err")"
+done
+[ ! -e "$T/top/plan" ] || fail "--top 0 wrote plan files"
+$BIN "${base[@]}" --out "$T/run" --plan tp=abc > /dev/null 2> "$T/p.err"; rc=$?
+[ $rc -eq 2 ] || fail "--plan tp=abc: rc=$rc"
+grep -qF -- "--plan tp=abc: plan.tp: expected an integer or a list of integers" "$T/p.err" || fail "--plan label: $(cat "$T/p.err")"
+grep -qF -- "--set" "$T/p.err" && fail "--plan error labelled --set: $(cat "$T/p.err")"
+: > "$T/afile"; mkdir -p "$T/jdir"
+$BIN "${base[@]}" --out "$T/afile" > /dev/null 2> "$T/o.err"; rc=$?
+[ $rc -eq 2 ] && grep -qF -- "--out: cannot use run directory \"$T/afile\": Not a directory" "$T/o.err" ||
+  fail "--out FILE: rc=$rc $(cat "$T/o.err")"
+$BIN "${base[@]}" --out "$T/jrun" --json "$T/jdir" > "$T/j.out" 2> "$T/j.err"; rc=$?
+[ $rc -eq 2 ] && grep -qF -- "--json: cannot write \"$T/jdir\": Is a directory" "$T/j.err" ||
+  fail "--json DIR: rc=$rc $(cat "$T/j.err")"
+[ ! -e "$T/jrun/plan" ] && [ ! -s "$T/j.out" ] || fail "--json DIR: the plan ran before the error"
+set -e
+$BIN "${base[@]}" --out "$T/run" --top 3 > "$T/top3.txt"
+[ "$(grep -c '^ *[0-9]\+ \+[0-9]' "$T/top3.txt")" -eq 3 ] || fail "--top 3: $(cat "$T/top3.txt")"
+$BIN "${base[@]}" --out "$T/run" --json - > "$T/stdout.json" 2> /dev/null
+$BIN "${base[@]}" --out "$T/run" --explain --plan dp=4,tp=4,pp=1,mb=4 --json - > "$T/stdout_ex.json" 2> /dev/null
+$BIN calibrate --config configs/models/gpt2-124m.toml --config configs/clusters/cpu-local.toml \
+  --set model.seq_len=128 --seconds 0.02 --max-dim 64 --output "$T/cpu2.toml" --out "$T/run" --json - \
+  > "$T/stdout_cal.json" 2> /dev/null
+$PY -c "import json,sys; [json.load(open(f)) for f in sys.argv[1:3]]; \
+assert json.load(open(sys.argv[3]))['cluster_file'] == sys.argv[4]" "$T/stdout.json" "$T/stdout_ex.json" \
+  "$T/stdout_cal.json" "$T/cpu2.toml" || fail "--json -: stdout is not one JSON document"
 echo "plan_cli: ok"

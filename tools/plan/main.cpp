@@ -3,6 +3,9 @@
 #include <iostream>
 
 #include "cairn/cli.h"
+#include "cairn/config_section.h"
+#include "cairn/error.h"
+#include "cairn/provenance.h"
 #include "calibrate_runs.h"
 #include "plan.h"
 
@@ -15,13 +18,14 @@ int main(int argc, char** argv) {
     cairn::add_common_options(app, opts);
     std::string plan_text;
     bool explain = false;
-    int64_t top = 0;
     app.add_option("--plan", plan_text,
                    "constrain the search / the explained plan: dp=8,tp=4,pp=2,v=1,mb=1,zero=1,"
                    "recompute=full,sp=on (lists: tp=[4,8])")
         ->type_name("K=V,...");
     app.add_flag("--explain", explain, "evaluate the one plan given by --plan (or [parallel]) and print its breakdown");
-    app.add_option("--top", top, "plans in the ranked table (sets [plan] top_k)");
+    // --top sets [plan] top_k (declared in cairn/sections/plan.h): checked like the key (>= 1, exit 2).
+    cairn::ToolSettings settings;
+    cairn::add_section_flags(app, "plan", settings);
     app.require_subcommand(0, 1);
     CLI::App* cal =
         app.add_subcommand("calibrate", "measure GEMM efficiency (cuBLAS bf16 on a GPU, OpenBLAS "
@@ -50,9 +54,17 @@ int main(int argc, char** argv) {
         ->expected(1, -1);
     cairn::parse_cli(app, argc, argv);
 
-    std::vector<std::string> sets = cairn::plan::plan_flag_to_sets(plan_text);
-    if (top > 0) sets.push_back("plan.top_k=" + std::to_string(top));
-    cairn::Config cfg = cairn::load_tool_config(opts, sets);
+    // --plan's items set [plan] keys, ranked with --top; errors name "--plan tp=..." (not --set).
+    for (const std::string& s : cairn::plan::plan_flag_to_sets(plan_text)) {
+      const size_t eq = s.find('=');
+      const std::string label = "--plan " + s.substr(5);  // "plan.tp=[4,8]" -> "--plan tp=[4,8]"
+      try {
+        settings.emplace_back(s.substr(0, eq), cairn::parse_config_value(s.substr(eq + 1)), label);
+      } catch (const cairn::UsageError& e) {
+        throw cairn::UsageError(label + ": " + e.what());
+      }
+    }
+    cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
     if (cal->parsed() && !ropts.runs.empty()) {
       ropts.output = copts.output;
@@ -61,7 +73,10 @@ int main(int argc, char** argv) {
     }
     if (cal->parsed()) {
       std::string path = cairn::plan::run_calibrate(cfg, copts);
-      std::cout << path << "\n";
+      std::cout << path << "\n";  // on stderr under --json -, which gets the JSON alone
+      cairn::write_json_output(
+          opts.json_path,
+          nlohmann::json{{"provenance", cairn::provenance().to_json()}, {"cluster_file", path}}.dump(2));
       return 0;
     }
     cairn::plan::RunOptions ro;

@@ -64,7 +64,7 @@ struct PlanSection {
     k(&S::max_v, "max_v", Range{0, 1e4},
       "largest interleaving factor searched (0 = as many as the layers allow: one per virtual stage)");
     k(&S::global_batch, "global_batch", Range{0, 1e9}, "global batch in sequences (0 = [train] global_batch)");
-    k(&S::top_k, "top_k", Range{1, 1e6}, "plans shown in the ranked table");
+    k(&S::top_k, "top_k", Range{1, 1e6}, Flag{"--top"}, "plans shown in the ranked table");
     k(&S::memory_headroom, "memory_headroom", Range{0.0, 0.9}, "fraction of device memory a plan must leave free");
     k(&S::weight_bytes, "weight_bytes", Range{1, 8}, "bytes per working weight (2 = bf16/fp16)");
     k(&S::grad_bytes, "grad_bytes", Range{1, 8},
