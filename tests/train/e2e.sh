@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cairn-train end to end: 1 vs 2 ranks (with and without ZeRO-1) reproduce the same loss curve over
 # 50 steps; metrics.jsonl / tfevents / trace.json contents; SIGTERM/SIGINT -> checkpoint + exit 75 + resume;
-# damaged checkpoints: skipped and retired, or exit 1 when none is usable;
+# damaged checkpoints: skipped and retired, or exit 1 when none is usable; one trainer per run directory;
 # bad inputs exit 2 without touching existing outputs.
 set -euo pipefail
 BIN=${CAIRN_BIN_DIR:?CAIRN_BIN_DIR must point at build/bin}
@@ -166,6 +166,22 @@ kill -USR1 $pid
 rc=0; wait $pid || rc=$?
 [[ $rc == 75 ]] || fail "SIGUSR1 under mpirun: expected exit 75, got $rc"
 ls "$W"/usr1/train/ckpt/step_*/optim.rank00001.h5 > /dev/null || fail "SIGUSR1: no 2-rank checkpoint"
+
+# ---- one trainer per run directory: a second one, alone or under mpirun, exits 1 at once naming the run and the
+# holder's pid, writing nothing; a SIGKILLed holder leaves no stale lock
+"$BIN/cairn-train" --out "$W/lock" "${MODEL[@]}" --steps 100000 --set train.checkpoint_every=0 --set train.val_every=0 &
+pid=$!
+wait_for_steps "$W/lock"
+for launch in "" "$MPIRUN -np 2"; do
+  rc=0; err=$($launch "$BIN/cairn-train" --out "$W/lock" "${MODEL[@]}" --steps 5 2>&1 >/dev/null) || rc=$?
+  [[ $rc == 1 ]] || fail "second trainer (${launch:-1 rank}): expected exit 1, got $rc: $err"
+  grep -q "another cairn-train is running in \".*/lock\": pid $pid on " <<<"$err" ||
+    fail "second trainer (${launch:-1 rank}): unclear message: $err"
+done
+[[ $(grep -c '"provenance"' "$W/lock/train/metrics.jsonl") == 1 ]] || fail "a refused trainer wrote metrics.jsonl"
+kill -KILL $pid
+wait $pid || true
+"$BIN/cairn-train" --out "$W/lock" "${MODEL[@]}" --steps 2 || fail "a killed trainer's lock blocked the next run"
 
 # ---- bad input: exit 2, a clear message, nothing overwritten
 expect2() {  # expect2 <message fragment> <command...>

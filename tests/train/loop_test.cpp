@@ -3,7 +3,9 @@
 #define BOOST_TEST_MODULE train_loop
 #include <boost/test/unit_test.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -399,6 +401,45 @@ BOOST_AUTO_TEST_CASE(rollback_retires_the_abandoned_checkpoints) {
   BOOST_TEST(after.exit_code == 0);
   BOOST_REQUIRE(!after.steps.empty());
   BOOST_TEST(after.steps.front() == 7);
+}
+
+// ---------------------------------------------------------------- one trainer per run directory
+
+// Another process holding <run>/train/LOCK (here: this test, through its own open file): the trainer stops before it
+// writes anything, on every rank, naming the run and the holder; once the holder lets go the run proceeds.
+BOOST_AUTO_TEST_CASE(a_locked_run_directory_is_refused) {
+  const std::string run = scratch() + "/locked";
+  int fd = -1;
+  if (mpi::rank() == 0) {
+    fs::create_directories(run + "/train");
+    fd = ::open((run + "/train/LOCK").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    BOOST_REQUIRE(fd >= 0);
+    BOOST_REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+    const std::string who = "pid 4242 on elsewhere (started 2026-01-01T00:00:00Z)\n";
+    BOOST_REQUIRE(::write(fd, who.data(), who.size()) == static_cast<ssize_t>(who.size()));
+  }
+  mpi::barrier();
+  std::string msg;
+  int code = 0;
+  try {
+    run_train(small_config(run));
+  } catch (const Error& e) {
+    msg = e.what();
+    code = e.code();
+  }
+  BOOST_TEST(code == kExitRuntime);
+  BOOST_TEST(msg.find("another cairn-train is running in \"" + run + "\"") != std::string::npos, msg);
+  BOOST_TEST(msg.find("pid 4242 on elsewhere") != std::string::npos, msg);
+  mpi::barrier();
+  BOOST_TEST(!fs::exists(run + "/train/metrics.jsonl"));
+  BOOST_TEST(!fs::exists(run + "/train/ckpt"));
+  if (mpi::rank() == 0) ::close(fd);  // the holder exits
+  mpi::barrier();
+  BOOST_TEST(run_train(small_config(run, {"train.steps=2"})).exit_code == 0);
+  mpi::barrier();
+  // Released with the trainer: the file stays, without a holder line.
+  BOOST_TEST(fs::exists(run + "/train/LOCK"));
+  BOOST_TEST(fs::file_size(run + "/train/LOCK") == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(cleanup) {

@@ -30,6 +30,7 @@
 #include "grad_sync.h"
 #include "loader.h"
 #include "piece_io.h"
+#include "run_lock.h"
 #include "settings.h"
 #include "step_guard.h"
 #include "step_report.h"
@@ -126,6 +127,8 @@ class Trainer {
 
   const Config& cfg_;
   TrainHooks hooks_;
+  // Rank 0's lock on the run directory, declared first so it is released last, after every writer is closed.
+  RunLock lock_;
   Settings s_;
   TrainResult result_;
 
@@ -255,7 +258,16 @@ void Trainer::open_dataset() {
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
-  mpi::barrier();
+  // Then ours alone: a second trainer on this run stops here (exit 1 on every rank), before it writes anything.
+  bool locked = true;
+  std::string why;
+  if (s_.rank == 0) try {
+      lock_.acquire(s_.train_dir, s_.run_dir);
+    } catch (const Error& e) {
+      locked = false;
+      why = e.what();
+    }
+  mpi::agree_or_throw(locked, why, kExitRuntime);
 }
 
 // The layout's groups, this rank's model chunks with their optimizer state and gradient sync, the data loader and
