@@ -403,6 +403,54 @@ BOOST_AUTO_TEST_CASE(rollback_retires_the_abandoned_checkpoints) {
   BOOST_TEST(after.steps.front() == 7);
 }
 
+// A sealed checkpoint whose files match DONE but do not load (model.h5 rewritten with a truncated tensor, then sealed
+// again): --resume auto treats it like the damaged ones its search skips: warned about, retired, and the run resumes
+// from the previous checkpoint; named explicitly with --resume DIR it is damaged data (exit 1).
+BOOST_AUTO_TEST_CASE(auto_resume_falls_back_over_a_sealed_checkpoint_that_does_not_load) {
+  const std::string run = scratch() + "/unloadable";
+  TrainHooks stop;
+  stop.stop_after_step = 8;
+  BOOST_TEST(run_train(small_config(run, {"train.checkpoint_every=4"}), stop).exit_code == kExitRequeue);
+  mpi::barrier();
+  const std::string dir = run + "/train/ckpt/step_00000008";
+  if (mpi::rank() == 0) {
+    checkpoint::ModelMeta meta = checkpoint::read_model_meta(dir);
+    auto tensors = gpt::piece_tensors(meta.config, gpt::ShardSpec{});
+    std::vector<float> p(gpt::count_params(meta.config));
+    checkpoint::read_model(dir, tensors, p.data());
+    tensors.back().size -= 1;  // ln_f.bias, one value short
+    tensors.back().shape = {static_cast<int>(tensors.back().size)};
+    const std::string tmp = run + "/train/ckpt/.tmp_truncated";
+    fs::create_directories(tmp);
+    for (const auto& f : fs::directory_iterator(dir))
+      if (f.path().filename() != "DONE" && f.path().filename() != "model.h5")
+        fs::copy(f.path(), tmp + "/" + f.path().filename().string());
+    checkpoint::write_model(tmp + "/model.h5", meta, tensors, p.data());
+    checkpoint::seal(tmp, dir, 8, mpi::size());
+    BOOST_TEST(checkpoint::check_dir(dir).empty());  // DONE's checksums pass
+  }
+  mpi::barrier();
+  int code = 0;
+  try {
+    run_train(small_config(run, {"train.checkpoint_every=4", "train.resume=\"" + dir + "\""}));
+  } catch (const Error& e) {
+    code = e.code();
+    BOOST_TEST(std::string(e.what()).find("step_00000008") != std::string::npos, e.what());
+  }
+  BOOST_TEST(code == kExitRuntime);
+  mpi::barrier();
+  TrainResult r = run_train(small_config(run, {"train.checkpoint_every=4"}));
+  BOOST_TEST(r.exit_code == 0);
+  BOOST_REQUIRE(!r.steps.empty());
+  BOOST_TEST(r.steps.front() == 5);
+  mpi::barrier();
+  bool retired = false;
+  for (const auto& d : fs::directory_iterator(run + "/train/retired"))
+    retired = retired || fs::exists(d.path() / "step_00000008" / "model.h5");
+  BOOST_TEST(retired);
+  BOOST_TEST(fs::exists(run + "/train/FINISHED"));
+}
+
 // ---------------------------------------------------------------- one trainer per run directory
 
 // Another process holding <run>/train/LOCK (here: this test, through its own open file): the trainer stops before it

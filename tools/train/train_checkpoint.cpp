@@ -39,11 +39,11 @@ json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g) 
   return st.to_json();
 }
 
-std::string TrainCheckpoints::resume_dir() const {
+std::string TrainCheckpoints::resume_dir(int64_t below) const {
   std::string resume_dir;
   if (s_.resume == "auto") {
     if (s_.rank == 0) {
-      auto e = checkpoint::find_newest_complete(s_.ckpt_dir);
+      auto e = checkpoint::find_newest_complete(s_.ckpt_dir, true, below);
       if (e) resume_dir = e->dir;
     }
     resume_dir = mpi::broadcast_string(resume_dir);
@@ -78,8 +78,42 @@ std::string TrainCheckpoints::resume_dir() const {
 }
 
 void TrainCheckpoints::load(const std::string& dir, TrainProgress& p, StepGuard& g) const {
+  // Each rank reads its own part (rank 1 its optimizer slice), so one rank can fail alone: all agree, then all throw
+  // the same error type (the caller's fallback must be collective too).
+  int code = 0;
+  std::string msg;
+  try {
+    load_files(dir, p, g);
+  } catch (const UsageError& e) {
+    code = kExitUsage;
+    msg = e.what();
+  } catch (const DamagedCheckpoint& e) {
+    code = kExitRuntime;
+    msg = e.what();
+  } catch (const std::exception& e) {
+    code = kExitRuntime;
+    msg = file_message("cannot resume from", dir, e.what());
+  }
+  try {
+    mpi::agree_or_throw(code == 0, msg, code);
+  } catch (const Error& e) {
+    if (e.code() == kExitUsage) throw UsageError(e.what());
+    throw DamagedCheckpoint(e.what());
+  }
+}
+
+void TrainCheckpoints::load_files(const std::string& dir, TrainProgress& p, StepGuard& g) const {
   std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
-  checkpoint::ModelMeta meta = checkpoint::read_model_meta(dir);
+  // Anything but the model-shape check below is the files' fault: damaged data, not a usage error.
+  auto damaged = [&dir](const std::exception& e) {
+    return DamagedCheckpoint(file_message("cannot resume from", dir, e.what()));
+  };
+  checkpoint::ModelMeta meta;
+  try {
+    meta = checkpoint::read_model_meta(dir);
+  } catch (const std::exception& e) {
+    throw damaged(e);
+  }
   const gpt::GptConfig& c = meta.config;
   const gpt::GptConfig& want = config_;
   if (c.layers != want.layers || c.hidden != want.hidden || c.heads != want.heads || c.vocab != want.vocab ||
@@ -91,6 +125,16 @@ void TrainCheckpoints::load(const std::string& dir, TrainProgress& p, StepGuard&
                                c.layers, c.hidden, c.heads, c.seq_len, c.vocab, want.layers, want.hidden, want.heads,
                                want.seq_len, want.vocab)));
   }
+  try {
+    load_state(dir, meta, p, g);
+  } catch (const std::exception& e) {
+    throw damaged(e);
+  }
+}
+
+// The tensors, moments and train_state of a checkpoint whose model matches [model].
+void TrainCheckpoints::load_state(const std::string& dir, const checkpoint::ModelMeta& meta, TrainProgress& p,
+                                  StepGuard& g) const {
   // The whole model, then each chunk's pieces of it; the moments of [lo, hi) of each chunk likewise.
   const std::vector<gpt::TensorInfo> whole_tensors = gpt::piece_tensors(config_, gpt::ShardSpec{});
   const size_t N = gpt::count_params(config_);

@@ -3,11 +3,14 @@
 // resumes any other.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "cairn/checkpoint.h"
 #include "cairn/config.h"
+#include "cairn/error.h"
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/parallel.h"
@@ -26,6 +29,12 @@ struct TrainProgress {
   int64_t adam_step = 0;
 };
 
+// A sealed checkpoint whose files do not load (a truncated tensor, a tensor checksum that DONE's file checksums cannot
+// see, an unreadable attribute): damaged data, exit 1. `--resume auto` passes over it to the next older checkpoint.
+struct DamagedCheckpoint : RuntimeError {
+  explicit DamagedCheckpoint(const std::string& m) : RuntimeError(m) {}
+};
+
 // The train_state JSON of model.h5: progress, skip counters, spike window and what the run was started with.
 nlohmann::json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g);
 
@@ -39,10 +48,12 @@ class TrainCheckpoints {
                    std::vector<Chunk>& chunks, const kernels::Backend& backend)
       : cfg_(cfg), s_(s), config_(config), groups_(groups), chunks_(chunks), backend_(backend) {}
 
-  // Collective. [train] resume: "auto" the newest complete checkpoint (or none), "none" none (a usage error over
-  // existing checkpoints), else that directory (a usage error when incomplete). "" = start from scratch.
-  std::string resume_dir() const;
-  // Parameters, moments, progress and guard from dir (a usage error when the model differs from [model]).
+  // Collective. [train] resume: "auto" the newest complete checkpoint below step `below` (or none; exit 1 when sealed
+  // ones exist but none is usable), "none" none (a usage error over existing checkpoints), else that directory (a
+  // usage error when missing or unsealed, exit 1 when its files fail their checksums). "" = start from scratch.
+  std::string resume_dir(int64_t below = std::numeric_limits<int64_t>::max()) const;
+  // Collective: parameters, moments, progress and guard from dir. Every rank throws the same error: UsageError when
+  // the model differs from [model], DamagedCheckpoint when the files do not load.
   void load(const std::string& dir, TrainProgress& p, StepGuard& g) const;
   // Collective: writes step p.step into a temp dir, seals it (DONE) and prunes old ones; returns its directory.
   std::string write(const TrainProgress& p, const StepGuard& g) const;
@@ -52,6 +63,8 @@ class TrainCheckpoints {
   // (ZeRO-3 keeps only shards of the parameters: assembled like pieces.)
   bool whole() const { return s_.layout.tp == 1 && s_.layout.pp == 1 && s_.zero < 3; }
   void write_files(const std::string& tmp, const TrainProgress& p, const StepGuard& g) const;
+  void load_files(const std::string& dir, TrainProgress& p, StepGuard& g) const;  // this rank's part of load()
+  void load_state(const std::string& dir, const checkpoint::ModelMeta& meta, TrainProgress& p, StepGuard& g) const;
 
   const Config& cfg_;
   const Settings& s_;

@@ -406,11 +406,24 @@ void Trainer::log_setup() const {
 
 void Trainer::init_or_resume() {
   std::string resume_dir = checkpoints_->resume_dir();
+  // --resume auto: a sealed checkpoint whose checksums pass can still fail to load (a truncated tensor, a tensor
+  // checksum): it is damaged like the ones the search skipped, so the next older one is tried, and the damaged one is
+  // retired with the other newer ones below.
+  while (!resume_dir.empty()) {
+    try {
+      load_checkpoint(resume_dir);
+      break;
+    } catch (const DamagedCheckpoint& e) {
+      if (s_.resume != "auto") throw;
+      if (s_.rank == 0) CAIRN_LOG_WARN("%s (sealed, but damaged); trying the previous checkpoint", e.what());
+      resume_dir =
+          checkpoints_->resume_dir(checkpoint::parse_step_dir(std::filesystem::path(resume_dir).filename().string()));
+    }
+  }
   if (resume_dir.empty()) {
     for (Chunk& ch : chunks_) ch.model->init(s_.seed);
     CAIRN_LOG_INFO("starting from scratch (seed %llu)", static_cast<unsigned long long>(s_.seed));
   } else {
-    load_checkpoint(resume_dir);
     CAIRN_LOG_INFO("resuming from \"%s\" at step %lld", resume_dir.c_str(), static_cast<long long>(progress_.step));
     retire_newer_checkpoints();
   }

@@ -2,6 +2,7 @@
 // cairn-train writes and resumes them; cairn-eval loads model weights through read_model().
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,9 +29,10 @@ struct Entry {
 // Every step_* directory under `root`, oldest first. With verify, checksums in DONE are checked
 // (reads every file); without, only DONE's presence and the listed files' sizes.
 std::vector<Entry> list(const std::string& root, bool verify = true);
-// Newest complete checkpoint under `root`; incomplete or corrupt newer ones are reported with
-// CAIRN_LOG_WARN and skipped. Empty if none (or root missing).
-std::optional<Entry> find_newest_complete(const std::string& root, bool verify = true);
+// Newest complete checkpoint under `root` with a step below `below`; incomplete or corrupt newer ones are reported
+// with CAIRN_LOG_WARN and skipped. Empty if none (or root missing).
+std::optional<Entry> find_newest_complete(const std::string& root, bool verify = true,
+                                          int64_t below = std::numeric_limits<int64_t>::max());
 // Checks one checkpoint directory (DONE present, sizes and xxh64 of listed files); "" if good.
 std::string check_dir(const std::string& dir, bool verify = true);
 

@@ -123,13 +123,13 @@ std::vector<Entry> list(const std::string& root, bool verify) {
   return out;
 }
 
-std::optional<Entry> find_newest_complete(const std::string& root, bool verify) {
+std::optional<Entry> find_newest_complete(const std::string& root, bool verify, int64_t below) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return std::nullopt;
   std::vector<Entry> entries;
   for (const auto& de : fs::directory_iterator(root, ec)) {
     int64_t step = de.is_directory() ? parse_step_dir(de.path().filename().string()) : -1;
-    if (step >= 0) entries.push_back(Entry{step, de.path().string(), false, ""});
+    if (step >= 0 && step < below) entries.push_back(Entry{step, de.path().string(), false, ""});
   }
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.step > b.step; });
   // Newest first; verify lazily so a long history is not checksummed on every resume.
