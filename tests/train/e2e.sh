@@ -86,6 +86,11 @@ rc=0; err=$("$BIN/cairn-train" --out "$W/r1d" "${MODEL[@]}" --steps 60 --set tra
 [[ $rc == 1 ]] || fail "all checkpoints damaged: expected exit 1, got $rc"
 grep -q 'no usable checkpoint in ".*r1d/train/ckpt"' <<<"$err" || fail "all damaged: unclear message: $err"
 [[ $(wc -l < "$W/r1d/train/metrics.jsonl") == "$lines" ]] || fail "all damaged: metrics.jsonl was rewritten"
+# Named with --resume DIR, a damaged checkpoint is damaged data too (exit 1), not a usage error.
+rc=0; err=$("$BIN/cairn-train" --out "$W/r1d" "${MODEL[@]}" --steps 60 --set train.micro_batch=4 \
+  --resume "$W/r1d/train/ckpt/step_00000025" 2>&1 >/dev/null) || rc=$?
+[[ $rc == 1 ]] || fail "--resume DIR damaged: expected exit 1, got $rc ($err)"
+grep -q 'cannot resume from ".*step_00000025": model.h5 checksum mismatch' <<<"$err" || fail "--resume DIR damaged: $err"
 
 # ---- observability: metrics lines, tfevents (independent reader), Chrome trace
 "$PY" - "$W/r2/train" "$HERE/../libcommon/metrics/read_tfevents.py" <<'PYEOF'
@@ -201,5 +206,8 @@ printf '[parallel]\ndp = 4\ntp = 1\npp = 1\nv = 1\nmb = 2\nzero = 1\nrecompute =
 expect2 "dp\*tp\*pp = 4\*1\*1 = 4 does not match the 1 MPI ranks" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --config "$W/best.toml"
 expect2 "/dev/null" "$BIN/cairn-train" --out /dev/null/run "${MODEL[@]}"
 expect2 "existing checkpoints" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --resume none
+expect2 "cannot resume from \"$W/nope\": no such checkpoint directory" \
+  "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --resume "$W/nope"
+expect2 "cannot resume from \"$W/ds\": no DONE marker" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --resume "$W/ds"
 [[ $(md5sum "$W/r1/train/metrics.jsonl") == "$before" ]] || fail "a failed run changed metrics.jsonl"
 echo "train e2e: all checks passed"

@@ -70,9 +70,17 @@ std::string TrainCheckpoints::resume_dir(int64_t below) const {
                                     "use [train] resume = \"auto\" or another --out"));
     }
   } else {
+    // A path that is not there or not a checkpoint is the user's to fix (exit 2); a sealed one whose files fail
+    // their checksums is damaged data (exit 1, as when it fails to load).
     resume_dir = s_.resume;
+    if (!path_exists(resume_dir))
+      throw UsageError(file_message("cannot resume from", resume_dir, "no such checkpoint directory"));
+    if (!path_exists(join_path(resume_dir, "DONE"))) {
+      throw UsageError(file_message("cannot resume from", resume_dir,
+                                    "no DONE marker (not a checkpoint directory, or its write was interrupted)"));
+    }
     std::string problem = checkpoint::check_dir(resume_dir);
-    if (!problem.empty()) throw UsageError(file_message("cannot resume from", resume_dir, problem));
+    if (!problem.empty()) throw RuntimeError(file_message("cannot resume from", resume_dir, problem));
   }
   return resume_dir;
 }
