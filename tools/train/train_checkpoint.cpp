@@ -54,7 +54,7 @@ std::string TrainCheckpoints::resume_dir(int64_t below) const {
       size_t damaged = 0;
       if (s_.rank == 0)
         for (const checkpoint::Entry& e : checkpoint::list(s_.ckpt_dir, false))
-          damaged += path_exists(join_path(e.dir, "DONE")) ? 1 : 0;
+          damaged += checkpoint::is_sealed(e.dir) ? 1 : 0;
       if (mpi::broadcast_string(std::to_string(damaged)) != "0") {
         throw RuntimeError(file_message("no usable checkpoint in", s_.ckpt_dir,
                                         strprintf("%zu sealed checkpoint(s), all damaged (see the warnings above); "
@@ -75,7 +75,7 @@ std::string TrainCheckpoints::resume_dir(int64_t below) const {
     resume_dir = s_.resume;
     if (!path_exists(resume_dir))
       throw UsageError(file_message("cannot resume from", resume_dir, "no such checkpoint directory"));
-    if (!path_exists(join_path(resume_dir, "DONE"))) {
+    if (!checkpoint::is_sealed(resume_dir)) {
       throw UsageError(file_message("cannot resume from", resume_dir,
                                     "no DONE marker (not a checkpoint directory, or its write was interrupted)"));
     }

@@ -26,6 +26,10 @@ struct Entry {
   std::string problem;    // why it is not complete ("" when complete)
 };
 
+// True when `dir` holds the DONE marker seal() writes last: the checkpoint was completed (whether its files are still
+// intact is check_dir's question). A step directory without it is a write (or a prune) that was interrupted.
+bool is_sealed(const std::string& dir);
+
 // Every step_* directory under `root`, oldest first. With verify, checksums in DONE are checked
 // (reads every file); without, only DONE's presence and the listed files' sizes.
 std::vector<Entry> list(const std::string& root, bool verify = true);

@@ -68,6 +68,8 @@ uint64_t file_xxh64(const std::string& path) {
   return h;
 }
 
+bool is_sealed(const std::string& dir) { return path_exists(join_path(dir, kDone)); }
+
 std::string check_dir(const std::string& dir, bool verify) {
   std::string done = join_path(dir, kDone);
   if (!path_exists(done)) return "no DONE marker (incomplete: the writer was interrupted)";

@@ -83,6 +83,8 @@ BOOST_AUTO_TEST_CASE(round_trip_and_newest_complete) {
     s.seekp(size - 8);
     s.put('\x7f');
   }
+  BOOST_TEST(!checkpoint::is_sealed(checkpoint::step_dir(root, 40)));
+  BOOST_TEST(checkpoint::is_sealed(checkpoint::step_dir(root, 30)));  // sealed, though damaged
   auto all = checkpoint::list(root);
   BOOST_REQUIRE_EQUAL(all.size(), 4u);
   BOOST_TEST(all[3].problem.find("DONE") != std::string::npos);
@@ -90,6 +92,11 @@ BOOST_AUTO_TEST_CASE(round_trip_and_newest_complete) {
   auto newest = checkpoint::find_newest_complete(root);
   BOOST_REQUIRE(newest.has_value());
   BOOST_TEST(newest->step == 20);
+  // Below 20 (20 failed to load, say): 10.
+  auto older = checkpoint::find_newest_complete(root, true, 20);
+  BOOST_REQUIRE(older.has_value());
+  BOOST_TEST(older->step == 10);
+  BOOST_TEST(!checkpoint::find_newest_complete(root, true, 10).has_value());
   fs::remove_all(root);
 }
 
