@@ -451,6 +451,29 @@ BOOST_AUTO_TEST_CASE(auto_resume_falls_back_over_a_sealed_checkpoint_that_does_n
   BOOST_TEST(fs::exists(run + "/train/FINISHED"));
 }
 
+// A prune killed midway left step 4 without DONE and model.h5 below the newest sealed step 8: the next start removes
+// it (and resumes from 8); the sealed checkpoints stay.
+BOOST_AUTO_TEST_CASE(half_pruned_step_directories_are_removed_at_start) {
+  const std::string run = scratch() + "/halfpruned";
+  TrainHooks stop;
+  stop.stop_after_step = 8;
+  BOOST_TEST(run_train(small_config(run, {"train.checkpoint_every=4"}), stop).exit_code == kExitRequeue);
+  mpi::barrier();
+  if (mpi::rank() == 0) {
+    fs::remove(run + "/train/ckpt/step_00000004/DONE");
+    fs::remove(run + "/train/ckpt/step_00000004/model.h5");
+  }
+  mpi::barrier();
+  TrainResult r = run_train(small_config(run, {"train.checkpoint_every=4"}));
+  BOOST_TEST(r.exit_code == 0);
+  BOOST_REQUIRE(!r.steps.empty());
+  BOOST_TEST(r.steps.front() == 9);
+  mpi::barrier();
+  BOOST_TEST(!fs::exists(run + "/train/ckpt/step_00000004"));
+  BOOST_TEST(fs::exists(run + "/train/ckpt/step_00000008/DONE"));
+  BOOST_TEST(fs::exists(run + "/train/ckpt/step_00000012/DONE"));
+}
+
 // ---------------------------------------------------------------- one trainer per run directory
 
 // Another process holding <run>/train/LOCK (here: this test, through its own open file): the trainer stops before it

@@ -187,6 +187,19 @@ void TrainCheckpoints::load_state(const std::string& dir, const checkpoint::Mode
   }
 }
 
+void TrainCheckpoints::remove_leftovers() const {
+  if (s_.rank == 0) {
+    std::string names;
+    for (const std::string& dir : checkpoint::remove_unsealed_leftovers(s_.ckpt_dir))
+      names += (names.empty() ? "" : ", ") + fs::path(dir).filename().string();
+    if (!names.empty())
+      CAIRN_LOG_WARN("removed step directories without DONE older than the newest sealed checkpoint in \"%s\" (left "
+                     "by an interrupted prune): %s",
+                     s_.ckpt_dir.c_str(), names.c_str());
+  }
+  mpi::barrier();
+}
+
 std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) const {
   std::string final_dir = checkpoint::step_dir(s_.ckpt_dir, p.step);
   std::string tmp = join_path(s_.ckpt_dir, strprintf(".tmp_step_%08lld", static_cast<long long>(p.step)));

@@ -55,6 +55,9 @@ class TrainCheckpoints {
   // Collective: parameters, moments, progress and guard from dir. Every rank throws the same error: UsageError when
   // the model differs from [model], DamagedCheckpoint when the files do not load.
   void load(const std::string& dir, TrainProgress& p, StepGuard& g) const;
+  // Collective: removes the step directories without DONE below the newest sealed one (a prune killed midway left
+  // them; nothing would ever remove them), with a warning naming them.
+  void remove_leftovers() const;
   // Collective: writes step p.step into a temp dir, seals it (DONE) and prunes old ones; returns its directory.
   std::string write(const TrainProgress& p, const StepGuard& g) const;
 

@@ -427,6 +427,7 @@ void Trainer::init_or_resume() {
     CAIRN_LOG_INFO("resuming from \"%s\" at step %lld", resume_dir.c_str(), static_cast<long long>(progress_.step));
     retire_newer_checkpoints();
   }
+  checkpoints_->remove_leftovers();
   // ZeRO-2/3: from now on the model borrows its gradient (and ZeRO-3 parameter) memory, its own is freed.
   for (Chunk& ch : chunks_) {
     if (!ch.zero) continue;

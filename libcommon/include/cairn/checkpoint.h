@@ -83,8 +83,16 @@ void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, f
 void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step, int world_size);
 
 // Deletes complete checkpoints beyond the newest `keep_last`, except those whose step is a multiple
-// of keep_every (> 0), and stale temporary directories. Returns the directories removed.
+// of keep_every (> 0), and stale temporary directories. Returns the directories removed. Each is renamed to a
+// temporary name before it is deleted, so a prune killed midway leaves a temporary directory (removed by the next
+// prune), never a half-deleted step directory.
 std::vector<std::string> prune(const std::string& root, int keep_last, int64_t keep_every);
+
+// Removes the step directories without DONE that are older than the newest sealed one: what a prune killed midway
+// left before prune renamed first. Never a write in progress: writes go to a temporary directory that is renamed
+// into place just before DONE, so only the newest step can be caught without it. Sealed directories are never
+// touched. Returns the directories removed; one that cannot be removed is a warning.
+std::vector<std::string> remove_unsealed_leftovers(const std::string& root);
 
 // xxHash64 of a whole file (streamed).
 uint64_t file_xxh64(const std::string& path);

@@ -31,6 +31,23 @@ std::string model_path(const std::string& path_or_dir) {
   return path_or_dir;
 }
 
+// Deletes a checkpoint directory without ever leaving a half-deleted step directory: it is renamed to a temporary
+// name first (atomic), then removed; a kill midway leaves a temporary directory, which the next prune removes.
+// An error only when the rename fails (the directory is then untouched).
+std::error_code remove_step_dir(const std::string& dir) {
+  const fs::path p(dir);
+  const fs::path trash = p.parent_path() / (std::string(kTmpPrefix) + "removed_" + p.filename().string());
+  std::error_code ec;
+  fs::remove_all(trash, ec);  // what an earlier kill left under that name
+  ec.clear();
+  fs::rename(p, trash, ec);
+  if (ec) return ec;
+  std::error_code rm;
+  fs::remove_all(trash, rm);
+  if (rm) CAIRN_LOG_WARN("cannot remove \"%s\": %s (the next prune retries)", trash.c_str(), rm.message().c_str());
+  return ec;
+}
+
 std::string hex64(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -297,7 +314,7 @@ void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step
     marker.files.push_back({n, fs::file_size(p), hex64(file_xxh64(p))});
   }
   if (path_exists(final_dir)) {
-    fs::remove_all(final_dir, ec);
+    ec = remove_step_dir(final_dir);
     if (ec) throw RuntimeError(file_message("cannot replace", final_dir, ec.message()));
   }
   rename_path(tmp_dir, final_dir);
@@ -326,12 +343,34 @@ std::vector<std::string> prune(const std::string& root, int keep_last, int64_t k
   int n = static_cast<int>(complete.size());
   for (int i = 0; i < n - keep_last; ++i) {
     if (keep_every > 0 && complete[i].first % keep_every == 0) continue;
-    fs::remove_all(complete[i].second, ec);
+    ec = remove_step_dir(complete[i].second);
     if (ec) {
       CAIRN_LOG_WARN("cannot remove old checkpoint \"%s\": %s", complete[i].second.c_str(), ec.message().c_str());
     } else {
       removed.push_back(complete[i].second);
     }
+  }
+  return removed;
+}
+
+std::vector<std::string> remove_unsealed_leftovers(const std::string& root) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return removed;
+  std::vector<std::pair<int64_t, std::string>> steps;
+  int64_t newest_sealed = -1;
+  for (const auto& de : fs::directory_iterator(root, ec)) {
+    const int64_t step = de.is_directory() ? parse_step_dir(de.path().filename().string()) : -1;
+    if (step < 0) continue;
+    steps.emplace_back(step, de.path().string());
+    if (is_sealed(de.path().string())) newest_sealed = std::max(newest_sealed, step);
+  }
+  std::sort(steps.begin(), steps.end());
+  for (const auto& [step, dir] : steps) {
+    if (step >= newest_sealed || is_sealed(dir)) continue;
+    ec = remove_step_dir(dir);
+    if (ec) CAIRN_LOG_WARN("cannot remove \"%s\": %s", dir.c_str(), ec.message().c_str());
+    else removed.push_back(dir);
   }
   return removed;
 }

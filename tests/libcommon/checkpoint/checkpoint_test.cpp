@@ -110,6 +110,30 @@ BOOST_AUTO_TEST_CASE(prune_keeps_last_and_every_nth) {
   for (const auto& e : checkpoint::list(root, false)) left.push_back(e.step);
   BOOST_TEST(left == (std::vector<int64_t>{30, 60, 70}), boost::test_tools::per_element());
   BOOST_TEST(!fs::exists(root + "/.tmp_80"));
+  // Pruned directories went through a temporary name (a kill midway leaves one of those): none is left.
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& de : fs::directory_iterator(root)) ++entries;
+  BOOST_TEST(entries == 3u);
+  fs::remove_all(root);
+}
+
+// A prune killed midway (before prune renamed first) left step 10 without DONE and model.h5; the newest step 40 lacks
+// DONE as an interrupted write does; 20 is sealed but lost a file. Only 10 goes: below the newest sealed (30),
+// unsealed.
+BOOST_AUTO_TEST_CASE(unsealed_leftovers_below_the_newest_sealed_are_removed) {
+  std::string root = temp_dir("leftovers");
+  std::vector<float> p(24, 1.0f);
+  for (int64_t s : {10, 20, 30, 40}) write_ckpt(root, s, p);
+  fs::remove(checkpoint::step_dir(root, 10) + "/DONE");
+  fs::remove(checkpoint::step_dir(root, 10) + "/model.h5");
+  fs::remove(checkpoint::step_dir(root, 20) + "/optim.rank00001.h5");
+  fs::remove(checkpoint::step_dir(root, 40) + "/DONE");
+  auto removed = checkpoint::remove_unsealed_leftovers(root);
+  BOOST_TEST(removed == (std::vector<std::string>{checkpoint::step_dir(root, 10)}), boost::test_tools::per_element());
+  std::vector<int64_t> left;
+  for (const auto& e : checkpoint::list(root, false)) left.push_back(e.step);
+  BOOST_TEST(left == (std::vector<int64_t>{20, 30, 40}), boost::test_tools::per_element());
+  BOOST_TEST(checkpoint::remove_unsealed_leftovers(root).empty());
   fs::remove_all(root);
 }
 
