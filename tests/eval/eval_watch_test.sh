@@ -5,13 +5,7 @@ source "$(dirname "$0")/lib.sh"
 cd "$WORK"
 make_dataset "$WORK/data"
 write_train_config train.toml "$WORK/run" 40 10
-cat > eval.toml <<TOML
-[run]
-dir = "$WORK/run"
-[eval]
-tasks = ["train_val"]
-threads = 1
-TOML
+write_eval_config eval.toml "$WORK/run"
 # The watcher starts first, on a train directory that does not exist yet.
 # Both data parallel over 2 ranks: train_val must reproduce the 2-rank trainer's validation pass.
 mpirun -np 2 --oversubscribe "$BIN/cairn-eval" --config eval.toml --watch "$WORK/run/train" --poll-interval 0.2 \

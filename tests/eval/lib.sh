@@ -43,6 +43,17 @@ threads = 1
 TOML
 }
 
+# write_eval_config FILE RUN: cairn-eval of RUN's checkpoints on the trainer's own validation pass (train_val).
+write_eval_config() {
+  cat > "$1" <<TOML
+[run]
+dir = "$2"
+[eval]
+tasks = ["train_val"]
+threads = 1
+TOML
+}
+
 # expect_exit CODE PATTERN cmd...: runs cmd, checks its exit code and that stderr matches PATTERN.
 expect_exit() {
   local code=$1 pattern=$2

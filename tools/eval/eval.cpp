@@ -34,11 +34,21 @@ using nlohmann::ordered_json;
 
 namespace {
 
-// A checkpoint to evaluate: its directory (or model.h5 path) and step.
+// A checkpoint to evaluate: its directory (or model.h5 path), step and identity. Results are keyed by step and
+// checkpoint_id, so a step the trainer wrote again (a rollback with --resume DIR) is scored again. `problem` marks a
+// checkpoint that is there but whose data is damaged (a sealed one failing its checksums, an unreadable model.h5):
+// it is reported and counted as failed, never loaded.
 struct Target {
   int64_t step = -1;
   std::string path;
+  std::string id;        // checkpoint::checkpoint_id
+  double sealed_at = 0;  // checkpoint::sealed_time (rank 0 only)
+  std::string problem;
 };
+
+Target make_target(int64_t step, const std::string& path, std::string problem = "") {
+  return {step, path, checkpoint::checkpoint_id(path), checkpoint::sealed_time(path), std::move(problem)};
+}
 
 // Settings of the training run that wrote a checkpoint (from model.h5's config_toml).
 struct RunSettings {
@@ -106,29 +116,38 @@ bool same_shape(const gpt::GptConfig& a, const gpt::GptConfig& b) {
 }
 
 // Resolves a positional input / [eval] checkpoint into checkpoints: a model.h5, a step_* directory,
-// a checkpoint root, or a train directory holding ckpt/.
+// a checkpoint root, or a train directory holding ckpt/. A path that is not there, or a step directory without DONE
+// (its write was interrupted), is the user's to fix (UsageError); a checkpoint that is there but damaged becomes a
+// Target with its problem, reported while the others are scored.
 std::vector<Target> resolve_input(const std::string& input, bool verify) {
   if (!path_exists(input)) throw UsageError(file_message("cannot open checkpoint", input, "No such file or directory"));
   if (fs::is_regular_file(input)) {
-    checkpoint::ModelMeta meta;
+    int64_t step = -1;
+    std::string problem;
     try {
-      meta = checkpoint::read_model_meta(input);
-    } catch (const Error& e) {
-      throw UsageError(e.what());
+      step = checkpoint::read_model_meta(input).step;
+    } catch (const std::exception& e) {
+      problem = e.what();
     }
-    return {{meta.step, input}};
+    return {make_target(step, input, problem)};
   }
-  if (path_exists(join_path(input, "model.h5"))) {
+  if (path_exists(join_path(input, "model.h5")) || checkpoint::is_sealed(input)) {
+    if (!checkpoint::is_sealed(input))
+      throw UsageError(file_message("incomplete checkpoint", input, checkpoint::check_dir(input, false)));
     std::string problem = checkpoint::check_dir(input, verify);
-    if (!problem.empty()) throw UsageError(file_message("incomplete checkpoint", input, problem));
     int64_t step = checkpoint::parse_step_dir(fs::path(input).lexically_normal().filename().string());
-    if (step < 0) step = checkpoint::read_model_meta(input).step;
-    return {{step, input}};
+    if (step < 0 && problem.empty()) try {
+        step = checkpoint::read_model_meta(input).step;
+      } catch (const std::exception& e) {
+        problem = e.what();
+      }
+    return {make_target(step, input, problem)};
   }
   std::string root = fs::is_directory(join_path(input, "ckpt")) ? join_path(input, "ckpt") : input;
   std::vector<Target> out;
   for (const auto& e : checkpoint::list(root, verify)) {
-    if (e.complete) out.push_back({e.step, e.dir});
+    if (e.complete) out.push_back(make_target(e.step, e.dir));
+    else if (checkpoint::is_sealed(e.dir)) out.push_back(make_target(e.step, e.dir, e.problem));
     else CAIRN_LOG_WARN("skipping incomplete checkpoint \"%s\": %s", e.dir.c_str(), e.problem.c_str());
   }
   if (out.empty()) throw UsageError(file_message("no complete checkpoint in", root, "nothing to evaluate"));
@@ -183,13 +202,14 @@ class Evaluator {
     check_task_tables(tables, eval_);
   }
 
-  // True when every configured task already has rows for this step.
-  bool done(int64_t step) const {
-    if (eval_.reevaluate) return false;
-    for (const auto& t : task_names_) {
+  // True (rank 0) when every configured task already has rows for this checkpoint, or it was handled in this run.
+  bool settled(const Target& t) const {
+    if (evaluated_.count(key(t))) return true;
+    if (eval_.reevaluate || !t.problem.empty()) return false;
+    for (const auto& task : task_names_) {
       bool found = false;
       for (const auto& r : rows_)
-        if (r.step == step && r.task == t) {
+        if (r.step == t.step && r.task == task && scored(r, t)) {
           found = true;
           break;
         }
@@ -204,47 +224,65 @@ class Evaluator {
     json list = json::array();
     if (mpi::rank() == 0) {
       for (const auto& t : all) {
-        if (done(t.step) || evaluated_.count(t.step)) {
-          if (!evaluated_.count(t.step)) ++*skipped;
-          evaluated_.insert(t.step);
+        if (settled(t)) {
+          if (evaluated_.insert(key(t)).second) ++*skipped;
           continue;
         }
-        list.push_back({t.step, t.path});
+        list.push_back({t.step, t.path, t.id, t.problem, t.sealed_at});
       }
     }
     list = json::parse(mpi::broadcast_string(list.dump()));
-    for (const auto& x : list) out.push_back({x[0].get<int64_t>(), x[1].get<std::string>()});
+    for (const auto& x : list)
+      out.push_back({x[0].get<int64_t>(), x[1].get<std::string>(), x[2].get<std::string>(), x[4].get<double>(),
+                     x[3].get<std::string>()});
     return out;
   }
 
-  // Evaluates one checkpoint on every task; false if it vanished meanwhile (pruned by the trainer).
+  // Evaluates one checkpoint on every task; false if it vanished meanwhile (pruned by the trainer) or its data is
+  // damaged (then reported and counted in summary.failed: the other checkpoints are still scored).
   bool evaluate(const Target& target, EvalSummary& summary) {
+    if (!target.problem.empty()) {
+      fail(target, file_message("damaged checkpoint", target.path, target.problem), summary);
+      return false;
+    }
     auto t0 = std::chrono::steady_clock::now();
     const double start_unix = unix_seconds();
     checkpoint::ModelMeta meta;
-    bool ok = true;
+    // 0: loaded; 1: the checkpoint's data is damaged (reported, the sweep goes on); 2: anything else, which stops the
+    // run with its code (a [model] key the checkpoint contradicts: 2; no memory for the model: 1).
+    int local = 0, code = kExitRuntime;
     std::string msg;
-    int code = kExitUsage;
     try {
       meta = checkpoint::read_model_meta(target.path);
       gpt::validate(meta.config);
-      check_model_keys(cfg_, meta.config, target.path);
-      if (!model_ || !same_shape(model_cfg_, meta.config)) {
-        tasks_.clear();
-        model_.reset();
-        model_ = std::make_unique<gpt::Model>(meta.config, *backend_, /*training=*/false);
-        model_cfg_ = meta.config;
-      }
-      load_weights(target.path);
-    } catch (const Error& e) {
-      ok = false;
-      msg = e.what();
-      code = e.code() == kExitRuntime ? kExitUsage : e.code();  // unreadable/mismatched checkpoint: input error
     } catch (const std::exception& e) {
-      ok = false;
-      msg = file_message("cannot load checkpoint", target.path, e.what());
+      local = 1;
+      msg = file_message("cannot read checkpoint", target.path, e.what());
     }
-    if (mpi::allreduce(ok ? 0 : 1, MPI_MAX) != 0) {
+    if (local == 0) try {
+        check_model_keys(cfg_, meta.config, target.path);
+        if (!model_ || !same_shape(model_cfg_, meta.config)) {
+          tasks_.clear();
+          model_.reset();
+          model_ = std::make_unique<gpt::Model>(meta.config, *backend_, /*training=*/false);
+          model_cfg_ = meta.config;
+        }
+      } catch (const Error& e) {
+        local = 2;
+        code = e.code();
+        msg = e.what();
+      } catch (const std::exception& e) {
+        local = 2;
+        msg = file_message("cannot load checkpoint", target.path, e.what());
+      }
+    if (local == 0) try {
+        load_weights(target.path);
+      } catch (const std::exception& e) {
+        local = 1;
+        msg = e.what();
+      }
+    const int worst = mpi::allreduce(local, MPI_MAX);
+    if (worst != 0) {
       bool gone = mpi::broadcast_value(static_cast<int>(!path_exists(target.path))) != 0;
       if (gone) {
         CAIRN_LOG_WARN("checkpoint \"%s\" disappeared while being read (pruned by the trainer?); skipped",
@@ -253,7 +291,14 @@ class Evaluator {
         tasks_.clear();
         return false;
       }
-      mpi::agree_or_throw(ok, msg, code);
+      if (worst == 2) mpi::agree_or_throw(local != 2, msg, code);
+      try {  // every rank reports the lowest failing rank's message
+        mpi::agree_or_throw(local == 0, msg, kExitRuntime);
+      } catch (const Error& e) {
+        msg = e.what();
+      }
+      fail(target, msg, summary);
+      return false;
     }
     if (tasks_.empty()) {
       RunSettings rs =
@@ -302,15 +347,16 @@ class Evaluator {
     for (const auto& r : results) {
       for (const auto& m : r.metrics)
         new_rows.push_back(
-            {target.step, meta.tokens, target.path, r.task, m.name, m.value, m.stderr_, r.samples, wall});
+            {target.step, meta.tokens, target.path, r.task, m.name, m.value, m.stderr_, r.samples, wall, target.id});
       double tps = r.seconds > 0 ? r.tokens_processed / r.seconds : 0, eps = r.seconds > 0 ? r.samples / r.seconds : 0;
-      new_rows.push_back(
-          {target.step, meta.tokens, target.path, r.task, "eval_tokens_per_s", tps, std::nan(""), r.samples, wall});
-      new_rows.push_back(
-          {target.step, meta.tokens, target.path, r.task, "eval_examples_per_s", eps, std::nan(""), r.samples, wall});
+      new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_tokens_per_s", tps, std::nan(""),
+                          r.samples, wall, target.id});
+      new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_examples_per_s", eps, std::nan(""),
+                          r.samples, wall, target.id});
     }
     if (mpi::rank() == 0) {
-      // Replace rows of the same (step, task) (reevaluate), keep the rest, then rewrite atomically.
+      // Replace rows of the same (step, task) (reevaluated, or scored from a checkpoint that step no longer holds),
+      // keep the rest, then rewrite atomically.
       std::set<std::string> replaced;
       for (const auto& r : results) replaced.insert(r.task);
       std::vector<ResultRow> kept;
@@ -327,11 +373,33 @@ class Evaluator {
     }
     summary.rows.insert(summary.rows.end(), new_rows.begin(), new_rows.end());
     ++summary.checkpoints_evaluated;
-    evaluated_.insert(target.step);
+    evaluated_.insert(key(target));
     return true;
   }
 
  private:
+  // Content, not path: a checkpoint named twice (a root and its step directory) is evaluated once.
+  static std::string key(const Target& t) {
+    return std::to_string(t.step) + "/" + (t.id.empty() ? "path:" + t.path : t.id);
+  }
+
+  // A row scored this checkpoint: the same checkpoint_id; for rows written before ids were recorded, one written
+  // after the checkpoint was sealed (a step sealed again since, by a rollback, is newer than its rows).
+  static bool scored(const ResultRow& r, const Target& t) {
+    if (!r.checkpoint_id.empty()) return r.checkpoint_id == t.id;
+    return t.sealed_at <= r.wall_time;
+  }
+
+  // A damaged checkpoint: reported once, remembered (a --watch poll does not report it again), failed at the end.
+  void fail(const Target& t, const std::string& why, EvalSummary& summary) {
+    if (mpi::rank() == 0)
+      CAIRN_LOG_ERROR("%s; not evaluated (damaged checkpoint data: the other checkpoints are scored, the exit code "
+                      "will be 1)",
+                      why.c_str());
+    summary.failed.push_back(why);
+    evaluated_.insert(key(t));
+  }
+
   // lm-evaluation-harness's files (EvaluationTracker with output_path <out>/eval/lm_eval):
   // lm_eval/<model_name_sanitized>/results_<date_id>.json and samples_<task>_<date_id>.jsonl, the model name
   // being "<run>/step_%08d". lm_eval/step_%08d.json and samples/step_%08d_<task>.jsonl are hard links to them
@@ -342,6 +410,7 @@ class Evaluator {
     info.step = target.step;
     info.tokens = tokens;
     info.checkpoint = target.path;
+    info.checkpoint_id = target.id;
     std::string run_name = fs::path(run_dir_).lexically_normal().filename().string();
     if (run_name.empty() || run_name == "." || run_name == "..")
       run_name = fs::absolute(run_dir_).lexically_normal().filename().string();
@@ -358,6 +427,12 @@ class Evaluator {
     if (path_exists(step_path)) {
       try {
         ordered_json old = ordered_json::parse(read_file(step_path));
+        // Tasks of an earlier run count only if they scored this very checkpoint (files before checkpoint ids: if
+        // they ended after it was sealed), not the one a rollback replaced.
+        const ordered_json& oc = old.contains("cairn") ? old["cairn"] : ordered_json::object();
+        const bool same = oc.contains("checkpoint_id") ? oc["checkpoint_id"] == target.id
+                                                       : old.value("end_time", 0.0) >= target.sealed_at;
+        if (!same) old = ordered_json::object();
         for (const char* key : {"results", "configs", "versions", "n-shot", "higher_is_better", "n-samples",
                                 "group_subtasks", "task_hashes"})
           if (old.contains(key) && old[key].is_object())
@@ -410,16 +485,12 @@ class Evaluator {
 
   void load_weights(const std::string& path) {
     const auto& tensors = model_->tensors();
-    try {
-      if (backend_->device_memory) {
-        std::vector<float> host(model_->num_params());
-        checkpoint::read_model(path, tensors, host.data());
-        backend_->copy_to_device(model_->params(), host.data(), host.size() * sizeof(float));
-      } else {
-        checkpoint::read_model(path, tensors, model_->params());
-      }
-    } catch (const Error& e) {
-      throw UsageError(e.what());
+    if (backend_->device_memory) {
+      std::vector<float> host(model_->num_params());
+      checkpoint::read_model(path, tensors, host.data());
+      backend_->copy_to_device(model_->params(), host.data(), host.size() * sizeof(float));
+    } else {
+      checkpoint::read_model(path, tensors, model_->params());
     }
   }
 
@@ -431,8 +502,8 @@ class Evaluator {
   gpu::DeviceInfo device_;  // set on the cuda backend
   int batch_size_ = 8;
   std::vector<std::string> task_names_;
-  std::vector<ResultRow> rows_;  // rank 0: the record
-  std::set<int64_t> evaluated_;
+  std::vector<ResultRow> rows_;      // rank 0: the record
+  std::set<std::string> evaluated_;  // key(): checkpoints evaluated, found in the record, or failed in this run
   gpt::GptConfig model_cfg_;
   std::unique_ptr<gpt::Model> model_;
   std::vector<std::unique_ptr<Task>> tasks_;
@@ -463,15 +534,11 @@ void watch(const EvalSection& es, Evaluator& ev, EvalSummary& summary) {
       finished_seen = path_exists(finished) ? 1 : 0;
       if (fs::is_directory(root)) {
         for (const auto& e : checkpoint::list(root, false)) {
-          if (!e.complete) continue;
-          if (verify) {
-            std::string problem = checkpoint::check_dir(e.dir, true);
-            if (!problem.empty()) {
-              CAIRN_LOG_WARN("checkpoint \"%s\" failed verification: %s; skipped", e.dir.c_str(), problem.c_str());
-              continue;
-            }
-          }
-          found.push_back({e.step, e.dir});
+          if (!checkpoint::is_sealed(e.dir)) continue;  // being written
+          Target t = make_target(e.step, e.dir, e.problem);
+          // Checksums are read once per checkpoint, not on every poll.
+          if (verify && t.problem.empty() && !ev.settled(t)) t.problem = checkpoint::check_dir(e.dir, true);
+          found.push_back(std::move(t));
         }
       }
     }

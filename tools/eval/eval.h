@@ -166,6 +166,7 @@ std::string python_json_dumps_indent2(const nlohmann::ordered_json& doc);
 struct RunInfo {
   int64_t step = 0, tokens = 0;
   std::string checkpoint;
+  std::string checkpoint_id;            // checkpoint::checkpoint_id (the "cairn" object records it)
   std::string model_name;               // "<run>/step_%08d": config.model_args' pretrained=, model_name
   double start_time = 0, end_time = 0;  // unix seconds of this checkpoint's evaluation
   int batch_size = 0, ranks = 1;
@@ -187,8 +188,9 @@ struct EvalOptions {
 
 struct EvalSummary {
   int checkpoints_evaluated = 0;
-  int checkpoints_skipped = 0;  // already in results
-  std::vector<ResultRow> rows;  // rows written by this run
+  int checkpoints_skipped = 0;      // already in results
+  std::vector<ResultRow> rows;      // rows written by this run
+  std::vector<std::string> failed;  // damaged checkpoints, why each was not evaluated (the run then exits 1)
 };
 
 // Runs cairn-eval as configured (MPI initialised); called by main() and tests.

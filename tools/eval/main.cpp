@@ -3,6 +3,7 @@
 
 #include "cairn/cli.h"
 #include "cairn/config_section.h"
+#include "cairn/error.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
 #include "eval.h"
@@ -12,7 +13,8 @@ int main(int argc, char** argv) {
     CLI::App app{"cairn-eval: perplexity and multiple-choice evaluation of cairn checkpoints, data parallel over MPI.\n"
                  "Writes <out>/eval/results.jsonl, results.h5 and lm-evaluation-harness's files\n"
                  "lm_eval/<run>__step_%08d/results_<date>.json (linked as lm_eval/step_%08d.json).\n"
-                 "Exit codes: 0 done, 1 runtime failure, 2 config/input error."};
+                 "Exit codes: 0 done, 1 runtime failure (also damaged checkpoint data: a sealed checkpoint failing\n"
+                 "its checksums or not loading; the other checkpoints are still scored), 2 config/input error."};
     cairn::CommonOptions opts;
     cairn::add_common_options(app, opts);
     std::vector<std::string> checkpoints;
@@ -43,8 +45,18 @@ int main(int argc, char** argv) {
       nlohmann::json out = {{"provenance", cairn::provenance().to_json()},
                             {"checkpoints_evaluated", s.checkpoints_evaluated},
                             {"checkpoints_skipped", s.checkpoints_skipped},
+                            {"checkpoints_failed", s.failed},
                             {"results", rows}};
       cairn::write_json_output(opts.json_path, out.dump(2) + "\n");
+    }
+    // Damaged checkpoints were reported as they came; the run fails once everything else is scored and recorded.
+    if (!s.failed.empty()) {
+      // Every rank has the same list, but the error ends the job (MPI_Abort) from whichever rank gets there first:
+      // rank 0 must have written the record and --json by then.
+      cairn::mpi::barrier();
+      std::string why;
+      for (const auto& f : s.failed) why += (why.empty() ? "" : "; ") + f;
+      throw cairn::RuntimeError(std::to_string(s.failed.size()) + " checkpoint(s) not evaluated: " + why);
     }
     return 0;
   });

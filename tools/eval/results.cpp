@@ -305,6 +305,7 @@ ordered_json lm_eval_json(const RunInfo& info, const std::vector<TaskResult>& re
   out["cairn"] = {{"step", info.step},
                   {"tokens", info.tokens},
                   {"checkpoint", info.checkpoint},
+                  {"checkpoint_id", info.checkpoint_id},
                   {"performance", perf},
                   {"provenance", provenance().to_json()}};
   return out;

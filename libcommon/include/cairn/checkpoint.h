@@ -30,6 +30,14 @@ struct Entry {
 // intact is check_dir's question). A step directory without it is a write (or a prune) that was interrupted.
 bool is_sealed(const std::string& dir);
 
+// What identifies a checkpoint's contents, so a reader keying results by it sees a step that was written again (a
+// rollback rewrites step N): the xxh64 (16 hex digits) of its DONE marker, which lists every file's xxh64 (model.h5
+// carries the time it was written); for a model.h5 outside a sealed directory, the file's own xxh64. "" when
+// neither can be read.
+std::string checkpoint_id(const std::string& path_or_dir);
+// When the checkpoint was completed (DONE's modification time, or the model.h5 file's), in unix seconds; 0 if unknown.
+double sealed_time(const std::string& path_or_dir);
+
 // Every step_* directory under `root`, oldest first. With verify, checksums in DONE are checked
 // (reads every file); without, only DONE's presence and the listed files' sizes.
 std::vector<Entry> list(const std::string& root, bool verify = true);

@@ -81,6 +81,9 @@ struct EvalRow {
   double stderr_value = std::numeric_limits<double>::quiet_NaN();  // the key is "stderr"
   int64_t n = 0;                                                   // examples scored
   double wall_time = 0;  // unix seconds when the checkpoint's evaluation finished
+  // checkpoint::checkpoint_id of what was scored: a step written again (a rollback) has another one. "" in files
+  // written before it was recorded (the key is then absent).
+  std::string checkpoint_id;
 
   nlohmann::json to_json() const;
   // step, task and metric are required; the rest default as above.

@@ -1,6 +1,7 @@
 // Checkpoint files (model.h5, optim.rank*.h5, DONE) and the directory protocol around them.
 #include "cairn/checkpoint.h"
 
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -86,6 +87,33 @@ uint64_t file_xxh64(const std::string& path) {
 }
 
 bool is_sealed(const std::string& dir) { return path_exists(join_path(dir, kDone)); }
+
+namespace {
+// The DONE marker that speaks for a checkpoint directory or a model.h5 in one; "" when there is none.
+std::string done_of(const std::string& path_or_dir) {
+  std::error_code ec;
+  const std::string dir =
+      fs::is_directory(path_or_dir, ec) ? path_or_dir : fs::path(path_or_dir).parent_path().string();
+  const std::string done = join_path(dir.empty() ? "." : dir, kDone);
+  return path_exists(done) ? done : "";
+}
+}  // namespace
+
+std::string checkpoint_id(const std::string& path_or_dir) {
+  try {
+    const std::string done = done_of(path_or_dir);
+    return hex64(file_xxh64(done.empty() ? model_path(path_or_dir) : done));
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+double sealed_time(const std::string& path_or_dir) {
+  const std::string done = done_of(path_or_dir);
+  struct stat st {};
+  if (::stat((done.empty() ? model_path(path_or_dir) : done).c_str(), &st) != 0) return 0;
+  return static_cast<double>(st.st_mtim.tv_sec) + 1e-9 * static_cast<double>(st.st_mtim.tv_nsec);
+}
 
 std::string check_dir(const std::string& dir, bool verify) {
   std::string done = join_path(dir, kDone);

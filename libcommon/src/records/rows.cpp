@@ -45,15 +45,17 @@ std::vector<double> finite_numbers(const JsonFields& f, const char* key) {
 // ---- EvalRow
 
 json EvalRow::to_json() const {
-  return {{"step", step},
-          {"tokens", tokens},
-          {"checkpoint", checkpoint},
-          {"task", task},
-          {"metric", metric},
-          {"value", detail::number_or_null(value)},
-          {"stderr", detail::number_or_null(stderr_value)},
-          {"n", n},
-          {"wall_time", wall_time}};
+  json j = {{"step", step},
+            {"tokens", tokens},
+            {"checkpoint", checkpoint},
+            {"task", task},
+            {"metric", metric},
+            {"value", detail::number_or_null(value)},
+            {"stderr", detail::number_or_null(stderr_value)},
+            {"n", n},
+            {"wall_time", wall_time}};
+  if (!checkpoint_id.empty()) j["checkpoint_id"] = checkpoint_id;
+  return j;
 }
 
 EvalRow EvalRow::from_json(const JsonFields& f) {
@@ -68,6 +70,7 @@ EvalRow EvalRow::from_json(const JsonFields& f) {
   r.stderr_value = f.number_or("stderr", nan, 0, DBL_MAX);
   r.n = f.i64_or("n", 0, 0, INT64_MAX);
   r.wall_time = f.number_or("wall_time", 0, -DBL_MAX, DBL_MAX);
+  r.checkpoint_id = f.str_or("checkpoint_id", "");
   return r;
 }
 

@@ -157,6 +157,9 @@ BOOST_AUTO_TEST_CASE(eval_rows_round_trip) {
   const EvalRow back = EvalRow::parse(r.to_json().dump(), "results.jsonl:1");
   BOOST_TEST(back.to_json() == r.to_json());
   BOOST_TEST(back.stderr_value == 0.012);
+  BOOST_TEST(!back.to_json().contains("checkpoint_id"));  // rows before it was recorded read back without it
+  r.checkpoint_id = "0123456789abcdef";
+  BOOST_TEST(EvalRow::parse(r.to_json().dump(), "results.jsonl:1").checkpoint_id == "0123456789abcdef");
   // Not computed: NaN is written as null and read back as NaN.
   r.value = std::nan("");
   r.stderr_value = std::nan("");
