@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 
 #include "cairn/checkpoint.h"
@@ -347,6 +348,28 @@ BOOST_AUTO_TEST_CASE(lr_1000_does_not_finish) {
   BOOST_TEST(!fs::exists(run + "/train/FINISHED"));
 }
 
+// Rank 0 rewrites checkpoint `dir`'s model.h5 as `edit` changes its metadata, tensor list or parameters, and seals it
+// again: DONE's checksums match the new file, so only loading it can tell.
+using ModelEdit = std::function<void(checkpoint::ModelMeta&, std::vector<gpt::TensorInfo>&, std::vector<float>&)>;
+static void rewrite_model(const std::string& dir, const ModelEdit& edit) {
+  if (mpi::rank() == 0) {
+    checkpoint::ModelMeta meta = checkpoint::read_model_meta(dir);
+    auto tensors = gpt::piece_tensors(meta.config, gpt::ShardSpec{});
+    std::vector<float> p(gpt::count_params(meta.config));
+    checkpoint::read_model(dir, tensors, p.data());
+    edit(meta, tensors, p);
+    const std::string tmp = fs::path(dir).parent_path().string() + "/.tmp_rewrite";
+    fs::create_directories(tmp);
+    for (const auto& f : fs::directory_iterator(dir))
+      if (f.path().filename() != "DONE" && f.path().filename() != "model.h5")
+        fs::copy(f.path(), tmp + "/" + f.path().filename().string());
+    checkpoint::write_model(tmp + "/model.h5", meta, tensors, p.data());
+    checkpoint::seal(tmp, dir, meta.step, mpi::size());
+    BOOST_TEST(checkpoint::check_dir(dir).empty());  // checksums valid
+  }
+  mpi::barrier();
+}
+
 // A checkpoint with valid checksums but a NaN in wte: refused at resume, never trained from or named by FINISHED.
 BOOST_AUTO_TEST_CASE(non_finite_checkpoint_is_refused) {
   const std::string run = scratch() + "/nanckpt";
@@ -354,23 +377,10 @@ BOOST_AUTO_TEST_CASE(non_finite_checkpoint_is_refused) {
   stop.stop_after_step = 4;
   BOOST_TEST(run_train(small_config(run), stop).exit_code == kExitRequeue);
   mpi::barrier();
-  const std::string dir = run + "/train/ckpt/step_00000004";
-  if (mpi::rank() == 0) {
-    checkpoint::ModelMeta meta = checkpoint::read_model_meta(dir);
-    auto tensors = gpt::piece_tensors(meta.config, gpt::ShardSpec{});
-    std::vector<float> p(gpt::count_params(meta.config));
-    checkpoint::read_model(dir, tensors, p.data());
+  rewrite_model(run + "/train/ckpt/step_00000004", [](auto&, auto& tensors, auto& p) {
     for (const auto& t : tensors)
       if (t.name == "wte") p[t.offset + 7] = std::numeric_limits<float>::quiet_NaN();
-    const std::string tmp = run + "/train/ckpt/.tmp_poison";
-    fs::create_directories(tmp);
-    for (const auto& f : fs::directory_iterator(dir))
-      if (f.path().filename() != "DONE" && f.path().filename() != "model.h5") fs::copy(f.path(), tmp + "/" + f.path().filename().string());
-    checkpoint::write_model(tmp + "/model.h5", meta, tensors, p.data());
-    checkpoint::seal(tmp, dir, 4, mpi::size());
-    BOOST_TEST(checkpoint::check_dir(dir).empty());  // checksums valid
-  }
-  mpi::barrier();
+  });
   BOOST_CHECK_THROW(run_train(small_config(run)), RuntimeError);
   mpi::barrier();
   BOOST_TEST(!fs::exists(run + "/train/FINISHED"));
@@ -413,23 +423,10 @@ BOOST_AUTO_TEST_CASE(auto_resume_falls_back_over_a_sealed_checkpoint_that_does_n
   BOOST_TEST(run_train(small_config(run, {"train.checkpoint_every=4"}), stop).exit_code == kExitRequeue);
   mpi::barrier();
   const std::string dir = run + "/train/ckpt/step_00000008";
-  if (mpi::rank() == 0) {
-    checkpoint::ModelMeta meta = checkpoint::read_model_meta(dir);
-    auto tensors = gpt::piece_tensors(meta.config, gpt::ShardSpec{});
-    std::vector<float> p(gpt::count_params(meta.config));
-    checkpoint::read_model(dir, tensors, p.data());
-    tensors.back().size -= 1;  // ln_f.bias, one value short
+  rewrite_model(dir, [](auto&, auto& tensors, auto&) {
+    tensors.back().size -= 1;  // the last tensor, one value short
     tensors.back().shape = {static_cast<int>(tensors.back().size)};
-    const std::string tmp = run + "/train/ckpt/.tmp_truncated";
-    fs::create_directories(tmp);
-    for (const auto& f : fs::directory_iterator(dir))
-      if (f.path().filename() != "DONE" && f.path().filename() != "model.h5")
-        fs::copy(f.path(), tmp + "/" + f.path().filename().string());
-    checkpoint::write_model(tmp + "/model.h5", meta, tensors, p.data());
-    checkpoint::seal(tmp, dir, 8, mpi::size());
-    BOOST_TEST(checkpoint::check_dir(dir).empty());  // DONE's checksums pass
-  }
-  mpi::barrier();
+  });
   int code = 0;
   try {
     run_train(small_config(run, {"train.checkpoint_every=4", "train.resume=\"" + dir + "\""}));
@@ -472,6 +469,51 @@ BOOST_AUTO_TEST_CASE(half_pruned_step_directories_are_removed_at_start) {
   BOOST_TEST(!fs::exists(run + "/train/ckpt/step_00000004"));
   BOOST_TEST(fs::exists(run + "/train/ckpt/step_00000008/DONE"));
   BOOST_TEST(fs::exists(run + "/train/ckpt/step_00000012/DONE"));
+}
+
+// A checkpoint resumed on other data (the same documents in 3 shards instead of 2: other windows): refused (exit 2,
+// nothing written); with on_data_change = "warn" the run continues on it; a checkpoint written before the fingerprint
+// was recorded resumes on anything.
+BOOST_AUTO_TEST_CASE(resuming_on_other_data_is_refused_unless_allowed) {
+  const std::string run = scratch() + "/otherdata", other = scratch() + "/data3";
+  if (mpi::rank() == 0) test::make_dataset(other, 3, 800);
+  TrainHooks stop;
+  stop.stop_after_step = 4;
+  BOOST_TEST(run_train(small_config(run), stop).exit_code == kExitRequeue);
+  mpi::barrier();
+  const auto metrics_size = fs::file_size(run + "/train/metrics.jsonl");
+  std::string msg;
+  int code = 0;
+  try {
+    run_train(small_config(run, {"data.path=\"" + other + "\""}));
+  } catch (const Error& e) {
+    msg = e.what();
+    code = e.code();
+  }
+  BOOST_TEST(code == kExitUsage);
+  BOOST_TEST(msg.find("trained on other data than [data] path \"" + other + "\"") != std::string::npos, msg);
+  BOOST_TEST(msg.find("on_data_change") != std::string::npos, msg);
+  mpi::barrier();
+  BOOST_TEST(fs::file_size(run + "/train/metrics.jsonl") == metrics_size);
+  TrainResult warned =
+      run_train(small_config(run, {"data.path=\"" + other + "\"", "train.on_data_change=\"warn\"", "train.steps=6"}));
+  BOOST_TEST(warned.exit_code == 0);
+  BOOST_REQUIRE(!warned.steps.empty());
+  BOOST_TEST(warned.steps.front() == 5);
+  mpi::barrier();
+
+  // An older cairn-train's checkpoint (no fingerprint): resumed on this data without a word against it.
+  const std::string old = scratch() + "/olddata";
+  BOOST_TEST(run_train(small_config(old), stop).exit_code == kExitRequeue);
+  mpi::barrier();
+  rewrite_model(old + "/train/ckpt/step_00000004", [](auto& meta, auto&, auto&) {
+    meta.train_state.erase("data_fingerprint");
+    meta.train_state.erase("data_tokens");
+  });
+  TrainResult r = run_train(small_config(old, {"data.path=\"" + other + "\"", "train.steps=6"}));
+  BOOST_TEST(r.exit_code == 0);
+  BOOST_REQUIRE(!r.steps.empty());
+  BOOST_TEST(r.steps.front() == 5);
 }
 
 // ---------------------------------------------------------------- one trainer per run directory

@@ -60,6 +60,7 @@ void read_train_keys(const TrainSection& t, Settings& s) {
   s.spike_min_steps = t.spike_min_steps;
   s.max_skips = t.max_consecutive_skips;
   s.restore_on_skips = t.on_too_many_skips == "restore";
+  s.refuse_data_change = t.on_data_change == "refuse";
   s.trace_steps = t.trace_steps;
   s.tensorboard = t.tensorboard;
   s.peak_tflops = t.peak_tflops;

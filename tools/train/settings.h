@@ -41,6 +41,10 @@ struct Settings {
   // Windows one validation pass scores (val_batches x dp x micro_batch, capped by the split); set once the dataset
   // is open, recorded in checkpoints so cairn-eval's train_val scores exactly these.
   uint64_t val_rows = 0;
+  // The training data's identity (data_fingerprint()) and size, recorded in checkpoints; set once the dataset is open.
+  std::string data_fingerprint;
+  uint64_t data_tokens = 0;
+  bool refuse_data_change = true;  // [train] on_data_change
 };
 
 // [train] recompute and [parallel] recompute resolved to one mode (usage error when they disagree).

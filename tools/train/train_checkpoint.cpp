@@ -1,7 +1,10 @@
 // cairn-train's checkpoints (train_checkpoint.h): resume choice, write + seal + prune, load.
 #include "train_checkpoint.h"
 
+#include <xxhash.h>
+
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "backend_buffer.h"
@@ -18,6 +21,15 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace cairn::train {
+
+std::string data_fingerprint(const shards::Dataset& ds) {
+  std::string text = strprintf("vocab %u eot %u", ds.vocab_size(), ds.eot_id());
+  for (size_t i = 0; i < ds.num_shards(); ++i) {
+    const shards::ShardInfo& info = ds.info(i);
+    text += strprintf(";%llu %s", static_cast<unsigned long long>(info.tokens), shards::hex64(info.xxh64).c_str());
+  }
+  return shards::hex64(XXH64(text.data(), text.size(), 0));
+}
 
 json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g) {
   records::TrainState st;
@@ -36,6 +48,8 @@ json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g) 
   st.dp = s.layout.dp;
   st.micro_batch = s.micro;
   st.val_rows = s.val_rows;
+  st.data_fingerprint = s.data_fingerprint;
+  st.data_tokens = s.data_tokens;
   return st.to_json();
 }
 
@@ -133,11 +147,51 @@ void TrainCheckpoints::load_files(const std::string& dir, TrainProgress& p, Step
                                c.layers, c.hidden, c.heads, c.seq_len, c.vocab, want.layers, want.hidden, want.heads,
                                want.seq_len, want.vocab)));
   }
+  check_data(dir, meta);
   try {
     load_state(dir, meta, p, g);
   } catch (const std::exception& e) {
     throw damaged(e);
   }
+}
+
+// A checkpoint trained on other data: from here on each step would read other windows than the run's (bitwise resume
+// and the run's data order are gone). Refused (exit 2) unless [train] on_data_change = "warn"; a checkpoint written
+// before the fingerprint was recorded is not compared.
+void TrainCheckpoints::check_data(const std::string& dir, const checkpoint::ModelMeta& meta) const {
+  std::optional<std::string> fingerprint;
+  std::optional<uint64_t> tokens;
+  try {
+    const records::TrainState st = records::TrainState::from_json(
+        JsonFields(meta.train_state, join_path(dir, "model.h5"), "checkpoint train_state"));
+    fingerprint = st.data_fingerprint;
+    tokens = st.data_tokens;
+  } catch (const std::exception& e) {
+    throw DamagedCheckpoint(file_message("cannot resume from", dir, e.what()));
+  }
+  if (!fingerprint) {
+    if (s_.rank == 0)
+      CAIRN_LOG_INFO("\"%s\" records no data fingerprint (written before cairn-train recorded one): its data is not "
+                     "compared with [data] path",
+                     dir.c_str());
+    return;
+  }
+  if (*fingerprint == s_.data_fingerprint) return;
+  const std::string what = strprintf(
+      "it was trained on other data than [data] path \"%s\" (data fingerprint %s, %llu tokens, in the checkpoint; %s, "
+      "%llu tokens, now)",
+      s_.data_dir.c_str(), fingerprint->c_str(), static_cast<unsigned long long>(tokens.value_or(0)),
+      s_.data_fingerprint.c_str(), static_cast<unsigned long long>(s_.data_tokens));
+  if (s_.refuse_data_change) {
+    throw UsageError(file_message("cannot resume from", dir,
+                                  what + ": the steps after it would not read the run's windows; point [data] path at "
+                                         "the run's dataset, or set [train] on_data_change = \"warn\" to continue on "
+                                         "this data"));
+  }
+  if (s_.rank == 0)
+    CAIRN_LOG_WARN("resuming \"%s\": %s; continuing on this data ([train] on_data_change = \"warn\"): the data order "
+                   "from here on is not the run's",
+                   dir.c_str(), what.c_str());
 }
 
 // The tensors, moments and train_state of a checkpoint whose model matches [model].

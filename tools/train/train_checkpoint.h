@@ -14,6 +14,7 @@
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/parallel.h"
+#include "cairn/shards.h"
 #include "chunk.h"
 #include "grad_sync.h"
 #include "settings.h"
@@ -34,6 +35,12 @@ struct TrainProgress {
 struct DamagedCheckpoint : RuntimeError {
   explicit DamagedCheckpoint(const std::string& m) : RuntimeError(m) {}
 };
+
+// What identifies the training data a run reads: xxh64 (16 hex digits) over each shard's token count and token xxh64
+// (index.json's, which the loader checks every shard against), in index order, with the vocabulary size and the
+// end-of-text id. Cheap (index.json only); a copy or move of the dataset keeps it, other shards, another order or
+// another tokenizer change it, and with them the windows each step reads.
+std::string data_fingerprint(const shards::Dataset& ds);
 
 // The train_state JSON of model.h5: progress, skip counters, spike window and what the run was started with.
 nlohmann::json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g);
@@ -67,6 +74,7 @@ class TrainCheckpoints {
   bool whole() const { return s_.layout.tp == 1 && s_.layout.pp == 1 && s_.zero < 3; }
   void write_files(const std::string& tmp, const TrainProgress& p, const StepGuard& g) const;
   void load_files(const std::string& dir, TrainProgress& p, StepGuard& g) const;  // this rank's part of load()
+  void check_data(const std::string& dir, const checkpoint::ModelMeta& meta) const;
   void load_state(const std::string& dir, const checkpoint::ModelMeta& meta, TrainProgress& p, StepGuard& g) const;
 
   const Config& cfg_;

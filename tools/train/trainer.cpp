@@ -219,6 +219,8 @@ void Trainer::open_dataset() {
     }
     ds_ = std::make_unique<shards::Dataset>(shards::Dataset::open(s_.data_dir));
   }
+  s_.data_fingerprint = data_fingerprint(*ds_);
+  s_.data_tokens = ds_->total_tokens();
   uint32_t data_vocab = ds_->vocab_size();
   int64_t vocab = s_.model.vocab;
   if (vocab == 0) vocab = (static_cast<int64_t>(data_vocab) + 63) / 64 * 64;

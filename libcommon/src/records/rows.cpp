@@ -241,6 +241,7 @@ json TrainState::to_json() const {
   CAIRN_TRAIN_STATE_FIELDS(CAIRN_RECORDS_PUT_STATE)
 #undef CAIRN_RECORDS_PUT_STATE
   detail::put(j, "layout", layout);
+  detail::put(j, "data_fingerprint", data_fingerprint);
   if (spikes) j["spikes"] = {{"loss", spikes->loss}, {"norm", spikes->norm}};
   return j;
 }
@@ -251,6 +252,7 @@ TrainState TrainState::from_json(const JsonFields& f) {
   CAIRN_TRAIN_STATE_FIELDS(CAIRN_RECORDS_GET_STATE)
 #undef CAIRN_RECORDS_GET_STATE
   detail::get(f, "layout", s.layout);
+  detail::get(f, "data_fingerprint", s.data_fingerprint);
   if (f.has("spikes")) {
     JsonFields w = f.object("spikes");
     s.spikes = Spikes{finite_numbers(w, "loss"), finite_numbers(w, "norm")};

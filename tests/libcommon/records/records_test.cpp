@@ -299,6 +299,8 @@ BOOST_AUTO_TEST_CASE(train_state_round_trips) {
   s.micro_batch = 4;
   s.val_rows = 64;
   s.layout = "dp=2,tp=2,pp=1,v=1";
+  s.data_fingerprint = "0123456789abcdef";
+  s.data_tokens = 1234567;
   s.spikes = TrainState::Spikes{{3.1, 3.0}, {0.8, 0.7}};
   const json j = s.to_json();
   const TrainState back = TrainState::from_json(JsonFields(j, "model.h5", "checkpoint train_state"));
@@ -309,6 +311,7 @@ BOOST_AUTO_TEST_CASE(train_state_round_trips) {
   const TrainState o = TrainState::from_json(JsonFields(old, "model.h5", "checkpoint train_state"));
   BOOST_TEST(!o.val_rows.has_value());
   BOOST_TEST(!o.spikes.has_value());
+  BOOST_TEST(!o.data_fingerprint.has_value());
   const json bad = {{"spikes", {{"loss", {1.0, "x"}}, {"norm", json::array()}}}};
   std::string msg =
       usage_error([&] { TrainState::from_json(JsonFields(bad, "ck/model.h5", "checkpoint train_state")); });

@@ -44,6 +44,7 @@ struct TrainSection {
   int spike_min_steps = 20;
   int max_consecutive_skips = 5;
   std::string on_too_many_skips = "restore";
+  std::string on_data_change = "refuse";
   // Observability.
   int log_every = 1;
   std::string trace_steps;
@@ -96,6 +97,9 @@ struct TrainSection {
     k(&S::max_consecutive_skips, "max_consecutive_skips", Range{0, 1e9}, "consecutive skipped steps tolerated");
     k(&S::on_too_many_skips, "on_too_many_skips", Choices{"restore", "stop"},
       "restore: reload the last checkpoint and continue after the bad data; stop: exit with an error");
+    k(&S::on_data_change, "on_data_change", Choices{"refuse", "warn"},
+      "resuming a checkpoint trained on other data (its recorded fingerprint differs): refuse (exit 2) or warn and "
+      "continue on this data");
     k(&S::log_every, "log_every", Range{1, 1e9}, "steps between progress lines on stderr");
     k(&S::trace_steps, "trace_steps", Flag{"--trace-steps"},
       "a:b writes a Chrome trace of steps a..b-1 to <run>/train/trace.json");
