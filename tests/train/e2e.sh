@@ -74,6 +74,22 @@ a = [json.loads(l)["loss"] for l in open(f"{w}/r1/train/metrics.jsonl") if '"tra
 b = [json.loads(l)["loss"] for l in open(f"{w}/r1c/train/metrics.jsonl") if '"train"' in l]
 assert a == b, "resumed steps 26..50 must repeat the original losses bitwise"
 PYEOF
+# TensorBoard shows each step once: the resumed run's event file starts with a SessionLog START at step 26, which drops
+# the copied run's steps 26-50 (read as TensorBoard reads a run directory; with TensorBoard installed, by it too).
+"$PY" "$HERE/../libcommon/metrics/read_tfevents.py" "$W/r1c/train" --run --tensorboard > "$W/r1c_tb.jsonl" ||
+  fail "resumed run's tfevents"
+"$PY" - "$W" <<'PYEOF'
+import json, sys
+w = sys.argv[1]
+ev = [json.loads(l) for l in open(f"{w}/r1c_tb.jsonl")]
+loss = {l["step"]: l["loss"] for l in map(json.loads, open(f"{w}/r1c/train/metrics.jsonl")) if l["kind"] == "train"}
+steps = [e["step"] for e in ev if "train/loss" in e["scalars"]]
+assert steps == list(range(1, 51)), ("each step once, in order", steps)
+for e in ev:
+    if "train/loss" in e["scalars"]:
+        assert abs(e["scalars"]["train/loss"] - loss[e["step"]]) <= 1e-6 * abs(loss[e["step"]]), e
+assert [e["step"] for e in ev if "val/loss" in e["scalars"]] == [25, 50]
+PYEOF
 # The skipped step 50 was retired, not left to outrank (and be kept by pruning over) what the resumed run wrote.
 ls "$W"/r1c/train/retired/*/step_00000050/model.h5 > /dev/null 2>&1 || fail "damaged step_00000050 not retired"
 # Every sealed checkpoint damaged: exit 1 naming the folder, no fresh start over the run's metrics.

@@ -117,11 +117,25 @@ void StepReporter::open(const Config& cfg, int64_t step) {
   line.step = step;
   line.provenance = prov.to_json();
   jsonl_.write(line.to_json());
-  if (s_.tensorboard) tb_ = std::make_unique<metrics::TfEventsWriter>(s_.train_dir);
+  if (s_.tensorboard) {
+    // A new event file, opened by a START at the first step this run computes: TensorBoard drops what earlier files
+    // hold from that step on (a killed run's steps past its checkpoint, an abandoned line after a rollback), as
+    // metrics.jsonl drops its lines.
+    tb_ = std::make_unique<metrics::TfEventsWriter>(s_.train_dir);
+    tb_->add_session_start(step + 1, unix_seconds(),
+                           strprintf("cairn-train starts after step %lld", static_cast<long long>(step)));
+    tb_->flush();
+  }
 }
 
 void StepReporter::reopen(int64_t step) {
-  if (s_.rank == 0) jsonl_ = metrics::JsonlWriter(join_path(s_.train_dir, "metrics.jsonl"), step);
+  if (s_.rank != 0) return;
+  jsonl_ = metrics::JsonlWriter(join_path(s_.train_dir, "metrics.jsonl"), step);
+  if (tb_) {
+    tb_->add_session_start(step + 1, unix_seconds(),
+                           strprintf("restored the checkpoint of step %lld", static_cast<long long>(step)));
+    tb_->flush();
+  }
 }
 
 void StepReporter::start_clock(int64_t first_step) {

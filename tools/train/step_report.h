@@ -54,9 +54,10 @@ FlopCounts flop_counts(const Settings& s, const gpt::GptConfig& g, const gpu::De
 class StepReporter {
  public:
   StepReporter(const Settings& s, const FlopCounts& flops) : s_(s), flops_(flops) {}
-  // Writes config.toml, opens metrics.jsonl (dropping lines after `step`, then a provenance line) and TensorBoard.
+  // Writes config.toml, opens metrics.jsonl (dropping lines after `step`, then a provenance line) and a new
+  // TensorBoard event file (starting with a SessionLog START at step + 1).
   void open(const Config& cfg, int64_t step);
-  // After a checkpoint restore: metrics.jsonl again without the lines after `step`.
+  // After a checkpoint restore: metrics.jsonl again without the lines after `step`, TensorBoard restarted at step + 1.
   void reopen(int64_t step);
   // Start of the timed steps (for the ETA of the progress line).
   void start_clock(int64_t first_step);

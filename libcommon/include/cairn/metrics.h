@@ -51,6 +51,10 @@ class TfEventsWriter {
   void add_scalar(const std::string& tag, float value, int64_t step, double wall_time);
   // Several scalars of one step in one Event.
   void add_scalars(const std::vector<std::pair<std::string, float>>& values, int64_t step, double wall_time);
+  // A SessionLog START event at `step`: the run (re)starts there. TensorBoard then drops every event with a step >=
+  // `step` read before it (its event_accumulator's purge), so the steps a killed or rolled-back run wrote beyond the
+  // checkpoint it resumes from show once, as rewritten, not twice.
+  void add_session_start(int64_t step, double wall_time, const std::string& message = "");
   void flush();
   void close();
 
@@ -64,6 +68,7 @@ class TfEventsWriter {
 std::string encode_event_file_version(double wall_time, const std::string& version = "brain.Event:2");
 std::string encode_event_scalars(double wall_time, int64_t step,
                                  const std::vector<std::pair<std::string, float>>& values);
+std::string encode_event_session_start(double wall_time, int64_t step, const std::string& message = "");
 // TFRecord framing of one record.
 std::string frame_record(std::string_view data);
 

@@ -112,6 +112,18 @@ void put_bytes(std::string& out, int field, std::string_view b) {
 }
 }  // namespace
 
+namespace {
+// Event { double wall_time = 1; int64 step = 2; <field> = payload } for a step event (a summary or a session log).
+std::string encode_step_event(double wall_time, int64_t step, int field, std::string_view payload) {
+  std::string ev;
+  put_double(ev, 1, wall_time);
+  put_tag(ev, 2, 0);
+  put_varint(ev, static_cast<uint64_t>(step));
+  put_bytes(ev, field, payload);
+  return ev;
+}
+}  // namespace
+
 // Event { double wall_time = 1; int64 step = 2; oneof { string file_version = 3; Summary summary = 5; } }
 std::string encode_event_file_version(double wall_time, const std::string& version) {
   std::string ev;
@@ -133,12 +145,16 @@ std::string encode_event_scalars(double wall_time, int64_t step,
     put_fixed32(val, bits);
     put_bytes(summary, 1, val);
   }
-  std::string ev;
-  put_double(ev, 1, wall_time);
-  put_tag(ev, 2, 0);
-  put_varint(ev, static_cast<uint64_t>(step));
-  put_bytes(ev, 5, summary);
-  return ev;
+  return encode_step_event(wall_time, step, 5, summary);
+}
+
+// Event { ...; SessionLog session_log = 7; }  SessionLog { SessionStatus status = 1 (START = 1); string msg = 3; }
+std::string encode_event_session_start(double wall_time, int64_t step, const std::string& message) {
+  std::string log;
+  put_tag(log, 1, 0);
+  put_varint(log, 1);
+  if (!message.empty()) put_bytes(log, 3, message);
+  return encode_step_event(wall_time, step, 7, log);
 }
 
 std::string frame_record(std::string_view data) {
@@ -180,6 +196,11 @@ void TfEventsWriter::add_scalars(const std::vector<std::pair<std::string, float>
                                  double wall_time) {
   if (!f_) return;
   write_record(encode_event_scalars(wall_time, step, values));
+}
+
+void TfEventsWriter::add_session_start(int64_t step, double wall_time, const std::string& message) {
+  if (!f_) return;
+  write_record(encode_event_session_start(wall_time, step, message));
 }
 
 void TfEventsWriter::flush() {

@@ -49,6 +49,24 @@ BOOST_AUTO_TEST_CASE(crc32c_known_vectors) {
   BOOST_TEST(crc32c(inc, 32) == 0x46DD794Eu);
 }
 
+// tests/libcommon/metrics/read_tfevents.py, the independent reader.
+static std::string reader_script() {
+  const char* src = std::getenv("CAIRN_SOURCE_DIR");
+  return std::string(src ? src : ".") + "/tests/libcommon/metrics/read_tfevents.py";
+}
+
+// The events the reader prints for `args` (one JSON object a line); it must exit 0.
+static std::vector<json> reader_events(const std::string& args) {
+  int rc = 0;
+  std::string out = run_capture("/usr/bin/python3 " + reader_script() + " " + args, &rc);
+  BOOST_REQUIRE_EQUAL(rc, 0);
+  std::istringstream lines(out);
+  std::string line;
+  std::vector<json> evs;
+  while (std::getline(lines, line)) evs.push_back(json::parse(line));
+  return evs;
+}
+
 BOOST_AUTO_TEST_CASE(tfevents_read_back_by_python) {
   std::string dir = temp_dir("tfevents");
   std::string path;
@@ -60,15 +78,9 @@ BOOST_AUTO_TEST_CASE(tfevents_read_back_by_python) {
     }
     w.add_scalar("val/loss", 1.25f, 5, 1700000010.5);
   }
-  const char* src = std::getenv("CAIRN_SOURCE_DIR");
-  std::string script = std::string(src ? src : ".") + "/tests/libcommon/metrics/read_tfevents.py";
+  const std::string script = reader_script();
   int rc = 0;
-  std::string out = run_capture("/usr/bin/python3 " + script + " " + path + " --tensorboard", &rc);
-  BOOST_REQUIRE_EQUAL(rc, 0);
-  std::istringstream lines(out);
-  std::string line;
-  std::vector<json> evs;
-  while (std::getline(lines, line)) evs.push_back(json::parse(line));
+  const std::vector<json> evs = reader_events(path + " --tensorboard");
   BOOST_REQUIRE_EQUAL(evs.size(), 7u);
   BOOST_TEST(evs[0]["file_version"] == "brain.Event:2");
   for (int step = 1; step <= 5; ++step) {
@@ -88,6 +100,36 @@ BOOST_AUTO_TEST_CASE(tfevents_read_back_by_python) {
   }
   run_capture("/usr/bin/python3 " + script + " " + path + " 2>/dev/null", &rc);
   BOOST_TEST(rc != 0);
+  fs::remove_all(dir);
+}
+
+// A resumed run: the first file (a killed run) reached step 6, the second restarts at step 4 (its checkpoint was step
+// 3). TensorBoard's reading (read_tfevents.py --run emulates its purge; with TensorBoard installed, checked against
+// it) shows steps 1-3 of the first file and 4-7 of the second, each once.
+BOOST_AUTO_TEST_CASE(tfevents_session_start_purges_the_steps_it_rewrites) {
+  std::string dir = temp_dir("tfevents_start");
+  {
+    TfEventsWriter a(dir, "a");
+    a.add_session_start(1, 1700000000.0);
+    for (int step = 1; step <= 6; ++step) a.add_scalar("train/loss", 10.0f + step, step, 1700000000.0 + step);
+  }
+  {
+    TfEventsWriter b(dir, "b");
+    b.add_session_start(4, 1700000100.0, "cairn-train starts after step 3");
+    for (int step = 4; step <= 7; ++step) b.add_scalar("train/loss", 20.0f + step, step, 1700000100.0 + step);
+  }
+  std::vector<std::pair<int, float>> seen;
+  for (const json& e : reader_events(dir + " --run --tensorboard"))
+    seen.emplace_back(e["step"].get<int>(), e["scalars"]["train/loss"].get<float>());
+  const std::vector<std::pair<int, float>> want = {{1, 11.0f}, {2, 12.0f}, {3, 13.0f}, {4, 24.0f},
+                                                   {5, 25.0f}, {6, 26.0f}, {7, 27.0f}};
+  BOOST_TEST((seen == want));
+  // The START event itself, as the reader decodes it.
+  int rc = 0;
+  std::string raw = run_capture("/usr/bin/python3 " + reader_script() + " " + dir + "/*.b", &rc);
+  BOOST_TEST(raw.find(R"("session_log": {"status": "START", "msg": "cairn-train starts after step 3"})") !=
+                 std::string::npos,
+             raw);
   fs::remove_all(dir);
 }
 

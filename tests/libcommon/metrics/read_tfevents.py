@@ -1,8 +1,13 @@
 #!/usr/bin/python3
 """Independent reader of TensorBoard event files (TFRecord framing + Event protobuf), written from the
 format documentation, to check cairn's writer without TensorFlow. Prints one JSON object per event:
-{"wall_time", "step", "file_version"?, "scalars": {tag: value}}; exits 1 on any framing/CRC error.
-Uses TensorBoard's own reader too when --tensorboard is given and it is installed."""
+{"wall_time", "step", "file_version"?, "session_log"?: {"status", "msg"?}, "scalars": {tag: value}}; exits 1 on
+any framing/CRC error. Uses TensorBoard's own reader too when --tensorboard is given and it is installed.
+
+read_tfevents.py --run DIR: the scalar events TensorBoard shows for a run directory: every events.out.tfevents.*
+file in name order (TensorBoard's order), a SessionLog START at step s dropping the events read before it whose
+step is >= s (event_accumulator's purge), START events themselves left out. With --tensorboard and TensorBoard
+installed, its EventAccumulator must show the same steps and values for every tag."""
 import json
 import struct
 import sys
@@ -77,6 +82,14 @@ def decode_event(buf):
             ev["step"] = v
         elif f == 3 and w == 2:
             ev["file_version"] = v.decode()
+        elif f == 7 and w == 2:  # SessionLog { SessionStatus status = 1; string checkpoint_path = 2; string msg = 3; }
+            log = {"status": "STATUS_UNSPECIFIED"}
+            for lf, lw, lv in fields(v):
+                if lf == 1 and lw == 0:
+                    log["status"] = {0: "STATUS_UNSPECIFIED", 1: "START", 2: "STOP", 3: "CHECKPOINT"}.get(lv, lv)
+                elif lf == 3 and lw == 2:
+                    log["msg"] = lv.decode()
+            ev["session_log"] = log
         elif f == 5 and w == 2:
             for sf, sw, sv in fields(v):
                 if sf != 1:
@@ -111,15 +124,53 @@ def read(path):
     return out
 
 
+def read_run(directory):
+    """The scalar events TensorBoard keeps for a run directory, in reading order (see the module doc)."""
+    import glob
+    import os
+    kept = []
+    for path in sorted(glob.glob(os.path.join(directory, "events.out.tfevents.*"))):
+        for ev in read(path):
+            if ev.get("session_log", {}).get("status") == "START":
+                kept = [k for k in kept if k["step"] < ev["step"]]
+            elif ev["scalars"]:
+                kept.append(ev)
+    return kept
+
+
+def check_with_tensorboard(directory, kept):
+    """1 when TensorBoard's EventAccumulator shows other scalars than `kept`, 0 otherwise (or without it)."""
+    try:
+        from tensorboard.backend.event_processing import event_accumulator
+    except ImportError:
+        print("tensorboard not installed: skipped its reader", file=sys.stderr)
+        return 0
+    acc = event_accumulator.EventAccumulator(directory, size_guidance={event_accumulator.SCALARS: 0})
+    acc.Reload()
+    ours = {}
+    for ev in kept:
+        for tag, value in ev["scalars"].items():
+            ours.setdefault(tag, []).append((ev["step"], value))
+    theirs = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    if ours != theirs:
+        bad = sorted(t for t in set(ours) | set(theirs) if ours.get(t) != theirs.get(t))
+        print("tensorboard shows other scalars for %s" % bad, file=sys.stderr)
+        return 1
+    return 0
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    run = "--run" in sys.argv
     try:
-        events = read(args[0])
+        events = read_run(args[0]) if run else read(args[0])
     except (ValueError, IndexError, struct.error) as e:
         print("bad event file: %s" % e, file=sys.stderr)
         return 1
     for ev in events:
         print(json.dumps(ev))
+    if run:
+        return check_with_tensorboard(args[0], events) if "--tensorboard" in sys.argv else 0
     if "--tensorboard" in sys.argv:
         try:
             from tensorboard.backend.event_processing import event_file_loader
