@@ -348,6 +348,33 @@ BOOST_AUTO_TEST_CASE(lr_1000_does_not_finish) {
   BOOST_TEST(!fs::exists(run + "/train/FINISHED"));
 }
 
+// Runs `cfg` until it stops (as on SIGTERM) after `step`, its checkpoint written; every rank past it.
+static void stop_after(const Config& cfg, int64_t step) {
+  TrainHooks stop;
+  stop.stop_after_step = step;
+  BOOST_TEST(run_train(cfg, stop).exit_code == kExitRequeue);
+  mpi::barrier();
+}
+
+// Runs `cfg` to its end and checks it resumed at `first` (the first step it computed); every rank past it.
+static void expect_resume_at(const Config& cfg, int64_t first) {
+  TrainResult r = run_train(cfg);
+  BOOST_TEST(r.exit_code == 0);
+  BOOST_REQUIRE(!r.steps.empty());
+  BOOST_TEST(r.steps.front() == first);
+  mpi::barrier();
+}
+
+// How a run that must fail ends (every rank throws the same error): its exit code and message; {0, ""} if it returned.
+static std::pair<int, std::string> run_error(const Config& cfg) {
+  try {
+    run_train(cfg);
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  }
+  return {0, ""};
+}
+
 // Rank 0 rewrites checkpoint `dir`'s model.h5 as `edit` changes its metadata, tensor list or parameters, and seals it
 // again: DONE's checksums match the new file, so only loading it can tell.
 using ModelEdit = std::function<void(checkpoint::ModelMeta&, std::vector<gpt::TensorInfo>&, std::vector<float>&)>;
@@ -418,29 +445,17 @@ BOOST_AUTO_TEST_CASE(rollback_retires_the_abandoned_checkpoints) {
 // from the previous checkpoint; named explicitly with --resume DIR it is damaged data (exit 1).
 BOOST_AUTO_TEST_CASE(auto_resume_falls_back_over_a_sealed_checkpoint_that_does_not_load) {
   const std::string run = scratch() + "/unloadable";
-  TrainHooks stop;
-  stop.stop_after_step = 8;
-  BOOST_TEST(run_train(small_config(run, {"train.checkpoint_every=4"}), stop).exit_code == kExitRequeue);
-  mpi::barrier();
+  stop_after(small_config(run, {"train.checkpoint_every=4"}), 8);
   const std::string dir = run + "/train/ckpt/step_00000008";
   rewrite_model(dir, [](auto&, auto& tensors, auto&) {
     tensors.back().size -= 1;  // the last tensor, one value short
     tensors.back().shape = {static_cast<int>(tensors.back().size)};
   });
-  int code = 0;
-  try {
-    run_train(small_config(run, {"train.checkpoint_every=4", "train.resume=\"" + dir + "\""}));
-  } catch (const Error& e) {
-    code = e.code();
-    BOOST_TEST(std::string(e.what()).find("step_00000008") != std::string::npos, e.what());
-  }
+  const auto [code, msg] = run_error(small_config(run, {"train.checkpoint_every=4", "train.resume=\"" + dir + "\""}));
   BOOST_TEST(code == kExitRuntime);
+  BOOST_TEST(msg.find("step_00000008") != std::string::npos, msg);
   mpi::barrier();
-  TrainResult r = run_train(small_config(run, {"train.checkpoint_every=4"}));
-  BOOST_TEST(r.exit_code == 0);
-  BOOST_REQUIRE(!r.steps.empty());
-  BOOST_TEST(r.steps.front() == 5);
-  mpi::barrier();
+  expect_resume_at(small_config(run, {"train.checkpoint_every=4"}), 5);
   bool retired = false;
   for (const auto& d : fs::directory_iterator(run + "/train/retired"))
     retired = retired || fs::exists(d.path() / "step_00000008" / "model.h5");
@@ -452,20 +467,13 @@ BOOST_AUTO_TEST_CASE(auto_resume_falls_back_over_a_sealed_checkpoint_that_does_n
 // it (and resumes from 8); the sealed checkpoints stay.
 BOOST_AUTO_TEST_CASE(half_pruned_step_directories_are_removed_at_start) {
   const std::string run = scratch() + "/halfpruned";
-  TrainHooks stop;
-  stop.stop_after_step = 8;
-  BOOST_TEST(run_train(small_config(run, {"train.checkpoint_every=4"}), stop).exit_code == kExitRequeue);
-  mpi::barrier();
+  stop_after(small_config(run, {"train.checkpoint_every=4"}), 8);
   if (mpi::rank() == 0) {
     fs::remove(run + "/train/ckpt/step_00000004/DONE");
     fs::remove(run + "/train/ckpt/step_00000004/model.h5");
   }
   mpi::barrier();
-  TrainResult r = run_train(small_config(run, {"train.checkpoint_every=4"}));
-  BOOST_TEST(r.exit_code == 0);
-  BOOST_REQUIRE(!r.steps.empty());
-  BOOST_TEST(r.steps.front() == 9);
-  mpi::barrier();
+  expect_resume_at(small_config(run, {"train.checkpoint_every=4"}), 9);
   BOOST_TEST(!fs::exists(run + "/train/ckpt/step_00000004"));
   BOOST_TEST(fs::exists(run + "/train/ckpt/step_00000008/DONE"));
   BOOST_TEST(fs::exists(run + "/train/ckpt/step_00000012/DONE"));
@@ -477,43 +485,25 @@ BOOST_AUTO_TEST_CASE(half_pruned_step_directories_are_removed_at_start) {
 BOOST_AUTO_TEST_CASE(resuming_on_other_data_is_refused_unless_allowed) {
   const std::string run = scratch() + "/otherdata", other = scratch() + "/data3";
   if (mpi::rank() == 0) test::make_dataset(other, 3, 800);
-  TrainHooks stop;
-  stop.stop_after_step = 4;
-  BOOST_TEST(run_train(small_config(run), stop).exit_code == kExitRequeue);
-  mpi::barrier();
+  stop_after(small_config(run), 4);
   const auto metrics_size = fs::file_size(run + "/train/metrics.jsonl");
-  std::string msg;
-  int code = 0;
-  try {
-    run_train(small_config(run, {"data.path=\"" + other + "\""}));
-  } catch (const Error& e) {
-    msg = e.what();
-    code = e.code();
-  }
+  const auto [code, msg] = run_error(small_config(run, {"data.path=\"" + other + "\""}));
   BOOST_TEST(code == kExitUsage);
   BOOST_TEST(msg.find("trained on other data than [data] path \"" + other + "\"") != std::string::npos, msg);
   BOOST_TEST(msg.find("on_data_change") != std::string::npos, msg);
   mpi::barrier();
   BOOST_TEST(fs::file_size(run + "/train/metrics.jsonl") == metrics_size);
-  TrainResult warned =
-      run_train(small_config(run, {"data.path=\"" + other + "\"", "train.on_data_change=\"warn\"", "train.steps=6"}));
-  BOOST_TEST(warned.exit_code == 0);
-  BOOST_REQUIRE(!warned.steps.empty());
-  BOOST_TEST(warned.steps.front() == 5);
-  mpi::barrier();
+  expect_resume_at(small_config(run, {"data.path=\"" + other + "\"", "train.on_data_change=\"warn\"", "train.steps=6"}),
+                   5);
 
   // An older cairn-train's checkpoint (no fingerprint): resumed on this data without a word against it.
   const std::string old = scratch() + "/olddata";
-  BOOST_TEST(run_train(small_config(old), stop).exit_code == kExitRequeue);
-  mpi::barrier();
+  stop_after(small_config(old), 4);
   rewrite_model(old + "/train/ckpt/step_00000004", [](auto& meta, auto&, auto&) {
     meta.train_state.erase("data_fingerprint");
     meta.train_state.erase("data_tokens");
   });
-  TrainResult r = run_train(small_config(old, {"data.path=\"" + other + "\"", "train.steps=6"}));
-  BOOST_TEST(r.exit_code == 0);
-  BOOST_REQUIRE(!r.steps.empty());
-  BOOST_TEST(r.steps.front() == 5);
+  expect_resume_at(small_config(old, {"data.path=\"" + other + "\"", "train.steps=6"}), 5);
 }
 
 // ---------------------------------------------------------------- one trainer per run directory
@@ -532,14 +522,7 @@ BOOST_AUTO_TEST_CASE(a_locked_run_directory_is_refused) {
     BOOST_REQUIRE(::write(fd, who.data(), who.size()) == static_cast<ssize_t>(who.size()));
   }
   mpi::barrier();
-  std::string msg;
-  int code = 0;
-  try {
-    run_train(small_config(run));
-  } catch (const Error& e) {
-    msg = e.what();
-    code = e.code();
-  }
+  const auto [code, msg] = run_error(small_config(run));
   BOOST_TEST(code == kExitRuntime);
   BOOST_TEST(msg.find("another cairn-train is running in \"" + run + "\"") != std::string::npos, msg);
   BOOST_TEST(msg.find("pid 4242 on elsewhere") != std::string::npos, msg);
