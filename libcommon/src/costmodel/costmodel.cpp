@@ -668,10 +668,10 @@ double fsdp_copy_kernels(const Cluster& c, const Assumptions& a, double layer_pa
   return bytes / (c.hbm_gbps * 1e9 * c.hbm_efficiency) + 2 * c.kernel_overhead_us * 1e-6;
 }
 
-// Parameter tensors of one layer as a framework holds them (DeepSpeed gathers each separately): gpt QKV,
-// projection, MLP up and down with their biases and two LayerNorms (weight, bias); llama (Hugging Face modules)
-// q, k, v, o, gate, up, down and two RMSNorm weights.
-int layer_tensor_count(const ModelSpec& m) { return m.arch == Arch::Gpt ? 12 : 9; }
+// Parameter tensors of one layer that DeepSpeed stage 3 gathers, each separately: the weight matrices, gpt QKV,
+// projection, MLP up and down; llama (Hugging Face modules) q, k, v, o, gate, up and down. Biases and norm weights
+// stay whole on every rank (below stage3_param_persistence_threshold, 10^5 parameters) and are never gathered.
+int layer_tensor_count(const ModelSpec& m) { return m.arch == Arch::Gpt ? 4 : 7; }
 
 // Data-parallel (and ZeRO) communication of one step and the part of it the step waits for.
 struct DpComm {
