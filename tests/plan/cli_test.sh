@@ -142,4 +142,14 @@ $BIN calibrate --config configs/models/gpt2-124m.toml --config configs/clusters/
 $PY -c "import json,sys; [json.load(open(f)) for f in sys.argv[1:3]]; \
 assert json.load(open(sys.argv[3]))['cluster_file'] == sys.argv[4]" "$T/stdout.json" "$T/stdout_ex.json" \
   "$T/stdout_cal.json" "$T/cpu2.toml" || fail "--json -: stdout is not one JSON document"
+# 5. A winning ZeRO-3 plan says which stack priced it; --explain says it on the DP line
+z3=(--config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=2 --set train.global_batch=64
+    --out "$T/run" --plan tp=1,pp=1,zero=3)
+$BIN "${z3[@]}" > /dev/null 2> "$T/z3.err"
+grep -q "the best plan is ZeRO-3, priced as PyTorch FSDP (plan.zero3_impl = fsdp" "$T/z3.err" ||
+  fail "no FSDP pricing note: $(cat "$T/z3.err")"
+$BIN "${z3[@]}" --set plan.zero3_impl=deepspeed > /dev/null 2> "$T/z3d.err"
+grep -q "priced as DeepSpeed stage 3 (plan.zero3_impl = deepspeed" "$T/z3d.err" || fail "no DeepSpeed pricing note"
+$BIN "${z3[@]}" --set plan.zero3_impl=deepspeed --explain --set plan.mb=4 > "$T/z3x.txt"
+grep -q "^  DP communication .*ZeRO-3 as DeepSpeed stage 3" "$T/z3x.txt" || fail "explain: no ZeRO-3 pricing"
 echo "plan_cli: ok"

@@ -672,3 +672,31 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_scales_as_narayanan_table_2) {
   BOOST_TEST(deepspeed[1] / deepspeed[0] < 0.75);
   BOOST_TEST(deepspeed[2] / deepspeed[1] < 0.6);
 }
+
+BOOST_AUTO_TEST_CASE(deepspeed_zero3_gathers_only_the_weight_matrices) {
+  // With bandwidth made free, DeepSpeed stage 3's traffic is ring latency alone: per micro-batch and layer a
+  // forward gather, a backward gather and a reduce-scatter per gathered tensor, each (n - 1) steps. Biases and norms
+  // stay whole on every rank (stage3_param_persistence_threshold): 4 tensors per GPT layer, 7 per Llama layer.
+  Cluster c;
+  c.nodes = 2;
+  c.gpus_per_node = 8;
+  c.hbm_gib = 1e6;
+  c.intra.bandwidth_gbps = c.inter.bandwidth_gbps = 1e12;
+  c.intra.latency_us = 0;
+  c.inter.latency_us = 5;
+  Assumptions a;
+  a.zero3_deepspeed = true;
+  Plan p;
+  p.dp = 16;
+  p.mb = 1;
+  p.zero = 3;
+  ModelSpec g = gpt(2, 64, 4, 64, 128);
+  ModelSpec l = g;
+  l.arch = Arch::Llama;
+  l.ffn_hidden = 192;
+  const double per_tensor = 2 /*layers*/ * 3 /*collectives*/ * 15 /*ring steps*/ * 5e-6;
+  const Evaluation eg = evaluate(g, c, p, 16, a), el = evaluate(l, c, p, 16, a);
+  BOOST_REQUIRE(eg.feasible() && el.feasible());
+  BOOST_TEST(std::abs(eg.b.dp_comm / per_tensor - 4) < 1e-3);
+  BOOST_TEST(std::abs(el.b.dp_comm / per_tensor - 7) < 1e-3);
+}
