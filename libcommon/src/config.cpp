@@ -144,6 +144,19 @@ bool is_close(const std::string& typed, const std::string& candidate, size_t d) 
 }
 }  // namespace
 
+std::string closest_match(const std::string& typed, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(typed, c);
+    if (d < best_d && is_close(typed, c, d)) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
 std::string Schema::suggest(const std::string& section, const std::string& key) const {
   std::string best;
   size_t best_d = SIZE_MAX;
@@ -164,18 +177,7 @@ std::string Schema::suggest(const std::string& section, const std::string& key) 
   return best;
 }
 
-std::string Schema::suggest_section(const std::string& section) const {
-  std::string best;
-  size_t best_d = SIZE_MAX;
-  for (const auto& s : section_order_) {
-    size_t d = edit_distance(section, s);
-    if (d < best_d && is_close(section, s, d)) {
-      best_d = d;
-      best = s;
-    }
-  }
-  return best;
-}
+std::string Schema::suggest_section(const std::string& section) const { return closest_match(section, section_order_); }
 
 std::pair<std::string, std::string> split_dotted(const std::string& dotted) {
   if (dotted.find_first_of("\"'") == std::string::npos) {
@@ -379,16 +381,9 @@ std::string quoting_hint(const KeySpec& spec, const std::string& dotted, const s
 std::string unknown_table_key(const KeySpec& spec, const std::string& k) {
   if (spec.table_keys.empty() || std::find(spec.table_keys.begin(), spec.table_keys.end(), k) != spec.table_keys.end())
     return "";
-  std::string best, list;
-  size_t best_d = SIZE_MAX;
-  for (const auto& c : spec.table_keys) {
-    list += (list.empty() ? "" : ", ") + c;
-    size_t d = edit_distance(k, c);
-    if (d < best_d && is_close(k, c, d)) {
-      best_d = d;
-      best = c;
-    }
-  }
+  std::string list;
+  for (const auto& c : spec.table_keys) list += (list.empty() ? "" : ", ") + c;
+  const std::string best = closest_match(k, spec.table_keys);
   return "unknown key '" + k + "'" + (best.empty() ? " (known keys: " + list + ")" : " (did you mean '" + best + "'?)");
 }
 
@@ -453,15 +448,7 @@ json check_value(const KeySpec& spec, const std::string& key, const json& v, con
     if (std::find(spec.choices.begin(), spec.choices.end(), str) != spec.choices.end()) return;
     std::string list;
     for (const auto& c : spec.choices) list += (list.empty() ? "" : ", ") + c;
-    std::string best;
-    size_t best_d = SIZE_MAX;
-    for (const auto& c : spec.choices) {
-      size_t d = edit_distance(str, c);
-      if (d < best_d && is_close(str, c, d)) {
-        best_d = d;
-        best = c;
-      }
-    }
+    const std::string best = closest_match(str, spec.choices);
     fail("\"" + str + "\" is not one of " + list + (best.empty() ? "" : " (did you mean \"" + best + "\"?)"));
   };
   if (out.is_number()) check_number(out);

@@ -22,20 +22,18 @@ namespace {
 // Why no subcommand ran (CLI11 only says one is required): the word given instead, with the closest
 // valid subcommand to it and the list of them; "" when the parse failed for another reason.
 std::string missing_subcommand(const CLI::App& app, const std::string& error) {
-  std::string valid, best;
-  size_t best_d = SIZE_MAX;
-  std::string given;
+  std::string valid, given;
+  std::vector<std::string> names;
   for (const std::string& a : app.remaining())
     if (!a.empty() && a[0] != '-') {
       given = a;
       break;
     }
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
-    const std::string& name = sub->get_name();
-    valid += (valid.empty() ? "" : ", ") + name;
-    const size_t d = cairn::edit_distance(given, name);
-    if (d < best_d && d <= std::max<size_t>(2, name.size() / 3)) best_d = d, best = name;
+    names.push_back(sub->get_name());
+    valid += (valid.empty() ? "" : ", ") + names.back();
   }
+  const std::string best = cairn::closest_match(given, names);
   if (given.empty())
     return error.find("subcommand") == std::string::npos
                ? ""

@@ -213,5 +213,7 @@ std::string config_value_text(const json& v);
 json parse_config_value(const std::string& text);
 // Edit distance, for suggestions.
 size_t edit_distance(const std::string& a, const std::string& b);
+// The candidate closest to `typed` and close enough to suggest ("did you mean"); "" when none is.
+std::string closest_match(const std::string& typed, const std::vector<std::string>& candidates);
 
 }  // namespace cairn
