@@ -24,6 +24,10 @@ H100 = "configs/clusters/dgx-h100.toml"
 # Best-shape bf16 GEMM efficiency measured per device (ml-engineering "Maximum Achievable Matmul FLOPS":
 # A100 SXM 271.2/312, H100 SXM 794.5/989); gemm_max_efficiency = this x the fitted sustain factor.
 MAMF = {A100: 0.869, H100: 0.803}
+# Best-shape FP8 GEMM efficiency on H100 SXM (E4M3 inputs, bf16 output): DeepGEMM reports up to 1550 TFLOP/s on
+# H800 SXM (the H100's compute) and a cuBLASLt 8192^3 E4M3 run measures 1600-1630 of 1979: about 0.80. FP8 rows fit
+# their own sustain factor (cluster.fp8_gemm_max_efficiency = this x it) on their fit half.
+MAMF_FP8 = {H100: 0.80}
 
 NARAYANAN = "Narayanan et al. 2021 (SC21) Table 1: Megatron GPT, s=2048, V=51200, DGX A100 80GB, full recompute"
 KORTHIKANTI = ("Korthikanti et al. 2022 (arXiv 2205.05198) Tables 3 and 5: iteration time, A100 80GB, s=2048, "
@@ -39,6 +43,11 @@ TITAN_H100 = ("pytorch/torchtitan docs/performance.md Tables 1 and 3 (commit d4c
               "405B row: docs/performance.md at 5f5911537 (2024-12-03), 128 H100 95GB lower-TDP, FSDP16 TP8, no Float8")
 MOSAIC = ("mosaicml/llm-foundry scripts/train/benchmarking/README.md: MPT FSDP FULL_SHARD, bf16, flash "
           "attention; A100 80GB with 1600 Gb/s RoCE per node, H100 80GB")
+NEMO_2407 = ("NVIDIA/NeMo docs/source/performance/performance_summary.md (NeMo 24.07 container, commit 070a0bb16): "
+             "pre-training at FP8 (Transformer Engine, delayed scaling), DGX-H100, Megatron-Core with sequence "
+             "parallelism and TP communication overlap where TP > 1, distributed optimizer")
+BRIDGE_2511 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container, DGX-H100, FP8-CS "
+               "(current scaling), dense models; FSDP = 1 is Megatron-FSDP")
 LLAMA3 = ("Llama Team 2024, The Llama 3 Herd of Models, Table 4: 405B on H100 80GB 700 W, 400 Gb/s RoCE, "
           "16M tokens per batch, BF16 model TFLOP/s per GPU; the paper does not give its FLOP count: compared "
           "with causal attention counted as executed (half the s^2 products; at 8k the conventions differ by 4 %, "
@@ -76,10 +85,11 @@ MPT = {"760m": (24, 1536, 12), "1b": (24, 2048, 16), "3b": (32, 2560, 20), "7b":
 def rows():
     out = []
 
-    def add(src, name, cluster, gpus, model, batch, plan, metric, published, sets=(), stack="megatron"):
+    def add(src, name, cluster, gpus, model, batch, plan, metric, published, sets=(), stack="megatron", fp8=False):
         # stack: megatron (fused kernels), mosaic (llm-foundry: no dropout), titan (torchtitan: eager kernels)
         out.append({"src": src, "name": name, "cluster": cluster, "gpus": gpus, "model": model, "batch": batch,
-                    "plan": plan, "metric": metric, "published": published, "sets": list(sets), "stack": stack})
+                    "plan": plan, "metric": metric, "published": published, "sets": list(sets), "stack": stack,
+                    "fp8": fp8})
 
     # Megatron 2021 reduced gradients after the pipeline flush (no overlap); hardware TFLOP/s with recompute.
     for name, l, h, a, g, tp, pp, B, pub in [
@@ -191,6 +201,36 @@ def rows():
         "tp=8,pp=16,cp=1,mb=1,zero=1,recompute=[none,selective]", "model_tflops_causal", 400, meta)
     add(LLAMA3, "Llama3 405B 16384 GPUs CP16 128k", H100, 16384, l3_405b_long, 128,
         "tp=8,pp=16,cp=16,mb=1,zero=1,recompute=[none,selective]", "model_tflops_causal", 380, meta)
+    # FP8 on H100 (Megatron-Core + Transformer Engine): the four linear layers of each transformer layer run in FP8,
+    # attention (FlashAttention/cuDNN) and the output layer in bf16. Recompute is not stated: the search picks
+    # none or selective, whichever fits and is faster, as the published configurations would.
+    nemo = fa + ["plan.precision=fp8"]
+    l2_7b = llama(32, 4096, 32, 32, 11008, 32000, 4096)
+    for name, model, g, B, mb, tp, pp, cp, vp, pub in [
+            ("GPT3-5B", gpt(24, 4096, 32, V=50304), 64, 2048, 4, 1, 1, 1, 1, 22521),
+            ("GPT3-20B", gpt(44, 6144, 48, V=50304), 64, 256, 2, 2, 1, 1, 1, 5851),
+            ("GPT3-175B 128 GPUs", gpt(96, 12288, 96, V=50304), 128, 256, 1, 4, 8, 1, 6, 726),
+            ("GPT3-175B 512 GPUs", gpt(96, 12288, 96, V=50304), 512, 2048, 2, 4, 8, 1, 6, 782),
+            ("Llama2-7B", l2_7b, 8, 128, 1, 1, 1, 1, 1, 16847),
+            ("Llama2-13B", l2_13b, 16, 128, 1, 1, 4, 1, 10, 8646),
+            ("Llama2-70B", l2_70b, 64, 128, 1, 4, 4, 1, 20, 1707),
+            ("Llama3-8B", l3_8b, 8, 128, 1, 1, 1, 2, 1, 12036),
+            ("Llama3-70B", l3_70b, 64, 128, 1, 4, 4, 2, 5, 1533)]:
+        sp = "sp=on,tp_overlap=on" if tp > 1 else "sp=off"
+        add(NEMO_2407, f"{name} FP8", H100, g, model, B,
+            f"tp={tp},pp={pp},cp={cp},v={vp},mb={mb},zero=1,recompute=[none,selective],{sp}", "tokens_per_gpu", pub,
+            nemo, "megatron", fp8=True)
+    cs = nemo + ["plan.fp8_scaling=current"]
+    add(BRIDGE_2511, "Llama3-8B FP8-CS FSDP8", H100, 8, l3_8b, 128,
+        "tp=1,pp=1,cp=1,mb=1,zero=3,recompute=[none,selective],sp=off", "tokens_per_gpu", 14451,
+        cs + ["plan.zero3_impl=megatron"], "megatron",
+        fp8=True)
+    add(BRIDGE_2511, "Llama3-70B FP8-CS", H100, 64, l3_70b, 128,
+        "tp=4,pp=8,cp=1,v=5,mb=1,zero=1,recompute=[none,selective],sp=on,tp_overlap=on", "tokens_per_gpu", 1602, cs,
+        "megatron", fp8=True)
+    add(BRIDGE_2511, "Llama3.1-405B FP8-CS 1024 GPUs", H100, 1024, l31_405b, 512,
+        "tp=8,pp=8,cp=2,v=8,mb=1,zero=1,recompute=[none,selective],sp=on,tp_overlap=on", "tokens_per_gpu", 292, cs,
+        "megatron", fp8=True)
     # Alternate fit / held-out within each source.
     seen = {}
     for r in out:
@@ -205,7 +245,9 @@ def predict(binary, r, consts):
     sets = [f"model.{k}={v}" for k, v in r["model"].items()]
     sets += [f"cluster.nodes={max(1, r['gpus'] // gpn)}", f"cluster.gpus_per_node={min(gpn, r['gpus'])}",
              f"train.global_batch={r['batch']}"]
-    if consts:
+    if consts and r["fp8"]:
+        sets += [f"cluster.fp8_gemm_max_efficiency={MAMF_FP8[r['cluster']] * consts['sustain']:.4f}"]
+    elif consts:
         sets += [f"cluster.gemm_max_efficiency={MAMF[r['cluster']] * consts['sustain']:.4f}"]
     if r["stack"] == "titan":  # torch.optim.AdamW (foreach, not fused) and clip_grad_norm_
         sets += [f"plan.memory_bound_factor={titan_eager_factor(r['model']):.3f}", "plan.optimizer_fused=false"]
@@ -227,6 +269,11 @@ def predict(binary, r, consts):
              "model_tflops_causal": plan["tokens_per_s"] * causal_flops / r["gpus"] / 1e12,
              "step_s": plan["step_time_s"], "tokens_per_gpu": plan["tokens_per_s"] / r["gpus"]}[r["metric"]]
     return value, plan
+
+
+def device_key(r):
+    # FP8 rows fit their own constant (cluster.fp8_gemm_max_efficiency); their bf16 GEMMs keep the device's.
+    return r["cluster"] + (":fp8" if r["fp8"] else "")
 
 
 def predict_value(binary, r, consts):
@@ -275,11 +322,12 @@ def main():
             if p is None:
                 continue
             e = abs(math.log(p / r["published"] if r["metric"] != "step_s" else r["published"] / p))
-            errs.setdefault(r["cluster"], {}).setdefault(k["sustain"], []).append(e)
+            errs.setdefault(device_key(r), {}).setdefault(k["sustain"], []).append(e)
         chosen = {dev: min(tab, key=lambda su: sum(tab[su])) for dev, tab in errs.items()}
         total = sum(sum(errs[dev][su]) for dev, su in chosen.items())
+        mamf = lambda dev: MAMF_FP8[dev[:-4]] if dev.endswith(":fp8") else MAMF[dev]
         out = {"fit_rows": len(fit_rows),
-               "gemm_max_efficiency": {dev: round(MAMF[dev] * su, 3) for dev, su in chosen.items()},
+               "gemm_max_efficiency": {dev: round(mamf(dev) * su, 3) for dev, su in chosen.items()},
                "sustain": chosen, "mean_abs_log_error": total / len(fit_rows)}
         print(json.dumps(out, indent=1))
         return 0

@@ -152,4 +152,17 @@ $BIN "${z3[@]}" --set plan.zero3_impl=deepspeed > /dev/null 2> "$T/z3d.err"
 grep -q "priced as DeepSpeed stage 3 (plan.zero3_impl = deepspeed" "$T/z3d.err" || fail "no DeepSpeed pricing note"
 $BIN "${z3[@]}" --set plan.zero3_impl=deepspeed --explain --set plan.mb=4 > "$T/z3x.txt"
 grep -q "^  DP communication .*ZeRO-3 as DeepSpeed stage 3" "$T/z3x.txt" || fail "explain: no ZeRO-3 pricing"
+# 6. FP8: an A100 cluster has no FP8 tensor cores (exit 2, naming the cluster); on H100 --explain shows the casts
+set +e
+$BIN --config configs/models/gpt2-350m.toml --config $A100 --set train.global_batch=64 --out "$T/run" \
+  --set plan.precision=fp8 > /dev/null 2> "$T/fp8a.err"
+rc=$?
+set -e
+[ $rc -eq 2 ] || fail "fp8 on A100: exit $rc, expected 2"
+grep -q 'peak_fp8_tflops = 0' "$T/fp8a.err" || fail "fp8 on A100: $(cat "$T/fp8a.err")"
+H100=configs/clusters/dgx-h100.toml
+$BIN --config configs/models/gpt2-350m.toml --config $H100 --set train.global_batch=64 --out "$T/run" \
+  --set plan.precision=fp8 --explain --plan dp=8,tp=1,pp=1,mb=1,zero=1,recompute=none > "$T/fp8x.txt"
+grep -q "^precision FP8 linear layers at 1979 TFLOP/s" "$T/fp8x.txt" || fail "explain: no FP8 precision line"
+grep -q "^    FP8 casts (included)" "$T/fp8x.txt" || fail "explain: no FP8 cast line"
 echo "plan_cli: ok"

@@ -700,3 +700,128 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_gathers_only_the_weight_matrices) {
   BOOST_TEST(std::abs(eg.b.dp_comm / per_tensor - 4) < 1e-3);
   BOOST_TEST(std::abs(el.b.dp_comm / per_tensor - 7) < 1e-3);
 }
+
+namespace {
+
+// An H100-like cluster for the FP8 checks: the shape model on 132 SMs, bf16 and FP8 peaks.
+Cluster hopper(int nodes = 1) {
+  Cluster c;
+  c.name = "hopper";
+  c.nodes = nodes;
+  c.gpus_per_node = 8;
+  c.peak_tflops = 989;
+  c.peak_fp8_tflops = 1979;
+  c.gemm_max_efficiency = 0.56;
+  c.sm_count = 132;
+  c.hbm_gbps = 3350;
+  c.hbm_gib = 1e6;
+  return c;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(fp8_gemms_run_at_the_fp8_peak_with_twice_the_tile_prologue) {
+  // One large GEMM whose tiles fill every wave: the FP8 time is the bf16 time at twice the peak, except the tile
+  // prologue, which is worth 2 x gemm_k_half of K at FP8's rate: ratio (989/1979) (K + 128) / (K + 64).
+  Cluster c = hopper();
+  c.kernel_overhead_us = 0;
+  const double M = 256 * 132 * 4, N = 128 * 8, K = 8192;
+  const double ratio = gemm_time_fp8(c, M, N, K, 1) / gemm_time(c, M, N, K, 1, 2);
+  BOOST_TEST(std::abs(ratio - 989.0 / 1979.0 * (K + 128) / (K + 64)) < 1e-9);
+  // A measured FP8 efficiency replaces the bf16 one for FP8 GEMMs only.
+  Cluster d = c;
+  d.fp8_gemm_max_efficiency = 0.28;
+  BOOST_TEST(std::abs(gemm_time_fp8(d, M, N, K, 1) / gemm_time_fp8(c, M, N, K, 1) - 2.0) < 1e-9);
+  BOOST_TEST(gemm_time(d, M, N, K, 1, 2) == gemm_time(c, M, N, K, 1, 2));
+  // No FP8 tensor cores (A100): a config error naming the cluster, not a silent bf16 price.
+  Cluster a100 = c;
+  a100.name = "a100";
+  a100.peak_fp8_tflops = 0;
+  Assumptions fp8;
+  fp8.fp8 = true;
+  Plan p;
+  p.dp = 8;
+  BOOST_CHECK_EXCEPTION(evaluate(gpt(2, 1024, 16, 1024, 32000), a100, p, 8, fp8), UsageError, [](const UsageError& e) {
+    return std::string(e.what()).find("\"a100\"") != std::string::npos;
+  });
+}
+
+BOOST_AUTO_TEST_CASE(fp8_linear_layers_cast_store_and_gather_in_fp8) {
+  const ModelSpec m = gpt(8, 4096, 32, 2048, 51200);
+  const Cluster c = hopper();
+  Assumptions bf16;
+  bf16.flash_attention = true;
+  bf16.tp_async_backward = false;  // all-reduces fully exposed, so their time does not depend on the GEMMs
+  Assumptions fp8 = bf16;
+  fp8.fp8 = true;
+  Plan p;
+  p.tp = 8;
+  p.mb = 1;
+  p.zero = 1;
+  const Evaluation b = evaluate(m, c, p, 16, bf16), f = evaluate(m, c, p, 16, fp8);
+  BOOST_REQUIRE(b.feasible() && f.feasible());
+  // Linear GEMMs on FP8 tensor cores; the attention and the head stay bf16, so the GEMM time falls but not by half.
+  BOOST_TEST(f.b.gemm < 0.75 * b.b.gemm);
+  BOOST_TEST(f.b.gemm > 0.5 * b.b.gemm);
+  // The casts are memory-bound work that bf16 does not have.
+  BOOST_TEST(b.b.fp8_cast == 0);
+  BOOST_TEST(f.b.fp8_cast > 0);
+  BOOST_TEST(f.b.memory_bound > b.b.memory_bound);
+  // Without SP the all-reduces carry 16-bit GEMM outputs: the same TP time.
+  BOOST_TEST(std::abs(f.b.tp_comm / b.b.tp_comm - 1) < 1e-12);
+  // With SP the all-gathers carry the FP8 inputs (1 byte), the reduce-scatters bf16: less TP time.
+  Plan q = p;
+  q.sp = true;
+  const Evaluation bs = evaluate(m, c, q, 16, bf16), fs = evaluate(m, c, q, 16, fp8);
+  BOOST_TEST(fs.b.tp_comm < 0.9 * bs.b.tp_comm);
+  // Memory: the four linear inputs saved in FP8 (per layer, b = 1, t = 8: QKV and MLP-up inputs sbh, projection
+  // input sbh/t, fc2 input 4sbh/t, one byte less each), FP8 weight copies (2 bytes per layer parameter).
+  const double sbh = 2048.0 * 4096;
+  BOOST_TEST(std::abs((b.b.act_per_layer - f.b.act_per_layer) - sbh * (2 + 1.0 / 8 + 4.0 / 8)) < 1e-3);
+  const ParamCounts pc = parameter_counts(m);
+  const double layer_tp = double(pc.per_layer - pc.per_layer_norms) / 8 + double(pc.per_layer_norms);
+  BOOST_TEST(std::abs((f.b.mem_buffers - b.b.mem_buffers) - 2 * 8 * layer_tp) < 1e-3);
+}
+
+BOOST_AUTO_TEST_CASE(interleaved_pipelines_hide_their_transfers_behind_compute) {
+  // Megatron's interleaved schedule overlaps each chunk's sends with compute (overlap_p2p_comm); 1F1B waits.
+  const ModelSpec m = gpt(16, 4096, 32, 2048, 51200);
+  const Cluster c = hopper(2);
+  Assumptions a;
+  a.flash_attention = true;
+  Plan p;
+  p.dp = 2;
+  p.tp = 2;
+  p.pp = 4;
+  p.v = 2;
+  p.mb = 1;
+  p.zero = 1;
+  Assumptions waits = a;
+  waits.pp_overlap = false;
+  const Evaluation hidden = evaluate(m, c, p, 64, a), exposed = evaluate(m, c, p, 64, waits);
+  BOOST_REQUIRE(hidden.feasible() && exposed.feasible());
+  BOOST_TEST(exposed.b.pp_p2p > 0);
+  BOOST_TEST(hidden.b.pp_p2p < 0.5 * exposed.b.pp_p2p);  // one activation send against a 2-layer chunk's compute
+  Plan one = p;
+  one.v = 1;
+  BOOST_TEST(evaluate(m, c, one, 64, a).b.pp_p2p == evaluate(m, c, one, 64, waits).b.pp_p2p);
+}
+
+BOOST_AUTO_TEST_CASE(megatron_fsdp_has_no_copy_kernels) {
+  // PyTorch FSDP copies gradients into and gathered parameters out of flat buffers every micro-batch and layer;
+  // Megatron-FSDP communicates from persistent buffers. Same collectives, fewer exposed seconds.
+  const ModelSpec m = gpt(8, 4096, 32, 2048, 51200);
+  const Cluster c = hopper();
+  Assumptions fsdp;
+  fsdp.flash_attention = true;
+  Assumptions megatron = fsdp;
+  megatron.zero3_copies = false;
+  Plan p;
+  p.dp = 8;
+  p.mb = 1;
+  p.zero = 3;
+  const Evaluation a = evaluate(m, c, p, 32, fsdp), b = evaluate(m, c, p, 32, megatron);
+  BOOST_REQUIRE(a.feasible() && b.feasible());
+  BOOST_TEST(a.b.dp_comm == b.b.dp_comm);
+  BOOST_TEST(b.b.dp_exposed < a.b.dp_exposed);
+}

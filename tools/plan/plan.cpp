@@ -253,9 +253,10 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   // A ZeRO-3 winner is priced as the stack runs it: say which, since DeepSpeed's stage 3 is several times
   // slower than FSDP across nodes (Narayanan et al. 2021 Table 2; docs/cost-model.md section 3).
   if (r.all.front().plan.zero >= 3 && c.nodes > 1)
-    CAIRN_LOG_INFO("the best plan is ZeRO-3, priced as %s (plan.zero3_impl = %s; the other is \"%s\")",
-                   a.zero3_deepspeed ? "DeepSpeed stage 3" : "PyTorch FSDP", a.zero3_deepspeed ? "deepspeed" : "fsdp",
-                   a.zero3_deepspeed ? "fsdp" : "deepspeed");
+    CAIRN_LOG_INFO("the best plan is ZeRO-3, priced as %s (plan.zero3_impl = %s; the others are fsdp, megatron, "
+                   "deepspeed)",
+                   a.zero3_deepspeed ? "DeepSpeed stage 3" : (a.zero3_copies ? "PyTorch FSDP" : "Megatron-FSDP"),
+                   a.zero3_deepspeed ? "deepspeed" : (a.zero3_copies ? "fsdp" : "megatron"));
   const size_t top_k = size_t(plan.top_k);
   // With --json - the JSON document is stdout's only content; the table goes to stderr instead.
   FILE* table_out = opts.json_path == "-" ? stderr : stdout;

@@ -94,7 +94,9 @@ struct Tier {
 struct Cluster {
   std::string name = "cluster";
   int nodes = 1, gpus_per_node = 1;
-  double peak_tflops = 1;       // dense 16-bit (or the training dtype) peak per device
+  double peak_tflops = 1;  // dense 16-bit (or the training dtype) peak per device
+  // FP8 tensor cores (0: none): peak and the large-GEMM efficiency of FP8 GEMMs (0: gemm_max_efficiency).
+  double peak_fp8_tflops = 0, fp8_gemm_max_efficiency = 0;
   double hbm_gib = 80;          // device memory capacity (GiB)
   double hbm_gbps = 2000;       // device memory bandwidth (GB/s)
   double hbm_efficiency = 0.8;  // achievable fraction for streaming kernels
@@ -143,6 +145,9 @@ double gemm_efficiency(const Cluster& c, double flops);
 double gemm_efficiency_shape(const Cluster& c, double m, double n, double k, double count = 1);
 // Seconds for a GEMM M x N x K (batch of `count`), roofline of compute and `elem_bytes` traffic.
 double gemm_time(const Cluster& c, double m, double n, double k, double count, double elem_bytes);
+// The same GEMM with FP8 inputs (bf16 output) on the cluster's FP8 tensor cores: the shape model at
+// peak_fp8_tflops and fp8_gemm_max_efficiency, a tile's fixed prologue worth twice the K (twice the MMA rate).
+double gemm_time_fp8(const Cluster& c, double m, double n, double k, double count);
 
 // ------------------------------------------------------------------ plan
 
@@ -184,12 +189,22 @@ struct Assumptions {
   // (Megatron-LM's async tensor-parallel all-reduce, default since 2022); false: exposed (Megatron 2021).
   bool tp_async_backward = true;  // gradient reduction overlapped with backward (Megatron overlap_grad_reduce)
   bool pp_scatter_gather = true;  // PP sends T*h/tp per TP rank (Megatron); false: the full T*h (DeepSpeed)
+  // Interleaved schedules overlap their point-to-point transfers with compute (Megatron overlap_p2p_comm).
+  bool pp_overlap = true;
   // ZeRO-3 as DeepSpeed stage 3 runs it (one collective per parameter tensor, gathers prefetched only up to
   // its prefetch bucket, cross-node traffic at one NIC per rank) instead of PyTorch FSDP (one flat collective
   // per layer, the next layer prefetched whole, every NIC of the node). docs/cost-model.md section 3.
   bool zero3_deepspeed = false;
   double zero3_prefetch_params = 5e7;  // DeepSpeed stage3_prefetch_bucket_size (parameters)
-  double memory_headroom = 0.0;        // fraction of HBM kept free
+  // PyTorch FSDP copies gradients into (and gathered parameters out of) its flat communication buffers;
+  // Megatron-FSDP (zero3_impl = megatron) communicates from persistent buffers and has no such copies.
+  bool zero3_copies = true;
+  double memory_headroom = 0.0;  // fraction of HBM kept free
+  // FP8 linear layers (Transformer Engine): the transformer layers' weight GEMMs run on FP8 tensor cores, their
+  // inputs and output gradients are cast (and transposed) by memory-bound kernels, FP8 copies of the weights are
+  // kept, and linear-layer inputs are saved for backward in FP8. docs/cost-model.md, "FP8".
+  bool fp8 = false;
+  bool fp8_current_scaling = false;  // amax of each tensor read before its cast (no fusion into the producer)
 };
 
 // Why a plan was rejected (kOk when feasible).
@@ -222,13 +237,14 @@ struct Breakdown {
   double bubble = 0;            // pipeline fill/drain idle time
   double dp_comm = 0;           // total data-parallel (or ZeRO) communication
   double dp_exposed = 0;        // of which not hidden behind backward
-  double optimizer = 0;         // optimizer step (memory bound, over the local shard)
+  double optimizer = 0;         // optimizer step (memory bound, over the local shard), FP8 weight casts included
+  double fp8_cast = 0;          // of memory_bound and optimizer: FP8 cast/transpose kernels (activations, weights)
   double stage_forward = 0, stage_backward = 0;  // one micro-batch on the slowest stage
   // Bytes per GPU (the first pipeline stage, which holds the most activations).
   double mem_weights = 0, mem_grads = 0, mem_optimizer = 0;
   double mem_activations = 0;  // stored activations of the micro-batches in flight
   double mem_logits = 0;       // last stage: logits and loss buffers
-  double mem_buffers = 0;      // recompute working set, ZeRO-3 gathered layers, reserved
+  double mem_buffers = 0;      // recompute working set, ZeRO-3 gathered layers, FP8 weight copies, reserved
   double mem_total = 0;
   double act_per_layer = 0;  // stored activation bytes per layer per micro-batch
   double inflight = 0;       // micro-batch-stages of activations held (Korthikanti's factor)

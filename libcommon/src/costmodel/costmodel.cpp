@@ -120,14 +120,30 @@ double gemm_efficiency(const Cluster& c, double flops) {
 
 namespace {
 
+// The tensor-core rate a GEMM runs at: peak, large-GEMM efficiency and the K of a tile's prologue/epilogue.
+struct GemmRate {
+  double peak_flops = 1, max_efficiency = 0.8, k_half = 64;
+};
+
+GemmRate bf16_rate(const Cluster& c) {
+  return {c.peak_tflops * 1e12 * c.clock_factor(), c.gemm_max_efficiency, c.gemm_k_half};
+}
+
+// FP8 GEMMs (Hopper): twice the MMA rate over the same tiles, so a tile's fixed prologue/epilogue time is worth
+// twice the K; without a measured FP8 efficiency the best shape reaches the same fraction of its peak as bf16
+// (cuBLASLt E4M3 8192^3 on H100 SXM: ~1600 of 1979 TFLOP/s, 0.81, against bf16's 794.5 of 989, 0.80).
+GemmRate fp8_rate(const Cluster& c) {
+  const double eff = c.fp8_gemm_max_efficiency > 0 ? c.fp8_gemm_max_efficiency : c.gemm_max_efficiency;
+  return {c.peak_fp8_tflops * 1e12 * c.clock_factor(), eff, 2 * c.gemm_k_half};
+}
+
 // Seconds of the compute part of one GEMM before the measured-shape correction. CPUs: the FLOP-size
 // curve (its fixed overhead included). GPUs: output tiles of the usual cuBLAS shapes run in waves over the
 // SMs; a partial last wave and padded tiles idle SMs (stream-K/split-K win back about half of a partial
-// wave), a tile's prologue/epilogue costs like gemm_k_half extra K, and every kernel pays its launch/tail.
-double modelled_gemm_seconds(const Cluster& c, double m, double n, double k, double count) {
+// wave), a tile's prologue/epilogue costs like k_half extra K, and every kernel pays its launch/tail.
+double modelled_gemm_seconds(const Cluster& c, const GemmRate& r, double m, double n, double k, double count) {
   const double flops = 2 * m * n * k * count;
-  const double peak = c.peak_tflops * 1e12 * c.clock_factor();
-  if (c.sm_count <= 0) return flops / (peak * gemm_efficiency(c, flops));
+  if (c.sm_count <= 0) return flops / (r.peak_flops * gemm_efficiency(c, flops));
   static constexpr double kTiles[3][3] = {{256, 128, 1.0}, {128, 256, 1.0}, {128, 128, 0.88}};
   double best = 0;
   for (const auto& t : kTiles) {
@@ -138,8 +154,8 @@ double modelled_gemm_seconds(const Cluster& c, double m, double n, double k, dou
     const double wave_fill = tiles / (waves * c.sm_count);
     best = std::max(best, t[2] * padding * (wave_fill + 0.5 * (1 - wave_fill)));
   }
-  const double k_factor = c.gemm_k_half > 0 ? k / (k + c.gemm_k_half) : 1.0;
-  return flops / (peak * c.gemm_max_efficiency * best * k_factor) + c.kernel_overhead_us * 1e-6;
+  const double k_factor = r.k_half > 0 ? k / (k + r.k_half) : 1.0;
+  return flops / (r.peak_flops * r.max_efficiency * best * k_factor) + c.kernel_overhead_us * 1e-6;
 }
 
 // Measured/modelled efficiency at the measured shapes nearest to (m, n, k) in log space (inverse
@@ -158,8 +174,8 @@ double measured_shape_factor(const Cluster& c, double m, double n, double k) {
     const double d2 = dm * dm + dn * dn + dk * dk;
     if (d2 >= near[2].d2) continue;
     const double mm = c.gemm_table_m[i], nn = c.gemm_table_n[i], kk = c.gemm_table_k[i];
-    const double modelled =
-        2 * mm * nn * kk / (c.peak_tflops * 1e12 * c.clock_factor() * modelled_gemm_seconds(c, mm, nn, kk, 1));
+    const GemmRate r = bf16_rate(c);  // the table holds 16-bit measurements
+    const double modelled = 2 * mm * nn * kk / (r.peak_flops * modelled_gemm_seconds(c, r, mm, nn, kk, 1));
     Near x{d2, c.gemm_table_efficiency[i] / modelled};
     for (auto& slot : near)
       if (x.d2 < slot.d2) std::swap(x, slot);
@@ -174,21 +190,34 @@ double measured_shape_factor(const Cluster& c, double m, double n, double k) {
   return wsum > 0 ? rsum / wsum : 1.0;
 }
 
-double gemm_compute_seconds(const Cluster& c, double m, double n, double k, double count) {
-  return modelled_gemm_seconds(c, m, n, k, count) / measured_shape_factor(c, m, n, k);
+// The measured-shape correction also applies to FP8 GEMMs: it carries what the shape model misses about this
+// device's kernels at that shape (wave and tile choices), which FP8 kernels share.
+double gemm_compute_seconds(const Cluster& c, const GemmRate& r, double m, double n, double k, double count) {
+  return modelled_gemm_seconds(c, r, m, n, k, count) / measured_shape_factor(c, m, n, k);
 }
 
 }  // namespace
 
 double gemm_efficiency_shape(const Cluster& c, double m, double n, double k, double count) {
   if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0;
-  return 2 * m * n * k * count / (c.peak_tflops * 1e12 * gemm_compute_seconds(c, m, n, k, count));
+  return 2 * m * n * k * count / (c.peak_tflops * 1e12 * gemm_compute_seconds(c, bf16_rate(c), m, n, k, count));
 }
 
 double gemm_time(const Cluster& c, double m, double n, double k, double count, double elem_bytes) {
   if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0;
-  const double compute = gemm_compute_seconds(c, m, n, k, count);
+  const double compute = gemm_compute_seconds(c, bf16_rate(c), m, n, k, count);
   const double bytes = (m * k + k * n + m * n) * count * elem_bytes;
+  const double memory = bytes / (c.hbm_gbps * 1e9 * c.hbm_efficiency);
+  return std::max(compute, memory);
+}
+
+double gemm_time_fp8(const Cluster& c, double m, double n, double k, double count) {
+  if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0;
+  if (c.peak_fp8_tflops <= 0)
+    throw UsageError("plan.precision = \"fp8\" needs FP8 tensor cores: [cluster] \"" + c.name +
+                     "\" has peak_fp8_tflops = 0");
+  const double compute = gemm_compute_seconds(c, fp8_rate(c), m, n, k, count);
+  const double bytes = (m * k + k * n) * count + m * n * count * 2;  // FP8 inputs, bf16 output
   const double memory = bytes / (c.hbm_gbps * 1e9 * c.hbm_efficiency);
   return std::max(compute, memory);
 }
@@ -304,14 +333,17 @@ double activation_bytes_per_layer(const ModelSpec& m, const Assumptions& a, int6
                                              : e * sbh + e * sb * kvd + e * sb * f + e * sbh;  // wq, wv, w1, attention
     return rep / (sp ? t : 1.0) + split / t;
   }
+  // The four linear layers' inputs, kept for their weight gradients: FP8 linear layers (Transformer Engine) keep
+  // the FP8 copy they cast for the forward GEMM (1 byte).
+  const double li = a.fp8 ? 1.0 : e;
   // Parts that TP does not split (replicated on every TP rank unless SP shards them along s):
-  // LayerNorm inputs (2 x e sbh), QKV input (e sbh), MLP input (e sbh), dropout masks (1 byte each).
-  double replicated = 2 * e * sbh + e * sbh + e * sbh + (dropout ? 2 * sbh : 0.0);
+  // LayerNorm inputs (2 x e sbh), QKV input (sbh), MLP input (sbh), dropout masks (1 byte each).
+  double replicated = 2 * e * sbh + li * sbh + li * sbh + (dropout ? 2 * sbh : 0.0);
   // Parts split by TP: Q, K, V (K, V shrink with GQA), attention-projection input, MLP inner tensors.
-  double split = e * sbh * (1 + 2 * kvr)                        // Q, K, V
-                 + e * sbh;                                     // softmax x V output = projection input
-  if (m.arch == Arch::Gpt) split += 2 * e * s * double(b) * f;  // GeLU input and output (fc2 input)
-  else split += 3 * e * s * double(b) * f;                      // gate, up, and silu(gate)*up (down-projection input)
+  double split = e * sbh * (1 + 2 * kvr)                           // Q, K, V
+                 + li * sbh;                                       // softmax x V output = projection input
+  if (m.arch == Arch::Gpt) split += (e + li) * s * double(b) * f;  // GeLU input and output (fc2 input)
+  else split += (2 * e + li) * s * double(b) * f;  // gate, up, and silu(gate)*up (down-projection input)
   // Attention scores: softmax output (e), dropout mask (1) and dropout output (e) per score.
   double scores = 0;
   if (!a.flash_attention && r != Recompute::Selective) scores = heads * s * s * double(b) * (dropout ? (2 * e + 1) : e);
@@ -355,9 +387,13 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   a.dp_overlap = s.dp_overlap;
   a.tp_async_backward = s.tp_async_backward;
   a.pp_scatter_gather = s.pp_scatter_gather;
+  a.pp_overlap = s.pp_overlap;
+  a.zero3_copies = s.zero3_impl == "fsdp";
   a.zero3_deepspeed = s.zero3_impl == "deepspeed";
   a.zero3_prefetch_params = s.zero3_prefetch_bucket;
   a.memory_headroom = s.memory_headroom;
+  a.fp8 = s.precision == "fp8";
+  a.fp8_current_scaling = s.fp8_scaling == "current";
   return a;
 }
 
@@ -384,6 +420,7 @@ struct LayerTimes {
   double f_gemm = 0, f_mem = 0, f_tp = 0, f_cp = 0, f_slow = 0;
   double b_gemm = 0, b_mem = 0, b_tp = 0, b_cp = 0, b_slow = 0;
   double r_gemm = 0, r_mem = 0, r_tp = 0, r_cp = 0, r_slow = 0;
+  double f_cast = 0, b_cast = 0, r_cast = 0;  // of f_mem, b_mem, r_mem: FP8 cast/transpose kernels
   double fwd() const { return f_gemm + f_mem + f_tp + f_cp + f_slow; }
   double bwd() const { return b_gemm + b_mem + b_tp + b_cp + b_slow + r_gemm + r_mem + r_tp + r_cp + r_slow; }
   double recompute() const { return r_gemm + r_mem + r_tp + r_cp + r_slow; }
@@ -416,6 +453,29 @@ ElementwiseBytes layer_elementwise(const ModelSpec& m, const Assumptions& a) {
     r.scores = double(m.heads) * double(m.seq_len) * (2 * e + (dropout ? 2 * e + 1 : 0.0));
     r.kernels += dropout ? 2 : 1;
   }
+  return r;
+}
+
+// Bytes per token of the FP8 cast kernels of one layer (Transformer Engine). Forward, each linear layer's input is
+// cast to FP8 together with its transpose (kept for the weight-gradient GEMM): read 2 bytes, write 1 + 1. With
+// delayed scaling the norms (QKV, MLP up) and the activation (MLP down) write their FP8 output themselves, leaving
+// the transpose (read 1, write 1); the attention output (projection input) comes from the bf16 attention kernel
+// and is cast on its own. Backward, each linear layer's output gradient is cast and transposed (read 2, write
+// 1 + 1). Current scaling needs every tensor's amax before its cast: no fusion, and one more read (2 bytes).
+// Under SP the inputs are cast on the rank's sequence shard and gathered in FP8.
+struct Fp8CastBytes {
+  double forward = 0, backward = 0;
+};
+
+Fp8CastBytes fp8_cast_bytes(const ModelSpec& m, const Assumptions& a, const Plan& p) {
+  const double t = double(p.tp), h = double(m.hidden), f = double(m.ffn_hidden);
+  const double kv = std::max(double(m.kv_heads), t) * double(m.head_dim());
+  const double up = (m.arch == Arch::Gpt ? 1.0 : 2.0) * f;
+  const double in_rep = h / (p.sp ? t : 1.0);  // QKV and MLP-up inputs: the normed residual stream
+  const double fused = a.fp8_current_scaling ? 6.0 : 2.0, unfused = a.fp8_current_scaling ? 6.0 : 4.0;
+  Fp8CastBytes r;
+  r.forward = fused * (2 * in_rep + f / t) + unfused * h / t;
+  r.backward = unfused * ((h + 2 * kv) / t + up / t + 2 * h / (p.sp ? t : 1.0));
   return r;
 }
 
@@ -455,9 +515,11 @@ Groups place_groups(const Cluster& c, const Plan& p) {
 // column-parallel inputs for their weight gradients, issued beside the data-gradient GEMMs (Korthikanti et
 // al. 2022 4.2.2; Megatron's LinearWithGradAccumulationAndAsyncCommunication). With tp_overlap every
 // collective is split into tp chunks pipelined with its neighbouring GEMM (Megatron-Core userbuffers):
-// only the first chunk and what the GEMM cannot cover stay exposed.
-void add_tp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g, double bytes,
+// only the first chunk and what the GEMM cannot cover stay exposed. With FP8 the gathered tensors are the GEMM
+// inputs, cast before the gather (1 byte); reduce-scatters and all-reduces carry the 16-bit GEMM outputs.
+void add_tp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g, double elements,
                  const double gemm_f[4], const double dgrad[4], const double wgrad[4], LayerTimes& L) {
+  const double bytes = elements * a.activation_bytes;
   if (p.tp <= 1) return;
   const double ar = collective_time(c, Collective::AllReduce, bytes, p.tp, g.tp_per_node);
   if (!p.sp) {
@@ -473,7 +535,7 @@ void add_tp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Gr
     }
     return;
   }
-  const double ag = collective_time(c, Collective::AllGather, bytes, p.tp, g.tp_per_node);
+  const double ag = collective_time(c, Collective::AllGather, a.fp8 ? elements : bytes, p.tp, g.tp_per_node);
   const double rs = collective_time(c, Collective::ReduceScatter, bytes, p.tp, g.tp_per_node);
   // GEMM order: 0 QKV (column), 1 projection (row), 2 MLP up (column), 3 MLP down (row).
   if (!p.tp_overlap) {
@@ -512,11 +574,15 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
   const double up = (m.arch == Arch::Gpt ? 1.0 : 2.0) * f / t;  // SwiGLU gate+up fused into one GEMM
   // Weight GEMMs (M x N x K): forward, then backward dgrad (M x K x N) and wgrad (K x N x M).
   const double w[4][3] = {{T, (h + 2 * kv) / t, h}, {T, h, h / t}, {T, up, h}, {T, h, f / t}};
+  // FP8 (Transformer Engine): forward, dgrad and wgrad of these four GEMMs run on FP8 tensor cores.
+  auto linear = [&](double mm, double nn, double kk) {
+    return a.fp8 ? gemm_time_fp8(c, mm, nn, kk, 1) : gemm_time(c, mm, nn, kk, 1, e);
+  };
   double gemm_f[4], dgrad[4], wgrad[4], fw = 0, bw = 0;
   for (int i = 0; i < 4; ++i) {
-    gemm_f[i] = gemm_time(c, w[i][0], w[i][1], w[i][2], 1, e);
-    dgrad[i] = gemm_time(c, w[i][0], w[i][2], w[i][1], 1, e);
-    wgrad[i] = gemm_time(c, w[i][2], w[i][1], w[i][0], 1, e);
+    gemm_f[i] = linear(w[i][0], w[i][1], w[i][2]);
+    dgrad[i] = linear(w[i][0], w[i][2], w[i][1]);
+    wgrad[i] = linear(w[i][2], w[i][1], w[i][0]);
     fw += gemm_f[i];
     bw += dgrad[i] + wgrad[i];
   }
@@ -546,7 +612,14 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
   const double scores = mf * eb.scores * T / t;
   L.f_mem = (rep + split + scores) / hbm + eb.kernels * k0;
   L.b_mem = 2 * (rep + split + scores) / hbm + 2 * eb.kernels * k0;
-  add_tp_comm(c, a, p, g, T * h * e, gemm_f, dgrad, wgrad, L);
+  if (a.fp8) {
+    const Fp8CastBytes cast = fp8_cast_bytes(m, a, p);
+    L.f_cast = T * cast.forward / hbm + 4 * k0;
+    L.b_cast = T * cast.backward / hbm + 4 * k0;
+    L.f_mem += L.f_cast;
+    L.b_mem += L.b_cast;
+  }
+  add_tp_comm(c, a, p, g, T * h, gemm_f, dgrad, wgrad, L);
   if (p.cp > 1) {
     // Ring attention: cp - 1 steps, each passing the local K and V chunk to the next rank while the
     // current block is computed; backward passes K, V and their gradients.
@@ -563,6 +636,7 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
   if (p.recompute == Recompute::Full) {
     L.r_gemm = L.f_gemm;
     L.r_mem = L.f_mem;
+    L.r_cast = L.f_cast;
     L.r_tp = L.f_tp;
     L.r_cp = L.f_cp;
     L.r_slow = L.f_slow;
@@ -571,9 +645,9 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     // rest of the layer forward: the even matmuls in execution order (llama: wq, WK, wv, WO, w1, W3, w2;
     // gpt: qkv, PROJ, fc1, FC2) and every elementwise kernel.
     const double up1 = f / t;  // one of SwiGLU's two up projections
-    L.r_gemm = m.arch == Arch::Gpt ? gemm_f[1] + gemm_f[3]
-                                   : gemm_time(c, T, kv / t, h, 1, e) + gemm_f[1] + gemm_time(c, T, up1, h, 1, e);
+    L.r_gemm = m.arch == Arch::Gpt ? gemm_f[1] + gemm_f[3] : linear(T, kv / t, h) + gemm_f[1] + linear(T, up1, h);
     L.r_mem = L.f_mem;
+    L.r_cast = L.f_cast;
   } else if (p.recompute == Recompute::Selective) {
     L.r_gemm = core_f;
     L.r_mem = scores / hbm + k0;
@@ -733,7 +807,8 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
     r.exposed = microbatches * (ag + rs + (layers - 1) * (of.exposed + ob.exposed));
     r.slowdown = microbatches * (layers - 1) * (of.slowdown + ob.slowdown);
     // GPUs only: the CPU path (cairn-train's own ZeRO-3) has no such copies.
-    if (c.sm_count > 0) r.exposed += microbatches * layers * fsdp_copy_kernels(c, a, layer_params);
+    // Megatron-FSDP keeps parameters and gradients in persistent communication buffers: no copies.
+    if (c.sm_count > 0 && a.zero3_copies) r.exposed += microbatches * layers * fsdp_copy_kernels(c, a, layer_params);
   }
   return r;
 }
@@ -800,7 +875,7 @@ struct EdgeTimes {
 
 // T: tokens per micro-batch per rank.
 EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g,
-                     double T) {
+                     double T, const LayerTimes& L) {
   EdgeTimes E;
   const double t = double(p.tp), e = a.activation_bytes;
   const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency, k0 = c.kernel_overhead_us * 1e-6;
@@ -820,7 +895,15 @@ EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a,
     const double bytes = T * h * e / (a.pp_scatter_gather || p.sp ? t : 1.0);
     p2p = collective_time(c, Collective::SendRecv, bytes, 2, g.pp_spans ? 1 : 2);
   }
-  E.p2p_stage = p.pp > 1 ? 2.0 * p.v * p2p : 0.0;
+  if (p.pp > 1 && p.v > 1 && a.pp_overlap) {
+    // Interleaved 1F1B overlaps each chunk's sends and receives with the next chunk's compute (Megatron's
+    // overlap_p2p_comm, on by default with virtual stages): only what the chunk's compute cannot cover waits.
+    const double chunk_layers = double(m.layers) / (double(p.pp) * p.v);
+    const Overlap of = overlap(c, p2p, chunk_layers * L.fwd()), ob = overlap(c, p2p, chunk_layers * L.bwd());
+    E.p2p_stage = p.v * (of.exposed + of.slowdown + ob.exposed + ob.slowdown);
+  } else {
+    E.p2p_stage = p.pp > 1 ? 2.0 * p.v * p2p : 0.0;  // 1F1B: blocking send/receive pairs
+  }
   return E;
 }
 
@@ -938,14 +1021,20 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
       a.zero3_deepspeed ? std::min(2 * rp.layer_tp, largest_tensor + a.zero3_prefetch_params) : 2 * rp.layer_tp;
   const double zero3 = p.zero >= 3 ? gathered * a.weight_bytes : 0.0;
   const double reserved = c.reserved_gib * kGiB;
-  auto total = [&](double P, double acts, bool has_logits) {
-    auto s3 = states(P);
-    return s3[0] + s3[1] + s3[2] + acts + (has_logits ? logits : 0.0) + work + zero3 + reserved;
+  // FP8 linear layers keep an FP8 copy of each weight and of its transpose (2 bytes per parameter of the rank's
+  // layers) across the micro-batches of a step; under ZeRO-3 only the gathered layers have them.
+  auto fp8_copies = [&](int r) {
+    if (!a.fp8) return 0.0;
+    return 2.0 * (p.zero >= 3 ? gathered : double(rank_layers[size_t(r)]) * rp.layer_tp);
   };
-  const double mem_first = total(params_of(0), acts_first, p.pp == 1);
+  auto total = [&](int r, double acts, bool has_logits) {
+    auto s3 = states(params_of(r));
+    return s3[0] + s3[1] + s3[2] + acts + (has_logits ? logits : 0.0) + work + zero3 + fp8_copies(r) + reserved;
+  };
+  const double mem_first = total(0, acts_first, p.pp == 1);
   // The last stage holds one micro-batch in flight (1F1B) or its v chunks when interleaved.
   const double acts_last = double(rank_layers[size_t(p.pp - 1)]) * act_layer;
-  const double mem_last = p.pp > 1 ? total(params_of(p.pp - 1), acts_last, true) : mem_first;
+  const double mem_last = p.pp > 1 ? total(p.pp - 1, acts_last, true) : mem_first;
   const bool first_is_max = mem_first >= mem_last;
   const auto s3 = states(first_is_max ? params_of(0) : params_of(p.pp - 1));
   B.mem_weights = s3[0];
@@ -953,7 +1042,7 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   B.mem_optimizer = s3[2];
   B.mem_activations = first_is_max ? acts_first : acts_last;
   B.mem_logits = (p.pp == 1 || !first_is_max) ? logits : 0.0;
-  B.mem_buffers = work + zero3 + reserved;
+  B.mem_buffers = work + zero3 + fp8_copies(first_is_max ? 0 : p.pp - 1) + reserved;
   B.mem_total = std::max(mem_first, mem_last);
 }
 
@@ -1008,6 +1097,9 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
                     bool fill_reason) {
   Evaluation ev;
   ev.plan = p;
+  if (a.fp8 && c.peak_fp8_tflops <= 0)
+    throw UsageError("plan.precision = \"fp8\" needs FP8 tensor cores: [cluster] \"" + c.name +
+                     "\" has peak_fp8_tflops = 0 (A100 has none; H100/H200 SXM: 1979)");
   {
     std::string why;
     ev.reject = check_plan(m, c, p, global_batch, a, fill_reason ? &why : nullptr);
@@ -1032,7 +1124,7 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
 
   // ---- per-micro-batch layer, embedding and head times; the pipeline over them
   const LayerTimes L = layer_times(m, c, a, p, g);
-  const EdgeTimes E = edge_times(m, c, a, p, g, T);
+  const EdgeTimes E = edge_times(m, c, a, p, g, T, L);
   const double layer_time = std::max(1e-30, L.fwd() + L.bwd());
   const Pipeline P = pipeline_schedule(m, p, E, layer_time, mb_count);
   fill_time_breakdown(B, p, L, E, P, mb_count, hbm);
@@ -1051,6 +1143,15 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
   const double shards = double(p.dp) * p.cp;
   const double local_params = params_max / (p.zero >= 1 ? shards : 1.0);
   B.optimizer = local_params * optimizer_bytes_per_param(a) / hbm + 4 * k0;
+  B.fp8_cast = mb_count * lay_crit * (L.f_cast + L.b_cast + L.r_cast);
+  if (a.fp8) {
+    // The updated weights are cast to FP8 (with their transposes) once per step, at the first micro-batch;
+    // ZeRO-3 gathers them again for every micro-batch and casts them again (read 2, write 1 + 1; + 2 for amax).
+    const double casts = p.zero >= 3 ? mb_count : 1.0;
+    const double weights = casts * lay_crit * rp.layer_tp * (a.fp8_current_scaling ? 6.0 : 4.0) / hbm;
+    B.optimizer += weights;
+    B.fp8_cast += weights;
+  }
   ev.step_time_s = P.t_pipe + B.dp_exposed + B.optimizer;
 
   // ---- memory per rank, rates, and whether it fits

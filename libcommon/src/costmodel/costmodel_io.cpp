@@ -116,6 +116,8 @@ Cluster cluster_from_section(const ClusterSection& s) {
   c.nodes = int(s.nodes);
   c.gpus_per_node = s.gpus_per_node;
   c.peak_tflops = s.peak_tflops;
+  c.peak_fp8_tflops = s.peak_fp8_tflops;
+  c.fp8_gemm_max_efficiency = s.fp8_gemm_max_efficiency;
   c.hbm_gib = s.hbm_gib;
   c.hbm_gbps = s.hbm_gbps;
   c.hbm_efficiency = s.hbm_efficiency;
@@ -218,6 +220,7 @@ json to_json(const Evaluation& e) {
                      {"dp_comm", b.dp_comm},
                      {"dp_exposed", b.dp_exposed},
                      {"optimizer", b.optimizer},
+                     {"fp8_cast", b.fp8_cast},
                      {"stage_forward_per_microbatch", b.stage_forward},
                      {"stage_backward_per_microbatch", b.stage_backward}}},
                    {"memory_gib",
@@ -273,6 +276,10 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   os << strprintf("cluster   %s: %d x %d devices, %.0f TFLOP/s peak, %.0f GiB at %.0f GB/s%s\n", c.name.c_str(),
                   c.nodes, c.gpus_per_node, c.peak_tflops, c.hbm_gib, c.hbm_gbps,
                   c.has_fabric ? (", links from " + c.fabric_path).c_str() : "");
+  if (a.fp8)
+    os << strprintf("precision FP8 linear layers at %.0f TFLOP/s peak, %s scaling; attention, head and the rest "
+                    "16-bit (MFU against the %.0f TFLOP/s 16-bit peak)\n",
+                    c.peak_fp8_tflops, a.fp8_current_scaling ? "current" : "delayed", c.peak_tflops);
   if (c.clock_factor() < 1.0)
     os << strprintf(
         "power     capped at %.0f W of %.0f W: compute-bound kernels at %.3f of their rate ((cap/tdp)^1/3)\n",
@@ -294,6 +301,7 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
       e.tokens_per_s, e.tflops_per_gpu, e.hw_tflops_per_gpu, 100 * e.mfu, 100 * e.hfu);
   line("GEMM compute", b.gemm, "slowest stage, all micro-batches, incl. recompute");
   line("memory-bound kernels", b.memory_bound, "norms, activations, softmax, loss, incl. recompute");
+  if (a.fp8) line("  FP8 casts (included)", b.fp8_cast, "inputs, output gradients and weights cast + transposed");
   line("TP communication", b.tp_comm,
        e.plan.tp_overlap ? "exposed: first chunks + what the GEMMs cannot cover, incl. recompute"
                          : "exposed, incl. recompute (SP's wgrad re-gather beside the dgrad GEMM)");
@@ -311,9 +319,11 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
        e.plan.zero < 3 ? "total"
        : a.zero3_deepspeed
            ? "total; ZeRO-3 as DeepSpeed stage 3: a collective per tensor, one NIC per rank (plan.zero3_impl)"
-           : "total; ZeRO-3 as PyTorch FSDP: per-layer gathers, next layer prefetched (plan.zero3_impl)");
+       : a.zero3_copies
+           ? "total; ZeRO-3 as PyTorch FSDP: per-layer gathers, next layer prefetched (plan.zero3_impl)"
+           : "total; ZeRO-3 as Megatron-FSDP: per-layer gathers from persistent buffers (plan.zero3_impl)");
   line("  exposed", b.dp_exposed, "counted in the step");
-  line("optimizer", b.optimizer, "");
+  line("optimizer", b.optimizer, a.fp8 ? "incl. the FP8 cast of the updated weights" : "");
   os << strprintf("  per micro-batch on the slowest stage (%d layers): forward %.4f s, backward %.4f s\n",
                   b.layers_max_stage, b.stage_forward, b.stage_backward);
   if (e.plan.pp > 1) {
@@ -336,7 +346,9 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   mem("activations", b.mem_activations,
       strprintf("%.3f GiB/layer/micro-batch x %.2f in flight", b.act_per_layer / kGiB, b.inflight));
   mem("logits + loss", b.mem_logits, "last stage");
-  mem("buffers + reserved", b.mem_buffers, "recompute working set, ZeRO-3 prefetch, runtime");
+  mem("buffers + reserved", b.mem_buffers,
+      a.fp8 ? "recompute working set, ZeRO-3 prefetch, FP8 weight copies, runtime"
+            : "recompute working set, ZeRO-3 prefetch, runtime");
   if (!e.feasible()) os << "REJECTED  " << e.reason << "\n";
   return os.str();
 }

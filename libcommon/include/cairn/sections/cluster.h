@@ -15,6 +15,8 @@ struct ClusterSection {
   int gpus_per_node = 1;
   std::string gpu;
   double peak_tflops = 312.0;
+  double peak_fp8_tflops = 0.0;
+  double fp8_gemm_max_efficiency = 0.0;
   double hbm_gib = 80.0;
   double hbm_gbps = 2039.0;
   double hbm_efficiency = 0.8;
@@ -47,6 +49,10 @@ struct ClusterSection {
     k(&S::gpu, "gpu", "device model, for the record (e.g. A100-SXM4-80GB)");
     k(&S::peak_tflops, "peak_tflops", Range{1e-6, 1e6},
       "dense peak TFLOP/s per device in the training dtype (bf16 tensor cores on GPUs)");
+    k(&S::peak_fp8_tflops, "peak_fp8_tflops", Range{0, 1e6},
+      "dense FP8 tensor-core peak TFLOP/s per device (H100/H200 SXM 1979; 0 = no FP8 tensor cores, as A100)");
+    k(&S::fp8_gemm_max_efficiency, "fp8_gemm_max_efficiency", Range{0, 1.0},
+      "large-GEMM efficiency of FP8 GEMMs as a fraction of peak_fp8_tflops (0 = gemm_max_efficiency)");
     k(&S::hbm_gib, "hbm_gib", Range{1e-3, 1e6}, "device memory capacity (GiB)");
     k(&S::hbm_gbps, "hbm_gbps", Range{1e-3, 1e7}, "device memory bandwidth (GB/s)");
     k(&S::hbm_efficiency, "hbm_efficiency", Range{0.01, 1.0},

@@ -38,8 +38,11 @@ struct PlanSection {
   bool tp_async_backward = true;
   bool dp_overlap = true;
   bool pp_scatter_gather = true;
+  bool pp_overlap = true;
   std::string zero3_impl = "fsdp";
   double zero3_prefetch_bucket = 5e7;
+  std::string precision = "bf16";
+  std::string fp8_scaling = "delayed";
   bool explain = false;
 
   template <class K>
@@ -94,12 +97,23 @@ struct PlanSection {
       "false)");
     k(&S::pp_scatter_gather, "pp_scatter_gather",
       "pipeline sends 1/tp of the activation per TP rank (Megatron); false: every TP rank sends it whole (DeepSpeed)");
-    k(&S::zero3_impl, "zero3_impl", Choices{"fsdp", "deepspeed"},
+    k(&S::pp_overlap, "pp_overlap",
+      "interleaved schedules (v > 1) overlap point-to-point sends and receives with compute (Megatron "
+      "overlap_p2p_comm, the default); false: every transfer is waited for");
+    k(&S::zero3_impl, "zero3_impl", Choices{"fsdp", "megatron", "deepspeed"},
       "how ZeRO-3 moves parameters: fsdp (PyTorch FSDP/FSDP2: one flat all-gather and reduce-scatter per layer, "
-      "the next layer prefetched) or deepspeed (DeepSpeed stage 3: one collective per parameter tensor, "
-      "prefetch bounded by zero3_prefetch_bucket, cross-node traffic at one NIC per rank)");
+      "the next layer prefetched, gradients and parameters copied through flat buffers), megatron (Megatron-FSDP: "
+      "the same collectives from persistent buffers, no copies) or deepspeed (DeepSpeed stage 3: one collective "
+      "per parameter tensor, prefetch bounded by zero3_prefetch_bucket, cross-node traffic at one NIC per rank)");
     k(&S::zero3_prefetch_bucket, "zero3_prefetch_bucket", Range{0, 1e13},
       "zero3_impl = deepspeed: parameters gathered ahead of use (DeepSpeed stage3_prefetch_bucket_size)");
+    k(&S::precision, "precision", Choices{"bf16", "fp8"},
+      "dtype of the transformer layers' linear GEMMs: bf16, or fp8 (Transformer Engine / Megatron --fp8-format "
+      "hybrid: E4M3 forward, E5M2 gradients; attention, the output head, communication of gradients and the "
+      "optimizer stay 16/32-bit; needs cluster.peak_fp8_tflops)");
+    k(&S::fp8_scaling, "fp8_scaling", Choices{"delayed", "current"},
+      "precision = fp8: delayed scaling (scales from an amax history; casts fuse into the producing kernels) or "
+      "current scaling (Megatron-Bridge FP8-CS: each tensor's amax is read before its cast)");
     k(&S::explain, "explain", "evaluate the one plan given by [plan]/--plan and print its breakdown");
   }
 };
