@@ -41,6 +41,9 @@ TITAN_A100 = ("pytorch/torchtitan docs/performance.md: FSDP2 on 64 A100 80GB, lo
 TITAN_H100 = ("pytorch/torchtitan docs/performance.md Tables 1 and 3 (commit d4c86e375, torch 2024-12-23): FSDP, "
               "eager, bf16, H100 96GB HBM2e (2.4 TB/s) at the default 500 W power limit, 400 Gb/s per GPU; "
               "405B row: docs/performance.md at 5f5911537 (2024-12-03), 128 H100 95GB lower-TDP, FSDP16 TP8, no Float8")
+TITAN_H100_COMPILE = ("pytorch/torchtitan docs/performance.md Tables 1 and 3 (commit d4c86e375, torch 2024-12-23): "
+                      "FSDP + torch.compile, and + Float8 (torchao tensorwise dynamic scaling of every nn.Linear but "
+                      "the output layer; bf16 all-gathers), Llama 3.1 8B on 8 and 128 H100 96GB at 500 W")
 MOSAIC = ("mosaicml/llm-foundry scripts/train/benchmarking/README.md: MPT FSDP FULL_SHARD, bf16, flash "
           "attention; A100 80GB with 1600 Gb/s RoCE per node, H100 80GB")
 NEMO_2407 = ("NVIDIA/NeMo docs/source/performance/performance_summary.md (NeMo 24.07 container, commit 070a0bb16): "
@@ -163,6 +166,16 @@ def rows():
         "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", 5762, h100_96 + op_sac, "titan")
     add(TITAN_H100, "Llama3.1 8B FSDP128 selective op", H100, 128, l31_8b, 256,
         "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", 5605, h100_96 + op_sac, "titan")
+    # torch.compile fuses the eager elementwise chains (norms, RoPE, SwiGLU) into single kernels: the fused byte
+    # count (memory_bound_factor 1); the optimizer stays torch.optim's foreach AdamW. Float8's tensorwise dynamic
+    # scaling computes each tensor's amax before its cast: current scaling.
+    compiled = h100_96 + op_sac + ["plan.optimizer_fused=false"]
+    for g, B, pub_c, pub_f in [(8, 16, 6667, 8532), (128, 256, 6514, 8380)]:
+        add(TITAN_H100_COMPILE, f"Llama3.1 8B FSDP{g} compile", H100, g, l31_8b, B,
+            "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", pub_c, compiled)
+        add(TITAN_H100_COMPILE, f"Llama3.1 8B FSDP{g} compile Float8", H100, g, l31_8b, B,
+            "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", pub_f,
+            compiled + ["plan.precision=fp8", "plan.fp8_scaling=current"], fp8=True)
     l31_405b = llama(126, 16384, 128, 8, 53248, 128256, 8192)
     add(TITAN_H100, "Llama3.1 405B FSDP16 TP8 full", H100, 128, l31_405b, 32,
         "tp=8,pp=1,mb=2,zero=3,recompute=full,sp=on,cp=1,tp_overlap=off", "tokens_per_gpu", 109, h100_96, "titan")
