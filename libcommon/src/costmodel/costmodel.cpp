@@ -620,6 +620,7 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     L.b_mem += L.b_cast;
   }
   add_tp_comm(c, a, p, g, T * h, gemm_f, dgrad, wgrad, L);
+  double cp_merge_f = 0;  // forward merging of the ring steps' partial outputs (rerun by selective recompute)
   if (p.cp > 1) {
     // Ring attention: cp - 1 steps, each passing the local K and V chunk to the next rank while the
     // current block is computed; backward passes K, V and their gradients.
@@ -632,6 +633,14 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     L.f_slow += (p.cp - 1) * of.slowdown;
     L.b_cp = (p.cp - 1) * ob.exposed;
     L.b_slow += (p.cp - 1) * ob.slowdown;
+    // Each of the cp steps yields a partial attention output that is merged into the running one by its
+    // log-sum-exp (Transformer Engine's flash_attn_fwd_out_correction: read the step's 16-bit output, read and
+    // write the fp32 accumulator, 10 bytes per query element); backward adds each step's dQ, dK and dV into their
+    // accumulators (read both, write one: 6 bytes per element). Two small kernels per step each way.
+    const double qd = T * h / t, kvd_local = 2 * T * kv / t;
+    cp_merge_f = p.cp * (10 * qd / hbm + 2 * k0);
+    L.f_mem += cp_merge_f;
+    L.b_mem += p.cp * (6 * (qd + kvd_local) / hbm + 2 * k0);
   }
   if (p.recompute == Recompute::Full) {
     L.r_gemm = L.f_gemm;
@@ -650,7 +659,7 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     L.r_cast = L.f_cast;
   } else if (p.recompute == Recompute::Selective) {
     L.r_gemm = core_f;
-    L.r_mem = scores / hbm + k0;
+    L.r_mem = scores / hbm + k0 + cp_merge_f;
   }
   return L;
 }
