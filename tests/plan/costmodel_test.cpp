@@ -825,3 +825,42 @@ BOOST_AUTO_TEST_CASE(megatron_fsdp_has_no_copy_kernels) {
   BOOST_TEST(a.b.dp_comm == b.b.dp_comm);
   BOOST_TEST(b.b.dp_exposed < a.b.dp_exposed);
 }
+
+BOOST_AUTO_TEST_CASE(context_parallel_steps_merge_their_partial_outputs) {
+  // With cp = 2 every rank holds half the tokens, so without the ring its memory-bound work would be exactly half
+  // (no per-kernel overhead here); the rest is the merges: per layer, micro-batch and step, forward 10 bytes per local
+  // query element (partial output read, fp32 accumulator read and written), backward 6 per dQ, dK, dV element.
+  ModelSpec m;
+  m.arch = Arch::Llama;
+  m.layers = 32;
+  m.hidden = 4096;
+  m.heads = 32;
+  m.kv_heads = 8;
+  m.ffn_hidden = 14336;
+  m.seq_len = 65536;
+  m.vocab = 128256;
+  m.tied_embeddings = false;
+  Cluster c;
+  c.gpus_per_node = 8;
+  c.peak_tflops = 989;
+  c.hbm_gib = 1e6;
+  c.kernel_overhead_us = 0;
+  Assumptions a;
+  a.flash_attention = true;
+  Plan p;
+  p.tp = 2;
+  p.dp = 4;
+  p.mb = 1;
+  p.zero = 1;
+  p.sp = true;
+  c.nodes = 1;
+  const Evaluation whole = evaluate(m, c, p, 8, a);
+  Plan q = p;
+  q.cp = 2;
+  c.nodes = 2;
+  const Evaluation halves = evaluate(m, c, q, 8, a);
+  BOOST_REQUIRE(whole.feasible() && halves.feasible());
+  const double T = 65536 / 2, qd = T * 4096 / 2, kvd = 2 * T * 1024 / 2, hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency;
+  const double merges = 2 /*micro-batches*/ * 32 /*layers*/ * 2 /*steps*/ * (10 * qd + 6 * (qd + kvd)) / hbm;
+  BOOST_TEST(std::abs((halves.b.memory_bound - whole.b.memory_bound / 2) / merges - 1) < 1e-9);
+}
