@@ -50,6 +50,21 @@ void add_common_options(CLI::App& app, CommonOptions& opts, bool short_aliases) 
 
 namespace {
 
+// An integer flag's value: what CLI11 reads as an integer (as before), or a number in float or exponent notation
+// (--tokens 1e10, --steps 2.0), kept as such for the key's check (an exact integer in range is taken, 1.5 refused
+// naming the flag and key, like --set). Anything else is CLI11's own conversion error.
+json integer_flag_value(const std::string& text, const std::string& flag) {
+  int64_t i = 0;
+  if (CLI::detail::lexical_cast(text, i)) return i;
+  json v;
+  try {
+    v = parse_config_value(text);
+  } catch (const UsageError&) {
+  }
+  if (v.is_number_float()) return v;
+  throw CLI::ConversionError(flag, std::vector<std::string>{text});
+}
+
 // The CLI11 option of one flagged key: the value is kept typed and checked by the schema when the config loads.
 void add_key_flag(CLI::App& app, const KeySpec& k, ToolSettings& settings) {
   const std::string dotted = k.section + "." + k.key;
@@ -64,8 +79,9 @@ void add_key_flag(CLI::App& app, const KeySpec& k, ToolSettings& settings) {
           k.flag, [keep](int64_t) { keep(true); }, help);
       break;
     case KeyType::Int:
-      app.add_option_function<int64_t>(
-          k.flag, [keep](const int64_t& v) { keep(v); }, help);
+      app.add_option_function<std::string>(
+             k.flag, [keep, shown](const std::string& v) { keep(integer_flag_value(v, shown)); }, help)
+          ->type_name("INT");
       break;
     case KeyType::Float:
       app.add_option_function<double>(
@@ -84,8 +100,15 @@ void add_key_flag(CLI::App& app, const KeySpec& k, ToolSettings& settings) {
       break;
     case KeyType::IntList:
     case KeyType::IntOrIntList:
-      app.add_option_function<std::vector<int64_t>>(
-             k.flag, [keep](const std::vector<int64_t>& v) { keep(v); }, help)
+      app.add_option_function<std::vector<std::string>>(
+             k.flag,
+             [keep, shown](const std::vector<std::string>& v) {
+               json list = json::array();
+               for (const auto& e : v) list.push_back(integer_flag_value(e, shown));
+               keep(list);
+             },
+             help)
+          ->type_name("INT")
           ->delimiter(',');
       break;
     default:

@@ -256,6 +256,50 @@ std::string Origin::describe() const {
 
 namespace {
 
+// Whether `text`, a decimal in C's %e form ("1e+18", "-1.5e+18"), is exactly the integer `n`.
+bool decimal_is(const std::string& text, int64_t n) {
+  const size_t e = text.find('e');
+  if (e == std::string::npos) return false;
+  std::string digits;
+  for (size_t i = 0; i < e; ++i)
+    if (std::isdigit(static_cast<unsigned char>(text[i]))) digits += text[i];
+  const long exponent = std::strtol(text.c_str() + e + 1, nullptr, 10);
+  const long integer_digits = exponent + 1;                             // digits before the decimal point
+  if (integer_digits < static_cast<long>(digits.size())) return false;  // a fraction is left (or n is 0: not here)
+  digits.append(static_cast<size_t>(integer_digits) - digits.size(), '0');
+  const std::string want = std::to_string(n);
+  return (text[0] == '-' ? "-" + digits : digits) == want;
+}
+
+// The integer a whole number written in float or exponent notation stands for (TOML and --set read 1e10 and 2.0 as
+// floats): std::nullopt, with `why`, for a value outside int64 or one past 2^53 that the float does not hold exactly.
+std::optional<int64_t> whole_number_to_int(double x, std::string& why) {
+  // [-2^63, 2^63): both bounds are exact doubles, INT64_MAX is not.
+  constexpr double kTwo63 = 9223372036854775808.0;
+  if (x < -kTwo63 || x >= kTwo63) {
+    why = "is outside the 64-bit integer range [-9223372036854775808, 9223372036854775807]";
+    return std::nullopt;
+  }
+  const auto n = static_cast<int64_t>(x);
+  // Up to 2^53 a double holds every integer, so the decimal that was written is n. Past it a double is always whole,
+  // whatever was written: 1.0000000000000001e18 reads as 1000000000000000128. The shortest decimal that reads back
+  // as x (what was written, unless it had more digits than a double keeps) must be n itself: 1e18 and 9.2e18 pass,
+  // and a float with more digits is refused, never taken as another integer (an integer literal is exact).
+  if (std::fabs(x) > 9007199254740992.0) {
+    char buf[40];
+    for (int digits = 1; digits <= 17; ++digits) {
+      std::snprintf(buf, sizeof buf, "%.*e", digits - 1, x);
+      if (std::strtod(buf, nullptr) == x) break;
+    }
+    if (!decimal_is(buf, n)) {
+      why = "is not an exact integer: past 2^53 a float holds only some integers (this one reads as " +
+            std::to_string(n) + "): write the integer without exponent or fraction";
+      return std::nullopt;
+    }
+  }
+  return n;
+}
+
 // TOML conversion, defined below.
 std::string toml_value(const json& v);
 std::string toml_string_literal(const std::string& s);
@@ -286,6 +330,14 @@ bool all_of_array(const json& v, bool (*pred)(const json&)) {
   return true;
 }
 bool is_int(const json& v) { return v.is_number_integer(); }
+// A whole number written in float or exponent notation (TOML reads 1e10 and 2.0 as floats): an integer key takes it,
+// converted by whole_number_to_int once its range is checked.
+bool is_whole_float(const json& v) {
+  if (!v.is_number_float()) return false;
+  const double x = v.get<double>();
+  return std::isfinite(x) && std::floor(x) == x;
+}
+bool is_int_like(const json& v) { return is_int(v) || is_whole_float(v); }
 bool is_num(const json& v) { return v.is_number(); }
 bool is_str(const json& v) { return v.is_string(); }
 
@@ -334,6 +386,7 @@ bool expects_number(KeyType t) {
   return t == KeyType::Int || t == KeyType::Float || t == KeyType::IntList || t == KeyType::FloatList ||
          t == KeyType::IntOrIntList;
 }
+bool expects_integer(KeyType t) { return t == KeyType::Int || t == KeyType::IntList || t == KeyType::IntOrIntList; }
 bool expects_string(KeyType t) {
   return t == KeyType::String || t == KeyType::StringList || t == KeyType::StringOrStringList;
 }
@@ -397,14 +450,14 @@ json check_value(const KeySpec& spec, const std::string& key, const json& v, con
   json out = v;
   switch (spec.type) {
     case KeyType::Bool: ok = v.is_boolean(); break;
-    case KeyType::Int: ok = is_int(v); break;
+    case KeyType::Int: ok = is_int_like(v); break;
     case KeyType::Float:
       ok = is_num(v);
       if (ok) out = v.get<double>();
       break;
     case KeyType::String: ok = v.is_string(); break;
     case KeyType::StringList: ok = all_of_array(v, is_str); break;
-    case KeyType::IntList: ok = all_of_array(v, is_int); break;
+    case KeyType::IntList: ok = all_of_array(v, is_int_like); break;
     case KeyType::FloatList:
       ok = all_of_array(v, is_num);
       if (ok) {
@@ -412,7 +465,7 @@ json check_value(const KeySpec& spec, const std::string& key, const json& v, con
         for (const auto& e : v) out.push_back(e.get<double>());
       }
       break;
-    case KeyType::IntOrIntList: ok = is_int(v) || all_of_array(v, is_int); break;
+    case KeyType::IntOrIntList: ok = is_int_like(v) || all_of_array(v, is_int_like); break;
     case KeyType::StringOrStringList: ok = v.is_string() || all_of_array(v, is_str); break;
     case KeyType::Table: ok = v.is_object(); break;
   }
@@ -458,6 +511,19 @@ json check_value(const KeySpec& spec, const std::string& key, const json& v, con
       if (e.is_string()) check_choice(e);
     }
   if (out.is_string()) check_choice(out);
+  // Integer keys store integers: a whole float (1e10, 2.0) becomes the integer it is, once it passed the key's range.
+  if (expects_integer(spec.type)) {
+    auto to_int = [&](json& n) {
+      if (!is_whole_float(n)) return;
+      std::string why;
+      const std::optional<int64_t> i = whole_number_to_int(n.get<double>(), why);
+      if (!i) fail("value " + short_json(n) + " " + why);
+      n = *i;
+    };
+    to_int(out);
+    if (out.is_array())
+      for (auto& e : out) to_int(e);
+  }
   return out;
 }
 

@@ -214,8 +214,9 @@ busbw_gbps = 90.0
 ranks = 8
 """
 
+# Whole numbers in float or exponent notation (1e3, 4.0) are integers to an integer key; 1e19 is past int64.
 TOML_JUNK = ["nan", "-nan", "inf", "-inf", "-1", "-0.5", "0", "\"x\"", "\"\"", "true", "[1, 2]", "{ a = 1 }",
-             "1e400", "9223372036854775807", "-9223372036854775808", "2024-01-01"]
+             "1e400", "9223372036854775807", "-9223372036854775808", "2024-01-01", "1e3", "4.0", "1e19", "1e-3"]
 
 PLAN = ["--config", "configs/models/gpt2-350m.toml", "--config", "configs/clusters/dgx-a100-80gb.toml",
         "--set", "train.global_batch=64"]

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cairn/cli.h"
+#include "cairn/config_section.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
@@ -16,10 +17,12 @@ int main(int argc, char** argv) {
     std::string fail;
     app.add_option("--layers", layers, "sets model.layers (a tool flag)");
     app.add_option("--fail", fail, "runtime|gate|io: fail that way");
+    // The [train] keys' flags (--steps, ...): the shared conversion of every tool's key flags.
+    cairn::ToolSettings settings;
+    cairn::add_section_flags(app, "train", settings);
     cairn::parse_cli(app, argc, argv);
-    std::vector<std::string> tool_sets;
-    if (layers) tool_sets.push_back("model.layers=" + std::to_string(layers));
-    cairn::Config cfg = cairn::load_tool_config(opts, tool_sets);
+    if (layers) settings.emplace_back("model.layers", layers, "--layers");
+    cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
     if (fail == "runtime") throw cairn::RuntimeError("the thing broke");
     if (fail == "gate") throw cairn::GateFailure("busbw 1.0 GB/s below the floor 2.0 GB/s");

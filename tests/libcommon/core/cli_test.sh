@@ -30,6 +30,16 @@ check gate 3 "cairn-probe: busbw" -- "$probe" --fail gate
 check io_error 1 "cannot read \"/nonexistent/input.txt\": No such file or directory" -- "$probe" --fail io
 check set_takes_one_value 2 "The following argument was not expected: extra" -- "$probe" --set model.layers=3 extra
 check bad_log_level 2 "unknown log level" -- "$probe" --log-level loud
+# An integer flag takes a whole number in exponent or float notation, as --set does; a fraction or a value past the
+# key's range is refused naming the flag, the key and the value; a word keeps CLI11's message.
+check int_flag_exponent 0 "steps = 2000 " -- "$probe" --steps 2e3 --print-config
+check int_flag_float 0 "steps = 7 " -- "$probe" --steps 7.0 --print-config
+check int_flag_fraction 2 "cairn-probe: --steps: train.steps: expected an integer, got number 1.5" -- "$probe" --steps 1.5
+check int_flag_small 2 "--steps: train.steps: expected an integer, got number 0.001" -- "$probe" --steps 1e-3
+check int_flag_range 2 "--steps: train.steps: value 1e+13 is above the maximum 1000000000000" -- "$probe" --steps 1e13
+check int_flag_word 2 "Could not convert: --steps = abc" -- "$probe" --steps abc
+check int_set_exponent 0 "steps = 30000 " -- "$probe" --set train.steps=3e4 --print-config
+check int_env_exponent 0 "steps = 40000 " -- env CAIRN_TRAIN_STEPS=4e4 "$probe" --print-config
 "$probe" --json "$tmp/out.json" >/dev/null 2>&1
 check json_written 0 '"layers":12' -- cat "$tmp/out.json"
 check json_stdout 0 '"model"' -- "$probe" --json -

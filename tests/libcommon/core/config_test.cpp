@@ -342,3 +342,76 @@ BOOST_AUTO_TEST_CASE(string_for_number_and_number_for_string_give_quoting_hints)
   msg = load_error({{}, {"train.tensorboard=yes"}, false});
   BOOST_TEST(contains(msg, "write true or false without quotes"));
 }
+
+BOOST_AUTO_TEST_CASE(integer_keys_take_whole_numbers_in_exponent_or_float_notation) {
+  // From --set, the environment and a TOML file (where 1e10 and 4.0 are floats): stored as the integers they are.
+  setenv("CAIRN_TRAIN_STEPS", "2e3", 1);
+  ConfigSources src;
+  src.files = {temp_toml("[model]\nlayers = 4.0\n[data.mix]\ntokens = 1e10\n")};
+  src.sets = {"data.seed=1.5e18", "model.hidden=96.0"};
+  Config cfg = load_config(src);
+  unsetenv("CAIRN_TRAIN_STEPS");
+  BOOST_TEST(cfg.get_int("train.steps") == 2000);
+  BOOST_TEST(cfg.get_int("model.layers") == 4);
+  BOOST_TEST(cfg.get_int("data.mix.tokens") == 10000000000);
+  BOOST_TEST(cfg.get_int("data.seed") == 1500000000000000000);
+  BOOST_TEST(cfg.get_int("model.hidden") == 96);
+  for (const char* k : {"train.steps", "model.layers", "data.mix.tokens", "data.seed"})
+    BOOST_TEST(cfg.get(k).is_number_integer(), k);
+  // --print-config writes them as integers, and they load back.
+  const std::string text = cfg.to_toml(true);
+  BOOST_TEST(contains(text, "tokens = 10000000000 "));
+  BOOST_TEST(contains(text, "seed = 1500000000000000000 "));
+  BOOST_TEST(load_config({{temp_toml(text)}, {}, false}).to_json() == cfg.to_json());
+
+  // Lists of integers and integer-or-list keys, and the ends of the 64-bit range.
+  Schema s;
+  s.add("k", "n", KeyType::Int, 0, "no range but int64's");
+  s.add("k", "list", KeyType::IntList, json::array(), "list");
+  s.add("k", "either", KeyType::IntOrIntList, nullptr, "either");
+  src = {{}, {"k.n=-9.2e18", "k.list=[1e3, 2, 3.0]", "k.either=8e0"}, false};
+  cfg = load_config(src, s);
+  BOOST_TEST(cfg.get_int("k.n") == -9200000000000000000);
+  BOOST_TEST(cfg.get_ints("k.list") == (std::vector<int64_t>{1000, 2, 3}));
+  BOOST_TEST(cfg.get("k.list")[0].is_number_integer());
+  BOOST_TEST(cfg.get_ints("k.either") == (std::vector<int64_t>{8}));
+  BOOST_TEST(load_config({{}, {"k.n=9.2e18"}, false}, s).get_int("k.n") == 9200000000000000000);
+}
+
+BOOST_AUTO_TEST_CASE(integer_keys_refuse_fractions_and_values_out_of_range_naming_key_and_value) {
+  std::string msg = load_error({{}, {"model.layers=1.5"}, false});
+  BOOST_TEST(contains(msg, "--set model.layers=1.5: model.layers: expected an integer, got number 1.5"));
+  msg = load_error({{}, {"model.layers=1e-3"}, false});
+  BOOST_TEST(contains(msg, "model.layers: expected an integer, got number 0.001"));
+  msg = env_load_error("CAIRN_TRAIN_STEPS", "2.5e0");
+  BOOST_TEST(contains(msg, "env CAIRN_TRAIN_STEPS: train.steps: expected an integer, got number 2.5"));
+  msg = load_error({{temp_toml("[model]\nlayers = 1e-3\n")}, {}, false});
+  BOOST_TEST(contains(msg, ":2:1: model.layers: expected an integer, got number 0.001"));
+  // The key's own range first (train.steps is at most 1e12), then int64's.
+  msg = load_error({{}, {"train.steps=1e13"}, false});
+  BOOST_TEST(contains(msg, "train.steps: value 1e+13 is above the maximum 1000000000000"));
+  Schema s;
+  s.add("k", "n", KeyType::Int, 0, "no range but int64's");
+  s.add("k", "list", KeyType::IntList, json::array(), "list");
+  auto error = [&](const std::string& set) {
+    try {
+      load_config({{}, {set}, false}, s);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  };
+  BOOST_TEST(contains(error("k.n=1e19"), "k.n: value 1e+19 is outside the 64-bit integer range"));
+  BOOST_TEST(contains(error("k.n=9223372036854775808.0"), "is outside the 64-bit integer range"));
+  BOOST_TEST(contains(error("k.n=-1e300"), "value -1e+300 is outside the 64-bit integer range"));
+  BOOST_TEST(contains(error("k.list=[1, 2.5]"), "k.list: expected a list of integers, got array [1, 2.5]"));
+  BOOST_TEST(contains(error("k.list=[1, 1e20]"), "k.list: value 1e+20 is outside the 64-bit integer range"));
+  // Past 2^53 a float holds only some integers: 1.0000000000000001e18 would silently become ...128.
+  BOOST_TEST(contains(error("k.n=1.0000000000000001e18"), "is not an exact integer"));
+  BOOST_TEST(contains(error("k.n=1.0000000000000001e18"), "reads as 1000000000000000128"));
+  BOOST_TEST(contains(error("k.n=-9223372036854775808.0"), "write the integer without exponent or fraction"));
+  BOOST_TEST(error("k.n=-9223372036854775808") == "loaded");
+  BOOST_TEST(error("k.n=9007199254740992.0") == "loaded");  // 2^53: every integer up to it is exact
+  BOOST_TEST(contains(error("k.n=inf"), "k.n: expected an integer, got number inf"));
+  BOOST_TEST(contains(error("k.n=nan"), "k.n: expected an integer, got number nan"));
+}
