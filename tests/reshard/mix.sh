@@ -3,8 +3,10 @@
 # and document counts (each mixed document traced back to its source), weights over every training
 # window as stats.json reports them (recomputed independently), repeated epochs of the small source,
 # same seed -> identical shards, other seed -> other order, verify, stats, cairn-train, cairn-report,
-# bad input exiting 2 naming the key and source, and sizes too large to plan refused at once.
+# bad input exiting 2 naming the key and source (max_epochs before planning), an output too large for its disk
+# refused with exit 1 before anything is written, and sizes too large to plan refused at once.
 source "$(dirname "$0")/common.sh"
+FAULTS="${1:?usage: mix.sh CAIRN_RESHARD_FAULTS (tests/reshard/cairn-reshard-faults)}"
 TRAIN="${CAIRN_BIN_DIR}/cairn-train"
 REPORT="${CAIRN_BIN_DIR}/cairn-report"
 
@@ -229,6 +231,24 @@ expect_exit 2 'tokens and epochs are both set' "$B" mix "$T/web" "$T/code" --wei
   --epochs 2 --out "$T/bad"
 expect_exit 2 'max_epochs = 2: source "[^"]*books" (sources\[1\]) would be repeated' "$B" mix "$T/web" \
   "$T/books" --weights 1,1 --max-epochs 2 --out "$T/bad"
+# ... refused from the sources' sizes and weights alone, before the mixture is planned (whose progress line, at the
+# default log level, says it was).
+! grep -q "planning the mixture" "$T/err.txt" || fail "max_epochs was checked after planning the mixture"
+echo "ok: max_epochs refused before planning"
+# The output must fit on its disk: a mixture whose shards (tokens x width, the index, the tokenizer copy) clearly need
+# more than the free space is refused with exit 1 before anything is written, naming the output, the estimate and the
+# free space. cairn-reshard-faults (the tool's command line with --free-disk-bytes standing in for the free space):
+# below what the same mixture took ($T/m7) it is refused; with half as much again it is written (the estimate is not
+# far above the truth).
+m7_bytes=$($PY -c "import os,sys; print(sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(sys.argv[1]) for f in fs))" "$T/m7")
+expect_exit 1 \
+  "cannot write the mixture to \"$T/nodisk\": it needs about .* MB (.* tokens of 2 bytes, and the index), but the disk there has .* MB free" \
+  "$FAULTS" --free-disk-bytes $((m7_bytes * 9 / 10)) "${MIX[@]}" --seed 7 --out "$T/nodisk"
+[ ! -e "$T/nodisk" ] || fail "a mixture refused for lack of disk space left $T/nodisk behind"
+! grep -q "planning the mixture" "$T/err.txt" || fail "the disk space was checked after planning the mixture"
+"$FAULTS" --free-disk-bytes $((m7_bytes * 3 / 2)) "${MIX[@]}" --seed 7 --out "$T/disk_ok" --log-level warn \
+  || fail "a mixture with 1.5x its size free was refused"
+echo "ok: a mixture that does not fit on its disk is refused before anything is written ($m7_bytes bytes written)"
 expect_exit 2 'refusing to write into' "$B" mix "$T/web" "$T/code" --weights 1,1 --out "$T/web/mixed"
 printf '[data.mix]\nweight = [1, 2]\n' > "$T/typo.toml"
 expect_exit 2 'weight' "$B" mix "$T/web" "$T/code" --config "$T/typo.toml" --out "$T/bad"

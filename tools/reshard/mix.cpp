@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iterator>
 #include <limits>
 
@@ -17,6 +18,8 @@
 #include "reshard.h"
 
 namespace cairn::reshard {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -288,6 +291,7 @@ struct MixSize {
   double epoch = 0;        // tokens of one epoch of the largest source at its weight
   double documents = 0;    // mixture documents, expected
   double memory = 0;       // bytes of the plan (every rank on a node holds its own)
+  int token_width = 2;     // bytes per stored token
   double shard_bytes = 0;  // tokens the shards will store, in bytes
   double max_target = 0;   // the largest target that fits in `available` bytes
   double available = 0;
@@ -318,7 +322,8 @@ MixSize mix_size(const MixRequest& r, const std::vector<shards::Dataset>& ds) {
   const double ranks_on_node = mpi::initialized() ? std::max(mpi::topology().local_size, 1) : 1;
   const double fixed = source_docs * kBytesPerSourceDocument;
   m.memory = ranks_on_node * (m.documents * kBytesPerMixDocument + source_docs * kBytesPerSourceDocument);
-  m.shard_bytes = m.target * (shards::tokens_fit_uint16(ds.front().vocab_size()) ? 2 : 4);
+  m.token_width = shards::tokens_fit_uint16(ds.front().vocab_size()) ? 2 : 4;
+  m.shard_bytes = m.target * m.token_width;
   m.available = available_memory_bytes();
   m.max_target = std::max(m.available / ranks_on_node - fixed, 0.0) / kBytesPerMixDocument / per_token;
   return m;
@@ -416,10 +421,14 @@ void log_epochs(const json& m) {
   }
 }
 
-void check_max_epochs(const MixRequest& r, const json& m) {
+// Refuses (exit 2) a mixture that would repeat a source more than [data.mix] max_epochs. Source i's epochs are its
+// share of the target over its tokens (weight x target / tokens), known from index.json alone: checked before the
+// sources are verified or the mixture planned. Documents stay whole, so the realised epochs (stats.json) can exceed
+// this by less than a document's worth.
+void check_max_epochs(const MixRequest& r, const std::vector<shards::Dataset>& ds, const MixSize& m) {
   if (r.mix.max_epochs <= 0) return;
-  for (size_t i = 0; i < m["sources"].size(); ++i) {
-    const double e = m["sources"][i]["epochs"].get<double>();
+  for (size_t i = 0; i < ds.size(); ++i) {
+    const double e = r.weights[i] * m.target / static_cast<double>(ds[i].total_tokens());
     if (e > r.mix.max_epochs)
       throw UsageError(strprintf("[data.mix] max_epochs = %g: source \"%s\" (sources[%zu]) would be repeated %.3f "
                                  "epochs (lower its weight or the mixture's tokens/epochs)",
@@ -427,10 +436,52 @@ void check_max_epochs(const MixRequest& r, const json& m) {
   }
 }
 
+// What the output dataset takes on disk besides its tokens: per document its doc_offsets (8 bytes) and doc_bytes (4)
+// entries, per shard its HDF5 file's own structures and index.json entry (measured: about 8 KB), and index.json and
+// stats.json; the tokenizer copy is counted as the first source's.
+constexpr double kDiskBytesPerDocument = 12;
+constexpr double kDiskBytesPerShard = 16 * 1024;
+constexpr double kDiskBytesFixed = 64 * 1024;
+
+// Bytes of the regular files directly in `dir` whose names start with `prefix` (0 when there is no such directory).
+double files_bytes(const std::string& dir, const std::string& prefix = "") {
+  double bytes = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fec;
+    if (it->path().filename().string().rfind(prefix, 0) == 0 && it->is_regular_file(fec))
+      bytes += static_cast<double>(it->file_size(fec));
+  }
+  return bytes;
+}
+
+// Refuses (exit 1) an output that clearly does not fit on its disk, before anything is verified, planned or written:
+// the mixture's tokens at their width, the index (kDiskBytes*) and the tokenizer copy, against the free space where
+// the output directory is (or will be). Shards an interrupted run left there count as room: a resume keeps those it
+// finished.
+void check_disk_fits(const std::string& dir, const MixRequest& r, const MixSize& m, uint64_t shards,
+                     const ReshardFaults& faults) {
+  std::string err;
+  const double need = m.shard_bytes + m.documents * kDiskBytesPerDocument +
+                      static_cast<double>(shards) * kDiskBytesPerShard + kDiskBytesFixed +
+                      files_bytes(join_path(r.paths.front(), "tokenizer"));
+  const double free_bytes = faults.free_disk_bytes >= 0 ? faults.free_disk_bytes : available_disk_bytes(dir);
+  const double kept = files_bytes(dir, "shard_");
+  if (free_bytes >= 0 && need > free_bytes + kept)
+    err = file_message(
+        "cannot write the mixture to", dir,
+        strprintf("it needs about %s (%.3g tokens of %d bytes, and the index), but the disk there has %s free%s "
+                  "(lower [data.mix] tokens/epochs, or free some space)",
+                  human_bytes(need).c_str(), m.target, m.token_width, human_bytes(free_bytes).c_str(),
+                  kept > 0 ? (" and " + human_bytes(kept) + " in shards already there").c_str() : ""));
+  if (mpi::initialized()) mpi::agree_or_throw(err.empty(), err, kExitRuntime);
+  else if (!err.empty()) throw RuntimeError(err);
+}
+
 }  // namespace
 
 int run_mix(const Config& cfg, const std::vector<std::string>& inputs, const std::string& out,
-            const std::string& json_out) {
+            const std::string& json_out, const ReshardFaults& faults) {
   auto t0 = std::chrono::steady_clock::now();
   const MixRequest req = read_request(cfg, inputs);
   const DataSection data = read_section<DataSection>(cfg);
@@ -439,6 +490,8 @@ int run_mix(const Config& cfg, const std::vector<std::string>& inputs, const std
   const std::vector<shards::Dataset> datasets = open_sources(req.paths);
   const MixSize size = mix_size(req, datasets);
   check_size_fits(req, size);
+  check_max_epochs(req, datasets, size);
+  check_disk_fits(dir, req, size, static_cast<uint64_t>(data.shards), faults);
   const auto sources = verified_sources(datasets, resolve_threads(data));
   const auto target = static_cast<uint64_t>(size.target);
   std::vector<const DocSource*> ptrs;
@@ -448,7 +501,6 @@ int run_mix(const Config& cfg, const std::vector<std::string>& inputs, const std
   MixPlan plan =
       plan_mixture(ptrs, req.weights, target, data.seed, static_cast<uint64_t>(size.documents * 1.02) + 1024);
   json mixture = mixture_json(req, datasets, sources, plan, target, data.seed);
-  check_max_epochs(req, mixture);
 
   OutputSpec spec;
   spec.dir = dir;

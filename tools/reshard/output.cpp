@@ -188,6 +188,15 @@ double available_memory_bytes() {
   return avail;
 }
 
+double available_disk_bytes(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  if (ec) return -1;
+  while (p.has_relative_path() && fs::symlink_status(p, ec).type() == fs::file_type::not_found) p = p.parent_path();
+  const fs::space_info space = fs::space(p, ec);
+  return ec ? -1 : static_cast<double>(space.available);
+}
+
 bool DatasetSource::load_and_verify(int threads, size_t first, size_t stride, int ranks_on_node) {
   double bytes = 0;
   for (const auto& sh : shards_) {

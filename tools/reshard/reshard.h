@@ -266,6 +266,17 @@ int resolve_threads(const DataSection& data);
 // Bytes this process can still allocate: MemAvailable (physical memory where it cannot be read),
 // lowered by its cgroup's memory limit and by ulimit -v.
 double available_memory_bytes();
+// Bytes free for this user on the filesystem that holds (or will hold) `path`: std::filesystem::space() of its
+// nearest existing ancestor; -1 when that cannot be told.
+double available_disk_bytes(const std::string& path);
+
+// Faults tests inject through the tool's own command line (tests/reshard/cairn-reshard-faults), so the real binary
+// carries no test hooks.
+struct ReshardFaults {
+  double free_disk_bytes = -1;  // >= 0: the free space the output's disk reports (a full disk without filling one)
+};
+// cairn-reshard's command line: parses argv, loads the config and runs the subcommand; returns the exit code.
+int reshard_main(int argc, char** argv, const ReshardFaults& faults = {});
 
 // Subcommands; each returns the exit code. Inputs are positional arguments.
 // `json_out` ("" none, "-" stdout) receives a summary of what was written.
@@ -279,7 +290,7 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
                 const std::string& llmc_format = "auto");
 // [data.mix] sources (or positional datasets) blended by weight into one dataset.
 int run_mix(const Config& cfg, const std::vector<std::string>& inputs, const std::string& out,
-            const std::string& json_out = "");
+            const std::string& json_out = "", const ReshardFaults& faults = {});
 int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out);
 int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out);
 
