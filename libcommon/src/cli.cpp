@@ -252,10 +252,14 @@ Config load_tool_config(const CommonOptions& opts, const ToolSettings& tool_sett
   return finish_tool_config(opts, std::move(cfg));
 }
 
-bool maybe_print_config(const CommonOptions& opts, const Config& cfg) {
+bool maybe_print_config(const CommonOptions& opts, const Config& cfg, const std::vector<std::string>& positional) {
   if (!opts.print_config) return false;
-  write_stdout("# effective config of " + provenance().tool + " " + cairn_version() +
-               " (precedence: default < file < env CAIRN_<SECTION>_<KEY> < --set)\n" + cfg.to_toml(true));
+  std::string text = "# effective config of " + provenance().tool + " " + cairn_version() +
+                     " (precedence: default < file < env CAIRN_<SECTION>_<KEY> < --set)\n";
+  if (!positional.empty())
+    text += "# positional arguments (not config keys: give them again with --config): " +
+            printable_text(toml_value_text(json(positional))) + "\n";
+  write_stdout(text + cfg.to_toml(true));
   return true;
 }
 

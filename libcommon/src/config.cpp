@@ -222,24 +222,48 @@ std::string dotted_name(const std::string& section, const std::string& key) {
 // ---------------------------------------------------------------- Origin
 
 namespace {
-// Text with its control characters written as escapes, for one-line messages and `# comments` of
-// --print-config (TOML comments hold no control characters but tab): a newline in a --set argument is \n.
+// The length of the UTF-8 sequence at s[i], 0 when the bytes there are not UTF-8.
+size_t utf8_length(const std::string& s, size_t i) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1fu) : n == 3 ? (c & 0x0fu) : (c & 0x07u);
+  for (size_t k = 1; k < n; ++k) {
+    const unsigned char d = static_cast<unsigned char>(s[i + k]);
+    if ((d & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (d & 0x3fu);
+  }
+  // Overlong forms, UTF-16 surrogates and values past U+10FFFF are not UTF-8 (TOML rejects them).
+  static const uint32_t min_for_length[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < min_for_length[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return n;
+}
+
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0, n = 0; i < s.size(); i += n)
+    if ((n = utf8_length(s, i)) == 0) return false;
+  return true;
+}
+}  // namespace
+
 std::string printable_text(const std::string& s) {
   std::string out;
-  for (unsigned char c : s) {
+  for (size_t i = 0, n = 0; i < s.size(); i += n) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    n = utf8_length(s, i);
     if (c == '\n') out += "\\n";
     else if (c == '\r') out += "\\r";
-    else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+    else if (n == 0 || (c < 0x20 && c != '\t') || c == 0x7f) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
       out += buf;
+      n = 1;
     } else {
-      out += static_cast<char>(c);
+      out.append(s, i, n);
     }
   }
   return out;
 }
-}  // namespace
 
 std::string Origin::describe() const {
   switch (kind) {
@@ -340,25 +364,6 @@ bool is_whole_float(const json& v) {
 bool is_int_like(const json& v) { return is_int(v) || is_whole_float(v); }
 bool is_num(const json& v) { return v.is_number(); }
 bool is_str(const json& v) { return v.is_string(); }
-
-bool valid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1fu) : n == 3 ? (c & 0x0fu) : (c & 0x07u);
-    for (size_t k = 1; k < n; ++k) {
-      const unsigned char d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3fu);
-    }
-    // Overlong forms, UTF-16 surrogates and values past U+10FFFF are not UTF-8 (TOML rejects them).
-    static const uint32_t min_for_length[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_for_length[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += n;
-  }
-  return true;
-}
 
 // "key = value" as the user would write it where the value came from: a --set argument, an env
 // variable or a line of a file (for quoting hints).
@@ -685,6 +690,8 @@ std::string env_section_name(const std::string& section) {
 }  // namespace
 
 std::string config_value_text(const json& v) { return short_json(v); }
+
+std::string toml_value_text(const json& v) { return toml_value(v); }
 
 json parse_config_value(const std::string& text) {
   toml::table t;

@@ -145,6 +145,11 @@ rows = [json.loads(l) for l in open('dotted/eval/results.jsonl')]
 assert {r['task'] for r in rows} == {'fortunes.mc'}, {r['task'] for r in rows}
 assert any(r['metric'] == 'acc' and r['n'] == 5 for r in rows), rows"
 
+# --print-config shows the checkpoints given as arguments (not config keys) on its comment line.
+"$BIN/cairn-eval" --config eval.toml "$CK" --print-config > pc.toml || fail "--print-config: exit $?"
+grep -qxF "# positional arguments (not config keys: give them again with --config): [\"$CK\"]" pc.toml ||
+  fail "--print-config does not show the checkpoints: $(head -3 pc.toml)"
+
 # Outputs of the common options are checked before any work; --json - (also with --reevaluate, which prints the
 # summary table) leaves stdout to the JSON document alone.
 expect_exit 2 "--json: cannot write \"$WORK\": Is a directory" "$BIN/cairn-eval" --config eval.toml --out bad12 "$CK" \

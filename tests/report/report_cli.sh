@@ -203,5 +203,9 @@ set -e
 "$REPORT" "$T/good" --baseline "$T/base" --config "$T/gates.toml" --out "$T/jstdout" --json - > "$T/j.out" 2> "$T/j.err" ||
   fail "--json -: exit $?"
 cmp -s "$T/j.out" "$T/jstdout/report/summary.json" || fail "--json -: stdout is not exactly summary.json"
+# --print-config shows the run directories given as arguments (not config keys) on its comment line.
+"$REPORT" "$T/good" "$T/bad" --print-config > "$T/pc.toml" || fail "--print-config: exit $?"
+grep -qxF "# positional arguments (not config keys: give them again with --config): [\"$T/good\", \"$T/bad\"]" \
+  "$T/pc.toml" || fail "--print-config does not show the run directories: $(head -3 "$T/pc.toml")"
 
 echo "report_cli: all checks passed"

@@ -183,6 +183,10 @@ tokens = 200000
 max_epochs = 3
 EOF
 "$B" mix --config "$T/mix.toml" --out "$T/mt" --log-level warn 2>/dev/null
+# --print-config shows the source datasets given as arguments (not config keys) on its comment line.
+"$B" mix "$T/web" "$T/books" --config "$T/mix.toml" --print-config > "$T/pc.toml"
+grep -qxF "# positional arguments (not config keys: give them again with --config): [\"$T/web\", \"$T/books\"]" \
+  "$T/pc.toml" || fail "--print-config does not show the sources: $(head -3 "$T/pc.toml")"
 $PY -c "
 import json
 m=json.load(open('$T/mt/stats.json'))['mixture']

@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
 
     if (!data.empty()) settings.emplace_back("data.path", data, "--data");
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
-    if (cairn::maybe_print_config(opts, cfg)) return 0;
+    if (cairn::maybe_print_config(opts, cfg, checkpoints)) return 0;
     cairn::eval::EvalOptions eo;
     eo.checkpoints = checkpoints;
     cairn::eval::EvalSummary s = cairn::eval::run_eval(cfg, eo);

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
-    if (cairn::maybe_print_config(opts, cfg)) return 0;
+    if (cairn::maybe_print_config(opts, cfg, runs)) return 0;
     cairn::report::ReportInputs inputs = cairn::report::report_inputs(cfg, runs);
     cairn::report::ReportResult result = cairn::report::run_report(inputs);
     cairn::write_json_output(opts.json_path, result.json_text);

@@ -114,7 +114,7 @@ int cairn::reshard::reshard_main(int argc, char** argv, const ReshardFaults& fau
     std::string out = opts.out;
     opts.out.clear();
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
-    if (cairn::maybe_print_config(opts, cfg)) return 0;
+    if (cairn::maybe_print_config(opts, cfg, inputs)) return 0;
     // MPI only when a launcher started us (mpirun, srun with PMI/PMIx): a plain run stays a plain
     // process and avoids MPI's singleton start-up.
     std::optional<cairn::mpi::Session> session;

@@ -41,8 +41,10 @@ Config load_tool_config(const CommonOptions& opts, const std::vector<std::string
 Config load_tool_config(const CommonOptions& opts, const ToolSettings& tool_settings);
 
 // If --print-config was given, prints the effective config (with origins) to stdout and returns true.
-// The text is TOML that loads back (--config) to the same config.
-bool maybe_print_config(const CommonOptions& opts, const Config& cfg);
+// The text is TOML that loads back (--config) to the same config. A tool's positional arguments (input files, run
+// directories, checkpoints), which are not config keys and have no one place in it (each tool merges them with its own
+// key, or has none), are shown on a comment line at the top: `# positional arguments (...): ["a", "b c"]`.
+bool maybe_print_config(const CommonOptions& opts, const Config& cfg, const std::vector<std::string>& positional = {});
 
 // main() body shared by every tool: sets provenance (tool, argv), runs `body`, and turns exceptions
 // into `cairn-<tool>: message` on stderr plus the exit code (CLI11 parse errors exit 2).

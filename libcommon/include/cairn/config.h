@@ -208,6 +208,11 @@ std::pair<std::string, std::string> split_dotted(const std::string& dotted);
 std::string dotted_name(const std::string& section, const std::string& key);
 // A config value as TOML writes it (nan, inf, "quoted \n"), shortened for error messages.
 std::string config_value_text(const json& v);
+// A value as TOML writes it, in full (config_value_text shortens it).
+std::string toml_value_text(const json& v);
+// Text with its control characters and bytes that are not UTF-8 written as escapes (\n, \x01, \xff), for one-line
+// messages and `# comments` of --print-config: a TOML comment holds no control character but tab, and only UTF-8.
+std::string printable_text(const std::string& s);
 // Parses the value of a `--set section.key=value` or `CAIRN_<SECTION>_<KEY>` assignment: TOML value
 // syntax, and text that is not one TOML value (a bare word, a path) is a string.
 json parse_config_value(const std::string& text);

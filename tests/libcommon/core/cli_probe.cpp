@@ -17,13 +17,15 @@ int main(int argc, char** argv) {
     std::string fail;
     app.add_option("--layers", layers, "sets model.layers (a tool flag)");
     app.add_option("--fail", fail, "runtime|gate|io: fail that way");
+    std::vector<std::string> inputs;
+    app.add_option("inputs", inputs, "positional arguments (shown by --print-config)");
     // The [train] keys' flags (--steps, ...): the shared conversion of every tool's key flags.
     cairn::ToolSettings settings;
     cairn::add_section_flags(app, "train", settings);
     cairn::parse_cli(app, argc, argv);
     if (layers) settings.emplace_back("model.layers", layers, "--layers");
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
-    if (cairn::maybe_print_config(opts, cfg)) return 0;
+    if (cairn::maybe_print_config(opts, cfg, inputs)) return 0;
     if (fail == "runtime") throw cairn::RuntimeError("the thing broke");
     if (fail == "gate") throw cairn::GateFailure("busbw 1.0 GB/s below the floor 2.0 GB/s");
     if (fail == "io") cairn::read_file("/nonexistent/input.txt");

@@ -28,7 +28,7 @@ check missing_config 2 "cannot open config" -- "$probe" --config "$data/missing.
 check runtime 1 "cairn-probe: the thing broke" -- "$probe" --fail runtime
 check gate 3 "cairn-probe: busbw" -- "$probe" --fail gate
 check io_error 1 "cannot read \"/nonexistent/input.txt\": No such file or directory" -- "$probe" --fail io
-check set_takes_one_value 2 "The following argument was not expected: extra" -- "$probe" --set model.layers=3 extra
+check set_takes_one_value 0 '(not config keys: give them again with --config): ["extra"]' -- "$probe" --set model.layers=3 extra --print-config
 check bad_log_level 2 "unknown log level" -- "$probe" --log-level loud
 # An integer flag takes a whole number in exponent or float notation, as --set does; a fraction or a value past the
 # key's range is refused naming the flag, the key and the value; a word keeps CLI11's message.
@@ -93,6 +93,22 @@ check print_config_reloads 0 "" -- cmp "$tmp/direct.json" "$tmp/reloaded.json"
 env CAIRN_REPORT_TITLE="$val" "$probe" --set "run.name=$val" --json - > "$tmp/direct_env.json" 2>/dev/null
 "$probe" --config "$tmp/pc_env.toml" --json - > "$tmp/reloaded_env.json" 2>/dev/null
 check print_config_reloads_env 0 "" -- cmp "$tmp/direct_env.json" "$tmp/reloaded_env.json"
+# A tool's positional arguments are not config keys: --print-config shows them on a comment line at the top, as a TOML
+# array, escaped so that the output stays TOML (a newline is \n, a byte that is not UTF-8 \xff); it loads back.
+"$probe" --print-config runs/a "b c" $'d\ne' $'f\xff' 'q"uote' > "$tmp/pc_pos.toml"
+check print_config_positional 0 '# positional arguments (not config keys: give them again with --config): ["runs/a", "b c", "d\ne", "f\xff", "q\"uote"]' -- head -2 "$tmp/pc_pos.toml"
+check print_config_positional_toml 0 "same" -- /usr/bin/python3 - "$tmp/pc_pos.toml" "$tmp/pc.toml" <<'PY'
+import sys, tomllib
+a, b = (tomllib.load(open(p, "rb")) for p in sys.argv[1:3])
+assert a["model"] == b["model"] and a["train"] == b["train"], (a, b)
+print("same")
+PY
+check print_config_positional_reloads 0 "layers 12" -- "$probe" --config "$tmp/pc_pos.toml"
+check print_config_no_positional 1 "" -- grep -q "^# positional arguments" "$tmp/pc.toml"
+# A config file named with bytes that are not UTF-8 is named in the origins as \xff: the output stays TOML.
+printf '[model]\nlayers = 5\n' > "$tmp/"$'\xff'".toml"
+"$probe" --config "$tmp/"$'\xff'".toml" --print-config > "$tmp/pc_ff.toml"
+check print_config_non_utf8_origin 0 "layers 5" -- "$probe" --config "$tmp/pc_ff.toml"
 check set_newline_second_value 2 "more than one TOML value" -- "$probe" --set $'model.layers=3\nhidden = 5'
 
 # Exactly the data on stdout; logs on stderr.
