@@ -94,7 +94,22 @@ grep -q "refit.toml" "$W/print.txt" || fail "print-config does not show the file
 [[ -s $W/one/plan/cluster-refit.toml ]] || fail "default output <out>/plan/cluster-refit.toml missing"
 grep -q "no held-out run" "$W/one.txt" || fail "one run: no 'no held-out run' note"
 
-# ---- 4. directories that are not usable runs: exit 2 naming them, nothing written
+# ---- 4. [parallel] dp = 0: the rank count from a checkpoint's DONE marker of the last start (world_size, read by
+# records::read_checkpoint_done); a marker that does not read (here: no files) is no evidence and is skipped.
+cp -r "$W/dp2" "$W/dp2ck"
+mkdir -p "$W/dp2ck/train/ckpt/step_00000009" "$W/dp2ck/train/ckpt/step_00000010"
+echo '{"step": 9, "world_size": 2, "files": {"model.h5": {"bytes": 1, "xxh64": "0123456789abcdef"}}}' \
+  > "$W/dp2ck/train/ckpt/step_00000009/DONE"
+echo '{"step": 10, "world_size": 3, "files": {}}' > "$W/dp2ck/train/ckpt/step_00000010/DONE"
+"$BIN/cairn-plan" calibrate --from-runs "$W/dp2ck" "${SITE[@]}" --out "$W/ck" --json "$W/ck.json" --log-level warn \
+  > /dev/null || fail "calibrate --from-runs on a run with checkpoints exited $?"
+"$PY" - "$W/ck.json" <<'PY' || fail "the rank count was not taken from the checkpoint's DONE marker"
+import json, sys
+r = json.load(open(sys.argv[1]))["rows"][0]
+assert r["ranks"] == 2 and r["ranks_from"] == "checkpoint DONE world_size", r
+PY
+
+# ---- 5. directories that are not usable runs: exit 2 naming them, nothing written
 expect_usage() {  # DIR WHAT: calibrate on DIR (with a good run) must exit 2 naming DIR and saying WHAT
   local rc=0
   "$BIN/cairn-plan" calibrate --from-runs "$W/r1" "$1" "${SITE[@]}" --output "$W/bad.toml" > /dev/null \

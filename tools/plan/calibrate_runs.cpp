@@ -208,27 +208,25 @@ Config run_config(const Config& site, const json& tables, const std::string& whe
   return c;
 }
 
-// A final checkpoint's DONE (JSON: step, world_size) written during the steps [first, last].
+// A final checkpoint's DONE (records::read_checkpoint_done: step, world_size) written during the steps [first, last].
 int checkpoint_world(const std::string& dir, int64_t first, int64_t last) {
   const fs::path ckpt = fs::path(dir) / "train" / "ckpt";
   std::error_code ec;
   int64_t best_step = -1;
   int world = 0;
   for (fs::directory_iterator it(ckpt, ec), end; !ec && it != end; it.increment(ec)) {
-    const fs::path done = it->path() / "DONE";
-    if (!fs::is_regular_file(done, ec)) continue;
-    // A marker that does not parse belongs to a checkpoint that is no evidence: skip it.
-    json j = json::parse(read_file(done.string()), nullptr, false);
-    records::CheckpointDone marker;
+    // A marker that does not read belongs to a checkpoint that is no evidence: skip it.
+    std::optional<records::CheckpointDone> marker;
     try {
-      marker = records::CheckpointDone::from_json(JsonFields(j, done.string(), "DONE marker"));
+      marker = records::read_checkpoint_done(it->path().string());
     } catch (const Error&) {
       continue;
     }
-    const int64_t step = marker.step;
-    if (step >= first && step <= last && step > best_step && marker.world_size) {
+    if (!marker) continue;
+    const int64_t step = marker->step;
+    if (step >= first && step <= last && step > best_step && marker->world_size) {
       best_step = step;
-      world = int(*marker.world_size);
+      world = int(*marker->world_size);
     }
   }
   return world;

@@ -158,6 +158,13 @@ struct CheckpointDone {
   nlohmann::json to_json() const;
   static CheckpointDone from_json(const JsonFields& f);  // file names must stay inside the directory
 };
+// The marker's name in a checkpoint directory.
+inline constexpr const char* kCheckpointDoneFile = "DONE";
+// The one reader of a checkpoint's marker: <dir>/DONE read and checked; std::nullopt when the directory has none (a
+// write, or a prune, that was interrupted). A marker that cannot be read, is not JSON or is not a CheckpointDone
+// throws, naming the file (`malformed DONE marker "<dir>/DONE": ...`): each caller decides what that means
+// (checkpoint::check_dir: an incomplete checkpoint; cairn-plan calibrate --from-runs: no evidence).
+std::optional<CheckpointDone> read_checkpoint_done(const std::string& dir);
 
 // ---- train/ckpt/step_*/model.h5 attribute train_state ---------------------------------------------------------
 

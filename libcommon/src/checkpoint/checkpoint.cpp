@@ -22,7 +22,7 @@ using nlohmann::json;
 namespace cairn::checkpoint {
 
 namespace {
-constexpr const char* kDone = "DONE";
+constexpr const char* kDone = records::kCheckpointDoneFile;
 constexpr const char* kModel = "model.h5";
 constexpr const char* kTmpPrefix = ".tmp_";
 
@@ -116,23 +116,12 @@ double sealed_time(const std::string& path_or_dir) {
 }
 
 std::string check_dir(const std::string& dir, bool verify) {
-  std::string done = join_path(dir, kDone);
-  if (!path_exists(done)) return "no DONE marker (incomplete: the writer was interrupted)";
-  json j;
-  try {
-    j = json::parse(read_file(done));
-  } catch (const std::exception& e) {
-    // nlohmann's message without its "[json.exception.parse_error.101] " prefix and echo of the text.
-    std::string w = e.what();
-    if (auto p = w.find("] "); w.rfind("[json.exception", 0) == 0 && p != std::string::npos) w = w.substr(p + 2);
-    if (auto p = w.find("; last read:"); p != std::string::npos) w = w.substr(0, p);
-    return "malformed DONE marker \"" + done + "\": " + w;
-  }
-  // A malformed DONE (wrong types, missing keys) makes the checkpoint incomplete, with the reason,
+  // A malformed DONE (not JSON, wrong types, missing keys) makes the checkpoint incomplete, with the reason,
   // so `--resume auto` falls back to the previous one instead of aborting.
   try {
-    const records::CheckpointDone marker = records::CheckpointDone::from_json(JsonFields(j, done, "DONE marker"));
-    for (const auto& file : marker.files) {
+    const std::optional<records::CheckpointDone> marker = records::read_checkpoint_done(dir);
+    if (!marker) return "no DONE marker (incomplete: the writer was interrupted)";
+    for (const auto& file : marker->files) {
       std::string p = join_path(dir, file.name);
       std::error_code ec;
       auto size = fs::file_size(p, ec);

@@ -1,8 +1,13 @@
-// The records other than metrics lines (records.h): eval result rows, plan rows, fabric fits, train_state.
+// The records other than metrics lines (records.h): eval result rows, plan rows, fabric fits, checkpoint DONE
+// markers, train_state.
+#include <sys/stat.h>
+
 #include <cfloat>
 #include <cmath>
 #include <limits>
 
+#include "cairn/error.h"
+#include "cairn/files.h"
 #include "cairn/records.h"
 #include "fields.h"
 
@@ -231,6 +236,16 @@ CheckpointDone CheckpointDone::from_json(const JsonFields& f) {
   }
   if (d.files.empty()) f.fail("files", "at least one file");
   return d;
+}
+
+std::optional<CheckpointDone> read_checkpoint_done(const std::string& dir) {
+  const std::string path = join_path(dir, kCheckpointDoneFile);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  // A FIFO would block the read forever, a directory reads as nothing.
+  if (!S_ISREG(st.st_mode)) throw UsageError(file_message("malformed DONE marker", path, "not a regular file"));
+  const json j = parse_json_text(read_file(path), path, "DONE marker");
+  return CheckpointDone::from_json(JsonFields(j, path, "DONE marker"));
 }
 
 // ---- TrainState
