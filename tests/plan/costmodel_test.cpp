@@ -31,6 +31,21 @@ Config load(std::vector<std::string> files, std::vector<std::string> sets = {}) 
   return load_config(s);
 }
 
+// Llama 3 8B at a 64k context: the context-parallelism checks' model.
+ModelSpec llama3_8b_64k() {
+  ModelSpec m;
+  m.arch = Arch::Llama;
+  m.layers = 32;
+  m.hidden = 4096;
+  m.heads = 32;
+  m.kv_heads = 8;
+  m.ffn_hidden = 14336;
+  m.seq_len = 65536;
+  m.vocab = 128256;
+  m.tied_embeddings = false;
+  return m;
+}
+
 ModelSpec gpt(int64_t l, int64_t h, int64_t a, int64_t s, int64_t V) {
   ModelSpec m;
   m.arch = Arch::Gpt;
@@ -481,16 +496,7 @@ BOOST_AUTO_TEST_CASE(selective_recompute_with_sp_saves_what_korthikanti_measured
 }
 
 BOOST_AUTO_TEST_CASE(context_parallelism_splits_the_sequence) {
-  ModelSpec m;
-  m.arch = Arch::Llama;
-  m.layers = 32;
-  m.hidden = 4096;
-  m.heads = 32;
-  m.kv_heads = 8;
-  m.ffn_hidden = 14336;
-  m.seq_len = 65536;
-  m.vocab = 128256;
-  m.tied_embeddings = false;
+  const ModelSpec m = llama3_8b_64k();
   Cluster c;
   c.nodes = 1;
   c.gpus_per_node = 8;
@@ -685,7 +691,7 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_gathers_only_the_weight_matrices) {
   c.intra.latency_us = 0;
   c.inter.latency_us = 5;
   Assumptions a;
-  a.zero3_deepspeed = true;
+  a.zero3 = Zero3Impl::DeepSpeed;
   Plan p;
   p.dp = 16;
   p.mb = 1;
@@ -815,7 +821,7 @@ BOOST_AUTO_TEST_CASE(megatron_fsdp_has_no_copy_kernels) {
   Assumptions fsdp;
   fsdp.flash_attention = true;
   Assumptions megatron = fsdp;
-  megatron.zero3_copies = false;
+  megatron.zero3 = Zero3Impl::Megatron;
   Plan p;
   p.dp = 8;
   p.mb = 1;
@@ -830,16 +836,7 @@ BOOST_AUTO_TEST_CASE(context_parallel_steps_merge_their_partial_outputs) {
   // With cp = 2 every rank holds half the tokens, so without the ring its memory-bound work would be exactly half
   // (no per-kernel overhead here); the rest is the merges: per layer, micro-batch and step, forward 10 bytes per local
   // query element (partial output read, fp32 accumulator read and written), backward 6 per dQ, dK, dV element.
-  ModelSpec m;
-  m.arch = Arch::Llama;
-  m.layers = 32;
-  m.hidden = 4096;
-  m.heads = 32;
-  m.kv_heads = 8;
-  m.ffn_hidden = 14336;
-  m.seq_len = 65536;
-  m.vocab = 128256;
-  m.tied_embeddings = false;
+  const ModelSpec m = llama3_8b_64k();
   Cluster c;
   c.gpus_per_node = 8;
   c.peak_tflops = 989;

@@ -255,8 +255,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   if (r.all.front().plan.zero >= 3 && c.nodes > 1)
     CAIRN_LOG_INFO("the best plan is ZeRO-3, priced as %s (plan.zero3_impl = %s; the others are fsdp, megatron, "
                    "deepspeed)",
-                   a.zero3_deepspeed ? "DeepSpeed stage 3" : (a.zero3_copies ? "PyTorch FSDP" : "Megatron-FSDP"),
-                   a.zero3_deepspeed ? "deepspeed" : (a.zero3_copies ? "fsdp" : "megatron"));
+                   costmodel::zero3_impl_stack(a.zero3), costmodel::zero3_impl_name(a.zero3));
   const size_t top_k = size_t(plan.top_k);
   // With --json - the JSON document is stdout's only content; the table goes to stderr instead.
   FILE* table_out = opts.json_path == "-" ? stderr : stdout;

@@ -167,6 +167,14 @@ struct Plan {
 // "dp=8,tp=4,pp=12,v=1,mb=2,zero=1,recompute=full,sp=off" (+ ",cp=2", ",tp_overlap=on" when set)
 std::string plan_string(const Plan& p);
 
+// ZeRO-3 as a stack runs it. Fsdp: PyTorch FSDP/FSDP2, one flat collective per layer, the next layer prefetched
+// whole, every NIC of the node, gradients and gathered parameters copied through flat buffers. Megatron:
+// Megatron-FSDP, the same collectives from persistent buffers (no copies). DeepSpeed: stage 3, one collective per
+// parameter tensor, gathers prefetched only up to its prefetch bucket, cross-node traffic at one NIC per rank.
+enum class Zero3Impl { Fsdp, Megatron, DeepSpeed };
+const char* zero3_impl_name(Zero3Impl z);   // the plan.zero3_impl value: fsdp | megatron | deepspeed
+const char* zero3_impl_stack(Zero3Impl z);  // the stack: PyTorch FSDP | Megatron-FSDP | DeepSpeed stage 3
+
 // Precision and framework assumptions (docs/cost-model.md, "Memory").
 struct Assumptions {
   double weight_bytes = 2;       // 16-bit working weights
@@ -191,15 +199,10 @@ struct Assumptions {
   bool pp_scatter_gather = true;  // PP sends T*h/tp per TP rank (Megatron); false: the full T*h (DeepSpeed)
   // Interleaved schedules overlap their point-to-point transfers with compute (Megatron overlap_p2p_comm).
   bool pp_overlap = true;
-  // ZeRO-3 as DeepSpeed stage 3 runs it (one collective per parameter tensor, gathers prefetched only up to
-  // its prefetch bucket, cross-node traffic at one NIC per rank) instead of PyTorch FSDP (one flat collective
-  // per layer, the next layer prefetched whole, every NIC of the node). docs/cost-model.md section 3.
-  bool zero3_deepspeed = false;
+  // How ZeRO-3 moves parameters (plan.zero3_impl; docs/cost-model.md section 3).
+  Zero3Impl zero3 = Zero3Impl::Fsdp;
   double zero3_prefetch_params = 5e7;  // DeepSpeed stage3_prefetch_bucket_size (parameters)
-  // PyTorch FSDP copies gradients into (and gathered parameters out of) its flat communication buffers;
-  // Megatron-FSDP (zero3_impl = megatron) communicates from persistent buffers and has no such copies.
-  bool zero3_copies = true;
-  double memory_headroom = 0.0;  // fraction of HBM kept free
+  double memory_headroom = 0.0;        // fraction of HBM kept free
   // FP8 linear layers (Transformer Engine): the transformer layers' weight GEMMs run on FP8 tensor cores, their
   // inputs and output gradients are cast (and transposed) by memory-bound kernels, FP8 copies of the weights are
   // kept, and linear-layer inputs are saved for backward in FP8. docs/cost-model.md, "FP8".

@@ -129,6 +129,13 @@ GemmRate bf16_rate(const Cluster& c) {
   return {c.peak_tflops * 1e12 * c.clock_factor(), c.gemm_max_efficiency, c.gemm_k_half};
 }
 
+// plan.precision = "fp8" on a device without FP8 tensor cores is a config error, not a silent bf16 price.
+void require_fp8_cores(const Cluster& c) {
+  if (c.peak_fp8_tflops <= 0)
+    throw UsageError("plan.precision = \"fp8\" needs FP8 tensor cores: [cluster] \"" + c.name +
+                     "\" has peak_fp8_tflops = 0 (A100 has none; H100/H200 SXM: 1979)");
+}
+
 // FP8 GEMMs (Hopper): twice the MMA rate over the same tiles, so a tile's fixed prologue/epilogue time is worth
 // twice the K; without a measured FP8 efficiency the best shape reaches the same fraction of its peak as bf16
 // (cuBLASLt E4M3 8192^3 on H100 SXM: ~1600 of 1979 TFLOP/s, 0.81, against bf16's 794.5 of 989, 0.80).
@@ -213,9 +220,7 @@ double gemm_time(const Cluster& c, double m, double n, double k, double count, d
 
 double gemm_time_fp8(const Cluster& c, double m, double n, double k, double count) {
   if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0;
-  if (c.peak_fp8_tflops <= 0)
-    throw UsageError("plan.precision = \"fp8\" needs FP8 tensor cores: [cluster] \"" + c.name +
-                     "\" has peak_fp8_tflops = 0");
+  require_fp8_cores(c);
   const double compute = gemm_compute_seconds(c, fp8_rate(c), m, n, k, count);
   const double bytes = (m * k + k * n) * count + m * n * count * 2;  // FP8 inputs, bf16 output
   const double memory = bytes / (c.hbm_gbps * 1e9 * c.hbm_efficiency);
@@ -287,6 +292,24 @@ std::string plan_string(const Plan& p) {
   if (p.cp > 1) s += strprintf(",cp=%d", p.cp);
   if (p.tp_overlap) s += ",tp_overlap=on";
   return s;
+}
+
+const char* zero3_impl_name(Zero3Impl z) {
+  switch (z) {
+    case Zero3Impl::Fsdp: return "fsdp";
+    case Zero3Impl::Megatron: return "megatron";
+    case Zero3Impl::DeepSpeed: return "deepspeed";
+  }
+  return "?";
+}
+
+const char* zero3_impl_stack(Zero3Impl z) {
+  switch (z) {
+    case Zero3Impl::Fsdp: return "PyTorch FSDP";
+    case Zero3Impl::Megatron: return "Megatron-FSDP";
+    case Zero3Impl::DeepSpeed: return "DeepSpeed stage 3";
+  }
+  return "?";
 }
 
 const char* reject_name(Reject r) {
@@ -388,8 +411,9 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   a.tp_async_backward = s.tp_async_backward;
   a.pp_scatter_gather = s.pp_scatter_gather;
   a.pp_overlap = s.pp_overlap;
-  a.zero3_copies = s.zero3_impl == "fsdp";
-  a.zero3_deepspeed = s.zero3_impl == "deepspeed";
+  a.zero3 = s.zero3_impl == "deepspeed"  ? Zero3Impl::DeepSpeed
+            : s.zero3_impl == "megatron" ? Zero3Impl::Megatron
+                                         : Zero3Impl::Fsdp;
   a.zero3_prefetch_params = s.zero3_prefetch_bucket;
   a.memory_headroom = s.memory_headroom;
   a.fp8 = s.precision == "fp8";
@@ -467,12 +491,19 @@ struct Fp8CastBytes {
   double forward = 0, backward = 0;
 };
 
+// Bytes one FP8 cast (with its transpose) moves per element: on its own 4, fused into the kernel that produced
+// the 16-bit tensor 2 (delayed scaling only), 6 with current scaling (the amax read first, no fusion).
+double fp8_cast_bytes_per_element(const Assumptions& a, bool fused_into_producer) {
+  if (a.fp8_current_scaling) return 6.0;
+  return fused_into_producer ? 2.0 : 4.0;
+}
+
 Fp8CastBytes fp8_cast_bytes(const ModelSpec& m, const Assumptions& a, const Plan& p) {
   const double t = double(p.tp), h = double(m.hidden), f = double(m.ffn_hidden);
   const double kv = std::max(double(m.kv_heads), t) * double(m.head_dim());
   const double up = (m.arch == Arch::Gpt ? 1.0 : 2.0) * f;
   const double in_rep = h / (p.sp ? t : 1.0);  // QKV and MLP-up inputs: the normed residual stream
-  const double fused = a.fp8_current_scaling ? 6.0 : 2.0, unfused = a.fp8_current_scaling ? 6.0 : 4.0;
+  const double fused = fp8_cast_bytes_per_element(a, true), unfused = fp8_cast_bytes_per_element(a, false);
   Fp8CastBytes r;
   r.forward = fused * (2 * in_rep + f / t) + unfused * h / t;
   r.backward = unfused * ((h + 2 * kv) / t + up / t + 2 * h / (p.sp ? t : 1.0));
@@ -786,7 +817,7 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
     r.total = reductions * rs + ag;
     for (int i = 0; i < int(reductions); ++i) bucketed(rs, bwd);
     bucketed(ag, fwd);  // the updated parameters are gathered beside the next forward
-  } else if (a.zero3_deepspeed) {
+  } else if (a.zero3 == Zero3Impl::DeepSpeed) {
     // DeepSpeed stage 3, per micro-batch and layer: one all-gather per parameter tensor as each sub-module
     // runs, and only zero3_prefetch_params of the next parameters fetched ahead, so a layer larger than the
     // prefetch bucket waits for the rest of its gathers, forward and again in backward; the gradients'
@@ -817,7 +848,8 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
     r.slowdown = microbatches * (layers - 1) * (of.slowdown + ob.slowdown);
     // GPUs only: the CPU path (cairn-train's own ZeRO-3) has no such copies.
     // Megatron-FSDP keeps parameters and gradients in persistent communication buffers: no copies.
-    if (c.sm_count > 0 && a.zero3_copies) r.exposed += microbatches * layers * fsdp_copy_kernels(c, a, layer_params);
+    if (c.sm_count > 0 && a.zero3 == Zero3Impl::Fsdp)
+      r.exposed += microbatches * layers * fsdp_copy_kernels(c, a, layer_params);
   }
   return r;
 }
@@ -1026,8 +1058,9 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   // ZeRO-3 keeps gathered parameters: FSDP two whole layers (current + prefetch), DeepSpeed the tensor in use
   // plus its prefetch bucket (never more than two layers).
   const double largest_tensor = std::max(h * (h + 2.0 * m.kv_heads * m.head_dim()), h * double(m.ffn_hidden)) / t;
-  const double gathered =
-      a.zero3_deepspeed ? std::min(2 * rp.layer_tp, largest_tensor + a.zero3_prefetch_params) : 2 * rp.layer_tp;
+  const double gathered = a.zero3 == Zero3Impl::DeepSpeed
+                              ? std::min(2 * rp.layer_tp, largest_tensor + a.zero3_prefetch_params)
+                              : 2 * rp.layer_tp;
   const double zero3 = p.zero >= 3 ? gathered * a.weight_bytes : 0.0;
   const double reserved = c.reserved_gib * kGiB;
   // FP8 linear layers keep an FP8 copy of each weight and of its transpose (2 bytes per parameter of the rank's
@@ -1106,9 +1139,7 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
                     bool fill_reason) {
   Evaluation ev;
   ev.plan = p;
-  if (a.fp8 && c.peak_fp8_tflops <= 0)
-    throw UsageError("plan.precision = \"fp8\" needs FP8 tensor cores: [cluster] \"" + c.name +
-                     "\" has peak_fp8_tflops = 0 (A100 has none; H100/H200 SXM: 1979)");
+  if (a.fp8) require_fp8_cores(c);  // before the plan checks: every plan would fail the same way
   {
     std::string why;
     ev.reject = check_plan(m, c, p, global_batch, a, fill_reason ? &why : nullptr);
@@ -1157,7 +1188,7 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
     // The updated weights are cast to FP8 (with their transposes) once per step, at the first micro-batch;
     // ZeRO-3 gathers them again for every micro-batch and casts them again (read 2, write 1 + 1; + 2 for amax).
     const double casts = p.zero >= 3 ? mb_count : 1.0;
-    const double weights = casts * lay_crit * rp.layer_tp * (a.fp8_current_scaling ? 6.0 : 4.0) / hbm;
+    const double weights = casts * lay_crit * rp.layer_tp * fp8_cast_bytes_per_element(a, false) / hbm;
     B.optimizer += weights;
     B.fp8_cast += weights;
   }

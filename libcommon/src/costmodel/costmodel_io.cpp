@@ -317,9 +317,9 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   line("pipeline bubble", b.bubble, e.plan.v > 1 ? "(p-1)/(v m) of the busy time" : "(p-1)/m of the busy time");
   line("DP communication", b.dp_comm,
        e.plan.zero < 3 ? "total"
-       : a.zero3_deepspeed
+       : a.zero3 == Zero3Impl::DeepSpeed
            ? "total; ZeRO-3 as DeepSpeed stage 3: a collective per tensor, one NIC per rank (plan.zero3_impl)"
-       : a.zero3_copies
+       : a.zero3 == Zero3Impl::Fsdp
            ? "total; ZeRO-3 as PyTorch FSDP: per-layer gathers, next layer prefetched (plan.zero3_impl)"
            : "total; ZeRO-3 as Megatron-FSDP: per-layer gathers from persistent buffers (plan.zero3_impl)");
   line("  exposed", b.dp_exposed, "counted in the step");
