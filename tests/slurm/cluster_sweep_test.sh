@@ -10,9 +10,10 @@ source "$(dirname "$0")/cluster_lib.sh"
 work="" ; make_workdir cluster-sweep
 cd "$CAIRN_SOURCE_DIR"
 config=tests/slurm/tiny.toml
-# Sizes from 8 B (latency) to 2 MiB (bandwidth), so both terms of each tier's fit have data: on a busy machine the
-# time of the large sizes must still clearly grow with size (a fit whose slope is not positive is dropped).
-sets=(--set sweep.minbytes=\"8\" --set sweep.maxbytes=\"2M\" --set sweep.stepfactor=4 --set sweep.iters=10
+# Sizes from 8 B (latency) to 8 MiB (bandwidth), so both terms of each tier's fit have data: on a busy machine the
+# time of the large sizes must still clearly grow with size (a fit whose slope is not positive is dropped). 8 MiB
+# over TCP takes tens of ms, well above what CPU contention adds to a small allreduce.
+sets=(--set sweep.minbytes=\"8\" --set sweep.maxbytes=\"8M\" --set sweep.stepfactor=4 --set sweep.iters=10
       --set sweep.warmup_iters=2 --set cluster.nodes=2 --set cluster.gpus_per_node=2)
 
 sweep() {  # sweep NAME TIERS: cairn-sweep on 2 nodes x 2 ranks into $work/NAME; prints the bridge bytes it caused
@@ -28,7 +29,7 @@ sweep() {  # sweep NAME TIERS: cairn-sweep on 2 nodes x 2 ranks into $work/NAME;
 sweep all '["world", "intra", "inter"]' > "$work/all.bytes"
 fabric=$work/all/sweep/fabric.toml
 [ -s "$fabric" ] || fail "no $fabric"
-/usr/bin/python3 - "$fabric" <<'PY' || { cat "$fabric" >&2; fail "fabric.toml lacks the tiers' fits or they are the wrong way round"; }
+/usr/bin/python3 - "$fabric" <<'PY' || { cat "$work/all.out" "$fabric" >&2; fail "fabric.toml lacks the tiers' fits or they are the wrong way round"; }
 import sys, tomllib
 f = tomllib.load(open(sys.argv[1], "rb"))
 h = f["fabric"]
@@ -49,7 +50,7 @@ pass "fabric.toml: world/intra/inter fits on 2 nodes x 2 ranks, inter alpha abov
 inter=$(sweep inter '["inter"]')
 intra=$(sweep intra '["intra"]')
 echo "bytes through the bridge: inter tier alone $inter, intra tier alone $intra"
-# One timed iteration of the 2 MiB size alone moves 2 x 2 MiB between the nodes.
+# One timed iteration of the 8 MiB size alone moves 2 x 8 MiB between the nodes.
 [ "$inter" -gt $((10 * 1048576)) ] || fail "the inter tier moved only $inter bytes through the bridge"
 [ "$intra" -lt $((inter / 20)) ] || fail "the intra tier sent $intra bytes through the bridge (inter: $inter)"
 grep -q "Tier intra: 2 rank(s) per communicator, 2 communicator(s) at once" "$work/intra.out" \
