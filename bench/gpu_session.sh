@@ -6,8 +6,8 @@
 # MFU for cairn (fp32, bf16) and PyTorch (eager bf16, torch.compile bf16; Python runs without the bundle's
 # libraries). Phases run in that order while the time budget lasts; each one's output lands in $OUT, and
 # results.txt sums them up. Rehearsed on a machine without a GPU (every phase then skips or exits 2).
-# $OUT gets three files (the device tool returns at most eight): results.txt, session.log (every phase's whole
-# output, in order) and sweep_nccl.json.
+# $OUT gets four files (the device tool returns at most eight): results.txt, session.log (every phase's whole
+# output, in order), sweep_nccl.json and cluster-calibrated.toml (cairn-plan calibrate on the GPU).
 # Usage, from the device tool (carry .gpu-carry):
 #   bash bench/gpu_session.sh [.gpu-carry/cairn-gpu-bundle.tar.xz]
 #   env: OUT (result folder, default ./gpu-session-out), BUDGET_S (default 480), MAX_B (GPT-2 micro-batch cap, 32),
@@ -88,6 +88,13 @@ phase gpt2_cairn_fp32 60 180 "$CAIRN_BUNDLE_TESTS/kernels_gpu_gpt_bench" "${mode
 [[ $TORCH_COMPILE == 1 ]] && phase gpt2_torch_compile_bf16 120 240 env -u LD_LIBRARY_PATH python3 "$root/bench/kernels_gpu_torch_bench.py" \
   --mode compile --dtype bf16 "${model[@]}" --max-batch "$MAX_B"
 grep -h '^RESULT' "$logs"/gpt2_*.log >>"$results" 2>/dev/null
+
+# ---- the cost model's calibration of this GPU (#16): cuBLAS bf16 and cuBLASLt FP8 (E4M3) GEMMs at Llama 2 7B's
+# shapes for TP 1-8, squares and K = 64 panels, and HBM bandwidth, into the cluster file cairn-plan reads.
+phase plan_calibrate 40 150 "$CAIRN_BUNDLE_BIN/cairn-plan" calibrate --device gpu --config "$root/configs/models/llama2-7b.toml" \
+  --config "$root/configs/clusters/h200.toml" --seconds 0.05 --output "$OUT/cluster-calibrated.toml" --out "$work/plan"
+grep -E '^(peak_tflops|peak_fp8_tflops|gemm_max_efficiency|fp8_gemm_max_efficiency|hbm_gbps) ' \
+  "$OUT/cluster-calibrated.toml" >>"$results" 2>/dev/null
 
 say "session: $((SECONDS - start)) s, status $status"
 echo "== results"

@@ -12,7 +12,7 @@ out=${1:-$root/.gpu-carry/cairn-gpu-bundle.tar.xz}
 ARCH=${ARCH:-90}
 BUILD=${BUILD:-$root/build-gpu-bundle}
 JOBS=${JOBS:-$(nproc)}
-targets=(cairn-train cairn-reshard cairn-sweep cairn-eval kernels_cuda gpt_cuda kernels_ops kernels_gpu_gpt_bench)
+targets=(cairn-train cairn-reshard cairn-sweep cairn-eval cairn-plan kernels_cuda gpt_cuda kernels_ops kernels_gpu_gpt_bench)
 
 echo "gpu-bundle: building sm_$ARCH in $BUILD" >&2
 mkdir -p "$BUILD"
@@ -25,7 +25,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 b=$stage/cairn-gpu-bundle
 mkdir -p "$b/bin" "$b/tests" "$b/lib" "$b/openmpi/lib" "$b/pmix" "$b/data"
-cp "$BUILD"/bin/cairn-{train,reshard,sweep,eval} "$b/bin/"
+cp "$BUILD"/bin/cairn-{train,reshard,sweep,eval,plan} "$b/bin/"
 # mpirun (Open MPI's orterun) for the multi-rank GPU checks, relocated like the rest (env.sh: plm isolated, so it
 # forks the ranks itself and needs no ssh/rsh).
 cp -L "$(command -v orterun || command -v mpirun)" "$b/bin/mpirun"

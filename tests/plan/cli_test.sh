@@ -109,6 +109,19 @@ $BIN calibrate --config configs/models/gpt2-124m.toml --config configs/clusters/
 grep -q "gemm_efficiency" "$T/cpu.toml" || fail "calibrate wrote no table"
 $BIN --config configs/models/gpt2-124m.toml --config "$T/cpu.toml" --set train.global_batch=8 \
   --set model.seq_len=128 --out "$T/run" > "$T/cpu.txt" 2>&1 || fail "plan on calibrated cluster failed"
+# Recalibrating over a file with an FP8 table (a GPU's) drops that table: it was measured at the old shapes, and a
+# CPU measures no FP8.
+n=$($PY -c "import sys, tomllib; print(len(tomllib.load(open(sys.argv[1], 'rb'))['cluster']['gemm_table_m']))" "$T/cpu.toml")
+fp8=$($PY -c "print([0.5] * $n)")
+$BIN --config configs/models/gpt2-124m.toml --config "$T/cpu.toml" --set cluster.peak_fp8_tflops=100 \
+  --set "cluster.gemm_table_fp8_efficiency=$fp8" --set train.global_batch=8 --set model.seq_len=128 --out "$T/run" \
+  > /dev/null 2>&1 || fail "plan on a cluster file with an FP8 table failed"
+$BIN calibrate --config configs/models/gpt2-124m.toml --config "$T/cpu.toml" --set cluster.peak_fp8_tflops=100 \
+  --set "cluster.gemm_table_fp8_efficiency=$fp8" --set model.seq_len=64 --seconds 0.02 --max-dim 64 \
+  --output "$T/cpu3.toml" --out "$T/run" > /dev/null 2>&1 || fail "calibrate over an FP8 table failed"
+grep -q "gemm_table_fp8_efficiency" "$T/cpu3.toml" && fail "calibrate kept a stale FP8 table: $(cat "$T/cpu3.toml")"
+$BIN --config configs/models/gpt2-124m.toml --config "$T/cpu3.toml" --set train.global_batch=8 \
+  --set model.seq_len=128 --out "$T/run" > /dev/null 2>&1 || fail "plan on the recalibrated cluster failed"
 # 6. Command-line conformance: --top must be >= 1 (named in the error), --plan's errors name --plan, output
 # paths are checked before any work (exit 2, nothing written), and --json - leaves stdout to the JSON alone.
 base=(--config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=2 --set train.global_batch=64)

@@ -739,6 +739,19 @@ BOOST_AUTO_TEST_CASE(fp8_gemms_run_at_the_fp8_peak_with_twice_the_tile_prologue)
   d.fp8_gemm_max_efficiency = 0.28;
   BOOST_TEST(std::abs(gemm_time_fp8(d, M, N, K, 1) / gemm_time_fp8(c, M, N, K, 1) - 2.0) < 1e-9);
   BOOST_TEST(gemm_time(d, M, N, K, 1, 2) == gemm_time(c, M, N, K, 1, 2));
+  // A calibrated table corrects FP8 GEMMs by its FP8 measurements (cuBLASLt E4M3) and bf16 ones by its bf16 ones.
+  Cluster t = c;
+  t.gemm_table_m = {M};
+  t.gemm_table_n = {N};
+  t.gemm_table_k = {K};
+  const double bf16_eff = 2 * M * N * K / (989e12 * gemm_time(c, M, N, K, 1, 2));
+  const double fp8_eff = 2 * M * N * K / (1979e12 * gemm_time_fp8(c, M, N, K, 1));
+  t.gemm_table_efficiency = {bf16_eff / 2};  // bf16 measured at half the model's rate
+  BOOST_TEST(std::abs(gemm_time(t, M, N, K, 1, 2) / gemm_time(c, M, N, K, 1, 2) - 2.0) < 1e-9);
+  BOOST_TEST(std::abs(gemm_time_fp8(t, M, N, K, 1) / gemm_time_fp8(c, M, N, K, 1) - 2.0) < 1e-9);  // no FP8 data
+  t.gemm_table_fp8_efficiency = {fp8_eff / 4};  // FP8 measured at a quarter of the model's rate
+  BOOST_TEST(std::abs(gemm_time_fp8(t, M, N, K, 1) / gemm_time_fp8(c, M, N, K, 1) - 4.0) < 1e-9);
+  BOOST_TEST(std::abs(gemm_time(t, M, N, K, 1, 2) / gemm_time(c, M, N, K, 1, 2) - 2.0) < 1e-9);
   // No FP8 tensor cores (A100): a config error naming the cluster, not a silent bf16 price.
   Cluster a100 = c;
   a100.name = "a100";
@@ -750,6 +763,30 @@ BOOST_AUTO_TEST_CASE(fp8_gemms_run_at_the_fp8_peak_with_twice_the_tile_prologue)
   BOOST_CHECK_EXCEPTION(evaluate(gpt(2, 1024, 16, 1024, 32000), a100, p, 8, fp8), UsageError, [](const UsageError& e) {
     return std::string(e.what()).find("\"a100\"") != std::string::npos;
   });
+}
+
+BOOST_AUTO_TEST_CASE(fp8_gemm_table_is_checked_against_the_shapes_and_the_fp8_peak) {
+  const std::vector<std::string> table = {"cluster.gemm_table_m=[4096, 8192]", "cluster.gemm_table_n=[4096, 8192]",
+                                          "cluster.gemm_table_k=[4096, 8192]",
+                                          "cluster.gemm_table_efficiency=[0.6, 0.7]"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> sets = table;
+    sets.insert(sets.end(), extra.begin(), extra.end());
+    return cluster_from_config(load({"configs/clusters/dgx-h100.toml"}, sets));
+  };
+  BOOST_TEST(with({"cluster.gemm_table_fp8_efficiency=[0.55, 0.65]"}).gemm_table_fp8_efficiency.size() == 2u);
+  auto fails_with = [&](std::vector<std::string> extra, const std::string& needle) {
+    try {
+      with(extra);
+    } catch (const UsageError& e) {
+      return std::string(e.what()).find(needle) != std::string::npos;
+    }
+    return false;
+  };
+  BOOST_TEST(fails_with({"cluster.gemm_table_fp8_efficiency=[0.55]"}, "gemm_table_fp8_efficiency has 1 entries"));
+  BOOST_TEST(fails_with({"cluster.gemm_table_fp8_efficiency=[0.55, 1.5]"}, "gemm_table_fp8_efficiency[1] = 1.5"));
+  BOOST_TEST(fails_with({"cluster.gemm_table_fp8_efficiency=[0.55, 0.65]", "cluster.peak_fp8_tflops=0"},
+                        "peak_fp8_tflops = 0"));
 }
 
 BOOST_AUTO_TEST_CASE(fp8_linear_layers_cast_store_and_gather_in_fp8) {

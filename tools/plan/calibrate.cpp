@@ -147,6 +147,36 @@ GemmMeasurements measure_shapes(const std::vector<Shape>& shapes, bool gpu, doub
   return g;
 }
 
+// FP8 (E4M3) GEMM FLOP/s at each measured shape, on GPUs with FP8 tensor cores (Ada, Hopper and later) with
+// cuBLASLt; each shape is rounded up to the multiples of 16 its FP8 kernels need (the rate is that shape's).
+// Empty, with the reason logged, where the GPU has none or cuBLASLt cannot run one: the bf16 table stays usable.
+std::vector<double> measure_fp8_shapes(bool gpu, const GemmMeasurements& g, double seconds) {
+  std::vector<double> rates;
+#ifdef CAIRN_PLAN_CUBLAS
+  if (!gpu) return rates;
+  std::string why;
+  if (!fp8_tensor_cores(&why)) {
+    CAIRN_LOG_INFO("no FP8 GEMM table: %s", why.c_str());
+    return rates;
+  }
+  auto up16 = [](double x) { return (int64_t(x) + 15) / 16 * 16; };
+  try {
+    for (const auto& x : g.measured) {
+      const int64_t m = up16(x[0]), n = up16(x[1]), k = up16(x[2]);
+      rates.push_back(measure_gemm_fp8_cublaslt(m, n, k, seconds));
+      CAIRN_LOG_INFO("cublasLt fp8 %lld x %lld x %lld: %.2f GFLOP/s", (long long)m, (long long)n, (long long)k,
+                     rates.back() / 1e9);
+    }
+  } catch (const RuntimeError& e) {
+    CAIRN_LOG_WARN("no FP8 GEMM table: %s", e.what());
+    rates.clear();
+  }
+#else
+  (void)gpu, (void)g, (void)seconds;
+#endif
+  return rates;
+}
+
 // Memory bandwidth in GB/s: HBM on the GPU, a stream triad on the CPU.
 double measure_memory_gbps(bool gpu, double seconds) {
   double stream = 0;
@@ -171,16 +201,19 @@ struct Peak {
   double best = 0, peak = 0;  // FLOP/s
 };
 
-Peak calibration_peak(const Config& cfg, const std::vector<std::pair<double, double>>& points) {
+Peak calibration_peak(const Config& cfg, const std::vector<double>& rates, const char* key) {
   Peak r;
   double& best = r.best;
-  for (const auto& p : points) best = std::max(best, p.second);
-  const bool peak_given = cfg.origin(std::string(ClusterSection::kSection) + ".peak_tflops").kind != Origin::Default;
+  for (double rate : rates) best = std::max(best, rate);
+  const ClusterSection cs = read_section<ClusterSection>(cfg);
+  const double given = std::string(key) == "peak_fp8_tflops" ? cs.peak_fp8_tflops : cs.peak_tflops;
+  const bool peak_given =
+      cfg.origin(std::string(ClusterSection::kSection) + "." + key).kind != Origin::Default && given > 0;
   double& peak = r.peak;
-  peak = peak_given ? read_section<ClusterSection>(cfg).peak_tflops * 1e12 : best;
+  peak = peak_given ? given * 1e12 : best;
   if (best > peak) {
-    CAIRN_LOG_WARN("measured %.3f TFLOP/s exceeds [cluster] peak_tflops = %.3f; using the measurement as peak",
-                   best / 1e12, peak / 1e12);
+    CAIRN_LOG_WARN("measured %.3f TFLOP/s exceeds [cluster] %s = %.3f; using the measurement as peak", best / 1e12, key,
+                   peak / 1e12);
     peak = best;
   }
   return r;
@@ -188,8 +221,8 @@ Peak calibration_peak(const Config& cfg, const std::vector<std::pair<double, dou
 
 // The [cluster] table of the written file, in place of the config's: every key of the config's [cluster],
 // rewritten with the measurements (empty values dropped).
-json calibrated_cluster(const Config& cfg, const GemmMeasurements& g, double peak, double overhead_us, double stream,
-                        const std::string& library) {
+json calibrated_cluster(const Config& cfg, const GemmMeasurements& g, double peak, const std::vector<double>& fp8_rates,
+                        double fp8_peak, double overhead_us, double stream, const std::string& library) {
   // Table: log-spaced bins (a factor 2 wide) of size, best efficiency of the shapes in each bin
   // (the library's own choice of kernel for that size), ascending.
   std::map<int, std::pair<double, double>> bins;  // bin -> (flops, efficiency)
@@ -220,11 +253,26 @@ json calibrated_cluster(const Config& cfg, const GemmMeasurements& g, double pea
   cluster["gemm_table_n"] = tn;
   cluster["gemm_table_k"] = tk;
   cluster["gemm_table_efficiency"] = te;
+  // FP8 at the same shapes, or none: a table from an earlier calibration does not fit the new shapes.
+  cluster.erase("gemm_table_fp8_efficiency");
+  if (!fp8_rates.empty()) {
+    json fe = json::array();
+    double best = 0;
+    for (double rate : fp8_rates) {
+      fe.push_back(std::min(1.0, std::max(1e-4, rate / fp8_peak)));
+      best = std::max(best, fe.back().get<double>());
+    }
+    cluster["peak_fp8_tflops"] = fp8_peak / 1e12;
+    cluster["gemm_table_fp8_efficiency"] = fe;
+    cluster["fp8_gemm_max_efficiency"] = best;
+  }
   cluster["kernel_overhead_us"] = overhead_us;
   cluster["hbm_gbps"] = stream;
   cluster["hbm_efficiency"] = 1.0;
-  cluster["calibrated"] = strprintf("cairn-plan calibrate on %s at %s: %s, %d CPU threads", hostname_string().c_str(),
-                                    utc_now_iso8601().c_str(), library.c_str(), omp_get_max_threads());
+  cluster["calibrated"] =
+      strprintf("cairn-plan calibrate on %s at %s: %s%s, %d CPU threads", hostname_string().c_str(),
+                utc_now_iso8601().c_str(), library.c_str(),
+                fp8_rates.empty() ? "" : " and FP8 E4M3 cuBLASLt GEMMs at the same shapes", omp_get_max_threads());
   for (auto it = cluster.begin(); it != cluster.end();) {
     if (it.value().is_null() || (it.value().is_string() && it.value().get<std::string>().empty()))
       it = cluster.erase(it);
@@ -241,14 +289,18 @@ std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
   const std::vector<Shape> shapes = calibration_shapes(m, gpu, opts);
   const auto t0 = clk::now();
   const GemmMeasurements g = measure_shapes(shapes, gpu, opts.seconds);
+  const std::vector<double> fp8_rates = measure_fp8_shapes(gpu, g, opts.seconds);
   const double tiny = measure_gemm(gpu, 8, 8, 8, opts.seconds / 4);
   const double overhead_us = 2.0 * 512 / tiny * 1e6;
   const double stream = measure_memory_gbps(gpu, opts.seconds);
   CAIRN_LOG_INFO("memory %.1f GB/s; smallest GEMM %.2f us; %.1f s measuring", stream, overhead_us, since(t0));
   const std::string library = gemm_library(gpu);
 
-  const Peak pk = calibration_peak(cfg, g.points);
-  const json cluster = calibrated_cluster(cfg, g, pk.peak, overhead_us, stream, library);
+  std::vector<double> rates;
+  for (const auto& p : g.points) rates.push_back(p.second);
+  const Peak pk = calibration_peak(cfg, rates, "peak_tflops");
+  const Peak fp8 = calibration_peak(cfg, fp8_rates, "peak_fp8_tflops");
+  const json cluster = calibrated_cluster(cfg, g, pk.peak, fp8_rates, fp8.peak, overhead_us, stream, library);
   std::string path = opts.output;
   if (path.empty()) path = join_path(run_subdir(run_dir(cfg), "plan"), "cluster-calibrated.toml");
   const std::string text = "# Cluster file written by cairn-plan calibrate (GEMM efficiency = measured / peak).\n" +

@@ -1,6 +1,8 @@
-// cairn-plan calibrate on a GPU: bf16 cuBLAS GEMM throughput and device-memory bandwidth (built with CUDA only).
-// cuBLAS is loaded (dlopen) when calibrate first measures a GEMM and the CUDA runtime is linked statically, so
-// cairn-plan's other commands start without loading either (tens of ms against hundreds; bench/startup_bench.sh).
+// cairn-plan calibrate on a GPU: bf16 cuBLAS and FP8 cuBLASLt GEMM throughput and device-memory bandwidth (built
+// with CUDA only). cuBLAS(Lt) is loaded (dlopen) when calibrate first measures a GEMM and the CUDA runtime is linked
+// statically, so cairn-plan's other commands start without loading either (tens of ms against hundreds;
+// bench/startup_bench.sh).
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -45,25 +47,91 @@ struct CublasApi {
   GemmEx gemm_ex = nullptr;
 };
 
+// A library of this CUDA's major version (libNAME.so.13), else the unversioned one; its symbols by name.
+struct Library {
+  std::string name;
+  void* handle = nullptr;
+  explicit Library(const std::string& stem) : name(stem) {
+    const std::string versioned = "lib" + stem + ".so." + std::to_string(CUBLAS_VER_MAJOR);
+    handle = dlopen(versioned.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) handle = dlopen(("lib" + stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) throw RuntimeError("calibrate: cannot load " + stem + " (" + versioned + "): " + dlerror());
+  }
+  template <typename F>
+  void get(F& f, const char* symbol) const {
+    void* p = dlsym(handle, symbol);
+    if (!p) throw RuntimeError("calibrate: " + name + " has no " + symbol);
+    f = reinterpret_cast<F>(p);
+  }
+};
+
 const CublasApi& cublas() {
   static const CublasApi api = [] {
-    const std::string versioned = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
-    void* lib = dlopen(versioned.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib) lib = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) throw RuntimeError("calibrate: cannot load cuBLAS (" + versioned + "): " + dlerror());
+    const Library lib("cublas");
     CublasApi a;
-    auto sym = [&](const char* name) {
-      void* f = dlsym(lib, name);
-      if (!f) throw RuntimeError(std::string("calibrate: cuBLAS has no ") + name);
-      return f;
-    };
-    a.create = reinterpret_cast<decltype(a.create)>(sym("cublasCreate_v2"));
-    a.destroy = reinterpret_cast<decltype(a.destroy)>(sym("cublasDestroy_v2"));
-    a.gemm_ex = reinterpret_cast<decltype(a.gemm_ex)>(sym("cublasGemmEx"));
+    lib.get(a.create, "cublasCreate_v2");
+    lib.get(a.destroy, "cublasDestroy_v2");
+    lib.get(a.gemm_ex, "cublasGemmEx");
     return a;
   }();
   return api;
 }
+
+// The cuBLASLt entry points an FP8 GEMM needs (cuBLAS's GemmEx has no FP8).
+struct CublasLtApi {
+  decltype(&cublasLtCreate) create = nullptr;
+  decltype(&cublasLtDestroy) destroy = nullptr;
+  decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) pref_create = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+  decltype(&cublasLtMatmul) matmul = nullptr;
+};
+
+const CublasLtApi& cublaslt() {
+  static const CublasLtApi api = [] {
+    const Library lib("cublasLt");
+    CublasLtApi a;
+    lib.get(a.create, "cublasLtCreate");
+    lib.get(a.destroy, "cublasLtDestroy");
+    lib.get(a.desc_create, "cublasLtMatmulDescCreate");
+    lib.get(a.desc_destroy, "cublasLtMatmulDescDestroy");
+    lib.get(a.desc_set, "cublasLtMatmulDescSetAttribute");
+    lib.get(a.layout_create, "cublasLtMatrixLayoutCreate");
+    lib.get(a.layout_destroy, "cublasLtMatrixLayoutDestroy");
+    lib.get(a.pref_create, "cublasLtMatmulPreferenceCreate");
+    lib.get(a.pref_destroy, "cublasLtMatmulPreferenceDestroy");
+    lib.get(a.pref_set, "cublasLtMatmulPreferenceSetAttribute");
+    lib.get(a.heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    lib.get(a.matmul, "cublasLtMatmul");
+    return a;
+  }();
+  return api;
+}
+
+// One FP8 matmul's cuBLASLt objects, destroyed in reverse on scope exit (also when a call throws).
+struct LtMatmul {
+  const CublasLtApi& lt;
+  cublasLtHandle_t handle{};
+  cublasLtMatmulDesc_t desc{};
+  cublasLtMatrixLayout_t a{}, b{}, c{};
+  cublasLtMatmulPreference_t pref{};
+  explicit LtMatmul(const CublasLtApi& api) : lt(api) {}
+  ~LtMatmul() {
+    if (pref) lt.pref_destroy(pref);
+    for (auto* l : {c, b, a})
+      if (l) lt.layout_destroy(l);
+    if (desc) lt.desc_destroy(desc);
+    if (handle) lt.destroy(handle);
+  }
+  LtMatmul(const LtMatmul&) = delete;
+  LtMatmul& operator=(const LtMatmul&) = delete;
+};
 
 // Device buffer freed on scope exit.
 struct DeviceBuffer {
@@ -152,6 +220,54 @@ double measure_gemm_cublas(int64_t m, int64_t n, int64_t k, double seconds) {
   }
   api.destroy(h);
   return rate;
+}
+
+bool fp8_tensor_cores(std::string* why) {
+  cudaDeviceProp prop{};
+  CAIRN_CUDA_CHECK(cudaGetDeviceProperties(&prop, bind_calibrate_gpu()));
+  if (prop.major * 10 + prop.minor >= 89) return true;
+  if (why)
+    *why =
+        strprintf("%s is compute capability %d.%d; FP8 tensor cores start at 8.9", prop.name, prop.major, prop.minor);
+  return false;
+}
+
+double measure_gemm_fp8_cublaslt(int64_t m, int64_t n, int64_t k, double seconds) {
+  bind_calibrate_gpu();
+  if (m % 16 || n % 16 || k % 16)
+    throw RuntimeError(strprintf("calibrate: FP8 GEMM %lld x %lld x %lld: cuBLASLt needs multiples of 16", (long long)m,
+                                 (long long)n, (long long)k));
+  const size_t workspace_bytes = size_t(32) << 20;  // what cuBLASLt's Hopper kernels ask for at most
+  DeviceBuffer a(size_t(m * k)), b(size_t(k * n)), c(size_t(m * n) * 2), workspace(workspace_bytes);
+  CAIRN_CUDA_CHECK(cudaMemset(a.p, 0, size_t(m * k)));
+  CAIRN_CUDA_CHECK(cudaMemset(b.p, 0, size_t(k * n)));
+  LtMatmul mm(cublaslt());
+  const CublasLtApi& lt = mm.lt;
+  CAIRN_CUBLAS_CHECK(lt.create(&mm.handle));
+  CAIRN_CUBLAS_CHECK(lt.desc_create(&mm.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // FP8 kernels take only the "TN" form: column-major D (n x m) = op(A) op(B) with A (k x n) transposed and B
+  // (k x m) not, which is the row-major m x n product of an m x k and a k x n matrix. No scale pointers: 1.0.
+  const cublasOperation_t transpose = CUBLAS_OP_T, plain = CUBLAS_OP_N;
+  CAIRN_CUBLAS_CHECK(lt.desc_set(mm.desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
+  CAIRN_CUBLAS_CHECK(lt.desc_set(mm.desc, CUBLASLT_MATMUL_DESC_TRANSB, &plain, sizeof plain));
+  CAIRN_CUBLAS_CHECK(lt.layout_create(&mm.a, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(n), k));
+  CAIRN_CUBLAS_CHECK(lt.layout_create(&mm.b, CUDA_R_8F_E4M3, uint64_t(k), uint64_t(m), k));
+  CAIRN_CUBLAS_CHECK(lt.layout_create(&mm.c, CUDA_R_16BF, uint64_t(n), uint64_t(m), n));
+  CAIRN_CUBLAS_CHECK(lt.pref_create(&mm.pref));
+  CAIRN_CUBLAS_CHECK(
+      lt.pref_set(mm.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof workspace_bytes));
+  cublasLtMatmulHeuristicResult_t best{};
+  int found = 0;
+  CAIRN_CUBLAS_CHECK(lt.heuristic(mm.handle, mm.desc, mm.a, mm.b, mm.c, mm.c, mm.pref, 1, &best, &found));
+  if (found < 1)
+    throw RuntimeError(strprintf("calibrate: cuBLASLt has no FP8 kernel for %lld x %lld x %lld", (long long)m,
+                                 (long long)n, (long long)k));
+  const float one = 1.0f, zero = 0.0f;
+  auto call = [&]() {
+    CAIRN_CUBLAS_CHECK(lt.matmul(mm.handle, mm.desc, &one, a.p, mm.a, b.p, mm.b, &zero, c.p, mm.c, c.p, mm.c,
+                                 &best.algo, workspace.p, workspace_bytes, nullptr));
+  };
+  return calls_per_second(call, seconds) * 2.0 * double(m) * double(n) * double(k);
 }
 
 double measure_hbm_cuda_gbps(size_t bytes, double seconds) {

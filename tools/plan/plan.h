@@ -65,10 +65,15 @@ double measure_sgemm(int64_t m, int64_t n, int64_t k, double seconds);
 double measure_stream_gbps(size_t bytes, double seconds);
 
 #ifdef CAIRN_PLAN_CUBLAS
-// GPU measurements (calibrate_cublas.cpp): bf16 cuBLAS GEMM FLOP/s and device-memory GB/s.
+// GPU measurements (calibrate_cublas.cpp): bf16 cuBLAS GEMM FLOP/s, FP8 (E4M3) cuBLASLt GEMM FLOP/s and
+// device-memory GB/s.
 bool cublas_available(std::string* why);
 std::string cuda_device_name();
 double measure_gemm_cublas(int64_t m, int64_t n, int64_t k, double seconds);
+// Whether the GPU has FP8 tensor cores (compute capability 8.9 and later: Ada, Hopper); why not otherwise.
+bool fp8_tensor_cores(std::string* why);
+// FP8 E4M3 inputs, bf16 output, fp32 accumulation; m, n, k must be multiples of 16 (cuBLASLt's FP8 kernels).
+double measure_gemm_fp8_cublaslt(int64_t m, int64_t n, int64_t k, double seconds);
 double measure_hbm_cuda_gbps(size_t bytes, double seconds);
 #endif
 

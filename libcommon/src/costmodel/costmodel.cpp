@@ -166,10 +166,16 @@ double modelled_gemm_seconds(const Cluster& c, const GemmRate& r, double m, doub
 }
 
 // Measured/modelled efficiency at the measured shapes nearest to (m, n, k) in log space (inverse
-// distance weights over the 3 nearest): the calibrate table corrects the shape model where it measured.
-double measured_shape_factor(const Cluster& c, double m, double n, double k) {
+// distance weights over the 3 nearest): the calibrate table corrects the shape model where it measured. FP8
+// GEMMs use the FP8 measurements at those shapes where calibrate made them (cuBLASLt E4M3), else the bf16 ones:
+// those carry what the shape model misses about this device's kernels at that shape (wave and tile choices),
+// which FP8 kernels share.
+double measured_shape_factor(const Cluster& c, double m, double n, double k, bool fp8) {
   const size_t count = c.gemm_table_m.size();
   if (count == 0) return 1.0;
+  const bool fp8_table = fp8 && c.gemm_table_fp8_efficiency.size() == count;
+  const std::vector<double>& measured = fp8_table ? c.gemm_table_fp8_efficiency : c.gemm_table_efficiency;
+  const GemmRate r = fp8_table ? fp8_rate(c) : bf16_rate(c);
   struct Near {
     double d2, ratio;
   };
@@ -181,9 +187,8 @@ double measured_shape_factor(const Cluster& c, double m, double n, double k) {
     const double d2 = dm * dm + dn * dn + dk * dk;
     if (d2 >= near[2].d2) continue;
     const double mm = c.gemm_table_m[i], nn = c.gemm_table_n[i], kk = c.gemm_table_k[i];
-    const GemmRate r = bf16_rate(c);  // the table holds 16-bit measurements
     const double modelled = 2 * mm * nn * kk / (r.peak_flops * modelled_gemm_seconds(c, r, mm, nn, kk, 1));
-    Near x{d2, c.gemm_table_efficiency[i] / modelled};
+    Near x{d2, measured[i] / modelled};
     for (auto& slot : near)
       if (x.d2 < slot.d2) std::swap(x, slot);
   }
@@ -197,10 +202,9 @@ double measured_shape_factor(const Cluster& c, double m, double n, double k) {
   return wsum > 0 ? rsum / wsum : 1.0;
 }
 
-// The measured-shape correction also applies to FP8 GEMMs: it carries what the shape model misses about this
-// device's kernels at that shape (wave and tile choices), which FP8 kernels share.
-double gemm_compute_seconds(const Cluster& c, const GemmRate& r, double m, double n, double k, double count) {
-  return modelled_gemm_seconds(c, r, m, n, k, count) / measured_shape_factor(c, m, n, k);
+double gemm_compute_seconds(const Cluster& c, const GemmRate& r, double m, double n, double k, double count,
+                            bool fp8 = false) {
+  return modelled_gemm_seconds(c, r, m, n, k, count) / measured_shape_factor(c, m, n, k, fp8);
 }
 
 }  // namespace
@@ -221,7 +225,7 @@ double gemm_time(const Cluster& c, double m, double n, double k, double count, d
 double gemm_time_fp8(const Cluster& c, double m, double n, double k, double count) {
   if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0;
   require_fp8_cores(c);
-  const double compute = gemm_compute_seconds(c, fp8_rate(c), m, n, k, count);
+  const double compute = gemm_compute_seconds(c, fp8_rate(c), m, n, k, count, /*fp8=*/true);
   const double bytes = (m * k + k * n) * count + m * n * count * 2;  // FP8 inputs, bf16 output
   const double memory = bytes / (c.hbm_gbps * 1e9 * c.hbm_efficiency);
   return std::max(compute, memory);

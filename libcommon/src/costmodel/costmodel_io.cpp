@@ -150,6 +150,18 @@ Cluster cluster_from_section(const ClusterSection& s) {
       throw UsageError(
           strprintf("[cluster] gemm_table_efficiency[%zu] = %g is outside (0, 1]", i, c.gemm_table_efficiency[i]));
   }
+  c.gemm_table_fp8_efficiency = s.gemm_table_fp8_efficiency;
+  const auto& fp8 = c.gemm_table_fp8_efficiency;
+  if (!fp8.empty() && fp8.size() != shapes)
+    throw UsageError(strprintf("[cluster] gemm_table_fp8_efficiency has %zu entries but gemm_table_m has %zu shapes "
+                               "(the FP8 efficiencies are measured at the same shapes)",
+                               fp8.size(), shapes));
+  if (!fp8.empty() && !(s.peak_fp8_tflops > 0))
+    throw UsageError("[cluster] gemm_table_fp8_efficiency is given but peak_fp8_tflops = 0: its efficiencies are "
+                     "fractions of the FP8 peak");
+  for (size_t i = 0; i < fp8.size(); ++i)
+    if (!(fp8[i] > 0) || fp8[i] > 1.0)
+      throw UsageError(strprintf("[cluster] gemm_table_fp8_efficiency[%zu] = %g is outside (0, 1]", i, fp8[i]));
   c.attention_efficiency = s.attention_efficiency;
   c.tdp_w = s.tdp_w;
   c.power_limit_w = s.power_limit_w;

@@ -26,6 +26,7 @@ struct ClusterSection {
   int sm_count = 0;
   double gemm_k_half = 64.0;
   std::vector<double> gemm_table_m, gemm_table_n, gemm_table_k, gemm_table_efficiency;
+  std::vector<double> gemm_table_fp8_efficiency;
   double attention_efficiency = 0.6;
   double tdp_w = 0.0;
   double power_limit_w = 0.0;
@@ -71,6 +72,9 @@ struct ClusterSection {
     k(&S::gemm_table_n, "gemm_table_n", "measured GEMM shapes: N of each");
     k(&S::gemm_table_k, "gemm_table_k", "measured GEMM shapes: K of each");
     k(&S::gemm_table_efficiency, "gemm_table_efficiency", "measured GEMM shapes: achieved fraction of peak_tflops");
+    k(&S::gemm_table_fp8_efficiency, "gemm_table_fp8_efficiency",
+      "measured FP8 (E4M3) GEMMs at the gemm_table shapes: achieved fraction of peak_fp8_tflops (empty: FP8 GEMMs "
+      "take the bf16 table's correction)");
     k(&S::attention_efficiency, "attention_efficiency", Range{0.01, 1.0},
       "fused (flash) attention: achieved fraction of peak over the FLOPs it runs, forward and backward");
     k(&S::tdp_w, "tdp_w", Range{0, 1e5},
