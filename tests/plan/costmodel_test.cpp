@@ -774,7 +774,24 @@ BOOST_AUTO_TEST_CASE(fp8_gemm_table_is_checked_against_the_shapes_and_the_fp8_pe
     sets.insert(sets.end(), extra.begin(), extra.end());
     return cluster_from_config(load({"configs/clusters/dgx-h100.toml"}, sets));
   };
-  BOOST_TEST(with({"cluster.gemm_table_fp8_efficiency=[0.55, 0.65]"}).gemm_table_fp8_efficiency.size() == 2u);
+  const Cluster measured = with({"cluster.gemm_table_fp8_efficiency=[0.55, 0.65]"});
+  BOOST_TEST(measured.gemm_table_fp8_efficiency.size() == 2u);
+  // --explain says which measurements correct the FP8 GEMMs.
+  Assumptions fp8;
+  fp8.fp8 = true;
+  Plan p;
+  p.dp = 8;
+  const ModelSpec m = gpt(2, 1024, 16, 1024, 32000);
+  auto precision_line = [&](const Cluster& c) {
+    const std::string text = explain(m, c, evaluate(m, c, p, 8, fp8), 8, fp8);
+    const size_t at = text.find("precision ");
+    return at == std::string::npos ? std::string() : text.substr(at, text.find('\n', at) - at);
+  };
+  BOOST_TEST(precision_line(measured).find("FP8 GEMMs corrected by 2 measured FP8 shapes") != std::string::npos);
+  BOOST_TEST(precision_line(with({})).find("FP8 GEMMs corrected by the 2 measured bf16 shapes") != std::string::npos);
+  const std::string plain = precision_line(cluster_from_config(load({"configs/clusters/dgx-h100.toml"})));
+  BOOST_TEST(!plain.empty());
+  BOOST_TEST(plain.find("corrected") == std::string::npos);
   auto fails_with = [&](std::vector<std::string> extra, const std::string& needle) {
     try {
       with(extra);

@@ -288,10 +288,19 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   os << strprintf("cluster   %s: %d x %d devices, %.0f TFLOP/s peak, %.0f GiB at %.0f GB/s%s\n", c.name.c_str(),
                   c.nodes, c.gpus_per_node, c.peak_tflops, c.hbm_gib, c.hbm_gbps,
                   c.has_fabric ? (", links from " + c.fabric_path).c_str() : "");
-  if (a.fp8)
+  if (a.fp8) {
+    // Which measurements correct the FP8 GEMMs: a calibrated FP8 table, the bf16 table's, or none (the shape model).
+    const size_t shapes = c.gemm_table_m.size();
+    const std::string measured =
+        c.gemm_table_fp8_efficiency.size() == shapes && shapes > 0
+            ? strprintf("; FP8 GEMMs corrected by %zu measured FP8 shape%s", shapes, shapes == 1 ? "" : "s")
+        : shapes > 0
+            ? strprintf("; FP8 GEMMs corrected by the %zu measured bf16 shape%s", shapes, shapes == 1 ? "" : "s")
+            : std::string();
     os << strprintf("precision FP8 linear layers at %.0f TFLOP/s peak, %s scaling; attention, head and the rest "
-                    "16-bit (MFU against the %.0f TFLOP/s 16-bit peak)\n",
-                    c.peak_fp8_tflops, a.fp8_current_scaling ? "current" : "delayed", c.peak_tflops);
+                    "16-bit (MFU against the %.0f TFLOP/s 16-bit peak)%s\n",
+                    c.peak_fp8_tflops, a.fp8_current_scaling ? "current" : "delayed", c.peak_tflops, measured.c_str());
+  }
   if (c.clock_factor() < 1.0)
     os << strprintf(
         "power     capped at %.0f W of %.0f W: compute-bound kernels at %.3f of their rate ((cap/tdp)^1/3)\n",
