@@ -109,6 +109,17 @@ $BIN calibrate --config configs/models/gpt2-124m.toml --config configs/clusters/
 grep -q "gemm_efficiency" "$T/cpu.toml" || fail "calibrate wrote no table"
 $BIN --config configs/models/gpt2-124m.toml --config "$T/cpu.toml" --set train.global_batch=8 \
   --set model.seq_len=128 --out "$T/run" > "$T/cpu.txt" 2>&1 || fail "plan on calibrated cluster failed"
+# --device gpu where no GPU can run (no CUDA in this build, or no device or driver): exit 2 naming the option, as
+# cairn-train and cairn-sweep do for a device the machine lacks; on a machine with a GPU it calibrates.
+set +e
+$BIN calibrate --device gpu --config configs/models/gpt2-124m.toml --config configs/clusters/h200.toml \
+  --set model.seq_len=128 --seconds 0.01 --output "$T/gpu.toml" --out "$T/run" > /dev/null 2> "$T/gpu.err"; rc=$?
+set -e
+if [ $rc -eq 0 ]; then
+  grep -q "gemm_table_efficiency" "$T/gpu.toml" || fail "calibrate --device gpu wrote no table"
+else
+  [ $rc -eq 2 ] && grep -q "calibrate --device gpu: " "$T/gpu.err" || fail "--device gpu without a GPU: rc=$rc $(cat "$T/gpu.err")"
+fi
 # Recalibrating over a file with an FP8 table (a GPU's) drops that table: it was measured at the old shapes, and a
 # CPU measures no FP8.
 n=$($PY -c "import sys, tomllib; print(len(tomllib.load(open(sys.argv[1], 'rb'))['cluster']['gemm_table_m']))" "$T/cpu.toml")

@@ -75,7 +75,8 @@ bool calibrate_on_gpu(const CalibrateOptions& opts) {
 #ifdef CAIRN_PLAN_CUBLAS
   std::string why;
   const bool have_gpu = cublas_available(&why);
-  if (opts.device == "gpu" && !have_gpu) throw RuntimeError("calibrate --device gpu: " + why);
+  // Asking for a device this machine lacks is a usage error (exit 2), as cairn-train and cairn-sweep treat it.
+  if (opts.device == "gpu" && !have_gpu) throw UsageError("calibrate --device gpu: " + why);
   gpu = opts.device != "cpu" && have_gpu;
 #else
   if (opts.device == "gpu") throw UsageError("calibrate --device gpu: this cairn-plan was built without CUDA");
