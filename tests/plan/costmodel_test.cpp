@@ -31,21 +31,6 @@ Config load(std::vector<std::string> files, std::vector<std::string> sets = {}) 
   return load_config(s);
 }
 
-// Llama 3 8B at a 64k context: the context-parallelism checks' model.
-ModelSpec llama3_8b_64k() {
-  ModelSpec m;
-  m.arch = Arch::Llama;
-  m.layers = 32;
-  m.hidden = 4096;
-  m.heads = 32;
-  m.kv_heads = 8;
-  m.ffn_hidden = 14336;
-  m.seq_len = 65536;
-  m.vocab = 128256;
-  m.tied_embeddings = false;
-  return m;
-}
-
 ModelSpec gpt(int64_t l, int64_t h, int64_t a, int64_t s, int64_t V) {
   ModelSpec m;
   m.arch = Arch::Gpt;
@@ -58,6 +43,19 @@ ModelSpec gpt(int64_t l, int64_t h, int64_t a, int64_t s, int64_t V) {
   m.vocab = V;
   return m;
 }
+
+// A Llama (SwiGLU, GQA with kv heads, untied embeddings) of l layers, hidden h, a heads, FFN f.
+ModelSpec llama(int64_t l, int64_t h, int64_t a, int64_t kv, int64_t f, int64_t s, int64_t V) {
+  ModelSpec m = gpt(l, h, a, s, V);
+  m.arch = Arch::Llama;
+  m.kv_heads = kv;
+  m.ffn_hidden = f;
+  m.tied_embeddings = false;
+  return m;
+}
+
+// Llama 3 8B at a 64k context: the context-parallelism checks' model.
+ModelSpec llama3_8b_64k() { return llama(32, 4096, 32, 8, 14336, 65536, 128256); }
 
 }  // namespace
 
@@ -575,16 +573,7 @@ BOOST_AUTO_TEST_CASE(causal_flash_attention_runs_the_diagonal_blocks_whole) {
 BOOST_AUTO_TEST_CASE(op_level_selective_recompute_reruns_every_second_matmul) {
   // torchtitan's op policy on a Llama layer reruns wk, wo and w3 (and every elementwise kernel); it stores the
   // layer input, wq, wv, w1, w2 outputs and the attention output: e s b (4h + kvd + f) per layer (tp = 1).
-  ModelSpec m;
-  m.arch = Arch::Llama;
-  m.layers = 4;
-  m.hidden = 4096;
-  m.heads = 32;
-  m.kv_heads = 8;
-  m.ffn_hidden = 14336;
-  m.seq_len = 4096;
-  m.vocab = 32000;
-  m.tied_embeddings = false;
+  const ModelSpec m = llama(4, 4096, 32, 8, 14336, 4096, 32000);
   Assumptions a;
   a.flash_attention = true;
   a.selective_alternate_mm = true;

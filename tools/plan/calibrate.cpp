@@ -202,12 +202,10 @@ struct Peak {
   double best = 0, peak = 0;  // FLOP/s
 };
 
-Peak calibration_peak(const Config& cfg, const std::vector<double>& rates, const char* key) {
+Peak calibration_peak(const Config& cfg, const std::vector<double>& rates, const char* key, double given) {
   Peak r;
   double& best = r.best;
   for (double rate : rates) best = std::max(best, rate);
-  const ClusterSection cs = read_section<ClusterSection>(cfg);
-  const double given = std::string(key) == "peak_fp8_tflops" ? cs.peak_fp8_tflops : cs.peak_tflops;
   const bool peak_given =
       cfg.origin(std::string(ClusterSection::kSection) + "." + key).kind != Origin::Default && given > 0;
   double& peak = r.peak;
@@ -299,8 +297,9 @@ std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
 
   std::vector<double> rates;
   for (const auto& p : g.points) rates.push_back(p.second);
-  const Peak pk = calibration_peak(cfg, rates, "peak_tflops");
-  const Peak fp8 = calibration_peak(cfg, fp8_rates, "peak_fp8_tflops");
+  const ClusterSection cs = read_section<ClusterSection>(cfg);
+  const Peak pk = calibration_peak(cfg, rates, "peak_tflops", cs.peak_tflops);
+  const Peak fp8 = calibration_peak(cfg, fp8_rates, "peak_fp8_tflops", cs.peak_fp8_tflops);
   const json cluster = calibrated_cluster(cfg, g, pk.peak, fp8_rates, fp8.peak, overhead_us, stream, library);
   std::string path = opts.output;
   if (path.empty()) path = join_path(run_subdir(run_dir(cfg), "plan"), "cluster-calibrated.toml");

@@ -113,6 +113,9 @@ struct Cluster {
   std::vector<double> gemm_table_m, gemm_table_n, gemm_table_k, gemm_table_efficiency;
   // FP8 GEMMs measured at the same shapes (fraction of peak_fp8_tflops); empty: FP8 takes the bf16 correction.
   std::vector<double> gemm_table_fp8_efficiency;
+  bool has_fp8_table() const {
+    return !gemm_table_m.empty() && gemm_table_fp8_efficiency.size() == gemm_table_m.size();
+  }
   // Fused (flash) attention kernel: achieved fraction of peak over its real FLOPs, forward and backward.
   double attention_efficiency = 0.6;
   // Power model: gemm_max_efficiency and attention_efficiency hold at tdp_w; a job capped at power_limit_w

@@ -173,7 +173,7 @@ double modelled_gemm_seconds(const Cluster& c, const GemmRate& r, double m, doub
 double measured_shape_factor(const Cluster& c, double m, double n, double k, bool fp8) {
   const size_t count = c.gemm_table_m.size();
   if (count == 0) return 1.0;
-  const bool fp8_table = fp8 && c.gemm_table_fp8_efficiency.size() == count;
+  const bool fp8_table = fp8 && c.has_fp8_table();
   const std::vector<double>& measured = fp8_table ? c.gemm_table_fp8_efficiency : c.gemm_table_efficiency;
   const GemmRate r = fp8_table ? fp8_rate(c) : bf16_rate(c);
   struct Near {

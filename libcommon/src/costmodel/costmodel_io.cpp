@@ -292,11 +292,9 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
     // Which measurements correct the FP8 GEMMs: a calibrated FP8 table, the bf16 table's, or none (the shape model).
     const size_t shapes = c.gemm_table_m.size();
     const std::string measured =
-        c.gemm_table_fp8_efficiency.size() == shapes && shapes > 0
-            ? strprintf("; FP8 GEMMs corrected by %zu measured FP8 shape%s", shapes, shapes == 1 ? "" : "s")
-        : shapes > 0
-            ? strprintf("; FP8 GEMMs corrected by the %zu measured bf16 shape%s", shapes, shapes == 1 ? "" : "s")
-            : std::string();
+        shapes == 0 ? std::string()
+                    : strprintf("; FP8 GEMMs corrected by %s%zu measured %s shape%s", c.has_fp8_table() ? "" : "the ",
+                                shapes, c.has_fp8_table() ? "FP8" : "bf16", shapes == 1 ? "" : "s");
     os << strprintf("precision FP8 linear layers at %.0f TFLOP/s peak, %s scaling; attention, head and the rest "
                     "16-bit (MFU against the %.0f TFLOP/s 16-bit peak)%s\n",
                     c.peak_fp8_tflops, a.fp8_current_scaling ? "current" : "delayed", c.peak_tflops, measured.c_str());
