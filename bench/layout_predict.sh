@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark (prints figures; not a test): the cost model against cairn-train, layout by layout.
 # Calibrates cairn-plan on this machine (`cairn-plan calibrate`, one OpenBLAS thread, as cairn-train
-# runs with --threads 1; `mpirun -np R cairn-sweep` per rank count for fabric.toml), then for every DP/TP/PP/v/ZeRO/SP
+# runs with --threads 1; `mpirun -np R cairn-sweep` per rank count for fabric.toml), then for every DP/CP/TP/PP/v/ZeRO/SP
 # (/recompute) layout of 1, 2 and 4 ranks that the model allows it asks `cairn-plan --explain --plan ...`
 # for exactly that layout and trains it a few steps with cairn-train, and prints predicted vs measured
 # step time (median time_s.total after WARMUP steps) and memory per rank (max mem_gib over ranks and
@@ -45,8 +45,9 @@ MODEL=(--set model.layers=$L --set model.hidden=$H --set model.heads=$A --set mo
        --set model.vocab=320 --set train.global_batch=$GB)
 # cairn-train's attention keeps only the row log-sum-exp, never the s x s probabilities, and recomputes
 # them in backward (tools/train/README.md): to the cost model that is flash attention (memory and FLOPs).
-# cairn-train: TP collectives synchronous, no dropout (its GPT has none).
-PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false --set plan.dropout=false)
+# cairn-train: TP collectives synchronous, no dropout (its GPT has none), context parallelism by K/V all-gather.
+PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false --set plan.dropout=false
+           --set 'plan.cp_comm="allgather"')
 
 echo "== dataset, calibration, sweep -> $OUT" >&2
 [ -f "$OUT/ds/index.json" ] || "$BIN/cairn-reshard" --log-level warn --out "$OUT/ds" --set 'data.delimiter="%"' \
@@ -146,26 +147,28 @@ else
   echo "layout_predict: $KBENCH not built: attention priced at the cluster file's attention_efficiency" >&2
 fi
 
-# Layouts: "dp tp pp v zero sp recompute"
+# Layouts: "dp tp pp v zero sp recompute cp" (context parallelism: each sequence in 2*cp load-balanced chunks)
 LAYOUTS=$($PY - "$L" "$A" "$S" "$GB" "$MB" "$RANKS" "$RECOMPUTE" "$FILTER" <<'PY'
 import sys, re
 l, a, s, gb, mb = map(int, sys.argv[1:6]); ranks = [int(x) for x in sys.argv[6].split()]
 recs = sys.argv[7].split(); flt = sys.argv[8]
 for R in ranks:
+  for cp in (1, 2, 4):
     for tp in (1, 2, 4):
         for pp in (1, 2, 4):
-            if R % (tp * pp): continue
-            dp = R // (tp * pp)
-            if a % tp or l % pp or s % tp or gb % (dp * mb): continue
+            if R % (cp * tp * pp): continue
+            dp = R // (cp * tp * pp)
+            if a % tp or l % pp or s % (2 * cp) or (s // cp) % tp or gb % (dp * mb): continue
             m = gb // (dp * mb)
             for v in ((1, 2) if pp > 1 else (1,)):
                 if v > 1 and (l % (pp * v) or m % pp): continue
-                for zero in ((0, 1) if dp > 1 else (0,)):
+                for zero in ((0, 1) if dp * cp > 1 else (0,)):
                     for sp in (("off", "on") if tp > 1 else ("off",)):
                         for rc in recs:
                             key = f"dp={dp},tp={tp},pp={pp},v={v},mb={mb},zero={zero},recompute={rc},sp={sp}"
+                            key += f",cp={cp}" if cp > 1 else ""
                             if flt and not re.search(flt, key): continue
-                            print(dp, tp, pp, v, zero, sp, rc)
+                            print(dp, tp, pp, v, zero, sp, rc, cp)
 PY
 )
 N=$(echo "$LAYOUTS" | grep -c . || true)
@@ -173,14 +176,14 @@ echo "== $N layouts, $STEPS steps each (cores $CORES; 1-thread peak ${PEAK} TFLO
 mkdir -p "$OUT/layouts"
 : > "$OUT/layouts.txt"
 i=0
-while read -r dp tp pp v zero sp rc; do
+while read -r dp tp pp v zero sp rc cp; do
   [ -n "$dp" ] || continue
   i=$((i + 1))
-  R=$((dp * tp * pp))
-  name="dp${dp}-tp${tp}-pp${pp}-v${v}-z${zero}-sp${sp}-${rc}"
+  R=$((dp * cp * tp * pp))
+  name="dp${dp}-tp${tp}-pp${pp}-v${v}-z${zero}-sp${sp}-${rc}$([ "$cp" -gt 1 ] && echo "-cp$cp")"
   D=$OUT/layouts/$name
   rm -rf "$D"; mkdir -p "$D"
-  plan="dp=$dp,tp=$tp,pp=$pp,v=$v,mb=$MB,zero=$zero,recompute=$rc,sp=$sp"
+  plan="dp=$dp,tp=$tp,pp=$pp,v=$v,mb=$MB,zero=$zero,recompute=$rc,sp=$sp,cp=$cp"
   # predict SHARE OUT JSON: cairn-plan's prediction of this layout with each rank on SHARE of one core (at the
   # contended rate when the layout has 2+ ranks). cairn-train's mem_gib counts cairn's own buffers only: no reserved
   # runtime memory in the prediction.
@@ -206,7 +209,7 @@ while read -r dp tp pp v zero sp rc; do
          --set train.warmup=1 --set train.checkpoint_every=0 --set train.val_every=0 --set train.tensorboard=false
          --set train.resume=\"none\" --set parallel.dp=$dp --set parallel.tp=$tp --set parallel.pp=$pp
          --set parallel.v=$v --set parallel.mb=$MB --set parallel.zero=$zero --set parallel.sp=\"$sp\"
-         --set parallel.recompute=\"$rc\")
+         --set parallel.recompute=\"$rc\" --set parallel.cp=$cp)
   # Other jobs on this machine slow every layout down: measure the CPU time the rest of the machine
   # used during the run (all busy jiffies in /proc/stat minus this job's rusage) and rerun a layout
   # (up to RETRY times) while that background exceeded BG_MAX cores; the least disturbed run is kept.
@@ -239,7 +242,7 @@ print(f'{max(0.0,(($b1-$b0)/hz-u-s)/e):.2f} {e:.1f}')")
   # The same plan on the CPU share this run actually had (CFS: R + bg runnable threads on C cores).
   bshare=$($PY -c "b=float('$best'); print(min(1.0, $CORES / ($R + (0 if b != b else b))))")
   predict "$bshare" "$D/bg" "$D/pred_bg.json" --log-level error > /dev/null 2>&1 || true
-  echo "$name $dp $tp $pp $v $zero $sp $rc $R" >> "$OUT/layouts.txt"
+  echo "$name $dp $tp $pp $v $zero $sp $rc $R $cp" >> "$OUT/layouts.txt"
 done <<< "$LAYOUTS"
 
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -254,9 +257,10 @@ git, dirty, ver, load0, load1, secs, cmd = sys.argv[5], sys.argv[6] == "true", s
 l, h, a, s, gb, mb, steps = map(int, sys.argv[12].split())
 rows = []
 for line in open(f"{out}/layouts.txt"):
-    name, dp, tp, pp, v, zero, sp, rc, R = line.split()
+    name, dp, tp, pp, v, zero, sp, rc, R, cp = line.split()
     d = f"{out}/layouts/{name}"
-    row = {"layout": f"dp={dp},tp={tp},pp={pp},v={v},mb={mb},zero={zero},recompute={rc},sp={sp}", "dir": f"layouts/{name}",
+    row = {"layout": f"dp={dp},tp={tp},pp={pp},v={v},mb={mb},zero={zero},recompute={rc},sp={sp}" + (f",cp={cp}" if int(cp) > 1 else ""),
+           "dir": f"layouts/{name}", "cp": int(cp),
            "ranks": int(R), "dp": int(dp), "tp": int(tp), "pp": int(pp), "v": int(v), "zero": int(zero), "sp": sp,
            "recompute": rc, "predicted_step_s": None, "measured_step_s": None, "step_error_pct": None,
            "predicted_mem_gib": None, "measured_mem_gib": None, "mem_error_pct": None}
@@ -278,7 +282,7 @@ for line in open(f"{out}/layouts.txt"):
         row["measured_step_s"] = statistics.median(r["time_s"]["total"] for r in steady)
         row["measured_mem_gib"] = max(r["mem_gib"] for r in tr)
         row["measured_time_s"] = {k: statistics.median(r["time_s"].get(k, 0.0) for r in steady)
-                                  for k in ("forward", "backward", "comm", "optimizer", "tp_comm", "pp_wait", "data")}
+                                  for k in ("forward", "backward", "comm", "optimizer", "tp_comm", "cp_comm", "pp_wait", "data")}
         row["measured_steps"] = len(steady)
         row["measured_min_step_s"] = min(r["time_s"]["total"] for r in steady)
         row["background_cores"] = float(open(f"{d}/background_cores").read())  # nan: the run failed
@@ -297,12 +301,12 @@ def stats(key):
             "within_target": sum(x <= target for x in v), "n": len(v)}
 summary = {"step": stats("step_error_pct"), "memory": stats("mem_error_pct"), "target_pct": target}
 fmt = lambda x, f: "-" if x is None else format(x, f)
-hdr = f"{'layout':<54} {'ranks':>5} {'pred s':>8} {'meas s':>8} {'err %':>7} {'pred MiB':>9} {'meas MiB':>9} {'err %':>7} {'bg':>5} {'min s':>7} {'pred@bg':>7}"
+hdr = f"{'layout':<59} {'ranks':>5} {'pred s':>8} {'meas s':>8} {'err %':>7} {'pred MiB':>9} {'meas MiB':>9} {'err %':>7} {'bg':>5} {'min s':>7} {'pred@bg':>7}"
 print(hdr); print("-" * len(hdr))
 for r in rows:
     pm = None if r["predicted_mem_gib"] is None else r["predicted_mem_gib"] * 1024
     mm = None if r["measured_mem_gib"] is None else r["measured_mem_gib"] * 1024
-    print(f"{r['layout']:<54} {r['ranks']:>5} {fmt(r['predicted_step_s'], '8.4f')} {fmt(r['measured_step_s'], '8.4f')} "
+    print(f"{r['layout']:<59} {r['ranks']:>5} {fmt(r['predicted_step_s'], '8.4f')} {fmt(r['measured_step_s'], '8.4f')} "
           f"{fmt(r['step_error_pct'], '+7.1f')} {fmt(pm, '9.2f')} {fmt(mm, '9.2f')} {fmt(r['mem_error_pct'], '+7.1f')} {fmt(r.get('background_cores'), '5.2f')} {fmt(r.get('measured_min_step_s'), '7.4f')} {fmt(r.get('predicted_step_at_background_s'), '7.4f')}"
           + (f"  ({r['error']})" if "error" in r else ""))
 for k, lab in (("step", "step time"), ("memory", "memory")):

@@ -213,9 +213,10 @@ constexpr int kBlock = 16;
 
 inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
+// add: out += the sum (the sum is still formed in registers first, then added once).
 template <int W>
 inline void weighted_rows_fixed(float* __restrict out, const float* __restrict coef, int coef_stride,
-                                const float* __restrict mat, int ld, int r0, int r1) {
+                                const float* __restrict mat, int ld, int r0, int r1, bool add = false) {
   float acc[W] = {};
   for (int r = r0; r < r1; r++) {
     const float c = coef[(size_t)r * coef_stride];
@@ -223,54 +224,70 @@ inline void weighted_rows_fixed(float* __restrict out, const float* __restrict c
 #pragma omp simd
     for (int k = 0; k < W; k++) acc[k] += c * m[k];
   }
-  for (int k = 0; k < W; k++) out[k] = acc[k];
+  if (add)
+    for (int k = 0; k < W; k++) out[k] += acc[k];
+  else
+    for (int k = 0; k < W; k++) out[k] = acc[k];
 }
 
-// out[0..w) = sum_{r0 <= r < r1} coef[r * coef_stride] * mat[r * ld + 0..w), for any w.
+// out[0..w) (+)= sum_{r0 <= r < r1} coef[r * coef_stride] * mat[r * ld + 0..w), for any w; add as above.
 inline void weighted_rows(float* out, int w, const float* coef, int coef_stride, const float* mat, int ld, int r0,
-                          int r1) {
+                          int r1, bool add = false) {
   int k0 = 0;
-  for (; k0 + kBlock <= w; k0 += kBlock) weighted_rows_fixed<kBlock>(out + k0, coef, coef_stride, mat + k0, ld, r0, r1);
+  for (; k0 + kBlock <= w; k0 += kBlock)
+    weighted_rows_fixed<kBlock>(out + k0, coef, coef_stride, mat + k0, ld, r0, r1, add);
   for (; k0 < w; k0++) {
     float acc = 0.0f;
     for (int r = r0; r < r1; r++) acc += coef[(size_t)r * coef_stride] * mat[(size_t)r * ld + k0];
-    out[k0] = acc;
+    out[k0] = add ? out[k0] + acc : acc;
   }
 }
 
+// One block of attention (the plain ops are the block with q_pos = 0, Tq = Tk = T, q_qkv = kv_qkv): Tq queries at
+// positions q_pos.. against the keys their causal mask reaches, 0 .. Tn - 1 with Tn = q_pos + Tq (kv rows past
+// that are never read, not even copied).
+struct BlockShape {
+  int Tq, Tk, q_pos, C, NH;
+  int hd() const { return C / NH; }
+  int Tn() const { return q_pos + Tq; }
+  int Tnp() const { return round_up(Tn(), kBlock); }
+};
+
 struct HeadScratch {
-  std::vector<float> q, k, kt, v, vt, dO, scores, dp, P, dS, row;
-  void size_for(int T, int hd, bool backward) {
-    const int Tp = round_up(T, kBlock);
-    q.assign((size_t)T * hd, 0.0f);
-    kt.assign((size_t)hd * Tp, 0.0f);  // zero padding columns: blocks past n read zeros
-    v.assign((size_t)T * hd, 0.0f);
-    scores.assign(Tp, 0.0f);
-    row.assign(hd, 0.0f);
+  std::vector<float> q, k, kt, v, vt, dO, scores, dp, P, dS;
+  void size_for(const BlockShape& bs, bool backward) {
+    const int Tq = bs.Tq, Tn = bs.Tn(), Tnp = bs.Tnp(), hd = bs.hd();
+    q.assign((size_t)Tq * hd, 0.0f);
+    kt.assign((size_t)hd * Tnp, 0.0f);  // zero padding columns: blocks past n read zeros
+    v.assign((size_t)Tn * hd, 0.0f);
+    scores.assign(Tnp, 0.0f);
     if (backward) {
-      k.assign((size_t)T * hd, 0.0f);
-      vt.assign((size_t)hd * Tp, 0.0f);
-      dO.assign((size_t)T * hd, 0.0f);
-      dp.assign(Tp, 0.0f);
-      P.assign((size_t)T * Tp, 0.0f);
-      dS.assign((size_t)T * Tp, 0.0f);
+      k.assign((size_t)Tn * hd, 0.0f);
+      vt.assign((size_t)hd * Tnp, 0.0f);
+      dO.assign((size_t)Tq * hd, 0.0f);
+      dp.assign(Tnp, 0.0f);
+      P.assign((size_t)Tq * Tnp, 0.0f);
+      dS.assign((size_t)Tq * Tnp, 0.0f);
     }
   }
 };
 
-// Copies head h of batch b: q (times `q_scale`), k^T, v (row-major), and optionally k, v^T.
-void gather_head(HeadScratch& s, const float* qkv, int b, int h, int T, int C, int hd, float q_scale, bool backward) {
-  const int Tp = round_up(T, kBlock);
-  for (int j = 0; j < T; j++) {
-    const float* row = qkv + ((size_t)b * T + j) * 3 * C + h * hd;
-    for (int d = 0; d < hd; d++) {
-      s.q[(size_t)j * hd + d] = row[d] * q_scale;
-      s.kt[(size_t)d * Tp + j] = row[C + d];
-    }
+// Copies head h of batch b: the block's q (times `q_scale`) from q_qkv, k^T and v (row-major) of keys 0 .. Tn - 1
+// from kv_qkv, and optionally k, v^T.
+void gather_head(HeadScratch& s, const float* q_qkv, const float* kv_qkv, int b, int h, const BlockShape& bs,
+                 float q_scale, bool backward) {
+  const int C = bs.C, hd = bs.hd(), Tnp = bs.Tnp();
+  for (int i = 0; i < bs.Tq; i++) {
+    const float* row = q_qkv + ((size_t)b * bs.Tq + i) * 3 * C + h * hd;
+    for (int d = 0; d < hd; d++) s.q[(size_t)i * hd + d] = row[d] * q_scale;
+  }
+  for (int j = 0; j < bs.Tn(); j++) {
+    const float* row = kv_qkv + ((size_t)b * bs.Tk + j) * 3 * C + h * hd;
+    for (int d = 0; d < hd; d++) s.kt[(size_t)d * Tnp + j] = row[C + d];
     std::memcpy(&s.v[(size_t)j * hd], row + 2 * C, sizeof(float) * hd);
     if (backward) {
       std::memcpy(&s.k[(size_t)j * hd], row + C, sizeof(float) * hd);
-      for (int d = 0; d < hd; d++) s.vt[(size_t)d * Tp + j] = row[2 * C + d];
+      for (int d = 0; d < hd; d++) s.vt[(size_t)d * Tnp + j] = row[2 * C + d];
     }
   }
 }
@@ -281,14 +298,15 @@ inline void score_row(float* scores, const float* qi, const float* kt, int Tp, i
   for (int j0 = 0; j0 < nb; j0 += kBlock) weighted_rows_fixed<kBlock>(scores + j0, qi, 1, kt + j0, Tp, 0, hd);
 }
 
-CAIRN_CLONES void attention_head_forward(float* out, float* lse, const float* qkv, int b, int h, int T, int C, int hd,
-                                         HeadScratch& s) {
-  const int Tp = round_up(T, kBlock);
-  gather_head(s, qkv, b, h, T, C, hd, 1.0f / std::sqrt((float)hd), false);
+// lse: this head's [Tq] row of the block's lse.
+CAIRN_CLONES void attention_head_forward(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int b, int h,
+                                         const BlockShape& bs, HeadScratch& s) {
+  const int hd = bs.hd(), Tnp = bs.Tnp();
+  gather_head(s, q_qkv, kv_qkv, b, h, bs, 1.0f / std::sqrt((float)hd), false);
   float* sc = s.scores.data();
-  for (int i = 0; i < T; i++) {
-    const int n = i + 1;
-    score_row(sc, &s.q[(size_t)i * hd], s.kt.data(), Tp, hd, n);
+  for (int i = 0; i < bs.Tq; i++) {
+    const int n = bs.q_pos + i + 1;  // keys 0 .. q_pos + i
+    score_row(sc, &s.q[(size_t)i * hd], s.kt.data(), Tnp, hd, n);
     float maxval = -INFINITY;
 #pragma omp simd reduction(max : maxval)
     for (int j = 0; j < n; j++) maxval = std::max(maxval, sc[j]);
@@ -301,70 +319,92 @@ CAIRN_CLONES void attention_head_forward(float* out, float* lse, const float* qk
     lse[i] = maxval + std::log(sum);
     const float inv = 1.0f / sum;
     for (int j = 0; j < n; j++) sc[j] *= inv;
-    weighted_rows(out + ((size_t)b * T + i) * C + h * hd, hd, sc, 1, s.v.data(), hd, 0, n);
+    weighted_rows(out + ((size_t)b * bs.Tq + i) * bs.C + h * hd, hd, sc, 1, s.v.data(), hd, 0, n);
+  }
+}
+
+void attention_forward_block(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq, int Tk,
+                             int q_pos, int C, int NH) {
+  const BlockShape bs{Tq, Tk, q_pos, C, NH};
+#pragma omp parallel
+  {
+    HeadScratch s;
+    s.size_for(bs, false);
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++)
+      attention_head_forward(out, lse + (size_t)bh * Tq, q_qkv, kv_qkv, bh / NH, bh % NH, bs, s);
   }
 }
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  const int hd = C / NH;
-#pragma omp parallel
-  {
-    HeadScratch s;
-    s.size_for(T, hd, false);
-#pragma omp for schedule(static)
-    for (int bh = 0; bh < B * NH; bh++)
-      attention_head_forward(out, lse + (size_t)bh * T, qkv, bh / NH, bh % NH, T, C, hd, s);
-  }
+  attention_forward_block(out, lse, qkv, qkv, B, T, T, 0, C, NH);
 }
 
-// Rows pass: P and dS = P * (dO V^T - D) * scale row by row, and dQ = dS K. Column passes: dK = dS^T Q,
-// dV = P^T dO (only i >= j is read, so the causal upper triangle of P/dS is never touched).
-CAIRN_CLONES void attention_head_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                                          const float* lse, int b, int h, int T, int C, int hd, HeadScratch& s) {
-  const int Tp = round_up(T, kBlock);
+// Rows pass: P and dS = P * (dO V^T - D) * scale row by row, and dQ = dS K (overwrites the q third of dq_qkv).
+// Column passes: dK = dS^T Q, dV = P^T dO into the k, v thirds of dkv_qkv, added when `accumulate_kv`, else
+// overwritten (the plain op: every key row gets a gradient, so no zeroing pass is needed). Key j gets the rows
+// i >= j - q_pos (only those of P/dS are read, so the causal upper triangle is never touched). Heads write disjoint
+// columns, so the OpenMP threads never share an element of dq_qkv or dkv_qkv.
+CAIRN_CLONES void attention_head_backward(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv,
+                                          const float* kv_qkv, const float* out, const float* lse, int b, int h,
+                                          const BlockShape& bs, bool accumulate_kv, HeadScratch& s) {
+  const int Tq = bs.Tq, C = bs.C, hd = bs.hd(), Tnp = bs.Tnp();
   const float scale = 1.0f / std::sqrt((float)hd);
-  gather_head(s, qkv, b, h, T, C, hd, 1.0f, true);
-  for (int i = 0; i < T; i++)
-    std::memcpy(&s.dO[(size_t)i * hd], dout + ((size_t)b * T + i) * C + h * hd, sizeof(float) * hd);
+  gather_head(s, q_qkv, kv_qkv, b, h, bs, 1.0f, true);
+  for (int i = 0; i < Tq; i++)
+    std::memcpy(&s.dO[(size_t)i * hd], dout + ((size_t)b * Tq + i) * C + h * hd, sizeof(float) * hd);
   float* sc = s.scores.data();
   float* dp = s.dp.data();
-  for (int i = 0; i < T; i++) {
-    const int n = i + 1;
+  for (int i = 0; i < Tq; i++) {
+    const int n = bs.q_pos + i + 1;
     const float* dOi = &s.dO[(size_t)i * hd];
-    const float* Oi = out + ((size_t)b * T + i) * C + h * hd;
+    const float* Oi = out + ((size_t)b * Tq + i) * C + h * hd;
     float D = 0.0f;
 #pragma omp simd reduction(+ : D)
     for (int d = 0; d < hd; d++) D += dOi[d] * Oi[d];
-    score_row(sc, &s.q[(size_t)i * hd], s.kt.data(), Tp, hd, n);
-    score_row(dp, dOi, s.vt.data(), Tp, hd, n);
-    float* Pi = &s.P[(size_t)i * Tp];
-    float* dSi = &s.dS[(size_t)i * Tp];
+    score_row(sc, &s.q[(size_t)i * hd], s.kt.data(), Tnp, hd, n);
+    score_row(dp, dOi, s.vt.data(), Tnp, hd, n);
+    float* Pi = &s.P[(size_t)i * Tnp];
+    float* dSi = &s.dS[(size_t)i * Tnp];
     const float row_lse = lse[i];
 #pragma omp simd
     for (int j = 0; j < n; j++) {
       Pi[j] = exp_vec(sc[j] * scale - row_lse);
       dSi[j] = Pi[j] * (dp[j] - D) * scale;
     }
-    weighted_rows(dqkv + ((size_t)b * T + i) * 3 * C + h * hd, hd, dSi, 1, s.k.data(), hd, 0, n);
+    weighted_rows(dq_qkv + ((size_t)b * Tq + i) * 3 * C + h * hd, hd, dSi, 1, s.k.data(), hd, 0, n);
   }
-  for (int j = 0; j < T; j++) {
-    float* row = dqkv + ((size_t)b * T + j) * 3 * C + h * hd;
-    weighted_rows(row + C, hd, &s.dS[j], Tp, s.q.data(), hd, j, T);
-    weighted_rows(row + 2 * C, hd, &s.P[j], Tp, s.dO.data(), hd, j, T);
+  for (int j = 0; j < bs.Tn(); j++) {
+    float* row = dkv_qkv + ((size_t)b * bs.Tk + j) * 3 * C + h * hd;
+    const int i0 = std::max(0, j - bs.q_pos);  // the first query that sees key j
+    weighted_rows(row + C, hd, &s.dS[j], Tnp, s.q.data(), hd, i0, Tq, accumulate_kv);
+    weighted_rows(row + 2 * C, hd, &s.P[j], Tnp, s.dO.data(), hd, i0, Tq, accumulate_kv);
   }
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int C, int NH) {
-  const int hd = C / NH;
+void attention_backward_impl(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
+                             const float* out, const float* lse, int B, const BlockShape& bs, bool accumulate_kv) {
+  const int NH = bs.NH;
 #pragma omp parallel
   {
     HeadScratch s;
-    s.size_for(T, hd, true);
+    s.size_for(bs, true);
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; bh++)
-      attention_head_backward(dqkv, dout, qkv, out, lse + (size_t)bh * T, bh / NH, bh % NH, T, C, hd, s);
+      attention_head_backward(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse + (size_t)bh * bs.Tq, bh / NH, bh % NH, bs,
+                              accumulate_kv, s);
   }
+}
+
+void attention_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
+                              const float* out, const float* lse, int B, int Tq, int Tk, int q_pos, int C, int NH) {
+  attention_backward_impl(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse, B, BlockShape{Tq, Tk, q_pos, C, NH}, true);
+}
+
+// The whole sequence as one block; k and v thirds overwritten, so dqkv needs no zeroing pass.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                        int T, int C, int NH) {
+  attention_backward_impl(dqkv, dqkv, dout, qkv, qkv, out, lse, B, BlockShape{T, T, 0, C, NH}, false);
 }
 
 // ---------------- GELU, residual ----------------
@@ -502,6 +542,8 @@ const Backend& cpu_backend() {
     b.matmul_backward = matmul_backward;
     b.attention_forward = attention_forward;
     b.attention_backward = attention_backward;
+    b.attention_forward_block = attention_forward_block;
+    b.attention_backward_block = attention_backward_block;
     b.gelu_forward = gelu_forward;
     b.gelu_backward = gelu_backward;
     b.residual_forward = residual_forward;

@@ -115,56 +115,66 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     }
 }
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+// Query i of the block (sequence position q_pos + i, row i of q_qkv) attends keys 0 .. q_pos + i (rows of kv_qkv).
+void attention_forward_block(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq, int Tk,
+                             int q_pos, int C, int NH) {
   const int hd = C / NH;
   const float scale = 1.0f / std::sqrt((float)hd);
-  std::vector<float> scores(T);
+  std::vector<float> scores(q_pos + Tq);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
-      for (int i = 0; i < T; i++) {
-        const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hd;
+      for (int i = 0; i < Tq; i++) {
+        const int last = q_pos + i;  // the causal mask: the last key this query sees
+        const float* q = q_qkv + ((size_t)b * Tq + i) * 3 * C + h * hd;
         float maxval = -INFINITY;
-        for (int j = 0; j <= i; j++) {
-          const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hd;
+        for (int j = 0; j <= last; j++) {
+          const float* k = kv_qkv + ((size_t)b * Tk + j) * 3 * C + C + h * hd;
           float s = 0.0f;
           for (int d = 0; d < hd; d++) s += q[d] * k[d];
           scores[j] = s * scale;
           if (scores[j] > maxval) maxval = scores[j];
         }
         float sum = 0.0f;
-        for (int j = 0; j <= i; j++) sum += std::exp(scores[j] - maxval);
+        for (int j = 0; j <= last; j++) sum += std::exp(scores[j] - maxval);
         float row_lse = maxval + std::log(sum);
-        lse[((size_t)b * NH + h) * T + i] = row_lse;
-        float* o = out + ((size_t)b * T + i) * C + h * hd;
+        lse[((size_t)b * NH + h) * Tq + i] = row_lse;
+        float* o = out + ((size_t)b * Tq + i) * C + h * hd;
         for (int d = 0; d < hd; d++) o[d] = 0.0f;
-        for (int j = 0; j <= i; j++) {
+        for (int j = 0; j <= last; j++) {
           float p = std::exp(scores[j] - row_lse);
-          const float* v = qkv + ((size_t)b * T + j) * 3 * C + 2 * C + h * hd;
+          const float* v = kv_qkv + ((size_t)b * Tk + j) * 3 * C + 2 * C + h * hd;
           for (int d = 0; d < hd; d++) o[d] += p * v[d];
         }
       }
 }
 
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+  attention_forward_block(out, lse, qkv, qkv, B, T, T, 0, C, NH);
+}
+
 // With P = softmax(S): dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = dS K s, dK = dS^T Q s.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int C, int NH) {
+// dQ lands in the q third of dq_qkv (zeroed row by row here: overwritten), dK and dV are added to the k and v thirds
+// of dkv_qkv; the thirds are disjoint columns, so dq_qkv == dkv_qkv is fine.
+void attention_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
+                              const float* out, const float* lse, int B, int Tq, int Tk, int q_pos, int C, int NH) {
   const int hd = C / NH;
   const float scale = 1.0f / std::sqrt((float)hd);
-  std::memset(dqkv, 0, sizeof(float) * (size_t)B * T * 3 * C);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
-      for (int i = 0; i < T; i++) {
-        const size_t row_i = ((size_t)b * T + i) * 3 * C + h * hd;
-        const float* q = qkv + row_i;
-        const float* dO = dout + ((size_t)b * T + i) * C + h * hd;
-        const float* O = out + ((size_t)b * T + i) * C + h * hd;
+      for (int i = 0; i < Tq; i++) {
+        const size_t row_i = ((size_t)b * Tq + i) * 3 * C + h * hd;
+        const float* q = q_qkv + row_i;
+        float* dq = dq_qkv + row_i;
+        const float* dO = dout + ((size_t)b * Tq + i) * C + h * hd;
+        const float* O = out + ((size_t)b * Tq + i) * C + h * hd;
         float D = 0.0f;
         for (int d = 0; d < hd; d++) D += dO[d] * O[d];
-        const float row_lse = lse[((size_t)b * NH + h) * T + i];
-        for (int j = 0; j <= i; j++) {
-          const size_t row_j = ((size_t)b * T + j) * 3 * C + h * hd;
-          const float* k = qkv + row_j + C;
-          const float* v = qkv + row_j + 2 * C;
+        const float row_lse = lse[((size_t)b * NH + h) * Tq + i];
+        for (int d = 0; d < hd; d++) dq[d] = 0.0f;
+        for (int j = 0; j <= q_pos + i; j++) {
+          const size_t row_j = ((size_t)b * Tk + j) * 3 * C + h * hd;
+          const float* k = kv_qkv + row_j + C;
+          const float* v = kv_qkv + row_j + 2 * C;
           float s = 0.0f, dp = 0.0f;
           for (int d = 0; d < hd; d++) {
             s += q[d] * k[d];
@@ -173,12 +183,19 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
           float p = std::exp(s * scale - row_lse);
           float ds = p * (dp - D) * scale;
           for (int d = 0; d < hd; d++) {
-            dqkv[row_i + d] += ds * k[d];
-            dqkv[row_j + C + d] += ds * q[d];
-            dqkv[row_j + 2 * C + d] += p * dO[d];
+            dq[d] += ds * k[d];
+            dkv_qkv[row_j + C + d] += ds * q[d];
+            dkv_qkv[row_j + 2 * C + d] += p * dO[d];
           }
         }
       }
+}
+
+// The whole sequence is one block that is its own key range: dK, dV accumulate onto zeroed thirds.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                        int T, int C, int NH) {
+  std::memset(dqkv, 0, sizeof(float) * (size_t)B * T * 3 * C);
+  attention_backward_block(dqkv, dqkv, dout, qkv, qkv, out, lse, B, T, T, 0, C, NH);
 }
 
 void gelu_forward(float* out, const float* inp, size_t n) {
@@ -249,6 +266,8 @@ const Backend& cpu_reference_backend() {
     b.matmul_backward = matmul_backward;
     b.attention_forward = attention_forward;
     b.attention_backward = attention_backward;
+    b.attention_forward_block = attention_forward_block;
+    b.attention_backward_block = attention_backward_block;
     b.gelu_forward = gelu_forward;
     b.gelu_backward = gelu_backward;
     b.residual_forward = residual_forward;

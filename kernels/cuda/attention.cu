@@ -17,23 +17,33 @@ namespace {
 
 constexpr int kMaxHeadDim = 256;  // the simple kernels keep one row of q/o per thread
 
-// The simple kernels. HD > 0 compiles a kernel for that head dimension (the per-thread rows then live in registers:
-// loops have constant trip counts and are unrolled); HD = 0 is the generic version for any head dim <= kMaxHeadDim
-// (local memory). Same operations in the same order either way, so results do not depend on which one runs.
+void check_head_dim(int C, int NH) {
+  if (C / NH > kMaxHeadDim)
+    throw std::runtime_error("CUDA attention: head dim " + std::to_string(C / NH) + " > " +
+                             std::to_string(kMaxHeadDim));
+}
+
+// The simple kernels, written for a block of attention (the plain ops are the block with q_pos = 0, Tq = Tk = T and
+// q_qkv = kv_qkv): Tq queries (rows of q_qkv [B, Tq, 3C]) at sequence positions q_pos.., query i attending the keys
+// 0 .. q_pos + i (rows of kv_qkv [B, Tk, 3C]); lse and D are [B, NH, Tq]. HD > 0 compiles a kernel for that head
+// dimension (the per-thread rows then live in registers: loops have constant trip counts and are unrolled); HD = 0
+// is the generic version for any head dim <= kMaxHeadDim (local memory). Same operations in the same order either
+// way, so results do not depend on which one runs.
 template <int HD>
-__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+__global__ void attention_forward_kernel(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq,
+                                         int Tk, int q_pos, int C, int NH) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= B * NH * T) return;
-  const int i = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
+  if (idx >= B * NH * Tq) return;
+  const int i = idx % Tq, h = (idx / Tq) % NH, b = idx / (Tq * NH);
   const int hd = HD > 0 ? HD : C / NH;
   const float scale = rsqrtf((float)hd);
-  const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hd;
+  const float* q = q_qkv + ((size_t)b * Tq + i) * 3 * C + h * hd;
   float o[HD > 0 ? HD : kMaxHeadDim];
 #pragma unroll
   for (int d = 0; d < hd; d++) o[d] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  for (int j = 0; j <= i; j++) {
-    const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hd;
+  for (int j = 0; j <= q_pos + i; j++) {
+    const float* k = kv_qkv + ((size_t)b * Tk + j) * 3 * C + C + h * hd;
     const float* v = k + C;
     float s = 0.0f;
 #pragma unroll
@@ -46,13 +56,13 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
     for (int d = 0; d < hd; d++) o[d] = o[d] * corr + p * v[d];
     m = m_new;
   }
-  float* dst = out + ((size_t)b * T + i) * C + h * hd;
+  float* dst = out + ((size_t)b * Tq + i) * C + h * hd;
 #pragma unroll
   for (int d = 0; d < hd; d++) dst[d] = o[d] / l;
-  lse[((size_t)b * NH + h) * T + i] = m + logf(l);
+  lse[idx] = m + logf(l);  // idx = (b * NH + h) * Tq + i
 }
 
-// D[b,h,i] = dO_i . O_i
+// D[b,h,i] = dO_i . O_i   (dout, out [B, T, C]; D [B, NH, T])
 __global__ void attention_delta_kernel(float* D, const float* dout, const float* out, int B, int T, int C, int NH) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= B * NH * T) return;
@@ -63,21 +73,21 @@ __global__ void attention_delta_kernel(float* D, const float* dout, const float*
   D[idx] = s;
 }
 
-// dQ_i = scale * sum_{j<=i} P_ij (dO_i.V_j - D_i) K_j   (one thread per query row)
+// dQ_i = scale * sum_{j<=q_pos+i} P_ij (dO_i.V_j - D_i) K_j into the q third of dq_qkv (one thread per query row)
 template <int HD>
-__global__ void attention_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
-                                    int B, int T, int C, int NH) {
+__global__ void attention_dq_kernel(float* dq_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
+                                    const float* lse, const float* D, int B, int Tq, int Tk, int q_pos, int C, int NH) {
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= B * NH * T) return;
-  const int i = idx % T, h = (idx / T) % NH, b = idx / (T * NH), hd = HD > 0 ? HD : C / NH;
+  if (idx >= B * NH * Tq) return;
+  const int i = idx % Tq, h = (idx / Tq) % NH, b = idx / (Tq * NH), hd = HD > 0 ? HD : C / NH;
   const float scale = rsqrtf((float)hd);
-  const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hd;
-  const float* dO = dout + ((size_t)b * T + i) * C + h * hd;
+  const float* q = q_qkv + ((size_t)b * Tq + i) * 3 * C + h * hd;
+  const float* dO = dout + ((size_t)b * Tq + i) * C + h * hd;
   float acc[HD > 0 ? HD : kMaxHeadDim];
 #pragma unroll
   for (int d = 0; d < hd; d++) acc[d] = 0.0f;
-  for (int j = 0; j <= i; j++) {
-    const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hd;
+  for (int j = 0; j <= q_pos + i; j++) {
+    const float* k = kv_qkv + ((size_t)b * Tk + j) * 3 * C + C + h * hd;
     const float* v = k + C;
     float s = 0.0f, dp = 0.0f;
 #pragma unroll
@@ -90,28 +100,33 @@ __global__ void attention_dq_kernel(float* dqkv, const float* dout, const float*
 #pragma unroll
     for (int d = 0; d < hd; d++) acc[d] += ds * k[d];
   }
-  float* dq = dqkv + ((size_t)b * T + i) * 3 * C + h * hd;
+  float* dq = dq_qkv + ((size_t)b * Tq + i) * 3 * C + h * hd;
 #pragma unroll
   for (int d = 0; d < hd; d++) dq[d] = acc[d];
 }
 
-// dK_j = scale * sum_{i>=j} dS_ij Q_i, dV_j = sum_{i>=j} P_ij dO_i   (one thread per key row, no atomics)
+// dK_j = scale * sum_{i: q_pos+i>=j} dS_ij Q_i, dV_j = sum P_ij dO_i into the k and v thirds of dkv_qkv, added when
+// `accumulate` (the block op: every query block of a sequence adds to the same keys), else overwritten (the plain op).
+// One thread per key row j < q_pos + Tq (the keys the block's queries reach; rows past them are left alone), so no
+// atomics.
 template <int HD>
-__global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
-                                     int B, int T, int C, int NH) {
+__global__ void attention_dkv_kernel(float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
+                                     const float* lse, const float* D, int B, int Tq, int Tk, int q_pos, int C, int NH,
+                                     bool accumulate) {
+  const int Tn = q_pos + Tq;
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= B * NH * T) return;
-  const int j = idx % T, h = (idx / T) % NH, b = idx / (T * NH), hd = HD > 0 ? HD : C / NH;
+  if (idx >= B * NH * Tn) return;
+  const int j = idx % Tn, h = (idx / Tn) % NH, b = idx / (Tn * NH), hd = HD > 0 ? HD : C / NH;
   const float scale = rsqrtf((float)hd);
-  const float* k = qkv + ((size_t)b * T + j) * 3 * C + C + h * hd;
+  const float* k = kv_qkv + ((size_t)b * Tk + j) * 3 * C + C + h * hd;
   const float* v = k + C;
   float dk[HD > 0 ? HD : kMaxHeadDim], dv[HD > 0 ? HD : kMaxHeadDim];
 #pragma unroll
   for (int d = 0; d < hd; d++) dk[d] = dv[d] = 0.0f;
-  const size_t row0 = ((size_t)b * NH + h) * T;
-  for (int i = j; i < T; i++) {
-    const float* q = qkv + ((size_t)b * T + i) * 3 * C + h * hd;
-    const float* dO = dout + ((size_t)b * T + i) * C + h * hd;
+  const size_t row0 = ((size_t)b * NH + h) * Tq;
+  for (int i = max(0, j - q_pos); i < Tq; i++) {
+    const float* q = q_qkv + ((size_t)b * Tq + i) * 3 * C + h * hd;
+    const float* dO = dout + ((size_t)b * Tq + i) * C + h * hd;
     float s = 0.0f, dp = 0.0f;
 #pragma unroll
     for (int d = 0; d < hd; d++) {
@@ -126,12 +141,66 @@ __global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float
       dv[d] += p * dO[d];
     }
   }
-  float* row = dqkv + ((size_t)b * T + j) * 3 * C + h * hd;
+  float* row = dkv_qkv + ((size_t)b * Tk + j) * 3 * C + h * hd;
+  if (accumulate) {
 #pragma unroll
-  for (int d = 0; d < hd; d++) {
-    row[C + d] = dk[d];
-    row[2 * C + d] = dv[d];
+    for (int d = 0; d < hd; d++) {
+      row[C + d] += dk[d];
+      row[2 * C + d] += dv[d];
+    }
+  } else {
+#pragma unroll
+    for (int d = 0; d < hd; d++) {
+      row[C + d] = dk[d];
+      row[2 * C + d] = dv[d];
+    }
   }
+}
+
+// Launches of the simple kernels, shared by the plain ops (when they do not take a flash path) and the block ops.
+void simple_attention_forward(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq, int Tk,
+                              int q_pos, int C, int NH) {
+  check_head_dim(C, NH);
+  if ((size_t)B * NH * Tq == 0) return;  // an empty grid is a launch error
+  const unsigned grid = blocks_for((size_t)B * NH * Tq, 64);
+  switch (C / NH) {
+    case 64: attention_forward_kernel<64><<<grid, 64>>>(out, lse, q_qkv, kv_qkv, B, Tq, Tk, q_pos, C, NH); break;
+    case 128: attention_forward_kernel<128><<<grid, 64>>>(out, lse, q_qkv, kv_qkv, B, Tq, Tk, q_pos, C, NH); break;
+    default: attention_forward_kernel<0><<<grid, 64>>>(out, lse, q_qkv, kv_qkv, B, Tq, Tk, q_pos, C, NH);
+  }
+  CAIRN_CUDA_CHECK_LAUNCH("attention_forward (simple kernels)");
+}
+
+template <int HD>
+void launch_simple_backward(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
+                            const float* lse, const float* D, int B, int Tq, int Tk, int q_pos, int C, int NH,
+                            bool accumulate_kv) {
+  attention_dq_kernel<HD>
+      <<<blocks_for((size_t)B * NH * Tq, 64), 64>>>(dq_qkv, dout, q_qkv, kv_qkv, lse, D, B, Tq, Tk, q_pos, C, NH);
+  attention_dkv_kernel<HD><<<blocks_for((size_t)B * NH * (q_pos + Tq), 64), 64>>>(dkv_qkv, dout, q_qkv, kv_qkv, lse, D,
+                                                                                  B, Tq, Tk, q_pos, C, NH,
+                                                                                  accumulate_kv);
+}
+
+void simple_attention_backward(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv,
+                               const float* kv_qkv, const float* out, const float* lse, int B, int Tq, int Tk,
+                               int q_pos, int C, int NH, bool accumulate_kv) {
+  check_head_dim(C, NH);
+  const size_t rows = (size_t)B * NH * Tq;
+  if (rows == 0) return;  // no queries: no gradient to add, and an empty grid is a launch error
+  float* D = scratch(rows);
+  attention_delta_kernel<<<blocks_for(rows), kThreads>>>(D, dout, out, B, Tq, C, NH);
+  switch (C / NH) {
+    case 64:
+      launch_simple_backward<64>(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, lse, D, B, Tq, Tk, q_pos, C, NH, accumulate_kv);
+      break;
+    case 128:
+      launch_simple_backward<128>(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, lse, D, B, Tq, Tk, q_pos, C, NH, accumulate_kv);
+      break;
+    default:
+      launch_simple_backward<0>(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, lse, D, B, Tq, Tk, q_pos, C, NH, accumulate_kv);
+  }
+  CAIRN_CUDA_CHECK_LAUNCH("attention_backward (simple kernels)");
 }
 
 // Attention kernels: flash (default) or simple, and in bf16 mode whether flash means the bf16 tensor-core kernels
@@ -165,12 +234,6 @@ bool use_bf16_flash(int C, int NH) {
   return cuda_bf16_matmul() && flash_attention_on() && bf16_attention_on() && flash_attention_bf16_supported(C, NH);
 }
 
-void check_head_dim(int C, int NH) {
-  if (C / NH > kMaxHeadDim)
-    throw std::runtime_error("CUDA attention: head dim " + std::to_string(C / NH) + " > " +
-                             std::to_string(kMaxHeadDim));
-}
-
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
@@ -182,14 +245,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
     flash_attention_forward(out, lse, qkv, B, T, C, NH);
     return;
   }
-  check_head_dim(C, NH);
-  const unsigned grid = blocks_for((size_t)B * NH * T, 64);
-  switch (C / NH) {
-    case 64: attention_forward_kernel<64><<<grid, 64>>>(out, lse, qkv, B, T, C, NH); break;
-    case 128: attention_forward_kernel<128><<<grid, 64>>>(out, lse, qkv, B, T, C, NH); break;
-    default: attention_forward_kernel<0><<<grid, 64>>>(out, lse, qkv, B, T, C, NH);
-  }
-  CAIRN_CUDA_CHECK_LAUNCH("attention_forward");
+  simple_attention_forward(out, lse, qkv, qkv, B, T, T, 0, C, NH);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
@@ -203,24 +259,20 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     flash_attention_backward(dqkv, dout, qkv, out, lse, scratch(rows), B, T, C, NH);
     return;
   }
-  check_head_dim(C, NH);
-  float* D = scratch(rows);
-  attention_delta_kernel<<<blocks_for(rows), kThreads>>>(D, dout, out, B, T, C, NH);
-  const unsigned grid = blocks_for(rows, 64);
-  switch (C / NH) {
-    case 64:
-      attention_dq_kernel<64><<<grid, 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
-      attention_dkv_kernel<64><<<grid, 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
-      break;
-    case 128:
-      attention_dq_kernel<128><<<grid, 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
-      attention_dkv_kernel<128><<<grid, 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
-      break;
-    default:
-      attention_dq_kernel<0><<<grid, 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
-      attention_dkv_kernel<0><<<grid, 64>>>(dqkv, dout, qkv, lse, D, B, T, C, NH);
-  }
-  CAIRN_CUDA_CHECK_LAUNCH("attention_backward");
+  // every key row gets its dK, dV written (overwrite mode), so dqkv needs no zeroing pass
+  simple_attention_backward(dqkv, dqkv, dout, qkv, qkv, out, lse, B, T, T, 0, C, NH, false);
+}
+
+// The block ops (context parallelism) always run the simple kernels, whatever CAIRN_CUDA_ATTENTION or precision say:
+// the flash kernels (fp32 and bf16) only know the square causal case q_qkv = kv_qkv, q_pos = 0, and overwrite dK, dV.
+void attention_forward_block(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq, int Tk,
+                             int q_pos, int C, int NH) {
+  simple_attention_forward(out, lse, q_qkv, kv_qkv, B, Tq, Tk, q_pos, C, NH);
+}
+
+void attention_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
+                              const float* out, const float* lse, int B, int Tq, int Tk, int q_pos, int C, int NH) {
+  simple_attention_backward(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse, B, Tq, Tk, q_pos, C, NH, true);
 }
 
 }  // namespace cuda

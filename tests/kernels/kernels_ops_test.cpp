@@ -5,10 +5,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-#include <boost/test/unit_test.hpp>
 
 #include "cairn/kernels/profile.h"
 #include "ops_checks.h"
@@ -35,21 +35,28 @@ BOOST_AUTO_TEST_CASE(registry) {
 // Every op of CAIRN_KERNEL_OPS is set in every backend of this build and in the profiling wrapper.
 BOOST_AUTO_TEST_CASE(no_missing_ops) {
   std::vector<std::pair<std::string, const Backend*>> backends = {{"cpu", &cpu_backend()},
-                                                                   {"cpu-ref", &cpu_reference_backend()},
-                                                                   {"profiled cpu", &profiled_backend(cpu_backend())}};
+                                                                  {"cpu-ref", &cpu_reference_backend()},
+                                                                  {"profiled cpu", &profiled_backend(cpu_backend())}};
   if (const Backend* cuda = find_backend("cuda")) backends.emplace_back("cuda", cuda);
   for (const auto& [name, b] : backends) {
 #define CAIRN_CHECK_OP(op) BOOST_TEST((b->op != nullptr), name << " lacks " #op);
     CAIRN_KERNEL_OPS(CAIRN_CHECK_OP)
 #undef CAIRN_CHECK_OP
   }
-  BOOST_TEST(kKernelOpCount == 17);
+  BOOST_TEST(kKernelOpCount == 19);
 }
 
 BOOST_AUTO_TEST_CASE(embedding) { check_embedding(fast(), kRtol); }
 BOOST_AUTO_TEST_CASE(layernorm) { check_layernorm(fast(), kRtol); }
 BOOST_AUTO_TEST_CASE(matmul) { check_matmul(fast(), kRtol); }
 BOOST_AUTO_TEST_CASE(attention) { check_attention(fast(), kRtol); }
+// Context parallelism within one backend: chunked block ops (load-balanced chunk order, dK/dV accumulated over the
+// chunks) reproduce the same backend's whole-sequence attention to 1e-6 (the forward and dq are the same sums in the
+// same order; only dK/dV add per-chunk partial sums).
+BOOST_AUTO_TEST_CASE(attention_context_parallel_split) {
+  check_attention_context_parallel(ref(), ref(), 1e-6);
+  check_attention_context_parallel(fast(), fast(), 1e-6);
+}
 BOOST_AUTO_TEST_CASE(gelu_and_residual) { check_gelu_residual(fast(), kRtol, true); }
 BOOST_AUTO_TEST_CASE(crossentropy) { check_crossentropy(fast(), kRtol); }
 BOOST_AUTO_TEST_CASE(argmax) { check_argmax(fast()); }
@@ -168,7 +175,8 @@ BOOST_AUTO_TEST_CASE(attention_reference_vs_double) {
         for (int j = 0; j <= i; j++) {
           double dot = 0.0;
           for (int d = 0; d < hd; d++)
-            dot += (double)qkv[((size_t)b * T + i) * 3 * C + h * hd + d] * qkv[((size_t)b * T + j) * 3 * C + C + h * hd + d];
+            dot += (double)qkv[((size_t)b * T + i) * 3 * C + h * hd + d] *
+                   qkv[((size_t)b * T + j) * 3 * C + C + h * hd + d];
           s[j] = dot / std::sqrt((double)hd);
           mx = std::max(mx, s[j]);
         }
@@ -194,12 +202,21 @@ BOOST_AUTO_TEST_CASE(fast_backend_is_thread_count_independent) {
   for (int threads : {1, 2}) {
     omp_set_num_threads(threads);
     std::vector<float> dx(x.size()), dw(C), db(C), ao((size_t)B * T * C), al((size_t)B * NH * T), dq(qkv.size());
-    fast().layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), m.data(), r.data(),
-                              N, C);
+    fast().layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), m.data(), r.data(), N,
+                              C);
     fast().attention_forward(ao.data(), al.data(), qkv.data(), B, T, C, NH);
     fast().attention_backward(dq.data(), ao.data(), qkv.data(), ao.data(), al.data(), B, T, C, NH);
+    // a block of 7 queries at position 5 of the same sequences (their q rows: rows 5.. of qkv); dK/dV added onto dq
+    const int Tq = 7, q_pos = 5;
+    std::vector<float> q_blk((size_t)B * Tq * 3 * C), bo((size_t)B * Tq * C), bl((size_t)B * NH * Tq),
+        bdq(q_blk.size()), bdkv = dq;
+    for (int b = 0; b < B; b++)
+      std::copy_n(&qkv[((size_t)b * T + q_pos) * 3 * C], (size_t)Tq * 3 * C, &q_blk[(size_t)b * Tq * 3 * C]);
+    fast().attention_forward_block(bo.data(), bl.data(), q_blk.data(), qkv.data(), B, Tq, T, q_pos, C, NH);
+    fast().attention_backward_block(bdq.data(), bdkv.data(), bo.data(), q_blk.data(), qkv.data(), bo.data(), bl.data(),
+                                    B, Tq, T, q_pos, C, NH);
     std::vector<float> norm{(float)fast().squared_norm(x.data(), x.size())};
-    results[threads - 1] = {dx, dw, db, ao, al, dq, norm};
+    results[threads - 1] = {dx, dw, db, ao, al, dq, bo, bl, bdq, bdkv, norm};
   }
   for (size_t i = 0; i < results[0].size(); i++) BOOST_TEST((results[0][i] == results[1][i]), "result " << i);
 }

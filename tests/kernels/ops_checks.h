@@ -125,8 +125,8 @@ inline void check_embedding(const Backend& be, double rtol) {
 // dwpe are the unsplit gradients bitwise (the same additions in the same order).
 inline void check_embedding_vocab_parallel(const Backend& be) {
   for (auto [B, T, C, V] : {std::tuple{2, 9, 17, 7}, {3, 16, 64, 50}}) {
-    const std::string shape = std::to_string(B) + "x" + std::to_string(T) + " C=" + std::to_string(C) +
-                              " V=" + std::to_string(V);
+    const std::string shape =
+        std::to_string(B) + "x" + std::to_string(T) + " C=" + std::to_string(C) + " V=" + std::to_string(V);
     auto wte = randn((size_t)V * C, 90), wpe = randn((size_t)T * C, 91), dout = randn((size_t)B * T * C, 92);
     auto inp = randint((size_t)B * T, V, 93);
     Buf<float> d_wte(be, wte), d_wpe(be, wpe), d_dout(be, dout), out(be, dout.size(), 0.0f);
@@ -173,8 +173,8 @@ inline void check_layernorm(const Backend& be, double rtol) {
     auto dout = randn(x.size(), 13);
     auto dx1 = randn(x.size(), 14), dw1 = randn(C, 15), db1 = randn(C, 16);  // accumulate onto non-zero
     Buf<float> d_dout(be, dout), dx2(be, dx1), dw2(be, dw1), db2(be, db1), m1d(be, m1), r1d(be, r1);
-    ref().layernorm_backward(dx1.data(), dw1.data(), db1.data(), dout.data(), x.data(), w.data(), m1.data(),
-                             r1.data(), N, C);
+    ref().layernorm_backward(dx1.data(), dw1.data(), db1.data(), dout.data(), x.data(), w.data(), m1.data(), r1.data(),
+                             N, C);
     be.layernorm_backward(dx2, dw2, db2, d_dout, dx_, dw_, m1d, r1d, N, C);
     check_close(dx2.host(), dx1, "layernorm dinp", rtol);
     check_close(dw2.host(), dw1, "layernorm dweight", rtol);
@@ -199,8 +199,8 @@ inline void check_matmul(const Backend& be, double rtol) {
         std::vector<float> dx1(x.size());
         auto dw1 = randn(w.size(), 24), db1 = randn(OC, 25);
         Buf<float> d_dout(be, dout), dx2(be, x.size(), -7.0f), dw2(be, dw1), db2(be, db1), dw3(be, dw1);
-        ref().matmul_backward(dx1.data(), dw1.data(), with_bias ? db1.data() : nullptr, dout.data(), x.data(),
-                              w.data(), N, C, OC, layout);
+        ref().matmul_backward(dx1.data(), dw1.data(), with_bias ? db1.data() : nullptr, dout.data(), x.data(), w.data(),
+                              N, C, OC, layout);
         be.matmul_backward(dx2, dw2, with_bias ? db2.ptr : nullptr, d_dout, dx_, dw_, N, C, OC, layout);
         check_close(dx2.host(), dx1, "matmul dinp " + tag, rtol);
         check_close(dw2.host(), dw1, "matmul dweight " + tag, rtol);
@@ -238,8 +238,178 @@ inline void check_attention_shapes(const Backend& be, double rtol, const std::ve
   }
 }
 
+// ---- attention blocks (context parallelism): attention_forward_block / attention_backward_block ----
+
+// Rows t0 .. t0 + n - 1 of each sequence of x [B, T, width], as [B, n, width].
+inline std::vector<float> take_rows(const std::vector<float>& x, int B, int T, int width, int t0, int n) {
+  std::vector<float> y((size_t)B * n * width);
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < n; i++)
+      for (int c = 0; c < width; c++) y[((size_t)b * n + i) * width + c] = x[((size_t)b * T + t0 + i) * width + c];
+  return y;
+}
+
+// Columns c0 .. c1 - 1 of y [B, n, width] into rows t0 .. t0 + n - 1 of each sequence of x [B, T, width].
+inline void put_rows(std::vector<float>& x, const std::vector<float>& y, int B, int T, int width, int t0, int n, int c0,
+                     int c1) {
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < n; i++)
+      for (int c = c0; c < c1; c++) x[((size_t)b * T + t0 + i) * width + c] = y[((size_t)b * n + i) * width + c];
+}
+
+// check_close passes a NaN reference element (every comparison with NaN is false), so reference results are
+// checked for NaN first: an op that reads a NaN-poisoned input must fail.
+inline void require_finite(const std::vector<float>& x, const std::string& what) {
+  for (size_t i = 0; i < x.size(); i++) BOOST_REQUIRE_MESSAGE(std::isfinite(x[i]), what << ": non-finite at " << i);
+}
+
+// Context parallelism on `be`: the sequence in 2 cp chunks, rank r holding chunks r and 2 cp - 1 - r (Megatron's
+// load-balanced order, so the chunks run out of order); each chunk's queries run against the whole kv buffer (Tk = T:
+// the keys past the chunk are there and must not count). The chunks' out and lse must be the rows of `full`'s
+// attention_forward; their dq the rows of `full`'s attention_backward, and their dK, dV, accumulated into one zeroed
+// buffer, its k and v thirds. Then the block that is its own key range (q_pos 0, Tq = Tk = T), backward in place
+// (dq_qkv == dkv_qkv, k and v thirds zero) = attention_backward.
+inline void check_attention_context_parallel(const Backend& be, const Backend& full, double rtol) {
+  const int B = 2, T = 24, C = 32, NH = 4, C3 = 3 * C, cp = 2, chunk = T / (2 * cp);
+  const std::string tag = std::string(" (") + be.name + " blocks vs " + full.name + ")";
+  auto qkv = randn((size_t)B * T * C3, 100, 1.5f), dout = randn((size_t)B * T * C, 101);
+  std::vector<float> out_full, lse_full, dqkv_full;
+  {
+    Buf<float> f_qkv(full, qkv), f_dout(full, dout), o(full, (size_t)B * T * C, 0.0f),
+        l(full, (size_t)B * NH * T, 0.0f), d(full, qkv.size(), 5.0f);
+    full.attention_forward(o, l, f_qkv, B, T, C, NH);
+    full.attention_backward(d, f_dout, f_qkv, o, l, B, T, C, NH);
+    out_full = o.host(), lse_full = l.host(), dqkv_full = d.host();
+  }
+  require_finite(dqkv_full, "full attention dqkv" + tag);
+  Buf<float> d_qkv(be, qkv), dkv(be, qkv.size(), 0.0f);
+  std::vector<float> out_cp(out_full.size(), NAN), lse_cp(lse_full.size(), NAN), dqkv_cp(qkv.size(), NAN);
+  for (int r = 0; r < cp; r++)
+    for (int c : {r, 2 * cp - 1 - r}) {
+      const int q_pos = c * chunk;
+      Buf<float> q_c(be, take_rows(qkv, B, T, C3, q_pos, chunk)), dout_c(be, take_rows(dout, B, T, C, q_pos, chunk));
+      Buf<float> o_c(be, (size_t)B * chunk * C, NAN), l_c(be, (size_t)B * NH * chunk, NAN);
+      Buf<float> dq_c(be, (size_t)B * chunk * C3, 7.0f);
+      be.attention_forward_block(o_c, l_c, q_c, d_qkv, B, chunk, T, q_pos, C, NH);
+      be.attention_backward_block(dq_c, dkv, dout_c, q_c, d_qkv, o_c, l_c, B, chunk, T, q_pos, C, NH);
+      put_rows(out_cp, o_c.host(), B, T, C, q_pos, chunk, 0, C);
+      const auto l = l_c.host();
+      for (int bh = 0; bh < B * NH; bh++)
+        for (int i = 0; i < chunk; i++) lse_cp[(size_t)bh * T + q_pos + i] = l[(size_t)bh * chunk + i];
+      const auto dq = dq_c.host();
+      put_rows(dqkv_cp, dq, B, T, C3, q_pos, chunk, 0, C);
+      bool kv_thirds_untouched = true;
+      for (size_t row = 0; row < (size_t)B * chunk; row++)
+        for (int col = C; col < C3; col++) kv_thirds_untouched &= dq[row * C3 + col] == 7.0f;
+      BOOST_TEST(kv_thirds_untouched, "dq_qkv's k and v thirds must stay untouched, chunk " << c << tag);
+    }
+  const auto dkv_h = dkv.host();
+  bool q_third_untouched = true;
+  for (size_t row = 0; row < (size_t)B * T; row++)
+    for (int col = 0; col < C; col++) q_third_untouched &= dkv_h[row * C3 + col] == 0.0f;
+  BOOST_TEST(q_third_untouched, "dkv_qkv's q third must stay untouched" << tag);
+  put_rows(dqkv_cp, dkv_h, B, T, C3, 0, T, C, C3);
+  check_close(out_cp, out_full, "context-parallel attention out" + tag, rtol);
+  check_close(lse_cp, lse_full, "context-parallel attention lse" + tag, rtol);
+  check_close(dqkv_cp, dqkv_full, "context-parallel attention dqkv" + tag, rtol);
+
+  // the whole sequence as one block, backward in place
+  Buf<float> o(be, out_full.size(), NAN), l(be, lse_full.size(), NAN), d_dout(be, dout);
+  be.attention_forward_block(o, l, d_qkv, d_qkv, B, T, T, 0, C, NH);
+  check_close(o.host(), out_full, "self-block attention out" + tag, rtol);
+  check_close(l.host(), lse_full, "self-block attention lse" + tag, rtol);
+  std::vector<float> d_init(qkv.size(), 0.0f);
+  for (size_t row = 0; row < (size_t)B * T; row++)
+    for (int col = 0; col < C; col++) d_init[row * C3 + col] = 9.0f;  // the q third is overwritten
+  Buf<float> d(be, d_init), f_out(be, out_full), f_lse(be, lse_full);
+  be.attention_backward_block(d, d, d_dout, d_qkv, d_qkv, f_out, f_lse, B, T, T, 0, C, NH);
+  check_close(d.host(), dqkv_full, "self-block attention dqkv in place" + tag, rtol);
+}
+
+struct AttentionBlockShape {
+  int B, Tq, Tk, q_pos, C, NH;
+};
+
+// `be`'s block ops vs the reference's, with q_pos > 0 and keys past the block's last query (Tk > q_pos + Tq) on most
+// shapes. Inputs never to be read hold NaN: q_qkv's k and v thirds, kv_qkv's q third and its rows from q_pos + Tq
+// on, so any read of them shows up as a non-finite result. Output semantics, checked bitwise on both backends: dq_qkv's
+// k and v thirds, dkv_qkv's q third and its rows from q_pos + Tq on are untouched; out, lse and dq_qkv's q third are
+// overwritten (they start as NaN); dkv_qkv's k and v thirds are accumulated (starting from X gives X + the result
+// from zero).
+inline void check_attention_block(const Backend& be, double rtol) {
+  for (auto s : std::vector<AttentionBlockShape>{{2, 5, 23, 7, 24, 3},
+                                                 {1, 1, 9, 0, 8, 2},
+                                                 {3, 1, 9, 8, 8, 2},
+                                                 {2, 17, 40, 20, 64, 2},
+                                                 {1, 33, 70, 30, 30, 5},
+                                                 {1, 20, 50, 12, 128, 2},
+                                                 {2, 9, 30, 16, 128, 1}}) {
+    const int C3 = 3 * s.C, Tn = s.q_pos + s.Tq;
+    const std::string tag = std::to_string(s.B) + "x" + std::to_string(s.Tq) + " at " + std::to_string(s.q_pos) +
+                            " of " + std::to_string(s.Tk) + " C=" + std::to_string(s.C) + "/" + std::to_string(s.NH);
+    auto q_qkv = randn((size_t)s.B * s.Tq * C3, 110, 1.5f), kv_qkv = randn((size_t)s.B * s.Tk * C3, 111, 1.5f);
+    auto dout = randn((size_t)s.B * s.Tq * s.C, 112), dkv_x = randn(kv_qkv.size(), 113);
+    for (size_t row = 0; row < (size_t)s.B * s.Tq; row++)
+      for (int col = s.C; col < C3; col++) q_qkv[row * C3 + col] = NAN;
+    for (int b = 0; b < s.B; b++)
+      for (int t = 0; t < s.Tk; t++)
+        for (int col = 0; col < C3; col++)
+          if (col < s.C || t >= Tn) kv_qkv[((size_t)b * s.Tk + t) * C3 + col] = NAN;
+    std::vector<float> dq_init(q_qkv.size(), 3.0f);
+    for (size_t row = 0; row < (size_t)s.B * s.Tq; row++)
+      for (int col = 0; col < s.C; col++) dq_init[row * C3 + col] = NAN;
+
+    struct Result {
+      std::vector<float> out, lse, dq, dkv, dkv_from_zero;
+    };
+    auto run = [&](const Backend& b) {
+      Buf<float> d_q(b, q_qkv), d_kv(b, kv_qkv), d_dout(b, dout), o(b, (size_t)s.B * s.Tq * s.C, NAN),
+          l(b, (size_t)s.B * s.NH * s.Tq, NAN), dq(b, dq_init), dkv(b, dkv_x), dkv0(b, dkv_x.size(), 0.0f);
+      b.attention_forward_block(o, l, d_q, d_kv, s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH);
+      b.attention_backward_block(dq, dkv, d_dout, d_q, d_kv, o, l, s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH);
+      b.attention_backward_block(dq, dkv0, d_dout, d_q, d_kv, o, l, s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH);
+      return Result{o.host(), l.host(), dq.host(), dkv.host(), dkv0.host()};
+    };
+    const Result want = run(ref()), got = run(be);
+    for (const auto* r : {&want, &got}) {
+      const std::string who = std::string(r == &want ? " (reference) " : " ") + tag;
+      require_finite(r->out, "attention block out" + who);
+      require_finite(r->lse, "attention block lse" + who);
+      bool untouched = true, finite = true;
+      for (size_t row = 0; row < (size_t)s.B * s.Tq; row++)
+        for (int col = 0; col < C3; col++) {
+          const float x = r->dq[row * C3 + col];
+          if (col < s.C) finite &= std::isfinite(x);
+          else untouched &= x == 3.0f;
+        }
+      BOOST_TEST(finite, "dq_qkv's q third must be overwritten" << who);
+      BOOST_TEST(untouched, "dq_qkv's k and v thirds must stay untouched" << who);
+      untouched = true;
+      std::vector<float> sum(dkv_x.size());
+      for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.Tk; t++)
+          for (int col = 0; col < C3; col++) {
+            const size_t e = ((size_t)b * s.Tk + t) * C3 + col;
+            if (col < s.C || t >= Tn) untouched &= r->dkv[e] == dkv_x[e] && r->dkv_from_zero[e] == 0.0f;
+            sum[e] = dkv_x[e] + r->dkv_from_zero[e];
+          }
+      BOOST_TEST(untouched, "dkv_qkv's q third and rows past the block's keys must stay untouched" << who);
+      require_finite(r->dkv, "attention block dkv" + who);
+      check_close(r->dkv, sum, "attention block dkv accumulates" + who, rtol);
+    }
+    check_close(got.out, want.out, "attention block out " + tag, rtol);
+    check_close(got.lse, want.lse, "attention block lse " + tag, rtol);
+    check_close(got.dq, want.dq, "attention block dq_qkv " + tag, rtol);
+    check_close(got.dkv, want.dkv, "attention block dkv_qkv " + tag, rtol);
+  }
+}
+
+// The plain ops on odd shapes, then the block ops (the CUDA backend runs its simple kernels for those): vs the
+// reference, and a context-parallel split vs the reference's whole-sequence attention.
 inline void check_attention(const Backend& be, double rtol) {
   check_attention_shapes(be, rtol, {{1, 1, 8, 2}, {2, 7, 24, 3}, {3, 33, 30, 5}, {2, 64, 64, 4}, {1, 80, 128, 2}});
+  check_attention_block(be, rtol);
+  check_attention_context_parallel(be, ref(), rtol);
 }
 
 // The reference evaluates 0.5x(1 + tanh(y)) as GPT-2/PyTorch write it; where tanh(y) ~ -1 that form loses ~1 ulp
@@ -400,8 +570,8 @@ inline void check_argmax(const Backend& be) {
     auto x = randn((size_t)N * Vp, 70);
     for (int n = 0; n < N; n++) {
       float* row = x.data() + (size_t)n * Vp;
-      for (int j = V; j < Vp; j++) row[j] = 100.0f;  // never real: must be ignored
-      if (n % 4 == 1 && V > 3) row[V - 1] = row[V / 2] = 50.0f;  // tie: the first index wins
+      for (int j = V; j < Vp; j++) row[j] = 100.0f;                     // never real: must be ignored
+      if (n % 4 == 1 && V > 3) row[V - 1] = row[V / 2] = 50.0f;         // tie: the first index wins
       if (n % 4 == 2 && V > 3) row[V - 2] = NAN, row[V / 3 + 1] = NAN;  // NaN: the first NaN wins
       if (n % 4 == 3) row[0] = NAN;
     }

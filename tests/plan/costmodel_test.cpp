@@ -56,6 +56,15 @@ ModelSpec llama(int64_t l, int64_t h, int64_t a, int64_t kv, int64_t f, int64_t 
 
 // Llama 3 8B at a 64k context: the context-parallelism checks' model.
 ModelSpec llama3_8b_64k() { return llama(32, 4096, 32, 8, 14336, 65536, 128256); }
+// One node of 8 H100-class GPUs with memory to spare (the context-parallelism cases).
+Cluster eight_gpus() {
+  Cluster c;
+  c.nodes = 1;
+  c.gpus_per_node = 8;
+  c.peak_tflops = 989;
+  c.hbm_gib = 1e6;
+  return c;
+}
 
 }  // namespace
 
@@ -495,11 +504,7 @@ BOOST_AUTO_TEST_CASE(selective_recompute_with_sp_saves_what_korthikanti_measured
 
 BOOST_AUTO_TEST_CASE(context_parallelism_splits_the_sequence) {
   const ModelSpec m = llama3_8b_64k();
-  Cluster c;
-  c.nodes = 1;
-  c.gpus_per_node = 8;
-  c.peak_tflops = 989;
-  c.hbm_gib = 1e6;
+  const Cluster c = eight_gpus();
   Assumptions a;
   Plan p;
   p.tp = 2;
@@ -523,6 +528,29 @@ BOOST_AUTO_TEST_CASE(context_parallelism_splits_the_sequence) {
   BOOST_TEST(std::abs(cp2.b.act_per_layer / no_cp.b.act_per_layer - 0.5) < 1e-9);
   BOOST_TEST(cp2.b.cp_comm + cp2.b.overlap_slowdown > 0);
   BOOST_TEST(plan_string(q).find("cp=2") != std::string::npos);
+}
+
+// plan.cp_comm = allgather (Megatron --cp-comm-type all_gather, what cairn-train runs): per layer and micro-batch an
+// exposed all-gather of every rank's K/V chunk forward, and again with a reduce-scatter of their gradients backward.
+BOOST_AUTO_TEST_CASE(context_parallelism_by_all_gather) {
+  const ModelSpec m = llama3_8b_64k();
+  const Cluster c = eight_gpus();
+  Assumptions a;
+  a.flash_attention = true;
+  Plan p;
+  p.tp = 2, p.dp = 2, p.cp = 2, p.mb = 1, p.zero = 1, p.sp = true;
+  const Evaluation ring = evaluate(m, c, p, 8, a);
+  a.cp_allgather = true;
+  const Evaluation gathered = evaluate(m, c, p, 8, a);
+  BOOST_REQUIRE(ring.feasible());
+  BOOST_REQUIRE(gathered.feasible());
+  // K and V of the whole sequence, this TP rank's heads, bf16: cp chunks of s/cp tokens
+  const double kv_all = 2.0 * m.seq_len * (m.kv_heads * m.head_dim() / p.tp) * 2;
+  const double ag = collective_time(c, Collective::AllGather, kv_all, 2, 2);
+  const double rs = collective_time(c, Collective::ReduceScatter, kv_all, 2, 2);
+  const double micro_batches = 8 / (p.dp * p.mb);
+  BOOST_TEST(gathered.b.cp_comm == micro_batches * m.layers * (2 * ag + rs), boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(gathered.b.cp_comm > ring.b.cp_comm);  // the ring hides its transfers behind the attention blocks
 }
 
 BOOST_AUTO_TEST_CASE(power_cap_lowers_the_sustained_clock) {
@@ -880,10 +908,7 @@ BOOST_AUTO_TEST_CASE(context_parallel_steps_merge_their_partial_outputs) {
   // (no per-kernel overhead here); the rest is the merges: per layer, micro-batch and step, forward 10 bytes per local
   // query element (partial output read, fp32 accumulator read and written), backward 6 per dQ, dK, dV element.
   const ModelSpec m = llama3_8b_64k();
-  Cluster c;
-  c.gpus_per_node = 8;
-  c.peak_tflops = 989;
-  c.hbm_gib = 1e6;
+  Cluster c = eight_gpus();
   c.kernel_overhead_us = 0;
   Assumptions a;
   a.flash_attention = true;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # cairn-train's parallel layouts against 1 rank: tp2, pp2 (1F1B), pp2 x v2 (interleaved), tp2 + sp, dp2 x tp2,
-# dp2 x pp2, tp2 x pp2, dp2 ZeRO-1, dp2 x tp2 ZeRO-1, dp2 x tp2 x pp2 (8 ranks) and an uneven pp2 split
-# (stage_layers = [2, 3] of 5 layers) give the same 30 losses (1e-5 relative), gradient norms (1e-4), validation
-# losses (1e-5) and step-30 parameters (1e-5 of each tensor's max) as 1 rank. The 8-rank step-15 checkpoint resumes
-# as 1 rank, dp2 and tp2 x pp2 (steps 16..30 as 1 rank's); tp2 x pp2 resumed by tp2 x pp2 is bitwise its own
+# dp2 x pp2, tp2 x pp2, dp2 ZeRO-1, dp2 x tp2 ZeRO-1, dp2 x tp2 x pp2 (8 ranks), ZeRO-2/3, context parallelism (cp2,
+# cp2 x tp2 + sp, dp2 x cp2 x pp2 ZeRO-2 on 8 ranks) and an uneven pp2 split (stage_layers = [2, 3] of 5 layers) give
+# the same 30 losses (1e-5 relative), gradient norms (1e-4), validation losses (1e-5) and step-30 parameters (1e-5 of
+# each tensor's max) as 1 rank. The 8-rank step-15 checkpoints resume as 1 rank, dp2 and tp2 x pp2 (steps 16..30 as
+# 1 rank's); tp2 x pp2 resumed by tp2 x pp2 is bitwise its own
 # uninterrupted run; cairn-eval scores the 8-rank checkpoint as the 1-rank one. Metrics carry tp_comm, pp_wait and
 # mem_gib, the trace has pipeline waits on every rank; impossible layouts exit 2 with a clear message, writing nothing.
 set -euo pipefail
@@ -59,10 +60,15 @@ train dp2tp2pp2 8 --set model.layers=4 "${DP2[@]}" --set parallel.dp=2 "${TP[@]}
 train dp2z2 2 --set model.layers=4 "${DP2[@]}" --set parallel.zero=2
 train dp2z3 2 --set model.layers=4 "${DP2[@]}" --set parallel.zero=3
 train dp2tp2pp2z3 8 --set model.layers=4 "${DP2[@]}" --set parallel.dp=2 "${TP[@]}" "${PP[@]}" --set parallel.zero=3
+# context parallelism: each 32-token sequence in 4 chunks of 8 (rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2)
+CP=(--set parallel.cp=2)
+train cp2 2 --set model.layers=4 "${CP[@]}"
+train cp2tp2sp 4 --set model.layers=4 "${CP[@]}" "${TP[@]}" --set 'parallel.sp="on"'
+train dp2cp2pp2z2 8 --set model.layers=4 "${DP2[@]}" --set parallel.dp=2 "${CP[@]}" "${PP[@]}" --set parallel.zero=2
 # ---- 3. uneven pipeline: 5 layers as 2 + 3, against its own 1-rank reference
 train l5r1 1 --set model.layers=5
 train l5pp2 2 --set model.layers=5 "${PP[@]}" --set 'parallel.stage_layers=[2,3]'
-echo "layouts: $(( SECONDS - T0 )) s for the 17 training runs"
+echo "layouts: $(( SECONDS - T0 )) s for the 20 training runs"
 
 # ---- 4. cross-layout resume: the 8-rank step-15 checkpoint as 1 rank, dp2 and tp2 x pp2; tp2 x pp2 by itself
 # resume NAME FROM RANKS ARGS...: copy run FROM without its step-30 checkpoint and resume it from step 15
@@ -82,6 +88,8 @@ resume() {
 resume res8to1 dp2tp2pp2 1 --set model.layers=4
 resume res8todp2 dp2tp2pp2 2 --set model.layers=4 "${DP2[@]}"
 resume res8totp2pp2 dp2tp2pp2 4 --set model.layers=4 "${TP[@]}" "${PP[@]}"
+resume rescp8to1 dp2cp2pp2z2 1 --set model.layers=4
+resume rescp8tocp2 dp2cp2pp2z2 2 --set model.layers=4 "${CP[@]}"
 resume restp2pp2 tp2pp2 4 --set model.layers=4 "${TP[@]}" "${PP[@]}"
 
 # cairn-eval on the step-30 checkpoints of 1 rank and of dp2 x tp2 x pp2 (the whole validation split)
@@ -144,6 +152,9 @@ layouts = [  # run, reference, layout as the checkpoint records it
     ("dp2z2", "r1", "dp2 x tp1 x pp1, micro-batch 2 x 2, ZeRO-2"),
     ("dp2z3", "r1", "dp2 x tp1 x pp1, micro-batch 2 x 2, ZeRO-3"),
     ("dp2tp2pp2z3", "r1", "dp2 x tp2 x pp2 (layers 2+2), micro-batch 2 x 2, ZeRO-3"),
+    ("cp2", "r1", "dp1 x cp2 x tp1 x pp1, micro-batch 2 x 4"),
+    ("cp2tp2sp", "r1", "dp1 x cp2 x tp2 x pp1, micro-batch 2 x 4, sp"),
+    ("dp2cp2pp2z2", "r1", "dp2 x cp2 x tp1 x pp2 (layers 2+2), micro-batch 2 x 2, ZeRO-2"),
     ("l5pp2", "l5r1", "dp1 x tp1 x pp2 (layers 2+3), micro-batch 2 x 4"),
 ]
 print(f"{'layout':<12} {'loss':>9} {'grad_norm':>9} {'val_loss':>9} {'params':>9}  worst tensor  (max relative difference vs 1 rank)")
@@ -169,11 +180,13 @@ check(r1[-1]["loss"] < r1[0]["loss"] - 0.5, f"r1: the loss did not fall ({r1[0][
 
 # ---- resumes: steps 16..30 (and the step-30 parameters) of the 8-rank checkpoint resumed by other layouts
 ref = train("r1")
-for run in ("res8to1", "res8todp2", "res8totp2pp2"):
+for run, source in (("res8to1", "dp2 x tp2 x pp2"), ("res8todp2", "dp2 x tp2 x pp2"),
+                    ("res8totp2pp2", "dp2 x tp2 x pp2"), ("rescp8to1", "dp2 x cp2 x pp2 ZeRO-2"),
+                    ("rescp8tocp2", "dp2 x cp2 x pp2 ZeRO-2")):
     t = train(run)
     dl = max(rel(a["loss"], b["loss"]) for a, b in zip(t[15:], ref[15:]))
     dp, name = param_diff(run, "r1")
-    print(f"{run:<12} {dl:9.2e} {'':>9} {'':>9} {dp:9.2e}  {name}  (dp2 x tp2 x pp2 step 15 -> {ckpt(run)[1]['layout']})")
+    print(f"{run:<12} {dl:9.2e} {'':>9} {'':>9} {dp:9.2e}  {name}  ({source} step 15 -> {ckpt(run)[1]['layout']})")
     check(dl <= 1e-5, f"{run}: resumed steps 16..30 differ from 1 rank's by {dl:.3e} relative (> 1e-5)")
     check(dp <= 1e-5, f"{run}: step-30 tensor {name} differs from 1 rank's by {dp:.3e} of its max (> 1e-5)")
 # same layout: bitwise
@@ -198,17 +211,19 @@ de = rel(e8, e1)
 print(f"cairn-eval val loss at step 30: 1 rank {e1:.7f}, dp2 x tp2 x pp2 {e8:.7f}, relative difference {de:.2e}")
 check(de <= 1e-5, f"cairn-eval: val loss of the 8-rank checkpoint {e8} vs 1 rank's {e1}: {de:.3e} relative (> 1e-5)")
 
-# ---- 5. metrics: tp_comm, pp_wait, mem_gib; the trace of pp2 x v2
-runs = ["r1", "l5r1"] + [r for r, _, _ in layouts] + ["res8to1", "res8todp2", "res8totp2pp2", "restp2pp2"]
+# ---- 5. metrics: tp_comm, cp_comm, pp_wait, mem_gib; the trace of pp2 x v2
+runs = ["r1", "l5r1"] + [r for r, _, _ in layouts] + ["res8to1", "res8todp2", "res8totp2pp2", "restp2pp2",
+                                                       "rescp8to1", "rescp8tocp2"]
 for run in runs:
     bad = [l["step"] for l in train(run) if not l.get("mem_gib", 0) > 0]
     check(not bad, f"{run}: train lines without mem_gib > 0 at steps {bad}")
-    bad = [l["step"] for l in train(run) if not {"tp_comm", "pp_wait"} <= set(l["time_s"])]
-    check(not bad, f"{run}: time_s lacks tp_comm / pp_wait at steps {bad}")
+    bad = [l["step"] for l in train(run) if not {"tp_comm", "cp_comm", "pp_wait"} <= set(l["time_s"])]
+    check(not bad, f"{run}: time_s lacks tp_comm / cp_comm / pp_wait at steps {bad}")
 check(any(l["time_s"]["tp_comm"] > 0 for l in train("tp2")), "tp2: time_s.tp_comm is 0 on every step")
 check(any(l["time_s"]["pp_wait"] > 0 for l in train("pp2")), "pp2: time_s.pp_wait is 0 on every step")
-check(all(l["time_s"]["tp_comm"] == 0 and l["time_s"]["pp_wait"] == 0 for l in train("r1")),
-      "r1: 1 rank reports tensor-parallel or pipeline time")
+check(any(l["time_s"]["cp_comm"] > 0 for l in train("cp2")), "cp2: time_s.cp_comm is 0 on every step")
+check(all(l["time_s"]["tp_comm"] == 0 and l["time_s"]["cp_comm"] == 0 and l["time_s"]["pp_wait"] == 0
+          for l in train("r1")), "r1: 1 rank reports tensor-parallel, context-parallel or pipeline time")
 trace = json.load(open(f"{w}/pp2v2/train/trace.json"))
 ev = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
 pids = {e["pid"] for e in ev}
@@ -246,4 +261,7 @@ expect2 v2_3micro 2 "= 6/(1*2) = 3, to be a multiple of [parallel] pp = 2" \
   --set model.layers=4 "${PP[@]}" --set parallel.v=2 --set train.global_batch=6
 expect2 sp_odd 2 "sp = on splits micro-batch * [model] seq_len = 1*33 = 33 tokens over [parallel] tp = 2" \
   --set model.layers=4 "${TP[@]}" --set 'parallel.sp="on"' --set train.micro_batch=1 --set model.seq_len=33
+expect2 cp2_seq30 2 "[model] seq_len = 30 is not divisible by 2*[parallel] cp = 2*2 = 4" \
+  --set model.layers=4 "${CP[@]}" --set model.seq_len=30
+expect2 np3_cp2 3 "the 3 MPI ranks are not divisible by [parallel] cp*tp*pp = 2*1*1" --set model.layers=4 "${CP[@]}"
 echo "train layouts: all checks passed in $(( SECONDS - T0 )) s"

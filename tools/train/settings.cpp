@@ -79,6 +79,7 @@ parallel::Layout read_layout(const Settings& s, const TrainSection& t, const Par
   req.tp = p.tp;
   req.pp = p.pp;
   req.v = p.v;
+  req.cp = p.cp;
   req.zero = p.zero;
   req.sp = p.sp == "on";
   req.micro_batch = t.micro_batch > 0 ? t.micro_batch : p.mb;
@@ -88,10 +89,7 @@ parallel::Layout read_layout(const Settings& s, const TrainSection& t, const Par
   req.hidden = static_cast<int>(m.hidden);
   req.seq_len = s.T;
   for (int64_t n : p.stage_layers) req.stage_layers.push_back(static_cast<int>(n));
-  // cairn-plan also models context parallelism and TP overlap (for GPU clusters); say plainly what runs here.
-  if (p.cp > 1)
-    throw UsageError("[parallel] cp = " + std::to_string(p.cp) +
-                     ": cairn-train does not implement context parallelism; constrain the planner with --plan cp=1");
+  // cairn-plan also models TP overlap (for GPU clusters); say plainly what runs here.
   if (p.tp_overlap == "on" && s.rank == 0)
     CAIRN_LOG_WARN("[parallel] tp_overlap = on: cairn-train runs its TP collectives synchronously; the predicted step "
                    "time assumes they overlap");

@@ -285,7 +285,7 @@ std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) 
 // model.h5 (rank 0) and this rank's optimizer file into tmp. Collective when pieces are assembled.
 void TrainCheckpoints::write_files(const std::string& tmp, const TrainProgress& p, const StepGuard& g) const {
   const size_t N = gpt::count_params(config_);
-  const bool dp0 = groups_.coords.dp == 0;
+  const bool dp0 = groups_.first_replica();  // data- and context-parallel rank 0: one copy of each piece
   std::vector<float> params, m, v;
   if (whole()) {
     if (s_.rank == 0) params = to_host(backend_, chunks_.front().model->params(), N);

@@ -100,6 +100,11 @@ class Trainer {
   double recv_floats(Chunk& ch, float* dst, size_t n, int from, int tag);
   void wait_sends();
   size_t stream_floats(const Chunk& ch) const;
+  // Tokens of a sequence on this rank: seq_len, or seq_len / cp with context parallelism.
+  int local_T() const { return s_.T / s_.layout.cp; }
+  // Context parallelism: this rank's share of a micro-batch, the rows of chunks cp_rank and 2cp-1-cp_rank of each
+  // sequence (the order gpt::ShardSpec describes); the micro-batch itself without.
+  MicroBatch context_share(MicroBatch mb) const;
   // Collectives over a sub-group on the backend's memory (staged through host memory on a device backend).
   void allreduce_backend(float* buf, size_t n, MPI_Comm comm);
   std::vector<float> assemble_params();
@@ -148,6 +153,10 @@ class Trainer {
   std::vector<Chunk> chunks_;
   gpt::TpComm tp_comm_;
   double tp_comm_s_ = 0;  // seconds in tensor-parallel collectives (this step so far)
+  // The context-parallel group's collectives (cp > 1) and NCCL communicator (GPU).
+  std::unique_ptr<gpu::Nccl> cp_nccl_;
+  gpt::TpComm cp_comm_;
+  double cp_comm_s_ = 0;  // seconds in context-parallel collectives (this step so far)
   // Pipeline sends in flight: each owns its buffer until MPI is done with it. Nothing waits for a send mid-step (a
   // rank blocked on its own send while the receiver waits for that rank would deadlock); wait_sends() at the end.
   struct PendingSend {
@@ -278,21 +287,22 @@ void Trainer::build_model() {
   const parallel::Layout& L = s_.layout;
   groups_ = std::make_unique<parallel::Groups>(L);
   const parallel::Coords& at = groups_->coords;
-  if (L.tp > 1) {
-    auto count = [this](double seconds) {
-      tp_comm_s_ += seconds;
+  // A group's collectives (TP, CP): NCCL on GPUs, MPI here, each call's time added to `seconds` and, while tracing,
+  // an event on the rank's comm row.
+  auto group_comm = [this](MPI_Comm comm, std::unique_ptr<gpu::Nccl>& nccl, double& seconds, const char* event) {
+    auto count = [this, &seconds, event](double s) {
+      seconds += s;
       if (trace_.active()) {
         const double t = monotonic_seconds();
-        trace_.event("tensor-parallel collective", "comm", t - seconds, t, nullptr, 1);
+        trace_.event(event, "comm", t - s, t, nullptr, 1);
       }
     };
-    if (s_.on_gpu) {
-      tp_nccl_ = std::make_unique<gpu::Nccl>(groups_->tp);  // collective over the TP group
-      tp_comm_ = gpu::nccl_tp_comm(*tp_nccl_, count);
-    } else {
-      tp_comm_ = gpt::mpi_tp_comm(groups_->tp, count);
-    }
-  }
+    if (!s_.on_gpu) return gpt::mpi_tp_comm(comm, count);
+    nccl = std::make_unique<gpu::Nccl>(comm);
+    return gpu::nccl_tp_comm(*nccl, count);
+  };
+  if (L.tp > 1) tp_comm_ = group_comm(groups_->tp, tp_nccl_, tp_comm_s_, "tensor-parallel collective");
+  if (L.cp > 1) cp_comm_ = group_comm(groups_->cp, cp_nccl_, cp_comm_s_, "context-parallel collective");
   if (L.pp > 1) pipeline::max_message_tag(L.pp, L.v, s_.accum);  // throws when the tags would not fit
   for (int c = 0; c < L.v; ++c) {
     Chunk ch;
@@ -301,12 +311,14 @@ void Trainer::build_model() {
     ch.spec.tp = L.tp;
     ch.spec.tp_rank = at.tp;
     ch.spec.sequence_parallel = L.sp;
+    ch.spec.cp = L.cp;
+    ch.spec.cp_rank = at.cp;
     ch.spec.first_layer = first;
     ch.spec.num_layers = count;
     ch.spec.has_embedding = ch.stage == 0;
     ch.spec.has_head = ch.stage == L.pp * L.v - 1;
     try {
-      ch.model = std::make_unique<gpt::Model>(gcfg_, *backend_, true, ch.spec, tp_comm_);
+      ch.model = std::make_unique<gpt::Model>(gcfg_, *backend_, true, ch.spec, tp_comm_, cp_comm_);
     } catch (const UsageError& e) {
       throw UsageError(std::string("[model] / [parallel]: ") + e.what());
     }
@@ -323,7 +335,7 @@ void Trainer::build_model() {
     ch.model->set_recompute(s_.recompute);
     if (!act_pool_) act_pool_ = std::make_shared<gpt::ActivationPool>(*backend_);
     ch.model->set_activation_pool(act_pool_);
-    ch.model->add_pool_sizes(s_.micro, s_.T);
+    ch.model->add_pool_sizes(s_.micro, local_T());
     ch.map = piece_map(gcfg_, ch.spec);
     ch.norm_ranges = norm_ranges(ch.model->tensors(), ch.spec);
     if (L.pp > 1 && (ch.spec.has_embedding || ch.spec.has_head)) {
@@ -331,7 +343,9 @@ void Trainer::build_model() {
       ch.tied_first = wte->offset;
       ch.tied_count = wte->size;
     }
-    ch.shards = Shards::over(groups_->dp, ch.model->num_params(), s_.zero >= 1);
+    // Gradients are summed (and ZeRO shards) over every rank that holds the same parameters: the data-parallel
+    // replicas and, within each, the context-parallel ranks (Megatron's data-parallel group with context parallelism).
+    ch.shards = Shards::over(groups_->dp_cp, ch.model->num_params(), s_.zero >= 1);
     // ZeRO-1 over MPI reduce-scatters into the flat gradient itself; ZeRO-2/3 keep only the shard (their units borrow
     // the rest), NCCL's grouped reduce writes a separate buffer.
     if (ch.shards.shard > 0 && (s_.zero >= 2 || s_.on_gpu)) ch.shard_grads = BackendBuffer(backend_, ch.shards.count());
@@ -342,12 +356,12 @@ void Trainer::build_model() {
     if (s_.zero >= 2 && ch.shards.size > 1) {
       if (s_.zero == 3) ch.param_shard = BackendBuffer(backend_, ch.shards.count());
       // the tied wte copy's gradient waits for the embedding group's sum (unit 0 holds wte)
-      ch.zero = std::make_unique<ZeroUnits>(groups_->dp, ch.shards, ch.model->units(), *backend_, s_.zero == 3,
+      ch.zero = std::make_unique<ZeroUnits>(groups_->dp_cp, ch.shards, ch.model->units(), *backend_, s_.zero == 3,
                                             ch.param_shard.data(), ch.shard_grads.data(), ch.tied_count > 0 ? 0 : -1);
     }
     if (ch.shards.size > 1 && s_.zero < 3) {
-      ch.sync = make_grad_sync(s_.on_gpu, groups_->dp, *backend_, ch.shards, ch.model->grads(), ch.shard_grads.data(),
-                               s_.bucket_bytes, trace_);
+      ch.sync = make_grad_sync(s_.on_gpu, groups_->dp_cp, *backend_, ch.shards, ch.model->grads(),
+                               ch.shard_grads.data(), s_.bucket_bytes, trace_);
     }
     ch.slot_of_micro.assign(static_cast<size_t>(s_.accum), -1);
     chunks_.push_back(std::move(ch));
@@ -528,6 +542,7 @@ void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault faul
   micro_.clear();
   loss_sum_ = 0;
   tp_comm_s_ = 0;
+  cp_comm_s_ = 0;
   const parallel::Layout& L = s_.layout;
   std::vector<int> backwards_left(chunks_.size(), s_.accum);
   for (const pipeline::Action& a : pipeline::one_f_one_b(L.pp, L.v, groups_->coords.pp, s_.accum)) {
@@ -537,17 +552,19 @@ void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault faul
   wait_sends();
   finish_grads(tm);
 
-  // Loss over the global batch (the last stage's TP rank 0 speaks for each micro-batch); norm of the averaged
-  // gradient (each parameter counted once); scaled by the data-parallel replicas and micro-batches.
+  // Loss over the global batch (the last stage's TP rank 0 speaks for each micro-batch, each CP rank for its share of
+  // the tokens); norm of the averaged gradient (each parameter counted once); scaled by the data- and context-parallel
+  // ranks and micro-batches.
   const bool speaks = chunks_.back().spec.has_head && groups_->coords.tp == 0;
   double sums[2] = {speaks ? loss_sum_ : 0.0, global_norm_sq()};
-  double scale = 1.0 / (static_cast<double>(s_.accum) * L.dp);
+  double scale = 1.0 / (static_cast<double>(s_.accum) * L.dp * L.cp);
   if (s_.world > 1) mpi::allreduce_inplace(sums, 2);
   loss = static_cast<float>(sums[0] * scale);
   norm_sq = sums[1] * scale * scale;
   if (fault == Fault::NanLoss) loss = std::numeric_limits<float>::quiet_NaN();
   if (fault == Fault::LossSpike) loss *= 50.0f;
   tm.tp_comm = tp_comm_s_;
+  tm.cp_comm = cp_comm_s_;
   tm.total = monotonic_seconds() - step_t0;  // optimizer time is added by the caller
 }
 
@@ -556,7 +573,7 @@ const MicroBatch& Trainer::micro_batch(int k, StepTimes& tm) {
   while (static_cast<int>(micro_.size()) <= k) {
     double t0 = monotonic_seconds(), wait = 0;
     phase_begin("data");
-    micro_.push_back(loader_->next(&wait));
+    micro_.push_back(context_share(loader_->next(&wait)));
     phase_end();
     tm.data += wait;
     trace_.event("data", "phase", t0, monotonic_seconds(),
@@ -565,8 +582,29 @@ const MicroBatch& Trainer::micro_batch(int k, StepTimes& tm) {
   return micro_[static_cast<size_t>(k)];
 }
 
+MicroBatch Trainer::context_share(MicroBatch mb) const {
+  const int cp = s_.layout.cp;
+  if (cp == 1) return mb;
+  const int S = mb.T / (2 * cp), T_local = 2 * S, rank = groups_->coords.cp;
+  std::vector<int32_t> inputs(static_cast<size_t>(mb.B) * T_local), targets(inputs.size());
+  for (int b = 0; b < mb.B; ++b)
+    for (int half = 0; half < 2; ++half) {
+      const int chunk = half == 0 ? rank : 2 * cp - 1 - rank;
+      const size_t from = static_cast<size_t>(b) * mb.T + static_cast<size_t>(chunk) * S;
+      const size_t to = static_cast<size_t>(b) * T_local + static_cast<size_t>(half) * S;
+      std::copy_n(mb.inputs.begin() + static_cast<std::ptrdiff_t>(from), S,
+                  inputs.begin() + static_cast<std::ptrdiff_t>(to));
+      std::copy_n(mb.targets.begin() + static_cast<std::ptrdiff_t>(from), S,
+                  targets.begin() + static_cast<std::ptrdiff_t>(to));
+    }
+  mb.inputs = std::move(inputs);
+  mb.targets = std::move(targets);
+  mb.T = T_local;
+  return mb;
+}
+
 size_t Trainer::stream_floats(const Chunk& ch) const {
-  return ch.model->stream_rows(s_.micro, s_.T) * static_cast<size_t>(gcfg_.hidden);
+  return ch.model->stream_rows(s_.micro, local_T()) * static_cast<size_t>(gcfg_.hidden);
 }
 
 int Trainer::take_slot(Chunk& ch, int micro) {
@@ -622,7 +660,7 @@ void Trainer::forward_action(const pipeline::Action& a, StepTimes& tm) {
   take_slot(ch, a.micro);
   const pipeline::Peers peer = pipeline::peers(s_.layout.pp, s_.layout.v, groups_->coords.pp, a);
   auto to_world = [&](int pp_rank) {
-    return parallel::rank_of(s_.layout, {groups_->coords.dp, groups_->coords.tp, pp_rank});
+    return parallel::rank_of(s_.layout, {groups_->coords.dp, groups_->coords.tp, pp_rank, groups_->coords.cp});
   };
   double t1 = monotonic_seconds();
   if (!ch.spec.has_embedding) {
@@ -652,7 +690,7 @@ void Trainer::backward_action(const pipeline::Action& a, bool last, Fault fault,
   ch.model->set_activation_slot(slot);
   const pipeline::Peers peer = pipeline::peers(s_.layout.pp, s_.layout.v, groups_->coords.pp, a);
   auto to_world = [&](int pp_rank) {
-    return parallel::rank_of(s_.layout, {groups_->coords.dp, groups_->coords.tp, pp_rank});
+    return parallel::rank_of(s_.layout, {groups_->coords.dp, groups_->coords.tp, pp_rank, groups_->coords.cp});
   };
   gpt::BackwardOptions o;
   o.last_micro_batch = last;
@@ -754,7 +792,7 @@ double Trainer::global_norm_sq() const {
   double sum = 0;
   for (const Chunk& ch : chunks_) {
     const Shards& sh = ch.shards;
-    if (sh.shard == 0 && groups_->coords.dp != 0) continue;
+    if (sh.shard == 0 && !groups_->first_replica()) continue;
     for (const auto& [first, count] : ch.norm_ranges) {
       const size_t a = std::max(first, sh.lo), b = std::min(first + count, sh.hi);
       if (a >= b) continue;
@@ -777,7 +815,7 @@ double Trainer::update_or_skip(int64_t step, const std::string& skip_reason, flo
   double clip = s_.grad_clip > 0 && norm > s_.grad_clip ? s_.grad_clip / norm : 1.0;
   ++progress_.adam_step;
   phase_begin("optimizer");
-  double gather_s = apply_update(lr, clip / (static_cast<double>(s_.accum) * s_.layout.dp));
+  double gather_s = apply_update(lr, clip / (static_cast<double>(s_.accum) * s_.layout.dp * s_.layout.cp));
   backend_->synchronize();
   phase_end();
   guard_.accepted(loss, norm, s_);
@@ -823,12 +861,12 @@ double Trainer::validate() {
   if (batches <= 0) return std::nan("");
   const parallel::Layout& L = s_.layout;
   const parallel::Coords& at = groups_->coords;
-  auto world_rank_of_stage = [&](int stage) { return parallel::rank_of(L, {at.dp, at.tp, stage % L.pp}); };
+  auto world_rank_of_stage = [&](int stage) { return parallel::rank_of(L, {at.dp, at.tp, stage % L.pp, at.cp}); };
   std::vector<float> host;
   double sum = 0;
   for (int k = 0; k < batches; ++k) {
     const double t0 = monotonic_seconds();
-    MicroBatch mb = loader_->val_batch(k);
+    MicroBatch mb = context_share(loader_->val_batch(k));
     trace_.event("data", "phase", t0, monotonic_seconds(), {{"micro", k}, {"validation", true}});
     for (size_t c = 0; c < chunks_.size(); ++c) {
       Chunk& ch = chunks_[c];
@@ -860,7 +898,7 @@ double Trainer::validate() {
     }
   }
   if (s_.world > 1) sum = mpi::allreduce(sum);
-  return sum / (static_cast<double>(batches) * L.dp);
+  return sum / (static_cast<double>(batches) * L.dp * L.cp);
 }
 
 bool Trainer::stop_requested() {
@@ -1049,7 +1087,7 @@ std::vector<float> Trainer::assemble_params() {
     if (ch.param_shard.data()) {  // ZeRO-3: every data-parallel rank speaks for its shard
       const std::vector<float> local = to_host(*backend_, ch.param_shard.data(), ch.shards.count());
       add_to_full(ch.map, ch.shards.lo, ch.shards.hi, local.data(), full.data());
-    } else if (groups_->coords.dp == 0) {
+    } else if (groups_->first_replica()) {
       const std::vector<float> local = to_host(*backend_, ch.model->params(), ch.num_params());
       add_to_full(ch.map, 0, ch.num_params(), local.data(), full.data());
     }

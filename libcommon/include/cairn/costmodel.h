@@ -206,6 +206,9 @@ struct Assumptions {
   bool pp_overlap = true;
   // How ZeRO-3 moves parameters (plan.zero3_impl; docs/cost-model.md section 3).
   Zero3Impl zero3 = Zero3Impl::Fsdp;
+  // Context parallelism's K/V exchange (plan.cp_comm): false = ring (p2p, overlapped with the attention blocks),
+  // true = all-gather before attention (and again in backward, with a reduce-scatter of the K/V gradients), exposed.
+  bool cp_allgather = false;
   double zero3_prefetch_params = 5e7;  // DeepSpeed stage3_prefetch_bucket_size (parameters)
   double memory_headroom = 0.0;        // fraction of HBM kept free
   // FP8 linear layers (Transformer Engine): the transformer layers' weight GEMMs run on FP8 tensor cores, their

@@ -66,10 +66,17 @@ struct ShardSpec {
   bool has_embedding = true;       // first pipeline stage: token + position embedding of the input ids
   bool has_head = true;            // last pipeline stage: final LayerNorm, lm_head (its own copy of wte when the
                                    // embedding is on another stage: tied weights, kept equal by the trainer) and loss
+  // Context parallelism: every sequence is cut into 2*cp equal chunks and this rank holds chunks cp_rank and
+  // 2cp-1-cp_rank (Megatron's load balancing of causal attention). forward()'s T is then this rank's share,
+  // seq / cp tokens per sequence, its rows per sequence being the two chunks in that order. Attention all-gathers
+  // K/V over the CP group; everything else is per token. Parameters are whole on every CP rank; their gradients are
+  // partial sums the trainer adds over the CP group (with the data-parallel ones).
+  int cp = 1, cp_rank = 0;
 };
 
-// Collectives over the tensor-parallel group, on backend memory, provided by the trainer (MPI on CPU, NCCL on
-// GPU). Every rank of the group calls them in the same order.
+// Collectives over the tensor-parallel group (or, passed as the model's cp_comm, the context-parallel group), on
+// backend memory, provided by the trainer (MPI on CPU, NCCL on GPU). Every rank of the group calls them in the same
+// order.
 struct TpComm {
   std::function<void(float* buf, size_t n)> all_reduce;                               // sum, in place
   std::function<void(float* full, const float* part, size_t part_n)> all_gather;      // full = parts in rank order
@@ -196,8 +203,10 @@ class Model {
   // training=false builds a forward-only model (cairn-eval): no gradient buffers, and activations of a
   // single layer reused across layers. backward() then throws.
   Model(const GptConfig& cfg, const kernels::Backend& backend, bool training = true);
-  // A piece of a tensor/pipeline-parallel model (ShardSpec); `comm` is used when spec.tp > 1.
-  Model(const GptConfig& cfg, const kernels::Backend& backend, bool training, const ShardSpec& spec, TpComm comm = {});
+  // A piece of a tensor/pipeline/context-parallel model (ShardSpec); `comm` is used when spec.tp > 1, `cp_comm` (the
+  // context-parallel group's all_gather and reduce_scatter) when spec.cp > 1.
+  Model(const GptConfig& cfg, const kernels::Backend& backend, bool training, const ShardSpec& spec, TpComm comm = {},
+        TpComm cp_comm = {});
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

@@ -22,11 +22,12 @@ namespace cairn::records {
 
 // The step-time phases of a train line's "time_s" object, in seconds; the member name is the key. A new phase is
 // one entry here: the trainer writes it, every reader (the report's fast scanner included) reads it.
-#define CAIRN_STEP_TIME_FIELDS(X) X(data) X(forward) X(backward) X(comm) X(optimizer) X(total) X(tp_comm) X(pp_wait)
+#define CAIRN_STEP_TIME_FIELDS(X) \
+  X(data) X(forward) X(backward) X(comm) X(optimizer) X(total) X(tp_comm) X(pp_wait) X(cp_comm)
 
-// comm is data-parallel communication, tp_comm the tensor-parallel collectives (inside forward and backward, whose
-// times include them), pp_wait the pipeline's waits for a neighbouring stage. Read back, a phase the line lacks
-// (files written before it existed) is NaN.
+// comm is data-parallel communication, tp_comm the tensor-parallel collectives and cp_comm the context-parallel ones
+// (both inside forward and backward, whose times include them), pp_wait the pipeline's waits for a neighbouring stage.
+// Read back, a phase the line lacks (files written before it existed) is NaN.
 struct StepTimes {
 #define CAIRN_RECORDS_TIME_MEMBER(name) double name = 0;
   CAIRN_STEP_TIME_FIELDS(CAIRN_RECORDS_TIME_MEMBER)

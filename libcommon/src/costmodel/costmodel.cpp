@@ -415,6 +415,7 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   a.tp_async_backward = s.tp_async_backward;
   a.pp_scatter_gather = s.pp_scatter_gather;
   a.pp_overlap = s.pp_overlap;
+  a.cp_allgather = s.cp_comm == "allgather";
   a.zero3 = s.zero3_impl == "deepspeed"  ? Zero3Impl::DeepSpeed
             : s.zero3_impl == "megatron" ? Zero3Impl::Megatron
                                          : Zero3Impl::Fsdp;
@@ -656,7 +657,16 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
   }
   add_tp_comm(c, a, p, g, T * h, gemm_f, dgrad, wgrad, L);
   double cp_merge_f = 0;  // forward merging of the ring steps' partial outputs (rerun by selective recompute)
-  if (p.cp > 1) {
+  if (p.cp > 1 && a.cp_allgather) {
+    // All-gather CP (Megatron --cp-comm-type all_gather): every rank's K/V chunk gathered before attention, which
+    // then runs each local chunk against the whole prefix in one kernel (no partial outputs to merge); backward
+    // gathers K/V again and reduce-scatters their gradients. Nothing hides the transfers.
+    const double kv_all = p.cp * 2 * T * kv / t * e;
+    const int per_node = g.cp_spans ? std::max(1, g.cp_per_node) : p.cp;
+    const double gather = collective_time(c, Collective::AllGather, kv_all, p.cp, per_node);
+    L.f_cp = gather;
+    L.b_cp = gather + collective_time(c, Collective::ReduceScatter, kv_all, p.cp, per_node);
+  } else if (p.cp > 1) {
     // Ring attention: cp - 1 steps, each passing the local K and V chunk to the next rank while the
     // current block is computed; backward passes K, V and their gradients.
     const double kv_bytes = 2 * T * kv / t * e;

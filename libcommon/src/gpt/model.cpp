@@ -57,6 +57,8 @@ void validate_spec(const GptConfig& c, const ShardSpec& sp) {
   need(c.vocab_real > (sp.tp - 1) * (c.vocab / sp.tp),
        "vocab_real (" + std::to_string(c.vocab_real) + ") leaves the last of " + std::to_string(sp.tp) +
            " vocabulary blocks of " + std::to_string(c.vocab / sp.tp) + " rows without a real token");
+  need(sp.cp >= 1 && sp.cp_rank >= 0 && sp.cp_rank < sp.cp,
+       "context-parallel rank " + std::to_string(sp.cp_rank) + " of " + std::to_string(sp.cp));
   const int n = spec_layers(c, sp);
   need(sp.first_layer >= 0 && n >= 0 && sp.first_layer + n <= c.layers,
        "layers [" + std::to_string(sp.first_layer) + ", " + std::to_string(sp.first_layer + n) +
@@ -287,6 +289,9 @@ struct Activations {
   float *lse_all = nullptr, *losses_all = nullptr;          // [tp, N] every rank's lse and losses (vocab parallelism)
   float *dres = nullptr, *dtmp = nullptr, *dbig = nullptr;  // backward scratch
   float *dfull = nullptr, *drows = nullptr;                 // sequence parallelism: gathered d(stream), reduced dX
+  // Context parallelism: [cp, N, 3Cl] every CP rank's qkv in rank order (all-gather / reduce-scatter side) and in
+  // sequence order (what attention reads), its gradient in sequence order, and this rank's reduced share [N, 3Cl].
+  float *kv_ranks = nullptr, *kv_seq = nullptr, *dkv_seq = nullptr, *dkv_part = nullptr;
   // Recomputation's shared buffers (scratch: one set for all slots): a layer's activations rebuilt in backward
   // (full) and the GELU output (gelu, full).
   LayerActs shared_set{};
@@ -330,6 +335,15 @@ void layout_scratch(const GptConfig& cfg, const ShardSpec& sp, bool training, Re
   if (d.split_rows) {
     if (d.layers > 0) a.proj_rows = f(R * C);
     a.gathered = f(N * C);
+  }
+  if (sp.cp > 1 && d.layers > 0) {
+    const size_t qkv = N * 3 * d.Cl, all = (size_t)sp.cp * qkv;
+    a.kv_ranks = f(all);
+    a.kv_seq = f(all);
+    if (training) {
+      a.dkv_seq = f(all);
+      a.dkv_part = f(qkv);
+    }
   }
   if (training) {
     a.dres = f(R * C);
@@ -418,6 +432,7 @@ struct Model::Impl {
   GptConfig cfg;
   ShardSpec spec;
   TpComm comm;
+  TpComm cp_comm;  // context-parallel group (spec.cp > 1)
   const Backend& be;
   bool training;
   std::vector<TensorInfo> tensors;
@@ -445,12 +460,14 @@ struct Model::Impl {
   // reruns only what forward (or an earlier recompute) has not left in place.
   int shared_owner = -1, shared_layer = -1;
 
-  Impl(const GptConfig& c, const Backend& b, bool train, const ShardSpec& sp, TpComm tc)
-      : cfg(c), spec(sp), comm(std::move(tc)), be(b), training(train) {
+  Impl(const GptConfig& c, const Backend& b, bool train, const ShardSpec& sp, TpComm tc, TpComm cc)
+      : cfg(c), spec(sp), comm(std::move(tc)), cp_comm(std::move(cc)), be(b), training(train) {
     validate(cfg);
     tensors = piece_tensors(cfg, spec);
     if (spec.tp > 1 && (!comm.all_reduce || !comm.all_gather || !comm.reduce_scatter))
       throw UsageError("model piece: tp > 1 needs the tensor-parallel collectives");
+    if (spec.cp > 1 && (!cp_comm.all_gather || !cp_comm.reduce_scatter))
+      throw UsageError("model piece: cp > 1 needs the context-parallel all-gather and reduce-scatter");
     n_params = tensors.back().offset + tensors.back().size;
     int t = 0;
     if (spec.has_embedding || spec.has_head) wte = t++;
@@ -628,6 +645,10 @@ struct Model::Impl {
     a.dbig = x.dbig;
     a.dfull = x.dfull;
     a.drows = x.drows;
+    a.kv_ranks = x.kv_ranks;
+    a.kv_seq = x.kv_seq;
+    a.dkv_seq = x.dkv_seq;
+    a.dkv_part = x.dkv_part;
   }
 
   LayerActs& act(int l) { return acts().layers[training ? l : 0]; }
@@ -684,6 +705,108 @@ struct Model::Impl {
     return out;
   }
 
+  // ---- context parallelism (spec.cp > 1) ----
+  // A rank's rows of a sequence are S = T/2 rows of one chunk, then S rows of another; the sequence is T*cp tokens
+  // long, chunk k at positions k*S .. (k+1)*S - 1.
+  int chunk_of(int rank, int half) const { return half == 0 ? rank : 2 * spec.cp - 1 - rank; }
+  int chunk_of(int half) const { return chunk_of(spec.cp_rank, half); }
+  // Copies rows of width w between the CP group's rank order ([cp][B][T] rows, each rank's two chunks in its own
+  // order) and sequence order ([B][T*cp] rows): to_sequence = true from `ranks` into `seq`, false back.
+  void cp_reorder(float* ranks, float* seq, int B, int T, size_t w, bool to_sequence) {
+    const int S = T / 2, Tf = T * spec.cp;
+    const size_t bytes = sizeof(float) * (size_t)S * w;
+    for (int r = 0; r < spec.cp; r++)
+      for (int b = 0; b < B; b++)
+        for (int half = 0; half < 2; half++) {
+          float* at_rank = ranks + (((size_t)r * B + b) * T + (size_t)half * S) * w;
+          float* at_seq = seq + ((size_t)b * Tf + (size_t)chunk_of(r, half) * S) * w;
+          if (to_sequence) be.copy_device(at_seq, at_rank, bytes);
+          else be.copy_device(at_rank, at_seq, bytes);
+        }
+  }
+  // f(row, chunk) for each of this rank's two chunks of each of the B sequences: `row` its first row among the B x T,
+  // `chunk` where it lies in the sequence (positions chunk*S .. chunk*S + S - 1, S = T/2).
+  template <typename F>
+  void for_each_chunk(int B, int T, F&& f) const {
+    for (int b = 0; b < B; b++)
+      for (int half = 0; half < 2; half++) f((size_t)b * T + (size_t)half * (T / 2), chunk_of(half));
+  }
+  // kv_seq = every CP rank's qkv rows of this layer in sequence order (only their k and v thirds are read).
+  void gather_sequence_qkv(const LayerActs& a, const Dims& d, int B, int T) {
+    Activations& s = acts();
+    const size_t w = 3 * d.Cl;
+    cp_comm.all_gather(s.kv_ranks, a.qkv, d.N * w);
+    cp_reorder(s.kv_ranks, s.kv_seq, B, T, w, true);
+  }
+  // Causal attention of this rank's rows. With context parallelism each of its two chunks attends the K/V prefix of
+  // the whole sequence that ends with it (the ranks' all-gathered qkv), so the same keys meet each query as on one
+  // rank. (Megatron's default passes K/V around a ring, overlapped with the blocks' compute; the all-gather moves
+  // the same bytes, without the overlap.)
+  void attention_forward(LayerActs& a, const Dims& d, int B, int T) {
+    const int Cl = (int)d.Cl, NHl = (int)d.NHl;
+    if (spec.cp == 1) {
+      be.attention_forward(a.atty, a.att_lse, a.qkv, B, T, Cl, NHl);
+      return;
+    }
+    gather_sequence_qkv(a, d, B, T);
+    const int S = T / 2, Tf = T * spec.cp;
+    const size_t w = 3 * d.Cl;
+    // lse [B, 2, NHl, S]: one block of NHl x S per chunk, at the chunk's row / S (only backward reads it)
+    for_each_chunk(B, T, [&](size_t row, int k) {
+      be.attention_forward_block(a.atty + row * Cl, a.att_lse + row * NHl, a.qkv + row * w,
+                                 acts().kv_seq + row / T * Tf * w, 1, S, (k + 1) * S, k * S, Cl, NHl);
+    });
+  }
+  // dqkv [N, 3Cl] from d(atty) `dout`. With context parallelism the K/V gradients of the whole sequence (every
+  // rank's queries add to every earlier key) are reduce-scattered back to the ranks that own the rows.
+  void attention_backward(float* dqkv, const float* dout, const LayerActs& a, const Dims& d, int B, int T) {
+    const int Cl = (int)d.Cl, NHl = (int)d.NHl;
+    if (spec.cp == 1) {
+      be.attention_backward(dqkv, dout, a.qkv, a.atty, a.att_lse, B, T, Cl, NHl);
+      return;
+    }
+    Activations& s = acts();
+    gather_sequence_qkv(a, d, B, T);  // the forward's copy was overwritten by the next layers
+    const int S = T / 2, Tf = T * spec.cp;
+    const size_t w = 3 * d.Cl, n = d.N * w;
+    be.fill_zero(s.dkv_seq, sizeof(float) * n * spec.cp);
+    be.fill_zero(dqkv, sizeof(float) * n);  // its k and v thirds stay 0 until the reduced share is added
+    for_each_chunk(B, T, [&](size_t row, int k) {
+      const size_t seq = row / T * Tf * w;  // the sequence's first row in sequence order
+      be.attention_backward_block(dqkv + row * w, s.dkv_seq + seq, dout + row * Cl, a.qkv + row * w, s.kv_seq + seq,
+                                  a.atty + row * Cl, a.att_lse + row * NHl, 1, S, (k + 1) * S, k * S, Cl, NHl);
+    });
+    cp_reorder(s.kv_ranks, s.dkv_seq, B, T, w, false);
+    cp_comm.reduce_scatter(s.dkv_part, s.kv_ranks, n);
+    be.residual_forward(dqkv, dqkv, s.dkv_part, n);  // q third + 0, 0 + k and v thirds
+  }
+  // Token + position embedding of B x T rows; with context parallelism each chunk takes the position rows of where
+  // it lies in the sequence. wpe_rows / dwpe_rows may be null (no positional term).
+  void embedding_rows(float* out, const int32_t* ids, const float* wte_rows, const float* wpe_rows, int B, int T,
+                      int C) {
+    if (spec.cp == 1) {
+      be.embedding_forward(out, ids, wte_rows, wpe_rows, B, T, C);
+      return;
+    }
+    const int S = T / 2;
+    for_each_chunk(B, T, [&](size_t row, int k) {
+      be.embedding_forward(out + row * C, ids + row, wte_rows, wpe_rows ? wpe_rows + (size_t)k * S * C : nullptr, 1, S,
+                           C);
+    });
+  }
+  void embedding_rows_backward(float* dwte_rows, float* dwpe_rows, const float* dout, const int32_t* ids, int B, int T,
+                               int C) {
+    if (spec.cp == 1) {
+      be.embedding_backward(dwte_rows, dwpe_rows, dout, ids, B, T, C);
+      return;
+    }
+    const int S = T / 2;
+    for_each_chunk(B, T, [&](size_t row, int k) {
+      be.embedding_backward(dwte_rows, dwpe_rows ? dwpe_rows + (size_t)k * S * C : nullptr, dout + row * C, ids + row,
+                            1, S, C);
+    });
+  }
+
   // Layer l's forward from its input residual stream into act(l). With through_output = false (a
   // recompute in backward) it stops before the MLP output projection: backward needs neither that
   // product nor res3, which is kept. The kernels and their inputs are those of the first pass, so the
@@ -700,7 +823,7 @@ struct Model::Impl {
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, P(w.ln1w), P(w.ln1b), R, C);
     const float* x = gather_rows(a.ln1, s.gathered, d);
     be.matmul_forward(a.qkv, x, P(w.qkvw), P(w.qkvb), N, C, 3 * Cl, WeightLayout::InOut);
-    be.attention_forward(a.atty, a.att_lse, a.qkv, B, T, Cl, (int)d.NHl);
+    attention_forward(a, d, B, T);
     be.matmul_forward(s.proj, a.atty, P(w.attprojw), row_bias(w.attprojb), N, Cl, C, WeightLayout::InOut);
     be.residual_forward(a.res2, res, reduce_rows(s.proj, s.proj_rows, d), (size_t)R * C);
     be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, P(w.ln2w), P(w.ln2b), R, C);
@@ -724,7 +847,7 @@ struct Model::Impl {
     const int B = cur().B, T = cur().T;
     if (spec.tp == 1) {
       be.copy_to_device(s.d_inputs, inputs, sizeof(int32_t) * d.N);
-      be.embedding_forward(s.encoded, s.d_inputs, P(wte), P(wpe), B, T, (int)d.C);
+      embedding_rows(s.encoded, s.d_inputs, P(wte), P(wpe), B, T, (int)d.C);
       return;
     }
     // vocab-parallel: each rank looks up its block's rows (others add zero), rank 0 adds the positions, and the
@@ -732,7 +855,7 @@ struct Model::Impl {
     const std::vector<int32_t> local = block_local(inputs, d.N, -1);
     be.copy_to_device(s.d_inputs, local.data(), sizeof(int32_t) * d.N);
     float* out = d.split_rows ? s.gathered : s.encoded;
-    be.embedding_forward(out, s.d_inputs, P(wte), spec.tp_rank == 0 ? P(wpe) : nullptr, B, T, (int)d.C);
+    embedding_rows(out, s.d_inputs, P(wte), spec.tp_rank == 0 ? P(wpe) : nullptr, B, T, (int)d.C);
     if (d.split_rows) comm.reduce_scatter(s.encoded, out, d.R * d.C);
     else comm.all_reduce(out, d.N * d.C);
   }
@@ -806,9 +929,13 @@ struct Model::Impl {
 
   float forward(const int32_t* inputs, const int32_t* targets, int b, int t) {
     if (b <= 0 || t <= 0) throw RuntimeError("gpt forward: batch and sequence length must be > 0");
-    if (t > cfg.seq_len)
-      throw RuntimeError("gpt forward: sequence length " + std::to_string(t) + " exceeds the model's seq_len " +
-                         std::to_string(cfg.seq_len));
+    if (spec.cp > 1 && t % 2 != 0)
+      throw RuntimeError("gpt forward: context parallelism needs an even number of rows per sequence (two chunks), "
+                         "got " +
+                         std::to_string(t));
+    if ((int64_t)t * spec.cp > cfg.seq_len)
+      throw RuntimeError("gpt forward: sequence length " + std::to_string((int64_t)t * spec.cp) +
+                         " exceeds the model's seq_len " + std::to_string(cfg.seq_len));
     const int N = b * t;
     if (spec.sequence_parallel && spec.tp > 1 && N % spec.tp != 0)
       throw RuntimeError("gpt forward: sequence parallelism needs batch x sequence (" + std::to_string(N) +
@@ -897,7 +1024,7 @@ struct Model::Impl {
     // attention: dres now holds d(res2)
     dy = gather_rows(dres, s.dfull, d);
     be.matmul_backward(dtmp, G(w.attprojw), G(w.attprojb), dy, a.atty, P(w.attprojw), N, Cl, C, WeightLayout::InOut);
-    be.attention_backward(dbig, dtmp, a.qkv, a.atty, a.att_lse, B, T, Cl, (int)d.NHl);
+    attention_backward(dbig, dtmp, a, d, B, T);
     x = gather_rows(a.ln1, s.gathered, d);
     be.matmul_backward(dtmp, G(w.qkvw), G(w.qkvb), dbig, x, P(w.qkvw), N, C, 3 * Cl, WeightLayout::InOut);
     be.layernorm_backward(dres, G(w.ln1w), G(w.ln1b), reduce_rows(dtmp, s.drows, d), layer_input(l), P(w.ln1w),
@@ -931,7 +1058,7 @@ struct Model::Impl {
     }
     if (spec.has_embedding) {
       const float* de = gather_rows(s.dres, s.dfull, d);
-      be.embedding_backward(G(wte), G(wpe), de, s.d_inputs, sl.B, sl.T, (int)d.C);
+      embedding_rows_backward(G(wte), G(wpe), de, s.d_inputs, sl.B, sl.T, (int)d.C);
       grads_complete(emb_unit, notify);
     }
     sl.forwarded = false;
@@ -939,9 +1066,10 @@ struct Model::Impl {
 };
 
 Model::Model(const GptConfig& cfg, const kernels::Backend& backend, bool training)
-    : impl_(new Impl(cfg, backend, training, ShardSpec{}, TpComm{})) {}
-Model::Model(const GptConfig& cfg, const kernels::Backend& backend, bool training, const ShardSpec& spec, TpComm comm)
-    : impl_(new Impl(cfg, backend, training, spec, std::move(comm))) {}
+    : impl_(new Impl(cfg, backend, training, ShardSpec{}, TpComm{}, TpComm{})) {}
+Model::Model(const GptConfig& cfg, const kernels::Backend& backend, bool training, const ShardSpec& spec, TpComm comm,
+             TpComm cp_comm)
+    : impl_(new Impl(cfg, backend, training, spec, std::move(comm), std::move(cp_comm))) {}
 Model::~Model() { delete impl_; }
 const GptConfig& Model::config() const { return impl_->cfg; }
 const ShardSpec& Model::shard() const { return impl_->spec; }

@@ -25,9 +25,10 @@ std::string stages_text(int pp, int v) {
 }
 
 void check_layout_shape(const Layout& l) {
-  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.v < 1 || int64_t{l.dp} * l.tp * l.pp != l.world)
-    throw RuntimeError("internal: parallel layout dp" + str(l.dp) + " x tp" + str(l.tp) + " x pp" + str(l.pp) +
-                       " does not match its world of " + str(l.world) + " (use resolve_layout())");
+  if (l.dp < 1 || l.tp < 1 || l.pp < 1 || l.v < 1 || l.cp < 1 || int64_t{l.dp} * l.cp * l.tp * l.pp != l.world)
+    throw RuntimeError("internal: parallel layout dp" + str(l.dp) + " x cp" + str(l.cp) + " x tp" + str(l.tp) +
+                       " x pp" + str(l.pp) + " does not match its world of " + str(l.world) +
+                       " (use resolve_layout())");
 }
 
 // All violations in one error, so a user fixes a config in one go.
@@ -42,7 +43,7 @@ void free_comms(Groups& g) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* c : {&g.tp, &g.dp, &g.pp, &g.embedding})
+  for (MPI_Comm* c : {&g.tp, &g.dp, &g.pp, &g.embedding, &g.cp, &g.dp_cp})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
@@ -52,15 +53,17 @@ Coords coords_of(const Layout& l, int rank) {
   check_layout_shape(l);
   if (rank < 0 || rank >= l.world)
     throw RuntimeError("internal: rank " + str(rank) + " is outside the world of " + str(l.world));
-  return Coords{(rank / l.tp) % l.dp, rank % l.tp, rank / (l.tp * l.dp)};
+  const int inner = rank / l.tp;  // cp + cp_size * (dp + dp_size * pp)
+  return Coords{(inner / l.cp) % l.dp, rank % l.tp, inner / (l.cp * l.dp), inner % l.cp};
 }
 
 int rank_of(const Layout& l, const Coords& c) {
   check_layout_shape(l);
-  if (c.dp < 0 || c.dp >= l.dp || c.tp < 0 || c.tp >= l.tp || c.pp < 0 || c.pp >= l.pp)
-    throw RuntimeError("internal: coordinates dp" + str(c.dp) + " tp" + str(c.tp) + " pp" + str(c.pp) +
-                       " are outside dp" + str(l.dp) + " x tp" + str(l.tp) + " x pp" + str(l.pp));
-  return c.tp + l.tp * (c.dp + l.dp * c.pp);
+  if (c.dp < 0 || c.dp >= l.dp || c.tp < 0 || c.tp >= l.tp || c.pp < 0 || c.pp >= l.pp || c.cp < 0 || c.cp >= l.cp)
+    throw RuntimeError("internal: coordinates dp" + str(c.dp) + " cp" + str(c.cp) + " tp" + str(c.tp) + " pp" +
+                       str(c.pp) + " are outside dp" + str(l.dp) + " x cp" + str(l.cp) + " x tp" + str(l.tp) + " x pp" +
+                       str(l.pp));
+  return c.tp + l.tp * (c.cp + l.cp * (c.dp + l.dp * c.pp));
 }
 
 std::vector<int> suggest_stage_layers(int layers, int stages) {
@@ -94,6 +97,7 @@ void check_sizes(const LayoutRequest& r, Errors& errors) {
   if (r.tp < 1) fail("[parallel] tp = " + str(r.tp) + " must be at least 1");
   if (r.pp < 1) fail("[parallel] pp = " + str(r.pp) + " must be at least 1");
   if (r.v < 1) fail("[parallel] v = " + str(r.v) + " must be at least 1");
+  if (r.cp < 1) fail("[parallel] cp = " + str(r.cp) + " must be at least 1");
   if (r.dp < 0) fail("[parallel] dp = " + str(r.dp) + " must be at least 1 (or 0 = derived from the world size)");
   if (r.layers < 1) fail("[model] layers = " + str(r.layers) + " must be at least 1");
   if (r.global_batch < 1) fail("[train] global_batch = " + str(r.global_batch) + " must be at least 1");
@@ -102,21 +106,33 @@ void check_sizes(const LayoutRequest& r, Errors& errors) {
          " ([train] micro_batch / [parallel] mb) must be at least 1 (or 0 = auto)");
 }
 
-// The world: dp * tp * pp ranks; sets l.dp when consistent (derived when r.dp == 0).
+// The world: dp * cp * tp * pp ranks; sets l.dp when consistent (derived when r.dp == 0).
 void resolve_dp(const LayoutRequest& r, Layout& l, Errors& errors) {
   auto fail = [&](std::string m) { errors.push_back(std::move(m)); };
-  int64_t tp_pp = int64_t{r.tp} * r.pp;
+  const int64_t others = int64_t{r.tp} * r.cp * r.pp;
+  // the sizes that multiply with dp, as "cp*tp*pp" and "2*2*2" (cp only when context parallelism is on)
+  const std::string names = r.cp > 1 ? "cp*tp*pp" : "tp*pp";
+  const std::string values = (r.cp > 1 ? str(r.cp) + "*" : "") + str(r.tp) + "*" + str(r.pp);
   if (r.dp == 0) {
-    if (r.world % tp_pp != 0)
-      fail("the " + str(r.world) + " MPI ranks are not divisible by [parallel] tp*pp = " + str(r.tp) + "*" + str(r.pp) +
-           " = " + str(tp_pp) + ", so [parallel] dp = 0 cannot be derived");
-    else l.dp = static_cast<int>(r.world / tp_pp);
-  } else if (r.dp * tp_pp != r.world) {
-    fail("[parallel] dp*tp*pp = " + str(r.dp) + "*" + str(r.tp) + "*" + str(r.pp) + " = " + str(r.dp * tp_pp) +
+    if (r.world % others != 0)
+      fail("the " + str(r.world) + " MPI ranks are not divisible by [parallel] " + names + " = " + values + " = " +
+           str(others) + ", so [parallel] dp = 0 cannot be derived");
+    else l.dp = static_cast<int>(r.world / others);
+  } else if (r.dp * others != r.world) {
+    fail("[parallel] dp*" + names + " = " + str(r.dp) + "*" + values + " = " + str(r.dp * others) +
          " does not match the " + str(r.world) + " MPI ranks (set [parallel] dp = 0 to derive dp)");
   } else {
     l.dp = r.dp;
   }
+}
+
+// Context parallelism: every sequence is cut into 2*cp equal chunks and rank c of the group holds chunks c and
+// 2cp-1-c (Megatron's load balancing: causal attention's work is then the same on every rank).
+void check_cp_split(const LayoutRequest& r, Errors& errors) {
+  if (r.cp <= 1) return;
+  if (r.seq_len % (2 * r.cp) != 0)
+    errors.push_back("[model] seq_len = " + str(r.seq_len) + " is not divisible by 2*[parallel] cp = 2*" + str(r.cp) +
+                     " = " + str(2 * r.cp) + " (each sequence is split into 2*cp equal chunks)");
 }
 
 // Tensor parallelism splits heads, the hidden size, the MLP and the embedding rows over tp ranks.
@@ -157,9 +173,11 @@ void resolve_batch(const LayoutRequest& r, Layout& l, Errors& errors) {
   if (mb > 0) {
     l.micro_batch = static_cast<int>(mb);
     l.micro_steps = static_cast<int>(r.global_batch / (l.dp * mb));
-    if (r.sp && r.tp > 1 && (mb * r.seq_len) % r.tp != 0)
-      fail("[parallel] sp = on splits micro-batch * [model] seq_len = " + str(mb) + "*" + str(r.seq_len) + " = " +
-           str(mb * r.seq_len) + " tokens over [parallel] tp = " + str(r.tp) + ", which does not divide them");
+    const int64_t local_seq = r.seq_len / std::max(r.cp, 1);  // tokens of a sequence on one rank
+    if (r.sp && r.tp > 1 && (mb * local_seq) % r.tp != 0)
+      fail("[parallel] sp = on splits micro-batch * [model] seq_len" + std::string(r.cp > 1 ? " / cp" : "") + " = " +
+           str(mb) + "*" + str(local_seq) + " = " + str(mb * local_seq) + " tokens over [parallel] tp = " + str(r.tp) +
+           ", which does not divide them");
     // Megatron's interleaved schedule runs micro-batches in groups of pp.
     if (r.v > 1 && r.pp > 1 && l.micro_steps % r.pp != 0)
       fail("[parallel] v = " + str(r.v) +
@@ -218,6 +236,7 @@ Layout resolve_layout(const LayoutRequest& r) {
   l.tp = r.tp;
   l.pp = r.pp;
   l.v = r.v;
+  l.cp = r.cp;
   l.zero = r.zero;
   l.sp = r.sp;
 
@@ -227,6 +246,7 @@ Layout resolve_layout(const LayoutRequest& r) {
     errors.push_back("[parallel] zero = " + str(r.zero) + " is not a ZeRO stage (0, 1, 2 or 3)");
   resolve_dp(r, l, errors);
   check_tp_splits(r, errors);
+  check_cp_split(r, errors);
   if (l.dp >= 1) resolve_batch(r, l, errors);
   if (r.v > 1 && r.pp == 1)
     errors.push_back("[parallel] v = " + str(r.v) +
@@ -239,7 +259,7 @@ Layout resolve_layout(const LayoutRequest& r) {
     l.notes.emplace_back(
         "[parallel] sp = on does nothing at tp = 1 (no tensor-parallel group to split the sequence over)");
   }
-  if (l.zero > 0 && l.dp == 1)
+  if (l.zero > 0 && l.dp * l.cp == 1)
     l.notes.push_back("[parallel] zero = " + str(l.zero) +
                       " does nothing at dp = 1 (no data-parallel ranks to shard over)");
   return l;
@@ -261,7 +281,8 @@ int virtual_stage(const Layout& l, int pp_rank, int chunk) {
 }
 
 std::string describe(const Layout& l) {
-  std::string out = "dp" + str(l.dp) + " x tp" + str(l.tp) + " x pp" + str(l.pp);
+  std::string out =
+      "dp" + str(l.dp) + (l.cp > 1 ? " x cp" + str(l.cp) : "") + " x tp" + str(l.tp) + " x pp" + str(l.pp);
   if (l.pp > 1 || l.v > 1) {
     out += " (";
     if (l.v > 1) out += "v" + str(l.v) + ", ";
@@ -293,15 +314,18 @@ Groups::Groups(const Layout& l, MPI_Comm world) {
   coords = coords_of(l, rank);
   // Split colours: the index of the group among its kind; keys order members by the coordinate that varies.
   try {
-    mpi::check(MPI_Comm_split(world, coords.dp + l.dp * coords.pp, coords.tp, &tp), "MPI_Comm_split (tp)");
-    mpi::check(MPI_Comm_split(world, coords.tp + l.tp * coords.pp, coords.dp, &dp), "MPI_Comm_split (dp)");
-    mpi::check(MPI_Comm_split(world, coords.tp + l.tp * coords.dp, coords.pp, &pp), "MPI_Comm_split (pp)");
+    const Coords& c = coords;
+    mpi::check(MPI_Comm_split(world, c.cp + l.cp * (c.dp + l.dp * c.pp), c.tp, &tp), "MPI_Comm_split (tp)");
+    mpi::check(MPI_Comm_split(world, c.tp + l.tp * (c.dp + l.dp * c.pp), c.cp, &cp), "MPI_Comm_split (cp)");
+    mpi::check(MPI_Comm_split(world, c.tp + l.tp * (c.cp + l.cp * c.pp), c.dp, &dp), "MPI_Comm_split (dp)");
+    mpi::check(MPI_Comm_split(world, c.tp + l.tp * c.pp, c.cp + l.cp * c.dp, &dp_cp), "MPI_Comm_split (dp_cp)");
+    const int line = c.tp + l.tp * (c.cp + l.cp * c.dp);  // the pipeline this rank is a stage of
+    mpi::check(MPI_Comm_split(world, line, c.pp, &pp), "MPI_Comm_split (pp)");
     if (l.pp > 1) {  // the layout is the same on every rank, so either all ranks split here or none
-      bool end = coords.pp == 0 || coords.pp == l.pp - 1;
-      mpi::check(MPI_Comm_split(world, end ? coords.tp + l.tp * coords.dp : MPI_UNDEFINED, coords.pp, &embedding),
-                 "MPI_Comm_split (embedding)");
-      prev_stage_rank = rank_of(l, {coords.dp, coords.tp, (coords.pp + l.pp - 1) % l.pp});
-      next_stage_rank = rank_of(l, {coords.dp, coords.tp, (coords.pp + 1) % l.pp});
+      bool end = c.pp == 0 || c.pp == l.pp - 1;
+      mpi::check(MPI_Comm_split(world, end ? line : MPI_UNDEFINED, c.pp, &embedding), "MPI_Comm_split (embedding)");
+      prev_stage_rank = rank_of(l, {c.dp, c.tp, (c.pp + l.pp - 1) % l.pp, c.cp});
+      next_stage_rank = rank_of(l, {c.dp, c.tp, (c.pp + 1) % l.pp, c.cp});
     }
   } catch (...) {
     free_comms(*this);  // a throwing constructor runs no destructor

@@ -1,5 +1,5 @@
 // parallel::Groups on 4, 6 or 8 ranks: every communicator has the right members in the right order, for every
-// dp x tp x pp shape of the world and on a sub-communicator.
+// dp x cp x tp x pp shape of the world and on a sub-communicator.
 #define BOOST_TEST_MODULE parallel_groups
 #include <boost/test/unit_test.hpp>
 
@@ -15,22 +15,23 @@ using namespace cairn::parallel;
 namespace cairn::parallel {
 // For Boost.Test's messages.
 std::ostream& operator<<(std::ostream& os, const Coords& c) {
-  return os << "dp" << c.dp << " tp" << c.tp << " pp" << c.pp;
+  return os << "dp" << c.dp << " cp" << c.cp << " tp" << c.tp << " pp" << c.pp;
 }
 }  // namespace cairn::parallel
 
 struct MpiFixture {
-  MpiFixture() : session(&boost::unit_test::framework::master_test_suite().argc,
-                         &boost::unit_test::framework::master_test_suite().argv) {}
+  MpiFixture()
+      : session(&boost::unit_test::framework::master_test_suite().argc,
+                &boost::unit_test::framework::master_test_suite().argv) {}
   mpi::Session session;
 };
 BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 namespace {
 
-Layout shape(int world, int dp, int tp, int pp) {
+Layout shape(int world, int dp, int tp, int pp, int cp = 1) {
   Layout l;
-  l.world = world, l.dp = dp, l.tp = tp, l.pp = pp;
+  l.world = world, l.dp = dp, l.tp = tp, l.pp = pp, l.cp = cp;
   return l;
 }
 
@@ -50,7 +51,7 @@ std::vector<int> members(MPI_Comm c, int world_rank) { return mpi::allgather_val
 
 // Checks every group of this rank against the coordinates; `world` is the communicator the groups came from.
 void check_groups(const Layout& l, MPI_Comm world) {
-  BOOST_TEST_CONTEXT("dp" << l.dp << " x tp" << l.tp << " x pp" << l.pp) {
+  BOOST_TEST_CONTEXT("dp" << l.dp << " x cp" << l.cp << " x tp" << l.tp << " x pp" << l.pp) {
     Groups g(l, world);
     int me = comm_rank(world);
     BOOST_TEST(g.rank == me);
@@ -60,19 +61,34 @@ void check_groups(const Layout& l, MPI_Comm world) {
     BOOST_TEST(comm_size(g.tp) == l.tp);
     BOOST_TEST(comm_rank(g.tp) == c.tp);
     std::vector<int> want;
-    for (int t = 0; t < l.tp; ++t) want.push_back(rank_of(l, {c.dp, t, c.pp}));
+    for (int t = 0; t < l.tp; ++t) want.push_back(rank_of(l, {c.dp, t, c.pp, c.cp}));
     BOOST_TEST(members(g.tp, me) == want, boost::test_tools::per_element());
 
     BOOST_TEST(comm_size(g.dp) == l.dp);
     BOOST_TEST(comm_rank(g.dp) == c.dp);
     want.clear();
-    for (int d = 0; d < l.dp; ++d) want.push_back(rank_of(l, {d, c.tp, c.pp}));
+    for (int d = 0; d < l.dp; ++d) want.push_back(rank_of(l, {d, c.tp, c.pp, c.cp}));
     BOOST_TEST(members(g.dp, me) == want, boost::test_tools::per_element());
+
+    BOOST_TEST(comm_size(g.cp) == l.cp);
+    BOOST_TEST(comm_rank(g.cp) == c.cp);
+    want.clear();
+    for (int k = 0; k < l.cp; ++k) want.push_back(rank_of(l, {c.dp, c.tp, c.pp, k}));
+    BOOST_TEST(members(g.cp, me) == want, boost::test_tools::per_element());
+
+    // every rank holding this rank's parameters, cp fastest (ZeRO shard order)
+    BOOST_TEST(comm_size(g.dp_cp) == l.dp * l.cp);
+    BOOST_TEST(comm_rank(g.dp_cp) == c.cp + l.cp * c.dp);
+    BOOST_TEST(g.first_replica() == (comm_rank(g.dp_cp) == 0));
+    want.clear();
+    for (int d = 0; d < l.dp; ++d)
+      for (int k = 0; k < l.cp; ++k) want.push_back(rank_of(l, {d, c.tp, c.pp, k}));
+    BOOST_TEST(members(g.dp_cp, me) == want, boost::test_tools::per_element());
 
     BOOST_TEST(comm_size(g.pp) == l.pp);
     BOOST_TEST(comm_rank(g.pp) == c.pp);
     want.clear();
-    for (int p = 0; p < l.pp; ++p) want.push_back(rank_of(l, {c.dp, c.tp, p}));
+    for (int p = 0; p < l.pp; ++p) want.push_back(rank_of(l, {c.dp, c.tp, p, c.cp}));
     BOOST_TEST(members(g.pp, me) == want, boost::test_tools::per_element());
 
     // The sum over a group of the world ranks is the sum of its expected members (a collective that uses it).
@@ -86,11 +102,11 @@ void check_groups(const Layout& l, MPI_Comm world) {
       bool end = c.pp == 0 || c.pp == l.pp - 1;
       BOOST_TEST((g.embedding != MPI_COMM_NULL) == end);
       if (end) {
-        std::vector<int> ends = {rank_of(l, {c.dp, c.tp, 0}), rank_of(l, {c.dp, c.tp, l.pp - 1})};
+        std::vector<int> ends = {rank_of(l, {c.dp, c.tp, 0, c.cp}), rank_of(l, {c.dp, c.tp, l.pp - 1, c.cp})};
         BOOST_TEST(members(g.embedding, me) == ends, boost::test_tools::per_element());
       }
-      BOOST_TEST(g.prev_stage_rank == rank_of(l, {c.dp, c.tp, (c.pp + l.pp - 1) % l.pp}));
-      BOOST_TEST(g.next_stage_rank == rank_of(l, {c.dp, c.tp, (c.pp + 1) % l.pp}));
+      BOOST_TEST(g.prev_stage_rank == rank_of(l, {c.dp, c.tp, (c.pp + l.pp - 1) % l.pp, c.cp}));
+      BOOST_TEST(g.next_stage_rank == rank_of(l, {c.dp, c.tp, (c.pp + 1) % l.pp, c.cp}));
       // The ring is usable: pass our rank to the next stage, receive the previous stage's.
       int32_t got = -1;
       mpi::check(MPI_Sendrecv(&me, 1, MPI_INT32_T, g.next_stage_rank, 7, &got, 1, MPI_INT32_T, g.prev_stage_rank, 7,
@@ -101,12 +117,13 @@ void check_groups(const Layout& l, MPI_Comm world) {
   }
 }
 
-// Every (dp, tp, pp) with dp*tp*pp == n.
+// Every (dp, cp, tp, pp) with dp*cp*tp*pp == n.
 std::vector<Layout> all_shapes(int n) {
   std::vector<Layout> out;
-  for (int tp = 1; tp <= n; ++tp)
-    for (int pp = 1; pp <= n; ++pp)
-      if (n % (tp * pp) == 0) out.push_back(shape(n, n / (tp * pp), tp, pp));
+  for (int cp = 1; cp <= n; ++cp)
+    for (int tp = 1; tp <= n; ++tp)
+      for (int pp = 1; pp <= n; ++pp)
+        if (n % (cp * tp * pp) == 0) out.push_back(shape(n, n / (cp * tp * pp), tp, pp, cp));
   return out;
 }
 

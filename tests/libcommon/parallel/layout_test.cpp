@@ -14,15 +14,15 @@ using namespace cairn::parallel;
 namespace cairn::parallel {
 // For Boost.Test's messages.
 std::ostream& operator<<(std::ostream& os, const Coords& c) {
-  return os << "dp" << c.dp << " tp" << c.tp << " pp" << c.pp;
+  return os << "dp" << c.dp << " cp" << c.cp << " tp" << c.tp << " pp" << c.pp;
 }
 }  // namespace cairn::parallel
 
 namespace {
 
-Layout shape(int dp, int tp, int pp, int v = 1) {
+Layout shape(int dp, int tp, int pp, int v = 1, int cp = 1) {
   Layout l;
-  l.dp = dp, l.tp = tp, l.pp = pp, l.v = v, l.world = dp * tp * pp;
+  l.dp = dp, l.tp = tp, l.pp = pp, l.v = v, l.cp = cp, l.world = dp * cp * tp * pp;
   return l;
 }
 
@@ -65,6 +65,50 @@ BOOST_AUTO_TEST_CASE(coords_and_ranks_are_a_bijection) {
           for (int t = 0; t < tp; ++t)
             for (int p = 0; p < pp; ++p) BOOST_TEST(coords_of(l, rank_of(l, {d, t, p})) == (Coords{d, t, p}));
       }
+}
+
+BOOST_AUTO_TEST_CASE(coords_and_ranks_with_context_parallelism) {
+  for (int cp : {2, 3})
+    for (int dp : {1, 2})
+      for (int tp : {1, 2})
+        for (int pp : {1, 2}) {
+          Layout l = shape(dp, tp, pp, 1, cp);
+          for (int r = 0; r < l.world; ++r) BOOST_TEST(rank_of(l, coords_of(l, r)) == r);
+        }
+  // Megatron-Core's order tp, cp, dp, pp: dp2 x cp2 x tp2 x pp2
+  Layout l = shape(2, 2, 2, 1, 2);
+  BOOST_TEST(coords_of(l, 1) == (Coords{0, 1, 0, 0}));  // tp1
+  BOOST_TEST(coords_of(l, 2) == (Coords{0, 0, 0, 1}));  // cp1
+  BOOST_TEST(coords_of(l, 4) == (Coords{1, 0, 0, 0}));  // dp1
+  BOOST_TEST(coords_of(l, 8) == (Coords{0, 0, 1, 0}));  // pp1
+  BOOST_TEST(coords_of(l, 15) == (Coords{1, 1, 1, 1}));
+  BOOST_TEST(rank_of(l, {1, 0, 1, 1}) == 14);
+  BOOST_CHECK_THROW(rank_of(l, {0, 0, 0, 2}), RuntimeError);
+}
+
+BOOST_AUTO_TEST_CASE(context_parallel_layouts) {
+  LayoutRequest r = base();  // 8 ranks: dp1 x cp2 x tp2 x pp2
+  r.cp = 2;
+  Layout l = resolve_layout(r);
+  BOOST_TEST(l.dp == 1);
+  BOOST_TEST(l.cp == 2);
+  BOOST_TEST(l.micro_steps == 8);
+  BOOST_TEST(describe(l) == "dp1 x cp2 x tp2 x pp2 (layers 6+6), micro-batch 2 x 8, ZeRO-1");
+  r.seq_len = 1002;  // 1002 tokens do not split into 2*cp = 4 equal chunks
+  expect_error(r, {"[model] seq_len = 1002 is not divisible by 2*[parallel] cp = 2*2 = 4"});
+  r = base();
+  r.cp = 3;  // 8 ranks
+  expect_error(r, {"the 8 MPI ranks are not divisible by [parallel] cp*tp*pp = 3*2*2 = 12"});
+  r.dp = 1;
+  expect_error(r, {"[parallel] dp*cp*tp*pp = 1*3*2*2 = 12 does not match the 8 MPI ranks"});
+  r = base();
+  r.cp = 2, r.sp = true, r.seq_len = 12, r.tp = 4, r.pp = 1, r.heads = 12, r.micro_batch = 1;
+  // sequence parallelism splits this rank's 12/2 = 6 tokens of a sequence over tp = 4
+  expect_error(r, {"[parallel] sp = on splits micro-batch * [model] seq_len / cp = 1*6 = 6 tokens over [parallel] "
+                   "tp = 4"});
+  r = base();
+  r.cp = 0;
+  expect_error(r, {"[parallel] cp = 0 must be at least 1"});
 }
 
 BOOST_AUTO_TEST_CASE(megatron_rank_order) {

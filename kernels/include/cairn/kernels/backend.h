@@ -70,6 +70,20 @@ struct Backend {
   void (*attention_backward)(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                              int B, int T, int C, int NH);
 
+  // ---- causal attention of a block of queries against a prefix of keys (context parallelism) ----
+  // Queries: the q third of q_qkv [B, Tq, 3C], at sequence positions q_pos .. q_pos + Tq - 1; keys and values: the k
+  // and v thirds of kv_qkv [B, Tk, 3C], at positions 0 .. Tk - 1, with q_pos + Tq <= Tk. Query i attends keys
+  // 0 .. q_pos + i (keys past that are never read). attention_forward(qkv, T) is the case q_qkv = kv_qkv,
+  // Tq = Tk = T, q_pos = 0. out [B, Tq, C]; lse [B, NH, Tq].
+  void (*attention_forward_block)(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq,
+                                  int Tk, int q_pos, int C, int NH);
+  // dq_qkv [B, Tq, 3C]: its q third OVERWRITTEN, its k and v thirds untouched; dkv_qkv [B, Tk, 3C]: its k and v
+  // thirds ACCUMULATED (+=; every query block of a sequence adds to the same keys), its q third untouched. The two may
+  // be different buffers or, for a block that is its own key range, the same one.
+  void (*attention_backward_block)(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv,
+                                   const float* kv_qkv, const float* out, const float* lse, int B, int Tq, int Tk,
+                                   int q_pos, int C, int NH);
+
   // ---- GELU, tanh approximation (GPT-2) ----
   void (*gelu_forward)(float* out, const float* inp, size_t n);
   void (*gelu_backward)(float* dinp, const float* inp, const float* dout, size_t n);  // dinp may alias dout
@@ -109,6 +123,7 @@ struct Backend {
 #define CAIRN_KERNEL_OPS(X) \
   X(embedding_forward) X(embedding_backward) X(layernorm_forward) X(layernorm_backward) \
   X(matmul_forward) X(matmul_backward) X(attention_forward) X(attention_backward) \
+  X(attention_forward_block) X(attention_backward_block) \
   X(gelu_forward) X(gelu_backward) X(residual_forward) X(crossentropy_forward) \
   X(crossentropy_backward) X(argmax_rows) X(adamw_update) X(squared_norm) \
   X(scale)

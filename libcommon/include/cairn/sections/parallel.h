@@ -34,8 +34,8 @@ struct ParallelSection {
       "activation recomputation (cairn-train: selective = none, its attention never stores the probabilities; "
       "gelu/full as [train] recompute)");
     k(&S::cp, "cp", Range{1, 1e5},
-      "context-parallel degree: the sequence split over cp ranks with ring attention (cairn-plan; cairn-train runs "
-      "cp = 1)");
+      "context-parallel degree: each sequence split over cp ranks in 2*cp load-balanced chunks (cairn-plan models "
+      "ring attention; cairn-train all-gathers K/V per layer)");
     k(&S::tp_overlap, "tp_overlap", Choices{"on", "off"},
       "TP collectives overlapped with the neighbouring GEMMs (Megatron-Core tp_comm_overlap; cairn-plan models it, "
       "cairn-train runs its TP collectives synchronously)");
