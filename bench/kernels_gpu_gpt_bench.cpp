@@ -66,8 +66,8 @@ int attention_bench(const kernels::Backend& be, int B, int T, int C, int NH, int
   for (auto& x : qkv) x = dist(rng);
   for (auto& x : dout) x = dist(rng);
   auto dev = [&](size_t n) { return static_cast<float*>(be.alloc(n * sizeof(float))); };
-  float *d_qkv = dev(qkv.size()), *d_dout = dev(dout.size()), *out = dev(dout.size()),
-        *lse = dev((size_t)B * NH * T), *dqkv = dev(qkv.size());
+  float *d_qkv = dev(qkv.size()), *d_dout = dev(dout.size()), *out = dev(dout.size()), *lse = dev((size_t)B * NH * T),
+        *dqkv = dev(qkv.size());
   be.copy_to_device(d_qkv, qkv.data(), qkv.size() * sizeof(float));
   be.copy_to_device(d_dout, dout.data(), dout.size() * sizeof(float));
   const double fwd_flops = 4.0 * B * NH * ((double)T * (T + 1) / 2) * (C / NH), bwd_flops = 2.5 * fwd_flops;
@@ -162,8 +162,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "kernels_gpu_gpt_bench: --recompute: %s\n", e.what());
         return 2;
       }
-    }
-    else if (k == "--recompute-gelu") recompute = std::atoi(v) ? gpt::Recompute::Gelu : gpt::Recompute::None;
+    } else if (k == "--recompute-gelu") recompute = std::atoi(v) ? gpt::Recompute::Gelu : gpt::Recompute::None;
     else if (k == "--bf16") bf16 = std::atoi(v);
     else if (k == "--peak-fp32") peak_fp32 = std::atof(v);
     else if (k == "--peak-bf16") peak_bf16 = std::atof(v);
@@ -216,12 +215,14 @@ int main(int argc, char** argv) {
         const double tflops = flops_per_token * r.tokens_per_s / 1e12;
         std::printf("%s, GPT L=%d C=%d H=%d T=%d V=%d (%zu params), micro-batch %d%s, %d steps\n", prop.name,
                     cfg.layers, cfg.hidden, cfg.heads, cfg.seq_len, cfg.vocab, gpt::count_params(cfg), B,
-                    recompute != gpt::Recompute::None ? (std::string(", recompute ") + gpt::recompute_name(recompute)).c_str() : "", steps);
+                    recompute != gpt::Recompute::None
+                        ? (std::string(", recompute ") + gpt::recompute_name(recompute)).c_str()
+                        : "",
+                    steps);
         std::printf("cairn cuda %s: %9.0f tokens/s  %6.1f TFLOP/s  MFU %5.1f%% of fp32 peak %.0f, %5.2f%% of bf16 "
                     "peak %.0f  step %.1f ms (fwd %.1f bwd %.1f adamw %.1f)  peak mem %.2f GiB  loss %.4f\n",
                     tag, r.tokens_per_s, tflops, 100 * tflops / peak_fp32, peak_fp32, 100 * tflops / peak_bf16,
-                    peak_bf16,
-                    r.fwd_ms + r.bwd_ms + r.opt_ms, r.fwd_ms, r.bwd_ms, r.opt_ms, r.peak_gib, r.loss);
+                    peak_bf16, r.fwd_ms + r.bwd_ms + r.opt_ms, r.fwd_ms, r.bwd_ms, r.opt_ms, r.peak_gib, r.loss);
         std::printf("RESULT cairn_%s batch=%d tokens_per_s=%.0f mfu_fp32=%.4f mfu_bf16=%.4f peak_mem_gib=%.2f\n", tag,
                     B, r.tokens_per_s, tflops / peak_fp32, tflops / peak_bf16, r.peak_gib);
         return 0;

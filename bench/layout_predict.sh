@@ -180,7 +180,8 @@ while read -r dp tp pp v zero sp rc cp; do
   [ -n "$dp" ] || continue
   i=$((i + 1))
   R=$((dp * cp * tp * pp))
-  name="dp${dp}-tp${tp}-pp${pp}-v${v}-z${zero}-sp${sp}-${rc}$([ "$cp" -gt 1 ] && echo "-cp$cp")"
+  name="dp${dp}-tp${tp}-pp${pp}-v${v}-z${zero}-sp${sp}-${rc}"
+  if [ "$cp" -gt 1 ]; then name="$name-cp$cp"; fi
   D=$OUT/layouts/$name
   rm -rf "$D"; mkdir -p "$D"
   plan="dp=$dp,tp=$tp,pp=$pp,v=$v,mb=$MB,zero=$zero,recompute=$rc,sp=$sp,cp=$cp"
