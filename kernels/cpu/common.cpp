@@ -31,6 +31,10 @@ void host_free(void* p) { std::free(p); }
 void host_copy(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memmove(dst, src, bytes);
 }
+void host_copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows) {
+  for (size_t i = 0; i < rows; i++)
+    std::memcpy(static_cast<char*>(dst) + i * dst_pitch, static_cast<const char*>(src) + i * src_pitch, row_bytes);
+}
 void host_fill_zero(void* p, size_t bytes) {
   if (bytes) std::memset(p, 0, bytes);
 }
@@ -59,6 +63,7 @@ Backend host_memory_backend(const char* name) {
   b.copy_to_device = host_copy;
   b.copy_to_host = host_copy;
   b.copy_device = host_copy;
+  b.copy_rows = host_copy_rows;
   b.fill_zero = host_fill_zero;
   b.synchronize = host_synchronize;
   b.argmax_rows = argmax_rows_host;

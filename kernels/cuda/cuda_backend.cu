@@ -17,6 +17,7 @@ Backend make_cuda_backend() {
   b.copy_to_device = cuda::to_device;
   b.copy_to_host = cuda::to_host;
   b.copy_device = cuda::device_copy;
+  b.copy_rows = cuda::copy_rows;
   b.fill_zero = cuda::fill_zero;
   b.synchronize = cuda::synchronize;
 #define CAIRN_CUDA_SET_OP(op) b.op = cuda::op;

@@ -27,6 +27,7 @@ void dev_free(void* p);
 void to_device(void* dst, const void* src, size_t bytes);
 void to_host(void* dst, const void* src, size_t bytes);
 void device_copy(void* dst, const void* src, size_t bytes);
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows);
 void fill_zero(void* p, size_t bytes);
 void synchronize();
 

@@ -83,6 +83,10 @@ void to_host(void* dst, const void* src, size_t bytes) {
 void device_copy(void* dst, const void* src, size_t bytes) {
   if (bytes) CAIRN_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
 }
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows) {
+  if (row_bytes && rows)
+    CAIRN_CUDA_CHECK(cudaMemcpy2D(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice));
+}
 void fill_zero(void* p, size_t bytes) {
   if (bytes) CAIRN_CUDA_CHECK(cudaMemset(p, 0, bytes));
 }

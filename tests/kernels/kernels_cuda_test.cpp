@@ -112,6 +112,7 @@ BOOST_AUTO_TEST_CASE(flash_attention_deterministic_and_vs_simple) {
 BOOST_AUTO_TEST_CASE(gelu_and_residual) { check_gelu_residual(gpu(), kRtol, true); }
 BOOST_AUTO_TEST_CASE(crossentropy) { check_crossentropy(gpu(), kRtol); }
 BOOST_AUTO_TEST_CASE(argmax) { check_argmax(gpu()); }
+BOOST_AUTO_TEST_CASE(copy_rows) { check_copy_rows(gpu()); }
 BOOST_AUTO_TEST_CASE(embedding_vocab_parallel) { check_embedding_vocab_parallel(gpu()); }
 BOOST_AUTO_TEST_CASE(crossentropy_vocab_parallel) { check_crossentropy_vocab_parallel(gpu()); }
 BOOST_AUTO_TEST_CASE(adamw_norm_scale) { check_optimizer(gpu(), kRtol, false); }

@@ -130,6 +130,10 @@ BOOST_AUTO_TEST_CASE(vocab_parallel_semantics_by_hand) {
   }
 }
 BOOST_AUTO_TEST_CASE(argmax_reference) { check_argmax(cpu_reference_backend()); }
+BOOST_AUTO_TEST_CASE(copy_rows) {
+  check_copy_rows(fast());
+  check_copy_rows(cpu_reference_backend());
+}
 BOOST_AUTO_TEST_CASE(adamw_norm_scale) {
   check_optimizer(fast(), kRtol, true);
   // one element by hand (PyTorch AdamW order)

@@ -595,6 +595,24 @@ inline void check_argmax(const Backend& be) {
   }
 }
 
+// copy_rows: the k|v columns of 5 qkv rows (pitch 3C) into a packed [5, 2C] buffer and back into a [5, 3C] one whose
+// q columns must stay as they were (context parallelism's K/V all-gather packs and unpacks this way).
+inline void check_copy_rows(const Backend& be) {
+  const int rows = 5, C = 6;
+  const auto qkv = randn((size_t)rows * 3 * C, 71);
+  Buf<float> d_qkv(be, qkv), d_kv(be, (size_t)rows * 2 * C, -1.0f), d_back(be, (size_t)rows * 3 * C, 7.0f);
+  const size_t kv_row = sizeof(float) * 2 * C, qkv_row = sizeof(float) * 3 * C;
+  be.copy_rows(d_kv, kv_row, static_cast<const float*>(d_qkv) + C, qkv_row, kv_row, rows);
+  be.copy_rows(static_cast<float*>(d_back) + C, qkv_row, d_kv, kv_row, kv_row, rows);
+  const std::vector<float> kv = d_kv.host(), back = d_back.host();
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < 3 * C; c++) {
+      const float want_back = c < C ? 7.0f : qkv[(size_t)r * 3 * C + c];
+      BOOST_TEST(back[(size_t)r * 3 * C + c] == want_back, "copy_rows back row " << r << " column " << c);
+      if (c >= C) BOOST_TEST(kv[(size_t)r * 2 * C + c - C] == qkv[(size_t)r * 3 * C + c], "copy_rows packed");
+    }
+}
+
 inline void check_optimizer(const Backend& be, double rtol, bool exact) {
   const size_t n = 100003;
   auto p1 = randn(n, 70), g = randn(n, 71), m1 = randn(n, 72, 0.1f), v1 = randn(n, 73, 0.1f);

@@ -289,9 +289,10 @@ struct Activations {
   float *lse_all = nullptr, *losses_all = nullptr;          // [tp, N] every rank's lse and losses (vocab parallelism)
   float *dres = nullptr, *dtmp = nullptr, *dbig = nullptr;  // backward scratch
   float *dfull = nullptr, *drows = nullptr;                 // sequence parallelism: gathered d(stream), reduced dX
-  // Context parallelism: [cp, N, 3Cl] every CP rank's qkv in rank order (all-gather / reduce-scatter side) and in
-  // sequence order (what attention reads), its gradient in sequence order, and this rank's reduced share [N, 3Cl].
-  float *kv_ranks = nullptr, *kv_seq = nullptr, *dkv_seq = nullptr, *dkv_part = nullptr;
+  // Context parallelism: every CP rank's k|v columns in rank order [cp, N, 2Cl] (the all-gather / reduce-scatter
+  // side), the same rows as qkv rows in sequence order [cp*N, 3Cl] (what attention reads; their q third unused) and
+  // their gradient [cp*N, 3Cl], and this rank's k|v [N, 2Cl] (gathered from, or reduced into).
+  float *kv_ranks = nullptr, *kv_seq = nullptr, *dkv_seq = nullptr, *kv_part = nullptr;
   // Recomputation's shared buffers (scratch: one set for all slots): a layer's activations rebuilt in backward
   // (full) and the GELU output (gelu, full).
   LayerActs shared_set{};
@@ -337,13 +338,11 @@ void layout_scratch(const GptConfig& cfg, const ShardSpec& sp, bool training, Re
     a.gathered = f(N * C);
   }
   if (sp.cp > 1 && d.layers > 0) {
-    const size_t qkv = N * 3 * d.Cl, all = (size_t)sp.cp * qkv;
-    a.kv_ranks = f(all);
-    a.kv_seq = f(all);
-    if (training) {
-      a.dkv_seq = f(all);
-      a.dkv_part = f(qkv);
-    }
+    const size_t kv = N * 2 * d.Cl, qkv_all = (size_t)sp.cp * N * 3 * d.Cl;
+    a.kv_part = f(kv);
+    a.kv_ranks = f((size_t)sp.cp * kv);
+    a.kv_seq = f(qkv_all);
+    if (training) a.dkv_seq = f(qkv_all);
   }
   if (training) {
     a.dres = f(R * C);
@@ -648,7 +647,7 @@ struct Model::Impl {
     a.kv_ranks = x.kv_ranks;
     a.kv_seq = x.kv_seq;
     a.dkv_seq = x.dkv_seq;
-    a.dkv_part = x.dkv_part;
+    a.kv_part = x.kv_part;
   }
 
   LayerActs& act(int l) { return acts().layers[training ? l : 0]; }
@@ -710,18 +709,19 @@ struct Model::Impl {
   // long, chunk k at positions k*S .. (k+1)*S - 1.
   int chunk_of(int rank, int half) const { return half == 0 ? rank : 2 * spec.cp - 1 - rank; }
   int chunk_of(int half) const { return chunk_of(spec.cp_rank, half); }
-  // Copies rows of width w between the CP group's rank order ([cp][B][T] rows, each rank's two chunks in its own
-  // order) and sequence order ([B][T*cp] rows): to_sequence = true from `ranks` into `seq`, false back.
-  void cp_reorder(float* ranks, float* seq, int B, int T, size_t w, bool to_sequence) {
+  // Moves k|v columns (2Cl wide) between the CP group's rank order (`ranks` [cp][B][T] rows of 2Cl, each rank's two
+  // chunks in its own order) and the k|v thirds of qkv rows in sequence order (`seq` [B][T*cp] rows of 3Cl):
+  // to_sequence = true from `ranks` into `seq`, false back.
+  void cp_reorder(float* ranks, float* seq, int B, int T, size_t Cl, bool to_sequence) {
     const int S = T / 2, Tf = T * spec.cp;
-    const size_t bytes = sizeof(float) * (size_t)S * w;
+    const size_t kv = 2 * Cl, qkv = 3 * Cl, row = sizeof(float) * kv;
     for (int r = 0; r < spec.cp; r++)
       for (int b = 0; b < B; b++)
         for (int half = 0; half < 2; half++) {
-          float* at_rank = ranks + (((size_t)r * B + b) * T + (size_t)half * S) * w;
-          float* at_seq = seq + ((size_t)b * Tf + (size_t)chunk_of(r, half) * S) * w;
-          if (to_sequence) be.copy_device(at_seq, at_rank, bytes);
-          else be.copy_device(at_rank, at_seq, bytes);
+          float* at_rank = ranks + (((size_t)r * B + b) * T + (size_t)half * S) * kv;
+          float* at_seq = seq + ((size_t)b * Tf + (size_t)chunk_of(r, half) * S) * qkv + Cl;
+          if (to_sequence) be.copy_rows(at_seq, sizeof(float) * qkv, at_rank, row, row, S);
+          else be.copy_rows(at_rank, row, at_seq, sizeof(float) * qkv, row, S);
         }
   }
   // f(row, chunk) for each of this rank's two chunks of each of the B sequences: `row` its first row among the B x T,
@@ -731,15 +731,17 @@ struct Model::Impl {
     for (int b = 0; b < B; b++)
       for (int half = 0; half < 2; half++) f((size_t)b * T + (size_t)half * (T / 2), chunk_of(half));
   }
-  // kv_seq = every CP rank's qkv rows of this layer in sequence order (only their k and v thirds are read).
-  void gather_sequence_qkv(const LayerActs& a, const Dims& d, int B, int T) {
+  // kv_seq's k and v thirds = every CP rank's keys and values of this layer in sequence order: only they travel
+  // (Megatron's all-gather CP moves K and V, not Q).
+  void gather_sequence_kv(const LayerActs& a, const Dims& d, int B, int T) {
     Activations& s = acts();
-    const size_t w = 3 * d.Cl;
-    cp_comm.all_gather(s.kv_ranks, a.qkv, d.N * w);
-    cp_reorder(s.kv_ranks, s.kv_seq, B, T, w, true);
+    const size_t Cl = d.Cl, row = sizeof(float) * 2 * Cl;
+    be.copy_rows(s.kv_part, row, a.qkv + Cl, sizeof(float) * 3 * Cl, row, d.N);
+    cp_comm.all_gather(s.kv_ranks, s.kv_part, d.N * 2 * Cl);
+    cp_reorder(s.kv_ranks, s.kv_seq, B, T, Cl, true);
   }
   // Causal attention of this rank's rows. With context parallelism each of its two chunks attends the K/V prefix of
-  // the whole sequence that ends with it (the ranks' all-gathered qkv), so the same keys meet each query as on one
+  // the whole sequence that ends with it (the ranks' all-gathered K/V), so the same keys meet each query as on one
   // rank. (Megatron's default passes K/V around a ring, overlapped with the blocks' compute; the all-gather moves
   // the same bytes, without the overlap.)
   void attention_forward(LayerActs& a, const Dims& d, int B, int T) {
@@ -748,7 +750,7 @@ struct Model::Impl {
       be.attention_forward(a.atty, a.att_lse, a.qkv, B, T, Cl, NHl);
       return;
     }
-    gather_sequence_qkv(a, d, B, T);
+    gather_sequence_kv(a, d, B, T);
     const int S = T / 2, Tf = T * spec.cp;
     const size_t w = 3 * d.Cl;
     // lse [B, 2, NHl, S]: one block of NHl x S per chunk, at the chunk's row / S (only backward reads it)
@@ -766,19 +768,19 @@ struct Model::Impl {
       return;
     }
     Activations& s = acts();
-    gather_sequence_qkv(a, d, B, T);  // the forward's copy was overwritten by the next layers
+    gather_sequence_kv(a, d, B, T);  // the forward's copy was overwritten by the next layers
     const int S = T / 2, Tf = T * spec.cp;
-    const size_t w = 3 * d.Cl, n = d.N * w;
-    be.fill_zero(s.dkv_seq, sizeof(float) * n * spec.cp);
-    be.fill_zero(dqkv, sizeof(float) * n);  // its k and v thirds stay 0 until the reduced share is added
+    const size_t cl = d.Cl, w = 3 * cl, kv_row = sizeof(float) * 2 * cl;
+    be.fill_zero(s.dkv_seq, sizeof(float) * d.N * w * spec.cp);
+    // the blocks write dqkv's q third; its k and v thirds are this rank's share of dkv_seq, reduced below
     for_each_chunk(B, T, [&](size_t row, int k) {
       const size_t seq = row / T * Tf * w;  // the sequence's first row in sequence order
       be.attention_backward_block(dqkv + row * w, s.dkv_seq + seq, dout + row * Cl, a.qkv + row * w, s.kv_seq + seq,
                                   a.atty + row * Cl, a.att_lse + row * NHl, 1, S, (k + 1) * S, k * S, Cl, NHl);
     });
-    cp_reorder(s.kv_ranks, s.dkv_seq, B, T, w, false);
-    cp_comm.reduce_scatter(s.dkv_part, s.kv_ranks, n);
-    be.residual_forward(dqkv, dqkv, s.dkv_part, n);  // q third + 0, 0 + k and v thirds
+    cp_reorder(s.kv_ranks, s.dkv_seq, B, T, cl, false);
+    cp_comm.reduce_scatter(s.kv_part, s.kv_ranks, d.N * 2 * cl);
+    be.copy_rows(dqkv + cl, sizeof(float) * w, s.kv_part, kv_row, kv_row, d.N);
   }
   // Token + position embedding of B x T rows; with context parallelism each chunk takes the position rows of where
   // it lies in the sequence. wpe_rows / dwpe_rows may be null (no positional term).

@@ -41,6 +41,9 @@ struct Backend {
   void (*copy_to_device)(void* dst, const void* host_src, size_t bytes);
   void (*copy_to_host)(void* host_dst, const void* src, size_t bytes);
   void (*copy_device)(void* dst, const void* src, size_t bytes);
+  // `rows` rows of `row_bytes` each, row i from src + i*src_pitch to dst + i*dst_pitch (cudaMemcpy2D): columns of
+  // a row-major matrix, e.g. the k|v part of qkv rows. Regions must not overlap.
+  void (*copy_rows)(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows);
   void (*fill_zero)(void* ptr, size_t bytes);
   void (*synchronize)();
 
