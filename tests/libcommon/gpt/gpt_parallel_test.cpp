@@ -1,5 +1,6 @@
 // gpt::Model pieces against the whole model, over real MPI ranks: tensor parallelism (vocab-parallel embedding and
-// cross-entropy, column/row-parallel layers), sequence parallelism, pipeline pieces with activation slots.
+// cross-entropy, column/row-parallel layers), sequence parallelism, pipeline pieces with activation slots, context
+// parallelism (load-balanced sequence chunks, K/V all-gathered).
 #define BOOST_TEST_MODULE gpt_parallel
 #include <boost/test/unit_test.hpp>
 
@@ -44,7 +45,7 @@ gpt::GptConfig config(int world) {
 struct Batch {
   int B = 2, T = 12;
   std::vector<int32_t> inputs, targets;
-  Batch(const gpt::GptConfig& c, uint32_t seed) {
+  Batch(const gpt::GptConfig& c, uint32_t seed, int seq = 12) : T(seq) {
     std::mt19937 rng(seed);
     std::uniform_int_distribution<int> tok(0, c.vocab_real - 1);
     for (int i = 0; i < B * T; i++) {
@@ -246,3 +247,43 @@ void pipeline_case(gpt::Recompute recompute) {
 
 BOOST_AUTO_TEST_CASE(pipeline_pieces_match_whole_model) { pipeline_case(gpt::Recompute::None); }
 BOOST_AUTO_TEST_CASE(pipeline_pieces_with_full_recompute) { pipeline_case(gpt::Recompute::Full); }
+
+// Context parallelism over all ranks: rank r holds chunks r and 2cp-1-r of every sequence (cp = world). The whole
+// model's mean loss is the ranks' losses weighted by their valid targets (one target is ignored, so the counts
+// differ), and its gradient the sum of each rank's scaled by the same weights.
+void context_parallel_case(gpt::Recompute recompute) {
+  const int world = mpi::size(), rank = mpi::rank();
+  const gpt::GptConfig c = config(world);
+  std::vector<Batch> batches = {Batch(c, 5, 16), Batch(c, 6, 16)};
+  Reference ref(c, batches);
+  gpt::ShardSpec spec;
+  spec.cp = world;
+  spec.cp_rank = rank;
+  gpt::Model m(c, kernels::cpu_backend(), true, spec, {}, gpt::mpi_tp_comm(MPI_COMM_WORLD));
+  m.set_recompute(recompute);
+  load_piece(m, random_params(c));  // every rank holds the whole model
+  for (size_t k = 0; k < batches.size(); k++) {
+    const Batch& b = batches[k];
+    const int S = b.T / (2 * world), T_local = 2 * S;
+    std::vector<int32_t> inputs, targets;
+    for (int row = 0; row < b.B; row++)
+      for (int chunk : {rank, 2 * world - 1 - rank}) {
+        const size_t first = (size_t)row * b.T + (size_t)chunk * S;
+        inputs.insert(inputs.end(), b.inputs.begin() + first, b.inputs.begin() + first + S);
+        targets.insert(targets.end(), b.targets.begin() + first, b.targets.begin() + first + S);
+      }
+    const float loss = m.forward(inputs.data(), targets.data(), b.B, T_local);
+    const int valid = m.valid_targets(), total = mpi::allreduce(valid);
+    const double whole = mpi::allreduce((double)loss * valid) / total;
+    BOOST_TEST(std::fabs(whole - ref.losses[k]) <= 1e-5 * std::fabs(ref.losses[k]));
+    gpt::BackwardOptions o;
+    o.grad_scale = (float)valid / (float)total / (float)batches.size();
+    m.backward(o);
+  }
+  std::vector<float> grads = host_grads(m);
+  mpi::allreduce_inplace(grads);
+  BOOST_TEST(max_rel(grads.data(), ref.grads.data(), grads.size()) < 2e-5);
+}
+
+BOOST_AUTO_TEST_CASE(context_parallel_matches_whole_model) { context_parallel_case(gpt::Recompute::None); }
+BOOST_AUTO_TEST_CASE(context_parallel_with_full_recompute) { context_parallel_case(gpt::Recompute::Full); }
