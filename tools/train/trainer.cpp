@@ -589,7 +589,7 @@ MicroBatch Trainer::context_share(MicroBatch mb) const {
   std::vector<int32_t> inputs(static_cast<size_t>(mb.B) * T_local), targets(inputs.size());
   for (int b = 0; b < mb.B; ++b)
     for (int half = 0; half < 2; ++half) {
-      const int chunk = half == 0 ? rank : 2 * cp - 1 - rank;
+      const int chunk = gpt::cp_chunk(cp, rank, half);
       const size_t from = static_cast<size_t>(b) * mb.T + static_cast<size_t>(chunk) * S;
       const size_t to = static_cast<size_t>(b) * T_local + static_cast<size_t>(half) * S;
       std::copy_n(mb.inputs.begin() + static_cast<std::ptrdiff_t>(from), S,

@@ -74,6 +74,11 @@ struct ShardSpec {
   int cp = 1, cp_rank = 0;
 };
 
+// Context parallelism's load balancing (ShardSpec::cp): the chunk, of the 2*cp a sequence is cut into, that CP rank
+// `cp_rank` holds as its first (half = 0) or second (half = 1) run of rows. The model and whoever slices its input
+// (cairn-train) use this one rule.
+inline int cp_chunk(int cp, int cp_rank, int half) { return half == 0 ? cp_rank : 2 * cp - 1 - cp_rank; }
+
 // Collectives over the tensor-parallel group (or, passed as the model's cp_comm, the context-parallel group), on
 // backend memory, provided by the trainer (MPI on CPU, NCCL on GPU). Every rank of the group calls them in the same
 // order.

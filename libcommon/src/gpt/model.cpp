@@ -707,7 +707,7 @@ struct Model::Impl {
   // ---- context parallelism (spec.cp > 1) ----
   // A rank's rows of a sequence are S = T/2 rows of one chunk, then S rows of another; the sequence is T*cp tokens
   // long, chunk k at positions k*S .. (k+1)*S - 1.
-  int chunk_of(int rank, int half) const { return half == 0 ? rank : 2 * spec.cp - 1 - rank; }
+  int chunk_of(int rank, int half) const { return cp_chunk(spec.cp, rank, half); }
   int chunk_of(int half) const { return chunk_of(spec.cp_rank, half); }
   // Moves k|v columns (2Cl wide) between the CP group's rank order (`ranks` [cp][B][T] rows of 2Cl, each rank's two
   // chunks in its own order) and the k|v thirds of qkv rows in sequence order (`seq` [B][T*cp] rows of 3Cl):
