@@ -18,6 +18,7 @@
 # Usage: bench/layout_predict.sh [OUT_DIR]        (default: a fresh /tmp/cairn_layout_predict.XXXXXX, kept)
 #   env: CAIRN_BIN_DIR (build/bin)  LAYERS 4  HIDDEN 128  HEADS 4  SEQ 128  GB 16 (global batch)  MB 2
 #        STEPS 20  WARMUP 4  RANKS "1 2 4"  RECOMPUTE "none" (e.g. "none full")  CORES (nproc)
+#        CP_COMM allgather (or p2p: how cp layouts move K/V, in cairn-train and in the plan alike)
 #        FABRIC_RANKS (price every layout with the sweep of that many ranks instead of its own rank count)
 #        FILTER (python regex on the layout string, e.g. 'tp=2')  TARGET 15 (% bar; exits 0 regardless)
 #        RETRY 1, BG_MAX 0.25: rerun a layout up to RETRY times while other processes used more than
@@ -45,9 +46,11 @@ MODEL=(--set model.layers=$L --set model.hidden=$H --set model.heads=$A --set mo
        --set model.vocab=320 --set train.global_batch=$GB)
 # cairn-train's attention keeps only the row log-sum-exp, never the s x s probabilities, and recomputes
 # them in backward (tools/train/README.md): to the cost model that is flash attention (memory and FLOPs).
-# cairn-train: TP collectives synchronous, no dropout (its GPT has none), context parallelism by K/V all-gather.
+# cairn-train: TP collectives synchronous, no dropout (its GPT has none); context parallelism's K/V exchange
+# (CP_COMM: p2p = ring, allgather) is the same on both sides.
+CP_COMM=${CP_COMM:-allgather}
 PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false --set plan.dropout=false
-           --set 'plan.cp_comm="allgather"')
+           --set "plan.cp_comm=\"$CP_COMM\"")
 
 echo "== dataset, calibration, sweep -> $OUT" >&2
 [ -f "$OUT/ds/index.json" ] || "$BIN/cairn-reshard" --log-level warn --out "$OUT/ds" --set 'data.delimiter="%"' \
@@ -210,7 +213,7 @@ while read -r dp tp pp v zero sp rc cp; do
          --set train.warmup=1 --set train.checkpoint_every=0 --set train.val_every=0 --set train.tensorboard=false
          --set train.resume=\"none\" --set parallel.dp=$dp --set parallel.tp=$tp --set parallel.pp=$pp
          --set parallel.v=$v --set parallel.mb=$MB --set parallel.zero=$zero --set parallel.sp=\"$sp\"
-         --set parallel.recompute=\"$rc\" --set parallel.cp=$cp)
+         --set parallel.recompute=\"$rc\" --set parallel.cp=$cp --set parallel.cp_comm=\"$CP_COMM\")
   # Other jobs on this machine slow every layout down: measure the CPU time the rest of the machine
   # used during the run (all busy jiffies in /proc/stat minus this job's rusage) and rerun a layout
   # (up to RETRY times) while that background exceeded BG_MAX cores; the least disturbed run is kept.

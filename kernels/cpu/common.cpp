@@ -70,6 +70,17 @@ Backend host_memory_backend(const char* name) {
   return b;
 }
 
+void attention_merge_host(float* out, float* lse, const float* part_out, const float* part_lse, int B, int T, int C,
+                          int NH) {
+  const int hd = C / NH;
+#pragma omp parallel for schedule(static)
+  for (int idx = 0; idx < B * NH * T; idx++) {  // idx = (b * NH + h) * T + i, lse's order
+    const int i = idx % T, h = (idx / T) % NH, b = idx / (T * NH);
+    const size_t at = ((size_t)b * T + i) * C + (size_t)h * hd;
+    merge_attention_row(out + at, lse[idx], part_out + at, part_lse[idx], hd);
+  }
+}
+
 void adamw_update_reference(float* params, const float* grads, float* m, float* v, size_t n, const AdamWParams& hp) {
   const AdamWStep step(hp);
   for (size_t i = 0; i < n; i++) step.apply(params[i], grads[i], m[i], v[i]);

@@ -48,4 +48,19 @@ struct AdamWStep {
   }
 };
 
+// attention_merge's formula for one query row of one head (ring context parallelism): (o, lse) and (part_o, part_lse)
+// are softmax attention over two disjoint key sets; o becomes the attention over their union. Both CPU backends and
+// the CUDA kernel run this, so they agree bitwise.
+CAIRN_HOST_DEVICE inline void merge_attention_row(float* o, float& lse, const float* part_o, float part_lse, int hd) {
+  const float m = lse > part_lse ? lse : part_lse;
+  const float wa = expf(lse - m), wb = expf(part_lse - m), sum = wa + wb;
+  const float a = wa / sum, b = wb / sum;
+  for (int d = 0; d < hd; d++) o[d] = a * o[d] + b * part_o[d];
+  lse = m + logf(sum);
+}
+
+// attention_merge over [B, T, C] / [B, NH, T] on host memory (both CPU backends).
+void attention_merge_host(float* out, float* lse, const float* part_out, const float* part_lse, int B, int T, int C,
+                          int NH);
+
 }  // namespace cairn::kernels

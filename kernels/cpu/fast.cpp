@@ -244,12 +244,13 @@ inline void weighted_rows(float* out, int w, const float* coef, int coef_stride,
 }
 
 // One block of attention (the plain ops are the block with q_pos = 0, Tq = Tk = T, q_qkv = kv_qkv): Tq queries at
-// positions q_pos.. against the keys their causal mask reaches, 0 .. Tn - 1 with Tn = q_pos + Tq (kv rows past
-// that are never read, not even copied).
+// positions q_pos.. against the keys their causal mask reaches, 0 .. Tn - 1 with Tn = min(Tk, q_pos + Tq) (kv rows
+// past that are never read, not even copied).
 struct BlockShape {
   int Tq, Tk, q_pos, C, NH;
   int hd() const { return C / NH; }
-  int Tn() const { return q_pos + Tq; }
+  int Tn() const { return std::min(Tk, q_pos + Tq); }
+  int keys_of(int i) const { return std::min(Tk, q_pos + i + 1); }  // query i sees keys 0 .. keys_of(i) - 1
   int Tnp() const { return round_up(Tn(), kBlock); }
 };
 
@@ -305,7 +306,7 @@ CAIRN_CLONES void attention_head_forward(float* out, float* lse, const float* q_
   gather_head(s, q_qkv, kv_qkv, b, h, bs, 1.0f / std::sqrt((float)hd), false);
   float* sc = s.scores.data();
   for (int i = 0; i < bs.Tq; i++) {
-    const int n = bs.q_pos + i + 1;  // keys 0 .. q_pos + i
+    const int n = bs.keys_of(i);
     score_row(sc, &s.q[(size_t)i * hd], s.kt.data(), Tnp, hd, n);
     float maxval = -INFINITY;
 #pragma omp simd reduction(max : maxval)
@@ -356,7 +357,7 @@ CAIRN_CLONES void attention_head_backward(float* dq_qkv, float* dkv_qkv, const f
   float* sc = s.scores.data();
   float* dp = s.dp.data();
   for (int i = 0; i < Tq; i++) {
-    const int n = bs.q_pos + i + 1;
+    const int n = bs.keys_of(i);
     const float* dOi = &s.dO[(size_t)i * hd];
     const float* Oi = out + ((size_t)b * Tq + i) * C + h * hd;
     float D = 0.0f;
@@ -547,6 +548,7 @@ const Backend& cpu_backend() {
     b.attention_backward = attention_backward;
     b.attention_forward_block = attention_forward_block;
     b.attention_backward_block = attention_backward_block;
+    b.attention_merge = attention_merge_host;
     b.gelu_forward = gelu_forward;
     b.gelu_backward = gelu_backward;
     b.residual_forward = residual_forward;

@@ -1,4 +1,5 @@
 // The reference CPU backend: plain, readable single-threaded loops (llm.c style) that define each op.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -115,7 +116,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     }
 }
 
-// Query i of the block (sequence position q_pos + i, row i of q_qkv) attends keys 0 .. q_pos + i (rows of kv_qkv).
+// Query i of the block (sequence position q_pos + i, row i of q_qkv) attends keys 0 .. min(q_pos + i, Tk - 1) (rows
+// of kv_qkv).
 void attention_forward_block(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq, int Tk,
                              int q_pos, int C, int NH) {
   const int hd = C / NH;
@@ -124,7 +126,7 @@ void attention_forward_block(float* out, float* lse, const float* q_qkv, const f
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int i = 0; i < Tq; i++) {
-        const int last = q_pos + i;  // the causal mask: the last key this query sees
+        const int last = std::min(q_pos + i, Tk - 1);  // the causal mask, clipped to the block's keys
         const float* q = q_qkv + ((size_t)b * Tq + i) * 3 * C + h * hd;
         float maxval = -INFINITY;
         for (int j = 0; j <= last; j++) {
@@ -171,7 +173,7 @@ void attention_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, 
         for (int d = 0; d < hd; d++) D += dO[d] * O[d];
         const float row_lse = lse[((size_t)b * NH + h) * Tq + i];
         for (int d = 0; d < hd; d++) dq[d] = 0.0f;
-        for (int j = 0; j <= q_pos + i; j++) {
+        for (int j = 0; j <= std::min(q_pos + i, Tk - 1); j++) {
           const size_t row_j = ((size_t)b * Tk + j) * 3 * C + h * hd;
           const float* k = kv_qkv + row_j + C;
           const float* v = kv_qkv + row_j + 2 * C;
@@ -268,6 +270,7 @@ const Backend& cpu_reference_backend() {
     b.attention_backward = attention_backward;
     b.attention_forward_block = attention_forward_block;
     b.attention_backward_block = attention_backward_block;
+    b.attention_merge = attention_merge_host;
     b.gelu_forward = gelu_forward;
     b.gelu_backward = gelu_backward;
     b.residual_forward = residual_forward;

@@ -1,6 +1,7 @@
 // CUDA causal attention: the dispatch between the bf16 tensor-core flash kernels (flash_attention_bf16.cu), the fp32
 // flash kernels (flash_attention.cu) and the simple one-thread-per-(b, h, query row) kernels below (online softmax,
 // backward recomputes P from the saved log-sum-exp), chosen by CAIRN_CUDA_ATTENTION or the cuda.h switches.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <stdexcept>
@@ -25,10 +26,10 @@ void check_head_dim(int C, int NH) {
 
 // The simple kernels, written for a block of attention (the plain ops are the block with q_pos = 0, Tq = Tk = T and
 // q_qkv = kv_qkv): Tq queries (rows of q_qkv [B, Tq, 3C]) at sequence positions q_pos.., query i attending the keys
-// 0 .. q_pos + i (rows of kv_qkv [B, Tk, 3C]); lse and D are [B, NH, Tq]. HD > 0 compiles a kernel for that head
-// dimension (the per-thread rows then live in registers: loops have constant trip counts and are unrolled); HD = 0
-// is the generic version for any head dim <= kMaxHeadDim (local memory). Same operations in the same order either
-// way, so results do not depend on which one runs.
+// 0 .. min(q_pos + i, Tk - 1) (rows of kv_qkv [B, Tk, 3C]); lse and D are [B, NH, Tq]. HD > 0 compiles a kernel for
+// that head dimension (the per-thread rows then live in registers: loops have constant trip counts and are unrolled);
+// HD = 0 is the generic version for any head dim <= kMaxHeadDim (local memory). Same operations in the same order
+// either way, so results do not depend on which one runs.
 template <int HD>
 __global__ void attention_forward_kernel(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq,
                                          int Tk, int q_pos, int C, int NH) {
@@ -42,7 +43,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* q_
 #pragma unroll
   for (int d = 0; d < hd; d++) o[d] = 0.0f;
   float m = -INFINITY, l = 0.0f;
-  for (int j = 0; j <= q_pos + i; j++) {
+  for (int j = 0, last = min(q_pos + i, Tk - 1); j <= last; j++) {
     const float* k = kv_qkv + ((size_t)b * Tk + j) * 3 * C + C + h * hd;
     const float* v = k + C;
     float s = 0.0f;
@@ -86,7 +87,7 @@ __global__ void attention_dq_kernel(float* dq_qkv, const float* dout, const floa
   float acc[HD > 0 ? HD : kMaxHeadDim];
 #pragma unroll
   for (int d = 0; d < hd; d++) acc[d] = 0.0f;
-  for (int j = 0; j <= q_pos + i; j++) {
+  for (int j = 0, last = min(q_pos + i, Tk - 1); j <= last; j++) {
     const float* k = kv_qkv + ((size_t)b * Tk + j) * 3 * C + C + h * hd;
     const float* v = k + C;
     float s = 0.0f, dp = 0.0f;
@@ -107,13 +108,13 @@ __global__ void attention_dq_kernel(float* dq_qkv, const float* dout, const floa
 
 // dK_j = scale * sum_{i: q_pos+i>=j} dS_ij Q_i, dV_j = sum P_ij dO_i into the k and v thirds of dkv_qkv, added when
 // `accumulate` (the block op: every query block of a sequence adds to the same keys), else overwritten (the plain op).
-// One thread per key row j < q_pos + Tq (the keys the block's queries reach; rows past them are left alone), so no
-// atomics.
+// One thread per key row j < min(Tk, q_pos + Tq) (the keys the block's queries reach; rows past them are left alone),
+// so no atomics.
 template <int HD>
 __global__ void attention_dkv_kernel(float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
                                      const float* lse, const float* D, int B, int Tq, int Tk, int q_pos, int C, int NH,
                                      bool accumulate) {
-  const int Tn = q_pos + Tq;
+  const int Tn = min(Tk, q_pos + Tq);
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= B * NH * Tn) return;
   const int j = idx % Tn, h = (idx / Tn) % NH, b = idx / (Tn * NH), hd = HD > 0 ? HD : C / NH;
@@ -177,9 +178,9 @@ void launch_simple_backward(float* dq_qkv, float* dkv_qkv, const float* dout, co
                             bool accumulate_kv) {
   attention_dq_kernel<HD>
       <<<blocks_for((size_t)B * NH * Tq, 64), 64>>>(dq_qkv, dout, q_qkv, kv_qkv, lse, D, B, Tq, Tk, q_pos, C, NH);
-  attention_dkv_kernel<HD><<<blocks_for((size_t)B * NH * (q_pos + Tq), 64), 64>>>(dkv_qkv, dout, q_qkv, kv_qkv, lse, D,
-                                                                                  B, Tq, Tk, q_pos, C, NH,
-                                                                                  accumulate_kv);
+  attention_dkv_kernel<HD>
+      <<<blocks_for((size_t)B * NH * std::min(Tk, q_pos + Tq), 64), 64>>>(dkv_qkv, dout, q_qkv, kv_qkv, lse, D, B, Tq,
+                                                                          Tk, q_pos, C, NH, accumulate_kv);
 }
 
 void simple_attention_backward(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv,
@@ -273,6 +274,24 @@ void attention_forward_block(float* out, float* lse, const float* q_qkv, const f
 void attention_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
                               const float* out, const float* lse, int B, int Tq, int Tk, int q_pos, int C, int NH) {
   simple_attention_backward(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse, B, Tq, Tk, q_pos, C, NH, true);
+}
+
+// One thread per (b, h, i) row, in lse's order; the formula is the CPU backends' (merge_attention_row).
+__global__ void attention_merge_kernel(float* out, float* lse, const float* part_out, const float* part_lse, int B,
+                                       int T, int C, int NH) {
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= B * NH * T) return;
+  const int i = idx % T, h = (idx / T) % NH, b = idx / (T * NH), hd = C / NH;
+  const size_t at = ((size_t)b * T + i) * C + (size_t)h * hd;
+  merge_attention_row(out + at, lse[idx], part_out + at, part_lse[idx], hd);
+}
+
+void attention_merge(float* out, float* lse, const float* part_out, const float* part_lse, int B, int T, int C,
+                     int NH) {
+  const size_t rows = (size_t)B * NH * T;
+  if (rows == 0) return;
+  attention_merge_kernel<<<blocks_for(rows), kThreads>>>(out, lse, part_out, part_lse, B, T, C, NH);
+  CAIRN_CUDA_CHECK_LAUNCH("attention_merge");
 }
 
 }  // namespace cuda

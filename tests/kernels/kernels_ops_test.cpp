@@ -43,7 +43,7 @@ BOOST_AUTO_TEST_CASE(no_missing_ops) {
     CAIRN_KERNEL_OPS(CAIRN_CHECK_OP)
 #undef CAIRN_CHECK_OP
   }
-  BOOST_TEST(kKernelOpCount == 19);
+  BOOST_TEST(kKernelOpCount == 20);
 }
 
 BOOST_AUTO_TEST_CASE(embedding) { check_embedding(fast(), kRtol); }

@@ -8,6 +8,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <random>
 #include <string>
 #include <tuple>
@@ -263,6 +264,17 @@ inline void require_finite(const std::vector<float>& x, const std::string& what)
   for (size_t i = 0; i < x.size(); i++) BOOST_REQUIRE_MESSAGE(std::isfinite(x[i]), what << ": non-finite at " << i);
 }
 
+// `full`'s attention_forward and attention_backward over whole sequences: out, lse, dqkv (the references of the
+// context-parallel checks).
+inline std::tuple<std::vector<float>, std::vector<float>, std::vector<float>> whole_sequence_attention(
+    const Backend& full, const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T, int C, int NH) {
+  Buf<float> f_qkv(full, qkv), f_dout(full, dout), o(full, (size_t)B * T * C, 0.0f), l(full, (size_t)B * NH * T, 0.0f),
+      d(full, qkv.size(), 5.0f);
+  full.attention_forward(o, l, f_qkv, B, T, C, NH);
+  full.attention_backward(d, f_dout, f_qkv, o, l, B, T, C, NH);
+  return {o.host(), l.host(), d.host()};
+}
+
 // Context parallelism on `be`: the sequence in 2 cp chunks, rank r holding chunks r and 2 cp - 1 - r (Megatron's
 // load-balanced order, so the chunks run out of order); each chunk's queries run against the whole kv buffer (Tk = T:
 // the keys past the chunk are there and must not count). The chunks' out and lse must be the rows of `full`'s
@@ -273,14 +285,7 @@ inline void check_attention_context_parallel(const Backend& be, const Backend& f
   const int B = 2, T = 24, C = 32, NH = 4, C3 = 3 * C, cp = 2, chunk = T / (2 * cp);
   const std::string tag = std::string(" (") + be.name + " blocks vs " + full.name + ")";
   auto qkv = randn((size_t)B * T * C3, 100, 1.5f), dout = randn((size_t)B * T * C, 101);
-  std::vector<float> out_full, lse_full, dqkv_full;
-  {
-    Buf<float> f_qkv(full, qkv), f_dout(full, dout), o(full, (size_t)B * T * C, 0.0f),
-        l(full, (size_t)B * NH * T, 0.0f), d(full, qkv.size(), 5.0f);
-    full.attention_forward(o, l, f_qkv, B, T, C, NH);
-    full.attention_backward(d, f_dout, f_qkv, o, l, B, T, C, NH);
-    out_full = o.host(), lse_full = l.host(), dqkv_full = d.host();
-  }
+  const auto [out_full, lse_full, dqkv_full] = whole_sequence_attention(full, qkv, dout, B, T, C, NH);
   require_finite(dqkv_full, "full attention dqkv" + tag);
   Buf<float> d_qkv(be, qkv), dkv(be, qkv.size(), 0.0f);
   std::vector<float> out_cp(out_full.size(), NAN), lse_cp(lse_full.size(), NAN), dqkv_cp(qkv.size(), NAN);
@@ -343,8 +348,13 @@ inline void check_attention_block(const Backend& be, double rtol) {
                                                  {2, 17, 40, 20, 64, 2},
                                                  {1, 33, 70, 30, 30, 5},
                                                  {1, 20, 50, 12, 128, 2},
-                                                 {2, 9, 30, 16, 128, 1}}) {
-    const int C3 = 3 * s.C, Tn = s.q_pos + s.Tq;
+                                                 {2, 9, 30, 16, 128, 1},
+                                                 // keys clipped at Tk: a part of the queries (q_pos + Tq > Tk), and
+                                                 // every query seeing the whole block (q_pos >= Tk, ring CP)
+                                                 {2, 11, 9, 4, 24, 3},
+                                                 {1, 16, 16, 16, 64, 2},
+                                                 {2, 7, 12, 30, 32, 4}}) {
+    const int C3 = 3 * s.C, Tn = std::min(s.Tk, s.q_pos + s.Tq);
     const std::string tag = std::to_string(s.B) + "x" + std::to_string(s.Tq) + " at " + std::to_string(s.q_pos) +
                             " of " + std::to_string(s.Tk) + " C=" + std::to_string(s.C) + "/" + std::to_string(s.NH);
     auto q_qkv = randn((size_t)s.B * s.Tq * C3, 110, 1.5f), kv_qkv = randn((size_t)s.B * s.Tk * C3, 111, 1.5f);
@@ -404,12 +414,90 @@ inline void check_attention_block(const Backend& be, double rtol) {
   }
 }
 
+// Ring context parallelism on `be` (what the model runs with [parallel] cp_comm = "p2p"): the sequence in 2 cp
+// chunks; each query chunk meets the key chunks at or before it one block at a time (the diagonal first, causal;
+// earlier chunks whole: q_pos >= Tk), in ring order, and attention_merge folds each block into the running (out,
+// lse). Backward runs every block with the merged out and lse, its dq into a scratch buffer summed per chunk, dK/dV
+// accumulated per key chunk. All must equal `full`'s whole-sequence attention.
+inline void check_attention_ring(const Backend& be, const Backend& full, double rtol) {
+  const int B = 2, T = 32, C = 32, NH = 4, C3 = 3 * C;
+  const std::string tag = std::string(" (") + be.name + " ring vs " + full.name + ")";
+  auto qkv = randn((size_t)B * T * C3, 120, 1.5f), dout = randn((size_t)B * T * C, 121);
+  const auto [out_full, lse_full, dqkv_full] = whole_sequence_attention(full, qkv, dout, B, T, C, NH);
+  for (int cp : {2, 4}) {
+    const int S = T / (2 * cp), chunks = 2 * cp;
+    std::vector<std::vector<float>> q(chunks), dq_sum(chunks, std::vector<float>((size_t)B * S * C3, 0.0f));
+    std::deque<Buf<float>> kv, dkv;  // Buf neither copies nor moves
+    for (int c = 0; c < chunks; c++) {
+      q[c] = take_rows(qkv, B, T, C3, c * S, S);
+      kv.emplace_back(be, q[c]);
+      dkv.emplace_back(be, q[c].size(), 0.0f);
+    }
+    std::vector<float> out_ring(out_full.size(), NAN), lse_ring(lse_full.size(), NAN), dqkv_ring(qkv.size(), NAN);
+    for (int r = 0; r < cp; r++)
+      for (int c : {r, chunks - 1 - r}) {
+        // the key chunks in the order the ring brings them: rank r's own first (its diagonal), then r-1, r-2, ...
+        std::vector<int> keys;
+        for (int t = 0; t < cp; t++) {
+          const int from = ((r - t) % cp + cp) % cp;
+          for (int k : {from, chunks - 1 - from})
+            if (k == c) keys.insert(keys.begin(), k);
+            else if (k < c) keys.push_back(k);
+        }
+        Buf<float> o(be, (size_t)B * S * C, NAN), l(be, (size_t)B * NH * S, NAN), po(be, (size_t)B * S * C, NAN),
+            pl(be, (size_t)B * NH * S, NAN), dout_c(be, take_rows(dout, B, T, C, c * S, S));
+        for (size_t i = 0; i < keys.size(); i++) {
+          const int k = keys[i];
+          const int q_pos = (c - k) * S;  // 0 on the diagonal; >= S (every key seen) for an earlier chunk
+          if (i == 0) be.attention_forward_block(o, l, kv[c], kv[k], B, S, S, q_pos, C, NH);
+          else {
+            be.attention_forward_block(po, pl, kv[c], kv[k], B, S, S, q_pos, C, NH);
+            be.attention_merge(o, l, po, pl, B, S, C, NH);
+          }
+        }
+        for (int k : keys) {
+          Buf<float> dq(be, (size_t)B * S * C3, 0.0f);
+          be.attention_backward_block(dq, dkv[k], dout_c, kv[c], kv[k], o, l, B, S, S, (c - k) * S, C, NH);
+          const auto h = dq.host();
+          for (size_t e = 0; e < h.size(); e++) dq_sum[c][e] += h[e];
+        }
+        put_rows(out_ring, o.host(), B, T, C, c * S, S, 0, C);
+        const auto lh = l.host();
+        for (int bh = 0; bh < B * NH; bh++)
+          for (int i = 0; i < S; i++) lse_ring[(size_t)bh * T + c * S + i] = lh[(size_t)bh * S + i];
+        put_rows(dqkv_ring, dq_sum[c], B, T, C3, c * S, S, 0, C);
+      }
+    for (int c = 0; c < chunks; c++) put_rows(dqkv_ring, dkv[c].host(), B, T, C3, c * S, S, C, C3);
+    const std::string at = " cp=" + std::to_string(cp) + tag;
+    check_close(out_ring, out_full, "ring attention out" + at, rtol);
+    check_close(lse_ring, lse_full, "ring attention lse" + at, rtol);
+    check_close(dqkv_ring, dqkv_full, "ring attention dqkv" + at, rtol);
+  }
+}
+
+// attention_merge vs the reference's (bitwise on CPU; rtol on GPU), including a row where one side dominates.
+inline void check_attention_merge(const Backend& be, double rtol) {
+  const int B = 2, T = 7, C = 24, NH = 3;
+  auto out = randn((size_t)B * T * C, 130), part = randn(out.size(), 131);
+  auto lse = randn((size_t)B * NH * T, 132, 4.0f), plse = randn(lse.size(), 133, 4.0f);
+  lse[0] = 80.0f, plse[1] = 90.0f;  // exp() of either alone would overflow
+  std::vector<float> want_o = out, want_l = lse;
+  ref().attention_merge(want_o.data(), want_l.data(), part.data(), plse.data(), B, T, C, NH);
+  require_finite(want_o, "attention_merge out (reference)");
+  Buf<float> o(be, out), l(be, lse), p(be, part), pl(be, plse);
+  be.attention_merge(o, l, p, pl, B, T, C, NH);
+  check_close(o.host(), want_o, std::string("attention_merge out (") + be.name + ")", rtol);
+  check_close(l.host(), want_l, std::string("attention_merge lse (") + be.name + ")", rtol);
+}
+
 // The plain ops on odd shapes, then the block ops (the CUDA backend runs its simple kernels for those): vs the
 // reference, and a context-parallel split vs the reference's whole-sequence attention.
 inline void check_attention(const Backend& be, double rtol) {
   check_attention_shapes(be, rtol, {{1, 1, 8, 2}, {2, 7, 24, 3}, {3, 33, 30, 5}, {2, 64, 64, 4}, {1, 80, 128, 2}});
   check_attention_block(be, rtol);
   check_attention_context_parallel(be, ref(), rtol);
+  check_attention_merge(be, rtol);
+  check_attention_ring(be, ref(), rtol);
 }
 
 // The reference evaluates 0.5x(1 + tanh(y)) as GPT-2/PyTorch write it; where tanh(y) ~ -1 that form loses ~1 ulp

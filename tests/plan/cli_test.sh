@@ -34,6 +34,8 @@ assert f["plans/feasible"][0] == 1 and abs(f["plans/step_time_s"][0] - times[0])
 assert "tool" in f.attrs or any("tool" in k for k in f.attrs.keys()), list(f.attrs.keys())
 PY
 grep -q '^\[parallel\]' "$T/run/plan/best.toml" || fail "best.toml has no [parallel]"
+# the CP exchange the plan was priced with, for cairn-train to run (plan.cp_comm's default: the ring)
+grep -q '^cp_comm = "p2p"' "$T/run/plan/best.toml" || fail "best.toml lacks cp_comm = \"p2p\""
 # best.toml is a valid config layer for every tool (cairn-plan reads it back as [parallel]).
 $BIN --config configs/models/gpt2-350m.toml --config $A100 --config "$T/run/plan/best.toml" \
   --set cluster.nodes=2 --set train.global_batch=64 --print-config | grep -q 'best.toml' || fail "best.toml not loadable"

@@ -530,8 +530,8 @@ BOOST_AUTO_TEST_CASE(context_parallelism_splits_the_sequence) {
   BOOST_TEST(plan_string(q).find("cp=2") != std::string::npos);
 }
 
-// plan.cp_comm = allgather (Megatron --cp-comm-type all_gather, what cairn-train runs): per layer and micro-batch an
-// exposed all-gather of every rank's K/V chunk forward, and again with a reduce-scatter of their gradients backward.
+// plan.cp_comm = allgather (Megatron --cp-comm-type all_gather; cairn-train's [parallel] cp_comm = "allgather"): per
+// layer and micro-batch an exposed all-gather of every rank's K/V chunk forward, and again with a reduce-scatter of their gradients backward.
 BOOST_AUTO_TEST_CASE(context_parallelism_by_all_gather) {
   const ModelSpec m = llama3_8b_64k();
   const Cluster c = eight_gpus();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cairn-train's parallel layouts against 1 rank: tp2, pp2 (1F1B), pp2 x v2 (interleaved), tp2 + sp, dp2 x tp2,
-# dp2 x pp2, tp2 x pp2, dp2 ZeRO-1, dp2 x tp2 ZeRO-1, dp2 x tp2 x pp2 (8 ranks), ZeRO-2/3, context parallelism (cp2,
-# cp2 x tp2 + sp, dp2 x cp2 x pp2 ZeRO-2 on 8 ranks) and an uneven pp2 split (stage_layers = [2, 3] of 5 layers) give
+# dp2 x pp2, tp2 x pp2, dp2 ZeRO-1, dp2 x tp2 ZeRO-1, dp2 x tp2 x pp2 (8 ranks), ZeRO-2/3, context parallelism (cp2
+# and dp2 x cp2 x pp2 ZeRO-2 on 8 ranks by ring, cp2 x tp2 + sp by all-gather) and an uneven pp2 split (stage_layers = [2, 3] of 5 layers) give
 # the same 30 losses (1e-5 relative), gradient norms (1e-4), validation losses (1e-5) and step-30 parameters (1e-5 of
 # each tensor's max) as 1 rank. The 8-rank step-15 checkpoints resume as 1 rank, dp2 and tp2 x pp2 (steps 16..30 as
 # 1 rank's); tp2 x pp2 resumed by tp2 x pp2 is bitwise its own
@@ -62,8 +62,9 @@ train dp2z3 2 --set model.layers=4 "${DP2[@]}" --set parallel.zero=3
 train dp2tp2pp2z3 8 --set model.layers=4 "${DP2[@]}" --set parallel.dp=2 "${TP[@]}" "${PP[@]}" --set parallel.zero=3
 # context parallelism: each 32-token sequence in 4 chunks of 8 (rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2)
 CP=(--set parallel.cp=2)
+# K/V around a ring (cp_comm = "p2p", the default) in cp2 and dp2cp2pp2z2, all-gathered in cp2tp2sp
 train cp2 2 --set model.layers=4 "${CP[@]}"
-train cp2tp2sp 4 --set model.layers=4 "${CP[@]}" "${TP[@]}" --set 'parallel.sp="on"'
+train cp2tp2sp 4 --set model.layers=4 "${CP[@]}" "${TP[@]}" --set 'parallel.sp="on"' --set 'parallel.cp_comm="allgather"'
 train dp2cp2pp2z2 8 --set model.layers=4 "${DP2[@]}" --set parallel.dp=2 "${CP[@]}" "${PP[@]}" --set parallel.zero=2
 # ---- 3. uneven pipeline: 5 layers as 2 + 3, against its own 1-rank reference
 train l5r1 1 --set model.layers=5

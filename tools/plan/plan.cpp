@@ -137,7 +137,8 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
   af.commit();
 }
 
-std::string best_toml(const Evaluation& e) {
+// cp_comm: the plan.cp_comm the plan was priced with, which cairn-train then runs.
+std::string best_toml(const Evaluation& e, const std::string& cp_comm) {
   const Plan& p = e.plan;
   json t = {{"parallel",
              {{"dp", p.dp},
@@ -149,6 +150,7 @@ std::string best_toml(const Evaluation& e) {
               {"recompute", recompute_name(p.recompute)},
               {"sp", p.sp ? "on" : "off"},
               {"cp", p.cp},
+              {"cp_comm", cp_comm},
               {"tp_overlap", p.tp_overlap ? "on" : "off"}}}};
   // An uneven split (layers not divisible by pp*v) is written out: cairn-train runs exactly this one.
   const auto& sl = e.b.stage_layers;
@@ -276,7 +278,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   atomic_write(join_path(out_dir, "plans.json"), text);
   if (!opts.json_path.empty()) write_json_output(opts.json_path, text);
   write_h5(join_path(out_dir, "plans.h5"), m, c, global_batch, r);
-  atomic_write(join_path(out_dir, "best.toml"), best_toml(r.all.front()));
+  atomic_write(join_path(out_dir, "best.toml"), best_toml(r.all.front(), plan.cp_comm));
   CAIRN_LOG_INFO("wrote %s/{plans.json,plans.h5,best.toml}", out_dir.c_str());
   return 0;
 }

@@ -54,8 +54,9 @@ class Nccl {
 
 // The model's tensor-parallel collectives (gpt::TpComm) over `comm`, the TP group's communicator (which must outlive
 // the returned table and every model holding it; give the TP group its own Nccl, not the data-parallel one):
-// all_reduce = ncclAllReduce (sum, in place), all_gather = ncclAllGather, reduce_scatter = ncclReduceScatter, on
-// device memory, counts as size_t (no INT_MAX limit). Each call runs on `comm`'s stream between two CUDA events: it
+// all_reduce = ncclAllReduce (sum, in place), all_gather = ncclAllGather, reduce_scatter = ncclReduceScatter, and the
+// context-parallel ring (ring_start = ncclSend to the next rank + ncclRecv from the previous one in one group,
+// ring_wait = the compute stream waits for them), on device memory, counts as size_t (no INT_MAX limit). Each call runs on `comm`'s stream between two CUDA events: it
 // starts after the work already queued on the compute (legacy default) stream and the compute stream's later work
 // waits for it, so the model can use the result right after the call, and the host never waits.
 // `on_call(seconds)` (optional) is told how long each call took: then the host synchronizes the compute stream before

@@ -134,6 +134,7 @@ void Nccl::all_gather_shards(float* p, size_t shard, size_t N) {
 void Nccl::wait() { CAIRN_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
 
 gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
+  const std::function<void(double)> report = on_call;  // the ring's copy (`run` takes on_call)
   // One collective (`op` issues and checks it) on the communicator's stream, fenced by events against the compute
   // stream on both sides (NCCL is never handed the legacy default stream itself); timed, when asked, between host
   // synchronizations.
@@ -169,6 +170,23 @@ gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
     run([&](ncclComm_t nc, cudaStream_t s) {
       CAIRN_NCCL_CHECK(ncclReduceScatter(full, part, n, ncclFloat32, ncclSum, nc, s));
     });
+  };
+  // The ring: ncclSend to rank + 1 and ncclRecv from rank - 1 in one group, on the communicator's stream after the
+  // compute queued so far; ring_wait makes later compute wait for it (on the device). Timed, when asked, as the
+  // host's wait for the transfer: its exposed part.
+  c.ring_start = [m = comm.impl_](const float* send, float* recv, size_t n) {
+    if (n == 0) return;
+    m->after_compute();
+    nccl_group([&] {
+      CAIRN_NCCL_CHECK(ncclSend(send, n, ncclFloat32, (m->rank + 1) % m->world, m->comm, m->stream));
+      CAIRN_NCCL_CHECK(ncclRecv(recv, n, ncclFloat32, (m->rank + m->world - 1) % m->world, m->comm, m->stream));
+    });
+  };
+  c.ring_wait = [m = comm.impl_, on_call = report] {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (on_call) CAIRN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    m->compute_after();
+    if (on_call) on_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   };
   return c;
 }

@@ -112,6 +112,7 @@ Settings read_settings(const Config& cfg) {
   s.layout = read_layout(s, train, parallel_section, s.model);
   s.zero = s.layout.zero;
   s.recompute = resolve_recompute(train, parallel_section);
+  s.cp_ring = parallel_section.cp_comm == "p2p";
   if (s.backend == "cpu" && train.precision != "fp32") {
     throw UsageError("[train] precision = \"" + train.precision +
                      "\" needs the cuda backend; the cpu backend computes in fp32");

@@ -33,6 +33,7 @@ struct Settings {
   int threads = 0;
   std::string backend;
   bool on_gpu = false;                              // backend "cuda": device memory, NCCL between ranks
+  bool cp_ring = true;                              // [parallel] cp_comm = "p2p" (ring) or "allgather", when cp > 1
   gpt::Recompute recompute = gpt::Recompute::None;  // [train] / [parallel] recompute (resolve_recompute)
   bool bf16 = false;  // cuda: precision = "bf16" (bf16 GEMM inputs, fp32 accumulation and state)
   std::string run_dir, train_dir, ckpt_dir, data_dir;

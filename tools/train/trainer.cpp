@@ -313,6 +313,7 @@ void Trainer::build_model() {
     ch.spec.sequence_parallel = L.sp;
     ch.spec.cp = L.cp;
     ch.spec.cp_rank = at.cp;
+    ch.spec.cp_ring = s_.cp_ring;
     ch.spec.first_layer = first;
     ch.spec.num_layers = count;
     ch.spec.has_embedding = ch.stage == 0;
@@ -394,7 +395,8 @@ void Trainer::log_setup() const {
   if (s_.world > 1 || s_.layout.tp > 1 || s_.layout.pp > 1) {
     size_t mine = 0;
     for (const Chunk& ch : chunks_) mine += ch.num_params();
-    CAIRN_LOG_INFO("layout: %s; rank 0 holds %.2fM parameters", parallel::describe(s_.layout).c_str(), mine / 1e6);
+    CAIRN_LOG_INFO("layout: %s%s; rank 0 holds %.2fM parameters", parallel::describe(s_.layout).c_str(),
+                   s_.layout.cp > 1 ? (s_.cp_ring ? ", cp ring (p2p)" : ", cp all-gather") : "", mine / 1e6);
   }
   for (const std::string& note : s_.layout.notes) CAIRN_LOG_INFO("%s", note.c_str());
   CAIRN_LOG_INFO("data: \"%s\": %llu train / %llu val windows; %d data-parallel ranks x micro %d x accum %d = batch "

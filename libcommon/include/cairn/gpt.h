@@ -68,10 +68,14 @@ struct ShardSpec {
                                    // embedding is on another stage: tied weights, kept equal by the trainer) and loss
   // Context parallelism: every sequence is cut into 2*cp equal chunks and this rank holds chunks cp_rank and
   // 2cp-1-cp_rank (Megatron's load balancing of causal attention). forward()'s T is then this rank's share,
-  // seq / cp tokens per sequence, its rows per sequence being the two chunks in that order. Attention all-gathers
-  // K/V over the CP group; everything else is per token. Parameters are whole on every CP rank; their gradients are
+  // seq / cp tokens per sequence, its rows per sequence being the two chunks in that order. Attention exchanges K/V
+  // over the CP group; everything else is per token. Parameters are whole on every CP rank; their gradients are
   // partial sums the trainer adds over the CP group (with the data-parallel ones).
   int cp = 1, cp_rank = 0;
+  // How K/V travel (Megatron's --cp-comm-type): false = all_gather (every rank's K/V gathered before attention, dK/dV
+  // reduce-scattered back; cp times a rank's K/V in memory), true = p2p (a ring: each step passes one rank's K/V on
+  // while the blocks that meet them run, and backward passes their dK/dV accumulators along with them).
+  bool cp_ring = false;
 };
 
 // Context parallelism's load balancing (ShardSpec::cp): the chunk, of the 2*cp a sequence is cut into, that CP rank
@@ -87,6 +91,11 @@ struct TpComm {
   std::function<void(float* full, const float* part, size_t part_n)> all_gather;      // full = parts in rank order
   std::function<void(float* part, const float* full, size_t part_n)> reduce_scatter;  // part = sum of full's
                                                                                       // block tp_rank
+  // Ring exchange (context parallelism with cp_ring): ring_start sends send[0, n) to the next rank of the group
+  // ((rank + 1) % size) and receives the previous rank's n floats into recv, returning at once so compute overlaps
+  // it; ring_wait returns when both are done (recv readable, send reusable). One exchange in flight at a time.
+  std::function<void(const float* send, float* recv, size_t n)> ring_start;
+  std::function<void()> ring_wait;
 };
 
 // A run of floats of a model piece's flat buffer and where it lies in the whole model's flat buffer.

@@ -293,6 +293,12 @@ struct Activations {
   // side), the same rows as qkv rows in sequence order [cp*N, 3Cl] (what attention reads; their q third unused) and
   // their gradient [cp*N, 3Cl], and this rank's k|v [N, 2Cl] (gathered from, or reduced into).
   float *kv_ranks = nullptr, *kv_seq = nullptr, *dkv_seq = nullptr, *kv_part = nullptr;
+  // Ring context parallelism (cp_ring): two messages [K/V | dK/dV accumulator], each half [N, 2Cl] packed (one is
+  // sent while the other receives); the K/V a step holds as qkv rows [N, 3Cl] (q third unused); one block's partial
+  // out [S, Cl] and lse [NHl, S] (at most N rows); backward's dK/dV of a step as qkv rows, a block's dq as qkv rows
+  // [N, 3Cl] (k and v thirds zero) and a packed [N, 2Cl] staging buffer.
+  float *ring_msg[2] = {nullptr, nullptr}, *ring_rows = nullptr, *ring_out = nullptr, *ring_lse = nullptr;
+  float *ring_dkv_rows = nullptr, *ring_dq = nullptr, *ring_pack = nullptr;
   // Recomputation's shared buffers (scratch: one set for all slots): a layer's activations rebuilt in backward
   // (full) and the GELU output (gelu, full).
   LayerActs shared_set{};
@@ -337,7 +343,19 @@ void layout_scratch(const GptConfig& cfg, const ShardSpec& sp, bool training, Re
     if (d.layers > 0) a.proj_rows = f(R * C);
     a.gathered = f(N * C);
   }
-  if (sp.cp > 1 && d.layers > 0) {
+  if (sp.cp > 1 && sp.cp_ring && d.layers > 0) {
+    const size_t kv = N * 2 * d.Cl, rows = N * 3 * d.Cl;
+    a.ring_msg[0] = f(2 * kv);
+    a.ring_msg[1] = f(2 * kv);
+    a.ring_rows = f(rows);
+    a.ring_out = f(N * d.Cl);
+    a.ring_lse = f(N * d.NHl);
+    if (training) {
+      a.ring_dkv_rows = f(rows);
+      a.ring_dq = f(rows);
+      a.ring_pack = f(kv);
+    }
+  } else if (sp.cp > 1 && d.layers > 0) {
     const size_t kv = N * 2 * d.Cl, qkv_all = (size_t)sp.cp * N * 3 * d.Cl;
     a.kv_part = f(kv);
     a.kv_ranks = f((size_t)sp.cp * kv);
@@ -465,8 +483,10 @@ struct Model::Impl {
     tensors = piece_tensors(cfg, spec);
     if (spec.tp > 1 && (!comm.all_reduce || !comm.all_gather || !comm.reduce_scatter))
       throw UsageError("model piece: tp > 1 needs the tensor-parallel collectives");
-    if (spec.cp > 1 && (!cp_comm.all_gather || !cp_comm.reduce_scatter))
+    if (spec.cp > 1 && !spec.cp_ring && (!cp_comm.all_gather || !cp_comm.reduce_scatter))
       throw UsageError("model piece: cp > 1 needs the context-parallel all-gather and reduce-scatter");
+    if (spec.cp > 1 && spec.cp_ring && (!cp_comm.ring_start || !cp_comm.ring_wait))
+      throw UsageError("model piece: ring context parallelism needs the context-parallel ring exchange");
     n_params = tensors.back().offset + tensors.back().size;
     int t = 0;
     if (spec.has_embedding || spec.has_head) wte = t++;
@@ -648,6 +668,14 @@ struct Model::Impl {
     a.kv_seq = x.kv_seq;
     a.dkv_seq = x.dkv_seq;
     a.kv_part = x.kv_part;
+    a.ring_msg[0] = x.ring_msg[0];
+    a.ring_msg[1] = x.ring_msg[1];
+    a.ring_rows = x.ring_rows;
+    a.ring_out = x.ring_out;
+    a.ring_lse = x.ring_lse;
+    a.ring_dkv_rows = x.ring_dkv_rows;
+    a.ring_dq = x.ring_dq;
+    a.ring_pack = x.ring_pack;
   }
 
   LayerActs& act(int l) { return acts().layers[training ? l : 0]; }
@@ -740,14 +768,119 @@ struct Model::Impl {
     cp_comm.all_gather(s.kv_ranks, s.kv_part, d.N * 2 * Cl);
     cp_reorder(s.kv_ranks, s.kv_seq, B, T, Cl, true);
   }
+  // ---- ring context parallelism (spec.cp_ring) ----
+  // Step t of the ring holds the K/V of CP rank (cp_rank - t) mod cp, both its chunks. f(row_q, row_k, q_pos, first)
+  // for each block of this step: this rank's query chunk at rows row_q .. row_q + S - 1 meets the held key chunk at
+  // rows row_k .. of the holding rank's rows, with q_pos the queries' offset from the keys' first position (0 on the
+  // diagonal, causal; >= S for an earlier chunk, seen whole). Later key chunks are skipped. `first` marks the block
+  // that starts a query chunk's result: the diagonal, run first at step 0.
+  template <typename F>
+  void for_each_ring_block(int t, int B, int T, F&& f) const {
+    const int S = T / 2, cp = spec.cp, holder = ((spec.cp_rank - t) % cp + cp) % cp;
+    for (int b = 0; b < B; b++)
+      for (int qh = 0; qh < 2; qh++)
+        for (int pass = 0; pass < 2; pass++) {
+          const int kh = t == 0 ? (pass == 0 ? qh : 1 - qh) : pass;
+          const int qk = chunk_of(qh), kk = chunk_of(holder, kh);
+          if (kk > qk) continue;
+          f((size_t)b * T + (size_t)qh * S, (size_t)b * T + (size_t)kh * S, (qk - kk) * S, t == 0 && pass == 0);
+        }
+  }
+  // K/V packed [N, 2Cl] <-> the k and v thirds of qkv rows [N, 3Cl].
+  void pack_kv(float* packed, const float* qkv_rows, const Dims& d) {
+    const size_t row = sizeof(float) * 2 * d.Cl;
+    be.copy_rows(packed, row, qkv_rows + d.Cl, sizeof(float) * 3 * d.Cl, row, d.N);
+  }
+  void unpack_kv(float* qkv_rows, const float* packed, const Dims& d) {
+    const size_t row = sizeof(float) * 2 * d.Cl;
+    be.copy_rows(qkv_rows + d.Cl, sizeof(float) * 3 * d.Cl, packed, row, row, d.N);
+  }
+  // Megatron's p2p CP: cp steps; each passes the K/V it holds to the next rank while its blocks run (the last step
+  // has nothing left to pass), and attention_merge folds every block after a chunk's first into its (out, lse).
+  void ring_attention_forward(LayerActs& a, const Dims& d, int B, int T) {
+    Activations& s = acts();
+    const int Cl = (int)d.Cl, NHl = (int)d.NHl, S = T / 2, cp = spec.cp;
+    const size_t w = 3 * d.Cl, kv_n = d.N * 2 * d.Cl;
+    pack_kv(s.ring_msg[0], a.qkv, d);
+    for (int t = 0; t < cp; t++) {
+      float* held = s.ring_msg[t % 2];
+      if (t < cp - 1) cp_comm.ring_start(held, s.ring_msg[(t + 1) % 2], kv_n);
+      const float* kv_rows = a.qkv;
+      if (t > 0) {
+        unpack_kv(s.ring_rows, held, d);
+        kv_rows = s.ring_rows;
+      }
+      for_each_ring_block(t, B, T, [&](size_t row_q, size_t row_k, int q_pos, bool first) {
+        float* out = a.atty + row_q * Cl;
+        float* lse = a.att_lse + row_q * NHl;  // [NHl, S] per chunk, as the all-gather path
+        const float* q = a.qkv + row_q * w;
+        const float* kv = kv_rows + row_k * w;
+        if (first) {
+          be.attention_forward_block(out, lse, q, kv, 1, S, S, q_pos, Cl, NHl);
+        } else {
+          be.attention_forward_block(s.ring_out, s.ring_lse, q, kv, 1, S, S, q_pos, Cl, NHl);
+          be.attention_merge(out, lse, s.ring_out, s.ring_lse, 1, S, Cl, NHl);
+        }
+      });
+      if (t < cp - 1) cp_comm.ring_wait();
+    }
+  }
+  // Backward of the ring: the K/V go round again, and with them an accumulator of their dK/dV. A message carries the
+  // K/V for the receiver's next step and the accumulator of the K/V it held at this step: the sender finished its
+  // share of that one a step earlier, so the transfer overlaps this step's blocks too. Every block runs with the
+  // merged out and lse (the softmax over all keys); dQ sums over the blocks. After the last step the accumulator of
+  // the next rank's K/V is complete and goes one hop further, home.
+  void ring_attention_backward(float* dqkv, const float* dout, const LayerActs& a, const Dims& d, int B, int T) {
+    Activations& s = acts();
+    const int Cl = (int)d.Cl, NHl = (int)d.NHl, S = T / 2, cp = spec.cp;
+    const size_t w = 3 * d.Cl, kv_n = d.N * 2 * d.Cl;
+    pack_kv(s.ring_msg[0], a.qkv, d);
+    be.fill_zero(s.ring_dq, sizeof(float) * d.N * w);  // the blocks write only its q third
+    for (int t = 0; t < cp; t++) {
+      float *held = s.ring_msg[t % 2], *next = s.ring_msg[(t + 1) % 2];
+      // [K/V | accumulator]: K/V while a later step needs them, the accumulator from step 1 on
+      const size_t lo = t == cp - 1 ? kv_n : 0, hi = t == 0 ? kv_n : 2 * kv_n;
+      cp_comm.ring_start(held + lo, next + lo, hi - lo);
+      const float* kv_rows = a.qkv;
+      if (t > 0) {
+        unpack_kv(s.ring_rows, held, d);
+        kv_rows = s.ring_rows;
+      }
+      be.fill_zero(s.ring_dkv_rows, sizeof(float) * d.N * w);
+      for_each_ring_block(t, B, T, [&](size_t row_q, size_t row_k, int q_pos, bool first) {
+        float* dq = (first ? dqkv : s.ring_dq) + row_q * w;
+        be.attention_backward_block(dq, s.ring_dkv_rows + row_k * w, dout + row_q * Cl, a.qkv + row_q * w,
+                                    kv_rows + row_k * w, a.atty + row_q * Cl, a.att_lse + row_q * NHl, 1, S, S, q_pos,
+                                    Cl, NHl);
+        // dqkv's k and v thirds take the zeros here; the returned accumulator overwrites them below
+        if (!first) be.residual_forward(dqkv + row_q * w, dqkv + row_q * w, dq, (size_t)S * w);
+      });
+      cp_comm.ring_wait();
+      float* acc = next + kv_n;  // the accumulator of this step's K/V: received (t >= 1) or started here
+      if (t == 0) {
+        pack_kv(acc, s.ring_dkv_rows, d);
+      } else {
+        pack_kv(s.ring_pack, s.ring_dkv_rows, d);
+        be.residual_forward(acc, acc, s.ring_pack, kv_n);
+      }
+    }
+    float* home = s.ring_msg[(cp + 1) % 2] + kv_n;
+    cp_comm.ring_start(s.ring_msg[cp % 2] + kv_n, home, kv_n);
+    cp_comm.ring_wait();
+    unpack_kv(dqkv, home, d);
+  }
+
   // Causal attention of this rank's rows. With context parallelism each of its two chunks attends the K/V prefix of
-  // the whole sequence that ends with it (the ranks' all-gathered K/V), so the same keys meet each query as on one
-  // rank. (Megatron's default passes K/V around a ring, overlapped with the blocks' compute; the all-gather moves
-  // the same bytes, without the overlap.)
+  // the whole sequence that ends with it, so the same keys meet each query as on one rank: around a ring
+  // (ring_attention_forward), or here all-gathered (Megatron's all_gather CP: the same bytes, without the overlap).
   void attention_forward(LayerActs& a, const Dims& d, int B, int T) {
     const int Cl = (int)d.Cl, NHl = (int)d.NHl;
     if (spec.cp == 1) {
       be.attention_forward(a.atty, a.att_lse, a.qkv, B, T, Cl, NHl);
+      return;
+    }
+    if (spec.cp_ring) {
+      ring_attention_forward(a, d, B, T);
       return;
     }
     gather_sequence_kv(a, d, B, T);
@@ -765,6 +898,10 @@ struct Model::Impl {
     const int Cl = (int)d.Cl, NHl = (int)d.NHl;
     if (spec.cp == 1) {
       be.attention_backward(dqkv, dout, a.qkv, a.atty, a.att_lse, B, T, Cl, NHl);
+      return;
+    }
+    if (spec.cp_ring) {
+      ring_attention_backward(dqkv, dout, a, d, B, T);
       return;
     }
     Activations& s = acts();

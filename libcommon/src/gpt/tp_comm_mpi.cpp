@@ -1,5 +1,5 @@
-// gpt::TpComm over MPI: the tensor-parallel group's all-reduce, all-gather and reduce-scatter (staged through host
-// memory on device backends).
+// gpt::TpComm over MPI: the tensor-parallel group's all-reduce, all-gather and reduce-scatter, and the context-parallel
+// ring exchange (staged through host memory on device backends).
 #include <chrono>
 #include <climits>
 #include <memory>
@@ -87,6 +87,35 @@ TpComm mpi_tp_comm(MPI_Comm comm, const std::function<void(double)>& on_call, co
       mpi::check(MPI_Reduce_scatter_block(src, dst, count_of(n, "reduce-scatter"), MPI_FLOAT, MPI_SUM, comm),
                  "MPI_Reduce_scatter_block (tensor parallel)");
       st->back(part, n, st->b);
+    });
+  };
+  // The ring: a non-blocking send to rank + 1 and receive from rank - 1 (one exchange in flight); the time reported
+  // is what ring_wait waited, the transfer's exposed part.
+  struct Ring {
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    float* recv = nullptr;  // where the staged receive lands (device backends)
+    size_t n = 0;
+  };
+  auto ring = std::make_shared<Ring>();
+  c.ring_start = [comm, st, ring](const float* send, float* recv, size_t n) {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    const int count = count_of(n, "ring exchange");
+    float* src = st->in(send, n, st->a);
+    float* dst = st->out(recv, n, st->b);
+    ring->recv = recv;
+    ring->n = n;
+    constexpr int kRingTag = 71;
+    mpi::check(MPI_Irecv(dst, count, MPI_FLOAT, (rank + size - 1) % size, kRingTag, comm, &ring->req[0]),
+               "MPI_Irecv (context-parallel ring)");
+    mpi::check(MPI_Isend(src, count, MPI_FLOAT, (rank + 1) % size, kRingTag, comm, &ring->req[1]),
+               "MPI_Isend (context-parallel ring)");
+  };
+  c.ring_wait = [on_call, st, ring] {
+    timed(on_call, [&] {
+      mpi::check(MPI_Waitall(2, ring->req, MPI_STATUSES_IGNORE), "MPI_Waitall (context-parallel ring)");
+      st->back(ring->recv, ring->n, st->b);
     });
   };
   return c;

@@ -251,7 +251,8 @@ BOOST_AUTO_TEST_CASE(pipeline_pieces_with_full_recompute) { pipeline_case(gpt::R
 // Context parallelism over all ranks: rank r holds chunks r and 2cp-1-r of every sequence (cp = world). The whole
 // model's mean loss is the ranks' losses weighted by their valid targets (one target is ignored, so the counts
 // differ), and its gradient the sum of each rank's scaled by the same weights.
-void context_parallel_case(gpt::Recompute recompute) {
+// ring = true: K/V around a ring ([parallel] cp_comm = "p2p"), else all-gathered.
+void context_parallel_case(gpt::Recompute recompute, bool ring = false) {
   const int world = mpi::size(), rank = mpi::rank();
   const gpt::GptConfig c = config(world);
   std::vector<Batch> batches = {Batch(c, 5, 16), Batch(c, 6, 16)};
@@ -259,6 +260,7 @@ void context_parallel_case(gpt::Recompute recompute) {
   gpt::ShardSpec spec;
   spec.cp = world;
   spec.cp_rank = rank;
+  spec.cp_ring = ring;
   gpt::Model m(c, kernels::cpu_backend(), true, spec, {}, gpt::mpi_tp_comm(MPI_COMM_WORLD));
   m.set_recompute(recompute);
   load_piece(m, random_params(c));  // every rank holds the whole model
@@ -287,3 +289,5 @@ void context_parallel_case(gpt::Recompute recompute) {
 
 BOOST_AUTO_TEST_CASE(context_parallel_matches_whole_model) { context_parallel_case(gpt::Recompute::None); }
 BOOST_AUTO_TEST_CASE(context_parallel_with_full_recompute) { context_parallel_case(gpt::Recompute::Full); }
+BOOST_AUTO_TEST_CASE(ring_context_parallel_matches_whole_model) { context_parallel_case(gpt::Recompute::None, true); }
+BOOST_AUTO_TEST_CASE(ring_context_parallel_with_full_recompute) { context_parallel_case(gpt::Recompute::Full, true); }

@@ -73,11 +73,12 @@ struct Backend {
   void (*attention_backward)(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                              int B, int T, int C, int NH);
 
-  // ---- causal attention of a block of queries against a prefix of keys (context parallelism) ----
-  // Queries: the q third of q_qkv [B, Tq, 3C], at sequence positions q_pos .. q_pos + Tq - 1; keys and values: the k
-  // and v thirds of kv_qkv [B, Tk, 3C], at positions 0 .. Tk - 1, with q_pos + Tq <= Tk. Query i attends keys
-  // 0 .. q_pos + i (keys past that are never read). attention_forward(qkv, T) is the case q_qkv = kv_qkv,
-  // Tq = Tk = T, q_pos = 0. out [B, Tq, C]; lse [B, NH, Tq].
+  // ---- causal attention of a block of queries against a block of keys (context parallelism) ----
+  // Queries: the q third of q_qkv [B, Tq, 3C], at positions q_pos .. q_pos + Tq - 1 counted from the first key (q_pos
+  // >= 0); keys and values: the k and v thirds of kv_qkv [B, Tk, 3C], at positions 0 .. Tk - 1. Query i attends keys
+  // 0 .. min(q_pos + i, Tk - 1) (keys past that are never read): q_pos + Tq <= Tk is a prefix that ends with the
+  // queries (all-gather CP), q_pos >= Tk an earlier block every query sees whole (ring CP). attention_forward(qkv, T)
+  // is the case q_qkv = kv_qkv, Tq = Tk = T, q_pos = 0. out [B, Tq, C]; lse [B, NH, Tq] (softmax over these keys only).
   void (*attention_forward_block)(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq,
                                   int Tk, int q_pos, int C, int NH);
   // dq_qkv [B, Tq, 3C]: its q third OVERWRITTEN, its k and v thirds untouched; dkv_qkv [B, Tk, 3C]: its k and v
@@ -86,6 +87,12 @@ struct Backend {
   void (*attention_backward_block)(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv,
                                    const float* kv_qkv, const float* out, const float* lse, int B, int Tq, int Tk,
                                    int q_pos, int C, int NH);
+
+  // ---- merge of two attention results over disjoint key sets (ring CP) ----
+  // (out, lse) <- softmax over the union: lse' = log(e^lse + e^part_lse), out' = (e^lse out + e^part_lse part_out) /
+  // e^lse'. out, part_out [B, T, C]; lse, part_lse [B, NH, T].
+  void (*attention_merge)(float* out, float* lse, const float* part_out, const float* part_lse, int B, int T, int C,
+                          int NH);
 
   // ---- GELU, tanh approximation (GPT-2) ----
   void (*gelu_forward)(float* out, const float* inp, size_t n);
@@ -126,7 +133,7 @@ struct Backend {
 #define CAIRN_KERNEL_OPS(X) \
   X(embedding_forward) X(embedding_backward) X(layernorm_forward) X(layernorm_backward) \
   X(matmul_forward) X(matmul_backward) X(attention_forward) X(attention_backward) \
-  X(attention_forward_block) X(attention_backward_block) \
+  X(attention_forward_block) X(attention_backward_block) X(attention_merge) \
   X(gelu_forward) X(gelu_backward) X(residual_forward) X(crossentropy_forward) \
   X(crossentropy_backward) X(argmax_rows) X(adamw_update) X(squared_norm) \
   X(scale)

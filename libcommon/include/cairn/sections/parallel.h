@@ -18,6 +18,7 @@ struct ParallelSection {
   int zero = 0;
   std::string recompute = "none";
   int cp = 1;
+  std::string cp_comm = "p2p";
   std::string tp_overlap = "off";
   std::string sp = "off";
   std::vector<int64_t> stage_layers;
@@ -34,8 +35,10 @@ struct ParallelSection {
       "activation recomputation (cairn-train: selective = none, its attention never stores the probabilities; "
       "gelu/full as [train] recompute)");
     k(&S::cp, "cp", Range{1, 1e5},
-      "context-parallel degree: each sequence split over cp ranks in 2*cp load-balanced chunks (cairn-plan models "
-      "ring attention; cairn-train all-gathers K/V per layer)");
+      "context-parallel degree: each sequence split over cp ranks in 2*cp load-balanced chunks");
+    k(&S::cp_comm, "cp_comm", Choices{"p2p", "allgather"},
+      "how context parallelism moves K/V (Megatron's --cp-comm-type): p2p = a ring overlapped with the attention "
+      "blocks, allgather = all-gathered before attention (cairn-plan writes the plan.cp_comm it priced)");
     k(&S::tp_overlap, "tp_overlap", Choices{"on", "off"},
       "TP collectives overlapped with the neighbouring GEMMs (Megatron-Core tp_comm_overlap; cairn-plan models it, "
       "cairn-train runs its TP collectives synchronously)");
