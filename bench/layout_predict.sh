@@ -19,6 +19,7 @@
 #   env: CAIRN_BIN_DIR (build/bin)  LAYERS 4  HIDDEN 128  HEADS 4  SEQ 128  GB 16 (global batch)  MB 2
 #        STEPS 20  WARMUP 4  RANKS "1 2 4"  RECOMPUTE "none" (e.g. "none full")  CORES (nproc)
 #        CP_COMM allgather (or p2p: how cp layouts move K/V, in cairn-train and in the plan alike)
+#        PLAN_EXTRA (more cairn-plan arguments for every prediction, e.g. "--set cluster.overlap_slowdown=1")
 #        FABRIC_RANKS (price every layout with the sweep of that many ranks instead of its own rank count)
 #        FILTER (python regex on the layout string, e.g. 'tp=2')  TARGET 15 (% bar; exits 0 regardless)
 #        RETRY 1, BG_MAX 0.25: rerun a layout up to RETRY times while other processes used more than
@@ -51,6 +52,7 @@ MODEL=(--set model.layers=$L --set model.hidden=$H --set model.heads=$A --set mo
 CP_COMM=${CP_COMM:-allgather}
 PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false --set plan.dropout=false
            --set "plan.cp_comm=\"$CP_COMM\"")
+read -r -a PLAN_EXTRA <<< "${PLAN_EXTRA:-}"
 
 echo "== dataset, calibration, sweep -> $OUT" >&2
 [ -f "$OUT/ds/index.json" ] || "$BIN/cairn-reshard" --log-level warn --out "$OUT/ds" --set 'data.delimiter="%"' \
@@ -198,7 +200,7 @@ while read -r dp tp pp v zero sp rc cp; do
       --set "cluster.peak_tflops=$($PY -c "print($PEAK * $1 * $BG)")" \
       --set "cluster.hbm_gbps=$($PY -c "print($BW * $1 * $BB)")" \
       --set "cluster.kernel_overhead_us=$($PY -c "print($OVH / ($1 * $BG))")" \
-      --set "cluster.fabric=\"$(fabric_of "$R")\"" --out "$2" --explain --plan "$plan" --json "$3" "${@:4}"
+      --set "cluster.fabric=\"$(fabric_of "$R")\"" --out "$2" --explain --plan "$plan" --json "$3" "${PLAN_EXTRA[@]}" "${@:4}"
   }
   predict "$($PY -c "print(min(1.0, $CORES / $R))")" "$D" "$D/pred.json" --log-level warn > "$D/explain.txt" \
     2> "$D/plan.err" || echo "plan failed: $(tail -1 "$D/plan.err")" >&2
