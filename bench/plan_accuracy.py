@@ -212,8 +212,11 @@ def rows():
         "tp=8,pp=16,cp=1,mb=1,zero=1,recompute=[none,selective]", "model_tflops_causal", 430, meta)
     add(LLAMA3, "Llama3 405B 16384 GPUs", H100, 16384, l3_405b, 2048,
         "tp=8,pp=16,cp=1,mb=1,zero=1,recompute=[none,selective]", "model_tflops_causal", 400, meta)
+    # Section 3.3.2: Meta's CP all-gathers K and V, then computes the local query chunk (exposed, but small with
+    # GQA), instead of a ring: priced as plan.cp_comm = allgather.
     add(LLAMA3, "Llama3 405B 16384 GPUs CP16 128k", H100, 16384, l3_405b_long, 128,
-        "tp=8,pp=16,cp=16,mb=1,zero=1,recompute=[none,selective]", "model_tflops_causal", 380, meta)
+        "tp=8,pp=16,cp=16,mb=1,zero=1,recompute=[none,selective]", "model_tflops_causal", 380,
+        meta + ['plan.cp_comm="allgather"'])
     # FP8 on H100 (Megatron-Core + Transformer Engine): the four linear layers of each transformer layer run in FP8,
     # attention (FlashAttention/cuDNN) and the output layer in bf16. Recompute is not stated: the search picks
     # none or selective, whichever fits and is faster, as the published configurations would.
@@ -266,6 +269,7 @@ def predict(binary, r, consts):
         sets += [f"plan.memory_bound_factor={titan_eager_factor(r['model']):.3f}", "plan.optimizer_fused=false"]
     elif r["stack"] == "mosaic":  # no dropout, single-kernel LayerNorm/GELU/adds; Composer's eager DecoupledAdamW
         sets += ["plan.dropout=false", "plan.optimizer_fused=false"]
+    sets += ['plan.cp_comm="p2p"']  # Megatron's default --cp-comm-type; a row that ran otherwise says so
     sets += r["sets"]
     with tempfile.TemporaryDirectory() as out:
         cmd = [binary, "--config", r["cluster"], "--plan", r["plan"], "--out", out, "--top", "1", "--log-level",

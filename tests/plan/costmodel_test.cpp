@@ -396,6 +396,27 @@ BOOST_AUTO_TEST_CASE(search_finds_valid_plans) {
   BOOST_TEST(sets[2] == "plan.recompute=[\"selective\",\"full\"]");
 }
 
+// cp_comm is a search dimension of plans with cp > 1: unset, both exchanges are evaluated for each such layout (and
+// the ranking picks between them); one value fixes it; at cp = 1 it does not multiply the plans.
+BOOST_AUTO_TEST_CASE(search_tries_both_cp_exchanges) {
+  const ModelSpec m = llama3_8b_64k();
+  const Cluster c = eight_gpus();
+  Config cfg = load({}, {"plan.cp=[1,2]", "plan.tp=2", "plan.pp=1", "plan.flash_attention=true"});
+  const auto r = plan::search(m, c, 8, assumptions_from_config(cfg), plan::constraints_from_config(cfg));
+  size_t ring = 0, gathered = 0, cp1_gathered = 0;
+  for (const auto& e : r.all) {
+    if (e.plan.cp > 1) (e.plan.cp_allgather ? gathered : ring)++;
+    else cp1_gathered += e.plan.cp_allgather;
+  }
+  BOOST_TEST(ring > 0);
+  BOOST_TEST(gathered == ring);
+  BOOST_TEST(cp1_gathered == 0u);
+  cfg = load({}, {"plan.cp=2", "plan.tp=2", "plan.pp=1", "plan.flash_attention=true", "plan.cp_comm=\"allgather\""});
+  const auto fixed = plan::search(m, c, 8, assumptions_from_config(cfg), plan::constraints_from_config(cfg));
+  BOOST_REQUIRE(!fixed.all.empty());
+  for (const auto& e : fixed.all) BOOST_TEST(e.plan.cp_allgather);
+}
+
 BOOST_AUTO_TEST_CASE(evaluate_config_for_training_tools) {
   // cairn-train's call: [parallel] plan, [train] global batch, cluster resized to the MPI world.
   const Config cfg = load({"configs/models/gpt2-124m.toml", "configs/clusters/dgx-a100-80gb.toml"},
@@ -530,8 +551,9 @@ BOOST_AUTO_TEST_CASE(context_parallelism_splits_the_sequence) {
   BOOST_TEST(plan_string(q).find("cp=2") != std::string::npos);
 }
 
-// plan.cp_comm = allgather (Megatron --cp-comm-type all_gather; cairn-train's [parallel] cp_comm = "allgather"): per
-// layer and micro-batch an exposed all-gather of every rank's K/V chunk forward, and again with a reduce-scatter of their gradients backward.
+// cp_comm = allgather (Megatron --cp-comm-type all_gather; cairn-train's [parallel] cp_comm = "allgather"): per layer
+// and micro-batch an exposed all-gather of every rank's K/V chunk forward, and again with a reduce-scatter of their
+// gradients backward.
 BOOST_AUTO_TEST_CASE(context_parallelism_by_all_gather) {
   const ModelSpec m = llama3_8b_64k();
   const Cluster c = eight_gpus();
@@ -540,8 +562,9 @@ BOOST_AUTO_TEST_CASE(context_parallelism_by_all_gather) {
   Plan p;
   p.tp = 2, p.dp = 2, p.cp = 2, p.mb = 1, p.zero = 1, p.sp = true;
   const Evaluation ring = evaluate(m, c, p, 8, a);
-  a.cp_allgather = true;
+  p.cp_allgather = true;
   const Evaluation gathered = evaluate(m, c, p, 8, a);
+  BOOST_TEST(plan_string(p).find(",cp_comm=allgather") != std::string::npos);
   BOOST_REQUIRE(ring.feasible());
   BOOST_REQUIRE(gathered.feasible());
   // K and V of the whole sequence, this TP rank's heads, bf16: cp chunks of s/cp tokens

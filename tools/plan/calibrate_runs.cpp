@@ -205,8 +205,6 @@ Config run_config(const Config& site, const json& tables, const std::string& whe
   const std::string rc = string_or(train, "recompute");
   if (!rc.empty() && rc != "none") c.set("parallel.recompute", rc, from);
   if (read_section<ModelSection>(c).vocab == 0) c.set("model.vocab", dataset_vocab(tables, dir), from);
-  // The CP exchange the run used is the one to price (plan.cp_comm prices [parallel] cp_comm).
-  c.set("plan.cp_comm", read_section<ParallelSection>(c).cp_comm, from);
   return c;
 }
 

@@ -21,17 +21,19 @@ using namespace costmodel;
 namespace {
 
 std::string table(const std::vector<Evaluation>& plans, size_t k) {
-  std::string out = strprintf("%4s %5s %3s %3s %3s %2s %3s %4s %9s %3s %4s %10s %12s %8s %6s %6s %8s\n", "rank", "dp",
-                              "tp", "pp", "cp", "v", "mb", "zero", "recompute", "sp", "tpov", "step_s", "tokens/s",
-                              "TFLOP/s", "MFU", "HFU", "mem_GiB");
+  // cpx: context parallelism's K/V exchange, p2p (ring) or ag (all-gather); "-" without context parallelism
+  std::string out = strprintf("%4s %5s %3s %3s %3s %3s %2s %3s %4s %9s %3s %4s %10s %12s %8s %6s %6s %8s\n", "rank",
+                              "dp", "tp", "pp", "cp", "cpx", "v", "mb", "zero", "recompute", "sp", "tpov", "step_s",
+                              "tokens/s", "TFLOP/s", "MFU", "HFU", "mem_GiB");
   for (size_t i = 0; i < std::min(k, plans.size()); ++i) {
     const Evaluation& e = plans[i];
     if (!e.feasible()) break;
     const Plan& p = e.plan;
-    out += strprintf("%4zu %5d %3d %3d %3d %2d %3d %4d %9s %3s %4s %10.4g %12.0f %8.1f %5.1f%% %5.1f%% %8.2f\n", i + 1,
-                     p.dp, p.tp, p.pp, p.cp, p.v, p.mb, p.zero, recompute_name(p.recompute), p.sp ? "on" : "off",
-                     p.tp_overlap ? "on" : "off", e.step_time_s, e.tokens_per_s, e.tflops_per_gpu, 100 * e.mfu,
-                     100 * e.hfu, e.memory_gib);
+    const char* cpx = p.cp == 1 ? "-" : p.cp_allgather ? "ag" : "p2p";
+    out += strprintf("%4zu %5d %3d %3d %3d %3s %2d %3d %4d %9s %3s %4s %10.4g %12.0f %8.1f %5.1f%% %5.1f%% %8.2f\n",
+                     i + 1, p.dp, p.tp, p.pp, p.cp, cpx, p.v, p.mb, p.zero, recompute_name(p.recompute),
+                     p.sp ? "on" : "off", p.tp_overlap ? "on" : "off", e.step_time_s, e.tokens_per_s, e.tflops_per_gpu,
+                     100 * e.mfu, 100 * e.hfu, e.memory_gib);
   }
   return out;
 }
@@ -105,6 +107,7 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
     col_i("sp", [](const Evaluation& e) { return int(e.plan.sp); });
     col_i("cp", [](const Evaluation& e) { return e.plan.cp; });
     col_i("tp_overlap", [](const Evaluation& e) { return int(e.plan.tp_overlap); });
+    col_i("cp_allgather", [](const Evaluation& e) { return int(e.plan.cp_allgather); });
     col_i("feasible", [](const Evaluation& e) { return int(e.feasible()); });
     col_i("reject", [](const Evaluation& e) { return int(e.reject); });
     col_i("microbatches", [](const Evaluation& e) { return e.b.microbatches; });
@@ -137,8 +140,7 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
   af.commit();
 }
 
-// cp_comm: the plan.cp_comm the plan was priced with, which cairn-train then runs.
-std::string best_toml(const Evaluation& e, const std::string& cp_comm) {
+std::string best_toml(const Evaluation& e) {
   const Plan& p = e.plan;
   json t = {{"parallel",
              {{"dp", p.dp},
@@ -150,7 +152,7 @@ std::string best_toml(const Evaluation& e, const std::string& cp_comm) {
               {"recompute", recompute_name(p.recompute)},
               {"sp", p.sp ? "on" : "off"},
               {"cp", p.cp},
-              {"cp_comm", cp_comm},
+              {"cp_comm", p.cp_allgather ? "allgather" : "p2p"},
               {"tp_overlap", p.tp_overlap ? "on" : "off"}}}};
   // An uneven split (layers not divisible by pp*v) is written out: cairn-train runs exactly this one.
   const auto& sl = e.b.stage_layers;
@@ -183,6 +185,7 @@ Plan explain_plan(const PlanSection& s, const ParallelSection& parallel, int wor
   first_on(s.sp, p.sp);
   first_int(s.cp, p.cp);
   first_on(s.tp_overlap, p.tp_overlap);
+  if (s.cp_comm && !s.cp_comm->empty()) p.cp_allgather = s.cp_comm->front() == "allgather";
   if (!s.dp && parallel.dp <= 0) p.dp = std::max(1, world / std::max(1, p.tp * p.pp * p.cp));
   return p;
 }
@@ -278,7 +281,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   atomic_write(join_path(out_dir, "plans.json"), text);
   if (!opts.json_path.empty()) write_json_output(opts.json_path, text);
   write_h5(join_path(out_dir, "plans.h5"), m, c, global_batch, r);
-  atomic_write(join_path(out_dir, "best.toml"), best_toml(r.all.front(), plan.cp_comm));
+  atomic_write(join_path(out_dir, "best.toml"), best_toml(r.all.front()));
   CAIRN_LOG_INFO("wrote %s/{plans.json,plans.h5,best.toml}", out_dir.c_str());
   return 0;
 }

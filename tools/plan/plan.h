@@ -16,6 +16,7 @@ struct Constraints {
   std::vector<costmodel::Recompute> recompute;
   std::vector<int> sp;          // 0 off, 1 on
   std::vector<int> tp_overlap;  // 0 off, 1 on
+  std::vector<int> cp_comm;     // 0 p2p, 1 allgather
   int64_t max_mb = 16, max_tp = 0, max_v = 0, cp_min_seq = 16384;
   std::vector<int> stage_layers;  // [parallel] stage_layers, applied to plans whose pp*v matches
 };

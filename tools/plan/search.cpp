@@ -30,7 +30,7 @@ bool allowed(const std::vector<int64_t>& list, int64_t x) {
   return list.empty() || std::find(list.begin(), list.end(), x) != list.end();
 }
 
-// Every (v, mb, zero, recompute, sp, tp_overlap) of one (dp, tp, pp, cp) layout. Interleaving is limited
+// Every (v, mb, zero, recompute, sp, tp_overlap, cp_comm) of one (dp, tp, pp, cp) layout. Interleaving is limited
 // only by the layers (one per virtual stage at least); uneven splits are balanced by the cost model.
 void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, int64_t global_batch,
                    const costmodel::Assumptions& a, const Constraints& k, int64_t dp, int64_t tp, int64_t pp,
@@ -47,6 +47,8 @@ void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, i
     if (allowed(k.mb, mb) && (!k.mb.empty() || mb <= k.max_mb)) mbs.push_back(mb);
   std::vector<int> sps = k.sp;
   if (sps.empty()) sps = tp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0};
+  std::vector<int> cp_comms = cp > 1 ? k.cp_comm : std::vector<int>{0};  // how K/V move means nothing at cp = 1
+  if (cp_comms.empty()) cp_comms = {0, 1};
   for (int64_t v : vs) {
     for (int64_t mb : mbs) {
       // The interleaved schedule needs micro-batches divisible by pp: skip what the model would reject.
@@ -57,20 +59,22 @@ void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, i
           for (int sp : sps) {
             std::vector<int> overlaps = k.tp_overlap;
             if (overlaps.empty()) overlaps = sp && tp <= c.gpus_per_node ? std::vector<int>{0, 1} : std::vector<int>{0};
-            for (int ov : overlaps) {
-              Plan p;
-              p.dp = int(dp);
-              p.tp = int(tp);
-              p.pp = int(pp);
-              p.cp = int(cp);
-              p.v = int(v);
-              p.mb = int(mb);
-              p.zero = int(zero);
-              p.recompute = rc;
-              p.sp = sp != 0;
-              p.tp_overlap = ov != 0;
-              r.all.push_back(costmodel::evaluate(m, c, p, global_batch, a, false));
-            }
+            for (int ov : overlaps)
+              for (int cc : cp_comms) {
+                Plan p;
+                p.dp = int(dp);
+                p.tp = int(tp);
+                p.pp = int(pp);
+                p.cp = int(cp);
+                p.v = int(v);
+                p.mb = int(mb);
+                p.zero = int(zero);
+                p.recompute = rc;
+                p.sp = sp != 0;
+                p.tp_overlap = ov != 0;
+                p.cp_allgather = cc != 0;
+                r.all.push_back(costmodel::evaluate(m, c, p, global_batch, a, false));
+              }
           }
       }
     }
@@ -106,6 +110,7 @@ Constraints constraints_from_section(const PlanSection& s) {
     k.recompute.push_back(costmodel::parse_recompute(x));
   k.sp = on_off(s.sp);
   k.tp_overlap = on_off(s.tp_overlap);
+  for (const auto& x : s.cp_comm.value_or(std::vector<std::string>{})) k.cp_comm.push_back(x == "allgather" ? 1 : 0);
   k.cp_min_seq = s.cp_min_seq;
   k.max_mb = s.max_mb;
   k.max_tp = s.max_tp;

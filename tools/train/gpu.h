@@ -56,13 +56,13 @@ class Nccl {
 // the returned table and every model holding it; give the TP group its own Nccl, not the data-parallel one):
 // all_reduce = ncclAllReduce (sum, in place), all_gather = ncclAllGather, reduce_scatter = ncclReduceScatter, and the
 // context-parallel ring (ring_start = ncclSend to the next rank + ncclRecv from the previous one in one group,
-// ring_wait = the compute stream waits for them), on device memory, counts as size_t (no INT_MAX limit). Each call runs on `comm`'s stream between two CUDA events: it
-// starts after the work already queued on the compute (legacy default) stream and the compute stream's later work
-// waits for it, so the model can use the result right after the call, and the host never waits.
-// `on_call(seconds)` (optional) is told how long each call took: then the host synchronizes the compute stream before
-// the collective and the communication stream after it, so the figure is the collective's own time (waiting for the
-// slowest peer included, like MPI's) -- at the price of the CPU/GPU overlap (the host can no longer queue the next
-// kernels while a collective runs) at every tensor-parallel collective. Leave it empty for speed.
+// ring_wait = the compute stream waits for them), on device memory, counts as size_t (no INT_MAX limit). Each call runs
+// on `comm`'s stream between two CUDA events: it starts after the work already queued on the compute (legacy default)
+// stream and the compute stream's later work waits for it, so the model can use the result right after the call, and
+// the host never waits. `on_call(seconds)` (optional) is told how long each call took: then the host synchronizes the
+// compute stream before the collective and the communication stream after it, so the figure is the collective's own
+// time (waiting for the slowest peer included, like MPI's) -- at the price of the CPU/GPU overlap (the host can no
+// longer queue the next kernels while a collective runs) at every tensor-parallel collective. Leave it empty for speed.
 gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double seconds)> on_call);
 
 }  // namespace cairn::train::gpu

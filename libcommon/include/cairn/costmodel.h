@@ -166,10 +166,14 @@ struct Plan {
   Recompute recompute = Recompute::None;
   bool sp = false;
   bool tp_overlap = false;  // TP collectives overlapped with the adjacent GEMMs (Megatron-Core tp_comm_overlap)
+  // Context parallelism's K/V exchange (Megatron --cp-comm-type, [parallel] cp_comm): false = p2p (ring attention,
+  // transfers overlapped with the attention blocks), true = all_gather (K/V all-gathered before attention and again in
+  // backward, their gradients reduce-scattered; exposed). Only meaningful at cp > 1.
+  bool cp_allgather = false;
   // Layers of each of the pp*v virtual stages (empty: balanced automatically, see stage_split).
   std::vector<int> stage_layers;
 };
-// "dp=8,tp=4,pp=12,v=1,mb=2,zero=1,recompute=full,sp=off" (+ ",cp=2", ",tp_overlap=on" when set)
+// "dp=8,tp=4,pp=12,v=1,mb=2,zero=1,recompute=full,sp=off" (+ ",cp=2", ",cp_comm=allgather", ",tp_overlap=on" when set)
 std::string plan_string(const Plan& p);
 
 // ZeRO-3 as a stack runs it. Fsdp: PyTorch FSDP/FSDP2, one flat collective per layer, the next layer prefetched
@@ -206,9 +210,6 @@ struct Assumptions {
   bool pp_overlap = true;
   // How ZeRO-3 moves parameters (plan.zero3_impl; docs/cost-model.md section 3).
   Zero3Impl zero3 = Zero3Impl::Fsdp;
-  // Context parallelism's K/V exchange (plan.cp_comm): false = ring (p2p, overlapped with the attention blocks),
-  // true = all-gather before attention (and again in backward, with a reduce-scatter of the K/V gradients), exposed.
-  bool cp_allgather = false;
   double zero3_prefetch_params = 5e7;  // DeepSpeed stage3_prefetch_bucket_size (parameters)
   double memory_headroom = 0.0;        // fraction of HBM kept free
   // FP8 linear layers (Transformer Engine): the transformer layers' weight GEMMs run on FP8 tensor cores, their

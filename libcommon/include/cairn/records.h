@@ -98,9 +98,10 @@ struct EvalRow {
 // read as the defaults below.
 struct PlanRow {
   int64_t dp = 1, tp = 1, pp = 1, v = 1, mb = 1, cp = 1, zero = 0;
-  std::string recompute;    // "none", "selective", "full" ("" when absent)
-  bool sp = false;          // written "on"/"off"; true/false read too
-  bool tp_overlap = false;  // likewise
+  std::string recompute;        // "none", "selective", "full" ("" when absent)
+  bool sp = false;              // written "on"/"off"; true/false read too
+  bool tp_overlap = false;      // likewise
+  std::string cp_comm = "p2p";  // context parallelism's K/V exchange: "p2p" (ring) or "allgather"
   bool feasible = true;
   std::string reason;  // why an infeasible plan was rejected
   // Predictions (>= 0); absent or null read as not given.

@@ -294,6 +294,7 @@ std::string plan_string(const Plan& p) {
   std::string s = strprintf("dp=%d,tp=%d,pp=%d,v=%d,mb=%d,zero=%d,recompute=%s,sp=%s", p.dp, p.tp, p.pp, p.v, p.mb,
                             p.zero, recompute_name(p.recompute), p.sp ? "on" : "off");
   if (p.cp > 1) s += strprintf(",cp=%d", p.cp);
+  if (p.cp > 1 && p.cp_allgather) s += ",cp_comm=allgather";
   if (p.tp_overlap) s += ",tp_overlap=on";
   return s;
 }
@@ -388,6 +389,7 @@ Plan plan_from_section(const ParallelSection& s, int world) {
   p.recompute = parse_recompute(s.recompute);
   p.sp = s.sp == "on";
   p.cp = s.cp;
+  p.cp_allgather = s.cp_comm == "allgather";
   p.tp_overlap = s.tp_overlap == "on";
   for (int64_t n : s.stage_layers) p.stage_layers.push_back(int(n));
   p.dp = s.dp;
@@ -415,7 +417,6 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   a.tp_async_backward = s.tp_async_backward;
   a.pp_scatter_gather = s.pp_scatter_gather;
   a.pp_overlap = s.pp_overlap;
-  a.cp_allgather = s.cp_comm == "allgather";
   a.zero3 = s.zero3_impl == "deepspeed"  ? Zero3Impl::DeepSpeed
             : s.zero3_impl == "megatron" ? Zero3Impl::Megatron
                                          : Zero3Impl::Fsdp;
@@ -657,7 +658,7 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
   }
   add_tp_comm(c, a, p, g, T * h, gemm_f, dgrad, wgrad, L);
   double cp_merge_f = 0;  // forward merging of the ring steps' partial outputs (rerun by selective recompute)
-  if (p.cp > 1 && a.cp_allgather) {
+  if (p.cp > 1 && p.cp_allgather) {
     // All-gather CP (Megatron --cp-comm-type all_gather): every rank's K/V chunk gathered before attention, which
     // then runs each local chunk against the whole prefix in one kernel (no partial outputs to merge); backward
     // gathers K/V again and reduce-scatters their gradients. Nothing hides the transfers.

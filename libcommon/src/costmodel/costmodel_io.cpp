@@ -211,6 +211,7 @@ json to_json(const Evaluation& e) {
   row.recompute = recompute_name(p.recompute);
   row.sp = p.sp;
   row.tp_overlap = p.tp_overlap;
+  row.cp_comm = p.cp_allgather ? "allgather" : "p2p";
   row.feasible = e.feasible();
   if (!e.feasible()) row.reason = e.reason.empty() ? reject_name(e.reject) : e.reason;
   row.step_time_s = e.step_time_s;
@@ -324,8 +325,10 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   line("TP communication", b.tp_comm,
        e.plan.tp_overlap ? "exposed: first chunks + what the GEMMs cannot cover, incl. recompute"
                          : "exposed, incl. recompute (SP's wgrad re-gather beside the dgrad GEMM)");
-  if (e.plan.cp > 1 && a.cp_allgather) line("CP K/V all-gather", b.cp_comm, "exposed K/V transfers, incl. recompute");
-  if (e.plan.cp > 1 && !a.cp_allgather) line("CP ring attention", b.cp_comm, "exposed K/V transfers, incl. recompute");
+  if (e.plan.cp > 1 && e.plan.cp_allgather)
+    line("CP K/V all-gather", b.cp_comm, "exposed K/V transfers, incl. recompute");
+  if (e.plan.cp > 1 && !e.plan.cp_allgather)
+    line("CP ring attention", b.cp_comm, "exposed K/V transfers, incl. recompute");
   line("overlap slowdown", b.overlap_slowdown, "compute slowed by collectives running beside it");
   // Not another term of the step: the forward work rerun in backward, already inside the three lines above.
   line("recompute (included)", b.recompute,

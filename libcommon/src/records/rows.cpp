@@ -97,6 +97,7 @@ json PlanRow::to_json() const {
             {"sp", sp ? "on" : "off"},
             {"cp", cp},
             {"tp_overlap", tp_overlap ? "on" : "off"},
+            {"cp_comm", cp_comm},
             {"feasible", feasible}};
   for (auto [key, value] : {std::pair{"step_time_s", &step_time_s},
                             {"tokens_per_s", &tokens_per_s},
@@ -120,6 +121,7 @@ PlanRow PlanRow::from_json(const JsonFields& f) {
   p.recompute = f.str_or("recompute", "");
   p.sp = on_off(f, "sp", false);
   p.tp_overlap = on_off(f, "tp_overlap", false);
+  p.cp_comm = f.str_or("cp_comm", "p2p");
   p.feasible = f.boolean_or("feasible", true);
   p.reason = f.str_or("reason", "");
   figure(f, "step_time_s", p.step_time_s);

@@ -17,7 +17,7 @@ struct PlanSection {
   IntChoice dp, tp, pp, v, mb, zero;
   StringChoice recompute, sp;
   IntChoice cp;
-  StringChoice tp_overlap;
+  StringChoice tp_overlap, cp_comm;
   int64_t cp_min_seq = 16384;
   int64_t max_mb = 16;
   int64_t max_tp = 0;
@@ -40,7 +40,6 @@ struct PlanSection {
   bool pp_scatter_gather = true;
   bool pp_overlap = true;
   std::string zero3_impl = "fsdp";
-  std::string cp_comm = "p2p";
   double zero3_prefetch_bucket = 5e7;
   std::string precision = "bf16";
   std::string fp8_scaling = "delayed";
@@ -107,9 +106,10 @@ struct PlanSection {
       "the same collectives from persistent buffers, no copies) or deepspeed (DeepSpeed stage 3: one collective "
       "per parameter tensor, prefetch bounded by zero3_prefetch_bucket, cross-node traffic at one NIC per rank)");
     k(&S::cp_comm, "cp_comm", Choices{"p2p", "allgather"},
-      "how context parallelism moves K/V: p2p (Megatron's default --cp-comm-type p2p: ring attention, each chunk's "
-      "K/V passed on while the current block computes) or allgather (--cp-comm-type all_gather, as cairn-train "
-      "runs it: K/V all-gathered before attention and again in backward, their gradients reduce-scattered, exposed)");
+      "how context parallelism moves K/V, Megatron's --cp-comm-type: p2p (ring attention, each chunk's K/V passed on "
+      "while the current block computes) or allgather (K/V all-gathered before attention and again in backward, "
+      "their gradients reduce-scattered, exposed): " +
+          fix + " (plans with cp > 1)");
     k(&S::zero3_prefetch_bucket, "zero3_prefetch_bucket", Range{0, 1e13},
       "zero3_impl = deepspeed: parameters gathered ahead of use (DeepSpeed stage3_prefetch_bucket_size)");
     k(&S::precision, "precision", Choices{"bf16", "fp8"},
