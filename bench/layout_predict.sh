@@ -256,16 +256,17 @@ GIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 DIRTY=$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
 VER=$("$BIN/cairn-plan" --version 2>/dev/null | awk '{print $1}' | head -1)
 $PY - "$OUT" "$WARMUP" "$TARGET" "$CORES" "$GIT" "$DIRTY" "$VER" "$LOAD0" "$LOAD1" "$(( $(date +%s) - T0 ))" \
-  "$0 $*" "$L $H $A $S $GB $MB $STEPS" <<'PY'
+  "$0 $*" "$L $H $A $S $GB $MB $STEPS" "$CP_COMM" <<'PY'
 import json, os, socket, statistics, sys, datetime
 out, warm, target, cores = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 git, dirty, ver, load0, load1, secs, cmd = sys.argv[5], sys.argv[6] == "true", sys.argv[7], sys.argv[8], sys.argv[9], int(sys.argv[10]), sys.argv[11]
 l, h, a, s, gb, mb, steps = map(int, sys.argv[12].split())
+cp_comm = sys.argv[13]
 rows = []
 for line in open(f"{out}/layouts.txt"):
     name, dp, tp, pp, v, zero, sp, rc, R, cp = line.split()
     d = f"{out}/layouts/{name}"
-    row = {"layout": f"dp={dp},tp={tp},pp={pp},v={v},mb={mb},zero={zero},recompute={rc},sp={sp}" + (f",cp={cp}" if int(cp) > 1 else ""),
+    row = {"layout": f"dp={dp},tp={tp},pp={pp},v={v},mb={mb},zero={zero},recompute={rc},sp={sp}" + (f",cp={cp},cp_comm={cp_comm}" if int(cp) > 1 else ""),
            "dir": f"layouts/{name}", "cp": int(cp),
            "ranks": int(R), "dp": int(dp), "tp": int(tp), "pp": int(pp), "v": int(v), "zero": int(zero), "sp": sp,
            "recompute": rc, "predicted_step_s": None, "measured_step_s": None, "step_error_pct": None,

@@ -11,8 +11,8 @@
 #   5. cairn-eval on the CUDA backend scores the GPU run's last checkpoint like the CPU backend: loss within 1e-5
 #      relative, token accuracy (argmax on the device) equal up to near-ties.
 #   6. parallel layouts (lr 1e-3, Adam eps 1e-5, fp32, 20 steps, against a 1-GPU run of the same settings):
-#      with >= 2 GPUs, tp2 (tensor-parallel collectives over NCCL: NCCL must have started), pp2, tp2 + sp and ZeRO-3
-#      dp2 (and tp2 x pp2, dp2 x tp2 with >= 4 GPUs) within 1e-4 relative per step, tp runs reporting time_s.tp_comm > 0;
+#      with >= 2 GPUs, tp2 (tensor-parallel collectives over NCCL: NCCL must have started), pp2, tp2 + sp, ZeRO-3
+#      dp2, cp2 by ring and by all-gather (and tp2 x pp2, dp2 x tp2 with >= 4 GPUs) within 1e-4 relative per step, tp runs reporting time_s.tp_comm > 0;
 #      with exactly 1 GPU no layout can split anything (tp/pp/dp need one rank per GPU), so: gradient accumulation
 #      (micro-batch 2, 4 micro-steps) within 1e-4, ZeRO-3 at dp1 (a no-op) equal to the plain run (1e-6), and two
 #      ranks asking for tp2 on the one GPU refused with exit 2 by the one-GPU-per-rank rule. What cannot run is
@@ -99,6 +99,9 @@ if [[ $ngpu -ge 2 && -n $MPIRUN ]]; then
   lay pp2 2 --set parallel.pp=2 --set train.micro_batch=2  # 4 micro-batches through the 1F1B schedule
   lay tp2sp 2 --set parallel.tp=2 --set 'parallel.sp="on"'
   lay z3dp2 2 --set train.micro_batch=4 --set parallel.zero=3
+  # context parallelism: K/V around a ring (ncclSend/ncclRecv) and all-gathered (ncclAllGather/ReduceScatter)
+  lay cp2 2 --set parallel.cp=2
+  lay cp2ag 2 --set parallel.cp=2 --set 'parallel.cp_comm="allgather"'
   # The TP collectives must go over NCCL (a dp1 layout has no other NCCL communicator), not through host memory.
   for run in tp2 tp2sp; do
     grep -q 'NCCL INFO' "$W/$run.log" || fail "$run: no NCCL communicator was started (tensor parallelism over MPI?)"
@@ -175,6 +178,7 @@ assert len(lay1) == 20 and lay1[-1] < lay1[0] - 0.5, ("layout reference did not 
 for run, tol, what in (("tp2", 1e-4, "tp2 on 2 GPUs"), ("pp2", 1e-4, "pp2 on 2 GPUs"),
                        ("tp2sp", 1e-4, "tp2 + sp on 2 GPUs"), ("z3dp2", 1e-4, "ZeRO-3 dp2 on 2 GPUs"),
                        ("tp2pp2", 1e-4, "tp2 x pp2 on 4 GPUs"), ("dp2tp2", 1e-4, "dp2 x tp2 on 4 GPUs"),
+                       ("cp2", 1e-4, "cp2 (ring) on 2 GPUs"), ("cp2ag", 1e-4, "cp2 (all-gather) on 2 GPUs"),
                        ("acc4", 1e-4, "1 GPU, 4 micro-batches of 2"),
                        ("z3dp1", 1e-6, "1 GPU, ZeRO-3 at dp1 (no-op)")):
     if not os.path.exists(f"{w}/{run}"):
@@ -182,10 +186,11 @@ for run, tol, what in (("tp2", 1e-4, "tp2 on 2 GPUs"), ("pp2", 1e-4, "pp2 on 2 G
     d = worst(losses(run), lay1)
     print(f"{run}: {what} vs 1 GPU, 20 steps: max relative difference {d:.2e} (limit {tol:.0e})")
     assert d <= tol, run
-    if "tp" in run:
-        tp = [l["time_s"].get("tp_comm", 0) for l in lines(run)]
-        print(f"{run}: time_s.tp_comm mean {sum(tp) / len(tp) * 1e3:.3f} ms per step")
-        assert any(t > 0 for t in tp), (run, "time_s.tp_comm is 0 on every step")
+    for key in ("tp_comm", "cp_comm"):
+        if key[:2] in run:
+            t = [l["time_s"].get(key, 0) for l in lines(run)]
+            print(f"{run}: time_s.{key} mean {sum(t) / len(t) * 1e3:.3f} ms per step")
+            assert any(x > 0 for x in t), (run, f"time_s.{key} is 0 on every step")
 ev = {be: {r["metric"]: r["value"] for r in map(json.loads, open(f"{w}/eval_{be}.jsonl"))} for be in ("cpu", "cuda")}
 print(f"eval val loss cpu {ev['cpu']['loss']:.6f} cuda {ev['cuda']['loss']:.6f}; "
       f"accuracy cpu {ev['cpu']['accuracy']:.5f} cuda {ev['cuda']['accuracy']:.5f}")
