@@ -20,18 +20,22 @@
 // tiles at or after it, recomputes P = exp(S - lse), dP = dO V^T, dS = P (dP - D) scale and accumulates
 // dV += P^T dO, dK += dS^T Q in registers; the query pass, per query tile, loops over key tiles like the forward and
 // accumulates dQ += dS K. No atomics: every output element has one owner thread, so results are deterministic.
+// Every kernel takes a Span (below): the plain ops are the square causal case; the block ops of context parallelism
+// shift the diagonal by q_pos (key > q_pos + query is masked) and read queries and keys from separate buffers.
 #pragma once
 #include <math.h>
 #include <stddef.h>
 
 #ifdef __CUDACC__
 #define CAIRN_FA_FN __device__ __forceinline__
+#define CAIRN_FA_HD __host__ __device__ inline  // also called by the host launchers
 #define CAIRN_FA_UNROLL _Pragma("unroll")
 #define CAIRN_FA_UNROLL2 _Pragma("unroll 2")
 #else
 #include <cstdint>
 #include <stdexcept>
 #define CAIRN_FA_FN inline
+#define CAIRN_FA_HD inline
 #define CAIRN_FA_UNROLL
 #define CAIRN_FA_UNROLL2
 #endif
@@ -209,11 +213,31 @@ CAIRN_FA_FN int key_tiles_for(int q0, int BQ, int BK, int T) {
   return last / BK + 1;
 }
 
+// The rows of one fp32 call. The plain ops: one qkv for both sides, Tq = Tk = T, q_pos = 0, dK/dV written. The block
+// ops (context parallelism, the Backend's attention_*_block): Tq queries (rows of q_qkv and of dq_qkv, out, dout,
+// lse, D) at positions q_pos.. counted from the first of Tk keys (rows of kv_qkv and dkv_qkv); query i sees keys
+// 0 .. min(q_pos + i, Tk - 1), and dK/dV are added to dkv_qkv. Key rows no query sees (from keys_seen() on) are
+// never read: tiles load them as zeros, like rows past T.
+struct Span {
+  int Tq, Tk, q_pos;
+  bool accumulate_kv;
+  // Keys some query sees: 0 .. keys_seen() - 1 (the dK/dV rows a call touches).
+  CAIRN_FA_HD int keys_seen() const { return q_pos + Tq < Tk ? q_pos + Tq : Tk; }
+};
+CAIRN_FA_HD Span square_span(int T) { return Span{T, T, 0, false}; }
+
+// Key tiles a query tile [q0, q0 + BQ) of a Span needs: up to the last key its last query sees.
+CAIRN_FA_FN int key_tiles_for(int q0, int BQ, int BK, const Span& sp) {
+  const int last_q = q0 + BQ - 1 < sp.Tq - 1 ? q0 + BQ - 1 : sp.Tq - 1;
+  const int last_k = sp.q_pos + last_q < sp.Tk - 1 ? sp.q_pos + last_q : sp.Tk - 1;
+  return last_k / BK + 1;
+}
+
 // ---------------------------------------------------------------- forward
-// One block: query tile qt of head (b, h). Writes out rows and lse of the tile's rows < T.
+// One block: query tile qt of head (b, h). Writes out rows and lse of the tile's rows < Tq.
 template <int HD, int R, int CC, class Block>
-CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, const float* qkv, const Problem& pb,
-                               int b, int h, int qt) {
+CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, const float* q_qkv, const float* kv_qkv,
+                               const Problem& pb, const Span& sp, int b, int h, int qt) {
   using L = FwdLayout<HD, R, CC>;
   constexpr int DC = HD / 16;
   using Regs = FwdRegs<R, CC, DC>;
@@ -221,10 +245,11 @@ CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, 
   float* sK = smem + L::k;
   float* sV = smem + L::v;
   float* sP = smem + L::p;
-  const int T = pb.T, C = pb.C, hd = pb.hd;
+  const int Tq = sp.Tq, Tk = sp.Tk, C = pb.C, hd = pb.hd;
   const float scale = pb.scale;
   const size_t ld3 = (size_t)3 * C;
-  const float* q_base = qkv + (size_t)b * T * ld3 + (size_t)h * hd;
+  const float* q_base = q_qkv + (size_t)b * Tq * ld3 + (size_t)h * hd;
+  const float* kv_base = kv_qkv + (size_t)b * Tk * ld3 + (size_t)h * hd;
   const int q0 = qt * L::BQ;
 
   blk.each([&](int tid, Regs& r) {
@@ -235,15 +260,15 @@ CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, 
       CAIRN_FA_UNROLL
       for (int c = 0; c < DC; c++) r.o[i][c] = 0.0f;
     }
-    load_tile<HD>(sQ, L::LD, L::BQ, q_base, ld3, q0, T, hd, tid);
+    load_tile<HD>(sQ, L::LD, L::BQ, q_base, ld3, q0, Tq, hd, tid);
   });
-  const int n_kt = key_tiles_for(q0, L::BQ, L::BK, T);
+  const int n_kt = key_tiles_for(q0, L::BQ, L::BK, sp);
   for (int kt = 0; kt < n_kt; kt++) {
     const int k0 = kt * L::BK;
     blk.barrier();  // the previous iteration's readers of sK, sV, sP are done (first time: sQ is complete)
     blk.each([&](int tid, Regs&) {
-      load_tile<HD>(sK, L::LD, L::BK, q_base + C, ld3, k0, T, hd, tid);
-      load_tile<HD>(sV, L::LD, L::BK, q_base + 2 * C, ld3, k0, T, hd, tid);
+      load_tile<HD>(sK, L::LD, L::BK, kv_base + C, ld3, k0, sp.keys_seen(), hd, tid);
+      load_tile<HD>(sV, L::LD, L::BK, kv_base + 2 * C, ld3, k0, sp.keys_seen(), hd, tid);
     });
     blk.barrier();
     // S = Q K^T * scale, masked; the thread's part of each row max
@@ -273,7 +298,7 @@ CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, 
         CAIRN_FA_UNROLL
         for (int j = 0; j < CC; j++) {
           const int kj = k0 + tx + 16 * j;
-          const float s = (kj > qi || kj >= T) ? -INFINITY : r.s[i][j] * scale;
+          const float s = (kj > sp.q_pos + qi || kj >= Tk) ? -INFINITY : r.s[i][j] * scale;
           r.s[i][j] = s;
           mx = fmaxf(mx, s);
         }
@@ -287,7 +312,7 @@ CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, 
       CAIRN_FA_UNROLL
       for (int i = 0; i < R; i++) {
         const float m_new = fmaxf(r.m[i], r.red[i]);
-        // Key 0 lies in key tile 0 and is <= every query, so after tile 0 each row's max is finite; the guard keeps
+        // Key 0 lies in key tile 0 and every query sees it, so after tile 0 each row's max is finite; the guard keeps
         // a row that had no unmasked score yet at exp(-inf) = 0 instead of exp(-inf - -inf) = NaN.
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
         const float corr = expf(r.m[i] - m_use);
@@ -320,14 +345,14 @@ CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, 
     CAIRN_FA_UNROLL
     for (int i = 0; i < R; i++) {
       const int qi = q0 + ty + 8 * i;
-      if (qi >= T) continue;
-      float* dst = out + ((size_t)b * T + qi) * C + (size_t)h * hd;
+      if (qi >= Tq) continue;
+      float* dst = out + ((size_t)b * Tq + qi) * C + (size_t)h * hd;
       CAIRN_FA_UNROLL
       for (int c = 0; c < DC; c++) {
         const int d = tx + 16 * c;
         if (d < hd) dst[d] = r.o[i][c] / r.l[i];
       }
-      if (tx == 0) lse[((size_t)b * pb.NH + h) * T + qi] = r.m[i] + logf(r.l[i]);
+      if (tx == 0) lse[((size_t)b * pb.NH + h) * Tq + qi] = r.m[i] + logf(r.l[i]);
     }
   });
 }
@@ -347,11 +372,30 @@ CAIRN_FA_FN BackwardHead backward_head(const P& pb, const float* qkv, const floa
                       delta + ((size_t)b * pb.NH + h) * pb.T};
 }
 
+// A Span's slices of head (b, h) in a backward call: the query side (q columns of q_qkv, dO, lse and D rows: Tq rows)
+// and the key side (k and v columns of kv_qkv at kv + C, kv + 2C: Tk rows).
+struct SpanHead {
+  size_t ld3;
+  const float *q, *kv, *dout, *lse, *delta;
+};
+CAIRN_FA_FN SpanHead span_head(const Problem& pb, const Span& sp, const float* q_qkv, const float* kv_qkv,
+                               const float* dout, const float* lse, const float* delta, int b, int h) {
+  const size_t ld3 = (size_t)3 * pb.C, col = (size_t)h * pb.hd, row = ((size_t)b * pb.NH + h) * sp.Tq;
+  return SpanHead{ld3,
+                  q_qkv + (size_t)b * sp.Tq * ld3 + col,
+                  kv_qkv + (size_t)b * sp.Tk * ld3 + col,
+                  dout + (size_t)b * sp.Tq * pb.C + col,
+                  lse + row,
+                  delta + row};
+}
+
 // ---------------------------------------------------------------- backward: dK, dV
-// One block: key tile kt of head (b, h); writes the dK and dV columns of the tile's key rows < T.
+// One block: key tile kt of head (b, h); writes (or, accumulate_kv, adds to) the dK and dV columns of the tile's key
+// rows < keys_seen() in dkv_qkv.
 template <int HD, int R, int CQ, class Block>
-CAIRN_FA_FN void backward_kv_block(Block& blk, float* smem, float* dqkv, const float* dout, const float* qkv,
-                                   const float* lse, const float* delta, const Problem& pb, int b, int h, int kt) {
+CAIRN_FA_FN void backward_kv_block(Block& blk, float* smem, float* dkv_qkv, const float* dout, const float* q_qkv,
+                                   const float* kv_qkv, const float* lse, const float* delta, const Problem& pb,
+                                   const Span& sp, int b, int h, int kt) {
   using L = KvLayout<HD, R, CQ>;
   constexpr int DC = HD / 16;
   using Regs = KvRegs<R, CQ, DC>;
@@ -363,11 +407,11 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, float* smem, float* dqkv, const f
   float* sdS = smem + L::ds;
   float* sLse = smem + L::lse;
   float* sD = smem + L::delta;
-  const int T = pb.T, C = pb.C, hd = pb.hd;
+  const int Tq = sp.Tq, Tk = sp.Tk, C = pb.C, hd = pb.hd;
   const float scale = pb.scale;
-  const BackwardHead head = backward_head(pb, qkv, dout, lse, delta, b, h);
+  const SpanHead head = span_head(pb, sp, q_qkv, kv_qkv, dout, lse, delta, b, h);
   const size_t ld3 = head.ld3;
-  const float *q_base = head.q, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
+  const float *q_base = head.q, *kv_base = head.kv, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
   const int k0 = kt * L::BK;
 
   blk.each([&](int tid, Regs& r) {
@@ -376,21 +420,22 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, float* smem, float* dqkv, const f
       CAIRN_FA_UNROLL
       for (int c = 0; c < DC; c++) r.dk[i][c] = r.dv[i][c] = 0.0f;
     }
-    load_tile<HD>(sK, L::LD, L::BK, q_base + C, ld3, k0, T, hd, tid);
-    load_tile<HD>(sV, L::LD, L::BK, q_base + 2 * C, ld3, k0, T, hd, tid);
+    load_tile<HD>(sK, L::LD, L::BK, kv_base + C, ld3, k0, sp.keys_seen(), hd, tid);
+    load_tile<HD>(sV, L::LD, L::BK, kv_base + 2 * C, ld3, k0, sp.keys_seen(), hd, tid);
   });
-  const int n_qt = (T + L::BQ - 1) / L::BQ;
-  // query tiles entirely above the diagonal (every query < k0) see none of these keys: start at the tile holding k0
-  for (int qt = k0 / L::BQ; qt < n_qt; qt++) {
+  const int n_qt = (Tq + L::BQ - 1) / L::BQ;
+  // query tiles entirely above the diagonal (every query before k0 - q_pos) see none of these keys: start at the tile
+  // holding the first query that sees key k0
+  for (int qt = (k0 - sp.q_pos > 0 ? k0 - sp.q_pos : 0) / L::BQ; qt < n_qt; qt++) {
     const int q0 = qt * L::BQ;
     blk.barrier();  // the previous iteration's readers of sQ, sdO, sP, sdS are done (first time: sK, sV complete)
     blk.each([&](int tid, Regs&) {
-      load_tile<HD>(sQ, L::LD, L::BQ, q_base, ld3, q0, T, hd, tid);
-      load_tile<HD>(sdO, L::LD, L::BQ, do_base, (size_t)C, q0, T, hd, tid);
+      load_tile<HD>(sQ, L::LD, L::BQ, q_base, ld3, q0, Tq, hd, tid);
+      load_tile<HD>(sdO, L::LD, L::BQ, do_base, (size_t)C, q0, Tq, hd, tid);
       for (int idx = tid; idx < L::BQ; idx += kThreads) {
         const int t = q0 + idx;
-        sLse[idx] = t < T ? lse_row[t] : 0.0f;
-        sD[idx] = t < T ? d_row[t] : 0.0f;
+        sLse[idx] = t < Tq ? lse_row[t] : 0.0f;
+        sD[idx] = t < Tq ? d_row[t] : 0.0f;
       }
     });
     blk.barrier();
@@ -404,7 +449,7 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, float* smem, float* dqkv, const f
         CAIRN_FA_UNROLL
         for (int j = 0; j < CQ; j++) {
           const int qc = tx + 16 * j, qi = q0 + qc;
-          const bool valid = qi < T && kj <= qi;
+          const bool valid = qi < Tq && kj <= sp.q_pos + qi && kj < Tk;
           const float p = valid ? expf(r.s[i][j] * scale - sLse[qc]) : 0.0f;
           sP[(ty + 8 * i) * L::LDP + qc] = p;
           sdS[(ty + 8 * i) * L::LDP + qc] = p * (r.dp[i][j] - sD[qc]) * scale;
@@ -442,14 +487,14 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, float* smem, float* dqkv, const f
     CAIRN_FA_UNROLL
     for (int i = 0; i < R; i++) {
       const int kj = k0 + ty + 8 * i;
-      if (kj >= T) continue;
-      float* row = dqkv + ((size_t)b * T + kj) * ld3 + (size_t)h * hd;
+      if (kj >= sp.keys_seen()) continue;
+      float* row = dkv_qkv + ((size_t)b * Tk + kj) * ld3 + (size_t)h * hd;
       CAIRN_FA_UNROLL
       for (int c = 0; c < DC; c++) {
         const int d = tx + 16 * c;
         if (d < hd) {
-          row[C + d] = r.dk[i][c];
-          row[2 * C + d] = r.dv[i][c];
+          row[C + d] = sp.accumulate_kv ? row[C + d] + r.dk[i][c] : r.dk[i][c];
+          row[2 * C + d] = sp.accumulate_kv ? row[2 * C + d] + r.dv[i][c] : r.dv[i][c];
         }
       }
     }
@@ -457,10 +502,11 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, float* smem, float* dqkv, const f
 }
 
 // ---------------------------------------------------------------- backward: dQ
-// One block: query tile qt of head (b, h); writes the dQ columns of the tile's query rows < T.
+// One block: query tile qt of head (b, h); writes the dQ columns of the tile's query rows < Tq in dq_qkv.
 template <int HD, int R, int CC, class Block>
-CAIRN_FA_FN void backward_q_block(Block& blk, float* smem, float* dqkv, const float* dout, const float* qkv,
-                                  const float* lse, const float* delta, const Problem& pb, int b, int h, int qt) {
+CAIRN_FA_FN void backward_q_block(Block& blk, float* smem, float* dq_qkv, const float* dout, const float* q_qkv,
+                                  const float* kv_qkv, const float* lse, const float* delta, const Problem& pb,
+                                  const Span& sp, int b, int h, int qt) {
   using L = QLayout<HD, R, CC>;
   constexpr int DC = HD / 16;
   using Regs = QRegs<R, CC, DC>;
@@ -469,11 +515,11 @@ CAIRN_FA_FN void backward_q_block(Block& blk, float* smem, float* dqkv, const fl
   float* sK = smem + L::k;
   float* sV = smem + L::v;
   float* sdS = smem + L::ds;
-  const int T = pb.T, C = pb.C, hd = pb.hd;
+  const int Tq = sp.Tq, Tk = sp.Tk, C = pb.C, hd = pb.hd;
   const float scale = pb.scale;
-  const BackwardHead head = backward_head(pb, qkv, dout, lse, delta, b, h);
+  const SpanHead head = span_head(pb, sp, q_qkv, kv_qkv, dout, lse, delta, b, h);
   const size_t ld3 = head.ld3;
-  const float *q_base = head.q, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
+  const float *q_base = head.q, *kv_base = head.kv, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
   const int q0 = qt * L::BQ;
 
   blk.each([&](int tid, Regs& r) {
@@ -481,21 +527,21 @@ CAIRN_FA_FN void backward_q_block(Block& blk, float* smem, float* dqkv, const fl
     CAIRN_FA_UNROLL
     for (int i = 0; i < R; i++) {
       const int qi = q0 + ty + 8 * i;
-      r.lse[i] = qi < T ? lse_row[qi] : 0.0f;
-      r.delta[i] = qi < T ? d_row[qi] : 0.0f;
+      r.lse[i] = qi < Tq ? lse_row[qi] : 0.0f;
+      r.delta[i] = qi < Tq ? d_row[qi] : 0.0f;
       CAIRN_FA_UNROLL
       for (int c = 0; c < DC; c++) r.dq[i][c] = 0.0f;
     }
-    load_tile<HD>(sQ, L::LD, L::BQ, q_base, ld3, q0, T, hd, tid);
-    load_tile<HD>(sdO, L::LD, L::BQ, do_base, (size_t)C, q0, T, hd, tid);
+    load_tile<HD>(sQ, L::LD, L::BQ, q_base, ld3, q0, Tq, hd, tid);
+    load_tile<HD>(sdO, L::LD, L::BQ, do_base, (size_t)C, q0, Tq, hd, tid);
   });
-  const int n_kt = key_tiles_for(q0, L::BQ, L::BK, T);
+  const int n_kt = key_tiles_for(q0, L::BQ, L::BK, sp);
   for (int kt = 0; kt < n_kt; kt++) {
     const int k0 = kt * L::BK;
     blk.barrier();  // the previous iteration's readers of sK, sdS are done (first time: sQ, sdO complete)
     blk.each([&](int tid, Regs&) {
-      load_tile<HD>(sK, L::LD, L::BK, q_base + C, ld3, k0, T, hd, tid);
-      load_tile<HD>(sV, L::LD, L::BK, q_base + 2 * C, ld3, k0, T, hd, tid);
+      load_tile<HD>(sK, L::LD, L::BK, kv_base + C, ld3, k0, sp.keys_seen(), hd, tid);
+      load_tile<HD>(sV, L::LD, L::BK, kv_base + 2 * C, ld3, k0, sp.keys_seen(), hd, tid);
     });
     blk.barrier();
     // S = Q K^T, dP = dO V^T; dS = P (dP - D) scale into shared memory
@@ -508,7 +554,7 @@ CAIRN_FA_FN void backward_q_block(Block& blk, float* smem, float* dqkv, const fl
         CAIRN_FA_UNROLL
         for (int j = 0; j < CC; j++) {
           const int kj = k0 + tx + 16 * j;
-          const bool valid = qi < T && kj <= qi;
+          const bool valid = qi < Tq && kj <= sp.q_pos + qi && kj < Tk;
           const float p = valid ? expf(r.s[i][j] * scale - r.lse[i]) : 0.0f;
           sdS[(ty + 8 * i) * L::LDP + tx + 16 * j] = p * (r.dp[i][j] - r.delta[i]) * scale;
         }
@@ -526,8 +572,8 @@ CAIRN_FA_FN void backward_q_block(Block& blk, float* smem, float* dqkv, const fl
     CAIRN_FA_UNROLL
     for (int i = 0; i < R; i++) {
       const int qi = q0 + ty + 8 * i;
-      if (qi >= T) continue;
-      float* row = dqkv + ((size_t)b * T + qi) * ld3 + (size_t)h * hd;
+      if (qi >= Tq) continue;
+      float* row = dq_qkv + ((size_t)b * Tq + qi) * ld3 + (size_t)h * hd;
       CAIRN_FA_UNROLL
       for (int c = 0; c < DC; c++) {
         const int d = tx + 16 * c;

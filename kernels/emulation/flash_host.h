@@ -75,79 +75,97 @@ inline float* poisoned(HostSmem& smem) {
 
 // The grids the CUDA launchers use: x = b * NH + h, y = tile (forward and dQ: heaviest tile first).
 template <int HD>
-void emulate_forward_hd(float* out, float* lse, const float* qkv, const Problem& pb, bool reverse) {
+void emulate_forward_hd(float* out, float* lse, const float* q_qkv, const float* kv_qkv, const Problem& pb,
+                        const Span& sp, bool reverse) {
   constexpr int R = Config<HD>::fwd_R, CC = Config<HD>::fwd_CC;
   using L = FwdLayout<HD, R, CC>;
-  const int n_qt = (pb.T + L::BQ - 1) / L::BQ;
+  const int n_qt = (sp.Tq + L::BQ - 1) / L::BQ;
   HostSmem smem(L::floats);
   for (int bh = 0; bh < pb.B * pb.NH; bh++)
     for (int y = 0; y < n_qt; y++) {
       HostBlock<FwdRegs<R, CC, HD / 16>> blk(reverse);
-      forward_block<HD, R, CC>(blk, poisoned(smem), out, lse, qkv, pb, bh / pb.NH, bh % pb.NH, n_qt - 1 - y);
+      forward_block<HD, R, CC>(blk, poisoned(smem), out, lse, q_qkv, kv_qkv, pb, sp, bh / pb.NH, bh % pb.NH,
+                               n_qt - 1 - y);
     }
 }
 
+// The dK/dV grid covers the keys some query sees (Span::keys_seen), as flash_attention.cu's.
 template <int HD>
-void emulate_backward_hd(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
-                         const Problem& pb, bool reverse) {
+void emulate_backward_hd(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
+                         const float* lse, const float* delta, const Problem& pb, const Span& sp, bool reverse) {
   {
     constexpr int R = Config<HD>::q_R, CC = Config<HD>::q_CC;
     using L = QLayout<HD, R, CC>;
-    const int n_qt = (pb.T + L::BQ - 1) / L::BQ;
+    const int n_qt = (sp.Tq + L::BQ - 1) / L::BQ;
     HostSmem smem(L::floats);
     for (int bh = 0; bh < pb.B * pb.NH; bh++)
       for (int y = 0; y < n_qt; y++) {
         HostBlock<QRegs<R, CC, HD / 16>> blk(reverse);
-        backward_q_block<HD, R, CC>(blk, poisoned(smem), dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH,
-                                    n_qt - 1 - y);
+        backward_q_block<HD, R, CC>(blk, poisoned(smem), dq_qkv, dout, q_qkv, kv_qkv, lse, delta, pb, sp, bh / pb.NH,
+                                    bh % pb.NH, n_qt - 1 - y);
       }
   }
   {
     constexpr int R = Config<HD>::kv_R, CQ = Config<HD>::kv_CQ;
     using L = KvLayout<HD, R, CQ>;
-    const int n_kt = (pb.T + L::BK - 1) / L::BK;
+    const int n_kt = (sp.keys_seen() + L::BK - 1) / L::BK;
     HostSmem smem(L::floats);
     for (int bh = 0; bh < pb.B * pb.NH; bh++)
       for (int y = 0; y < n_kt; y++) {
         HostBlock<KvRegs<R, CQ, HD / 16>> blk(reverse);
-        backward_kv_block<HD, R, CQ>(blk, poisoned(smem), dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH, y);
+        backward_kv_block<HD, R, CQ>(blk, poisoned(smem), dkv_qkv, dout, q_qkv, kv_qkv, lse, delta, pb, sp, bh / pb.NH,
+                                     bh % pb.NH, y);
       }
   }
 }
 
 // The CUDA backend's flash path on the host: false (nothing written) where the kernels do not handle the head dim.
-inline bool emulate_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                            bool reverse = false) {
-  const Problem pb = problem_for<Problem>(B, T, C, NH);
+// The block ops (flash_attention_*_block: Tq queries at q_pos against Tk keys, dK/dV accumulated) and the plain ops,
+// which are the block with q = kv, Tq = Tk = T, q_pos = 0 and dK/dV written.
+inline bool emulate_forward_block(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq,
+                                  int Tk, int q_pos, int C, int NH, bool reverse = false) {
+  const Problem pb = problem_for<Problem>(B, Tq, C, NH);
+  const Span sp{Tq, Tk, q_pos, false};
   switch (C % NH == 0 ? padded_head_dim(pb.hd) : 0) {
-    case 32: emulate_forward_hd<32>(out, lse, qkv, pb, reverse); return true;
-    case 64: emulate_forward_hd<64>(out, lse, qkv, pb, reverse); return true;
-    case 128: emulate_forward_hd<128>(out, lse, qkv, pb, reverse); return true;
+    case 32: emulate_forward_hd<32>(out, lse, q_qkv, kv_qkv, pb, sp, reverse); return true;
+    case 64: emulate_forward_hd<64>(out, lse, q_qkv, kv_qkv, pb, sp, reverse); return true;
+    case 128: emulate_forward_hd<128>(out, lse, q_qkv, kv_qkv, pb, sp, reverse); return true;
     default: return false;
   }
 }
 
-inline bool emulate_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                             int B, int T, int C, int NH, bool reverse = false) {
-  const Problem pb = problem_for<Problem>(B, T, C, NH);
+inline bool emulate_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv,
+                                   const float* kv_qkv, const float* out, const float* lse, int B, int Tq, int Tk,
+                                   int q_pos, int C, int NH, bool accumulate_kv, bool reverse = false) {
+  const Problem pb = problem_for<Problem>(B, Tq, C, NH);
+  const Span sp{Tq, Tk, q_pos, accumulate_kv};
   const int hdp = C % NH == 0 ? padded_head_dim(pb.hd) : 0;
   if (!hdp) return false;
-  // D = rowsum(dO o O) per (b, h, t): flash_attention.cu's delta kernel
-  std::vector<float> delta((size_t)B * NH * T);
+  // D = rowsum(dO o O) per (b, h, query row): flash_attention.cu's delta kernel
+  std::vector<float> delta((size_t)B * NH * Tq);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) {
-        const size_t off = ((size_t)b * T + t) * C + (size_t)h * pb.hd;
+      for (int t = 0; t < Tq; t++) {
+        const size_t off = ((size_t)b * Tq + t) * C + (size_t)h * pb.hd;
         float s = 0.0f;
         for (int d = 0; d < pb.hd; d++) s += dout[off + d] * out[off + d];
-        delta[((size_t)b * NH + h) * T + t] = s;
+        delta[((size_t)b * NH + h) * Tq + t] = s;
       }
   switch (hdp) {
-    case 32: emulate_backward_hd<32>(dqkv, dout, qkv, lse, delta.data(), pb, reverse); break;
-    case 64: emulate_backward_hd<64>(dqkv, dout, qkv, lse, delta.data(), pb, reverse); break;
-    default: emulate_backward_hd<128>(dqkv, dout, qkv, lse, delta.data(), pb, reverse); break;
+    case 32: emulate_backward_hd<32>(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, lse, delta.data(), pb, sp, reverse); break;
+    case 64: emulate_backward_hd<64>(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, lse, delta.data(), pb, sp, reverse); break;
+    default: emulate_backward_hd<128>(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, lse, delta.data(), pb, sp, reverse); break;
   }
   return true;
 }
 
+inline bool emulate_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                            bool reverse = false) {
+  return emulate_forward_block(out, lse, qkv, qkv, B, T, T, 0, C, NH, reverse);
+}
+
+inline bool emulate_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                             int B, int T, int C, int NH, bool reverse = false) {
+  return emulate_backward_block(dqkv, dqkv, dout, qkv, qkv, out, lse, B, T, T, 0, C, NH, false, reverse);
+}
 }  // namespace cairn::kernels::flash

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../../kernels/cpu/cpu_common.h"
 #include "../../kernels/emulation/flash_host.h"
 #include "ops_checks.h"
 
@@ -101,3 +102,79 @@ BOOST_AUTO_TEST_CASE(head_dim_32_and_padded) {
 
 // GPT-2's head dim at a longer sequence with a tail (several query and key tiles per head, 12 heads).
 BOOST_AUTO_TEST_CASE(gpt2_heads) { check_shape(Shape{1, 300, 768, 12}, 43); }
+
+// ---- the block ops (context parallelism): flash_attention_*_block, Tq queries at q_pos against Tk keys
+
+namespace {
+void emulated_forward_block(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq, int Tk,
+                            int q_pos, int C, int NH) {
+  BOOST_REQUIRE(flash::emulate_forward_block(out, lse, q_qkv, kv_qkv, B, Tq, Tk, q_pos, C, NH));
+}
+void emulated_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
+                             const float* out, const float* lse, int B, int Tq, int Tk, int q_pos, int C, int NH) {
+  BOOST_REQUIRE(
+      flash::emulate_backward_block(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse, B, Tq, Tk, q_pos, C, NH, true));
+}
+// The CUDA backend's block ops as its flash path runs them, on host memory (the ops the checks below use).
+const cairn::kernels::Backend& emulated_blocks() {
+  static const cairn::kernels::Backend b = [] {
+    cairn::kernels::Backend e = cairn::kernels::host_memory_backend("flash emulation");
+    e.attention_forward_block = emulated_forward_block;
+    e.attention_backward_block = emulated_backward_block;
+    e.attention_merge = cairn::kernels::attention_merge_host;
+    return e;
+  }();
+  return b;
+}
+}  // namespace
+
+// The span key-tile count: the last key the tile's last query sees, clipped to the block's keys.
+BOOST_AUTO_TEST_CASE(span_tile_counts) {
+  BOOST_TEST(flash::key_tiles_for(0, 64, 64, flash::square_span(100)) == flash::key_tiles_for(0, 64, 64, 100));
+  BOOST_TEST(flash::key_tiles_for(64, 64, 32, flash::square_span(100)) == flash::key_tiles_for(64, 64, 32, 100));
+  BOOST_TEST(flash::key_tiles_for(0, 64, 64, flash::Span{10, 200, 100, true}) == 2);  // queries see keys 0..109
+  BOOST_TEST(flash::key_tiles_for(0, 64, 64, flash::Span{10, 70, 100, true}) == 2);   // all 70 keys (q_pos >= Tk)
+  BOOST_TEST(flash::key_tiles_for(0, 64, 32, flash::Span{5, 70, 0, true}) == 1);      // keys 0..4
+  BOOST_TEST((flash::Span{10, 70, 100, true}.keys_seen() == 70));
+  BOOST_TEST((flash::Span{10, 200, 100, true}.keys_seen() == 110));
+}
+
+// The emulated flash block ops against the reference's: q_pos inside, at and past the keys, tails off tile multiples,
+// each padded head dim; unread inputs NaN-poisoned, dK/dV accumulated, untouched regions checked (ops_checks.h). Then
+// a context-parallel split and the ring (blocks merged by attention_merge) against whole-sequence attention.
+BOOST_AUTO_TEST_CASE(block_ops) {
+  check_attention_block(emulated_blocks(), kRtol);
+  check_attention_context_parallel(emulated_blocks(), ref(), kRtol);
+  check_attention_ring(emulated_blocks(), ref(), kRtol);
+}
+
+// Longer blocks than ops_checks.h's (several query and key tiles, 128-wide heads) and thread order: reversing each
+// phase's threads gives bitwise the same block results.
+BOOST_AUTO_TEST_CASE(block_ops_multi_tile) {
+  for (auto s : std::vector<AttentionBlockShape>{{1, 150, 130, 20, 256, 2},   // prefix with a causal diagonal
+                                                 {1, 96, 80, 200, 128, 2},    // an earlier block, seen whole
+                                                 {2, 70, 100, 30, 96, 3}}) {  // hd 32, the mask crossing tiles
+    const int C3 = 3 * s.C;
+    auto q = randn((size_t)s.B * s.Tq * C3, 140, 1.5f), kv = randn((size_t)s.B * s.Tk * C3, 141, 1.5f);
+    auto dout = randn((size_t)s.B * s.Tq * s.C, 142), dkv0 = randn(kv.size(), 143);
+    std::vector<float> ro((size_t)s.B * s.Tq * s.C), rl((size_t)s.B * s.NH * s.Tq), rdq(q.size(), 0.0f), rdkv = dkv0;
+    ref().attention_forward_block(ro.data(), rl.data(), q.data(), kv.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH);
+    ref().attention_backward_block(rdq.data(), rdkv.data(), dout.data(), q.data(), kv.data(), ro.data(), rl.data(), s.B,
+                                   s.Tq, s.Tk, s.q_pos, s.C, s.NH);
+    std::vector<float> runs[2][4];
+    for (int rev = 0; rev < 2; rev++) {
+      std::vector<float> o(ro.size(), kNaN), l(rl.size(), kNaN), dq(q.size(), 0.0f), dkv = dkv0;
+      BOOST_REQUIRE(flash::emulate_forward_block(o.data(), l.data(), q.data(), kv.data(), s.B, s.Tq, s.Tk, s.q_pos,
+                                                 s.C, s.NH, rev));
+      BOOST_REQUIRE(flash::emulate_backward_block(dq.data(), dkv.data(), dout.data(), q.data(), kv.data(), ro.data(),
+                                                  rl.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH, true, rev));
+      runs[rev][0] = o, runs[rev][1] = l, runs[rev][2] = dq, runs[rev][3] = dkv;
+    }
+    const std::string tag = std::to_string(s.Tq) + " at " + std::to_string(s.q_pos) + " of " + std::to_string(s.Tk);
+    check_close(runs[0][0], ro, "flash block out " + tag, kRtol);
+    check_close(runs[0][1], rl, "flash block lse " + tag, kRtol);
+    check_close(runs[0][2], rdq, "flash block dq " + tag, kRtol);
+    check_close(runs[0][3], rdkv, "flash block dkv " + tag, kRtol);
+    for (int k = 0; k < 4; k++) BOOST_TEST((runs[0][k] == runs[1][k]), "thread order changes result " << k << " " << tag);
+  }
+}
