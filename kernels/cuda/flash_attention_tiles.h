@@ -357,36 +357,28 @@ CAIRN_FA_FN void forward_block(Block& blk, float* smem, float* out, float* lse, 
   });
 }
 
-// One head's slices of a backward call's inputs: q, k, v columns of qkv (row stride ld3; k at q + C, v at q + 2C),
-// dO (row stride C), and the head's lse and D rows [T].
+// One head's slices of a backward call's inputs: the query side (q columns of q_qkv, row stride ld3; dO, row stride
+// C; the head's lse and D rows: Tq rows) and the key side (k and v columns of kv_qkv at kv + C, kv + 2C: Tk rows).
 struct BackwardHead {
-  size_t ld3;
-  const float *q, *dout, *lse, *delta;
-};
-template <class P>  // flash::Problem or flash_bf16::Problem
-CAIRN_FA_FN BackwardHead backward_head(const P& pb, const float* qkv, const float* dout, const float* lse,
-                                       const float* delta, int b, int h) {
-  const size_t ld3 = (size_t)3 * pb.C;
-  return BackwardHead{ld3, qkv + (size_t)b * pb.T * ld3 + (size_t)h * pb.hd,
-                      dout + (size_t)b * pb.T * pb.C + (size_t)h * pb.hd, lse + ((size_t)b * pb.NH + h) * pb.T,
-                      delta + ((size_t)b * pb.NH + h) * pb.T};
-}
-
-// A Span's slices of head (b, h) in a backward call: the query side (q columns of q_qkv, dO, lse and D rows: Tq rows)
-// and the key side (k and v columns of kv_qkv at kv + C, kv + 2C: Tk rows).
-struct SpanHead {
   size_t ld3;
   const float *q, *kv, *dout, *lse, *delta;
 };
-CAIRN_FA_FN SpanHead span_head(const Problem& pb, const Span& sp, const float* q_qkv, const float* kv_qkv,
-                               const float* dout, const float* lse, const float* delta, int b, int h) {
+template <class P>  // flash::Problem or flash_bf16::Problem
+CAIRN_FA_FN BackwardHead span_head(const P& pb, const Span& sp, const float* q_qkv, const float* kv_qkv,
+                                   const float* dout, const float* lse, const float* delta, int b, int h) {
   const size_t ld3 = (size_t)3 * pb.C, col = (size_t)h * pb.hd, row = ((size_t)b * pb.NH + h) * sp.Tq;
-  return SpanHead{ld3,
-                  q_qkv + (size_t)b * sp.Tq * ld3 + col,
-                  kv_qkv + (size_t)b * sp.Tk * ld3 + col,
-                  dout + (size_t)b * sp.Tq * pb.C + col,
-                  lse + row,
-                  delta + row};
+  return BackwardHead{ld3,
+                      q_qkv + (size_t)b * sp.Tq * ld3 + col,
+                      kv_qkv + (size_t)b * sp.Tk * ld3 + col,
+                      dout + (size_t)b * sp.Tq * pb.C + col,
+                      lse + row,
+                      delta + row};
+}
+// The square causal case (the bf16 kernels): one qkv, T rows on both sides.
+template <class P>
+CAIRN_FA_FN BackwardHead backward_head(const P& pb, const float* qkv, const float* dout, const float* lse,
+                                       const float* delta, int b, int h) {
+  return span_head(pb, square_span(pb.T), qkv, qkv, dout, lse, delta, b, h);
 }
 
 // ---------------------------------------------------------------- backward: dK, dV
@@ -409,7 +401,7 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, float* smem, float* dkv_qkv, cons
   float* sD = smem + L::delta;
   const int Tq = sp.Tq, Tk = sp.Tk, C = pb.C, hd = pb.hd;
   const float scale = pb.scale;
-  const SpanHead head = span_head(pb, sp, q_qkv, kv_qkv, dout, lse, delta, b, h);
+  const BackwardHead head = span_head(pb, sp, q_qkv, kv_qkv, dout, lse, delta, b, h);
   const size_t ld3 = head.ld3;
   const float *q_base = head.q, *kv_base = head.kv, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
   const int k0 = kt * L::BK;
@@ -517,7 +509,7 @@ CAIRN_FA_FN void backward_q_block(Block& blk, float* smem, float* dq_qkv, const 
   float* sdS = smem + L::ds;
   const int Tq = sp.Tq, Tk = sp.Tk, C = pb.C, hd = pb.hd;
   const float scale = pb.scale;
-  const SpanHead head = span_head(pb, sp, q_qkv, kv_qkv, dout, lse, delta, b, h);
+  const BackwardHead head = span_head(pb, sp, q_qkv, kv_qkv, dout, lse, delta, b, h);
   const size_t ld3 = head.ld3;
   const float *q_base = head.q, *kv_base = head.kv, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
   const int q0 = qt * L::BQ;

@@ -134,11 +134,10 @@ void Nccl::all_gather_shards(float* p, size_t shard, size_t N) {
 void Nccl::wait() { CAIRN_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
 
 gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
-  const std::function<void(double)> report = on_call;  // the ring's copy (`run` takes on_call)
   // One collective (`op` issues and checks it) on the communicator's stream, fenced by events against the compute
   // stream on both sides (NCCL is never handed the legacy default stream itself); timed, when asked, between host
   // synchronizations.
-  auto run = [m = comm.impl_, on_call = std::move(on_call)](auto&& op) {
+  auto run = [m = comm.impl_, on_call](auto&& op) {
     std::chrono::steady_clock::time_point t0;
     if (on_call) {
       // The compute work queued before the call is not the collective's time.
@@ -182,7 +181,7 @@ gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
       CAIRN_NCCL_CHECK(ncclRecv(recv, n, ncclFloat32, (m->rank + m->world - 1) % m->world, m->comm, m->stream));
     });
   };
-  c.ring_wait = [m = comm.impl_, on_call = report] {
+  c.ring_wait = [m = comm.impl_, on_call] {
     const auto t0 = std::chrono::steady_clock::now();
     if (on_call) CAIRN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
     m->compute_after();

@@ -761,12 +761,20 @@ struct Model::Impl {
   }
   // kv_seq's k and v thirds = every CP rank's keys and values of this layer in sequence order: only they travel
   // (Megatron's all-gather CP moves K and V, not Q).
+  // K/V packed [N, 2Cl] <-> the k and v thirds of qkv rows [N, 3Cl].
+  void pack_kv(float* packed, const float* qkv_rows, const Dims& d) {
+    const size_t row = sizeof(float) * 2 * d.Cl;
+    be.copy_rows(packed, row, qkv_rows + d.Cl, sizeof(float) * 3 * d.Cl, row, d.N);
+  }
+  void unpack_kv(float* qkv_rows, const float* packed, const Dims& d) {
+    const size_t row = sizeof(float) * 2 * d.Cl;
+    be.copy_rows(qkv_rows + d.Cl, sizeof(float) * 3 * d.Cl, packed, row, row, d.N);
+  }
   void gather_sequence_kv(const LayerActs& a, const Dims& d, int B, int T) {
     Activations& s = acts();
-    const size_t Cl = d.Cl, row = sizeof(float) * 2 * Cl;
-    be.copy_rows(s.kv_part, row, a.qkv + Cl, sizeof(float) * 3 * Cl, row, d.N);
-    cp_comm.all_gather(s.kv_ranks, s.kv_part, d.N * 2 * Cl);
-    cp_reorder(s.kv_ranks, s.kv_seq, B, T, Cl, true);
+    pack_kv(s.kv_part, a.qkv, d);
+    cp_comm.all_gather(s.kv_ranks, s.kv_part, d.N * 2 * d.Cl);
+    cp_reorder(s.kv_ranks, s.kv_seq, B, T, d.Cl, true);
   }
   // ---- ring context parallelism (spec.cp_ring) ----
   // Step t of the ring holds the K/V of CP rank (cp_rank - t) mod cp, both its chunks. f(row_q, row_k, q_pos, first)
@@ -785,15 +793,6 @@ struct Model::Impl {
           if (kk > qk) continue;
           f((size_t)b * T + (size_t)qh * S, (size_t)b * T + (size_t)kh * S, (qk - kk) * S, t == 0 && pass == 0);
         }
-  }
-  // K/V packed [N, 2Cl] <-> the k and v thirds of qkv rows [N, 3Cl].
-  void pack_kv(float* packed, const float* qkv_rows, const Dims& d) {
-    const size_t row = sizeof(float) * 2 * d.Cl;
-    be.copy_rows(packed, row, qkv_rows + d.Cl, sizeof(float) * 3 * d.Cl, row, d.N);
-  }
-  void unpack_kv(float* qkv_rows, const float* packed, const Dims& d) {
-    const size_t row = sizeof(float) * 2 * d.Cl;
-    be.copy_rows(qkv_rows + d.Cl, sizeof(float) * 3 * d.Cl, packed, row, row, d.N);
   }
   // Megatron's p2p CP: cp steps; each passes the K/V it holds to the next rank while its blocks run (the last step
   // has nothing left to pass), and attention_merge folds every block after a chunk's first into its (out, lse).
@@ -907,7 +906,7 @@ struct Model::Impl {
     Activations& s = acts();
     gather_sequence_kv(a, d, B, T);  // the forward's copy was overwritten by the next layers
     const int S = T / 2, Tf = T * spec.cp;
-    const size_t cl = d.Cl, w = 3 * cl, kv_row = sizeof(float) * 2 * cl;
+    const size_t cl = d.Cl, w = 3 * cl;
     be.fill_zero(s.dkv_seq, sizeof(float) * d.N * w * spec.cp);
     // the blocks write dqkv's q third; its k and v thirds are this rank's share of dkv_seq, reduced below
     for_each_chunk(B, T, [&](size_t row, int k) {
@@ -917,7 +916,7 @@ struct Model::Impl {
     });
     cp_reorder(s.kv_ranks, s.dkv_seq, B, T, cl, false);
     cp_comm.reduce_scatter(s.kv_part, s.kv_ranks, d.N * 2 * cl);
-    be.copy_rows(dqkv + cl, sizeof(float) * w, s.kv_part, kv_row, kv_row, d.N);
+    unpack_kv(dqkv, s.kv_part, d);
   }
   // Token + position embedding of B x T rows; with context parallelism each chunk takes the position rows of where
   // it lies in the sequence. wpe_rows / dwpe_rows may be null (no positional term).

@@ -97,19 +97,20 @@ TpComm mpi_tp_comm(MPI_Comm comm, const std::function<void(double)>& on_call, co
     size_t n = 0;
   };
   auto ring = std::make_shared<Ring>();
-  c.ring_start = [comm, st, ring](const float* send, float* recv, size_t n) {
-    int rank = 0, size = 1;
-    MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &size);
+  int rank = 0, size = 1;
+  mpi::check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  mpi::check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  c.ring_start = [comm, st, ring, next, prev](const float* send, float* recv, size_t n) {
     const int count = count_of(n, "ring exchange");
     float* src = st->in(send, n, st->a);
     float* dst = st->out(recv, n, st->b);
     ring->recv = recv;
     ring->n = n;
     constexpr int kRingTag = 71;
-    mpi::check(MPI_Irecv(dst, count, MPI_FLOAT, (rank + size - 1) % size, kRingTag, comm, &ring->req[0]),
+    mpi::check(MPI_Irecv(dst, count, MPI_FLOAT, prev, kRingTag, comm, &ring->req[0]),
                "MPI_Irecv (context-parallel ring)");
-    mpi::check(MPI_Isend(src, count, MPI_FLOAT, (rank + 1) % size, kRingTag, comm, &ring->req[1]),
+    mpi::check(MPI_Isend(src, count, MPI_FLOAT, next, kRingTag, comm, &ring->req[1]),
                "MPI_Isend (context-parallel ring)");
   };
   c.ring_wait = [on_call, st, ring] {
