@@ -73,6 +73,12 @@ case_ "mpirun 2 ranks, SIGUSR1 at start-up" 2 startup USR1 75 4      -- "${M[@]}
 case_ "mpirun 2 ranks, SIGUSR1 mid-run"    2 mid      USR1 75 100000 -- "${M[@]}"
 case_ "mpirun 2 ranks, SIGUSR1 after the last step" 2 last_step USR1 0 4 -- "${M[@]}"
 case_ "mpirun 2 ranks, SIGUSR1 before MPI_Finalize" 2 exit USR1 0 4  -- "${M[@]}"
+# Preempted in model-parallel layouts: pipeline sends in flight, tensor-parallel groups, ZeRO-3 shards.
+M4=(mpirun --oversubscribe -np 4 "$W/bin/cairn-train")
+case_ "mpirun 4 ranks tp2 x pp2, SIGUSR1 mid-run" 4 mid USR1 75 100000 -- "${M4[@]}" --set parallel.tp=2 \
+  --set parallel.pp=2
+case_ "mpirun 4 ranks dp2 x pp2 ZeRO-3, SIGUSR1 mid-run" 4 mid USR1 75 100000 -- "${M4[@]}" --set parallel.dp=2 \
+  --set parallel.pp=2 --set parallel.zero=3 --set train.micro_batch=2
 # slurm/run-local.sh's train stage: SIGTERM to the script, relayed to mpirun (the documented code must survive it).
 LOCAL=(env CAIRN_BIN_DIR="$W/bin" CAIRN_NP=2 "$ROOT/slurm/run-local.sh" "$ROOT/configs/demo.toml" --stages train)
 case_ "run-local.sh, SIGTERM at start-up"  2 startup  TERM 75 4      -- "${LOCAL[@]}"

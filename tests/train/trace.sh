@@ -3,7 +3,8 @@
 # microseconds, every event nested in its parent on its (rank, row), flat comm rows, the traced step numbers equal
 # --trace-steps a:b (1-based steps a..b-1, as in metrics.jsonl), and a validation pass inside the range whose
 # per-layer events start inside it. Layouts: pp2 (1F1B) with validation, pp2 x v2 (interleaved), tp2 (collectives
-# on the comm row), dp2 with small buckets (all-reduces in flight together, each on a comm row of its own).
+# on the comm row), dp2 with small buckets (all-reduces in flight together, each on a comm row of its own). And the
+# per-kernel profile (--profile-kernels, kernel_profile.json) of a cp2 run.
 set -euo pipefail
 BIN=${CAIRN_BIN_DIR:?CAIRN_BIN_DIR must point at build/bin}
 PY=/usr/bin/python3
@@ -51,6 +52,31 @@ grep -q '"tensor-parallel collective"' "$W/tp2/train/trace.json" || fail "tp2: n
 # dp2 with 4 KiB buckets: many all-reduces in flight at once
 run dp2 2 --set train.bucket_mb=0.004 --set train.val_every=0 --trace-steps 3:4
 "$PY" "$HERE/check_trace.py" "$W/dp2/train/trace.json" --steps 3:4 --ranks 2
+
+# --profile-kernels on cp2 (ring): every rank's op table in kernel_profile.json, the block counts of the ring exact
+# (per layer, micro-batch and sequence, a rank's two query chunks meet 2 cp + 1 = 5 key chunks, forward and backward;
+# the 3 blocks after each query chunk's first are merged into its output), the time inside the wall time of the steps.
+run cp2prof 2 --set parallel.cp=2 --set 'parallel.cp_comm="p2p"' --set train.val_every=0 --profile-kernels
+"$PY" - "$W/cp2prof/train" <<'PYEOF'
+import json, sys
+d = sys.argv[1]
+doc = json.load(open(f"{d}/kernel_profile.json"))
+assert doc["kind"] == "kernel_profile" and doc["steps"] == 6 and doc["world_size"] == 2, doc
+assert doc["provenance"]["tool"] == "cairn-train", doc["provenance"]
+assert [r["rank"] for r in doc["ranks"]] == [0, 1], doc["ranks"]
+walls = sum(json.loads(l)["time_s"]["total"] for l in open(f"{d}/metrics.jsonl") if '"train"' in l)
+for r in doc["ranks"]:
+    ops = {o["op"]: o for o in r["ops"]}
+    blocks = 6 * 4 * 4 * 2 * 5  # steps x micro-batches x layers x sequences x blocks
+    merges = 6 * 4 * 4 * 2 * 3  # the blocks after each query chunk's first
+    assert ops["attention_forward_block"]["calls"] == blocks, (r["rank"], ops["attention_forward_block"])
+    assert ops["attention_backward_block"]["calls"] == blocks, (r["rank"], ops["attention_backward_block"])
+    assert ops["attention_merge"]["calls"] == merges, (r["rank"], ops["attention_merge"])
+    assert "attention_forward" not in ops, "cp2 ran whole-sequence attention"
+    assert ops["matmul_forward"]["calls"] > 0 and ops["adamw_update"]["calls"] > 0, ops.keys()
+    total = sum(o["seconds"] for o in r["ops"])
+    assert 0 < total < walls + 1.0, (r["rank"], total, walls)  # + initialisation's kernels
+PYEOF
 
 # a range starting at step 0 names a step that does not exist: exit 2 with the convention in the message
 set +e

@@ -63,6 +63,7 @@ void read_train_keys(const TrainSection& t, Settings& s) {
   s.refuse_data_change = t.on_data_change == "refuse";
   s.trace_steps = t.trace_steps;
   s.tensorboard = t.tensorboard;
+  s.profile_kernels = t.profile_kernels;
   s.peak_tflops = t.peak_tflops;
   s.threads = t.threads;
   s.backend = t.backend;

@@ -29,6 +29,7 @@ struct Settings {
   bool restore_on_skips = true;
   std::string trace_steps;
   bool tensorboard = true;
+  bool profile_kernels = false;  // [train] profile_kernels: every op timed (profiled backend), kernel_profile.json
   double peak_tflops = 0;
   int threads = 0;
   std::string backend;

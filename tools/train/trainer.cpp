@@ -28,6 +28,7 @@
 #include "chunk.h"
 #include "gpu.h"
 #include "grad_sync.h"
+#include "kernel_profile.h"
 #include "loader.h"
 #include "piece_io.h"
 #include "run_lock.h"
@@ -210,6 +211,7 @@ void Trainer::bind_backend() {
   }
   backend_ = kernels::find_backend(s_.backend.c_str());
   if (backend_ && s_.on_gpu) gpu::set_bf16_matmul(s_.bf16);
+  backend_ = maybe_profiled(s_, backend_);
   if (!backend_) {
     throw UsageError(strprintf("[train] backend = \"%s\" is not available in this build (available: %s)",
                                s_.backend.c_str(), kernels::backend_names()));
@@ -1117,6 +1119,7 @@ TrainResult Trainer::run() {
   setup();
   init_or_resume();
   start_run();
+  const int64_t first_step = progress_.step;  // of this process (the kernel profile's per-step figures)
   int exit_code = 0;
   hook("first_step", progress_.step);
   // A signal during start-up (or before it: the handlers are installed first thing in main) stops here: nothing
@@ -1147,6 +1150,7 @@ TrainResult Trainer::run() {
     }
   }
   finish_run(exit_code);
+  write_kernel_profile(s_, progress_.step - first_step);
   hook("end", progress_.step);
   return result_;
 }

@@ -49,6 +49,7 @@ struct TrainSection {
   int log_every = 1;
   std::string trace_steps;
   bool tensorboard = true;
+  bool profile_kernels = false;
   double peak_tflops = 0.0;
 
   template <class K>
@@ -104,6 +105,9 @@ struct TrainSection {
     k(&S::trace_steps, "trace_steps", Flag{"--trace-steps"},
       "a:b writes a Chrome trace of steps a..b-1 to <run>/train/trace.json");
     k(&S::tensorboard, "tensorboard", "write events.out.tfevents.* scalars");
+    k(&S::profile_kernels, "profile_kernels", Flag{"--profile-kernels"},
+      "time every kernel call (calls and seconds per op and rank, written to <run>/train/kernel_profile.json at the "
+      "end); each op then waits for the device, so a GPU run loses its CPU/GPU overlap and runs slower");
     k(&S::peak_tflops, "peak_tflops", Range{0, 1e9},
       "peak TFLOP/s per rank for MFU (0 = measured sgemm peak on CPU; datasheet fp32 peak of known GPUs)");
   }
