@@ -24,6 +24,9 @@
 #        FILTER (python regex on the layout string, e.g. 'tp=2')  TARGET 15 (% bar; exits 0 regardless)
 #        RETRY 1, BG_MAX 0.25: rerun a layout up to RETRY times while other processes used more than
 #        BG_MAX cores during it (the "bg" column: cores used by the rest of the machine; keep it ~0)
+#        PREDICT_ONLY 1: re-price an earlier run in OUT_DIR (its calibration, contention factor, sweeps, attention
+#        measurement and training runs kept, nothing measured again) with this cairn-plan and PLAN_EXTRA: model
+#        changes compared on the same measurements, free of the run-to-run drift of a VM's calibration
 set -euo pipefail
 trap 'echo "layout_predict.sh: failed at line $LINENO" >&2' ERR
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,6 +39,11 @@ L=${LAYERS:-4} H=${HIDDEN:-128} A=${HEADS:-4} S=${SEQ:-128} GB=${GB:-16} MB=${MB
 STEPS=${STEPS:-20} WARMUP=${WARMUP:-4} RANKS=${RANKS:-1 2 4} RECOMPUTE=${RECOMPUTE:-none}
 CORES=${CORES:-$(nproc)} TARGET=${TARGET:-15} FILTER=${FILTER:-} RETRY=${RETRY:-1} BG_MAX=${BG_MAX:-0.25}
 FABRIC_RANKS=${FABRIC_RANKS:-}
+PREDICT_ONLY=${PREDICT_ONLY:-0}
+if [ "$PREDICT_ONLY" = 1 ] && [ ! -s "$OUT/layouts.txt" ]; then
+  echo "layout_predict: PREDICT_ONLY=1 needs an earlier run in \"$OUT\": no layouts.txt there" >&2
+  exit 2
+fi
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 PY=/usr/bin/python3
 busy_jiffies() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
@@ -50,12 +58,13 @@ MODEL=(--set model.layers=$L --set model.hidden=$H --set model.heads=$A --set mo
 # cairn-train: TP collectives synchronous, no dropout (its GPT has none); context parallelism's K/V exchange
 # (CP_COMM: p2p = ring, allgather) is the same on both sides.
 CP_COMM=${CP_COMM:-allgather}
+if [ "${PREDICT_ONLY:-0}" = 1 ] && [ -s "$OUT/cp_comm" ]; then CP_COMM=$(cat "$OUT/cp_comm"); fi  # as it trained
 PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false --set plan.dropout=false
            --set "plan.cp_comm=\"$CP_COMM\"")
 read -r -a PLAN_EXTRA <<< "${PLAN_EXTRA:-}"
 
-echo "== dataset, calibration, sweep -> $OUT" >&2
-[ -f "$OUT/ds/index.json" ] || "$BIN/cairn-reshard" --log-level warn --out "$OUT/ds" --set 'data.delimiter="%"' \
+echo "== dataset, calibration, sweep -> $OUT$([ "$PREDICT_ONLY" = 1 ] && echo " (kept: PREDICT_ONLY)")" >&2
+[ -f "$OUT/ds/index.json" ] || [ "$PREDICT_ONLY" = 1 ] || "$BIN/cairn-reshard" --log-level warn --out "$OUT/ds" --set 'data.delimiter="%"' \
   --set data.shards=2 build "$F/fortunes" "$F/computers" "$F/science"
 # Cores of a VM need not be equally fast (the host shares them out: on the 2-vCPU VM one ran the 1-rank layout at 152
 # ms/step and the other at 178): one-process measurements and the 1-rank layout are pinned to the first core (PIN0,
@@ -66,10 +75,11 @@ command -v taskset > /dev/null && PIN0=(taskset -c 0)
 # replaces it by the best measured sgemm rate when that is higher (boost clock).
 # Other jobs only ever slow a measurement down: calibrate twice and keep the faster machine.
 for k in 1 2; do
+  [ "$PREDICT_ONLY" = 1 ] && break
   "${PIN0[@]}" "$BIN/cairn-plan" calibrate --config "$ROOT/configs/clusters/cpu-local.toml" --set cluster.peak_tflops=0.083 \
     "${MODEL[@]}" --seconds 0.3 --max-dim 512 --output "$OUT/cpu1-$k.toml" --out "$OUT" --log-level error > /dev/null
 done
-$PY - "$OUT" <<'PY'
+[ "$PREDICT_ONLY" = 1 ] || $PY - "$OUT" <<'PY'
 import tomllib, sys, shutil
 o = sys.argv[1]
 rate = lambda k: (lambda c: c["peak_tflops"] * c["gemm_max_efficiency"])(tomllib.load(open(f"{o}/cpu1-{k}.toml", "rb"))["cluster"])
@@ -92,11 +102,13 @@ if [ "${CONTENDED:-1}" = 1 ] && [ "$CORES" -gt 1 ]; then
       --set train.warmup=1 --set train.checkpoint_every=0 --set train.val_every=0 --set train.tensorboard=false \
       --set train.resume=\"none\" --set parallel.mb=$MB > "$1.log" 2>&1 < /dev/null
   }
-  rm -rf "$OUT/contention"; mkdir -p "$OUT/contention"
-  train_alone "$OUT/contention/solo" 0
-  pids=()
-  for k in $(seq "$CORES"); do train_alone "$OUT/contention/busy-$k" $((k - 1)) & pids+=($!); done
-  wait "${pids[@]}"
+  if [ "$PREDICT_ONLY" != 1 ]; then
+    rm -rf "$OUT/contention"; mkdir -p "$OUT/contention"
+    train_alone "$OUT/contention/solo" 0
+    pids=()
+    for k in $(seq "$CORES"); do train_alone "$OUT/contention/busy-$k" $((k - 1)) & pids+=($!); done
+    wait "${pids[@]}"
+  fi
   BUSY=$($PY - "$OUT/contention" "$CORES" "$WARMUP" <<'PY'
 import json, statistics, sys
 d, n, warm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -118,6 +130,7 @@ BUSY_GEMM=$BUSY BUSY_BW=$BUSY
 # takes ~0.2 ms on 2 cores against ~1 us for 2 ranks), which a 2-rank sweep cannot show.
 SWEEP_RANKS=$(for R in $RANKS $FABRIC_RANKS; do if [ "$R" -gt 1 ]; then echo "$R"; fi; done | sort -nu)
 for R in $SWEEP_RANKS; do
+  [ "$PREDICT_ONLY" = 1 ] && break
   MPI=(mpirun -np "$R")
   [ "$R" -gt "$CORES" ] && MPI+=(--oversubscribe)
   "${MPI[@]}" "$BIN/cairn-sweep" allreduce,allgather,reducescatter,sendrecv -b 8 -e 8M -f 4 --tiers world,intra \
@@ -139,7 +152,11 @@ print(c['peak_tflops'], c['hbm_gbps'], c['kernel_overhead_us'])" "$OUT/cpu1.toml
 # time (+17-20 % on every layout of the default shape). The kernel is a loop nest, not a GEMM: without this the
 # model would price it at a fused GPU kernel's default.
 KBENCH=$BIN/../bench/kernels_gpt_bench
-if [ -x "$KBENCH" ]; then
+if [ "$PREDICT_ONLY" = 1 ] && [ -s "$OUT/attention_efficiency" ]; then
+  ATT_EFF=$(cat "$OUT/attention_efficiency")
+  echo "attention kernel: attention_efficiency $ATT_EFF (kept)" >&2
+  PLAN_SETS+=(--set "cluster.attention_efficiency=$ATT_EFF")
+elif [ -x "$KBENCH" ]; then
   ATT_MS=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${PIN0[@]}" "$KBENCH" --backend cpu --layers "$L" --hidden "$H" --heads "$A" \
     --seq "$S" --batch "$MB" --vocab 320 --steps 10 --profile 1 2>/dev/null |
     awk '/attention_(forward|backward)/ {t += $4} END {print t}')
@@ -147,13 +164,17 @@ if [ -x "$KBENCH" ]; then
 f=3.5*4*s*s*h*b*l*frac
 print(min(1.0, max(0.01, f/(ms*1e-3)/(peak*1e12))))" "$L" "$H" "$S" "$MB" "$ATT_MS" "$PEAK")
   echo "attention kernel: ${ATT_MS} ms per step of $L layers -> attention_efficiency $ATT_EFF" >&2
+  echo "$ATT_EFF" > "$OUT/attention_efficiency"
   PLAN_SETS+=(--set "cluster.attention_efficiency=$ATT_EFF")
 else
   echo "layout_predict: $KBENCH not built: attention priced at the cluster file's attention_efficiency" >&2
 fi
 
-# Layouts: "dp tp pp v zero sp recompute cp" (context parallelism: each sequence in 2*cp load-balanced chunks)
-LAYOUTS=$($PY - "$L" "$A" "$S" "$GB" "$MB" "$RANKS" "$RECOMPUTE" "$FILTER" <<'PY'
+# Layouts: "dp tp pp v zero sp recompute cp" (context parallelism: each sequence in 2*cp load-balanced chunks);
+# PREDICT_ONLY: those of the earlier run (layouts.txt: name dp tp pp v zero sp recompute ranks cp).
+if [ "$PREDICT_ONLY" = 1 ]; then
+  LAYOUTS=$(awk '{print $2, $3, $4, $5, $6, $7, $8, $10}' "$OUT/layouts.txt")
+else LAYOUTS=$($PY - "$L" "$A" "$S" "$GB" "$MB" "$RANKS" "$RECOMPUTE" "$FILTER" <<'PY'
 import sys, re
 l, a, s, gb, mb = map(int, sys.argv[1:6]); ranks = [int(x) for x in sys.argv[6].split()]
 recs = sys.argv[7].split(); flt = sys.argv[8]
@@ -175,11 +196,12 @@ for R in ranks:
                             if flt and not re.search(flt, key): continue
                             print(dp, tp, pp, v, zero, sp, rc, cp)
 PY
-)
+); fi
 N=$(echo "$LAYOUTS" | grep -c . || true)
 echo "== $N layouts, $STEPS steps each (cores $CORES; 1-thread peak ${PEAK} TFLOP/s, ${BW} GB/s, ${OVH} us/kernel)" >&2
 mkdir -p "$OUT/layouts"
-: > "$OUT/layouts.txt"
+[ "$PREDICT_ONLY" = 1 ] || echo "$CP_COMM" > "$OUT/cp_comm"
+[ "$PREDICT_ONLY" = 1 ] || : > "$OUT/layouts.txt"
 i=0
 while read -r dp tp pp v zero sp rc cp; do
   [ -n "$dp" ] || continue
@@ -188,7 +210,7 @@ while read -r dp tp pp v zero sp rc cp; do
   name="dp${dp}-tp${tp}-pp${pp}-v${v}-z${zero}-sp${sp}-${rc}"
   if [ "$cp" -gt 1 ]; then name="$name-cp$cp"; fi
   D=$OUT/layouts/$name
-  rm -rf "$D"; mkdir -p "$D"
+  if [ "$PREDICT_ONLY" = 1 ]; then rm -rf "$D/plan" "$D/full" "$D/bg"; else rm -rf "$D"; mkdir -p "$D"; fi
   plan="dp=$dp,tp=$tp,pp=$pp,v=$v,mb=$MB,zero=$zero,recompute=$rc,sp=$sp,cp=$cp"
   # predict SHARE OUT JSON: cairn-plan's prediction of this layout with each rank on SHARE of one core (at the
   # contended rate when the layout has 2+ ranks). cairn-train's mem_gib counts cairn's own buffers only: no reserved
@@ -209,46 +231,50 @@ while read -r dp tp pp v zero sp rc cp; do
   if [ "$R" -gt "$CORES" ]; then
     predict 1 "$D/full" "$D/pred_full.json" --log-level error > /dev/null 2>&1 || true
   fi
-  MPI=(mpirun -np "$R")
-  [ "$R" -gt "$CORES" ] && MPI+=(--oversubscribe)
-  TRAIN=(--out "$D" --data "$OUT/ds" --threads 1 --log-level warn "${MODEL[@]}" --steps "$STEPS"
-         --set train.warmup=1 --set train.checkpoint_every=0 --set train.val_every=0 --set train.tensorboard=false
-         --set train.resume=\"none\" --set parallel.dp=$dp --set parallel.tp=$tp --set parallel.pp=$pp
-         --set parallel.v=$v --set parallel.mb=$MB --set parallel.zero=$zero --set parallel.sp=\"$sp\"
-         --set parallel.recompute=\"$rc\" --set parallel.cp=$cp --set parallel.cp_comm=\"$CP_COMM\")
-  # Other jobs on this machine slow every layout down: measure the CPU time the rest of the machine
-  # used during the run (all busy jiffies in /proc/stat minus this job's rusage) and rerun a layout
-  # (up to RETRY times) while that background exceeded BG_MAX cores; the least disturbed run is kept.
-  best=""
-  rm -rf "$D/kept"
-  for try in $(seq 0 "$RETRY"); do
-    rm -rf "$D/train" "$D/try"; mkdir -p "$D/try"
-    b0=$(busy_jiffies)
-    if [ "$R" -eq 1 ]; then CMD=("${PIN0[@]}" "$BIN/cairn-train"); else CMD=("${MPI[@]}" "$BIN/cairn-train"); fi
-    /usr/bin/time -f "%e %U %S" -o "$D/try/time" "${CMD[@]}" "${TRAIN[@]}" > "$D/try/train.log" 2>&1 < /dev/null \
-      || echo "  train failed: $name (exit $?; see $D/train.log)" >&2
-    b1=$(busy_jiffies)
-    read -r bgc el < <($PY -c "import os; e,u,s=map(float,open('$D/try/time').read().split()[-3:]); hz=os.sysconf('SC_CLK_TCK')
+  if [ "$PREDICT_ONLY" = 1 ]; then
+    best=$(cat "$D/background_cores" 2> /dev/null || echo nan)
+  else
+    MPI=(mpirun -np "$R")
+    [ "$R" -gt "$CORES" ] && MPI+=(--oversubscribe)
+    TRAIN=(--out "$D" --data "$OUT/ds" --threads 1 --log-level warn "${MODEL[@]}" --steps "$STEPS"
+           --set train.warmup=1 --set train.checkpoint_every=0 --set train.val_every=0 --set train.tensorboard=false
+           --set train.resume=\"none\" --set parallel.dp=$dp --set parallel.tp=$tp --set parallel.pp=$pp
+           --set parallel.v=$v --set parallel.mb=$MB --set parallel.zero=$zero --set parallel.sp=\"$sp\"
+           --set parallel.recompute=\"$rc\" --set parallel.cp=$cp --set parallel.cp_comm=\"$CP_COMM\")
+    # Other jobs on this machine slow every layout down: measure the CPU time the rest of the machine
+    # used during the run (all busy jiffies in /proc/stat minus this job's rusage) and rerun a layout
+    # (up to RETRY times) while that background exceeded BG_MAX cores; the least disturbed run is kept.
+    best=""
+    rm -rf "$D/kept"
+    for try in $(seq 0 "$RETRY"); do
+      rm -rf "$D/train" "$D/try"; mkdir -p "$D/try"
+      b0=$(busy_jiffies)
+      if [ "$R" -eq 1 ]; then CMD=("${PIN0[@]}" "$BIN/cairn-train"); else CMD=("${MPI[@]}" "$BIN/cairn-train"); fi
+      /usr/bin/time -f "%e %U %S" -o "$D/try/time" "${CMD[@]}" "${TRAIN[@]}" > "$D/try/train.log" 2>&1 < /dev/null \
+        || echo "  train failed: $name (exit $?; see $D/train.log)" >&2
+      b1=$(busy_jiffies)
+      read -r bgc el < <($PY -c "import os; e,u,s=map(float,open('$D/try/time').read().split()[-3:]); hz=os.sysconf('SC_CLK_TCK')
 print(f'{max(0.0,(($b1-$b0)/hz-u-s)/e):.2f} {e:.1f}')")
-    if [ -d "$D/train" ]; then mv "$D/train" "$D/try/train"; fi
-    printf "  [%2d/%d] %-44s %5.1f s  background %.2f cores%s\n" "$i" "$N" "$name" "$el" "$bgc" \
-      "$([ "$try" -gt 0 ] && echo " (retry $try)")" >&2
-    if grep -qs '"train"' "$D/try/train/metrics.jsonl"; then
-      if [ -z "$best" ] || $PY -c "import sys; sys.exit(0 if $bgc < $best else 1)"; then
-        rm -rf "$D/kept"; mv "$D/try" "$D/kept"; best=$bgc
+      if [ -d "$D/train" ]; then mv "$D/train" "$D/try/train"; fi
+      printf "  [%2d/%d] %-44s %5.1f s  background %.2f cores%s\n" "$i" "$N" "$name" "$el" "$bgc" \
+        "$([ "$try" -gt 0 ] && echo " (retry $try)")" >&2
+      if grep -qs '"train"' "$D/try/train/metrics.jsonl"; then
+        if [ -z "$best" ] || $PY -c "import sys; sys.exit(0 if $bgc < $best else 1)"; then
+          rm -rf "$D/kept"; mv "$D/try" "$D/kept"; best=$bgc
+        fi
+        $PY -c "import sys; sys.exit(0 if $best <= $BG_MAX else 1)" && break
       fi
-      $PY -c "import sys; sys.exit(0 if $best <= $BG_MAX else 1)" && break
-    fi
-    if [ "$try" -lt "$RETRY" ]; then sleep 2; fi
-  done
-  if [ -d "$D/kept" ]; then rm -rf "$D/try"; mv "$D/kept" "$D/try"; fi
-  mv "$D/try"/* "$D"/; rmdir "$D/try"
-  [ -n "$best" ] || best=nan
-  echo "$best" > "$D/background_cores"
+      if [ "$try" -lt "$RETRY" ]; then sleep 2; fi
+    done
+    if [ -d "$D/kept" ]; then rm -rf "$D/try"; mv "$D/kept" "$D/try"; fi
+    mv "$D/try"/* "$D"/; rmdir "$D/try"
+    [ -n "$best" ] || best=nan
+    echo "$best" > "$D/background_cores"
+  fi
   # The same plan on the CPU share this run actually had (CFS: R + bg runnable threads on C cores).
   bshare=$($PY -c "b=float('$best'); print(min(1.0, $CORES / ($R + (0 if b != b else b))))")
   predict "$bshare" "$D/bg" "$D/pred_bg.json" --log-level error > /dev/null 2>&1 || true
-  echo "$name $dp $tp $pp $v $zero $sp $rc $R $cp" >> "$OUT/layouts.txt"
+  [ "$PREDICT_ONLY" = 1 ] || echo "$name $dp $tp $pp $v $zero $sp $rc $R $cp" >> "$OUT/layouts.txt"
 done <<< "$LAYOUTS"
 
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
