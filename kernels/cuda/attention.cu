@@ -264,11 +264,16 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   simple_attention_backward(dqkv, dqkv, dout, qkv, qkv, out, lse, B, T, T, 0, C, NH, false);
 }
 
-// The block ops (context parallelism) run the fp32 flash kernels, which take a block of queries at an offset against
-// a block of keys (flash::Span), whenever flash is on (in bf16 mode too: the bf16 tensor-core kernels only know the
-// square causal case); the simple kernels otherwise (CAIRN_CUDA_ATTENTION=simple, head dims over 128).
+// The block ops (context parallelism) take the plain ops' paths: both flash kernels take a block of queries at an
+// offset against a block of keys (flash::Span); the bf16 tensor-core ones in bf16 mode at head dims 64 and 128, the
+// fp32 ones otherwise when flash is on, the simple kernels when it is off (CAIRN_CUDA_ATTENTION=simple, head dims over
+// 128).
 void attention_forward_block(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq, int Tk,
                              int q_pos, int C, int NH) {
+  if (use_bf16_flash(C, NH)) {
+    flash_attention_bf16_forward_block(out, lse, q_qkv, kv_qkv, B, Tq, Tk, q_pos, C, NH);
+    return;
+  }
   if (flash_attention_on() && flash_attention_supported(C, NH)) {
     flash_attention_forward_block(out, lse, q_qkv, kv_qkv, B, Tq, Tk, q_pos, C, NH);
     return;
@@ -278,6 +283,11 @@ void attention_forward_block(float* out, float* lse, const float* q_qkv, const f
 
 void attention_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
                               const float* out, const float* lse, int B, int Tq, int Tk, int q_pos, int C, int NH) {
+  if (use_bf16_flash(C, NH)) {
+    flash_attention_bf16_backward_block(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse, scratch((size_t)B * NH * Tq), B,
+                                        Tq, Tk, q_pos, C, NH, true);
+    return;
+  }
   if (flash_attention_on() && flash_attention_supported(C, NH)) {
     flash_attention_backward_block(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse, scratch((size_t)B * NH * Tq), B, Tq,
                                    Tk, q_pos, C, NH, true);

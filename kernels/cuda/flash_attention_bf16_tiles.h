@@ -253,7 +253,9 @@ CAIRN_FA_FN void zero_acc(float (&acc)[N][4]) {
 }
 
 // ---------------------------------------------------------------- forward
-// One block (NW warps): query tile qt (16 NW queries) of head (b, h); writes out and lse of the tile's rows < T.
+// One block (NW warps): query tile qt (16 NW queries) of head (b, h); writes out and lse of the tile's rows < Tq.
+// Every kernel takes a flash::Span, as the fp32 ones: Tq queries (rows of q_qkv) at positions q_pos.. against Tk keys
+// (rows of kv_qkv), query i seeing keys 0 .. min(q_pos + i, Tk - 1); the plain ops are the square span.
 // The two score tiles of the backward passes, S += A B^T and dP += A2 B2^T over the head dim: A, A2 = the warp's 16
 // rows of two row-major tiles, B, B2 = NS 8-row slices of two row-major tiles read as B[d][n] (load_b). Registers
 // r.a, r.a2 (A fragments) and r.s, r.dp (accumulators) of the block's Regs. The key/value pass calls it with keys as
@@ -276,8 +278,8 @@ CAIRN_FA_FN void score_tile_pair(Block& blk, const uint16_t* a, const uint16_t* 
 }
 
 template <int HD, int BK, int NW, class Block>
-CAIRN_FA_FN void forward_block(Block& blk, uint16_t* smem, float* out, float* lse, const float* qkv, const Problem& pb,
-                               int b, int h, int qt) {
+CAIRN_FA_FN void forward_block(Block& blk, uint16_t* smem, float* out, float* lse, const float* q_qkv,
+                               const float* kv_qkv, const Problem& pb, const flash::Span& sp, int b, int h, int qt) {
   using L = FwdLayout<HD, BK, NW>;
   constexpr int NT = 32 * NW, kRows = L::ROWS;
   using Regs = FwdRegs<HD, BK>;
@@ -285,25 +287,26 @@ CAIRN_FA_FN void forward_block(Block& blk, uint16_t* smem, float* out, float* ls
   uint16_t* sQ = smem + L::q;
   uint16_t* sK = smem + L::k;
   uint16_t* sVt = smem + L::vt;
-  const int T = pb.T, C = pb.C;
+  const int Tq = sp.Tq, Tk = sp.Tk, C = pb.C;
   const float scale = pb.scale;
   const size_t ld3 = (size_t)3 * C;
-  const float* q_base = qkv + (size_t)b * T * ld3 + (size_t)h * HD;
+  const float* q_base = q_qkv + (size_t)b * Tq * ld3 + (size_t)h * HD;
+  const float* kv_base = kv_qkv + (size_t)b * Tk * ld3 + (size_t)h * HD;
   const int q0 = qt * kRows;
 
   blk.each([&](int tid, Regs& r) {
     r.m[0] = r.m[1] = -INFINITY;
     r.l[0] = r.l[1] = 0.0f;
     zero_acc(r.o);
-    load_rows<HD, NT>(sQ, L::LD, kRows, q_base, ld3, q0, T, tid);
+    load_rows<HD, NT>(sQ, L::LD, kRows, q_base, ld3, q0, Tq, tid);
   });
-  const int n_kt = flash::key_tiles_for(q0, kRows, BK, T);
+  const int n_kt = flash::key_tiles_for(q0, kRows, BK, sp);
   for (int kt = 0; kt < n_kt; kt++) {
     const int k0 = kt * BK;
     blk.barrier();  // the previous iteration's readers of sK, sVt are done (first time: sQ is complete)
     blk.each([&](int tid, Regs& r) {
-      load_rows<HD, NT>(sK, L::LD, BK, q_base + C, ld3, k0, T, tid);
-      load_cols<HD, NT>(sVt, L::LDT, BK, q_base + 2 * C, ld3, k0, T, tid);
+      load_rows<HD, NT>(sK, L::LD, BK, kv_base + C, ld3, k0, sp.keys_seen(), tid);
+      load_cols<HD, NT>(sVt, L::LDT, BK, kv_base + 2 * C, ld3, k0, sp.keys_seen(), tid);
       zero_acc(r.s);
     });
     blk.barrier();
@@ -315,7 +318,7 @@ CAIRN_FA_FN void forward_block(Block& blk, uint16_t* smem, float* out, float* ls
       for (int nt = 0; nt < NS; nt++)
         blk.mma([&](int tid, Regs& r) { return mma_op(r.s[nt], r.a, sK, L::LD, 8 * nt, 16 * ks, tid & 31); });
     }
-    // scale and mask (key > query or key >= T); the thread's part of its two rows' maxima
+    // scale and mask (key > q_pos + query or key >= Tk); the thread's part of its two rows' maxima
     blk.each([&](int tid, Regs& r) {
       const int lane = tid & 31, row0 = q0 + 16 * (tid >> 5);
       r.red[0] = r.red[1] = -INFINITY;
@@ -324,7 +327,7 @@ CAIRN_FA_FN void forward_block(Block& blk, uint16_t* smem, float* out, float* ls
         CAIRN_FA_UNROLL
         for (int i = 0; i < 4; i++) {
           const int qi = row0 + c_row(lane, i), kj = k0 + 8 * nt + c_col(lane, i);
-          const float s = (kj > qi || kj >= T) ? -INFINITY : r.s[nt][i] * scale;
+          const float s = (kj > sp.q_pos + qi || kj >= Tk) ? -INFINITY : r.s[nt][i] * scale;
           r.s[nt][i] = s;
           r.red[i >> 1] = fmaxf(r.red[i >> 1], s);
         }
@@ -337,8 +340,8 @@ CAIRN_FA_FN void forward_block(Block& blk, uint16_t* smem, float* out, float* ls
       CAIRN_FA_UNROLL
       for (int x = 0; x < 2; x++) {
         const float m_new = fmaxf(r.m[x], r.red[x]);
-        // Key 0 lies in key tile 0 and is <= every query, so after tile 0 a row's max is finite for rows < T; rows
-        // >= T stay at -inf: exp(-inf - 0) = 0 instead of exp(-inf - -inf) = NaN (never stored).
+        // Key 0 lies in key tile 0 and every query sees it, so after tile 0 a row's max is finite for rows < Tq;
+        // rows >= Tq stay at -inf: exp(-inf - 0) = 0 instead of exp(-inf - -inf) = NaN (never stored).
         m_use[x] = m_new == -INFINITY ? 0.0f : m_new;
         const float corr = expf(r.m[x] - m_use[x]);
         r.l[x] *= corr;
@@ -374,8 +377,8 @@ CAIRN_FA_FN void forward_block(Block& blk, uint16_t* smem, float* out, float* ls
     CAIRN_FA_UNROLL
     for (int x = 0; x < 2; x++) {
       const int qi = row0 + c_row(lane, 2 * x);
-      if (qi >= T) continue;
-      float* dst = out + ((size_t)b * T + qi) * C + (size_t)h * HD;
+      if (qi >= Tq) continue;
+      float* dst = out + ((size_t)b * Tq + qi) * C + (size_t)h * HD;
       const float inv = 1.0f / r.l[x];
       CAIRN_FA_UNROLL
       for (int nt = 0; nt < NO; nt++) {
@@ -383,18 +386,20 @@ CAIRN_FA_FN void forward_block(Block& blk, uint16_t* smem, float* out, float* ls
         dst[d] = r.o[nt][2 * x] * inv;
         dst[d + 1] = r.o[nt][2 * x + 1] * inv;
       }
-      if ((lane & 3) == 0) lse[((size_t)b * pb.NH + h) * T + qi] = r.m[x] + logf(r.l[x]);
+      if ((lane & 3) == 0) lse[((size_t)b * pb.NH + h) * Tq + qi] = r.m[x] + logf(r.l[x]);
     }
   });
 }
 
 // ---------------------------------------------------------------- backward: dK, dV
 // One block (NW warps): key tile kt (16 NW keys) of head (b, h); loops over the query tiles from the diagonal on and
-// writes the dK and dV columns of the tile's key rows < T. S^T = K Q^T, dP^T = V dO^T (A = the warp's 16 keys), then
-// dV += P^T dO and dK += dS^T Q with P^T, dS^T as A fragments straight from the accumulators.
+// writes (or, sp.accumulate_kv, adds to) the dK and dV columns of the tile's key rows < keys_seen() in dkv_qkv. S^T = K
+// Q^T, dP^T = V dO^T (A = the warp's 16 keys), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as A fragments
+// straight from the accumulators.
 template <int HD, int BQ, int NW, class Block>
-CAIRN_FA_FN void backward_kv_block(Block& blk, uint16_t* smem, float* dqkv, const float* dout, const float* qkv,
-                                   const float* lse, const float* delta, const Problem& pb, int b, int h, int kt) {
+CAIRN_FA_FN void backward_kv_block(Block& blk, uint16_t* smem, float* dkv_qkv, const float* dout, const float* q_qkv,
+                                   const float* kv_qkv, const float* lse, const float* delta, const Problem& pb,
+                                   const flash::Span& sp, int b, int h, int kt) {
   using L = KvLayout<HD, BQ, NW>;
   constexpr int NT = 32 * NW, kRows = L::ROWS;
   using Regs = KvRegs<HD, BQ>;
@@ -407,31 +412,32 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, uint16_t* smem, float* dqkv, cons
   uint16_t* sdOt = smem + L::dot;
   float* sLse = reinterpret_cast<float*>(smem + L::lse);
   float* sD = reinterpret_cast<float*>(smem + L::delta);
-  const int T = pb.T, C = pb.C;
+  const int Tq = sp.Tq, Tk = sp.Tk, C = pb.C;
   const float scale = pb.scale;
-  const flash::BackwardHead head = flash::backward_head(pb, qkv, dout, lse, delta, b, h);
+  const flash::BackwardHead head = flash::span_head(pb, sp, q_qkv, kv_qkv, dout, lse, delta, b, h);
   const size_t ld3 = head.ld3;
-  const float *q_base = head.q, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
+  const float *q_base = head.q, *kv_base = head.kv, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
   const int k0 = kt * kRows;
 
   blk.each([&](int tid, Regs& r) {
     zero_acc(r.dk);
     zero_acc(r.dv);
-    load_rows<HD, NT>(sK, L::LD, kRows, q_base + C, ld3, k0, T, tid);
-    load_rows<HD, NT>(sV, L::LD, kRows, q_base + 2 * C, ld3, k0, T, tid);
+    load_rows<HD, NT>(sK, L::LD, kRows, kv_base + C, ld3, k0, sp.keys_seen(), tid);
+    load_rows<HD, NT>(sV, L::LD, kRows, kv_base + 2 * C, ld3, k0, sp.keys_seen(), tid);
   });
-  const int n_qt = (T + BQ - 1) / BQ;
-  // query tiles entirely above the diagonal (every query < k0) see none of these keys: start at the tile holding k0
-  for (int qt = k0 / BQ; qt < n_qt; qt++) {
+  const int n_qt = (Tq + BQ - 1) / BQ;
+  // query tiles entirely above the diagonal (every query before k0 - q_pos) see none of these keys: start at the tile
+  // holding the first query that sees key k0
+  for (int qt = (k0 - sp.q_pos > 0 ? k0 - sp.q_pos : 0) / BQ; qt < n_qt; qt++) {
     const int q0 = qt * BQ;
     blk.barrier();  // the previous iteration's readers of the query-side tiles are done (first time: sK, sV complete)
     blk.each([&](int tid, Regs& r) {
-      load_rows<HD, NT>(sQ, L::LD, BQ, q_base, ld3, q0, T, tid);
-      load_rows<HD, NT>(sdO, L::LD, BQ, do_base, (size_t)C, q0, T, tid);
+      load_rows<HD, NT>(sQ, L::LD, BQ, q_base, ld3, q0, Tq, tid);
+      load_rows<HD, NT>(sdO, L::LD, BQ, do_base, (size_t)C, q0, Tq, tid);
       for (int idx = tid; idx < BQ; idx += NT) {
         const int t = q0 + idx;
-        stsf(sLse + idx, t < T ? lse_row[t] : 0.0f);
-        stsf(sD + idx, t < T ? d_row[t] : 0.0f);
+        stsf(sLse + idx, t < Tq ? lse_row[t] : 0.0f);
+        stsf(sD + idx, t < Tq ? d_row[t] : 0.0f);
       }
       zero_acc(r.s);
       zero_acc(r.dp);
@@ -444,7 +450,8 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, uint16_t* smem, float* dqkv, cons
     });
     // S^T = K Q^T and dP^T = V dO^T: B[d][query] = sQ[query][d], sdO[query][d]
     score_tile_pair<HD, NS>(blk, sK, sV, sQ, sdO, L::LD);
-    // P^T = exp(S^T scale - lse) where key <= query < T (else 0), dS^T = P^T (dP^T - D) scale, in place
+    // P^T = exp(S^T scale - lse) where key <= q_pos + query, query < Tq, key < Tk (else 0), dS^T = P^T (dP^T - D)
+    // scale, in place
     blk.each([&](int tid, Regs& r) {
       const int lane = tid & 31, key0 = k0 + 16 * (tid >> 5);
       CAIRN_FA_UNROLL
@@ -452,7 +459,7 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, uint16_t* smem, float* dqkv, cons
         CAIRN_FA_UNROLL
         for (int i = 0; i < 4; i++) {
           const int kj = key0 + c_row(lane, i), qc = 8 * nt + c_col(lane, i), qi = q0 + qc;
-          const bool valid = qi < T && kj <= qi;
+          const bool valid = qi < Tq && kj <= sp.q_pos + qi && kj < Tk;
           const float p = valid ? expf(r.s[nt][i] * scale - ldsf(sLse + qc)) : 0.0f;
           r.s[nt][i] = p;
           r.dp[nt][i] = p * (r.dp[nt][i] - ldsf(sD + qc)) * scale;
@@ -479,15 +486,15 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, uint16_t* smem, float* dqkv, cons
     CAIRN_FA_UNROLL
     for (int x = 0; x < 2; x++) {
       const int kj = key0 + c_row(lane, 2 * x);
-      if (kj >= T) continue;
-      float* row = dqkv + ((size_t)b * T + kj) * ld3 + (size_t)h * HD;
+      if (kj >= sp.keys_seen()) continue;
+      float* row = dkv_qkv + ((size_t)b * Tk + kj) * ld3 + (size_t)h * HD;
       CAIRN_FA_UNROLL
       for (int nt = 0; nt < NO; nt++) {
         const int d = 8 * nt + c_col(lane, 2 * x);
-        row[C + d] = r.dk[nt][2 * x];
-        row[C + d + 1] = r.dk[nt][2 * x + 1];
-        row[2 * C + d] = r.dv[nt][2 * x];
-        row[2 * C + d + 1] = r.dv[nt][2 * x + 1];
+        float* out4[4] = {row + C + d, row + C + d + 1, row + 2 * C + d, row + 2 * C + d + 1};
+        const float val[4] = {r.dk[nt][2 * x], r.dk[nt][2 * x + 1], r.dv[nt][2 * x], r.dv[nt][2 * x + 1]};
+        CAIRN_FA_UNROLL
+        for (int e = 0; e < 4; e++) *out4[e] = sp.accumulate_kv ? *out4[e] + val[e] : val[e];
       }
     }
   });
@@ -495,10 +502,11 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, uint16_t* smem, float* dqkv, cons
 
 // ---------------------------------------------------------------- backward: dQ
 // One block (NW warps): query tile qt (16 NW queries) of head (b, h); loops over key tiles up to the diagonal like the
-// forward and writes the dQ columns of the tile's query rows < T. S = Q K^T, dP = dO V^T, dQ += dS K.
+// forward and writes the dQ columns of the tile's query rows < Tq in dq_qkv. S = Q K^T, dP = dO V^T, dQ += dS K.
 template <int HD, int BK, int NW, class Block>
-CAIRN_FA_FN void backward_q_block(Block& blk, uint16_t* smem, float* dqkv, const float* dout, const float* qkv,
-                                  const float* lse, const float* delta, const Problem& pb, int b, int h, int qt) {
+CAIRN_FA_FN void backward_q_block(Block& blk, uint16_t* smem, float* dq_qkv, const float* dout, const float* q_qkv,
+                                  const float* kv_qkv, const float* lse, const float* delta, const Problem& pb,
+                                  const flash::Span& sp, int b, int h, int qt) {
   using L = QLayout<HD, BK, NW>;
   constexpr int NT = 32 * NW, kRows = L::ROWS;
   using Regs = QRegs<HD, BK>;
@@ -508,11 +516,11 @@ CAIRN_FA_FN void backward_q_block(Block& blk, uint16_t* smem, float* dqkv, const
   uint16_t* sK = smem + L::k;
   uint16_t* sV = smem + L::v;
   uint16_t* sKt = smem + L::kt;
-  const int T = pb.T, C = pb.C;
+  const int Tq = sp.Tq, Tk = sp.Tk, C = pb.C;
   const float scale = pb.scale;
-  const flash::BackwardHead head = flash::backward_head(pb, qkv, dout, lse, delta, b, h);
+  const flash::BackwardHead head = flash::span_head(pb, sp, q_qkv, kv_qkv, dout, lse, delta, b, h);
   const size_t ld3 = head.ld3;
-  const float *q_base = head.q, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
+  const float *q_base = head.q, *kv_base = head.kv, *do_base = head.dout, *lse_row = head.lse, *d_row = head.delta;
   const int q0 = qt * kRows;
 
   blk.each([&](int tid, Regs& r) {
@@ -520,20 +528,20 @@ CAIRN_FA_FN void backward_q_block(Block& blk, uint16_t* smem, float* dqkv, const
     CAIRN_FA_UNROLL
     for (int x = 0; x < 2; x++) {
       const int qi = row0 + c_row(lane, 2 * x);
-      r.lse[x] = qi < T ? lse_row[qi] : 0.0f;
-      r.delta[x] = qi < T ? d_row[qi] : 0.0f;
+      r.lse[x] = qi < Tq ? lse_row[qi] : 0.0f;
+      r.delta[x] = qi < Tq ? d_row[qi] : 0.0f;
     }
     zero_acc(r.dq);
-    load_rows<HD, NT>(sQ, L::LD, kRows, q_base, ld3, q0, T, tid);
-    load_rows<HD, NT>(sdO, L::LD, kRows, do_base, (size_t)C, q0, T, tid);
+    load_rows<HD, NT>(sQ, L::LD, kRows, q_base, ld3, q0, Tq, tid);
+    load_rows<HD, NT>(sdO, L::LD, kRows, do_base, (size_t)C, q0, Tq, tid);
   });
-  const int n_kt = flash::key_tiles_for(q0, kRows, BK, T);
+  const int n_kt = flash::key_tiles_for(q0, kRows, BK, sp);
   for (int kt = 0; kt < n_kt; kt++) {
     const int k0 = kt * BK;
     blk.barrier();  // the previous iteration's readers of sK, sV, sKt are done (first time: sQ, sdO complete)
     blk.each([&](int tid, Regs& r) {
-      load_rows<HD, NT>(sK, L::LD, BK, q_base + C, ld3, k0, T, tid);
-      load_rows<HD, NT>(sV, L::LD, BK, q_base + 2 * C, ld3, k0, T, tid);
+      load_rows<HD, NT>(sK, L::LD, BK, kv_base + C, ld3, k0, sp.keys_seen(), tid);
+      load_rows<HD, NT>(sV, L::LD, BK, kv_base + 2 * C, ld3, k0, sp.keys_seen(), tid);
       zero_acc(r.s);
       zero_acc(r.dp);
     });
@@ -542,7 +550,8 @@ CAIRN_FA_FN void backward_q_block(Block& blk, uint16_t* smem, float* dqkv, const
     blk.each([&](int tid, Regs&) { transpose_tile<HD, NT>(sKt, L::LDT, sK, L::LD, BK, tid); });
     // S = Q K^T, dP = dO V^T: A = the warp's 16 rows of sQ, sdO; B[d][key] = sK[key][d], sV[key][d]
     score_tile_pair<HD, NS>(blk, sQ, sdO, sK, sV, L::LD);
-    // dS = P (dP - D) scale with P = exp(S scale - lse) where key <= query < T (else 0), in place of S
+    // dS = P (dP - D) scale with P = exp(S scale - lse) where key <= q_pos + query, query < Tq, key < Tk (else 0), in
+    // place of S
     blk.each([&](int tid, Regs& r) {
       const int lane = tid & 31, row0 = q0 + 16 * (tid >> 5);
       CAIRN_FA_UNROLL
@@ -550,7 +559,7 @@ CAIRN_FA_FN void backward_q_block(Block& blk, uint16_t* smem, float* dqkv, const
         CAIRN_FA_UNROLL
         for (int i = 0; i < 4; i++) {
           const int qi = row0 + c_row(lane, i), kj = k0 + 8 * nt + c_col(lane, i);
-          const bool valid = qi < T && kj <= qi;
+          const bool valid = qi < Tq && kj <= sp.q_pos + qi && kj < Tk;
           const float p = valid ? expf(r.s[nt][i] * scale - r.lse[i >> 1]) : 0.0f;
           r.s[nt][i] = p * (r.dp[nt][i] - r.delta[i >> 1]) * scale;
         }
@@ -571,8 +580,8 @@ CAIRN_FA_FN void backward_q_block(Block& blk, uint16_t* smem, float* dqkv, const
     CAIRN_FA_UNROLL
     for (int x = 0; x < 2; x++) {
       const int qi = row0 + c_row(lane, 2 * x);
-      if (qi >= T) continue;
-      float* row = dqkv + ((size_t)b * T + qi) * ld3 + (size_t)h * HD;
+      if (qi >= Tq) continue;
+      float* row = dq_qkv + ((size_t)b * Tq + qi) * ld3 + (size_t)h * HD;
       CAIRN_FA_UNROLL
       for (int nt = 0; nt < NO; nt++) {
         const int d = 8 * nt + c_col(lane, 2 * x);

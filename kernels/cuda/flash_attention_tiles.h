@@ -374,12 +374,6 @@ CAIRN_FA_FN BackwardHead span_head(const P& pb, const Span& sp, const float* q_q
                       lse + row,
                       delta + row};
 }
-// The square causal case (the bf16 kernels): one qkv, T rows on both sides.
-template <class P>
-CAIRN_FA_FN BackwardHead backward_head(const P& pb, const float* qkv, const float* dout, const float* lse,
-                                       const float* delta, int b, int h) {
-  return span_head(pb, square_span(pb.T), qkv, qkv, dout, lse, delta, b, h);
-}
 
 // ---------------------------------------------------------------- backward: dK, dV
 // One block: key tile kt of head (b, h); writes (or, accumulate_kv, adds to) the dK and dV columns of the tile's key

@@ -97,77 +97,96 @@ struct RaceCheckScope {
   RaceCheckScope& operator=(const RaceCheckScope&) = delete;
 };
 
-// The grids the CUDA launchers use: x = b * NH + h, y = tile (forward and dQ: heaviest tile first).
+// The grids the CUDA launchers use: x = b * NH + h, y = tile (forward and dQ: heaviest tile first; dK/dV: the key
+// tiles some query sees).
 template <int HD>
-void emulate_forward_hd(float* out, float* lse, const float* qkv, const Problem& pb, bool reverse) {
+void emulate_forward_hd(float* out, float* lse, const float* q_qkv, const float* kv_qkv, const Problem& pb,
+                        const flash::Span& sp, bool reverse) {
   RaceCheckScope race;
   constexpr int BK = Config<HD>::fwd_BK, NW = Config<HD>::fwd_W;
   using L = FwdLayout<HD, BK, NW>;
-  const int n_qt = (pb.T + L::ROWS - 1) / L::ROWS;
+  const int n_qt = (sp.Tq + L::ROWS - 1) / L::ROWS;
   std::vector<SmemChunk> smem((L::halves + 7) / 8);
   for (int bh = 0; bh < pb.B * pb.NH; bh++)
     for (int y = 0; y < n_qt; y++) {
       HostBlock<FwdRegs<HD, BK>, NW> blk(reverse);
-      forward_block<HD, BK, NW>(blk, poisoned(smem), out, lse, qkv, pb, bh / pb.NH, bh % pb.NH, n_qt - 1 - y);
+      forward_block<HD, BK, NW>(blk, poisoned(smem), out, lse, q_qkv, kv_qkv, pb, sp, bh / pb.NH, bh % pb.NH,
+                                n_qt - 1 - y);
     }
 }
 
 template <int HD>
-void emulate_backward_hd(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
-                         const Problem& pb, bool reverse) {
+void emulate_backward_hd(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
+                         const float* lse, const float* delta, const Problem& pb, const flash::Span& sp, bool reverse) {
   RaceCheckScope race;
   {
     constexpr int BK = Config<HD>::q_BK, NW = Config<HD>::q_W;
     using L = QLayout<HD, BK, NW>;
-    const int n_qt = (pb.T + L::ROWS - 1) / L::ROWS;
+    const int n_qt = (sp.Tq + L::ROWS - 1) / L::ROWS;
     std::vector<SmemChunk> smem((L::halves + 7) / 8);
     for (int bh = 0; bh < pb.B * pb.NH; bh++)
       for (int y = 0; y < n_qt; y++) {
         HostBlock<QRegs<HD, BK>, NW> blk(reverse);
-        backward_q_block<HD, BK, NW>(blk, poisoned(smem), dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH,
-                                     n_qt - 1 - y);
+        backward_q_block<HD, BK, NW>(blk, poisoned(smem), dq_qkv, dout, q_qkv, kv_qkv, lse, delta, pb, sp, bh / pb.NH,
+                                     bh % pb.NH, n_qt - 1 - y);
       }
   }
   {
     constexpr int BQ = Config<HD>::kv_BQ, NW = Config<HD>::kv_W;
     using L = KvLayout<HD, BQ, NW>;
-    const int n_kt = (pb.T + L::ROWS - 1) / L::ROWS;
+    const int n_kt = (sp.keys_seen() + L::ROWS - 1) / L::ROWS;
     std::vector<SmemChunk> smem((L::halves + 7) / 8);
     for (int bh = 0; bh < pb.B * pb.NH; bh++)
       for (int y = 0; y < n_kt; y++) {
         HostBlock<KvRegs<HD, BQ>, NW> blk(reverse);
-        backward_kv_block<HD, BQ, NW>(blk, poisoned(smem), dqkv, dout, qkv, lse, delta, pb, bh / pb.NH, bh % pb.NH, y);
+        backward_kv_block<HD, BQ, NW>(blk, poisoned(smem), dkv_qkv, dout, q_qkv, kv_qkv, lse, delta, pb, sp, bh / pb.NH,
+                                      bh % pb.NH, y);
       }
   }
 }
 
 // The CUDA backend's bf16 flash path on the host: false (nothing written) where the kernels do not handle the shape.
+// The block ops (flash_attention_bf16_*_block: Tq queries at q_pos against Tk keys, dK/dV accumulated when asked) and
+// the plain ops, which are the block with q = kv, Tq = Tk = T, q_pos = 0 and dK/dV written.
+inline bool emulate_forward_block(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq,
+                                  int Tk, int q_pos, int C, int NH, bool reverse = false) {
+  if (NH <= 0 || C % NH != 0 || !head_dim_supported(C / NH)) return false;
+  const Problem pb = flash::problem_for<Problem>(B, Tq, C, NH);
+  const flash::Span sp{Tq, Tk, q_pos, false};
+  if (pb.hd == 64) emulate_forward_hd<64>(out, lse, q_qkv, kv_qkv, pb, sp, reverse);
+  else emulate_forward_hd<128>(out, lse, q_qkv, kv_qkv, pb, sp, reverse);
+  return true;
+}
+
+inline bool emulate_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv,
+                                   const float* kv_qkv, const float* out, const float* lse, int B, int Tq, int Tk,
+                                   int q_pos, int C, int NH, bool accumulate_kv, bool reverse = false) {
+  if (NH <= 0 || C % NH != 0 || !head_dim_supported(C / NH)) return false;
+  const Problem pb = flash::problem_for<Problem>(B, Tq, C, NH);
+  const flash::Span sp{Tq, Tk, q_pos, accumulate_kv};
+  // D = rowsum(dO o O) per (b, h, query row) in fp32 from the fp32 tensors: flash_attention_bf16.cu's delta kernel
+  std::vector<float> delta((size_t)B * NH * Tq);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < Tq; t++) {
+        const size_t off = ((size_t)b * Tq + t) * C + (size_t)h * pb.hd;
+        float s = 0.0f;
+        for (int d = 0; d < pb.hd; d++) s += dout[off + d] * out[off + d];
+        delta[((size_t)b * NH + h) * Tq + t] = s;
+      }
+  if (pb.hd == 64) emulate_backward_hd<64>(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, lse, delta.data(), pb, sp, reverse);
+  else emulate_backward_hd<128>(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, lse, delta.data(), pb, sp, reverse);
+  return true;
+}
+
 inline bool emulate_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
                             bool reverse = false) {
-  if (NH <= 0 || C % NH != 0 || !head_dim_supported(C / NH)) return false;
-  const Problem pb = flash::problem_for<Problem>(B, T, C, NH);
-  if (pb.hd == 64) emulate_forward_hd<64>(out, lse, qkv, pb, reverse);
-  else emulate_forward_hd<128>(out, lse, qkv, pb, reverse);
-  return true;
+  return emulate_forward_block(out, lse, qkv, qkv, B, T, T, 0, C, NH, reverse);
 }
 
 inline bool emulate_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                              int B, int T, int C, int NH, bool reverse = false) {
-  if (NH <= 0 || C % NH != 0 || !head_dim_supported(C / NH)) return false;
-  const Problem pb = flash::problem_for<Problem>(B, T, C, NH);
-  // D = rowsum(dO o O) per (b, h, t) in fp32 from the fp32 tensors: flash_attention_bf16.cu's delta kernel
-  std::vector<float> delta((size_t)B * NH * T);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) {
-        const size_t off = ((size_t)b * T + t) * C + (size_t)h * pb.hd;
-        float s = 0.0f;
-        for (int d = 0; d < pb.hd; d++) s += dout[off + d] * out[off + d];
-        delta[((size_t)b * NH + h) * T + t] = s;
-      }
-  if (pb.hd == 64) emulate_backward_hd<64>(dqkv, dout, qkv, lse, delta.data(), pb, reverse);
-  else emulate_backward_hd<128>(dqkv, dout, qkv, lse, delta.data(), pb, reverse);
-  return true;
+  return emulate_backward_block(dqkv, dqkv, dout, qkv, qkv, out, lse, B, T, T, 0, C, NH, false, reverse);
 }
 
 }  // namespace cairn::kernels::flash_bf16

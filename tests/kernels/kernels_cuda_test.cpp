@@ -189,3 +189,33 @@ BOOST_AUTO_TEST_CASE(flash_bf16_attention_vs_emulation_and_deterministic) {
     BOOST_TEST(fp32.out != a.out);  // the switch did select other kernels
   }
 }
+
+// The block ops of context parallelism in bf16 mode run the tensor-core kernels at head dims 64 and 128 (the others
+// the fp32 flash ones): ops_checks.h's block checks at the bf16 tolerance, and the GPU against the host emulation of
+// the same block code on a multi-tile block with keys past its last query (dK/dV accumulated onto a nonzero start).
+BOOST_AUTO_TEST_CASE(flash_bf16_attention_blocks) {
+  FlashAttention flash(true);
+  Bf16Mode bf16;
+  check_attention_block(gpu(), kBf16Rtol);
+  namespace fb = cairn::kernels::flash_bf16;
+  const AttentionBlockShape s{2, 150, 260, 70, 256, 2};
+  const int C3 = 3 * s.C;
+  const auto q = randn((size_t)s.B * s.Tq * C3, 64, 1.5f), kv = randn((size_t)s.B * s.Tk * C3, 65, 1.5f);
+  const auto dout = randn((size_t)s.B * s.Tq * s.C, 66), dkv0 = randn(kv.size(), 67);
+  Buf<float> d_q(gpu(), q), d_kv(gpu(), kv), d_dout(gpu(), dout), d_dkv(gpu(), dkv0);
+  Buf<float> d_o(gpu(), (size_t)s.B * s.Tq * s.C, 0.0f), d_l(gpu(), (size_t)s.B * s.NH * s.Tq, 0.0f),
+      d_dq(gpu(), q.size(), 0.0f);
+  gpu().attention_forward_block(d_o, d_l, d_q, d_kv, s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH);
+  gpu().attention_backward_block(d_dq, d_dkv, d_dout, d_q, d_kv, d_o, d_l, s.B, s.Tq, s.Tk, s.q_pos, s.C,
+                                 s.NH);
+  const std::vector<float> o = d_o.host(), l = d_l.host(), dq = d_dq.host(), dkv = d_dkv.host();
+  std::vector<float> eo(o.size()), el(l.size()), edq(q.size(), 0.0f), edkv = dkv0;
+  BOOST_REQUIRE(fb::emulate_forward_block(eo.data(), el.data(), q.data(), kv.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C,
+                                          s.NH));
+  BOOST_REQUIRE(fb::emulate_backward_block(edq.data(), edkv.data(), dout.data(), q.data(), kv.data(), o.data(),
+                                           l.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH, true));
+  check_close(o, eo, "bf16 block GPU vs emulation out", kBf16VsEmulation);
+  check_close(l, el, "bf16 block GPU vs emulation lse", kBf16VsEmulation);
+  check_close(dq, edq, "bf16 block GPU vs emulation dq", kBf16VsEmulation);
+  check_close(dkv, edkv, "bf16 block GPU vs emulation dkv", kBf16VsEmulation);
+}

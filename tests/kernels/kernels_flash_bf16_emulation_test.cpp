@@ -13,7 +13,9 @@
 // as NaN; registers and shared memory are NaN-poisoned by the emulator), the reverse thread order gives bitwise the
 // same result, the forward rounds every input on load (rounded and unrounded inputs give bitwise equal outputs), and
 // the emulator's shared-memory race checker finds no access of another thread's data without a barrier in between
-// (each of the kernels' barriers, removed, was caught).
+// (each of the kernels' barriers, removed, was caught). The block ops of context parallelism (a flash::Span: Tq
+// queries at q_pos against Tk keys, dK/dV accumulated) pass ops_checks.h's block checks and agree with the reference
+// on bf16-rounded inputs over several tiles, in both thread orders.
 #define BOOST_TEST_MODULE kernels_flash_bf16_emulation
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -21,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../../kernels/cpu/cpu_common.h"
 #include "../../kernels/emulation/flash_bf16_host.h"
 #include "ops_checks.h"
 
@@ -217,3 +220,85 @@ BOOST_AUTO_TEST_CASE(head_dim_128) {
 
 // GPT-2's head dim at a longer sequence with a tail (several query and key tiles per head, 12 heads).
 BOOST_AUTO_TEST_CASE(gpt2_heads) { check_shape(Shape{1, 300, 768, 12}, 43); }
+
+// ---- the block ops (context parallelism): flash_attention_bf16_*_block, Tq queries at q_pos against Tk keys
+
+namespace {
+// The CUDA backend's block ops in bf16 mode, on host memory: the tensor-core kernels where they take the head dim, the
+// fp32 flash kernels otherwise (attention.cu's dispatch).
+void bf16_forward_block(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq, int Tk,
+                        int q_pos, int C, int NH) {
+  if (!fb::emulate_forward_block(out, lse, q_qkv, kv_qkv, B, Tq, Tk, q_pos, C, NH))
+    BOOST_REQUIRE(cairn::kernels::flash::emulate_forward_block(out, lse, q_qkv, kv_qkv, B, Tq, Tk, q_pos, C, NH));
+}
+void bf16_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
+                         const float* out, const float* lse, int B, int Tq, int Tk, int q_pos, int C, int NH) {
+  if (!fb::emulate_backward_block(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse, B, Tq, Tk, q_pos, C, NH, true))
+    BOOST_REQUIRE(cairn::kernels::flash::emulate_backward_block(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse, B, Tq,
+                                                                Tk, q_pos, C, NH, true));
+}
+const cairn::kernels::Backend& emulated_bf16_blocks() {
+  static const cairn::kernels::Backend b = [] {
+    cairn::kernels::Backend e = cairn::kernels::host_memory_backend("bf16 flash emulation");
+    e.attention_forward_block = bf16_forward_block;
+    e.attention_backward_block = bf16_backward_block;
+    e.attention_merge = cairn::kernels::attention_merge_host;
+    return e;
+  }();
+  return b;
+}
+}  // namespace
+
+// ops_checks.h's block checks (q_pos inside, at and past the keys; unread inputs NaN-poisoned, dK/dV accumulated,
+// untouched regions bitwise) through the bf16 dispatch: its hd 64 and 128 shapes run the tensor-core kernels, at the
+// bf16-vs-fp32 tolerance.
+BOOST_AUTO_TEST_CASE(block_ops) { check_attention_block(emulated_bf16_blocks(), kLoose); }
+
+// Blocks over several query and key tiles at both head dims, on bf16-rounded inputs against the reference (tight),
+// the plain ops as the square block, and thread order: reversing each phase's threads gives bitwise the same results.
+BOOST_AUTO_TEST_CASE(block_ops_multi_tile) {
+  for (auto s : std::vector<AttentionBlockShape>{{1, 150, 130, 20, 128, 2},   // hd 64: a prefix with a diagonal
+                                                 {1, 100, 90, 40, 128, 2},    // keys clipped at Tk
+                                                 {1, 96, 80, 200, 256, 2},    // hd 128: an earlier block, seen whole
+                                                 {2, 70, 100, 30, 192, 3},    // hd 64, the mask crossing tiles
+                                                 {1, 40, 200, 130, 256, 2}}) {  // hd 128, keys past the last query
+    const int C3 = 3 * s.C;
+    const auto q = rounded(randn((size_t)s.B * s.Tq * C3, 150, 1.5f));
+    const auto kv = rounded(randn((size_t)s.B * s.Tk * C3, 151, 1.5f));
+    const auto dout = rounded(randn((size_t)s.B * s.Tq * s.C, 152)), dkv0 = randn(kv.size(), 153);
+    std::vector<float> ro((size_t)s.B * s.Tq * s.C), rl((size_t)s.B * s.NH * s.Tq), rdq(q.size(), 0.0f), rdkv = dkv0;
+    ref().attention_forward_block(ro.data(), rl.data(), q.data(), kv.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH);
+    ref().attention_backward_block(rdq.data(), rdkv.data(), dout.data(), q.data(), kv.data(), ro.data(), rl.data(), s.B,
+                                   s.Tq, s.Tk, s.q_pos, s.C, s.NH);
+    std::vector<float> runs[2][4];
+    for (int rev = 0; rev < 2; rev++) {
+      std::vector<float> o(ro.size(), kNaN), l(rl.size(), kNaN), dq(q.size(), 0.0f), dkv = dkv0;
+      BOOST_REQUIRE(fb::emulate_forward_block(o.data(), l.data(), q.data(), kv.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C,
+                                              s.NH, rev));
+      BOOST_REQUIRE(fb::emulate_backward_block(dq.data(), dkv.data(), dout.data(), q.data(), kv.data(), ro.data(),
+                                               rl.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH, true, rev));
+      runs[rev][0] = o, runs[rev][1] = l, runs[rev][2] = dq, runs[rev][3] = dkv;
+    }
+    const std::string tag = std::to_string(s.Tq) + " at " + std::to_string(s.q_pos) + " of " + std::to_string(s.Tk) +
+                            ", hd " + std::to_string(s.C / s.NH);
+    check_close(runs[0][0], ro, "bf16 block out " + tag, kTight);
+    check_close(runs[0][1], rl, "bf16 block lse " + tag, kTightLse);
+    check_close(runs[0][2], rdq, "bf16 block dq " + tag, kTight);
+    check_close(runs[0][3], rdkv, "bf16 block dkv " + tag, kTight);
+    for (int k = 0; k < 4; k++)
+      BOOST_TEST((runs[0][k] == runs[1][k]), "thread order changes result " << k << " " << tag);
+  }
+  // the plain ops are the square block with dK/dV written: the same code, so bitwise the same results
+  const Shape s{1, 150, 128, 2};
+  const auto qkv = rounded(randn((size_t)s.B * s.T * 3 * s.C, 160, 1.5f));
+  const auto dout = rounded(randn((size_t)s.B * s.T * s.C, 161));
+  std::vector<float> o1((size_t)s.B * s.T * s.C, kNaN), l1((size_t)s.B * s.NH * s.T, kNaN), o2 = o1, l2 = l1;
+  BOOST_REQUIRE(fb::emulate_forward(o1.data(), l1.data(), qkv.data(), s.B, s.T, s.C, s.NH));
+  BOOST_REQUIRE(fb::emulate_forward_block(o2.data(), l2.data(), qkv.data(), qkv.data(), s.B, s.T, s.T, 0, s.C, s.NH));
+  BOOST_TEST((o1 == o2 && l1 == l2));
+  std::vector<float> d1(qkv.size(), kNaN), d2(qkv.size(), kNaN);
+  BOOST_REQUIRE(fb::emulate_backward(d1.data(), dout.data(), qkv.data(), o1.data(), l1.data(), s.B, s.T, s.C, s.NH));
+  BOOST_REQUIRE(fb::emulate_backward_block(d2.data(), d2.data(), dout.data(), qkv.data(), qkv.data(), o1.data(),
+                                           l1.data(), s.B, s.T, s.T, 0, s.C, s.NH, false));
+  BOOST_TEST((d1 == d2));
+}
