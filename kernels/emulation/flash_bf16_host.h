@@ -164,16 +164,7 @@ inline bool emulate_backward_block(float* dq_qkv, float* dkv_qkv, const float* d
   if (NH <= 0 || C % NH != 0 || !head_dim_supported(C / NH)) return false;
   const Problem pb = flash::problem_for<Problem>(B, Tq, C, NH);
   const flash::Span sp{Tq, Tk, q_pos, accumulate_kv};
-  // D = rowsum(dO o O) per (b, h, query row) in fp32 from the fp32 tensors: flash_attention_bf16.cu's delta kernel
-  std::vector<float> delta((size_t)B * NH * Tq);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < Tq; t++) {
-        const size_t off = ((size_t)b * Tq + t) * C + (size_t)h * pb.hd;
-        float s = 0.0f;
-        for (int d = 0; d < pb.hd; d++) s += dout[off + d] * out[off + d];
-        delta[((size_t)b * NH + h) * Tq + t] = s;
-      }
+  const std::vector<float> delta = flash::host_delta(dout, out, B, Tq, C, NH);
   if (pb.hd == 64) emulate_backward_hd<64>(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, lse, delta.data(), pb, sp, reverse);
   else emulate_backward_hd<128>(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, lse, delta.data(), pb, sp, reverse);
   return true;

@@ -119,6 +119,22 @@ void emulate_backward_hd(float* dq_qkv, float* dkv_qkv, const float* dout, const
   }
 }
 
+// D = rowsum(dO o O) per (b, h, query row) in fp32 over a head's columns: flash_launch.cuh's delta kernel, which both
+// flash families run before their backward passes.
+inline std::vector<float> host_delta(const float* dout, const float* out, int B, int Tq, int C, int NH) {
+  const int hd = C / NH;
+  std::vector<float> delta((size_t)B * NH * Tq);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < Tq; t++) {
+        const size_t off = ((size_t)b * Tq + t) * C + (size_t)h * hd;
+        float s = 0.0f;
+        for (int d = 0; d < hd; d++) s += dout[off + d] * out[off + d];
+        delta[((size_t)b * NH + h) * Tq + t] = s;
+      }
+  return delta;
+}
+
 // The CUDA backend's flash path on the host: false (nothing written) where the kernels do not handle the head dim.
 // The block ops (flash_attention_*_block: Tq queries at q_pos against Tk keys, dK/dV accumulated) and the plain ops,
 // which are the block with q = kv, Tq = Tk = T, q_pos = 0 and dK/dV written.
@@ -141,16 +157,7 @@ inline bool emulate_backward_block(float* dq_qkv, float* dkv_qkv, const float* d
   const Span sp{Tq, Tk, q_pos, accumulate_kv};
   const int hdp = C % NH == 0 ? padded_head_dim(pb.hd) : 0;
   if (!hdp) return false;
-  // D = rowsum(dO o O) per (b, h, query row): flash_attention.cu's delta kernel
-  std::vector<float> delta((size_t)B * NH * Tq);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < Tq; t++) {
-        const size_t off = ((size_t)b * Tq + t) * C + (size_t)h * pb.hd;
-        float s = 0.0f;
-        for (int d = 0; d < pb.hd; d++) s += dout[off + d] * out[off + d];
-        delta[((size_t)b * NH + h) * Tq + t] = s;
-      }
+  const std::vector<float> delta = host_delta(dout, out, B, Tq, C, NH);
   switch (hdp) {
     case 32: emulate_backward_hd<32>(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, lse, delta.data(), pb, sp, reverse); break;
     case 64: emulate_backward_hd<64>(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, lse, delta.data(), pb, sp, reverse); break;

@@ -23,7 +23,6 @@
 #include <string>
 #include <vector>
 
-#include "../../kernels/cpu/cpu_common.h"
 #include "../../kernels/emulation/flash_bf16_host.h"
 #include "ops_checks.h"
 
@@ -238,13 +237,8 @@ void bf16_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, const
                                                                 Tk, q_pos, C, NH, true));
 }
 const cairn::kernels::Backend& emulated_bf16_blocks() {
-  static const cairn::kernels::Backend b = [] {
-    cairn::kernels::Backend e = cairn::kernels::host_memory_backend("bf16 flash emulation");
-    e.attention_forward_block = bf16_forward_block;
-    e.attention_backward_block = bf16_backward_block;
-    e.attention_merge = cairn::kernels::attention_merge_host;
-    return e;
-  }();
+  static const cairn::kernels::Backend b =
+      emulated_block_backend("bf16 flash emulation", bf16_forward_block, bf16_backward_block);
   return b;
 }
 }  // namespace
@@ -257,37 +251,22 @@ BOOST_AUTO_TEST_CASE(block_ops) { check_attention_block(emulated_bf16_blocks(), 
 // Blocks over several query and key tiles at both head dims, on bf16-rounded inputs against the reference (tight),
 // the plain ops as the square block, and thread order: reversing each phase's threads gives bitwise the same results.
 BOOST_AUTO_TEST_CASE(block_ops_multi_tile) {
-  for (auto s : std::vector<AttentionBlockShape>{{1, 150, 130, 20, 128, 2},   // hd 64: a prefix with a diagonal
-                                                 {1, 100, 90, 40, 128, 2},    // keys clipped at Tk
-                                                 {1, 96, 80, 200, 256, 2},    // hd 128: an earlier block, seen whole
-                                                 {2, 70, 100, 30, 192, 3},    // hd 64, the mask crossing tiles
-                                                 {1, 40, 200, 130, 256, 2}}) {  // hd 128, keys past the last query
-    const int C3 = 3 * s.C;
-    const auto q = rounded(randn((size_t)s.B * s.Tq * C3, 150, 1.5f));
-    const auto kv = rounded(randn((size_t)s.B * s.Tk * C3, 151, 1.5f));
-    const auto dout = rounded(randn((size_t)s.B * s.Tq * s.C, 152)), dkv0 = randn(kv.size(), 153);
-    std::vector<float> ro((size_t)s.B * s.Tq * s.C), rl((size_t)s.B * s.NH * s.Tq), rdq(q.size(), 0.0f), rdkv = dkv0;
-    ref().attention_forward_block(ro.data(), rl.data(), q.data(), kv.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH);
-    ref().attention_backward_block(rdq.data(), rdkv.data(), dout.data(), q.data(), kv.data(), ro.data(), rl.data(), s.B,
-                                   s.Tq, s.Tk, s.q_pos, s.C, s.NH);
-    std::vector<float> runs[2][4];
-    for (int rev = 0; rev < 2; rev++) {
-      std::vector<float> o(ro.size(), kNaN), l(rl.size(), kNaN), dq(q.size(), 0.0f), dkv = dkv0;
-      BOOST_REQUIRE(fb::emulate_forward_block(o.data(), l.data(), q.data(), kv.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C,
-                                              s.NH, rev));
-      BOOST_REQUIRE(fb::emulate_backward_block(dq.data(), dkv.data(), dout.data(), q.data(), kv.data(), ro.data(),
-                                               rl.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH, true, rev));
-      runs[rev][0] = o, runs[rev][1] = l, runs[rev][2] = dq, runs[rev][3] = dkv;
-    }
-    const std::string tag = std::to_string(s.Tq) + " at " + std::to_string(s.q_pos) + " of " + std::to_string(s.Tk) +
-                            ", hd " + std::to_string(s.C / s.NH);
-    check_close(runs[0][0], ro, "bf16 block out " + tag, kTight);
-    check_close(runs[0][1], rl, "bf16 block lse " + tag, kTightLse);
-    check_close(runs[0][2], rdq, "bf16 block dq " + tag, kTight);
-    check_close(runs[0][3], rdkv, "bf16 block dkv " + tag, kTight);
-    for (int k = 0; k < 4; k++)
-      BOOST_TEST((runs[0][k] == runs[1][k]), "thread order changes result " << k << " " << tag);
-  }
+  check_emulated_blocks(
+      {{1, 150, 130, 20, 128, 2},     // hd 64: a prefix with a diagonal
+       {1, 100, 90, 40, 128, 2},      // keys clipped at Tk
+       {1, 96, 80, 200, 256, 2},      // hd 128: an earlier block, seen whole
+       {2, 70, 100, 30, 192, 3},      // hd 64, the mask crossing tiles
+       {1, 40, 200, 130, 256, 2}},    // hd 128, keys past the last query
+      rounded,
+      [](float* o, float* l, const float* q, const float* kv, const AttentionBlockShape& s, bool rev) {
+        return fb::emulate_forward_block(o, l, q, kv, s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH, rev);
+      },
+      [](float* dq, float* dkv, const float* dout, const float* q, const float* kv, const float* o, const float* l,
+         const AttentionBlockShape& s, bool rev) {
+        return fb::emulate_backward_block(dq, dkv, dout, q, kv, o, l, s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH, true,
+                                         rev);
+      },
+      kTight, kTightLse, "bf16");
   // the plain ops are the square block with dK/dV written: the same code, so bitwise the same results
   const Shape s{1, 150, 128, 2};
   const auto qkv = rounded(randn((size_t)s.B * s.T * 3 * s.C, 160, 1.5f));

@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include "../../kernels/cpu/cpu_common.h"
 #include "../../kernels/emulation/flash_host.h"
 #include "ops_checks.h"
 
@@ -117,13 +116,8 @@ void emulated_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, c
 }
 // The CUDA backend's block ops as its flash path runs them, on host memory (the ops the checks below use).
 const cairn::kernels::Backend& emulated_blocks() {
-  static const cairn::kernels::Backend b = [] {
-    cairn::kernels::Backend e = cairn::kernels::host_memory_backend("flash emulation");
-    e.attention_forward_block = emulated_forward_block;
-    e.attention_backward_block = emulated_backward_block;
-    e.attention_merge = cairn::kernels::attention_merge_host;
-    return e;
-  }();
+  static const cairn::kernels::Backend b =
+      emulated_block_backend("flash emulation", emulated_forward_block, emulated_backward_block);
   return b;
 }
 }  // namespace
@@ -151,30 +145,18 @@ BOOST_AUTO_TEST_CASE(block_ops) {
 // Longer blocks than ops_checks.h's (several query and key tiles, 128-wide heads) and thread order: reversing each
 // phase's threads gives bitwise the same block results.
 BOOST_AUTO_TEST_CASE(block_ops_multi_tile) {
-  for (auto s : std::vector<AttentionBlockShape>{{1, 150, 130, 20, 256, 2},   // prefix with a causal diagonal
-                                                 {1, 96, 80, 200, 128, 2},    // an earlier block, seen whole
-                                                 {2, 70, 100, 30, 96, 3}}) {  // hd 32, the mask crossing tiles
-    const int C3 = 3 * s.C;
-    auto q = randn((size_t)s.B * s.Tq * C3, 140, 1.5f), kv = randn((size_t)s.B * s.Tk * C3, 141, 1.5f);
-    auto dout = randn((size_t)s.B * s.Tq * s.C, 142), dkv0 = randn(kv.size(), 143);
-    std::vector<float> ro((size_t)s.B * s.Tq * s.C), rl((size_t)s.B * s.NH * s.Tq), rdq(q.size(), 0.0f), rdkv = dkv0;
-    ref().attention_forward_block(ro.data(), rl.data(), q.data(), kv.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH);
-    ref().attention_backward_block(rdq.data(), rdkv.data(), dout.data(), q.data(), kv.data(), ro.data(), rl.data(), s.B,
-                                   s.Tq, s.Tk, s.q_pos, s.C, s.NH);
-    std::vector<float> runs[2][4];
-    for (int rev = 0; rev < 2; rev++) {
-      std::vector<float> o(ro.size(), kNaN), l(rl.size(), kNaN), dq(q.size(), 0.0f), dkv = dkv0;
-      BOOST_REQUIRE(flash::emulate_forward_block(o.data(), l.data(), q.data(), kv.data(), s.B, s.Tq, s.Tk, s.q_pos,
-                                                 s.C, s.NH, rev));
-      BOOST_REQUIRE(flash::emulate_backward_block(dq.data(), dkv.data(), dout.data(), q.data(), kv.data(), ro.data(),
-                                                  rl.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH, true, rev));
-      runs[rev][0] = o, runs[rev][1] = l, runs[rev][2] = dq, runs[rev][3] = dkv;
-    }
-    const std::string tag = std::to_string(s.Tq) + " at " + std::to_string(s.q_pos) + " of " + std::to_string(s.Tk);
-    check_close(runs[0][0], ro, "flash block out " + tag, kRtol);
-    check_close(runs[0][1], rl, "flash block lse " + tag, kRtol);
-    check_close(runs[0][2], rdq, "flash block dq " + tag, kRtol);
-    check_close(runs[0][3], rdkv, "flash block dkv " + tag, kRtol);
-    for (int k = 0; k < 4; k++) BOOST_TEST((runs[0][k] == runs[1][k]), "thread order changes result " << k << " " << tag);
-  }
+  check_emulated_blocks(
+      {{1, 150, 130, 20, 256, 2},   // prefix with a causal diagonal
+       {1, 96, 80, 200, 128, 2},    // an earlier block, seen whole
+       {2, 70, 100, 30, 96, 3}},    // hd 32, the mask crossing tiles
+      [](std::vector<float> v) { return v; },
+      [](float* o, float* l, const float* q, const float* kv, const AttentionBlockShape& s, bool rev) {
+        return flash::emulate_forward_block(o, l, q, kv, s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH, rev);
+      },
+      [](float* dq, float* dkv, const float* dout, const float* q, const float* kv, const float* o, const float* l,
+         const AttentionBlockShape& s, bool rev) {
+        return flash::emulate_backward_block(dq, dkv, dout, q, kv, o, l, s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH, true,
+                                            rev);
+      },
+      kRtol, kRtol, "flash");
 }

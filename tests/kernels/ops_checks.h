@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../../kernels/cpu/cpu_common.h"
 #include "cairn/kernels/backend.h"
 
 namespace ops_checks {
@@ -488,6 +489,51 @@ inline void check_attention_merge(const Backend& be, double rtol) {
   be.attention_merge(o, l, p, pl, B, T, C, NH);
   check_close(o.host(), want_o, std::string("attention_merge out (") + be.name + ")", rtol);
   check_close(l.host(), want_l, std::string("attention_merge lse (") + be.name + ")", rtol);
+}
+
+// A host-memory backend whose attention block ops are a GPU kernel family's host emulation and whose merge is the CPU
+// backends': what check_attention_block, check_attention_context_parallel and check_attention_ring call.
+inline Backend emulated_block_backend(const char* name, decltype(Backend::attention_forward_block) fwd,
+                                      decltype(Backend::attention_backward_block) bwd) {
+  Backend e = host_memory_backend(name);
+  e.attention_forward_block = fwd;
+  e.attention_backward_block = bwd;
+  e.attention_merge = attention_merge_host;
+  return e;
+}
+
+// A GPU kernel family's block ops through its host emulation over several query and key tiles: fwd(out, lse, q_qkv,
+// kv_qkv, shape, reverse) and bwd(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse, shape, reverse) (dK/dV accumulated;
+// each returns whether it ran) against the reference's block ops at rtol (lse at lse_rtol), on random inputs passed
+// through prep (bf16 rounding, or none), and bitwise the same when each phase's threads run in reverse order.
+template <class Prep, class Fwd, class Bwd>
+inline void check_emulated_blocks(const std::vector<AttentionBlockShape>& shapes, Prep prep, Fwd fwd, Bwd bwd,
+                                  double rtol, double lse_rtol, const std::string& what) {
+  for (const auto& s : shapes) {
+    const int C3 = 3 * s.C;
+    const auto q = prep(randn((size_t)s.B * s.Tq * C3, 140, 1.5f));
+    const auto kv = prep(randn((size_t)s.B * s.Tk * C3, 141, 1.5f));
+    const auto dout = prep(randn((size_t)s.B * s.Tq * s.C, 142)), dkv0 = randn(kv.size(), 143);
+    std::vector<float> ro((size_t)s.B * s.Tq * s.C), rl((size_t)s.B * s.NH * s.Tq), rdq(q.size(), 0.0f), rdkv = dkv0;
+    ref().attention_forward_block(ro.data(), rl.data(), q.data(), kv.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH);
+    ref().attention_backward_block(rdq.data(), rdkv.data(), dout.data(), q.data(), kv.data(), ro.data(), rl.data(), s.B,
+                                   s.Tq, s.Tk, s.q_pos, s.C, s.NH);
+    std::vector<float> runs[2][4];
+    for (int rev = 0; rev < 2; rev++) {
+      std::vector<float> o(ro.size(), NAN), l(rl.size(), NAN), dq(q.size(), 0.0f), dkv = dkv0;
+      BOOST_REQUIRE(fwd(o.data(), l.data(), q.data(), kv.data(), s, rev == 1));
+      BOOST_REQUIRE(bwd(dq.data(), dkv.data(), dout.data(), q.data(), kv.data(), ro.data(), rl.data(), s, rev == 1));
+      runs[rev][0] = o, runs[rev][1] = l, runs[rev][2] = dq, runs[rev][3] = dkv;
+    }
+    const std::string tag = what + " " + std::to_string(s.Tq) + " at " + std::to_string(s.q_pos) + " of " +
+                            std::to_string(s.Tk) + ", hd " + std::to_string(s.C / s.NH);
+    check_close(runs[0][0], ro, "block out " + tag, rtol);
+    check_close(runs[0][1], rl, "block lse " + tag, lse_rtol);
+    check_close(runs[0][2], rdq, "block dq " + tag, rtol);
+    check_close(runs[0][3], rdkv, "block dkv " + tag, rtol);
+    for (int k = 0; k < 4; k++)
+      BOOST_TEST((runs[0][k] == runs[1][k]), "thread order changes result " << k << " " << tag);
+  }
 }
 
 // The plain ops on odd shapes, then the block ops (the CUDA backend runs its simple kernels for those): vs the
