@@ -197,6 +197,7 @@ BOOST_AUTO_TEST_CASE(flash_bf16_attention_blocks) {
   FlashAttention flash(true);
   Bf16Mode bf16;
   check_attention_block(gpu(), kBf16Rtol);
+  check_attention_ring(gpu(), ref(), kBf16Rtol, 256, 128, 2);
   namespace fb = cairn::kernels::flash_bf16;
   const AttentionBlockShape s{2, 150, 260, 70, 256, 2};
   const int C3 = 3 * s.C;

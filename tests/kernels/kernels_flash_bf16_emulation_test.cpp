@@ -248,6 +248,13 @@ const cairn::kernels::Backend& emulated_bf16_blocks() {
 // bf16-vs-fp32 tolerance.
 BOOST_AUTO_TEST_CASE(block_ops) { check_attention_block(emulated_bf16_blocks(), kLoose); }
 
+// The ring (cp 2 and 4: chunks of 64 and 32 tokens, blocks merged by attention_merge) at hd 64 and 128 through the
+// tensor-core blocks, against the fp32 reference's whole-sequence attention.
+BOOST_AUTO_TEST_CASE(ring_on_tensor_core_blocks) {
+  check_attention_ring(emulated_bf16_blocks(), ref(), kLoose, 256, 128, 2);
+  check_attention_ring(emulated_bf16_blocks(), ref(), kLoose, 128, 256, 2);
+}
+
 // Blocks over several query and key tiles at both head dims, on bf16-rounded inputs against the reference (tight),
 // the plain ops as the square block, and thread order: reversing each phase's threads gives bitwise the same results.
 BOOST_AUTO_TEST_CASE(block_ops_multi_tile) {

@@ -419,9 +419,11 @@ inline void check_attention_block(const Backend& be, double rtol) {
 // chunks; each query chunk meets the key chunks at or before it one block at a time (the diagonal first, causal;
 // earlier chunks whole: q_pos >= Tk), in ring order, and attention_merge folds each block into the running (out,
 // lse). Backward runs every block with the merged out and lse, its dq into a scratch buffer summed per chunk, dK/dV
-// accumulated per key chunk. All must equal `full`'s whole-sequence attention.
-inline void check_attention_ring(const Backend& be, const Backend& full, double rtol) {
-  const int B = 2, T = 32, C = 32, NH = 4, C3 = 3 * C;
+// accumulated per key chunk. All must equal `full`'s whole-sequence attention. T, C, NH: the shape (T divisible by 8;
+// the default keeps every kernel at one tile, a GPU family's own head dims need larger C / NH).
+inline void check_attention_ring(const Backend& be, const Backend& full, double rtol, int T = 32, int C = 32,
+                                 int NH = 4) {
+  const int B = 2, C3 = 3 * C;
   const std::string tag = std::string(" (") + be.name + " ring vs " + full.name + ")";
   auto qkv = randn((size_t)B * T * C3, 120, 1.5f), dout = randn((size_t)B * T * C, 121);
   const auto [out_full, lse_full, dqkv_full] = whole_sequence_attention(full, qkv, dout, B, T, C, NH);
