@@ -77,6 +77,32 @@ for r in doc["ranks"]:
     total = sum(o["seconds"] for o in r["ops"])
     assert 0 < total < walls + 1.0, (r["rank"], total, walls)  # + initialisation's kernels
 PYEOF
+# cairn-report shows the profile: the same per-op sums over both ranks in summary.json, the table in summary.md and
+# index.html (well-formed), the longest op first.
+"$BIN/cairn-report" "$W/cp2prof" --out "$W/cp2prof" --log-level warn || fail "cairn-report on the profile: exit $?"
+xmllint --noout "$W/cp2prof/report/index.html" || fail "cp2prof: index.html is not well-formed"
+"$PY" - "$W/cp2prof" <<'PYEOF'
+import json, sys
+d = sys.argv[1]
+prof = json.load(open(f"{d}/train/kernel_profile.json"))
+want = {}
+for r in prof["ranks"]:
+    for o in r["ops"]:
+        c, s = want.get(o["op"], (0, 0.0))
+        want[o["op"]] = (c + o["calls"], s + o["seconds"])
+kp = json.load(open(f"{d}/report/summary.json"))["runs"][0]["kernel_profile"]
+assert kp["ranks"] == 2 and kp["steps"] == 6, kp
+got = {o["op"]: (o["calls"], o["seconds"]) for o in kp["ops"]}
+assert got.keys() == want.keys(), (got.keys(), want.keys())
+for op, (c, s) in want.items():
+    assert got[op][0] == c and abs(got[op][1] - s) <= 1e-9 * max(1.0, s), (op, got[op], (c, s))
+secs = [o["seconds"] for o in kp["ops"]]
+assert secs == sorted(secs, reverse=True), "ops not longest first"
+md = open(f"{d}/report/summary.md").read()
+assert "### Kernel time" in md and "| `attention_forward_block` | 1920 |" in md, md[md.find("### Kernel"):][:600]
+html = open(f"{d}/report/index.html").read()
+assert 'id="kernels"' in html and ">attention_backward_block<" in html, "no kernel table in index.html"
+PYEOF
 
 # a range starting at step 0 names a step that does not exist: exit 2 with the convention in the message
 set +e

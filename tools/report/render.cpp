@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "cairn/plot.h"
@@ -187,6 +188,72 @@ std::string layout_summary(const json& lp) {
   return out;
 }
 
+// cairn-train --profile-kernels (train/kernel_profile.json): each op's calls and seconds summed over the ranks,
+// longest first.
+struct KernelOps {
+  struct Op {
+    std::string op;
+    double calls = 0, seconds = 0;
+  };
+  std::vector<Op> ops;
+  double seconds = 0;  // all ops
+  double steps = kNaN, ranks = 0;
+};
+std::optional<KernelOps> kernel_ops_of(const RunData& r) {
+  const json& kp = r.kernel_profile;
+  if (!kp.is_object() || !kp.contains("ranks") || !kp["ranks"].is_array()) return std::nullopt;
+  KernelOps k;
+  std::map<std::string, KernelOps::Op> by_op;
+  for (const auto& rank : kp["ranks"]) {
+    if (!rank.is_object() || !rank.contains("ops") || !rank["ops"].is_array()) continue;
+    k.ranks += 1;
+    for (const auto& o : rank["ops"]) {
+      if (!o.is_object() || !o.contains("op") || !o["op"].is_string()) continue;
+      auto& op = by_op[o["op"].get<std::string>()];
+      op.op = o["op"].get<std::string>();
+      const double c = num_or_nan(o, "calls"), s = num_or_nan(o, "seconds");
+      if (!std::isnan(c)) op.calls += c;
+      if (!std::isnan(s)) op.seconds += s, k.seconds += s;
+    }
+  }
+  if (by_op.empty()) return std::nullopt;
+  for (auto& [name, op] : by_op) k.ops.push_back(op);
+  std::sort(k.ops.begin(), k.ops.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  k.steps = num_or_nan(kp, "steps");
+  return k;
+}
+// Table cells of one op: op, calls, seconds, share, microseconds per call, milliseconds per step and rank.
+std::vector<std::string> kernel_cells(const KernelOps& k, const KernelOps::Op& op) {
+  const double per_step = k.steps > 0 && k.ranks > 0 ? op.seconds / k.steps / k.ranks : kNaN;
+  return {op.op,
+          std::to_string(std::llround(op.calls)),
+          fmt_or_na(op.seconds, "s"),
+          fmt_or_na(k.seconds > 0 ? 100 * op.seconds / k.seconds : kNaN, "%"),
+          fmt_or_na(op.calls > 0 ? 1e6 * op.seconds / op.calls : kNaN, ""),
+          fmt_or_na(1e3 * per_step, "")};
+}
+const char* const kKernelHeads[] = {"op", "calls", "time", "share", "us per call", "ms per step and rank"};
+constexpr size_t kKernelRows = 15;  // the rest is summed into one row
+// "12 ops, 3.9 s over 2 ranks and 20 steps (97.9 ms per step and rank)"
+std::string kernel_summary(const KernelOps& k) {
+  std::string s = std::to_string(k.ops.size()) + " ops, " + fmt_or_na(k.seconds, "s") + " over " +
+                  format_value(k.ranks, "", 6) + " rank(s)";
+  if (k.steps > 0)
+    s += " and " + format_value(k.steps, "", 9) + " steps (" + fmt_or_na(1e3 * k.seconds / k.steps / k.ranks, "") +
+         " ms per step and rank)";
+  return s + "; every op synchronized after its call";
+}
+// The rows shown: the longest kKernelRows ops, then the rest as one "(N other ops)" row.
+std::vector<KernelOps::Op> kernel_rows(const KernelOps& k) {
+  std::vector<KernelOps::Op> rows(k.ops.begin(), k.ops.begin() + std::min(k.ops.size(), kKernelRows));
+  if (k.ops.size() > kKernelRows) {
+    KernelOps::Op rest{"(" + std::to_string(k.ops.size() - kKernelRows) + " other ops)", 0, 0};
+    for (size_t i = kKernelRows; i < k.ops.size(); ++i) rest.calls += k.ops[i].calls, rest.seconds += k.ops[i].seconds;
+    rows.push_back(rest);
+  }
+  return rows;
+}
+
 // ---- The parts of render_html, one per region of the page, in page order.
 
 void html_head_and_header(Html& h, const ReportModel& m, const Provenance& prov) {
@@ -214,6 +281,9 @@ bool has_data_section(const ReportModel& m) {
 bool has_layouts_section(const ReportModel& m) {
   return first_run_with(m, [](const RunData& r) { return layout_rows_of(r) != nullptr; }) != nullptr;
 }
+bool has_kernels_section(const ReportModel& m) {
+  return first_run_with(m, [](const RunData& r) { return kernel_ops_of(r).has_value(); }) != nullptr;
+}
 
 void html_nav(Html& h, const ReportModel& m) {
   h << "<nav><a href=\"#gates\">Gates</a><a href=\"#runs\">Runs</a><a href=\"#comparison\">Comparison</a>";
@@ -225,6 +295,7 @@ void html_nav(Html& h, const ReportModel& m) {
     if (has) h << "<a href=\"#" << s << "\">" << names.at(s) << "</a>";
   }
   if (has_layouts_section(m)) h << "<a href=\"#layouts\">Layouts</a>";
+  if (has_kernels_section(m)) h << "<a href=\"#kernels\">Kernels</a>";
   h << "</nav>\n<main>\n";
 }
 
@@ -498,6 +569,28 @@ void html_layouts(Html& h, const ReportModel& m) {
   h << "</section>\n";
 }
 
+void html_kernels(Html& h, const ReportModel& m) {
+  h << "<section id=\"kernels\"><h2>Kernel time (cairn-train --profile-kernels)</h2>";
+  for (const auto& r : m.runs) {
+    const auto k = kernel_ops_of(r);
+    if (!k) continue;
+    h << "<h3>" << xml_escape(run_label(r)) << "</h3><p class=\"muted\">" << xml_escape(kernel_summary(*k))
+      << "</p><div class=\"scroll\"><table><thead><tr>";
+    for (const char* c : kKernelHeads)
+      h << "<th" << (c == kKernelHeads[0] ? " class=\"l\"" : "") << ">" << c << "</th>";
+    h << "</tr></thead><tbody>";
+    for (const auto& op : kernel_rows(*k)) {
+      const auto cells = kernel_cells(*k, op);
+      h << "<tr>";
+      for (size_t c = 0; c < cells.size(); ++c)
+        h << "<td" << (c == 0 ? " class=\"l\"" : "") << ">" << xml_escape(cells[c]) << "</td>";
+      h << "</tr>";
+    }
+    h << "</tbody></table></div>";
+  }
+  h << "</section>\n";
+}
+
 // A mixture's table rows: source, weight, realised weight, tokens, documents, epochs.
 std::vector<std::string> mixture_cells(const json& s) {
   auto num = [&](const char* k) { return s.contains(k) && s[k].is_number() ? s[k].get<double>() : kNaN; };
@@ -594,6 +687,7 @@ std::string render_html(const ReportModel& m) {
   if (section_has(m, "sweep")) html_sweep(h, m);
   if (has_plan_section(m)) html_plan(h, m);
   if (has_layouts_section(m)) html_layouts(h, m);
+  if (has_kernels_section(m)) html_kernels(h, m);
   if (has_data_section(m)) html_data(h, m);
   h << "</main>\n<footer>Command: <code>" << xml_escape(prov.command_line) << "</code><br/>Built in "
     << xml_escape(format_value(m.seconds, "s", 3)) << ". Charts are inline SVG; this file fetches nothing.</footer>\n";
@@ -675,6 +769,20 @@ std::string render_markdown(const ReportModel& m) {
       if (!row.is_object()) continue;
       os << "|";
       for (const auto& c : layout_cells(row)) os << " " << md_cell(c) << " |";
+      os << "\n";
+    }
+    os << "\n";
+  }
+  for (const auto& r : m.runs) {
+    const auto k = kernel_ops_of(r);
+    if (!k) continue;
+    os << "### Kernel time (" << md_cell(run_label(r)) << ")\n\n" << md_cell(kernel_summary(*k)) << "\n\n|";
+    for (const char* c : kKernelHeads) os << " " << c << " |";
+    os << "\n|---|---:|---:|---:|---:|---:|\n";
+    for (const auto& op : kernel_rows(*k)) {
+      const auto cells = kernel_cells(*k, op);
+      os << "| `" << md_cell(cells[0]) << "` |";
+      for (size_t c = 1; c < cells.size(); ++c) os << " " << md_cell(cells[c]) << " |";
       os << "\n";
     }
     os << "\n";
@@ -770,6 +878,14 @@ json render_json(const ReportModel& m) {
       json lp = r.layout_predict;
       lp.erase("provenance");
       jr["layout_predict"] = lp;
+    }
+    if (const auto k = kernel_ops_of(r)) {  // summed over ranks, longest first
+      json ops = json::array();
+      for (const auto& op : k->ops) ops.push_back({{"op", op.op}, {"calls", op.calls}, {"seconds", op.seconds}});
+      jr["kernel_profile"] = {{"ranks", k->ranks},
+                              {"steps", k->steps > 0 ? json(k->steps) : json()},
+                              {"seconds", k->seconds},
+                              {"ops", ops}};
     }
     json ev = json::array();
     for (const auto& e : r.eval)

@@ -494,6 +494,8 @@ RunData read_run(const std::string& dir) {
       if (run.train.size() == 0 && run.val.size() == 0) run.missing.emplace_back(mj + " (no train or val records)");
     }
     run.train_finished = is_file(join_path(train_dir, "FINISHED"));
+    std::string kp = join_path(train_dir, "kernel_profile.json");
+    if (is_file(kp)) run.kernel_profile = read_json(kp, run);
   }
   // eval/
   std::string eval_dir = join_path(dir, "eval");

@@ -54,6 +54,7 @@ struct RunData {
   json fabric;          // sweep/fabric.toml as JSON, or null
   json plans;           // plan/plans.json, or null
   json layout_predict;  // layout_predict.json (bench/layout_predict.sh: predicted vs measured per layout), or null
+  json kernel_profile;  // train/kernel_profile.json (cairn-train --profile-kernels: per-op time per rank), or null
   json data_stats;      // data/stats.json, or null
   json data_index;      // data/index.json, or null
   std::string data_dir;
