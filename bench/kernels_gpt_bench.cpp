@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
         double total = 0;
         for (const auto& t : kernels::profile_report()) total += t.seconds;
         for (const auto& t : kernels::profile_report())
-          std::printf("  %-22s %6ld calls %9.1f ms/step %5.1f%%\n", t.op.c_str(), t.calls, 1e3 * t.seconds / steps,
+          std::printf("  %-22s %6ld calls %9.3f ms/step %5.1f%%\n", t.op.c_str(), t.calls, 1e3 * t.seconds / steps,
                       100.0 * t.seconds / total);
       } else {
         run(*be, cfg, B, steps, warmup, recompute);

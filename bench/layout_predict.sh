@@ -60,7 +60,7 @@ MODEL=(--set model.layers=$L --set model.hidden=$H --set model.heads=$A --set mo
 CP_COMM=${CP_COMM:-allgather}
 if [ "${PREDICT_ONLY:-0}" = 1 ] && [ -s "$OUT/cp_comm" ]; then CP_COMM=$(cat "$OUT/cp_comm"); fi  # as it trained
 PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false --set plan.dropout=false
-           --set "plan.cp_comm=\"$CP_COMM\"")
+           --set "plan.cp_comm=\"$CP_COMM\"" --set cluster.attention_tile=16)
 read -r -a PLAN_EXTRA <<< "${PLAN_EXTRA:-}"
 
 echo "== dataset, calibration, sweep -> $OUT$([ "$PREDICT_ONLY" = 1 ] && echo " (kept: PREDICT_ONLY)")" >&2
@@ -145,27 +145,47 @@ fabric_of() {
 }
 read -r PEAK BW OVH < <($PY -c "import tomllib,sys; c=tomllib.load(open(sys.argv[1],'rb'))['cluster']
 print(c['peak_tflops'], c['hbm_gbps'], c['kernel_overhead_us'])" "$OUT/cpu1.toml")
-# cairn-train's attention kernel on this CPU, one thread, the bench's shape: its efficiency relative to the
-# calibrated peak over the FLOPs the cost model counts for it (4 s^2 h per layer and sequence forward, times its
-# causal fraction (1 + 1/ceil(s/128))/2 of 128 x 128 score blocks, so all of them at s = 128; backward 2.5x
-# forward). Counting only the causal half here while the model counts whole blocks priced attention at twice its
-# time (+17-20 % on every layout of the default shape). The kernel is a loop nest, not a GEMM: without this the
-# model would price it at a fused GPU kernel's default.
+# cairn-train's attention kernel on this CPU, one thread, the bench's shape: its efficiency relative to the calibrated
+# peak over the FLOPs the cost model counts for it (4 s^2 h per layer and sequence forward, times its causal fraction
+# (1 + 1/ceil(s/16))/2: the CPU kernel scores each query's keys in blocks of 16, cluster.attention_tile = 16; backward
+# 2.5x forward). Counting the FLOPs here otherwise than the model does misprices attention (half the blocks here
+# against whole 128-key tiles in the model once priced it at twice its time, +17-20 % on every layout). The kernel is a loop nest, not a GEMM: without this the model would price it at a
+# fused GPU kernel's default. Measured at the bench's sequence and at a quarter of it (the chunk a cp2 rank's ring
+# blocks have): time = (score pairs + attention_row_keys x query rows) / rate, so the two give the rate
+# (attention_efficiency) and the fixed work per query row and call (attention_row_keys), which makes context
+# parallelism's short blocks slower per FLOP (a 32 x 32 block ran at ~40 % of the whole 128-token sequence's rate).
 KBENCH=$BIN/../bench/kernels_gpt_bench
+att_ms() {  # SEQ: attention forward + backward milliseconds per step of the bench's layers and micro-batch
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${PIN0[@]}" "$KBENCH" --backend cpu --layers "$L" --hidden "$H" \
+    --heads "$A" --seq "$1" --batch "$MB" --vocab 320 --steps 10 --profile 1 2>/dev/null |
+    awk '/attention_(forward|backward)/ {t += $4} END {print t}'
+}
 if [ "$PREDICT_ONLY" = 1 ] && [ -s "$OUT/attention_efficiency" ]; then
   ATT_EFF=$(cat "$OUT/attention_efficiency")
-  echo "attention kernel: attention_efficiency $ATT_EFF (kept)" >&2
-  PLAN_SETS+=(--set "cluster.attention_efficiency=$ATT_EFF")
+  ATT_ROW=$(cat "$OUT/attention_row_keys" 2> /dev/null || echo 0)
+  echo "attention kernel: attention_efficiency $ATT_EFF, attention_row_keys $ATT_ROW (kept)" >&2
+  PLAN_SETS+=(--set "cluster.attention_efficiency=$ATT_EFF" --set "cluster.attention_row_keys=$ATT_ROW")
 elif [ -x "$KBENCH" ]; then
-  ATT_MS=$(OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${PIN0[@]}" "$KBENCH" --backend cpu --layers "$L" --hidden "$H" --heads "$A" \
-    --seq "$S" --batch "$MB" --vocab 320 --steps 10 --profile 1 2>/dev/null |
-    awk '/attention_(forward|backward)/ {t += $4} END {print t}')
-  ATT_EFF=$($PY -c "import sys, math; l,h,s,b,ms,peak=map(float,sys.argv[1:]); frac=0.5*(1+1/math.ceil(s/128))
-f=3.5*4*s*s*h*b*l*frac
-print(min(1.0, max(0.01, f/(ms*1e-3)/(peak*1e12))))" "$L" "$H" "$S" "$MB" "$ATT_MS" "$PEAK")
-  echo "attention kernel: ${ATT_MS} ms per step of $L layers -> attention_efficiency $ATT_EFF" >&2
+  S2=$((S / 4))
+  ATT_MS=$(att_ms "$S")
+  ATT_MS2=$([ "$S2" -ge 8 ] && att_ms "$S2" || echo 0)
+  read -r ATT_EFF ATT_ROW < <($PY - "$L" "$H" "$MB" "$PEAK" "$S" "$ATT_MS" "$S2" "$ATT_MS2" <<'PY'
+import math, sys
+l, h, b, peak, s1, ms1, s2, ms2 = map(float, sys.argv[1:])
+frac = lambda s: 0.5 * (1 + 1 / math.ceil(s / 16))  # cluster.attention_tile = 16
+K = 3.5 * 4 * h * b * l / (peak * 1e12)  # seconds per (score pair + row key) at efficiency 1
+P, R = (lambda s: s * s * frac(s)), (lambda s: s)
+t1, t2 = ms1 * 1e-3, ms2 * 1e-3
+den = t2 * R(s1) - t1 * R(s2)
+row = max(0.0, (t1 * P(s2) - t2 * P(s1)) / den) if t2 > 0 and den != 0 else 0.0
+print(min(1.0, max(0.01, K * (P(s1) + row * R(s1)) / t1)), row)
+PY
+)
+  echo "attention kernel: ${ATT_MS} ms per step of $L layers at seq $S, ${ATT_MS2} ms at $S2 -> attention_efficiency" \
+    "$ATT_EFF, attention_row_keys $ATT_ROW" >&2
   echo "$ATT_EFF" > "$OUT/attention_efficiency"
-  PLAN_SETS+=(--set "cluster.attention_efficiency=$ATT_EFF")
+  echo "$ATT_ROW" > "$OUT/attention_row_keys"
+  PLAN_SETS+=(--set "cluster.attention_efficiency=$ATT_EFF" --set "cluster.attention_row_keys=$ATT_ROW")
 else
   echo "layout_predict: $KBENCH not built: attention priced at the cluster file's attention_efficiency" >&2
 fi
@@ -210,7 +230,8 @@ while read -r dp tp pp v zero sp rc cp; do
   name="dp${dp}-tp${tp}-pp${pp}-v${v}-z${zero}-sp${sp}-${rc}"
   if [ "$cp" -gt 1 ]; then name="$name-cp$cp"; fi
   D=$OUT/layouts/$name
-  if [ "$PREDICT_ONLY" = 1 ]; then rm -rf "$D/plan" "$D/full" "$D/bg"; else rm -rf "$D"; mkdir -p "$D"; fi
+  # PREDICT_ONLY keeps the training run and replaces every prediction (none left from an earlier one if this fails)
+  if [ "$PREDICT_ONLY" = 1 ]; then rm -rf "$D/plan" "$D/full" "$D/bg" "$D"/pred*.json; else rm -rf "$D"; mkdir -p "$D"; fi
   plan="dp=$dp,tp=$tp,pp=$pp,v=$v,mb=$MB,zero=$zero,recompute=$rc,sp=$sp,cp=$cp"
   # predict SHARE OUT JSON: cairn-plan's prediction of this layout with each rank on SHARE of one core (at the
   # contended rate when the layout has 2+ ranks). cairn-train's mem_gib counts cairn's own buffers only: no reserved

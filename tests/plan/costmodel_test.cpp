@@ -621,6 +621,46 @@ BOOST_AUTO_TEST_CASE(causal_flash_attention_runs_the_diagonal_blocks_whole) {
   BOOST_TEST(std::abs(per_layer / (attention * (1 - frac)) - 1) < 1e-6);
 }
 
+// Causal context parallelism scores the blocks its chunks meet: per rank and sequence, of its two chunks of Sc = s/2cp
+// tokens, 2cp - 1 whole blocks and 2 diagonal ones at the kernel's tile fraction, in 2cp + 1 calls per query row
+// (ring); [cluster] attention_row_keys charges each row and call that many keys' worth. Attention time alone is
+// isolated as the forward's change with attention_efficiency (everything else stays).
+BOOST_AUTO_TEST_CASE(context_parallel_attention_counts_the_blocks_it_runs) {
+  const ModelSpec m = gpt(2, 512, 4, 128, 1024);  // s = 128: chunks of 32 tokens at cp = 2
+  Assumptions a;
+  a.flash_attention = true;
+  auto attention = [&](int cp, double tile, double row_keys) {
+    Cluster c;
+    c.peak_tflops = 989;
+    c.sm_count = 132;
+    c.hbm_gib = 1e6;
+    c.hbm_gbps = 1e9;  // attention compute-bound
+    c.intra = Tier{1e12, 0, 1.0};  // the ring's transfers hide whole: no exposed part to vary
+    c.gpus_per_node = cp;
+    c.attention_tile = tile;
+    c.attention_row_keys = row_keys;
+    Plan p;
+    p.mb = 2;
+    p.cp = cp;
+    double fwd[2];
+    for (int i = 0; i < 2; ++i) {
+      c.attention_efficiency = i == 0 ? 0.5 : 0.25;
+      const Evaluation e = evaluate(m, c, p, 8, a);
+      BOOST_REQUIRE(e.feasible());
+      fwd[i] = e.b.stage_forward;
+    }
+    // 1/0.25 - 1/0.5 = 2 per FLOP of peak, over 2 layers of 4 x pairs x d (128) x mb (2) x heads (4): pairs + row keys
+    return (fwd[1] - fwd[0]) * 989e12 / (2.0 * 2 * 4 * 128 * 2 * 4);
+  };
+  const double s = 128, Sc = 32;
+  BOOST_TEST(std::abs(attention(1, 128, 0) / (s * s) - 1) < 1e-9);  // one 128-key tile: whole
+  BOOST_TEST(std::abs(attention(1, 16, 0) / (s * s * 0.5 * (1 + 16 / s)) - 1) < 1e-9);
+  BOOST_TEST(std::abs(attention(2, 16, 0) / (Sc * Sc * (3 + 2 * 0.5 * (1 + 16 / Sc))) - 1) < 1e-9);
+  BOOST_TEST(std::abs(attention(2, 16, 0) / attention(1, 16, 0) - 0.5) < 1e-9);  // half the scores per rank
+  BOOST_TEST(std::abs(attention(1, 16, 10) / (s * s * 0.5 * (1 + 16 / s) + 10 * s) - 1) < 1e-9);
+  BOOST_TEST(std::abs(attention(2, 16, 10) / (Sc * Sc * 4.5 + 10 * Sc * 5) - 1) < 1e-9);  // 5 calls per row
+}
+
 BOOST_AUTO_TEST_CASE(op_level_selective_recompute_reruns_every_second_matmul) {
   // torchtitan's op policy on a Llama layer reruns wk, wo and w3 (and every elementwise kernel); it stores the
   // layer input, wq, wv, w1, w2 outputs and the attention output: e s b (4h + kvd + f) per layer (tp = 1).

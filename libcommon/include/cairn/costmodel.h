@@ -118,6 +118,11 @@ struct Cluster {
   }
   // Fused (flash) attention kernel: achieved fraction of peak over its real FLOPs, forward and backward.
   double attention_efficiency = 0.6;
+  // Its fixed work per query row and call, in keys' worth (a call whose rows see n keys runs at attention_efficiency
+  // x n / (n + attention_row_keys)): what makes short blocks (context parallelism's chunks) slower per FLOP.
+  double attention_row_keys = 0;
+  // Keys per score block of that kernel: a causal call computes (1 + 1/ceil(s/tile))/2 of the s^2 scores.
+  double attention_tile = 128;
   // Power model: gemm_max_efficiency and attention_efficiency hold at tdp_w; a job capped at power_limit_w
   // runs its compute-bound kernels at the clock that power sustains, (cap / tdp)^(1/3) of it (0: no model).
   double tdp_w = 0, power_limit_w = 0;

@@ -517,12 +517,12 @@ Fp8CastBytes fp8_cast_bytes(const ModelSpec& m, const Assumptions& a, const Plan
 }
 
 // Fraction of the s x s score blocks a fused causal kernel computes: the blocks below the diagonal and the
-// diagonal ones whole (the mask is applied inside them), (1 + B/s)/2 for B x B blocks (B = 128, the query/key
-// tile of FlashAttention-2 and its Triton and cuDNN peers; Dao 2023, section 3.1).
-double causal_fraction(const Assumptions& a, double s) {
+// diagonal ones whole (the mask is applied inside them), (1 + B/s)/2 for B x B blocks (B = [cluster]
+// attention_tile: 128, the query/key tile of FlashAttention-2 and its Triton and cuDNN peers, Dao 2023, section
+// 3.1; 16 for cairn's CPU kernel, which scores each query's keys in blocks of 16).
+double causal_fraction(const Assumptions& a, const Cluster& c, double s) {
   if (!a.causal) return 1.0;
-  constexpr double kBlock = 128;
-  const double n = std::max(1.0, std::ceil(s / kBlock));
+  const double n = std::max(1.0, std::ceil(s / std::max(1.0, c.attention_tile)));
   return 0.5 * (1 + 1 / n);
 }
 
@@ -627,13 +627,24 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
   // Attention core: the local s/cp queries against all s keys, batched over b x local heads.
   double core_f, core_b;
   if (a.flash_attention) {
-    // Fused kernel: the FLOPs it really runs (a causal mask skips the masked blocks; under CP Megatron's
-    // load-balanced chunks keep that half on every rank) at the kernel's own efficiency; traffic of Q, K,
-    // V, O only. Backward recomputes the scores: 5 products instead of 2 (Dao et al. 2022).
-    const double flops = 4 * s_local * s * d * double(p.mb) * heads_local * causal_fraction(a, s);
+    // Fused kernel: the FLOPs it really runs (a causal mask skips the masked blocks) at the kernel's own
+    // efficiency; traffic of Q, K, V, O only. Backward recomputes the scores: 5 products instead of 2 (Dao et
+    // al. 2022). Per sequence and head on this rank: the (query, key) pairs scored, and the query rows times the
+    // calls that handle them (each pays attention_row_keys keys' worth of fixed work). Without CP one causal call:
+    // s^2 at the causal tile fraction, s rows. Causal CP (Megatron's load-balanced chunks of Sc = s / 2cp, two per
+    // rank): the rank's two chunks meet 2cp + 1 key chunks, their own two diagonally, so (2cp - 1 + 2 frac(Sc))
+    // Sc^2 pairs (about s^2 / 2cp for long chunks, the same half as without CP), one call per chunk pair (ring) or
+    // per query chunk against its whole prefix (all-gather).
+    double pairs = s_local * s * causal_fraction(a, c, s), rows = s_local;
+    if (p.cp > 1 && a.causal) {
+      const double Sc = s / (2.0 * p.cp);
+      pairs = Sc * Sc * (2.0 * p.cp - 1 + 2 * causal_fraction(a, c, Sc));
+      rows = Sc * (p.cp_allgather ? 2.0 : 2.0 * p.cp + 1);
+    }
+    const double flops = 4 * pairs * d * double(p.mb) * heads_local;
     const double bytes = T * (2 * h + 2 * kv) / t * e;
     const double rate = c.peak_tflops * 1e12 * c.clock_factor() * c.attention_efficiency;
-    core_f = std::max(flops / rate, bytes / hbm) + k0;
+    core_f = std::max(flops * (1 + c.attention_row_keys * rows / pairs) / rate, bytes / hbm) + k0;
     core_b = 2.5 * core_f;
   } else {
     const double cnt = double(p.mb) * heads_local;

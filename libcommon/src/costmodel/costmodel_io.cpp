@@ -163,6 +163,8 @@ Cluster cluster_from_section(const ClusterSection& s) {
     if (!(fp8[i] > 0) || fp8[i] > 1.0)
       throw UsageError(strprintf("[cluster] gemm_table_fp8_efficiency[%zu] = %g is outside (0, 1]", i, fp8[i]));
   c.attention_efficiency = s.attention_efficiency;
+  c.attention_row_keys = s.attention_row_keys;
+  c.attention_tile = double(s.attention_tile);
   c.tdp_w = s.tdp_w;
   c.power_limit_w = s.power_limit_w;
   c.overlap_slowdown = s.overlap_slowdown;

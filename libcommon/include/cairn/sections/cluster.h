@@ -28,6 +28,8 @@ struct ClusterSection {
   std::vector<double> gemm_table_m, gemm_table_n, gemm_table_k, gemm_table_efficiency;
   std::vector<double> gemm_table_fp8_efficiency;
   double attention_efficiency = 0.6;
+  double attention_row_keys = 0.0;
+  int64_t attention_tile = 128;
   double tdp_w = 0.0;
   double power_limit_w = 0.0;
   double overlap_slowdown = 0.1;
@@ -77,6 +79,14 @@ struct ClusterSection {
       "take the bf16 table's correction)");
     k(&S::attention_efficiency, "attention_efficiency", Range{0.01, 1.0},
       "fused (flash) attention: achieved fraction of peak over the FLOPs it runs, forward and backward");
+    k(&S::attention_row_keys, "attention_row_keys", Range{0, 1e7},
+      "fused attention's fixed work per query row and kernel call (softmax statistics, output), in keys' worth: a "
+      "call whose rows see n keys on average runs at attention_efficiency x n / (n + attention_row_keys) (0 = none; "
+      "bench/layout_predict.sh measures it at two sequence lengths)");
+    k(&S::attention_tile, "attention_tile", Range{1, 65536},
+      "keys per score block of the fused attention kernel: a causal call computes the blocks below the diagonal and "
+      "the diagonal ones whole, (1 + 1/ceil(s/tile))/2 of the s^2 scores (FlashAttention-2, cuDNN and their peers: "
+      "128; cairn's CPU kernel: 16)");
     k(&S::tdp_w, "tdp_w", Range{0, 1e5},
       "board power (W) at which gemm_max_efficiency and attention_efficiency hold (0 = no power model)");
     k(&S::power_limit_w, "power_limit_w", Range{0, 1e5},
