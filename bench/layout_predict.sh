@@ -47,6 +47,12 @@ fi
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 PY=/usr/bin/python3
 busy_jiffies() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+# background TIMEFILE B0 B1: "CORES SECONDS", the cores the rest of the machine used while the command timed in
+# TIMEFILE (/usr/bin/time -f "%e %U %S") ran, from busy_jiffies before (B0) and after (B1), and its elapsed seconds.
+background() {
+  $PY -c "import os, sys; e, u, s = map(float, open(sys.argv[1]).read().split()[-3:]); b0, b1 = map(float, sys.argv[2:])
+print(f'{max(0.0, ((b1 - b0) / os.sysconf(\"SC_CLK_TCK\") - u - s) / e):.2f} {e:.1f}')" "$1" "$2" "$3"
+}
 F=/usr/share/games/fortunes
 T0=$(date +%s)
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -142,8 +148,7 @@ for R in $SWEEP_RANKS; do
       allreduce,allgather,reducescatter,sendrecv -b 8 -e 8M -f 4 --tiers world,intra --out "$OUT/sweep-$R" \
       --log-level warn > "$OUT/sweep-$R.txt"
     b1=$(busy_jiffies)
-    bgc=$($PY -c "import os; e,u,s=map(float,open('$OUT/sweep-$R.time').read().split()[-3:]); hz=os.sysconf('SC_CLK_TCK')
-print(f'{max(0.0,(($b1-$b0)/hz-u-s)/e):.2f}')")
+    read -r bgc _ < <(background "$OUT/sweep-$R.time" "$b0" "$b1")
     $PY -c "import sys; sys.exit(0 if $bgc <= $BG_MAX else 1)" && break
     echo "sweep of $R ranks: other processes used $bgc cores during it$([ "$try" -lt "$RETRY" ] && echo ", again" ||
       echo "; kept (its fits may be off)")" >&2
@@ -287,8 +292,7 @@ while read -r dp tp pp v zero sp rc cp; do
       /usr/bin/time -f "%e %U %S" -o "$D/try/time" "${CMD[@]}" "${TRAIN[@]}" > "$D/try/train.log" 2>&1 < /dev/null \
         || echo "  train failed: $name (exit $?; see $D/train.log)" >&2
       b1=$(busy_jiffies)
-      read -r bgc el < <($PY -c "import os; e,u,s=map(float,open('$D/try/time').read().split()[-3:]); hz=os.sysconf('SC_CLK_TCK')
-print(f'{max(0.0,(($b1-$b0)/hz-u-s)/e):.2f} {e:.1f}')")
+      read -r bgc el < <(background "$D/try/time" "$b0" "$b1")
       if [ -d "$D/train" ]; then mv "$D/train" "$D/try/train"; fi
       printf "  [%2d/%d] %-44s %5.1f s  background %.2f cores%s\n" "$i" "$N" "$name" "$el" "$bgc" \
         "$([ "$try" -gt 0 ] && echo " (retry $try)")" >&2

@@ -488,13 +488,14 @@ CAIRN_FA_FN void backward_kv_block(Block& blk, uint16_t* smem, float* dkv_qkv, c
       const int kj = key0 + c_row(lane, 2 * x);
       if (kj >= sp.keys_seen()) continue;
       float* row = dkv_qkv + ((size_t)b * Tk + kj) * ld3 + (size_t)h * HD;
+      auto put = [&](float* p, float v) { *p = sp.accumulate_kv ? *p + v : v; };  // add, or write
       CAIRN_FA_UNROLL
       for (int nt = 0; nt < NO; nt++) {
         const int d = 8 * nt + c_col(lane, 2 * x);
-        float* out4[4] = {row + C + d, row + C + d + 1, row + 2 * C + d, row + 2 * C + d + 1};
-        const float val[4] = {r.dk[nt][2 * x], r.dk[nt][2 * x + 1], r.dv[nt][2 * x], r.dv[nt][2 * x + 1]};
-        CAIRN_FA_UNROLL
-        for (int e = 0; e < 4; e++) *out4[e] = sp.accumulate_kv ? *out4[e] + val[e] : val[e];
+        put(row + C + d, r.dk[nt][2 * x]);
+        put(row + C + d + 1, r.dk[nt][2 * x + 1]);
+        put(row + 2 * C + d, r.dv[nt][2 * x]);
+        put(row + 2 * C + d + 1, r.dv[nt][2 * x + 1]);
       }
     }
   });

@@ -7,6 +7,7 @@
 
 #include "cairn/plot.h"
 #include "cairn/provenance.h"
+#include "cairn/records.h"
 #include "report.h"
 
 namespace cairn::report {
@@ -189,41 +190,20 @@ std::string layout_summary(const json& lp) {
 }
 
 // cairn-train --profile-kernels (train/kernel_profile.json): each op's calls and seconds summed over the ranks,
-// longest first.
-struct KernelOps {
-  struct Op {
-    std::string op;
-    double calls = 0, seconds = 0;
-  };
-  std::vector<Op> ops;
-  double seconds = 0;  // all ops
-  double steps = kNaN, ranks = 0;
+// longest first (records::kernel_profile_totals), and the steps they cover.
+struct KernelOps : records::KernelProfileTotals {
+  double steps = kNaN;
 };
+using KernelOp = records::KernelOpTotal;
 std::optional<KernelOps> kernel_ops_of(const RunData& r) {
-  const json& kp = r.kernel_profile;
-  if (!kp.is_object() || !kp.contains("ranks") || !kp["ranks"].is_array()) return std::nullopt;
   KernelOps k;
-  std::map<std::string, KernelOps::Op> by_op;
-  for (const auto& rank : kp["ranks"]) {
-    if (!rank.is_object() || !rank.contains("ops") || !rank["ops"].is_array()) continue;
-    k.ranks += 1;
-    for (const auto& o : rank["ops"]) {
-      if (!o.is_object() || !o.contains("op") || !o["op"].is_string()) continue;
-      auto& op = by_op[o["op"].get<std::string>()];
-      op.op = o["op"].get<std::string>();
-      const double c = num_or_nan(o, "calls"), s = num_or_nan(o, "seconds");
-      if (!std::isnan(c)) op.calls += c;
-      if (!std::isnan(s)) op.seconds += s, k.seconds += s;
-    }
-  }
-  if (by_op.empty()) return std::nullopt;
-  for (auto& [name, op] : by_op) k.ops.push_back(op);
-  std::sort(k.ops.begin(), k.ops.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
-  k.steps = num_or_nan(kp, "steps");
+  static_cast<records::KernelProfileTotals&>(k) = records::kernel_profile_totals(r.kernel_profile);
+  if (k.ops.empty()) return std::nullopt;
+  k.steps = num_or_nan(r.kernel_profile, "steps");
   return k;
 }
 // Table cells of one op: op, calls, seconds, share, microseconds per call, milliseconds per step and rank.
-std::vector<std::string> kernel_cells(const KernelOps& k, const KernelOps::Op& op) {
+std::vector<std::string> kernel_cells(const KernelOps& k, const KernelOp& op) {
   const double per_step = k.steps > 0 && k.ranks > 0 ? op.seconds / k.steps / k.ranks : kNaN;
   return {op.op,
           std::to_string(std::llround(op.calls)),
@@ -244,10 +224,10 @@ std::string kernel_summary(const KernelOps& k) {
   return s + "; every op synchronized after its call";
 }
 // The rows shown: the longest kKernelRows ops, then the rest as one "(N other ops)" row.
-std::vector<KernelOps::Op> kernel_rows(const KernelOps& k) {
-  std::vector<KernelOps::Op> rows(k.ops.begin(), k.ops.begin() + std::min(k.ops.size(), kKernelRows));
+std::vector<KernelOp> kernel_rows(const KernelOps& k) {
+  std::vector<KernelOp> rows(k.ops.begin(), k.ops.begin() + std::min(k.ops.size(), kKernelRows));
   if (k.ops.size() > kKernelRows) {
-    KernelOps::Op rest{"(" + std::to_string(k.ops.size() - kKernelRows) + " other ops)", 0, 0};
+    KernelOp rest{"(" + std::to_string(k.ops.size() - kKernelRows) + " other ops)", 0, 0};
     for (size_t i = kKernelRows; i < k.ops.size(); ++i) rest.calls += k.ops[i].calls, rest.seconds += k.ops[i].seconds;
     rows.push_back(rest);
   }

@@ -2,9 +2,7 @@
 #include "kernel_profile.h"
 
 #include <algorithm>
-#include <map>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +12,7 @@
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
+#include "cairn/records.h"
 
 namespace cairn::train {
 
@@ -31,18 +30,7 @@ void write_kernel_profile(const Settings& s, int64_t steps) {
   const std::vector<std::string> all = mpi::allgather_strings(mine.dump());
   if (s.rank != 0) return;
   nlohmann::json ranks = nlohmann::json::array();
-  std::map<std::string, std::pair<long, double>> total;  // op -> calls, seconds over all ranks
-  double seconds = 0;
-  for (size_t r = 0; r < all.size(); ++r) {
-    const nlohmann::json ops = nlohmann::json::parse(all[r]);
-    for (const auto& o : ops) {
-      auto& t = total[o["op"].get<std::string>()];
-      t.first += o["calls"].get<long>();
-      t.second += o["seconds"].get<double>();
-      seconds += o["seconds"].get<double>();
-    }
-    ranks.push_back({{"rank", r}, {"ops", ops}});
-  }
+  for (size_t r = 0; r < all.size(); ++r) ranks.push_back({{"rank", r}, {"ops", nlohmann::json::parse(all[r])}});
   const double per = steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0;
   nlohmann::json doc = {
       {"kind", "kernel_profile"},
@@ -55,15 +43,15 @@ void write_kernel_profile(const Settings& s, int64_t steps) {
       {"provenance", provenance().to_json()}};
   const std::string path = join_path(s.train_dir, "kernel_profile.json");
   atomic_write(path, doc.dump(1) + "\n");
-  std::vector<std::pair<std::string, std::pair<long, double>>> rows(total.begin(), total.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+  const records::KernelProfileTotals total = records::kernel_profile_totals(doc);  // as cairn-report shows them
   CAIRN_LOG_INFO("kernel profile (all %d ranks, %lld steps; \"%s\"): %.3f s in kernels, %.1f ms per step and rank",
-                 s.world, static_cast<long long>(steps), path.c_str(), seconds,
-                 1e3 * seconds * per / std::max(1, s.world));
-  for (size_t i = 0; i < rows.size() && i < 12; ++i) {
-    const auto& [op, t] = rows[i];
-    CAIRN_LOG_INFO("  %-26s %10ld calls %9.3f s %5.1f %%  %8.2f us/call", op.c_str(), t.first, t.second,
-                   seconds > 0 ? 100 * t.second / seconds : 0.0, t.first > 0 ? 1e6 * t.second / t.first : 0.0);
+                 s.world, static_cast<long long>(steps), path.c_str(), total.seconds,
+                 1e3 * total.seconds * per / std::max(1, s.world));
+  for (size_t i = 0; i < total.ops.size() && i < 12; ++i) {
+    const records::KernelOpTotal& op = total.ops[i];
+    CAIRN_LOG_INFO("  %-26s %10.0f calls %9.3f s %5.1f %%  %8.2f us/call", op.op.c_str(), op.calls, op.seconds,
+                   total.seconds > 0 ? 100 * op.seconds / total.seconds : 0.0,
+                   op.calls > 0 ? 1e6 * op.seconds / op.calls : 0.0);
   }
 }
 

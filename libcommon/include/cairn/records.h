@@ -201,4 +201,19 @@ struct TrainState {
   static TrainState from_json(const JsonFields& f);
 };
 
+// ---- train/kernel_profile.json (cairn-train --profile-kernels) ------------------------------------------------
+// {"ranks": [{"rank": r, "ops": [{"op", "calls", "seconds"}, ...]}, ...], "steps": ..., "provenance": ...}: each
+// rank's kernel table. Its ops summed over the ranks, longest first (ties in name order), as cairn-train logs them
+// and cairn-report shows them; entries of the wrong shape are skipped (readers show what they can).
+struct KernelOpTotal {
+  std::string op;
+  double calls = 0, seconds = 0;
+};
+struct KernelProfileTotals {
+  std::vector<KernelOpTotal> ops;
+  double seconds = 0;  // all ops
+  int ranks = 0;       // ranks with an op table
+};
+KernelProfileTotals kernel_profile_totals(const nlohmann::json& doc);
+
 }  // namespace cairn::records

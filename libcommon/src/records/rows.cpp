@@ -2,9 +2,12 @@
 // markers, train_state.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "cairn/error.h"
 #include "cairn/files.h"
@@ -275,6 +278,30 @@ TrainState TrainState::from_json(const JsonFields& f) {
     s.spikes = Spikes{finite_numbers(w, "loss"), finite_numbers(w, "norm")};
   }
   return s;
+}
+
+KernelProfileTotals kernel_profile_totals(const nlohmann::json& doc) {
+  KernelProfileTotals t;
+  if (!doc.is_object() || !doc.contains("ranks") || !doc["ranks"].is_array()) return t;
+  std::map<std::string, KernelOpTotal> by_op;
+  for (const auto& rank : doc["ranks"]) {
+    if (!rank.is_object() || !rank.contains("ops") || !rank["ops"].is_array()) continue;
+    t.ranks += 1;
+    for (const auto& o : rank["ops"]) {
+      if (!o.is_object() || !o.contains("op") || !o["op"].is_string()) continue;
+      const std::string name = o["op"].get<std::string>();
+      KernelOpTotal& op = by_op[name];
+      op.op = name;
+      if (o.contains("calls") && o["calls"].is_number()) op.calls += o["calls"].get<double>();
+      if (o.contains("seconds") && o["seconds"].is_number()) {
+        op.seconds += o["seconds"].get<double>();
+        t.seconds += o["seconds"].get<double>();
+      }
+    }
+  }
+  for (auto& [name, op] : by_op) t.ops.push_back(std::move(op));
+  std::stable_sort(t.ops.begin(), t.ops.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  return t;
 }
 
 }  // namespace cairn::records
