@@ -18,12 +18,16 @@
 # Usage: bench/layout_predict.sh [OUT_DIR]        (default: a fresh /tmp/cairn_layout_predict.XXXXXX, kept)
 #   env: CAIRN_BIN_DIR (build/bin)  LAYERS 4  HIDDEN 128  HEADS 4  SEQ 128  GB 16 (global batch)  MB 2
 #        STEPS 20  WARMUP 4  RANKS "1 2 4"  RECOMPUTE "none" (e.g. "none full")  CORES (nproc)
+#        CONTENTION_PAIRS 3 (solo / all-cores runs of the 1-rank layout whose median factor prices 2+ rank layouts)
 #        CP_COMM allgather (or p2p: how cp layouts move K/V, in cairn-train and in the plan alike)
 #        PLAN_EXTRA (more cairn-plan arguments for every prediction, e.g. "--set cluster.overlap_slowdown=1")
 #        FABRIC_RANKS (price every layout with the sweep of that many ranks instead of its own rank count)
 #        FILTER (python regex on the layout string, e.g. 'tp=2')  TARGET 15 (% bar; exits 0 regardless)
 #        RETRY 1, BG_MAX 0.25: rerun a layout (or a fabric sweep) up to RETRY times while other processes used more
 #        than BG_MAX cores during it (the "bg" column: cores used by the rest of the machine; keep it ~0)
+#        ROUNDS 2: train every layout ROUNDS times, in rounds over all layouts (so a layout's runs lie minutes apart),
+#        and keep its fastest run, as the calibration keeps its faster machine; the table shows the spread (a VM's
+#        oversubscribed layouts drift by up to ~25 % within an hour with no other load: cp=4 at 122 then 155 ms)
 #        PREDICT_ONLY 1: re-price an earlier run in OUT_DIR (its calibration, contention factor, sweeps, attention
 #        measurement and training runs kept, nothing measured again) with this cairn-plan and PLAN_EXTRA: model
 #        changes compared on the same measurements, free of the run-to-run drift of a VM's calibration
@@ -38,6 +42,7 @@ OUT=$(cd "$OUT" && pwd)
 L=${LAYERS:-4} H=${HIDDEN:-128} A=${HEADS:-4} S=${SEQ:-128} GB=${GB:-16} MB=${MB:-2}
 STEPS=${STEPS:-20} WARMUP=${WARMUP:-4} RANKS=${RANKS:-1 2 4} RECOMPUTE=${RECOMPUTE:-none}
 CORES=${CORES:-$(nproc)} TARGET=${TARGET:-15} FILTER=${FILTER:-} RETRY=${RETRY:-1} BG_MAX=${BG_MAX:-0.25}
+ROUNDS=${ROUNDS:-2}
 FABRIC_RANKS=${FABRIC_RANKS:-}
 PREDICT_ONLY=${PREDICT_ONLY:-0}
 if [ "$PREDICT_ONLY" = 1 ] && [ ! -s "$OUT/layouts.txt" ]; then
@@ -108,25 +113,35 @@ if [ "${CONTENDED:-1}" = 1 ] && [ "$CORES" -gt 1 ]; then
       --set train.warmup=1 --set train.checkpoint_every=0 --set train.val_every=0 --set train.tensorboard=false \
       --set train.resume=\"none\" --set parallel.mb=$MB > "$1.log" 2>&1 < /dev/null
   }
+  # One such pair is a noisy figure (x0.94 and x1.00 on the same VM within the hour): CONTENTION_PAIRS pairs, solo
+  # then all cores, and the median of their factors.
   if [ "$PREDICT_ONLY" != 1 ]; then
     rm -rf "$OUT/contention"; mkdir -p "$OUT/contention"
-    train_alone "$OUT/contention/solo" 0
-    pids=()
-    for k in $(seq "$CORES"); do train_alone "$OUT/contention/busy-$k" $((k - 1)) & pids+=($!); done
-    wait "${pids[@]}"
+    for j in $(seq "${CONTENTION_PAIRS:-3}"); do
+      train_alone "$OUT/contention/solo-$j" 0
+      pids=()
+      for k in $(seq "$CORES"); do train_alone "$OUT/contention/busy-$j-$k" $((k - 1)) & pids+=($!); done
+      wait "${pids[@]}"
+    done
   fi
   BUSY=$($PY - "$OUT/contention" "$CORES" "$WARMUP" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 d, n, warm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def step(run):
     tr = [json.loads(x) for x in open(f"{d}/{run}/train/metrics.jsonl") if '"train"' in x]
     return statistics.median(r["time_s"]["total"] for r in (tr[warm:] or tr))
-solo = step("solo")
-busy = [step(f"busy-{k}") for k in range(1, n + 1)]
-f = min(1.0, solo / max(busy))
+# solo-J with busy-J-1..n per pair; an output directory of an earlier version has one pair, solo and busy-1..n
+pairs = [(f"solo-{j}", [f"busy-{j}-{k}" for k in range(1, n + 1)]) for j in range(1, 100) if os.path.isdir(f"{d}/solo-{j}")]
+pairs = pairs or [("solo", [f"busy-{k}" for k in range(1, n + 1)])]
+factors, lines = [], []
+for solo_run, busy_runs in pairs:
+    solo, busy = step(solo_run), [step(b) for b in busy_runs]
+    factors.append(min(1.0, solo / max(busy)))
+    lines.append(f"{solo * 1e3:.1f} alone, {' / '.join(f'{b * 1e3:.1f}' for b in busy)} at once (x{factors[-1]:.3f})")
+f = statistics.median(factors)
 print(f"{f:.4f}")
-print(f"contention: the 1-rank layout {solo * 1e3:.1f} ms/step alone, "
-      f"{' / '.join(f'{b * 1e3:.1f}' for b in busy)} ms on cores 0-{n - 1} at once: ranks of 2+ rank layouts at x{f:.3f}", file=sys.stderr)
+print(f"contention: the 1-rank layout in ms/step on cores 0-{n - 1}: {'; '.join(lines)}: ranks of 2+ rank layouts at "
+      f"x{f:.3f} (median)", file=sys.stderr)
 PY
 )
 fi
@@ -237,6 +252,30 @@ PY
 ); fi
 N=$(echo "$LAYOUTS" | grep -c . || true)
 echo "== $N layouts, $STEPS steps each (cores $CORES; 1-thread peak ${PEAK} TFLOP/s, ${BW} GB/s, ${OVH} us/kernel)" >&2
+# train_layout DEST: the current layout (dp tp pp v zero sp rc cp, R ranks) trained STEPS steps into DEST/train, its
+# log in DEST/train.log and /usr/bin/time's "elapsed user system" in DEST/time; prints "BACKGROUND_CORES ELAPSED".
+train_layout() {
+  local dest=$1 mpi=(mpirun -np "$R") cmd b0 b1
+  [ "$R" -gt "$CORES" ] && mpi+=(--oversubscribe)
+  if [ "$R" -eq 1 ]; then cmd=("${PIN0[@]}" "$BIN/cairn-train"); else cmd=("${mpi[@]}" "$BIN/cairn-train"); fi
+  mkdir -p "$dest"
+  b0=$(busy_jiffies)
+  /usr/bin/time -f "%e %U %S" -o "$dest/time" "${cmd[@]}" --out "$dest" --data "$OUT/ds" --threads 1 --log-level warn \
+    "${MODEL[@]}" --steps "$STEPS" --set train.warmup=1 --set train.checkpoint_every=0 --set train.val_every=0 \
+    --set train.tensorboard=false --set train.resume=\"none\" --set parallel.dp=$dp --set parallel.tp=$tp \
+    --set parallel.pp=$pp --set parallel.v=$v --set parallel.mb=$MB --set parallel.zero=$zero \
+    --set parallel.sp=\"$sp\" --set parallel.recompute=\"$rc\" --set parallel.cp=$cp \
+    --set parallel.cp_comm=\"$CP_COMM\" > "$dest/train.log" 2>&1 < /dev/null ||
+    echo "  train failed: $name (exit $?; see $dest/train.log)" >&2
+  b1=$(busy_jiffies)
+  background "$dest/time" "$b0" "$b1"
+}
+# median_step DIR: the median step time after WARMUP steps of DIR/train (empty when it has none)
+median_step() {
+  $PY -c "import json, statistics, sys
+tr = [json.loads(x) for x in open(sys.argv[1]) if '\"train\"' in x][int(sys.argv[2]):]
+print(statistics.median(r['time_s']['total'] for r in tr) if tr else '')" "$1/train/metrics.jsonl" "$WARMUP" 2>/dev/null
+}
 mkdir -p "$OUT/layouts"
 [ "$PREDICT_ONLY" = 1 ] || echo "$CP_COMM" > "$OUT/cp_comm"
 [ "$PREDICT_ONLY" = 1 ] || : > "$OUT/layouts.txt"
@@ -273,27 +312,14 @@ while read -r dp tp pp v zero sp rc cp; do
   if [ "$PREDICT_ONLY" = 1 ]; then
     best=$(cat "$D/background_cores" 2> /dev/null || echo nan)
   else
-    MPI=(mpirun -np "$R")
-    [ "$R" -gt "$CORES" ] && MPI+=(--oversubscribe)
-    TRAIN=(--out "$D" --data "$OUT/ds" --threads 1 --log-level warn "${MODEL[@]}" --steps "$STEPS"
-           --set train.warmup=1 --set train.checkpoint_every=0 --set train.val_every=0 --set train.tensorboard=false
-           --set train.resume=\"none\" --set parallel.dp=$dp --set parallel.tp=$tp --set parallel.pp=$pp
-           --set parallel.v=$v --set parallel.mb=$MB --set parallel.zero=$zero --set parallel.sp=\"$sp\"
-           --set parallel.recompute=\"$rc\" --set parallel.cp=$cp --set parallel.cp_comm=\"$CP_COMM\")
     # Other jobs on this machine slow every layout down: measure the CPU time the rest of the machine
     # used during the run (all busy jiffies in /proc/stat minus this job's rusage) and rerun a layout
     # (up to RETRY times) while that background exceeded BG_MAX cores; the least disturbed run is kept.
     best=""
     rm -rf "$D/kept"
     for try in $(seq 0 "$RETRY"); do
-      rm -rf "$D/train" "$D/try"; mkdir -p "$D/try"
-      b0=$(busy_jiffies)
-      if [ "$R" -eq 1 ]; then CMD=("${PIN0[@]}" "$BIN/cairn-train"); else CMD=("${MPI[@]}" "$BIN/cairn-train"); fi
-      /usr/bin/time -f "%e %U %S" -o "$D/try/time" "${CMD[@]}" "${TRAIN[@]}" > "$D/try/train.log" 2>&1 < /dev/null \
-        || echo "  train failed: $name (exit $?; see $D/train.log)" >&2
-      b1=$(busy_jiffies)
-      read -r bgc el < <(background "$D/try/time" "$b0" "$b1")
-      if [ -d "$D/train" ]; then mv "$D/train" "$D/try/train"; fi
+      rm -rf "$D/try"
+      read -r bgc el < <(train_layout "$D/try")
       printf "  [%2d/%d] %-44s %5.1f s  background %.2f cores%s\n" "$i" "$N" "$name" "$el" "$bgc" \
         "$([ "$try" -gt 0 ] && echo " (retry $try)")" >&2
       if grep -qs '"train"' "$D/try/train/metrics.jsonl"; then
@@ -312,20 +338,58 @@ while read -r dp tp pp v zero sp rc cp; do
   # The same plan on the CPU share this run actually had (CFS: R + bg runnable threads on C cores).
   bshare=$($PY -c "b=float('$best'); print(min(1.0, $CORES / ($R + (0 if b != b else b))))")
   predict "$bshare" "$D/bg" "$D/pred_bg.json" --log-level error > /dev/null 2>&1 || true
-  [ "$PREDICT_ONLY" = 1 ] || echo "$name $dp $tp $pp $v $zero $sp $rc $R $cp" >> "$OUT/layouts.txt"
+  if [ "$PREDICT_ONLY" != 1 ]; then
+    echo "$name $dp $tp $pp $v $zero $sp $rc $R $cp" >> "$OUT/layouts.txt"
+    m=$(median_step "$D"); echo "${m:-nan}" > "$D/round_steps"
+  fi
 done <<< "$LAYOUTS"
+
+# Rounds 2..ROUNDS: every layout again, in the same order, each run kept in DIR/round-K; the fastest run (median step)
+# becomes the layout's measurement (DIR/train, time, train.log, background_cores), the others stay in the round's
+# directory, and DIR/round_steps lists every round's median step time.
+for k in $(seq 2 "$ROUNDS"); do
+  [ "$PREDICT_ONLY" = 1 ] && break
+  echo "== round $k of $ROUNDS" >&2
+  i=0
+  while read -r name dp tp pp v zero sp rc R cp; do
+    i=$((i + 1))
+    D=$OUT/layouts/$name
+    rm -rf "$D/round-$k"
+    read -r bgc el < <(train_layout "$D/round-$k")
+    echo "$bgc" > "$D/round-$k/background_cores"
+    now=$(median_step "$D/round-$k") kept=$(median_step "$D")
+    echo "${now:-nan}" >> "$D/round_steps"
+    printf "  [%2d/%d] %-44s %5.1f s  background %.2f cores  %s\n" "$i" "$N" "$name" "$el" "$bgc" \
+      "$([ -n "$now" ] && printf "%.1f ms/step (kept %s)" "$($PY -c "print($now * 1e3)")" \
+        "$([ -n "$kept" ] && printf "%.1f" "$($PY -c "print($kept * 1e3)")" || echo none)" || echo failed)" >&2
+    [ -n "$now" ] || continue
+    if [ -z "$kept" ] || $PY -c "import sys; sys.exit(0 if $now < $kept else 1)"; then
+      for f in train time train.log background_cores; do
+        [ -e "$D/$f" ] && mv "$D/$f" "$D/round-$k/$f.slower"
+        mv "$D/round-$k/$f" "$D/$f"
+        [ -e "$D/round-$k/$f.slower" ] && mv "$D/round-$k/$f.slower" "$D/round-$k/$f"
+      done
+      # the prediction at the kept run's CPU share
+      plan="dp=$dp,tp=$tp,pp=$pp,v=$v,mb=$MB,zero=$zero,recompute=$rc,sp=$sp,cp=$cp"
+      if [ "$R" -gt 1 ]; then BG=$BUSY_GEMM BB=$BUSY_BW; else BG=1 BB=1; fi
+      bshare=$($PY -c "b=float('$bgc'); print(min(1.0, $CORES / ($R + (0 if b != b else b))))")
+      rm -rf "$D/bg" "$D/pred_bg.json"
+      predict "$bshare" "$D/bg" "$D/pred_bg.json" --log-level error > /dev/null 2>&1 || true
+    fi
+  done < "$OUT/layouts.txt"
+done
 
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 GIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 DIRTY=$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
 VER=$("$BIN/cairn-plan" --version 2>/dev/null | awk '{print $1}' | head -1)
 $PY - "$OUT" "$WARMUP" "$TARGET" "$CORES" "$GIT" "$DIRTY" "$VER" "$LOAD0" "$LOAD1" "$(( $(date +%s) - T0 ))" \
-  "$0 $*" "$L $H $A $S $GB $MB $STEPS" "$CP_COMM" <<'PY'
+  "$0 $*" "$L $H $A $S $GB $MB $STEPS" "$CP_COMM" "$ROUNDS" "$BUSY" <<'PY'
 import json, os, socket, statistics, sys, datetime
 out, warm, target, cores = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 git, dirty, ver, load0, load1, secs, cmd = sys.argv[5], sys.argv[6] == "true", sys.argv[7], sys.argv[8], sys.argv[9], int(sys.argv[10]), sys.argv[11]
 l, h, a, s, gb, mb, steps = map(int, sys.argv[12].split())
-cp_comm = sys.argv[13]
+cp_comm, rounds, contention = sys.argv[13], int(sys.argv[14]), float(sys.argv[15])
 rows = []
 for line in open(f"{out}/layouts.txt"):
     name, dp, tp, pp, v, zero, sp, rc, R, cp = line.split()
@@ -357,6 +421,11 @@ for line in open(f"{out}/layouts.txt"):
         row["measured_steps"] = len(steady)
         row["measured_min_step_s"] = min(r["time_s"]["total"] for r in steady)
         row["background_cores"] = float(open(f"{d}/background_cores").read())  # nan: the run failed
+        if os.path.exists(f"{d}/round_steps"):  # every round's median step (the fastest is measured_step_s)
+            rs = [float(x) for x in open(f"{d}/round_steps").read().split()]
+            ok = [x for x in rs if x == x]
+            row["measured_round_steps_s"] = [x if x == x else None for x in rs]
+            row["round_spread_pct"] = 100 * (max(ok) - min(ok)) / min(ok) if ok else None
         row["predicted_step_at_background_s"] = json.load(open(f"{d}/pred_bg.json"))["plans"][0]["step_time_s"]
     except Exception as e:
         row.setdefault("error", f"train: {e}")
@@ -372,13 +441,13 @@ def stats(key):
             "within_target": sum(x <= target for x in v), "n": len(v)}
 summary = {"step": stats("step_error_pct"), "memory": stats("mem_error_pct"), "target_pct": target}
 fmt = lambda x, f: "-" if x is None else format(x, f)
-hdr = f"{'layout':<59} {'ranks':>5} {'pred s':>8} {'meas s':>8} {'err %':>7} {'pred MiB':>9} {'meas MiB':>9} {'err %':>7} {'bg':>5} {'min s':>7} {'pred@bg':>7}"
+hdr = f"{'layout':<59} {'ranks':>5} {'pred s':>8} {'meas s':>8} {'err %':>7} {'pred MiB':>9} {'meas MiB':>9} {'err %':>7} {'bg':>5} {'min s':>7} {'pred@bg':>7} {'rounds%':>7}"
 print(hdr); print("-" * len(hdr))
 for r in rows:
     pm = None if r["predicted_mem_gib"] is None else r["predicted_mem_gib"] * 1024
     mm = None if r["measured_mem_gib"] is None else r["measured_mem_gib"] * 1024
     print(f"{r['layout']:<59} {r['ranks']:>5} {fmt(r['predicted_step_s'], '8.4f')} {fmt(r['measured_step_s'], '8.4f')} "
-          f"{fmt(r['step_error_pct'], '+7.1f')} {fmt(pm, '9.2f')} {fmt(mm, '9.2f')} {fmt(r['mem_error_pct'], '+7.1f')} {fmt(r.get('background_cores'), '5.2f')} {fmt(r.get('measured_min_step_s'), '7.4f')} {fmt(r.get('predicted_step_at_background_s'), '7.4f')}"
+          f"{fmt(r['step_error_pct'], '+7.1f')} {fmt(pm, '9.2f')} {fmt(mm, '9.2f')} {fmt(r['mem_error_pct'], '+7.1f')} {fmt(r.get('background_cores'), '5.2f')} {fmt(r.get('measured_min_step_s'), '7.4f')} {fmt(r.get('predicted_step_at_background_s'), '7.4f')} {fmt(r.get('round_spread_pct'), '7.1f')}"
           + (f"  ({r['error']})" if "error" in r else ""))
 for k, lab in (("step", "step time"), ("memory", "memory")):
     st = summary[k]
@@ -392,10 +461,12 @@ doc = {
                    "command_line": cmd, "cores": cores, "loadavg_before": load0, "loadavg_after": load1, "seconds": secs},
     "model": {"layers": l, "hidden": h, "heads": a, "seq_len": s, "vocab": 320, "global_batch": gb, "micro_batch": mb},
     "method": {"steps": steps, "warmup_steps": warm, "threads_per_rank": 1,
-               "measured_step": "median time_s.total after the warm-up steps (rank 0)",
+               "measured_step": "median time_s.total after the warm-up steps (rank 0), of the fastest of the rounds",
+               "rounds": rounds,
                "measured_mem": "max mem_gib over steps (the most any rank holds: params, grads, optimizer, activations)",
                "prediction": "cairn-plan --explain --plan <layout>, calibrated cluster (1 thread), peak/bandwidth x min(1, cores/ranks), fabric from an R-rank cairn-sweep per rank count R, reserved_gib 0, plan.flash_attention=true",
-               "calibration": "cpu1.toml (solo, core 0; the 1-rank layout runs there too); ranks of 2+ rank layouts at the pace of the slowest of CORES pinned copies of the 1-rank layout run at once (contention/)",
+               "calibration": "cpu1.toml (solo, core 0; the 1-rank layout runs there too); ranks of 2+ rank layouts at the pace of the slowest of CORES pinned copies of the 1-rank layout run at once, the median over CONTENTION_PAIRS solo/all-cores pairs (contention/)",
+               "contention_factor": contention,
                "fabric": "sweep-<R>/sweep/fabric.toml"},
     "summary": summary, "rows": rows}
 tmp = f"{out}/layout_predict.json.tmp"

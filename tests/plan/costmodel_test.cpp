@@ -661,6 +661,34 @@ BOOST_AUTO_TEST_CASE(context_parallel_attention_counts_the_blocks_it_runs) {
   BOOST_TEST(std::abs(attention(2, 16, 10) / (Sc * Sc * 4.5 + 10 * Sc * 5) - 1) < 1e-9);  // 5 calls per row
 }
 
+BOOST_AUTO_TEST_CASE(context_parallel_ring_transfers_are_exposed_on_cpus) {
+  // One thread per rank over MPI (async_comm = false): the K/V bytes move inside the wait, so every exchange of
+  // cairn-train's ring is charged: cp - 1 forward, cp + 1 backward. On a GPU NCCL moves them beside the blocks.
+  const ModelSpec m = gpt(2, 512, 4, 128, 1024);
+  Assumptions a;
+  a.flash_attention = true;
+  for (int cp : {2, 4}) {
+    Cluster c;
+    c.peak_tflops = 0.01;  // an attention block takes milliseconds: on a GPU every exchange hides
+    c.hbm_gib = 1e6;
+    c.hbm_gbps = 100;
+    c.intra = Tier{1e12, 50, 1.0};  // 50 us per exchange, the bytes free
+    c.gpus_per_node = cp;
+    c.async_comm = false;
+    Plan p;
+    p.mb = 2;
+    p.cp = cp;
+    const Evaluation cpu = evaluate(m, c, p, 8, a);
+    BOOST_REQUIRE(cpu.feasible());
+    // 4 micro-batches x 2 layers x 2cp exchanges
+    BOOST_TEST(std::abs(cpu.b.cp_comm / (4 * 2 * 2 * cp * 50e-6) - 1) < 1e-6);
+    c.async_comm = true;
+    const Evaluation gpu = evaluate(m, c, p, 8, a);
+    BOOST_REQUIRE(gpu.feasible());
+    BOOST_TEST(gpu.b.cp_comm == 0.0);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(op_level_selective_recompute_reruns_every_second_matmul) {
   // torchtitan's op policy on a Llama layer reruns wk, wo and w3 (and every elementwise kernel); it stores the
   // layer input, wq, wv, w1, w2 outputs and the attention output: e s b (4h + kvd + f) per layer (tp = 1).

@@ -203,6 +203,38 @@ set -e
 "$REPORT" "$T/good" --baseline "$T/base" --config "$T/gates.toml" --out "$T/jstdout" --json - > "$T/j.out" 2> "$T/j.err" ||
   fail "--json -: exit $?"
 cmp -s "$T/j.out" "$T/jstdout/report/summary.json" || fail "--json -: stdout is not exactly summary.json"
+# 9. bench/layout_predict.sh's table (a real run of it, kept in bench/results): every layout a row of the Layouts
+# table in summary.md with its step error and the spread between the bench's rounds, the summary line, and the rows
+# in summary.json; the HTML well-formed.
+LP=$SRC/bench/results/layout_predict_2026-12-04b.json
+mkdir -p "$T/lp"
+cp "$LP" "$T/lp/layout_predict.json"
+"$REPORT" "$T/lp" --out "$T/lpout" --log-level warn 2> "$T/lp.err" || fail "layout table: exit $? $(cat "$T/lp.err")"
+xmllint --noout "$T/lpout/report/index.html" || fail "layout table: index.html is not well-formed"
+$PY - "$T/lp/layout_predict.json" "$T/lpout/report/summary.md" "$T/lpout/report/summary.json" <<'EOF'
+import json, sys
+lp, md, sj = json.load(open(sys.argv[1])), open(sys.argv[2]).read(), json.load(open(sys.argv[3]))
+section = md.split("### Layouts: predicted vs measured", 1)[1].split("\n### ", 1)[0]
+lines = [l for l in section.splitlines() if l.startswith("|")]
+head, rule, body = lines[0], lines[1], lines[2:]
+cols = [c.strip() for c in head.strip("|").split("|")]
+assert "spread (rounds)" in cols and rule.count("|") == head.count("|"), (head, rule)
+assert len(body) == len(lp["rows"]), (len(body), len(lp["rows"]))
+for row, line in zip(lp["rows"], body):
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[0] == row["layout"], (cells[0], row["layout"])
+    err = float(cells[cols.index("error")].rstrip("%"))
+    assert abs(err - row["step_error_pct"]) < 0.05, (row["layout"], err, row["step_error_pct"])
+    spread = cells[cols.index("spread (rounds)")]
+    if row.get("round_spread_pct") is None:
+        assert spread == "n/a", (row["layout"], spread)
+    else:
+        assert abs(float(spread.rstrip("%")) - row["round_spread_pct"]) < 0.05 * max(1, row["round_spread_pct"]), spread
+st = lp["summary"]["step"]
+assert f"{st['within_target']}/{st['n']} within" in section, section[:300]
+assert len(sj["runs"][0]["layout_predict"]["rows"]) == len(lp["rows"])
+print(f"layout table: {len(body)} rows of {sys.argv[1].rsplit('/', 1)[-1]} with their errors and spreads")
+EOF
 # --print-config shows the run directories given as arguments (not config keys) on its comment line.
 "$REPORT" "$T/good" "$T/bad" --print-config > "$T/pc.toml" || fail "--print-config: exit $?"
 grep -qxF "# positional arguments (not config keys: give them again with --config): [\"$T/good\", \"$T/bad\"]" \

@@ -153,8 +153,8 @@ const json* layout_rows_of(const RunData& r) {
   return nullptr;
 }
 
-// One table row of a layout: {layout, ranks, predicted s, measured s, error, predicted memory,
-// measured memory, error, background cores}; memory in MiB (these runs hold tens of MiB).
+// One table row of a layout: {layout, ranks, predicted s, measured s, error, spread between the bench's rounds,
+// predicted memory, measured memory, error, background cores}; memory in MiB (these runs hold tens of MiB).
 std::vector<std::string> layout_cells(const json& row) {
   auto mib = [&](const char* k) { return num_or_nan(row, k) * 1024; };
   auto layout = row.find("layout");  // value() would throw a raw type_error for a non-string
@@ -163,14 +163,15 @@ std::vector<std::string> layout_cells(const json& row) {
           fmt_or_na(num_or_nan(row, "predicted_step_s"), "s"),
           fmt_or_na(num_or_nan(row, "measured_step_s"), "s"),
           signed_fmt(num_or_nan(row, "step_error_pct"), "%"),
+          fmt_or_na(num_or_nan(row, "round_spread_pct"), "%"),
           fmt_or_na(mib("predicted_mem_gib"), "MiB"),
           fmt_or_na(mib("measured_mem_gib"), "MiB"),
           signed_fmt(num_or_nan(row, "mem_error_pct"), "%"),
           fmt_or_na(num_or_nan(row, "background_cores"), "")};
 }
-const char* const kLayoutHeads[] = {"layout",          "ranks", "predicted step",
-                                    "measured step",   "error", "predicted memory",
-                                    "measured memory", "error", "other load (cores)"};
+const char* const kLayoutHeads[] = {
+    "layout",           "ranks",           "predicted step", "measured step",     "error", "spread (rounds)",
+    "predicted memory", "measured memory", "error",          "other load (cores)"};
 
 // "step time: mean |error| 12.3 %, max 40.1 %, 20/24 within 15 %; memory: ..."
 std::string layout_summary(const json& lp) {
@@ -744,7 +745,9 @@ std::string render_markdown(const ReportModel& m) {
     os << "### Layouts: predicted vs measured (" << md_cell(run_label(r)) << ")\n\n"
        << md_cell(layout_summary(r.layout_predict)) << "\n\n|";
     for (const char* c : kLayoutHeads) os << " " << c << " |";
-    os << "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    os << "\n|---|";
+    for (size_t k = 1; k < std::size(kLayoutHeads); ++k) os << "---:|";
+    os << "\n";
     for (const auto& row : *rows) {
       if (!row.is_object()) continue;
       os << "|";

@@ -129,6 +129,9 @@ struct Cluster {
   double clock_factor() const;
   // Compute slows by this fraction while a collective runs beside it (NCCL kernels occupy SMs and HBM).
   double overlap_slowdown = 0.1;
+  // Communication progresses beside compute (NCCL on its own stream). False for CPU ranks over MPI: one thread per
+  // rank moves the bytes inside the wait, so nothing hides (overlap() exposes it all).
+  bool async_comm = true;
   double kernel_overhead_us = 4;               // launch + tail per kernel
   double reserved_gib = 1.0;                   // runtime context, allocator, NCCL buffers
   Tier intra{300, 1, 0.8}, inter{25, 5, 0.9};  // DGX A100-like until configured

@@ -441,6 +441,7 @@ struct Overlap {
   double exposed = 0, slowdown = 0;
 };
 Overlap overlap(const Cluster& c, double comm, double compute) {
+  if (!c.async_comm) return {comm, 0.0};
   return {std::max(0.0, comm - compute), c.overlap_slowdown * std::min(comm, compute)};
 }
 
@@ -685,11 +686,20 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     const int per_node = g.cp_spans ? 1 : 2;
     const double step_f = collective_time(c, Collective::SendRecv, kv_bytes, 2, per_node);
     const double step_b = collective_time(c, Collective::SendRecv, 2 * kv_bytes, 2, per_node);
-    const Overlap of = overlap(c, step_f, core_f / p.cp), ob = overlap(c, step_b, core_b / p.cp);
-    L.f_cp = (p.cp - 1) * of.exposed;
-    L.f_slow += (p.cp - 1) * of.slowdown;
-    L.b_cp = (p.cp - 1) * ob.exposed;
-    L.b_slow += (p.cp - 1) * ob.slowdown;
+    if (c.async_comm) {
+      const Overlap of = overlap(c, step_f, core_f / p.cp), ob = overlap(c, step_b, core_b / p.cp);
+      L.f_cp = (p.cp - 1) * of.exposed;
+      L.f_slow += (p.cp - 1) * of.slowdown;
+      L.b_cp = (p.cp - 1) * ob.exposed;
+      L.b_slow += (p.cp - 1) * ob.slowdown;
+    } else {
+      // CPU ranks (cairn-train over MPI, one thread each): nothing moves the bytes beside the compute; they are
+      // copied inside the wait for each exchange, so every transfer is exposed. The ring as cairn-train runs it:
+      // forward cp - 1 exchanges of the K/V chunk; backward cp + 1 (the K/V, then K/V with the dK/dV accumulator
+      // of the previous step, the last accumulator, and its hop home), 2cp - 1 chunks' worth in all.
+      L.f_cp = (p.cp - 1) * step_f;
+      L.b_cp = 3 * step_f + (p.cp - 2) * step_b;
+    }
     // Each of the cp steps yields a partial attention output that is merged into the running one by its
     // log-sum-exp (Transformer Engine's flash_attn_fwd_out_correction: read the step's 16-bit output, read and
     // write the fp32 accumulator, 10 bytes per query element); backward adds each step's dQ, dK and dV into their
@@ -829,7 +839,7 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
   // Bucketed collectives hide behind the backward (or forward) that precedes them except the last bucket
   // (about one layer): exposed = max(C - W (L-1)/L, C/L); the hidden part slows that compute.
   auto bucketed = [&](double comm, double window) {
-    const double exposed = a.dp_overlap ? std::max(comm - window * (lay - 1) / lay, comm / lay) : comm;
+    const double exposed = a.dp_overlap && c.async_comm ? std::max(comm - window * (lay - 1) / lay, comm / lay) : comm;
     r.exposed += exposed;
     if (a.dp_overlap) r.slowdown += c.overlap_slowdown * (comm - exposed);
   };
@@ -1077,8 +1087,21 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   const double embed_act = dropout ? T * h / (p.sp ? t : 1.0) : 0.0;  // embedding dropout mask
   const double acts_first = inflight_layers * act_layer + embed_act * B.inflight;
   // Recompute working set: one layer's full activations rebuilt during backward.
+  // Context parallelism's attention working set, one layer's at a time (T tokens a rank holds, per TP rank: h/t
+  // query and kvd = max(kv_heads, t) d / t key/value widths). The ring double-buffers the K/V it passes on with the
+  // dK/dV accumulator beside them (2 x 4 kvd), keeps the received chunk, dQ and the dK/dV partials in QKV rows (3 x
+  // (h + 2 kvd)), a step's partial output (h) and a packed dK/dV (2 kvd): 20 h per token without GQA, as cairn-train
+  // allocates; Transformer Engine's p2p CP holds about as much. The all-gather holds this rank's K/V, every rank's,
+  // and the whole sequence's QKV rows and their gradient: (2 + 8 cp) h per token without GQA.
+  double cp_work = 0;
+  if (p.cp > 1) {
+    const double hl = h / t, kvd = std::max(double(m.kv_heads), t) * double(m.head_dim()) / t, row = hl + 2 * kvd;
+    cp_work = p.cp_allgather ? T * (2 * kvd + p.cp * 2 * kvd + 2 * p.cp * row) * e
+                             : T * (8 * kvd + 3 * row + hl + 2 * kvd) * e;
+  }
   const double work =
-      p.recompute != Recompute::None ? activation_bytes_per_layer(m_local, a, p.mb, p.tp, p.sp, Recompute::None) : 0;
+      cp_work +
+      (p.recompute != Recompute::None ? activation_bytes_per_layer(m_local, a, p.mb, p.tp, p.sp, Recompute::None) : 0);
   // Logits (16-bit) and the fp32 cross-entropy buffer on the last stage (Korthikanti: 4sbv/t).
   const double logits = T * V / t * (e + 4);
   // ZeRO-3 keeps gathered parameters: FSDP two whole layers (current + prefetch), DeepSpeed the tensor in use

@@ -168,6 +168,7 @@ Cluster cluster_from_section(const ClusterSection& s) {
   c.tdp_w = s.tdp_w;
   c.power_limit_w = s.power_limit_w;
   c.overlap_slowdown = s.overlap_slowdown;
+  c.async_comm = s.async_comm;
   c.kernel_overhead_us = s.kernel_overhead_us;
   c.reserved_gib = s.reserved_gib;
   c.intra.bandwidth_gbps = s.intra_bw_gbps;

@@ -33,6 +33,7 @@ struct ClusterSection {
   double tdp_w = 0.0;
   double power_limit_w = 0.0;
   double overlap_slowdown = 0.1;
+  bool async_comm = true;
   double kernel_overhead_us = 4.0;
   double reserved_gib = 1.0;
   double intra_bw_gbps = 300.0;
@@ -94,6 +95,9 @@ struct ClusterSection {
       "power-bound chip sustains (P ~ f V^2, V ~ f)");
     k(&S::overlap_slowdown, "overlap_slowdown", Range{0.0, 1.0},
       "fraction by which compute slows while a collective runs beside it (SMs, HBM taken by NCCL)");
+    k(&S::async_comm, "async_comm",
+      "collectives and transfers progress beside the compute (GPUs: NCCL on its own stream); false: a rank's one "
+      "thread moves the bytes inside the wait (CPU ranks over MPI), so no communication hides behind compute");
     k(&S::kernel_overhead_us, "kernel_overhead_us", Range{0, 1e6},
       "fixed time per kernel (launch, tail effects) when no table is given");
     k(&S::reserved_gib, "reserved_gib", Range{0, 1e6},
