@@ -27,7 +27,7 @@
 #        than BG_MAX cores during it (the "bg" column: cores used by the rest of the machine; keep it ~0)
 #        ROUNDS 2: train every layout ROUNDS times, in rounds over all layouts (so a layout's runs lie minutes apart),
 #        and keep its fastest run, as the calibration keeps its faster machine; the table shows the spread (a VM's
-#        oversubscribed layouts drift by up to ~25 % within an hour with no other load: cp=4 at 122 then 155 ms)
+#        oversubscribed layouts drift by 20-50 % within an hour with no other load: cp=4 at 122 then 155 ms)
 #        PREDICT_ONLY 1: re-price an earlier run in OUT_DIR (its calibration, contention factor, sweeps, attention
 #        measurement and training runs kept, nothing measured again) with this cairn-plan and PLAN_EXTRA: model
 #        changes compared on the same measurements, free of the run-to-run drift of a VM's calibration
