@@ -689,6 +689,36 @@ BOOST_AUTO_TEST_CASE(context_parallel_ring_transfers_are_exposed_on_cpus) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(context_parallel_attention_working_set_is_counted) {
+  // One layer's CP buffers at a time: the ring 20h per token without GQA (double-buffered K/V with the dK/dV
+  // accumulator, received rows, dQ and dK/dV partials, a partial output, a packed dK/dV); the all-gather the K/V of
+  // every rank and their gradient, (2 + 4cp) kvd.
+  const ModelSpec m = gpt(2, 512, 4, 128, 1024);
+  Assumptions a;
+  a.flash_attention = true;
+  a.activation_bytes = 2;
+  Cluster c = eight_gpus();
+  c.reserved_gib = 0;
+  for (int cp : {2, 4}) {
+    Plan p;
+    p.mb = 2;
+    p.cp = cp;
+    p.dp = 8 / cp;
+    const double T = 2.0 * 128 / cp;
+    const Evaluation ring = evaluate(m, c, p, 16, a);
+    BOOST_REQUIRE(ring.feasible());
+    BOOST_TEST(ring.b.mem_buffers == T * 20 * 512 * 2, boost::test_tools::tolerance(1e-12));
+    p.cp_allgather = true;
+    const Evaluation gathered = evaluate(m, c, p, 16, a);
+    BOOST_REQUIRE(gathered.feasible());
+    BOOST_TEST(gathered.b.mem_buffers == T * (2 + 4 * cp) * 512 * 2, boost::test_tools::tolerance(1e-12));
+  }
+  Plan no_cp;
+  no_cp.mb = 2;
+  no_cp.dp = 8;
+  BOOST_TEST(evaluate(m, c, no_cp, 16, a).b.mem_buffers == 0.0);
+}
+
 BOOST_AUTO_TEST_CASE(op_level_selective_recompute_reruns_every_second_matmul) {
   // torchtitan's op policy on a Llama layer reruns wk, wo and w3 (and every elementwise kernel); it stores the
   // layer input, wq, wv, w1, w2 outputs and the attention output: e s b (4h + kvd + f) per layer (tp = 1).

@@ -1091,13 +1091,13 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   // query and kvd = max(kv_heads, t) d / t key/value widths). The ring double-buffers the K/V it passes on with the
   // dK/dV accumulator beside them (2 x 4 kvd), keeps the received chunk, dQ and the dK/dV partials in QKV rows (3 x
   // (h + 2 kvd)), a step's partial output (h) and a packed dK/dV (2 kvd): 20 h per token without GQA, as cairn-train
-  // allocates; Transformer Engine's p2p CP holds about as much. The all-gather holds this rank's K/V, every rank's,
-  // and the whole sequence's QKV rows and their gradient: (2 + 8 cp) h per token without GQA.
+  // allocates; Transformer Engine's p2p CP holds about as much. The all-gather (Transformer Engine's) holds this
+  // rank's K/V, every rank's, and their gradient: (2 + 4 cp) kvd per token (cairn-train gathers whole QKV rows and
+  // holds more: (2 + 8 cp) h without GQA).
   double cp_work = 0;
   if (p.cp > 1) {
     const double hl = h / t, kvd = std::max(double(m.kv_heads), t) * double(m.head_dim()) / t, row = hl + 2 * kvd;
-    cp_work = p.cp_allgather ? T * (2 * kvd + p.cp * 2 * kvd + 2 * p.cp * row) * e
-                             : T * (8 * kvd + 3 * row + hl + 2 * kvd) * e;
+    cp_work = p.cp_allgather ? T * (2 + 4 * p.cp) * kvd * e : T * (8 * kvd + 3 * row + hl + 2 * kvd) * e;
   }
   const double work =
       cp_work +
