@@ -19,7 +19,8 @@
 #   env: CAIRN_BIN_DIR (build/bin)  LAYERS 4  HIDDEN 128  HEADS 4  SEQ 128  GB 16 (global batch)  MB 2
 #        STEPS 20  WARMUP 4  RANKS "1 2 4"  RECOMPUTE "none" (e.g. "none full")  CORES (nproc)
 #        CONTENTION_PAIRS 3 (solo / all-cores runs of the 1-rank layout whose median factor prices 2+ rank layouts)
-#        CP_COMM allgather (or p2p: how cp layouts move K/V, in cairn-train and in the plan alike)
+#        CP_COMM p2p (Megatron's default, the ring; or allgather: how cp layouts move K/V, in cairn-train and in
+#        the plan alike)
 #        PLAN_EXTRA (more cairn-plan arguments for every prediction, e.g. "--set cluster.overlap_slowdown=1")
 #        FABRIC_RANKS (price every layout with the sweep of that many ranks instead of its own rank count)
 #        FILTER (python regex on the layout string, e.g. 'tp=2')  TARGET 15 (% bar; exits 0 regardless)
@@ -68,7 +69,7 @@ MODEL=(--set model.layers=$L --set model.hidden=$H --set model.heads=$A --set mo
 # them in backward (tools/train/README.md): to the cost model that is flash attention (memory and FLOPs).
 # cairn-train: TP collectives synchronous, no dropout (its GPT has none); context parallelism's K/V exchange
 # (CP_COMM: p2p = ring, allgather) is the same on both sides.
-CP_COMM=${CP_COMM:-allgather}
+CP_COMM=${CP_COMM:-p2p}
 if [ "${PREDICT_ONLY:-0}" = 1 ] && [ -s "$OUT/cp_comm" ]; then CP_COMM=$(cat "$OUT/cp_comm"); fi  # as it trained
 PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false --set plan.dropout=false
            --set "plan.cp_comm=\"$CP_COMM\"" --set cluster.attention_tile=16)
