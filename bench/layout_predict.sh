@@ -65,6 +65,11 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 # Byte tokenizer: 257 ids, padded to 320 as cairn-train does.
 MODEL=(--set model.layers=$L --set model.hidden=$H --set model.heads=$A --set model.seq_len=$S
        --set model.vocab=320 --set train.global_batch=$GB)
+# How every training run of the bench trains (the contention runs and the layouts alike): STEPS steps, one thread,
+# nothing written but metrics.
+TRAIN_COMMON=(--data "$OUT/ds" --threads 1 --log-level warn "${MODEL[@]}" --steps "$STEPS" --set train.warmup=1
+              --set train.checkpoint_every=0 --set train.val_every=0 --set train.tensorboard=false
+              --set train.resume=\"none\" --set parallel.mb=$MB)
 # cairn-train's attention keeps only the row log-sum-exp, never the s x s probabilities, and recomputes
 # them in backward (tools/train/README.md): to the cost model that is flash attention (memory and FLOPs).
 # cairn-train: TP collectives synchronous, no dropout (its GPT has none); context parallelism's K/V exchange
@@ -110,9 +115,7 @@ if [ "${CONTENDED:-1}" = 1 ] && [ "$CORES" -gt 1 ]; then
   train_alone() {  # DIR [CORE]: the 1-rank layout, STEPS steps, as the layouts below run it (pinned to CORE)
     local pin=()
     [ -n "${2:-}" ] && [ ${#PIN0[@]} -gt 0 ] && pin=(taskset -c "$2")
-    "${pin[@]}" "$BIN/cairn-train" --out "$1" --data "$OUT/ds" --threads 1 --log-level warn "${MODEL[@]}" --steps "$STEPS" \
-      --set train.warmup=1 --set train.checkpoint_every=0 --set train.val_every=0 --set train.tensorboard=false \
-      --set train.resume=\"none\" --set parallel.mb=$MB > "$1.log" 2>&1 < /dev/null
+    "${pin[@]}" "$BIN/cairn-train" --out "$1" "${TRAIN_COMMON[@]}" > "$1.log" 2>&1 < /dev/null
   }
   # One such pair is a noisy figure (x0.94 and x1.00 on the same VM within the hour): CONTENTION_PAIRS pairs, solo
   # then all cores, and the median of their factors.
@@ -261,10 +264,8 @@ train_layout() {
   if [ "$R" -eq 1 ]; then cmd=("${PIN0[@]}" "$BIN/cairn-train"); else cmd=("${mpi[@]}" "$BIN/cairn-train"); fi
   mkdir -p "$dest"
   b0=$(busy_jiffies)
-  /usr/bin/time -f "%e %U %S" -o "$dest/time" "${cmd[@]}" --out "$dest" --data "$OUT/ds" --threads 1 --log-level warn \
-    "${MODEL[@]}" --steps "$STEPS" --set train.warmup=1 --set train.checkpoint_every=0 --set train.val_every=0 \
-    --set train.tensorboard=false --set train.resume=\"none\" --set parallel.dp=$dp --set parallel.tp=$tp \
-    --set parallel.pp=$pp --set parallel.v=$v --set parallel.mb=$MB --set parallel.zero=$zero \
+  /usr/bin/time -f "%e %U %S" -o "$dest/time" "${cmd[@]}" --out "$dest" "${TRAIN_COMMON[@]}" --set parallel.dp=$dp \
+    --set parallel.tp=$tp --set parallel.pp=$pp --set parallel.v=$v --set parallel.zero=$zero \
     --set parallel.sp=\"$sp\" --set parallel.recompute=\"$rc\" --set parallel.cp=$cp \
     --set parallel.cp_comm=\"$CP_COMM\" > "$dest/train.log" 2>&1 < /dev/null ||
     echo "  train failed: $name (exit $?; see $dest/train.log)" >&2

@@ -507,12 +507,8 @@ void crossentropy_backward(float* dlogits, const float* logits, const float* lse
 // ---------------- optimizer ----------------
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWParams& hp) {
   const AdamWStep step(hp);
-  float* __restrict p = params;
-  const float* __restrict g = grads;
-  float* __restrict mm = m;
-  float* __restrict vv = v;
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++) step.apply(p[i], g[i], mm[i], vv[i]);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) step.apply(params[i], grads[i], m[i], v[i]);
 }
 
 double squared_norm(const float* x, size_t n) {
