@@ -518,10 +518,16 @@ double squared_norm(const float* x, size_t n) {
   std::vector<double> partial(chunks);
 #pragma omp parallel for schedule(static)
   for (long c = 0; c < chunks; c++) {
+    // eight running sums in a fixed order (one chain of dependent adds ran at 1.5 GFLOP/s); the compiler maps them
+    // to vector lanes, and the result is the same for every instruction set
+    constexpr int kLanes = 8;
     const size_t first = c * chunk, last = std::min(n, first + chunk);
-    double s = 0.0;
-    for (size_t i = first; i < last; i++) s += (double)x[i] * x[i];
-    partial[c] = s;
+    double lane[kLanes] = {};
+    size_t i = first;
+    for (; i + kLanes <= last; i += kLanes)
+      for (int k = 0; k < kLanes; k++) lane[k] += (double)x[i + k] * x[i + k];
+    for (; i < last; i++) lane[0] += (double)x[i] * x[i];
+    partial[c] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
   }
   double total = 0.0;
   for (double p : partial) total += p;

@@ -54,8 +54,9 @@ run dp2 2 --set train.bucket_mb=0.004 --set train.val_every=0 --trace-steps 3:4
 "$PY" "$HERE/check_trace.py" "$W/dp2/train/trace.json" --steps 3:4 --ranks 2
 
 # --profile-kernels on cp2 (ring): every rank's op table in kernel_profile.json, the block counts of the ring exact
-# (per layer, micro-batch and sequence, a rank's two query chunks meet 2 cp + 1 = 5 key chunks, forward and backward;
-# the 3 blocks after each query chunk's first are merged into its output), the time inside the wall time of the steps.
+# (per layer and micro-batch: step 0 is one causal call over the rank's own chunks of both sequences; at step 1 each
+# rank's query chunks meet 2 earlier held chunks per sequence, forward and backward, each merged into its output),
+# the time inside the wall time of the steps.
 run cp2prof 2 --set parallel.cp=2 --set 'parallel.cp_comm="p2p"' --set train.val_every=0 --profile-kernels
 "$PY" - "$W/cp2prof/train" <<'PYEOF'
 import json, sys
@@ -67,8 +68,8 @@ assert [r["rank"] for r in doc["ranks"]] == [0, 1], doc["ranks"]
 walls = sum(json.loads(l)["time_s"]["total"] for l in open(f"{d}/metrics.jsonl") if '"train"' in l)
 for r in doc["ranks"]:
     ops = {o["op"]: o for o in r["ops"]}
-    blocks = 6 * 4 * 4 * 2 * 5  # steps x micro-batches x layers x sequences x blocks
-    merges = 6 * 4 * 4 * 2 * 3  # the blocks after each query chunk's first
+    blocks = 6 * 4 * 4 * (1 + 2 * 2)  # steps x micro-batches x layers x (step 0 + sequences x step-1 blocks)
+    merges = 6 * 4 * 4 * 2 * 2  # the step-1 blocks
     assert ops["attention_forward_block"]["calls"] == blocks, (r["rank"], ops["attention_forward_block"])
     assert ops["attention_backward_block"]["calls"] == blocks, (r["rank"], ops["attention_backward_block"])
     assert ops["attention_merge"]["calls"] == merges, (r["rank"], ops["attention_merge"])
@@ -99,7 +100,7 @@ for op, (c, s) in want.items():
 secs = [o["seconds"] for o in kp["ops"]]
 assert secs == sorted(secs, reverse=True), "ops not longest first"
 md = open(f"{d}/report/summary.md").read()
-assert "### Kernel time" in md and "| `attention_forward_block` | 1920 |" in md, md[md.find("### Kernel"):][:600]
+assert "### Kernel time" in md and "| `attention_forward_block` | 960 |" in md, md[md.find("### Kernel"):][:600]
 html = open(f"{d}/report/index.html").read()
 assert 'id="kernels"' in html and ">attention_backward_block<" in html, "no kernel table in index.html"
 PYEOF

@@ -634,13 +634,15 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     // calls that handle them (each pays attention_row_keys keys' worth of fixed work). Without CP one causal call:
     // s^2 at the causal tile fraction, s rows. Causal CP (Megatron's load-balanced chunks of Sc = s / 2cp, two per
     // rank): the rank's two chunks meet 2cp + 1 key chunks, their own two diagonally, so (2cp - 1 + 2 frac(Sc))
-    // Sc^2 pairs (about s^2 / 2cp for long chunks, the same half as without CP), one call per chunk pair (ring) or
-    // per query chunk against its whole prefix (all-gather).
+    // Sc^2 pairs (about s^2 / 2cp for long chunks, the same half as without CP). Rows: the ring's first step is one
+    // causal call over the rank's own two chunks (2 Sc rows, as in Transformer Engine and cairn-train), then
+    // cairn-train runs 2cp - 2 blocks of Sc rows, and Transformer Engine's slowest rank cp - 1 calls of 2 Sc rows: 2cp
+    // Sc rows either way. The all-gather runs each query chunk against its whole prefix: 2 Sc rows.
     double pairs = s_local * s * causal_fraction(a, c, s), rows = s_local;
     if (p.cp > 1 && a.causal) {
       const double Sc = s / (2.0 * p.cp);
       pairs = Sc * Sc * (2.0 * p.cp - 1 + 2 * causal_fraction(a, c, Sc));
-      rows = Sc * (p.cp_allgather ? 2.0 : 2.0 * p.cp + 1);
+      rows = Sc * 2.0 * (p.cp_allgather ? 1.0 : p.cp);
     }
     const double flops = 4 * pairs * d * double(p.mb) * heads_local;
     const double bytes = T * (2 * h + 2 * kv) / t * e;
@@ -703,7 +705,8 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     // Each of the cp steps yields a partial attention output that is merged into the running one by its
     // log-sum-exp (Transformer Engine's flash_attn_fwd_out_correction: read the step's 16-bit output, read and
     // write the fp32 accumulator, 10 bytes per query element); backward adds each step's dQ, dK and dV into their
-    // accumulators (read both, write one: 6 bytes per element). Two small kernels per step each way.
+    // accumulators (read both, write one: 6 bytes per element). Two small kernels per step each way. (cairn-train's
+    // step 0 writes its results directly: cp - 1 merges, which on a CPU are within the noise.)
     const double qd = T * h / t, kvd_local = 2 * T * kv / t;
     cp_merge_f = p.cp * (10 * qd / hbm + 2 * k0);
     L.f_mem += cp_merge_f;

@@ -295,8 +295,8 @@ struct Activations {
   float *kv_ranks = nullptr, *kv_seq = nullptr, *dkv_seq = nullptr, *kv_part = nullptr;
   // Ring context parallelism (cp_ring): two messages [K/V | dK/dV accumulator], each half [N, 2Cl] packed (one is
   // sent while the other receives); the K/V a step holds as qkv rows [N, 3Cl] (q third unused); one block's partial
-  // out [S, Cl] and lse [NHl, S] (at most N rows); backward's dK/dV of a step as qkv rows, a block's dq as qkv rows
-  // [N, 3Cl] (k and v thirds zero) and a packed [N, 2Cl] staging buffer.
+  // out [S, Cl] and lse [NHl, S], or step 0's lse [B, NHl, T] (at most N rows); backward's dK/dV of a step as qkv rows,
+  // a block's dq as qkv rows [N, 3Cl] (k and v thirds zero) and a packed [N, 2Cl] staging buffer.
   float *ring_msg[2] = {nullptr, nullptr}, *ring_rows = nullptr, *ring_out = nullptr, *ring_lse = nullptr;
   float *ring_dkv_rows = nullptr, *ring_dq = nullptr, *ring_pack = nullptr;
   // Recomputation's shared buffers (scratch: one set for all slots): a layer's activations rebuilt in backward
@@ -777,25 +777,40 @@ struct Model::Impl {
     cp_reorder(s.kv_ranks, s.kv_seq, B, T, d.Cl, true);
   }
   // ---- ring context parallelism (spec.cp_ring) ----
-  // Step t of the ring holds the K/V of CP rank (cp_rank - t) mod cp, both its chunks. f(row_q, row_k, q_pos, first)
-  // for each block of this step: this rank's query chunk at rows row_q .. row_q + S - 1 meets the held key chunk at
-  // rows row_k .. of the holding rank's rows, with q_pos the queries' offset from the keys' first position (0 on the
-  // diagonal, causal; >= S for an earlier chunk, seen whole). Later key chunks are skipped. `first` marks the block
-  // that starts a query chunk's result: the diagonal, run first at step 0.
+  // Step 0 of the ring holds this rank's own K/V. Its two chunks, the earlier one first, are one causal block of T
+  // rows: a query of the later chunk sees the earlier chunk whole and its own causally, as a row of one T-token
+  // sequence would. So step 0 is one call over all B sequences, as Transformer Engine's first step is, instead of three
+  // blocks and a merge per sequence. That call's lse comes in attention_forward's layout [B, NHl, T]; the ring keeps
+  // it per chunk, [B, 2, NHl, S] (one block of NHl x S at the chunk's row / S, as the later steps' blocks write it):
+  // lse_layout moves it from the one to the other (to_chunks) or back.
+  void lse_layout(float* chunks, float* whole, int B, int T, int NHl, bool to_chunks) {
+    const int S = T / 2;
+    const size_t bytes = sizeof(float) * S;
+    for (int b = 0; b < B; b++)
+      for (int half = 0; half < 2; half++) {
+        float* c = chunks + ((size_t)b * 2 + half) * NHl * S;
+        float* w = whole + (size_t)b * NHl * T + (size_t)half * S;
+        if (to_chunks) be.copy_rows(c, bytes, w, sizeof(float) * T, bytes, NHl);
+        else be.copy_rows(w, sizeof(float) * T, c, bytes, bytes, NHl);
+      }
+  }
+  // Step t >= 1 holds the K/V of CP rank (cp_rank - t) mod cp, both its chunks. f(row_q, row_k, q_pos) for each block
+  // of this step: this rank's query chunk at rows row_q .. row_q + S - 1 meets the held key chunk at rows row_k .. of
+  // the holding rank's rows, with q_pos >= S the queries' offset from the keys' first position (an earlier chunk,
+  // seen whole). Later key chunks are skipped.
   template <typename F>
   void for_each_ring_block(int t, int B, int T, F&& f) const {
     const int S = T / 2, cp = spec.cp, holder = ((spec.cp_rank - t) % cp + cp) % cp;
     for (int b = 0; b < B; b++)
       for (int qh = 0; qh < 2; qh++)
-        for (int pass = 0; pass < 2; pass++) {
-          const int kh = t == 0 ? (pass == 0 ? qh : 1 - qh) : pass;
+        for (int kh = 0; kh < 2; kh++) {
           const int qk = chunk_of(qh), kk = chunk_of(holder, kh);
           if (kk > qk) continue;
-          f((size_t)b * T + (size_t)qh * S, (size_t)b * T + (size_t)kh * S, (qk - kk) * S, t == 0 && pass == 0);
+          f((size_t)b * T + (size_t)qh * S, (size_t)b * T + (size_t)kh * S, (qk - kk) * S);
         }
   }
   // Megatron's p2p CP: cp steps; each passes the K/V it holds to the next rank while its blocks run (the last step
-  // has nothing left to pass), and attention_merge folds every block after a chunk's first into its (out, lse).
+  // has nothing left to pass), and attention_merge folds every block after step 0 into its chunk's (out, lse).
   void ring_attention_forward(LayerActs& a, const Dims& d, int B, int T) {
     Activations& s = acts();
     const int Cl = (int)d.Cl, NHl = (int)d.NHl, S = T / 2, cp = spec.cp;
@@ -804,31 +819,27 @@ struct Model::Impl {
     for (int t = 0; t < cp; t++) {
       float* held = s.ring_msg[t % 2];
       if (t < cp - 1) cp_comm.ring_start(held, s.ring_msg[(t + 1) % 2], kv_n);
-      const float* kv_rows = a.qkv;
-      if (t > 0) {
+      if (t == 0) {
+        be.attention_forward_block(a.atty, s.ring_lse, a.qkv, a.qkv, B, T, T, 0, Cl, NHl);
+        lse_layout(a.att_lse, s.ring_lse, B, T, NHl, true);
+      } else {
         unpack_kv(s.ring_rows, held, d);
-        kv_rows = s.ring_rows;
-      }
-      for_each_ring_block(t, B, T, [&](size_t row_q, size_t row_k, int q_pos, bool first) {
-        float* out = a.atty + row_q * Cl;
-        float* lse = a.att_lse + row_q * NHl;  // [NHl, S] per chunk, as the all-gather path
-        const float* q = a.qkv + row_q * w;
-        const float* kv = kv_rows + row_k * w;
-        if (first) {
-          be.attention_forward_block(out, lse, q, kv, 1, S, S, q_pos, Cl, NHl);
-        } else {
-          be.attention_forward_block(s.ring_out, s.ring_lse, q, kv, 1, S, S, q_pos, Cl, NHl);
+        for_each_ring_block(t, B, T, [&](size_t row_q, size_t row_k, int q_pos) {
+          float* out = a.atty + row_q * Cl;
+          float* lse = a.att_lse + row_q * NHl;  // [NHl, S] per chunk, as the all-gather path
+          be.attention_forward_block(s.ring_out, s.ring_lse, a.qkv + row_q * w, s.ring_rows + row_k * w, 1, S, S, q_pos,
+                                     Cl, NHl);
           be.attention_merge(out, lse, s.ring_out, s.ring_lse, 1, S, Cl, NHl);
-        }
-      });
+        });
+      }
       if (t < cp - 1) cp_comm.ring_wait();
     }
   }
   // Backward of the ring: the K/V go round again, and with them an accumulator of their dK/dV. A message carries the
   // K/V for the receiver's next step and the accumulator of the K/V it held at this step: the sender finished its
   // share of that one a step earlier, so the transfer overlaps this step's blocks too. Every block runs with the
-  // merged out and lse (the softmax over all keys); dQ sums over the blocks. After the last step the accumulator of
-  // the next rank's K/V is complete and goes one hop further, home.
+  // merged out and lse (the softmax over all keys); dQ sums over the blocks, step 0's one causal call writing it
+  // first. After the last step the accumulator of the next rank's K/V is complete and goes one hop further, home.
   void ring_attention_backward(float* dqkv, const float* dout, const LayerActs& a, const Dims& d, int B, int T) {
     Activations& s = acts();
     const int Cl = (int)d.Cl, NHl = (int)d.NHl, S = T / 2, cp = spec.cp;
@@ -840,20 +851,20 @@ struct Model::Impl {
       // [K/V | accumulator]: K/V while a later step needs them, the accumulator from step 1 on
       const size_t lo = t == cp - 1 ? kv_n : 0, hi = t == 0 ? kv_n : 2 * kv_n;
       cp_comm.ring_start(held + lo, next + lo, hi - lo);
-      const float* kv_rows = a.qkv;
-      if (t > 0) {
-        unpack_kv(s.ring_rows, held, d);
-        kv_rows = s.ring_rows;
-      }
       be.fill_zero(s.ring_dkv_rows, sizeof(float) * d.N * w);
-      for_each_ring_block(t, B, T, [&](size_t row_q, size_t row_k, int q_pos, bool first) {
-        float* dq = (first ? dqkv : s.ring_dq) + row_q * w;
-        be.attention_backward_block(dq, s.ring_dkv_rows + row_k * w, dout + row_q * Cl, a.qkv + row_q * w,
-                                    kv_rows + row_k * w, a.atty + row_q * Cl, a.att_lse + row_q * NHl, 1, S, S, q_pos,
-                                    Cl, NHl);
-        // dqkv's k and v thirds take the zeros here; the returned accumulator overwrites them below
-        if (!first) be.residual_forward(dqkv + row_q * w, dqkv + row_q * w, dq, (size_t)S * w);
-      });
+      if (t == 0) {
+        // dqkv's q third written here; its k and v thirds are overwritten by the accumulator that comes home
+        lse_layout(a.att_lse, s.ring_lse, B, T, NHl, false);
+        be.attention_backward_block(dqkv, s.ring_dkv_rows, dout, a.qkv, a.qkv, a.atty, s.ring_lse, B, T, T, 0, Cl, NHl);
+      } else {
+        unpack_kv(s.ring_rows, held, d);
+        for_each_ring_block(t, B, T, [&](size_t row_q, size_t row_k, int q_pos) {
+          be.attention_backward_block(s.ring_dq + row_q * w, s.ring_dkv_rows + row_k * w, dout + row_q * Cl,
+                                      a.qkv + row_q * w, s.ring_rows + row_k * w, a.atty + row_q * Cl,
+                                      a.att_lse + row_q * NHl, 1, S, S, q_pos, Cl, NHl);
+          be.residual_forward(dqkv + row_q * w, dqkv + row_q * w, s.ring_dq + row_q * w, (size_t)S * w);
+        });
+      }
       cp_comm.ring_wait();
       float* acc = next + kv_n;  // the accumulator of this step's K/V: received (t >= 1) or started here
       if (t == 0) {
