@@ -622,8 +622,9 @@ BOOST_AUTO_TEST_CASE(causal_flash_attention_runs_the_diagonal_blocks_whole) {
 }
 
 // Causal context parallelism scores the blocks its chunks meet: per rank and sequence, of its two chunks of Sc = s/2cp
-// tokens, 2cp - 1 whole blocks and 2 diagonal ones at the kernel's tile fraction, in 2cp + 1 calls per query row
-// (ring); [cluster] attention_row_keys charges each row and call that many keys' worth. Attention time alone is
+// tokens, 2cp - 1 whole blocks and 2 diagonal ones at the kernel's tile fraction; the ring's rows pass through 2cp
+// calls in all (step 0 one call over both chunks); [cluster] attention_row_keys charges each row and call that many
+// keys' worth. Attention time alone is
 // isolated as the forward's change with attention_efficiency (everything else stays).
 BOOST_AUTO_TEST_CASE(context_parallel_attention_counts_the_blocks_it_runs) {
   const ModelSpec m = gpt(2, 512, 4, 128, 1024);  // s = 128: chunks of 32 tokens at cp = 2
