@@ -77,7 +77,7 @@ TRAIN_COMMON=(--data "$OUT/ds" --threads 1 --log-level warn "${MODEL[@]}" --step
 CP_COMM=${CP_COMM:-p2p}
 if [ "${PREDICT_ONLY:-0}" = 1 ] && [ -s "$OUT/cp_comm" ]; then CP_COMM=$(cat "$OUT/cp_comm"); fi  # as it trained
 PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false --set plan.dropout=false
-           --set "plan.cp_comm=\"$CP_COMM\"" --set cluster.attention_tile=16)
+           --set "plan.cp_comm=\"$CP_COMM\"" --set cluster.attention_tile=32)
 read -r -a PLAN_EXTRA <<< "${PLAN_EXTRA:-}"
 
 echo "== dataset, calibration, sweep -> $OUT$([ "$PREDICT_ONLY" = 1 ] && echo " (kept: PREDICT_ONLY)")" >&2
@@ -184,10 +184,11 @@ read -r PEAK BW OVH < <($PY -c "import tomllib,sys; c=tomllib.load(open(sys.argv
 print(c['peak_tflops'], c['hbm_gbps'], c['kernel_overhead_us'])" "$OUT/cpu1.toml")
 # cairn-train's attention kernel on this CPU, one thread, the bench's shape: its efficiency relative to the calibrated
 # peak over the FLOPs the cost model counts for it (4 s^2 h per layer and sequence forward, times its causal fraction
-# (1 + 1/ceil(s/16))/2: the CPU kernel scores each query's keys in blocks of 16, cluster.attention_tile = 16; backward
-# 2.5x forward). Counting the FLOPs here otherwise than the model does misprices attention (half the blocks here
-# against whole 128-key tiles in the model once priced it at twice its time, +17-20 % on every layout). The kernel is a loop nest, not a GEMM: without this the model would price it at a
-# fused GPU kernel's default. Measured at the bench's sequence and at a quarter of it (the chunk a cp2 rank's ring
+# (1 + 1/ceil(s/32))/2: the CPU kernel scores tiles of 32 query rows against the keys up to their last row,
+# cluster.attention_tile = 32; backward 2.5x forward). Counting the FLOPs here otherwise than the model does misprices
+# attention (half the blocks here against whole 128-key tiles in the model once priced it at twice its time, +17-20 %
+# on every layout). Its small per-tile GEMMs and row-wise softmax run far below the calibrated large-GEMM rate:
+# without this the model would price it at a fused GPU kernel's default. Measured at the bench's sequence and at a quarter of it (the chunk a cp2 rank's ring
 # blocks have): time = (score pairs + attention_row_keys x query rows) / rate, so the two give the rate
 # (attention_efficiency) and the fixed work per query row and call (attention_row_keys), which makes context
 # parallelism's short blocks slower per FLOP (a 32 x 32 block ran at ~40 % of the whole 128-token sequence's rate).
@@ -209,7 +210,7 @@ elif [ -x "$KBENCH" ]; then
   read -r ATT_EFF ATT_ROW < <($PY - "$L" "$H" "$MB" "$PEAK" "$S" "$ATT_MS" "$S2" "$ATT_MS2" <<'PY'
 import math, sys
 l, h, b, peak, s1, ms1, s2, ms2 = map(float, sys.argv[1:])
-frac = lambda s: 0.5 * (1 + 1 / math.ceil(s / 16))  # cluster.attention_tile = 16
+frac = lambda s: 0.5 * (1 + 1 / math.ceil(s / 32))  # cluster.attention_tile = 32
 K = 3.5 * 4 * h * b * l / (peak * 1e12)  # seconds per (score pair + row key) at efficiency 1
 P, R = (lambda s: s * s * frac(s)), (lambda s: s)
 t1, t2 = ms1 * 1e-3, ms2 * 1e-3

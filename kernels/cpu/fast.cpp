@@ -206,134 +206,105 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 }
 
 // ---------------- attention ----------------
-// Per (batch, head) the head's Q, K, V (and transposes) are copied into contiguous scratch. Every product is
-// then a "weighted sum of rows": out[0..w) = sum_r coef[r] * mat[r][0..w), computed in blocks of 16 columns
-// with the accumulators in registers (one load + one FMA per term, like a GEMM micro-kernel).
-constexpr int kBlock = 16;
-
-inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
-
-// add: out += the sum (the sum is still formed in registers first, then added once).
-template <int W>
-inline void weighted_rows_fixed(float* __restrict out, const float* __restrict coef, int coef_stride,
-                                const float* __restrict mat, int ld, int r0, int r1, bool add = false) {
-  float acc[W] = {};
-  for (int r = r0; r < r1; r++) {
-    const float c = coef[(size_t)r * coef_stride];
-    const float* m = mat + (size_t)r * ld;
-#pragma omp simd
-    for (int k = 0; k < W; k++) acc[k] += c * m[k];
-  }
-  if (add)
-    for (int k = 0; k < W; k++) out[k] += acc[k];
-  else
-    for (int k = 0; k < W; k++) out[k] = acc[k];
-}
-
-// out[0..w) (+)= sum_{r0 <= r < r1} coef[r * coef_stride] * mat[r * ld + 0..w), for any w; add as above.
-inline void weighted_rows(float* out, int w, const float* coef, int coef_stride, const float* mat, int ld, int r0,
-                          int r1, bool add = false) {
-  int k0 = 0;
-  for (; k0 + kBlock <= w; k0 += kBlock)
-    weighted_rows_fixed<kBlock>(out + k0, coef, coef_stride, mat + k0, ld, r0, r1, add);
-  for (; k0 < w; k0++) {
-    float acc = 0.0f;
-    for (int r = r0; r < r1; r++) acc += coef[(size_t)r * coef_stride] * mat[(size_t)r * ld + k0];
-    out[k0] = add ? out[k0] + acc : acc;
-  }
-}
+// Per (batch, head), in tiles of kRowTile query rows: the tile's scores against the keys its causal mask reaches are
+// one sgemm straight from the qkv rows (no copies), the softmax runs row by row on them, and the output is a second
+// sgemm. OpenBLAS runs these small GEMMs at ~3x the rate a row-at-a-time loop nest reached. A causal tile scores
+// the keys up to its last row, so (1 + kRowTile / T) / 2 of the T^2 scores (cost model: cluster.attention_tile).
+constexpr int kRowTile = 32;
 
 // One block of attention (the plain ops are the block with q_pos = 0, Tq = Tk = T, q_qkv = kv_qkv): Tq queries at
-// positions q_pos.. against the keys their causal mask reaches, 0 .. Tn - 1 with Tn = min(Tk, q_pos + Tq) (kv rows
-// past that are never read, not even copied).
+// positions q_pos.. against the keys their causal mask reaches, 0 .. keys_of(i) - 1 (kv rows past the block's last
+// reach are never read).
 struct BlockShape {
   int Tq, Tk, q_pos, C, NH;
   int hd() const { return C / NH; }
   int Tn() const { return std::min(Tk, q_pos + Tq); }
   int keys_of(int i) const { return std::min(Tk, q_pos + i + 1); }  // query i sees keys 0 .. keys_of(i) - 1
-  int Tnp() const { return round_up(Tn(), kBlock); }
 };
 
-struct HeadScratch {
-  std::vector<float> q, k, kt, v, vt, dO, scores, dp, P, dS;
-  void size_for(const BlockShape& bs, bool backward) {
-    const int Tq = bs.Tq, Tn = bs.Tn(), Tnp = bs.Tnp(), hd = bs.hd();
-    q.assign((size_t)Tq * hd, 0.0f);
-    kt.assign((size_t)hd * Tnp, 0.0f);  // zero padding columns: blocks past n read zeros
-    v.assign((size_t)Tn * hd, 0.0f);
-    scores.assign(Tnp, 0.0f);
-    if (backward) {
-      k.assign((size_t)Tn * hd, 0.0f);
-      vt.assign((size_t)hd * Tnp, 0.0f);
-      dO.assign((size_t)Tq * hd, 0.0f);
-      dp.assign(Tnp, 0.0f);
-      P.assign((size_t)Tq * Tnp, 0.0f);
-      dS.assign((size_t)Tq * Tnp, 0.0f);
+// OpenBLAS runs single-threaded inside the OpenMP loop over heads: the pthreads build would otherwise start its own
+// threads from every OpenMP thread. Restores the caller's count when it goes.
+extern "C" int openblas_get_num_threads(void) __attribute__((weak));
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+struct SingleThreadedBlas {
+  int saved = 1;
+  SingleThreadedBlas() {
+    if (openblas_get_num_threads && openblas_set_num_threads) {
+      saved = openblas_get_num_threads();
+      if (saved > 1) openblas_set_num_threads(1);
     }
+  }
+  ~SingleThreadedBlas() {
+    if (saved > 1) openblas_set_num_threads(saved);
   }
 };
 
-// Copies head h of batch b: the block's q (times `q_scale`) from q_qkv, k^T and v (row-major) of keys 0 .. Tn - 1
-// from kv_qkv, and optionally k, v^T.
-void gather_head(HeadScratch& s, const float* q_qkv, const float* kv_qkv, int b, int h, const BlockShape& bs,
-                 float q_scale, bool backward) {
-  const int C = bs.C, hd = bs.hd(), Tnp = bs.Tnp();
-  for (int i = 0; i < bs.Tq; i++) {
-    const float* row = q_qkv + ((size_t)b * bs.Tq + i) * 3 * C + h * hd;
-    for (int d = 0; d < hd; d++) s.q[(size_t)i * hd + d] = row[d] * q_scale;
-  }
-  for (int j = 0; j < bs.Tn(); j++) {
-    const float* row = kv_qkv + ((size_t)b * bs.Tk + j) * 3 * C + h * hd;
-    for (int d = 0; d < hd; d++) s.kt[(size_t)d * Tnp + j] = row[C + d];
-    std::memcpy(&s.v[(size_t)j * hd], row + 2 * C, sizeof(float) * hd);
-    if (backward) {
-      std::memcpy(&s.k[(size_t)j * hd], row + C, sizeof(float) * hd);
-      for (int d = 0; d < hd; d++) s.vt[(size_t)d * Tnp + j] = row[2 * C + d];
-    }
-  }
+// C (m x n, row stride ldc) = alpha A B (+ C when add); A is m x k (or its transpose stored k x m), B is k x n (or
+// its transpose stored n x k).
+inline void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+                 bool add, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor_, ta ? CblasTrans_ : CblasNoTrans_, tb ? CblasTrans_ : CblasNoTrans_, m, n, k, alpha, a,
+              lda, b, ldb, add ? 1.0f : 0.0f, c, ldc);
 }
 
-// scores[j] = q_i . k_j for j < round_up(n, 16); entries j >= n are computed but never read (causal mask)
-inline void score_row(float* scores, const float* qi, const float* kt, int Tp, int hd, int n) {
-  const int nb = round_up(n, kBlock);
-  for (int j0 = 0; j0 < nb; j0 += kBlock) weighted_rows_fixed<kBlock>(scores + j0, qi, 1, kt + j0, Tp, 0, hd);
-}
-
-// lse: this head's [Tq] row of the block's lse.
-CAIRN_CLONES void attention_head_forward(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int b, int h,
-                                         const BlockShape& bs, HeadScratch& s) {
-  const int hd = bs.hd(), Tnp = bs.Tnp();
-  gather_head(s, q_qkv, kv_qkv, b, h, bs, 1.0f / std::sqrt((float)hd), false);
-  float* sc = s.scores.data();
-  for (int i = 0; i < bs.Tq; i++) {
-    const int n = bs.keys_of(i);
-    score_row(sc, &s.q[(size_t)i * hd], s.kt.data(), Tnp, hd, n);
-    float maxval = -INFINITY;
-#pragma omp simd reduction(max : maxval)
-    for (int j = 0; j < n; j++) maxval = std::max(maxval, sc[j]);
-    float sum = 0.0f;
+// P[i][0 .. nk) for the tile's rows i (query row0 + i): exp(scale * S - lse), 0 past the row's causal reach. S holds
+// the unscaled scores; with lse == nullptr the row's own log-sum-exp is formed (forward), stored in lse_out, and P
+// normalised.
+CAIRN_CLONES void tile_probabilities(float* P, int ld, int rows, int nk, int row0, const BlockShape& bs, float scale,
+                                     const float* lse, float* lse_out) {
+  for (int i = 0; i < rows; i++) {
+    float* p = P + (size_t)i * ld;
+    const int n = bs.keys_of(row0 + i);
+    float row_lse;
+    if (lse) {
+      row_lse = lse[row0 + i];
+#pragma omp simd
+      for (int j = 0; j < n; j++) p[j] = exp_vec(p[j] * scale - row_lse);
+    } else {
+      float maxval = -INFINITY;
+      for (int j = 0; j < n; j++) maxval = std::max(maxval, p[j]);
+      maxval *= scale;
+      float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < n; j++) {
-      sc[j] = exp_vec(sc[j] - maxval);
-      sum += sc[j];
+      for (int j = 0; j < n; j++) {
+        p[j] = exp_vec(p[j] * scale - maxval);
+        sum += p[j];
+      }
+      lse_out[row0 + i] = maxval + std::log(sum);
+      const float inv = 1.0f / sum;
+#pragma omp simd
+      for (int j = 0; j < n; j++) p[j] *= inv;
     }
-    lse[i] = maxval + std::log(sum);
-    const float inv = 1.0f / sum;
-    for (int j = 0; j < n; j++) sc[j] *= inv;
-    weighted_rows(out + ((size_t)b * bs.Tq + i) * bs.C + h * hd, hd, sc, 1, s.v.data(), hd, 0, n);
+    for (int j = n; j < nk; j++) p[j] = 0.0f;
+  }
+}
+
+// lse: this head's [Tq] row of the block's lse. P: scratch of kRowTile x Tn.
+void attention_head_forward(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int b, int h,
+                            const BlockShape& bs, std::vector<float>& P) {
+  const int C = bs.C, hd = bs.hd(), Tn = bs.Tn(), w = 3 * C;
+  const float scale = 1.0f / std::sqrt((float)hd);
+  const float* q = q_qkv + (size_t)b * bs.Tq * w + h * hd;
+  const float* k = kv_qkv + (size_t)b * bs.Tk * w + C + h * hd;
+  const float* v = k + C;
+  for (int r0 = 0; r0 < bs.Tq; r0 += kRowTile) {
+    const int rows = std::min(kRowTile, bs.Tq - r0), nk = bs.keys_of(r0 + rows - 1);
+    gemm(false, true, rows, nk, hd, 1.0f, q + (size_t)r0 * w, w, k, w, false, P.data(), Tn);
+    tile_probabilities(P.data(), Tn, rows, nk, r0, bs, scale, nullptr, lse);
+    gemm(false, false, rows, hd, nk, 1.0f, P.data(), Tn, v, w, false, out + ((size_t)b * bs.Tq + r0) * C + h * hd, C);
   }
 }
 
 void attention_forward_block(float* out, float* lse, const float* q_qkv, const float* kv_qkv, int B, int Tq, int Tk,
                              int q_pos, int C, int NH) {
   const BlockShape bs{Tq, Tk, q_pos, C, NH};
+  const SingleThreadedBlas one_thread;
 #pragma omp parallel
   {
-    HeadScratch s;
-    s.size_for(bs, false);
+    std::vector<float> P((size_t)kRowTile * bs.Tn());
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; bh++)
-      attention_head_forward(out, lse + (size_t)bh * Tq, q_qkv, kv_qkv, bh / NH, bh % NH, bs, s);
+      attention_head_forward(out, lse + (size_t)bh * Tq, q_qkv, kv_qkv, bh / NH, bh % NH, bs, P);
   }
 }
 
@@ -341,59 +312,62 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
   attention_forward_block(out, lse, qkv, qkv, B, T, T, 0, C, NH);
 }
 
-// Rows pass: P and dS = P * (dO V^T - D) * scale row by row, and dQ = dS K (overwrites the q third of dq_qkv).
-// Column passes: dK = dS^T Q, dV = P^T dO into the k, v thirds of dkv_qkv, added when `accumulate_kv`, else
-// overwritten (the plain op: every key row gets a gradient, so no zeroing pass is needed). Key j gets the rows
-// i >= j - q_pos (only those of P/dS are read, so the causal upper triangle is never touched). Heads write disjoint
+// Per tile: P again from the scores and lse, dP = dO V^T, dS = P * (dP - D) * scale with D = dO . O per row, then
+// dQ = dS K (overwrites the q third of dq_qkv), dK += dS^T Q and dV += P^T dO into the k, v thirds of dkv_qkv, which
+// are zeroed first unless `accumulate_kv` (the plain op: every key row gets a gradient). Heads write disjoint
 // columns, so the OpenMP threads never share an element of dq_qkv or dkv_qkv.
 CAIRN_CLONES void attention_head_backward(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv,
                                           const float* kv_qkv, const float* out, const float* lse, int b, int h,
-                                          const BlockShape& bs, bool accumulate_kv, HeadScratch& s) {
-  const int Tq = bs.Tq, C = bs.C, hd = bs.hd(), Tnp = bs.Tnp();
+                                          const BlockShape& bs, bool accumulate_kv, std::vector<float>& P,
+                                          std::vector<float>& dS) {
+  const int C = bs.C, hd = bs.hd(), Tn = bs.Tn(), w = 3 * C;
   const float scale = 1.0f / std::sqrt((float)hd);
-  gather_head(s, q_qkv, kv_qkv, b, h, bs, 1.0f, true);
-  for (int i = 0; i < Tq; i++)
-    std::memcpy(&s.dO[(size_t)i * hd], dout + ((size_t)b * Tq + i) * C + h * hd, sizeof(float) * hd);
-  float* sc = s.scores.data();
-  float* dp = s.dp.data();
-  for (int i = 0; i < Tq; i++) {
-    const int n = bs.keys_of(i);
-    const float* dOi = &s.dO[(size_t)i * hd];
-    const float* Oi = out + ((size_t)b * Tq + i) * C + h * hd;
-    float D = 0.0f;
-#pragma omp simd reduction(+ : D)
-    for (int d = 0; d < hd; d++) D += dOi[d] * Oi[d];
-    score_row(sc, &s.q[(size_t)i * hd], s.kt.data(), Tnp, hd, n);
-    score_row(dp, dOi, s.vt.data(), Tnp, hd, n);
-    float* Pi = &s.P[(size_t)i * Tnp];
-    float* dSi = &s.dS[(size_t)i * Tnp];
-    const float row_lse = lse[i];
-#pragma omp simd
-    for (int j = 0; j < n; j++) {
-      Pi[j] = exp_vec(sc[j] * scale - row_lse);
-      dSi[j] = Pi[j] * (dp[j] - D) * scale;
+  const float* q = q_qkv + (size_t)b * bs.Tq * w + h * hd;
+  const float* k = kv_qkv + (size_t)b * bs.Tk * w + C + h * hd;
+  const float* v = k + C;
+  const float* dO = dout + (size_t)b * bs.Tq * C + h * hd;
+  const float* O = out + (size_t)b * bs.Tq * C + h * hd;
+  float* dq = dq_qkv + (size_t)b * bs.Tq * w + h * hd;
+  float* dk = dkv_qkv + (size_t)b * bs.Tk * w + C + h * hd;
+  float* dv = dk + C;
+  if (!accumulate_kv)
+    for (int j = 0; j < Tn; j++) {
+      std::fill(dk + (size_t)j * w, dk + (size_t)j * w + hd, 0.0f);
+      std::fill(dv + (size_t)j * w, dv + (size_t)j * w + hd, 0.0f);
     }
-    weighted_rows(dq_qkv + ((size_t)b * Tq + i) * 3 * C + h * hd, hd, dSi, 1, s.k.data(), hd, 0, n);
-  }
-  for (int j = 0; j < bs.Tn(); j++) {
-    float* row = dkv_qkv + ((size_t)b * bs.Tk + j) * 3 * C + h * hd;
-    const int i0 = std::max(0, j - bs.q_pos);  // the first query that sees key j
-    weighted_rows(row + C, hd, &s.dS[j], Tnp, s.q.data(), hd, i0, Tq, accumulate_kv);
-    weighted_rows(row + 2 * C, hd, &s.P[j], Tnp, s.dO.data(), hd, i0, Tq, accumulate_kv);
+  for (int r0 = 0; r0 < bs.Tq; r0 += kRowTile) {
+    const int rows = std::min(kRowTile, bs.Tq - r0), nk = bs.keys_of(r0 + rows - 1);
+    gemm(false, true, rows, nk, hd, 1.0f, q + (size_t)r0 * w, w, k, w, false, P.data(), Tn);
+    tile_probabilities(P.data(), Tn, rows, nk, r0, bs, scale, lse, nullptr);
+    gemm(false, true, rows, nk, hd, 1.0f, dO + (size_t)r0 * C, C, v, w, false, dS.data(), Tn);  // dP
+    for (int i = 0; i < rows; i++) {
+      const float* dOi = dO + (size_t)(r0 + i) * C;
+      const float* Oi = O + (size_t)(r0 + i) * C;
+      float D = 0.0f;
+#pragma omp simd reduction(+ : D)
+      for (int d = 0; d < hd; d++) D += dOi[d] * Oi[d];
+      const float* Pi = &P[(size_t)i * Tn];
+      float* dSi = &dS[(size_t)i * Tn];
+#pragma omp simd
+      for (int j = 0; j < nk; j++) dSi[j] = Pi[j] * (dSi[j] - D) * scale;
+    }
+    gemm(false, false, rows, hd, nk, 1.0f, dS.data(), Tn, k, w, false, dq + (size_t)r0 * w, w);
+    gemm(true, false, nk, hd, rows, 1.0f, dS.data(), Tn, q + (size_t)r0 * w, w, true, dk, w);
+    gemm(true, false, nk, hd, rows, 1.0f, P.data(), Tn, dO + (size_t)r0 * C, C, true, dv, w);
   }
 }
 
 void attention_backward_impl(float* dq_qkv, float* dkv_qkv, const float* dout, const float* q_qkv, const float* kv_qkv,
                              const float* out, const float* lse, int B, const BlockShape& bs, bool accumulate_kv) {
   const int NH = bs.NH;
+  const SingleThreadedBlas one_thread;
 #pragma omp parallel
   {
-    HeadScratch s;
-    s.size_for(bs, true);
+    std::vector<float> P((size_t)kRowTile * bs.Tn()), dS((size_t)kRowTile * bs.Tn());
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; bh++)
       attention_head_backward(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse + (size_t)bh * bs.Tq, bh / NH, bh % NH, bs,
-                              accumulate_kv, s);
+                              accumulate_kv, P, dS);
   }
 }
 
@@ -402,7 +376,7 @@ void attention_backward_block(float* dq_qkv, float* dkv_qkv, const float* dout, 
   attention_backward_impl(dq_qkv, dkv_qkv, dout, q_qkv, kv_qkv, out, lse, B, BlockShape{Tq, Tk, q_pos, C, NH}, true);
 }
 
-// The whole sequence as one block; k and v thirds overwritten, so dqkv needs no zeroing pass.
+// The whole sequence as one block; k and v thirds zeroed per head first.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                         int T, int C, int NH) {
   attention_backward_impl(dqkv, dqkv, dout, qkv, qkv, out, lse, B, BlockShape{T, T, 0, C, NH}, false);

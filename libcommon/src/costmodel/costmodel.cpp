@@ -520,7 +520,7 @@ Fp8CastBytes fp8_cast_bytes(const ModelSpec& m, const Assumptions& a, const Plan
 // Fraction of the s x s score blocks a fused causal kernel computes: the blocks below the diagonal and the
 // diagonal ones whole (the mask is applied inside them), (1 + B/s)/2 for B x B blocks (B = [cluster]
 // attention_tile: 128, the query/key tile of FlashAttention-2 and its Triton and cuDNN peers, Dao 2023, section
-// 3.1; 16 for cairn's CPU kernel, which scores each query's keys in blocks of 16).
+// 3.1; 32 for cairn's CPU kernel, whose tiles of 32 query rows score the keys up to their last row).
 double causal_fraction(const Assumptions& a, const Cluster& c, double s) {
   if (!a.causal) return 1.0;
   const double n = std::max(1.0, std::ceil(s / std::max(1.0, c.attention_tile)));
