@@ -255,9 +255,8 @@ CAIRN_CLONES void tile_probabilities(float* P, int ld, int rows, int nk, int row
   for (int i = 0; i < rows; i++) {
     float* p = P + (size_t)i * ld;
     const int n = bs.keys_of(row0 + i);
-    float row_lse;
     if (lse) {
-      row_lse = lse[row0 + i];
+      const float row_lse = lse[row0 + i];
 #pragma omp simd
       for (int j = 0; j < n; j++) p[j] = exp_vec(p[j] * scale - row_lse);
     } else {
