@@ -195,6 +195,27 @@ BOOST_AUTO_TEST_CASE(attention_reference_vs_double) {
       }
 }
 
+extern "C" int openblas_get_num_threads(void) __attribute__((weak));
+
+// The fast backend's attention runs OpenBLAS inside its OpenMP loop over heads, one BLAS thread each: with 1 and 2
+// threads of both (set_cpu_threads, as cairn-train sets them) and sequences of several 32-row tiles, the results are
+// bitwise equal, and OpenBLAS's thread count is the caller's again afterwards.
+BOOST_AUTO_TEST_CASE(fast_attention_tiles_are_thread_count_independent) {
+  const int B = 2, T = 75, C = 64, NH = 2;
+  auto qkv = randn((size_t)B * T * 3 * C, 90), dout = randn((size_t)B * T * C, 91);
+  std::vector<std::vector<float>> results[2];
+  for (int threads : {1, 2}) {
+    set_cpu_threads(threads);
+    std::vector<float> out((size_t)B * T * C), lse((size_t)B * NH * T), dqkv(qkv.size(), 7.0f);
+    fast().attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    fast().attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+    if (openblas_get_num_threads) BOOST_TEST(openblas_get_num_threads() == threads);
+    results[threads - 1] = {out, lse, dqkv};
+  }
+  set_cpu_threads(1);
+  for (size_t i = 0; i < results[0].size(); i++) BOOST_TEST((results[0][i] == results[1][i]), "result " << i);
+}
+
 // Reductions in the fast backend have a fixed order: results are bitwise equal for 1 and 2 threads.
 BOOST_AUTO_TEST_CASE(fast_backend_is_thread_count_independent) {
   const int N = 37, C = 96, B = 2, T = 19, NH = 4;
