@@ -51,6 +51,10 @@ NEMO_2407 = ("NVIDIA/NeMo docs/source/performance/performance_summary.md (NeMo 2
              "parallelism and TP communication overlap where TP > 1, distributed optimizer")
 BRIDGE_2511 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container, DGX-H100, FP8-CS "
                "(current scaling), dense models; FSDP = 1 is Megatron-FSDP")
+MCORE_08 = ("NVIDIA/Megatron-LM README.md, images/model_table.png (commit f2e5db402c, 2024-07-15, 'New scaling figures "
+            "on H100 GPUs'): Megatron-Core r0.8.0 weak scaling, GPT with V = 131072, s = 4096, H100 bf16, "
+            "--overlap-grad-reduce, --overlap-param-gather, --tp-comm-overlap; per-GPU model TFLOP/s (Megatron's "
+            "num_floating_point_operations: full attention counted)")
 LLAMA3 = ("Llama Team 2024, The Llama 3 Herd of Models, Table 4: 405B on H100 80GB 700 W, 400 Gb/s RoCE, "
           "16M tokens per batch, BF16 model TFLOP/s per GPU; the paper does not give its FLOP count: compared "
           "with causal attention counted as executed (half the s^2 products; at 8k the conventions differ by 4 %, "
@@ -204,6 +208,21 @@ def rows():
             add(MOSAIC, f"MPT-{size} s{s} {tag} FSDP{g}", cl, g, gpt(l, h, a, V=50368, s=s), mb * ga * g,
                 f"tp=1,pp=1,mb={mb},zero=3,recompute={'full' if ac else 'none'},cp=1", "tokens_per_gpu", pub,
                 extra + ([] if (tag, size) == ("A100", "70b") else ["plan.grad_bytes=4"]), "mosaic")
+    # Megatron-Core r0.8.0 on H100 (Megatron-LM's README): GPT models with untied embeddings (1.7B = 24 layers of
+    # h 2048 plus two 131072 x 2048 tables), DP 48 throughout. The table gives TP and PP; micro-batch, interleaving
+    # and recompute are not stated: the search picks them, as for Llama 3. bf16 Megatron accumulates and reduces
+    # gradients in fp32; its default dropout (0.1) and unfused cross-entropy.
+    for name, a, h, l, tp, pp, B, pub in [
+            ("1.7B", 16, 2048, 24, 1, 1, 192, 408.8), ("7.1B", 32, 4096, 30, 2, 1, 192, 465.9),
+            ("16B", 48, 6144, 32, 4, 1, 192, 489.1), ("32B", 56, 7168, 48, 8, 1, 192, 459.6),
+            ("70B", 64, 8192, 84, 8, 2, 384, 419.7), ("119B", 80, 10240, 92, 8, 4, 768, 420.5),
+            ("177B", 96, 12288, 96, 8, 6, 1152, 432.8), ("314B", 128, 16384, 96, 8, 8, 1536, 474.4),
+            ("462B", 144, 18432, 112, 8, 16, 3072, 459.9)]:
+        sp = "sp=on,tp_overlap=on" if tp > 1 else "sp=off"
+        add(MCORE_08, f"MCore 0.8 GPT {name}", H100, 48 * tp * pp, dict(gpt(l, h, a, V=131072, s=4096),
+                                                                         tied_embeddings="false"), B,
+            f"tp={tp},pp={pp},cp=1,mb=[1,2,4],zero=1,recompute=[none,selective],{sp}", "model_tflops", pub,
+            fa + ["plan.grad_bytes=4"])
     # Llama 3 405B (Meta): TP8 PP16 (126 layers: uneven stages), CP16 for 128k context.
     l3_405b = llama(126, 16384, 128, 8, 53248, 128256, 8192)
     l3_405b_long = dict(l3_405b, seq_len=131072)
@@ -233,10 +252,14 @@ def rows():
             ("Llama3-8B", l3_8b, 8, 128, 1, 1, 1, 2, 1, 12036),
             ("Llama3-70B", l3_70b, 64, 128, 1, 4, 4, 2, 5, 1533)]:
         sp = "sp=on,tp_overlap=on" if tp > 1 else "sp=off"
+        # NeMo's launcher configs of that release set cross_entropy_loss_fusion for Llama (Megatron-Core's
+        # native jit fusion), not for GPT3.
+        ce = ["plan.cross_entropy=native"] if model["architecture"] == "llama" else []
         add(NEMO_2407, f"{name} FP8", H100, g, model, B,
             f"tp={tp},pp={pp},cp={cp},v={vp},mb={mb},zero=1,recompute=[none,selective],{sp}", "tokens_per_gpu", pub,
-            nemo, "megatron", fp8=True)
-    cs = nemo + ["plan.fp8_scaling=current"]
+            nemo + ce, "megatron", fp8=True)
+    # Megatron-Bridge's performance scripts set cross_entropy_fusion_impl = "te" (its fused kernel).
+    cs = nemo + ["plan.fp8_scaling=current", "plan.cross_entropy=fused"]
     add(BRIDGE_2511, "Llama3-8B FP8-CS FSDP8", H100, 8, l3_8b, 128,
         "tp=1,pp=1,cp=1,mb=1,zero=3,recompute=[none,selective],sp=off", "tokens_per_gpu", 14451,
         cs + ["plan.zero3_impl=megatron"], "megatron",
@@ -267,8 +290,9 @@ def predict(binary, r, consts):
         sets += [f"cluster.gemm_max_efficiency={MAMF[r['cluster']] * consts['sustain']:.4f}"]
     if r["stack"] == "titan":  # torch.optim.AdamW (foreach, not fused) and clip_grad_norm_
         sets += [f"plan.memory_bound_factor={titan_eager_factor(r['model']):.3f}", "plan.optimizer_fused=false"]
-    elif r["stack"] == "mosaic":  # no dropout, single-kernel LayerNorm/GELU/adds; Composer's eager DecoupledAdamW
-        sets += ["plan.dropout=false", "plan.optimizer_fused=false"]
+    elif r["stack"] == "mosaic":  # no dropout, single-kernel LayerNorm/GELU/adds; Composer's eager DecoupledAdamW;
+        # loss_fn = fused_crossentropy (flash-attn's kernel), llm-foundry's default
+        sets += ["plan.dropout=false", "plan.optimizer_fused=false", "plan.cross_entropy=fused"]
     sets += ['plan.cp_comm="p2p"']  # Megatron's default --cp-comm-type; a row that ran otherwise says so
     sets += r["sets"]
     with tempfile.TemporaryDirectory() as out:

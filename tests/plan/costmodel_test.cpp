@@ -778,6 +778,39 @@ BOOST_AUTO_TEST_CASE(eager_adam_moves_more_bytes_than_fused) {
   BOOST_TEST(std::abs(eager / fused - 104.0 / 30.0) < 1e-9);
 }
 
+BOOST_AUTO_TEST_CASE(cross_entropy_bytes_follow_its_kernels) {
+  // Bytes per bf16 logit: unfused (Megatron's vocab-parallel loss: cast 6, max 4, subtract 8, exp 8, sum 4, divide
+  // 8; backward scale 8, cast back 6) 52, Megatron-Core's native jit fusion 28, one fused kernel 6. The step's
+  // memory-bound time differs by exactly those bytes over the T x V logits, read at the sustained HBM rate; the
+  // kernels' fixed cost differs by their count (8, 4, 2). The fused kernel keeps no fp32 copy of the logits.
+  const ModelSpec m = gpt(2, 1024, 16, 2048, 65536);
+  Cluster c;
+  c.hbm_gib = 1e6;
+  Assumptions a;
+  Plan p;
+  p.mb = 2;
+  const double T = 2.0 * 2048, logits = T * 65536, hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency;
+  const double k0 = c.kernel_overhead_us * 1e-6;
+  const Evaluation unfused = evaluate(m, c, p, 2, a);
+  a.cross_entropy = CrossEntropyImpl::Native;
+  const Evaluation native = evaluate(m, c, p, 2, a);
+  a.cross_entropy = CrossEntropyImpl::Fused;
+  const Evaluation fused = evaluate(m, c, p, 2, a);
+  BOOST_REQUIRE(unfused.feasible() && native.feasible() && fused.feasible());
+  auto near = [](double x, double y) { return std::abs(x - y) < 1e-9 * std::abs(y); };
+  BOOST_TEST(near(unfused.b.cross_entropy, logits * 52 / hbm));
+  BOOST_TEST(near(fused.b.cross_entropy, logits * 6 / hbm));
+  BOOST_TEST(near(unfused.b.memory_bound - fused.b.memory_bound, logits * (52 - 6) / hbm));
+  BOOST_TEST(near(native.b.memory_bound - fused.b.memory_bound, logits * (28 - 6) / hbm));
+  BOOST_TEST(near(unfused.step_time_s - fused.step_time_s, logits * (52 - 6) / hbm + (8 - 2) * k0));
+  BOOST_TEST(near(unfused.b.mem_logits - fused.b.mem_logits, logits * 4));
+  BOOST_TEST(near(native.b.mem_logits, unfused.b.mem_logits));
+  // The [plan] key selects it.
+  const Config cfg =
+      load({"configs/models/llama2-7b.toml", "configs/clusters/dgx-h100.toml"}, {"plan.cross_entropy=native"});
+  BOOST_TEST((assumptions_from_config(cfg).cross_entropy == CrossEntropyImpl::Native));
+}
+
 BOOST_AUTO_TEST_CASE(deepspeed_zero3_scales_as_narayanan_table_2) {
   // Narayanan et al. 2021 Table 2: GPT-3 175B, global batch 1536, DeepSpeed ZeRO-3 without model parallelism on
   // 384 / 768 / 1536 A100 (micro-batch 4 / 2 / 1): 144 / 88 / 44 hardware TFLOP/s per GPU, while Megatron's

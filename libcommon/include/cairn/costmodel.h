@@ -192,6 +192,10 @@ enum class Zero3Impl { Fsdp, Megatron, DeepSpeed };
 const char* zero3_impl_name(Zero3Impl z);   // the plan.zero3_impl value: fsdp | megatron | deepspeed
 const char* zero3_impl_stack(Zero3Impl z);  // the stack: PyTorch FSDP | Megatron-FSDP | DeepSpeed stage 3
 
+// How the cross-entropy over the vocabulary runs: separate kernels over an fp32 copy of the logits (Megatron,
+// PyTorch), Megatron-Core's jit-fused steps over that copy, or one kernel over the 16-bit logits.
+enum class CrossEntropyImpl : uint8_t { Unfused, Native, Fused };
+
 // Precision and framework assumptions (docs/cost-model.md, "Memory").
 struct Assumptions {
   double weight_bytes = 2;       // 16-bit working weights
@@ -199,7 +203,7 @@ struct Assumptions {
   double optimizer_bytes = 12;   // fp32 master weights + Adam m and v (ZeRO paper's K = 12)
   double activation_bytes = 2;   // 16-bit activations (Korthikanti's constants assume 2)
   bool flash_attention = false;  // attention scores never stored (no 5as/h term)
-  bool causal = true;
+  bool causal = true;            // causal mask: a fused attention kernel skips the masked half of the scores
   // recompute = selective reruns the attention core (Korthikanti et al. 2022), or with alternate_mm every
   // second matmul of the layer and all its elementwise kernels (torchtitan's op-level policy).
   bool selective_alternate_mm = false;
@@ -207,8 +211,10 @@ struct Assumptions {
   bool optimizer_fused = true;
   // Bytes the memory-bound kernels move relative to Megatron/Transformer Engine's fused kernels (1): eager
   // PyTorch stacks run norms, activations, rotary and casts as separate kernels and move more.
-  double memory_bound_factor = 1.0;  // causal mask: a fused attention kernel skips the masked half of the scores
-  bool dropout = true;               // gpt keeps dropout masks; llama never has dropout
+  double memory_bound_factor = 1.0;
+  // The loss over the vocabulary (plan.cross_entropy; docs/cost-model.md counts each one's bytes).
+  CrossEntropyImpl cross_entropy = CrossEntropyImpl::Unfused;
+  bool dropout = true;  // gpt keeps dropout masks; llama never has dropout
   bool dp_overlap = true;
   // Without SP, the column-parallel layers' backward all-reduce runs beside their weight-gradient GEMM
   // (Megatron-LM's async tensor-parallel all-reduce, default since 2022); false: exposed (Megatron 2021).
@@ -249,6 +255,7 @@ struct Breakdown {
   // Seconds per optimizer step on the critical path.
   double gemm = 0;              // GEMM time of the slowest stage over all its micro-batches (incl. recompute)
   double memory_bound = 0;      // norms, activations, softmax, cross-entropy
+  double cross_entropy = 0;     // of memory_bound: the loss over the vocabulary (when the slowest stage is the last)
   double recompute = 0;         // of gemm + memory_bound: the part spent recomputing
   double tp_comm = 0;           // exposed tensor-parallel collectives
   double cp_comm = 0;           // exposed context-parallel (ring attention) transfers

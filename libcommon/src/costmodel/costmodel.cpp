@@ -413,6 +413,9 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   a.optimizer_fused = s.optimizer_fused;
   a.selective_alternate_mm = s.selective_policy == "alternate_mm";
   a.memory_bound_factor = s.memory_bound_factor;
+  a.cross_entropy = s.cross_entropy == "fused"    ? CrossEntropyImpl::Fused
+                    : s.cross_entropy == "native" ? CrossEntropyImpl::Native
+                                                  : CrossEntropyImpl::Unfused;
   a.dp_overlap = s.dp_overlap;
   a.tp_async_backward = s.tp_async_backward;
   a.pp_scatter_gather = s.pp_scatter_gather;
@@ -953,6 +956,20 @@ struct EdgeTimes {
   double p2p_stage = 0;  // per stage: each of its chunks receives and sends once each way
 };
 
+// Bytes per logit (16-bit logits of e bytes) and kernels of the cross-entropy, forward and backward.
+struct CrossEntropyCost {
+  double bytes_f, bytes_b;
+  int kernels_f, kernels_b;
+};
+CrossEntropyCost cross_entropy_cost(CrossEntropyImpl impl, double e) {
+  switch (impl) {
+    case CrossEntropyImpl::Fused: return {e, 2 * e, 1, 1};
+    case CrossEntropyImpl::Native: return {e + 20, 4 + e, 3, 1};
+    case CrossEntropyImpl::Unfused: break;
+  }
+  return {e + 36, 12 + e, 6, 2};
+}
+
 // T: tokens per micro-batch per rank.
 EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g,
                      double T, const LayerTimes& L) {
@@ -964,11 +981,18 @@ EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a,
   E.embed_b = 2 * E.embed_f;
   E.head_f_gemm = gemm_time(c, T, V / t, h, 1, e);
   E.head_b_gemm = gemm_time(c, T, h, V / t, 1, e) + gemm_time(c, h, V / t, T, 1, e);
-  // Cross-entropy in fp32 over T x V/t logits: read logits, write/read fp32 softmax, write grads.
-  E.ce_bytes = a.memory_bound_factor * T * V / t * (e + 4 + 4 + e);
-  E.head_f = E.head_f_gemm + E.ce_bytes / 2 / hbm + 2 * k0 +
+  // Cross-entropy over the T x V/t logits, bytes per logit (docs/cost-model.md). Unfused (Megatron's
+  // vocab-parallel loss, PyTorch's F.cross_entropy on fp32 logits): forward casts to fp32 (e + 4), takes the max
+  // (4), subtracts it (8), exponentiates (8), sums (4) and divides (8), keeping the fp32 softmax; backward scales it
+  // (8) and casts the gradient back (4 + e). Native (Megatron-Core's jit fusion of those steps): cast with max
+  // (e + 4), subtract-exp-sum (8), divide (8); backward in one (4 + e). Fused: one pass over the 16-bit logits
+  // forward (online softmax), one reading them and writing the gradient backward.
+  const CrossEntropyCost ce = cross_entropy_cost(a.cross_entropy, e);
+  const double logits = T * V / t;
+  E.ce_bytes = logits * (ce.bytes_f + ce.bytes_b);
+  E.head_f = E.head_f_gemm + logits * ce.bytes_f / hbm + ce.kernels_f * k0 +
              (p.tp > 1 ? 2 * collective_time(c, Collective::AllReduce, T * 4, p.tp, g.tp_per_node) : 0);
-  E.head_b = E.head_b_gemm + E.ce_bytes / 2 / hbm + 2 * k0;
+  E.head_b = E.head_b_gemm + logits * ce.bytes_b / hbm + ce.kernels_b * k0;
   // Pipeline p2p: Megatron sends T x h / tp per boundary (scatter-gather or SP shards) each way.
   double p2p = 0;
   if (p.pp > 1) {
@@ -1025,8 +1049,9 @@ void fill_time_breakdown(Breakdown& B, const Plan& p, const LayerTimes& L, const
   B.stage_layers = P.stage_layers;
   B.layers_max_stage = *std::max_element(P.rank_layers.begin(), P.rank_layers.end());
   B.gemm = mb_count * (lay_crit * (L.f_gemm + L.b_gemm + L.r_gemm) + (crit_last ? E.head_f_gemm + E.head_b_gemm : 0));
-  B.memory_bound = mb_count * (lay_crit * (L.f_mem + L.b_mem + L.r_mem) + (crit_last ? E.ce_bytes / hbm : 0) +
-                               (crit_first ? E.embed_f + E.embed_b : 0));
+  B.cross_entropy = crit_last ? mb_count * E.ce_bytes / hbm : 0.0;
+  B.memory_bound = mb_count * (lay_crit * (L.f_mem + L.b_mem + L.r_mem) + (crit_first ? E.embed_f + E.embed_b : 0)) +
+                   B.cross_entropy;
   B.recompute = mb_count * lay_crit * L.recompute();
   B.tp_comm = mb_count * lay_crit * (L.f_tp + L.b_tp + L.r_tp);
   B.cp_comm = mb_count * lay_crit * (L.f_cp + L.b_cp + L.r_cp);
@@ -1105,8 +1130,9 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   const double work =
       cp_work +
       (p.recompute != Recompute::None ? activation_bytes_per_layer(m_local, a, p.mb, p.tp, p.sp, Recompute::None) : 0);
-  // Logits (16-bit) and the fp32 cross-entropy buffer on the last stage (Korthikanti: 4sbv/t).
-  const double logits = T * V / t * (e + 4);
+  // Logits (16-bit) and the fp32 cross-entropy buffer on the last stage (Korthikanti: 4sbv/t); a fused
+  // cross-entropy keeps no fp32 copy (it writes the gradient over the logits).
+  const double logits = T * V / t * (e + (a.cross_entropy == CrossEntropyImpl::Fused ? 0.0 : 4.0));
   // ZeRO-3 keeps gathered parameters: FSDP two whole layers (current + prefetch), DeepSpeed the tensor in use
   // plus its prefetch bucket (never more than two layers).
   const double largest_tensor = std::max(h * (h + 2.0 * m.kv_heads * m.head_dim()), h * double(m.ffn_hidden)) / t;

@@ -227,6 +227,7 @@ json to_json(const Evaluation& e) {
   row.breakdown = {{"time_s",
                     {{"gemm", b.gemm},
                      {"memory_bound", b.memory_bound},
+                     {"cross_entropy", b.cross_entropy},
                      {"recompute", b.recompute},
                      {"tp_comm", b.tp_comm},
                      {"cp_comm", b.cp_comm},
@@ -324,6 +325,11 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
       e.tokens_per_s, e.tflops_per_gpu, e.hw_tflops_per_gpu, 100 * e.mfu, 100 * e.hfu);
   line("GEMM compute", b.gemm, "slowest stage, all micro-batches, incl. recompute");
   line("memory-bound kernels", b.memory_bound, "norms, activations, softmax, loss, incl. recompute");
+  if (b.cross_entropy > 0)
+    line("  cross-entropy", b.cross_entropy,
+         a.cross_entropy == CrossEntropyImpl::Fused    ? "included: one fused kernel, 6 bytes per 16-bit logit"
+         : a.cross_entropy == CrossEntropyImpl::Native ? "included: Megatron-Core's jit fusion, 28 bytes per logit"
+                                                       : "included: unfused, 52 bytes per logit (plan.cross_entropy)");
   if (a.fp8) line("  FP8 casts (included)", b.fp8_cast, "inputs, output gradients and weights cast + transposed");
   line("TP communication", b.tp_comm,
        e.plan.tp_overlap ? "exposed: first chunks + what the GEMMs cannot cover, incl. recompute"

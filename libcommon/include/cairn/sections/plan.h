@@ -34,6 +34,7 @@ struct PlanSection {
   bool causal = true;
   bool dropout = true;
   bool optimizer_fused = true;
+  std::string cross_entropy = "unfused";
   std::string selective_policy = "attention";
   bool tp_async_backward = true;
   bool dp_overlap = true;
@@ -85,6 +86,11 @@ struct PlanSection {
     k(&S::optimizer_fused, "optimizer_fused",
       "Adam runs as one fused kernel (Megatron, apex); false: eager PyTorch's separate elementwise kernels "
       "(Composer, torch.optim for-loop/foreach), which move about 3x the bytes");
+    k(&S::cross_entropy, "cross_entropy", Choices{"unfused", "native", "fused"},
+      "the loss over the vocabulary, by the bytes per logit its kernels move (bf16 logits): unfused (52: Megatron's "
+      "vocab-parallel cross-entropy, PyTorch's F.cross_entropy on fp32 logits), native (28: Megatron-Core "
+      "--cross-entropy-loss-fusion with --cross-entropy-fusion-impl native, jit-fused steps over an fp32 copy) or "
+      "fused (6: one kernel over the 16-bit logits, as flash-attn's, Liger's and Transformer Engine's)");
     k(&S::selective_policy, "selective_policy", Choices{"attention", "alternate_mm"},
       "what recompute = selective reruns: attention (Korthikanti et al. 2022: the attention core and softmax; "
       "Megatron) or alternate_mm (torchtitan's op-level policy: every second matmul of the layer and every "
