@@ -1085,3 +1085,45 @@ BOOST_AUTO_TEST_CASE(context_parallel_steps_merge_their_partial_outputs) {
   const double merges = 2 /*micro-batches*/ * 32 /*layers*/ * 2 /*steps*/ * (10 * qd + 6 * (qd + kvd)) / hbm;
   BOOST_TEST(std::abs((halves.b.memory_bound - whole.b.memory_bound / 2) / merges - 1) < 1e-9);
 }
+
+BOOST_AUTO_TEST_CASE(fsdp_with_pipeline_stages_gathers_per_micro_batch_or_per_step) {
+  // ZeRO-3 with PP runs as FSDP (cairn-train, PyTorch pipelining); DeepSpeed and Megatron-FSDP refuse it.
+  // zero_sync = micro_batch gathers each layer forward and backward and reduce-scatters it every micro-batch; step
+  // (torchtitan's PP) gathers once at the first forward and reduce-scatters once after the last backward, holding
+  // the stage's parameters and gradients whole (ZeRO-1's memory).
+  const ModelSpec m = gpt(8, 4096, 32, 2048, 51200);
+  const Cluster c = hopper(2);
+  Assumptions a;
+  a.flash_attention = true;
+  Plan p;
+  p.dp = 4;
+  p.pp = 4;
+  p.mb = 1;
+  p.zero = 3;
+  const int64_t B = 32;  // 8 micro-batches per pipeline
+  const Evaluation per_mb = evaluate(m, c, p, B, a);
+  BOOST_REQUIRE(per_mb.feasible());
+  a.zero_sync_per_step = true;
+  const Evaluation per_step = evaluate(m, c, p, B, a);
+  BOOST_REQUIRE(per_step.feasible());
+  // Per micro-batch: 8 x (2 gathers + 1 reduce-scatter) per layer; per step: 1 + 1.
+  BOOST_TEST(per_mb.b.microbatches == 8);
+  const double layers = 2, ag_rs = per_step.b.dp_comm / layers;  // one gather + one reduce-scatter of a layer
+  BOOST_TEST(per_step.b.dp_comm < per_mb.b.dp_comm / 8);
+  BOOST_TEST(per_mb.b.dp_comm > 8 * layers * ag_rs);
+  BOOST_TEST(per_mb.b.dp_comm < 16 * layers * ag_rs);
+  BOOST_TEST(per_step.step_time_s < per_mb.step_time_s);
+  // Memory: parameters and gradients whole on the stage for the step, sharded per micro-batch.
+  const double P = double(per_mb.b.stage_params);
+  BOOST_TEST(std::abs(per_step.b.mem_weights - P * a.weight_bytes) < 1e-6 * P);
+  BOOST_TEST(std::abs(per_mb.b.mem_weights - P * a.weight_bytes / 4) < 1e-6 * P);
+  BOOST_TEST(std::abs(per_step.b.mem_grads - P * a.grad_bytes) < 1e-6 * P);
+  // DeepSpeed stage 3 and Megatron-FSDP with PP: refused, naming the key.
+  a.zero3 = Zero3Impl::DeepSpeed;
+  const Evaluation ds = evaluate(m, c, p, B, a);
+  BOOST_TEST(!ds.feasible());
+  BOOST_TEST(ds.reason.find("plan.zero3_impl") != std::string::npos);
+  // The [plan] key selects the schedule.
+  const Config cfg = load({"configs/models/llama2-7b.toml", "configs/clusters/dgx-h100.toml"}, {"plan.zero_sync=step"});
+  BOOST_TEST(assumptions_from_config(cfg).zero_sync_per_step);
+}

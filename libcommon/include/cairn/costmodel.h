@@ -225,7 +225,10 @@ struct Assumptions {
   // How ZeRO-3 moves parameters (plan.zero3_impl; docs/cost-model.md section 3).
   Zero3Impl zero3 = Zero3Impl::Fsdp;
   double zero3_prefetch_params = 5e7;  // DeepSpeed stage3_prefetch_bucket_size (parameters)
-  double memory_headroom = 0.0;        // fraction of HBM kept free
+  // ZeRO-2/3 as FSDP: gather and reduce-scatter once per step instead of every micro-batch (plan.zero_sync =
+  // step: PyTorch pipelining keeps an FSDP2 stage's parameters gathered and its gradients whole all step).
+  bool zero_sync_per_step = false;
+  double memory_headroom = 0.0;  // fraction of HBM kept free
   // FP8 linear layers (Transformer Engine): the transformer layers' weight GEMMs run on FP8 tensor cores, their
   // inputs and output gradients are cast (and transposed) by memory-bound kernels, FP8 copies of the weights are
   // kept, and linear-layer inputs are saved for backward in FP8. docs/cost-model.md, "FP8".

@@ -424,6 +424,7 @@ Assumptions assumptions_from_section(const PlanSection& s) {
             : s.zero3_impl == "megatron" ? Zero3Impl::Megatron
                                          : Zero3Impl::Fsdp;
   a.zero3_prefetch_params = s.zero3_prefetch_bucket;
+  a.zero_sync_per_step = s.zero_sync == "step";
   a.memory_headroom = s.memory_headroom;
   a.fp8 = s.precision == "fp8";
   a.fp8_current_scaling = s.fp8_scaling == "current";
@@ -797,9 +798,10 @@ Reject check_plan(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t g
   if (p.cp > 1 && !a.flash_attention)
     return no(Reject::kCp, "context parallelism needs a fused attention kernel (plan.flash_attention = true), as "
                            "Megatron-Core's ring attention does");
-  if (p.zero >= 2 && p.pp > 1)
-    return no(Reject::kZeroPp, "ZeRO-2/3 shard gradients every micro-batch and are not combined with "
-                               "pipeline parallelism (DeepSpeed, Megatron)");
+  if (p.zero >= 2 && p.pp > 1 && a.zero3 != Zero3Impl::Fsdp)
+    return no(Reject::kZeroPp, strprintf("ZeRO-2/3 with pipeline parallelism runs as FSDP (PyTorch pipelining, "
+                                         "cairn-train); %s does not combine them (plan.zero3_impl = \"fsdp\")",
+                                         zero3_impl_stack(a.zero3)));
   return Reject::kOk;
 }
 
@@ -855,7 +857,8 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
     bucketed(r.total, bwd);
   } else if (p.zero <= 2) {
     const double rs = coll(Collective::ReduceScatter, grad_b), ag = coll(Collective::AllGather, w_b);
-    const double reductions = p.zero == 2 ? microbatches : 1.0;  // ZeRO-2: gradients never held whole
+    // ZeRO-2: gradients never held whole, reduced every micro-batch (once per step when kept whole: zero_sync)
+    const double reductions = p.zero == 2 && !a.zero_sync_per_step ? microbatches : 1.0;
     r.total = reductions * rs + ag;
     for (int i = 0; i < int(reductions); ++i) bucketed(rs, bwd);
     bucketed(ag, fwd);  // the updated parameters are gathered beside the next forward
@@ -882,16 +885,19 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
     // ZeRO-3 / FSDP, per micro-batch and layer: gather the layer's parameters beside the previous layer's
     // forward (prefetch of one), gather them again and reduce-scatter their gradients beside the next
     // layer's backward. The first gather and the last reduce-scatter cannot hide.
+    // zero_sync = step (PyTorch pipelining): the first micro-batch's forward gathers each layer once, the
+    // parameters stay for the step, and the last micro-batch's backward reduce-scatters each layer's gradient once.
     const double ag = coll(Collective::AllGather, layer_params * a.weight_bytes);
     const double rs = coll(Collective::ReduceScatter, layer_params * a.grad_bytes);
-    const Overlap of = overlap(c, ag, L.fwd()), ob = overlap(c, ag + rs, L.bwd());
-    r.total = microbatches * layers * (2 * ag + rs);
-    r.exposed = microbatches * (ag + rs + (layers - 1) * (of.exposed + ob.exposed));
-    r.slowdown = microbatches * (layers - 1) * (of.slowdown + ob.slowdown);
+    const double rounds = a.zero_sync_per_step ? 1.0 : microbatches, gathers = a.zero_sync_per_step ? 1.0 : 2.0;
+    const Overlap of = overlap(c, ag, L.fwd()), ob = overlap(c, (gathers - 1) * ag + rs, L.bwd());
+    r.total = rounds * layers * (gathers * ag + rs);
+    r.exposed = rounds * (ag + rs + (layers - 1) * (of.exposed + ob.exposed));
+    r.slowdown = rounds * (layers - 1) * (of.slowdown + ob.slowdown);
     // GPUs only: the CPU path (cairn-train's own ZeRO-3) has no such copies.
     // Megatron-FSDP keeps parameters and gradients in persistent communication buffers: no copies.
     if (c.sm_count > 0 && a.zero3 == Zero3Impl::Fsdp)
-      r.exposed += microbatches * layers * fsdp_copy_kernels(c, a, layer_params);
+      r.exposed += rounds * layers * fsdp_copy_kernels(c, a, layer_params);
   }
   return r;
 }
@@ -1090,9 +1096,11 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   const double V = double(m.vocab), h = double(m.hidden);
   const double shards = double(p.dp) * p.cp;
   auto params_of = [&](int r) { return rp.of(rank_layers, r, p.pp); };
+  // zero_sync = step holds the stage's parameters gathered and its gradients whole for the step (ZeRO-1's peak).
+  const bool whole = a.zero_sync_per_step;
   auto states = [&](double P) {
-    return std::array<double, 3>{P * a.weight_bytes / (p.zero >= 3 ? shards : 1.0),
-                                 P * a.grad_bytes / (p.zero >= 2 ? shards : 1.0),
+    return std::array<double, 3>{P * a.weight_bytes / (p.zero >= 3 && !whole ? shards : 1.0),
+                                 P * a.grad_bytes / (p.zero >= 2 && !whole ? shards : 1.0),
                                  P * a.optimizer_bytes / (p.zero >= 1 ? shards : 1.0)};
   };
   ModelSpec m_local = m;  // activations of the s/cp tokens a rank holds
@@ -1139,13 +1147,13 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   const double gathered = a.zero3 == Zero3Impl::DeepSpeed
                               ? std::min(2 * rp.layer_tp, largest_tensor + a.zero3_prefetch_params)
                               : 2 * rp.layer_tp;
-  const double zero3 = p.zero >= 3 ? gathered * a.weight_bytes : 0.0;
+  const double zero3 = p.zero >= 3 && !whole ? gathered * a.weight_bytes : 0.0;
   const double reserved = c.reserved_gib * kGiB;
   // FP8 linear layers keep an FP8 copy of each weight and of its transpose (2 bytes per parameter of the rank's
   // layers) across the micro-batches of a step; under ZeRO-3 only the gathered layers have them.
   auto fp8_copies = [&](int r) {
     if (!a.fp8) return 0.0;
-    return 2.0 * (p.zero >= 3 ? gathered : double(rank_layers[size_t(r)]) * rp.layer_tp);
+    return 2.0 * (p.zero >= 3 && !whole ? gathered : double(rank_layers[size_t(r)]) * rp.layer_tp);
   };
   auto total = [&](int r, double acts, bool has_logits) {
     auto s3 = states(params_of(r));
@@ -1265,7 +1273,7 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
   if (a.fp8) {
     // The updated weights are cast to FP8 (with their transposes) once per step, at the first micro-batch;
     // ZeRO-3 gathers them again for every micro-batch and casts them again (read 2, write 1 + 1; + 2 for amax).
-    const double casts = p.zero >= 3 ? mb_count : 1.0;
+    const double casts = p.zero >= 3 && !a.zero_sync_per_step ? mb_count : 1.0;
     const double weights = casts * lay_crit * rp.layer_tp * fp8_cast_bytes_per_element(a, false) / hbm;
     B.optimizer += weights;
     B.fp8_cast += weights;

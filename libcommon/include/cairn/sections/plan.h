@@ -42,6 +42,7 @@ struct PlanSection {
   bool pp_overlap = true;
   std::string zero3_impl = "fsdp";
   double zero3_prefetch_bucket = 5e7;
+  std::string zero_sync = "micro_batch";
   std::string precision = "bf16";
   std::string fp8_scaling = "delayed";
   bool explain = false;
@@ -116,6 +117,10 @@ struct PlanSection {
       "while the current block computes) or allgather (K/V all-gathered before attention and again in backward, "
       "their gradients reduce-scattered, exposed): " +
           fix + " (plans with cp > 1)");
+    k(&S::zero_sync, "zero_sync", Choices{"micro_batch", "step"},
+      "when ZeRO-2/3 (zero3_impl = fsdp) gather parameters and reduce-scatter gradients: every micro-batch (FSDP with "
+      "gradient accumulation, cairn-train) or once per step (PyTorch pipelining with FSDP2, torchtitan's PP: the "
+      "parameters stay gathered and the gradients whole from the first forward to the last backward)");
     k(&S::zero3_prefetch_bucket, "zero3_prefetch_bucket", Range{0, 1e13},
       "zero3_impl = deepspeed: parameters gathered ahead of use (DeepSpeed stage3_prefetch_bucket_size)");
     k(&S::precision, "precision", Choices{"bf16", "fp8"},
