@@ -44,6 +44,10 @@ TITAN_H100 = ("pytorch/torchtitan docs/performance.md Tables 1 and 3 (commit d4c
 TITAN_H100_COMPILE = ("pytorch/torchtitan docs/performance.md Tables 1 and 3 (commit d4c86e375, torch 2024-12-23): "
                       "FSDP + torch.compile, and + Float8 (torchao tensorwise dynamic scaling of every nn.Linear but "
                       "the output layer; bf16 all-gathers), Llama 3.1 8B on 8 and 128 H100 96GB at 500 W")
+TITAN_H100_ND = ("pytorch/torchtitan docs/performance.md Tables 2, 4, 5 and 6 (commit d4c86e375; torch 2024-12-23, "
+                 "torchtitan 9dec370): Llama 3.1 8B / 70B / 405B with FSDP2 + CP, TP (+ AsyncTP) and PP, torch.compile "
+                 "+ Float8, full activation checkpointing, H100 96GB at 500 W, 8-512 GPUs; held out whole (added "
+                 "after the constants were fitted)")
 MOSAIC = ("mosaicml/llm-foundry scripts/train/benchmarking/README.md: MPT FSDP FULL_SHARD, bf16, flash "
           "attention; A100 80GB with 1600 Gb/s RoCE per node, H100 80GB")
 NEMO_2407 = ("NVIDIA/NeMo docs/source/performance/performance_summary.md (NeMo 24.07 container, commit 070a0bb16): "
@@ -92,11 +96,13 @@ MPT = {"760m": (24, 1536, 12), "1b": (24, 2048, 16), "3b": (32, 2560, 20), "7b":
 def rows():
     out = []
 
-    def add(src, name, cluster, gpus, model, batch, plan, metric, published, sets=(), stack="megatron", fp8=False):
-        # stack: megatron (fused kernels), mosaic (llm-foundry: no dropout), titan (torchtitan: eager kernels)
+    def add(src, name, cluster, gpus, model, batch, plan, metric, published, sets=(), stack="megatron", fp8=False,
+            holdout=False):
+        # stack: megatron (fused kernels), mosaic (llm-foundry: no dropout), titan (torchtitan: eager kernels);
+        # holdout: never in the fit half (a source added after the constants were fitted)
         out.append({"src": src, "name": name, "cluster": cluster, "gpus": gpus, "model": model, "batch": batch,
                     "plan": plan, "metric": metric, "published": published, "sets": list(sets), "stack": stack,
-                    "fp8": fp8})
+                    "fp8": fp8, "holdout": holdout})
 
     # Megatron 2021 reduced gradients after the pipeline flush (no overlap); hardware TFLOP/s with recompute.
     for name, l, h, a, g, tp, pp, B, pub in [
@@ -180,7 +186,28 @@ def rows():
         add(TITAN_H100_COMPILE, f"Llama3.1 8B FSDP{g} compile Float8", H100, g, l31_8b, B,
             "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", pub_f,
             compiled + ["plan.precision=fp8", "plan.fp8_scaling=current"], fp8=True)
+    # The same stack in 2-4 dimensions (torch.compile + Float8, full checkpointing). Context parallelism is PyTorch's
+    # (all-gather rotation, torchtitan's default). PP is PyTorch pipelining: FSDP2 stages gathered once per step and
+    # reduced after the last backward (plan.zero_sync = step), and as many micro-batches as stages (torchtitan's
+    # default), so micro-batch = local batch / pp. Without PP torchtitan does not accumulate: one micro-batch.
+    f8 = compiled + ["plan.precision=fp8", "plan.fp8_scaling=current", 'plan.cp_comm="allgather"']
+    l31_70b = llama(80, 8192, 64, 8, 28672, 128256, 8192)
     l31_405b = llama(126, 16384, 128, 8, 53248, 128256, 8192)
+    for dp, cp, s, pub in [(8, 1, 32768, 3890), (4, 2, 65536, 2540), (2, 4, 131072, 1071), (1, 8, 262144, 548)]:
+        add(TITAN_H100_ND, f"Llama3.1 8B FSDP{dp} CP{cp} {s // 1024}k", H100, 8, dict(l31_8b, seq_len=s), dp,
+            f"tp=1,pp=1,cp={cp},mb=1,zero=3,recompute=full", "tokens_per_gpu", pub, f8, fp8=True, holdout=True)
+    for ov, pub in [("off", 829), ("on", 876)]:
+        add(TITAN_H100_ND, f"Llama3.1 70B FSDP32 TP8{' AsyncTP' if ov == 'on' else ''}", H100, 256, l31_70b, 512,
+            f"tp=8,pp=1,cp=1,mb=16,zero=3,recompute=full,sp=on,tp_overlap={ov}", "tokens_per_gpu", pub, f8,
+            fp8=True, holdout=True)
+    for v, pub in [(1, 100), (2, 128)]:
+        add(TITAN_H100_ND, f"Llama3.1 405B FSDP8 TP8 PP8 {'1F1B' if v == 1 else 'interleaved'}", H100, 512, l31_405b,
+            256, f"tp=8,pp=8,v={v},cp=1,mb=4,zero=3,recompute=full,sp=on,tp_overlap=on", "tokens_per_gpu", pub,
+            f8 + ["plan.zero_sync=step"], fp8=True, holdout=True)
+    for dp, cp, s, pub in [(8, 1, 32768, 76), (4, 2, 65536, 47), (2, 4, 131072, 31), (1, 8, 262144, 16)]:
+        add(TITAN_H100_ND, f"Llama3.1 405B TP8 PP8 CP{cp} {s // 1024}k", H100, 512, dict(l31_405b, seq_len=s), 8 * dp,
+            f"tp=8,pp=8,v=1,cp={cp},mb=1,zero=3,recompute=full,sp=on,tp_overlap=on", "tokens_per_gpu", pub,
+            f8 + ["plan.zero_sync=step"], fp8=True, holdout=True)
     add(TITAN_H100, "Llama3.1 405B FSDP16 TP8 full", H100, 128, l31_405b, 32,
         "tp=8,pp=1,mb=2,zero=3,recompute=full,sp=on,cp=1,tp_overlap=off", "tokens_per_gpu", 109, h100_96, "titan")
     # MosaicML MPT (GPT-style, V = 50368, tied), FSDP FULL_SHARD, activation checkpointing = full recompute.
@@ -273,6 +300,9 @@ def rows():
     # Alternate fit / held-out within each source.
     seen = {}
     for r in out:
+        if r["holdout"]:
+            r["half"] = "held-out"
+            continue
         i = seen.get(r["src"], 0)
         seen[r["src"]] = i + 1
         r["half"] = "fit" if i % 2 == 0 else "held-out"
