@@ -17,7 +17,8 @@
 #
 # Usage: bench/layout_predict.sh [OUT_DIR]        (default: a fresh /tmp/cairn_layout_predict.XXXXXX, kept)
 #   env: CAIRN_BIN_DIR (build/bin)  LAYERS 4  HIDDEN 128  HEADS 4  SEQ 128  GB 16 (global batch)  MB 2
-#        STEPS 20  WARMUP 4  RANKS "1 2 4"  RECOMPUTE "none" (e.g. "none full")  CORES (nproc)
+#        STEPS 20  WARMUP 4  RANKS "1 2 4"  RECOMPUTE "none" (e.g. "none full")  ZEROS "0 1 2 3" (ZeRO stages
+#        of layouts with dp*cp > 1)  CORES (nproc)
 #        CONTENTION_PAIRS 3 (solo / all-cores runs of the 1-rank layout whose median factor prices 2+ rank layouts)
 #        CP_COMM p2p (Megatron's default, the ring; or allgather: how cp layouts move K/V, in cairn-train and in
 #        the plan alike)
@@ -41,7 +42,7 @@ OUT=${1:-$(mktemp -d /tmp/cairn_layout_predict.XXXXXX)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 L=${LAYERS:-4} H=${HIDDEN:-128} A=${HEADS:-4} S=${SEQ:-128} GB=${GB:-16} MB=${MB:-2}
-STEPS=${STEPS:-20} WARMUP=${WARMUP:-4} RANKS=${RANKS:-1 2 4} RECOMPUTE=${RECOMPUTE:-none}
+STEPS=${STEPS:-20} WARMUP=${WARMUP:-4} RANKS=${RANKS:-1 2 4} RECOMPUTE=${RECOMPUTE:-none} ZEROS=${ZEROS:-0 1 2 3}
 CORES=${CORES:-$(nproc)} TARGET=${TARGET:-15} FILTER=${FILTER:-} RETRY=${RETRY:-1} BG_MAX=${BG_MAX:-0.25}
 ROUNDS=${ROUNDS:-2}
 FABRIC_RANKS=${FABRIC_RANKS:-}
@@ -232,10 +233,10 @@ fi
 # PREDICT_ONLY: those of the earlier run (layouts.txt: name dp tp pp v zero sp recompute ranks cp).
 if [ "$PREDICT_ONLY" = 1 ]; then
   LAYOUTS=$(awk '{print $2, $3, $4, $5, $6, $7, $8, $10}' "$OUT/layouts.txt")
-else LAYOUTS=$($PY - "$L" "$A" "$S" "$GB" "$MB" "$RANKS" "$RECOMPUTE" "$FILTER" <<'PY'
+else LAYOUTS=$($PY - "$L" "$A" "$S" "$GB" "$MB" "$RANKS" "$RECOMPUTE" "$FILTER" "$ZEROS" <<'PY'
 import sys, re
 l, a, s, gb, mb = map(int, sys.argv[1:6]); ranks = [int(x) for x in sys.argv[6].split()]
-recs = sys.argv[7].split(); flt = sys.argv[8]
+recs = sys.argv[7].split(); flt = sys.argv[8]; zeros = [int(z) for z in sys.argv[9].split()]
 for R in ranks:
   for cp in (1, 2, 4):
     for tp in (1, 2, 4):
@@ -246,7 +247,7 @@ for R in ranks:
             m = gb // (dp * mb)
             for v in ((1, 2) if pp > 1 else (1,)):
                 if v > 1 and (l % (pp * v) or m % pp): continue
-                for zero in ((0, 1) if dp * cp > 1 else (0,)):
+                for zero in (zeros if dp * cp > 1 else (0,)):
                     for sp in (("off", "on") if tp > 1 else ("off",)):
                         for rc in recs:
                             key = f"dp={dp},tp={tp},pp={pp},v={v},mb={mb},zero={zero},recompute={rc},sp={sp}"

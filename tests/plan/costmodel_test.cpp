@@ -1118,6 +1118,11 @@ BOOST_AUTO_TEST_CASE(fsdp_with_pipeline_stages_gathers_per_micro_batch_or_per_st
   BOOST_TEST(std::abs(per_step.b.mem_weights - P * a.weight_bytes) < 1e-6 * P);
   BOOST_TEST(std::abs(per_mb.b.mem_weights - P * a.weight_bytes / 4) < 1e-6 * P);
   BOOST_TEST(std::abs(per_step.b.mem_grads - P * a.grad_bytes) < 1e-6 * P);
+  // Per micro-batch, buffers hold two gathered layers (current + prefetch) and three layers' unsharded gradients
+  // in flight (the one backward writes, two reduce-scatters unfinished); per step neither.
+  const double layer = 12.0 * 4096 * 4096 + 13.0 * 4096;
+  BOOST_TEST(std::abs(per_mb.b.mem_buffers - per_step.b.mem_buffers - layer * (2 * a.weight_bytes + 3 * a.grad_bytes)) <
+             1e-6 * layer);
   // DeepSpeed stage 3 and Megatron-FSDP with PP: refused, naming the key.
   a.zero3 = Zero3Impl::DeepSpeed;
   const Evaluation ds = evaluate(m, c, p, B, a);

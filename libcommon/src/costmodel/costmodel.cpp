@@ -1147,7 +1147,11 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   const double gathered = a.zero3 == Zero3Impl::DeepSpeed
                               ? std::min(2 * rp.layer_tp, largest_tensor + a.zero3_prefetch_params)
                               : 2 * rp.layer_tp;
-  const double zero3 = p.zero >= 3 && !whole ? gathered * a.weight_bytes : 0.0;
+  // ZeRO-2/3 as FSDP also hold unsharded gradients in flight: the layer backward is writing and the two whose
+  // reduce-scatters have not finished (cairn-train's bound; FSDP2 holds about as many reduce-scatter inputs).
+  const double grads_in_flight =
+      p.zero >= 2 && !whole && a.zero3 == Zero3Impl::Fsdp ? 3 * rp.layer_tp * a.grad_bytes : 0.0;
+  const double zero3 = (p.zero >= 3 && !whole ? gathered * a.weight_bytes : 0.0) + grads_in_flight;
   const double reserved = c.reserved_gib * kGiB;
   // FP8 linear layers keep an FP8 copy of each weight and of its transpose (2 bytes per parameter of the rank's
   // layers) across the micro-batches of a step; under ZeRO-3 only the gathered layers have them.
