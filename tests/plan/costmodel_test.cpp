@@ -1131,4 +1131,7 @@ BOOST_AUTO_TEST_CASE(fsdp_with_pipeline_stages_gathers_per_micro_batch_or_per_st
   // The [plan] key selects the schedule.
   const Config cfg = load({"configs/models/llama2-7b.toml", "configs/clusters/dgx-h100.toml"}, {"plan.zero_sync=step"});
   BOOST_TEST(assumptions_from_config(cfg).zero_sync_per_step);
+  const Config ds_cfg = load({"configs/models/llama2-7b.toml", "configs/clusters/dgx-h100.toml"},
+                             {"plan.zero_sync=step", "plan.zero3_impl=deepspeed"});
+  BOOST_TEST(!assumptions_from_config(ds_cfg).zero_sync_per_step);  // FSDP's schedule only
 }

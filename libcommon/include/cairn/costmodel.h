@@ -225,8 +225,8 @@ struct Assumptions {
   // How ZeRO-3 moves parameters (plan.zero3_impl; docs/cost-model.md section 3).
   Zero3Impl zero3 = Zero3Impl::Fsdp;
   double zero3_prefetch_params = 5e7;  // DeepSpeed stage3_prefetch_bucket_size (parameters)
-  // ZeRO-2/3 as FSDP: gather and reduce-scatter once per step instead of every micro-batch (plan.zero_sync =
-  // step: PyTorch pipelining keeps an FSDP2 stage's parameters gathered and its gradients whole all step).
+  // ZeRO-2/3 as FSDP (zero3 = Fsdp only): gather and reduce-scatter once per step instead of every micro-batch
+  // (plan.zero_sync = step: PyTorch pipelining keeps an FSDP2 stage's parameters gathered and its gradients whole).
   bool zero_sync_per_step = false;
   double memory_headroom = 0.0;  // fraction of HBM kept free
   // FP8 linear layers (Transformer Engine): the transformer layers' weight GEMMs run on FP8 tensor cores, their

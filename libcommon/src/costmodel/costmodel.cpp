@@ -424,7 +424,8 @@ Assumptions assumptions_from_section(const PlanSection& s) {
             : s.zero3_impl == "megatron" ? Zero3Impl::Megatron
                                          : Zero3Impl::Fsdp;
   a.zero3_prefetch_params = s.zero3_prefetch_bucket;
-  a.zero_sync_per_step = s.zero_sync == "step";
+  // Only FSDP has the per-step schedule (PyTorch pipelining); DeepSpeed and Megatron-FSDP keep theirs.
+  a.zero_sync_per_step = s.zero_sync == "step" && a.zero3 == Zero3Impl::Fsdp;
   a.memory_headroom = s.memory_headroom;
   a.fp8 = s.precision == "fp8";
   a.fp8_current_scaling = s.fp8_scaling == "current";
