@@ -351,6 +351,9 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
        e.plan.zero < 3 ? "total"
        : a.zero3 == Zero3Impl::DeepSpeed
            ? "total; ZeRO-3 as DeepSpeed stage 3: a collective per tensor, one NIC per rank (plan.zero3_impl)"
+       : a.zero3 == Zero3Impl::Fsdp && a.zero_sync_per_step
+           ? "total; ZeRO-3 as PyTorch FSDP, once per step: each layer gathered at the first forward and reduced "
+             "after the last backward (plan.zero_sync)"
        : a.zero3 == Zero3Impl::Fsdp
            ? "total; ZeRO-3 as PyTorch FSDP: per-layer gathers, next layer prefetched (plan.zero3_impl)"
            : "total; ZeRO-3 as Megatron-FSDP: per-layer gathers from persistent buffers (plan.zero3_impl)");
