@@ -195,6 +195,12 @@ const char* zero3_impl_stack(Zero3Impl z);  // the stack: PyTorch FSDP | Megatro
 // How the cross-entropy over the vocabulary runs: separate kernels over an fp32 copy of the logits (Megatron,
 // PyTorch), Megatron-Core's jit-fused steps over that copy, or one kernel over the 16-bit logits.
 enum class CrossEntropyImpl : uint8_t { Unfused, Native, Fused };
+// Bytes and kernels per logit of e-byte (16-bit: 2) logits, forward and backward (docs/cost-model.md).
+struct CrossEntropyCost {
+  double bytes_f, bytes_b;
+  int kernels_f, kernels_b;
+};
+CrossEntropyCost cross_entropy_cost(CrossEntropyImpl impl, double e);
 
 // Precision and framework assumptions (docs/cost-model.md, "Memory").
 struct Assumptions {

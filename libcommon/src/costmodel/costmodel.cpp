@@ -401,6 +401,20 @@ Plan plan_from_parallel(const Config& cfg, int world) {
   return plan_from_section(read_section<ParallelSection>(cfg), world);
 }
 
+// Unfused (Megatron's vocab-parallel loss, PyTorch's F.cross_entropy on fp32 logits): forward casts to fp32 (e + 4),
+// takes the max (4), subtracts it (8), exponentiates (8), sums (4) and divides (8), keeping the fp32 softmax;
+// backward scales it (8) and casts the gradient back (4 + e). Native (Megatron-Core's jit fusion of those steps):
+// cast with max (e + 4), subtract-exp-sum (8), divide (8); backward in one (4 + e). Fused: one pass over the 16-bit
+// logits forward (online softmax), one reading them and writing the gradient backward.
+CrossEntropyCost cross_entropy_cost(CrossEntropyImpl impl, double e) {
+  switch (impl) {
+    case CrossEntropyImpl::Fused: return {e, 2 * e, 1, 1};
+    case CrossEntropyImpl::Native: return {e + 20, 4 + e, 3, 1};
+    case CrossEntropyImpl::Unfused: break;
+  }
+  return {e + 36, 12 + e, 6, 2};
+}
+
 Assumptions assumptions_from_section(const PlanSection& s) {
   Assumptions a;
   a.weight_bytes = s.weight_bytes;
@@ -963,20 +977,6 @@ struct EdgeTimes {
   double p2p_stage = 0;  // per stage: each of its chunks receives and sends once each way
 };
 
-// Bytes per logit (16-bit logits of e bytes) and kernels of the cross-entropy, forward and backward.
-struct CrossEntropyCost {
-  double bytes_f, bytes_b;
-  int kernels_f, kernels_b;
-};
-CrossEntropyCost cross_entropy_cost(CrossEntropyImpl impl, double e) {
-  switch (impl) {
-    case CrossEntropyImpl::Fused: return {e, 2 * e, 1, 1};
-    case CrossEntropyImpl::Native: return {e + 20, 4 + e, 3, 1};
-    case CrossEntropyImpl::Unfused: break;
-  }
-  return {e + 36, 12 + e, 6, 2};
-}
-
 // T: tokens per micro-batch per rank.
 EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g,
                      double T, const LayerTimes& L) {
@@ -988,12 +988,7 @@ EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a,
   E.embed_b = 2 * E.embed_f;
   E.head_f_gemm = gemm_time(c, T, V / t, h, 1, e);
   E.head_b_gemm = gemm_time(c, T, h, V / t, 1, e) + gemm_time(c, h, V / t, T, 1, e);
-  // Cross-entropy over the T x V/t logits, bytes per logit (docs/cost-model.md). Unfused (Megatron's
-  // vocab-parallel loss, PyTorch's F.cross_entropy on fp32 logits): forward casts to fp32 (e + 4), takes the max
-  // (4), subtracts it (8), exponentiates (8), sums (4) and divides (8), keeping the fp32 softmax; backward scales it
-  // (8) and casts the gradient back (4 + e). Native (Megatron-Core's jit fusion of those steps): cast with max
-  // (e + 4), subtract-exp-sum (8), divide (8); backward in one (4 + e). Fused: one pass over the 16-bit logits
-  // forward (online softmax), one reading them and writing the gradient backward.
+  // Cross-entropy over the T x V/t logits (cross_entropy_cost: bytes per logit by implementation).
   const CrossEntropyCost ce = cross_entropy_cost(a.cross_entropy, e);
   const double logits = T * V / t;
   E.ce_bytes = logits * (ce.bytes_f + ce.bytes_b);
@@ -1152,7 +1147,7 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   // reduce-scatters have not finished (cairn-train's bound; FSDP2 holds about as many reduce-scatter inputs).
   const double grads_in_flight =
       p.zero >= 2 && !whole && a.zero3 == Zero3Impl::Fsdp ? 3 * rp.layer_tp * a.grad_bytes : 0.0;
-  const double zero3 = (p.zero >= 3 && !whole ? gathered * a.weight_bytes : 0.0) + grads_in_flight;
+  const double zero_buffers = (p.zero >= 3 && !whole ? gathered * a.weight_bytes : 0.0) + grads_in_flight;
   const double reserved = c.reserved_gib * kGiB;
   // FP8 linear layers keep an FP8 copy of each weight and of its transpose (2 bytes per parameter of the rank's
   // layers) across the micro-batches of a step; under ZeRO-3 only the gathered layers have them.
@@ -1162,7 +1157,7 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   };
   auto total = [&](int r, double acts, bool has_logits) {
     auto s3 = states(params_of(r));
-    return s3[0] + s3[1] + s3[2] + acts + (has_logits ? logits : 0.0) + work + zero3 + fp8_copies(r) + reserved;
+    return s3[0] + s3[1] + s3[2] + acts + (has_logits ? logits : 0.0) + work + zero_buffers + fp8_copies(r) + reserved;
   };
   const double mem_first = total(0, acts_first, p.pp == 1);
   // The last stage holds one micro-batch in flight (1F1B) or its v chunks when interleaved.
@@ -1175,7 +1170,7 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   B.mem_optimizer = s3[2];
   B.mem_activations = first_is_max ? acts_first : acts_last;
   B.mem_logits = (p.pp == 1 || !first_is_max) ? logits : 0.0;
-  B.mem_buffers = work + zero3 + fp8_copies(first_is_max ? 0 : p.pp - 1) + reserved;
+  B.mem_buffers = work + zero_buffers + fp8_copies(first_is_max ? 0 : p.pp - 1) + reserved;
   B.mem_total = std::max(mem_first, mem_last);
 }
 

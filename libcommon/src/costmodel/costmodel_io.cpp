@@ -325,11 +325,14 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
       e.tokens_per_s, e.tflops_per_gpu, e.hw_tflops_per_gpu, 100 * e.mfu, 100 * e.hfu);
   line("GEMM compute", b.gemm, "slowest stage, all micro-batches, incl. recompute");
   line("memory-bound kernels", b.memory_bound, "norms, activations, softmax, loss, incl. recompute");
-  if (b.cross_entropy > 0)
+  if (b.cross_entropy > 0) {
+    const CrossEntropyCost ce = cross_entropy_cost(a.cross_entropy, a.activation_bytes);
+    const char* impl = a.cross_entropy == CrossEntropyImpl::Fused    ? "one fused kernel"
+                       : a.cross_entropy == CrossEntropyImpl::Native ? "Megatron-Core's jit fusion"
+                                                                     : "unfused";
     line("  cross-entropy", b.cross_entropy,
-         a.cross_entropy == CrossEntropyImpl::Fused    ? "included: one fused kernel, 6 bytes per 16-bit logit"
-         : a.cross_entropy == CrossEntropyImpl::Native ? "included: Megatron-Core's jit fusion, 28 bytes per logit"
-                                                       : "included: unfused, 52 bytes per logit (plan.cross_entropy)");
+         strprintf("included: %s, %g bytes per logit (plan.cross_entropy)", impl, ce.bytes_f + ce.bytes_b).c_str());
+  }
   if (a.fp8) line("  FP8 casts (included)", b.fp8_cast, "inputs, output gradients and weights cast + transposed");
   line("TP communication", b.tp_comm,
        e.plan.tp_overlap ? "exposed: first chunks + what the GEMMs cannot cover, incl. recompute"
