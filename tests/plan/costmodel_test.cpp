@@ -805,6 +805,15 @@ BOOST_AUTO_TEST_CASE(cross_entropy_bytes_follow_its_kernels) {
   BOOST_TEST(near(unfused.step_time_s - fused.step_time_s, logits * (52 - 6) / hbm + (8 - 2) * k0));
   BOOST_TEST(near(unfused.b.mem_logits - fused.b.mem_logits, logits * 4));
   BOOST_TEST(near(native.b.mem_logits, unfused.b.mem_logits));
+  // --explain and the JSON breakdown show the loss's seconds and which kernels were priced.
+  a.cross_entropy = CrossEntropyImpl::Unfused;
+  const std::string text = explain(m, c, unfused, 2, a);
+  const std::string ce_line = line_of(text, "    cross-entropy");
+  BOOST_TEST(ce_line.find("unfused, 52 bytes per logit") != std::string::npos);
+  BOOST_TEST(std::abs(number_after(ce_line, "cross-entropy") - unfused.b.cross_entropy) <= 5e-5);  // printed %.4f
+  a.cross_entropy = CrossEntropyImpl::Fused;
+  BOOST_TEST(line_of(explain(m, c, fused, 2, a), "    cross-entropy").find("6 bytes per logit") != std::string::npos);
+  BOOST_TEST(to_json(unfused)["breakdown"]["time_s"]["cross_entropy"].get<double>() == unfused.b.cross_entropy);
   // The [plan] key selects it.
   const Config cfg =
       load({"configs/models/llama2-7b.toml", "configs/clusters/dgx-h100.toml"}, {"plan.cross_entropy=native"});
@@ -1113,6 +1122,13 @@ BOOST_AUTO_TEST_CASE(fsdp_with_pipeline_stages_gathers_per_micro_batch_or_per_st
   BOOST_TEST(per_mb.b.dp_comm > 8 * layers * ag_rs);
   BOOST_TEST(per_mb.b.dp_comm < 16 * layers * ag_rs);
   BOOST_TEST(per_step.step_time_s < per_mb.step_time_s);
+  // --explain names the schedule it priced.
+  const std::string dp_step = line_of(explain(m, c, per_step, B, a), "DP communication");
+  BOOST_TEST(dp_step.find("once per step") != std::string::npos);
+  BOOST_TEST(dp_step.find("plan.zero_sync") != std::string::npos);
+  a.zero_sync_per_step = false;
+  BOOST_TEST(line_of(explain(m, c, per_mb, B, a), "DP communication").find("once per step") == std::string::npos);
+  a.zero_sync_per_step = true;
   // Memory: parameters and gradients whole on the stage for the step, sharded per micro-batch.
   const double P = double(per_mb.b.stage_params);
   BOOST_TEST(std::abs(per_step.b.mem_weights - P * a.weight_bytes) < 1e-6 * P);
