@@ -175,6 +175,7 @@ void StepReporter::write(StepRecord& r) {
                       {"time/dp_comm_s", static_cast<float>(r.time.comm)},
                       {"time/tp_comm_s", static_cast<float>(r.time.tp_comm)},
                       {"time/cp_comm_s", static_cast<float>(r.time.cp_comm)},
+                      {"time/zero_comm_s", static_cast<float>(r.time.zero_comm)},
                       {"time/pp_wait_s", static_cast<float>(r.time.pp_wait)},
                       {"time/optimizer_s", static_cast<float>(r.time.optimizer)},
                       {"memory/max_rank_gib", static_cast<float>(r.mem_gib)}},

@@ -157,7 +157,8 @@ class Trainer {
   // The context-parallel group's collectives (cp > 1) and NCCL communicator (GPU).
   std::unique_ptr<gpu::Nccl> cp_nccl_;
   gpt::TpComm cp_comm_;
-  double cp_comm_s_ = 0;  // seconds in context-parallel collectives (this step so far)
+  double cp_comm_s_ = 0;    // seconds in context-parallel collectives (this step so far)
+  double zero_comm_s_ = 0;  // seconds in ZeRO-2/3's gathers and reduce-scatters inside forward/backward (this step)
   // Pipeline sends in flight: each owns its buffer until MPI is done with it. Nothing waits for a send mid-step (a
   // rank blocked on its own send while the receiver waits for that rank would deadlock); wait_sends() at the end.
   struct PendingSend {
@@ -361,6 +362,13 @@ void Trainer::build_model() {
       // the tied wte copy's gradient waits for the embedding group's sum (unit 0 holds wte)
       ch.zero = std::make_unique<ZeroUnits>(groups_->dp_cp, ch.shards, ch.model->units(), *backend_, s_.zero == 3,
                                             ch.param_shard.data(), ch.shard_grads.data(), ch.tied_count > 0 ? 0 : -1);
+      ch.zero->set_on_wait([this](double seconds) {
+        zero_comm_s_ += seconds;
+        if (trace_.active()) {
+          const double t = monotonic_seconds();
+          trace_.event("ZeRO collective", "comm", t - seconds, t, nullptr, 1);
+        }
+      });
     }
     if (ch.shards.size > 1 && s_.zero < 3) {
       ch.sync = make_grad_sync(s_.on_gpu, groups_->dp_cp, *backend_, ch.shards, ch.model->grads(),
@@ -547,6 +555,7 @@ void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault faul
   loss_sum_ = 0;
   tp_comm_s_ = 0;
   cp_comm_s_ = 0;
+  zero_comm_s_ = 0;
   const parallel::Layout& L = s_.layout;
   std::vector<int> backwards_left(chunks_.size(), s_.accum);
   for (const pipeline::Action& a : pipeline::one_f_one_b(L.pp, L.v, groups_->coords.pp, s_.accum)) {
@@ -569,6 +578,7 @@ void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault faul
   if (fault == Fault::LossSpike) loss *= 50.0f;
   tm.tp_comm = tp_comm_s_;
   tm.cp_comm = cp_comm_s_;
+  tm.zero_comm = zero_comm_s_;
   tm.total = monotonic_seconds() - step_t0;  // optimizer time is added by the caller
 }
 

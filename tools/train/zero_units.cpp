@@ -3,6 +3,7 @@
 #include "zero_units.h"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 
 #include "cairn/error.h"
@@ -64,6 +65,17 @@ std::unique_ptr<ZeroUnits::Buffer> ZeroUnits::take_buffer(size_t floats) {
   return b;
 }
 
+template <typename F>
+void ZeroUnits::mpi_call(F&& f) {
+  if (!on_wait_ || after_backward_) {
+    f();
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  on_wait_(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
 void ZeroUnits::give_back(std::unique_ptr<Buffer> b) { pool_.push_back(std::move(b)); }
 
 void ZeroUnits::split(int u, std::vector<int>& counts, std::vector<int>& displs) const {
@@ -99,9 +111,11 @@ void ZeroUnits::start_gather(int u) {
   }
   // MPI_Iallgatherv reads the send buffer until completion: keep it in the unit's host buffer at its own place
   std::copy(send.begin(), send.end(), g.buf->host.begin() + displs[sh_.rank]);
-  mpi::check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, g.buf->host.data(), counts.data(), displs.data(),
-                             MPI_FLOAT, dp_, &g.req),
-             "MPI_Iallgatherv (ZeRO-3 parameters)");
+  mpi_call([&] {
+    mpi::check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, g.buf->host.data(), counts.data(), displs.data(),
+                               MPI_FLOAT, dp_, &g.req),
+               "MPI_Iallgatherv (ZeRO-3 parameters)");
+  });
   gathers_.push_back(std::move(g));
 }
 
@@ -112,7 +126,7 @@ const float* ZeroUnits::acquire_params(int u) {
   last_acquired_ = u;
   Gather* g = find_gather(u);
   if (!g->ready) {
-    mpi::check(MPI_Wait(&g->req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)");
+    mpi_call([&] { mpi::check(MPI_Wait(&g->req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)"); });
     if (g->buf->device.data())
       be_.copy_to_device(g->buf->device.data(), g->buf->host.data(), units_[u].second * sizeof(float));
     g->ready = true;
@@ -125,7 +139,7 @@ const float* ZeroUnits::acquire_params(int u) {
 void ZeroUnits::release_params(int u) {
   for (size_t i = 0; i < gathers_.size(); ++i) {
     if (gathers_[i].unit != u) continue;
-    mpi::check(MPI_Wait(&gathers_[i].req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)");
+    mpi_call([&] { mpi::check(MPI_Wait(&gathers_[i].req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)"); });
     give_back(std::move(gathers_[i].buf));
     gathers_.erase(gathers_.begin() + static_cast<std::ptrdiff_t>(i));
     return;
@@ -158,18 +172,22 @@ void ZeroUnits::grads_done(int u) {
   if (p.buf->device.data())
     be_.copy_to_host(p.buf->host.data(), p.buf->device.data(), units_[u].second * sizeof(float));
   p.part.resize(static_cast<size_t>(counts[sh_.rank]));
-  mpi::check(MPI_Ireduce_scatter(p.buf->host.data(), p.part.data(), counts.data(), MPI_FLOAT, MPI_SUM, dp_, &p.req),
-             "MPI_Ireduce_scatter (ZeRO gradients)");
+  mpi_call([&] {
+    mpi::check(MPI_Ireduce_scatter(p.buf->host.data(), p.part.data(), counts.data(), MPI_FLOAT, MPI_SUM, dp_, &p.req),
+               "MPI_Ireduce_scatter (ZeRO gradients)");
+  });
   pending_.push_back(std::move(p));
   // Open MPI progresses non-blocking collectives only inside MPI calls: poke them
-  for (Pending& q : pending_) {
-    int done = 0;
-    MPI_Test(&q.req, &done, MPI_STATUS_IGNORE);
-  }
+  mpi_call([&] {
+    for (Pending& q : pending_) {
+      int done = 0;
+      MPI_Test(&q.req, &done, MPI_STATUS_IGNORE);
+    }
+  });
 }
 
 void ZeroUnits::complete(Pending& p) {
-  mpi::check(MPI_Wait(&p.req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO gradients)");
+  mpi_call([&] { mpi::check(MPI_Wait(&p.req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO gradients)"); });
   const size_t a = std::max(units_[p.unit].first, sh_.lo);
   if (!p.part.empty()) {
     // shard += part, with the backend's add (out = a + b) on its own memory
@@ -187,6 +205,7 @@ void ZeroUnits::begin_step() {
 }
 
 void ZeroUnits::finish_step() {
+  after_backward_ = true;
   for (Pending& p : pending_) complete(p);
   pending_.clear();
   // prefetched parameters nobody used (the unit after the last one touched)
@@ -196,6 +215,7 @@ void ZeroUnits::finish_step() {
   }
   gathers_.clear();
   last_acquired_ = -1;
+  after_backward_ = false;
 }
 
 float* ZeroUnits::deferred_grads() { return deferred_buf_ ? deferred_buf_->data() : nullptr; }
@@ -211,7 +231,9 @@ void ZeroUnits::reduce_deferred() {
   p.part.resize(static_cast<size_t>(counts[sh_.rank]));
   mpi::check(MPI_Reduce_scatter(p.buf->host.data(), p.part.data(), counts.data(), MPI_FLOAT, MPI_SUM, dp_),
              "MPI_Reduce_scatter (ZeRO tied embedding)");
+  after_backward_ = true;
   complete(p);
+  after_backward_ = false;
 }
 
 size_t ZeroUnits::bytes() const { return held_floats_ * sizeof(float) * (be_.device_memory ? 2 : 1); }

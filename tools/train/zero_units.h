@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -37,8 +38,12 @@ class ZeroUnits {
   gpt::UnitStorage storage();
   // Before the step's first backward: the gradient shard and the deferred unit's buffer start at zero.
   void begin_step();
-  // After the step's last backward: waits for the reduce-scatters still in flight.
+  // After the step's last backward: waits for the reduce-scatters still in flight (neither this nor reduce_deferred is
+  // reported to on_wait: the caller times them as the step's exposed data-parallel communication).
   void finish_step();
+  // Called with the seconds of each MPI call this object makes inside forward and backward (starting, poking and
+  // waiting for a gather or reduce-scatter): the ZeRO-2/3 communication the step waited for (StepTimes::zero_comm).
+  void set_on_wait(std::function<void(double)> on_wait) { on_wait_ = std::move(on_wait); }
   // The deferred unit's accumulated gradient (backend memory), and its reduce-scatter into the shard.
   float* deferred_grads();
   void reduce_deferred();
@@ -75,6 +80,9 @@ class ZeroUnits {
   void release_params(int u);
   float* acquire_grads(int u);
   void grads_done(int u);
+  // Runs one MPI call; its seconds go to on_wait_ except after the last backward (finish_step, reduce_deferred).
+  template <typename F>
+  void mpi_call(F&& f);
 
   MPI_Comm dp_;
   Shards sh_;
@@ -93,6 +101,8 @@ class ZeroUnits {
   std::deque<Pending> pending_;
   std::vector<Gather> gathers_;
   int last_acquired_ = -1;
+  std::function<void(double)> on_wait_;
+  bool after_backward_ = false;
 };
 
 }  // namespace cairn::train

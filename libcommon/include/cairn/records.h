@@ -23,10 +23,12 @@ namespace cairn::records {
 // The step-time phases of a train line's "time_s" object, in seconds; the member name is the key. A new phase is
 // one entry here: the trainer writes it, every reader (the report's fast scanner included) reads it.
 #define CAIRN_STEP_TIME_FIELDS(X) \
-  X(data) X(forward) X(backward) X(comm) X(optimizer) X(total) X(tp_comm) X(pp_wait) X(cp_comm)
+  X(data) X(forward) X(backward) X(comm) X(optimizer) X(total) X(tp_comm) X(pp_wait) X(cp_comm) X(zero_comm)
 
-// comm is data-parallel communication, tp_comm the tensor-parallel collectives and cp_comm the context-parallel ones
-// (both inside forward and backward, whose times include them), pp_wait the pipeline's waits for a neighbouring stage.
+// comm is data-parallel communication, tp_comm the tensor-parallel collectives, cp_comm the context-parallel ones and
+// zero_comm ZeRO-2/3's waits for per-layer parameter gathers and gradient reduce-scatters (all three inside forward and
+// backward, whose times include them; ZeRO's waits after the last backward are in comm), pp_wait the pipeline's waits
+// for a neighbouring stage.
 // Read back, a phase the line lacks (files written before it existed) is NaN.
 struct StepTimes {
 #define CAIRN_RECORDS_TIME_MEMBER(name) double name = 0;

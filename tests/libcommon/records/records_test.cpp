@@ -93,14 +93,15 @@ BOOST_AUTO_TEST_CASE(metrics_lines_round_trip_through_reader_and_scanner) {
 
 BOOST_AUTO_TEST_CASE(metrics_writer_format_is_unchanged) {
   // What cairn-train wrote before the records existed (sorted keys, null for a non-finite loss), plus time_s.cp_comm
-  // (context parallelism, added since): existing readers see the same bytes around the one new key.
+  // and time_s.zero_comm (context parallelism and ZeRO-2/3's waits, added since): existing readers see the same bytes
+  // around the new keys.
   MetricsLine m = train_line();
   m.loss = std::nan("");
   const std::string text = m.to_json().dump();
   BOOST_TEST(text == "{\"grad_norm\":0.75,\"kind\":\"train\",\"loss\":null,\"lr\":0.0006,\"mem_gib\":1.5,\"mfu\":0.41,"
                      "\"skipped\":false,\"skipped_total\":2,\"step\":12,\"tflops\":120.5,\"time_s\":{\"backward\":0.2,"
                      "\"comm\":0.03,\"cp_comm\":0.0,\"data\":0.01,\"forward\":0.1,\"optimizer\":0.02,\"pp_wait\":0.001,\"total\":0.4,"
-                     "\"tp_comm\":0.005},\"tokens\":49152,\"tokens_per_s\":123456.5,\"wall_time\":1700000000.0}");
+                     "\"tp_comm\":0.005,\"zero_comm\":0.0},\"tokens\":49152,\"tokens_per_s\":123456.5,\"wall_time\":1700000000.0}");
   // null reads as absent: the loss is not a number the report could chart.
   BOOST_TEST(!MetricsLine::parse(text, "m").loss.has_value());
 }
