@@ -97,12 +97,22 @@ args=(--config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=
 $BIN "${args[@]}" --json "$T/nominal.json" > /dev/null
 $BIN "${args[@]}" --set "cluster.fabric=\"$T/fabric.toml\"" --json "$T/fabric.json" > "$T/fab.txt"
 grep -q "links from" "$T/fab.txt" || fail "fabric not reported"
+# A site whose training collectives get half the sweep's intra-node speed (calibrate --from-runs fits it): TP (inside a
+# node) takes about twice as long, and --explain says so.
+$BIN "${args[@]}" --set "cluster.fabric=\"$T/fabric.toml\"" --set cluster.intra_fabric_efficiency=0.5 \
+  --json "$T/fabric_half.json" > "$T/fab_half.txt"
+grep -q "links from .* at 0.50 (intra) / 1.00 (inter) of their speed" "$T/fab_half.txt" \
+  || fail "fabric efficiency not reported: $(grep links "$T/fab_half.txt")"
 $PY - "$T" <<'PY'
 import json, sys
 t = sys.argv[1]
 a = json.load(open(t + "/nominal.json"))["plans"][0]
 b = json.load(open(t + "/fabric.json"))["plans"][0]
+c = json.load(open(t + "/fabric_half.json"))["plans"][0]
 assert b["breakdown"]["time_s"]["tp_comm"] > 10 * a["breakdown"]["time_s"]["tp_comm"], (a, b)
+# every TP collective takes twice the time (the exposed part moves a little with what async backward hides)
+ratio = c["breakdown"]["time_s"]["tp_comm"] / b["breakdown"]["time_s"]["tp_comm"]
+assert 1.95 < ratio < 2.05 and c["step_time_s"] > 1.5 * b["step_time_s"], (ratio, b["step_time_s"], c["step_time_s"])
 PY
 
 # 5. calibrate writes a cluster file the planner reads back

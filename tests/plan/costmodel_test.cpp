@@ -291,6 +291,11 @@ BOOST_AUTO_TEST_CASE(fabric_replaces_nominal_links) {
   BOOST_TEST(std::abs(collective_time(c, Collective::AllReduce, S, 8, 8) - (10e-6 + S * 1.75 / 100e9)) < 1e-9);
   // Inter with one rank per node (as fitted): alpha + S * 2(n-1)/n / busbw.
   BOOST_TEST(std::abs(collective_time(c, Collective::AllReduce, S, 2, 1) - (20e-6 + S * 1.0 / 10e9)) < 1e-9);
+  // A site whose training collectives get 40 % of the sweep's intra-node speed (calibrate --from-runs fits it): each
+  // takes 1/0.4 of the fitted time; the inter tier keeps its own.
+  c.intra.fabric_efficiency = 0.4;
+  BOOST_TEST(std::abs(collective_time(c, Collective::AllReduce, S, 8, 8) - (10e-6 + S * 1.75 / 100e9) / 0.4) < 1e-9);
+  BOOST_TEST(std::abs(collective_time(c, Collective::AllReduce, S, 2, 1) - (20e-6 + S * 1.0 / 10e9)) < 1e-9);
   // Missing or malformed files are usage errors naming the file.
   Cluster d;
   BOOST_CHECK_THROW(apply_fabric(d, (dir / "missing.toml").string()), UsageError);

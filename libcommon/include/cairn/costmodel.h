@@ -82,6 +82,8 @@ struct Tier {
   double bandwidth_gbps = 0;  // GB/s (1e9) per GPU per direction, nominal
   double latency_us = 0;      // per ring step, nominal
   double efficiency = 1.0;    // achievable fraction of nominal bandwidth
+  // With a fabric: the fraction of the sweep's speed training's collectives get (their time is the fit's / this)
+  double fabric_efficiency = 1.0;
   struct Fit {
     bool valid = false;
     double alpha_us = 0, busbw_gbps = 0;

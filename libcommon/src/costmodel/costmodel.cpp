@@ -259,6 +259,10 @@ double collective_time(const Cluster& c, Collective coll, double bytes, int n, i
     // NCCL's latency grows with the log of the ranks (trees, multi-ring); scale from the fitted size.
     const double lr = std::log2(double(std::max(2, fit->ranks)));
     alpha = fit->alpha_us * 1e-6 * std::max(1.0, std::log2(double(n)) / lr);
+    // A sweep times each collective alone with the ranks in step; training's run beside compute, after ranks that
+    // arrive apart: the site's fraction of the sweep's speed (1 unless calibrate --from-runs measured it).
+    busbw *= tier.fabric_efficiency;
+    alpha /= tier.fabric_efficiency;
   } else {
     busbw = tier.bandwidth_gbps * tier.efficiency;
     if (spans) busbw = std::min(busbw * per_node, intra_busbw);

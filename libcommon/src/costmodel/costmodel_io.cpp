@@ -177,6 +177,8 @@ Cluster cluster_from_section(const ClusterSection& s) {
   c.inter.bandwidth_gbps = s.inter_bw_gbps;
   c.inter.latency_us = s.inter_latency_us;
   c.inter.efficiency = s.inter_efficiency;
+  c.intra.fabric_efficiency = s.intra_fabric_efficiency;
+  c.inter.fabric_efficiency = s.inter_fabric_efficiency;
   if (!s.fabric.empty()) apply_fabric(c, s.fabric);
   return c;
 }
@@ -290,9 +292,16 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
                   (long long)m.kv_heads, (long long)m.ffn_hidden, (long long)m.seq_len, (long long)m.vocab,
                   double(pc.total) / 1e9);
   os << "flops     " << flops_formula(m, fl) << "\n";
+  std::string links;
+  if (c.has_fabric) {
+    links = ", links from " + c.fabric_path;
+    // the site's fraction of the sweep's speed (calibrate --from-runs), when it is not all of it
+    if (c.intra.fabric_efficiency < 1 || c.inter.fabric_efficiency < 1)
+      links += strprintf(" at %.2f (intra) / %.2f (inter) of their speed", c.intra.fabric_efficiency,
+                         c.inter.fabric_efficiency);
+  }
   os << strprintf("cluster   %s: %d x %d devices, %.0f TFLOP/s peak, %.0f GiB at %.0f GB/s%s\n", c.name.c_str(),
-                  c.nodes, c.gpus_per_node, c.peak_tflops, c.hbm_gib, c.hbm_gbps,
-                  c.has_fabric ? (", links from " + c.fabric_path).c_str() : "");
+                  c.nodes, c.gpus_per_node, c.peak_tflops, c.hbm_gib, c.hbm_gbps, links.c_str());
   if (a.fp8) {
     // Which measurements correct the FP8 GEMMs: a calibrated FP8 table, the bf16 table's, or none (the shape model).
     const size_t shapes = c.gemm_table_m.size();

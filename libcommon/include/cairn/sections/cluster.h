@@ -42,6 +42,8 @@ struct ClusterSection {
   double inter_bw_gbps = 25.0;
   double inter_latency_us = 5.0;
   double inter_efficiency = 0.8;
+  double intra_fabric_efficiency = 1.0;
+  double inter_fabric_efficiency = 1.0;
   std::string fabric;
   std::string calibrated;
   template <class K>
@@ -112,6 +114,13 @@ struct ClusterSection {
     k(&S::inter_latency_us, "inter_latency_us", Range{0, 1e6}, "inter-node latency per ring step (us)");
     k(&S::inter_efficiency, "inter_efficiency", Range{0.01, 1.0}, "achievable fraction of inter-node bandwidth");
     k(&S::fabric, "fabric", "cairn-sweep fabric.toml whose fitted per-tier alpha/beta replace the nominal links");
+    k(&S::intra_fabric_efficiency, "intra_fabric_efficiency", Range{0.01, 1.0},
+      "with a fabric: the fraction of the sweep's intra-node speed that training's collectives get (each takes "
+      "1/x of the fitted alpha + bytes/busbw: ranks arriving apart, compute beside them; calibrate --from-runs fits "
+      "it)");
+    k(&S::inter_fabric_efficiency, "inter_fabric_efficiency", Range{0.01, 1.0},
+      "with a fabric: the fraction of the sweep's inter-node speed that training's collectives get (as "
+      "intra_fabric_efficiency)");
     k(&S::calibrated, "calibrated", "how the GEMM table was measured (calibrate writes it)");
   }
 };
