@@ -30,9 +30,11 @@ namespace {
 // A fitted factor outside this range says the model misses a mechanism, not that an efficiency is off.
 constexpr double kFactorMin = 0.2, kFactorMax = 5.0;
 
-// Median per-phase seconds of one run's steady steps (rank 0's split, as cairn-train logs it).
+// Median per-phase seconds of one run's steady steps (rank 0's split, as cairn-train logs it). dp_comm is every
+// data-parallel wait: the exposed one after the last backward (time_s.comm) and ZeRO-2/3's per-layer gathers and
+// reduce-scatters inside forward and backward (time_s.zero_comm), as the model's exposed DP term counts both.
 struct Measured {
-  double total = 0, compute = 0, tp_comm = 0, dp_comm = 0, pp_wait = 0, optimizer = 0;
+  double total = 0, compute = 0, tp_comm = 0, cp_comm = 0, dp_comm = 0, zero_comm = 0, pp_wait = 0, optimizer = 0;
 };
 
 // One start of cairn-train in a metrics.jsonl (a provenance line begins each start and each resume).
@@ -107,19 +109,22 @@ std::vector<Segment> read_segments(const std::string& path) {
 
 // Medians over the steps after the warm-up (at least one step is kept, so a short run still counts).
 Measured measure(const std::vector<records::MetricsLine>& steps, size_t skip) {
-  std::vector<double> total, compute, tp, dp, pp, opt;
+  std::vector<double> total, compute, tp, cp, dp, zero, pp, opt;
   for (size_t i = skip; i < steps.size(); ++i) {
     const records::StepTimes& t = *steps[i].time_s;  // finished_step: present
-    const double tpc = phase(t.tp_comm);
+    const double tpc = phase(t.tp_comm), cpc = phase(t.cp_comm), zc = phase(t.zero_comm);
     total.push_back(t.total);
-    // forward and backward include the TP collectives inside them (records.h), not the pipeline waits.
-    compute.push_back(std::max(0.0, phase(t.forward) + phase(t.backward) - tpc));
+    // forward and backward include the TP, CP and ZeRO-2/3 collectives inside them (records.h), not the pipeline
+    // waits.
+    compute.push_back(std::max(0.0, phase(t.forward) + phase(t.backward) - tpc - cpc - zc));
     tp.push_back(tpc);
-    dp.push_back(phase(t.comm));
+    cp.push_back(cpc);
+    dp.push_back(phase(t.comm) + zc);
+    zero.push_back(zc);
     pp.push_back(phase(t.pp_wait));
     opt.push_back(phase(t.optimizer));
   }
-  return {median(total), median(compute), median(tp), median(dp), median(pp), median(opt)};
+  return {median(total), median(compute), median(tp), median(cp), median(dp), median(zero), median(pp), median(opt)};
 }
 
 json toml_node_to_json(const toml::node& node) {
@@ -205,6 +210,14 @@ Config run_config(const Config& site, const json& tables, const std::string& whe
   const std::string rc = string_or(train, "recompute");
   if (!rc.empty() && rc != "none") c.set("parallel.recompute", rc, from);
   if (read_section<ModelSection>(c).vocab == 0) c.set("model.vocab", dataset_vocab(tables, dir), from);
+  // How cairn-train computes, whatever the invocation's [plan] says of other stacks: its attention keeps only the
+  // row log-sum-exp and recomputes the probabilities in backward (flash attention, which context parallelism
+  // needs), its GPT has no dropout, its TP collectives are synchronous and its loss is one fused kernel.
+  const Origin impl{Origin::Program, "cairn-train's implementation"};
+  c.set("plan.flash_attention", true, impl);
+  c.set("plan.dropout", false, impl);
+  c.set("plan.tp_async_backward", false, impl);
+  c.set("plan.cross_entropy", "fused", impl);
   return c;
 }
 
@@ -232,15 +245,15 @@ int checkpoint_world(const std::string& dir, int64_t first, int64_t last) {
   return world;
 }
 
-// How many ranks ran the steps: [parallel] dp x tp x pp when dp is fixed; else a checkpoint of that start;
+// How many ranks ran the steps: [parallel] dp x cp x tp x pp when dp is fixed; else a checkpoint of that start;
 // else the train lines themselves (tflops = model FLOPs per token x tokens/s / ranks, step_report.cpp).
 int run_world(const Config& c, const Segment& seg, const std::string& dir, int64_t first, int64_t last,
               std::string& from) {
   const auto parallel = read_section<ParallelSection>(c);
-  const int64_t tp = parallel.tp, pp = parallel.pp, dp = parallel.dp;
+  const int64_t tp = parallel.tp, pp = parallel.pp, dp = parallel.dp, cp = parallel.cp;
   if (dp > 0) {
-    from = "[parallel] dp x tp x pp";
-    return int(dp * tp * pp);
+    from = "[parallel] dp x cp x tp x pp";
+    return int(dp * cp * tp * pp);
   }
   if (int w = checkpoint_world(dir, first, last); w > 0) {
     from = "checkpoint DONE world_size";
@@ -257,10 +270,10 @@ int run_world(const Config& c, const Segment& seg, const std::string& dir, int64
   }
   const double w = median(ws);
   const double r = std::round(w);
-  if (!(r >= 1) || std::fabs(w - r) > 0.01 * r || int64_t(r) % (tp * pp) != 0)
+  if (!(r >= 1) || std::fabs(w - r) > 0.01 * r || int64_t(r) % (cp * tp * pp) != 0)
     throw UsageError(file_message("cannot tell how many ranks ran", dir,
                                   "[parallel] dp = 0, no checkpoint of the last start, and tflops / tokens_per_s in "
-                                  "train/metrics.jsonl do not give a whole multiple of tp x pp"));
+                                  "train/metrics.jsonl do not give a whole multiple of cp x tp x pp"));
   from = "tflops and tokens_per_s of the train lines";
   return int(r);
 }
@@ -330,6 +343,14 @@ std::vector<std::string> compute_keys(const json& cluster) {
   return keys;
 }
 
+// The [cluster] key a tier's knob scales: the fraction of nominal bandwidth, or with a sweep's fabric the fraction of
+// the fabric's fitted speed that training's collectives get.
+std::string tier_key(const json& base, int knob) {
+  const bool fabric =
+      base.contains("fabric") && base["fabric"].is_string() && !base["fabric"].get<std::string>().empty();
+  return std::string(kKnobName[knob]) + (fabric ? "_fabric_efficiency" : "_efficiency");
+}
+
 // Multiplies an efficiency within its schema range (a fraction of nominal cannot pass 1; table entries (0, 1]).
 double scale_within(const std::string& key, double v, double k) {
   const KeySpec* spec = registry().find("cluster", key);
@@ -355,7 +376,7 @@ std::pair<double, double> moving_range(const json& base, int knob) {
       else widen(key, base[key]);
     }
   } else {
-    const std::string key = std::string(kKnobName[knob]) + "_efficiency";
+    const std::string key = tier_key(base, knob);
     if (base.contains(key)) widen(key, base[key]);
   }
   return hi > 0 ? std::make_pair(lo, hi) : std::make_pair(1.0, 1.0);
@@ -374,7 +395,7 @@ json scaled_cluster(const json& base, const Factors& f) {
     }
   }
   for (int t : {kIntra, kInter}) {
-    const std::string key = std::string(kKnobName[t]) + "_efficiency";
+    const std::string key = tier_key(base, t);
     if (base.contains(key) && base[key].is_number()) out[key] = scale_within(key, base[key].get<double>(), f.k[t]);
   }
   return out;
@@ -389,11 +410,11 @@ costmodel::Evaluation evaluate(const Run& r, const json& cluster) {
 
 struct Obs {
   double pred = 0, meas = 0;
-  bool dp = false;  // an exposed DP wait (else compute or TP collectives)
+  bool dp = false;  // an exposed DP wait (else compute, or TP or CP collectives)
 };
 
 // (predicted, measured) pairs of the terms a knob governs, over `runs`, under factors `f`: compute time for the
-// compute knob; a tier's TP collectives and exposed DP communication for that tier's knob.
+// compute knob; a tier's TP and CP collectives and exposed DP communication for that tier's knob.
 std::vector<Obs> observe(const std::vector<const Run*>& runs, const json& base, const Factors& f, int knob) {
   const json cluster = scaled_cluster(base, f);
   std::vector<Obs> obs;
@@ -407,6 +428,8 @@ std::vector<Obs> observe(const std::vector<const Run*>& runs, const json& base, 
     const std::string tier = kKnobName[knob];
     if (e.plan.tp > 1 && b.tp_tier == tier && b.tp_comm > 0 && r->m.tp_comm > 0)
       obs.push_back({b.tp_comm, r->m.tp_comm, false});
+    if (e.plan.cp > 1 && b.cp_tier == tier && b.cp_comm > 0 && r->m.cp_comm > 0)
+      obs.push_back({b.cp_comm, r->m.cp_comm, false});
     // A fully hidden measured wait (0) still says the link is faster than modelled: floored, not dropped.
     if (e.plan.dp > 1 && b.dp_tier == tier && b.dp_exposed > 0)
       obs.push_back({b.dp_exposed, std::max(r->m.dp_comm, 1e-6), true});
@@ -414,7 +437,7 @@ std::vector<Obs> observe(const std::vector<const Run*>& runs, const json& base, 
   return obs;
 }
 
-// Median predicted / measured; `only` 0: every term, 1: TP collectives and compute, 2: exposed DP waits.
+// Median predicted / measured; `only` 0: every term, 1: TP/CP collectives and compute, 2: exposed DP waits.
 double median_ratio(const std::vector<Obs>& obs, int only = 0) {
   std::vector<double> r;
   for (const Obs& o : obs)
@@ -433,7 +456,7 @@ struct KnobFit {
   bool clamped = false;   // the runs ask for a factor outside [kFactorMin, kFactorMax]
   bool at_limit = false;  // or beyond the point where every efficiency it scales is at its schema limit (1.0)
   int terms = 0, dp_terms = 0;
-  double ratio_tp = std::nan(""), ratio_dp = std::nan("");         // a tier's TP and DP terms apart, before the fit
+  double ratio_tp = std::nan(""), ratio_dp = std::nan("");         // a tier's TP/CP and DP terms apart, before the fit
   double wanted = 1;                                               // the factor the runs asked for, before the clamp
   double ratio_before = std::nan(""), ratio_after = std::nan("");  // median predicted / measured of its terms
 };
@@ -551,17 +574,13 @@ std::vector<std::string> describe_factors(const json& base, const Fit& fit) {
     const std::string name = kKnobName[k];
     if (!kf.exercised) {
       lines.push_back(name + ": not fitted (no run exercises it" +
-                      (k == kCompute ? std::string(")") : ": no TP or DP group on the " + name + " tier)"));
+                      (k == kCompute ? std::string(")") : ": no TP, CP or DP group on the " + name + " tier)"));
       continue;
     }
     if (!kf.adjustable) {
-      const bool fabric = k != kCompute && base.contains("fabric") && base["fabric"].is_string() &&
-                          !base["fabric"].get<std::string>().empty();
-      lines.push_back(
-          strprintf("%s: not fitted (%d terms, predicted/measured %.3f): %s", name.c_str(), kf.terms, kf.ratio_before,
-                    fabric ? "[cluster] fabric's fitted links replace the tier efficiency (rerun cairn-sweep "
-                             "to update them)"
-                           : "the prediction does not depend on its efficiencies"));
+      lines.push_back(strprintf("%s: not fitted (%d terms, predicted/measured %.3f): the prediction does not depend on "
+                                "its efficiencies",
+                                name.c_str(), kf.terms, kf.ratio_before));
       continue;
     }
     std::string keys;
@@ -582,9 +601,9 @@ std::vector<std::string> describe_factors(const json& base, const Fit& fit) {
         if (std::fabs(v.get<double>() - base[key].get<double>() * f) > 1e-12) keys += " (held at the schema's limit)";
       }
     }
-    std::string split;  // a tier's TP and DP terms can disagree: the pooled median hides it
+    std::string split;  // a tier's TP/CP and DP terms can disagree: the pooled median hides it
     if (k != kCompute && kf.dp_terms > 0 && kf.dp_terms < kf.terms)
-      split = strprintf(" (TP collectives %.3f, exposed DP %.3f)", kf.ratio_tp, kf.ratio_dp);
+      split = strprintf(" (TP/CP collectives %.3f, exposed DP %.3f)", kf.ratio_tp, kf.ratio_dp);
     lines.push_back(strprintf("%s: x%.4g from %d run terms, predicted/measured %.3f%s -> %.3f; %s", name.c_str(),
                               fit.f.k[size_t(k)], kf.terms, kf.ratio_before, split.c_str(), kf.ratio_after,
                               keys.c_str()));
@@ -667,6 +686,7 @@ void print_report(std::ostream& os, const std::vector<Row>& rows, const std::vec
 json predicted_phases(const costmodel::Breakdown& b) {
   return {{"compute", b.gemm + b.memory_bound},
           {"tp_comm", b.tp_comm},
+          {"cp_comm", b.cp_comm},
           {"dp_comm", b.dp_exposed},
           {"pp_wait", b.bubble + b.pp_p2p},
           {"optimizer", b.optimizer}};
@@ -686,7 +706,9 @@ json report_json(const std::vector<Row>& rows, const Fit& fit, const std::vector
                   {"measured_time_s",
                    {{"compute", m.compute},
                     {"tp_comm", m.tp_comm},
+                    {"cp_comm", m.cp_comm},
                     {"dp_comm", m.dp_comm},
+                    {"zero_comm", m.zero_comm},
                     {"pp_wait", m.pp_wait},
                     {"optimizer", m.optimizer}}},
                   {"predicted_before_s", r.before},
