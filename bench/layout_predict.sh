@@ -30,6 +30,10 @@
 #        ROUNDS 2: train every layout ROUNDS times, in rounds over all layouts (so a layout's runs lie minutes apart),
 #        and keep its fastest run, as the calibration keeps its faster machine; the table shows the spread (a VM's
 #        oversubscribed layouts drift by 20-50 % within an hour with no other load: cp=4 at 122 then 155 ms)
+#        LEARN 1: learn the site from the runs (`cairn-plan calibrate --from-runs` on the layouts of the largest rank
+#        count that is not oversubscribed, 2 here: the compute factor and the fraction of the sweep's speed training's
+#        collectives get) and price every layout again with the refitted cluster file; the layouts of other rank counts
+#        are held out of that fit (the "learned" columns and summary); LEARN=0 skips it
 #        PREDICT_ONLY 1: re-price an earlier run in OUT_DIR (its calibration, contention factor, sweeps, attention
 #        measurement and training runs kept, nothing measured again) with this cairn-plan and PLAN_EXTRA: model
 #        changes compared on the same measurements, free of the run-to-run drift of a VM's calibration
@@ -299,7 +303,7 @@ while read -r dp tp pp v zero sp rc cp; do
   # runtime memory in the prediction.
   if [ "$R" -gt 1 ]; then BG=$BUSY_GEMM BB=$BUSY_BW; else BG=1 BB=1; fi
   predict() {
-    "$BIN/cairn-plan" --config "$ROOT/configs/clusters/cpu-local.toml" --config "$OUT/cpu1.toml" "${MODEL[@]}" \
+    "$BIN/cairn-plan" --config "$ROOT/configs/clusters/cpu-local.toml" --config "${CLUSTER_FILE:-$OUT/cpu1.toml}" "${MODEL[@]}" \
       --set cluster.nodes=1 --set cluster.gpus_per_node=$R --set cluster.reserved_gib=0 "${PLAN_SETS[@]}" \
       --set "cluster.peak_tflops=$($PY -c "print($PEAK * $1 * $BG)")" \
       --set "cluster.hbm_gbps=$($PY -c "print($BW * $1 * $BB)")" \
@@ -383,17 +387,69 @@ for k in $(seq 2 "$ROUNDS"); do
   done < "$OUT/layouts.txt"
 done
 
+# Learning the site: cairn-plan calibrate --from-runs on the runs of LEARN_R ranks (the largest rank count that is not
+# oversubscribed), priced as those layouts were (their CPU share, contention factor and sweep); then every layout
+# priced again with the refitted cluster file in place of cpu1.toml (DIR/learned*/, pred_learned*.json). The other
+# rank counts' layouts are held out of the fit.
+LEARN_R=""
+if [ "${LEARN:-1}" = 1 ]; then
+  for r in $RANKS; do [ "$r" -ge 2 ] && [ "$r" -le "$CORES" ] && LEARN_R=$r; done
+fi
+if [ -n "$LEARN_R" ]; then
+  mapfile -t FIT_RUNS < <(awk -v r="$LEARN_R" -v o="$OUT" '$9 == r {print o "/layouts/" $1}' "$OUT/layouts.txt")
+  rm -rf "$OUT/learn"; mkdir -p "$OUT/learn"
+  share=$($PY -c "print(min(1.0, $CORES / $LEARN_R))")
+  if [ ${#FIT_RUNS[@]} -gt 0 ] && "$BIN/cairn-plan" calibrate --from-runs "${FIT_RUNS[@]}" \
+      --config "$ROOT/configs/clusters/cpu-local.toml" --config "$OUT/cpu1.toml" "${MODEL[@]}" \
+      --set cluster.nodes=1 --set cluster.gpus_per_node=$LEARN_R --set cluster.reserved_gib=0 "${PLAN_SETS[@]}" \
+      --set "cluster.peak_tflops=$($PY -c "print($PEAK * $share * $BUSY_GEMM)")" \
+      --set "cluster.hbm_gbps=$($PY -c "print($BW * $share * $BUSY_BW)")" \
+      --set "cluster.kernel_overhead_us=$($PY -c "print($OVH / ($share * $BUSY_GEMM))")" \
+      --set "cluster.fabric=\"$(fabric_of "$LEARN_R")\"" "${PLAN_EXTRA[@]}" --out "$OUT/learn" \
+      --output "$OUT/learn/cluster-refit.toml" --json "$OUT/learn/refit.json" --log-level error \
+      > "$OUT/learn/refit.txt" 2> "$OUT/learn/refit.err"; then
+    # The refit scales attention_efficiency with the other device efficiencies; PLAN_SETS would set the measured one.
+    LEARNED_ATT=$($PY -c "import tomllib,sys; print(tomllib.load(open(sys.argv[1],'rb'))['cluster']['attention_efficiency'])" \
+      "$OUT/learn/cluster-refit.toml")
+    echo "learned from the ${#FIT_RUNS[@]} layouts of $LEARN_R ranks: $(grep -E '^  (compute|intra):' "$OUT/learn/refit.txt" | \
+      sed -E 's/^  ([a-z]+): (x[0-9.]+).*/\1 \2/' | paste -sd, -)" >&2
+    while read -r name dp tp pp v zero sp rc R cp; do
+      D=$OUT/layouts/$name
+      plan="dp=$dp,tp=$tp,pp=$pp,v=$v,mb=$MB,zero=$zero,recompute=$rc,sp=$sp,cp=$cp"
+      if [ "$R" -gt 1 ]; then BG=$BUSY_GEMM BB=$BUSY_BW; else BG=1 BB=1; fi
+      rm -rf "$D/learned" "$D/learned_full" "$D"/pred_learned*.json
+      CLUSTER_FILE=$OUT/learn/cluster-refit.toml predict "$($PY -c "print(min(1.0, $CORES / $R))")" "$D/learned" \
+        "$D/pred_learned.json" --set "cluster.attention_efficiency=$LEARNED_ATT" --log-level error > /dev/null 2>&1 || true
+      if [ "$R" -gt "$CORES" ]; then
+        CLUSTER_FILE=$OUT/learn/cluster-refit.toml predict 1 "$D/learned_full" "$D/pred_learned_full.json" \
+          --set "cluster.attention_efficiency=$LEARNED_ATT" --log-level error > /dev/null 2>&1 || true
+      fi
+    done < "$OUT/layouts.txt"
+  else
+    echo "learn: cairn-plan calibrate --from-runs failed (see $OUT/learn/refit.err); no learned prediction" >&2
+    LEARN_R=""
+  fi
+fi
+
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 GIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 DIRTY=$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
 VER=$("$BIN/cairn-plan" --version 2>/dev/null | awk '{print $1}' | head -1)
 $PY - "$OUT" "$WARMUP" "$TARGET" "$CORES" "$GIT" "$DIRTY" "$VER" "$LOAD0" "$LOAD1" "$(( $(date +%s) - T0 ))" \
-  "$0 $*" "$L $H $A $S $GB $MB $STEPS" "$CP_COMM" "$ROUNDS" "$BUSY" <<'PY'
+  "$0 $*" "$L $H $A $S $GB $MB $STEPS" "$CP_COMM" "$ROUNDS" "$BUSY" "$LEARN_R" <<'PY'
 import json, os, socket, statistics, sys, datetime
 out, warm, target, cores = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 git, dirty, ver, load0, load1, secs, cmd = sys.argv[5], sys.argv[6] == "true", sys.argv[7], sys.argv[8], sys.argv[9], int(sys.argv[10]), sys.argv[11]
 l, h, a, s, gb, mb, steps = map(int, sys.argv[12].split())
 cp_comm, rounds, contention = sys.argv[13], int(sys.argv[14]), float(sys.argv[15])
+learn_r = int(sys.argv[16]) if sys.argv[16] else None
+def plan_step(pred, full):
+    """The prediction of a layout from its pred.json; oversubscribed (full: the plan at a whole core per rank), the
+    bubble is another rank's compute time: dropped, bounded below by the full-core plan."""
+    p = json.load(open(pred))["plans"][0]
+    if full and os.path.exists(full):
+        return p, max(p["step_time_s"] - p["breakdown"]["time_s"]["bubble"], json.load(open(full))["plans"][0]["step_time_s"])
+    return p, p["step_time_s"]
 rows = []
 for line in open(f"{out}/layouts.txt"):
     name, dp, tp, pp, v, zero, sp, rc, R, cp = line.split()
@@ -404,12 +460,8 @@ for line in open(f"{out}/layouts.txt"):
            "recompute": rc, "predicted_step_s": None, "measured_step_s": None, "step_error_pct": None,
            "predicted_mem_gib": None, "measured_mem_gib": None, "mem_error_pct": None}
     try:
-        p = json.load(open(f"{d}/pred.json"))["plans"][0]
-        row["predicted_step_s"] = p["step_time_s"]
-        if int(R) > cores and os.path.exists(f"{d}/pred_full.json"):
-            full = json.load(open(f"{d}/pred_full.json"))["plans"][0]["step_time_s"]
-            row["predicted_plan_step_s"] = p["step_time_s"]
-            row["predicted_step_s"] = max(p["step_time_s"] - p["breakdown"]["time_s"]["bubble"], full)
+        p, row["predicted_step_s"] = plan_step(f"{d}/pred.json", f"{d}/pred_full.json" if int(R) > cores else None)
+        if row["predicted_step_s"] != p["step_time_s"]: row["predicted_plan_step_s"] = p["step_time_s"]
         row["predicted_mem_gib"] = p["memory_gib"]
         row["predicted_time_s"] = p["breakdown"]["time_s"]
         row["predicted_memory_gib"] = p["breakdown"]["memory_gib"]
@@ -421,7 +473,7 @@ for line in open(f"{out}/layouts.txt"):
         row["measured_step_s"] = statistics.median(r["time_s"]["total"] for r in steady)
         row["measured_mem_gib"] = max(r["mem_gib"] for r in tr)
         row["measured_time_s"] = {k: statistics.median(r["time_s"].get(k, 0.0) for r in steady)
-                                  for k in ("forward", "backward", "comm", "optimizer", "tp_comm", "cp_comm", "pp_wait", "data")}
+                                  for k in ("forward", "backward", "comm", "optimizer", "tp_comm", "cp_comm", "zero_comm", "pp_wait", "data")}
         row["measured_steps"] = len(steady)
         row["measured_min_step_s"] = min(r["time_s"]["total"] for r in steady)
         row["background_cores"] = float(open(f"{d}/background_cores").read())  # nan: the run failed
@@ -437,13 +489,30 @@ for line in open(f"{out}/layouts.txt"):
         row["step_error_pct"] = 100 * (row["predicted_step_s"] - row["measured_step_s"]) / row["measured_step_s"]
     if row["predicted_mem_gib"] and row["measured_mem_gib"]:
         row["mem_error_pct"] = 100 * (row["predicted_mem_gib"] - row["measured_mem_gib"]) / row["measured_mem_gib"]
+    if learn_r:
+        row["learned_held_out"] = int(R) != learn_r
+        try:
+            _, row["learned_step_s"] = plan_step(f"{d}/pred_learned.json", f"{d}/pred_learned_full.json" if int(R) > cores else None)
+            if row["measured_step_s"]:
+                row["learned_step_error_pct"] = 100 * (row["learned_step_s"] - row["measured_step_s"]) / row["measured_step_s"]
+        except Exception as e:
+            row["learned_error"] = f"plan: {e}"
     rows.append(row)
 
-def stats(key):
-    v = [abs(r[key]) for r in rows if r[key] is not None]
+def stats(key, sel=lambda r: True):
+    v = [abs(r[key]) for r in rows if sel(r) and r.get(key) is not None]
     return {"mean_abs_pct": statistics.mean(v) if v else None, "max_abs_pct": max(v) if v else None,
             "within_target": sum(x <= target for x in v), "n": len(v)}
 summary = {"step": stats("step_error_pct"), "memory": stats("mem_error_pct"), "target_pct": target}
+if learn_r:
+    refit = json.load(open(f"{out}/learn/refit.json"))
+    summary["learned"] = {
+        "fit_on": f"the {sum(not r['learned_held_out'] for r in rows)} layouts of {learn_r} ranks",
+        "factors": {k: v["factor"] for k, v in refit["factors"].items() if v["exercised"] and v["adjustable"]},
+        "fit_leave_one_out": refit["summary"],
+        "step_held_out": stats("learned_step_error_pct", lambda r: r["learned_held_out"]),
+        "step_held_out_shipped_model": stats("step_error_pct", lambda r: r["learned_held_out"]),
+        "step_all": stats("learned_step_error_pct")}
 fmt = lambda x, f: "-" if x is None else format(x, f)
 hdr = f"{'layout':<59} {'ranks':>5} {'pred s':>8} {'meas s':>8} {'err %':>7} {'pred MiB':>9} {'meas MiB':>9} {'err %':>7} {'bg':>5} {'min s':>7} {'pred@bg':>7} {'rounds%':>7}"
 print(hdr); print("-" * len(hdr))
@@ -458,6 +527,15 @@ for k, lab in (("step", "step time"), ("memory", "memory")):
     if st["n"]:
         print(f"{lab}: mean |error| {st['mean_abs_pct']:.1f} %, max {st['max_abs_pct']:.1f} %, "
               f"{st['within_target']}/{st['n']} within {target:g} %")
+if learn_r:
+    lr = summary["learned"]
+    for k, lab in (("step_held_out_shipped_model", "held-out layouts, model as calibrated"),
+                   ("step_held_out", "held-out layouts, learned from the runs"), ("step_all", "every layout, learned")):
+        st = lr[k]
+        if st["n"]:
+            print(f"step time, {lab}: mean |error| {st['mean_abs_pct']:.1f} %, max {st['max_abs_pct']:.1f} %, "
+                  f"{st['within_target']}/{st['n']} within {target:g} %")
+    print(f"learned from {lr['fit_on']}: " + ", ".join(f"{k} x{v:.3g}" for k, v in lr["factors"].items()))
 doc = {
     "kind": "layout_predict",
     "provenance": {"tool": "bench/layout_predict.sh", "version": ver, "git_sha": git, "git_dirty": dirty,
@@ -471,7 +549,10 @@ doc = {
                "prediction": "cairn-plan --explain --plan <layout>, calibrated cluster (1 thread), peak/bandwidth x min(1, cores/ranks), fabric from an R-rank cairn-sweep per rank count R, reserved_gib 0, plan.flash_attention=true",
                "calibration": "cpu1.toml (solo, core 0; the 1-rank layout runs there too); ranks of 2+ rank layouts at the pace of the slowest of CORES pinned copies of the 1-rank layout run at once, the median over CONTENTION_PAIRS solo/all-cores pairs (contention/)",
                "contention_factor": contention,
-               "fabric": "sweep-<R>/sweep/fabric.toml"},
+               "fabric": "sweep-<R>/sweep/fabric.toml",
+               "learned": "cairn-plan calibrate --from-runs on the layouts of the largest rank count that is not oversubscribed "
+                          "(learn/cluster-refit.toml), every layout priced again with it: learned_step_s; the other rank counts "
+                          "are held out of that fit" if learn_r else None},
     "summary": summary, "rows": rows}
 tmp = f"{out}/layout_predict.json.tmp"
 json.dump(doc, open(tmp, "w"), indent=1)

@@ -235,6 +235,27 @@ assert f"{st['within_target']}/{st['n']} within" in section, section[:300]
 assert len(sj["runs"][0]["layout_predict"]["rows"]) == len(lp["rows"])
 print(f"layout table: {len(body)} rows of {sys.argv[1].rsplit('/', 1)[-1]} with their errors and spreads")
 EOF
+# A run with the bench's learned prediction (LEARN: calibrate --from-runs on its 2-rank layouts): the "learned error"
+# column holds each row's learned_step_error_pct and the summary line names the fit and its held-out figures.
+LP=$SRC/bench/results/layout_predict_2026-12-04j.json
+mkdir -p "$T/lpl"
+cp "$LP" "$T/lpl/layout_predict.json"
+"$REPORT" "$T/lpl" --out "$T/lplout" --log-level warn 2> "$T/lpl.err" || fail "learned layout table: exit $?"
+$PY - "$T/lpl/layout_predict.json" "$T/lplout/report/summary.md" <<'EOF'
+import json, sys
+lp, md = json.load(open(sys.argv[1])), open(sys.argv[2]).read()
+section = md.split("### Layouts: predicted vs measured", 1)[1].split("\n### ", 1)[0]
+lines = [l for l in section.splitlines() if l.startswith("|")]
+cols = [c.strip() for c in lines[0].strip("|").split("|")]
+for row, line in zip(lp["rows"], lines[2:]):
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    got = float(cells[cols.index("learned error")].rstrip("%"))
+    assert abs(got - row["learned_step_error_pct"]) < 0.05, (row["layout"], got, row["learned_step_error_pct"])
+held = lp["summary"]["learned"]["step_held_out"]
+want = f"learned from {lp['summary']['learned']['fit_on']} (calibrate --from-runs), the other layouts' step time"
+assert want in section and f"{held['within_target']}/{held['n']} within" in section, section[:600]
+print(f"learned layout table: {len(lines) - 2} rows, held-out {held['within_target']}/{held['n']} within the target")
+EOF
 # --print-config shows the run directories given as arguments (not config keys) on its comment line.
 "$REPORT" "$T/good" "$T/bad" --print-config > "$T/pc.toml" || fail "--print-config: exit $?"
 grep -qxF "# positional arguments (not config keys: give them again with --config): [\"$T/good\", \"$T/bad\"]" \

@@ -153,8 +153,9 @@ const json* layout_rows_of(const RunData& r) {
   return nullptr;
 }
 
-// One table row of a layout: {layout, ranks, predicted s, measured s, error, spread between the bench's rounds,
-// predicted memory, measured memory, error, background cores}; memory in MiB (these runs hold tens of MiB).
+// One table row of a layout: {layout, ranks, predicted s, measured s, error, the error of the prediction learned from
+// the bench's runs (calibrate --from-runs; n/a without it), spread between the bench's rounds, predicted memory,
+// measured memory, error, background cores}; memory in MiB (these runs hold tens of MiB).
 std::vector<std::string> layout_cells(const json& row) {
   auto mib = [&](const char* k) { return num_or_nan(row, k) * 1024; };
   auto layout = row.find("layout");  // value() would throw a raw type_error for a non-string
@@ -163,29 +164,40 @@ std::vector<std::string> layout_cells(const json& row) {
           fmt_or_na(num_or_nan(row, "predicted_step_s"), "s"),
           fmt_or_na(num_or_nan(row, "measured_step_s"), "s"),
           signed_fmt(num_or_nan(row, "step_error_pct"), "%"),
+          signed_fmt(num_or_nan(row, "learned_step_error_pct"), "%"),
           fmt_or_na(num_or_nan(row, "round_spread_pct"), "%"),
           fmt_or_na(mib("predicted_mem_gib"), "MiB"),
           fmt_or_na(mib("measured_mem_gib"), "MiB"),
           signed_fmt(num_or_nan(row, "mem_error_pct"), "%"),
           fmt_or_na(num_or_nan(row, "background_cores"), "")};
 }
-const char* const kLayoutHeads[] = {
-    "layout",           "ranks",           "predicted step", "measured step",     "error", "spread (rounds)",
-    "predicted memory", "measured memory", "error",          "other load (cores)"};
+const char* const kLayoutHeads[] = {"layout",          "ranks",         "predicted step",    "measured step",
+                                    "error",           "learned error", "spread (rounds)",   "predicted memory",
+                                    "measured memory", "error",         "other load (cores)"};
 
-// "step time: mean |error| 12.3 %, max 40.1 %, 20/24 within 15 %; memory: ..."
+// "step time: mean |error| 12.3 %, max 40.1 %, 20/24 within 15 %; memory: ...; learned from the 12 layouts of 2
+// ranks, the other layouts' step time: ..."
 std::string layout_summary(const json& lp) {
   std::string out;
   if (!lp.contains("summary") || !lp["summary"].is_object()) return out;
   const json& s = lp["summary"];
   double target = num_or_nan(s, "target_pct");
-  for (const char* k : {"step", "memory"}) {
-    if (!s.contains(k) || !s[k].is_object()) continue;
-    const json& st = s[k];
-    out += std::string(out.empty() ? "" : "; ") + (std::string(k) == "step" ? "step time" : "memory") +
-           ": mean |error| " + fmt_or_na(num_or_nan(st, "mean_abs_pct"), "%") + ", max " +
+  auto figures = [&](const json& st) {
+    return "mean |error| " + fmt_or_na(num_or_nan(st, "mean_abs_pct"), "%") + ", max " +
            fmt_or_na(num_or_nan(st, "max_abs_pct"), "%") + ", " + json_cell(st.value("within_target", json())) + "/" +
            json_cell(st.value("n", json())) + " within " + fmt_or_na(target, "%");
+  };
+  for (const char* k : {"step", "memory"}) {
+    if (!s.contains(k) || !s[k].is_object()) continue;
+    out += std::string(out.empty() ? "" : "; ") + (std::string(k) == "step" ? "step time" : "memory") + ": " +
+           figures(s[k]);
+  }
+  if (s.contains("learned") && s["learned"].is_object()) {
+    const json& l = s["learned"];
+    const json held = l.value("step_held_out", json());
+    if (held.is_object() && l.contains("fit_on") && l["fit_on"].is_string())
+      out += "; learned from " + l["fit_on"].get<std::string>() +
+             " (calibrate --from-runs), the other layouts' step time: " + figures(held);
   }
   return out;
 }
