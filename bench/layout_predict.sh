@@ -399,7 +399,10 @@ if [ -n "$LEARN_R" ]; then
   mapfile -t FIT_RUNS < <(awk -v r="$LEARN_R" -v o="$OUT" '$9 == r {print o "/layouts/" $1}' "$OUT/layouts.txt")
   rm -rf "$OUT/learn"; mkdir -p "$OUT/learn"
   share=$($PY -c "print(min(1.0, $CORES / $LEARN_R))")
-  if [ ${#FIT_RUNS[@]} -gt 0 ] && "$BIN/cairn-plan" calibrate --from-runs "${FIT_RUNS[@]}" \
+  if [ ${#FIT_RUNS[@]} -eq 0 ]; then
+    echo "learn: no layout of $LEARN_R ranks trained (FILTER?); no learned prediction" >&2
+    LEARN_R=""
+  elif "$BIN/cairn-plan" calibrate --from-runs "${FIT_RUNS[@]}" \
       --config "$ROOT/configs/clusters/cpu-local.toml" --config "$OUT/cpu1.toml" "${MODEL[@]}" \
       --set cluster.nodes=1 --set cluster.gpus_per_node=$LEARN_R --set cluster.reserved_gib=0 "${PLAN_SETS[@]}" \
       --set "cluster.peak_tflops=$($PY -c "print($PEAK * $share * $BUSY_GEMM)")" \
