@@ -187,6 +187,17 @@ fabric_of() {
 }
 read -r PEAK BW OVH < <($PY -c "import tomllib,sys; c=tomllib.load(open(sys.argv[1],'rb'))['cluster']
 print(c['peak_tflops'], c['hbm_gbps'], c['kernel_overhead_us'])" "$OUT/cpu1.toml")
+# site_args SHARE: SITE_ARGS, the cairn-plan arguments of the cluster that prices R ranks (R devices of one node, each
+# on SHARE of a core at the contended rate BG / BB, the R-rank sweep's fabric; cpu1.toml, or CLUSTER_FILE). Both the
+# predictions and the learning step's refit price with it.
+site_args() {
+  SITE_ARGS=(--config "$ROOT/configs/clusters/cpu-local.toml" --config "${CLUSTER_FILE:-$OUT/cpu1.toml}" "${MODEL[@]}"
+             --set cluster.nodes=1 --set cluster.gpus_per_node=$R --set cluster.reserved_gib=0 "${PLAN_SETS[@]}"
+             --set "cluster.peak_tflops=$($PY -c "print($PEAK * $1 * $BG)")"
+             --set "cluster.hbm_gbps=$($PY -c "print($BW * $1 * $BB)")"
+             --set "cluster.kernel_overhead_us=$($PY -c "print($OVH / ($1 * $BG))")"
+             --set "cluster.fabric=\"$(fabric_of "$R")\"")
+}
 # cairn-train's attention kernel on this CPU, one thread, the bench's shape: its efficiency relative to the calibrated
 # peak over the FLOPs the cost model counts for it (4 s^2 h per layer and sequence forward, times its causal fraction
 # (1 + 1/ceil(s/32))/2: the CPU kernel scores tiles of 32 query rows against the keys up to their last row,
@@ -303,12 +314,8 @@ while read -r dp tp pp v zero sp rc cp; do
   # runtime memory in the prediction.
   if [ "$R" -gt 1 ]; then BG=$BUSY_GEMM BB=$BUSY_BW; else BG=1 BB=1; fi
   predict() {
-    "$BIN/cairn-plan" --config "$ROOT/configs/clusters/cpu-local.toml" --config "${CLUSTER_FILE:-$OUT/cpu1.toml}" "${MODEL[@]}" \
-      --set cluster.nodes=1 --set cluster.gpus_per_node=$R --set cluster.reserved_gib=0 "${PLAN_SETS[@]}" \
-      --set "cluster.peak_tflops=$($PY -c "print($PEAK * $1 * $BG)")" \
-      --set "cluster.hbm_gbps=$($PY -c "print($BW * $1 * $BB)")" \
-      --set "cluster.kernel_overhead_us=$($PY -c "print($OVH / ($1 * $BG))")" \
-      --set "cluster.fabric=\"$(fabric_of "$R")\"" --out "$2" --explain --plan "$plan" --json "$3" "${PLAN_EXTRA[@]}" "${@:4}"
+    site_args "$1"
+    "$BIN/cairn-plan" "${SITE_ARGS[@]}" --out "$2" --explain --plan "$plan" --json "$3" "${PLAN_EXTRA[@]}" "${@:4}"
   }
   predict "$($PY -c "print(min(1.0, $CORES / $R))")" "$D" "$D/pred.json" --log-level warn > "$D/explain.txt" \
     2> "$D/plan.err" || echo "plan failed: $(tail -1 "$D/plan.err")" >&2
@@ -398,17 +405,12 @@ fi
 if [ -n "$LEARN_R" ]; then
   mapfile -t FIT_RUNS < <(awk -v r="$LEARN_R" -v o="$OUT" '$9 == r {print o "/layouts/" $1}' "$OUT/layouts.txt")
   rm -rf "$OUT/learn"; mkdir -p "$OUT/learn"
-  share=$($PY -c "print(min(1.0, $CORES / $LEARN_R))")
+  R=$LEARN_R BG=$BUSY_GEMM BB=$BUSY_BW
+  site_args "$($PY -c "print(min(1.0, $CORES / $LEARN_R))")"
   if [ ${#FIT_RUNS[@]} -eq 0 ]; then
     echo "learn: no layout of $LEARN_R ranks trained (FILTER?); no learned prediction" >&2
     LEARN_R=""
-  elif "$BIN/cairn-plan" calibrate --from-runs "${FIT_RUNS[@]}" \
-      --config "$ROOT/configs/clusters/cpu-local.toml" --config "$OUT/cpu1.toml" "${MODEL[@]}" \
-      --set cluster.nodes=1 --set cluster.gpus_per_node=$LEARN_R --set cluster.reserved_gib=0 "${PLAN_SETS[@]}" \
-      --set "cluster.peak_tflops=$($PY -c "print($PEAK * $share * $BUSY_GEMM)")" \
-      --set "cluster.hbm_gbps=$($PY -c "print($BW * $share * $BUSY_BW)")" \
-      --set "cluster.kernel_overhead_us=$($PY -c "print($OVH / ($share * $BUSY_GEMM))")" \
-      --set "cluster.fabric=\"$(fabric_of "$LEARN_R")\"" "${PLAN_EXTRA[@]}" --out "$OUT/learn" \
+  elif "$BIN/cairn-plan" calibrate --from-runs "${FIT_RUNS[@]}" "${SITE_ARGS[@]}" "${PLAN_EXTRA[@]}" --out "$OUT/learn" \
       --output "$OUT/learn/cluster-refit.toml" --json "$OUT/learn/refit.json" --log-level error \
       > "$OUT/learn/refit.txt" 2> "$OUT/learn/refit.err"; then
     # The refit scales attention_efficiency with the other device efficiencies; PLAN_SETS would set the measured one.

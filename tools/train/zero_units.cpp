@@ -3,9 +3,9 @@
 #include "zero_units.h"
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 
+#include "cairn/clock.h"
 #include "cairn/error.h"
 #include "cairn/mpi.h"
 
@@ -67,13 +67,8 @@ std::unique_ptr<ZeroUnits::Buffer> ZeroUnits::take_buffer(size_t floats) {
 
 template <typename F>
 void ZeroUnits::mpi_call(F&& f) {
-  if (!on_wait_ || after_backward_) {
-    f();
-    return;
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  on_wait_(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  static const std::function<void(double)> unreported;
+  timed_call(after_backward_ ? unreported : on_wait_, std::forward<F>(f));
 }
 
 void ZeroUnits::give_back(std::unique_ptr<Buffer> b) { pool_.push_back(std::move(b)); }

@@ -1,11 +1,11 @@
 // gpt::TpComm over MPI: the tensor-parallel group's all-reduce, all-gather and reduce-scatter, and the context-parallel
 // ring exchange (staged through host memory on device backends).
-#include <chrono>
 #include <climits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cairn/clock.h"
 #include "cairn/error.h"
 #include "cairn/gpt_mpi.h"
 #include "cairn/mpi.h"
@@ -19,18 +19,6 @@ int count_of(size_t n, const char* what) {
     throw RuntimeError(std::string("tensor-parallel ") + what + " of " + std::to_string(n) +
                        " floats exceeds MPI's int count");
   return static_cast<int>(n);
-}
-
-// Runs one collective and reports its duration.
-template <typename F>
-void timed(const std::function<void(double)>& on_call, F&& f) {
-  if (!on_call) {
-    f();
-    return;
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  on_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 // Host copies of backend buffers around a collective (device backends).
@@ -60,7 +48,7 @@ TpComm mpi_tp_comm(MPI_Comm comm, const std::function<void(double)>& on_call, co
   auto st = std::make_shared<Staging>(Staging{staging, {}, {}});
   TpComm c;
   c.all_reduce = [comm, on_call, st](float* buf, size_t n) {
-    timed(on_call, [&] {
+    timed_call(on_call, [&] {
       float* h = st->in(buf, n, st->a);
       mpi::check(MPI_Allreduce(MPI_IN_PLACE, h, count_of(n, "all-reduce"), MPI_FLOAT, MPI_SUM, comm),
                  "MPI_Allreduce (tensor parallel)");
@@ -68,7 +56,7 @@ TpComm mpi_tp_comm(MPI_Comm comm, const std::function<void(double)>& on_call, co
     });
   };
   c.all_gather = [comm, on_call, st](float* full, const float* part, size_t n) {
-    timed(on_call, [&] {
+    timed_call(on_call, [&] {
       const int count = count_of(n, "all-gather");
       int size = 1;
       MPI_Comm_size(comm, &size);
@@ -79,7 +67,7 @@ TpComm mpi_tp_comm(MPI_Comm comm, const std::function<void(double)>& on_call, co
     });
   };
   c.reduce_scatter = [comm, on_call, st](float* part, const float* full, size_t n) {
-    timed(on_call, [&] {
+    timed_call(on_call, [&] {
       int size = 1;
       MPI_Comm_size(comm, &size);
       float* src = st->in(full, n * size, st->a);
@@ -114,7 +102,7 @@ TpComm mpi_tp_comm(MPI_Comm comm, const std::function<void(double)>& on_call, co
                "MPI_Isend (context-parallel ring)");
   };
   c.ring_wait = [on_call, st, ring] {
-    timed(on_call, [&] {
+    timed_call(on_call, [&] {
       mpi::check(MPI_Waitall(2, ring->req, MPI_STATUSES_IGNORE), "MPI_Waitall (context-parallel ring)");
       st->back(ring->recv, ring->n, st->b);
     });
