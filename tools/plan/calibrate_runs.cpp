@@ -430,8 +430,9 @@ std::vector<Obs> observe(const std::vector<const Run*>& runs, const json& base, 
       obs.push_back({b.tp_comm, r->m.tp_comm, false});
     if (e.plan.cp > 1 && b.cp_tier == tier && b.cp_comm > 0 && r->m.cp_comm > 0)
       obs.push_back({b.cp_comm, r->m.cp_comm, false});
+    // The data-parallel group spans dp x cp ranks (cp ranks hold the same parameters; dp_tier is "-" without one).
     // A fully hidden measured wait (0) still says the link is faster than modelled: floored, not dropped.
-    if (e.plan.dp > 1 && b.dp_tier == tier && b.dp_exposed > 0)
+    if (b.dp_tier == tier && b.dp_exposed > 0)
       obs.push_back({b.dp_exposed, std::max(r->m.dp_comm, 1e-6), true});
   }
   return obs;
