@@ -432,8 +432,7 @@ std::vector<Obs> observe(const std::vector<const Run*>& runs, const json& base, 
       obs.push_back({b.cp_comm, r->m.cp_comm, false});
     // The data-parallel group spans dp x cp ranks (cp ranks hold the same parameters; dp_tier is "-" without one).
     // A fully hidden measured wait (0) still says the link is faster than modelled: floored, not dropped.
-    if (b.dp_tier == tier && b.dp_exposed > 0)
-      obs.push_back({b.dp_exposed, std::max(r->m.dp_comm, 1e-6), true});
+    if (b.dp_tier == tier && b.dp_exposed > 0) obs.push_back({b.dp_exposed, std::max(r->m.dp_comm, 1e-6), true});
   }
   return obs;
 }
