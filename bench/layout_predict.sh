@@ -34,6 +34,8 @@
 #        count that is not oversubscribed, 2 here: the compute factor and the fraction of the sweep's speed training's
 #        collectives get) and price every layout again with the refitted cluster file; the layouts of other rank counts
 #        are held out of that fit (the "learned" columns and summary); LEARN=0 skips it
+#        KERNEL_PROFILE 1: train with --profile-kernels (train/kernel_profile.json), so that the learning step fits
+#        GEMM, attention and memory-bound kernels apart (their shares of the measured compute); 0: one compute factor
 #        PREDICT_ONLY 1: re-price an earlier run in OUT_DIR (its calibration, contention factor, sweeps, attention
 #        measurement and training runs kept, nothing measured again) with this cairn-plan and PLAN_EXTRA: model
 #        changes compared on the same measurements, free of the run-to-run drift of a VM's calibration
@@ -75,6 +77,7 @@ MODEL=(--set model.layers=$L --set model.hidden=$H --set model.heads=$A --set mo
 TRAIN_COMMON=(--data "$OUT/ds" --threads 1 --log-level warn "${MODEL[@]}" --steps "$STEPS" --set train.warmup=1
               --set train.checkpoint_every=0 --set train.val_every=0 --set train.tensorboard=false
               --set train.resume=\"none\" --set parallel.mb=$MB)
+[ "${KERNEL_PROFILE:-1}" = 1 ] && TRAIN_COMMON+=(--profile-kernels)
 # cairn-train's attention keeps only the row log-sum-exp, never the s x s probabilities, and recomputes
 # them in backward (tools/train/README.md): to the cost model that is flash attention (memory and FLOPs).
 # cairn-train: TP collectives synchronous, no dropout (its GPT has none); context parallelism's K/V exchange
@@ -416,7 +419,7 @@ if [ -n "$LEARN_R" ]; then
     # The refit scales attention_efficiency with the other device efficiencies; PLAN_SETS would set the measured one.
     LEARNED_ATT=$($PY -c "import tomllib,sys; print(tomllib.load(open(sys.argv[1],'rb'))['cluster']['attention_efficiency'])" \
       "$OUT/learn/cluster-refit.toml")
-    echo "learned from the ${#FIT_RUNS[@]} layouts of $LEARN_R ranks: $(grep -E '^  (compute|intra):' "$OUT/learn/refit.txt" | \
+    echo "learned from the ${#FIT_RUNS[@]} layouts of $LEARN_R ranks: $(grep -E '^  (compute|attention|memory|intra): x' "$OUT/learn/refit.txt" | \
       sed -E 's/^  ([a-z]+): (x[0-9.]+).*/\1 \2/' | paste -sd, -)" >&2
     while read -r name dp tp pp v zero sp rc R cp; do
       D=$OUT/layouts/$name

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # cairn-plan calibrate --from-runs on real cairn-train runs (1 rank, dp2, tp2, cp2, dp2 ZeRO-3 on this CPU): the
 # refitted cluster file is written with its provenance and loads back, the leave-one-out table names every run with
-# finite errors, CP and ZeRO-3 runs are read with their collectives apart from compute, a sweep's fabric is refitted
-# through intra_fabric_efficiency, one run says it has no held-out run, and a directory that is not a usable run exits
-# 2 naming it.
+# finite errors, runs with kernel profiles are fitted by kernel class (GEMM, attention, memory-bound) and a mix of
+# profiled and unprofiled runs as one compute factor, CP and ZeRO-3 runs are read with their collectives apart from
+# compute, a sweep's fabric is refitted through intra_fabric_efficiency, one run says it has no held-out run, and a
+# directory that is not a usable run (or holds a broken kernel profile) exits 2 naming it.
 set -euo pipefail
 BIN=${CAIRN_BIN_DIR:?CAIRN_BIN_DIR must point at build/bin}
 PY=/usr/bin/python3
@@ -27,9 +28,10 @@ train() {
   [[ $np == 1 ]] || cmd=(mpirun --oversubscribe -np "$np" "${cmd[@]}")
   "${cmd[@]}" || fail "$name: cairn-train exited $?"
 }
-train r1 1
-train dp2 2
-train tp2 2 --set parallel.tp=2
+# r1, dp2 and tp2 with per-kernel times (train/kernel_profile.json), cp2 and z3 without
+train r1 1 --profile-kernels
+train dp2 2 --profile-kernels
+train tp2 2 --set parallel.tp=2 --profile-kernels
 train cp2 2 --set parallel.cp=2 --set parallel.dp=1
 train z3 2 --set parallel.zero=3
 echo "training: $(( SECONDS - T0 )) s"
@@ -52,10 +54,12 @@ grep -q "^# command line: .*--from-runs" "$W/refit.toml" || fail "no command lin
 grep -q "^# tool: cairn-plan .*(git " "$W/refit.toml" || fail "no tool/version/git in the provenance"
 [[ $(grep -c "^# run: " "$W/refit.toml") == 3 ]] || fail "provenance does not list the 3 runs"
 grep -q "^# factor compute: x" "$W/refit.toml" || fail "no compute factor recorded"
+"$BIN/cairn-plan" "${SITE[@]}" --print-config > "$W/site.toml" || fail "--print-config of the site exited $?"
 "$PY" - "$W" <<'PY'
 import json, math, sys, tomllib
 w = sys.argv[1]
 site = tomllib.load(open("configs/clusters/cpu-local.toml", "rb"))["cluster"]
+effective = tomllib.load(open(f"{w}/site.toml", "rb"))["cluster"]  # with the schema's defaults
 refit = tomllib.load(open(f"{w}/refit.toml", "rb"))
 assert list(refit) == ["cluster"], list(refit)
 c = refit["cluster"]
@@ -78,6 +82,19 @@ assert d["held_out"] and "provenance" in d
 # The factors are what the file holds: compute scales gemm_max_efficiency (within the schema's 1.0).
 want = min(1.0, site["gemm_max_efficiency"] * f["compute"]["factor"])
 assert abs(c["gemm_max_efficiency"] - want) < 1e-9 * max(1, want), (c["gemm_max_efficiency"], want)
+# Every run has a kernel profile: fitted by kernel class. Each class's measured share is the profile's share of the
+# measured compute; attention scales attention_efficiency and memory hbm_efficiency, each on its own.
+assert d["by_kernel_class"], "three profiled runs were not fitted by kernel class"
+for name, r in rows.items():
+    m, p = r["measured_time_s"], r["predicted_before_time_s"]
+    assert r["kernel_profile"] and m["gemm"] > 0 and m["attention"] > 0 and m["memory_bound"] > 0, (name, m)
+    assert abs(m["gemm"] + m["attention"] + m["memory_bound"] - m["compute"]) < 1e-9 * m["compute"] + 1e-12, (name, m)
+    assert p["gemm"] > 0 and p["attention"] > 0 and abs(p["gemm"] + p["attention"] + p["memory_bound"]
+                                                        - p["compute"]) < 1e-9 * p["compute"], (name, p)
+for knob, key in (("attention", "attention_efficiency"), ("memory", "hbm_efficiency")):
+    assert f[knob]["exercised"] and f[knob]["terms"] == 3 and 0.2 <= f[knob]["factor"] <= 5, (knob, f[knob])
+    want = min(1.0, effective[key] * f[knob]["factor"])
+    assert abs(c[key] - want) < 1e-9, (key, c[key], want)
 s = d["summary"]
 print(f"leave-one-out mean |error| {s['mean_abs_error_before_pct']:.1f} % -> {s['mean_abs_error_after_pct']:.1f} %, "
       f"max {s['max_abs_error_before_pct']:.1f} % -> {s['max_abs_error_after_pct']:.1f} %; factors " +
@@ -107,11 +124,14 @@ ranks = 2
 TOML
 "$BIN/cairn-plan" calibrate --from-runs "$W/dp2" "$W/tp2" "$W/cp2" "$W/z3" "${SITE[@]}"   --set "cluster.fabric=\"$W/fabric.toml\"" --output "$W/fab.toml" --json "$W/fab.json" --log-level error   > "$W/fab.txt" || fail "calibrate --from-runs with CP, ZeRO-3 and a fabric exited $?"
 grep -q "^cp2 .*cp=2" "$W/fab.txt" || fail "no cp2 row: $(cat "$W/fab.txt")"
+grep -q "kernel classes: 2 of 4 runs have a kernel profile; compute is fitted as one" "$W/fab.txt" \
+  || fail "a mix of profiled and unprofiled runs is not fitted as one compute factor: $(cat "$W/fab.txt")"
 "$PY" - "$W" <<'PY' || fail "CP / ZeRO-3 / fabric refit"
 import json, sys, tomllib
 w = sys.argv[1]
 d = json.load(open(f"{w}/fab.json"))
 rows = {r["run"].rsplit("/", 1)[-1]: r for r in d["rows"]}
+assert not d["by_kernel_class"] and not d["factors"]["attention"]["exercised"], d["factors"]["attention"]
 assert rows["cp2"]["ranks"] == 2 and rows["cp2"]["ranks_from"] == "[parallel] dp x cp x tp x pp", rows["cp2"]
 assert rows["cp2"]["measured_time_s"]["cp_comm"] > 0 and rows["cp2"]["predicted_before_time_s"]["cp_comm"] > 0, rows["cp2"]
 z = rows["z3"]["measured_time_s"]
@@ -156,12 +176,12 @@ assert r["ranks"] == 2 and r["ranks_from"] == "checkpoint DONE world_size", r
 PY
 
 # ---- 5. directories that are not usable runs: exit 2 naming them, nothing written
-expect_usage() {  # DIR WHAT: calibrate on DIR (with a good run) must exit 2 naming DIR and saying WHAT
+expect_usage() {  # DIR WHAT: calibrate on DIR (with a good run) must exit 2 naming DIR (or its file) and saying WHAT
   local rc=0
   "$BIN/cairn-plan" calibrate --from-runs "$W/r1" "$1" "${SITE[@]}" --output "$W/bad.toml" > /dev/null \
     2> "$W/bad.err" || rc=$?
   [[ $rc == 2 ]] || fail "$1: exit $rc, want 2: $(cat "$W/bad.err")"
-  grep -q "^cairn-plan: .*\"$1\"" "$W/bad.err" || fail "$1 not named: $(cat "$W/bad.err")"
+  grep -q "^cairn-plan: .*\"$1[\"/]" "$W/bad.err" || fail "$1 not named: $(cat "$W/bad.err")"
   grep -q "$2" "$W/bad.err" || fail "$1: no '$2' in: $(cat "$W/bad.err")"
   [[ ! -e $W/bad.toml ]] || fail "$1: a file was written anyway"
 }
@@ -172,4 +192,7 @@ mkdir -p "$W/nosteps/train"
 head -1 "$W/r1/train/metrics.jsonl" > "$W/nosteps/train/metrics.jsonl"  # the provenance line only
 grep -m2 '"train"' "$W/r1/train/metrics.jsonl" | sed 's/"skipped":false/"skipped":true/' >> "$W/nosteps/train/metrics.jsonl"
 expect_usage "$W/nosteps" "no finished training steps"
+cp -r "$W/dp2" "$W/badprof"
+echo '{"kind": "kernel_profile", "ranks": []}' > "$W/badprof/train/kernel_profile.json"
+expect_usage "$W/badprof" "not a kernel profile"
 echo "calibrate_runs.sh: ok ($(( SECONDS - T0 )) s)"

@@ -581,6 +581,39 @@ BOOST_AUTO_TEST_CASE(context_parallelism_by_all_gather) {
   BOOST_TEST(gathered.b.cp_comm > ring.b.cp_comm);  // the ring hides its transfers behind the attention blocks
 }
 
+// The attention core apart from the other GEMMs (calibrate --from-runs fits it against a kernel profile's attention
+// time): the fused kernel's time at attention_efficiency, backward 2.5x forward, rerun once more by full or
+// selective (attention) recompute and not by torchtitan's op-level policy, which keeps the kernel's output.
+BOOST_AUTO_TEST_CASE(attention_core_is_reported_apart) {
+  const ModelSpec m = llama3_8b_64k();
+  Cluster c = eight_gpus();
+  Assumptions a;
+  a.flash_attention = true;
+  Plan p;
+  p.tp = 2, p.dp = 4, p.mb = 1, p.zero = 1, p.sp = true;
+  const Evaluation none = evaluate(m, c, p, 8, a);
+  BOOST_REQUIRE(none.feasible());
+  BOOST_TEST(none.b.attention > 0);
+  BOOST_TEST(none.b.attention < none.b.gemm);
+  p.recompute = Recompute::Full;
+  const Evaluation full = evaluate(m, c, p, 8, a);
+  p.recompute = Recompute::Selective;
+  const Evaluation selective = evaluate(m, c, p, 8, a);
+  a.selective_alternate_mm = true;
+  const Evaluation op_level = evaluate(m, c, p, 8, a);
+  BOOST_TEST(full.b.attention / none.b.attention == 4.5 / 3.5, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(selective.b.attention / none.b.attention == 4.5 / 3.5, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(op_level.b.attention == none.b.attention, boost::test_tools::tolerance(1e-12));
+  // Only the attention core moves with attention_efficiency (here compute-bound: half the efficiency, twice its time).
+  c.attention_efficiency /= 2;
+  a.selective_alternate_mm = false;
+  p.recompute = Recompute::None;
+  const Evaluation slow = evaluate(m, c, p, 8, a);
+  const double k0 = c.kernel_overhead_us * 1e-6 * 3.5 * none.b.microbatches * m.layers;  // per call, not per FLOP
+  BOOST_TEST((slow.b.attention - k0) / (none.b.attention - k0) == 2.0, boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(slow.b.gemm - slow.b.attention == none.b.gemm - none.b.attention, boost::test_tools::tolerance(1e-9));
+}
+
 BOOST_AUTO_TEST_CASE(power_cap_lowers_the_sustained_clock) {
   Cluster c;
   c.peak_tflops = 989;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -35,7 +36,49 @@ constexpr double kFactorMin = 0.2, kFactorMax = 5.0;
 // reduce-scatters inside forward and backward (time_s.zero_comm), as the model's exposed DP term counts both.
 struct Measured {
   double total = 0, compute = 0, tp_comm = 0, cp_comm = 0, dp_comm = 0, zero_comm = 0, pp_wait = 0, optimizer = 0;
+  // With a kernel profile (cairn-train --profile-kernels): compute split by kernel class in the proportions of the
+  // profile's rank-0 kernel time (GEMMs, the attention kernel, the memory-bound rest).
+  bool profiled = false;
+  double gemm = 0, attention = 0, memory = 0;
 };
+
+// Kernel classes of the backend's ops, as the cost model prices them: matmuls at the GEMM efficiencies, the attention
+// kernel at attention_efficiency, the rest (norms, GELU, residual adds, the loss, the embedding, context parallelism's
+// output merges) at the memory bandwidth. The optimizer's ops (its own phase) and evaluation's argmax count in none.
+enum KernelClass { kClassGemm = 0, kClassAttention, kClassMemory, kClassNone };
+KernelClass kernel_class(const std::string& op) {
+  if (op.starts_with("matmul_")) return kClassGemm;
+  if (op.starts_with("attention_") && op != "attention_merge") return kClassAttention;
+  if (op == "adamw_update" || op == "squared_norm" || op == "scale" || op == "argmax_rows") return kClassNone;
+  return kClassMemory;
+}
+
+// Rank 0's kernel seconds per class from <run>/train/kernel_profile.json (the rank whose phases the fit reads), or
+// nothing when the run was not profiled. The profile covers the whole process (warm-up steps, validation passes),
+// so only its proportions are used.
+std::optional<std::array<double, 3>> kernel_class_seconds(const std::string& dir) {
+  const std::string path = join_path(dir, "train/kernel_profile.json");
+  if (!path_exists(path)) return std::nullopt;
+  const json doc = json::parse(read_file(path), nullptr, false);
+  const json* ops = nullptr;
+  if (doc.is_object() && doc.contains("ranks") && doc["ranks"].is_array())
+    for (const json& r : doc["ranks"])
+      if (r.is_object() && r.value("rank", -1) == 0 && r.contains("ops") && r["ops"].is_array()) ops = &r["ops"];
+  if (!ops)
+    throw UsageError(
+        file_message("not a kernel profile", path, "expected {\"ranks\": [{\"rank\": 0, \"ops\": [...]}]}"));
+  std::array<double, 3> sec{0, 0, 0};
+  for (const json& o : *ops) {
+    if (!o.is_object() || !o.contains("op") || !o["op"].is_string() || !o.contains("seconds") ||
+        !o["seconds"].is_number() || !(o["seconds"].get<double>() >= 0))
+      throw UsageError(file_message("bad op entry in kernel profile", path, o.dump()));
+    const KernelClass k = kernel_class(o["op"].get<std::string>());
+    if (k != kClassNone) sec[size_t(k)] += o["seconds"].get<double>();
+  }
+  if (!(sec[0] + sec[1] + sec[2] > 0))
+    throw UsageError(file_message("no kernel time in kernel profile", path, "rank 0"));
+  return sec;
+}
 
 // One start of cairn-train in a metrics.jsonl (a provenance line begins each start and each resume).
 struct Segment {
@@ -320,28 +363,47 @@ Run load_run(const Config& site, const std::string& dir, int warmup) {
   r.used = int(n - skip);
   r.left_out = int(skip) + seg->rejected;
   r.m = measure(seg->steps, skip);
+  if (const auto sec = kernel_class_seconds(dir)) {
+    const double all = (*sec)[0] + (*sec)[1] + (*sec)[2];
+    r.m.profiled = true;
+    r.m.gemm = r.m.compute * (*sec)[kClassGemm] / all;
+    r.m.attention = r.m.compute * (*sec)[kClassAttention] / all;
+    r.m.memory = r.m.compute * (*sec)[kClassMemory] / all;
+  }
   return r;
 }
 
 // ------------------------------------------------------------------ fitting
 
-enum Knob { kCompute = 0, kIntra, kInter, kKnobs };
-constexpr const char* kKnobName[kKnobs] = {"compute", "intra", "inter"};
+// compute: the device's achievable fractions (all of them; with kernel profiles the GEMM ones only, attention and
+// memory then taking the attention kernel's and the memory bandwidth's); intra / inter: a link tier's.
+enum Knob { kCompute = 0, kAttention, kMemory, kIntra, kInter, kKnobs };
+constexpr const char* kKnobName[kKnobs] = {"compute", "attention", "memory", "intra", "inter"};
 
 struct Factors {
-  std::array<double, kKnobs> k{1.0, 1.0, 1.0};
+  std::array<double, kKnobs> k{1.0, 1.0, 1.0, 1.0, 1.0};
+  bool by_kernel_class = false;  // every run has a kernel profile: compute split into GEMM, attention and memory
 };
 
-// The [cluster] keys the compute factor scales: every achievable fraction of the device (GEMM table and large-GEMM
-// efficiency, memory bandwidth, any kernel class the schema adds), never a link tier's.
-std::vector<std::string> compute_keys(const json& cluster) {
+// The kernel knob of a device efficiency key: GEMM keys (table, large-GEMM, FP8), the attention kernel's, and the
+// memory-bound rest (hbm_efficiency, any kernel class the schema adds).
+int device_knob(const std::string& key) {
+  if (key.find("gemm") != std::string::npos) return kCompute;
+  return key == "attention_efficiency" ? kAttention : kMemory;
+}
+
+// The [cluster] keys a device knob scales: every achievable fraction of the device for compute (never a link tier's),
+// or, fitted by kernel class, those of its class.
+std::vector<std::string> compute_keys(const json& cluster, int knob = kCompute, bool by_class = false) {
   std::vector<std::string> keys;
   for (const auto& [k, v] : cluster.items()) {
     if (!k.ends_with("efficiency") || k.starts_with("intra_") || k.starts_with("inter_")) continue;
+    if (by_class ? device_knob(k) != knob : knob != kCompute) continue;
     if (v.is_number() || (v.is_array() && !v.empty())) keys.push_back(k);
   }
   return keys;
 }
+bool device_knob_of(int knob) { return knob == kCompute || knob == kAttention || knob == kMemory; }
 
 // The [cluster] key a tier's knob scales: the fraction of nominal bandwidth, or with a sweep's fabric the fraction of
 // the fabric's fitted speed that training's collectives get.
@@ -361,7 +423,7 @@ double scale_within(const std::string& key, double v, double k) {
 // The [cluster] values the factors change (only those keys), from the invocation's cluster section `base`.
 // The factors between which knob `knob` still changes some value: beyond them every efficiency it scales sits at
 // its schema limit, so a larger factor would be a number in the file that changes nothing.
-std::pair<double, double> moving_range(const json& base, int knob) {
+std::pair<double, double> moving_range(const json& base, int knob, bool by_class) {
   double lo = 1e300, hi = 0;
   auto widen = [&](const std::string& key, const json& v) {
     if (!v.is_number() || !(v.get<double>() > 0)) return;
@@ -369,8 +431,8 @@ std::pair<double, double> moving_range(const json& base, int knob) {
     lo = std::min(lo, scale_within(key, x, 0.0) / x);
     hi = std::max(hi, scale_within(key, x, 1e300) / x);
   };
-  if (knob == kCompute) {
-    for (const std::string& key : compute_keys(base)) {
+  if (device_knob_of(knob)) {
+    for (const std::string& key : compute_keys(base, knob, by_class)) {
       if (base[key].is_array())
         for (const json& e : base[key]) widen(key, e);
       else widen(key, base[key]);
@@ -385,13 +447,14 @@ std::pair<double, double> moving_range(const json& base, int knob) {
 json scaled_cluster(const json& base, const Factors& f) {
   json out = json::object();
   for (const std::string& key : compute_keys(base)) {
+    const double k = f.k[size_t(f.by_kernel_class ? device_knob(key) : kCompute)];
     const json& v = base[key];
     if (v.is_array()) {
       json a = json::array();
-      for (const json& e : v) a.push_back(e.is_number() ? json(scale_within(key, e.get<double>(), f.k[kCompute])) : e);
+      for (const json& e : v) a.push_back(e.is_number() ? json(scale_within(key, e.get<double>(), k)) : e);
       out[key] = a;
     } else {
-      out[key] = scale_within(key, v.get<double>(), f.k[kCompute]);
+      out[key] = scale_within(key, v.get<double>(), k);
     }
   }
   for (int t : {kIntra, kInter}) {
@@ -421,8 +484,15 @@ std::vector<Obs> observe(const std::vector<const Run*>& runs, const json& base, 
   for (const Run* r : runs) {
     const costmodel::Evaluation e = evaluate(*r, cluster);
     const costmodel::Breakdown& b = e.b;
-    if (knob == kCompute) {
+    if (knob == kCompute && !f.by_kernel_class) {
       if (r->m.compute > 0 && b.gemm + b.memory_bound > 0) obs.push_back({b.gemm + b.memory_bound, r->m.compute});
+      continue;
+    }
+    if (device_knob_of(knob)) {  // by kernel class: the profile's share of the measured compute
+      if (!f.by_kernel_class) continue;
+      const double pred = knob == kCompute ? b.gemm - b.attention : knob == kAttention ? b.attention : b.memory_bound;
+      const double meas = knob == kCompute ? r->m.gemm : knob == kAttention ? r->m.attention : r->m.memory;
+      if (pred > 0 && meas > 0) obs.push_back({pred, meas});
       continue;
     }
     const std::string tier = kKnobName[knob];
@@ -463,8 +533,8 @@ struct KnobFit {
 
 // Bounds the factor the runs ask for (`wanted`) to [kFactorMin, kFactorMax] and to where it still moves a value,
 // recording which bound held it.
-double bound(KnobFit& kf, const json& base, int knob, double wanted) {
-  const auto [lo_move, hi_move] = moving_range(base, knob);
+double bound(KnobFit& kf, const json& base, int knob, bool by_class, double wanted) {
+  const auto [lo_move, hi_move] = moving_range(base, knob, by_class);
   const double lo = std::max(kFactorMin, lo_move), hi = std::min(kFactorMax, hi_move);
   kf.wanted = wanted;
   kf.clamped = wanted < kFactorMin * (1 - 1e-9) || wanted > kFactorMax * (1 + 1e-9);
@@ -475,12 +545,16 @@ double bound(KnobFit& kf, const json& base, int knob, double wanted) {
 struct Fit {
   Factors f;
   std::array<KnobFit, kKnobs> knob;
+  int runs = 0, profiled = 0;  // runs fitted, of which with a kernel profile
 };
 
 // Median-of-ratios fit of each knob in turn (compute first: the exposed DP wait depends on backward time), repeated
 // until stable, because the fixed per-kernel time and the roofline do not scale with an efficiency.
 Fit fit_runs(const std::vector<const Run*>& runs, const json& base) {
   Fit fit;
+  fit.runs = int(runs.size());
+  fit.profiled = int(std::count_if(runs.begin(), runs.end(), [](const Run* r) { return r->m.profiled; }));
+  fit.f.by_kernel_class = fit.runs > 0 && fit.profiled == fit.runs;
   for (int k = 0; k < kKnobs; ++k) {
     KnobFit& kf = fit.knob[size_t(k)];
     const std::vector<Obs> obs = observe(runs, base, fit.f, k);
@@ -503,7 +577,7 @@ Fit fit_runs(const std::vector<const Run*>& runs, const json& base) {
       if (!kf.exercised || !kf.adjustable) continue;
       const double ratio = median_ratio(observe(runs, base, fit.f, k));
       double& factor = fit.f.k[size_t(k)];
-      factor = bound(kf, base, k, factor * ratio);
+      factor = bound(kf, base, k, fit.f.by_kernel_class, factor * ratio);
       if (!kf.clamped && !kf.at_limit) worst = std::max(worst, std::fabs(std::log(ratio)));
     }
     if (worst < 1e-4) break;
@@ -513,7 +587,7 @@ Fit fit_runs(const std::vector<const Run*>& runs, const json& base) {
     if (!kf.exercised) continue;
     kf.ratio_after = median_ratio(observe(runs, base, fit.f, k));
     // What the runs ask for at the final factors (the last round may have stopped at a bound one step short).
-    if (kf.adjustable) bound(kf, base, k, fit.f.k[size_t(k)] * kf.ratio_after);
+    if (kf.adjustable) bound(kf, base, k, fit.f.by_kernel_class, fit.f.k[size_t(k)] * kf.ratio_after);
   }
   return fit;
 }
@@ -569,12 +643,23 @@ Summary summarize(const std::vector<Row>& rows) {
 std::vector<std::string> describe_factors(const json& base, const Fit& fit) {
   std::vector<std::string> lines;
   const json after = scaled_cluster(base, fit.f);
+  const bool by_class = fit.f.by_kernel_class;
+  if (by_class)
+    lines.push_back(
+        "kernel classes: every run has a kernel profile, so compute scales the GEMM efficiencies, attention "
+        "the attention kernel's and memory the memory bandwidth's, each fitted to its class's share of the "
+        "measured compute");
+  else if (fit.profiled > 0)
+    lines.push_back(strprintf("kernel classes: %d of %d runs have a kernel profile; compute is fitted as one (run "
+                              "cairn-train --profile-kernels on every run to fit GEMM, attention and memory apart)",
+                              fit.profiled, fit.runs));
   for (int k = 0; k < kKnobs; ++k) {
     const KnobFit& kf = fit.knob[size_t(k)];
     const std::string name = kKnobName[k];
+    if ((k == kAttention || k == kMemory) && !by_class) continue;  // part of compute
     if (!kf.exercised) {
       lines.push_back(name + ": not fitted (no run exercises it" +
-                      (k == kCompute ? std::string(")") : ": no TP, CP or DP group on the " + name + " tier)"));
+                      (device_knob_of(k) ? std::string(")") : ": no TP, CP or DP group on the " + name + " tier)"));
       continue;
     }
     if (!kf.adjustable) {
@@ -585,8 +670,9 @@ std::vector<std::string> describe_factors(const json& base, const Fit& fit) {
     }
     std::string keys;
     for (const auto& [key, v] : after.items()) {
+      const std::vector<std::string> own = compute_keys(base, k, by_class);
       const bool mine =
-          k == kCompute ? !key.starts_with("intra_") && !key.starts_with("inter_") : key.starts_with(name + "_");
+          device_knob_of(k) ? std::find(own.begin(), own.end(), key) != own.end() : key.starts_with(name + "_");
       if (!mine) continue;
       if (!keys.empty()) keys += ", ";
       const double f = fit.f.k[size_t(k)];
@@ -602,7 +688,7 @@ std::vector<std::string> describe_factors(const json& base, const Fit& fit) {
       }
     }
     std::string split;  // a tier's TP/CP and DP terms can disagree: the pooled median hides it
-    if (k != kCompute && kf.dp_terms > 0 && kf.dp_terms < kf.terms)
+    if (!device_knob_of(k) && kf.dp_terms > 0 && kf.dp_terms < kf.terms)
       split = strprintf(" (TP/CP collectives %.3f, exposed DP %.3f)", kf.ratio_tp, kf.ratio_dp);
     lines.push_back(strprintf("%s: x%.4g from %d run terms, predicted/measured %.3f%s -> %.3f; %s", name.c_str(),
                               fit.f.k[size_t(k)], kf.terms, kf.ratio_before, split.c_str(), kf.ratio_after,
@@ -682,9 +768,12 @@ void print_report(std::ostream& os, const std::vector<Row>& rows, const std::vec
   for (const std::string& l : factor_lines) os << "  " << l << "\n";
 }
 
-// The predicted counterparts of the measured phases.
+// The predicted counterparts of the measured phases (compute also by kernel class).
 json predicted_phases(const costmodel::Breakdown& b) {
   return {{"compute", b.gemm + b.memory_bound},
+          {"gemm", b.gemm - b.attention},
+          {"attention", b.attention},
+          {"memory_bound", b.memory_bound},
           {"tp_comm", b.tp_comm},
           {"cp_comm", b.cp_comm},
           {"dp_comm", b.dp_exposed},
@@ -697,20 +786,22 @@ json report_json(const std::vector<Row>& rows, const Fit& fit, const std::vector
   json jr = json::array();
   for (const Row& r : rows) {
     const Measured& m = r.run->m;
+    json measured = {{"compute", m.compute},    {"tp_comm", m.tp_comm},     {"cp_comm", m.cp_comm},
+                     {"dp_comm", m.dp_comm},    {"zero_comm", m.zero_comm}, {"pp_wait", m.pp_wait},
+                     {"optimizer", m.optimizer}};
+    if (m.profiled) {  // the kernel profile's shares of compute
+      measured["gemm"] = m.gemm;
+      measured["attention"] = m.attention;
+      measured["memory_bound"] = m.memory;
+    }
     jr.push_back({{"run", r.run->dir},
                   {"layout", r.layout},
                   {"ranks", r.run->world},
                   {"ranks_from", r.run->world_from},
                   {"steps_used", r.run->used},
                   {"measured_step_s", m.total},
-                  {"measured_time_s",
-                   {{"compute", m.compute},
-                    {"tp_comm", m.tp_comm},
-                    {"cp_comm", m.cp_comm},
-                    {"dp_comm", m.dp_comm},
-                    {"zero_comm", m.zero_comm},
-                    {"pp_wait", m.pp_wait},
-                    {"optimizer", m.optimizer}}},
+                  {"kernel_profile", m.profiled},
+                  {"measured_time_s", measured},
                   {"predicted_before_s", r.before},
                   {"predicted_after_s", r.after},
                   {"predicted_before_time_s", predicted_phases(r.b_before)},
@@ -732,6 +823,7 @@ json report_json(const std::vector<Row>& rows, const Fit& fit, const std::vector
   return {{"kind", "cluster_refit"},
           {"output", path},
           {"held_out", held_out},
+          {"by_kernel_class", fit.f.by_kernel_class},
           {"rows", jr},
           {"factors", factors},
           {"notes", factor_lines},

@@ -475,6 +475,7 @@ struct LayerTimes {
   double b_gemm = 0, b_mem = 0, b_tp = 0, b_cp = 0, b_slow = 0;
   double r_gemm = 0, r_mem = 0, r_tp = 0, r_cp = 0, r_slow = 0;
   double f_cast = 0, b_cast = 0, r_cast = 0;  // of f_mem, b_mem, r_mem: FP8 cast/transpose kernels
+  double f_attn = 0, b_attn = 0, r_attn = 0;  // of f_gemm, b_gemm, r_gemm: the attention core
   double fwd() const { return f_gemm + f_mem + f_tp + f_cp + f_slow; }
   double bwd() const { return b_gemm + b_mem + b_tp + b_cp + b_slow + r_gemm + r_mem + r_tp + r_cp + r_slow; }
   double recompute() const { return r_gemm + r_mem + r_tp + r_cp + r_slow; }
@@ -679,6 +680,8 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
   }
   L.f_gemm = fw + core_f;
   L.b_gemm = bw + core_b;
+  L.f_attn = core_f;
+  L.b_attn = core_b;
   // Elementwise work: replicated bytes are split by TP only with SP; backward moves about twice the bytes.
   const ElementwiseBytes eb = layer_elementwise(m, a);
   const double mf = a.memory_bound_factor;
@@ -737,6 +740,7 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
   }
   if (p.recompute == Recompute::Full) {
     L.r_gemm = L.f_gemm;
+    L.r_attn = L.f_attn;
     L.r_mem = L.f_mem;
     L.r_cast = L.f_cast;
     L.r_tp = L.f_tp;
@@ -752,6 +756,7 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     L.r_cast = L.f_cast;
   } else if (p.recompute == Recompute::Selective) {
     L.r_gemm = core_f;
+    L.r_attn = core_f;
     L.r_mem = scores / hbm + k0 + cp_merge_f;
   }
   return L;
@@ -1055,6 +1060,7 @@ void fill_time_breakdown(Breakdown& B, const Plan& p, const LayerTimes& L, const
   B.stage_layers = P.stage_layers;
   B.layers_max_stage = *std::max_element(P.rank_layers.begin(), P.rank_layers.end());
   B.gemm = mb_count * (lay_crit * (L.f_gemm + L.b_gemm + L.r_gemm) + (crit_last ? E.head_f_gemm + E.head_b_gemm : 0));
+  B.attention = mb_count * lay_crit * (L.f_attn + L.b_attn + L.r_attn);
   B.cross_entropy = crit_last ? mb_count * E.ce_bytes / hbm : 0.0;
   B.memory_bound = mb_count * (lay_crit * (L.f_mem + L.b_mem + L.r_mem) + (crit_first ? E.embed_f + E.embed_b : 0)) +
                    B.cross_entropy;
