@@ -2,9 +2,10 @@
 # cairn-plan calibrate --from-runs on real cairn-train runs (1 rank, dp2, tp2, cp2, dp2 ZeRO-3 on this CPU): the
 # refitted cluster file is written with its provenance and loads back, the leave-one-out table names every run with
 # finite errors, runs with kernel profiles are fitted by kernel class (GEMM, attention, memory-bound) and a mix of
-# profiled and unprofiled runs as one compute factor, CP and ZeRO-3 runs are read with their collectives apart from
-# compute, a sweep's fabric is refitted through intra_fabric_efficiency, one run says it has no held-out run, and a
-# directory that is not a usable run (or holds a broken kernel profile) exits 2 naming it.
+# profiled and unprofiled runs (or a profile of another start) as one compute factor, CP and ZeRO-3 runs are read
+# with their collectives apart from compute, a sweep's fabric is refitted through intra_fabric_efficiency, one run
+# says it has no held-out run, and a directory that is not a usable run (or holds a broken kernel profile) exits 2
+# naming it.
 set -euo pipefail
 BIN=${CAIRN_BIN_DIR:?CAIRN_BIN_DIR must point at build/bin}
 PY=/usr/bin/python3
@@ -145,6 +146,16 @@ assert c["intra_efficiency"] == 0.8 or c["intra_efficiency"] == tomllib.load(
 print(f"fabric refit: intra_fabric_efficiency {c['intra_fabric_efficiency']:.3g}; cp2 cp_comm "
       f"{rows['cp2']['measured_time_s']['cp_comm'] * 1e3:.2f} ms, z3 zero_comm {z['zero_comm'] * 1e3:.2f} ms per step")
 PY
+
+# ---- 1c. a kernel profile written by another start of the run (here tp2's, in a copy of dp2) is not evidence for
+# its steps: warned about and left out, so the three runs are fitted with one compute factor
+cp -r "$W/dp2" "$W/dp2stale"
+cp "$W/tp2/train/kernel_profile.json" "$W/dp2stale/train/kernel_profile.json"
+"$BIN/cairn-plan" calibrate --from-runs "$W/r1" "$W/dp2stale" "$W/tp2" "${SITE[@]}" --output "$W/stale.toml" \
+  --log-level warn > "$W/stale.txt" 2> "$W/stale.err" || fail "calibrate with a stale kernel profile exited $?"
+grep -q "dp2stale/train/kernel_profile.json: written by another start of the run" "$W/stale.err" \
+  || fail "no warning about the stale kernel profile: $(cat "$W/stale.err")"
+grep -q "kernel classes: 2 of 3 runs have a kernel profile" "$W/stale.txt" || fail "stale profile used: $(cat "$W/stale.txt")"
 
 # ---- 2. the written file loads back as a cluster file and plans with it
 TINY=(--set model.layers=2 --set model.hidden=64 --set model.heads=4 --set model.seq_len=64 --set model.vocab=128

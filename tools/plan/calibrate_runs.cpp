@@ -42,47 +42,10 @@ struct Measured {
   double gemm = 0, attention = 0, memory = 0;
 };
 
-// Kernel classes of the backend's ops, as the cost model prices them: matmuls at the GEMM efficiencies, the attention
-// kernel at attention_efficiency, the rest (norms, GELU, residual adds, the loss, the embedding, context parallelism's
-// output merges) at the memory bandwidth. The optimizer's ops (its own phase) and evaluation's argmax count in none.
-enum KernelClass { kClassGemm = 0, kClassAttention, kClassMemory, kClassNone };
-KernelClass kernel_class(const std::string& op) {
-  if (op.starts_with("matmul_")) return kClassGemm;
-  if (op.starts_with("attention_") && op != "attention_merge") return kClassAttention;
-  if (op == "adamw_update" || op == "squared_norm" || op == "scale" || op == "argmax_rows") return kClassNone;
-  return kClassMemory;
-}
-
-// Rank 0's kernel seconds per class from <run>/train/kernel_profile.json (the rank whose phases the fit reads), or
-// nothing when the run was not profiled. The profile covers the whole process (warm-up steps, validation passes),
-// so only its proportions are used.
-std::optional<std::array<double, 3>> kernel_class_seconds(const std::string& dir) {
-  const std::string path = join_path(dir, "train/kernel_profile.json");
-  if (!path_exists(path)) return std::nullopt;
-  const json doc = json::parse(read_file(path), nullptr, false);
-  const json* ops = nullptr;
-  if (doc.is_object() && doc.contains("ranks") && doc["ranks"].is_array())
-    for (const json& r : doc["ranks"])
-      if (r.is_object() && r.value("rank", -1) == 0 && r.contains("ops") && r["ops"].is_array()) ops = &r["ops"];
-  if (!ops)
-    throw UsageError(
-        file_message("not a kernel profile", path, "expected {\"ranks\": [{\"rank\": 0, \"ops\": [...]}]}"));
-  std::array<double, 3> sec{0, 0, 0};
-  for (const json& o : *ops) {
-    if (!o.is_object() || !o.contains("op") || !o["op"].is_string() || !o.contains("seconds") ||
-        !o["seconds"].is_number() || !(o["seconds"].get<double>() >= 0))
-      throw UsageError(file_message("bad op entry in kernel profile", path, o.dump()));
-    const KernelClass k = kernel_class(o["op"].get<std::string>());
-    if (k != kClassNone) sec[size_t(k)] += o["seconds"].get<double>();
-  }
-  if (!(sec[0] + sec[1] + sec[2] > 0))
-    throw UsageError(file_message("no kernel time in kernel profile", path, "rank 0"));
-  return sec;
-}
-
 // One start of cairn-train in a metrics.jsonl (a provenance line begins each start and each resume).
 struct Segment {
   std::string config_toml;                  // the provenance line's effective config ("" when absent)
+  json writer;                              // the provenance line's host, start time and command line (null: none)
   std::vector<records::MetricsLine> steps;  // finished train lines, in order
   int rejected = 0;                         // train lines that skipped their update or hold a non-finite figure
 };
@@ -141,7 +104,12 @@ std::vector<Segment> read_segments(const std::string& path) {
         records::MetricsLine::from_json(JsonFields(j, path + ":" + std::to_string(line_no), "metrics line"));
     if (m.kind == "provenance") {
       segs.emplace_back();
-      if (m.provenance.is_object()) segs.back().config_toml = string_or(m.provenance, "config");
+      if (m.provenance.is_object()) {
+        segs.back().config_toml = string_or(m.provenance, "config");
+        segs.back().writer = {{"host", string_or(m.provenance, "host")},
+                              {"time_utc", string_or(m.provenance, "time_utc")},
+                              {"command_line", string_or(m.provenance, "command_line")}};
+      }
     } else if (m.kind == "train") {
       if (finished_step(m)) segs.back().steps.push_back(std::move(m));
       else ++segs.back().rejected;
@@ -168,6 +136,57 @@ Measured measure(const std::vector<records::MetricsLine>& steps, size_t skip) {
     opt.push_back(phase(t.optimizer));
   }
   return {median(total), median(compute), median(tp), median(cp), median(dp), median(zero), median(pp), median(opt)};
+}
+
+// Kernel classes of the backend's ops, as the cost model prices them: matmuls at the GEMM efficiencies, the attention
+// kernel at attention_efficiency, the rest (norms, GELU, residual adds, the loss, the embedding, context parallelism's
+// output merges) at the memory bandwidth. The optimizer's ops (its own phase) and evaluation's argmax count in none.
+enum KernelClass { kClassGemm = 0, kClassAttention, kClassMemory, kClassNone };
+KernelClass kernel_class(const std::string& op) {
+  if (op.starts_with("matmul_")) return kClassGemm;
+  if (op.starts_with("attention_") && op != "attention_merge") return kClassAttention;
+  if (op == "adamw_update" || op == "squared_norm" || op == "scale" || op == "argmax_rows") return kClassNone;
+  return kClassMemory;
+}
+
+// Rank 0's kernel seconds per class from <run>/train/kernel_profile.json (the rank whose phases the fit reads), or
+// nothing when the run was not profiled. The profile covers the whole process (warm-up steps, validation passes),
+// so only its proportions are used. A profile written by another start of the run (a resume without
+// --profile-kernels leaves the earlier one, perhaps of another layout) is not evidence for the measured steps.
+std::optional<std::array<double, 3>> kernel_class_seconds(const std::string& dir, const Segment& seg) {
+  const std::string path = join_path(dir, "train/kernel_profile.json");
+  if (!path_exists(path)) return std::nullopt;
+  const json doc = json::parse(read_file(path), nullptr, false);
+  if (doc.is_object() && doc.contains("provenance") && doc["provenance"].is_object() && seg.writer.is_object()) {
+    const json& p = doc["provenance"];
+    for (const char* key : {"host", "time_utc", "command_line"})
+      if (string_or(p, key) != seg.writer[key].get<std::string>()) {
+        CAIRN_LOG_WARN("%s: written by another start of the run (%s %s, the measured steps' start %s %s); its "
+                       "kernel times are not used",
+                       path.c_str(), string_or(p, "host").c_str(), string_or(p, "time_utc").c_str(),
+                       seg.writer["host"].get<std::string>().c_str(),
+                       seg.writer["time_utc"].get<std::string>().c_str());
+        return std::nullopt;
+      }
+  }
+  const json* ops = nullptr;
+  if (doc.is_object() && doc.contains("ranks") && doc["ranks"].is_array())
+    for (const json& r : doc["ranks"])
+      if (r.is_object() && r.value("rank", -1) == 0 && r.contains("ops") && r["ops"].is_array()) ops = &r["ops"];
+  if (!ops)
+    throw UsageError(
+        file_message("not a kernel profile", path, "expected {\"ranks\": [{\"rank\": 0, \"ops\": [...]}]}"));
+  std::array<double, 3> sec{0, 0, 0};
+  for (const json& o : *ops) {
+    if (!o.is_object() || !o.contains("op") || !o["op"].is_string() || !o.contains("seconds") ||
+        !o["seconds"].is_number() || !(o["seconds"].get<double>() >= 0))
+      throw UsageError(file_message("bad op entry in kernel profile", path, o.dump()));
+    const KernelClass k = kernel_class(o["op"].get<std::string>());
+    if (k != kClassNone) sec[size_t(k)] += o["seconds"].get<double>();
+  }
+  if (!(sec[0] + sec[1] + sec[2] > 0))
+    throw UsageError(file_message("no kernel time in kernel profile", path, "rank 0"));
+  return sec;
 }
 
 json toml_node_to_json(const toml::node& node) {
@@ -363,7 +382,7 @@ Run load_run(const Config& site, const std::string& dir, int warmup) {
   r.used = int(n - skip);
   r.left_out = int(skip) + seg->rejected;
   r.m = measure(seg->steps, skip);
-  if (const auto sec = kernel_class_seconds(dir)) {
+  if (const auto sec = kernel_class_seconds(dir, *seg)) {
     const double all = (*sec)[0] + (*sec)[1] + (*sec)[2];
     r.m.profiled = true;
     r.m.gemm = r.m.compute * (*sec)[kClassGemm] / all;
