@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cairn/log.h"
 #include "cairn/plot.h"
 #include "cairn/provenance.h"
 #include "cairn/records.h"
@@ -195,9 +196,13 @@ std::string layout_summary(const json& lp) {
   if (s.contains("learned") && s["learned"].is_object()) {
     const json& l = s["learned"];
     const json held = l.value("step_held_out", json());
+    std::string factors;  // what the refit changed: compute (or GEMM, attention, memory) and link tiers
+    if (l.contains("factors") && l["factors"].is_object())
+      for (const auto& [name, f] : l["factors"].items())
+        if (f.is_number()) factors += (factors.empty() ? "" : ", ") + name + " x" + strprintf("%.3g", f.get<double>());
     if (held.is_object() && l.contains("fit_on") && l["fit_on"].is_string())
-      out += "; learned from " + l["fit_on"].get<std::string>() +
-             " (calibrate --from-runs), the other layouts' step time: " + figures(held);
+      out += "; learned from " + l["fit_on"].get<std::string>() + " (calibrate --from-runs" +
+             (factors.empty() ? "" : ": " + factors) + "), the other layouts' step time: " + figures(held);
   }
   return out;
 }
