@@ -92,9 +92,10 @@ for name, r in rows.items():
     assert abs(m["gemm"] + m["attention"] + m["memory_bound"] - m["compute"]) < 1e-9 * m["compute"] + 1e-12, (name, m)
     assert p["gemm"] > 0 and p["attention"] > 0 and abs(p["gemm"] + p["attention"] + p["memory_bound"]
                                                         - p["compute"]) < 1e-9 * p["compute"], (name, p)
-for knob, key in (("attention", "attention_efficiency"), ("memory", "hbm_efficiency")):
+# The schema's limits: attention_efficiency 1, hbm_efficiency 4 (a CPU's cached tensors beat its DRAM stream).
+for knob, key, limit in (("attention", "attention_efficiency", 1.0), ("memory", "hbm_efficiency", 4.0)):
     assert f[knob]["exercised"] and f[knob]["terms"] == 3 and 0.2 <= f[knob]["factor"] <= 5, (knob, f[knob])
-    want = min(1.0, effective[key] * f[knob]["factor"])
+    want = min(limit, effective[key] * f[knob]["factor"])
     assert abs(c[key] - want) < 1e-9, (key, c[key], want)
 s = d["summary"]
 print(f"leave-one-out mean |error| {s['mean_abs_error_before_pct']:.1f} % -> {s['mean_abs_error_after_pct']:.1f} %, "

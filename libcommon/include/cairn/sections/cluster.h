@@ -61,8 +61,9 @@ struct ClusterSection {
       "large-GEMM efficiency of FP8 GEMMs as a fraction of peak_fp8_tflops (0 = gemm_max_efficiency)");
     k(&S::hbm_gib, "hbm_gib", Range{1e-3, 1e6}, "device memory capacity (GiB)");
     k(&S::hbm_gbps, "hbm_gbps", Range{1e-3, 1e7}, "device memory bandwidth (GB/s)");
-    k(&S::hbm_efficiency, "hbm_efficiency", Range{0.01, 1.0},
-      "achievable fraction of memory bandwidth for streaming kernels");
+    k(&S::hbm_efficiency, "hbm_efficiency", Range{0.01, 4.0},
+      "achievable fraction of memory bandwidth for streaming kernels (above 1 where their tensors stay in a cache "
+      "faster than hbm_gbps: a CPU's small tensors against its measured DRAM stream; calibrate --from-runs fits it)");
     k(&S::gemm_flops, "gemm_flops",
       "GEMM sizes (FLOPs = 2mnk) of the efficiency table, ascending (cairn-plan calibrate writes it)");
     k(&S::gemm_efficiency, "gemm_efficiency",
