@@ -186,6 +186,13 @@ std::optional<std::array<double, 3>> kernel_class_seconds(const std::string& dir
   }
   if (!(sec[0] + sec[1] + sec[2] > 0))
     throw UsageError(file_message("no kernel time in kernel profile", path, "rank 0"));
+  // On a GPU the profiled backend waits for the device after every op: the run's own step times lose their CPU/GPU
+  // overlap, and the fit learns them as they are.
+  const std::string backend = string_or(doc, "backend");
+  if (!backend.empty() && !backend.starts_with("cpu"))
+    CAIRN_LOG_WARN("%s: profiled on %s, where every kernel waited for the device: this run's step times include those "
+                   "waits and the fit learns them as compute (on a GPU, fit runs trained without --profile-kernels)",
+                   path.c_str(), backend.c_str());
   return sec;
 }
 
