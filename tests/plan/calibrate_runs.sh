@@ -158,6 +158,15 @@ grep -q "dp2stale/train/kernel_profile.json: written by another start of the run
   || fail "no warning about the stale kernel profile: $(cat "$W/stale.err")"
 grep -q "kernel classes: 2 of 3 runs have a kernel profile" "$W/stale.txt" || fail "stale profile used: $(cat "$W/stale.txt")"
 
+# ---- 1d. a profile taken on a GPU backend (every kernel waited for the device) is named in a warning
+cp -r "$W/r1" "$W/r1gpu"
+sed -i 's/"backend": "cpu"/"backend": "cuda"/' "$W/r1gpu/train/kernel_profile.json"
+grep -q '"backend": "cuda"' "$W/r1gpu/train/kernel_profile.json" || fail "could not mark the copied profile as cuda"
+"$BIN/cairn-plan" calibrate --from-runs "$W/r1gpu" "${SITE[@]}" --output "$W/gpu.toml" --log-level warn > /dev/null \
+  2> "$W/gpu.err" || fail "calibrate with a GPU profile exited $?"
+grep -q "r1gpu/train/kernel_profile.json: profiled on cuda, where every kernel waited for the device" "$W/gpu.err" \
+  || fail "no warning about a GPU kernel profile: $(cat "$W/gpu.err")"
+
 # ---- 2. the written file loads back as a cluster file and plans with it
 TINY=(--set model.layers=2 --set model.hidden=64 --set model.heads=4 --set model.seq_len=64 --set model.vocab=128
       --set train.global_batch=8)

@@ -510,14 +510,14 @@ std::vector<Obs> observe(const std::vector<const Run*>& runs, const json& base, 
   for (const Run* r : runs) {
     const costmodel::Evaluation e = evaluate(*r, cluster);
     const costmodel::Breakdown& b = e.b;
-    if (knob == kCompute && !f.by_kernel_class) {
-      if (r->m.compute > 0 && b.gemm + b.memory_bound > 0) obs.push_back({b.gemm + b.memory_bound, r->m.compute});
-      continue;
-    }
-    if (device_knob_of(knob)) {  // by kernel class: the profile's share of the measured compute
-      if (!f.by_kernel_class) continue;
-      const double pred = knob == kCompute ? b.gemm - b.attention : knob == kAttention ? b.attention : b.memory_bound;
-      const double meas = knob == kCompute ? r->m.gemm : knob == kAttention ? r->m.attention : r->m.memory;
+    if (device_knob_of(knob)) {  // all compute, or by kernel class the profile's share of it
+      double pred = b.gemm + b.memory_bound, meas = r->m.compute;
+      if (f.by_kernel_class) {
+        pred = knob == kCompute ? b.gemm - b.attention : knob == kAttention ? b.attention : b.memory_bound;
+        meas = knob == kCompute ? r->m.gemm : knob == kAttention ? r->m.attention : r->m.memory;
+      } else if (knob != kCompute) {
+        continue;  // attention and memory are part of compute
+      }
       if (pred > 0 && meas > 0) obs.push_back({pred, meas});
       continue;
     }
@@ -695,8 +695,8 @@ std::vector<std::string> describe_factors(const json& base, const Fit& fit) {
       continue;
     }
     std::string keys;
+    const std::vector<std::string> own = compute_keys(base, k, by_class);
     for (const auto& [key, v] : after.items()) {
-      const std::vector<std::string> own = compute_keys(base, k, by_class);
       const bool mine =
           device_knob_of(k) ? std::find(own.begin(), own.end(), key) != own.end() : key.starts_with(name + "_");
       if (!mine) continue;
