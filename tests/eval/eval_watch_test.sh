@@ -25,6 +25,24 @@ for s in got:
     assert abs(got[s] - val[s]) <= 1e-5, (s, got[s], val[s])
 print("watch evaluated steps", sorted(got))
 PY
+# A checkpoint sealed while a poll scans the root is evaluated, never reported as damaged: a writer seals copies of
+# step 40 one after another (files first, DONE last and atomically, as the trainer does) while the watcher polls
+# every 10 ms.
+mkdir -p race/train/ckpt
+cp run/train/config.toml race/train/ 2> /dev/null || true
+"$BIN/cairn-eval" --config eval.toml --set run.dir="$WORK/race" --watch "$WORK/race/train" --poll-interval 0.01 \
+  --idle-timeout 120 > /dev/null 2> race.err &
+RACE=$!
+for s in $(seq 101 140); do
+  d=race/train/ckpt/$(printf step_%08d "$s")
+  mkdir "$d"
+  for f in run/train/ckpt/step_00000040/*; do [ "$(basename "$f")" = DONE ] || cp "$f" "$d/"; done
+  cp run/train/ckpt/step_00000040/DONE "$d/.DONE.tmp" && mv "$d/.DONE.tmp" "$d/DONE"
+done
+touch race/train/FINISHED
+wait $RACE || { cat race.err >&2; fail "watch failed on checkpoints sealed during its scans"; }
+! grep -q "damaged" race.err || { cat race.err >&2; fail "a checkpoint sealed during a scan was reported damaged"; }
+[ "$(grep -c '"metric":"loss"' race/eval/results.jsonl)" = 40 ] || fail "watch did not evaluate all 40 sealed copies"
 # Rerun after the run finished: nothing new, immediate stop.
 n=$(wc -l < run/eval/results.jsonl)
 "$BIN/cairn-eval" --config eval.toml --watch "$WORK/run/train/ckpt" --poll-interval 0.2 2> rerun.err > /dev/null
