@@ -5,7 +5,7 @@
 # Switches (1 = run, 0 = skip): CAIRN_TEST_SANITIZE (asan), CAIRN_TEST_TSAN (tsan, default 0), CAIRN_TEST_LINT
 # (clang-format check), CAIRN_TEST_TIDY (clang-tidy, default 0: ~10+ min on 2 cores), CAIRN_TEST_UNITY (ON/OFF: the
 # release build as a unity build, default ON unless tidy runs). Each phase's time is printed
-# at the end. The tsan phase (~5 min on 2 idle cores: its own build of the libraries, the threaded tests) runs
+# at the end. The tsan phase (~2 min on 2 idle cores: its own unity build of the libraries, the threaded tests) runs
 # in CI (.ci/run sets CAIRN_TEST_TSAN=1; CI took 14-27 min without it) and on request here (CAIRN_TEST_TSAN=1, or
 # bash scripts/sanitize.sh tsan).
 set -euo pipefail

@@ -20,8 +20,11 @@ void cblas_sgemm(int order, int transa, int transb, int m, int n, int k, float a
                  const float* b, int ldb, float beta, float* c, int ldc);
 }
 
-// Hot per-row loops get AVX-512 and AVX2/FMA clones picked at load time; plain SSE2 otherwise.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(CAIRN_NO_TARGET_CLONES)
+// Hot per-row loops get AVX-512 and AVX2/FMA clones picked at load time; plain SSE2 otherwise. Not under
+// ThreadSanitizer: the clones' resolvers run during relocation, before TSan's runtime is up, and its instrumentation
+// of them crashes the program at load (any binary linking this file, e.g. train_loader in a unity tsan build).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(CAIRN_NO_TARGET_CLONES) && \
+    !defined(__SANITIZE_THREAD__)
 #define CAIRN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CAIRN_CLONES
