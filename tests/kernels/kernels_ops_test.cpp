@@ -165,6 +165,31 @@ BOOST_AUTO_TEST_CASE(profiled_backend_forwards_and_counts) {
   BOOST_TEST(profile_report().empty());
 }
 
+// Matmuls through the wrapper: results unchanged, and each call also counted under its shape (the GEMM table that
+// cairn-plan calibrate --from-runs refits), backward apart with and without dinp.
+BOOST_AUTO_TEST_CASE(profiled_backend_times_matmuls_by_shape) {
+  profile_reset();
+  check_matmul(profiled_backend(fast()), kRtol);  // 4 shapes x 2 layouts x 2 bias settings
+  long forward_calls = 0;
+  for (const auto& t : profile_report())
+    if (t.op == "matmul_forward") forward_calls = t.calls;
+  BOOST_TEST(forward_calls == 16);
+  const auto shapes = profile_gemm_shapes();
+  BOOST_TEST(shapes.size() == 12u);  // each shape: forward, backward with dinp, backward without
+  int seen = 0;
+  for (const auto& g : shapes) {
+    BOOST_TEST(g.seconds >= 0.0);
+    if (g.n == 33 && g.c == 64 && g.oc == 192) {
+      ++seen;
+      BOOST_TEST(g.calls == 4);
+      BOOST_TEST((g.op == "matmul_forward" ? g.grad_input : true));
+    }
+  }
+  BOOST_TEST(seen == 3);
+  profile_reset();
+  BOOST_TEST(profile_gemm_shapes().empty());
+}
+
 // The reference attention itself against a direct softmax computed in double (it defines the others).
 BOOST_AUTO_TEST_CASE(attention_reference_vs_double) {
   const int B = 2, T = 5, C = 8, NH = 2, hd = C / NH;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cairn-plan calibrate --from-runs on real cairn-train runs (1 rank, dp2, tp2, cp2, dp2 ZeRO-3 on this CPU): the
 # refitted cluster file is written with its provenance and loads back, the leave-one-out table names every run with
-# finite errors, runs with kernel profiles are fitted by kernel class (GEMM, attention, memory-bound) and a mix of
+# finite errors, runs with kernel profiles are fitted by kernel class (GEMM, attention, memory-bound) with the GEMM
+# table learned at their matmul shapes, and a mix of
 # profiled and unprofiled runs (or a profile of another start) as one compute factor, CP and ZeRO-3 runs are read
 # with their collectives apart from compute, a sweep's fabric is refitted through intra_fabric_efficiency, one run
 # says it has no held-out run, and a directory that is not a usable run (or holds a broken kernel profile) exits 2
@@ -102,6 +103,48 @@ print(f"leave-one-out mean |error| {s['mean_abs_error_before_pct']:.1f} % -> {s[
       f"max {s['max_abs_error_before_pct']:.1f} % -> {s['max_abs_error_after_pct']:.1f} %; factors " +
       ", ".join(f"{k} x{v['factor']:.3g}" for k, v in f.items() if v["exercised"]))
 PY
+
+# ---- 1a. GEMM by shape: the profiles' matmul shapes (micro-batch 2 x 64 tokens = 128 rows; hidden 64, QKV 192 wide,
+# 96 per rank in tp2) become gemm_table entries, each at its speed relative to the other shapes, solved together so
+# the model gives every learned shape (not held at 1.0) that efficiency before the compute factor scales them all.
+"$PY" - "$W" <<'PY' || fail "GEMM by shape"
+import json, sys, tomllib
+w = sys.argv[1]
+d = json.load(open(f"{w}/refit.json"))
+shapes = {(s["m"], s["n"], s["k"]): s for s in d["gemm_shapes"]}
+for want in ((128, 192, 64), (128, 96, 64), (128, 64, 192), (64, 192, 128), (128, 256, 64), (256, 64, 128)):
+    assert want in shapes, (want, sorted(shapes))  # QKV forward (1 rank, tp2), its backward, MLP up, MLP down's dW
+assert shapes[(128, 96, 64)]["runs"] == 1 and shapes[(128, 192, 64)]["runs"] == 2, shapes
+# Targets: each shape's speed relative to the others (one level for all, at most 1.0 of peak for the fastest).
+levels = [s["efficiency_target"] / (s["efficiency_before"] * s["predicted_s"] / s["measured_s"]) for s in shapes.values()]
+assert max(levels) / min(levels) - 1 < 1e-9, levels
+assert abs(max(s["efficiency_target"] for s in shapes.values()) - 1) < 1e-9 or abs(levels[0] - sum(
+    s["measured_s"] for s in shapes.values()) / sum(s["predicted_s"] for s in shapes.values())) < 1e-9, levels[0]
+for key, s in shapes.items():
+    assert not s["held_at_limit"] and abs(s["efficiency_after"] / s["efficiency_target"] - 1) < 2e-3, (key, s)
+c = tomllib.load(open(f"{w}/refit.toml", "rb"))["cluster"]
+table = set(zip(c["gemm_table_m"], c["gemm_table_n"], c["gemm_table_k"]))
+assert set(shapes) <= table, sorted(set(shapes) - table)
+assert len(c["gemm_table_efficiency"]) == len(c["gemm_table_m"]) and max(c["gemm_table_efficiency"]) <= 1.0
+assert any(l.startswith("gemm shapes: %d GEMM shapes in 3 runs" % len(shapes)) for l in d["notes"]), d["notes"]
+print(f"gemm shapes: {len(shapes)} learned, measured/predicted {min(s['measured_s'] / s['predicted_s'] for s in shapes.values()):.2f}"
+      f" to {max(s['measured_s'] / s['predicted_s'] for s in shapes.values()):.2f}")
+PY
+# Profiles without shapes (written before cairn-train recorded them) keep the table as calibrate measured it.
+for r in r1 dp2; do
+  cp -r "$W/$r" "$W/${r}old"
+  "$PY" - "$W/${r}old/train/kernel_profile.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["ranks"]:
+    r.pop("gemm_shapes")
+json.dump(d, open(sys.argv[1], "w"))
+PY
+done
+"$BIN/cairn-plan" calibrate --from-runs "$W/r1old" "$W/dp2old" "${SITE[@]}" --output "$W/old.toml" --log-level warn \
+  > "$W/old.txt" || fail "calibrate on profiles without GEMM shapes exited $?"
+grep -q "gemm shapes: none" "$W/old.txt" || fail "no 'gemm shapes: none' line: $(cat "$W/old.txt")"
+grep -q "^gemm_table_m = \[\]" "$W/old.toml" || fail "a GEMM table was written without shapes"
 
 # ---- 1b. context parallelism and ZeRO-3 against a sweep's fabric. The rank count of cp2 ([parallel] dp = 1) counts
 # cp; its ring waits (time_s.cp_comm) and ZeRO-3's per-layer gathers and reduce-scatters (time_s.zero_comm) are
@@ -216,4 +259,12 @@ expect_usage "$W/nosteps" "no finished training steps"
 cp -r "$W/dp2" "$W/badprof"
 echo '{"kind": "kernel_profile", "ranks": []}' > "$W/badprof/train/kernel_profile.json"
 expect_usage "$W/badprof" "not a kernel profile"
+cp -r "$W/dp2" "$W/badshape"
+"$PY" - "$W/badshape/train/kernel_profile.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["ranks"][0]["gemm_shapes"][0]["n"] = -1
+json.dump(d, open(sys.argv[1], "w"))
+PY
+expect_usage "$W/badshape" "bad gemm_shapes entry in kernel profile"
 echo "calibrate_runs.sh: ok ($(( SECONDS - T0 )) s)"

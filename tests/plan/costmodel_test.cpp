@@ -456,6 +456,20 @@ BOOST_AUTO_TEST_CASE(gemm_shape_model_and_measured_table) {
   c.gemm_table_efficiency = {0.5};
   BOOST_TEST(std::abs(gemm_efficiency_shape(c, 4096, 4096, 4096) - 0.5) < 1e-9);
   BOOST_TEST(gemm_efficiency_shape(c, 8192, 4096, 4096) < 0.6);
+  // A shape the table holds gives its own measurement, whatever its neighbours measured (20 % away: they would take a
+  // fifth of the weight in the blend); between them the blend stays.
+  c.gemm_table_m = {4096, 4915};
+  c.gemm_table_n = {4096, 4096};
+  c.gemm_table_k = {4096, 4096};
+  c.gemm_table_efficiency = {0.5, 0.25};
+  BOOST_TEST(std::abs(gemm_efficiency_shape(c, 4096, 4096, 4096) - 0.5) < 1e-12);
+  BOOST_TEST(std::abs(gemm_efficiency_shape(c, 4915, 4096, 4096) - 0.25) < 1e-12);
+  const double between = gemm_efficiency_shape(c, 4480, 4096, 4096);
+  BOOST_TEST((between > 0.25 && between < 0.5));
+  // Measured twice (calibrate's grid and the model's shapes can overlap): their mean.
+  c.gemm_table_m = {4096, 4096};
+  c.gemm_table_efficiency = {0.5, 0.3};
+  BOOST_TEST(std::abs(gemm_efficiency_shape(c, 4096, 4096, 4096) - 0.4) < 1e-12);
 }
 
 BOOST_AUTO_TEST_CASE(uneven_stages_balance_embedding_and_head) {

@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <toml++/toml.h>
@@ -42,6 +44,13 @@ struct Measured {
   double gemm = 0, attention = 0, memory = 0;
 };
 
+// Rank 0's matmul calls of one shape in a kernel profile (out[n, oc] = inp[n, c] @ W; backward: dweight, and dinp
+// when grad_input).
+struct ProfiledGemm {
+  bool backward = false, grad_input = true;
+  double n = 0, c = 0, oc = 0, calls = 0, seconds = 0;
+};
+
 // One start of cairn-train in a metrics.jsonl (a provenance line begins each start and each resume).
 struct Segment {
   std::string config_toml;                  // the provenance line's effective config ("" when absent)
@@ -58,6 +67,7 @@ struct Run {
   int64_t first_step = 0, last_step = 0;
   int used = 0, left_out = 0;  // steps in the medians; warm-up, skipped and non-finite steps
   Measured m;
+  std::vector<ProfiledGemm> gemms;  // none: no kernel profile, or one written before matmul shapes were recorded
 };
 
 double median(std::vector<double> v) {
@@ -149,11 +159,16 @@ KernelClass kernel_class(const std::string& op) {
   return kClassMemory;
 }
 
-// Rank 0's kernel seconds per class from <run>/train/kernel_profile.json (the rank whose phases the fit reads), or
-// nothing when the run was not profiled. The profile covers the whole process (warm-up steps, validation passes),
-// so only its proportions are used. A profile written by another start of the run (a resume without
+// Rank 0's kernel seconds per class and its matmul calls by shape from <run>/train/kernel_profile.json (the rank
+// whose phases the fit reads), or nothing when the run was not profiled. The profile covers the whole process (warm-up
+// steps, validation passes), so only its proportions are used. A profile written by another start of the run (a resume
+// without
 // --profile-kernels leaves the earlier one, perhaps of another layout) is not evidence for the measured steps.
-std::optional<std::array<double, 3>> kernel_class_seconds(const std::string& dir, const Segment& seg) {
+struct KernelProfile {
+  std::array<double, 3> seconds{0, 0, 0};  // per KernelClass
+  std::vector<ProfiledGemm> gemms;
+};
+std::optional<KernelProfile> read_kernel_profile(const std::string& dir, const Segment& seg) {
   const std::string path = join_path(dir, "train/kernel_profile.json");
   if (!path_exists(path)) return std::nullopt;
   const json doc = json::parse(read_file(path), nullptr, false);
@@ -170,13 +185,35 @@ std::optional<std::array<double, 3>> kernel_class_seconds(const std::string& dir
       }
   }
   const json* ops = nullptr;
+  const json* shapes = nullptr;
   if (doc.is_object() && doc.contains("ranks") && doc["ranks"].is_array())
     for (const json& r : doc["ranks"])
-      if (r.is_object() && r.value("rank", -1) == 0 && r.contains("ops") && r["ops"].is_array()) ops = &r["ops"];
+      if (r.is_object() && r.value("rank", -1) == 0 && r.contains("ops") && r["ops"].is_array()) {
+        ops = &r["ops"];
+        if (r.contains("gemm_shapes")) shapes = &r["gemm_shapes"];
+      }
   if (!ops)
     throw UsageError(
         file_message("not a kernel profile", path, "expected {\"ranks\": [{\"rank\": 0, \"ops\": [...]}]}"));
-  std::array<double, 3> sec{0, 0, 0};
+  KernelProfile prof;
+  if (shapes) {
+    if (!shapes->is_array())
+      throw UsageError(file_message("gemm_shapes is not a list in kernel profile", path, "rank 0"));
+    for (const json& g : *shapes) {
+      auto positive = [&](const char* key) {
+        return g.is_object() && g.contains(key) && g[key].is_number() && g[key].get<double>() > 0;
+      };
+      const bool ok = positive("n") && positive("c") && positive("oc") && positive("calls") && g.contains("seconds") &&
+                      g["seconds"].is_number() && g["seconds"].get<double>() >= 0 && g.contains("op") &&
+                      (g["op"] == "matmul_forward" || g["op"] == "matmul_backward") &&
+                      (!g.contains("grad_input") || g["grad_input"].is_boolean());
+      if (!ok) throw UsageError(file_message("bad gemm_shapes entry in kernel profile", path, g.dump()));
+      prof.gemms.push_back({g["op"] == "matmul_backward", g.value("grad_input", true), g["n"].get<double>(),
+                            g["c"].get<double>(), g["oc"].get<double>(), g["calls"].get<double>(),
+                            g["seconds"].get<double>()});
+    }
+  }
+  std::array<double, 3>& sec = prof.seconds;
   for (const json& o : *ops) {
     if (!o.is_object() || !o.contains("op") || !o["op"].is_string() || !o.contains("seconds") ||
         !o["seconds"].is_number() || !(o["seconds"].get<double>() >= 0))
@@ -193,7 +230,7 @@ std::optional<std::array<double, 3>> kernel_class_seconds(const std::string& dir
     CAIRN_LOG_WARN("%s: profiled on %s, where every kernel waited for the device: this run's step times include those "
                    "waits and the fit learns them as compute (on a GPU, fit runs trained without --profile-kernels)",
                    path.c_str(), backend.c_str());
-  return sec;
+  return prof;
 }
 
 json toml_node_to_json(const toml::node& node) {
@@ -389,12 +426,14 @@ Run load_run(const Config& site, const std::string& dir, int warmup) {
   r.used = int(n - skip);
   r.left_out = int(skip) + seg->rejected;
   r.m = measure(seg->steps, skip);
-  if (const auto sec = kernel_class_seconds(dir, *seg)) {
-    const double all = (*sec)[0] + (*sec)[1] + (*sec)[2];
+  if (const auto prof = read_kernel_profile(dir, *seg)) {
+    const std::array<double, 3>& sec = prof->seconds;
+    const double all = sec[0] + sec[1] + sec[2];
     r.m.profiled = true;
-    r.m.gemm = r.m.compute * (*sec)[kClassGemm] / all;
-    r.m.attention = r.m.compute * (*sec)[kClassAttention] / all;
-    r.m.memory = r.m.compute * (*sec)[kClassMemory] / all;
+    r.m.gemm = r.m.compute * sec[kClassGemm] / all;
+    r.m.attention = r.m.compute * sec[kClassAttention] / all;
+    r.m.memory = r.m.compute * sec[kClassMemory] / all;
+    r.gemms = prof->gemms;
   }
   return r;
 }
@@ -472,6 +511,9 @@ std::pair<double, double> moving_range(const json& base, int knob, bool by_class
 
 json scaled_cluster(const json& base, const Factors& f) {
   json out = json::object();
+  // The GEMM table's shapes: the refit may have added entries at the runs' shapes (learn_gemm_shapes).
+  for (const char* key : {"gemm_table_m", "gemm_table_n", "gemm_table_k"})
+    if (base.contains(key) && base[key].is_array() && !base[key].empty()) out[key] = base[key];
   for (const std::string& key : compute_keys(base)) {
     const double k = f.k[size_t(f.by_kernel_class ? device_knob(key) : kCompute)];
     const json& v = base[key];
@@ -547,6 +589,150 @@ double sum_pred(const std::vector<Obs>& obs) {
   return s;
 }
 
+// ------------------------------------------------------------------ GEMM shapes
+
+// One GEMM shape the runs' kernel profiles timed (m x k times k x n, as the cost model names GEMMs).
+struct ShapeFit {
+  double m = 0, n = 0, k = 0;
+  double predicted = 0, measured = 0;    // seconds over every profiled call, priced by the table before
+  double eff_before = 0, eff_after = 0;  // the model's achieved fraction of peak at this shape, before and after
+  double level = 1;                      // measured / predicted over every shape
+  int runs = 0;
+  bool replaced = false;  // the table had an entry at this shape (else one was added)
+  bool capped = false;    // the table could not give it the target (held at the schema's 1.0)
+  // The efficiency the shape's entry should give: its speed relative to the other shapes, at the table's level.
+  double target() const { return eff_before * predicted / measured * level; }
+};
+
+costmodel::Cluster cluster_of(const Run& r, const json& cluster) {
+  Config c = r.cfg;
+  const Origin o{Origin::Program, "cairn-plan calibrate --from-runs"};
+  for (const auto& [k, v] : cluster.items()) c.set("cluster." + k, v, o);
+  return costmodel::cluster_from_config(c);
+}
+
+// The GEMMs of one profiled matmul call: forward out = inp @ W is (n, oc, c); backward dinp = dout @ W^T is (n, c, oc)
+// and dweight = inp^T @ dout is (c, oc, n) (the cost model's own backward GEMMs, e.g. the classifier's).
+std::vector<std::array<double, 3>> gemms_of(const ProfiledGemm& g) {
+  if (!g.backward) return {{g.n, g.oc, g.c}};
+  std::vector<std::array<double, 3>> out;
+  if (g.grad_input) out.push_back({g.n, g.c, g.oc});
+  out.push_back({g.c, g.oc, g.n});
+  return out;
+}
+
+double gemm_seconds(const costmodel::Cluster& c, const std::array<double, 3>& s) {
+  const double eff = costmodel::gemm_efficiency_shape(c, s[0], s[1], s[2]);
+  return eff > 0 ? 2 * s[0] * s[1] * s[2] / (c.peak_tflops * 1e12 * eff) : 0;
+}
+
+// GEMM by shape: each shape the runs' profiles timed gets a gemm_table entry at the efficiency its calls ran at
+// relative to the other shapes (a backward call's time split between its two GEMMs as the table prices them),
+// replacing the table's entry at that shape or added beside calibrate's (between entries the table interpolates).
+// Returns the cluster with that table; the fit's GEMM factor then scales it as a whole to the runs' step times.
+json learn_gemm_shapes(const std::vector<const Run*>& runs, const json& base, std::vector<ShapeFit>& fits) {
+  fits.clear();
+  const Run* first = nullptr;
+  for (const Run* r : runs)
+    if (!r->gemms.empty() && !first) first = r;
+  if (!first) return base;
+  const costmodel::Cluster before = cluster_of(*first, base);
+  std::map<std::array<long long, 3>, ShapeFit> by_shape;
+  for (const Run* r : runs) {
+    std::set<std::array<long long, 3>> mine;
+    for (const ProfiledGemm& g : r->gemms) {
+      const std::vector<std::array<double, 3>> parts = gemms_of(g);
+      double pred_call = 0;
+      for (const auto& s : parts) pred_call += gemm_seconds(before, s);
+      if (!(pred_call > 0)) continue;
+      for (const auto& s : parts) {
+        const std::array<long long, 3> key{std::llround(s[0]), std::llround(s[1]), std::llround(s[2])};
+        ShapeFit& f = by_shape[key];
+        f.m = s[0], f.n = s[1], f.k = s[2];
+        const double share = gemm_seconds(before, s) / pred_call;
+        f.predicted += gemm_seconds(before, s) * g.calls;
+        f.measured += g.seconds * share;
+        if (mine.insert(key).second) ++f.runs;
+      }
+    }
+  }
+  json out = base;
+  auto list = [&](const char* key) {
+    return out.contains(key) && out[key].is_array() ? out[key].get<std::vector<double>>() : std::vector<double>{};
+  };
+  std::vector<double> tm = list("gemm_table_m"), tn = list("gemm_table_n"), tk = list("gemm_table_k");
+  std::vector<double> te = list("gemm_table_efficiency"), tf = list("gemm_table_fp8_efficiency");
+  const bool fp8 = !tf.empty() && tf.size() == tm.size();
+  // The profile times every call of the process, cold first steps included, while the fit reads steady steps: the
+  // shapes' times say how fast each runs relative to the others, the step times (the compute factor) how fast all are.
+  double all_meas = 0, all_pred = 0;
+  for (const auto& [key, f] : by_shape)
+    if (f.measured > 0 && f.predicted > 0) all_meas += f.measured, all_pred += f.predicted;
+  if (!(all_meas > 0)) return base;
+  // The level is the compute factor's to set: lowered where the fastest shape would pass 1.0 of peak_tflops, so that
+  // no entry is cut at the schema's limit and every shape keeps its speed relative to the others.
+  double level = all_meas / all_pred, fastest = 0;
+  for (const auto& [key, f] : by_shape)
+    if (f.measured > 0 && f.predicted > 0)
+      fastest = std::max(fastest, costmodel::gemm_efficiency_shape(before, f.m, f.n, f.k) * f.predicted / f.measured);
+  if (fastest * level > 1) level = 1 / fastest;
+  std::vector<std::vector<size_t>> slots;  // each fit's entries in the table
+  for (auto& [key, f] : by_shape) {
+    if (!(f.measured > 0) || !(f.predicted > 0)) continue;
+    f.eff_before = costmodel::gemm_efficiency_shape(before, f.m, f.n, f.k);
+    f.level = level;
+    // Calibrate may have measured a shape twice (its grid and the model's shapes): every such entry is replaced.
+    std::vector<size_t> mine;
+    const double target = f.target();
+    for (size_t i = 0; i < tm.size(); ++i)
+      if (std::llround(tm[i]) == key[0] && std::llround(tn[i]) == key[1] && std::llround(tk[i]) == key[2]) {
+        mine.push_back(i);
+        te[i] = std::clamp(target, 1e-4, 1.0);
+      }
+    f.replaced = !mine.empty();
+    if (!f.replaced) mine.push_back(tm.size());
+    if (!f.replaced) {
+      tm.push_back(f.m), tn.push_back(f.n), tk.push_back(f.k), te.push_back(std::clamp(target, 1e-4, 1.0));
+      // An FP8 table keeps its length: the new entry takes the FP8/bf16 ratio of the nearest entry (log space).
+      if (fp8) {
+        size_t near = 0;
+        double best = 1e300;
+        for (size_t i = 0; i < tf.size(); ++i) {
+          const double dm = std::log(f.m / tm[i]), dn = std::log(f.n / tn[i]), dk = std::log(f.k / tk[i]);
+          if (dm * dm + dn * dn + dk * dk < best) best = dm * dm + dn * dn + dk * dk, near = i;
+        }
+        tf.push_back(std::clamp(target * tf[near] / te[near], 1e-4, 1.0));
+      }
+    }
+    slots.push_back(mine);
+    fits.push_back(f);
+  }
+  // A shape the table holds takes its own entry, so one correction makes each learned shape give its target (the
+  // entry is a fraction of the nominal peak; the model may run the device at another clock).
+  for (int round = 0; round < 3; ++round) {
+    out["gemm_table_m"] = tm, out["gemm_table_n"] = tn, out["gemm_table_k"] = tk, out["gemm_table_efficiency"] = te;
+    if (fp8) out["gemm_table_fp8_efficiency"] = tf;
+    const costmodel::Cluster now = cluster_of(*first, out);
+    double worst = 0;
+    for (size_t i = 0; i < fits.size(); ++i) {
+      const double target = fits[i].target();
+      const double got = costmodel::gemm_efficiency_shape(now, fits[i].m, fits[i].n, fits[i].k);
+      if (!(got > 0)) continue;
+      worst = std::max(worst, std::fabs(std::log(target / got)));
+      for (size_t at : slots[i]) te[at] = std::clamp(te[at] * target / got, 1e-4, 1.0);  // the schema's (0, 1]
+    }
+    if (worst < 1e-4) break;
+  }
+  out["gemm_table_m"] = tm, out["gemm_table_n"] = tn, out["gemm_table_k"] = tk, out["gemm_table_efficiency"] = te;
+  if (fp8) out["gemm_table_fp8_efficiency"] = tf;
+  const costmodel::Cluster after = cluster_of(*first, out);
+  for (ShapeFit& f : fits) {
+    f.eff_after = costmodel::gemm_efficiency_shape(after, f.m, f.n, f.k);
+    f.capped = f.eff_after < f.target() * (1 - 1e-3);
+  }
+  return out;
+}
+
 struct KnobFit {
   bool exercised = false, adjustable = true;
   bool clamped = false;   // the runs ask for a factor outside [kFactorMin, kFactorMax]
@@ -569,17 +755,22 @@ double bound(KnobFit& kf, const json& base, int knob, bool by_class, double want
 }
 
 struct Fit {
+  json base;  // the invocation's cluster, with the GEMM table learned from the runs' shapes
   Factors f;
   std::array<KnobFit, kKnobs> knob;
-  int runs = 0, profiled = 0;  // runs fitted, of which with a kernel profile
+  int runs = 0, profiled = 0, shaped = 0;  // runs fitted, of which with a kernel profile, of which with GEMM shapes
+  std::vector<ShapeFit> shapes;
 };
 
 // Median-of-ratios fit of each knob in turn (compute first: the exposed DP wait depends on backward time), repeated
 // until stable, because the fixed per-kernel time and the roofline do not scale with an efficiency.
-Fit fit_runs(const std::vector<const Run*>& runs, const json& base) {
+Fit fit_runs(const std::vector<const Run*>& runs, const json& invocation) {
   Fit fit;
   fit.runs = int(runs.size());
   fit.profiled = int(std::count_if(runs.begin(), runs.end(), [](const Run* r) { return r->m.profiled; }));
+  fit.shaped = int(std::count_if(runs.begin(), runs.end(), [](const Run* r) { return !r->gemms.empty(); }));
+  fit.base = learn_gemm_shapes(runs, invocation, fit.shapes);
+  const json& base = fit.base;
   fit.f.by_kernel_class = fit.runs > 0 && fit.profiled == fit.runs;
   for (int k = 0; k < kKnobs; ++k) {
     KnobFit& kf = fit.knob[size_t(k)];
@@ -640,8 +831,8 @@ std::vector<Row> validate(const std::vector<Run>& runs, const json& base, const 
     std::vector<const Run*> others;
     for (size_t j = 0; j < runs.size(); ++j)
       if (j != i) others.push_back(&runs[j]);
-    const Factors f = runs.size() > 1 ? fit_runs(others, base).f : all.f;  // one run: in-sample
-    const costmodel::Evaluation a = evaluate(runs[i], scaled_cluster(base, f));
+    const Fit f = runs.size() > 1 ? fit_runs(others, base) : all;  // one run: in-sample
+    const costmodel::Evaluation a = evaluate(runs[i], scaled_cluster(f.base, f.f));
     row.after = a.step_time_s;
     row.b_after = a.b;
     rows.push_back(row);
@@ -679,6 +870,29 @@ std::vector<std::string> describe_factors(const json& base, const Fit& fit) {
     lines.push_back(strprintf("kernel classes: %d of %d runs have a kernel profile; compute is fitted as one (run "
                               "cairn-train --profile-kernels on every run to fit GEMM, attention and memory apart)",
                               fit.profiled, fit.runs));
+  if (!fit.shapes.empty()) {
+    std::vector<double> ratios;
+    double meas = 0, pred = 0;
+    int added = 0, capped = 0;
+    for (const ShapeFit& f : fit.shapes) {
+      ratios.push_back(f.measured / f.predicted);
+      meas += f.measured, pred += f.predicted;
+      added += f.replaced ? 0 : 1;
+      capped += f.capped ? 1 : 0;
+    }
+    lines.push_back(strprintf(
+        "gemm shapes: %zu GEMM shapes in %d runs' kernel profiles, measured/predicted per shape %.3f to %.3f (median "
+        "%.3f, by time %.3f); gemm_table: %d entries added and %zu replaced at those shapes, each at its speed "
+        "relative to the others (the compute factor then scales the table to the step times)",
+        fit.shapes.size(), fit.shaped, *std::min_element(ratios.begin(), ratios.end()),
+        *std::max_element(ratios.begin(), ratios.end()), median(ratios), meas / pred, added,
+        fit.shapes.size() - size_t(added)));
+    if (capped)
+      lines.push_back(strprintf("gemm shapes: %d did not reach their target; their entries are held at 1.0", capped));
+  } else if (fit.profiled > 0) {
+    lines.push_back("gemm shapes: none (the kernel profiles predate cairn-train's matmul shapes): the GEMM table is "
+                    "kept as calibrate measured it");
+  }
   for (int k = 0; k < kKnobs; ++k) {
     const KnobFit& kf = fit.knob[size_t(k)];
     const std::string name = kKnobName[k];
@@ -739,7 +953,7 @@ std::string one_line(std::string s) {
 void write_cluster(const std::string& path, const Config& cfg, const std::vector<Run>& runs, const Fit& fit,
                    const std::vector<std::string>& factor_lines, const Summary& s, bool held_out) {
   json cluster = cfg.section(ClusterSection::kSection);
-  const json scaled = scaled_cluster(cluster, fit.f);
+  const json scaled = scaled_cluster(fit.base, fit.f);
   for (const auto& [k, v] : scaled.items()) cluster[k] = v;
   for (auto it = cluster.begin(); it != cluster.end();) {
     if (it.value().is_null() || (it.value().is_string() && it.value().get<std::string>().empty()))
@@ -769,8 +983,8 @@ void write_cluster(const std::string& path, const Config& cfg, const std::vector
   atomic_write(path, text);
 }
 
-void print_report(std::ostream& os, const std::vector<Row>& rows, const std::vector<std::string>& factor_lines,
-                  const Summary& s, bool held_out) {
+void print_report(std::ostream& os, const std::vector<Row>& rows, const Fit& fit,
+                  const std::vector<std::string>& factor_lines, const Summary& s, bool held_out) {
   size_t wl = 3, wa = 6;
   for (const Row& r : rows) {
     wl = std::max(wl, r.run->label.size());
@@ -790,6 +1004,16 @@ void print_report(std::ostream& os, const std::vector<Row>& rows, const std::vec
     if (r.run->m.pp_wait > 0 || r.b_before.bubble + r.b_before.pp_p2p > 0)
       os << strprintf("pipeline %s (report only): measured pp_wait %.4f s, predicted bubble + p2p %.4f s\n",
                       r.run->label.c_str(), r.run->m.pp_wait, r.b_before.bubble + r.b_before.pp_p2p);
+  if (!fit.shapes.empty()) {
+    os << strprintf("GEMM shapes (m x n x k, fp32 of rank 0's profiled matmuls): %4s %12s %12s %9s %17s\n", "runs",
+                    "measured s", "predicted s", "meas/pred", "efficiency");
+    for (const ShapeFit& f : fit.shapes)
+      os << strprintf("  %6.0f x %6.0f x %6.0f %-27s %4d %12.4g %12.4g %9.3f %7.3f -> %-7.3f\n", f.m, f.n, f.k,
+                      f.capped     ? "(entry held at 1.0)"
+                      : f.replaced ? "(table entry replaced)"
+                                   : "(table entry added)",
+                      f.runs, f.measured, f.predicted, f.measured / f.predicted, f.eff_before, f.eff_after);
+  }
   os << "fit on all runs:\n";
   for (const std::string& l : factor_lines) os << "  " << l << "\n";
 }
@@ -846,10 +1070,24 @@ json report_json(const std::vector<Row>& rows, const Fit& fit, const std::vector
                              {"wanted", kf.wanted},
                              {"terms", kf.terms}};
   }
+  json shapes = json::array();
+  for (const ShapeFit& f : fit.shapes)
+    shapes.push_back({{"m", f.m},
+                      {"n", f.n},
+                      {"k", f.k},
+                      {"runs", f.runs},
+                      {"measured_s", f.measured},
+                      {"predicted_s", f.predicted},
+                      {"efficiency_before", f.eff_before},
+                      {"efficiency_target", f.target()},
+                      {"efficiency_after", f.eff_after},
+                      {"table_entry", f.replaced ? "replaced" : "added"},
+                      {"held_at_limit", f.capped}});
   return {{"kind", "cluster_refit"},
           {"output", path},
           {"held_out", held_out},
           {"by_kernel_class", fit.f.by_kernel_class},
+          {"gemm_shapes", shapes},
           {"rows", jr},
           {"factors", factors},
           {"notes", factor_lines},
@@ -889,13 +1127,13 @@ int run_calibrate_from_runs(const Config& cfg, const RefitOptions& opts) {
   const bool held_out = runs.size() > 1;
   const std::vector<Row> rows = validate(runs, base, fit);
   const Summary s = summarize(rows);
-  const std::vector<std::string> lines = describe_factors(base, fit);
+  const std::vector<std::string> lines = describe_factors(fit.base, fit);
   for (const std::string& l : lines)
     if (l.find(": clamped") != std::string::npos || l.find(": held at") != std::string::npos)
       CAIRN_LOG_WARN("%s", l.c_str());
   write_cluster(path, cfg, runs, fit, lines, s, held_out);
   const bool json_stdout = opts.json_path == "-";
-  print_report(json_stdout ? std::cerr : std::cout, rows, lines, s, held_out);
+  print_report(json_stdout ? std::cerr : std::cout, rows, fit, lines, s, held_out);
   if (!opts.json_path.empty())
     write_json_output(opts.json_path, report_json(rows, fit, lines, s, held_out, path).dump(1) + "\n");
   std::cout << (json_stdout ? "" : path + "\n");  // the path last on stdout, as plain calibrate prints it

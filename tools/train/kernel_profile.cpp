@@ -24,13 +24,25 @@ const kernels::Backend* maybe_profiled(const Settings& s, const kernels::Backend
 
 void write_kernel_profile(const Settings& s, int64_t steps) {
   if (!s.profile_kernels) return;
-  nlohmann::json mine = nlohmann::json::array();
+  nlohmann::json mine = {{"ops", nlohmann::json::array()}, {"gemm_shapes", nlohmann::json::array()}};
   for (const kernels::OpTime& o : kernels::profile_report())
-    mine.push_back({{"op", o.op}, {"calls", o.calls}, {"seconds", o.seconds}});
+    mine["ops"].push_back({{"op", o.op}, {"calls", o.calls}, {"seconds", o.seconds}});
+  // Each matmul's shape (cairn-plan calibrate --from-runs refits the GEMM table at these shapes).
+  for (const kernels::GemmShapeTime& g : kernels::profile_gemm_shapes())
+    mine["gemm_shapes"].push_back({{"op", g.op},
+                                   {"n", g.n},
+                                   {"c", g.c},
+                                   {"oc", g.oc},
+                                   {"grad_input", g.grad_input},
+                                   {"calls", g.calls},
+                                   {"seconds", g.seconds}});
   const std::vector<std::string> all = mpi::allgather_strings(mine.dump());
   if (s.rank != 0) return;
   nlohmann::json ranks = nlohmann::json::array();
-  for (size_t r = 0; r < all.size(); ++r) ranks.push_back({{"rank", r}, {"ops", nlohmann::json::parse(all[r])}});
+  for (size_t r = 0; r < all.size(); ++r) {
+    nlohmann::json one = nlohmann::json::parse(all[r]);
+    ranks.push_back({{"rank", r}, {"ops", one["ops"]}, {"gemm_shapes", one["gemm_shapes"]}});
+  }
   const double per = steps > 0 ? 1.0 / static_cast<double>(steps) : 0.0;
   nlohmann::json doc = {
       {"kind", "kernel_profile"},
@@ -38,7 +50,8 @@ void write_kernel_profile(const Settings& s, int64_t steps) {
       {"world_size", s.world},
       {"steps", steps},
       {"what", "wall time of every kernel call, synchronized after each, summed per op on each rank over this "
-               "process's steps, validation passes and initialisation"},
+               "process's steps, validation passes and initialisation; gemm_shapes: the matmul calls by shape, "
+               "out[n, oc] = inp[n, c] @ W (backward: dweight, and dinp when grad_input)"},
       {"ranks", ranks},
       {"provenance", provenance().to_json()}};
   const std::string path = join_path(s.train_dir, "kernel_profile.json");

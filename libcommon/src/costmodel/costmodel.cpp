@@ -166,7 +166,8 @@ double modelled_gemm_seconds(const Cluster& c, const GemmRate& r, double m, doub
 }
 
 // Measured/modelled efficiency at the measured shapes nearest to (m, n, k) in log space (inverse
-// distance weights over the 3 nearest): the calibrate table corrects the shape model where it measured. FP8
+// distance weights over the 3 nearest; a measured shape itself takes its own entry): the calibrate table corrects
+// the shape model where it measured. FP8
 // GEMMs use the FP8 measurements at those shapes where calibrate made them (cuBLASLt E4M3), else the bf16 ones:
 // those carry what the shape model misses about this device's kernels at that shape (wave and tile choices),
 // which FP8 kernels share.
@@ -180,18 +181,27 @@ double measured_shape_factor(const Cluster& c, double m, double n, double k, boo
     double d2, ratio;
   };
   Near near[3] = {{1e300, 1}, {1e300, 1}, {1e300, 1}};
+  double own_sum = 0;  // a shape the table holds (more than once: their mean)
+  int own = 0;
   const double lm = std::log(m), ln = std::log(n), lk = std::log(k);
   for (size_t i = 0; i < count; ++i) {
     const double dm = lm - std::log(c.gemm_table_m[i]), dn = ln - std::log(c.gemm_table_n[i]);
     const double dk = lk - std::log(c.gemm_table_k[i]);
     const double d2 = dm * dm + dn * dn + dk * dk;
-    if (d2 >= near[2].d2) continue;
+    if (d2 >= near[2].d2 && d2 > 1e-18) continue;
     const double mm = c.gemm_table_m[i], nn = c.gemm_table_n[i], kk = c.gemm_table_k[i];
     const double modelled = 2 * mm * nn * kk / (r.peak_flops * modelled_gemm_seconds(c, r, mm, nn, kk, 1));
+    // A shape the table measured is its own entry, not a blend with its neighbours.
+    if (d2 <= 1e-18) {
+      own_sum += measured[i] / modelled;
+      ++own;
+      continue;
+    }
     Near x{d2, measured[i] / modelled};
     for (auto& slot : near)
       if (x.d2 < slot.d2) std::swap(x, slot);
   }
+  if (own > 0) return own_sum / own;
   double wsum = 0, rsum = 0;
   for (const auto& x : near) {
     if (x.d2 >= 1e300) continue;
