@@ -518,6 +518,7 @@ if learn_r:
         "fit_on": f"the {sum(not r['learned_held_out'] for r in rows)} layouts of {learn_r} ranks",
         "factors": {k: v["factor"] for k, v in refit["factors"].items() if v["exercised"] and v["adjustable"]},
         "fit_leave_one_out": refit["summary"],
+        "gemm_shapes": len(refit.get("gemm_shapes") or []),  # GEMM table entries learned at the runs' shapes
         "step_held_out": stats("learned_step_error_pct", lambda r: r["learned_held_out"]),
         "step_held_out_shipped_model": stats("step_error_pct", lambda r: r["learned_held_out"]),
         "step_all": stats("learned_step_error_pct")}
@@ -543,7 +544,8 @@ if learn_r:
         if st["n"]:
             print(f"step time, {lab}: mean |error| {st['mean_abs_pct']:.1f} %, max {st['max_abs_pct']:.1f} %, "
                   f"{st['within_target']}/{st['n']} within {target:g} %")
-    print(f"learned from {lr['fit_on']}: " + ", ".join(f"{k} x{v:.3g}" for k, v in lr["factors"].items()))
+    print(f"learned from {lr['fit_on']}: " + ", ".join(f"{k} x{v:.3g}" for k, v in lr["factors"].items())
+          + (f"; GEMM table at {lr['gemm_shapes']} shapes" if lr["gemm_shapes"] else ""))
 doc = {
     "kind": "layout_predict",
     "provenance": {"tool": "bench/layout_predict.sh", "version": ver, "git_sha": git, "git_dirty": dirty,

@@ -236,8 +236,9 @@ assert len(sj["runs"][0]["layout_predict"]["rows"]) == len(lp["rows"])
 print(f"layout table: {len(body)} rows of {sys.argv[1].rsplit('/', 1)[-1]} with their errors and spreads")
 EOF
 # A run with the bench's learned prediction (LEARN: calibrate --from-runs on its 2-rank layouts): the "learned error"
-# column holds each row's learned_step_error_pct and the summary line names the fit and its held-out figures.
-LP=$SRC/bench/results/layout_predict_2026-12-04l.json
+# column holds each row's learned_step_error_pct and the summary line names the fit (its factors and the GEMM table's
+# learned shapes) and its held-out figures.
+LP=$SRC/bench/results/layout_predict_2026-12-04n.json
 mkdir -p "$T/lpl"
 cp "$LP" "$T/lpl/layout_predict.json"
 "$REPORT" "$T/lpl" --out "$T/lplout" --log-level warn 2> "$T/lpl.err" || fail "learned layout table: exit $?"
@@ -253,6 +254,8 @@ for row, line in zip(lp["rows"], lines[2:]):
     assert abs(got - row["learned_step_error_pct"]) < 0.05, (row["layout"], got, row["learned_step_error_pct"])
 held = lp["summary"]["learned"]["step_held_out"]
 factors = ", ".join(f"{k} x{v:.3g}" for k, v in sorted(lp["summary"]["learned"]["factors"].items()))
+assert lp["summary"]["learned"]["gemm_shapes"] > 0, lp["summary"]["learned"]
+factors += f", GEMM table at {lp['summary']['learned']['gemm_shapes']} shapes"
 want = f"learned from {lp['summary']['learned']['fit_on']} (calibrate --from-runs: {factors}), the other layouts' step time"
 assert want in section and f"{held['within_target']}/{held['n']} within" in section, section[:600]
 print(f"learned layout table: {len(lines) - 2} rows, held-out {held['within_target']}/{held['n']} within the target")

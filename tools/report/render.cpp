@@ -200,6 +200,9 @@ std::string layout_summary(const json& lp) {
     if (l.contains("factors") && l["factors"].is_object())
       for (const auto& [name, f] : l["factors"].items())
         if (f.is_number()) factors += (factors.empty() ? "" : ", ") + name + " x" + strprintf("%.3g", f.get<double>());
+    // The GEMM table learned at the runs' matmul shapes (bench files written before it lack the count).
+    if (l.contains("gemm_shapes") && l["gemm_shapes"].is_number() && l["gemm_shapes"].get<double>() > 0)
+      factors += strprintf("%sGEMM table at %.0f shapes", factors.empty() ? "" : ", ", l["gemm_shapes"].get<double>());
     if (held.is_object() && l.contains("fit_on") && l["fit_on"].is_string())
       out += "; learned from " + l["fit_on"].get<std::string>() + " (calibrate --from-runs" +
              (factors.empty() ? "" : ": " + factors) + "), the other layouts' step time: " + figures(held);
