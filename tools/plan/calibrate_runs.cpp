@@ -639,7 +639,7 @@ json learn_gemm_shapes(const std::vector<const Run*>& runs, const json& base, st
   const costmodel::Cluster before = cluster_of(*first, base);
   std::map<std::array<long long, 3>, ShapeFit> by_shape;
   for (const Run* r : runs) {
-    std::set<std::array<long long, 3>> mine;
+    std::set<std::array<long long, 3>> seen;  // this run's shapes (a shape counts each run once)
     for (const ProfiledGemm& g : r->gemms) {
       const std::vector<std::array<double, 3>> parts = gemms_of(g);
       double pred_call = 0;
@@ -652,7 +652,7 @@ json learn_gemm_shapes(const std::vector<const Run*>& runs, const json& base, st
         const double share = gemm_seconds(before, s) / pred_call;
         f.predicted += gemm_seconds(before, s) * g.calls;
         f.measured += g.seconds * share;
-        if (mine.insert(key).second) ++f.runs;
+        if (seen.insert(key).second) ++f.runs;
       }
     }
   }
@@ -682,16 +682,16 @@ json learn_gemm_shapes(const std::vector<const Run*>& runs, const json& base, st
     f.eff_before = costmodel::gemm_efficiency_shape(before, f.m, f.n, f.k);
     f.level = level;
     // Calibrate may have measured a shape twice (its grid and the model's shapes): every such entry is replaced.
-    std::vector<size_t> mine;
+    std::vector<size_t> entries;
     const double target = f.target();
     for (size_t i = 0; i < tm.size(); ++i)
       if (std::llround(tm[i]) == key[0] && std::llround(tn[i]) == key[1] && std::llround(tk[i]) == key[2]) {
-        mine.push_back(i);
+        entries.push_back(i);
         te[i] = std::clamp(target, 1e-4, 1.0);
       }
-    f.replaced = !mine.empty();
-    if (!f.replaced) mine.push_back(tm.size());
+    f.replaced = !entries.empty();
     if (!f.replaced) {
+      entries.push_back(tm.size());
       tm.push_back(f.m), tn.push_back(f.n), tk.push_back(f.k), te.push_back(std::clamp(target, 1e-4, 1.0));
       // An FP8 table keeps its length: the new entry takes the FP8/bf16 ratio of the nearest entry (log space).
       if (fp8) {
@@ -704,7 +704,7 @@ json learn_gemm_shapes(const std::vector<const Run*>& runs, const json& base, st
         tf.push_back(std::clamp(target * tf[near] / te[near], 1e-4, 1.0));
       }
     }
-    slots.push_back(mine);
+    slots.push_back(entries);
     fits.push_back(f);
   }
   // A shape the table holds takes its own entry, so one correction makes each learned shape give its target (the
