@@ -51,11 +51,11 @@ struct Wrap<Member, Slot, Name> {
     if constexpr (std::is_void_v<R>) {
       (g_inner->*Member)(args...);
       g_inner->synchronize();
-      record(Slot, Name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      record(Slot, Name, since(t0));
     } else {
       R r = (g_inner->*Member)(args...);
       g_inner->synchronize();
-      record(Slot, Name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      record(Slot, Name, since(t0));
       return r;
     }
   }

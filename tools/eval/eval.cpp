@@ -147,9 +147,7 @@ std::vector<Target> resolve_input(const std::string& input, bool verify) {
   std::vector<Target> out;
   for (const auto& e : checkpoint::list(root, verify)) {
     if (e.complete) out.push_back(make_target(e.step, e.dir));
-    // Sealed since list() looked (a run still writing): checked again, so a stale "no DONE marker" is not damage.
-    else if (checkpoint::is_sealed(e.dir))
-      out.push_back(make_target(e.step, e.dir, checkpoint::check_dir(e.dir, verify)));
+    else if (e.sealed) out.push_back(make_target(e.step, e.dir, e.problem));
     else CAIRN_LOG_WARN("skipping incomplete checkpoint \"%s\": %s", e.dir.c_str(), e.problem.c_str());
   }
   if (out.empty()) throw UsageError(file_message("no complete checkpoint in", root, "nothing to evaluate"));
@@ -536,10 +534,8 @@ void watch(const EvalSection& es, Evaluator& ev, EvalSummary& summary) {
       finished_seen = path_exists(finished) ? 1 : 0;
       if (fs::is_directory(root)) {
         for (const auto& e : checkpoint::list(root, false)) {
-          if (!checkpoint::is_sealed(e.dir)) continue;  // being written
-          // list() checked the directory before this look at DONE: one sealed in between is checked again, or its
-          // "no DONE marker" from a moment ago would be reported as damage.
-          Target t = make_target(e.step, e.dir, e.complete ? "" : checkpoint::check_dir(e.dir, false));
+          if (!e.sealed) continue;  // being written (sealed since list() looked: the next poll takes it)
+          Target t = make_target(e.step, e.dir, e.problem);
           // Checksums are read once per checkpoint, not on every poll.
           if (verify && t.problem.empty() && !ev.settled(t)) t.problem = checkpoint::check_dir(e.dir, true);
           found.push_back(std::move(t));

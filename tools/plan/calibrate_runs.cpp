@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -532,11 +533,16 @@ json scaled_cluster(const json& base, const Factors& f) {
   return out;
 }
 
-costmodel::Evaluation evaluate(const Run& r, const json& cluster) {
+// The run's config with `cluster`'s [cluster] values in place.
+Config with_cluster(const Run& r, const json& cluster) {
   Config c = r.cfg;
   const Origin o{Origin::Program, "cairn-plan calibrate --from-runs"};
   for (const auto& [k, v] : cluster.items()) c.set("cluster." + k, v, o);
-  return costmodel::evaluate_config(c, r.world);
+  return c;
+}
+
+costmodel::Evaluation evaluate(const Run& r, const json& cluster) {
+  return costmodel::evaluate_config(with_cluster(r, cluster), r.world);
 }
 
 struct Obs {
@@ -605,10 +611,7 @@ struct ShapeFit {
 };
 
 costmodel::Cluster cluster_of(const Run& r, const json& cluster) {
-  Config c = r.cfg;
-  const Origin o{Origin::Program, "cairn-plan calibrate --from-runs"};
-  for (const auto& [k, v] : cluster.items()) c.set("cluster." + k, v, o);
-  return costmodel::cluster_from_config(c);
+  return costmodel::cluster_from_config(with_cluster(r, cluster));
 }
 
 // The GEMMs of one profiled matmul call: forward out = inp @ W is (n, oc, c); backward dinp = dout @ W^T is (n, c, oc)
@@ -642,16 +645,17 @@ json learn_gemm_shapes(const std::vector<const Run*>& runs, const json& base, st
     std::set<std::array<long long, 3>> seen;  // this run's shapes (a shape counts each run once)
     for (const ProfiledGemm& g : r->gemms) {
       const std::vector<std::array<double, 3>> parts = gemms_of(g);
-      double pred_call = 0;
-      for (const auto& s : parts) pred_call += gemm_seconds(before, s);
+      std::vector<double> pred;  // one call's seconds per GEMM, as the table prices it
+      for (const auto& s : parts) pred.push_back(gemm_seconds(before, s));
+      const double pred_call = std::accumulate(pred.begin(), pred.end(), 0.0);
       if (!(pred_call > 0)) continue;
-      for (const auto& s : parts) {
+      for (size_t i = 0; i < parts.size(); ++i) {
+        const auto& s = parts[i];
         const std::array<long long, 3> key{std::llround(s[0]), std::llround(s[1]), std::llround(s[2])};
         ShapeFit& f = by_shape[key];
         f.m = s[0], f.n = s[1], f.k = s[2];
-        const double share = gemm_seconds(before, s) / pred_call;
-        f.predicted += gemm_seconds(before, s) * g.calls;
-        f.measured += g.seconds * share;
+        f.predicted += pred[i] * g.calls;
+        f.measured += g.seconds * pred[i] / pred_call;
         if (seen.insert(key).second) ++f.runs;
       }
     }
@@ -665,21 +669,20 @@ json learn_gemm_shapes(const std::vector<const Run*>& runs, const json& base, st
   const bool fp8 = !tf.empty() && tf.size() == tm.size();
   // The profile times every call of the process, cold first steps included, while the fit reads steady steps: the
   // shapes' times say how fast each runs relative to the others, the step times (the compute factor) how fast all are.
-  double all_meas = 0, all_pred = 0;
-  for (const auto& [key, f] : by_shape)
-    if (f.measured > 0 && f.predicted > 0) all_meas += f.measured, all_pred += f.predicted;
-  if (!(all_meas > 0)) return base;
   // The level is the compute factor's to set: lowered where the fastest shape would pass 1.0 of peak_tflops, so that
   // no entry is cut at the schema's limit and every shape keeps its speed relative to the others.
-  double level = all_meas / all_pred, fastest = 0;
-  for (const auto& [key, f] : by_shape)
-    if (f.measured > 0 && f.predicted > 0)
-      fastest = std::max(fastest, costmodel::gemm_efficiency_shape(before, f.m, f.n, f.k) * f.predicted / f.measured);
-  if (fastest * level > 1) level = 1 / fastest;
-  std::vector<std::vector<size_t>> slots;  // each fit's entries in the table
+  double all_meas = 0, all_pred = 0, fastest = 0;
   for (auto& [key, f] : by_shape) {
     if (!(f.measured > 0) || !(f.predicted > 0)) continue;
     f.eff_before = costmodel::gemm_efficiency_shape(before, f.m, f.n, f.k);
+    all_meas += f.measured, all_pred += f.predicted;
+    fastest = std::max(fastest, f.eff_before * f.predicted / f.measured);
+  }
+  if (!(all_meas > 0)) return base;
+  const double level = std::min(all_meas / all_pred, 1 / fastest);
+  std::vector<std::vector<size_t>> slots;  // each fit's entries in the table
+  for (auto& [key, f] : by_shape) {
+    if (!(f.measured > 0) || !(f.predicted > 0)) continue;
     f.level = level;
     // Calibrate may have measured a shape twice (its grid and the model's shapes): every such entry is replaced.
     std::vector<size_t> entries;
@@ -707,25 +710,20 @@ json learn_gemm_shapes(const std::vector<const Run*>& runs, const json& base, st
     slots.push_back(entries);
     fits.push_back(f);
   }
-  // A shape the table holds takes its own entry, so one correction makes each learned shape give its target (the
-  // entry is a fraction of the nominal peak; the model may run the device at another clock).
-  for (int round = 0; round < 3; ++round) {
+  auto table = [&] {
     out["gemm_table_m"] = tm, out["gemm_table_n"] = tn, out["gemm_table_k"] = tk, out["gemm_table_efficiency"] = te;
     if (fp8) out["gemm_table_fp8_efficiency"] = tf;
-    const costmodel::Cluster now = cluster_of(*first, out);
-    double worst = 0;
-    for (size_t i = 0; i < fits.size(); ++i) {
-      const double target = fits[i].target();
-      const double got = costmodel::gemm_efficiency_shape(now, fits[i].m, fits[i].n, fits[i].k);
-      if (!(got > 0)) continue;
-      worst = std::max(worst, std::fabs(std::log(target / got)));
-      for (size_t at : slots[i]) te[at] = std::clamp(te[at] * target / got, 1e-4, 1.0);  // the schema's (0, 1]
-    }
-    if (worst < 1e-4) break;
+    return cluster_of(*first, out);
+  };
+  // A shape the table holds takes its own entry, in proportion: one correction gives each learned shape its target
+  // (an entry is a fraction of the nominal peak; the model may run the device at another clock).
+  const costmodel::Cluster now = table();
+  for (size_t i = 0; i < fits.size(); ++i) {
+    const double got = costmodel::gemm_efficiency_shape(now, fits[i].m, fits[i].n, fits[i].k);
+    if (got > 0)
+      for (size_t at : slots[i]) te[at] = std::clamp(te[at] * fits[i].target() / got, 1e-4, 1.0);  // schema (0, 1]
   }
-  out["gemm_table_m"] = tm, out["gemm_table_n"] = tn, out["gemm_table_k"] = tk, out["gemm_table_efficiency"] = te;
-  if (fp8) out["gemm_table_fp8_efficiency"] = tf;
-  const costmodel::Cluster after = cluster_of(*first, out);
+  const costmodel::Cluster after = table();
   for (ShapeFit& f : fits) {
     f.eff_after = costmodel::gemm_efficiency_shape(after, f.m, f.n, f.k);
     f.capped = f.eff_after < f.target() * (1 - 1e-3);

@@ -67,8 +67,7 @@ std::string TrainCheckpoints::resume_dir(int64_t below) const {
     if (resume_dir.empty()) {
       size_t damaged = 0;
       if (s_.rank == 0)
-        for (const checkpoint::Entry& e : checkpoint::list(s_.ckpt_dir, false))
-          damaged += checkpoint::is_sealed(e.dir) ? 1 : 0;
+        for (const checkpoint::Entry& e : checkpoint::list(s_.ckpt_dir, false)) damaged += e.sealed ? 1 : 0;
       if (mpi::broadcast_string(std::to_string(damaged)) != "0") {
         throw RuntimeError(file_message("no usable checkpoint in", s_.ckpt_dir,
                                         strprintf("%zu sealed checkpoint(s), all damaged (see the warnings above); "

@@ -24,6 +24,9 @@ struct Entry {
   std::string dir;
   bool complete = false;  // DONE present and every file it lists matches its size and checksum
   std::string problem;    // why it is not complete ("" when complete)
+  // DONE was there when `problem` was found (list()): a sealed entry's problem is damage, not a write in progress.
+  // Read together with the check, so a checkpoint sealed meanwhile (a run still writing) is never both.
+  bool sealed = false;
 };
 
 // True when `dir` holds the DONE marker seal() writes last: the checkpoint was completed (whether its files are still

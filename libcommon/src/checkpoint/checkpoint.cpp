@@ -153,8 +153,10 @@ std::vector<Entry> list(const std::string& root, bool verify) {
   }
   std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.step < b.step; });
   for (auto& e : out) {
+    const bool done_before = is_sealed(e.dir);
     e.problem = check_dir(e.dir, verify);
     e.complete = e.problem.empty();
+    e.sealed = done_before || e.complete;
   }
   return out;
 }
@@ -165,14 +167,14 @@ std::optional<Entry> find_newest_complete(const std::string& root, bool verify, 
   std::vector<Entry> entries;
   for (const auto& de : fs::directory_iterator(root, ec)) {
     int64_t step = de.is_directory() ? parse_step_dir(de.path().filename().string()) : -1;
-    if (step >= 0 && step < below) entries.push_back(Entry{step, de.path().string(), false, ""});
+    if (step >= 0 && step < below) entries.push_back(Entry{step, de.path().string(), false, "", false});
   }
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.step > b.step; });
   // Newest first; verify lazily so a long history is not checksummed on every resume.
   for (auto& e : entries) {
     e.problem = check_dir(e.dir, verify);
     if (e.problem.empty()) {
-      e.complete = true;
+      e.complete = e.sealed = true;
       return e;
     }
     CAIRN_LOG_WARN("skipping checkpoint \"%s\": %s", e.dir.c_str(), e.problem.c_str());

@@ -23,9 +23,20 @@ static std::string temp_dir(const std::string& tag) {
 
 static std::vector<gpt::TensorInfo> fake_tensors() {
   std::vector<gpt::TensorInfo> t(3);
-  t[0].name = "wte"; t[0].offset = 0; t[0].size = 12; t[0].shape = {4, 3}; t[0].weight_decay = true;
-  t[1].name = "h.0.ln_1.weight"; t[1].offset = 12; t[1].size = 3; t[1].shape = {3};
-  t[2].name = "h.0.attn.c_attn.weight"; t[2].offset = 15; t[2].size = 9; t[2].shape = {3, 3}; t[2].layer = 0;
+  t[0].name = "wte";
+  t[0].offset = 0;
+  t[0].size = 12;
+  t[0].shape = {4, 3};
+  t[0].weight_decay = true;
+  t[1].name = "h.0.ln_1.weight";
+  t[1].offset = 12;
+  t[1].size = 3;
+  t[1].shape = {3};
+  t[2].name = "h.0.attn.c_attn.weight";
+  t[2].offset = 15;
+  t[2].size = 9;
+  t[2].shape = {3, 3};
+  t[2].layer = 0;
   return t;
 }
 
@@ -33,17 +44,26 @@ static void write_ckpt(const std::string& root, int64_t step, const std::vector<
   std::string tmp = root + "/.tmp_" + std::to_string(step);
   fs::create_directories(tmp);
   checkpoint::ModelMeta meta;
-  meta.config.layers = 1; meta.config.hidden = 3; meta.config.vocab = 4; meta.config.vocab_real = 4;
+  meta.config.layers = 1;
+  meta.config.hidden = 3;
+  meta.config.vocab = 4;
+  meta.config.vocab_real = 4;
   meta.step = step;
   meta.tokens = step * 100;
   meta.train_state = {{"loader", {{"epoch", 1}, {"position", step}}}};
   checkpoint::write_model(tmp + "/model.h5", meta, fake_tensors(), p.data());
   checkpoint::OptimShard s;
-  s.offset = 0; s.count = 10; s.total = 24; s.adam_step = step;
-  s.m.assign(10, 1.0f); s.v.assign(10, 2.0f);
+  s.offset = 0;
+  s.count = 10;
+  s.total = 24;
+  s.adam_step = step;
+  s.m.assign(10, 1.0f);
+  s.v.assign(10, 2.0f);
   checkpoint::write_optim(tmp + "/" + checkpoint::optim_file_name(0), s);
-  s.offset = 10; s.count = 14;
-  s.m.assign(14, 3.0f); s.v.assign(14, 4.0f);
+  s.offset = 10;
+  s.count = 14;
+  s.m.assign(14, 3.0f);
+  s.v.assign(14, 4.0f);
   checkpoint::write_optim(tmp + "/" + checkpoint::optim_file_name(1), s);
   checkpoint::seal(tmp, checkpoint::step_dir(root, step), step, 2);
 }
@@ -89,6 +109,8 @@ BOOST_AUTO_TEST_CASE(round_trip_and_newest_complete) {
   BOOST_REQUIRE_EQUAL(all.size(), 4u);
   BOOST_TEST(all[3].problem.find("DONE") != std::string::npos);
   BOOST_TEST(all[2].problem.find("checksum") != std::string::npos);
+  // list() says which entries were sealed when checked: the damaged one is, the interrupted write is not.
+  BOOST_TEST((all[0].sealed && all[1].sealed && all[2].sealed && !all[3].sealed));
   auto newest = checkpoint::find_newest_complete(root);
   BOOST_REQUIRE(newest.has_value());
   BOOST_TEST(newest->step == 20);
