@@ -480,7 +480,11 @@ for line in open(f"{out}/layouts.txt"):
         steady = tr[warm:] or tr
         row["measured_step_s"] = statistics.median(r["time_s"]["total"] for r in steady)
         row["measured_mem_gib"] = max(r["mem_gib"] for r in tr)
-        row["measured_time_s"] = {k: statistics.median(r["time_s"].get(k, 0.0) for r in steady)
+        # The phases of the critical pipeline stage (each step's stage with the most compute, as calibrate
+        # --from-runs reads it), else rank 0's.
+        busy = lambda t: t["forward"] + t["backward"] - t.get("tp_comm", 0) - t.get("cp_comm", 0) - t.get("zero_comm", 0)
+        split = [max((st["time_s"] for st in r["stages"]), key=busy) if r.get("stages") else r["time_s"] for r in steady]
+        row["measured_time_s"] = {k: statistics.median(t.get(k, 0.0) for t in split)
                                   for k in ("forward", "backward", "comm", "optimizer", "tp_comm", "cp_comm", "zero_comm", "pp_wait", "data")}
         row["measured_steps"] = len(steady)
         row["measured_min_step_s"] = min(r["time_s"]["total"] for r in steady)

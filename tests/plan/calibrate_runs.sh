@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# cairn-plan calibrate --from-runs on real cairn-train runs (1 rank, dp2, tp2, cp2, dp2 ZeRO-3 on this CPU): the
+# cairn-plan calibrate --from-runs on real cairn-train runs (1 rank, dp2, tp2, cp2, dp2 ZeRO-3, pp2 on this CPU): the
 # refitted cluster file is written with its provenance and loads back, the leave-one-out table names every run with
 # finite errors, runs with kernel profiles are fitted by kernel class (GEMM, attention, memory-bound) with the GEMM
-# table learned at their matmul shapes, and a mix of
-# profiled and unprofiled runs (or a profile of another start) as one compute factor, CP and ZeRO-3 runs are read
-# with their collectives apart from compute, a sweep's fabric is refitted through intra_fabric_efficiency, one run
-# says it has no held-out run, and a directory that is not a usable run (or holds a broken kernel profile) exits 2
-# naming it.
+# table learned at their matmul shapes, and a mix of profiled and unprofiled runs (or a profile of another start) as
+# one compute factor, CP and ZeRO-3 runs are read with their collectives apart from compute, a pipeline through its
+# critical stage, a sweep's fabric is refitted through intra_fabric_efficiency, one run says it has no held-out run,
+# and a directory that is not a usable run (or holds a broken kernel profile) exits 2 naming it.
 set -euo pipefail
 BIN=${CAIRN_BIN_DIR:?CAIRN_BIN_DIR must point at build/bin}
 PY=/usr/bin/python3
@@ -36,6 +35,7 @@ train dp2 2 --profile-kernels
 train tp2 2 --set parallel.tp=2 --profile-kernels
 train cp2 2 --set parallel.cp=2 --set parallel.dp=1
 train z3 2 --set parallel.zero=3
+train pp2 2 --set parallel.pp=2 --set parallel.dp=1
 echo "training: $(( SECONDS - T0 )) s"
 
 # The site: this CPU as a node of 2 one-core devices (the 2-rank runs stay inside it, on the intra tier).
@@ -209,6 +209,42 @@ grep -q '"backend": "cuda"' "$W/r1gpu/train/kernel_profile.json" || fail "could 
   2> "$W/gpu.err" || fail "calibrate with a GPU profile exited $?"
 grep -q "r1gpu/train/kernel_profile.json: profiled on cuda, where every kernel waited for the device" "$W/gpu.err" \
   || fail "no warning about a GPU kernel profile: $(cat "$W/gpu.err")"
+
+# ---- 1e. a pipeline: the split of its critical stage (each step's stage with the most compute, as its busiest rank
+# timed it), not rank 0's; a copy whose lines lost their stages (written before cairn-train logged them) reads rank 0's
+"$PY" - "$W/pp2/train/metrics.jsonl" "$W/pp2old" <<'PY'
+import json, os, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+shutil.copytree(os.path.dirname(os.path.dirname(src)), dst)
+with open(f"{dst}/train/metrics.jsonl", "w") as f:
+    for line in open(src):
+        d = json.loads(line)
+        d.pop("stages", None)
+        f.write(json.dumps(d) + "\n")
+PY
+for run in pp2 pp2old; do
+  "$BIN/cairn-plan" calibrate --from-runs "$W/r1" "$W/$run" "${SITE[@]}" --output "$W/$run.toml" --json "$W/$run.json" \
+    --log-level error > "$W/$run.txt" || fail "calibrate --from-runs with $run exited $?"
+done
+grep -q "^pipeline pp2 (report only): measured pp_wait .* s (critical stage [01]), predicted" "$W/pp2.txt" \
+  || fail "no critical-stage pipeline line: $(cat "$W/pp2.txt")"
+grep -q "^pipeline pp2old (report only): .*(rank 0: the run logged no stages)" "$W/pp2old.txt" \
+  || fail "a run without stages is not read as rank 0's: $(cat "$W/pp2old.txt")"
+"$PY" - "$W" <<'PY' || fail "critical stage"
+import json, statistics, sys
+w = sys.argv[1]
+lines = [json.loads(l) for l in open(f"{w}/pp2/train/metrics.jsonl")]
+steps = [l for l in lines if l.get("kind") == "train"][3:]  # after the 3 warm-up steps calibrate leaves out
+compute = lambda t: t["forward"] + t["backward"] - t["tp_comm"] - t["cp_comm"] - t["zero_comm"]
+want = statistics.median(max(compute(s["time_s"]) for s in l["stages"]) for l in steps)
+rank0 = statistics.median(compute(l["time_s"]) for l in steps)
+m = {r["run"].rsplit("/", 1)[-1]: r for r in json.load(open(f"{w}/pp2.json"))["rows"]}["pp2"]["measured_time_s"]
+old = {r["run"].rsplit("/", 1)[-1]: r for r in json.load(open(f"{w}/pp2old.json"))["rows"]}["pp2old"]["measured_time_s"]
+assert m["stage"] in (0, 1) and abs(m["compute"] - want) <= 1e-9 * want, (m, want)
+assert "stage" not in old and abs(old["compute"] - rank0) <= 1e-9 * rank0, (old, rank0)
+print(f"pipeline: critical stage {m['stage']}, compute {m['compute'] * 1e3:.2f} ms (rank 0's {rank0 * 1e3:.2f} ms), "
+      f"its pp_wait {m['pp_wait'] * 1e3:.2f} ms")
+PY
 
 # ---- 2. the written file loads back as a cluster file and plans with it
 TINY=(--set model.layers=2 --set model.hidden=64 --set model.heads=4 --set model.seq_len=64 --set model.vocab=128

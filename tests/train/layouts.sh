@@ -6,7 +6,8 @@
 # each tensor's max) as 1 rank. The 8-rank step-15 checkpoints resume as 1 rank, dp2 and tp2 x pp2 (steps 16..30 as
 # 1 rank's); tp2 x pp2 resumed by tp2 x pp2 is bitwise its own
 # uninterrupted run; cairn-eval scores the 8-rank checkpoint as the 1-rank one. Metrics carry tp_comm, pp_wait and
-# mem_gib, the trace has pipeline waits on every rank; impossible layouts exit 2 with a clear message, writing nothing.
+# mem_gib, pipelined runs every stage's split (its busiest rank's), the trace has pipeline waits on every rank;
+# impossible layouts exit 2 with a clear message, writing nothing.
 set -euo pipefail
 BIN=${CAIRN_BIN_DIR:?CAIRN_BIN_DIR must point at build/bin}
 PY=/usr/bin/python3   # Debian's python (h5py, numpy)
@@ -225,6 +226,25 @@ check(any(l["time_s"]["pp_wait"] > 0 for l in train("pp2")), "pp2: time_s.pp_wai
 check(any(l["time_s"]["cp_comm"] > 0 for l in train("cp2")), "cp2: time_s.cp_comm is 0 on every step")
 check(all(l["time_s"]["tp_comm"] == 0 and l["time_s"]["cp_comm"] == 0 and l["time_s"]["pp_wait"] == 0
           for l in train("r1")), "r1: 1 rank reports tensor-parallel, context-parallel or pipeline time")
+# Pipelined runs: each train line names every stage's busiest rank (Megatron's order: the stage is rank // (tp cp dp))
+# with its split, stage 0's at least rank 0's busy time (rank 0 is one of its ranks); runs without stages have none.
+pipelined = {"pp2": 1, "pp2v2": 1, "dp2pp2": 2, "tp2pp2": 2, "dp2tp2pp2": 4, "dp2tp2pp2z3": 4, "dp2cp2pp2z2": 4,
+             "l5pp2": 1}  # run -> ranks per stage
+busy = lambda t: t["forward"] + t["backward"]
+for run in ["r1", "l5r1"] + [r for r, _, _ in layouts]:  # one layout from step 1 to 30 (no resumes)
+    for l in train(run):
+        st = l.get("stages")
+        if run not in pipelined:
+            check(st is None, f"{run}: step {l['step']} has stages without a pipeline")
+            continue
+        per = pipelined[run]
+        ok = (isinstance(st, list) and [s["stage"] for s in st] == [0, 1]
+              and all(s["rank"] // per == s["stage"] for s in st)
+              and busy(st[0]["time_s"]) >= busy(l["time_s"])
+              and all(0 <= s["time_s"]["pp_wait"] <= s["time_s"]["total"] for s in st))
+        check(ok, f"{run}: step {l['step']}: stages {st}")
+waits = [max(s["time_s"]["pp_wait"] for s in l["stages"]) for l in train("pp2")]
+check(all(x > 0 for x in waits), "pp2: a step whose stages report no pipeline wait")
 trace = json.load(open(f"{w}/pp2v2/train/trace.json"))
 ev = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
 pids = {e["pid"] for e in ev}

@@ -34,11 +34,14 @@ namespace {
 // A fitted factor outside this range says the model misses a mechanism, not that an efficiency is off.
 constexpr double kFactorMin = 0.2, kFactorMax = 5.0;
 
-// Median per-phase seconds of one run's steady steps (rank 0's split, as cairn-train logs it). dp_comm is every
+// Median per-phase seconds of one run's steady steps: rank 0's split as cairn-train logs it, or with pipeline stages
+// the critical stage's (the busiest rank of the stage with the most compute), whose compute the model's slowest stage
+// prices and whose waits are the bubble and transfers rather than another stage's imbalance. dp_comm is every
 // data-parallel wait: the exposed one after the last backward (time_s.comm) and ZeRO-2/3's per-layer gathers and
 // reduce-scatters inside forward and backward (time_s.zero_comm), as the model's exposed DP term counts both.
 struct Measured {
   double total = 0, compute = 0, tp_comm = 0, cp_comm = 0, dp_comm = 0, zero_comm = 0, pp_wait = 0, optimizer = 0;
+  int stage = -1;  // the pipeline stage whose split these are (the one most often critical); -1: rank 0's, no stages
   // With a kernel profile (cairn-train --profile-kernels): compute split by kernel class in the proportions of the
   // profile's rank-0 kernel time (GEMMs, the attention kernel, the memory-bound rest).
   bool profiled = false;
@@ -132,10 +135,22 @@ std::vector<Segment> read_segments(const std::string& path) {
 // Medians over the steps after the warm-up (at least one step is kept, so a short run still counts).
 Measured measure(const std::vector<records::MetricsLine>& steps, size_t skip) {
   std::vector<double> total, compute, tp, cp, dp, zero, pp, opt;
+  auto busy = [](const records::StepTimes& t) {
+    return phase(t.forward) + phase(t.backward) - phase(t.tp_comm) - phase(t.cp_comm) - phase(t.zero_comm);
+  };
+  std::map<int64_t, int> critical;  // stage -> steps it was critical
   for (size_t i = skip; i < steps.size(); ++i) {
-    const records::StepTimes& t = *steps[i].time_s;  // finished_step: present
+    const records::StepTimes* split = &*steps[i].time_s;  // finished_step: present
+    int64_t stage = -1;
+    for (const records::StageTimes& st : steps[i].stages)
+      if (stage < 0 || busy(st.time) > busy(*split)) {
+        split = &st.time;
+        stage = st.stage;
+      }
+    if (stage >= 0) ++critical[stage];
+    const records::StepTimes& t = *split;
     const double tpc = phase(t.tp_comm), cpc = phase(t.cp_comm), zc = phase(t.zero_comm);
-    total.push_back(t.total);
+    total.push_back(steps[i].time_s->total);
     // forward and backward include the TP, CP and ZeRO-2/3 collectives inside them (records.h), not the pipeline
     // waits.
     compute.push_back(std::max(0.0, phase(t.forward) + phase(t.backward) - tpc - cpc - zc));
@@ -146,7 +161,10 @@ Measured measure(const std::vector<records::MetricsLine>& steps, size_t skip) {
     pp.push_back(phase(t.pp_wait));
     opt.push_back(phase(t.optimizer));
   }
-  return {median(total), median(compute), median(tp), median(cp), median(dp), median(zero), median(pp), median(opt)};
+  Measured m{median(total), median(compute), median(tp), median(cp), median(dp), median(zero), median(pp), median(opt)};
+  for (const auto& [stage, count] : critical)
+    if (m.stage < 0 || count > critical[m.stage]) m.stage = static_cast<int>(stage);
+  return m;
 }
 
 // Kernel classes of the backend's ops, as the cost model prices them: matmuls at the GEMM efficiencies, the attention
@@ -1000,8 +1018,11 @@ void print_report(std::ostream& os, const std::vector<Row>& rows, const Fit& fit
                            : " (one run: no held-out run, the after column is in-sample)");
   for (const Row& r : rows)
     if (r.run->m.pp_wait > 0 || r.b_before.bubble + r.b_before.pp_p2p > 0)
-      os << strprintf("pipeline %s (report only): measured pp_wait %.4f s, predicted bubble + p2p %.4f s\n",
-                      r.run->label.c_str(), r.run->m.pp_wait, r.b_before.bubble + r.b_before.pp_p2p);
+      os << strprintf("pipeline %s (report only): measured pp_wait %.4f s (%s), predicted bubble + p2p %.4f s\n",
+                      r.run->label.c_str(), r.run->m.pp_wait,
+                      r.run->m.stage >= 0 ? strprintf("critical stage %d", r.run->m.stage).c_str()
+                                          : "rank 0: the run logged no stages",
+                      r.b_before.bubble + r.b_before.pp_p2p);
   if (!fit.shapes.empty()) {
     os << strprintf("GEMM shapes (m x n x k, fp32 of rank 0's profiled matmuls): %4s %12s %12s %9s %17s\n", "runs",
                     "measured s", "predicted s", "meas/pred", "efficiency");
@@ -1037,7 +1058,8 @@ json report_json(const std::vector<Row>& rows, const Fit& fit, const std::vector
     json measured = {{"compute", m.compute},    {"tp_comm", m.tp_comm},     {"cp_comm", m.cp_comm},
                      {"dp_comm", m.dp_comm},    {"zero_comm", m.zero_comm}, {"pp_wait", m.pp_wait},
                      {"optimizer", m.optimizer}};
-    if (m.profiled) {  // the kernel profile's shares of compute
+    if (m.stage >= 0) measured["stage"] = m.stage;  // whose split: the critical pipeline stage's (else rank 0's)
+    if (m.profiled) {                               // the kernel profile's shares of compute
       measured["gemm"] = m.gemm;
       measured["attention"] = m.attention;
       measured["memory_bound"] = m.memory;

@@ -74,7 +74,40 @@ records::MetricsLine StepRecord::line(double wall_time) const {
   if (mem_gib > 0) m.mem_gib = mem_gib;
   m.peak_mem_gib = peak_mem_gib;
   m.device_mem_gib = device_mem_gib;
+  m.stages = stages;
   return m;
+}
+
+std::vector<records::StageTimes> stage_times(const StepTimes& mine, const parallel::Layout& layout, int rank) {
+  // Every phase of every rank to rank 0, in CAIRN_STEP_TIME_FIELDS order.
+  std::vector<double> own;
+#define CAIRN_TRAIN_PUT_PHASE(name) own.push_back(mine.name);
+  CAIRN_STEP_TIME_FIELDS(CAIRN_TRAIN_PUT_PHASE)
+#undef CAIRN_TRAIN_PUT_PHASE
+  const size_t n = own.size();
+  std::vector<double> all(rank == 0 ? n * static_cast<size_t>(layout.world) : 0);
+  mpi::check(MPI_Gather(own.data(), static_cast<int>(n), MPI_DOUBLE, all.data(), static_cast<int>(n), MPI_DOUBLE, 0,
+                        MPI_COMM_WORLD),
+             "MPI_Gather (stage times)");
+  std::vector<records::StageTimes> stages;
+  if (rank != 0) return stages;
+  std::vector<double> busiest(static_cast<size_t>(layout.pp), -1);
+  stages.resize(static_cast<size_t>(layout.pp));
+  for (int r = 0; r < layout.world; ++r) {
+    const size_t s = static_cast<size_t>(parallel::coords_of(layout, r).pp);
+    const double* t = &all[static_cast<size_t>(r) * n];
+    StepTimes times;
+    size_t i = 0;
+#define CAIRN_TRAIN_GET_PHASE(name) times.name = t[i++];
+    CAIRN_STEP_TIME_FIELDS(CAIRN_TRAIN_GET_PHASE)
+#undef CAIRN_TRAIN_GET_PHASE
+    const double busy = times.forward + times.backward;
+    if (busy > busiest[s]) {
+      busiest[s] = busy;
+      stages[s] = {static_cast<int64_t>(s), r, times};
+    }
+  }
+  return stages;
 }
 
 FlopCounts flop_counts(const Settings& s, const gpt::GptConfig& g, const gpu::DeviceInfo& device,
@@ -180,6 +213,14 @@ void StepReporter::write(StepRecord& r) {
                       {"time/optimizer_s", static_cast<float>(r.time.optimizer)},
                       {"memory/max_rank_gib", static_cast<float>(r.mem_gib)}},
                      r.step, unix_seconds());
+    // Pipelines: each stage's busy time (its busiest rank's forward + backward) and that rank's waits for its
+    // neighbours, so an unbalanced split or a slow stage shows.
+    for (const records::StageTimes& st : r.stages) {
+      const long long k = static_cast<long long>(st.stage);
+      tb_->add_scalars({{strprintf("time/stage%lld_busy_s", k), static_cast<float>(st.time.forward + st.time.backward)},
+                        {strprintf("time/stage%lld_pp_wait_s", k), static_cast<float>(st.time.pp_wait)}},
+                       r.step, unix_seconds());
+    }
   }
   if (r.step % s_.log_every == 0 || r.step == s_.steps) {
     double elapsed = monotonic_seconds() - run_t0_;

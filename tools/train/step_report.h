@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,7 @@
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/metrics.h"
+#include "cairn/parallel.h"
 #include "cairn/records.h"
 #include "gpu.h"
 #include "settings.h"
@@ -36,9 +38,15 @@ struct StepRecord {
   std::optional<double> hfu;                           // recompute = "full": with the rerun FLOPs counted
   std::optional<double> peak_mem_gib, device_mem_gib;  // GPU: rank 0's device memory
   double mem_gib = 0;  // the most any rank holds in cairn's buffers: parameters, gradients, optimizer, activations
+  std::vector<records::StageTimes> stages;  // pp > 1: each pipeline stage's busiest rank (stage_times)
 
   records::MetricsLine line(double wall_time) const;  // a metrics.jsonl "train" line
 };
+
+// Each pipeline stage's split of the step as its busiest rank timed it (the most forward + backward of the stage's
+// ranks), in stage order; collective over MPI_COMM_WORLD (every rank passes its own times), the result on rank 0
+// only. Rank 0's split alone cannot show the pipeline: its waits are stage 0's, not the critical stage's bubble.
+std::vector<records::StageTimes> stage_times(const StepTimes& mine, const parallel::Layout& layout, int rank);
 
 // What MFU is computed from: model FLOPs per token (the cost model's, 3 x forward: Megatron's accounting, the figure
 // cairn-plan predicts with), hardware FLOPs per token (plus what activation recomputation reruns) and the peak

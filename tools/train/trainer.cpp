@@ -767,17 +767,27 @@ void Trainer::grads_ready(Chunk& ch, size_t first, size_t count) {
 // After the schedule: tied input/output embeddings summed between the first and last stage (Megatron's embedding
 // group), then each chunk's data-parallel sum completed; the wait is exposed communication.
 void Trainer::finish_grads(StepTimes& tm) {
-  double t4 = monotonic_seconds();
+  double t4 = monotonic_seconds(), tied_s = 0;
   phase_begin("comm (exposed)");
+  // The tied wte's gradient summed over the first and last stage: pipeline communication, not data-parallel. The
+  // stage that finishes first waits here for the other end's last backward (the pipeline's drain), so its time is
+  // a pipeline wait.
+  auto sum_tied = [&](float* grads, size_t count) {
+    const double t = monotonic_seconds();
+    allreduce_backend(grads, count, groups_->embedding);
+    const double t_end = monotonic_seconds();
+    tied_s += t_end - t;
+    trace_.event("tied embedding all-reduce", "comm", t, t_end, nullptr, 1);
+  };
   for (Chunk& ch : chunks_) {
     if (ch.zero) {  // ZeRO-2/3: units were reduce-scattered as backward finished them; the tied wte last
       ch.zero->finish_step();
-      if (ch.tied_count > 0) allreduce_backend(ch.zero->deferred_grads(), ch.tied_count, groups_->embedding);
+      if (ch.tied_count > 0) sum_tied(ch.zero->deferred_grads(), ch.tied_count);
       ch.zero->reduce_deferred();
       continue;
     }
     if (ch.tied_count > 0) {
-      allreduce_backend(ch.model->grads() + ch.tied_first, ch.tied_count, groups_->embedding);
+      sum_tied(ch.model->grads() + ch.tied_first, ch.tied_count);
       if (ch.sync) ch.sync->ready(ch.tied_first, ch.tied_count);
     }
     if (ch.sync) ch.sync->finish();
@@ -785,7 +795,8 @@ void Trainer::finish_grads(StepTimes& tm) {
   phase_end();
   reduce_active_ = false;
   double t5 = monotonic_seconds();
-  tm.comm += t5 - t4;
+  tm.comm += t5 - t4 - tied_s;
+  tm.pp_wait += tied_s;
   trace_.event("comm (exposed)", "phase", t4, t5);
 }
 
@@ -975,6 +986,7 @@ bool Trainer::run_step() {
 
   r.tokens = progress_.tokens;
   r.mem_gib = s_.world > 1 ? mpi::allreduce(memory_gib(), MPI_MAX) : memory_gib();
+  if (s_.layout.pp > 1) r.stages = stage_times(r.time, s_.layout, s_.rank);
   r.skipped_total = guard_.skipped_total;
   report_->write(r);  // rank 0 speaks for all; the time split is rank 0's
   return guard_.must_restore(s_, step, reason, last_ckpt_);

@@ -28,7 +28,8 @@ namespace cairn::records {
 // comm is data-parallel communication, tp_comm the tensor-parallel collectives, cp_comm the context-parallel ones and
 // zero_comm ZeRO-2/3's waits for per-layer parameter gathers and gradient reduce-scatters (all three inside forward and
 // backward, whose times include them; ZeRO's waits after the last backward are in comm), pp_wait the pipeline's waits
-// for a neighbouring stage.
+// for a neighbouring stage (and the tied embedding's all-reduce between the first and last stage, which waits for
+// the other end's last backward).
 // Read back, a phase the line lacks (files written before it existed) is NaN.
 struct StepTimes {
 #define CAIRN_RECORDS_TIME_MEMBER(name) double name = 0;
@@ -36,6 +37,17 @@ struct StepTimes {
 #undef CAIRN_RECORDS_TIME_MEMBER
   nlohmann::json to_json() const;
   static StepTimes from_json(const JsonFields& f);
+};
+
+// One pipeline stage's split of a step, as the stage's busiest rank timed it (of the stage's dp x cp x tp ranks, the
+// one with the most forward + backward time): a pp > 1 train line's "stages", one entry per stage in stage order, as
+// {"stage": s, "rank": r, "time_s": {...}}. Rank 0's split (time_s) is stage 0's first rank; the pipeline's critical
+// stage, the one whose busy time sets the step, is found here.
+struct StageTimes {
+  int64_t stage = 0, rank = 0;
+  StepTimes time;
+  nlohmann::json to_json() const;
+  static StageTimes from_json(const JsonFields& f);
 };
 
 // The scalar members of a metrics line as (type, name): the name is the JSON key. This list drives to_json,
@@ -59,7 +71,8 @@ struct MetricsLine {
   CAIRN_METRICS_LINE_FIELDS(CAIRN_RECORDS_LINE_MEMBER)
 #undef CAIRN_RECORDS_LINE_MEMBER
   std::optional<StepTimes> time_s;
-  nlohmann::json provenance;  // provenance lines: Provenance::to_json(); null otherwise
+  std::vector<StageTimes> stages;  // train lines of pipelined runs; empty otherwise (and for the fast scanner)
+  nlohmann::json provenance;       // provenance lines: Provenance::to_json(); null otherwise
 
   nlohmann::json to_json() const;
   static MetricsLine from_json(const JsonFields& f);

@@ -1,6 +1,8 @@
 // metrics.jsonl's record: StepTimes and MetricsLine to and from JSON (the fast scanner is metrics_scan.cpp).
 #include <cfloat>
+#include <climits>
 #include <cmath>
+#include <string>
 
 #include "cairn/records.h"
 #include "fields.h"
@@ -26,6 +28,16 @@ StepTimes StepTimes::from_json(const JsonFields& f) {
   return t;
 }
 
+json StageTimes::to_json() const { return json{{"stage", stage}, {"rank", rank}, {"time_s", time.to_json()}}; }
+
+StageTimes StageTimes::from_json(const JsonFields& f) {
+  StageTimes t;
+  t.stage = f.i64("stage", 0, INT32_MAX);
+  t.rank = f.i64("rank", 0, INT32_MAX);
+  t.time = StepTimes::from_json(f.object("time_s"));
+  return t;
+}
+
 json MetricsLine::to_json() const {
   json j = json::object();
   if (!kind.empty()) j["kind"] = kind;
@@ -33,6 +45,11 @@ json MetricsLine::to_json() const {
   CAIRN_METRICS_LINE_FIELDS(CAIRN_RECORDS_PUT_FIELD)
 #undef CAIRN_RECORDS_PUT_FIELD
   if (time_s) j["time_s"] = time_s->to_json();
+  if (!stages.empty()) {
+    json a = json::array();
+    for (const StageTimes& st : stages) a.push_back(st.to_json());
+    j["stages"] = std::move(a);
+  }
   if (!provenance.is_null()) j["provenance"] = provenance;
   return j;
 }
@@ -44,6 +61,14 @@ MetricsLine MetricsLine::from_json(const JsonFields& f) {
   CAIRN_METRICS_LINE_FIELDS(CAIRN_RECORDS_GET_FIELD)
 #undef CAIRN_RECORDS_GET_FIELD
   if (f.has("time_s")) m.time_s = StepTimes::from_json(f.object("time_s"));
+  if (f.has("stages")) {
+    const json& a = f.array("stages");
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::string key = "stages[" + std::to_string(i) + "]";
+      if (!a[i].is_object()) f.fail_value(key, a[i], "an object");
+      m.stages.push_back(StageTimes::from_json(f.nested(a[i], key)));
+    }
+  }
   if (f.has("provenance")) m.provenance = f.object("provenance").raw();
   return m;
 }

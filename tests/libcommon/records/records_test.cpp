@@ -106,6 +106,39 @@ BOOST_AUTO_TEST_CASE(metrics_writer_format_is_unchanged) {
   BOOST_TEST(!MetricsLine::parse(text, "m").loss.has_value());
 }
 
+BOOST_AUTO_TEST_CASE(pipeline_stages_round_trip_and_are_checked) {
+  // A pp > 1 train line: each stage's busiest rank and its split, in stage order, after time_s.
+  MetricsLine m = train_line();
+  StepTimes last = *m.time_s;
+  last.backward = 0.25;
+  last.pp_wait = 0.04;
+  m.stages = {{0, 0, *m.time_s}, {1, 3, last}};
+  const std::string text = m.to_json().dump();
+  BOOST_TEST(text.find(",\"stages\":[{\"rank\":0,\"stage\":0,\"time_s\":{") != std::string::npos, text);
+  const MetricsLine back = MetricsLine::parse(text, "m:1");
+  BOOST_REQUIRE(back.stages.size() == 2u);
+  BOOST_TEST(back.stages[1].stage == 1);
+  BOOST_TEST(back.stages[1].rank == 3);
+  BOOST_TEST(back.stages[1].time.backward == 0.25);
+  BOOST_TEST(back.stages[1].time.pp_wait == 0.04);
+  BOOST_TEST(back.to_json().dump() == text);
+  // Lines without a pipeline have no key; the fast scanner skips it (the report reads rank 0's split).
+  BOOST_TEST(!train_line().to_json().contains("stages"));
+  MetricsLine scanned;
+  BOOST_REQUIRE((scan_metrics_line(text, scanned) == ScanResult::Ok));
+  BOOST_TEST(*scanned.step == 12);
+  BOOST_TEST(scanned.time_s->backward == 0.2);
+  // A malformed entry names its place.
+  std::string msg = usage_error([] {
+    MetricsLine::parse(R"({"kind":"train","stages":[{"stage":0,"rank":0,"time_s":{}},{"stage":1,"rank":-2,)"
+                       R"("time_s":{}}]})",
+                       "m:4");
+  });
+  BOOST_TEST(msg.find("key \"stages[1].rank\": expected an integer") != std::string::npos, msg);
+  msg = usage_error([] { MetricsLine::parse(R"({"kind":"train","stages":[7]})", "m:5"); });
+  BOOST_TEST(msg.find("key \"stages[0]\": expected an object") != std::string::npos, msg);
+}
+
 BOOST_AUTO_TEST_CASE(malformed_metrics_values_name_the_key) {
   std::string msg =
       usage_error([] { MetricsLine::parse(R"({"kind":"train","step":"seven"})", "run/metrics.jsonl:3"); });
