@@ -93,6 +93,29 @@ BOOST_AUTO_TEST_CASE(computed_metrics_use_medians_after_warmup) {
   BOOST_TEST(em.at("eval_wiki_ppl").best == 20.0);        // lower is better
 }
 
+BOOST_AUTO_TEST_CASE(pipelined_runs_report_the_critical_stage_wait_and_the_imbalance) {
+  // Stage 1 computes more (the head and loss): it is the critical stage, its wait the pipeline's; 30 % more busy
+  // than stage 0. Runs without stages have neither metric.
+  RunData run;
+  std::string text;
+  for (int s = 1; s <= 20; ++s)
+    text += "{\"kind\":\"train\",\"step\":" + std::to_string(s) +
+            ",\"loss\":2,\"time_s\":{\"forward\":0.1,\"backward\":0.2,\"pp_wait\":0.05,\"total\":0.5},"
+            "\"stages\":[{\"stage\":0,\"rank\":0,\"time_s\":{\"forward\":0.1,\"backward\":0.2,\"tp_comm\":0,"
+            "\"cp_comm\":0,\"zero_comm\":0,\"pp_wait\":0.05}},{\"stage\":1,\"rank\":1,\"time_s\":{\"forward\":"
+            "0.14,\"backward\":0.3,\"tp_comm\":0.05,\"cp_comm\":0,\"zero_comm\":0,\"pp_wait\":0.02}}]}\n";
+  parse_metrics_jsonl(text, "m", run);
+  MetricSettings st;
+  auto m = compute_metrics(run, st);
+  BOOST_TEST(m.at("pipeline_wait_s").value == 0.02);
+  BOOST_TEST(m.at("stage_imbalance").value == 30.0, boost::test_tools::tolerance(1e-9));  // (0.39 / 0.3 - 1) in %
+  RunData plain;
+  parse_metrics_jsonl(train_line(1, 3.0, 100.0), "p", plain);
+  auto pm = compute_metrics(plain, st);
+  BOOST_TEST(pm.count("pipeline_wait_s") == 0u);
+  BOOST_TEST(pm.count("stage_imbalance") == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(gate_names_resolve_or_are_config_errors) {
   BOOST_TEST((resolve_metric("val_loss")->better == Better::Lower));
   BOOST_TEST(resolve_metric("busbw_allreduce")->name == "busbw_allreduce");

@@ -126,6 +126,11 @@ const std::vector<MetricDef>& fixed_metrics() {
       {"step_time_s", "s", "train", Better::Lower, "median step time (time_s.total) after warm-up"},
       {"data_wait_s", "s", "train", Better::Lower, "median time waiting for data per step after warm-up"},
       {"comm_s", "s", "train", Better::Lower, "median exposed communication time per step after warm-up"},
+      {"pipeline_wait_s", "s", "train", Better::Lower,
+       "pipelined runs: median pipeline wait per step of the critical stage (the most compute) after warm-up: the "
+       "bubble and transfers"},
+      {"stage_imbalance", "%", "train", Better::Lower,
+       "pipelined runs: median of the busiest stage's compute over the least busy one's, minus 1, after warm-up"},
       {"grad_norm", "", "train", Better::Neither, "median gradient norm after warm-up"},
       {"skipped_total", "", "train", Better::Lower, "optimizer steps skipped (non-finite or clipped-out gradients)"},
       {"steps", "", "train", Better::Neither, "last logged training step"},
@@ -427,6 +432,8 @@ void train_metrics(Metrics& m, const RunData& run, const MetricSettings& st) {
     set(m, "step_time_s", median_from(t.t_total, w), min_finite(t.t_total, w));
     set(m, "data_wait_s", median_from(t.t_data, w));
     set(m, "comm_s", median_from(t.t_comm, w));
+    set(m, "pipeline_wait_s", median_from(t.pipeline_wait, w));
+    set(m, "stage_imbalance", as_percent(median_from(t.stage_imbalance, w)));
     set(m, "grad_norm", median_from(t.grad_norm, w));
     set(m, "skipped_total", skipped_steps(t));
     set(m, "steps", t.step.back());

@@ -150,9 +150,9 @@ json read_toml(const std::string& path, RunData& run) {
 }
 
 void truncate_train_from(TrainSeries& t, size_t n) {
-  for (auto* col :
-       {&t.step, &t.tokens, &t.loss, &t.lr, &t.grad_norm, &t.tokens_per_s, &t.mfu, &t.tflops, &t.wall_time, &t.skipped,
-        &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward, &t.t_comm, &t.t_optimizer, &t.t_total})
+  for (auto* col : {&t.step, &t.tokens, &t.loss, &t.lr, &t.grad_norm, &t.tokens_per_s, &t.mfu, &t.tflops, &t.wall_time,
+                    &t.skipped, &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward, &t.t_comm, &t.t_optimizer,
+                    &t.t_total, &t.pipeline_wait, &t.stage_imbalance})
     if (col->size() > n) col->resize(n);
 }
 
@@ -337,6 +337,19 @@ void append_train(TrainSeries& t, const records::MetricsLine& r) {
   t.t_comm.push_back(tm ? tm->comm : kNaN);
   t.t_optimizer.push_back(tm ? tm->optimizer : kNaN);
   t.t_total.push_back(tm ? tm->total : kNaN);
+  double wait = kNaN, lo = kNaN, hi = kNaN;
+  for (const records::StageTimes& st : r.stages) {
+    const records::StepTimes& s = st.time;
+    const double busy = s.forward + s.backward - s.tp_comm - s.cp_comm - s.zero_comm;
+    if (!std::isfinite(busy)) continue;
+    if (!(busy <= hi)) {  // the first, or a busier stage
+      hi = busy;
+      wait = s.pp_wait;
+    }
+    if (!(busy >= lo)) lo = busy;
+  }
+  t.pipeline_wait.push_back(wait);
+  t.stage_imbalance.push_back(lo > 0 ? hi / lo - 1 : kNaN);
 }
 
 }  // namespace
@@ -348,9 +361,9 @@ void parse_metrics_jsonl(const std::string& text, const std::string& path, RunDa
   const size_t n = text.size();
   // Reserve by a guess of the line count so 10^5-line files do not reallocate much.
   size_t guess = static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
-  for (auto* col :
-       {&t.step, &t.tokens, &t.loss, &t.lr, &t.grad_norm, &t.tokens_per_s, &t.mfu, &t.tflops, &t.wall_time, &t.skipped,
-        &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward, &t.t_comm, &t.t_optimizer, &t.t_total})
+  for (auto* col : {&t.step, &t.tokens, &t.loss, &t.lr, &t.grad_norm, &t.tokens_per_s, &t.mfu, &t.tflops, &t.wall_time,
+                    &t.skipped, &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward, &t.t_comm, &t.t_optimizer,
+                    &t.t_total, &t.pipeline_wait, &t.stage_imbalance})
     col->reserve(guess);
   while (pos < n) {
     size_t end = text.find('\n', pos);

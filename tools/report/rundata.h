@@ -18,6 +18,9 @@ struct TrainSeries {
   std::vector<double> skipped;        // per record: skipped this step (0/1)
   std::vector<double> skipped_total;  // running count as logged
   std::vector<double> t_data, t_forward, t_backward, t_comm, t_optimizer, t_total;  // time_s.*
+  // Pipelined runs (the line's stages; NaN without): the critical stage's (most compute) pp_wait, and the busiest
+  // stage's compute over the least busy one's, minus 1.
+  std::vector<double> pipeline_wait, stage_imbalance;
   size_t size() const { return step.size(); }
 };
 

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "cairn/records.h"
 
@@ -66,7 +68,7 @@ class Scanner {
   ScanResult line(MetricsLine& out) {
     ws();
     if (p_ < end_ && *p_ == '{') {
-      if (!object(&out, nullptr)) return ScanResult::Invalid;
+      if (!object(&out, nullptr, nullptr)) return ScanResult::Invalid;
     } else if (!value(nullptr)) {
       return ScanResult::Invalid;
     } else {
@@ -145,7 +147,8 @@ class Scanner {
     return r.ec == std::errc();
   }
 
-  bool array() {
+  // An array; with `stages` given (a train line's "stages"), its object elements are read into it.
+  bool array(std::vector<StageTimes>* stages = nullptr) {
     if (++depth_ > kMaxDepth) return false;
     ++p_;  // '['
     ws();
@@ -156,7 +159,15 @@ class Scanner {
     }
     while (true) {
       ws();
-      if (!value(nullptr)) return false;
+      if (stages && p_ < end_ && *p_ == '{') {
+        StageTimes& st = stages->emplace_back();
+#define CAIRN_RECORDS_STAGE_NAN(name) st.time.name = std::nan("");
+        CAIRN_STEP_TIME_FIELDS(CAIRN_RECORDS_STAGE_NAN)
+#undef CAIRN_RECORDS_STAGE_NAN
+        if (!object(nullptr, nullptr, &st)) return false;
+      } else if (!value(nullptr)) {
+        return false;
+      }
       ws();
       if (p_ < end_ && *p_ == ',') {
         ++p_;
@@ -175,7 +186,7 @@ class Scanner {
     if (p_ >= end_) return false;
     switch (*p_) {
       case '"': return string(nullptr, nullptr);
-      case '{': return object(nullptr, nullptr);
+      case '{': return object(nullptr, nullptr, nullptr);
       case '[': return array();
       case 't':
         if (out) *out = {Scalar::Bool, 0, true};
@@ -193,15 +204,30 @@ class Scanner {
     }
   }
 
-  // One member's value: into the line (top level, `line` given) or its time_s (`times` given), else skipped.
-  bool member(std::string_view key, MetricsLine* line, StepTimes* times) {
+  // One member's value: into the line (top level, `line` given), a time_s (`times` given) or an entry of the line's
+  // stages (`stage` given), else skipped.
+  bool member(std::string_view key, MetricsLine* line, StepTimes* times, StageTimes* stage) {
     if (line && key == "kind" && p_ < end_ && *p_ == '"') return kind(*line);
+    if (line && key == "stages" && p_ < end_ && *p_ == '[') {
+      line->stages.clear();
+      return array(&line->stages);
+    }
+    if (stage) {
+      if (key == "time_s" && p_ < end_ && *p_ == '{') return object(nullptr, &stage->time, nullptr);
+      Scalar s;
+      if (!value(&s)) return false;
+      std::optional<int64_t> n;
+      assign(n, s);
+      if (n && key == "stage") stage->stage = *n;
+      if (n && key == "rank") stage->rank = *n;
+      return true;
+    }
     if (line && key == "time_s" && p_ < end_ && *p_ == '{') {
       line->time_s.emplace();
 #define CAIRN_RECORDS_TIME_NAN(name) line->time_s->name = std::nan("");
       CAIRN_STEP_TIME_FIELDS(CAIRN_RECORDS_TIME_NAN)
 #undef CAIRN_RECORDS_TIME_NAN
-      return object(nullptr, &*line->time_s);
+      return object(nullptr, &*line->time_s, nullptr);
     }
     Scalar s;
     if (line) {
@@ -233,8 +259,8 @@ class Scanner {
     return true;
   }
 
-  // An object; its members go to `line` or `times` when given (member keys with escapes are never ours).
-  bool object(MetricsLine* line, StepTimes* times) {
+  // An object; its members go to `line`, `times` or `stage` when given (member keys with escapes are never ours).
+  bool object(MetricsLine* line, StepTimes* times, StageTimes* stage) {
     if (++depth_ > kMaxDepth) return false;
     ++p_;  // '{'
     ws();
@@ -252,7 +278,7 @@ class Scanner {
       if (p_ >= end_ || *p_ != ':') return false;
       ++p_;
       ws();
-      if (!(key_escaped ? value(nullptr) : member(key, line, times))) return false;
+      if (!(key_escaped ? value(nullptr) : member(key, line, times, stage))) return false;
       ws();
       if (p_ < end_ && *p_ == ',') {
         ++p_;
