@@ -96,12 +96,16 @@ std::vector<records::StageTimes> stage_times(const StepTimes& mine, const parall
   for (int r = 0; r < layout.world; ++r) {
     const size_t s = static_cast<size_t>(parallel::coords_of(layout, r).pp);
     const double* t = &all[static_cast<size_t>(r) * n];
-    StepTimes times;
+    // Whole microseconds: a deep pipeline writes pp entries per line, and a timer's last digits are noise (a
+    // double's shortest form, 0.042026129998703254, is three times the text of 0.042026).
+    StepTimes raw, times;
     size_t i = 0;
-#define CAIRN_TRAIN_GET_PHASE(name) times.name = t[i++];
+#define CAIRN_TRAIN_GET_PHASE(name) \
+  raw.name = t[i++];                \
+  times.name = std::round(raw.name * 1e6) / 1e6;
     CAIRN_STEP_TIME_FIELDS(CAIRN_TRAIN_GET_PHASE)
 #undef CAIRN_TRAIN_GET_PHASE
-    const double busy = times.forward + times.backward;
+    const double busy = raw.forward + raw.backward;  // the busiest rank by the unrounded figures
     if (busy > busiest[s]) {
       busiest[s] = busy;
       stages[s] = {static_cast<int64_t>(s), r, times};
