@@ -765,7 +765,8 @@ void Trainer::grads_ready(Chunk& ch, size_t first, size_t count) {
 }
 
 // After the schedule: tied input/output embeddings summed between the first and last stage (Megatron's embedding
-// group), then each chunk's data-parallel sum completed; the wait is exposed communication.
+// group), then each chunk's data-parallel sum completed; the wait is exposed communication (the tied sum's: pipeline
+// wait).
 void Trainer::finish_grads(StepTimes& tm) {
   double t4 = monotonic_seconds(), tied_s = 0;
   phase_begin("comm (exposed)");
