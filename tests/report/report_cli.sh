@@ -260,6 +260,43 @@ want = f"learned from {lp['summary']['learned']['fit_on']} (calibrate --from-run
 assert want in section and f"{held['within_target']}/{held['n']} within" in section, section[:600]
 print(f"learned layout table: {len(lines) - 2} rows, held-out {held['within_target']}/{held['n']} within the target")
 EOF
+# A pipelined run (train lines with per-stage splits): the stage table in all three outputs, stage 1 critical on 3 of
+# every 4 steps (it then computes 0.5 s against stage 0's 0.4 s), and the pipeline gates.
+mkdir -p "$T/pp/train"
+$PY - "$T/pp/train/metrics.jsonl" <<'EOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for s in range(1, 41):
+        busy1 = 0.5 if s % 4 else 0.3
+        t0 = {"forward": 0.1, "backward": 0.3, "tp_comm": 0, "cp_comm": 0, "zero_comm": 0, "pp_wait": 0.2, "total": 0.7}
+        t1 = dict(t0, forward=busy1 / 3, backward=2 * busy1 / 3, pp_wait=0.1)
+        f.write(json.dumps({"kind": "train", "step": s, "loss": 3.0 - s / 100, "time_s": t0,
+                            "stages": [{"stage": 0, "rank": 0, "time_s": t0}, {"stage": 1, "rank": 1, "time_s": t1}]}) + "\n")
+EOF
+printf '[report.gates]\npipeline_wait_s = { max = 0.05 }\nstage_imbalance = { max = 30 }\n' > "$T/ppgates.toml"
+rc=0
+"$REPORT" "$T/pp" --out "$T/ppout" --config "$T/ppgates.toml" --log-level error > /dev/null 2>&1 || rc=$?
+[[ $rc == 3 ]] || fail "pipeline gates: exit $rc, expected 3 (pipeline_wait_s above its maximum)"
+check_report "$T/ppout"
+$PY - "$T/ppout/report" <<'EOF'
+import json, sys
+d = sys.argv[1]
+sj = json.load(open(f"{d}/summary.json"))
+st = sj["runs"][0]["pipeline_stages"]
+assert [s["stage"] for s in st] == [0, 1], st
+assert abs(st[0]["compute_s"] - 0.4) < 1e-9 and abs(st[1]["compute_s"] - 0.5) < 1e-9, st
+assert abs(st[1]["critical_pct"] - 75) < 5 and abs(st[0]["critical_pct"] + st[1]["critical_pct"] - 100) < 1e-9, st
+m = sj["runs"][0]["metrics"]
+assert abs(m["pipeline_wait_s"]["value"] - 0.1) < 1e-9 and abs(m["stage_imbalance"]["value"] - 25) < 1e-6, m
+gates = {g["metric"]: g["verdict"] == "pass" for g in sj["gates"]}
+assert gates == {"pipeline_wait_s": False, "stage_imbalance": True}, sj["gates"]
+md = open(f"{d}/summary.md").read()
+assert "### Pipeline stages (" in md, md
+print([l for l in md.splitlines() if l.startswith("| 1 |")])
+assert "Pipeline stages: " in open(f"{d}/index.html").read()
+print(f"pipeline stages: {st}")
+EOF
+
 # --print-config shows the run directories given as arguments (not config keys) on its comment line.
 "$REPORT" "$T/good" "$T/bad" --print-config > "$T/pc.toml" || fail "--print-config: exit $?"
 grep -qxF "# positional arguments (not config keys: give them again with --config): [\"$T/good\", \"$T/bad\"]" \

@@ -255,6 +255,41 @@ std::vector<KernelOp> kernel_rows(const KernelOps& k) {
   return rows;
 }
 
+// A pipelined run's stages (the train lines' per-stage splits), medians after the warm-up: each stage's compute (its
+// busiest rank's forward + backward net of the collectives inside) and pipeline wait, and the share of steps on
+// which it was the critical stage (the most compute). Empty for runs without stages.
+struct StageRow {
+  size_t stage = 0;
+  double busy = kNaN, wait = kNaN, critical_pct = kNaN;
+};
+std::vector<StageRow> stage_rows(const RunData& r, const MetricSettings& st) {
+  const TrainSeries& t = r.train;
+  std::vector<StageRow> rows;
+  if (t.stage_busy.empty()) return rows;
+  const size_t w = warmup_index(t.size(), st.warmup_frac);
+  std::vector<double> critical(t.stage_busy.size(), 0);
+  double steps = 0;
+  for (size_t i = w; i < t.size(); ++i) {
+    size_t best = t.stage_busy.size();
+    for (size_t k = 0; k < t.stage_busy.size(); ++k)
+      if (std::isfinite(t.stage_busy[k][i]) &&
+          (best == t.stage_busy.size() || t.stage_busy[k][i] > t.stage_busy[best][i]))
+        best = k;
+    if (best < t.stage_busy.size()) critical[best] += 1, steps += 1;
+  }
+  for (size_t k = 0; k < t.stage_busy.size(); ++k)
+    rows.push_back({k, median_from(t.stage_busy[k], w), median_from(t.stage_wait[k], w),
+                    steps > 0 ? 100 * critical[k] / steps : kNaN});
+  return rows;
+}
+const char* const kStageHeads[] = {"stage", "compute", "pipeline wait", "critical (% of steps)"};
+std::vector<std::string> stage_cells(const StageRow& s) {
+  return {std::to_string(s.stage), fmt_or_na(s.busy, "s"), fmt_or_na(s.wait, "s"), fmt_or_na(s.critical_pct, "%")};
+}
+const char* const kStageNote =
+    "Medians after the warm-up; each stage as its busiest rank timed it (cairn-train's per-stage split). The "
+    "critical stage's wait is the bubble and transfers; another stage's also holds its slack.";
+
 // ---- The parts of render_html, one per region of the page, in page order.
 
 void html_head_and_header(Html& h, const ReportModel& m, const Provenance& prov) {
@@ -682,6 +717,23 @@ std::string render_html(const ReportModel& m) {
   if (section_has(m, "train")) {
     h << "<section id=\"train\"><h2>Training</h2>";
     charts_html(h, m, "train");
+    for (const auto& r : m.runs) {
+      const auto rows = stage_rows(r, m.inputs.metric_settings);
+      if (rows.empty()) continue;
+      h << "<h3>Pipeline stages: " << xml_escape(run_label(r)) << "</h3><p class=\"muted\">" << xml_escape(kStageNote)
+        << "</p><div class=\"scroll\"><table><thead><tr>";
+      for (const char* c : kStageHeads)
+        h << "<th" << (c == kStageHeads[0] ? " class=\"l\"" : "") << ">" << c << "</th>";
+      h << "</tr></thead><tbody>";
+      for (const auto& row : rows) {
+        const auto cells = stage_cells(row);
+        h << "<tr>";
+        for (size_t k = 0; k < cells.size(); ++k)
+          h << "<td" << (k == 0 ? " class=\"l\"" : "") << ">" << xml_escape(cells[k]) << "</td>";
+        h << "</tr>";
+      }
+      h << "</tbody></table></div>";
+    }
     h << "</section>\n";
   }
   if (has_eval_section(m)) html_eval(h, m);
@@ -755,6 +807,19 @@ std::string render_markdown(const ReportModel& m) {
         }
         os << " |";
       }
+      os << "\n";
+    }
+    os << "\n";
+  }
+  for (const auto& r : m.runs) {
+    const auto rows = stage_rows(r, m.inputs.metric_settings);
+    if (rows.empty()) continue;
+    os << "### Pipeline stages (" << md_cell(run_label(r)) << ")\n\n" << md_cell(kStageNote) << "\n\n|";
+    for (const char* c : kStageHeads) os << " " << c << " |";
+    os << "\n|---|---:|---:|---:|\n";
+    for (const auto& row : rows) {
+      os << "|";
+      for (const auto& c : stage_cells(row)) os << " " << md_cell(c) << " |";
       os << "\n";
     }
     os << "\n";
@@ -881,6 +946,15 @@ json render_json(const ReportModel& m) {
       json lp = r.layout_predict;
       lp.erase("provenance");
       jr["layout_predict"] = lp;
+    }
+    if (const auto rows = stage_rows(r, m.inputs.metric_settings); !rows.empty()) {
+      json st = json::array();
+      for (const auto& row : rows)
+        st.push_back({{"stage", row.stage},
+                      {"compute_s", std::isfinite(row.busy) ? json(row.busy) : json()},
+                      {"pp_wait_s", std::isfinite(row.wait) ? json(row.wait) : json()},
+                      {"critical_pct", std::isfinite(row.critical_pct) ? json(row.critical_pct) : json()}});
+      jr["pipeline_stages"] = st;
     }
     if (const auto k = kernel_ops_of(r)) {  // summed over ranks, longest first
       json ops = json::array();

@@ -154,6 +154,9 @@ void truncate_train_from(TrainSeries& t, size_t n) {
                     &t.skipped, &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward, &t.t_comm, &t.t_optimizer,
                     &t.t_total, &t.pipeline_wait, &t.stage_imbalance})
     if (col->size() > n) col->resize(n);
+  for (auto* cols : {&t.stage_busy, &t.stage_wait})
+    for (auto& col : *cols)
+      if (col.size() > n) col.resize(n);
 }
 
 // Short description of a JSON parse failure: nlohmann's message without its "[json.exception...]" prefix.
@@ -350,6 +353,22 @@ void append_train(TrainSeries& t, const records::MetricsLine& r) {
   }
   t.pipeline_wait.push_back(wait);
   t.stage_imbalance.push_back(lo > 0 ? hi / lo - 1 : kNaN);
+  // Per-stage columns, one value per record (NaN for a stage this record lacks; a stage first seen now gets NaN for
+  // the records before it).
+  const size_t index = t.step.size() - 1;
+  int64_t max_stage = -1;
+  for (const records::StageTimes& st : r.stages) max_stage = std::max(max_stage, st.stage);
+  if (max_stage >= 4096) max_stage = 4095;  // a corrupt stage number must not allocate without bound
+  for (auto* cols : {&t.stage_busy, &t.stage_wait}) {
+    if (static_cast<int64_t>(cols->size()) <= max_stage) cols->resize(static_cast<size_t>(max_stage + 1));
+    for (auto& col : *cols) col.resize(index + 1, kNaN);
+  }
+  for (const records::StageTimes& st : r.stages) {
+    if (st.stage < 0 || st.stage > max_stage) continue;
+    const records::StepTimes& s = st.time;
+    t.stage_busy[static_cast<size_t>(st.stage)][index] = s.forward + s.backward - s.tp_comm - s.cp_comm - s.zero_comm;
+    t.stage_wait[static_cast<size_t>(st.stage)][index] = s.pp_wait;
+  }
 }
 
 }  // namespace
