@@ -230,6 +230,8 @@ grep -q "^pipeline pp2 (report only): measured pp_wait .* s (critical stage [01]
   || fail "no critical-stage pipeline line: $(cat "$W/pp2.txt")"
 grep -q "^pipeline pp2old (report only): .*(rank 0: the run logged no stages)" "$W/pp2old.txt" \
   || fail "a run without stages is not read as rank 0's: $(cat "$W/pp2old.txt")"
+grep -q "^stages pp2: busy s measured / predicted: 0 .*, 1 " "$W/pp2.txt" || fail "no per-stage line: $(cat "$W/pp2.txt")"
+grep -q "^stages pp2old" "$W/pp2old.txt" && fail "a per-stage line for a run without stages"
 "$PY" - "$W" <<'PY' || fail "critical stage"
 import json, statistics, sys
 w = sys.argv[1]
@@ -242,6 +244,12 @@ m = {r["run"].rsplit("/", 1)[-1]: r for r in json.load(open(f"{w}/pp2.json"))["r
 old = {r["run"].rsplit("/", 1)[-1]: r for r in json.load(open(f"{w}/pp2old.json"))["rows"]}["pp2old"]["measured_time_s"]
 assert m["stage"] in (0, 1) and abs(m["compute"] - want) <= 1e-9 * want, (m, want)
 assert "stage" not in old and abs(old["compute"] - rank0) <= 1e-9 * rank0, (old, rank0)
+# Each stage's busy time (forward + backward without ZeRO's waits) against the model's split of the work.
+row = {r["run"].rsplit("/", 1)[-1]: r for r in json.load(open(f"{w}/pp2.json"))["rows"]}["pp2"]
+busy = [statistics.median(l["stages"][k]["time_s"]["forward"] + l["stages"][k]["time_s"]["backward"] -
+                          l["stages"][k]["time_s"]["zero_comm"] for l in steps) for k in (0, 1)]
+assert all(abs(a - b) <= 1e-9 * b for a, b in zip(row["measured_stage_busy_s"], busy)), (row["measured_stage_busy_s"], busy)
+assert len(row["predicted_stage_busy_s"]) == 2 and min(row["predicted_stage_busy_s"]) > 0, row["predicted_stage_busy_s"]
 print(f"pipeline: critical stage {m['stage']}, compute {m['compute'] * 1e3:.2f} ms (rank 0's {rank0 * 1e3:.2f} ms), "
       f"its pp_wait {m['pp_wait'] * 1e3:.2f} ms")
 PY

@@ -503,6 +503,19 @@ BOOST_AUTO_TEST_CASE(uneven_stages_balance_embedding_and_head) {
   BOOST_REQUIRE(e.feasible());
   BOOST_TEST(e.b.stage_layers.size() == 4u);
   BOOST_TEST(e.b.layers_max_stage == 8);
+  // Each stage's busy time: 1F1B's bubble is the other stages' busy time and transfers of one micro-batch (the first
+  // crosses every stage); the busiest stage sets the rest.
+  BOOST_REQUIRE(e.b.stage_busy.size() == 4u);
+  const double micro = e.b.microbatches, p2p = e.b.pp_p2p / micro;
+  double busy_sum = 0, busiest = 0;
+  for (double b : e.b.stage_busy) {
+    BOOST_TEST(b > 0);
+    busy_sum += b;
+    busiest = std::max(busiest, b);
+  }
+  BOOST_TEST(std::abs(e.b.bubble - ((busy_sum - busiest) / micro + 3 * p2p)) < 1e-9 * e.step_time_s);
+  p.pp = 1;
+  BOOST_TEST(evaluate(m, c, p, 16, Assumptions{}).b.stage_busy.empty());  // no pipeline, no stages
 }
 
 BOOST_AUTO_TEST_CASE(selective_recompute_with_sp_saves_what_korthikanti_measured) {

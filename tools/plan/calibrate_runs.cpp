@@ -42,6 +42,9 @@ constexpr double kFactorMin = 0.2, kFactorMax = 5.0;
 struct Measured {
   double total = 0, compute = 0, tp_comm = 0, cp_comm = 0, dp_comm = 0, zero_comm = 0, pp_wait = 0, optimizer = 0;
   int stage = -1;  // the pipeline stage whose split these are (the one most often critical); -1: rank 0's, no stages
+  // Each pipeline stage's busy time (forward + backward, with the TP and CP collectives inside as the model's stage
+  // times hold them, without ZeRO's waits), median over the steps; empty without stages.
+  std::vector<double> stage_busy;
   // With a kernel profile (cairn-train --profile-kernels): compute split by kernel class in the proportions of the
   // profile's rank-0 kernel time (GEMMs, the attention kernel, the memory-bound rest).
   bool profiled = false;
@@ -138,8 +141,15 @@ Measured measure(const std::vector<records::MetricsLine>& steps, size_t skip) {
   auto busy = [](const records::StepTimes& t) {
     return phase(t.forward) + phase(t.backward) - phase(t.tp_comm) - phase(t.cp_comm) - phase(t.zero_comm);
   };
-  std::map<int64_t, int> critical;  // stage -> steps it was critical
+  std::map<int64_t, int> critical;              // stage -> steps it was critical
+  std::vector<std::vector<double>> stage_busy;  // stage -> its busy time per step
   for (size_t i = skip; i < steps.size(); ++i) {
+    for (const records::StageTimes& st : steps[i].stages) {
+      if (st.stage < 0 || st.stage >= 4096) continue;
+      if (stage_busy.size() <= size_t(st.stage)) stage_busy.resize(size_t(st.stage) + 1);
+      stage_busy[size_t(st.stage)].push_back(phase(st.time.forward) + phase(st.time.backward) -
+                                             phase(st.time.zero_comm));
+    }
     const records::StepTimes* split = &*steps[i].time_s;  // finished_step: present
     int64_t stage = -1;
     for (const records::StageTimes& st : steps[i].stages)
@@ -164,6 +174,7 @@ Measured measure(const std::vector<records::MetricsLine>& steps, size_t skip) {
   Measured m{median(total), median(compute), median(tp), median(cp), median(dp), median(zero), median(pp), median(opt)};
   for (const auto& [stage, count] : critical)
     if (m.stage < 0 || count > critical[m.stage]) m.stage = static_cast<int>(stage);
+  for (const std::vector<double>& busy : stage_busy) m.stage_busy.push_back(median(busy));
   return m;
 }
 
@@ -1023,6 +1034,17 @@ void print_report(std::ostream& os, const std::vector<Row>& rows, const Fit& fit
                       r.run->m.stage >= 0 ? strprintf("critical stage %d", r.run->m.stage).c_str()
                                           : "rank 0: the run logged no stages",
                       r.b_before.bubble + r.b_before.pp_p2p);
+  // Each stage's busy time against the model's (its layers, the embedding on the first stage, the head and loss on
+  // the last): whether the model splits the work between the stages as the run did.
+  for (const Row& r : rows) {
+    const std::vector<double>&meas = r.run->m.stage_busy, &pred = r.b_before.stage_busy;
+    if (meas.empty() || meas.size() != pred.size()) continue;
+    std::string list;
+    for (size_t k = 0; k < meas.size(); ++k)
+      list +=
+          strprintf("%s%zu %.4f / %.4f (%+.1f%%)", k ? ", " : "", k, meas[k], pred[k], 100 * (pred[k] / meas[k] - 1));
+    os << strprintf("stages %s: busy s measured / predicted: %s\n", r.run->label.c_str(), list.c_str());
+  }
   if (!fit.shapes.empty()) {
     os << strprintf("GEMM shapes (m x n x k, fp32 of rank 0's profiled matmuls): %4s %12s %12s %9s %17s\n", "runs",
                     "measured s", "predicted s", "meas/pred", "efficiency");
@@ -1076,6 +1098,8 @@ json report_json(const std::vector<Row>& rows, const Fit& fit, const std::vector
                   {"predicted_after_s", r.after},
                   {"predicted_before_time_s", predicted_phases(r.b_before)},
                   {"predicted_after_time_s", predicted_phases(r.b_after)},
+                  {"measured_stage_busy_s", m.stage_busy},
+                  {"predicted_stage_busy_s", r.b_before.stage_busy},
                   {"error_before_pct", r.err(r.before)},
                   {"error_after_pct", r.err(r.after)}});
   }

@@ -290,7 +290,10 @@ struct Breakdown {
   int microbatches = 0;
   int layers_max_stage = 0;
   std::vector<int> stage_layers;  // layers per virtual stage (pp*v entries) the plan was evaluated with
-  int64_t stage_params = 0;       // parameters held by the largest stage per TP rank
+  // pp > 1: each pipeline rank's busy time over the step (its layers with the TP/CP collectives inside them, the
+  // embedding on the first, the head and loss on the last), without its point-to-point transfers; empty otherwise.
+  std::vector<double> stage_busy;
+  int64_t stage_params = 0;                        // parameters held by the largest stage per TP rank
   std::string tp_tier, dp_tier, pp_tier, cp_tier;  // "intra"/"inter"
 };
 

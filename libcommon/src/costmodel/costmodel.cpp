@@ -1036,6 +1036,7 @@ EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a,
 // it, set by the critical (busiest) rank.
 struct Pipeline {
   std::vector<int> stage_layers, rank_layers;
+  std::vector<double> tau;  // busy time of each pipeline rank per micro-batch, its point-to-point transfers included
   int crit = 0;
   double t_max = 0;   // busy time of the critical rank per micro-batch
   double t_pipe = 0;  // every micro-batch through the pipeline, bubble included
@@ -1047,7 +1048,8 @@ Pipeline pipeline_schedule(const ModelSpec& m, const Plan& p, const EdgeTimes& E
   const std::vector<int>& sl = P.stage_layers;
   P.rank_layers.assign(size_t(p.pp), 0);
   for (size_t j = 0; j < sl.size(); ++j) P.rank_layers[j % size_t(p.pp)] += sl[j];
-  std::vector<double> tau(size_t(p.pp));
+  std::vector<double>& tau = P.tau;
+  tau.assign(size_t(p.pp), 0.0);
   for (int r = 0; r < p.pp; ++r) {
     tau[size_t(r)] = P.rank_layers[size_t(r)] * layer_time + (r == 0 ? E.embed_f + E.embed_b : 0.0) +
                      (r == p.pp - 1 ? E.head_f + E.head_b : 0.0) + E.p2p_stage;
@@ -1082,6 +1084,9 @@ void fill_time_breakdown(Breakdown& B, const Plan& p, const LayerTimes& L, const
   B.bubble = P.t_pipe - mb_count * P.t_max;
   B.stage_forward = lay_crit * L.fwd();
   B.stage_backward = lay_crit * L.bwd();
+  B.stage_busy.clear();
+  if (p.pp > 1)
+    for (double tau : P.tau) B.stage_busy.push_back(mb_count * (tau - E.p2p_stage));
 }
 
 // Parameters a rank holds per TP rank: its layers, plus the embedding on the first pipeline rank and the head

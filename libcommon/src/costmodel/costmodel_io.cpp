@@ -253,6 +253,7 @@ json to_json(const Evaluation& e) {
                    {"inflight_microbatches", b.inflight},
                    {"layers_max_stage", b.layers_max_stage},
                    {"stage_layers", b.stage_layers},
+                   {"stage_busy_s", b.stage_busy},
                    {"stage_params", b.stage_params},
                    {"activation_bytes_per_layer", b.act_per_layer},
                    {"tiers", {{"tp", b.tp_tier}, {"cp", b.cp_tier}, {"dp", b.dp_tier}, {"pp", b.pp_tier}}}};
