@@ -138,9 +138,6 @@ std::vector<Segment> read_segments(const std::string& path) {
 // Medians over the steps after the warm-up (at least one step is kept, so a short run still counts).
 Measured measure(const std::vector<records::MetricsLine>& steps, size_t skip) {
   std::vector<double> total, compute, tp, cp, dp, zero, pp, opt;
-  auto busy = [](const records::StepTimes& t) {
-    return phase(t.forward) + phase(t.backward) - phase(t.tp_comm) - phase(t.cp_comm) - phase(t.zero_comm);
-  };
   std::map<int64_t, int> critical;              // stage -> steps it was critical
   std::vector<std::vector<double>> stage_busy;  // stage -> its busy time per step
   for (size_t i = skip; i < steps.size(); ++i) {
@@ -150,20 +147,14 @@ Measured measure(const std::vector<records::MetricsLine>& steps, size_t skip) {
       stage_busy[size_t(st.stage)].push_back(phase(st.time.forward) + phase(st.time.backward) -
                                              phase(st.time.zero_comm));
     }
-    const records::StepTimes* split = &*steps[i].time_s;  // finished_step: present
-    int64_t stage = -1;
-    for (const records::StageTimes& st : steps[i].stages)
-      if (stage < 0 || busy(st.time) > busy(*split)) {
-        split = &st.time;
-        stage = st.stage;
-      }
-    if (stage >= 0) ++critical[stage];
-    const records::StepTimes& t = *split;
+    const int c = records::critical_stage(steps[i].stages);
+    if (c >= 0) ++critical[steps[i].stages[size_t(c)].stage];
+    const records::StepTimes& t = c >= 0 ? steps[i].stages[size_t(c)].time : *steps[i].time_s;  // finished_step
     const double tpc = phase(t.tp_comm), cpc = phase(t.cp_comm), zc = phase(t.zero_comm);
     total.push_back(steps[i].time_s->total);
     // forward and backward include the TP, CP and ZeRO-2/3 collectives inside them (records.h), not the pipeline
     // waits.
-    compute.push_back(std::max(0.0, phase(t.forward) + phase(t.backward) - tpc - cpc - zc));
+    compute.push_back(std::max(0.0, records::compute_seconds(t)));
     tp.push_back(tpc);
     cp.push_back(cpc);
     dp.push_back(phase(t.comm) + zc);

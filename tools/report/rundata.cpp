@@ -340,18 +340,14 @@ void append_train(TrainSeries& t, const records::MetricsLine& r) {
   t.t_comm.push_back(tm ? tm->comm : kNaN);
   t.t_optimizer.push_back(tm ? tm->optimizer : kNaN);
   t.t_total.push_back(tm ? tm->total : kNaN);
-  double wait = kNaN, lo = kNaN, hi = kNaN;
+  const int crit = records::critical_stage(r.stages);
+  double lo = kNaN, hi = kNaN;
   for (const records::StageTimes& st : r.stages) {
-    const records::StepTimes& s = st.time;
-    const double busy = s.forward + s.backward - s.tp_comm - s.cp_comm - s.zero_comm;
-    if (!std::isfinite(busy)) continue;
-    if (!(busy <= hi)) {  // the first, or a busier stage
-      hi = busy;
-      wait = s.pp_wait;
-    }
+    const double busy = records::compute_seconds(st.time);
+    if (!(busy <= hi)) hi = busy;  // the first, or a busier stage
     if (!(busy >= lo)) lo = busy;
   }
-  t.pipeline_wait.push_back(wait);
+  t.pipeline_wait.push_back(crit >= 0 ? r.stages[size_t(crit)].time.pp_wait : kNaN);
   t.stage_imbalance.push_back(lo > 0 ? hi / lo - 1 : kNaN);
   // Per-stage columns, one value per record (NaN for a stage this record lacks; a stage first seen now gets NaN for
   // the records before it).
@@ -365,9 +361,8 @@ void append_train(TrainSeries& t, const records::MetricsLine& r) {
   }
   for (const records::StageTimes& st : r.stages) {
     if (st.stage < 0 || st.stage > max_stage) continue;
-    const records::StepTimes& s = st.time;
-    t.stage_busy[static_cast<size_t>(st.stage)][index] = s.forward + s.backward - s.tp_comm - s.cp_comm - s.zero_comm;
-    t.stage_wait[static_cast<size_t>(st.stage)][index] = s.pp_wait;
+    t.stage_busy[static_cast<size_t>(st.stage)][index] = records::compute_seconds(st.time);
+    t.stage_wait[static_cast<size_t>(st.stage)][index] = st.time.pp_wait;
   }
 }
 

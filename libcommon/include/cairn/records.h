@@ -50,6 +50,11 @@ struct StageTimes {
   static StageTimes from_json(const JsonFields& f);
 };
 
+// A split's compute: forward + backward less the TP, CP and ZeRO collectives inside them (a phase absent counts 0).
+double compute_seconds(const StepTimes& t);
+// The critical one of a train line's stages, the most compute_seconds: its index in `stages`, -1 when there are none.
+int critical_stage(const std::vector<StageTimes>& stages);
+
 // The scalar members of a metrics line as (type, name): the name is the JSON key. This list drives to_json,
 // from_json and the fast scanner, so a key is spelled once. All are optional: a train line has no val_loss, a val
 // line no lr, a CPU run no peak_mem_gib.

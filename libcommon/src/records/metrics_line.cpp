@@ -38,6 +38,18 @@ StageTimes StageTimes::from_json(const JsonFields& f) {
   return t;
 }
 
+double compute_seconds(const StepTimes& t) {
+  auto phase = [](double x) { return std::isnan(x) ? 0.0 : x; };
+  return phase(t.forward) + phase(t.backward) - phase(t.tp_comm) - phase(t.cp_comm) - phase(t.zero_comm);
+}
+
+int critical_stage(const std::vector<StageTimes>& stages) {
+  int best = -1;
+  for (size_t i = 0; i < stages.size(); ++i)
+    if (best < 0 || compute_seconds(stages[i].time) > compute_seconds(stages[size_t(best)].time)) best = int(i);
+  return best;
+}
+
 json MetricsLine::to_json() const {
   json j = json::object();
   if (!kind.empty()) j["kind"] = kind;
