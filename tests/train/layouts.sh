@@ -241,7 +241,8 @@ for run in ["r1", "l5r1"] + [r for r, _, _ in layouts]:  # one layout from step 
         ok = (isinstance(st, list) and [s["stage"] for s in st] == [0, 1]
               and all(s["rank"] // per == s["stage"] for s in st)
               and busy(st[0]["time_s"]) >= busy(l["time_s"]) - 2e-6  # stages are in whole microseconds
-              and all(0 <= s["time_s"]["pp_wait"] <= s["time_s"]["total"] for s in st))
+              and all(0 <= s["time_s"]["pp_wait"] <= s["time_s"]["total"] for s in st)
+              and all(abs(v * 1e6 - round(v * 1e6)) < 1e-3 for s in st for v in s["time_s"].values()))
         check(ok, f"{run}: step {l['step']}: stages {st}")
 waits = [max(s["time_s"]["pp_wait"] for s in l["stages"]) for l in train("pp2")]
 check(all(x > 0 for x in waits), "pp2: a step whose stages report no pipeline wait")
@@ -251,6 +252,9 @@ pids = {e["pid"] for e in ev}
 waits = {e["pid"] for e in ev if e["name"] == "pipeline wait"}
 check(pids == {0, 1}, f"pp2v2 trace: process rows {sorted(pids)}, expected [0, 1]")
 check(waits == {0, 1}, f"pp2v2 trace: 'pipeline wait' events on ranks {sorted(waits)}, expected [0, 1]")
+# The tied embedding's sum between the first and last stage is a pipeline wait of its own on the comm row.
+tied = {e["pid"] for e in ev if e["name"] == "tied embedding all-reduce" and e.get("tid", 0) != 0}
+check(tied == {0, 1}, f"pp2v2 trace: 'tied embedding all-reduce' on the comm rows of ranks {sorted(tied)}, expected [0, 1]")
 for n in ("forward", "backward", "optimizer"):
     check(any(e["name"] == n for e in ev), f"pp2v2 trace: no '{n}' event")
 print(f"metrics: tp2 max tp_comm {max(l['time_s']['tp_comm'] for l in train('tp2')):.2e} s, pp2 max pp_wait "
