@@ -31,6 +31,12 @@ Config load(std::vector<std::string> files, std::vector<std::string> sets = {}) 
   return load_config(s);
 }
 
+// Korthikanti et al. 2022's 175B setting: GPT-3 175B (V = 51200) on 8 DGX A100 nodes.
+Config gpt3_175b_on_64_a100(std::vector<std::string> sets = {}) {
+  sets.insert(sets.end(), {"cluster.nodes=8", "model.vocab=51200"});
+  return load({"configs/models/gpt3-175b.toml", "configs/clusters/dgx-a100-80gb.toml"}, std::move(sets));
+}
+
 ModelSpec gpt(int64_t l, int64_t h, int64_t a, int64_t s, int64_t V) {
   ModelSpec m;
   m.arch = Arch::Gpt;
@@ -522,8 +528,7 @@ BOOST_AUTO_TEST_CASE(selective_recompute_with_sp_saves_what_korthikanti_measured
   // Korthikanti et al. 2022 Table 5, 175B on 64 A100s (TP8 PP8, batch 64): full recompute 18.13 s,
   // selective recompute + SP 13.75 s, a 24% saving. The model (SP's backward re-gather beside the dgrad
   // GEMMs included) lands within a few points of it.
-  const Config cfg = load({"configs/models/gpt3-175b.toml", "configs/clusters/dgx-a100-80gb.toml"},
-                          {"cluster.nodes=8", "model.vocab=51200"});
+  const Config cfg = gpt3_175b_on_64_a100();
   const ModelSpec m = model_from_config(cfg);
   const Cluster c = cluster_from_config(cfg);
   Plan p;
@@ -553,6 +558,31 @@ BOOST_AUTO_TEST_CASE(selective_recompute_with_sp_saves_what_korthikanti_measured
   BOOST_TEST(ov.step_time_s < sel.step_time_s);
   p.sp = false;
   BOOST_TEST((evaluate(m, c, p, 64, assumptions_from_config(cfg)).reject == Reject::kTpOverlap));
+}
+
+// PyTorch's async TP (plan.tp_overlap_impl = "torch") pipelines the forward's all-gathers and reduce-scatters with
+// their GEMMs as Megatron-Core's userbuffers do, and leaves the backward's as without overlap.
+BOOST_AUTO_TEST_CASE(torch_async_tp_hides_the_forward_collectives_only) {
+  const Config cfg = gpt3_175b_on_64_a100();
+  const ModelSpec m = model_from_config(cfg);
+  const Cluster c = cluster_from_config(cfg);
+  Plan p;
+  p.dp = 1, p.tp = 8, p.pp = 8, p.mb = 1, p.sp = true;
+  p.recompute = Recompute::Selective;
+  Assumptions megatron = assumptions_from_config(cfg), torch = megatron;
+  torch.tp_overlap_backward = false;
+  BOOST_TEST(megatron.tp_overlap_backward);  // the default prices Megatron-Core
+  BOOST_TEST(!assumptions_from_config(gpt3_175b_on_64_a100({"plan.tp_overlap_impl=\"torch\""})).tp_overlap_backward);
+  const Evaluation off = evaluate(m, c, p, 64, megatron);
+  p.tp_overlap = true;
+  const Evaluation ub = evaluate(m, c, p, 64, megatron), async = evaluate(m, c, p, 64, torch);
+  BOOST_REQUIRE(off.feasible() && ub.feasible() && async.feasible());
+  BOOST_TEST(async.b.stage_forward == ub.b.stage_forward, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(async.b.stage_backward == off.b.stage_backward, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(ub.b.tp_comm < async.b.tp_comm);
+  BOOST_TEST(async.b.tp_comm < off.b.tp_comm);
+  BOOST_TEST(ub.step_time_s < async.step_time_s);
+  BOOST_TEST(async.step_time_s < off.step_time_s);
 }
 
 BOOST_AUTO_TEST_CASE(context_parallelism_splits_the_sequence) {

@@ -227,6 +227,11 @@ struct Assumptions {
   // Without SP, the column-parallel layers' backward all-reduce runs beside their weight-gradient GEMM
   // (Megatron-LM's async tensor-parallel all-reduce, default since 2022); false: exposed (Megatron 2021).
   bool tp_async_backward = true;  // gradient reduction overlapped with backward (Megatron overlap_grad_reduce)
+  // tp_overlap = on pipelines the backward's collectives with their GEMMs too (Megatron-Core's userbuffers,
+  // plan.tp_overlap_impl = "megatron"); false: the forward's only (plan.tp_overlap_impl = "torch", PyTorch's async
+  // TP: torch.compile's micro-pipeline pass fuses all-gather -> matmul and matmul -> reduce-scatter as the forward
+  // writes them, and the backward's collectives run as without overlap; docs/cost-model.md, "TP overlap").
+  bool tp_overlap_backward = true;
   bool pp_scatter_gather = true;  // PP sends T*h/tp per TP rank (Megatron); false: the full T*h (DeepSpeed)
   // Interleaved schedules overlap their point-to-point transfers with compute (Megatron overlap_p2p_comm).
   bool pp_overlap = true;

@@ -446,6 +446,7 @@ Assumptions assumptions_from_section(const PlanSection& s) {
                                                   : CrossEntropyImpl::Unfused;
   a.dp_overlap = s.dp_overlap;
   a.tp_async_backward = s.tp_async_backward;
+  a.tp_overlap_backward = s.tp_overlap_impl != "torch";
   a.pp_scatter_gather = s.pp_scatter_gather;
   a.pp_overlap = s.pp_overlap;
   a.zero3 = s.zero3_impl == "deepspeed"  ? Zero3Impl::DeepSpeed
@@ -610,29 +611,33 @@ void add_tp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Gr
   const double ag = collective_time(c, Collective::AllGather, a.fp8 ? elements : bytes, p.tp, g.tp_per_node);
   const double rs = collective_time(c, Collective::ReduceScatter, bytes, p.tp, g.tp_per_node);
   // GEMM order: 0 QKV (column), 1 projection (row), 2 MLP up (column), 3 MLP down (row).
-  if (!p.tp_overlap) {
-    L.f_tp = 2 * (ag + rs);
-    L.b_tp = 2 * (ag + rs);
-    for (int col : {0, 2}) {
-      const Overlap o = overlap(c, ag, dgrad[col]);
-      L.b_tp += o.exposed;
-      L.b_slow += o.slowdown;
-    }
-    return;
-  }
   auto beside = [&](double comm, double gemm, double& exposed, double& slow) {
     const Overlap o = overlap(c, comm * (p.tp - 1) / p.tp, gemm);
     exposed += comm / p.tp + o.exposed;
     slow += o.slowdown;
   };
-  beside(ag, gemm_f[0], L.f_tp, L.f_slow);  // gather the sequence into the QKV GEMM
-  beside(rs, gemm_f[1], L.f_tp, L.f_slow);  // scatter the projection's output
-  beside(ag, gemm_f[2], L.f_tp, L.f_slow);
-  beside(rs, gemm_f[3], L.f_tp, L.f_slow);
-  for (int row : {1, 3}) beside(ag, dgrad[row], L.b_tp, L.b_slow);  // gather the output gradient
+  if (p.tp_overlap) {
+    beside(ag, gemm_f[0], L.f_tp, L.f_slow);  // gather the sequence into the QKV GEMM
+    beside(rs, gemm_f[1], L.f_tp, L.f_slow);  // scatter the projection's output
+    beside(ag, gemm_f[2], L.f_tp, L.f_slow);
+    beside(rs, gemm_f[3], L.f_tp, L.f_slow);
+  } else {
+    L.f_tp = 2 * (ag + rs);
+  }
+  // PyTorch's async TP (tp_overlap_backward = false) pipelines the forward's collectives only: see Assumptions.
+  if (p.tp_overlap && a.tp_overlap_backward) {
+    for (int row : {1, 3}) beside(ag, dgrad[row], L.b_tp, L.b_slow);  // gather the output gradient
+    for (int col : {0, 2}) {
+      beside(ag, dgrad[col], L.b_tp, L.b_slow);  // re-gather the input for the weight gradient
+      beside(rs, wgrad[col], L.b_tp, L.b_slow);  // scatter the input gradient
+    }
+    return;
+  }
+  L.b_tp = 2 * (ag + rs);
   for (int col : {0, 2}) {
-    beside(ag, dgrad[col], L.b_tp, L.b_slow);  // re-gather the input for the weight gradient
-    beside(rs, wgrad[col], L.b_tp, L.b_slow);  // scatter the input gradient
+    const Overlap o = overlap(c, ag, dgrad[col]);
+    L.b_tp += o.exposed;
+    L.b_slow += o.slowdown;
   }
 }
 

@@ -345,8 +345,10 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   }
   if (a.fp8) line("  FP8 casts (included)", b.fp8_cast, "inputs, output gradients and weights cast + transposed");
   line("TP communication", b.tp_comm,
-       e.plan.tp_overlap ? "exposed: first chunks + what the GEMMs cannot cover, incl. recompute"
-                         : "exposed, incl. recompute (SP's wgrad re-gather beside the dgrad GEMM)");
+       !e.plan.tp_overlap      ? "exposed, incl. recompute (SP's wgrad re-gather beside the dgrad GEMM)"
+       : a.tp_overlap_backward ? "exposed: first chunks + what the GEMMs cannot cover, incl. recompute"
+                               : "forward pipelined with its GEMMs (PyTorch async TP), backward exposed; incl. "
+                                 "recompute");
   if (e.plan.cp > 1 && e.plan.cp_allgather)
     line("CP K/V all-gather", b.cp_comm, "exposed K/V transfers, incl. recompute");
   if (e.plan.cp > 1 && !e.plan.cp_allgather)

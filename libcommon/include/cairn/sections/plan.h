@@ -37,6 +37,7 @@ struct PlanSection {
   std::string cross_entropy = "unfused";
   std::string selective_policy = "attention";
   bool tp_async_backward = true;
+  std::string tp_overlap_impl = "megatron";
   bool dp_overlap = true;
   bool pp_scatter_gather = true;
   bool pp_overlap = true;
@@ -99,6 +100,11 @@ struct PlanSection {
     k(&S::tp_async_backward, "tp_async_backward",
       "without SP, the backward all-reduce of column-parallel layers runs beside their weight-gradient GEMM "
       "(Megatron-LM since 2022; Megatron 2021: false)");
+    k(&S::tp_overlap_impl, "tp_overlap_impl", Choices{"megatron", "torch"},
+      "what tp_overlap = on hides: megatron (Megatron-Core --tp-comm-overlap, Transformer Engine's userbuffers: every "
+      "all-gather and reduce-scatter of the layer, forward and backward, pipelined with its GEMM) or torch "
+      "(PyTorch's async TP, torchtitan's enable_async_tensor_parallel: the forward's only; the backward's run as "
+      "without overlap)");
     k(&S::dp_overlap, "dp_overlap",
       "overlap gradient reduction with backward (Megatron; DeepSpeed's pipeline engine reduces after the flush: "
       "false)");
