@@ -1,6 +1,8 @@
 // Exhaustive enumeration of parallel plans and the [plan] constraints that restrict it.
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <exception>
 #include <limits>
 
 #include "cairn/error.h"
@@ -35,7 +37,7 @@ bool allowed(const std::vector<int64_t>& list, int64_t x) {
 void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, int64_t global_batch,
                    const costmodel::Assumptions& a, const Constraints& k, int64_t dp, int64_t tp, int64_t pp,
                    int64_t cp, const std::vector<Recompute>& recomputes, const std::vector<int64_t>& zeros,
-                   SearchResult& r) {
+                   std::vector<Evaluation>& out) {
   const int64_t per_rank = global_batch / dp;
   std::vector<int64_t> vs;
   if (!k.v.empty()) vs = k.v;
@@ -49,6 +51,7 @@ void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, i
   if (sps.empty()) sps = tp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0};
   std::vector<int> cp_comms = cp > 1 ? k.cp_comm : std::vector<int>{0};  // how K/V move means nothing at cp = 1
   if (cp_comms.empty()) cp_comms = {0, 1};
+  out.reserve(vs.size() * mbs.size() * zeros.size() * recomputes.size() * sps.size() * 2 * cp_comms.size());
   for (int64_t v : vs) {
     for (int64_t mb : mbs) {
       // The interleaved schedule needs micro-batches divisible by pp: skip what the model would reject.
@@ -73,7 +76,7 @@ void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, i
                 p.sp = sp != 0;
                 p.tp_overlap = ov != 0;
                 p.cp_allgather = cc != 0;
-                r.all.push_back(costmodel::evaluate(m, c, p, global_batch, a, false));
+                out.push_back(costmodel::evaluate(m, c, p, global_batch, a, false));
               }
           }
       }
@@ -136,12 +139,15 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
   std::vector<Recompute> recomputes = k.recompute;
   if (recomputes.empty()) recomputes = {Recompute::None, Recompute::Selective, Recompute::Full};
   std::vector<int64_t> zeros = k.zero.empty() ? std::vector<int64_t>{0, 1, 2, 3} : k.zero;
-  r.all.reserve(1 << 16);
   // Context parallelism only pays off for long sequences; below cp_min_seq the search keeps cp = 1.
   std::vector<int64_t> cps = k.cp;
   if (cps.empty())
     for (int64_t cp : divisors(world))
       if (cp == 1 || (m.seq_len >= k.cp_min_seq && m.seq_len % (2 * cp) == 0)) cps.push_back(cp);
+  struct Layout {
+    int64_t dp, tp, pp, cp;
+  };
+  std::vector<Layout> layouts;
   for (int64_t cp : cps) {
     if (world % cp != 0) continue;
     for (int64_t tp : divisors(world / cp)) {
@@ -151,18 +157,46 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
         if (!allowed(k.pp, pp) || pp > m.layers) continue;
         const int64_t dp = world / (cp * tp * pp);
         if (!allowed(k.dp, dp) || global_batch % dp != 0) continue;
-        search_layout(m, c, global_batch, a, k, dp, tp, pp, cp, recomputes, zeros, r);
+        layouts.push_back({dp, tp, pp, cp});
       }
     }
   }
-  // Feasible plans first, fastest first; rejected ones after, smallest memory first.
-  std::stable_sort(r.all.begin(), r.all.end(), [](const Evaluation& x, const Evaluation& y) {
-    if (x.feasible() != y.feasible()) return x.feasible();
-    if (x.feasible()) return x.step_time_s < y.step_time_s;
-    if ((x.reject == costmodel::Reject::kMemory) != (y.reject == costmodel::Reject::kMemory))
-      return x.reject == costmodel::Reject::kMemory;
-    return x.memory_gib < y.memory_gib;
+  // The layouts are independent: evaluated on every core, then joined in enumeration order, so the ranking (a
+  // stable sort) does not depend on the thread count.
+  std::vector<std::vector<Evaluation>> parts(layouts.size());
+  std::vector<std::exception_ptr> errors(layouts.size());
+  const auto n_layouts = static_cast<std::ptrdiff_t>(layouts.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::ptrdiff_t i = 0; i < n_layouts; ++i) {
+    const Layout& l = layouts[size_t(i)];
+    try {
+      search_layout(m, c, global_batch, a, k, l.dp, l.tp, l.pp, l.cp, recomputes, zeros, parts[size_t(i)]);
+    } catch (...) {
+      errors[size_t(i)] = std::current_exception();  // an exception must not leave the parallel region
+    }
+  }
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  // Feasible plans first, fastest first; rejected ones after, smallest memory first; ties in enumeration order.
+  // Sorted as small keys, then each evaluation moved once into its place (they are large: sorting them directly
+  // took as long as evaluating them).
+  struct Key {
+    int group;  // 0 feasible, 1 over memory, 2 rejected otherwise
+    double value;
+    size_t part, index;
+  };
+  std::vector<Key> keys;
+  for (size_t pi = 0; pi < parts.size(); ++pi)
+    for (size_t i = 0; i < parts[pi].size(); ++i) {
+      const Evaluation& e = parts[pi][i];
+      const int group = e.feasible() ? 0 : e.reject == costmodel::Reject::kMemory ? 1 : 2;
+      keys.push_back({group, group == 0 ? e.step_time_s : e.memory_gib, pi, i});
+    }
+  std::stable_sort(keys.begin(), keys.end(), [](const Key& x, const Key& y) {
+    return x.group != y.group ? x.group < y.group : x.value < y.value;
   });
+  r.all.reserve(keys.size());
+  for (const Key& key : keys) r.all.push_back(std::move(parts[key.part][key.index]));
   for (const auto& e : r.all) r.feasible += e.feasible();
   r.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
