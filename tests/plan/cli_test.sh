@@ -33,6 +33,19 @@ assert n == d["plans_evaluated"], (n, d["plans_evaluated"])
 assert f["plans/feasible"][0] == 1 and abs(f["plans/step_time_s"][0] - times[0]) < 1e-12
 assert "tool" in f.attrs or any("tool" in k for k in f.attrs.keys()), list(f.attrs.keys())
 PY
+# The search evaluates layouts on every core: one thread and three rank every plan identically.
+for n in 1 3; do
+  OMP_NUM_THREADS=$n $BIN --config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=2 \
+    --set train.global_batch=64 --out "$T/threads$n" --log-level error > /dev/null
+done
+$PY - "$T" <<'PY'
+import sys, h5py, numpy as np
+t = sys.argv[1]
+a, b = (h5py.File(f"{t}/threads{n}/plan/plans.h5", "r")["plans"] for n in (1, 3))
+assert sorted(a) == sorted(b)
+for k in a:
+    assert np.array_equal(a[k][()], b[k][()]), f"plans.h5 /plans/{k} differs between 1 and 3 threads"
+PY
 grep -q '^\[parallel\]' "$T/run/plan/best.toml" || fail "best.toml has no [parallel]"
 # the CP exchange the plan was priced with, for cairn-train to run (plan.cp_comm's default: the ring)
 grep -q '^cp_comm = "p2p"' "$T/run/plan/best.toml" || fail "best.toml lacks cp_comm = \"p2p\""
