@@ -28,6 +28,7 @@ MAMF = {A100: 0.869, H100: 0.803}
 # H800 SXM (the H100's compute) and a cuBLASLt 8192^3 E4M3 run measures 1600-1630 of 1979: about 0.80. FP8 rows fit
 # their own sustain factor (cluster.fp8_gemm_max_efficiency = this x it) on their fit half.
 MAMF_FP8 = {H100: 0.80}
+STACKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs", "stacks")
 
 NARAYANAN = "Narayanan et al. 2021 (SC21) Table 1: Megatron GPT, s=2048, V=51200, DGX A100 80GB, full recompute"
 KORTHIKANTI = ("Korthikanti et al. 2022 (arXiv 2205.05198) Tables 3 and 5: iteration time, A100 80GB, s=2048, "
@@ -96,12 +97,13 @@ MPT = {"760m": (24, 1536, 12), "1b": (24, 2048, 16), "3b": (32, 2560, 20), "7b":
 def rows():
     out = []
 
-    def add(src, name, cluster, gpus, model, batch, plan, metric, published, sets=(), stack="megatron", fp8=False,
+    def add(src, name, cluster, gpus, model, batch, plan, metric, published, sets=(), preset=None, fp8=False,
             holdout=False):
-        # stack: megatron (fused kernels), mosaic (llm-foundry: no dropout), titan (torchtitan: eager kernels);
+        # preset: the stack that ran it, configs/stacks/<preset>.toml (None: the cost model's defaults, Megatron-Core);
+        # sets: what else the row states (hardware, precision, kernels the preset leaves open);
         # holdout: never in the fit half (a source added after the constants were fitted)
         out.append({"src": src, "name": name, "cluster": cluster, "gpus": gpus, "model": model, "batch": batch,
-                    "plan": plan, "metric": metric, "published": published, "sets": list(sets), "stack": stack,
+                    "plan": plan, "metric": metric, "published": published, "sets": list(sets), "preset": preset,
                     "fp8": fp8, "holdout": holdout})
 
     # Megatron 2021 reduced gradients after the pipeline flush (no overlap); hardware TFLOP/s with recompute.
@@ -112,8 +114,7 @@ def rows():
             ("145B", 80, 12288, 96, 1536, 8, 8, 2304, 148), ("310B", 96, 16384, 128, 1920, 8, 16, 2160, 155),
             ("530B", 105, 20480, 128, 2520, 8, 35, 2520, 163), ("1T", 128, 25600, 160, 3072, 8, 64, 3072, 163)]:
         add(NARAYANAN, f"GPT {name}", A100, g, gpt(l, h, a), B,
-            f"tp={tp},pp={pp},v=1,zero=0,recompute=full,sp=off,cp=1", "hw_tflops", pub,
-            ["plan.dp_overlap=false", "plan.tp_async_backward=false"])
+            f"tp={tp},pp={pp},v=1,zero=0,recompute=full,sp=off,cp=1", "hw_tflops", pub, preset="megatron-lm-2021")
     # Table 2: the same global batch on 2x and 4x the GPUs. ZeRO-3 is DeepSpeed stage 3 with Megatron's GPT
     # (its fused kernels), gradients reduced beside the backward (overlap_comm); PTD-P as the Table 1 rows.
     for name, l, h, a, B, g, mb, pub in [
@@ -121,18 +122,16 @@ def rows():
             ("175B", 96, 12288, 96, 1536, 1536, 1, 44), ("530B", 105, 20480, 128, 2560, 640, 4, 138),
             ("530B", 105, 20480, 128, 2240, 1120, 2, 98), ("530B", 105, 20480, 128, 2240, 2240, 1, 48)]:
         add(NARAYANAN_T2, f"GPT {name} ZeRO-3 {g} GPUs", A100, g, gpt(l, h, a), B,
-            f"tp=1,pp=1,v=1,mb={mb},zero=3,recompute=full,sp=off,cp=1", "hw_tflops", pub, ["plan.zero3_impl=deepspeed"])
+            f"tp=1,pp=1,v=1,mb={mb},zero=3,recompute=full,sp=off,cp=1", "hw_tflops", pub, preset="deepspeed-zero3")
     for name, l, h, a, tp, pp, B, g, pub in [
             ("175B", 96, 12288, 96, 8, 12, 1536, 384, 153), ("175B", 96, 12288, 96, 8, 12, 1536, 768, 149),
             ("175B", 96, 12288, 96, 8, 12, 1536, 1536, 141), ("530B", 105, 20480, 128, 8, 35, 2240, 560, 171),
             ("530B", 105, 20480, 128, 8, 35, 2240, 1120, 167), ("530B", 105, 20480, 128, 8, 35, 2240, 2240, 159)]:
         add(NARAYANAN_T2, f"GPT {name} PTD-P {g} GPUs", A100, g, gpt(l, h, a), B,
-            f"tp={tp},pp={pp},v=1,mb=1,zero=0,recompute=full,sp=off,cp=1", "hw_tflops", pub,
-            ["plan.dp_overlap=false", "plan.tp_async_backward=false"])
+            f"tp={tp},pp={pp},v=1,mb=1,zero=0,recompute=full,sp=off,cp=1", "hw_tflops", pub, preset="megatron-lm-2021")
     add(BLOOM, "BLOOM-176B", A100, 384, gpt(70, 14336, 112, V=250880), 2048,
         "tp=4,pp=12,v=1,mb=2,zero=1,recompute=full,sp=off,cp=1", "hw_tflops", 150,
-        ["cluster.inter_bw_gbps=6.25", "plan.dp_overlap=false", "plan.pp_scatter_gather=false",
-         "plan.tp_async_backward=false"])
+        ["cluster.inter_bw_gbps=6.25"], "megatron-deepspeed")
     # Korthikanti 2022: dp = 1 everywhere; full recompute without SP vs selective recompute + SP.
     for name, l, h, a, g, tp, pp, B, full_s, sel_s in [
             ("22B", 48, 6144, 64, 8, 8, 1, 4, 1.42, 1.10), ("175B", 96, 12288, 96, 64, 8, 8, 64, 18.13, 13.75),
@@ -142,76 +141,72 @@ def rows():
             f"tp={tp},pp={pp},v=1,mb=1,zero=0,recompute=full,sp=off,cp=1,tp_overlap=off", "step_s", full_s)
         add(KORTHIKANTI, f"GPT {name} selective + SP", A100, g, gpt(l, h, a), B,
             f"tp={tp},pp={pp},v=1,mb=1,zero=0,recompute=selective,sp=on,cp=1,tp_overlap=off", "step_s", sel_s)
-    # torchtitan FSDP2 (ZeRO-3) on A100, flash attention (PyTorch SDPA, FlashAttention-2 on Ampere). FSDP2's
-    # MixedPrecisionPolicy reduces gradients in fp32 (torchtitan's mixed_precision_reduce default): grad_bytes 4.
-    # "selective op" is torchtitan's op-level policy (parallelize_llama.py _save_list: every second mm and every
-    # elementwise op rerun, SDPA kept): plan.selective_policy = alternate_mm.
-    # AsyncTP (torch.compile's micro-pipeline TP) overlaps the forward's TP collectives only: PyTorch's
-    # introduction of it measured up to 20 % faster forward passes but 8 % end to end on Llama 3 70B.
+    # torchtitan FSDP2 (ZeRO-3) on A100: configs/stacks/torchtitan.toml says what it runs and why (SDPA's
+    # FlashAttention-2, fp32 gradient reduction, eager AdamW and elementwise kernels, op-level selective
+    # checkpointing, async TP on the forward only, all-gather CP); predict() gives each eager row its model's
+    # elementwise factor (titan_eager_factor).
     fa = ["plan.flash_attention=true"]
-    titan = fa + ["plan.grad_bytes=4", 'plan.tp_overlap_impl="torch"']
-    op_sac = ["plan.selective_policy=alternate_mm"]
     l3_8b = llama(32, 4096, 32, 8, 14336, 128256, 8192)
     l3_70b = llama(80, 8192, 64, 8, 28672, 128256, 8192)
     l2_13b = llama(40, 5120, 40, 40, 13824, 32000, 4096)
     l2_70b = llama(80, 8192, 64, 8, 28672, 32000, 4096)
     add(TITAN_A100, "Llama3 8B FSDP64 selective op", A100, 64, l3_8b, 64,
-        "tp=1,pp=1,mb=1,zero=3,recompute=selective,cp=1", "tokens_per_gpu", 2973, titan + op_sac, "titan")
+        "tp=1,pp=1,mb=1,zero=3,recompute=selective,cp=1", "tokens_per_gpu", 2973, preset="torchtitan")
     add(TITAN_A100, "Llama3 70B FSDP64 full", A100, 64, l3_70b, 64,
-        "tp=1,pp=1,mb=1,zero=3,recompute=full,cp=1", "tokens_per_gpu", 331, titan, "titan")
+        "tp=1,pp=1,mb=1,zero=3,recompute=full,cp=1", "tokens_per_gpu", 331, preset="torchtitan")
     add(TITAN_A100, "Llama2 13B FSDP64 none", A100, 64, l2_13b, 128,
-        "tp=1,pp=1,mb=2,zero=3,recompute=none,cp=1", "tokens_per_gpu", 2162, titan, "titan")
+        "tp=1,pp=1,mb=2,zero=3,recompute=none,cp=1", "tokens_per_gpu", 2162, preset="torchtitan")
     add(TITAN_A100, "Llama2 70B FSDP64 full", A100, 64, l2_70b, 128,
-        "tp=1,pp=1,mb=2,zero=3,recompute=full,cp=1", "tokens_per_gpu", 353, titan, "titan")
+        "tp=1,pp=1,mb=2,zero=3,recompute=full,cp=1", "tokens_per_gpu", 353, preset="torchtitan")
     add(TITAN_A100, "Llama2 13B FSDP64 selective op", A100, 64, l2_13b, 128,
-        "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", 1904, titan + op_sac, "titan")
+        "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", 1904, preset="torchtitan")
     add(TITAN_A100, "Llama2 70B FSDP64 mb1 selective op", A100, 64, l2_70b, 64,
-        "tp=1,pp=1,mb=1,zero=3,recompute=selective,cp=1", "tokens_per_gpu", 355, titan + op_sac, "titan")
+        "tp=1,pp=1,mb=1,zero=3,recompute=selective,cp=1", "tokens_per_gpu", 355, preset="torchtitan")
     # torchtitan on H100 96GB HBM2e at their default 500 W power limit (of 700 W: cluster.power_limit_w) with
     # PyTorch SDPA's FlashAttention-2 (~0.35 of H100 peak: FA2 does not use Hopper's wgmma; Shah et al. 2024,
-    # Fig. 5). Op-level selective checkpointing (alternate_mm above) stores less than Korthikanti's selective
+    # Fig. 5). Op-level selective checkpointing (alternate_mm) stores less than Korthikanti's selective
     # recompute; memory is not what these rows check, so it is lifted.
-    h100_96 = titan + ["cluster.hbm_gbps=2400", "cluster.hbm_gib=120", "cluster.attention_efficiency=0.35",
-                       "cluster.power_limit_w=500"]
+    h100_96 = ["cluster.hbm_gbps=2400", "cluster.hbm_gib=120", "cluster.attention_efficiency=0.35",
+               "cluster.power_limit_w=500"]
     l31_8b = llama(32, 4096, 32, 8, 14336, 128256, 8192)
     add(TITAN_H100, "Llama3.1 8B FSDP8 selective op", H100, 8, l31_8b, 16,
-        "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", 5762, h100_96 + op_sac, "titan")
+        "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", 5762, h100_96, "torchtitan")
     add(TITAN_H100, "Llama3.1 8B FSDP128 selective op", H100, 128, l31_8b, 256,
-        "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", 5605, h100_96 + op_sac, "titan")
+        "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", 5605, h100_96, "torchtitan")
     # torch.compile fuses the eager elementwise chains (norms, RoPE, SwiGLU) into single kernels: the fused byte
-    # count (memory_bound_factor 1); the optimizer stays torch.optim's foreach AdamW. Float8's tensorwise dynamic
-    # scaling computes each tensor's amax before its cast: current scaling.
-    compiled = h100_96 + op_sac + ["plan.optimizer_fused=false"]
+    # count (configs/stacks/torchtitan-compile.toml); the optimizer stays torch.optim's foreach AdamW. Float8's
+    # tensorwise dynamic scaling computes each tensor's amax before its cast: current scaling.
     for g, B, pub_c, pub_f in [(8, 16, 6667, 8532), (128, 256, 6514, 8380)]:
         add(TITAN_H100_COMPILE, f"Llama3.1 8B FSDP{g} compile", H100, g, l31_8b, B,
-            "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", pub_c, compiled)
+            "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", pub_c, h100_96, "torchtitan-compile")
         add(TITAN_H100_COMPILE, f"Llama3.1 8B FSDP{g} compile Float8", H100, g, l31_8b, B,
             "tp=1,pp=1,mb=2,zero=3,recompute=selective,cp=1", "tokens_per_gpu", pub_f,
-            compiled + ["plan.precision=fp8", "plan.fp8_scaling=current"], fp8=True)
+            h100_96 + ["plan.precision=fp8", "plan.fp8_scaling=current"], "torchtitan-compile", fp8=True)
     # The same stack in 2-4 dimensions (torch.compile + Float8, full checkpointing). Context parallelism is PyTorch's
     # (all-gather rotation, torchtitan's default). PP is PyTorch pipelining: FSDP2 stages gathered once per step and
     # reduced after the last backward (plan.zero_sync = step), and as many micro-batches as stages (torchtitan's
     # default), so micro-batch = local batch / pp. Without PP torchtitan does not accumulate: one micro-batch.
-    f8 = compiled + ["plan.precision=fp8", "plan.fp8_scaling=current", 'plan.cp_comm="allgather"']
+    f8 = h100_96 + ["plan.precision=fp8", "plan.fp8_scaling=current"]
     l31_70b = llama(80, 8192, 64, 8, 28672, 128256, 8192)
     l31_405b = llama(126, 16384, 128, 8, 53248, 128256, 8192)
     for dp, cp, s, pub in [(8, 1, 32768, 3890), (4, 2, 65536, 2540), (2, 4, 131072, 1071), (1, 8, 262144, 548)]:
         add(TITAN_H100_ND, f"Llama3.1 8B FSDP{dp} CP{cp} {s // 1024}k", H100, 8, dict(l31_8b, seq_len=s), dp,
-            f"tp=1,pp=1,cp={cp},mb=1,zero=3,recompute=full", "tokens_per_gpu", pub, f8, fp8=True, holdout=True)
+            f"tp=1,pp=1,cp={cp},mb=1,zero=3,recompute=full", "tokens_per_gpu", pub, f8,
+            "torchtitan-compile", fp8=True, holdout=True)
     for ov, pub in [("off", 829), ("on", 876)]:
         add(TITAN_H100_ND, f"Llama3.1 70B FSDP32 TP8{' AsyncTP' if ov == 'on' else ''}", H100, 256, l31_70b, 512,
             f"tp=8,pp=1,cp=1,mb=16,zero=3,recompute=full,sp=on,tp_overlap={ov}", "tokens_per_gpu", pub, f8,
-            fp8=True, holdout=True)
+            "torchtitan-compile", fp8=True, holdout=True)
     for v, pub in [(1, 100), (2, 128)]:
         add(TITAN_H100_ND, f"Llama3.1 405B FSDP8 TP8 PP8 {'1F1B' if v == 1 else 'interleaved'}", H100, 512, l31_405b,
             256, f"tp=8,pp=8,v={v},cp=1,mb=4,zero=3,recompute=full,sp=on,tp_overlap=on", "tokens_per_gpu", pub,
-            f8 + ["plan.zero_sync=step"], fp8=True, holdout=True)
+            f8 + ["plan.zero_sync=step"], "torchtitan-compile", fp8=True, holdout=True)
     for dp, cp, s, pub in [(8, 1, 32768, 76), (4, 2, 65536, 47), (2, 4, 131072, 31), (1, 8, 262144, 16)]:
         add(TITAN_H100_ND, f"Llama3.1 405B TP8 PP8 CP{cp} {s // 1024}k", H100, 512, dict(l31_405b, seq_len=s), 8 * dp,
             f"tp=8,pp=8,v=1,cp={cp},mb=1,zero=3,recompute=full,sp=on,tp_overlap=on", "tokens_per_gpu", pub,
-            f8 + ["plan.zero_sync=step"], fp8=True, holdout=True)
+            f8 + ["plan.zero_sync=step"], "torchtitan-compile", fp8=True, holdout=True)
     add(TITAN_H100, "Llama3.1 405B FSDP16 TP8 full", H100, 128, l31_405b, 32,
-        "tp=8,pp=1,mb=2,zero=3,recompute=full,sp=on,cp=1,tp_overlap=off", "tokens_per_gpu", 109, h100_96, "titan")
+        "tp=8,pp=1,mb=2,zero=3,recompute=full,sp=on,cp=1,tp_overlap=off", "tokens_per_gpu", 109, h100_96, "torchtitan")
     # MosaicML MPT (GPT-style, V = 50368, tied), FSDP FULL_SHARD, activation checkpointing = full recompute.
     # The benchmark ran llm-foundry's default attn_impl = triton (submit_benchmarks.py at b2a43a147): the 2023
     # Triton FlashAttention (flash_attn_triton.py), which Dao 2023 section 4.1 measures 1.3-1.5x slower than
@@ -220,8 +215,8 @@ def rows():
     # (1/0.73 + 2.5/0.63) / (1.4/0.73 + 2 * 2.5/0.63) = 0.54 of FA2's: A100 0.6 -> 0.32, H100 0.35 -> 0.19.
     # Composer's FSDP mixed precision DEFAULT reduces gradients in fp32 (grad_bytes 4); PURE (the A100 70B row)
     # keeps them in bf16.
-    mpt_h100 = fa + [f"cluster.attention_efficiency={0.35 * TRITON_FA_VS_FA2:.3f}"]
-    mpt_a100 = fa + ["cluster.inter_bw_gbps=25", f"cluster.attention_efficiency={0.6 * TRITON_FA_VS_FA2:.3f}"]
+    mpt_h100 = [f"cluster.attention_efficiency={0.35 * TRITON_FA_VS_FA2:.3f}"]
+    mpt_a100 = ["cluster.inter_bw_gbps=25", f"cluster.attention_efficiency={0.6 * TRITON_FA_VS_FA2:.3f}"]
     for cl, extra, tag, table in [
             (H100, mpt_h100, "H100", [("70b", 2048, 64, 8, 4, True, 1039), ("30b", 2048, 32, 14, 3, True, 2308),
                                       ("13b", 2048, 8, 2, 1, False, 4792), ("13b", 4096, 8, 10, 3, True, 4717),
@@ -236,7 +231,7 @@ def rows():
             l, h, a = MPT[size]
             add(MOSAIC, f"MPT-{size} s{s} {tag} FSDP{g}", cl, g, gpt(l, h, a, V=50368, s=s), mb * ga * g,
                 f"tp=1,pp=1,mb={mb},zero=3,recompute={'full' if ac else 'none'},cp=1", "tokens_per_gpu", pub,
-                extra + ([] if (tag, size) == ("A100", "70b") else ["plan.grad_bytes=4"]), "mosaic")
+                extra + (["plan.grad_bytes=2"] if (tag, size) == ("A100", "70b") else []), "llm-foundry")
     # Megatron-Core r0.8.0 on H100 (Megatron-LM's README): GPT models with untied embeddings (1.7B = 24 layers of
     # h 2048 plus two 131072 x 2048 tables), DP 48 throughout. The table gives TP and PP; micro-batch, interleaving
     # and recompute are not stated: the search picks them, as for Llama 3. bf16 Megatron accumulates and reduces
@@ -251,7 +246,7 @@ def rows():
         add(MCORE_08, f"MCore 0.8 GPT {name}", H100, 48 * tp * pp, dict(gpt(l, h, a, V=131072, s=4096),
                                                                          tied_embeddings="false"), B,
             f"tp={tp},pp={pp},cp=1,mb=[1,2,4],zero=1,recompute=[none,selective],{sp}", "model_tflops", pub,
-            fa + ["plan.grad_bytes=4"])
+            preset="megatron-lm")
     # Llama 3 405B (Meta): TP8 PP16 (126 layers: uneven stages), CP16 for 128k context.
     l3_405b = llama(126, 16384, 128, 8, 53248, 128256, 8192)
     l3_405b_long = dict(l3_405b, seq_len=131072)
@@ -268,7 +263,7 @@ def rows():
     # FP8 on H100 (Megatron-Core + Transformer Engine): the four linear layers of each transformer layer run in FP8,
     # attention (FlashAttention/cuDNN) and the output layer in bf16. Recompute is not stated: the search picks
     # none or selective, whichever fits and is faster, as the published configurations would.
-    nemo = fa + ["plan.precision=fp8"]
+    nemo = ["plan.precision=fp8"]
     l2_7b = llama(32, 4096, 32, 32, 11008, 32000, 4096)
     for name, model, g, B, mb, tp, pp, cp, vp, pub in [
             ("GPT3-5B", gpt(24, 4096, 32, V=50304), 64, 2048, 4, 1, 1, 1, 1, 22521),
@@ -286,19 +281,18 @@ def rows():
         ce = ["plan.cross_entropy=native"] if model["architecture"] == "llama" else []
         add(NEMO_2407, f"{name} FP8", H100, g, model, B,
             f"tp={tp},pp={pp},cp={cp},v={vp},mb={mb},zero=1,recompute=[none,selective],{sp}", "tokens_per_gpu", pub,
-            nemo + ce, "megatron", fp8=True)
+            nemo + ce, "nemo", fp8=True)
     # Megatron-Bridge's performance scripts set cross_entropy_fusion_impl = "te" (its fused kernel).
     cs = nemo + ["plan.fp8_scaling=current", "plan.cross_entropy=fused"]
     add(BRIDGE_2511, "Llama3-8B FP8-CS FSDP8", H100, 8, l3_8b, 128,
         "tp=1,pp=1,cp=1,mb=1,zero=3,recompute=[none,selective],sp=off", "tokens_per_gpu", 14451,
-        cs + ["plan.zero3_impl=megatron"], "megatron",
-        fp8=True)
+        cs + ["plan.zero3_impl=megatron"], "nemo", fp8=True)
     add(BRIDGE_2511, "Llama3-70B FP8-CS", H100, 64, l3_70b, 128,
         "tp=4,pp=8,cp=1,v=5,mb=1,zero=1,recompute=[none,selective],sp=on,tp_overlap=on", "tokens_per_gpu", 1602, cs,
-        "megatron", fp8=True)
+        "nemo", fp8=True)
     add(BRIDGE_2511, "Llama3.1-405B FP8-CS 1024 GPUs", H100, 1024, l31_405b, 512,
         "tp=8,pp=8,cp=2,v=8,mb=1,zero=1,recompute=[none,selective],sp=on,tp_overlap=on", "tokens_per_gpu", 292, cs,
-        "megatron", fp8=True)
+        "nemo", fp8=True)
     # Alternate fit / held-out within each source.
     seen = {}
     for r in out:
@@ -320,16 +314,14 @@ def predict(binary, r, consts):
         sets += [f"cluster.fp8_gemm_max_efficiency={MAMF_FP8[r['cluster']] * consts['sustain']:.4f}"]
     elif consts:
         sets += [f"cluster.gemm_max_efficiency={MAMF[r['cluster']] * consts['sustain']:.4f}"]
-    if r["stack"] == "titan":  # torch.optim.AdamW (foreach, not fused) and clip_grad_norm_
-        sets += [f"plan.memory_bound_factor={titan_eager_factor(r['model']):.3f}", "plan.optimizer_fused=false"]
-    elif r["stack"] == "mosaic":  # no dropout, single-kernel LayerNorm/GELU/adds; Composer's eager DecoupledAdamW;
-        # loss_fn = fused_crossentropy (flash-attn's kernel), llm-foundry's default
-        sets += ["plan.dropout=false", "plan.optimizer_fused=false", "plan.cross_entropy=fused"]
-    sets += ['plan.cp_comm="p2p"']  # Megatron's default --cp-comm-type; a row that ran otherwise says so
+    if r["preset"] == "torchtitan":  # eager: this model's elementwise bytes (the preset holds Llama 3's 3.1)
+        sets += [f"plan.memory_bound_factor={titan_eager_factor(r['model']):.3f}"]
     sets += r["sets"]
     with tempfile.TemporaryDirectory() as out:
         cmd = [binary, "--config", r["cluster"], "--plan", r["plan"], "--out", out, "--top", "1", "--log-level",
                "error", "--json", "-"]
+        if r["preset"]:
+            cmd += ["--config", os.path.join(STACKS, r["preset"] + ".toml")]
         for s in sets:
             cmd += ["--set", s]
         p = subprocess.run(cmd, capture_output=True, text=True)

@@ -33,6 +33,15 @@ assert n == d["plans_evaluated"], (n, d["plans_evaluated"])
 assert f["plans/feasible"][0] == 1 and abs(f["plans/step_time_s"][0] - times[0]) < 1e-12
 assert "tool" in f.attrs or any("tool" in k for k in f.attrs.keys()), list(f.attrs.keys())
 PY
+# Stack presets: each loads as a layer after the model and cluster; torchtitan-compile includes torchtitan.
+for f in configs/stacks/*.toml; do
+  $BIN --config configs/models/gpt2-350m.toml --config $A100 --config "$f" --set cluster.nodes=2 \
+    --set train.global_batch=64 --out "$T/stack" --top 1 --log-level error > /dev/null || fail "preset $f: exit $?"
+done
+$BIN --config configs/models/gpt2-350m.toml --config $A100 --config configs/stacks/torchtitan-compile.toml \
+  --print-config > "$T/stack.toml"
+grep -q '^memory_bound_factor = 1.0' "$T/stack.toml" || fail "torchtitan-compile: memory_bound_factor is not 1"
+grep -q '^tp_overlap_impl = "torch"' "$T/stack.toml" || fail "torchtitan-compile does not include torchtitan.toml"
 # The search evaluates layouts on every core: one thread and three rank every plan identically.
 for n in 1 3; do
   OMP_NUM_THREADS=$n $BIN --config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=2 \
