@@ -999,6 +999,9 @@ struct EdgeTimes {
   double ce_bytes = 0;  // memory traffic of the cross-entropy, forward and backward together
   double head_f = 0, head_b = 0;
   double p2p_stage = 0;  // per stage: each of its chunks receives and sends once each way
+  // Interleaved schedule with its transfers overlapped: the time the chain of transfers adds to the fill and drain,
+  // which no compute of the rank that waits can hide (pipeline_schedule).
+  double p2p_chain = 0;
 };
 
 // T: tokens per micro-batch per rank.
@@ -1031,6 +1034,13 @@ EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a,
     const double chunk_layers = double(m.layers) / (double(p.pp) * p.v);
     const Overlap of = overlap(c, p2p, chunk_layers * L.fwd()), ob = overlap(c, p2p, chunk_layers * L.bwd());
     E.p2p_stage = p.v * (of.exposed + of.slowdown + ob.exposed + ob.slowdown);
+    // Overlap hides a transfer behind other work, not from the work that needs it. Rank 0 runs chunk k of p
+    // micro-batches, then chunk k + 1 of the first: that one's input has gone round the ring, through p - 1 other
+    // ranks' chunk k and p transfers, while rank 0 had only p - 1 more chunks to run. Each of the v - 1 wraps of
+    // the warm-up waits p transfers; the cool-down's backward wraps the same; the fill and drain themselves cross
+    // p - 1 boundaries each way. (In the steady state the backward chunks between leave room.) Where nothing
+    // overlaps (async_comm = false) every transfer is already in each chunk's time, and the ring has no extra wait.
+    if (c.async_comm) E.p2p_chain = (2.0 * (p.pp - 1) + 2.0 * (p.v - 1) * p.pp) * p2p;
   } else {
     E.p2p_stage = p.pp > 1 ? 2.0 * p.v * p2p : 0.0;  // 1F1B: blocking send/receive pairs
   }
@@ -1065,7 +1075,8 @@ Pipeline pipeline_schedule(const ModelSpec& m, const Plan& p, const EdgeTimes& E
   for (double x : tau) t_sum += x;
   // 1F1B: the first micro-batch crosses every stage, the rest follow the slowest (Narayanan 2021);
   // interleaved: bubble (p-1)/(v m) of the busy time.
-  P.t_pipe = p.v == 1 ? (mb_count - 1) * P.t_max + t_sum : mb_count * P.t_max + (p.pp - 1) * P.t_max / p.v;
+  P.t_pipe =
+      p.v == 1 ? (mb_count - 1) * P.t_max + t_sum : mb_count * P.t_max + (p.pp - 1) * P.t_max / p.v + E.p2p_chain;
   return P;
 }
 

@@ -361,7 +361,9 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
                                                        recompute_name(e.plan.recompute))
                                                  .c_str());
   line("PP point-to-point", b.pp_p2p, "");
-  line("pipeline bubble", b.bubble, e.plan.v > 1 ? "(p-1)/(v m) of the busy time" : "(p-1)/m of the busy time");
+  line("pipeline bubble", b.bubble,
+       e.plan.v > 1 ? "(p-1)/(v m) of the busy time + the warm-up's and cool-down's ring of transfers"
+                    : "(p-1)/m of the busy time");
   line("DP communication", b.dp_comm,
        e.plan.zero < 3 ? "total"
        : a.zero3 == Zero3Impl::DeepSpeed
