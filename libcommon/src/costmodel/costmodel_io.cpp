@@ -380,7 +380,10 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
                   b.layers_max_stage, b.stage_forward, b.stage_backward);
   if (e.plan.pp > 1) {
     std::string list;
-    for (size_t i = 0; i < b.stage_layers.size(); ++i) list += (i ? "," : "") + std::to_string(b.stage_layers[i]);
+    for (size_t i = 0; i < b.stage_layers.size(); ++i) {
+      if (i) list += ',';
+      list += std::to_string(b.stage_layers[i]);
+    }
     os << "  layers per virtual stage [" << list << "]\n";
   }
   const double capacity = c.hbm_gib * (1 - a.memory_headroom);
