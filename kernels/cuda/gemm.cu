@@ -59,8 +59,13 @@ std::pair<__nv_bfloat16*, __nv_bfloat16*> bf16_copies(const float* a, size_t na,
   const size_t b_offset = (na + 127) / 128 * 128, n = b_offset + nb;
   if (n > capacity) {
     if (ptr) {
-      track_free(ptr);
-      CAIRN_CUDA_CHECK(cudaFree(ptr));
+      // Forget the old buffer before anything can throw: a failed cudaMalloc below must not leave a freed pointer
+      // that a later, smaller request would be handed.
+      __nv_bfloat16* old = ptr;
+      ptr = nullptr;
+      capacity = 0;
+      track_free(old);
+      CAIRN_CUDA_CHECK(cudaFree(old));
     }
     CAIRN_CUDA_CHECK(cudaMalloc(&ptr, n * sizeof(__nv_bfloat16)));
     track_alloc(ptr, n * sizeof(__nv_bfloat16));

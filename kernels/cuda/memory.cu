@@ -40,8 +40,13 @@ float* scratch(size_t floats) {
   static size_t capacity = 0;
   if (floats > capacity) {
     if (ptr) {
-      track_free(ptr);
-      CAIRN_CUDA_CHECK(cudaFree(ptr));
+      // Forget the old buffer before anything can throw: a failed cudaMalloc below must not leave a freed pointer
+      // that a later, smaller request would be handed.
+      float* old = ptr;
+      ptr = nullptr;
+      capacity = 0;
+      track_free(old);
+      CAIRN_CUDA_CHECK(cudaFree(old));
     }
     CAIRN_CUDA_CHECK(cudaMalloc(&ptr, floats * sizeof(float)));
     track_alloc(ptr, floats * sizeof(float));

@@ -43,8 +43,12 @@ class Nccl {
   // ZeRO-1 parameters: every rank's shard of p[0, N) to all ranks, in place (ncclAllGather when N divides evenly,
   // else one ncclBroadcast per rank in a group).
   void all_gather_shards(float* p, size_t shard, size_t N);
-  // The host waits until everything queued on the communication stream has finished.
+  // The host waits until everything queued on the communication stream has finished; a communicator NCCL reports
+  // failed (a peer gone, a network error) throws instead of waiting forever.
   void wait();
+  // Unwinding after an error: ncclCommAbort now, so that operations still waiting for peers end before any device
+  // memory they use is freed (cudaFree waits for every stream). Idempotent; the destructor then has nothing to do.
+  void abort();
 
  private:
   friend gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double seconds)> on_call);

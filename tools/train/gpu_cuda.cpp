@@ -8,6 +8,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -53,6 +54,20 @@ struct Nccl::Impl {
   void compute_after() {
     CAIRN_CUDA_CHECK(cudaEventRecord(comm_done, stream));
     CAIRN_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, comm_done, 0));
+  }
+  // The host waits for the communication stream. Polled rather than cudaStreamSynchronize: a peer that died or a
+  // network error leaves NCCL's kernels waiting forever, and only ncclCommGetAsyncError tells (NCCL's guide,
+  // "Fault tolerance"), so the wait ends in an error that brings the job down instead of a hang.
+  void host_wait() const {
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(stream);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) CAIRN_CUDA_CHECK(q);
+      ncclResult_t async = ncclSuccess;
+      CAIRN_NCCL_CHECK(ncclCommGetAsyncError(comm, &async));
+      if (async != ncclInProgress) CAIRN_NCCL_CHECK(async);
+      std::this_thread::yield();
+    }
   }
 };
 
@@ -131,7 +146,12 @@ void Nccl::all_gather_shards(float* p, size_t shard, size_t N) {
   });
 }
 
-void Nccl::wait() { CAIRN_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+void Nccl::wait() { impl_->host_wait(); }
+
+void Nccl::abort() {
+  if (impl_->comm) ncclCommAbort(impl_->comm);
+  impl_->comm = nullptr;
+}
 
 gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
   // One collective (`op` issues and checks it) on the communicator's stream, fenced by events against the compute
@@ -148,7 +168,7 @@ gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
     op(m->comm, m->stream);
     m->compute_after();
     if (on_call) {
-      CAIRN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+      m->host_wait();
       on_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   };
@@ -183,7 +203,7 @@ gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
   };
   c.ring_wait = [m = comm.impl_, on_call] {
     const auto t0 = std::chrono::steady_clock::now();
-    if (on_call) CAIRN_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+    if (on_call) m->host_wait();
     m->compute_after();
     if (on_call) on_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   };

@@ -18,6 +18,7 @@ void Nccl::all_reduce(float*, size_t) { no_cuda(); }
 void Nccl::reduce_to_shards(const float*, size_t, size_t, size_t, size_t, float*) { no_cuda(); }
 void Nccl::all_gather_shards(float*, size_t, size_t) { no_cuda(); }
 void Nccl::wait() { no_cuda(); }
+void Nccl::abort() {}
 // By value as in gpu_cuda.cpp, which moves it into the communicator's closure.
 // NOLINTNEXTLINE(performance-unnecessary-value-param)
 gpt::TpComm nccl_tp_comm(Nccl&, std::function<void(double)>) { no_cuda(); }

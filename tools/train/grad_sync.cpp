@@ -157,6 +157,7 @@ class NcclGradSync final : public GradSync {
     else nccl_.reduce_to_shards(grads_, lo, hi, sh_.shard, sh_.N, shard_grads_);
   }
   void wait() override { nccl_.wait(); }
+  void abort() override { nccl_.abort(); }
   void before_gather() override { backend_.synchronize(); }  // the AdamW kernels count as optimizer time
   void gather(float* p) override {
     nccl_.all_gather_shards(p, sh_.shard, sh_.N);  // after the AdamW kernels just queued

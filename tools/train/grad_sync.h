@@ -45,6 +45,9 @@ class GradSync {
   GradSync& operator=(const GradSync&) = delete;
 
   const Shards& shards() const { return sh_; }
+  // Unwinding after an error: stop the transport's outstanding operations (NCCL: abort the communicator) before the
+  // buffers they use are freed.
+  virtual void abort() {}
   void ready(size_t first, size_t count);
   void finish();
   double all_gather_params(float* params);

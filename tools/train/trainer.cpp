@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <exception>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -60,6 +61,18 @@ extern "C" void on_stop_signal(int sig) {
 class Trainer {
  public:
   Trainer(const Config& cfg, const TrainHooks& hooks) : cfg_(cfg), hooks_(hooks) {}
+  // Unwinding from an error (here or on a peer): abort every NCCL communicator before the members holding device
+  // memory are destroyed. cudaFree waits for all streams, so a collective still waiting for a failed peer would
+  // otherwise hold this rank in a destructor, never reaching the MPI_Abort that ends the job.
+  ~Trainer() {
+    if (std::uncaught_exceptions() == 0) return;
+    if (tp_nccl_) tp_nccl_->abort();
+    if (cp_nccl_) cp_nccl_->abort();
+    for (Chunk& ch : chunks_)
+      if (ch.sync) ch.sync->abort();
+  }
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
   TrainResult run();
 
  private:
