@@ -875,18 +875,26 @@ struct DpComm {
   double total = 0, exposed = 0, slowdown = 0;
 };
 
+// edge_params: the parameters outside the transformer layers that a rank of a pipeline-free plan holds (the
+// embedding, and an untied head): the first to be gathered in the forward and, the embedding, the last gradients
+// the backward produces.
 DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g, const LayerTimes& L,
-               double params, double layer_params, int layers, double microbatches, int layer_tensors) {
+               double params, double layer_params, int layers, double microbatches, int layer_tensors,
+               double embed_params, double edge_params) {
   DpComm r;
   const int n = p.dp * p.cp;
   if (n <= 1) return r;
   auto coll = [&](Collective k, double bytes) { return collective_time(c, k, bytes, n, g.dp_per_node); };
   const double grad_b = params * a.grad_bytes, w_b = params * a.weight_bytes;
   const double lay = std::max(1, layers);
-  // Bucketed collectives hide behind the backward (or forward) that precedes them except the last bucket
-  // (about one layer): exposed = max(C - W (L-1)/L, C/L); the hidden part slows that compute.
+  // Bucketed collectives hide behind the backward (or forward) that precedes them except the last bucket: about one
+  // layer, or the embedding where it is larger (its gradient is the backward's last, its weights the forward's first
+  // need: Megatron's buckets never split a parameter), exposed = max(C - W (L-1)/L, C tail / P); the hidden part slows
+  // that compute.
+  const double tail = std::max(params / lay, embed_params);
   auto bucketed = [&](double comm, double window) {
-    const double exposed = a.dp_overlap && c.async_comm ? std::max(comm - window * (lay - 1) / lay, comm / lay) : comm;
+    const double exposed =
+        a.dp_overlap && c.async_comm ? std::max(comm - window * (lay - 1) / lay, comm * tail / params) : comm;
     r.exposed += exposed;
     if (a.dp_overlap) r.slowdown += c.overlap_slowdown * (comm - exposed);
   };
@@ -932,6 +940,14 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
     const Overlap of = overlap(c, ag, L.fwd()), ob = overlap(c, (gathers - 1) * ag + rs, L.bwd());
     r.total = rounds * layers * (gathers * ag + rs);
     r.exposed = rounds * (ag + rs + (layers - 1) * (of.exposed + ob.exposed));
+    // The root unit (FSDP wraps each layer, then the model: embedding, final norm and an untied head) is gathered
+    // before the first layer's forward and kept to the end of the backward, then reduce-scattered: neither hides.
+    if (edge_params > 0) {
+      r.total += rounds * (coll(Collective::AllGather, edge_params * a.weight_bytes) +
+                           coll(Collective::ReduceScatter, edge_params * a.grad_bytes));
+      r.exposed += rounds * (coll(Collective::AllGather, edge_params * a.weight_bytes) +
+                             coll(Collective::ReduceScatter, edge_params * a.grad_bytes));
+    }
     r.slowdown = rounds * (layers - 1) * (of.slowdown + ob.slowdown);
     // GPUs only: the CPU path (cairn-train's own ZeRO-3) has no such copies.
     // Megatron-FSDP keeps parameters and gradients in persistent communication buffers: no copies.
@@ -1304,7 +1320,9 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
   B.stage_params = int64_t(params_max);
 
   // ---- data parallel / ZeRO communication, optimizer
-  const DpComm dc = dp_comm(c, a, p, g, L, params_max, rp.layer_tp, lay_crit, mb_count, layer_tensor_count(m));
+  const bool one_stage = p.pp == 1;
+  const DpComm dc = dp_comm(c, a, p, g, L, params_max, rp.layer_tp, lay_crit, mb_count, layer_tensor_count(m),
+                            one_stage ? rp.embed_tp : 0.0, one_stage ? rp.embed_tp + rp.head_tp : 0.0);
   B.dp_comm = dc.total;
   B.dp_exposed = dc.exposed + dc.slowdown;  // what the step waits for, incl. compute slowed by the hidden part
   const double shards = double(p.dp) * p.cp;
