@@ -570,6 +570,42 @@ BOOST_AUTO_TEST_CASE(selective_recompute_with_sp_saves_what_korthikanti_measured
   BOOST_TEST((evaluate(m, c, p, 64, assumptions_from_config(cfg)).reject == Reject::kTpOverlap));
 }
 
+// The parameters outside the layers are the data-parallel traffic nothing hides: FSDP's root unit (embedding,
+// final norm, untied head) is gathered before the first layer and reduce-scattered after the last backward, and
+// with ZeRO-1 the embedding's gradient is the backward's last bucket.
+BOOST_AUTO_TEST_CASE(edge_parameters_are_the_exposed_tail_of_data_parallel_traffic) {
+  const Cluster c = eight_gpus();
+  Assumptions a;
+  a.flash_attention = true;
+  Plan p;
+  p.dp = 8, p.mb = 1, p.zero = 3;
+  p.recompute = Recompute::Full;
+  const ModelSpec big = llama(32, 4096, 32, 8, 14336, 8192, 128256), small = llama(32, 4096, 32, 8, 14336, 8192, 32000);
+  const Evaluation eb = evaluate(big, c, p, 8, a), es = evaluate(small, c, p, 8, a);
+  BOOST_REQUIRE(eb.feasible() && es.feasible());
+  auto root_unit = [&](const ModelSpec& m) {
+    const double edge = 2.0 * double(m.vocab) * double(m.hidden) + double(m.hidden);  // embedding, head, final norm
+    return collective_time(c, Collective::AllGather, edge * a.weight_bytes, 8, 8) +
+           collective_time(c, Collective::ReduceScatter, edge * a.grad_bytes, 8, 8);
+  };
+  // The layers' traffic is the same for both vocabularies: the difference is the root unit's, whole.
+  BOOST_TEST(eb.b.dp_exposed - es.b.dp_exposed == root_unit(big) - root_unit(small),
+             boost::test_tools::tolerance(1e-9));
+  // ZeRO-1: the embedding (128256 x 4096, 2.4 layers) is the last gradient bucket and the first gathered weights.
+  p.zero = 1;
+  p.mb = 8;  // a backward long enough to hide all but the last bucket
+  Cluster quiet = c;
+  quiet.overlap_slowdown = 0;  // exposed time only, without the compute slowed beside the hidden buckets
+  const Evaluation z1 = evaluate(big, quiet, p, 64, a);
+  BOOST_REQUIRE(z1.feasible());
+  BOOST_TEST_MESSAGE("ZeRO-1 exposed " << z1.b.dp_exposed << " s of " << z1.b.dp_comm << " s");
+  const ParamCounts pc = parameter_counts(big);
+  const double embed = double(big.vocab) * double(big.hidden), params = double(pc.total);
+  BOOST_TEST(embed > params / 32);
+  BOOST_TEST(z1.b.dp_exposed >= z1.b.dp_comm * embed / params * (1 - 1e-9));
+  BOOST_TEST(z1.b.dp_exposed > 1.5 * z1.b.dp_comm / 32);  // more than a layer's share
+}
+
 // PyTorch's async TP (plan.tp_overlap_impl = "torch") pipelines the forward's all-gathers and reduce-scatters with
 // their GEMMs as Megatron-Core's userbuffers do, and leaves the backward's as without overlap.
 BOOST_AUTO_TEST_CASE(torch_async_tp_hides_the_forward_collectives_only) {
