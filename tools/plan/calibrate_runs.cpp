@@ -162,7 +162,15 @@ Measured measure(const std::vector<records::MetricsLine>& steps, size_t skip) {
     pp.push_back(phase(t.pp_wait));
     opt.push_back(phase(t.optimizer));
   }
-  Measured m{median(total), median(compute), median(tp), median(cp), median(dp), median(zero), median(pp), median(opt)};
+  Measured m;
+  m.total = median(total);
+  m.compute = median(compute);
+  m.tp_comm = median(tp);
+  m.cp_comm = median(cp);
+  m.dp_comm = median(dp);
+  m.zero_comm = median(zero);
+  m.pp_wait = median(pp);
+  m.optimizer = median(opt);
   for (const auto& [stage, count] : critical)
     if (m.stage < 0 || count > critical[m.stage]) m.stage = static_cast<int>(stage);
   for (const std::vector<double>& busy : stage_busy) m.stage_busy.push_back(median(busy));
