@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   return cairn::run_tool("cairn-plan", argc, argv, [&]() -> int {
     CLI::App app{"cairn-plan: search parallel training plans with an analytical cost model (docs/cost-model.md).\n"
                  "Writes <out>/plan/plans.json, plans.h5 (every evaluated plan) and best.toml ([parallel]).\n"
+                 "Prices Megatron-Core by default; another stack: -C configs/stacks/<stack>.toml after the model and\n"
+                 "cluster (torchtitan, torchtitan-compile, llm-foundry, nemo, megatron-lm, deepspeed-zero3, ...).\n"
                  "Exit codes: 0 ok, 1 runtime failure, 2 config/input error, 3 nothing fits in memory."};
     cairn::CommonOptions opts;
     cairn::add_common_options(app, opts);
