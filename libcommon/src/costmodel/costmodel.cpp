@@ -943,10 +943,10 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
     // The root unit (FSDP wraps each layer, then the model: embedding, final norm and an untied head) is gathered
     // before the first layer's forward and kept to the end of the backward, then reduce-scattered: neither hides.
     if (edge_params > 0) {
-      r.total += rounds * (coll(Collective::AllGather, edge_params * a.weight_bytes) +
-                           coll(Collective::ReduceScatter, edge_params * a.grad_bytes));
-      r.exposed += rounds * (coll(Collective::AllGather, edge_params * a.weight_bytes) +
-                             coll(Collective::ReduceScatter, edge_params * a.grad_bytes));
+      const double root = coll(Collective::AllGather, edge_params * a.weight_bytes) +
+                          coll(Collective::ReduceScatter, edge_params * a.grad_bytes);
+      r.total += rounds * root;
+      r.exposed += rounds * root;
     }
     r.slowdown = rounds * (layers - 1) * (of.slowdown + ob.slowdown);
     // GPUs only: the CPU path (cairn-train's own ZeRO-3) has no such copies.
