@@ -35,6 +35,13 @@ void synchronize();
 // backend, its own buffers included, is reported here.
 void track_alloc(void* p, size_t bytes);
 void track_free(void* p);
+// A grow-only device buffer (scratch, the bf16 GEMM copies): at_least(bytes) returns one of at least that size,
+// reallocated (contents dropped) when the current one is smaller.
+struct GrowBuffer {
+  void* ptr = nullptr;
+  size_t capacity = 0;  // bytes
+  void* at_least(size_t bytes);
+};
 // Grows-only device scratch for ops that need temporaries (attention's D, the squared norm's partials).
 float* scratch(size_t floats);
 

@@ -54,23 +54,9 @@ __global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, size_t n) {
 // A at the start, B at the next 256-byte boundary, so both are 256-byte aligned and the buffer is as large as the
 // largest pair (the lm_head's logits gradient dominates), not twice the largest operand.
 std::pair<__nv_bfloat16*, __nv_bfloat16*> bf16_copies(const float* a, size_t na, const float* b, size_t nb) {
-  static __nv_bfloat16* ptr = nullptr;
-  static size_t capacity = 0;
+  static GrowBuffer buf;
   const size_t b_offset = (na + 127) / 128 * 128, n = b_offset + nb;
-  if (n > capacity) {
-    if (ptr) {
-      // Forget the old buffer before anything can throw: a failed cudaMalloc below must not leave a freed pointer
-      // that a later, smaller request would be handed.
-      __nv_bfloat16* old = ptr;
-      ptr = nullptr;
-      capacity = 0;
-      track_free(old);
-      CAIRN_CUDA_CHECK(cudaFree(old));
-    }
-    CAIRN_CUDA_CHECK(cudaMalloc(&ptr, n * sizeof(__nv_bfloat16)));
-    track_alloc(ptr, n * sizeof(__nv_bfloat16));
-    capacity = n;
-  }
+  auto* ptr = static_cast<__nv_bfloat16*>(buf.at_least(n * sizeof(__nv_bfloat16)));
   to_bf16_kernel<<<blocks_for(na), kThreads>>>(ptr, a, na);
   to_bf16_kernel<<<blocks_for(nb), kThreads>>>(ptr + b_offset, b, nb);
   CAIRN_CUDA_CHECK_LAUNCH("to_bf16");

@@ -35,24 +35,26 @@ void track_free(void* p) {
   g_mem_sizes.erase(it);
 }
 
-float* scratch(size_t floats) {
-  static float* ptr = nullptr;
-  static size_t capacity = 0;
-  if (floats > capacity) {
-    if (ptr) {
-      // Forget the old buffer before anything can throw: a failed cudaMalloc below must not leave a freed pointer
-      // that a later, smaller request would be handed.
-      float* old = ptr;
-      ptr = nullptr;
-      capacity = 0;
-      track_free(old);
-      CAIRN_CUDA_CHECK(cudaFree(old));
-    }
-    CAIRN_CUDA_CHECK(cudaMalloc(&ptr, floats * sizeof(float)));
-    track_alloc(ptr, floats * sizeof(float));
-    capacity = floats;
+void* GrowBuffer::at_least(size_t bytes) {
+  if (bytes <= capacity) return ptr;
+  if (ptr) {
+    // Forget the old buffer before anything can throw: a failed cudaMalloc below must not leave a freed pointer
+    // that a later, smaller request would be handed.
+    void* old = ptr;
+    ptr = nullptr;
+    capacity = 0;
+    track_free(old);
+    CAIRN_CUDA_CHECK(cudaFree(old));
   }
+  CAIRN_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+  track_alloc(ptr, bytes);
+  capacity = bytes;
   return ptr;
+}
+
+float* scratch(size_t floats) {
+  static GrowBuffer buf;
+  return static_cast<float*>(buf.at_least(floats * sizeof(float)));
 }
 
 void* dev_alloc(size_t bytes) {
