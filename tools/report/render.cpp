@@ -270,12 +270,8 @@ std::vector<StageRow> stage_rows(const RunData& r, const MetricSettings& st) {
   std::vector<double> critical(t.stage_busy.size(), 0);
   double steps = 0;
   for (size_t i = w; i < t.size(); ++i) {
-    size_t best = t.stage_busy.size();
-    for (size_t k = 0; k < t.stage_busy.size(); ++k)
-      if (std::isfinite(t.stage_busy[k][i]) &&
-          (best == t.stage_busy.size() || t.stage_busy[k][i] > t.stage_busy[best][i]))
-        best = k;
-    if (best < t.stage_busy.size()) critical[best] += 1, steps += 1;
+    const double c = t.critical_stage[i];
+    if (c >= 0 && c < double(critical.size())) critical[size_t(c)] += 1, steps += 1;
   }
   for (size_t k = 0; k < t.stage_busy.size(); ++k)
     rows.push_back({k, median_from(t.stage_busy[k], w), median_from(t.stage_wait[k], w),

@@ -149,10 +149,32 @@ json read_toml(const std::string& path, RunData& run) {
   }
 }
 
+// Every per-record column of the training series but the per-stage ones (one list for reserving and truncating).
+std::vector<std::vector<double>*> scalar_columns(TrainSeries& t) {
+  return {&t.step,
+          &t.tokens,
+          &t.loss,
+          &t.lr,
+          &t.grad_norm,
+          &t.tokens_per_s,
+          &t.mfu,
+          &t.tflops,
+          &t.wall_time,
+          &t.skipped,
+          &t.skipped_total,
+          &t.t_data,
+          &t.t_forward,
+          &t.t_backward,
+          &t.t_comm,
+          &t.t_optimizer,
+          &t.t_total,
+          &t.pipeline_wait,
+          &t.stage_imbalance,
+          &t.critical_stage};
+}
+
 void truncate_train_from(TrainSeries& t, size_t n) {
-  for (auto* col : {&t.step, &t.tokens, &t.loss, &t.lr, &t.grad_norm, &t.tokens_per_s, &t.mfu, &t.tflops, &t.wall_time,
-                    &t.skipped, &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward, &t.t_comm, &t.t_optimizer,
-                    &t.t_total, &t.pipeline_wait, &t.stage_imbalance})
+  for (auto* col : scalar_columns(t))
     if (col->size() > n) col->resize(n);
   for (auto* cols : {&t.stage_busy, &t.stage_wait})
     for (auto& col : *cols)
@@ -341,14 +363,16 @@ void append_train(TrainSeries& t, const records::MetricsLine& r) {
   t.t_optimizer.push_back(tm ? tm->optimizer : kNaN);
   t.t_total.push_back(tm ? tm->total : kNaN);
   const int crit = records::critical_stage(r.stages);
+  std::vector<double> busy;  // each entry's compute, in r.stages order
   double lo = kNaN, hi = kNaN;
   for (const records::StageTimes& st : r.stages) {
-    const double busy = records::compute_seconds(st.time);
-    if (!(busy <= hi)) hi = busy;  // the first, or a busier stage
-    if (!(busy >= lo)) lo = busy;
+    const double b = busy.emplace_back(records::compute_seconds(st.time));
+    if (!(b <= hi)) hi = b;  // the first, or a busier stage
+    if (!(b >= lo)) lo = b;
   }
   t.pipeline_wait.push_back(crit >= 0 ? r.stages[size_t(crit)].time.pp_wait : kNaN);
   t.stage_imbalance.push_back(lo > 0 ? hi / lo - 1 : kNaN);
+  t.critical_stage.push_back(crit >= 0 ? static_cast<double>(r.stages[size_t(crit)].stage) : kNaN);
   // Per-stage columns, one value per record (NaN for a stage this record lacks; a stage first seen now gets NaN for
   // the records before it).
   const size_t index = t.step.size() - 1;
@@ -359,9 +383,10 @@ void append_train(TrainSeries& t, const records::MetricsLine& r) {
     if (static_cast<int64_t>(cols->size()) <= max_stage) cols->resize(static_cast<size_t>(max_stage + 1));
     for (auto& col : *cols) col.resize(index + 1, kNaN);
   }
-  for (const records::StageTimes& st : r.stages) {
+  for (size_t i = 0; i < r.stages.size(); ++i) {
+    const records::StageTimes& st = r.stages[i];
     if (st.stage < 0 || st.stage > max_stage) continue;
-    t.stage_busy[static_cast<size_t>(st.stage)][index] = records::compute_seconds(st.time);
+    t.stage_busy[static_cast<size_t>(st.stage)][index] = busy[i];
     t.stage_wait[static_cast<size_t>(st.stage)][index] = st.time.pp_wait;
   }
 }
@@ -375,10 +400,7 @@ void parse_metrics_jsonl(const std::string& text, const std::string& path, RunDa
   const size_t n = text.size();
   // Reserve by a guess of the line count so 10^5-line files do not reallocate much.
   size_t guess = static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
-  for (auto* col : {&t.step, &t.tokens, &t.loss, &t.lr, &t.grad_norm, &t.tokens_per_s, &t.mfu, &t.tflops, &t.wall_time,
-                    &t.skipped, &t.skipped_total, &t.t_data, &t.t_forward, &t.t_backward, &t.t_comm, &t.t_optimizer,
-                    &t.t_total, &t.pipeline_wait, &t.stage_imbalance})
-    col->reserve(guess);
+  for (auto* col : scalar_columns(t)) col->reserve(guess);
   while (pos < n) {
     size_t end = text.find('\n', pos);
     bool last_unterminated = end == std::string::npos;

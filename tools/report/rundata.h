@@ -21,6 +21,7 @@ struct TrainSeries {
   // Pipelined runs (the line's stages; NaN without): the critical stage's (most compute) pp_wait, and the busiest
   // stage's compute over the least busy one's, minus 1.
   std::vector<double> pipeline_wait, stage_imbalance;
+  std::vector<double> critical_stage;  // the number of the stage with the most compute (records::critical_stage)
   // Per pipeline stage (outer index), per record: the stage's busiest rank's compute (forward + backward net of the
   // TP, CP and ZeRO collectives inside) and its pp_wait; NaN where a record lacks the stage.
   std::vector<std::vector<double>> stage_busy, stage_wait;
