@@ -185,7 +185,10 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
     double value;
     size_t part, index;
   };
+  size_t total = 0;
+  for (const auto& part : parts) total += part.size();
   std::vector<Key> keys;
+  keys.reserve(total);
   for (size_t pi = 0; pi < parts.size(); ++pi)
     for (size_t i = 0; i < parts[pi].size(); ++i) {
       const Evaluation& e = parts[pi][i];
@@ -196,8 +199,10 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
     return x.group != y.group ? x.group < y.group : x.value < y.value;
   });
   r.all.reserve(keys.size());
-  for (const Key& key : keys) r.all.push_back(std::move(parts[key.part][key.index]));
-  for (const auto& e : r.all) r.feasible += e.feasible();
+  for (const Key& key : keys) {
+    r.all.push_back(std::move(parts[key.part][key.index]));
+    r.feasible += key.group == 0;
+  }
   r.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
