@@ -717,6 +717,51 @@ BOOST_AUTO_TEST_CASE(attention_core_is_reported_apart) {
   BOOST_TEST(slow.b.gemm - slow.b.attention == none.b.gemm - none.b.attention, boost::test_tools::tolerance(1e-9));
 }
 
+BOOST_AUTO_TEST_CASE(attention_kernel_picks_its_efficiency_on_the_cluster) {
+  // plan.attention_kernel: the device's best fused kernel (attention_efficiency), FlashAttention-2
+  // (flash2_efficiency, which falls back to attention_efficiency where it is 0) or the 2023 Triton kernel at 0.54 of
+  // FlashAttention-2's rate (Dao 2023: 1.4x slower forward, 2x backward at FA2's 73 % / 63 % of peak).
+  Cluster c;
+  c.attention_efficiency = 0.55;
+  BOOST_TEST(attention_efficiency(c, AttentionKernel::Fused) == 0.55);
+  BOOST_TEST(attention_efficiency(c, AttentionKernel::Flash2) == 0.55);  // no separate FA2 figure: the same kernel
+  c.flash2_efficiency = 0.33;
+  BOOST_TEST(attention_efficiency(c, AttentionKernel::Fused) == 0.55);
+  BOOST_TEST(attention_efficiency(c, AttentionKernel::Flash2) == 0.33);
+  const double triton = (1 / 0.73 + 2.5 / 0.63) / (1.4 / 0.73 + 2 * 2.5 / 0.63);
+  BOOST_TEST(std::abs(triton - 0.542) < 1e-3);
+  BOOST_TEST(attention_efficiency(c, AttentionKernel::Triton2023) == 0.33 * triton,
+             boost::test_tools::tolerance(1e-12));
+
+  // Through the model: only the attention core moves, inversely with the kernel's efficiency (compute-bound here).
+  const ModelSpec m = gpt(2, 2048, 16, 8192, 1024);
+  c.peak_tflops = 989;
+  c.sm_count = 132;
+  c.hbm_gib = 1e6;
+  c.kernel_overhead_us = 0;
+  Assumptions a;
+  a.flash_attention = true;
+  Plan p;
+  p.mb = 1;
+  const Evaluation fused = evaluate(m, c, p, 1, a);
+  a.attention_kernel = AttentionKernel::Flash2;
+  const Evaluation flash2 = evaluate(m, c, p, 1, a);
+  BOOST_REQUIRE(fused.feasible());
+  BOOST_TEST(flash2.b.attention / fused.b.attention == 0.55 / 0.33, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(flash2.b.gemm - flash2.b.attention == fused.b.gemm - fused.b.attention,
+             boost::test_tools::tolerance(1e-9));
+
+  // From the config: the H100 file carries FlashAttention-2's figure, the torchtitan preset names the kernel, and
+  // naming one without flash attention is a config error.
+  const Cluster h100 = cluster_from_config(load({"configs/clusters/dgx-h100.toml"}));
+  BOOST_TEST(h100.flash2_efficiency == 0.33);
+  const Assumptions titan = assumptions_from_config(load({"configs/stacks/torchtitan.toml"}));
+  BOOST_TEST((titan.attention_kernel == AttentionKernel::Flash2));
+  BOOST_CHECK_THROW(assumptions_from_config(load({}, {"plan.attention_kernel=flash2"})), UsageError);
+  BOOST_CHECK_NO_THROW(
+      assumptions_from_config(load({}, {"plan.attention_kernel=triton2023", "plan.flash_attention=true"})));
+}
+
 BOOST_AUTO_TEST_CASE(power_cap_lowers_the_sustained_clock) {
   Cluster c;
   c.peak_tflops = 989;

@@ -118,8 +118,11 @@ struct Cluster {
   bool has_fp8_table() const {
     return !gemm_table_m.empty() && gemm_table_fp8_efficiency.size() == gemm_table_m.size();
   }
-  // Fused (flash) attention kernel: achieved fraction of peak over its real FLOPs, forward and backward.
+  // Fused (flash) attention kernel: achieved fraction of peak over its real FLOPs, forward and backward: the
+  // device's best (Transformer Engine / cuDNN, FlashAttention-3), and FlashAttention-2 where that is slower (0 = the
+  // same; Hopper runs FlashAttention-2 at about 0.6 of the best: it does not use wgmma or TMA).
   double attention_efficiency = 0.6;
+  double flash2_efficiency = 0;
   // Its fixed work per query row and call, in keys' worth (a call whose rows see n keys runs at attention_efficiency
   // x n / (n + attention_row_keys)): what makes short blocks (context parallelism's chunks) slower per FLOP.
   double attention_row_keys = 0;
@@ -194,6 +197,12 @@ enum class Zero3Impl { Fsdp, Megatron, DeepSpeed };
 const char* zero3_impl_name(Zero3Impl z);   // the plan.zero3_impl value: fsdp | megatron | deepspeed
 const char* zero3_impl_stack(Zero3Impl z);  // the stack: PyTorch FSDP | Megatron-FSDP | DeepSpeed stage 3
 
+// The fused attention kernel a stack runs (plan.attention_kernel): the device's best (cluster.attention_efficiency),
+// FlashAttention-2 (cluster.flash2_efficiency) or the 2023 Triton FlashAttention (a fixed fraction of
+// FlashAttention-2's rate). attention_efficiency() is its fraction of peak on the cluster, forward and backward.
+enum class AttentionKernel : uint8_t { Fused, Flash2, Triton2023 };
+double attention_efficiency(const Cluster& c, AttentionKernel k);
+
 // How the cross-entropy over the vocabulary runs: separate kernels over an fp32 copy of the logits (Megatron,
 // PyTorch), Megatron-Core's jit-fused steps over that copy, or one kernel over the 16-bit logits.
 enum class CrossEntropyImpl : uint8_t { Unfused, Native, Fused };
@@ -211,7 +220,8 @@ struct Assumptions {
   double optimizer_bytes = 12;   // fp32 master weights + Adam m and v (ZeRO paper's K = 12)
   double activation_bytes = 2;   // 16-bit activations (Korthikanti's constants assume 2)
   bool flash_attention = false;  // attention scores never stored (no 5as/h term)
-  bool causal = true;            // causal mask: a fused attention kernel skips the masked half of the scores
+  AttentionKernel attention_kernel = AttentionKernel::Fused;  // which one runs it (its efficiency on the cluster)
+  bool causal = true;  // causal mask: a fused attention kernel skips the masked half of the scores
   // recompute = selective reruns the attention core (Korthikanti et al. 2022), or with alternate_mm every
   // second matmul of the layer and all its elementwise kernels (torchtitan's op-level policy).
   bool selective_alternate_mm = false;

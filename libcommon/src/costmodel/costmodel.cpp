@@ -89,6 +89,19 @@ double Cluster::clock_factor() const {
   return std::cbrt(power_limit_w / tdp_w);
 }
 
+// The 2023 Triton FlashAttention (flash_attn_triton.py) against FlashAttention-2: 1.3-1.5x slower forward (1.4 here)
+// and 2x backward (Dao 2023, section 4.1); with FlashAttention-2's own 73 % / 63 % of peak forward / backward and the
+// backward's 2.5x FLOPs, (1/0.73 + 2.5/0.63) / (1.4/0.73 + 2 x 2.5/0.63) = 0.54 of its rate.
+double attention_efficiency(const Cluster& c, AttentionKernel k) {
+  const double flash2 = c.flash2_efficiency > 0 ? c.flash2_efficiency : c.attention_efficiency;
+  switch (k) {
+    case AttentionKernel::Flash2: return flash2;
+    case AttentionKernel::Triton2023: return flash2 * (1 / 0.73 + 2.5 / 0.63) / (1.4 / 0.73 + 2 * 2.5 / 0.63);
+    case AttentionKernel::Fused: break;
+  }
+  return c.attention_efficiency;
+}
+
 double busbw_factor(Collective c, int n) {
   if (n <= 1) return 0;
   switch (c) {
@@ -436,6 +449,13 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   a.optimizer_bytes = s.optimizer_bytes;
   a.activation_bytes = s.activation_bytes;
   a.flash_attention = s.flash_attention;
+  a.attention_kernel = s.attention_kernel == "flash2"       ? AttentionKernel::Flash2
+                       : s.attention_kernel == "triton2023" ? AttentionKernel::Triton2023
+                                                            : AttentionKernel::Fused;
+  if (a.attention_kernel != AttentionKernel::Fused && !a.flash_attention)
+    throw UsageError("plan.attention_kernel = \"" + s.attention_kernel +
+                     "\" names a fused attention kernel, but plan.flash_attention = false: set plan.flash_attention = "
+                     "true, or leave attention_kernel at \"fused\"");
   a.causal = s.causal;
   a.dropout = s.dropout;
   a.optimizer_fused = s.optimizer_fused;
@@ -685,7 +705,7 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     }
     const double flops = 4 * pairs * d * double(p.mb) * heads_local;
     const double bytes = T * (2 * h + 2 * kv) / t * e;
-    const double rate = c.peak_tflops * 1e12 * c.clock_factor() * c.attention_efficiency;
+    const double rate = c.peak_tflops * 1e12 * c.clock_factor() * attention_efficiency(c, a.attention_kernel);
     core_f = std::max(flops * (1 + c.attention_row_keys * rows / pairs) / rate, bytes / hbm) + k0;
     core_b = 2.5 * core_f;
   } else {

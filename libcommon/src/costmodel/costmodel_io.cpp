@@ -163,6 +163,7 @@ Cluster cluster_from_section(const ClusterSection& s) {
     if (!(fp8[i] > 0) || fp8[i] > 1.0)
       throw UsageError(strprintf("[cluster] gemm_table_fp8_efficiency[%zu] = %g is outside (0, 1]", i, fp8[i]));
   c.attention_efficiency = s.attention_efficiency;
+  c.flash2_efficiency = s.flash2_efficiency;
   c.attention_row_keys = s.attention_row_keys;
   c.attention_tile = double(s.attention_tile);
   c.tdp_w = s.tdp_w;
@@ -334,6 +335,14 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
       "time per step %.4f s  (%.0f tokens/s, %.1f TFLOP/s/GPU model, %.1f hardware; MFU %.1f%%, HFU %.1f%%)\n", T,
       e.tokens_per_s, e.tflops_per_gpu, e.hw_tflops_per_gpu, 100 * e.mfu, 100 * e.hfu);
   line("GEMM compute", b.gemm, "slowest stage, all micro-batches, incl. recompute");
+  if (a.flash_attention && b.attention > 0) {
+    const char* kernel = a.attention_kernel == AttentionKernel::Flash2       ? "FlashAttention-2"
+                         : a.attention_kernel == AttentionKernel::Triton2023 ? "the 2023 Triton FlashAttention"
+                                                                             : "the device's fused kernel";
+    line("  attention (included)", b.attention,
+         strprintf("%s at %.2f of peak (plan.attention_kernel)", kernel, attention_efficiency(c, a.attention_kernel))
+             .c_str());
+  }
   line("memory-bound kernels", b.memory_bound, "norms, activations, softmax, loss, incl. recompute");
   if (b.cross_entropy > 0) {
     const CrossEntropyCost ce = cross_entropy_cost(a.cross_entropy, a.activation_bytes);

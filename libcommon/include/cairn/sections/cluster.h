@@ -28,6 +28,7 @@ struct ClusterSection {
   std::vector<double> gemm_table_m, gemm_table_n, gemm_table_k, gemm_table_efficiency;
   std::vector<double> gemm_table_fp8_efficiency;
   double attention_efficiency = 0.6;
+  double flash2_efficiency = 0.0;
   double attention_row_keys = 0.0;
   int64_t attention_tile = 128;
   double tdp_w = 0.0;
@@ -83,6 +84,9 @@ struct ClusterSection {
       "take the bf16 table's correction)");
     k(&S::attention_efficiency, "attention_efficiency", Range{0.01, 1.0},
       "fused (flash) attention: achieved fraction of peak over the FLOPs it runs, forward and backward");
+    k(&S::flash2_efficiency, "flash2_efficiency", Range{0.0, 1.0},
+      "FlashAttention-2 (plan.attention_kernel = flash2: PyTorch SDPA's flash backend) on this device, as "
+      "attention_efficiency; 0 = attention_efficiency (devices where it is the best kernel, as the A100)");
     k(&S::attention_row_keys, "attention_row_keys", Range{0, 1e7},
       "fused attention's fixed work per query row and kernel call (softmax statistics, output), in keys' worth: a "
       "call whose rows see n keys on average runs at attention_efficiency x n / (n + attention_row_keys) (0 = none; "

@@ -30,6 +30,7 @@ struct PlanSection {
   double optimizer_bytes = 12.0;
   double activation_bytes = 2.0;
   bool flash_attention = false;
+  std::string attention_kernel = "fused";
   double memory_bound_factor = 1.0;
   bool causal = true;
   bool dropout = true;
@@ -80,6 +81,11 @@ struct PlanSection {
     k(&S::activation_bytes, "activation_bytes", Range{1, 8}, "bytes per activation element (2 = bf16)");
     k(&S::flash_attention, "flash_attention",
       "fused attention that never stores the s x s scores (drops Korthikanti's 5as/h term)");
+    k(&S::attention_kernel, "attention_kernel", Choices{"fused", "flash2", "triton2023"},
+      "which fused attention kernel the stack runs (with flash_attention = true): fused (the device's best: "
+      "Transformer Engine / cuDNN, FlashAttention-3; cluster.attention_efficiency), flash2 (FlashAttention-2, "
+      "PyTorch SDPA's flash backend: cluster.flash2_efficiency) or triton2023 (the 2023 Triton FlashAttention, "
+      "flash_attn_triton.py: 0.54 of FlashAttention-2's rate, Dao 2023)");
     k(&S::memory_bound_factor, "memory_bound_factor", Range{0.1, 20.0},
       "bytes moved by memory-bound kernels relative to Megatron/TE's fused kernels (eager PyTorch: more)");
     k(&S::causal, "causal", "causal attention: a fused attention kernel skips the masked half of the scores");
