@@ -308,8 +308,10 @@ def rows():
             f"tp={tp},pp={pp},cp=1,v={vp},mb={mb},zero=1,recompute=[none,selective],sp=on,tp_overlap=on",
             "tokens_per_gpu", pub, nemo + ["plan.cross_entropy=native", "plan.dropout=false"] + extra, "nemo", fp8=True,
             holdout=True)
-    # Megatron-Bridge's performance scripts set cross_entropy_fusion_impl = "te" (its fused kernel).
-    cs = nemo + ["plan.fp8_scaling=current", "plan.cross_entropy=fused"]
+    # Megatron-Bridge's performance scripts set cross_entropy_fusion_impl = "te" (its fused kernel); their FP8-CS
+    # precision is bf16_with_fp8_current_scaling_mixed() with first_last_layers_bf16 turned off
+    # (scripts/performance/utils/precision.py), which keeps fp8_param_gather = True (training/mixed_precision.py).
+    cs = nemo + ["plan.fp8_scaling=current", "plan.cross_entropy=fused", "plan.fp8_param_gather=true"]
     add(BRIDGE_2511, "Llama3-8B FP8-CS FSDP8", H100, 8, l3_8b, 128,
         "tp=1,pp=1,cp=1,mb=1,zero=3,recompute=[none,selective],sp=off", "tokens_per_gpu", 14451,
         cs + ["plan.zero3_impl=megatron"], "nemo", fp8=True)

@@ -1211,6 +1211,64 @@ BOOST_AUTO_TEST_CASE(fp8_linear_layers_cast_store_and_gather_in_fp8) {
   BOOST_TEST(std::abs((f.b.mem_buffers - b.b.mem_buffers) - 2 * 8 * layer_tp) < 1e-3);
 }
 
+BOOST_AUTO_TEST_CASE(fp8_parameters_halve_the_gathers_and_drop_the_bf16_copy) {
+  // plan.fp8_param_gather (Megatron --fp8-param-gather, Megatron-Bridge FP8-CS): the layers' weights live in FP8,
+  // are gathered in FP8 and only transposed after each gather. Under ZeRO-3 (Megatron-FSDP, per micro-batch):
+  const ModelSpec m = gpt(8, 4096, 32, 2048, 51200);
+  const Cluster c = hopper();
+  Assumptions fp8;
+  fp8.flash_attention = true;
+  fp8.fp8 = true;
+  fp8.fp8_current_scaling = true;
+  fp8.zero3 = Zero3Impl::Megatron;
+  Assumptions params = fp8;
+  params.fp8_param_gather = true;
+  Plan p;
+  p.dp = 8;
+  p.mb = 1;
+  p.zero = 3;
+  const int64_t batch = 32;  // 4 micro-batches per rank
+  const Evaluation w = evaluate(m, c, p, batch, fp8), f = evaluate(m, c, p, batch, params);
+  BOOST_REQUIRE(w.feasible() && f.feasible());
+  const ParamCounts pc = parameter_counts(m);
+  const double layer = double(pc.per_layer);  // tp = 1: every layer parameter
+  const double micro = 4, layers = 8, shards = 8, hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency;
+  // The casts: every gather of every micro-batch recast (read 2, amax 2, write 1 + 1) against a transpose (read 1,
+  // write 1) plus the optimizer's FP8 write of its shard (read the fp32 master 4, amax 4, write 1).
+  const double cast_w = micro * layers * layer * 6 / hbm;
+  const double cast_f = (micro * layers * layer * 2 + layers * layer / shards * 9) / hbm;
+  BOOST_TEST((w.b.fp8_cast - f.b.fp8_cast) == cast_w - cast_f, boost::test_tools::tolerance(1e-9));
+  // The layers' gathers move 1 byte per parameter instead of 2; the gradients' reduce-scatters do not change.
+  BOOST_TEST(f.b.dp_comm < w.b.dp_comm);
+  BOOST_TEST(f.b.dp_comm > 0.5 * w.b.dp_comm);
+  // Memory: the shard of each layer in 1 byte instead of 2, the gathered layers in FP8, and only their transposes
+  // beside them (1 byte instead of an FP8 copy and its transpose).
+  BOOST_TEST(w.b.mem_weights - f.b.mem_weights == layers * layer / shards, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(f.b.mem_buffers < w.b.mem_buffers);
+
+  // ZeRO-1 (the distributed optimizer): the end-of-step parameter gather halves for the layers, the model keeps
+  // FP8 weights (1 byte less per layer parameter on the rank) and one transpose (1 byte less than copy + transpose).
+  Plan z1 = p;
+  z1.zero = 1;
+  const Evaluation w1 = evaluate(m, c, z1, batch, fp8), f1 = evaluate(m, c, z1, batch, params);
+  BOOST_REQUIRE(w1.feasible() && f1.feasible());
+  BOOST_TEST(w1.b.mem_weights - f1.b.mem_weights == layers * layer, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(w1.b.mem_buffers - f1.b.mem_buffers == layers * layer, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(f1.b.dp_comm < w1.b.dp_comm);
+  // zero = 0 keeps 16-bit weights: the setting changes nothing there.
+  Plan z0 = p;
+  z0.zero = 0;
+  BOOST_TEST(evaluate(m, c, z0, batch, params).step_time_s == evaluate(m, c, z0, batch, fp8).step_time_s);
+  BOOST_TEST(evaluate(m, c, z0, batch, params).memory_gib == evaluate(m, c, z0, batch, fp8).memory_gib);
+
+  // Config errors: FP8 parameters without FP8, or with DeepSpeed's stage 3.
+  BOOST_CHECK_THROW(assumptions_from_config(load({}, {"plan.fp8_param_gather=true"})), UsageError);
+  BOOST_CHECK_THROW(assumptions_from_config(
+                        load({}, {"plan.fp8_param_gather=true", "plan.precision=fp8", "plan.zero3_impl=deepspeed"})),
+                    UsageError);
+  BOOST_CHECK_NO_THROW(assumptions_from_config(load({}, {"plan.fp8_param_gather=true", "plan.precision=fp8"})));
+}
+
 BOOST_AUTO_TEST_CASE(interleaved_pipelines_hide_their_transfers_behind_compute) {
   // Megatron's interleaved schedule overlaps each chunk's sends with compute (overlap_p2p_comm); 1F1B waits.
   const ModelSpec m = gpt(16, 4096, 32, 2048, 51200);

@@ -245,6 +245,9 @@ struct Assumptions {
   bool pp_scatter_gather = true;  // PP sends T*h/tp per TP rank (Megatron); false: the full T*h (DeepSpeed)
   // Interleaved schedules overlap their point-to-point transfers with compute (Megatron overlap_p2p_comm).
   bool pp_overlap = true;
+  // plan.fp8_param_gather: with fp8 and zero >= 1 the layers' weights live and travel in FP8 (1 byte), so their
+  // gathers halve, there is no bf16 copy beside the FP8 one, and each gather is followed only by the transpose.
+  bool fp8_param_gather = false;
   // How ZeRO-3 moves parameters (plan.zero3_impl; docs/cost-model.md section 3).
   Zero3Impl zero3 = Zero3Impl::Fsdp;
   double zero3_prefetch_params = 5e7;  // DeepSpeed stage3_prefetch_bucket_size (parameters)

@@ -478,6 +478,13 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   a.memory_headroom = s.memory_headroom;
   a.fp8 = s.precision == "fp8";
   a.fp8_current_scaling = s.fp8_scaling == "current";
+  a.fp8_param_gather = s.fp8_param_gather;
+  if (a.fp8_param_gather && !a.fp8)
+    throw UsageError("plan.fp8_param_gather = true keeps the weights in FP8, but plan.precision = \"" + s.precision +
+                     "\": set plan.precision = \"fp8\"");
+  if (a.fp8_param_gather && a.zero3 == Zero3Impl::DeepSpeed)
+    throw UsageError("plan.fp8_param_gather = true is Megatron's (--fp8-param-gather) and FSDP's FP8 all-gather; "
+                     "DeepSpeed stage 3 (plan.zero3_impl = \"deepspeed\") gathers 16-bit weights");
   return a;
 }
 
@@ -571,6 +578,11 @@ Fp8CastBytes fp8_cast_bytes(const ModelSpec& m, const Assumptions& a, const Plan
   r.backward = unfused * ((h + 2 * kv) / t + up / t + 2 * h / (p.sp ? t : 1.0));
   return r;
 }
+
+// plan.fp8_param_gather takes effect where the weights are sharded and gathered: fp8 plans with zero >= 1.
+bool fp8_params(const Assumptions& a, const Plan& p) { return a.fp8 && a.fp8_param_gather && p.zero >= 1; }
+// Bytes per layer parameter as stored and gathered: FP8 (1) with FP8 parameters, else the 16-bit weight.
+double layer_weight_bytes(const Assumptions& a, const Plan& p) { return fp8_params(a, p) ? 1.0 : a.weight_bytes; }
 
 // Fraction of the s x s score blocks a fused causal kernel computes: the blocks below the diagonal and the
 // diagonal ones whole (the mask is applied inside them), (1 + B/s)/2 for B x B blocks (B = [cluster]
@@ -905,7 +917,10 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
   const int n = p.dp * p.cp;
   if (n <= 1) return r;
   auto coll = [&](Collective k, double bytes) { return collective_time(c, k, bytes, n, g.dp_per_node); };
-  const double grad_b = params * a.grad_bytes, w_b = params * a.weight_bytes;
+  // The layers' weights are gathered at layer_weight_bytes (FP8 with plan.fp8_param_gather), the rest at 16 bits.
+  const double layer_total = std::min(params, double(std::max(1, layers)) * layer_params);
+  const double grad_b = params * a.grad_bytes,
+               w_b = layer_total * layer_weight_bytes(a, p) + (params - layer_total) * a.weight_bytes;
   const double lay = std::max(1, layers);
   // Bucketed collectives hide behind the backward (or forward) that precedes them except the last bucket: about one
   // layer, or the embedding where it is larger (its gradient is the backward's last, its weights the forward's first
@@ -954,7 +969,7 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
     // layer's backward. The first gather and the last reduce-scatter cannot hide.
     // zero_sync = step (PyTorch pipelining): the first micro-batch's forward gathers each layer once, the
     // parameters stay for the step, and the last micro-batch's backward reduce-scatters each layer's gradient once.
-    const double ag = coll(Collective::AllGather, layer_params * a.weight_bytes);
+    const double ag = coll(Collective::AllGather, layer_params * layer_weight_bytes(a, p));
     const double rs = coll(Collective::ReduceScatter, layer_params * a.grad_bytes);
     const double rounds = a.zero_sync_per_step ? 1.0 : microbatches, gathers = a.zero_sync_per_step ? 1.0 : 2.0;
     const Overlap of = overlap(c, ag, L.fwd()), ob = overlap(c, (gathers - 1) * ag + rs, L.bwd());
@@ -1171,8 +1186,11 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   auto params_of = [&](int r) { return rp.of(rank_layers, r, p.pp); };
   // zero_sync = step holds the stage's parameters gathered and its gradients whole for the step (ZeRO-1's peak).
   const bool whole = a.zero_sync_per_step;
-  auto states = [&](double P) {
-    return std::array<double, 3>{P * a.weight_bytes / (p.zero >= 3 && !whole ? shards : 1.0),
+  // FP8 parameters (plan.fp8_param_gather) store the layers' weights in 1 byte; the embedding and head stay 16-bit.
+  const double fp8_param_saving = fp8_params(a, p) ? a.weight_bytes - 1.0 : 0.0;
+  auto states = [&](double P, double layer_P) {
+    return std::array<double, 3>{(P * a.weight_bytes - layer_P * fp8_param_saving) /
+                                     (p.zero >= 3 && !whole ? shards : 1.0),
                                  P * a.grad_bytes / (p.zero >= 2 && !whole ? shards : 1.0),
                                  P * a.optimizer_bytes / (p.zero >= 1 ? shards : 1.0)};
   };
@@ -1224,16 +1242,18 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   // reduce-scatters have not finished (cairn-train's bound; FSDP2 holds about as many reduce-scatter inputs).
   const double grads_in_flight =
       p.zero >= 2 && !whole && a.zero3 == Zero3Impl::Fsdp ? 3 * rp.layer_tp * a.grad_bytes : 0.0;
-  const double zero_buffers = (p.zero >= 3 && !whole ? gathered * a.weight_bytes : 0.0) + grads_in_flight;
+  const double zero_buffers = (p.zero >= 3 && !whole ? gathered * layer_weight_bytes(a, p) : 0.0) + grads_in_flight;
   const double reserved = c.reserved_gib * kGiB;
   // FP8 linear layers keep an FP8 copy of each weight and of its transpose (2 bytes per parameter of the rank's
-  // layers) across the micro-batches of a step; under ZeRO-3 only the gathered layers have them.
+  // layers) across the micro-batches of a step; under ZeRO-3 only the gathered layers have them. FP8 parameters
+  // are the copy: only the transpose is extra (1 byte).
+  auto layer_params_of = [&](int r) { return double(rank_layers[size_t(r)]) * rp.layer_tp; };
   auto fp8_copies = [&](int r) {
     if (!a.fp8) return 0.0;
-    return 2.0 * (p.zero >= 3 && !whole ? gathered : double(rank_layers[size_t(r)]) * rp.layer_tp);
+    return (fp8_params(a, p) ? 1.0 : 2.0) * (p.zero >= 3 && !whole ? gathered : layer_params_of(r));
   };
   auto total = [&](int r, double acts, bool has_logits) {
-    auto s3 = states(params_of(r));
+    auto s3 = states(params_of(r), layer_params_of(r));
     return s3[0] + s3[1] + s3[2] + acts + (has_logits ? logits : 0.0) + work + zero_buffers + fp8_copies(r) + reserved;
   };
   const double mem_first = total(0, acts_first, p.pp == 1);
@@ -1241,7 +1261,8 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   const double acts_last = double(rank_layers[size_t(p.pp - 1)]) * act_layer;
   const double mem_last = p.pp > 1 ? total(p.pp - 1, acts_last, true) : mem_first;
   const bool first_is_max = mem_first >= mem_last;
-  const auto s3 = states(first_is_max ? params_of(0) : params_of(p.pp - 1));
+  const int r_max = first_is_max ? 0 : p.pp - 1;
+  const auto s3 = states(params_of(r_max), layer_params_of(r_max));
   B.mem_weights = s3[0];
   B.mem_grads = s3[1];
   B.mem_optimizer = s3[2];
@@ -1352,8 +1373,13 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
   if (a.fp8) {
     // The updated weights are cast to FP8 (with their transposes) once per step, at the first micro-batch;
     // ZeRO-3 gathers them again for every micro-batch and casts them again (read 2, write 1 + 1; + 2 for amax).
+    // With FP8 parameters the optimizer writes its shard in FP8 (read the fp32 master 4, write 1; + 4 for amax)
+    // and each gather is followed by the transpose alone (read 1, write 1).
     const double casts = p.zero >= 3 && !a.zero_sync_per_step ? mb_count : 1.0;
-    const double weights = casts * lay_crit * rp.layer_tp * fp8_cast_bytes_per_element(a, false) / hbm;
+    const double layer_w = lay_crit * rp.layer_tp;
+    const double weights = fp8_params(a, p)
+                               ? (casts * layer_w * 2.0 + layer_w / shards * (a.fp8_current_scaling ? 9.0 : 5.0)) / hbm
+                               : casts * layer_w * fp8_cast_bytes_per_element(a, false) / hbm;
     B.optimizer += weights;
     B.fp8_cast += weights;
   }

@@ -311,9 +311,13 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
         shapes == 0 ? std::string()
                     : strprintf("; FP8 GEMMs corrected by %s%zu measured %s shape%s", c.has_fp8_table() ? "" : "the ",
                                 shapes, c.has_fp8_table() ? "FP8" : "bf16", shapes == 1 ? "" : "s");
+    const char* params = !a.fp8_param_gather ? ""
+                         : e.plan.zero >= 1  ? "; layer weights kept and gathered in FP8 (plan.fp8_param_gather)"
+                                             : "; plan.fp8_param_gather needs zero >= 1: 16-bit weights here";
     os << strprintf("precision FP8 linear layers at %.0f TFLOP/s peak, %s scaling; attention, head and the rest "
-                    "16-bit (MFU against the %.0f TFLOP/s 16-bit peak)%s\n",
-                    c.peak_fp8_tflops, a.fp8_current_scaling ? "current" : "delayed", c.peak_tflops, measured.c_str());
+                    "16-bit (MFU against the %.0f TFLOP/s 16-bit peak)%s%s\n",
+                    c.peak_fp8_tflops, a.fp8_current_scaling ? "current" : "delayed", c.peak_tflops, measured.c_str(),
+                    params);
   }
   if (c.clock_factor() < 1.0)
     os << strprintf(
@@ -401,9 +405,10 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   auto mem = [&](const char* name, double bytes, const std::string& note) {
     os << strprintf("  %-22s %9.2f GiB  %s\n", name, bytes / kGiB, note.c_str());
   };
+  const bool fp8_params = a.fp8 && a.fp8_param_gather && e.plan.zero >= 1;
   mem("weights", b.mem_weights,
-      strprintf("%lld params on the largest stage x %.0f B%s", (long long)b.stage_params, a.weight_bytes,
-                e.plan.zero >= 3 ? " / dp" : ""));
+      strprintf("%lld params on the largest stage x %.0f B%s%s", (long long)b.stage_params, a.weight_bytes,
+                fp8_params ? " (the layers' 1 B: FP8)" : "", e.plan.zero >= 3 ? " / dp" : ""));
   mem("gradients", b.mem_grads, strprintf("x %.0f B%s", a.grad_bytes, e.plan.zero >= 2 ? " / dp" : ""));
   mem("optimizer states", b.mem_optimizer,
       strprintf("x %.0f B (fp32 master + Adam m, v)%s", a.optimizer_bytes, e.plan.zero >= 1 ? " / dp" : ""));
@@ -411,8 +416,9 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
       strprintf("%.3f GiB/layer/micro-batch x %.2f in flight", b.act_per_layer / kGiB, b.inflight));
   mem("logits + loss", b.mem_logits, "last stage");
   mem("buffers + reserved", b.mem_buffers,
-      a.fp8 ? "recompute working set, ZeRO-3 prefetch, FP8 weight copies, runtime"
-            : "recompute working set, ZeRO-3 prefetch, runtime");
+      fp8_params ? "recompute working set, ZeRO-3 prefetch, FP8 weight transposes, runtime"
+      : a.fp8    ? "recompute working set, ZeRO-3 prefetch, FP8 weight copies, runtime"
+                 : "recompute working set, ZeRO-3 prefetch, runtime");
   if (!e.feasible()) os << "REJECTED  " << e.reason << "\n";
   return os.str();
 }

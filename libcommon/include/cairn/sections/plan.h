@@ -47,6 +47,7 @@ struct PlanSection {
   std::string zero_sync = "micro_batch";
   std::string precision = "bf16";
   std::string fp8_scaling = "delayed";
+  bool fp8_param_gather = false;
   bool explain = false;
 
   template <class K>
@@ -142,6 +143,11 @@ struct PlanSection {
     k(&S::fp8_scaling, "fp8_scaling", Choices{"delayed", "current"},
       "precision = fp8: delayed scaling (scales from an amax history; casts fuse into the producing kernels) or "
       "current scaling (Megatron-Bridge FP8-CS: each tensor's amax is read before its cast)");
+    k(&S::fp8_param_gather, "fp8_param_gather",
+      "precision = fp8: the layers' weights are kept in FP8 and gathered in FP8 (Megatron --fp8-param-gather, "
+      "Megatron-Bridge's FP8-CS recipe; torchao's FSDP float8 all-gather): 1 byte per parameter stored and moved "
+      "instead of 2, no bf16 copy beside the FP8 one, only the transpose made after each gather; for plans with "
+      "zero >= 1 (the distributed optimizer or FSDP; not zero3_impl = deepspeed)");
     k(&S::explain, "explain", "evaluate the one plan given by [plan]/--plan and print its breakdown");
   }
 };
