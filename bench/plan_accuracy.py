@@ -21,6 +21,7 @@ import tempfile
 
 A100 = "configs/clusters/dgx-a100-80gb.toml"
 H100 = "configs/clusters/dgx-h100.toml"
+H200 = "configs/clusters/h200.toml"
 # Best-shape bf16 GEMM efficiency measured per device (ml-engineering "Maximum Achievable Matmul FLOPS":
 # A100 SXM 271.2/312, H100 SXM 794.5/989); gemm_max_efficiency = this x the fitted sustain factor.
 MAMF = {A100: 0.869, H100: 0.803}
@@ -49,6 +50,15 @@ TITAN_H100_ND = ("pytorch/torchtitan docs/performance.md Tables 2, 4, 5 and 6 (c
                  "torchtitan 9dec370): Llama 3.1 8B / 70B / 405B with FSDP2 + CP, TP (+ AsyncTP) and PP, torch.compile "
                  "+ Float8, full activation checkpointing, H100 96GB at 500 W, 8-512 GPUs; held out whole (added "
                  "after the constants were fitted)")
+TITAN_ASYNCTP_2506 = ("pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (torch 38410cf9, "
+                      "2025-06-14; torchtitan 820504e): Llama 3.1 8B FSDP8 x TP8 on 64 H100 (per-op SAC, local batch "
+                      "12) and 70B FSDP32 x TP8 on 256 H100 (full AC, local batch 16), torch.compile, vanilla TP and "
+                      "async TP, bf16 and Float8 tensorwise (its rowwise rows are not priced: another scaling), Grand "
+                      "Teton H100 96GB HBM2e at 500 W, 400 Gb/s per GPU; held out whole (added after the fit)")
+TITAN_H200 = ("pytorch/torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (Trainy on WhiteFiber, June "
+              "2025; torch 2.8.0a0 NGC 25.05, torchtitan e7c0cae): Llama 3.1 8B, FSDP over 4 and 8 hosts of 8 H200 "
+              "(NVLink, 400 Gb/s per GPU), torch.compile + Float8 tensorwise with FSDP float8 all-gathers, local "
+              "batch 2, seq 8192, selective op AC (llama3_8b.toml's default); held out whole (added after the fit)")
 MOSAIC = ("mosaicml/llm-foundry scripts/train/benchmarking/README.md: MPT FSDP FULL_SHARD, bf16, flash "
           "attention; A100 80GB with 1600 Gb/s RoCE per node, H100 80GB")
 NEMO_2407 = ("NVIDIA/NeMo docs/source/performance/performance_summary.md (NeMo 24.07 container, commit 070a0bb16): "
@@ -206,6 +216,23 @@ def rows():
         add(TITAN_H100_ND, f"Llama3.1 405B TP8 PP8 CP{cp} {s // 1024}k", H100, 512, dict(l31_405b, seq_len=s), 8 * dp,
             f"tp=8,pp=8,v=1,cp={cp},mb=1,zero=3,recompute=full,sp=on,tp_overlap=on", "tokens_per_gpu", pub,
             f8 + ["plan.zero_sync=step"], "torchtitan-compile", fp8=True, holdout=True)
+    # The same stack half a year later (held out): async TP against vanilla TP on the 8B and 70B, and the 8B on H200
+    # (the first H200 rows: the cluster file's constants are the H100 fit's, scaled by GH200's best GEMM rate), whose
+    # FSDP gathers the Float8 weights in FP8 (enable_fsdp_float8_all_gather: plan.fp8_param_gather).
+    for prec, extra, ov_pub in [("bf16", [], [(4378, 4809.4), (597.3, 652.4)]),
+                                ("Float8", f8, [(5078.1, 5570.1), (809.8, 942.4)])]:
+        for (name, model, g, B, ac, mb), pubs in zip([("8B", l31_8b, 64, 96, "selective", 12),
+                                                      ("70B", l31_70b, 256, 512, "full", 16)], ov_pub):
+            for ov, pub in zip(("off", "on"), pubs):
+                add(TITAN_ASYNCTP_2506, f"Llama3.1 {name} FSDP{g // 8} TP8 {prec}{' AsyncTP' if ov == 'on' else ''}",
+                    H100, g, model, B, f"tp=8,pp=1,cp=1,mb={mb},zero=3,recompute={ac},sp=on,tp_overlap={ov}",
+                    "tokens_per_gpu", pub, (h100_96 if prec == "bf16" else []) + extra, "torchtitan-compile",
+                    fp8=prec == "Float8", holdout=True)
+    for g, pub in [(32, 10938), (64, 10753)]:
+        add(TITAN_H200, f"Llama3.1 8B FSDP{g} H200 Float8", H200, g, l31_8b, 2 * g,
+            "tp=1,pp=1,cp=1,mb=2,zero=3,recompute=selective", "tokens_per_gpu", pub,
+            ["plan.precision=fp8", "plan.fp8_scaling=current", "plan.fp8_param_gather=true"], "torchtitan-compile",
+            fp8=True, holdout=True)
     add(TITAN_H100, "Llama3.1 405B FSDP16 TP8 full", H100, 128, l31_405b, 32,
         "tp=8,pp=1,mb=2,zero=3,recompute=full,sp=on,cp=1,tp_overlap=off", "tokens_per_gpu", 109, h100_96, "torchtitan")
     # MosaicML MPT (GPT-style, V = 50368, tied), FSDP FULL_SHARD, activation checkpointing = full recompute.

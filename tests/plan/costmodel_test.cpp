@@ -608,12 +608,24 @@ BOOST_AUTO_TEST_CASE(edge_parameters_are_the_exposed_tail_of_data_parallel_traff
 
 // PyTorch's async TP (plan.tp_overlap_impl = "torch") pipelines the forward's all-gathers and reduce-scatters with
 // their GEMMs as Megatron-Core's userbuffers do, and leaves the backward's as without overlap.
+// GPT-3 175B as TP8 x PP8 with SP on 64 A100 (Korthikanti's setting), one sequence per micro-batch.
+struct Gpt3WithSp {
+  Config cfg = gpt3_175b_on_64_a100();
+  ModelSpec m = model_from_config(cfg);
+  Cluster c = cluster_from_config(cfg);
+  Plan p = [] {
+    Plan q;
+    q.dp = 1, q.tp = 8, q.pp = 8, q.mb = 1, q.sp = true;
+    return q;
+  }();
+};
+
 BOOST_AUTO_TEST_CASE(torch_async_tp_hides_the_forward_collectives_only) {
-  const Config cfg = gpt3_175b_on_64_a100();
-  const ModelSpec m = model_from_config(cfg);
-  const Cluster c = cluster_from_config(cfg);
-  Plan p;
-  p.dp = 1, p.tp = 8, p.pp = 8, p.mb = 1, p.sp = true;
+  Gpt3WithSp g;
+  const Config& cfg = g.cfg;
+  const ModelSpec& m = g.m;
+  const Cluster& c = g.c;
+  Plan& p = g.p;
   p.recompute = Recompute::Selective;
   Assumptions megatron = assumptions_from_config(cfg), torch = megatron;
   torch.tp_overlap_backward = false;
@@ -629,6 +641,64 @@ BOOST_AUTO_TEST_CASE(torch_async_tp_hides_the_forward_collectives_only) {
   BOOST_TEST(async.b.tp_comm < off.b.tp_comm);
   BOOST_TEST(ub.step_time_s < async.step_time_s);
   BOOST_TEST(async.step_time_s < off.step_time_s);
+}
+
+BOOST_AUTO_TEST_CASE(dtensor_sequence_parallelism_copies_around_each_collective) {
+  // PyTorch DTensor's SP (plan.sp_layout = "bsh") gathers and scatters along dim 1 of (batch, seq, hidden):
+  // torch.cat of the chunks copies the whole tensor (read and write) around every all-gather and reduce-scatter,
+  // and autograd keeps the gathered inputs, so the weight gradients need no re-gather. Megatron (sbh) is unchanged.
+  Gpt3WithSp g;
+  const Config& cfg = g.cfg;
+  const ModelSpec& m = g.m;
+  const Cluster& c = g.c;
+  Plan& p = g.p;
+  p.recompute = Recompute::None;
+  Assumptions megatron = assumptions_from_config(cfg), dtensor = megatron;
+  dtensor.sp_batch_first = true;
+  BOOST_TEST(!megatron.sp_batch_first);
+  BOOST_TEST(assumptions_from_config(gpt3_175b_on_64_a100({"plan.sp_layout=\"bsh\""})).sp_batch_first);
+  const Evaluation sbh = evaluate(m, c, p, 64, megatron), bsh = evaluate(m, c, p, 64, dtensor);
+  BOOST_REQUIRE(sbh.feasible() && bsh.feasible());
+  // Per layer and micro-batch: 4 collectives each way on T x h 16-bit elements, each with a copy of 2 T h e bytes,
+  // less what Megatron re-gathers for the weight gradients (mostly beside dgrad). At most 13 layers on the slowest
+  // of the 8 stages (96 layers), 64 micro-batches.
+  const double T = double(m.seq_len), h = double(m.hidden), bytes = T * h * 2;
+  const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency, copy = 2 * bytes / hbm;
+  BOOST_TEST(bsh.b.tp_comm > sbh.b.tp_comm);
+  BOOST_TEST(bsh.b.tp_comm - sbh.b.tp_comm <= 13 * 64 * 8 * copy * (1 + 1e-9));
+  BOOST_TEST(bsh.b.tp_comm - sbh.b.tp_comm >= 11 * 64 * 8 * copy * 0.5);
+  // Async TP's forward (pipelined, chunk-wise) has no copies; its backward keeps them.
+  p.tp_overlap = true;
+  Assumptions async = dtensor;
+  async.tp_overlap_backward = false;
+  Assumptions async_sbh = megatron;
+  async_sbh.tp_overlap_backward = false;
+  const Evaluation a_bsh = evaluate(m, c, p, 64, async), a_sbh = evaluate(m, c, p, 64, async_sbh);
+  BOOST_TEST(a_bsh.b.stage_forward == a_sbh.b.stage_forward, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(a_bsh.b.stage_backward > a_sbh.b.stage_backward);
+}
+
+BOOST_AUTO_TEST_CASE(op_level_recompute_gathers_the_sequence_again) {
+  // torchtitan's op-level selective checkpointing keeps the reduce-scatters' outputs but not the all-gathers': under SP
+  // the rerun gathers again (recompute TP time = the forward's all-gathers), and Megatron's re-gather for the weight
+  // gradients is then not needed.
+  Gpt3WithSp g;
+  const ModelSpec& m = g.m;
+  const Cluster& c = g.c;
+  Plan& p = g.p;
+  p.recompute = Recompute::Selective;
+  Assumptions op = assumptions_from_config(g.cfg);
+  op.selective_alternate_mm = true;
+  op.tp_async_backward = false;
+  const Evaluation e = evaluate(m, c, p, 64, op);
+  BOOST_REQUIRE(e.feasible());
+  p.recompute = Recompute::None;
+  const Evaluation none = evaluate(m, c, p, 64, op);
+  // Recompute's TP share: two all-gathers per layer and micro-batch, in place of the two re-gathers.
+  const double ag = collective_time(c, Collective::AllGather, double(m.seq_len) * double(m.hidden) * 2, 8, 8);
+  const double layers = 13, micro = 64;  // at most 13 of the 96 layers on a stage; 64 micro-batches of one sequence
+  BOOST_TEST(e.b.tp_comm - none.b.tp_comm > 0);
+  BOOST_TEST(e.b.tp_comm - none.b.tp_comm <= layers * micro * 2 * ag + 1e-9);
 }
 
 BOOST_AUTO_TEST_CASE(context_parallelism_splits_the_sequence) {

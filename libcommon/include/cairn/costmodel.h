@@ -242,6 +242,9 @@ struct Assumptions {
   // TP: torch.compile's micro-pipeline pass fuses all-gather -> matmul and matmul -> reduce-scatter as the forward
   // writes them, and the backward's collectives run as without overlap; docs/cost-model.md, "TP overlap").
   bool tp_overlap_backward = true;
+  // Batch-first activations under SP (PyTorch DTensor, plan.sp_layout = "bsh"): a gather or scatter along the
+  // sequence dimension costs a copy of the whole tensor beside the collective (torch.cat of the chunks).
+  bool sp_batch_first = false;
   bool pp_scatter_gather = true;  // PP sends T*h/tp per TP rank (Megatron); false: the full T*h (DeepSpeed)
   // Interleaved schedules overlap their point-to-point transfers with compute (Megatron overlap_p2p_comm).
   bool pp_overlap = true;

@@ -467,6 +467,7 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   a.dp_overlap = s.dp_overlap;
   a.tp_async_backward = s.tp_async_backward;
   a.tp_overlap_backward = s.tp_overlap_impl != "torch";
+  a.sp_batch_first = s.sp_layout == "bsh";
   a.pp_scatter_gather = s.pp_scatter_gather;
   a.pp_overlap = s.pp_overlap;
   a.zero3 = s.zero3_impl == "deepspeed"  ? Zero3Impl::DeepSpeed
@@ -514,6 +515,9 @@ struct LayerTimes {
   double r_gemm = 0, r_mem = 0, r_tp = 0, r_cp = 0, r_slow = 0;
   double f_cast = 0, b_cast = 0, r_cast = 0;  // of f_mem, b_mem, r_mem: FP8 cast/transpose kernels
   double f_attn = 0, b_attn = 0, r_attn = 0;  // of f_gemm, b_gemm, r_gemm: the attention core
+  // Under SP, of f_tp / f_slow: the forward's two all-gathers; of b_tp / b_slow: the backward's re-gathers of the
+  // column-parallel inputs for their weight gradients (what an op-level recompute does instead).
+  double f_tp_gather = 0, f_slow_gather = 0, b_tp_regather = 0, b_slow_regather = 0;
   double fwd() const { return f_gemm + f_mem + f_tp + f_cp + f_slow; }
   double bwd() const { return b_gemm + b_mem + b_tp + b_cp + b_slow + r_gemm + r_mem + r_tp + r_cp + r_slow; }
   double recompute() const { return r_gemm + r_mem + r_tp + r_cp + r_slow; }
@@ -640,8 +644,15 @@ void add_tp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Gr
     }
     return;
   }
-  const double ag = collective_time(c, Collective::AllGather, a.fp8 ? elements : bytes, p.tp, g.tp_per_node);
-  const double rs = collective_time(c, Collective::ReduceScatter, bytes, p.tp, g.tp_per_node);
+  double ag = collective_time(c, Collective::AllGather, a.fp8 ? elements : bytes, p.tp, g.tp_per_node);
+  double rs = collective_time(c, Collective::ReduceScatter, bytes, p.tp, g.tp_per_node);
+  // Batch-first layouts (DTensor) copy the whole tensor around each collective (read and write): the gathered
+  // one after an all-gather, the one to scatter before a reduce-scatter. The forward's pipelined collectives of
+  // PyTorch's async TP (below) work on chunks and do without.
+  const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency;
+  const double ag_copy = a.sp_batch_first ? 2 * (a.fp8 ? elements : bytes) / hbm : 0.0;
+  const double rs_copy = a.sp_batch_first ? 2 * bytes / hbm : 0.0;
+  const double ag_plain = ag + ag_copy, rs_plain = rs + rs_copy;
   // GEMM order: 0 QKV (column), 1 projection (row), 2 MLP up (column), 3 MLP down (row).
   auto beside = [&](double comm, double gemm, double& exposed, double& slow) {
     const Overlap o = overlap(c, comm * (p.tp - 1) / p.tp, gemm);
@@ -649,28 +660,36 @@ void add_tp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Gr
     slow += o.slowdown;
   };
   if (p.tp_overlap) {
-    beside(ag, gemm_f[0], L.f_tp, L.f_slow);  // gather the sequence into the QKV GEMM
-    beside(rs, gemm_f[1], L.f_tp, L.f_slow);  // scatter the projection's output
-    beside(ag, gemm_f[2], L.f_tp, L.f_slow);
+    beside(ag, gemm_f[0], L.f_tp_gather, L.f_slow_gather);  // gather the sequence into the QKV GEMM
+    beside(rs, gemm_f[1], L.f_tp, L.f_slow);                // scatter the projection's output
+    beside(ag, gemm_f[2], L.f_tp_gather, L.f_slow_gather);
     beside(rs, gemm_f[3], L.f_tp, L.f_slow);
   } else {
-    L.f_tp = 2 * (ag + rs);
+    L.f_tp = 2 * rs_plain;
+    L.f_tp_gather = 2 * ag_plain;
   }
+  L.f_tp += L.f_tp_gather;
+  L.f_slow += L.f_slow_gather;
   // PyTorch's async TP (tp_overlap_backward = false) pipelines the forward's collectives only: see Assumptions.
   if (p.tp_overlap && a.tp_overlap_backward) {
     for (int row : {1, 3}) beside(ag, dgrad[row], L.b_tp, L.b_slow);  // gather the output gradient
     for (int col : {0, 2}) {
-      beside(ag, dgrad[col], L.b_tp, L.b_slow);  // re-gather the input for the weight gradient
-      beside(rs, wgrad[col], L.b_tp, L.b_slow);  // scatter the input gradient
+      beside(ag, dgrad[col], L.b_tp_regather, L.b_slow_regather);  // re-gather the input for the weight gradient
+      beside(rs, wgrad[col], L.b_tp, L.b_slow);                    // scatter the input gradient
     }
-    return;
+  } else {
+    L.b_tp = 2 * (ag_plain + rs_plain);
+    // Megatron keeps the column-parallel layers' local inputs and gathers them again for the weight gradients;
+    // PyTorch's autograd keeps the gathered ones (or a recompute gathers them), so there is no re-gather.
+    for (int col : {0, 2}) {
+      if (a.sp_batch_first) break;
+      const Overlap o = overlap(c, ag, dgrad[col]);
+      L.b_tp_regather += o.exposed;
+      L.b_slow_regather += o.slowdown;
+    }
   }
-  L.b_tp = 2 * (ag + rs);
-  for (int col : {0, 2}) {
-    const Overlap o = overlap(c, ag, dgrad[col]);
-    L.b_tp += o.exposed;
-    L.b_slow += o.slowdown;
-  }
+  L.b_tp += L.b_tp_regather;
+  L.b_slow += L.b_slow_regather;
 }
 
 LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g) {
@@ -801,6 +820,12 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     L.r_gemm = m.arch == Arch::Gpt ? gemm_f[1] + gemm_f[3] : linear(T, kv / t, h) + gemm_f[1] + linear(T, up1, h);
     L.r_mem = L.f_mem;
     L.r_cast = L.f_cast;
+    // Under SP the policy keeps the reduce-scatters' outputs but not the all-gathers': the rerun gathers the
+    // sequence again before the recomputed matmuls, and the weight gradients then use those inputs (no re-gather).
+    L.r_tp = L.f_tp_gather;
+    L.r_slow = L.f_slow_gather;
+    L.b_tp -= L.b_tp_regather;
+    L.b_slow -= L.b_slow_regather;
   } else if (p.recompute == Recompute::Selective) {
     L.r_gemm = core_f;
     L.r_attn = core_f;

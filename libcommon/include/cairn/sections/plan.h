@@ -39,6 +39,7 @@ struct PlanSection {
   std::string selective_policy = "attention";
   bool tp_async_backward = true;
   std::string tp_overlap_impl = "megatron";
+  std::string sp_layout = "sbh";
   bool dp_overlap = true;
   bool pp_scatter_gather = true;
   bool pp_overlap = true;
@@ -112,6 +113,11 @@ struct PlanSection {
       "all-gather and reduce-scatter of the layer, forward and backward, pipelined with its GEMM) or torch "
       "(PyTorch's async TP, torchtitan's enable_async_tensor_parallel: the forward's only; the backward's run as "
       "without overlap)");
+    k(&S::sp_layout, "sp_layout", Choices{"sbh", "bsh"},
+      "activation layout under sp = on: sbh (Megatron: sequence first, so the sequence-parallel all-gathers and "
+      "reduce-scatters work in place) or bsh (PyTorch DTensor, torchtitan: batch first, so each one along the "
+      "sequence dimension also copies the whole tensor: torch.cat of the gathered chunks, or of the chunks before "
+      "the scatter; PyTorch's async TP avoids it for the forward's fused collectives)");
     k(&S::dp_overlap, "dp_overlap",
       "overlap gradient reduction with backward (Megatron; DeepSpeed's pipeline engine reduces after the flush: "
       "false)");
