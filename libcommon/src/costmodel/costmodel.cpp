@@ -392,8 +392,12 @@ double activation_bytes_per_layer(const ModelSpec& m, const Assumptions& a, int6
   // the FP8 copy they cast for the forward GEMM (1 byte).
   const double li = a.fp8 ? 1.0 : e;
   // Parts that TP does not split (replicated on every TP rank unless SP shards them along s):
-  // LayerNorm inputs (2 x e sbh), QKV input (sbh), MLP input (sbh), dropout masks (1 byte each).
-  double replicated = 2 * e * sbh + li * sbh + li * sbh + (dropout ? 2 * sbh : 0.0);
+  // LayerNorm inputs (2 x e sbh), QKV input (sbh), MLP input (sbh), dropout masks (1 byte each). Under SP
+  // Megatron keeps the QKV and MLP inputs sharded and gathers them again for the weight gradients; PyTorch's
+  // autograd (plan.sp_layout = "bsh") keeps the gathered ones whole.
+  const double linear_inputs = li * sbh + li * sbh;
+  const double kept_whole = sp && a.sp_batch_first ? linear_inputs : 0.0;
+  double replicated = 2 * e * sbh + (linear_inputs - kept_whole) + (dropout ? 2 * sbh : 0.0);
   // Parts split by TP: Q, K, V (K, V shrink with GQA), attention-projection input, MLP inner tensors.
   double split = e * sbh * (1 + 2 * kvr)                           // Q, K, V
                  + li * sbh;                                       // softmax x V output = projection input
@@ -402,7 +406,7 @@ double activation_bytes_per_layer(const ModelSpec& m, const Assumptions& a, int6
   // Attention scores: softmax output (e), dropout mask (1) and dropout output (e) per score.
   double scores = 0;
   if (!a.flash_attention && r != Recompute::Selective) scores = heads * s * s * double(b) * (dropout ? (2 * e + 1) : e);
-  return replicated / (sp ? t : 1.0) + (split + scores) / t;
+  return replicated / (sp ? t : 1.0) + (split + scores) / t + kept_whole;
 }
 
 Plan plan_from_section(const ParallelSection& s, int world) {
