@@ -648,8 +648,8 @@ void add_tp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Gr
     }
     return;
   }
-  double ag = collective_time(c, Collective::AllGather, a.fp8 ? elements : bytes, p.tp, g.tp_per_node);
-  double rs = collective_time(c, Collective::ReduceScatter, bytes, p.tp, g.tp_per_node);
+  const double ag = collective_time(c, Collective::AllGather, a.fp8 ? elements : bytes, p.tp, g.tp_per_node);
+  const double rs = collective_time(c, Collective::ReduceScatter, bytes, p.tp, g.tp_per_node);
   // Batch-first layouts (DTensor) copy the whole tensor around each collective (read and write): the gathered
   // one after an all-gather, the one to scatter before a reduce-scatter. The forward's pipelined collectives of
   // PyTorch's async TP (below) work on chunks and do without.
