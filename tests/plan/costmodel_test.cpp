@@ -1343,6 +1343,38 @@ BOOST_AUTO_TEST_CASE(fp8_parameters_halve_the_gathers_and_drop_the_bf16_copy) {
   BOOST_CHECK_NO_THROW(assumptions_from_config(load({}, {"plan.fp8_param_gather=true", "plan.precision=fp8"})));
 }
 
+BOOST_AUTO_TEST_CASE(separate_projections_reread_the_input_and_sum_its_gradients) {
+  // torchtitan's Llama runs wq, wk, wv and w1, w3 as separate linears (plan.fused_projections = false): the same
+  // FLOPs, each GEMM reading its input itself, and the backward summing the input gradients of the linears that share
+  // an input: two sums for Q, K and V, one for SwiGLU's gate and up, each reading two T x h tensors and writing one.
+  const ModelSpec m = llama(4, 4096, 32, 8, 14336, 8192, 128256);
+  const Cluster c = hopper();
+  Assumptions fused;
+  fused.flash_attention = true;
+  fused.dropout = false;
+  Assumptions separate = fused;
+  separate.fused_projections = false;
+  BOOST_TEST(assumptions_from_config(load({"configs/stacks/torchtitan.toml"})).fused_projections == false);
+  BOOST_TEST(assumptions_from_config(load({})).fused_projections);
+  Plan p;
+  p.tp = 8;
+  p.sp = true;
+  p.mb = 2;
+  const Evaluation f = evaluate(m, c, p, 2, fused), s = evaluate(m, c, p, 2, separate);
+  BOOST_REQUIRE(f.feasible() && s.feasible());
+  // Smaller GEMMs, each paying its own tile waves and input reads: never faster.
+  BOOST_TEST(s.b.gemm >= f.b.gemm);
+  // The gradient sums: 3 per layer, each 3 T h e bytes (T = 2 x 8192 tokens, gathered under SP) and one kernel.
+  const double T = 2 * 8192.0, h = 4096, hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency;
+  const double sums = 4 * (3 * 3 * T * h * 2 / hbm + 3 * c.kernel_overhead_us * 1e-6);
+  BOOST_TEST(s.b.memory_bound - f.b.memory_bound == sums, boost::test_tools::tolerance(1e-9));
+  // GPT's MLP has one up-projection: only Q, K and V split.
+  const ModelSpec g = gpt(4, 4096, 32, 8192, 128256);
+  const Evaluation gf = evaluate(g, c, p, 2, fused), gs = evaluate(g, c, p, 2, separate);
+  BOOST_TEST(gs.b.memory_bound - gf.b.memory_bound == 4 * (2 * 3 * T * h * 2 / hbm + 2 * c.kernel_overhead_us * 1e-6),
+             boost::test_tools::tolerance(1e-9));
+}
+
 BOOST_AUTO_TEST_CASE(interleaved_pipelines_hide_their_transfers_behind_compute) {
   // Megatron's interleaved schedule overlaps each chunk's sends with compute (overlap_p2p_comm); 1F1B waits.
   const ModelSpec m = gpt(16, 4096, 32, 2048, 51200);

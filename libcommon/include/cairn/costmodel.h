@@ -245,6 +245,9 @@ struct Assumptions {
   // Batch-first activations under SP (PyTorch DTensor, plan.sp_layout = "bsh"): a gather or scatter along the
   // sequence dimension costs a copy of the whole tensor beside the collective (torch.cat of the chunks).
   bool sp_batch_first = false;
+  // Q, K, V (and SwiGLU's gate and up) as one linear each group (Megatron, Transformer Engine), or as separate ones
+  // (plan.fused_projections = false: torchtitan, Hugging Face Llama).
+  bool fused_projections = true;
   bool pp_scatter_gather = true;  // PP sends T*h/tp per TP rank (Megatron); false: the full T*h (DeepSpeed)
   // Interleaved schedules overlap their point-to-point transfers with compute (Megatron overlap_p2p_comm).
   bool pp_overlap = true;

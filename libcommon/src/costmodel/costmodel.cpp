@@ -472,6 +472,7 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   a.tp_async_backward = s.tp_async_backward;
   a.tp_overlap_backward = s.tp_overlap_impl != "torch";
   a.sp_batch_first = s.sp_layout == "bsh";
+  a.fused_projections = s.fused_projections;
   a.pp_scatter_gather = s.pp_scatter_gather;
   a.pp_overlap = s.pp_overlap;
   a.zero3 = s.zero3_impl == "deepspeed"  ? Zero3Impl::DeepSpeed
@@ -704,17 +705,32 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
   const double t = double(p.tp), kv = std::max(double(m.kv_heads), t) * d, e = a.activation_bytes;
   const double heads_local = double(m.heads) / t;
   const double up = (m.arch == Arch::Gpt ? 1.0 : 2.0) * f / t;  // SwiGLU gate+up fused into one GEMM
-  // Weight GEMMs (M x N x K): forward, then backward dgrad (M x K x N) and wgrad (K x N x M).
-  const double w[4][3] = {{T, (h + 2 * kv) / t, h}, {T, h, h / t}, {T, up, h}, {T, h, f / t}};
-  // FP8 (Transformer Engine): forward, dgrad and wgrad of these four GEMMs run on FP8 tensor cores.
+  // FP8 (Transformer Engine): forward, dgrad and wgrad of the weight GEMMs run on FP8 tensor cores.
   auto linear = [&](double mm, double nn, double kk) {
     return a.fp8 ? gemm_time_fp8(c, mm, nn, kk, 1) : gemm_time(c, mm, nn, kk, 1, e);
   };
-  double gemm_f[4], dgrad[4], wgrad[4], fw = 0, bw = 0;
+  // Weight GEMMs (M x N x K): forward, then backward dgrad (M x K x N) and wgrad (K x N x M), in four groups:
+  // 0 QKV (column), 1 projection (row), 2 MLP up (column), 3 MLP down (row). Megatron fuses Q, K and V into one
+  // linear and SwiGLU's gate and up into another; torchtitan (Hugging Face Llama alike) runs them as separate
+  // linears (plan.fused_projections = false): each reads the input again (its own roofline bytes) and the backward
+  // sums their input gradients (below).
+  double gemm_f[4] = {0, 0, 0, 0}, dgrad[4] = {0, 0, 0, 0}, wgrad[4] = {0, 0, 0, 0}, fw = 0, bw = 0;
+  auto add_gemm = [&](int i, double nn, double kk) {
+    gemm_f[i] += linear(T, nn, kk);
+    dgrad[i] += linear(T, kk, nn);
+    wgrad[i] += linear(kk, nn, T);
+  };
+  const bool separate = !a.fused_projections;
+  if (separate) {
+    for (double nn : {h / t, kv / t, kv / t}) add_gemm(0, nn, h);
+  } else {
+    add_gemm(0, (h + 2 * kv) / t, h);
+  }
+  add_gemm(1, h, h / t);
+  const int up_parts = separate && m.arch != Arch::Gpt ? 2 : 1;
+  for (int i = 0; i < up_parts; ++i) add_gemm(2, up / up_parts, h);
+  add_gemm(3, h, f / t);
   for (int i = 0; i < 4; ++i) {
-    gemm_f[i] = linear(w[i][0], w[i][1], w[i][2]);
-    dgrad[i] = linear(w[i][0], w[i][2], w[i][1]);
-    wgrad[i] = linear(w[i][2], w[i][1], w[i][0]);
     fw += gemm_f[i];
     bw += dgrad[i] + wgrad[i];
   }
@@ -759,6 +775,12 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
   const double scores = mf * eb.scores * T / t;
   L.f_mem = (rep + split + scores) / hbm + eb.kernels * k0;
   L.b_mem = 2 * (rep + split + scores) / hbm + 2 * eb.kernels * k0;
+  if (separate) {
+    // Autograd adds the input gradients of the linears that share an input (K and V into Q's; llama's up into its
+    // gate's): read two T x h 16-bit tensors, write one, per extra linear (T: the gathered tokens under SP).
+    const int extra = 2 + (up_parts - 1);
+    L.b_mem += extra * 3 * T * h * e / hbm + extra * k0;
+  }
   if (a.fp8) {
     const Fp8CastBytes cast = fp8_cast_bytes(m, a, p);
     L.f_cast = T * cast.forward / hbm + 4 * k0;

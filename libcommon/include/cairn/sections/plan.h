@@ -40,6 +40,7 @@ struct PlanSection {
   bool tp_async_backward = true;
   std::string tp_overlap_impl = "megatron";
   std::string sp_layout = "sbh";
+  bool fused_projections = true;
   bool dp_overlap = true;
   bool pp_scatter_gather = true;
   bool pp_overlap = true;
@@ -118,6 +119,10 @@ struct PlanSection {
       "reduce-scatters work in place) or bsh (PyTorch DTensor, torchtitan: batch first, so each one along the "
       "sequence dimension also copies the whole tensor: torch.cat of the gathered chunks, or of the chunks before "
       "the scatter; PyTorch's async TP avoids it for the forward's fused collectives)");
+    k(&S::fused_projections, "fused_projections",
+      "Q, K and V run as one linear, and SwiGLU's gate and up as another (Megatron, Transformer Engine); false: as "
+      "separate linears (torchtitan, Hugging Face Llama), each reading the input again and the backward summing "
+      "their input gradients");
     k(&S::dp_overlap, "dp_overlap",
       "overlap gradient reduction with backward (Megatron; DeepSpeed's pipeline engine reduces after the flush: "
       "false)");
