@@ -472,6 +472,15 @@ def main():
     for half in ("fit", "held-out", None):
         mean, mx, n = summary(res, half)
         print(f"{half or 'all':8} rows {n:3d}: mean |error| {mean:5.1f}%, max {mx:5.1f}%")
+    # Per source (its citation's first words), both halves: where the model stands stack by stack.
+    by_source = {}
+    for r, p, _ in res:
+        if p is not None:
+            by_source.setdefault(r["src"].split(":")[0][:60], []).append(100 * error(r, p))
+    print(f"{'source':60} {'rows':>4} {'mean|e|':>8} {'signed':>7} {'max|e|':>7}")
+    for src, errs in by_source.items():
+        print(f"{src:60} {len(errs):4d} {sum(map(abs, errs)) / len(errs):7.1f}% {sum(errs) / len(errs):+6.1f}% "
+              f"{max(map(abs, errs)):6.1f}%")
     failed = sum(1 for _, p, _ in res if p is None)
     if args.json:
         with open(args.json, "w") as f:
