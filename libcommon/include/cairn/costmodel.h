@@ -132,6 +132,8 @@ struct Cluster {
   // runs its compute-bound kernels at the clock that power sustains, (cap / tdp)^(1/3) of it (0: no model).
   double tdp_w = 0, power_limit_w = 0;
   double clock_factor() const;
+  // Bytes per second memory-bound kernels move: hbm_gbps at hbm_efficiency.
+  double hbm_rate() const { return hbm_gbps * 1e9 * hbm_efficiency; }
   // Compute slows by this fraction while a collective runs beside it (NCCL kernels occupy SMs and HBM).
   double overlap_slowdown = 0.1;
   // Communication progresses beside compute (NCCL on its own stream). False for CPU ranks over MPI: one thread per
@@ -363,6 +365,8 @@ Plan plan_from_parallel(const Config& cfg, int world);
 Assumptions assumptions_from_section(const PlanSection& s);
 // assumptions_from_section of the config's [plan].
 Assumptions assumptions_from_config(const Config& cfg);
+// plan.fp8_param_gather takes effect where the weights are sharded and gathered: fp8 plans with zero >= 1.
+bool fp8_params(const Assumptions& a, const Plan& p);
 
 // One call for a training tool: evaluates the [parallel] plan of `cfg` for [model] on [cluster]
 // with [train] global_batch. `world` > 0 (the MPI world size) resizes the cluster to that many

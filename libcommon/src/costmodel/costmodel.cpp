@@ -241,7 +241,7 @@ double gemm_time(const Cluster& c, double m, double n, double k, double count, d
   if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0;
   const double compute = gemm_compute_seconds(c, bf16_rate(c), m, n, k, count);
   const double bytes = (m * k + k * n + m * n) * count * elem_bytes;
-  const double memory = bytes / (c.hbm_gbps * 1e9 * c.hbm_efficiency);
+  const double memory = bytes / c.hbm_rate();
   return std::max(compute, memory);
 }
 
@@ -250,7 +250,7 @@ double gemm_time_fp8(const Cluster& c, double m, double n, double k, double coun
   require_fp8_cores(c);
   const double compute = gemm_compute_seconds(c, fp8_rate(c), m, n, k, count, /*fp8=*/true);
   const double bytes = (m * k + k * n) * count + m * n * count * 2;  // FP8 inputs, bf16 output
-  const double memory = bytes / (c.hbm_gbps * 1e9 * c.hbm_efficiency);
+  const double memory = bytes / c.hbm_rate();
   return std::max(compute, memory);
 }
 
@@ -494,6 +494,8 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   return a;
 }
 
+bool fp8_params(const Assumptions& a, const Plan& p) { return a.fp8 && a.fp8_param_gather && p.zero >= 1; }
+
 Assumptions assumptions_from_config(const Config& cfg) {
   return assumptions_from_section(read_section<PlanSection>(cfg));
 }
@@ -588,8 +590,6 @@ Fp8CastBytes fp8_cast_bytes(const ModelSpec& m, const Assumptions& a, const Plan
   return r;
 }
 
-// plan.fp8_param_gather takes effect where the weights are sharded and gathered: fp8 plans with zero >= 1.
-bool fp8_params(const Assumptions& a, const Plan& p) { return a.fp8 && a.fp8_param_gather && p.zero >= 1; }
 // Bytes per layer parameter as stored and gathered: FP8 (1) with FP8 parameters, else the 16-bit weight.
 double layer_weight_bytes(const Assumptions& a, const Plan& p) { return fp8_params(a, p) ? 1.0 : a.weight_bytes; }
 
@@ -654,7 +654,7 @@ void add_tp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Gr
   // Batch-first layouts (DTensor) copy the whole tensor around each collective (read and write): the gathered
   // one after an all-gather, the one to scatter before a reduce-scatter. The forward's pipelined collectives of
   // PyTorch's async TP (below) work on chunks and do without.
-  const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency;
+  const double hbm = c.hbm_rate();
   const double ag_copy = a.sp_batch_first ? 2 * (a.fp8 ? elements : bytes) / hbm : 0.0;
   const double rs_copy = a.sp_batch_first ? 2 * bytes / hbm : 0.0;
   const double ag_plain = ag + ag_copy, rs_plain = rs + rs_copy;
@@ -734,7 +734,7 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
     fw += gemm_f[i];
     bw += dgrad[i] + wgrad[i];
   }
-  const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency, k0 = c.kernel_overhead_us * 1e-6;
+  const double hbm = c.hbm_rate(), k0 = c.kernel_overhead_us * 1e-6;
   // Attention core: the local s/cp queries against all s keys, batched over b x local heads.
   double core_f, core_b;
   if (a.flash_attention) {
@@ -945,7 +945,7 @@ std::vector<int> plan_stage_layers(const ModelSpec& m, const Plan& p, double emb
 // FSDP2 about 12). docs/cost-model.md section 3.
 double fsdp_copy_kernels(const Cluster& c, const Assumptions& a, double layer_params) {
   const double bytes = layer_params * (a.activation_bytes + 3 * a.grad_bytes);
-  return bytes / (c.hbm_gbps * 1e9 * c.hbm_efficiency) + 2 * c.kernel_overhead_us * 1e-6;
+  return bytes / c.hbm_rate() + 2 * c.kernel_overhead_us * 1e-6;
 }
 
 // Parameter tensors of one layer that DeepSpeed stage 3 gathers, each separately: the weight matrices, gpt QKV,
@@ -1111,7 +1111,7 @@ EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a,
                      double T, const LayerTimes& L) {
   EdgeTimes E;
   const double t = double(p.tp), e = a.activation_bytes;
-  const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency, k0 = c.kernel_overhead_us * 1e-6;
+  const double hbm = c.hbm_rate(), k0 = c.kernel_overhead_us * 1e-6;
   const double V = double(m.vocab), h = double(m.hidden);
   E.embed_f = T * h * e * 2 / hbm + k0;
   E.embed_b = 2 * E.embed_f;
@@ -1390,7 +1390,7 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
   const ParamCounts pc = parameter_counts(m);
   const FlopsPerToken fl = flops_per_token(m);
   const double T = double(p.mb) * double(m.seq_len) / p.cp;  // tokens per micro-batch per rank
-  const double hbm = c.hbm_gbps * 1e9 * c.hbm_efficiency, k0 = c.kernel_overhead_us * 1e-6;
+  const double hbm = c.hbm_rate(), k0 = c.kernel_overhead_us * 1e-6;
   const Groups g = place_groups(c, p);
   B.tp_tier = p.tp == 1 ? "-" : (g.tp_spans ? "inter" : "intra");
   B.cp_tier = p.cp == 1 ? "-" : (g.cp_spans ? "inter" : "intra");

@@ -405,10 +405,10 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   auto mem = [&](const char* name, double bytes, const std::string& note) {
     os << strprintf("  %-22s %9.2f GiB  %s\n", name, bytes / kGiB, note.c_str());
   };
-  const bool fp8_params = a.fp8 && a.fp8_param_gather && e.plan.zero >= 1;
+  const bool fp8_weights = fp8_params(a, e.plan);
   mem("weights", b.mem_weights,
       strprintf("%lld params on the largest stage x %.0f B%s%s", (long long)b.stage_params, a.weight_bytes,
-                fp8_params ? " (the layers' 1 B: FP8)" : "", e.plan.zero >= 3 ? " / dp" : ""));
+                fp8_weights ? " (the layers' 1 B: FP8)" : "", e.plan.zero >= 3 ? " / dp" : ""));
   mem("gradients", b.mem_grads, strprintf("x %.0f B%s", a.grad_bytes, e.plan.zero >= 2 ? " / dp" : ""));
   mem("optimizer states", b.mem_optimizer,
       strprintf("x %.0f B (fp32 master + Adam m, v)%s", a.optimizer_bytes, e.plan.zero >= 1 ? " / dp" : ""));
@@ -416,9 +416,9 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
       strprintf("%.3f GiB/layer/micro-batch x %.2f in flight", b.act_per_layer / kGiB, b.inflight));
   mem("logits + loss", b.mem_logits, "last stage");
   mem("buffers + reserved", b.mem_buffers,
-      fp8_params ? "recompute working set, ZeRO-3 prefetch, FP8 weight transposes, runtime"
-      : a.fp8    ? "recompute working set, ZeRO-3 prefetch, FP8 weight copies, runtime"
-                 : "recompute working set, ZeRO-3 prefetch, runtime");
+      fp8_weights ? "recompute working set, ZeRO-3 prefetch, FP8 weight transposes, runtime"
+      : a.fp8     ? "recompute working set, ZeRO-3 prefetch, FP8 weight copies, runtime"
+                  : "recompute working set, ZeRO-3 prefetch, runtime");
   if (!e.feasible()) os << "REJECTED  " << e.reason << "\n";
   return os.str();
 }
