@@ -41,8 +41,7 @@ struct Chunk {
   std::vector<int> slot_of_micro;  // -1: not in flight
   std::vector<int> free_slots;
   int slots_used = 0;
-  std::vector<float> recv_host;  // staging of received floats on device backends
-  BackendBuffer grad_in;         // the received gradient of this chunk's output
+  BackendBuffer grad_in;  // the received gradient of this chunk's output
 
   size_t num_params() const { return model->num_params(); }
   // The summed gradient of the rank's shard [shards.lo, shards.hi): shard_grads (ZeRO-2/3, and ZeRO-1 over NCCL) or,

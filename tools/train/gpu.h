@@ -1,15 +1,20 @@
 // cairn-train's GPU plumbing beyond the kernel table and libcommon's cairn/gpu.h: NCCL gradient communication on its
-// own stream, and the model's tensor-parallel collectives over NCCL. gpu_cuda.cpp implements it in CUDA builds;
-// gpu_none.cpp in CPU-only builds, where the trainer never reaches it (find_backend("cuda") does not exist there).
+// own stream, the model's tensor-parallel collectives over NCCL, and the pipeline's messages over NCCL. gpu_cuda.cpp
+// implements it in CUDA builds; gpu_none.cpp in CPU-only builds, where the trainer never reaches it
+// (find_backend("cuda") does not exist there).
 #pragma once
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "cairn/gpt.h"
 #include "cairn/gpu.h"
+#include "pipe_transport.h"
 
 namespace cairn::train::gpu {
 
@@ -43,6 +48,18 @@ class Nccl {
   // ZeRO-1 parameters: every rank's shard of p[0, N) to all ranks, in place (ncclAllGather when N divides evenly,
   // else one ncclBroadcast per rank in a group).
   void all_gather_shards(float* p, size_t shard, size_t N);
+  // ZeRO-2/3 units, uneven pieces: piece r is counts[r] floats at displs[r] of a unit.
+  // gather_pieces: every rank's `mine` (its piece) into piece r of `unit` on all ranks (one ncclBroadcast per rank in
+  // one group). reduce_pieces: `unit` summed over the ranks, piece r into rank r's `mine` (one ncclReduce per rank).
+  void gather_pieces(const float* mine, float* unit, const std::vector<size_t>& counts,
+                     const std::vector<size_t>& displs);
+  void reduce_pieces(const float* unit, float* mine, const std::vector<size_t>& counts,
+                     const std::vector<size_t>& displs);
+  // A point on the communication stream (everything queued on it so far), and the compute stream's later work waiting
+  // for it on the device, so the host never blocks. Points live in a small ring of events: a point older than the
+  // ring is waited for as a later one (never less).
+  uint64_t mark();
+  void compute_waits(uint64_t point);
   // The host waits until everything queued on the communication stream has finished; a communicator NCCL reports
   // failed (a peer gone, a network error) throws instead of waiting forever.
   void wait();
@@ -68,5 +85,18 @@ class Nccl {
 // time (waiting for the slowest peer included, like MPI's) -- at the price of the CPU/GPU overlap (the host can no
 // longer queue the next kernels while a collective runs) at every tensor-parallel collective. Leave it empty for speed.
 gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double seconds)> on_call);
+
+// The pipeline's messages over NCCL, device memory to device memory (no host copy), for the ranks of `pp_group` (one
+// pipeline: parallel::Groups::pp, ordered by stage). NCCL's point-to-point has no tags, so each direction and kind of
+// message gets its own two-rank communicator and stream (this rank sends activations to the next stage and gradients
+// to the previous one, and receives the reverse: up to four channels), and on each channel messages match in the
+// order they are posted: the trainer checks that its schedule keeps that order (pipeline::in_order_mismatch) before
+// it uses this. `wraps`: the last stage also sends activations to the first (interleaved schedules, v > 1).
+//   send: the floats are copied (on the compute stream, so later kernels may overwrite the source) into a buffer of
+//     the transport, which its channel's stream then sends; the host never waits.
+//   recv: the host waits for the work queued so far on the compute stream, then for the message (the seconds of the
+//     latter are returned: the pipeline wait), so the next kernel can read dst.
+// A channel NCCL reports failed (a peer gone) throws instead of waiting forever. Collective over pp_group.
+std::unique_ptr<PipeTransport> nccl_pipe(MPI_Comm pp_group, bool wraps);
 
 }  // namespace cairn::train::gpu

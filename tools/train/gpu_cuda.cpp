@@ -6,12 +6,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "cairn/error.h"
 #include "cairn/gpu_check.h"
 #include "cairn/gpu_nccl.h"
 #include "cairn/mpi.h"
@@ -34,6 +38,21 @@ void nccl_group(F&& group) {
   CAIRN_NCCL_CHECK(ncclGroupEnd());
 }
 
+// The host waits until `stream` has run everything queued on it. Polled rather than cudaStreamSynchronize: a peer that
+// died or a network error leaves NCCL's kernels waiting forever, and only ncclCommGetAsyncError tells (NCCL's guide,
+// "Fault tolerance"), so the wait ends in an error that brings the job down instead of a hang.
+void wait_for_stream(cudaStream_t stream, ncclComm_t comm) {
+  for (;;) {
+    const cudaError_t q = cudaStreamQuery(stream);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) CAIRN_CUDA_CHECK(q);
+    ncclResult_t async = ncclSuccess;
+    CAIRN_NCCL_CHECK(ncclCommGetAsyncError(comm, &async));
+    if (async != ncclInProgress) CAIRN_NCCL_CHECK(async);
+    std::this_thread::yield();
+  }
+}
+
 }  // namespace
 
 struct Nccl::Impl {
@@ -42,6 +61,10 @@ struct Nccl::Impl {
   cudaEvent_t compute_done = nullptr;
   cudaEvent_t comm_done = nullptr;
   int rank = 0, world = 1;
+  // mark() / compute_waits(): points on the communication stream, point p in marks[p % kMarks].
+  static constexpr uint64_t kMarks = 8;
+  cudaEvent_t marks[kMarks] = {};
+  uint64_t next_mark = 0;
 
   // The communication stream waits (on the device, not the host) for what is queued on the legacy default
   // stream, where the CUDA backend runs every kernel.
@@ -55,20 +78,8 @@ struct Nccl::Impl {
     CAIRN_CUDA_CHECK(cudaEventRecord(comm_done, stream));
     CAIRN_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, comm_done, 0));
   }
-  // The host waits for the communication stream. Polled rather than cudaStreamSynchronize: a peer that died or a
-  // network error leaves NCCL's kernels waiting forever, and only ncclCommGetAsyncError tells (NCCL's guide,
-  // "Fault tolerance"), so the wait ends in an error that brings the job down instead of a hang.
-  void host_wait() const {
-    for (;;) {
-      const cudaError_t q = cudaStreamQuery(stream);
-      if (q == cudaSuccess) return;
-      if (q != cudaErrorNotReady) CAIRN_CUDA_CHECK(q);
-      ncclResult_t async = ncclSuccess;
-      CAIRN_NCCL_CHECK(ncclCommGetAsyncError(comm, &async));
-      if (async != ncclInProgress) CAIRN_NCCL_CHECK(async);
-      std::this_thread::yield();
-    }
-  }
+  // The host waits for the communication stream (wait_for_stream: a failed peer throws instead of hanging).
+  void host_wait() const { wait_for_stream(stream, comm); }
 };
 
 Nccl::Nccl(MPI_Comm comm) : impl_(new Impl) {
@@ -80,8 +91,11 @@ Nccl::Nccl(MPI_Comm comm) : impl_(new Impl) {
     CAIRN_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
     CAIRN_CUDA_CHECK(cudaEventCreateWithFlags(&m.compute_done, cudaEventDisableTiming));
     CAIRN_CUDA_CHECK(cudaEventCreateWithFlags(&m.comm_done, cudaEventDisableTiming));
+    for (cudaEvent_t& e : m.marks) CAIRN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     m.comm = cairn::gpu::nccl_comm_from_mpi(comm);  // on the GPU trainer setup bound (bind_rank_to_gpu)
   } catch (...) {
+    for (cudaEvent_t e : m.marks)
+      if (e) cudaEventDestroy(e);
     if (m.comm_done) cudaEventDestroy(m.comm_done);
     if (m.compute_done) cudaEventDestroy(m.compute_done);
     if (m.stream) cudaStreamDestroy(m.stream);
@@ -101,6 +115,8 @@ Nccl::~Nccl() {
       ncclCommDestroy(m.comm);
     }
   }
+  for (cudaEvent_t e : m.marks)
+    if (e) cudaEventDestroy(e);
   if (m.comm_done) cudaEventDestroy(m.comm_done);
   if (m.compute_done) cudaEventDestroy(m.compute_done);
   if (m.stream) cudaStreamDestroy(m.stream);
@@ -144,6 +160,48 @@ void Nccl::all_gather_shards(float* p, size_t shard, size_t N) {
       CAIRN_NCCL_CHECK(ncclBroadcast(p + a, p + a, b - a, ncclFloat32, r, m.comm, m.stream));
     }
   });
+}
+
+void Nccl::gather_pieces(const float* mine, float* unit, const std::vector<size_t>& counts,
+                         const std::vector<size_t>& displs) {
+  Impl& m = *impl_;
+  m.after_compute();  // the optimizer's update of `mine`, and the last kernels reading `unit`'s buffer
+  nccl_group([&] {
+    for (int r = 0; r < m.world; ++r) {
+      const size_t n = counts[static_cast<size_t>(r)];
+      if (n == 0) continue;
+      // sendbuff is only read on the root; the others pass their own (valid) destination
+      float* dst = unit + displs[static_cast<size_t>(r)];
+      CAIRN_NCCL_CHECK(ncclBroadcast(r == m.rank ? mine : dst, dst, n, ncclFloat32, r, m.comm, m.stream));
+    }
+  });
+}
+
+void Nccl::reduce_pieces(const float* unit, float* mine, const std::vector<size_t>& counts,
+                         const std::vector<size_t>& displs) {
+  Impl& m = *impl_;
+  m.after_compute();  // the backward kernels that finished `unit`'s gradient
+  nccl_group([&] {
+    for (int r = 0; r < m.world; ++r) {
+      const size_t n = counts[static_cast<size_t>(r)];
+      if (n == 0) continue;
+      const float* src = unit + displs[static_cast<size_t>(r)];
+      // recvbuff is only written on the root; the others pass their own (valid, untouched) piece buffer
+      CAIRN_NCCL_CHECK(ncclReduce(src, mine, n, ncclFloat32, ncclSum, r, m.comm, m.stream));
+    }
+  });
+}
+
+uint64_t Nccl::mark() {
+  Impl& m = *impl_;
+  const uint64_t point = m.next_mark++;
+  CAIRN_CUDA_CHECK(cudaEventRecord(m.marks[point % Impl::kMarks], m.stream));
+  return point;
+}
+
+void Nccl::compute_waits(uint64_t point) {
+  // A ring slot recorded again since holds a later point of the same stream: waiting for it waits longer, never less.
+  CAIRN_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, impl_->marks[point % Impl::kMarks], 0));
 }
 
 void Nccl::wait() { impl_->host_wait(); }
@@ -208,6 +266,165 @@ gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
     if (on_call) on_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   };
   return c;
+}
+
+// ---------------------------------------------------------------- pipeline messages
+
+namespace {
+
+// One direction and kind of pipeline message between this rank and one neighbour: a two-rank NCCL communicator (the
+// sender is its rank 0) with its own stream.
+struct PipeChannel {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int peer = -1;        // the other end's rank in comm
+  int peer_world = -1;  // and in MPI_COMM_WORLD (what the trainer names)
+  bool open() const { return comm != nullptr; }
+};
+
+// A send's own copy of the floats, reusable once `sent` (recorded on the channel's stream after ncclSend) is done.
+struct SendBuffer {
+  float* data = nullptr;
+  size_t capacity = 0;
+  cudaEvent_t sent = nullptr;
+};
+
+class NcclPipe final : public PipeTransport {
+ public:
+  NcclPipe(MPI_Comm pp_group, bool wraps) {
+    int me = 0, P = 1, world_rank = 0;
+    mpi::check(MPI_Comm_rank(pp_group, &me), "MPI_Comm_rank (pipeline)");
+    mpi::check(MPI_Comm_size(pp_group, &P), "MPI_Comm_size (pipeline)");
+    mpi::check(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
+    std::vector<int> world_of(static_cast<size_t>(P));
+    mpi::check(MPI_Allgather(&world_rank, 1, MPI_INT, world_of.data(), 1, MPI_INT, pp_group),
+               "MPI_Allgather (pipeline ranks)");
+    CAIRN_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+    // Every edge of the ring in one global order (activations r -> r+1, then gradients r -> r-1), each created by its
+    // two ends only: NCCL's initialization blocks until both have joined, and with one order everywhere the first
+    // edge not yet made always has both its ends waiting on it.
+    for (int kind = 0; kind < 2; ++kind)
+      for (int from = 0; from < P; ++from) {
+        const int to = kind == 0 ? from + 1 : from - 1;
+        if (!wraps && (to < 0 || to >= P)) continue;
+        const int dst = (to + P) % P;
+        const bool sender = me == from, receiver = me == dst;
+        MPI_Comm pair = MPI_COMM_NULL;
+        mpi::check(MPI_Comm_split(pp_group, sender || receiver ? 0 : MPI_UNDEFINED, sender ? 0 : 1, &pair),
+                   "MPI_Comm_split (pipeline channel)");
+        if (pair == MPI_COMM_NULL) continue;
+        PipeChannel& c = kind == 0 ? (sender ? act_out_ : act_in_) : (sender ? grad_out_ : grad_in_);
+        try {
+          CAIRN_CUDA_CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
+          c.comm = cairn::gpu::nccl_comm_from_mpi(pair);
+        } catch (...) {
+          MPI_Comm_free(&pair);
+          throw;
+        }
+        MPI_Comm_free(&pair);
+        c.peer = sender ? 1 : 0;
+        c.peer_world = world_of[static_cast<size_t>(sender ? dst : from)];
+      }
+  }
+
+  ~NcclPipe() override {
+    const bool unwinding = std::uncaught_exceptions() > 0;
+    for (PipeChannel* c : channels()) {
+      if (c->comm) {
+        if (unwinding) {
+          ncclCommAbort(c->comm);
+        } else {
+          cudaStreamSynchronize(c->stream);
+          ncclCommDestroy(c->comm);
+        }
+      }
+      if (c->stream) cudaStreamDestroy(c->stream);
+    }
+    for (SendBuffer& b : buffers_) {
+      if (b.data) cudaFree(b.data);
+      if (b.sent) cudaEventDestroy(b.sent);
+    }
+    if (copied_) cudaEventDestroy(copied_);
+  }
+  NcclPipe(const NcclPipe&) = delete;
+  NcclPipe& operator=(const NcclPipe&) = delete;
+
+  void send(const float* src, size_t n, int to, int, PipeKind kind) override {
+    PipeChannel& c = channel(kind == PipeKind::Activations ? act_out_ : grad_out_, to, "send");
+    SendBuffer& b = free_buffer(n);
+    CAIRN_CUDA_CHECK(cudaMemcpyAsync(b.data, src, n * sizeof(float), cudaMemcpyDeviceToDevice, cudaStreamLegacy));
+    CAIRN_CUDA_CHECK(cudaEventRecord(copied_, cudaStreamLegacy));
+    CAIRN_CUDA_CHECK(cudaStreamWaitEvent(c.stream, copied_, 0));
+    CAIRN_NCCL_CHECK(ncclSend(b.data, n, ncclFloat32, c.peer, c.comm, c.stream));
+    CAIRN_CUDA_CHECK(cudaEventRecord(b.sent, c.stream));
+  }
+
+  double recv(float* dst, size_t n, int from, int, PipeKind kind) override {
+    PipeChannel& c = channel(kind == PipeKind::Activations ? act_in_ : grad_in_, from, "receive");
+    // Queued kernels may still read dst (the previous micro-batch's use of the same buffer), and are not the wait.
+    CAIRN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+    const auto t0 = std::chrono::steady_clock::now();
+    CAIRN_NCCL_CHECK(ncclRecv(dst, n, ncclFloat32, c.peer, c.comm, c.stream));
+    wait_for_stream(c.stream, c.comm);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  void wait_sends() override {
+    for (PipeChannel* c : {&act_out_, &grad_out_})
+      if (c->open()) wait_for_stream(c->stream, c->comm);
+  }
+
+  void abort() override {
+    for (PipeChannel* c : channels()) {
+      if (c->comm) ncclCommAbort(c->comm);
+      c->comm = nullptr;
+    }
+  }
+
+ private:
+  std::vector<PipeChannel*> channels() { return {&act_out_, &act_in_, &grad_out_, &grad_in_}; }
+
+  // The channel a message to or from world rank `peer` travels on; a peer that is not the channel's other end is a
+  // bug in the caller's schedule, not something to send anyway.
+  static PipeChannel& channel(PipeChannel& c, int peer, const char* what) {
+    if (!c.open() || c.peer_world != peer)
+      throw RuntimeError(
+          std::string("pipeline: no NCCL channel to ") + what + " that message " +
+          (c.open() ? "(its peer is world rank " + std::to_string(c.peer_world) + ", not " + std::to_string(peer) + ")"
+                    : "(this stage has no such neighbour)"));
+    return c;
+  }
+
+  // A buffer whose last message has left, large enough (grown when not), or a new one.
+  SendBuffer& free_buffer(size_t n) {
+    for (SendBuffer& b : buffers_) {
+      const cudaError_t q = cudaEventQuery(b.sent);
+      if (q == cudaErrorNotReady) continue;
+      CAIRN_CUDA_CHECK(q);
+      if (b.capacity < n) {
+        CAIRN_CUDA_CHECK(cudaFree(b.data));
+        b.data = nullptr;
+        CAIRN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b.data), n * sizeof(float)));
+        b.capacity = n;
+      }
+      return b;
+    }
+    SendBuffer& b = buffers_.emplace_back();
+    CAIRN_CUDA_CHECK(cudaEventCreateWithFlags(&b.sent, cudaEventDisableTiming));
+    CAIRN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b.data), n * sizeof(float)));
+    b.capacity = n;
+    return b;
+  }
+
+  PipeChannel act_out_, act_in_, grad_out_, grad_in_;
+  std::deque<SendBuffer> buffers_;  // deque: references stay valid as it grows
+  cudaEvent_t copied_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<PipeTransport> nccl_pipe(MPI_Comm pp_group, bool wraps) {
+  return std::make_unique<NcclPipe>(pp_group, wraps);
 }
 
 }  // namespace cairn::train::gpu

@@ -7,7 +7,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <exception>
 #include <filesystem>
 #include <limits>
@@ -32,6 +31,7 @@
 #include "kernel_profile.h"
 #include "loader.h"
 #include "piece_io.h"
+#include "pipe_transport.h"
 #include "run_lock.h"
 #include "settings.h"
 #include "step_guard.h"
@@ -68,8 +68,12 @@ class Trainer {
     if (std::uncaught_exceptions() == 0) return;
     if (tp_nccl_) tp_nccl_->abort();
     if (cp_nccl_) cp_nccl_->abort();
-    for (Chunk& ch : chunks_)
+    if (pipe_) pipe_->abort();
+    if (tied_nccl_) tied_nccl_->abort();
+    for (Chunk& ch : chunks_) {
       if (ch.sync) ch.sync->abort();
+      if (ch.zero) ch.zero->abort();
+    }
   }
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -107,20 +111,16 @@ class Trainer {
     float* g = ch.model->grads() ? ch.model->grads() : ch.shard_grads.data();  // ZeRO-2/3: after its reduction
     backend_->copy_to_device(g, &nan, sizeof nan);
   }
-  // Pipeline messages: a chunk's activations (forward) or input gradient (backward) to/from the neighbouring
-  // virtual stage, staged through host memory (device backends); recv returns the seconds spent waiting.
+  // Pipeline messages (pipe_): a chunk's activations (forward) or input gradient (backward), stream_floats of them.
   int take_slot(Chunk& ch, int micro);
-  void send_floats(const float* src, size_t n, int to, int tag);
-  double recv_floats(Chunk& ch, float* dst, size_t n, int from, int tag);
-  void wait_sends();
   size_t stream_floats(const Chunk& ch) const;
   // Tokens of a sequence on this rank: seq_len, or seq_len / cp with context parallelism.
   int local_T() const { return s_.T / s_.layout.cp; }
   // Context parallelism: this rank's share of a micro-batch, the rows of chunks cp_rank and 2cp-1-cp_rank of each
   // sequence (the order gpt::ShardSpec describes); the micro-batch itself without.
   MicroBatch context_share(MicroBatch mb) const;
-  // Collectives over a sub-group on the backend's memory (staged through host memory on a device backend).
-  void allreduce_backend(float* buf, size_t n, MPI_Comm comm);
+  // The tied wte's gradient summed over the embedding group (NCCL on GPUs, MPI here).
+  void sum_over_embedding_group(float* buf, size_t n);
   std::vector<float> assemble_params();
   double memory_gib() const;
 
@@ -172,13 +172,10 @@ class Trainer {
   gpt::TpComm cp_comm_;
   double cp_comm_s_ = 0;    // seconds in context-parallel collectives (this step so far)
   double zero_comm_s_ = 0;  // seconds in ZeRO-2/3's gathers and reduce-scatters inside forward/backward (this step)
-  // Pipeline sends in flight: each owns its buffer until MPI is done with it. Nothing waits for a send mid-step (a
-  // rank blocked on its own send while the receiver waits for that rank would deadlock); wait_sends() at the end.
-  struct PendingSend {
-    std::vector<float> buf;
-    MPI_Request req = MPI_REQUEST_NULL;
-  };
-  std::deque<PendingSend> sends_;
+  // Pipeline messages (pp > 1): MPI here, NCCL on GPUs. Nothing waits for a send mid-step; wait_sends() at the end.
+  std::unique_ptr<PipeTransport> pipe_;
+  // The embedding group's NCCL communicator (GPU, pp > 1, first and last stage): the tied wte's gradient sum.
+  std::unique_ptr<gpu::Nccl> tied_nccl_;
   std::vector<MicroBatch> micro_;  // this step's micro-batches, fetched as the schedule first needs them
   double loss_sum_ = 0;            // losses of the micro-batches whose head ran on this rank (this step)
   bool reduce_active_ = false;     // the chunk's last backward of the step: ranges go to its gradient sync
@@ -319,7 +316,18 @@ void Trainer::build_model() {
   };
   if (L.tp > 1) tp_comm_ = group_comm(groups_->tp, tp_nccl_, tp_comm_s_, "tensor-parallel collective");
   if (L.cp > 1) cp_comm_ = group_comm(groups_->cp, cp_nccl_, cp_comm_s_, "context-parallel collective");
-  if (L.pp > 1) pipeline::max_message_tag(L.pp, L.v, s_.accum);  // throws when the tags would not fit
+  if (L.pp > 1) {
+    pipeline::max_message_tag(L.pp, L.v, s_.accum);  // throws when the tags would not fit
+    if (s_.on_gpu) {
+      // NCCL matches messages in the order they are posted; the schedule must keep that order on every channel.
+      const std::string mismatch = pipeline::in_order_mismatch(L.pp, L.v, s_.accum);
+      if (!mismatch.empty()) throw RuntimeError("pipeline schedule breaks NCCL's message order: " + mismatch);
+      pipe_ = gpu::nccl_pipe(groups_->pp, L.v > 1);
+      if (groups_->embedding != MPI_COMM_NULL) tied_nccl_ = std::make_unique<gpu::Nccl>(groups_->embedding);
+    } else {
+      pipe_ = make_mpi_pipe(*backend_);
+    }
+  }
   for (int c = 0; c < L.v; ++c) {
     Chunk ch;
     ch.stage = parallel::virtual_stage(L, at.pp, c);
@@ -374,7 +382,8 @@ void Trainer::build_model() {
       if (s_.zero == 3) ch.param_shard = BackendBuffer(backend_, ch.shards.count());
       // the tied wte copy's gradient waits for the embedding group's sum (unit 0 holds wte)
       ch.zero = std::make_unique<ZeroUnits>(groups_->dp_cp, ch.shards, ch.model->units(), *backend_, s_.zero == 3,
-                                            ch.param_shard.data(), ch.shard_grads.data(), ch.tied_count > 0 ? 0 : -1);
+                                            ch.param_shard.data(), ch.shard_grads.data(), ch.tied_count > 0 ? 0 : -1,
+                                            s_.on_gpu);
       ch.zero->set_on_wait([this](double seconds) {
         zero_comm_s_ += seconds;
         if (trace_.active()) {
@@ -575,7 +584,7 @@ void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault faul
     if (a.op == pipeline::Op::Forward) forward_action(a, tm);
     else backward_action(a, --backwards_left[a.chunk] == 0, fault, tm);
   }
-  wait_sends();
+  if (pipe_) pipe_->wait_sends();
   finish_grads(tm);
 
   // Loss over the global batch (the last stage's TP rank 0 speaks for each micro-batch, each CP rank for its share of
@@ -647,40 +656,6 @@ int Trainer::take_slot(Chunk& ch, int micro) {
   return slot;
 }
 
-void Trainer::send_floats(const float* src, size_t n, int to, int tag) {
-  PendingSend* s = nullptr;
-  for (PendingSend& p : sends_) {  // reuse a buffer whose message has left
-    int done = 0;
-    mpi::check(MPI_Test(&p.req, &done, MPI_STATUS_IGNORE), "MPI_Test (pipeline send)");
-    if (done) {
-      s = &p;
-      break;
-    }
-  }
-  if (!s) s = &sends_.emplace_back();
-  s->buf.resize(n);
-  backend_->copy_to_host(s->buf.data(), src, n * sizeof(float));
-  mpi::check(MPI_Isend(s->buf.data(), static_cast<int>(n), MPI_FLOAT, to, tag, MPI_COMM_WORLD, &s->req),
-             "MPI_Isend (pipeline)");
-}
-
-double Trainer::recv_floats(Chunk& ch, float* dst, size_t n, int from, int tag) {
-  double t0 = monotonic_seconds();
-  float* into = dst;
-  if (backend_->device_memory) {
-    ch.recv_host.resize(n);
-    into = ch.recv_host.data();
-  }
-  mpi::check(MPI_Recv(into, static_cast<int>(n), MPI_FLOAT, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-             "MPI_Recv (pipeline)");
-  if (into != dst) backend_->copy_to_device(dst, into, n * sizeof(float));
-  return monotonic_seconds() - t0;
-}
-
-void Trainer::wait_sends() {
-  for (PendingSend& p : sends_) mpi::check(MPI_Wait(&p.req, MPI_STATUS_IGNORE), "MPI_Wait (pipeline send)");
-}
-
 void Trainer::forward_action(const pipeline::Action& a, StepTimes& tm) {
   const MicroBatch& mb = micro_batch(a.micro, tm);
   Chunk& ch = chunks_[static_cast<size_t>(a.chunk)];
@@ -691,8 +666,8 @@ void Trainer::forward_action(const pipeline::Action& a, StepTimes& tm) {
   };
   double t1 = monotonic_seconds();
   if (!ch.spec.has_embedding) {
-    double wait =
-        recv_floats(ch, ch.model->stage_input(mb.B, mb.T), stream_floats(ch), to_world(peer.recv_from), peer.recv_tag);
+    double wait = pipe_->recv(ch.model->stage_input(mb.B, mb.T), stream_floats(ch), to_world(peer.recv_from),
+                              peer.recv_tag, PipeKind::Activations);
     tm.pp_wait += wait;
     trace_.event("pipeline wait", "comm", t1, monotonic_seconds(), {{"micro", a.micro}, {"chunk", a.chunk}}, 1);
   }
@@ -703,7 +678,9 @@ void Trainer::forward_action(const pipeline::Action& a, StepTimes& tm) {
   backend_->synchronize();  // phase times mean something on asynchronous (device) backends too
   phase_end();
   if (ch.spec.has_head) loss_sum_ += loss;
-  else send_floats(ch.model->stage_output(), stream_floats(ch), to_world(peer.send_to), peer.send_tag);
+  else
+    pipe_->send(ch.model->stage_output(), stream_floats(ch), to_world(peer.send_to), peer.send_tag,
+                PipeKind::Activations);
   double t3 = monotonic_seconds();
   tm.forward += t3 - t2;
   trace_.event("forward", "phase", t2, t3, {{"micro", a.micro}, {"chunk", a.chunk}});
@@ -724,7 +701,8 @@ void Trainer::backward_action(const pipeline::Action& a, bool last, Fault fault,
   double t1 = monotonic_seconds();
   if (!ch.spec.has_head) {
     if (!ch.grad_in.data()) ch.grad_in = BackendBuffer(backend_, stream_floats(ch));
-    tm.pp_wait += recv_floats(ch, ch.grad_in.data(), stream_floats(ch), to_world(peer.recv_from), peer.recv_tag);
+    tm.pp_wait +=
+        pipe_->recv(ch.grad_in.data(), stream_floats(ch), to_world(peer.recv_from), peer.recv_tag, PipeKind::Gradients);
     trace_.event("pipeline wait", "comm", t1, monotonic_seconds(), {{"micro", a.micro}, {"chunk", a.chunk}}, 1);
     o.output_grad = ch.grad_in.data();
   }
@@ -742,7 +720,8 @@ void Trainer::backward_action(const pipeline::Action& a, bool last, Fault fault,
   ch.model->backward(o);
   if (poison && covered_ == 0) poison_first_grad();
   if (!ch.spec.has_embedding)
-    send_floats(ch.model->stage_input_grad(), stream_floats(ch), to_world(peer.send_to), peer.send_tag);
+    pipe_->send(ch.model->stage_input_grad(), stream_floats(ch), to_world(peer.send_to), peer.send_tag,
+                PipeKind::Gradients);
   backend_->synchronize();
   phase_end();
   ch.slot_of_micro[static_cast<size_t>(a.micro)] = -1;
@@ -788,7 +767,7 @@ void Trainer::finish_grads(StepTimes& tm) {
   // a pipeline wait.
   auto sum_tied = [&](float* grads, size_t count) {
     const double t = monotonic_seconds();
-    allreduce_backend(grads, count, groups_->embedding);
+    sum_over_embedding_group(grads, count);
     const double t_end = monotonic_seconds();
     tied_s += t_end - t;
     trace_.event("tied embedding all-reduce", "comm", t, t_end, nullptr, 1);
@@ -814,14 +793,19 @@ void Trainer::finish_grads(StepTimes& tm) {
   trace_.event("comm (exposed)", "phase", t4, t5);
 }
 
-void Trainer::allreduce_backend(float* buf, size_t n, MPI_Comm comm) {
-  if (!backend_->device_memory) {
-    mpi::allreduce_inplace(buf, n, MPI_SUM, comm);
+void Trainer::sum_over_embedding_group(float* buf, size_t n) {
+  if (tied_nccl_) {
+    tied_nccl_->all_reduce(buf, n);
+    tied_nccl_->wait();  // the optimizer's kernels read it next
     return;
   }
-  std::vector<float> host(n);
+  if (!backend_->device_memory) {
+    mpi::allreduce_inplace(buf, n, MPI_SUM, groups_->embedding);
+    return;
+  }
+  std::vector<float> host(n);  // a device backend without NCCL
   backend_->copy_to_host(host.data(), buf, n * sizeof(float));
-  mpi::allreduce_inplace(host, MPI_SUM, comm);
+  mpi::allreduce_inplace(host, MPI_SUM, groups_->embedding);
   backend_->copy_to_device(buf, host.data(), n * sizeof(float));
 }
 
@@ -894,14 +878,13 @@ int Trainer::val_micro_batches() const {
 }
 
 // Forward passes over the validation windows; with pipeline parallelism each micro-batch walks through the virtual
-// stages in order (blocking messages: no schedule is needed without backward).
+// stages in order (no schedule is needed without backward; tags: the receiving stage).
 double Trainer::validate() {
   int batches = val_micro_batches();
   if (batches <= 0) return std::nan("");
   const parallel::Layout& L = s_.layout;
   const parallel::Coords& at = groups_->coords;
   auto world_rank_of_stage = [&](int stage) { return parallel::rank_of(L, {at.dp, at.tp, stage % L.pp, at.cp}); };
-  std::vector<float> host;
   double sum = 0;
   for (int k = 0; k < batches; ++k) {
     const double t0 = monotonic_seconds();
@@ -914,7 +897,8 @@ double Trainer::validate() {
       const json where = {{"micro", k}, {"chunk", static_cast<int>(c)}, {"validation", true}};
       if (!ch.spec.has_embedding) {
         const double t1 = monotonic_seconds();
-        recv_floats(ch, ch.model->stage_input(mb.B, mb.T), n, world_rank_of_stage(ch.stage - 1), ch.stage);
+        pipe_->recv(ch.model->stage_input(mb.B, mb.T), n, world_rank_of_stage(ch.stage - 1), ch.stage,
+                    PipeKind::Activations);
         trace_.event("pipeline wait", "comm", t1, monotonic_seconds(), where, 1);
       }
       // Per-layer events start at this forward, not at the last training forward.
@@ -928,14 +912,11 @@ double Trainer::validate() {
         ch.model->release_activation_slot(0);
         continue;
       }
-      host.resize(n);
-      backend_->copy_to_host(host.data(), ch.model->stage_output(), n * sizeof(float));
+      pipe_->send(ch.model->stage_output(), n, world_rank_of_stage(ch.stage + 1), ch.stage + 1, PipeKind::Activations);
       ch.model->release_activation_slot(0);
-      mpi::check(MPI_Send(host.data(), static_cast<int>(n), MPI_FLOAT, world_rank_of_stage(ch.stage + 1), ch.stage + 1,
-                          MPI_COMM_WORLD),
-                 "MPI_Send (validation)");
     }
   }
+  if (pipe_) pipe_->wait_sends();
   if (s_.world > 1) sum = mpi::allreduce(sum);
   return sum / (static_cast<double>(batches) * L.dp * L.cp);
 }

@@ -13,7 +13,7 @@ namespace cairn::train {
 
 ZeroUnits::ZeroUnits(MPI_Comm dp, const Shards& shards, std::vector<std::pair<size_t, size_t>> units,
                      const kernels::Backend& backend, bool shard_params, float* param_shard, float* shard_grads,
-                     int deferred_unit)
+                     int deferred_unit, bool nccl)
     : dp_(dp),
       sh_(shards),
       units_(std::move(units)),
@@ -21,7 +21,8 @@ ZeroUnits::ZeroUnits(MPI_Comm dp, const Shards& shards, std::vector<std::pair<si
       shard_params_(shard_params),
       param_shard_(param_shard),
       shard_grads_(shard_grads),
-      deferred_(deferred_unit) {
+      deferred_(deferred_unit),
+      nccl_(nccl ? std::make_unique<gpu::Nccl>(dp) : nullptr) {
   for (const auto& u : units_) max_unit_ = std::max(max_unit_, u.second);
   if (max_unit_ > static_cast<size_t>(INT_MAX)) throw RuntimeError("ZeRO: a unit of the model exceeds MPI's int count");
   grads_of_.assign(units_.size(), nullptr);
@@ -30,9 +31,15 @@ ZeroUnits::ZeroUnits(MPI_Comm dp, const Shards& shards, std::vector<std::pair<si
 }
 
 ZeroUnits::~ZeroUnits() {
-  // nothing may be in flight when the buffers go (an exception mid-step): let MPI finish first
+  // nothing may be in flight when the buffers go (an exception mid-step): let MPI finish first (NCCL's communicator
+  // is destroyed before the buffers: see nccl_)
+  if (nccl_) return;
   for (Pending& p : pending_) MPI_Wait(&p.req, MPI_STATUS_IGNORE);
   for (Gather& g : gathers_) MPI_Wait(&g.req, MPI_STATUS_IGNORE);
+}
+
+void ZeroUnits::abort() {
+  if (nccl_) nccl_->abort();
 }
 
 gpt::UnitStorage ZeroUnits::storage() {
@@ -51,15 +58,15 @@ gpt::UnitStorage ZeroUnits::storage() {
 std::unique_ptr<ZeroUnits::Buffer> ZeroUnits::take_buffer(size_t floats) {
   size_t best = pool_.size();
   for (size_t i = 0; i < pool_.size(); ++i)
-    if (pool_[i]->host.size() >= floats && (best == pool_.size() || pool_[i]->host.size() < pool_[best]->host.size()))
-      best = i;
+    if (pool_[i]->capacity >= floats && (best == pool_.size() || pool_[i]->capacity < pool_[best]->capacity)) best = i;
   if (best < pool_.size()) {
     auto b = std::move(pool_[best]);
     pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(best));
     return b;
   }
   auto b = std::make_unique<Buffer>();
-  b->host.resize(floats);
+  b->capacity = floats;
+  if (!be_.device_memory || !nccl_) b->host.resize(floats);
   if (be_.device_memory) b->device = BackendBuffer(&be_, floats);
   held_floats_ += floats;
   return b;
@@ -73,15 +80,23 @@ void ZeroUnits::mpi_call(F&& f) {
 
 void ZeroUnits::give_back(std::unique_ptr<Buffer> b) { pool_.push_back(std::move(b)); }
 
-void ZeroUnits::split(int u, std::vector<int>& counts, std::vector<int>& displs) const {
+void ZeroUnits::split(int u, std::vector<size_t>& counts, std::vector<size_t>& displs) const {
   const size_t a = units_[u].first, b = a + units_[u].second;
   counts.assign(sh_.size, 0);
   displs.assign(sh_.size, 0);
   for (int r = 0; r < sh_.size; ++r) {
     const size_t lo = std::max(a, sh_.begin(r)), hi = std::min(b, sh_.end(r));
-    counts[r] = hi > lo ? static_cast<int>(hi - lo) : 0;
-    displs[r] = hi > lo ? static_cast<int>(lo - a) : 0;
+    counts[r] = hi > lo ? hi - lo : 0;
+    displs[r] = hi > lo ? lo - a : 0;
   }
+}
+
+// MPI's int counts (every unit fits: the constructor checked max_unit_).
+void ZeroUnits::split(int u, std::vector<int>& counts, std::vector<int>& displs) const {
+  std::vector<size_t> c, d;
+  split(u, c, d);
+  counts.assign(c.begin(), c.end());
+  displs.assign(d.begin(), d.end());
 }
 
 // ---------------------------------------------------------------- parameters (ZeRO-3)
@@ -93,11 +108,20 @@ ZeroUnits::Gather* ZeroUnits::find_gather(int u) {
 }
 
 void ZeroUnits::start_gather(int u) {
-  std::vector<int> counts, displs;
-  split(u, counts, displs);
   Gather g;
   g.unit = u;
   g.buf = take_buffer(units_[u].second);
+  if (nccl_) {
+    std::vector<size_t> counts, displs;
+    split(u, counts, displs);
+    const float* mine = param_shard_ + (units_[u].first + displs[sh_.rank] - sh_.lo);
+    nccl_->gather_pieces(counts[sh_.rank] ? mine : param_shard_, g.buf->data(), counts, displs);
+    g.done = nccl_->mark();
+    gathers_.push_back(std::move(g));
+    return;
+  }
+  std::vector<int> counts, displs;
+  split(u, counts, displs);
   const int mine = counts[sh_.rank];
   std::vector<float> send(static_cast<size_t>(mine));
   if (mine > 0) {
@@ -120,6 +144,10 @@ const float* ZeroUnits::acquire_params(int u) {
   const int next = u + (u >= last_acquired_ ? 1 : -1);
   last_acquired_ = u;
   Gather* g = find_gather(u);
+  if (!g->ready && nccl_) {
+    nccl_->compute_waits(g->done);  // the unit's kernels, queued next, start once it has arrived
+    g->ready = true;
+  }
   if (!g->ready) {
     mpi_call([&] { mpi::check(MPI_Wait(&g->req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)"); });
     if (g->buf->device.data())
@@ -134,7 +162,10 @@ const float* ZeroUnits::acquire_params(int u) {
 void ZeroUnits::release_params(int u) {
   for (size_t i = 0; i < gathers_.size(); ++i) {
     if (gathers_[i].unit != u) continue;
-    mpi_call([&] { mpi::check(MPI_Wait(&gathers_[i].req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)"); });
+    // NCCL: the buffer's next user is queued behind the kernels that read it (a gather waits for the compute
+    // stream; a gradient's zeroing runs on it)
+    if (!nccl_)
+      mpi_call([&] { mpi::check(MPI_Wait(&gathers_[i].req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)"); });
     give_back(std::move(gathers_[i].buf));
     gathers_.erase(gathers_.begin() + static_cast<std::ptrdiff_t>(i));
     return;
@@ -156,14 +187,21 @@ float* ZeroUnits::acquire_grads(int u) {
   return grads_of_[u]->data();
 }
 
-void ZeroUnits::grads_done(int u) {
-  if (u == deferred_) return;  // summed over the embedding group first (reduce_deferred)
-  std::vector<int> counts, displs;
-  split(u, counts, displs);
+ZeroUnits::Pending ZeroUnits::start_reduce(int u, std::unique_ptr<Buffer> buf) {
   Pending p;
   p.unit = u;
-  p.buf = std::move(grads_owned_[u]);
-  grads_of_[u] = nullptr;
+  p.buf = std::move(buf);
+  if (nccl_) {
+    std::vector<size_t> counts, displs;
+    split(u, counts, displs);
+    p.part_count = counts[sh_.rank];
+    p.part_dev = take_buffer(std::max<size_t>(1, p.part_count));  // a valid pointer even for an empty piece
+    nccl_->reduce_pieces(p.buf->data(), p.part_dev->data(), counts, displs);
+    p.done = nccl_->mark();
+    return p;
+  }
+  std::vector<int> counts, displs;
+  split(u, counts, displs);
   if (p.buf->device.data())
     be_.copy_to_host(p.buf->host.data(), p.buf->device.data(), units_[u].second * sizeof(float));
   p.part.resize(static_cast<size_t>(counts[sh_.rank]));
@@ -171,7 +209,14 @@ void ZeroUnits::grads_done(int u) {
     mpi::check(MPI_Ireduce_scatter(p.buf->host.data(), p.part.data(), counts.data(), MPI_FLOAT, MPI_SUM, dp_, &p.req),
                "MPI_Ireduce_scatter (ZeRO gradients)");
   });
-  pending_.push_back(std::move(p));
+  return p;
+}
+
+void ZeroUnits::grads_done(int u) {
+  if (u == deferred_) return;  // summed over the embedding group first (reduce_deferred)
+  grads_of_[u] = nullptr;
+  pending_.push_back(start_reduce(u, std::move(grads_owned_[u])));
+  if (nccl_) return;
   // Open MPI progresses non-blocking collectives only inside MPI calls: poke them
   mpi_call([&] {
     for (Pending& q : pending_) {
@@ -182,8 +227,20 @@ void ZeroUnits::grads_done(int u) {
 }
 
 void ZeroUnits::complete(Pending& p) {
-  mpi_call([&] { mpi::check(MPI_Wait(&p.req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO gradients)"); });
   const size_t a = std::max(units_[p.unit].first, sh_.lo);
+  if (nccl_) {
+    // shard += part on the compute stream, once the reduction has finished (on the device); both buffers' next
+    // users are queued behind this add
+    nccl_->compute_waits(p.done);
+    if (p.part_count) {
+      float* dst = shard_grads_ + (a - sh_.lo);
+      be_.residual_forward(dst, dst, p.part_dev->data(), p.part_count);
+    }
+    give_back(std::move(p.part_dev));
+    give_back(std::move(p.buf));
+    return;
+  }
+  mpi_call([&] { mpi::check(MPI_Wait(&p.req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO gradients)"); });
   if (!p.part.empty()) {
     // shard += part, with the backend's add (out = a + b) on its own memory
     BackendBuffer tmp(&be_, p.part.size());
@@ -205,7 +262,8 @@ void ZeroUnits::finish_step() {
   pending_.clear();
   // prefetched parameters nobody used (the unit after the last one touched)
   for (Gather& g : gathers_) {
-    mpi::check(MPI_Wait(&g.req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)");
+    if (nccl_) nccl_->compute_waits(g.done);  // before a gradient's zeroing may reuse the buffer
+    else mpi::check(MPI_Wait(&g.req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)");
     give_back(std::move(g.buf));
   }
   gathers_.clear();
@@ -217,20 +275,16 @@ float* ZeroUnits::deferred_grads() { return deferred_buf_ ? deferred_buf_->data(
 
 void ZeroUnits::reduce_deferred() {
   if (deferred_ < 0) return;
-  std::vector<int> counts, displs;
-  split(deferred_, counts, displs);
-  Pending p;
-  p.unit = deferred_;
-  p.buf = take_buffer(units_[deferred_].second);
-  be_.copy_to_host(p.buf->host.data(), deferred_buf_->data(), units_[deferred_].second * sizeof(float));
-  p.part.resize(static_cast<size_t>(counts[sh_.rank]));
-  mpi::check(MPI_Reduce_scatter(p.buf->host.data(), p.part.data(), counts.data(), MPI_FLOAT, MPI_SUM, dp_),
-             "MPI_Reduce_scatter (ZeRO tied embedding)");
+  // A pooled copy of the deferred buffer (which stays for the next step) travels like any other unit's gradient.
+  auto copy = take_buffer(units_[deferred_].second);
+  be_.copy_device(copy->data(), deferred_buf_->data(), units_[deferred_].second * sizeof(float));
   after_backward_ = true;
+  Pending p = start_reduce(deferred_, std::move(copy));
   complete(p);
   after_backward_ = false;
 }
 
-size_t ZeroUnits::bytes() const { return held_floats_ * sizeof(float) * (be_.device_memory ? 2 : 1); }
+// A device backend over MPI holds each buffer twice (device and its host staging copy).
+size_t ZeroUnits::bytes() const { return held_floats_ * sizeof(float) * (be_.device_memory && !nccl_ ? 2 : 1); }
 
 }  // namespace cairn::train

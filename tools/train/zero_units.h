@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "backend_buffer.h"
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
+#include "gpu.h"
 #include "grad_sync.h"
 
 namespace cairn::train {
@@ -25,12 +27,14 @@ namespace cairn::train {
 // Parameters (ZeRO-3): this rank keeps only its shard [lo, hi) of the chunk's flat parameters (the optimizer
 // updates it in place); a unit is all-gathered just before the model uses it, the next unit in the same direction
 // is prefetched, and the buffer is released after use (FSDP's schedule).
-// Buffers are host memory; on a device backend they are staged (copied to and from backend memory).
+// Transport: MPI (host memory; on a device backend every buffer is staged through a host copy), or NCCL (`nccl`,
+// device memory only: the collectives run on the communicator's stream behind the compute stream, and the compute
+// stream waits for them on the device where it needs their result, so the host never blocks and nothing is copied).
 class ZeroUnits {
  public:
   ZeroUnits(MPI_Comm dp, const Shards& shards, std::vector<std::pair<size_t, size_t>> units,
             const kernels::Backend& backend, bool shard_params, float* param_shard, float* shard_grads,
-            int deferred_unit);
+            int deferred_unit, bool nccl = false);
   ~ZeroUnits();
   ZeroUnits(const ZeroUnits&) = delete;
   ZeroUnits& operator=(const ZeroUnits&) = delete;
@@ -43,29 +47,37 @@ class ZeroUnits {
   void finish_step();
   // Called with the seconds of each MPI call this object makes inside forward and backward (starting, poking and
   // waiting for a gather or reduce-scatter): the ZeRO-2/3 communication the step waited for (StepTimes::zero_comm).
+  // Over NCCL the host never waits, so nothing is reported (the waits are inside the forward and backward times).
   void set_on_wait(std::function<void(double)> on_wait) { on_wait_ = std::move(on_wait); }
   // The deferred unit's accumulated gradient (backend memory), and its reduce-scatter into the shard.
   float* deferred_grads();
   void reduce_deferred();
   // Bytes of buffers held now (memory reports).
   size_t bytes() const;
+  // Unwinding after an error: abort the NCCL communicator before the buffers its operations use are freed.
+  void abort();
 
  private:
   struct Buffer {
-    std::vector<float> host;  // its size is the buffer's capacity
+    size_t capacity = 0;      // floats
+    std::vector<float> host;  // CPU backends: the buffer; MPI on a device backend: its staging copy
     BackendBuffer device;     // device backends only
     float* data() { return device.data() ? device.data() : host.data(); }
   };
   struct Pending {  // a reduce-scatter in flight
     int unit = -1;
     std::unique_ptr<Buffer> buf;
-    std::vector<float> part;  // this rank's summed part
+    std::vector<float> part;           // MPI: this rank's summed part
+    std::unique_ptr<Buffer> part_dev;  // NCCL: the same in device memory, part_count floats
+    size_t part_count = 0;
     MPI_Request req = MPI_REQUEST_NULL;
+    uint64_t done = 0;  // NCCL: the point on the communication stream where it has finished
   };
   struct Gather {  // a unit's parameters being, or having been, gathered
     int unit = -1;
     std::unique_ptr<Buffer> buf;
     MPI_Request req = MPI_REQUEST_NULL;
+    uint64_t done = 0;  // NCCL
     bool ready = false;
   };
 
@@ -73,6 +85,9 @@ class ZeroUnits {
   void give_back(std::unique_ptr<Buffer> b);
   // Counts and displacements of unit u's floats over the group's shards.
   void split(int u, std::vector<int>& counts, std::vector<int>& displs) const;
+  void split(int u, std::vector<size_t>& counts, std::vector<size_t>& displs) const;
+  // Starts unit u's gradient reduce-scatter from `buf` (which the pending entry then owns).
+  Pending start_reduce(int u, std::unique_ptr<Buffer> buf);
   void start_gather(int u);
   Gather* find_gather(int u);
   void complete(Pending& p);  // adds its part into the shard
@@ -103,6 +118,9 @@ class ZeroUnits {
   int last_acquired_ = -1;
   std::function<void(double)> on_wait_;
   bool after_backward_ = false;
+  // NCCL transport (device backends); null: MPI. Declared last, so it is destroyed first: its stream drains (or,
+  // unwinding, the communicator is aborted) before the buffers its operations use are freed.
+  std::unique_ptr<gpu::Nccl> nccl_;
 };
 
 }  // namespace cairn::train

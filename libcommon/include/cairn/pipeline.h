@@ -60,6 +60,14 @@ int message_tag(int pp, int v, int rank, const Action& a);
 // standard, 2^31-1 in Open MPI). Throws UsageError when it does not fit in an int.
 int max_message_tag(int pp, int v, int M);
 
+// Transports without tags (NCCL's point-to-point) match the messages between two ranks in the order they are
+// posted, one channel per direction and kind (activations, gradients). That is safe when, on every such channel,
+// the sender's order of sends (its action list) equals the receiver's order of receives (its own list). Returns ""
+// when that holds for the action lists `ranks` (one per pipeline rank), else the first channel and position that
+// differ; the second form checks one_f_one_b(pp, v, *, M).
+std::string in_order_mismatch(int pp, int v, const std::vector<std::vector<Action>>& ranks);
+std::string in_order_mismatch(int pp, int v, int M);
+
 // Result of simulate(): per rank, per action of its list, start and end times.
 struct Simulation {
   bool deadlock = false;

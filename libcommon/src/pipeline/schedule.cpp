@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <map>
 #include <sstream>
+#include <tuple>
 
 #include "cairn/error.h"
 #include "cairn/pipeline.h"
@@ -135,6 +137,48 @@ Peers peers(int pp, int v, int rank, const Action& a) {
     p.recv_tag = message_tag(pp, v, rank, a);
   }
   return p;
+}
+
+std::string in_order_mismatch(int pp, int v, const std::vector<std::vector<Action>>& ranks) {
+  check_dims(pp, v);
+  if (int(ranks.size()) != pp)
+    throw UsageError("pipeline: in_order_mismatch got " + std::to_string(ranks.size()) +
+                     " action lists for pp=" + std::to_string(pp));
+  if (pp == 1) return "";  // every hand-over is local
+  // Per channel (from, to, kind): the messages in the order the sender posts them and in the order the receiver
+  // posts its receives, each named by its tag (unique per message over the step).
+  std::map<std::tuple<int, int, int>, std::vector<int>> sent, received;
+  for (int r = 0; r < pp; ++r)
+    for (const Action& a : ranks[static_cast<size_t>(r)]) {
+      const Peers p = peers(pp, v, r, a);
+      const int kind = a.op == Op::Forward ? 0 : 1;
+      if (p.recv_from >= 0) received[{p.recv_from, r, kind}].push_back(p.recv_tag);
+      if (p.send_to >= 0) sent[{r, p.send_to, kind}].push_back(p.send_tag);
+    }
+  for (const auto& [channel, tags] : sent) {
+    const auto& [from, to, kind] = channel;
+    const std::vector<int>& got = received[channel];
+    std::ostringstream where;
+    where << "pp=" << pp << " v=" << v << ": " << (kind == 0 ? "activations" : "gradients") << " from rank " << from
+          << " to rank " << to;
+    if (got.size() != tags.size()) {
+      where << ": " << tags.size() << " sent, " << got.size() << " received";
+      return where.str();
+    }
+    for (size_t i = 0; i < tags.size(); ++i)
+      if (tags[i] != got[i]) {
+        where << ": message " << i << " is sent as tag " << tags[i] << " but received as tag " << got[i];
+        return where.str();
+      }
+  }
+  return "";
+}
+
+std::string in_order_mismatch(int pp, int v, int M) {
+  check_shape(pp, v, M);
+  std::vector<std::vector<Action>> ranks;
+  for (int r = 0; r < pp; ++r) ranks.push_back(one_f_one_b(pp, v, r, M));
+  return in_order_mismatch(pp, v, ranks);
 }
 
 Simulation simulate(int pp, int v, const std::vector<std::vector<Action>>& ranks, double tf, double tb) {

@@ -251,6 +251,29 @@ BOOST_AUTO_TEST_CASE(every_send_matches_one_receive) {
   });
 }
 
+// NCCL's point-to-point has no tags: each (sender, receiver, kind) channel must see its messages received in the
+// order they were sent, for every shape the trainer can run (uneven stage sizes do not change the lists).
+BOOST_AUTO_TEST_CASE(messages_arrive_in_the_order_they_are_sent) {
+  for (int pp = 1; pp <= 8; ++pp)
+    for (int v = 1; v <= 4; ++v)
+      for (int M = 1; M <= 24; ++M)
+        if (v == 1 || M % pp == 0) BOOST_TEST(in_order_mismatch(pp, v, M) == "", shape(pp, v, M));
+}
+
+// A rank that runs two micro-batches' forwards in the other order breaks its input channel's order; the check must
+// see it (it is what stops a tagless transport from handing one micro-batch's activations to another).
+BOOST_AUTO_TEST_CASE(swapped_forwards_break_the_order) {
+  auto ranks = all_ranks(2, 1, 4);
+  BOOST_TEST(in_order_mismatch(2, 1, ranks) == "");
+  auto& last = ranks[1];  // rank 1: F0 B0 F1 B1 ... -> F1 before F0
+  const auto f0 = std::find(last.begin(), last.end(), F(0)), f1 = std::find(last.begin(), last.end(), F(1));
+  std::iter_swap(f0, f1);
+  const std::string why = in_order_mismatch(2, 1, ranks);
+  BOOST_TEST(why.find("activations from rank 0 to rank 1") != std::string::npos, why);
+  BOOST_CHECK_THROW(in_order_mismatch(3, 2, 4), UsageError);  // M % pp != 0 with v > 1
+  BOOST_CHECK_THROW(in_order_mismatch(2, 1, all_ranks(3, 1, 3)), UsageError);
+}
+
 BOOST_AUTO_TEST_CASE(simulator_hand_timeline) {
   // pp=2, v=1, M=2, tf=1, tb=2. Rank 0: F0 [0,1] F1 [1,2]; rank 1: F0 [1,2] B0 [2,4] F1 [4,5] B1 [5,7];
   // rank 0: B0 [4,6] B1 [7,9].

@@ -1,0 +1,79 @@
+// MPI implementation of cairn-train's pipeline transport (pipe_transport.h).
+#include "pipe_transport.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "cairn/clock.h"
+#include "cairn/error.h"
+#include "cairn/mpi.h"
+
+namespace cairn::train {
+
+namespace {
+
+int count_of(size_t n) {
+  if (n > static_cast<size_t>(INT_MAX))
+    throw RuntimeError("pipeline message of " + std::to_string(n) + " floats exceeds MPI's int count");
+  return static_cast<int>(n);
+}
+
+class MpiPipe final : public PipeTransport {
+ public:
+  explicit MpiPipe(const kernels::Backend& backend) : be_(backend) {}
+
+  void send(const float* src, size_t n, int to, int tag, PipeKind) override {
+    Pending* s = nullptr;
+    for (Pending& p : sends_) {  // reuse a buffer whose message has left
+      int done = 0;
+      mpi::check(MPI_Test(&p.req, &done, MPI_STATUS_IGNORE), "MPI_Test (pipeline send)");
+      if (done) {
+        s = &p;
+        break;
+      }
+    }
+    if (!s) s = &sends_.emplace_back();
+    s->buf.resize(n);
+    be_.copy_to_host(s->buf.data(), src, n * sizeof(float));
+    mpi::check(MPI_Isend(s->buf.data(), count_of(n), MPI_FLOAT, to, tag, MPI_COMM_WORLD, &s->req),
+               "MPI_Isend (pipeline)");
+  }
+
+  double recv(float* dst, size_t n, int from, int tag, PipeKind) override {
+    const double t0 = monotonic_seconds();
+    float* into = dst;
+    if (be_.device_memory) {
+      staging_.resize(n);
+      into = staging_.data();
+    }
+    mpi::check(MPI_Recv(into, count_of(n), MPI_FLOAT, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+               "MPI_Recv (pipeline)");
+    if (into != dst) be_.copy_to_device(dst, into, n * sizeof(float));
+    return monotonic_seconds() - t0;
+  }
+
+  void wait_sends() override {
+    for (Pending& p : sends_) mpi::check(MPI_Wait(&p.req, MPI_STATUS_IGNORE), "MPI_Wait (pipeline send)");
+  }
+
+ private:
+  struct Pending {  // a send in flight owns its buffer until MPI is done with it
+    std::vector<float> buf;
+    MPI_Request req = MPI_REQUEST_NULL;
+  };
+  const kernels::Backend& be_;
+  std::deque<Pending> sends_;
+  std::vector<float> staging_;  // received floats on device backends
+};
+
+}  // namespace
+
+std::unique_ptr<PipeTransport> make_mpi_pipe(const kernels::Backend& backend) {
+  return std::make_unique<MpiPipe>(backend);
+}
+
+}  // namespace cairn::train
