@@ -63,12 +63,15 @@ class Nccl {
   // The host waits until everything queued on the communication stream has finished; a communicator NCCL reports
   // failed (a peer gone, a network error) throws instead of waiting forever.
   void wait();
+  // Waits for the communication stream, then reports the timed tensor-parallel calls since the last settle to their
+  // on_call (nccl_tp_comm), oldest first.
+  void settle_timings();
   // Unwinding after an error: ncclCommAbort now, so that operations still waiting for peers end before any device
   // memory they use is freed (cudaFree waits for every stream). Idempotent; the destructor then has nothing to do.
   void abort();
 
  private:
-  friend gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double seconds)> on_call);
+  friend gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double seconds, double end)> on_call);
   struct Impl;
   Impl* impl_;
 };
@@ -80,11 +83,13 @@ class Nccl {
 // ring_wait = the compute stream waits for them), on device memory, counts as size_t (no INT_MAX limit). Each call runs
 // on `comm`'s stream between two CUDA events: it starts after the work already queued on the compute (legacy default)
 // stream and the compute stream's later work waits for it, so the model can use the result right after the call, and
-// the host never waits. `on_call(seconds)` (optional) is told how long each call took: then the host synchronizes the
-// compute stream before the collective and the communication stream after it, so the figure is the collective's own
-// time (waiting for the slowest peer included, like MPI's) -- at the price of the CPU/GPU overlap (the host can no
-// longer queue the next kernels while a collective runs) at every tensor-parallel collective. Leave it empty for speed.
-gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double seconds)> on_call);
+// the host never waits.
+// `on_call(seconds, end)` (optional) is told each call's time, measured on the device between timing events (no host
+// synchronization, so the host keeps queueing kernels ahead): a collective from the moment the compute stream reached
+// it to its end on the communication stream (waiting for the slowest peer included, like MPI's); a ring exchange, the
+// part of it the compute stream waited for (its exposed part). `end` is the host clock (monotonic_seconds) at the
+// call's end on the device. The reports come at Nccl::settle_timings(), which the trainer calls once per step.
+gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double seconds, double end)> on_call);
 
 // The pipeline's messages over NCCL, device memory to device memory (no host copy), for the ranks of `pp_group` (one
 // pipeline: parallel::Groups::pp, ordered by stage). NCCL's point-to-point has no tags, so each direction and kind of

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "cairn/clock.h"
 #include "cairn/error.h"
 #include "cairn/gpu_check.h"
 #include "cairn/gpu_nccl.h"
@@ -65,6 +66,37 @@ struct Nccl::Impl {
   static constexpr uint64_t kMarks = 8;
   cudaEvent_t marks[kMarks] = {};
   uint64_t next_mark = 0;
+  // Timed tensor-parallel calls (nccl_tp_comm with on_call): pairs of timing events, from -> to (a negative span,
+  // a ring exchange done before the compute stream needed it, counts 0), reported and recycled at settle_timings().
+  struct Timed {
+    cudaEvent_t from, to;
+  };
+  std::function<void(double, double)> on_timed;
+  std::vector<Timed> timed;
+  std::vector<cudaEvent_t> spare_events;
+  cudaEvent_t ring_end = nullptr;  // the last ring exchange's end on the stream, until ring_wait pairs it
+
+  cudaEvent_t timing_event() {
+    cudaEvent_t e = nullptr;
+    if (!spare_events.empty()) {
+      e = spare_events.back();
+      spare_events.pop_back();
+      return e;
+    }
+    CAIRN_CUDA_CHECK(cudaEventCreate(&e));  // with timing, unlike the fences
+    return e;
+  }
+  void destroy_timing_events() {
+    for (const Timed& t : timed) {
+      cudaEventDestroy(t.from);
+      cudaEventDestroy(t.to);
+    }
+    for (cudaEvent_t e : spare_events) cudaEventDestroy(e);
+    if (ring_end) cudaEventDestroy(ring_end);
+    timed.clear();
+    spare_events.clear();
+    ring_end = nullptr;
+  }
 
   // The communication stream waits (on the device, not the host) for what is queued on the legacy default
   // stream, where the CUDA backend runs every kernel.
@@ -115,6 +147,7 @@ Nccl::~Nccl() {
       ncclCommDestroy(m.comm);
     }
   }
+  m.destroy_timing_events();
   for (cudaEvent_t e : m.marks)
     if (e) cudaEventDestroy(e);
   if (m.comm_done) cudaEventDestroy(m.comm_done);
@@ -206,29 +239,55 @@ void Nccl::compute_waits(uint64_t point) {
 
 void Nccl::wait() { impl_->host_wait(); }
 
+void Nccl::settle_timings() {
+  Impl& m = *impl_;
+  if (m.timed.empty()) return;
+  // A reference point after every `to`: its host time anchors theirs. The communication stream is waited for first
+  // (a failed peer throws there instead of hanging); then the compute stream, which recorded the ring's `from`
+  // points and may be behind.
+  cudaEvent_t ref = m.timing_event();
+  CAIRN_CUDA_CHECK(cudaEventRecord(ref, m.stream));
+  m.host_wait();
+  const double now = monotonic_seconds();
+  CAIRN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  for (const Impl::Timed& t : m.timed) {
+    float ms = 0, to_ref_ms = 0;
+    CAIRN_CUDA_CHECK(cudaEventElapsedTime(&ms, t.from, t.to));
+    CAIRN_CUDA_CHECK(cudaEventElapsedTime(&to_ref_ms, t.to, ref));
+    // A ring exchange that ended before the compute stream needed it was hidden: 0, not a negative time.
+    const double seconds = std::max(0.0, static_cast<double>(ms) / 1e3);
+    if (m.on_timed) m.on_timed(seconds, now - static_cast<double>(to_ref_ms) / 1e3);
+    m.spare_events.push_back(t.from);
+    m.spare_events.push_back(t.to);
+  }
+  m.timed.clear();
+  m.spare_events.push_back(ref);
+}
+
 void Nccl::abort() {
   if (impl_->comm) ncclCommAbort(impl_->comm);
   impl_->comm = nullptr;
 }
 
-gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
+gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double seconds, double end)> on_call) {
+  comm.impl_->on_timed = std::move(on_call);
   // One collective (`op` issues and checks it) on the communicator's stream, fenced by events against the compute
-  // stream on both sides (NCCL is never handed the legacy default stream itself); timed, when asked, between host
-  // synchronizations.
-  auto run = [m = comm.impl_, on_call](auto&& op) {
-    std::chrono::steady_clock::time_point t0;
-    if (on_call) {
-      // The compute work queued before the call is not the collective's time.
-      CAIRN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
-      t0 = std::chrono::steady_clock::now();
+  // stream on both sides (NCCL is never handed the legacy default stream itself); timed, when asked, from a timing
+  // event on the compute stream (the point it reached) to one on the communication stream after the collective.
+  auto run = [m = comm.impl_](auto&& op) {
+    cudaEvent_t from = nullptr;
+    if (m->on_timed) {
+      from = m->timing_event();
+      CAIRN_CUDA_CHECK(cudaEventRecord(from, cudaStreamLegacy));
     }
     m->after_compute();
     op(m->comm, m->stream);
-    m->compute_after();
-    if (on_call) {
-      m->host_wait();
-      on_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (from) {
+      cudaEvent_t to = m->timing_event();
+      CAIRN_CUDA_CHECK(cudaEventRecord(to, m->stream));
+      m->timed.push_back({from, to});
     }
+    m->compute_after();
   };
   // Sizes are the same on every rank of the group, so an empty call is skipped by all of them.
   gpt::TpComm c;
@@ -249,8 +308,8 @@ gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
     });
   };
   // The ring: ncclSend to rank + 1 and ncclRecv from rank - 1 in one group, on the communicator's stream after the
-  // compute queued so far; ring_wait makes later compute wait for it (on the device). Timed, when asked, as the
-  // host's wait for the transfer: its exposed part.
+  // compute queued so far; ring_wait makes later compute wait for it (on the device). Timed, when asked, from the
+  // point the compute stream reached at ring_wait to the exchange's end: its exposed part.
   c.ring_start = [m = comm.impl_](const float* send, float* recv, size_t n) {
     if (n == 0) return;
     m->after_compute();
@@ -258,12 +317,19 @@ gpt::TpComm nccl_tp_comm(Nccl& comm, std::function<void(double)> on_call) {
       CAIRN_NCCL_CHECK(ncclSend(send, n, ncclFloat32, (m->rank + 1) % m->world, m->comm, m->stream));
       CAIRN_NCCL_CHECK(ncclRecv(recv, n, ncclFloat32, (m->rank + m->world - 1) % m->world, m->comm, m->stream));
     });
+    if (m->on_timed) {
+      if (!m->ring_end) m->ring_end = m->timing_event();
+      CAIRN_CUDA_CHECK(cudaEventRecord(m->ring_end, m->stream));
+    }
   };
-  c.ring_wait = [m = comm.impl_, on_call] {
-    const auto t0 = std::chrono::steady_clock::now();
-    if (on_call) m->host_wait();
+  c.ring_wait = [m = comm.impl_] {
+    if (m->on_timed && m->ring_end) {
+      cudaEvent_t from = m->timing_event();
+      CAIRN_CUDA_CHECK(cudaEventRecord(from, cudaStreamLegacy));
+      m->timed.push_back({from, m->ring_end});
+      m->ring_end = nullptr;
+    }
     m->compute_after();
-    if (on_call) on_call(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   };
   return c;
 }

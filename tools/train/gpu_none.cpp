@@ -22,10 +22,11 @@ void Nccl::reduce_pieces(const float*, float*, const std::vector<size_t>&, const
 uint64_t Nccl::mark() { no_cuda(); }
 void Nccl::compute_waits(uint64_t) { no_cuda(); }
 void Nccl::wait() { no_cuda(); }
+void Nccl::settle_timings() { no_cuda(); }
 void Nccl::abort() {}
 // By value as in gpu_cuda.cpp, which moves it into the communicator's closure.
 // NOLINTNEXTLINE(performance-unnecessary-value-param)
-gpt::TpComm nccl_tp_comm(Nccl&, std::function<void(double)>) { no_cuda(); }
+gpt::TpComm nccl_tp_comm(Nccl&, std::function<void(double, double)>) { no_cuda(); }
 std::unique_ptr<PipeTransport> nccl_pipe(MPI_Comm, bool) { no_cuda(); }
 
 }  // namespace cairn::train::gpu

@@ -119,6 +119,12 @@ class Trainer {
   // Context parallelism: this rank's share of a micro-batch, the rows of chunks cp_rank and 2cp-1-cp_rank of each
   // sequence (the order gpt::ShardSpec describes); the micro-batch itself without.
   MicroBatch context_share(MicroBatch mb) const;
+  // GPUs: the tensor- and context-parallel collectives' device-timed seconds into tp_comm_s_ / cp_comm_s_ (and the
+  // trace), which MPI reports as each call returns.
+  void settle_comm_timings() {
+    if (tp_nccl_) tp_nccl_->settle_timings();
+    if (cp_nccl_) cp_nccl_->settle_timings();
+  }
   // The tied wte's gradient summed over the embedding group (NCCL on GPUs, MPI here).
   void sum_over_embedding_group(float* buf, size_t n);
   std::vector<float> assemble_params();
@@ -302,15 +308,13 @@ void Trainer::build_model() {
   const parallel::Coords& at = groups_->coords;
   // A group's collectives (TP, CP): NCCL on GPUs, MPI here, each call's time added to `seconds` and, while tracing,
   // an event on the rank's comm row.
+  // On GPUs the times are measured on the device and reported at settle_comm_timings().
   auto group_comm = [this](MPI_Comm comm, std::unique_ptr<gpu::Nccl>& nccl, double& seconds, const char* event) {
-    auto count = [this, &seconds, event](double s) {
+    auto count = [this, &seconds, event](double s, double end) {
       seconds += s;
-      if (trace_.active()) {
-        const double t = monotonic_seconds();
-        trace_.event(event, "comm", t - s, t, nullptr, 1);
-      }
+      if (trace_.active()) trace_.event(event, "comm", end - s, end, nullptr, 1);
     };
-    if (!s_.on_gpu) return gpt::mpi_tp_comm(comm, count);
+    if (!s_.on_gpu) return gpt::mpi_tp_comm(comm, [count](double s) { count(s, monotonic_seconds()); });
     nccl = std::make_unique<gpu::Nccl>(comm);
     return gpu::nccl_tp_comm(*nccl, count);
   };
@@ -586,6 +590,7 @@ void Trainer::train_step(StepTimes& tm, float& loss, double& norm_sq, Fault faul
   }
   if (pipe_) pipe_->wait_sends();
   finish_grads(tm);
+  settle_comm_timings();
 
   // Loss over the global batch (the last stage's TP rank 0 speaks for each micro-batch, each CP rank for its share of
   // the tokens); norm of the averaged gradient (each parameter counted once); scaled by the data- and context-parallel
@@ -917,6 +922,7 @@ double Trainer::validate() {
     }
   }
   if (pipe_) pipe_->wait_sends();
+  settle_comm_timings();  // traced; not counted in the next step's figures (train_step starts them at 0)
   if (s_.world > 1) sum = mpi::allreduce(sum);
   return sum / (static_cast<double>(batches) * L.dp * L.cp);
 }
