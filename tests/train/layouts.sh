@@ -7,7 +7,10 @@
 # 1 rank's); tp2 x pp2 resumed by tp2 x pp2 is bitwise its own
 # uninterrupted run; cairn-eval scores the 8-rank checkpoint as the 1-rank one. Metrics carry tp_comm, pp_wait and
 # mem_gib, pipelined runs every stage's split (its busiest rank's), the trace has pipeline waits on every rank;
-# impossible layouts exit 2 with a clear message, writing nothing.
+# impossible layouts exit 2 with a clear message, writing nothing. pp2 x v2, dp2 x cp2 x pp2 and the uneven split
+# match their pipeline messages in posting order per direction and kind ([train] pipe_match = "order", as NCCL's
+# tagless point-to-point does on GPUs), the other pipelined runs by tag: a schedule that broke NCCL's order would
+# pair one micro-batch's tensor with another's receive there and change the losses.
 set -euo pipefail
 BIN=${CAIRN_BIN_DIR:?CAIRN_BIN_DIR must point at build/bin}
 PY=/usr/bin/python3   # Debian's python (h5py, numpy)
@@ -48,7 +51,8 @@ train r1 1 --set model.layers=4
 train r1mb1 1 --set model.layers=4 --set train.micro_batch=1 --set train.val_batches=8  # the same maths in another order: the noise floor
 train tp2 2 --set model.layers=4 "${TP[@]}"
 train pp2 2 --set model.layers=4 "${PP[@]}"
-train pp2v2 2 --set model.layers=4 "${PP[@]}" --set parallel.v=2 --trace-steps 2:4
+ORDERED=(--set 'train.pipe_match="order"')
+train pp2v2 2 --set model.layers=4 "${PP[@]}" --set parallel.v=2 --trace-steps 2:4 "${ORDERED[@]}"
 train tp2sp 2 --set model.layers=4 "${TP[@]}" --set 'parallel.sp="on"'
 train dp2tp2 4 --set model.layers=4 "${DP2[@]}" "${TP[@]}"
 train dp2pp2 4 --set model.layers=4 "${DP2[@]}" "${PP[@]}"
@@ -66,10 +70,11 @@ CP=(--set parallel.cp=2)
 # K/V around a ring (cp_comm = "p2p", the default) in cp2 and dp2cp2pp2z2, all-gathered in cp2tp2sp
 train cp2 2 --set model.layers=4 "${CP[@]}"
 train cp2tp2sp 4 --set model.layers=4 "${CP[@]}" "${TP[@]}" --set 'parallel.sp="on"' --set 'parallel.cp_comm="allgather"'
-train dp2cp2pp2z2 8 --set model.layers=4 "${DP2[@]}" --set parallel.dp=2 "${CP[@]}" "${PP[@]}" --set parallel.zero=2
+train dp2cp2pp2z2 8 --set model.layers=4 "${DP2[@]}" --set parallel.dp=2 "${CP[@]}" "${PP[@]}" --set parallel.zero=2 \
+  "${ORDERED[@]}"
 # ---- 3. uneven pipeline: 5 layers as 2 + 3, against its own 1-rank reference
 train l5r1 1 --set model.layers=5
-train l5pp2 2 --set model.layers=5 "${PP[@]}" --set 'parallel.stage_layers=[2,3]'
+train l5pp2 2 --set model.layers=5 "${PP[@]}" --set 'parallel.stage_layers=[2,3]' "${ORDERED[@]}"
 echo "layouts: $(( SECONDS - T0 )) s for the 20 training runs"
 
 # ---- 4. cross-layout resume: the 8-rank step-15 checkpoint as 1 rank, dp2 and tp2 x pp2; tp2 x pp2 by itself

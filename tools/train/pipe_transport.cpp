@@ -24,9 +24,10 @@ int count_of(size_t n) {
 
 class MpiPipe final : public PipeTransport {
  public:
-  explicit MpiPipe(const kernels::Backend& backend) : be_(backend) {}
+  MpiPipe(const kernels::Backend& backend, bool in_order) : be_(backend), in_order_(in_order) {}
 
-  void send(const float* src, size_t n, int to, int tag, PipeKind) override {
+  void send(const float* src, size_t n, int to, int tag, PipeKind kind) override {
+    if (in_order_) tag = kind_tag(kind);
     Pending* s = nullptr;
     for (Pending& p : sends_) {  // reuse a buffer whose message has left
       int done = 0;
@@ -43,7 +44,8 @@ class MpiPipe final : public PipeTransport {
                "MPI_Isend (pipeline)");
   }
 
-  double recv(float* dst, size_t n, int from, int tag, PipeKind) override {
+  double recv(float* dst, size_t n, int from, int tag, PipeKind kind) override {
+    if (in_order_) tag = kind_tag(kind);
     const double t0 = monotonic_seconds();
     float* into = dst;
     if (be_.device_memory) {
@@ -65,15 +67,19 @@ class MpiPipe final : public PipeTransport {
     std::vector<float> buf;
     MPI_Request req = MPI_REQUEST_NULL;
   };
+  // The two kinds' channels (a run matches every message one way, so these never meet a schedule's tag).
+  static int kind_tag(PipeKind kind) { return kind == PipeKind::Activations ? 0 : 1; }
+
   const kernels::Backend& be_;
+  bool in_order_;
   std::deque<Pending> sends_;
   std::vector<float> staging_;  // received floats on device backends
 };
 
 }  // namespace
 
-std::unique_ptr<PipeTransport> make_mpi_pipe(const kernels::Backend& backend) {
-  return std::make_unique<MpiPipe>(backend);
+std::unique_ptr<PipeTransport> make_mpi_pipe(const kernels::Backend& backend, bool in_order) {
+  return std::make_unique<MpiPipe>(backend, in_order);
 }
 
 }  // namespace cairn::train

@@ -29,8 +29,10 @@ class PipeTransport {
   virtual void abort() {}
 };
 
-// MPI over MPI_COMM_WORLD with the schedule's tags (unique per message, so matching never depends on order); on a
-// device backend each message is copied through host memory.
-std::unique_ptr<PipeTransport> make_mpi_pipe(const kernels::Backend& backend);
+// MPI over MPI_COMM_WORLD; on a device backend each message is copied through host memory. Matching: by the
+// schedule's tags (unique per message, so it never depends on order), or with `in_order` as NCCL matches on GPUs:
+// one tag per kind, so messages between two ranks pair up in the order they are posted, per direction and kind
+// ([train] pipe_match = "order": the CPU tests' check that the trainer keeps the order NCCL needs).
+std::unique_ptr<PipeTransport> make_mpi_pipe(const kernels::Backend& backend, bool in_order = false);
 
 }  // namespace cairn::train

@@ -53,6 +53,7 @@ void read_train_keys(const TrainSection& t, Settings& s) {
   s.val_every = t.val_every;
   s.val_batches = t.val_batches;
   s.prefetch = t.prefetch;
+  s.pipe_match_order = t.pipe_match == "order";
   s.log_every = t.log_every;
   s.bucket_bytes = t.bucket_mb * 1024 * 1024;
   s.spike_z = t.spike_zscore;

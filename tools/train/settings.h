@@ -20,6 +20,7 @@ struct Settings {
   std::string schedule;
   int64_t checkpoint_every = 0, keep_every = 0, val_every = 0;
   int keep_checkpoints = 1, val_batches = 0, prefetch = 4, log_every = 1;
+  bool pipe_match_order = false;  // [train] pipe_match = "order": MPI pipeline messages matched like NCCL's
   std::string resume;
   int zero = 0;
   parallel::Layout layout;  // [parallel]: dp x tp x pp (v), ZeRO, sp, micro-batch (resolve_layout)

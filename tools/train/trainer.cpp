@@ -322,14 +322,17 @@ void Trainer::build_model() {
   if (L.cp > 1) cp_comm_ = group_comm(groups_->cp, cp_nccl_, cp_comm_s_, "context-parallel collective");
   if (L.pp > 1) {
     pipeline::max_message_tag(L.pp, L.v, s_.accum);  // throws when the tags would not fit
-    if (s_.on_gpu) {
-      // NCCL matches messages in the order they are posted; the schedule must keep that order on every channel.
+    if (s_.on_gpu || s_.pipe_match_order) {
+      // NCCL (and MPI with pipe_match = "order") match messages in the order they are posted; the schedule must keep
+      // that order on every channel.
       const std::string mismatch = pipeline::in_order_mismatch(L.pp, L.v, s_.accum);
-      if (!mismatch.empty()) throw RuntimeError("pipeline schedule breaks NCCL's message order: " + mismatch);
+      if (!mismatch.empty()) throw RuntimeError("pipeline schedule breaks the in-order message matching: " + mismatch);
+    }
+    if (s_.on_gpu) {
       pipe_ = gpu::nccl_pipe(groups_->pp, L.v > 1);
       if (groups_->embedding != MPI_COMM_NULL) tied_nccl_ = std::make_unique<gpu::Nccl>(groups_->embedding);
     } else {
-      pipe_ = make_mpi_pipe(*backend_);
+      pipe_ = make_mpi_pipe(*backend_, s_.pipe_match_order);
     }
   }
   for (int c = 0; c < L.v; ++c) {

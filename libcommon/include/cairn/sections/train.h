@@ -38,6 +38,7 @@ struct TrainSection {
   std::string recompute = "none";
   double bucket_mb = 4.0;
   int prefetch = 4;
+  std::string pipe_match = "tag";
   // Faults.
   double spike_zscore = 6.0;
   int spike_window = 50;
@@ -91,6 +92,9 @@ struct TrainSection {
       "recompute; two different modes are an error");
     k(&S::bucket_mb, "bucket_mb", Range{0.001, 1e6}, "gradient all-reduce bucket size in MiB");
     k(&S::prefetch, "prefetch", Range{1, 1024}, "micro-batches the loader thread reads ahead");
+    k(&S::pipe_match, "pipe_match", Choices{"tag", "order"},
+      "how MPI matches pipeline messages: tag (each message its own tag) or order (one tag per direction and kind, "
+      "matched in posting order as NCCL does on GPUs: a check that the schedule keeps NCCL's order)");
     k(&S::spike_zscore, "spike_zscore", Range{0, 1e9},
       "skip a step whose loss or grad norm z-score exceeds this (0 = off)");
     k(&S::spike_window, "spike_window", Range{2, 1e9}, "moving window (steps) for spike statistics");
