@@ -63,7 +63,7 @@ struct Nccl::Impl {
   cudaEvent_t comm_done = nullptr;
   int rank = 0, world = 1;
   // mark() / compute_waits(): points on the communication stream, point p in marks[p % kMarks].
-  static constexpr uint64_t kMarks = 8;
+  static constexpr uint64_t kMarks = 32;  // the data-parallel communicator serves every chunk's ZeRO units
   cudaEvent_t marks[kMarks] = {};
   uint64_t next_mark = 0;
   // Timed tensor-parallel calls (nccl_tp_comm with on_call): pairs of timing events, from -> to (a negative span,

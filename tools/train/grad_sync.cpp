@@ -146,9 +146,9 @@ class MpiGradSync final : public GradSync {
 
 class NcclGradSync final : public GradSync {
  public:
-  NcclGradSync(MPI_Comm comm, const kernels::Backend& backend, const Shards& sh, float* grads, float* shard_grads,
+  NcclGradSync(gpu::Nccl& nccl, const kernels::Backend& backend, const Shards& sh, float* grads, float* shard_grads,
                double bucket_bytes, StepTrace& trace)
-      : GradSync(sh, grads, shard_grads, bucket_bytes, trace), backend_(backend), nccl_(comm) {}
+      : GradSync(sh, grads, shard_grads, bucket_bytes, trace), backend_(backend), nccl_(nccl) {}
 
  private:
   // Device memory: NCCL on its own stream, queued behind the backward kernels that produced the bucket.
@@ -165,15 +165,15 @@ class NcclGradSync final : public GradSync {
   }
 
   const kernels::Backend& backend_;
-  gpu::Nccl nccl_;
+  gpu::Nccl& nccl_;  // the trainer's one communicator of the group, shared by every chunk
 };
 
 }  // namespace
 
-std::unique_ptr<GradSync> make_grad_sync(bool nccl, MPI_Comm comm, const kernels::Backend& backend,
+std::unique_ptr<GradSync> make_grad_sync(gpu::Nccl* nccl, MPI_Comm comm, const kernels::Backend& backend,
                                          const Shards& shards, float* grads, float* shard_grads, double bucket_bytes,
                                          StepTrace& trace) {
-  if (nccl) return std::make_unique<NcclGradSync>(comm, backend, shards, grads, shard_grads, bucket_bytes, trace);
+  if (nccl) return std::make_unique<NcclGradSync>(*nccl, backend, shards, grads, shard_grads, bucket_bytes, trace);
   return std::make_unique<MpiGradSync>(comm, shards, grads, shard_grads, bucket_bytes, trace);
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cairn/kernels/backend.h"
+#include "gpu.h"
 #include "step_trace.h"
 
 namespace cairn::train {
@@ -77,9 +78,10 @@ class GradSync {
 };
 
 // MPI (host buffers): MPI_Iallreduce / MPI_Ireduce_scatter per bucket, MPI_Allgatherv for the parameters.
-// NCCL (device buffers, backend "cuda"): gpu::Nccl over the same group, on its own stream behind the compute stream.
-// comm: the data-parallel group (its rank and size are those of shards).
-std::unique_ptr<GradSync> make_grad_sync(bool nccl, MPI_Comm comm, const kernels::Backend& backend,
+// NCCL (device buffers, backend "cuda", `nccl` given): that communicator of the same group (one per group and rank,
+// shared by every chunk: each NCCL communicator holds its own device buffers), on its stream behind the compute
+// stream. comm: the data-parallel group (its rank and size are those of shards).
+std::unique_ptr<GradSync> make_grad_sync(gpu::Nccl* nccl, MPI_Comm comm, const kernels::Backend& backend,
                                          const Shards& shards, float* grads, float* shard_grads, double bucket_bytes,
                                          StepTrace& trace);
 

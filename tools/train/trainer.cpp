@@ -68,6 +68,7 @@ class Trainer {
     if (std::uncaught_exceptions() == 0) return;
     if (tp_nccl_) tp_nccl_->abort();
     if (cp_nccl_) cp_nccl_->abort();
+    if (dp_nccl_) dp_nccl_->abort();
     if (pipe_) pipe_->abort();
     if (tied_nccl_) tied_nccl_->abort();
     for (Chunk& ch : chunks_) {
@@ -125,6 +126,13 @@ class Trainer {
     if (tp_nccl_) tp_nccl_->settle_timings();
     if (cp_nccl_) cp_nccl_->settle_timings();
   }
+  // The dp x cp group's NCCL communicator on GPUs, made at the first call (collective: every rank's first chunk
+  // asks), null on CPUs.
+  gpu::Nccl* dp_nccl() {
+    if (!s_.on_gpu) return nullptr;
+    if (!dp_nccl_) dp_nccl_ = std::make_unique<gpu::Nccl>(groups_->dp_cp);
+    return dp_nccl_.get();
+  }
   // The tied wte's gradient summed over the embedding group (NCCL on GPUs, MPI here).
   void sum_over_embedding_group(float* buf, size_t n);
   std::vector<float> assemble_params();
@@ -168,6 +176,9 @@ class Trainer {
   std::unique_ptr<parallel::Groups> groups_;
   // The tensor-parallel group's NCCL communicator (GPU, tp > 1); declared before chunks_ so it outlives their models.
   std::unique_ptr<gpu::Nccl> tp_nccl_;
+  // The data-parallel (dp x cp) group's NCCL communicator (GPU, dp x cp > 1), shared by every chunk's gradient sync
+  // and ZeRO units (all replicas issue their calls in the same order); declared before chunks_, which use it.
+  std::unique_ptr<gpu::Nccl> dp_nccl_;
   // The activation memory of every chunk's slots (the micro-batches the schedule keeps in flight on this rank).
   std::shared_ptr<gpt::ActivationPool> act_pool_;
   std::vector<Chunk> chunks_;
@@ -390,7 +401,7 @@ void Trainer::build_model() {
       // the tied wte copy's gradient waits for the embedding group's sum (unit 0 holds wte)
       ch.zero = std::make_unique<ZeroUnits>(groups_->dp_cp, ch.shards, ch.model->units(), *backend_, s_.zero == 3,
                                             ch.param_shard.data(), ch.shard_grads.data(), ch.tied_count > 0 ? 0 : -1,
-                                            s_.on_gpu);
+                                            dp_nccl());
       ch.zero->set_on_wait([this](double seconds) {
         zero_comm_s_ += seconds;
         if (trace_.active()) {
@@ -400,7 +411,7 @@ void Trainer::build_model() {
       });
     }
     if (ch.shards.size > 1 && s_.zero < 3) {
-      ch.sync = make_grad_sync(s_.on_gpu, groups_->dp_cp, *backend_, ch.shards, ch.model->grads(),
+      ch.sync = make_grad_sync(dp_nccl(), groups_->dp_cp, *backend_, ch.shards, ch.model->grads(),
                                ch.shard_grads.data(), s_.bucket_bytes, trace_);
     }
     ch.slot_of_micro.assign(static_cast<size_t>(s_.accum), -1);

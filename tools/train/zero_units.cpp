@@ -13,7 +13,7 @@ namespace cairn::train {
 
 ZeroUnits::ZeroUnits(MPI_Comm dp, const Shards& shards, std::vector<std::pair<size_t, size_t>> units,
                      const kernels::Backend& backend, bool shard_params, float* param_shard, float* shard_grads,
-                     int deferred_unit, bool nccl)
+                     int deferred_unit, gpu::Nccl* nccl)
     : dp_(dp),
       sh_(shards),
       units_(std::move(units)),
@@ -22,7 +22,7 @@ ZeroUnits::ZeroUnits(MPI_Comm dp, const Shards& shards, std::vector<std::pair<si
       param_shard_(param_shard),
       shard_grads_(shard_grads),
       deferred_(deferred_unit),
-      nccl_(nccl ? std::make_unique<gpu::Nccl>(dp) : nullptr) {
+      nccl_(nccl) {
   for (const auto& u : units_) max_unit_ = std::max(max_unit_, u.second);
   if (max_unit_ > static_cast<size_t>(INT_MAX)) throw RuntimeError("ZeRO: a unit of the model exceeds MPI's int count");
   grads_of_.assign(units_.size(), nullptr);
@@ -31,8 +31,8 @@ ZeroUnits::ZeroUnits(MPI_Comm dp, const Shards& shards, std::vector<std::pair<si
 }
 
 ZeroUnits::~ZeroUnits() {
-  // nothing may be in flight when the buffers go (an exception mid-step): let MPI finish first (NCCL's communicator
-  // is destroyed before the buffers: see nccl_)
+  // nothing may be in flight when the buffers go (an exception mid-step): let MPI finish first (NCCL: the trainer
+  // aborts its communicators before unwinding reaches the chunks, and cudaFree waits for the device otherwise)
   if (nccl_) return;
   for (Pending& p : pending_) MPI_Wait(&p.req, MPI_STATUS_IGNORE);
   for (Gather& g : gathers_) MPI_Wait(&g.req, MPI_STATUS_IGNORE);

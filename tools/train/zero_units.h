@@ -27,14 +27,15 @@ namespace cairn::train {
 // Parameters (ZeRO-3): this rank keeps only its shard [lo, hi) of the chunk's flat parameters (the optimizer
 // updates it in place); a unit is all-gathered just before the model uses it, the next unit in the same direction
 // is prefetched, and the buffer is released after use (FSDP's schedule).
-// Transport: MPI (host memory; on a device backend every buffer is staged through a host copy), or NCCL (`nccl`,
-// device memory only: the collectives run on the communicator's stream behind the compute stream, and the compute
-// stream waits for them on the device where it needs their result, so the host never blocks and nothing is copied).
+// Transport: MPI (host memory; on a device backend every buffer is staged through a host copy), or NCCL (`nccl`, the
+// trainer's communicator of the group, shared with the other chunks; device memory only: the collectives run on the
+// communicator's stream behind the compute stream, and the compute stream waits for them on the device where it needs
+// their result, so the host never blocks and nothing is copied).
 class ZeroUnits {
  public:
   ZeroUnits(MPI_Comm dp, const Shards& shards, std::vector<std::pair<size_t, size_t>> units,
             const kernels::Backend& backend, bool shard_params, float* param_shard, float* shard_grads,
-            int deferred_unit, bool nccl = false);
+            int deferred_unit, gpu::Nccl* nccl = nullptr);
   ~ZeroUnits();
   ZeroUnits(const ZeroUnits&) = delete;
   ZeroUnits& operator=(const ZeroUnits&) = delete;
@@ -118,9 +119,7 @@ class ZeroUnits {
   int last_acquired_ = -1;
   std::function<void(double)> on_wait_;
   bool after_backward_ = false;
-  // NCCL transport (device backends); null: MPI. Declared last, so it is destroyed first: its stream drains (or,
-  // unwinding, the communicator is aborted) before the buffers its operations use are freed.
-  std::unique_ptr<gpu::Nccl> nccl_;
+  gpu::Nccl* nccl_;  // NCCL transport (device backends), the trainer's; null: MPI
 };
 
 }  // namespace cairn::train
