@@ -113,10 +113,13 @@ void read_raw(const Dataset& ds, hid_t mem_type, void* data) {
   if (H5Dread(ds.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) throw_h5("cannot read", ds.path());
 }
 
-void read_range_raw(const Dataset& ds, hid_t mem_type, hsize_t offset, hsize_t count, void* out) {
+namespace {
+
+// The file space of 1-D dataset `ds` with [offset, offset + count) selected; `what` ("read", "write") for errors.
+Handle select_range(const Dataset& ds, hsize_t offset, hsize_t count, const char* what) {
   hsize_t n = ds.size();
   if (offset > n || count > n - offset) {
-    throw RuntimeError(file_message("cannot read", ds.path(),
+    throw RuntimeError(file_message(std::string("cannot ") + what, ds.path(),
                                     "range [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
                                         ") is outside its " + std::to_string(n) + " elements"));
   }
@@ -124,8 +127,22 @@ void read_range_raw(const Dataset& ds, hid_t mem_type, hsize_t offset, hsize_t c
   if (H5Sselect_hyperslab(fspace.id(), H5S_SELECT_SET, &offset, nullptr, &count, nullptr) < 0) {
     throw_h5("cannot select range in", ds.path());
   }
+  return fspace;
+}
+
+}  // namespace
+
+void read_range_raw(const Dataset& ds, hid_t mem_type, hsize_t offset, hsize_t count, void* out) {
+  Handle fspace = select_range(ds, offset, count, "read");
   Handle mspace(H5Screate_simple(1, &count, nullptr), H5Sclose);
   if (H5Dread(ds.id(), mem_type, mspace.id(), fspace.id(), H5P_DEFAULT, out) < 0) throw_h5("cannot read", ds.path());
+}
+
+void write_range_raw(const Dataset& ds, hid_t mem_type, hsize_t offset, hsize_t count, const void* data) {
+  if (count == 0) return;
+  Handle fspace = select_range(ds, offset, count, "write");
+  Handle mspace(H5Screate_simple(1, &count, nullptr), H5Sclose);
+  if (H5Dwrite(ds.id(), mem_type, mspace.id(), fspace.id(), H5P_DEFAULT, data) < 0) throw_h5("cannot write", ds.path());
 }
 
 void Location::write_strings(const std::string& name, const std::vector<std::string>& values) const {

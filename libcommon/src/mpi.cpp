@@ -1,6 +1,8 @@
 // MPI session, topology (node-local and cross-node communicators) and string collectives.
 #include "cairn/mpi.h"
 
+#include <climits>
+
 #include <omp.h>
 
 #include <algorithm>
@@ -109,6 +111,12 @@ int rank() { return g_topology.rank; }
 int size() { return g_topology.size; }
 
 void barrier(MPI_Comm comm) { check(MPI_Barrier(comm), "MPI_Barrier"); }
+
+int int_count(size_t n, const std::string& what) {
+  if (n > static_cast<size_t>(INT_MAX))
+    throw RuntimeError(what + " of " + std::to_string(n) + " elements exceeds MPI's int count");
+  return static_cast<int>(n);
+}
 
 void check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;

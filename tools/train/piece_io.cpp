@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <string>
 
+#include "cairn/error.h"
+#include "cairn/log.h"
 #include "cairn/mpi.h"
 
 namespace cairn::train {
@@ -41,33 +45,72 @@ void for_each_overlap(const PieceMap& map, size_t lo, size_t hi, F&& f) {
 
 }  // namespace
 
-void add_to_full(const PieceMap& map, size_t lo, size_t hi, const float* values, float* full) {
+std::vector<Segment> segments(const PieceMap& map, size_t lo, size_t hi, bool spoken_only) {
+  std::vector<Segment> out;
   for_each_overlap(map, lo, hi, [&](size_t i, size_t first, size_t count) {
-    if (!map.speaks[i]) return;
+    if (spoken_only && !map.speaks[i]) return;
     const gpt::FlatRun& r = map.runs[i];
-    float* dst = full + r.full + (first - r.local);
-    const float* src = values + (first - lo);
-    for (size_t k = 0; k < count; ++k) dst[k] += src[k];
+    out.push_back({r.full + (first - r.local), first, count});
   });
+  return out;
 }
 
-void take_from_full(const PieceMap& map, size_t lo, size_t hi, const float* full, float* values) {
-  for_each_overlap(map, lo, hi, [&](size_t i, size_t first, size_t count) {
-    const gpt::FlatRun& r = map.runs[i];
-    std::copy_n(full + r.full + (first - r.local), count, values + (first - lo));
-  });
-}
+namespace {
 
-void reduce_to_root(std::vector<float>& buf, MPI_Comm comm) {
-  int rank = 0;
+int int_count(size_t n, const char* what) { return mpi::int_count(n, std::string("checkpoint assembly: ") + what); }
+
+}  // namespace
+
+void gather_to_root(const std::vector<Contribution>& mine, size_t first, size_t size, std::vector<float>& out,
+                    MPI_Comm comm) {
+  int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
-  const size_t slice = static_cast<size_t>(1) << 28;
-  for (size_t at = 0; at < buf.size(); at += slice) {
-    const int n = static_cast<int>(std::min(slice, buf.size() - at));
-    mpi::check(MPI_Reduce(rank == 0 ? MPI_IN_PLACE : buf.data() + at, rank == 0 ? buf.data() + at : nullptr, n,
-                          MPI_FLOAT, MPI_SUM, 0, comm),
-               "MPI_Reduce (checkpoint assembly)");
+  MPI_Comm_size(comm, &ranks);
+  // This rank's part: (position in the tensor, length) pairs and the values, in the same order.
+  std::vector<uint64_t> where;
+  std::vector<float> values;
+  for (const Contribution& c : mine)
+    for (const Segment& s : c.segs) {
+      where.push_back(s.full - first);
+      where.push_back(s.count);
+      values.insert(values.end(), c.values + (s.local - c.base), c.values + (s.local - c.base) + s.count);
+    }
+  const int sizes[2] = {int_count(where.size(), "segment list"), int_count(values.size(), "values")};
+  std::vector<int> all(rank == 0 ? 2 * static_cast<size_t>(ranks) : 0);
+  mpi::check(MPI_Gather(sizes, 2, MPI_INT, all.data(), 2, MPI_INT, 0, comm), "MPI_Gather (checkpoint assembly)");
+  std::vector<int> n_where, n_values, d_where, d_values;
+  size_t total_where = 0, total_values = 0;
+  if (rank == 0) {
+    for (int r = 0; r < ranks; ++r) {
+      n_where.push_back(all[2 * static_cast<size_t>(r)]);
+      n_values.push_back(all[2 * static_cast<size_t>(r) + 1]);
+      d_where.push_back(int_count(total_where, "segment lists"));
+      d_values.push_back(int_count(total_values, "values"));
+      total_where += static_cast<size_t>(n_where.back());
+      total_values += static_cast<size_t>(n_values.back());
+    }
   }
+  std::vector<uint64_t> got_where(total_where);
+  std::vector<float> got_values(total_values);
+  mpi::check(MPI_Gatherv(where.data(), sizes[0], MPI_UINT64_T, got_where.data(), n_where.data(), d_where.data(),
+                         MPI_UINT64_T, 0, comm),
+             "MPI_Gatherv (checkpoint assembly)");
+  mpi::check(MPI_Gatherv(values.data(), sizes[1], MPI_FLOAT, got_values.data(), n_values.data(), d_values.data(),
+                         MPI_FLOAT, 0, comm),
+             "MPI_Gatherv (checkpoint assembly)");
+  if (rank != 0) return;
+  out.assign(size, 0.0f);
+  size_t covered = 0, v = 0;
+  for (size_t i = 0; i + 1 < got_where.size(); i += 2) {
+    const size_t at = got_where[i], n = got_where[i + 1];
+    if (at + n > size) throw RuntimeError("checkpoint assembly: a piece lies outside its tensor");
+    std::copy_n(got_values.data() + v, n, out.data() + at);
+    v += n;
+    covered += n;
+  }
+  if (covered != size)
+    throw RuntimeError(
+        strprintf("checkpoint assembly: the ranks' pieces cover %zu of the tensor's %zu values", covered, size));
 }
 
 std::vector<std::pair<size_t, size_t>> norm_ranges(const std::vector<gpt::TensorInfo>& tensors,

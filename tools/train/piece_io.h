@@ -19,12 +19,27 @@ struct PieceMap {
 };
 PieceMap piece_map(const gpt::GptConfig& cfg, const gpt::ShardSpec& spec);
 
-// Adds values[i] of piece positions lo + i (i < hi - lo) into `full` (count_params floats) at their whole-model
-// positions, for the runs this rank speaks for.
-void add_to_full(const PieceMap& map, size_t lo, size_t hi, const float* values, float* full);
-// values[i] = full[whole-model position of piece position lo + i], for i < hi - lo (every run, spoken or not).
-void take_from_full(const PieceMap& map, size_t lo, size_t hi, const float* full, float* values);
-// Sums `buf` over `comm` into rank 0's copy (others keep theirs), in slices MPI's int counts can hold.
-void reduce_to_root(std::vector<float>& buf, MPI_Comm comm);
+// A stretch of a piece's flat buffer and where it lies in the whole model's: piece positions [local, local + count)
+// are whole-model positions [full, full + count).
+struct Segment {
+  size_t full = 0, local = 0, count = 0;
+};
+// The parts of piece positions [lo, hi) with their whole-model positions: every run (what a reader fills), or with
+// `spoken_only` the runs this rank speaks for (what a writer contributes: each whole-model value has one speaker).
+std::vector<Segment> segments(const PieceMap& map, size_t lo, size_t hi, bool spoken_only);
+
+// What one rank contributes to a whole-model tensor: segments and the array their local positions index, shifted by
+// base (values[local - base]; e.g. a ZeRO shard starting at piece position lo).
+struct Contribution {
+  std::vector<Segment> segs;
+  const float* values = nullptr;
+  size_t base = 0;
+};
+// Collective over comm: rank 0 gets, in out[0, size), the whole-model positions [first, first + size) from every
+// rank's contributions (which must lie inside that range and together cover it once: one speaker per value); the
+// others send only their values (memory: one tensor on rank 0, nothing beyond the pieces elsewhere). Errors when a
+// rank's part exceeds MPI's int counts.
+void gather_to_root(const std::vector<Contribution>& mine, size_t first, size_t size, std::vector<float>& out,
+                    MPI_Comm comm);
 
 }  // namespace cairn::train

@@ -16,11 +16,7 @@ namespace cairn::train {
 
 namespace {
 
-int count_of(size_t n) {
-  if (n > static_cast<size_t>(INT_MAX))
-    throw RuntimeError("pipeline message of " + std::to_string(n) + " floats exceeds MPI's int count");
-  return static_cast<int>(n);
-}
+int count_of(size_t n) { return mpi::int_count(n, "pipeline message"); }
 
 class MpiPipe final : public PipeTransport {
  public:

@@ -3,7 +3,10 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -15,12 +18,81 @@
 #include "cairn/mpi.h"
 #include "cairn/records.h"
 #include "loader.h"
+#include "piece_io.h"
 #include "step_trace.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace cairn::train {
+
+namespace {
+
+// What this rank speaks for when the whole model is assembled, per chunk, copied to the host: the parameters (its
+// ZeRO-3 shard, or the whole piece on the first data-parallel replica) and, `moments`, the AdamW moments (its ZeRO
+// slice, or the whole slice on the first replica without ZeRO).
+struct SpokenPieces {
+  std::vector<float> params, m, v;
+  size_t params_lo = 0, params_hi = 0, lo = 0, hi = 0;
+};
+
+std::vector<SpokenPieces> spoken_pieces(const std::vector<Chunk>& chunks, const kernels::Backend& backend,
+                                        bool first_replica, bool moments) {
+  std::vector<SpokenPieces> out(chunks.size());
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const Chunk& ch = chunks[c];
+    SpokenPieces& h = out[c];
+    if (ch.param_shard.data()) {
+      h.params = to_host(backend, ch.param_shard.data(), ch.shards.count());
+      h.params_lo = ch.shards.lo;
+      h.params_hi = ch.shards.hi;
+    } else if (first_replica) {
+      h.params = to_host(backend, ch.model->params(), ch.num_params());
+      h.params_hi = ch.num_params();
+    }
+    if (moments && (ch.shards.shard > 0 || first_replica)) {
+      h.m = to_host(backend, ch.m.data(), ch.shards.count());
+      h.v = to_host(backend, ch.v.data(), ch.shards.count());
+      h.lo = ch.shards.lo;
+      h.hi = ch.shards.hi;
+    }
+  }
+  return out;
+}
+
+// This rank's contributions to whole tensor t: parameters, first and second moments.
+void contributions(const std::vector<Chunk>& chunks, const std::vector<SpokenPieces>& host, const gpt::TensorInfo& t,
+                   std::vector<Contribution>& params, std::vector<Contribution>& m, std::vector<Contribution>& v) {
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const gpt::TensorInfo* piece = chunks[c].model->find_tensor(t.name);
+    if (!piece) continue;
+    const SpokenPieces& h = host[c];
+    const size_t end = piece->offset + piece->size;
+    size_t a = std::max(piece->offset, h.params_lo), b = std::min(end, h.params_hi);
+    if (a < b) params.push_back({segments(chunks[c].map, a, b, true), h.params.data(), h.params_lo});
+    a = std::max(piece->offset, h.lo);
+    b = std::min(end, h.hi);
+    if (a < b) {
+      m.push_back({segments(chunks[c].map, a, b, true), h.m.data(), h.lo});
+      v.push_back({segments(chunks[c].map, a, b, true), h.v.data(), h.lo});
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<float> TrainCheckpoints::assemble_params() const {
+  const std::vector<SpokenPieces> host = spoken_pieces(chunks_, backend_, groups_.first_replica(), false);
+  std::vector<float> full, tensor;
+  if (s_.rank == 0) full.resize(gpt::count_params(config_));
+  for (const gpt::TensorInfo& t : gpt::piece_tensors(config_, gpt::ShardSpec{})) {
+    std::vector<Contribution> params, m, v;
+    contributions(chunks_, host, t, params, m, v);
+    gather_to_root(params, t.offset, t.size, tensor, MPI_COMM_WORLD);
+    if (s_.rank == 0) std::copy(tensor.begin(), tensor.end(), full.begin() + static_cast<std::ptrdiff_t>(t.offset));
+  }
+  return full;
+}
 
 std::string data_fingerprint(const shards::Dataset& ds) {
   std::string text = strprintf("vocab %u eot %u", ds.vocab_size(), ds.eot_id());
@@ -196,29 +268,38 @@ void TrainCheckpoints::check_data(const std::string& dir, const checkpoint::Mode
 // The tensors, moments and train_state of a checkpoint whose model matches [model].
 void TrainCheckpoints::load_state(const std::string& dir, const checkpoint::ModelMeta& meta, TrainProgress& p,
                                   StepGuard& g) const {
-  // The whole model, then each chunk's pieces of it; the moments of [lo, hi) of each chunk likewise.
+  // Each chunk's pieces, whole tensor by whole tensor (read whole, checked, then sliced): no rank holds more than
+  // its pieces and one tensor. The moments of [lo, hi) of each chunk likewise.
   const std::vector<gpt::TensorInfo> whole_tensors = gpt::piece_tensors(config_, gpt::ShardSpec{});
-  const size_t N = gpt::count_params(config_);
-  std::vector<float> full(N), fm, fv;
-  checkpoint::read_model(dir, whole_tensors, full.data());
+  std::map<std::string, const gpt::TensorInfo*> whole_of;
+  for (const gpt::TensorInfo& t : whole_tensors) whole_of[t.name] = &t;
+  const checkpoint::ModelReader model(dir);
+  const checkpoint::OptimReader optim(dir);
   int64_t adam_step = 0;
-  if (!whole()) {
-    fm.resize(N);
-    fv.resize(N);
-    checkpoint::read_optim_range(dir, 0, N, fm.data(), fv.data(), &adam_step);
-  }
+  std::vector<float> tensor, tm, tv;
   for (Chunk& ch : chunks_) {
     std::vector<float> local(ch.num_params()), m(ch.shards.count()), v(ch.shards.count());
-    take_from_full(ch.map, 0, local.size(), full.data(), local.data());
+    for (const gpt::TensorInfo& piece : ch.model->tensors()) {
+      const gpt::TensorInfo& t = *whole_of.at(piece.name);
+      tensor.resize(t.size);
+      model.read(t, tensor.data());
+      for (const Segment& s : segments(ch.map, piece.offset, piece.offset + piece.size, false))
+        std::copy_n(tensor.data() + (s.full - t.offset), s.count, local.data() + s.local);
+      const size_t a = std::max(piece.offset, ch.shards.lo), b = std::min(piece.offset + piece.size, ch.shards.hi);
+      if (whole() || a >= b) continue;
+      tm.resize(t.size);
+      tv.resize(t.size);
+      optim.read(t.offset, t.size, tm.data(), tv.data(), &adam_step);
+      for (const Segment& s : segments(ch.map, a, b, false)) {
+        std::copy_n(tm.data() + (s.full - t.offset), s.count, m.data() + (s.local - ch.shards.lo));
+        std::copy_n(tv.data() + (s.full - t.offset), s.count, v.data() + (s.local - ch.shards.lo));
+      }
+    }
     if (ch.model->params()) backend_.copy_to_device(ch.model->params(), local.data(), local.size() * sizeof(float));
     if (ch.param_shard.data())  // ZeRO-3: the rank's shard is the master copy
       backend_.copy_to_device(ch.param_shard.data(), local.data() + ch.shards.lo, ch.shards.count() * sizeof(float));
-    if (whole()) {
-      checkpoint::read_optim_range(dir, ch.shards.lo, ch.shards.count(), m.data(), v.data(), &adam_step);
-    } else {
-      take_from_full(ch.map, ch.shards.lo, ch.shards.hi, fm.data(), m.data());
-      take_from_full(ch.map, ch.shards.lo, ch.shards.hi, fv.data(), v.data());
-    }
+    // One piece that is the whole model (whole()): its moments are the flat range itself.
+    if (whole()) optim.read(ch.shards.lo, ch.shards.count(), m.data(), v.data(), &adam_step);
     if (!m.empty()) {
       backend_.copy_to_device(ch.m.data(), m.data(), m.size() * sizeof(float));
       backend_.copy_to_device(ch.v.data(), v.data(), v.size() * sizeof(float));
@@ -284,51 +365,24 @@ std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) 
 // model.h5 (rank 0) and this rank's optimizer file into tmp. Collective when pieces are assembled.
 void TrainCheckpoints::write_files(const std::string& tmp, const TrainProgress& p, const StepGuard& g) const {
   const size_t N = gpt::count_params(config_);
-  const bool dp0 = groups_.first_replica();  // data- and context-parallel rank 0: one copy of each piece
-  std::vector<float> params, m, v;
-  if (whole()) {
-    if (s_.rank == 0) params = to_host(backend_, chunks_.front().model->params(), N);
-  } else {
-    // Whole tensors from every rank's pieces: one data-parallel replica speaks for the parameters; the moments come
-    // from each rank's ZeRO slice (or from data-parallel rank 0 without ZeRO).
-    params.assign(N, 0.0f);
-    m.assign(N, 0.0f);
-    v.assign(N, 0.0f);
-    for (const Chunk& ch : chunks_) {
-      if (ch.param_shard.data()) {  // ZeRO-3: each data-parallel rank speaks for its shard
-        const std::vector<float> local = to_host(backend_, ch.param_shard.data(), ch.shards.count());
-        add_to_full(ch.map, ch.shards.lo, ch.shards.hi, local.data(), params.data());
-      } else if (dp0) {
-        const std::vector<float> local = to_host(backend_, ch.model->params(), ch.num_params());
-        add_to_full(ch.map, 0, local.size(), local.data(), params.data());
-      }
-      if (ch.shards.shard > 0 || dp0) {
-        const std::vector<float> hm = to_host(backend_, ch.m.data(), ch.shards.count());
-        const std::vector<float> hv = to_host(backend_, ch.v.data(), ch.shards.count());
-        add_to_full(ch.map, ch.shards.lo, ch.shards.hi, hm.data(), m.data());
-        add_to_full(ch.map, ch.shards.lo, ch.shards.hi, hv.data(), v.data());
-      }
-    }
-    reduce_to_root(params, MPI_COMM_WORLD);
-    reduce_to_root(m, MPI_COMM_WORLD);
-    reduce_to_root(v, MPI_COMM_WORLD);
-  }
-  std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
-  if (s_.rank == 0) {
-    checkpoint::ModelMeta meta;
-    meta.config = config_;
-    meta.step = p.step;
-    meta.tokens = p.tokens;
-    meta.train_state = train_state(s_, p, g);
-    meta.config_toml = cfg_.to_toml();
-    checkpoint::write_model(join_path(tmp, "model.h5"), meta, gpt::piece_tensors(config_, gpt::ShardSpec{}),
-                            params.data());
-  }
+  checkpoint::ModelMeta meta;
+  meta.config = config_;
+  meta.step = p.step;
+  meta.tokens = p.tokens;
+  meta.train_state = train_state(s_, p, g);
+  meta.config_toml = cfg_.to_toml();
+  const std::vector<gpt::TensorInfo> whole_tensors = gpt::piece_tensors(config_, gpt::ShardSpec{});
   checkpoint::OptimShard os;
   os.total = N;
   os.adam_step = p.adam_step;
+  os.rank_state = {{"rank", s_.rank}, {"batch", p.batch}};
   const Chunk& ch = chunks_.front();
   if (whole()) {
+    std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
+    if (s_.rank == 0) {
+      const std::vector<float> params = to_host(backend_, ch.model->params(), N);
+      checkpoint::write_model(join_path(tmp, "model.h5"), meta, whole_tensors, params.data());
+    }
     // Without ZeRO every rank holds the same moments: rank 0 writes them, the others only their state.
     const bool owns = ch.shards.shard > 0 || s_.rank == 0;
     os.offset = owns ? ch.shards.lo : 0;
@@ -337,14 +391,67 @@ void TrainCheckpoints::write_files(const std::string& tmp, const TrainProgress& 
       os.m = to_host(backend_, ch.m.data(), ch.shards.count());
       os.v = to_host(backend_, ch.v.data(), ch.shards.count());
     }
-  } else if (s_.rank == 0) {
+    checkpoint::write_optim(join_path(tmp, checkpoint::optim_file_name(s_.rank)), os);
+    return;
+  }
+  write_assembled(tmp, meta, whole_tensors, os);
+}
+
+// Whole tensors from every rank's pieces, one tensor at a time: rank 0 gathers each from the ranks that speak for
+// its values (one data-parallel replica for the parameters, or every data-parallel rank for its ZeRO-3 shard; the
+// moments from each rank's ZeRO slice, or from the first replica without ZeRO) and writes it to model.h5 and to the
+// whole flat moments of optim.rank00000.h5; the other ranks write an optimizer file with no values. Memory: the
+// rank's own pieces and, on rank 0, one tensor. Rank 0 keeps gathering after a failed write (a full disk) and reports
+// it at the end, so no rank is left waiting in a collective.
+void TrainCheckpoints::write_assembled(const std::string& tmp, const checkpoint::ModelMeta& meta,
+                                       const std::vector<gpt::TensorInfo>& whole_tensors,
+                                       checkpoint::OptimShard os) const {
+  const size_t N = gpt::count_params(config_);
+  const std::vector<SpokenPieces> host = spoken_pieces(chunks_, backend_, groups_.first_replica(), true);
+  std::string failure;  // rank 0's first write error
+  auto attempt = [&failure](auto&& f) {
+    if (!failure.empty()) return;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  };
+  std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
+  std::unique_ptr<checkpoint::ModelWriter> model;
+  std::unique_ptr<checkpoint::OptimWriter> optim;
+  if (s_.rank == 0) {
     os.offset = 0;
     os.count = N;
-    os.m = std::move(m);
-    os.v = std::move(v);
+    attempt([&] {
+      model = std::make_unique<checkpoint::ModelWriter>(join_path(tmp, "model.h5"), meta, whole_tensors);
+      optim = std::make_unique<checkpoint::OptimWriter>(join_path(tmp, checkpoint::optim_file_name(0)), os);
+    });
+  } else {
+    os.offset = 0;
+    os.count = 0;
+    checkpoint::write_optim(join_path(tmp, checkpoint::optim_file_name(s_.rank)), os);
   }
-  os.rank_state = {{"rank", s_.rank}, {"batch", p.batch}};
-  checkpoint::write_optim(join_path(tmp, checkpoint::optim_file_name(s_.rank)), os);
+  std::vector<float> tensor, tm, tv;
+  for (size_t i = 0; i < whole_tensors.size(); ++i) {
+    const gpt::TensorInfo& t = whole_tensors[i];
+    std::vector<Contribution> params, m, v;
+    contributions(chunks_, host, t, params, m, v);
+    gather_to_root(params, t.offset, t.size, tensor, MPI_COMM_WORLD);
+    gather_to_root(m, t.offset, t.size, tm, MPI_COMM_WORLD);
+    gather_to_root(v, t.offset, t.size, tv, MPI_COMM_WORLD);
+    if (s_.rank == 0)
+      attempt([&] {
+        model->write(i, tensor.data());
+        optim->write(t.offset, t.size, tm.data(), tv.data());
+      });
+  }
+  if (s_.rank != 0) return;
+  attempt([&] {
+    model->close();
+    optim->close();
+  });
+  if (!failure.empty()) throw RuntimeError(failure);
 }
 
 }  // namespace cairn::train

@@ -48,7 +48,9 @@ nlohmann::json train_state(const Settings& s, const TrainProgress& p, const Step
 // The checkpoints of one run in <run>/train/ckpt/, written from and loaded into this rank's model chunks (which must
 // outlive this object). model.h5 holds the whole model. The AdamW moments: without tensor or pipeline parallelism
 // each data-parallel rank writes its ZeRO slice of the (whole) flat buffer to optim.rank<r>.h5 as before; otherwise
-// every rank's pieces are assembled into whole-model order on rank 0, which writes them to optim.rank00000.h5.
+// every rank's pieces are assembled into whole-model order on rank 0, one tensor at a time, which writes them to
+// optim.rank00000.h5. Loading reads whole tensors one at a time and keeps each rank's pieces: beyond its own pieces,
+// no rank ever holds more than one tensor of the model.
 class TrainCheckpoints {
  public:
   TrainCheckpoints(const Config& cfg, const Settings& s, const gpt::GptConfig& config, const parallel::Groups& groups,
@@ -67,12 +69,17 @@ class TrainCheckpoints {
   void remove_leftovers() const;
   // Collective: writes step p.step into a temp dir, seals it (DONE) and prunes old ones; returns its directory.
   std::string write(const TrainProgress& p, const StepGuard& g) const;
+  // Collective: the whole model's parameters on rank 0 (an empty vector elsewhere), assembled tensor by tensor from
+  // every rank's pieces as a checkpoint is.
+  std::vector<float> assemble_params() const;
 
  private:
   // Without tensor and pipeline parallelism this rank's one chunk is the whole flat buffer.
   // (ZeRO-3 keeps only shards of the parameters: assembled like pieces.)
   bool whole() const { return s_.layout.tp == 1 && s_.layout.pp == 1 && s_.zero < 3; }
   void write_files(const std::string& tmp, const TrainProgress& p, const StepGuard& g) const;
+  void write_assembled(const std::string& tmp, const checkpoint::ModelMeta& meta,
+                       const std::vector<gpt::TensorInfo>& whole_tensors, checkpoint::OptimShard os) const;
   void load_files(const std::string& dir, TrainProgress& p, StepGuard& g) const;  // this rank's part of load()
   void check_data(const std::string& dir, const checkpoint::ModelMeta& meta) const;
   void load_state(const std::string& dir, const checkpoint::ModelMeta& meta, TrainProgress& p, StepGuard& g) const;

@@ -1123,18 +1123,7 @@ std::vector<float> Trainer::assemble_params() {
   const Chunk& first = chunks_.front();
   if (s_.layout.tp == 1 && s_.layout.pp == 1 && first.model->params())
     return to_host(*backend_, first.model->params(), first.num_params());
-  std::vector<float> full(gpt::count_params(gcfg_), 0.0f);
-  for (const Chunk& ch : chunks_) {
-    if (ch.param_shard.data()) {  // ZeRO-3: every data-parallel rank speaks for its shard
-      const std::vector<float> local = to_host(*backend_, ch.param_shard.data(), ch.shards.count());
-      add_to_full(ch.map, ch.shards.lo, ch.shards.hi, local.data(), full.data());
-    } else if (groups_->first_replica()) {
-      const std::vector<float> local = to_host(*backend_, ch.model->params(), ch.num_params());
-      add_to_full(ch.map, 0, ch.num_params(), local.data(), full.data());
-    }
-  }
-  reduce_to_root(full, MPI_COMM_WORLD);
-  return full;
+  return checkpoints_->assemble_params();
 }
 
 // GiB of cairn's buffers on this rank: parameters and gradients of its chunks, their optimizer state and gradient

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,11 +66,42 @@ struct ModelMeta {
 // train_state (JSON text) and provenance.
 void write_model(const std::string& path, const ModelMeta& meta, const std::vector<gpt::TensorInfo>& tensors,
                  const float* params);
+// model.h5 written one tensor at a time, so a writer that assembles the model from many ranks' pieces never holds
+// more than one tensor: the constructor creates the file with write_model's attributes and layout, write(i, data)
+// fills tensors[i] (t.size floats, any order, each once) with its xxh64, close() checks every tensor was written.
+class ModelWriter {
+ public:
+  ModelWriter(const std::string& path, const ModelMeta& meta, std::vector<gpt::TensorInfo> tensors);
+  ~ModelWriter();
+  ModelWriter(const ModelWriter&) = delete;
+  ModelWriter& operator=(const ModelWriter&) = delete;
+  void write(size_t i, const float* data);
+  void close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Reads the metadata of a model.h5 (a file path or a checkpoint directory).
 ModelMeta read_model_meta(const std::string& path_or_dir);
 // Reads the weights into `params` laid out by `tensors` (from a Model of the same config). Errors
 // name the file and tensor on a missing tensor or shape mismatch.
 void read_model(const std::string& path_or_dir, const std::vector<gpt::TensorInfo>& tensors, float* params);
+// model.h5 open for reading one tensor at a time (t.size floats into out, checked like read_model): a reader that
+// needs only some tensors, or one at a time, never holds the whole model.
+class ModelReader {
+ public:
+  explicit ModelReader(const std::string& path_or_dir);
+  ~ModelReader();
+  ModelReader(const ModelReader&) = delete;
+  ModelReader& operator=(const ModelReader&) = delete;
+  void read(const gpt::TensorInfo& t, float* out) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // One rank's optimizer state: AdamW moments for flat parameter range [offset, offset+count).
 struct OptimShard {
@@ -82,11 +114,39 @@ struct OptimShard {
 };
 std::string optim_file_name(int rank);  // "optim.rank00003.h5"
 void write_optim(const std::string& path, const OptimShard& shard);
+// An optimizer file written range by range: the header of `shard` (offset, count, total, adam_step, rank_state; its
+// m and v are not read), then write(at, n, m, v) fills [at, at + n) of its count values (relative to offset).
+class OptimWriter {
+ public:
+  OptimWriter(const std::string& path, const OptimShard& header);
+  ~OptimWriter();
+  OptimWriter(const OptimWriter&) = delete;
+  OptimWriter& operator=(const OptimWriter&) = delete;
+  void write(uint64_t at, uint64_t n, const float* m, const float* v);
+  void close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 OptimShard read_optim(const std::string& path);
 // Fills m/v for the parameter range [offset, offset+count) from every optim.rank*.h5 in `dir`
 // (works when the checkpoint was written with another rank count or ZeRO setting). Throws if a
 // part of the range is covered by no file.
 void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, float* m, float* v, int64_t* adam_step);
+// The same over the directory's optimizer files opened once (those holding values), for many ranges.
+class OptimReader {
+ public:
+  explicit OptimReader(const std::string& dir);
+  ~OptimReader();
+  OptimReader(const OptimReader&) = delete;
+  OptimReader& operator=(const OptimReader&) = delete;
+  void read(uint64_t offset, uint64_t count, float* m, float* v, int64_t* adam_step) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Finalises a checkpoint written into `tmp_dir` (all ranks' files present): records sizes and
 // xxh64 of every file, renames tmp_dir to final_dir (replacing an old one), then writes DONE.

@@ -9,6 +9,8 @@ Handle create_dataset_raw(const Location& loc, const std::string& name, hid_t ty
 void write_raw(const Dataset& ds, hid_t mem_type, const void* data);
 void read_raw(const Dataset& ds, hid_t mem_type, void* data);
 void read_range_raw(const Dataset& ds, hid_t mem_type, hsize_t offset, hsize_t count, void* out);
+// Writes `count` elements at `offset` of a 1-D dataset (a hyperslab): datasets filled piece by piece.
+void write_range_raw(const Dataset& ds, hid_t mem_type, hsize_t offset, hsize_t count, const void* data);
 [[noreturn]] void throw_h5(const std::string& what, const std::string& path);
 
 template <typename T>

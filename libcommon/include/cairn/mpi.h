@@ -49,6 +49,8 @@ int rank();
 int size();
 void barrier(MPI_Comm comm = MPI_COMM_WORLD);
 void check(int mpi_rc, const char* what);  // throws RuntimeError with MPI's error string
+// n as an MPI count (int); RuntimeError "<what> of <n> elements exceeds MPI's int count" when it does not fit.
+int int_count(size_t n, const std::string& what);
 
 template <typename T>
 MPI_Datatype datatype() {

@@ -182,17 +182,23 @@ std::optional<Entry> find_newest_complete(const std::string& root, bool verify, 
   return std::nullopt;
 }
 
-void write_model(const std::string& path, const ModelMeta& meta, const std::vector<gpt::TensorInfo>& tensors,
-                 const float* params) {
-  h5::File f = h5::File::create(path);
-  h5::Group g = f.create_group("params");
-  for (const auto& t : tensors) {
-    std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
-    if (dims.empty()) dims.push_back(t.size);
-    h5::Dataset ds(h5::create_dataset_raw(g, t.name, H5T_NATIVE_FLOAT, dims), g.path() + "/" + t.name);
-    h5::write_raw(ds, H5T_NATIVE_FLOAT, params + t.offset);
-    ds.set_attr("xxh64", hex64(XXH64(params + t.offset, t.size * sizeof(float), 0)));
-  }
+struct ModelWriter::Impl {
+  std::string path;
+  h5::File f;
+  h5::Group g;
+  std::vector<gpt::TensorInfo> tensors;
+  std::vector<char> written;
+};
+
+ModelWriter::ModelWriter(const std::string& path, const ModelMeta& meta, std::vector<gpt::TensorInfo> tensors)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = path;
+  m.tensors = std::move(tensors);
+  m.written.assign(m.tensors.size(), 0);
+  m.f = h5::File::create(path);
+  m.g = m.f.create_group("params");
+  h5::File& f = m.f;
   f.set_attr("format", "cairn-checkpoint-1");
   f.set_attr("step", meta.step);
   f.set_attr("tokens", meta.tokens);
@@ -205,8 +211,35 @@ void write_model(const std::string& path, const ModelMeta& meta, const std::vect
   f.set_attr("train_state", meta.train_state.dump());
   f.set_attr("config_toml", meta.config_toml);
   h5::write_provenance(f);
-  f.flush();
-  f.close();
+}
+
+ModelWriter::~ModelWriter() = default;
+
+void ModelWriter::write(size_t i, const float* data) {
+  Impl& m = *impl_;
+  const gpt::TensorInfo& t = m.tensors.at(i);
+  std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+  if (dims.empty()) dims.push_back(t.size);
+  h5::Dataset ds(h5::create_dataset_raw(m.g, t.name, H5T_NATIVE_FLOAT, dims), m.g.path() + "/" + t.name);
+  h5::write_raw(ds, H5T_NATIVE_FLOAT, data);
+  ds.set_attr("xxh64", hex64(XXH64(data, t.size * sizeof(float), 0)));
+  m.written[i] = 1;
+}
+
+void ModelWriter::close() {
+  Impl& m = *impl_;
+  for (size_t i = 0; i < m.tensors.size(); ++i)
+    if (!m.written[i])
+      throw RuntimeError(file_message("cannot write", m.path, "tensor " + m.tensors[i].name + " missing"));
+  m.f.flush();
+  m.f.close();
+}
+
+void write_model(const std::string& path, const ModelMeta& meta, const std::vector<gpt::TensorInfo>& tensors,
+                 const float* params) {
+  ModelWriter w(path, meta, tensors);
+  for (size_t i = 0; i < tensors.size(); ++i) w.write(i, params + tensors[i].offset);
+  w.close();
 }
 
 ModelMeta read_model_meta(const std::string& path_or_dir) {
@@ -232,46 +265,82 @@ ModelMeta read_model_meta(const std::string& path_or_dir) {
   return m;
 }
 
-void read_model(const std::string& path_or_dir, const std::vector<gpt::TensorInfo>& tensors, float* params) {
-  std::string path = model_path(path_or_dir);
-  h5::File f = h5::File::open(path);
-  if (!f.exists("params"))
-    throw RuntimeError(file_message("cannot read", path, "no /params group (not a cairn checkpoint)"));
-  h5::Group g = f.group("params");
-  for (const auto& t : tensors) {
-    if (!g.exists(t.name)) throw RuntimeError(file_message("cannot read", path, "missing tensor /params/" + t.name));
-    h5::Dataset ds = g.dataset(t.name);
-    if (ds.size() != t.size) {
-      throw RuntimeError(file_message("cannot read", path,
-                                      strprintf("tensor /params/%s has %llu values, the model expects %zu",
-                                                t.name.c_str(), static_cast<unsigned long long>(ds.size()), t.size)));
-    }
-    h5::read_raw(ds, H5T_NATIVE_FLOAT, params + t.offset);
-    if (ds.has_attr("xxh64") && ds.attr_string("xxh64") != hex64(XXH64(params + t.offset, t.size * sizeof(float), 0))) {
-      throw RuntimeError(file_message("cannot read", path, "checksum mismatch in tensor /params/" + t.name));
-    }
+struct ModelReader::Impl {
+  std::string path;
+  h5::File f;
+  h5::Group g;
+};
+
+ModelReader::ModelReader(const std::string& path_or_dir) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.path = model_path(path_or_dir);
+  m.f = h5::File::open(m.path);
+  if (!m.f.exists("params"))
+    throw RuntimeError(file_message("cannot read", m.path, "no /params group (not a cairn checkpoint)"));
+  m.g = m.f.group("params");
+}
+
+ModelReader::~ModelReader() = default;
+
+void ModelReader::read(const gpt::TensorInfo& t, float* out) const {
+  const Impl& m = *impl_;
+  if (!m.g.exists(t.name)) throw RuntimeError(file_message("cannot read", m.path, "missing tensor /params/" + t.name));
+  h5::Dataset ds = m.g.dataset(t.name);
+  if (ds.size() != t.size) {
+    throw RuntimeError(file_message("cannot read", m.path,
+                                    strprintf("tensor /params/%s has %llu values, the model expects %zu",
+                                              t.name.c_str(), static_cast<unsigned long long>(ds.size()), t.size)));
   }
+  h5::read_raw(ds, H5T_NATIVE_FLOAT, out);
+  if (ds.has_attr("xxh64") && ds.attr_string("xxh64") != hex64(XXH64(out, t.size * sizeof(float), 0))) {
+    throw RuntimeError(file_message("cannot read", m.path, "checksum mismatch in tensor /params/" + t.name));
+  }
+}
+
+void read_model(const std::string& path_or_dir, const std::vector<gpt::TensorInfo>& tensors, float* params) {
+  ModelReader r(path_or_dir);
+  for (const auto& t : tensors) r.read(t, params + t.offset);
 }
 
 std::string optim_file_name(int rank) { return strprintf("optim.rank%05d.h5", rank); }
 
-void write_optim(const std::string& path, const OptimShard& s) {
-  h5::File f = h5::File::create(path);
+struct OptimWriter::Impl {
+  h5::File f;
+  h5::Dataset m, v;
+};
+
+OptimWriter::OptimWriter(const std::string& path, const OptimShard& s) : impl_(std::make_unique<Impl>()) {
+  h5::File& f = impl_->f;
+  f = h5::File::create(path);
   f.set_attr("offset", s.offset);
   f.set_attr("count", s.count);
   f.set_attr("total", s.total);
   f.set_attr("adam_step", s.adam_step);
   f.set_attr("rank_state", s.rank_state.dump());
   std::vector<hsize_t> dims{s.count};
-  h5::Dataset dm(h5::create_dataset_raw(f, "m", H5T_NATIVE_FLOAT, dims), path + "/m");
-  h5::Dataset dv(h5::create_dataset_raw(f, "v", H5T_NATIVE_FLOAT, dims), path + "/v");
-  if (s.count > 0) {
-    h5::write_raw(dm, H5T_NATIVE_FLOAT, s.m.data());
-    h5::write_raw(dv, H5T_NATIVE_FLOAT, s.v.data());
-  }
+  impl_->m = h5::Dataset(h5::create_dataset_raw(f, "m", H5T_NATIVE_FLOAT, dims), path + "/m");
+  impl_->v = h5::Dataset(h5::create_dataset_raw(f, "v", H5T_NATIVE_FLOAT, dims), path + "/v");
   h5::write_provenance(f);
-  f.flush();
-  f.close();
+}
+
+OptimWriter::~OptimWriter() = default;
+
+void OptimWriter::write(uint64_t at, uint64_t n, const float* m, const float* v) {
+  h5::write_range_raw(impl_->m, H5T_NATIVE_FLOAT, at, n, m);
+  h5::write_range_raw(impl_->v, H5T_NATIVE_FLOAT, at, n, v);
+}
+
+void OptimWriter::close() {
+  impl_->m = h5::Dataset();
+  impl_->v = h5::Dataset();
+  impl_->f.flush();
+  impl_->f.close();
+}
+
+void write_optim(const std::string& path, const OptimShard& s) {
+  OptimWriter w(path, s);
+  if (s.count > 0) w.write(0, s.count, s.m.data(), s.v.data());
+  w.close();
 }
 
 OptimShard read_optim(const std::string& path) {
@@ -290,7 +359,19 @@ OptimShard read_optim(const std::string& path) {
   return s;
 }
 
-void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, float* m, float* v, int64_t* adam_step) {
+struct OptimReader::Impl {
+  std::string dir;
+  struct Part {
+    h5::File f;
+    h5::Dataset m, v;
+    uint64_t offset = 0, count = 0;
+  };
+  std::vector<Part> parts;  // the files holding values, in name order
+  int64_t adam_step = 0;    // the last file's, as read_optim_range always reported
+};
+
+OptimReader::OptimReader(const std::string& dir) : impl_(std::make_unique<Impl>()) {
+  impl_->dir = dir;
   std::vector<std::string> files;
   std::error_code ec;
   for (const auto& de : fs::directory_iterator(dir, ec)) {
@@ -299,23 +380,41 @@ void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, f
       files.push_back(de.path().string());
   }
   std::sort(files.begin(), files.end());
-  uint64_t covered = 0;
   for (const auto& p : files) {
-    h5::File f = h5::File::open(p);
-    uint64_t o = f.attr_uint("offset"), c = f.attr_uint("count");
-    if (adam_step) *adam_step = f.attr_int("adam_step");
-    uint64_t lo = std::max(o, offset), hi = std::min(o + c, offset + count);
+    Impl::Part part;
+    part.f = h5::File::open(p);
+    part.offset = part.f.attr_uint("offset");
+    part.count = part.f.attr_uint("count");
+    impl_->adam_step = part.f.attr_int("adam_step");
+    if (part.count == 0) continue;  // a rank that held no moments: no handle kept
+    part.m = part.f.dataset("m");
+    part.v = part.f.dataset("v");
+    impl_->parts.push_back(std::move(part));
+  }
+}
+
+OptimReader::~OptimReader() = default;
+
+void OptimReader::read(uint64_t offset, uint64_t count, float* m, float* v, int64_t* adam_step) const {
+  if (adam_step) *adam_step = impl_->adam_step;
+  uint64_t covered = 0;
+  for (const Impl::Part& p : impl_->parts) {
+    uint64_t lo = std::max(p.offset, offset), hi = std::min(p.offset + p.count, offset + count);
     if (lo >= hi) continue;
-    f.dataset("m").read_range_into<float>(lo - o, hi - lo, m + (lo - offset));
-    f.dataset("v").read_range_into<float>(lo - o, hi - lo, v + (lo - offset));
+    p.m.read_range_into<float>(lo - p.offset, hi - lo, m + (lo - offset));
+    p.v.read_range_into<float>(lo - p.offset, hi - lo, v + (lo - offset));
     covered += hi - lo;
   }
   if (covered != count) {
     throw RuntimeError(
-        file_message("cannot resume from", dir,
+        file_message("cannot resume from", impl_->dir,
                      strprintf("optimizer files cover %llu of the %llu values needed",
                                static_cast<unsigned long long>(covered), static_cast<unsigned long long>(count))));
   }
+}
+
+void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, float* m, float* v, int64_t* adam_step) {
+  OptimReader(dir).read(offset, count, m, v, adam_step);
 }
 
 void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step, int world_size) {

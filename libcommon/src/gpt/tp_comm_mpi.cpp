@@ -14,12 +14,7 @@ namespace cairn::gpt {
 
 namespace {
 
-int count_of(size_t n, const char* what) {
-  if (n > static_cast<size_t>(INT_MAX))
-    throw RuntimeError(std::string("tensor-parallel ") + what + " of " + std::to_string(n) +
-                       " floats exceeds MPI's int count");
-  return static_cast<int>(n);
-}
+int count_of(size_t n, const char* what) { return mpi::int_count(n, std::string("tensor-parallel ") + what); }
 
 // Host copies of backend buffers around a collective (device backends).
 struct Staging {
