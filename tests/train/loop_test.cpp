@@ -21,6 +21,7 @@
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "fixture.h"
+#include "piece_io.h"
 #include "trainer.h"
 
 namespace fs = std::filesystem;
@@ -65,6 +66,37 @@ static TrainHooks with_params() {
   TrainHooks h;
   h.return_params = true;
   return h;
+}
+
+// Checkpoint assembly: rank 0 gets a tensor of 10 values at whole positions [100, 110) from every rank's pieces (each
+// rank speaks for the positions p with p % size == rank, sent as runs of length 1 from a local array with an offset),
+// and a gap (a value nobody speaks for) is an error on rank 0, not a silent zero.
+BOOST_AUTO_TEST_CASE(checkpoint_tensors_are_gathered_from_the_pieces) {
+  const int rank = mpi::rank(), size = mpi::size();
+  std::vector<float> local;  // local position 5 + k holds whole position 100 + (rank + k * size)
+  Contribution c;
+  c.base = 5;
+  for (int p = rank, k = 0; p < 10; p += size, ++k) {
+    local.push_back(static_cast<float>(1000 + p));
+    c.segs.push_back({static_cast<size_t>(100 + p), static_cast<size_t>(5 + k), 1});
+  }
+  c.values = local.data();
+  std::vector<float> out;
+  gather_to_root({c}, 100, 10, out, MPI_COMM_WORLD);
+  if (rank == 0) {
+    BOOST_TEST(out.size() == 10u);
+    for (int p = 0; p < 10; ++p) BOOST_TEST(out[static_cast<size_t>(p)] == 1000.0f + static_cast<float>(p));
+  }
+  // Rank 0 drops its first value: the tensor is not covered.
+  Contribution gap = c;
+  if (rank == 0) gap.segs.erase(gap.segs.begin());
+  bool threw = false;
+  try {
+    gather_to_root({gap}, 100, 10, out, MPI_COMM_WORLD);
+  } catch (const RuntimeError& e) {
+    threw = std::string(e.what()).find("cover 9 of the tensor's 10 values") != std::string::npos;
+  }
+  BOOST_TEST(threw == (rank == 0));
 }
 
 BOOST_AUTO_TEST_CASE(resume_is_bitwise_exact) {
