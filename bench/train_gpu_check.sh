@@ -11,8 +11,10 @@
 #   5. cairn-eval on the CUDA backend scores the GPU run's last checkpoint like the CPU backend: loss within 1e-5
 #      relative, token accuracy (argmax on the device) equal up to near-ties.
 #   6. parallel layouts (lr 1e-3, Adam eps 1e-5, fp32, 20 steps, against a 1-GPU run of the same settings):
-#      with >= 2 GPUs, tp2 (tensor-parallel collectives over NCCL: NCCL must have started), pp2, tp2 + sp, ZeRO-3
-#      dp2, cp2 by ring and by all-gather (and tp2 x pp2, dp2 x tp2 with >= 4 GPUs) within 1e-4 relative per step, tp runs reporting time_s.tp_comm > 0;
+#      with >= 2 GPUs, tp2 (tensor-parallel collectives over NCCL: NCCL must have started), pp2 and pp2 x v2
+#      (pipeline messages over NCCL channels; v2 against a 4-layer 1-GPU run), tp2 + sp, ZeRO-2 and ZeRO-3 dp2, cp2 by
+#      ring and by all-gather (and tp2 x pp2, dp2 x tp2, dp2 x pp2 ZeRO-3 with >= 4 GPUs) within 1e-4 relative per
+#      step, tp runs reporting time_s.tp_comm > 0;
 #      with exactly 1 GPU no layout can split anything (tp/pp/dp need one rank per GPU), so: gradient accumulation
 #      (micro-batch 2, 4 micro-steps) within 1e-4, ZeRO-3 at dp1 (a no-op) equal to the plain run (1e-6), and two
 #      ranks asking for tp2 on the one GPU refused with exit 2 by the one-GPU-per-rank rule. What cannot run is
@@ -99,6 +101,10 @@ if [[ $ngpu -ge 2 && -n $MPIRUN ]]; then
   lay pp2 2 --set parallel.pp=2 --set train.micro_batch=2  # 4 micro-batches through the 1F1B schedule
   lay tp2sp 2 --set parallel.tp=2 --set 'parallel.sp="on"'
   lay z3dp2 2 --set train.micro_batch=4 --set parallel.zero=3
+  lay z2dp2 2 --set train.micro_batch=4 --set parallel.zero=2
+  # interleaved 1F1B: both directions between the two ranks, each over its own NCCL channel (4 layers: pp x v)
+  lay lay1l4 1 --set model.layers=4
+  lay pp2v2 2 --set model.layers=4 --set parallel.pp=2 --set parallel.v=2 --set train.micro_batch=2
   # context parallelism: K/V around a ring (ncclSend/ncclRecv) and all-gathered (ncclAllGather/ReduceScatter)
   lay cp2 2 --set parallel.cp=2
   lay cp2ag 2 --set parallel.cp=2 --set 'parallel.cp_comm="allgather"'
@@ -110,6 +116,8 @@ if [[ $ngpu -ge 2 && -n $MPIRUN ]]; then
     lay tp2pp2 4 --set parallel.tp=2 --set parallel.pp=2 --set train.micro_batch=2
     # two NCCL communicators per rank (data-parallel buckets on their stream, TP collectives on theirs) at once
     lay dp2tp2 4 --set parallel.tp=2 --set train.micro_batch=4
+    # ZeRO-3 with a pipeline: the data-parallel communicator, the pipeline channels and the embedding group at once
+    lay dp2pp2z3 4 --set parallel.pp=2 --set parallel.zero=3 --set train.micro_batch=2
   else
     skip "6. tp2 x pp2, dp2 x tp2: $ngpu GPUs, need 4"
   fi
@@ -175,15 +183,20 @@ for run in ("gpu2", "gpu2z"):
         assert worst(losses(run), gpu) <= 1e-4, run
 lay1 = losses("lay1")
 assert len(lay1) == 20 and lay1[-1] < lay1[0] - 0.5, ("layout reference did not learn", lay1)
+refs = {"lay1": lay1}
+if os.path.exists(f"{w}/lay1l4"):
+    refs["lay1l4"] = losses("lay1l4")
 for run, tol, what in (("tp2", 1e-4, "tp2 on 2 GPUs"), ("pp2", 1e-4, "pp2 on 2 GPUs"),
                        ("tp2sp", 1e-4, "tp2 + sp on 2 GPUs"), ("z3dp2", 1e-4, "ZeRO-3 dp2 on 2 GPUs"),
+                       ("z2dp2", 1e-4, "ZeRO-2 dp2 on 2 GPUs"), ("pp2v2", 1e-4, "pp2 x v2 on 2 GPUs (4 layers)"),
                        ("tp2pp2", 1e-4, "tp2 x pp2 on 4 GPUs"), ("dp2tp2", 1e-4, "dp2 x tp2 on 4 GPUs"),
+                       ("dp2pp2z3", 1e-4, "dp2 x pp2 ZeRO-3 on 4 GPUs"),
                        ("cp2", 1e-4, "cp2 (ring) on 2 GPUs"), ("cp2ag", 1e-4, "cp2 (all-gather) on 2 GPUs"),
                        ("acc4", 1e-4, "1 GPU, 4 micro-batches of 2"),
                        ("z3dp1", 1e-6, "1 GPU, ZeRO-3 at dp1 (no-op)")):
     if not os.path.exists(f"{w}/{run}"):
         continue
-    d = worst(losses(run), lay1)
+    d = worst(losses(run), refs["lay1l4" if run == "pp2v2" else "lay1"])
     print(f"{run}: {what} vs 1 GPU, 20 steps: max relative difference {d:.2e} (limit {tol:.0e})")
     assert d <= tol, run
     for key in ("tp_comm", "cp_comm"):
