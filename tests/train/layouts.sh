@@ -77,7 +77,8 @@ train l5r1 1 --set model.layers=5
 train l5pp2 2 --set model.layers=5 "${PP[@]}" --set 'parallel.stage_layers=[2,3]' "${ORDERED[@]}"
 echo "layouts: $(( SECONDS - T0 )) s for the 20 training runs"
 
-# ---- 4. cross-layout resume: the 8-rank step-15 checkpoint as 1 rank, dp2 and tp2 x pp2; tp2 x pp2 by itself
+# ---- 4. cross-layout resume: the 8-rank step-15 checkpoints as 1 rank, dp2, cp2, tp2 x pp2 and dp2 x pp2 ZeRO-1;
+# tp2 x pp2 by itself
 # resume NAME FROM RANKS ARGS...: copy run FROM without its step-30 checkpoint and resume it from step 15
 resume() {
   local name=$1 from=$2 np=$3
@@ -97,6 +98,10 @@ resume res8todp2 dp2tp2pp2 2 --set model.layers=4 "${DP2[@]}"
 resume res8totp2pp2 dp2tp2pp2 4 --set model.layers=4 "${TP[@]}" "${PP[@]}"
 resume rescp8to1 dp2cp2pp2z2 1 --set model.layers=4
 resume rescp8tocp2 dp2cp2pp2z2 2 --set model.layers=4 "${CP[@]}"
+# into dp2 x pp2: the first replica reads each stage's pieces and broadcasts them, with ZeRO-1 scattering the
+# moments' shards instead
+resume res8todp2pp2 dp2tp2pp2 4 --set model.layers=4 "${DP2[@]}" "${PP[@]}"
+resume rescp8todp2pp2z1 dp2cp2pp2z2 4 --set model.layers=4 "${DP2[@]}" "${PP[@]}" --set parallel.zero=1
 resume restp2pp2 tp2pp2 4 --set model.layers=4 "${TP[@]}" "${PP[@]}"
 
 # cairn-eval on the step-30 checkpoints of 1 rank and of dp2 x tp2 x pp2 (the whole validation split)
@@ -188,8 +193,9 @@ check(r1[-1]["loss"] < r1[0]["loss"] - 0.5, f"r1: the loss did not fall ({r1[0][
 # ---- resumes: steps 16..30 (and the step-30 parameters) of the 8-rank checkpoint resumed by other layouts
 ref = train("r1")
 for run, source in (("res8to1", "dp2 x tp2 x pp2"), ("res8todp2", "dp2 x tp2 x pp2"),
-                    ("res8totp2pp2", "dp2 x tp2 x pp2"), ("rescp8to1", "dp2 x cp2 x pp2 ZeRO-2"),
-                    ("rescp8tocp2", "dp2 x cp2 x pp2 ZeRO-2")):
+                    ("res8totp2pp2", "dp2 x tp2 x pp2"), ("res8todp2pp2", "dp2 x tp2 x pp2"),
+                    ("rescp8to1", "dp2 x cp2 x pp2 ZeRO-2"),
+                    ("rescp8tocp2", "dp2 x cp2 x pp2 ZeRO-2"), ("rescp8todp2pp2z1", "dp2 x cp2 x pp2 ZeRO-2")):
     t = train(run)
     dl = max(rel(a["loss"], b["loss"]) for a, b in zip(t[15:], ref[15:]))
     dp, name = param_diff(run, "r1")
@@ -220,7 +226,7 @@ check(de <= 1e-5, f"cairn-eval: val loss of the 8-rank checkpoint {e8} vs 1 rank
 
 # ---- 5. metrics: tp_comm, cp_comm, pp_wait, mem_gib; the trace of pp2 x v2
 runs = ["r1", "l5r1"] + [r for r, _, _ in layouts] + ["res8to1", "res8todp2", "res8totp2pp2", "restp2pp2",
-                                                       "rescp8to1", "rescp8tocp2"]
+                                                       "res8todp2pp2", "rescp8to1", "rescp8tocp2", "rescp8todp2pp2z1"]
 for run in runs:
     bad = [l["step"] for l in train(run) if not l.get("mem_gib", 0) > 0]
     check(not bad, f"{run}: train lines without mem_gib > 0 at steps {bad}")

@@ -175,8 +175,9 @@ void TrainCheckpoints::load(const std::string& dir, TrainProgress& p, StepGuard&
   // the same error type (the caller's fallback must be collective too).
   int code = 0;
   std::string msg;
+  std::vector<LoadedChunk> loaded;
   try {
-    load_files(dir, p, g);
+    load_files(dir, p, g, loaded);
   } catch (const UsageError& e) {
     code = kExitUsage;
     msg = e.what();
@@ -193,9 +194,63 @@ void TrainCheckpoints::load(const std::string& dir, TrainProgress& p, StepGuard&
     if (e.code() == kExitUsage) throw UsageError(e.what());
     throw DamagedCheckpoint(e.what());
   }
+  distribute(loaded, p);
 }
 
-void TrainCheckpoints::load_files(const std::string& dir, TrainProgress& p, StepGuard& g) const {
+// After every rank read its part: the first data-parallel replica's pieces to the others of its dp x cp group (the
+// parameters to all; the moments as each rank's ZeRO shard, or whole without ZeRO), then into backend memory.
+void TrainCheckpoints::distribute(std::vector<LoadedChunk>& loaded, TrainProgress& p) const {
+  const MPI_Comm dp = groups_.dp_cp;
+  const bool reader = groups_.first_replica();
+  const size_t slice = static_cast<size_t>(1) << 28;
+  auto bcast = [&](std::vector<float>& buf, size_t n) {
+    buf.resize(n);
+    for (size_t at = 0; at < n; at += slice)
+      mpi::check(MPI_Bcast(buf.data() + at, mpi::int_count(std::min(slice, n - at), "checkpoint broadcast"), MPI_FLOAT,
+                           0, dp),
+                 "MPI_Bcast (checkpoint)");
+  };
+  p.adam_step = mpi::broadcast_value(p.adam_step, 0, dp);  // the reader's (old checkpoints keep it in the files only)
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const Chunk& ch = chunks_[c];
+    LoadedChunk& in = loaded[c];
+    bcast(in.params, ch.num_params());
+    std::vector<float> m, v;
+    if (whole()) {
+      m = std::move(in.m);
+      v = std::move(in.v);
+    } else if (ch.shards.shard > 0) {  // ZeRO: each rank's shard of the reader's whole-piece moments
+      const Shards& sh = ch.shards;
+      std::vector<int> counts(static_cast<size_t>(sh.size)), displs(static_cast<size_t>(sh.size));
+      for (int r = 0; r < sh.size; ++r) {
+        counts[static_cast<size_t>(r)] = mpi::int_count(sh.end(r) - sh.begin(r), "checkpoint moments");
+        displs[static_cast<size_t>(r)] = mpi::int_count(sh.begin(r), "checkpoint moments");
+      }
+      m.resize(sh.count());
+      v.resize(sh.count());
+      for (auto [whole_piece, mine] : {std::pair{&in.m, &m}, std::pair{&in.v, &v}})
+        mpi::check(MPI_Scatterv(reader ? whole_piece->data() : nullptr, counts.data(), displs.data(), MPI_FLOAT,
+                                mine->data(), mpi::int_count(sh.count(), "checkpoint moments"), MPI_FLOAT, 0, dp),
+                   "MPI_Scatterv (checkpoint)");
+    } else {
+      bcast(in.m, ch.num_params());
+      bcast(in.v, ch.num_params());
+      m = std::move(in.m);
+      v = std::move(in.v);
+    }
+    const std::vector<float>& local = in.params;
+    if (ch.model->params()) backend_.copy_to_device(ch.model->params(), local.data(), local.size() * sizeof(float));
+    if (ch.param_shard.data())  // ZeRO-3: the rank's shard is the master copy
+      backend_.copy_to_device(ch.param_shard.data(), local.data() + ch.shards.lo, ch.shards.count() * sizeof(float));
+    if (!m.empty()) {
+      backend_.copy_to_device(ch.m.data(), m.data(), m.size() * sizeof(float));
+      backend_.copy_to_device(ch.v.data(), v.data(), v.size() * sizeof(float));
+    }
+  }
+}
+
+void TrainCheckpoints::load_files(const std::string& dir, TrainProgress& p, StepGuard& g,
+                                  std::vector<LoadedChunk>& loaded) const {
   std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
   // Anything but the model-shape check below is the files' fault: damaged data, not a usage error.
   auto damaged = [&dir](const std::exception& e) {
@@ -220,7 +275,7 @@ void TrainCheckpoints::load_files(const std::string& dir, TrainProgress& p, Step
   }
   check_data(dir, meta);
   try {
-    load_state(dir, meta, p, g);
+    load_state(dir, meta, p, g, loaded);
   } catch (const std::exception& e) {
     throw damaged(e);
   }
@@ -267,42 +322,51 @@ void TrainCheckpoints::check_data(const std::string& dir, const checkpoint::Mode
 
 // The tensors, moments and train_state of a checkpoint whose model matches [model].
 void TrainCheckpoints::load_state(const std::string& dir, const checkpoint::ModelMeta& meta, TrainProgress& p,
-                                  StepGuard& g) const {
+                                  StepGuard& g, std::vector<LoadedChunk>& loaded) const {
+  // Only the first data-parallel replica reads the parameters (and, beyond whole(), the moments of its whole pieces);
+  // distribute() hands them to the other replicas, so the file system serves each piece once, not dp x cp times.
   // Each chunk's pieces, whole tensor by whole tensor (read whole, checked, then sliced): no rank holds more than
-  // its pieces and one tensor. The moments of [lo, hi) of each chunk likewise.
+  // its pieces and one tensor.
+  const bool reader = groups_.first_replica();
   const std::vector<gpt::TensorInfo> whole_tensors = gpt::piece_tensors(config_, gpt::ShardSpec{});
   std::map<std::string, const gpt::TensorInfo*> whole_of;
   for (const gpt::TensorInfo& t : whole_tensors) whole_of[t.name] = &t;
-  const checkpoint::ModelReader model(dir);
-  const checkpoint::OptimReader optim(dir);
+  std::optional<checkpoint::ModelReader> model;
+  std::optional<checkpoint::OptimReader> optim;
+  if (reader) model.emplace(dir);
+  if (reader || whole()) optim.emplace(dir);
   int64_t adam_step = 0;
   std::vector<float> tensor, tm, tv;
-  for (Chunk& ch : chunks_) {
-    std::vector<float> local(ch.num_params()), m(ch.shards.count()), v(ch.shards.count());
+  loaded.assign(chunks_.size(), LoadedChunk{});
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const Chunk& ch = chunks_[c];
+    LoadedChunk& out = loaded[c];
+    if (whole()) {  // one piece that is the whole model: each rank's moments are its own flat range
+      out.m.resize(ch.shards.count());
+      out.v.resize(ch.shards.count());
+      optim->read(ch.shards.lo, ch.shards.count(), out.m.data(), out.v.data(), &adam_step);
+    }
+    if (!reader) continue;
+    out.params.resize(ch.num_params());
+    if (!whole()) {
+      out.m.resize(ch.num_params());
+      out.v.resize(ch.num_params());
+    }
     for (const gpt::TensorInfo& piece : ch.model->tensors()) {
       const gpt::TensorInfo& t = *whole_of.at(piece.name);
       tensor.resize(t.size);
-      model.read(t, tensor.data());
-      for (const Segment& s : segments(ch.map, piece.offset, piece.offset + piece.size, false))
-        std::copy_n(tensor.data() + (s.full - t.offset), s.count, local.data() + s.local);
-      const size_t a = std::max(piece.offset, ch.shards.lo), b = std::min(piece.offset + piece.size, ch.shards.hi);
-      if (whole() || a >= b) continue;
+      model->read(t, tensor.data());
+      const std::vector<Segment> segs = segments(ch.map, piece.offset, piece.offset + piece.size, false);
+      for (const Segment& s : segs)
+        std::copy_n(tensor.data() + (s.full - t.offset), s.count, out.params.data() + s.local);
+      if (whole()) continue;
       tm.resize(t.size);
       tv.resize(t.size);
-      optim.read(t.offset, t.size, tm.data(), tv.data(), &adam_step);
-      for (const Segment& s : segments(ch.map, a, b, false)) {
-        std::copy_n(tm.data() + (s.full - t.offset), s.count, m.data() + (s.local - ch.shards.lo));
-        std::copy_n(tv.data() + (s.full - t.offset), s.count, v.data() + (s.local - ch.shards.lo));
+      optim->read(t.offset, t.size, tm.data(), tv.data(), &adam_step);
+      for (const Segment& s : segs) {
+        std::copy_n(tm.data() + (s.full - t.offset), s.count, out.m.data() + s.local);
+        std::copy_n(tv.data() + (s.full - t.offset), s.count, out.v.data() + s.local);
       }
-    }
-    if (ch.model->params()) backend_.copy_to_device(ch.model->params(), local.data(), local.size() * sizeof(float));
-    if (ch.param_shard.data())  // ZeRO-3: the rank's shard is the master copy
-      backend_.copy_to_device(ch.param_shard.data(), local.data() + ch.shards.lo, ch.shards.count() * sizeof(float));
-    // One piece that is the whole model (whole()): its moments are the flat range itself.
-    if (whole()) optim.read(ch.shards.lo, ch.shards.count(), m.data(), v.data(), &adam_step);
-    if (!m.empty()) {
-      backend_.copy_to_device(ch.m.data(), m.data(), m.size() * sizeof(float));
-      backend_.copy_to_device(ch.v.data(), v.data(), v.size() * sizeof(float));
     }
   }
   // Checkpoints written before a key existed lack it: the model file's own figures, or a fresh start's.

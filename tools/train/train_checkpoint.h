@@ -80,9 +80,17 @@ class TrainCheckpoints {
   void write_files(const std::string& tmp, const TrainProgress& p, const StepGuard& g) const;
   void write_assembled(const std::string& tmp, const checkpoint::ModelMeta& meta,
                        const std::vector<gpt::TensorInfo>& whole_tensors, checkpoint::OptimShard os) const;
-  void load_files(const std::string& dir, TrainProgress& p, StepGuard& g) const;  // this rank's part of load()
+  // What load() read for one chunk, on the host, before distribute(): the parameters (the first data-parallel replica
+  // only) and the moments (whole(): this rank's flat range; else the whole piece's, on the first replica).
+  struct LoadedChunk {
+    std::vector<float> params, m, v;
+  };
+  // This rank's part of load().
+  void load_files(const std::string& dir, TrainProgress& p, StepGuard& g, std::vector<LoadedChunk>& loaded) const;
   void check_data(const std::string& dir, const checkpoint::ModelMeta& meta) const;
-  void load_state(const std::string& dir, const checkpoint::ModelMeta& meta, TrainProgress& p, StepGuard& g) const;
+  void load_state(const std::string& dir, const checkpoint::ModelMeta& meta, TrainProgress& p, StepGuard& g,
+                  std::vector<LoadedChunk>& loaded) const;
+  void distribute(std::vector<LoadedChunk>& loaded, TrainProgress& p) const;
 
   const Config& cfg_;
   const Settings& s_;
