@@ -176,8 +176,27 @@ void TrainCheckpoints::load(const std::string& dir, TrainProgress& p, StepGuard&
   int code = 0;
   std::string msg;
   std::vector<LoadedChunk> loaded;
+  // Rank 0 reads the optimizer files' headers once and hands the list round (every rank opening every rank's file
+  // is world^2 opens), before any rank can fail alone: the broadcast must not wait for a rank that threw.
+  json listing;
+  if (s_.rank == 0) {
+    try {
+      std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
+      listing["parts"] = json::array();
+      for (const checkpoint::OptimPart& part : checkpoint::optim_parts(dir))
+        listing["parts"].push_back({part.file, part.offset, part.count, part.adam_step});
+    } catch (const std::exception& e) {
+      listing = {{"error", file_message("cannot resume from", dir, e.what())}};
+    }
+  }
+  listing = json::parse(mpi::broadcast_string(s_.rank == 0 ? listing.dump() : std::string()));
+  std::vector<checkpoint::OptimPart> parts;
+  if (listing.contains("parts"))
+    for (const json& j : listing["parts"])
+      parts.push_back({j[0].get<std::string>(), j[1].get<uint64_t>(), j[2].get<uint64_t>(), j[3].get<int64_t>()});
   try {
-    load_files(dir, p, g, loaded);
+    if (listing.contains("error")) throw DamagedCheckpoint(listing["error"].get<std::string>());
+    load_files(dir, parts, p, g, loaded);
   } catch (const UsageError& e) {
     code = kExitUsage;
     msg = e.what();
@@ -249,8 +268,8 @@ void TrainCheckpoints::distribute(std::vector<LoadedChunk>& loaded, TrainProgres
   }
 }
 
-void TrainCheckpoints::load_files(const std::string& dir, TrainProgress& p, StepGuard& g,
-                                  std::vector<LoadedChunk>& loaded) const {
+void TrainCheckpoints::load_files(const std::string& dir, const std::vector<checkpoint::OptimPart>& parts,
+                                  TrainProgress& p, StepGuard& g, std::vector<LoadedChunk>& loaded) const {
   std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
   // Anything but the model-shape check below is the files' fault: damaged data, not a usage error.
   auto damaged = [&dir](const std::exception& e) {
@@ -275,7 +294,7 @@ void TrainCheckpoints::load_files(const std::string& dir, TrainProgress& p, Step
   }
   check_data(dir, meta);
   try {
-    load_state(dir, meta, p, g, loaded);
+    load_state(dir, parts, meta, p, g, loaded);
   } catch (const std::exception& e) {
     throw damaged(e);
   }
@@ -321,8 +340,9 @@ void TrainCheckpoints::check_data(const std::string& dir, const checkpoint::Mode
 }
 
 // The tensors, moments and train_state of a checkpoint whose model matches [model].
-void TrainCheckpoints::load_state(const std::string& dir, const checkpoint::ModelMeta& meta, TrainProgress& p,
-                                  StepGuard& g, std::vector<LoadedChunk>& loaded) const {
+void TrainCheckpoints::load_state(const std::string& dir, const std::vector<checkpoint::OptimPart>& parts,
+                                  const checkpoint::ModelMeta& meta, TrainProgress& p, StepGuard& g,
+                                  std::vector<LoadedChunk>& loaded) const {
   // Only the first data-parallel replica reads the parameters (and, beyond whole(), the moments of its whole pieces);
   // distribute() hands them to the other replicas, so the file system serves each piece once, not dp x cp times.
   // Each chunk's pieces, whole tensor by whole tensor (read whole, checked, then sliced): no rank holds more than
@@ -334,7 +354,9 @@ void TrainCheckpoints::load_state(const std::string& dir, const checkpoint::Mode
   std::optional<checkpoint::ModelReader> model;
   std::optional<checkpoint::OptimReader> optim;
   if (reader) model.emplace(dir);
-  if (reader || whole()) optim.emplace(dir);
+  // The files holding what this rank reads: its own flat range (whole()), or every piece of its chunks (the reader).
+  if (whole()) optim.emplace(dir, parts, chunks_.front().shards.lo, chunks_.front().shards.hi);
+  else if (reader) optim.emplace(dir, parts, 0, gpt::count_params(config_));
   int64_t adam_step = 0;
   std::vector<float> tensor, tm, tv;
   loaded.assign(chunks_.size(), LoadedChunk{});

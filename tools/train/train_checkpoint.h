@@ -86,9 +86,11 @@ class TrainCheckpoints {
     std::vector<float> params, m, v;
   };
   // This rank's part of load().
-  void load_files(const std::string& dir, TrainProgress& p, StepGuard& g, std::vector<LoadedChunk>& loaded) const;
+  void load_files(const std::string& dir, const std::vector<checkpoint::OptimPart>& parts, TrainProgress& p,
+                  StepGuard& g, std::vector<LoadedChunk>& loaded) const;
   void check_data(const std::string& dir, const checkpoint::ModelMeta& meta) const;
-  void load_state(const std::string& dir, const checkpoint::ModelMeta& meta, TrainProgress& p, StepGuard& g,
+  void load_state(const std::string& dir, const std::vector<checkpoint::OptimPart>& parts,
+                  const checkpoint::ModelMeta& meta, TrainProgress& p, StepGuard& g,
                   std::vector<LoadedChunk>& loaded) const;
   void distribute(std::vector<LoadedChunk>& loaded, TrainProgress& p) const;
 

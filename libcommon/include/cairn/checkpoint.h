@@ -134,10 +134,21 @@ OptimShard read_optim(const std::string& path);
 // (works when the checkpoint was written with another rank count or ZeRO setting). Throws if a
 // part of the range is covered by no file.
 void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, float* m, float* v, int64_t* adam_step);
-// The same over the directory's optimizer files opened once (those holding values), for many ranges.
+// One optimizer file's header: the flat range it holds (its values are not read).
+struct OptimPart {
+  std::string file;  // path
+  uint64_t offset = 0, count = 0;
+  int64_t adam_step = 0;
+};
+// The headers of every optim.rank*.h5 in `dir`, in name order: what a reader needs to open only the files it reads
+// (one rank can list them and hand the list to the others, instead of every rank opening every rank's file).
+std::vector<OptimPart> optim_parts(const std::string& dir);
+// The same as read_optim_range over the directory's optimizer files opened once (those holding values), for many
+// ranges. With `parts` (optim_parts' list) only the files overlapping [lo, hi) are opened.
 class OptimReader {
  public:
   explicit OptimReader(const std::string& dir);
+  OptimReader(const std::string& dir, const std::vector<OptimPart>& parts, uint64_t lo, uint64_t hi);
   ~OptimReader();
   OptimReader(const OptimReader&) = delete;
   OptimReader& operator=(const OptimReader&) = delete;

@@ -370,8 +370,7 @@ struct OptimReader::Impl {
   int64_t adam_step = 0;    // the last file's, as read_optim_range always reported
 };
 
-OptimReader::OptimReader(const std::string& dir) : impl_(std::make_unique<Impl>()) {
-  impl_->dir = dir;
+std::vector<OptimPart> optim_parts(const std::string& dir) {
   std::vector<std::string> files;
   std::error_code ec;
   for (const auto& de : fs::directory_iterator(dir, ec)) {
@@ -380,13 +379,28 @@ OptimReader::OptimReader(const std::string& dir) : impl_(std::make_unique<Impl>(
       files.push_back(de.path().string());
   }
   std::sort(files.begin(), files.end());
+  std::vector<OptimPart> parts;
   for (const auto& p : files) {
+    h5::File f = h5::File::open(p);
+    parts.push_back({p, f.attr_uint("offset"), f.attr_uint("count"), f.attr_int("adam_step")});
+  }
+  return parts;
+}
+
+OptimReader::OptimReader(const std::string& dir)
+    : OptimReader(dir, optim_parts(dir), 0, std::numeric_limits<uint64_t>::max()) {}
+
+OptimReader::OptimReader(const std::string& dir, const std::vector<OptimPart>& parts, uint64_t lo, uint64_t hi)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->dir = dir;
+  for (const OptimPart& p : parts) {
+    impl_->adam_step = p.adam_step;  // the last file's, as read_optim_range always reported
+    // a rank that held no moments, or a range this reader never asks for: not opened
+    if (p.count == 0 || p.offset >= hi || p.offset + p.count <= lo) continue;
     Impl::Part part;
-    part.f = h5::File::open(p);
-    part.offset = part.f.attr_uint("offset");
-    part.count = part.f.attr_uint("count");
-    impl_->adam_step = part.f.attr_int("adam_step");
-    if (part.count == 0) continue;  // a rank that held no moments: no handle kept
+    part.f = h5::File::open(p.file);
+    part.offset = p.offset;
+    part.count = p.count;
     part.m = part.f.dataset("m");
     part.v = part.f.dataset("v");
     impl_->parts.push_back(std::move(part));
