@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "cairn/checkpoint.h"
+#include "cairn/error.h"
 #include "cairn/files.h"
 
 namespace fs = std::filesystem;
@@ -119,6 +120,81 @@ BOOST_AUTO_TEST_CASE(round_trip_and_newest_complete) {
   BOOST_REQUIRE(older.has_value());
   BOOST_TEST(older->step == 10);
   BOOST_TEST(!checkpoint::find_newest_complete(root, true, 10).has_value());
+  fs::remove_all(root);
+}
+
+// The one-tensor-at-a-time writers and readers make the same files as the whole-buffer ones (tensors in any order,
+// ranges of the moments), and a reader given optim_parts' list opens only the files its range needs: with the other
+// rank's file made unreadable, a range inside rank 1's file still reads, one that touches rank 0's does not.
+BOOST_AUTO_TEST_CASE(streamed_files_and_range_limited_optimizer_reads) {
+  std::string root = temp_dir("stream");
+  std::vector<float> p(24);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = 0.25f * i + 1.0f;
+  checkpoint::ModelMeta meta;
+  meta.config.layers = 1;
+  meta.config.hidden = 3;
+  meta.config.vocab = 4;
+  meta.config.vocab_real = 4;
+  const auto tensors = fake_tensors();
+  checkpoint::write_model(root + "/whole.h5", meta, tensors, p.data());
+  {
+    checkpoint::ModelWriter w(root + "/streamed.h5", meta, tensors);
+    for (size_t i = tensors.size(); i-- > 0;) w.write(i, p.data() + tensors[i].offset);  // last tensor first
+    w.close();
+  }
+  checkpoint::ModelReader r(root + "/streamed.h5");
+  for (const auto& t : tensors) {
+    std::vector<float> a(t.size), b(t.size);
+    r.read(t, a.data());
+    checkpoint::ModelReader(root + "/whole.h5").read(t, b.data());
+    BOOST_TEST(a == b, boost::test_tools::per_element());
+    BOOST_TEST(a == std::vector<float>(p.begin() + t.offset, p.begin() + t.offset + t.size),
+               boost::test_tools::per_element());
+  }
+  {  // a writer that misses a tensor does not close silently
+    checkpoint::ModelWriter w(root + "/short.h5", meta, tensors);
+    w.write(0, p.data());
+    BOOST_CHECK_THROW(w.close(), RuntimeError);
+  }
+
+  const std::string dir = root + "/optim";
+  fs::create_directories(dir);
+  checkpoint::OptimShard s;
+  s.total = 24;
+  s.adam_step = 7;
+  s.count = 10;
+  {
+    checkpoint::OptimWriter w(dir + "/" + checkpoint::optim_file_name(0), s);
+    std::vector<float> m(10), v(10);
+    for (int i = 0; i < 10; ++i) m[i] = float(i), v[i] = float(100 + i);
+    w.write(5, 5, m.data() + 5, v.data() + 5);  // second half first
+    w.write(0, 5, m.data(), v.data());
+    w.close();
+  }
+  s.offset = 10;
+  s.count = 14;
+  s.m.resize(14);
+  s.v.resize(14);
+  for (int i = 0; i < 14; ++i) s.m[i] = float(10 + i), s.v[i] = float(110 + i);
+  checkpoint::write_optim(dir + "/" + checkpoint::optim_file_name(1), s);
+  const auto parts = checkpoint::optim_parts(dir);
+  BOOST_REQUIRE_EQUAL(parts.size(), 2u);
+  BOOST_TEST(parts[0].offset == 0u);
+  BOOST_TEST(parts[0].count == 10u);
+  BOOST_TEST(parts[1].offset == 10u);
+  BOOST_TEST(parts[1].count == 14u);
+  std::vector<float> m(24), v(24);
+  int64_t adam_step = 0;
+  checkpoint::OptimReader(dir).read(0, 24, m.data(), v.data(), &adam_step);
+  BOOST_TEST(adam_step == 7);
+  for (int i = 0; i < 24; ++i) BOOST_TEST((m[i] == float(i) && v[i] == float(100 + i)), i);
+  // rank 0's file becomes garbage: a reader of [12, 20) never opens it
+  { std::ofstream(dir + "/" + checkpoint::optim_file_name(0), std::ios::trunc) << "not hdf5"; }
+  std::fill(m.begin(), m.end(), 0.0f);
+  checkpoint::OptimReader(dir, parts, 12, 20).read(12, 8, m.data(), v.data(), &adam_step);
+  BOOST_TEST(m[0] == 12.0f);
+  BOOST_TEST(v[7] == 119.0f);
+  BOOST_CHECK_THROW(checkpoint::OptimReader(dir, parts, 8, 20), RuntimeError);
   fs::remove_all(root);
 }
 
