@@ -164,35 +164,36 @@ void Nccl::all_reduce(float* buf, size_t count) {
 
 void Nccl::reduce_to_shards(const float* g, size_t lo, size_t hi, size_t shard, size_t N, float* shard_out) {
   if (hi <= lo) return;
+  // The bucket [lo, hi) as pieces: rank r's is its overlap with shard r, landing at that overlap's place in r's shard.
   Impl& m = *impl_;
-  m.after_compute();
-  nccl_group([&] {
-    for (int r = 0; r < m.world; ++r) {
-      size_t s0 = std::min(N, shard * static_cast<size_t>(r)), s1 = std::min(N, s0 + shard);
-      size_t a = std::max(lo, s0), b = std::min(hi, s1);
-      if (a >= b) continue;
-      // recvbuff is only written on the root; other ranks pass their own (valid, untouched) shard buffer.
-      float* recv = r == m.rank ? shard_out + (a - s0) : shard_out;
-      CAIRN_NCCL_CHECK(ncclReduce(g + a, recv, b - a, ncclFloat32, ncclSum, r, m.comm, m.stream));
-    }
-  });
+  std::vector<size_t> counts(static_cast<size_t>(m.world)), displs(static_cast<size_t>(m.world));
+  size_t mine = 0;
+  for (int r = 0; r < m.world; ++r) {
+    const size_t s0 = std::min(N, shard * static_cast<size_t>(r)), s1 = std::min(N, s0 + shard);
+    const size_t a = std::max(lo, s0), b = std::min(hi, s1);
+    counts[static_cast<size_t>(r)] = a < b ? b - a : 0;
+    displs[static_cast<size_t>(r)] = a < b ? a - lo : 0;
+    if (r == m.rank && a < b) mine = a - s0;
+  }
+  reduce_pieces(g + lo, shard_out + mine, counts, displs);
 }
 
 void Nccl::all_gather_shards(float* p, size_t shard, size_t N) {
   Impl& m = *impl_;
   if (N == 0) return;
-  m.after_compute();
   if (shard * static_cast<size_t>(m.world) == N) {
+    m.after_compute();
     CAIRN_NCCL_CHECK(ncclAllGather(p + shard * static_cast<size_t>(m.rank), p, shard, ncclFloat32, m.comm, m.stream));
     return;
   }
-  nccl_group([&] {
-    for (int r = 0; r < m.world; ++r) {
-      size_t a = std::min(N, shard * static_cast<size_t>(r)), b = std::min(N, a + shard);
-      if (a >= b) continue;
-      CAIRN_NCCL_CHECK(ncclBroadcast(p + a, p + a, b - a, ncclFloat32, r, m.comm, m.stream));
-    }
-  });
+  // Uneven: each rank's shard as its piece of p, broadcast in place.
+  std::vector<size_t> counts(static_cast<size_t>(m.world)), displs(static_cast<size_t>(m.world));
+  for (int r = 0; r < m.world; ++r) {
+    const size_t a = std::min(N, shard * static_cast<size_t>(r));
+    counts[static_cast<size_t>(r)] = std::min(N, a + shard) - a;
+    displs[static_cast<size_t>(r)] = a;
+  }
+  gather_pieces(p + displs[static_cast<size_t>(m.rank)], p, counts, displs);
 }
 
 void Nccl::gather_pieces(const float* mine, float* unit, const std::vector<size_t>& counts,

@@ -74,7 +74,7 @@ void contributions(const std::vector<Chunk>& chunks, const std::vector<SpokenPie
     b = std::min(end, h.hi);
     if (a < b) {
       m.push_back({segments(chunks[c].map, a, b, true), h.m.data(), h.lo});
-      v.push_back({segments(chunks[c].map, a, b, true), h.v.data(), h.lo});
+      v.push_back({m.back().segs, h.v.data(), h.lo});
     }
   }
 }

@@ -71,10 +71,8 @@ class Trainer {
     if (dp_nccl_) dp_nccl_->abort();
     if (pipe_) pipe_->abort();
     if (tied_nccl_) tied_nccl_->abort();
-    for (Chunk& ch : chunks_) {
+    for (Chunk& ch : chunks_)
       if (ch.sync) ch.sync->abort();
-      if (ch.zero) ch.zero->abort();
-    }
   }
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

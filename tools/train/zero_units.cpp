@@ -38,10 +38,6 @@ ZeroUnits::~ZeroUnits() {
   for (Gather& g : gathers_) MPI_Wait(&g.req, MPI_STATUS_IGNORE);
 }
 
-void ZeroUnits::abort() {
-  if (nccl_) nccl_->abort();
-}
-
 gpt::UnitStorage ZeroUnits::storage() {
   gpt::UnitStorage s;
   if (shard_params_) {

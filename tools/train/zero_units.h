@@ -55,8 +55,6 @@ class ZeroUnits {
   void reduce_deferred();
   // Bytes of buffers held now (memory reports).
   size_t bytes() const;
-  // Unwinding after an error: abort the NCCL communicator before the buffers its operations use are freed.
-  void abort();
 
  private:
   struct Buffer {
