@@ -66,6 +66,10 @@ NEMO_2407 = ("NVIDIA/NeMo docs/source/performance/performance_summary.md (NeMo 2
              "parallelism and TP communication overlap where TP > 1, distributed optimizer")
 BRIDGE_2511 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 25.11 NeMo container, DGX-H100, FP8-CS "
                "(current scaling), dense models; FSDP = 1 is Megatron-FSDP")
+NEMO_LONG_2403 = ("NVIDIA/NeMo docs/source/performance/performance_long_sequence.md (commit 9421f21a), NeMo 24.03.01 "
+                  "container, DGX-H100: Llama 2 7B at FP8, the with-CP configurations from 4k to 1M tokens (4 to 1024 "
+                  "GPUs, 4M tokens per step), TFLOPS/GPU as Megatron counts model FLOPs (full attention, as the same "
+                  "folder's performance_summary.md); recompute not stated; held out whole (added after the fit)")
 MCORE_08 = ("NVIDIA/Megatron-LM README.md, images/model_table.png (commit f2e5db402c, 2024-07-15, 'New scaling figures "
             "on H100 GPUs'): Megatron-Core r0.8.0 weak scaling, GPT with V = 131072, s = 4096, H100 bf16, "
             "--overlap-grad-reduce, --overlap-param-gather, --tp-comm-overlap; per-GPU model TFLOP/s (Megatron's "
@@ -357,6 +361,18 @@ def rows():
     add(BRIDGE_2511, "Llama3.1-405B FP8-CS 1024 GPUs", H100, 1024, l31_405b, 512,
         "tp=8,pp=8,cp=2,v=8,mb=1,zero=1,recompute=[none,selective],sp=on,tp_overlap=on", "tokens_per_gpu", 292, cs,
         "nemo", fp8=True)
+    # Long context on the same stack (held out): one 7B model from 4k to 1M tokens, each row with the step's 4M tokens,
+    # context parallelism from 32k on. Attention is most of the work from 128k on (97 % of the counted FLOPs at 1M), so
+    # these rows check the attention kernel's rate and the ring under load. The table does not state recompute or the
+    # micro-batch: the search picks none or selective, as for the rows above, at micro-batch 1.
+    for sk, g, B, tp, pp, cp, pub in [(4, 4, 1024, 1, 1, 1, 768), (8, 8, 512, 1, 2, 1, 730), (16, 16, 256, 2, 1, 1, 660),
+                                      (32, 32, 128, 2, 1, 2, 610), (64, 64, 64, 4, 1, 2, 574),
+                                      (128, 128, 32, 4, 1, 4, 555), (256, 256, 16, 4, 1, 8, 549),
+                                      (512, 512, 8, 8, 1, 16, 549), (1024, 1024, 4, 8, 1, 32, 536)]:
+        sp = "sp=on,tp_overlap=on" if tp > 1 else "sp=off"
+        add(NEMO_LONG_2403, f"Llama2-7B FP8 {sk}k TP{tp} PP{pp} CP{cp}", H100, g, dict(l2_7b, seq_len=sk * 1024), B,
+            f"tp={tp},pp={pp},cp={cp},v=1,mb=1,zero=1,recompute=[none,selective],{sp}", "model_tflops", pub,
+            nemo + ["plan.cross_entropy=native"], "nemo", fp8=True, holdout=True)
     # Alternate fit / held-out within each source.
     seen = {}
     for r in out:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Predicted vs published training throughput (116 runs, A100, H100 and H200, 760M-1T, FSDP/ZeRO-3, TP, PP, CP): runs
+# Predicted vs published training throughput (125 runs, A100, H100 and H200, 760M-1T, FSDP/ZeRO-3, TP, PP, CP): runs
 # bench/plan_accuracy.py, which holds every row with its citation, alternates fit and held-out rows, and prints
 # mean and max error per half. `--fit` searches the model's global constants on the fit half only.
 set -euo pipefail
