@@ -258,6 +258,9 @@ void Nccl::settle_timings() {
     // A ring exchange that ended before the compute stream needed it was hidden: 0, not a negative time.
     const double seconds = std::max(0.0, static_cast<double>(ms) / 1e3);
     if (m.on_timed) m.on_timed(seconds, now - static_cast<double>(to_ref_ms) / 1e3);
+  }
+  // Recycled only once every span was read: a throw above leaves them all in `timed`, none handed out twice.
+  for (const Impl::Timed& t : m.timed) {
     m.spare_events.push_back(t.from);
     m.spare_events.push_back(t.to);
   }
@@ -346,6 +349,7 @@ struct PipeChannel {
   cudaStream_t stream = nullptr;
   int peer = -1;        // the other end's rank in comm
   int peer_world = -1;  // and in MPI_COMM_WORLD (what the trainer names)
+  int edge = -1;        // the edge's place in the ring's one global order (made and destroyed in that order)
   bool open() const { return comm != nullptr; }
 };
 
@@ -370,49 +374,38 @@ class NcclPipe final : public PipeTransport {
     // Every edge of the ring in one global order (activations r -> r+1, then gradients r -> r-1), each created by its
     // two ends only: NCCL's initialization blocks until both have joined, and with one order everywhere the first
     // edge not yet made always has both its ends waiting on it.
-    for (int kind = 0; kind < 2; ++kind)
-      for (int from = 0; from < P; ++from) {
-        const int to = kind == 0 ? from + 1 : from - 1;
-        if (!wraps && (to < 0 || to >= P)) continue;
-        const int dst = (to + P) % P;
-        const bool sender = me == from, receiver = me == dst;
-        MPI_Comm pair = MPI_COMM_NULL;
-        mpi::check(MPI_Comm_split(pp_group, sender || receiver ? 0 : MPI_UNDEFINED, sender ? 0 : 1, &pair),
-                   "MPI_Comm_split (pipeline channel)");
-        if (pair == MPI_COMM_NULL) continue;
-        PipeChannel& c = kind == 0 ? (sender ? act_out_ : act_in_) : (sender ? grad_out_ : grad_in_);
-        try {
-          CAIRN_CUDA_CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
-          c.comm = cairn::gpu::nccl_comm_from_mpi(pair);
-        } catch (...) {
+    try {
+      for (int kind = 0; kind < 2; ++kind)
+        for (int from = 0; from < P; ++from) {
+          const int to = kind == 0 ? from + 1 : from - 1;
+          if (!wraps && (to < 0 || to >= P)) continue;
+          const int dst = (to + P) % P;
+          const bool sender = me == from, receiver = me == dst;
+          MPI_Comm pair = MPI_COMM_NULL;
+          mpi::check(MPI_Comm_split(pp_group, sender || receiver ? 0 : MPI_UNDEFINED, sender ? 0 : 1, &pair),
+                     "MPI_Comm_split (pipeline channel)");
+          if (pair == MPI_COMM_NULL) continue;
+          PipeChannel& c = kind == 0 ? (sender ? act_out_ : act_in_) : (sender ? grad_out_ : grad_in_);
+          c.edge = kind * P + from;
+          try {
+            CAIRN_CUDA_CHECK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
+            c.comm = cairn::gpu::nccl_comm_from_mpi(pair);
+          } catch (...) {
+            MPI_Comm_free(&pair);
+            throw;
+          }
           MPI_Comm_free(&pair);
-          throw;
+          c.peer = sender ? 1 : 0;
+          c.peer_world = world_of[static_cast<size_t>(sender ? dst : from)];
+          connect(c, sender);
         }
-        MPI_Comm_free(&pair);
-        c.peer = sender ? 1 : 0;
-        c.peer_world = world_of[static_cast<size_t>(sender ? dst : from)];
-      }
+    } catch (...) {
+      release(/*abort_comms=*/true);
+      throw;
+    }
   }
 
-  ~NcclPipe() override {
-    const bool unwinding = std::uncaught_exceptions() > 0;
-    for (PipeChannel* c : channels()) {
-      if (c->comm) {
-        if (unwinding) {
-          ncclCommAbort(c->comm);
-        } else {
-          cudaStreamSynchronize(c->stream);
-          ncclCommDestroy(c->comm);
-        }
-      }
-      if (c->stream) cudaStreamDestroy(c->stream);
-    }
-    for (SendBuffer& b : buffers_) {
-      if (b.data) cudaFree(b.data);
-      if (b.sent) cudaEventDestroy(b.sent);
-    }
-    if (copied_) cudaEventDestroy(copied_);
-  }
+  ~NcclPipe() override { release(/*abort_comms=*/std::uncaught_exceptions() > 0); }
   NcclPipe(const NcclPipe&) = delete;
   NcclPipe& operator=(const NcclPipe&) = delete;
 
@@ -451,6 +444,53 @@ class NcclPipe final : public PipeTransport {
  private:
   std::vector<PipeChannel*> channels() { return {&act_out_, &act_in_, &grad_out_, &grad_in_}; }
 
+  // NCCL connects a point-to-point pair inside the first ncclSend / ncclRecv, on the host, so the first send would
+  // wait for its receiver. One float each way while both ends are here (making this very edge) connects it now, and
+  // proves the link before the first step.
+  static void connect(PipeChannel& c, bool sender) {
+    float* one = nullptr;
+    CAIRN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&one), sizeof(float)));
+    try {
+      CAIRN_CUDA_CHECK(cudaMemsetAsync(one, 0, sizeof(float), c.stream));
+      if (sender) CAIRN_NCCL_CHECK(ncclSend(one, 1, ncclFloat32, c.peer, c.comm, c.stream));
+      else CAIRN_NCCL_CHECK(ncclRecv(one, 1, ncclFloat32, c.peer, c.comm, c.stream));
+      wait_for_stream(c.stream, c.comm);
+    } catch (...) {
+      cudaFree(one);
+      throw;
+    }
+    CAIRN_CUDA_CHECK(cudaFree(one));
+  }
+
+  // Ends every channel: aborted on an error path; otherwise destroyed in the edges' global order. ncclCommDestroy may
+  // wait for the other end of the same communicator (an intra-node barrier in recent NCCL), so with v > 1 destroying
+  // act_out first everywhere would have each rank wait on its successor round the ring; in one global order the
+  // first edge not yet destroyed always has both its ends at it.
+  void release(bool abort_comms) {
+    std::vector<PipeChannel*> order = channels();
+    std::sort(order.begin(), order.end(), [](const PipeChannel* a, const PipeChannel* b) { return a->edge < b->edge; });
+    for (PipeChannel* c : order) {
+      if (c->comm) {
+        if (abort_comms) {
+          ncclCommAbort(c->comm);
+        } else {
+          cudaStreamSynchronize(c->stream);
+          ncclCommDestroy(c->comm);
+        }
+        c->comm = nullptr;
+      }
+      if (c->stream) cudaStreamDestroy(c->stream);
+      c->stream = nullptr;
+    }
+    for (SendBuffer& b : buffers_) {
+      if (b.data) cudaFree(b.data);
+      if (b.sent) cudaEventDestroy(b.sent);
+    }
+    buffers_.clear();
+    if (copied_) cudaEventDestroy(copied_);
+    copied_ = nullptr;
+  }
+
   // The channel a message to or from world rank `peer` travels on; a peer that is not the channel's other end is a
   // bug in the caller's schedule, not something to send anyway.
   static PipeChannel& channel(PipeChannel& c, int peer, const char* what) {
@@ -462,18 +502,15 @@ class NcclPipe final : public PipeTransport {
     return c;
   }
 
-  // A buffer whose last message has left, large enough (grown when not), or a new one.
+  // A buffer whose last message has left and that is large enough, or a new one. Never cudaFree here: it waits for
+  // the whole device, in-flight sends included, and those finish only when their receivers post, which would make
+  // this send wait for its receiver (with interleaving, a cycle). Messages are one size per run, so nothing piles up.
   SendBuffer& free_buffer(size_t n) {
     for (SendBuffer& b : buffers_) {
+      if (b.capacity < n) continue;
       const cudaError_t q = cudaEventQuery(b.sent);
       if (q == cudaErrorNotReady) continue;
       CAIRN_CUDA_CHECK(q);
-      if (b.capacity < n) {
-        CAIRN_CUDA_CHECK(cudaFree(b.data));
-        b.data = nullptr;
-        CAIRN_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b.data), n * sizeof(float)));
-        b.capacity = n;
-      }
       return b;
     }
     SendBuffer& b = buffers_.emplace_back();

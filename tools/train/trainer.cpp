@@ -177,13 +177,14 @@ class Trainer {
   // The data-parallel (dp x cp) group's NCCL communicator (GPU, dp x cp > 1), shared by every chunk's gradient sync
   // and ZeRO units (all replicas issue their calls in the same order); declared before chunks_, which use it.
   std::unique_ptr<gpu::Nccl> dp_nccl_;
+  // The context-parallel group's NCCL communicator (GPU, cp > 1); before chunks_ too: their models' cp_comm uses it.
+  std::unique_ptr<gpu::Nccl> cp_nccl_;
   // The activation memory of every chunk's slots (the micro-batches the schedule keeps in flight on this rank).
   std::shared_ptr<gpt::ActivationPool> act_pool_;
   std::vector<Chunk> chunks_;
   gpt::TpComm tp_comm_;
   double tp_comm_s_ = 0;  // seconds in tensor-parallel collectives (this step so far)
-  // The context-parallel group's collectives (cp > 1) and NCCL communicator (GPU).
-  std::unique_ptr<gpu::Nccl> cp_nccl_;
+  // The context-parallel group's collectives (cp > 1).
   gpt::TpComm cp_comm_;
   double cp_comm_s_ = 0;    // seconds in context-parallel collectives (this step so far)
   double zero_comm_s_ = 0;  // seconds in ZeRO-2/3's gathers and reduce-scatters inside forward/backward (this step)
