@@ -101,7 +101,11 @@ int cairn::reshard::reshard_main(int argc, char** argv, const ReshardFaults& fau
                      "llm.c export variant: gpt-2 (magic 20240520, uint16) | llama-3 (magic 20240801, uint32) | "
                      "auto (llama-3 when the vocabulary exceeds 65536 ids)")
         ->check(CLI::IsMember({"auto", "gpt-2", "llama-3"}));
-    app.footer("--out DIR is the output dataset directory (default: [data] path, else <run.dir>/data).");
+    // Here --out names the dataset itself (as samtools -o names its output), not a run directory: say so where
+    // --help lists it, not only in a footer.
+    app.get_option("--out")->description(
+        "output dataset directory (default: [data] path, else <run.dir>/data); convert --to megatron: the .bin/.idx "
+        "prefix");
     try {
       cairn::parse_cli(app, argc, argv);
     } catch (const cairn::UsageError& e) {
