@@ -93,6 +93,8 @@ for name, r in rows.items():
     assert abs(m["gemm"] + m["attention"] + m["memory_bound"] - m["compute"]) < 1e-9 * m["compute"] + 1e-12, (name, m)
     assert p["gemm"] > 0 and p["attention"] > 0 and abs(p["gemm"] + p["attention"] + p["memory_bound"]
                                                         - p["compute"]) < 1e-9 * p["compute"], (name, p)
+# Attention's rate learned from this site's runs: the file says so, and cairn-plan stops flagging attention-bound plans.
+assert c.get("attention_measured") is True, c.get("attention_measured")
 # The schema's limits: attention_efficiency 1, hbm_efficiency 4 (a CPU's cached tensors beat its DRAM stream).
 for knob, key, limit in (("attention", "attention_efficiency", 1.0), ("memory", "hbm_efficiency", 4.0)):
     assert f[knob]["exercised"] and f[knob]["terms"] == 3 and 0.2 <= f[knob]["factor"] <= 5, (knob, f[knob])
@@ -177,6 +179,7 @@ w = sys.argv[1]
 d = json.load(open(f"{w}/fab.json"))
 rows = {r["run"].rsplit("/", 1)[-1]: r for r in d["rows"]}
 assert not d["by_kernel_class"] and not d["factors"]["attention"]["exercised"], d["factors"]["attention"]
+assert tomllib.load(open(f"{w}/fab.toml", "rb"))["cluster"].get("attention_measured", False) is False, "not learned"
 assert rows["cp2"]["ranks"] == 2 and rows["cp2"]["ranks_from"] == "[parallel] dp x cp x tp x pp", rows["cp2"]
 assert rows["cp2"]["measured_time_s"]["cp_comm"] > 0 and rows["cp2"]["predicted_before_time_s"]["cp_comm"] > 0, rows["cp2"]
 z = rows["z3"]["measured_time_s"]

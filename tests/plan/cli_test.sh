@@ -223,4 +223,21 @@ $BIN --config configs/models/gpt2-350m.toml --config $H100 --set train.global_ba
   --set plan.precision=fp8 --explain --plan dp=8,tp=1,pp=1,mb=1,zero=1,recompute=none > "$T/fp8x.txt"
 grep -q "^precision FP8 linear layers at 1979 TFLOP/s" "$T/fp8x.txt" || fail "explain: no FP8 precision line"
 grep -q "^    FP8 casts (included)" "$T/fp8x.txt" || fail "explain: no FP8 cast line"
+# 7. Long context: a plan whose step is mostly attention is flagged (its rate is a kernel benchmark's), with the
+# attention time in plans.json; a 4k plan is not, nor the same long plan once the site learned attention's rate.
+long=(--config configs/models/llama2-7b.toml --config $H100 --set cluster.nodes=8 --set model.seq_len=131072
+      --set train.global_batch=16 --set plan.flash_attention=true --plan "cp=[4,8]" --top 1)
+$BIN "${long[@]}" --out "$T/long" > /dev/null 2> "$T/long.err"
+grep -q "warning: attention is [0-9]* % of the step of dp=.*published long-context runs were up to 1.6x slower" \
+  "$T/long.err" || fail "no attention-bound warning at 128k: $(cat "$T/long.err")"
+$PY - "$T/long/plan/plans.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["plans"][0]
+t = p["breakdown"]["time_s"]
+assert 0.4 * p["step_time_s"] <= t["attention"] <= t["gemm"], (t["attention"], t["gemm"], p["step_time_s"])
+PY
+$BIN "${long[@]}" --out "$T/long" --set cluster.attention_measured=true > /dev/null 2> "$T/long2.err"
+! grep -q "attention is" "$T/long2.err" || fail "warned with a measured attention rate: $(cat "$T/long2.err")"
+$BIN "${long[@]}" --out "$T/long" --set model.seq_len=4096 > /dev/null 2> "$T/short.err"
+! grep -q "attention is" "$T/short.err" || fail "warned at 4k: $(cat "$T/short.err")"
 echo "plan_cli: ok"

@@ -981,6 +981,8 @@ void write_cluster(const std::string& path, const Config& cfg, const std::vector
   json cluster = cfg.section(ClusterSection::kSection);
   const json scaled = scaled_cluster(fit.base, fit.f);
   for (const auto& [k, v] : scaled.items()) cluster[k] = v;
+  // Learned by kernel class, attention's rate is this site's own: cairn-plan stops flagging attention-bound plans.
+  if (fit.f.by_kernel_class) cluster["attention_measured"] = true;
   for (auto it = cluster.begin(); it != cluster.end();) {
     if (it.value().is_null() || (it.value().is_string() && it.value().get<std::string>().empty()))
       it = cluster.erase(it);

@@ -119,6 +119,7 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
     col_d("hfu", [](const Evaluation& e) { return e.hfu; });
     col_d("memory_gib", [](const Evaluation& e) { return e.memory_gib; });
     col_d("time_gemm", [](const Evaluation& e) { return e.b.gemm; });
+    col_d("time_attention", [](const Evaluation& e) { return e.b.attention; });
     col_d("time_memory_bound", [](const Evaluation& e) { return e.b.memory_bound; });
     col_d("time_recompute", [](const Evaluation& e) { return e.b.recompute; });
     col_d("time_tp_comm", [](const Evaluation& e) { return e.b.tp_comm; });
@@ -198,6 +199,20 @@ std::string reject_summary(const SearchResult& r) {
   return s;
 }
 
+// A plan whose step is mostly attention is priced at the attention kernel's benchmark rate, which published
+// long-context runs did not reach (docs/cost-model.md, "Long context": NeMo 24.03 and torchtitan up to 1.6x slower
+// from 64k tokens on). Said on stderr unless the cluster's attention rate was learned from this site's runs.
+void warn_if_attention_bound(const Cluster& c, const Assumptions& a, const Evaluation& e) {
+  if (!a.flash_attention || c.attention_measured || !(e.step_time_s > 0)) return;
+  const double share = e.b.attention / e.step_time_s;
+  if (share < 0.4) return;
+  CAIRN_LOG_WARN("attention is %.0f %% of the step of %s, priced at %.2f of peak, a kernel benchmark's rate; "
+                 "published long-context runs were up to 1.6x slower (docs/cost-model.md, \"Long context\"): read "
+                 "its speed as an upper bound, or learn the rate from this site's kernel-profiled runs (cairn-plan "
+                 "calibrate --from-runs, which sets cluster.attention_measured)",
+                 100 * share, plan_string(e.plan).c_str(), attention_efficiency(c, a.attention_kernel));
+}
+
 }  // namespace
 
 int run_plan(const Config& cfg, const RunOptions& opts) {
@@ -216,6 +231,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
     const Plan p = explain_plan(plan, read_section<ParallelSection>(cfg), c.world());
     const Evaluation e = evaluate(m, c, p, global_batch, a, true);
     (opts.json_path == "-" ? std::cerr : std::cout) << explain(m, c, e, global_batch, a);
+    if (e.feasible()) warn_if_attention_bound(c, a, e);
     std::cout.flush();
     json doc = {{"provenance", provenance().to_json()},
                 {"model", model_json(m)},
@@ -261,6 +277,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
     CAIRN_LOG_INFO("the best plan is ZeRO-3, priced as %s (plan.zero3_impl = %s; the others are fsdp, megatron, "
                    "deepspeed)",
                    costmodel::zero3_impl_stack(a.zero3), costmodel::zero3_impl_name(a.zero3));
+  warn_if_attention_bound(c, a, r.all.front());
   const size_t top_k = size_t(plan.top_k);
   // With --json - the JSON document is stdout's only content; the table goes to stderr instead.
   FILE* table_out = opts.json_path == "-" ? stderr : stdout;

@@ -126,6 +126,9 @@ struct Cluster {
   // Its fixed work per query row and call, in keys' worth (a call whose rows see n keys runs at attention_efficiency
   // x n / (n + attention_row_keys)): what makes short blocks (context parallelism's chunks) slower per FLOP.
   double attention_row_keys = 0;
+  // attention_efficiency was learned from this site's runs, not taken from a kernel benchmark (cairn-plan warns
+  // about attention-bound plans only when false: docs/cost-model.md, "Long context").
+  bool attention_measured = false;
   // Keys per score block of that kernel: a causal call computes (1 + 1/ceil(s/tile))/2 of the s^2 scores.
   double attention_tile = 128;
   // Power model: gemm_max_efficiency and attention_efficiency hold at tdp_w; a job capped at power_limit_w

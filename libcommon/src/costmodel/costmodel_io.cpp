@@ -165,6 +165,7 @@ Cluster cluster_from_section(const ClusterSection& s) {
   c.attention_efficiency = s.attention_efficiency;
   c.flash2_efficiency = s.flash2_efficiency;
   c.attention_row_keys = s.attention_row_keys;
+  c.attention_measured = s.attention_measured;
   c.attention_tile = double(s.attention_tile);
   c.tdp_w = s.tdp_w;
   c.power_limit_w = s.power_limit_w;
@@ -229,6 +230,7 @@ json to_json(const Evaluation& e) {
   row.memory_gib = e.memory_gib;
   row.breakdown = {{"time_s",
                     {{"gemm", b.gemm},
+                     {"attention", b.attention},
                      {"memory_bound", b.memory_bound},
                      {"cross_entropy", b.cross_entropy},
                      {"recompute", b.recompute},

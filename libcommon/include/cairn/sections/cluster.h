@@ -30,6 +30,7 @@ struct ClusterSection {
   double attention_efficiency = 0.6;
   double flash2_efficiency = 0.0;
   double attention_row_keys = 0.0;
+  bool attention_measured = false;
   int64_t attention_tile = 128;
   double tdp_w = 0.0;
   double power_limit_w = 0.0;
@@ -91,6 +92,9 @@ struct ClusterSection {
       "fused attention's fixed work per query row and kernel call (softmax statistics, output), in keys' worth: a "
       "call whose rows see n keys on average runs at attention_efficiency x n / (n + attention_row_keys) (0 = none; "
       "bench/layout_predict.sh measures it at two sequence lengths)");
+    k(&S::attention_measured, "attention_measured",
+      "attention_efficiency was learned on this site (calibrate --from-runs from kernel-profiled runs writes true): "
+      "cairn-plan then stops warning that an attention-bound plan is priced at a kernel benchmark's rate");
     k(&S::attention_tile, "attention_tile", Range{1, 65536},
       "keys per score block of the fused attention kernel: a causal call computes the blocks below the diagonal and "
       "the diagonal ones whole, (1 + 1/ceil(s/tile))/2 of the s^2 scores (FlashAttention-2, cuDNN and their peers: "
