@@ -82,6 +82,11 @@ void contributions(const std::vector<Chunk>& chunks, const std::vector<SpokenPie
 }  // namespace
 
 std::vector<float> TrainCheckpoints::assemble_params() const {
+  if (whole()) {  // every rank holds the whole model
+    if (s_.rank != 0) return {};
+    const Chunk& ch = chunks_.front();
+    return to_host(backend_, ch.model->params(), ch.num_params());
+  }
   const std::vector<SpokenPieces> host = spoken_pieces(chunks_, backend_, groups_.first_replica(), false);
   std::vector<float> full, tensor;
   if (s_.rank == 0) full.resize(gpt::count_params(config_));

@@ -133,7 +133,6 @@ class Trainer {
   }
   // The tied wte's gradient summed over the embedding group (NCCL on GPUs, MPI here).
   void sum_over_embedding_group(float* buf, size_t n);
-  std::vector<float> assemble_params();
   double memory_gib() const;
 
   // The run loop.
@@ -1112,17 +1111,8 @@ void Trainer::finish_run(int exit_code) {
   result_.exit_code = exit_code;
   result_.final_step = progress_.step;
   if (hooks_.return_params) {  // a test's final-weights comparison: the run itself has its final checkpoint
-    result_.params = assemble_params();
-    if (s_.rank != 0) result_.params.clear();
+    result_.params = checkpoints_->assemble_params();
   }
-}
-
-// The whole model's parameters on rank 0 (collective): each rank's chunks placed at their whole-model positions.
-std::vector<float> Trainer::assemble_params() {
-  const Chunk& first = chunks_.front();
-  if (s_.layout.tp == 1 && s_.layout.pp == 1 && first.model->params())
-    return to_host(*backend_, first.model->params(), first.num_params());
-  return checkpoints_->assemble_params();
 }
 
 // GiB of cairn's buffers on this rank: parameters and gradients of its chunks, their optimizer state and gradient
