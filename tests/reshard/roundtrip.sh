@@ -3,6 +3,8 @@
 # reshard 8 -> 3 -> 5 keeps documents (and order without --seed); MPI ranks/threads give identical shards.
 source "$(dirname "$0")/common.sh"
 
+# --out names the dataset itself here, and --help says so where it lists the option (not the common "run directory").
+"$B" --help | grep -q -- "--out DIR *output dataset directory" || fail "--help does not describe --out as the dataset"
 "$B" build --delimiter % --shards 8 --out "$T/d8" "${FORTUNES[@]}"
 "$B" verify "$T/d8"
 docs=$($PY -c "import json;print(json.load(open('$T/d8/index.json'))['total_documents'])")
