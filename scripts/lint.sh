@@ -3,7 +3,7 @@
 #   scripts/lint.sh [format|tidy|all]   (default all)
 # Tidy reads compile_commands.json from $CAIRN_LINT_BUILD (default build/release, what scripts/test.sh
 # configures) and skips CUDA .cu files, which clang-tidy cannot parse with nvcc's flags. Tidy takes several
-# minutes on 2 cores; CI runs only the format check unless CAIRN_CI_TIDY=1 (scripts/test.sh).
+# minutes on 2 cores; CI runs only the format check unless CAIRN_TEST_TIDY=1 (scripts/test.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}

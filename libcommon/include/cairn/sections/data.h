@@ -47,7 +47,8 @@ struct DataSection {
       "tokenizer = hf: the token appended after each document (\"\" = the first of <|endoftext|>, <|end_of_text|>, "
       "</s>, <eos>, <|eot_id|>, <｜end▁of▁sentence｜>, <EOT> in the file)");
     k(&S::format, "format", Choices{"auto", "text", "jsonl"}, Flag{"--format"},
-      "input format; auto: .jsonl/.jsonl.gz/.ndjson are JSONL, everything else text");
+      "input format; auto: .jsonl/.ndjson are JSONL and .tfrecord/.tfrecords/.tfrec TFRecord (each also .gz/.zst/"
+      ".zstd), an LMDB environment its records, everything else text");
     k(&S::delimiter, "delimiter", Flag{"--delimiter"},
       "text inputs: a line equal to this separates documents (e.g. \"%\" for fortunes); \"\" = one document per file");
     k(&S::jsonl_field, "jsonl_field", Flag{"--jsonl-field"},
