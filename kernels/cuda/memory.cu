@@ -4,6 +4,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "cairn/kernels/cuda.h"
@@ -18,6 +19,8 @@ namespace {
 std::mutex g_mem_mutex;
 std::unordered_map<void*, size_t> g_mem_sizes;
 std::atomic<size_t> g_mem_current{0}, g_mem_peak{0};
+
+std::atomic<void (*)()> g_wait_poll{nullptr};  // cuda_set_wait_poll
 
 }  // namespace
 
@@ -100,7 +103,16 @@ void fill_zero(void* p, size_t bytes) {
 // Every op of this backend runs on the legacy default stream, so waiting for that stream is waiting for the backend.
 // Not cudaDeviceSynchronize: a trainer's communication on its own non-blocking stream (NCCL) keeps running, which
 // is what lets the model's per-layer synchronize during backward overlap with gradient all-reduces.
-void synchronize() { CAIRN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy)); }
+// With a wait poll set (cuda_set_wait_poll) the host polls instead of blocking, so that a failed communicator the
+// stream waits on ends the wait in the poll's error.
+void synchronize() {
+  void (*poll)() = g_wait_poll.load();
+  if (!poll) {
+    CAIRN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+    return;
+  }
+  cuda_wait_for_stream(cudaStreamLegacy, poll);
+}
 
 }  // namespace cuda
 
@@ -108,6 +120,16 @@ void synchronize() { CAIRN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy)); 
 // where used: tools/train/gpu_cuda.cpp, bench/kernels_gpu_gpt_bench.cpp).
 size_t cuda_allocated_bytes() { return cuda::g_mem_current.load(); }
 size_t cuda_peak_allocated_bytes() { return cuda::g_mem_peak.load(); }
+void cuda_set_wait_poll(void (*poll)()) { cuda::g_wait_poll.store(poll); }
+void cuda_wait_for_stream(CUstream_st* stream, void (*poll)()) {
+  for (;;) {
+    const cudaError_t q = cudaStreamQuery(stream);
+    if (q == cudaSuccess) return;
+    if (q != cudaErrorNotReady) CAIRN_CUDA_CHECK(q);
+    poll();
+    std::this_thread::yield();
+  }
+}
 void cuda_reset_peak_allocated_bytes() {
   std::lock_guard<std::mutex> lk(cuda::g_mem_mutex);
   cuda::g_mem_peak = cuda::g_mem_current.load();

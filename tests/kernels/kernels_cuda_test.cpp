@@ -11,13 +11,19 @@
 // of the same block code (flash_attention_bf16_tiles.h) on the same inputs, which only the tensor cores' summation
 // order and the rounding of P / dS to bf16 at slightly different values separate: a fragment-layout error is O(1).
 #define BOOST_TEST_MODULE kernels_cuda
+#include <cuda_runtime.h>
+
+#include <atomic>
 #include <boost/test/unit_test.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
+#include <thread>
 
 #include "../../kernels/emulation/flash_bf16_host.h"
-#include "ops_checks.h"
 #include "cairn/kernels/cuda.h"
+#include "ops_checks.h"
 
 using namespace ops_checks;
 
@@ -42,6 +48,35 @@ BOOST_AUTO_TEST_CASE(memory_hooks) {
   Buf<float> b(gpu(), std::vector<float>{1, 2, 3});
   gpu().fill_zero(b.ptr + 1, sizeof(float));
   BOOST_TEST(b.host() == (std::vector<float>{1, 0, 3}));
+}
+// synchronize with a wait poll (cuda_set_wait_poll, which libcommon points at NCCL's asynchronous errors): while the
+// legacy stream waits on work that cannot finish (a host function blocked on a flag, standing in for a collective
+// whose peer died), the poll runs and its throw ends the wait; without a poll the same wait returns once released.
+namespace {
+std::atomic<bool> g_released{false};
+std::atomic<int> g_polls{0};
+}  // namespace
+BOOST_AUTO_TEST_CASE(synchronize_wait_poll) {
+  cudaStream_t side = nullptr;
+  cudaEvent_t blocked = nullptr;
+  BOOST_REQUIRE(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess);
+  BOOST_REQUIRE(cudaEventCreateWithFlags(&blocked, cudaEventDisableTiming) == cudaSuccess);
+  auto wait_for_release = [](void*) {
+    while (!g_released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  BOOST_REQUIRE(cudaLaunchHostFunc(side, wait_for_release, nullptr) == cudaSuccess);
+  BOOST_REQUIRE(cudaEventRecord(blocked, side) == cudaSuccess);
+  BOOST_REQUIRE(cudaStreamWaitEvent(cudaStreamLegacy, blocked, 0) == cudaSuccess);
+  cuda_set_wait_poll([] {
+    if (++g_polls >= 3) throw std::runtime_error("a peer failed");
+  });
+  BOOST_CHECK_THROW(gpu().synchronize(), std::runtime_error);
+  BOOST_TEST(g_polls.load() >= 3);
+  cuda_set_wait_poll(nullptr);
+  g_released = true;
+  gpu().synchronize();
+  BOOST_TEST(cudaEventDestroy(blocked) == cudaSuccess);
+  BOOST_TEST(cudaStreamDestroy(side) == cudaSuccess);
 }
 BOOST_AUTO_TEST_CASE(embedding) { check_embedding(gpu(), kRtol); }
 BOOST_AUTO_TEST_CASE(layernorm) { check_layernorm(gpu(), kRtol); }
@@ -79,9 +114,21 @@ BOOST_AUTO_TEST_CASE(attention_simple_kernels) {
 BOOST_AUTO_TEST_CASE(flash_attention_tile_edges) {
   FlashAttention flash(true);
   check_attention_shapes(gpu(), kRtol,
-                         {{1, 1, 64, 1}, {2, 63, 128, 2}, {1, 64, 64, 1}, {2, 65, 128, 2}, {1, 130, 192, 3},
-                          {1, 257, 64, 1}, {1, 31, 128, 1}, {2, 33, 256, 2}, {1, 97, 128, 1}, {1, 160, 256, 2},
-                          {2, 70, 64, 2}, {1, 50, 96, 2}, {1, 45, 160, 2}, {1, 66, 100, 1}, {3, 129, 384, 3}});
+                         {{1, 1, 64, 1},
+                          {2, 63, 128, 2},
+                          {1, 64, 64, 1},
+                          {2, 65, 128, 2},
+                          {1, 130, 192, 3},
+                          {1, 257, 64, 1},
+                          {1, 31, 128, 1},
+                          {2, 33, 256, 2},
+                          {1, 97, 128, 1},
+                          {1, 160, 256, 2},
+                          {2, 70, 64, 2},
+                          {1, 50, 96, 2},
+                          {1, 45, 160, 2},
+                          {1, 66, 100, 1},
+                          {3, 129, 384, 3}});
 }
 // GPT-2 124M's attention shape (one sequence; the CPU reference takes a few seconds).
 BOOST_AUTO_TEST_CASE(flash_attention_gpt2_size) {
@@ -147,10 +194,20 @@ BOOST_AUTO_TEST_CASE(flash_bf16_attention_tile_edges) {
   FlashAttention flash(true);
   Bf16Mode bf16;
   check_attention_shapes(gpu(), kBf16Rtol,
-                         {{1, 1, 64, 1}, {2, 15, 128, 2}, {1, 64, 64, 1}, {2, 65, 128, 2}, {1, 128, 64, 1},
-                          {2, 129, 128, 2}, {1, 130, 192, 3},
-                          {1, 257, 64, 1}, {1, 1, 128, 1}, {1, 31, 128, 1}, {2, 33, 256, 2}, {1, 97, 128, 1},
-                          {1, 160, 256, 2}, {3, 129, 384, 3}});
+                         {{1, 1, 64, 1},
+                          {2, 15, 128, 2},
+                          {1, 64, 64, 1},
+                          {2, 65, 128, 2},
+                          {1, 128, 64, 1},
+                          {2, 129, 128, 2},
+                          {1, 130, 192, 3},
+                          {1, 257, 64, 1},
+                          {1, 1, 128, 1},
+                          {1, 31, 128, 1},
+                          {2, 33, 256, 2},
+                          {1, 97, 128, 1},
+                          {1, 160, 256, 2},
+                          {3, 129, 384, 3}});
   check_attention_shapes(gpu(), kRtol, {{2, 70, 64, 2}, {1, 50, 96, 2}});
 }
 BOOST_AUTO_TEST_CASE(flash_bf16_attention_gpt2_size) {
@@ -207,12 +264,11 @@ BOOST_AUTO_TEST_CASE(flash_bf16_attention_blocks) {
   Buf<float> d_o(gpu(), (size_t)s.B * s.Tq * s.C, 0.0f), d_l(gpu(), (size_t)s.B * s.NH * s.Tq, 0.0f),
       d_dq(gpu(), q.size(), 0.0f);
   gpu().attention_forward_block(d_o, d_l, d_q, d_kv, s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH);
-  gpu().attention_backward_block(d_dq, d_dkv, d_dout, d_q, d_kv, d_o, d_l, s.B, s.Tq, s.Tk, s.q_pos, s.C,
-                                 s.NH);
+  gpu().attention_backward_block(d_dq, d_dkv, d_dout, d_q, d_kv, d_o, d_l, s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH);
   const std::vector<float> o = d_o.host(), l = d_l.host(), dq = d_dq.host(), dkv = d_dkv.host();
   std::vector<float> eo(o.size()), el(l.size()), edq(q.size(), 0.0f), edkv = dkv0;
-  BOOST_REQUIRE(fb::emulate_forward_block(eo.data(), el.data(), q.data(), kv.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C,
-                                          s.NH));
+  BOOST_REQUIRE(
+      fb::emulate_forward_block(eo.data(), el.data(), q.data(), kv.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH));
   BOOST_REQUIRE(fb::emulate_backward_block(edq.data(), edkv.data(), dout.data(), q.data(), kv.data(), o.data(),
                                            l.data(), s.B, s.Tq, s.Tk, s.q_pos, s.C, s.NH, true));
   check_close(o, eo, "bf16 block GPU vs emulation out", kBf16VsEmulation);

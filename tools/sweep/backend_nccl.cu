@@ -74,7 +74,7 @@ BackendComm* nccl_open(MPI_Comm comm, int local_rank) {
 void nccl_close(BackendComm* bc) {
   if (!bc) return;
   cudaStreamSynchronize(bc->stream);
-  if (bc->comm) ncclCommDestroy(bc->comm);
+  gpu::nccl_end(bc->comm, /*abort=*/false);
   if (bc->stream) cudaStreamDestroy(bc->stream);
   if (bc->wrong_counter) cudaFree(bc->wrong_counter);
   delete bc;
@@ -218,7 +218,8 @@ void nccl_run(BackendComm* bc, CollKind kind, const void* send, void* recv, size
   }
 }
 
-void nccl_sync(BackendComm* bc) { CAIRN_CUDA_CHECK(cudaStreamSynchronize(bc->stream)); }
+// Polled (gpu::wait_for_stream): a peer or link that fails mid-sweep ends the run with NCCL's error, not a hang.
+void nccl_sync(BackendComm* bc) { gpu::wait_for_stream(bc->stream); }
 
 }  // namespace
 

@@ -11,7 +11,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -37,21 +36,6 @@ void nccl_group(F&& group) {
     throw;
   }
   CAIRN_NCCL_CHECK(ncclGroupEnd());
-}
-
-// The host waits until `stream` has run everything queued on it. Polled rather than cudaStreamSynchronize: a peer that
-// died or a network error leaves NCCL's kernels waiting forever, and only ncclCommGetAsyncError tells (NCCL's guide,
-// "Fault tolerance"), so the wait ends in an error that brings the job down instead of a hang.
-void wait_for_stream(cudaStream_t stream, ncclComm_t comm) {
-  for (;;) {
-    const cudaError_t q = cudaStreamQuery(stream);
-    if (q == cudaSuccess) return;
-    if (q != cudaErrorNotReady) CAIRN_CUDA_CHECK(q);
-    ncclResult_t async = ncclSuccess;
-    CAIRN_NCCL_CHECK(ncclCommGetAsyncError(comm, &async));
-    if (async != ncclInProgress) CAIRN_NCCL_CHECK(async);
-    std::this_thread::yield();
-  }
 }
 
 }  // namespace
@@ -111,7 +95,7 @@ struct Nccl::Impl {
     CAIRN_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, comm_done, 0));
   }
   // The host waits for the communication stream (wait_for_stream: a failed peer throws instead of hanging).
-  void host_wait() const { wait_for_stream(stream, comm); }
+  void host_wait() const { cairn::gpu::wait_for_stream(stream); }
 };
 
 Nccl::Nccl(MPI_Comm comm) : impl_(new Impl) {
@@ -140,12 +124,9 @@ Nccl::~Nccl() {
   Impl& m = *impl_;
   if (m.comm) {
     // Unwinding from an error (maybe on another rank): do not wait for peers that may never come.
-    if (std::uncaught_exceptions() > 0) {
-      ncclCommAbort(m.comm);
-    } else {
-      cudaStreamSynchronize(m.stream);
-      ncclCommDestroy(m.comm);
-    }
+    const bool unwinding = std::uncaught_exceptions() > 0;
+    if (!unwinding) cudaStreamSynchronize(m.stream);
+    cairn::gpu::nccl_end(m.comm, /*abort=*/unwinding);
   }
   m.destroy_timing_events();
   for (cudaEvent_t e : m.marks)
@@ -250,7 +231,7 @@ void Nccl::settle_timings() {
   CAIRN_CUDA_CHECK(cudaEventRecord(ref, m.stream));
   m.host_wait();
   const double now = monotonic_seconds();
-  CAIRN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  cairn::gpu::wait_for_stream(cudaStreamLegacy);
   for (const Impl::Timed& t : m.timed) {
     float ms = 0, to_ref_ms = 0;
     CAIRN_CUDA_CHECK(cudaEventElapsedTime(&ms, t.from, t.to));
@@ -269,7 +250,7 @@ void Nccl::settle_timings() {
 }
 
 void Nccl::abort() {
-  if (impl_->comm) ncclCommAbort(impl_->comm);
+  cairn::gpu::nccl_end(impl_->comm, /*abort=*/true);
   impl_->comm = nullptr;
 }
 
@@ -422,21 +403,21 @@ class NcclPipe final : public PipeTransport {
   double recv(float* dst, size_t n, int from, int, PipeKind kind) override {
     PipeChannel& c = channel(kind == PipeKind::Activations ? act_in_ : grad_in_, from, "receive");
     // Queued kernels may still read dst (the previous micro-batch's use of the same buffer), and are not the wait.
-    CAIRN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+    cairn::gpu::wait_for_stream(cudaStreamLegacy);
     const auto t0 = std::chrono::steady_clock::now();
     CAIRN_NCCL_CHECK(ncclRecv(dst, n, ncclFloat32, c.peer, c.comm, c.stream));
-    wait_for_stream(c.stream, c.comm);
+    cairn::gpu::wait_for_stream(c.stream);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 
   void wait_sends() override {
     for (PipeChannel* c : {&act_out_, &grad_out_})
-      if (c->open()) wait_for_stream(c->stream, c->comm);
+      if (c->open()) cairn::gpu::wait_for_stream(c->stream);
   }
 
   void abort() override {
     for (PipeChannel* c : channels()) {
-      if (c->comm) ncclCommAbort(c->comm);
+      cairn::gpu::nccl_end(c->comm, /*abort=*/true);
       c->comm = nullptr;
     }
   }
@@ -454,7 +435,7 @@ class NcclPipe final : public PipeTransport {
       CAIRN_CUDA_CHECK(cudaMemsetAsync(one, 0, sizeof(float), c.stream));
       if (sender) CAIRN_NCCL_CHECK(ncclSend(one, 1, ncclFloat32, c.peer, c.comm, c.stream));
       else CAIRN_NCCL_CHECK(ncclRecv(one, 1, ncclFloat32, c.peer, c.comm, c.stream));
-      wait_for_stream(c.stream, c.comm);
+      cairn::gpu::wait_for_stream(c.stream);
     } catch (...) {
       cudaFree(one);
       throw;
@@ -471,12 +452,8 @@ class NcclPipe final : public PipeTransport {
     std::sort(order.begin(), order.end(), [](const PipeChannel* a, const PipeChannel* b) { return a->edge < b->edge; });
     for (PipeChannel* c : order) {
       if (c->comm) {
-        if (abort_comms) {
-          ncclCommAbort(c->comm);
-        } else {
-          cudaStreamSynchronize(c->stream);
-          ncclCommDestroy(c->comm);
-        }
+        if (!abort_comms) cudaStreamSynchronize(c->stream);
+        cairn::gpu::nccl_end(c->comm, /*abort=*/abort_comms);
         c->comm = nullptr;
       }
       if (c->stream) cudaStreamDestroy(c->stream);

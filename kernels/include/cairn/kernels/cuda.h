@@ -4,6 +4,8 @@
 
 #include "cairn/kernels/backend.h"
 
+struct CUstream_st;  // cudaStream_t, without the CUDA headers
+
 namespace cairn::kernels {
 // The CUDA op table, or nullptr when no usable GPU is present (find_backend("cuda") returns this).
 const Backend* cuda_backend_or_null();
@@ -26,4 +28,11 @@ bool cuda_flash_attention();
 // default), the fp32 flash kernels when false; CAIRN_CUDA_ATTENTION=flash-fp32 makes false the initial choice.
 void cuda_set_bf16_attention(bool on);
 bool cuda_bf16_attention();
+// The backend's synchronize waits for the legacy stream. Kernels there may wait on another library's work (NCCL
+// events), which can fail without the stream ever finishing: with a `poll` set, synchronize waits as
+// cuda_wait_for_stream with it (libcommon sets raise_nccl_async_errors). nullptr: block.
+void cuda_set_wait_poll(void (*poll)());
+// The host waits until `stream` (a cudaStream_t) has run everything queued on it, polling, and calls `poll` between
+// polls: a throw from `poll` ends the wait.
+void cuda_wait_for_stream(CUstream_st* stream, void (*poll)());
 }  // namespace cairn::kernels
