@@ -9,9 +9,11 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -229,9 +231,42 @@ Config load_layers(const CommonOptions& opts, const std::vector<std::string>& to
   return load_config(sources);
 }
 
+// "section.key = value" of the first line where a config's TOML differs from rank 0's (both without origins).
+std::string first_config_difference(const std::string& mine, const std::string& root) {
+  std::istringstream a(mine), b(root);
+  std::string la, lb, section;
+  while (true) {
+    const bool more_a = static_cast<bool>(std::getline(a, la)), more_b = static_cast<bool>(std::getline(b, lb));
+    if (!more_a && !more_b) return "";
+    if (!more_a) la.clear();
+    if (!more_b) lb.clear();
+    if (la != lb) {
+      const std::string prefix = section.empty() ? "" : section + ".";
+      return strprintf("%s here, %s on rank 0", la.empty() ? "nothing" : (prefix + la).c_str(),
+                       lb.empty() ? "nothing" : (prefix + lb).c_str());
+    }
+    if (la.size() > 2 && la.front() == '[' && la.back() == ']') section = la.substr(1, la.size() - 2);
+  }
+}
+
+// Every rank must run rank 0's config. Ranks that read other files or environments (a config on a node-local path,
+// a CAIRN_* variable exported on one node, another --out) would otherwise wait forever in collectives the others
+// never call, or crash on mismatched buffers; now the job ends at once with a usage error naming the key.
+void agree_on_config(const Config& cfg) {
+  if (!mpi::initialized() || mpi::size() <= 1) return;
+  const std::string mine = cfg.to_toml(false);
+  const std::string root = mpi::broadcast_string(mine);
+  std::string err;
+  if (mine != root)
+    err = "the config differs from rank 0's: " + first_config_difference(mine, root) +
+          " (give every rank the same --config files, CAIRN_* environment, flags and --set)";
+  mpi::agree_or_throw(err.empty(), err, kExitUsage);
+}
+
 // --out last (it names the run directory whatever else does), provenance, then the output checks.
 Config finish_tool_config(const CommonOptions& opts, Config cfg) {
   if (!opts.out.empty()) cfg.set("run.dir", opts.out, Origin{Origin::Set, "--out"});
+  agree_on_config(cfg);
   provenance().config_toml = cfg.to_toml(false);
   check_common_outputs(opts, cfg);
   return cfg;
@@ -287,6 +322,15 @@ namespace {
 // How long a rank other than 0 waits, after a usage error, for rank 0 to report it and end the job.
 constexpr double kUsageAbortGraceSeconds = 20.0;
 
+// The tool's exit code. A file HDF5 could not close (a full disk) stays open inside HDF5, and HDF5's clean-up at exit
+// crashes on it: the error is already reported and every file that could be closed is closed, so skip that clean-up.
+int end_tool(int code) {
+  if (!h5::close_failed()) return code;
+  restore_stdout();
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
 // "[r3/8 host] " on multi-rank jobs, so a failure names the rank it happened on.
 std::string rank_prefix() {
   const LogSettings& s = log_settings();
@@ -308,7 +352,7 @@ int run_tool(const std::string& tool, int argc, char** argv, const std::function
     ~StdoutRestorer() { restore_stdout(); }
   } restorer;
   try {
-    return body();
+    return end_tool(body());
   } catch (const CLI::Success& e) {
     return 0;
   } catch (const CLI::ParseError& e) {
@@ -324,11 +368,11 @@ int run_tool(const std::string& tool, int argc, char** argv, const std::function
     if (usage_on_other_rank) mpi::wait_for_root_abort(kUsageAbortGraceSeconds);
     std::fprintf(stderr, "%s%s: %s\n", rank_prefix().c_str(), tool.c_str(), e.what());
     mpi::abort_if_failed(e.code());
-    return e.code();
+    return end_tool(e.code());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s%s: %s\n", rank_prefix().c_str(), tool.c_str(), e.what());
     mpi::abort_if_failed(kExitRuntime);
-    return kExitRuntime;
+    return end_tool(kExitRuntime);
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "cairn/error.h"
@@ -23,6 +24,8 @@ std::string h5_reason() {
   std::string reason;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_error, &reason);
   H5Eclear2(H5E_DEFAULT);
+  // A failed write's description embeds ctime()'s newline: keep the error on one line.
+  std::replace(reason.begin(), reason.end(), '\n', ' ');
   return reason.empty() ? "HDF5 error" : reason;
 }
 
@@ -47,8 +50,14 @@ void silence_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
   throw RuntimeError(file_message(what, path, h5_reason()));
 }
 
+namespace {
+bool g_close_failed = false;
+}  // namespace
+
+bool close_failed() { return g_close_failed; }
+
 void Handle::reset() {
-  if (id_ >= 0 && closer_) closer_(id_);
+  if (id_ >= 0 && closer_ && closer_(id_) < 0 && closer_ == H5Fclose) g_close_failed = true;
   id_ = H5I_INVALID_HID;
 }
 

@@ -303,6 +303,15 @@ mkdir -p "$W/nosteps/train"
 head -1 "$W/r1/train/metrics.jsonl" > "$W/nosteps/train/metrics.jsonl"  # the provenance line only
 grep -m2 '"train"' "$W/r1/train/metrics.jsonl" | sed 's/"skipped":false/"skipped":true/' >> "$W/nosteps/train/metrics.jsonl"
 expect_usage "$W/nosteps" "no finished training steps"
+# A line that is not JSON with lines after it is damage, not a killed run's torn last line: it was skipped silently.
+cp -r "$W/dp2" "$W/garbled"
+sed -i '3s/.*/[1, 2, 3]/' "$W/garbled/train/metrics.jsonl"
+expect_usage "$W/garbled" 'malformed metrics line ".*/garbled/train/metrics.jsonl:3": not a JSON object, and not the last'
+# A torn last line (a killed run) is still read past.
+cp -r "$W/dp2" "$W/torn"
+truncate -s -20 "$W/torn/train/metrics.jsonl"
+"$BIN/cairn-plan" calibrate --from-runs "$W/r1" "$W/torn" "${SITE[@]}" --output "$W/torn.toml" --log-level error \
+  > /dev/null || fail "a run with a torn last metrics line: exit $?"
 cp -r "$W/dp2" "$W/badprof"
 echo '{"kind": "kernel_profile", "ranks": []}' > "$W/badprof/train/kernel_profile.json"
 expect_usage "$W/badprof" "not a kernel profile"

@@ -111,7 +111,17 @@ expect_usage "local_register 3: choose 0, 1 or 2" -R 3
 expect_usage "not a rank of tier world" broadcast -r 2
 expect_usage "built without CUDA|GPUs but only 0 are visible" --backend nccl  # CUDA builds on GPU-less CI
 expect_usage "not a size" -e 12X
+expect_usage "sweep.maxbytes \(-e\): '99999999999999999999' is too large" -e 99999999999999999999  # was "stoull", exit 1
 expect_usage "measures allreduce only" --bench-bare 3 allgather -b 1K -e 1K
+
+# 8a. Ranks given different configs (MPMD, a CAIRN_* variable on one node): exit 2 naming the key at once, where
+# they used to wait forever in each other's collectives.
+mpirun -np 1 "$BIN" --out "$TMP/usage" allreduce -b 8 -e 1K -n 1 -w 0 : -np 1 "$BIN" --out "$TMP/usage" allgather \
+  -b 8 -e 1K -n 1 -w 0 >"$TMP/u.txt" 2>"$TMP/u.err"
+rc=$?
+[ $rc -eq 2 ] || fail "ranks with different collectives: exit $rc, want 2"
+grep -qF 'rank 1: the config differs from rank 0'"'"'s: sweep.collectives = ["allgather"] here, sweep.collectives = ["allreduce"] on rank 0' \
+  "$TMP/u.err" || { fail "ranks with different collectives: no message naming the key"; head -3 "$TMP/u.err" >&2; }
 
 # 8b. An output location that cannot be written fails before anything is measured (exit 2, no table),
 # naming the path. Tests run as root, where mode bits do not stop writes: a path under a regular file,

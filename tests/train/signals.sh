@@ -79,6 +79,21 @@ case_ "mpirun 4 ranks tp2 x pp2, SIGUSR1 mid-run" 4 mid USR1 75 100000 -- "${M4[
   --set parallel.pp=2
 case_ "mpirun 4 ranks dp2 x pp2 ZeRO-3, SIGUSR1 mid-run" 4 mid USR1 75 100000 -- "${M4[@]}" --set parallel.dp=2 \
   --set parallel.pp=2 --set parallel.zero=3 --set train.micro_batch=2
+# A signal that reaches one rank only (a node's share of srun's SIGTERM arriving first): every rank stops after the
+# step with 75, and rank 0's STOPPED and log name the signal rank 1 got (they used to say "test hook").
+run=$W/one_rank
+"${M[@]}" --out "$run" "${MODEL[@]}" --set train.steps=100000 > "$W/one_rank.out" 2>&1 &
+pid=$!
+wait_until "one rank: 3 steps" logged "$run"
+rank1=""
+for p in $(pgrep -P "$pid"); do grep -qzx 'OMPI_COMM_WORLD_RANK=1' "/proc/$p/environ" && rank1=$p; done
+[[ -n $rank1 ]] || fail "one rank: no rank 1 among mpirun's children"
+kill -TERM "$rank1"
+rc=0; wait "$pid" || rc=$?
+[[ $rc == 75 ]] || { cat "$W/one_rank.out" >&2; fail "one rank: exit $rc, expected 75"; }
+grep -q '"signal": "SIGTERM"' "$run/train/STOPPED" || fail "one rank: STOPPED does not name SIGTERM: $(cat "$run/train/STOPPED")"
+grep -q 'stop requested (SIGTERM)' "$W/one_rank.out" || fail "one rank: the log does not name SIGTERM"
+echo "ok: mpirun 2 ranks, SIGTERM to rank 1 only mid-run (exit 75)"
 # slurm/run-local.sh's train stage: SIGTERM to the script, relayed to mpirun (the documented code must survive it).
 LOCAL=(env CAIRN_BIN_DIR="$W/bin" CAIRN_NP=2 "$ROOT/slurm/run-local.sh" "$ROOT/configs/demo.toml" --stages train)
 case_ "run-local.sh, SIGTERM at start-up"  2 startup  TERM 75 4      -- "${LOCAL[@]}"

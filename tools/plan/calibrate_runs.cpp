@@ -113,9 +113,19 @@ std::vector<Segment> read_segments(const std::string& path) {
   if (!f) throw UsageError(errno_message("cannot read", path));
   std::vector<Segment> segs(1);  // lines before any provenance line (none in files cairn-train writes)
   std::string line;
+  int64_t torn = 0;  // the line that did not parse, when it may still be the torn last line of a killed run
   for (int64_t line_no = 1; std::getline(f, line); ++line_no) {
+    // Only the last line can be torn: cairn-train drops a torn line when it resumes. One with lines after it is
+    // damage, and skipping it would fit the run on steps it never logged that way.
+    if (torn)
+      throw UsageError(file_message("malformed metrics line", path + ":" + std::to_string(torn),
+                                    "not a JSON object, and not the last line (only a killed run's last line may be "
+                                    "torn)"));
     json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) continue;  // a torn last line of a killed run
+    if (j.is_discarded() || !j.is_object()) {
+      torn = line_no;
+      continue;
+    }
     // A complete line is read through the record: a wrong type is an error naming the file, line and key.
     records::MetricsLine m =
         records::MetricsLine::from_json(JsonFields(j, path + ":" + std::to_string(line_no), "metrics line"));

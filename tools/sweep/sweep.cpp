@@ -14,6 +14,7 @@
 #include <ctime>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 
 #include "cairn/cli.h"
 #include "cairn/clock.h"
@@ -46,7 +47,12 @@ uint64_t parse_bytes(const std::string& text, const std::string& what) {
       !std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
     throw UsageError(what + ": '" + text + "' is not a size (bytes, optionally with a K, M or G suffix)");
   }
-  uint64_t v = std::stoull(t);
+  // Digits past uint64 make stoull throw std::out_of_range, which would end the run as "stoull", exit 1.
+  uint64_t v = UINT64_MAX;
+  try {
+    v = std::stoull(t);
+  } catch (const std::out_of_range&) {
+  }
   if (v > (UINT64_MAX >> 1) / mult) throw UsageError(what + ": '" + text + "' is too large");
   return v * mult;
 }

@@ -204,6 +204,9 @@ class Trainer {
   // Accepted (not skipped) updates since the state of last_ckpt_ (or since initialisation): a checkpoint is never
   // written from a state that only skipped since the last one, so restores keep counting against that checkpoint.
   int64_t accepted_since_ckpt_ = 0;
+  // The stop signal all ranks agreed on (the highest number any rank received; 1, below every stop signal: a test
+  // hook), so rank 0 names it in STOPPED and the log even when only another rank was signalled.
+  int stop_signal_ = 0;
 
   // Observability.
   FlopCounts flops_;
@@ -940,9 +943,10 @@ double Trainer::validate() {
 }
 
 bool Trainer::stop_requested() {
-  int local = g_stop_signal != 0 ? 1 : 0;
-  if (hooks_.stop_after_step >= 0 && progress_.step == hooks_.stop_after_step) local = 1;
-  return (s_.world > 1 ? mpi::allreduce(local, MPI_MAX) : local) != 0;
+  int local = g_stop_signal;
+  if (local == 0 && hooks_.stop_after_step >= 0 && progress_.step == hooks_.stop_after_step) local = 1;
+  stop_signal_ = s_.world > 1 ? mpi::allreduce(local, MPI_MAX) : local;
+  return stop_signal_ != 0;
 }
 
 // Observability sinks (opened only now that the config and data are known good), stop signals, the data loader.
@@ -1034,19 +1038,16 @@ void Trainer::validate_after(int64_t step) {
   report_->write_val(step, progress_.tokens, vl, widx_.train_windows(), s_.val_rows);
 }
 
-static const char* stop_name() {
-  return g_stop_signal == SIGUSR1   ? "SIGUSR1"
-         : g_stop_signal == SIGTERM ? "SIGTERM"
-         : g_stop_signal == SIGINT  ? "SIGINT"
-                                    : "test hook";
+static const char* stop_name(int sig) {
+  return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "test hook";
 }
 
 // <run>/train/STOPPED: the run stopped on a signal with kExitRequeue, for launchers that lose the exit code.
 void Trainer::write_stopped(const char* why) {
   if (s_.rank != 0) return;
-  json st = {{"exit_code", kExitRequeue}, {"step", progress_.step},
-             {"signal", stop_name()},     {"reason", why},
-             {"checkpoint", last_ckpt_},  {"provenance", provenance().to_json()}};
+  json st = {{"exit_code", kExitRequeue},         {"step", progress_.step},
+             {"signal", stop_name(stop_signal_)}, {"reason", why},
+             {"checkpoint", last_ckpt_},          {"provenance", provenance().to_json()}};
   atomic_write(join_path(s_.train_dir, "STOPPED"), st.dump(1) + "\n");
 }
 
@@ -1069,9 +1070,9 @@ bool Trainer::checkpoint_or_stop(int64_t step) {
     }
   }
   if (stop && s_.rank == 0) {
-    CAIRN_LOG_WARN("stop requested (%s): %s at step %lld; exiting with %d so the job is requeued", stop_name(),
-                   wrote ? "checkpoint written" : "nothing new to save", static_cast<long long>(progress_.step),
-                   kExitRequeue);
+    CAIRN_LOG_WARN("stop requested (%s): %s at step %lld; exiting with %d so the job is requeued",
+                   stop_name(stop_signal_), wrote ? "checkpoint written" : "nothing new to save",
+                   static_cast<long long>(progress_.step), kExitRequeue);
   }
   if (stop) write_stopped("stop signal during the run");
   return stop;
@@ -1143,7 +1144,7 @@ TrainResult Trainer::run() {
     if (s_.rank == 0) {
       CAIRN_LOG_WARN("stop requested (%s) before the first step: nothing to save; exiting with %d so the job is "
                      "requeued",
-                     stop_name(), kExitRequeue);
+                     stop_name(stop_signal_), kExitRequeue);
     }
     write_stopped("stop signal before the first step");
     exit_code = kExitRequeue;

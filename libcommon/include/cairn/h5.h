@@ -144,6 +144,10 @@ void write_provenance(const Location& loc);
 
 // Turns HDF5's own error stack printing off (we report errors ourselves); called by Session/run_tool.
 void silence_errors();
+// True once an HDF5 file failed to close (a full disk: its metadata could not be flushed). HDF5 keeps such a file
+// open, and its own clean-up at exit then crashes on it (segfault after the error was reported): run_tool ends the
+// process without that clean-up when this is set.
+bool close_failed();
 
 }  // namespace cairn::h5
 
