@@ -58,6 +58,19 @@ PY
 grep -q '^\[parallel\]' "$T/run/plan/best.toml" || fail "best.toml has no [parallel]"
 # the CP exchange the plan was priced with, for cairn-train to run (plan.cp_comm's default: the ring)
 grep -q '^cp_comm = "p2p"' "$T/run/plan/best.toml" || fail "best.toml lacks cp_comm = \"p2p\""
+# A deep model: the search drops the per-stage detail of the plans it does not show (a 3000-layer search held 7 GB
+# with it) and evaluates the shown ones again: each plan in plans.json has its pp*v stage sizes, summing to the layers.
+$BIN --config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=2 --set train.global_batch=64 \
+  --set model.layers=300 --set 'plan.pp=[4,8]' --out "$T/deep" --json "$T/deep.json" --top 5 --log-level error \
+  > /dev/null || fail "deep model search: exit $?"
+$PY - "$T/deep.json" <<'PY'
+import json, sys
+plans = json.load(open(sys.argv[1]))["plans"]
+assert len(plans) == 5 and any(p["v"] > 1 for p in plans), [(p["pp"], p["v"]) for p in plans]
+for p in plans:
+    sl = p["breakdown"]["stage_layers"]
+    assert len(sl) == p["pp"] * p["v"] and sum(sl) == 300, (p["pp"], p["v"], sl)
+PY
 # best.toml is a valid config layer for every tool (cairn-plan reads it back as [parallel]).
 $BIN --config configs/models/gpt2-350m.toml --config $A100 --config "$T/run/plan/best.toml" \
   --set cluster.nodes=2 --set train.global_batch=64 --print-config | grep -q 'best.toml' || fail "best.toml not loadable"

@@ -18,6 +18,9 @@ struct Constraints {
   std::vector<int> tp_overlap;  // 0 off, 1 on
   std::vector<int> cp_comm;     // 0 p2p, 1 allgather
   int64_t max_mb = 16, max_tp = 0, max_v = 0, cp_min_seq = 16384;
+  // How many of the ranked plans keep their per-stage detail (Breakdown::stage_layers and stage_busy: pp*v and pp
+  // entries); the others drop it, which a deep model's search could not hold in memory ([plan] top_k).
+  size_t detailed = 10;
   std::vector<int> stage_layers;  // [parallel] stage_layers, applied to plans whose pp*v matches
 };
 // The [plan] search constraints (UsageError for a degree out of range).
@@ -31,7 +34,8 @@ struct SearchResult {
 };
 
 // Enumerates every divisor-valid (tp, pp, v, mb, zero, recompute, sp) for the cluster's devices
-// and evaluates each. Rejected plans keep their reason code (no text, for speed).
+// and evaluates each. Rejected plans keep their reason code (no text, for speed); only the first k.detailed plans of
+// the ranking keep their per-stage detail. A search that runs long reports its progress on stderr.
 SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, int64_t global_batch,
                     const costmodel::Assumptions& a, const Constraints& k);
 

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <exception>
 #include <limits>
+#include <mutex>
 
 #include "cairn/error.h"
 #include "cairn/log.h"
@@ -16,6 +17,8 @@ using costmodel::Plan;
 using costmodel::Recompute;
 
 namespace {
+
+constexpr double kProgressEverySeconds = 5.0;
 
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> d;
@@ -30,6 +33,14 @@ std::vector<int64_t> divisors(int64_t n) {
 
 bool allowed(const std::vector<int64_t>& list, int64_t x) {
   return list.empty() || std::find(list.begin(), list.end(), x) != list.end();
+}
+
+// The per-stage vectors of an evaluation (pp*v layers per virtual stage, pp busy times): the ranking needs none of
+// them, and a deep model's search holds a million plans (a 3000-layer model took 7 GB). search() evaluates the plans
+// it shows again.
+void drop_stage_detail(Evaluation& e) {
+  std::vector<int>().swap(e.b.stage_layers);
+  std::vector<double>().swap(e.b.stage_busy);
 }
 
 // Every (v, mb, zero, recompute, sp, tp_overlap, cp_comm) of one (dp, tp, pp, cp) layout. Interleaving is limited
@@ -77,6 +88,7 @@ void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, i
                 p.tp_overlap = ov != 0;
                 p.cp_allgather = cc != 0;
                 out.push_back(costmodel::evaluate(m, c, p, global_batch, a, false));
+                drop_stage_detail(out.back());
               }
           }
       }
@@ -118,6 +130,7 @@ Constraints constraints_from_section(const PlanSection& s) {
   k.max_mb = s.max_mb;
   k.max_tp = s.max_tp;
   k.max_v = s.max_v;
+  k.detailed = size_t(s.top_k);
   return k;
 }
 
@@ -166,6 +179,10 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
   std::vector<std::vector<Evaluation>> parts(layouts.size());
   std::vector<std::exception_ptr> errors(layouts.size());
   const auto n_layouts = static_cast<std::ptrdiff_t>(layouts.size());
+  // Progress every few seconds (most searches end well before the first): layouts done of all, plans so far.
+  std::mutex progress_mutex;
+  size_t layouts_done = 0, plans_done = 0;
+  double next_report = kProgressEverySeconds;
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::ptrdiff_t i = 0; i < n_layouts; ++i) {
     const Layout& l = layouts[size_t(i)];
@@ -173,6 +190,15 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
       search_layout(m, c, global_batch, a, k, l.dp, l.tp, l.pp, l.cp, recomputes, zeros, parts[size_t(i)]);
     } catch (...) {
       errors[size_t(i)] = std::current_exception();  // an exception must not leave the parallel region
+    }
+    std::lock_guard<std::mutex> lk(progress_mutex);
+    ++layouts_done;
+    plans_done += parts[size_t(i)].size();
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (t >= next_report && layouts_done < layouts.size()) {
+      CAIRN_LOG_INFO("searched %zu of %zu layouts (%zu plans) in %.0f s%s", layouts_done, layouts.size(), plans_done, t,
+                     k.max_v <= 0 && m.layers > 256 ? "; plan.max_v bounds the interleavings a deep model tries" : "");
+      next_report = t + kProgressEverySeconds;
     }
   }
   for (const auto& e : errors)
@@ -203,6 +229,9 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
     r.all.push_back(std::move(parts[key.part][key.index]));
     r.feasible += key.group == 0;
   }
+  // The plans the tool shows (table, plans.json, best.toml) get their per-stage detail back: the same evaluation.
+  for (size_t i = 0; i < std::min(k.detailed, r.all.size()); ++i)
+    r.all[i] = costmodel::evaluate(m, c, r.all[i].plan, global_batch, a, false);
   r.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
