@@ -1362,7 +1362,7 @@ void check_memory(Evaluation& ev, const Cluster& c, const Assumptions& a, bool f
     ev.reject = Reject::kMemory;
     if (fill_reason)
       ev.reason =
-          strprintf("needs %.1f GiB per device, %.1f GiB over the %.1f GiB available (%.0f GiB HBM%s)", ev.memory_gib,
+          strprintf("needs %.1f GiB per device, %.1f GiB over the %.1f GiB available (%.3g GiB HBM%s)", ev.memory_gib,
                     ev.memory_gib - capacity, capacity, c.hbm_gib,
                     a.memory_headroom > 0 ? strprintf(", %.0f%% headroom", a.memory_headroom * 100).c_str() : "");
   }
