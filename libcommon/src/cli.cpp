@@ -290,7 +290,7 @@ Config load_tool_config(const CommonOptions& opts, const ToolSettings& tool_sett
 bool maybe_print_config(const CommonOptions& opts, const Config& cfg, const std::vector<std::string>& positional) {
   if (!opts.print_config) return false;
   std::string text = "# effective config of " + provenance().tool + " " + cairn_version() +
-                     " (precedence: default < file < env CAIRN_<SECTION>_<KEY> < --set)\n";
+                     " (precedence: default < file < env CAIRN_<SECTION>_<KEY> < flags < --set)\n";
   if (!positional.empty())
     text += "# positional arguments (not config keys: give them again with --config): " +
             printable_text(toml_value_text(json(positional))) + "\n";

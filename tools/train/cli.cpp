@@ -13,10 +13,10 @@ int cairn::train::train_main(int argc, char** argv, const TrainHooks& hooks) {
   install_stop_handlers();
   return cairn::run_tool("cairn-train", argc, argv, [&]() -> int {
     CLI::App app{"cairn-train: GPT training on cairn shards in the [parallel] layout cairn-plan proposes (data,\n"
-                 "tensor, sequence and pipeline parallelism, ZeRO 0-3; CPU kernels or CUDA).\n"
+                 "tensor, sequence, context and pipeline parallelism, ZeRO 0-3; CPU kernels or CUDA).\n"
                  "Exit codes: 0 done (FINISHED written: a usable model), 1 runtime failure (also a run that\n"
                  "cannot make progress, or another cairn-train running in the same run directory), 2 config/input "
-                 "error, 75 stopped by SIGTERM/SIGUSR1/SIGINT after writing a\n"
+                 "error, 3 a corrupt dataset shard (named), 75 stopped by SIGTERM/SIGUSR1/SIGINT after writing a\n"
                  "checkpoint, or before the first step with nothing to save (requeue and rerun to continue)."};
     cairn::CommonOptions opts;
     cairn::add_common_options(app, opts);
