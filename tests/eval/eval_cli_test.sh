@@ -117,6 +117,17 @@ expect_exit 2 "broken.jsonl:3: label 5 is out of range" "$BIN/cairn-eval" --conf
 "$BIN/cairn-eval" --config eval.toml --out skip "$CK" --tasks mc --skip-bad \
   --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'/broken.jsonl"}' > skip.txt 2> skip.err || fail "--skip-bad failed"
 $PY -c "import json,sys; d=json.load(open('skip/eval/lm_eval/step_00000020.json')); n=d['n-samples']['mc']; assert n=={'original':6,'effective':4}, n"
+# A label past int64 is named as written, not as the negative number it wraps to.
+printf '{"context": "x", "choices": ["a", "b"], "label": 18446744073709551615}\n' > huge_label.jsonl
+expect_exit 2 "huge_label.jsonl:1: label 18446744073709551615 is out of range for 2 choices" "$BIN/cairn-eval" \
+  --config eval.toml --out bad4b "$CK" --tasks mc --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'/huge_label.jsonl"}'
+# A model.h5 whose header describes a far larger model than the file holds is damaged (exit 1 at once), not built at
+# that size first (layers = 1000000: minutes of allocation before the tensors were found missing).
+mkdir -p huge_header
+cp "$CK/model.h5" huge_header/model.h5
+$PY -c "import h5py, sys; h5py.File(sys.argv[1], 'r+').attrs['layers'] = 1000000" huge_header/model.h5
+expect_exit 1 "model.h5 has [0-9]* bytes, too few for the .* parameters of the model its header describes (layers 1000000" \
+  timeout 60 "$BIN/cairn-eval" --config eval.toml --out bad4c huge_header/model.h5 --tasks val32
 : > empty.jsonl
 expect_exit 2 "empty task" "$BIN/cairn-eval" --config eval.toml --out bad5 \
   "$CK" --tasks mc --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'/empty.jsonl"}'

@@ -90,6 +90,11 @@ expect_exit 2 'refusing to write into' "$B" build --delimiter % --out "$T/corpus
 "$B" build --delimiter % --shards 2 --out "$T/ds" "$T/in.txt"
 expect_exit 2 'refusing to write into' "$B" reshard "$T/ds" --shards 3 --out "$T/ds"
 "$B" verify "$T/ds" >/dev/null
+# An --out under a regular file is a usage error before any input is read (it was exit 1 once all were tokenized).
+: > "$T/afile"
+expect_exit 2 '--out: cannot write ".*afile/ds": Not a directory' "$B" build --delimiter % --out "$T/afile/ds" "$T/in.txt"
+expect_exit 2 '--out: cannot write ".*afile": Not a directory' "$B" reshard "$T/ds" --shards 3 --out "$T/afile"
+expect_exit 2 '--out: cannot write ".*afile/m": Not a directory' "$B" convert --to megatron --out "$T/afile/m" "$T/ds"
 
 # ---- Malformed inputs: file and line (or offset) in the error; --skip-bad counts instead.
 printf 'good one\n%%\nbad \xff byte\n%%\nlast\n' > "$T/bad_utf8.txt"
@@ -150,6 +155,13 @@ expect_exit 3 'corrupt dataset shard ".*shard_00001.h5": tokens hash to' "$B" st
 cmp -s "$T/rot/stats.json" "$T/rot-stats.before" || fail "stats rewrote stats.json of a corrupt dataset"
 "$B" stats "$T/ds" > /dev/null || fail "stats failed on an intact dataset"
 [ -z "$(ls "$T/laundered-llmc" 2>/dev/null || true)" ] || fail "convert wrote output from a corrupt input"
+# A reshard that fails before it replaces a shard leaves the dataset already in its --out as it was, index.json
+# included: here a rerun of a finished reshard (every shard kept as complete) whose input has rotted since.
+"$B" reshard "$T/ds" --shards 2 --out "$T/kept" 2>/dev/null
+(cd "$T/kept" && md5sum index.json stats.json shard_*) > "$T/kept.md5"
+expect_exit 3 'corrupt dataset shard ".*shard_00001.h5"' "$B" reshard "$T/rot" --shards 2 --out "$T/kept"
+(cd "$T/kept" && md5sum --quiet -c "$T/kept.md5") || fail "a failed reshard changed the dataset already in its --out"
+"$B" verify "$T/kept" >/dev/null
 cp -r "$T/ds" "$T/wrongsum"
 $PY -c "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); ix['shards'][0]['xxh64']='%016x' % (int(ix['shards'][0]['xxh64'],16)^1); json.dump(ix,open(p,'w'))" "$T/wrongsum/index.json"
 expect_exit 3 'shard_00000.h5": tokens hash to .* but index.json says' "$B" reshard "$T/wrongsum" --shards 2 --out "$T/x3"
@@ -186,6 +198,29 @@ grep -q "^$T/ds: OK" "$T/out.txt" && grep -q "^$T/ix: FAILED" "$T/out.txt" || fa
 printf '%s' "$good_index" > "$T/ix/index.json"
 head -c 3000 "$T/ds/shard_00001.h5" > "$T/ix/shard_00001.h5"
 expect_exit 3 'ix/shard_00001.h5: ' "$B" verify "$T/ix"
+# A damaged HDF5 global heap (where the string attributes live) or array length fails verify naming the shard:
+# HDF5 1.10 itself trusts both (a segfault in H5Aread, std::bad_alloc before).
+for damage in "heap 1" "dims 3"; do
+  rm -rf "$T/hdr"; cp -r "$T/ds" "$T/hdr"
+  $PY - "$T/hdr/shard_00000.h5" $damage <<'PY'
+import struct, sys, h5py
+path, what, k = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with h5py.File(path, "r") as h:
+    n = h["doc_offsets"].shape[0]
+    first = min(h[d].id.get_offset() for d in ("tokens", "doc_offsets", "doc_bytes"))
+    end = max(h[d].id.get_offset() + h[d].id.get_storage_size() for d in ("tokens", "doc_offsets", "doc_bytes"))
+data = bytearray(open(path, "rb").read())
+if what == "heap":  # byte k of the size of the collection's second object (the tokenizer id)
+    c = data.index(b"GCOL", end)
+    second = c + 32 + (struct.unpack_from("<Q", data, c + 24)[0] + 7) // 8 * 8
+    at = second + 8 + k
+else:  # byte k of /doc_offsets' length in its dataspace message
+    at = data.index(struct.pack("<Q", n), 0, first) + k
+data[at] ^= 0xFF
+open(path, "wb").write(data)
+PY
+  expect_exit 3 'hdr/shard_00000.h5": .*damaged' timeout 60 "$B" verify "$T/hdr"
+done
 echo "ok: damaged index.json and shards fail verify (exit 3) naming the file"
 
 # ---- --json - puts only JSON on stdout (the human report goes to stderr), pass or fail.

@@ -84,6 +84,22 @@ RunSettings parse_run_settings(const std::string& config_toml, const records::Tr
   return rs;
 }
 
+// Refuses a model.h5 too small for the float32 weights its header describes: a damaged header (layers = 1000000)
+// would otherwise have the model built, at that size, before its tensors are found missing. The count is
+// gpt::count_params in double, which a damaged header's sizes cannot overflow.
+void check_weights_fit(const std::string& path, const gpt::GptConfig& c) {
+  const std::string file = fs::is_directory(path) ? join_path(path, "model.h5") : path;
+  std::error_code ec;
+  const uintmax_t have = fs::file_size(file, ec);
+  if (ec) return;  // loading the weights names the problem
+  const double h = c.hidden;
+  const double params = double(c.vocab) * h + double(c.seq_len) * h + double(c.layers) * (12 * h * h + 13 * h) + 2 * h;
+  if (4 * params > static_cast<double>(have))
+    throw RuntimeError(strprintf("model.h5 has %ju bytes, too few for the %.4g float32 parameters of the model its "
+                                 "header describes (layers %d, hidden %d, seq_len %d, vocab %d)",
+                                 have, params, c.layers, c.hidden, c.seq_len, c.vocab));
+}
+
 // Refuses a checkpoint whose model differs from a [model] key the user set explicitly.
 void check_model_keys(const Config& cfg, const gpt::GptConfig& mc, const std::string& where) {
   const ModelSection m = read_section<ModelSection>(cfg);
@@ -255,6 +271,7 @@ class Evaluator {
     try {
       meta = checkpoint::read_model_meta(target.path);
       gpt::validate(meta.config);
+      check_weights_fit(target.path, meta.config);
     } catch (const std::exception& e) {
       local = 1;
       msg = file_message("cannot read checkpoint", target.path, e.what());

@@ -752,9 +752,9 @@ std::vector<McExample> read_mc_jsonl(const std::string& path, bool skip_bad, int
           ex.choices.push_back(c.get<std::string>());
         }
         int64_t label = j["label"].get<int64_t>();
+        // Named as written: a label above INT64_MAX reads as a negative int64_t (out of range all the same).
         if (why.empty() && (label < 0 || label >= static_cast<int64_t>(ex.choices.size())))
-          why =
-              strprintf("label %lld is out of range for %zu choices", static_cast<long long>(label), ex.choices.size());
+          why = strprintf("label %s is out of range for %zu choices", j["label"].dump().c_str(), ex.choices.size());
         ex.label = static_cast<int>(label);
         ex.raw = line;
       }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
@@ -12,10 +13,23 @@
 #include "cairn/cli.h"
 #include "cairn/config.h"
 #include "cairn/config_section.h"
+#include "cairn/error.h"
 #include "cairn/mpi.h"
 #include "reshard.h"
 
 namespace {
+
+// --out names what the run writes (the dataset directory; convert --to megatron: the .bin/.idx prefix): one under a
+// regular file is a usage error before any input is read, not a failure once they are all tokenized. The common
+// check of the run directory does not see it (here --out is not the run directory).
+void check_output_path(const std::string& out, bool prefix) {
+  namespace fs = std::filesystem;
+  fs::path p = prefix ? fs::path(out).parent_path() : fs::path(out);
+  std::error_code ec;
+  while (!p.empty() && fs::symlink_status(p, ec).type() == fs::file_type::not_found) p = p.parent_path();
+  if (!p.empty() && !fs::is_directory(p, ec))
+    throw cairn::UsageError(cairn::file_message("--out: cannot write", out, "Not a directory"));
+}
 
 // Why no subcommand ran (CLI11 only says one is required): the word given instead, with the closest
 // valid subcommand to it and the list of them; "" when the parse failed for another reason.
@@ -127,6 +141,8 @@ int cairn::reshard::reshard_main(int argc, char** argv, const ReshardFaults& fau
         session.emplace(&argc, &argv);
         break;
       }
+    if (!out.empty() && !verify->parsed() && !stats->parsed())
+      check_output_path(out, convert->parsed() && to == "megatron");
     using namespace cairn::reshard;
     if (build->parsed()) return run_build(cfg, inputs, out, opts.json_path);
     if (reshard->parsed()) return run_reshard(cfg, inputs, out, opts.json_path);

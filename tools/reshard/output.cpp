@@ -573,11 +573,11 @@ std::string plan_identity(const DocSource& src, const OutputSpec& spec) {
                                     spec.tokenizer.value("id", "").c_str());
 }
 
-// Rank 0, before any shard is written: the old index no longer describes the directory while shards
-// are rewritten, and temp files of killed runs go.
+// Rank 0, before any shard is written: temp files of killed runs go. The old index.json stays until
+// the first shard is renamed into place (ShardWriterPool::drop_old_index), so a run that fails before
+// (an input that fails its check) leaves a dataset already there as it was.
 void prepare_output_dir(const std::string& dir) {
   ensure_dir(dir);
-  for (const char* f : {"index.json", "stats.json"}) std::filesystem::remove(join_path(dir, f));
   // Temp files of killed runs (atomic_write/ShardWriter name them .<file>.tmp.<pid>.<n>): shards,
   // index.json, stats.json and the tokenizer copies.
   auto is_stale_temp = [](const std::string& n) {
@@ -668,7 +668,10 @@ class ShardWriterPool {
 
   // Once every rank agrees the inputs passed: the shards still waiting are fsynced and renamed.
   void commit_pending() {
-    for (auto& p : pending_) p.writer->commit();
+    for (auto& p : pending_) {
+      drop_old_index();
+      p.writer->commit();
+    }
     pending_.clear();
   }
   // After a failure: the shards this run renamed into place go too (nothing is kept that was written
@@ -754,6 +757,7 @@ class ShardWriterPool {
         lock.unlock();
         for (auto& p : ready) {
           try {
+            drop_old_index();
             p.writer->commit();
           } catch (const Error& e) {
             record_error(e.what(), e.code());
@@ -768,6 +772,18 @@ class ShardWriterPool {
       if (done) return;
       pending_cv_.wait(lock);
     }
+  }
+  // Before the first shard of this run replaces or joins the directory's: the old index.json and stats.json no
+  // longer describe it while shards are rewritten (every rank that commits removes them; the others' removal
+  // finds nothing).
+  void drop_old_index() {
+    std::call_once(index_dropped_, [this] {
+      for (const char* f : {"index.json", "stats.json"}) {
+        std::error_code ec;
+        if (!std::filesystem::remove(join_path(spec_.dir, f), ec) && ec)
+          throw RuntimeError(file_message("cannot remove", join_path(spec_.dir, f), ec.message()));
+      }
+    });
   }
   bool failed() {
     std::lock_guard<std::mutex> lock(err_mutex_);
@@ -881,6 +897,7 @@ class ShardWriterPool {
   std::atomic<uint64_t> done_tokens_{0};
   std::mutex err_mutex_, progress_mutex_, pending_mutex_, committed_mutex_;
   std::condition_variable pending_cv_;
+  std::once_flag index_dropped_;
   bool writers_done_ = false;           // under pending_mutex_
   std::vector<Pending> pending_;        // written, waiting for their inputs' checks
   std::vector<std::string> committed_;  // renamed into place by this run
