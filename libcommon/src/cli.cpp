@@ -144,6 +144,10 @@ void write_stdout(std::string_view text) {
   if (json_stdout_fd < 0) {
     std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
     std::cout.flush();
+    if (!std::cout) {  // a full disk or a closed pipe: the data is lost, so the run fails
+      std::cout.clear();
+      throw RuntimeError(std::string("cannot write to stdout: ") + std::strerror(errno));
+    }
     return;
   }
   write_fd(json_stdout_fd, text);

@@ -95,6 +95,25 @@ void atomic_write(const std::string& path, std::string_view content) {
   if (path == "-") {
     std::cout.write(content.data(), static_cast<std::streamsize>(content.size()));
     std::cout.flush();
+    if (!std::cout) {
+      std::cout.clear();
+      throw RuntimeError(errno_message("cannot write", "<stdout>"));
+    }
+    return;
+  }
+  // A device or a FIFO (--json /dev/null, a named pipe a script reads) is written in place: renaming a temp file over
+  // it would replace it with a regular file (as root, /dev/null itself).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw RuntimeError(errno_message("cannot write", path));
+    try {
+      write_all(fd, content.data(), content.size(), path);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
     return;
   }
   std::string dir = parent_dir(path);

@@ -213,6 +213,21 @@ $BIN calibrate --config configs/models/gpt2-124m.toml --config configs/clusters/
 $PY -c "import json,sys; [json.load(open(f)) for f in sys.argv[1:3]]; \
 assert json.load(open(sys.argv[3]))['cluster_file'] == sys.argv[4]" "$T/stdout.json" "$T/stdout_ex.json" \
   "$T/stdout_cal.json" "$T/cpu2.toml" || fail "--json -: stdout is not one JSON document"
+# --json naming a FIFO (or a device: /dev/null) writes into it; renaming a temp file over it used to replace it with
+# a regular file (as root, /dev/null itself). A --json - that cannot be written (a full disk) fails the run.
+mkfifo "$T/fifo"
+cat "$T/fifo" > "$T/fifo.json" &
+reader=$!
+$BIN "${base[@]}" --out "$T/run" --top 1 --json "$T/fifo" > /dev/null 2> "$T/fifo.err" || fail "--json FIFO: exit $?"
+wait $reader
+[ -p "$T/fifo" ] || fail "--json FIFO: the FIFO was replaced"
+$PY -c "import json,sys; json.load(open(sys.argv[1]))" "$T/fifo.json" || fail "--json FIFO: no JSON came through"
+if [ -w /dev/full ]; then
+  set +e
+  $BIN "${base[@]}" --out "$T/run" --top 1 --json - > /dev/full 2> "$T/full.err"; rc=$?
+  set -e
+  [ $rc -eq 1 ] && grep -q "cannot write" "$T/full.err" || fail "--json - > /dev/full: rc=$rc $(cat "$T/full.err")"
+fi
 # 5. A winning ZeRO-3 plan says which stack priced it; --explain says it on the DP line
 z3=(--config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=2 --set train.global_batch=64
     --out "$T/run" --plan tp=1,pp=1,zero=3)
