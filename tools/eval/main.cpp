@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
                  "Writes <out>/eval/results.jsonl, results.h5 and lm-evaluation-harness's files\n"
                  "lm_eval/<run>__step_%08d/results_<date>.json (linked as lm_eval/step_%08d.json).\n"
                  "Exit codes: 0 done, 1 runtime failure (also damaged checkpoint data: a sealed checkpoint failing\n"
-                 "its checksums or not loading; the other checkpoints are still scored), 2 config/input error."};
+                 "its checksums or not loading; the other checkpoints are still scored), 2 config/input error,\n"
+                 "3 a corrupt dataset shard (named)."};
     cairn::CommonOptions opts;
     cairn::add_common_options(app, opts);
     std::vector<std::string> checkpoints;
