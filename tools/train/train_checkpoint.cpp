@@ -443,7 +443,17 @@ std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) 
     ok = false;
     err = e.what();
   }
-  mpi::agree_or_throw(ok, err, kExitRuntime);
+  try {
+    mpi::agree_or_throw(ok, err, kExitRuntime);
+  } catch (...) {
+    // Every rank is past its writes: the partial checkpoint goes now. On a full disk it holds the space that the
+    // resumed run's next checkpoint needs (prune would only remove it after a checkpoint that succeeded).
+    if (s_.rank == 0) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+    }
+    throw;
+  }
   if (s_.rank == 0) {
     checkpoint::seal(tmp, final_dir, p.step, s_.world);
     checkpoint::prune(s_.ckpt_dir, s_.keep_checkpoints, s_.keep_every);
