@@ -128,29 +128,9 @@ namespace {
 // tool prints for people (tables, summaries) lands on stderr and stdout carries the JSON alone.
 int json_stdout_fd = -1;
 
-void write_fd(int fd, std::string_view text) {
-  while (!text.empty()) {
-    ssize_t n = ::write(fd, text.data(), text.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw RuntimeError(std::string("cannot write to stdout: ") + std::strerror(errno));
-    }
-    text.remove_prefix(static_cast<size_t>(n));
-  }
-}
-
 // Writes data meant for stdout: to the real stdout when `--json -` redirected fd 1.
 void write_stdout(std::string_view text) {
-  if (json_stdout_fd < 0) {
-    std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
-    std::cout.flush();
-    if (!std::cout) {  // a full disk or a closed pipe: the data is lost, so the run fails
-      std::cout.clear();
-      throw RuntimeError(std::string("cannot write to stdout: ") + std::strerror(errno));
-    }
-    return;
-  }
-  write_fd(json_stdout_fd, text);
+  write_to_stdout(text, json_stdout_fd >= 0 ? json_stdout_fd : STDOUT_FILENO);
 }
 
 void reserve_stdout_for_json() {

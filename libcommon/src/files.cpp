@@ -91,14 +91,23 @@ void rename_path(const std::string& from, const std::string& to) {
   }
 }
 
+void write_to_stdout(std::string_view content, int fd) {
+  std::cout.flush();
+  std::fflush(stdout);
+  while (!content.empty()) {
+    const ssize_t n = ::write(fd, content.data(), content.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EPIPE) return;  // nobody reads the rest: not a failure of the run (SIGPIPE is ignored)
+      throw RuntimeError(std::string("cannot write to stdout: ") + std::strerror(errno));
+    }
+    content.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
 void atomic_write(const std::string& path, std::string_view content) {
   if (path == "-") {
-    std::cout.write(content.data(), static_cast<std::streamsize>(content.size()));
-    std::cout.flush();
-    if (!std::cout) {
-      std::cout.clear();
-      throw RuntimeError(errno_message("cannot write", "<stdout>"));
-    }
+    write_to_stdout(content);
     return;
   }
   // A device or a FIFO (--json /dev/null, a named pipe a script reads) is written in place: renaming a temp file over

@@ -228,6 +228,14 @@ if [ -w /dev/full ]; then
   set -e
   [ $rc -eq 1 ] && grep -q "cannot write" "$T/full.err" || fail "--json - > /dev/full: rc=$rc $(cat "$T/full.err")"
 fi
+# A reader that went away (| head, | grep -q) is not a failure: stdout is a pipe whose read end is already closed.
+$PY - "$BIN" "${base[@]}" --out "$T/run" --top 1 --json - <<'PY' || fail "stdout closed by its reader: not exit 0"
+import os, subprocess, sys
+r, w = os.pipe()
+os.close(r)
+p = subprocess.run(sys.argv[1:], stdout=w, stderr=subprocess.PIPE, text=True)
+assert p.returncode == 0 and "cannot write" not in p.stderr, (p.returncode, p.stderr[-300:])
+PY
 # 5. A winning ZeRO-3 plan says which stack priced it; --explain says it on the DP line
 z3=(--config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=2 --set train.global_batch=64
     --out "$T/run" --plan tp=1,pp=1,zero=3)

@@ -10,8 +10,14 @@ namespace cairn {
 std::string read_file(const std::string& path);
 
 // Writes via a temp file in the same directory, fsync, rename, fsync of the directory: a crash at
-// any moment leaves either the old file or the new one, never a torn one. "-" writes to stdout.
+// any moment leaves either the old file or the new one, never a torn one. "-" writes to stdout (write_to_stdout);
+// an existing device or FIFO is written in place.
 void atomic_write(const std::string& path, std::string_view content);
+
+// Writes `content` to file descriptor `fd` (stdout, or the real stdout `--json -` saved), after whatever std::cout
+// and stdio still hold. A reader that went away (`tool | head`, EPIPE) ends it quietly; another failure (a full disk)
+// throws RuntimeError "cannot write to stdout: reason".
+void write_to_stdout(std::string_view content, int fd = 1);
 
 // For writers that need a path (HDF5): write to temp_path(), then commit() renames over the target.
 // Destroyed without commit() (an exception, a crash) the temp file is removed and the target kept.
