@@ -233,12 +233,12 @@ std::string first_config_difference(const std::string& mine, const std::string& 
   }
 }
 
-// Every rank must run rank 0's config. Ranks that read other files or environments (a config on a node-local path,
-// a CAIRN_* variable exported on one node, another --out) would otherwise wait forever in collectives the others
-// never call, or crash on mismatched buffers; now the job ends at once with a usage error naming the key.
-void agree_on_config(const Config& cfg) {
+// Every rank must run rank 0's config (`mine`: this rank's, as TOML without origins). Ranks that read other files or
+// environments (a config on a node-local path, a CAIRN_* variable exported on one node, another --out) would otherwise
+// wait forever in collectives the others never call, or crash on mismatched buffers; now the job ends at once with a
+// usage error naming the key.
+void agree_on_config(const std::string& mine) {
   if (!mpi::initialized() || mpi::size() <= 1) return;
-  const std::string mine = cfg.to_toml(false);
   const std::string root = mpi::broadcast_string(mine);
   std::string err;
   if (mine != root)
@@ -250,8 +250,8 @@ void agree_on_config(const Config& cfg) {
 // --out last (it names the run directory whatever else does), provenance, then the output checks.
 Config finish_tool_config(const CommonOptions& opts, Config cfg) {
   if (!opts.out.empty()) cfg.set("run.dir", opts.out, Origin{Origin::Set, "--out"});
-  agree_on_config(cfg);
   provenance().config_toml = cfg.to_toml(false);
+  agree_on_config(provenance().config_toml);
   check_common_outputs(opts, cfg);
   return cfg;
 }
