@@ -59,3 +59,20 @@ check_like_reference() {
   fi
   echo "ok: $name: $(wc -l < "$T/$name.cairn") documents tokenized exactly like $label"
 }
+
+# write_small_bpe DIR: a small GPT-2-style byte-level BPE (256 bytes, two merges, <|endoftext|>) as DIR/encoder.json
+# and DIR/vocab.bpe, for a dataset of another tokenizer.
+write_small_bpe() {
+  $PY - "$1" <<'PY'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+vocab = {chr(c): b for b, c in zip(bs, cs)}
+vocab.update({"\u0120t": 256, "he": 257, "<|endoftext|>": 258})
+json.dump(vocab, open(f"{sys.argv[1]}/encoder.json", "w"))
+open(f"{sys.argv[1]}/vocab.bpe", "w").write("#version: 0.2\n\u0120 t\nh e\n")
+PY
+}

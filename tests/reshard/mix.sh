@@ -257,18 +257,7 @@ expect_exit 2 'refusing to write into' "$B" mix "$T/web" "$T/code" --weights 1,1
 printf '[data.mix]\nweight = [1, 2]\n' > "$T/typo.toml"
 expect_exit 2 'weight' "$B" mix "$T/web" "$T/code" --config "$T/typo.toml" --out "$T/bad"
 # Another tokenizer (a small GPT-2-style byte-level BPE: 256 bytes, two merges) is refused, naming it.
-$PY - "$T" <<'PY'
-import json, sys
-bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-cs, n = bs[:], 0
-for b in range(256):
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-vocab = {chr(c): b for b, c in zip(bs, cs)}
-vocab.update({"\u0120t": 256, "he": 257, "<|endoftext|>": 258})
-json.dump(vocab, open(f"{sys.argv[1]}/encoder.json", "w"))
-open(f"{sys.argv[1]}/vocab.bpe", "w").write("#version: 0.2\n\u0120 t\nh e\n")
-PY
+write_small_bpe "$T"
 "$B" build --log-level warn --delimiter % --tokenizer gpt2 --vocab "$T/encoder.json" --merges "$T/vocab.bpe" \
   --shards 1 --out "$T/books_hf" "$T/books.txt"
 expect_exit 2 'sources\[1\] "[^"]*books_hf": tokenizer .* differs from sources\[0\]' "$B" mix "$T/web" \

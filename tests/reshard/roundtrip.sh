@@ -94,6 +94,18 @@ mpirun -np 2 --oversubscribe "$B" reshard "$T/d8" --shards 5 --seed 9 --threads 
 mpirun -np 2 --oversubscribe "$B" build --set data.batch_mb=0.2 --delimiter % --shards 8 --threads 1 --out "$T/mpi_d8" "${FORTUNES[@]}"
 [ "$(sums "$T/mpi_d8")" = "$(sums "$T/d8")" ] || fail "MPI build differs from the single-process build"
 echo "ok: identical shards with 2 ranks, 1 rank x 3 threads"
+# 2 ranks over a dataset of another plan (d8's 8 shards) that a failed run of this plan left two shards staged for,
+# one of each rank: both ranks agree to stage, resume those, and rank 0 swaps the rest in after both are done.
+cp -r "$T/d8" "$T/over"
+mkdir "$T/over/.staging"
+cp "$T/thr5/shard_00001.h5" "$T/thr5/shard_00004.h5" "$T/over/.staging/"
+mpirun -np 2 --oversubscribe "$B" reshard "$T/d8" --shards 5 --seed 9 --threads 1 --out "$T/over" --json "$T/over.json"
+[ "$(sums "$T/over")" = "$(sums "$T/thr5")" ] || fail "MPI reshard over another dataset differs"
+[ "$($PY -c "import json,sys;print(json.load(open(sys.argv[1]))['shards_resumed'])" "$T/over.json")" = 2 ] ||
+  fail "MPI reshard did not resume the staged shards: $(cat "$T/over.json")"
+[ ! -e "$T/over/.staging" ] && [ "$(ls "$T/over" | grep -c '^shard_')" = 5 ] || fail "MPI reshard left $(ls -a "$T/over")"
+"$B" verify "$T/over" >/dev/null
+echo "ok: 2 ranks staged over another dataset, resumed 2 staged shards and swapped in 5"
 
 # Directory input (skips fortune's binary .dat indexes), stdin, gzip and JSONL inputs.
 "$B" build --delimiter % --shards 2 --out "$T/dir" /usr/share/games/fortunes

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Safety: SIGKILL mid-reshard then rerun resumes and verifies; inputs are never written; malformed
-# inputs give errors naming file and line/offset (or --skip-bad counts); verify catches corruption,
+# Safety: SIGKILL mid-reshard then rerun resumes and verifies; a run killed or failed (bad input, full disk) over a
+# dataset of another plan leaves that dataset intact and resumes from what it staged; inputs are never written;
+# malformed inputs give errors naming file and line/offset (or --skip-bad counts); verify catches corruption,
 # of the shards or of index.json (exit 3); --json - is pure JSON; unknown subcommands are named.
 source "$(dirname "$0")/common.sh"
 
@@ -67,6 +68,128 @@ expect_exit 3 'shard_00001.h5: document 0, token 5: id 300 is not below the voca
 grep -q 'shard_00002.h5: document 2.*not monotone' "$T/out.txt" || fail "offsets problem not reported"
 grep -q 'shard_00004.h5: has .* tokens, index.json says' "$T/out.txt" || fail "index mismatch not reported"
 rm -rf "$T/bad" "$T/out"
+
+# ---- A run over a complete dataset of another plan stages what it writes (<out>/.staging) and swaps it in only once
+# every shard is on disk: killed, failed or refused midway, it leaves that dataset as it was (index.json, stats.json,
+# every shard byte for byte; verify passes), and the same command rerun resumes from the staged shards.
+a_sums() { (cd "$1" && md5sum index.json stats.json shard_*) > "$T/a.md5"; }
+a_kept() { (cd "$1" && md5sum --quiet -c "$T/a.md5") || fail "$2: the dataset already in --out changed"
+  "$B" verify "$1" >/dev/null || fail "$2: the dataset already in --out no longer verifies"; }
+sums() { $PY -c "import json,sys;print([s['xxh64'] for s in json.load(open(sys.argv[1]))['shards']])" "$1/index.json"; }
+resumed() { $PY -c "import json,sys;print(json.load(open(sys.argv[1]))['shards_resumed'])" "$1"; }
+# only_shards_of DIR: DIR's shard files are exactly those its index.json names.
+only_shards_of() {
+  [ "$(ls "$1" | grep '^shard_' || true)" = "$($PY -c "import json,sys
+print('\n'.join(sorted(s['file'] for s in json.load(open(sys.argv[1]))['shards'])))" "$1/index.json")" ] ||
+    fail "$1 holds shard files its index.json does not name: $(ls "$1")"
+}
+# SIGKILL once the new dataset's first shard is staged (polling, as above).
+killed=0
+for attempt in 1 2 3; do
+  rm -rf "$T/kd"
+  "$B" reshard "$T/big" --shards 200 --out "$T/kd" --log-level warn
+  a_sums "$T/kd"
+  "$B" reshard "$T/big" --shards 150 --threads 1 --out "$T/kd" 2>/dev/null &
+  pid=$!
+  for _ in $(seq 2000); do
+    compgen -G "$T/kd/.staging/shard_*.h5" >/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.005
+  done
+  kill -KILL $pid 2>/dev/null || true
+  wait $pid 2>/dev/null || true
+  if [ -d "$T/kd/.staging" ]; then killed=1; break; fi
+done
+[ $killed = 1 ] || fail "the staged reshard finished (or staged nothing) before it could be killed (3 attempts)"
+a_kept "$T/kd" "killed"
+staged=$(ls "$T/kd/.staging" | grep -c '^shard_' || true)
+"$B" reshard "$T/big" --shards 150 --threads 1 --out "$T/kd" --json "$T/kd.json" 2>/dev/null
+[ "$(resumed "$T/kd.json")" -ge "$staged" ] ||
+  fail "the rerun did not resume the $staged staged shards: $(cat "$T/kd.json")"
+"$B" verify "$T/kd" >/dev/null
+[ ! -e "$T/kd/.staging" ] || fail "staging directory left after the rerun"
+[ "$(ls "$T/kd" | grep -c '^shard_')" = 150 ] || fail "the rerun left $(ls "$T/kd" | grep -c '^shard_') shards, wanted 150"
+only_shards_of "$T/kd"
+echo "ok: killed with $staged shard(s) staged: the old dataset intact; the rerun resumed and swapped in 150 shards"
+# A crash inside the swap (the old index.json gone, some new shards in place, the others still staged, old ones
+# beside them) is repaired by the same command rerun: it takes each shard from where it is and writes the index.
+mv "$T/kd" "$T/b150"
+"$B" reshard "$T/big" --shards 200 --out "$T/kd" --log-level warn
+rm "$T/kd/index.json" "$T/kd/stats.json"
+mkdir "$T/kd/.staging"
+cp "$T/b150/index.json" "$T/b150/stats.json" "$T/kd/.staging/"
+for k in $(seq 0 149); do
+  f=$(printf 'shard_%05d.h5' "$k")
+  if [ "$k" -lt 75 ]; then cp "$T/b150/$f" "$T/kd/"; else cp "$T/b150/$f" "$T/kd/.staging/"; fi
+done
+"$B" reshard "$T/big" --shards 150 --threads 1 --out "$T/kd" --json "$T/kd.json" 2>/dev/null
+[ "$(resumed "$T/kd.json")" = 150 ] || fail "the rerun after a crash in the swap rewrote shards: $(cat "$T/kd.json")"
+"$B" verify "$T/kd" >/dev/null
+[ ! -e "$T/kd/.staging" ] && only_shards_of "$T/kd" && [ "$(sums "$T/kd")" = "$(sums "$T/b150")" ] ||
+  fail "the rerun after a crash in the swap left $(ls -a "$T/kd" | head)"
+echo "ok: a crash inside the swap is repaired by the rerun (150 shards taken from the output and its staging)"
+rm -rf "$T/kd" "$T/b150"
+
+# An input that fails its check once shards of the new dataset are written (in order, a shard is committed when its
+# inputs have passed; here the last input shard is bad): exit 3 naming it, the old dataset intact, nothing staged kept.
+"$B" build --log-level warn --delimiter % --shards 2 --out "$T/sa" "${FORTUNES[@]:0:8}"
+"$B" build --log-level warn --delimiter % --shards 3 --out "$T/sr" "${FORTUNES[@]}"
+$PY - "$T/sr/shard_00002.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as h:
+    off = h["tokens"].id.get_offset() + 2 * (h["tokens"].shape[0] - 5)
+with open(sys.argv[1], "r+b") as f:
+    f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 1]))
+PY
+"$B" reshard "$T/sa" --shards 8 --out "$T/keep" --log-level warn
+a_sums "$T/keep"
+expect_exit 3 'corrupt dataset shard ".*sr/shard_00002.h5"' \
+  "$B" reshard "$T/sr" --shards 6 --threads 1 --out "$T/keep"
+a_kept "$T/keep" "bad input"
+[ ! -e "$T/keep/.staging" ] || fail "a reshard of a corrupt input left $(ls "$T/keep/.staging" | wc -l) staged files"
+rm -rf "$T/sr" "$T/keep"
+
+# A full disk after some shards are staged (root only: a tmpfs, as tests/train/e2e.sh): exit 1 naming the file, the
+# old dataset intact; with room again (the tmpfs grown) the rerun resumes the staged shards and swaps in the new
+# dataset, another tokenizer's files included, with no shard of the old one left.
+write_small_bpe "$T"
+cat "${FORTUNES[@]}" "${FORTUNES[@]}" > "$T/sb.txt"
+"$B" build --log-level warn --delimiter % --tokenizer gpt2 --vocab "$T/encoder.json" --merges "$T/vocab.bpe" \
+  --shards 3 --out "$T/sb" "$T/sb.txt"
+rm "$T/sb.txt"
+NEW=(reshard "$T/sb" --shards 6 --seed 5)
+"$B" reshard "$T/sa" --shards 8 --out "$T/a_ref" --log-level warn
+"$B" "${NEW[@]}" --out "$T/b_ref" --log-level warn
+a_bytes=$(du -sb "$T/a_ref" | cut -f1) b_bytes=$(du -sb "$T/b_ref" | cut -f1)
+mkdir -p "$T/full"
+trap 'umount "$T/full" 2>/dev/null || true; rm -rf "$T"' EXIT
+# Room for the old dataset and half of the new one: the run fails after staging some of its shards.
+if [[ $(id -u) == 0 ]] && mount -t tmpfs -o size=$(((a_bytes + b_bytes / 2) / 1024))k tmpfs "$T/full" 2>/dev/null; then
+  "$B" reshard "$T/sa" --shards 8 --out "$T/full/ds" --log-level warn
+  a_sums "$T/full/ds"
+  expect_exit 1 'cannot [a-z ]* "[^"]*/full/ds/\.staging/[^"]*": .*No space left on device' \
+    "$B" "${NEW[@]}" --out "$T/full/ds"
+  a_kept "$T/full/ds" "full disk"
+  staged=$(ls "$T/full/ds/.staging" | grep -c '^shard_' || true)
+  [ "$staged" -ge 1 ] && [ "$staged" -lt 6 ] || fail "full disk: $staged shards staged, wanted some of 6"
+  [ "$(ls -a "$T/full/ds/.staging" | grep -c '\.tmp\.' || true)" = 0 ] || fail "full disk: temp files left"
+  mount -o remount,size=$(((a_bytes + b_bytes) / 1024 + 1024))k "$T/full"
+  "$B" "${NEW[@]}" --out "$T/full/ds" --json "$T/b.json" 2>/dev/null
+  [ "$(resumed "$T/b.json")" = "$staged" ] ||
+    fail "full disk: the rerun did not resume the $staged staged shards: $(cat "$T/b.json")"
+  "$B" verify "$T/full/ds" >/dev/null
+  [ ! -e "$T/full/ds/.staging" ] || fail "full disk: staging directory left after the rerun"
+  only_shards_of "$T/full/ds"
+  same_tokens "$T/b_ref" "$T/full/ds"
+  [ "$(sums "$T/full/ds")" = "$(sums "$T/b_ref")" ] || fail "full disk: the resumed dataset's shards differ"
+  diff -r "$T/b_ref/tokenizer" "$T/full/ds/tokenizer" || fail "full disk: the new tokenizer files were not swapped in"
+  echo "ok: a full disk after $staged staged shards left the old dataset intact; the rerun resumed and swapped in"
+  umount "$T/full"
+else
+  echo "skip: full-disk reshard check (needs root to mount a tmpfs)"
+fi
+trap 'rm -rf "$T"' EXIT
+rm -rf "$T/sa" "$T/sb" "$T/a_ref" "$T/b_ref" "$T/full"
 
 # ---- An interrupted build keeps the parts of the inputs it finished: a bad last file stops the
 # build after five good ones; once fixed, the rerun reuses those five and tokenizes only the last.

@@ -573,10 +573,18 @@ std::string plan_identity(const DocSource& src, const OutputSpec& spec) {
                                     spec.tokenizer.value("id", "").c_str());
 }
 
-// Rank 0, before any shard is written: temp files of killed runs go. The old index.json stays until
-// the first shard is renamed into place (ShardWriterPool::drop_old_index), so a run that fails before
-// (an input that fails its check) leaves a dataset already there as it was.
-void prepare_output_dir(const std::string& dir) {
+// Where a run that would replace a complete dataset writes (see prepare_output_dir): a hidden directory inside the
+// output (readers and verify only look at index.json and the shard_* files beside it; renames stay on one filesystem).
+std::string staging_dir(const std::string& dir) { return join_path(dir, ".staging"); }
+
+// Rank 0, before any shard is written: temp files of killed runs go (in the output and its staging directory).
+// Returns whether this run stages: when the directory holds a complete dataset (index.json), every shard this run
+// writes goes to staging_dir() and replaces the old dataset only once all are written (swap_in_staged), so a
+// failed run (a full disk, an I/O error, a kill) leaves the old dataset complete, whatever its plan. A shard of
+// the old dataset that this plan would write unchanged (same plan hash) is kept where it is, so a rerun of the
+// same plan over its finished dataset writes nothing. Without index.json there is no dataset to keep: shards go
+// straight into place, as do those a killed run of the same plan left (resume), wherever they are.
+bool prepare_output_dir(const std::string& dir) {
   ensure_dir(dir);
   // Temp files of killed runs (atomic_write/ShardWriter name them .<file>.tmp.<pid>.<n>): shards,
   // index.json, stats.json and the tokenizer copies.
@@ -584,20 +592,30 @@ void prepare_output_dir(const std::string& dir) {
     if (n.empty() || n[0] != '.' || n.find(".tmp.") == std::string::npos) return false;
     return n.rfind(".shard_", 0) == 0 || n.rfind(".index.json.tmp.", 0) == 0 || n.rfind(".stats.json.tmp.", 0) == 0;
   };
-  for (auto& e : fs::directory_iterator(dir)) {
-    std::string n = e.path().filename().string();
-    if (e.is_regular_file() && is_stale_temp(n)) {
-      CAIRN_LOG_DEBUG("removing %s left by an interrupted run", n.c_str());
-      fs::remove(e.path());
-    }
-  }
   std::error_code ec;
-  if (fs::is_directory(join_path(dir, "tokenizer"), ec))
-    for (auto& e : fs::directory_iterator(join_path(dir, "tokenizer"))) {
+  for (const std::string& d : {dir, staging_dir(dir)}) {
+    if (!fs::is_directory(d, ec)) continue;
+    for (auto& e : fs::directory_iterator(d)) {
       std::string n = e.path().filename().string();
-      if (e.is_regular_file() && n.size() > 1 && n[0] == '.' && n.find(".tmp.") != std::string::npos)
+      if (e.is_regular_file() && is_stale_temp(n)) {
+        CAIRN_LOG_DEBUG("removing %s left by an interrupted run", e.path().c_str());
         fs::remove(e.path());
+      }
     }
+    if (fs::is_directory(join_path(d, "tokenizer"), ec))
+      for (auto& e : fs::directory_iterator(join_path(d, "tokenizer"))) {
+        std::string n = e.path().filename().string();
+        if (e.is_regular_file() && n.size() > 1 && n[0] == '.' && n.find(".tmp.") != std::string::npos)
+          fs::remove(e.path());
+      }
+  }
+  const bool staged = path_exists(join_path(dir, "index.json"));
+  if (staged) {
+    ensure_dir(staging_dir(dir));
+    CAIRN_LOG_INFO("%s holds a dataset: it stays in place until every shard of this run is written (to %s)",
+                   dir.c_str(), staging_dir(dir).c_str());
+  }
+  return staged;
 }
 
 shards::ShardMeta base_shard_meta(const OutputSpec& spec) {
@@ -613,17 +631,19 @@ shards::ShardMeta base_shard_meta(const OutputSpec& spec) {
 // Writes this rank's shards (a contiguous block of shard indices, so the rank reads one contiguous
 // part of the source) on a pool of threads, each taking a contiguous part of the block: in order,
 // every input shard is then read front to back by one thread, which verifies it while copying
-// (DocSource::read_raw). A shard an earlier run of the same plan completed is kept (resume). A written
-// shard waits (fsynced later, not renamed) until every input shard it holds has passed its check.
+// (DocSource::read_raw). A shard an earlier run of the same plan completed is kept (resume), in the output or in
+// its staging directory. A written shard waits (fsynced later, not renamed) until every input shard it holds has
+// passed its check. Staged (prepare_output_dir), shards are written to the staging directory instead of into place.
 // The first error stops the other threads from starting new shards.
 class ShardWriterPool {
  public:
   ShardWriterPool(const OutputPlan& plan, const OutputSpec& spec, const std::string& plan_base,
-                  const shards::ShardMeta& base_meta, int rank, int size)
+                  const shards::ShardMeta& base_meta, int rank, int size, bool staging)
       : plan_(plan),
         spec_(spec),
         plan_base_(plan_base),
         base_meta_(base_meta),
+        staging_(staging),
         progress_("writing shards", (plan.total + size - 1) / size, "tokens"),
         // Tokens a thread copies through the mapping between unmapping what it read: resident memory
         // stays near threads x this x token width. Shuffled reads come back to every page, which then
@@ -638,6 +658,7 @@ class ShardWriterPool {
     stream_end = plan.bounds[last];
     infos.resize(mine.size());
     resumed.assign(mine.size(), 0);
+    staged.assign(mine.size(), 0);
   }
 
   // Writes the shards and completes the verification of the input shards that start in this rank's
@@ -668,23 +689,35 @@ class ShardWriterPool {
 
   // Once every rank agrees the inputs passed: the shards still waiting are fsynced and renamed.
   void commit_pending() {
-    for (auto& p : pending_) {
-      drop_old_index();
-      p.writer->commit();
-    }
+    for (auto& p : pending_) p.writer->commit();
     pending_.clear();
   }
-  // After a failure: the shards this run renamed into place go too (nothing is kept that was written
-  // from a run whose inputs failed), the waiting ones are removed with their writers.
+  // After a failure: the shards this run renamed into place (or into the staging directory) go too (nothing is
+  // kept that was written from a run whose inputs failed), the waiting ones are removed with their writers.
   void discard() {
     pending_.clear();
     for (const auto& path : committed_) std::filesystem::remove(path);
     committed_.clear();
   }
 
+  // After a failure that is not an input's: the waiting shards whose inputs have passed are complete, and are
+  // committed for a rerun to resume (the committer stops at the first error); the others are removed.
+  void keep_finished() {
+    for (auto& p : pending_) {
+      if (!plan_.src.verified(p.t_begin, p.t_end)) continue;
+      try {
+        p.writer->commit();
+      } catch (const Error& e) {
+        CAIRN_LOG_DEBUG("%s", e.what());  // the run fails with its first error anyway
+      }
+    }
+    pending_.clear();
+  }
+
   std::vector<uint64_t> mine;                 // this rank's shard indices
   std::vector<shards::ShardInfo> infos;       // per entry of mine
   std::vector<char> resumed;                  // per entry of mine: kept from an earlier run
+  std::vector<char> staged;                   // per entry of mine: in the staging directory, to be swapped in
   uint64_t stream_begin = 0, stream_end = 0;  // the source tokens this rank's shards hold
   std::string first_error;
   int error_code = 0;
@@ -757,7 +790,6 @@ class ShardWriterPool {
         lock.unlock();
         for (auto& p : ready) {
           try {
-            drop_old_index();
             p.writer->commit();
           } catch (const Error& e) {
             record_error(e.what(), e.code());
@@ -772,18 +804,6 @@ class ShardWriterPool {
       if (done) return;
       pending_cv_.wait(lock);
     }
-  }
-  // Before the first shard of this run replaces or joins the directory's: the old index.json and stats.json no
-  // longer describe it while shards are rewritten (every rank that commits removes them; the others' removal
-  // finds nothing).
-  void drop_old_index() {
-    std::call_once(index_dropped_, [this] {
-      for (const char* f : {"index.json", "stats.json"}) {
-        std::error_code ec;
-        if (!std::filesystem::remove(join_path(spec_.dir, f), ec) && ec)
-          throw RuntimeError(file_message("cannot remove", join_path(spec_.dir, f), ec.message()));
-      }
-    });
   }
   bool failed() {
     std::lock_guard<std::mutex> lock(err_mutex_);
@@ -800,15 +820,23 @@ class ShardWriterPool {
     shards::ShardMeta meta = base_meta_;
     meta.shard_index = k;
     meta.plan_hash = shards::hex64(XXH64(hash_input.data(), hash_input.size(), 0));
-    std::string path = join_path(spec_.dir, shards::shard_file_name(k));
+    const std::string name = shards::shard_file_name(k);
+    const std::string in_place = join_path(spec_.dir, name), in_staging = join_path(staging_dir(spec_.dir), name);
     shards::ShardInfo info;
-    if (shards::existing_shard_matches(path, meta.plan_hash, info)) {
-      info.file = shards::shard_file_name(k);
+    const bool done_in_place = shards::existing_shard_matches(in_place, meta.plan_hash, info);
+    if (done_in_place || shards::existing_shard_matches(in_staging, meta.plan_hash, info)) {
+      // Done by an earlier run of this plan. One that staged it: kept there to be swapped in, or, when this run
+      // writes in place (the old dataset's index.json is gone, e.g. a crash in the swap), moved into place now.
+      if (!done_in_place && !staging_) rename_path(in_staging, in_place);
+      staged[i] = !done_in_place && staging_;
+      info.file = name;
       infos[i] = info;
       resumed[i] = 1;
       done_tokens_ += t_end - t_begin;
       return;
     }
+    const std::string path = staging_ ? in_staging : in_place;
+    staged[i] = staging_;
     auto w = std::make_unique<shards::ShardWriter>(path, meta, t_end - t_begin, p_end - p_begin);
     w->set_ids_checked(spec_.ids_checked);
     for (uint64_t p = p_begin; p < p_end;) p = append_run(*w, p, p_end, t_begin, t_end, ts);
@@ -891,23 +919,24 @@ class ShardWriterPool {
   const OutputSpec& spec_;
   const std::string& plan_base_;
   const shards::ShardMeta& base_meta_;
+  const bool staging_;  // shards this run writes go to the staging directory
   Progress progress_;
   const uint64_t release_every_;
   std::atomic<size_t> next_{0};
   std::atomic<uint64_t> done_tokens_{0};
   std::mutex err_mutex_, progress_mutex_, pending_mutex_, committed_mutex_;
   std::condition_variable pending_cv_;
-  std::once_flag index_dropped_;
   bool writers_done_ = false;           // under pending_mutex_
   std::vector<Pending> pending_;        // written, waiting for their inputs' checks
-  std::vector<std::string> committed_;  // renamed into place by this run
+  std::vector<std::string> committed_;  // renamed into place (or into the staging directory) by this run
 };
 
-// Every rank's shard infos, as JSON lines gathered on every rank: {"k", "file", "tokens", ...}.
+// Every rank's shard infos, as JSON lines gathered on every rank: {"k", "staged", "file", "tokens", ...}.
 std::vector<std::string> gather_shard_infos(const ShardWriterPool& w, bool use_mpi) {
   json local = json::array();
   for (size_t i = 0; i < w.mine.size(); ++i) {
     local.push_back({{"k", w.mine[i]},
+                     {"staged", w.staged[i] != 0},
                      {"file", w.infos[i].file},
                      {"tokens", w.infos[i].tokens},
                      {"documents", w.infos[i].documents},
@@ -916,13 +945,16 @@ std::vector<std::string> gather_shard_infos(const ShardWriterPool& w, bool use_m
   return use_mpi ? mpi::allgather_strings(local.dump()) : std::vector<std::string>{local.dump()};
 }
 
-// index.json's shard list in shard order, from the gathered lines.
-std::vector<json> shard_list_of(const std::vector<std::string>& all, uint64_t nshards) {
+// index.json's shard list in shard order, from the gathered lines; staged[k]: shard k is in the staging directory.
+std::vector<json> shard_list_of(const std::vector<std::string>& all, uint64_t nshards, std::vector<char>& staged) {
   std::vector<json> shard_list(nshards);
+  staged.assign(nshards, 0);
   for (auto& s : all)
     for (auto& e : json::parse(s)) {
       uint64_t k = e["k"].get<uint64_t>();
+      staged[k] = e["staged"].get<bool>();
       e.erase("k");
+      e.erase("staged");
       shard_list[k] = e;
     }
   return shard_list;
@@ -940,9 +972,10 @@ void remove_stale_shards(const std::string& dir, uint64_t nshards) {
   }
 }
 
-// Tokenizer files travel with the dataset so readers (cairn-eval) can decode and encode.
-void copy_tokenizer_files(const OutputSpec& spec) {
-  std::string tokdir = join_path(spec.dir, "tokenizer");
+// Tokenizer files travel with the dataset so readers (cairn-eval) can decode and encode; copied to
+// <dir>/tokenizer (the output's, or its staging directory's).
+void copy_tokenizer_files(const OutputSpec& spec, const std::string& dir) {
+  std::string tokdir = join_path(dir, "tokenizer");
   if (!spec.tokenizer_files.empty() || !spec.tokenizer_files_from_dataset.empty()) ensure_dir(tokdir);
   for (auto& f : spec.tokenizer_files) atomic_write(join_path(tokdir, fs::path(f).filename().string()), read_file(f));
   if (!spec.tokenizer_files_from_dataset.empty()) {
@@ -994,23 +1027,64 @@ json plan_stats_json(const OutputPlan& plan, const OutputSpec& spec, const std::
   return stats_json(tokenizer_id, spec.vocab_size, per_shard, std::move(lengths), stat_bytes);
 }
 
-// Rank 0, once every shard is written: drops stale shards, copies the tokenizer files and writes
-// index.json and stats.json. Returns the number of documents in the dataset.
+// Rank 0, a staged run whose every shard, tokenizer file, stats.json and index.json is in the staging directory
+// `st` and on disk: replaces the old dataset by renames (no new space needed, nothing left to fail but the
+// machine). From the removal of the old index.json until the new one is renamed into place the directory holds no
+// dataset (the old one's index is gone, its shards are being replaced). A crash inside that window is repaired
+// by rerunning the same command: without index.json it writes in place, takes the shards already swapped in or
+// still staged (plan hash) and writes the index; the old dataset is lost only to a crash inside this window.
+void swap_in_staged(const std::string& dir, const std::string& st, const std::vector<char>& staged) {
+  std::error_code ec;
+  const bool tokenizer = fs::is_directory(join_path(st, "tokenizer"), ec);
+  if (tokenizer) {
+    ensure_dir(join_path(dir, "tokenizer"));  // before the old index goes: the only step that needs space
+    fsync_path(join_path(st, "tokenizer"));
+  }
+  fsync_path(st);
+  for (const char* f : {"index.json", "stats.json"}) {  // index.json first: the old dataset's commit point
+    const std::string path = join_path(dir, f);
+    if (!fs::remove(path, ec) && ec) throw RuntimeError(file_message("cannot remove", path, ec.message()));
+  }
+  fsync_path(dir);  // the old index is gone for good before any of its shards is replaced
+  for (size_t k = 0; k < staged.size(); ++k)
+    if (staged[k]) rename_path(join_path(st, shards::shard_file_name(k)), join_path(dir, shards::shard_file_name(k)));
+  remove_stale_shards(dir, staged.size());
+  if (tokenizer) {
+    for (auto& e : fs::directory_iterator(join_path(st, "tokenizer")))
+      if (e.is_regular_file())
+        rename_path(e.path().string(), join_path(join_path(dir, "tokenizer"), e.path().filename().string()));
+    fsync_path(join_path(dir, "tokenizer"));
+  }
+  rename_path(join_path(st, "stats.json"), join_path(dir, "stats.json"));
+  fsync_path(dir);  // every rename is durable before index.json names the shards
+  rename_path(join_path(st, "index.json"), join_path(dir, "index.json"));
+  fsync_path(dir);
+}
+
+// Rank 0, once every shard is written and on disk: copies the tokenizer files, writes stats.json and index.json
+// (last: the commit point) and drops stale shards; staged, all of it in the staging directory, then swapped in.
+// The staging directory (this run's, or one an interrupted run left) goes. Returns the number of documents.
 uint64_t write_index_and_stats(const OutputPlan& plan, const OutputSpec& spec, json stats,
-                               const std::vector<std::string>& all, std::chrono::steady_clock::time_point t0) {
-  std::vector<json> shard_list = shard_list_of(all, plan.nshards);
+                               const std::vector<std::string>& all, bool staging,
+                               std::chrono::steady_clock::time_point t0) {
+  std::vector<char> staged;
+  std::vector<json> shard_list = shard_list_of(all, plan.nshards, staged);
   uint64_t total_docs = 0, total_bytes = 0;
   for (auto& s : shard_list) total_docs += s["documents"].get<uint64_t>();
   for (uint64_t d = 0; d < plan.ndocs; ++d) total_bytes += plan.src.doc_bytes(d);
-  remove_stale_shards(spec.dir, plan.nshards);
-  copy_tokenizer_files(spec);
+  const std::string st = staging_dir(spec.dir), at = staging ? st : spec.dir;
+  if (!staging) remove_stale_shards(spec.dir, plan.nshards);
+  copy_tokenizer_files(spec, at);
   json index = index_json(spec, plan.total, total_docs, total_bytes, shard_list);
   index.update(spec.index_extra);
-  atomic_write(join_path(spec.dir, "index.json"), index.dump(2) + "\n");
-  CAIRN_LOG_DEBUG("wrote index.json at %.3f s", seconds_since(t0));
   stats.update(spec.stats_extra);
-  atomic_write(join_path(spec.dir, "stats.json"), stats.dump(2) + "\n");
-  CAIRN_LOG_DEBUG("wrote stats.json at %.3f s", seconds_since(t0));
+  atomic_write(join_path(at, "stats.json"), stats.dump(2) + "\n");
+  atomic_write(join_path(at, "index.json"), index.dump(2) + "\n");
+  if (staging) swap_in_staged(spec.dir, st, staged);
+  CAIRN_LOG_DEBUG("wrote stats.json and index.json at %.3f s", seconds_since(t0));
+  std::error_code ec;
+  fs::remove_all(st, ec);  // what is left there is of no use (shards of other plans)
+  if (ec) CAIRN_LOG_WARN("%s", file_message("cannot remove", st, ec.message()).c_str());
   return total_docs;
 }
 
@@ -1024,15 +1098,18 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
   const OutputPlan plan(src, spec);
   warn_if_unbalanced(plan, spec.split_docs);
   const std::string plan_base = plan_identity(src, spec);
-  if (rank == 0) prepare_output_dir(spec.dir);
-  if (use_mpi) mpi::barrier();
+  // Whether this run stages is rank 0's decision, the same on every rank (the broadcast, like a barrier, holds
+  // the other ranks until the directory is prepared).
+  bool staging = false;
+  if (rank == 0) staging = prepare_output_dir(spec.dir);
+  if (use_mpi) staging = mpi::broadcast_value<int>(staging ? 1 : 0) != 0;
   CAIRN_LOG_DEBUG("planned %llu shards in %.3f s", static_cast<unsigned long long>(plan.nshards), seconds_since(t0));
 
   const shards::ShardMeta base_meta = base_shard_meta(spec);
   std::future<json> stats;
   if (rank == 0)
     stats = std::async(std::launch::async, [&] { return plan_stats_json(plan, spec, base_meta.tokenizer_id); });
-  ShardWriterPool writers(plan, spec, plan_base, base_meta, rank, size);
+  ShardWriterPool writers(plan, spec, plan_base, base_meta, rank, size, staging);
   writers.run();
   CAIRN_LOG_DEBUG("wrote shards at %.3f s", seconds_since(t0));
   try {
@@ -1042,10 +1119,18 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
     else if (!writers.first_error.empty()) throw Error(writers.error_code, writers.first_error);
   } catch (const Error& e) {
     if (e.code() == kExitGate) writers.discard();  // an input failed its check: keep nothing written from it
-    throw;
+    else writers.keep_finished();
+    if (!staging) throw;
+    // Staged shards stay for a rerun to resume; an empty staging directory goes (fs::remove keeps a full one).
+    std::error_code ec;
+    const bool resumable = !fs::remove(staging_dir(spec.dir), ec) && e.code() != kExitGate;
+    throw Error(e.code(),
+                e.what() + strprintf(" (the dataset already in \"%s\" is unchanged%s)", spec.dir.c_str(),
+                                     resumable ? "; the same command rerun resumes from what it staged" : ""));
   }
   writers.commit_pending();
-  fsync_path(spec.dir);  // the shard renames are durable before index.json names them
+  // The shard renames are durable before index.json names them (staged: before the swap).
+  fsync_path(staging ? staging_dir(spec.dir) : spec.dir);
   CAIRN_LOG_DEBUG("committed shards at %.3f s", seconds_since(t0));
 
   // Gather every shard's info on rank 0 (as JSON lines) to write the index.
@@ -1054,7 +1139,8 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
   std::vector<std::string> all = gather_shard_infos(writers, use_mpi);
   if (use_mpi) n_resumed = mpi::allreduce<uint64_t>(n_resumed);
   WriteResult result;
-  if (rank == 0) result.documents = write_index_and_stats(plan, spec, stats.get(), all, t0);
+  // After the allgather every rank has committed its shards: rank 0 writes the index (staged: swaps them in).
+  if (rank == 0) result.documents = write_index_and_stats(plan, spec, stats.get(), all, staging, t0);
   if (use_mpi) mpi::barrier();
   result.tokens = plan.total;
   result.shards_resumed = n_resumed;

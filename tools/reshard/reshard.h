@@ -193,7 +193,9 @@ struct WriteResult {
 
 // Plans the N output shards (balanced by tokens, optional seeded shuffle), writes them in parallel
 // (MPI ranks take shards round-robin, threads within a rank), resumes complete ones, and writes
-// index.json and stats.json (rank 0). Collective under MPI.
+// index.json and stats.json (rank 0). Over a complete dataset it writes into <dir>/.staging and swaps
+// the new dataset in only once every shard is on disk: a failed run leaves the old one intact and a
+// rerun resumes from the staged shards. Collective under MPI.
 WriteResult write_dataset(const DocSource& src, const OutputSpec& spec);
 
 // Deterministic permutation of [0, n) from `seed` (same on every platform).
