@@ -98,10 +98,20 @@ Group Location::create_group(const std::string& name) const {
   return Group(Handle(g, H5Gclose), path_ + "/" + name);
 }
 
+void Location::check_header_once() const {
+  if (header_checked_) return;
+  check_object_header(*this);
+  header_checked_ = true;
+}
+
 Dataset Location::dataset(const std::string& name) const {
+  check_object_header(*this, name);
   hid_t d = H5Dopen2(id(), name.c_str(), H5P_DEFAULT);
   if (d < 0) throw_h5("cannot open dataset", path_ + "/" + name);
-  return Dataset(Handle(d, H5Dclose), path_ + "/" + name);
+  Dataset ds(Handle(d, H5Dclose), path_ + "/" + name);
+  ds.header_checked_ = true;
+  check_dataset_storage(ds);
+  return ds;
 }
 
 Handle create_dataset_raw(const Location& loc, const std::string& name, hid_t type, const std::vector<hsize_t>& dims) {
@@ -183,6 +193,7 @@ std::vector<std::string> Location::read_strings(const std::string& name) const {
 // ---------------------------------------------------------------- attributes
 
 bool Location::has_attr(const std::string& name) const {
+  check_header_once();
   htri_t e = H5Aexists(id(), name.c_str());
   if (e < 0) H5Eclear2(H5E_DEFAULT);
   return e > 0;
@@ -211,6 +222,7 @@ void write_scalar_attr(const Location& loc, const std::string& name, T value) {
 
 template <typename T>
 T read_scalar_attr(const Location& loc, const std::string& name) {
+  loc.check_header_once();
   Handle a = open_attr(loc, name);
   T value{};
   if (H5Aread(a.id(), native_type<T>(), &value) < 0) throw_h5("cannot read attribute '" + name + "' on", loc.path());
@@ -234,6 +246,7 @@ void Location::set_attr(const std::string& name, int64_t value) const { write_sc
 void Location::set_attr(const std::string& name, uint64_t value) const { write_scalar_attr(*this, name, value); }
 
 std::string Location::attr_string(const std::string& name) const {
+  check_header_once();
   Handle a = open_attr(*this, name);
   Handle ftype(H5Aget_type(a.id()), H5Tclose);
   if (H5Tget_class(ftype.id()) != H5T_STRING) {
@@ -260,6 +273,7 @@ int64_t Location::attr_int(const std::string& name) const { return read_scalar_a
 uint64_t Location::attr_uint(const std::string& name) const { return read_scalar_attr<uint64_t>(*this, name); }
 
 std::vector<std::string> Location::attr_names() const {
+  check_header_once();
   std::vector<std::string> names;
   hsize_t idx = 0;
   H5Aiterate2(id(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attr_name, &names);
@@ -320,7 +334,9 @@ File File::open(const std::string& path, Mode mode) {
   check_openable(path);
   hid_t f = H5Fopen(path.c_str(), mode == Mode::Read ? H5F_ACC_RDONLY : H5F_ACC_RDWR, H5P_DEFAULT);
   if (f < 0) throw_h5("cannot open", path);
-  return File(Handle(f, H5Fclose), path);
+  File file(Handle(f, H5Fclose), path);
+  file.check_header_once();
+  return file;
 }
 
 File File::create(const std::string& path) {

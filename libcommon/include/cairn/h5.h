@@ -88,12 +88,15 @@ class Location {
   int64_t attr_int(const std::string& name) const;
   uint64_t attr_uint(const std::string& name) const;
   std::vector<std::string> attr_names() const;
+  // check_object_header(*this) the first time (the accessors above call it).
+  void check_header_once() const;
 
  protected:
   Location() = default;
   Location(Handle h, std::string path) : h_(std::move(h)), path_(std::move(path)) {}
   Handle h_;
   std::string path_;
+  mutable bool header_checked_ = false;  // check_object_header passed (read-only files)
 };
 
 class Group : public Location {
@@ -120,6 +123,18 @@ class Dataset : public Location {
   hid_t file_type() const;           // caller closes with H5Tclose
   bool is_type(hid_t native) const;  // class and size equal to native type
 };
+
+// Before HDF5 1.10 decodes a read-only file's object header (version 1, no checksum: the format cairn writes):
+// its dataspace, datatype and attribute messages fit where they are, its types are ones cairn writes, and every
+// variable-length string attribute points at a whole heap object of its length. HDF5 itself trusts all of these
+// (a flipped byte hangs H5Aopen, or crashes H5Dopen and H5Aread); damage throws RuntimeError naming the file.
+// File::open, Location::dataset and the attribute accessors call these; the second checks `parent`'s child
+// `name` before it is opened.
+void check_object_header(const Location& loc);
+void check_object_header(const Location& parent, const std::string& name);
+// A contiguous or compact dataset of a read-only file holds exactly its elements (a damaged dataspace would have
+// readers allocate and read what is not there); Location::dataset calls it.
+void check_dataset_storage(const Dataset& ds);
 
 enum class Mode { Read, ReadWrite, Create /* truncate */ };
 
