@@ -255,19 +255,41 @@ Config finish_tool_config(const CommonOptions& opts, Config cfg) {
   check_common_outputs(opts, cfg);
   return cfg;
 }
+
+// The config `load` builds, once every rank has built its own. A config that fails on some ranks only (a file on a
+// node-local path, a bad CAIRN_* variable exported on one node) would leave rank 0 waiting in the next collective
+// while the failing rank gave it the usage-error grace to report (run_tool): every rank learns of the failure
+// here, so rank 0 reports it, naming the rank, and ends the job at once.
+Config load_on_every_rank(const std::function<Config()>& load) {
+  if (!mpi::initialized() || mpi::size() <= 1) return load();
+  Config cfg;
+  std::string err;
+  int code = kExitOk;
+  try {
+    cfg = load();
+  } catch (const Error& e) {
+    err = e.what();
+    code = e.code();
+  }
+  mpi::agree_or_throw(err.empty(), err, code);
+  return cfg;
+}
 }  // namespace
 
 Config load_tool_config(const CommonOptions& opts, const std::vector<std::string>& tool_sets) {
-  return finish_tool_config(opts, load_layers(opts, tool_sets));
+  return finish_tool_config(opts, load_on_every_rank([&] { return load_layers(opts, tool_sets); }));
 }
 
 Config load_tool_config(const CommonOptions& opts, const ToolSettings& tool_settings) {
-  CommonOptions without_sets = opts;
-  without_sets.sets.clear();
-  Config cfg = load_layers(without_sets, {});
-  for (const auto& t : tool_settings)
-    cfg.set(t.key, t.value, Origin{Origin::Program, t.flag.empty() ? "command-line flag" : t.flag});
-  for (const auto& s : opts.sets) cfg.set_from_text(s, Origin{Origin::Set, s});
+  Config cfg = load_on_every_rank([&] {
+    CommonOptions without_sets = opts;
+    without_sets.sets.clear();
+    Config c = load_layers(without_sets, {});
+    for (const auto& t : tool_settings)
+      c.set(t.key, t.value, Origin{Origin::Program, t.flag.empty() ? "command-line flag" : t.flag});
+    for (const auto& s : opts.sets) c.set_from_text(s, Origin{Origin::Set, s});
+    return c;
+  });
   return finish_tool_config(opts, std::move(cfg));
 }
 

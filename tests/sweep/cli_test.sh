@@ -123,6 +123,16 @@ rc=$?
 grep -qF 'rank 1: the config differs from rank 0'"'"'s: sweep.collectives = ["allgather"] here, sweep.collectives = ["allreduce"] on rank 0' \
   "$TMP/u.err" || { fail "ranks with different collectives: no message naming the key"; head -3 "$TMP/u.err" >&2; }
 
+# 8a'. A config that fails to load on one rank only (a config file on a node-local path): every rank learns of it,
+# so rank 0 reports it naming the rank and ends the job at once (the failing rank used to wait out a 20 s grace
+# for rank 0, which sat in the next collective, and then report it itself).
+mpirun -np 1 "$BIN" --out "$TMP/usage" allreduce -b 8 -e 1K -n 1 -w 0 : -np 1 "$BIN" --config "$TMP/nowhere.toml" \
+  --out "$TMP/usage" allreduce -b 8 -e 1K -n 1 -w 0 >"$TMP/u.txt" 2>"$TMP/u.err"
+rc=$?
+[ $rc -eq 2 ] || fail "a config missing on rank 1: exit $rc, want 2"
+grep -q '^\[r0/2 [^]]*\] cairn-sweep: rank 1: .*nowhere.toml' "$TMP/u.err" ||
+  { fail "a config missing on rank 1: rank 0 did not report it"; head -3 "$TMP/u.err" >&2; }
+
 # 8b. An output location that cannot be written fails before anything is measured (exit 2, no table),
 # naming the path. Tests run as root, where mode bits do not stop writes: a path under a regular file,
 # a directory where a file goes, and /proc fail for root too.
