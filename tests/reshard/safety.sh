@@ -344,6 +344,24 @@ open(path, "wb").write(data)
 PY
   expect_exit 3 'hdr/shard_00000.h5": .*damaged' timeout 60 "$B" verify "$T/hdr"
 done
+# A flipped byte inside a string attribute's text (the tokenizer id, now not UTF-8) is named escaped: the terminal
+# gets no raw bytes and --json - stays valid JSON (it used to carry the raw byte).
+rm -rf "$T/hdr"; cp -r "$T/ds" "$T/hdr"
+$PY - "$T/hdr/shard_00000.h5" <<'PY'
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+c = data.index(b"GCOL")
+data[data.index(b"bytes", c)] ^= 0xFF
+open(path, "wb").write(data)
+PY
+expect_exit 3 'tokenizer attribute "\\x9dytes" differs' "$B" verify "$T/hdr"
+rc=0; "$B" verify "$T/hdr" --json - >"$T/v.json" 2>/dev/null || rc=$?
+[ $rc = 3 ] && $PY -c "
+import json, sys
+j = json.load(open(sys.argv[1], encoding='utf-8'))
+assert any('\\\\x9dytes' in p for p in j['problems']), j['problems']
+" "$T/v.json" || fail "verify --json - of a damaged tokenizer attribute: exit $rc, $(head -c 300 "$T/v.json")"
 echo "ok: damaged index.json and shards fail verify (exit 3) naming the file"
 
 # ---- --json - puts only JSON on stdout (the human report goes to stderr), pass or fail.

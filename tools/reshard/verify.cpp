@@ -8,6 +8,7 @@
 #include <set>
 
 #include "cairn/cli.h"
+#include "cairn/config.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
@@ -31,7 +32,8 @@ void check_shard_attributes(const json& a, const shards::Dataset& ds, size_t i, 
                       static_cast<long long>(a.value("vocab_size", int64_t{-1})), vocab));
   if (a.value("eot_id", int64_t{-1}) != static_cast<int64_t>(eot)) problem("eot_id attribute differs from index.json");
   if (a.value("tokenizer", "") != tok_id)
-    problem("tokenizer attribute \"" + a.value("tokenizer", "") + "\" differs from index.json \"" + tok_id + "\"");
+    problem("tokenizer attribute \"" + printable_text(a.value("tokenizer", "")) + "\" differs from index.json \"" +
+            printable_text(tok_id) + "\"");  // a damaged attribute's bytes: escaped, not sent to the terminal
   if (a.value("shard_index", int64_t{-1}) != static_cast<int64_t>(i))
     problem(strprintf("shard_index attribute is not %zu", i));
   if (a.value("shard_count", int64_t{-1}) != static_cast<int64_t>(ds.num_shards()))
