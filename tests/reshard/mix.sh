@@ -252,6 +252,15 @@ expect_exit 1 \
 ! grep -q "planning the mixture" "$T/err.txt" || fail "the disk space was checked after planning the mixture"
 "$FAULTS" --free-disk-bytes $((m7_bytes * 3 / 2)) "${MIX[@]}" --seed 7 --out "$T/disk_ok" --log-level warn \
   || fail "a mixture with 1.5x its size free was refused"
+# Over a complete dataset the new one is staged beside it (the old one stays until the swap), so the old shards are
+# not room: with 0.9x the mixture free and a dataset of its size already there, it is refused and the dataset kept.
+cp -r "$T/m7" "$T/over"
+tree_sum() { (cd "$1" && find . -type f | sort | xargs md5sum) | md5sum; }
+before=$(tree_sum "$T/over")
+expect_exit 1 "cannot write the mixture to \"$T/over\": .*; the dataset already there stays until the new one is written" \
+  "$FAULTS" --free-disk-bytes $((m7_bytes * 9 / 10)) "${MIX[@]}" --seed 8 --out "$T/over"
+[ "$(tree_sum "$T/over")" = "$before" ] && [ ! -e "$T/over/.staging" ] ||
+  fail "a mixture refused for lack of disk space changed the dataset in its output"
 echo "ok: a mixture that does not fit on its disk is refused before anything is written ($m7_bytes bytes written)"
 expect_exit 2 'refusing to write into' "$B" mix "$T/web" "$T/code" --weights 1,1 --out "$T/web/mixed"
 printf '[data.mix]\nweight = [1, 2]\n' > "$T/typo.toml"

@@ -466,14 +466,18 @@ void check_disk_fits(const std::string& dir, const MixRequest& r, const MixSize&
                       static_cast<double>(shards) * kDiskBytesPerShard + kDiskBytesFixed +
                       files_bytes(join_path(r.paths.front(), "tokenizer"));
   const double free_bytes = faults.free_disk_bytes >= 0 ? faults.free_disk_bytes : available_disk_bytes(dir);
-  const double kept = files_bytes(dir, "shard_");
+  // Shards already there are room the run can reuse: an interrupted run's, which it rewrites in place, or the
+  // staged ones of a run over a complete dataset. That dataset's own shards stay until the new one is written.
+  const bool over_dataset = path_exists(join_path(dir, "index.json"));
+  const double kept = files_bytes(over_dataset ? staging_dir(dir) : dir, "shard_");
   if (free_bytes >= 0 && need > free_bytes + kept)
     err = file_message(
         "cannot write the mixture to", dir,
-        strprintf("it needs about %s (%.3g tokens of %d bytes, and the index), but the disk there has %s free%s "
+        strprintf("it needs about %s (%.3g tokens of %d bytes, and the index), but the disk there has %s free%s%s "
                   "(lower [data.mix] tokens/epochs, or free some space)",
                   human_bytes(need).c_str(), m.target, m.token_width, human_bytes(free_bytes).c_str(),
-                  kept > 0 ? (" and " + human_bytes(kept) + " in shards already there").c_str() : ""));
+                  kept > 0 ? (" and " + human_bytes(kept) + " in shards already there").c_str() : "",
+                  over_dataset ? "; the dataset already there stays until the new one is written" : ""));
   if (mpi::initialized()) mpi::agree_or_throw(err.empty(), err, kExitRuntime);
   else if (!err.empty()) throw RuntimeError(err);
 }

@@ -480,6 +480,10 @@ void check_output_not_input(const std::string& out, const std::vector<std::strin
 
 // ------------------------------------------------------------------------------------ writing
 
+// A hidden directory inside the output (readers and verify only look at index.json and the shard_* files beside
+// it; renames stay on one filesystem).
+std::string staging_dir(const std::string& dir) { return join_path(dir, ".staging"); }
+
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -572,10 +576,6 @@ std::string plan_identity(const DocSource& src, const OutputSpec& spec) {
                                     static_cast<long long>(spec.seed), spec.split_docs ? 1 : 0,
                                     spec.tokenizer.value("id", "").c_str());
 }
-
-// Where a run that would replace a complete dataset writes (see prepare_output_dir): a hidden directory inside the
-// output (readers and verify only look at index.json and the shard_* files beside it; renames stay on one filesystem).
-std::string staging_dir(const std::string& dir) { return join_path(dir, ".staging"); }
 
 // Rank 0, before any shard is written: temp files of killed runs go (in the output and its staging directory).
 // Returns whether this run stages: when the directory holds a complete dataset (index.json), every shard this run

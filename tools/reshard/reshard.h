@@ -197,6 +197,8 @@ struct WriteResult {
 // the new dataset in only once every shard is on disk: a failed run leaves the old one intact and a
 // rerun resumes from the staged shards. Collective under MPI.
 WriteResult write_dataset(const DocSource& src, const OutputSpec& spec);
+// Where write_dataset stages a run that would replace the complete dataset in `dir`: <dir>/.staging.
+std::string staging_dir(const std::string& dir);
 
 // Deterministic permutation of [0, n) from `seed` (same on every platform).
 std::vector<uint64_t> shuffled_order(uint64_t n, uint64_t seed);
