@@ -1,15 +1,16 @@
-// Checks an object's stored attributes against the file's bytes before HDF5 1.10 decodes them.
+// Checks a read-only file's object headers and dataset sizes against its bytes before HDF5 1.10 decodes them.
 //
-// HDF5 1.10 trusts what a version 1 object header (no checksum; the format every file cairn writes uses) says
-// about its attributes: one flipped byte in an attribute message's field sizes makes H5Aopen loop for ever, and
-// one in a variable-length string's reference (length, heap collection, object index) or in the heap collection
-// it points to makes H5Aread loop or write past its buffer. Read-only files get these checks first, so such a
-// file fails with an error that names it. Version 2 headers carry a checksum HDF5 verifies itself.
+// HDF5 1.10 trusts what a version 1 object header (no checksum; the format every file cairn writes uses) says: one
+// flipped byte in an attribute message's field sizes makes H5Aopen loop for ever, one in a variable-length string's
+// reference (length, heap collection, object index) or in the heap collection it points to makes H5Aread loop or
+// write past its buffer, one in a datatype or dataspace message crashes their decoders, and one in a dataset's
+// dims has readers allocate terabytes. Read-only files get these checks first, so such a file fails with an error
+// that names it. Version 2 headers carry a checksum HDF5 verifies itself.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstring>
+#include <cerrno>
 #include <map>
 #include <set>
 
@@ -28,7 +29,11 @@ class RawFile {
   RawFile(const std::string& path, uint64_t base) : path_(path), base_(base) {
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     struct stat st {};
-    if (fd_ < 0 || ::fstat(fd_, &st) != 0) throw RuntimeError(errno_message("cannot read", path));
+    if (fd_ < 0 || ::fstat(fd_, &st) != 0) {
+      const RuntimeError e(errno_message("cannot read", path));
+      if (fd_ >= 0) ::close(fd_);
+      throw e;
+    }
     size_ = static_cast<uint64_t>(st.st_size);
   }
   ~RawFile() {
