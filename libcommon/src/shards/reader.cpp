@@ -97,7 +97,6 @@ class H5Shard final : public Shard {
                                       strprintf("/doc_offsets must run from 0 to %llu tokens",
                                                 static_cast<unsigned long long>(num_tokens_))));
     try_map();
-    check_global_heaps(offsets, bytes);
     attrs_ = read_attributes();
     // Mapped tokens need nothing more from HDF5: closing now frees its per-file metadata cache
     // (hundreds of KB, reused by the next open instead of fresh pages for every open shard).
@@ -174,72 +173,6 @@ class H5Shard final : public Shard {
           strprintf(
               "/tokens, /doc_offsets or /doc_bytes has more elements than its %llu bytes can hold (damaged header)",
               static_cast<unsigned long long>(file_bytes))));
-  }
-
-  // HDF5 1.10 trusts the sizes inside a global heap collection, where the string attributes are kept: one flipped
-  // bit there makes H5Aread copy past its buffer or loop for ever, so a damaged shard would crash or hang verify
-  // instead of failing it. Every collection ("GCOL") outside the three arrays must be tiled exactly by its objects
-  // before a string attribute is read. Arrays not stored contiguously leave no known gaps to scan: not checked.
-  void check_global_heaps(const h5::Dataset& offsets, const h5::Dataset& bytes) const {
-    std::vector<std::pair<uint64_t, uint64_t>> arrays;  // [begin, end) bytes of the arrays' data
-    for (const auto& [ds, width] :
-         {std::pair<const h5::Dataset*, uint64_t>{&tokens_, width_}, {&offsets, 8}, {&bytes, 4}}) {
-      if (ds->size() == 0) continue;
-      const int64_t at = ds->contiguous_offset();
-      if (at < 0) return;
-      arrays.emplace_back(at, at + ds->size() * width);
-    }
-    int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw RuntimeError(errno_message("cannot read shard", path_));
-    struct stat st {};
-    void* m = ::fstat(fd, &st) == 0 && st.st_size > 0
-                  ? ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0)
-                  : MAP_FAILED;
-    ::close(fd);
-    if (m == MAP_FAILED) throw RuntimeError(errno_message("cannot read shard", path_));
-    const auto* f = static_cast<const unsigned char*>(m);
-    const uint64_t size = static_cast<uint64_t>(st.st_size);
-    auto u64 = [f](uint64_t at) {  // HDF5 stores lengths little-endian, as this host does (x86, arm)
-      uint64_t v;
-      std::memcpy(&v, f + at, 8);
-      return v;
-    };
-    std::sort(arrays.begin(), arrays.end());
-    arrays.emplace_back(size, size);
-    uint64_t at = 0, bad = UINT64_MAX;
-    for (const auto& [begin, end] : arrays) {
-      const uint64_t gap_end = std::min(begin, size);
-      while (bad == UINT64_MAX && at + 16 <= gap_end) {
-        const void* hit = ::memmem(f + at, gap_end - at, "GCOL", 4);
-        if (!hit) break;
-        const uint64_t c = static_cast<uint64_t>(static_cast<const unsigned char*>(hit) - f);
-        // Header: signature, version 1, 3 reserved bytes, the collection's size.
-        if (c + 16 > size || f[c + 4] != 1 || u64(c + 8) < 16 || u64(c + 8) > size - c) {
-          bad = c;
-          break;
-        }
-        // Objects: index (2 bytes), references (2), reserved (4), size (8), data padded to 8 bytes; the free-space
-        // object (index 0) counts its own header; a tail too small for a header is free space.
-        const uint64_t len = u64(c + 8);
-        for (uint64_t p = c + 16, last = c + len; p < last && last - p >= 16;) {
-          const uint64_t n = u64(p + 8), room = last - p;
-          const bool free_space = f[p] == 0 && f[p + 1] == 0;
-          const uint64_t need = free_space ? n : n > room ? room + 1 : 16 + ((n + 7) & ~uint64_t{7});
-          if (need < 16 || need > room) {
-            bad = c;
-            break;
-          }
-          p += need;
-        }
-        at = c + len;
-      }
-      at = std::max(at, end);
-    }
-    ::munmap(m, static_cast<size_t>(st.st_size));
-    if (bad != UINT64_MAX)
-      throw RuntimeError(file_message("cannot read shard", path_,
-                                      strprintf("damaged HDF5 global heap (string attributes) at byte %llu",
-                                                static_cast<unsigned long long>(bad))));
   }
 
   json read_attributes() const {
