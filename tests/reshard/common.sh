@@ -76,3 +76,14 @@ json.dump(vocab, open(f"{sys.argv[1]}/encoder.json", "w"))
 open(f"{sys.argv[1]}/vocab.bpe", "w").write("#version: 0.2\n\u0120 t\nh e\n")
 PY
 }
+
+# kill_once_present PID GLOB: SIGKILL the background job PID as soon as a file matching GLOB exists (or it ended).
+kill_once_present() {
+  for _ in $(seq 2000); do
+    compgen -G "$2" >/dev/null && break
+    kill -0 "$1" 2>/dev/null || break
+    sleep 0.005
+  done
+  kill -KILL "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}

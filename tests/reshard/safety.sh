@@ -15,13 +15,7 @@ for attempt in 1 2 3; do
   "$B" reshard "$T/big" --shards 200 --threads 1 --out "$T/out" 2>/dev/null &
   pid=$!
   # Kill as soon as the first shard is in place (the run is then well under way, far from done).
-  for _ in $(seq 2000); do
-    compgen -G "$T/out/shard_*.h5" >/dev/null && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.005
-  done
-  kill -KILL $pid 2>/dev/null || true
-  wait $pid 2>/dev/null || true
+  kill_once_present $pid "$T/out/shard_*.h5"
   if [ ! -f "$T/out/index.json" ]; then killed=1; break; fi
 done
 [ $killed = 1 ] || fail "reshard finished before it could be killed (3 attempts)"
@@ -91,13 +85,7 @@ for attempt in 1 2 3; do
   a_sums "$T/kd"
   "$B" reshard "$T/big" --shards 150 --threads 1 --out "$T/kd" 2>/dev/null &
   pid=$!
-  for _ in $(seq 2000); do
-    compgen -G "$T/kd/.staging/shard_*.h5" >/dev/null && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.005
-  done
-  kill -KILL $pid 2>/dev/null || true
-  wait $pid 2>/dev/null || true
+  kill_once_present $pid "$T/kd/.staging/shard_*.h5"
   if [ -d "$T/kd/.staging" ]; then killed=1; break; fi
 done
 [ $killed = 1 ] || fail "the staged reshard finished (or staged nothing) before it could be killed (3 attempts)"
