@@ -2,7 +2,8 @@
 # Safety: SIGKILL mid-reshard then rerun resumes and verifies; a run killed or failed (bad input, full disk) over a
 # dataset of another plan leaves that dataset intact and resumes from what it staged; inputs are never written;
 # malformed inputs give errors naming file and line/offset (or --skip-bad counts); verify catches corruption,
-# of the shards or of index.json (exit 3); --json - is pure JSON; unknown subcommands are named.
+# of the shards or of index.json (exit 3); --json - is pure JSON; unknown subcommands are named; a second writer of
+# one dataset directory is refused (exit 1).
 source "$(dirname "$0")/common.sh"
 
 # ---- SIGKILL during reshard, then rerun: complete shards are kept, the result verifies.
@@ -389,6 +390,23 @@ expect_exit 2 'unknown subcommand "frobnicate"' "$B" --log-level warn frobnicate
 expect_exit 2 'a subcommand is required: one of build, reshard' "$B"
 expect_exit 2 'shards' "$B" reshard "$T/ds" --shards
 echo "ok: unknown or missing subcommands exit 2 naming the valid ones"
+
+# ---- One writer per dataset directory. While another process holds <out>/.reshard.lock (flock(1) stands in for a
+# running cairn-reshard: no timing involved), build, reshard and mix refuse at once with exit 1 naming the holder,
+# and write nothing; on 2 ranks every rank stops with rank 0's message. With the holder gone the same command runs.
+mkdir -p "$T/locked"
+L="$T/locked/.reshard.lock"
+echo "pid 4242 on node7 (started 2026-12-05T00:00:00Z)" > "$L"
+taken='another cairn-reshard is writing "[^"]*locked": pid 4242 on node7 (started 2026-12-05T00:00:00Z) holds'
+expect_exit 1 "$taken" flock -n "$L" "$B" reshard "$T/ds" --shards 3 --out "$T/locked"
+expect_exit 1 "$taken" flock -n "$L" "$B" build --delimiter % --shards 2 --out "$T/locked" "$T/in.txt"
+expect_exit 1 "$taken" flock -n "$L" "$B" mix "$T/ds" "$T/ds" --weights 1,1 --out "$T/locked"
+expect_exit 1 "$taken" flock -n "$L" mpirun -np 2 --oversubscribe "$B" reshard "$T/ds" --shards 3 --out "$T/locked"
+[ "$(ls -A "$T/locked")" = .reshard.lock ] || fail "a refused run wrote into the locked directory: $(ls -A "$T/locked")"
+"$B" reshard "$T/ds" --shards 3 --out "$T/locked" 2>/dev/null
+"$B" verify "$T/locked" >/dev/null
+[ ! -s "$L" ] || fail "the lock file still names a holder after the run: $(cat "$L")"
+echo "ok: a dataset directory being written is refused to a second cairn-reshard (exit 1, holder named)"
 
 # A killed run's index.json/stats.json temp files are removed by the next run.
 mkdir -p "$T/stale"

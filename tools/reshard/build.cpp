@@ -410,6 +410,8 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   // named) are off limits too.
   check_output_not_input(dir, files);
   check_output_not_input(dir, input_dirs);
+  DirLock lock;
+  lock_dataset_dir(lock, dir);
   const std::string parts = join_path(dir, ".build-parts");
   if (rank == 0) ensure_dir(parts);
   if (use_mpi) mpi::barrier();
@@ -509,6 +511,9 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
                                  datasets.back().tokenizer_id().c_str(), inputs[0].c_str(),
                                  datasets.front().tokenizer_id().c_str()));
   }
+  // Ours alone from here (the inputs open: a bad one has not created --out).
+  DirLock lock;
+  lock_dataset_dir(lock, dir);
   // Corruption is caught, not copied: every input shard's tokens are checked against index.json
   // (xxh64, counts, ids below the vocabulary). In order, while they are copied: each input shard is
   // hashed in the pass that reads it, and an output shard is renamed into place only once all of its

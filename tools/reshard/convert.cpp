@@ -490,6 +490,8 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
   spec.vocab_size = tok->vocab_size();
   spec.eot_id = tok->eot_id();
   spec.sources = files;
+  DirLock lock;
+  lock_dataset_dir(lock, dir);
   WriteResult r = write_dataset(src, spec);
   if (root)
     CAIRN_LOG_INFO("imported %llu documents, %llu tokens from %s into %s (%llu shards)",

@@ -496,6 +496,8 @@ int run_mix(const Config& cfg, const std::vector<std::string>& inputs, const std
   check_size_fits(req, size);
   check_max_epochs(req, datasets, size);
   check_disk_fits(dir, req, size, static_cast<uint64_t>(data.shards), faults);
+  DirLock lock;  // after the disk check: a mixture refused there leaves no --out behind
+  lock_dataset_dir(lock, dir);
   const auto sources = verified_sources(datasets, resolve_threads(data));
   const auto target = static_cast<uint64_t>(size.target);
   std::vector<const DocSource*> ptrs;

@@ -484,6 +484,11 @@ void check_output_not_input(const std::string& out, const std::vector<std::strin
 // it; renames stay on one filesystem).
 std::string staging_dir(const std::string& dir) { return join_path(dir, ".staging"); }
 
+void lock_dataset_dir(DirLock& lock, const std::string& dir) {
+  acquire_on_rank0(lock, join_path(dir, ".reshard.lock"), dir, "another cairn-reshard is writing",
+                   "wait for it to exit, or use another --out");
+}
+
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

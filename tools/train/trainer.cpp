@@ -14,6 +14,7 @@
 
 #include "backend_buffer.h"
 #include "cairn/checkpoint.h"
+#include "cairn/dir_lock.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/gpt.h"
@@ -32,7 +33,6 @@
 #include "loader.h"
 #include "piece_io.h"
 #include "pipe_transport.h"
-#include "run_lock.h"
 #include "settings.h"
 #include "step_guard.h"
 #include "step_report.h"
@@ -158,7 +158,7 @@ class Trainer {
   const Config& cfg_;
   TrainHooks hooks_;
   // Rank 0's lock on the run directory, declared first so it is released last, after every writer is closed.
-  RunLock lock_;
+  DirLock lock_;
   Settings s_;
   TrainResult result_;
 
@@ -301,15 +301,9 @@ void Trainer::open_dataset() {
     throw UsageError(e.what());
   }
   // Then ours alone: a second trainer on this run stops here (exit 1 on every rank), before it writes anything.
-  bool locked = true;
-  std::string why;
-  if (s_.rank == 0) try {
-      lock_.acquire(s_.train_dir, s_.run_dir);
-    } catch (const Error& e) {
-      locked = false;
-      why = e.what();
-    }
-  mpi::agree_or_throw(locked, why, kExitRuntime);
+  acquire_on_rank0(
+      lock_, join_path(s_.train_dir, "LOCK"), s_.run_dir, "another cairn-train is running in",
+      "stop it (or wait for it to exit) before starting another trainer on this run, or use another --out");
 }
 
 // The layout's groups, this rank's model chunks with their optimizer state and gradient sync, the data loader and

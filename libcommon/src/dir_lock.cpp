@@ -1,5 +1,5 @@
-// cairn-train's run-directory lock (run_lock.h): flock on <run>/train/LOCK, the holder's pid and host written into it.
-#include "run_lock.h"
+// The output-directory lock (dir_lock.h): flock on a file in the directory, the holder's pid and host written in it.
+#include "cairn/dir_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -7,13 +7,15 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
+#include "cairn/mpi.h"
 #include "cairn/provenance.h"
 
-namespace cairn::train {
+namespace cairn {
 
 namespace {
 // The holder's line from the lock file ("" when it has not written it yet or it cannot be read).
@@ -27,46 +29,45 @@ std::string read_holder(int fd) {
 }
 }  // namespace
 
-RunLock::~RunLock() { release(); }
+DirLock::~DirLock() { release(); }
 
-void RunLock::acquire(const std::string& train_dir, const std::string& run_dir) {
+void DirLock::acquire(const std::string& lock_path, const std::string& dir, const std::string& taken,
+                      const std::string& advice) {
   release();
-  const std::string path = join_path(train_dir, file_name());
+  const std::string parent = std::filesystem::path(lock_path).parent_path().string();
+  if (!parent.empty()) ensure_dir(parent);
   // O_CLOEXEC: a child process (a launcher's helper) must not keep the lock alive after this process ends.
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw RuntimeError(errno_message("cannot open the run lock", path));
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw RuntimeError(errno_message("cannot open the lock file", lock_path));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     if (err == EWOULDBLOCK) {
       std::string holder = read_holder(fd);
       ::close(fd);
       if (holder.empty()) holder = "a process that has not recorded itself yet";
-      throw RuntimeError(file_message("another cairn-train is running in", run_dir,
-                                      holder + " holds \"" + path +
-                                          "\"; stop it (or wait for it to exit) before starting another trainer on "
-                                          "this run, or use another --out"));
+      throw RuntimeError(file_message(taken, dir, holder + " holds \"" + lock_path + "\"; " + advice));
     }
     ::close(fd);
     // Some parallel filesystems refuse flock unless mounted for it: running unlocked beats not running.
     if (err == ENOSYS || err == EOPNOTSUPP || err == ENOLCK || err == EINVAL) {
       CAIRN_LOG_WARN("cannot lock \"%s\" (%s): this filesystem does not support flock; nothing stops a second "
-                     "cairn-train on this run directory",
-                     path.c_str(), std::strerror(err));
+                     "writer of \"%s\"",
+                     lock_path.c_str(), std::strerror(err), dir.c_str());
       return;
     }
-    throw RuntimeError(file_message("cannot lock", path, std::strerror(err)));
+    throw RuntimeError(file_message("cannot lock", lock_path, std::strerror(err)));
   }
   fd_ = fd;
-  // Who holds it, for the message of a trainer that finds it taken (the flock itself is what counts).
+  // Who holds it, for the message of a process that finds it taken (the flock itself is what counts).
   const Provenance& prov = provenance();
   const std::string who = strprintf("pid %d on %s (started %s)\n", static_cast<int>(::getpid()),
                                     (prov.host.empty() ? hostname_string() : prov.host).c_str(),
                                     (prov.time_utc.empty() ? utc_now_iso8601() : prov.time_utc).c_str());
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, who.data(), who.size(), 0) != static_cast<ssize_t>(who.size()))
-    CAIRN_LOG_WARN("cannot record the holder in \"%s\": %s", path.c_str(), std::strerror(errno));
+    CAIRN_LOG_WARN("cannot record the holder in \"%s\": %s", lock_path.c_str(), std::strerror(errno));
 }
 
-void RunLock::release() {
+void DirLock::release() {
   if (fd_ < 0) return;
   // Leave the file (deleting a flock file races with a process that opened it) but not a stale holder line.
   [[maybe_unused]] const int rc = ::ftruncate(fd_, 0);  // best effort: the lock goes with close() regardless
@@ -74,4 +75,18 @@ void RunLock::release() {
   fd_ = -1;
 }
 
-}  // namespace cairn::train
+void acquire_on_rank0(DirLock& lock, const std::string& lock_path, const std::string& dir, const std::string& taken,
+                      const std::string& advice) {
+  if (!mpi::initialized()) return lock.acquire(lock_path, dir, taken, advice);
+  bool locked = true;
+  std::string why;
+  if (mpi::rank() == 0) try {
+      lock.acquire(lock_path, dir, taken, advice);
+    } catch (const Error& e) {
+      locked = false;
+      why = e.what();
+    }
+  mpi::agree_or_throw(locked, why, kExitRuntime);
+}
+
+}  // namespace cairn
