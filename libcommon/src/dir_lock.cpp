@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "cairn/error.h"
 #include "cairn/files.h"
@@ -32,20 +34,35 @@ std::string read_holder(int fd) {
 DirLock::~DirLock() { release(); }
 
 void DirLock::acquire(const std::string& lock_path, const std::string& dir, const std::string& taken,
-                      const std::string& advice) {
+                      const std::string& advice, double wait_s) {
   release();
   const std::string parent = std::filesystem::path(lock_path).parent_path().string();
   if (!parent.empty()) ensure_dir(parent);
   // O_CLOEXEC: a child process (a launcher's helper) must not keep the lock alive after this process ends.
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw RuntimeError(errno_message("cannot open the lock file", lock_path));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
+  // Polled rather than a blocking flock(): a holder that is stopped (SIGSTOP, a suspended job) must end in an error
+  // naming it, not in a wait without end.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
+  int err = 0;
+  for (bool first = true; ::flock(fd, LOCK_EX | LOCK_NB) != 0; first = false) {
+    err = errno;
+    if (err != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) break;
+    if (first) {
+      const std::string holder = read_holder(fd);
+      CAIRN_LOG_INFO("waiting up to %.0f s for \"%s\", held by %s", wait_s, lock_path.c_str(),
+                     holder.empty() ? "a process that has not recorded itself yet" : holder.c_str());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    err = 0;
+  }
+  if (err != 0) {
     if (err == EWOULDBLOCK) {
       std::string holder = read_holder(fd);
       ::close(fd);
       if (holder.empty()) holder = "a process that has not recorded itself yet";
-      throw RuntimeError(file_message(taken, dir, holder + " holds \"" + lock_path + "\"; " + advice));
+      const std::string waited = wait_s > 0 ? strprintf(" (waited %.0f s)", wait_s) : "";
+      throw RuntimeError(file_message(taken, dir, holder + " holds \"" + lock_path + "\"" + waited + "; " + advice));
     }
     ::close(fd);
     // Some parallel filesystems refuse flock unless mounted for it: running unlocked beats not running.

@@ -1,6 +1,7 @@
 #!/bin/bash
 # cairn-eval --watch follows a (2-rank) training run: started before the trainer, it evaluates each checkpoint
-# as it is sealed, stops at FINISHED, resumes from results.jsonl on a rerun, and honours --idle-timeout.
+# as it is sealed, stops at FINISHED, resumes from results.jsonl on a rerun, and honours --idle-timeout; two
+# evaluators on one run keep each other's rows.
 source "$(dirname "$0")/lib.sh"
 cd "$WORK"
 make_dataset "$WORK/data"
@@ -55,4 +56,31 @@ grep -q "idle_timeout" idle.err || { cat idle.err >&2; fail "idle timeout not re
 : > empty.jsonl
 expect_exit 2 "empty task" "$BIN/cairn-eval" --config eval.toml --watch "$WORK/nothing_yet" --idle-timeout 600 \
   --tasks mc --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'/empty.jsonl"}'
+# Two cairn-evals on one run (a --watch following training and one started by hand) both keep their rows: each
+# merges into results.jsonl, under <eval>/.results.lock, what is on disk when it writes, not what it read at start.
+# flock(1) stands in for the other evaluator: it holds the lock while step 10's rows land, after this eval has read
+# the (empty) record and waits for the lock (its log says so). No timing involved.
+"$BIN/cairn-eval" --config eval.toml --set run.dir="$WORK/ten" run/train/ckpt/step_00000010 > /dev/null 2> ten.err ||
+  { cat ten.err >&2; fail "eval of step 10 failed"; }
+mkdir -p two/eval
+flock two/eval/.results.lock sh -c 'touch held; while [ ! -e release ]; do sleep 0.05; done' &
+HOLDER=$!
+for i in $(seq 6000); do [ -e held ] && break; sleep 0.05; done
+[ -e held ] || fail "flock(1) never took two/eval/.results.lock"
+"$BIN/cairn-eval" --config eval.toml --set run.dir="$WORK/two" run/train/ckpt/step_00000020 > /dev/null 2> two.err &
+EV=$!
+until grep -q 'waiting up to .* for ".*two/eval/.results.lock"' two.err; do
+  kill -0 $EV 2> /dev/null || { touch release; cat two.err >&2; fail "cairn-eval wrote its results without the lock"; }
+  sleep 0.05
+done
+cp ten/eval/results.jsonl two/eval/results.jsonl
+touch release
+wait $HOLDER
+wait $EV || { cat two.err >&2; fail "cairn-eval failed after waiting for the results lock"; }
+$PY - two/eval/results.jsonl <<'PY'
+import json, sys
+steps = sorted({json.loads(l)["step"] for l in open(sys.argv[1])})
+assert steps == [10, 20], f"results.jsonl holds steps {steps}, wanted [10, 20]: one evaluator's rows were lost"
+PY
+echo "ok: two evaluators on one run keep each other's rows"
 echo "eval_watch: OK"

@@ -14,6 +14,7 @@
 #include "cairn/checkpoint.h"
 #include "cairn/cli.h"
 #include "cairn/clock.h"
+#include "cairn/dir_lock.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/gpu.h"
@@ -371,23 +372,39 @@ class Evaluator {
       new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_examples_per_s", eps, std::nan(""),
                           r.samples, wall, target.id});
     }
-    if (mpi::rank() == 0) {
-      // Replace rows of the same (step, task) (reevaluated, or scored from a checkpoint that step no longer holds),
-      // keep the rest, then rewrite atomically.
-      std::set<std::string> replaced;
-      for (const auto& r : results) replaced.insert(r.task);
-      std::vector<ResultRow> kept;
-      for (const auto& r : rows_)
-        if (!(r.step == target.step && replaced.count(r.task))) kept.push_back(r);
-      kept.insert(kept.end(), new_rows.begin(), new_rows.end());
-      rows_ = std::move(kept);
-      write_results_jsonl(join_path(out_dir_, "results.jsonl"), rows_);
-      write_results_h5(join_path(out_dir_, "results.h5"), rows_);
-      write_harness_files(target, meta.tokens, results, start_unix, wall);
-      std::fputs(summary_table(target.step, meta.tokens, target.path, results).c_str(), stdout);
-      std::fflush(stdout);
-      CAIRN_LOG_INFO("step %lld evaluated in %.2f s", static_cast<long long>(target.step), secs);
-    }
+    // Rank 0 writes; every rank agrees on the outcome, so a failed write (a full disk, a stopped evaluator holding
+    // the lock) ends every rank at once, not only rank 0.
+    bool written = true;
+    std::string why;
+    int why_code = kExitRuntime;
+    if (mpi::rank() == 0) try {
+        // Replace rows of the same (step, task) (reevaluated, or scored from a checkpoint that step no longer holds),
+        // keep the rest, then rewrite atomically. The rest is what is on disk now, read under <eval>/.results.lock:
+        // another cairn-eval on this run (a --watch following training, one started by hand) may have added rows
+        // since this one started, and rewriting from this process's own copy would drop them.
+        DirLock update;
+        update.acquire(join_path(out_dir_, ".results.lock"), out_dir_, "cannot update the results in",
+                       "stop it (or let it finish), then evaluate this checkpoint again", 120);
+        rows_ = read_results(join_path(out_dir_, "results.jsonl"));
+        std::set<std::string> replaced;
+        for (const auto& r : results) replaced.insert(r.task);
+        std::vector<ResultRow> kept;
+        for (const auto& r : rows_)
+          if (!(r.step == target.step && replaced.count(r.task))) kept.push_back(r);
+        kept.insert(kept.end(), new_rows.begin(), new_rows.end());
+        rows_ = std::move(kept);
+        write_results_jsonl(join_path(out_dir_, "results.jsonl"), rows_);
+        write_results_h5(join_path(out_dir_, "results.h5"), rows_);
+        write_harness_files(target, meta.tokens, results, start_unix, wall);
+        std::fputs(summary_table(target.step, meta.tokens, target.path, results).c_str(), stdout);
+        std::fflush(stdout);
+        CAIRN_LOG_INFO("step %lld evaluated in %.2f s", static_cast<long long>(target.step), secs);
+      } catch (const Error& e) {
+        written = false;
+        why = e.what();
+        why_code = e.code();
+      }
+    mpi::agree_or_throw(written, why, why_code);
     summary.rows.insert(summary.rows.end(), new_rows.begin(), new_rows.end());
     ++summary.checkpoints_evaluated;
     evaluated_.insert(key(target));

@@ -19,9 +19,10 @@ class DirLock {
   // Takes the lock on lock_path (created if missing, with its directory). When another process holds it, throws
   // RuntimeError (exit 1: the same command succeeds once the holder exits): `<taken> "<dir>": pid P on HOST
   // (started T) holds "<lock_path>"; <advice>`. A filesystem without flock support (e.g. Lustre mounted without
-  // -o flock) is warned about and the caller proceeds unlocked.
+  // -o flock) is warned about and the caller proceeds unlocked. wait_s > 0: waits up to that long for the holder to
+  // let go (for locks held over a short update, not a whole run).
   void acquire(const std::string& lock_path, const std::string& dir, const std::string& taken,
-               const std::string& advice);
+               const std::string& advice, double wait_s = 0);
   void release();
   bool held() const { return fd_ >= 0; }
 
