@@ -3,8 +3,9 @@
 # dataset of another plan leaves that dataset intact and resumes from what it staged; inputs are never written;
 # malformed inputs give errors naming file and line/offset (or --skip-bad counts); verify catches corruption,
 # of the shards or of index.json (exit 3); --json - is pure JSON; unknown subcommands are named; a second writer of
-# one dataset directory is refused (exit 1).
+# one dataset directory is refused (exit 1), and a verify that a writer's swap overtakes says so (exit 1, not 3).
 source "$(dirname "$0")/common.sh"
+FAULTS="${1:?usage: safety.sh CAIRN_RESHARD_FAULTS (tests/reshard/cairn-reshard-faults)}"
 
 # ---- SIGKILL during reshard, then rerun: complete shards are kept, the result verifies.
 for i in 1 2 3 4 5 6 7 8 9 10; do cat "${FORTUNES[@]}"; done > "$T/big.txt"
@@ -407,6 +408,19 @@ expect_exit 1 "$taken" flock -n "$L" mpirun -np 2 --oversubscribe "$B" reshard "
 "$B" verify "$T/locked" >/dev/null
 [ ! -s "$L" ] || fail "the lock file still names a holder after the run: $(cat "$L")"
 echo "ok: a dataset directory being written is refused to a second cairn-reshard (exit 1, holder named)"
+
+# ---- verify overtaken by a writer: a cairn-reshard that swaps another dataset in (renames over the shards, then
+# index.json) while verify reads the old one makes it look damaged. That is no finding about the dataset: verify
+# ends with exit 1 (run it again), reporting no problem. cairn-reshard-faults' --verify-after-open does the swap
+# between verify's read of index.json and of the shards, so no timing is involved.
+rm -rf "$T/vs" "$T/vs_new"
+"$B" reshard "$T/ds" --shards 3 --out "$T/vs" 2>/dev/null
+"$B" reshard "$T/ds" --shards 2 --seed 5 --out "$T/vs_new" 2>/dev/null
+"$FAULTS" --verify-after-open true verify "$T/vs" >/dev/null || fail "verify with a no-op hook failed"
+expect_exit 1 'cannot verify "[^"]*vs": its index.json was replaced or removed while verify read it' \
+  "$FAULTS" --verify-after-open "mv $T/vs_new/shard_* $T/vs/ && mv $T/vs_new/index.json $T/vs/index.json" verify "$T/vs"
+! grep -q 'tokens do not match\|FAILED' "$T/out.txt" "$T/err.txt" || fail "verify reported the swap as damage"
+echo "ok: a verify overtaken by a writer's swap exits 1 without reporting damage"
 
 # A killed run's index.json/stats.json temp files are removed by the next run.
 mkdir -p "$T/stale"

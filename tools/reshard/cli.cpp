@@ -149,7 +149,8 @@ int cairn::reshard::reshard_main(int argc, char** argv, const ReshardFaults& fau
     if (mix->parsed()) return run_mix(cfg, inputs, out, opts.json_path, faults);
     if (convert->parsed()) return run_convert(cfg, from, to, inputs, out, llmc_format);
     if (verify->parsed())
-      return run_verify(cfg, inputs.empty() && !out.empty() ? std::vector<std::string>{out} : inputs, opts.json_path);
+      return run_verify(cfg, inputs.empty() && !out.empty() ? std::vector<std::string>{out} : inputs, opts.json_path,
+                        faults);
     return run_stats(cfg, inputs.empty() && !out.empty() ? std::vector<std::string>{out} : inputs, opts.json_path);
   });
 }

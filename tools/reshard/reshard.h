@@ -283,7 +283,8 @@ double available_disk_bytes(const std::string& path);
 // Faults tests inject through the tool's own command line (tests/reshard/cairn-reshard-faults), so the real binary
 // carries no test hooks.
 struct ReshardFaults {
-  double free_disk_bytes = -1;  // >= 0: the free space the output's disk reports (a full disk without filling one)
+  double free_disk_bytes = -1;    // >= 0: the free space the output's disk reports (a full disk without filling one)
+  std::string verify_after_open;  // verify: a shell command run once a dataset's index.json is read (a writer's swap)
 };
 // cairn-reshard's command line: parses argv, loads the config and runs the subcommand; returns the exit code.
 int reshard_main(int argc, char** argv, const ReshardFaults& faults = {});
@@ -301,7 +302,8 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
 // [data.mix] sources (or positional datasets) blended by weight into one dataset.
 int run_mix(const Config& cfg, const std::vector<std::string>& inputs, const std::string& out,
             const std::string& json_out = "", const ReshardFaults& faults = {});
-int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out);
+int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out,
+               const ReshardFaults& faults = {});
 int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out);
 
 // The tokenizer the [data] section describes (tokenizer, vocab, merges, tokenizer_json).

@@ -1,8 +1,10 @@
 // `verify` (checksums, offsets, token ranges, index consistency; exit 3 on any problem) and `stats`.
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <set>
@@ -115,7 +117,7 @@ void check_shard(const shards::Shard& sh, const shards::Dataset& ds, size_t i, c
 // Checks one dataset (an existing directory); appends "where: what" problems (capped per shard so
 // output stays readable). An index.json that is missing, unreadable, not JSON or of the wrong schema
 // is a problem like a bad shard: the directory is not a valid dataset (exit 3).
-json verify_dataset(const std::string& dir, std::vector<std::string>& problems) {
+json verify_dataset(const std::string& dir, std::vector<std::string>& problems, const ReshardFaults& faults) {
   const size_t cap_per_shard = 20;
   shards::Dataset ds;
   try {
@@ -124,6 +126,8 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems) 
     problems.push_back(e.what());
     return {{"dataset", dir}, {"shards", 0}, {"tokens", 0}, {"documents", 0}};
   }
+  if (!faults.verify_after_open.empty() && std::system(faults.verify_after_open.c_str()) != 0)
+    throw RuntimeError("the test's --verify-after-open command failed: " + faults.verify_after_open);
   const json& ix = ds.index();
   const bool split = ix.value("split_docs", false);
   uint64_t tokens = 0, docs = 0, bytes = 0;
@@ -183,9 +187,32 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems) 
   return {{"dataset", dir}, {"shards", ds.num_shards()}, {"tokens", tokens}, {"documents", docs}};
 }
 
+// Which version of index.json is in place: a writer replaces it by a rename (another inode) or removes it.
+struct IndexVersion {
+  bool present = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  int64_t mtime_ns = 0;
+  off_t size = 0;
+  bool operator==(const IndexVersion&) const = default;
+};
+
+IndexVersion index_version(const std::string& dir) {
+  IndexVersion v;
+  struct stat st {};
+  if (::stat(join_path(dir, "index.json").c_str(), &st) != 0) return v;
+  v.present = true;
+  v.dev = st.st_dev;
+  v.ino = st.st_ino;
+  v.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  v.size = st.st_size;
+  return v;
+}
+
 }  // namespace
 
-int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out) {
+int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out,
+               const ReshardFaults& faults) {
   std::vector<std::string> dirs = inputs.empty() ? std::vector<std::string>{dataset_dir(cfg, "")} : inputs;
   if (mpi::initialized() && mpi::rank() != 0) return 0;
   // A path that is not there (or not a directory) names nothing to verify: a usage error (exit 2),
@@ -205,7 +232,15 @@ int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const 
   json checked = json::array();
   for (auto& d : dirs) {
     const size_t before = problems.size();
-    json c = verify_dataset(d, problems);
+    // A cairn-reshard that swaps a new dataset in while this reads the old one makes either look damaged, or
+    // passes one that is no longer there: neither is a finding about the dataset (exit 3), so when index.json
+    // changed under the check it ends with exit 1 and nothing reported, to be run again.
+    const IndexVersion was = index_version(d);
+    json c = verify_dataset(d, problems, faults);
+    if (!(index_version(d) == was))
+      throw RuntimeError(file_message("cannot verify", d,
+                                      "its index.json was replaced or removed while verify read it (a cairn-reshard "
+                                      "writing it: see .reshard.lock there); verify it again once that run ends"));
     c["ok"] = problems.size() == before;
     checked.push_back(std::move(c));
   }
