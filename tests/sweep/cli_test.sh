@@ -154,6 +154,18 @@ expect_unwritable "\"$TMP/jdir\": Is a directory" --out "$TMP/jout" -J "$TMP/jdi
 expect_unwritable "\"$TMP/afile/x.json\"" --out "$TMP/jout" --json "$TMP/afile/x.json"
 expect_unwritable "\"$TMP/afile/b.json\"" --out "$TMP/jout" --bench-bare 2 --json "$TMP/afile/b.json"
 
+# 8c. One sweep per run directory: while another process holds <out>/sweep/LOCK (flock(1) stands in for a running
+# sweep; no timing involved), a sweep stops before measuring anything (exit 1, the holder named, on both ranks).
+mkdir -p "$TMP/busy/sweep"
+echo "pid 4242 on node7 (started 2026-12-05T00:00:00Z)" > "$TMP/busy/sweep/LOCK"
+flock -n "$TMP/busy/sweep/LOCK" mpirun -np 2 "$BIN" --out "$TMP/busy" -b 64 -e 1K -n 1 -w 0 >"$TMP/busy.txt" 2>"$TMP/busy.err"
+rc=$?
+[ $rc -eq 1 ] || fail "a sweep on a run directory another sweep holds: exit $rc, want 1"
+grep -qF "another cairn-sweep is running in \"$TMP/busy\": pid 4242 on node7 (started 2026-12-05T00:00:00Z) holds" \
+  "$TMP/busy.err" || { fail "a held sweep lock: the holder is not named"; head -3 "$TMP/busy.err" >&2; }
+! grep -q "^# Out of bounds values" "$TMP/busy.txt" || fail "a held sweep lock: measured anyway"
+[ ! -e "$TMP/busy/sweep/sweep.json" ] || fail "a held sweep lock: sweep.json written anyway"
+
 # 9. nccl-tests' flags with nccl-tests' meaning. -o is the reduction op (not --out): `-o max`
 # measures max and writes nothing under ./max; --out keeps its long form.
 mkdir -p "$TMP/cwd"

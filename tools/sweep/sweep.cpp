@@ -18,6 +18,7 @@
 
 #include "cairn/cli.h"
 #include "cairn/clock.h"
+#include "cairn/dir_lock.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
@@ -950,6 +951,11 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
   std::vector<TierPlan> tiers = plan_tiers(o, topo, res.notes);
   std::vector<std::vector<BlockPlan>> plans = plan_blocks(o, tiers, res.notes);
   check_outputs(o, true);
+  // One sweep per run directory: a second one (a resubmitted job, another shell) would share the fabric with this
+  // one, skewing both measurements, and replace this one's files one by one with its own.
+  DirLock lock;
+  acquire_on_rank0(lock, join_path(join_path(o.run_dir, "sweep"), "LOCK"), o.run_dir,
+                   "another cairn-sweep is running in", "wait for it to exit, or use another --out");
 
   describe_run(info, o, be, topo);
   const TableOutput emit{root, o, res};
