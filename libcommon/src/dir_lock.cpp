@@ -50,7 +50,7 @@ void DirLock::acquire(const std::string& lock_path, const std::string& dir, cons
     if (err != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) break;
     if (first) {
       const std::string holder = read_holder(fd);
-      CAIRN_LOG_INFO("waiting up to %.0f s for \"%s\", held by %s", wait_s, lock_path.c_str(),
+      CAIRN_LOG_INFO("waiting up to %.3g s for \"%s\", held by %s", wait_s, lock_path.c_str(),
                      holder.empty() ? "a process that has not recorded itself yet" : holder.c_str());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -61,7 +61,7 @@ void DirLock::acquire(const std::string& lock_path, const std::string& dir, cons
       std::string holder = read_holder(fd);
       ::close(fd);
       if (holder.empty()) holder = "a process that has not recorded itself yet";
-      const std::string waited = wait_s > 0 ? strprintf(" (waited %.0f s)", wait_s) : "";
+      const std::string waited = wait_s > 0 ? strprintf(" (waited %.3g s)", wait_s) : "";
       throw RuntimeError(file_message(taken, dir, holder + " holds \"" + lock_path + "\"" + waited + "; " + advice));
     }
     ::close(fd);

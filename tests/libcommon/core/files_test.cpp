@@ -1,4 +1,5 @@
-// Atomic writes survive a crash mid-write; read errors name the path and reason.
+// Atomic writes survive a crash mid-write; read errors name the path and reason; an output directory's lock admits
+// one holder and names it to the next.
 #define BOOST_TEST_MODULE common_files
 #include <boost/test/unit_test.hpp>
 
@@ -6,9 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 
+#include "cairn/dir_lock.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 
@@ -93,4 +97,53 @@ BOOST_AUTO_TEST_CASE(atomic_file_without_commit_keeps_target) {
 
 BOOST_AUTO_TEST_CASE(unwritable_output_dir_is_a_usage_error) {
   BOOST_CHECK_THROW(check_writable_dir("/proc/cairn_cannot_be_here"), UsageError);
+}
+
+// flock() locks belong to an open file description, so two DirLocks in one process contend as two processes would.
+BOOST_AUTO_TEST_CASE(dir_lock_admits_one_holder_and_names_it) {
+  const std::string dir = temp_dir() + "/locked";
+  const std::string path = dir + "/LOCK";
+  DirLock first;
+  first.acquire(path, dir, "another tool is writing", "wait for it");  // creates dir and the file
+  BOOST_TEST(first.held());
+  BOOST_TEST(read_file(path).find("pid " + std::to_string(getpid()) + " on ") == 0);
+  DirLock second;
+  try {
+    second.acquire(path, dir, "another tool is writing", "wait for it");
+    BOOST_FAIL("a second holder was admitted");
+  } catch (const RuntimeError& e) {
+    const std::string msg = e.what();
+    BOOST_TEST(msg.find("another tool is writing \"" + dir + "\": pid " + std::to_string(getpid())) == 0, msg);
+    BOOST_TEST(msg.find("holds \"" + path + "\"; wait for it") != std::string::npos, msg);
+  }
+  BOOST_TEST(!second.held());
+  // A bounded wait ends in the same error, no sooner than asked, saying how long it waited.
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    second.acquire(path, dir, "another tool is writing", "wait for it", 0.3);
+    BOOST_FAIL("a second holder was admitted after waiting");
+  } catch (const RuntimeError& e) {
+    BOOST_TEST(std::string(e.what()).find("(waited 0.3 s); wait for it") != std::string::npos, e.what());
+  }
+  BOOST_TEST(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= 0.3);
+  // Released: the file stays, empty; the next holder gets it at once.
+  first.release();
+  BOOST_TEST(read_file(path).empty());
+  second.acquire(path, dir, "another tool is writing", "wait for it");
+  BOOST_TEST(second.held());
+  second.release();
+}
+
+BOOST_AUTO_TEST_CASE(dir_lock_waiter_gets_it_once_the_holder_lets_go) {
+  const std::string dir = temp_dir() + "/handover";
+  DirLock holder, waiter;
+  holder.acquire(dir + "/LOCK", dir, "busy", "later");
+  // The wait is far longer than the hand-over takes: the outcome does not depend on when the thread runs.
+  std::thread let_go([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    holder.release();
+  });
+  waiter.acquire(dir + "/LOCK", dir, "busy", "later", 600);
+  let_go.join();
+  BOOST_TEST(waiter.held());
 }
