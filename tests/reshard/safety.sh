@@ -393,8 +393,9 @@ expect_exit 2 'shards' "$B" reshard "$T/ds" --shards
 echo "ok: unknown or missing subcommands exit 2 naming the valid ones"
 
 # ---- One writer per dataset directory. While another process holds <out>/.reshard.lock (flock(1) stands in for a
-# running cairn-reshard: no timing involved), build, reshard and mix refuse at once with exit 1 naming the holder,
-# and write nothing; on 2 ranks every rank stops with rank 0's message. With the holder gone the same command runs.
+# running cairn-reshard: no timing involved), build, reshard, mix and stats refuse at once with exit 1 naming the
+# holder, and write nothing; on 2 ranks every rank stops with rank 0's message. With the holder gone the same
+# command runs.
 mkdir -p "$T/locked"
 L="$T/locked/.reshard.lock"
 echo "pid 4242 on node7 (started 2026-12-05T00:00:00Z)" > "$L"
@@ -403,6 +404,7 @@ expect_exit 1 "$taken" flock -n "$L" "$B" reshard "$T/ds" --shards 3 --out "$T/l
 expect_exit 1 "$taken" flock -n "$L" "$B" build --delimiter % --shards 2 --out "$T/locked" "$T/in.txt"
 expect_exit 1 "$taken" flock -n "$L" "$B" mix "$T/ds" "$T/ds" --weights 1,1 --out "$T/locked"
 expect_exit 1 "$taken" flock -n "$L" mpirun -np 2 --oversubscribe "$B" reshard "$T/ds" --shards 3 --out "$T/locked"
+expect_exit 1 "$taken" flock -n "$L" "$B" stats "$T/locked"   # it rewrites stats.json
 [ "$(ls -A "$T/locked")" = .reshard.lock ] || fail "a refused run wrote into the locked directory: $(ls -A "$T/locked")"
 "$B" reshard "$T/ds" --shards 3 --out "$T/locked" 2>/dev/null
 "$B" verify "$T/locked" >/dev/null
