@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -20,14 +21,14 @@
 namespace cairn {
 
 namespace {
-// The holder's line from the lock file ("" when it has not written it yet or it cannot be read).
+// The holder's line from the lock file, for messages (a stand-in when it has not written it yet or it cannot be
+// read).
 std::string read_holder(int fd) {
   char buf[512];
   const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-  if (n <= 0) return "";
-  std::string s(buf, static_cast<size_t>(n));
+  std::string s(buf, static_cast<size_t>(std::max<ssize_t>(n, 0)));
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
+  return s.empty() ? "a process that has not recorded itself yet" : s;
 }
 }  // namespace
 
@@ -48,19 +49,15 @@ void DirLock::acquire(const std::string& lock_path, const std::string& dir, cons
   for (bool first = true; ::flock(fd, LOCK_EX | LOCK_NB) != 0; first = false) {
     err = errno;
     if (err != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) break;
-    if (first) {
-      const std::string holder = read_holder(fd);
-      CAIRN_LOG_INFO("waiting up to %.3g s for \"%s\", held by %s", wait_s, lock_path.c_str(),
-                     holder.empty() ? "a process that has not recorded itself yet" : holder.c_str());
-    }
+    if (first)
+      CAIRN_LOG_INFO("waiting up to %.3g s for \"%s\", held by %s", wait_s, lock_path.c_str(), read_holder(fd).c_str());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     err = 0;
   }
   if (err != 0) {
     if (err == EWOULDBLOCK) {
-      std::string holder = read_holder(fd);
+      const std::string holder = read_holder(fd);
       ::close(fd);
-      if (holder.empty()) holder = "a process that has not recorded itself yet";
       const std::string waited = wait_s > 0 ? strprintf(" (waited %.3g s)", wait_s) : "";
       throw RuntimeError(file_message(taken, dir, holder + " holds \"" + lock_path + "\"" + waited + "; " + advice));
     }

@@ -484,9 +484,11 @@ void check_output_not_input(const std::string& out, const std::vector<std::strin
 // it; renames stay on one filesystem).
 std::string staging_dir(const std::string& dir) { return join_path(dir, ".staging"); }
 
-void lock_dataset_dir(DirLock& lock, const std::string& dir) {
-  acquire_on_rank0(lock, join_path(dir, ".reshard.lock"), dir, "another cairn-reshard is writing",
-                   "wait for it to exit, or use another --out");
+void lock_dataset_dir(DirLock& lock, const std::string& dir, bool every_rank) {
+  const std::string path = join_path(dir, ".reshard.lock");
+  const char* taken = "another cairn-reshard is writing";
+  if (every_rank) acquire_on_rank0(lock, path, dir, taken, "wait for it to exit, or use another --out");
+  else lock.acquire(path, dir, taken, "wait for it to exit, then run stats again");
 }
 
 namespace {

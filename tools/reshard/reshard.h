@@ -200,11 +200,12 @@ struct WriteResult {
 WriteResult write_dataset(const DocSource& src, const OutputSpec& spec);
 // Where write_dataset stages a run that would replace the complete dataset in `dir`: <dir>/.staging.
 std::string staging_dir(const std::string& dir);
-// One cairn-reshard writing a dataset directory at a time: build, reshard, mix and convert --from take `lock` on
-// <dir>/.reshard.lock (creating dir) before they write anything, rank 0 for all (collective under MPI). Two runs
-// on one --out would remove each other's temp files and swap shards of different plans in. A taken lock is exit 1
-// naming the holder; the lock goes when the process ends, killed or not.
-void lock_dataset_dir(DirLock& lock, const std::string& dir);
+// One cairn-reshard writing a dataset directory at a time: build, reshard, mix, convert --from and stats take `lock`
+// on <dir>/.reshard.lock (creating dir) before they write anything. Two runs on one --out would remove each other's
+// temp files and swap shards of different plans in. A taken lock is exit 1 naming the holder; the lock goes when the
+// process ends, killed or not. every_rank: collective under MPI (rank 0 takes it for all); false: this process
+// takes it alone (stats, which runs on rank 0 only).
+void lock_dataset_dir(DirLock& lock, const std::string& dir, bool every_rank = true);
 
 // Deterministic permutation of [0, n) from `seed` (same on every platform).
 std::vector<uint64_t> shuffled_order(uint64_t n, uint64_t seed);

@@ -269,9 +269,7 @@ int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const s
     // stats.json of the dataset being replaced would land beside the new one's index).
     DirLock lock;
     std::error_code ec;
-    if (fs::is_directory(d, ec))
-      lock.acquire(join_path(d, ".reshard.lock"), d, "another cairn-reshard is writing",
-                   "wait for it to exit, then run stats again");
+    if (fs::is_directory(d, ec)) lock_dataset_dir(lock, d, /*every_rank=*/false);
     shards::Dataset ds = shards::Dataset::open(d);
     // Statistics of a corrupt dataset would describe data no reader will accept: its shards are
     // checked first, like reshard/convert do (exit 3 naming the shard; stats.json is left alone).
