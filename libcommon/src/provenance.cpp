@@ -5,6 +5,7 @@
 
 #include <ctime>
 
+#include "cairn/git_sha.h"
 #include "cairn/version.h"
 
 namespace cairn {
