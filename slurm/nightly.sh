@@ -7,7 +7,8 @@
 # (<[run] dir>/<UTC date-time> unless --out is given; <[run] dir>/latest points at it), then
 # cairn-report on that run with --baseline BASELINE_DIR and the config's [report.gates].
 # Exit code (for cron and CI): 0 all gates pass, 3 a gate failed (regression), 1 infrastructure
-# failure (a job failed, a tool is missing, the baseline is missing, ...), 2 usage error.
+# failure (a job failed, a tool is missing, the baseline is missing, ...), 2 usage error or a config the tools
+# reject (a misspelled key or gate), found before anything is submitted.
 # Output is plain timestamped lines, one per event, safe to mail from cron.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,23 +39,33 @@ while [ $# -gt 0 ]; do
 done
 
 cairn_env_hook
-printed=$(cairn_print_config --config "$config" "${sets[@]}" 2>&1) || finish 1 "INFRA-FAILURE: config rejected: $printed"
+# The config as cairn-report sees it: every tool checks every section, and cairn-report also checks its gates, so a
+# misspelled gate stops the nightly here, before anything is submitted, instead of after the whole pipeline ran.
+report_tool=$(cairn_tool report) || report_tool=$(cairn_any_tool) ||
+  finish 1 "INFRA-FAILURE: no cairn-* binary found (looked in ${CAIRN_BIN_DIR:-<unset>}, $CAIRN_HOME/build/bin and PATH)"
+printed=$("$report_tool" --config "$config" "${sets[@]}" --print-config 2>&1) ||
+  finish 2 "CONFIG-ERROR: the config is rejected: $printed"
 base=$(cairn_config_value run dir <<<"$printed") || finish 1 "INFRA-FAILURE: no [run] dir in the printed config"
 base=$(cairn_abspath "$base")
-if [ -z "$out" ]; then
-  out=$base/$(date -u +%Y%m%dT%H%M%SZ)
-fi
-out=$(cairn_abspath "$out")
-mkdir -p "$out" || finish 1 "INFRA-FAILURE: cannot create \"$out\""
-if [ "$(dirname "$out")" = "$base" ]; then ln -sfn "$(basename "$out")" "$base/latest" 2>/dev/null || true; fi
+if [ -n "$out" ]; then out=$(cairn_abspath "$out"); parent=$(dirname "$out"); else parent=$base; fi
+mkdir -p "$parent" || finish 1 "INFRA-FAILURE: cannot create \"$parent\""
 
 # One nightly at a time per run directory base (cron may start the next before this one ends). The lock lives
-# next to the run: with --out the config's [run] dir need not exist.
-lock=$(dirname "$out")/.nightly.lock
+# next to the run (with --out the config's [run] dir need not exist), and is taken before the run directory is
+# made and `latest` repointed, so a nightly refused here changes nothing.
+lock=$parent/.nightly.lock
 if command -v flock >/dev/null; then
   exec 9>"$lock" || finish 1 "INFRA-FAILURE: cannot create \"$lock\""
   flock -n 9 || finish 1 "INFRA-FAILURE: another nightly.sh holds $lock"
 fi
+if [ -z "$out" ]; then
+  # One directory per nightly, even for two started within the same second.
+  out=$base/$(date -u +%Y%m%dT%H%M%SZ)
+  n=1; stem=$out
+  while [ -e "$out" ]; do n=$((n + 1)); out=$stem-$n; done
+fi
+mkdir -p "$out" || finish 1 "INFRA-FAILURE: cannot create \"$out\""
+if [ "$(dirname "$out")" = "$base" ]; then ln -sfn "$(basename "$out")" "$base/latest" 2>/dev/null || true; fi
 
 say "config $config; baseline $baseline; run $out"
 stages=()

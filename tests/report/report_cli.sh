@@ -121,7 +121,8 @@ set +e
 "$REPORT" 2> "$T/e4"; r4=$?
 set -e
 [ $r1 -eq 2 ] && grep -q 'unknown gate metric "val_los" (did you mean "val_loss"?)' "$T/e1" || fail "unknown metric: exit $r1 $(cat "$T/e1")"
-[ $r2 -eq 2 ] && grep -q 'unknown gate rule' "$T/e2" || fail "unknown rule: exit $r2 $(cat "$T/e2")"
+[ $r2 -eq 2 ] && grep -qF "report.gates.val_loss: unknown key 'max_rise' (known keys: max_increase," "$T/e2" ||
+  fail "unknown rule: exit $r2 $(cat "$T/e2")"
 [ $r3 -eq 2 ] && grep -q "nope" "$T/e3" || fail "missing run dir: exit $r3 $(cat "$T/e3")"
 [ $r4 -eq 2 ] || fail "no runs: exit $r4"
 
@@ -301,5 +302,41 @@ EOF
 "$REPORT" "$T/good" "$T/bad" --print-config > "$T/pc.toml" || fail "--print-config: exit $?"
 grep -qxF "# positional arguments (not config keys: give them again with --config): [\"$T/good\", \"$T/bad\"]" \
   "$T/pc.toml" || fail "--print-config does not show the run directories: $(head -3 "$T/pc.toml")"
+
+# 10. Gates a run must fail. (a) Its loss went NaN: cairn-train writes null, and the gates used to take the last
+# finite values before it and pass. (b) A stage imbalance past 150 %: the fraction was read as a percent above 1.5.
+# (c) A value just past its limit prints with the digits that tell them apart. (d) A misspelled gate is refused by
+# --print-config too (nightly.sh checks its config so), naming where it was set.
+mkdir -p "$T/nan/train" "$T/imb/train" "$T/near/train"
+$PY - "$T" <<'EOF'
+import json, sys
+t = sys.argv[1]
+def write(run, lines):
+    with open(f"{t}/{run}/train/metrics.jsonl", "w") as f:
+        f.writelines(json.dumps(l) + "\n" for l in lines)
+write("nan", [{"kind": "train", "step": s, "loss": 3.0 if s < 50 else None} for s in range(1, 101)] +
+      [{"kind": "val", "step": 40, "val_loss": 3.1}, {"kind": "val", "step": 100, "val_loss": None}])
+stages = [{"stage": 0, "rank": 0, "time_s": {"forward": 1.3, "backward": 1.3, "pp_wait": 0.1}},
+          {"stage": 1, "rank": 1, "time_s": {"forward": 0.5, "backward": 0.5, "pp_wait": 0.5}}]
+write("imb", [{"kind": "train", "step": s, "loss": 3.0, "stages": stages, "time_s": {"total": 3.0}} for s in range(1, 11)])
+write("near", [{"kind": "train", "step": s, "loss": 3.0200001} for s in range(1, 11)])
+EOF
+set +e
+"$REPORT" "$T/nan" --set 'report.gates.loss={max=4}' --set 'report.gates.val_loss={max=4}' --out "$T/nanr" 2> "$T/e12"
+r12=$?
+"$REPORT" "$T/imb" --set 'report.gates.stage_imbalance={max=50}' --out "$T/imbr" 2> "$T/e13"; r13=$?
+"$REPORT" "$T/near" --set 'report.gates.loss={max=3.02}' --out "$T/nearr" 2> "$T/e14"; r14=$?
+printf '[report.gates]\nval_los = { max = 4 }\n' > "$T/typo.toml"
+"$REPORT" --config "$T/typo.toml" --print-config > /dev/null 2> "$T/e15"; r15=$?
+set -e
+[ $r12 -eq 3 ] && grep -qF 'loss is not finite at its last step 100 (last finite value 3 at step 49): the run diverged' \
+  "$T/e12" && grep -qF 'val_loss is not finite at its last step 100 (last finite value 3.1 at step 40)' "$T/e12" ||
+  fail "a diverged run: exit $r12 $(cat "$T/e12")"
+[ $r13 -eq 3 ] && grep -qF '160% is above the maximum 50%' "$T/e13" || fail "160 % imbalance: exit $r13 $(cat "$T/e13")"
+[ $r14 -eq 3 ] && grep -qF '| **FAIL** | `loss` | near | `max = 3.02` | n/a | 3.0200001 | <= 3.02 |' \
+  "$T/nearr/report/summary.md" || fail "a value just over its limit: exit $r14 $(grep FAIL "$T/nearr/report/summary.md")"
+[ $r15 -eq 2 ] && grep -qF "$T/typo.toml:2:1: report.gates.val_los: unknown gate metric \"val_los\" (did you mean" \
+  "$T/e15" || fail "--print-config with a misspelled gate: exit $r15 $(cat "$T/e15")"
+grep -qF '_cairn-report ' "$T/nearr/report/summary.md" || fail "summary.md does not say which cairn-report wrote it"
 
 echo "report_cli: all checks passed"

@@ -21,6 +21,22 @@ expect 2 "--sbatch wants STAGE:ARGS" slurm/submit-pipeline.sh "$tiny" --sbatch "
 expect 2 "unknown option '--bogus'" slurm/run-local.sh "$tiny" --bogus
 expect 2 "stepz" slurm/run-local.sh "$tiny" --set train.stepz=3
 expect 2 "Usage" slurm/nightly.sh "$tiny"
+# nightly.sh checks the config as cairn-report reads it before it submits or creates anything: a misspelled gate
+# used to surface only after the whole pipeline, as an infrastructure failure.
+mkdir -p "$work/baseline"
+expect 2 'unknown gate metric "val_los" (did you mean "val_loss"?)' slurm/nightly.sh "$tiny" "$work/baseline" \
+  --set "run.dir=\"$work/nightly\"" --set "report.gates.val_los={ max = 4.0 }"
+expect 2 "unknown key 'max_rise'" slurm/nightly.sh "$tiny" "$work/baseline" \
+  --set "run.dir=\"$work/nightly\"" --set "report.gates.val_loss={ max_rise = 4.0 }"
+[ ! -e "$work/nightly" ] || fail "a nightly refused for its config created $work/nightly"
+# A nightly refused by another's lock changes nothing: no new run directory, `latest` not repointed.
+mkdir -p "$work/nightly/20260101T000000Z"
+ln -s 20260101T000000Z "$work/nightly/latest"
+flock "$work/nightly/.nightly.lock" -c "slurm/nightly.sh $tiny $work/baseline --set 'run.dir=\"$work/nightly\"' \
+  > $work/out 2>&1" && fail "a nightly ran while another held the lock" || true
+grep -qF "another nightly.sh holds" "$work/out" || { cat "$work/out"; fail "the refused nightly did not say why"; }
+[ "$(readlink "$work/nightly/latest")" = 20260101T000000Z ] || fail "a refused nightly repointed latest"
+[ "$(ls "$work/nightly")" = "$(printf '20260101T000000Z\nlatest')" ] || fail "a refused nightly left a directory"
 pass "bad arguments: exit 2 with the reason"
 
 expect 0 "JOB_REPORT=" slurm/submit-pipeline.sh "$tiny" --out "$work/dry" --stages train,report --dry-run

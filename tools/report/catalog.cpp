@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cairn/config.h"
+#include "cairn/plot.h"
 
 namespace cairn::report {
 namespace {
@@ -283,7 +284,9 @@ size_t warmup_index(size_t n, double warmup_frac) {
   return std::max<size_t>(1, w);
 }
 
-double as_percent(double v) { return std::isfinite(v) && std::fabs(v) <= 1.5 ? v * 100 : v; }
+// Every producer (cairn-train's metrics, cairn-plan's plans) writes these as fractions; a guess by magnitude would
+// turn a 160 % stage imbalance into "1.6 %" and pass the gate that should fail.
+double as_percent(double fraction) { return std::isfinite(fraction) ? fraction * 100 : fraction; }
 
 json plan_used_by_training(const RunData& run, bool* matched) {
   *matched = false;
@@ -425,7 +428,9 @@ void train_metrics(Metrics& m, const RunData& run, const MetricSettings& st) {
     size_t w = warmup_index(n, st.warmup_frac);
     size_t k = std::clamp<size_t>(n / 20, 1, 50);
     std::vector<double> smooth = ema_smooth(t.loss, st.smooth);
-    set(m, "loss", tail_mean(t.loss, k), min_finite(smooth));
+    // A run whose last loss is not finite diverged: its final loss is unknown, and the tail mean of the finite ones
+    // before would pass a gate the run failed. Left unset, the gate fails with missing_reason's account.
+    if (std::isfinite(t.loss.back())) set(m, "loss", tail_mean(t.loss, k), min_finite(smooth));
     set(m, "tokens_per_s", median_from(t.tokens_per_s, w), max_finite(t.tokens_per_s, w));
     set(m, "mfu", as_percent(median_from(t.mfu, w)), as_percent(max_finite(t.mfu, w)));
     set(m, "tflops", median_from(t.tflops, w), max_finite(t.tflops, w));
@@ -442,7 +447,8 @@ void train_metrics(Metrics& m, const RunData& run, const MetricSettings& st) {
     if (std::isfinite(w0) && std::isfinite(w1) && w1 >= w0) set(m, "train_time_s", w1 - w0);
   }
   if (run.val.size() > 0) {
-    set(m, "val_loss", last_finite(run.val.val_loss), min_finite(run.val.val_loss));
+    if (std::isfinite(run.val.val_loss.back()))
+      set(m, "val_loss", run.val.val_loss.back(), min_finite(run.val.val_loss));
     set(m, "best_val_loss", min_finite(run.val.val_loss));
   }
 }
@@ -611,6 +617,25 @@ std::map<std::string, MetricValue> compute_metrics(const RunData& run, const Met
   return m;
 }
 
+namespace {
+
+// Why a series whose last value is not finite (null: cairn-train writes a NaN or infinite loss so) has no final
+// value; empty when its last value is finite or it has none at all.
+std::string nonfinite_last_reason(const std::string& run, const std::string& name, const std::vector<double>& step,
+                                  const std::vector<double>& y) {
+  if (y.empty() || std::isfinite(y.back())) return "";
+  size_t last = y.size();
+  while (last-- > 0 && !std::isfinite(y[last])) {
+  }
+  std::string at = plot::format_value(step.back(), "", 10);
+  if (last >= y.size()) return "run \"" + run + "\": " + name + " is not finite at any step (last step " + at + ")";
+  return "run \"" + run + "\": " + name + " is not finite at its last step " + at + " (last finite value " +
+         plot::format_value(y[last], "", 6) + " at step " + plot::format_value(step[last], "", 10) +
+         "): the run diverged";
+}
+
+}  // namespace
+
 std::string missing_reason(const RunData& run, const MetricDef& d) {
   auto stage_reason = [&](const std::string& stage, const std::string& file) -> std::string {
     if (!run.has(stage)) return "run \"" + run.name + "\" has no " + stage + "/ stage";
@@ -621,6 +646,11 @@ std::string missing_reason(const RunData& run, const MetricDef& d) {
   if (d.group == "train") {
     std::string r = stage_reason("train", "metrics.jsonl");
     if (!r.empty()) return r;
+    if (d.name == "loss" || d.name == "val_loss") {
+      r = nonfinite_last_reason(run.name, d.name, d.name == "loss" ? run.train.step : run.val.step,
+                                d.name == "loss" ? run.train.loss : run.val.val_loss);
+      if (!r.empty()) return r;
+    }
     if (d.name == "val_loss" || d.name == "best_val_loss")
       return "run \"" + run.name + "\": no validation records in train/metrics.jsonl";
     return "run \"" + run.name + "\": train/metrics.jsonl has no values for " + d.name;

@@ -59,8 +59,8 @@ std::vector<double> ema_smooth(const std::vector<double>& y, double weight);
 double median_from(const std::vector<double>& y, size_t from);
 // First index after warm-up for a series of n records.
 size_t warmup_index(size_t n, double warmup_frac);
-// Fractions in [0, 1.5] are taken as fractions and shown in percent.
-double as_percent(double v);
+// A fraction (MFU, stage imbalance) in percent.
+double as_percent(double fraction);
 // Lower-case and without '_' or '-' ("all_reduce" -> "allreduce").
 std::string normalize_collective(const std::string& name);
 

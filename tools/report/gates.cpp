@@ -6,19 +6,17 @@
 #include "cairn/config.h"
 #include "cairn/error.h"
 #include "cairn/plot.h"
+#include "cairn/sections/report.h"
 
 namespace cairn::report {
 namespace {
 
-const std::vector<std::string>& rule_kinds() {
-  static const std::vector<std::string> k{"max_increase", "max_increase_pct", "max_drop", "max_drop_pct", "max", "min"};
-  return k;
-}
+const std::vector<std::string>& rule_kinds() { return report_gate_rule_kinds(); }
 
 // Rounding slack so that a value exactly at the limit (3.0 + 0.02 vs 3.02) passes.
 double slack(double limit) { return 1e-12 * std::max(1.0, std::fabs(limit)); }
 
-std::string fmt(double v, const std::string& unit) { return plot::format_value(v, unit, 4); }
+std::string fmt(double v, const std::string& unit, int digits) { return plot::format_value(v, unit, digits); }
 
 std::string amount_text(double a) {
   std::string s = plot::format_value(a, "", 6);
@@ -66,6 +64,18 @@ std::vector<GateRule> parse_gates(const json& gates) {
   return rules;
 }
 
+std::vector<GateRule> parse_gates(const Config& cfg) {
+  const json gates = cfg.section(kReportGatesSection);
+  if (gates.is_object())
+    for (auto it = gates.begin(); it != gates.end(); ++it) try {
+        parse_gates(json{{it.key(), it.value()}});
+      } catch (const UsageError& e) {
+        const Origin& o = cfg.origin(dotted_name(kReportGatesSection, it.key()));
+        throw UsageError((o.kind == Origin::Default ? std::string("default") : o.describe()) + ": " + e.what());
+      }
+  return parse_gates(gates);
+}
+
 std::vector<GateResult> evaluate_gates(const std::vector<GateRule>& rules, const std::vector<RunData>& runs,
                                        const std::vector<std::map<std::string, MetricValue>>& metrics, int baseline) {
   std::vector<GateResult> out;
@@ -99,48 +109,41 @@ std::vector<GateResult> evaluate_gates(const std::vector<GateRule>& rules, const
         g.reason = g.reason.empty() ? why : why + "; " + g.reason;
       }
       if (g.reason.empty()) {
-        double base = g.baseline, a = rule.amount;
+        const double base = g.baseline, a = rule.amount;
         const std::string& u = g.unit;
-        if (rule.kind == "max_increase") {
-          g.limit = base + a;
-          g.limit_text = "<= " + fmt(g.limit, u) + " (baseline + " + amount_text(a) + ")";
-          g.pass = g.value <= g.limit + slack(g.limit);
-        } else if (rule.kind == "max_increase_pct") {
-          g.limit = base + std::fabs(base) * a / 100;
-          g.limit_text = "<= " + fmt(g.limit, u) + " (baseline + " + amount_text(a) + "%)";
-          g.pass = g.value <= g.limit + slack(g.limit);
-        } else if (rule.kind == "max_drop") {
-          g.limit = base - a;
-          g.limit_text = ">= " + fmt(g.limit, u) + " (baseline - " + amount_text(a) + ")";
-          g.pass = g.value >= g.limit - slack(g.limit);
-        } else if (rule.kind == "max_drop_pct") {
-          g.limit = base - std::fabs(base) * a / 100;
-          g.limit_text = ">= " + fmt(g.limit, u) + " (baseline - " + amount_text(a) + "%)";
-          g.pass = g.value >= g.limit - slack(g.limit);
-        } else if (rule.kind == "max") {
-          g.limit = a;
-          g.limit_text = "<= " + fmt(a, u);
-          g.pass = g.value <= g.limit + slack(g.limit);
-        } else {
-          g.limit = a;
-          g.limit_text = ">= " + fmt(a, u);
-          g.pass = g.value >= g.limit - slack(g.limit);
-        }
+        const std::string& k = rule.kind;
+        const bool upper = k == "max_increase" || k == "max_increase_pct" || k == "max";
+        if (k == "max_increase") g.limit = base + a;
+        else if (k == "max_increase_pct") g.limit = base + std::fabs(base) * a / 100;
+        else if (k == "max_drop") g.limit = base - a;
+        else if (k == "max_drop_pct") g.limit = base - std::fabs(base) * a / 100;
+        else g.limit = a;
+        g.pass = upper ? g.value <= g.limit + slack(g.limit) : g.value >= g.limit - slack(g.limit);
+        // Enough digits that a value just past its limit does not print as the limit ("FAIL 3.02, <= 3.02").
+        while (g.digits < 12 && g.value != g.limit && fmt(g.value, u, g.digits) == fmt(g.limit, u, g.digits))
+          ++g.digits;
+        const int dg = g.digits;
+        const std::string bound = (upper ? "<= " : ">= ") + fmt(g.limit, u, dg);
+        if (k == "max_increase") g.limit_text = bound + " (baseline + " + amount_text(a) + ")";
+        else if (k == "max_increase_pct") g.limit_text = bound + " (baseline + " + amount_text(a) + "%)";
+        else if (k == "max_drop") g.limit_text = bound + " (baseline - " + amount_text(a) + ")";
+        else if (k == "max_drop_pct") g.limit_text = bound + " (baseline - " + amount_text(a) + "%)";
+        else g.limit_text = bound;
         if (!g.pass) {
           double d = g.value - base;
           std::string pct = base != 0 ? plot::format_value(d / std::fabs(base) * 100, "%", 3) : "n/a";
           if (d > 0) pct = "+" + pct;
-          std::string abs_d = (d > 0 ? "+" : "") + fmt(d, u);
-          if (rule.kind == "max_increase")
-            g.reason = abs_d + " vs baseline " + fmt(base, u) + "; allowed increase " + fmt(a, u);
-          else if (rule.kind == "max_increase_pct")
-            g.reason = pct + " vs baseline " + fmt(base, u) + "; allowed increase " + amount_text(a) + "%";
-          else if (rule.kind == "max_drop")
-            g.reason = abs_d + " vs baseline " + fmt(base, u) + "; allowed drop " + fmt(a, u);
-          else if (rule.kind == "max_drop_pct")
-            g.reason = pct + " vs baseline " + fmt(base, u) + "; allowed drop " + amount_text(a) + "%";
-          else if (rule.kind == "max") g.reason = fmt(g.value, u) + " is above the maximum " + fmt(a, u);
-          else g.reason = fmt(g.value, u) + " is below the minimum " + fmt(a, u);
+          std::string abs_d = (d > 0 ? "+" : "") + fmt(d, u, dg);
+          if (k == "max_increase")
+            g.reason = abs_d + " vs baseline " + fmt(base, u, dg) + "; allowed increase " + fmt(a, u, dg);
+          else if (k == "max_increase_pct")
+            g.reason = pct + " vs baseline " + fmt(base, u, dg) + "; allowed increase " + amount_text(a) + "%";
+          else if (k == "max_drop")
+            g.reason = abs_d + " vs baseline " + fmt(base, u, dg) + "; allowed drop " + fmt(a, u, dg);
+          else if (k == "max_drop_pct")
+            g.reason = pct + " vs baseline " + fmt(base, u, dg) + "; allowed drop " + amount_text(a) + "%";
+          else if (k == "max") g.reason = fmt(g.value, u, dg) + " is above the maximum " + fmt(a, u, dg);
+          else g.reason = fmt(g.value, u, dg) + " is below the minimum " + fmt(a, u, dg);
         }
       }
       out.push_back(g);

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "cairn/config.h"
 #include "catalog.h"
 
 namespace cairn::report {
@@ -20,6 +21,10 @@ struct GateRule {
 // Parses the [report.gates] table ({metric: {rule: number, ...}}). Unknown metrics, unknown rules
 // and non-numeric amounts are UsageError (exit 2) naming the key.
 std::vector<GateRule> parse_gates(const json& gates);
+// The same over the config's [report.gates], each error prefixed with where the gate was set ("exp.toml:12:1",
+// "--set"). cairn-report calls it before --print-config, so a config the report would refuse is refused up front
+// (nightly.sh checks its config so, before it submits anything).
+std::vector<GateRule> parse_gates(const Config& cfg);
 
 struct GateResult {
   std::string run;     // the run checked
@@ -30,6 +35,7 @@ struct GateResult {
   double value = kNaN;
   double limit = kNaN;     // the threshold the value was compared with
   std::string limit_text;  // "<= 3.27 (baseline + 0.02)"
+  int digits = 4;          // significant digits that tell the value from its limit (4 unless they print alike)
   bool pass = false;
   std::string reason;  // why it failed, or "" when it passed
 };

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
+    cairn::report::parse_gates(cfg);  // a gate the report would refuse fails --print-config too
     if (cairn::maybe_print_config(opts, cfg, runs)) return 0;
     cairn::report::ReportInputs inputs = cairn::report::report_inputs(cfg, runs);
     cairn::report::ReportResult result = cairn::report::run_report(inputs);

@@ -17,7 +17,9 @@ namespace {
 using plot::format_value;
 using plot::xml_escape;
 
-std::string fmt_or_na(double v, const std::string& unit) { return std::isnan(v) ? "n/a" : format_value(v, unit, 4); }
+std::string fmt_or_na(double v, const std::string& unit, int digits = 4) {
+  return std::isnan(v) ? "n/a" : format_value(v, unit, digits);
+}
 
 // Signed difference with units, e.g. "+0.012" or "-3.1%".
 std::string signed_fmt(double v, const std::string& unit, int digits = 3) {
@@ -348,8 +350,8 @@ void html_gates(Html& h, const ReportModel& m) {
     for (const auto& g : m.gates) {
       h << "<tr><td class=\"l " << (g.pass ? "pass" : "fail") << "\">" << (g.pass ? "PASS" : "FAIL")
         << "</td><td class=\"l\"><code>" << xml_escape(g.metric) << "</code></td><td class=\"l\">" << xml_escape(g.run)
-        << "</td><td class=\"l\"><code>" << xml_escape(g.rule) << "</code></td><td>" << fmt_or_na(g.baseline, g.unit)
-        << "</td><td>" << fmt_or_na(g.value, g.unit) << "</td><td>"
+        << "</td><td class=\"l\"><code>" << xml_escape(g.rule) << "</code></td><td>"
+        << fmt_or_na(g.baseline, g.unit, g.digits) << "</td><td>" << fmt_or_na(g.value, g.unit, g.digits) << "</td><td>"
         << xml_escape(g.limit_text.empty() ? "n/a" : g.limit_text) << "</td><td class=\"wrap\">" << xml_escape(g.reason)
         << "</td></tr>";
     }
@@ -771,8 +773,9 @@ std::string render_markdown(const ReportModel& m) {
           "|---|---|---|---|---:|---:|---|---|\n";
     for (const auto& g : m.gates)
       os << "| " << (g.pass ? "PASS" : "**FAIL**") << " | `" << md_cell(g.metric) << "` | " << md_cell(g.run) << " | `"
-         << md_cell(g.rule) << "` | " << fmt_or_na(g.baseline, g.unit) << " | " << fmt_or_na(g.value, g.unit) << " | "
-         << md_cell(g.limit_text.empty() ? "n/a" : g.limit_text) << " | " << md_cell(g.reason) << " |\n";
+         << md_cell(g.rule) << "` | " << fmt_or_na(g.baseline, g.unit, g.digits) << " | "
+         << fmt_or_na(g.value, g.unit, g.digits) << " | " << md_cell(g.limit_text.empty() ? "n/a" : g.limit_text)
+         << " | " << md_cell(g.reason) << " |\n";
     os << "\n";
   }
   if (!m.table_metrics.empty()) {
@@ -782,7 +785,7 @@ std::string render_markdown(const ReportModel& m) {
     for (size_t i = 0; i < m.runs.size(); ++i) os << "---:|";
     os << "\n";
     for (const auto& d : m.table_metrics) {
-      os << "| `" << d.name << "`" << (d.unit.empty() ? "" : " [" + d.unit + "]") << " |";
+      os << "| `" << md_cell(d.name) << "`" << (d.unit.empty() ? "" : " [" + d.unit + "]") << " |";
       double base = kNaN;
       if (m.baseline >= 0) {
         auto b = m.metrics[static_cast<size_t>(m.baseline)].find(d.name);
@@ -881,6 +884,9 @@ std::string render_markdown(const ReportModel& m) {
     os << "\n";
   }
   os << "_" << m.charts.size() << " charts in `report/index.html`; every number in `report/summary.json`._\n";
+  const Provenance prov = provenance();
+  os << "\n_" << md_cell(prov.tool) << " " << md_cell(prov.version) << " (git " << md_cell(prov.git_sha) << ") on "
+     << md_cell(prov.host) << ", " << md_cell(prov.time_utc) << ": `" << md_cell(prov.command_line) << "`_\n";
   return os.str();
 }
 

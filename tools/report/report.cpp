@@ -32,7 +32,7 @@ size_t ReportModel::gates_failed() const {
 
 ReportInputs report_inputs(const Config& cfg, const std::vector<std::string>& cli_runs) {
   ReportInputs in;
-  in.gates = parse_gates(cfg.section("report.gates"));
+  in.gates = parse_gates(cfg);
   const ReportSection rs = read_section<ReportSection>(cfg);
   in.runs = rs.runs;
   for (const auto& r : cli_runs) in.runs.push_back(r);

@@ -436,8 +436,8 @@ void parse_metrics_jsonl(const std::string& text, const std::string& path, RunDa
       }
       append_train(t, rec);
     } else if (kind == "val") {
-      if (!rec.step || !rec.val_loss) {
-        run.problem(path + ":" + std::to_string(line_no) + ": val record without numeric \"step\" and \"val_loss\"");
+      if (!rec.step) {
+        run.problem(path + ":" + std::to_string(line_no) + ": val record without a numeric \"step\"");
         continue;
       }
       if (!v.step.empty() && step <= v.step.back()) {
@@ -448,7 +448,7 @@ void parse_metrics_jsonl(const std::string& text, const std::string& path, RunDa
       }
       v.step.push_back(step);
       v.tokens.push_back(value_or_nan(rec.tokens));
-      v.val_loss.push_back(*rec.val_loss);
+      v.val_loss.push_back(value_or_nan(rec.val_loss));  // null: cairn-train's record of a non-finite loss
     }
     // Other kinds (events, notes) are not charted.
   }

@@ -18,7 +18,7 @@ const Schema& registry() {
     declare_section<EvalSection>(s);
     s.add_open_section(kEvalTaskSection, KeyType::Table, kEvalTaskDoc, eval_task_keys());
     declare_section<ReportSection>(s);
-    s.add_open_section(kReportGatesSection, KeyType::Table, kReportGatesDoc);
+    s.add_open_section(kReportGatesSection, KeyType::Table, kReportGatesDoc, report_gate_rule_kinds());
     return s;
   }();
   return schema;

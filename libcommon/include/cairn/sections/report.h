@@ -40,6 +40,12 @@ struct ReportSection {
 
 // [report.gates]: metric = { max_increase = x | ... }, an open section of inline tables.
 inline constexpr const char* kReportGatesSection = "report.gates";
+// The rules a gate's table may hold: its schema's table keys (a misspelled rule is an error at load, naming the file
+// position) and cairn-report's gate parser read this one list.
+inline const std::vector<std::string>& report_gate_rule_kinds() {
+  static const std::vector<std::string> k{"max_increase", "max_increase_pct", "max_drop", "max_drop_pct", "max", "min"};
+  return k;
+}
 inline constexpr const char* kReportGatesDoc =
     "regression gates: metric = { max_increase = x | max_increase_pct = p | max_drop = x | max_drop_pct = p | max "
     "= m | min = m } (cairn-report --list-metrics)";
