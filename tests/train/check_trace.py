@@ -52,6 +52,9 @@ def main():
 
     trace = json.load(open(args.trace))
     events = trace["traceEvents"]
+    other = trace.get("otherData", {})
+    check((other.get("first_step"), other.get("last_step")) == (a, b - 1),
+          f"otherData says steps {other.get('first_step')}..{other.get('last_step')}, expected {a}..{b - 1}")
     xs = [e for e in events if e.get("ph") == "X"]
     check(all(e.get("ph") in ("X", "M") for e in events), "events other than complete (X) and metadata (M)")
     check(xs, "no complete events")

@@ -53,10 +53,13 @@ static std::string scratch() {
 static Config small_config(const std::string& out, std::vector<std::string> extra = {}) {
   ConfigSources src;
   src.use_env = false;
-  src.sets = {"run.dir=\"" + out + "\"", "data.path=\"" + scratch() + "/data\"", "model.layers=2", "model.hidden=32",
-              "model.heads=2", "model.seq_len=16", "train.global_batch=4", "train.steps=12", "train.warmup=2",
-              "train.lr=0.003", "train.val_every=0", "train.checkpoint_every=0", "train.threads=1",
-              "train.spike_zscore=0"};
+  src.sets = {"run.dir=\"" + out + "\"", "data.path=\"" + scratch() + "/data\"",
+              "model.layers=2",          "model.hidden=32",
+              "model.heads=2",           "model.seq_len=16",
+              "train.global_batch=4",    "train.steps=12",
+              "train.warmup=2",          "train.lr=0.003",
+              "train.val_every=0",       "train.checkpoint_every=0",
+              "train.threads=1",         "train.spike_zscore=0"};
   for (auto& e : extra) src.sets.push_back(e);
   return load_config(src);
 }
@@ -150,7 +153,7 @@ BOOST_AUTO_TEST_CASE(nan_and_spike_steps_are_skipped) {
     return Fault::None;
   };
   TrainResult r = run_train(small_config(base + "/faults", {"train.steps=16", "train.spike_zscore=4",
-                                                             "train.spike_min_steps=6", "train.spike_window=8"}),
+                                                            "train.spike_min_steps=6", "train.spike_window=8"}),
                             h);
   BOOST_TEST(r.exit_code == 0);
   BOOST_REQUIRE_EQUAL(r.skipped.size(), 16u);
@@ -179,7 +182,8 @@ BOOST_AUTO_TEST_CASE(too_many_skips_restore_then_continue_past_bad_data) {
     }
     return Fault::None;
   };
-  TrainResult r = run_train(small_config(base + "/restore", {"train.checkpoint_every=5", "train.max_consecutive_skips=2"}), h);
+  TrainResult r =
+      run_train(small_config(base + "/restore", {"train.checkpoint_every=5", "train.max_consecutive_skips=2"}), h);
   BOOST_TEST(r.exit_code == 0);
   BOOST_TEST(r.restores == 1);
   BOOST_TEST(r.final_step == 12);
@@ -196,8 +200,9 @@ BOOST_AUTO_TEST_CASE(too_many_skips_can_stop) {
   std::string base = scratch();
   TrainHooks h;
   h.fault = [](int64_t step) { return step >= 3 ? Fault::NanLoss : Fault::None; };
-  BOOST_CHECK_THROW(run_train(small_config(base + "/stop", {"train.max_consecutive_skips=1", "train.on_too_many_skips=\"stop\""}), h),
-                    RuntimeError);
+  BOOST_CHECK_THROW(
+      run_train(small_config(base + "/stop", {"train.max_consecutive_skips=1", "train.on_too_many_skips=\"stop\""}), h),
+      RuntimeError);
 }
 
 BOOST_AUTO_TEST_CASE(schedule_and_step_ranges) {
@@ -353,9 +358,9 @@ BOOST_AUTO_TEST_CASE(a_run_that_only_skips_stops_with_an_error) {
   const std::string run = scratch() + "/dead";
   TrainHooks h;
   h.fault = [](int64_t step) { return step >= 4 ? Fault::NanGrad : Fault::None; };
-  BOOST_CHECK_THROW(run_train(small_config(run, {"train.steps=40", "train.checkpoint_every=2",
-                                                  "train.max_consecutive_skips=2"}), h),
-                    RuntimeError);
+  BOOST_CHECK_THROW(
+      run_train(small_config(run, {"train.steps=40", "train.checkpoint_every=2", "train.max_consecutive_skips=2"}), h),
+      RuntimeError);
   clear_stop_signal();
   mpi::barrier();
   std::vector<int64_t> steps;
@@ -369,8 +374,8 @@ BOOST_AUTO_TEST_CASE(lr_1000_does_not_finish) {
   const std::string run = scratch() + "/lr1000";
   bool failed = false;
   try {
-    TrainResult r = run_train(small_config(run, {"train.steps=60", "train.lr=1000", "train.checkpoint_every=5",
-                                                 "train.spike_zscore=6"}));
+    TrainResult r = run_train(
+        small_config(run, {"train.steps=60", "train.lr=1000", "train.checkpoint_every=5", "train.spike_zscore=6"}));
     failed = r.exit_code != 0;
   } catch (const RuntimeError&) {
     failed = true;
@@ -528,12 +533,33 @@ BOOST_AUTO_TEST_CASE(resuming_on_other_data_is_refused_unless_allowed) {
   expect_resume_at(small_config(run, {"data.path=\"" + other + "\"", "train.on_data_change=\"warn\"", "train.steps=6"}),
                    5);
 
-  // An older cairn-train's checkpoint (no fingerprint): resumed on this data without a word against it.
+  // The same data in another order is refused too, naming the key: another seed (another permutation), another
+  // global batch (the checkpoint's position counts batches of its size), another validation split (windows it
+  // trained on would be scored as validation). These used to resume without a word.
+  const std::string order = scratch() + "/otherorder";
+  stop_after(small_config(order), 4);
+  const auto order_size = fs::file_size(order + "/train/metrics.jsonl");
+  for (const auto& [set, want] :
+       std::vector<std::pair<std::string, std::string>>{{"train.seed=99", "[train] seed is 99, the checkpoint's run "},
+                                                        {"train.global_batch=8",
+                                                         "[train] global_batch is 8, the checkpoint's run 4"},
+                                                        {"data.val_fraction=0.3", "the validation split is "}}) {
+    const auto [c, m] = run_error(small_config(order, {set}));
+    BOOST_TEST(c == kExitUsage, set);
+    BOOST_TEST(m.find(want) != std::string::npos, m);
+    BOOST_TEST(m.find("on_data_change") != std::string::npos, m);
+  }
+  mpi::barrier();
+  BOOST_TEST(fs::file_size(order + "/train/metrics.jsonl") == order_size);
+  expect_resume_at(small_config(order, {"train.seed=99", "train.on_data_change=\"warn\"", "train.steps=6"}), 5);
+
+  // An older cairn-train's checkpoint (no fingerprint, global batch or split): resumed on this data without a word
+  // against it.
   const std::string old = scratch() + "/olddata";
   stop_after(small_config(old), 4);
   rewrite_model(old + "/train/ckpt/step_00000004", [](auto& meta, auto&, auto&) {
-    meta.train_state.erase("data_fingerprint");
-    meta.train_state.erase("data_tokens");
+    for (const char* key : {"data_fingerprint", "data_tokens", "global_batch", "val_windows"})
+      meta.train_state.erase(key);
   });
   expect_resume_at(small_config(old, {"data.path=\"" + other + "\"", "train.steps=6"}), 5);
 }

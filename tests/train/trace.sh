@@ -105,6 +105,22 @@ html = open(f"{d}/report/index.html").read()
 assert 'id="kernels"' in html and ">attention_backward_block<" in html, "no kernel table in index.html"
 PYEOF
 
+# A run resumed inside its trace range (a requeued job; here a run extended from 4 to 6 steps) keeps the steps the
+# run before it traced: 2..4 from the first run, 5 from the second, one file, its header naming both segments. Then
+# a rollback to the step-2 checkpoint traces 3..5 again, and the first run's events of steps 3 and 4 give way.
+RES=(--set train.checkpoint_every=2 --set train.val_every=0 --trace-steps 2:6)
+run res 1 "${RES[@]}" --set train.steps=4
+run res 1 "${RES[@]}"
+"$PY" "$HERE/check_trace.py" "$W/res/train/trace.json" --steps 2:6 --ranks 1
+run res 1 "${RES[@]}" --resume "$W/res/train/ckpt/step_00000002"
+"$PY" "$HERE/check_trace.py" "$W/res/train/trace.json" --steps 2:6 --ranks 1
+"$PY" - "$W/res/train/trace.json" <<'PYEOF'
+import json, sys
+other = json.load(open(sys.argv[1]))["otherData"]
+segs = [(s["first_step"], s["last_step"], s.get("resumed_at", 0)) for s in other["segments"]]
+assert segs == [(2, 2, 0), (3, 5, 2)], segs
+PYEOF
+
 # a range starting at step 0 names a step that does not exist: exit 2 with the convention in the message
 set +e
 err=$("$BIN/cairn-train" --out "$W/bad" "${MODEL[@]}" --trace-steps 0:2 2>&1); rc=$?

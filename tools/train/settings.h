@@ -47,6 +47,7 @@ struct Settings {
   // The training data's identity (data_fingerprint()) and size, recorded in checkpoints; set once the dataset is open.
   std::string data_fingerprint;
   uint64_t data_tokens = 0;
+  uint64_t val_windows = 0;        // the validation split's windows (the last of the dataset's numbering); set with it
   bool refuse_data_change = true;  // [train] on_data_change
 };
 

@@ -2,6 +2,8 @@
 #include "step_trace.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <limits>
 #include <tuple>
 
 #include "cairn/files.h"
@@ -52,6 +54,64 @@ int StepTrace::comm_row(int64_t ts, int64_t dur) {
   return static_cast<int>(row) + 1;
 }
 
+namespace {
+
+// The events of an earlier run's trace.json worth keeping in a resumed run's: those before the first step traced
+// again (steps after the checkpoint it resumed from ran again, so their old events are superseded), and that run's
+// segments cut the same way. Empty when there is no earlier trace or it cannot be read (then it is replaced, with a
+// warning: a trace is a diagnostic, and a broken one must not stop training).
+struct EarlierTrace {
+  nlohmann::json events = nlohmann::json::array();
+  nlohmann::json segments = nlohmann::json::array();
+  int64_t end_us = 0;  // the end of its last kept event
+};
+
+EarlierTrace read_earlier_trace(const std::string& path, int64_t first_traced) {
+  EarlierTrace out;
+  if (!path_exists(path)) return out;
+  nlohmann::json old;
+  try {
+    old = nlohmann::json::parse(read_file(path));
+  } catch (const std::exception& e) {
+    CAIRN_LOG_WARN("cannot read the earlier trace \"%s\" (%s); replacing it", path.c_str(), e.what());
+    return out;
+  }
+  const nlohmann::json* events =
+      old.is_object() && old.contains("traceEvents") && old["traceEvents"].is_array() ? &old["traceEvents"] : nullptr;
+  if (!events) return out;
+  // The old run's clock is one for all its ranks: cut at the start of its first step that ran again.
+  int64_t cut = std::numeric_limits<int64_t>::max();
+  for (const auto& e : *events) {
+    if (!e.is_object() || e.value("cat", "") != "step" || !e.contains("ts") || !e["ts"].is_number_integer()) continue;
+    const std::string name = e.value("name", "");
+    if (name.rfind("step ", 0) == 0 && std::atoll(name.c_str() + 5) >= first_traced)
+      cut = std::min(cut, e["ts"].get<int64_t>());
+  }
+  for (const auto& e : *events) {
+    if (!e.is_object()) continue;
+    if (e.contains("ts")) {
+      if (!e["ts"].is_number_integer() || e["ts"].get<int64_t>() >= cut) continue;
+      out.end_us = std::max(out.end_us, e["ts"].get<int64_t>() + e.value("dur", int64_t{0}));
+    }
+    out.events.push_back(e);
+  }
+  const nlohmann::json other = old.value("otherData", nlohmann::json::object());
+  nlohmann::json segments = other.contains("segments") && other["segments"].is_array()
+                                ? other["segments"]
+                                : nlohmann::json::array({{{"first_step", other.value("first_step", int64_t{-1})},
+                                                          {"last_step", other.value("last_step", int64_t{-1})},
+                                                          {"world_size", other.value("world_size", 0)},
+                                                          {"ts_offset_us", 0}}});
+  for (auto seg : segments) {
+    if (!seg.is_object() || seg.value("first_step", first_traced) >= first_traced) continue;
+    seg["last_step"] = std::min(seg.value("last_step", first_traced - 1), first_traced - 1);
+    out.segments.push_back(seg);
+  }
+  return out;
+}
+
+}  // namespace
+
 void StepTrace::flush() {
   // Every rank's events go to rank 0, which writes one trace (pid = rank) once the range is over, its time zero
   // moved to the first event of any rank.
@@ -61,15 +121,39 @@ void StepTrace::flush() {
     for (const auto& txt : all) merged.append(nlohmann::json::parse(txt));
     merged.rebase();
     std::string path = join_path(train_dir_, "trace.json");
-    atomic_write(path, merged.to_json({{"steps", steps_},
-                                       {"first_step", a_},
-                                       {"last_step", b_ - 1},
-                                       {"step_numbering", "1-based, half-open a:b = steps a..b-1"},
-                                       {"time_unit", "integer microseconds"},
-                                       {"world_size", world_},
-                                       {"provenance", provenance().to_json()}}));
-    CAIRN_LOG_INFO("trace of steps %lld..%lld written to \"%s\"", static_cast<long long>(a_),
-                   static_cast<long long>(b_ - 1), path.c_str());
+    EarlierTrace earlier;
+    if (resumed_at_ > 0 && first_traced_ > 0) earlier = read_earlier_trace(path, first_traced_);
+    nlohmann::json events = earlier.events;
+    const int64_t offset = earlier.events.empty() ? 0 : earlier.end_us + 1000000;
+    for (auto e : merged.events()) {
+      if (e.contains("ts")) e["ts"] = e["ts"].get<int64_t>() + offset;
+      events.push_back(std::move(e));
+    }
+    nlohmann::json segments = earlier.segments;
+    segments.push_back({{"first_step", first_traced_},
+                        {"last_step", last_traced_},
+                        {"world_size", world_},
+                        {"ts_offset_us", offset},
+                        {"resumed_at", resumed_at_}});
+    const int64_t first = segments.front().value("first_step", first_traced_);
+    metrics::Trace out;
+    out.append(events);
+    atomic_write(path, out.to_json({{"steps", steps_},
+                                    {"first_step", first},
+                                    {"last_step", last_traced_},
+                                    {"segments", segments},
+                                    {"step_numbering", "1-based, half-open a:b = steps a..b-1"},
+                                    {"time_unit", "integer microseconds"},
+                                    {"world_size", world_},
+                                    {"provenance", provenance().to_json()}}));
+    if (segments.size() > 1)
+      CAIRN_LOG_INFO("trace of steps %lld..%lld written to \"%s\" (steps %lld..%lld kept from the run before the "
+                     "resume)",
+                     static_cast<long long>(first), static_cast<long long>(last_traced_), path.c_str(),
+                     static_cast<long long>(first), static_cast<long long>(first_traced_ - 1));
+    else
+      CAIRN_LOG_INFO("trace of steps %lld..%lld written to \"%s\"", static_cast<long long>(first_traced_),
+                     static_cast<long long>(last_traced_), path.c_str());
   }
   trace_.clear();
   comm_rows_.clear();

@@ -29,12 +29,20 @@ class StepTrace {
   void init(const Settings& s);
   // Names this rank's process and its rows.
   void name_rows();
-  // Takes now as the trace's time zero (ranks call it together, after a barrier).
-  void start_clock() { epoch_ = monotonic_seconds(); }
+  // Takes now as the trace's time zero (ranks call it together, after a barrier). `resumed_at`: the step the run
+  // resumed from (0 for a fresh run); a resumed run keeps the steps an earlier run already traced (flush()).
+  void start_clock(int64_t resumed_at = 0) {
+    epoch_ = monotonic_seconds();
+    resumed_at_ = resumed_at;
+  }
   // Decides whether step (1-based) is traced, a <= step < b, and takes now as the step's start; returns that.
   bool begin_step(int64_t step) {
     active_ = step >= a_ && step < b_;
     step_t0_ = monotonic_seconds();
+    if (active_) {
+      if (first_traced_ < 0) first_traced_ = step;
+      last_traced_ = step;
+    }
     return active_;
   }
   bool active() const { return active_; }
@@ -46,7 +54,10 @@ class StepTrace {
   // An event from t0 to t1 (monotonic_seconds() seconds) on the compute row (tid 0) or, with tid >= 1, on a comm row.
   void event(const std::string& name, const std::string& cat, double t0, double t1,
              const nlohmann::json& args = nullptr, int tid = 0);
-  // Collective: every rank's events to rank 0, which writes trace.json; tracing is then over.
+  // Collective: every rank's events to rank 0, which writes trace.json; tracing is then over. The file says which
+  // steps it holds (first_step, last_step: those traced, not those asked for, when a stop signal cut the range).
+  // A resumed run keeps the earlier run's events of the steps before the ones it traced (a requeued job's trace
+  // would otherwise lose them); its own follow them after a 1 s gap, and otherData.segments lists each run's steps.
   void flush();
 
  private:
@@ -57,6 +68,7 @@ class StepTrace {
   int rank_ = 0, world_ = 1;
   std::string steps_, train_dir_;
   int64_t a_ = -1, b_ = -1;
+  int64_t resumed_at_ = 0, first_traced_ = -1, last_traced_ = -1;
   bool active_ = false;
   size_t events_ = 0;
   double epoch_ = 0, step_t0_ = 0;

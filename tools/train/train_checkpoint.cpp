@@ -127,6 +127,8 @@ json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g) 
   st.val_rows = s.val_rows;
   st.data_fingerprint = s.data_fingerprint;
   st.data_tokens = s.data_tokens;
+  st.global_batch = s.global_batch;
+  st.val_windows = s.val_windows;
   return st.to_json();
 }
 
@@ -305,42 +307,55 @@ void TrainCheckpoints::load_files(const std::string& dir, const std::vector<chec
   }
 }
 
-// A checkpoint trained on other data: from here on each step would read other windows than the run's (bitwise resume
-// and the run's data order are gone). Refused (exit 2) unless [train] on_data_change = "warn"; a checkpoint written
-// before the fingerprint was recorded is not compared.
+// A checkpoint trained on other data, or on the same data in another order: from here on each step would read other
+// windows than the run's (bitwise resume and the run's data order are gone; with another split, windows it trained on
+// become validation windows). The order is the seed's permutation of the training split, read a global batch at a
+// time from the checkpoint's batch. Refused (exit 2) unless [train] on_data_change = "warn"; what a checkpoint
+// written before a key was recorded lacks is not compared.
 void TrainCheckpoints::check_data(const std::string& dir, const checkpoint::ModelMeta& meta) const {
-  std::optional<std::string> fingerprint;
-  std::optional<uint64_t> tokens;
+  records::TrainState st;
   try {
-    const records::TrainState st = records::TrainState::from_json(
+    st = records::TrainState::from_json(
         JsonFields(meta.train_state, join_path(dir, "model.h5"), "checkpoint train_state"));
-    fingerprint = st.data_fingerprint;
-    tokens = st.data_tokens;
   } catch (const std::exception& e) {
     throw DamagedCheckpoint(file_message("cannot resume from", dir, e.what()));
   }
-  if (!fingerprint) {
-    if (s_.rank == 0)
-      CAIRN_LOG_INFO("\"%s\" records no data fingerprint (written before cairn-train recorded one): its data is not "
-                     "compared with [data] path",
-                     dir.c_str());
-    return;
-  }
-  if (*fingerprint == s_.data_fingerprint) return;
-  const std::string what = strprintf(
-      "it was trained on other data than [data] path \"%s\" (data fingerprint %s, %llu tokens, in the checkpoint; %s, "
-      "%llu tokens, now)",
-      s_.data_dir.c_str(), fingerprint->c_str(), static_cast<unsigned long long>(tokens.value_or(0)),
-      s_.data_fingerprint.c_str(), static_cast<unsigned long long>(s_.data_tokens));
+  std::vector<std::string> changes;
+  if (st.data_fingerprint && *st.data_fingerprint != s_.data_fingerprint)
+    changes.push_back(strprintf("it was trained on other data than [data] path \"%s\" (data fingerprint %s, %llu "
+                                "tokens, in the checkpoint; %s, %llu tokens, now)",
+                                s_.data_dir.c_str(), st.data_fingerprint->c_str(),
+                                static_cast<unsigned long long>(st.data_tokens.value_or(0)),
+                                s_.data_fingerprint.c_str(), static_cast<unsigned long long>(s_.data_tokens)));
+  if (st.seed && *st.seed != s_.seed)
+    changes.push_back(strprintf("[train] seed is %llu, the checkpoint's run %llu (the order of the windows)",
+                                static_cast<unsigned long long>(s_.seed), static_cast<unsigned long long>(*st.seed)));
+  if (st.global_batch && *st.global_batch != s_.global_batch)
+    changes.push_back(strprintf("[train] global_batch is %lld, the checkpoint's run %lld (its position, %lld batches, "
+                                "counts batches of that size)",
+                                static_cast<long long>(s_.global_batch), static_cast<long long>(*st.global_batch),
+                                static_cast<long long>(st.batch.value_or(0))));
+  if (st.val_windows && *st.val_windows != s_.val_windows)
+    changes.push_back(strprintf("the validation split is %llu windows, the checkpoint's run %llu ([data] "
+                                "val_fraction, or [train] val_every turned on; the training split is another)",
+                                static_cast<unsigned long long>(s_.val_windows),
+                                static_cast<unsigned long long>(*st.val_windows)));
+  if (!st.data_fingerprint && s_.rank == 0)
+    CAIRN_LOG_INFO("\"%s\" records no data fingerprint (written before cairn-train recorded one): its data is not "
+                   "compared with [data] path",
+                   dir.c_str());
+  if (changes.empty()) return;
+  std::string what;
+  for (const auto& c : changes) what += (what.empty() ? "" : "; ") + c;
   if (s_.refuse_data_change) {
     throw UsageError(file_message("cannot resume from", dir,
-                                  what + ": the steps after it would not read the run's windows; point [data] path at "
-                                         "the run's dataset, or set [train] on_data_change = \"warn\" to continue on "
-                                         "this data"));
+                                  what + ": the steps after it would not read the run's windows; resume with the "
+                                         "run's data and settings, or set [train] on_data_change = \"warn\" to "
+                                         "continue in the new order"));
   }
   if (s_.rank == 0)
-    CAIRN_LOG_WARN("resuming \"%s\": %s; continuing on this data ([train] on_data_change = \"warn\"): the data order "
-                   "from here on is not the run's",
+    CAIRN_LOG_WARN("resuming \"%s\": %s; continuing so ([train] on_data_change = \"warn\"): the data order from here "
+                   "on is not the run's",
                    dir.c_str(), what.c_str());
 }
 

@@ -285,6 +285,7 @@ void Trainer::open_dataset() {
   }
 
   widx_ = build_window_index(*ds_, s_.T, s_.val_fraction, s_.val_every > 0 ? 1 : 0);
+  s_.val_windows = widx_.val_windows;
   if (widx_.train_windows() < static_cast<uint64_t>(s_.global_batch)) {
     throw UsageError(strprintf("[model] seq_len = %d is too long for the dataset \"%s\" (%llu tokens in %zu shards): "
                                "it yields %llu training windows of %d tokens, fewer than global_batch = %lld",
@@ -957,7 +958,7 @@ void Trainer::start_run() {
   }
 
   mpi::barrier();
-  trace_.start_clock();
+  trace_.start_clock(progress_.step);
   loader_->start(progress_.batch);
   report_->start_clock(progress_.step);
 }

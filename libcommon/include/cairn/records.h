@@ -198,14 +198,15 @@ std::optional<CheckpointDone> read_checkpoint_done(const std::string& dir);
   X(int64_t, adam_step) X(int64_t, skipped_total) X(int64_t, consecutive_skips) \
   X(uint64_t, seed) X(int64_t, world_size) X(int64_t, zero) \
   X(int64_t, dp) X(int64_t, micro_batch) X(uint64_t, val_rows) \
-  X(uint64_t, data_tokens)
+  X(uint64_t, data_tokens) X(int64_t, global_batch) X(uint64_t, val_windows)
 // clang-format on
 
 // Where a training run is and what it was started with, so a resume continues it exactly and cairn-eval reproduces
 // its validation figure: progress (step, tokens, batch = next global batch to read, adam_step), the step guard's
 // skip counters and spike window, seed, world size, ZeRO stage, layout ("dp=2,tp=1,..."), data-parallel width,
 // micro-batch and val_rows (windows one validation pass scores); the training data's fingerprint (16 hex digits, see
-// cairn-train's data_fingerprint) and token count, so a resume on other data is caught.
+// cairn-train's data_fingerprint) and token count, so a resume on other data is caught; the global batch and the
+// validation split's windows, which with the seed decide which windows each step reads.
 struct TrainState {
 #define CAIRN_RECORDS_STATE_MEMBER(type, name) std::optional<type> name;
   CAIRN_TRAIN_STATE_FIELDS(CAIRN_RECORDS_STATE_MEMBER)
