@@ -4,6 +4,8 @@
 #include "cairn/sections/run.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -173,10 +175,19 @@ void check_common_outputs(const CommonOptions& opts, const Config& cfg) {
     fs::path p = dir;
     std::error_code ec;
     while (!p.empty() && fs::symlink_status(p, ec).type() == fs::file_type::not_found) p = p.parent_path();
+    const std::string what =
+        (dir_origin.where == "--out" ? std::string("--out") : dir_origin.describe()) + ": cannot use run directory";
     if (!dir.empty() && !p.empty() && !fs::is_directory(p, ec))
-      throw UsageError(file_message((dir_origin.where == "--out" ? std::string("--out") : dir_origin.describe()) +
-                                        ": cannot use run directory",
-                                    dir, "Not a directory"));
+      throw UsageError(file_message(what, dir, "Not a directory"));
+    // ... and one this process may write in: a read-only mount or another user's directory failed only after the
+    // work, when the first output was written (cairn-plan, cairn-report, cairn-reshard: exit 1).
+    if (!dir.empty() && !p.empty()) {
+      struct statvfs fsinfo {};
+      if (::statvfs(p.c_str(), &fsinfo) == 0 && (fsinfo.f_flag & ST_RDONLY))
+        throw UsageError(file_message(what, dir, "\"" + p.string() + "\" is on a read-only file system"));
+      if (::access(p.c_str(), W_OK | X_OK) != 0)
+        throw UsageError(file_message(what, dir, "cannot write in \"" + p.string() + "\": " + std::strerror(errno)));
+    }
   }
   if (!opts.json_path.empty() && opts.json_path != "-") {
     try {
@@ -344,6 +355,24 @@ std::string rank_prefix() {
 }
 }  // namespace
 
+namespace {
+// Data a tool printed that never reached stdout (`> /dev/full`, a full disk) is a failed run, not exit 0; a reader
+// that went away (`| head`) is not a failure. stdio keeps what it could not write, so the last flush tells.
+void check_stdout_written() {
+  std::cout.flush();
+  errno = 0;
+  const bool flush_failed = std::fflush(stdout) != 0;
+  const int err = errno;
+  if (!flush_failed && !std::ferror(stdout) && !std::cout.bad()) return;
+  if (err == EPIPE) return;
+  struct stat st {};
+  const bool pipe = ::fstat(STDOUT_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+  if (!flush_failed && pipe) return;  // an earlier write's EPIPE: its errno is gone, the pipe is the likely cause
+  throw RuntimeError(std::string("cannot write to stdout: ") +
+                     (flush_failed && err ? std::strerror(err) : "a write failed; the output is incomplete"));
+}
+}  // namespace
+
 int run_tool(const std::string& tool, int argc, char** argv, const std::function<int()>& body) {
   Provenance& p = provenance();
   p.tool = tool;
@@ -358,7 +387,9 @@ int run_tool(const std::string& tool, int argc, char** argv, const std::function
     ~StdoutRestorer() { restore_stdout(); }
   } restorer;
   try {
-    return end_tool(body());
+    const int code = body();
+    if (code == kExitOk) check_stdout_written();
+    return end_tool(code);
   } catch (const CLI::Success& e) {
     return 0;
   } catch (const CLI::ParseError& e) {

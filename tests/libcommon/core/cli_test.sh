@@ -111,6 +111,21 @@ printf '[model]\nlayers = 5\n' > "$tmp/"$'\xff'".toml"
 check print_config_non_utf8_origin 0 "layers 5" -- "$probe" --config "$tmp/pc_ff.toml"
 check set_newline_second_value 2 "more than one TOML value" -- "$probe" --set $'model.layers=3\nhidden = 5'
 
+# Data that never reached stdout is a failed run (exit 1), not a success; a reader that went away is not a failure.
+check stdout_full 1 "cairn-probe: cannot write to stdout" -- bash -c "\"$probe\" > /dev/full"
+check stdout_reader_gone 0 "" -- bash -c "\"$probe\" | true"
+# A run directory on a read-only mount: exit 2 before any work, naming it.
+mkdir -p "$tmp/ro"
+if mount -t tmpfs -o ro tmpfs "$tmp/ro" 2>/dev/null; then
+  check out_read_only 2 "--out: cannot use run directory \"$tmp/ro/run\": \"$tmp/ro\" is on a read-only file system" -- \
+    "$probe" --out "$tmp/ro/run"
+  umount "$tmp/ro"
+else
+  echo "out_read_only: cannot mount a read-only tmpfs here (not root?): checked by the unwritable case only"
+  chmod 500 "$tmp/ro"
+  if ! touch "$tmp/ro/x" 2>/dev/null; then check out_unwritable 2 "cannot write in \"$tmp/ro\"" -- "$probe" --out "$tmp/ro/run"; fi
+fi
+
 # Exactly the data on stdout; logs on stderr.
 out=$("$probe" 2>/dev/null)
 if [ "$out" = "layers 12 dir runs/default" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL stdout_clean: '$out'"; fi
