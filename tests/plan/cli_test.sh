@@ -156,6 +156,13 @@ $BIN calibrate --config configs/models/gpt2-124m.toml --config configs/clusters/
 grep -q "gemm_efficiency" "$T/cpu.toml" || fail "calibrate wrote no table"
 $BIN --config configs/models/gpt2-124m.toml --config "$T/cpu.toml" --set train.global_batch=8 \
   --set model.seq_len=128 --out "$T/run" > "$T/cpu.txt" 2>&1 || fail "plan on calibrated cluster failed"
+# An --output calibrate cannot write (a directory) is exit 2 before any GEMM is measured (it was exit 1 after them).
+set +e
+$BIN calibrate --config configs/models/gpt2-124m.toml --config configs/clusters/cpu-local.toml --set model.seq_len=128 \
+  --seconds 0.02 --max-dim 128 --output "$T" --out "$T/run" > /dev/null 2> "$T/cal_dir.err"; rc=$?
+set -e
+[ $rc -eq 2 ] && grep -qF "calibrate --output: cannot write \"$T\": Is a directory" "$T/cal_dir.err" &&
+  ! grep -qi "gemm" "$T/cal_dir.err" || fail "calibrate --output DIR: rc=$rc $(cat "$T/cal_dir.err")"
 # --device gpu where no GPU can run (no CUDA in this build, or no device or driver): exit 2 naming the option, as
 # cairn-train and cairn-sweep do for a device the machine lacks; on a machine with a GPU it calibrates.
 set +e

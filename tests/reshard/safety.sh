@@ -267,6 +267,10 @@ cp "$T/rot/stats.json" "$T/rot-stats.before"
 expect_exit 3 'corrupt dataset shard ".*shard_00001.h5": tokens hash to' "$B" stats "$T/rot"
 cmp -s "$T/rot/stats.json" "$T/rot-stats.before" || fail "stats rewrote stats.json of a corrupt dataset"
 "$B" stats "$T/ds" > /dev/null || fail "stats failed on an intact dataset"
+# stats of a directory that holds no dataset fails (exit 2) and leaves nothing in it (no lock file).
+mkdir -p "$T/notds"
+expect_exit 2 'cannot open dataset ".*notds/index.json"' "$B" stats "$T/notds"
+[ -z "$(ls -A "$T/notds")" ] || fail "stats wrote into a directory that holds no dataset: $(ls -A "$T/notds")"
 [ -z "$(ls "$T/laundered-llmc" 2>/dev/null || true)" ] || fail "convert wrote output from a corrupt input"
 # A reshard that fails before it replaces a shard leaves the dataset already in its --out as it was, index.json
 # included: here a rerun of a finished reshard (every shard kept as complete) whose input has rotted since.
@@ -404,11 +408,15 @@ expect_exit 1 "$taken" flock -n "$L" "$B" reshard "$T/ds" --shards 3 --out "$T/l
 expect_exit 1 "$taken" flock -n "$L" "$B" build --delimiter % --shards 2 --out "$T/locked" "$T/in.txt"
 expect_exit 1 "$taken" flock -n "$L" "$B" mix "$T/ds" "$T/ds" --weights 1,1 --out "$T/locked"
 expect_exit 1 "$taken" flock -n "$L" mpirun -np 2 --oversubscribe "$B" reshard "$T/ds" --shards 3 --out "$T/locked"
-expect_exit 1 "$taken" flock -n "$L" "$B" stats "$T/locked"   # it rewrites stats.json
 [ "$(ls -A "$T/locked")" = .reshard.lock ] || fail "a refused run wrote into the locked directory: $(ls -A "$T/locked")"
 "$B" reshard "$T/ds" --shards 3 --out "$T/locked" 2>/dev/null
 "$B" verify "$T/locked" >/dev/null
 [ ! -s "$L" ] || fail "the lock file still names a holder after the run: $(cat "$L")"
+# stats rewrites stats.json: refused over a dataset being written, the dataset left as it was.
+(cd "$T/locked" && md5sum index.json stats.json shard_*) > "$T/locked.md5"
+echo "pid 4242 on node7 (started 2026-12-05T00:00:00Z)" > "$L"
+expect_exit 1 "$taken" flock -n "$L" "$B" stats "$T/locked"
+(cd "$T/locked" && md5sum -c --quiet "$T/locked.md5") || fail "a refused stats changed the dataset"
 echo "ok: a dataset directory being written is refused to a second cairn-reshard (exit 1, holder named)"
 
 # ---- verify overtaken by a writer: a cairn-reshard that swaps another dataset in (renames over the shards, then

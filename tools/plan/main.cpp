@@ -5,6 +5,7 @@
 #include "cairn/cli.h"
 #include "cairn/config_section.h"
 #include "cairn/error.h"
+#include "cairn/files.h"
 #include "cairn/provenance.h"
 #include "calibrate_runs.h"
 #include "plan.h"
@@ -68,6 +69,14 @@ int main(int argc, char** argv) {
     }
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
+    // --output is checked before the measurements (minutes on a GPU), not when they are done.
+    if (cal->parsed() && !copts.output.empty()) {
+      try {
+        cairn::check_writable_file(copts.output);
+      } catch (const cairn::UsageError& e) {
+        throw cairn::UsageError(std::string("calibrate --output: ") + e.what());
+      }
+    }
     if (cal->parsed() && !ropts.runs.empty()) {
       ropts.output = copts.output;
       ropts.json_path = opts.json_path;

@@ -80,7 +80,11 @@ int cairn::reshard::reshard_main(int argc, char** argv, const ReshardFaults& fau
     auto* stats = app.add_subcommand("stats", "tokens, documents, length histogram, balance, bytes/token");
     for (auto* sub : {build, reshard, convert, mix, verify, stats}) {
       sub->fallthrough();  // common options (--out, --config, --set, ...) may follow the subcommand
-      sub->add_option("inputs", inputs, "inputs (files, directories, datasets, - for stdin)");
+      // Only build reads a stream (text on stdin); the others take files and dataset directories.
+      sub->add_option("inputs", inputs,
+                      sub == build ? "inputs (files, directories, - for stdin)" : "inputs (datasets, files)");
+      sub->footer("Common options (--config, --set, --out, --json, --print-config, --log-level, ...) may follow the "
+                  "subcommand: see cairn-reshard --help.");
     }
     // The [data] flags (declared in cairn/sections/data.h) of the keys each subcommand uses.
     cairn::ToolSettings settings;

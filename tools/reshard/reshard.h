@@ -14,6 +14,7 @@
 #include "cairn/config.h"
 #include "cairn/dir_lock.h"
 #include "cairn/error.h"
+#include "cairn/provenance.h"
 #include "cairn/sections/data.h"
 #include "cairn/shards.h"
 #include "cairn/tokenizer.h"
@@ -182,13 +183,15 @@ struct OutputSpec {
 struct WriteResult {
   uint64_t tokens = 0, documents = 0, shards_written = 0, shards_resumed = 0;
   double seconds = 0;
+  // The --json summary of build, reshard, convert and mix, with its provenance like every result a tool writes.
   json to_json(const std::string& dir) const {
     return {{"dataset", dir},
             {"tokens", tokens},
             {"documents", documents},
             {"shards_written", shards_written},
             {"shards_resumed", shards_resumed},
-            {"seconds", seconds}};
+            {"seconds", seconds},
+            {"provenance", provenance().to_json()}};
   }
 };
 

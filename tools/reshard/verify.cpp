@@ -252,8 +252,12 @@ int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const 
                  static_cast<unsigned long long>(c["tokens"].get<uint64_t>()));
   std::fflush(human);
   if (!json_out.empty())
-    write_json_output(json_out,
-                      json{{"datasets", checked}, {"problems", problems}, {"ok", problems.empty()}}.dump(2) + "\n");
+    write_json_output(json_out, json{{"datasets", checked},
+                                     {"problems", problems},
+                                     {"ok", problems.empty()},
+                                     {"provenance", provenance().to_json()}}
+                                        .dump(2) +
+                                    "\n");
   if (!problems.empty()) throw GateFailure(strprintf("verify found %zu problem(s)", problems.size()));
   return 0;
 }
@@ -269,7 +273,8 @@ int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const s
     // stats.json of the dataset being replaced would land beside the new one's index).
     DirLock lock;
     std::error_code ec;
-    if (fs::is_directory(d, ec)) lock_dataset_dir(lock, d, /*every_rank=*/false);
+    // Only over a dataset: stats on any other directory fails below and must leave nothing in it.
+    if (fs::is_regular_file(join_path(d, "index.json"), ec)) lock_dataset_dir(lock, d, /*every_rank=*/false);
     shards::Dataset ds = shards::Dataset::open(d);
     // Statistics of a corrupt dataset would describe data no reader will accept: its shards are
     // checked first, like reshard/convert do (exit 3 naming the shard; stats.json is left alone).
