@@ -5,7 +5,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -164,7 +163,6 @@ void restore_stdout() {
 void check_common_outputs(const CommonOptions& opts, const Config& cfg) {
   if (opts.json_path == "-") reserve_stdout_for_json();
   if (mpi::initialized() && mpi::rank() != 0) return;
-  namespace fs = std::filesystem;
   // The run directory, where the command line or the environment names it (a config file's [run] dir may
   // name a run this tool does not write to, e.g. cairn-report's), must be a directory or creatable as one:
   // its nearest existing ancestor is a directory (a regular file there failed late, with exit 1, in the
@@ -172,22 +170,12 @@ void check_common_outputs(const CommonOptions& opts, const Config& cfg) {
   const Origin& dir_origin = cfg.origin("run.dir");
   if (dir_origin.kind == Origin::Set || dir_origin.kind == Origin::Env) {
     const std::string dir = run_dir(cfg);
-    fs::path p = dir;
-    std::error_code ec;
-    while (!p.empty() && fs::symlink_status(p, ec).type() == fs::file_type::not_found) p = p.parent_path();
-    const std::string what =
-        (dir_origin.where == "--out" ? std::string("--out") : dir_origin.describe()) + ": cannot use run directory";
-    if (!dir.empty() && !p.empty() && !fs::is_directory(p, ec))
-      throw UsageError(file_message(what, dir, "Not a directory"));
     // ... and one this process may write in: a read-only mount or another user's directory failed only after the
     // work, when the first output was written (cairn-plan, cairn-report, cairn-reshard: exit 1).
-    if (!dir.empty() && !p.empty()) {
-      struct statvfs fsinfo {};
-      if (::statvfs(p.c_str(), &fsinfo) == 0 && (fsinfo.f_flag & ST_RDONLY))
-        throw UsageError(file_message(what, dir, "\"" + p.string() + "\" is on a read-only file system"));
-      if (::access(p.c_str(), W_OK | X_OK) != 0)
-        throw UsageError(file_message(what, dir, "cannot write in \"" + p.string() + "\": " + std::strerror(errno)));
-    }
+    if (std::string why = dir.empty() ? "" : creatable_dir_problem(dir); !why.empty())
+      throw UsageError(file_message((dir_origin.where == "--out" ? std::string("--out") : dir_origin.describe()) +
+                                        ": cannot use run directory",
+                                    dir, why));
   }
   if (!opts.json_path.empty() && opts.json_path != "-") {
     try {

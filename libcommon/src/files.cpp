@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -193,6 +194,19 @@ void check_writable_dir(const std::string& dir) {
   if (fd < 0) throw UsageError(errno_message("cannot write to directory", dir));
   ::close(fd);
   ::unlink(probe.c_str());
+}
+
+std::string creatable_dir_problem(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = dir.empty() ? "." : dir;
+  while (!p.empty() && fs::symlink_status(p, ec).type() == fs::file_type::not_found) p = p.parent_path();
+  if (p.empty()) p = ".";
+  if (!fs::is_directory(p, ec)) return "Not a directory";
+  struct statvfs fsinfo {};
+  if (::statvfs(p.c_str(), &fsinfo) == 0 && (fsinfo.f_flag & ST_RDONLY))
+    return "\"" + p.string() + "\" is on a read-only file system";
+  if (::access(p.c_str(), W_OK | X_OK) != 0) return "cannot write in \"" + p.string() + "\": " + std::strerror(errno);
+  return "";
 }
 
 void check_writable_file(const std::string& path) {

@@ -146,7 +146,8 @@ expect_exit 2 "key 'mode' is not a key of kind = \"multiple_choice\" tasks" "$BI
   --out bad10 "$CK" --tasks mc --set "eval.task.mc={$MC, mode=\"documents\"}"
 expect_exit 2 "cannot open \"$WORK\": Is a directory" "$BIN/cairn-eval" --config eval.toml --out bad11 "$CK" --tasks mc \
   --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'"}'
-for d in bad8 bad9 bad10 bad11; do [ ! -e "$d/eval/results.jsonl" ] || fail "$d: results written despite exit 2"; done
+# A refused evaluation leaves no eval/ directory behind (it made eval/ and eval/lm_eval before reading its input).
+for d in bad1 bad2 bad8 bad9 bad10 bad11; do [ ! -e "$d/eval" ] || fail "$d: eval/ made despite exit 2"; done
 printf '[eval]\ntasks = ["fortunes.mc"]\n[eval.task."fortunes.mc"]\n%s\nlimit = 5\n' "${MC//, /$'\n'}" > dotted.toml
 "$BIN/cairn-eval" --config eval.toml --config dotted.toml --out dotted "$CK" > dotted.txt 2> dotted.err ||
   { cat dotted.err >&2; fail "quoted dotted task name"; }
@@ -174,4 +175,25 @@ import json, sys
 d = json.load(open('re.json'))
 assert d['checkpoints_evaluated'] == 1 and {r['task'] for r in d['results']} == {'fortunes.mc'}, d" ||
   fail "--reevaluate --json -: stdout is not the JSON document alone: $(head -c 300 re.json)"
+# A step scored under another task definition is scored again: rows under an earlier one are not "already
+# evaluated" (a lifted --limit or an edited task file kept the stale rows). A task listed twice is refused on such a
+# rerun as on a first run. A task name holding '/' and '..' writes its samples inside <eval>/, not outside it.
+"$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc --limit 3 > /dev/null 2>&1 || fail "--limit 3"
+"$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc > /dev/null 2> lim.err || fail "--limit lifted"
+! grep -q "already evaluated" lim.err || fail "a lifted --limit was skipped as already evaluated"
+$PY -c "
+import json
+rows = [json.loads(l) for l in open('lim/eval/results.jsonl') if '\"acc\"' in l]
+assert [r['n'] for r in rows] == [40] and rows[0]['task_config'], rows"
+"$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc 2> lim2.err > /dev/null || fail "rerun"
+grep -q "already evaluated" lim2.err || fail "an unchanged task was evaluated again"
+expect_exit 2 'lists "mc" twice' "$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc,mc
+mkdir -p esc/deep
+(cd esc/deep && "$BIN/cairn-eval" --config "$WORK/eval.toml" --out "$WORK/esc/deep/run" "$CK" --log-samples \
+  --tasks 'x/../../../out' --set 'eval.task."x/../../../out"={kind="multiple_choice", path="'"$WORK"'/mc.jsonl"}' \
+  --limit 2 > /dev/null 2>&1) || fail "a task name with / and .."
+[ -z "$(find esc -name '*.jsonl' -not -path 'esc/deep/run/eval/*')" ] ||
+  fail "samples written outside <eval>/: $(find esc -name '*.jsonl' -not -path 'esc/deep/run/eval/*')"
+[ "$(find esc/deep/run/eval/samples -name 'step_00000020_x__..__..__..__out.jsonl' | wc -l)" = 1 ] ||
+  fail "no samples file for the task: $(ls esc/deep/run/eval/samples)"
 echo "eval_cli: OK"

@@ -17,8 +17,9 @@ using namespace cairn;
 using namespace cairn::eval;
 
 struct MpiFixture {
-  MpiFixture() : session(&boost::unit_test::framework::master_test_suite().argc,
-                         &boost::unit_test::framework::master_test_suite().argv) {}
+  MpiFixture()
+      : session(&boost::unit_test::framework::master_test_suite().argc,
+                &boost::unit_test::framework::master_test_suite().argv) {}
   mpi::Session session;
 };
 BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
@@ -64,7 +65,8 @@ BOOST_AUTO_TEST_CASE(words_counted_like_python_re_split) {
   BOOST_TEST(count_words("one") == 1);
   BOOST_TEST(count_words("one two  three") == 3);
   BOOST_TEST(count_words(" lead and trail\n") == 5);  // ['', 'lead', 'and', 'trail', '']
-  BOOST_TEST(count_words("a\t\nb\xc2\xa0" "c") == 3);  // NBSP is \s in Python 3
+  BOOST_TEST(count_words("a\t\nb\xc2\xa0"
+                         "c") == 3);  // NBSP is \s in Python 3
 }
 
 BOOST_AUTO_TEST_CASE(stderr_is_sample_std_over_sqrt_n) {
@@ -79,10 +81,14 @@ BOOST_AUTO_TEST_CASE(jsonl_errors_name_the_line_and_skip_bad_counts) {
   std::string path = (std::filesystem::temp_directory_path() / "cairn_eval_unit.jsonl").string();
   {
     std::ofstream f(path);
-    f << R"({"context": "a", "choices": ["b", "c"], "label": 1})" << "\n\n"
-      << R"({"context": "a", "choices": [], "label": 0})" << "\n"
-      << R"({"context": "a", "choices": ["b"], "label": 0)" << "\n"
-      << R"({"context": "z", "choices": ["y"], "label": 0})" << "\n";
+    f << R"({"context": "a", "choices": ["b", "c"], "label": 1})"
+      << "\n\n"
+      << R"({"context": "a", "choices": [], "label": 0})"
+      << "\n"
+      << R"({"context": "a", "choices": ["b"], "label": 0)"
+      << "\n"
+      << R"({"context": "z", "choices": ["y"], "label": 0})"
+      << "\n";
   }
   try {
     read_mc_jsonl(path, false, nullptr);
@@ -110,6 +116,14 @@ BOOST_AUTO_TEST_CASE(pair_encoding_moves_trailing_space_into_the_continuation) {
   encode_pair(*tok, "", " hi", c, k);
   BOOST_TEST(c.empty());  // the caller substitutes end-of-text
   BOOST_TEST(k.size() == 3u);
+  // Python's rstrip() moves Unicode whitespace too: a no-break space (2 bytes), \x1f and U+3000 (3 bytes) end up in
+  // the continuation, as the harness's _encode_pair puts them (they stayed in the context, scoring fewer tokens).
+  encode_pair(*tok, "ends\xc2\xa0\x1f\xe3\x80\x80", "a", c, k);
+  BOOST_TEST(c.size() == 4u);                     // "ends"
+  BOOST_TEST(k.size() == 7u);                     // 2 + 1 + 3 bytes + "a"
+  encode_pair(*tok, "x\xe3\x80\x81", "a", c, k);  // U+3001 (ideographic comma) is not whitespace
+  BOOST_TEST(c.size() == 4u);
+  BOOST_TEST(k.size() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(batched_scoring_equals_row_by_row) {
@@ -163,7 +177,8 @@ BOOST_AUTO_TEST_CASE(harness_file_conventions) {
   nlohmann::ordered_json doc = nlohmann::ordered_json::parse(
       R"({"b": "caf\u00e9 \"q\"\t\u0001", "a": [1, 2.5, true, null], "e": [], "o": {}, "n": {"x": 1e-05}})");
   // json.dumps(doc, indent=2, ensure_ascii=False) of the same doc in CPython 3.11
-  BOOST_TEST(python_json_dumps_indent2(doc) ==
-             "{\n  \"b\": \"caf\xc3\xa9 \\\"q\\\"\\t\\u0001\",\n  \"a\": [\n    1,\n    2.5,\n    true,\n    null\n  ],\n"
-             "  \"e\": [],\n  \"o\": {},\n  \"n\": {\n    \"x\": 1e-05\n  }\n}");
+  BOOST_TEST(
+      python_json_dumps_indent2(doc) ==
+      "{\n  \"b\": \"caf\xc3\xa9 \\\"q\\\"\\t\\u0001\",\n  \"a\": [\n    1,\n    2.5,\n    true,\n    null\n  ],\n"
+      "  \"e\": [],\n  \"o\": {},\n  \"n\": {\n    \"x\": 1e-05\n  }\n}");
 }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <toml++/toml.h>
+#include <xxhash.h>
 
 #include "cairn/checkpoint.h"
 #include "cairn/cli.h"
@@ -24,6 +25,7 @@
 #include "cairn/sections/data.h"
 #include "cairn/sections/model.h"
 #include "cairn/sections/run.h"
+#include "cairn/shards.h"
 #include "eval.h"
 
 namespace fs = std::filesystem;
@@ -197,10 +199,10 @@ class Evaluator {
     std::string msg;
     if (mpi::rank() == 0) {
       try {
-        ensure_dir(out_dir_);
-        check_writable_dir(out_dir_);
-        if (eval_.log_samples) ensure_dir(join_path(out_dir_, "samples"));
-        ensure_dir(join_path(out_dir_, "lm_eval"));
+        // Checked now, made when the first result is written: an evaluation refused for its input (no checkpoint, a
+        // bad task file) leaves no eval/ directory behind.
+        if (const std::string why = creatable_dir_problem(out_dir_); !why.empty())
+          throw UsageError(file_message("cannot write results to", out_dir_, why));
         rows_ = read_results(join_path(out_dir_, "results.jsonl"));
       } catch (const Error& e) {
         ok = false;
@@ -210,6 +212,11 @@ class Evaluator {
     mpi::agree_or_throw(ok, msg, kExitUsage);
     task_names_ = eval_.tasks;
     if (task_names_.empty()) throw UsageError("[eval] tasks is empty: nothing to evaluate");
+    // Here, not only where the tasks are prepared: a checkpoint already evaluated is skipped before that, and the
+    // same config must get the same verdict either way.
+    for (size_t i = 0; i < task_names_.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (task_names_[i] == task_names_[j]) throw UsageError("[eval] tasks lists \"" + task_names_[i] + "\" twice");
     // Unknown task names are config errors: report them before waiting for or loading checkpoints.
     json tables = cfg.section("eval.task");
     for (const auto& t : task_names_)
@@ -217,6 +224,29 @@ class Evaluator {
         throw UsageError("[eval] tasks: unknown task \"" + t + "\" (define [eval.task." + t +
                          "]; built in: val, train_val)");
     check_task_tables(tables, eval_);
+    for (const auto& t : task_names_) task_config_[t] = task_fingerprint(tables, t);
+  }
+
+  // What decides a task's scores besides the checkpoint: its [eval.task] table (or, for val and train_val, [data]),
+  // the contents of the files the table names, and the evaluation settings that change what is scored. Rows scored
+  // under another fingerprint are not "already evaluated" (a task file edited, --limit lifted: they were kept stale).
+  std::string task_fingerprint(const json& tables, const std::string& task) const {
+    std::string text = task + "\n";
+    if (tables.is_object() && tables.contains(task)) {
+      const json& table = tables[task];
+      text += table.dump() + "\n";
+      for (const auto& [key, value] : table.items()) {
+        std::error_code ec;
+        if (!value.is_string() || !fs::is_regular_file(value.get<std::string>(), ec)) continue;
+        const std::string content = read_file(value.get<std::string>());
+        text += key + " " + shards::hex64(XXH64(content.data(), content.size(), 0)) + "\n";
+      }
+    } else {
+      text += cfg_.section("data").dump() + "\n";
+    }
+    text += strprintf("limit=%lld context=%lld", static_cast<long long>(eval_.limit),
+                      static_cast<long long>(eval_.context));
+    return shards::hex64(XXH64(text.data(), text.size(), 0));
   }
 
   // True (rank 0) when every configured task already has rows for this checkpoint, or it was handled in this run.
@@ -226,7 +256,8 @@ class Evaluator {
     for (const auto& task : task_names_) {
       bool found = false;
       for (const auto& r : rows_)
-        if (r.step == t.step && r.task == task && scored(r, t)) {
+        if (r.step == t.step && r.task == task && scored(r, t) &&
+            (r.task_config.empty() || r.task_config == task_config_.at(task))) {
           found = true;
           break;
         }
@@ -364,13 +395,13 @@ class Evaluator {
     std::vector<ResultRow> new_rows;
     for (const auto& r : results) {
       for (const auto& m : r.metrics)
-        new_rows.push_back(
-            {target.step, meta.tokens, target.path, r.task, m.name, m.value, m.stderr_, r.samples, wall, target.id});
+        new_rows.push_back({target.step, meta.tokens, target.path, r.task, m.name, m.value, m.stderr_, r.samples, wall,
+                            target.id, task_config_.at(r.task)});
       double tps = r.seconds > 0 ? r.tokens_processed / r.seconds : 0, eps = r.seconds > 0 ? r.samples / r.seconds : 0;
       new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_tokens_per_s", tps, std::nan(""),
-                          r.samples, wall, target.id});
+                          r.samples, wall, target.id, task_config_.at(r.task)});
       new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_examples_per_s", eps, std::nan(""),
-                          r.samples, wall, target.id});
+                          r.samples, wall, target.id, task_config_.at(r.task)});
     }
     // Rank 0 writes; every rank agrees on the outcome, so a failed write (a full disk, a stopped evaluator holding
     // the lock) ends every rank at once, not only rank 0.
@@ -382,6 +413,7 @@ class Evaluator {
         // keep the rest, then rewrite atomically. The rest is what is on disk now, read under <eval>/.results.lock:
         // another cairn-eval on this run (a --watch following training, one started by hand) may have added rows
         // since this one started, and rewriting from this process's own copy would drop them.
+        ensure_dir(out_dir_);
         DirLock update;
         update.acquire(join_path(out_dir_, ".results.lock"), out_dir_, "cannot update the results in",
                        "stop it (or let it finish), then evaluate this checkpoint again", 120);
@@ -494,12 +526,15 @@ class Evaluator {
       std::string lines;
       for (const auto& line : r.sample_lines)
         lines += line.dump(-1, ' ', false, ordered_json::error_handler_t::replace) + "\n";
-      const std::string path = join_path(dir, "samples_" + r.task + "_" + date_id + ".jsonl");
+      // A task name may hold any character; in a file name it loses the ones a path gives a meaning to ('/', '\\',
+      // ...), so "a/../../x" stays one file under <eval>/ (it wrote outside it).
+      const std::string task_file = sanitize_model_name(r.task);
+      const std::string path = join_path(dir, "samples_" + task_file + "_" + date_id + ".jsonl");
       atomic_write(path, lines);
       ensure_dir(join_path(out_dir_, "samples"));
       link_or_copy(path,
                    join_path(out_dir_, strprintf("samples/step_%08lld_%s.jsonl", static_cast<long long>(target.step),
-                                                 r.task.c_str())),
+                                                 task_file.c_str())),
                    lines);
     }
   }
@@ -532,6 +567,7 @@ class Evaluator {
   const EvalSection eval_;
   const DataSection data_;
   std::string run_dir_, out_dir_;
+  std::map<std::string, std::string> task_config_;  // task -> task_fingerprint()
   const kernels::Backend* backend_ = nullptr;
   gpu::DeviceInfo device_;  // set on the cuda backend
   int batch_size_ = 8;

@@ -131,7 +131,8 @@ struct McExample {
   std::string context;
   std::vector<std::string> choices;
   int label = 0;
-  std::string raw;  // the JSONL line (the harness's "doc" in samples)
+  std::string raw;   // the JSONL line (the harness's "doc" in samples)
+  int64_t line = 0;  // its line number in the file, for messages
 };
 // Parses a JSONL file; errors "path:line: why" (UsageError), or counts skipped lines with skip_bad.
 std::vector<McExample> read_mc_jsonl(const std::string& path, bool skip_bad, int64_t* skipped);

@@ -192,7 +192,9 @@ static ordered_json harness_config(const RunInfo& info, const EvalSection& eval,
           {"device", eval.backend},
           {"use_cache", nullptr},
           {"limit", eval.limit > 0 ? ordered_json(eval.limit) : ordered_json(nullptr)},
-          {"bootstrap_iters", 0},  // stderr: the closed-form mean stderr, "N/A" where that does not apply
+          // The harness's default: with it, its mean metrics (acc, acc_norm) take the closed-form stderr and the
+          // weighted perplexities and bits_per_byte none ("N/A"), as here; 0 would mean no stderr at all.
+          {"bootstrap_iters", 100000},
           {"gen_kwargs", nullptr},
           {"random_seed", nullptr},
           {"numpy_seed", nullptr},

@@ -21,37 +21,44 @@ using nlohmann::json;
 
 // ---------------------------------------------------------------- helpers
 
+namespace {
+
+// The byte length of the Python whitespace character (str.isspace(), what re's \s and str.rstrip() take on str) that
+// starts at text[i], 0 if none: ASCII whitespace, \x1c-\x1f, U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029,
+// U+202F, U+205F and U+3000.
+size_t python_space_len(const std::string& text, size_t i) {
+  const unsigned char c = static_cast<unsigned char>(text[i]);
+  if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return 1;
+  auto next = [&](size_t k) { return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0; };
+  if (c == 0xc2 && (next(1) == 0x85 || next(1) == 0xa0)) return 2;
+  if (c == 0xe1 && next(1) == 0x9a && next(2) == 0x80) return 3;  // U+1680
+  if (c == 0xe2 && next(1) == 0x80 &&
+      ((next(2) >= 0x80 && next(2) <= 0x8a) || next(2) == 0xa8 || next(2) == 0xa9 || next(2) == 0xaf))
+    return 3;
+  if (c == 0xe2 && next(1) == 0x81 && next(2) == 0x9f) return 3;  // U+205F
+  if (c == 0xe3 && next(1) == 0x80 && next(2) == 0x80) return 3;  // U+3000
+  return 0;
+}
+
+// The length of `text` without its trailing whitespace as Python's str.rstrip() removes it.
+size_t python_rstrip_len(const std::string& text) {
+  size_t end = text.size();
+  for (;;) {
+    if (end >= 1 && python_space_len(text, end - 1) == 1) end -= 1;
+    else if (end >= 2 && python_space_len(text, end - 2) == 2) end -= 2;
+    else if (end >= 3 && python_space_len(text, end - 3) == 3) end -= 3;
+    else return end;
+  }
+}
+
+}  // namespace
+
 int64_t count_words(const std::string& text) {
   // re.split(r"\s+", s) yields one more piece than there are whitespace runs (leading/trailing runs
-  // give empty pieces, which the harness counts too). Python's \s on str: ASCII whitespace, \x1c-\x1f,
-  // and the Unicode spaces below.
+  // give empty pieces, which the harness counts too), \s being Python's whitespace (python_space_len).
   auto space_at = [&](size_t i, size_t* len) -> bool {
-    unsigned char c = static_cast<unsigned char>(text[i]);
-    *len = 1;
-    if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return true;
-    auto next = [&](size_t k) { return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0; };
-    if (c == 0xc2 && (next(1) == 0x85 || next(1) == 0xa0)) {
-      *len = 2;
-      return true;
-    }
-    if (c == 0xe1 && next(1) == 0x9a && next(2) == 0x80) {
-      *len = 3;
-      return true;
-    }  // U+1680
-    if (c == 0xe2 && next(1) == 0x80 &&
-        ((next(2) >= 0x80 && next(2) <= 0x8a) || next(2) == 0xa8 || next(2) == 0xa9 || next(2) == 0xaf)) {
-      *len = 3;
-      return true;
-    }
-    if (c == 0xe2 && next(1) == 0x81 && next(2) == 0x9f) {
-      *len = 3;
-      return true;
-    }  // U+205F
-    if (c == 0xe3 && next(1) == 0x80 && next(2) == 0x80) {
-      *len = 3;
-      return true;
-    }  // U+3000
-    return false;
+    *len = std::max<size_t>(1, python_space_len(text, i));
+    return python_space_len(text, i) > 0;
   };
   int64_t runs = 0;
   bool in_run = false;
@@ -595,7 +602,9 @@ struct McTask : Task {
       json lls = json::array();
       for (size_t c = 0; c < count; ++c) {
         double ll = scores[first + c].loglik;
-        double norm = ll / static_cast<double>(std::max<int64_t>(1, utf8_chars(examples[e].choices[c])));
+        // The harness divides by len(choice) with numpy: an empty choice's normalised score is -inf, never chosen.
+        const int64_t chars = utf8_chars(examples[e].choices[c]);
+        double norm = chars > 0 ? ll / static_cast<double>(chars) : -INFINITY;
         if (ll > bv) {
           bv = ll;
           best = c;
@@ -681,7 +690,9 @@ std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const Task
     for (const std::string& choice : ex.choices) {
       encode_pair(*tok, ex.context, delim + choice, ce, ke);
       if (ce.empty()) ce.push_back(tok->eot_id());
-      if (ke.empty()) throw UsageError(strprintf("%s: example %zu: a choice encodes to no tokens", path.c_str(), e));
+      if (ke.empty())
+        throw UsageError(strprintf("%s:%lld: choice \"%s\" encodes to no tokens (with target_delimiter \"%s\")",
+                                   path.c_str(), static_cast<long long>(ex.line), choice.c_str(), delim.c_str()));
       std::vector<int32_t> whole;
       whole.reserve(ce.size() + ke.size());
       for (uint32_t x : ce) whole.push_back(static_cast<int32_t>(x));
@@ -757,6 +768,7 @@ std::vector<McExample> read_mc_jsonl(const std::string& path, bool skip_bad, int
           why = strprintf("label %s is out of range for %zu choices", j["label"].dump().c_str(), ex.choices.size());
         ex.label = static_cast<int>(label);
         ex.raw = line;
+        ex.line = lineno;
       }
     } catch (const json::exception& e) {
       why = std::string("invalid JSON: ") + e.what();
@@ -779,8 +791,8 @@ void encode_pair(const tokenizer::Tokenizer& tok, const std::string& context, co
                  std::vector<uint32_t>& context_enc, std::vector<uint32_t>& continuation_enc) {
   // lm-evaluation-harness _encode_pair: trailing whitespace of the context moves to the continuation,
   // the pair is encoded whole and the continuation is what follows the context's own encoding.
-  size_t keep = context.size();
-  while (keep > 0 && std::isspace(static_cast<unsigned char>(context[keep - 1]))) --keep;
+  // Python's rstrip(): Unicode whitespace (a no-break space, U+3000, ...) moves too, not only ASCII's.
+  const size_t keep = python_rstrip_len(context);
   std::string ctx = context.substr(0, keep);
   std::string cont = context.substr(keep) + continuation;
   context_enc.clear();

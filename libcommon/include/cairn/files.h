@@ -43,6 +43,10 @@ std::string run_subdir(const std::string& out, const std::string& stage);
 // Throws UsageError (exit 2) if `dir` cannot be created or written to (checked before long work starts).
 // A probe file is created and removed: permission bits do not stop root, a read-only mount or /proc does.
 void check_writable_dir(const std::string& dir);
+// Why `dir` could not be created (where missing) and written in later, "" if it can; creates nothing. Its nearest
+// existing ancestor (or `dir` itself) must be a directory on a writable mount that this process may write in. For
+// outputs made only once there is something to write, so that bad input leaves no directory behind.
+std::string creatable_dir_problem(const std::string& dir);
 // Throws UsageError (exit 2) naming `path` if an output file cannot be written there: its directory
 // as for check_writable_dir, and the path itself must not be a directory. "-" (stdout) always passes.
 void check_writable_file(const std::string& path);

@@ -105,6 +105,9 @@ struct EvalRow {
   // checkpoint::checkpoint_id of what was scored: a step written again (a rollback) has another one. "" in files
   // written before it was recorded (the key is then absent).
   std::string checkpoint_id;
+  // cairn-eval's fingerprint of the task's definition when it was scored (its [eval.task] table, the files it names,
+  // --limit, ...): a row scored under another definition does not count as done. "" before it was recorded.
+  std::string task_config;
 
   nlohmann::json to_json() const;
   // step, task and metric are required; the rest default as above.

@@ -63,6 +63,7 @@ json EvalRow::to_json() const {
             {"n", n},
             {"wall_time", wall_time}};
   if (!checkpoint_id.empty()) j["checkpoint_id"] = checkpoint_id;
+  if (!task_config.empty()) j["task_config"] = task_config;
   return j;
 }
 
@@ -79,6 +80,7 @@ EvalRow EvalRow::from_json(const JsonFields& f) {
   r.n = f.i64_or("n", 0, 0, INT64_MAX);
   r.wall_time = f.number_or("wall_time", 0, -DBL_MAX, DBL_MAX);
   r.checkpoint_id = f.str_or("checkpoint_id", "");
+  r.task_config = f.str_or("task_config", "");
   return r;
 }
 
