@@ -113,6 +113,11 @@ expect_usage "built without CUDA|GPUs but only 0 are visible" --backend nccl  # 
 expect_usage "not a size" -e 12X
 expect_usage "sweep.maxbytes \(-e\): '99999999999999999999' is too large" -e 99999999999999999999  # was "stoull", exit 1
 expect_usage "measures allreduce only" --bench-bare 3 allgather -b 1K -e 1K
+# Buffers the node cannot hold: refused before any allocation and before the table (each allocation alone fits, so
+# the ranks used to be killed by the OOM killer once they touched them, or exit 1 after the header).
+expect_usage "the sweep's buffers need 2.2 TB per rank \(2 x 1.1 TB at -e/--maxbytes\), 4.4 TB for the 2 ranks on \
+this node, more than 80% of the .* of memory available here" -b 1M -e 1T
+! grep -q "out-of-place" "$TMP/u.txt" || fail "-e 1T: the table started before the memory check"
 
 # 8a. Ranks given different configs (MPMD, a CAIRN_* variable on one node): exit 2 naming the key at once, where
 # they used to wait forever in each other's collectives.

@@ -329,15 +329,6 @@ MixSize mix_size(const MixRequest& r, const std::vector<shards::Dataset>& ds) {
   return m;
 }
 
-// 297 GB, 2 TB, 31.6 PB: three digits at most before the unit.
-std::string human_bytes(double b) {
-  const char* units[] = {"MB", "GB", "TB", "PB"};
-  double v = b / 1e6;
-  size_t u = 0;
-  for (; u + 1 < std::size(units) && v >= 999.5; ++u) v /= 1e3;
-  return strprintf(v < 999.5 ? "%.3g %s" : "%.0f %s", v, units[u]);
-}
-
 // Refuses (exit 2, naming the option) a size whose plan does not fit in the memory there is; every
 // MPI rank checks its own node and all agree.
 void check_size_fits(const MixRequest& r, const MixSize& m) {

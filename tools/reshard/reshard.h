@@ -17,6 +17,7 @@
 #include "cairn/provenance.h"
 #include "cairn/sections/data.h"
 #include "cairn/shards.h"
+#include "cairn/sysinfo.h"
 #include "cairn/tokenizer.h"
 
 namespace cairn::reshard {
@@ -277,9 +278,6 @@ void check_output_not_input(const std::string& out, const std::vector<std::strin
 std::string dataset_dir(const Config& cfg, const std::string& explicit_dir);
 // [data] threads, 0 = every hardware thread.
 int resolve_threads(const DataSection& data);
-// Bytes this process can still allocate: MemAvailable (physical memory where it cannot be read),
-// lowered by its cgroup's memory limit and by ulimit -v.
-double available_memory_bytes();
 // Bytes free for this user on the filesystem that holds (or will hold) `path`: std::filesystem::space() of its
 // nearest existing ancestor; -1 when that cannot be told.
 double available_disk_bytes(const std::string& path);

@@ -26,6 +26,7 @@
 #include "cairn/provenance.h"
 #include "cairn/sections/run.h"
 #include "cairn/sections/sweep.h"
+#include "cairn/sysinfo.h"
 
 extern char** environ;
 
@@ -380,6 +381,36 @@ struct Buffers {
   }
 };
 
+// Bytes of each of a block's two buffers: both hold max(send, recv) elements, as in nccl-tests (in place, the send
+// view of reduce-scatter and alltoall spans the whole receive buffer); 0-byte rows still get a valid pointer.
+uint64_t block_buffer_bytes(const BlockPlan& bp) {
+  uint64_t bytes = 64;
+  for (const auto& r : bp.rows) bytes = std::max(bytes, std::max(r.counts.send, r.counts.recv) * type_size(bp.type));
+  return bytes;
+}
+
+// The MPI backend's buffers are host memory, shared by the node's ranks: a sweep the node cannot hold is refused
+// (exit 2) before anything is allocated. Each allocation on its own fits, so without this check the ranks were
+// killed by the OOM killer once they touched their buffers, or failed with exit 1 after the table's header.
+void check_host_buffers(const Backend& be, const std::vector<std::vector<BlockPlan>>& plans,
+                        const SweepTopology& topo) {
+  if (std::string(be.name) != "mpi") return;
+  uint64_t largest = 0;
+  for (const auto& tier : plans)
+    for (const auto& bp : tier) largest = std::max(largest, block_buffer_bytes(bp));
+  const double need = 2.0 * static_cast<double>(largest) * topo.local_size;
+  const double have = available_memory_bytes();
+  std::string why;
+  if (need > 0.8 * have)
+    why = strprintf("the sweep's buffers need %s per rank (2 x %s at -e/--maxbytes), %s for the %d ranks on this "
+                    "node, more than 80%% of the %s of memory available here (MemAvailable, cgroup limit, ulimit -v); "
+                    "lower -e/--maxbytes",
+                    human_bytes(2.0 * static_cast<double>(largest)).c_str(),
+                    human_bytes(static_cast<double>(largest)).c_str(), human_bytes(need).c_str(), topo.local_size,
+                    human_bytes(have).c_str());
+  mpi::agree_or_throw(why.empty(), why, kExitUsage);
+}
+
 std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm comm, const BlockPlan& bp,
                                   const SweepOptions& o, const SweepFaults& faults, int64_t* checks_done) {
   const Collective& c = *bp.coll;
@@ -387,10 +418,7 @@ std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm c
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &n);
   size_t ws = type_size(bp.type);
-  // Both buffers hold max(send, recv) elements, as in nccl-tests: in place, the send view of
-  // reduce-scatter and alltoall spans the whole receive buffer.
-  uint64_t bytes = 64;  // 0-byte rows still get a valid pointer
-  for (const auto& r : bp.rows) bytes = std::max(bytes, std::max(r.counts.send, r.counts.recv) * ws);
+  const uint64_t bytes = block_buffer_bytes(bp);
   Buffers buf;
   buf.be = &be;
   buf.bc = bc;
@@ -950,6 +978,7 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
   res.backend = o.backend;
   std::vector<TierPlan> tiers = plan_tiers(o, topo, res.notes);
   std::vector<std::vector<BlockPlan>> plans = plan_blocks(o, tiers, res.notes);
+  check_host_buffers(be, plans, topo);
   check_outputs(o, true);
   // One sweep per run directory: a second one (a resubmitted job, another shell) would share the fabric with this
   // one, skewing both measurements, and replace this one's files one by one with its own.
