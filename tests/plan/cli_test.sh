@@ -79,6 +79,18 @@ $BIN --config configs/models/gpt2-350m.toml --config $A100 --config "$T/run/plan
 $BIN --config configs/models/bloom-176b.toml --config $A100 --set cluster.nodes=48 --set train.global_batch=2048 \
   --out "$T/run" --explain --plan dp=8,tp=4,pp=12,mb=2,zero=1,recompute=full > "$T/ex.txt"
 grep -q "pipeline bubble" "$T/ex.txt" || fail "explain has no bubble line"
+# The plan line names the keys priced off that the plan did not give (tp_overlap here); a list is not one plan.
+grep -q "^plan      dp=8,tp=4,pp=12,.*,tp_overlap=off" "$T/ex.txt" || fail "explain: the plan line hides tp_overlap=off"
+set +e
+$BIN --config configs/experiments/llama2-7b-plan.toml --out "$T/run" --explain --plan 'dp=[8,16]' 2> "$T/exlist.err"
+rc=$?
+$BIN --config configs/experiments/llama2-7b-plan.toml --out "$T/run" --plan dp=3,tp=1,pp=1 2> "$T/nodiv.err"; rc2=$?
+set -e
+[ $rc -eq 2 ] && grep -qF -- '--explain prices one plan: [plan] dp lists 2 values ([8,16]); give one' "$T/exlist.err" ||
+  fail "--explain with a list: rc=$rc $(cat "$T/exlist.err")"
+# A search with no candidate names a real reason (it said "TP must divide heads" whatever the cause).
+[ $rc2 -eq 2 ] && grep -qF '; e.g. dp=3,tp=1,pp=1,' "$T/nodiv.err" && grep -qF 'dp*tp*pp*cp = 3' "$T/nodiv.err" ||
+  fail "no valid plan: rc=$rc2 $(cat "$T/nodiv.err")"
 grep -q "memory per device" "$T/ex.txt" || fail "explain has no memory"
 # recompute is its own line (the whole rerun time), not "of which" under memory-bound kernels
 grep -q "^  recompute (included) .*full: rerun in backward" "$T/ex.txt" || fail "explain has no recompute line"

@@ -168,25 +168,37 @@ std::string best_toml(const Evaluation& e) {
 }
 
 // The single plan of --explain: [plan] values (first of a list), else [parallel].
-Plan explain_plan(const PlanSection& s, const ParallelSection& parallel, int world) {
+// The plan --explain prices: [parallel], overridden by each [plan] key. With `single`, a key listing several values is
+// a usage error; without, its first value is taken (an example of the constraints, for messages).
+Plan explain_plan(const PlanSection& s, const ParallelSection& parallel, int world, bool single = true) {
   Plan p = plan_from_section(parallel, world);
-  auto first_int = [](const PlanSection::IntChoice& choice, int& out) {
-    if (choice && !choice->empty()) out = int(choice->front());
+  // --explain prices one plan: a list (the search's constraint syntax) would be priced at its first value unsaid.
+  auto one = [&](const char* key, size_t n, const std::string& values) {
+    if (single && n > 1)
+      throw UsageError(
+          strprintf("--explain prices one plan: [plan] %s lists %zu values (%s); give one", key, n, values.c_str()));
   };
-  auto first_on = [](const PlanSection::StringChoice& choice, bool& out) {
-    if (choice && !choice->empty()) out = choice->front() == "on";
+  auto first_int = [&](const char* key, const PlanSection::IntChoice& choice, int& out) {
+    if (!choice || choice->empty()) return;
+    one(key, choice->size(), json(*choice).dump());
+    out = int(choice->front());
   };
-  first_int(s.dp, p.dp);
-  first_int(s.tp, p.tp);
-  first_int(s.pp, p.pp);
-  first_int(s.v, p.v);
-  first_int(s.mb, p.mb);
-  first_int(s.zero, p.zero);
-  if (s.recompute && !s.recompute->empty()) p.recompute = parse_recompute(s.recompute->front());
-  first_on(s.sp, p.sp);
-  first_int(s.cp, p.cp);
-  first_on(s.tp_overlap, p.tp_overlap);
-  if (s.cp_comm && !s.cp_comm->empty()) p.cp_allgather = s.cp_comm->front() == "allgather";
+  auto first_string = [&](const char* key, const PlanSection::StringChoice& choice) -> const std::string* {
+    if (!choice || choice->empty()) return nullptr;
+    one(key, choice->size(), json(*choice).dump());
+    return &choice->front();
+  };
+  first_int("dp", s.dp, p.dp);
+  first_int("tp", s.tp, p.tp);
+  first_int("pp", s.pp, p.pp);
+  first_int("v", s.v, p.v);
+  first_int("mb", s.mb, p.mb);
+  first_int("zero", s.zero, p.zero);
+  if (const std::string* r = first_string("recompute", s.recompute)) p.recompute = parse_recompute(*r);
+  if (const std::string* v = first_string("sp", s.sp)) p.sp = *v == "on";
+  first_int("cp", s.cp, p.cp);
+  if (const std::string* v = first_string("tp_overlap", s.tp_overlap)) p.tp_overlap = *v == "on";
+  if (const std::string* v = first_string("cp_comm", s.cp_comm)) p.cp_allgather = *v == "allgather";
   if (!s.dp && parallel.dp <= 0) p.dp = std::max(1, world / std::max(1, p.tp * p.pp * p.cp));
   return p;
 }
@@ -256,11 +268,20 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   }
   SearchResult r = search(m, c, global_batch, a, k);
   CAIRN_LOG_INFO("evaluated %zu plans (%zu feasible) in %.3f s", r.all.size(), r.feasible, r.elapsed_s);
-  if (r.all.empty())
+  if (r.all.empty()) {
+    // Name a real reason: the plan the constraints' first values make, priced as --explain would price it.
+    std::string example;
+    try {
+      const Evaluation e = evaluate(m, c, explain_plan(plan, read_section<ParallelSection>(cfg), c.world(), false),
+                                    global_batch, a, true);
+      if (!e.feasible()) example = "; e.g. " + plan_string(e.plan) + ": " + e.reason;
+    } catch (const Error&) {
+    }
     throw UsageError(strprintf("no plan is valid for %d devices, global batch %lld and the [plan] constraints "
-                               "(TP must divide heads = %lld and the device count; the global batch must be a "
-                               "multiple of dp)",
-                               c.world(), (long long)global_batch, (long long)m.heads));
+                               "(dp x tp x pp x cp must equal the device count, TP divide heads = %lld, the global "
+                               "batch be a multiple of dp x mb)%s",
+                               c.world(), (long long)global_batch, (long long)m.heads, example.c_str()));
+  }
   if (r.feasible == 0) {
     // Explain the closest candidate: the smallest-memory plan (rejected plans are sorted by it).
     Evaluation best = evaluate(m, c, r.all.front().plan, global_batch, a, true);

@@ -290,7 +290,12 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
   const Breakdown& b = e.b;
   const ParamCounts pc = parameter_counts(m);
   const FlopsPerToken fl = flops_per_token(m);
-  os << "plan      " << plan_string(e.plan) << "\n";
+  // Every key the price depends on, off ones included: a plan given without tp_overlap (or cp_comm) is priced
+  // with it off, and the line should say so rather than leave it to be guessed from the search's best.toml.
+  os << "plan      " << plan_string(e.plan);
+  if (e.plan.tp > 1 && !e.plan.tp_overlap) os << ",tp_overlap=off";
+  if (e.plan.cp > 1 && !e.plan.cp_allgather) os << ",cp_comm=p2p";
+  os << "\n";
   os << strprintf("model     %s, %lld layers, h=%lld, heads=%lld (kv %lld), ffn=%lld, s=%lld, V=%lld: %.3f B params\n",
                   m.arch == Arch::Gpt ? "gpt" : "llama", (long long)m.layers, (long long)m.hidden, (long long)m.heads,
                   (long long)m.kv_heads, (long long)m.ffn_hidden, (long long)m.seq_len, (long long)m.vocab,
