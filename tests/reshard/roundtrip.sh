@@ -43,6 +43,13 @@ cmp <($DUMP "$T/d8" | tr '\n' ' ') <($DUMP "$T/split7" | tr '\n' ' ') || fail "s
 # Megatron: export, check the files with an independent reader (Megatron's layout), import back.
 "$B" convert --to megatron --out "$T/meg/fortunes_text_document" "$T/d8"
 "$B" convert --from megatron "$T/meg/fortunes_text_document" --shards 4 --out "$T/from_meg"
+# --out naming a directory: the files are named after the dataset, as Megatron's preprocess_data.py names them (it
+# wrote DIR/.bin and DIR/.idx).
+mkdir -p "$T/megdir"
+"$B" convert --to megatron --out "$T/megdir/" "$T/d8" 2>/dev/null
+cmp -s "$T/megdir/d8_text_document.bin" "$T/meg/fortunes_text_document.bin" &&
+  cmp -s "$T/megdir/d8_text_document.idx" "$T/meg/fortunes_text_document.idx" ||
+  fail "convert --to megatron --out DIR/: $(ls -A "$T/megdir")"
 same_tokens "$T/d8" "$T/from_meg"
 # llm.c: export, independent check, import back.
 "$B" convert --to llmc --out "$T/llmc" "$T/d8"

@@ -417,7 +417,7 @@ void export_llmc(const shards::Dataset& ds, const std::string& dir, const std::s
 }  // namespace
 
 int run_convert(const Config& cfg, const std::string& from, const std::string& to,
-                const std::vector<std::string>& inputs, const std::string& out, const std::string& llmc_format) {
+                const std::vector<std::string>& inputs, std::string out, const std::string& llmc_format) {
   if (from.empty() == to.empty())
     throw UsageError("convert needs exactly one of --from megatron|llmc or --to megatron|llmc");
   const bool root = !mpi::initialized() || mpi::rank() == 0;
@@ -429,6 +429,15 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
       throw UsageError("convert --to needs --out (a .bin/.idx prefix for megatron, a directory for llmc)");
     if (inputs.size() > 1) throw UsageError("convert --to takes one dataset directory");
     std::string in = inputs.empty() ? dataset_dir(cfg, "") : inputs[0];
+    std::error_code ec;
+    if (to == "megatron" && (out.back() == '/' || fs::is_directory(out, ec))) {
+      // A directory is no .bin/.idx prefix (it wrote DIR/.bin and DIR/.idx, hidden files): name the files after the
+      // dataset as Megatron's preprocess_data.py names its outputs, <prefix>_text_document.bin/.idx.
+      const std::string stem = fs::path(in).lexically_normal().filename().string();
+      out =
+          (fs::path(out) / ((stem.empty() || stem == "." ? std::string("dataset") : stem) + "_text_document")).string();
+      if (root) CAIRN_LOG_INFO("--out is a directory: writing %s.bin and %s.idx", out.c_str(), out.c_str());
+    }
     check_output_not_input(to == "llmc" ? out : fs::absolute(out).parent_path().string(), {in});
     shards::Dataset ds = shards::Dataset::open(in);
     std::string err;

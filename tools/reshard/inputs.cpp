@@ -159,6 +159,9 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, s
 
 // ------------------------------------------------------------------------------------ byte streams
 
+// Compressed bytes given to one ZSTD_decompressStream call (read_zstd).
+constexpr size_t kZstdInputChunk = 4096;
+
 struct InputStream::Impl {
   std::string shown;
   int fd = -1;
@@ -173,6 +176,9 @@ struct InputStream::Impl {
   bool z_init = false, z_member_done = false;
   ZSTD_DCtx* zd = nullptr;
   size_t zstd_hint = 0;  // ZSTD_decompressStream's return: 0 when the last frame is complete
+  // A decoder error found in a call that also produced text: that text is returned first (the documents before the
+  // damage are kept, with --skip-bad), and the error is thrown by the next read.
+  std::string pending_error;
 
   ~Impl() {
     if (z_init) inflateEnd(&zs);
@@ -227,6 +233,7 @@ struct InputStream::Impl {
   }
 
   size_t read_gzip(char* out, size_t n) {
+    if (!pending_error.empty()) throw InputStreamError(pending_error);
     for (;;) {
       if (in_pos == in_len && !refill()) {
         if (z_member_done || raw_read == 0) return 0;
@@ -247,11 +254,14 @@ struct InputStream::Impl {
       size_t got = reinterpret_cast<char*>(zs.next_out) - out;
       in_pos = in_len - zs.avail_in;
       if (rc == Z_STREAM_END) z_member_done = true;
-      else if (rc != Z_OK && rc != Z_BUF_ERROR)
-        throw InputStreamError(
+      else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        const std::string why =
             file_message("corrupt gzip input", shown,
                          strprintf("at compressed byte %llu: %s", static_cast<unsigned long long>(consumed()),
-                                   zs.msg ? zs.msg : "invalid data")));
+                                   zs.msg ? zs.msg : "invalid data"));
+        if (got == 0) throw InputStreamError(why);
+        pending_error = why;
+      }
       if (got > 0) {
         produced += got;
         return got;
@@ -260,6 +270,7 @@ struct InputStream::Impl {
   }
 
   size_t read_zstd(char* out, size_t n) {
+    if (!pending_error.empty()) throw InputStreamError(pending_error);
     for (;;) {
       if (in_pos == in_len && !refill()) {
         if (zstd_hint == 0) return 0;
@@ -268,15 +279,19 @@ struct InputStream::Impl {
             strprintf("the file ends at compressed byte %llu inside a zstd frame (%llu bytes decompressed)",
                       static_cast<unsigned long long>(raw_read), static_cast<unsigned long long>(produced))));
       }
-      ZSTD_inBuffer ib{in.data(), in_len, in_pos};
+      // A few KiB of input a call: on an error zstd reports none of the call's output, so what the blocks before
+      // the damage decoded is returned by the calls before (as `zstd -d` keeps it), not dropped with the call.
+      const size_t chunk_end = std::min(in_len, in_pos + kZstdInputChunk);
+      ZSTD_inBuffer ib{in.data(), chunk_end, in_pos};
       ZSTD_outBuffer ob{out, n, 0};
       size_t r = ZSTD_decompressStream(zd, &ob, &ib);
-      in_pos = ib.pos;
       if (ZSTD_isError(r))
         throw InputStreamError(
             file_message("corrupt zstd input", shown,
-                         strprintf("at compressed byte %llu: %s", static_cast<unsigned long long>(consumed()),
+                         strprintf("in compressed bytes %llu..%llu: %s", static_cast<unsigned long long>(consumed()),
+                                   static_cast<unsigned long long>(consumed() + (chunk_end - in_pos)),
                                    ZSTD_getErrorName(r))));
+      in_pos = ib.pos;
       zstd_hint = r;
       if (ob.pos > 0) {
         produced += ob.pos;
