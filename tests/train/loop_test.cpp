@@ -491,12 +491,22 @@ BOOST_AUTO_TEST_CASE(auto_resume_falls_back_over_a_sealed_checkpoint_that_does_n
   const auto [code, msg] = run_error(small_config(run, {"train.checkpoint_every=4", "train.resume=\"" + dir + "\""}));
   BOOST_TEST(code == kExitRuntime);
   BOOST_TEST(msg.find("step_00000008") != std::string::npos, msg);
+  // Earlier retirements (a job preempted again and again): of them and this one, the newest keep_checkpoints (2
+  // here) stay; the older ones are removed, so retired/ does not grow without end.
+  if (mpi::rank() == 0)
+    for (const char* old : {"20000101T000000Z", "20000102T000000Z", "20000103T000000Z"})
+      fs::create_directories(run + "/train/retired/" + old + "/step_00000001");
   mpi::barrier();
-  expect_resume_at(small_config(run, {"train.checkpoint_every=4"}), 5);
+  expect_resume_at(small_config(run, {"train.checkpoint_every=4", "train.keep_checkpoints=2"}), 5);
   bool retired = false;
-  for (const auto& d : fs::directory_iterator(run + "/train/retired"))
+  size_t retirements = 0;
+  for (const auto& d : fs::directory_iterator(run + "/train/retired")) {
     retired = retired || fs::exists(d.path() / "step_00000008" / "model.h5");
+    ++retirements;
+  }
   BOOST_TEST(retired);
+  BOOST_TEST(retirements == 2u);
+  BOOST_TEST(fs::exists(run + "/train/retired/20000103T000000Z"));
   BOOST_TEST(fs::exists(run + "/train/FINISHED"));
 }
 

@@ -561,6 +561,17 @@ void Trainer::retire_newer_checkpoints() {
         moved.push_back(name);
       }
       if (!moved.empty()) {
+        // Each retirement holds whole checkpoints: a job preempted again and again (each time between a checkpoint's
+        // rename and its DONE marker) would fill the disk with them. The newest keep_checkpoints retirements stay.
+        std::vector<std::string> stamps;
+        for (const auto& d : std::filesystem::directory_iterator(join_path(s_.train_dir, "retired")))
+          if (d.is_directory()) stamps.push_back(d.path().filename().string());
+        std::sort(stamps.begin(), stamps.end());
+        for (size_t i = 0; i + static_cast<size_t>(s_.keep_checkpoints) < stamps.size(); ++i) {
+          std::filesystem::remove_all(join_path(join_path(s_.train_dir, "retired"), stamps[i]));
+          CAIRN_LOG_INFO("removed retired/%s: [train] keep_checkpoints = %d retirements are kept", stamps[i].c_str(),
+                         s_.keep_checkpoints);
+        }
         std::string names;
         for (const std::string& m : moved) names += (names.empty() ? "" : ", ") + m;
         if (damaged)
