@@ -157,6 +157,10 @@ rows = [json.loads(l) for l in open('dotted/eval/results.jsonl')]
 assert {r['task'] for r in rows} == {'fortunes.mc'}, {r['task'] for r in rows}
 assert any(r['metric'] == 'acc' and r['n'] == 5 for r in rows), rows"
 
+# A task table's bad value names where the table was set, and --print-config refuses what the evaluation would.
+printf '[eval]\ntasks = ["x"]\n[eval.task.x]\nkind = "bogus"\n' > badkind.toml
+expect_exit 2 'badkind.toml:3:[0-9]*: \[eval.task.x\] kind = "bogus": expected' "$BIN/cairn-eval" --config badkind.toml \
+  --print-config
 # --print-config shows the checkpoints given as arguments (not config keys) on its comment line.
 "$BIN/cairn-eval" --config eval.toml "$CK" --print-config > pc.toml || fail "--print-config: exit $?"
 grep -qxF "# positional arguments (not config keys: give them again with --config): [\"$CK\"]" pc.toml ||

@@ -111,6 +111,10 @@ expect_usage "local_register 3: choose 0, 1 or 2" -R 3
 expect_usage "not a rank of tier world" broadcast -r 2
 expect_usage "built without CUDA|GPUs but only 0 are visible" --backend nccl  # CUDA builds on GPU-less CI
 expect_usage "not a size" -e 12X
+# A size from a config file names where it was set, and --print-config refuses what the sweep would.
+printf '[sweep]\nminbytes = "abc"\n' > "$TMP/badsize.toml"
+expect_usage "badsize.toml:2:1: sweep.minbytes \(-b\): 'abc' is not a size" --config "$TMP/badsize.toml"
+expect_usage "sweep.minbytes \(-b\): 'abc' is not a size" -b abc --print-config
 expect_usage "sweep.maxbytes \(-e\): '99999999999999999999' is too large" -e 99999999999999999999  # was "stoull", exit 1
 expect_usage "measures allreduce only" --bench-bare 3 allgather -b 1K -e 1K
 # Buffers the node cannot hold: refused before any allocation and before the table (each allocation alone fits, so

@@ -211,19 +211,8 @@ class Evaluator {
     }
     mpi::agree_or_throw(ok, msg, kExitUsage);
     task_names_ = eval_.tasks;
-    if (task_names_.empty()) throw UsageError("[eval] tasks is empty: nothing to evaluate");
-    // Here, not only where the tasks are prepared: a checkpoint already evaluated is skipped before that, and the
-    // same config must get the same verdict either way.
-    for (size_t i = 0; i < task_names_.size(); ++i)
-      for (size_t j = 0; j < i; ++j)
-        if (task_names_[i] == task_names_[j]) throw UsageError("[eval] tasks lists \"" + task_names_[i] + "\" twice");
-    // Unknown task names are config errors: report them before waiting for or loading checkpoints.
-    json tables = cfg.section("eval.task");
-    for (const auto& t : task_names_)
-      if (t != "val" && t != "train_val" && !(tables.is_object() && tables.contains(t)))
-        throw UsageError("[eval] tasks: unknown task \"" + t + "\" (define [eval.task." + t +
-                         "]; built in: val, train_val)");
-    check_task_tables(tables, eval_);
+    check_task_config(cfg);
+    const json tables = cfg.section("eval.task");
     for (const auto& t : task_names_) task_config_[t] = task_fingerprint(tables, t);
   }
 
@@ -635,6 +624,37 @@ void watch(const EvalSection& es, Evaluator& ev, EvalSummary& summary) {
 }
 
 }  // namespace
+
+void check_task_config(const Config& cfg) {
+  const EvalSection es = read_section<EvalSection>(cfg);
+  const std::vector<std::string>& names = es.tasks;
+  if (names.empty()) throw UsageError("[eval] tasks is empty: nothing to evaluate");
+  // Here, not only where the tasks are prepared: a checkpoint already evaluated is skipped before that, and the
+  // same config must get the same verdict either way.
+  for (size_t i = 0; i < names.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (names[i] == names[j]) throw UsageError("[eval] tasks lists \"" + names[i] + "\" twice");
+  // Unknown task names are config errors: report them before waiting for or loading checkpoints.
+  const json tables = cfg.section("eval.task");
+  for (const auto& t : names)
+    if (t != "val" && t != "train_val" && !(tables.is_object() && tables.contains(t)))
+      throw UsageError("[eval] tasks: unknown task \"" + t + "\" (define [eval.task." + t +
+                       "]; built in: val, train_val)");
+  // Each table's values, named with where the table was set (file:line:col, --set): its keys were checked at load,
+  // its values (kind, mode, ...) are checked here.
+  for (const auto& t : names) {
+    if (!tables.is_object() || !tables.contains(t)) continue;
+    EvalSection one = es;
+    one.tasks = {t};
+    try {
+      check_task_tables(tables, one);
+    } catch (const UsageError& e) {
+      const Origin& from = cfg.origin(dotted_name("eval.task", t));
+      if (from.kind == Origin::Default || from.kind == Origin::Program) throw;
+      throw UsageError(from.describe() + ": " + e.what());
+    }
+  }
+}
 
 EvalSummary run_eval(const Config& cfg, const EvalOptions& opts) {
   EvalSummary summary;

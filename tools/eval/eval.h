@@ -124,6 +124,9 @@ std::vector<std::unique_ptr<Task>> prepare_tasks(const TaskContext& ctx, const g
 
 // Checks task tables that need no checkpoint (kinds, JSONL files) so a --watch job fails at once.
 void check_task_tables(const nlohmann::json& tables, const EvalSection& eval);
+// Every check of [eval] tasks and the [eval.task] tables that needs no checkpoint or file (empty, listed twice,
+// unknown, a table's values), errors naming where a table was set; cairn-eval runs it before --print-config.
+void check_task_config(const Config& cfg);
 
 // One multiple-choice example and the harness's pair encoding (context/continuation split where the
 // trailing whitespace of the context moves into the continuation; empty context -> end-of-text).

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
 
     if (!data.empty()) settings.emplace_back("data.path", data, "--data");
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
+    cairn::eval::check_task_config(cfg);  // a config --print-config shows is one the evaluation accepts
     if (cairn::maybe_print_config(opts, cfg, checkpoints)) return 0;
     cairn::eval::EvalOptions eo;
     eo.checkpoints = checkpoints;

@@ -143,8 +143,10 @@ int run_under_mpi(int& argc, char**& argv, const cairn::CommonOptions& opts, con
   // No helper threads here: MPI_THREAD_SINGLE, as a bare benchmark loop would initialise MPI.
   cairn::mpi::Session session(&argc, &argv, MPI_THREAD_SINGLE);
   cairn::Config cfg = cairn::load_tool_config(opts, settings);
-  if (cairn::maybe_print_config(opts, cfg)) return 0;
+  // The [sweep] values (sizes, collectives, types) are checked before --print-config too: a config it prints is one
+  // the sweep accepts.
   cairn::sweep::SweepOptions so = cairn::sweep::sweep_options(cfg);
+  if (cairn::maybe_print_config(opts, cfg)) return 0;
   so.local_register = static_cast<int>(f.local_register);
   so.graph_launches = static_cast<int>(f.graph);
   so.experiment_name = f.experiment;

@@ -94,9 +94,19 @@ SweepOptions sweep_options(const Config& cfg) {
   }
   if (o.ops.empty() && !o.all_ops) throw UsageError("sweep.ops: no reduction op given");
   o.root = static_cast<int>(sw.root);
-  o.minbytes = parse_bytes(sw.minbytes, "sweep.minbytes (-b)");
-  o.maxbytes = parse_bytes(sw.maxbytes, "sweep.maxbytes (-e)");
-  o.stepbytes = parse_bytes(sw.stepbytes, "sweep.stepbytes (-i)");
+  // A size is text (K/M/G suffixes) parsed here, after the config layers: its error names where it was set.
+  auto size_of = [&](const std::string& text, const char* key, const char* label) {
+    const Origin& from = cfg.origin(std::string("sweep.") + key);
+    try {
+      return parse_bytes(text, label);
+    } catch (const UsageError& e) {
+      if (from.kind == Origin::Default || from.kind == Origin::Program) throw;
+      throw UsageError(from.describe() + ": " + e.what());
+    }
+  };
+  o.minbytes = size_of(sw.minbytes, "minbytes", "sweep.minbytes (-b)");
+  o.maxbytes = size_of(sw.maxbytes, "maxbytes", "sweep.maxbytes (-e)");
+  o.stepbytes = size_of(sw.stepbytes, "stepbytes", "sweep.stepbytes (-i)");
   o.stepfactor = static_cast<int>(sw.stepfactor);
   o.minbytes_defaulted = cfg.origin("sweep.minbytes").kind == Origin::Default;
   if (o.minbytes == 0) throw UsageError("sweep.minbytes (-b) must be at least 1 byte");
