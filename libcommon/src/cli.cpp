@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -58,7 +60,17 @@ namespace {
 // naming the flag and key, like --set). Anything else is CLI11's own conversion error.
 json integer_flag_value(const std::string& text, const std::string& flag) {
   int64_t i = 0;
-  if (CLI::detail::lexical_cast(text, i)) return i;
+  if (CLI::detail::lexical_cast(text, i)) {
+    // CLI11 saturates a whole number past int64 at its limit: the key's range check then named 9223372036854775807,
+    // not what was typed. Such a number goes on as the float it is, which the range check names as typed.
+    if (i == INT64_MAX || i == INT64_MIN) {
+      int64_t exact = 0;
+      const char* end = text.data() + text.size();
+      const auto [ptr, ec] = std::from_chars(text.data() + (text[0] == '+' ? 1 : 0), end, exact);
+      if (ec == std::errc::result_out_of_range && ptr == end) return std::strtod(text.c_str(), nullptr);
+    }
+    return i;
+  }
   json v;
   try {
     v = parse_config_value(text);

@@ -88,6 +88,12 @@ $BIN --config configs/experiments/llama2-7b-plan.toml --out "$T/run" --plan dp=3
 set -e
 [ $rc -eq 2 ] && grep -qF -- '--explain prices one plan: [plan] dp lists 2 values ([8,16]); give one' "$T/exlist.err" ||
   fail "--explain with a list: rc=$rc $(cat "$T/exlist.err")"
+# A cluster file that leaves out the device's figures is priced with the defaults (an A100's): said on stderr.
+printf '[cluster]\nname = "mine"\nnodes = 2\ngpus_per_node = 8\n' > "$T/thin.toml"
+$BIN --config configs/models/gpt2-350m.toml --config "$T/thin.toml" --set train.global_batch=64 --out "$T/thin" \
+  > /dev/null 2> "$T/thin.err" || fail "plan on a thin cluster file: exit $?"
+grep -qF "[cluster] peak_tflops, hbm_gib, hbm_gbps not set: priced with the built-in defaults" "$T/thin.err" ||
+  fail "no warning for a cluster file without its device figures: $(cat "$T/thin.err")"
 # A search with no candidate names a real reason (it said "TP must divide heads" whatever the cause).
 [ $rc2 -eq 2 ] && grep -qF '; e.g. dp=3,tp=1,pp=1,' "$T/nodiv.err" && grep -qF 'dp*tp*pp*cp = 3' "$T/nodiv.err" ||
   fail "no valid plan: rc=$rc2 $(cat "$T/nodiv.err")"

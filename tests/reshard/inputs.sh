@@ -106,6 +106,17 @@ printf 'a/1.jsonl.gz\nmissing.jsonl\n' > "$T/tree/bad-list.txt"
 expect_exit 2 'cannot open input ".*missing.jsonl": No such file or directory (listed in .*bad-list.txt:2)' \
   "$B" build --out "$T/x" "@$T/tree/bad-list.txt"
 expect_exit 2 'cannot read manifest' "$B" build --out "$T/x" "@$T/no-such-list.txt"
+# A delimiter holding a line break can never match a line (every document would run to the end of its file).
+expect_exit 2 'delimiter (--delimiter) holds a line break' "$B" build --delimiter "$(printf 'a\nb')" --out "$T/x" \
+  "$T/small.jsonl"
+# A directory's dangling symbolic link is said (it was skipped silently), and so are its binary files, counted.
+mkdir -p "$T/dl"
+cp "$T/small.jsonl" "$T/dl/a.jsonl"
+ln -sf "$T/nowhere.jsonl" "$T/dl/b.jsonl"
+printf 'bin\0ary' > "$T/dl/c.dat"
+"$B" build --out "$T/dlout" "$T/dl" 2> "$T/dl.err" || fail "a directory with a dangling link: exit $?"
+grep -qF "skipping \"$T/dl/b.jsonl\": a symbolic link to nothing" "$T/dl.err" || fail "dangling link not said"
+grep -qF "skipped 1 file(s) that are not text" "$T/dl.err" || fail "binary files not counted: $(cat "$T/dl.err")"
 
 # ---- Bad input: exit 2 naming file and line/offset; --skip-bad counts and keeps the rest.
 docs_of() { $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print(d['total_documents'], d['skipped_records'])" "$1/index.json"; }

@@ -227,7 +227,25 @@ void warn_if_attention_bound(const Cluster& c, const Assumptions& a, const Evalu
 
 }  // namespace
 
+namespace {
+// A cluster file that leaves out what sets the device (peak, memory and its bandwidth) is priced with the built-in
+// defaults, an A100-80GB's: a forgotten hbm_gib in an H100 file would go unnoticed, so it is said.
+void warn_cluster_defaults(const Config& cfg) {
+  if (cfg.origin("cluster.name").kind == Origin::Default) return;  // no cluster given at all: the defaults are meant
+  std::string left;
+  // The device's own figures (bandwidths between devices often come from the sweep's fabric.toml instead).
+  for (const char* key : {"peak_tflops", "hbm_gib", "hbm_gbps", "gpus_per_node"})
+    if (cfg.origin(std::string("cluster.") + key).kind == Origin::Default)
+      left += (left.empty() ? "" : ", ") + std::string(key);
+  if (!left.empty())
+    CAIRN_LOG_WARN("[cluster] %s not set: priced with the built-in defaults (an A100-80GB node's); set them for this "
+                   "cluster (cairn-plan --print-config shows every value and where it came from)",
+                   left.c_str());
+}
+}  // namespace
+
 int run_plan(const Config& cfg, const RunOptions& opts) {
+  warn_cluster_defaults(cfg);
   const auto plan = read_section<PlanSection>(cfg);
   const ModelSpec m = model_from_section(read_section<ModelSection>(cfg));
   const Cluster c = cluster_from_section(read_section<ClusterSection>(cfg));

@@ -74,17 +74,28 @@ struct Expander {
         it.disable_recursion_pending();
         continue;
       }
+      if (it->is_symlink() && !fs::exists(it->path(), ec)) {
+        // Said, not skipped silently: a link to data on a filesystem that is not mounted here loses documents.
+        CAIRN_LOG_WARN("skipping \"%s\": a symbolic link to nothing", it->path().c_str());
+        continue;
+      }
       if (it->is_regular_file() && !is_lmdb_path(it->path().parent_path().string())) files.push_back(it->path());
     }
     std::sort(files.begin(), files.end());
+    size_t binary = 0;
+    std::string first_binary;
     for (auto& f : files) {
       // Binary files (e.g. fortune's .dat indexes) are not text documents.
       if (!fs::is_directory(f, ec) && looks_binary(f)) {
         CAIRN_LOG_DEBUG("skipping binary file %s", f.c_str());
+        if (binary++ == 0) first_binary = f.string();
         continue;
       }
       add_file(f);
     }
+    if (binary > 0)
+      CAIRN_LOG_INFO("%s: skipped %zu file(s) that are not text (a NUL byte in the first 8 KiB), e.g. \"%s\"",
+                     in.c_str(), binary, first_binary.c_str());
   }
 
   // One argument: "-", a file, a directory, a glob pattern or @manifest (`depth` guards manifest cycles).
@@ -352,6 +363,11 @@ TextSettings text_settings(const DataSection& data) {
   TextSettings s;
   s.format = data.format;
   s.delimiter = data.delimiter;
+  // The delimiter is compared with whole lines: one holding a line break could never match (every document would
+  // run to the end of its file), so it is refused.
+  if (s.delimiter.find_first_of("\r\n") != std::string::npos)
+    throw UsageError("[data] delimiter (--delimiter) holds a line break: it is a line of its own between documents "
+                     "(fortune's \"%\"), compared without its newline");
   s.field = data.jsonl_field;
   s.skip_bad = data.skip_bad;
   return s;

@@ -38,6 +38,9 @@ check int_flag_fraction 2 "cairn-probe: --steps: train.steps: expected an intege
 check int_flag_small 2 "--steps: train.steps: expected an integer, got number 0.001" -- "$probe" --steps 1e-3
 check int_flag_range 2 "--steps: train.steps: value 1e+13 is above the maximum 1000000000000" -- "$probe" --steps 1e13
 check int_flag_word 2 "Could not convert: --steps = abc" -- "$probe" --steps abc
+# Past int64: named as typed (it said 9223372036854775807, CLI11's saturated value).
+check int_flag_past_int64 2 "--steps: train.steps: value 1e+20 is above the maximum 1000000000000" -- \
+  "$probe" --steps 99999999999999999999
 check int_set_exponent 0 "steps = 30000 " -- "$probe" --set train.steps=3e4 --print-config
 check int_env_exponent 0 "steps = 40000 " -- env CAIRN_TRAIN_STEPS=4e4 "$probe" --print-config
 "$probe" --json "$tmp/out.json" >/dev/null 2>&1
