@@ -160,6 +160,8 @@ def main():
               f"{latest}: not under <output_path>/sanitize_model_name(model_name)")
         # GeneralConfigTracker._get_model_name: the value after "pretrained=" in model_args.
         check(r["config"]["model_args"].split("pretrained=")[1].split(",")[0] == r["model_name"], "model_args")
+        # The harness's default, under which its stderr for mean metrics is the closed form given here (0: none).
+        check(r["config"]["bootstrap_iters"] == 100000, f"bootstrap_iters {r['config']['bootstrap_iters']}")
         tasks = set(r["results"])
         if expect_tasks is not None:
             check(tasks == expect_tasks, f"{latest}: tasks {sorted(tasks)} != {sorted(expect_tasks)}")

@@ -110,6 +110,9 @@ mpirun -np 2 --oversubscribe "$B" reshard "$T/d8" --shards 5 --seed 9 --threads 
 [ "$(sums "$T/over")" = "$(sums "$T/thr5")" ] || fail "MPI reshard over another dataset differs"
 [ "$($PY -c "import json,sys;print(json.load(open(sys.argv[1]))['shards_resumed'])" "$T/over.json")" = 2 ] ||
   fail "MPI reshard did not resume the staged shards: $(cat "$T/over.json")"
+# The --json summary carries provenance, as every result a tool writes does.
+$PY -c "import json,sys;p=json.load(open(sys.argv[1]))['provenance'];assert p['tool']=='cairn-reshard' and p['git_sha'],p" \
+  "$T/over.json" || fail "reshard --json has no provenance: $(cat "$T/over.json")"
 [ ! -e "$T/over/.staging" ] && [ "$(ls "$T/over" | grep -c '^shard_')" = 5 ] || fail "MPI reshard left $(ls -a "$T/over")"
 "$B" verify "$T/over" >/dev/null
 echo "ok: 2 ranks staged over another dataset, resumed 2 staged shards and swapped in 5"
