@@ -1,5 +1,6 @@
 // Config loading and validation: schema registry, TOML files with includes, env and --set layers.
 #include "cairn/config.h"
+#include "cairn/config_origin.h"
 
 #include <algorithm>
 #include <cmath>
@@ -213,6 +214,12 @@ bool bare_key_ok(const std::string& k) {
   });
 }
 }  // namespace
+
+UsageError with_origin(const Config& cfg, const std::string& dotted, const UsageError& e) {
+  const Origin& from = cfg.origin(dotted);
+  if (from.kind == Origin::Default || from.kind == Origin::Program) return e;
+  return UsageError(from.describe() + ": " + e.what());
+}
 
 std::string dotted_name(const std::string& section, const std::string& key) {
   const std::string k = bare_key_ok(key) ? key : toml_string_literal(key);

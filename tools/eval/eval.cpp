@@ -15,6 +15,7 @@
 #include "cairn/checkpoint.h"
 #include "cairn/cli.h"
 #include "cairn/clock.h"
+#include "cairn/config_origin.h"
 #include "cairn/dir_lock.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
@@ -649,9 +650,7 @@ void check_task_config(const Config& cfg) {
     try {
       check_task_tables(tables, one);
     } catch (const UsageError& e) {
-      const Origin& from = cfg.origin(dotted_name("eval.task", t));
-      if (from.kind == Origin::Default || from.kind == Origin::Program) throw;
-      throw UsageError(from.describe() + ": " + e.what());
+      throw with_origin(cfg, dotted_name("eval.task", t), e);
     }
   }
 }

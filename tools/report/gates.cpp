@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cairn/config.h"
+#include "cairn/config_origin.h"
 #include "cairn/error.h"
 #include "cairn/plot.h"
 #include "cairn/sections/report.h"
@@ -66,14 +67,14 @@ std::vector<GateRule> parse_gates(const json& gates) {
 
 std::vector<GateRule> parse_gates(const Config& cfg) {
   const json gates = cfg.section(kReportGatesSection);
-  if (gates.is_object())
-    for (auto it = gates.begin(); it != gates.end(); ++it) try {
-        parse_gates(json{{it.key(), it.value()}});
-      } catch (const UsageError& e) {
-        const Origin& o = cfg.origin(dotted_name(kReportGatesSection, it.key()));
-        throw UsageError((o.kind == Origin::Default ? std::string("default") : o.describe()) + ": " + e.what());
-      }
-  return parse_gates(gates);
+  if (!gates.is_object()) return parse_gates(gates);
+  std::vector<GateRule> rules;
+  for (auto it = gates.begin(); it != gates.end(); ++it) try {
+      for (GateRule& r : parse_gates(json{{it.key(), it.value()}})) rules.push_back(std::move(r));
+    } catch (const UsageError& e) {
+      throw with_origin(cfg, dotted_name(kReportGatesSection, it.key()), e);
+    }
+  return rules;
 }
 
 std::vector<GateResult> evaluate_gates(const std::vector<GateRule>& rules, const std::vector<RunData>& runs,

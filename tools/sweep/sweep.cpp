@@ -18,6 +18,7 @@
 
 #include "cairn/cli.h"
 #include "cairn/clock.h"
+#include "cairn/config_origin.h"
 #include "cairn/dir_lock.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
@@ -96,12 +97,10 @@ SweepOptions sweep_options(const Config& cfg) {
   o.root = static_cast<int>(sw.root);
   // A size is text (K/M/G suffixes) parsed here, after the config layers: its error names where it was set.
   auto size_of = [&](const std::string& text, const char* key, const char* label) {
-    const Origin& from = cfg.origin(std::string("sweep.") + key);
     try {
       return parse_bytes(text, label);
     } catch (const UsageError& e) {
-      if (from.kind == Origin::Default || from.kind == Origin::Program) throw;
-      throw UsageError(from.describe() + ": " + e.what());
+      throw with_origin(cfg, std::string("sweep.") + key, e);
     }
   };
   o.minbytes = size_of(sw.minbytes, "minbytes", "sweep.minbytes (-b)");
