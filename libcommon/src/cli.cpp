@@ -396,7 +396,15 @@ int run_tool(const std::string& tool, int argc, char** argv, const std::function
     std::fprintf(stderr, "%s: %s (see --help)\n", tool.c_str(), e.what());
     return kExitUsage;
   } catch (const Error& e) {
-    if (e.code() == kExitOk && std::string(e.what()).empty()) return kExitOk;
+    if (e.code() == kExitOk && std::string(e.what()).empty()) {  // --help, --version, --print-config: text only
+      try {
+        check_stdout_written();
+      } catch (const Error& lost) {
+        std::fprintf(stderr, "%s: %s\n", tool.c_str(), lost.what());
+        return kExitRuntime;
+      }
+      return kExitOk;
+    }
     // Usage errors come from the command line and config, the same on every rank: rank 0 says it
     // once and aborts the job. Another rank that aborted first would kill rank 0 before it printed
     // (seen in CI), so the others leave rank 0 time to do it, and speak only if it did not.

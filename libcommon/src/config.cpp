@@ -3,6 +3,7 @@
 #include "cairn/config_origin.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -129,7 +130,10 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      // Case-blind: `GLOBAL_BATCH` or `Train` is one keystroke habit away from the key, not a dozen edits.
+      const bool same =
+          std::tolower(static_cast<unsigned char>(a[i - 1])) == std::tolower(static_cast<unsigned char>(b[j - 1]));
+      size_t sub = prev[j - 1] + (same ? 0 : 1);
       cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
     }
     std::swap(prev, cur);
@@ -1045,7 +1049,9 @@ void apply_env(Config& cfg, const Schema& schema) {
   }
   std::sort(vars.begin(), vars.end());
   for (const auto& [name, text] : vars) {
+    // The section is matched in any case, as the key is: CAIRN_train_lr would otherwise be dropped without a word.
     std::string rest = name.substr(6);
+    std::transform(rest.begin(), rest.end(), rest.begin(), [](unsigned char c) { return std::toupper(c); });
     for (const auto& section : sections) {
       std::string prefix = env_section_name(section) + "_";
       if (rest.rfind(prefix, 0) != 0) continue;

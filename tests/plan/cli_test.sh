@@ -252,6 +252,11 @@ if [ -w /dev/full ]; then
   $BIN "${base[@]}" --out "$T/run" --top 1 --json - > /dev/full 2> "$T/full.err"; rc=$?
   set -e
   [ $rc -eq 1 ] && grep -q "cannot write" "$T/full.err" || fail "--json - > /dev/full: rc=$rc $(cat "$T/full.err")"
+  # Help text that never arrived is lost output too.
+  set +e
+  $BIN --help > /dev/full 2> "$T/full.err"; rc=$?
+  set -e
+  [ $rc -eq 1 ] && grep -q "cannot write" "$T/full.err" || fail "--help > /dev/full: rc=$rc $(cat "$T/full.err")"
 fi
 # A reader that went away (| head, | grep -q) is not a failure: stdout is a pipe whose read end is already closed.
 $PY - "$BIN" "${base[@]}" --out "$T/run" --top 1 --json - <<'PY' || fail "stdout closed by its reader: not exit 0"

@@ -221,6 +221,10 @@ printf '{"text": "fine"}\n{"other": 1}\n' > "$T/nofield.jsonl"
 expect_exit 2 'nofield.jsonl": line 2 .*no string field "text"' "$B" build --out "$T/x" "$T/nofield.jsonl"
 "$B" build --skip-bad --out "$T/x2" "$T/bad.jsonl" 2>"$T/log.txt"
 grep -q "skipped 2 bad records" "$T/log.txt" || fail "--skip-bad JSONL count"
+# More shards than documents: the empty shards are said (a loader giving each rank its shards gives some nothing).
+printf '{"text": "one document"}\n{"text": "another one"}\n{"text": "and a third"}\n' > "$T/three.jsonl"
+"$B" build --shards 8 --out "$T/eight" "$T/three.jsonl" 2>"$T/log.txt" || fail "build of 3 documents into 8 shards"
+grep -q "5 of 8 shards are empty" "$T/log.txt" || fail "empty shards not said: $(cat "$T/log.txt")"
 printf '\x1f\x8b\x08\x00garbage' > "$T/corrupt.gz"
 expect_exit 2 'corrupt.gz' "$B" build --out "$T/x" "$T/corrupt.gz"
 expect_exit 2 'No such file' "$B" build --out "$T/x" "$T/missing.txt"
@@ -232,6 +236,10 @@ head -c 100 "$T/meg/m.idx" > "$T/meg/t.idx"; cp "$T/meg/m.bin" "$T/meg/t.bin"
 expect_exit 2 't.idx.*truncated' "$B" convert --from megatron "$T/meg/t" --out "$T/x"
 cp "$T/meg/m.idx" "$T/meg/w.idx"; cp "$T/meg/m.bin" "$T/meg/w.bin"; printf 'XXIDIDX' | dd of="$T/meg/w.idx" conv=notrunc 2>/dev/null
 expect_exit 2 'w.idx.*at byte offset 0: wrong magic' "$B" convert --from megatron "$T/meg/w" --out "$T/x"
+# A sequence count of 2^61 in the header: refused as more than the file holds, its count as written (no wrapped sum).
+cp "$T/meg/m.idx" "$T/meg/h.idx"; cp "$T/meg/m.bin" "$T/meg/h.bin"
+printf '\x00\x00\x00\x00\x00\x00\x00\x20' | dd of="$T/meg/h.idx" bs=1 seek=18 conv=notrunc 2>/dev/null
+expect_exit 2 'h.idx.*at byte offset 18: header declares 2305843009213693952 sequences' "$B" convert --from megatron "$T/meg/h" --out "$T/x"
 cp "$T/meg/m.idx" "$T/meg/s.idx"; head -c 50 "$T/meg/m.bin" > "$T/meg/s.bin"
 expect_exit 2 's.bin.*index describes' "$B" convert --from megatron "$T/meg/s" --out "$T/x"
 f=$(ls "$T/llmc"/*.bin | head -1)

@@ -122,8 +122,14 @@ void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, 
   if (item == 0 || code == 6 || code == 7)
     corrupt(ip, 17, strprintf("dtype code %u is not an integer token type", code));
   uint64_t nseq = idx.at<uint64_t>(18), ndoc = idx.at<uint64_t>(26);
-  size_t need = 34 + nseq * 4 + nseq * 8 + ndoc * 8;
-  if (nseq > idx.size || ndoc > idx.size || idx.size < need)
+  // Counts no index could hold are refused before they are multiplied: a corrupt header's 2^63 would wrap the sum.
+  constexpr uint64_t kMaxCount = uint64_t{1} << 58;
+  if (nseq > kMaxCount || ndoc > kMaxCount)
+    corrupt(ip, 18,
+            strprintf("header declares %llu sequences and %llu document indices, more than any index holds",
+                      static_cast<unsigned long long>(nseq), static_cast<unsigned long long>(ndoc)));
+  const size_t need = 34 + nseq * 4 + nseq * 8 + ndoc * 8;
+  if (idx.size < need)
     corrupt(ip, idx.size,
             strprintf("truncated: %llu sequences and %llu document indices need %zu bytes, file has %zu",
                       static_cast<unsigned long long>(nseq), static_cast<unsigned long long>(ndoc), need, idx.size));

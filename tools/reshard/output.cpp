@@ -501,9 +501,18 @@ struct OutputPlan {
 void warn_if_unbalanced(const OutputPlan& plan, bool split_docs) {
   if (split_docs || plan.total == 0) return;
   double ideal = static_cast<double>(plan.total) / plan.nshards, worst = 0;
-  for (uint64_t k = 0; k < plan.nshards; ++k)
+  uint64_t empty = 0;
+  for (uint64_t k = 0; k < plan.nshards; ++k) {
     worst = std::max(worst, std::fabs((plan.bounds[k + 1] - plan.bounds[k]) - ideal) / ideal);
-  if (worst > 0.01)
+    empty += plan.bounds[k + 1] == plan.bounds[k];
+  }
+  // An empty shard is worse than an uneven one: a loader that hands each rank or worker its own shards
+  // (MosaicML streaming, a DP rank per shard) gives that one nothing.
+  if (empty)
+    CAIRN_LOG_WARN("%llu of %llu shards are empty: the input has fewer documents than shards, or documents longer "
+                   "than a shard's share (ask for fewer shards, or --split-docs to cut documents at shard bounds)",
+                   static_cast<unsigned long long>(empty), static_cast<unsigned long long>(plan.nshards));
+  else if (worst > 0.01)
     CAIRN_LOG_WARN("shards differ from the mean by up to %.1f%% (documents are long relative to shards; "
                    "--split-docs balances exactly)",
                    100 * worst);

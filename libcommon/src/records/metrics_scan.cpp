@@ -94,6 +94,30 @@ class Scanner {
     while (p_ < end_ && is_digit(*p_)) ++p_;
   }
 
+  // One UTF-8 sequence at p_ (its lead byte >= 0x80), left with p_ on its last byte. Overlong forms, surrogates and
+  // code points past U+10FFFF are invalid (RFC 3629), as nlohmann::json has them: a line the full parser would refuse
+  // must not be read here.
+  bool utf8_sequence() {
+    const unsigned char lead = static_cast<unsigned char>(*p_);
+    int more = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the first continuation byte's range
+    if (lead >= 0xC2 && lead <= 0xDF) more = 1;
+    else if (lead == 0xE0) more = 2, lo = 0xA0;
+    else if (lead == 0xED) more = 2, hi = 0x9F;
+    else if (lead >= 0xE1 && lead <= 0xEF) more = 2;
+    else if (lead == 0xF0) more = 3, lo = 0x90;
+    else if (lead == 0xF4) more = 3, hi = 0x8F;
+    else if (lead >= 0xF1 && lead <= 0xF3) more = 3;
+    else return false;
+    if (end_ - p_ <= more) return false;
+    for (int k = 1; k <= more; ++k) {
+      const unsigned char b = static_cast<unsigned char>(p_[k]);
+      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return false;
+    }
+    p_ += more;
+    return true;
+  }
+
   // A string: its raw text between the quotes, and whether it holds escapes.
   bool string(std::string_view* raw, bool* escaped) {
     const char* start = ++p_;  // past '"'
@@ -107,6 +131,10 @@ class Scanner {
         return true;
       }
       if (c < 0x20) return false;
+      if (c >= 0x80) {
+        if (!utf8_sequence()) return false;
+        continue;
+      }
       if (c != '\\') continue;
       esc = true;
       if (++p_ >= end_) return false;

@@ -82,6 +82,25 @@ BOOST_AUTO_TEST_CASE(env_unknown_key_in_known_section_is_an_error) {
   BOOST_TEST(contains(msg, "CAIRN_MODEL_LAYERS"));
 }
 
+BOOST_AUTO_TEST_CASE(env_section_in_any_case) {
+  // A lowercase section was dropped without a word; it binds as the uppercase one does, key case too.
+  setenv("CAIRN_model_layers", "7", 1);
+  Config cfg = load_config({});
+  unsetenv("CAIRN_model_layers");
+  BOOST_TEST(cfg.get_int("model.layers") == 7);
+  setenv("CAIRN_Model_Layres", "7", 1);
+  std::string msg = load_error({});
+  unsetenv("CAIRN_Model_Layres");
+  BOOST_TEST(contains(msg, "CAIRN_Model_Layres"));
+  BOOST_TEST(contains(msg, "CAIRN_MODEL_LAYERS"));
+}
+
+BOOST_AUTO_TEST_CASE(suggestions_ignore_case) {
+  BOOST_TEST(edit_distance("GLOBAL_BATCH", "global_batch") == 0u);
+  BOOST_TEST(contains(load_error({{}, {"train.GLOBAL_BATCH=8"}}), "did you mean 'train.global_batch'"));
+  BOOST_TEST(contains(load_error({{}, {"MODEL.layers=2"}}), "did you mean [model]"));
+}
+
 BOOST_AUTO_TEST_CASE(env_not_naming_a_section_is_ignored) {
   setenv("CAIRN_NOT_A_SECTION_X", "1", 1);
   BOOST_CHECK_NO_THROW(load_config({}));

@@ -98,10 +98,12 @@ BOOST_AUTO_TEST_CASE(metrics_writer_format_is_unchanged) {
   MetricsLine m = train_line();
   m.loss = std::nan("");
   const std::string text = m.to_json().dump();
-  BOOST_TEST(text == "{\"grad_norm\":0.75,\"kind\":\"train\",\"loss\":null,\"lr\":0.0006,\"mem_gib\":1.5,\"mfu\":0.41,"
-                     "\"skipped\":false,\"skipped_total\":2,\"step\":12,\"tflops\":120.5,\"time_s\":{\"backward\":0.2,"
-                     "\"comm\":0.03,\"cp_comm\":0.0,\"data\":0.01,\"forward\":0.1,\"optimizer\":0.02,\"pp_wait\":0.001,\"total\":0.4,"
-                     "\"tp_comm\":0.005,\"zero_comm\":0.0},\"tokens\":49152,\"tokens_per_s\":123456.5,\"wall_time\":1700000000.0}");
+  BOOST_TEST(
+      text ==
+      "{\"grad_norm\":0.75,\"kind\":\"train\",\"loss\":null,\"lr\":0.0006,\"mem_gib\":1.5,\"mfu\":0.41,"
+      "\"skipped\":false,\"skipped_total\":2,\"step\":12,\"tflops\":120.5,\"time_s\":{\"backward\":0.2,"
+      "\"comm\":0.03,\"cp_comm\":0.0,\"data\":0.01,\"forward\":0.1,\"optimizer\":0.02,\"pp_wait\":0.001,\"total\":0.4,"
+      "\"tp_comm\":0.005,\"zero_comm\":0.0},\"tokens\":49152,\"tokens_per_s\":123456.5,\"wall_time\":1700000000.0}");
   // null reads as absent: the loss is not a number the report could chart.
   BOOST_TEST(!MetricsLine::parse(text, "m").loss.has_value());
 }
@@ -185,7 +187,12 @@ BOOST_AUTO_TEST_CASE(fast_scanner_accepts_exactly_what_a_full_parser_accepts) {
   }
   for (const char* extra : {"{}", "[]", "3", "\"x\"", "{\"a\":[1,{\"b\":null}],\"step\":-0.5e+3}", "{\"step\":01}",
                             "{\"step\":1.}", "{\"s\":\"\\u12G4\"}", "{\"a\":1,}", "{\"a\" 1}",
-                            "{\"kind\":\"tr\\u0061in\"}", "{\"step\":1e999}", "{\"x\":\"tab\there\"}"})
+                            "{\"kind\":\"tr\\u0061in\"}", "{\"step\":1e999}", "{\"x\":\"tab\there\"}",
+                            // UTF-8 in strings: valid 2-4 byte forms, then a stray continuation byte, 0xFF, an overlong
+                            // '/', a surrogate, a code point past U+10FFFF and sequences cut short.
+                            "{\"kind\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"}", "{\"kind\":\"\x80\"}",
+                            "{\"kind\":\"\xff\"}", "{\"kind\":\"\xc0\xaf\"}", "{\"kind\":\"\xed\xa0\x80\"}",
+                            "{\"kind\":\"\xf4\x90\x80\x80\"}", "{\"kind\":\"\xe2\x82\"}", "{\"x\":1,\"\xe2\":2}"})
     cases.push_back(extra);
   for (const auto& c : cases) {
     const bool ok_full = json::accept(c);
