@@ -304,7 +304,7 @@ std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
   std::string path = opts.output;
   if (path.empty()) path = join_path(run_subdir(run_dir(cfg), "plan"), "cluster-calibrated.toml");
   const std::string text = "# Cluster file written by cairn-plan calibrate (GEMM efficiency = measured / peak).\n" +
-                           json_to_toml(json{{"cluster", cluster}});
+                           provenance_comment_lines(cfg) + json_to_toml(json{{"cluster", cluster}});
   atomic_write(path, text);
   CAIRN_LOG_INFO("wrote %s (%zu GEMM sizes, peak %.3f TFLOP/s, best efficiency %.2f)", path.c_str(),
                  cluster["gemm_flops"].size(), pk.peak / 1e12, pk.best / pk.peak);

@@ -981,10 +981,19 @@ std::vector<std::string> describe_factors(const json& base, const Fit& fit) {
   return lines;
 }
 
-std::string one_line(std::string s) {
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  return s;
+}  // namespace
+
+std::string provenance_comment_lines(const Config& cfg) {
+  const Provenance& p = provenance();
+  std::string files;
+  for (const std::string& f : cfg.files_read()) files += (files.empty() ? "" : ", ") + f;
+  return strprintf("# tool: %s %s (git %s) on %s at %s\n", p.tool.c_str(), p.version.c_str(), p.git_sha.c_str(),
+                   p.host.c_str(), p.time_utc.c_str()) +
+         "# command line: " + printable_text(p.command_line) + "\n" +
+         "# input config files: " + (files.empty() ? std::string("(none)") : printable_text(files)) + "\n";
 }
+
+namespace {
 
 void write_cluster(const std::string& path, const Config& cfg, const std::vector<Run>& runs, const Fit& fit,
                    const std::vector<std::string>& factor_lines, const Summary& s, bool held_out) {
@@ -998,20 +1007,14 @@ void write_cluster(const std::string& path, const Config& cfg, const std::vector
       it = cluster.erase(it);
     else ++it;
   }
-  const Provenance& p = provenance();
-  std::string files;
-  for (const std::string& f : cfg.files_read()) files += (files.empty() ? "" : ", ") + f;
   // [cluster] is a closed schema section: the record of the refit is comments, so the file loads as any cluster file.
   std::string text =
       "# Cluster file written by cairn-plan calibrate --from-runs: the [cluster] of the invocation with\n"
-      "# its efficiency terms refitted to the per-phase step times of cairn-train runs.\n";
-  text += strprintf("# tool: %s %s (git %s) on %s at %s\n", p.tool.c_str(), p.version.c_str(), p.git_sha.c_str(),
-                    p.host.c_str(), p.time_utc.c_str());
-  text += "# command line: " + one_line(p.command_line) + "\n";
-  text += "# input config files: " + (files.empty() ? std::string("(none)") : files) + "\n";
+      "# its efficiency terms refitted to the per-phase step times of cairn-train runs.\n" +
+      provenance_comment_lines(cfg);
   for (const Run& r : runs)
     text += strprintf("# run: %s | %d rank%s (%s) | steps %lld..%lld, %d used, %d left out | %.6g s/step measured\n",
-                      one_line(r.dir).c_str(), r.world, r.world == 1 ? "" : "s", r.world_from.c_str(),
+                      printable_text(r.dir).c_str(), r.world, r.world == 1 ? "" : "s", r.world_from.c_str(),
                       (long long)r.first_step, (long long)r.last_step, r.used, r.left_out, r.m.total);
   for (const std::string& l : factor_lines) text += "# factor " + l + "\n";
   text += strprintf("# %s: mean |error| %.1f %% -> %.1f %%, max %.1f %% -> %.1f %%\n",

@@ -130,6 +130,8 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
     col_d("time_dp_comm", [](const Evaluation& e) { return e.b.dp_comm; });
     col_d("time_dp_exposed", [](const Evaluation& e) { return e.b.dp_exposed; });
     col_d("time_optimizer", [](const Evaluation& e) { return e.b.optimizer; });
+    col_d("time_cross_entropy", [](const Evaluation& e) { return e.b.cross_entropy; });
+    col_d("time_fp8_cast", [](const Evaluation& e) { return e.b.fp8_cast; });
     col_d("mem_weights", [&](const Evaluation& e) { return e.b.mem_weights / G; });
     col_d("mem_grads", [&](const Evaluation& e) { return e.b.mem_grads / G; });
     col_d("mem_optimizer", [&](const Evaluation& e) { return e.b.mem_optimizer / G; });
@@ -141,7 +143,7 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
   af.commit();
 }
 
-std::string best_toml(const Evaluation& e) {
+std::string best_toml(const Config& cfg, const Evaluation& e) {
   const Plan& p = e.plan;
   json t = {{"parallel",
              {{"dp", p.dp},
@@ -159,11 +161,18 @@ std::string best_toml(const Evaluation& e) {
   const auto& sl = e.b.stage_layers;
   if (sl.size() > 1 && std::adjacent_find(sl.begin(), sl.end(), std::not_equal_to<int>()) != sl.end())
     t["parallel"]["stage_layers"] = sl;
-  std::string head = strprintf(
-      "# Best parallel plan from %s %s at %s: predicted %.4g s/step, %.4g tokens/s, MFU %.1f%%, %.2f GiB/device.\n"
-      "# Layer it after the experiment config: cairn-train --config exp.toml --config best.toml\n",
-      provenance().tool.c_str(), cairn_version().c_str(), provenance().time_utc.c_str(), e.step_time_s, e.tokens_per_s,
-      100 * e.mfu, e.memory_gib);
+  // tp does not divide the vocabulary: the plan priced Megatron's padded size, and cairn-train needs it set.
+  if (e.b.padded_vocab > 0) t["model"] = {{"vocab", e.b.padded_vocab}};
+  std::string head =
+      strprintf("# Best parallel plan: predicted %.4g s/step, %.4g tokens/s, MFU %.1f%%, %.2f GiB/device.\n",
+                e.step_time_s, e.tokens_per_s, 100 * e.mfu, e.memory_gib) +
+      provenance_comment_lines(cfg) +
+      "# The effective config and the plans priced: plans.json beside this file.\n"
+      "# Layer it after the experiment config: cairn-train --config exp.toml --config best.toml\n";
+  if (e.b.padded_vocab > 0)
+    head += strprintf("# [model] vocab is padded to %lld for tp = %d, as Megatron pads it (a multiple of 128 x tp); "
+                      "the rows past the tokenizer's are never a target.\n",
+                      (long long)e.b.padded_vocab, p.tp);
   return head + json_to_toml(t);
 }
 
@@ -317,6 +326,12 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
                    "deepspeed)",
                    costmodel::zero3_impl_stack(a.zero3), costmodel::zero3_impl_name(a.zero3));
   warn_if_attention_bound(c, a, r.all.front());
+  // Priced consistently, but a layout few would run: every layer's collectives on the inter-node fabric.
+  if (r.all.front().plan.tp > c.gpus_per_node)
+    CAIRN_LOG_WARN("the best plan, %s, has tensor parallelism across nodes (tp = %d, %d devices per node): its "
+                   "every-layer collectives cross the inter-node fabric, which the model prices but few runs use; "
+                   "set [plan] max_tp = %d to keep TP inside a node",
+                   plan_string(r.all.front().plan).c_str(), r.all.front().plan.tp, c.gpus_per_node, c.gpus_per_node);
   const size_t top_k = size_t(plan.top_k);
   // With --json - the JSON document is stdout's only content; the table goes to stderr instead.
   FILE* table_out = opts.json_path == "-" ? stderr : stdout;
@@ -337,7 +352,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   atomic_write(join_path(out_dir, "plans.json"), text);
   if (!opts.json_path.empty()) write_json_output(opts.json_path, text);
   write_h5(join_path(out_dir, "plans.h5"), m, c, global_batch, r);
-  atomic_write(join_path(out_dir, "best.toml"), best_toml(r.all.front()));
+  atomic_write(join_path(out_dir, "best.toml"), best_toml(cfg, r.all.front()));
   CAIRN_LOG_INFO("wrote %s/{plans.json,plans.h5,best.toml}", out_dir.c_str());
   return 0;
 }

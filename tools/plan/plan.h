@@ -63,6 +63,9 @@ struct CalibrateOptions {
   std::string device = "auto";  // auto (GPU when built with CUDA and one is present), cpu, gpu
 };
 std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts);
+// "# tool: ... (git ...) on host at time", "# command line: ...", "# input config files: ..." for the TOML files
+// cairn-plan writes ([cluster] and [parallel] are closed sections: provenance goes in comments).
+std::string provenance_comment_lines(const Config& cfg);
 
 // Measured single-precision GEMM rate (FLOP/s) of m x n x k on this CPU.
 double measure_sgemm(int64_t m, int64_t n, int64_t k, double seconds);

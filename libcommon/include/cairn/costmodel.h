@@ -308,14 +308,20 @@ struct Breakdown {
   double optimizer = 0;         // optimizer step (memory bound, over the local shard), FP8 weight casts included
   double fp8_cast = 0;          // of memory_bound and optimizer: FP8 cast/transpose kernels (activations, weights)
   double stage_forward = 0, stage_backward = 0;  // one micro-batch on the slowest stage
-  // Bytes per GPU (the first pipeline stage, which holds the most activations).
+  // Bytes per GPU on the pipeline rank that needs the most (mem_rank; the first holds the most micro-batches, but
+  // with uneven stages another can hold more layers' activations, and the last the logits).
+  int mem_rank = 0;
+  // The vocabulary priced when tp does not divide [model] vocab: padded as Megatron pads it (tp_padded_vocab),
+  // and what best.toml sets for cairn-train; 0 when the model's own size was priced.
+  int64_t padded_vocab = 0;
+  int64_t mem_params = 0;  // parameters mem_rank holds per TP rank
   double mem_weights = 0, mem_grads = 0, mem_optimizer = 0;
   double mem_activations = 0;  // stored activations of the micro-batches in flight
   double mem_logits = 0;       // last stage: logits and loss buffers
   double mem_buffers = 0;      // recompute working set, ZeRO-3 gathered layers, FP8 weight copies, reserved
   double mem_total = 0;
   double act_per_layer = 0;  // stored activation bytes per layer per micro-batch
-  double inflight = 0;       // micro-batch-stages of activations held (Korthikanti's factor)
+  double inflight = 0;       // on mem_rank: micro-batches of its layers' activations held (Korthikanti's factor)
   int microbatches = 0;
   int layers_max_stage = 0;
   std::vector<int> stage_layers;  // layers per virtual stage (pp*v entries) the plan was evaluated with

@@ -1,5 +1,6 @@
 // Analytical cost model: parameters, FLOPs, memory and step time of a parallel plan (docs/cost-model.md).
 #include "cairn/costmodel.h"
+#include "cairn/vocab_padding.h"
 
 #include <algorithm>
 #include <cmath>
@@ -701,7 +702,7 @@ LayerTimes layer_times(const ModelSpec& m, const Cluster& c, const Assumptions& 
   LayerTimes L;
   const double s = double(m.seq_len), s_local = s / p.cp, T = double(p.mb) * s_local;
   const double h = double(m.hidden), f = double(m.ffn_hidden), d = double(m.head_dim());
-  // With tp > kv_heads Megatron replicates KV heads: each rank keeps at least one.
+  // kv_heads is a multiple of tp (check_plan): each rank holds kv_heads / tp whole key/value heads.
   const double t = double(p.tp), kv = std::max(double(m.kv_heads), t) * d, e = a.activation_bytes;
   const double heads_local = double(m.heads) / t;
   const double up = (m.arch == Arch::Gpt ? 1.0 : 2.0) * f / t;  // SwiGLU gate+up fused into one GEMM
@@ -871,8 +872,11 @@ Reject check_plan(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t g
     return no(Reject::kWorld, "every degree must be >= 1 and zero in 0..3: " + plan_string(p));
   if (m.heads % p.tp != 0)
     return no(Reject::kHeads, strprintf("heads = %lld is not divisible by tp = %d", (long long)m.heads, p.tp));
-  if (m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
-    return no(Reject::kKvHeads, strprintf("kv_heads = %lld cannot be split over tp = %d", (long long)m.kv_heads, p.tp));
+  // Whole key/value heads per rank: Megatron-Core divides num_query_groups by tp, and so does cairn-train.
+  if (m.kv_heads % p.tp != 0)
+    return no(Reject::kKvHeads, strprintf("kv_heads = %lld is not divisible by tp = %d (each rank holds whole "
+                                          "key/value heads, as Megatron-Core and cairn-train split them)",
+                                          (long long)m.kv_heads, p.tp));
   const int64_t gpus = int64_t(p.dp) * p.tp * p.pp * p.cp;
   if (gpus != c.world())
     return no(Reject::kWorld,
@@ -1078,13 +1082,16 @@ std::vector<int> stage_split(int64_t layers, int pp, int v, double embed_layers,
     --per_rank[size_t(best)];
     --total;
   }
-  // Each rank's layers over its v chunks (virtual stage j*pp + r): as even as possible, the rank's first
-  // chunk lighter on rank 0 (embedding) and its last chunk lighter on the last rank (head).
+  // Each rank's layers over its v chunks (virtual stage j*pp + r): as even as possible, the extra layers on the
+  // rank's later chunks, which the interleaved warm-up holds least (it runs p forwards of each earlier chunk
+  // before the first backward: extras on chunk 0 made Llama 3 405B's v7 plan need 93 GiB on rank 1, 13 over); the
+  // first chunk, which rank 0 shares with the embedding, is then the lighter. The last rank keeps its extras on
+  // its early chunks, its last one carrying the head and loss.
   std::vector<int> out(static_cast<size_t>(stages));
   for (int r = 0; r < pp; ++r) {
     const int64_t n = per_rank[size_t(r)], base = n / v, rem = n % v;
     for (int j = 0; j < v; ++j) {
-      const int slot = (r == 0) ? v - 1 - j : j;  // rank 0 gives its extra layers to its later chunks
+      const int slot = (r == pp - 1 && pp > 1) ? j : v - 1 - j;
       out[size_t(j) * pp + r] = int(base + (slot < rem ? 1 : 0));
     }
   }
@@ -1228,9 +1235,41 @@ RankParams params_per_rank(const ModelSpec& m, const Plan& p, const ParamCounts&
 
 // Memory per rank: the first stage (most activations in flight) and the last (logits); the larger is reported.
 // micro: micro-batches per step; T: tokens per micro-batch per rank.
+// Layers' activations pipeline rank r holds at its peak, in layer-micro-batches. 1F1B: min(m, p - r) micro-batches
+// of its layers. Interleaved (Megatron's schedule, micro-batch groups of p): the warm-up runs 2 (p - r - 1) +
+// (v - 1) p chunk forwards, and one more forward precedes each backward, so N = min(m v, that + 1) chunks are held
+// at once; forward k runs model chunk (k / p) mod v, backward k chunk v - 1 - (k / p) mod v. With chunks of
+// different sizes the set held changes as the steady state replaces them: after forward j it is the first j + 1
+// forwards less the first j - N + 1 backwards, periodic in p v, so one period past the warm-up finds the peak.
+double inflight_layers_of_rank(const std::vector<int>& stage_layers, int pp, int v, int64_t micro, int r) {
+  const size_t P = size_t(pp), R = size_t(r);
+  if (v == 1) return double(std::min<int64_t>(micro, pp - r)) * stage_layers[R];
+  const int64_t total = micro * v;
+  const int64_t n = std::min<int64_t>(total, 2 * int64_t(pp - r - 1) + int64_t(v - 1) * pp + 1);
+  auto chunk_layers = [&](int c) { return double(stage_layers[size_t(c) * P + R]); };
+  bool even = true;
+  for (int c = 1; c < v; ++c) even = even && chunk_layers(c) == chunk_layers(0);
+  if (even) return double(n) * chunk_layers(0);
+  auto fwd = [&](int64_t k) { return chunk_layers(int((k / pp) % v)); };
+  auto bwd = [&](int64_t k) { return chunk_layers(v - 1 - int((k / pp) % v)); };
+  // Both change only every p steps, so the held count moves linearly between their block bounds and peaks at one:
+  // O(v) blocks, not O(p v) steps (the search prices tens of thousands of plans).
+  double held = 0;
+  for (int64_t k = 0; k < n; k += pp) held += double(std::min<int64_t>(pp, n - k)) * fwd(k);
+  double peak = held;
+  const int64_t end = std::min<int64_t>(total, n + int64_t(pp) * v);  // one period past the warm-up
+  for (int64_t j = n; j < end;) {
+    const int64_t next = std::min({end, (j / pp + 1) * pp, n + ((j - n) / pp + 1) * pp});
+    held += double(next - j) * (fwd(j) - bwd(j - n));
+    peak = std::max(peak, held);
+    j = next;
+  }
+  return peak;
+}
+
 void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p, int64_t micro,
-                 double T, const std::vector<int>& rank_layers, const RankParams& rp) {
-  const double mb_count = double(micro);
+                 double T, const std::vector<int>& stage_layers, const std::vector<int>& rank_layers,
+                 const RankParams& rp) {
   const double t = double(p.tp), e = a.activation_bytes;
   const double V = double(m.vocab), h = double(m.hidden);
   const double shards = double(p.dp) * p.cp;
@@ -1249,21 +1288,16 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   m_local.seq_len = m.seq_len / p.cp;
   const double act_layer = activation_bytes_per_layer(m_local, a, p.mb, p.tp, p.sp, p.recompute);
   B.act_per_layer = act_layer;
-  // Micro-batches in flight on the first stage: min(m, p) for 1F1B; interleaved keeps
-  // (p-1)*2 + (v-1)*p + 1 model chunks (Megatron's warm-up count) of the rank's average chunk.
-  const double first_layers = rank_layers[0];
-  double inflight_layers;
-  if (p.v == 1) {
-    B.inflight = double(std::min<int64_t>(micro, p.pp));
-    inflight_layers = first_layers * B.inflight;
-  } else {
-    const double chunks = std::min<double>(mb_count * p.v, 2.0 * (p.pp - 1) + double(p.v - 1) * p.pp + 1);
-    inflight_layers = chunks * first_layers / p.v;
-    B.inflight = inflight_layers / std::max(1.0, first_layers);
-  }
   const bool dropout = a.dropout && m.arch == Arch::Gpt;
   const double embed_act = dropout ? T * h / (p.sp ? t : 1.0) : 0.0;  // embedding dropout mask
-  const double acts_first = inflight_layers * act_layer + embed_act * B.inflight;
+  // Activations each rank holds at its peak (inflight_layers_of_rank): with uneven stages the first rank, which
+  // holds the most micro-batches, is not always the one holding the most layers (Llama 3 405B's split: rank 1
+  // holds 15 x 8 layers, rank 0 16 x 7).
+  auto acts_of = [&](int r, double* inflight) {
+    const double layers = inflight_layers_of_rank(stage_layers, p.pp, p.v, micro, r);
+    *inflight = layers / std::max(1, rank_layers[size_t(r)]);  // in micro-batches of the whole rank
+    return layers * act_layer + (r == 0 ? embed_act * *inflight : 0.0);
+  };
   // Recompute working set: one layer's full activations rebuilt during backward.
   // Context parallelism's attention working set, one layer's at a time (T tokens a rank holds, per TP rank: h/t
   // query and kvd = max(kv_heads, t) d / t key/value widths). The ring double-buffers the K/V it passes on with the
@@ -1307,20 +1341,26 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
     auto s3 = states(params_of(r), layer_params_of(r));
     return s3[0] + s3[1] + s3[2] + acts + (has_logits ? logits : 0.0) + work + zero_buffers + fp8_copies(r) + reserved;
   };
-  const double mem_first = total(0, acts_first, p.pp == 1);
-  // The last stage holds one micro-batch in flight (1F1B) or its v chunks when interleaved.
-  const double acts_last = double(rank_layers[size_t(p.pp - 1)]) * act_layer;
-  const double mem_last = p.pp > 1 ? total(p.pp - 1, acts_last, true) : mem_first;
-  const bool first_is_max = mem_first >= mem_last;
-  const int r_max = first_is_max ? 0 : p.pp - 1;
+  // The rank with the most memory is the plan's: its states, activations and buffers are the breakdown's.
+  int r_max = 0;
+  double mem_max = -1, acts_max = 0, inflight_max = 0;
+  for (int r = 0; r < p.pp; ++r) {
+    double inflight = 0;
+    const double acts = acts_of(r, &inflight);
+    const double mem = total(r, acts, r == p.pp - 1);
+    if (mem > mem_max) mem_max = mem, r_max = r, acts_max = acts, inflight_max = inflight;
+  }
   const auto s3 = states(params_of(r_max), layer_params_of(r_max));
+  B.mem_rank = r_max;
+  B.mem_params = int64_t(params_of(r_max));
+  B.inflight = inflight_max;
   B.mem_weights = s3[0];
   B.mem_grads = s3[1];
   B.mem_optimizer = s3[2];
-  B.mem_activations = first_is_max ? acts_first : acts_last;
-  B.mem_logits = (p.pp == 1 || !first_is_max) ? logits : 0.0;
-  B.mem_buffers = work + zero_buffers + fp8_copies(first_is_max ? 0 : p.pp - 1) + reserved;
-  B.mem_total = std::max(mem_first, mem_last);
+  B.mem_activations = acts_max;
+  B.mem_logits = r_max == p.pp - 1 ? logits : 0.0;
+  B.mem_buffers = work + zero_buffers + fp8_copies(r_max) + reserved;
+  B.mem_total = mem_max;
 }
 
 // Throughput, achieved model and hardware FLOP/s per GPU (hardware: with recompute), MFU and HFU.
@@ -1336,6 +1376,17 @@ void fill_rates(Evaluation& ev, const ModelSpec& m, const Cluster& c, const Plan
     hw_per_token += double(m.layers) * 2 * h * ((m.arch == Arch::Gpt ? 0.0 : kvd) + h + f);
   } else if (p.recompute == Recompute::Selective) {
     hw_per_token += double(m.layers) * fl.attention_core;
+  }
+  // Hardware FLOPs are the ones run: a fused causal kernel skips the masked score blocks (the model FLOPs count
+  // them, as Megatron does), in the forward and in each forward recompute reruns. Without this, HFU passed 0.9 at
+  // 1M tokens, far above any rate the pricing assumed.
+  if (a.flash_attention && a.causal) {
+    const double skipped = double(m.layers) * fl.attention_core * (1 - causal_fraction(a, c, double(m.seq_len)));
+    const double passes =
+        3.0 + (p.recompute == Recompute::Full || (p.recompute == Recompute::Selective && !a.selective_alternate_mm)
+                   ? 1.0
+                   : 0.0);
+    hw_per_token -= passes * skipped;
   }
   const double denom = ev.step_time_s * double(c.world());
   ev.tflops_per_gpu = model_flops / denom / 1e12;
@@ -1370,10 +1421,14 @@ void check_memory(Evaluation& ev, const Cluster& c, const Assumptions& a, bool f
 
 }  // namespace
 
-Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t global_batch, const Assumptions& a,
+Evaluation evaluate(const ModelSpec& model, const Cluster& c, const Plan& p, int64_t global_batch, const Assumptions& a,
                     bool fill_reason) {
   Evaluation ev;
   ev.plan = p;
+  // A vocabulary tp does not divide is padded (Megatron's rule): the plan prices the rows it runs.
+  ModelSpec m = model;
+  m.vocab = tp_padded_vocab(model.vocab, p.tp);
+  if (m.vocab != model.vocab) ev.b.padded_vocab = m.vocab;
   if (a.fp8) require_fp8_cores(c);  // before the plan checks: every plan would fail the same way
   {
     std::string why;
@@ -1437,7 +1492,7 @@ Evaluation evaluate(const ModelSpec& m, const Cluster& c, const Plan& p, int64_t
   ev.step_time_s = P.t_pipe + B.dp_exposed + B.optimizer;
 
   // ---- memory per rank, rates, and whether it fits
-  fill_memory(B, m, c, a, p, micro, T, P.rank_layers, rp);
+  fill_memory(B, m, c, a, p, micro, T, P.stage_layers, P.rank_layers, rp);
   ev.memory_gib = B.mem_total / kGiB;
   fill_rates(ev, m, c, p, a, fl, global_batch);
   check_memory(ev, c, a, fill_reason);

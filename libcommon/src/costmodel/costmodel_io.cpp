@@ -254,6 +254,8 @@ json to_json(const Evaluation& e) {
                      {"buffers", b.mem_buffers / kGiB}}},
                    {"microbatches", b.microbatches},
                    {"inflight_microbatches", b.inflight},
+                   {"memory_rank", b.mem_rank},
+                   {"padded_vocab", b.padded_vocab},
                    {"layers_max_stage", b.layers_max_stage},
                    {"stage_layers", b.stage_layers},
                    {"stage_busy_s", b.stage_busy},
@@ -284,10 +286,12 @@ std::string flops_formula(const ModelSpec& m, const FlopsPerToken& fl) {
 
 }  // namespace
 
-std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, int64_t global_batch,
+std::string explain(const ModelSpec& model, const Cluster& c, const Evaluation& e, int64_t global_batch,
                     const Assumptions& a) {
   std::ostringstream os;
   const Breakdown& b = e.b;
+  ModelSpec m = model;  // as priced: a vocabulary tp does not divide is padded
+  if (b.padded_vocab > 0) m.vocab = b.padded_vocab;
   const ParamCounts pc = parameter_counts(m);
   const FlopsPerToken fl = flops_per_token(m);
   // Every key the price depends on, off ones included: a plan given without tp_overlap (or cp_comm) is priced
@@ -300,6 +304,10 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
                   m.arch == Arch::Gpt ? "gpt" : "llama", (long long)m.layers, (long long)m.hidden, (long long)m.heads,
                   (long long)m.kv_heads, (long long)m.ffn_hidden, (long long)m.seq_len, (long long)m.vocab,
                   double(pc.total) / 1e9);
+  if (b.padded_vocab > 0)
+    os << strprintf("          V padded from %lld to %lld: tp = %d does not divide it (Megatron's rule, a multiple "
+                    "of 128 x tp; best.toml sets [model] vocab)\n",
+                    (long long)model.vocab, (long long)b.padded_vocab, e.plan.tp);
   os << "flops     " << flops_formula(m, fl) << "\n";
   std::string links;
   if (c.has_fabric) {
@@ -407,20 +415,22 @@ std::string explain(const ModelSpec& m, const Cluster& c, const Evaluation& e, i
     os << "  layers per virtual stage [" << list << "]\n";
   }
   const double capacity = c.hbm_gib * (1 - a.memory_headroom);
-  os << strprintf("memory per device %.2f GiB of %.2f GiB usable%s\n", e.memory_gib, capacity,
+  os << strprintf("memory per device %.2f GiB of %.2f GiB usable%s%s\n", e.memory_gib, capacity,
+                  e.plan.pp > 1 ? strprintf(" (pipeline rank %d, the fullest)", b.mem_rank).c_str() : "",
                   e.feasible() ? "" : "  -> DOES NOT FIT");
   auto mem = [&](const char* name, double bytes, const std::string& note) {
     os << strprintf("  %-22s %9.2f GiB  %s\n", name, bytes / kGiB, note.c_str());
   };
   const bool fp8_weights = fp8_params(a, e.plan);
   mem("weights", b.mem_weights,
-      strprintf("%lld params on the largest stage x %.0f B%s%s", (long long)b.stage_params, a.weight_bytes,
+      strprintf("%lld params x %.0f B%s%s", (long long)b.mem_params, a.weight_bytes,
                 fp8_weights ? " (the layers' 1 B: FP8)" : "", e.plan.zero >= 3 ? " / dp" : ""));
   mem("gradients", b.mem_grads, strprintf("x %.0f B%s", a.grad_bytes, e.plan.zero >= 2 ? " / dp" : ""));
   mem("optimizer states", b.mem_optimizer,
       strprintf("x %.0f B (fp32 master + Adam m, v)%s", a.optimizer_bytes, e.plan.zero >= 1 ? " / dp" : ""));
   mem("activations", b.mem_activations,
-      strprintf("%.3f GiB/layer/micro-batch x %.2f in flight", b.act_per_layer / kGiB, b.inflight));
+      strprintf("%.3f GiB/layer/micro-batch, %.2f micro-batches of %s layers in flight", b.act_per_layer / kGiB,
+                b.inflight, e.plan.pp > 1 ? "the rank's" : "all"));
   mem("logits + loss", b.mem_logits, "last stage");
   mem("buffers + reserved", b.mem_buffers,
       fp8_weights ? "recompute working set, ZeRO-3 prefetch, FP8 weight transposes, runtime"

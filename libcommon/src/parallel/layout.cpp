@@ -1,5 +1,6 @@
 // The parallel layout: rank <-> coordinates, validation of a requested layout, stage split, communicators.
 #include "cairn/parallel.h"
+#include "cairn/vocab_padding.h"
 
 #include <algorithm>
 #include <numeric>
@@ -147,12 +148,11 @@ void check_tp_splits(const LayoutRequest& r, Errors& errors) {
   if (r.ffn_hidden > 0 && r.ffn_hidden % r.tp != 0)
     fail("[model] ffn_hidden = " + str(r.ffn_hidden) +
          " (the MLP inner size) is not divisible by [parallel] tp = " + str(r.tp));
-  if (r.vocab > 0 && r.vocab % r.tp != 0) {
-    int64_t unit = 64 * int64_t{r.tp};
-    fail("[model] vocab = " + str(r.vocab) + " (rows of the embedding) is not divisible by [parallel] tp = " +
-         str(r.tp) + "; set [model] vocab to a multiple of 64*tp = " + str(unit) + ", e.g. " +
-         str((r.vocab + unit - 1) / unit * unit));
-  }
+  if (r.vocab > 0 && r.vocab % r.tp != 0)
+    fail("[model] vocab = " + str(r.vocab) +
+         " (rows of the embedding) is not divisible by [parallel] tp = " + str(r.tp) +
+         "; pad it as Megatron does, to a multiple of 128*tp: [model] vocab = " + str(tp_padded_vocab(r.vocab, r.tp)) +
+         " (cairn-plan's best.toml sets it)");
 }
 
 // Batch: global_batch = dp * micro_batch * micro_steps; sets l.micro_batch and l.micro_steps (needs l.dp).

@@ -190,7 +190,7 @@ BOOST_AUTO_TEST_CASE(tensor_parallel_divisibility) {
   expect_error(r, {"[model] ffn_hidden = 3001", "[parallel] tp = 2"});
   r = base();
   r.vocab = 50257;
-  expect_error(r, {"[model] vocab = 50257", "[parallel] tp = 2", "multiple of 64*tp = 128", "50304"});
+  expect_error(r, {"[model] vocab = 50257", "[parallel] tp = 2", "multiple of 128*tp", "vocab = 50432"});
 }
 
 BOOST_AUTO_TEST_CASE(batch_divisibility) {
