@@ -215,6 +215,10 @@ def main():
                 for a, resp, fr in zip(args.values(), s["resps"], s["filtered_resps"]):
                     check(list(a) == [f"arg_{j}" for j in range(len(a))], "gen_args keys")
                     check(resp == [fr], "resps = [filtered_resps] (take_first)")
+                    # loglikelihood_rolling (one argument) answers one float per request; loglikelihood (context,
+                    # continuation) a (loglikelihood, is_greedy) pair.
+                    check(isinstance(fr, str) if len(a) == 1 else isinstance(fr, list) and len(fr) == 2,
+                          f"{f}: a response of {len(a)}-argument request shaped {fr!r}")
                     flat = fr if isinstance(fr, list) else [fr]
                     check(all(isinstance(x, str) for x in flat), "sanitize_list: strings")
                     float(flat[0])

@@ -39,8 +39,16 @@ assert ix["vocab_size"] == 128256 and ix["eot_id"] == 128001 and ix["token_dtype
 PY
 max=$($LF maxid "$T/wide")
 [ "$max" -gt 65535 ] || fail "the wide tokenizer produced no id above 65535 (max $max)"
-"$B" convert --to llmc --out "$T/wide_l3" "$T/wide"   # auto: llama-3
-$LF expect "$T/wide" "$T/wide_l3" llama-3
+# auto: llama-3. With Llama 3's tokenizer each document starts with <|begin_of_text|> (128000), as llm.c's
+# Llama-3 scripts write them; the bytes tokenizer above has none, so end-of-text stands there.
+"$B" convert --to llmc --out "$T/wide_l3" "$T/wide" --json "$T/wide_l3.json"
+$LF expect "$T/wide" "$T/wide_l3" llama-3 "" 128000
+$PY - "$T/wide_l3.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["format"] == "llmc" and j["variant"] == "llama-3" and j["document_start_token"] == 128000, j
+assert j["provenance"]["tool"] == "cairn-reshard" and j["tokens"] > 0, j
+PY
 "$B" convert --from llmc "${W[@]}" "$T/wide_l3" --shards 3 --out "$T/from_wide"
 same_tokens "$T/wide" "$T/from_wide"
 [ "$($LF maxid "$T/from_wide")" = "$max" ] || fail "ids above 65535 did not survive the llama-3 round trip"

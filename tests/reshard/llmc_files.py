@@ -56,19 +56,20 @@ def index(dataset):
         return json.load(f)
 
 
-def llmc_stream(dataset):
-    """The dataset's documents with end-of-text before each one instead of after it."""
+def llmc_stream(dataset, start=None):
+    """The dataset's documents with end-of-text (or START) before each one instead of end-of-text after it."""
     eot = index(dataset)["eot_id"]
     parts = []
     for doc in documents(dataset):
         assert doc[-1] == eot, "a cairn document must end with end-of-text"
-        parts.append(np.concatenate([[eot], doc[:-1]]).astype(np.int64))
+        parts.append(np.concatenate([[eot if start is None else start], doc[:-1]]).astype(np.int64))
     return np.concatenate(parts)
 
 
-def expect(dataset, llmc_dir, model, docs_dataset=None):
+def expect(dataset, llmc_dir, model, docs_dataset=None, start=None):
+    """START: the id before each document (fineweb.py's tokenize_llama: <|begin_of_text|>), else end-of-text."""
     ix = index(dataset)
-    stream = llmc_stream(docs_dataset or dataset)
+    stream = llmc_stream(docs_dataset or dataset, int(start) if start else None)
     assert len(stream) == ix["total_tokens"], (len(stream), ix["total_tokens"])
     names = sorted(n for n in os.listdir(llmc_dir) if n.endswith(".bin"))
     assert names == [f"shard_{i:06d}.bin" for i in range(len(ix["shards"]))], names
@@ -83,7 +84,8 @@ def expect(dataset, llmc_dir, model, docs_dataset=None):
                      f"(sizes {len(got)} vs {len(want)})")
         off += n
     assert off == len(stream)
-    print(f"ok: {len(names)} files byte-identical to write_datafile({model}), end-of-text before each document")
+    print(f"ok: {len(names)} files byte-identical to write_datafile({model}), "
+          f"{'end-of-text' if not start else start} before each document")
 
 
 def fineweb(dataset, out_dir, model, shard_size, delimiter=None):

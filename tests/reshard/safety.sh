@@ -231,6 +231,12 @@ expect_exit 2 'No such file' "$B" build --out "$T/x" "$T/missing.txt"
 
 # Truncated / corrupt Megatron and llm.c files.
 "$B" convert --to megatron --out "$T/meg/m" "$T/ds"
+# convert --json: a summary with provenance, as build and reshard write (it was silently ignored).
+"$B" convert --to megatron --out "$T/meg/j" "$T/ds" --json - 2>/dev/null | $PY -c "
+import json, sys
+j = json.load(sys.stdin)
+assert j['format'] == 'megatron' and j['documents'] > 0 and j['bin'].endswith('j.bin'), j
+assert j['provenance']['tool'] == 'cairn-reshard', j" || fail "convert --to megatron --json -"
 "$B" convert --to llmc --out "$T/llmc" "$T/ds"
 head -c 100 "$T/meg/m.idx" > "$T/meg/t.idx"; cp "$T/meg/m.bin" "$T/meg/t.bin"
 expect_exit 2 't.idx.*truncated' "$B" convert --from megatron "$T/meg/t" --out "$T/x"

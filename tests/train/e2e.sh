@@ -254,6 +254,13 @@ expect2 "tp\*pp = 2\*1" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set par
 printf '[parallel]\ndp = 4\ntp = 1\npp = 1\nv = 1\nmb = 2\nzero = 1\nrecompute = "none"\nsp = "off"\n' > "$W/best.toml"
 expect2 "dp\*tp\*pp = 4\*1\*1 = 4 does not match the 1 MPI ranks" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --config "$W/best.toml"
 expect2 "/dev/null" "$BIN/cairn-train" --out /dev/null/run "${MODEL[@]}"
+# A plan's mb that the experiment's micro_batch would silently replace: refused, naming both.
+expect2 "micro_batch = 4 and \[parallel\] mb = 2 disagree" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" \
+  --set train.micro_batch=4 --config "$W/best2.toml"
+# A vocabulary tp does not divide: refused before the run directory is touched (no LOCK left), with Megatron's padding.
+expect2 "vocab = 321 .*not divisible by \[parallel\] tp = 2.*vocab = 512" $MPIRUN -np 2 "$BIN/cairn-train" \
+  --out "$W/vocab_tp" "${MODEL[@]}" --set parallel.tp=2 --set model.vocab=321
+[[ ! -e "$W/vocab_tp/train/LOCK" ]] || fail "a refused vocabulary left $W/vocab_tp/train/LOCK"
 expect2 "existing checkpoints" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --resume none
 expect2 "cannot resume from \"$W/nope\": no such checkpoint directory" \
   "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --resume "$W/nope"

@@ -43,12 +43,12 @@ train() {
 }
 TP=(--set parallel.tp=2)
 PP=(--set parallel.pp=2)
-# validation scores val_batches x dp x micro_batch windows: dp2 runs take 2 batches to score 1 rank's 8 windows
-DP2=(--set train.val_batches=2)
+# validation scores val_batches global batches, the same windows in every layout: nothing to adjust for dp2
+DP2=()
 
 # ---- 1. references and 2. the layouts (each run is reused by the checks below)
 train r1 1 --set model.layers=4
-train r1mb1 1 --set model.layers=4 --set train.micro_batch=1 --set train.val_batches=8  # the same maths in another order: the noise floor
+train r1mb1 1 --set model.layers=4 --set train.micro_batch=1  # the same maths in another order: the noise floor
 train tp2 2 --set model.layers=4 "${TP[@]}"
 train pp2 2 --set model.layers=4 "${PP[@]}"
 ORDERED=(--set 'train.pipe_match="order"')

@@ -678,6 +678,18 @@ EvalSummary run_eval(const Config& cfg, const EvalOptions& opts) {
           auto t = resolve_input(in, es.verify_checkpoints);
           all.insert(all.end(), t.begin(), t.end());
         }
+        // results.jsonl holds one row per step and task (a later checkpoint of a step replaces the rows of an
+        // earlier one: a rollback): two checkpoints of one step in one call would lose the first's rows unsaid.
+        std::map<int64_t, const Target*> by_step;
+        for (const Target& t : all) {
+          if (t.step < 0 || !t.problem.empty()) continue;
+          auto [it, fresh] = by_step.emplace(t.step, &t);
+          if (!fresh && it->second->id != t.id)
+            throw UsageError(strprintf("checkpoints \"%s\" and \"%s\" are both step %lld: results.jsonl keeps one "
+                                       "row per step and task, so one would replace the other; evaluate them into "
+                                       "separate --out directories",
+                                       it->second->path.c_str(), t.path.c_str(), static_cast<long long>(t.step)));
+        }
       } catch (const Error& e) {
         ok = false;
         msg = e.what();

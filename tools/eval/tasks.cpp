@@ -352,8 +352,8 @@ struct PerplexityTask : Task {
                                       {"bits_per_byte", {ll, dc.bytes}},
                                       {"byte_perplexity", {ll, dc.bytes}},
                                       {"word_perplexity", {ll, dc.words}}};
-      res.sample_lines.push_back(harness_sample(static_cast<int64_t>(d), doc, text, {{text}},
-                                                {nlohmann::ordered_json::array({py_str(ll)})}, items));
+      res.sample_lines.push_back(
+          harness_sample(static_cast<int64_t>(d), doc, text, {{text}}, {nlohmann::ordered_json(py_str(ll))}, items));
     }
   }
 

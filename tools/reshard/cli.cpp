@@ -151,7 +151,7 @@ int cairn::reshard::reshard_main(int argc, char** argv, const ReshardFaults& fau
     if (build->parsed()) return run_build(cfg, inputs, out, opts.json_path);
     if (reshard->parsed()) return run_reshard(cfg, inputs, out, opts.json_path);
     if (mix->parsed()) return run_mix(cfg, inputs, out, opts.json_path, faults);
-    if (convert->parsed()) return run_convert(cfg, from, to, inputs, out, llmc_format);
+    if (convert->parsed()) return run_convert(cfg, from, to, inputs, out, llmc_format, opts.json_path);
     if (verify->parsed())
       return run_verify(cfg, inputs.empty() && !out.empty() ? std::vector<std::string>{out} : inputs, opts.json_path,
                         faults);

@@ -15,10 +15,13 @@
 #include <string>
 #include <string_view>
 
+#include "cairn/cli.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
+#include "cairn/provenance.h"
+#include "cairn/tokenizer.h"
 #include "reshard.h"
 
 namespace cairn::reshard {
@@ -314,7 +317,7 @@ void close_file(FILE* f, const std::string& path) {
   if (std::fclose(f) != 0) throw RuntimeError(errno_message("cannot write", path));
 }
 
-void export_megatron(const shards::Dataset& ds, const std::string& prefix) {
+json export_megatron(const shards::Dataset& ds, const std::string& prefix) {
   // Megatron's rule (best_fitting_dtype): uint16 below 65500 ids, else int32.
   const bool u16 = ds.vocab_size() < 65500;
   const uint8_t code = u16 ? 8 : 4;
@@ -367,6 +370,9 @@ void export_megatron(const shards::Dataset& ds, const std::string& prefix) {
   idx_file.commit();
   CAIRN_LOG_INFO("wrote %s.bin/.idx: %llu documents, %lld bytes of %s tokens", prefix.c_str(),
                  static_cast<unsigned long long>(nseq), static_cast<long long>(ptr), u16 ? "uint16" : "int32");
+  return {{"format", "megatron"},   {"bin", prefix + ".bin"},
+          {"idx", prefix + ".idx"}, {"dtype", u16 ? "uint16" : "int32"},
+          {"documents", nseq},      {"tokens", static_cast<uint64_t>(ptr) / item}};
 }
 
 // Writes one llm.c file per shard in llm.c's convention: end-of-text before each document (as its
@@ -374,13 +380,22 @@ void export_megatron(const shards::Dataset& ds, const std::string& prefix) {
 // file starts with the token that ended the previous shard (end-of-text for the first), and the
 // final end-of-text is dropped, so every file keeps its shard's token count and a document split
 // across shards (--split-docs) continues into the next file without a delimiter.
-void export_llmc(const shards::Dataset& ds, const std::string& dir, const std::string& format) {
+json export_llmc(const shards::Dataset& ds, const std::string& in, const std::string& dir, const std::string& format) {
   const LlmcVariant* v = &kLlmcGpt2;
   if (format == "llama-3" || (format == "auto" && ds.vocab_size() > 65536)) v = &kLlmcLlama3;
   if (v->item == 2 && ds.vocab_size() > 65536)
     throw UsageError(strprintf("llm.c's gpt-2 format holds uint16 tokens but this dataset's vocabulary has %u ids "
                                "(largest %u); use --llmc-format llama-3 (uint32 tokens)",
                                ds.vocab_size(), ds.vocab_size() - 1));
+  // llm.c's Llama-3 scripts start each document with <|begin_of_text|> (the id its tokenizer prepends), not
+  // end-of-text: with the Llama 3 tokenizer that is what goes before each document (import splits there too).
+  uint32_t start = ds.eot_id();
+  if (v == &kLlmcLlama3) {
+    const auto tok = tokenizer::load_for_dataset(in);
+    for (uint32_t id : {128000u}) {
+      if (id < tok->vocab_size() && id != ds.eot_id() && tok->decode(&id, 1) == kLlama3BeginOfText) start = id;
+    }
+  }
   ensure_dir(dir);
   std::vector<uint32_t> buf;
   std::vector<char> body;
@@ -394,6 +409,10 @@ void export_llmc(const shards::Dataset& ds, const std::string& dir, const std::s
     buf[0] = carry;
     if (n) sh->read_tokens(0, n, buf.data() + 1);
     if (n) carry = buf[n];
+    // Shifted by one, each end-of-text now stands before the document it ended: the start token there.
+    if (start != ds.eot_id())
+      for (uint64_t k = 0; k < n; ++k)
+        if (buf[k] == ds.eot_id()) buf[k] = start;
     std::vector<int32_t> header(kLlmcHeaderInts, 0);
     header[0] = v->magic;
     header[1] = v->version;
@@ -413,17 +432,21 @@ void export_llmc(const shards::Dataset& ds, const std::string& dir, const std::s
   }
   if (ds.total_tokens() > 0 && carry != ds.eot_id())
     CAIRN_LOG_WARN("the dataset's last token is %u, not end-of-text %u; it was not exported", carry, ds.eot_id());
-  CAIRN_LOG_INFO(
-      "wrote %zu llm.c files (%s: magic %d, version %d, uint%zu tokens, end-of-text %u before each document) "
-      "to %s (%llu tokens)",
-      ds.num_shards(), v->name, v->magic, v->version, v->item * 8, ds.eot_id(), dir.c_str(),
-      static_cast<unsigned long long>(ds.total_tokens()));
+  const std::string start_name = start == ds.eot_id() ? "end-of-text " + std::to_string(start)
+                                                      : std::string(kLlama3BeginOfText) + " " + std::to_string(start);
+  CAIRN_LOG_INFO("wrote %zu llm.c files (%s: magic %d, version %d, uint%zu tokens, %s before each document) to %s "
+                 "(%llu tokens)",
+                 ds.num_shards(), v->name, v->magic, v->version, v->item * 8, start_name.c_str(), dir.c_str(),
+                 static_cast<unsigned long long>(ds.total_tokens()));
+  return {{"format", "llmc"},         {"variant", v->name},          {"dir", dir},
+          {"files", ds.num_shards()}, {"tokens", ds.total_tokens()}, {"document_start_token", start}};
 }
 
 }  // namespace
 
 int run_convert(const Config& cfg, const std::string& from, const std::string& to,
-                const std::vector<std::string>& inputs, std::string out, const std::string& llmc_format) {
+                const std::vector<std::string>& inputs, std::string out, const std::string& llmc_format,
+                const std::string& json_out) {
   if (from.empty() == to.empty())
     throw UsageError("convert needs exactly one of --from megatron|llmc or --to megatron|llmc");
   const bool root = !mpi::initialized() || mpi::rank() == 0;
@@ -448,12 +471,12 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     shards::Dataset ds = shards::Dataset::open(in);
     std::string err;
     int code = 0;
+    json summary;
     if (root) {
       try {
         // Corruption is caught, not copied: check every shard before the first byte is written.
         ds.verify_shards(resolve_threads(data));
-        if (to == "megatron") export_megatron(ds, out);
-        else export_llmc(ds, out, llmc_format);
+        summary = to == "megatron" ? export_megatron(ds, out) : export_llmc(ds, in, out, llmc_format);
       } catch (const Error& e) {
         err = e.what();
         code = e.code();
@@ -461,6 +484,11 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     }
     if (mpi::initialized()) mpi::agree_or_throw(err.empty(), err, code ? code : kExitRuntime);
     else if (!err.empty()) throw Error(code, err);
+    if (root) {
+      summary["input"] = in;
+      summary["provenance"] = provenance().to_json();
+      write_json_output(json_out, summary.dump(2));
+    }
     return 0;
   }
   if (inputs.empty())
@@ -508,10 +536,16 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
   DirLock lock;
   lock_dataset_dir(lock, dir);
   WriteResult r = write_dataset(src, spec);
-  if (root)
+  if (root) {
     CAIRN_LOG_INFO("imported %llu documents, %llu tokens from %s into %s (%llu shards)",
                    static_cast<unsigned long long>(src.num_docs()), static_cast<unsigned long long>(r.tokens),
                    from.c_str(), dir.c_str(), static_cast<unsigned long long>(spec.shards));
+    json j = r.to_json(dir);
+    j["imported_from"] = from;
+    j["inputs"] = files;
+    j["documents"] = src.num_docs();
+    write_json_output(json_out, j.dump(2));
+  }
   return 0;
 }
 

@@ -299,7 +299,8 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
                 const std::string& json_out = "");
 // llmc_format: llm.c export variant, "gpt-2" (uint16), "llama-3" (uint32) or "auto" (by vocabulary size).
 int run_convert(const Config& cfg, const std::string& from, const std::string& to,
-                const std::vector<std::string>& inputs, std::string out, const std::string& llmc_format = "auto");
+                const std::vector<std::string>& inputs, std::string out, const std::string& llmc_format = "auto",
+                const std::string& json_out = "");
 // [data.mix] sources (or positional datasets) blended by weight into one dataset.
 int run_mix(const Config& cfg, const std::vector<std::string>& inputs, const std::string& out,
             const std::string& json_out = "", const ReshardFaults& faults = {});

@@ -84,6 +84,13 @@ parallel::Layout read_layout(const Settings& s, const TrainSection& t, const Par
   req.cp = p.cp;
   req.zero = p.zero;
   req.sp = p.sp == "on";
+  // Two keys for one size: a plan's mb that the experiment's micro_batch silently replaced would be a run the plan
+  // did not price (its memory and step time), so a disagreement is refused as recompute's is.
+  if (t.micro_batch > 0 && p.mb > 0 && t.micro_batch != p.mb)
+    throw UsageError(strprintf("[train] micro_batch = %lld and [parallel] mb = %lld disagree; set one of them to 0 or "
+                               "both to the same size (e.g. --set train.micro_batch=%lld to run the plan's)",
+                               static_cast<long long>(t.micro_batch), static_cast<long long>(p.mb),
+                               static_cast<long long>(p.mb)));
   req.micro_batch = t.micro_batch > 0 ? t.micro_batch : p.mb;
   req.global_batch = s.global_batch;
   req.layers = m.layers;

@@ -26,6 +26,7 @@
 #include "cairn/pipeline.h"
 #include "cairn/provenance.h"
 #include "cairn/shards.h"
+#include "cairn/vocab_padding.h"
 #include "chunk.h"
 #include "gpu.h"
 #include "grad_sync.h"
@@ -263,11 +264,32 @@ void Trainer::open_dataset() {
   s_.data_tokens = ds_->total_tokens();
   uint32_t data_vocab = ds_->vocab_size();
   int64_t vocab = s_.model.vocab;
-  if (vocab == 0) vocab = (static_cast<int64_t>(data_vocab) + 63) / 64 * 64;
+  // Taken from the dataset: a multiple of 64, then padded for tp as Megatron pads (the rows past the dataset's
+  // never score: the loss runs over its vocab_real).
+  const int tp = s_.layout.tp;
+  auto last_rank_has_real_rows = [&](int64_t v) { return int64_t{data_vocab} > (tp - 1) * (v / tp); };
+  if (vocab == 0) {
+    vocab = tp_padded_vocab((static_cast<int64_t>(data_vocab) + 63) / 64 * 64, tp);
+    // A small vocabulary over many ranks: the least padding that leaves the last rank real rows.
+    if (!last_rank_has_real_rows(vocab)) vocab = (int64_t{data_vocab} + tp - 1) / tp * tp;
+  }
   if (static_cast<int64_t>(data_vocab) > vocab) {
     throw UsageError(strprintf("[model] vocab = %lld but the dataset \"%s\" has token ids up to %u (vocab_size %u); "
                                "set vocab = 0 to take it from the dataset",
                                static_cast<long long>(vocab), s_.data_dir.c_str(), data_vocab - 1, data_vocab));
+  }
+  // Before the run directory is touched: the model pieces would refuse it after the lock is taken.
+  if (vocab % tp != 0) {
+    throw UsageError(strprintf("[model] vocab = %lld (rows of the embedding) is not divisible by [parallel] tp = %d; "
+                               "pad it as Megatron does, to a multiple of 128*tp: [model] vocab = %lld (or 0: taken "
+                               "from the dataset and padded)",
+                               static_cast<long long>(vocab), tp, static_cast<long long>(tp_padded_vocab(vocab, tp))));
+  }
+  if (!last_rank_has_real_rows(vocab)) {
+    throw UsageError(
+        strprintf("[model] vocab = %lld over tp = %d leaves the last TP rank only padding rows (the dataset "
+                  "has %u tokens); use a smaller vocab or tp, or vocab = 0",
+                  static_cast<long long>(vocab), tp, data_vocab));
   }
   gcfg_.layers = s_.model.layers;
   gcfg_.hidden = static_cast<int>(s_.model.hidden);
@@ -465,6 +487,12 @@ void Trainer::log_setup() const {
     CAIRN_LOG_WARN("validation is off: the split has %llu windows, fewer than data-parallel ranks x micro_batch = %d "
                    "(raise [data] val_fraction)",
                    static_cast<unsigned long long>(widx_.val_windows), s_.layout.dp * s_.micro);
+  } else if (s_.rank == 0 && s_.val_every > 0 && s_.val_batches > 0 &&
+             widx_.val_windows < static_cast<uint64_t>(s_.global_batch)) {
+    CAIRN_LOG_WARN("validation scores %llu windows, less than one global batch (%lld): the split holds only %llu, so "
+                   "val_loss depends on the layout (raise [data] val_fraction to compare layouts)",
+                   static_cast<unsigned long long>(s_.val_rows), static_cast<long long>(s_.global_batch),
+                   static_cast<unsigned long long>(widx_.val_windows));
   }
 }
 
@@ -896,11 +924,16 @@ double Trainer::apply_update(double lr, double grad_scale) {
 // ---------------------------------------------------------------- the run
 
 int Trainer::val_micro_batches() const {
-  // Never more than the split holds: the scored windows are then exactly the first
-  // val_micro_batches() x data-parallel ranks x micro_batch windows of the validation split, each once.
-  uint64_t per_pass = static_cast<uint64_t>(s_.layout.dp) * s_.micro;
-  return static_cast<int>(
-      std::min<uint64_t>(static_cast<uint64_t>(std::max(s_.val_batches, 0)), widx_.val_windows / per_pass));
+  // val_batches global batches (Megatron's eval_iters): the first val_batches x global_batch windows of the
+  // validation split, each once, whatever the layout (dp x micro_batch x accumulation = global_batch), so val_loss
+  // compares across layouts. Never more than the split holds: whole global batches of it, or, where it holds less
+  // than one, as many micro-batches as fit (that count depends on the layout; log_setup says so).
+  const uint64_t per_micro = static_cast<uint64_t>(s_.layout.dp) * s_.micro;
+  const uint64_t accum = static_cast<uint64_t>(std::max(s_.accum, 1));
+  const uint64_t wanted = static_cast<uint64_t>(std::max(s_.val_batches, 0));
+  const uint64_t globals = std::min<uint64_t>(wanted, widx_.val_windows / (per_micro * accum));
+  if (globals > 0 || wanted == 0) return static_cast<int>(globals * accum);
+  return static_cast<int>(widx_.val_windows / per_micro);
 }
 
 // Forward passes over the validation windows; with pipeline parallelism each micro-batch walks through the virtual

@@ -79,7 +79,8 @@ struct TrainSection {
     k(&S::resume, "resume", Flag{"--resume"},
       "auto (newest complete checkpoint if any), none (fresh; fails if checkpoints exist), or a checkpoint directory");
     k(&S::val_every, "val_every", Range{0, 1e12}, "steps between validation passes (0 = off)");
-    k(&S::val_batches, "val_batches", Range{0, 1e9}, "micro-batches per rank in a validation pass");
+    k(&S::val_batches, "val_batches", Range{0, 1e9},
+      "global batches a validation pass scores (Megatron's eval_iters; the same windows in any layout)");
     k(&S::backend, "backend", Choices{"cpu", "cpu-ref", "cuda"}, Flag{"--backend"}, "kernel backend");
     k(&S::threads, "threads", Range{0, 4096}, Flag{"--threads"},
       "CPU threads per rank (0 = the node's cores shared among its ranks)");
