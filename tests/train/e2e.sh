@@ -131,6 +131,8 @@ assert len(files) == 1, files
 out = subprocess.run(["/usr/bin/python3", reader, files[0], "--tensorboard"], check=True, capture_output=True, text=True).stdout
 events = [json.loads(l) for l in out.splitlines()]
 assert events[0]["file_version"] == "brain.Event:2"
+texts = [e["texts"]["provenance"] for e in events if "provenance" in e.get("texts", {})]
+assert len(texts) == 1 and "**cairn-train**" in texts[0] and "--out" in texts[0] and "[train]" in texts[0], texts
 tb = {e["step"]: e["scalars"]["train/loss"] for e in events if "train/loss" in e.get("scalars", {})}
 for l in train:
     assert abs(tb[l["step"]] - l["loss"]) <= 1e-6 * abs(l["loss"]), (l["step"], tb[l["step"]], l["loss"])

@@ -161,6 +161,17 @@ void StepReporter::open(const Config& cfg, int64_t step) {
     tb_ = std::make_unique<metrics::TfEventsWriter>(s_.train_dir);
     tb_->add_session_start(step + 1, unix_seconds(),
                            strprintf("cairn-train starts after step %lld", static_cast<long long>(step)));
+    // Who wrote these scalars, in TensorBoard's Text tab (Markdown: the command and config as code blocks).
+    auto indented = [](const std::string& text) {
+      std::string out = "    ";
+      for (char c : text) out += c == '\n' ? std::string("\n    ") : std::string(1, c);
+      return out;
+    };
+    tb_->add_text("provenance",
+                  strprintf("**%s** %s (git %s) on %s at %s\n\n", prov.tool.c_str(), prov.version.c_str(),
+                            prov.git_sha.c_str(), prov.host.c_str(), prov.time_utc.c_str()) +
+                      indented(prov.command_line) + "\n\nEffective config:\n\n" + indented(prov.config_toml),
+                  step + 1, unix_seconds());
     tb_->flush();
   }
 }

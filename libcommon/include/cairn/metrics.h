@@ -55,6 +55,8 @@ class TfEventsWriter {
   // `step` read before it (its event_accumulator's purge), so the steps a killed or rolled-back run wrote beyond the
   // checkpoint it resumes from show once, as rewritten, not twice.
   void add_session_start(int64_t step, double wall_time, const std::string& message = "");
+  // A text summary (TensorBoard's Text tab renders it as Markdown): the run's provenance beside its scalars.
+  void add_text(const std::string& tag, const std::string& markdown, int64_t step, double wall_time);
   void flush();
   void close();
 
@@ -69,6 +71,7 @@ std::string encode_event_file_version(double wall_time, const std::string& versi
 std::string encode_event_scalars(double wall_time, int64_t step,
                                  const std::vector<std::pair<std::string, float>>& values);
 std::string encode_event_session_start(double wall_time, int64_t step, const std::string& message = "");
+std::string encode_event_text(double wall_time, int64_t step, const std::string& tag, const std::string& text);
 // TFRecord framing of one record.
 std::string frame_record(std::string_view data);
 

@@ -157,6 +157,23 @@ std::string encode_event_session_start(double wall_time, int64_t step, const std
   return encode_step_event(wall_time, step, 7, log);
 }
 
+// Summary.Value { string tag = 1; TensorProto tensor = 8; SummaryMetadata metadata = 9; } with
+// TensorProto { DataType dtype = 1 (DT_STRING = 7); repeated bytes string_val = 8; } (a scalar: no shape) and
+// SummaryMetadata { PluginData plugin_data = 1 { string plugin_name = 1 ("text"); } }: what tf.summary.text writes.
+std::string encode_event_text(double wall_time, int64_t step, const std::string& tag, const std::string& text) {
+  std::string tensor, plugin, metadata, value, summary;
+  put_tag(tensor, 1, 0);
+  put_varint(tensor, 7);
+  put_bytes(tensor, 8, text);
+  put_bytes(plugin, 1, "text");
+  put_bytes(metadata, 1, plugin);
+  put_bytes(value, 1, tag);
+  put_bytes(value, 8, tensor);
+  put_bytes(value, 9, metadata);
+  put_bytes(summary, 1, value);
+  return encode_step_event(wall_time, step, 5, summary);
+}
+
 std::string frame_record(std::string_view data) {
   std::string out;
   std::string len;
@@ -201,6 +218,11 @@ void TfEventsWriter::add_scalars(const std::vector<std::pair<std::string, float>
 void TfEventsWriter::add_session_start(int64_t step, double wall_time, const std::string& message) {
   if (!f_) return;
   write_record(encode_event_session_start(wall_time, step, message));
+}
+
+void TfEventsWriter::add_text(const std::string& tag, const std::string& markdown, int64_t step, double wall_time) {
+  if (!f_) return;
+  write_record(encode_event_text(wall_time, step, tag, markdown));
 }
 
 void TfEventsWriter::flush() {

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Independent reader of TensorBoard event files (TFRecord framing + Event protobuf), written from the
 format documentation, to check cairn's writer without TensorFlow. Prints one JSON object per event:
-{"wall_time", "step", "file_version"?, "session_log"?: {"status", "msg"?}, "scalars": {tag: value}}; exits 1 on
+{"wall_time", "step", "file_version"?, "session_log"?: {"status", "msg"?}, "scalars": {tag: value},
+"texts"?: {tag: markdown}}; exits 1 on
 any framing/CRC error. Uses TensorBoard's own reader too when --tensorboard is given and it is installed.
 
 read_tfevents.py --run DIR: the scalar events TensorBoard shows for a run directory: every events.out.tfevents.*
@@ -94,13 +95,28 @@ def decode_event(buf):
             for sf, sw, sv in fields(v):
                 if sf != 1:
                     continue
-                tag, val = None, None
+                tag, val, text, plugin = None, None, None, None
                 for vf, vw, vv in fields(sv):
                     if vf == 1:
                         tag = vv.decode()
                     elif vf == 2 and vw == 5:
                         val = struct.unpack("<f", vv)[0]
-                ev["scalars"][tag] = val
+                    elif vf == 8 and vw == 2:  # TensorProto { DataType dtype = 1; repeated bytes string_val = 8; }
+                        for tf, tw, tv in fields(vv):
+                            if tf == 1 and tw == 0 and tv != 7:
+                                raise ValueError("tensor summary of dtype %d, not DT_STRING" % tv)
+                            if tf == 8 and tw == 2:
+                                text = tv.decode()
+                    elif vf == 9 and vw == 2:  # SummaryMetadata { PluginData plugin_data = 1 { plugin_name = 1 } }
+                        for mf, mw, mv in fields(vv):
+                            if mf == 1 and mw == 2:
+                                plugin = dict((pf, pv) for pf, _, pv in fields(mv)).get(1, b"").decode()
+                if text is not None:
+                    if plugin != "text":
+                        raise ValueError("string tensor %r without the text plugin's metadata" % tag)
+                    ev.setdefault("texts", {})[tag] = text
+                else:
+                    ev["scalars"][tag] = val
     return ev
 
 
