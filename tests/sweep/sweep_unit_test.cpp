@@ -105,7 +105,12 @@ BOOST_AUTO_TEST_CASE(byte_sizes_and_sweep_steps) {
   BOOST_TEST(parse_bytes("128M", "x") == 128ull << 20);
   BOOST_TEST(parse_bytes("2g", "x") == 2ull << 30);
   BOOST_CHECK_THROW(parse_bytes("", "x"), cairn::UsageError);
-  BOOST_CHECK_THROW(parse_bytes("1.5M", "x"), cairn::UsageError);
+  // Decimals as nccl-tests' parsesize reads them (a fraction of a byte dropped).
+  BOOST_TEST(parse_bytes("1.5M", "x") == 3ull << 19);
+  BOOST_TEST(parse_bytes("1.5K", "x") == 1536u);
+  BOOST_TEST(parse_bytes("0.5", "x") == 0u);
+  BOOST_CHECK_THROW(parse_bytes("1.5.1K", "x"), cairn::UsageError);
+  BOOST_CHECK_THROW(parse_bytes(".", "x"), cairn::UsageError);
   BOOST_CHECK_THROW(parse_bytes("-3", "x"), cairn::UsageError);
   SweepOptions o;
   o.minbytes = 8;

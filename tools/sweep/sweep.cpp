@@ -46,9 +46,19 @@ uint64_t parse_bytes(const std::string& text, const std::string& what) {
     if (mult != 1) t.pop_back();
     else if (s == 'B') t.pop_back();
   }
-  if (t.empty() ||
-      !std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
-    throw UsageError(what + ": '" + text + "' is not a size (bytes, optionally with a K, M or G suffix)");
+  // A decimal number as nccl-tests' parsesize takes it (`-b 1.5K` = 1536; a fraction of a byte is dropped, as
+  // its size_t cast drops it); digits with at most one point.
+  const size_t point = t.find('.');
+  const bool digits_only =
+      std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; });
+  if (t.empty() || t == "." || !digits_only ||
+      (point != std::string::npos && t.find('.', point + 1) != std::string::npos)) {
+    throw UsageError(what + ": '" + text + "' is not a size (bytes, optionally with a K, M or G suffix; 1.5K = 1536)");
+  }
+  if (point != std::string::npos) {
+    const double v = std::stod(t) * static_cast<double>(mult);
+    if (!(v < 9.2e18)) throw UsageError(what + ": '" + text + "' is too large");
+    return static_cast<uint64_t>(v);
   }
   // Digits past uint64 make stoull throw std::out_of_range, which would end the run as "stoull", exit 1.
   uint64_t v = UINT64_MAX;
