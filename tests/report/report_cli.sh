@@ -130,6 +130,18 @@ set -e
 "$REPORT" "$T/base" "$T/good" "$T/bad" --out "$T/multi" --set 'report.gates.skipped_total={max=10}' --log-level warn
 check_report "$T/multi"
 grep -q 'bad' "$T/multi/report/summary.md" || fail "multi-run summary lacks a run"
+# Runs that stopped at different steps: summary.md says so (the gates and table compare their last values).
+gen "$T/short" --steps 120 --seed 5 --name short --no-finished
+"$REPORT" "$T/base" "$T/short" --out "$T/steps" --log-level warn || true
+grep -q "Note: the runs' training ended at different points (.*step 120, not finished" "$T/steps/report/summary.md" ||
+  fail "summary.md does not say the runs ended at different steps: $(head -8 "$T/steps/report/summary.md")"
+grep -q "Note: the runs' training ended" "$T/multi/report/summary.md" &&
+  fail "runs of the same length and finished got the note"
+# A relative rule against the metric's direction is said (it bounds an improvement, not a regression).
+"$REPORT" "$T/good" --baseline "$T/base" --set 'report.gates.val_loss={max_drop_pct=5}' --out "$T/dir" \
+  --log-level warn 2> "$T/dir.err" || true
+grep -q "report.gates.val_loss.max_drop_pct: val_loss is better lower.*did you mean max_increase_pct" "$T/dir.err" ||
+  fail "a rule against the metric's direction was not flagged: $(cat "$T/dir.err")"
 "$REPORT" --list-metrics | grep -q 'busbw_<coll>\[_<tier>\]' || fail "--list-metrics"
 "$REPORT" --help | grep -q 'eval_<task>_<metric>' || fail "--help does not document metric names"
 # 6. Garbage input: binary bytes as metrics.jsonl and an empty one are rendered (bad lines skipped and

@@ -6,6 +6,7 @@
 #include "cairn/config.h"
 #include "cairn/config_origin.h"
 #include "cairn/error.h"
+#include "cairn/log.h"
 #include "cairn/plot.h"
 #include "cairn/sections/report.h"
 
@@ -54,6 +55,18 @@ std::vector<GateRule> parse_gates(const json& gates) {
       if (!r.value().is_number() || !std::isfinite(r.value().get<double>()))
         throw UsageError(dotted_name("report.gates", key) + "." + r.key() + ": expected a number, got " +
                          config_value_text(r.value()));
+      // A relative rule against the metric's direction bounds an improvement, not a regression: almost always a
+      // slip (max_drop_pct on val_loss lets the loss rise freely). Said, not refused: it may be meant.
+      const std::string& kind = r.key();
+      const bool bounds_rise = kind == "max_increase" || kind == "max_increase_pct";
+      const bool bounds_drop = kind == "max_drop" || kind == "max_drop_pct";
+      if ((def->better == Better::Lower && bounds_drop) || (def->better == Better::Higher && bounds_rise))
+        CAIRN_LOG_WARN("%s.%s: %s is better %s, so this rule bounds an improvement and lets a regression pass "
+                       "(did you mean %s?)",
+                       dotted_name("report.gates", key).c_str(), kind.c_str(), def->name.c_str(),
+                       def->better == Better::Lower ? "lower" : "higher",
+                       def->better == Better::Lower ? (kind == "max_drop" ? "max_increase" : "max_increase_pct")
+                                                    : (kind == "max_increase" ? "max_drop" : "max_drop_pct"));
       GateRule g;
       g.metric = *def;
       g.key = key;

@@ -768,6 +768,28 @@ std::string render_markdown(const ReportModel& m) {
   os << "Runs: ";
   for (size_t i = 0; i < m.runs.size(); ++i) os << (i ? ", " : "") << "`" << md_cell(run_label(m.runs[i])) << "`";
   os << "\n\n";
+  // Last values of runs that stopped at different steps (or did not finish) are not like for like: said here, as
+  // the HTML's run table says it, so a CI log reader sees it too.
+  {
+    std::string steps;
+    bool differ = false, unfinished = false;
+    double first = kNaN;
+    for (const auto& r : m.runs) {
+      if (r.train.size() == 0) continue;
+      const double last = r.train.step.back();
+      if (std::isnan(first)) first = last;
+      differ = differ || last != first;
+      unfinished = unfinished || !r.train_finished;
+      if (!steps.empty()) steps += ", ";
+      steps += '`';
+      steps += md_cell(run_label(r));
+      steps += "` ";
+      steps += md_cell(train_status(r));
+    }
+    if (differ || (unfinished && m.runs.size() > 1))
+      os << "Note: the runs' training ended at different points (" << steps
+         << "); the comparison and gates use each run's last values.\n\n";
+  }
   if (!m.gates.empty()) {
     os << "### Gates\n\n| verdict | metric | run | rule | baseline | value | limit | reason |\n"
           "|---|---|---|---|---:|---:|---|---|\n";
