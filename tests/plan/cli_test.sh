@@ -203,6 +203,14 @@ $BIN calibrate --config configs/models/gpt2-124m.toml --config "$T/cpu.toml" --s
   --set "cluster.gemm_table_fp8_efficiency=$fp8" --set model.seq_len=64 --seconds 0.02 --max-dim 64 \
   --output "$T/cpu3.toml" --out "$T/run" > /dev/null 2>&1 || fail "calibrate over an FP8 table failed"
 grep -v '^#' "$T/cpu3.toml" | grep -q "gemm_table_fp8_efficiency" && fail "calibrate kept a stale FP8 table: $(cat "$T/cpu3.toml")"
+# A CPU device is one rank's share of the cores ([cluster] gpus_per_node ranks per node), measured as such; the
+# file records who wrote it.
+$BIN calibrate --config configs/models/gpt2-124m.toml --config "$T/cpu.toml" --set cluster.gpus_per_node=2 \
+  --set model.seq_len=64 --seconds 0.02 --max-dim 64 --output "$T/cpu4.toml" --out "$T/run" > /dev/null 2>&1 ||
+  fail "calibrate with 2 devices per node failed"
+want=$(( $(nproc) / 2 )); [ "$want" -ge 1 ] || want=1
+grep -q "[^0-9]$want CPU thread" "$T/cpu4.toml" || fail "calibrate did not measure with $want thread(s): $(grep calibrated "$T/cpu4.toml")"
+grep -q "^# command line: .*calibrate" "$T/cpu4.toml" || fail "calibrate's file lacks its command line"
 $BIN --config configs/models/gpt2-124m.toml --config "$T/cpu3.toml" --set train.global_batch=8 \
   --set model.seq_len=128 --out "$T/run" > /dev/null 2>&1 || fail "plan on the recalibrated cluster failed"
 # 6. Command-line conformance: --top must be >= 1 (named in the error), --plan's errors name --plan, output

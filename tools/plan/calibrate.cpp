@@ -268,10 +268,10 @@ json calibrated_cluster(const Config& cfg, const GemmMeasurements& g, double pea
   cluster["kernel_overhead_us"] = overhead_us;
   cluster["hbm_gbps"] = stream;
   cluster["hbm_efficiency"] = 1.0;
-  cluster["calibrated"] =
-      strprintf("cairn-plan calibrate on %s at %s: %s%s, %d CPU threads", hostname_string().c_str(),
-                utc_now_iso8601().c_str(), library.c_str(),
-                fp8_rates.empty() ? "" : " and FP8 E4M3 cuBLASLt GEMMs at the same shapes", omp_get_max_threads());
+  cluster["calibrated"] = strprintf("cairn-plan calibrate on %s at %s: %s%s, %d CPU thread%s",
+                                    hostname_string().c_str(), utc_now_iso8601().c_str(), library.c_str(),
+                                    fp8_rates.empty() ? "" : " and FP8 E4M3 cuBLASLt GEMMs at the same shapes",
+                                    omp_get_max_threads(), omp_get_max_threads() == 1 ? "" : "s");
   for (auto it = cluster.begin(); it != cluster.end();) {
     if (it.value().is_null() || (it.value().is_string() && it.value().get<std::string>().empty()))
       it = cluster.erase(it);
@@ -285,6 +285,17 @@ json calibrated_cluster(const Config& cfg, const GemmMeasurements& g, double pea
 std::string run_calibrate(const Config& cfg, const CalibrateOptions& opts) {
   const costmodel::ModelSpec m = costmodel::model_from_section(read_section<ModelSection>(cfg));
   const bool gpu = calibrate_on_gpu(opts);
+  if (!gpu) {
+    // A CPU "device" is one rank's share of the node, as cairn-train runs it ([train] threads, or the cores over
+    // the ranks per node): a rate measured on every core, divided by one rank's peak, overstated the efficiency.
+    const int64_t set = read_section<TrainSection>(cfg).threads;
+    const int64_t per_node = std::max<int64_t>(1, read_section<ClusterSection>(cfg).gpus_per_node);
+    const int threads = set > 0 ? int(set) : std::max(1, int(omp_get_max_threads() / per_node));
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+    CAIRN_LOG_INFO("measuring with %d CPU thread%s (%s)", threads, threads == 1 ? "" : "s",
+                   set > 0 ? "[train] threads" : "the cores over [cluster] gpus_per_node, as cairn-train shares them");
+  }
   const std::vector<Shape> shapes = calibration_shapes(m, gpu, opts);
   const auto t0 = clk::now();
   const GemmMeasurements g = measure_shapes(shapes, gpu, opts.seconds);
