@@ -1,5 +1,6 @@
 // Atomic writes, whole-file reads and run-directory helpers with path-naming errors.
 #include "cairn/files.h"
+#include "cairn/stale_temps.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -204,7 +206,9 @@ std::string creatable_dir_problem(const std::string& dir) {
   if (!fs::is_directory(p, ec)) return "Not a directory";
   struct statvfs fsinfo {};
   if (::statvfs(p.c_str(), &fsinfo) == 0 && (fsinfo.f_flag & ST_RDONLY))
-    return "\"" + p.string() + "\" is on a read-only file system";
+    return std::string("\"")
+        .append(p.string())
+        .append("\" is on a read-only file system");  // piecewise: GCC 12 -Wrestrict
   if (::access(p.c_str(), W_OK | X_OK) != 0) return "cannot write in \"" + p.string() + "\": " + std::strerror(errno);
   return "";
 }
@@ -230,6 +234,23 @@ std::string join_path(const std::string& a, const std::string& b) {
   if (a.empty()) return b;
   if (b.empty()) return a;
   return (fs::path(a) / b).string();
+}
+
+size_t remove_stale_temps(const std::string& dir, const std::function<bool(const std::string& name)>& wanted) {
+  std::error_code ec;
+  size_t removed = 0;
+  for (fs::directory_iterator it(dir.empty() ? "." : dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    const size_t tmp = n.rfind(".tmp.");
+    if (n.size() < 2 || n[0] != '.' || tmp == std::string::npos || tmp < 2) continue;
+    if (!wanted(n.substr(1, tmp - 1))) continue;
+    // .tmp.<pid>.<hex>: a writer still running keeps its file.
+    const long pid = std::strtol(n.c_str() + tmp + 5, nullptr, 10);
+    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
+    std::error_code rm;
+    if (it->is_regular_file(rm) && fs::remove(it->path(), rm)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace cairn

@@ -366,7 +366,17 @@ void File::flush() const {
   if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) throw_h5("cannot flush", path_);
 }
 
-void File::close() { h_.reset(); }
+// A file written to is flushed first: H5Fclose's own write errors (a full disk) are only a return code, and a
+// writer that committed the file after a silent failure (cairn-eval's results.h5) put an unreadable file in place
+// of a good one. The flush throws naming the file; so does a close that fails.
+void File::close() {
+  if (!h_.valid()) return;
+  unsigned intent = 0;
+  if (H5Fget_intent(h_.id(), &intent) >= 0 && (intent & H5F_ACC_RDWR)) flush();
+  const bool failed_before = g_close_failed;
+  h_.reset();
+  if (g_close_failed && !failed_before) throw_h5("cannot close", path_);
+}
 
 void write_provenance(const Location& loc) {
   const Provenance& p = provenance();

@@ -200,4 +200,33 @@ mkdir -p esc/deep
   fail "samples written outside <eval>/: $(find esc -name '*.jsonl' -not -path 'esc/deep/run/eval/*')"
 [ "$(find esc/deep/run/eval/samples -name 'step_00000020_x__..__..__..__out.jsonl' | wc -l)" = 1 ] ||
   fail "no samples file for the task: $(ls esc/deep/run/eval/samples)"
+
+# A full disk while writing results: exit 1 naming the file, never an unreadable results.h5 put in place (HDF5's
+# write errors were only a return code of its close, and the crash at exit followed), no temp files piling up,
+# and a rerun with room scores what is missing. Root only: a tmpfs.
+mkdir -p full/eval
+if [[ $(id -u) == 0 ]] && mount -t tmpfs -o size=56k tmpfs full/eval 2> /dev/null; then
+  rc=0
+  "$BIN/cairn-eval" --config eval.toml --out full --log-level warn "$WORK/run/train/ckpt" > /dev/null 2> full.err ||
+    rc=$?
+  [ $rc = 1 ] && grep -q "No space left\|errno = 28" full.err || { umount full/eval; fail "full disk: exit $rc: $(cat full.err)"; }
+  if [ -e full/eval/results.h5 ]; then
+    $PY -c "import h5py; h5py.File('full/eval/results.h5')['results/step'][:]" ||
+      { umount full/eval; fail "full disk: results.h5 left unreadable"; }
+  fi
+  umount full/eval
+  "$BIN/cairn-eval" --config eval.toml --out full --log-level warn "$WORK/run/train/ckpt" > /dev/null 2> full2.err ||
+    fail "full disk: the rerun with room failed: $(cat full2.err)"
+  $PY - full/eval <<'PYEOF' || fail "full disk: the rerun's results disagree"
+import h5py, json, sys
+d = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{d}/results.jsonl")]
+with h5py.File(f"{d}/results.h5") as f:
+    assert len(f["results/step"]) == len(rows) > 0, (len(f["results/step"]), len(rows))
+assert len({(r["step"], r["task"], r["metric"]) for r in rows}) == len(rows), "duplicate rows"
+PYEOF
+  ! compgen -G "full/eval/.results.*.tmp.*" > /dev/null || fail "full disk: temp files left: $(ls -a full/eval)"
+else
+  echo "skip: full-disk results check (needs root to mount a tmpfs)"
+fi
 echo "eval_cli: OK"

@@ -15,6 +15,14 @@ LF="$PY $HERE/llmc_files.py"
 $LF expect "$T/ds" "$T/g2" gpt-2
 "$B" convert --to llmc --llmc-format llama-3 --out "$T/l3" "$T/ds"
 $LF expect "$T/ds" "$T/l3" llama-3
+# An export over an earlier one with more files: the earlier files past the new count go (llm.c's loader reads every
+# shard_*.bin of the directory), said on stderr.
+"$B" reshard "$T/ds" --shards 5 --out "$T/ds5"
+"$B" convert --to llmc --out "$T/over" "$T/ds5"
+"$B" convert --to llmc --out "$T/over" "$T/ds" 2> "$T/over.err"
+[ "$(ls "$T/over" | grep -c '^shard_.*\.bin$')" = 3 ] || fail "an earlier export's files stayed: $(ls "$T/over")"
+grep -q "removed 2 shard_\*.bin files of an earlier export" "$T/over.err" || fail "stale files not said: $(cat "$T/over.err")"
+$LF expect "$T/ds" "$T/over" gpt-2
 "$B" convert --from llmc "$T/g2" --shards 2 --out "$T/from_g2"
 same_tokens "$T/ds" "$T/from_g2"
 "$B" convert --from llmc "$T/l3" --shards 3 --out "$T/from_l3"

@@ -231,6 +231,10 @@ expect_exit 2 'No such file' "$B" build --out "$T/x" "$T/missing.txt"
 
 # Truncated / corrupt Megatron and llm.c files.
 "$B" convert --to megatron --out "$T/meg/m" "$T/ds"
+# A killed export's temp files (a full-size copy each) go with the next export; a live writer's would stay.
+printf 'x' > "$T/meg/.m.bin.tmp.999999999.abcdef"; printf 'x' > "$T/meg/.m.idx.tmp.999999999.abcdef"
+"$B" convert --to megatron --out "$T/meg/m" "$T/ds" 2>/dev/null || fail "re-export over a killed export's temps"
+! compgen -G "$T/meg/.m.*.tmp.*" > /dev/null || fail "a killed export's temp files stayed: $(ls -a "$T/meg")"
 # convert --json: a summary with provenance, as build and reshard write (it was silently ignored).
 "$B" convert --to megatron --out "$T/meg/j" "$T/ds" --json - 2>/dev/null | $PY -c "
 import json, sys
@@ -453,4 +457,22 @@ touch "$T/stale/.index.json.tmp.99999.abcdef" "$T/stale/.stats.json.tmp.99999.12
 [ "$(ls -a "$T/stale" | grep -c '\.tmp\.' || true)" = 0 ] || fail "stale temp files survived the next run: $(ls -a "$T/stale")"
 "$B" verify "$T/stale" >/dev/null
 echo "ok: corrupt inputs refused, nothing written; stale temp files removed"
+
+# Permissions as another user sees them (root reads anything): an unreadable input directory is named (it was "no
+# input files", or a filesystem error naming no path), and a read-only dataset still gets its statistics.
+if [ "$(id -u)" = 0 ] && command -v runuser > /dev/null && runuser -u nobody -- "$B" --version > /dev/null 2>&1; then
+  P=$(mktemp -d /tmp/cairn-perm.XXXXXX)
+  mkdir -p "$P/in/locked"
+  printf 'a document\n' > "$P/in/a.txt"; printf 'another\n' > "$P/in/locked/b.txt"
+  chmod 000 "$P/in/locked"; chmod 777 "$P"
+  expect_exit 2 'cannot read directory ".*locked": Permission denied' runuser -u nobody -- "$B" build --out "$P/o" "$P/in"
+  expect_exit 2 'cannot read directory ".*locked": Permission denied' runuser -u nobody -- "$B" build --out "$P/o2" "$P/in/locked"
+  cp -r "$T/ds" "$P/ro"; chmod -R a+rX,a-w "$P/ro"
+  runuser -u nobody -- "$B" stats "$P/ro" > "$P/stats.txt" 2> "$P/stats.err" || { chmod -R u+w "$P"; fail "stats of a read-only dataset: $(cat "$P/stats.err")"; }
+  grep -q "tokens" "$P/stats.txt" && grep -q "not writable here" "$P/stats.err" || { chmod -R u+w "$P"; fail "read-only stats: $(cat "$P/stats.err")"; }
+  chmod -R u+rwx "$P"; rm -rf "$P"
+  echo "ok: unreadable directories named; a read-only dataset's stats printed"
+else
+  echo "skip: permission checks (need root, runuser and a binary user nobody can run)"
+fi
 echo PASS

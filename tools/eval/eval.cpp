@@ -27,6 +27,7 @@
 #include "cairn/sections/model.h"
 #include "cairn/sections/run.h"
 #include "cairn/shards.h"
+#include "cairn/stale_temps.h"
 #include "eval.h"
 
 namespace fs = std::filesystem;
@@ -204,6 +205,13 @@ class Evaluator {
         // bad task file) leaves no eval/ directory behind.
         if (const std::string why = creatable_dir_problem(out_dir_); !why.empty())
           throw UsageError(file_message("cannot write results to", out_dir_, why));
+        // The files each result rewrites must be files: a directory there failed only after the whole evaluation.
+        for (const char* name : {"results.jsonl", "results.h5"}) {
+          const std::string path = join_path(out_dir_, name);
+          std::error_code ec;
+          if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
+            throw UsageError(file_message("cannot write results to", path, "exists and is not a regular file"));
+        }
         rows_ = read_results(join_path(out_dir_, "results.jsonl"));
       } catch (const Error& e) {
         ok = false;
@@ -407,6 +415,8 @@ class Evaluator {
         DirLock update;
         update.acquire(join_path(out_dir_, ".results.lock"), out_dir_, "cannot update the results in",
                        "stop it (or let it finish), then evaluate this checkpoint again", 120);
+        // Under the lock no other cairn-eval is writing here: temps of killed ones go (full-size results.h5 copies).
+        remove_stale_temps(out_dir_, [](const std::string& n) { return n == "results.jsonl" || n == "results.h5"; });
         rows_ = read_results(join_path(out_dir_, "results.jsonl"));
         std::set<std::string> replaced;
         for (const auto& r : results) replaced.insert(r.task);
@@ -415,9 +425,11 @@ class Evaluator {
           if (!(r.step == target.step && replaced.count(r.task))) kept.push_back(r);
         kept.insert(kept.end(), new_rows.begin(), new_rows.end());
         rows_ = std::move(kept);
-        write_results_jsonl(join_path(out_dir_, "results.jsonl"), rows_);
+        // results.jsonl last: it is the record a rerun trusts ("already evaluated"), so a kill before it leaves
+        // this step to be scored again, never results.h5 or the harness files without it.
         write_results_h5(join_path(out_dir_, "results.h5"), rows_);
         write_harness_files(target, meta.tokens, results, start_unix, wall);
+        write_results_jsonl(join_path(out_dir_, "results.jsonl"), rows_);
         std::fputs(summary_table(target.step, meta.tokens, target.path, results).c_str(), stdout);
         std::fflush(stdout);
         CAIRN_LOG_INFO("step %lld evaluated in %.2f s", static_cast<long long>(target.step), secs);

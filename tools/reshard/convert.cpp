@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,7 @@
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
+#include "cairn/stale_temps.h"
 #include "cairn/tokenizer.h"
 #include "reshard.h"
 
@@ -322,7 +324,10 @@ json export_megatron(const shards::Dataset& ds, const std::string& prefix) {
   const bool u16 = ds.vocab_size() < 65500;
   const uint8_t code = u16 ? 8 : 4;
   const size_t item = u16 ? 2 : 4;
-  if (!fs::path(prefix).parent_path().empty()) ensure_dir(fs::path(prefix).parent_path().string());
+  const std::string parent = fs::path(prefix).parent_path().string();
+  if (!parent.empty()) ensure_dir(parent);
+  const std::string stem = fs::path(prefix).filename().string();
+  remove_stale_temps(parent, [&](const std::string& n) { return n == stem + ".bin" || n == stem + ".idx"; });
   AtomicFile bin_file(prefix + ".bin"), idx_file(prefix + ".idx");
   FILE* bin = std::fopen(bin_file.temp_path().c_str(), "wb");
   if (!bin) throw RuntimeError(errno_message("cannot write", bin_file.path()));
@@ -366,6 +371,11 @@ json export_megatron(const shards::Dataset& ds, const std::string& prefix) {
   for (uint64_t d = 0; d < ndoc; ++d) doc_idx[d] = static_cast<int64_t>(d);
   write_bytes(idx, doc_idx.data(), doc_idx.size() * 8, idx_file.path());
   close_file(idx, idx_file.path());
+  // Two renames cannot be one: the old index goes first, so a kill between them leaves a .bin without its .idx
+  // (Megatron and import refuse it) rather than an old index over new tokens, which both would read as valid
+  // with every document boundary wrong.
+  std::error_code ec;
+  fs::remove(prefix + ".idx", ec);
   bin_file.commit();
   idx_file.commit();
   CAIRN_LOG_INFO("wrote %s.bin/.idx: %llu documents, %lld bytes of %s tokens", prefix.c_str(),
@@ -397,6 +407,16 @@ json export_llmc(const shards::Dataset& ds, const std::string& in, const std::st
     }
   }
   ensure_dir(dir);
+  auto is_shard_file = [](const std::string& n) {
+    return n.size() == 16 && n.rfind("shard_", 0) == 0 && n.compare(12, 4, ".bin") == 0 &&
+           std::all_of(n.begin() + 6, n.begin() + 12,
+                       [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  };
+  remove_stale_temps(dir, is_shard_file);
+  // Every file is written as a temp first and renamed once all are (a full disk or a kill before then leaves the
+  // earlier export whole); then the earlier export's files past this one's count go: llm.c's loader reads every
+  // shard_*.bin of the directory, and a mix of two exports trains on both.
+  std::vector<std::unique_ptr<AtomicFile>> pending;
   std::vector<uint32_t> buf;
   std::vector<char> body;
   uint32_t carry = ds.eot_id();  // the token the previous shard's file left out
@@ -428,8 +448,26 @@ json export_llmc(const shards::Dataset& ds, const std::string& in, const std::st
     } else if (n) {
       std::memcpy(p, buf.data(), n * 4);
     }
-    atomic_write(join_path(dir, strprintf("shard_%06zu.bin", i)), std::string_view(body.data(), body.size()));
+    pending.push_back(std::make_unique<AtomicFile>(join_path(dir, strprintf("shard_%06zu.bin", i))));
+    const std::string& temp = pending.back()->temp_path();
+    FILE* out = std::fopen(temp.c_str(), "wb");
+    if (!out) throw RuntimeError(errno_message("cannot write", pending.back()->path()));
+    write_bytes(out, body.data(), body.size(), pending.back()->path());
+    close_file(out, pending.back()->path());
   }
+  for (auto& f : pending) f->commit();
+  size_t stale = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (is_shard_file(n) && std::stoul(n.substr(6, 6)) >= ds.num_shards()) {
+      std::error_code rm;
+      stale += fs::remove(it->path(), rm) ? 1 : 0;
+    }
+  }
+  if (stale)
+    CAIRN_LOG_WARN("removed %zu shard_*.bin files of an earlier export from %s (llm.c reads every file there)", stale,
+                   dir.c_str());
   if (ds.total_tokens() > 0 && carry != ds.eot_id())
     CAIRN_LOG_WARN("the dataset's last token is %u, not end-of-text %u; it was not exported", carry, ds.eot_id());
   const std::string start_name = start == ds.eot_id() ? "end-of-text " + std::to_string(start)

@@ -63,23 +63,34 @@ struct Expander {
   void add_directory(const std::string& in) {
     std::error_code ec;
     std::vector<fs::path> files;
-    for (auto it = fs::recursive_directory_iterator(in, ec); it != fs::recursive_directory_iterator(); ++it) {
+    // A directory that cannot be read (no permission) is named: it was "no input files", or a filesystem_error
+    // naming no path.
+    fs::recursive_directory_iterator it(in, ec);
+    if (ec) throw UsageError(file_message("cannot read directory", in, ec.message()));
+    auto visit = [&]() {
       const auto name = it->path().filename().string();
       if (!name.empty() && name[0] == '.') {
         if (it->is_directory()) it.disable_recursion_pending();
-        continue;
+        return;
       }
       if (it->is_directory() && is_lmdb_path(it->path().string())) {  // an LMDB environment is one input
         files.push_back(it->path());
         it.disable_recursion_pending();
-        continue;
+        return;
       }
       if (it->is_symlink() && !fs::exists(it->path(), ec)) {
         // Said, not skipped silently: a link to data on a filesystem that is not mounted here loses documents.
         CAIRN_LOG_WARN("skipping \"%s\": a symbolic link to nothing", it->path().c_str());
-        continue;
+        return;
       }
       if (it->is_regular_file() && !is_lmdb_path(it->path().parent_path().string())) files.push_back(it->path());
+    };
+    while (it != fs::recursive_directory_iterator()) {
+      visit();
+      const fs::path at = it->path();
+      std::error_code step;
+      it.increment(step);
+      if (step) throw UsageError(file_message("cannot read directory", at.string(), step.message()));
     }
     std::sort(files.begin(), files.end());
     size_t binary = 0;

@@ -273,8 +273,12 @@ int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const s
     // stats.json of the dataset being replaced would land beside the new one's index).
     DirLock lock;
     std::error_code ec;
+    // A dataset this user cannot write in (a shared, read-only copy) still gets its statistics printed; only
+    // stats.json, and the lock that guards it, are left out (verify reads such datasets too).
+    const bool writable = creatable_dir_problem(d).empty();
     // Only over a dataset: stats on any other directory fails below and must leave nothing in it.
-    if (fs::is_regular_file(join_path(d, "index.json"), ec)) lock_dataset_dir(lock, d, /*every_rank=*/false);
+    if (writable && fs::is_regular_file(join_path(d, "index.json"), ec))
+      lock_dataset_dir(lock, d, /*every_rank=*/false);
     shards::Dataset ds = shards::Dataset::open(d);
     // Statistics of a corrupt dataset would describe data no reader will accept: its shards are
     // checked first, like reshard/convert do (exit 3 naming the shard; stats.json is left alone).
@@ -292,7 +296,8 @@ int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const s
     }
     std::fprintf(human, "%s\n%s", d.c_str(), format_stats(s).c_str());
     std::fflush(human);
-    atomic_write(join_path(d, "stats.json"), s.dump(2) + "\n");
+    if (writable) atomic_write(join_path(d, "stats.json"), s.dump(2) + "\n");
+    else CAIRN_LOG_WARN("\"%s\" is not writable here: stats.json not updated", d.c_str());
     all.push_back(std::move(s));
   }
   // One dataset: its stats.json object; several: an array of them, in order (one JSON document).
