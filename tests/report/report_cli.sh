@@ -137,6 +137,11 @@ grep -q "Note: the runs' training ended at different points (.*step 120, not fin
   fail "summary.md does not say the runs ended at different steps: $(head -8 "$T/steps/report/summary.md")"
 grep -q "Note: the runs' training ended" "$T/multi/report/summary.md" &&
   fail "runs of the same length and finished got the note"
+# eval_<task>_<metric> names are open-ended: a misspelt one fails its gate naming the closest the run has.
+rc=0; "$REPORT" "$T/good" --set 'report.gates.eval_hellaswag_ac={min=0}' --out "$T/evtypo" --log-level warn \
+  2> "$T/evtypo.err" || rc=$?
+[ $rc = 3 ] && grep -q "no eval/results.jsonl records for eval_hellaswag_ac (did you mean eval_hellaswag_acc?)" \
+  "$T/evtypo.err" || fail "a misspelt eval gate: exit $rc $(cat "$T/evtypo.err")"
 # A relative rule against the metric's direction is said (it bounds an improvement, not a regression).
 "$REPORT" "$T/good" --baseline "$T/base" --set 'report.gates.val_loss={max_drop_pct=5}' --out "$T/dir" \
   --log-level warn 2> "$T/dir.err" || true

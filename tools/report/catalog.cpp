@@ -658,7 +658,16 @@ std::string missing_reason(const RunData& run, const MetricDef& d) {
   if (d.group == "eval") {
     std::string r = stage_reason("eval", "results.jsonl");
     if (!r.empty()) return r;
-    return "run \"" + run.name + "\": no eval/results.jsonl records for " + d.name;
+    // eval_<task>_<metric> names are open-ended, so a misspelt one is only found here: name the closest the run has.
+    std::vector<std::string> have;
+    for (const auto& e : run.eval) {
+      std::string n = "eval_";
+      n.append(e.task).append("_").append(e.metric);
+      if (std::find(have.begin(), have.end(), n) == have.end()) have.push_back(n);
+    }
+    const std::string hint = closest_match(d.name, have);
+    return "run \"" + run.name + "\": no eval/results.jsonl records for " + d.name +
+           (hint.empty() ? std::string() : " (did you mean " + hint + "?)");
   }
   if (d.group == "sweep") {
     std::string r = stage_reason("sweep", "sweep.json");
