@@ -3,7 +3,9 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <limits>
+#include <mutex>
 
 #include "cairn/plot.h"
 
@@ -162,7 +164,29 @@ const std::string& palette_color(size_t i) {
   // Tableau 10, reordered so neighbours contrast; readable on white and for most colour vision.
   static const std::array<std::string, 10> kPalette{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                                     "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
-  return kPalette[i % kPalette.size()];
+  if (i < kPalette.size()) return kPalette[i];
+  // Past ten series (a nightly comparing a month of runs) the colours must not repeat, or runs 1 and 11 read as one:
+  // hues a golden angle apart, at a saturation and lightness that stay readable on white. A deque keeps the
+  // references handed out valid as it grows.
+  static std::mutex mu;
+  static std::deque<std::string> more;
+  std::lock_guard<std::mutex> lock(mu);
+  while (more.size() <= i - kPalette.size()) {
+    const double h = std::fmod(double(kPalette.size() + more.size()) * 137.508, 360.0) / 60.0, s = 0.65, l = 0.42;
+    const double c = (1 - std::fabs(2 * l - 1)) * s, x = c * (1 - std::fabs(std::fmod(h, 2.0) - 1)), m = l - c / 2;
+    double r = 0, g = 0, b = 0;
+    if (h < 1) r = c, g = x;
+    else if (h < 2) r = x, g = c;
+    else if (h < 3) g = c, b = x;
+    else if (h < 4) g = x, b = c;
+    else if (h < 5) r = x, b = c;
+    else r = c, b = x;
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "#%02x%02x%02x", int(std::lround((r + m) * 255)), int(std::lround((g + m) * 255)),
+                  int(std::lround((b + m) * 255)));
+    more.emplace_back(hex);
+  }
+  return more[i - kPalette.size()];
 }
 
 std::string format_value(double v, const std::string& unit, int digits) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 #include <regex>
+#include <set>
 
 #include "cairn/plot.h"
 
@@ -176,7 +177,22 @@ BOOST_AUTO_TEST_CASE(stacked_area_and_bars) {
 BOOST_AUTO_TEST_CASE(escaping) {
   BOOST_TEST(xml_escape("a<b>&\"c'") == "a&lt;b&gt;&amp;&quot;c&#39;");
   BOOST_TEST(xml_escape(std::string("x\x01y")) == "xy");
-  BOOST_TEST(xml_escape("caf\xC3\xA9 \xC2\xB5s") == "caf\xC3\xA9 \xC2\xB5s");      // valid UTF-8 kept
-  BOOST_TEST(xml_escape("a\xA6" "b\xE2\x82") == "a\xEF\xBF\xBD" "b\xEF\xBF\xBD\xEF\xBF\xBD");
+  BOOST_TEST(xml_escape("caf\xC3\xA9 \xC2\xB5s") == "caf\xC3\xA9 \xC2\xB5s");  // valid UTF-8 kept
+  BOOST_TEST(xml_escape("a\xA6"
+                        "b\xE2\x82") == "a\xEF\xBF\xBD"
+                                        "b\xEF\xBF\xBD\xEF\xBF\xBD");
   BOOST_TEST(valid_utf8("ok\xFF") == "ok\xEF\xBF\xBD");  // invalid replaced
+}
+
+BOOST_AUTO_TEST_CASE(palette_does_not_repeat_for_many_series) {
+  // A nightly comparing 50 runs: every series its own colour (the ten-colour palette repeated from the eleventh).
+  std::set<std::string> seen;
+  for (size_t i = 0; i < 50; ++i) {
+    const std::string& c = cairn::plot::palette_color(i);
+    BOOST_TEST(c.size() == 7u);
+    BOOST_TEST(c[0] == '#');
+    seen.insert(c);
+  }
+  BOOST_TEST(seen.size() == 50u);
+  BOOST_TEST(cairn::plot::palette_color(0) == "#1f77b4");  // the first ten stay Tableau's
 }
