@@ -201,6 +201,18 @@ mkdir -p esc/deep
 [ "$(find esc/deep/run/eval/samples -name 'step_00000020_x__..__..__..__out.jsonl' | wc -l)" = 1 ] ||
   fail "no samples file for the task: $(ls esc/deep/run/eval/samples)"
 
+# Two checkpoints of one step in one call (two runs' step 10): results.jsonl keeps one row per step and task, so
+# one would replace the other's rows unsaid; refused naming both. Result paths that are not files are refused before
+# any work (a directory as results.jsonl failed only after the whole evaluation).
+write_train_config train2.toml "$WORK/run2" 10 10
+"$BIN/cairn-train" --config train2.toml --log-level warn --set train.seed=7
+expect_exit 2 "are both step 10" "$BIN/cairn-eval" --config eval.toml --out twin \
+  "$WORK/run/train/ckpt/step_00000010" "$WORK/run2/train/ckpt/step_00000010"
+[ ! -e twin/eval/results.jsonl ] || fail "a refused call wrote results"
+mkdir -p dirres/eval/results.jsonl
+expect_exit 2 "results.jsonl.*exists and is not a regular file" "$BIN/cairn-eval" --config eval.toml --out dirres \
+  "$WORK/run/train/ckpt/step_00000010"
+
 # A full disk while writing results: exit 1 naming the file, never an unreadable results.h5 put in place (HDF5's
 # write errors were only a return code of its close, and the crash at exit followed), no temp files piling up,
 # and a rerun with room scores what is missing. Root only: a tmpfs.

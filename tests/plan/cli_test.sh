@@ -58,6 +58,16 @@ PY
 grep -q '^\[parallel\]' "$T/run/plan/best.toml" || fail "best.toml has no [parallel]"
 # the CP exchange the plan was priced with, for cairn-train to run (plan.cp_comm's default: the ring)
 grep -q '^cp_comm = "p2p"' "$T/run/plan/best.toml" || fail "best.toml lacks cp_comm = \"p2p\""
+grep -q '^# command line: .*cairn-plan' "$T/run/plan/best.toml" || fail "best.toml lacks its command line"
+# A vocabulary tp does not divide: priced at Megatron's padded size, which best.toml sets for cairn-train.
+$BIN --config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=1 --set train.global_batch=64 \
+  --set model.vocab=50257 --plan tp=2,pp=1,cp=1 --out "$T/pad" > /dev/null 2>&1 || fail "plan with a padded vocabulary"
+grep -q '^vocab = 50432' "$T/pad/plan/best.toml" || fail "best.toml lacks the padded vocab: $(cat "$T/pad/plan/best.toml")"
+# Tensor parallelism across nodes as the best plan is said (with the max_tp that keeps it inside one).
+$BIN --config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=2 --set cluster.gpus_per_node=2 \
+  --set train.global_batch=64 --plan tp=4,pp=1,cp=1 --out "$T/tpx" > /dev/null 2> "$T/tpx.err" || fail "tp=4 plan"
+grep -q "tensor parallelism across nodes (tp = 4, 2 devices per node).*max_tp = 2" "$T/tpx.err" ||
+  fail "TP across nodes not warned: $(cat "$T/tpx.err")"
 # A deep model: the search drops the per-stage detail of the plans it does not show (a 3000-layer search held 7 GB
 # with it) and evaluates the shown ones again: each plan in plans.json has its pp*v stage sizes, summing to the layers.
 $BIN --config configs/models/gpt2-350m.toml --config $A100 --set cluster.nodes=2 --set train.global_batch=64 \
