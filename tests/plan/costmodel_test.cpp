@@ -60,6 +60,15 @@ ModelSpec llama(int64_t l, int64_t h, int64_t a, int64_t kv, int64_t f, int64_t 
   return m;
 }
 
+// A cluster of nodes x gpus_per_node devices with memory no plan fills: tests of time and of memory accounting.
+Cluster roomy(int nodes, int gpus_per_node) {
+  Cluster c;
+  c.nodes = nodes;
+  c.gpus_per_node = gpus_per_node;
+  c.hbm_gib = 1e6;
+  return c;
+}
+
 // Llama 3 8B at a 64k context: the context-parallelism checks' model.
 ModelSpec llama3_8b_64k() { return llama(32, 4096, 32, 8, 14336, 65536, 128256); }
 // One node of 8 H100-class GPUs with memory to spare (the context-parallelism cases).
@@ -506,12 +515,15 @@ BOOST_AUTO_TEST_CASE(uneven_stages_balance_embedding_and_head) {
   }
   BOOST_TEST(sum == 126);
   BOOST_TEST(stage_split(10, 4, 3, 0, 0).empty());  // 12 virtual stages cannot each hold a layer
+  // A rank's extra layers sit on its later chunks, which the interleaved warm-up holds least; the last rank keeps
+  // them on its early chunks (its last carries the head). 10 layers on 2 x 3: rank 0 gets 5 as 1, 2, 2.
+  const auto x = stage_split(10, 2, 3, 0, 0);
+  BOOST_REQUIRE(x.size() == 6u);
+  BOOST_TEST((std::vector<int>{x[0], x[2], x[4]}) == (std::vector<int>{1, 2, 2}));
+  BOOST_TEST((std::vector<int>{x[1], x[3], x[5]}) == (std::vector<int>{2, 2, 1}));
   // The model evaluates a layout whose layers do not divide and reports its split.
   const ModelSpec m = gpt(30, 2048, 16, 2048, 51200);
-  Cluster c;
-  c.nodes = 1;
-  c.gpus_per_node = 4;
-  c.hbm_gib = 1e6;
+  Cluster c = roomy(1, 4);
   Plan p;
   p.pp = 4;
   p.mb = 1;
@@ -1127,10 +1139,7 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_gathers_only_the_weight_matrices) {
   // With bandwidth made free, DeepSpeed stage 3's traffic is ring latency alone: per micro-batch and layer a
   // forward gather, a backward gather and a reduce-scatter per gathered tensor, each (n - 1) steps. Biases and norms
   // stay whole on every rank (stage3_param_persistence_threshold): 4 tensors per GPT layer, 7 per Llama layer.
-  Cluster c;
-  c.nodes = 2;
-  c.gpus_per_node = 8;
-  c.hbm_gib = 1e6;
+  Cluster c = roomy(2, 8);
   c.intra.bandwidth_gbps = c.inter.bandwidth_gbps = 1e12;
   c.intra.latency_us = 0;
   c.inter.latency_us = 5;
@@ -1508,10 +1517,7 @@ BOOST_AUTO_TEST_CASE(memory_is_the_fullest_pipeline_ranks) {
   // Uneven 1F1B: rank 0 holds 4 micro-batches of 6 layers, rank 1 3 of 9: rank 1 needs more (Llama 3 405B's split
   // has the same shape). The breakdown is rank 1's.
   const ModelSpec m = llama(30, 2048, 16, 16, 5632, 2048, 32000);
-  Cluster c;
-  c.nodes = 1;
-  c.gpus_per_node = 4;
-  c.hbm_gib = 1e6;
+  Cluster c = roomy(1, 4);
   Plan p;
   p.pp = 4;
   p.mb = 1;
@@ -1536,10 +1542,7 @@ BOOST_AUTO_TEST_CASE(memory_is_the_fullest_pipeline_ranks) {
 BOOST_AUTO_TEST_CASE(vocab_padded_and_kv_heads_whole_per_tp_rank) {
   // tp does not divide 50257: priced at Megatron's padded 50432 (a multiple of 128 x 2), which best.toml sets.
   const ModelSpec m = gpt(4, 1024, 16, 1024, 50257);
-  Cluster c;
-  c.nodes = 1;
-  c.gpus_per_node = 2;
-  c.hbm_gib = 1e6;
+  Cluster c = roomy(1, 2);
   Plan p;
   p.tp = 2;
   p.mb = 1;

@@ -452,7 +452,7 @@ echo "ok: a verify overtaken by a writer's swap exits 1 without reporting damage
 
 # A killed run's index.json/stats.json temp files are removed by the next run.
 mkdir -p "$T/stale"
-touch "$T/stale/.index.json.tmp.99999.abcdef" "$T/stale/.stats.json.tmp.99999.123456" "$T/stale/.shard_00000.h5.tmp.99999.1"
+touch "$T/stale/.index.json.tmp.999999999.abcdef" "$T/stale/.stats.json.tmp.999999999.123456" "$T/stale/.shard_00000.h5.tmp.999999999.1"
 "$B" reshard "$T/ds" --shards 2 --out "$T/stale" 2>/dev/null
 [ "$(ls -a "$T/stale" | grep -c '\.tmp\.' || true)" = 0 ] || fail "stale temp files survived the next run: $(ls -a "$T/stale")"
 "$B" verify "$T/stale" >/dev/null

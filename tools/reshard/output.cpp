@@ -21,6 +21,7 @@
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
+#include "cairn/stale_temps.h"
 #include "reshard.h"
 
 namespace cairn::reshard {
@@ -536,26 +537,15 @@ bool prepare_output_dir(const std::string& dir) {
   ensure_dir(dir);
   // Temp files of killed runs (atomic_write/ShardWriter name them .<file>.tmp.<pid>.<n>): shards,
   // index.json, stats.json and the tokenizer copies.
-  auto is_stale_temp = [](const std::string& n) {
-    if (n.empty() || n[0] != '.' || n.find(".tmp.") == std::string::npos) return false;
-    return n.rfind(".shard_", 0) == 0 || n.rfind(".index.json.tmp.", 0) == 0 || n.rfind(".stats.json.tmp.", 0) == 0;
+  auto dataset_file = [](const std::string& n) {
+    return n.rfind("shard_", 0) == 0 || n == "index.json" || n == "stats.json";
   };
   std::error_code ec;
   for (const std::string& d : {dir, staging_dir(dir)}) {
     if (!fs::is_directory(d, ec)) continue;
-    for (auto& e : fs::directory_iterator(d)) {
-      std::string n = e.path().filename().string();
-      if (e.is_regular_file() && is_stale_temp(n)) {
-        CAIRN_LOG_DEBUG("removing %s left by an interrupted run", e.path().c_str());
-        fs::remove(e.path());
-      }
-    }
+    remove_stale_temps(d, dataset_file);
     if (fs::is_directory(join_path(d, "tokenizer"), ec))
-      for (auto& e : fs::directory_iterator(join_path(d, "tokenizer"))) {
-        std::string n = e.path().filename().string();
-        if (e.is_regular_file() && n.size() > 1 && n[0] == '.' && n.find(".tmp.") != std::string::npos)
-          fs::remove(e.path());
-      }
+      remove_stale_temps(join_path(d, "tokenizer"), [](const std::string&) { return true; });
   }
   const bool staged = path_exists(join_path(dir, "index.json"));
   if (staged) {
