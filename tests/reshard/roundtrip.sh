@@ -100,6 +100,15 @@ mpirun -np 2 --oversubscribe "$B" reshard "$T/d8" --shards 5 --seed 9 --threads 
 [ "$(sums "$T/mpi5")" = "$(sums "$T/thr5")" ] || fail "MPI and threaded reshard differ"
 mpirun -np 2 --oversubscribe "$B" build --set data.batch_mb=0.2 --delimiter % --shards 8 --threads 1 --out "$T/mpi_d8" "${FORTUNES[@]}"
 [ "$(sums "$T/mpi_d8")" = "$(sums "$T/d8")" ] || fail "MPI build differs from the single-process build"
+# Small inputs share part files (one group here); with tiny parts every input is its own group, spread over the
+# ranks. Neither changes a shard, nor the plan hash that resume matches on.
+plan_hashes() { $PY -c "import h5py,sys;print([h5py.File(f,'r').attrs['plan_hash'] for f in sys.argv[1:]])" "$1"/shard_*.h5; }
+mpirun -np 2 --oversubscribe "$B" build --set data.part_mb=0.001 --delimiter % --shards 8 --threads 1 --out "$T/mpi_tiny" "${FORTUNES[@]}"
+"$B" build --set data.part_mb=0.001 --delimiter % --shards 8 --threads 2 --out "$T/tiny" "${FORTUNES[@]}"
+for d in mpi_tiny tiny; do
+  [ "$(sums "$T/$d")" = "$(sums "$T/d8")" ] || fail "build with one part per input ($d) differs from the grouped build"
+  [ "$(plan_hashes "$T/$d")" = "$(plan_hashes "$T/d8")" ] || fail "plan hashes depend on how inputs were grouped ($d)"
+done
 echo "ok: identical shards with 2 ranks, 1 rank x 3 threads"
 # 2 ranks over a dataset of another plan (d8's 8 shards) that a failed run of this plan left two shards staged for,
 # one of each rank: both ranks agree to stage, resume those, and rank 0 swaps the rest in after both are done.

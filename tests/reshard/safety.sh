@@ -182,14 +182,18 @@ trap 'rm -rf "$T"' EXIT
 rm -rf "$T/sa" "$T/sb" "$T/a_ref" "$T/b_ref" "$T/full"
 
 # ---- An interrupted build keeps the parts of the inputs it finished: a bad last file stops the
-# build after five good ones; once fixed, the rerun reuses those five and tokenizes only the last.
+# build after five good ones; once fixed, the rerun reuses those five and tokenizes only the last. Small inputs
+# share parts (the unit of reuse) up to data.part_mb: by default these six are one group, and nothing is kept.
 mkdir -p "$T/resume"
 for i in 0 1 2 3 4; do cp "${FORTUNES[$i]}" "$T/resume/a_$i.txt"; done
 printf 'bad \xff\n' > "$T/resume/z_bad.txt"
-expect_exit 2 'z_bad.txt": line 1 (byte offset 4): invalid UTF-8' "$B" build --delimiter % --out "$T/rb" "$T/resume"
+expect_exit 2 'z_bad.txt": line 1 (byte offset 4): invalid UTF-8' "$B" build --delimiter % --out "$T/rg" "$T/resume"
+[ "$(ls "$T/rg/.build-parts" | grep -c '^part_.*\.h5$' || true)" = 0 ] || fail "a failed group kept its parts"
+tiny=(--set data.part_mb=0.0001)  # every input its own group
+expect_exit 2 'z_bad.txt": line 1 (byte offset 4): invalid UTF-8' "$B" build "${tiny[@]}" --delimiter % --out "$T/rb" "$T/resume"
 [ "$(ls "$T/rb/.build-parts" | grep -c '^part_.*\.h5$')" = 5 ] || fail "parts of the finished inputs were not kept"
 printf 'fixed\n' > "$T/resume/z_bad.txt"
-"$B" build --delimiter % --out "$T/rb" "$T/resume" 2>"$T/log.txt"
+"$B" build "${tiny[@]}" --delimiter % --out "$T/rb" "$T/resume" 2>"$T/log.txt"
 grep -q "5 inputs unchanged since an interrupted run" "$T/log.txt" || { cat "$T/log.txt"; fail "build did not reuse parts"; }
 [ ! -e "$T/rb/.build-parts" ] || fail "parts left after a successful build"
 "$B" verify "$T/rb" >/dev/null

@@ -58,10 +58,6 @@ std::unique_ptr<tokenizer::Tokenizer> load_configured_tokenizer(const DataSectio
 
 namespace {
 
-// Input text per part file. A part's text and tokens are what build holds in memory at a time (with
-// 4-byte tokens, up to ~5x this), whatever the size of an input file.
-constexpr size_t kPartTextBytes = size_t{32} << 20;
-
 // One work item: raw records in, their documents' tokens out.
 struct TokenBatch {
   RecordBatch records;
@@ -73,6 +69,7 @@ struct TokenBatch {
   RecordProblem problem;
   std::string error;  // a failure that is not the record's fault (tokenizer)
   int error_code = 0;
+  size_t source = 0;  // the input of the group its records came from (for the error message)
   // Ready for the next records, keeping the memory (reused buffers: no page faults, no allocator churn).
   void reset() {
     records.clear();
@@ -105,11 +102,47 @@ struct InputProgress {
   }
 };
 
-std::string part_name(size_t file, size_t part) { return strprintf("part_%06zu_%05zu.h5", file, part); }
-std::string sidecar_name(size_t file) { return strprintf("part_%06zu.json", file); }
+std::string part_name(size_t group, size_t part) { return strprintf("part_%06zu_%05zu.h5", group, part); }
+std::string sidecar_name(size_t group) { return strprintf("group_%06zu.json", group); }
 std::string part_hash(const std::string& plan, size_t part) {
   std::string k = (plan.empty() ? std::string("stdin") : plan) + strprintf("|part=%zu", part);
   return shards::hex64(XXH64(k.data(), k.size(), 0));
+}
+
+// Consecutive inputs tokenized together into one run of parts: small files share part files. A part per file
+// cost about 9 ms in file creation, fsyncs and threads whatever its size (3,000 one-line files: 16 s to
+// tokenize 1 MB); a group is the unit an interrupted build reuses.
+struct InputGroup {
+  size_t first = 0, count = 0;
+};
+
+// The file whose size and mtime stand for an input (an LMDB environment's data.mdb).
+std::string stat_path(const std::string& input) {
+  return std::filesystem::is_directory(input) ? join_path(input, "data.mdb") : input;
+}
+
+uint64_t input_size(const std::string& file) {
+  struct stat st {};
+  if (file == "-" || ::stat(stat_path(file).c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_size);
+}
+
+// Groups of consecutive inputs of up to part_bytes together (by size on disk; a larger file is a group of its
+// own and is cut into several parts); stdin is always alone (it is never reused).
+std::vector<InputGroup> group_inputs(const std::vector<std::string>& files, uint64_t part_bytes) {
+  std::vector<InputGroup> groups;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const uint64_t size = input_size(files[i]);
+    const bool alone = files[i] == "-" || (i > 0 && files[i - 1] == "-");
+    if (groups.empty() || alone || bytes + size > part_bytes) {
+      groups.push_back({i, 0});
+      bytes = 0;
+    }
+    ++groups.back().count;
+    bytes += size;
+  }
+  return groups;
 }
 
 // Decodes and tokenizes the records of one batch (a tokenizing thread's work).
@@ -144,10 +177,19 @@ void tokenize_batch(TokenBatch& b, const TextSettings& ts, const tokenizer::Toke
   }
 }
 
-// Writes one part file from a part's tokenized batches (then moved to `spare` for reuse) and adds its tokens, as
-// stored, to the file's checksum `hash`. Returns the part's {tokens, documents}.
+// What a group's sidecar says of each of its inputs: the tokens of its documents as stored, their checksum (the
+// dataset's identity is made of these, so it does not depend on how inputs were grouped or cut into parts).
+struct InputTokens {
+  uint64_t tokens = 0, documents = 0;
+  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> hash{XXH64_createState(), XXH64_freeState};
+  InputTokens() { XXH64_reset(hash.get(), 0); }
+};
+
+// Writes one part file from a part's tokenized batches (then moved to `spare` for reuse) and adds their tokens, as
+// stored, to their inputs' counts and checksums. Returns the part's {tokens, documents}.
 std::pair<uint64_t, uint64_t> write_part(const std::string& path, const shards::ShardMeta& meta, bool narrow,
-                                         XXH64_state_t* hash, std::vector<std::unique_ptr<TokenBatch>>& batches,
+                                         std::vector<InputTokens>& inputs,
+                                         std::vector<std::unique_ptr<TokenBatch>>& batches,
                                          std::vector<std::unique_ptr<TokenBatch>>& spare) {
   uint64_t tokens = 0, docs = 0;
   for (auto& b : batches) tokens += b->tokens.size(), docs += b->lengths.size();
@@ -155,15 +197,17 @@ std::pair<uint64_t, uint64_t> write_part(const std::string& path, const shards::
   uint16_t narrow_buf[4096];
   for (auto& b : batches) {
     w.append_tokens(b->tokens.data(), b->tokens.size());
-    // The file's checksum over all its parts, as stored (identifies the input for resume).
+    InputTokens& in = inputs[b->source];
+    in.tokens += b->tokens.size();
+    in.documents += b->lengths.size();
     if (narrow) {
       for (size_t o = 0; o < b->tokens.size(); o += 4096) {
         size_t m = std::min<size_t>(4096, b->tokens.size() - o);
         for (size_t k = 0; k < m; ++k) narrow_buf[k] = static_cast<uint16_t>(b->tokens[o + k]);
-        XXH64_update(hash, narrow_buf, m * 2);
+        XXH64_update(in.hash.get(), narrow_buf, m * 2);
       }
     } else {
-      XXH64_update(hash, b->tokens.data(), b->tokens.size() * 4);
+      XXH64_update(in.hash.get(), b->tokens.data(), b->tokens.size() * 4);
     }
     for (size_t d = 0; d < b->lengths.size(); ++d) w.append_document(b->lengths[d], b->bytes[d]);
     spare.push_back(std::move(b));
@@ -172,31 +216,30 @@ std::pair<uint64_t, uint64_t> write_part(const std::string& path, const shards::
   return {tokens, docs};
 }
 
-// Streams one input file into part files of about kPartTextBytes of text each (documents in order,
-// each ending with end-of-text), reading on this thread while `nthreads` threads tokenize. Returns
-// the sidecar: {file, plan, parts, documents, tokens, xxh64 (of the file's tokens as stored),
-// skipped, bytes (content bytes read)}.
-json tokenize_input(const DataSection& data, const tokenizer::Tokenizer& tok, const std::string& file, size_t index,
-                    size_t nfiles, const std::string& parts_dir, const std::string& plan, int nthreads,
-                    InputProgress& ip) {
+// Streams a group of inputs, in order, into part files of about part_bytes of text each (documents in order,
+// each ending with end-of-text), reading on this thread while `nthreads` threads tokenize. Returns the sidecar:
+// {first, files, plan, parts, documents, tokens, skipped, bytes (content bytes read), inputs: [{tokens, documents,
+// xxh64 (of its tokens as stored)}, ...]}.
+json tokenize_group(const DataSection& data, const tokenizer::Tokenizer& tok, const std::vector<std::string>& files,
+                    const InputGroup& group, size_t index, size_t ngroups, const std::string& parts_dir,
+                    const std::string& plan, int nthreads, InputProgress& ip) {
   const TextSettings ts = text_settings(data);
   const size_t batch_bytes = std::max<size_t>(1, static_cast<size_t>(data.batch_mb * (1 << 20)));
-  RecordReader reader(file, ts);
-  const bool compressed = reader.compressed();
+  const size_t part_limit = std::max<size_t>(1, static_cast<size_t>(data.part_mb * (1 << 20)));
   const bool narrow = shards::tokens_fit_uint16(tok.vocab_size());
   shards::ShardMeta meta;
   meta.shard_index = index;
-  meta.shard_count = nfiles;
+  meta.shard_count = ngroups;
   meta.tokenizer_id = tok.id();
   meta.vocab_size = tok.vocab_size();
   meta.eot_id = tok.eot_id();
-  XXH64_state_t* hash = XXH64_createState();
-  XXH64_reset(hash, 0);
-  struct HashFree {
-    XXH64_state_t* h;
-    ~HashFree() { XXH64_freeState(h); }
-  } hash_free{hash};
-  uint64_t file_tokens = 0, file_docs = 0, skipped = 0;
+  std::vector<InputTokens> inputs(group.count);
+  uint64_t group_tokens = 0, group_docs = 0, skipped = 0, content_bytes = 0;
+  // The group's inputs are read one after another; a part takes documents of as many of them as fit.
+  size_t source = 0;  // the input being read, within the group
+  std::unique_ptr<RecordReader> reader = std::make_unique<RecordReader>(files[group.first], ts);
+  std::vector<std::string> shown{reader->shown()};
+  std::vector<bool> compressed{reader->compressed()};
   size_t part = 0;
   bool more = true;
   std::vector<std::unique_ptr<TokenBatch>> spare;  // batches of the previous part, for reuse
@@ -242,8 +285,9 @@ json tokenize_input(const DataSection& data, const tokenizer::Tokenizer& tok, co
       pool.clear();
     };
     size_t part_bytes = 0;
+    std::string stream_error;  // an input of the group ended early on unreadable data (without --skip-bad)
     try {
-      while (part_bytes < kPartTextBytes && first_failed.load() == SIZE_MAX) {
+      while (part_bytes < part_limit && first_failed.load() == SIZE_MAX) {
         std::unique_ptr<TokenBatch> b;
         if (spare.empty()) {
           b = std::make_unique<TokenBatch>();
@@ -252,17 +296,39 @@ json tokenize_input(const DataSection& data, const tokenizer::Tokenizer& tok, co
           spare.pop_back();
           b->reset();
         }
-        if (!reader.next(b->records, batch_bytes)) {
-          more = false;
-          break;
+        if (!reader->next(b->records, batch_bytes)) {
+          // This input is finished: account for it, then go on with the group's next one.
+          ip.done_files_bytes += reader->raw_consumed();
+          ip.records += reader->records();
+          content_bytes += reader->decompressed_bytes();
+          if (!reader->stream_error().empty()) {
+            if (!ts.skip_bad) {
+              // Reported once the batches before it are tokenized: a bad record earlier in the input wins.
+              stream_error = reader->stream_error() + " (use --skip-bad to keep the documents before it)";
+              more = false;
+              break;
+            }
+            ++skipped;
+            CAIRN_LOG_WARN("%s; keeping the documents before it (--skip-bad)", reader->stream_error().c_str());
+          }
+          spare.push_back(std::move(b));
+          if (++source == group.count) {
+            more = false;
+            break;
+          }
+          reader = std::make_unique<RecordReader>(files[group.first + source], ts);
+          shown.push_back(reader->shown());
+          compressed.push_back(reader->compressed());
+          continue;
         }
+        b->source = source;
         part_bytes += b->records.raw.size();
         {
           std::lock_guard<std::mutex> lock(mu);
           batches.push_back(std::move(b));
         }
         cv.notify_one();
-        ip.update(reader);
+        ip.update(*reader);
       }
     } catch (...) {
       close_and_join();
@@ -271,41 +337,33 @@ json tokenize_input(const DataSection& data, const tokenizer::Tokenizer& tok, co
     close_and_join();
     // The first problem in input order wins: a bad record before the point where the stream broke.
     for (auto& b : batches) {
-      if (b->failed) throw UsageError(describe_problem(reader.shown(), compressed, b->problem));
+      if (b->failed) throw UsageError(describe_problem(shown[b->source], compressed[b->source], b->problem));
       if (!b->error.empty()) throw Error(b->error_code, b->error);
       skipped += b->skipped;
     }
-    if (first_failed.load() == SIZE_MAX && !reader.stream_error().empty() && !more) {
-      if (!ts.skip_bad)
-        throw InputStreamError(reader.stream_error() + " (use --skip-bad to keep the documents before it)");
-      ++skipped;
-      CAIRN_LOG_WARN("%s; keeping the documents before it (--skip-bad)", reader.stream_error().c_str());
-    }
+    if (!stream_error.empty()) throw InputStreamError(stream_error);
     if (batches.empty() && part > 0) break;  // the input ended exactly at a part boundary
     meta.plan_hash = part_hash(plan, part);
     const auto [tokens, docs] =
-        write_part(join_path(parts_dir, part_name(index, part)), meta, narrow, hash, batches, spare);
-    CAIRN_LOG_DEBUG("%s: part %zu: %llu documents, %llu tokens", reader.shown().c_str(), part,
+        write_part(join_path(parts_dir, part_name(index, part)), meta, narrow, inputs, batches, spare);
+    CAIRN_LOG_DEBUG("%s: part %zu: %llu documents, %llu tokens", reader->shown().c_str(), part,
                     static_cast<unsigned long long>(docs), static_cast<unsigned long long>(tokens));
-    file_tokens += tokens;
-    file_docs += docs;
+    group_tokens += tokens;
+    group_docs += docs;
     ++part;
   }
-  ip.done_files_bytes += reader.raw_consumed();
-  ip.records += reader.records();
-  return {{"file", file},          {"plan", plan},
-          {"parts", part},         {"documents", file_docs},
-          {"tokens", file_tokens}, {"xxh64", shards::hex64(XXH64_digest(hash))},
-          {"skipped", skipped},    {"bytes", reader.decompressed_bytes()}};
+  json per_input = json::array();
+  for (const InputTokens& in : inputs)
+    per_input.push_back(
+        {{"tokens", in.tokens}, {"documents", in.documents}, {"xxh64", shards::hex64(XXH64_digest(in.hash.get()))}});
+  return {{"first", group.first}, {"files", group.count},    {"plan", plan},
+          {"parts", part},        {"documents", group_docs}, {"tokens", group_tokens},
+          {"skipped", skipped},   {"bytes", content_bytes},  {"inputs", per_input}};
 }
 
 // What makes a part reusable on a rerun: the file (path, size, mtime), tokenizer and text settings.
-// The file whose size and mtime stand for an input (an LMDB environment's data.mdb).
-std::string stat_path(const std::string& input) {
-  return std::filesystem::is_directory(input) ? join_path(input, "data.mdb") : input;
-}
-
-std::string part_plan(const DataSection& data, const tokenizer::Tokenizer& tok, const std::string& file, size_t index) {
+std::string input_plan(const DataSection& data, const tokenizer::Tokenizer& tok, const std::string& file,
+                       size_t index) {
   std::string key = tok.id();
   key += strprintf("|%zu|", index);
   key += file;
@@ -322,7 +380,20 @@ std::string part_plan(const DataSection& data, const tokenizer::Tokenizer& tok, 
   return shards::hex64(XXH64(key.data(), key.size(), 0));
 }
 
-// True when an interrupted build left every part of input `index` complete under the same plan.
+// A group's: its inputs' (stdin: never reused).
+std::string group_plan(const DataSection& data, const tokenizer::Tokenizer& tok, const std::vector<std::string>& files,
+                       const InputGroup& g) {
+  std::string key;
+  for (size_t i = g.first; i < g.first + g.count; ++i) {
+    const std::string p = input_plan(data, tok, files[i], i);
+    if (p.empty()) return "";
+    key += p;
+    key += '|';
+  }
+  return shards::hex64(XXH64(key.data(), key.size(), 0));
+}
+
+// True when an interrupted build left every part of group `index` complete under the same plan.
 bool parts_reusable(const std::string& parts_dir, size_t index, const std::string& plan) {
   if (plan.empty()) return false;
   const std::string side = join_path(parts_dir, sidecar_name(index));
@@ -350,13 +421,12 @@ struct PartsIndex {
 };
 
 // Writes <parts>/index.json listing every part file in input order, so the parts read as one dataset.
-PartsIndex index_parts(const std::vector<std::string>& files, const std::string& parts,
-                       const tokenizer::Tokenizer& tok) {
+PartsIndex index_parts(size_t ngroups, const std::string& parts, const tokenizer::Tokenizer& tok) {
   PartsIndex pi;
   json shard_list = json::array();
   XXH64_state_t* st = XXH64_createState();
   XXH64_reset(st, 0);
-  for (size_t i = 0; i < files.size(); ++i) {
+  for (size_t i = 0; i < ngroups; ++i) {
     json side = json::parse(read_file(join_path(parts, sidecar_name(i))));
     pi.skipped += side.value("skipped", uint64_t{0});
     pi.source_bytes += side.value("bytes", uint64_t{0});
@@ -369,12 +439,14 @@ PartsIndex index_parts(const std::vector<std::string>& files, const std::string&
                             {"documents", sh->num_documents()},
                             {"xxh64", shards::hex64(sh->attributes().value("tokens_xxh64", uint64_t{0}))}});
     }
-    const uint64_t fx = shards::parse_hex64(side.at("xxh64").get<std::string>());
-    const uint64_t ft = side.at("tokens").get<uint64_t>(), fd = side.at("documents").get<uint64_t>();
-    XXH64_update(st, &fx, sizeof fx);
-    XXH64_update(st, &ft, sizeof ft);
-    XXH64_update(st, &fd, sizeof fd);
-    pi.documents += fd;
+    for (const json& in : side.at("inputs")) {  // per input, in order: the same whatever the grouping
+      const uint64_t fx = shards::parse_hex64(in.at("xxh64").get<std::string>());
+      const uint64_t ft = in.at("tokens").get<uint64_t>(), fd = in.at("documents").get<uint64_t>();
+      XXH64_update(st, &fx, sizeof fx);
+      XXH64_update(st, &ft, sizeof ft);
+      XXH64_update(st, &fd, sizeof fd);
+      pi.documents += fd;
+    }
   }
   pi.identity = "dataset:" + shards::hex64(XXH64_digest(st)) + ":" + tok.id();
   XXH64_freeState(st);
@@ -415,29 +487,33 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   const std::string parts = join_path(dir, ".build-parts");
   if (rank == 0) ensure_dir(parts);
   if (use_mpi) mpi::barrier();
+  // Groups of small consecutive inputs share parts; group g is tokenized by rank g % ranks (stdin's by rank 0).
+  const std::vector<InputGroup> groups = group_inputs(files, static_cast<uint64_t>(data.part_mb * (1 << 20)));
+  auto owner = [&](size_t g) { return files[groups[g].first] == "-" ? 0 : static_cast<int>(g % size); };
+  auto group_bytes = [&](size_t g) {
+    uint64_t bytes = 0;
+    for (size_t i = groups[g].first; i < groups[g].first + groups[g].count; ++i) bytes += input_size(files[i]);
+    return bytes;
+  };
   uint64_t my_bytes = 0;
-  auto owner = [&](size_t i) { return files[i] == "-" ? 0 : static_cast<int>(i % size); };
-  for (size_t i = 0; i < files.size(); ++i) {
-    struct stat st {};
-    if (owner(i) == rank && files[i] != "-" && ::stat(stat_path(files[i]).c_str(), &st) == 0) my_bytes += st.st_size;
-  }
+  for (size_t g = 0; g < groups.size(); ++g)
+    if (owner(g) == rank) my_bytes += group_bytes(g);
   InputProgress progress(my_bytes);
   std::string error;
   int error_code = 0;
-  uint64_t reused = 0;
+  uint64_t reused = 0;  // inputs
   try {
-    for (size_t i = 0; i < files.size(); ++i) {
-      if (owner(i) != rank) continue;
-      const std::string plan = part_plan(data, *tok, files[i], i);
-      const std::string sidecar = join_path(parts, sidecar_name(i));
-      if (parts_reusable(parts, i, plan)) {
-        ++reused;
-        struct stat st {};
-        if (::stat(stat_path(files[i]).c_str(), &st) == 0) progress.done_files_bytes += st.st_size;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (owner(g) != rank) continue;
+      const std::string plan = group_plan(data, *tok, files, groups[g]);
+      const std::string sidecar = join_path(parts, sidecar_name(g));
+      if (parts_reusable(parts, g, plan)) {
+        reused += groups[g].count;
+        progress.done_files_bytes += group_bytes(g);
         continue;
       }
       std::filesystem::remove(sidecar);  // its parts are being rewritten
-      json summary = tokenize_input(data, *tok, files[i], i, files.size(), parts, plan, nthreads, progress);
+      json summary = tokenize_group(data, *tok, files, groups[g], g, groups.size(), parts, plan, nthreads, progress);
       atomic_write(sidecar, summary.dump() + "\n");
     }
   } catch (const Error& e) {
@@ -454,7 +530,7 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   uint64_t skipped = 0, source_bytes = 0, docs = 0;
   std::string identity;
   if (rank == 0) {
-    const PartsIndex pi = index_parts(files, parts, *tok);
+    const PartsIndex pi = index_parts(groups.size(), parts, *tok);
     skipped = pi.skipped, source_bytes = pi.source_bytes, docs = pi.documents, identity = pi.identity;
     CAIRN_LOG_INFO(
         "tokenized %zu inputs (%.1f MB, %llu documents) in %.2f s (%.1f MB/s, %d threads x %d ranks)%s%s", files.size(),

@@ -26,6 +26,7 @@ struct DataSection {
   bool skip_bad = false;
   int threads = 0;
   double batch_mb = 4.0;
+  double part_mb = 32.0;
   double val_fraction = 0.02;
   template <class K>
   static void keys(K& k) {
@@ -59,6 +60,9 @@ struct DataSection {
       "skip malformed records (bad UTF-8, broken JSON lines, missing fields) and count them instead of failing");
     k(&S::threads, "threads", Range{0, 4096}, Flag{"--threads"}, "worker threads per rank (0 = all hardware threads)");
     k(&S::batch_mb, "batch_mb", Range{0.01, 4096}, "build: MiB of text per tokenization work item");
+    k(&S::part_mb, "part_mb", Range{0.000001, 65536},
+      "build: MiB of input text per part file, the unit an interrupted build reuses (small consecutive inputs "
+      "share one); memory holds about one part's text and tokens per rank");
     k(&S::val_fraction, "val_fraction", Range{0, 0.5},
       "held-out validation split: this fraction of the dataset's T+1-token windows, taken from the end (shard "
       "order), never trained on; cairn-eval's default perplexity split");
