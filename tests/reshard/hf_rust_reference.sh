@@ -21,7 +21,7 @@ printf '%s\n%%\n' \
   'ﬁnance ①②③ Ａｂｃ ＡＢＣ ｶﾀｶﾅ ﾞ étÉ Å Å ㈱ ㎏ ﬀ ẛ̣ ḍ̇ 한국어 한국어 x²³ ¼ ℌ ℍ Ω K' \
   'Café   déjà  vu,  naïve  Straße ÉCOLE Ⅻ ½ İstanbul ΟΔΥΣΣΕΥΣ ΣΑΣ Σ' \
   'digits ١٢٣٤ ४२ ௫௬ 1２3 ⅷ ² 𝟘𝟙 x1y22z333' \
-  $'odd classes a\u0085b c\ufeffd e\u180ef \u017ft s\u017f\u017f 12\u0085 34' \
+  $'odd classes a\u0085b c\ufeffd e\u180ef \u017ft s\u017f\u017f 12\u0085 34 a \u180eb  \u180e  c \ufeff\u0085 \u180e' \
   '  leading spaces and </s> after<s>tokens <eos>  and<bos>x </s><|eot_id|>x <|begin_of_text|> y' > "$T/norm.txt"
 # Added tokens between every kind of neighbour: Hugging Face's own single_word cases, then fortunes with tokens
 # inserted at random places, after or before letters, digits, marks, punctuation and white space.

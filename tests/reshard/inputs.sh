@@ -40,6 +40,25 @@ same_tokens "$T/plain" "$T/zst"
 xx() { $PY -c "import json,sys;print([s['xxh64'] for s in json.load(open(sys.argv[1]))['shards']])" "$1/index.json"; }
 [ "$(xx "$T/plain")" = "$(xx "$T/zst")" ] && [ "$(xx "$T/plain")" = "$(xx "$T/gz")" ] || fail "checksums differ by compression"
 echo "ok: plain, .gz and .zst inputs give identical datasets"
+# A zstd file that starts with a skippable frame (pzstd writes one first) is zstd, given directly or in a directory.
+$PY - "$T/small.jsonl.zst" "$T/skip.jsonl.zst" <<'PY'
+import struct, sys
+body = open(sys.argv[1], "rb").read()
+open(sys.argv[2], "wb").write(struct.pack("<II", 0x184D2A50, 4) + b"cair" + body)
+PY
+"$B" build --shards 3 --out "$T/skipframe" "$T/skip.jsonl.zst"
+same_tokens "$T/plain" "$T/skipframe"
+mkdir -p "$T/skipdir" && cp "$T/skip.jsonl.zst" "$T/skipdir/"
+"$B" build --shards 3 --out "$T/skipframe_dir" "$T/skipdir"
+same_tokens "$T/plain" "$T/skipframe_dir"
+# Compressions cairn does not read are named, not reported as bad UTF-8 (nor skipped in a directory as binary).
+if command -v xz >/dev/null; then
+  xz -k "$T/small.jsonl"
+  expect_exit 2 'unsupported input ".*small.jsonl.xz": compressed with xz' "$B" build --out "$T/x" "$T/small.jsonl.xz"
+  mkdir -p "$T/xzdir" && mv "$T/small.jsonl.xz" "$T/xzdir/"
+  expect_exit 2 'compressed with xz' "$B" build --out "$T/x" "$T/xzdir"
+fi
+echo "ok: skippable zstd frames read; xz named"
 
 # ---- A big input streams through several parts; every document arrives intact and in order (the
 # bytes tokenizer's ids are the UTF-8 bytes, so the dataset can be checked against the text itself).

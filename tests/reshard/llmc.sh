@@ -86,6 +86,28 @@ grep -q "inside a document after shard: 0 " "$T/fw_bos.txt" || fail "no document
 grep -q "documents begin with <|begin_of_text|> (128000)" "$T/fw_bos.err" || fail "no note of the Llama-3 delimiter"
 same_tokens "$T/wide" "$T/from_fw_bos"
 echo "ok: llm.c Llama-3 files split at <|begin_of_text|>"
+# The train shards alone (without the val shard 0): the stream starts inside the document shard 0 cut, so its first
+# token is not <|begin_of_text|>; the Llama-3 files are still split at it (they once became one document).
+train=($(ls "$T/fw_bos"/*.bin | grep -v "_000000\.bin$" | sort))
+"$B" convert --from llmc "${W[@]}" "${train[@]}" --shards 1 --out "$T/fw_bos_train" 2> "$T/fw_bos_train.err"
+grep -q "documents begin with <|begin_of_text|> (128000)" "$T/fw_bos_train.err" || fail "train shards: not split at <|begin_of_text|>"
+$PY - "$T/fw_bos_train" "$T/wide" <<'PY' || fail "train shards: documents differ"
+import json, os, sys, h5py, numpy as np
+def docs(d):
+    out = []
+    for s in json.load(open(os.path.join(d, "index.json")))["shards"]:
+        with h5py.File(os.path.join(d, s["file"])) as h:
+            t, o = h["tokens"][()], h["doc_offsets"][()]
+            out += [tuple(t[o[i]:o[i + 1]]) for i in range(len(o) - 1)]
+    return out
+got, want = docs(sys.argv[1]), docs(sys.argv[2])
+assert len(got) > 10 and all(128000 not in d for d in got), (len(got), [d for d in got if 128000 in d][:1])
+# The first is the tail of a document; every other one is a whole document of the original, in order.
+tail = len(want) - len(got) + 1
+assert got[1:] == want[tail:], (len(got), len(want))
+assert got[0] == want[tail - 1][-len(got[0]):]
+print(f"ok: {len(got)} documents from the train shards alone")
+PY
 
 # The same files given one by one in name order (train_* before val) are a different stream.
 files=($(ls "$T/fw_gpt-2"/*.bin | sort))

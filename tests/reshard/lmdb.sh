@@ -29,8 +29,16 @@ env(os.path.join(out, "json"), [(k, json.dumps({"id": i, "text": d}).encode()) f
 env(os.path.join(out, "single.mdb"), [(k, d.encode()) for k, d in zip(keys, docs)], subdir=False)
 env(os.path.join(out, "bad"), [(b"a", b"fine"), (b"b", b"also fine"), (b"c", b"bad \xff byte"), (b"d", b"last")])
 env(os.path.join(out, "badjson"), [(b"a", b'{"text": "x"}'), (b"b", b'{"body": "y"}'), (b"c", b'{"text": "z"}')])
+# Named sub-databases (py-lmdb's open_db): the main database then holds their 48-byte records, not documents.
+e = lmdb.open(os.path.join(out, "named"), map_size=1 << 24, max_dbs=2)
+for name in (b"train", b"val"):
+    db = e.open_db(name)
+    with e.begin(write=True, db=db) as t:
+        for k, d in zip(keys[:20], docs[:20]):
+            t.put(k, d.encode())
+e.close()
 # lock.mdb files of the writes are removed: reading must not need (or create) one
-for d in ("raw", "json", "bad", "badjson"):
+for d in ("raw", "json", "bad", "badjson", "named"):
     os.remove(os.path.join(out, d, "lock.mdb"))
 os.remove(os.path.join(out, "single.mdb-lock"))
 PY
@@ -59,5 +67,6 @@ expect_exit 2 'bad input ".*bad": entry 3: invalid UTF-8' "$B" build --out "$T/x
 expect_exit 2 'bad input ".*badjson": entry 2: no string field "text"' "$B" build --format jsonl --out "$T/x" "$T/badjson"
 mkdir -p "$T/notenv"; echo "not lmdb" > "$T/notenv/data.mdb"
 expect_exit 2 'cannot open LMDB input ".*notenv"' "$B" build --out "$T/x" "$T/notenv"
+expect_exit 2 'unsupported LMDB input ".*named": it holds the named database "train"' "$B" build --out "$T/x" "$T/named"
 chmod -R u+w "$T/raw"
 echo PASS

@@ -256,6 +256,29 @@ printf '\x00\x00\x00\x00\x00\x00\x00\x20' | dd of="$T/meg/h.idx" bs=1 seek=18 co
 expect_exit 2 'h.idx.*at byte offset 18: header declares 2305843009213693952 sequences' "$B" convert --from megatron "$T/meg/h" --out "$T/x"
 cp "$T/meg/m.idx" "$T/meg/s.idx"; head -c 50 "$T/meg/m.bin" > "$T/meg/s.bin"
 expect_exit 2 's.bin.*index describes' "$B" convert --from megatron "$T/meg/s" --out "$T/x"
+# A multimodal index (a mode byte per sequence after the document index) is not text: refused, not read.
+cp "$T/meg/m.idx" "$T/meg/mm.idx"; cp "$T/meg/m.bin" "$T/meg/mm.bin"; printf '\x00\x01' >> "$T/meg/mm.idx"
+expect_exit 2 'mm.idx.*2 bytes after the document index' "$B" convert --from megatron "$T/meg/mm" --out "$T/x"
+# int64 ids are checked whole: 2^32 + 5 is not 5. And an index of no documents names its file.
+$PY - "$T/meg" <<'PY'
+import struct, sys
+d = sys.argv[1]
+def index(name, code, lengths, docs):
+    with open(f"{d}/{name}.idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, code, len(lengths), len(docs)))
+        f.write(struct.pack(f"<{len(lengths)}i", *lengths))
+        item = {5: 8, 8: 2}[code]
+        ptrs, p = [], 0
+        for n in lengths:
+            ptrs.append(p); p += n * item
+        f.write(struct.pack(f"<{len(lengths)}q", *ptrs) + struct.pack(f"<{len(docs)}q", *docs))
+index("big", 5, [3], [0, 1])
+open(f"{d}/big.bin", "wb").write(struct.pack("<3q", 72, 2**32 + 5, 73))
+index("none", 8, [], [0])
+open(f"{d}/none.bin", "wb").close()
+PY
+expect_exit 2 'big.bin.*token id 4294967301 is not below' "$B" convert --from megatron "$T/meg/big" --out "$T/x"
+expect_exit 2 'no documents: ".*none"' "$B" convert --from megatron "$T/meg/none" --out "$T/x"
 f=$(ls "$T/llmc"/*.bin | head -1)
 head -c 1500 "$f" > "$T/trunc.bin"
 expect_exit 2 'trunc.bin.*header says' "$B" convert --from llmc "$T/trunc.bin" --out "$T/x"

@@ -84,6 +84,11 @@ zstd -q -k "$T/docs.tfrecord"
 "$B" build --shards 3 --out "$T/tfzst" "$T/docs.tfrecord.zst"
 same_tokens "$T/tf" "$T/tfgz"
 same_tokens "$T/tf" "$T/tfzst"
+# TensorFlow's ZLIB option compresses the whole file: named, not read as one corrupt record (nor dropped by --skip-bad).
+$PY -c "import sys, zlib; open(sys.argv[2], 'wb').write(zlib.compress(open(sys.argv[1], 'rb').read()))" \
+  "$T/docs.tfrecord" "$T/zlib.tfrecord"
+expect_exit 2 'unsupported TFRecord input ".*zlib.tfrecord": it starts with a zlib header' "$B" build --out "$T/x" "$T/zlib.tfrecord"
+expect_exit 2 'zlib header' "$B" build --skip-bad --out "$T/x" "$T/zlib.tfrecord"
 # A directory holding TFRecord files reads them (binary by nature, not skipped).
 mkdir -p "$T/tfdir"; cp "$T/docs.tfrecord" "$T/tfdir/"
 "$B" build --shards 3 --out "$T/tfd" "$T/tfdir"

@@ -171,7 +171,7 @@ BOOST_AUTO_TEST_CASE(invalid_utf8_is_refused_by_every_entry_point) {
       BOOST_CHECK_THROW(re.split(s, ignore), UsageError);
       BOOST_CHECK_THROW(l3.split(s, ignore), UsageError);
       BOOST_CHECK_THROW(re.full_match(s), UsageError);
-      BOOST_CHECK_THROW(tokenizer::split_gpt2_fast(s, true, ignore), UsageError);
+      BOOST_CHECK_THROW(tokenizer::split_gpt2_fast(s, ignore), UsageError);
       BOOST_CHECK_THROW(tokenizer::split_fast(tokenizer::kLlama3Pattern, s, ignore), UsageError);
     }
   }
@@ -333,20 +333,18 @@ BOOST_AUTO_TEST_CASE(non_monotone_merges_follow_hugging_face_one_merge_at_a_time
   }
 }
 
-// The hand-written GPT-2 splitter (JavaScript's \s for gpt2, PCRE2's for hf ByteLevel) equals PCRE2 on
+// The hand-written GPT-2 splitter (gpt2 and hf ByteLevel, \s as White_Space) equals PCRE2 on
 // real text (every fortune file, whole) and on generated text: all ASCII bytes, letters and digits in
 // and out of ASCII, contractions (and near misses: 'S, 'x, a final '), whitespace runs before non-space,
 // \r\n, tabs, NBSP and other Unicode spaces, emoji, CJK, combining marks, and runs long enough to take
 // the 16-byte vector path and end at every offset, including at the end of the text.
 BOOST_AUTO_TEST_CASE(fast_gpt2_splitter_equals_the_regex_on_real_and_generated_text) {
-  tokenizer::RegexSplitter js(tokenizer::kGpt2Pattern), hf(tokenizer::kHfByteLevelPattern);
+  tokenizer::RegexSplitter gpt2(tokenizer::kGpt2Pattern);
   auto check = [&](const std::string& text, const std::string& what) {
-    for (bool use_js : {true, false}) {
-      std::vector<std::string> fast;
-      tokenizer::split_gpt2_fast(text, use_js, [&](size_t b, size_t n) { fast.push_back(text.substr(b, n)); });
-      std::vector<std::string> slow = regex_pieces(use_js ? js : hf, text);
-      BOOST_TEST_REQUIRE(fast == slow, what << " (js whitespace " << use_js << "): \"" << text.substr(0, 2000) << "\"");
-    }
+    std::vector<std::string> fast;
+    tokenizer::split_gpt2_fast(text, [&](size_t b, size_t n) { fast.push_back(text.substr(b, n)); });
+    std::vector<std::string> slow = regex_pieces(gpt2, text);
+    BOOST_TEST_REQUIRE(fast == slow, what << ": \"" << text.substr(0, 2000) << "\"");
   };
   size_t real_bytes = 0;
   for (const auto& e : fs::directory_iterator("/usr/share/games/fortunes")) {

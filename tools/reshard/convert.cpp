@@ -105,10 +105,12 @@ void add_doc(MemorySource& src, const tokenizer::Tokenizer& tok, std::vector<uin
   doc.clear();
 }
 
-void check_ids(const std::string& path, size_t offset, uint32_t id, uint32_t vocab) {
-  if (id >= vocab)
+// Checked at the file's own width: an int64 id of 2^32 + 5 must not pass as 5, nor a negative one as a large one.
+void check_ids(const std::string& path, size_t offset, int64_t id, uint32_t vocab) {
+  if (id < 0 || id >= int64_t{vocab})
     corrupt(path, offset,
-            strprintf("token id %u is not below the tokenizer's vocabulary size %u (set --tokenizer)", id, vocab));
+            strprintf("token id %lld is not below the tokenizer's vocabulary size %u (set --tokenizer)",
+                      static_cast<long long>(id), vocab));
 }
 
 void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, MemorySource& src, uint64_t& added) {
@@ -138,6 +140,13 @@ void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, 
     corrupt(ip, idx.size,
             strprintf("truncated: %llu sequences and %llu document indices need %zu bytes, file has %zu",
                       static_cast<unsigned long long>(nseq), static_cast<unsigned long long>(ndoc), need, idx.size));
+  // Megatron's multimodal index appends a mode per sequence; anything after the document index is not text.
+  if (idx.size > need)
+    corrupt(ip, need,
+            strprintf("%zu bytes after the document index (a multimodal index's sequence modes?): cairn reads "
+                      "text-only indexes, whose %llu sequences and %llu document indices take %zu bytes",
+                      idx.size - need, static_cast<unsigned long long>(nseq), static_cast<unsigned long long>(ndoc),
+                      need));
   const size_t sizes_off = 34, ptr_off = sizes_off + nseq * 4, doc_off = ptr_off + nseq * 8;
   uint64_t expect_ptr = 0;
   for (uint64_t s = 0; s < nseq; ++s) {
@@ -168,14 +177,14 @@ void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, 
   }
   if (static_cast<uint64_t>(prev) != nseq)
     corrupt(ip, doc_off + (ndoc - 1) * 8, "document index does not end at the sequence count");
-  auto token = [&](uint64_t i) -> uint32_t {
+  auto token = [&](uint64_t i) -> int64_t {
     switch (code) {
       case 1: return bin.data[i];
-      case 2: return static_cast<uint32_t>(static_cast<int8_t>(bin.data[i]));
-      case 3: return static_cast<uint32_t>(bin.at<int16_t>(i * 2));
+      case 2: return static_cast<int8_t>(bin.data[i]);
+      case 3: return bin.at<int16_t>(i * 2);
       case 8: return bin.at<uint16_t>(i * 2);
-      case 4: return static_cast<uint32_t>(bin.at<int32_t>(i * 4));
-      default: return static_cast<uint32_t>(bin.at<int64_t>(i * 8));
+      case 4: return bin.at<int32_t>(i * 4);
+      default: return bin.at<int64_t>(i * 8);
     }
   };
   std::vector<uint32_t> doc;
@@ -186,9 +195,9 @@ void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, 
     for (; seq < end; ++seq) {
       int32_t len = idx.at<int32_t>(sizes_off + seq * 4);
       for (int32_t k = 0; k < len; ++k, ++tok_index) {
-        uint32_t t = token(tok_index);
+        const int64_t t = token(tok_index);
         check_ids(bin.path, tok_index * item, t, tok.vocab_size());
-        doc.push_back(t);
+        doc.push_back(static_cast<uint32_t>(t));
       }
     }
     add_doc(src, tok, doc, added);
@@ -248,9 +257,17 @@ struct LlmcStream {
   // (128000) before each document where its GPT-2 scripts put end-of-text; a stream whose first token is that one
   // is split there, the token is dropped and each document gets the end-of-text cairn ends documents with.
   std::optional<uint32_t> begin_token;
+  uint64_t begins = 0;  // of those seen
 };
 
 constexpr std::string_view kLlama3BeginOfText = "<|begin_of_text|>";
+
+// The id of <|begin_of_text|> where the tokenizer is Llama 3's (128000), as llm.c's Llama-3 scripts write it.
+std::optional<uint32_t> llama3_begin_id(const tokenizer::Tokenizer& tok) {
+  const uint32_t id = 128000;
+  if (id < tok.vocab_size() && id != tok.eot_id() && tok.decode(&id, 1) == kLlama3BeginOfText) return id;
+  return std::nullopt;
+}
 
 // Reads one llm.c token file (either variant) into the document stream.
 void import_llmc(const std::string& path, const tokenizer::Tokenizer& tok, MemorySource& src, uint64_t& added,
@@ -285,13 +302,18 @@ void import_llmc(const std::string& path, const tokenizer::Tokenizer& tok, Memor
   };
   if (!stream.delimiter_chosen && ntok > 0) {
     stream.delimiter_chosen = true;
+    // A Llama-3 (uint32) file is split at the Llama 3 tokenizer's <|begin_of_text|> wherever the stream starts:
+    // fineweb.py's train shards begin inside the document the shard before them cut, so their first token is
+    // not it (importing the train shards alone once made one document of the whole stream).
     const uint32_t t = token_at(0);
     if (t != eot && tok.decode(&t, 1) == kLlama3BeginOfText) stream.begin_token = t;
+    else if (v == &kLlmcLlama3) stream.begin_token = llama3_begin_id(tok);
   }
   for (int32_t i = 0; i < ntok; ++i) {
     const uint32_t t = token_at(i);
     if (stream.begin_token && t == *stream.begin_token) {
       add_doc(src, tok, doc, added);  // closes the document in progress (none before the first)
+      ++stream.begins;
       continue;
     }
     if (t == eot) {
@@ -400,12 +422,7 @@ json export_llmc(const shards::Dataset& ds, const std::string& in, const std::st
   // llm.c's Llama-3 scripts start each document with <|begin_of_text|> (the id its tokenizer prepends), not
   // end-of-text: with the Llama 3 tokenizer that is what goes before each document (import splits there too).
   uint32_t start = ds.eot_id();
-  if (v == &kLlmcLlama3) {
-    const auto tok = tokenizer::load_for_dataset(in);
-    for (uint32_t id : {128000u}) {
-      if (id < tok->vocab_size() && id != ds.eot_id() && tok->decode(&id, 1) == kLlama3BeginOfText) start = id;
-    }
-  }
+  if (v == &kLlmcLlama3) start = llama3_begin_id(*tokenizer::load_for_dataset(in)).value_or(ds.eot_id());
   ensure_dir(dir);
   auto is_shard_file = [](const std::string& n) {
     return n.size() == 16 && n.rfind("shard_", 0) == 0 && n.compare(12, 4, ".bin") == 0 &&
@@ -547,13 +564,17 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     for (auto& f : files) import_llmc(f, *tok, src, added, stream);
     uint64_t final_doc = 0;  // llm.c's last document has no delimiter after it: not worth a message
     add_doc(src, *tok, stream.doc, final_doc);
-    if (stream.begin_token && root)
+    if (stream.begins > 0 && root)
       CAIRN_LOG_INFO("%s: documents begin with %s (%u), as llm.c's Llama-3 scripts write them: split there, each "
                      "document ending with end-of-text %u instead",
                      files.front().c_str(), std::string(kLlama3BeginOfText).c_str(), *stream.begin_token,
                      tok->eot_id());
   }
-  if (src.num_docs() == 0) throw UsageError("the inputs contain no documents");
+  if (src.num_docs() == 0) {
+    std::string names;
+    for (auto& f : files) names += (names.empty() ? "\"" : ", \"") + f + "\"";
+    throw UsageError("the inputs contain no documents: " + names);
+  }
   XXH64_update(st, src.tokens.data(), src.tokens.size() * 4);
   XXH64_update(st, src.starts.data(), src.starts.size() * 8);
   src.id = "import:" + shards::hex64(XXH64_digest(st));

@@ -26,8 +26,27 @@ namespace fs = std::filesystem;
 namespace {
 
 bool has_gzip_magic(const unsigned char* p, size_t n) { return n >= 2 && p[0] == 0x1f && p[1] == 0x8b; }
+// A zstd frame, or a skippable frame (magic 0x184D2A50..5F little-endian), which pzstd writes first and which the
+// streaming decoder passes over.
 bool has_zstd_magic(const unsigned char* p, size_t n) {
-  return n >= 4 && p[0] == 0x28 && p[1] == 0xb5 && p[2] == 0x2f && p[3] == 0xfd;
+  if (n < 4) return false;
+  const bool frame = p[0] == 0x28 && p[1] == 0xb5 && p[2] == 0x2f && p[3] == 0xfd;
+  const bool skippable = (p[0] & 0xf0) == 0x50 && p[1] == 0x2a && p[2] == 0x4d && p[3] == 0x18;
+  return frame || skippable;
+}
+
+// Compressed formats cairn does not decompress, by their magic: named in the error instead of "invalid UTF-8".
+const char* unsupported_compression(const unsigned char* p, size_t n) {
+  if (n >= 6 && std::memcmp(p,
+                            "\xfd"
+                            "7zXZ\0",
+                            6) == 0)
+    return "xz";
+  if (n >= 3 && std::memcmp(p, "BZh", 3) == 0 && n >= 4 && p[3] >= '1' && p[3] <= '9') return "bzip2";
+  if (n >= 4 && p[0] == 0x04 && p[1] == 0x22 && p[2] == 0x4d && p[3] == 0x18) return "lz4";
+  if (n >= 4 && std::memcmp(p, "PK\x03\x04", 4) == 0) return "zip";
+  if (n >= 6 && std::memcmp(p, "7z\xbc\xaf\x27\x1c", 6) == 0) return "7z";
+  return nullptr;
 }
 
 bool tfrecord_name(const std::string& name);
@@ -38,8 +57,9 @@ bool looks_binary(const fs::path& p) {
   unsigned char buf[8192];
   size_t n = std::fread(buf, 1, sizeof buf, f);
   std::fclose(f);
-  if (has_gzip_magic(buf, n) || has_zstd_magic(buf, n)) return false;  // compressed text
-  if (tfrecord_name(p.string())) return false;                         // binary by nature, but documents
+  if (has_gzip_magic(buf, n) || has_zstd_magic(buf, n) || unsupported_compression(buf, n))
+    return false;  // compressed text (or a compression named in the error, not skipped silently)
+  if (tfrecord_name(p.string())) return false;  // binary by nature, but documents
   return std::find(buf, buf + n, '\0') != buf + n;
 }
 
@@ -336,8 +356,13 @@ InputStream::InputStream(const std::string& name) : impl_(std::make_unique<Impl>
   }
   m.in.resize(1 << 20);
   // The format is told by the first bytes, whatever the name says (stdin has none).
-  while (m.in_len < 4 && m.refill()) {
+  while (m.in_len < 6 && m.refill()) {
   }
+  if (const char* other = unsupported_compression(m.in.data(), m.in_len))
+    throw UsageError(file_message("unsupported input", m.shown,
+                                  strprintf("compressed with %s; cairn reads gzip and zstd (decompress it and "
+                                            "pipe it in: ... | cairn-reshard build -)",
+                                            other)));
   if (has_gzip_magic(m.in.data(), m.in_len)) {
     m.kind = Impl::Kind::Gzip;
     if (inflateInit2(&m.zs, 16 + MAX_WBITS) != Z_OK) throw RuntimeError("zlib initialisation failed");
@@ -445,6 +470,13 @@ void RecordReader::next_tfrecords(RecordBatch& batch, size_t max_bytes) {
     uint32_t len_crc = 0;
     std::memcpy(&len, buf_.data() + pos_, 8);
     std::memcpy(&len_crc, buf_.data() + pos_ + 8, 4);
+    const auto* head = reinterpret_cast<const unsigned char*>(buf_.data() + pos_);
+    if (metrics::masked_crc32c(buf_.data() + pos_, 8) != len_crc && off == 0 && head[0] == 0x78 &&
+        ((head[0] << 8) | head[1]) % 31 == 0)
+      // Not damage to skip past (--skip-bad would drop the whole file as one record): another format.
+      throw UsageError(file_message("unsupported TFRecord input", shown,
+                                    "it starts with a zlib header, not a record (TensorFlow's ZLIB compression "
+                                    "option?); cairn reads plain and GZIP TFRecord files"));
     if (metrics::masked_crc32c(buf_.data() + pos_, 8) != len_crc)
       throw InputStreamError(file_message(
           "corrupt TFRecord input", shown,

@@ -48,6 +48,7 @@ LmdbInput::LmdbInput(const std::string& path) : impl_(std::make_unique<Impl>()) 
   std::error_code ec;
   const bool subdir = fs::is_directory(path, ec);
   m.check(mdb_env_create(&m.env), "cannot open LMDB input");
+  m.check(mdb_env_set_maxdbs(m.env, 1), "cannot open LMDB input");  // to tell a named database from a value
   // MDB_NOLOCK: reading needs no lock file (none is created next to the input); the environment
   // must not be written while cairn reads it, like any input.
   m.check(mdb_env_open(m.env, path.c_str(), MDB_RDONLY | MDB_NOLOCK | MDB_NORDAHEAD | (subdir ? 0 : MDB_NOSUBDIR),
@@ -72,6 +73,16 @@ bool LmdbInput::next(std::string_view& value) {
   m.started = true;
   if (rc == MDB_NOTFOUND) return false;
   m.check(rc, "corrupt LMDB input");
+  // A named database lives in the main one as a 48-byte record of its root page (MDB_db): read as a value, it
+  // would be a 48-byte "document" of mostly NUL bytes, and the database's own records would be missed.
+  if (v.mv_size == 48) {
+    const std::string name(static_cast<const char*>(k.mv_data), k.mv_size);
+    MDB_dbi named = 0;
+    if (name.find('\0') == std::string::npos && mdb_dbi_open(m.txn, name.c_str(), 0, &named) == MDB_SUCCESS)
+      throw UsageError(file_message("unsupported LMDB input", m.path,
+                                    "it holds the named database \"" + name +
+                                        "\"; cairn reads the records of an environment's main database only"));
+  }
   value = std::string_view(static_cast<const char*>(v.mv_data), v.mv_size);
   m.bytes += v.mv_size;
   m.since_release += v.mv_size;

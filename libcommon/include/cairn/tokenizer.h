@@ -97,9 +97,9 @@ class RegexSplitter {
 };
 
 // GPT-2's pattern applied by hand-written code (what the gpt2 and hf ByteLevel tokenizers use; equal
-// to RegexSplitter(kGpt2Pattern) with js_whitespace, else to kHfByteLevelPattern with PCRE2's \s).
+// to RegexSplitter(kGpt2Pattern), \s being Unicode's White_Space as in tiktoken and Hugging Face).
 // Set CAIRN_TOKENIZER_REGEX_ONLY=1 to make tokenizers use PCRE2 instead (debugging aid).
-void split_gpt2_fast(std::string_view text, bool js_whitespace, const std::function<void(size_t, size_t)>& piece);
+void split_gpt2_fast(std::string_view text, const std::function<void(size_t, size_t)>& piece);
 // The hand-written splitter for `pattern` if there is one (kGpt2Pattern, kHfByteLevelPattern,
 // kLlama3Pattern: equal to RegexSplitter(pattern) on all valid UTF-8): splits and returns true; else
 // returns false without calling `piece`. Invalid UTF-8 is refused (UsageError).

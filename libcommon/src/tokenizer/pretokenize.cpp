@@ -18,18 +18,23 @@
 
 namespace cairn::tokenizer {
 
-// OpenAI's GPT-2 pattern with JavaScript's \s spelled out, so it splits exactly like the reference
-// encoder (gpt-3-encoder) whose output our tests compare against.
-#define CAIRN_JS_SPACE \
-  "\\t\\n\\x{0b}\\f\\r \\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}\\x{feff}"
-const char* const kGpt2Pattern = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" CAIRN_JS_SPACE
-                                 "\\p{L}\\p{N}]+|[" CAIRN_JS_SPACE "]+(?![^" CAIRN_JS_SPACE "])|[" CAIRN_JS_SPACE "]+";
+// White space as Unicode's White_Space property: tab to carriage return, NEL and the separators Z*. It is \s in
+// OpenAI's encoder.py and tiktoken (Rust's regex), in Hugging Face's Oniguruma and Rust's char::is_whitespace;
+// PCRE2's \s also matches U+180E, JavaScript's matches U+FEFF but not NEL (the npm gpt-3-encoder port's), so it is
+// spelled out. Split regexes read from tokenizer.json files are translated to it (pcre2_from_oniguruma).
+#define CAIRN_WHITE_SPACE "\\t-\\r\\x{85}\\p{Z}"
+// OpenAI's GPT-2 pattern, which Hugging Face's ByteLevel pre-tokenizer also uses when use_regex is true.
+#define CAIRN_GPT2_PATTERN                                                                                  \
+  "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" CAIRN_WHITE_SPACE "\\p{L}\\p{N}]+|[" CAIRN_WHITE_SPACE \
+  "]+(?![^" CAIRN_WHITE_SPACE "])|[" CAIRN_WHITE_SPACE "]+"
+const char* const kGpt2Pattern = CAIRN_GPT2_PATTERN;
+const char* const kHfByteLevelPattern = CAIRN_GPT2_PATTERN;
+// Llama 3's Split regex as pcre2_from_oniguruma translates the one in its tokenizer.json.
 const char* const kLlama3Pattern =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-// The pattern Hugging Face's ByteLevel pre-tokenizer uses when use_regex is true.
-const char* const kHfByteLevelPattern =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" CAIRN_WHITE_SPACE
+    "\\p{L}\\p{N}]+[\\r\\n]*|[" CAIRN_WHITE_SPACE "]*[\\r\\n]+|[" CAIRN_WHITE_SPACE "]+(?![^" CAIRN_WHITE_SPACE
+    "])|[" CAIRN_WHITE_SPACE "]+";
+const char* const kWhiteSpaceClass = "[" CAIRN_WHITE_SPACE "]";
 
 size_t find_invalid_utf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
@@ -297,7 +302,7 @@ class CharTable {
 
 // GPT-2's pattern
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// by hand (same leftmost-alternative semantics), with JavaScript's (gpt2) or PCRE2's (hf) \s. Runs of
+// by hand (same leftmost-alternative semantics; \s: White_Space, as kGpt2Pattern spells it). Runs of
 // ASCII are scanned 16 bytes at a time (SSE2) and by a byte table, so most words cost no mispredicted
 // branch per byte and no UTF-8 decoding (most text is ASCII).
 class Gpt2Splitter final : public detail::FastSplitter {
@@ -441,12 +446,12 @@ size_t contraction_ci(std::string_view t, size_t i) {
 
 bool is_cr_lf(char c) { return c == '\r' || c == '\n'; }
 
-// Llama 3's pattern by hand (PCRE2's \s):
+// Llama 3's pattern by hand (\s: White_Space, as kLlama3Pattern spells it):
 //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
 //   \s*[\r\n]+|\s+(?!\S)|\s+
 class Llama3Splitter final : public detail::FastSplitter {
  public:
-  Llama3Splitter() : ct_("\\s") {}
+  Llama3Splitter() : ct_(kWhiteSpaceClass) {}
   void split(std::string_view t, detail::PieceFn piece, void* ctx) const override {
     const size_t n = t.size();
     size_t i = 0;
@@ -504,17 +509,16 @@ class Llama3Splitter final : public detail::FastSplitter {
   CharTable ct_;
 };
 
-const Gpt2Splitter& gpt2_splitter(bool js_whitespace) {
-  static const Gpt2Splitter js("[" CAIRN_JS_SPACE "]"), pcre("\\s");
-  return js_whitespace ? js : pcre;
+const Gpt2Splitter& gpt2_splitter() {
+  static const Gpt2Splitter splitter(kWhiteSpaceClass);
+  return splitter;
 }
 
 }  // namespace
 
 const detail::FastSplitter* detail::fast_splitter_for(const std::string& pattern) {
   if (std::getenv("CAIRN_TOKENIZER_REGEX_ONLY")) return nullptr;
-  if (pattern == kGpt2Pattern) return &gpt2_splitter(true);
-  if (pattern == kHfByteLevelPattern) return &gpt2_splitter(false);
+  if (pattern == kGpt2Pattern) return &gpt2_splitter();
   if (pattern == kLlama3Pattern) {
     static const Llama3Splitter llama3;
     return &llama3;
@@ -522,13 +526,12 @@ const detail::FastSplitter* detail::fast_splitter_for(const std::string& pattern
   return nullptr;
 }
 
-void split_gpt2_fast(std::string_view text, bool js_whitespace, const std::function<void(size_t, size_t)>& piece) {
+void split_gpt2_fast(std::string_view text, const std::function<void(size_t, size_t)>& piece) {
   require_utf8(text);
-  gpt2_splitter(js_whitespace)
-      .split(
-          text,
-          [](void* ctx, size_t b, size_t n) { (*static_cast<const std::function<void(size_t, size_t)>*>(ctx))(b, n); },
-          const_cast<std::function<void(size_t, size_t)>*>(&piece));
+  gpt2_splitter().split(
+      text,
+      [](void* ctx, size_t b, size_t n) { (*static_cast<const std::function<void(size_t, size_t)>*>(ctx))(b, n); },
+      const_cast<std::function<void(size_t, size_t)>*>(&piece));
 }
 
 bool split_fast(const std::string& pattern, std::string_view text, const std::function<void(size_t, size_t)>& piece) {

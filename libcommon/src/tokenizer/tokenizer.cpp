@@ -173,11 +173,14 @@ void add_split(BpeConfig& cfg, const std::string& pattern, detail::SplitBehavior
   cfg.split_invert.push_back(invert);
 }
 
+// Unicode White_Space as the members of a PCRE2 class (kWhiteSpaceClass's).
+constexpr const char* kWhiteSpaceMembers = "\\t-\\r\\x{85}\\p{Z}";
+
 // Hugging Face compiles Split and Replace regexes with Oniguruma, where `[` inside a character class opens a nested
 // class (a union): BLOOM's " ?[^(\\s|[.,!?…])]+" excludes white space and the listed punctuation. PCRE2 reads that
 // `[` as a literal and the pattern as unbalanced, so nested non-negated classes are flattened into their parent;
-// negated nested classes and `&&` (intersections) have no flat form and are refused. \\w is spelled out as Oniguruma
-// reads it; \\W in a class, \\b, \\B and \\h (a hex digit to Oniguruma) are refused.
+// negated nested classes and `&&` (intersections) have no flat form and are refused. \\w and \\s are spelled out as
+// Oniguruma reads them; \\W in a class, \\b, \\B and \\h (a hex digit to Oniguruma) are refused.
 std::string pcre2_from_oniguruma(const JsonFields& node, const std::string& re) {
   std::string out;
   out.reserve(re.size());
@@ -190,6 +193,9 @@ std::string pcre2_from_oniguruma(const JsonFields& node, const std::string& re) 
       // and connectors other than "_".
       const char e = re[i + 1];
       if (e == 'w') out.append(depth ? "\\p{L}\\p{M}\\p{N}\\p{Pc}" : "[\\p{L}\\p{M}\\p{N}\\p{Pc}]");
+      // \s as White_Space (PCRE2's also matches U+180E); \S outside a class likewise, inside one PCRE2's own.
+      else if (e == 's') out.append(depth ? kWhiteSpaceMembers : std::string("[") + kWhiteSpaceMembers + "]");
+      else if (e == 'S' && depth == 0) out.append(std::string("[^") + kWhiteSpaceMembers + "]");
       else if (e == 'W' && depth == 0) out.append("[^\\p{L}\\p{M}\\p{N}\\p{Pc}]");
       else if (e == 'W' || e == 'b' || e == 'B' || e == 'h' || e == 'H')
         node.fail("pattern",
