@@ -317,7 +317,7 @@ int run_bench_bare(const SweepOptions& opts, const BenchBareOptions& bo) {
   check_backend_supports(be, type, op);
   if (o.malloc_tune) {
     mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, -1);  // never trim: a fixed threshold (1 GiB) re-faulted MPI's 1 GiB temporaries
   }
   MPI_Comm comm = MPI_COMM_WORLD;
   int rank = 0, n = 1;

@@ -652,7 +652,7 @@ std::string malloc_note(const SweepOptions& o) {
   if (const char* v = std::getenv("MALLOC_MMAP_MAX_")) mmap_off = std::atoll(v) == 0;
   if (const char* v = std::getenv("MALLOC_TRIM_THRESHOLD_")) trim_high = std::atoll(v) >= (64ll << 20);
   if (o.malloc_tune) {
-    return "malloc tuned in-process (sweep.malloc_tune): mmap_max=0, trim_threshold=1 GiB; "
+    return "malloc tuned in-process (sweep.malloc_tune): mmap_max=0, no trimming; "
            "MPI's per-call temporary buffers are reused, not re-faulted";
   }
   if (mmap_off && trim_high) {
@@ -985,7 +985,7 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
   info.start_time_local = local_time_now();
   if (o.malloc_tune) {
     mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, -1);  // never trim: a fixed threshold (1 GiB) re-faulted MPI's 1 GiB temporaries
   }
   const Backend& be = choose_backend(o);
   resolve_types_and_ops(o, be);
