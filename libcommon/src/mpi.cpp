@@ -138,19 +138,53 @@ std::string broadcast_string(const std::string& s, int root, MPI_Comm comm) {
 std::vector<std::string> allgather_strings(const std::string& s, MPI_Comm comm) {
   int n = 0;
   MPI_Comm_size(comm, &n);
-  int len = static_cast<int>(s.size());
+  const int len = int_count(s.size(), "a string to all-gather");
   std::vector<int> lens(n), displs(n);
   check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm), "MPI_Allgather");
-  int total = 0;
+  size_t total = 0;
   for (int i = 0; i < n; ++i) {
-    displs[i] = total;
-    total += lens[i];
+    displs[i] = int_count(total, "the all-gathered strings");
+    total += static_cast<size_t>(lens[i]);
   }
+  int_count(total, "the all-gathered strings");
   std::string all(total, '\0');
   check(MPI_Allgatherv(s.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, comm),
         "MPI_Allgatherv");
   std::vector<std::string> out(n);
   for (int i = 0; i < n; ++i) out[i] = all.substr(displs[i], lens[i]);
+  return out;
+}
+
+std::vector<std::string> gather_strings(const std::string& s, int root, MPI_Comm comm) {
+  int n = 0, me = 0;
+  MPI_Comm_size(comm, &n);
+  MPI_Comm_rank(comm, &me);
+  uint64_t len = s.size();
+  std::vector<uint64_t> lens(me == root ? static_cast<size_t>(n) : 0);
+  check(MPI_Gather(&len, 1, MPI_UINT64_T, lens.data(), 1, MPI_UINT64_T, root, comm), "MPI_Gather");
+  // Point to point in parts of 1 GiB: no int count or displacement to overflow, whatever the sizes add up to.
+  constexpr size_t kPart = size_t{1} << 30;
+  constexpr int kTag = 0x6a7;
+  std::vector<std::string> out;
+  if (me != root) {
+    for (size_t a = 0; a < s.size(); a += kPart)
+      check(MPI_Send(s.data() + a, static_cast<int>(std::min(kPart, s.size() - a)), MPI_CHAR, root, kTag, comm),
+            "MPI_Send");
+    return out;
+  }
+  out.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    if (i == root) {
+      out[static_cast<size_t>(i)] = s;
+      continue;
+    }
+    std::string& dst = out[static_cast<size_t>(i)];
+    dst.resize(lens[static_cast<size_t>(i)]);
+    for (size_t a = 0; a < dst.size(); a += kPart)
+      check(MPI_Recv(dst.data() + a, static_cast<int>(std::min(kPart, dst.size() - a)), MPI_CHAR, i, kTag, comm,
+                     MPI_STATUS_IGNORE),
+            "MPI_Recv");
+  }
   return out;
 }
 

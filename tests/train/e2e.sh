@@ -58,7 +58,7 @@ with h5py.File(f"{ck}/model.h5", "r") as m:
 PYEOF
 
 # ---- a 2-rank ZeRO-1 checkpoint resumes on 1 rank without ZeRO (optimizer slices are re-assembled)
-"$BIN/cairn-train" --out "$W/r2z" "${MODEL[@]}" --steps 52
+"$BIN/cairn-train" --out "$W/r2z" "${MODEL[@]}" --steps 52 --set train.decay_steps=50
 [[ $(grep -c '"train"' "$W/r2z/train/metrics.jsonl") == 52 ]] || fail "ZeRO-1 -> 1 rank resume"
 
 # ---- --resume auto passes over a corrupt newest checkpoint (reported) and uses the previous one
@@ -167,7 +167,7 @@ last=$(tail -n 1 "$W/sig/train/metrics.jsonl" | "$PY" -c 'import json,sys; print
 ckpt=$(printf "%s/sig/train/ckpt/step_%08d" "$W" "$last")
 [[ -f "$ckpt/DONE" && -f "$ckpt/model.h5" && -f "$ckpt/optim.rank00000.h5" ]] || fail "no complete checkpoint $ckpt"
 [[ ! -e "$W/sig/train/FINISHED" ]] || fail "FINISHED after a stop"
-"$BIN/cairn-train" --out "$W/sig" "${MODEL[@]}" --steps $((last + 3)) --set train.checkpoint_every=0 --set train.val_every=0
+"$BIN/cairn-train" --out "$W/sig" "${MODEL[@]}" --steps $((last + 3)) --set train.decay_steps=100000 --set train.checkpoint_every=0 --set train.val_every=0
 [[ -f "$W/sig/train/FINISHED" ]] || fail "resumed run did not finish"
 [[ $(grep -c '"train"' "$W/sig/train/metrics.jsonl") == $((last + 3)) ]] || fail "resumed metrics have gaps or repeats"
 
@@ -213,7 +213,7 @@ if [[ $(id -u) == 0 ]] && mount -t tmpfs -o size=3M tmpfs "$W/full" 2> /dev/null
   FULL=()  # MODEL without its log level: the resume below logs at info
   for a in "${MODEL[@]}"; do [[ $a == --log-level || $a == warn ]] || FULL+=("$a"); done
   FULL+=(--set model.hidden=64 --set train.checkpoint_every=2 --set train.keep_checkpoints=10 --set train.val_every=0
-         --set train.tensorboard=false)
+         --set train.tensorboard=false --set train.decay_steps=41)  # one schedule over the runs of 2, 40, 41 steps
   "$BIN/cairn-train" --out "$W/full/run" "${FULL[@]}" --log-level warn --steps 2 ||
     fail "full disk: the first checkpoint did not fit"
   rc=0
@@ -267,5 +267,25 @@ expect2 "existing checkpoints" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --
 expect2 "cannot resume from \"$W/nope\": no such checkpoint directory" \
   "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --resume "$W/nope"
 expect2 "cannot resume from \"$W/ds\": no DONE marker" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --resume "$W/ds"
+# The learning-rate schedule: min_lr above lr refused; resuming r1 (50 steps, cosine over 50) with more steps would
+# re-time its decay and jump the rate: refused, naming the key that keeps the run's schedule.
+expect2 'key "train.min_lr": 0.01 is above the peak rate train.lr = 0.003' "$BIN/cairn-train" --out "$W/r1" \
+  "${MODEL[@]}" --set train.min_lr=0.01
+expect2 "another learning-rate schedule: decay over 50 steps .now 60.*step 51 would run at learning rate.*--set train.decay_steps=50" \
+  "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --steps 60
 [[ $(md5sum "$W/r1/train/metrics.jsonl") == "$before" ]] || fail "a failed run changed metrics.jsonl"
+# Extended with the run's decay length: min_lr (lr/10) from step 51 on. On a new schedule only when asked, with a
+# warning; the checkpoint then records the new one.
+cp -r "$W/r1" "$W/r1x"
+"$BIN/cairn-train" --out "$W/r1x" "${MODEL[@]}" --steps 52 --set train.decay_steps=50
+"$BIN/cairn-train" --out "$W/r1x" "${MODEL[@]}" --steps 54 --set train.on_schedule_change='"continue"' 2> "$W/sched.err"
+grep -q 'on another learning-rate schedule .*decay over 50 steps (now 54' "$W/sched.err" || fail "no warning: $(cat "$W/sched.err")"
+"$PY" - "$W/r1x/train/metrics.jsonl" <<'PYEOF'
+import json, math, sys
+lr = {r["step"]: r["lr"] for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "train"}
+assert lr[51] == lr[52] == 0.003 / 10, (lr[50], lr[51], lr[52])
+# steps 53, 54 on cosine over 54 steps after a warmup of 5: step k at min + (max - min)(1 + cos(pi (k-1-5)/(54-5)))/2
+want = lambda k: 0.0003 + 0.5 * (0.003 - 0.0003) * (1 + math.cos(math.pi * (k - 1 - 5) / 49))
+assert all(abs(lr[k] - want(k)) < 1e-12 for k in (53, 54)), (lr[53], want(53), lr[54], want(54))
+PYEOF
 echo "train e2e: all checks passed"

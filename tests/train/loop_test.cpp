@@ -342,12 +342,13 @@ BOOST_AUTO_TEST_CASE(extending_a_finished_run_removes_finished) {
     if (point == "first_step") *seen = fs::exists(run + "/train/FINISHED") ? 1 : 0;
   };
   h.stop_after_step = 8;
-  TrainResult r = run_train(small_config(run, {"train.steps=12"}), h);
+  // On the run's schedule (its decay over 6 steps): a longer decay would be refused as a schedule change.
+  TrainResult r = run_train(small_config(run, {"train.steps=12", "train.decay_steps=6"}), h);
   BOOST_TEST(r.exit_code == kExitRequeue);
   BOOST_TEST(*seen == 0);  // gone before the first step of the extension
   mpi::barrier();
   BOOST_TEST(!fs::exists(run + "/train/FINISHED"));  // cairn-eval --watch keeps waiting
-  BOOST_TEST(run_train(small_config(run, {"train.steps=12"})).exit_code == 0);
+  BOOST_TEST(run_train(small_config(run, {"train.steps=12", "train.decay_steps=6"})).exit_code == 0);
   mpi::barrier();
   BOOST_TEST(read_json(run + "/train/FINISHED")["step"] == 12);
 }
@@ -540,7 +541,8 @@ BOOST_AUTO_TEST_CASE(resuming_on_other_data_is_refused_unless_allowed) {
   BOOST_TEST(msg.find("on_data_change") != std::string::npos, msg);
   mpi::barrier();
   BOOST_TEST(fs::file_size(run + "/train/metrics.jsonl") == metrics_size);
-  expect_resume_at(small_config(run, {"data.path=\"" + other + "\"", "train.on_data_change=\"warn\"", "train.steps=6"}),
+  expect_resume_at(small_config(run, {"data.path=\"" + other + "\"", "train.on_data_change=\"warn\"", "train.steps=6",
+                                      "train.decay_steps=12"}),
                    5);
 
   // The same data in another order is refused too, naming the key: another seed (another permutation), another
@@ -561,7 +563,9 @@ BOOST_AUTO_TEST_CASE(resuming_on_other_data_is_refused_unless_allowed) {
   }
   mpi::barrier();
   BOOST_TEST(fs::file_size(order + "/train/metrics.jsonl") == order_size);
-  expect_resume_at(small_config(order, {"train.seed=99", "train.on_data_change=\"warn\"", "train.steps=6"}), 5);
+  expect_resume_at(small_config(order, {"train.seed=99", "train.on_data_change=\"warn\"", "train.steps=6",
+                                        "train.decay_steps=12"}),
+                   5);
 
   // An older cairn-train's checkpoint (no fingerprint, global batch or split): resumed on this data without a word
   // against it.
@@ -571,7 +575,7 @@ BOOST_AUTO_TEST_CASE(resuming_on_other_data_is_refused_unless_allowed) {
     for (const char* key : {"data_fingerprint", "data_tokens", "global_batch", "val_windows"})
       meta.train_state.erase(key);
   });
-  expect_resume_at(small_config(old, {"data.path=\"" + other + "\"", "train.steps=6"}), 5);
+  expect_resume_at(small_config(old, {"data.path=\"" + other + "\"", "train.steps=6", "train.decay_steps=12"}), 5);
 }
 
 // ---------------------------------------------------------------- one trainer per run directory

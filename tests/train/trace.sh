@@ -108,7 +108,7 @@ PYEOF
 # A run resumed inside its trace range (a requeued job; here a run extended from 4 to 6 steps) keeps the steps the
 # run before it traced: 2..4 from the first run, 5 from the second, one file, its header naming both segments. Then
 # a rollback to the step-2 checkpoint traces 3..5 again, and the first run's events of steps 3 and 4 give way.
-RES=(--set train.checkpoint_every=2 --set train.val_every=0 --trace-steps 2:6)
+RES=(--set train.checkpoint_every=2 --set train.val_every=0 --set train.decay_steps=6 --trace-steps 2:6)
 run res 1 "${RES[@]}" --set train.steps=4
 run res 1 "${RES[@]}"
 "$PY" "$HERE/check_trace.py" "$W/res/train/trace.json" --steps 2:6 --ranks 1

@@ -1,6 +1,9 @@
 // cairn-train's gradient communication (grad_sync.h): bucketing, and its MPI and NCCL transports.
 #include "grad_sync.h"
 
+#include <algorithm>
+#include <climits>
+
 #include "cairn/error.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
@@ -83,7 +86,13 @@ class MpiGradSync final : public GradSync {
       : GradSync(sh, grads, shard_grads, bucket_bytes, trace), comm_(comm) {}
 
  private:
+  // MPI counts are ints: a bucket holding one tensor of 2^31 gradients or more (a 256k x 18k embedding) goes as
+  // several calls of at most kMaxCall elements, each the same collective over its part of the range.
+  static constexpr size_t kMaxCall = size_t{1} << 30;
   void launch(size_t lo, size_t hi) override {
+    for (size_t a = lo; a < hi; a += kMaxCall) launch_part(a, std::min(hi, a + kMaxCall));
+  }
+  void launch_part(size_t lo, size_t hi) {
     MPI_Request req;
     float* g = grads_;
     if (sh_.shard == 0) {
@@ -127,6 +136,14 @@ class MpiGradSync final : public GradSync {
     moves_.clear();
   }
   void gather(float* p) override {
+    if (sh_.end(sh_.size - 1) > static_cast<size_t>(INT_MAX)) {
+      // Displacements past 2^31 have no int: each rank's shard is broadcast from it, in parts of kMaxCall.
+      for (int r = 0; r < sh_.size; ++r)
+        for (size_t a = sh_.begin(r); a < sh_.end(r); a += kMaxCall)
+          mpi::check(MPI_Bcast(p + a, static_cast<int>(std::min(sh_.end(r) - a, kMaxCall)), MPI_FLOAT, r, comm_),
+                     "MPI_Bcast");
+      return;
+    }
     std::vector<int> counts(sh_.size), displs(sh_.size);
     for (int r = 0; r < sh_.size; ++r) {
       counts[r] = static_cast<int>(sh_.end(r) - sh_.begin(r));

@@ -19,15 +19,25 @@ uint64_t splitmix64(uint64_t& s) {
 }
 }  // namespace
 
-std::vector<uint64_t> epoch_permutation(uint64_t n, uint64_t seed, uint64_t epoch) {
-  std::vector<uint64_t> p(n);
-  for (uint64_t i = 0; i < n; ++i) p[i] = i;
+namespace {
+// The permutation into a vector of any index width: 4-byte entries below 2^32 windows halve the memory each rank
+// holds for it (488 M windows, 2 T tokens at seq 4096: 2 GB instead of 4), the same order either way.
+template <class Index>
+void fill_permutation(std::vector<Index>& p, uint64_t n, uint64_t seed, uint64_t epoch) {
+  p.resize(n);
+  for (uint64_t i = 0; i < n; ++i) p[i] = static_cast<Index>(i);
   uint64_t s = seed * 0x2545F4914F6CDD1Dull + epoch * 0x9E3779B97F4A7C15ull + 0x5851F42D4C957F2Dull;
   for (uint64_t i = n; i > 1; --i) {
     // Multiply-shift keeps the draw unbiased enough for shuffling and avoids a modulo per element.
     uint64_t j = static_cast<uint64_t>((static_cast<unsigned __int128>(splitmix64(s)) * i) >> 64);
     std::swap(p[i - 1], p[j]);
   }
+}
+}  // namespace
+
+std::vector<uint64_t> epoch_permutation(uint64_t n, uint64_t seed, uint64_t epoch) {
+  std::vector<uint64_t> p;
+  fill_permutation(p, n, seed, epoch);
   return p;
 }
 
@@ -40,16 +50,19 @@ std::vector<uint64_t> batch_windows(const WindowIndex& idx, uint64_t seed, int64
   uint64_t in_epoch = static_cast<uint64_t>(batch) % bpe;
   // One permutation per epoch; cache the last one (the loader thread walks epochs in order).
   thread_local uint64_t cached_epoch = ~0ull, cached_n = 0, cached_seed = 0;
-  thread_local std::vector<uint64_t> perm;
+  thread_local std::vector<uint32_t> perm32;
+  thread_local std::vector<uint64_t> perm64;
+  const bool narrow = idx.train_windows() <= (uint64_t{1} << 32);
   if (cached_epoch != epoch || cached_n != idx.train_windows() || cached_seed != seed) {
-    perm = epoch_permutation(idx.train_windows(), seed, epoch);
+    if (narrow) fill_permutation(perm32, idx.train_windows(), seed, epoch), perm64 = {};
+    else fill_permutation(perm64, idx.train_windows(), seed, epoch), perm32 = {};
     cached_epoch = epoch;
     cached_n = idx.train_windows();
     cached_seed = seed;
   }
   std::vector<uint64_t> out(B);
   uint64_t base = in_epoch * G + (static_cast<uint64_t>(micro) * world + rank) * B;
-  for (int i = 0; i < B; ++i) out[i] = perm[base + i];
+  for (int i = 0; i < B; ++i) out[i] = narrow ? perm32[base + i] : perm64[base + i];
   return out;
 }
 

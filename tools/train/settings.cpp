@@ -62,13 +62,26 @@ void read_train_keys(const TrainSection& t, Settings& s) {
   s.max_skips = t.max_consecutive_skips;
   s.restore_on_skips = t.on_too_many_skips == "restore";
   s.refuse_data_change = t.on_data_change == "refuse";
+  s.refuse_schedule_change = t.on_schedule_change == "refuse";
   s.trace_steps = t.trace_steps;
   s.tensorboard = t.tensorboard;
   s.profile_kernels = t.profile_kernels;
   s.peak_tflops = t.peak_tflops;
   s.threads = t.threads;
   s.backend = t.backend;
-  if (s.warmup > s.steps) s.warmup = s.steps;
+  s.decay_steps = t.decay_steps;
+  // Megatron asserts max_lr >= min_lr: a "decay" up to a larger rate is a typo, not a schedule.
+  if (s.schedule != "constant" && s.min_lr > s.lr)
+    throw UsageError(
+        strprintf("key \"train.min_lr\": %g is above the peak rate train.lr = %g (the decay would raise the "
+                  "learning rate)",
+                  s.min_lr, s.lr));
+  if (s.warmup > s.decay_length()) {
+    CAIRN_LOG_INFO("[train] warmup (%lld steps) is longer than the decay (%lld steps, [train] %s): cut to %lld",
+                   static_cast<long long>(s.warmup), static_cast<long long>(s.decay_length()),
+                   t.decay_steps > 0 ? "decay_steps" : "steps", static_cast<long long>(s.decay_length()));
+    s.warmup = s.decay_length();
+  }
 }
 
 // [parallel]: the layout (cairn-plan's best.toml keys), checked against the model and the batch. The vocabulary

@@ -12,8 +12,11 @@ namespace cairn::train {
 
 // Everything the config decides, checked before anything is written.
 struct Settings {
+  // Steps over which the learning rate decays to min_lr: [train] decay_steps, else steps.
+  int64_t decay_length() const { return decay_steps > 0 ? decay_steps : steps; }
   int world = 1, rank = 0;
   int64_t steps = 0, global_batch = 0, warmup = 0;
+  int64_t decay_steps = 0;  // [train] decay_steps (0: steps); use decay_length()
   int micro = 0, accum = 1, T = 0;
   uint64_t seed = 0;
   double lr = 0, min_lr = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0, grad_clip = 0;
@@ -49,6 +52,7 @@ struct Settings {
   uint64_t data_tokens = 0;
   uint64_t val_windows = 0;        // the validation split's windows (the last of the dataset's numbering); set with it
   bool refuse_data_change = true;  // [train] on_data_change
+  bool refuse_schedule_change = true;  // [train] on_schedule_change
 };
 
 // [train] recompute and [parallel] recompute resolved to one mode (usage error when they disagree).

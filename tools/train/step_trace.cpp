@@ -113,9 +113,9 @@ EarlierTrace read_earlier_trace(const std::string& path, int64_t first_traced) {
 }  // namespace
 
 void StepTrace::flush() {
-  // Every rank's events go to rank 0, which writes one trace (pid = rank) once the range is over, its time zero
+  // Every rank's events go to rank 0 (only), which writes one trace (pid = rank) once the range is over, its time zero
   // moved to the first event of any rank.
-  auto all = mpi::allgather_strings(trace_.events().dump());
+  auto all = mpi::gather_strings(trace_.events().dump(), 0);
   if (rank_ == 0) {
     metrics::Trace merged;
     for (const auto& txt : all) merged.append(nlohmann::json::parse(txt));

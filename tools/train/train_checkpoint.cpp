@@ -4,6 +4,8 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -20,6 +22,7 @@
 #include "loader.h"
 #include "piece_io.h"
 #include "step_trace.h"
+#include "trainer.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -81,6 +84,15 @@ void contributions(const std::vector<Chunk>& chunks, const std::vector<SpokenPie
 
 }  // namespace
 
+void TrainCheckpoints::check_tensor_sizes() const {
+  if (s_.world <= 1) return;
+  for (const gpt::TensorInfo& t : gpt::piece_tensors(config_, gpt::ShardSpec{}))
+    if (t.size > static_cast<size_t>(INT_MAX))
+      throw UsageError(strprintf("model tensor %s has %zu elements; a checkpoint of a run on %d ranks assembles whole "
+                                 "tensors through MPI, whose counts stop at 2^31 - 1 (cairn-train's limit)",
+                                 t.name.c_str(), t.size, s_.world));
+}
+
 std::vector<float> TrainCheckpoints::assemble_params() const {
   if (whole()) {  // every rank holds the whole model
     if (s_.rank != 0) return {};
@@ -129,6 +141,7 @@ json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g) 
   st.data_tokens = s.data_tokens;
   st.global_batch = s.global_batch;
   st.val_windows = s.val_windows;
+  st.lr_schedule = records::TrainState::LrSchedule{s.lr, s.min_lr, s.warmup, s.decay_length(), s.schedule};
   return st.to_json();
 }
 
@@ -320,6 +333,7 @@ void TrainCheckpoints::check_data(const std::string& dir, const checkpoint::Mode
   } catch (const std::exception& e) {
     throw DamagedCheckpoint(file_message("cannot resume from", dir, e.what()));
   }
+  check_schedule(dir, st);
   std::vector<std::string> changes;
   if (st.data_fingerprint && *st.data_fingerprint != s_.data_fingerprint)
     changes.push_back(strprintf("it was trained on other data than [data] path \"%s\" (data fingerprint %s, %llu "
@@ -357,6 +371,56 @@ void TrainCheckpoints::check_data(const std::string& dir, const checkpoint::Mode
     CAIRN_LOG_WARN("resuming \"%s\": %s; continuing so ([train] on_data_change = \"warn\"): the data order from here "
                    "on is not the run's",
                    dir.c_str(), what.c_str());
+}
+
+// A checkpoint trained on another learning-rate schedule: the next step's rate would jump (extending a 240-step
+// cosine run to 480 steps took it from 1.0e-4 to 1.6e-3, 16x). Under --resume auto refused (exit 2) as Megatron's
+// scheduler check is, unless [train] on_schedule_change = "continue"; else warned about. Checkpoints written before
+// the schedule was recorded pass.
+void TrainCheckpoints::check_schedule(const std::string& dir, const records::TrainState& st) const {
+  if (!st.lr_schedule) return;
+  const records::TrainState::LrSchedule& was = *st.lr_schedule;
+  std::vector<std::string> changes;
+  auto differs = [](double a, double b) { return std::abs(a - b) > 1e-12 * std::max(std::abs(a), std::abs(b)); };
+  if (differs(was.lr, s_.lr)) changes.push_back(strprintf("lr %g (now %g)", was.lr, s_.lr));
+  if (differs(was.min_lr, s_.min_lr)) changes.push_back(strprintf("min_lr %g (now %g)", was.min_lr, s_.min_lr));
+  if (was.warmup != s_.warmup)
+    changes.push_back(
+        strprintf("warmup %lld (now %lld)", static_cast<long long>(was.warmup), static_cast<long long>(s_.warmup)));
+  if (was.decay_steps != s_.decay_length())
+    changes.push_back(strprintf("decay over %lld steps (now %lld: [train] decay_steps, else steps)",
+                                static_cast<long long>(was.decay_steps), static_cast<long long>(s_.decay_length())));
+  if (was.schedule != s_.schedule)
+    changes.push_back(strprintf("schedule \"%s\" (now \"%s\")", was.schedule.c_str(), s_.schedule.c_str()));
+  if (changes.empty()) return;
+  const int64_t step = st.step.value_or(0);
+  const double then = learning_rate(step, was.decay_steps, was.warmup, was.lr, was.min_lr, was.schedule);
+  const double now = learning_rate(step, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule);
+  std::string what;
+  for (const auto& c : changes) what += (what.empty() ? "" : ", ") + c;
+  const std::string effect = strprintf("step %lld would run at learning rate %.4g where the run's schedule gives %.4g",
+                                       static_cast<long long>(step + 1), now, then);
+  // A checkpoint named with --resume DIR is a deliberate restart (a rollback after a spike, usually with a lower
+  // rate): its new schedule is taken, with the warning. What --resume auto finds (a requeue, an extension) is the run
+  // going on, where a changed schedule is an accident.
+  if (s_.refuse_schedule_change && s_.resume == "auto") {
+    // The run's own values, as the keys that give them back (min_lr, warmup and the decay as they were applied).
+    std::string keep;
+    if (differs(was.lr, s_.lr)) keep += strprintf(" --set train.lr=%.17g", was.lr);
+    if (differs(was.min_lr, s_.min_lr)) keep += strprintf(" --set train.min_lr=%.17g", was.min_lr);
+    if (was.warmup != s_.warmup) keep += strprintf(" --set train.warmup=%lld", static_cast<long long>(was.warmup));
+    if (was.decay_steps != s_.decay_length())
+      keep += strprintf(" --set train.decay_steps=%lld", static_cast<long long>(was.decay_steps));
+    if (was.schedule != s_.schedule) keep += " --set train.schedule=" + was.schedule;
+    const std::string hint = " (to go on with the run's schedule:" + keep + ")";
+    throw UsageError(file_message("cannot resume from", dir,
+                                  "it was trained with another learning-rate schedule: " + what + "; " + effect + hint +
+                                      "; or set [train] on_schedule_change = \"continue\""));
+  }
+  if (s_.rank == 0)
+    CAIRN_LOG_WARN("resuming \"%s\" on another learning-rate schedule (%s): %s; %s", dir.c_str(),
+                   s_.resume == "auto" ? "[train] on_schedule_change = \"continue\"" : "named with --resume",
+                   what.c_str(), effect.c_str());
 }
 
 // The tensors, moments and train_state of a checkpoint whose model matches [model].

@@ -14,6 +14,7 @@
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/parallel.h"
+#include "cairn/records.h"
 #include "cairn/shards.h"
 #include "chunk.h"
 #include "grad_sync.h"
@@ -55,7 +56,9 @@ class TrainCheckpoints {
  public:
   TrainCheckpoints(const Config& cfg, const Settings& s, const gpt::GptConfig& config, const parallel::Groups& groups,
                    std::vector<Chunk>& chunks, const kernels::Backend& backend)
-      : cfg_(cfg), s_(s), config_(config), groups_(groups), chunks_(chunks), backend_(backend) {}
+      : cfg_(cfg), s_(s), config_(config), groups_(groups), chunks_(chunks), backend_(backend) {
+    check_tensor_sizes();
+  }
 
   // Collective. [train] resume: "auto" the newest complete checkpoint below step `below` (or none; exit 1 when sealed
   // ones exist but none is usable), "none" none (a usage error over existing checkpoints), else that directory (a
@@ -77,6 +80,9 @@ class TrainCheckpoints {
   // Without tensor and pipeline parallelism this rank's one chunk is the whole flat buffer.
   // (ZeRO-3 keeps only shards of the parameters: assembled like pieces.)
   bool whole() const { return s_.layout.tp == 1 && s_.layout.pp == 1 && s_.zero < 3; }
+  // A multi-rank checkpoint assembles each tensor through MPI, whose counts are ints: a tensor of 2^31 elements or
+  // more is refused at start-up (UsageError) instead of at the first checkpoint, hours in.
+  void check_tensor_sizes() const;
   void write_files(const std::string& tmp, const TrainProgress& p, const StepGuard& g) const;
   void write_assembled(const std::string& tmp, const checkpoint::ModelMeta& meta,
                        const std::vector<gpt::TensorInfo>& whole_tensors, checkpoint::OptimShard os) const;
@@ -89,6 +95,7 @@ class TrainCheckpoints {
   void load_files(const std::string& dir, const std::vector<checkpoint::OptimPart>& parts, TrainProgress& p,
                   StepGuard& g, std::vector<LoadedChunk>& loaded) const;
   void check_data(const std::string& dir, const checkpoint::ModelMeta& meta) const;
+  void check_schedule(const std::string& dir, const records::TrainState& st) const;
   void load_state(const std::string& dir, const std::vector<checkpoint::OptimPart>& parts,
                   const checkpoint::ModelMeta& meta, TrainProgress& p, StepGuard& g,
                   std::vector<LoadedChunk>& loaded) const;

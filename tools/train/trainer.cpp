@@ -468,11 +468,13 @@ void Trainer::log_setup() const {
   }
   for (const std::string& note : s_.layout.notes) CAIRN_LOG_INFO("%s", note.c_str());
   CAIRN_LOG_INFO("data: \"%s\": %llu train / %llu val windows; %d data-parallel ranks x micro %d x accum %d = batch "
-                 "%lld (%lld tokens)%s",
+                 "%lld (%lld tokens)%s; an epoch is %llu steps (%llu windows left out of each)",
                  s_.data_dir.c_str(), static_cast<unsigned long long>(widx_.train_windows()),
                  static_cast<unsigned long long>(widx_.val_windows), s_.layout.dp, s_.micro, s_.accum,
                  static_cast<long long>(s_.global_batch), static_cast<long long>(s_.global_batch * s_.T),
-                 s_.zero ? strprintf(", ZeRO-%d", s_.zero).c_str() : "");
+                 s_.zero ? strprintf(", ZeRO-%d", s_.zero).c_str() : "",
+                 static_cast<unsigned long long>(widx_.train_windows() / static_cast<uint64_t>(s_.global_batch)),
+                 static_cast<unsigned long long>(widx_.train_windows() % static_cast<uint64_t>(s_.global_batch)));
   if (s_.recompute != gpt::Recompute::None) {
     const size_t rows = static_cast<size_t>(s_.micro) * static_cast<size_t>(s_.T);
     const double mib = 1024.0 * 1024.0;
@@ -1011,6 +1013,12 @@ void Trainer::start_run() {
 // call for restoring the last checkpoint (or throws when the run must stop instead).
 bool Trainer::run_step() {
   const int64_t step = progress_.step + 1;  // the step being computed
+  // Each epoch reads the training windows in a new order; the windows past the last whole global batch wait.
+  const int64_t per_epoch = static_cast<int64_t>(widx_.train_windows()) / s_.global_batch;
+  if (per_epoch > 0 && progress_.batch > 0 && progress_.batch % per_epoch == 0)
+    CAIRN_LOG_INFO("epoch %lld begins at step %lld (every %lld steps)",
+                   static_cast<long long>(progress_.batch / per_epoch + 1), static_cast<long long>(step),
+                   static_cast<long long>(per_epoch));
   trace_.begin_step(step);
   Fault fault = hooks_.fault ? hooks_.fault(step) : Fault::None;
   StepRecord r;
@@ -1019,7 +1027,7 @@ bool Trainer::run_step() {
   train_step(r.time, r.loss, norm_sq, fault);
   double t_opt = monotonic_seconds();
   r.grad_norm = std::sqrt(norm_sq);
-  r.lr = learning_rate(step - 1, s_.steps, s_.warmup, s_.lr, s_.min_lr, s_.schedule);
+  r.lr = learning_rate(step - 1, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule);
 
   // Skip decision: non-finite, or a spike against the window of accepted steps.
   std::string reason = skip_reason(s_, guard_.spikes, r.loss, r.grad_norm);

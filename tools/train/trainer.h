@@ -63,7 +63,9 @@ TrainResult run_train(const Config& cfg, const TrainHooks& hooks = {});
 // starts MPI, trains and returns the exit code.
 int train_main(int argc, char** argv, const TrainHooks& hooks = {});
 
-// Learning rate at 0-based step s (warmup, then cosine/linear/constant decay to min_lr).
+// Learning rate at 0-based step s: linear warmup, step s at lr (s + 1) / warmup (the peak at s = warmup - 1; Megatron
+// runs its first step at 0 and reaches the peak one step later), then cosine or linear decay towards min_lr over
+// `steps` ([train] decay_steps, else steps), min_lr from s = steps on; or constant.
 double learning_rate(int64_t s, int64_t steps, int64_t warmup, double lr, double min_lr, const std::string& schedule);
 
 // Parses "a:b" (steps a..b-1); throws UsageError otherwise.

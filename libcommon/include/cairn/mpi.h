@@ -99,6 +99,8 @@ std::vector<T> allgather_value(T value, MPI_Comm comm = MPI_COMM_WORLD) {
 }
 std::string broadcast_string(const std::string& s, int root = 0, MPI_Comm comm = MPI_COMM_WORLD);
 std::vector<std::string> allgather_strings(const std::string& s, MPI_Comm comm = MPI_COMM_WORLD);
+// Every rank's string on `root` (in rank order; an empty vector elsewhere), of any total size.
+std::vector<std::string> gather_strings(const std::string& s, int root = 0, MPI_Comm comm = MPI_COMM_WORLD);
 
 // Raises an error on every rank if any rank failed: each rank passes its local ok flag and message;
 // returns normally only if all are ok, else throws on all ranks with the first failing rank's message

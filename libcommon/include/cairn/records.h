@@ -216,6 +216,14 @@ struct TrainState {
 #undef CAIRN_RECORDS_STATE_MEMBER
   std::optional<std::string> layout;
   std::optional<std::string> data_fingerprint;
+  // The learning-rate schedule the run trained on, as applied (min_lr resolved, warmup cut to the decay): a resume
+  // under another one is caught instead of jumping the learning rate.
+  struct LrSchedule {
+    double lr = 0, min_lr = 0;
+    int64_t warmup = 0, decay_steps = 0;
+    std::string schedule;
+  };
+  std::optional<LrSchedule> lr_schedule;
   struct Spikes {
     std::vector<double> loss, norm;  // the accepted steps' recent losses and gradient norms, oldest first
   };

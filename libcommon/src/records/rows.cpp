@@ -265,6 +265,12 @@ json TrainState::to_json() const {
   detail::put(j, "layout", layout);
   detail::put(j, "data_fingerprint", data_fingerprint);
   if (spikes) j["spikes"] = {{"loss", spikes->loss}, {"norm", spikes->norm}};
+  if (lr_schedule)
+    j["lr_schedule"] = {{"lr", lr_schedule->lr},
+                        {"min_lr", lr_schedule->min_lr},
+                        {"warmup", lr_schedule->warmup},
+                        {"decay_steps", lr_schedule->decay_steps},
+                        {"schedule", lr_schedule->schedule}};
   return j;
 }
 
@@ -278,6 +284,11 @@ TrainState TrainState::from_json(const JsonFields& f) {
   if (f.has("spikes")) {
     JsonFields w = f.object("spikes");
     s.spikes = Spikes{finite_numbers(w, "loss"), finite_numbers(w, "norm")};
+  }
+  if (f.has("lr_schedule")) {
+    JsonFields w = f.object("lr_schedule");
+    s.lr_schedule = LrSchedule{w.number("lr", 0, 1e3), w.number("min_lr", 0, 1e3), w.i64("warmup", 0, INT64_MAX),
+                               w.i64("decay_steps", 0, INT64_MAX), w.str("schedule")};
   }
   return s;
 }

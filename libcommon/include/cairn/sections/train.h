@@ -17,6 +17,7 @@ struct TrainSection {
   double lr = 6e-4;
   double min_lr = -1.0;
   int64_t warmup = 100;
+  int64_t decay_steps = 0;
   std::string schedule = "cosine";
   double weight_decay = 0.1;
   double beta1 = 0.9;
@@ -46,6 +47,7 @@ struct TrainSection {
   int max_consecutive_skips = 5;
   std::string on_too_many_skips = "restore";
   std::string on_data_change = "refuse";
+  std::string on_schedule_change = "refuse";
   // Observability.
   int log_every = 1;
   std::string trace_steps;
@@ -63,8 +65,13 @@ struct TrainSection {
       "sequences per rank per forward/backward (0 = [parallel] mb, else global_batch / ranks)");
     k(&S::seed, "seed", Range{0, 9.2e18}, "seed of initialisation and data order");
     k(&S::lr, "lr", Range{0, 1e3}, "peak learning rate");
-    k(&S::min_lr, "min_lr", Range{-1.0, 1e3}, "final learning rate of the cosine decay (-1 = lr/10)");
-    k(&S::warmup, "warmup", Range{0, 1e12}, "linear warmup steps");
+    k(&S::min_lr, "min_lr", Range{-1.0, 1e3},
+      "learning rate the cosine or linear decay ends at, at most lr (-1 = lr/10)");
+    k(&S::warmup, "warmup", Range{0, 1e12},
+      "linear warmup steps: step k (from 1) runs at lr x k / warmup (longer than the decay: cut to it)");
+    k(&S::decay_steps, "decay_steps", Range{0, 1e12},
+      "the step at which the decay reaches min_lr, warmup included (Megatron's lr_decay_iters); later steps run at "
+      "min_lr (0 = [train] steps). Keep it when extending a run with more steps, so its schedule continues");
     k(&S::schedule, "schedule", Choices{"cosine", "linear", "constant"}, "learning-rate decay after warmup");
     k(&S::weight_decay, "weight_decay", Range{0, 1e3}, "AdamW decoupled weight decay (not on norms/biases)");
     k(&S::beta1, "beta1", Range{0, 0.999999},
@@ -106,6 +113,10 @@ struct TrainSection {
     k(&S::on_data_change, "on_data_change", Choices{"refuse", "warn"},
       "resuming a checkpoint trained on other data (its recorded fingerprint differs): refuse (exit 2) or warn and "
       "continue on this data");
+    k(&S::on_schedule_change, "on_schedule_change", Choices{"refuse", "continue"},
+      "resuming a checkpoint whose learning-rate schedule (lr, min_lr, warmup, decay_steps, schedule) differs from "
+      "this run's: refuse (exit 2), or continue on the new schedule from the checkpoint's step (Megatron's "
+      "--override-opt_param-scheduler)");
     k(&S::log_every, "log_every", Range{1, 1e9}, "steps between progress lines on stderr");
     k(&S::trace_steps, "trace_steps", Flag{"--trace-steps"},
       "a:b writes a Chrome trace of steps a..b-1 to <run>/train/trace.json");
