@@ -197,6 +197,17 @@ for c in charts.values():  # per run: measured points and a fitted curve
     assert sum(1 for x in c["series"] if x.startswith("flat")) == 2, c["series"]
 print("layouts: flat and version-3 sweep.json read alike")
 EOF
+# nccl-tests prints what it could not compute as text ("nan"): that measure is not measured, the run still read.
+cp -r "$T/v3" "$T/v3nan"
+$PY - "$T/v3nan/sweep/sweep.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["results"][0]["out_of_place"]["bus_bw"] = "nan"
+d["results"][0]["in_place"]["time"] = "-nan"
+json.dump(d, open(sys.argv[1], "w"))
+EOF
+"$REPORT" "$T/v3nan" --out "$T/v3nan_out" --log-level warn || fail "a sweep.json with nccl-tests' \"nan\" text: exit $?"
+check_report "$T/v3nan_out"
 # 8. The common options' outputs are checked before any run is read (exit 2, naming the path): --out naming a
 # regular file (or a path under one), --json naming a directory; --json - leaves the JSON alone on stdout;
 # a NaN gate amount is shown as nan; a quoted gate key (a dot inside) is one key, not a section.

@@ -70,8 +70,12 @@ void opt_string_or_int(const JsonFields& f, const char* key) {
 
 // One measure: cairn's {busbw, algbw, wrong, time_us} or nccl-tests' {bus_bw, alg_bw, nwrong, time}.
 void check_measure(const JsonFields& m, bool nccl) {
+  // nccl-tests prints what it could not compute as text ("nan", "-nan", "inf"): read as not measured (a whole run
+  // was refused for one "nan").
   if (nccl)
-    for (const char* k : {"bus_bw", "alg_bw", "time", "cpu_time"}) opt_number(m, k, 0);
+    for (const char* k : {"bus_bw", "alg_bw", "time", "cpu_time"}) {
+      if (!(m.has(k) && m.raw().at(k).is_string())) opt_number(m, k, 0);
+    }
   else
     for (const char* k : {"busbw", "algbw", "time_us"}) opt_number(m, k, 0);
   const char* wrong = nccl ? "nwrong" : "wrong";
