@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 
 #include "cairn/checkpoint.h"
 #include "cairn/error.h"
@@ -166,6 +167,17 @@ BOOST_AUTO_TEST_CASE(nan_and_spike_steps_are_skipped) {
   if (mpi::rank() == 0) {
     BOOST_REQUIRE(!r.params.empty());
     for (float p : r.params) BOOST_TEST_REQUIRE(std::isfinite(p));
+    // Skipped steps do not advance the schedule (Megatron's scheduler steps on applied updates): steps 3 and 4 were
+    // skipped, so 3, 4 and 5 all run at the rate after two updates, and step 6 after three.
+    std::map<int64_t, double> lr;
+    std::ifstream in(base + "/faults/train/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.value("kind", "") == "train") lr[j.at("step").get<int64_t>()] = j.at("lr").get<double>();
+    }
+    BOOST_TEST(lr.at(3) == lr.at(4));
+    BOOST_TEST(lr.at(4) == lr.at(5));
+    BOOST_TEST(lr.at(6) < lr.at(5));
   }
 }
 

@@ -393,9 +393,9 @@ void TrainCheckpoints::check_schedule(const std::string& dir, const records::Tra
   if (was.schedule != s_.schedule)
     changes.push_back(strprintf("schedule \"%s\" (now \"%s\")", was.schedule.c_str(), s_.schedule.c_str()));
   if (changes.empty()) return;
-  const int64_t step = st.step.value_or(0);
-  const double then = learning_rate(step, was.decay_steps, was.warmup, was.lr, was.min_lr, was.schedule);
-  const double now = learning_rate(step, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule);
+  const int64_t step = st.step.value_or(0), updates = st.adam_step.value_or(step);
+  const double then = learning_rate(updates, was.decay_steps, was.warmup, was.lr, was.min_lr, was.schedule);
+  const double now = learning_rate(updates, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule);
   std::string what;
   for (const auto& c : changes) what += (what.empty() ? "" : ", ") + c;
   const std::string effect = strprintf("step %lld would run at learning rate %.4g where the run's schedule gives %.4g",

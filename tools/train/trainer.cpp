@@ -1027,7 +1027,9 @@ bool Trainer::run_step() {
   train_step(r.time, r.loss, norm_sq, fault);
   double t_opt = monotonic_seconds();
   r.grad_norm = std::sqrt(norm_sq);
-  r.lr = learning_rate(step - 1, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule);
+  // The schedule advances with applied updates, as Megatron steps its scheduler only after a successful one: a
+  // skipped step (spike, non-finite gradients) does not use up a step of warmup or decay.
+  r.lr = learning_rate(progress_.adam_step, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule);
 
   // Skip decision: non-finite, or a spike against the window of accepted steps.
   std::string reason = skip_reason(s_, guard_.spikes, r.loss, r.grad_norm);

@@ -63,7 +63,8 @@ TrainResult run_train(const Config& cfg, const TrainHooks& hooks = {});
 // starts MPI, trains and returns the exit code.
 int train_main(int argc, char** argv, const TrainHooks& hooks = {});
 
-// Learning rate at 0-based step s: linear warmup, step s at lr (s + 1) / warmup (the peak at s = warmup - 1; Megatron
+// Learning rate after s applied updates (the trainer passes its Adam step count: skipped steps do not advance the
+// schedule, as in Megatron): linear warmup, update s at lr (s + 1) / warmup (the peak at s = warmup - 1; Megatron
 // runs its first step at 0 and reaches the peak one step later), then cosine or linear decay towards min_lr over
 // `steps` ([train] decay_steps, else steps), min_lr from s = steps on; or constant.
 double learning_rate(int64_t s, int64_t steps, int64_t warmup, double lr, double min_lr, const std::string& schedule);
