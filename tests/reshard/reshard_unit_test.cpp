@@ -76,6 +76,28 @@ BOOST_AUTO_TEST_CASE(pre_tokenizer_regexes_split_like_gpt2_and_llama3) {
              boost::test_tools::per_element());
 }
 
+// The regexes of the real Llama 3 and GPT-2 tokenizer.json files translate to the patterns the hand-written
+// splitters stand for (else those files would silently lose the fast path); \S inside a class is White_Space's
+// complement, as outside one.
+BOOST_AUTO_TEST_CASE(oniguruma_regexes_translate_to_the_fast_splitters_patterns) {
+  const std::string llama3 =
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+      "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  const std::string gpt2 = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+  BOOST_TEST(tokenizer::pcre2_pattern_from_oniguruma(llama3) == std::string(tokenizer::kLlama3Pattern));
+  BOOST_TEST(tokenizer::pcre2_pattern_from_oniguruma(gpt2) == std::string(tokenizer::kGpt2Pattern));
+  tokenizer::RegexSplitter in_class(tokenizer::pcre2_pattern_from_oniguruma("[\\S]+")),
+      outside(tokenizer::pcre2_pattern_from_oniguruma("\\S+"));
+  for (const char* c : {"\xe1\xa0\x8e", "\xef\xbb\xbf", "x", "\xf0\x9f\x98\x80", "\xe2\x80\x8b"}) {
+    BOOST_TEST(in_class.full_match(c), c);
+    BOOST_TEST(outside.full_match(c), c);
+  }
+  for (const char* c : {" ", "\t", "\xc2\x85", "\xc2\xa0", "\xe3\x80\x80", "\xe2\x80\xa8"}) {
+    BOOST_TEST(!in_class.full_match(c), c);
+    BOOST_TEST(!outside.full_match(c), c);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(fast_gpt2_splitter_equals_the_regex_on_random_unicode) {
   // Letters, digits, punctuation, apostrophes and contractions, every kind of whitespace the two
   // definitions of \s disagree on (NEL, BOM, NBSP, em space, ideographic space), CJK, Arabic-Indic

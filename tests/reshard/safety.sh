@@ -213,6 +213,15 @@ expect_exit 2 '--out: cannot write ".*afile/ds": Not a directory' "$B" build --d
 expect_exit 2 '--out: cannot write ".*afile": Not a directory' "$B" reshard "$T/ds" --shards 3 --out "$T/afile"
 expect_exit 2 '--out: cannot write ".*afile/m": Not a directory' "$B" convert --to megatron --out "$T/afile/m" "$T/ds"
 
+# ---- In a group of small inputs, an earlier input's bad record comes before a later input's open or read error.
+if command -v xz >/dev/null; then
+  printf 'good\n%%\nbad \xff\n' > "$T/g_a.txt"; printf 'x\n' | xz > "$T/g_b.xz"
+  expect_exit 2 'g_a.txt": line 3 (byte offset 11): invalid UTF-8' "$B" build --delimiter % --out "$T/x" "$T/g_a.txt" "$T/g_b.xz"
+fi
+# Plain text that starts like a bzip2 header is text.
+printf 'BZh9 is how every bzip2 stream begins\n' > "$T/bzh.txt"
+"$B" build --out "$T/bzh" "$T/bzh.txt" 2>/dev/null || fail "a text starting with BZh9 was refused"
+
 # ---- Malformed inputs: file and line (or offset) in the error; --skip-bad counts instead.
 printf 'good one\n%%\nbad \xff byte\n%%\nlast\n' > "$T/bad_utf8.txt"
 expect_exit 2 'bad_utf8.txt": line 3 (byte offset 15): invalid UTF-8' "$B" build --delimiter % --out "$T/x" "$T/bad_utf8.txt"
@@ -279,6 +288,9 @@ open(f"{d}/none.bin", "wb").close()
 PY
 expect_exit 2 'big.bin.*token id 4294967301 is not below' "$B" convert --from megatron "$T/meg/big" --out "$T/x"
 expect_exit 2 'no documents: ".*none"' "$B" convert --from megatron "$T/meg/none" --out "$T/x"
+# A refused import leaves no --out it created (the lock file and part directory went with it).
+expect_exit 2 'big.bin.*token id 4294967301' "$B" convert --from megatron "$T/meg/m" "$T/meg/big" --out "$T/imp_new"
+[ ! -e "$T/imp_new" ] || fail "a refused import left $T/imp_new: $(ls -A "$T/imp_new")"
 f=$(ls "$T/llmc"/*.bin | head -1)
 head -c 1500 "$f" > "$T/trunc.bin"
 expect_exit 2 'trunc.bin.*header says' "$B" convert --from llmc "$T/trunc.bin" --out "$T/x"

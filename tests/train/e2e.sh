@@ -274,6 +274,10 @@ expect2 'key "train.min_lr": 0.01 is above the peak rate train.lr = 0.003' "$BIN
 expect2 "another learning-rate schedule: decay over 50 steps .now 60.*step 51 would run at learning rate.*--set train.decay_steps=50" \
   "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --steps 60
 [[ $(md5sum "$W/r1/train/metrics.jsonl") == "$before" ]] || fail "a failed run changed metrics.jsonl"
+# A constant schedule has no decay to re-time: extending it is no change.
+"$BIN/cairn-train" --out "$W/const" "${MODEL[@]}" --steps 4 --set train.schedule='"constant"' --set train.warmup=2
+"$BIN/cairn-train" --out "$W/const" "${MODEL[@]}" --steps 6 --set train.schedule='"constant"' --set train.warmup=2 ||
+  fail "extending a constant schedule was refused"
 # Extended with the run's decay length: min_lr (lr/10) from step 51 on. On a new schedule only when asked, with a
 # warning; the checkpoint then records the new one.
 cp -r "$W/r1" "$W/r1x"

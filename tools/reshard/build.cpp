@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -286,6 +287,9 @@ json tokenize_group(const DataSection& data, const tokenizer::Tokenizer& tok, co
     };
     size_t part_bytes = 0;
     std::string stream_error;  // an input of the group ended early on unreadable data (without --skip-bad)
+    // An error opening or reading the group's next input, thrown once the batches queued before it are checked:
+    // a bad record of an earlier input comes first in input order.
+    std::exception_ptr read_error;
     try {
       while (part_bytes < part_limit && first_failed.load() == SIZE_MAX) {
         std::unique_ptr<TokenBatch> b;
@@ -296,7 +300,15 @@ json tokenize_group(const DataSection& data, const tokenizer::Tokenizer& tok, co
           spare.pop_back();
           b->reset();
         }
-        if (!reader->next(b->records, batch_bytes)) {
+        bool got = false;
+        try {
+          got = reader->next(b->records, batch_bytes);
+        } catch (const Error&) {
+          read_error = std::current_exception();
+          more = false;
+          break;
+        }
+        if (!got) {
           // This input is finished: account for it, then go on with the group's next one.
           ip.done_files_bytes += reader->raw_consumed();
           ip.records += reader->records();
@@ -316,7 +328,13 @@ json tokenize_group(const DataSection& data, const tokenizer::Tokenizer& tok, co
             more = false;
             break;
           }
-          reader = std::make_unique<RecordReader>(files[group.first + source], ts);
+          try {
+            reader = std::make_unique<RecordReader>(files[group.first + source], ts);
+          } catch (const Error&) {
+            read_error = std::current_exception();
+            more = false;
+            break;
+          }
           shown.push_back(reader->shown());
           compressed.push_back(reader->compressed());
           continue;
@@ -341,6 +359,7 @@ json tokenize_group(const DataSection& data, const tokenizer::Tokenizer& tok, co
       if (!b->error.empty()) throw Error(b->error_code, b->error);
       skipped += b->skipped;
     }
+    if (read_error) std::rethrow_exception(read_error);
     if (!stream_error.empty()) throw InputStreamError(stream_error);
     if (batches.empty() && part > 0) break;  // the input ended exactly at a part boundary
     meta.plan_hash = part_hash(plan, part);

@@ -650,7 +650,10 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
   const std::string dir = dataset_dir(cfg, out);
   check_output_not_input(dir, inputs);
   auto tok = load_configured_tokenizer(data);
-  // Ours alone from here; rank 0 imports into parts inside --out, which every rank then reads as the source.
+  // Ours alone from here; rank 0 imports into parts inside --out, which every rank then reads as the source. An
+  // --out this command created is removed again when the inputs are refused (nothing is left for a failed import).
+  bool created = !path_exists(dir);
+  if (mpi::initialized()) created = mpi::broadcast_value<int>(created ? 1 : 0) != 0;
   DirLock lock;
   lock_dataset_dir(lock, dir);
   const std::string parts = join_path(dir, ".import-parts");
@@ -691,6 +694,14 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
       std::error_code ec;
       std::filesystem::remove_all(parts, ec);
     }
+  }
+  bool failed = !err.empty();
+  if (mpi::initialized()) failed = mpi::broadcast_value<int>(failed ? 1 : 0) != 0;
+  if (failed && created) {
+    if (mpi::initialized()) mpi::barrier();  // every rank has its lock's file handle before rank 0 removes the dir
+    lock.release();
+    std::error_code ec;
+    if (root) std::filesystem::remove_all(dir, ec);
   }
   if (mpi::initialized()) {
     mpi::agree_or_throw(err.empty(), err, code ? code : kExitRuntime);

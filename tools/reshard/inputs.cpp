@@ -42,7 +42,11 @@ const char* unsupported_compression(const unsigned char* p, size_t n) {
                             "7zXZ\0",
                             6) == 0)
     return "xz";
-  if (n >= 3 && std::memcmp(p, "BZh", 3) == 0 && n >= 4 && p[3] >= '1' && p[3] <= '9') return "bzip2";
+  // "BZh9" can begin a text: the first block's magic (pi's digits) or the end-of-stream one must follow.
+  if (n >= 10 && std::memcmp(p, "BZh", 3) == 0 && p[3] >= '1' && p[3] <= '9' &&
+      (std::memcmp(p + 4, "\x31\x41\x59\x26\x53\x59", 6) == 0 ||
+       std::memcmp(p + 4, "\x17\x72\x45\x38\x50\x90", 6) == 0))
+    return "bzip2";
   if (n >= 4 && p[0] == 0x04 && p[1] == 0x22 && p[2] == 0x4d && p[3] == 0x18) return "lz4";
   if (n >= 4 && std::memcmp(p, "PK\x03\x04", 4) == 0) return "zip";
   if (n >= 6 && std::memcmp(p, "7z\xbc\xaf\x27\x1c", 6) == 0) return "7z";
@@ -356,7 +360,7 @@ InputStream::InputStream(const std::string& name) : impl_(std::make_unique<Impl>
   }
   m.in.resize(1 << 20);
   // The format is told by the first bytes, whatever the name says (stdin has none).
-  while (m.in_len < 6 && m.refill()) {
+  while (m.in_len < 10 && m.refill()) {
   }
   if (const char* other = unsupported_compression(m.in.data(), m.in_len))
     throw UsageError(file_message("unsupported input", m.shown,

@@ -85,12 +85,13 @@ void contributions(const std::vector<Chunk>& chunks, const std::vector<SpokenPie
 }  // namespace
 
 void TrainCheckpoints::check_tensor_sizes() const {
-  if (s_.world <= 1) return;
+  if (s_.world <= 1 || whole()) return;  // whole: rank 0 writes its own copy, resume broadcasts in slices
   for (const gpt::TensorInfo& t : gpt::piece_tensors(config_, gpt::ShardSpec{}))
     if (t.size > static_cast<size_t>(INT_MAX))
-      throw UsageError(strprintf("model tensor %s has %zu elements; a checkpoint of a run on %d ranks assembles whole "
-                                 "tensors through MPI, whose counts stop at 2^31 - 1 (cairn-train's limit)",
-                                 t.name.c_str(), t.size, s_.world));
+      throw UsageError(strprintf("model tensor %s has %zu elements; a checkpoint of this layout (%s) assembles whole "
+                                 "tensors from their pieces through MPI, whose counts stop at 2^31 - 1 (cairn-train's "
+                                 "limit; data-parallel and ZeRO-1/2 layouts are not bound by it)",
+                                 t.name.c_str(), t.size, parallel::describe(s_.layout).c_str()));
 }
 
 std::vector<float> TrainCheckpoints::assemble_params() const {
@@ -380,20 +381,25 @@ void TrainCheckpoints::check_data(const std::string& dir, const checkpoint::Mode
 void TrainCheckpoints::check_schedule(const std::string& dir, const records::TrainState& st) const {
   if (!st.lr_schedule) return;
   const records::TrainState::LrSchedule& was = *st.lr_schedule;
+  const int64_t step = st.step.value_or(0), updates = st.adam_step.value_or(step);
+  // A constant schedule has no decay (min_lr and the decay length do not enter it), and past both warmups the
+  // warmup length no longer matters: only what changes a rate from here on is compared.
+  const bool constant = was.schedule == "constant" && s_.schedule == "constant";
+  const bool warmup_matters = !constant || updates < std::max(was.warmup, s_.warmup);
   std::vector<std::string> changes;
   auto differs = [](double a, double b) { return std::abs(a - b) > 1e-12 * std::max(std::abs(a), std::abs(b)); };
   if (differs(was.lr, s_.lr)) changes.push_back(strprintf("lr %g (now %g)", was.lr, s_.lr));
-  if (differs(was.min_lr, s_.min_lr)) changes.push_back(strprintf("min_lr %g (now %g)", was.min_lr, s_.min_lr));
-  if (was.warmup != s_.warmup)
+  if (!constant && differs(was.min_lr, s_.min_lr))
+    changes.push_back(strprintf("min_lr %g (now %g)", was.min_lr, s_.min_lr));
+  if (warmup_matters && was.warmup != s_.warmup)
     changes.push_back(
         strprintf("warmup %lld (now %lld)", static_cast<long long>(was.warmup), static_cast<long long>(s_.warmup)));
-  if (was.decay_steps != s_.decay_length())
+  if (!constant && was.decay_steps != s_.decay_length())
     changes.push_back(strprintf("decay over %lld steps (now %lld: [train] decay_steps, else steps)",
                                 static_cast<long long>(was.decay_steps), static_cast<long long>(s_.decay_length())));
   if (was.schedule != s_.schedule)
     changes.push_back(strprintf("schedule \"%s\" (now \"%s\")", was.schedule.c_str(), s_.schedule.c_str()));
   if (changes.empty()) return;
-  const int64_t step = st.step.value_or(0), updates = st.adam_step.value_or(step);
   const double then = learning_rate(updates, was.decay_steps, was.warmup, was.lr, was.min_lr, was.schedule);
   const double now = learning_rate(updates, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule);
   std::string what;
@@ -407,9 +413,10 @@ void TrainCheckpoints::check_schedule(const std::string& dir, const records::Tra
     // The run's own values, as the keys that give them back (min_lr, warmup and the decay as they were applied).
     std::string keep;
     if (differs(was.lr, s_.lr)) keep += strprintf(" --set train.lr=%.17g", was.lr);
-    if (differs(was.min_lr, s_.min_lr)) keep += strprintf(" --set train.min_lr=%.17g", was.min_lr);
-    if (was.warmup != s_.warmup) keep += strprintf(" --set train.warmup=%lld", static_cast<long long>(was.warmup));
-    if (was.decay_steps != s_.decay_length())
+    if (!constant && differs(was.min_lr, s_.min_lr)) keep += strprintf(" --set train.min_lr=%.17g", was.min_lr);
+    if (warmup_matters && was.warmup != s_.warmup)
+      keep += strprintf(" --set train.warmup=%lld", static_cast<long long>(was.warmup));
+    if (!constant && was.decay_steps != s_.decay_length())
       keep += strprintf(" --set train.decay_steps=%lld", static_cast<long long>(was.decay_steps));
     if (was.schedule != s_.schedule) keep += " --set train.schedule=" + was.schedule;
     const std::string hint = " (to go on with the run's schedule:" + keep + ")";

@@ -80,8 +80,8 @@ class TrainCheckpoints {
   // Without tensor and pipeline parallelism this rank's one chunk is the whole flat buffer.
   // (ZeRO-3 keeps only shards of the parameters: assembled like pieces.)
   bool whole() const { return s_.layout.tp == 1 && s_.layout.pp == 1 && s_.zero < 3; }
-  // A multi-rank checkpoint assembles each tensor through MPI, whose counts are ints: a tensor of 2^31 elements or
-  // more is refused at start-up (UsageError) instead of at the first checkpoint, hours in.
+  // A checkpoint of pieces (tp, pp or ZeRO-3) assembles each tensor through MPI, whose counts are ints: a tensor of
+  // 2^31 elements or more is refused at start-up (UsageError) instead of at the first checkpoint, hours in.
   void check_tensor_sizes() const;
   void write_files(const std::string& tmp, const TrainProgress& p, const StepGuard& g) const;
   void write_assembled(const std::string& tmp, const checkpoint::ModelMeta& meta,

@@ -105,5 +105,9 @@ void split_gpt2_fast(std::string_view text, const std::function<void(size_t, siz
 // returns false without calling `piece`. Invalid UTF-8 is refused (UsageError).
 bool split_fast(const std::string& pattern, std::string_view text, const std::function<void(size_t, size_t)>& piece);
 extern const char* const kHfByteLevelPattern;
+// A Hugging Face (Oniguruma) Split regex as the PCRE2 pattern cairn compiles: nested classes flattened, \w, \s and \S
+// spelled out as Oniguruma reads them (Llama 3's regex gives kLlama3Pattern, GPT-2's kGpt2Pattern: the fast
+// splitters); UsageError for what has no PCRE2 form.
+std::string pcre2_pattern_from_oniguruma(const std::string& re);
 
 }  // namespace cairn::tokenizer

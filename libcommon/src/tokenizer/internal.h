@@ -121,6 +121,13 @@ struct BpeConfig {
   std::string space_symbol;   // "▁" where spaces were replaced: decode writes a space for it
 };
 
+// Unicode's White_Space (tiktoken's, Oniguruma's and Rust's \s) as the members of a PCRE2 character class, and its
+// complement (\S inside a class, which has no negated form there). PCRE2's own \s also takes U+180E.
+#define CAIRN_WHITE_SPACE_MEMBERS "\\t-\\r\\x{85}\\p{Z}"
+#define CAIRN_NOT_WHITE_SPACE_MEMBERS                                                                       \
+  "\\x{0}-\\x{8}\\x{e}-\\x{1f}\\x{21}-\\x{84}\\x{86}-\\x{9f}\\x{a1}-\\x{167f}\\x{1681}-\\x{1fff}\\x{200b}-" \
+  "\\x{2027}\\x{202a}-\\x{202e}\\x{2030}-\\x{205e}\\x{2060}-\\x{2fff}\\x{3001}-\\x{10ffff}"
+
 // BPE (GPT-2 and Hugging Face, byte-level or not): builds from a vocabulary, then add_merge for each merge in
 // rank order. Declared here so the loaders can fill it; defined in bpe.cpp.
 // special_in_model: added tokens (is_special) that are also model vocabulary with the same string, which stay

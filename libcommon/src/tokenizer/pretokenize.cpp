@@ -22,7 +22,7 @@ namespace cairn::tokenizer {
 // OpenAI's encoder.py and tiktoken (Rust's regex), in Hugging Face's Oniguruma and Rust's char::is_whitespace;
 // PCRE2's \s also matches U+180E, JavaScript's matches U+FEFF but not NEL (the npm gpt-3-encoder port's), so it is
 // spelled out. Split regexes read from tokenizer.json files are translated to it (pcre2_from_oniguruma).
-#define CAIRN_WHITE_SPACE "\\t-\\r\\x{85}\\p{Z}"
+#define CAIRN_WHITE_SPACE CAIRN_WHITE_SPACE_MEMBERS
 // OpenAI's GPT-2 pattern, which Hugging Face's ByteLevel pre-tokenizer also uses when use_regex is true.
 #define CAIRN_GPT2_PATTERN                                                                                  \
   "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" CAIRN_WHITE_SPACE "\\p{L}\\p{N}]+|[" CAIRN_WHITE_SPACE \

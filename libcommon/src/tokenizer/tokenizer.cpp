@@ -173,8 +173,7 @@ void add_split(BpeConfig& cfg, const std::string& pattern, detail::SplitBehavior
   cfg.split_invert.push_back(invert);
 }
 
-// Unicode White_Space as the members of a PCRE2 class (kWhiteSpaceClass's).
-constexpr const char* kWhiteSpaceMembers = "\\t-\\r\\x{85}\\p{Z}";
+constexpr const char* kWhiteSpaceMembers = CAIRN_WHITE_SPACE_MEMBERS;
 
 // Hugging Face compiles Split and Replace regexes with Oniguruma, where `[` inside a character class opens a nested
 // class (a union): BLOOM's " ?[^(\\s|[.,!?…])]+" excludes white space and the listed punctuation. PCRE2 reads that
@@ -193,9 +192,10 @@ std::string pcre2_from_oniguruma(const JsonFields& node, const std::string& re) 
       // and connectors other than "_".
       const char e = re[i + 1];
       if (e == 'w') out.append(depth ? "\\p{L}\\p{M}\\p{N}\\p{Pc}" : "[\\p{L}\\p{M}\\p{N}\\p{Pc}]");
-      // \s as White_Space (PCRE2's also matches U+180E); \S outside a class likewise, inside one PCRE2's own.
+      // \s and \S as White_Space (PCRE2's \s also matches U+180E): inside a class \S as the ranges outside it.
       else if (e == 's') out.append(depth ? kWhiteSpaceMembers : std::string("[") + kWhiteSpaceMembers + "]");
-      else if (e == 'S' && depth == 0) out.append(std::string("[^") + kWhiteSpaceMembers + "]");
+      else if (e == 'S')
+        out.append(depth ? CAIRN_NOT_WHITE_SPACE_MEMBERS : std::string("[^") + kWhiteSpaceMembers + "]");
       else if (e == 'W' && depth == 0) out.append("[^\\p{L}\\p{M}\\p{N}\\p{Pc}]");
       else if (e == 'W' || e == 'b' || e == 'B' || e == 'h' || e == 'H')
         node.fail("pattern",
@@ -348,10 +348,10 @@ detail::SplitBehavior split_behavior(const JsonFields& node, const char* key, co
 // Pre-tokenizers that Hugging Face defines by a character class, as PCRE2 patterns. White space is Unicode
 // White_Space (Rust's char::is_whitespace, Oniguruma's \s): tab to carriage return, NEL and the separators Z*. Spelled
 // out because PCRE2's \s also matches U+180E, which Oniguruma's does not (checked against Hugging Face's library).
-constexpr const char* kWhiteSpaceRun = "[\\t-\\r\\x{85}\\p{Z}]+";
+constexpr const char* kWhiteSpaceRun = "[" CAIRN_WHITE_SPACE_MEMBERS "]+";
 constexpr const char* kPunctuationPattern = "[\\p{P}!-/:-@\\[-`{-~]";
 constexpr const char* kWhitespacePattern =
-    "[\\p{L}\\p{M}\\p{N}\\p{Pc}]+|[^\\p{L}\\p{M}\\p{N}\\p{Pc}\\t-\\r\\x{85}\\p{Z}]+";
+    "[\\p{L}\\p{M}\\p{N}\\p{Pc}]+|[^\\p{L}\\p{M}\\p{N}\\p{Pc}" CAIRN_WHITE_SPACE_MEMBERS "]+";
 
 // Collects the regex split patterns of a pre_tokenizer node; throws for unsupported kinds.
 void collect_pre_tokenizer(const JsonFields& node, BpeConfig& cfg, bool& byte_level, int depth = 0) {
@@ -620,6 +620,11 @@ std::unique_ptr<Tokenizer> load_for_dataset(const std::string& dataset_dir) {
   JsonFields ix(index, path, "dataset index");
   if (!ix.has("tokenizer")) throw UsageError(file_message("dataset index", path, "has no tokenizer"));
   return load_from_description(ix.raw().at("tokenizer"), dataset_dir);
+}
+
+std::string pcre2_pattern_from_oniguruma(const std::string& re) {
+  const nlohmann::json node = {{"Regex", re}};
+  return pcre2_from_oniguruma(JsonFields(node, "<regex>", "pre-tokenizer regex"), re);
 }
 
 }  // namespace cairn::tokenizer
