@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <filesystem>
 #include <limits>
 #include <thread>
@@ -70,11 +71,17 @@ void opt_string_or_int(const JsonFields& f, const char* key) {
 
 // One measure: cairn's {busbw, algbw, wrong, time_us} or nccl-tests' {bus_bw, alg_bw, nwrong, time}.
 void check_measure(const JsonFields& m, bool nccl) {
-  // nccl-tests prints what it could not compute as text ("nan", "-nan", "inf"): read as not measured (a whole run
-  // was refused for one "nan").
+  // nccl-tests prints what it could not compute as printf's text ("nan", "-nan", "inf"): read as not measured (a
+  // whole run was refused for one "nan"); other text is still an error.
+  auto printf_text = [&](const char* k) {
+    if (!m.has(k) || !m.raw().at(k).is_string()) return false;
+    std::string v = m.raw().at(k).get<std::string>();
+    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return v == "nan" || v == "-nan" || v == "inf" || v == "-inf" || v == "n/a";
+  };
   if (nccl)
     for (const char* k : {"bus_bw", "alg_bw", "time", "cpu_time"}) {
-      if (!(m.has(k) && m.raw().at(k).is_string())) opt_number(m, k, 0);
+      if (!printf_text(k)) opt_number(m, k, 0);
     }
   else
     for (const char* k : {"busbw", "algbw", "time_us"}) opt_number(m, k, 0);
