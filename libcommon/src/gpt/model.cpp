@@ -168,11 +168,17 @@ uint64_t hash_name(const std::string& s) {
   return h;
 }
 
-// N(0, std) by Box-Muller in double, from a stream seeded by (seed, name).
+// N(0, std) by Box-Muller in double, from a stream seeded by (seed, name). splitmix64 is a counter (its state
+// steps by a constant), so pair j starts from state0 + 2j steps: the pairs are drawn on all cores, each value the
+// same as the sequential stream's (one thread took ~95 ns a parameter: 11 minutes for a 7 B piece).
 void fill_normal(float* out, size_t n, float stddev, uint64_t seed, const std::string& name) {
-  uint64_t state = seed ^ hash_name(name);
+  const uint64_t state0 = seed ^ hash_name(name);
   const double two_pi = 6.283185307179586;
-  for (size_t i = 0; i < n; i += 2) {
+  const int64_t pairs = static_cast<int64_t>((n + 1) / 2);
+#pragma omp parallel for schedule(static) if (pairs > 65536)
+  for (int64_t j = 0; j < pairs; ++j) {
+    uint64_t state = state0 + static_cast<uint64_t>(2 * j) * 0x9E3779B97F4A7C15ull;
+    const size_t i = static_cast<size_t>(2 * j);
     double u1 = ((splitmix64(state) >> 11) + 1.0) * (1.0 / 9007199254740993.0);  // (0, 1]
     double u2 = (splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
     double r = std::sqrt(-2.0 * std::log(u1));
