@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <new>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -26,6 +27,7 @@
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
+#include "cairn/sysinfo.h"
 
 namespace cairn {
 
@@ -414,6 +416,14 @@ int run_tool(const std::string& tool, int argc, char** argv, const std::function
     std::fprintf(stderr, "%s%s: %s\n", rank_prefix().c_str(), tool.c_str(), e.what());
     mpi::abort_if_failed(e.code());
     return end_tool(e.code());
+  } catch (const std::bad_alloc&) {
+    // Said as what it is, with what this process may still have (a bare "std::bad_alloc" named nothing).
+    std::fprintf(stderr,
+                 "%s%s: out of memory (std::bad_alloc); %s available to this process now (MemAvailable, cgroup "
+                 "limit, ulimit -v)\n",
+                 rank_prefix().c_str(), tool.c_str(), human_bytes(available_memory_bytes()).c_str());
+    mpi::abort_if_failed(kExitRuntime);
+    return end_tool(kExitRuntime);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s%s: %s\n", rank_prefix().c_str(), tool.c_str(), e.what());
     mpi::abort_if_failed(kExitRuntime);
