@@ -58,6 +58,21 @@ std::unique_ptr<tokenizer::Tokenizer> load_configured_tokenizer(const DataSectio
   return tokenizer::load(tokenizer_spec(data));
 }
 
+json part_index_entry(const std::string& dir, const std::string& file) {
+  auto sh = shards::open_shard(join_path(dir, file));
+  return {{"file", file},
+          {"tokens", sh->num_tokens()},
+          {"documents", sh->num_documents()},
+          {"xxh64", shards::hex64(sh->attributes().value("tokens_xxh64", uint64_t{0}))}};
+}
+
+void write_parts_index(const std::string& dir, const json& shard_list, const tokenizer::Tokenizer& tok) {
+  const json index = {{"format", "cairn-shards"},    {"format_version", shards::kFormatVersion},
+                      {"tokenizer", tok.describe()}, {"vocab_size", tok.vocab_size()},
+                      {"eot_id", tok.eot_id()},      {"shards", shard_list}};
+  atomic_write(join_path(dir, "index.json"), index.dump() + "\n");
+}
+
 namespace {
 
 // One work item: raw records in, their documents' tokens out.
@@ -452,12 +467,7 @@ PartsIndex index_parts(size_t ngroups, const std::string& parts, const tokenizer
     pi.source_bytes += side.value("bytes", uint64_t{0});
     const size_t n = side.at("parts").get<size_t>();
     for (size_t p = 0; p < n; ++p) {
-      std::string file = part_name(i, p);
-      auto sh = shards::open_shard(join_path(parts, file));
-      shard_list.push_back({{"file", file},
-                            {"tokens", sh->num_tokens()},
-                            {"documents", sh->num_documents()},
-                            {"xxh64", shards::hex64(sh->attributes().value("tokens_xxh64", uint64_t{0}))}});
+      shard_list.push_back(part_index_entry(parts, part_name(i, p)));
     }
     for (const json& in : side.at("inputs")) {  // per input, in order: the same whatever the grouping
       const uint64_t fx = shards::parse_hex64(in.at("xxh64").get<std::string>());
@@ -470,10 +480,7 @@ PartsIndex index_parts(size_t ngroups, const std::string& parts, const tokenizer
   }
   pi.identity = "dataset:" + shards::hex64(XXH64_digest(st)) + ":" + tok.id();
   XXH64_freeState(st);
-  json index = {{"format", "cairn-shards"},    {"format_version", shards::kFormatVersion},
-                {"tokenizer", tok.describe()}, {"vocab_size", tok.vocab_size()},
-                {"eot_id", tok.eot_id()},      {"shards", shard_list}};
-  atomic_write(join_path(parts, "index.json"), index.dump() + "\n");
+  write_parts_index(parts, shard_list, tok);
   return pi;
 }
 

@@ -119,10 +119,7 @@ class ImportParts {
   std::string finish() {
     flush();
     XXH64_update(hash_.get(), starts_.data(), starts_.size() * 8);
-    const json index = {{"format", "cairn-shards"},     {"format_version", shards::kFormatVersion},
-                        {"tokenizer", tok_.describe()}, {"vocab_size", tok_.vocab_size()},
-                        {"eot_id", tok_.eot_id()},      {"shards", list_}};
-    atomic_write(join_path(dir_, "index.json"), index.dump() + "\n");
+    write_parts_index(dir_, list_, tok_);
     return "import:" + shards::hex64(XXH64_digest(hash_.get()));
   }
 
@@ -145,11 +142,7 @@ class ImportParts {
         w.append_document(part_.starts[d + 1] - part_.starts[d], part_.bytes[d]);
       w.finish();
     }
-    auto sh = shards::open_shard(path);
-    list_.push_back({{"file", file},
-                     {"tokens", sh->num_tokens()},
-                     {"documents", sh->num_documents()},
-                     {"xxh64", shards::hex64(sh->attributes().value("tokens_xxh64", uint64_t{0}))}});
+    list_.push_back(part_index_entry(dir_, file));
     part_ = MemorySource{};
   }
   std::string dir_;

@@ -311,6 +311,11 @@ int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const s
 // The tokenizer the [data] section describes (tokenizer, vocab, merges, tokenizer_json).
 std::unique_ptr<tokenizer::Tokenizer> load_configured_tokenizer(const DataSection& data);
 
+// Intermediate part files (build's and convert --from's): one part's entry in an index.json shard list, read back
+// from the written file, and the index.json that makes a directory of parts one dataset (shards::Dataset::open).
+nlohmann::json part_index_entry(const std::string& dir, const std::string& file);
+void write_parts_index(const std::string& dir, const nlohmann::json& shard_list, const tokenizer::Tokenizer& tok);
+
 // ------------------------------------------------------------------------------------ build inputs
 // Files named by the inputs: directories expanded (recursive, sorted, hidden and binary files
 // skipped), glob patterns expanded (sorted), @FILE manifests read (one input per line, relative to
