@@ -84,11 +84,40 @@ for np in (2, 4):
 print("1/2/4 ranks identical over", len(a), "values")
 PY
 
+CK20="$WORK/run/train/ckpt/step_00000020"
 # Restart-safe: a rerun finds everything in results.jsonl and evaluates nothing.
 n1=$(wc -l < run/eval/results.jsonl)
 "$BIN/cairn-eval" --config eval.toml 2> rerun.err > /dev/null
 grep -q "already evaluated" rerun.err || fail "rerun did not skip evaluated checkpoints"
 [ "$(wc -l < run/eval/results.jsonl)" = "$n1" ] || fail "rerun changed results.jsonl"
+
+# Provenance: every row names its writer's line in provenance.jsonl; reevaluating step 20 adds a second writer, and
+# a writer no row refers to any more (all steps reevaluated) loses its line.
+"$BIN/cairn-eval" --config eval.toml --set eval.reevaluate=true "$CK20" --log-level warn > /dev/null
+cp run/eval/provenance.jsonl prov2.jsonl
+cp run/eval/results.jsonl results2.jsonl
+"$BIN/cairn-eval" --config eval.toml --set eval.reevaluate=true --set eval.batch_size=4 --log-level warn > /dev/null
+$PY - "$WORK" <<'PY'
+import json, sys, h5py
+w = sys.argv[1]
+def load(rows_path, prov_path):
+    rows = [json.loads(l) for l in open(rows_path)]
+    prov = {p["eval_run"]: p["provenance"] for p in map(json.loads, open(prov_path))}
+    assert all(r["eval_run"] in prov for r in rows), "a row names no provenance line"
+    return rows, prov
+rows, prov = load(f"{w}/results2.jsonl", f"{w}/prov2.jsonl")
+assert len(prov) == 2, f"two writers expected, provenance.jsonl has {len(prov)}"
+by_step = {s: {r["eval_run"] for r in rows if r["step"] == s} for s in (10, 20)}
+assert len(by_step[10]) == 1 and len(by_step[20]) == 1 and by_step[10] != by_step[20], by_step
+p20 = prov[next(iter(by_step[20]))]
+assert p20["tool"] == "cairn-eval" and "step_00000020" in p20["command_line"], p20["command_line"]
+assert "reevaluate" in p20["command_line"] and "[eval]" in p20["config"] and p20["git_sha"]
+rows, prov = load(f"{w}/run/eval/results.jsonl", f"{w}/run/eval/provenance.jsonl")
+assert len(prov) == 1 and "batch_size=4" in next(iter(prov.values()))["command_line"], prov.keys()
+h = h5py.File(f"{w}/run/eval/results.h5")
+assert [x.decode() for x in h["results/eval_run"][:]] == [r["eval_run"] for r in rows]
+print("provenance: 2 writers, then 1 after reevaluating every step")
+PY
 
 # Bad inputs: exit 2 with clear messages.
 CK="$WORK/run/train/ckpt/step_00000020"

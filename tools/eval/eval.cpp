@@ -206,7 +206,7 @@ class Evaluator {
         if (const std::string why = creatable_dir_problem(out_dir_); !why.empty())
           throw UsageError(file_message("cannot write results to", out_dir_, why));
         // The files each result rewrites must be files: a directory there failed only after the whole evaluation.
-        for (const char* name : {"results.jsonl", "results.h5"}) {
+        for (const char* name : {"results.jsonl", "results.h5", "provenance.jsonl"}) {
           const std::string path = join_path(out_dir_, name);
           std::error_code ec;
           if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
@@ -391,15 +391,16 @@ class Evaluator {
     double wall = unix_seconds();
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::vector<ResultRow> new_rows;
+    const std::string eval_run = this_eval_run();
     for (const auto& r : results) {
       for (const auto& m : r.metrics)
         new_rows.push_back({target.step, meta.tokens, target.path, r.task, m.name, m.value, m.stderr_, r.samples, wall,
-                            target.id, task_config_.at(r.task)});
+                            target.id, task_config_.at(r.task), eval_run});
       double tps = r.seconds > 0 ? r.tokens_processed / r.seconds : 0, eps = r.seconds > 0 ? r.samples / r.seconds : 0;
       new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_tokens_per_s", tps, std::nan(""),
-                          r.samples, wall, target.id, task_config_.at(r.task)});
+                          r.samples, wall, target.id, task_config_.at(r.task), eval_run});
       new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_examples_per_s", eps, std::nan(""),
-                          r.samples, wall, target.id, task_config_.at(r.task)});
+                          r.samples, wall, target.id, task_config_.at(r.task), eval_run});
     }
     // Rank 0 writes; every rank agrees on the outcome, so a failed write (a full disk, a stopped evaluator holding
     // the lock) ends every rank at once, not only rank 0.
@@ -416,7 +417,9 @@ class Evaluator {
         update.acquire(join_path(out_dir_, ".results.lock"), out_dir_, "cannot update the results in",
                        "stop it (or let it finish), then evaluate this checkpoint again", 120);
         // Under the lock no other cairn-eval is writing here: temps of killed ones go (full-size results.h5 copies).
-        remove_stale_temps(out_dir_, [](const std::string& n) { return n == "results.jsonl" || n == "results.h5"; });
+        remove_stale_temps(out_dir_, [](const std::string& n) {
+          return n == "results.jsonl" || n == "results.h5" || n == "provenance.jsonl";
+        });
         rows_ = read_results(join_path(out_dir_, "results.jsonl"));
         std::set<std::string> replaced;
         for (const auto& r : results) replaced.insert(r.task);
@@ -429,6 +432,8 @@ class Evaluator {
         // this step to be scored again, never results.h5 or the harness files without it.
         write_results_h5(join_path(out_dir_, "results.h5"), rows_);
         write_harness_files(target, meta.tokens, results, start_unix, wall);
+        // Before results.jsonl: every row there finds its writer in provenance.jsonl.
+        update_provenance_jsonl(join_path(out_dir_, "provenance.jsonl"), rows_);
         write_results_jsonl(join_path(out_dir_, "results.jsonl"), rows_);
         std::fputs(summary_table(target.step, meta.tokens, target.path, results).c_str(), stdout);
         std::fflush(stdout);

@@ -155,6 +155,11 @@ using ResultRow = records::EvalRow;
 std::vector<ResultRow> read_results(const std::string& jsonl_path);
 void write_results_jsonl(const std::string& path, const std::vector<ResultRow>& rows);
 void write_results_h5(const std::string& path, const std::vector<ResultRow>& rows);
+// eval/provenance.jsonl: one line per cairn-eval invocation whose rows results.jsonl holds. update_provenance_jsonl
+// rewrites it with this process's line added and the lines no row refers to any more dropped; returns this process's
+// eval_run key (what its rows carry).
+std::string this_eval_run();
+void update_provenance_jsonl(const std::string& path, const std::vector<ResultRow>& rows);
 // lm-evaluation-harness's file conventions (lm_eval/utils.py, lm_eval/loggers/evaluation_tracker.py).
 // hash_string: sha256 hex digest of the UTF-8 text.
 std::string sha256_hex(std::string_view text);

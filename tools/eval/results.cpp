@@ -4,12 +4,16 @@
 #include <cmath>
 #include <ctime>
 #include <fstream>
+#include <set>
+
+#include <xxhash.h>
 
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/h5.h"
 #include "cairn/log.h"
 #include "cairn/provenance.h"
+#include "cairn/shards.h"
 #include "eval.h"
 
 namespace cairn::eval {
@@ -46,14 +50,50 @@ void write_results_jsonl(const std::string& path, const std::vector<ResultRow>& 
   atomic_write(path, text);
 }
 
+std::string this_eval_run() {
+  const std::string text = provenance().to_json().dump();
+  return shards::hex64(XXH64(text.data(), text.size(), 0));
+}
+
+void update_provenance_jsonl(const std::string& path, const std::vector<ResultRow>& rows) {
+  std::set<std::string> referenced;
+  for (const auto& r : rows)
+    if (!r.eval_run.empty()) referenced.insert(r.eval_run);
+  std::vector<records::EvalProvenance> lines;
+  std::set<std::string> have;
+  if (std::ifstream in{path}) {
+    std::string line;
+    int64_t lineno = 0;
+    while (std::getline(in, line)) {
+      ++lineno;
+      if (line.empty()) continue;
+      records::EvalProvenance p;
+      try {
+        p = records::EvalProvenance::parse(line, path + ":" + std::to_string(lineno));
+      } catch (const UsageError& e) {
+        // Provenance is a record of the past: a damaged line is reported and dropped, never a reason to lose results.
+        CAIRN_LOG_WARN("%s; the line is dropped", e.what());
+        continue;
+      }
+      if (referenced.count(p.eval_run) && have.insert(p.eval_run).second) lines.push_back(std::move(p));
+    }
+  }
+  const std::string mine = this_eval_run();
+  if (referenced.count(mine) && have.insert(mine).second) lines.push_back({mine, provenance().to_json()});
+  std::string text;
+  for (const auto& p : lines) text += p.to_json().dump() + "\n";
+  atomic_write(path, text);
+}
+
 void write_results_h5(const std::string& path, const std::vector<ResultRow>& rows) {
   AtomicFile af(path);
   {
     h5::File f = h5::File::create(af.temp_path());
     std::vector<int64_t> step, tokens, n;
     std::vector<double> value, err, wall;
-    std::vector<std::string> ckpt, task, metric;
+    std::vector<std::string> ckpt, task, metric, eval_run;
     for (const auto& r : rows) {
+      eval_run.push_back(r.eval_run);
       step.push_back(r.step);
       tokens.push_back(r.tokens);
       n.push_back(r.n);
@@ -75,6 +115,7 @@ void write_results_h5(const std::string& path, const std::vector<ResultRow>& row
     g.write_strings("checkpoint", ckpt);
     g.write_strings("task", task);
     g.write_strings("metric", metric);
+    g.write_strings("eval_run", eval_run);  // the key of the writer's line in provenance.jsonl
     g.set_attr("rows", static_cast<int64_t>(rows.size()));
     f.set_attr("format", "cairn-eval-results");
     f.set_attr("format_version", int64_t{1});

@@ -108,11 +108,24 @@ struct EvalRow {
   // cairn-eval's fingerprint of the task's definition when it was scored (its [eval.task] table, the files it names,
   // --limit, ...): a row scored under another definition does not count as done. "" before it was recorded.
   std::string task_config;
+  // Which cairn-eval invocation wrote the row: the key of its line in eval/provenance.jsonl (tool, version, git sha,
+  // host, time, command line, config). "" in files written before it was recorded.
+  std::string eval_run;
 
   nlohmann::json to_json() const;
   // step, task and metric are required; the rest default as above.
   static EvalRow from_json(const JsonFields& f);
   static EvalRow parse(std::string_view line, const std::string& where);
+};
+
+// One line of eval/provenance.jsonl: who wrote the results.jsonl rows whose "eval_run" is `eval_run`.
+// results.jsonl stays one result per line (what jq and pandas readers expect); the provenance is kept beside it.
+struct EvalProvenance {
+  std::string eval_run;       // 16 hex digits: the xxh64 of the provenance's JSON text
+  nlohmann::json provenance;  // Provenance::to_json()
+
+  nlohmann::json to_json() const;
+  static EvalProvenance parse(std::string_view line, const std::string& where);
 };
 
 // ---- plan/plans.json ----------------------------------------------------------------------------------------

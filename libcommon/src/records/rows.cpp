@@ -64,6 +64,7 @@ json EvalRow::to_json() const {
             {"wall_time", wall_time}};
   if (!checkpoint_id.empty()) j["checkpoint_id"] = checkpoint_id;
   if (!task_config.empty()) j["task_config"] = task_config;
+  if (!eval_run.empty()) j["eval_run"] = eval_run;
   return j;
 }
 
@@ -81,12 +82,28 @@ EvalRow EvalRow::from_json(const JsonFields& f) {
   r.wall_time = f.number_or("wall_time", 0, -DBL_MAX, DBL_MAX);
   r.checkpoint_id = f.str_or("checkpoint_id", "");
   r.task_config = f.str_or("task_config", "");
+  r.eval_run = f.str_or("eval_run", "");
   return r;
 }
 
 EvalRow EvalRow::parse(std::string_view line, const std::string& where) {
   const json j = parse_json_text(std::string(line), where, "eval result");
   return from_json(JsonFields(j, where, "eval result"));
+}
+
+// ---- EvalProvenance
+
+json EvalProvenance::to_json() const { return {{"eval_run", eval_run}, {"provenance", provenance}}; }
+
+EvalProvenance EvalProvenance::parse(std::string_view line, const std::string& where) {
+  const json j = parse_json_text(std::string(line), where, "eval provenance");
+  JsonFields f(j, where, "eval provenance");
+  EvalProvenance p;
+  p.eval_run = f.str("eval_run");
+  if (!j.contains("provenance") || !j["provenance"].is_object())
+    f.fail("provenance", "an object (tool, version, git_sha, host, time_utc, command_line, config)");
+  p.provenance = j["provenance"];
+  return p;
 }
 
 // ---- PlanRow

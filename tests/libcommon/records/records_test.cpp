@@ -206,13 +206,16 @@ BOOST_AUTO_TEST_CASE(fast_scanner_accepts_exactly_what_a_full_parser_accepts) {
 
 BOOST_AUTO_TEST_CASE(eval_rows_round_trip) {
   // No checkpoint_id: a row as written before it was recorded.
-  EvalRow r{250, 1024000, "run/train/ckpt/step_00000250", "hellaswag", "acc_norm", 0.31, 0.012, 500, 1.7e9, "", ""};
+  EvalRow r{250, 1024000, "run/train/ckpt/step_00000250", "hellaswag", "acc_norm", 0.31, 0.012, 500, 1.7e9, "", "", ""};
   const EvalRow back = EvalRow::parse(r.to_json().dump(), "results.jsonl:1");
   BOOST_TEST(back.to_json() == r.to_json());
   BOOST_TEST(back.stderr_value == 0.012);
   BOOST_TEST(!back.to_json().contains("checkpoint_id"));  // rows before it was recorded read back without it
   r.checkpoint_id = "0123456789abcdef";
   BOOST_TEST(EvalRow::parse(r.to_json().dump(), "results.jsonl:1").checkpoint_id == "0123456789abcdef");
+  BOOST_TEST(!r.to_json().contains("eval_run"));
+  r.eval_run = "fedcba9876543210";
+  BOOST_TEST(EvalRow::parse(r.to_json().dump(), "results.jsonl:1").eval_run == "fedcba9876543210");
   // Not computed: NaN is written as null and read back as NaN.
   r.value = std::nan("");
   r.stderr_value = std::nan("");
@@ -224,6 +227,17 @@ BOOST_AUTO_TEST_CASE(eval_rows_round_trip) {
              "malformed eval result \"results.jsonl:4\": key \"task\": expected a string, got nothing (missing)");
   msg = usage_error([] { EvalRow::parse(R"({"step":-1,"task":"t","metric":"acc"})", "r:1"); });
   BOOST_TEST(msg.find("key \"step\": expected an integer in [0, ") != std::string::npos, msg);
+}
+
+BOOST_AUTO_TEST_CASE(eval_provenance_lines) {
+  const EvalProvenance p{"fedcba9876543210", json{{"tool", "cairn-eval"}, {"command_line", "cairn-eval --out x"}}};
+  const EvalProvenance back = EvalProvenance::parse(p.to_json().dump(), "provenance.jsonl:1");
+  BOOST_TEST(back.eval_run == p.eval_run);
+  BOOST_TEST(back.provenance == p.provenance);
+  std::string msg = usage_error([] { EvalProvenance::parse(R"({"eval_run":"ab","provenance":3})", "p.jsonl:2"); });
+  BOOST_TEST(msg.find("\"p.jsonl:2\": key \"provenance\": expected an object") != std::string::npos, msg);
+  msg = usage_error([] { EvalProvenance::parse(R"({"provenance":{}})", "p.jsonl:3"); });
+  BOOST_TEST(msg.find("key \"eval_run\"") != std::string::npos, msg);
 }
 
 BOOST_AUTO_TEST_CASE(plan_rows_round_trip) {
