@@ -471,7 +471,15 @@ json check_value(const KeySpec& spec, const std::string& key, const json& v, con
       ok = is_num(v);
       if (ok) out = v.get<double>();
       break;
-    case KeyType::String: ok = v.is_string(); break;
+    case KeyType::String:
+      ok = v.is_string();
+      if (spec.byte_count && v.is_number_integer()) {
+        if (v.get<int64_t>() < 0)
+          fail("value " + short_json(v) + " is not a byte count (a size such as 1048576 or \"1M\")");
+        out = std::to_string(v.get<int64_t>());
+        ok = true;
+      }
+      break;
     case KeyType::StringList: ok = all_of_array(v, is_str); break;
     case KeyType::IntList: ok = all_of_array(v, is_int_like); break;
     case KeyType::FloatList:

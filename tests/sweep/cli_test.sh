@@ -17,6 +17,14 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 # 1. Every collective on 2 ranks, --json next to the run-directory outputs.
 if mpirun -np 2 "$BIN" --out "$TMP/np2" all -b 64 -e 64K -n 3 -w 1 --json "$TMP/np2.json" >"$TMP/np2.txt" 2>"$TMP/np2.err"; then
   $PY $CHECK "$TMP/np2.txt" "$TMP/np2/sweep" --json "$TMP/np2.json" --minbytes 64 --maxbytes 65536 || fail "np2 check"
+  # Provenance beside the measurement: the command line in the table's preamble, the [sweep] settings in fabric.toml.
+  grep -q "^# cairn-sweep run .* on .*: .*cairn-sweep --out $TMP/np2 all -b 64 -e 64K" "$TMP/np2.txt" ||
+    fail "np2: no command line in the preamble"
+  $PY - "$TMP/np2/sweep/fabric.toml" <<'PY' || fail "np2: fabric.toml does not record the [sweep] settings"
+import sys, tomllib
+s = tomllib.load(open(sys.argv[1], "rb"))["fabric"]["sweep"]
+assert s["minbytes"] == "64" and s["maxbytes"] == "64K" and s["iters"] == 3 and s["collectives"] == ["all"], s
+PY
 else
   fail "np2 sweep exited $?"; cat "$TMP/np2.err" >&2
 fi
@@ -44,6 +52,17 @@ rc=$?
 grep -q "# Out of bounds values : 1 FAILED" "$TMP/bad.txt" || fail "planted wrong not in the footer"
 grep -q "1 wrong element" "$TMP/bad.err" || fail "planted wrong: no message"
 $PY $CHECK "$TMP/bad.txt" "$TMP/bad/sweep" --minbytes 64 --maxbytes 1024 --expect-wrong 1 || fail "bad-run check"
+
+# 4b. Segments of 1 M elements and more are filled and checked by several threads (the rank's share of its cores:
+# both here, unbound): every element still checked, the planted one still counted once, in place and out of place.
+mpirun --bind-to none -np 1 "$FAULTS" --corrupt-check 1 --out "$TMP/bigbad" allreduce -b 8M -e 8M -n 1 -w 0 \
+  >"$TMP/bigbad.txt" 2>"$TMP/bigbad.err"
+rc=$?
+[ $rc -eq 3 ] || fail "planted wrong in 2 M elements: exit $rc, want 3"
+grep -q "# Out of bounds values : 1 FAILED" "$TMP/bigbad.txt" || fail "planted wrong in 2 M elements not counted once"
+mpirun --bind-to none -np 1 "$BIN" --out "$TMP/bigok" allreduce reducescatter allgather -b 8M -e 8M -n 1 -w 0 -c 2 \
+  >"$TMP/bigok.txt" 2>"$TMP/bigok.err" || fail "2 M elements: a correct sweep exited $?"
+[ "$(grep -c "# Out of bounds values : 0 OK" "$TMP/bigok.txt")" = 3 ] || fail "2 M elements: wrong elements in a correct sweep"
 
 # 5. The bandwidth gate.
 mpirun -np 2 "$BIN" --out "$TMP/gate" -b 1K -e 4K -n 1 -w 0 --min-busbw 100000 >"$TMP/gate.txt" 2>"$TMP/gate.err"
@@ -116,6 +135,11 @@ printf '[sweep]\nminbytes = "abc"\n' > "$TMP/badsize.toml"
 expect_usage "badsize.toml:2:1: sweep.minbytes \(-b\): 'abc' is not a size" --config "$TMP/badsize.toml"
 expect_usage "sweep.minbytes \(-b\): 'abc' is not a size" -b abc --print-config
 expect_usage "sweep.maxbytes \(-e\): '99999999999999999999' is too large" -e 99999999999999999999  # was "stoull", exit 1
+# A byte count may be a plain TOML integer (a file, --set, CAIRN_SWEEP_*); negative ones are refused by name.
+"$BIN" --print-config --set sweep.maxbytes=65536 --set sweep.stepbytes=4096 2>&1 | grep -q '^maxbytes = "65536"' ||
+  fail "--set sweep.maxbytes=65536 not taken as 64K"
+CAIRN_SWEEP_MINBYTES=1024 "$BIN" --print-config 2>&1 | grep -q '^minbytes = "1024"' || fail "integer env byte count"
+expect_usage "sweep.maxbytes: value -5 is not a byte count" --set sweep.maxbytes=-5 --print-config
 expect_usage "measures allreduce only" --bench-bare 3 allgather -b 1K -e 1K
 # Buffers the node cannot hold: refused before any allocation and before the table (each allocation alone fits, so
 # the ranks used to be killed by the OOM killer once they touched them, or exit 1 after the header).

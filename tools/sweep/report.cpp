@@ -58,6 +58,10 @@ std::string format_preamble(const RunInfo& info) {
                  info.nccl_version, info.nccl_version);
   s += strprintf("# cairn-sweep version %s (git %s) backend %s: %s\n", cairn_version().c_str(), cairn_git_sha().c_str(),
                  info.backend.c_str(), info.backend_version.c_str());
+  // Who ran it, as every cairn result says (the effective config is in sweep.json, sweep.h5 and fabric.toml): a
+  // comment line, which nccl-tests' readers skip like the rest of the preamble.
+  const Provenance& p = provenance();
+  s += strprintf("# cairn-sweep run %s on %s: %s\n", p.time_utc.c_str(), p.host.c_str(), p.command_line.c_str());
   return s;
 }
 
@@ -536,6 +540,7 @@ std::string fabric_toml(const RunInfo& info, const SweepResult& r) {
   header.host = p.host;
   header.time_utc = p.time_utc;
   header.command_line = p.command_line;
+  header.sweep = info.sweep_config;
   json doc = json::object();
   std::vector<std::string> skipped;
   auto fit_table = [](const Block& b) {

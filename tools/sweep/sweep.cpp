@@ -977,10 +977,10 @@ int finish_on_root(RunInfo& info, SweepResult& res, const SweepOptions& o, const
 int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* result_out, const SweepFaults& faults) {
   SweepOptions o = opts_in;
   const MpiCountLimit count_limit(faults.mpi_count_limit);
-  (void)cfg;  // everything the sweep needs is in opts (from sweep_options(cfg)); kept for run_<tool>(cfg) symmetry
   const mpi::Topology& world = mpi::topology();
   bool root = world.rank == 0;
   RunInfo info;
+  info.sweep_config = cfg.section("sweep");  // what the sweep needs is in opts (sweep_options(cfg)); this is a record
   info.start_time = utc_now_iso8601();
   info.start_time_local = local_time_now();
   if (o.malloc_tune) {

@@ -161,6 +161,7 @@ struct RunInfo {
   std::string start_time, end_time;              // UTC ISO 8601 (provenance, HDF5)
   std::string start_time_local, end_time_local;  // nccl-tests' JSON format, "%Y-%m-%d %H:%M:%S" local
   int nccl_version = 0;                          // NCCL version code (0 on MPI)
+  nlohmann::json sweep_config;                   // the effective [sweep] section (fabric.toml records it)
 };
 
 // --bench-bare (bench.cpp): per size, `rounds` alternating pairs of cairn-sweep's timed loop and a

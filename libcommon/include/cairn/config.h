@@ -39,6 +39,9 @@ struct KeySpec {
   // KeyType::Table only: the keys an inline table may hold (empty: any), so a misspelled key inside
   // `[eval.task.x]` is an error with a suggestion like any other unknown key.
   std::vector<std::string> table_keys;
+  // KeyType::String only: a byte count written "64K"/"1G" or as a plain integer (maxbytes = 1048576), which is read
+  // as its decimal text.
+  bool byte_count = false;
 };
 
 // The registry of every section and key of every tool (llama.cpp-style one common registry),

@@ -173,6 +173,7 @@ struct FabricHeader {
   int64_t ranks_per_node = 0;  // 0: not known (a hand-written file)
   std::optional<bool> simulated_nodes;
   std::optional<std::string> tool, version, git_sha, host, time_utc, command_line;
+  nlohmann::json sweep;  // the [sweep] settings that measured it (an object; null in files before it was recorded)
   std::vector<std::string> skipped;  // "<tier>.<collective>.<type>: why no fit"
 
   nlohmann::json to_json() const;

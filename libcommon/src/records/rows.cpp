@@ -204,6 +204,7 @@ json FabricHeader::to_json() const {
   detail::put(j, "host", host);
   detail::put(j, "time_utc", time_utc);
   detail::put(j, "command_line", command_line);
+  if (sweep.is_object()) j["sweep"] = sweep;
   if (!skipped.empty()) j["skipped"] = skipped;
   return j;
 }
@@ -223,6 +224,10 @@ FabricHeader FabricHeader::from_json(const JsonFields& f) {
   detail::get(f, "host", h.host);
   detail::get(f, "time_utc", h.time_utc);
   detail::get(f, "command_line", h.command_line);
+  if (f.has("sweep")) {
+    if (!f.raw().at("sweep").is_object()) f.fail("sweep", "a table (the [sweep] settings of the measurement)");
+    h.sweep = f.raw().at("sweep");
+  }
   if (f.has("skipped")) {
     const json& list = f.array("skipped");
     for (size_t i = 0; i < list.size(); ++i) {

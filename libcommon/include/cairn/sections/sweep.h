@@ -46,11 +46,12 @@ struct SweepSection {
       "backend has)");
     k(&S::root, "root", Range{-1, 1e7},
       "root rank of broadcast and reduce within each tier (-r; -1 = every rank in turn)");
-    k(&S::minbytes, "minbytes", Flag{"-b,--minbytes"}, "smallest size, bytes with optional K/M/G suffix (-b)");
-    k(&S::maxbytes, "maxbytes", Flag{"-e,--maxbytes"}, "largest size, bytes with optional K/M/G suffix (-e)");
+    k(&S::minbytes, "minbytes", ByteCount{}, Flag{"-b,--minbytes"},
+      "smallest size: bytes, or with a K/M/G suffix (-b)");
+    k(&S::maxbytes, "maxbytes", ByteCount{}, Flag{"-e,--maxbytes"}, "largest size: bytes, or with a K/M/G suffix (-e)");
     k(&S::stepfactor, "stepfactor", Range{1, 1024}, Flag{"-f,--stepfactor"},
       "multiply the size by this each step (-f; 1 = use stepbytes)");
-    k(&S::stepbytes, "stepbytes", "add this many bytes each step when stepfactor = 1 (-i)");
+    k(&S::stepbytes, "stepbytes", ByteCount{}, "add this many bytes each step when stepfactor = 1 (-i)");
     k(&S::iters, "iters", Range{1, 1e7}, Flag{"-n,--iters"}, "timed iterations per size (-n)");
     k(&S::agg_iters, "agg_iters", Range{1, 1e6},
       "collective calls aggregated into each timed iteration; times are per call (-m)");
@@ -70,7 +71,8 @@ struct SweepSection {
       "gate: exit 3 if any block's average bus bandwidth (GB/s) is below this (0 = off)");
     k(&S::keep_samples, "keep_samples", Flag{"--keep-samples"}, "store every iteration's time in sweep.h5");
     k(&S::malloc_tune, "malloc_tune", Flag{"--malloc-tune"},
-      "call mallopt(M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB) at start, as MALLOC_MMAP_MAX_=0 would (see README)");
+      "call mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, -1) at start: no mmap'd blocks and no trimming, so "
+      "large MPI temporaries are not re-faulted each call (see README)");
   }
 };
 
