@@ -450,6 +450,11 @@ expect_exit 2 'unknown subcommand "frobnicate"; the subcommands are build, resha
 expect_exit 2 'unknown subcommand "verfy" (did you mean "verify"?)' "$B" verfy "$T/ds"
 expect_exit 2 'unknown subcommand "frobnicate"' "$B" --log-level warn frobnicate
 expect_exit 2 'a subcommand is required: one of build, reshard' "$B"
+expect_exit 2 'a subcommand is required: one of build, reshard' "$B" --out "$T/nosub"
+# --print-config needs no subcommand: every one reads the same config (configs/demo.toml's header says so).
+printf '[data]\nshards = 3\n' > "$T/pc.toml"
+"$B" --config "$T/pc.toml" --print-config > "$T/pc.txt" 2>&1 || fail "--print-config without a subcommand: $(head -2 "$T/pc.txt")"
+grep -q '^shards = 3 .*pc.toml' "$T/pc.txt" || fail "--print-config without a subcommand: [data] shards not shown"
 expect_exit 2 'shards' "$B" reshard "$T/ds" --shards
 echo "ok: unknown or missing subcommands exit 2 naming the valid ones"
 
@@ -507,6 +512,14 @@ if [ "$(id -u)" = 0 ] && command -v runuser > /dev/null && runuser -u nobody -- 
   expect_exit 2 'cannot read directory ".*locked": Permission denied' runuser -u nobody -- "$B" build --out "$P/o" "$P/in"
   expect_exit 2 'cannot read directory ".*locked": Permission denied' runuser -u nobody -- "$B" build --out "$P/o2" "$P/in/locked"
   cp -r "$T/ds" "$P/ro"; chmod -R a+rX,a-w "$P/ro"
+  # An --out in a directory this user cannot write: exit 2 before the inputs are read (was exit 1 after the work).
+  mkdir -p "$P/in2"; printf 'a document\n' > "$P/in2/a.txt"; chmod -R a+rX "$P/in2"
+  for sub in "build $P/in2" "reshard $P/ro --shards 1" "mix $P/ro --weights 1" "convert --to llmc $P/ro"; do
+    # shellcheck disable=SC2086
+    expect_exit 2 "--out: cannot write \".*ro/out\": cannot write in \".*ro\": Permission denied" \
+      runuser -u nobody -- "$B" $sub --out "$P/ro/out"
+  done
+  [ ! -e "$P/ro/out" ] || fail "a refused --out was created"
   runuser -u nobody -- "$B" stats "$P/ro" > "$P/stats.txt" 2> "$P/stats.err" || { chmod -R u+w "$P"; fail "stats of a read-only dataset: $(cat "$P/stats.err")"; }
   grep -q "tokens" "$P/stats.txt" && grep -q "not writable here" "$P/stats.err" || { chmod -R u+w "$P"; fail "read-only stats: $(cat "$P/stats.err")"; }
   chmod -R u+rwx "$P"; rm -rf "$P"

@@ -14,6 +14,7 @@
 #include "cairn/config.h"
 #include "cairn/config_section.h"
 #include "cairn/error.h"
+#include "cairn/files.h"
 #include "cairn/mpi.h"
 #include "reshard.h"
 
@@ -23,12 +24,11 @@ namespace {
 // regular file is a usage error before any input is read, not a failure once they are all tokenized. The common
 // check of the run directory does not see it (here --out is not the run directory).
 void check_output_path(const std::string& out, bool prefix) {
-  namespace fs = std::filesystem;
-  fs::path p = prefix ? fs::path(out).parent_path() : fs::path(out);
-  std::error_code ec;
-  while (!p.empty() && fs::symlink_status(p, ec).type() == fs::file_type::not_found) p = p.parent_path();
-  if (!p.empty() && !fs::is_directory(p, ec))
-    throw cairn::UsageError(cairn::file_message("--out: cannot write", out, "Not a directory"));
+  // A directory this process may create and write in (a read-only mount, another user's directory: exit 2 now, not
+  // exit 1 after the inputs were read and tokenized).
+  const std::string dir = prefix ? std::filesystem::path(out).parent_path().string() : out;
+  if (const std::string why = cairn::creatable_dir_problem(dir); !why.empty())
+    throw cairn::UsageError(cairn::file_message("--out: cannot write", out, why));
 }
 
 // Why no subcommand ran (CLI11 only says one is required): the word given instead, with the closest
@@ -64,7 +64,8 @@ int cairn::reshard::reshard_main(int argc, char** argv, const ReshardFaults& fau
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   return cairn::run_tool("cairn-reshard", argc, argv, [&]() -> int {
     CLI::App app{"cairn-reshard: tokenize, reshard, convert, verify and describe token datasets"};
-    app.require_subcommand(1);
+    // At most one; none only with --print-config (the config every subcommand reads), checked after the parse.
+    app.require_subcommand(0, 1);
     cairn::CommonOptions opts;
     cairn::add_common_options(app, opts);
     std::vector<std::string> inputs;
@@ -126,6 +127,7 @@ int cairn::reshard::reshard_main(int argc, char** argv, const ReshardFaults& fau
         "prefix");
     try {
       cairn::parse_cli(app, argc, argv);
+      if (app.get_subcommands().empty() && !opts.print_config) throw cairn::UsageError("A subcommand is required");
     } catch (const cairn::UsageError& e) {
       const std::string why = app.get_subcommands().empty() ? missing_subcommand(app, e.what()) : "";
       if (why.empty()) throw;

@@ -404,8 +404,12 @@ void TrainCheckpoints::check_schedule(const std::string& dir, const records::Tra
   const double now = learning_rate(updates, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule);
   std::string what;
   for (const auto& c : changes) what += (what.empty() ? "" : ", ") + c;
-  const std::string effect = strprintf("step %lld would run at learning rate %.4g where the run's schedule gives %.4g",
-                                       static_cast<long long>(step + 1), now, then);
+  // Four significant digits, or as many as it takes to tell the two rates apart (a longer decay moves the next
+  // step's rate by a few parts in 10^4 early on).
+  int digits = 4;
+  while (digits < 17 && now != then && strprintf("%.*g", digits, now) == strprintf("%.*g", digits, then)) ++digits;
+  const std::string effect = strprintf("step %lld would run at learning rate %.*g where the run's schedule gives %.*g",
+                                       static_cast<long long>(step + 1), digits, now, digits, then);
   // A checkpoint named with --resume DIR is a deliberate restart (a rollback after a spike, usually with a lower
   // rate): its new schedule is taken, with the warning. What --resume auto finds (a requeue, an extension) is the run
   // going on, where a changed schedule is an accident.

@@ -52,7 +52,9 @@ struct EvalSection {
     k(&S::reevaluate, "reevaluate", Flag{"--reevaluate"},
       "evaluate checkpoints again even if results already hold them");
     k(&S::log_samples, "log_samples", Flag{"--log-samples"},
-      "write per-example log-likelihoods of multiple-choice tasks to <out>/eval/samples/step_%08d_<task>.jsonl");
+      "write one line per example (multiple-choice log-likelihoods, documents-mode perplexity) in "
+      "lm-evaluation-harness's sample schema to <out>/eval/lm_eval/<run>__step_%08d/samples_<task>_<date>.jsonl, "
+      "linked from <out>/eval/samples/step_%08d_<task>.jsonl");
     k(&S::backend, "backend", Choices{"cpu", "cpu-ref", "cuda"}, Flag{"--backend"}, "kernel backend");
     k(&S::threads, "threads", Range{0, 4096}, Flag{"--threads"},
       "CPU threads per rank (0 = the node's cores shared among its ranks)");
