@@ -35,7 +35,7 @@ namespace {
 // ZeRO-3 shard, or the whole piece on the first data-parallel replica) and, `moments`, the AdamW moments (its ZeRO
 // slice, or the whole slice on the first replica without ZeRO).
 struct SpokenPieces {
-  std::vector<float> params, m, v;
+  HostFloats params, m, v;
   size_t params_lo = 0, params_hi = 0, lo = 0, hi = 0;
 };
 
@@ -46,16 +46,16 @@ std::vector<SpokenPieces> spoken_pieces(const std::vector<Chunk>& chunks, const 
     const Chunk& ch = chunks[c];
     SpokenPieces& h = out[c];
     if (ch.param_shard.data()) {
-      h.params = to_host(backend, ch.param_shard.data(), ch.shards.count());
+      h.params = HostFloats(backend, ch.param_shard.data(), ch.shards.count());
       h.params_lo = ch.shards.lo;
       h.params_hi = ch.shards.hi;
     } else if (first_replica) {
-      h.params = to_host(backend, ch.model->params(), ch.num_params());
+      h.params = HostFloats(backend, ch.model->params(), ch.num_params());
       h.params_hi = ch.num_params();
     }
     if (moments && (ch.shards.shard > 0 || first_replica)) {
-      h.m = to_host(backend, ch.m.data(), ch.shards.count());
-      h.v = to_host(backend, ch.v.data(), ch.shards.count());
+      h.m = HostFloats(backend, ch.m.data(), ch.shards.count());
+      h.v = HostFloats(backend, ch.v.data(), ch.shards.count());
       h.lo = ch.shards.lo;
       h.hi = ch.shards.hi;
     }
@@ -571,18 +571,19 @@ void TrainCheckpoints::write_files(const std::string& tmp, const TrainProgress& 
   if (whole()) {
     std::lock_guard<std::recursive_mutex> lk(hdf5_mutex());
     if (s_.rank == 0) {
-      const std::vector<float> params = to_host(backend_, ch.model->params(), N);
+      const HostFloats params(backend_, ch.model->params(), N);
       checkpoint::write_model(join_path(tmp, "model.h5"), meta, whole_tensors, params.data());
     }
     // Without ZeRO every rank holds the same moments: rank 0 writes them, the others only their state.
     const bool owns = ch.shards.shard > 0 || s_.rank == 0;
     os.offset = owns ? ch.shards.lo : 0;
     os.count = owns ? ch.shards.count() : 0;
-    if (owns) {
-      os.m = to_host(backend_, ch.m.data(), ch.shards.count());
-      os.v = to_host(backend_, ch.v.data(), ch.shards.count());
+    checkpoint::OptimWriter optim(join_path(tmp, checkpoint::optim_file_name(s_.rank)), os);
+    if (os.count > 0) {
+      const HostFloats m(backend_, ch.m.data(), os.count), v(backend_, ch.v.data(), os.count);
+      optim.write(0, os.count, m.data(), v.data());
     }
-    checkpoint::write_optim(join_path(tmp, checkpoint::optim_file_name(s_.rank)), os);
+    optim.close();
     return;
   }
   write_assembled(tmp, meta, whole_tensors, os);
@@ -623,19 +624,18 @@ void TrainCheckpoints::write_assembled(const std::string& tmp, const checkpoint:
     os.count = 0;
     checkpoint::write_optim(join_path(tmp, checkpoint::optim_file_name(s_.rank)), os);
   }
-  std::vector<float> tensor, tm, tv;
+  // One buffer on rank 0, reused for the parameters, then each moment: rank 0's peak is one tensor, not three.
+  std::vector<float> tensor;
   for (size_t i = 0; i < whole_tensors.size(); ++i) {
     const gpt::TensorInfo& t = whole_tensors[i];
     std::vector<Contribution> params, m, v;
     contributions(chunks_, host, t, params, m, v);
     gather_to_root(params, t.offset, t.size, tensor, MPI_COMM_WORLD);
-    gather_to_root(m, t.offset, t.size, tm, MPI_COMM_WORLD);
-    gather_to_root(v, t.offset, t.size, tv, MPI_COMM_WORLD);
-    if (s_.rank == 0)
-      attempt([&] {
-        model->write(i, tensor.data());
-        optim->write(t.offset, t.size, tm.data(), tv.data());
-      });
+    if (s_.rank == 0) attempt([&] { model->write(i, tensor.data()); });
+    gather_to_root(m, t.offset, t.size, tensor, MPI_COMM_WORLD);
+    if (s_.rank == 0) attempt([&] { optim->write_m(t.offset, t.size, tensor.data()); });
+    gather_to_root(v, t.offset, t.size, tensor, MPI_COMM_WORLD);
+    if (s_.rank == 0) attempt([&] { optim->write_v(t.offset, t.size, tensor.data()); });
   }
   if (s_.rank != 0) return;
   attempt([&] {

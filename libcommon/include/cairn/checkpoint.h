@@ -123,6 +123,9 @@ class OptimWriter {
   OptimWriter(const OptimWriter&) = delete;
   OptimWriter& operator=(const OptimWriter&) = delete;
   void write(uint64_t at, uint64_t n, const float* m, const float* v);
+  // One moment at a time, for writers that assemble each from pieces in one reused buffer.
+  void write_m(uint64_t at, uint64_t n, const float* m);
+  void write_v(uint64_t at, uint64_t n, const float* v);
   void close();
 
  private:

@@ -326,7 +326,15 @@ OptimWriter::OptimWriter(const std::string& path, const OptimShard& s) : impl_(s
 OptimWriter::~OptimWriter() = default;
 
 void OptimWriter::write(uint64_t at, uint64_t n, const float* m, const float* v) {
+  write_m(at, n, m);
+  write_v(at, n, v);
+}
+
+void OptimWriter::write_m(uint64_t at, uint64_t n, const float* m) {
   h5::write_range_raw(impl_->m, H5T_NATIVE_FLOAT, at, n, m);
+}
+
+void OptimWriter::write_v(uint64_t at, uint64_t n, const float* v) {
   h5::write_range_raw(impl_->v, H5T_NATIVE_FLOAT, at, n, v);
 }
 
