@@ -1,5 +1,7 @@
 // GPT-2 forward/backward over a kernel backend: parameter layout, init, activation buffers (and their
 // recomputation), gradient buckets.
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -169,21 +171,27 @@ uint64_t hash_name(const std::string& s) {
 }
 
 // N(0, std) by Box-Muller in double, from a stream seeded by (seed, name). splitmix64 is a counter (its state
-// steps by a constant), so pair j starts from state0 + 2j steps: the pairs are drawn on all cores, each value the
-// same as the sequential stream's (one thread took ~95 ns a parameter: 11 minutes for a 7 B piece).
-void fill_normal(float* out, size_t n, float stddev, uint64_t seed, const std::string& name) {
+// steps by a constant), so pair j (values 2j and 2j+1) starts from state0 + 2j steps: any range of the stream is
+// drawn without the values before it, on all cores, each value the same as the sequential stream's (one thread
+// took ~95 ns a parameter: 11 minutes for a 7 B piece). Values at `limit` and past it are zero (wte's padding).
+// Writes stream values [first, first + count) to out[0, count).
+void fill_normal_range(float* out, size_t first, size_t count, size_t limit, float stddev, uint64_t seed,
+                       const std::string& name) {
   const uint64_t state0 = seed ^ hash_name(name);
   const double two_pi = 6.283185307179586;
-  const int64_t pairs = static_cast<int64_t>((n + 1) / 2);
-#pragma omp parallel for schedule(static) if (pairs > 65536)
-  for (int64_t j = 0; j < pairs; ++j) {
+  const size_t end = std::min(first + count, std::max(limit, first));
+  std::fill(out + (end - first), out + count, 0.0f);
+  if (end <= first) return;
+  const int64_t j0 = static_cast<int64_t>(first / 2), j1 = static_cast<int64_t>((end + 1) / 2);
+#pragma omp parallel for schedule(static) if (j1 - j0 > 65536 && !omp_in_parallel())
+  for (int64_t j = j0; j < j1; ++j) {
     uint64_t state = state0 + static_cast<uint64_t>(2 * j) * 0x9E3779B97F4A7C15ull;
     const size_t i = static_cast<size_t>(2 * j);
     double u1 = ((splitmix64(state) >> 11) + 1.0) * (1.0 / 9007199254740993.0);  // (0, 1]
     double u2 = (splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
     double r = std::sqrt(-2.0 * std::log(u1));
-    out[i] = (float)(stddev * r * std::cos(two_pi * u2));
-    if (i + 1 < n) out[i + 1] = (float)(stddev * r * std::sin(two_pi * u2));
+    if (i >= first) out[i - first] = (float)(stddev * r * std::cos(two_pi * u2));
+    if (i + 1 >= first && i + 1 < end) out[i + 1 - first] = (float)(stddev * r * std::sin(two_pi * u2));
   }
 }
 
@@ -1369,30 +1377,31 @@ void Model::copy_logits_to_host(float* host) const {
 void Model::init(uint64_t seed) {
   Impl& m = *impl_;
   if (!m.params) throw RuntimeError("gpt: parameters are in lent unit storage");
-  std::vector<float> host(m.n_params, 0.0f), whole;
+  std::vector<float> host(m.n_params, 0.0f);
   const float stddev = 0.02f;
   const float residual_std = stddev / std::sqrt(2.0f * m.cfg.layers);
   for (const auto& t : m.tensors) {
-    // the whole tensor as the whole model's init draws it (per-name streams), then this piece of it
+    // This piece's values of the whole tensor as the whole model's init draws it (per-name streams, each value
+    // computable alone), so any layout starts from the same model, and a TP rank draws only its piece.
     size_t n = 1;
     for (int dim : t.full_shape) n *= (size_t)dim;
-    whole.assign(n, 0.0f);
     const bool is_bias = t.name.ends_with(".bias");
     const bool is_norm = t.name.find("ln_") != std::string::npos;
-    if (is_norm && !is_bias) {
-      std::fill(whole.begin(), whole.end(), 1.0f);
-    } else if (is_bias) {
-      // zeros
-    } else if (t.name == "wte") {
-      // padding rows stay zero: they are never looked up and their logits are masked
-      fill_normal(whole.data(), (size_t)m.cfg.vocab_real * m.cfg.hidden, stddev, seed, t.name);
-    } else {
-      const bool residual_proj = t.name.ends_with("c_proj.weight");
-      fill_normal(whole.data(), n, residual_proj ? residual_std : stddev, seed, t.name);
-    }
+    if (is_bias) continue;  // zeros
     std::vector<FlatRun> runs;
     tensor_runs(t, m.spec.tp, m.spec.tp_rank, runs);
-    for (const FlatRun& r : runs) std::copy_n(whole.data() + r.full, r.count, host.data() + t.offset + r.local);
+    if (is_norm) {
+      for (const FlatRun& r : runs) std::fill_n(host.data() + t.offset + r.local, r.count, 1.0f);
+      continue;
+    }
+    // wte's padding rows stay zero: they are never looked up and their logits are masked.
+    const size_t limit = t.name == "wte" ? (size_t)m.cfg.vocab_real * m.cfg.hidden : n;
+    const float std_t = t.name.ends_with("c_proj.weight") ? residual_std : stddev;
+#pragma omp parallel for schedule(dynamic, 16) if (runs.size() >= 64)
+    for (size_t k = 0; k < runs.size(); ++k) {
+      const FlatRun& r = runs[k];
+      fill_normal_range(host.data() + t.offset + r.local, r.full, r.count, limit, std_t, seed, t.name);
+    }
   }
   m.be.copy_to_device(m.params, host.data(), sizeof(float) * m.n_params);
 }
