@@ -93,6 +93,27 @@ BOOST_AUTO_TEST_CASE(computed_metrics_use_medians_after_warmup) {
   BOOST_TEST(em.at("eval_wiki_ppl").best == 20.0);        // lower is better
 }
 
+BOOST_AUTO_TEST_CASE(loss_best_is_measured_like_its_final_value) {
+  // A short run whose loss falls to the end (60 steps, 3 per window): the EMA of the curve lags the raw tail, so its
+  // minimum read worse than the final value. Best is now the lowest 3-step mean: the last one here.
+  RunData run;
+  run.name = "r";
+  std::string text;
+  for (int s = 1; s <= 60; ++s) text += train_line(s, 5.0 - 0.03 * s, 1000.0);
+  parse_metrics_jsonl(text, "m", run);
+  auto m = compute_metrics(run, MetricSettings{});
+  BOOST_TEST(m.at("loss").value == (3.26 + 3.23 + 3.20) / 3, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(m.at("loss").best == m.at("loss").value);
+  // A dip before the end: best is that dip's window mean, below the final value.
+  RunData dip;
+  text.clear();
+  for (int s = 1; s <= 60; ++s) text += train_line(s, s >= 30 && s < 33 ? 1.0 : 3.0, 1000.0);
+  parse_metrics_jsonl(text, "m", dip);
+  auto d = compute_metrics(dip, MetricSettings{});
+  BOOST_TEST(d.at("loss").value == 3.0, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(d.at("loss").best == 1.0, boost::test_tools::tolerance(1e-9));
+}
+
 BOOST_AUTO_TEST_CASE(pipelined_runs_report_the_critical_stage_wait_and_the_imbalance) {
   // Stage 1 computes more (the head and loss): it is the critical stage, its wait the pipeline's; 30 % more busy
   // than stage 0. Runs without stages have neither metric.

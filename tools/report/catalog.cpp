@@ -76,6 +76,25 @@ double tail_mean(const std::vector<double>& y, size_t k) {
   return n ? s / static_cast<double>(n) : kNaN;
 }
 
+// The lowest mean of k consecutive finite values (all of them when there are fewer): the best the run did by the
+// measure tail_mean gives its end, so a run's best is never worse than its final value.
+double min_window_mean(const std::vector<double>& y, size_t k) {
+  std::vector<double> f;
+  for (double v : y)
+    if (std::isfinite(v)) f.push_back(v);
+  if (f.empty() || k == 0) return kNaN;
+  if (f.size() <= k) return tail_mean(f, k);
+  double s = 0;
+  for (size_t i = 0; i < k; ++i) s += f[i];
+  double best = s;
+  for (size_t i = k; i < f.size(); ++i) {
+    s += f[i] - f[i - k];
+    best = std::min(best, s);
+  }
+  // The sliding sum drifts by rounding: the last window is the final value exactly, so take it as computed there.
+  return std::min(best / static_cast<double>(k), tail_mean(f, k));
+}
+
 const json* object_at(const json& j, const char* key) {
   if (!j.is_object()) return nullptr;
   auto it = j.find(key);
@@ -118,7 +137,8 @@ std::string normalize_collective(const std::string& name) {
 
 const std::vector<MetricDef>& fixed_metrics() {
   static const std::vector<MetricDef> k{
-      {"loss", "", "train", Better::Lower, "final training loss: mean of the last 5% of logged steps (1..50 records)"},
+      {"loss", "", "train", Better::Lower, "final training loss: mean of the last 5% of logged steps (1..50 records); best: the lowest such mean over "
+       "the run"},
       {"val_loss", "", "train", Better::Lower, "last validation loss"},
       {"best_val_loss", "", "train", Better::Lower, "lowest validation loss"},
       {"tokens_per_s", "tok/s", "train", Better::Higher, "median training throughput after warm-up"},
@@ -427,10 +447,11 @@ void train_metrics(Metrics& m, const RunData& run, const MetricSettings& st) {
     size_t n = t.size();
     size_t w = warmup_index(n, st.warmup_frac);
     size_t k = std::clamp<size_t>(n / 20, 1, 50);
-    std::vector<double> smooth = ema_smooth(t.loss, st.smooth);
     // A run whose last loss is not finite diverged: its final loss is unknown, and the tail mean of the finite ones
-    // before would pass a gate the run failed. Left unset, the gate fails with missing_reason's account.
-    if (std::isfinite(t.loss.back())) set(m, "loss", tail_mean(t.loss, k), min_finite(smooth));
+    // before would pass a gate the run failed. Left unset, the gate fails with missing_reason's account. Best: the
+    // lowest mean over k consecutive steps, the final value's own measure (the EMA-smoothed curve's minimum lagged
+    // the raw tail of a short run, so "best" read worse than "final").
+    if (std::isfinite(t.loss.back())) set(m, "loss", tail_mean(t.loss, k), min_window_mean(t.loss, k));
     set(m, "tokens_per_s", median_from(t.tokens_per_s, w), max_finite(t.tokens_per_s, w));
     set(m, "mfu", as_percent(median_from(t.mfu, w)), as_percent(max_finite(t.mfu, w)));
     set(m, "tflops", median_from(t.tflops, w), max_finite(t.tflops, w));
