@@ -137,7 +137,8 @@ std::string normalize_collective(const std::string& name) {
 
 const std::vector<MetricDef>& fixed_metrics() {
   static const std::vector<MetricDef> k{
-      {"loss", "", "train", Better::Lower, "final training loss: mean of the last 5% of logged steps (1..50 records); best: the lowest such mean over "
+      {"loss", "", "train", Better::Lower,
+       "final training loss: mean of the last 5% of logged steps (1..50 records); best: the lowest such mean over "
        "the run"},
       {"val_loss", "", "train", Better::Lower, "last validation loss"},
       {"best_val_loss", "", "train", Better::Lower, "lowest validation loss"},
