@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cairn/gpt.h"
+#include "cairn/records.h"
 
 namespace cairn::checkpoint {
 
@@ -162,10 +163,16 @@ class OptimReader {
   std::unique_ptr<Impl> impl_;
 };
 
+// Flushes a file this process wrote to stable storage and describes it as DONE lists it (name, size, xxh64): each
+// rank describes its own files, so their read-back and fsync run on every rank at once instead of all on rank 0.
+records::CheckpointDone::File describe_written_file(const std::string& path);
+
 // Finalises a checkpoint written into `tmp_dir` (all ranks' files present): records sizes and
 // xxh64 of every file, renames tmp_dir to final_dir (replacing an old one), then writes DONE.
-// Rank 0 calls this after a barrier.
-void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step, int world_size);
+// Rank 0 calls this after a barrier. Files in `described` (describe_written_file of their writers) are taken as
+// described; the others are flushed and read back here.
+void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step, int world_size,
+          const std::vector<records::CheckpointDone::File>& described = {});
 
 // Deletes complete checkpoints beyond the newest `keep_last`, except those whose step is a multiple
 // of keep_every (> 0), and stale temporary directories. Returns the directories removed. Each is renamed to a

@@ -439,7 +439,13 @@ void read_optim_range(const std::string& dir, uint64_t offset, uint64_t count, f
   OptimReader(dir).read(offset, count, m, v, adam_step);
 }
 
-void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step, int world_size) {
+records::CheckpointDone::File describe_written_file(const std::string& path) {
+  fsync_path(path);
+  return {fs::path(path).filename().string(), fs::file_size(path), hex64(file_xxh64(path))};
+}
+
+void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step, int world_size,
+          const std::vector<records::CheckpointDone::File>& described) {
   records::CheckpointDone marker;
   marker.step = step;
   marker.world_size = world_size;
@@ -450,8 +456,10 @@ void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step
   std::sort(names.begin(), names.end());
   for (const auto& n : names) {
     std::string p = join_path(tmp_dir, n);
-    fsync_path(p);
-    marker.files.push_back({n, fs::file_size(p), hex64(file_xxh64(p))});
+    auto known = std::find_if(described.begin(), described.end(), [&](const auto& f) { return f.name == n; });
+    // A described file is taken as its writer saw it, unless its size says it changed since (never expected).
+    if (known != described.end() && known->bytes == fs::file_size(p)) marker.files.push_back(*known);
+    else marker.files.push_back(describe_written_file(p));
   }
   if (path_exists(final_dir)) {
     ec = remove_step_dir(final_dir);
