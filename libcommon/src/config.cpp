@@ -473,6 +473,10 @@ json check_value(const KeySpec& spec, const std::string& key, const json& v, con
       break;
     case KeyType::String:
       ok = v.is_string();
+      if (spec.byte_count && v.is_number_float())
+        fail("value " + short_json(v) +
+             " is not a byte count: write whole bytes (1048576) or a size with a suffix in "
+             "quotes (\"1.5M\")");
       if (spec.byte_count && v.is_number_integer()) {
         if (v.get<int64_t>() < 0)
           fail("value " + short_json(v) + " is not a byte count (a size such as 1048576 or \"1M\")");

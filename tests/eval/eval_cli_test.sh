@@ -238,9 +238,11 @@ write_train_config train2.toml "$WORK/run2" 10 10
 expect_exit 2 "are both step 10" "$BIN/cairn-eval" --config eval.toml --out twin \
   "$WORK/run/train/ckpt/step_00000010" "$WORK/run2/train/ckpt/step_00000010"
 [ ! -e twin/eval/results.jsonl ] || fail "a refused call wrote results"
-mkdir -p dirres/eval/results.jsonl
+mkdir -p dirres/eval/results.jsonl dirprov/eval/provenance.jsonl
 expect_exit 2 "results.jsonl.*exists and is not a regular file" "$BIN/cairn-eval" --config eval.toml --out dirres \
   "$WORK/run/train/ckpt/step_00000010"
+expect_exit 2 "provenance.jsonl.*exists and is not a regular file" "$BIN/cairn-eval" --config eval.toml \
+  --out dirprov "$WORK/run/train/ckpt/step_00000010"
 
 # A full disk while writing results: exit 1 naming the file, never an unreadable results.h5 put in place (HDF5's
 # write errors were only a return code of its close, and the crash at exit followed), no temp files piling up,
@@ -255,6 +257,15 @@ if [[ $(id -u) == 0 ]] && mount -t tmpfs -o size=56k tmpfs full/eval 2> /dev/nul
     $PY -c "import h5py; h5py.File('full/eval/results.h5')['results/step'][:]" ||
       { umount full/eval; fail "full disk: results.h5 left unreadable"; }
   fi
+  # Wherever the disk filled, every row on disk still finds its writer's provenance line.
+  if [ -e full/eval/results.jsonl ]; then
+    $PY - full/eval <<'PYEOF' || fail "full disk: a row without its provenance line"
+import json, sys
+d = sys.argv[1]
+prov = {json.loads(l)["eval_run"] for l in open(f"{d}/provenance.jsonl")}
+assert all(json.loads(l)["eval_run"] in prov for l in open(f"{d}/results.jsonl"))
+PYEOF
+  fi
   umount full/eval
   "$BIN/cairn-eval" --config eval.toml --out full --log-level warn "$WORK/run/train/ckpt" > /dev/null 2> full2.err ||
     fail "full disk: the rerun with room failed: $(cat full2.err)"
@@ -265,6 +276,8 @@ rows = [json.loads(l) for l in open(f"{d}/results.jsonl")]
 with h5py.File(f"{d}/results.h5") as f:
     assert len(f["results/step"]) == len(rows) > 0, (len(f["results/step"]), len(rows))
 assert len({(r["step"], r["task"], r["metric"]) for r in rows}) == len(rows), "duplicate rows"
+prov = {json.loads(l)["eval_run"] for l in open(f"{d}/provenance.jsonl")}
+assert prov == {r["eval_run"] for r in rows}, (prov, {r["eval_run"] for r in rows})
 PYEOF
   ! compgen -G "full/eval/.results.*.tmp.*" > /dev/null || fail "full disk: temp files left: $(ls -a full/eval)"
 else

@@ -53,6 +53,13 @@ grep -q "# Out of bounds values : 1 FAILED" "$TMP/bad.txt" || fail "planted wron
 grep -q "1 wrong element" "$TMP/bad.err" || fail "planted wrong: no message"
 $PY $CHECK "$TMP/bad.txt" "$TMP/bad/sweep" --minbytes 64 --maxbytes 1024 --expect-wrong 1 || fail "bad-run check"
 
+# 4a. A command line with a newline (a quoted --out) stays one comment line in the preamble.
+mpirun -np 1 "$BIN" --out "$TMP/nl"$'\n'"x" allreduce -b 8 -e 8 -n 1 -w 0 >"$TMP/nl.txt" 2>"$TMP/nl.err" ||
+  fail "newline in --out: exit $?"
+grep -q '^# cairn-sweep run ' "$TMP/nl.txt" && grep -qF "/nl\\nx' allreduce" "$TMP/nl.txt" ||
+  fail "newline in --out: not escaped in the preamble"
+[ "$(sed -n 4p "$TMP/nl.txt" | cut -c1)" = "#" ] || fail "newline in --out: preamble line 4 is not a comment"
+
 # 4b. Segments of 1 M elements and more are filled and checked by several threads (the rank's share of its cores:
 # both here, unbound): every element still checked, the planted one still counted once, in place and out of place.
 mpirun --bind-to none -np 1 "$FAULTS" --corrupt-check 1 --out "$TMP/bigbad" allreduce -b 8M -e 8M -n 1 -w 0 \
@@ -140,6 +147,7 @@ expect_usage "sweep.maxbytes \(-e\): '99999999999999999999' is too large" -e 999
   fail "--set sweep.maxbytes=65536 not taken as 64K"
 CAIRN_SWEEP_MINBYTES=1024 "$BIN" --print-config 2>&1 | grep -q '^minbytes = "1024"' || fail "integer env byte count"
 expect_usage "sweep.maxbytes: value -5 is not a byte count" --set sweep.maxbytes=-5 --print-config
+expect_usage "sweep.maxbytes: value 1.5 is not a byte count: write whole bytes" --set sweep.maxbytes=1.5 --print-config
 expect_usage "measures allreduce only" --bench-bare 3 allgather -b 1K -e 1K
 # Buffers the node cannot hold: refused before any allocation and before the table (each allocation alone fits, so
 # the ranks used to be killed by the OOM killer once they touched them, or exit 1 after the header).

@@ -421,6 +421,9 @@ class Evaluator {
           return n == "results.jsonl" || n == "results.h5" || n == "provenance.jsonl";
         });
         rows_ = read_results(join_path(out_dir_, "results.jsonl"));
+        std::set<std::string> writers;  // of the rows on disk and of the rows replacing them
+        for (const auto& r : rows_) writers.insert(r.eval_run);
+        for (const auto& r : new_rows) writers.insert(r.eval_run);
         std::set<std::string> replaced;
         for (const auto& r : results) replaced.insert(r.task);
         std::vector<ResultRow> kept;
@@ -432,9 +435,13 @@ class Evaluator {
         // this step to be scored again, never results.h5 or the harness files without it.
         write_results_h5(join_path(out_dir_, "results.h5"), rows_);
         write_harness_files(target, meta.tokens, results, start_unix, wall);
-        // Before results.jsonl: every row there finds its writer in provenance.jsonl.
-        update_provenance_jsonl(join_path(out_dir_, "provenance.jsonl"), rows_);
+        // Before results.jsonl the writers of the old rows and the new (a kill between leaves every row its line),
+        // after it those of the rows it now holds.
+        update_provenance_jsonl(join_path(out_dir_, "provenance.jsonl"), writers);
         write_results_jsonl(join_path(out_dir_, "results.jsonl"), rows_);
+        writers.clear();
+        for (const auto& r : rows_) writers.insert(r.eval_run);
+        update_provenance_jsonl(join_path(out_dir_, "provenance.jsonl"), writers);
         std::fputs(summary_table(target.step, meta.tokens, target.path, results).c_str(), stdout);
         std::fflush(stdout);
         CAIRN_LOG_INFO("step %lld evaluated in %.2f s", static_cast<long long>(target.step), secs);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -155,11 +156,12 @@ using ResultRow = records::EvalRow;
 std::vector<ResultRow> read_results(const std::string& jsonl_path);
 void write_results_jsonl(const std::string& path, const std::vector<ResultRow>& rows);
 void write_results_h5(const std::string& path, const std::vector<ResultRow>& rows);
-// eval/provenance.jsonl: one line per cairn-eval invocation whose rows results.jsonl holds. update_provenance_jsonl
-// rewrites it with this process's line added and the lines no row refers to any more dropped; returns this process's
-// eval_run key (what its rows carry).
+// eval/provenance.jsonl: one line per cairn-eval invocation whose rows results.jsonl holds. this_eval_run() is this
+// process's key (what its rows carry); update_provenance_jsonl rewrites the file with this process's line added and
+// only the lines whose key is in `referenced` kept: before results.jsonl is replaced, the writers of the rows on disk
+// and of the new rows (a kill between the two rewrites leaves no row without its line); after it, those of its rows.
 std::string this_eval_run();
-void update_provenance_jsonl(const std::string& path, const std::vector<ResultRow>& rows);
+void update_provenance_jsonl(const std::string& path, const std::set<std::string>& referenced);
 // lm-evaluation-harness's file conventions (lm_eval/utils.py, lm_eval/loggers/evaluation_tracker.py).
 // hash_string: sha256 hex digest of the UTF-8 text.
 std::string sha256_hex(std::string_view text);

@@ -55,13 +55,13 @@ std::string this_eval_run() {
   return shards::hex64(XXH64(text.data(), text.size(), 0));
 }
 
-void update_provenance_jsonl(const std::string& path, const std::vector<ResultRow>& rows) {
-  std::set<std::string> referenced;
-  for (const auto& r : rows)
-    if (!r.eval_run.empty()) referenced.insert(r.eval_run);
+void update_provenance_jsonl(const std::string& path, const std::set<std::string>& referenced) {
   std::vector<records::EvalProvenance> lines;
   std::set<std::string> have;
-  if (std::ifstream in{path}) {
+  if (path_exists(path)) {
+    // A file that cannot be read is an error, as for results.jsonl: rewriting it would drop every other writer's line.
+    std::ifstream in(path);
+    if (!in) throw RuntimeError(errno_message("cannot open", path));
     std::string line;
     int64_t lineno = 0;
     while (std::getline(in, line)) {
@@ -77,6 +77,7 @@ void update_provenance_jsonl(const std::string& path, const std::vector<ResultRo
       }
       if (referenced.count(p.eval_run) && have.insert(p.eval_run).second) lines.push_back(std::move(p));
     }
+    if (in.bad()) throw RuntimeError(errno_message("cannot read", path));
   }
   const std::string mine = this_eval_run();
   if (referenced.count(mine) && have.insert(mine).second) lines.push_back({mine, provenance().to_json()});

@@ -1,4 +1,6 @@
 // MPI backend of cairn-sweep: host buffers, blocking MPI collectives on the tier's communicator.
+#include <omp.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -97,10 +99,11 @@ T sentinel() {
 // The untimed fill and check cost ~25 ns an element on one thread (a minute per 2 G elements): large buffers spread
 // them over this rank's share of the node's cores, so ranks that fill the node stay on one thread each and no idle
 // OpenMP thread competes with a timed loop. Small segments stay serial (a parallel region costs microseconds).
-int pattern_threads(uint64_t count) {
-  constexpr uint64_t kParallelFrom = uint64_t{1} << 20;
-  static const int share = mpi::cores_per_local_rank();
-  return count >= kParallelFrom ? share : 1;
+// OMP_NUM_THREADS, when lower, caps it.
+constexpr int64_t kParallelFrom = int64_t{1} << 20;
+int pattern_threads() {
+  static const int share = std::max(1, std::min(mpi::cores_per_local_rank(), omp_get_max_threads()));
+  return share;
 }
 
 template <typename T>
@@ -111,7 +114,7 @@ void fill_typed(T* p, const Segment& s, const PatternParams& pp) {
     std::fill(out, out + n, sentinel<T>());
     return;
   }
-#pragma omp parallel for schedule(static) num_threads(pattern_threads(s.count))
+#pragma omp parallel for schedule(static) if (n >= kParallelFrom) num_threads(pattern_threads())
   for (int64_t j = 0; j < n; ++j) out[j] = static_cast<T>(segment_value(pp, s, static_cast<uint64_t>(j)));
 }
 
@@ -120,7 +123,7 @@ int64_t check_typed(const T* p, const Segment& s, const PatternParams& pp) {
   const int64_t n = static_cast<int64_t>(s.count);
   const T* in = p + s.offset;
   int64_t wrong = 0;
-#pragma omp parallel for schedule(static) reduction(+ : wrong) num_threads(pattern_threads(s.count))
+#pragma omp parallel for schedule(static) reduction(+ : wrong) if (n >= kParallelFrom) num_threads(pattern_threads())
   for (int64_t j = 0; j < n; ++j) {
     if (!value_matches(pp, static_cast<double>(in[j]), segment_value(pp, s, static_cast<uint64_t>(j)))) ++wrong;
   }

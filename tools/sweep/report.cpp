@@ -60,8 +60,16 @@ std::string format_preamble(const RunInfo& info) {
                  info.backend.c_str(), info.backend_version.c_str());
   // Who ran it, as every cairn result says (the effective config is in sweep.json, sweep.h5 and fabric.toml): a
   // comment line, which nccl-tests' readers skip like the rest of the preamble.
+  // Control characters (a newline inside a quoted argument) are escaped: the line must stay one comment line.
   const Provenance& p = provenance();
-  s += strprintf("# cairn-sweep run %s on %s: %s\n", p.time_utc.c_str(), p.host.c_str(), p.command_line.c_str());
+  std::string cmd;
+  for (unsigned char c : p.command_line) {
+    if (c == '\n') cmd += "\\n";
+    else if (c == '\t') cmd += "\\t";
+    else if (c < 0x20 || c == 0x7f) cmd += strprintf("\\x%02x", c);
+    else cmd += static_cast<char>(c);
+  }
+  s += strprintf("# cairn-sweep run %s on %s: %s\n", p.time_utc.c_str(), p.host.c_str(), cmd.c_str());
   return s;
 }
 

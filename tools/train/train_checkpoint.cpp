@@ -636,26 +636,34 @@ void TrainCheckpoints::write_assembled(const std::string& tmp, const checkpoint:
   } else {
     os.offset = 0;
     os.count = 0;
-    checkpoint::write_optim(join_path(tmp, checkpoint::optim_file_name(s_.rank)), os);
+    // A failure here (a full disk) is reported after the gathers below, which every rank must join.
+    attempt([&] { checkpoint::write_optim(join_path(tmp, checkpoint::optim_file_name(s_.rank)), os); });
   }
+  // gather_to_root's checks on rank 0 come after its collectives: a failure is kept and the next gathers still run.
+  auto gather = [&](const std::vector<Contribution>& c, const gpt::TensorInfo& t, std::vector<float>& out) {
+    try {
+      gather_to_root(c, t.offset, t.size, out, MPI_COMM_WORLD);
+      return true;
+    } catch (const std::exception& e) {
+      if (failure.empty()) failure = e.what();
+      return false;
+    }
+  };
   // One buffer on rank 0, reused for the parameters, then each moment: rank 0's peak is one tensor, not three.
   std::vector<float> tensor;
   for (size_t i = 0; i < whole_tensors.size(); ++i) {
     const gpt::TensorInfo& t = whole_tensors[i];
     std::vector<Contribution> params, m, v;
     contributions(chunks_, host, t, params, m, v);
-    gather_to_root(params, t.offset, t.size, tensor, MPI_COMM_WORLD);
-    if (s_.rank == 0) attempt([&] { model->write(i, tensor.data()); });
-    gather_to_root(m, t.offset, t.size, tensor, MPI_COMM_WORLD);
-    if (s_.rank == 0) attempt([&] { optim->write_m(t.offset, t.size, tensor.data()); });
-    gather_to_root(v, t.offset, t.size, tensor, MPI_COMM_WORLD);
-    if (s_.rank == 0) attempt([&] { optim->write_v(t.offset, t.size, tensor.data()); });
+    if (gather(params, t, tensor) && s_.rank == 0) attempt([&] { model->write(i, tensor.data()); });
+    if (gather(m, t, tensor) && s_.rank == 0) attempt([&] { optim->write_m(t.offset, t.size, tensor.data()); });
+    if (gather(v, t, tensor) && s_.rank == 0) attempt([&] { optim->write_v(t.offset, t.size, tensor.data()); });
   }
-  if (s_.rank != 0) return;
-  attempt([&] {
-    model->close();
-    optim->close();
-  });
+  if (s_.rank == 0)
+    attempt([&] {
+      model->close();
+      optim->close();
+    });
   if (!failure.empty()) throw RuntimeError(failure);
 }
 

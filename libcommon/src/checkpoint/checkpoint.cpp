@@ -81,8 +81,11 @@ uint64_t file_xxh64(const std::string& path) {
     std::streamsize n = in.gcount();
     if (n > 0) XXH64_update(st, buf.data(), static_cast<size_t>(n));
   }
+  const bool failed = in.bad();
   uint64_t h = XXH64_digest(st);
   XXH64_freeState(st);
+  // A read error part-way is not a checksum of the file.
+  if (failed) throw RuntimeError(errno_message("cannot read", path));
   return h;
 }
 
@@ -461,6 +464,11 @@ void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step
     if (known != described.end() && known->bytes == fs::file_size(p)) marker.files.push_back(*known);
     else marker.files.push_back(describe_written_file(p));
   }
+  // A file its writer described but this rank does not see (a stale directory cache of a network file system)
+  // would be missing from DONE: refused, so the checkpoint is not sealed without it.
+  for (const auto& f : described)
+    if (!std::binary_search(names.begin(), names.end(), f.name))
+      throw RuntimeError(file_message("cannot seal", tmp_dir, f.name + " was written but is not listed there"));
   if (path_exists(final_dir)) {
     ec = remove_step_dir(final_dir);
     if (ec) throw RuntimeError(file_message("cannot replace", final_dir, ec.message()));

@@ -198,6 +198,36 @@ BOOST_AUTO_TEST_CASE(streamed_files_and_range_limited_optimizer_reads) {
   fs::remove_all(root);
 }
 
+BOOST_AUTO_TEST_CASE(seal_takes_the_writers_descriptions) {
+  // Each rank describes its own files (fsync, size, xxh64); seal lists them as described and describes the rest.
+  const std::string root = temp_dir("described");
+  const std::string tmp = root + "/.tmp";
+  fs::create_directories(tmp);
+  std::ofstream(tmp + "/a.h5") << "first file";
+  std::ofstream(tmp + "/b.h5") << "second";
+  const records::CheckpointDone::File a = checkpoint::describe_written_file(tmp + "/a.h5");
+  BOOST_TEST(a.name == "a.h5");
+  BOOST_TEST(a.bytes == 10u);
+  BOOST_TEST(a.xxh64 == checkpoint::describe_written_file(tmp + "/a.h5").xxh64);
+  // A described file rank 0 does not see is refused, and nothing is sealed.
+  std::vector<records::CheckpointDone::File> described{a, {"c.h5", 3, "0123456789abcdef"}};
+  const std::string final_dir = checkpoint::step_dir(root, 5);
+  BOOST_CHECK_EXCEPTION(checkpoint::seal(tmp, final_dir, 5, 2, described), RuntimeError, [](const RuntimeError& e) {
+    return std::string(e.what()).find("c.h5 was written but is not listed there") != std::string::npos;
+  });
+  BOOST_TEST(!fs::exists(final_dir));
+  described.pop_back();
+  described[0].xxh64 = "00000000000000aa";  // taken as described, not recomputed (same size)
+  checkpoint::seal(tmp, final_dir, 5, 2, described);
+  const std::string done = checkpoint::check_dir(final_dir, false);
+  BOOST_TEST(done.empty(), done);
+  std::ifstream in(final_dir + "/DONE");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  BOOST_TEST(text.find("00000000000000aa") != std::string::npos, text);
+  BOOST_TEST(text.find("b.h5") != std::string::npos, text);  // undescribed: described by seal
+  fs::remove_all(root);
+}
+
 BOOST_AUTO_TEST_CASE(prune_keeps_last_and_every_nth) {
   std::string root = temp_dir("prune");
   std::vector<float> p(24, 1.0f);
