@@ -74,8 +74,11 @@ for model in gpt-2 llama-3; do
   nfiles=$(grep -c '\.bin$' "$T/fw_$model.txt")
   [ "$nfiles" -ge 3 ] || fail "fineweb layout made only $nfiles files"
   grep -q "inside a document after shard: 0 " "$T/fw_$model.txt" || fail "no document spans val_000000 -> train_000001"
-  "$B" convert --from llmc "$T/fw_$model" --shards 2 --out "$T/from_fw_$model"
+  "$B" convert --from llmc "$T/fw_$model" --shards 2 --out "$T/from_fw_$model" 2> "$T/fw_$model.err"
   same_tokens "$T/ds" "$T/from_fw_$model"
+  # Validation and training splits in one directory: imported (a round trip), with a warning that says so.
+  grep -q "holds llm.c's validation split (1 file(s), fineweb_val_000000.bin ...) and its training split" \
+    "$T/fw_$model.err" || fail "no warning for val and train splits imported together: $(cat "$T/fw_$model.err")"
   echo "ok: $model directory of $nfiles files imported in llm.c's order, documents spanning files kept whole"
 done
 # fineweb.py's Llama-3 files: <|begin_of_text|> (128000) before each document instead of end-of-text. Imported with

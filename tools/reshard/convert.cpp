@@ -291,12 +291,42 @@ std::vector<std::string> llmc_directory_files(const std::string& dir) {
   return out;
 }
 
+// llm.c's scripts write a dataset's validation and training splits into one directory (<name>_val_000000.bin,
+// <name>_train_000001.bin, tiny_shakespeare_val.bin): imported together, the validation documents are trained on.
+// Said, not refused (a round trip of a whole dataset is legitimate), with how to keep them apart.
+void warn_if_splits_mixed(const std::string& dir, const std::vector<std::string>& files) {
+  auto has_split = [](const std::string& path, const std::string& split) {
+    const std::string stem = fs::path(path).stem().string();
+    const std::string tag = "_" + split;
+    for (size_t at = stem.find(tag); at != std::string::npos; at = stem.find(tag, at + 1)) {
+      const size_t end = at + tag.size();
+      if (end == stem.size() || stem[end] == '_') return true;
+    }
+    return false;
+  };
+  size_t val = 0, train = 0;
+  std::string first_val;
+  for (const auto& f : files) {
+    if (has_split(f, "val")) {
+      if (!val++) first_val = fs::path(f).filename().string();
+    } else if (has_split(f, "train")) {
+      ++train;
+    }
+  }
+  if (val > 0 && train > 0)
+    CAIRN_LOG_WARN("input directory \"%s\" holds llm.c's validation split (%zu file(s), %s ...) and its training split "
+                   "(%zu file(s)): they become one dataset and the validation documents are trained on; give the "
+                   "*_train* files alone, and import the *_val* ones into a dataset of their own",
+                   dir.c_str(), val, first_val.c_str(), train);
+}
+
 std::vector<std::string> expand_bin_inputs(const std::vector<std::string>& inputs) {
   std::vector<std::string> out;
   for (auto& in : inputs) {
     if (fs::is_directory(in)) {
       std::vector<std::string> files = llmc_directory_files(in);
       if (files.empty()) throw UsageError(file_message("input directory", in, "has no llm.c .bin files"));
+      warn_if_splits_mixed(in, files);
       out.insert(out.end(), files.begin(), files.end());
     } else {
       out.push_back(in);
