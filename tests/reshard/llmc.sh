@@ -61,6 +61,19 @@ PY
 same_tokens "$T/wide" "$T/from_wide"
 [ "$($LF maxid "$T/from_wide")" = "$max" ] || fail "ids above 65535 did not survive the llama-3 round trip"
 echo "ok: ids up to $max (not end-of-text) survive llama-3"
+# Megatron files whose documents end in Llama 3 Instruct's <|eot_id|> (--append-eod with that eos): imported with
+# the tokenizer's <|end_of_text|>, each gets it appended, with a warning naming --eot-token; with --eot-token
+# '<|eot_id|>' they keep their ends and nothing is added.
+"$B" build "${W[@]}" --eot-token '<|eot_id|>' --delimiter % --shards 1 --out "$T/wide_eot" "${FORTUNES[0]}"
+"$B" convert --to megatron --out "$T/meg_eot/text_document" "$T/wide_eot"
+"$B" convert --from megatron "${W[@]}" "$T/meg_eot/text_document" --out "$T/from_eot_default" 2> "$T/eot.err"
+grep -q "end in <|eot_id|> (128009).*--eot-token '<|eot_id|>'" "$T/eot.err" ||
+  fail "no warning for documents ending in <|eot_id|>: $(cat "$T/eot.err")"
+"$B" convert --from megatron "${W[@]}" --eot-token '<|eot_id|>' "$T/meg_eot/text_document" \
+  --out "$T/from_eot" 2> "$T/eot2.err"
+! grep -q "added end-of-text\|end in <|eot_id|>" "$T/eot2.err" || fail "--eot-token '<|eot_id|>': $(cat "$T/eot2.err")"
+same_tokens "$T/wide_eot" "$T/from_eot"
+echo "ok: Megatron documents ending in <|eot_id|> named, and kept with --eot-token"
 expect_exit 2 "gpt-2 format holds uint16 tokens.*128256" \
   "$B" convert --to llmc --llmc-format gpt-2 --out "$T/wide_g2" "$T/wide"
 [ ! -e "$T/wide_g2/shard_000000.bin" ] || fail "a refused gpt-2 export left files"

@@ -146,7 +146,8 @@ def widetok(out_path):
     for k, t in enumerate(merged):
         vocab[t] = 70001 + k * step
     assert 65535 < max(vocab.values()) < 128000, max(vocab.values())
-    added = [(128000, "<|begin_of_text|>"), (128001, "<|end_of_text|>"), (128255, "<|reserved_special_token_250|>")]
+    added = [(128000, "<|begin_of_text|>"), (128001, "<|end_of_text|>"), (128009, "<|eot_id|>"),
+             (128255, "<|reserved_special_token_250|>")]
     tok = {
         "version": "1.0", "truncation": None, "padding": None,
         "added_tokens": [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,

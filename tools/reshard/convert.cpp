@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -153,12 +154,44 @@ class ImportParts {
   std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> hash_{XXH64_createState(), XXH64_freeState};
 };
 
-void add_doc(ImportParts& src, const tokenizer::Tokenizer& tok, std::vector<uint32_t>& doc, uint64_t& added_eot) {
+// Documents that lacked the tokenizer's end-of-text, and the tokens they ended with instead.
+struct AddedEot {
+  uint64_t count = 0;
+  std::map<uint32_t, uint64_t> last_tokens;  // of the first 10^6 of them
+};
+
+void add_doc(ImportParts& src, const tokenizer::Tokenizer& tok, std::vector<uint32_t>& doc, AddedEot& added) {
   if (doc.empty()) return;
-  if (doc.back() != tok.eot_id()) doc.push_back(tok.eot_id()), ++added_eot;
+  if (doc.back() != tok.eot_id()) {
+    if (added.count++ < 1000000) ++added.last_tokens[doc.back()];
+    doc.push_back(tok.eot_id());
+  }
   std::string text = tok.decode(doc.data(), doc.size() - 1);
   src.add_document(doc.data(), doc.size(), static_cast<uint32_t>(std::min<size_t>(text.size(), UINT32_MAX)));
   doc.clear();
+}
+
+// Documents that nearly all end in one special token other than end-of-text (Megatron's --append-eod with a
+// tokenizer whose eos is Llama 3 Instruct's <|eot_id|>, not <|end_of_text|>) got end-of-text after it: said, with the
+// --eot-token that takes that token as the documents' end instead.
+void warn_if_documents_end_in_another_special(const AddedEot& added, const tokenizer::Tokenizer& tok) {
+  uint64_t seen = 0, best_n = 0;
+  uint32_t best = 0;
+  for (const auto& [id, n] : added.last_tokens) {
+    seen += n;
+    if (n > best_n) best = id, best_n = n;
+  }
+  if (seen < 2 || best_n * 100 < seen * 99) return;
+  const std::string text = tok.decode(&best, 1);
+  const bool special = text.size() >= 3 && text.front() == '<' && text.back() == '>';
+  if (!special) return;
+  const uint32_t eot = tok.eot_id();
+  CAIRN_LOG_WARN("%llu documents lacked end-of-text %s (%u); %llu of the %llu looked at end in %s (%u), as Megatron's "
+                 "--append-eod writes with a tokenizer whose eos is that token: end-of-text was appended after it. "
+                 "To end documents there instead, import with --eot-token '%s'",
+                 static_cast<unsigned long long>(added.count), tok.decode(&eot, 1).c_str(), eot,
+                 static_cast<unsigned long long>(best_n), static_cast<unsigned long long>(seen), text.c_str(), best,
+                 text.c_str());
 }
 
 // Checked at the file's own width: an int64 id of 2^32 + 5 must not pass as 5, nor a negative one as a large one.
@@ -169,7 +202,7 @@ void check_ids(const std::string& path, size_t offset, int64_t id, uint32_t voca
                       static_cast<long long>(id), vocab));
 }
 
-void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, ImportParts& src, uint64_t& added) {
+void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, ImportParts& src, AddedEot& added) {
   std::string prefix = input;
   for (const char* ext : {".idx", ".bin"})
     if (prefix.size() > 4 && prefix.compare(prefix.size() - 4, 4, ext) == 0) prefix.resize(prefix.size() - 4);
@@ -356,7 +389,7 @@ std::optional<uint32_t> llama3_begin_id(const tokenizer::Tokenizer& tok) {
 }
 
 // Reads one llm.c token file (either variant) into the document stream.
-void import_llmc(const std::string& path, const tokenizer::Tokenizer& tok, ImportParts& src, uint64_t& added,
+void import_llmc(const std::string& path, const tokenizer::Tokenizer& tok, ImportParts& src, AddedEot& added,
                  LlmcStream& stream) {
   std::vector<uint32_t>& doc = stream.doc;
   MappedFile f(path);
@@ -688,14 +721,14 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     try {
       std::filesystem::remove_all(parts);  // a killed import's: nothing in them is reused
       ImportParts src(parts, *tok);
-      uint64_t added = 0;
+      AddedEot added;
       if (from == "megatron") {
         for (auto& in : inputs) import_megatron(in, *tok, src, added), files.push_back(in);
       } else {
         LlmcStream stream;
         files = expand_bin_inputs(inputs);
         for (auto& f : files) import_llmc(f, *tok, src, added, stream);
-        uint64_t final_doc = 0;  // llm.c's last document has no delimiter after it: not worth a message
+        AddedEot final_doc;  // llm.c's last document has no delimiter after it: not worth a message
         add_doc(src, *tok, stream.doc, final_doc);
         if (stream.begins > 0)
           CAIRN_LOG_INFO("%s: documents begin with %s (%u), as llm.c's Llama-3 scripts write them: split there, "
@@ -710,8 +743,10 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
       }
       identity = src.finish();
       docs = src.num_docs();
-      if (added)
-        CAIRN_LOG_INFO("added end-of-text to %llu documents that lacked it", static_cast<unsigned long long>(added));
+      if (added.count)
+        CAIRN_LOG_INFO("added end-of-text to %llu documents that lacked it",
+                       static_cast<unsigned long long>(added.count));
+      warn_if_documents_end_in_another_special(added, *tok);
     } catch (const Error& e) {
       err = e.what(), code = e.code();
       std::error_code ec;
