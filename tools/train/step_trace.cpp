@@ -114,20 +114,26 @@ EarlierTrace read_earlier_trace(const std::string& path, int64_t first_traced) {
 
 void StepTrace::flush() {
   // Every rank's events go to rank 0 (only), which writes one trace (pid = rank) once the range is over, its time zero
-  // moved to the first event of any rank.
-  auto all = mpi::gather_strings(trace_.events().dump(), 0);
+  // moved to the first event of any rank. Ranks send their events as text, already moved in time, and rank 0 joins
+  // the texts: no JSON tree of the whole trace is built (it took ~50x the file's size).
+  const int64_t first_ts = mpi::allreduce<int64_t>(trace_.first_ts(), MPI_MIN);
+  const std::string path = join_path(train_dir_, "trace.json");
+  EarlierTrace earlier;
+  if (rank_ == 0 && resumed_at_ > 0 && first_traced_ > 0) earlier = read_earlier_trace(path, first_traced_);
+  const int64_t offset = mpi::broadcast_value<int64_t>(earlier.events.empty() ? 0 : earlier.end_us + 1000000, 0);
+  const int64_t shift = first_ts == std::numeric_limits<int64_t>::max() ? offset : offset - first_ts;
+  auto all = mpi::gather_strings(trace_.events_text(shift), 0);
   if (rank_ == 0) {
-    metrics::Trace merged;
-    for (const auto& txt : all) merged.append(nlohmann::json::parse(txt));
-    merged.rebase();
-    std::string path = join_path(train_dir_, "trace.json");
-    EarlierTrace earlier;
-    if (resumed_at_ > 0 && first_traced_ > 0) earlier = read_earlier_trace(path, first_traced_);
-    nlohmann::json events = earlier.events;
-    const int64_t offset = earlier.events.empty() ? 0 : earlier.end_us + 1000000;
-    for (auto e : merged.events()) {
-      if (e.contains("ts")) e["ts"] = e["ts"].get<int64_t>() + offset;
-      events.push_back(std::move(e));
+    std::string events;
+    for (const auto& e : earlier.events) {
+      if (!events.empty()) events += ',';
+      events += e.dump();
+    }
+    for (auto& txt : all) {
+      if (txt.empty()) continue;
+      if (!events.empty()) events += ',';
+      events += txt;
+      std::string().swap(txt);  // each rank's text freed as it is copied
     }
     nlohmann::json segments = earlier.segments;
     segments.push_back({{"first_step", first_traced_},
@@ -136,16 +142,14 @@ void StepTrace::flush() {
                         {"ts_offset_us", offset},
                         {"resumed_at", resumed_at_}});
     const int64_t first = segments.front().value("first_step", first_traced_);
-    metrics::Trace out;
-    out.append(events);
-    atomic_write(path, out.to_json({{"steps", steps_},
-                                    {"first_step", first},
-                                    {"last_step", last_traced_},
-                                    {"segments", segments},
-                                    {"step_numbering", "1-based, half-open a:b = steps a..b-1"},
-                                    {"time_unit", "integer microseconds"},
-                                    {"world_size", world_},
-                                    {"provenance", provenance().to_json()}}));
+    atomic_write(path, metrics::Trace::document(events, {{"steps", steps_},
+                                                         {"first_step", first},
+                                                         {"last_step", last_traced_},
+                                                         {"segments", segments},
+                                                         {"step_numbering", "1-based, half-open a:b = steps a..b-1"},
+                                                         {"time_unit", "integer microseconds"},
+                                                         {"world_size", world_},
+                                                         {"provenance", provenance().to_json()}}));
     if (segments.size() > 1)
       CAIRN_LOG_INFO("trace of steps %lld..%lld written to \"%s\" (steps %lld..%lld kept from the run before the "
                      "resume)",

@@ -90,16 +90,31 @@ class Trace {
   void name_thread(int pid, int tid, const std::string& name);
   size_t size() const { return events_.size(); }
   bool empty() const { return events_.empty(); }
-  const nlohmann::json& events() const { return events_; }
-  void append(const nlohmann::json& events);  // events from another rank
+  // The earliest start of a timed event; INT64_MAX when there is none.
+  int64_t first_ts() const;
+  // Every event as JSON objects separated by commas (the inside of traceEvents' array), timed events moved by
+  // shift_us: what ranks send to the one that writes the file, with no JSON tree built on either side.
+  std::string events_text(int64_t shift_us = 0) const;
+  // The events as a JSON array (for tests and small traces).
+  nlohmann::json events() const;
   // Shifts every timed event so the earliest starts at ts 0 (metadata events have no ts).
   void rebase();
-  // {"traceEvents":[...], "displayTimeUnit":"ms", "otherData":{...}}
+  // {"displayTimeUnit":"ms", "otherData":{...}, "traceEvents":[...]}
   std::string to_json(const nlohmann::json& other_data = nlohmann::json::object()) const;
-  void clear() { events_ = nlohmann::json::array(); }
+  // The same document around events already as text (events_text of each rank, joined with commas).
+  static std::string document(const std::string& events_text, const nlohmann::json& other_data);
+  void clear() { events_.clear(); }
 
  private:
-  nlohmann::json events_ = nlohmann::json::array();
+  // Held compactly (~10x less memory than a JSON object per event: a long trace of a large model on rank 0 had
+  // reached gigabytes), written out as text.
+  struct Event {
+    std::string name, cat, args;  // args: JSON text, "" when none
+    int64_t ts = 0, dur = 0;
+    int pid = 0, tid = 0;
+    bool metadata = false;  // ph "M": no cat, ts or dur
+  };
+  std::vector<Event> events_;
 };
 
 }  // namespace cairn::metrics
