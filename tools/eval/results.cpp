@@ -23,24 +23,33 @@ using nlohmann::ordered_json;
 
 namespace {
 json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
-}  // namespace
 
-std::vector<ResultRow> read_results(const std::string& path) {
-  std::vector<ResultRow> rows;
-  if (!path_exists(path)) return rows;
+// Calls each(line, "path:lineno") for every non-empty line of a JSON-lines record; nothing when the file does not
+// exist. A file that cannot be opened or read is an error: rewriting a record from part of it would lose the rest.
+template <class Each>
+void for_each_record_line(const std::string& path, Each each) {
+  if (!path_exists(path)) return;
   std::ifstream in(path);
   if (!in) throw RuntimeError(errno_message("cannot open", path));
   std::string line;
   int64_t lineno = 0;
   while (std::getline(in, line)) {
     ++lineno;
-    if (line.empty()) continue;
+    if (!line.empty()) each(line, path + ":" + std::to_string(lineno));
+  }
+  if (in.bad()) throw RuntimeError(errno_message("cannot read", path));
+}
+}  // namespace
+
+std::vector<ResultRow> read_results(const std::string& path) {
+  std::vector<ResultRow> rows;
+  for_each_record_line(path, [&](const std::string& line, const std::string& where) {
     try {
-      rows.push_back(ResultRow::parse(line, path + ":" + std::to_string(lineno)));
+      rows.push_back(ResultRow::parse(line, where));
     } catch (const UsageError& e) {
       throw UsageError(std::string(e.what()) + "; move the file away to start over");
     }
-  }
+  });
   return rows;
 }
 
@@ -58,27 +67,17 @@ std::string this_eval_run() {
 void update_provenance_jsonl(const std::string& path, const std::set<std::string>& referenced) {
   std::vector<records::EvalProvenance> lines;
   std::set<std::string> have;
-  if (path_exists(path)) {
-    // A file that cannot be read is an error, as for results.jsonl: rewriting it would drop every other writer's line.
-    std::ifstream in(path);
-    if (!in) throw RuntimeError(errno_message("cannot open", path));
-    std::string line;
-    int64_t lineno = 0;
-    while (std::getline(in, line)) {
-      ++lineno;
-      if (line.empty()) continue;
-      records::EvalProvenance p;
-      try {
-        p = records::EvalProvenance::parse(line, path + ":" + std::to_string(lineno));
-      } catch (const UsageError& e) {
-        // Provenance is a record of the past: a damaged line is reported and dropped, never a reason to lose results.
-        CAIRN_LOG_WARN("%s; the line is dropped", e.what());
-        continue;
-      }
-      if (referenced.count(p.eval_run) && have.insert(p.eval_run).second) lines.push_back(std::move(p));
+  for_each_record_line(path, [&](const std::string& line, const std::string& where) {
+    records::EvalProvenance p;
+    try {
+      p = records::EvalProvenance::parse(line, where);
+    } catch (const UsageError& e) {
+      // Provenance is a record of the past: a damaged line is reported and dropped, never a reason to lose results.
+      CAIRN_LOG_WARN("%s; the line is dropped", e.what());
+      return;
     }
-    if (in.bad()) throw RuntimeError(errno_message("cannot read", path));
-  }
+    if (referenced.count(p.eval_run) && have.insert(p.eval_run).second) lines.push_back(std::move(p));
+  });
   const std::string mine = this_eval_run();
   if (referenced.count(mine) && have.insert(mine).second) lines.push_back({mine, provenance().to_json()});
   std::string text;

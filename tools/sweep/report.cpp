@@ -62,14 +62,8 @@ std::string format_preamble(const RunInfo& info) {
   // comment line, which nccl-tests' readers skip like the rest of the preamble.
   // Control characters (a newline inside a quoted argument) are escaped: the line must stay one comment line.
   const Provenance& p = provenance();
-  std::string cmd;
-  for (unsigned char c : p.command_line) {
-    if (c == '\n') cmd += "\\n";
-    else if (c == '\t') cmd += "\\t";
-    else if (c < 0x20 || c == 0x7f) cmd += strprintf("\\x%02x", c);
-    else cmd += static_cast<char>(c);
-  }
-  s += strprintf("# cairn-sweep run %s on %s: %s\n", p.time_utc.c_str(), p.host.c_str(), cmd.c_str());
+  s += strprintf("# cairn-sweep run %s on %s: %s\n", p.time_utc.c_str(), p.host.c_str(),
+                 printable_text(p.command_line).c_str());
   return s;
 }
 
