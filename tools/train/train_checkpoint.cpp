@@ -527,16 +527,17 @@ std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) 
   mpi::barrier();
   bool ok = true;
   std::string err;
-  records::CheckpointDone described;  // this rank's files, as DONE lists them
-  described.step = p.step;
+  nlohmann::json described = nlohmann::json::array();  // this rank's files as DONE lists them
   try {
     write_files(tmp, p, g);
     // Each rank flushes and checksums the files it wrote, all at once: rank 0 alone read back every rank's
     // optimizer file (with ZeRO, the whole optimizer state) and fsynced them one after another.
     std::vector<std::string> mine{checkpoint::optim_file_name(s_.rank)};
     if (s_.rank == 0) mine.push_back("model.h5");
-    for (const std::string& name : mine)
-      described.files.push_back(checkpoint::describe_written_file(join_path(tmp, name)));
+    for (const std::string& name : mine) {
+      const records::CheckpointDone::File f = checkpoint::describe_written_file(join_path(tmp, name));
+      described.push_back({f.name, f.bytes, f.xxh64});
+    }
   } catch (const std::exception& e) {
     ok = false;
     err = e.what();
@@ -552,14 +553,12 @@ std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) 
     }
     throw;
   }
-  const std::vector<std::string> all = mpi::gather_strings(described.to_json().dump(), 0);
+  const std::vector<std::string> all = mpi::gather_strings(described.dump(), 0);
   if (s_.rank == 0) {
     std::vector<records::CheckpointDone::File> files;
-    for (size_t r = 0; r < all.size(); ++r) {
-      const std::string where = strprintf("rank %zu's checkpoint files", r);
-      const auto d = records::CheckpointDone::from_json(JsonFields(nlohmann::json::parse(all[r]), where, "list of"));
-      files.insert(files.end(), d.files.begin(), d.files.end());
-    }
+    for (const std::string& text : all)
+      for (const auto& f : nlohmann::json::parse(text))
+        files.push_back({f.at(0).get<std::string>(), f.at(1).get<uint64_t>(), f.at(2).get<std::string>()});
     checkpoint::seal(tmp, final_dir, p.step, s_.world, files);
     checkpoint::prune(s_.ckpt_dir, s_.keep_checkpoints, s_.keep_every);
   }
