@@ -24,6 +24,16 @@ std::string h5_reason() {
   std::string reason;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_error, &reason);
   H5Eclear2(H5E_DEFAULT);
+  // A failed system call's description lists time, buffer address, byte counts... around the system's message
+  // ("file write failed: time = ..., errno = 28, error message = 'No space left on device', buf = 0x..."): keep
+  // what a user acts on, "file write failed: No space left on device".
+  const std::string key = "error message = '";
+  if (size_t at = reason.find(key); at != std::string::npos) {
+    const size_t from = at + key.size(), to = reason.find('\'', from);
+    const size_t colon = reason.find(':');
+    if (to != std::string::npos && colon != std::string::npos && colon < at)
+      reason = reason.substr(0, colon) + ": " + reason.substr(from, to - from);
+  }
   // A failed write's description embeds ctime()'s newline: keep the error on one line.
   std::replace(reason.begin(), reason.end(), '\n', ' ');
   return reason.empty() ? "HDF5 error" : reason;

@@ -214,19 +214,33 @@ if [[ $(id -u) == 0 ]] && mount -t tmpfs -o size=3M tmpfs "$W/full" 2> /dev/null
   for a in "${MODEL[@]}"; do [[ $a == --log-level || $a == warn ]] || FULL+=("$a"); done
   FULL+=(--set model.hidden=64 --set train.checkpoint_every=2 --set train.keep_checkpoints=10 --set train.val_every=0
          --set train.tensorboard=false --set train.decay_steps=41)  # one schedule over the runs of 2, 40, 41 steps
-  "$BIN/cairn-train" --out "$W/full/run" "${FULL[@]}" --log-level warn --steps 2 ||
-    fail "full disk: the first checkpoint did not fit"
-  rc=0
-  err=$("$BIN/cairn-train" --out "$W/full/run" "${FULL[@]}" --log-level warn --steps 40 2>&1 >/dev/null) || rc=$?
-  [[ $rc == 1 ]] || fail "full disk: expected exit 1, got $rc: $err"
-  grep -q 'cannot write ".*/full/run/train/ckpt/.tmp_step_.*No space left on device' <<<"$err" ||
-    fail "full disk: unclear message: $err"
-  [[ -f $W/full/run/train/ckpt/step_00000002/DONE ]] || fail "full disk: the sealed step 2 was lost"
-  # The partial checkpoint is gone with the failure: the resumed run needs the space it took.
-  ! compgen -G "$W/full/run/train/ckpt/.tmp_step_*" > /dev/null || fail "full disk: the partial checkpoint stayed"
-  err=$("$BIN/cairn-train" --out "$W/full/run" "${FULL[@]}" --steps 41 --set train.checkpoint_every=0 2>&1 >/dev/null) ||
-    true
-  grep -q 'resuming from ".*/full/run/train/ckpt/step_000000[0-9][0-9]"' <<<"$err" || fail "full disk: no resume: $err"
+  # 1 rank writes its own files; tp2 assembles whole tensors on rank 0 while rank 1 joins the gathers (rank 0 keeps
+  # gathering after the failed write, so no rank waits forever).
+  for launch in "" "$MPIRUN -np 2"; do
+    run=$W/full/run${launch:+_tp2}
+    layout=()
+    [[ -z $launch ]] || layout=(--set parallel.tp=2)
+    # shellcheck disable=SC2086
+    $launch "$BIN/cairn-train" --out "$run" "${FULL[@]}" "${layout[@]}" --log-level warn --steps 2 ||
+      fail "full disk (${launch:-1 rank}): the first checkpoint did not fit"
+    rc=0
+    # shellcheck disable=SC2086
+    err=$($launch "$BIN/cairn-train" --out "$run" "${FULL[@]}" "${layout[@]}" --log-level warn --steps 40 2>&1 >/dev/null) ||
+      rc=$?
+    [[ $rc == 1 ]] || fail "full disk (${launch:-1 rank}): expected exit 1, got $rc: $err"
+    grep -q "cannot write \".*/full/run.*/train/ckpt/.tmp_step_.*No space left on device" <<<"$err" ||
+      fail "full disk (${launch:-1 rank}): unclear message: $err"
+    [[ -f $run/train/ckpt/step_00000002/DONE ]] || fail "full disk (${launch:-1 rank}): the sealed step 2 was lost"
+    # The partial checkpoint is gone with the failure: the resumed run needs the space it took.
+    ! compgen -G "$run/train/ckpt/.tmp_step_*" > /dev/null ||
+      fail "full disk (${launch:-1 rank}): the partial checkpoint stayed"
+    # shellcheck disable=SC2086
+    err=$($launch "$BIN/cairn-train" --out "$run" "${FULL[@]}" "${layout[@]}" --steps 41 \
+      --set train.checkpoint_every=0 2>&1 >/dev/null) || true
+    grep -q "resuming from \".*/full/run.*/train/ckpt/step_000000[0-9][0-9]\"" <<<"$err" ||
+      fail "full disk (${launch:-1 rank}): no resume: $err"
+    rm -rf "$run"
+  done
   umount "$W/full"
 else
   echo "skip: full-disk checkpoint check (needs root to mount a tmpfs)"

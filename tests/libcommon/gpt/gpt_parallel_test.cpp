@@ -186,6 +186,26 @@ BOOST_AUTO_TEST_CASE(piece_tensors_cover_the_model_once) {
   BOOST_CHECK_THROW(gpt::piece_tensors(c, bad), UsageError);  // 8 heads, vocab 256: not divisible by 3
 }
 
+// Init draws each piece's values alone from the per-name stream (Box-Muller pairs); a piece that starts at an
+// odd element of its tensor begins with the second value of a pair. Heads of 5 put such starts in c_attn.
+BOOST_AUTO_TEST_CASE(tensor_parallel_init_with_odd_piece_starts) {
+  const int world = mpi::size(), rank = mpi::rank();
+  gpt::GptConfig c = config(world);
+  c.hidden = 5 * world;
+  c.heads = world;
+  gpt::Model whole(c, kernels::cpu_backend(), false);
+  whole.init(7);
+  gpt::ShardSpec spec;
+  spec.tp = world;
+  spec.tp_rank = rank;
+  gpt::Model m(c, kernels::cpu_backend(), false, spec, gpt::mpi_tp_comm(MPI_COMM_WORLD));
+  m.init(7);
+  size_t odd_starts = 0;
+  for (const auto& r : gpt::full_model_runs(c, spec)) odd_starts += r.full % 2;
+  if (rank % 2 == 1) BOOST_TEST(odd_starts > 0u);  // odd ranks' heads start at odd columns
+  BOOST_TEST(assemble(m, host_params(m), rank == 0, false) == host_params(whole));
+}
+
 BOOST_AUTO_TEST_CASE(tensor_parallel_matches_whole_model) { tensor_parallel_case(false, gpt::Recompute::None); }
 BOOST_AUTO_TEST_CASE(sequence_parallel_matches_whole_model) { tensor_parallel_case(true, gpt::Recompute::None); }
 BOOST_AUTO_TEST_CASE(sequence_parallel_with_full_recompute) { tensor_parallel_case(true, gpt::Recompute::Full); }
