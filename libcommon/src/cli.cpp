@@ -370,12 +370,15 @@ void check_stdout_written() {
   struct stat st {};
   const bool pipe = ::fstat(STDOUT_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
   if (!flush_failed && pipe) return;  // an earlier write's EPIPE: its errno is gone, the pipe is the likely cause
+  if (standard_stream_closed(STDOUT_FILENO))
+    throw RuntimeError("cannot write to stdout: it is closed (the tool was started with `>&-`)");
   throw RuntimeError(std::string("cannot write to stdout: ") +
                      (flush_failed && err ? std::strerror(err) : "a write failed; the output is incomplete"));
 }
 }  // namespace
 
 int run_tool(const std::string& tool, int argc, char** argv, const std::function<int()>& body) {
+  guard_standard_streams();  // before anything opens a file
   Provenance& p = provenance();
   p.tool = tool;
   std::vector<std::string> args(argv, argv + argc);

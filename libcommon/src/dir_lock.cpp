@@ -40,7 +40,15 @@ void DirLock::acquire(const std::string& lock_path, const std::string& dir, cons
   const std::string parent = std::filesystem::path(lock_path).parent_path().string();
   if (!parent.empty()) ensure_dir(parent);
   // O_CLOEXEC: a child process (a launcher's helper) must not keep the lock alive after this process ends.
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // 0666 and the umask decide: a team's shared run directory (setgid, umask 002) must let a group member take the
+  // lock after another member's run. A lock file someone else created without group write is still lockable:
+  // flock needs only a descriptor, so it is opened read-only and the holder line is left alone.
+  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  bool writable = true;
+  if (fd < 0 && errno == EACCES && path_exists(lock_path)) {
+    fd = ::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC);
+    writable = false;
+  }
   if (fd < 0) throw RuntimeError(errno_message("cannot open the lock file", lock_path));
   // Polled rather than a blocking flock(): a holder that is stopped (SIGSTOP, a suspended job) must end in an error
   // naming it, not in a wait without end.
@@ -72,6 +80,8 @@ void DirLock::acquire(const std::string& lock_path, const std::string& dir, cons
     throw RuntimeError(file_message("cannot lock", lock_path, std::strerror(err)));
   }
   fd_ = fd;
+  writable_ = writable;
+  if (!writable) return;
   // Who holds it, for the message of a process that finds it taken (the flock itself is what counts).
   const Provenance& prov = provenance();
   const std::string who = strprintf("pid %d on %s (started %s)\n", static_cast<int>(::getpid()),
@@ -84,7 +94,9 @@ void DirLock::acquire(const std::string& lock_path, const std::string& dir, cons
 void DirLock::release() {
   if (fd_ < 0) return;
   // Leave the file (deleting a flock file races with a process that opened it) but not a stale holder line.
-  [[maybe_unused]] const int rc = ::ftruncate(fd_, 0);  // best effort: the lock goes with close() regardless
+  if (writable_ && ::ftruncate(fd_, 0) != 0) {
+    // best effort: the lock goes with close() regardless
+  }
   ::close(fd_);
   fd_ = -1;
 }

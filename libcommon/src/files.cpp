@@ -22,8 +22,33 @@ namespace cairn {
 
 namespace fs = std::filesystem;
 
+namespace {
+bool g_stream_closed[3] = {false, false, false};
+}  // namespace
+
+void guard_standard_streams() {
+  for (int fd = 0; fd < 3; ++fd) {
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    // The lowest free descriptor: this one, as the lower ones are open by now.
+    const int got = ::open(fd == 1 ? "/dev/full" : "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (got >= 0 && got != fd) {
+      ::dup2(got, fd);
+      ::close(got);
+    }
+    g_stream_closed[fd] = true;
+  }
+}
+
+bool standard_stream_closed(int fd) { return fd >= 0 && fd < 3 && g_stream_closed[fd]; }
+
+void require_open_stdin(const std::string& what) {
+  if (standard_stream_closed(STDIN_FILENO))
+    throw UsageError(what + " reads standard input, which is closed (started with `<&-`): give a file, or a pipe");
+}
+
 std::string read_file(const std::string& path) {
   if (path == "-") {
+    require_open_stdin("\"-\"");
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -95,6 +120,8 @@ void rename_path(const std::string& from, const std::string& to) {
 }
 
 void write_to_stdout(std::string_view content, int fd) {
+  if (standard_stream_closed(STDOUT_FILENO) && !content.empty())
+    throw RuntimeError("cannot write to stdout: it is closed (the tool was started with `>&-`)");
   std::cout.flush();
   std::fflush(stdout);
   while (!content.empty()) {
@@ -131,7 +158,8 @@ void atomic_write(const std::string& path, std::string_view content) {
   std::string dir = parent_dir(path);
   if (!path_exists(dir)) ensure_dir(dir);
   std::string temp = temp_name_for(path);
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // 0666 and the umask decide, as for every other file the tools write (a team's run directory under umask 002).
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0) throw RuntimeError(errno_message("cannot write", path));
   try {
     write_all(fd, content.data(), content.size(), path);

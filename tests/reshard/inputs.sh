@@ -137,6 +137,10 @@ printf 'bin\0ary' > "$T/dl/c.dat"
 grep -qF "skipping \"$T/dl/b.jsonl\": a symbolic link to nothing" "$T/dl.err" || fail "dangling link not said"
 grep -qF "skipped 1 file(s) that are not text" "$T/dl.err" || fail "binary files not counted: $(cat "$T/dl.err")"
 
+# ---- "-" with stdin closed (`<&-`): exit 2, not the tool's own lock file (the lowest free descriptor) read as stdin.
+expect_exit 2 'input "-" reads standard input, which is closed' bash -c '"$0" build --out "$1" - <&-' "$B" "$T/closed"
+[ ! -e "$T/closed/index.json" ] || fail "a build from a closed stdin wrote a dataset"
+
 # ---- Bad input: exit 2 naming file and line/offset; --skip-bad counts and keeps the rest.
 docs_of() { $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print(d['total_documents'], d['skipped_records'])" "$1/index.json"; }
 total=$(docs_of "$T/plain" | cut -d' ' -f1)

@@ -136,6 +136,7 @@ struct Expander {
   // One argument: "-", a file, a directory, a glob pattern or @manifest (`depth` guards manifest cycles).
   void add(const std::string& in, const std::string& origin, int depth) {
     if (in == "-") {
+      require_open_stdin("input \"-\"");
       out.push_back(in);
       return;
     }

@@ -28,6 +28,7 @@ class DirLock {
 
  private:
   int fd_ = -1;
+  bool writable_ = true;  // false: opened read-only (another user's file), the holder line not ours to write
 };
 
 // acquire() on rank 0 only (lock files live on shared storage); every rank of MPI_COMM_WORLD then agrees, so a

@@ -6,8 +6,17 @@
 
 namespace cairn {
 
-// Reads a whole file ("-" is stdin); throws RuntimeError `cannot read "path": reason`.
+// Reads a whole file ("-" is stdin); throws RuntimeError `cannot read "path": reason`, UsageError when "-" names a
+// standard input that was closed.
 std::string read_file(const std::string& path);
+
+// Started with stdin, stdout or stderr closed (`<&-`, a daemon's launcher), a process's first open() would get that
+// descriptor, and a lock file would become "stdin" or receive the JSON meant for stdout. Called first thing by
+// run_tool: puts /dev/null on a closed stdin or stderr and /dev/full on a closed stdout (writes fail), and remembers.
+void guard_standard_streams();
+bool standard_stream_closed(int fd);  // 0, 1 or 2: closed when the tool started
+// Throws UsageError when "-" (shown as `what`) asks for a standard input that was closed.
+void require_open_stdin(const std::string& what);
 
 // Writes via a temp file in the same directory, fsync, rename, fsync of the directory: a crash at
 // any moment leaves either the old file or the new one, never a torn one. "-" writes to stdout (write_to_stdout);

@@ -117,6 +117,13 @@ check set_newline_second_value 2 "more than one TOML value" -- "$probe" --set $'
 # Data that never reached stdout is a failed run (exit 1), not a success; a reader that went away is not a failure.
 check stdout_full 1 "cairn-probe: cannot write to stdout" -- bash -c "\"$probe\" > /dev/full"
 check stdout_reader_gone 0 "" -- bash -c "\"$probe\" | true"
+# Started with a standard stream closed: the data cannot reach a closed stdout (exit 1), "-" on a closed stdin is a
+# usage error; neither ends up in a file the tool opens (it would get the lowest free descriptor).
+check stdout_closed 1 "cairn-probe: cannot write to stdout: it is closed" -- bash -c "\"$probe\" >&-"
+check stdout_closed_json 1 "cannot write to stdout: it is closed" -- bash -c "\"$probe\" --json - >&-"
+check stdin_closed_config 2 'cannot read config from stdin: "-" reads standard input, which is closed' -- \
+  bash -c "\"$probe\" --config - <&-"
+check stderr_closed 0 "layers 12" -- bash -c "\"$probe\" 2>&-"
 # A run directory on a read-only mount: exit 2 before any work, naming it.
 mkdir -p "$tmp/ro"
 if mount -t tmpfs -o ro tmpfs "$tmp/ro" 2>/dev/null; then

@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -132,6 +133,40 @@ BOOST_AUTO_TEST_CASE(dir_lock_admits_one_holder_and_names_it) {
   second.acquire(path, dir, "another tool is writing", "wait for it");
   BOOST_TEST(second.held());
   second.release();
+}
+
+// A team's run directory (setgid, umask 002): the lock and atomically written files are group-writable like the
+// HDF5 files, and a lock file someone else created read-only is still lockable (flock on a read-only descriptor).
+BOOST_AUTO_TEST_CASE(files_follow_the_umask_and_a_read_only_lock_file_still_locks) {
+  const std::string dir = temp_dir() + "/shared";
+  const mode_t old_mask = ::umask(002);
+  {
+    DirLock lock;
+    lock.acquire(dir + "/LOCK", dir, "busy", "later");
+    atomic_write(dir + "/DONE", "x\n");
+  }
+  ::umask(old_mask);
+  auto mode = [](const std::string& p) { return static_cast<unsigned>(fs::status(p).permissions() & fs::perms::all); };
+  BOOST_TEST(mode(dir + "/LOCK") == 0664u);
+  BOOST_TEST(mode(dir + "/DONE") == 0664u);
+  fs::permissions(dir + "/LOCK", fs::perms(0444));
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // Root may open anything: become another user for the open to be refused, as it is for a teammate.
+    if (::getuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(3);
+    try {
+      DirLock other;
+      other.acquire(dir + "/LOCK", dir, "busy", "later");
+      ::_exit(other.held() ? 0 : 1);
+    } catch (...) {
+      ::_exit(2);
+    }
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  BOOST_TEST(WIFEXITED(status));
+  BOOST_TEST(WEXITSTATUS(status) == 0);
+  BOOST_TEST(read_file(dir + "/LOCK").empty());  // not truncated or written through the read-only descriptor
 }
 
 BOOST_AUTO_TEST_CASE(dir_lock_waiter_gets_it_once_the_holder_lets_go) {
