@@ -379,6 +379,7 @@ void check_stdout_written() {
 
 int run_tool(const std::string& tool, int argc, char** argv, const std::function<int()>& body) {
   guard_standard_streams();  // before anything opens a file
+  raise_open_file_limit();
   Provenance& p = provenance();
   p.tool = tool;
   std::vector<std::string> args(argv, argv + argc);

@@ -2,7 +2,9 @@
 #include "cairn/files.h"
 #include "cairn/stale_temps.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include <random>
 
 #include "cairn/error.h"
+#include "cairn/log.h"
 
 namespace cairn {
 
@@ -44,6 +47,33 @@ bool standard_stream_closed(int fd) { return fd >= 0 && fd < 3 && g_stream_close
 void require_open_stdin(const std::string& what) {
   if (standard_stream_closed(STDIN_FILENO))
     throw UsageError(what + " reads standard input, which is closed (started with `<&-`): give a file, or a pipe");
+}
+
+void raise_open_file_limit() {
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return;
+  lim.rlim_cur = lim.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &lim);  // best effort: a refusal leaves the limit as it was
+}
+
+std::string open_file_limit_problem() {
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return "";
+  // Counted, not probed with one more open(): by the time a failure is examined, unwinding has closed the failed
+  // reader's own descriptors. Within a few of the limit, the limit is the likely cause.
+  size_t open_now = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d) != nullptr) ++open_now;
+    ::closedir(d);
+  } else if (errno != EMFILE && errno != ENFILE) {
+    return "";
+  } else {
+    open_now = lim.rlim_cur;
+  }
+  if (open_now + 16 < lim.rlim_cur) return "";
+  return strprintf("this process has reached its limit of %llu open files (`ulimit -n`, hard limit %llu): raise it "
+                   "in the job script, or use fewer, larger shards",
+                   static_cast<unsigned long long>(lim.rlim_cur), static_cast<unsigned long long>(lim.rlim_max));
 }
 
 std::string read_file(const std::string& path) {

@@ -141,6 +141,14 @@ grep -qF "skipped 1 file(s) that are not text" "$T/dl.err" || fail "binary files
 expect_exit 2 'input "-" reads standard input, which is closed' bash -c '"$0" build --out "$1" - <&-' "$B" "$T/closed"
 [ ! -e "$T/closed/index.json" ] || fail "a build from a closed stdin wrote a dataset"
 
+# ---- Out of file descriptors (every shard is kept open): the process's limit named (exit 1), not a corrupt shard
+# (exit 3); a soft limit below the hard one is raised at start, so the same run then works.
+"$B" build --log-level warn --set data.shards=120 --out "$T/many" "${FORTUNES[@]}" 2>/dev/null
+expect_exit 1 "reached its limit of 48 open files" bash -c 'ulimit -n 48; "$0" reshard --out "$1" --set data.shards=2 "$2"' \
+  "$B" "$T/many2" "$T/many"
+bash -c 'ulimit -S -n 48; "$0" reshard --log-level warn --out "$1" --set data.shards=2 "$2"' "$B" "$T/many2" "$T/many" ||
+  fail "a soft open-file limit below the hard one was not raised"
+
 # ---- Bad input: exit 2 naming file and line/offset; --skip-bad counts and keeps the rest.
 docs_of() { $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print(d['total_documents'], d['skipped_records'])" "$1/index.json"; }
 total=$(docs_of "$T/plain" | cut -d' ' -f1)

@@ -18,6 +18,14 @@ bool standard_stream_closed(int fd);  // 0, 1 or 2: closed when the tool started
 // Throws UsageError when "-" (shown as `what`) asks for a standard input that was closed.
 void require_open_stdin(const std::string& what);
 
+// Raises the soft limit on open files to the hard one (run_tool, at start): a dataset of thousands of shards, each
+// kept open, must not fail under a login shell's 1024 when the site allows more.
+void raise_open_file_limit();
+// Non-empty when this process is at (within a few of) its limit of open files: says so with the limit and how to
+// raise it.
+// A failed open is checked against it before being called a damaged file.
+std::string open_file_limit_problem();
+
 // Writes via a temp file in the same directory, fsync, rename, fsync of the directory: a crash at
 // any moment leaves either the old file or the new one, never a torn one. "-" writes to stdout (write_to_stdout);
 // an existing device or FIFO is written in place.

@@ -318,6 +318,9 @@ std::unique_ptr<Shard> Dataset::shard(size_t i) const {
     // A shard index.json lists that cannot be opened (missing, not HDF5, truncated): the dataset
     // fails verify (exit 3), like a checksum mismatch.
     if (e.code() != kExitRuntime) throw;
+    // Out of file descriptors is this process's limit, not a damaged dataset.
+    if (const std::string limit = open_file_limit_problem(); !limit.empty())
+      throw RuntimeError(file_message("cannot open shard", shard_path(i), limit));
     throw GateFailure(std::string(e.what()) + " (a shard listed in " + join_path(dir_, "index.json") +
                       "; cairn-reshard verify " + dir_ + " lists every problem)");
   }
