@@ -331,6 +331,14 @@ EOF
 grep -qxF "# positional arguments (not config keys: give them again with --config): [\"$T/good\", \"$T/bad\"]" \
   "$T/pc.toml" || fail "--print-config does not show the run directories: $(head -3 "$T/pc.toml")"
 
+# 9b. A run as cairn-train leaves it has no <run>/config.toml: its name comes from train/config.toml, the effective
+# config cairn-train writes (it used to be ignored, so [run] name and [data] path never reached the report).
+mkdir -p "$T/trained/train"
+printf '# effective config of cairn-train\n[run]\nname = "named-in-train-config"\n' > "$T/trained/train/config.toml"
+for s in 1 2 3; do echo "{\"kind\": \"train\", \"step\": $s, \"loss\": 3.$s}"; done > "$T/trained/train/metrics.jsonl"
+"$REPORT" "$T/trained" --out "$T/trained_out" 2>/dev/null || fail "report over a run with train/config.toml only"
+grep -q "named-in-train-config" "$T/trained_out/report/summary.md" || fail "train/config.toml's [run] name not used"
+
 # 10. Gates a run must fail. (a) Its loss went NaN: cairn-train writes null, and the gates used to take the last
 # finite values before it and pass. (b) A stage imbalance past 150 %: the fraction was read as a percent above 1.5.
 # (c) A value just past its limit prints with the digits that tell them apart. (d) A misspelled gate is refused by

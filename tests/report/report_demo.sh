@@ -45,6 +45,6 @@ set +e
 rc=$?
 set -e
 [ $rc -eq 3 ] || { cat "$T/self.err" >&2; echo "FAIL: planted regression exit $rc, expected 3" >&2; exit 1; }
-grep -q "val_loss \[copy\] 0 vs baseline" "$T/self.err" || { cat "$T/self.err" >&2; exit 1; }
+grep -q "val_loss \[demo (copy)\] 0 vs baseline" "$T/self.err" || { cat "$T/self.err" >&2; exit 1; }
 grep -q "FAIL: 1 of 2 gate checks failed" "$T/copy/report/index.html"
 echo "report_demo: ok"

@@ -326,6 +326,8 @@ json plan_used_by_training(const RunData& run, bool* matched) {
         auto a = par->find(k);
         auto b = p.find(k);
         if (a == par->end() || b == p.end() || a->is_array() || a->is_null()) continue;
+        // dp = 0 and mb = 0 in a trainer's config mean "derived": nothing to compare.
+        if ((std::string_view(k) == "dp" || std::string_view(k) == "mb") && a->is_number() && *a == 0) continue;
         ++compared;
         if (*a != *b) all_equal = false;
       }

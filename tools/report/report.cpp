@@ -91,8 +91,18 @@ ReportModel build_report(const ReportInputs& in) {
   CAIRN_LOG_DEBUG("report: read %zu run(s) in %.3f s", dirs.size(), std::chrono::duration<double>(t_read - t0).count());
   if (m.baseline == 0) m.runs[0].is_baseline = true;
 
-  // Names must tell runs apart in legends and tables.
+  // Names must tell runs apart in legends and tables. Runs of one config share its [run] name (a nightly and its
+  // baseline, a copied run): their directories' names tell them apart, else their parents' and their order.
   std::map<std::string, int> name_count;
+  for (auto& r : m.runs) ++name_count[r.name];
+  for (auto& r : m.runs) {
+    if (name_count[r.name] < 2) continue;
+    std::string dir = r.dir;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    const std::string base = fs::path(dir).filename().string();
+    if (!base.empty() && base != r.name) r.name += " (" + base + ")";
+  }
+  name_count.clear();
   for (auto& r : m.runs) ++name_count[r.name];
   for (size_t i = 0; i < m.runs.size(); ++i)
     if (name_count[m.runs[i].name] > 1) {

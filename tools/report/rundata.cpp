@@ -511,7 +511,9 @@ RunData read_run(const std::string& dir) {
   }
   RunData run;
   run.dir = dir;
+  // The run's own config.toml (a pipeline may put one there), else the effective config cairn-train wrote.
   std::string cfg = join_path(dir, "config.toml");
+  if (!is_file(cfg)) cfg = join_path(dir, "train/config.toml");
   if (is_file(cfg)) run.config = read_toml(cfg, run);
   run.name = basename_of(dir);
   if (run.config.is_object() && run.config.contains("run") && run.config["run"].is_object()) {
