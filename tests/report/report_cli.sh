@@ -339,6 +339,23 @@ for s in 1 2 3; do echo "{\"kind\": \"train\", \"step\": $s, \"loss\": 3.$s}"; d
 "$REPORT" "$T/trained" --out "$T/trained_out" 2>/dev/null || fail "report over a run with train/config.toml only"
 grep -q "named-in-train-config" "$T/trained_out/report/summary.md" || fail "train/config.toml's [run] name not used"
 
+# 9c. val_loss over other windows than the baseline's (another val_batches, or an older cairn-train's count) is not
+# compared: the gate fails saying so, instead of a false regression (+0.027 on a run whose training loss was equal).
+for w in 16 32; do
+  mkdir -p "$T/vw$w/train"
+  { echo '{"kind": "train", "step": 10, "loss": 2.9}'
+    echo "{\"kind\": \"val\", \"step\": 10, \"val_loss\": 2.7$((w / 16)), \"val_windows\": $w}"; } > "$T/vw$w/train/metrics.jsonl"
+done
+rc=0
+"$REPORT" "$T/vw32" --baseline "$T/vw16" --out "$T/vw_out" --set 'report.gates.val_loss={max_increase=0.02}' \
+  2> "$T/vw.err" || rc=$?
+[ $rc -eq 3 ] || fail "val_loss over other windows: exit $rc, expected 3: $(cat "$T/vw.err")"
+grep -q "not comparable: the run's val_loss averages 32 windows, the baseline's 16" "$T/vw.err" ||
+  fail "val_loss over other windows: no reason: $(cat "$T/vw.err")"
+cp -r "$T/vw16" "$T/vw16b"
+"$REPORT" "$T/vw16b" --baseline "$T/vw16" --out "$T/vw_same" --set 'report.gates.val_loss={max_increase=0.02}' \
+  2>/dev/null || fail "val_loss over the same windows: the gate failed"
+
 # 10. Gates a run must fail. (a) Its loss went NaN: cairn-train writes null, and the gates used to take the last
 # finite values before it and pass. (b) A stage imbalance past 150 %: the fraction was read as a percent above 1.5.
 # (c) A value just past its limit prints with the digits that tell them apart. (d) A misspelled gate is refused by

@@ -588,6 +588,26 @@ BOOST_AUTO_TEST_CASE(resuming_on_other_data_is_refused_unless_allowed) {
       meta.train_state.erase(key);
   });
   expect_resume_at(small_config(old, {"data.path=\"" + other + "\"", "train.steps=6", "train.decay_steps=12"}), 5);
+
+  // ... but the config it ran with (model.h5's config_toml) says what its train_state does not: another global batch,
+  // validation split or schedule is refused as for a checkpoint that recorded them. Runs started before an upgrade
+  // used to pass unchecked: an extended run's rate jumped 4.7x on its first step.
+  const std::string older = scratch() + "/olderschedule";
+  stop_after(small_config(older), 4);
+  rewrite_model(older + "/train/ckpt/step_00000004", [](auto& meta, auto&, auto&) {
+    for (const char* key : {"lr_schedule", "global_batch", "val_windows", "data_fingerprint", "data_tokens"})
+      meta.train_state.erase(key);
+  });
+  for (const auto& [set, want] : std::vector<std::pair<std::string, std::string>>{
+           {"train.global_batch=8", "[train] global_batch is 8, the checkpoint's run 4"},
+           {"data.val_fraction=0.3", "the validation split is "},
+           {"train.steps=40", "another learning-rate schedule: decay over 12 steps (now 40"}}) {
+    const auto [c, m] = run_error(small_config(older, {set}));
+    BOOST_TEST(c == kExitUsage, set);
+    BOOST_TEST(m.find(want) != std::string::npos, m);
+  }
+  mpi::barrier();
+  expect_resume_at(small_config(older), 5);
 }
 
 // ---------------------------------------------------------------- one trainer per run directory

@@ -456,10 +456,12 @@ void parse_metrics_jsonl(const std::string& text, const std::string& path, RunDa
         v.step.resize(keep);
         v.tokens.resize(keep);
         v.val_loss.resize(keep);
+        v.val_windows.resize(keep);
       }
       v.step.push_back(step);
       v.tokens.push_back(value_or_nan(rec.tokens));
       v.val_loss.push_back(value_or_nan(rec.val_loss));  // null: cairn-train's record of a non-finite loss
+      v.val_windows.push_back(value_or_nan(rec.val_windows));
     }
     // Other kinds (events, notes) are not charted.
   }

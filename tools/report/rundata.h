@@ -30,6 +30,7 @@ struct TrainSeries {
 
 struct ValSeries {
   std::vector<double> step, tokens, val_loss;
+  std::vector<double> val_windows;  // windows each value averages (NaN: not recorded)
   size_t size() const { return step.size(); }
 };
 

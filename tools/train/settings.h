@@ -51,6 +51,7 @@ struct Settings {
   std::string data_fingerprint;
   uint64_t data_tokens = 0;
   uint64_t val_windows = 0;        // the validation split's windows (the last of the dataset's numbering); set with it
+  uint64_t total_windows = 0;      // the dataset's windows of seq_len + 1 tokens (training and validation); set with it
   bool refuse_data_change = true;  // [train] on_data_change
   bool refuse_schedule_change = true;  // [train] on_schedule_change
 };

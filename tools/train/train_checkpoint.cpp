@@ -12,6 +12,8 @@
 #include <optional>
 #include <vector>
 
+#include <toml++/toml.h>
+
 #include "backend_buffer.h"
 #include "cairn/checkpoint.h"
 #include "cairn/error.h"
@@ -19,6 +21,7 @@
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/records.h"
+#include "cairn/shards.h"
 #include "loader.h"
 #include "piece_io.h"
 #include "step_trace.h"
@@ -334,7 +337,20 @@ void TrainCheckpoints::check_data(const std::string& dir, const checkpoint::Mode
   } catch (const std::exception& e) {
     throw DamagedCheckpoint(file_message("cannot resume from", dir, e.what()));
   }
+  const bool schedule_by_steps = !st.lr_schedule;  // written before the schedule counted applied updates
+  fill_unrecorded(st, meta.config_toml);
   check_schedule(dir, st);
+  // Such a run set each step's rate by its step number; this cairn-train sets it by the updates applied (skipped steps
+  // do not advance it, as in Megatron). With skips behind it, the run's next rate moves: said, with both rates.
+  const int64_t done_steps = st.step.value_or(0), updates = st.adam_step.value_or(done_steps);
+  if (schedule_by_steps && updates != done_steps && s_.rank == 0)
+    CAIRN_LOG_WARN("resuming \"%s\": its run set the learning rate by step number (written by an older cairn-train), "
+                   "this one by applied updates (%lld of %lld steps; skipped steps do not advance it): step %lld runs "
+                   "at %.4g, not %.4g",
+                   dir.c_str(), static_cast<long long>(updates), static_cast<long long>(done_steps),
+                   static_cast<long long>(done_steps + 1),
+                   learning_rate(updates, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule),
+                   learning_rate(done_steps, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule));
   std::vector<std::string> changes;
   if (st.data_fingerprint && *st.data_fingerprint != s_.data_fingerprint)
     changes.push_back(strprintf("it was trained on other data than [data] path \"%s\" (data fingerprint %s, %llu "
@@ -355,6 +371,16 @@ void TrainCheckpoints::check_data(const std::string& dir, const checkpoint::Mode
                                 "val_fraction, or [train] val_every turned on; the training split is another)",
                                 static_cast<unsigned long long>(s_.val_windows),
                                 static_cast<unsigned long long>(*st.val_windows)));
+  // Not the data order, but what val_loss means: another [train] val_batches, or a cairn-train that counts them
+  // otherwise (global batches since 2026-12-06, micro-batches before) scores another number of windows, and a
+  // report or gate comparing val_loss across this step compares different sums.
+  if (st.val_rows && *st.val_rows != s_.val_rows && s_.rank == 0)
+    CAIRN_LOG_WARN(
+        "resuming \"%s\": validation now scores %llu windows, the checkpoint's run %llu ([train] "
+        "val_batches, or a cairn-train that counted them otherwise): val_loss after step %lld is not comparable with "
+        "the run's earlier values (metrics.jsonl's val lines carry val_windows)",
+        dir.c_str(), static_cast<unsigned long long>(s_.val_rows), static_cast<unsigned long long>(*st.val_rows),
+        static_cast<long long>(st.step.value_or(0)));
   if (!st.data_fingerprint && s_.rank == 0)
     CAIRN_LOG_INFO("\"%s\" records no data fingerprint (written before cairn-train recorded one): its data is not "
                    "compared with [data] path",
@@ -372,6 +398,47 @@ void TrainCheckpoints::check_data(const std::string& dir, const checkpoint::Mode
     CAIRN_LOG_WARN("resuming \"%s\": %s; continuing so ([train] on_data_change = \"warn\"): the data order from here "
                    "on is not the run's",
                    dir.c_str(), what.c_str());
+}
+
+// A checkpoint written before cairn-train recorded its schedule, global batch and validation split in train_state
+// still holds the config it ran with (model.h5's config_toml): what train_state lacks is read from there, so the
+// extension of a run started before an upgrade is checked as one started after it (it used to pass unchecked: the
+// rate jumped 4.7x on the first step of an extended run).
+void TrainCheckpoints::fill_unrecorded(records::TrainState& st, const std::string& config_toml) const {
+  if (config_toml.empty() || (st.lr_schedule && st.global_batch && st.val_windows)) return;
+  toml::table t;
+  try {
+    t = toml::parse(config_toml);
+  } catch (const toml::parse_error&) {
+    return;  // nothing to compare with, as before
+  }
+  const toml::table* train = t["train"].as_table();
+  const toml::table* data = t["data"].as_table();
+  if (!train) return;
+  auto number = [](const toml::table* tb, const char* key) -> std::optional<double> {
+    if (!tb) return std::nullopt;
+    return (*tb)[key].value<double>();
+  };
+  if (!st.lr_schedule) {
+    const auto lr = number(train, "lr"), min_lr = number(train, "min_lr"), warmup = number(train, "warmup"),
+               steps = number(train, "steps"), decay = number(train, "decay_steps");
+    const auto schedule = (*train)["schedule"].value<std::string>();
+    if (lr && warmup && steps && schedule) {
+      records::TrainState::LrSchedule was;
+      was.lr = *lr;
+      was.min_lr = !min_lr || *min_lr < 0 ? *lr / 10 : *min_lr;  // the default, as read_train_keys resolves it
+      was.decay_steps = static_cast<int64_t>(decay && *decay > 0 ? *decay : *steps);
+      was.warmup = std::min(static_cast<int64_t>(*warmup), was.decay_steps);
+      was.schedule = *schedule;
+      st.lr_schedule = was;
+    }
+  }
+  if (!st.global_batch)
+    if (const auto gb = number(train, "global_batch")) st.global_batch = static_cast<int64_t>(*gb);
+  if (!st.val_windows && s_.total_windows > 0) {
+    const auto fraction = number(data, "val_fraction"), every = number(train, "val_every");
+    if (fraction && every) st.val_windows = shards::val_window_count(s_.total_windows, *fraction, *every > 0 ? 1 : 0);
+  }
 }
 
 // A checkpoint trained on another learning-rate schedule: the next step's rate would jump (extending a 240-step

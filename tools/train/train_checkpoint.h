@@ -96,6 +96,7 @@ class TrainCheckpoints {
                   StepGuard& g, std::vector<LoadedChunk>& loaded) const;
   void check_data(const std::string& dir, const checkpoint::ModelMeta& meta) const;
   void check_schedule(const std::string& dir, const records::TrainState& st) const;
+  void fill_unrecorded(records::TrainState& st, const std::string& config_toml) const;
   void load_state(const std::string& dir, const std::vector<checkpoint::OptimPart>& parts,
                   const checkpoint::ModelMeta& meta, TrainProgress& p, StepGuard& g,
                   std::vector<LoadedChunk>& loaded) const;

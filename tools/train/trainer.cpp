@@ -308,6 +308,7 @@ void Trainer::open_dataset() {
 
   widx_ = build_window_index(*ds_, s_.T, s_.val_fraction, s_.val_every > 0 ? 1 : 0);
   s_.val_windows = widx_.val_windows;
+  s_.total_windows = widx_.total;
   if (widx_.train_windows() < static_cast<uint64_t>(s_.global_batch)) {
     throw UsageError(strprintf("[model] seq_len = %d is too long for the dataset \"%s\" (%llu tokens in %zu shards): "
                                "it yields %llu training windows of %d tokens, fewer than global_batch = %lld",

@@ -203,6 +203,8 @@ struct WindowIndex {
   std::pair<size_t, uint64_t> locate(uint64_t w) const;
 };
 WindowIndex build_window_index(const Dataset& ds, int T, double val_fraction, uint64_t min_val_windows);
+// The validation tail's windows out of `total` (build_window_index's rule).
+uint64_t val_window_count(uint64_t total, double val_fraction, uint64_t min_val_windows);
 
 // Runs fn(i) for i = first, first + stride, ... < end on `threads` threads; rethrows the exception of the lowest i
 // that failed (deterministic whatever the thread count). Shard verification uses it.

@@ -13,6 +13,13 @@ std::pair<size_t, uint64_t> WindowIndex::locate(uint64_t w) const {
   return {shard, (w - first_window[shard]) * static_cast<uint64_t>(T)};
 }
 
+uint64_t val_window_count(uint64_t total, double val_fraction, uint64_t min_val_windows) {
+  if (!(val_fraction > 0)) return 0;
+  const uint64_t n =
+      std::max<uint64_t>(static_cast<uint64_t>(std::ceil(val_fraction * static_cast<double>(total))), min_val_windows);
+  return std::min(n, total / 2);
+}
+
 WindowIndex build_window_index(const Dataset& ds, int T, double val_fraction, uint64_t min_val_windows) {
   WindowIndex idx;
   idx.T = T;
@@ -24,11 +31,7 @@ WindowIndex build_window_index(const Dataset& ds, int T, double val_fraction, ui
   }
   idx.first_window.push_back(total);
   idx.total = total;
-  if (val_fraction > 0) {
-    idx.val_windows = std::max<uint64_t>(static_cast<uint64_t>(std::ceil(val_fraction * static_cast<double>(total))),
-                                         min_val_windows);
-    idx.val_windows = std::min(idx.val_windows, total / 2);
-  }
+  idx.val_windows = val_window_count(total, val_fraction, min_val_windows);
   return idx;
 }
 
