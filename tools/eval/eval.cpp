@@ -288,6 +288,12 @@ class Evaluator {
   // damaged (then reported and counted in summary.failed: the other checkpoints are still scored).
   bool evaluate(const Target& target, EvalSummary& summary) {
     if (!target.problem.empty()) {
+      // Pruned by the trainer between the listing and now (its files vanished under the check): skipped, as below.
+      if (mpi::broadcast_value(static_cast<int>(!path_exists(target.path))) != 0) {
+        CAIRN_LOG_WARN("checkpoint \"%s\" disappeared while being checked (pruned by the trainer?); skipped",
+                       target.path.c_str());
+        return false;
+      }
       fail(target, file_message("damaged checkpoint", target.path, target.problem), summary);
       return false;
     }

@@ -42,27 +42,25 @@ std::vector<uint64_t> epoch_permutation(uint64_t n, uint64_t seed, uint64_t epoc
 }
 
 std::vector<uint64_t> batch_windows(const WindowIndex& idx, uint64_t seed, int64_t batch, int micro, int rank,
-                                    int world, int B, int accum) {
+                                    int world, int B, int accum, PermutationCache* cache) {
   uint64_t G = static_cast<uint64_t>(B) * world * accum;
   uint64_t bpe = idx.train_windows() / G;
   if (bpe == 0) throw UsageError("the training split has fewer windows than one global batch");
   uint64_t epoch = static_cast<uint64_t>(batch) / bpe;
   uint64_t in_epoch = static_cast<uint64_t>(batch) % bpe;
-  // One permutation per epoch; cache the last one (the loader thread walks epochs in order).
-  thread_local uint64_t cached_epoch = ~0ull, cached_n = 0, cached_seed = 0;
-  thread_local std::vector<uint32_t> perm32;
-  thread_local std::vector<uint64_t> perm64;
+  thread_local PermutationCache per_thread;
+  PermutationCache& c = cache ? *cache : per_thread;
   const bool narrow = idx.train_windows() <= (uint64_t{1} << 32);
-  if (cached_epoch != epoch || cached_n != idx.train_windows() || cached_seed != seed) {
-    if (narrow) fill_permutation(perm32, idx.train_windows(), seed, epoch), perm64 = {};
-    else fill_permutation(perm64, idx.train_windows(), seed, epoch), perm32 = {};
-    cached_epoch = epoch;
-    cached_n = idx.train_windows();
-    cached_seed = seed;
+  if (c.epoch != epoch || c.n != idx.train_windows() || c.seed != seed) {
+    if (narrow) fill_permutation(c.perm32, idx.train_windows(), seed, epoch), c.perm64 = {};
+    else fill_permutation(c.perm64, idx.train_windows(), seed, epoch), c.perm32 = {};
+    c.epoch = epoch;
+    c.n = idx.train_windows();
+    c.seed = seed;
   }
   std::vector<uint64_t> out(B);
   uint64_t base = in_epoch * G + (static_cast<uint64_t>(micro) * world + rank) * B;
-  for (int i = 0; i < B; ++i) out[i] = narrow ? perm32[base + i] : perm64[base + i];
+  for (int i = 0; i < B; ++i) out[i] = narrow ? c.perm32[base + i] : c.perm64[base + i];
   return out;
 }
 
@@ -154,7 +152,7 @@ void Loader::run(int64_t batch) {
     for (int64_t b = batch;; ++b) {
       for (int k = 0; k < opt_.accum; ++k) {
         MicroBatch mb =
-            make_batch(batch_windows(idx_, opt_.seed, b, k, opt_.rank, opt_.world, opt_.B, opt_.accum), b, k);
+            make_batch(batch_windows(idx_, opt_.seed, b, k, opt_.rank, opt_.world, opt_.B, opt_.accum, &perm_), b, k);
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return stop_ || queue_.size() < static_cast<size_t>(opt_.prefetch); });
         if (stop_) return;

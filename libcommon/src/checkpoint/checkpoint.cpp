@@ -161,6 +161,12 @@ std::vector<Entry> list(const std::string& root, bool verify) {
     e.complete = e.problem.empty();
     e.sealed = done_before || e.complete;
   }
+  // A checkpoint the trainer pruned (renamed away) while it was being checked is gone, not damaged: a reader that
+  // follows a run (cairn-eval --watch) would otherwise report it as a failure.
+  std::erase_if(out, [](const Entry& e) {
+    std::error_code gone;
+    return !e.complete && !fs::exists(e.dir, gone);
+  });
   return out;
 }
 
