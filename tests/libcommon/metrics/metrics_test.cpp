@@ -156,6 +156,53 @@ BOOST_AUTO_TEST_CASE(jsonl_truncates_after_resumed_step) {
   fs::remove_all(dir);
 }
 
+// A resume cuts the file at its step by reading back from the end only (a long run's file is not parsed whole): the
+// result is what keeping every parseable line at or before the step, or without one, gives. Cases: provenance lines
+// of later segments (kept), torn lines, a file of several read chunks, an unterminated last line at the step, a
+// cut with nothing to drop (the file is left as it was), a cut before every step.
+BOOST_AUTO_TEST_CASE(jsonl_cut_reads_only_the_tail_and_keeps_what_a_full_parse_keeps) {
+  const std::string dir = temp_dir("jsonl_cut");
+  const std::string path = dir + "/metrics.jsonl";
+  auto reference = [](const std::string& text, int64_t step) {
+    std::istringstream in(text);
+    std::string line, kept;
+    while (std::getline(in, line)) try {
+        const json j = json::parse(line);
+        if (!j.contains("step") || j["step"].get<int64_t>() <= step) kept += line + "\n";
+      } catch (const std::exception&) {
+      }
+    return kept;
+  };
+  auto cut = [&](const std::string& text, int64_t step) {
+    std::ofstream(path, std::ios::trunc) << text;
+    { JsonlWriter w(path, step); }
+    return cairn::read_file(path);
+  };
+  std::string big = "{\"kind\":\"provenance\",\"tool\":\"a\"}\n";
+  for (int s = 1; s <= 8000; ++s) {
+    big += "{\"kind\":\"train\",\"step\":" + std::to_string(s) + ",\"loss\":" + std::to_string(1.0 / s) + "}\n";
+    if (s % 1000 == 0) big += "{\"kind\":\"val\",\"step\":" + std::to_string(s) + ",\"val_loss\":2.5}\n";
+    if (s == 6500) big += "{\"kind\":\"provenance\",\"tool\":\"b\"}\n";
+  }
+  const std::string torn = big + "{\"kind\":\"train\",\"st";
+  for (int64_t step : {0, 1, 999, 1000, 6499, 6500, 6501, 7999, 8000, 9000}) {
+    BOOST_TEST_CONTEXT("step " << step) {
+      BOOST_TEST(cut(big, step) == reference(big, step));
+      BOOST_TEST(cut(torn, step) == reference(torn, step));
+    }
+  }
+  BOOST_TEST(big.size() > (64u << 10) * 3);  // the cuts far back read several chunks
+  // The step's line unterminated at the end: kept, and the next line starts on its own.
+  const std::string open_end = "{\"step\":1}\n{\"step\":2}";
+  std::ofstream(path, std::ios::trunc) << open_end;
+  {
+    JsonlWriter w(path, 2);
+    w.write({{"step", 3}});
+  }
+  BOOST_TEST(cairn::read_file(path) == "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n");
+  fs::remove_all(dir);
+}
+
 BOOST_AUTO_TEST_CASE(trace_is_chrome_json) {
   Trace t;
   t.name_process(0, "rank 0");
