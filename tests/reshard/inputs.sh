@@ -141,6 +141,13 @@ grep -qF "skipped 1 file(s) that are not text" "$T/dl.err" || fail "binary files
 expect_exit 2 'input "-" reads standard input, which is closed' bash -c '"$0" build --out "$1" - <&-' "$B" "$T/closed"
 [ ! -e "$T/closed/index.json" ] || fail "a build from a closed stdin wrote a dataset"
 
+# ---- An input path that is not UTF-8 (a Latin-1 directory name): the build finishes with its index.json (the JSON
+# writer used to throw on the command line and input list once every shard was written, exit 1, no index).
+lat=$'lat\xe9'
+mkdir -p "$T/corp_$lat" && cp "${FORTUNES[0]}" "$T/corp_$lat/f.txt"
+"$B" build --log-level warn --out "$T/latin" "$T/corp_$lat" 2>/dev/null || fail "a non-UTF-8 input path failed the build"
+$PY -c "import json,sys; json.load(open(sys.argv[1]))" "$T/latin/index.json" || fail "index.json of a non-UTF-8 path"
+
 # ---- Out of file descriptors (every shard is kept open): the process's limit named (exit 1), not a corrupt shard
 # (exit 3); a soft limit below the hard one is raised at start, so the same run then works.
 "$B" build --log-level warn --set data.shards=120 --out "$T/many" "${FORTUNES[@]}" 2>/dev/null

@@ -20,6 +20,7 @@
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/gpu.h"
+#include "cairn/json_text.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
@@ -232,7 +233,7 @@ class Evaluator {
     std::string text = task + "\n";
     if (tables.is_object() && tables.contains(task)) {
       const json& table = tables[task];
-      text += table.dump() + "\n";
+      text += json_text(table) + "\n";
       for (const auto& [key, value] : table.items()) {
         std::error_code ec;
         if (!value.is_string() || !fs::is_regular_file(value.get<std::string>(), ec)) continue;
@@ -240,7 +241,7 @@ class Evaluator {
         text += key + " " + shards::hex64(XXH64(content.data(), content.size(), 0)) + "\n";
       }
     } else {
-      text += cfg_.section("data").dump() + "\n";
+      text += json_text(cfg_.section("data")) + "\n";
     }
     text += strprintf("limit=%lld context=%lld", static_cast<long long>(eval_.limit),
                       static_cast<long long>(eval_.context));

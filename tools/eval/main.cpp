@@ -4,6 +4,7 @@
 #include "cairn/cli.h"
 #include "cairn/config_section.h"
 #include "cairn/error.h"
+#include "cairn/json_text.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
 #include "eval.h"
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
                             {"checkpoints_skipped", s.checkpoints_skipped},
                             {"checkpoints_failed", s.failed},
                             {"results", rows}};
-      cairn::write_json_output(opts.json_path, out.dump(2) + "\n");
+      cairn::write_json_output(opts.json_path, cairn::json_text(out, 2) + "\n");
     }
     // Damaged checkpoints were reported as they came; the run fails once everything else is scored and recorded.
     if (!s.failed.empty()) {

@@ -11,6 +11,7 @@
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/h5.h"
+#include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/provenance.h"
 #include "cairn/shards.h"
@@ -55,12 +56,12 @@ std::vector<ResultRow> read_results(const std::string& path) {
 
 void write_results_jsonl(const std::string& path, const std::vector<ResultRow>& rows) {
   std::string text;
-  for (const auto& r : rows) text += r.to_json().dump() + "\n";
+  for (const auto& r : rows) text += json_text(r.to_json()) + "\n";
   atomic_write(path, text);
 }
 
 std::string this_eval_run() {
-  const std::string text = provenance().to_json().dump();
+  const std::string text = json_text(provenance().to_json());
   return shards::hex64(XXH64(text.data(), text.size(), 0));
 }
 
@@ -81,7 +82,7 @@ void update_provenance_jsonl(const std::string& path, const std::set<std::string
   const std::string mine = this_eval_run();
   if (referenced.count(mine) && have.insert(mine).second) lines.push_back({mine, provenance().to_json()});
   std::string text;
-  for (const auto& p : lines) text += p.to_json().dump() + "\n";
+  for (const auto& p : lines) text += json_text(p.to_json()) + "\n";
   atomic_write(path, text);
 }
 

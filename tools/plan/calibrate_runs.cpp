@@ -20,6 +20,7 @@
 #include "cairn/costmodel.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
+#include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/provenance.h"
 #include "cairn/records.h"
@@ -1193,7 +1194,7 @@ int run_calibrate_from_runs(const Config& cfg, const RefitOptions& opts) {
   const bool json_stdout = opts.json_path == "-";
   print_report(json_stdout ? std::cerr : std::cout, rows, fit, lines, s, held_out);
   if (!opts.json_path.empty())
-    write_json_output(opts.json_path, report_json(rows, fit, lines, s, held_out, path).dump(1) + "\n");
+    write_json_output(opts.json_path, json_text(report_json(rows, fit, lines, s, held_out, path), 1) + "\n");
   std::cout << (json_stdout ? "" : path + "\n");  // the path last on stdout, as plain calibrate prints it
   return 0;
 }

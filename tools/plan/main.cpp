@@ -6,6 +6,7 @@
 #include "cairn/config_section.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
+#include "cairn/json_text.h"
 #include "cairn/provenance.h"
 #include "calibrate_runs.h"
 #include "plan.h"
@@ -87,7 +88,7 @@ int main(int argc, char** argv) {
       std::cout << path << "\n";  // on stderr under --json -, which gets the JSON alone
       cairn::write_json_output(
           opts.json_path,
-          nlohmann::json{{"provenance", cairn::provenance().to_json()}, {"cluster_file", path}}.dump(2));
+          cairn::json_text(nlohmann::json{{"provenance", cairn::provenance().to_json()}, {"cluster_file", path}}, 2));
       return 0;
     }
     cairn::plan::RunOptions ro;

@@ -11,6 +11,7 @@
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/h5.h"
+#include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/provenance.h"
 
@@ -75,8 +76,8 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
     f.set_attr("plans_evaluated", uint64_t(r.all.size()));
     f.set_attr("plans_feasible", uint64_t(r.feasible));
     f.set_attr("search_seconds", r.elapsed_s);
-    f.set_attr("model", model_json(m).dump());
-    f.set_attr("cluster", cluster_json(c).dump());
+    f.set_attr("model", json_text(model_json(m)));
+    f.set_attr("cluster", json_text(cluster_json(c)));
     h5::Group g = f.create_group("plans");
     g.set_attr("order", "feasible plans fastest first, then rejected plans");
     std::string codes;
@@ -277,7 +278,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
                 {"cluster", cluster_json(c)},
                 {"global_batch", global_batch},
                 {"plans", json::array({to_json(e)})}};
-    if (!opts.json_path.empty()) write_json_output(opts.json_path, doc.dump(2));
+    if (!opts.json_path.empty()) write_json_output(opts.json_path, json_text(doc, 2));
     if (!e.feasible() && e.reject != Reject::kMemory)
       throw UsageError("plan " + plan_string(p) + " is invalid: " + e.reason);
     if (!e.feasible()) throw GateFailure("plan " + plan_string(p) + " does not fit: " + e.reason);
@@ -348,7 +349,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
               {"cluster", cluster_json(c)},           {"global_batch", global_batch},
               {"plans_evaluated", r.all.size()},      {"plans_feasible", r.feasible},
               {"search_seconds", r.elapsed_s},        {"plans", plans}};
-  const std::string text = doc.dump(2) + "\n";
+  const std::string text = json_text(doc, 2) + "\n";
   atomic_write(join_path(out_dir, "plans.json"), text);
   if (!opts.json_path.empty()) write_json_output(opts.json_path, text);
   write_h5(join_path(out_dir, "plans.h5"), m, c, global_batch, r);

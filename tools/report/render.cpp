@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/plot.h"
 #include "cairn/provenance.h"
@@ -52,7 +53,7 @@ std::string json_cell(const json& j) {
   if (j.is_boolean()) return j.get<bool>() ? "yes" : "no";
   if (j.is_number_integer()) return std::to_string(j.get<long long>());
   if (j.is_number()) return format_value(j.get<double>(), "", 4);
-  return j.dump();
+  return json_text(j);
 }
 
 const char* kCss = R"CSS(

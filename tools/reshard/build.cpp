@@ -14,6 +14,7 @@
 #include "cairn/cli.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
+#include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/sysinfo.h"
@@ -70,7 +71,7 @@ void write_parts_index(const std::string& dir, const json& shard_list, const tok
   const json index = {{"format", "cairn-shards"},    {"format_version", shards::kFormatVersion},
                       {"tokenizer", tok.describe()}, {"vocab_size", tok.vocab_size()},
                       {"eot_id", tok.eot_id()},      {"shards", shard_list}};
-  atomic_write(join_path(dir, "index.json"), index.dump() + "\n");
+  atomic_write(join_path(dir, "index.json"), json_text(index) + "\n");
 }
 
 namespace {
@@ -541,7 +542,7 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
       }
       std::filesystem::remove(sidecar);  // its parts are being rewritten
       json summary = tokenize_group(data, *tok, files, groups[g], g, groups.size(), parts, plan, nthreads, progress);
-      atomic_write(sidecar, summary.dump() + "\n");
+      atomic_write(sidecar, json_text(summary) + "\n");
     }
   } catch (const Error& e) {
     error = e.what(), error_code = e.code();
@@ -596,7 +597,7 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
     j["skipped_records"] = skipped;
     j["source_bytes"] = source_bytes;
     j["tokenize_mb_per_s"] = source_bytes / 1e6 / tok_s;
-    write_json_output(json_out, j.dump(2));
+    write_json_output(json_out, json_text(j, 2));
   }
   return 0;
 }
@@ -700,7 +701,7 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
                                     : "");
     json j = r.to_json(dir);
     j["total_seconds"] = total;  // "seconds": the copy alone
-    write_json_output(json_out, j.dump(2));
+    write_json_output(json_out, json_text(j, 2));
   }
   return 0;
 }

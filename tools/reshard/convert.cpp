@@ -20,6 +20,7 @@
 #include "cairn/cli.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
+#include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
@@ -697,7 +698,7 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     if (root) {
       summary["input"] = in;
       summary["provenance"] = provenance().to_json();
-      write_json_output(json_out, summary.dump(2));
+      write_json_output(json_out, json_text(summary, 2));
     }
     return 0;
   }
@@ -801,7 +802,7 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     j["imported_from"] = from;
     j["inputs"] = files;
     j["documents"] = docs;
-    write_json_output(json_out, j.dump(2));
+    write_json_output(json_out, json_text(j, 2));
   }
   return 0;
 }

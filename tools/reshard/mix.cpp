@@ -12,6 +12,7 @@
 #include "cairn/cli.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
+#include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/sections/model.h"
@@ -536,7 +537,7 @@ int run_mix(const Config& cfg, const std::vector<std::string>& inputs, const std
     if (log_settings().level <= LogLevel::Info) std::fprintf(stderr, "%s", format_mixture(mixture).c_str());
     json j = r.to_json(dir);
     j["mixture"] = mixture;
-    write_json_output(json_out, j.dump(2));
+    write_json_output(json_out, json_text(j, 2));
   }
   return 0;
 }

@@ -18,6 +18,7 @@
 #include "cairn/cli.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
+#include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
@@ -1016,8 +1017,8 @@ uint64_t write_index_and_stats(const OutputPlan& plan, const OutputSpec& spec, j
   json index = index_json(spec, plan.total, total_docs, total_bytes, shard_list);
   index.update(spec.index_extra);
   stats.update(spec.stats_extra);
-  atomic_write(join_path(at, "stats.json"), stats.dump(2) + "\n");
-  atomic_write(join_path(at, "index.json"), index.dump(2) + "\n");
+  atomic_write(join_path(at, "stats.json"), json_text(stats, 2) + "\n");
+  atomic_write(join_path(at, "index.json"), json_text(index, 2) + "\n");
   if (staging) swap_in_staged(spec.dir, st, staged);
   CAIRN_LOG_DEBUG("wrote stats.json and index.json at %.3f s", seconds_since(t0));
   std::error_code ec;

@@ -13,6 +13,7 @@
 #include "cairn/config.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
+#include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "reshard.h"
@@ -259,11 +260,11 @@ int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const 
                  static_cast<unsigned long long>(c["tokens"].get<uint64_t>()));
   std::fflush(human);
   if (!json_out.empty())
-    write_json_output(json_out, json{{"datasets", checked},
-                                     {"problems", problems},
-                                     {"ok", problems.empty()},
-                                     {"provenance", provenance().to_json()}}
-                                        .dump(2) +
+    write_json_output(json_out, json_text(json{{"datasets", checked},
+                                               {"problems", problems},
+                                               {"ok", problems.empty()},
+                                               {"provenance", provenance().to_json()}},
+                                          2) +
                                     "\n");
   if (!problems.empty()) throw GateFailure(strprintf("verify found %zu problem(s)", problems.size()));
   return 0;
@@ -303,12 +304,12 @@ int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const s
     }
     std::fprintf(human, "%s\n%s", d.c_str(), format_stats(s).c_str());
     std::fflush(human);
-    if (writable) atomic_write(join_path(d, "stats.json"), s.dump(2) + "\n");
+    if (writable) atomic_write(join_path(d, "stats.json"), json_text(s, 2) + "\n");
     else CAIRN_LOG_WARN("\"%s\" is not writable here: stats.json not updated", d.c_str());
     all.push_back(std::move(s));
   }
   // One dataset: its stats.json object; several: an array of them, in order (one JSON document).
-  if (!json_out.empty()) write_json_output(json_out, (all.size() == 1 ? all[0] : all).dump(2) + "\n");
+  if (!json_out.empty()) write_json_output(json_out, json_text(all.size() == 1 ? all[0] : all, 2) + "\n");
   return 0;
 }
 

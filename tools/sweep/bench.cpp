@@ -14,6 +14,7 @@
 #include "cairn/clock.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
+#include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
@@ -350,7 +351,7 @@ int run_bench_bare(const SweepOptions& opts, const BenchBareOptions& bo) {
   buf.release();
 
   if (rank == 0 && !o.json_path.empty())
-    write_json_output(o.json_path, bench_json(o, bo, n, type, op, results).dump(1) + "\n");
+    write_json_output(o.json_path, json_text(bench_json(o, bo, n, type, op, results), 1) + "\n");
   return 0;
 }
 

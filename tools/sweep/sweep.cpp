@@ -22,6 +22,7 @@
 #include "cairn/dir_lock.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
+#include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
@@ -961,7 +962,7 @@ int finish_on_root(RunInfo& info, SweepResult& res, const SweepOptions& o, const
   std::string dir = run_subdir(o.run_dir, "sweep");
   res.out_dir = dir;
   atomic_write(join_path(dir, "sweep.txt"), res.table);
-  std::string doc = sweep_json(info, res).dump(1) + "\n";
+  std::string doc = json_text(sweep_json(info, res), 1) + "\n";
   atomic_write(join_path(dir, "sweep.json"), doc);
   if (!o.json_path.empty()) write_json_output(o.json_path, doc);
   write_sweep_h5(join_path(dir, "sweep.h5"), info, res);

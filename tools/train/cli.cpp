@@ -3,6 +3,7 @@
 
 #include "cairn/cli.h"
 #include "cairn/config_section.h"
+#include "cairn/json_text.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
 #include "trainer.h"
@@ -49,7 +50,7 @@ int cairn::train::train_main(int argc, char** argv, const TrainHooks& hooks) {
                                 {"final_val_loss",
                                  r.val_losses.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.val_losses.back())},
                                 {"run_dir", cairn::run_dir(cfg)}};
-      cairn::write_json_output(opts.json_path, summary.dump(2));
+      cairn::write_json_output(opts.json_path, cairn::json_text(summary, 2));
     }
     return r.exit_code;
   });

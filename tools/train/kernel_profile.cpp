@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cairn/files.h"
+#include "cairn/json_text.h"
 #include "cairn/kernels/profile.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
@@ -55,7 +56,7 @@ void write_kernel_profile(const Settings& s, int64_t steps) {
       {"ranks", ranks},
       {"provenance", provenance().to_json()}};
   const std::string path = join_path(s.train_dir, "kernel_profile.json");
-  atomic_write(path, doc.dump(1) + "\n");
+  atomic_write(path, json_text(doc, 1) + "\n");
   const records::KernelProfileTotals total = records::kernel_profile_totals(doc);  // as cairn-report shows them
   CAIRN_LOG_INFO("kernel profile (all %d ranks, %lld steps; \"%s\"): %.3f s in kernels, %.1f ms per step and rank",
                  s.world, static_cast<long long>(steps), path.c_str(), total.seconds,

@@ -19,6 +19,7 @@
 #include "cairn/files.h"
 #include "cairn/gpt.h"
 #include "cairn/gpt_mpi.h"
+#include "cairn/json_text.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
@@ -1098,7 +1099,7 @@ void Trainer::write_stopped(const char* why) {
   json st = {{"exit_code", kExitRequeue},         {"step", progress_.step},
              {"signal", stop_name(stop_signal_)}, {"reason", why},
              {"checkpoint", last_ckpt_},          {"provenance", provenance().to_json()}};
-  atomic_write(join_path(s_.train_dir, "STOPPED"), st.dump(1) + "\n");
+  atomic_write(join_path(s_.train_dir, "STOPPED"), json_text(st, 1) + "\n");
 }
 
 // Writes the periodic and the final checkpoints, and one on a stop request; true when the run must stop (requeue).
@@ -1153,7 +1154,7 @@ void Trainer::finish_run(int exit_code) {
                   {"skipped_total", guard_.skipped_total},
                   {"checkpoint", last_ckpt_},
                   {"provenance", provenance().to_json()}};
-      atomic_write(join_path(s_.train_dir, "FINISHED"), fin.dump(1) + "\n");
+      atomic_write(join_path(s_.train_dir, "FINISHED"), json_text(fin, 1) + "\n");
     }
     result_.finished_checkpoint = last_ckpt_;
   }

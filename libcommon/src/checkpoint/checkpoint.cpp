@@ -1,5 +1,6 @@
 // Checkpoint files (model.h5, optim.rank*.h5, DONE) and the directory protocol around them.
 #include "cairn/checkpoint.h"
+#include "cairn/json_text.h"
 
 #include <sys/stat.h>
 #include <xxhash.h>
@@ -217,7 +218,7 @@ ModelWriter::ModelWriter(const std::string& path, const ModelMeta& meta, std::ve
   f.set_attr("seq_len", meta.config.seq_len);
   f.set_attr("vocab", meta.config.vocab);
   f.set_attr("vocab_real", meta.config.vocab_real);
-  f.set_attr("train_state", meta.train_state.dump());
+  f.set_attr("train_state", json_text(meta.train_state));
   f.set_attr("config_toml", meta.config_toml);
   h5::write_provenance(f);
 }
@@ -325,7 +326,7 @@ OptimWriter::OptimWriter(const std::string& path, const OptimShard& s) : impl_(s
   f.set_attr("count", s.count);
   f.set_attr("total", s.total);
   f.set_attr("adam_step", s.adam_step);
-  f.set_attr("rank_state", s.rank_state.dump());
+  f.set_attr("rank_state", json_text(s.rank_state));
   std::vector<hsize_t> dims{s.count};
   impl_->m = h5::Dataset(h5::create_dataset_raw(f, "m", H5T_NATIVE_FLOAT, dims), path + "/m");
   impl_->v = h5::Dataset(h5::create_dataset_raw(f, "v", H5T_NATIVE_FLOAT, dims), path + "/v");
@@ -481,7 +482,7 @@ void seal(const std::string& tmp_dir, const std::string& final_dir, int64_t step
   }
   rename_path(tmp_dir, final_dir);
   fsync_path(fs::path(final_dir).parent_path().string());
-  atomic_write(join_path(final_dir, kDone), marker.to_json().dump(1) + "\n");
+  atomic_write(join_path(final_dir, kDone), json_text(marker.to_json(), 1) + "\n");
 }
 
 std::vector<std::string> prune(const std::string& root, int keep_last, int64_t keep_every) {
