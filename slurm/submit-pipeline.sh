@@ -88,6 +88,11 @@ tool_args=(--config "$config" "${sets[@]}")
 [ -n "$out" ] && tool_args+=(--set "run.dir=$(cairn_toml_str "$(cairn_abspath "$out")")")
 cairn_resolve_run_dir "${tool_args[@]}"
 run=$CAIRN_RUN_DIR
+# sbatch reads its --output as a pattern: a backslash anywhere turns the patterns off (no %j: one log for every
+# requeue, in a directory with the backslash dropped) and % starts one. The log path escapes % as %%; a backslash
+# cannot be escaped, so such a run directory is refused before anything is submitted.
+case "$run" in *\\*) CAIRN_DIE_CODE=2 cairn_die "run directory \"$run\" contains a backslash, which sbatch's --output cannot take (its log files would be lost): choose another" ;; esac
+log_dir=${run//\%/%%}/logs
 # Every job gets the absolute run directory: jobs may start in another directory or days later.
 # (--set run.dir rather than --out: for cairn-reshard --out names the dataset directory.)
 tool_args=(--config "$config" "${sets[@]}" --set "run.dir=$(cairn_toml_str "$run")")
@@ -107,6 +112,8 @@ is_selected() { [[ " ${selected[*]} " == *" $1 "* ]]; }
 command -v sbatch >/dev/null || [ "$dry" = 1 ] || cairn_die "sbatch not found: is this a Slurm login node? (slurm/run-local.sh runs the pipeline without Slurm)"
 if [ "$dry" = 0 ]; then mkdir -p "$run/logs"; fi
 
+export CAIRN_HOME
+[ -z "${CAIRN_BIN_DIR:-}" ] || export CAIRN_BIN_DIR
 declare -A job_of=() log_of=() dep_of=()
 cmds=()
 for s in "${selected[@]}"; do
@@ -117,15 +124,16 @@ for s in "${selected[@]}"; do
     [ "$s" = eval ] && [ "$d" = train ] && [ "$watch_eval" = 1 ] && kind=after
     dep+="${dep:+,}$kind:${job_of[$d]}"
   done
-  args=(sbatch --parsable --job-name="cairn-$s" --output="$run/logs/$s-%j.out")
+  args=(sbatch --parsable --job-name="cairn-$s" --output="$log_dir/$s-%j.out")
   [ -n "$dep" ] && args+=(--dependency="$dep" --kill-on-invalid-dep=yes)
   [ "$s" = train ] && args+=(--signal="B:USR1@$grace" --requeue --open-mode=append)
   # shellcheck disable=SC2206
   [ -n "${extra_sbatch[all]:-}" ] && args+=(${extra_sbatch[all]})
   # shellcheck disable=SC2206
   [ -n "${extra_sbatch[$s]:-}" ] && args+=(${extra_sbatch[$s]})
-  exports=ALL,CAIRN_HOME=$CAIRN_HOME
-  [ -n "${CAIRN_BIN_DIR:-}" ] && exports+=,CAIRN_BIN_DIR=$CAIRN_BIN_DIR
+  # CAIRN_HOME and CAIRN_BIN_DIR travel through the environment (exported above), not in --export's list, which
+  # splits at commas: a checkout path with a comma broke every job.
+  exports=ALL
   if [ "$s" = eval ] && [ "$watch_eval" = 1 ]; then
     exports+=,CAIRN_WATCH_EVAL=1
     is_selected train && exports+=,CAIRN_WATCH_JOB=${job_of[train]}

@@ -29,6 +29,20 @@ cairn_usage() {
 cairn_log() { echo "cairn[$(date -u +%H:%M:%S)] $*" >&2; }
 cairn_die() { echo "cairn: $*" >&2; exit "${CAIRN_DIE_CODE:-1}"; }
 
+# The numeric settings the scripts do arithmetic or sleep with: a bad value is a usage error (exit 2) naming it, not
+# an arithmetic error that ends a loop early (run-local.sh then said "ran nothing" and exited 0).
+cairn_check_env_numbers() {
+  local v
+  for v in CAIRN_MTIME_SLACK_S CAIRN_NP; do
+    [ -z "${!v:-}" ] || [[ ${!v} =~ ^[0-9]+$ ]] ||
+      CAIRN_DIE_CODE=2 cairn_die "$v must be a whole number (got '${!v}')"
+  done
+  for v in CAIRN_POLL_S; do
+    [ -z "${!v:-}" ] || [[ ${!v} =~ ^[0-9]+([.][0-9]+)?$ ]] ||
+      CAIRN_DIE_CODE=2 cairn_die "$v must be a number of seconds (got '${!v}')"
+  done
+}
+
 # Finds CAIRN_HOME: the env var, else the folder above this file.
 cairn_find_home() {
   if [ -z "${CAIRN_HOME:-}" ]; then
@@ -49,8 +63,18 @@ cairn_env_hook() {
     module load $CAIRN_MODULES
   fi
   if [ -n "${CAIRN_ENV_FILE:-}" ]; then
+    [ -r "$CAIRN_ENV_FILE" ] || CAIRN_DIE_CODE=2 cairn_die "CAIRN_ENV_FILE \"$CAIRN_ENV_FILE\" is not a readable file"
+    # A site's env file (conda, modules) is written for interactive shells: a failing test or an unset variable in it
+    # must not end the job silently under this script's set -euo pipefail.
+    local flags=$- env_rc=0
+    set +euo pipefail
     # shellcheck disable=SC1090
-    source "$CAIRN_ENV_FILE"
+    source "$CAIRN_ENV_FILE" || env_rc=$?
+    set -o pipefail
+    [[ $flags == *e* ]] && set -e
+    [[ $flags == *u* ]] && set -u
+    [ "$env_rc" -eq 0 ] || cairn_log "warning: CAIRN_ENV_FILE \"$CAIRN_ENV_FILE\" ended with status $env_rc; continuing"
+    cairn_check_env_numbers
   fi
   # Open MPI refuses to run as root unless told; containers and CI often are root.
   if [ "$(id -u)" -eq 0 ]; then
@@ -376,3 +400,4 @@ cairn_batch_prologue() {
 }
 
 cairn_find_home
+cairn_check_env_numbers

@@ -45,6 +45,20 @@ grep -q -- "--dependency=afterok:\$JOB_TRAIN --kill-on-invalid-dep=yes" "$work/o
   || { cat "$work/out"; fail "report does not depend on train alone"; }
 pass "--dry-run without Slurm, --stages drops dependencies on stages left out"
 
+# Paths sbatch reads as patterns: % in the run directory is escaped in --output (Slurm put the job id into the
+# directory's name, and the job failed without a log); a backslash is refused. Numbers the scripts compute with are
+# checked (a bad CAIRN_MTIME_SLACK_S ended run-local's loop and it exited 0 having run nothing). An env file that
+# fails a test under set -e no longer ends the job silently.
+expect 0 "--output=$work/pct %%j dir/logs/plan-%j.out" slurm/submit-pipeline.sh "$tiny" --out "$work/pct %j dir" \
+  --stages plan --dry-run
+expect 2 "contains a backslash" slurm/submit-pipeline.sh "$tiny" --out "$work/back\\slash" --stages plan --dry-run
+expect 2 "CAIRN_MTIME_SLACK_S must be a whole number (got '5s')" env CAIRN_MTIME_SLACK_S=5s slurm/run-local.sh "$tiny" \
+  --out "$work/slack" --stages plan
+printf 'grep -q never /dev/null\nexport CAIRN_TEST_ENV_FILE_RAN=1\n' > "$work/site.env"
+expect 0 "== stage plan done" env CAIRN_ENV_FILE="$work/site.env" slurm/run-local.sh "$tiny" --out "$work/envfile" \
+  --stages plan
+pass "sbatch patterns in paths, numeric settings and site env files"
+
 # The whole pipeline locally; an absolute loss gate so it passes without a baseline.
 rc=0
 slurm/run-local.sh "$tiny" --out "$work/run" --set "report.gates.val_loss={ max = 4.0 }" > "$work/local.out" 2>&1 || rc=$?
