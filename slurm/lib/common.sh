@@ -37,10 +37,8 @@ cairn_check_env_numbers() {
     [ -z "${!v:-}" ] || [[ ${!v} =~ ^[0-9]+$ ]] ||
       CAIRN_DIE_CODE=2 cairn_die "$v must be a whole number (got '${!v}')"
   done
-  for v in CAIRN_POLL_S; do
-    [ -z "${!v:-}" ] || [[ ${!v} =~ ^[0-9]+([.][0-9]+)?$ ]] ||
-      CAIRN_DIE_CODE=2 cairn_die "$v must be a number of seconds (got '${!v}')"
-  done
+  [ -z "${CAIRN_POLL_S:-}" ] || [[ $CAIRN_POLL_S =~ ^[0-9]+([.][0-9]+)?$ ]] ||
+    CAIRN_DIE_CODE=2 cairn_die "CAIRN_POLL_S must be a number of seconds (got '$CAIRN_POLL_S')"
 }
 
 # Finds CAIRN_HOME: the env var, else the folder above this file.
