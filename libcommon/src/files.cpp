@@ -136,6 +136,18 @@ std::string parent_dir(const std::string& path) {
 }
 }  // namespace
 
+std::string dir_basename(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  std::string name = p.filename().string();
+  if (name.empty()) name = p.parent_path().filename().string();  // "a/" normalises to "a/": its parent's name
+  if (name.empty() || name == "." || name == "..") {
+    std::error_code ec;
+    name = fs::absolute(path, ec).lexically_normal().filename().string();
+    if (name.empty()) name = fs::absolute(path, ec).lexically_normal().parent_path().filename().string();
+  }
+  return name;
+}
+
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;

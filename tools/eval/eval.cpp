@@ -498,9 +498,7 @@ class Evaluator {
     info.tokens = tokens;
     info.checkpoint = target.path;
     info.checkpoint_id = target.id;
-    std::string run_name = fs::path(run_dir_).lexically_normal().filename().string();
-    if (run_name.empty() || run_name == "." || run_name == "..")
-      run_name = fs::absolute(run_dir_).lexically_normal().filename().string();
+    std::string run_name = dir_basename(run_dir_);  // "run/" and "run" name one model
     if (run_name.empty()) run_name = "cairn";
     info.model_name = strprintf("%s/step_%08lld", run_name.c_str(), static_cast<long long>(target.step));
     info.start_time = start_unix;

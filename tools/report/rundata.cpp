@@ -204,11 +204,7 @@ std::string parse_error_text(std::string_view line) {
   return "invalid JSON (a number that is not finite?)";
 }
 
-std::string basename_of(std::string dir) {
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  std::string b = fs::path(dir).filename().string();
-  return b.empty() || b == "." ? fs::absolute(dir).lexically_normal().filename().string() : b;
-}
+std::string basename_of(const std::string& dir) { return dir_basename(dir); }
 
 void read_data_stage(RunData& run) {
   // [data] path of the run's config when it points elsewhere, else <run>/data (or <run>/reshard).

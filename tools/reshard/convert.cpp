@@ -673,7 +673,7 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     if (to == "megatron" && (out.back() == '/' || fs::is_directory(out, ec))) {
       // A directory is no .bin/.idx prefix (it wrote DIR/.bin and DIR/.idx, hidden files): name the files after the
       // dataset as Megatron's preprocess_data.py names its outputs, <prefix>_text_document.bin/.idx.
-      const std::string stem = fs::path(in).lexically_normal().filename().string();
+      const std::string stem = dir_basename(in);  // "data/" and "data" give one prefix
       out =
           (fs::path(out) / ((stem.empty() || stem == "." ? std::string("dataset") : stem) + "_text_document")).string();
       if (root) CAIRN_LOG_INFO("--out is a directory: writing %s.bin and %s.idx", out.c_str(), out.c_str());

@@ -55,6 +55,10 @@ class AtomicFile {
 
 // Creates a directory and its parents; throws RuntimeError naming the path if impossible.
 void ensure_dir(const std::string& path);
+
+// The last component of a directory's path however it is spelled: "runs/a/", "runs/a/." and "runs/a" all give "a";
+// ".", ".." and "x/.." name the directory they resolve to. Names outputs after a directory the user gave.
+std::string dir_basename(const std::string& path);
 // "<out>/<stage>" created if needed (e.g. run_subdir("runs/demo", "sweep")).
 std::string run_subdir(const std::string& out, const std::string& stage);
 // Throws UsageError (exit 2) if `dir` cannot be created or written to (checked before long work starts).

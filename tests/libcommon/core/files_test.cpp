@@ -182,3 +182,12 @@ BOOST_AUTO_TEST_CASE(dir_lock_waiter_gets_it_once_the_holder_lets_go) {
   let_go.join();
   BOOST_TEST(waiter.held());
 }
+
+// Outputs named after a directory (cairn-eval's lm-eval model name, convert's Megatron prefix, report run names) must
+// not depend on how the path was spelled: "runs/a/" used to name nothing ("cairn") and "runs/a" name "a".
+BOOST_AUTO_TEST_CASE(dir_basename_ignores_the_spelling) {
+  for (const char* spelled : {"runs/a", "runs/a/", "runs/a//", "runs/a/.", "./runs/a", "runs/a/b/.."})
+    BOOST_TEST(dir_basename(spelled) == "a", spelled);
+  BOOST_TEST(dir_basename(".") == fs::current_path().filename().string());
+  BOOST_TEST(dir_basename("..") == fs::current_path().parent_path().filename().string());
+}
