@@ -720,7 +720,13 @@ json parse_config_value(const std::string& text) {
   toml::table t;
   try {
     t = toml::parse("v = " + text);
-  } catch (const toml::parse_error&) {
+  } catch (const toml::parse_error& e) {
+    // Quoted, it was meant as a TOML string or array: a broken one (an unterminated quote, a control character a script
+    // did not escape) is an error, not a string that keeps its quotes (which became a directory named "\"/tmp/x").
+    const size_t first = text.find_first_not_of(" \t");
+    if (first != std::string::npos && (text[first] == '"' || text[first] == '\'' || text[first] == '['))
+      throw UsageError("value " + short_json(json(text)) + " is not valid TOML (" + std::string(e.description()) +
+                       "); a string with a quote, backslash or control character must be escaped as TOML escapes it");
     return text;  // not a TOML value (a bare word, a path): the text itself
   }
   // "1\nx = 2" parses as two keys: the rest would be dropped silently.

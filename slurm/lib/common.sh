@@ -122,7 +122,16 @@ cairn_config_value() {
           out = ""; i = 2
           while (i <= length(v)) {
             c = substr(v, i, 1)
-            if (c == "\\") { i++; c = substr(v, i, 1); if (c == "n") c = "\n"; else if (c == "t") c = "\t" }
+            if (c == "\\") {
+              i++; c = substr(v, i, 1)
+              if (c == "n") c = "\n"; else if (c == "t") c = "\t"; else if (c == "r") c = "\r"
+              else if (c == "b") c = "\b"; else if (c == "f") c = "\f"; else if (c == "e") c = "\033"
+              else if (c == "u" && substr(v, i + 1, 2) == "00") {  # a control character the printer escaped
+                h = tolower(substr(v, i + 3, 2)); n = 0
+                for (k = 1; k <= 2; k++) n = n * 16 + index("0123456789abcdef", substr(h, k, 1)) - 1
+                c = sprintf("%c", n); i += 4
+              }
+            }
             else if (c == "\"") break
             out = out c; i++
           }
@@ -140,6 +149,16 @@ cairn_config_value() {
 cairn_toml_str() {
   local s=$1
   s=${s//\\/\\\\}; s=${s//\"/\\\"}
+  # Control characters (a tab, ESC, CR or newline in a path) as TOML's \uXXXX: raw, the value would not parse.
+  if [[ $s == *[[:cntrl:]]* ]]; then
+    local out="" c i
+    for ((i = 0; i < ${#s}; i++)); do
+      c=${s:i:1}
+      if [[ $c == [[:cntrl:]] ]]; then printf -v c '\\u%04x' "'$c"; fi
+      out+=$c
+    done
+    s=$out
+  fi
   printf '"%s"' "$s"
 }
 

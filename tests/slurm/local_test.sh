@@ -57,6 +57,11 @@ expect 2 "CAIRN_MTIME_SLACK_S must be a whole number (got '5s')" env CAIRN_MTIME
 printf 'grep -q never /dev/null\nexport CAIRN_TEST_ENV_FILE_RAN=1\n' > "$work/site.env"
 expect 0 "== stage plan done" env CAIRN_ENV_FILE="$work/site.env" slurm/run-local.sh "$tiny" --out "$work/envfile" \
   --stages plan
+# A control character in --out (an escape sequence pasted with a path) reaches the tools escaped and comes back from
+# --print-config decoded: the stage writes into that directory, not into "$PWD/\"...\"" as before.
+ctl=$'ctl\e[1mdir'
+expect 0 "== stage plan done" slurm/run-local.sh "$tiny" --out "$work/$ctl" --stages plan
+[ -d "$work/$ctl/plan" ] || fail "the plan of a run directory with a control character is not in it"
 pass "sbatch patterns in paths, numeric settings and site env files"
 
 # The whole pipeline locally; an absolute loss gate so it passes without a baseline.

@@ -112,6 +112,10 @@ check print_config_no_positional 1 "" -- grep -q "^# positional arguments" "$tmp
 printf '[model]\nlayers = 5\n' > "$tmp/"$'\xff'".toml"
 "$probe" --config "$tmp/"$'\xff'".toml" --print-config > "$tmp/pc_ff.toml"
 check print_config_non_utf8_origin 0 "layers 5" -- "$probe" --config "$tmp/pc_ff.toml"
+# A quoted value that is not TOML (unterminated, or a raw control character a script did not escape) is an error: it
+# was taken as a bare string, quotes included, and became a directory named '"/tmp/x'.
+check set_broken_quote 2 'is not valid TOML' -- "$probe" --set 'run.dir="/tmp/unterminated'
+check set_raw_control_char 2 'is not valid TOML' -- "$probe" --set $'run.dir="/tmp/a\x1bb"'
 check set_newline_second_value 2 "more than one TOML value" -- "$probe" --set $'model.layers=3\nhidden = 5'
 
 # Data that never reached stdout is a failed run (exit 1), not a success; a reader that went away is not a failure.
