@@ -220,6 +220,13 @@ Config load_layers(const CommonOptions& opts, const std::vector<std::string>& to
     CAIRN_LOG_DEBUG("topology: rank %d of %d on %s, local rank %d of %d, node %d of %d", t.rank, t.size, t.host.c_str(),
                     t.local_rank, t.local_size, t.node_index, t.node_count);
   }
+  // mpirun and srun give standard input to rank 0 alone, and a shell's <(...) descriptor to none: each rank would read
+  // another config ("the config differs from rank 0's: run.name = \"\" here").
+  if (mpi::initialized() && mpi::size() > 1)
+    for (const std::string& f : opts.config_files)
+      if (f == "-" || f.rfind("/dev/fd/", 0) == 0 || f.rfind("/proc/self/fd/", 0) == 0)
+        throw UsageError("--config " + f + " is a stream, which a launcher gives to rank 0 only (or to no rank): " +
+                         "give the config as a file every rank can read");
   ConfigSources sources;
   sources.files = opts.config_files;
   // Tool flags first, then --set, so an explicit --set wins over a convenience flag.

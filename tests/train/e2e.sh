@@ -259,6 +259,10 @@ expect2 "index.json" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set "data.
 expect2 "vocab" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set model.vocab=128
 expect2 "seq_len" "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set model.seq_len=4000000
 expect2 "divisible" $MPIRUN -np 2 "$BIN/cairn-train" --out "$W/r1" "${MODEL[@]}" --set train.global_batch=3
+# --config - under a launcher: stdin reaches rank 0 only; refused naming it (it was "the config differs").
+printf '[train]\nsteps = 3\n' > "$W/stdin.toml"
+expect2 "--config - is a stream, which a launcher gives to rank 0 only" \
+  bash -c '"$@" < "$0"' "$W/stdin.toml" $MPIRUN -np 2 "$BIN/cairn-train" --config - --out "$W/r1" "${MODEL[@]}"
 # Ranks given different configs (MPMD here; a node-local config or a CAIRN_* variable on one node) used to hang in
 # mismatched collectives (other steps) or crash (another model size): now exit 2 naming the key, nothing written.
 expect2 "rank 1: the config differs from rank 0's: train.steps = 7 here, train.steps = 6 on rank 0" \
