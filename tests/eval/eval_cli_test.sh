@@ -220,6 +220,17 @@ rows = [json.loads(l) for l in open('lim/eval/results.jsonl') if '\"acc\"' in l]
 assert [r['n'] for r in rows] == [40] and rows[0]['task_config'], rows"
 "$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc 2> lim2.err > /dev/null || fail "rerun"
 grep -q "already evaluated" lim2.err || fail "an unchanged task was evaluated again"
+# Rows of an older cairn-eval (no task_config): kept as scored, and said (a changed definition kept them silently).
+$PY -c "
+import json
+p = 'lim/eval/results.jsonl'
+rows = [json.loads(l) for l in open(p)]
+for r in rows: r.pop('task_config', None)
+open(p, 'w').write(''.join(json.dumps(r) + '\\n' for r in rows))"
+"$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc --limit 5 2> lim3.err > /dev/null || fail "legacy rows"
+grep -q "already evaluated" lim3.err || fail "rows without task_config were evaluated again"
+grep -q "record no task definition: they are kept as scored under the current one; --reevaluate" lim3.err ||
+  fail "rows without task_config kept without a word: $(cat lim3.err)"
 expect_exit 2 'lists "mc" twice' "$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc,mc
 mkdir -p esc/deep
 (cd esc/deep && "$BIN/cairn-eval" --config "$WORK/eval.toml" --out "$WORK/esc/deep/run" "$CK" --log-samples \

@@ -257,6 +257,15 @@ class Evaluator {
       for (const auto& r : rows_)
         if (r.step == t.step && r.task == task && scored(r, t) &&
             (r.task_config.empty() || r.task_config == task_config_.at(task))) {
+          // An older cairn-eval recorded no task definition: its rows count as scored, said once (a changed limit
+          // or context would otherwise keep them without a word).
+          if (r.task_config.empty() && !warned_unrecorded_) {
+            warned_unrecorded_ = true;
+            CAIRN_LOG_WARN("results.jsonl rows written by an older cairn-eval (task \"%s\" at step %lld, and maybe "
+                           "others) record no task definition: they are kept as scored under the current one; "
+                           "--reevaluate scores them again",
+                           task.c_str(), static_cast<long long>(t.step));
+          }
           found = true;
           break;
         }
@@ -593,6 +602,7 @@ class Evaluator {
   std::vector<std::string> task_names_;
   std::vector<ResultRow> rows_;      // rank 0: the record
   std::set<std::string> evaluated_;  // key(): checkpoints evaluated, found in the record, or failed in this run
+  mutable bool warned_unrecorded_ = false;  // rows without task_config (an older cairn-eval) seen and said
   gpt::GptConfig model_cfg_;
   std::unique_ptr<gpt::Model> model_;
   std::vector<std::unique_ptr<Task>> tasks_;
