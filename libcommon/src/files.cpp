@@ -271,8 +271,12 @@ void check_writable_dir(const std::string& dir) {
 std::string creatable_dir_problem(const std::string& dir) {
   std::error_code ec;
   fs::path p = dir.empty() ? "." : dir;
-  while (!p.empty() && fs::symlink_status(p, ec).type() == fs::file_type::not_found) p = p.parent_path();
+  fs::file_status st;
+  while (!p.empty() && (st = fs::symlink_status(p, ec)).type() == fs::file_type::not_found) p = p.parent_path();
   if (p.empty()) p = ".";
+  // A name too long, or an ancestor this user cannot search: the system's reason, not "Not a directory".
+  if (ec && st.type() == fs::file_type::none)
+    return std::string("\"").append(p.string()).append("\": ").append(ec.message());  // piecewise: GCC 12 -Wrestrict
   if (!fs::is_directory(p, ec)) return "Not a directory";
   struct statvfs fsinfo {};
   if (::statvfs(p.c_str(), &fsinfo) == 0 && (fsinfo.f_flag & ST_RDONLY))

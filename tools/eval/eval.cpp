@@ -600,8 +600,8 @@ class Evaluator {
   gpu::DeviceInfo device_;  // set on the cuda backend
   int batch_size_ = 8;
   std::vector<std::string> task_names_;
-  std::vector<ResultRow> rows_;      // rank 0: the record
-  std::set<std::string> evaluated_;  // key(): checkpoints evaluated, found in the record, or failed in this run
+  std::vector<ResultRow> rows_;             // rank 0: the record
+  std::set<std::string> evaluated_;         // key(): checkpoints evaluated, found in the record, or failed in this run
   mutable bool warned_unrecorded_ = false;  // rows without task_config (an older cairn-eval) seen and said
   gpt::GptConfig model_cfg_;
   std::unique_ptr<gpt::Model> model_;

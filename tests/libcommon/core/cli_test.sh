@@ -140,6 +140,10 @@ else
   if ! touch "$tmp/ro/x" 2>/dev/null; then check out_unwritable 2 "cannot write in \"$tmp/ro\"" -- "$probe" --out "$tmp/ro/run"; fi
 fi
 
+# A name component over 255 bytes: the system's reason (it was "Not a directory").
+long=$(printf 'x%.0s' $(seq 1 300))
+check out_name_too_long 2 ': File name too long' -- "$probe" --out "$tmp/$long/run"
+
 # Exactly the data on stdout; logs on stderr.
 out=$("$probe" 2>/dev/null)
 if [ "$out" = "layers 12 dir runs/default" ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAIL stdout_clean: '$out'"; fi
