@@ -387,7 +387,9 @@ std::string dataset_dir(const Config& cfg, const std::string& explicit_dir) {
 
 int resolve_threads(const DataSection& data) {
   int64_t t = data.threads;
-  if (t <= 0) t = std::max(1u, std::thread::hardware_concurrency());
+  // The cores this process may run on (its affinity: taskset, a cpuset, Slurm's --cpus-per-task) shared among the
+  // node's ranks, as cairn-train and cairn-eval count them; not the machine's core count.
+  if (t <= 0) t = mpi::cores_per_local_rank();
   return static_cast<int>(t);
 }
 
