@@ -140,6 +140,12 @@ else
   if ! touch "$tmp/ro/x" 2>/dev/null; then check out_unwritable 2 "cannot write in \"$tmp/ro\"" -- "$probe" --out "$tmp/ro/run"; fi
 fi
 
+# Shell shorthand in a config's [run] dir is not expanded: "~/x" is refused (it made a directory named "~"), "$X/y"
+# warned about.
+printf '[run]\ndir = "~/runs/x"\n' > "$tmp/tilde.toml"
+check run_dir_tilde 2 'starts with ~, which only a shell expands' -- "$probe" --config "$tmp/tilde.toml"
+printf '[run]\ndir = "$SCRATCH/x"\n' > "$tmp/dollar.toml"
+check run_dir_dollar 0 'holds a $: it is taken literally' -- "$probe" --config "$tmp/dollar.toml"
 # A name component over 255 bytes: the system's reason (it was "Not a directory").
 long=$(printf 'x%.0s' $(seq 1 300))
 check out_name_too_long 2 ': File name too long' -- "$probe" --out "$tmp/$long/run"
