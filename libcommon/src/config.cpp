@@ -14,6 +14,7 @@
 
 #include "cairn/error.h"
 #include "cairn/files.h"
+#include "cairn/log.h"
 
 extern char** environ;
 
@@ -1075,7 +1076,14 @@ void apply_env(Config& cfg, const Schema& schema) {
       if (rest.rfind(prefix, 0) != 0) continue;
       std::string key = rest.substr(prefix.size());
       std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
-      if (key.empty()) break;
+      if (key.empty()) {
+        bool longer_section = false;  // CAIRN_REPORT_GATES_ is [report.gates]'s prefix, not an empty key of [report]
+        for (const auto& s2 : sections)
+          if (s2.size() > section.size() && rest.rfind(env_section_name(s2) + "_", 0) == 0) longer_section = true;
+        if (longer_section) continue;
+        throw UsageError("env " + name + ": no key after [" + section + "]'s prefix (CAIRN_" + env_section_name(section) +
+                         "_<KEY>)");
+      }
       // Variables naming no declared key (e.g. CAIRN_SOURCE_DIR used by scripts) are not config.
       if (!schema.find(section, key)) {
         bool other_section_matches = false;
@@ -1085,6 +1093,10 @@ void apply_env(Config& cfg, const Schema& schema) {
           }
         }
         if (!other_section_matches) {
+          // CAIRN_REPORT_GATES=...: a table of its own, set a key at a time.
+          if (std::find(sections.begin(), sections.end(), section + "." + key) != sections.end())
+            throw UsageError("env " + name + ": [" + section + "." + key + "] is a table; set one of its keys as CAIRN_" +
+                             env_section_name(section + "." + key) + "_<KEY>");
           std::string hint = schema.suggest(section, key);
           throw UsageError("env " + name + ": unknown key '" + key + "' in [" + section + "]" +
                            (hint.empty() ? ""
@@ -1093,6 +1105,10 @@ void apply_env(Config& cfg, const Schema& schema) {
         }
         continue;
       }
+      // An empty variable (`export CAIRN_RUN_DIR=$UNSET_VAR`) still sets the key, but not without a word: an empty run
+      // directory is the current one.
+      if (text.empty())
+        CAIRN_LOG_WARN("env %s is set but empty: [%s] %s = \"\"", name.c_str(), section.c_str(), key.c_str());
       cfg.set(section, key, parse_value_at(text, "env " + name), Origin{Origin::Env, name});
       break;
     }

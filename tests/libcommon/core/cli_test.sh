@@ -146,6 +146,9 @@ printf '[run]\ndir = "~/runs/x"\n' > "$tmp/tilde.toml"
 check run_dir_tilde 2 'starts with ~, which only a shell expands' -- "$probe" --config "$tmp/tilde.toml"
 printf '[run]\ndir = "$SCRATCH/x"\n' > "$tmp/dollar.toml"
 check run_dir_dollar 0 'holds a $: it is taken literally' -- "$probe" --config "$tmp/dollar.toml"
+# Environment variables that name no key were dropped without a word; an empty one set the key silently.
+check env_empty_key 2 "env CAIRN_MODEL_: no key after [model]'s prefix" -- env CAIRN_MODEL_=5 "$probe"
+check env_empty_value 0 'env CAIRN_RUN_DIR is set but empty' -- env CAIRN_RUN_DIR= "$probe"
 # A name component over 255 bytes: the system's reason (it was "Not a directory").
 long=$(printf 'x%.0s' $(seq 1 300))
 check out_name_too_long 2 ': File name too long' -- "$probe" --out "$tmp/$long/run"
