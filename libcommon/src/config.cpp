@@ -1081,8 +1081,8 @@ void apply_env(Config& cfg, const Schema& schema) {
         for (const auto& s2 : sections)
           if (s2.size() > section.size() && rest.rfind(env_section_name(s2) + "_", 0) == 0) longer_section = true;
         if (longer_section) continue;
-        throw UsageError("env " + name + ": no key after [" + section + "]'s prefix (CAIRN_" + env_section_name(section) +
-                         "_<KEY>)");
+        throw UsageError("env " + name + ": no key after [" + section + "]'s prefix (CAIRN_" +
+                         env_section_name(section) + "_<KEY>)");
       }
       // Variables naming no declared key (e.g. CAIRN_SOURCE_DIR used by scripts) are not config.
       if (!schema.find(section, key)) {
@@ -1095,8 +1095,9 @@ void apply_env(Config& cfg, const Schema& schema) {
         if (!other_section_matches) {
           // CAIRN_REPORT_GATES=...: a table of its own, set a key at a time.
           if (std::find(sections.begin(), sections.end(), section + "." + key) != sections.end())
-            throw UsageError("env " + name + ": [" + section + "." + key + "] is a table; set one of its keys as CAIRN_" +
-                             env_section_name(section + "." + key) + "_<KEY>");
+            throw UsageError("env " + name + ": [" + section + "." + key +
+                             "] is a table; set one of its keys as CAIRN_" + env_section_name(section + "." + key) +
+                             "_<KEY>");
           std::string hint = schema.suggest(section, key);
           throw UsageError("env " + name + ": unknown key '" + key + "' in [" + section + "]" +
                            (hint.empty() ? ""
