@@ -292,6 +292,9 @@ void check_writable_file(const std::string& path) {
   if (path.empty()) throw UsageError("an output file name is empty");
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw UsageError(file_message("cannot write", path, "Is a directory"));
+  // A name the file system cannot hold failed only when the output was written, after the work.
+  if (fs::path(path).filename().string().size() > 255)
+    throw UsageError(file_message("cannot write", path, std::strerror(ENAMETOOLONG)));
   try {
     check_writable_dir(parent_dir(path));
   } catch (const UsageError& e) {

@@ -152,6 +152,7 @@ check env_empty_value 0 'env CAIRN_RUN_DIR is set but empty' -- env CAIRN_RUN_DI
 # A name component over 255 bytes: the system's reason (it was "Not a directory").
 long=$(printf 'x%.0s' $(seq 1 300))
 check out_name_too_long 2 ': File name too long' -- "$probe" --out "$tmp/$long/run"
+check json_name_too_long 2 'File name too long' -- "$probe" --json "$tmp/$long.json"
 
 # Exactly the data on stdout; logs on stderr.
 out=$("$probe" 2>/dev/null)
