@@ -231,6 +231,13 @@ open(p, 'w').write(''.join(json.dumps(r) + '\\n' for r in rows))"
 grep -q "already evaluated" lim3.err || fail "rows without task_config were evaluated again"
 grep -q "record no task definition: they are kept as scored under the current one; --reevaluate" lim3.err ||
   fail "rows without task_config kept without a word: $(cat lim3.err)"
+# A record whose last line was cut short (a kill during an append): that line is dropped with a warning, not the
+# "malformed record, move the file away" of a damaged line; the next write leaves a whole record.
+printf '{"kind":"eval","step":99,"ta' >> lim/eval/results.jsonl
+"$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc --reevaluate 2> lim4.err > /dev/null ||
+  fail "a cut-short last line: $(cat lim4.err)"
+grep -q "the last line is cut short" lim4.err || fail "a cut-short last line was dropped without a word"
+$PY -c "import json; [json.loads(l) for l in open('lim/eval/results.jsonl')]" || fail "the record is still cut short"
 expect_exit 2 'lists "mc" twice' "$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc,mc
 mkdir -p esc/deep
 (cd esc/deep && "$BIN/cairn-eval" --config "$WORK/eval.toml" --out "$WORK/esc/deep/run" "$CK" --log-samples \

@@ -214,6 +214,7 @@ class Evaluator {
             throw UsageError(file_message("cannot write results to", path, "exists and is not a regular file"));
         }
         rows_ = read_results(join_path(out_dir_, "results.jsonl"));
+        record_stamp_ = file_stamp(join_path(out_dir_, "results.jsonl"));
       } catch (const Error& e) {
         ok = false;
         msg = e.what();
@@ -436,17 +437,25 @@ class Evaluator {
         remove_stale_temps(out_dir_, [](const std::string& n) {
           return n == "results.jsonl" || n == "results.h5" || n == "provenance.jsonl";
         });
-        rows_ = read_results(join_path(out_dir_, "results.jsonl"));
+        // Read back only when another process changed it since this one read or wrote it (a --watch following a
+        // long run re-parsed its whole record for every checkpoint).
+        const std::string jsonl = join_path(out_dir_, "results.jsonl");
+        if (file_stamp(jsonl) != record_stamp_ || record_stamp_.size < 0) rows_ = read_results(jsonl);
         std::set<std::string> writers;  // of the rows on disk and of the rows replacing them
         for (const auto& r : rows_) writers.insert(r.eval_run);
         for (const auto& r : new_rows) writers.insert(r.eval_run);
         std::set<std::string> replaced;
         for (const auto& r : results) replaced.insert(r.task);
-        std::vector<ResultRow> kept;
-        for (const auto& r : rows_)
-          if (!(r.step == target.step && replaced.count(r.task))) kept.push_back(r);
-        kept.insert(kept.end(), new_rows.begin(), new_rows.end());
-        rows_ = std::move(kept);
+        const bool replaces = std::any_of(rows_.begin(), rows_.end(), [&](const ResultRow& r) {
+          return r.step == target.step && replaced.count(r.task) > 0;
+        });
+        if (replaces) {
+          std::vector<ResultRow> kept;
+          for (const auto& r : rows_)
+            if (!(r.step == target.step && replaced.count(r.task))) kept.push_back(r);
+          rows_ = std::move(kept);
+        }
+        rows_.insert(rows_.end(), new_rows.begin(), new_rows.end());
         // results.jsonl last: it is the record a rerun trusts ("already evaluated"), so a kill before it leaves
         // this step to be scored again, never results.h5 or the harness files without it.
         write_results_h5(join_path(out_dir_, "results.h5"), rows_);
@@ -454,7 +463,9 @@ class Evaluator {
         // Before results.jsonl the writers of the old rows and the new (a kill between leaves every row its line),
         // after it those of the rows it now holds.
         update_provenance_jsonl(join_path(out_dir_, "provenance.jsonl"), writers);
-        write_results_jsonl(join_path(out_dir_, "results.jsonl"), rows_);
+        // Rows of a checkpoint not in the record yet are appended; replacing rows rewrites the file.
+        if (replaces || !append_results_jsonl(jsonl, new_rows)) write_results_jsonl(jsonl, rows_);
+        record_stamp_ = file_stamp(jsonl);
         writers.clear();
         for (const auto& r : rows_) writers.insert(r.eval_run);
         update_provenance_jsonl(join_path(out_dir_, "provenance.jsonl"), writers);
@@ -601,6 +612,7 @@ class Evaluator {
   int batch_size_ = 8;
   std::vector<std::string> task_names_;
   std::vector<ResultRow> rows_;             // rank 0: the record
+  FileStamp record_stamp_;                  // rank 0: results.jsonl as rows_ last read or wrote it
   std::set<std::string> evaluated_;         // key(): checkpoints evaluated, found in the record, or failed in this run
   mutable bool warned_unrecorded_ = false;  // rows without task_config (an older cairn-eval) seen and said
   gpt::GptConfig model_cfg_;

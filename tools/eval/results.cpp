@@ -1,6 +1,11 @@
 // The results record of cairn-eval: results.jsonl (the record restarts resume from), results.h5,
 // lm-evaluation-harness JSON per checkpoint, and the stdout summary table.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <ctime>
 #include <fstream>
@@ -44,13 +49,29 @@ void for_each_record_line(const std::string& path, Each each) {
 
 std::vector<ResultRow> read_results(const std::string& path) {
   std::vector<ResultRow> rows;
-  for_each_record_line(path, [&](const std::string& line, const std::string& where) {
+  if (!path_exists(path)) return rows;
+  const std::string text = read_file(path);
+  int64_t lineno = 0;
+  for (size_t b = 0; b < text.size();) {
+    size_t e = text.find('\n', b);
+    const bool last_unterminated = e == std::string::npos;
+    if (last_unterminated) e = text.size();
+    const std::string line = text.substr(b, e - b);
+    b = e + 1;
+    ++lineno;
+    if (line.empty()) continue;
+    const std::string where = path + ":" + std::to_string(lineno);
     try {
       rows.push_back(ResultRow::parse(line, where));
     } catch (const UsageError& e) {
+      if (last_unterminated) {
+        CAIRN_LOG_WARN("%s: the last line is cut short (a write interrupted); dropped, its checkpoint is scored again",
+                       where.c_str());
+        break;
+      }
       throw UsageError(std::string(e.what()) + "; move the file away to start over");
     }
-  });
+  }
   return rows;
 }
 
@@ -58,6 +79,48 @@ void write_results_jsonl(const std::string& path, const std::vector<ResultRow>& 
   std::string text;
   for (const auto& r : rows) text += json_text(r.to_json()) + "\n";
   atomic_write(path, text);
+}
+
+bool append_results_jsonl(const std::string& path, const std::vector<ResultRow>& rows) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) throw RuntimeError(errno_message("cannot write", path));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  std::string text;
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  char last = '\n';
+  if (size > 0 && ::pread(fd, &last, 1, size - 1) != 1) throw RuntimeError(errno_message("cannot read", path));
+  if (last != '\n') return false;
+  for (const auto& r : rows) text += json_text(r.to_json()) + "\n";
+  // A failed write (a full disk) is undone: the record never keeps part of a line.
+  auto undo_and_throw = [&](const char* what) {
+    const int err = errno;
+    if (::ftruncate(fd, size) != 0) {
+      // the cut line is then dropped by the next read (read_results) and its checkpoint scored again
+    }
+    errno = err;
+    throw RuntimeError(errno_message(what, path));
+  };
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;
+      undo_and_throw("cannot write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) undo_and_throw("cannot sync");
+  return true;
+}
+
+FileStamp file_stamp(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<int64_t>(st.st_size),
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
 }
 
 std::string this_eval_run() {
@@ -83,6 +146,8 @@ void update_provenance_jsonl(const std::string& path, const std::set<std::string
   if (referenced.count(mine) && have.insert(mine).second) lines.push_back({mine, provenance().to_json()});
   std::string text;
   for (const auto& p : lines) text += json_text(p.to_json()) + "\n";
+  // Unchanged (the usual case once this process's line is there): not rewritten, twice per checkpoint.
+  if (path_exists(path) && read_file(path) == text) return;
   atomic_write(path, text);
 }
 
