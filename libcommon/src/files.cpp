@@ -33,7 +33,8 @@ void guard_standard_streams() {
   for (int fd = 0; fd < 3; ++fd) {
     if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
     // The lowest free descriptor: this one, as the lower ones are open by now.
-    const int got = ::open(fd == 1 ? "/dev/full" : "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    int got = ::open(fd == 1 ? "/dev/full" : "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (got < 0 && fd == 1) got = ::open("/dev/null", O_WRONLY);  // a container without /dev/full
     if (got >= 0 && got != fd) {
       ::dup2(got, fd);
       ::close(got);
