@@ -179,16 +179,17 @@ void check_common_outputs(const CommonOptions& opts, const Config& cfg) {
   if (mpi::initialized() && mpi::rank() != 0) return;
   // A shell's shorthand in a TOML value is not expanded: "~/runs/x" made a directory named "~" in the current one (a
   // later `rm -rf ~` away from deleting the home directory) and "$SCRATCH/x" one named "$SCRATCH".
-  const bool from_file = cfg.origin("run.dir").kind == Origin::File;
-  if (const std::string dir = run_dir(cfg); !from_file) {
-  } else if (dir == "~" || dir.rfind("~/", 0) == 0)
-    throw UsageError(cfg.origin("run.dir").describe() + ": [run] dir \"" + dir +
-                     "\" starts with ~, which only a shell expands: give the full path (or --out ~/... on the "
-                     "command line)");
-  else if (dir.find('$') != std::string::npos)
-    CAIRN_LOG_WARN("[run] dir \"%s\" (%s) holds a $: it is taken literally, as TOML does not expand variables (use "
-                   "--out \"$VAR/...\" on the command line, or CAIRN_RUN_DIR)",
-                   dir.c_str(), cfg.origin("run.dir").describe().c_str());
+  if (const Origin& where = cfg.origin("run.dir"); where.kind == Origin::File) {
+    const std::string dir = run_dir(cfg);
+    if (dir == "~" || dir.rfind("~/", 0) == 0)
+      throw UsageError(where.describe() + ": [run] dir \"" + dir +
+                       "\" starts with ~, which only a shell expands: give the full path (or --out ~/... on the "
+                       "command line)");
+    if (dir.find('$') != std::string::npos)
+      CAIRN_LOG_WARN("[run] dir \"%s\" (%s) holds a $: it is taken literally, as TOML does not expand variables "
+                     "(use --out \"$VAR/...\" on the command line, or CAIRN_RUN_DIR)",
+                     dir.c_str(), where.describe().c_str());
+  }
   // The run directory, where the command line or the environment names it (a config file's [run] dir may
   // name a run this tool does not write to, e.g. cairn-report's), must be a directory or creatable as one:
   // its nearest existing ancestor is a directory (a regular file there failed late, with exit 1, in the
@@ -389,8 +390,7 @@ void check_stdout_written() {
   struct stat st {};
   const bool pipe = ::fstat(STDOUT_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
   if (!flush_failed && pipe) return;  // an earlier write's EPIPE: its errno is gone, the pipe is the likely cause
-  if (standard_stream_closed(STDOUT_FILENO))
-    throw RuntimeError("cannot write to stdout: it is closed (the tool was started with `>&-`)");
+  if (standard_stream_closed(STDOUT_FILENO)) throw RuntimeError(kStdoutClosed);
   throw RuntimeError(std::string("cannot write to stdout: ") +
                      (flush_failed && err ? std::strerror(err) : "a write failed; the output is incomplete"));
 }

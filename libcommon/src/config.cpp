@@ -1071,28 +1071,25 @@ void apply_env(Config& cfg, const Schema& schema) {
     // The section is matched in any case, as the key is: CAIRN_train_lr would otherwise be dropped without a word.
     std::string rest = name.substr(6);
     std::transform(rest.begin(), rest.end(), rest.begin(), [](unsigned char c) { return std::toupper(c); });
+    // A longer section's prefix matches too (CAIRN_REPORT_GATES_X is [report.gates], not [report]'s key gates_x).
+    auto longer_section_matches = [&](const std::string& section) {
+      return std::any_of(sections.begin(), sections.end(), [&](const std::string& s2) {
+        return s2.size() > section.size() && rest.rfind(env_section_name(s2) + "_", 0) == 0;
+      });
+    };
     for (const auto& section : sections) {
       std::string prefix = env_section_name(section) + "_";
       if (rest.rfind(prefix, 0) != 0) continue;
       std::string key = rest.substr(prefix.size());
       std::transform(key.begin(), key.end(), key.begin(), [](unsigned char c) { return std::tolower(c); });
       if (key.empty()) {
-        bool longer_section = false;  // CAIRN_REPORT_GATES_ is [report.gates]'s prefix, not an empty key of [report]
-        for (const auto& s2 : sections)
-          if (s2.size() > section.size() && rest.rfind(env_section_name(s2) + "_", 0) == 0) longer_section = true;
-        if (longer_section) continue;
+        if (longer_section_matches(section)) continue;
         throw UsageError("env " + name + ": no key after [" + section + "]'s prefix (CAIRN_" +
                          env_section_name(section) + "_<KEY>)");
       }
       // Variables naming no declared key (e.g. CAIRN_SOURCE_DIR used by scripts) are not config.
       if (!schema.find(section, key)) {
-        bool other_section_matches = false;
-        for (const auto& s2 : sections) {
-          if (s2 != section && rest.rfind(env_section_name(s2) + "_", 0) == 0 && s2.size() > section.size()) {
-            other_section_matches = true;
-          }
-        }
-        if (!other_section_matches) {
+        if (!longer_section_matches(section)) {
           // CAIRN_REPORT_GATES=...: a table of its own, set a key at a time.
           if (std::find(sections.begin(), sections.end(), section + "." + key) != sections.end())
             throw UsageError("env " + name + ": [" + section + "." + key +

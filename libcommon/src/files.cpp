@@ -43,6 +43,8 @@ void guard_standard_streams() {
   }
 }
 
+const char* const kStdoutClosed = "cannot write to stdout: it is closed (the tool was started with `>&-`)";
+
 bool standard_stream_closed(int fd) { return fd >= 0 && fd < 3 && g_stream_closed[fd]; }
 
 void require_open_stdin(const std::string& what) {
@@ -119,6 +121,12 @@ std::string temp_name_for(const std::string& path) {
   return (p.parent_path() / name).string();
 }
 
+std::string parent_dir(const std::string& path) {
+  fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+}  // namespace
+
 void write_all(int fd, const char* data, size_t size, const std::string& path) {
   while (size > 0) {
     ssize_t n = ::write(fd, data, size);
@@ -131,20 +139,15 @@ void write_all(int fd, const char* data, size_t size, const std::string& path) {
   }
 }
 
-std::string parent_dir(const std::string& path) {
-  fs::path parent = fs::path(path).parent_path();
-  return parent.empty() ? "." : parent.string();
-}
-}  // namespace
-
 std::string dir_basename(const std::string& path) {
   fs::path p = fs::path(path).lexically_normal();
   std::string name = p.filename().string();
   if (name.empty()) name = p.parent_path().filename().string();  // "a/" normalises to "a/": its parent's name
   if (name.empty() || name == "." || name == "..") {
     std::error_code ec;
-    name = fs::absolute(path, ec).lexically_normal().filename().string();
-    if (name.empty()) name = fs::absolute(path, ec).lexically_normal().parent_path().filename().string();
+    const fs::path whole = fs::absolute(path, ec).lexically_normal();
+    name = whole.filename().string();
+    if (name.empty()) name = whole.parent_path().filename().string();
   }
   return name;
 }
@@ -163,8 +166,7 @@ void rename_path(const std::string& from, const std::string& to) {
 }
 
 void write_to_stdout(std::string_view content, int fd) {
-  if (standard_stream_closed(STDOUT_FILENO) && !content.empty())
-    throw RuntimeError("cannot write to stdout: it is closed (the tool was started with `>&-`)");
+  if (standard_stream_closed(STDOUT_FILENO) && !content.empty()) throw RuntimeError(kStdoutClosed);
   std::cout.flush();
   std::fflush(stdout);
   while (!content.empty()) {

@@ -446,15 +446,9 @@ class Evaluator {
         for (const auto& r : new_rows) writers.insert(r.eval_run);
         std::set<std::string> replaced;
         for (const auto& r : results) replaced.insert(r.task);
-        const bool replaces = std::any_of(rows_.begin(), rows_.end(), [&](const ResultRow& r) {
-          return r.step == target.step && replaced.count(r.task) > 0;
-        });
-        if (replaces) {
-          std::vector<ResultRow> kept;
-          for (const auto& r : rows_)
-            if (!(r.step == target.step && replaced.count(r.task))) kept.push_back(r);
-          rows_ = std::move(kept);
-        }
+        const bool replaces = std::erase_if(rows_, [&](const ResultRow& r) {
+                                return r.step == target.step && replaced.count(r.task) > 0;
+                              }) > 0;
         rows_.insert(rows_.end(), new_rows.begin(), new_rows.end());
         // results.jsonl last: it is the record a rerun trusts ("already evaluated"), so a kill before it leaves
         // this step to be scored again, never results.h5 or the harness files without it.

@@ -75,10 +75,16 @@ std::vector<ResultRow> read_results(const std::string& path) {
   return rows;
 }
 
-void write_results_jsonl(const std::string& path, const std::vector<ResultRow>& rows) {
+namespace {
+std::string record_text(const std::vector<ResultRow>& rows) {
   std::string text;
   for (const auto& r : rows) text += json_text(r.to_json()) + "\n";
-  atomic_write(path, text);
+  return text;
+}
+}  // namespace
+
+void write_results_jsonl(const std::string& path, const std::vector<ResultRow>& rows) {
+  atomic_write(path, record_text(rows));
 }
 
 bool append_results_jsonl(const std::string& path, const std::vector<ResultRow>& rows) {
@@ -88,31 +94,20 @@ bool append_results_jsonl(const std::string& path, const std::vector<ResultRow>&
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  std::string text;
   const off_t size = ::lseek(fd, 0, SEEK_END);
   char last = '\n';
   if (size > 0 && ::pread(fd, &last, 1, size - 1) != 1) throw RuntimeError(errno_message("cannot read", path));
   if (last != '\n') return false;
-  for (const auto& r : rows) text += json_text(r.to_json()) + "\n";
-  // A failed write (a full disk) is undone: the record never keeps part of a line.
-  auto undo_and_throw = [&](const char* what) {
-    const int err = errno;
-    if (::ftruncate(fd, size) != 0) {
-      // the cut line is then dropped by the next read (read_results) and its checkpoint scored again
-    }
-    errno = err;
-    throw RuntimeError(errno_message(what, path));
-  };
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = ENOSPC;
-      undo_and_throw("cannot write");
-    }
-    done += static_cast<size_t>(n);
+  const std::string text = record_text(rows);
+  // A failed write (a full disk) is undone: the record never keeps part of a line (if even that fails, the next read
+  // drops the cut line and its checkpoint is scored again).
+  try {
+    write_all(fd, text.data(), text.size(), path);
+    if (::fsync(fd) != 0) throw RuntimeError(errno_message("cannot sync", path));
+  } catch (...) {
+    [[maybe_unused]] const int undone = ::ftruncate(fd, size);
+    throw;
   }
-  if (::fsync(fd) != 0) undo_and_throw("cannot sync");
   return true;
 }
 

@@ -14,7 +14,8 @@ std::string read_file(const std::string& path);
 // descriptor, and a lock file would become "stdin" or receive the JSON meant for stdout. Called first thing by
 // run_tool: puts /dev/null on a closed stdin or stderr and /dev/full on a closed stdout (writes fail), and remembers.
 void guard_standard_streams();
-bool standard_stream_closed(int fd);  // 0, 1 or 2: closed when the tool started
+bool standard_stream_closed(int fd);     // 0, 1 or 2: closed when the tool started
+extern const char* const kStdoutClosed;  // the error for data meant for a closed stdout
 // Throws UsageError when "-" (shown as `what`) asks for a standard input that was closed.
 void require_open_stdin(const std::string& what);
 
@@ -35,6 +36,9 @@ void atomic_write(const std::string& path, std::string_view content);
 // and stdio still hold. A reader that went away (`tool | head`, EPIPE) ends it quietly; another failure (a full disk)
 // throws RuntimeError "cannot write to stdout: reason".
 void write_to_stdout(std::string_view content, int fd = 1);
+
+// Writes all of data to fd (retrying short writes and EINTR); throws RuntimeError `cannot write "path": reason`.
+void write_all(int fd, const char* data, size_t size, const std::string& path);
 
 // For writers that need a path (HDF5): write to temp_path(), then commit() renames over the target.
 // Destroyed without commit() (an exception, a crash) the temp file is removed and the target kept.
