@@ -185,11 +185,14 @@ std::string Schema::suggest(const std::string& section, const std::string& key) 
 
 std::string Schema::suggest_section(const std::string& section) const { return closest_match(section, section_order_); }
 
-std::pair<std::string, std::string> split_dotted(const std::string& dotted) {
+std::vector<std::string> dotted_parts(const std::string& dotted) {
+  std::vector<std::string> parts;
   if (dotted.find_first_of("\"'") == std::string::npos) {
-    auto pos = dotted.rfind('.');
-    if (pos == std::string::npos) return {"", dotted};
-    return {dotted.substr(0, pos), dotted.substr(pos + 1)};
+    size_t start = 0;
+    for (size_t dot; (dot = dotted.find('.', start)) != std::string::npos; start = dot + 1)
+      parts.push_back(dotted.substr(start, dot - start));
+    parts.push_back(dotted.substr(start));
+    return parts;
   }
   // Quoted parts (eval.task."wiki.test"): TOML's own dotted-key rules, by parsing `<dotted> = 0`.
   toml::table t;
@@ -198,7 +201,6 @@ std::pair<std::string, std::string> split_dotted(const std::string& dotted) {
   } catch (const toml::parse_error& e) {
     throw UsageError("invalid key " + dotted + ": " + std::string(e.description()));
   }
-  std::vector<std::string> parts;
   const toml::table* level = &t;
   while (level && level->size() == 1) {
     auto it = level->begin();
@@ -206,6 +208,11 @@ std::pair<std::string, std::string> split_dotted(const std::string& dotted) {
     level = it->second.as_table();
   }
   if (parts.empty() || level) throw UsageError("invalid key " + dotted);
+  return parts;
+}
+
+std::pair<std::string, std::string> split_dotted(const std::string& dotted) {
+  const std::vector<std::string> parts = dotted_parts(dotted);
   std::string section;
   for (size_t i = 0; i + 1 < parts.size(); ++i) section += (i ? "." : "") + parts[i];
   return {section, parts.back()};
@@ -906,16 +913,45 @@ void Config::set_from_text(const std::string& assignment, Origin origin) {
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.erase(text.begin());
   if (origin.where.empty()) origin.where = assignment;
   const std::string where = origin.describe();
-  std::pair<std::string, std::string> parts;
+  std::vector<std::string> parts;
   try {
-    parts = split_dotted(dotted);
+    parts = dotted_parts(dotted);
   } catch (const UsageError& e) {
     throw UsageError(where + ": " + e.what());
   }
-  if (parts.first.empty()) {
+  if (parts.size() < 2) {
     throw UsageError("--set expects section.key=value, got " + short_json(json(assignment)) + " (no section)");
   }
-  set(parts.first, parts.second, parse_value_at(text, where), std::move(origin));
+  std::string section;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) section += (i ? "." : "") + parts[i];
+  if (!schema_->has_section(section) && set_inside_table(parts, text, origin)) return;
+  set(section, parts.back(), parse_value_at(text, where), std::move(origin));
+}
+
+bool Config::set_inside_table(const std::vector<std::string>& parts, const std::string& text, const Origin& origin) {
+  // eval.task.mc.limit=5 is one key of the table value [eval.task.mc] (which a config file may define): the key is
+  // merged into that table, the rest of it kept. It was "unknown section [eval.task.mc]", so changing one setting of
+  // a task meant restating the whole table.
+  for (size_t n = parts.size() - 2; n >= 1; --n) {
+    std::string section;
+    for (size_t i = 0; i < n; ++i) section += (i ? "." : "") + parts[i];
+    if (!schema_->has_section(section)) continue;
+    const KeySpec* spec = schema_->find(section, parts[n]);
+    if (!spec || spec->type != KeyType::Table) return false;
+    const std::string where = origin.describe();
+    const std::string table_name = dotted_name(section, parts[n]);
+    if (parts.size() != n + 2)
+      throw UsageError(where + ": " + table_name + " holds single values: set " + table_name + "." +
+                       toml_key(parts[n + 1]) + " itself");
+    if (std::string why = unknown_table_key(*spec, parts[n + 1]); !why.empty())
+      throw UsageError(where + ": " + table_name + ": " + why);
+    auto it = values_.find(table_name);
+    json table = it != values_.end() && it->second.value.is_object() ? it->second.value : json::object();
+    table[parts[n + 1]] = parse_value_at(text, where);
+    set(section, parts[n], table, origin);
+    return true;
+  }
+  return false;
 }
 
 std::string Config::to_toml(bool with_origins, const std::vector<std::string>& only_sections) const {
@@ -1038,10 +1074,12 @@ void apply_file(Config& cfg, const Schema& schema, const std::string& path, std:
     } else {
       add(*inc);
     }
-    // Relative to the including file; a config read from stdin or a pipe (/dev/fd/63) has no
+    // Relative to the including file where it really is: a symlink to a shared experiment file (ln -s
+    // /shared/exp/a.toml .) reads the includes its author wrote beside it, not files of the same name beside the
+    // link (which failed, or silently read other files). A config read from stdin or a pipe (/dev/fd/63) has no
     // directory of its own, so its includes are relative to the current directory.
     const bool stream = shown != path || !fs::is_regular_file(path, ec);
-    fs::path base = stream ? fs::path() : fs::path(path).parent_path();
+    fs::path base = stream ? fs::path() : fs::path(canon).parent_path();
     for (const auto& [rel, where] : includes) {
       if (rel.empty()) throw UsageError(where + ": cannot include \"\": empty file name");
       fs::path p = fs::path(rel).is_absolute() ? fs::path(rel) : base / rel;

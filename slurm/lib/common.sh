@@ -29,9 +29,9 @@ cairn_usage() {
 cairn_log() { echo "cairn[$(date -u +%H:%M:%S)] $*" >&2; }
 cairn_die() { echo "cairn: $*" >&2; exit "${CAIRN_DIE_CODE:-1}"; }
 
-# The numeric settings the scripts do arithmetic or sleep with: a bad value is a usage error (exit 2) naming it, not
-# an arithmetic error that ends a loop early (run-local.sh then said "ran nothing" and exited 0).
-cairn_check_env_numbers() {
+# The settings the scripts do arithmetic or sleep with, and the launcher: a bad value is a usage error (exit 2) naming
+# it, not an arithmetic error that ends a loop early (run-local.sh then said "ran nothing" and exited 0).
+cairn_check_env_values() {
   local v
   for v in CAIRN_MTIME_SLACK_S CAIRN_NP; do
     [ -z "${!v:-}" ] || [[ ${!v} =~ ^[0-9]+$ ]] ||
@@ -39,6 +39,11 @@ cairn_check_env_numbers() {
   done
   [ -z "${CAIRN_POLL_S:-}" ] || [[ $CAIRN_POLL_S =~ ^[0-9]+([.][0-9]+)?$ ]] ||
     CAIRN_DIE_CODE=2 cairn_die "CAIRN_POLL_S must be a number of seconds (got '$CAIRN_POLL_S')"
+  # A misspelt launcher was found only when the train stage launched: exit 1, after the stages before it had run.
+  case "${CAIRN_LAUNCHER:-srun}" in
+    srun | mpirun | none) ;;
+    *) CAIRN_DIE_CODE=2 cairn_die "CAIRN_LAUNCHER must be srun, mpirun or none (got '$CAIRN_LAUNCHER')" ;;
+  esac
 }
 
 # Finds CAIRN_HOME: the env var, else the folder above this file.
@@ -72,7 +77,7 @@ cairn_env_hook() {
     [[ $flags == *e* ]] && set -e
     [[ $flags == *u* ]] && set -u
     [ "$env_rc" -eq 0 ] || cairn_log "warning: CAIRN_ENV_FILE \"$CAIRN_ENV_FILE\" ended with status $env_rc; continuing"
-    cairn_check_env_numbers
+    cairn_check_env_values
   fi
   # Open MPI refuses to run as root unless told; containers and CI often are root.
   if [ "$(id -u)" -eq 0 ]; then
@@ -385,12 +390,13 @@ cairn_load_stages() {
   done
 }
 
-# Prints a command line that a shell reads back as the same words; plain words stay unquoted (so a
-# --dry-run's $JOB_X placeholders still expand when pasted).
+# Prints a command line that a shell reads back as the same words; plain words stay unquoted, and so do a
+# --dry-run's $JOB_X placeholders (followed by a comma or the word's end), so that they expand when pasted. Any
+# other $ is quoted: a run directory named "a$b" must not become "a" in the pasted command.
 cairn_shell_words() {
-  local w out=""
+  local w out="" plain='^([][A-Za-z0-9_./:=,@%+-]|[$]JOB_[A-Z]+(,|$))+$'
   for w in "$@"; do
-    if [[ "$w" =~ ^[][A-Za-z0-9_./:=,@%+\$-]+$ ]]; then out+="$w "
+    if [[ "$w" =~ $plain ]]; then out+="$w "
     else out+="'${w//\'/\'\\\'\'}' "
     fi
   done
@@ -417,4 +423,4 @@ cairn_batch_prologue() {
 }
 
 cairn_find_home
-cairn_check_env_numbers
+cairn_check_env_values

@@ -392,4 +392,28 @@ set -e
   "$T/e15" || fail "--print-config with a misspelled gate: exit $r15 $(cat "$T/e15")"
 grep -qF '_cairn-report ' "$T/nearr/report/summary.md" || fail "summary.md does not say which cairn-report wrote it"
 
+# A run on a read-only mount (an archived run) with no --out: exit 2 before any run is read, naming the run and
+# --out (it was exit 1 when the report was written, after the work).
+mkdir -p "$T/romnt"
+if mount -t tmpfs -o size=64m tmpfs "$T/romnt" 2>/dev/null; then
+  cp -r "$T/good" "$T/romnt/good"
+  mount -o remount,ro "$T/romnt"
+  set +e
+  "$REPORT" "$T/romnt/good" 2> "$T/e16"; r16=$?
+  set -e
+  umount "$T/romnt"
+  [ $r16 -eq 2 ] && grep -qF "cannot write the report into run directory \"$T/romnt/good\": \"$T/romnt/good/report\" is on a read-only file system (--out DIR writes it elsewhere)" "$T/e16" ||
+    fail "a read-only run without --out: exit $r16 $(cat "$T/e16")"
+elif [ "$(id -u)" != 0 ]; then
+  cp -r "$T/good" "$T/rogood" && chmod -R a-w "$T/rogood"
+  set +e
+  "$REPORT" "$T/rogood" 2> "$T/e16"; r16=$?
+  set -e
+  chmod -R u+w "$T/rogood"
+  [ $r16 -eq 2 ] && grep -qF "cannot write the report into run directory" "$T/e16" ||
+    fail "an unwritable run without --out: exit $r16 $(cat "$T/e16")"
+else
+  echo "report_cli: no read-only mount here (root without mount rights): the read-only run case is not checked"
+fi
+
 echo "report_cli: all checks passed"

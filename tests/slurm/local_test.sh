@@ -52,6 +52,14 @@ pass "--dry-run without Slurm, --stages drops dependencies on stages left out"
 expect 0 "--output=$work/pct %%j dir/logs/plan-%j.out" slurm/submit-pipeline.sh "$tiny" --out "$work/pct %j dir" \
   --stages plan --dry-run
 expect 2 "contains a backslash" slurm/submit-pipeline.sh "$tiny" --out "$work/back\\slash" --stages plan --dry-run
+# A $ in a path is quoted in the printed commands (pasted, "$work/a$b" became "$work/a"); the $JOB_X placeholders
+# stay bare so that they expand. A misspelt launcher is exit 2 before any stage runs (it was exit 1 at train).
+expect 0 "'--output=$work/cost\$b/logs/train-%j.out'" slurm/submit-pipeline.sh "$tiny" --out "$work/cost\$b" \
+  --stages train,eval --dry-run
+grep -qF -- "--dependency=afterok:\$JOB_TRAIN " "$work/out" || { cat "$work/out"; fail "the placeholder was quoted"; }
+expect 2 "CAIRN_LAUNCHER must be srun, mpirun or none (got 'mpirn')" env CAIRN_LAUNCHER=mpirn slurm/run-local.sh \
+  "$tiny" --out "$work/launcher" --stages plan,train
+[ ! -e "$work/launcher/plan" ] || fail "a misspelt launcher let the plan stage run"
 expect 2 "CAIRN_MTIME_SLACK_S must be a whole number (got '5s')" env CAIRN_MTIME_SLACK_S=5s slurm/run-local.sh "$tiny" \
   --out "$work/slack" --stages plan
 printf 'grep -q never /dev/null\nexport CAIRN_TEST_ENV_FILE_RAN=1\n' > "$work/site.env"

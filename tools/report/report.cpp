@@ -67,6 +67,11 @@ ReportInputs report_inputs(const Config& cfg, const std::vector<std::string>& cl
         in.out_dir = r;
         break;
       }
+    // A run read from a read-only mount (an archived baseline, another user's run) failed with exit 1 only when
+    // the report was written, after every run had been read.
+    if (std::string why = creatable_dir_problem(join_path(in.out_dir, "report")); !why.empty())
+      throw UsageError(file_message("cannot write the report into run directory", in.out_dir, why) +
+                       " (--out DIR writes it elsewhere)");
   }
   return in;
 }

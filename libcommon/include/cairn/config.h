@@ -130,6 +130,8 @@ class Config {
 
  private:
   friend Config load_config(const ConfigSources&, const Schema&);
+  // set_from_text for a key inside a table value (eval.task.mc.limit): false when `parts` name no such key.
+  bool set_inside_table(const std::vector<std::string>& parts, const std::string& text, const Origin& origin);
   struct Entry {
     json value;
     Origin origin;
@@ -207,6 +209,8 @@ json parse_json_text(const std::string& text, const std::string& file, const std
 // Splits "a.b.c" into section "a.b" and key "c". Parts may be quoted as in TOML: `eval.task."wiki.test"` is
 // section "eval.task", key "wiki.test". Throws UsageError on an unterminated quote.
 std::pair<std::string, std::string> split_dotted(const std::string& dotted);
+// The parts of a dotted name, quotes removed: `eval.task."wiki.test".limit` is eval, task, wiki.test, limit.
+std::vector<std::string> dotted_parts(const std::string& dotted);
 // The dotted name of a key: section + "." + the key, quoted when it is not a bare TOML key.
 std::string dotted_name(const std::string& section, const std::string& key);
 // A config value as TOML writes it (nan, inf, "quoted \n"), shortened for error messages.

@@ -111,6 +111,9 @@ struct EvalRow {
   // Which cairn-eval invocation wrote the row: the key of its line in eval/provenance.jsonl (tool, version, git sha,
   // host, time, command line, config). "" in files written before it was recorded.
   std::string eval_run;
+  // Keys this version does not know (a later cairn-eval's, read on a rollback), written back unchanged when the row
+  // is rewritten: an older cairn-eval rewriting the record used to drop them from every row.
+  nlohmann::json unknown_keys;
 
   nlohmann::json to_json() const;
   // step, task and metric are required; the rest default as above.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 
 #include "cairn/error.h"
@@ -65,6 +66,8 @@ json EvalRow::to_json() const {
   if (!checkpoint_id.empty()) j["checkpoint_id"] = checkpoint_id;
   if (!task_config.empty()) j["task_config"] = task_config;
   if (!eval_run.empty()) j["eval_run"] = eval_run;
+  if (unknown_keys.is_object())
+    for (const auto& [k, v] : unknown_keys.items()) j.emplace(k, v);
   return j;
 }
 
@@ -83,6 +86,11 @@ EvalRow EvalRow::from_json(const JsonFields& f) {
   r.checkpoint_id = f.str_or("checkpoint_id", "");
   r.task_config = f.str_or("task_config", "");
   r.eval_run = f.str_or("eval_run", "");
+  static const std::set<std::string> known = {"step",      "tokens",        "checkpoint",  "task",
+                                              "metric",    "value",         "stderr",      "n",
+                                              "wall_time", "checkpoint_id", "task_config", "eval_run"};
+  for (const auto& [k, v] : f.raw().items())
+    if (!known.count(k)) r.unknown_keys[k] = v;
   return r;
 }
 

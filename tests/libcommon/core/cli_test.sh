@@ -71,6 +71,18 @@ check config_stdin_then_file 0 "layers 6" -- bash -c "printf '[model]\nlayers = 
 check config_stdin_include 0 "layers 2" -- bash -c "cd \"$data\" && printf 'include = [\"base.toml\"]\n' | \"$probe\" --config -"
 check config_pipe_include 0 "layers 2" -- bash -c "cd \"$data\" && \"$probe\" --config <(printf 'include = [\"base.toml\"]\n')"
 check config_stdin_include_cwd 2 "cannot include \"base.toml\"" -- bash -c "cd \"$tmp\" && printf 'include = [\"base.toml\"]\n' | \"$probe\" --config -"
+# A symlink to a config reads the includes beside the file it points to, not files of the same name beside the link.
+mkdir -p "$tmp/linkdir"
+ln -sf "$data/experiment.toml" "$tmp/linkdir/experiment.toml"
+printf '[model]\nlayers = 99\nheads = 99\n' > "$tmp/linkdir/base.toml"
+check config_symlink_include 0 "heads = 4" -- "$probe" --config "$tmp/linkdir/experiment.toml" --print-config
+# One key of a table value from the command line: merged into the table the file defines (it was "unknown section").
+printf '[eval.task.mc]\nkind = "multiple_choice"\npath = "mc.jsonl"\n' > "$tmp/tasks.toml"
+check set_inside_table 0 'mc = { kind = "multiple_choice", limit = 5, path = "mc.jsonl" }' -- \
+  "$probe" --config "$tmp/tasks.toml" --set eval.task.mc.limit=5 --print-config
+check set_inside_table_typo 2 "eval.task.mc: unknown key 'pth' (did you mean 'path'?)" -- \
+  "$probe" --config "$tmp/tasks.toml" --set eval.task.mc.pth=x.jsonl
+check set_inside_table_quoted 0 '"wiki.test" = { limit = 3 }' -- "$probe" --set 'eval.task."wiki.test".limit=3' --print-config
 check config_stdin_error 2 "<stdin>:2:1: unknown key 'layrs' in [model]" -- bash -c "printf '[model]\nlayrs = 5\n' | \"$probe\" --config -"
 check config_stdin_twice 2 "stdin can be read only once" -- bash -c "printf '' | \"$probe\" --config - --config -"
 check config_stdin_origin 0 "<stdin>:2:1" -- bash -c "printf '[model]\nlayers = 5\n' | \"$probe\" --config - --print-config"

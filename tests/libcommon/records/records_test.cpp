@@ -229,6 +229,19 @@ BOOST_AUTO_TEST_CASE(eval_rows_round_trip) {
   BOOST_TEST(msg.find("key \"step\": expected an integer in [0, ") != std::string::npos, msg);
 }
 
+BOOST_AUTO_TEST_CASE(eval_rows_keep_a_later_versions_keys) {
+  // A row a later cairn-eval wrote, rewritten by this one (a rollback): its keys stay, known ones are not doubled.
+  const std::string later =
+      R"({"step":5,"task":"t","metric":"acc","value":0.5,"n_shots":3,"samples":{"kept":[1,2]},"eval_run":"ab"})";
+  const EvalRow r = EvalRow::parse(later, "results.jsonl:1");
+  BOOST_TEST(r.unknown_keys.size() == 2u);
+  const json back = json::parse(EvalRow::parse(r.to_json().dump(), "results.jsonl:1").to_json().dump());
+  BOOST_TEST(back["n_shots"] == 3);
+  BOOST_TEST(back["samples"]["kept"][1] == 2);
+  BOOST_TEST(back["eval_run"] == "ab");
+  BOOST_TEST(back.size() == r.to_json().size());
+}
+
 BOOST_AUTO_TEST_CASE(eval_provenance_lines) {
   const EvalProvenance p{"fedcba9876543210", json{{"tool", "cairn-eval"}, {"command_line", "cairn-eval --out x"}}};
   const EvalProvenance back = EvalProvenance::parse(p.to_json().dump(), "provenance.jsonl:1");
