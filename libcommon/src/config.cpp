@@ -919,11 +919,11 @@ void Config::set_from_text(const std::string& assignment, Origin origin) {
   } catch (const UsageError& e) {
     throw UsageError(where + ": " + e.what());
   }
-  if (parts.size() < 2) {
-    throw UsageError("--set expects section.key=value, got " + short_json(json(assignment)) + " (no section)");
-  }
   std::string section;
   for (size_t i = 0; i + 1 < parts.size(); ++i) section += (i ? "." : "") + parts[i];
+  if (section.empty()) {
+    throw UsageError("--set expects section.key=value, got " + short_json(json(assignment)) + " (no section)");
+  }
   if (!schema_->has_section(section) && set_inside_table(parts, text, origin)) return;
   set(section, parts.back(), parse_value_at(text, where), std::move(origin));
 }
