@@ -137,6 +137,34 @@ d["tokenizer"] = {"type": "gpt2", "files": {"vocab": "tokenizer/encoder.json", "
 json.dump(d, open(sys.argv[1], "w"))
 PY
 expect_exit 2 "cannot load the tokenizer" "$BIN/cairn-eval" --config eval.toml --out bad3 --data "$WORK/data_notok" "$CK"
+# Data of another tokenizer with as many ids (a byte-level BPE, 256 bytes in another order + end-of-text) is refused:
+# the checkpoint records its data's tokenizer. It was scored, with plausible losses.
+$PY - hf257.json <<'PY'
+import json, sys
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b)
+        cs.append(256 + n)
+        n += 1
+vocab = {chr(c): 255 - b for b, c in zip(bs, cs)}
+vocab["<|endoftext|>"] = 256
+json.dump({"version": "1.0", "added_tokens": [{"id": 256, "content": "<|endoftext|>", "special": True}],
+           "normalizer": None, "post_processor": None, "decoder": {"type": "ByteLevel"},
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+           "model": {"type": "BPE", "vocab": vocab, "merges": []}}, open(sys.argv[1], "w"))
+PY
+"$BIN/cairn-reshard" build /usr/share/games/fortunes/fortunes --delimiter % --shards 2 --tokenizer hf \
+  --tokenizer-json hf257.json --out "$WORK/data_hf" --log-level warn
+expect_exit 2 "(hf:[0-9a-f]*) is not the one the checkpoint's run trained with (bytes)" "$BIN/cairn-eval" \
+  --config eval.toml --out bad_tok --data "$WORK/data_hf" "$CK"
+# The same tokens resharded: another validation tail, so train_val is not the run's val_loss: said, and scored.
+"$BIN/cairn-reshard" reshard "$WORK/data" --shards 3 --out "$WORK/data_3" --log-level warn
+"$BIN/cairn-eval" --config eval.toml --out other_data --data "$WORK/data_3" "$CK" > /dev/null 2> other_data.err ||
+  fail "train_val on resharded data: $(cat other_data.err)"
+grep -q "task train_val: dataset \"$WORK/data_3\" is not the data the checkpoint's run trained on (fingerprint [0-9a-f]*, the run's [0-9a-f]*): its validation split is not the run's, so this loss is not the run's val_loss" other_data.err ||
+  fail "no warning for train_val on other data: $(cat other_data.err)"
 head -2 mc.jsonl > broken.jsonl
 echo '{"context": "x", "choices": ["a", "b"], "label": 5}' >> broken.jsonl
 echo '{"context": "unterminated' >> broken.jsonl

@@ -364,11 +364,22 @@ class Evaluator {
       fail(target, msg, summary);
       return false;
     }
+    const records::TrainState train_state =
+        records::TrainState::from_json(JsonFields(meta.train_state, target.path, "checkpoint train_state"));
+    // Tasks are prepared for the first checkpoint; a later one trained on another tokenizer's data is refused as the
+    // first would have been.
+    if (!tasks_.empty() && train_state.tokenizer_id && !tasks_tokenizer_id_.empty() &&
+        *train_state.tokenizer_id != tasks_tokenizer_id_)
+      throw UsageError(file_message("cannot evaluate", target.path,
+                                    "it was trained on data of tokenizer " + *train_state.tokenizer_id + ", the " +
+                                        "checkpoints before it in this call on " + tasks_tokenizer_id_ +
+                                        ": evaluate them in separate calls"));
     if (tasks_.empty()) {
-      RunSettings rs =
-          parse_run_settings(meta.config_toml, records::TrainState::from_json(JsonFields(meta.train_state, target.path,
-                                                                                         "checkpoint train_state")));
+      RunSettings rs = parse_run_settings(meta.config_toml, train_state);
       TaskContext ctx;
+      ctx.train_tokenizer_id = train_state.tokenizer_id.value_or("");
+      ctx.train_data_fingerprint = train_state.data_fingerprint.value_or("");
+      tasks_tokenizer_id_ = ctx.train_tokenizer_id;
       ctx.tasks = task_names_;
       ctx.tables = cfg_.section("eval.task");
       ctx.log_samples = eval_.log_samples;
@@ -395,6 +406,9 @@ class Evaluator {
                              : rs.val_fraction;
       ctx.train_val_rows = rs.val_rows;
       ctx.context = static_cast<int>(eval_.context);
+      if (eval_.context > model_cfg_.seq_len && mpi::rank() == 0)
+        CAIRN_LOG_WARN("[eval] context %lld is above the checkpoint's seq_len %d: rows hold at most %d tokens",
+                       static_cast<long long>(eval_.context), model_cfg_.seq_len, model_cfg_.seq_len);
       ctx.batch_size = batch_size_;
       ctx.limit = eval_.limit;
       ctx.skip_bad = eval_.skip_bad;
@@ -412,12 +426,12 @@ class Evaluator {
     for (const auto& r : results) {
       for (const auto& m : r.metrics)
         new_rows.push_back({target.step, meta.tokens, target.path, r.task, m.name, m.value, m.stderr_, r.samples, wall,
-                            target.id, task_config_.at(r.task), eval_run});
+                            target.id, task_config_.at(r.task), eval_run, {}});
       double tps = r.seconds > 0 ? r.tokens_processed / r.seconds : 0, eps = r.seconds > 0 ? r.samples / r.seconds : 0;
       new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_tokens_per_s", tps, std::nan(""),
-                          r.samples, wall, target.id, task_config_.at(r.task), eval_run});
+                          r.samples, wall, target.id, task_config_.at(r.task), eval_run, {}});
       new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_examples_per_s", eps, std::nan(""),
-                          r.samples, wall, target.id, task_config_.at(r.task), eval_run});
+                          r.samples, wall, target.id, task_config_.at(r.task), eval_run, {}});
     }
     // Rank 0 writes; every rank agrees on the outcome, so a failed write (a full disk, a stopped evaluator holding
     // the lock) ends every rank at once, not only rank 0.
@@ -601,6 +615,7 @@ class Evaluator {
   const DataSection data_;
   std::string run_dir_, out_dir_;
   std::map<std::string, std::string> task_config_;  // task -> task_fingerprint()
+  std::string tasks_tokenizer_id_;  // the training data's tokenizer of the checkpoint tasks_ were prepared for
   const kernels::Backend* backend_ = nullptr;
   gpu::DeviceInfo device_;  // set on the cuda backend
   int batch_size_ = 8;

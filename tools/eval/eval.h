@@ -107,6 +107,9 @@ struct TaskContext {
   int batch_size = 8;
   int64_t limit = 0;
   bool skip_bad = false;
+  // What the checkpoint's run trained on (its train_state; "" for checkpoints that do not record them): a task's
+  // dataset of another tokenizer is refused, and val / train_val on other data than the run's are warned about.
+  std::string train_tokenizer_id, train_data_fingerprint;
 };
 
 // A prepared task: requests built once per model shape, scored per checkpoint.

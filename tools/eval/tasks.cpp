@@ -159,7 +159,7 @@ int64_t get_int(const json& t, const std::string& name, const char* key, int64_t
 }
 
 std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const std::string& dir, const std::string& task,
-                                                     const gpt::GptConfig& model_cfg) {
+                                                     const gpt::GptConfig& model_cfg, const TaskContext& ctx) {
   std::unique_ptr<tokenizer::Tokenizer> tok;
   try {
     tok = tokenizer::load_for_dataset(dir);
@@ -171,6 +171,12 @@ std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const std::string& dir, con
                                "trained with vocab_real = %d: wrong dataset or checkpoint",
                                task.c_str(), dir.c_str(), tok->id().c_str(), tok->vocab_size(), model_cfg.vocab_real));
   }
+  // The same number of ids is not the same tokenizer: one retrained to the same size, or a dataset rebuilt with
+  // another, gave plausible losses for text the model never saw tokenized that way.
+  if (!ctx.train_tokenizer_id.empty() && tok->id() != ctx.train_tokenizer_id)
+    throw UsageError(strprintf("task %s: the tokenizer of \"%s\" (%s) is not the one the checkpoint's run trained with "
+                               "(%s): its token ids stand for other text (wrong dataset or checkpoint)",
+                               task.c_str(), dir.c_str(), tok->id().c_str(), ctx.train_tokenizer_id.c_str()));
   return tok;
 }
 
@@ -428,7 +434,7 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
     throw UsageError("task " + name + ": " + e.what());
   }
   const shards::Dataset& ds = *task->ds;
-  task->tok = load_tokenizer(data, name, mc);
+  task->tok = load_tokenizer(data, name, mc, ctx);
   task->eot = ds.eot_id();
   for (size_t i = 0; i < ds.num_shards(); ++i) task->shard_files.push_back(ds.shard(i));
 
@@ -444,6 +450,15 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
                                "tokens)",
                                name.c_str(), data.c_str(), ctx.val_fraction, static_cast<unsigned long long>(total),
                                T + 1));
+  const bool like_train = t.contains("like_train") && t["like_train"].is_boolean() && t["like_train"].get<bool>();
+  // Another copy of the data with other shards (resharded, rebuilt) has another validation tail: "val" is then not the
+  // run's validation split and train_val no longer equals its val_loss, which gave plausible, wrong figures.
+  if (split == "val" && !ctx.train_data_fingerprint.empty() && ds.content_fingerprint() != ctx.train_data_fingerprint &&
+      mpi::rank() == 0)
+    CAIRN_LOG_WARN("task %s: dataset \"%s\" is not the data the checkpoint's run trained on (fingerprint %s, the run's "
+                   "%s): its validation split is not the run's%s",
+                   name.c_str(), data.c_str(), ds.content_fingerprint().c_str(), ctx.train_data_fingerprint.c_str(),
+                   like_train ? ", so this loss is not the run's val_loss" : "");
   const uint64_t val_first = widx.val_first();
   auto locate = [&](uint64_t w) {
     auto [s, off] = widx.locate(w);
@@ -460,7 +475,6 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
     const int64_t task_windows = get_int(t, name, "max_windows", 0);
     int64_t max_windows = task_windows;
     if (limit > 0) max_windows = max_windows > 0 ? std::min(max_windows, limit) : limit;
-    bool like_train = t.contains("like_train") && t["like_train"].is_boolean() && t["like_train"].get<bool>();
     if (like_train) {
       // Exactly the rows of cairn-train's validation pass: row r is val window (r mod val_windows).
       if (split != "val") throw UsageError(task_where(name) + " like_train = true needs split = \"val\"");
@@ -677,7 +691,7 @@ std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const Task
                                    : "empty task"));
   if (data.empty())
     throw UsageError("task " + name + ": no tokenizer (set [data] path or data in " + task_where(name) + ")");
-  auto tok = load_tokenizer(data, name, mc);
+  auto tok = load_tokenizer(data, name, mc, ctx);
   const int C = ctx.context > 0 ? std::min(ctx.context, mc.seq_len) : mc.seq_len;
   const uint32_t eot = tok->eot_id();
   task->eot = eot;

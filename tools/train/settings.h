@@ -47,8 +47,9 @@ struct Settings {
   // Windows one validation pass scores (val_batches x dp x micro_batch, capped by the split); set once the dataset
   // is open, recorded in checkpoints so cairn-eval's train_val scores exactly these.
   uint64_t val_rows = 0;
-  // The training data's identity (data_fingerprint()) and size, recorded in checkpoints; set once the dataset is open.
-  std::string data_fingerprint;
+  // The training data's identity (shards::Dataset::content_fingerprint()), tokenizer and size, recorded in
+  // checkpoints; set once the dataset is open.
+  std::string data_fingerprint, tokenizer_id;
   uint64_t data_tokens = 0;
   uint64_t val_windows = 0;        // the validation split's windows (the last of the dataset's numbering); set with it
   uint64_t total_windows = 0;      // the dataset's windows of seq_len + 1 tokens (training and validation); set with it

@@ -1,8 +1,6 @@
 // cairn-train's checkpoints (train_checkpoint.h): resume choice, write + seal + prune, load.
 #include "train_checkpoint.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -115,15 +113,6 @@ std::vector<float> TrainCheckpoints::assemble_params() const {
   return full;
 }
 
-std::string data_fingerprint(const shards::Dataset& ds) {
-  std::string text = strprintf("vocab %u eot %u", ds.vocab_size(), ds.eot_id());
-  for (size_t i = 0; i < ds.num_shards(); ++i) {
-    const shards::ShardInfo& info = ds.info(i);
-    text += strprintf(";%llu %s", static_cast<unsigned long long>(info.tokens), shards::hex64(info.xxh64).c_str());
-  }
-  return shards::hex64(XXH64(text.data(), text.size(), 0));
-}
-
 json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g) {
   records::TrainState st;
   st.step = p.step;
@@ -142,6 +131,7 @@ json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g) 
   st.micro_batch = s.micro;
   st.val_rows = s.val_rows;
   st.data_fingerprint = s.data_fingerprint;
+  if (!s.tokenizer_id.empty()) st.tokenizer_id = s.tokenizer_id;
   st.data_tokens = s.data_tokens;
   st.global_batch = s.global_batch;
   st.val_windows = s.val_windows;

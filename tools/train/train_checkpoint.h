@@ -37,12 +37,6 @@ struct DamagedCheckpoint : RuntimeError {
   explicit DamagedCheckpoint(const std::string& m) : RuntimeError(m) {}
 };
 
-// What identifies the training data a run reads: xxh64 (16 hex digits) over each shard's token count and token xxh64
-// (index.json's, which the loader checks every shard against), in index order, with the vocabulary size and the
-// end-of-text id. Cheap (index.json only); a copy or move of the dataset keeps it, other shards, another order or
-// another tokenizer change it, and with them the windows each step reads.
-std::string data_fingerprint(const shards::Dataset& ds);
-
 // The train_state JSON of model.h5: progress, skip counters, spike window and what the run was started with.
 nlohmann::json train_state(const Settings& s, const TrainProgress& p, const StepGuard& g);
 

@@ -261,7 +261,8 @@ void Trainer::open_dataset() {
     }
     ds_ = std::make_unique<shards::Dataset>(shards::Dataset::open(s_.data_dir));
   }
-  s_.data_fingerprint = data_fingerprint(*ds_);
+  s_.data_fingerprint = ds_->content_fingerprint();
+  s_.tokenizer_id = ds_->tokenizer_id();
   s_.data_tokens = ds_->total_tokens();
   uint32_t data_vocab = ds_->vocab_size();
   int64_t vocab = s_.model.vocab;

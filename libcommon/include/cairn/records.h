@@ -233,6 +233,8 @@ struct TrainState {
 #undef CAIRN_RECORDS_STATE_MEMBER
   std::optional<std::string> layout;
   std::optional<std::string> data_fingerprint;
+  // index.json's tokenizer id of the training data: cairn-eval refuses to score a dataset of another tokenizer.
+  std::optional<std::string> tokenizer_id;
   // The learning-rate schedule the run trained on, as applied (min_lr resolved, warmup cut to the decay): a resume
   // under another one is caught instead of jumping the learning rate.
   struct LrSchedule {

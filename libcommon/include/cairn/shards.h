@@ -76,6 +76,11 @@ class Dataset {
   uint32_t eot_id() const;      // end-of-text token id
   std::string tokenizer_id() const;
   std::unique_ptr<Shard> shard(size_t i) const;  // opens shard file i
+  // What identifies the tokens a run reads: xxh64 (16 hex digits) over each shard's token count and token xxh64
+  // (index.json's, which readers check every shard against), in index order, with the vocabulary size and the
+  // end-of-text id. Cheap (index.json only); a copy or move of the dataset keeps it, other shards, another order or
+  // another tokenizer change it. cairn-train records it in checkpoints; cairn-eval compares it.
+  std::string content_fingerprint() const;
 
   // Corruption is caught, not copied: every reader of a dataset (reshard, convert, cairn-train's and
   // cairn-eval's loaders) checks each shard's tokens against index.json before using them.

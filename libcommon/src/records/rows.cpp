@@ -294,6 +294,7 @@ json TrainState::to_json() const {
 #undef CAIRN_RECORDS_PUT_STATE
   detail::put(j, "layout", layout);
   detail::put(j, "data_fingerprint", data_fingerprint);
+  detail::put(j, "tokenizer_id", tokenizer_id);
   if (spikes) j["spikes"] = {{"loss", spikes->loss}, {"norm", spikes->norm}};
   if (lr_schedule)
     j["lr_schedule"] = {{"lr", lr_schedule->lr},
@@ -311,6 +312,7 @@ TrainState TrainState::from_json(const JsonFields& f) {
 #undef CAIRN_RECORDS_GET_STATE
   detail::get(f, "layout", s.layout);
   detail::get(f, "data_fingerprint", s.data_fingerprint);
+  detail::get(f, "tokenizer_id", s.tokenizer_id);
   if (f.has("spikes")) {
     JsonFields w = f.object("spikes");
     s.spikes = Spikes{finite_numbers(w, "loss"), finite_numbers(w, "norm")};

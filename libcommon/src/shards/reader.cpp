@@ -311,6 +311,12 @@ std::string Dataset::tokenizer_id() const {
   if (it->is_string()) return it->get<std::string>();
   return it->value("id", "");
 }
+std::string Dataset::content_fingerprint() const {
+  std::string text = strprintf("vocab %u eot %u", vocab_size(), eot_id());
+  for (size_t i = 0; i < num_shards(); ++i)
+    text += strprintf(";%llu %s", static_cast<unsigned long long>(info(i).tokens), hex64(info(i).xxh64).c_str());
+  return hex64(XXH64(text.data(), text.size(), 0));
+}
 std::unique_ptr<Shard> Dataset::shard(size_t i) const {
   try {
     return open_shard(shard_path(i));

@@ -206,7 +206,7 @@ BOOST_AUTO_TEST_CASE(fast_scanner_accepts_exactly_what_a_full_parser_accepts) {
 
 BOOST_AUTO_TEST_CASE(eval_rows_round_trip) {
   // No checkpoint_id: a row as written before it was recorded.
-  EvalRow r{250, 1024000, "run/train/ckpt/step_00000250", "hellaswag", "acc_norm", 0.31, 0.012, 500, 1.7e9, "", "", ""};
+  EvalRow r{250, 1024000, "run/train/ckpt/step_00000250", "hellaswag", "acc_norm", 0.31, 0.012, 500, 1.7e9, "", "", "", {}};
   const EvalRow back = EvalRow::parse(r.to_json().dump(), "results.jsonl:1");
   BOOST_TEST(back.to_json() == r.to_json());
   BOOST_TEST(back.stderr_value == 0.012);
