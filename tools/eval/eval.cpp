@@ -425,13 +425,46 @@ class Evaluator {
     const std::string eval_run = this_eval_run();
     for (const auto& r : results) {
       for (const auto& m : r.metrics)
-        new_rows.push_back({target.step, meta.tokens, target.path, r.task, m.name, m.value, m.stderr_, r.samples, wall,
-                            target.id, task_config_.at(r.task), eval_run, {}});
+        new_rows.push_back({target.step,
+                            meta.tokens,
+                            target.path,
+                            r.task,
+                            m.name,
+                            m.value,
+                            m.stderr_,
+                            r.samples,
+                            wall,
+                            target.id,
+                            task_config_.at(r.task),
+                            eval_run,
+                            {}});
       double tps = r.seconds > 0 ? r.tokens_processed / r.seconds : 0, eps = r.seconds > 0 ? r.samples / r.seconds : 0;
-      new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_tokens_per_s", tps, std::nan(""),
-                          r.samples, wall, target.id, task_config_.at(r.task), eval_run, {}});
-      new_rows.push_back({target.step, meta.tokens, target.path, r.task, "eval_examples_per_s", eps, std::nan(""),
-                          r.samples, wall, target.id, task_config_.at(r.task), eval_run, {}});
+      new_rows.push_back({target.step,
+                          meta.tokens,
+                          target.path,
+                          r.task,
+                          "eval_tokens_per_s",
+                          tps,
+                          std::nan(""),
+                          r.samples,
+                          wall,
+                          target.id,
+                          task_config_.at(r.task),
+                          eval_run,
+                          {}});
+      new_rows.push_back({target.step,
+                          meta.tokens,
+                          target.path,
+                          r.task,
+                          "eval_examples_per_s",
+                          eps,
+                          std::nan(""),
+                          r.samples,
+                          wall,
+                          target.id,
+                          task_config_.at(r.task),
+                          eval_run,
+                          {}});
     }
     // Rank 0 writes; every rank agrees on the outcome, so a failed write (a full disk, a stopped evaluator holding
     // the lock) ends every rank at once, not only rank 0.
