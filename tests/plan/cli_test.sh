@@ -324,4 +324,22 @@ $BIN "${long[@]}" --out "$T/long" --set cluster.attention_measured=true > /dev/n
 ! grep -q "attention is" "$T/long2.err" || fail "warned with a measured attention rate: $(cat "$T/long2.err")"
 $BIN "${long[@]}" --out "$T/long" --set model.seq_len=4096 > /dev/null 2> "$T/short.err"
 ! grep -q "attention is" "$T/short.err" || fail "warned at 4k: $(cat "$T/short.err")"
+# [model] vocab = 0 (the dataset's): a pipeline plans before cairn-reshard, so the tokenizer [data] names gives it
+# (bytes: 257 ids, 320 padded), and a dataset that exists gives its own; an unreadable tokenizer is exit 2 saying what
+# to set. It was "vocab is 0" after the pipeline's sweep had run.
+v0=(--config configs/models/gpt2-124m.toml --config $A100 --set model.vocab=0 --set train.global_batch=64)
+$BIN "${v0[@]}" --out "$T/v0" --json "$T/v0.json" > /dev/null 2> "$T/v0.err" || fail "vocab 0: $(cat "$T/v0.err")"
+grep -qF '[model] vocab = 320: [data] tokenizer = "bytes" has 257 ids' "$T/v0.err" || fail "vocab 0: $(cat "$T/v0.err")"
+"${CAIRN_BIN_DIR:-build/bin}/cairn-reshard" build /usr/share/games/fortunes/fortunes --delimiter % --shards 1 \
+  --out "$T/v0data" --log-level warn
+$BIN "${v0[@]}" --out "$T/v0d" --set "data.path=\"$T/v0data\"" --set data.tokenizer=hf > /dev/null 2> "$T/v0d.err" ||
+  fail "vocab 0 with a dataset: $(cat "$T/v0d.err")"
+grep -qF "[model] vocab = 320: the dataset \"$T/v0data\" has 257 ids" "$T/v0d.err" || fail "vocab 0: $(cat "$T/v0d.err")"
+set +e
+$BIN "${v0[@]}" --out "$T/v0b" --set data.tokenizer=hf --set "data.tokenizer_json=\"$T/none.json\"" 2> "$T/v0b.err"
+rc=$?
+set -e
+[ $rc -eq 2 ] && grep -qF "[model] vocab = 0 takes the dataset's vocabulary, which cannot be read: " "$T/v0b.err" &&
+  grep -qF "(set model.vocab: the tokenizer's ids rounded up to a multiple of 64)" "$T/v0b.err" ||
+  fail "vocab 0, no tokenizer: exit $rc $(cat "$T/v0b.err")"
 echo "plan_cli: ok"

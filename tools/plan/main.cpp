@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
     }
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
     if (cairn::maybe_print_config(opts, cfg)) return 0;
+    if (!cal->parsed() || ropts.runs.empty()) cairn::plan::resolve_model_vocab(cfg);
     // --output is checked before the measurements (minutes on a GPU), not when they are done.
     if (cal->parsed() && !copts.output.empty()) {
       try {

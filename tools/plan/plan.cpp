@@ -14,6 +14,8 @@
 #include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/provenance.h"
+#include "cairn/shards.h"
+#include "cairn/tokenizer.h"
 
 namespace cairn::plan {
 
@@ -253,6 +255,35 @@ void warn_cluster_defaults(const Config& cfg) {
                    left.c_str());
 }
 }  // namespace
+
+void resolve_model_vocab(Config& cfg) {
+  if (read_section<ModelSection>(cfg).vocab != 0) return;
+  // A pipeline plans before (or beside) cairn-reshard, so the dataset may not exist yet: its tokenizer, which
+  // [data] names for the reshard stage, gives the same count. The planner stopped with "vocab is 0" instead, after a
+  // pipeline's sweep had run for minutes.
+  const DataSection data = read_section<DataSection>(cfg);
+  const std::string dir = data.path.empty() ? join_path(run_dir(cfg), "data") : data.path;
+  uint32_t ids = 0;
+  std::string from;
+  try {
+    if (path_exists(join_path(dir, "index.json"))) {
+      ids = shards::Dataset::open(dir).vocab_size();
+      from = "the dataset \"" + dir + "\"";
+    } else {
+      ids = tokenizer::load_configured(data)->vocab_size();
+      from = "[data] tokenizer = \"" + data.tokenizer + "\"";
+    }
+  } catch (const Error& e) {
+    throw UsageError(std::string("[model] vocab = 0 takes the dataset's vocabulary, which cannot be read: ") + e.what() +
+                     " (set model.vocab: the tokenizer's ids rounded up to a multiple of 64)");
+  }
+  const int64_t padded = (static_cast<int64_t>(ids) + 63) / 64 * 64;
+  cfg.set("model.vocab", padded,
+          Origin{Origin::Program, strprintf("%s: %u ids, padded to a multiple of 64 as cairn-train pads them",
+                                            from.c_str(), ids)});
+  CAIRN_LOG_INFO("[model] vocab = %lld: %s has %u ids, padded to a multiple of 64 as cairn-train pads them",
+                 static_cast<long long>(padded), from.c_str(), ids);
+}
 
 int run_plan(const Config& cfg, const RunOptions& opts) {
   warn_cluster_defaults(cfg);

@@ -54,6 +54,11 @@ struct RunOptions {
 // Returns the exit code (0, or 3 when nothing fits / the explained plan does not fit).
 int run_plan(const Config& cfg, const RunOptions& opts);
 
+// [model] vocab = 0 ("the dataset's", which cairn-train pads to a multiple of 64) resolved for the cost model: from
+// the dataset at [data] path (or <run.dir>/data) when it exists, else from the tokenizer [data] configures, as
+// cairn-reshard will build it; set in `cfg` with where it came from. A config error when neither can be read.
+void resolve_model_vocab(Config& cfg);
+
 // cairn-plan calibrate: measures GEMM efficiency (OpenBLAS sgemm) over the model's shapes and a
 // size sweep, and memory bandwidth, and writes a cluster TOML file. Returns the path written.
 struct CalibrateOptions {

@@ -24,18 +24,6 @@ namespace cairn::reshard {
 
 namespace {
 
-tokenizer::Spec tokenizer_spec(const DataSection& data) {
-  tokenizer::Spec s;
-  s.type = data.tokenizer;
-  s.vocab = data.vocab;
-  s.merges = data.merges;
-  s.tokenizer_json = data.tokenizer_json;
-  s.eot_token = data.eot_token;
-  if (!s.eot_token.empty() && s.type != "hf")
-    throw UsageError("key \"data.eot_token\": applies to tokenizer = hf only (tokenizer is \"" + s.type + "\")");
-  return s;
-}
-
 struct Batch {
   size_t first = 0, last = 0;  // documents [first, last)
   std::vector<uint32_t> tokens;
@@ -54,10 +42,6 @@ void fill_output_spec(const DataSection& data, const tokenizer::Tokenizer& tok, 
 }
 
 }  // namespace
-
-std::unique_ptr<tokenizer::Tokenizer> load_configured_tokenizer(const DataSection& data) {
-  return tokenizer::load(tokenizer_spec(data));
-}
 
 json part_index_entry(const std::string& dir, const std::string& file) {
   auto sh = shards::open_shard(join_path(dir, file));
@@ -494,7 +478,7 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   if (inputs.empty()) throw UsageError("build needs inputs (files, directories or -), or [data] inputs");
   const std::string dir = dataset_dir(cfg, out);
   check_output_not_input(dir, inputs);
-  auto tok = load_configured_tokenizer(data);
+  auto tok = tokenizer::load_configured(data);
   const bool use_mpi = mpi::initialized();
   const int rank = use_mpi ? mpi::rank() : 0, size = use_mpi ? mpi::size() : 1;
   const int nthreads = resolve_threads(data);

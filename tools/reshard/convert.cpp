@@ -706,7 +706,7 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     throw UsageError("convert --from needs inputs (Megatron prefixes or llm.c .bin files/directories)");
   const std::string dir = dataset_dir(cfg, out);
   check_output_not_input(dir, inputs);
-  auto tok = load_configured_tokenizer(data);
+  auto tok = tokenizer::load_configured(data);
   // Ours alone from here; rank 0 imports into parts inside --out, which every rank then reads as the source. An
   // --out this command created is removed again when the inputs are refused (nothing is left for a failed import).
   bool created = !path_exists(dir);

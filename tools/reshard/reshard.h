@@ -308,9 +308,6 @@ int run_verify(const Config& cfg, const std::vector<std::string>& inputs, const 
                const ReshardFaults& faults = {});
 int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const std::string& json_out);
 
-// The tokenizer the [data] section describes (tokenizer, vocab, merges, tokenizer_json).
-std::unique_ptr<tokenizer::Tokenizer> load_configured_tokenizer(const DataSection& data);
-
 // Intermediate part files (build's and convert --from's): one part's entry in an index.json shard list, read back
 // from the written file, and the index.json that makes a directory of parts one dataset (shards::Dataset::open).
 nlohmann::json part_index_entry(const std::string& dir, const std::string& file);

@@ -10,6 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+namespace cairn {
+struct DataSection;
+}
+
 namespace cairn::tokenizer {
 
 // Where a tokenizer comes from: type "bytes" | "gpt2" (vocab = encoder.json, merges = vocab.bpe)
@@ -51,6 +55,9 @@ class Tokenizer {
 
 // Loads from explicit files; errors name the file and what is wrong (UsageError).
 std::unique_ptr<Tokenizer> load(const Spec& spec);
+// The tokenizer [data] configures (tokenizer, vocab, merges, tokenizer_json, eot_token): what cairn-reshard builds
+// with, and what cairn-plan counts the vocabulary of before the dataset exists.
+std::unique_ptr<Tokenizer> load_configured(const DataSection& data);
 // Loads the tokenizer a dataset was built with, from index.json's "tokenizer" object; relative file
 // names are resolved against `dataset_dir` (build copies the files into <dataset>/tokenizer/).
 std::unique_ptr<Tokenizer> load_from_description(const nlohmann::json& description, const std::string& dataset_dir);

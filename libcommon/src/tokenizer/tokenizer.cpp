@@ -13,6 +13,7 @@
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/log.h"
+#include "cairn/sections/data.h"
 #include "internal.h"
 
 namespace cairn::tokenizer {
@@ -612,6 +613,18 @@ std::unique_ptr<Tokenizer> load_from_description(const json& d, const std::strin
     throw UsageError(strprintf("tokenizer files in %s do not match the dataset (id %s, files give %s)",
                                dataset_dir.c_str(), want_id.c_str(), tok->id().c_str()));
   return tok;
+}
+
+std::unique_ptr<Tokenizer> load_configured(const DataSection& data) {
+  Spec s;
+  s.type = data.tokenizer;
+  s.vocab = data.vocab;
+  s.merges = data.merges;
+  s.tokenizer_json = data.tokenizer_json;
+  s.eot_token = data.eot_token;
+  if (!s.eot_token.empty() && s.type != "hf")
+    throw UsageError("key \"data.eot_token\": applies to tokenizer = hf only (tokenizer is \"" + s.type + "\")");
+  return load(s);
 }
 
 std::unique_ptr<Tokenizer> load_for_dataset(const std::string& dataset_dir) {
