@@ -274,13 +274,13 @@ void resolve_model_vocab(Config& cfg) {
       from = "[data] tokenizer = \"" + data.tokenizer + "\"";
     }
   } catch (const Error& e) {
-    throw UsageError(std::string("[model] vocab = 0 takes the dataset's vocabulary, which cannot be read: ") + e.what() +
-                     " (set model.vocab: the tokenizer's ids rounded up to a multiple of 64)");
+    throw UsageError(std::string("[model] vocab = 0 takes the dataset's vocabulary, which cannot be read: ") +
+                     e.what() + " (set model.vocab: the tokenizer's ids rounded up to a multiple of 64)");
   }
   const int64_t padded = (static_cast<int64_t>(ids) + 63) / 64 * 64;
   cfg.set("model.vocab", padded,
-          Origin{Origin::Program, strprintf("%s: %u ids, padded to a multiple of 64 as cairn-train pads them",
-                                            from.c_str(), ids)});
+          Origin{Origin::Program,
+                 strprintf("%s: %u ids, padded to a multiple of 64 as cairn-train pads them", from.c_str(), ids)});
   CAIRN_LOG_INFO("[model] vocab = %lld: %s has %u ids, padded to a multiple of 64 as cairn-train pads them",
                  static_cast<long long>(padded), from.c_str(), ids);
 }

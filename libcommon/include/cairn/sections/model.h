@@ -29,7 +29,8 @@ struct ModelSection {
     k(&S::kv_heads, "kv_heads", Range{0, 100000}, "key/value heads for GQA (0 = heads)");
     k(&S::ffn_hidden, "ffn_hidden", Range{0, 1e8}, "MLP inner size (0 = 4h for gpt, Llama's rule for llama)");
     k(&S::seq_len, "seq_len", Range{1, 1e7}, "sequence length s");
-    k(&S::vocab, "vocab", Range{0, 1e8}, "vocabulary size V (0 = from the dataset, padded to a multiple of 64; cairn-plan counts the [data] "
+    k(&S::vocab, "vocab", Range{0, 1e8},
+      "vocabulary size V (0 = from the dataset, padded to a multiple of 64; cairn-plan counts the [data] "
       "tokenizer's ids when the dataset does not exist yet)");
     k(&S::tied_embeddings, "tied_embeddings", "share the input embedding with the output head");
   }
