@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -303,6 +304,14 @@ void check_writable_file(const std::string& path) {
   } catch (const UsageError& e) {
     throw UsageError(file_message("cannot write", path, e.what()));
   }
+}
+
+void release_mapped_range(const void* data, size_t bytes) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  uintptr_t lo = reinterpret_cast<uintptr_t>(data), hi = lo + bytes;
+  lo = (lo + page - 1) / page * page;
+  hi = hi / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 bool path_exists(const std::string& path) {

@@ -242,6 +242,9 @@ assert d['checkpoints_evaluated'] == 1 and {r['task'] for r in d['results']} == 
 "$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc --limit 3 > /dev/null 2>&1 || fail "--limit 3"
 "$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc > /dev/null 2> lim.err || fail "--limit lifted"
 ! grep -q "already evaluated" lim.err || fail "a lifted --limit was skipped as already evaluated"
+# Scoring shows its progress on stderr (a task of thousands of items ran for minutes with no word): 40 items of 4
+# choices are 160 requests.
+grep -q "task mc 160/160 requests (100.0%)" lim.err || fail "no progress line for task mc: $(cat lim.err)"
 $PY -c "
 import json
 rows = [json.loads(l) for l in open('lim/eval/results.jsonl') if '\"acc\"' in l]

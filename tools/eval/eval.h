@@ -27,6 +27,7 @@ namespace cairn::eval {
 // A set of scoring requests, materialised lazily (a rank only builds the rows it scores): request i is a
 // sequence of lengths[i] input tokens and as many targets (-1 = position not scored).
 struct RequestSet {
+  std::string label;  // what the progress line on stderr names ("task mc")
   std::vector<int> lengths;
   std::function<void(size_t i, int32_t* inputs, int32_t* targets)> fill;
 };

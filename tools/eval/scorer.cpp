@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <optional>
 
 #include "cairn/error.h"
 #include "cairn/kernels/backend.h"
@@ -83,8 +84,13 @@ std::vector<Score> score_requests(gpt::Model& model, const RequestSet& requests,
   std::vector<int64_t> local_idx, local_tok, local_cor;
   std::vector<double> local_ll;
   int64_t forwards = 0, scored = 0, processed = 0;
+  // Rank 0 shows how far the task is (its batches stand for every rank's: they are dealt round-robin); a task of
+  // thousands of requests ran for minutes with no word.
+  std::optional<Progress> progress;
+  if (rank == 0 && !requests.label.empty()) progress.emplace(requests.label, n, "requests");
   for (size_t b = static_cast<size_t>(rank); b < num_batches; b += static_cast<size_t>(world)) {
-    size_t lo = b * B, hi = std::min(n, lo + B);
+    const size_t lo = b * B, hi = std::min(n, lo + B);
+    if (progress) progress->update(lo);
     int rows = static_cast<int>(hi - lo);
     int T = requests.lengths[order[lo]];
     inputs.assign(static_cast<size_t>(rows) * T, 0);
@@ -122,6 +128,7 @@ std::vector<Score> score_requests(gpt::Model& model, const RequestSet& requests,
     }
   }
 
+  if (progress) progress->finish();
   std::vector<Score> out(n);
   auto place = [&](const std::vector<int64_t>& idx, const std::vector<double>& ll, const std::vector<int64_t>& tok,
                    const std::vector<int64_t>& cor) {

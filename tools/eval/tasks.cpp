@@ -218,6 +218,7 @@ struct PerplexityTask : Task {
   TaskResult evaluate(gpt::Model& model) override {
     std::vector<uint32_t> buf;  // the fill callbacks' read buffer
     RequestSet rs = documents ? document_requests(buf) : window_requests(buf);
+    rs.label = "task " + name;
     ScoreStats st;
     std::vector<Score> scores = score_requests(model, rs, batch_size, &st);
 
@@ -574,6 +575,7 @@ struct McTask : Task {
 
   TaskResult evaluate(gpt::Model& model) override {
     RequestSet rs;
+    rs.label = "task " + name;
     rs.lengths.resize(windows.size());
     for (size_t i = 0; i < windows.size(); ++i) rs.lengths[i] = windows[i].len;
     rs.fill = [&](size_t i, int32_t* in, int32_t* tg) {

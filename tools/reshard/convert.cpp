@@ -280,6 +280,10 @@ void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, 
   std::vector<uint32_t> doc;
   uint64_t tok_index = 0;
   uint64_t seq = 0;
+  // Reading is most of an import (a minute per billion tokens here): shown, and the .bin's pages read are dropped
+  // from this process as it goes (its resident memory grew to the file's size).
+  Progress progress("reading " + bin.path, expect_ptr / item, "tokens");
+  uint64_t released = 0;
   for (uint64_t d = 0; d + 1 < ndoc; ++d) {
     uint64_t end = static_cast<uint64_t>(idx.at<int64_t>(doc_off + (d + 1) * 8));
     for (; seq < end; ++seq) {
@@ -291,7 +295,13 @@ void import_megatron(const std::string& input, const tokenizer::Tokenizer& tok, 
       }
     }
     add_doc(src, tok, doc, added);
+    if ((tok_index - released) * item >= (size_t{64} << 20)) {
+      release_mapped_range(bin.data + released * item, (tok_index - released) * item);
+      released = tok_index;
+      progress.update(tok_index);
+    }
   }
+  progress.finish();
 }
 
 // The shard index llm.c's scripts put at the end of a file name (fineweb_train_000001.bin -> 1), or -1.
@@ -490,6 +500,7 @@ json export_megatron(const shards::Dataset& ds, const std::string& prefix) {
       const uint64_t m = std::min<uint64_t>(kExportSlice, sh->num_tokens() - at);
       buf.resize(m);
       sh->read_tokens(at, m, buf.data());
+      sh->release_tokens(at, m);
       if (u16) {
         b16.assign(buf.begin(), buf.end());
         write_bytes(bin, b16.data(), b16.size() * 2, bin_file.path());
@@ -608,6 +619,7 @@ json export_llmc(const shards::Dataset& ds, const std::string& in, const std::st
       buf.resize(m + 1);
       buf[0] = carry;
       sh->read_tokens(at, m, buf.data() + 1);
+      sh->release_tokens(at, m);
       carry = buf[m];
       // Shifted by one, each end-of-text now stands before the document it ended: the start token there.
       if (start != ds.eot_id())

@@ -319,16 +319,8 @@ void DatasetSource::finish_verification(uint64_t begin, uint64_t end, int thread
 }
 
 void DatasetSource::release_mapped() const {
-  const long page = ::sysconf(_SC_PAGESIZE);
-  for (const auto& sh : shards_) {
-    const void* base = sh->mapped_tokens();
-    if (!base) continue;
-    // Whole pages inside the token array only: the mapping's other pages (HDF5 metadata) are tiny.
-    uintptr_t lo = reinterpret_cast<uintptr_t>(base), hi = lo + sh->num_tokens() * sh->token_width();
-    lo = (lo + page - 1) / page * page;
-    hi = hi / page * page;
-    if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-  }
+  // Whole pages inside the token arrays only: the mappings' other pages (HDF5 metadata) are tiny.
+  for (const auto& sh : shards_) sh->release_tokens(0, sh->num_tokens());
 }
 
 // ------------------------------------------------------------------------------------ planning

@@ -84,6 +84,7 @@ void check_shard(const shards::Shard& sh, const shards::Dataset& ds, size_t i, c
     uint64_t c = std::min(step, n - o);
     buf.resize(c);
     sh.read_tokens(o, c, buf.data());
+    sh.release_tokens(o, c);
     if (sh.token_width() == 2) {
       narrow.assign(buf.begin(), buf.end());
       XXH64_update(st, narrow.data(), c * 2);

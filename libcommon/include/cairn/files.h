@@ -76,6 +76,9 @@ std::string creatable_dir_problem(const std::string& dir);
 // as for check_writable_dir, and the path itself must not be a directory. "-" (stdout) always passes.
 void check_writable_file(const std::string& path);
 bool path_exists(const std::string& path);
+// Drops the whole pages inside [data, data + bytes) of a read-only file mapping from this process (MADV_DONTNEED):
+// they stay in the page cache, but no longer count as its resident memory.
+void release_mapped_range(const void* data, size_t bytes);
 // fsync a file or directory by path (best effort for directories).
 void fsync_path(const std::string& path);
 // Renames atomically; throws RuntimeError naming both paths.

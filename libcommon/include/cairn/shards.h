@@ -53,6 +53,10 @@ class Shard {
   // with pread, without mapping them: on VMs where every page-table change is expensive this reads
   // at page-cache copy speed. False when the shard cannot (then use read_tokens or the mapping).
   virtual bool read_stored(uint64_t offset, uint64_t count, void* out) const { return false; }
+  // Tells the shard that tokens [offset, offset+count) will not be read again soon: a mapped shard drops those
+  // pages from this process (they stay in the page cache), so a pass over a multi-gigabyte shard (verify, convert
+  // --to) does not show the whole file as resident memory, which Slurm's memory accounting counts against the job.
+  virtual void release_tokens(uint64_t offset, uint64_t count) const {}
   // Root attributes of the file (format_version, tokenizer, vocab_size, eot_id, tokens_xxh64, ...).
   virtual nlohmann::json attributes() const = 0;
 };

@@ -140,6 +140,11 @@ class H5Shard final : public Shard {
   uint32_t doc_bytes(uint64_t d) const override { return bytes_.at(d); }
   int token_width() const override { return width_; }
   const void* mapped_tokens() const override { return data_; }
+  void release_tokens(uint64_t offset, uint64_t count) const override {
+    if (!data_ || count == 0) return;
+    release_mapped_range(static_cast<const char*>(data_) + offset * static_cast<uint64_t>(width_),
+                         count * static_cast<uint64_t>(width_));
+  }
   const uint64_t* doc_offsets_data() const override { return offsets_.data(); }
   const uint32_t* doc_bytes_data() const override { return bytes_.data(); }
   bool read_stored(uint64_t offset, uint64_t count, void* out) const override {
