@@ -66,6 +66,8 @@ sections = {c["section"] for c in s["charts"]}
 assert sections == {"train", "eval", "sweep", "plan", "data"}, sections
 for g in s["gates"]:
     assert g["verdict"] == "pass" and g["value"] is not None, g
+good = [r for r in s["runs"] if r["name"] == "good"][0]["metrics"]
+assert good["mfu_peak_tflops"]["value"] == 392.857, good.get("mfu_peak_tflops")
 EOF
 grep -q '\*\*PASS\*\*: all 5 gate checks passed' "$T/good/report/summary.md" || fail "summary.md lacks PASS"
 

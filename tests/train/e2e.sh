@@ -117,6 +117,9 @@ train = [l for l in lines if l["kind"] == "train"]
 prov = [l for l in lines if l["kind"] == "provenance"]
 assert prov and prov[0]["provenance"]["tool"] == "cairn-train" and prov[0]["provenance"]["git_sha"], prov
 assert "--out" in prov[0]["provenance"]["command_line"] and "[train]" in prov[0]["provenance"]["config"]
+# The peak the lines' mfu divides by (measured on a CPU at each start): tflops / mfu gives it back.
+peak = prov[0]["peak_tflops"]
+assert peak > 0 and abs(train[-1]["tflops"] / train[-1]["mfu"] - peak) <= 1e-3 * peak, (peak, train[-1])
 assert open(f"{d}/config.toml").read().startswith("# effective config of cairn-train")
 val = [l for l in lines if l["kind"] == "val"]
 keys = {"kind", "step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "tflops", "skipped",
@@ -133,6 +136,7 @@ events = [json.loads(l) for l in out.splitlines()]
 assert events[0]["file_version"] == "brain.Event:2"
 texts = [e["texts"]["provenance"] for e in events if "provenance" in e.get("texts", {})]
 assert len(texts) == 1 and "**cairn-train**" in texts[0] and "--out" in texts[0] and "[train]" in texts[0], texts
+assert "MFU divides by a peak of" in texts[0], texts
 tb = {e["step"]: e["scalars"]["train/loss"] for e in events if "train/loss" in e.get("scalars", {})}
 for l in train:
     assert abs(tb[l["step"]] - l["loss"]) <= 1e-6 * abs(l["loss"]), (l["step"], tb[l["step"]], l["loss"])

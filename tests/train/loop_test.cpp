@@ -348,6 +348,13 @@ BOOST_AUTO_TEST_CASE(extending_a_finished_run_removes_finished) {
   BOOST_TEST(run_train(small_config(run, {"train.steps=6"})).exit_code == 0);
   mpi::barrier();
   BOOST_TEST(fs::exists(run + "/train/FINISHED"));
+  // Rerun as it is: nothing to train, and the run's records are left as they were (a provenance line was appended).
+  const std::string metrics = read_file(run + "/train/metrics.jsonl"), config = read_file(run + "/train/config.toml");
+  BOOST_TEST(run_train(small_config(run, {"train.steps=6"})).exit_code == 0);
+  mpi::barrier();
+  BOOST_TEST(read_file(run + "/train/metrics.jsonl") == metrics);
+  BOOST_TEST(read_file(run + "/train/config.toml") == config);
+  BOOST_TEST(read_json(run + "/train/FINISHED")["step"] == 6);
   TrainHooks h;
   auto seen = std::make_shared<int>(-1);
   h.at = [run, seen](const std::string& point, int64_t) {

@@ -145,6 +145,9 @@ const std::vector<MetricDef>& fixed_metrics() {
       {"tokens_per_s", "tok/s", "train", Better::Higher, "median training throughput after warm-up"},
       {"mfu", "%", "train", Better::Higher, "median model FLOPs utilisation after warm-up"},
       {"tflops", "TFLOP/s", "train", Better::Higher, "median achieved TFLOP/s per GPU after warm-up"},
+      {"mfu_peak_tflops", "TFLOP/s", "train", Better::Neither,
+       "peak TFLOP/s per device that mfu divides by ([train] peak_tflops, a GPU's datasheet, or on a CPU the GEMM "
+       "peak measured at the run's last start: compare two runs' mfu only where these agree)"},
       {"step_time_s", "s", "train", Better::Lower, "median step time (time_s.total) after warm-up"},
       {"data_wait_s", "s", "train", Better::Lower, "median time waiting for data per step after warm-up"},
       {"comm_s", "s", "train", Better::Lower, "median exposed communication time per step after warm-up"},
@@ -458,6 +461,7 @@ void train_metrics(Metrics& m, const RunData& run, const MetricSettings& st) {
     set(m, "tokens_per_s", median_from(t.tokens_per_s, w), max_finite(t.tokens_per_s, w));
     set(m, "mfu", as_percent(median_from(t.mfu, w)), as_percent(max_finite(t.mfu, w)));
     set(m, "tflops", median_from(t.tflops, w), max_finite(t.tflops, w));
+    set(m, "mfu_peak_tflops", run.mfu_peak_tflops);
     set(m, "step_time_s", median_from(t.t_total, w), min_finite(t.t_total, w));
     set(m, "data_wait_s", median_from(t.t_data, w));
     set(m, "comm_s", median_from(t.t_comm, w));

@@ -430,6 +430,7 @@ void parse_metrics_jsonl(const std::string& text, const std::string& path, RunDa
     if (kind.empty() && rec.val_loss) kind = "val";
     else if (kind.empty() && rec.loss) kind = "train";
     const double step = value_or_nan(rec.step);
+    if (kind == "provenance" && rec.peak_tflops) run.mfu_peak_tflops = *rec.peak_tflops;
     if (kind == "train") {
       if (!rec.step) {
         run.problem(path + ":" + std::to_string(line_no) + ": train record without a numeric \"step\"");

@@ -53,6 +53,7 @@ struct RunData {
 
   TrainSeries train;
   ValSeries val;
+  double mfu_peak_tflops = std::nan("");  // the peak the train lines' mfu divides by (the last start's), or NaN
   bool train_finished = false;
   std::vector<double> restarts;  // steps at which a requeued run restarted (earlier lines superseded)
 

@@ -153,6 +153,8 @@ void StepReporter::open(const Config& cfg, int64_t step) {
   line.kind = "provenance";
   line.step = step;
   line.provenance = prov.to_json();
+  // The denominator of the lines' mfu: on a CPU a GEMM measured at each start, so two runs' MFU compare only with it.
+  if (flops_.peak_tflops > 0) line.peak_tflops = flops_.peak_tflops;
   jsonl_.write(line.to_json());
   if (s_.tensorboard) {
     // A new event file, opened by a START at the first step this run computes: TensorBoard drops what earlier files
@@ -170,7 +172,11 @@ void StepReporter::open(const Config& cfg, int64_t step) {
     tb_->add_text("provenance",
                   strprintf("**%s** %s (git %s) on %s at %s\n\n", prov.tool.c_str(), prov.version.c_str(),
                             prov.git_sha.c_str(), prov.host.c_str(), prov.time_utc.c_str()) +
-                      indented(prov.command_line) + "\n\nEffective config:\n\n" + indented(prov.config_toml),
+                      indented(prov.command_line) +
+                      (flops_.peak_tflops > 0
+                           ? strprintf("\n\nMFU divides by a peak of %.6g TFLOP/s per rank.", flops_.peak_tflops)
+                           : std::string()) +
+                      "\n\nEffective config:\n\n" + indented(prov.config_toml),
                   step + 1, unix_seconds());
     tb_->flush();
   }

@@ -995,7 +995,13 @@ bool Trainer::stop_requested() {
 
 // Observability sinks (opened only now that the config and data are known good), stop signals, the data loader.
 void Trainer::start_run() {
-  report_->open(cfg_, progress_.step);
+  // A run already at its last step (a finished job rerun, a requeue after it ended) trains nothing: its metrics.jsonl,
+  // TensorBoard files and train/config.toml stay as they were (each rerun appended a provenance line and an empty
+  // event file, and rewrote the config with this invocation's).
+  if (progress_.step < s_.steps) report_->open(cfg_, progress_.step);
+  else if (s_.rank == 0)
+    CAIRN_LOG_INFO("the run is complete: step %lld of %lld; nothing to train", static_cast<long long>(progress_.step),
+                   static_cast<long long>(s_.steps));
   trace_.name_rows();
 
   // The run continues: an earlier FINISHED (a shorter run extended with --steps, a rollback) or STOPPED no longer

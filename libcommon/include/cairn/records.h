@@ -64,12 +64,12 @@ int critical_stage(const std::vector<StageTimes>& stages);
   X(double, grad_norm) X(double, tokens_per_s) X(double, mfu) X(double, hfu) \
   X(double, tflops) X(bool, skipped) X(int64_t, skipped_total) X(double, mem_gib) \
   X(double, peak_mem_gib) X(double, device_mem_gib) X(double, val_loss) X(int64_t, val_first_window) \
-  X(int64_t, val_windows) X(int64_t, seq_len) X(double, wall_time)
+  X(int64_t, val_windows) X(int64_t, seq_len) X(double, wall_time) X(double, peak_tflops)
 // clang-format on
 
 // One line of train/metrics.jsonl. kind "train": one optimizer step; "val": a validation pass (val_loss over the
 // windows [val_first_window, +val_windows) of seq_len tokens); "provenance": who wrote the lines that follow (one
-// per start and resume of cairn-train).
+// per start and resume of cairn-train), with the peak TFLOP/s per rank that their mfu divides by.
 struct MetricsLine {
   std::string kind;  // "" when the line has none
 #define CAIRN_RECORDS_LINE_MEMBER(type, name) std::optional<type> name;
