@@ -342,4 +342,12 @@ set -e
 [ $rc -eq 2 ] && grep -qF "[model] vocab = 0 takes the dataset's vocabulary, which cannot be read: " "$T/v0b.err" &&
   grep -qF "(set model.vocab: the tokenizer's ids rounded up to a multiple of 64)" "$T/v0b.err" ||
   fail "vocab 0, no tokenizer: exit $rc $(cat "$T/v0b.err")"
+# A CPU "cluster" reads as one: the table's TFLOP/s has three digits (0.0 beside an MFU of 68 %), --explain gives the
+# peak and memory as set and names fp32 training's 8 optimizer bytes Adam's m and v (not "fp32 master + Adam m, v").
+$BIN --config configs/demo.toml --out "$T/cpu" > "$T/cpu.txt" 2> /dev/null || fail "plan of configs/demo.toml"
+grep -q "M params, global batch" "$T/cpu.txt" || fail "small model not in M params: $(head -1 "$T/cpu.txt")"
+awk '$1 == "1" { exit !($15 > 0.01 && $15 < 0.2) }' "$T/cpu.txt" || fail "cpu TFLOP/s column: $(sed -n 4p "$T/cpu.txt")"
+$BIN --config configs/demo.toml --out "$T/cpu" --explain > "$T/cpux.txt" 2> /dev/null || fail "explain demo"
+grep -q "0.083 TFLOP/s peak" "$T/cpux.txt" && grep -q "x 8 B (Adam m, v)" "$T/cpux.txt" ||
+  fail "explain of a CPU cluster: $(grep -E '^cluster|optimizer states' "$T/cpux.txt")"
 echo "plan_cli: ok"

@@ -33,9 +33,12 @@ std::string table(const std::vector<Evaluation>& plans, size_t k) {
     if (!e.feasible()) break;
     const Plan& p = e.plan;
     const char* cpx = p.cp == 1 ? "-" : p.cp_allgather ? "ag" : "p2p";
-    out += strprintf("%4zu %5d %3d %3d %3d %3s %2d %3d %4d %9s %3s %4s %10.4g %12.0f %8.1f %5.1f%% %5.1f%% %8.2f\n",
+    // Below 10 TFLOP/s (a CPU "cluster") three significant digits: 0.024 printed as 0.0 beside an MFU of 60 %.
+    const std::string tflops =
+        e.tflops_per_gpu >= 10 ? strprintf("%.1f", e.tflops_per_gpu) : strprintf("%.3g", e.tflops_per_gpu);
+    out += strprintf("%4zu %5d %3d %3d %3d %3s %2d %3d %4d %9s %3s %4s %10.4g %12.0f %8s %5.1f%% %5.1f%% %8.2f\n",
                      i + 1, p.dp, p.tp, p.pp, p.cp, cpx, p.v, p.mb, p.zero, recompute_name(p.recompute),
-                     p.sp ? "on" : "off", p.tp_overlap ? "on" : "off", e.step_time_s, e.tokens_per_s, e.tflops_per_gpu,
+                     p.sp ? "on" : "off", p.tp_overlap ? "on" : "off", e.step_time_s, e.tokens_per_s, tflops.c_str(),
                      100 * e.mfu, 100 * e.hfu, e.memory_gib);
   }
   return out;
@@ -367,9 +370,11 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   const size_t top_k = size_t(plan.top_k);
   // With --json - the JSON document is stdout's only content; the table goes to stderr instead.
   FILE* table_out = opts.json_path == "-" ? stderr : stdout;
-  std::fprintf(table_out, "# %s: %.4g B params, global batch %lld x %lld tokens on %s (%d x %d devices)\n",
-               m.arch == Arch::Gpt ? "gpt" : "llama", double(pc.total) / 1e9, (long long)global_batch,
-               (long long)m.seq_len, c.name.c_str(), c.nodes, c.gpus_per_node);
+  const double params = double(pc.total);
+  std::fprintf(table_out, "# %s: %.4g %s params, global batch %lld x %lld tokens on %s (%d x %d devices)\n",
+               m.arch == Arch::Gpt ? "gpt" : "llama", params >= 1e9 ? params / 1e9 : params / 1e6,
+               params >= 1e9 ? "B" : "M", (long long)global_batch, (long long)m.seq_len, c.name.c_str(), c.nodes,
+               c.gpus_per_node);
   std::fprintf(table_out, "# %zu plans evaluated (%zu feasible) in %.3f s\n", r.all.size(), r.feasible, r.elapsed_s);
   if (!opts.quiet_table) std::fputs(table(r.all, top_k).c_str(), table_out);
   std::fflush(table_out);

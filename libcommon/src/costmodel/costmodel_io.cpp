@@ -267,6 +267,16 @@ json to_json(const Evaluation& e) {
 
 namespace {
 
+// A figure that stays readable for a CPU "cluster" too: 0.024 TFLOP/s and 0.6 GiB printed as 0 and 1.
+std::string figure_text(double v) { return std::abs(v) >= 10 || v == 0 ? strprintf("%.0f", v) : strprintf("%.3g", v); }
+// An achieved rate: one decimal as before from 10 up, three significant digits below.
+std::string rate_text(double v) { return std::abs(v) >= 10 ? strprintf("%.1f", v) : strprintf("%.3g", v); }
+
+// A parameter count as people say it: 3.411 B, 1.53 M, 540.
+std::string param_count_text(double n) {
+  return n >= 1e9 ? strprintf("%.3f B", n / 1e9) : n >= 1e6 ? strprintf("%.3f M", n / 1e6) : strprintf("%.0f", n);
+}
+
 // The model FLOPs per token and the formula of the model's family that gives them (flops_per_token: 2 FLOPs per
 // multiply-add of each GEMM, training = 3 x forward). Per layer forward: QKV 2h(h + 2kvd), attention 4sh,
 // projection 2h^2, MLP 2 x 2hf (gpt: GELU, up and down) or 3 x 2hf (llama: SwiGLU gate, up and down); head 2hV.
@@ -300,10 +310,10 @@ std::string explain(const ModelSpec& model, const Cluster& c, const Evaluation& 
   if (e.plan.tp > 1 && !e.plan.tp_overlap) os << ",tp_overlap=off";
   if (e.plan.cp > 1 && !e.plan.cp_allgather) os << ",cp_comm=p2p";
   os << "\n";
-  os << strprintf("model     %s, %lld layers, h=%lld, heads=%lld (kv %lld), ffn=%lld, s=%lld, V=%lld: %.3f B params\n",
+  os << strprintf("model     %s, %lld layers, h=%lld, heads=%lld (kv %lld), ffn=%lld, s=%lld, V=%lld: %s params\n",
                   m.arch == Arch::Gpt ? "gpt" : "llama", (long long)m.layers, (long long)m.hidden, (long long)m.heads,
                   (long long)m.kv_heads, (long long)m.ffn_hidden, (long long)m.seq_len, (long long)m.vocab,
-                  double(pc.total) / 1e9);
+                  param_count_text(double(pc.total)).c_str());
   if (b.padded_vocab > 0)
     os << strprintf("          V padded from %lld to %lld: tp = %d does not divide it (Megatron's rule, a multiple "
                     "of 128 x tp; best.toml sets [model] vocab)\n",
@@ -317,8 +327,9 @@ std::string explain(const ModelSpec& model, const Cluster& c, const Evaluation& 
       links += strprintf(" at %.2f (intra) / %.2f (inter) of their speed", c.intra.fabric_efficiency,
                          c.inter.fabric_efficiency);
   }
-  os << strprintf("cluster   %s: %d x %d devices, %.0f TFLOP/s peak, %.0f GiB at %.0f GB/s%s\n", c.name.c_str(),
-                  c.nodes, c.gpus_per_node, c.peak_tflops, c.hbm_gib, c.hbm_gbps, links.c_str());
+  os << strprintf("cluster   %s: %d x %d devices, %s TFLOP/s peak, %s GiB at %s GB/s%s\n", c.name.c_str(), c.nodes,
+                  c.gpus_per_node, figure_text(c.peak_tflops).c_str(), figure_text(c.hbm_gib).c_str(),
+                  figure_text(c.hbm_gbps).c_str(), links.c_str());
   if (a.fp8) {
     // Which measurements correct the FP8 GEMMs: a calibrated FP8 table, the bf16 table's, or none (the shape model).
     const size_t shapes = c.gemm_table_m.size();
@@ -350,9 +361,9 @@ std::string explain(const ModelSpec& model, const Cluster& c, const Evaluation& 
   auto line = [&](const char* name, double s, const char* note) {
     os << strprintf("  %-22s %10.4f s  %5.1f%%  %s\n", name, s, T > 0 ? 100 * s / T : 0.0, note);
   };
-  os << strprintf(
-      "time per step %.4f s  (%.0f tokens/s, %.1f TFLOP/s/GPU model, %.1f hardware; MFU %.1f%%, HFU %.1f%%)\n", T,
-      e.tokens_per_s, e.tflops_per_gpu, e.hw_tflops_per_gpu, 100 * e.mfu, 100 * e.hfu);
+  os << strprintf("time per step %.4f s  (%.0f tokens/s, %s TFLOP/s/GPU model, %s hardware; MFU %.1f%%, HFU %.1f%%)\n",
+                  T, e.tokens_per_s, rate_text(e.tflops_per_gpu).c_str(), rate_text(e.hw_tflops_per_gpu).c_str(),
+                  100 * e.mfu, 100 * e.hfu);
   line("GEMM compute", b.gemm, "slowest stage, all micro-batches, incl. recompute");
   if (a.flash_attention && b.attention > 0) {
     const char* kernel = a.attention_kernel == AttentionKernel::Flash2       ? "FlashAttention-2"
@@ -426,8 +437,13 @@ std::string explain(const ModelSpec& model, const Cluster& c, const Evaluation& 
       strprintf("%lld params x %.0f B%s%s", (long long)b.mem_params, a.weight_bytes,
                 fp8_weights ? " (the layers' 1 B: FP8)" : "", e.plan.zero >= 3 ? " / dp" : ""));
   mem("gradients", b.mem_grads, strprintf("x %.0f B%s", a.grad_bytes, e.plan.zero >= 2 ? " / dp" : ""));
+  // 12 B: an fp32 master copy beside Adam's m and v (mixed precision); 8 B: the weights are the fp32 master (fp32
+  // training, as on CPU ranks).
+  const char* states = a.optimizer_bytes == 12  ? "fp32 master + Adam m, v"
+                       : a.optimizer_bytes == 8 ? "Adam m, v"
+                                                : "optimizer states";
   mem("optimizer states", b.mem_optimizer,
-      strprintf("x %.0f B (fp32 master + Adam m, v)%s", a.optimizer_bytes, e.plan.zero >= 1 ? " / dp" : ""));
+      strprintf("x %.0f B (%s)%s", a.optimizer_bytes, states, e.plan.zero >= 1 ? " / dp" : ""));
   mem("activations", b.mem_activations,
       strprintf("%.3f GiB/layer/micro-batch, %.2f micro-batches of %s layers in flight", b.act_per_layer / kGiB,
                 b.inflight, e.plan.pp > 1 ? "the rank's" : "all"));
