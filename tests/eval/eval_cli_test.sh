@@ -171,6 +171,10 @@ echo '{"context": "unterminated' >> broken.jsonl
 sed -n 3,4p mc.jsonl >> broken.jsonl
 expect_exit 2 "broken.jsonl:3: label 5 is out of range" "$BIN/cairn-eval" --config eval.toml --out bad4 \
   "$CK" --tasks mc --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'/broken.jsonl"}'
+printf '{"context": "x", "choices": ["a", "b"], "label": "1"}\n' > strlabel.jsonl
+expect_exit 2 'strlabel.jsonl:1: "label" must be an integer (the index of the right choice, from 0), got "1"' \
+  "$BIN/cairn-eval" --config eval.toml --out bad5 "$CK" --tasks mc \
+  --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'/strlabel.jsonl"}'
 "$BIN/cairn-eval" --config eval.toml --out skip "$CK" --tasks mc --skip-bad \
   --set 'eval.task.mc={kind="multiple_choice", path="'"$WORK"'/broken.jsonl"}' > skip.txt 2> skip.err || fail "--skip-bad failed"
 $PY -c "import json,sys; d=json.load(open('skip/eval/lm_eval/step_00000020.json')); n=d['n-samples']['mc']; assert n=={'original':6,'effective':4}, n"

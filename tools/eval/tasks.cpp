@@ -765,10 +765,14 @@ std::vector<McExample> read_mc_jsonl(const std::string& path, bool skip_bad, int
     try {
       json j = json::parse(line);
       if (!j.is_object()) why = "not a JSON object";
-      else if (!j.contains("context") || !j["context"].is_string()) why = "missing string field \"context\"";
+      else if (!j.contains("context")) why = "missing string field \"context\"";
+      else if (!j["context"].is_string()) why = "\"context\" must be a string, got " + config_value_text(j["context"]);
       else if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty())
         why = "\"choices\" must be a non-empty array of strings";
-      else if (!j.contains("label") || !j["label"].is_number_integer()) why = "missing integer field \"label\"";
+      else if (!j.contains("label")) why = "missing integer field \"label\"";
+      else if (!j["label"].is_number_integer())
+        why = "\"label\" must be an integer (the index of the right choice, from 0), got " +
+              config_value_text(j["label"]);
       else {
         ex.context = j["context"].get<std::string>();
         for (const auto& c : j["choices"]) {
