@@ -583,6 +583,10 @@ json export_llmc(const shards::Dataset& ds, const std::string& in, const std::st
   // end-of-text: with the Llama 3 tokenizer that is what goes before each document (import splits there too).
   uint32_t start = ds.eot_id();
   if (v == &kLlmcLlama3) start = llama3_begin_id(*tokenizer::load_for_dataset(in)).value_or(ds.eot_id());
+  // Refused before the directory is made (a refusal left an empty one behind).
+  for (size_t i = 0; i < ds.num_shards(); ++i)
+    if (ds.info(i).tokens > INT32_MAX)
+      throw UsageError(file_message("shard", ds.info(i).file, "has more tokens than an llm.c file can hold (2^31-1)"));
   ensure_dir(dir);
   auto is_shard_file = [](const std::string& n) {
     return n.size() == 16 && n.rfind("shard_", 0) == 0 && n.compare(12, 4, ".bin") == 0 &&
