@@ -424,47 +424,26 @@ class Evaluator {
     std::vector<ResultRow> new_rows;
     const std::string eval_run = this_eval_run();
     for (const auto& r : results) {
-      for (const auto& m : r.metrics)
-        new_rows.push_back({target.step,
-                            meta.tokens,
-                            target.path,
-                            r.task,
-                            m.name,
-                            m.value,
-                            m.stderr_,
-                            r.samples,
-                            wall,
-                            target.id,
-                            task_config_.at(r.task),
-                            eval_run,
-                            {}});
+      auto add = [&](const std::string& metric, double value, double stderr_value) {
+        ResultRow row;
+        row.step = target.step;
+        row.tokens = meta.tokens;
+        row.checkpoint = target.path;
+        row.task = r.task;
+        row.metric = metric;
+        row.value = value;
+        row.stderr_value = stderr_value;
+        row.n = r.samples;
+        row.wall_time = wall;
+        row.checkpoint_id = target.id;
+        row.task_config = task_config_.at(r.task);
+        row.eval_run = eval_run;
+        new_rows.push_back(std::move(row));
+      };
+      for (const auto& m : r.metrics) add(m.name, m.value, m.stderr_);
       double tps = r.seconds > 0 ? r.tokens_processed / r.seconds : 0, eps = r.seconds > 0 ? r.samples / r.seconds : 0;
-      new_rows.push_back({target.step,
-                          meta.tokens,
-                          target.path,
-                          r.task,
-                          "eval_tokens_per_s",
-                          tps,
-                          std::nan(""),
-                          r.samples,
-                          wall,
-                          target.id,
-                          task_config_.at(r.task),
-                          eval_run,
-                          {}});
-      new_rows.push_back({target.step,
-                          meta.tokens,
-                          target.path,
-                          r.task,
-                          "eval_examples_per_s",
-                          eps,
-                          std::nan(""),
-                          r.samples,
-                          wall,
-                          target.id,
-                          task_config_.at(r.task),
-                          eval_run,
-                          {}});
+      add("eval_tokens_per_s", tps, std::nan(""));
+      add("eval_examples_per_s", eps, std::nan(""));
     }
     // Rank 0 writes; every rank agrees on the outcome, so a failed write (a full disk, a stopped evaluator holding
     // the lock) ends every rank at once, not only rank 0.

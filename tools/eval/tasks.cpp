@@ -173,10 +173,14 @@ std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const std::string& dir, con
   }
   // The same number of ids is not the same tokenizer: one retrained to the same size, or a dataset rebuilt with
   // another, gave plausible losses for text the model never saw tokenized that way.
-  if (!ctx.train_tokenizer_id.empty() && tok->id() != ctx.train_tokenizer_id)
-    throw UsageError(strprintf("task %s: the tokenizer of \"%s\" (%s) is not the one the checkpoint's run trained with "
-                               "(%s): its token ids stand for other text (wrong dataset or checkpoint)",
-                               task.c_str(), dir.c_str(), tok->id().c_str(), ctx.train_tokenizer_id.c_str()));
+  // index.json's id against index.json's id, as the trainer recorded it (an index written before ids were recorded has
+  // none, and is not checked).
+  if (!ctx.train_tokenizer_id.empty())
+    if (const std::string data_id = shards::Dataset::open(dir).tokenizer_id();
+        !data_id.empty() && data_id != ctx.train_tokenizer_id)
+      throw UsageError(strprintf("task %s: the tokenizer of \"%s\" (%s) is not the one the checkpoint's run trained "
+                                 "with (%s): its token ids stand for other text (wrong dataset or checkpoint)",
+                                 task.c_str(), dir.c_str(), data_id.c_str(), ctx.train_tokenizer_id.c_str()));
   return tok;
 }
 
