@@ -4,6 +4,7 @@
 #include <cstdarg>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cairn {
 
@@ -42,6 +43,10 @@ class Progress {
   ~Progress();
   void update(uint64_t done, const std::string& extra = "");
   void finish(const std::string& extra = "");
+  // Items of unequal cost (a sweep's sizes: the last take most of the time): `work[i]` is item i's expected cost in
+  // any unit; the ETA then follows the work done, not the item count (it said 3 s at 23 of 25 sizes, then 4 s, and
+  // the sweep took 2 more minutes).
+  void set_work(const std::vector<double>& work);
 
  private:
   void print(uint64_t done, const std::string& extra, bool final);
@@ -49,6 +54,7 @@ class Progress {
   uint64_t total_;
   double plain_interval_s_;
   bool tty_, enabled_, finished_ = false;
+  std::vector<double> work_done_;  // set_work: the work of items [0, i), for i = 0..total
   std::chrono::steady_clock::time_point start_, last_;
 };
 
