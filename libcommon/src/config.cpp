@@ -211,11 +211,18 @@ std::vector<std::string> dotted_parts(const std::string& dotted) {
   return parts;
 }
 
+namespace {
+// The first n parts joined with dots: the section of a dotted name's key.
+std::string joined_parts(const std::vector<std::string>& parts, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += (i ? "." : "") + parts[i];
+  return out;
+}
+}  // namespace
+
 std::pair<std::string, std::string> split_dotted(const std::string& dotted) {
   const std::vector<std::string> parts = dotted_parts(dotted);
-  std::string section;
-  for (size_t i = 0; i + 1 < parts.size(); ++i) section += (i ? "." : "") + parts[i];
-  return {section, parts.back()};
+  return {joined_parts(parts, parts.size() - 1), parts.back()};
 }
 
 namespace {
@@ -919,8 +926,7 @@ void Config::set_from_text(const std::string& assignment, Origin origin) {
   } catch (const UsageError& e) {
     throw UsageError(where + ": " + e.what());
   }
-  std::string section;
-  for (size_t i = 0; i + 1 < parts.size(); ++i) section += (i ? "." : "") + parts[i];
+  const std::string section = joined_parts(parts, parts.size() - 1);
   if (section.empty()) {
     throw UsageError("--set expects section.key=value, got " + short_json(json(assignment)) + " (no section)");
   }
@@ -933,8 +939,7 @@ bool Config::set_inside_table(const std::vector<std::string>& parts, const std::
   // merged into that table, the rest of it kept. It was "unknown section [eval.task.mc]", so changing one setting of
   // a task meant restating the whole table.
   for (size_t n = parts.size() - 2; n >= 1; --n) {
-    std::string section;
-    for (size_t i = 0; i < n; ++i) section += (i ? "." : "") + parts[i];
+    const std::string section = joined_parts(parts, n);
     if (!schema_->has_section(section)) continue;
     const KeySpec* spec = schema_->find(section, parts[n]);
     if (!spec || spec->type != KeyType::Table) return false;

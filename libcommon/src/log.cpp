@@ -116,6 +116,13 @@ void Progress::set_work(const std::vector<double>& work) {
   for (double w : work) work_done_.push_back(work_done_.back() + std::max(w, 0.0));
 }
 
+double Progress::eta_seconds(uint64_t done, double elapsed) const {
+  if (work_done_.size() == total_ + 1 && done <= total_ && work_done_[done] > 0)
+    return elapsed * (work_done_.back() - work_done_[done]) / work_done_[done];
+  const double rate = elapsed > 0 ? done / elapsed : 0;
+  return rate > 0 && total_ >= done ? (total_ - done) / rate : -1;
+}
+
 void Progress::finish(const std::string& extra) {
   if (finished_) return;
   finished_ = true;
@@ -125,9 +132,7 @@ void Progress::finish(const std::string& extra) {
 void Progress::print(uint64_t done, const std::string& extra, bool final) {
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   double rate = elapsed > 0 ? done / elapsed : 0;
-  double eta = rate > 0 && total_ >= done ? (total_ - done) / rate : -1;
-  if (work_done_.size() == total_ + 1 && done <= total_ && work_done_[done] > 0)
-    eta = elapsed * (work_done_.back() - work_done_[done]) / work_done_[done];
+  double eta = eta_seconds(done, elapsed);
   std::string line = strprintf("%s: %s %llu/%llu %s (%.1f%%) %.3g %s/s", log_settings().tool.c_str(), label_.c_str(),
                                static_cast<unsigned long long>(done), static_cast<unsigned long long>(total_),
                                unit_.c_str(), total_ ? 100.0 * done / total_ : 100.0, rate, unit_.c_str());

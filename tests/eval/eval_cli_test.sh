@@ -249,6 +249,11 @@ assert d['checkpoints_evaluated'] == 1 and {r['task'] for r in d['results']} == 
 # Scoring shows its progress on stderr (a task of thousands of items ran for minutes with no word): 40 items of 4
 # choices are 160 requests.
 grep -q "task mc 160/160 requests (100.0%)" lim.err || fail "no progress line for task mc: $(cat lim.err)"
+# A context above the model's seq_len is said to be capped (it was capped silently).
+"$BIN/cairn-eval" --config eval.toml --out ctx "$CK" --tasks mc --limit 2 --context 500 > /dev/null 2> ctx.err ||
+  fail "--context 500: $(cat ctx.err)"
+grep -qF "[eval] context 500 is above the checkpoint's seq_len 64: rows hold at most 64 tokens" ctx.err ||
+  fail "no warning for --context 500: $(cat ctx.err)"
 $PY -c "
 import json
 rows = [json.loads(l) for l in open('lim/eval/results.jsonl') if '\"acc\"' in l]

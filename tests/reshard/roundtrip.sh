@@ -42,7 +42,10 @@ cmp <($DUMP "$T/d8" | tr '\n' ' ') <($DUMP "$T/split7" | tr '\n' ' ') || fail "s
 
 # Megatron: export, check the files with an independent reader (Megatron's layout), import back.
 "$B" convert --to megatron --out "$T/meg/fortunes_text_document" "$T/d8"
-"$B" convert --from megatron "$T/meg/fortunes_text_document" --shards 4 --out "$T/from_meg"
+"$B" convert --from megatron "$T/meg/fortunes_text_document" --shards 4 --out "$T/from_meg" 2> "$T/from_meg.err"
+# The import shows its reading of the .bin (it was silent for about a minute per billion tokens).
+grep -q "reading $T/meg/fortunes_text_document.bin \([0-9]*\)/\1 tokens (100.0%)" "$T/from_meg.err" ||
+  fail "no reading progress: $(cat "$T/from_meg.err")"
 # --out naming a directory: the files are named after the dataset, as Megatron's preprocess_data.py names them (it
 # wrote DIR/.bin and DIR/.idx).
 mkdir -p "$T/megdir"

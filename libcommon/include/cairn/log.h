@@ -47,6 +47,8 @@ class Progress {
   // any unit; the ETA then follows the work done, not the item count (it said 3 s at 23 of 25 sizes, then 4 s, and
   // the sweep took 2 more minutes).
   void set_work(const std::vector<double>& work);
+  // The seconds left after `done` items in `elapsed` seconds (-1 when unknown): by the work when set_work gave it.
+  double eta_seconds(uint64_t done, double elapsed) const;
 
  private:
   void print(uint64_t done, const std::string& extra, bool final);
