@@ -7,6 +7,7 @@
 #include <random>
 
 #include "cairn/error.h"
+#include "cairn/plot.h"
 #include "catalog.h"
 #include "charts.h"
 #include "gates.h"
@@ -18,9 +19,11 @@ namespace fs = std::filesystem;
 namespace {
 std::string train_line(int step, double loss, double tps) {
   return "{\"kind\":\"train\",\"step\":" + std::to_string(step) + ",\"tokens\":" + std::to_string(step * 1000) +
-         ",\"loss\":" + std::to_string(loss) + ",\"lr\":0.001,\"grad_norm\":1.0,\"tokens_per_s\":" + std::to_string(tps) +
+         ",\"loss\":" + std::to_string(loss) +
+         ",\"lr\":0.001,\"grad_norm\":1.0,\"tokens_per_s\":" + std::to_string(tps) +
          ",\"mfu\":0.4,\"skipped\":0,\"skipped_total\":0,\"time_s\":{\"data\":0.01,\"forward\":0.1,\"backward\":0.2,"
-         "\"comm\":0.05,\"optimizer\":0.02,\"total\":0.4},\"wall_time\":" + std::to_string(1000 + step) + "}\n";
+         "\"comm\":0.05,\"optimizer\":0.02,\"total\":0.4},\"wall_time\":" +
+         std::to_string(1000 + step) + "}\n";
 }
 
 json gate_table(const std::string& toml_like_metric, const json& rules) { return json{{toml_like_metric, rules}}; }
@@ -40,10 +43,10 @@ BOOST_AUTO_TEST_CASE(metrics_jsonl_corrupt_torn_and_restarted) {
   std::string text;
   for (int s = 1; s <= 10; ++s) text += train_line(s, 5.0 - 0.1 * s, 1000);
   text += "{\"kind\":\"val\",\"step\":10,\"tokens\":10000,\"val_loss\":4.2}\n";
-  text += "{not json}\n";                                 // line 12
-  text += "[1,2,3]\n";                                    // line 13: valid JSON, not an object
+  text += "{not json}\n";                                          // line 12
+  text += "[1,2,3]\n";                                             // line 13: valid JSON, not an object
   for (int s = 8; s <= 12; ++s) text += train_line(s, 3.0, 2000);  // requeued from step 8
-  text += "{\"kind\":\"train\",\"step\":13,\"loss\":2.";  // torn last line (line 19)
+  text += "{\"kind\":\"train\",\"step\":13,\"loss\":2.";           // torn last line (line 19)
   RunData run;
   parse_metrics_jsonl(text, "r/train/metrics.jsonl", run);
   BOOST_TEST(run.train.size() == 12u);  // 1..7 kept, 8..12 rewritten
@@ -90,7 +93,7 @@ BOOST_AUTO_TEST_CASE(computed_metrics_use_medians_after_warmup) {
   BOOST_TEST(em.at("eval_hellaswag_acc").value == 0.28);  // value at the last step
   BOOST_TEST(em.at("eval_hellaswag_acc").best == 0.30);   // higher is better
   BOOST_TEST(em.at("eval_wiki_ppl").value == 20.0);
-  BOOST_TEST(em.at("eval_wiki_ppl").best == 20.0);        // lower is better
+  BOOST_TEST(em.at("eval_wiki_ppl").best == 20.0);  // lower is better
 }
 
 BOOST_AUTO_TEST_CASE(loss_best_is_measured_like_its_final_value) {
@@ -173,8 +176,8 @@ BOOST_AUTO_TEST_CASE(gates_pass_fail_and_missing_data) {
   m[1]["tokens_per_s"] = {960, 960};
   m[1]["busbw_allreduce"] = {95, 95};
   m[1]["wrong"] = {0, 0};
-  m[2]["val_loss"] = {3.05, 3.05};     // planted regression: +0.05
-  m[2]["tokens_per_s"] = {940, 940};   // -6%
+  m[2]["val_loss"] = {3.05, 3.05};    // planted regression: +0.05
+  m[2]["tokens_per_s"] = {940, 940};  // -6%
   auto rules = parse_gates(json{{"val_loss", {{"max_increase", 0.02}}},
                                 {"tokens_per_s", {{"max_drop_pct", 5}}},
                                 {"busbw_allreduce", {{"max_drop_pct", 10}}},
@@ -220,6 +223,70 @@ BOOST_AUTO_TEST_CASE(gates_pass_fail_and_missing_data) {
   BOOST_TEST(!mins[1].pass);
 }
 
+// Twenty runs (a nightly history): the curves overlay the baseline and the last eleven, the across-runs charts hold
+// all twenty, and runs of one dataset share one document-length histogram.
+BOOST_AUTO_TEST_CASE(many_runs_overlay_a_dozen_and_trend_all) {
+  BOOST_TEST(drawn_runs(5, 0, 12) == std::vector<size_t>({0, 1, 2, 3, 4}));
+  BOOST_TEST(drawn_runs(20, 0, 4) == std::vector<size_t>({0, 17, 18, 19}));
+  BOOST_TEST(drawn_runs(20, -1, 3) == std::vector<size_t>({17, 18, 19}));
+  BOOST_TEST(drawn_runs(20, 19, 3) == std::vector<size_t>({17, 18, 19}));
+  BOOST_TEST(drawn_runs(20, 0, 0).size() == 20u);
+  std::vector<RunData> runs(20);
+  std::vector<std::map<std::string, MetricValue>> metrics;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::string text;
+    for (int s = 1; s <= 30; ++s) text += train_line(s, 5.0 - 0.01 * s - 0.001 * static_cast<double>(i), 1000 + i);
+    text += "{\"kind\":\"val\",\"step\":30,\"tokens\":30000,\"val_loss\":" + std::to_string(4.0 + 0.01 * i) + "}\n";
+    parse_metrics_jsonl(text, "r/train/metrics.jsonl", runs[i]);
+    runs[i].name = "night" + std::to_string(i);
+    runs[i].present = {"train", "data"};
+    // Runs 0-14 trained on one dataset, 15-19 on another.
+    runs[i].data_stats =
+        json{{"doc_length_histogram", json{{"edges", {1, 2, 4, 8}}, {"counts", {3, 5, i < 15 ? 7 : 8}}}}};
+    metrics.push_back(compute_metrics(runs[i], MetricSettings{}));
+  }
+  runs[0].is_baseline = true;
+  ChartSettings st;
+  std::vector<ChartOut> charts = build_charts(runs, 0, metrics, st);
+  auto find = [&](const std::string& id) -> const ChartOut* {
+    for (const auto& c : charts)
+      if (c.id == id) return &c;
+    return nullptr;
+  };
+  const ChartOut* loss = find("train-loss-step");
+  BOOST_REQUIRE(loss);
+  std::vector<std::string> legend;
+  for (const auto& s : loss->series)
+    if (s.find(" val") == std::string::npos && s.find(" raw") == std::string::npos) legend.push_back(s);
+  BOOST_TEST(legend.size() == 12u);
+  BOOST_TEST(legend.front() == "night0 (baseline)");
+  BOOST_TEST(legend[1] == "night9");
+  BOOST_TEST(legend.back() == "night19");
+  BOOST_TEST(loss->svg.find("baseline + last 11 of 20 runs") != std::string::npos);
+  // The across-runs chart: one point per run, all twenty, and the baseline's value as a reference line.
+  const ChartOut* trend = find("runs-val-loss");
+  BOOST_REQUIRE(trend);
+  BOOST_TEST(trend->section == "train");
+  BOOST_TEST(trend->points == 20u);
+  BOOST_TEST(trend->svg.find("baseline 4") != std::string::npos);
+  BOOST_TEST(find("runs-tokens-per-s") != nullptr);
+  // Drawn runs 0 and 9-14 share a histogram, 15-19 share the other: two charts.
+  size_t histograms = 0;
+  for (const auto& c : charts) histograms += c.id.rfind("data-doc-length-", 0) == 0;
+  BOOST_TEST(histograms == 2u);
+  BOOST_TEST(find("data-doc-length-night0")->svg.find("the same in 6 other runs drawn") != std::string::npos);
+  // Colours: the palette goes to the drawn runs in order; a run left out has none.
+  BOOST_TEST(run_color(runs, 0, 0, 12) == "#333333");
+  BOOST_TEST(run_color(runs, 0, 9, 12) == cairn::plot::palette_color(0));
+  BOOST_TEST(run_color(runs, 0, 3, 12).empty());
+  // Fewer runs than kAcrossRunsMin: no across-runs chart, every run overlaid.
+  runs.resize(5);
+  metrics.resize(5);
+  charts = build_charts(runs, 0, metrics, st);
+  BOOST_TEST(find("runs-val-loss") == nullptr);
+  BOOST_TEST(find("train-loss-step")->svg.find(" of 5 runs") == std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(run_directory_reading_is_tolerant) {
   TempDir tmp;
   BOOST_CHECK_EXCEPTION(read_run((tmp.path / "nope").string()), cairn::UsageError, [](const cairn::UsageError& e) {
@@ -247,7 +314,7 @@ BOOST_AUTO_TEST_CASE(run_directory_reading_is_tolerant) {
   BOOST_TEST(run.problems[0].find("layout_predict.json: invalid JSON") != std::string::npos);
   // Charts of a run with nothing in it: none, and no crash.
   std::vector<RunData> runs{run};
-  BOOST_TEST(build_charts(runs, -1, ChartSettings{}).empty());
+  BOOST_TEST(build_charts(runs, -1, {}, ChartSettings{}).empty());
 }
 
 BOOST_AUTO_TEST_CASE(sweep_json_both_layouts) {
@@ -313,7 +380,8 @@ BOOST_AUTO_TEST_CASE(sweep_and_plan_files_are_checked_key_by_key) {
     std::ofstream(d / stage / file) << text;
     return d.string();
   };
-  auto expect = [&](const std::string& stage, const std::string& file, const std::string& text, const std::string& want) {
+  auto expect = [&](const std::string& stage, const std::string& file, const std::string& text,
+                    const std::string& want) {
     std::string dir = run_with(stage, file, text);
     std::string msg;
     try {
@@ -330,7 +398,8 @@ BOOST_AUTO_TEST_CASE(sweep_and_plan_files_are_checked_key_by_key) {
   expect("sweep", "sweep.json", R"({"results": [1, 2)", "invalid JSON");
   expect("sweep", "sweep.json", R"([1])", "expected a table/object");
   expect("sweep", "sweep.json", R"({"results": "x"})", "key \"results\": expected an array");
-  expect("sweep", "sweep.json", R"({"results": [{"cairn": {"collective": 3}}]})", "key \"results[0].cairn.collective\": expected a string");
+  expect("sweep", "sweep.json", R"({"results": [{"cairn": {"collective": 3}}]})",
+         "key \"results[0].cairn.collective\": expected a string");
   expect("sweep", "sweep.json", R"({"results": [{"out_of_place": {"bus_bw": "fast"}}]})",
          "key \"results[0].out_of_place.bus_bw\": expected a finite number >= 0");
   expect("sweep", "sweep.json", R"({"cairn": {"fits": [{"collective": "allreduce", "alpha_us": true}]}})",
@@ -338,14 +407,16 @@ BOOST_AUTO_TEST_CASE(sweep_and_plan_files_are_checked_key_by_key) {
   expect("sweep", "sweep.json", R"({"cairn": 5})", "key \"cairn\": expected a table/object");
   expect("sweep", "sweep.json", R"({"wrong": -1})", "key \"wrong\": expected a finite number >= 0");
   expect("plan", "plans.json", R"({"plans": null})", "key \"plans\": expected an array");
-  expect("plan", "plans.json", R"({"plans": [{"dp": 1.5}]})", "key \"plans[0].dp\": expected an integer in [0, 2147483647]");
+  expect("plan", "plans.json", R"({"plans": [{"dp": 1.5}]})",
+         "key \"plans[0].dp\": expected an integer in [0, 2147483647]");
   expect("plan", "plans.json", R"({"plans": [{"dp": 2, "step_time_s": "1s"}]})", "key \"plans[0].step_time_s\"");
   expect("plan", "plans.json", R"({"plans": [{"sp": 1}]})", "key \"plans[0].sp\"");
   expect("plan", "plans.json", R"({"plans": [7]})", "key \"plans[0]\": expected a table/object");
 
   // Nulls (NaN as cairn-sweep writes it), nccl-tests' text in nwrong and both layouts read fine.
-  RunData ok = read_run(run_with("sweep", "sweep.json",
-                                 R"({"version": 3, "results": [{"size": 8, "root": "   -1", "out_of_place": {"bus_bw": null,
+  RunData ok =
+      read_run(run_with("sweep", "sweep.json",
+                        R"({"version": 3, "results": [{"size": 8, "root": "   -1", "out_of_place": {"bus_bw": null,
                                  "nwrong": "N/A"}, "cairn": {"collective": "allreduce", "oop": {"busbw": null, "wrong": null}}}],
                                  "cairn": {"fits": [{"collective": "allreduce", "valid": false, "alpha_us": null}]}})"));
   BOOST_TEST(ok.sweep.is_object());

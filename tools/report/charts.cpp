@@ -22,6 +22,14 @@ bool any_finite(const std::vector<double>& v) {
   return std::any_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
 }
 
+// Equal element by element, NaN equal to NaN (an open-ended histogram bucket has no upper bound).
+bool same_values(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+  return true;
+}
+
 std::string slug(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -36,9 +44,24 @@ std::string slug(const std::string& s) {
 struct Builder {
   const std::vector<RunData>& runs;
   int baseline;
+  const std::vector<std::map<std::string, MetricValue>>& metrics;
   const ChartSettings& st;
   std::vector<ChartOut> out;
   std::set<std::string> ids;
+  // The runs the charts overlay, and what a chart's subtitle says when others were left out.
+  std::vector<size_t> drawn = drawn_runs(runs.size(), baseline, st.chart_runs);
+  std::string left_out = drawn.size() < runs.size() ? left_out_note() : "";
+
+  std::string left_out_note() const {
+    size_t others = drawn.size() - (baseline >= 0 ? 1 : 0);
+    return (baseline >= 0 ? "baseline + last " : "last ") + std::to_string(others) + " of " +
+           std::to_string(runs.size()) + " runs";
+  }
+  // A subtitle with the left-out note (charts that overlay runs).
+  std::string overlaid(const std::string& subtitle) const {
+    if (left_out.empty()) return subtitle;
+    return subtitle.empty() ? left_out : subtitle + "; " + left_out;
+  }
 
   std::string unique_id(const std::string& base) {
     std::string id = base;
@@ -78,11 +101,11 @@ struct Builder {
     out.push_back(std::move(o));
   }
 
-  std::string color(size_t i) const { return run_color(runs, baseline, i); }
+  std::string color(size_t i) const { return run_color(runs, baseline, i, st.chart_runs); }
 
   std::vector<size_t> runs_with_train() const {
     std::vector<size_t> r;
-    for (size_t i = 0; i < runs.size(); ++i)
+    for (size_t i : drawn)
       if (runs[i].train.size() > 0 || runs[i].val.size() > 0) r.push_back(i);
     return r;
   }
@@ -106,6 +129,7 @@ struct Builder {
     c.subtitle = st.smooth > 0 ? std::string("solid: train, EMA ") + plot::format_value(st.smooth, "", 3) +
                                      (raw ? " (raw faint)" : "") + "; dashed: validation"
                                : "solid: train; dashed: validation";
+    c.subtitle = overlaid(c.subtitle);
     // The first steps' loss (~ln V) would squeeze the rest of the curve into a few pixels: the top
     // of the axis is the highest raw loss after the first 10% of steps, so late spikes still show.
     double top = 0;
@@ -156,7 +180,7 @@ struct Builder {
   void simple_train_chart(const std::string& id, const std::string& title, const std::string& subtitle,
                           std::vector<double> TrainSeries::*col, Axis y, double scale = 1.0) {
     Chart c = chart(id, title);
-    c.subtitle = subtitle;
+    c.subtitle = overlaid(subtitle);
     c.x = Axis{"step", "", Scale::Linear, {}, {}, false};
     c.y = std::move(y);
     for (size_t i : runs_with_train()) {
@@ -173,7 +197,7 @@ struct Builder {
 
   void grad_norm_chart() {
     Chart c = chart("train-grad-norm", "Gradient norm");
-    c.subtitle = "raw (spikes kept); triangles: skipped steps";
+    c.subtitle = overlaid("raw (spikes kept); triangles: skipped steps");
     c.x = Axis{"step", "", Scale::Linear, {}, {}, false};
     c.y = Axis{"gradient norm", "", Scale::Log, {}, {}, false};
     for (size_t i : runs_with_train()) {
@@ -282,7 +306,8 @@ struct Builder {
       plot::BarChart b;
       b.id = unique_id("train-step-time-runs");
       b.title = "Median step time by phase";
-      b.subtitle = "after warm-up (first " + plot::format_value(st.warmup_frac * 100, "%", 3) + " of logged steps)";
+      b.subtitle =
+          overlaid("after warm-up (first " + plot::format_value(st.warmup_frac * 100, "%", 3) + " of logged steps)");
       b.width = st.width;
       b.height = st.height;
       b.horizontal = true;
@@ -340,7 +365,7 @@ struct Builder {
   void eval_charts() {
     // (task, metric) -> per run: step -> (value, stderr)
     std::map<std::pair<std::string, std::string>, std::map<size_t, std::map<double, std::pair<double, double>>>> data;
-    for (size_t i = 0; i < runs.size(); ++i)
+    for (size_t i : drawn)
       for (const auto& r : runs[i].eval) {
         double x = std::isfinite(r.step) ? r.step : 0;
         data[{r.task, r.metric}][i][x] = {r.value, r.stderr_value};
@@ -351,7 +376,7 @@ struct Builder {
       for (const auto& [i, points] : per_run) most_steps = std::max(most_steps, points.size());
       if (most_steps < 2) continue;
       Chart c = chart("eval-" + slug(key.first) + "-" + slug(key.second), "Eval: " + key.first + " / " + key.second);
-      c.subtitle = "error bars: reported stderr";
+      c.subtitle = overlaid("error bars: reported stderr");
       c.x = Axis{"step", "", Scale::Linear, {}, {}, false};
       c.y = Axis{key.second, "", Scale::Linear, {}, {}, false};
       for (const auto& [i, points] : per_run) {
@@ -376,7 +401,7 @@ struct Builder {
     std::map<Key, std::map<size_t, std::map<std::string, std::vector<std::pair<double, double>>>>> measured;
     std::map<Key, std::map<size_t, std::vector<double>>> factors;  // busbw / algbw
     std::vector<std::string> coll_order;
-    for (size_t i = 0; i < runs.size(); ++i) {
+    for (size_t i : drawn) {
       // Either sweep.json layout (sweep_rows). A variant is one type/op (and root, when the run
       // measured several roots: -r -1) of a collective and tier: one line each.
       std::vector<SweepRow> rows = sweep_rows(runs[i].sweep);
@@ -396,7 +421,7 @@ struct Builder {
     }
     for (auto& [k, per_run] : measured) {
       Chart c = chart("sweep-" + k.coll + "-" + k.tier, "Bus bandwidth: " + k.coll + " (" + k.tier + ")");
-      c.subtitle = "points: measured (out-of-place); dashed: fitted alpha-beta model";
+      c.subtitle = overlaid("points: measured (out-of-place); dashed: fitted alpha-beta model");
       c.x = Axis{"message size", "B", Scale::Log, {}, {}, false};
       c.y = Axis{"bus bandwidth", "GB/s", Scale::Log, {}, {}, false};
       size_t nruns = per_run.size();
@@ -475,12 +500,13 @@ struct Builder {
     plot::BarChart b;
     b.id = unique_id("plan-predicted-vs-measured");
     b.title = "Plan: predicted vs measured step time";
+    b.subtitle = overlaid("");
     b.width = st.width;
     b.height = st.height;
     b.horizontal = true;
     b.value_axis = Axis{"step time", "s", Scale::Linear, {}, {}, true};
     plot::BarGroup pred{"predicted (cairn-plan)", {}, "#9ecae1"}, meas{"measured (median)", {}, "#1f77b4"};
-    for (size_t i = 0; i < runs.size(); ++i) {
+    for (size_t i : drawn) {
       bool matched = false;
       json used = plan_used_by_training(runs[i], &matched);
       const auto& t = runs[i].train;
@@ -497,7 +523,7 @@ struct Builder {
 
   void data_charts() {
     std::vector<size_t> with;
-    for (size_t i = 0; i < runs.size(); ++i)
+    for (size_t i : drawn)
       if (!data_tokens_per_shard(runs[i]).empty()) with.push_back(i);
     if (!with.empty()) {
       size_t max_shards = 0;
@@ -506,6 +532,7 @@ struct Builder {
         plot::BarChart b;
         b.id = unique_id("data-tokens-per-shard");
         b.title = "Tokens per shard";
+        b.subtitle = overlaid("");
         b.width = st.width;
         b.height = st.height;
         b.category_label = "shard";
@@ -515,6 +542,7 @@ struct Builder {
         add("data", b);
       } else {
         Chart c = chart("data-tokens-per-shard", "Tokens per shard");
+        c.subtitle = overlaid("");
         c.x = Axis{"shard", "", Scale::Linear, {}, {}, false};
         c.y = Axis{"tokens", "tok", Scale::Linear, {}, {}, true};
         for (size_t i : with) {
@@ -527,12 +555,26 @@ struct Builder {
         add("data", c);
       }
     }
-    for (size_t i = 0; i < runs.size(); ++i) {
+    // One histogram per dataset: runs trained on the same data (a nightly and its baseline) share theirs.
+    std::vector<std::pair<Histogram, std::vector<size_t>>> shown;
+    for (size_t i : drawn) {
       Histogram h = data_doc_length_histogram(runs[i]);
       if (h.count.empty()) continue;
+      auto same = std::find_if(shown.begin(), shown.end(), [&](const auto& s) {
+        return same_values(s.first.count, h.count) && same_values(s.first.lo, h.lo) && same_values(s.first.hi, h.hi);
+      });
+      if (same != shown.end()) same->second.push_back(i);
+      else shown.push_back({std::move(h), {i}});
+    }
+    for (const auto& [h, with_it] : shown) {
+      size_t i = with_it.front();
       plot::BarChart b;
       b.id = unique_id("data-doc-length-" + slug(runs[i].name));
       b.title = "Document length: " + run_label(runs[i]);
+      if (with_it.size() > 1) {
+        size_t n = with_it.size() - 1;
+        b.subtitle = "the same in " + (n == 1 ? run_label(runs[with_it[1]]) : std::to_string(n) + " other runs drawn");
+      }
       b.width = st.width;
       b.height = st.height;
       b.category_label = "document length [tokens]";
@@ -550,15 +592,82 @@ struct Builder {
       add("data", b);
     }
   }
+
+  // A headline metric per run, in the order given: the trend over a nightly history or a sweep of runs, which
+  // overlaid curves cannot show past a dozen runs. Every run is drawn here, not only `drawn`.
+  void across_runs_charts() {
+    if (metrics.size() != runs.size()) return;
+    std::vector<std::string> names{"val_loss",    "loss",           "tokens_per_s", "mfu",
+                                   "step_time_s", "plan_error_pct", "avg_busbw"};
+    std::set<std::string> eval_names;
+    for (const auto& mm : metrics)
+      for (const auto& [name, v] : mm)
+        if (name.rfind("eval_", 0) == 0) eval_names.insert(name);
+    names.insert(names.end(), eval_names.begin(), eval_names.end());
+    for (const auto& name : names) {
+      std::optional<MetricDef> def = resolve_metric(name);
+      if (!def) continue;
+      Series s;
+      s.name = name;
+      s.style = Style::LinePoints;
+      s.color = "#1f77b4";
+      s.width = 1.2;
+      s.in_legend = false;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        auto it = metrics[i].find(name);
+        double v = it == metrics[i].end() ? kNaN : it->second.value;
+        s.x.push_back(static_cast<double>(i + 1));
+        s.y.push_back(v);
+      }
+      size_t finite =
+          static_cast<size_t>(std::count_if(s.y.begin(), s.y.end(), [](double v) { return std::isfinite(v); }));
+      if (finite < kAcrossRunsMin) continue;
+      Chart c = chart("runs-" + slug(name), "Across runs: " + name);
+      c.subtitle = "one point per run in the order given: 1 = " + run_label(runs.front()) + ", " +
+                   std::to_string(runs.size()) + " = " + run_label(runs.back());
+      c.x = Axis{"run", "", Scale::Linear, 1.0, static_cast<double>(runs.size()), false};
+      c.y = Axis{name, def->unit, Scale::Linear, {}, {}, false};
+      if (baseline >= 0 && std::isfinite(s.y[static_cast<size_t>(baseline)]))
+        c.refs.push_back({false, s.y[static_cast<size_t>(baseline)],
+                          "baseline " + plot::format_value(s.y[static_cast<size_t>(baseline)], def->unit, 4), "#333333",
+                          true});
+      c.series.push_back(std::move(s));
+      add(def->group, c);
+    }
+  }
 };
 
 }  // namespace
 
-std::string run_color(const std::vector<RunData>& runs, int baseline, size_t i) {
+std::vector<size_t> drawn_runs(size_t runs, int baseline, size_t chart_runs) {
+  std::vector<size_t> r;
+  if (chart_runs == 0 || runs <= chart_runs) {
+    for (size_t i = 0; i < runs; ++i) r.push_back(i);
+    return r;
+  }
+  size_t keep = chart_runs;
+  if (baseline >= 0 && static_cast<size_t>(baseline) < runs) {
+    r.push_back(static_cast<size_t>(baseline));
+    --keep;
+  }
+  std::vector<size_t> last;
+  for (size_t i = runs; i-- > 0 && last.size() < keep;)
+    if (static_cast<int>(i) != baseline) last.push_back(i);
+  r.insert(r.end(), last.rbegin(), last.rend());
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+std::string run_color(const std::vector<RunData>& runs, int baseline, size_t i, size_t chart_runs) {
   if (runs.size() > 1 && static_cast<int>(i) == baseline) return "#333333";
-  size_t k = i;
-  if (baseline >= 0 && static_cast<int>(i) > baseline) --k;
-  return plot::palette_color(k);
+  // The palette goes to the runs drawn, in order, so the first ten drawn get its ten distinct colours.
+  std::vector<size_t> drawn = drawn_runs(runs.size(), baseline, chart_runs);
+  size_t k = 0;
+  for (size_t d : drawn) {
+    if (d == i) return plot::palette_color(k);
+    if (static_cast<int>(d) != baseline || runs.size() == 1) ++k;
+  }
+  return "";
 }
 
 std::string run_label(const RunData& run) { return run.is_baseline ? run.name + " (baseline)" : run.name; }
@@ -569,13 +678,16 @@ size_t svg_points(const std::string& svg) {
   return static_cast<size_t>(std::strtoull(svg.c_str() + p + 13, nullptr, 10));
 }
 
-std::vector<ChartOut> build_charts(const std::vector<RunData>& runs, int baseline, const ChartSettings& settings) {
-  Builder b{runs, baseline, settings, {}, {}};
+std::vector<ChartOut> build_charts(const std::vector<RunData>& runs, int baseline,
+                                   const std::vector<std::map<std::string, MetricValue>>& metrics,
+                                   const ChartSettings& settings) {
+  Builder b{runs, baseline, metrics, settings, {}, {}};
   b.train_charts();
   b.eval_charts();
   b.sweep_charts();
   b.plan_charts();
   b.data_charts();
+  b.across_runs_charts();
   return std::move(b.out);
 }
 

@@ -368,8 +368,11 @@ void html_runs(Html& h, const ReportModel& m) {
        "class=\"l\">training</th><th class=\"l\">missing files</th><th>problems</th></tr></thead><tbody>";
   for (size_t i = 0; i < m.runs.size(); ++i) {
     const auto& r = m.runs[i];
-    h << "<tr><td class=\"l\"><span style=\"color:" << xml_escape(run_color(m.runs, m.baseline, i))
-      << "\">&#9632;</span> " << xml_escape(run_label(r)) << "</td><td class=\"l\"><code>" << xml_escape(r.dir)
+    const std::string color = run_color(m.runs, m.baseline, i, m.inputs.chart_settings.chart_runs);
+    h << "<tr><td class=\"l\">";
+    if (!color.empty()) h << "<span style=\"color:" << xml_escape(color) << "\">&#9632;</span> ";
+    else h << "<span class=\"muted\" title=\"not drawn in the overlaid charts\">&#9633;</span> ";
+    h << xml_escape(run_label(r)) << "</td><td class=\"l\"><code>" << xml_escape(r.dir)
       << "</code></td><td class=\"l\">" << xml_escape(stage_list(r)) << "</td><td class=\"l muted\">"
       << xml_escape(absent_list(r)) << "</td><td class=\"l\">" << xml_escape(train_status(r))
       << "</td><td class=\"wrap\">";

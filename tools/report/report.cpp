@@ -52,6 +52,7 @@ ReportInputs report_inputs(const Config& cfg, const std::vector<std::string>& cl
   in.chart_settings.warmup_frac = in.metric_settings.warmup_frac;
   in.chart_settings.max_points = static_cast<size_t>(rs.max_points);
   in.chart_settings.width = rs.chart_width;
+  in.chart_settings.chart_runs = static_cast<size_t>(rs.chart_runs);
   in.top_plans = rs.top_plans;
   in.threads = rs.threads;
   // The report goes to [run] dir when --out, --set or CAIRN_RUN_DIR gives it, else into the first run
@@ -151,7 +152,7 @@ ReportModel build_report(const ReportInputs& in) {
 
   m.gates = evaluate_gates(in.gates, m.runs, m.metrics, m.baseline);
   auto t_metrics = std::chrono::steady_clock::now();
-  m.charts = build_charts(m.runs, m.baseline, in.chart_settings);
+  m.charts = build_charts(m.runs, m.baseline, m.metrics, in.chart_settings);
   CAIRN_LOG_DEBUG("report: metrics and gates %.3f s, %zu charts %.3f s",
                   std::chrono::duration<double>(t_metrics - t_read).count(), m.charts.size(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t_metrics).count());

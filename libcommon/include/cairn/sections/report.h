@@ -18,6 +18,7 @@ struct ReportSection {
   int64_t max_points = 0;
   int top_plans = 10;
   int chart_width = 620;
+  int chart_runs = 12;
   int threads = 0;
   template <class K>
   static void keys(K& k) {
@@ -34,6 +35,9 @@ struct ReportSection {
       "points per chart series after min/max downsampling (0 = about 4 per pixel column)");
     k(&S::top_plans, "top_plans", Range{1, 1000}, "plans listed per run in the plan table");
     k(&S::chart_width, "chart_width", Range{300, 4000}, "chart width in pixels");
+    k(&S::chart_runs, "chart_runs", Range{0, 100000},
+      "runs overlaid in a chart: the baseline and the last ones given (0 = all); the tables and the across-runs "
+      "charts hold every run");
     k(&S::threads, "threads", Range{0, 1024}, "threads reading run directories (0 = one per core)");
   }
 };
