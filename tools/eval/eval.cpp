@@ -329,6 +329,7 @@ class Evaluator {
           tasks_.clear();
           model_.reset();
           model_ = std::make_unique<gpt::Model>(meta.config, *backend_, /*training=*/false);
+          model_->set_head_targets_only(true);  // tasks score a few positions per request (see gpt.h)
           model_cfg_ = meta.config;
         }
       } catch (const Error& e) {

@@ -104,21 +104,29 @@ std::vector<Score> score_requests(gpt::Model& model, const RequestSet& requests,
     ++forwards;
     processed += static_cast<int64_t>(rows) * T;
     const float* losses = model.position_losses();
-    // The argmax runs where the logits are: a GPU returns rows*T ints, not rows*T*Vp floats.
+    // The argmax runs where the logits are: a GPU returns one int per row, not a row of Vp floats. The rows are the
+    // scored positions in order (the head ran there only: Model::set_head_targets_only), or every position.
     const size_t positions = static_cast<size_t>(rows) * T;
-    int32_t* dev_argmax = argmax_buffer.get(positions);
-    be.argmax_rows(dev_argmax, model.logits(), rows * T, V, Vp);
-    argmax.resize(positions);
-    be.copy_to_host(argmax.data(), dev_argmax, positions * sizeof(int32_t));
+    const int logit_rows = model.logit_rows();
+    const bool every_position = static_cast<size_t>(logit_rows) == positions;
+    argmax.resize(static_cast<size_t>(logit_rows));
+    if (logit_rows > 0) {
+      int32_t* dev_argmax = argmax_buffer.get(static_cast<size_t>(logit_rows));
+      be.argmax_rows(dev_argmax, model.logits(), logit_rows, V, Vp);
+      be.copy_to_host(argmax.data(), dev_argmax, static_cast<size_t>(logit_rows) * sizeof(int32_t));
+    }
+    size_t logit_row = 0;  // the next scored position's row of the logits
     for (int r = 0; r < rows; ++r) {
       double ll = 0;
       int64_t tok = 0, cor = 0;
-      for (int t = 0; t < requests.lengths[order[lo + r]]; ++t) {
+      for (int t = 0; t < T; ++t) {
         size_t p = static_cast<size_t>(r) * T + t;
         if (targets[p] < 0) continue;
+        size_t row = every_position ? p : logit_row++;
+        if (t >= requests.lengths[order[lo + r]]) continue;  // padding has no target; kept for the row count
         ll -= static_cast<double>(losses[p]);
         ++tok;
-        if (argmax[p] == targets[p]) ++cor;
+        if (argmax[row] == targets[p]) ++cor;
       }
       local_idx.push_back(static_cast<int64_t>(order[lo + r]));
       local_ll.push_back(ll);

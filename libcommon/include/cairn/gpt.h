@@ -239,7 +239,7 @@ class Model {
   void copy_params_from_host(const float* host);  // num_params() floats
   void copy_params_to_host(float* host) const;
   void copy_grads_to_host(float* host) const;   // throws for forward-only models
-  void copy_logits_to_host(float* host) const;  // B*T*vocab floats of the last forward
+  void copy_logits_to_host(float* host) const;  // logit_rows()*vocab floats of the last forward
 
   // GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2*layers), zeros for biases,
   // ones for norm weights; deterministic in seed.
@@ -286,9 +286,15 @@ class Model {
   // Called during forward() after the embeddings (layer -1), after each transformer layer (0..L-1) and
   // after the head and loss (layer L), so a trainer can time the forward pass per layer. Empty: none.
   void set_forward_layer_hook(std::function<void(int layer)> hook);
-  // B*T*vocab of the last forward (padded columns included). Backend memory. Valid until backward(),
+  // logit_rows()*vocab of the last forward (padded columns included). Backend memory. Valid until backward(),
   // which overwrites it with the logits' gradient to save memory.
   const float* logits() const;
+  // Rows of logits(): B*T, or with set_head_targets_only the positions with a target (>= 0), in position order.
+  int logit_rows() const;
+  // Forward-only models without tensor or context parallelism: the head (vocabulary projection, softmax, loss) runs
+  // at the positions with a target only; the others get loss 0 and no logits. Evaluation scores a few tokens of each
+  // request; the losses of the positions it scores are those of the full head, up to the GEMM's rounding.
+  void set_head_targets_only(bool on);
   const float* position_losses() const;  // B*T of the last forward with targets (host memory)
   int valid_targets() const;             // positions with targets >= 0 in the last forward
   // Backward of the last forward (with targets): accumulates into grads(). `on_layer_done(first,

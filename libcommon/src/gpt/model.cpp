@@ -456,10 +456,12 @@ struct Model::Impl {
     int B = 0, T = 0;
     bool forwarded = false, have_targets = false, logits_valid = false;
     int n_valid = 0;
+    int logit_rows = 0;  // rows of acts.logits from the last forward: B*T, or the targeted positions
     std::vector<float> host_losses;
   };
 
   std::function<void(int)> forward_layer_hook;  // per-layer forward timing (set_forward_layer_hook)
+  bool head_targets_only = false;               // set_head_targets_only
   GptConfig cfg;
   ShardSpec spec;
   TpComm comm;
@@ -1052,6 +1054,41 @@ struct Model::Impl {
     be.copy_to_device(s.xent_lse, lse_global.data(), sizeof(float) * N);  // backward's softmax over all blocks
   }
 
+  // The head at the targeted positions only (set_head_targets_only): a multiple-choice task scores a few continuation
+  // tokens per request, and the vocabulary projection and softmax of every other position (most of a small model's
+  // forward with a 50k vocabulary) were thrown away. The final-norm rows are gathered with the embedding kernel
+  // (a row lookup by index); a forward-only model no longer needs its ids buffer or the projection scratch here.
+  float targeted_head_loss(const int32_t* targets, const Dims& d) {
+    Activations& s = acts();
+    Slot& sl = cur();
+    const int N = (int)d.N, C = (int)d.C;
+    std::vector<int32_t> rows, kept;
+    for (int n = 0; n < N; n++)
+      if (targets[n] >= 0) {
+        rows.push_back(n);
+        kept.push_back(targets[n]);
+      }
+    const int M = (int)rows.size();
+    sl.logits_valid = sl.have_targets = true;
+    sl.logit_rows = M;
+    sl.n_valid = M;
+    sl.host_losses.assign(N, 0.0f);
+    if (M == 0) return 0.0f;
+    be.copy_to_device(s.d_inputs, rows.data(), sizeof(int32_t) * M);
+    be.embedding_forward(s.proj, s.d_inputs, s.lnf, nullptr, 1, M, C);
+    be.matmul_forward(s.logits, s.proj, P(wte), nullptr, M, C, (int)d.Vl, WeightLayout::OutIn);
+    be.copy_to_device(s.d_targets, kept.data(), sizeof(int32_t) * M);
+    be.crossentropy_forward(s.losses, s.xent_lse, s.logits, s.d_targets, M, vocab_real_rows, (int)d.Vl);
+    std::vector<float> losses(M);
+    be.copy_to_host(losses.data(), s.losses, sizeof(float) * M);
+    double sum = 0.0;
+    for (int k = 0; k < M; k++) {
+      sl.host_losses[rows[k]] = losses[k];
+      sum += losses[k];
+    }
+    return (float)(sum / M);
+  }
+
   float head_forward(const int32_t* targets, const Dims& d) {
     use_params(head_unit);
     use_params(emb_unit);
@@ -1065,8 +1102,11 @@ struct Model::Impl {
     Slot& sl = cur();
     const int N = (int)d.N, R = (int)d.R, C = (int)d.C;
     be.layernorm_forward(s.lnf, s.lnf_mean, s.lnf_rstd, piece_output(), P(lnfw), P(lnfb), R, C);
+    if (targets && head_targets_only && !training && spec.tp == 1 && spec.cp == 1 && spec.has_embedding && s.proj)
+      return targeted_head_loss(targets, d);
     const float* x = gather_rows(s.lnf, s.gathered, d);
     be.matmul_forward(s.logits, x, P(wte), nullptr, N, C, (int)d.Vl, WeightLayout::OutIn);
+    sl.logit_rows = N;
     sl.logits_valid = true;
     sl.have_targets = targets != nullptr;
     sl.n_valid = 0;
@@ -1251,6 +1291,8 @@ const float* Model::params() const { return impl_->params; }
 const float* Model::grads() const { return impl_->grads; }
 const float* Model::logits() const { return impl_->slots[impl_->slot].acts.logits; }
 const float* Model::position_losses() const { return impl_->slots[impl_->slot].host_losses.data(); }
+int Model::logit_rows() const { return impl_->slots[impl_->slot].logit_rows; }
+void Model::set_head_targets_only(bool on) { impl_->head_targets_only = on; }
 int Model::valid_targets() const { return impl_->slots[impl_->slot].n_valid; }
 
 size_t Model::stream_rows(int B, int T) const { return dims_of(impl_->cfg, impl_->spec, (size_t)B * T).R; }
@@ -1371,7 +1413,7 @@ void Model::copy_logits_to_host(float* host) const {
   const Impl::Slot& sl = impl_->slots[impl_->slot];
   if (!sl.logits_valid) throw RuntimeError("gpt: no logits (no forward yet, or backward() overwrote them)");
   impl_->be.synchronize();
-  impl_->be.copy_to_host(host, sl.acts.logits, sizeof(float) * (size_t)sl.B * sl.T * impl_->vocab_rows);
+  impl_->be.copy_to_host(host, sl.acts.logits, sizeof(float) * (size_t)sl.logit_rows * impl_->vocab_rows);
 }
 
 void Model::init(uint64_t seed) {

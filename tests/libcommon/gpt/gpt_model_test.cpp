@@ -210,6 +210,49 @@ BOOST_AUTO_TEST_CASE(forward_only_matches_training_and_backends_agree) {
   BOOST_TEST(std::isfinite(l4));
 }
 
+// The head at the targeted positions only (cairn-eval): the same losses and, row for row, the same logits as the full
+// head at those positions, nothing at the others; the full head again once switched off.
+BOOST_AUTO_TEST_CASE(head_at_targeted_positions_only) {
+  const auto cfg = small_config();
+  for (const kernels::Backend* be : {&kernels::cpu_backend(), &kernels::cpu_reference_backend()}) {
+    gpt::Model full(cfg, *be, false), some(cfg, *be, false);
+    full.init(5);
+    some.init(5);
+    some.set_head_targets_only(true);
+    Batch batch(cfg);
+    // A multiple-choice-like batch: targets on a few positions of each row only.
+    std::vector<int32_t> targets(batch.targets.size(), -1);
+    std::vector<size_t> scored;
+    for (size_t p = 0; p < targets.size(); ++p)
+      if (p % (size_t)batch.T >= 12) {
+        targets[p] = batch.targets[p];
+        scored.push_back(p);
+      }
+    const float lf = full.forward(batch.inputs.data(), targets.data(), batch.B, batch.T);
+    const float ls = some.forward(batch.inputs.data(), targets.data(), batch.B, batch.T);
+    BOOST_TEST(full.logit_rows() == batch.B * batch.T);
+    BOOST_TEST(some.logit_rows() == (int)scored.size());
+    BOOST_TEST(some.valid_targets() == full.valid_targets());
+    BOOST_CHECK_CLOSE(ls, lf, 1e-4);
+    for (size_t p = 0; p < targets.size(); ++p) {
+      if (targets[p] < 0) BOOST_TEST(some.position_losses()[p] == 0.0f);
+      else BOOST_CHECK_CLOSE(some.position_losses()[p], full.position_losses()[p], 1e-4);
+    }
+    for (size_t k = 0; k < scored.size(); ++k)
+      BOOST_TEST(max_rel(some.logits() + k * cfg.vocab, full.logits() + scored[k] * cfg.vocab, cfg.vocab) < 1e-5);
+    std::vector<float> host((size_t)some.logit_rows() * cfg.vocab);
+    some.copy_logits_to_host(host.data());
+    BOOST_TEST(std::equal(host.begin(), host.end(), some.logits()));
+    // No target at all: loss 0, no rows; every position a target: every row.
+    std::vector<int32_t> none(targets.size(), -1);
+    BOOST_TEST(some.forward(batch.inputs.data(), none.data(), batch.B, batch.T) == 0.0f);
+    BOOST_TEST(some.logit_rows() == 0);
+    some.set_head_targets_only(false);
+    BOOST_TEST(some.forward(batch.inputs.data(), targets.data(), batch.B, batch.T) == lf);
+    BOOST_TEST(some.logit_rows() == batch.B * batch.T);
+  }
+}
+
 // Every recompute mode gives bitwise the same logits, losses and accumulated gradients as none on both CPU
 // backends (two micro-batches, the second smaller, so buffers are reused), with less activation memory.
 BOOST_AUTO_TEST_CASE(recompute_modes_are_bitwise_identical_and_smaller) {
