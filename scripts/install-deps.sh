@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache git
   libcli11-dev libtomlplusplus-dev libboost-test-dev
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
-  nlohmann-json3-dev libopenblas-dev libpcre2-dev libutf8proc-dev libxxhash-dev zlib1g-dev libzstd-dev
+  nlohmann-json3-dev libopenblas-dev libopenblas0-openmp libpcre2-dev libutf8proc-dev libxxhash-dev zlib1g-dev libzstd-dev
   libprotobuf-dev protobuf-compiler liblmdb-dev
   python3 python3-numpy python3-h5py python3-torch
   clang-format clang-tidy

@@ -226,13 +226,17 @@ struct BlockShape {
 };
 
 // OpenBLAS runs single-threaded inside the OpenMP loop over heads: the pthreads build would otherwise start its own
-// threads from every OpenMP thread. Restores the caller's count when it goes.
+// threads from every OpenMP thread. Restores the caller's count when it goes. The OpenMP build (the one cairn links
+// when installed) needs nothing: inside a parallel region it runs on the calling thread, and its
+// openblas_set_num_threads sets OpenMP's thread count too, which would leave the loop itself one thread.
 extern "C" int openblas_get_num_threads(void) __attribute__((weak));
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+extern "C" int openblas_get_parallel(void) __attribute__((weak));
 struct SingleThreadedBlas {
   int saved = 1;
   SingleThreadedBlas() {
-    if (openblas_get_num_threads && openblas_set_num_threads) {
+    const bool openmp_build = openblas_get_parallel && openblas_get_parallel() == 2;
+    if (!openmp_build && openblas_get_num_threads && openblas_set_num_threads) {
       saved = openblas_get_num_threads();
       if (saved > 1) openblas_set_num_threads(1);
     }
