@@ -9,7 +9,7 @@ PACKAGES=(
   libcli11-dev libtomlplusplus-dev libboost-test-dev
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   nlohmann-json3-dev libopenblas-dev libopenblas0-openmp libpcre2-dev libutf8proc-dev libxxhash-dev zlib1g-dev libzstd-dev
-  libprotobuf-dev protobuf-compiler liblmdb-dev
+  libprotobuf-dev protobuf-compiler liblmdb-dev libssl-dev
   python3 python3-numpy python3-h5py python3-torch
   clang-format clang-tidy
   fortunes libxml2-utils nodejs chromium python3-pil zstd time python3-lmdb
