@@ -474,7 +474,14 @@ std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm c
     return pp;
   };
 
-  // Warm-up at the largest and smallest size, as nccl-tests does (connections, first-touch faults).
+  // Warm-up at the largest and smallest size, as nccl-tests does (connections, first-touch faults). At large sizes
+  // it takes as long as several measured sizes (a 1 GiB all-reduce sweep was silent for 20 s before its first
+  // progress line), so it is announced.
+  if (mpi::rank() == 0 && bytes >= (64ull << 20) && o.warmup > 0)
+    CAIRN_LOG_INFO("%s %s: buffers 2 x %s; warm-up at %llu B and %llu B (%d iterations each)", c.name,
+                   type_info(bp.type).name, human_bytes(static_cast<double>(bytes)).c_str(),
+                   static_cast<unsigned long long>(bp.rows.back().size),
+                   static_cast<unsigned long long>(bp.rows.front().size), o.warmup);
   if (o.warmup > 0) {
     for (const SizeRow* r : {&bp.rows.back(), &bp.rows.front()}) {
       prepare(*r, false, 1, nullptr);
