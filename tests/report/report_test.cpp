@@ -11,6 +11,7 @@
 #include "catalog.h"
 #include "charts.h"
 #include "gates.h"
+#include "report.h"
 #include "rundata.h"
 
 using namespace cairn::report;
@@ -279,6 +280,17 @@ BOOST_AUTO_TEST_CASE(many_runs_overlay_a_dozen_and_trend_all) {
   BOOST_TEST(run_color(runs, 0, 0, 12) == "#333333");
   BOOST_TEST(run_color(runs, 0, 9, 12) == cairn::plot::palette_color(0));
   BOOST_TEST(run_color(runs, 0, 3, 12).empty());
+  // summary.md's comparison table has the same runs as columns (a CI log cannot show 200), and says so.
+  ReportModel model;
+  model.runs = runs;
+  model.baseline = 0;
+  model.metrics = metrics;
+  model.table_metrics = {*resolve_metric("val_loss")};
+  const std::string md = render_markdown(model);
+  BOOST_TEST(md.find("Columns: the baseline and the last 11 of 20 runs") != std::string::npos);
+  BOOST_TEST(md.find("| night0 (baseline) | night9 |") != std::string::npos);
+  BOOST_TEST(md.find("| night8 |") == std::string::npos);
+  BOOST_TEST(md.find("night19 |") != std::string::npos);
   // Fewer runs than kAcrossRunsMin: no across-runs chart, every run overlaid.
   runs.resize(5);
   metrics.resize(5);

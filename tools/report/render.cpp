@@ -804,11 +804,19 @@ std::string render_markdown(const ReportModel& m) {
          << " | " << md_cell(g.reason) << " |\n";
     os << "\n";
   }
+  // A CI log or a pull-request comment cannot show 200 columns: past [report] chart_runs runs the table has the runs
+  // the charts draw (the baseline and the last ones given); index.html and summary.json hold every run.
+  const std::vector<size_t> columns = drawn_runs(m.runs.size(), m.baseline, m.inputs.chart_settings.chart_runs);
   if (!m.table_metrics.empty()) {
-    os << "### Comparison\n\n| metric |";
-    for (const auto& r : m.runs) os << " " << md_cell(run_label(r)) << " |";
+    os << "### Comparison\n\n";
+    if (columns.size() < m.runs.size())
+      os << "Columns: " << (m.baseline >= 0 ? "the baseline and the last " : "the last ")
+         << columns.size() - (m.baseline >= 0 ? 1 : 0) << " of " << m.runs.size()
+         << " runs (`[report] chart_runs`); index.html and summary.json hold every run.\n\n";
+    os << "| metric |";
+    for (size_t i : columns) os << " " << md_cell(run_label(m.runs[i])) << " |";
     os << "\n|---|";
-    for (size_t i = 0; i < m.runs.size(); ++i) os << "---:|";
+    for (size_t k = 0; k < columns.size(); ++k) os << "---:|";
     os << "\n";
     for (const auto& d : m.table_metrics) {
       os << "| `" << md_cell(d.name) << "`" << (d.unit.empty() ? "" : " [" + d.unit + "]") << " |";
@@ -817,7 +825,7 @@ std::string render_markdown(const ReportModel& m) {
         auto b = m.metrics[static_cast<size_t>(m.baseline)].find(d.name);
         if (b != m.metrics[static_cast<size_t>(m.baseline)].end()) base = b->second.value;
       }
-      for (size_t i = 0; i < m.runs.size(); ++i) {
+      for (size_t i : columns) {
         auto it = m.metrics[i].find(d.name);
         if (it == m.metrics[i].end()) {
           os << " n/a |";
@@ -836,7 +844,8 @@ std::string render_markdown(const ReportModel& m) {
     }
     os << "\n";
   }
-  for (const auto& r : m.runs) {
+  for (size_t i : columns) {
+    const RunData& r = m.runs[i];
     const auto rows = stage_rows(r, m.inputs.metric_settings);
     if (rows.empty()) continue;
     os << "### Pipeline stages (" << md_cell(run_label(r)) << ")\n\n" << md_cell(kStageNote) << "\n\n|";
@@ -849,7 +858,8 @@ std::string render_markdown(const ReportModel& m) {
     }
     os << "\n";
   }
-  for (const auto& r : m.runs) {
+  for (size_t i : columns) {
+    const RunData& r = m.runs[i];
     const json* rows = layout_rows_of(r);
     if (!rows) continue;
     os << "### Layouts: predicted vs measured (" << md_cell(run_label(r)) << ")\n\n"
@@ -866,7 +876,8 @@ std::string render_markdown(const ReportModel& m) {
     }
     os << "\n";
   }
-  for (const auto& r : m.runs) {
+  for (size_t i : columns) {
+    const RunData& r = m.runs[i];
     const auto k = kernel_ops_of(r);
     if (!k) continue;
     os << "### Kernel time (" << md_cell(run_label(r)) << ")\n\n" << md_cell(kernel_summary(*k)) << "\n\n|";
@@ -880,7 +891,8 @@ std::string render_markdown(const ReportModel& m) {
     }
     os << "\n";
   }
-  for (const auto& r : m.runs) {
+  for (size_t i : columns) {
+    const RunData& r = m.runs[i];
     const json* mix = data_mixture(r);
     if (!mix) continue;
     os << "### Data mixture (" << md_cell(run_label(r)) << ")\n\n|";
