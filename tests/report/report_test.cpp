@@ -299,6 +299,33 @@ BOOST_AUTO_TEST_CASE(many_runs_overlay_a_dozen_and_trend_all) {
   BOOST_TEST(find("train-loss-step")->svg.find(" of 5 runs") == std::string::npos);
 }
 
+// metrics.jsonl is read in 8 MiB blocks: lines that straddle a block boundary, a bad line past it and a torn last
+// line read as they do from the whole text.
+BOOST_AUTO_TEST_CASE(metrics_jsonl_read_in_blocks_like_whole) {
+  TempDir tmp;
+  fs::create_directories(tmp.path / "r" / "train");
+  std::string text;
+  int step = 0;
+  while (text.size() < (size_t{9} << 20)) {  // past one block
+    ++step;
+    text += train_line(step, 5.0 - 1e-5 * step, 1000 + step % 7);
+    if (step == 35000) text += "{broken\r\n";
+  }
+  text += "{\"kind\":\"train\",\"step\":";  // torn
+  std::ofstream(tmp.path / "r" / "train" / "metrics.jsonl", std::ios::binary) << text;
+  RunData from_file = read_run((tmp.path / "r").string());
+  RunData from_text;
+  parse_metrics_jsonl(text, (tmp.path / "r" / "train" / "metrics.jsonl").string(), from_text);
+  BOOST_TEST(from_file.train.size() == static_cast<size_t>(step));
+  BOOST_TEST(from_file.train.step == from_text.train.step);
+  BOOST_TEST(from_file.train.loss == from_text.train.loss);
+  BOOST_TEST(from_file.train.tokens_per_s == from_text.train.tokens_per_s);
+  BOOST_TEST(from_file.problems == from_text.problems);
+  BOOST_REQUIRE(from_file.problems.size() == 2u);
+  BOOST_TEST(from_file.problems[0].find(":35001: ") != std::string::npos);
+  BOOST_TEST(from_file.problems[1].find("torn last line") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(run_directory_reading_is_tolerant) {
   TempDir tmp;
   BOOST_CHECK_EXCEPTION(read_run((tmp.path / "nope").string()), cairn::UsageError, [](const cairn::UsageError& e) {

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <thread>
@@ -400,68 +402,121 @@ void append_train(TrainSeries& t, const records::MetricsLine& r) {
 
 }  // namespace
 
-void parse_metrics_jsonl(const std::string& text, const std::string& path, RunData& run) {
+namespace {
+
+// One line of metrics.jsonl (its number, and whether it is an unterminated last line, for problems).
+void parse_metrics_line(std::string_view line, size_t line_no, bool last_unterminated, const std::string& path,
+                        RunData& run) {
   TrainSeries& t = run.train;
   ValSeries& v = run.val;
-  size_t line_no = 0, pos = 0;
-  const size_t n = text.size();
-  // Reserve by a guess of the line count so 10^5-line files do not reallocate much.
-  size_t guess = static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
-  for (auto* col : scalar_columns(t)) col->reserve(guess);
-  while (pos < n) {
-    size_t end = text.find('\n', pos);
-    bool last_unterminated = end == std::string::npos;
-    if (last_unterminated) end = n;
-    std::string_view line(text.data() + pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
-    if (line.empty()) continue;
-    records::MetricsLine rec;
-    records::ScanResult sr = records::scan_metrics_line(line, rec);
-    if (sr != records::ScanResult::Ok) {
-      std::string why = sr == records::ScanResult::Invalid ? parse_error_text(line) : "not a JSON object";
-      if (last_unterminated) why += " (torn last line: the writer was probably killed)";
-      run.problem(path + ":" + std::to_string(line_no) + ": " + why);
-      continue;
-    }
-    // Lines without a kind (hand-made files) are told apart by their figures.
-    std::string_view kind = rec.kind;
-    if (kind.empty() && rec.val_loss) kind = "val";
-    else if (kind.empty() && rec.loss) kind = "train";
-    const double step = value_or_nan(rec.step);
-    if (kind == "provenance" && rec.peak_tflops) run.mfu_peak_tflops = *rec.peak_tflops;
-    if (kind == "train") {
-      if (!rec.step) {
-        run.problem(path + ":" + std::to_string(line_no) + ": train record without a numeric \"step\"");
-        continue;
-      }
-      if (!t.step.empty() && step <= t.step.back()) {
-        // A requeued run resumed from a checkpoint: its lines supersede the earlier ones from `step` on.
-        size_t keep = static_cast<size_t>(std::lower_bound(t.step.begin(), t.step.end(), step) - t.step.begin());
-        truncate_train_from(t, keep);
-        run.restarts.push_back(step);
-      }
-      append_train(t, rec);
-    } else if (kind == "val") {
-      if (!rec.step) {
-        run.problem(path + ":" + std::to_string(line_no) + ": val record without a numeric \"step\"");
-        continue;
-      }
-      if (!v.step.empty() && step <= v.step.back()) {
-        size_t keep = static_cast<size_t>(std::lower_bound(v.step.begin(), v.step.end(), step) - v.step.begin());
-        v.step.resize(keep);
-        v.tokens.resize(keep);
-        v.val_loss.resize(keep);
-        v.val_windows.resize(keep);
-      }
-      v.step.push_back(step);
-      v.tokens.push_back(value_or_nan(rec.tokens));
-      v.val_loss.push_back(value_or_nan(rec.val_loss));  // null: cairn-train's record of a non-finite loss
-      v.val_windows.push_back(value_or_nan(rec.val_windows));
-    }
-    // Other kinds (events, notes) are not charted.
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+  if (line.empty()) return;
+  records::MetricsLine rec;
+  records::ScanResult sr = records::scan_metrics_line(line, rec);
+  if (sr != records::ScanResult::Ok) {
+    std::string why = sr == records::ScanResult::Invalid ? parse_error_text(line) : "not a JSON object";
+    if (last_unterminated) why += " (torn last line: the writer was probably killed)";
+    run.problem(path + ":" + std::to_string(line_no) + ": " + why);
+    return;
   }
+  // Lines without a kind (hand-made files) are told apart by their figures.
+  std::string_view kind = rec.kind;
+  if (kind.empty() && rec.val_loss) kind = "val";
+  else if (kind.empty() && rec.loss) kind = "train";
+  const double step = value_or_nan(rec.step);
+  if (kind == "provenance" && rec.peak_tflops) run.mfu_peak_tflops = *rec.peak_tflops;
+  if (kind == "train") {
+    if (!rec.step) {
+      run.problem(path + ":" + std::to_string(line_no) + ": train record without a numeric \"step\"");
+      return;
+    }
+    if (!t.step.empty() && step <= t.step.back()) {
+      // A requeued run resumed from a checkpoint: its lines supersede the earlier ones from `step` on.
+      size_t keep = static_cast<size_t>(std::lower_bound(t.step.begin(), t.step.end(), step) - t.step.begin());
+      truncate_train_from(t, keep);
+      run.restarts.push_back(step);
+    }
+    append_train(t, rec);
+  } else if (kind == "val") {
+    if (!rec.step) {
+      run.problem(path + ":" + std::to_string(line_no) + ": val record without a numeric \"step\"");
+      return;
+    }
+    if (!v.step.empty() && step <= v.step.back()) {
+      size_t keep = static_cast<size_t>(std::lower_bound(v.step.begin(), v.step.end(), step) - v.step.begin());
+      v.step.resize(keep);
+      v.tokens.resize(keep);
+      v.val_loss.resize(keep);
+      v.val_windows.resize(keep);
+    }
+    v.step.push_back(step);
+    v.tokens.push_back(value_or_nan(rec.tokens));
+    v.val_loss.push_back(value_or_nan(rec.val_loss));  // null: cairn-train's record of a non-finite loss
+    v.val_windows.push_back(value_or_nan(rec.val_windows));
+  }
+  // Other kinds (events, notes) are not charted.
+}
+
+// Parses the complete lines of `text` (and, when `final`, an unterminated last one); returns the bytes consumed.
+size_t parse_metrics_lines(std::string_view text, bool final, size_t& line_no, const std::string& path, RunData& run) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    const bool unterminated = end == std::string_view::npos;
+    if (unterminated && !final) break;
+    if (unterminated) end = text.size();
+    parse_metrics_line(text.substr(pos, end - pos), ++line_no, unterminated, path, run);
+    pos = unterminated ? end : end + 1;
+  }
+  return pos;
+}
+
+// Reads metrics.jsonl in blocks instead of whole: a long run's file (hundreds of MB) was held in memory beside its
+// columns, about 440 of the 620 bytes the report took per line. A first pass counts the lines so that the columns
+// are reserved once. False (and a problem recorded) when the file cannot be read.
+bool read_metrics_jsonl(const std::string& path, RunData& run) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) {
+    run.problem(errno_message("cannot read", path));
+    return false;
+  }
+  constexpr size_t kBlock = size_t{8} << 20;
+  std::string buf(kBlock, '\0');
+  size_t lines = 1;
+  for (size_t got; (got = std::fread(buf.data(), 1, kBlock, f)) > 0;)
+    lines += static_cast<size_t>(std::count(buf.data(), buf.data() + got, '\n'));
+  for (auto* col : scalar_columns(run.train)) col->reserve(lines);
+  std::rewind(f);
+  // The file may grow while it is read (a run still training): whatever is there is parsed.
+  std::string pending;
+  size_t line_no = 0;
+  bool failed = false;
+  for (;;) {
+    const size_t got = std::fread(buf.data(), 1, kBlock, f);
+    if (got == 0) {
+      failed = std::ferror(f) != 0;
+      break;
+    }
+    pending.append(buf.data(), got);
+    pending.erase(0, parse_metrics_lines(pending, false, line_no, path, run));
+  }
+  std::fclose(f);
+  if (failed) {
+    run.problem(file_message("cannot read", path, "read error"));
+    return false;
+  }
+  parse_metrics_lines(pending, true, line_no, path, run);
+  return true;
+}
+
+}  // namespace
+
+void parse_metrics_jsonl(const std::string& text, const std::string& path, RunData& run) {
+  // Reserve by the line count so 10^5-line files do not reallocate much.
+  size_t guess = static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
+  for (auto* col : scalar_columns(run.train)) col->reserve(guess);
+  size_t line_no = 0;
+  parse_metrics_lines(text, true, line_no, path, run);
 }
 
 void parse_eval_jsonl(const std::string& text, const std::string& path, RunData& run) {
@@ -548,10 +603,8 @@ RunData read_run(const std::string& dir) {
   if (is_dir(train_dir)) {
     run.present.emplace_back("train");
     std::string mj = join_path(train_dir, "metrics.jsonl");
-    std::string text;
     if (!is_file(mj)) run.missing.emplace_back(mj);
-    else if (slurp(mj, text, run)) {
-      parse_metrics_jsonl(text, mj, run);
+    else if (read_metrics_jsonl(mj, run)) {
       if (run.train.size() == 0 && run.val.size() == 0) run.missing.emplace_back(mj + " (no train or val records)");
     }
     run.train_finished = is_file(join_path(train_dir, "FINISHED"));
