@@ -93,6 +93,9 @@ std::string read_file(const std::string& path) {
     throw RuntimeError(file_message("cannot read", path, "Is a directory"));
   }
   std::string out;
+  // Reserved at the file's size (+1 to see end of file without growing): appending 64 KiB reads to an unreserved
+  // string reallocated and re-faulted it about log2(size / 64 KiB) times, most of a report's time on long files.
+  if (S_ISREG(st.st_mode) && st.st_size > 0) out.reserve(static_cast<size_t>(st.st_size) + 1);
   char buf[1 << 16];
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);

@@ -2,6 +2,7 @@
 // zstd (libzstd) bytes decompressed in bounded memory; text and JSONL split into raw records.
 #include <fcntl.h>
 #include <glob.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -359,7 +360,13 @@ InputStream::InputStream(const std::string& name) : impl_(std::make_unique<Impl>
     m.own_fd = true;
     ::posix_fadvise(m.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   }
-  m.in.resize(1 << 20);
+  // 1 MiB of input buffer, or the file's size when smaller: the zero-filled megabyte was most of the time of a build
+  // over thousands of small files (man pages, a docs tree: 6.8 s for 123 MB against 1.3 s as one file).
+  size_t in_size = size_t{1} << 20;
+  struct stat st {};
+  if (m.own_fd && ::fstat(m.fd, &st) == 0 && S_ISREG(st.st_mode))
+    in_size = std::clamp<size_t>(static_cast<size_t>(st.st_size) + 1, 64, in_size);
+  m.in.resize(in_size);
   // The format is told by the first bytes, whatever the name says (stdin has none).
   while (m.in_len < 10 && m.refill()) {
   }
@@ -516,17 +523,12 @@ bool RecordReader::fill() {
     buf_offset_ += pos_;
     pos_ = 0;
   }
+  // Read into a scratch block that is never zero-filled, then append what came: resizing buf_ by 4 MiB per fill
+  // zero-filled 4 MiB, at least twice per file, whatever the file's size.
   const size_t step = 4 << 20;
-  size_t old = buf_.size();
-  buf_.resize(old + step);
-  size_t got = 0;
-  try {
-    got = stream_->read(buf_.data() + old, step);
-  } catch (...) {
-    buf_.resize(old);
-    throw;
-  }
-  buf_.resize(old + got);
+  if (!chunk_) chunk_.reset(new char[step]);
+  const size_t got = stream_->read(chunk_.get(), step);
+  buf_.append(chunk_.get(), got);
   if (got == 0) eof_ = true;
   return got > 0;
 }

@@ -423,7 +423,8 @@ class RecordReader {
   std::unique_ptr<LmdbInput> lmdb_;      // or an LMDB environment
   TextSettings settings_;
   InputKind kind_ = InputKind::Text;
-  std::string buf_;  // content read and not yet consumed from pos_ on
+  std::string buf_;                // content read and not yet consumed from pos_ on
+  std::unique_ptr<char[]> chunk_;  // fill()'s read block (allocated once, never zero-filled)
   size_t pos_ = 0;
   uint64_t buf_offset_ = 0;  // content offset of buf_[0]
   bool eof_ = false, done_ = false;
