@@ -1,6 +1,8 @@
 // MPI session, topology (node-local and cross-node communicators) and string collectives.
 #include "cairn/mpi.h"
 
+#include <sched.h>
+
 #include <climits>
 
 #include <omp.h>
@@ -44,6 +46,19 @@ void compute_topology() {
   unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
   t.node_count = static_cast<int>(unique.size());
   t.node_index = static_cast<int>(std::lower_bound(unique.begin(), unique.end(), node_leader) - unique.begin());
+  // The CPUs this rank may run on (its affinity: a cgroup, taskset, or the launcher's binding), shared among the
+  // local ranks whose CPUs overlap them. Unbound ranks share the node's cores; ranks bound to cores of their own
+  // (srun --cpu-bind=cores, mpirun --map-by slot:PE=N) each take all of theirs. Dividing every rank's count by the
+  // node's ranks, as before, shared bound ranks' cores out a second time (4 ranks x 8 bound CPUs ran 2 threads each).
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0) {
+    CPU_ZERO(&mine);
+    for (int c = 0; c < omp_get_num_procs() && c < CPU_SETSIZE; ++c) CPU_SET(c, &mine);
+  }
+  std::vector<cpu_set_t> all(static_cast<size_t>(t.local_size));
+  check(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, t.node), "MPI_Allgather");
+  t.cores_per_rank = cpus_per_rank(mine, all);
   // Cross-node communicator: one rank per node (those with the same local rank).
   check(MPI_Comm_split(MPI_COMM_WORLD, t.local_rank, t.node_index, &t.cross), "MPI_Comm_split");
   LogSettings& ls = log_settings();
@@ -106,7 +121,17 @@ bool initialized() {
 
 const Topology& topology() { return g_topology; }
 
-int cores_per_local_rank() { return std::max(1, omp_get_num_procs() / std::max(1, g_topology.local_size)); }
+int cpus_per_rank(const cpu_set_t& mine, const std::vector<cpu_set_t>& local) {
+  int sharing = 0;
+  for (const auto& other : local) {
+    cpu_set_t both;
+    CPU_AND(&both, &mine, &other);
+    if (CPU_COUNT(&both) > 0) ++sharing;
+  }
+  return std::max(1, CPU_COUNT(&mine) / std::max(1, sharing));
+}
+
+int cores_per_local_rank() { return std::max(1, g_topology.cores_per_rank); }
 int rank() { return g_topology.rank; }
 int size() { return g_topology.size; }
 

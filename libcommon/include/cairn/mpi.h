@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <mpi.h>
+#include <sched.h>
 
 namespace cairn::mpi {
 
@@ -34,6 +35,7 @@ struct Topology {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;  // within this node
   int node_index = 0, node_count = 1;  // nodes numbered by their lowest world rank
+  int cores_per_rank = 1;              // this rank's CPUs over the local ranks sharing them (cores_per_local_rank)
   std::string host;
   std::vector<std::string> hosts_by_rank;  // hostname of every world rank
   MPI_Comm world = MPI_COMM_WORLD;
@@ -41,9 +43,13 @@ struct Topology {
   MPI_Comm cross = MPI_COMM_NULL;  // ranks with the same local_rank across nodes (one per node)
 };
 const Topology& topology();
-// The node's cores (OpenMP's count of processors) shared among the ranks on this node, at least 1: the CPU threads a
-// rank takes when its tool's `threads` setting is 0.
+// The CPUs this rank may run on (its affinity mask) over the number of ranks on this node whose CPUs overlap them, at
+// least 1: the CPU threads a rank takes when its tool's `threads` setting is 0. Unbound ranks share the node's cores;
+// ranks bound to cores of their own take all of them.
 int cores_per_local_rank();
+// The rule behind it: the CPUs of `mine` over the masks in `local` (every local rank's, this one's included) that
+// overlap it, at least 1.
+int cpus_per_rank(const cpu_set_t& mine, const std::vector<cpu_set_t>& local);
 
 int rank();
 int size();

@@ -8,8 +8,9 @@
 using namespace cairn;
 
 struct MpiFixture {
-  MpiFixture() : session(&boost::unit_test::framework::master_test_suite().argc,
-                         &boost::unit_test::framework::master_test_suite().argv) {}
+  MpiFixture()
+      : session(&boost::unit_test::framework::master_test_suite().argc,
+                &boost::unit_test::framework::master_test_suite().argv) {}
   mpi::Session session;
 };
 BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
@@ -27,6 +28,26 @@ BOOST_AUTO_TEST_CASE(topology_is_consistent) {
   int cross = 0;
   MPI_Comm_size(t.cross, &cross);
   BOOST_TEST(cross == 1);
+}
+
+// threads = 0: a rank's CPUs over the local ranks whose CPUs overlap them. Unbound ranks share the node; ranks bound
+// to CPUs of their own keep them all (they were divided by the node's rank count a second time).
+BOOST_AUTO_TEST_CASE(cpus_per_rank_follows_the_binding) {
+  auto cpus = [](int first, int count) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    for (int c = first; c < first + count; ++c) CPU_SET(c, &s);
+    return s;
+  };
+  const cpu_set_t node = cpus(0, 32);
+  BOOST_TEST(mpi::cpus_per_rank(node, {node, node, node, node}) == 8);  // unbound: the node shared
+  const std::vector<cpu_set_t> bound{cpus(0, 8), cpus(8, 8), cpus(16, 8), cpus(24, 8)};
+  BOOST_TEST(mpi::cpus_per_rank(bound[1], bound) == 8);  // srun --cpu-bind=cores, 8 each
+  const std::vector<cpu_set_t> sockets{cpus(0, 16), cpus(0, 16), cpus(16, 16), cpus(16, 16)};
+  BOOST_TEST(mpi::cpus_per_rank(sockets[2], sockets) == 8);                               // two ranks per socket
+  BOOST_TEST(mpi::cpus_per_rank(cpus(0, 1), {cpus(0, 1), cpus(0, 1), cpus(0, 1)}) == 1);  // never 0
+  // This run's own topology agrees with the rule on its real masks.
+  BOOST_TEST(mpi::cores_per_local_rank() >= 1);
 }
 
 BOOST_AUTO_TEST_CASE(typed_collectives) {

@@ -58,7 +58,8 @@ struct DataSection {
       "reshard: split documents at shard boundaries for exact token balance (default keeps documents whole)");
     k(&S::skip_bad, "skip_bad", Flag{"--skip-bad"},
       "skip malformed records (bad UTF-8, broken JSON lines, missing fields) and count them instead of failing");
-    k(&S::threads, "threads", Range{0, 4096}, Flag{"--threads"}, "worker threads per rank (0 = all hardware threads)");
+    k(&S::threads, "threads", Range{0, 4096}, Flag{"--threads"},
+      "worker threads per rank (0 = the rank's share of its CPUs, as cairn-train)");
     k(&S::batch_mb, "batch_mb", Range{0.01, 4096}, "build: MiB of text per tokenization work item");
     k(&S::part_mb, "part_mb", Range{0.000001, 65536},
       "build: MiB of input text per part file, the unit an interrupted build reuses (small consecutive inputs "

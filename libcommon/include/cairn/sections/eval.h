@@ -57,7 +57,8 @@ struct EvalSection {
       "linked from <out>/eval/samples/step_%08d_<task>.jsonl");
     k(&S::backend, "backend", Choices{"cpu", "cpu-ref", "cuda"}, Flag{"--backend"}, "kernel backend");
     k(&S::threads, "threads", Range{0, 4096}, Flag{"--threads"},
-      "CPU threads per rank (0 = the node's cores shared among its ranks)");
+      "CPU threads per rank (0 = the rank's CPUs shared among the ranks bound to them: the node's cores over its ranks "
+      "when unbound)");
   }
 };
 

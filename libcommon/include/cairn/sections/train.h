@@ -90,7 +90,8 @@ struct TrainSection {
       "global batches a validation pass scores (Megatron's eval_iters; the same windows in any layout)");
     k(&S::backend, "backend", Choices{"cpu", "cpu-ref", "cuda"}, Flag{"--backend"}, "kernel backend");
     k(&S::threads, "threads", Range{0, 4096}, Flag{"--threads"},
-      "CPU threads per rank (0 = the node's cores shared among its ranks)");
+      "CPU threads per rank (0 = the rank's CPUs shared among the ranks bound to them: the node's cores over its ranks "
+      "when unbound)");
     k(&S::precision, "precision", Choices{"fp32", "bf16"},
       "compute precision: fp32, or bf16 on cuda (GEMM inputs in bf16 with fp32 accumulation; parameters, gradients "
       "and optimizer state stay fp32)");
