@@ -25,14 +25,9 @@ cairn_stage_train() {
     CAIRN_SIGNAL_PENDING=""
     return "$CAIRN_EXIT_REQUEUE"
   fi
-  # The launcher as cairn_launch (slurm/lib/common.sh) builds it (its extra arguments word-split on purpose).
-  # shellcheck disable=SC2206
-  case "$(cairn_launcher)" in
-    srun) cairn_srun_environment; cairn_srun_argv; launch=("${CAIRN_SRUN_ARGV[@]}") ;;
-    mpirun) launch=(mpirun -np "${CAIRN_NP:-2}" ${CAIRN_MPIRUN_ARGS:-}) ;;
-    none) launch=() ;;
-    *) cairn_die "CAIRN_LAUNCHER must be srun, mpirun or none (got '$(cairn_launcher)')" ;;
-  esac
+  # The launcher as cairn_launch (slurm/lib/common.sh) builds it.
+  cairn_launch_argv
+  launch=("${CAIRN_LAUNCH_ARGV[@]}")
   rm -f "$stopped"
   cairn_stage_begin
   cairn_run_relaying_signals --as USR1 --repeat "${launch[@]}" "$bin" "$@" "${extra[@]}" || rc=$?
