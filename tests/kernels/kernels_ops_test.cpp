@@ -20,6 +20,13 @@ constexpr double kRtol = 1e-5;
 const Backend& fast() { return cpu_backend(); }
 }  // namespace
 
+#ifdef CAIRN_OPENBLAS_OPENMP_BUILD
+extern "C" int openblas_get_parallel(void);
+// The OpenMP build of OpenBLAS is the one loaded (RUNPATH over the system alternative): the pthreads build's own pool
+// fought OpenMP's threads (cairn-train at 2 threads: 4004 against 7673 tokens/s).
+BOOST_AUTO_TEST_CASE(openblas_is_the_openmp_build) { BOOST_TEST(openblas_get_parallel() == 2); }
+#endif
+
 BOOST_AUTO_TEST_CASE(registry) {
   BOOST_TEST(find_backend("cpu") == &cpu_backend());
   BOOST_TEST(find_backend("cpu-ref") == &cpu_reference_backend());

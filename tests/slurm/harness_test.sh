@@ -48,3 +48,30 @@ jid=$(sbatch --parsable -n 2 -o "$work/badexit.out" "$work/badexit.sh")
 st=$(wait_job "$jid" 60) || { cat "$work/badexit.out" >&2; fail "job $jid with a failed rank still running after 60 s: $st"; }
 [ "$st" = FAILED ] || { cat "$work/badexit.out" >&2; fail "job $jid with a failed rank ended $st, want FAILED"; }
 pass "one rank exiting 3 ended job $jid ($st) without waiting for the other rank"
+
+# cairn_launch gives every launcher's ranks OMP_WAIT_POLICY=PASSIVE (spinning OpenMP threads lose most of the speed
+# on a busy node), and a value the caller exported wins.
+cat > "$work/omp.sh" <<SH
+#!/usr/bin/env bash
+source "$CAIRN_SOURCE_DIR/slurm/lib/common.sh"
+unset OMP_WAIT_POLICY
+CAIRN_LAUNCHER=srun cairn_launch sh -c 'echo "srun \$SLURM_PROCID \$OMP_WAIT_POLICY"'
+SH
+jid=$(sbatch --parsable -n 2 -o "$work/omp.out" "$work/omp.sh")
+st=$(wait_job "$jid" 60) || fail "job $jid: $st"
+[ "$st" = COMPLETED ] || { cat "$work/omp.out" >&2; fail "job $jid ended $st"; }
+out=$(
+  source "$CAIRN_SOURCE_DIR/slurm/lib/common.sh"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  unset OMP_WAIT_POLICY
+  CAIRN_LAUNCHER=mpirun CAIRN_NP=2 cairn_launch sh -c 'echo "mpirun $OMPI_COMM_WORLD_RANK $OMP_WAIT_POLICY"'
+  unset OMP_WAIT_POLICY
+  CAIRN_LAUNCHER=none cairn_launch sh -c 'echo "none 0 $OMP_WAIT_POLICY"'
+  export OMP_WAIT_POLICY=ACTIVE
+  CAIRN_LAUNCHER=none cairn_launch sh -c 'echo "caller 0 $OMP_WAIT_POLICY"'
+)
+out+=$'\n'$(cat "$work/omp.out")
+for want in "srun 0 PASSIVE" "srun 1 PASSIVE" "mpirun 0 PASSIVE" "mpirun 1 PASSIVE" "none 0 PASSIVE" "caller 0 ACTIVE"; do
+  grep -qx "$want" <<<"$out" || fail "ranks' OMP_WAIT_POLICY: want '$want' in: $out"
+done
+pass "cairn_launch: PASSIVE wait policy for srun, mpirun and none ranks; the caller's own value kept"

@@ -262,5 +262,15 @@ else
   fail "--json - sweep exited $?"; cat "$TMP/j.err" >&2
 fi
 
+# A block from 64 MiB announces its buffers and warm-up (a 1 GiB sweep was silent for 20 s before its first progress
+# line); smaller blocks stay quiet.
+if mpirun -np 2 "$BIN" --out "$TMP/big" -b 64M -e 64M -n 1 -w 1 -c 0 >/dev/null 2>"$TMP/big.err"; then
+  grep -q "allreduce float: buffers 2 x .*; warm-up at 67108864 B and 67108864 B (1 iterations each)" "$TMP/big.err" ||
+    { fail "64 MiB block: no warm-up line"; cat "$TMP/big.err" >&2; }
+  grep -q "warm-up at" "$TMP/np2.err" && fail "64 KiB blocks announced a warm-up"
+else
+  fail "64 MiB sweep exited $?"; cat "$TMP/big.err" >&2
+fi
+
 [ $failures -eq 0 ] && echo "sweep_cli: all checks passed"
 exit $((failures > 0))
