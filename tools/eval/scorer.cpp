@@ -119,11 +119,11 @@ std::vector<Score> score_requests(gpt::Model& model, const RequestSet& requests,
     for (int r = 0; r < rows; ++r) {
       double ll = 0;
       int64_t tok = 0, cor = 0;
-      for (int t = 0; t < T; ++t) {
+      // Padding past the request's length has no target, so no logits row either.
+      for (int t = 0; t < requests.lengths[order[lo + r]]; ++t) {
         size_t p = static_cast<size_t>(r) * T + t;
         if (targets[p] < 0) continue;
         size_t row = every_position ? p : logit_row++;
-        if (t >= requests.lengths[order[lo + r]]) continue;  // padding has no target; kept for the row count
         ll -= static_cast<double>(losses[p]);
         ++tok;
         if (argmax[row] == targets[p]) ++cor;
