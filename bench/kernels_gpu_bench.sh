@@ -72,16 +72,17 @@ for cu in "$root"/kernels/cuda/*.cu; do
   objs+=("$o")
 done
 for src in kernels/cpu/common.cpp kernels/cpu/reference.cpp kernels/cpu/fast.cpp kernels/profile.cpp \
-           libcommon/src/gpt/model.cpp; do
+           kernels/cuda/cublas_api.cpp libcommon/src/gpt/model.cpp; do
   o=$d/$(basename "${src%.cpp}").o
   extra=()
   [[ $src == *fast.cpp ]] && extra=(-fno-trapping-math)
+  [[ $src == *cublas_api.cpp ]] && extra=(-DCAIRN_CUDA_LIBRARY_DIR="\"$CUDA_HOME/lib64:$CUDA_HOME/lib\"")
   "$CXX" "${cxxflags[@]}" "${extra[@]}" -c "$root/$src" -o "$o" &
   pids+=($!)
   objs+=("$o")
 done
 for p in "${pids[@]}"; do wait "$p" || exit 1; done
-libs=("${objs[@]}" "${blas[@]}" -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -lcublasLt -lcublas -lcudart -lpthread)
+libs=("${objs[@]}" "${blas[@]}" -L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -lcudart -ldl -lpthread)  # cuBLAS: dlopen (cublas_api.cpp)
 "$CXX" "${cxxflags[@]}" "$root/bench/kernels_gpu_gpt_bench.cpp" "${libs[@]}" -o "$d/kernels_gpu_gpt_bench" || exit 1
 if [[ -z $ctest_dir ]]; then
   shim=()

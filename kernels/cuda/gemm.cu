@@ -1,14 +1,13 @@
 // CUDA matmul forward and backward: row-major GEMMs through column-major cuBLAS (C^T = B^T A^T), fp32 sgemm without
 // TF32 so results match the CPU reference, or with cuda_set_bf16_matmul(true) (precision = "bf16") bf16 inputs with
-// fp32 accumulation on tensor cores through cuBLASLt.
-#include <cublasLt.h>
-#include <cublas_v2.h>
+// fp32 accumulation on tensor cores through cuBLASLt. Both are loaded on the first GEMM (cairn/kernels/cublas_api.h).
 #include <cuda_bf16.h>
 
 #include <atomic>
 #include <cstdint>
 #include <utility>
 
+#include "cairn/kernels/cublas_api.h"
 #include "cairn/kernels/cuda.h"
 #include "cuda_common.cuh"
 
@@ -19,9 +18,9 @@ namespace {
 cublasHandle_t cublas() {
   static cublasHandle_t handle = [] {
     cublasHandle_t h;
-    CAIRN_CUBLAS_CHECK(cublasCreate(&h));
+    CAIRN_CUBLAS_CHECK(cublas_api().create(&h));
     // full fp32 (no TF32) so the fp32 path matches the CPU reference; bf16 comes with mixed precision
-    CAIRN_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+    CAIRN_CUBLAS_CHECK(cublas_api().set_math_mode(h, CUBLAS_DEFAULT_MATH));
     return h;
   }();
   return handle;
@@ -39,7 +38,7 @@ std::atomic<bool> g_bf16_matmul{false};
 cublasLtHandle_t cublaslt() {
   static cublasLtHandle_t handle = [] {
     cublasLtHandle_t h;
-    CAIRN_CUBLAS_CHECK(cublasLtCreate(&h));
+    CAIRN_CUBLAS_CHECK(cublaslt_api().create(&h));
     return h;
   }();
   return handle;
@@ -86,54 +85,49 @@ bool gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, 
                int ldb, float beta, float* c, int ldc) {
   const int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
   const int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
+  const CublasLtApi& lt = cublaslt_api();
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t ad = nullptr, bd = nullptr, cd = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   bool ok = false;
   try {
-    CAIRN_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CAIRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    CAIRN_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    CAIRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ad, CUDA_R_16BF, a_rows, a_cols, lda));
-    CAIRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bd, CUDA_R_16BF, b_rows, b_cols, ldb));
-    CAIRN_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&cd, CUDA_R_32F, m, n, ldc));
-    CAIRN_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CAIRN_CUBLAS_CHECK(lt.desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CAIRN_CUBLAS_CHECK(lt.desc_set(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CAIRN_CUBLAS_CHECK(lt.desc_set(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    CAIRN_CUBLAS_CHECK(lt.layout_create(&ad, CUDA_R_16BF, a_rows, a_cols, lda));
+    CAIRN_CUBLAS_CHECK(lt.layout_create(&bd, CUDA_R_16BF, b_rows, b_cols, ldb));
+    CAIRN_CUBLAS_CHECK(lt.layout_create(&cd, CUDA_R_32F, m, n, ldc));
+    CAIRN_CUBLAS_CHECK(lt.pref_create(&pref));
     uint64_t ws_bytes = kLtWorkspaceBytes;
     uint32_t align_ab = 256, align_c = alignment_of(c);  // bf16 copies are cudaMalloc'ed: 256-byte aligned
-    CAIRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                            sizeof ws_bytes));
-    CAIRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_ab,
-                                                            sizeof align_ab));
-    CAIRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_ab,
-                                                            sizeof align_ab));
-    CAIRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
-                                                            sizeof align_c));
-    CAIRN_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
-                                                            sizeof align_c));
+    CAIRN_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
+    CAIRN_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_ab, sizeof align_ab));
+    CAIRN_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_ab, sizeof align_ab));
+    CAIRN_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c));
+    CAIRN_CUBLAS_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c));
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(cublaslt(), op, ad, bd, cd, cd, pref, 1, &heuristic, &found) ==
-            CUBLAS_STATUS_SUCCESS &&
+    if (lt.heuristic(cublaslt(), op, ad, bd, cd, cd, pref, 1, &heuristic, &found) == CUBLAS_STATUS_SUCCESS &&
         found > 0) {
       const auto [a16, b16] = bf16_copies(a, (size_t)lda * a_cols, b, (size_t)ldb * b_cols);
       const float one = 1.0f;
-      CAIRN_CUBLAS_CHECK(cublasLtMatmul(cublaslt(), op, &one, a16, ad, b16, bd, &beta, c, cd, c, cd, &heuristic.algo,
-                                        lt_workspace(), kLtWorkspaceBytes, 0));
+      CAIRN_CUBLAS_CHECK(lt.matmul(cublaslt(), op, &one, a16, ad, b16, bd, &beta, c, cd, c, cd, &heuristic.algo,
+                                   lt_workspace(), kLtWorkspaceBytes, 0));
       ok = true;
     }
   } catch (...) {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (cd) cublasLtMatrixLayoutDestroy(cd);
-    if (bd) cublasLtMatrixLayoutDestroy(bd);
-    if (ad) cublasLtMatrixLayoutDestroy(ad);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (pref) lt.pref_destroy(pref);
+    if (cd) lt.layout_destroy(cd);
+    if (bd) lt.layout_destroy(bd);
+    if (ad) lt.layout_destroy(ad);
+    if (op) lt.desc_destroy(op);
     throw;
   }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(cd);
-  cublasLtMatrixLayoutDestroy(bd);
-  cublasLtMatrixLayoutDestroy(ad);
-  cublasLtMatmulDescDestroy(op);
+  lt.pref_destroy(pref);
+  lt.layout_destroy(cd);
+  lt.layout_destroy(bd);
+  lt.layout_destroy(ad);
+  lt.desc_destroy(op);
   return ok;
 }
 
@@ -141,7 +135,7 @@ void sgemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, cons
            int ldb, float beta, float* c, int ldc) {
   if (g_bf16_matmul && gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc)) return;
   const float one = 1.0f;
-  CAIRN_CUBLAS_CHECK(cublasSgemm(cublas(), ta, tb, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc));
+  CAIRN_CUBLAS_CHECK(cublas_api().sgemm(cublas(), ta, tb, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc));
 }
 
 }  // namespace

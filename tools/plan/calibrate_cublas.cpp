@@ -1,18 +1,16 @@
 // cairn-plan calibrate on a GPU: bf16 cuBLAS and FP8 cuBLASLt GEMM throughput and device-memory bandwidth (built
-// with CUDA only). cuBLAS(Lt) is loaded (dlopen) when calibrate first measures a GEMM and the CUDA runtime is linked
-// statically, so cairn-plan's other commands start without loading either (tens of ms against hundreds;
-// bench/startup_bench.sh).
-#include <cublasLt.h>
-#include <cublas_v2.h>
+// with CUDA only). cuBLAS(Lt) is loaded (dlopen, cairn/kernels/cublas_api.h) when calibrate first measures a GEMM and
+// the CUDA runtime is linked statically, so cairn-plan's other commands start without loading either (tens of ms
+// against hundreds; bench/startup_bench.sh).
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
 #include <chrono>
 #include <string>
 
 #include "cairn/device_binding.h"
 #include "cairn/error.h"
-#include "cairn/kernels/gpu_check.h"  // header only: the check macros without linking the kernels (or cuBLAS)
+#include "cairn/kernels/cublas_api.h"  // the loader alone (cairn_cublas_api), not the kernels
+#include "cairn/kernels/gpu_check.h"   // header only: the check macros without linking the kernels
 #include "cairn/log.h"
 #include "plan.h"
 
@@ -36,83 +34,7 @@ int bind_calibrate_gpu() {
   return device;
 }
 
-// The three cuBLAS entry points calibrate uses, from the library loaded on first use.
-struct CublasApi {
-  decltype(&cublasCreate_v2) create = nullptr;
-  decltype(&cublasDestroy_v2) destroy = nullptr;
-  // the C (32-bit int) signature; C++ also sees an overload, so spell the type out
-  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
-                                    const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
-                                    cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
-  GemmEx gemm_ex = nullptr;
-};
-
-// A library of this CUDA's major version (libNAME.so.13), else the unversioned one; its symbols by name.
-struct Library {
-  std::string name;
-  void* handle = nullptr;
-  explicit Library(const std::string& stem) : name(stem) {
-    const std::string versioned = "lib" + stem + ".so." + std::to_string(CUBLAS_VER_MAJOR);
-    handle = dlopen(versioned.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) handle = dlopen(("lib" + stem + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) throw RuntimeError("calibrate: cannot load " + stem + " (" + versioned + "): " + dlerror());
-  }
-  template <typename F>
-  void get(F& f, const char* symbol) const {
-    void* p = dlsym(handle, symbol);
-    if (!p) throw RuntimeError("calibrate: " + name + " has no " + symbol);
-    f = reinterpret_cast<F>(p);
-  }
-};
-
-const CublasApi& cublas() {
-  static const CublasApi api = [] {
-    const Library lib("cublas");
-    CublasApi a;
-    lib.get(a.create, "cublasCreate_v2");
-    lib.get(a.destroy, "cublasDestroy_v2");
-    lib.get(a.gemm_ex, "cublasGemmEx");
-    return a;
-  }();
-  return api;
-}
-
-// The cuBLASLt entry points an FP8 GEMM needs (cuBLAS's GemmEx has no FP8).
-struct CublasLtApi {
-  decltype(&cublasLtCreate) create = nullptr;
-  decltype(&cublasLtDestroy) destroy = nullptr;
-  decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
-  decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
-  decltype(&cublasLtMatmulDescSetAttribute) desc_set = nullptr;
-  decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
-  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
-  decltype(&cublasLtMatmulPreferenceCreate) pref_create = nullptr;
-  decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy = nullptr;
-  decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set = nullptr;
-  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
-  decltype(&cublasLtMatmul) matmul = nullptr;
-};
-
-const CublasLtApi& cublaslt() {
-  static const CublasLtApi api = [] {
-    const Library lib("cublasLt");
-    CublasLtApi a;
-    lib.get(a.create, "cublasLtCreate");
-    lib.get(a.destroy, "cublasLtDestroy");
-    lib.get(a.desc_create, "cublasLtMatmulDescCreate");
-    lib.get(a.desc_destroy, "cublasLtMatmulDescDestroy");
-    lib.get(a.desc_set, "cublasLtMatmulDescSetAttribute");
-    lib.get(a.layout_create, "cublasLtMatrixLayoutCreate");
-    lib.get(a.layout_destroy, "cublasLtMatrixLayoutDestroy");
-    lib.get(a.pref_create, "cublasLtMatmulPreferenceCreate");
-    lib.get(a.pref_destroy, "cublasLtMatmulPreferenceDestroy");
-    lib.get(a.pref_set, "cublasLtMatmulPreferenceSetAttribute");
-    lib.get(a.heuristic, "cublasLtMatmulAlgoGetHeuristic");
-    lib.get(a.matmul, "cublasLtMatmul");
-    return a;
-  }();
-  return api;
-}
+using kernels::CublasLtApi;
 
 // One FP8 matmul's cuBLASLt objects, destroyed in reverse on scope exit (also when a call throws).
 struct LtMatmul {
@@ -202,7 +124,7 @@ double measure_gemm_cublas(int64_t m, int64_t n, int64_t k, double seconds) {
   CAIRN_CUDA_CHECK(cudaMemset(a.p, 0, size_t(m * k) * 2));
   CAIRN_CUDA_CHECK(cudaMemset(b.p, 0, size_t(k * n) * 2));
   cublasHandle_t h{};
-  const CublasApi& api = cublas();
+  const kernels::CublasApi& api = kernels::cublas_api();
   CAIRN_CUBLAS_CHECK(api.create(&h));
   const float one = 1.0f, zero = 0.0f;
   // Row-major C = A B is column-major C^T = B^T A^T: pass B first.
@@ -241,7 +163,7 @@ double measure_gemm_fp8_cublaslt(int64_t m, int64_t n, int64_t k, double seconds
   DeviceBuffer a(size_t(m * k)), b(size_t(k * n)), c(size_t(m * n) * 2), workspace(workspace_bytes);
   CAIRN_CUDA_CHECK(cudaMemset(a.p, 0, size_t(m * k)));
   CAIRN_CUDA_CHECK(cudaMemset(b.p, 0, size_t(k * n)));
-  LtMatmul mm(cublaslt());
+  LtMatmul mm(kernels::cublaslt_api());
   const CublasLtApi& lt = mm.lt;
   CAIRN_CUBLAS_CHECK(lt.create(&mm.handle));
   CAIRN_CUBLAS_CHECK(lt.desc_create(&mm.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
