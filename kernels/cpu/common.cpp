@@ -121,14 +121,22 @@ const char* backend_names() {
 }
 
 const char* backend_unavailable_reason(const char* name) {
-  if (find_backend(name)) return nullptr;
   static thread_local std::string message;
 #ifdef CAIRN_HAVE_CUDA_BACKEND
   if (name && std::strcmp(name, "cuda") == 0) {
-    message = "backend \"cuda\": no usable CUDA device (no GPU or driver on this machine)";
+    if (!find_backend(name)) {
+      message = "backend \"cuda\": no usable CUDA device (no GPU or driver on this machine)";
+      return message.c_str();
+    }
+    // cuBLAS is loaded on the first GEMM; a run that chose the GPU learns here, before it loads data or builds
+    // the model, that the library is missing
+    message = cuda_libraries_error();
+    if (message.empty()) return nullptr;
+    message = "backend \"cuda\": " + message;
     return message.c_str();
   }
 #endif
+  if (find_backend(name)) return nullptr;
   message = std::string("unknown backend \"") + (name ? name : "") + "\" (this build has " + backend_names() + ")";
   return message.c_str();
 }

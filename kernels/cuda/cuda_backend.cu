@@ -2,6 +2,7 @@
 // live one family per file (memory.cu, embedding.cu, norm.cu, gemm.cu, attention.cu with the flash kernels of
 // flash_attention*.cu, elementwise.cu, loss.cu, argmax.cu, optimizer.cu), declared from CAIRN_KERNEL_OPS in
 // cuda_common.cuh and filled in here from the same list. Same semantics as the CPU reference.
+#include "cairn/kernels/cublas_api.h"
 #include "cairn/kernels/cuda.h"
 #include "cuda_common.cuh"
 
@@ -39,6 +40,16 @@ const Backend* cuda_backend_or_null() {
   if (!usable) return nullptr;
   static const Backend backend = make_cuda_backend();
   return &backend;
+}
+
+std::string cuda_libraries_error() {
+  try {
+    (void)cublas_api();
+    (void)cublaslt_api();
+    return {};
+  } catch (const GpuError& e) {
+    return e.what();
+  }
 }
 
 }  // namespace cairn::kernels

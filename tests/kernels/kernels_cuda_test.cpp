@@ -43,6 +43,13 @@ BOOST_TEST_GLOBAL_FIXTURE(RequireGpu);
 const Backend& gpu() { return *find_backend("cuda"); }
 }  // namespace
 
+// A GPU and the libraries the backend loads on its first GEMM: what cairn-train and cairn-eval check at start.
+BOOST_AUTO_TEST_CASE(backend_available_with_its_libraries) {
+  const char* why = backend_unavailable_reason("cuda");
+  BOOST_TEST(!why, (why ? why : ""));
+  BOOST_TEST(cuda_libraries_error().empty());
+}
+
 BOOST_AUTO_TEST_CASE(memory_hooks) {
   BOOST_TEST(gpu().device_memory);
   Buf<float> b(gpu(), std::vector<float>{1, 2, 3});

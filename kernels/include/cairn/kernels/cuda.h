@@ -1,6 +1,7 @@
 // Entry points of the CUDA backend beyond the op table (defined only in builds with CAIRN_HAVE_CUDA_BACKEND).
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include "cairn/kernels/backend.h"
 
@@ -9,6 +10,9 @@ struct CUstream_st;  // cudaStream_t, without the CUDA headers
 namespace cairn::kernels {
 // The CUDA op table, or nullptr when no usable GPU is present (find_backend("cuda") returns this).
 const Backend* cuda_backend_or_null();
+// Loads cuBLAS and cuBLASLt now (cairn/kernels/cublas_api.h; normally the first GEMM does) and returns "" or the
+// loader's error (the library, the places tried, the reason). backend_unavailable_reason("cuda") includes it.
+std::string cuda_libraries_error();
 // Bytes currently allocated through the backend, and the high-water mark (like PyTorch's
 // memory_allocated / max_memory_allocated), for peak-memory metrics.
 size_t cuda_allocated_bytes();
