@@ -17,7 +17,8 @@ namespace cairn::kernels {
 namespace {
 
 // Candidates for libNAME: the soname of the headers' major version (what a linked binary would have needed), by the
-// loader's own search; then that file in $CUDA_HOME/lib64, $CUDA_HOME/lib and the build's toolkit directories.
+// loader's own search; then that file in $CUDA_HOME/lib64, $CUDA_HOME/lib, the build's toolkit directories and
+// /usr/local/cuda/lib64 (or lib).
 std::vector<std::string> candidates(const std::string& stem) {
   const std::string soname = "lib" + stem + ".so." + std::to_string(CUBLAS_VER_MAJOR);
   std::vector<std::string> out{soname};
@@ -33,6 +34,9 @@ std::vector<std::string> candidates(const std::string& stem) {
     start = end + 1;
   }
 #endif
+  for (const char* dir : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"})  // the toolkit's usual home
+    if (std::find(out.begin(), out.end(), std::string(dir) + "/" + soname) == out.end())
+      out.push_back(std::string(dir) + "/" + soname);
   return out;
 }
 

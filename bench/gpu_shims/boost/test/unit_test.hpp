@@ -70,6 +70,18 @@ inline bool close_pct(double a, double b, double pct) {
   do { if (!(cond)) cairn_test_shim::fail(__FILE__, __LINE__, CAIRN_SHIM_MSG(msg), false); } while (0)
 #define BOOST_REQUIRE_MESSAGE(cond, msg) \
   do { if (!(cond)) cairn_test_shim::fail(__FILE__, __LINE__, CAIRN_SHIM_MSG(msg), true); } while (0)
+#define BOOST_REQUIRE(cond) \
+  do { if (!(cond)) cairn_test_shim::fail(__FILE__, __LINE__, #cond, true); } while (0)
+#define BOOST_CHECK_THROW(expr, exception_type)                                                           \
+  do {                                                                                                    \
+    bool thrown_ = false;                                                                                 \
+    try {                                                                                                 \
+      expr;                                                                                               \
+    } catch (const exception_type&) {                                                                     \
+      thrown_ = true;                                                                                     \
+    }                                                                                                     \
+    if (!thrown_) cairn_test_shim::fail(__FILE__, __LINE__, #expr " throws " #exception_type, false);     \
+  } while (0)
 #define BOOST_REQUIRE_EQUAL(a, b) \
   do { if (!((a) == (b))) cairn_test_shim::fail(__FILE__, __LINE__, #a " == " #b, true); } while (0)
 #define BOOST_CHECK_CLOSE(a, b, pct)                                                                            \

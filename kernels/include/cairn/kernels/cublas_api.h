@@ -39,9 +39,9 @@ struct CublasLtApi {
 };
 
 // Loaded once per process and kept. The library is looked up as the dynamic loader would (LD_LIBRARY_PATH, the
-// binary's RUNPATH, ld.so.cache: libcublas.so.<major of the headers built against>), then in $CUDA_HOME and the
-// toolkit directory found at build time. Throws GpuError naming the library, the places tried and dlerror's reason
-// (or the missing symbol); a later call tries again.
+// binary's RUNPATH, ld.so.cache: libcublas.so.<major of the headers built against>), then in $CUDA_HOME, the
+// toolkit directory found at build time and /usr/local/cuda. Throws GpuError naming the library, the places tried and
+// dlerror's reason (or the missing symbol); a later call tries again.
 const CublasApi& cublas_api();
 const CublasLtApi& cublaslt_api();
 
