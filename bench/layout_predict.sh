@@ -442,7 +442,7 @@ fi
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 GIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 DIRTY=$(git -C "$ROOT" status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
-VER=$("$BIN/cairn-plan" --version 2>/dev/null | awk '{print $1}' | head -1)
+VER=$("$BIN/cairn-plan" --version 2>/dev/null | awk '{print $2}' | head -1)
 $PY - "$OUT" "$WARMUP" "$TARGET" "$CORES" "$GIT" "$DIRTY" "$VER" "$LOAD0" "$LOAD1" "$(( $(date +%s) - T0 ))" \
   "$0 $*" "$L $H $A $S $GB $MB $STEPS" "$CP_COMM" "$ROUNDS" "$BUSY" "$LEARN_R" <<'PY'
 import json, os, socket, statistics, sys, datetime

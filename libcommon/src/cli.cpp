@@ -32,7 +32,9 @@
 namespace cairn {
 
 void add_common_options(CLI::App& app, CommonOptions& opts, bool short_aliases) {
-  app.set_version_flag("--version", cairn_version() + " (git " + cairn_git_sha() + ")");
+  // "cairn-train 0.1.0 (git <sha>)": the tool's name first, as `samtools --version` and most CLIs print it
+  app.set_version_flag("--version", (provenance().tool.empty() ? std::string("cairn") : provenance().tool) + " " +
+                                        cairn_version() + " (git " + cairn_git_sha() + ")");
   app.add_option(short_aliases ? "-C,--config" : "--config", opts.config_files,
                  "TOML config file (repeatable; later files override earlier; `include = [...]` merges others; "
                  "- reads stdin)")
@@ -43,7 +45,12 @@ void add_common_options(CLI::App& app, CommonOptions& opts, bool short_aliases) 
       ->allow_extra_args(false);
   app.add_option(short_aliases ? "-o,--out" : "--out", opts.out,
                  "run directory (sets [run] dir); outputs go to <out>/<stage>/")
-      ->type_name("DIR");
+      ->type_name("DIR")
+      // a directory (or convert's file prefix), never stdout: `--out -` used to create a directory named "-"
+      ->check([](const std::string& v) {
+        return v == "-" ? std::string("names a directory, not stdout (- is for --json and input files)")
+                        : std::string();
+      });
   app.add_flag("--print-config", opts.print_config,
                "print the effective config as TOML, each key annotated with where its value came from, and exit");
   app.add_option("--log-level", opts.log_level, "debug, info, warn, error or quiet (logs go to stderr)")
@@ -328,6 +335,18 @@ Config load_tool_config(const CommonOptions& opts, const ToolSettings& tool_sett
 
 bool maybe_print_config(const CommonOptions& opts, const Config& cfg, const std::vector<std::string>& positional) {
   if (!opts.print_config) return false;
+  // Every rank of an MPI job loaded (and agreed on) the same config: rank 0 prints it once. Each rank printing
+  // interleaved the copies into TOML that does not load back.
+  if (mpi::initialized() && mpi::rank() != 0) return true;
+  // --json: the same config as JSON (values and, apart, where each came from); with `--json -` alone on stdout
+  if (!opts.json_path.empty()) {
+    json doc = {{"config", cfg.to_json()},
+                {"origin", cfg.origins_json()},
+                {"positional", positional},
+                {"provenance", provenance().to_json()}};
+    write_json_output(opts.json_path, doc.dump(2));
+    if (opts.json_path == "-") return true;
+  }
   std::string text = "# effective config of " + provenance().tool + " " + cairn_version() +
                      " (precedence: default < file < env CAIRN_<SECTION>_<KEY> < flags < --set)\n";
   if (!positional.empty())

@@ -1006,7 +1006,8 @@ std::string Config::to_toml(bool with_origins, const std::vector<std::string>& o
   return os.str();
 }
 
-json Config::to_json() const {
+template <class F>
+json Config::nested(F value_of) const {
   json out = json::object();
   for (const auto& [name, e] : values_) {
     if (e.value.is_null()) continue;
@@ -1014,9 +1015,17 @@ json Config::to_json() const {
     std::stringstream ss(e.section);
     std::string part;
     while (std::getline(ss, part, '.')) node = &(*node)[part];
-    (*node)[e.key] = e.value;
+    (*node)[e.key] = value_of(e);
   }
   return out;
+}
+
+json Config::to_json() const {
+  return nested([](const Entry& e) { return e.value; });
+}
+
+json Config::origins_json() const {
+  return nested([](const Entry& e) { return json(e.origin.describe()); });
 }
 
 // ---------------------------------------------------------------- loading

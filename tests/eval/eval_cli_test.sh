@@ -84,6 +84,18 @@ for np in (2, 4):
 print("1/2/4 ranks identical over", len(a), "values")
 PY
 
+# --print-config under mpirun: rank 0 prints the config once (each rank printed it: two [run] tables that do not
+# load back), and it loads back; the second word of `--tasks val train_val` gets a hint towards the comma list.
+mpirun -np 2 --oversubscribe "$BIN/cairn-eval" --config eval.toml --print-config 2>/dev/null > pc2.toml
+[ "$(grep -c '^\[run\]' pc2.toml)" = 1 ] || { echo "--print-config under mpirun: $(grep -c '^\[run\]' pc2.toml) [run] tables"; exit 1; }
+"$BIN/cairn-eval" --config pc2.toml --print-config > /dev/null || { echo "--print-config output does not load back"; exit 1; }
+set +e
+"$BIN/cairn-eval" --config eval.toml --tasks val train_val 2> tasks2.err > /dev/null
+rc=$?
+set -e
+[ $rc = 2 ] && grep -q -- '--tasks takes one comma-separated list: --tasks val,train_val' tasks2.err ||
+  { echo "--tasks val train_val: rc $rc"; cat tasks2.err; exit 1; }
+
 CK20="$WORK/run/train/ckpt/step_00000020"
 # Restart-safe: a rerun finds everything in results.jsonl and evaluates nothing.
 n1=$(wc -l < run/eval/results.jsonl)

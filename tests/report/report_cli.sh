@@ -150,6 +150,14 @@ rc=0; "$REPORT" "$T/good" --set 'report.gates.eval_hellaswag_ac={min=0}' --out "
 grep -q "report.gates.val_loss.max_drop_pct: val_loss is better lower.*did you mean max_increase_pct" "$T/dir.err" ||
   fail "a rule against the metric's direction was not flagged: $(cat "$T/dir.err")"
 "$REPORT" --list-metrics | grep -q 'busbw_<coll>\[_<tier>\]' || fail "--list-metrics"
+# --list-metrics --json -: the catalog as one JSON document alone on stdout (it printed the text, ignoring --json)
+"$REPORT" --list-metrics --json - | /usr/bin/python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+names = {m['name'] for m in d['metrics']}
+assert 'val_loss' in names and 'tokens_per_s' in names, sorted(names)
+assert 'allreduce' in d['collectives'] and 'max_increase' in d['rules'], d
+" || fail "--list-metrics --json -"
 "$REPORT" --help | grep -q 'eval_<task>_<metric>' || fail "--help does not document metric names"
 # 6. Garbage input: binary bytes as metrics.jsonl and an empty one are rendered (bad lines skipped and
 # counted); a sweep.json or plans.json of the wrong shape is bad input: exit 2 naming the file and key.

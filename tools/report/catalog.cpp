@@ -7,6 +7,7 @@
 
 #include "cairn/config.h"
 #include "cairn/plot.h"
+#include "cairn/sections/report.h"
 
 namespace cairn::report {
 namespace {
@@ -240,6 +241,36 @@ std::string suggest_metric(const std::string& name) {
     }
   }
   return best;
+}
+
+nlohmann::json metrics_catalog_json() {
+  using nlohmann::json;
+  auto better = [](Better b) { return b == Better::Lower ? "lower" : b == Better::Higher ? "higher" : "neither"; };
+  json fixed = json::array();
+  for (const auto& d : fixed_metrics())
+    fixed.push_back(
+        {{"name", d.name}, {"group", d.group}, {"doc", d.doc}, {"unit", d.unit}, {"better", better(d.better)}});
+  const json patterns = json::array({
+      {{"pattern", "busbw_<coll>[_<tier>]"},
+       {"doc", "peak measured bus bandwidth over message sizes"},
+       {"unit", "GB/s"},
+       {"better", "higher"}},
+      {{"pattern", "fit_busbw_<coll>[_<tier>]"},
+       {"doc", "fitted bus bandwidth beta"},
+       {"unit", "GB/s"},
+       {"better", "higher"}},
+      {{"pattern", "alpha_<coll>[_<tier>]"}, {"doc", "fitted latency alpha"}, {"unit", "us"}, {"better", "lower"}},
+      {{"pattern", "eval_<task>_<metric>"},
+       {"doc", "eval/results.jsonl's value at the last evaluated step; lower is better for loss/ppl/perplexity/bpb/"
+               "error, else higher"},
+       {"unit", ""},
+       {"better", "by name"}},
+  });
+  return {{"metrics", fixed},
+          {"patterns", patterns},
+          {"collectives", known_collectives()},
+          {"tiers", known_tiers()},
+          {"rules", report_gate_rule_kinds()}};
 }
 
 std::string metrics_help() {

@@ -1,6 +1,7 @@
 // The metrics cairn-report computes per run (the names gates and the comparison table use).
 #pragma once
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,6 +46,9 @@ std::optional<MetricDef> resolve_metric(const std::string& name);
 std::string suggest_metric(const std::string& name);
 // Documentation of every metric name (for --help, --list-metrics and docs/report.md).
 std::string metrics_help();
+// The same as one JSON document (--list-metrics --json): the fixed metrics with group, unit and direction, the
+// per-collective and per-task name patterns, the collectives and tiers they take, and the gate rules.
+nlohmann::json metrics_catalog_json();
 
 // Every metric available in `run`, by canonical name.
 std::map<std::string, MetricValue> compute_metrics(const RunData& run, const MetricSettings& settings);

@@ -35,7 +35,10 @@ int main(int argc, char** argv) {
         cairn::report::metrics_help());
     cairn::parse_cli(app, argc, argv);
     if (list_metrics) {
-      std::cout << cairn::report::metrics_help();
+      // --json FILE: also the catalog as JSON; --json -: the JSON alone on stdout
+      if (!opts.json_path.empty())
+        cairn::write_json_output(opts.json_path, cairn::report::metrics_catalog_json().dump(2));
+      if (opts.json_path != "-") std::cout << cairn::report::metrics_help();
       return 0;
     }
     cairn::Config cfg = cairn::load_tool_config(opts, settings);

@@ -123,6 +123,8 @@ class Config {
   // Effective config as TOML; with origins, each key carries "# <origin>" (for --print-config).
   std::string to_toml(bool with_origins = false, const std::vector<std::string>& only_sections = {}) const;
   json to_json() const;
+  // Where each set key's value came from (Origin::describe), nested like to_json().
+  json origins_json() const;
   // Config files that were read (main files and includes), for provenance.
   const std::vector<std::string>& files_read() const { return files_read_; }
 
@@ -137,6 +139,9 @@ class Config {
     Origin origin;
     std::string section, key;  // key unquoted: "wiki.test" of eval.task."wiki.test"
   };
+  // Every set key as JSON nested by section, each holding value_of(entry).
+  template <class F>
+  json nested(F value_of) const;
   const Schema* schema_;
   std::map<std::string, Entry> values_;
   std::vector<std::string> files_read_;

@@ -21,7 +21,16 @@ check out_sets_run_dir 0 "dir runs/x" -- "$probe" --out runs/x
 check print_config_origin 0 "env CAIRN_MODEL_HIDDEN" -- env CAIRN_MODEL_HIDDEN=32 "$probe" --config "$data/experiment.toml" --print-config
 check print_config_file_line 0 "experiment.toml:5:1" -- "$probe" --config "$data/experiment.toml" --print-config
 check help 0 "--print-config" -- "$probe" --help
-check version 0 "git" -- "$probe" --version
+check version 0 "cairn-probe 0." -- "$probe" --version
+# --out names a directory: `--out -` is refused (it created a directory named "-")
+check out_dash 2 "--out: names a directory, not stdout" -- "$probe" --out -
+# --print-config --json: the config as JSON (values, where each came from, positional arguments, provenance); with
+# --json - the JSON alone on stdout, with --json FILE the TOML on stdout as well
+"$probe" --set model.layers=3 --print-config --json - 2>/dev/null >"$tmp/pc.json"
+check print_config_json 0 "3 --set model.layers=3" -- /usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); \
+print(d['config']['model']['layers'], d['origin']['model']['layers'], d['provenance']['tool'])" "$tmp/pc.json"
+check print_config_json_file 0 "layers = 3" -- "$probe" --set model.layers=3 --print-config --json "$tmp/pc2.json"
+check print_config_json_file_written 0 '"layers": 3' -- cat "$tmp/pc2.json"
 check bad_flag 2 "cairn-probe: " -- "$probe" --no-such-flag
 check config_typo 2 "did you mean 'model.hidden'" -- "$probe" --config "$data/typo.toml"
 check missing_config 2 "cannot open config" -- "$probe" --config "$data/missing.toml"
