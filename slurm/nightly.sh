@@ -25,7 +25,9 @@ config=$1 baseline=$2; shift 2
 [ -f "$config" ] || finish 2 "USAGE: cannot open \"$config\": No such file or directory"
 config=$(cairn_abspath "$config")
 [ -d "$baseline" ] || finish 1 "INFRA-FAILURE: baseline \"$baseline\" is not a directory"
-baseline=$(cd "$baseline" && pwd)
+# Resolved (pwd -P): a baseline given as <base>/latest must stay the run it points at now, not follow `latest` to
+# tonight's run when it is repointed below (the run was then compared with itself).
+baseline=$(cd "$baseline" && pwd -P)
 
 sets=() out="" passthrough=()
 while [ $# -gt 0 ]; do
@@ -45,9 +47,24 @@ report_tool=$(cairn_tool report) || report_tool=$(cairn_any_tool) ||
   finish 1 "INFRA-FAILURE: no cairn-* binary found (looked in ${CAIRN_BIN_DIR:-<unset>}, $CAIRN_HOME/build/bin and PATH)"
 printed=$("$report_tool" --config "$config" "${sets[@]}" --print-config 2>&1) ||
   finish 2 "CONFIG-ERROR: the config is rejected: $printed"
+[ -d "$baseline/train" ] || [ -d "$baseline/sweep" ] ||
+  finish 1 "INFRA-FAILURE: baseline \"$baseline\" holds no run (no train/ or sweep/ directory): give a run directory of an earlier nightly or pipeline"
 base=$(cairn_config_value run dir <<<"$printed") || finish 1 "INFRA-FAILURE: no [run] dir in the printed config"
 base=$(cairn_abspath "$base")
 if [ -n "$out" ]; then out=$(cairn_abspath "$out"); parent=$(dirname "$out"); else parent=$base; fi
+stages=()
+for s in "${CAIRN_STAGES[@]}"; do [ "$s" = report ] || stages+=("$s"); done
+stages_csv=$(IFS=,; echo "${stages[*]}")
+# submit-pipeline.sh's own options (--grace, --sbatch, ...) checked by a dry run before anything is created: a bad
+# one used to end the nightly with exit 1 after making an empty run directory and pointing `latest` at it.
+if ! dry=$("$here/submit-pipeline.sh" "$config" "${sets[@]}" --out "${out:-$base/nightly-dry-run}" --stages "$stages_csv" \
+      --dry-run "${passthrough[@]}" 2>&1 9>&-); then
+  why=$(grep -E '^cairn: ' <<<"$dry" | tail -n 1 | sed 's/^cairn: //')
+  case "$why" in
+    *"is not built"*|*"not found"*) finish 1 "INFRA-FAILURE: $why" ;;
+    *) finish 2 "USAGE: ${why:-$dry}" ;;
+  esac
+fi
 mkdir -p "$parent" || finish 1 "INFRA-FAILURE: cannot create \"$parent\""
 
 # One nightly at a time per run directory base (cron may start the next before this one ends). The lock lives
@@ -68,13 +85,34 @@ mkdir -p "$out" || finish 1 "INFRA-FAILURE: cannot create \"$out\""
 if [ "$(dirname "$out")" = "$base" ]; then ln -sfn "$(basename "$out")" "$base/latest" 2>/dev/null || true; fi
 
 say "config $config; baseline $baseline; run $out"
-stages=()
-for s in "${CAIRN_STAGES[@]}"; do [ "$s" = report ] || stages+=("$s"); done
-stages_csv=$(IFS=,; echo "${stages[*]}")
 export CAIRN_POLL_S=${CAIRN_POLL_S:-5}
-"$here/submit-pipeline.sh" "$config" "${sets[@]}" --out "$out" --stages "$stages_csv" --wait "${passthrough[@]}" 2>&1 \
-  | while IFS= read -r line; do say "$line"; done
-rc=${PIPESTATUS[0]}
+# In the background, so a signal (a cron `timeout`, Ctrl-C) reaches the trap while the jobs run: it stops the
+# waiting, cancels the jobs this nightly submitted and says so. In the foreground bash held the trap until the
+# pipeline ended, and a killed nightly left the waiting processes behind, holding the lock (fd 9, now closed
+# for them) and printing after it had exited.
+{
+  "$here/submit-pipeline.sh" "$config" "${sets[@]}" --out "$out" --stages "$stages_csv" --wait "${passthrough[@]}" 2>&1 \
+    | while IFS= read -r line; do say "$line"; done
+  exit "${PIPESTATUS[0]}"
+} 9>&- &
+waiter=$!
+stopped_by() {
+  trap - TERM INT HUP
+  pkill -TERM -P "$waiter" 2>/dev/null
+  kill -TERM "$waiter" 2>/dev/null
+  local ids
+  ids=$(sed -n 's/.*"job_id": \([0-9][0-9]*\).*/\1/p' "$out/pipeline.json" 2>/dev/null | paste -sd' ')
+  # shellcheck disable=SC2086  # one word per job id
+  [ -n "$ids" ] && scancel $ids 2>/dev/null
+  if [ -n "$ids" ]; then finish 1 "INFRA-FAILURE: nightly.sh stopped by SIG$1; cancelled its jobs $ids"; fi
+  finish 1 "INFRA-FAILURE: nightly.sh stopped by SIG$1; no job was submitted"
+}
+trap 'stopped_by TERM' TERM
+trap 'stopped_by INT' INT
+trap 'stopped_by HUP' HUP
+rc=0
+wait "$waiter" || rc=$?
+trap - TERM INT HUP
 [ "$rc" -eq 0 ] || finish 1 "INFRA-FAILURE: the pipeline did not complete (exit $rc); see the FAILED line above and $out/logs/"
 
 say "pipeline completed; running cairn-report against the baseline"
@@ -82,7 +120,7 @@ export CAIRN_LAUNCHER=none CAIRN_BASELINE_DIR=$baseline
 # shellcheck disable=SC2034  # read by the stage body
 CAIRN_RUN_DIR=$out
 mkdir -p "$out/logs"
-cairn_stage_report --config "$config" "${sets[@]}" --set "run.dir=$(cairn_toml_str "$out")" > "$out/logs/report.log" 2>&1
+cairn_stage_report --config "$config" "${sets[@]}" --set "run.dir=$(cairn_toml_str "$out")" > "$out/logs/report.log" 2>&1 9>&-
 rc=$?
 sed 's/^/  | /' "$out/logs/report.log"
 summary=$out/report/summary.md

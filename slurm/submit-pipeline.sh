@@ -191,20 +191,34 @@ echo "watch: $watch"
 [ "$wait_jobs" = 1 ] || exit 0
 
 # --wait: follow the jobs through squeue/scontrol (no accounting database needed).
-job_state() { scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2; }
-job_exit() { scontrol show job "$1" 2>/dev/null | grep -o ' ExitCode=[0-9:]*' | head -1 | cut -d= -f2; }
+# job_state JOB: the job's state; PURGED when the controller no longer knows the job (MinJobAge passed); "" when the
+# controller did not answer (restarting, overloaded): the loop below asks again. Never fails (set -e, pipefail).
+job_state() {
+  local out
+  if out=$(scontrol show job "$1" 2>&1); then
+    grep -o 'JobState=[A-Z_]*' <<<"$out" | head -1 | cut -d= -f2 || true
+  elif grep -q 'Invalid job id' <<<"$out"; then
+    echo PURGED
+  fi
+}
+job_exit() { scontrol show job "$1" 2>/dev/null | grep -o ' ExitCode=[0-9:]*' | head -1 | cut -d= -f2 || true; }
 final_state() {
   case "$1" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED) return 0 ;; esac
   return 1
 }
 declare -A state_of=()
 poll=${CAIRN_POLL_S:-2}
+# How long the controller may stay silent before --wait gives up (the jobs may still be running).
+silent_limit=${CAIRN_WAIT_CONTROLLER_S:-900}
+silent_since=""
 while :; do
-  pending=0
+  pending=0 unanswered=0
   for s in "${selected[@]}"; do
     [ -n "${state_of[$s]:-}" ] && continue
     st=$(job_state "${job_of[$s]}")
     if [ -z "$st" ]; then
+      unanswered=1 pending=$((pending + 1))
+    elif [ "$st" = PURGED ]; then
       state_of[$s]=UNKNOWN   # purged from the controller (MinJobAge passed): nothing more to learn
     elif final_state "$st"; then
       state_of[$s]=$st
@@ -213,6 +227,18 @@ while :; do
       pending=$((pending + 1))
     fi
   done
+  if [ "$unanswered" = 1 ]; then
+    if [ -z "$silent_since" ]; then
+      silent_since=$SECONDS
+      echo "the Slurm controller does not answer (scontrol show job); still waiting"
+    elif [ $((SECONDS - silent_since)) -ge "$silent_limit" ]; then
+      echo "INFRA: the Slurm controller has not answered for $((SECONDS - silent_since)) s (CAIRN_WAIT_CONTROLLER_S=$silent_limit); the jobs may still be running: $watch"
+      exit 1
+    fi
+  elif [ -n "$silent_since" ]; then
+    echo "the Slurm controller answers again (after $((SECONDS - silent_since)) s)"
+    silent_since=""
+  fi
   [ "$pending" -eq 0 ] && break
   sleep "$poll"
 done
@@ -229,7 +255,8 @@ for s in $failed; do
   echo "FAILED: stage $s (job ${job_of[$s]}, ${state_of[$s]}, exit $(job_exit "${job_of[$s]}")); log: ${log_of[$s]}"
   # The tool's own message (cairn-<tool>: ...) or the stage's (cairn <stage>: ..., e.g. a launcher that returned 0
   # having run nothing) says why; the log's end says how it ended.
-  { grep -E '^cairn[- ][a-z]+: ' "${log_of[$s]}" | awk '!seen[$0]++' | tail -n 3
+  # On a multi-rank job the error carries its rank ([r0/2 host] cairn-train: ...), rank 0's log lines do not.
+  { grep -E '^(\[r[0-9]+/[0-9]+ [^]]*\] )?cairn[- ][a-z]+: ' "${log_of[$s]}" | awk '!seen[$0]++' | tail -n 3
     tail -n 3 "${log_of[$s]}"; } 2>/dev/null | awk '!seen[$0]++ { print "  | " $0 }' || true
 done
 [ -n "$cancelled" ] && echo "cancelled:$cancelled (a stage they depend on failed, or scancel)"

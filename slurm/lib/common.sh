@@ -26,7 +26,13 @@ cairn_usage() {
   awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$1" >&2
 }
 
-cairn_log() { echo "cairn[$(date -u +%H:%M:%S)] $*" >&2; }
+# The time without a child process: scancel signals every process of the job, and a `date` it catches mid-way left
+# "cairn[]" in the log.
+cairn_log() {
+  local now
+  TZ=UTC printf -v now '%(%H:%M:%S)T' -1
+  echo "cairn[$now] $*" >&2
+}
 cairn_die() { echo "cairn: $*" >&2; exit "${CAIRN_DIE_CODE:-1}"; }
 
 # The settings the scripts do arithmetic or sleep with, and the launcher: a bad value is a usage error (exit 2) naming

@@ -21,6 +21,9 @@ log="$work/run/logs/train-$train_job.out"
 grep -q "^FAILED: stage train (job $train_job, FAILED, exit [0-9]*:[0-9]*); log: $log\$" "$work/submit.out" \
   || fail "the output does not name the failed stage and its log"
 grep -q "no-such-dataset" "$log" || fail "the train log $log does not hold cairn-train's error"
+# The excerpt under FAILED quotes the tool's error, which carries its rank on a multi-rank job ([r0/2 host]
+# cairn-train: ...): the filter missed it and quoted srun's lines only.
+grep -q "^  | .*cairn-train: .*no-such-dataset" "$work/submit.out" || fail "the FAILED excerpt does not quote cairn-train's error"
 [ "$(job_state "$train_job")" = FAILED ] || fail "train job is $(job_state "$train_job")"
 for s in eval report; do
   jid=$(sed -n "s/^submitted $s as job \\([0-9]*\\).*/\\1/p" "$work/submit.out")
@@ -45,3 +48,41 @@ if [ -f "$work/run2/logs/eval-$eval_job.out" ]; then
   grep -q "stopping the watch" "$work/run2/logs/eval-$eval_job.out" || fail "eval did not stop watching"
 fi
 pass "--eval-watch: a failed training stops the watching eval; report CANCELLED"
+
+# --wait while the controller does not answer (a restart, an overloaded slurmctld): `scontrol show job` fails for a
+# while. --wait died at once with exit 1 and no message (set -e on the failed lookup); now it says so, keeps
+# waiting, and goes on when the controller answers again; past CAIRN_WAIT_CONTROLLER_S it gives up, saying why.
+mkdir -p "$work/shim"
+real_scontrol=$(command -v scontrol)
+cat > "$work/shim/scontrol" <<SH
+#!/usr/bin/env bash
+# fails "show job" while \$work/silent exists, as scontrol does when slurmctld is unreachable
+if [ "\$1 \$2" = "show job" ] && [ -e "$work/silent" ]; then
+  echo "slurm_load_jobs error: Unable to contact slurm controller (connect failure)" >&2
+  exit 1
+fi
+exec "$real_scontrol" "\$@"
+SH
+chmod +x "$work/shim/scontrol"
+touch "$work/silent"
+( sleep 6; rm -f "$work/silent" ) &
+rc=0
+PATH="$work/shim:$PATH" CAIRN_POLL_S=1 slurm/submit-pipeline.sh tests/slurm/tiny.toml --out "$work/run4" \
+  --stages reshard --set "data.path=\"$work/data4\"" --wait > "$work/submit4.out" 2>&1 || rc=$?
+wait
+cat "$work/submit4.out"
+[ "$rc" -eq 0 ] || fail "--wait through a silent controller exited $rc, expected 0"
+grep -q "^the Slurm controller does not answer" "$work/submit4.out" || fail "--wait did not say the controller is silent"
+grep -q "^the Slurm controller answers again" "$work/submit4.out" || fail "--wait did not say the controller is back"
+grep -q "^pipeline COMPLETED" "$work/submit4.out" || fail "--wait did not see the pipeline complete"
+pass "--wait waited through 6 s of a silent controller and saw the pipeline complete"
+
+touch "$work/silent"
+rc=0
+PATH="$work/shim:$PATH" CAIRN_POLL_S=1 CAIRN_WAIT_CONTROLLER_S=3 slurm/submit-pipeline.sh tests/slurm/tiny.toml \
+  --out "$work/run5" --stages reshard --set "data.path=\"$work/data5\"" --wait > "$work/submit5.out" 2>&1 || rc=$?
+rm -f "$work/silent"
+cat "$work/submit5.out"
+[ "$rc" -eq 1 ] || fail "--wait with a controller silent past CAIRN_WAIT_CONTROLLER_S exited $rc, expected 1"
+grep -q "^INFRA: the Slurm controller has not answered for [0-9]* s" "$work/submit5.out" || fail "--wait gave up without saying why"
+pass "--wait gives up after CAIRN_WAIT_CONTROLLER_S of silence, exit 1, saying so"

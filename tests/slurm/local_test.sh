@@ -23,7 +23,7 @@ expect 2 "stepz" slurm/run-local.sh "$tiny" --set train.stepz=3
 expect 2 "Usage" slurm/nightly.sh "$tiny"
 # nightly.sh checks the config as cairn-report reads it before it submits or creates anything: a misspelled gate
 # used to surface only after the whole pipeline, as an infrastructure failure.
-mkdir -p "$work/baseline"
+mkdir -p "$work/baseline/train"  # a run, as far as nightly.sh checks before it starts
 expect 2 'unknown gate metric "val_los" (did you mean "val_loss"?)' slurm/nightly.sh "$tiny" "$work/baseline" \
   --set "run.dir=\"$work/nightly\"" --set "report.gates.val_los={ max = 4.0 }"
 expect 2 "unknown key 'max_rise'" slurm/nightly.sh "$tiny" "$work/baseline" \

@@ -78,3 +78,22 @@ for n in names:
 print(f"{len(names)} parameter tensors bitwise equal; checkpoints of the preempted run: {sorted(os.listdir(ckpts))}")
 PY
 pass "final weights of the preempted run equal the uninterrupted run's, bitwise"
+
+# A plain scancel of a running train job: the ranks checkpoint (nothing is lost) but the job stays cancelled. It
+# used to come back: the batch shell's TERM trap checkpointed and ran `scontrol requeue`, which undid the cancel
+# (only a scancel while PENDING stuck). The controller has ended the job when the signal arrives (COMPLETING), so
+# train.sbatch requeues only a job that is still RUNNING (time-limit warning, scancel --signal=USR1 --batch).
+ln -sf "$pausing" "$work/bin/cairn-train"
+rm -f "$work"/paused.*
+cancelled=$(CAIRN_BIN_DIR=$work/bin CAIRNTEST_TRAIN_PAUSE=step_done CAIRNTEST_TRAIN_PAUSE_STEP=$pause_at \
+            CAIRNTEST_TRAIN_PAUSE_FILE=$work/paused submit "$work/cancelled")
+wait_for "both ranks of job $cancelled to pause after step $pause_at" 300 paused
+scancel "$cancelled"
+st=$(wait_job "$cancelled" 300) || fail "cancelled job: $st"
+[ "$st" = CANCELLED ] || { cat "$work/cancelled/logs/"train-*.out >&2; fail "scancel: job $cancelled ended $st"; }
+[ "$(job_field "$cancelled" Restarts)" = 0 ] || fail "scancel: job $cancelled was requeued (Restarts=$(job_field "$cancelled" Restarts))"
+log=$(ls "$work/cancelled/logs/"train-*.out)
+grep -q "not requeued" "$log" || { cat "$log" >&2; fail "the train log does not say the cancelled job is not requeued"; }
+ls "$work/cancelled/train/ckpt/"step_*/DONE > /dev/null 2>&1 \
+  || { cat "$log" >&2; fail "scancel: no sealed checkpoint in $work/cancelled/train/ckpt"; }
+pass "scancel: job $cancelled checkpointed ($(basename "$(dirname "$(ls -d "$work/cancelled/train/ckpt/"step_*/DONE | tail -1)")")) and stayed CANCELLED"

@@ -81,7 +81,7 @@ grep -q "| cairn train: srun returned 0 but" "$work/submit.out" || fail "submit-
 pass "Slurm: train job $train_job FAILED (exit 1) naming train/FINISHED; eval CANCELLED; --wait exit 1"
 
 # nightly.sh over tools that do nothing: the first stages fail, the pipeline does not complete, exit 1.
-mkdir -p "$work/baseline"
+mkdir -p "$work/baseline/train"  # a run, as far as nightly.sh checks before it starts
 rc=0
 CAIRN_BIN_DIR=$work/bin-all CAIRN_POLL_S=1 slurm/nightly.sh "$tiny" "$work/baseline" --out "$work/nightly" \
   > "$work/nightly.out" 2>&1 || rc=$?
