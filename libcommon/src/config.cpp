@@ -304,6 +304,46 @@ std::string Origin::describe() const {
 
 // ---------------------------------------------------------------- value checking
 
+uint64_t parse_byte_count(const std::string& text, const std::string& what) {
+  auto refuse = [&](const std::string& why) -> UsageError {
+    return UsageError((what.empty() ? std::string() : what + ": ") + "'" + text + "' " + why);
+  };
+  std::string t = text;
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+  uint64_t mult = 1;
+  if (!t.empty()) {
+    char s = static_cast<char>(std::toupper(static_cast<unsigned char>(t.back())));
+    if (s == 'K') mult = 1ull << 10;
+    else if (s == 'M') mult = 1ull << 20;
+    else if (s == 'G') mult = 1ull << 30;
+    else if (s == 'T') mult = 1ull << 40;
+    if (mult != 1) t.pop_back();
+    else if (s == 'B') t.pop_back();
+  }
+  // A decimal number as nccl-tests' parsesize takes it (`-b 1.5K` = 1536; a fraction of a byte is dropped, as
+  // its size_t cast drops it); digits with at most one point.
+  const size_t point = t.find('.');
+  const bool digits_only =
+      std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; });
+  if (t.empty() || t == "." || !digits_only ||
+      (point != std::string::npos && t.find('.', point + 1) != std::string::npos)) {
+    throw refuse("is not a size (bytes, optionally with a K, M or G suffix; 1.5K = 1536)");
+  }
+  if (point != std::string::npos) {
+    const double v = std::stod(t) * static_cast<double>(mult);
+    if (!(v < 9.2e18)) throw refuse("is too large");
+    return static_cast<uint64_t>(v);
+  }
+  // Digits past uint64 make stoull throw std::out_of_range, which would end the run as "stoull", exit 1.
+  uint64_t v = UINT64_MAX;
+  try {
+    v = std::stoull(t);
+  } catch (const std::out_of_range&) {
+  }
+  if (v > (UINT64_MAX >> 1) / mult) throw refuse("is too large");
+  return v * mult;
+}
+
 namespace {
 
 // Whether `text`, a decimal in C's %e form ("1e+18", "-1.5e+18"), is exactly the integer `n`.
@@ -498,6 +538,14 @@ json check_value(const KeySpec& spec, const std::string& key, const json& v, con
         out = std::to_string(v.get<int64_t>());
         ok = true;
       }
+      // Text that is not a size fails where it was set, in every tool (cairn-sweep alone refused it, at run time)
+      if (spec.byte_count && out.is_string()) {
+        try {
+          (void)parse_byte_count(out.get<std::string>(), "");
+        } catch (const UsageError& e) {
+          fail(e.what());
+        }
+      }
       break;
     case KeyType::StringList: ok = all_of_array(v, is_str); break;
     case KeyType::IntList: ok = all_of_array(v, is_int_like); break;
@@ -524,6 +572,7 @@ json check_value(const KeySpec& spec, const std::string& key, const json& v, con
   if (out.is_array())
     for (const auto& e : out)
       if (e.is_string()) check_text(e);
+  if (spec.non_empty && out.is_array() && out.empty()) fail("the list is empty: give at least one value");
   if (spec.type == KeyType::Table)
     for (auto it = out.begin(); it != out.end(); ++it)
       if (std::string why = unknown_table_key(spec, it.key()); !why.empty()) fail(why);

@@ -58,6 +58,12 @@ same_tokens "$T/d8" "$T/from_meg"
 "$B" convert --to llmc --out "$T/llmc" "$T/d8"
 "$B" convert --from llmc "$T/llmc" --shards 2 --out "$T/from_llmc"
 same_tokens "$T/d8" "$T/from_llmc"
+# The exports' formats have no room for provenance: it is written beside them (the same document as --json).
+for f in "$T/meg/fortunes_text_document.provenance.json" "$T/llmc/provenance.json"; do
+  $PY -c "import json, sys; d = json.load(open(sys.argv[1])); p = d['provenance']
+assert p['tool'] == 'cairn-reshard' and 'convert' in p['command_line'] and p['git_sha'] and d['tokens'] > 0, d" "$f" ||
+    fail "no provenance beside the export: $f"
+done
 $PY - "$T/meg/fortunes_text_document" "$T/llmc" "$T/d8" <<'PY'
 import glob, json, os, struct, sys
 import numpy as np, h5py

@@ -139,9 +139,14 @@ expect_usage "built without CUDA|GPUs but only 0 are visible" --backend nccl  # 
 expect_usage "not a size" -e 12X
 # A size from a config file names where it was set, and --print-config refuses what the sweep would.
 printf '[sweep]\nminbytes = "abc"\n' > "$TMP/badsize.toml"
-expect_usage "badsize.toml:2:1: sweep.minbytes \(-b\): 'abc' is not a size" --config "$TMP/badsize.toml"
-expect_usage "sweep.minbytes \(-b\): 'abc' is not a size" -b abc --print-config
-expect_usage "sweep.maxbytes \(-e\): '99999999999999999999' is too large" -e 99999999999999999999  # was "stoull", exit 1
+expect_usage "badsize.toml:2:1: sweep.minbytes: 'abc' is not a size" --config "$TMP/badsize.toml"
+expect_usage "--minbytes: sweep.minbytes: 'abc' is not a size" -b abc --print-config
+expect_usage "--maxbytes: sweep.maxbytes: '99999999999999999999' is too large" -e 99999999999999999999  # was "stoull", exit 1
+# Every tool checks a size where it loads the config (cairn-plan passed `sweep.minbytes=bogus` that cairn-sweep
+# refused), and a list that must name something is refused empty.
+"$CAIRN_BIN_DIR/cairn-plan" --set sweep.minbytes=bogus --print-config > /dev/null 2> "$TMP/plan_size.err" && fail "cairn-plan took sweep.minbytes=bogus"
+grep -q "sweep.minbytes: 'bogus' is not a size" "$TMP/plan_size.err" || fail "cairn-plan: $(cat "$TMP/plan_size.err")"
+expect_usage "sweep.collectives: the list is empty: give at least one value" --set 'sweep.collectives=[]' --print-config
 # A byte count may be a plain TOML integer (a file, --set, CAIRN_SWEEP_*); negative ones are refused by name.
 "$BIN" --print-config --set sweep.maxbytes=65536 --set sweep.stepbytes=4096 2>&1 | grep -q '^maxbytes = "65536"' ||
   fail "--set sweep.maxbytes=65536 not taken as 64K"

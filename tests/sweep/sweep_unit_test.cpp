@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "cairn/config.h"
 #include "cairn/error.h"
 #include "cairn/log.h"
 #include "collectives.h"
@@ -121,18 +122,18 @@ BOOST_AUTO_TEST_CASE(closed_form_product_equals_explicit_one) {
 }
 
 BOOST_AUTO_TEST_CASE(byte_sizes_and_sweep_steps) {
-  BOOST_TEST(parse_bytes("8", "x") == 8u);
-  BOOST_TEST(parse_bytes("1K", "x") == 1024u);
-  BOOST_TEST(parse_bytes("128M", "x") == 128ull << 20);
-  BOOST_TEST(parse_bytes("2g", "x") == 2ull << 30);
-  BOOST_CHECK_THROW(parse_bytes("", "x"), cairn::UsageError);
+  BOOST_TEST(cairn::parse_byte_count("8", "x") == 8u);
+  BOOST_TEST(cairn::parse_byte_count("1K", "x") == 1024u);
+  BOOST_TEST(cairn::parse_byte_count("128M", "x") == 128ull << 20);
+  BOOST_TEST(cairn::parse_byte_count("2g", "x") == 2ull << 30);
+  BOOST_CHECK_THROW(cairn::parse_byte_count("", "x"), cairn::UsageError);
   // Decimals as nccl-tests' parsesize reads them (a fraction of a byte dropped).
-  BOOST_TEST(parse_bytes("1.5M", "x") == 3ull << 19);
-  BOOST_TEST(parse_bytes("1.5K", "x") == 1536u);
-  BOOST_TEST(parse_bytes("0.5", "x") == 0u);
-  BOOST_CHECK_THROW(parse_bytes("1.5.1K", "x"), cairn::UsageError);
-  BOOST_CHECK_THROW(parse_bytes(".", "x"), cairn::UsageError);
-  BOOST_CHECK_THROW(parse_bytes("-3", "x"), cairn::UsageError);
+  BOOST_TEST(cairn::parse_byte_count("1.5M", "x") == 3ull << 19);
+  BOOST_TEST(cairn::parse_byte_count("1.5K", "x") == 1536u);
+  BOOST_TEST(cairn::parse_byte_count("0.5", "x") == 0u);
+  BOOST_CHECK_THROW(cairn::parse_byte_count("1.5.1K", "x"), cairn::UsageError);
+  BOOST_CHECK_THROW(cairn::parse_byte_count(".", "x"), cairn::UsageError);
+  BOOST_CHECK_THROW(cairn::parse_byte_count("-3", "x"), cairn::UsageError);
   SweepOptions o;
   o.minbytes = 8;
   o.maxbytes = 100;

@@ -714,6 +714,12 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     if (root) {
       summary["input"] = in;
       summary["provenance"] = provenance().to_json();
+      // The export's formats have no room for provenance: it goes beside them, <prefix>.provenance.json for
+      // Megatron's .bin/.idx, provenance.json in llm.c's directory (neither loader reads a .json there).
+      std::string bin = summary.value("bin", std::string());
+      const std::string sidecar =
+          to == "megatron" ? bin.substr(0, bin.size() - 4) + ".provenance.json" : join_path(out, "provenance.json");
+      atomic_write(sidecar, json_text(summary, 2) + "\n");
       write_json_output(json_out, json_text(summary, 2));
     }
     return 0;

@@ -34,43 +34,6 @@ extern char** environ;
 
 namespace cairn::sweep {
 
-uint64_t parse_bytes(const std::string& text, const std::string& what) {
-  std::string t = text;
-  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-  uint64_t mult = 1;
-  if (!t.empty()) {
-    char s = static_cast<char>(std::toupper(static_cast<unsigned char>(t.back())));
-    if (s == 'K') mult = 1ull << 10;
-    else if (s == 'M') mult = 1ull << 20;
-    else if (s == 'G') mult = 1ull << 30;
-    else if (s == 'T') mult = 1ull << 40;
-    if (mult != 1) t.pop_back();
-    else if (s == 'B') t.pop_back();
-  }
-  // A decimal number as nccl-tests' parsesize takes it (`-b 1.5K` = 1536; a fraction of a byte is dropped, as
-  // its size_t cast drops it); digits with at most one point.
-  const size_t point = t.find('.');
-  const bool digits_only =
-      std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; });
-  if (t.empty() || t == "." || !digits_only ||
-      (point != std::string::npos && t.find('.', point + 1) != std::string::npos)) {
-    throw UsageError(what + ": '" + text + "' is not a size (bytes, optionally with a K, M or G suffix; 1.5K = 1536)");
-  }
-  if (point != std::string::npos) {
-    const double v = std::stod(t) * static_cast<double>(mult);
-    if (!(v < 9.2e18)) throw UsageError(what + ": '" + text + "' is too large");
-    return static_cast<uint64_t>(v);
-  }
-  // Digits past uint64 make stoull throw std::out_of_range, which would end the run as "stoull", exit 1.
-  uint64_t v = UINT64_MAX;
-  try {
-    v = std::stoull(t);
-  } catch (const std::out_of_range&) {
-  }
-  if (v > (UINT64_MAX >> 1) / mult) throw UsageError(what + ": '" + text + "' is too large");
-  return v * mult;
-}
-
 std::vector<uint64_t> sweep_sizes(const SweepOptions& o) {
   std::vector<uint64_t> sizes;
   for (uint64_t s = o.minbytes; s <= o.maxbytes;) {
@@ -109,7 +72,7 @@ SweepOptions sweep_options(const Config& cfg) {
   // A size is text (K/M/G suffixes) parsed here, after the config layers: its error names where it was set.
   auto size_of = [&](const std::string& text, const char* key, const char* label) {
     try {
-      return parse_bytes(text, label);
+      return parse_byte_count(text, label);
     } catch (const UsageError& e) {
       throw with_origin(cfg, std::string("sweep.") + key, e);
     }

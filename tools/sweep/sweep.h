@@ -45,8 +45,6 @@ struct SweepFaults {
   uint64_t mpi_count_limit = 0;  // > 0: MPI's per-call count limit lowered to this (large-count paths, small sizes)
 };
 
-// Parses "8", "1K", "128M", "2G" (powers of 1024, as nccl-tests); throws UsageError naming `what`.
-uint64_t parse_bytes(const std::string& text, const std::string& what);
 // The sizes a sweep visits (-b, -e, -f, -i), before per-collective rounding.
 std::vector<uint64_t> sweep_sizes(const SweepOptions& o);
 // Reads and validates the [sweep] section (UsageError on bad values).

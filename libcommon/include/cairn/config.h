@@ -42,6 +42,8 @@ struct KeySpec {
   // KeyType::String only: a byte count written "64K"/"1G" or as a plain integer (maxbytes = 1048576), which is read
   // as its decimal text.
   bool byte_count = false;
+  // List keys only: an empty list is refused (a sweep of no collective, type, op or tier does nothing).
+  bool non_empty = false;
 };
 
 // The registry of every section and key of every tool (llama.cpp-style one common registry),
@@ -76,6 +78,11 @@ class Schema {
   std::vector<KeySpec> keys_;
   std::vector<std::string> section_order_;
 };
+
+// A byte count as nccl-tests' -b/-e/-i take it: whole bytes, or a decimal number with a K, M, G or T suffix (binary
+// units; 1.5K = 1536; a trailing B is allowed); throws UsageError "<what>: '<text>' is not a size ...". The schema
+// checks every ByteCount key with it, so every tool refuses what cairn-sweep would.
+uint64_t parse_byte_count(const std::string& text, const std::string& what);
 
 // The full registry: built once from every section's declaration (libcommon/src/schema_*.cpp).
 const Schema& registry();

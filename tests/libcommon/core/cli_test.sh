@@ -22,6 +22,11 @@ check print_config_origin 0 "env CAIRN_MODEL_HIDDEN" -- env CAIRN_MODEL_HIDDEN=3
 check print_config_file_line 0 "experiment.toml:5:1" -- "$probe" --config "$data/experiment.toml" --print-config
 check help 0 "--print-config" -- "$probe" --help
 check version 0 "cairn-probe 0." -- "$probe" --version
+# Values other tools refused only when they used them are refused where the config loads, naming where they were set
+# (cairn-plan's constraints, the cluster file's GEMM tables): --print-config passes only what would run.
+check plan_dp_range 2 "--set plan.dp=-1: plan.dp: value -1 is below the minimum 1" -- "$probe" --set plan.dp=-1 --print-config
+check plan_zero_range 2 "plan.zero: value 4 is above the maximum 3" -- "$probe" --set 'plan.zero=[1,4]' --print-config
+check gemm_efficiency_range 2 "cluster.gemm_efficiency: value -1.0 is below the minimum" -- env CAIRN_CLUSTER_GEMM_EFFICIENCY='[-1]' "$probe" --print-config
 # --out names a directory: `--out -` is refused (it created a directory named "-")
 check out_dash 2 "--out: names a directory, not stdout" -- "$probe" --out -
 # --print-config --json: the config as JSON (values, where each came from, positional arguments, provenance); with

@@ -66,21 +66,22 @@ struct ClusterSection {
     k(&S::hbm_efficiency, "hbm_efficiency", Range{0.01, 4.0},
       "achievable fraction of memory bandwidth for streaming kernels (above 1 where their tensors stay in a cache "
       "faster than hbm_gbps: a CPU's small tensors against its measured DRAM stream; calibrate --from-runs fits it)");
-    k(&S::gemm_flops, "gemm_flops",
+    k(&S::gemm_flops, "gemm_flops", Range{1, 1e30},
       "GEMM sizes (FLOPs = 2mnk) of the efficiency table, ascending (cairn-plan calibrate writes it)");
-    k(&S::gemm_efficiency, "gemm_efficiency",
+    k(&S::gemm_efficiency, "gemm_efficiency", Range{1e-6, 1.0},
       "achieved fraction of peak at each gemm_flops size (log-linear interpolation)");
     k(&S::gemm_max_efficiency, "gemm_max_efficiency", Range{0.01, 1.0}, "large-GEMM efficiency when no table is given");
     k(&S::sm_count, "sm_count", Range{0, 100000},
       "streaming multiprocessors per GPU for the GEMM wave model (A100 108, H100/H200 132); 0 = CPU");
     k(&S::gemm_k_half, "gemm_k_half", Range{0, 1e6},
       "GEMM K at which a tile's prologue/epilogue halves its efficiency (GPU shape model)");
-    k(&S::gemm_table_m, "gemm_table_m",
+    k(&S::gemm_table_m, "gemm_table_m", Range{1, 1e12},
       "measured GEMM shapes: M of each (cairn-plan calibrate writes the four gemm_table_* lists)");
-    k(&S::gemm_table_n, "gemm_table_n", "measured GEMM shapes: N of each");
-    k(&S::gemm_table_k, "gemm_table_k", "measured GEMM shapes: K of each");
-    k(&S::gemm_table_efficiency, "gemm_table_efficiency", "measured GEMM shapes: achieved fraction of peak_tflops");
-    k(&S::gemm_table_fp8_efficiency, "gemm_table_fp8_efficiency",
+    k(&S::gemm_table_n, "gemm_table_n", Range{1, 1e12}, "measured GEMM shapes: N of each");
+    k(&S::gemm_table_k, "gemm_table_k", Range{1, 1e12}, "measured GEMM shapes: K of each");
+    k(&S::gemm_table_efficiency, "gemm_table_efficiency", Range{1e-6, 1.0},
+      "measured GEMM shapes: achieved fraction of peak_tflops");
+    k(&S::gemm_table_fp8_efficiency, "gemm_table_fp8_efficiency", Range{1e-6, 1.0},
       "measured FP8 (E4M3) GEMMs at the gemm_table shapes: achieved fraction of peak_fp8_tflops (empty: FP8 GEMMs "
       "take the bf16 table's correction)");
     k(&S::attention_efficiency, "attention_efficiency", Range{0.01, 1.0},

@@ -56,16 +56,16 @@ struct PlanSection {
   static void keys(K& k) {
     using S = PlanSection;
     const std::string fix = "fix (x) or restrict ([x, y]) the search; unset searches every valid value";
-    k(&S::dp, "dp", "data-parallel degree: " + fix);
-    k(&S::tp, "tp", "tensor-parallel degree: " + fix);
-    k(&S::pp, "pp", "pipeline-parallel degree: " + fix);
-    k(&S::v, "v", "virtual stages per pipeline rank: " + fix);
-    k(&S::mb, "mb", "micro-batch size (sequences): " + fix);
-    k(&S::zero, "zero", "ZeRO stage 0-3: " + fix);
+    k(&S::dp, "dp", Range{1, 1e7}, "data-parallel degree: " + fix);
+    k(&S::tp, "tp", Range{1, 1e7}, "tensor-parallel degree: " + fix);
+    k(&S::pp, "pp", Range{1, 1e7}, "pipeline-parallel degree: " + fix);
+    k(&S::v, "v", Range{1, 1e7}, "virtual stages per pipeline rank: " + fix);
+    k(&S::mb, "mb", Range{1, 1e7}, "micro-batch size (sequences): " + fix);
+    k(&S::zero, "zero", Range{0, 3}, "ZeRO stage 0-3: " + fix);
     k(&S::recompute, "recompute", Choices{"none", "selective", "full"},
       "activation recomputation none|selective|full: " + fix);
     k(&S::sp, "sp", Choices{"on", "off"}, "sequence parallelism on|off: " + fix);
-    k(&S::cp, "cp", "context-parallel degree: " + fix + " (unset: 1 below plan.cp_min_seq tokens)");
+    k(&S::cp, "cp", Range{1, 1e7}, "context-parallel degree: " + fix + " (unset: 1 below plan.cp_min_seq tokens)");
     k(&S::tp_overlap, "tp_overlap", Choices{"on", "off"}, "TP communication overlap on|off (needs sp = on): " + fix);
     k(&S::cp_min_seq, "cp_min_seq", Range{1, 1e9},
       "the search tries context parallelism only for sequences at least this long");

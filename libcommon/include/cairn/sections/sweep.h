@@ -35,13 +35,13 @@ struct SweepSection {
     using S = SweepSection;
     k(&S::backend, "backend", Choices{"auto", "mpi", "nccl"}, Flag{"--backend"},
       "communication backend (auto: nccl when built with CUDA and GPUs are visible, else mpi)");
-    k(&S::collectives, "collectives", Flag{"collectives,--collectives"},
+    k(&S::collectives, "collectives", NonEmpty{}, Flag{"collectives,--collectives"},
       Choices{"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv", "all"},
       "collectives to sweep, in order (\"all\" = every one)");
-    k(&S::types, "types",
+    k(&S::types, "types", NonEmpty{},
       Choices{"float32", "float", "float64", "double", "int32", "int", "float16", "half", "bfloat16", "bf16", "all"},
       "element types (-d; float16/bfloat16 need the nccl backend; \"all\" = every type the backend has)");
-    k(&S::ops, "ops", Choices{"sum", "prod", "max", "min", "avg", "all"},
+    k(&S::ops, "ops", NonEmpty{}, Choices{"sum", "prod", "max", "min", "avg", "all"},
       "reduction ops for allreduce/reducescatter/reduce (-o; avg needs the nccl backend; \"all\" = every op the "
       "backend has)");
     k(&S::root, "root", Range{-1, 1e7},
@@ -65,7 +65,7 @@ struct SweepSection {
       "-z: 0 = no, 1 = wait and barrier after every call, 2 = wait after every call, 3 = wait and barrier after "
       "every iteration (barrier not timed)");
     k(&S::report_cputime, "report_cputime", Range{0, 1}, "1 = the time columns show host time to issue the calls (-C)");
-    k(&S::tiers, "tiers", Choices{"world", "intra", "inter"}, Flag{"--tiers"},
+    k(&S::tiers, "tiers", NonEmpty{}, Choices{"world", "intra", "inter"}, Flag{"--tiers"},
       "communicators to sweep: whole job, node-local (all nodes at once), one rank per node");
     k(&S::min_busbw, "min_busbw", Range{0.0, 1e9}, Flag{"--min-busbw"},
       "gate: exit 3 if any block's average bus bandwidth (GB/s) is below this (0 = off)");
