@@ -110,6 +110,17 @@ deps_of() {
 is_selected() { [[ " ${selected[*]} " == *" $1 "* ]]; }
 
 command -v sbatch >/dev/null || [ "$dry" = 1 ] || cairn_die "sbatch not found: is this a Slurm login node? (slurm/run-local.sh runs the pipeline without Slurm)"
+# One submission at a time per run directory: a second one while the first's jobs are queued or running re-ran
+# sweep, plan and reshard over outputs the first's training was reading. Jobs that ended (or that the controller
+# no longer knows) do not count, so resubmitting after a failure or a cancel is fine.
+if [ "$dry" = 0 ] && [ -f "$run/pipeline.json" ] && command -v squeue >/dev/null; then
+  prev=$(sed -n 's/.*"job_id": \([0-9][0-9]*\).*/\1/p' "$run/pipeline.json" | paste -sd,)
+  live=""
+  [ -n "$prev" ] && live=$(squeue -h -o '%i %T' -j "$prev" \
+    --states=PENDING,RUNNING,REQUEUED,SUSPENDED,CONFIGURING,COMPLETING,RESIZING,SIGNALING,STAGE_OUT 2>/dev/null |
+    awk '{printf "%s%s (%s)", sep, $1, $2; sep=", "}') || true
+  [ -z "$live" ] || cairn_die "run directory \"$run\" has jobs of an earlier submission still queued or running: $live; wait for them, scancel them, or choose another --out"
+fi
 if [ "$dry" = 0 ]; then mkdir -p "$run/logs"; fi
 
 export CAIRN_HOME
@@ -184,6 +195,10 @@ watch="squeue -j $ids -o '%.10i %.14j %.9T %.10M %.20R'"
   echo "  \"watch\": $(cairn_json_str "$watch")"
   echo "}"
 } > "$run/pipeline.json.tmp"
+# An earlier submission's record is kept in logs/ (a resubmission of some stages used to overwrite the history).
+if [ -f "$run/pipeline.json" ]; then
+  mv "$run/pipeline.json" "$run/logs/pipeline-$(date -u +%Y%m%dT%H%M%SZ)-$$.json" 2>/dev/null || true
+fi
 mv "$run/pipeline.json.tmp" "$run/pipeline.json"
 echo "run directory $run (pipeline.json written)"
 echo "watch: $watch"

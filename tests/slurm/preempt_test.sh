@@ -43,6 +43,12 @@ preempted=$(CAIRN_BIN_DIR=$work/bin CAIRNTEST_TRAIN_PAUSE=step_done CAIRNTEST_TR
 [ -n "$straight" ] && [ -n "$preempted" ] || fail "no job ids"
 paused() { [ "$(find "$work" -maxdepth 1 -name 'paused.*' | wc -l)" -eq 2 ]; }
 wait_for "both ranks of job $preempted to pause after step $pause_at" 300 paused
+# A second submission over a run directory whose jobs still run is refused, naming them (it re-ran the stages over
+# the outputs the first one's training was reading).
+rc=0
+slurm/submit-pipeline.sh "$config" --out "$work/preempted" --stages train "${common[@]}" > "$work/twice.out" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] && grep -q "has jobs of an earlier submission still queued or running: $preempted (RUNNING)" "$work/twice.out" \
+  || { cat "$work/twice.out"; fail "a second submission over a running pipeline: exit $rc"; }
 # The requeued job must run the real cairn-train (the same code without the hook).
 ln -sf "$CAIRN_BIN_DIR/cairn-train" "$work/bin/cairn-train"
 scancel --signal=USR1 --batch "$preempted"
