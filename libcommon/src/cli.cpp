@@ -356,12 +356,43 @@ bool maybe_print_config(const CommonOptions& opts, const Config& cfg, const std:
   return true;
 }
 
+namespace {
+// " (did you mean --steps?)" for the words CLI11 could not place: a misspelled flag against every long flag of the
+// app and its subcommands, a misspelled subcommand against the subcommands (config keys get the same help).
+std::string extras_suggestion(CLI::App& app) {
+  std::vector<std::string> flags, commands;
+  auto collect = [&](const CLI::App& a) {
+    for (const CLI::Option* o : a.get_options())
+      for (const std::string& n : o->get_lnames()) flags.push_back("--" + n);
+  };
+  collect(app);
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    commands.push_back(sub->get_name());
+    collect(*sub);
+  }
+  std::vector<std::pair<std::string, std::string>> found;  // (suggestion, what was typed)
+  for (const std::string& word : app.remaining(true)) {
+    const bool flag = word.rfind("--", 0) == 0;
+    const std::string typed = flag ? word.substr(0, word.find('=')) : word;
+    const std::string best = closest_match(typed, flag ? flags : commands);
+    if (!best.empty() && best != typed) found.emplace_back(best, typed);
+  }
+  if (found.empty()) return "";
+  if (found.size() == 1) return " (did you mean " + found[0].first + "?)";
+  std::string out;
+  for (const auto& [best, typed] : found) out += (out.empty() ? "" : ", ") + best + " for " + typed;
+  return " (did you mean " + out + "?)";
+}
+}  // namespace
+
 void parse_cli(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
     app.exit(e);  // prints --help / --version text
     throw Error(kExitOk, "");
+  } catch (const CLI::ExtrasError& e) {
+    throw UsageError(e.what() + extras_suggestion(app) + " (see --help)");
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what() + std::string(" (see --help)"));
   }

@@ -37,6 +37,9 @@ print(d['config']['model']['layers'], d['origin']['model']['layers'], d['provena
 check print_config_json_file 0 "layers = 3" -- "$probe" --set model.layers=3 --print-config --json "$tmp/pc2.json"
 check print_config_json_file_written 0 '"layers": 3' -- cat "$tmp/pc2.json"
 check bad_flag 2 "cairn-probe: " -- "$probe" --no-such-flag
+# A misspelled flag gets the closest one, as a misspelled config key does
+check flag_typo 2 "not expected: --stpes (did you mean --steps?)" -- "$probe" --stpes 5
+check flag_typos 2 "(did you mean --steps for --stpes, --layers for --lyers?)" -- "$probe" --stpes 5 --lyers 3
 check config_typo 2 "did you mean 'model.hidden'" -- "$probe" --config "$data/typo.toml"
 check missing_config 2 "cannot open config" -- "$probe" --config "$data/missing.toml"
 check runtime 1 "cairn-probe: the thing broke" -- "$probe" --fail runtime
