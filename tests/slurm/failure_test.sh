@@ -46,6 +46,9 @@ report_job=$(sed -n 's/^submitted report as job \([0-9]*\).*/\1/p' "$work/submit
 eval_job=$(sed -n 's/^submitted eval as job \([0-9]*\).*/\1/p' "$work/submit2.out")
 if [ -f "$work/run2/logs/eval-$eval_job.out" ]; then
   grep -q "stopping the watch" "$work/run2/logs/eval-$eval_job.out" || fail "eval did not stop watching"
+  # the stop ends the watch, not as an eval failure beside the training's (it was FAILED, killed)
+  [ "$(job_state "$eval_job")" = COMPLETED ] || fail "--eval-watch: eval job is $(job_state "$eval_job"), expected COMPLETED"
+  ! grep -q "^FAILED: stage eval" "$work/submit2.out" || fail "--eval-watch: eval listed as FAILED"
 fi
 pass "--eval-watch: a failed training stops the watching eval; report CANCELLED"
 
