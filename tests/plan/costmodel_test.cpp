@@ -1254,7 +1254,7 @@ BOOST_AUTO_TEST_CASE(fp8_gemm_table_is_checked_against_the_shapes_and_the_fp8_pe
     return false;
   };
   BOOST_TEST(fails_with({"cluster.gemm_table_fp8_efficiency=[0.55]"}, "gemm_table_fp8_efficiency has 1 entries"));
-  BOOST_TEST(fails_with({"cluster.gemm_table_fp8_efficiency=[0.55, 1.5]"}, "gemm_table_fp8_efficiency[1] = 1.5"));
+  BOOST_TEST(fails_with({"cluster.gemm_table_fp8_efficiency=[0.55, 1.5]"}, "cluster.gemm_table_fp8_efficiency: value 1.5 is above the maximum 1"));
   BOOST_TEST(fails_with({"cluster.gemm_table_fp8_efficiency=[0.55, 0.65]", "cluster.peak_fp8_tflops=0"},
                         "peak_fp8_tflops = 0"));
 }
