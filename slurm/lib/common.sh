@@ -39,7 +39,7 @@ cairn_die() { echo "cairn: $*" >&2; exit "${CAIRN_DIE_CODE:-1}"; }
 # it, not an arithmetic error that ends a loop early (run-local.sh then said "ran nothing" and exited 0).
 cairn_check_env_values() {
   local v
-  for v in CAIRN_MTIME_SLACK_S CAIRN_NP; do
+  for v in CAIRN_MTIME_SLACK_S CAIRN_NP CAIRN_WAIT_CONTROLLER_S; do
     [ -z "${!v:-}" ] || [[ ${!v} =~ ^[0-9]+$ ]] ||
       CAIRN_DIE_CODE=2 cairn_die "$v must be a whole number (got '${!v}')"
   done

@@ -62,6 +62,8 @@ expect 2 "CAIRN_LAUNCHER must be srun, mpirun or none (got 'mpirn')" env CAIRN_L
 [ ! -e "$work/launcher/plan" ] || fail "a misspelt launcher let the plan stage run"
 expect 2 "CAIRN_MTIME_SLACK_S must be a whole number (got '5s')" env CAIRN_MTIME_SLACK_S=5s slurm/run-local.sh "$tiny" \
   --out "$work/slack" --stages plan
+expect 2 "CAIRN_WAIT_CONTROLLER_S must be a whole number (got '15m')" env CAIRN_WAIT_CONTROLLER_S=15m \
+  slurm/submit-pipeline.sh "$tiny" --out "$work/waitctl" --stages plan --dry-run
 printf 'grep -q never /dev/null\nexport CAIRN_TEST_ENV_FILE_RAN=1\n' > "$work/site.env"
 expect 0 "== stage plan done" env CAIRN_ENV_FILE="$work/site.env" slurm/run-local.sh "$tiny" --out "$work/envfile" \
   --stages plan
