@@ -22,21 +22,24 @@ namespace {
 std::vector<std::string> candidates(const std::string& stem) {
   const std::string soname = "lib" + stem + ".so." + std::to_string(CUBLAS_VER_MAJOR);
   std::vector<std::string> out{soname};
+  auto in_dir = [&](const std::string& dir) {  // each place once
+    const std::string path = dir + "/" + soname;
+    if (!dir.empty() && std::find(out.begin(), out.end(), path) == out.end()) out.push_back(path);
+  };
   if (const char* home = std::getenv("CUDA_HOME"); home && *home) {
-    out.push_back(std::string(home) + "/lib64/" + soname);
-    out.push_back(std::string(home) + "/lib/" + soname);
+    in_dir(std::string(home) + "/lib64");
+    in_dir(std::string(home) + "/lib");
   }
 #ifdef CAIRN_CUDA_LIBRARY_DIR  // one directory or several, ':'-separated
   const std::string dirs = CAIRN_CUDA_LIBRARY_DIR;
   for (size_t start = 0; start <= dirs.size();) {
     const size_t end = std::min(dirs.find(':', start), dirs.size());
-    if (end > start) out.push_back(dirs.substr(start, end - start) + "/" + soname);
+    in_dir(dirs.substr(start, end - start));
     start = end + 1;
   }
 #endif
-  for (const char* dir : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"})  // the toolkit's usual home
-    if (std::find(out.begin(), out.end(), std::string(dir) + "/" + soname) == out.end())
-      out.push_back(std::string(dir) + "/" + soname);
+  in_dir("/usr/local/cuda/lib64");  // the toolkit's usual home
+  in_dir("/usr/local/cuda/lib");
   return out;
 }
 

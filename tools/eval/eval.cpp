@@ -748,19 +748,15 @@ EvalSummary run_eval(const Config& cfg, const EvalOptions& opts) {
     if (mpi::rank() == 0) {
       try {
         const json task_tables = cfg.section("eval.task");
+        std::string tasks_list;  // for the hint below: the tasks given, comma-separated
+        for (const auto& t : es.tasks) tasks_list += t + ",";
         for (const auto& in : inputs) {
           // `--tasks val train_val` takes one value (a comma list): the second word arrives as a checkpoint
           const bool task_name =
               in == "val" || in == "train_val" || (task_tables.is_object() && task_tables.contains(in));
           if (task_name && !path_exists(in))
             throw UsageError(file_message("cannot open checkpoint", in, "No such file or directory") +
-                             " (a task name? --tasks takes one comma-separated list: --tasks " +
-                             [&] {
-                               std::string list;
-                               for (const auto& t : es.tasks) list += t + ",";
-                               return list + in;
-                             }() +
-                             ")");
+                             " (a task name? --tasks takes one comma-separated list: --tasks " + tasks_list + in + ")");
           auto t = resolve_input(in, es.verify_checkpoints);
           all.insert(all.end(), t.begin(), t.end());
         }

@@ -243,6 +243,29 @@ std::string suggest_metric(const std::string& name) {
   return best;
 }
 
+namespace {
+// The sweep's per-collective metric names, as patterns (--list-metrics, its JSON form).
+const std::vector<MetricDef>& sweep_metric_patterns() {
+  static const std::vector<MetricDef> defs = {
+      {"busbw_<coll>[_<tier>]", "GB/s", "sweep", Better::Higher, "peak measured bus bandwidth over message sizes"},
+      {"fit_busbw_<coll>[_<tier>]", "GB/s", "sweep", Better::Higher, "fitted bus bandwidth beta"},
+      {"alpha_<coll>[_<tier>]", "us", "sweep", Better::Lower, "fitted latency alpha"},
+  };
+  return defs;
+}
+
+// "    name<pad to width> doc [unit] (lower is better)", one line of --list-metrics.
+void help_line(std::ostream& os, const MetricDef& d, size_t width) {
+  os << "    " << d.name << ' ';
+  for (size_t i = d.name.size() + 1; i < width; ++i) os << ' ';
+  os << d.doc << (d.unit.empty() ? "" : " [" + d.unit + "]")
+     << (d.better == Better::Lower    ? " (lower is better)"
+         : d.better == Better::Higher ? " (higher is better)"
+                                      : "")
+     << "\n";
+}
+}  // namespace
+
 nlohmann::json metrics_catalog_json() {
   using nlohmann::json;
   auto better = [](Better b) { return b == Better::Lower ? "lower" : b == Better::Higher ? "higher" : "neither"; };
@@ -250,22 +273,15 @@ nlohmann::json metrics_catalog_json() {
   for (const auto& d : fixed_metrics())
     fixed.push_back(
         {{"name", d.name}, {"group", d.group}, {"doc", d.doc}, {"unit", d.unit}, {"better", better(d.better)}});
-  const json patterns = json::array({
-      {{"pattern", "busbw_<coll>[_<tier>]"},
-       {"doc", "peak measured bus bandwidth over message sizes"},
-       {"unit", "GB/s"},
-       {"better", "higher"}},
-      {{"pattern", "fit_busbw_<coll>[_<tier>]"},
-       {"doc", "fitted bus bandwidth beta"},
-       {"unit", "GB/s"},
-       {"better", "higher"}},
-      {{"pattern", "alpha_<coll>[_<tier>]"}, {"doc", "fitted latency alpha"}, {"unit", "us"}, {"better", "lower"}},
+  json patterns = json::array();
+  for (const auto& d : sweep_metric_patterns())
+    patterns.push_back({{"pattern", d.name}, {"doc", d.doc}, {"unit", d.unit}, {"better", better(d.better)}});
+  patterns.push_back(
       {{"pattern", "eval_<task>_<metric>"},
        {"doc", "eval/results.jsonl's value at the last evaluated step; lower is better for loss/ppl/perplexity/bpb/"
                "error, else higher"},
        {"unit", ""},
-       {"better", "by name"}},
-  });
+       {"better", "by name"}});
   return {{"metrics", fixed},
           {"patterns", patterns},
           {"collectives", known_collectives()},
@@ -282,20 +298,12 @@ std::string metrics_help() {
       group = d.group;
       os << "  " << group << ":\n";
     }
-    os << "    " << d.name;
-    for (size_t i = d.name.size(); i < 22; ++i) os << ' ';
-    os << d.doc << (d.unit.empty() ? "" : " [" + d.unit + "]")
-       << (d.better == Better::Lower    ? " (lower is better)"
-           : d.better == Better::Higher ? " (higher is better)"
-                                        : "")
-       << "\n";
+    help_line(os, d, 22);
   }
   os << "  sweep, per collective (";
   for (size_t i = 0; i < known_collectives().size(); ++i) os << (i ? ", " : "") << known_collectives()[i];
   os << ")\n  and optionally per tier (_world, _intra, _inter; default: world, else the best tier):\n";
-  os << "    busbw_<coll>[_<tier>]   peak measured bus bandwidth over message sizes [GB/s] (higher is better)\n";
-  os << "    fit_busbw_<coll>[_<tier>] fitted bus bandwidth beta [GB/s] (higher is better)\n";
-  os << "    alpha_<coll>[_<tier>]   fitted latency alpha [us] (lower is better)\n";
+  for (const auto& d : sweep_metric_patterns()) help_line(os, d, 24);
   os << "  eval, per task and metric of eval/results.jsonl (value at the last evaluated step):\n";
   os << "    eval_<task>_<metric>    e.g. eval_hellaswag_acc, eval_lambada_ppl; lower is better for metrics\n";
   os << "                            named like loss/ppl/perplexity/bpb/error, else higher\n";
