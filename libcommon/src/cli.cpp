@@ -446,6 +446,20 @@ void check_stdout_written() {
 }
 }  // namespace
 
+bool leave_work_to_rank0(const std::string& tool) {
+  // The first variable set names this process's rank; SLURM_PROCID is 0 in a batch script itself.
+  for (const char* rank_var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* v = std::getenv(rank_var);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const long rank = std::strtol(v, &end, 10);
+    if (*end != '\0' || rank <= 0) return false;
+    std::fprintf(stderr, "%s: runs as one process; %s=%ld leaves the work to rank 0\n", tool.c_str(), rank_var, rank);
+    return true;
+  }
+  return false;
+}
+
 int run_tool(const std::string& tool, int argc, char** argv, const std::function<int()>& body) {
   guard_standard_streams();  // before anything opens a file
   raise_open_file_limit();

@@ -350,4 +350,11 @@ awk '$1 == "1" { exit !($15 > 0.01 && $15 < 0.2) }' "$T/cpu.txt" || fail "cpu TF
 $BIN --config configs/demo.toml --out "$T/cpu" --explain > "$T/cpux.txt" 2> /dev/null || fail "explain demo"
 grep -q "0.083 TFLOP/s peak" "$T/cpux.txt" && grep -q "x 8 B (Adam m, v)" "$T/cpux.txt" ||
   fail "explain of a CPU cluster: $(grep -E '^cluster|optimizer states' "$T/cpux.txt")"
+# Launched as several ranks (mpirun -np 2, srun -n 2), the one-process tool runs once: rank 0 prints the table and
+# writes the files, rank 1 says so and exits 0.
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 $BIN --config configs/demo.toml \
+  --out "$T/mpi" > "$T/mpi.txt" 2> "$T/mpi.err" || fail "mpirun -np 2: exit $? $(cat "$T/mpi.err")"
+[ "$(grep -c "plans evaluated" "$T/mpi.txt")" = 1 ] || fail "mpirun -np 2 printed $(grep -c "plans evaluated" "$T/mpi.txt") tables"
+grep -qF "cairn-plan: runs as one process; OMPI_COMM_WORLD_RANK=1 leaves the work to rank 0" "$T/mpi.err" &&
+  [ -s "$T/mpi/plan/best.toml" ] || fail "mpirun -np 2: $(cat "$T/mpi.err")"
 echo "plan_cli: ok"

@@ -426,4 +426,12 @@ else
   echo "report_cli: no read-only mount here (root without mount rights): the read-only run case is not checked"
 fi
 
+# Two ranks (mpirun -np 2) write one report: rank 1 leaves the work to rank 0, and the bad run's gate still fails.
+set +e
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 "$REPORT" "$T/bad" --baseline "$T/base" \
+  --config "$T/gates.toml" --out "$T/out-mpi" --log-level warn > "$T/mpi.out" 2> "$T/mpi.err"
+rm=$?
+set -e
+[ $rm -eq 3 ] && [ "$(grep -c "cairn-report: runs as one process" "$T/mpi.err")" = 1 ] && [ -s "$T/out-mpi/report/index.html" ] ||
+  fail "mpirun -np 2: exit $rm $(cat "$T/mpi.err")"
 echo "report_cli: all checks passed"

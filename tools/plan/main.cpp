@@ -13,6 +13,7 @@
 
 int main(int argc, char** argv) {
   return cairn::run_tool("cairn-plan", argc, argv, [&]() -> int {
+    if (cairn::leave_work_to_rank0("cairn-plan")) return 0;
     CLI::App app{"cairn-plan: search parallel training plans with an analytical cost model (docs/cost-model.md).\n"
                  "Writes <out>/plan/plans.json, plans.h5 (every evaluated plan) and best.toml ([parallel]).\n"
                  "Prices Megatron-Core by default; another stack: -C configs/stacks/<stack>.toml after the model and\n"

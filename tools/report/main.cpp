@@ -10,6 +10,7 @@
 
 int main(int argc, char** argv) {
   return cairn::run_tool("cairn-report", argc, argv, [&]() -> int {
+    if (cairn::leave_work_to_rank0("cairn-report")) return 0;
     CLI::App app{"cairn-report: charts, comparison against a baseline and regression gates over run directories.\n"
                  "Writes <out>/report/{index.html,summary.md,summary.json}; exit 3 when a [report.gates] gate fails."};
     cairn::CommonOptions opts;

@@ -50,6 +50,12 @@ bool maybe_print_config(const CommonOptions& opts, const Config& cfg, const std:
 // into `cairn-<tool>: message` on stderr plus the exit code (CLI11 parse errors exit 2).
 int run_tool(const std::string& tool, int argc, char** argv, const std::function<int()>& body);
 
+// For the tools that run as one process (cairn-plan, cairn-report): true when a launcher started this process as
+// a rank other than 0 (`mpirun -np 4`, `srun -n 4`; read from OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK,
+// SLURM_PROCID). Such a process says on stderr that rank 0 does the work and the tool exits 0 without writing: N
+// copies would print N tables and write the same files over each other.
+bool leave_work_to_rank0(const std::string& tool);
+
 // Parses the app; CLI11 errors become UsageError (exit 2), --help/--version exit 0 via run_tool.
 void parse_cli(CLI::App& app, int argc, char** argv);
 
