@@ -70,8 +70,10 @@ struct TrainSection {
     k(&S::warmup, "warmup", Range{0, 1e12},
       "linear warmup steps: step k (from 1) runs at lr x k / warmup (longer than the decay: cut to it)");
     k(&S::decay_steps, "decay_steps", Range{0, 1e12},
-      "the step at which the decay reaches min_lr, warmup included (Megatron's lr_decay_iters); later steps run at "
-      "min_lr (0 = [train] steps). Keep it when extending a run with more steps, so its schedule continues");
+      "length of the schedule, warmup included (Megatron's lr_decay_iters): update k runs at the schedule's value "
+      "after k - 1 updates, as Megatron's, so update decay_steps + 1 is the first at min_lr and later ones stay there "
+      "(0 = [train] steps, whose last update is one short of min_lr). Keep it when extending a run with more steps, "
+      "so its schedule continues");
     k(&S::schedule, "schedule", Choices{"cosine", "linear", "constant"}, "learning-rate decay after warmup");
     k(&S::weight_decay, "weight_decay", Range{0, 1e3}, "AdamW decoupled weight decay (not on norms/biases)");
     k(&S::beta1, "beta1", Range{0, 0.999999},
