@@ -272,6 +272,20 @@ rows = [json.loads(l) for l in open('lim/eval/results.jsonl') if '\"acc\"' in l]
 assert [r['n'] for r in rows] == [40] and rows[0]['task_config'], rows"
 "$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc 2> lim2.err > /dev/null || fail "rerun"
 grep -q "already evaluated" lim2.err || fail "an unchanged task was evaluated again"
+# A quick --limit look at a step scored in full prints its numbers (and --json) but leaves the record's fuller rows
+# and their writer's provenance line (it replaced the 40-item score with a 4-item one, silently).
+cp lim/eval/results.jsonl lim-full.jsonl
+cp lim/eval/provenance.jsonl lim-prov.jsonl
+"$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc --limit 4 --json lim4.json 2> lim5.err > lim5.out ||
+  fail "--limit 4 over a full score: $(cat lim5.err)"
+grep -qF "task mc: results.jsonl keeps its score over 40 examples; this one over 4 (--limit 4) is printed, not recorded" \
+  lim5.err || fail "--limit 4 over a full score, no warning: $(cat lim5.err)"
+cmp -s lim-full.jsonl lim/eval/results.jsonl && cmp -s lim-prov.jsonl lim/eval/provenance.jsonl ||
+  fail "--limit 4 changed the record of a full score"
+$PY -c "
+import json
+d = json.load(open('lim4.json'))
+assert {r['n'] for r in d['results'] if r['metric'] == 'acc'} == {4}, d['results']" || fail "--limit 4: --json"
 # Rows of an older cairn-eval (no task_config): kept as scored, and said (a changed definition kept them silently).
 $PY -c "
 import json

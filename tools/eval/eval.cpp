@@ -468,28 +468,51 @@ class Evaluator {
         // long run re-parsed its whole record for every checkpoint).
         const std::string jsonl = join_path(out_dir_, "results.jsonl");
         if (file_stamp(jsonl) != record_stamp_ || record_stamp_.size < 0) rows_ = read_results(jsonl);
+        // A --limit run (a quick look) never replaces a fuller score of this checkpoint: its numbers are printed
+        // and in --json, the record keeps the rows over more examples (--reevaluate records the new ones instead).
+        std::vector<TaskResult> recorded;
+        std::vector<ResultRow> recorded_rows;
+        for (const auto& r : results) {
+          const auto fuller = std::find_if(rows_.begin(), rows_.end(), [&](const ResultRow& old) {
+            return old.step == target.step && old.task == r.task && scored(old, target) && old.n > r.samples;
+          });
+          if (eval_.limit > 0 && !eval_.reevaluate && fuller != rows_.end()) {
+            CAIRN_LOG_WARN("step %lld, task %s: results.jsonl keeps its score over %lld examples; this one over %lld "
+                           "(--limit %lld) is printed, not recorded (--reevaluate records it in its place)",
+                           static_cast<long long>(target.step), r.task.c_str(), static_cast<long long>(fuller->n),
+                           static_cast<long long>(r.samples), static_cast<long long>(eval_.limit));
+            continue;
+          }
+          recorded.push_back(r);
+          for (const auto& row : new_rows)
+            if (row.task == r.task) recorded_rows.push_back(row);
+        }
         std::set<std::string> writers;  // of the rows on disk and of the rows replacing them
         for (const auto& r : rows_) writers.insert(r.eval_run);
-        for (const auto& r : new_rows) writers.insert(r.eval_run);
+        for (const auto& r : recorded_rows) writers.insert(r.eval_run);
         std::set<std::string> replaced;
-        for (const auto& r : results) replaced.insert(r.task);
+        for (const auto& r : recorded) replaced.insert(r.task);
         const bool replaces = std::erase_if(rows_, [&](const ResultRow& r) {
                                 return r.step == target.step && replaced.count(r.task) > 0;
                               }) > 0;
-        rows_.insert(rows_.end(), new_rows.begin(), new_rows.end());
+        rows_.insert(rows_.end(), recorded_rows.begin(), recorded_rows.end());
         // results.jsonl last: it is the record a rerun trusts ("already evaluated"), so a kill before it leaves
         // this step to be scored again, never results.h5 or the harness files without it.
-        write_results_h5(join_path(out_dir_, "results.h5"), rows_);
-        write_harness_files(target, meta.tokens, results, start_unix, wall);
-        // Before results.jsonl the writers of the old rows and the new (a kill between leaves every row its line),
-        // after it those of the rows it now holds.
-        update_provenance_jsonl(join_path(out_dir_, "provenance.jsonl"), writers);
-        // Rows of a checkpoint not in the record yet are appended; replacing rows rewrites the file.
-        if (replaces || !append_results_jsonl(jsonl, new_rows)) write_results_jsonl(jsonl, rows_);
-        record_stamp_ = file_stamp(jsonl);
-        writers.clear();
-        for (const auto& r : rows_) writers.insert(r.eval_run);
-        update_provenance_jsonl(join_path(out_dir_, "provenance.jsonl"), writers);
+        if (!recorded.empty()) {
+          write_results_h5(join_path(out_dir_, "results.h5"), rows_);
+          write_harness_files(target, meta.tokens, recorded, start_unix, wall);
+        }
+        if (!recorded.empty()) {
+          // Before results.jsonl the writers of the old rows and the new (a kill between leaves every row its line),
+          // after it those of the rows it now holds.
+          update_provenance_jsonl(join_path(out_dir_, "provenance.jsonl"), writers);
+          // Rows of a checkpoint not in the record yet are appended; replacing rows rewrites the file.
+          if (replaces || !append_results_jsonl(jsonl, recorded_rows)) write_results_jsonl(jsonl, rows_);
+          record_stamp_ = file_stamp(jsonl);
+          writers.clear();
+          for (const auto& r : rows_) writers.insert(r.eval_run);
+          update_provenance_jsonl(join_path(out_dir_, "provenance.jsonl"), writers);
+        }
         std::fputs(summary_table(target.step, meta.tokens, target.path, results).c_str(), stdout);
         std::fflush(stdout);
         CAIRN_LOG_INFO("step %lld evaluated in %.2f s", static_cast<long long>(target.step), secs);
