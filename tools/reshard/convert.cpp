@@ -486,8 +486,38 @@ json export_megatron(const shards::Dataset& ds, const std::string& prefix) {
   AtomicFile bin_file(prefix + ".bin"), idx_file(prefix + ".idx");
   // Streamed in slices (memory does not grow with a shard: whole shards of 1.2 G tokens once took 9.4 GB), the index
   // written from the shards' document offsets in three passes (sizes, pointers, document index).
+  // A dataset built with --split-docs may end a shard inside a document (its last one lacks the end-of-text) that the
+  // next shard's first continues: Megatron gets it as one document, as it was written (as pieces, GPTDataset's shuffle
+  // ran the first piece into another document with no end-of-text between them).
+  const bool split = ds.index().value("split_docs", false);
+  std::vector<bool> continues(ds.num_shards(), false);
+  for (size_t i = 0; split && i + 1 < ds.num_shards(); ++i) {
+    auto sh = ds.shard(i);
+    if (sh->num_tokens() == 0) continue;
+    uint32_t last = 0;
+    sh->read_tokens(sh->num_tokens() - 1, 1, &last);
+    continues[i] = last != ds.eot_id();
+  }
+  // Calls put(shard, document, length) once per whole document: pieces of a split one are summed (named by its
+  // first piece).
+  auto each_document = [&](auto&& put) {
+    uint64_t pending = 0;
+    size_t first_shard = 0;
+    uint64_t first_doc = 0;
+    for (size_t i = 0; i < ds.num_shards(); ++i) {
+      auto sh = ds.shard(i);
+      for (uint64_t d = 0; d < sh->num_documents(); ++d) {
+        if (pending == 0) first_shard = i, first_doc = d;
+        pending += sh->doc_end(d) - sh->doc_begin(d);
+        if (d + 1 == sh->num_documents() && continues[i]) continue;
+        put(first_shard, first_doc, pending);
+        pending = 0;
+      }
+    }
+    if (pending > 0) put(first_shard, first_doc, pending);
+  };
   uint64_t nseq = 0;
-  for (size_t i = 0; i < ds.num_shards(); ++i) nseq += ds.shard(i)->num_documents();
+  each_document([&](size_t, uint64_t, uint64_t) { ++nseq; });
   Progress progress("writing " + bin_file.path(), ds.total_tokens(), "tokens");
   FILE* bin = std::fopen(bin_file.temp_path().c_str(), "wb");
   if (!bin) throw RuntimeError(errno_message("cannot write", bin_file.path()));
@@ -521,12 +551,6 @@ json export_megatron(const shards::Dataset& ds, const std::string& prefix) {
   write_bytes(idx, &nseq, 8, idx_file.path());
   write_bytes(idx, &ndoc, 8, idx_file.path());
   // Each pass appends its values a slice at a time.
-  auto each_document = [&](auto&& put) {
-    for (size_t i = 0; i < ds.num_shards(); ++i) {
-      auto sh = ds.shard(i);
-      for (uint64_t d = 0; d < sh->num_documents(); ++d) put(i, d, sh->doc_end(d) - sh->doc_begin(d));
-    }
-  };
   std::vector<int32_t> sizes;
   each_document([&](size_t i, uint64_t d, uint64_t len) {
     if (len > INT32_MAX)
