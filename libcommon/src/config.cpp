@@ -1100,13 +1100,26 @@ void apply_table(Config& cfg, const Schema& schema, const toml::table& table, co
       }
       throw UsageError(where + ": key '" + key + "' must be inside a [section]");
     }
+    json value = toml_to_json(v);
     // A misspelled key inside a table value ([eval.task.x] pth = ...) is named at its own line.
     if (const KeySpec* spec = schema.find(section, key); spec && spec->type == KeyType::Table && v.is_table()) {
       for (auto&& [ik, iv] : *v.as_table())
         if (std::string why = unknown_table_key(*spec, std::string(ik.str())); !why.empty())
           throw UsageError(position(file, ik.source()) + ": " + dotted_name(section, key) + ": " + why);
+      // A table written as a section ([eval.task.mc] limit = 50, in a file that includes the task's definition or in
+      // a later --config) sets the keys it names and keeps the others, as sections merge and as --set
+      // eval.task.mc.limit=50 does; an inline table (mc = { ... }) is the whole value, as with --set. The section
+      // form replaced the table, so the included task lost its kind and path.
+      if (!v.as_table()->is_inline()) {
+        const json current = cfg.section(section);
+        if (auto it = current.find(key); it != current.end() && it->is_object()) {
+          json merged = *it;
+          merged.update(value);
+          value = std::move(merged);
+        }
+      }
     }
-    cfg.set(section, key, toml_to_json(v), Origin{Origin::File, where});
+    cfg.set(section, key, value, Origin{Origin::File, where});
   }
 }
 

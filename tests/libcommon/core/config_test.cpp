@@ -294,6 +294,22 @@ BOOST_AUTO_TEST_CASE(invalid_utf8_from_set_or_env_is_an_error) {
   BOOST_TEST(contains(msg, "not valid UTF-8"));
 }
 
+BOOST_AUTO_TEST_CASE(a_later_table_section_merges_an_inline_table_replaces) {
+  const std::string task = temp_toml("[eval.task.mc]\nkind = \"multiple_choice\"\npath = \"x.jsonl\"\nlimit = 7\n");
+  // The including file (and a later --config) sets the keys its [eval.task.mc] names, keeping the others.
+  Config merged = load_config({{temp_toml("include = \"" + task + "\"\n[eval.task.mc]\nlimit = 50\n")}, {}, false});
+  const json mc = merged.section("eval.task")["mc"];
+  BOOST_TEST(mc["kind"] == "multiple_choice");
+  BOOST_TEST(mc["path"] == "x.jsonl");
+  BOOST_TEST(mc["limit"] == 50);
+  Config layered = load_config({{task, temp_toml("[eval.task.mc]\nlimit = 9\n")}, {}, false});
+  BOOST_TEST(layered.section("eval.task")["mc"]["path"] == "x.jsonl");
+  BOOST_TEST(layered.section("eval.task")["mc"]["limit"] == 9);
+  // An inline table is the whole value, as with --set eval.task.mc={...}.
+  Config replaced = load_config({{task, temp_toml("[eval.task]\nmc = { kind = \"perplexity\" }\n")}, {}, false});
+  BOOST_TEST(replaced.section("eval.task")["mc"] == json({{"kind", "perplexity"}}));
+}
+
 BOOST_AUTO_TEST_CASE(quoted_dotted_keys_name_one_table) {
   const std::string path = temp_toml("[eval]\ntasks = [\"wiki.test\", \"my task\"]\n"
                                      "[eval.task.\"wiki.test\"]\nkind = \"perplexity\"\n"
