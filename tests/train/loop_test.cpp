@@ -21,6 +21,7 @@
 #include "cairn/gpt.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
+#include "cairn/provenance.h"
 #include "fixture.h"
 #include "piece_io.h"
 #include "trainer.h"
@@ -349,11 +350,17 @@ BOOST_AUTO_TEST_CASE(extending_a_finished_run_removes_finished) {
   mpi::barrier();
   BOOST_TEST(fs::exists(run + "/train/FINISHED"));
   // Rerun as it is: nothing to train, and the run's records are left as they were (a provenance line was appended).
+  // FINISHED too: it keeps the provenance of the run that trained the model (the rerun's command line replaced it).
   const std::string metrics = read_file(run + "/train/metrics.jsonl"), config = read_file(run + "/train/config.toml");
+  const std::string finished = read_file(run + "/train/FINISHED");
+  const std::string command_line = provenance().command_line;
+  provenance().command_line = "cairn-train (the rerun)";
   BOOST_TEST(run_train(small_config(run, {"train.steps=6"})).exit_code == 0);
+  provenance().command_line = command_line;
   mpi::barrier();
   BOOST_TEST(read_file(run + "/train/metrics.jsonl") == metrics);
   BOOST_TEST(read_file(run + "/train/config.toml") == config);
+  BOOST_TEST(read_file(run + "/train/FINISHED") == finished);
   BOOST_TEST(read_json(run + "/train/FINISHED")["step"] == 6);
   TrainHooks h;
   auto seen = std::make_shared<int>(-1);

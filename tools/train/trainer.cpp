@@ -206,6 +206,9 @@ class Trainer {
   // Accepted (not skipped) updates since the state of last_ckpt_ (or since initialisation): a checkpoint is never
   // written from a state that only skipped since the last one, so restores keep counting against that checkpoint.
   int64_t accepted_since_ckpt_ = 0;
+  // The run was at its last step when this invocation started (a finished job rerun): it trains nothing, and an
+  // existing FINISHED keeps the provenance of the run that trained the model.
+  bool complete_at_start_ = false;
   // The stop signal all ranks agreed on (the highest number any rank received; 1, below every stop signal: a test
   // hook), so rank 0 names it in STOPPED and the log even when only another rank was signalled.
   int stop_signal_ = 0;
@@ -998,7 +1001,8 @@ void Trainer::start_run() {
   // A run already at its last step (a finished job rerun, a requeue after it ended) trains nothing: its metrics.jsonl,
   // TensorBoard files and train/config.toml stay as they were (each rerun appended a provenance line and an empty
   // event file, and rewrote the config with this invocation's).
-  if (progress_.step < s_.steps) report_->open(cfg_, progress_.step);
+  complete_at_start_ = progress_.step >= s_.steps;
+  if (!complete_at_start_) report_->open(cfg_, progress_.step);
   else if (s_.rank == 0)
     CAIRN_LOG_INFO("the run is complete: step %lld of %lld; nothing to train", static_cast<long long>(progress_.step),
                    static_cast<long long>(s_.steps));
@@ -1154,14 +1158,15 @@ void Trainer::finish_run(int exit_code) {
       throw RuntimeError(strprintf("the model after step %lld has non-finite parameters; not writing FINISHED",
                                    static_cast<long long>(progress_.step)));
     }
-    if (s_.rank == 0) {
+    const std::string finished = join_path(s_.train_dir, "FINISHED");
+    if (s_.rank == 0 && !(complete_at_start_ && path_exists(finished))) {
       // When the last steps were all skipped, the last checkpoint holds exactly the final model.
       json fin = {{"step", progress_.step},
                   {"tokens", progress_.tokens},
                   {"skipped_total", guard_.skipped_total},
                   {"checkpoint", last_ckpt_},
                   {"provenance", provenance().to_json()}};
-      atomic_write(join_path(s_.train_dir, "FINISHED"), json_text(fin, 1) + "\n");
+      atomic_write(finished, json_text(fin, 1) + "\n");
     }
     result_.finished_checkpoint = last_ckpt_;
   }
