@@ -304,6 +304,22 @@ std::string Origin::describe() const {
 
 // ---------------------------------------------------------------- value checking
 
+std::pair<int64_t, int64_t> parse_step_range(const std::string& text) {
+  auto colon = text.find(':');
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    size_t p1 = 0, p2 = 0;
+    int64_t a = std::stoll(text.substr(0, colon), &p1);
+    int64_t b = std::stoll(text.substr(colon + 1), &p2);
+    if (p1 != colon || p2 != text.size() - colon - 1 || a < 1 || b <= a) throw std::invalid_argument("range");
+    return {a, b};
+  } catch (const std::exception&) {
+    throw UsageError("\"" + text +
+                     "\" is not a range of steps: expected a:b with 1 <= a < b (steps a..b-1, numbered from 1 as in "
+                     "metrics.jsonl)");
+  }
+}
+
 uint64_t parse_byte_count(const std::string& text, const std::string& what) {
   auto refuse = [&](const std::string& why) -> UsageError {
     return UsageError((what.empty() ? std::string() : what + ": ") + "'" + text + "' " + why);
@@ -542,6 +558,13 @@ json check_value(const KeySpec& spec, const std::string& key, const json& v, con
       if (spec.byte_count && out.is_string()) {
         try {
           (void)parse_byte_count(out.get<std::string>(), "");
+        } catch (const UsageError& e) {
+          fail(e.what());
+        }
+      }
+      if (spec.step_range && out.is_string() && !out.get<std::string>().empty()) {
+        try {
+          (void)parse_step_range(out.get<std::string>());
         } catch (const UsageError& e) {
           fail(e.what());
         }

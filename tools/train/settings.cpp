@@ -1,7 +1,7 @@
 // cairn-train's settings (settings.h): reading the config and checking it before anything is written.
 #include "settings.h"
 
-#include "trainer.h"  // parse_step_range
+#include "trainer.h"
 
 #include "cairn/cli.h"
 #include "cairn/config_origin.h"
@@ -134,15 +134,6 @@ Settings read_settings(const Config& cfg) {
   s.T = static_cast<int>(s.model.seq_len);
   s.val_fraction = data.val_fraction;
   read_train_keys(train, s);
-  // The trace's step range checked with the other settings and named where it was set ("5:2" was refused only
-  // when the trace started, without its origin)
-  if (!s.trace_steps.empty()) {
-    try {
-      (void)parse_step_range(s.trace_steps);
-    } catch (const UsageError& e) {
-      throw with_origin(cfg, "train.trace_steps", e);
-    }
-  }
   s.layout = read_layout(s, train, parallel_section, s.model);
   s.zero = s.layout.zero;
   s.recompute = resolve_recompute(train, parallel_section);

@@ -1245,21 +1245,6 @@ double learning_rate(int64_t s, int64_t steps, int64_t warmup, double lr, double
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
 
-std::pair<int64_t, int64_t> parse_step_range(const std::string& text) {
-  auto colon = text.find(':');
-  try {
-    if (colon == std::string::npos) throw std::invalid_argument("no colon");
-    size_t p1 = 0, p2 = 0;
-    int64_t a = std::stoll(text.substr(0, colon), &p1);
-    int64_t b = std::stoll(text.substr(colon + 1), &p2);
-    if (p1 != colon || p2 != text.size() - colon - 1 || a < 1 || b <= a) throw std::invalid_argument("range");
-    return {a, b};
-  } catch (const std::exception&) {
-    throw UsageError("trace steps \"" + text +
-                     "\": expected a:b with 1 <= a < b (steps a..b-1, numbered from 1 as in metrics.jsonl)");
-  }
-}
-
 void install_stop_handlers() {
   if (g_handlers_installed) return;
   struct sigaction sa {};

@@ -69,7 +69,5 @@ int train_main(int argc, char** argv, const TrainHooks& hooks = {});
 // `steps` ([train] decay_steps, else steps), min_lr from s = steps on; or constant.
 double learning_rate(int64_t s, int64_t steps, int64_t warmup, double lr, double min_lr, const std::string& schedule);
 
-// Parses "a:b" (steps a..b-1); throws UsageError otherwise.
-std::pair<int64_t, int64_t> parse_step_range(const std::string& text);
 
 }  // namespace cairn::train

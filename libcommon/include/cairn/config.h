@@ -42,6 +42,8 @@ struct KeySpec {
   // KeyType::String only: a byte count written "64K"/"1G" or as a plain integer (maxbytes = 1048576), which is read
   // as its decimal text.
   bool byte_count = false;
+  // KeyType::String only: a range of steps "a:b" (parse_step_range), or "" for none.
+  bool step_range = false;
   // List keys only: an empty list is refused (a sweep of no collective, type, op or tier does nothing).
   bool non_empty = false;
 };
@@ -83,6 +85,10 @@ class Schema {
 // units; 1.5K = 1536; a trailing B is allowed); throws UsageError "<what>: '<text>' is not a size ...". The schema
 // checks every ByteCount key with it, so every tool refuses what cairn-sweep would.
 uint64_t parse_byte_count(const std::string& text, const std::string& what);
+
+// A range of steps written "a:b" (steps a..b-1, numbered from 1 as in metrics.jsonl, 1 <= a < b); throws UsageError
+// otherwise. The schema checks every StepRange key with it (cairn-train's trace_steps), where the value is set.
+std::pair<int64_t, int64_t> parse_step_range(const std::string& text);
 
 // The full registry: built once from every section's declaration (libcommon/src/schema_*.cpp).
 const Schema& registry();

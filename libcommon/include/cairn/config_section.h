@@ -42,6 +42,8 @@ struct Choices {
 };
 // A string key holding a byte count with an optional K/M/G suffix, which a plain integer may also give.
 struct ByteCount {};
+// A string key holding a range of steps "a:b" (parse_step_range) or "" for none.
+struct StepRange {};
 // A list key that must hold at least one value.
 struct NonEmpty {};
 // A tool flag that sets the key, in CLI11 syntax ("-n,--iters"); only tools that call add_section_flags get it.
@@ -110,6 +112,7 @@ inline void apply_option(KeySpec& k, const Choices& c) { k.choices = c.values; }
 inline void apply_option(KeySpec& k, const Flag& f) { k.flag = f.names; }
 inline void apply_option(KeySpec& k, const ByteCount&) { k.byte_count = true; }
 inline void apply_option(KeySpec& k, const NonEmpty&) { k.non_empty = true; }
+inline void apply_option(KeySpec& k, const StepRange&) { k.step_range = true; }
 inline void apply_option(KeySpec& k, const char* doc) { k.doc = doc; }
 inline void apply_option(KeySpec& k, const std::string& doc) { k.doc = doc; }
 

@@ -450,3 +450,16 @@ BOOST_AUTO_TEST_CASE(integer_keys_refuse_fractions_and_values_out_of_range_namin
   BOOST_TEST(contains(error("k.n=inf"), "k.n: expected an integer, got number inf"));
   BOOST_TEST(contains(error("k.n=nan"), "k.n: expected an integer, got number nan"));
 }
+
+// A step range is checked where it is set, in every tool (cairn-plan and --print-config passed "abc" that only
+// cairn-train's run refused).
+BOOST_AUTO_TEST_CASE(step_ranges_are_checked_where_they_are_set) {
+  BOOST_TEST(contains(load_error({{}, {"train.trace_steps=\"5:2\""}}),
+                      "train.trace_steps: \"5:2\" is not a range of steps: expected a:b with 1 <= a < b"));
+  const std::string file = temp_toml("[train]\ntrace_steps = \"0:3\"\n");
+  const std::string msg = load_error({{file}, {}, false});
+  BOOST_TEST(contains(msg, ":2:1: train.trace_steps: \"0:3\" is not a range of steps"), msg);
+  BOOST_TEST(load_config({{}, {"train.trace_steps=\"2:4\""}}).get_string("train.trace_steps") == "2:4");
+  BOOST_TEST(parse_step_range("3:7").first == 3);
+  BOOST_TEST(parse_step_range("3:7").second == 7);
+}

@@ -121,7 +121,7 @@ struct TrainSection {
       "this run's: refuse (exit 2), or continue on the new schedule from the checkpoint's step (Megatron's "
       "--override-opt_param-scheduler)");
     k(&S::log_every, "log_every", Range{1, 1e9}, "steps between progress lines on stderr");
-    k(&S::trace_steps, "trace_steps", Flag{"--trace-steps"},
+    k(&S::trace_steps, "trace_steps", Flag{"--trace-steps"}, StepRange{},
       "a:b writes a Chrome trace of steps a..b-1 to <run>/train/trace.json");
     k(&S::tensorboard, "tensorboard", "write events.out.tfevents.* scalars");
     k(&S::profile_kernels, "profile_kernels", Flag{"--profile-kernels"},
