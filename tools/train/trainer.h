@@ -69,5 +69,4 @@ int train_main(int argc, char** argv, const TrainHooks& hooks = {});
 // `steps` ([train] decay_steps, else steps), min_lr from s = steps on; or constant.
 double learning_rate(int64_t s, int64_t steps, int64_t warmup, double lr, double min_lr, const std::string& schedule);
 
-
 }  // namespace cairn::train
