@@ -185,13 +185,19 @@ void check_common_outputs(const CommonOptions& opts, const Config& cfg) {
   if (opts.json_path == "-") reserve_stdout_for_json();
   if (mpi::initialized() && mpi::rank() != 0) return;
   // A shell's shorthand in a TOML value is not expanded: "~/runs/x" made a directory named "~" in the current one (a
-  // later `rm -rf ~` away from deleting the home directory) and "$SCRATCH/x" one named "$SCRATCH".
-  if (const Origin& where = cfg.origin("run.dir"); where.kind == Origin::File) {
+  // later `rm -rf ~` away from deleting the home directory) and "$SCRATCH/x" one named "$SCRATCH". A quoted ~ on the
+  // command line or in the environment (--set 'run.dir="~/x"', --out '~/x', CAIRN_RUN_DIR='~/x') is not expanded
+  // either.
+  if (const Origin& where = cfg.origin("run.dir"); where.kind != Origin::Default) {
     const std::string dir = run_dir(cfg);
     if (dir == "~" || dir.rfind("~/", 0) == 0)
-      throw UsageError(where.describe() + ": [run] dir \"" + dir +
-                       "\" starts with ~, which only a shell expands: give the full path (or --out ~/... on the "
-                       "command line)");
+      throw UsageError((where.where == "--out" ? std::string("--out") : where.describe()) + ": [run] dir \"" + dir +
+                       "\" starts with ~, which only a shell expands: give the full path" +
+                       (where.kind == Origin::File ? " (or --out ~/... on the command line)"
+                                                   : " (or leave the ~ unquoted, where the shell expands it)"));
+  }
+  if (const Origin& where = cfg.origin("run.dir"); where.kind == Origin::File) {
+    const std::string dir = run_dir(cfg);
     if (dir.find('$') != std::string::npos)
       CAIRN_LOG_WARN("[run] dir \"%s\" (%s) holds a $: it is taken literally, as TOML does not expand variables "
                      "(use --out \"$VAR/...\" on the command line, or CAIRN_RUN_DIR)",

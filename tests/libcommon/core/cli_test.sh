@@ -173,6 +173,11 @@ fi
 # warned about.
 printf '[run]\ndir = "~/runs/x"\n' > "$tmp/tilde.toml"
 check run_dir_tilde 2 'starts with ~, which only a shell expands' -- "$probe" --config "$tmp/tilde.toml"
+# ... and so is a quoted ~ on the command line or in the environment (each made ./~/x/ and wrote there).
+check run_dir_tilde_set 2 '--set run.dir="~/x": [run] dir "~/x" starts with ~' -- "$probe" --set 'run.dir="~/x"'
+# shellcheck disable=SC2088 # the literal ~ is the point
+check run_dir_tilde_out 2 '--out: [run] dir "~/x" starts with ~' -- "$probe" --out '~/x'
+check run_dir_tilde_env 2 'env CAIRN_RUN_DIR: [run] dir "~/x" starts with ~' -- env CAIRN_RUN_DIR='~/x' "$probe"
 printf '[run]\ndir = "$SCRATCH/x"\n' > "$tmp/dollar.toml"
 check run_dir_dollar 0 'holds a $: it is taken literally' -- "$probe" --config "$tmp/dollar.toml"
 # Environment variables that name no key were dropped without a word; an empty one set the key silently.
