@@ -390,14 +390,17 @@ std::optional<int64_t> whole_number_to_int(double x, std::string& why) {
   // Up to 2^53 a double holds every integer, so the decimal that was written is n. Past it a double is always whole,
   // whatever was written: 1.0000000000000001e18 reads as 1000000000000000128. The shortest decimal that reads back
   // as x (what was written, unless it had more digits than a double keeps) must be n itself: 1e18 and 9.2e18 pass,
-  // and a float with more digits is refused, never taken as another integer (an integer literal is exact).
-  if (std::fabs(x) > 9007199254740992.0) {
+  // and a float with more digits is refused, never taken as another integer (an integer literal is exact). From 2^53
+  // on, a float that needs 16 or more digits may have been written as a neighbouring integer and rounded to this one
+  // (9007199254740993.0 reads as 2^53): a decimal of at most 15 digits reads back as itself, so only those pass.
+  if (std::fabs(x) >= 9007199254740992.0) {
     char buf[40];
-    for (int digits = 1; digits <= 17; ++digits) {
+    int digits = 1;
+    for (; digits <= 17; ++digits) {
       std::snprintf(buf, sizeof buf, "%.*e", digits - 1, x);
       if (std::strtod(buf, nullptr) == x) break;
     }
-    if (!decimal_is(buf, n)) {
+    if (digits > 15 || !decimal_is(buf, n)) {
       why = "is not an exact integer: past 2^53 a float holds only some integers (this one reads as " +
             std::to_string(n) + "): write the integer without exponent or fraction";
       return std::nullopt;

@@ -446,7 +446,12 @@ BOOST_AUTO_TEST_CASE(integer_keys_refuse_fractions_and_values_out_of_range_namin
   BOOST_TEST(contains(error("k.n=1.0000000000000001e18"), "reads as 1000000000000000128"));
   BOOST_TEST(contains(error("k.n=-9223372036854775808.0"), "write the integer without exponent or fraction"));
   BOOST_TEST(error("k.n=-9223372036854775808") == "loaded");
-  BOOST_TEST(error("k.n=9007199254740992.0") == "loaded");  // 2^53: every integer up to it is exact
+  BOOST_TEST(error("k.n=9007199254740991.0") == "loaded");  // below 2^53 every integer is exact
+  // From 2^53 on, a float of 16 digits or more may be a neighbour rounded to it: 9007199254740993.0 read as 2^53.
+  BOOST_TEST(contains(error("k.n=9007199254740993.0"), "reads as 9007199254740992"));
+  BOOST_TEST(contains(error("k.n=9007199254740992.0"), "is not an exact integer"));
+  BOOST_TEST(error("k.n=9.2e18") == "loaded");
+  BOOST_TEST(error("k.n=1.5e17") == "loaded");
   BOOST_TEST(contains(error("k.n=inf"), "k.n: expected an integer, got number inf"));
   BOOST_TEST(contains(error("k.n=nan"), "k.n: expected an integer, got number nan"));
 }
