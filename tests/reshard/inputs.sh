@@ -232,4 +232,8 @@ done
 expect_exit 2 'truncated zstd input' "$B" build --shards 5 --out "$T/keep" "$T/small.jsonl" "$T/cut.jsonl.zst"
 "$B" verify "$T/keep" >/dev/null || fail "the earlier dataset was damaged by a failed build"
 same_tokens "$T/plain" "$T/keep"
+# Inputs without a document: exit 2, and the --out this run created is gone (it kept .build-parts/ and the lock).
+: > "$T/empty.txt"
+expect_exit 2 'the inputs contain no documents' "$B" build --out "$T/none" "$T/empty.txt"
+[ ! -e "$T/none" ] || fail "an empty build left $(ls -A "$T/none") in its new --out"
 echo PASS

@@ -494,6 +494,8 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   // named) are off limits too.
   check_output_not_input(dir, files);
   check_output_not_input(dir, input_dirs);
+  std::error_code exists_ec;
+  const bool dir_existed = std::filesystem::exists(dir, exists_ec);
   DirLock lock;
   lock_dataset_dir(lock, dir);
   const std::string parts = join_path(dir, ".build-parts");
@@ -554,7 +556,19 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   }
   if (use_mpi) mpi::barrier();
   if (use_mpi) docs = mpi::broadcast_value<uint64_t>(docs);
-  if (docs == 0) throw UsageError("the inputs contain no documents");
+  if (docs == 0) {
+    // Nothing to write: the parts go, and an output directory this run created goes with its lock (it held only them).
+    if (rank == 0) {
+      std::error_code ec;
+      std::filesystem::remove_all(parts, ec);
+      if (!dir_existed) {  // the lock file goes while held: nobody else can have found this directory worth locking
+        std::filesystem::remove(join_path(dir, ".reshard.lock"), ec);
+        lock.release();
+        std::filesystem::remove(dir, ec);  // only when empty
+      }
+    }
+    throw UsageError("the inputs contain no documents");
+  }
   if (use_mpi) identity = mpi::broadcast_string(identity);
   shards::Dataset parts_ds = shards::Dataset::open(parts);
   DatasetSource src({parts_ds});
