@@ -302,6 +302,12 @@ expect2 "another learning-rate schedule: decay over 50 steps .now 60.*step 51 wo
 rates=$(grep -o "learning rate [0-9.e+-]* where the run's schedule gives [0-9.e+-]*" "$W/rates.err" || true)
 read -r _ _ now _ _ _ _ _ then <<< "$rates"
 [[ -n "$now" && "$now" != "$then" ]] || fail "schedule refusal names equal-looking rates: '$rates'"
+# Inside both warmups the next rate is the same: the refusal names the first step where the schedules part (it named
+# two equal rates as a jump).
+"$BIN/cairn-train" --out "$W/warm" "${MODEL[@]}" --steps 4 --set train.warmup=20 --set train.decay_steps=40 \
+  --set train.checkpoint_every=4
+expect2 "step 5 runs at the same rate, [0-9.e-]*, but step 22 would run at [0-9.e-]* where the run's schedule gives" \
+  "$BIN/cairn-train" --out "$W/warm" "${MODEL[@]}" --steps 8 --set train.warmup=20 --set train.decay_steps=50
 [[ $(md5sum "$W/r1/train/metrics.jsonl") == "$before" ]] || fail "a failed run changed metrics.jsonl"
 # A constant schedule has no decay to re-time: extending it is no change.
 "$BIN/cairn-train" --out "$W/const" "${MODEL[@]}" --steps 4 --set train.schedule='"constant"' --set train.warmup=2
