@@ -53,6 +53,22 @@ grep -q "# Out of bounds values : 1 FAILED" "$TMP/bad.txt" || fail "planted wron
 grep -q "1 wrong element" "$TMP/bad.err" || fail "planted wrong: no message"
 $PY $CHECK "$TMP/bad.txt" "$TMP/bad/sweep" --minbytes 64 --maxbytes 1024 --expect-wrong 1 || fail "bad-run check"
 
+# 4c. A stop signal (Slurm's time limit, preemption) to rank 0 only, after 5 of allreduce's 8 sizes: every rank stops
+# before the next size, the table and the files hold the 5 sizes (a killed sweep kept only what reached stdout),
+# exit 75. allgather's table is not started.
+mpirun -np 2 "$FAULTS" --term-after-sizes 5 --out "$TMP/term" allreduce allgather -b 8 -e 1K -f 2 -n 1 -w 0 \
+  >"$TMP/term.txt" 2>"$TMP/term.err"
+rc=$?
+[ $rc -eq 75 ] || fail "SIGTERM mid-sweep: exit $rc, want 75: $(cat "$TMP/term.err")"
+grep -q "# Note: stopped by SIGTERM after 1 of 2 tables" "$TMP/term.txt" || fail "SIGTERM mid-sweep: no note"
+$PY - "$TMP/term/sweep/sweep.json" <<'PY' || fail "SIGTERM mid-sweep: sweep.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = [r for r in d["results"] if r.get("name") == "allreduce" or r.get("collective") == "allreduce"] or d["results"]
+sizes = sorted({r["size"] for r in rows})
+assert sizes == [8, 16, 32, 64, 128], sizes
+PY
+
 # 4a. A command line with a newline (a quoted --out) stays one comment line in the preamble.
 mpirun -np 1 "$BIN" --out "$TMP/nl"$'\n'"x" allreduce -b 8 -e 8 -n 1 -w 0 >"$TMP/nl.txt" 2>"$TMP/nl.err" ||
   fail "newline in --out: exit $?"

@@ -23,7 +23,7 @@ void pause_for_signal(const std::string& point, const char* marker_prefix) {
     std::fprintf(f, "%s\n", point.c_str());
     std::fclose(f);
   }
-  for (int i = 0; i < 12000 && cairn::train::stop_signal() == 0; ++i) {
+  for (int i = 0; i < 12000 && cairn::stop_signal() == 0; ++i) {
     struct timespec ts = {0, 10 * 1000 * 1000};
     nanosleep(&ts, nullptr);
   }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +29,7 @@
 #include "cairn/provenance.h"
 #include "cairn/sections/run.h"
 #include "cairn/sections/sweep.h"
+#include "cairn/stop_signal.h"
 #include "cairn/sysinfo.h"
 
 extern char** environ;
@@ -466,6 +468,15 @@ std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm c
     progress->set_work(work);
   }
   for (size_t k = 0; k < bp.rows.size(); ++k) {
+    static int64_t sizes_measured = 0;  // over the whole sweep, for the injected signal
+    if (faults.term_after_sizes > 0 && mpi::rank() == 0 && sizes_measured++ == faults.term_after_sizes) raise(SIGTERM);
+    // A stop signal (Slurm's time limit or preemption, Ctrl-C) ends the block before its next size, on every rank of
+    // the tier at once; the sizes not measured are NaN, which the table leaves out.
+    if (mpi::allreduce(stop_signal(), MPI_MAX, comm) != 0) {
+      std::fill(out.begin() + static_cast<std::ptrdiff_t>(k * stride), out.end(),
+                std::numeric_limits<double>::quiet_NaN());
+      break;
+    }
     if (progress) progress->update(k, strprintf("%llu B", static_cast<unsigned long long>(bp.rows[k].size)));
     const SizeRow& r = bp.rows[k];
     double* rec = &out[k * stride];
@@ -553,6 +564,10 @@ void assemble_block(Block& b, const BlockPlan& bp, const TierPlan& tier, const s
   int bw_count = 0;
   for (size_t k = 0; k < bp.rows.size(); ++k) {
     const SizeRow& sr = bp.rows[k];
+    // Sizes a stop signal left unmeasured (NaN on some member) are not rows.
+    if (std::any_of(members.begin(), members.end(),
+                    [&](int r) { return std::isnan(at(r, k, 0)) || std::isnan(at(r, k, 1)); }))
+      continue;
     Row row;
     row.size = sr.size;
     row.count = sr.count;
@@ -889,7 +904,8 @@ struct SweepContext {
 
 // One section per (tier, collective), as one nccl-tests binary run: every type/op/root row in one
 // table, one footer; cairn's extra lines (tier, fits, per-node figures) after the footer.
-void measure_tier(const SweepContext& x, const TierPlan& tier, const std::vector<BlockPlan>& plans,
+// Returns false when a stop signal ended it (the block in progress is kept with the sizes it measured).
+bool measure_tier(const SweepContext& x, const TierPlan& tier, const std::vector<BlockPlan>& plans,
                   int64_t* checks_done) {
   const SweepOptions& o = x.o;
   BackendComm* bc = tier.comm != MPI_COMM_NULL ? x.be.open(tier.comm, x.topo.device_local_rank) : nullptr;
@@ -908,20 +924,29 @@ void measure_tier(const SweepContext& x, const TierPlan& tier, const std::vector
     mpi::check(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
                           static_cast<int>(mine.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD),
                "MPI_Gather");
-    if (!x.root) continue;
-    Block b = make_block(bp, tier, all, o);
-    std::string text;
-    for (const auto& row : b.rows) text += format_row(row, b, o.report_cputime != 0);
-    x.emit(text);
-    x.res.blocks.push_back(std::move(b));
-    if (last) {
+    // Every rank agrees whether to go on (a signal may have reached one rank only, or another group of the tier).
+    const int stop = mpi::allreduce(stop_signal(), MPI_MAX);
+    if (stop != 0) {
+      x.res.stopped_by = stop_signal_name(stop);
+      last = true;
+    }
+    if (x.root) {
+      Block b = make_block(bp, tier, all, o);
+      std::string text;
+      for (const auto& row : b.rows) text += format_row(row, b, o.report_cputime != 0);
+      x.emit(text);
+      if (!b.rows.empty()) x.res.blocks.push_back(std::move(b));
+    }
+    if (x.root && last) {
       std::vector<const Block*> section;
       for (size_t k = section_start; k < x.res.blocks.size(); ++k) section.push_back(&x.res.blocks[k]);
       if (o.min_busbw > 0 && section_avg_busbw(section) < o.min_busbw) x.res.gate_failed = true;
       x.emit(format_section_footer(section, o.min_busbw) + format_section_extras(section));
     }
+    if (stop != 0) break;
   }
   if (bc) x.be.close(bc);
+  return x.res.stopped_by.empty();
 }
 
 // Rank 0: summary, trailer and the files under <run>/sweep/; returns the exit code.
@@ -989,7 +1014,18 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
 
   int64_t checks_done = 0;
   const SweepContext ctx{o, be, topo, faults, info, emit, res, root};
-  for (size_t ti = 0; ti < tiers.size(); ++ti) measure_tier(ctx, tiers[ti], plans[ti], &checks_done);
+  install_stop_handlers();
+  size_t tables = 0;
+  for (const auto& p : plans) tables += p.size();
+  for (size_t ti = 0; ti < tiers.size(); ++ti)
+    if (!measure_tier(ctx, tiers[ti], plans[ti], &checks_done)) break;
+  if (!res.stopped_by.empty()) {
+    const std::string note = strprintf("stopped by %s after %zu of %zu tables; the tables above and the files hold "
+                                       "what was measured",
+                                       res.stopped_by.c_str(), res.blocks.size(), tables);
+    res.notes.push_back(note);
+    if (root) CAIRN_LOG_WARN("%s", note.c_str());
+  }
   if (topo.owns_comms) {
     MPI_Comm_free(&topo.node);
     MPI_Comm_free(&topo.cross);
@@ -998,6 +1034,7 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
   // Summary, files and the verdict (decided on rank 0, shared with every rank).
   int code = root ? finish_on_root(info, res, o, emit) : 0;
   code = mpi::broadcast_value<int>(code);
+  if (!res.stopped_by.empty() && code == kExitOk) code = kExitStopped;
   res.wrong = mpi::broadcast_value<int64_t>(res.wrong);
   if (code == kExitGate) {
     res.verdict = res.wrong > 0 ? strprintf("%lld wrong element(s) in the results (see #wrong in the table)",

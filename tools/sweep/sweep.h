@@ -43,6 +43,7 @@ struct SweepFaults {
   int64_t corrupt_check = 0;     // > 0: one element of rank 0's Nth checked result is overwritten before the check
   int ranks_per_node = 0;        // > 0: consecutive ranks form pretend nodes of this many (intra/inter tiers)
   uint64_t mpi_count_limit = 0;  // > 0: MPI's per-call count limit lowered to this (large-count paths, small sizes)
+  int64_t term_after_sizes = 0;  // > 0: rank 0 raises SIGTERM on itself once this many sizes are measured
 };
 
 // The sizes a sweep visits (-b, -e, -f, -i), before per-collective rounding.
@@ -97,6 +98,8 @@ struct SweepResult {
   std::string table;  // the text printed on stdout (rank 0)
   std::string out_dir;
   std::string verdict;  // why the exit code is 3 ("" when 0)
+  std::string
+      stopped_by;  // "SIGTERM" when a stop signal ended the sweep early (exit 75; the files hold what was measured)
 };
 
 // One collective call exactly as the timed loop issues it (views already resolved).

@@ -27,6 +27,7 @@
 #include "cairn/pipeline.h"
 #include "cairn/provenance.h"
 #include "cairn/shards.h"
+#include "cairn/stop_signal.h"
 #include "cairn/vocab_padding.h"
 #include "chunk.h"
 #include "gpu.h"
@@ -46,19 +47,6 @@ using nlohmann::json;
 namespace cairn::train {
 
 namespace {
-
-volatile sig_atomic_t g_stop_signal = 0;
-bool g_handlers_installed = false;
-// SIGTERM/SIGUSR1 (Slurm's preemption warning) and SIGINT (Ctrl-C) stop the run at the next step boundary after a
-// checkpoint. A second Ctrl-C means "now": the default action ends the process at once.
-extern "C" void on_stop_signal(int sig) {
-  if (sig == SIGINT && g_stop_signal == SIGINT) {
-    signal(SIGINT, SIG_DFL);
-    raise(SIGINT);
-    return;
-  }
-  g_stop_signal = sig;
-}
 
 class Trainer {
  public:
@@ -990,7 +978,7 @@ double Trainer::validate() {
 }
 
 bool Trainer::stop_requested() {
-  int local = g_stop_signal;
+  int local = stop_signal();
   if (local == 0 && hooks_.stop_after_step >= 0 && progress_.step == hooks_.stop_after_step) local = 1;
   stop_signal_ = s_.world > 1 ? mpi::allreduce(local, MPI_MAX) : local;
   return stop_signal_ != 0;
@@ -1244,21 +1232,6 @@ double learning_rate(int64_t s, int64_t steps, int64_t warmup, double lr, double
   if (schedule == "linear") return lr + (min_lr - lr) * progress;
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * progress));
 }
-
-void install_stop_handlers() {
-  if (g_handlers_installed) return;
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGUSR1, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  g_handlers_installed = true;
-}
-
-int stop_signal() { return g_stop_signal; }
-void clear_stop_signal() { g_stop_signal = 0; }
 
 TrainResult run_train(const Config& cfg, const TrainHooks& hooks) {
   install_stop_handlers();

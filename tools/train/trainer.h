@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "cairn/config.h"
+#include "cairn/error.h"
+#include "cairn/stop_signal.h"
 
 namespace cairn::train {
 
@@ -14,7 +16,7 @@ namespace cairn::train {
 // nothing to save), rerun to continue. slurm/train.sbatch requeues the job when it sees this code (EX_TEMPFAIL).
 // Rank 0 also writes <run>/train/STOPPED ({"exit_code": 75, ...}) so launchers that lose the code (mpirun after
 // SIGTERM exits 1) can recover it (slurm/stages/train.sh).
-constexpr int kExitRequeue = 75;
+constexpr int kExitRequeue = kExitStopped;
 
 // Faults a test can inject at a given step (applied on every rank identically).
 enum class Fault { None, NanGrad, NanLoss, LossSpike };
@@ -48,13 +50,10 @@ struct TrainResult {
   std::string finished_checkpoint;  // the checkpoint FINISHED names ("" when the run did not finish)
 };
 
-// SIGTERM/SIGUSR1/SIGINT handlers that only record the signal (idempotent; they stay installed until the process
-// exits). main() installs them before anything else, so a signal at any moment of start-up or shutdown is seen: before
-// the first step the run exits 75 with nothing to save, during the run it finishes the step and checkpoints (75), after
-// the last step's stop check the run finishes normally (0).
-void install_stop_handlers();
-int stop_signal();         // the last stop signal received (0: none)
-void clear_stop_signal();  // run_train() clears it when it returns (a signal acted on, or one after the last step)
+// Stop signals: cairn/stop_signal.h (install_stop_handlers, stop_signal, clear_stop_signal). main() installs the
+// handlers before anything else, so a signal at any moment of start-up or shutdown is seen: before the first step the
+// run exits 75 with nothing to save, during the run it finishes the step and checkpoints (75), after the last step's
+// stop check the run finishes normally (0). run_train() clears the signal when it returns.
 
 // Runs training as configured; called by train_main() and by tests (MPI must be initialised).
 TrainResult run_train(const Config& cfg, const TrainHooks& hooks = {});

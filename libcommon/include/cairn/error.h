@@ -6,6 +6,9 @@
 namespace cairn {
 
 enum ExitCode : int { kExitOk = 0, kExitRuntime = 1, kExitUsage = 2, kExitGate = 3 };
+// A stop signal ended the work early after what it had was saved (cairn-train: a checkpoint, to be requeued;
+// cairn-sweep: the sizes measured so far). EX_TEMPFAIL, as Slurm scripts test it.
+constexpr int kExitStopped = 75;
 
 // Any error a tool reports; main() prints "cairn-<tool>: <what()>" and exits with code().
 class Error : public std::runtime_error {
