@@ -65,10 +65,15 @@ cmp -s "$T/meg/split_text_document.bin" "$T/meg/fortunes_text_document.bin" &&
 "$B" convert --to llmc --out "$T/llmc" "$T/d8"
 "$B" convert --from llmc "$T/llmc" --shards 2 --out "$T/from_llmc"
 same_tokens "$T/d8" "$T/from_llmc"
-# The exports' formats have no room for provenance: it is written beside them (the same document as --json).
+# The exports' formats have no room for provenance: it is written beside them (the same document as --json), with
+# what the tokens are (the tokenizer, which the formats do not record) and the dataset they came from, by absolute
+# path and content fingerprint.
 for f in "$T/meg/fortunes_text_document.provenance.json" "$T/llmc/provenance.json"; do
-  $PY -c "import json, sys; d = json.load(open(sys.argv[1])); p = d['provenance']
-assert p['tool'] == 'cairn-reshard' and 'convert' in p['command_line'] and p['git_sha'] and d['tokens'] > 0, d" "$f" ||
+  $PY -c "import json, sys; d = json.load(open(sys.argv[1])); p = d['provenance']; s = d['dataset']
+ix = json.load(open(sys.argv[2] + '/index.json'))
+assert p['tool'] == 'cairn-reshard' and 'convert' in p['command_line'] and p['git_sha'] and d['tokens'] > 0, d
+assert d['input'] == sys.argv[2] and s['tokenizer'] == ix['tokenizer']['id'] and s['eot_id'] == ix['eot_id'], d
+assert s['total_tokens'] == ix['total_tokens'] and len(s['content_fingerprint']) == 16, s" "$f" "$T/d8" ||
     fail "no provenance beside the export: $f"
 done
 $PY - "$T/meg/fortunes_text_document" "$T/llmc" "$T/d8" <<'PY'

@@ -736,7 +736,18 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
     if (mpi::initialized()) mpi::agree_or_throw(err.empty(), err, code ? code : kExitRuntime);
     else if (!err.empty()) throw Error(code, err);
     if (root) {
-      summary["input"] = in;
+      std::error_code ec;
+      const fs::path absolute = fs::absolute(in, ec);
+      summary["input"] = ec ? in : absolute.lexically_normal().string();
+      // What the tokens are, which the formats do not say (a Megatron user picks --tokenizer-type and --vocab-file
+      // from it), and which dataset they came from (content_fingerprint changes when the dataset is rebuilt). The
+      // provenance's [data] tokenizer keys are the convert command's settings, unused by an export.
+      summary["dataset"] = {{"tokenizer", ds.tokenizer_id()},
+                            {"vocab_size", ds.vocab_size()},
+                            {"eot_id", ds.eot_id()},
+                            {"total_tokens", ds.total_tokens()},
+                            {"total_documents", ds.total_documents()},
+                            {"content_fingerprint", ds.content_fingerprint()}};
       summary["provenance"] = provenance().to_json();
       // The export's formats have no room for provenance: it goes beside them, <prefix>.provenance.json for
       // Megatron's .bin/.idx, provenance.json in llm.c's directory (neither loader reads a .json there).
