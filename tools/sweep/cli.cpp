@@ -90,25 +90,26 @@ void add_nccl_flags(CLI::App& app, NcclFlags& f) {
 // and --set can override them), and -J becomes the --json path.
 void apply_nccl_flags(const CLI::App& app, const NcclFlags& f, cairn::CommonOptions& opts,
                       cairn::ToolSettings& settings) {
-  auto set = [&](const char* key, cairn::json value) {
-    settings.emplace_back(std::string("sweep.") + key, std::move(value));
+  // Each named by its flag in --print-config's origins and in errors ("-d", as "--steps" is for cairn-train).
+  auto set = [&](const char* key, cairn::json value, const char* flag) {
+    settings.emplace_back(std::string("sweep.") + key, std::move(value), flag);
   };
   if (app.count("-i")) {
-    set("stepbytes", f.stepbytes);
-    if (!app.count("-f")) set("stepfactor", 1);
+    set("stepbytes", f.stepbytes, "-i");
+    if (!app.count("-f")) set("stepfactor", 1, "-i (stepfactor 1)");
   }
-  if (app.count("-d")) set("types", checked_types(f.types));
-  if (app.count("-o")) set("ops", checked_ops(f.ops));
+  if (app.count("-d")) set("types", checked_types(f.types), "-d");
+  if (app.count("-o")) set("ops", checked_ops(f.ops), "-o");
   if (app.count("-r")) {
     if (f.root < -1)
       usage(cairn::strprintf("-r/--root %lld: give a rank, or -1 for every rank in turn",
                              static_cast<long long>(f.root)));
-    set("root", f.root);
+    set("root", f.root, "-r");
   }
   if (app.count("-z")) {
     if (f.blocking < 0 || f.blocking > 3)
       usage(cairn::strprintf("-z/--blocking %lld: choose 0, 1, 2 or 3", static_cast<long long>(f.blocking)));
-    set("blocking", f.blocking);
+    set("blocking", f.blocking, "-z");
   }
   if (f.nthreads != 1) {
     usage(cairn::strprintf("-t/--nthreads %lld: cairn-sweep runs one thread per process driving one GPU; start more "
@@ -124,8 +125,8 @@ void apply_nccl_flags(const CLI::App& app, const NcclFlags& f, cairn::CommonOpti
     usage(cairn::strprintf("-m/--agg_iters %lld: must be 1 or more", static_cast<long long>(f.agg_iters)));
   if (f.cputime != 0 && f.cputime != 1)
     usage(cairn::strprintf("-C/--report_cputime %lld: choose 0 or 1", static_cast<long long>(f.cputime)));
-  if (app.count("-m")) set("agg_iters", f.agg_iters);
-  if (app.count("-C")) set("report_cputime", f.cputime);
+  if (app.count("-m")) set("agg_iters", f.agg_iters, "-m");
+  if (app.count("-C")) set("report_cputime", f.cputime, "-C");
   if (f.local_register < 0 || f.local_register > 2)
     usage(cairn::strprintf("-R/--local_register %lld: choose 0, 1 or 2", static_cast<long long>(f.local_register)));
   if (f.graph < 0) usage(cairn::strprintf("-G/--cudagraph %lld: must be 0 or more", static_cast<long long>(f.graph)));
