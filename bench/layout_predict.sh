@@ -24,7 +24,7 @@
 #        the plan alike)
 #        PLAN_EXTRA (more cairn-plan arguments for every prediction, e.g. "--set cluster.overlap_slowdown=1")
 #        FABRIC_RANKS (price every layout with the sweep of that many ranks instead of its own rank count)
-#        FILTER (python regex on the layout string, e.g. 'tp=2')  TARGET 15 (% bar; exits 0 regardless)
+#        FILTER (python regex on the layout string, e.g. 'tp=2'; matching none is exit 2)  TARGET 15 (% bar; exits 0 regardless)
 #        RETRY 1, BG_MAX 0.25: rerun a layout (or a fabric sweep) up to RETRY times while other processes used more
 #        than BG_MAX cores during it (the "bg" column: cores used by the rest of the machine; keep it ~0)
 #        ROUNDS 2: train every layout ROUNDS times, in rounds over all layouts (so a layout's runs lie minutes apart),
@@ -270,11 +270,17 @@ for R in ranks:
                         for rc in recs:
                             key = f"dp={dp},tp={tp},pp={pp},v={v},mb={mb},zero={zero},recompute={rc},sp={sp}"
                             key += f",cp={cp}" if cp > 1 else ""
-                            if flt and not re.search(flt, key): continue
+                            # Also as the README's and report's tables print it (without mb and recompute).
+                            shown = f"dp={dp},tp={tp},pp={pp},v={v},zero={zero},sp={sp}" + (f",cp={cp}" if cp > 1 else "")
+                            if flt and not (re.search(flt, key) or re.search(flt, shown)): continue
                             print(dp, tp, pp, v, zero, sp, rc, cp)
 PY
 ); fi
 N=$(echo "$LAYOUTS" | grep -c . || true)
+if [ "$N" -eq 0 ] && [ -n "$FILTER" ]; then
+  echo "layout_predict: FILTER='$FILTER' matches no layout (keys read dp=2,tp=1,pp=2,v=1,mb=2,zero=1,recompute=none,sp=off[,cp=2] or, as the tables print them, dp=2,tp=1,pp=2,v=1,zero=1,sp=off[,cp=2])" >&2
+  exit 2
+fi
 echo "== $N layouts, $STEPS steps each (cores $CORES; 1-thread peak ${PEAK} TFLOP/s, ${BW} GB/s, ${OVH} us/kernel)" >&2
 # train_layout DEST: the current layout (dp tp pp v zero sp rc cp, R ranks) trained STEPS steps into DEST/train, its
 # log in DEST/train.log and /usr/bin/time's "elapsed user system" in DEST/time; prints "BACKGROUND_CORES ELAPSED".
