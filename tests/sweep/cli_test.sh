@@ -68,6 +68,14 @@ rows = [r for r in d["results"] if r.get("name") == "allreduce" or r.get("collec
 sizes = sorted({r["size"] for r in rows})
 assert sizes == [8, 16, 32, 64, 128], sizes
 PY
+# ... and when it comes between two tables (after allreduce's 8 sizes), allgather's table is left without rows or a
+# footer, and allreduce's stays whole.
+mpirun -np 2 "$FAULTS" --term-after-sizes 8 --out "$TMP/term2" allreduce allgather -b 8 -e 1K -f 2 -n 1 -w 0 \
+  >"$TMP/term2.txt" 2>"$TMP/term2.err"
+rc=$?
+[ $rc -eq 75 ] && [ "$(grep -c "Avg bus bandwidth" "$TMP/term2.txt")" = 1 ] &&
+  [ "$(grep -cE '^ +[0-9]+ +[0-9]+ +float' "$TMP/term2.txt")" = 8 ] ||
+  fail "SIGTERM between tables: exit $rc $(cat "$TMP/term2.txt")"
 
 # 4a. A command line with a newline (a quoted --out) stays one comment line in the preamble.
 mpirun -np 1 "$BIN" --out "$TMP/nl"$'\n'"x" allreduce -b 8 -e 8 -n 1 -w 0 >"$TMP/nl.txt" 2>"$TMP/nl.err" ||

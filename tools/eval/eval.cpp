@@ -501,8 +501,6 @@ class Evaluator {
         if (!recorded.empty()) {
           write_results_h5(join_path(out_dir_, "results.h5"), rows_);
           write_harness_files(target, meta.tokens, recorded, start_unix, wall);
-        }
-        if (!recorded.empty()) {
           // Before results.jsonl the writers of the old rows and the new (a kill between leaves every row its line),
           // after it those of the rows it now holds.
           update_provenance_jsonl(join_path(out_dir_, "provenance.jsonl"), writers);

@@ -937,7 +937,8 @@ bool measure_tier(const SweepContext& x, const TierPlan& tier, const std::vector
       x.emit(text);
       if (!b.rows.empty()) x.res.blocks.push_back(std::move(b));
     }
-    if (x.root && last) {
+    // The footer of the collective's table (none when a stop signal came before its first size was measured).
+    if (x.root && last && section_start < x.res.blocks.size()) {
       std::vector<const Block*> section;
       for (size_t k = section_start; k < x.res.blocks.size(); ++k) section.push_back(&x.res.blocks[k]);
       if (o.min_busbw > 0 && section_avg_busbw(section) < o.min_busbw) x.res.gate_failed = true;
