@@ -92,6 +92,12 @@ for model in gpt-2 llama-3; do
   # Validation and training splits in one directory: imported (a round trip), with a warning that says so.
   grep -q "holds llm.c's validation split (1 file(s), fineweb_val_000000.bin ...) and its training split" \
     "$T/fw_$model.err" || fail "no warning for val and train splits imported together: $(cat "$T/fw_$model.err")"
+  ! grep -q "starts inside a document" "$T/fw_$model.err" || fail "$model: val + train said to start inside a document"
+  # The train files alone start inside the document the val file cut: imported, and said.
+  "$B" convert --from llmc "$T/fw_$model"/*train*.bin --shards 1 --out "$T/fw_${model}_train" \
+    2> "$T/fw_${model}_train.err" || fail "$model train files alone: $(cat "$T/fw_${model}_train.err")"
+  grep -q "train_000001.bin\" starts inside a document" "$T/fw_${model}_train.err" ||
+    fail "$model train files alone: no word of the document cut at their start"
   echo "ok: $model directory of $nfiles files imported in llm.c's order, documents spanning files kept whole"
 done
 # fineweb.py's Llama-3 files: <|begin_of_text|> (128000) before each document instead of end-of-text. Imported with
@@ -107,6 +113,8 @@ echo "ok: llm.c Llama-3 files split at <|begin_of_text|>"
 train=($(ls "$T/fw_bos"/*.bin | grep -v "_000000\.bin$" | sort))
 "$B" convert --from llmc "${W[@]}" "${train[@]}" --shards 1 --out "$T/fw_bos_train" 2> "$T/fw_bos_train.err"
 grep -q "documents begin with <|begin_of_text|> (128000)" "$T/fw_bos_train.err" || fail "train shards: not split at <|begin_of_text|>"
+grep -q "starts inside a document (its first token is not the <|begin_of_text|>" "$T/fw_bos_train.err" ||
+  fail "train shards: the document cut at their start was imported without a word"
 $PY - "$T/fw_bos_train" "$T/wide" <<'PY' || fail "train shards: documents differ"
 import json, os, sys, h5py, numpy as np
 def docs(d):

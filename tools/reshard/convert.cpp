@@ -438,6 +438,15 @@ void import_llmc(const std::string& path, const tokenizer::Tokenizer& tok, Impor
     const uint32_t t = token_at(0);
     if (t != eot && tok.decode(&t, 1) == kLlama3BeginOfText) stream.begin_token = t;
     else if (v == &kLlmcLlama3) stream.begin_token = llama3_begin_id(tok);
+    // llm.c writes a delimiter before each document, so a stream that starts without one starts inside a document:
+    // a train file imported without the file before it (fineweb.py's first train shard continues the val shard).
+    // cairn's older exports put end-of-text after each document instead: their files end with it, llm.c's rarely.
+    const bool starts_inside = stream.begin_token ? t != *stream.begin_token : t != eot && token_at(ntok - 1) != eot;
+    if (starts_inside)
+      CAIRN_LOG_WARN("\"%s\" starts inside a document (its first token is not the %s that llm.c writes before each "
+                     "document): the tokens before the first document start are imported as a document of their "
+                     "own; import the file before it too to keep that document whole",
+                     path.c_str(), stream.begin_token ? "<|begin_of_text|>" : "end-of-text");
   }
   for (int32_t i = 0; i < ntok; ++i) {
     const uint32_t t = token_at(i);
