@@ -195,10 +195,7 @@ void check_common_outputs(const CommonOptions& opts, const Config& cfg) {
                        "\" starts with ~, which only a shell expands: give the full path" +
                        (where.kind == Origin::File ? " (or --out ~/... on the command line)"
                                                    : " (or leave the ~ unquoted, where the shell expands it)"));
-  }
-  if (const Origin& where = cfg.origin("run.dir"); where.kind == Origin::File) {
-    const std::string dir = run_dir(cfg);
-    if (dir.find('$') != std::string::npos)
+    if (where.kind == Origin::File && dir.find('$') != std::string::npos)
       CAIRN_LOG_WARN("[run] dir \"%s\" (%s) holds a $: it is taken literally, as TOML does not expand variables "
                      "(use --out \"$VAR/...\" on the command line, or CAIRN_RUN_DIR)",
                      dir.c_str(), where.describe().c_str());

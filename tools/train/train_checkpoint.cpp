@@ -457,36 +457,31 @@ void TrainCheckpoints::check_schedule(const std::string& dir, const records::Tra
   if (was.schedule != s_.schedule)
     changes.push_back(strprintf("schedule \"%s\" (now \"%s\")", was.schedule.c_str(), s_.schedule.c_str()));
   if (changes.empty()) return;
-  const double then = learning_rate(updates, was.decay_steps, was.warmup, was.lr, was.min_lr, was.schedule);
-  const double now = learning_rate(updates, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule);
+  auto rate_then = [&](int64_t u) {
+    return learning_rate(u, was.decay_steps, was.warmup, was.lr, was.min_lr, was.schedule);
+  };
+  auto rate_now = [&](int64_t u) {
+    return learning_rate(u, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule);
+  };
   std::string what;
   for (const auto& c : changes) what += (what.empty() ? "" : ", ") + c;
+  // The first step whose rate differs: the next one, unless both are inside the warmup and only the decay changed.
+  int64_t u = updates;
+  const int64_t last = std::max(was.decay_steps, s_.decay_length()) + 1;
+  while (u < last && !differs(rate_now(u), rate_then(u))) ++u;
   // Four significant digits, or as many as it takes to tell the two rates apart (a longer decay moves the next
   // step's rate by a few parts in 10^4 early on).
-  auto rates = [](double a, double b) {
-    int digits = 4;
-    while (digits < 17 && a != b && strprintf("%.*g", digits, a) == strprintf("%.*g", digits, b)) ++digits;
-    return std::pair(strprintf("%.*g", digits, a), strprintf("%.*g", digits, b));
-  };
-  std::string effect;
-  if (differs(now, then)) {
-    const auto [a, b] = rates(now, then);
-    effect = strprintf("step %lld would run at learning rate %s where the run's schedule gives %s",
-                       static_cast<long long>(step + 1), a.c_str(), b.c_str());
-  } else {
-    // Equal at the next step (inside both warmups, with only the decay changed): the first step where they part.
-    const int64_t last = std::max(was.decay_steps, s_.decay_length()) + 1;
-    effect = strprintf("step %lld runs at the same rate, %.4g", static_cast<long long>(step + 1), now);
-    for (int64_t u = updates + 1; u <= last; ++u) {
-      const double later_then = learning_rate(u, was.decay_steps, was.warmup, was.lr, was.min_lr, was.schedule);
-      const double later_now = learning_rate(u, s_.decay_length(), s_.warmup, s_.lr, s_.min_lr, s_.schedule);
-      if (!differs(later_now, later_then)) continue;
-      const auto [a, b] = rates(later_now, later_then);
-      effect += strprintf(", but step %lld would run at %s where the run's schedule gives %s",
-                          static_cast<long long>(step + 1 + (u - updates)), a.c_str(), b.c_str());
-      break;
-    }
-  }
+  const double now = rate_now(u), then = rate_then(u);
+  int digits = 4;
+  while (digits < 17 && now != then && strprintf("%.*g", digits, now) == strprintf("%.*g", digits, then)) ++digits;
+  std::string effect = u == updates ? ""
+                                    : strprintf("step %lld runs at the same rate, %.4g",
+                                                static_cast<long long>(step + 1), rate_now(updates));
+  if (differs(now, then))
+    effect += std::string(u == updates ? "" : ", but ") +
+              strprintf("step %lld would run at %s%.*g where the run's schedule gives %.*g",
+                        static_cast<long long>(step + 1 + (u - updates)), u == updates ? "learning rate " : "", digits,
+                        now, digits, then);
   // A checkpoint named with --resume DIR is a deliberate restart (a rollback after a spike, usually with a lower
   // rate): its new schedule is taken, with the warning. What --resume auto finds (a requeue, an extension) is the run
   // going on, where a changed schedule is an accident.

@@ -1088,9 +1088,8 @@ void Trainer::validate_after(int64_t step) {
   report_->write_val(step, progress_.tokens, vl, widx_.train_windows(), s_.val_rows);
 }
 
-static const char* stop_name(int sig) {
-  return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "test hook";
-}
+// Signal 1 is the test hook's (TrainHooks::stop_after_step).
+static const char* stop_name(int sig) { return sig == 1 ? "test hook" : stop_signal_name(sig); }
 
 // <run>/train/STOPPED: the run stopped on a signal with kExitRequeue, for launchers that lose the exit code.
 void Trainer::write_stopped(const char* why) {
