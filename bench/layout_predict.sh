@@ -88,6 +88,42 @@ PLAN_SETS=(--set plan.flash_attention=true --set plan.tp_async_backward=false --
            --set "plan.cp_comm=\"$CP_COMM\"" --set cluster.attention_tile=32)
 read -r -a PLAN_EXTRA <<< "${PLAN_EXTRA:-}"
 
+# Layouts: "dp tp pp v zero sp recompute cp" (context parallelism: each sequence in 2*cp load-balanced chunks),
+# chosen (and FILTER checked) before any measurement;
+# PREDICT_ONLY: those of the earlier run (layouts.txt: name dp tp pp v zero sp recompute ranks cp).
+if [ "$PREDICT_ONLY" = 1 ]; then
+  LAYOUTS=$(awk '{print $2, $3, $4, $5, $6, $7, $8, $10}' "$OUT/layouts.txt")
+else LAYOUTS=$($PY - "$L" "$A" "$S" "$GB" "$MB" "$RANKS" "$RECOMPUTE" "$FILTER" "$ZEROS" <<'PY'
+import sys, re
+l, a, s, gb, mb = map(int, sys.argv[1:6]); ranks = [int(x) for x in sys.argv[6].split()]
+recs = sys.argv[7].split(); flt = sys.argv[8]; zeros = [int(z) for z in sys.argv[9].split()]
+for R in ranks:
+  for cp in (1, 2, 4):
+    for tp in (1, 2, 4):
+        for pp in (1, 2, 4):
+            if R % (cp * tp * pp): continue
+            dp = R // (cp * tp * pp)
+            if a % tp or l % pp or s % (2 * cp) or (s // cp) % tp or gb % (dp * mb): continue
+            m = gb // (dp * mb)
+            for v in ((1, 2) if pp > 1 else (1,)):
+                if v > 1 and (l % (pp * v) or m % pp): continue
+                for zero in (zeros if dp * cp > 1 else (0,)):
+                    for sp in (("off", "on") if tp > 1 else ("off",)):
+                        for rc in recs:
+                            key = f"dp={dp},tp={tp},pp={pp},v={v},mb={mb},zero={zero},recompute={rc},sp={sp}"
+                            key += f",cp={cp}" if cp > 1 else ""
+                            # Also as the README's and report's tables print it (without mb and recompute).
+                            shown = f"dp={dp},tp={tp},pp={pp},v={v},zero={zero},sp={sp}" + (f",cp={cp}" if cp > 1 else "")
+                            if flt and not (re.search(flt, key) or re.search(flt, shown)): continue
+                            print(dp, tp, pp, v, zero, sp, rc, cp)
+PY
+); fi
+N=$(echo "$LAYOUTS" | grep -c . || true)
+if [ "$N" -eq 0 ] && [ -n "$FILTER" ]; then
+  echo "layout_predict: FILTER='$FILTER' matches no layout (keys read dp=2,tp=1,pp=2,v=1,mb=2,zero=1,recompute=none,sp=off[,cp=2] or, as the tables print them, dp=2,tp=1,pp=2,v=1,zero=1,sp=off[,cp=2])" >&2
+  exit 2
+fi
+
 echo "== dataset, calibration, sweep -> $OUT$([ "$PREDICT_ONLY" = 1 ] && echo " (kept: PREDICT_ONLY)")" >&2
 [ -f "$OUT/ds/index.json" ] || [ "$PREDICT_ONLY" = 1 ] || "$BIN/cairn-reshard" --log-level warn --out "$OUT/ds" --set 'data.delimiter="%"' \
   --set data.shards=2 build "$F/fortunes" "$F/computers" "$F/science"
@@ -247,40 +283,6 @@ else
   echo "layout_predict: $KBENCH not built: attention priced at the cluster file's attention_efficiency" >&2
 fi
 
-# Layouts: "dp tp pp v zero sp recompute cp" (context parallelism: each sequence in 2*cp load-balanced chunks);
-# PREDICT_ONLY: those of the earlier run (layouts.txt: name dp tp pp v zero sp recompute ranks cp).
-if [ "$PREDICT_ONLY" = 1 ]; then
-  LAYOUTS=$(awk '{print $2, $3, $4, $5, $6, $7, $8, $10}' "$OUT/layouts.txt")
-else LAYOUTS=$($PY - "$L" "$A" "$S" "$GB" "$MB" "$RANKS" "$RECOMPUTE" "$FILTER" "$ZEROS" <<'PY'
-import sys, re
-l, a, s, gb, mb = map(int, sys.argv[1:6]); ranks = [int(x) for x in sys.argv[6].split()]
-recs = sys.argv[7].split(); flt = sys.argv[8]; zeros = [int(z) for z in sys.argv[9].split()]
-for R in ranks:
-  for cp in (1, 2, 4):
-    for tp in (1, 2, 4):
-        for pp in (1, 2, 4):
-            if R % (cp * tp * pp): continue
-            dp = R // (cp * tp * pp)
-            if a % tp or l % pp or s % (2 * cp) or (s // cp) % tp or gb % (dp * mb): continue
-            m = gb // (dp * mb)
-            for v in ((1, 2) if pp > 1 else (1,)):
-                if v > 1 and (l % (pp * v) or m % pp): continue
-                for zero in (zeros if dp * cp > 1 else (0,)):
-                    for sp in (("off", "on") if tp > 1 else ("off",)):
-                        for rc in recs:
-                            key = f"dp={dp},tp={tp},pp={pp},v={v},mb={mb},zero={zero},recompute={rc},sp={sp}"
-                            key += f",cp={cp}" if cp > 1 else ""
-                            # Also as the README's and report's tables print it (without mb and recompute).
-                            shown = f"dp={dp},tp={tp},pp={pp},v={v},zero={zero},sp={sp}" + (f",cp={cp}" if cp > 1 else "")
-                            if flt and not (re.search(flt, key) or re.search(flt, shown)): continue
-                            print(dp, tp, pp, v, zero, sp, rc, cp)
-PY
-); fi
-N=$(echo "$LAYOUTS" | grep -c . || true)
-if [ "$N" -eq 0 ] && [ -n "$FILTER" ]; then
-  echo "layout_predict: FILTER='$FILTER' matches no layout (keys read dp=2,tp=1,pp=2,v=1,mb=2,zero=1,recompute=none,sp=off[,cp=2] or, as the tables print them, dp=2,tp=1,pp=2,v=1,zero=1,sp=off[,cp=2])" >&2
-  exit 2
-fi
 echo "== $N layouts, $STEPS steps each (cores $CORES; 1-thread peak ${PEAK} TFLOP/s, ${BW} GB/s, ${OVH} us/kernel)" >&2
 # train_layout DEST: the current layout (dp tp pp v zero sp rc cp, R ranks) trained STEPS steps into DEST/train, its
 # log in DEST/train.log and /usr/bin/time's "elapsed user system" in DEST/time; prints "BACKGROUND_CORES ELAPSED".
