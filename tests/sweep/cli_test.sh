@@ -44,6 +44,16 @@ fi
 # 3. One real node: inter is skipped with a note.
 mpirun -np 2 "$BIN" --out "$TMP/one" -b 64 -e 256 -n 1 -w 0 --tiers world,inter >"$TMP/one.txt" 2>&1 || fail "one-node sweep"
 grep -q "# Note: tier inter skipped: the job runs on one node" "$TMP/one.txt" || fail "no note for skipped inter tier"
+# ... and intra beside world is the same communicator there: measured once (world), with a note; intra alone is measured.
+mpirun -np 2 "$BIN" --out "$TMP/one-wi" allreduce -b 64 -e 256 -n 1 -w 0 --tiers world,intra >"$TMP/one-wi.txt" 2>&1 ||
+  fail "one-node world,intra sweep"
+grep -q "# Note: tier intra skipped: the job runs on one node, where it is the world tier" "$TMP/one-wi.txt" ||
+  fail "no note for intra beside world on one node"
+grep -q "^# Tier world:" "$TMP/one-wi.txt" || fail "one-node world,intra: world not measured"
+grep -q "^# Tier intra:" "$TMP/one-wi.txt" && fail "one-node world,intra: intra measured again"
+mpirun -np 2 "$BIN" --out "$TMP/one-i" allreduce -b 64 -e 256 -n 1 -w 0 --tiers intra >"$TMP/one-i.txt" 2>&1 ||
+  fail "one-node intra sweep"
+grep -q "^# Tier intra:" "$TMP/one-i.txt" || fail "one-node intra alone: not measured"
 
 # 4. A planted wrong element: #wrong > 0 in the table and exit 3.
 mpirun -np 2 "$FAULTS" --corrupt-check 2 --out "$TMP/bad" allgather -b 64 -e 1K -n 1 -w 0 >"$TMP/bad.txt" 2>"$TMP/bad.err"

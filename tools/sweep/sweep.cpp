@@ -214,6 +214,12 @@ std::vector<TierPlan> plan_tiers(const SweepOptions& o, const SweepTopology& t, 
         notes.emplace_back("tier intra skipped: one rank per node");
         continue;
       }
+      // On one node the node's communicator holds the world's ranks: measuring it again would time the
+      // same collectives twice. fabric.toml's world fits price intra-node groups of a one-node sweep.
+      if (t.node_count == 1 && std::find(o.tiers.begin(), o.tiers.end(), "world") != o.tiers.end()) {
+        notes.emplace_back("tier intra skipped: the job runs on one node, where it is the world tier");
+        continue;
+      }
       if (!t.uniform) throw UsageError("tier intra needs the same number of ranks on every node");
       p.comm = t.node;
       p.nranks = t.local_size;
