@@ -117,6 +117,14 @@ void set(std::map<std::string, MetricValue>& m, const std::string& name, double 
   m[name] = {value, best};
 }
 
+// The count a gate checks before comparing name with a baseline (MetricValue::count).
+void set_count(std::map<std::string, MetricValue>& m, const std::string& name, double count, const char* unit) {
+  auto it = m.find(name);
+  if (it == m.end() || !std::isfinite(count)) return;
+  it->second.count = count;
+  it->second.count_unit = unit;
+}
+
 }  // namespace
 
 const std::vector<std::string>& known_collectives() {
@@ -517,6 +525,9 @@ void train_metrics(Metrics& m, const RunData& run, const MetricSettings& st) {
     if (std::isfinite(run.val.val_loss.back()))
       set(m, "val_loss", run.val.val_loss.back(), min_finite(run.val.val_loss));
     set(m, "best_val_loss", min_finite(run.val.val_loss));
+    // Another val_batches, or a cairn-train that counted the windows otherwise, gives another sum.
+    const double windows = run.val.val_windows.empty() ? kNaN : run.val.val_windows.back();
+    for (const char* name : {"val_loss", "best_val_loss"}) set_count(m, name, windows, "windows");
   }
 }
 
@@ -528,13 +539,17 @@ void eval_metrics(Metrics& m, const RunData& run) {
     Better b = eval_direction(r.metric);
     auto it = ev.find(name);
     if (it == ev.end()) {
-      ev[name] = {r.step, {r.value, r.value}};
+      MetricValue mv{r.value, r.value};
+      mv.count = r.n;
+      mv.count_unit = "examples";
+      ev[name] = {r.step, mv};
       continue;
     }
     auto& [step, mv] = it->second;
     if (!(r.step < step)) {
       step = r.step;
       mv.value = r.value;
+      mv.count = r.n;
     }
     mv.best = b == Better::Lower ? std::min(mv.best, r.value) : std::max(mv.best, r.value);
   }

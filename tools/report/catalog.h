@@ -24,6 +24,10 @@ struct MetricDef {
 struct MetricValue {
   double value = kNaN;
   double best = kNaN;
+  // What the value averages, for gates to refuse comparing unlike sums: validation windows of cairn-train's
+  // val_loss, examples of an eval row (n); NaN when unknown.
+  double count = kNaN;
+  const char* count_unit = "";  // "windows", "examples"
 };
 
 // How per-run numbers are reduced ([report] keys).

@@ -90,13 +90,6 @@ std::vector<GateRule> parse_gates(const Config& cfg) {
   return rules;
 }
 
-namespace {
-// Windows the run's last validation value averages (NaN: not recorded, as by an older cairn-train).
-double last_val_windows(const RunData& run) {
-  return run.val.val_windows.empty() ? std::nan("") : run.val.val_windows.back();
-}
-}  // namespace
-
 std::vector<GateResult> evaluate_gates(const std::vector<GateRule>& rules, const std::vector<RunData>& runs,
                                        const std::vector<std::map<std::string, MetricValue>>& metrics, int baseline) {
   std::vector<GateResult> out;
@@ -123,15 +116,21 @@ std::vector<GateResult> evaluate_gates(const std::vector<GateRule>& rules, const
           auto b = metrics[static_cast<size_t>(baseline)].find(rule.metric.name);
           if (b != metrics[static_cast<size_t>(baseline)].end()) g.baseline = b->second.value;
           else g.reason = "baseline: " + missing_reason(runs[static_cast<size_t>(baseline)], rule.metric);
-          // A validation loss over other windows (another val_batches, or a cairn-train that counted them otherwise)
-          // is another sum: a difference would be read as a regression or an improvement that is neither.
-          const double w = last_val_windows(runs[ri]), wb = last_val_windows(runs[static_cast<size_t>(baseline)]);
-          if (g.reason.empty() && rule.metric.name.find("val_loss") != std::string::npos && std::isfinite(w) &&
-              std::isfinite(wb) && w != wb)
-            g.reason = strprintf("not comparable: the run's val_loss averages %.0f windows, the baseline's %.0f "
-                                 "([train] val_batches or the cairn-train version differ); compare runs scored alike "
-                                 "or take a new baseline",
-                                 w, wb);
+          // A value over other validation windows (another val_batches, or a cairn-train that counted them
+          // otherwise) or other eval examples (another --limit, split or task file) is another sum: a difference
+          // would be read as a regression or an improvement that is neither.
+          const auto& bm = metrics[static_cast<size_t>(baseline)];
+          const double w = v != metrics[ri].end() ? v->second.count : kNaN, wb = b != bm.end() ? b->second.count : kNaN;
+          if (g.reason.empty() && std::isfinite(w) && std::isfinite(wb) && w != wb) {
+            const bool windows = std::string(v->second.count_unit) == "windows";
+            g.reason =
+                strprintf("not comparable: the run's %s averages %.0f %s, the baseline's %.0f (%s); compare runs "
+                          "scored alike or take a new baseline",
+                          rule.metric.name.c_str(), w, v->second.count_unit, wb,
+                          windows
+                              ? "[train] val_batches or the cairn-train version differ"
+                              : "the task's data, --limit, train_val's val_batches or the cairn-eval version differ");
+          }
         }
       }
       if (std::isnan(g.value)) {

@@ -553,6 +553,7 @@ void parse_eval_jsonl(const std::string& text, const std::string& path, RunData&
     r.metric = std::move(row.metric);
     r.value = row.value;
     r.stderr_value = row.stderr_value;
+    if (row.n > 0) r.n = static_cast<double>(row.n);
     run.eval.push_back(std::move(r));
   }
 }

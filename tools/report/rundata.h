@@ -38,6 +38,7 @@ struct EvalRecord {
   double step = kNaN, tokens = kNaN;
   std::string checkpoint, task, metric;
   double value = kNaN, stderr_value = kNaN;
+  double n = kNaN;  // examples (windows, items) the value averages; NaN in rows that do not say
 };
 
 // Everything cairn-report knows about one run directory. Pieces that are absent are listed in
