@@ -24,6 +24,7 @@
 #include "cairn/provenance.h"
 #include "fixture.h"
 #include "piece_io.h"
+#include "train_checkpoint.h"
 #include "trainer.h"
 
 namespace fs = std::filesystem;
@@ -622,6 +623,21 @@ BOOST_AUTO_TEST_CASE(resuming_on_other_data_is_refused_unless_allowed) {
   }
   mpi::barrier();
   expect_resume_at(small_config(older), 5);
+
+  // A checkpoint names the build that wrote it: this build's resumes say nothing, another's are told they continue
+  // within float32 rounding, not bitwise (an upgrade mid-run; the audit saw losses part by 2e-7 from the first step).
+  const std::string step4 = old + "/train/ckpt/step_00000004";
+  checkpoint::ModelMeta meta = checkpoint::read_model_meta(step4);
+  BOOST_TEST(meta.git_sha == provenance().git_sha);
+  BOOST_TEST(meta.version == provenance().version);
+  BOOST_TEST(build_change_note(step4, meta).empty());
+  meta.git_sha = "0123456789ab";
+  const std::string note = build_change_note(step4, meta);
+  BOOST_TEST(note.find("written by cairn-train " + meta.version + " (git 0123456789ab), this is " +
+                       provenance().version + " (git " + provenance().git_sha + ")") != std::string::npos,
+             note);
+  meta.git_sha.clear();  // written before the attribute, or by a tool that did not record it
+  BOOST_TEST(build_change_note(step4, meta).empty());
 }
 
 // ---------------------------------------------------------------- one trainer per run directory

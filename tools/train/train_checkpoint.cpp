@@ -18,6 +18,7 @@
 #include "cairn/files.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
+#include "cairn/provenance.h"
 #include "cairn/records.h"
 #include "cairn/shards.h"
 #include "loader.h"
@@ -314,6 +315,15 @@ void TrainCheckpoints::load_files(const std::string& dir, const std::vector<chec
   }
 }
 
+std::string build_change_note(const std::string& dir, const checkpoint::ModelMeta& meta) {
+  const Provenance& self = provenance();
+  if (meta.git_sha.empty() || meta.git_sha == self.git_sha) return "";
+  return strprintf("resuming \"%s\": written by cairn-train %s (git %s), this is %s (git %s): from here on the run "
+                   "follows this build's kernels and rules, within float32 rounding of the build that started it, not "
+                   "bitwise",
+                   dir.c_str(), meta.version.c_str(), meta.git_sha.c_str(), self.version.c_str(), self.git_sha.c_str());
+}
+
 // A checkpoint trained on other data, or on the same data in another order: from here on each step would read other
 // windows than the run's (bitwise resume and the run's data order are gone; with another split, windows it trained on
 // become validation windows). The order is the seed's permutation of the training split, read a global batch at a
@@ -371,6 +381,8 @@ void TrainCheckpoints::check_data(const std::string& dir, const checkpoint::Mode
         "the run's earlier values (metrics.jsonl's val lines carry val_windows)",
         dir.c_str(), static_cast<unsigned long long>(s_.val_rows), static_cast<unsigned long long>(*st.val_rows),
         static_cast<long long>(st.step.value_or(0)));
+  if (const std::string note = build_change_note(dir, meta); !note.empty() && s_.rank == 0)
+    CAIRN_LOG_WARN("%s", note.c_str());
   if (!st.data_fingerprint && s_.rank == 0)
     CAIRN_LOG_INFO("\"%s\" records no data fingerprint (written before cairn-train recorded one): its data is not "
                    "compared with [data] path",

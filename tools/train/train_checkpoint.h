@@ -46,6 +46,11 @@ nlohmann::json train_state(const Settings& s, const TrainProgress& p, const Step
 // every rank's pieces are assembled into whole-model order on rank 0, one tensor at a time, which writes them to
 // optim.rank00000.h5. Loading reads whole tensors one at a time and keeps each rank's pieces: beyond its own pieces,
 // no rank ever holds more than one tensor of the model.
+// "" when checkpoint `dir` was written by this build (or does not say which), else a sentence for the resume's
+// warning naming both builds: another build's kernels sum in another order and its rules (the step guard's, the
+// schedule's) may differ, so the run goes on within float32 rounding of its own build, not bitwise.
+std::string build_change_note(const std::string& dir, const checkpoint::ModelMeta& meta);
+
 class TrainCheckpoints {
  public:
   TrainCheckpoints(const Config& cfg, const Settings& s, const gpt::GptConfig& config, const parallel::Groups& groups,

@@ -60,6 +60,7 @@ struct ModelMeta {
   int64_t tokens = 0;
   nlohmann::json train_state = nlohmann::json::object();  // trainer's own state (loader position, ...)
   std::string config_toml;                                // effective config of the run
+  std::string version, git_sha;                           // of the tool that wrote it ("" when not recorded)
 };
 
 // Writes model.h5: one dataset per tensor under /params/<HF GPT-2 name> with its shape,

@@ -267,6 +267,8 @@ ModelMeta read_model_meta(const std::string& path_or_dir) {
     m.config.vocab_real = static_cast<int>(f.attr_int("vocab_real"));
     if (f.has_attr("train_state")) m.train_state = json::parse(f.attr_string("train_state"));
     if (f.has_attr("config_toml")) m.config_toml = f.attr_string("config_toml");
+    if (f.has_attr("version")) m.version = f.attr_string("version");
+    if (f.has_attr("git_sha")) m.git_sha = f.attr_string("git_sha");
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
