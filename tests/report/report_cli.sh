@@ -380,6 +380,24 @@ done
 echo '{"step": 10, "task": "val", "metric": "loss", "value": 2.7, "n": 60}' > "$T/vw32/eval/results.jsonl"
 not_comparable vw_eval2 eval_val_loss "the run's eval_val_loss averages 60 examples, the baseline's 75"
 
+# 9d. A run resumed by another build with another val_batches (an upgrade mid-run): the report names both builds and
+# says that the val_loss curve mixes 8- and 16-window sums (cairn-train's warning went to stderr only).
+mkdir -p "$T/upg/train"
+{ echo '{"kind": "provenance", "provenance": {"tool": "cairn-train", "git_sha": "9de865ae1b93"}}'
+  echo '{"kind": "train", "step": 20, "loss": 2.9}'
+  echo '{"kind": "val", "step": 20, "val_loss": 2.8, "val_windows": 8}'
+  echo '{"kind": "provenance", "provenance": {"tool": "cairn-train", "git_sha": "433e3aaab850"}}'
+  echo '{"kind": "train", "step": 40, "loss": 2.7}'
+  echo '{"kind": "val", "step": 40, "val_loss": 2.6, "val_windows": 16}'; } > "$T/upg/train/metrics.jsonl"
+"$REPORT" "$T/upg" --out "$T/upg_out" 2>/dev/null || fail "report over a run of two builds: exit $?"
+$PY - "$T/upg_out/report/summary.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))["runs"][0]
+assert r["trained_by_builds"] == ["9de865ae1b93", "433e3aaab850"], r["trained_by_builds"]
+assert any("val_loss averages 8 windows to step 20, 16 from step 40" in p for p in r["problems"]), r["problems"]
+EOF
+grep -q "2 builds" "$T/upg_out/report/summary.md" || fail "summary.md does not say the run was trained by 2 builds"
+
 # 10. Gates a run must fail. (a) Its loss went NaN: cairn-train writes null, and the gates used to take the last
 # finite values before it and pass. (b) A stage imbalance past 150 %: the fraction was read as a percent above 1.5.
 # (c) A value just past its limit prints with the digits that tell them apart. (d) A misspelled gate is refused by

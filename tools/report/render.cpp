@@ -124,6 +124,7 @@ std::string train_status(const RunData& r) {
   std::string s = "step " + format_value(r.train.step.back(), "", 6);
   s += r.train_finished ? ", finished" : ", not finished";
   if (!r.restarts.empty()) s += ", " + std::to_string(r.restarts.size()) + " restart(s)";
+  if (r.builds.size() > 1) s += ", " + std::to_string(r.builds.size()) + " builds";
   return s;
 }
 
@@ -794,6 +795,13 @@ std::string render_markdown(const ReportModel& m) {
       os << "Note: the runs' training ended at different points (" << steps
          << "); the comparison and gates use each run's last values.\n\n";
   }
+  for (const auto& r : m.runs) {
+    if (r.builds.size() < 2) continue;
+    std::string list;
+    for (const auto& b : r.builds) list += (list.empty() ? "git " : ", then ") + b;
+    os << "Note: `" << md_cell(run_label(r)) << "` was trained by " << r.builds.size() << " builds (" << md_cell(list)
+       << "): resumed by another build, its curves continue within float32 rounding of the first, not bitwise.\n\n";
+  }
   if (!m.gates.empty()) {
     os << "### Gates\n\n| verdict | metric | run | rule | baseline | value | limit | reason |\n"
           "|---|---|---|---|---:|---:|---|---|\n";
@@ -960,6 +968,7 @@ json render_json(const ReportModel& m) {
     jr["eval_records"] = r.eval.size();
     jr["train_finished"] = r.train_finished;
     jr["restarts_at_step"] = r.restarts;
+    jr["trained_by_builds"] = r.builds;
     json met = json::object();
     for (const auto& [name, v] : m.metrics[i]) {
       auto def = resolve_metric(name);

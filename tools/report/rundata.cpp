@@ -425,6 +425,14 @@ void parse_metrics_line(std::string_view line, size_t line_no, bool last_untermi
   else if (kind.empty() && rec.loss) kind = "train";
   const double step = value_or_nan(rec.step);
   if (kind == "provenance" && rec.peak_tflops) run.mfu_peak_tflops = *rec.peak_tflops;
+  if (kind == "provenance") {  // one line per start: read whole for the build (the fast scanner skips the object)
+    const json p = json::parse(line, nullptr, false);
+    if (p.is_object() && p.contains("provenance") && p["provenance"].is_object()) {
+      const json& sha = p["provenance"].value("git_sha", json());
+      if (sha.is_string() && (run.builds.empty() || run.builds.back() != sha.get<std::string>()))
+        run.builds.push_back(sha.get<std::string>());
+    }
+  }
   if (kind == "train") {
     if (!rec.step) {
       run.problem(path + ":" + std::to_string(line_no) + ": train record without a numeric \"step\"");
@@ -474,6 +482,27 @@ size_t parse_metrics_lines(std::string_view text, bool final, size_t& line_no, c
 // Reads metrics.jsonl in blocks instead of whole: a long run's file (hundreds of MB) was held in memory beside its
 // columns, about 440 of the 620 bytes the report took per line. A first pass counts the lines so that the columns
 // are reserved once. False (and a problem recorded) when the file cannot be read.
+// A run resumed with another [train] val_batches, or by a cairn-train that counts windows otherwise, has val_loss
+// points that average different sums: its curve and best_val_loss mix them (cairn-train warned at the resume, on
+// stderr only). Said as a problem of the run, with where the count changed.
+void note_mixed_val_windows(const std::string& path, RunData& run) {
+  const ValSeries& v = run.val;
+  std::string changes;
+  double last = kNaN, last_step = kNaN;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v.val_windows[i])) continue;
+    if (std::isfinite(last) && v.val_windows[i] != last)
+      changes += strprintf("%s%.0f windows to step %.0f, %.0f from step %.0f", changes.empty() ? "" : "; ", last,
+                           last_step, v.val_windows[i], v.step[i]);
+    last = v.val_windows[i];
+    last_step = v.step[i];
+  }
+  if (!changes.empty())
+    run.problem(path + ": val_loss averages " + changes +
+                " ([train] val_batches or the cairn-train changed at a resume): the curve and best_val_loss mix "
+                "different sums");
+}
+
 bool read_metrics_jsonl(const std::string& path, RunData& run) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) {
@@ -607,6 +636,7 @@ RunData read_run(const std::string& dir) {
     if (!is_file(mj)) run.missing.emplace_back(mj);
     else if (read_metrics_jsonl(mj, run)) {
       if (run.train.size() == 0 && run.val.size() == 0) run.missing.emplace_back(mj + " (no train or val records)");
+      note_mixed_val_windows(mj, run);
     }
     run.train_finished = is_file(join_path(train_dir, "FINISHED"));
     std::string kp = join_path(train_dir, "kernel_profile.json");

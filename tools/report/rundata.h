@@ -57,6 +57,9 @@ struct RunData {
   double mfu_peak_tflops = std::nan("");  // the peak the train lines' mfu divides by (the last start's), or NaN
   bool train_finished = false;
   std::vector<double> restarts;  // steps at which a requeued run restarted (earlier lines superseded)
+  // git sha of the cairn-train of each start (metrics.jsonl's provenance lines), consecutive repeats merged: more
+  // than one when the run was resumed by another build (an upgrade mid-run).
+  std::vector<std::string> builds;
 
   std::vector<EvalRecord> eval;
 
