@@ -362,21 +362,6 @@ uint64_t parse_byte_count(const std::string& text, const std::string& what) {
 
 namespace {
 
-// Whether `text`, a decimal in C's %e form ("1e+18", "-1.5e+18"), is exactly the integer `n`.
-bool decimal_is(const std::string& text, int64_t n) {
-  const size_t e = text.find('e');
-  if (e == std::string::npos) return false;
-  std::string digits;
-  for (size_t i = 0; i < e; ++i)
-    if (std::isdigit(static_cast<unsigned char>(text[i]))) digits += text[i];
-  const long exponent = std::strtol(text.c_str() + e + 1, nullptr, 10);
-  const long integer_digits = exponent + 1;                             // digits before the decimal point
-  if (integer_digits < static_cast<long>(digits.size())) return false;  // a fraction is left (or n is 0: not here)
-  digits.append(static_cast<size_t>(integer_digits) - digits.size(), '0');
-  const std::string want = std::to_string(n);
-  return (text[0] == '-' ? "-" + digits : digits) == want;
-}
-
 // The integer a whole number written in float or exponent notation stands for (TOML and --set read 1e10 and 2.0 as
 // floats): std::nullopt, with `why`, for a value outside int64 or one past 2^53 that the float does not hold exactly.
 std::optional<int64_t> whole_number_to_int(double x, std::string& why) {
@@ -388,23 +373,13 @@ std::optional<int64_t> whole_number_to_int(double x, std::string& why) {
   }
   const auto n = static_cast<int64_t>(x);
   // Up to 2^53 a double holds every integer, so the decimal that was written is n. Past it a double is always whole,
-  // whatever was written: 1.0000000000000001e18 reads as 1000000000000000128. The shortest decimal that reads back
-  // as x (what was written, unless it had more digits than a double keeps) must be n itself: 1e18 and 9.2e18 pass,
-  // and a float with more digits is refused, never taken as another integer (an integer literal is exact). From 2^53
-  // on, a float that needs 16 or more digits may have been written as a neighbouring integer and rounded to this one
-  // (9007199254740993.0 reads as 2^53): a decimal of at most 15 digits reads back as itself, so only those pass.
+  // whatever was written, and cannot tell which integer was meant: 1.0000000000000001e18 reads as
+  // 1000000000000000128, 9007199254740993.0 as 2^53, 10000000000000001.0 as 1e16 (whose shortest form looks exact).
+  // So from 2^53 on only an integer literal, which is read exactly, is taken.
   if (std::fabs(x) >= 9007199254740992.0) {
-    char buf[40];
-    int digits = 1;
-    for (; digits <= 17; ++digits) {
-      std::snprintf(buf, sizeof buf, "%.*e", digits - 1, x);
-      if (std::strtod(buf, nullptr) == x) break;
-    }
-    if (digits > 15 || !decimal_is(buf, n)) {
-      why = "is not an exact integer: past 2^53 a float holds only some integers (this one reads as " +
-            std::to_string(n) + "): write the integer without exponent or fraction";
-      return std::nullopt;
-    }
+    why = "is past 2^53, where a float cannot say which integer was meant (this one reads as " + std::to_string(n) +
+          "): write the integer without exponent or fraction";
+    return std::nullopt;
   }
   return n;
 }
