@@ -236,4 +236,7 @@ same_tokens "$T/plain" "$T/keep"
 : > "$T/empty.txt"
 expect_exit 2 'the inputs contain no documents' "$B" build --out "$T/none" "$T/empty.txt"
 [ ! -e "$T/none" ] || fail "an empty build left $(ls -A "$T/none") in its new --out"
+# ... and so does a bad input before any group of inputs finished (nothing a rerun could reuse).
+expect_exit 2 'truncated zstd input' "$B" build --out "$T/badnew" "$T/small.jsonl" "$T/cut.jsonl.zst"
+[ ! -e "$T/badnew" ] || fail "a failed build left $(ls -A "$T/badnew") in its new --out"
 echo PASS

@@ -534,8 +534,28 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
     error = e.what(), error_code = e.code();
   }
   progress.progress.finish(strprintf("%llu documents", static_cast<unsigned long long>(progress.records)));
-  if (use_mpi) mpi::agree_or_throw(error.empty(), error, error_code ? error_code : kExitRuntime);
-  else if (!error.empty()) throw Error(error_code, error);
+  // An output directory this run created goes again when it holds nothing a rerun can use (with its lock: nobody
+  // else can have found it worth locking); the parts go whenever `all_parts`, else only when no group finished.
+  auto remove_created_output = [&](bool all_parts) {
+    if (rank != 0) return;
+    std::error_code ec;
+    bool reusable = false;
+    for (size_t g = 0; g < groups.size() && !all_parts && !reusable; ++g)
+      reusable = std::filesystem::exists(join_path(parts, sidecar_name(g)), ec);
+    if (reusable) return;  // finished groups are the unit of resume: the same command reuses them
+    std::filesystem::remove_all(parts, ec);
+    if (dir_existed) return;
+    std::filesystem::remove(join_path(dir, ".reshard.lock"), ec);
+    lock.release();
+    std::filesystem::remove(dir, ec);  // only when empty
+  };
+  try {
+    if (use_mpi) mpi::agree_or_throw(error.empty(), error, error_code ? error_code : kExitRuntime);
+    else if (!error.empty()) throw Error(error_code, error);
+  } catch (const Error&) {
+    remove_created_output(false);
+    throw;
+  }
   if (use_mpi) reused = mpi::allreduce<uint64_t>(reused);
   double tok_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -557,16 +577,7 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   if (use_mpi) mpi::barrier();
   if (use_mpi) docs = mpi::broadcast_value<uint64_t>(docs);
   if (docs == 0) {
-    // Nothing to write: the parts go, and an output directory this run created goes with its lock (it held only them).
-    if (rank == 0) {
-      std::error_code ec;
-      std::filesystem::remove_all(parts, ec);
-      if (!dir_existed) {  // the lock file goes while held: nobody else can have found this directory worth locking
-        std::filesystem::remove(join_path(dir, ".reshard.lock"), ec);
-        lock.release();
-        std::filesystem::remove(dir, ec);  // only when empty
-      }
-    }
+    remove_created_output(true);  // nothing to write
     throw UsageError("the inputs contain no documents");
   }
   if (use_mpi) identity = mpi::broadcast_string(identity);
