@@ -313,6 +313,13 @@ expect2 "step 5 runs at the same rate, [0-9.e-]*, but step 22 would run at [0-9.
 "$BIN/cairn-train" --out "$W/const" "${MODEL[@]}" --steps 4 --set train.schedule='"constant"' --set train.warmup=2
 "$BIN/cairn-train" --out "$W/const" "${MODEL[@]}" --steps 6 --set train.schedule='"constant"' --set train.warmup=2 ||
   fail "extending a constant schedule was refused"
+# Past both decays every remaining step runs at min_lr, whatever decay_steps says: another decay length changes no rate
+# (it was refused, with an empty clause where the effect belongs).
+"$BIN/cairn-train" --out "$W/past" "${MODEL[@]}" --steps 6 --set train.warmup=1 --set train.decay_steps=4 \
+  --set train.checkpoint_every=6
+"$BIN/cairn-train" --out "$W/past" "${MODEL[@]/warn/info}" --steps 8 --set train.warmup=1 --set train.decay_steps=5 \
+  2> "$W/past.err" || fail "a decay change past both decays was refused: $(cat "$W/past.err")"
+grep -q "gives every step from 7 on the same rate" "$W/past.err" || fail "past both decays: no note: $(cat "$W/past.err")"
 # Extended with the run's decay length: min_lr (lr/10) from step 51 on. On a new schedule only when asked, with a
 # warning; the checkpoint then records the new one.
 cp -r "$W/r1" "$W/r1x"

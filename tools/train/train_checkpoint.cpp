@@ -478,22 +478,29 @@ void TrainCheckpoints::check_schedule(const std::string& dir, const records::Tra
   std::string what;
   for (const auto& c : changes) what += (what.empty() ? "" : ", ") + c;
   // The first step whose rate differs: the next one, unless both are inside the warmup and only the decay changed.
+  // From the longer decay's end on both rates stay where they ended, so none differing up to `last` means the change
+  // alters no step from here on (a run past both decays whose decay_steps moved): nothing to refuse.
   int64_t u = updates;
   const int64_t last = std::max(was.decay_steps, s_.decay_length()) + 1;
   while (u < last && !differs(rate_now(u), rate_then(u))) ++u;
+  const double now = rate_now(u), then = rate_then(u);
+  if (!differs(now, then)) {
+    if (s_.rank == 0)
+      CAIRN_LOG_INFO("resuming \"%s\": its learning-rate schedule differs (%s) but gives every step from %lld on the "
+                     "same rate",
+                     dir.c_str(), what.c_str(), static_cast<long long>(step + 1));
+    return;
+  }
   // Four significant digits, or as many as it takes to tell the two rates apart (a longer decay moves the next
   // step's rate by a few parts in 10^4 early on).
-  const double now = rate_now(u), then = rate_then(u);
   int digits = 4;
-  while (digits < 17 && now != then && strprintf("%.*g", digits, now) == strprintf("%.*g", digits, then)) ++digits;
-  std::string effect = u == updates ? ""
-                                    : strprintf("step %lld runs at the same rate, %.4g",
-                                                static_cast<long long>(step + 1), rate_now(updates));
-  if (differs(now, then))
-    effect += std::string(u == updates ? "" : ", but ") +
-              strprintf("step %lld would run at %s%.*g where the run's schedule gives %.*g",
-                        static_cast<long long>(step + 1 + (u - updates)), u == updates ? "learning rate " : "", digits,
-                        now, digits, then);
+  while (digits < 17 && strprintf("%.*g", digits, now) == strprintf("%.*g", digits, then)) ++digits;
+  const std::string effect =
+      (u == updates ? std::string("step ") + std::to_string(step + 1) + " would run at learning rate "
+                    : strprintf("step %lld runs at the same rate, %.4g, but step %lld would run at ",
+                                static_cast<long long>(step + 1), rate_now(updates),
+                                static_cast<long long>(step + 1 + (u - updates)))) +
+      strprintf("%.*g where the run's schedule gives %.*g", digits, now, digits, then);
   // A checkpoint named with --resume DIR is a deliberate restart (a rollback after a spike, usually with a lower
   // rate): its new schedule is taken, with the warning. What --resume auto finds (a requeue, an extension) is the run
   // going on, where a changed schedule is an accident.
