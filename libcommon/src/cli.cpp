@@ -187,10 +187,10 @@ void check_common_outputs(const CommonOptions& opts, const Config& cfg) {
   // A shell's shorthand in a TOML value is not expanded: "~/runs/x" made a directory named "~" in the current one (a
   // later `rm -rf ~` away from deleting the home directory) and "$SCRATCH/x" one named "$SCRATCH". A quoted ~ on the
   // command line or in the environment (--set 'run.dir="~/x"', --out '~/x', CAIRN_RUN_DIR='~/x') is not expanded
-  // either.
+  // either. ~user/x is the same shorthand for another home.
   if (const Origin& where = cfg.origin("run.dir"); where.kind != Origin::Default) {
     const std::string dir = run_dir(cfg);
-    if (dir == "~" || dir.rfind("~/", 0) == 0)
+    if (!dir.empty() && dir[0] == '~')  // ~, ~/x and ~user/x alike
       throw UsageError((where.where == "--out" ? std::string("--out") : where.describe()) + ": [run] dir \"" + dir +
                        "\" starts with ~, which only a shell expands: give the full path" +
                        (where.kind == Origin::File ? " (or --out ~/... on the command line)"

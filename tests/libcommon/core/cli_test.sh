@@ -178,6 +178,8 @@ check run_dir_tilde_set 2 '--set run.dir="~/x": [run] dir "~/x" starts with ~' -
 # shellcheck disable=SC2088 # the literal ~ is the point
 check run_dir_tilde_out 2 '--out: [run] dir "~/x" starts with ~' -- "$probe" --out '~/x'
 check run_dir_tilde_env 2 'env CAIRN_RUN_DIR: [run] dir "~/x" starts with ~' -- env CAIRN_RUN_DIR='~/x' "$probe"
+printf '[run]\ndir = "~root/plan-x"\n' > "$tmp/tilde_user.toml"  # another user's home: made ./~root/plan-x
+check run_dir_tilde_user 2 '[run] dir "~root/plan-x" starts with ~' -- "$probe" --config "$tmp/tilde_user.toml"
 printf '[run]\ndir = "$SCRATCH/x"\n' > "$tmp/dollar.toml"
 check run_dir_dollar 0 'holds a $: it is taken literally' -- "$probe" --config "$tmp/dollar.toml"
 # Environment variables that name no key were dropped without a word; an empty one set the key silently.
