@@ -71,6 +71,8 @@ mpirun -np 2 "$FAULTS" --term-after-sizes 5 --out "$TMP/term" allreduce allgathe
 rc=$?
 [ $rc -eq 75 ] || fail "SIGTERM mid-sweep: exit $rc, want 75: $(cat "$TMP/term.err")"
 grep -q "# Note: stopped by SIGTERM after 1 of 2 tables" "$TMP/term.txt" || fail "SIGTERM mid-sweep: no note"
+grep -q "warning: stopped by SIGTERM after 1 of 2 tables" "$TMP/term.err" || fail "SIGTERM mid-sweep: no warning"
+! grep -qx "cairn-sweep: *" "$TMP/term.err" || fail "SIGTERM mid-sweep: an empty error line"
 $PY - "$TMP/term/sweep/sweep.json" <<'PY' || fail "SIGTERM mid-sweep: sweep.json"
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -160,7 +160,9 @@ int run_under_mpi(int& argc, char**& argv, const cairn::CommonOptions& opts, con
   }
   cairn::sweep::SweepResult result;
   int code = cairn::sweep::run_sweep(cfg, so, &result, faults);
-  if (code != 0 && cairn::mpi::rank() == 0) std::fprintf(stderr, "cairn-sweep: %s\n", result.verdict.c_str());
+  // A stopped sweep (exit 75) has said why in its warning and table note; only a gate has a verdict to print.
+  if (code != 0 && cairn::mpi::rank() == 0 && !result.verdict.empty())
+    std::fprintf(stderr, "cairn-sweep: %s\n", result.verdict.c_str());
   return code;
 }
 
