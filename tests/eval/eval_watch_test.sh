@@ -52,6 +52,10 @@ n=$(wc -l < run/eval/results.jsonl)
 rm run/train/FINISHED
 "$BIN/cairn-eval" --config eval.toml --watch "$WORK/run/train" --poll-interval 0.2 --idle-timeout 1 2> idle.err > /dev/null
 grep -q "idle_timeout" idle.err || { cat idle.err >&2; fail "idle timeout not reported"; }
+# ... on 2 ranks too, decided by rank 0's clock for both (each rank's own could part them) and said once.
+mpirun -np 2 --oversubscribe "$BIN/cairn-eval" --config eval.toml --watch "$WORK/run/train" --poll-interval 0.05 \
+  --idle-timeout 0.3 2> idle2.err > /dev/null || { cat idle2.err >&2; fail "2-rank idle timeout: exit $?"; }
+[ "$(grep -c "idle_timeout" idle2.err)" = 1 ] || { cat idle2.err >&2; fail "2-rank idle timeout not said once"; }
 # A task error fails a watcher at once, not hours later at the first checkpoint.
 : > empty.jsonl
 expect_exit 2 "empty task" "$BIN/cairn-eval" --config eval.toml --watch "$WORK/nothing_yet" --idle-timeout 600 \

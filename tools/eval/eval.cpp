@@ -709,9 +709,12 @@ void watch(const EvalSection& es, Evaluator& ev, EvalSummary& summary) {
       CAIRN_LOG_INFO("training run finished (%s); every checkpoint evaluated", finished.c_str());
       return;
     }
-    double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_activity).count();
-    if (idle_timeout > 0 && idle >= idle_timeout) {
-      CAIRN_LOG_WARN("no new checkpoint in %.0f s (idle_timeout); stopping", idle);
+    // Rank 0's clock decides for every rank: each rank's own would stop them at different polls, one rank leaving
+    // while the others wait for it in the next poll's broadcast.
+    const double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_activity).count();
+    const int idle_stop = mpi::broadcast_value(mpi::rank() == 0 && idle_timeout > 0 && idle >= idle_timeout ? 1 : 0);
+    if (idle_stop) {
+      if (mpi::rank() == 0) CAIRN_LOG_WARN("no new checkpoint in %.3g s (idle_timeout); stopping", idle);
       return;
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(poll));

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "cairn/json_text.h"
@@ -119,12 +120,15 @@ std::string absent_list(const RunData& r) {
   return out;
 }
 
+// Builds that trained the run (A, B, A is 2).
+size_t distinct_builds(const RunData& r) { return std::set<std::string>(r.builds.begin(), r.builds.end()).size(); }
+
 std::string train_status(const RunData& r) {
   if (r.train.size() == 0) return r.has("train") ? "no records" : "";
   std::string s = "step " + format_value(r.train.step.back(), "", 6);
   s += r.train_finished ? ", finished" : ", not finished";
   if (!r.restarts.empty()) s += ", " + std::to_string(r.restarts.size()) + " restart(s)";
-  if (r.builds.size() > 1) s += ", " + std::to_string(r.builds.size()) + " builds";
+  if (r.builds.size() > 1) s += ", " + std::to_string(distinct_builds(r)) + " builds";
   return s;
 }
 
@@ -799,7 +803,8 @@ std::string render_markdown(const ReportModel& m) {
     if (r.builds.size() < 2) continue;
     std::string list;
     for (const auto& b : r.builds) list += (list.empty() ? "git " : ", then ") + b;
-    os << "Note: `" << md_cell(run_label(r)) << "` was trained by " << r.builds.size() << " builds (" << md_cell(list)
+    os << "Note: `" << md_cell(run_label(r)) << "` was trained by " << distinct_builds(r) << " builds ("
+       << md_cell(list)
        << "): resumed by another build, its curves continue within float32 rounding of the first, not bitwise.\n\n";
   }
   if (!m.gates.empty()) {
