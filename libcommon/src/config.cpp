@@ -308,6 +308,8 @@ std::pair<int64_t, int64_t> parse_step_range(const std::string& text) {
   auto colon = text.find(':');
   try {
     if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    // Digits only: stoll would also take leading blanks and a sign (" 5:7" was kept, and printed, as written).
+    if (text.find_first_not_of("0123456789:") != std::string::npos) throw std::invalid_argument("not digits");
     size_t p1 = 0, p2 = 0;
     int64_t a = std::stoll(text.substr(0, colon), &p1);
     int64_t b = std::stoll(text.substr(colon + 1), &p2);

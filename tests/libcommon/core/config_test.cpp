@@ -471,4 +471,5 @@ BOOST_AUTO_TEST_CASE(step_ranges_are_checked_where_they_are_set) {
   BOOST_TEST(load_config({{}, {"train.trace_steps=\"2:4\""}}).get_string("train.trace_steps") == "2:4");
   BOOST_TEST(parse_step_range("3:7").first == 3);
   BOOST_TEST(parse_step_range("3:7").second == 7);
+  for (const char* bad : {" 5:7", "5: 7", "+5:7", "5:+7", "5:7 "}) BOOST_CHECK_THROW(parse_step_range(bad), UsageError);
 }
