@@ -98,10 +98,15 @@ export CAIRN_POLL_S=${CAIRN_POLL_S:-5}
 waiter=$!
 stopped_by() {
   trap - TERM INT HUP
+  # submit-pipeline.sh and the line reader; the waiter ends with them. While it is still submitting, submit-pipeline
+  # cancels what it submitted and leaves the ids in logs/.submitted.<pid> (pipeline.json is written after the last
+  # sbatch): waiting for it lets this trap name them (it said "no job was submitted" with two jobs queued).
   pkill -TERM -P "$waiter" 2>/dev/null
-  kill -TERM "$waiter" 2>/dev/null
+  wait "$waiter" 2>/dev/null
   local ids
-  ids=$(sed -n 's/.*"job_id": \([0-9][0-9]*\).*/\1/p' "$out/pipeline.json" 2>/dev/null | paste -sd' ')
+  ids=$({ sed -n 's/.*"job_id": \([0-9][0-9]*\).*/\1/p' "$out/pipeline.json" 2>/dev/null
+          cat "$out"/logs/.submitted.* 2>/dev/null; } | sort -un | paste -sd' ')
+  rm -f "$out"/logs/.submitted.*
   # shellcheck disable=SC2086  # one word per job id
   [ -n "$ids" ] && scancel $ids 2>/dev/null
   if [ -n "$ids" ]; then finish 1 "INFRA-FAILURE: nightly.sh stopped by SIG$1; cancelled its jobs $ids"; fi

@@ -112,7 +112,15 @@ is_selected() { [[ " ${selected[*]} " == *" $1 "* ]]; }
 command -v sbatch >/dev/null || [ "$dry" = 1 ] || cairn_die "sbatch not found: is this a Slurm login node? (slurm/run-local.sh runs the pipeline without Slurm)"
 # One submission at a time per run directory: a second one while the first's jobs are queued or running re-ran
 # sweep, plan and reshard over outputs the first's training was reading. Jobs that ended (or that the controller
-# no longer knows) do not count, so resubmitting after a failure or a cancel is fine.
+# no longer knows) do not count, so resubmitting after a failure or a cancel is fine. The check and the submission
+# hold <run>/logs/.submit.lock until pipeline.json is written: two submissions started together both passed the check
+# before either had written it.
+if [ "$dry" = 0 ]; then
+  mkdir -p "$run/logs"
+  exec {submit_lock}>>"$run/logs/.submit.lock"
+  flock -w "${CAIRN_SUBMIT_LOCK_S:-120}" "$submit_lock" ||
+    cairn_die "run directory \"$run\" is being submitted to by another submit-pipeline.sh (lock $run/logs/.submit.lock held for ${CAIRN_SUBMIT_LOCK_S:-120} s)"
+fi
 if [ "$dry" = 0 ] && [ -f "$run/pipeline.json" ] && command -v squeue >/dev/null; then
   prev=$(sed -n 's/.*"job_id": \([0-9][0-9]*\).*/\1/p' "$run/pipeline.json" | paste -sd,)
   live=""
@@ -121,12 +129,31 @@ if [ "$dry" = 0 ] && [ -f "$run/pipeline.json" ] && command -v squeue >/dev/null
     awk '{printf "%s%s (%s)", sep, $1, $2; sep=", "}') || true
   [ -z "$live" ] || cairn_die "run directory \"$run\" has jobs of an earlier submission still queued or running: $live; wait for them, scancel them, or choose another --out"
 fi
-if [ "$dry" = 0 ]; then mkdir -p "$run/logs"; fi
 
 export CAIRN_HOME
 [ -z "${CAIRN_BIN_DIR:-}" ] || export CAIRN_BIN_DIR
 declare -A job_of=() log_of=() dep_of=()
 cmds=()
+# Stopped while submitting (a cron `timeout` reaching nightly.sh, Ctrl-C), before pipeline.json names the jobs: the
+# jobs already submitted are cancelled and named, and their ids left in <run>/logs/.submitted.<pid> for nightly.sh
+# (it used to leave them queued and say no job was submitted). A signal during sbatch acts once sbatch returns, so its
+# job ($jid) is cancelled too.
+submitted=$run/logs/.submitted.$$
+jid=""
+stop_submission() {
+  trap - TERM INT HUP
+  local ids
+  ids=$(printf '%s\n' "${job_of[@]}" "${jid%%;*}" | grep -E '^[0-9]+$' | sort -un | paste -sd' ')
+  if [ -n "$ids" ]; then
+    # shellcheck disable=SC2086  # one word per job id
+    printf '%s\n' $ids > "$submitted"
+    # shellcheck disable=SC2086
+    scancel $ids 2>/dev/null || true
+    CAIRN_DIE_CODE=1 cairn_die "submit-pipeline.sh stopped by SIG$1 while submitting; cancelled the jobs already submitted: $ids"
+  fi
+  CAIRN_DIE_CODE=1 cairn_die "submit-pipeline.sh stopped by SIG$1 before any job was submitted"
+}
+[ "$dry" = 1 ] || { trap 'stop_submission TERM' TERM; trap 'stop_submission INT' INT; trap 'stop_submission HUP' HUP; }
 for s in "${selected[@]}"; do
   dep=""
   for d in $(deps_of "$s"); do
@@ -161,6 +188,7 @@ for s in "${selected[@]}"; do
     CAIRN_DIE_CODE=1 cairn_die "sbatch failed for stage $s; cancelled the jobs already submitted"
   fi
   jid=${jid%%;*}
+  echo "$jid" >> "$submitted"
   job_of[$s]=$jid
   log_of[$s]="$run/logs/$s-$jid.out"
   dep_of[$s]=$dep
@@ -200,22 +228,16 @@ if [ -f "$run/pipeline.json" ]; then
   mv "$run/pipeline.json" "$run/logs/pipeline-$(date -u +%Y%m%dT%H%M%SZ)-$$.json" 2>/dev/null || true
 fi
 mv "$run/pipeline.json.tmp" "$run/pipeline.json"
+trap - TERM INT HUP
+rm -f "$submitted"
+exec {submit_lock}>&-
 echo "run directory $run (pipeline.json written)"
 echo "watch: $watch"
 
 [ "$wait_jobs" = 1 ] || exit 0
 
 # --wait: follow the jobs through squeue/scontrol (no accounting database needed).
-# job_state JOB: the job's state; PURGED when the controller no longer knows the job (MinJobAge passed); "" when the
-# controller did not answer (restarting, overloaded): the loop below asks again. Never fails (set -e, pipefail).
-job_state() {
-  local out
-  if out=$(scontrol show job "$1" 2>&1); then
-    grep -o 'JobState=[A-Z_]*' <<<"$out" | head -1 | cut -d= -f2 || true
-  elif grep -q 'Invalid job id' <<<"$out"; then
-    echo PURGED
-  fi
-}
+job_state() { cairn_job_state "$1"; }
 job_exit() { scontrol show job "$1" 2>/dev/null | grep -o ' ExitCode=[0-9:]*' | head -1 | cut -d= -f2 || true; }
 final_state() {
   case "$1" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED) return 0 ;; esac

@@ -35,6 +35,17 @@ cairn_log() {
 }
 cairn_die() { echo "cairn: $*" >&2; exit "${CAIRN_DIE_CODE:-1}"; }
 
+# cairn_job_state JOB: the job's state; PURGED when the controller no longer knows the job (MinJobAge passed); "" when
+# the controller did not answer (restarting, overloaded): callers ask again. Never fails (set -e, pipefail).
+cairn_job_state() {
+  local out
+  if out=$(scontrol show job "$1" 2>&1); then
+    grep -o 'JobState=[A-Z_]*' <<<"$out" | head -1 | cut -d= -f2 || true
+  elif grep -q 'Invalid job id' <<<"$out"; then
+    echo PURGED
+  fi
+}
+
 # The settings the scripts do arithmetic or sleep with, and the launcher: a bad value is a usage error (exit 2) naming
 # it, not an arithmetic error that ends a loop early (run-local.sh then said "ran nothing" and exited 0).
 cairn_check_env_values() {

@@ -35,18 +35,20 @@ cairn_stage_eval() {
 }
 
 # cairn_watch_guard JOBID PID MARKER: once JOBID is in a final state other than COMPLETED, writes that state to
-# MARKER and sends PID (the eval stage's shell, which relays it to the launcher) SIGTERM.
+# MARKER and sends PID (the eval stage's shell, which relays it to the launcher) SIGTERM. A controller that does not
+# answer is asked again (one silent poll ended the guard, and a training failure after it left eval idling for
+# [eval] idle_timeout); a job the controller no longer knows ends it.
 cairn_watch_guard() {
   local st
   while sleep "${CAIRN_POLL_S:-10}"; do
-    st=$(scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2) || true
+    st=$(cairn_job_state "$1")
     case "$st" in
       FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE)
         cairn_log "eval: the training job $1 ended $st; stopping the watch"
         echo "$st" > "$3"
         kill -TERM "$2" 2>/dev/null
         return 0 ;;
-      ""|COMPLETED) return 0 ;;
+      COMPLETED|PURGED) return 0 ;;
     esac
   done
 }

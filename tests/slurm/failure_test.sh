@@ -92,3 +92,67 @@ cat "$work/submit5.out"
 [ "$rc" -eq 1 ] || fail "--wait with a controller silent past CAIRN_WAIT_CONTROLLER_S exited $rc, expected 1"
 grep -q "^INFRA: the Slurm controller has not answered for [0-9]* s" "$work/submit5.out" || fail "--wait gave up without saying why"
 pass "--wait gives up after CAIRN_WAIT_CONTROLLER_S of silence, exit 1, saying so"
+
+# A submission stopped while it submits (a cron timeout reaching nightly.sh, Ctrl-C): the jobs already submitted are
+# cancelled and named, and their ids left for nightly.sh (they stayed queued and nightly said none was submitted).
+# sbatch is slowed to 2 s a job so the signal lands between two submissions.
+real_sbatch=$(command -v sbatch)
+mkdir -p "$work/slow"
+printf '#!/usr/bin/env bash\nsleep 2\nexec "%s" "$@"\n' "$real_sbatch" > "$work/slow/sbatch"
+chmod +x "$work/slow/sbatch"
+PATH="$work/slow:$PATH" slurm/submit-pipeline.sh tests/slurm/tiny.toml --out "$work/run6" --sbatch 'all:--hold' \
+  > "$work/submit6.out" 2>&1 &
+sub=$!
+for _ in $(seq 300); do grep -q "^submitted sweep as job" "$work/submit6.out" 2>/dev/null && break; sleep 0.2; done
+kill -TERM "$sub"
+rc=0; wait "$sub" || rc=$?
+cat "$work/submit6.out"
+[ "$rc" -eq 1 ] || fail "a submission stopped by SIGTERM exited $rc, expected 1"
+ids=$(sed -n 's/.*cancelled the jobs already submitted: \([0-9 ]*\)$/\1/p' "$work/submit6.out")
+[ -n "$ids" ] || fail "a stopped submission did not name the jobs it cancelled"
+for jid in $ids; do
+  st=$(job_state "$jid")
+  [ "$st" = CANCELLED ] || [ -z "$st" ] || fail "job $jid of a stopped submission is $st, expected CANCELLED"
+done
+[ "$(sort -un "$work"/run6/logs/.submitted.* | paste -sd' ')" = "$ids" ] || fail "the cancelled ids were not left for nightly.sh"
+[ ! -e "$work/run6/pipeline.json" ] || fail "a stopped submission wrote pipeline.json"
+pass "a submission stopped while submitting cancels and names its jobs ($ids)"
+
+# Two submissions on one run directory started together: the second waits for the first's lock, then finds its jobs
+# queued and is refused (both were accepted: each checked before the other had written pipeline.json). Held jobs
+# stay PENDING, so the outcome does not depend on how fast the first's jobs run.
+PATH="$work/slow:$PATH" slurm/submit-pipeline.sh tests/slurm/tiny.toml --out "$work/run7" --sbatch 'all:--hold' \
+  > "$work/submit7a.out" 2>&1 &
+first=$!
+for _ in $(seq 300); do [ -e "$work/run7/logs/.submit.lock" ] && break; sleep 0.1; done
+rc=0
+PATH="$work/slow:$PATH" slurm/submit-pipeline.sh tests/slurm/tiny.toml --out "$work/run7" --sbatch 'all:--hold' \
+  > "$work/submit7b.out" 2>&1 || rc=$?
+wait "$first" || fail "the first of two submissions failed: $(cat "$work/submit7a.out")"
+held=$(sed -n 's/.*"job_id": \([0-9][0-9]*\).*/\1/p' "$work/run7/pipeline.json" | paste -sd' ')
+# shellcheck disable=SC2086
+scancel $held 2>/dev/null || true
+[ "$rc" -eq 2 ] && grep -q "has jobs of an earlier submission still queued or running" "$work/submit7b.out" ||
+  fail "the second of two submissions started together: exit $rc: $(cat "$work/submit7b.out")"
+pass "two submissions started together on one run directory: the second is refused"
+
+# The eval stage's guard over the training job asks again when the controller does not answer once (it stopped for
+# good, and a training failure after that left eval watching for [eval] idle_timeout).
+mkdir -p "$work/guard"
+cat > "$work/guard/scontrol" <<SH2
+#!/usr/bin/env bash
+n=\$(cat "$work/guard/count" 2>/dev/null || echo 0); echo \$((n + 1)) > "$work/guard/count"
+[ "\$n" -eq 0 ] && { echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2; exit 1; }
+echo "JobId=\$3 JobState=FAILED ExitCode=1:0"
+SH2
+chmod +x "$work/guard/scontrol"
+sleep 60 & victim=$!
+(
+  # shellcheck disable=SC1091
+  source slurm/lib/common.sh && source slurm/stages/eval.sh
+  PATH="$work/guard:$PATH" CAIRN_POLL_S=0.2 cairn_watch_guard 4242 "$victim" "$work/guard/marker"
+) > "$work/guard.out" 2>&1
+rc=0; wait "$victim" 2>/dev/null || rc=$?
+[ "$(cat "$work/guard/marker" 2>/dev/null)" = FAILED ] && [ "$rc" -ne 0 ] ||
+  fail "the eval guard did not stop the watch after a silent poll: $(cat "$work/guard.out")"
+pass "the eval guard asks again after a silent controller and stops the watch when training FAILED"
