@@ -232,6 +232,8 @@ BOOST_AUTO_TEST_CASE(many_runs_overlay_a_dozen_and_trend_all) {
   BOOST_TEST(drawn_runs(20, -1, 3) == std::vector<size_t>({17, 18, 19}));
   BOOST_TEST(drawn_runs(20, 19, 3) == std::vector<size_t>({17, 18, 19}));
   BOOST_TEST(drawn_runs(20, 0, 0).size() == 20u);
+  BOOST_TEST(drawn_runs(3, 0, 1) == std::vector<size_t>({0, 2}));  // the baseline and tonight's run, never none
+  BOOST_TEST(drawn_runs(3, -1, 1) == std::vector<size_t>({2}));
   std::vector<RunData> runs(20);
   std::vector<std::map<std::string, MetricValue>> metrics;
   for (size_t i = 0; i < runs.size(); ++i) {

@@ -648,7 +648,7 @@ std::vector<size_t> drawn_runs(size_t runs, int baseline, size_t chart_runs) {
   size_t keep = chart_runs;
   if (baseline >= 0 && static_cast<size_t>(baseline) < runs) {
     r.push_back(static_cast<size_t>(baseline));
-    --keep;
+    keep = std::max<size_t>(1, keep - 1);  // the baseline never takes the last run's place (chart_runs = 1)
   }
   std::vector<size_t> last;
   for (size_t i = runs; i-- > 0 && last.size() < keep;)

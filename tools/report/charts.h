@@ -40,7 +40,7 @@ std::vector<ChartOut> build_charts(const std::vector<RunData>& runs, int baselin
 inline constexpr size_t kAcrossRunsMin = 8;
 
 // The runs a chart overlays: every run when there are at most `chart_runs` (or it is 0), else the baseline and the
-// last runs given, in order.
+// last runs given, in order (at least one besides the baseline, so chart_runs = 1 draws the baseline and the last).
 std::vector<size_t> drawn_runs(size_t runs, int baseline, size_t chart_runs);
 
 // One chart's series, e.g. for tests: counts the data points of an SVG (its data-points attribute).
