@@ -645,15 +645,34 @@ std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) 
     throw;
   }
   const std::vector<std::string> all = mpi::gather_strings(described.dump(), 0);
+  // Sealing (DONE written, the directory renamed) can fail too, on a full disk: the partial checkpoint goes then as
+  // above, and every rank leaves with rank 0's error instead of waiting for it in a barrier until the job aborts.
+  // Pruning older checkpoints comes after a good seal: its failure leaves them, with a warning, not the run failed.
   if (s_.rank == 0) {
-    std::vector<records::CheckpointDone::File> files;
-    for (const std::string& text : all)
-      for (const auto& f : nlohmann::json::parse(text))
-        files.push_back({f.at(0).get<std::string>(), f.at(1).get<uint64_t>(), f.at(2).get<std::string>()});
-    checkpoint::seal(tmp, final_dir, p.step, s_.world, files);
-    checkpoint::prune(s_.ckpt_dir, s_.keep_checkpoints, s_.keep_every);
+    try {
+      std::vector<records::CheckpointDone::File> files;
+      for (const std::string& text : all)
+        for (const auto& f : nlohmann::json::parse(text))
+          files.push_back({f.at(0).get<std::string>(), f.at(1).get<uint64_t>(), f.at(2).get<std::string>()});
+      checkpoint::seal(tmp, final_dir, p.step, s_.world, files);
+    } catch (const std::exception& e) {
+      ok = false;
+      err = e.what();
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+      // seal renames before it writes DONE: a step directory without DONE is this one, unsealed.
+      if (!path_exists(join_path(final_dir, "DONE"))) fs::remove_all(final_dir, ec);
+    }
+    if (ok) {
+      try {
+        checkpoint::prune(s_.ckpt_dir, s_.keep_checkpoints, s_.keep_every);
+      } catch (const std::exception& e) {
+        CAIRN_LOG_WARN("checkpoint \"%s\" written, but older checkpoints were not pruned: %s", final_dir.c_str(),
+                       e.what());
+      }
+    }
   }
-  mpi::barrier();
+  mpi::agree_or_throw(ok, err, kExitRuntime);
   CAIRN_LOG_INFO("checkpoint \"%s\" written in %.2f s", final_dir.c_str(), monotonic_seconds() - t0);
   return final_dir;
 }
