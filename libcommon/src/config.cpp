@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -328,16 +329,21 @@ uint64_t parse_byte_count(const std::string& text, const std::string& what) {
   };
   std::string t = text;
   while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+  // A unit: B, or K, M, G, T (binary, as nccl-tests reads them) with an optional B or iB after it (64M, 64MB and
+  // 64MiB alike; 64MB was refused although a trailing B was meant to be allowed).
+  auto upper_back = [&] {
+    return t.empty() ? '\0' : static_cast<char>(std::toupper(static_cast<unsigned char>(t.back())));
+  };
+  const bool had_b = upper_back() == 'B';
+  if (had_b) t.pop_back();
+  if (had_b && t.size() >= 2 && t.back() == 'i' && std::strchr("KMGTkmgt", t[t.size() - 2])) t.pop_back();
   uint64_t mult = 1;
-  if (!t.empty()) {
-    char s = static_cast<char>(std::toupper(static_cast<unsigned char>(t.back())));
-    if (s == 'K') mult = 1ull << 10;
-    else if (s == 'M') mult = 1ull << 20;
-    else if (s == 'G') mult = 1ull << 30;
-    else if (s == 'T') mult = 1ull << 40;
-    if (mult != 1) t.pop_back();
-    else if (s == 'B') t.pop_back();
-  }
+  const char s = upper_back();
+  if (s == 'K') mult = 1ull << 10;
+  else if (s == 'M') mult = 1ull << 20;
+  else if (s == 'G') mult = 1ull << 30;
+  else if (s == 'T') mult = 1ull << 40;
+  if (mult != 1) t.pop_back();
   // A decimal number as nccl-tests' parsesize takes it (`-b 1.5K` = 1536; a fraction of a byte is dropped, as
   // its size_t cast drops it); digits with at most one point.
   const size_t point = t.find('.');
@@ -345,7 +351,7 @@ uint64_t parse_byte_count(const std::string& text, const std::string& what) {
       std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; });
   if (t.empty() || t == "." || !digits_only ||
       (point != std::string::npos && t.find('.', point + 1) != std::string::npos)) {
-    throw refuse("is not a size (bytes, optionally with a K, M or G suffix; 1.5K = 1536)");
+    throw refuse("is not a size (bytes, optionally with a K, M, G or T suffix, binary: 1.5K = 1536, 64MB = 64MiB)");
   }
   if (point != std::string::npos) {
     const double v = std::stod(t) * static_cast<double>(mult);

@@ -134,6 +134,14 @@ BOOST_AUTO_TEST_CASE(byte_sizes_and_sweep_steps) {
   BOOST_CHECK_THROW(cairn::parse_byte_count("1.5.1K", "x"), cairn::UsageError);
   BOOST_CHECK_THROW(cairn::parse_byte_count(".", "x"), cairn::UsageError);
   BOOST_CHECK_THROW(cairn::parse_byte_count("-3", "x"), cairn::UsageError);
+  // Units with a B (binary, as without): 64MB was refused though a trailing B was meant to be taken.
+  BOOST_TEST(cairn::parse_byte_count("64MB", "x") == 64ull << 20);
+  BOOST_TEST(cairn::parse_byte_count("64MiB", "x") == 64ull << 20);
+  BOOST_TEST(cairn::parse_byte_count("1kb", "x") == 1024u);
+  BOOST_TEST(cairn::parse_byte_count("2T", "x") == 2ull << 40);
+  BOOST_TEST(cairn::parse_byte_count("512B", "x") == 512u);
+  for (const char* bad : {"B", "iB", "64iB", "64BB", "64KK", "K"})
+    BOOST_CHECK_THROW(cairn::parse_byte_count(bad, "x"), cairn::UsageError);
   SweepOptions o;
   o.minbytes = 8;
   o.maxbytes = 100;
