@@ -23,6 +23,12 @@ using namespace costmodel;
 
 namespace {
 
+// A parameter count for the table's header and the log, four digits in B from a billion, else in M (a CPU model's
+// 0.0008507 B parameters read as nothing).
+std::string short_param_count(double n) {
+  return n >= 1e9 ? strprintf("%.4g B", n / 1e9) : strprintf("%.4g M", n / 1e6);
+}
+
 std::string table(const std::vector<Evaluation>& plans, size_t k) {
   // cpx: context parallelism's K/V exchange, p2p (ring) or ag (all-gather); "-" without context parallelism
   std::string out = strprintf("%4s %5s %3s %3s %3s %3s %2s %3s %4s %9s %3s %4s %10s %12s %8s %6s %6s %8s\n", "rank",
@@ -296,9 +302,9 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   const Assumptions a = assumptions_from_section(plan);
   const int64_t global_batch = global_batch_from_sections(plan, read_section<TrainSection>(cfg));
   const ParamCounts pc = parameter_counts(m);
-  CAIRN_LOG_INFO("model: %s, %.4g B parameters, %.4g model FLOPs/token; cluster %s: %d x %d devices",
-                 m.arch == Arch::Gpt ? "gpt" : "llama", double(pc.total) / 1e9, flops_per_token(m).model_train,
-                 c.name.c_str(), c.nodes, c.gpus_per_node);
+  CAIRN_LOG_INFO("model: %s, %s parameters, %.4g model FLOPs/token; cluster %s: %d x %d devices",
+                 m.arch == Arch::Gpt ? "gpt" : "llama", short_param_count(double(pc.total)).c_str(),
+                 flops_per_token(m).model_train, c.name.c_str(), c.nodes, c.gpus_per_node);
   const std::string out_dir = run_subdir(run_dir(cfg), "plan");
 
   if (opts.explain || plan.explain) {
@@ -371,10 +377,9 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   // With --json - the JSON document is stdout's only content; the table goes to stderr instead.
   FILE* table_out = opts.json_path == "-" ? stderr : stdout;
   const double params = double(pc.total);
-  std::fprintf(table_out, "# %s: %.4g %s params, global batch %lld x %lld tokens on %s (%d x %d devices)\n",
-               m.arch == Arch::Gpt ? "gpt" : "llama", params >= 1e9 ? params / 1e9 : params / 1e6,
-               params >= 1e9 ? "B" : "M", (long long)global_batch, (long long)m.seq_len, c.name.c_str(), c.nodes,
-               c.gpus_per_node);
+  std::fprintf(table_out, "# %s: %s params, global batch %lld x %lld tokens on %s (%d x %d devices)\n",
+               m.arch == Arch::Gpt ? "gpt" : "llama", short_param_count(params).c_str(), (long long)global_batch,
+               (long long)m.seq_len, c.name.c_str(), c.nodes, c.gpus_per_node);
   std::fprintf(table_out, "# %zu plans evaluated (%zu feasible) in %.3f s\n", r.all.size(), r.feasible, r.elapsed_s);
   if (!opts.quiet_table) std::fputs(table(r.all, top_k).c_str(), table_out);
   std::fflush(table_out);
