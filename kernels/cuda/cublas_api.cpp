@@ -96,6 +96,10 @@ const CublasApi& cublas_api() {
 
 const CublasLtApi& cublaslt_api() {
   static const CublasLtApi api = [] {
+    // libcublas first: it loads libcublasLt as its own dependency (from its directory), and the soname below then
+    // names that copy, so the two always come from one toolkit; found apart, CUDA_HOME could give one and the
+    // loader's path the other.
+    (void)cublas_api();
     const Library lib("cublasLt");
     CublasLtApi a;
     lib.get(a.create, "cublasLtCreate");

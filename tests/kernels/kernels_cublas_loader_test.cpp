@@ -21,6 +21,16 @@ bool mapped(const std::string& name) {
     if (line.find(name) != std::string::npos) return true;
   return false;
 }
+// The directory of the mapped file whose name starts with `prefix` ("" if none).
+std::string mapped_dir(const std::string& prefix) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const size_t slash = line.rfind('/');
+    if (slash != std::string::npos && line.compare(slash + 1, prefix.size(), prefix) == 0)
+      return line.substr(line.find('/'), slash - line.find('/'));
+  }
+  return "";
+}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(cpu_work_does_not_load_cublas) {
@@ -32,6 +42,15 @@ BOOST_AUTO_TEST_CASE(cpu_work_does_not_load_cublas) {
   BOOST_TEST(out[0] == 1.0f);  // 8 x 0.5 x 0.25
   BOOST_TEST(!mapped("libcublas"));
   BOOST_TEST(cublas_loaded_path("cublas").empty());
+}
+
+// cuBLASLt asked for first (FP8 calibration): libcublas is loaded first and brings its own libcublasLt, so the two
+// come from one directory (one toolkit), never CUDA_HOME's one and the loader path's other.
+BOOST_AUTO_TEST_CASE(cublaslt_first_comes_from_cublas_directory) {
+  (void)cublaslt_api();
+  BOOST_TEST(mapped("libcublas.so."));
+  BOOST_TEST(!mapped_dir("libcublasLt.so.").empty());
+  BOOST_TEST(mapped_dir("libcublasLt.so.") == mapped_dir("libcublas.so."));
 }
 
 BOOST_AUTO_TEST_CASE(loader_resolves_every_entry_point) {
