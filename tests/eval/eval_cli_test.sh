@@ -278,10 +278,16 @@ cp lim/eval/results.jsonl lim-full.jsonl
 cp lim/eval/provenance.jsonl lim-prov.jsonl
 "$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc --limit 4 --json lim4.json 2> lim5.err > lim5.out ||
   fail "--limit 4 over a full score: $(cat lim5.err)"
-grep -qF "task mc: results.jsonl keeps its score over 40 examples; this one over 4 (--limit 4) is printed, not recorded" \
+grep -qF "task mc: results.jsonl keeps its score over 40 examples; this one over 4 (a limit) is printed, not recorded" \
   lim5.err || fail "--limit 4 over a full score, no warning: $(cat lim5.err)"
 cmp -s lim-full.jsonl lim/eval/results.jsonl && cmp -s lim-prov.jsonl lim/eval/provenance.jsonl ||
   fail "--limit 4 changed the record of a full score"
+# ... and so does the task's own limit ([eval.task.mc] limit; it replaced the full score without a word).
+"$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc --set eval.task.mc.limit=4 2> lim6.err > /dev/null ||
+  fail "eval.task.mc.limit=4 over a full score: $(cat lim6.err)"
+grep -qF "task mc: results.jsonl keeps its score over 40 examples; this one over 4 (a limit)" lim6.err ||
+  fail "eval.task.mc.limit=4 over a full score, no warning: $(cat lim6.err)"
+cmp -s lim-full.jsonl lim/eval/results.jsonl || fail "eval.task.mc.limit=4 changed the record of a full score"
 $PY -c "
 import json
 d = json.load(open('lim4.json'))

@@ -476,11 +476,13 @@ class Evaluator {
           const auto fuller = std::find_if(rows_.begin(), rows_.end(), [&](const ResultRow& old) {
             return old.step == target.step && old.task == r.task && scored(old, target) && old.n > r.samples;
           });
-          if (eval_.limit > 0 && !eval_.reevaluate && fuller != rows_.end()) {
+          // Limited by --limit / [eval] limit, or by the task's own [eval.task.X] limit (which did replace it).
+          const bool limited = eval_.limit > 0 || r.samples_original > r.samples;
+          if (limited && !eval_.reevaluate && fuller != rows_.end()) {
             CAIRN_LOG_WARN("step %lld, task %s: results.jsonl keeps its score over %lld examples; this one over %lld "
-                           "(--limit %lld) is printed, not recorded (--reevaluate records it in its place)",
+                           "(a limit) is printed, not recorded (--reevaluate records it in its place)",
                            static_cast<long long>(target.step), r.task.c_str(), static_cast<long long>(fuller->n),
-                           static_cast<long long>(r.samples), static_cast<long long>(eval_.limit));
+                           static_cast<long long>(r.samples));
             continue;
           }
           recorded.push_back(r);
