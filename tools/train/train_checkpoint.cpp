@@ -661,7 +661,7 @@ std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) 
       std::error_code ec;
       fs::remove_all(tmp, ec);
       // seal renames before it writes DONE: a step directory without DONE is this one, unsealed.
-      if (!path_exists(join_path(final_dir, "DONE"))) fs::remove_all(final_dir, ec);
+      if (!path_exists(join_path(final_dir, records::kCheckpointDoneFile))) fs::remove_all(final_dir, ec);
     }
     if (ok) {
       try {
