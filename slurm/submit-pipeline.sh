@@ -140,15 +140,21 @@ cmds=()
 # job ($jid) is cancelled too.
 submitted=$run/logs/.submitted.$$
 jid=""
+# cancel_submitted: cancels the jobs submitted so far (and $jid, submitted but not yet recorded); prints their ids.
+cancel_submitted() {
+  local ids
+  ids=$(printf '%s\n' "${job_of[@]}" "${jid%%;*}" | { grep -E '^[0-9]+$' || true; } | sort -un | paste -sd' ')
+  # shellcheck disable=SC2086  # one word per job id
+  [ -z "$ids" ] || scancel $ids 2>/dev/null || true
+  echo "$ids"
+}
 stop_submission() {
   trap - TERM INT HUP
   local ids
-  ids=$(printf '%s\n' "${job_of[@]}" "${jid%%;*}" | grep -E '^[0-9]+$' | sort -un | paste -sd' ')
+  ids=$(cancel_submitted)
   if [ -n "$ids" ]; then
     # shellcheck disable=SC2086  # one word per job id
     printf '%s\n' $ids > "$submitted"
-    # shellcheck disable=SC2086
-    scancel $ids 2>/dev/null || true
     CAIRN_DIE_CODE=1 cairn_die "submit-pipeline.sh stopped by SIG$1 while submitting; cancelled the jobs already submitted: $ids"
   fi
   CAIRN_DIE_CODE=1 cairn_die "submit-pipeline.sh stopped by SIG$1 before any job was submitted"
@@ -184,7 +190,7 @@ for s in "${selected[@]}"; do
   fi
   if ! jid=$("${args[@]}"); then
     # Never leave half a pipeline queued.
-    for d in "${!job_of[@]}"; do scancel "${job_of[$d]}" 2>/dev/null || true; done
+    cancel_submitted > /dev/null
     CAIRN_DIE_CODE=1 cairn_die "sbatch failed for stage $s; cancelled the jobs already submitted"
   fi
   jid=${jid%%;*}
@@ -237,7 +243,6 @@ echo "watch: $watch"
 [ "$wait_jobs" = 1 ] || exit 0
 
 # --wait: follow the jobs through squeue/scontrol (no accounting database needed).
-job_state() { cairn_job_state "$1"; }
 job_exit() { scontrol show job "$1" 2>/dev/null | grep -o ' ExitCode=[0-9:]*' | head -1 | cut -d= -f2 || true; }
 final_state() {
   case "$1" in COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE|PREEMPTED) return 0 ;; esac
@@ -252,7 +257,7 @@ while :; do
   pending=0 unanswered=0
   for s in "${selected[@]}"; do
     [ -n "${state_of[$s]:-}" ] && continue
-    st=$(job_state "${job_of[$s]}")
+    st=$(cairn_job_state "${job_of[$s]}")
     if [ -z "$st" ]; then
       unanswered=1 pending=$((pending + 1))
     elif [ "$st" = PURGED ]; then

@@ -496,7 +496,7 @@ void TrainCheckpoints::check_schedule(const std::string& dir, const records::Tra
   int digits = 4;
   while (digits < 17 && strprintf("%.*g", digits, now) == strprintf("%.*g", digits, then)) ++digits;
   const std::string effect =
-      (u == updates ? std::string("step ") + std::to_string(step + 1) + " would run at learning rate "
+      (u == updates ? strprintf("step %lld would run at learning rate ", static_cast<long long>(step + 1))
                     : strprintf("step %lld runs at the same rate, %.4g, but step %lld would run at ",
                                 static_cast<long long>(step + 1), rate_now(updates),
                                 static_cast<long long>(step + 1 + (u - updates)))) +
@@ -633,15 +633,18 @@ std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) 
     ok = false;
     err = e.what();
   }
+  // Rank 0, once every rank is past its writes: the partial checkpoint goes. On a full disk it holds the space that
+  // the resumed run's next checkpoint needs (prune would only remove it after a checkpoint that succeeded). seal
+  // renames before it writes DONE: a step directory without DONE is this one, unsealed.
+  auto discard_partial = [&] {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    if (!path_exists(join_path(final_dir, records::kCheckpointDoneFile))) fs::remove_all(final_dir, ec);
+  };
   try {
     mpi::agree_or_throw(ok, err, kExitRuntime);
   } catch (...) {
-    // Every rank is past its writes: the partial checkpoint goes now. On a full disk it holds the space that the
-    // resumed run's next checkpoint needs (prune would only remove it after a checkpoint that succeeded).
-    if (s_.rank == 0) {
-      std::error_code ec;
-      fs::remove_all(tmp, ec);
-    }
+    if (s_.rank == 0) discard_partial();
     throw;
   }
   const std::vector<std::string> all = mpi::gather_strings(described.dump(), 0);
@@ -658,10 +661,7 @@ std::string TrainCheckpoints::write(const TrainProgress& p, const StepGuard& g) 
     } catch (const std::exception& e) {
       ok = false;
       err = e.what();
-      std::error_code ec;
-      fs::remove_all(tmp, ec);
-      // seal renames before it writes DONE: a step directory without DONE is this one, unsealed.
-      if (!path_exists(join_path(final_dir, records::kCheckpointDoneFile))) fs::remove_all(final_dir, ec);
+      discard_partial();
     }
     if (ok) {
       try {
