@@ -155,8 +155,7 @@ Measured measure(const std::vector<records::MetricsLine>& steps, size_t skip) {
     for (const records::StageTimes& st : steps[i].stages) {
       if (st.stage < 0 || st.stage >= 4096) continue;
       if (stage_busy.size() <= size_t(st.stage)) stage_busy.resize(size_t(st.stage) + 1);
-      stage_busy[size_t(st.stage)].push_back(phase(st.time.forward) + phase(st.time.backward) -
-                                             phase(st.time.zero_comm));
+      stage_busy[size_t(st.stage)].push_back(records::stage_busy_seconds(st.time));
     }
     const int c = records::critical_stage(steps[i].stages);
     if (c >= 0) ++critical[steps[i].stages[size_t(c)].stage];

@@ -70,8 +70,17 @@ int main(int argc, char** argv) {
       }
     }
     cairn::Config cfg = cairn::load_tool_config(opts, settings);
+    const bool prices_model = !cal->parsed() || ropts.runs.empty();
+    // --print-config shows the vocabulary the plan prices (vocab = 0 resolved from the dataset or tokenizer); one
+    // that cannot be resolved yet is printed as given, and a plan run names why.
+    if (opts.print_config && prices_model) {
+      try {
+        cairn::plan::resolve_model_vocab(cfg);
+      } catch (const cairn::UsageError&) {
+      }
+    }
     if (cairn::maybe_print_config(opts, cfg)) return 0;
-    if (!cal->parsed() || ropts.runs.empty()) cairn::plan::resolve_model_vocab(cfg);
+    if (prices_model) cairn::plan::resolve_model_vocab(cfg);
     // --output is checked before the measurements (minutes on a GPU), not when they are done.
     if (cal->parsed() && !copts.output.empty()) {
       try {

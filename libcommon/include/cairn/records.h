@@ -52,6 +52,9 @@ struct StageTimes {
 
 // A split's compute: forward + backward less the TP, CP and ZeRO collectives inside them (a phase absent counts 0).
 double compute_seconds(const StepTimes& t);
+// A stage's busy time as the cost model prices a stage: forward + backward with the TP and CP collectives inside
+// (they occupy the stage), less only ZeRO-2/3's data-parallel waits, which the model counts apart.
+double stage_busy_seconds(const StepTimes& t);
 // The critical one of a train line's stages, the most compute_seconds: its index in `stages`, -1 when there are none.
 int critical_stage(const std::vector<StageTimes>& stages);
 
