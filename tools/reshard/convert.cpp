@@ -525,8 +525,15 @@ json export_megatron(const shards::Dataset& ds, const std::string& prefix) {
     }
     if (pending > 0) put(first_shard, first_doc, pending);
   };
+  // Counted, and each length checked, before the .bin: a document past int32 (joined from --split-docs pieces)
+  // was refused only after minutes of writing tokens.
   uint64_t nseq = 0;
-  each_document([&](size_t, uint64_t, uint64_t) { ++nseq; });
+  each_document([&](size_t i, uint64_t d, uint64_t len) {
+    if (len > INT32_MAX)
+      throw UsageError(strprintf("document %llu of %s is too long for Megatron (int32 sizes)",
+                                 static_cast<unsigned long long>(d), ds.info(i).file.c_str()));
+    ++nseq;
+  });
   Progress progress("writing " + bin_file.path(), ds.total_tokens(), "tokens");
   FILE* bin = std::fopen(bin_file.temp_path().c_str(), "wb");
   if (!bin) throw RuntimeError(errno_message("cannot write", bin_file.path()));
@@ -561,10 +568,7 @@ json export_megatron(const shards::Dataset& ds, const std::string& prefix) {
   write_bytes(idx, &ndoc, 8, idx_file.path());
   // Each pass appends its values a slice at a time.
   std::vector<int32_t> sizes;
-  each_document([&](size_t i, uint64_t d, uint64_t len) {
-    if (len > INT32_MAX)
-      throw UsageError(strprintf("document %llu of %s is too long for Megatron (int32 sizes)",
-                                 static_cast<unsigned long long>(d), ds.info(i).file.c_str()));
+  each_document([&](size_t, uint64_t, uint64_t len) {
     sizes.push_back(static_cast<int32_t>(len));
     if (sizes.size() == kExportSlice) write_bytes(idx, sizes.data(), sizes.size() * 4, idx_file.path()), sizes.clear();
   });
@@ -638,9 +642,7 @@ json export_llmc(const shards::Dataset& ds, const std::string& in, const std::st
   uint64_t written = 0;
   for (size_t i = 0; i < ds.num_shards(); ++i) {
     auto sh = ds.shard(i);
-    const uint64_t n = sh->num_tokens();
-    if (n > INT32_MAX)
-      throw UsageError(file_message("shard", ds.info(i).file, "has more tokens than an llm.c file can hold (2^31-1)"));
+    const uint64_t n = sh->num_tokens();  // at most INT32_MAX: checked above
     std::vector<int32_t> header(kLlmcHeaderInts, 0);
     header[0] = v->magic;
     header[1] = v->version;
