@@ -303,6 +303,21 @@ void ModelReader::read(const gpt::TensorInfo& t, float* out) const {
                                     strprintf("tensor /params/%s has %llu values, the model expects %zu",
                                               t.name.c_str(), static_cast<unsigned long long>(ds.size()), t.size)));
   }
+  // The shape too: a tensor stored transposed (a PyTorch nn.Linear's [out, in] where GPT-2's Conv1D layout is
+  // [in, out]) has the right count and loaded silently as other weights.
+  const std::vector<hsize_t> dims = ds.dims();
+  std::vector<hsize_t> want(t.shape.begin(), t.shape.end());
+  if (want.empty()) want.push_back(t.size);
+  if (dims != want) {
+    auto shape_text = [](const std::vector<hsize_t>& d) {
+      std::string s;
+      for (hsize_t x : d) s += (s.empty() ? "" : ", ") + std::to_string(x);
+      return "(" + s + ")";
+    };
+    throw RuntimeError(file_message("cannot read", m.path,
+                                    "tensor /params/" + t.name + " has shape " + shape_text(dims) +
+                                        ", the model expects " + shape_text(want)));
+  }
   h5::read_raw(ds, H5T_NATIVE_FLOAT, out);
   if (ds.has_attr("xxh64") && ds.attr_string("xxh64") != hex64(XXH64(out, t.size * sizeof(float), 0))) {
     throw RuntimeError(file_message("cannot read", m.path, "checksum mismatch in tensor /params/" + t.name));
@@ -440,10 +455,20 @@ void OptimReader::read(uint64_t offset, uint64_t count, float* m, float* v, int6
     covered += hi - lo;
   }
   if (covered != count) {
-    throw RuntimeError(
-        file_message("cannot resume from", impl_->dir,
-                     strprintf("optimizer files cover %llu of the %llu values needed",
-                               static_cast<unsigned long long>(covered), static_cast<unsigned long long>(count))));
+    // The first range no file holds names the missing file's place (the caller names the directory).
+    uint64_t gap = offset;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (const Impl::Part& p : impl_->parts)
+        if (p.offset <= gap && gap < p.offset + p.count) gap = p.offset + p.count, moved = true;
+    }
+    uint64_t gap_end = offset + count;
+    for (const Impl::Part& p : impl_->parts)
+      if (p.offset > gap) gap_end = std::min(gap_end, p.offset);
+    throw RuntimeError(strprintf("its optimizer files (optim.rank*.h5) hold %llu of the %llu values needed: values "
+                                 "[%llu, %llu) are in none of them (a rank's file missing or cut short)",
+                                 static_cast<unsigned long long>(covered), static_cast<unsigned long long>(count),
+                                 static_cast<unsigned long long>(gap), static_cast<unsigned long long>(gap_end)));
   }
 }
 

@@ -281,3 +281,42 @@ BOOST_AUTO_TEST_CASE(missing_tensor_is_named) {
   }
   fs::remove_all(root);
 }
+
+// A tensor stored transposed has the right count: its shape refuses it (it loaded silently as other weights).
+BOOST_AUTO_TEST_CASE(transposed_tensor_is_refused_by_shape) {
+  std::string root = temp_dir("shape");
+  std::vector<float> p(24, 1.0f);
+  write_ckpt(root, 5, p);
+  auto t = fake_tensors();
+  t[0].shape = {3, 4};  // wte stored (4, 3)
+  std::vector<float> q(24);
+  try {
+    checkpoint::read_model(checkpoint::step_dir(root, 5), t, q.data());
+    BOOST_FAIL("expected an error");
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    BOOST_TEST(what.find("/params/wte has shape (4, 3), the model expects (3, 4)") != std::string::npos, what);
+    BOOST_TEST(what.find("model.h5") != std::string::npos);
+  }
+  checkpoint::read_model(checkpoint::step_dir(root, 5), fake_tensors(), q.data());  // the true shapes read
+  BOOST_TEST(q[0] == 1.0f);
+  fs::remove_all(root);
+}
+
+// A rank's optimizer file gone: the error names the values no file holds, once (it repeated "cannot resume from").
+BOOST_AUTO_TEST_CASE(missing_optimizer_file_names_the_gap) {
+  std::string root = temp_dir("optgap");
+  write_ckpt(root, 5, std::vector<float>(24, 1.0f));
+  const std::string dir = checkpoint::step_dir(root, 5);
+  fs::remove(dir + "/" + checkpoint::optim_file_name(1));  // held [10, 24)
+  std::vector<float> m(24), v(24);
+  try {
+    checkpoint::OptimReader(dir).read(0, 24, m.data(), v.data(), nullptr);
+    BOOST_FAIL("expected an error");
+  } catch (const RuntimeError& e) {
+    const std::string what = e.what();
+    BOOST_TEST(what.find("hold 10 of the 24 values needed: values [10, 24) are in none of them") != std::string::npos,
+               what);
+  }
+  fs::remove_all(root);
+}
