@@ -3,7 +3,7 @@
 # dp2 x pp2, tp2 x pp2, dp2 ZeRO-1, dp2 x tp2 ZeRO-1, dp2 x tp2 x pp2 (8 ranks), ZeRO-2/3, context parallelism (cp2
 # and dp2 x cp2 x pp2 ZeRO-2 on 8 ranks by ring, cp2 x tp2 + sp by all-gather) and an uneven pp2 split (stage_layers = [2, 3] of 5 layers) give
 # the same 30 losses (1e-5 relative), gradient norms (1e-4), validation losses (1e-5) and step-30 parameters (1e-5 of
-# each tensor's max) as 1 rank. The 8-rank step-15 checkpoints resume as 1 rank, dp2 and tp2 x pp2 (steps 16..30 as
+# each tensor's max) as 1 rank. The 8-rank step-15 checkpoints resume as 1 rank, dp2, tp2 x pp2 and ZeRO-3 (steps 16..30 as
 # 1 rank's); tp2 x pp2 resumed by tp2 x pp2 is bitwise its own
 # uninterrupted run; cairn-eval scores the 8-rank checkpoint as the 1-rank one. Metrics carry tp_comm, pp_wait and
 # mem_gib, pipelined runs every stage's split (its busiest rank's), the trace has pipeline waits on every rank;
@@ -77,7 +77,7 @@ train l5r1 1 --set model.layers=5
 train l5pp2 2 --set model.layers=5 "${PP[@]}" --set 'parallel.stage_layers=[2,3]' "${ORDERED[@]}"
 echo "layouts: $(( SECONDS - T0 )) s for the 20 training runs"
 
-# ---- 4. cross-layout resume: the 8-rank step-15 checkpoints as 1 rank, dp2, cp2, tp2 x pp2 and dp2 x pp2 ZeRO-1;
+# ---- 4. cross-layout resume: the 8-rank step-15 checkpoints as 1 rank, dp2, cp2, tp2 x pp2, dp2 x pp2 ZeRO-1 and ZeRO-3;
 # tp2 x pp2 by itself
 # resume NAME FROM RANKS ARGS...: copy run FROM without its step-30 checkpoint and resume it from step 15
 resume() {
@@ -103,6 +103,9 @@ resume rescp8tocp2 dp2cp2pp2z2 2 --set model.layers=4 "${CP[@]}"
 resume res8todp2pp2 dp2tp2pp2 4 --set model.layers=4 "${DP2[@]}" "${PP[@]}"
 resume rescp8todp2pp2z1 dp2cp2pp2z2 4 --set model.layers=4 "${DP2[@]}" "${PP[@]}" --set parallel.zero=1
 resume restp2pp2 tp2pp2 4 --set model.layers=4 "${TP[@]}" "${PP[@]}"
+# into ZeRO-3: each rank gets only its shard of the parameters (MPI_Scatterv), never the whole piece
+resume res8todp2z3 dp2tp2pp2 2 --set model.layers=4 "${DP2[@]}" --set parallel.zero=3
+resume rescp8todp2pp2z3 dp2cp2pp2z2 4 --set model.layers=4 "${DP2[@]}" "${PP[@]}" --set parallel.zero=3
 
 # cairn-eval on the step-30 checkpoints of 1 rank and of dp2 x tp2 x pp2 (the whole validation split)
 for run in r1 dp2tp2pp2; do
@@ -195,7 +198,8 @@ ref = train("r1")
 for run, source in (("res8to1", "dp2 x tp2 x pp2"), ("res8todp2", "dp2 x tp2 x pp2"),
                     ("res8totp2pp2", "dp2 x tp2 x pp2"), ("res8todp2pp2", "dp2 x tp2 x pp2"),
                     ("rescp8to1", "dp2 x cp2 x pp2 ZeRO-2"),
-                    ("rescp8tocp2", "dp2 x cp2 x pp2 ZeRO-2"), ("rescp8todp2pp2z1", "dp2 x cp2 x pp2 ZeRO-2")):
+                    ("rescp8tocp2", "dp2 x cp2 x pp2 ZeRO-2"), ("rescp8todp2pp2z1", "dp2 x cp2 x pp2 ZeRO-2"),
+                    ("res8todp2z3", "dp2 x tp2 x pp2"), ("rescp8todp2pp2z3", "dp2 x cp2 x pp2 ZeRO-2")):
     t = train(run)
     dl = max(rel(a["loss"], b["loss"]) for a, b in zip(t[15:], ref[15:]))
     dp, name = param_diff(run, "r1")
@@ -226,7 +230,8 @@ check(de <= 1e-5, f"cairn-eval: val loss of the 8-rank checkpoint {e8} vs 1 rank
 
 # ---- 5. metrics: tp_comm, cp_comm, pp_wait, mem_gib; the trace of pp2 x v2
 runs = ["r1", "l5r1"] + [r for r, _, _ in layouts] + ["res8to1", "res8todp2", "res8totp2pp2", "restp2pp2",
-                                                       "res8todp2pp2", "rescp8to1", "rescp8tocp2", "rescp8todp2pp2z1"]
+                                                       "res8todp2pp2", "rescp8to1", "rescp8tocp2", "rescp8todp2pp2z1",
+                                                       "res8todp2z3", "rescp8todp2pp2z3"]
 for run in runs:
     bad = [l["step"] for l in train(run) if not l.get("mem_gib", 0) > 0]
     check(not bad, f"{run}: train lines without mem_gib > 0 at steps {bad}")

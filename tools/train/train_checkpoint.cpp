@@ -248,34 +248,41 @@ void TrainCheckpoints::distribute(std::vector<LoadedChunk>& loaded, TrainProgres
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const Chunk& ch = chunks_[c];
     LoadedChunk& in = loaded[c];
-    bcast(in.params, ch.num_params());
+    const Shards& sh = ch.shards;
+    std::vector<int> counts, displs;  // each rank's shard (ZeRO), for MPI_Scatterv
+    if (sh.shard > 0) {
+      for (int r = 0; r < sh.size; ++r) {
+        counts.push_back(mpi::int_count(sh.end(r) - sh.begin(r), "checkpoint shard"));
+        displs.push_back(mpi::int_count(sh.begin(r), "checkpoint shard"));
+      }
+    }
+    auto scatter = [&](const std::vector<float>& whole_piece, std::vector<float>& mine) {
+      mine.resize(sh.count());
+      mpi::check(MPI_Scatterv(reader ? whole_piece.data() : nullptr, counts.data(), displs.data(), MPI_FLOAT,
+                              mine.data(), mpi::int_count(sh.count(), "checkpoint shard"), MPI_FLOAT, 0, dp),
+                 "MPI_Scatterv (checkpoint)");
+    };
+    // ZeRO-3 ranks get only their shard of the parameters (the piece is never whole on them), the others all of it.
+    std::vector<float> param_shard;
+    if (ch.spec.lent_params) scatter(in.params, param_shard);
+    else bcast(in.params, ch.num_params());
     std::vector<float> m, v;
     if (whole()) {
       m = std::move(in.m);
       v = std::move(in.v);
-    } else if (ch.shards.shard > 0) {  // ZeRO: each rank's shard of the reader's whole-piece moments
-      const Shards& sh = ch.shards;
-      std::vector<int> counts(static_cast<size_t>(sh.size)), displs(static_cast<size_t>(sh.size));
-      for (int r = 0; r < sh.size; ++r) {
-        counts[static_cast<size_t>(r)] = mpi::int_count(sh.end(r) - sh.begin(r), "checkpoint moments");
-        displs[static_cast<size_t>(r)] = mpi::int_count(sh.begin(r), "checkpoint moments");
-      }
-      m.resize(sh.count());
-      v.resize(sh.count());
-      for (auto [whole_piece, mine] : {std::pair{&in.m, &m}, std::pair{&in.v, &v}})
-        mpi::check(MPI_Scatterv(reader ? whole_piece->data() : nullptr, counts.data(), displs.data(), MPI_FLOAT,
-                                mine->data(), mpi::int_count(sh.count(), "checkpoint moments"), MPI_FLOAT, 0, dp),
-                   "MPI_Scatterv (checkpoint)");
+    } else if (sh.shard > 0) {  // ZeRO: each rank's shard of the reader's whole-piece moments
+      scatter(in.m, m);
+      scatter(in.v, v);
     } else {
       bcast(in.m, ch.num_params());
       bcast(in.v, ch.num_params());
       m = std::move(in.m);
       v = std::move(in.v);
     }
-    const std::vector<float>& local = in.params;
-    if (ch.model->params()) backend_.copy_to_device(ch.model->params(), local.data(), local.size() * sizeof(float));
-    if (ch.param_shard.data())  // ZeRO-3: the rank's shard is the master copy
-      backend_.copy_to_device(ch.param_shard.data(), local.data() + ch.shards.lo, ch.shards.count() * sizeof(float));
+    if (ch.spec.lent_params)  // ZeRO-3: the rank's shard is the master copy
+      backend_.copy_to_device(ch.param_shard.data(), param_shard.data(), param_shard.size() * sizeof(float));
+    else backend_.copy_to_device(ch.model->params(), in.params.data(), in.params.size() * sizeof(float));
+    in.params = {};
     if (!m.empty()) {
       backend_.copy_to_device(ch.m.data(), m.data(), m.size() * sizeof(float));
       backend_.copy_to_device(ch.v.data(), v.data(), v.size() * sizeof(float));

@@ -372,6 +372,10 @@ void Trainer::build_model() {
     ch.spec.num_layers = count;
     ch.spec.has_embedding = ch.stage == 0;
     ch.spec.has_head = ch.stage == L.pp * L.v - 1;
+    // ZeRO-2/3 over more than one rank: the units lend the gradients (and ZeRO-3 the parameters) from the start.
+    const bool zero_units = s_.zero >= 2 && L.dp * L.cp > 1;
+    ch.spec.lent_grads = zero_units;
+    ch.spec.lent_params = zero_units && s_.zero == 3;
     try {
       ch.model = std::make_unique<gpt::Model>(gcfg_, *backend_, true, ch.spec, tp_comm_, cp_comm_);
     } catch (const UsageError& e) {
@@ -408,8 +412,8 @@ void Trainer::build_model() {
     ch.decay = gpt::decay_ranges(ch.model->tensors(), ch.shards.lo, ch.shards.count());
     ch.m = BackendBuffer(backend_, ch.shards.count());
     ch.v = BackendBuffer(backend_, ch.shards.count());
-    if (s_.zero >= 2 && ch.shards.size > 1) {
-      if (s_.zero == 3) ch.param_shard = BackendBuffer(backend_, ch.shards.count());
+    if (ch.spec.lent_grads) {
+      if (ch.spec.lent_params) ch.param_shard = BackendBuffer(backend_, ch.shards.count());
       // the tied wte copy's gradient waits for the embedding group's sum (unit 0 holds wte)
       ch.zero = std::make_unique<ZeroUnits>(groups_->dp_cp, ch.shards, ch.model->units(), *backend_, s_.zero == 3,
                                             ch.param_shard.data(), ch.shard_grads.data(), ch.tied_count > 0 ? 0 : -1,
@@ -455,10 +459,17 @@ void Trainer::log_setup() const {
                  gcfg_.hidden, gcfg_.heads, gcfg_.seq_len, gcfg_.vocab, gcfg_.vocab_real,
                  static_cast<double>(gpt::count_params(gcfg_)) / 1e6);
   if (s_.world > 1 || s_.layout.tp > 1 || s_.layout.pp > 1) {
-    size_t mine = 0;
-    for (const Chunk& ch : chunks_) mine += ch.num_params();
-    CAIRN_LOG_INFO("layout: %s%s; rank 0 holds %.2fM parameters", parallel::describe(s_.layout).c_str(),
-                   s_.layout.cp > 1 ? (s_.cp_ring ? ", cp ring (p2p)" : ", cp all-gather") : "", mine / 1e6);
+    size_t mine = 0, shard = 0;
+    for (const Chunk& ch : chunks_) {
+      mine += ch.num_params();
+      shard += ch.spec.lent_params ? ch.shards.count() : ch.num_params();
+    }
+    // ZeRO-3: the piece's parameters are gathered a unit at a time; the rank keeps only its shard
+    const std::string held = shard == mine ? strprintf("holds %.2fM parameters", mine / 1e6)
+                                           : strprintf("holds a ZeRO-3 shard of %.2fM of its piece's %.2fM parameters",
+                                                       shard / 1e6, mine / 1e6);
+    CAIRN_LOG_INFO("layout: %s%s; rank 0 %s", parallel::describe(s_.layout).c_str(),
+                   s_.layout.cp > 1 ? (s_.cp_ring ? ", cp ring (p2p)" : ", cp all-gather") : "", held.c_str());
   }
   for (const std::string& note : s_.layout.notes) CAIRN_LOG_INFO("%s", note.c_str());
   CAIRN_LOG_INFO("data: \"%s\": %llu train / %llu val windows; %d data-parallel ranks x micro %d x accum %d = batch "
@@ -509,21 +520,25 @@ void Trainer::init_or_resume() {
     }
   }
   if (resume_dir.empty()) {
-    for (Chunk& ch : chunks_) ch.model->init(s_.seed);
+    for (Chunk& ch : chunks_) {
+      if (!ch.spec.lent_params) {
+        ch.model->init(s_.seed);
+        continue;
+      }
+      // ZeRO-3: only this rank's shard, drawn as the whole model's init draws it (the piece is never held whole)
+      std::vector<float> shard(ch.shards.count());
+      ch.model->init_values(s_.seed, ch.shards.lo, shard.size(), shard.data());
+      backend_->copy_to_device(ch.param_shard.data(), shard.data(), shard.size() * sizeof(float));
+    }
     CAIRN_LOG_INFO("starting from scratch (seed %llu)", static_cast<unsigned long long>(s_.seed));
   } else {
     CAIRN_LOG_INFO("resuming from \"%s\" at step %lld", resume_dir.c_str(), static_cast<long long>(progress_.step));
     retire_newer_checkpoints();
   }
   checkpoints_->remove_leftovers();
-  // ZeRO-2/3: from now on the model borrows its gradient (and ZeRO-3 parameter) memory, its own is freed.
-  for (Chunk& ch : chunks_) {
-    if (!ch.zero) continue;
-    if (ch.param_shard.data() && ch.model->params())
-      backend_->copy_device(ch.param_shard.data(), ch.model->params() + ch.shards.lo,
-                            ch.shards.count() * sizeof(float));
-    ch.model->set_unit_storage(ch.zero->storage());
-  }
+  // ZeRO-2/3: from now on the model borrows its gradient (and ZeRO-3 parameter) memory; it never had its own.
+  for (Chunk& ch : chunks_)
+    if (ch.zero) ch.model->set_unit_storage(ch.zero->storage());
 }
 
 void Trainer::load_checkpoint(const std::string& dir) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <exception>
 
 #include "cairn/clock.h"
 #include "cairn/error.h"
@@ -34,6 +35,16 @@ ZeroUnits::~ZeroUnits() {
   // nothing may be in flight when the buffers go (an exception mid-step): let MPI finish first (NCCL: the trainer
   // aborts its communicators before unwinding reaches the chunks, and cudaFree waits for the device otherwise)
   if (nccl_) return;
+  if (std::uncaught_exceptions() > 0) {
+    // Unwinding from this rank's error: a peer may never post its side (it waits in a pipeline receive from this
+    // rank), so a wait here could hold the job until its time limit instead of the MPI_Abort that follows. The
+    // buffers MPI may still write into are kept, reachable, for the little time left.
+    static std::deque<Pending> kept_pending;
+    static std::vector<Gather> kept_gathers;
+    for (Pending& p : pending_) kept_pending.push_back(std::move(p));
+    for (Gather& g : gathers_) kept_gathers.push_back(std::move(g));
+    return;
+  }
   for (Pending& p : pending_) MPI_Wait(&p.req, MPI_STATUS_IGNORE);
   for (Gather& g : gathers_) MPI_Wait(&g.req, MPI_STATUS_IGNORE);
 }
@@ -119,13 +130,13 @@ void ZeroUnits::start_gather(int u) {
   std::vector<int> counts, displs;
   split(u, counts, displs);
   const int mine = counts[sh_.rank];
-  std::vector<float> send(static_cast<size_t>(mine));
+  // In place: this rank's piece goes straight into its own place of the unit's host buffer (no staging vector per
+  // gather: allocations per unit and micro-batch left the heap fragmented, above ZeRO-1's resident size)
   if (mine > 0) {
     const size_t from = units_[u].first + static_cast<size_t>(displs[sh_.rank]) - sh_.lo;
-    be_.copy_to_host(send.data(), param_shard_ + from, send.size() * sizeof(float));
+    be_.copy_to_host(g.buf->host.data() + displs[sh_.rank], param_shard_ + from,
+                     static_cast<size_t>(mine) * sizeof(float));
   }
-  // MPI_Iallgatherv reads the send buffer until completion: keep it in the unit's host buffer at its own place
-  std::copy(send.begin(), send.end(), g.buf->host.begin() + displs[sh_.rank]);
   mpi_call([&] {
     mpi::check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, g.buf->host.data(), counts.data(), displs.data(),
                                MPI_FLOAT, dp_, &g.req),
@@ -200,9 +211,11 @@ ZeroUnits::Pending ZeroUnits::start_reduce(int u, std::unique_ptr<Buffer> buf) {
   split(u, counts, displs);
   if (p.buf->device.data())
     be_.copy_to_host(p.buf->host.data(), p.buf->device.data(), units_[u].second * sizeof(float));
-  p.part.resize(static_cast<size_t>(counts[sh_.rank]));
+  // In place: this rank's summed part lands at the start of the unit's host buffer (no part buffer per reduction:
+  // allocations per unit and micro-batch left the heap above ZeRO-1's resident size)
+  p.part_count = static_cast<size_t>(counts[sh_.rank]);
   mpi_call([&] {
-    mpi::check(MPI_Ireduce_scatter(p.buf->host.data(), p.part.data(), counts.data(), MPI_FLOAT, MPI_SUM, dp_, &p.req),
+    mpi::check(MPI_Ireduce_scatter(MPI_IN_PLACE, p.buf->host.data(), counts.data(), MPI_FLOAT, MPI_SUM, dp_, &p.req),
                "MPI_Ireduce_scatter (ZeRO gradients)");
   });
   return p;
@@ -237,12 +250,13 @@ void ZeroUnits::complete(Pending& p) {
     return;
   }
   mpi_call([&] { mpi::check(MPI_Wait(&p.req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO gradients)"); });
-  if (!p.part.empty()) {
-    // shard += part, with the backend's add (out = a + b) on its own memory
-    BackendBuffer tmp(&be_, p.part.size());
-    be_.copy_to_device(tmp.data(), p.part.data(), p.part.size() * sizeof(float));
+  if (p.part_count) {
+    // shard += part, with the backend's add (out = a + b) on its own memory (a device backend's part copied back into
+    // the unit's device buffer first)
     float* dst = shard_grads_ + (a - sh_.lo);
-    be_.residual_forward(dst, dst, tmp.data(), p.part.size());
+    if (p.buf->device.data())
+      be_.copy_to_device(p.buf->device.data(), p.buf->host.data(), p.part_count * sizeof(float));
+    be_.residual_forward(dst, dst, p.buf->data(), p.part_count);
   }
   give_back(std::move(p.buf));
 }

@@ -66,8 +66,7 @@ class ZeroUnits {
   struct Pending {  // a reduce-scatter in flight
     int unit = -1;
     std::unique_ptr<Buffer> buf;
-    std::vector<float> part;           // MPI: this rank's summed part
-    std::unique_ptr<Buffer> part_dev;  // NCCL: the same in device memory, part_count floats
+    std::unique_ptr<Buffer> part_dev;  // NCCL: this rank's summed part (MPI: the start of buf, summed in place)
     size_t part_count = 0;
     MPI_Request req = MPI_REQUEST_NULL;
     uint64_t done = 0;  // NCCL: the point on the communication stream where it has finished

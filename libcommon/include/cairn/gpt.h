@@ -76,6 +76,10 @@ struct ShardSpec {
   // reduce-scattered back; cp times a rank's K/V in memory), true = p2p (a ring: each step passes one rank's K/V on
   // while the blocks that meet them run, and backward passes their dK/dV accumulators along with them).
   bool cp_ring = false;
+  // ZeRO-2/3: the gradients (ZeRO-2 and 3) and the parameters (ZeRO-3) live in unit storage the trainer lends
+  // (Model::set_unit_storage) before the first step; the model never allocates a flat buffer for them, so a model
+  // that fits a rank only sharded is never held whole, not even while it starts.
+  bool lent_grads = false, lent_params = false;
 };
 
 // Context parallelism's load balancing (ShardSpec::cp): the chunk, of the 2*cp a sequence is cut into, that CP rank
@@ -238,12 +242,16 @@ class Model {
   // Host copies whatever the backend's memory (checkpoints, evaluation on a GPU backend).
   void copy_params_from_host(const float* host);  // num_params() floats
   void copy_params_to_host(float* host) const;
-  void copy_grads_to_host(float* host) const;   // throws for forward-only models
-  void copy_logits_to_host(float* host) const;  // logit_rows()*vocab floats of the last forward
+  void copy_grads_to_host(float* host) const;  // throws for forward-only models
+  // logit_rows() rows of the last forward, each this piece's vocab/tp columns (its block of the vocabulary)
+  void copy_logits_to_host(float* host) const;
 
   // GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2*layers), zeros for biases,
   // ones for norm weights; deterministic in seed.
   void init(uint64_t seed);
+  // The values init(seed) gives this piece's flat parameters [first, first + count), written to host memory `out`
+  // (count floats): a ZeRO-3 rank initialises its shard without the whole piece.
+  void init_values(uint64_t seed, size_t first, size_t count, float* out) const;
 
   // Forward over B x T tokens (T <= seq_len). With targets, returns the mean cross-entropy over the
   // B*T positions (targets < 0 are ignored) and keeps per-position losses; without, returns 0.
@@ -265,8 +273,9 @@ class Model {
   // The units parameters and gradients are lent in (UnitStorage), as (first, count) ranges of the flat layout in
   // order: the embedding (wte, wpe; wte alone on a last stage without it), each layer, the final norm.
   std::vector<std::pair<size_t, size_t>> units() const;
-  // Switches parameters and/or gradients to lent storage (the model frees its own buffers for them: params() or
-  // grads() then return nullptr, and init()/copies of them throw). Between steps only.
+  // Switches parameters and/or gradients to lent storage (the model frees its own buffers for them, if it made
+  // any (ShardSpec::lent_params / lent_grads: none): params() or grads() then return nullptr, and init()/copies of
+  // them throw). Between steps only; a piece built with lent buffers must get them before its first forward.
   void set_unit_storage(UnitStorage storage);
   // Pipeline schedules keep several micro-batches in flight: each slot is a separate set of activations;
   // forward() and backward() use the current one (slot 0 by default).

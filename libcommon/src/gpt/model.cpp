@@ -54,7 +54,7 @@ void validate_spec(const GptConfig& c, const ShardSpec& sp) {
   need(c.heads % sp.tp == 0,
        "heads (" + std::to_string(c.heads) + ") must be divisible by tp (" + std::to_string(sp.tp) + ")");
   need(c.vocab % sp.tp == 0, "vocab (" + std::to_string(c.vocab) + ") must be divisible by tp (" +
-                                 std::to_string(sp.tp) + "): pad it to a multiple of 64*tp");
+                                 std::to_string(sp.tp) + "): pad it to a multiple of 128*tp, as Megatron does");
   // every rank's vocabulary block must hold a real token, or its softmax has no column at all
   need(c.vocab_real > (sp.tp - 1) * (c.vocab / sp.tp),
        "vocab_real (" + std::to_string(c.vocab_real) + ") leaves the last of " + std::to_string(sp.tp) +
@@ -533,8 +533,8 @@ struct Model::Impl {
     vocab_rows = (size_t)cfg.vocab / spec.tp;
     vocab_first = vocab_rows * spec.tp_rank;
     vocab_real_rows = (int)std::clamp<int64_t>((int64_t)cfg.vocab_real - (int64_t)vocab_first, 0, (int64_t)vocab_rows);
-    params = static_cast<float*>(be.alloc(n_params * sizeof(float)));
-    if (training) grads = static_cast<float*>(be.alloc(n_params * sizeof(float)));
+    if (!spec.lent_params) params = static_cast<float*>(be.alloc(n_params * sizeof(float)));
+    if (training && !spec.lent_grads) grads = static_cast<float*>(be.alloc(n_params * sizeof(float)));
   }
 
   ~Impl() {
@@ -548,14 +548,20 @@ struct Model::Impl {
 
   // Parameter and gradient of a tensor: in the model's flat buffers, or in the unit memory lent for now.
   const float* P(int tensor) {
-    if (!storage.acquire_params) return params + tensors[tensor].offset;
+    if (!storage.acquire_params) {
+      if (!params) throw RuntimeError("gpt: parameters used before the unit storage they are lent from");
+      return params + tensors[tensor].offset;
+    }
     const int u = unit_of[tensor];
     if (!unit_params[u])
       throw RuntimeError("gpt: parameters of unit " + std::to_string(u) + " used while not acquired");
     return unit_params[u] + (tensors[tensor].offset - units[u].first);
   }
   float* G(int tensor) {
-    if (!storage.acquire_grads) return grads + tensors[tensor].offset;
+    if (!storage.acquire_grads) {
+      if (!grads) throw RuntimeError("gpt: gradients used before the unit storage they are lent from");
+      return grads + tensors[tensor].offset;
+    }
     const int u = unit_of[tensor];
     if (!unit_grads[u]) unit_grads[u] = storage.acquire_grads(u);
     return unit_grads[u] + (tensors[tensor].offset - units[u].first);
@@ -1311,6 +1317,8 @@ void Model::set_unit_storage(UnitStorage storage) {
     throw RuntimeError("gpt: unit storage needs acquire and release/done together");
   for (int uses : m.unit_uses)
     if (uses) throw RuntimeError("gpt: unit storage changed while a unit is in use");
+  if ((m.spec.lent_params && !storage.acquire_params) || (m.training && m.spec.lent_grads && !storage.acquire_grads))
+    throw RuntimeError("gpt: a piece built with lent parameters or gradients needs unit storage for them");
   if (storage.acquire_params && m.params) {
     m.be.free(m.params);
     m.params = nullptr;
@@ -1419,33 +1427,50 @@ void Model::copy_logits_to_host(float* host) const {
 void Model::init(uint64_t seed) {
   Impl& m = *impl_;
   if (!m.params) throw RuntimeError("gpt: parameters are in lent unit storage");
-  std::vector<float> host(m.n_params, 0.0f);
+  std::vector<float> host(m.n_params);
+  init_values(seed, 0, m.n_params, host.data());
+  m.be.copy_to_device(m.params, host.data(), sizeof(float) * m.n_params);
+}
+
+void Model::init_values(uint64_t seed, size_t first, size_t count, float* out) const {
+  const Impl& m = *impl_;
+  if (first > m.n_params || count > m.n_params - first)
+    throw RuntimeError("gpt: init_values range past the piece's parameters");
+  const size_t last = first + count;
+  std::fill_n(out, count, 0.0f);  // biases, and wte's padding rows
   const float stddev = 0.02f;
   const float residual_std = stddev / std::sqrt(2.0f * m.cfg.layers);
+  std::vector<FlatRun> runs, clipped;
   for (const auto& t : m.tensors) {
+    if (t.offset >= last || t.offset + t.size <= first) continue;
     // This piece's values of the whole tensor as the whole model's init draws it (per-name streams, each value
-    // computable alone), so any layout starts from the same model, and a TP rank draws only its piece.
+    // computable alone), so any layout starts from the same model, and a TP rank (or a ZeRO-3 shard) draws only its
+    // values.
     size_t n = 1;
     for (int dim : t.full_shape) n *= (size_t)dim;
     const bool is_bias = t.name.ends_with(".bias");
     const bool is_norm = t.name.find("ln_") != std::string::npos;
     if (is_bias) continue;  // zeros
-    std::vector<FlatRun> runs;
+    runs.clear();
+    clipped.clear();
     tensor_runs(t, m.spec.tp, m.spec.tp_rank, runs);
+    for (const FlatRun& r : runs) {  // each run cut to [first, last), `local` then indexing `out`
+      const size_t a = std::max(first, t.offset + r.local), b = std::min(last, t.offset + r.local + r.count);
+      if (a < b) clipped.push_back({a - first, r.full + (a - t.offset - r.local), b - a});
+    }
     if (is_norm) {
-      for (const FlatRun& r : runs) std::fill_n(host.data() + t.offset + r.local, r.count, 1.0f);
+      for (const FlatRun& r : clipped) std::fill_n(out + r.local, r.count, 1.0f);
       continue;
     }
     // wte's padding rows stay zero: they are never looked up and their logits are masked.
     const size_t limit = t.name == "wte" ? (size_t)m.cfg.vocab_real * m.cfg.hidden : n;
     const float std_t = t.name.ends_with("c_proj.weight") ? residual_std : stddev;
-#pragma omp parallel for schedule(dynamic, 16) if (runs.size() >= 64)
-    for (size_t k = 0; k < runs.size(); ++k) {
-      const FlatRun& r = runs[k];
-      fill_normal_range(host.data() + t.offset + r.local, r.full, r.count, limit, std_t, seed, t.name);
+#pragma omp parallel for schedule(dynamic, 16) if (clipped.size() >= 64)
+    for (size_t k = 0; k < clipped.size(); ++k) {
+      const FlatRun& r = clipped[k];
+      fill_normal_range(out + r.local, r.full, r.count, limit, std_t, seed, t.name);
     }
   }
-  m.be.copy_to_device(m.params, host.data(), sizeof(float) * m.n_params);
 }
 
 float Model::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {

@@ -47,9 +47,7 @@ double compute_seconds(const StepTimes& t) {
   return phase(t.forward) + phase(t.backward) - phase(t.tp_comm) - phase(t.cp_comm) - phase(t.zero_comm);
 }
 
-double stage_busy_seconds(const StepTimes& t) {
-  return phase(t.forward) + phase(t.backward) - phase(t.zero_comm);
-}
+double stage_busy_seconds(const StepTimes& t) { return phase(t.forward) + phase(t.backward) - phase(t.zero_comm); }
 
 int critical_stage(const std::vector<StageTimes>& stages) {
   int best = -1;

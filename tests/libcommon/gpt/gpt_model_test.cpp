@@ -524,3 +524,49 @@ BOOST_AUTO_TEST_CASE(activation_pool_shared_scratch_with_recompute) {
     BOOST_TEST(run(false) == run(true), "recompute " << gpt::recompute_name(mode));
   }
 }
+
+// A ZeRO-3 piece (ShardSpec::lent_params / lent_grads) allocates no flat buffers: a model that fits a rank only
+// sharded is never held whole. Its shard's init values are the whole model's, drawn for any range alone (a TP piece's
+// too), and it refuses to run, or to take storage that does not lend what it lacks, before it has its units.
+BOOST_AUTO_TEST_CASE(lent_piece_holds_no_flat_buffers_and_inits_any_range) {
+  const auto cfg = small_config();
+  gpt::ShardSpec lent_spec;
+  lent_spec.lent_params = lent_spec.lent_grads = true;
+  gpt::Model lent(cfg, kernels::cpu_backend(), true, lent_spec);
+  BOOST_TEST(lent.params() == nullptr);
+  BOOST_TEST(lent.grads() == nullptr);
+  BOOST_CHECK_THROW(lent.init(5), RuntimeError);
+  const Batch batch(cfg);
+  BOOST_CHECK_THROW(lent.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T), RuntimeError);
+  gpt::UnitStorage grads_only;
+  std::vector<float> grads(lent.num_params());
+  grads_only.acquire_grads = [&](int) { return grads.data(); };
+  grads_only.grads_done = [](int) {};
+  BOOST_CHECK_THROW(lent.set_unit_storage(grads_only), RuntimeError);
+
+  gpt::TpComm unused;  // a TP piece's init needs no collective; the model only checks they exist
+  unused.all_reduce = [](float*, size_t) {};
+  unused.all_gather = [](float*, const float*, size_t) {};
+  unused.reduce_scatter = [](float*, const float*, size_t) {};
+  for (int tp : {1, 2}) {
+    gpt::ShardSpec spec;
+    spec.tp = tp;
+    spec.tp_rank = tp - 1;
+    gpt::Model resident(cfg, kernels::cpu_backend(), true, spec, unused);
+    resident.init(5);
+    std::vector<float> want(resident.num_params());
+    resident.copy_params_to_host(want.data());
+    spec.lent_params = spec.lent_grads = true;
+    const gpt::Model piece(cfg, kernels::cpu_backend(), true, spec, unused);
+    const size_t n = piece.num_params();
+    // ranges that start and end inside tensors, at odd elements (Box-Muller pairs), across several tensors
+    for (auto [first, count] : std::vector<std::pair<size_t, size_t>>{{0, n}, {1, 7}, {n / 3 + 1, n / 3}, {n - 5, 5}}) {
+      std::vector<float> got(count, -1.0f);
+      piece.init_values(5, first, count, got.data());
+      BOOST_TEST(std::equal(got.begin(), got.end(), want.begin() + static_cast<std::ptrdiff_t>(first)),
+                 "tp " << tp << " range [" << first << ", " << first + count << ")");
+    }
+    std::vector<float> past(2);
+    BOOST_CHECK_THROW(piece.init_values(5, n - 1, 2, past.data()), RuntimeError);
+  }
+}
