@@ -267,7 +267,7 @@ void TrainCheckpoints::distribute(std::vector<LoadedChunk>& loaded, TrainProgres
     if (ch.spec.lent_params) scatter(in.params, param_shard);
     else bcast(in.params, ch.num_params());
     std::vector<float> m, v;
-    if (whole()) {
+    if (in.flat) {
       m = std::move(in.m);
       v = std::move(in.v);
     } else if (sh.shard > 0) {  // ZeRO: each rank's shard of the reader's whole-piece moments
@@ -305,7 +305,11 @@ void TrainCheckpoints::load_files(const std::string& dir, const std::vector<chec
   }
   const gpt::GptConfig& c = meta.config;
   const gpt::GptConfig& want = config_;
-  if (c.layers != want.layers || c.hidden != want.hidden || c.heads != want.heads || c.vocab != want.vocab ||
+  // The padded vocabulary may differ (another tp pads it to another multiple): wte's rows past the real ones are
+  // zeros that are never looked up, so rows are added or dropped (load_state); the real rows must be the same.
+  const bool same_rows = c.vocab == want.vocab ||
+                         (c.vocab_real == want.vocab_real && c.vocab >= c.vocab_real && want.vocab >= want.vocab_real);
+  if (c.layers != want.layers || c.hidden != want.hidden || c.heads != want.heads || !same_rows ||
       c.seq_len != want.seq_len) {
     throw UsageError(
         file_message("cannot resume from", dir,
@@ -317,6 +321,8 @@ void TrainCheckpoints::load_files(const std::string& dir, const std::vector<chec
   check_data(dir, meta);
   try {
     load_state(dir, parts, meta, p, g, loaded);
+  } catch (const UsageError&) {
+    throw;  // a checkpoint this run's [model] cannot take, not damaged data
   } catch (const std::exception& e) {
     throw damaged(e);
   }
@@ -541,43 +547,71 @@ void TrainCheckpoints::load_state(const std::string& dir, const std::vector<chec
   // Each chunk's pieces, whole tensor by whole tensor (read whole, checked, then sliced): no rank holds more than
   // its pieces and one tensor.
   const bool reader = groups_.first_replica();
+  const bool flat = flat_moments(meta);
   const std::vector<gpt::TensorInfo> whole_tensors = gpt::piece_tensors(config_, gpt::ShardSpec{});
-  std::map<std::string, const gpt::TensorInfo*> whole_of;
-  for (const gpt::TensorInfo& t : whole_tensors) whole_of[t.name] = &t;
+  // The checkpoint's own whole tensors: the same, but for wte's rows when it padded the vocabulary otherwise.
+  const std::vector<gpt::TensorInfo> saved_tensors = gpt::piece_tensors(meta.config, gpt::ShardSpec{});
+  std::map<std::string, std::pair<const gpt::TensorInfo*, const gpt::TensorInfo*>> whole_of;  // name -> (ours, saved)
+  for (size_t i = 0; i < whole_tensors.size(); ++i) whole_of[whole_tensors[i].name] = {&whole_tensors[i], nullptr};
+  for (const gpt::TensorInfo& t : saved_tensors) whole_of.at(t.name).second = &t;
+  // A saved tensor in this run's shape: wte's rows past the shorter padding are zeros (added), or must be (dropped:
+  // rows that hold anything are a model this vocabulary cannot hold).
+  auto fit_rows = [&](std::vector<float>& values, const gpt::TensorInfo& t, const gpt::TensorInfo& saved,
+                      const char* what) {
+    if (saved.size == t.size) return;
+    const size_t keep = std::min(saved.size, t.size);
+    if (std::any_of(values.begin() + static_cast<std::ptrdiff_t>(keep), values.end(), [](float x) { return x != 0; }))
+      throw UsageError(file_message(
+          "cannot resume from", dir,
+          strprintf("its %s of %s has non-zero values in rows %zu..%zu, past this run's vocab = %d (set [model] vocab "
+                    "= %d, the checkpoint's)",
+                    what, t.name.c_str(), t.size / t.shape.back(), saved.size / saved.shape.back() - 1, config_.vocab,
+                    meta.config.vocab)));
+    values.resize(t.size, 0.0f);
+  };
+  if (meta.config.vocab != config_.vocab && s_.rank == 0)
+    CAIRN_LOG_INFO("the checkpoint pads the vocabulary to %d rows, this run to %d: wte's padding rows (zeros, never "
+                   "looked up) are %s",
+                   meta.config.vocab, config_.vocab, meta.config.vocab < config_.vocab ? "added" : "dropped");
   std::optional<checkpoint::ModelReader> model;
   std::optional<checkpoint::OptimReader> optim;
   if (reader) model.emplace(dir);
-  // The files holding what this rank reads: its own flat range (whole()), or every piece of its chunks (the reader).
-  if (whole()) optim.emplace(dir, parts, chunks_.front().shards.lo, chunks_.front().shards.hi);
-  else if (reader) optim.emplace(dir, parts, 0, gpt::count_params(config_));
+  // The files holding what this rank reads: its own flat range (flat), or every piece of its chunks (the reader).
+  if (flat) optim.emplace(dir, parts, chunks_.front().shards.lo, chunks_.front().shards.hi);
+  else if (reader) optim.emplace(dir, parts, 0, gpt::count_params(meta.config));
   int64_t adam_step = 0;
   std::vector<float> tensor, tm, tv;
   loaded.assign(chunks_.size(), LoadedChunk{});
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const Chunk& ch = chunks_[c];
     LoadedChunk& out = loaded[c];
-    if (whole()) {  // one piece that is the whole model: each rank's moments are its own flat range
+    out.flat = flat;
+    if (flat) {  // one piece that is the whole model, laid out as saved: each rank's moments are its own flat range
       out.m.resize(ch.shards.count());
       out.v.resize(ch.shards.count());
       optim->read(ch.shards.lo, ch.shards.count(), out.m.data(), out.v.data(), &adam_step);
     }
     if (!reader) continue;
     out.params.resize(ch.num_params());
-    if (!whole()) {
+    if (!flat) {
       out.m.resize(ch.num_params());
       out.v.resize(ch.num_params());
     }
     for (const gpt::TensorInfo& piece : ch.model->tensors()) {
-      const gpt::TensorInfo& t = *whole_of.at(piece.name);
-      tensor.resize(t.size);
-      model->read(t, tensor.data());
+      const auto [ours, saved] = whole_of.at(piece.name);
+      const gpt::TensorInfo& t = *ours;
+      tensor.resize(saved->size);
+      model->read(*saved, tensor.data());
+      fit_rows(tensor, t, *saved, "parameters");
       const std::vector<Segment> segs = segments(ch.map, piece.offset, piece.offset + piece.size, false);
       for (const Segment& s : segs)
         std::copy_n(tensor.data() + (s.full - t.offset), s.count, out.params.data() + s.local);
-      if (whole()) continue;
-      tm.resize(t.size);
-      tv.resize(t.size);
-      optim->read(t.offset, t.size, tm.data(), tv.data(), &adam_step);
+      if (flat) continue;
+      tm.resize(saved->size);
+      tv.resize(saved->size);
+      optim->read(saved->offset, saved->size, tm.data(), tv.data(), &adam_step);
+      fit_rows(tm, t, *saved, "Adam m");
+      fit_rows(tv, t, *saved, "Adam v");
       for (const Segment& s : segs) {
         std::copy_n(tm.data() + (s.full - t.offset), s.count, out.m.data() + s.local);
         std::copy_n(tv.data() + (s.full - t.offset), s.count, out.v.data() + s.local);

@@ -89,7 +89,11 @@ class TrainCheckpoints {
   // only) and the moments (whole(): this rank's flat range; else the whole piece's, on the first replica).
   struct LoadedChunk {
     std::vector<float> params, m, v;
+    bool flat = false;  // m and v are this rank's own flat range (flat_moments), read by every rank
   };
+  // whole(), and the checkpoint's flat buffer laid out as this run's (the same padded vocabulary): each rank reads
+  // its own range of the moments; otherwise the first replica reads them tensor by tensor.
+  bool flat_moments(const checkpoint::ModelMeta& meta) const { return whole() && meta.config.vocab == config_.vocab; }
   // This rank's part of load().
   void load_files(const std::string& dir, const std::vector<checkpoint::OptimPart>& parts, TrainProgress& p,
                   StepGuard& g, std::vector<LoadedChunk>& loaded) const;
