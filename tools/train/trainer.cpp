@@ -776,6 +776,9 @@ void Trainer::backward_action(const pipeline::Action& a, bool last, Fault fault,
   reduce_active_ = last && ch.sync;
   covered_ = 0;
   const bool poison = last && fault == Fault::NanGrad && s_.rank == 0 && &ch == &chunks_.front();
+  // NCCL queues each bucket behind the kernels that produced it; MPI, the poison's host write and a trace's
+  // per-layer times need them done.
+  o.sync_before_ready = !s_.on_gpu || poison || trace_.active();
   o.on_grads_ready = [this, &ch, poison](size_t f, size_t c) {
     // Poison rank 0's gradient before communication: every rank must then see a non-finite norm.
     if (poison && f == 0 && c > 0) poison_first_grad();

@@ -208,6 +208,10 @@ class ActivationPool {
 struct BackwardOptions {
   // Called as each parameter range's gradient is final (see Model::backward).
   std::function<void(size_t first, size_t count)> on_grads_ready;
+  // The backend is synchronised before each on_grads_ready, so the callback may read the range on the host (MPI on
+  // host memory). false: the consumer orders itself after the queued kernels on the device (NCCL's stream waits on
+  // an event), and a GPU's backward is not drained once per layer.
+  bool sync_before_ready = true;
   float grad_scale = 1.0f;
   // The last micro-batch of a step: gradients that tensor parallelism leaves partial per rank (LayerNorms under
   // sequence parallelism) are summed over the TP group now, once, over everything accumulated.

@@ -1256,7 +1256,7 @@ struct Model::Impl {
     claim_scratch();
     auto notify = [&](size_t first, size_t count) {
       if (!o.on_grads_ready) return;
-      be.synchronize();
+      if (o.sync_before_ready) be.synchronize();
       o.on_grads_ready(first, count);
     };
     if (spec.has_head) head_backward(o, d, notify);
