@@ -72,7 +72,7 @@ for cu in "$root"/kernels/cuda/*.cu; do
   objs+=("$o")
 done
 for src in kernels/cpu/common.cpp kernels/cpu/reference.cpp kernels/cpu/fast.cpp kernels/profile.cpp \
-           kernels/cuda/cublas_api.cpp libcommon/src/gpt/model.cpp; do
+           kernels/cuda/cublas_api.cpp kernels/cuda/cuda_probe.cpp libcommon/src/gpt/model.cpp; do
   o=$d/$(basename "${src%.cpp}").o
   extra=()
   [[ $src == *fast.cpp ]] && extra=(-fno-trapping-math)

@@ -26,6 +26,7 @@
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/kernels/cuda.h"
+#include "cairn/kernels/cuda_probe.h"
 #include "gpt_step_timer.h"
 
 using namespace cairn;
@@ -175,7 +176,8 @@ int main(int argc, char** argv) {
   const kernels::Backend* be = kernels::find_backend("cuda");
   if (!be) {
     std::fprintf(stderr, "kernels_gpu_gpt_bench: %s\n", kernels::backend_unavailable_reason("cuda"));
-    return 77;
+    const int rc = kernels::cuda_unusable_exit_code(kernels::probe_cuda());
+    return rc ? rc : 1;  // 77 (skipped) only without a GPU or driver; a failing driver is a failure
   }
   if (attn_bench) {
     try {

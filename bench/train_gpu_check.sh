@@ -46,7 +46,8 @@ if [[ -z ${MPIRUN:-} ]]; then
 fi
 skip() { echo "SKIPPED: $*"; }
 
-# ---- 1. unavailable backend: a usage error (exit 2) naming the reason, nothing trained
+# ---- 1. unavailable backend: a usage error (exit 2) naming the reason, nothing trained; a GPU whose driver fails
+# exits 1 (a failure here, never a skip)
 set +e
 err=$("$BIN/cairn-train" --out "$W/probe" "${MODEL[@]}" --steps 1 --backend cuda 2>&1 >/dev/null)
 rc=$?

@@ -10,6 +10,7 @@
 #include "cairn/kernels/backend.h"
 #ifdef CAIRN_HAVE_CUDA_BACKEND
 #include "cairn/kernels/cuda.h"
+#include "cairn/kernels/cuda_probe.h"
 #endif
 #include "cpu_common.h"
 
@@ -124,8 +125,8 @@ const char* backend_unavailable_reason(const char* name) {
   static thread_local std::string message;
 #ifdef CAIRN_HAVE_CUDA_BACKEND
   if (name && std::strcmp(name, "cuda") == 0) {
-    if (!find_backend(name)) {
-      message = "backend \"cuda\": no usable CUDA device (no GPU or driver on this machine)";
+    if (!find_backend(name)) {  // no GPU, or a driver that fails: the probe's reason names the CUDA error
+      message = "backend \"cuda\": " + probe_cuda().reason;
       return message.c_str();
     }
     // cuBLAS is loaded on the first GEMM; a run that chose the GPU learns here, before it loads data or builds
@@ -139,6 +140,14 @@ const char* backend_unavailable_reason(const char* name) {
   if (find_backend(name)) return nullptr;
   message = std::string("unknown backend \"") + (name ? name : "") + "\" (this build has " + backend_names() + ")";
   return message.c_str();
+}
+
+bool backend_unavailable_is_failure(const char* name) {
+#ifdef CAIRN_HAVE_CUDA_BACKEND
+  if (name && std::strcmp(name, "cuda") == 0) return probe_cuda().state == CudaAvailability::Broken;
+#endif
+  (void)name;
+  return false;
 }
 
 }  // namespace cairn::kernels

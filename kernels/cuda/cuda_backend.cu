@@ -4,6 +4,7 @@
 // cuda_common.cuh and filled in here from the same list. Same semantics as the CPU reference.
 #include "cairn/kernels/cublas_api.h"
 #include "cairn/kernels/cuda.h"
+#include "cairn/kernels/cuda_probe.h"
 #include "cuda_common.cuh"
 
 namespace cairn::kernels {
@@ -29,15 +30,9 @@ Backend make_cuda_backend() {
 
 }  // namespace
 
-// nullptr when no CUDA device is usable (no driver, no GPU): callers report that and skip or fail clearly.
+// nullptr unless a CUDA device is usable (cairn/kernels/cuda_probe.h; backend_unavailable_reason says why).
 const Backend* cuda_backend_or_null() {
-  static const bool usable = [] {
-    int count = 0;
-    const bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-    if (!ok) cudaGetLastError();  // "no driver / no device" is not sticky: leave no error for the next check
-    return ok;
-  }();
-  if (!usable) return nullptr;
+  if (!probe_cuda().usable()) return nullptr;
   static const Backend backend = make_cuda_backend();
   return &backend;
 }

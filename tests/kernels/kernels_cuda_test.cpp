@@ -5,7 +5,8 @@
 // at GPT-2 size (T 1024, 12 heads of 64), bitwise run to run, and against the simple kernels.
 // Tolerance: 1e-4 relative with a tensor-scaled floor (ops_checks.h): cuBLAS and the GPU reductions sum in other
 // orders and contract to FMA; bf16 matmuls 2e-2 (bf16 keeps 8 significant bits: ~4e-3 relative per input, which a
-// dot product averages). Exits 77 (ctest: skipped) with the reason when no GPU is usable.
+// dot product averages). Exits 77 (ctest: skipped) with the reason where there is no GPU or driver, 1 where
+// the driver fails (too old for the runtime, ...).
 // bf16 attention (precision = "bf16": the tensor-core flash kernels of kernels/cuda/flash_attention_bf16.cu, head dims
 // 64 and 128): 2e-2 vs the fp32 reference (measured on the host emulation: <= 1e-2), and 2e-3 vs the host emulation
 // of the same block code (flash_attention_bf16_tiles.h) on the same inputs, which only the tensor cores' summation
@@ -23,6 +24,7 @@
 
 #include "../../kernels/emulation/flash_bf16_host.h"
 #include "cairn/kernels/cuda.h"
+#include "cairn/kernels/cuda_probe.h"
 #include "ops_checks.h"
 
 using namespace ops_checks;
@@ -30,11 +32,13 @@ using namespace ops_checks;
 namespace {
 constexpr double kRtol = 1e-4;
 
+// Skips (77) only where there is no GPU or no driver; a driver that fails is a failure (cairn/kernels/cuda_probe.h).
 struct RequireGpu {
   RequireGpu() {
-    if (!find_backend("cuda")) {
-      std::printf("SKIPPED: built with CUDA but no usable CUDA device (driver/GPU) on this machine\n");
-      std::exit(77);
+    const CudaProbe& cuda = probe_cuda();
+    if (const int rc = cuda_unusable_exit_code(cuda)) {
+      std::printf("%s: %s\n", rc == 77 ? "SKIPPED" : "FAILED", cuda.reason.c_str());
+      std::exit(rc);
     }
   }
 };

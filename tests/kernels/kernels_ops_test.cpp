@@ -33,6 +33,8 @@ BOOST_AUTO_TEST_CASE(registry) {
   BOOST_TEST(find_backend("nope") == nullptr);
   BOOST_TEST(std::string(backend_names()).find("cpu-ref") != std::string::npos);
   BOOST_TEST(backend_unavailable_reason("cpu") == nullptr);
+  BOOST_TEST(!backend_unavailable_is_failure("cpu"));
+  BOOST_TEST(!backend_unavailable_is_failure("tpu"));  // unknown: a usage error, not a failure
   BOOST_TEST(std::string(backend_unavailable_reason("tpu")).find("unknown backend \"tpu\"") != std::string::npos);
   float* p = static_cast<float*>(fast().alloc(sizeof(float) * 100));
   for (int i = 0; i < 100; i++) BOOST_REQUIRE_EQUAL(p[i], 0.0f);

@@ -185,8 +185,11 @@ class Evaluator {
     if (bname == "cuda") {
       // Unavailable (no driver, no GPU, a build without CUDA) is a configuration error with the reason; otherwise
       // each rank takes the GPU of its local rank before the backend allocates anything.
-      if (const char* why = kernels::backend_unavailable_reason("cuda"))
-        throw UsageError(strprintf("[eval] backend = \"cuda\" cannot run here: %s", why));
+      if (const char* why = kernels::backend_unavailable_reason("cuda")) {
+        const std::string msg = strprintf("[eval] backend = \"cuda\" cannot run here: %s", why);
+        if (kernels::backend_unavailable_is_failure("cuda")) throw RuntimeError(msg);  // a failing driver: exit 1
+        throw UsageError(msg);
+      }
       device_ = gpu::bind_rank_to_gpu("[eval] backend");
       CAIRN_LOG_INFO("evaluating on GPU %d of this node: %s (%s)", device_.ordinal, device_.name.c_str(),
                      device_.pci_bus_id.c_str());

@@ -74,8 +74,12 @@ bool calibrate_on_gpu(const CalibrateOptions& opts) {
   bool gpu = false;
 #ifdef CAIRN_PLAN_CUBLAS
   std::string why;
-  const bool have_gpu = cublas_available(&why);
-  // Asking for a device this machine lacks is a usage error (exit 2), as cairn-train and cairn-sweep treat it.
+  bool broken = false;
+  const bool have_gpu = cublas_available(&why, &broken);
+  // Asking for a device this machine lacks is a usage error (exit 2), as cairn-train and cairn-sweep treat it; a GPU
+  // whose driver fails (too old for the runtime, ...) is a runtime failure (exit 1), and a warning under auto.
+  if (broken && opts.device == "gpu") throw RuntimeError("calibrate --device gpu: " + why);
+  if (broken && opts.device == "auto") CAIRN_LOG_WARN("calibrate --device auto: measuring the CPU: %s", why.c_str());
   if (opts.device == "gpu" && !have_gpu) throw UsageError("calibrate --device gpu: " + why);
   gpu = opts.device != "cpu" && have_gpu;
 #else

@@ -10,6 +10,7 @@
 #include "cairn/device_binding.h"
 #include "cairn/error.h"
 #include "cairn/kernels/cublas_api.h"  // the loader alone (cairn_cublas_api), not the kernels
+#include "cairn/kernels/cuda_probe.h"  // the device probe alone (cairn_cuda_probe)
 #include "cairn/kernels/gpu_check.h"   // header only: the check macros without linking the kernels
 #include "cairn/log.h"
 #include "plan.h"
@@ -22,12 +23,7 @@ namespace {
 // calibrate runs one process per node (no MPI) and measures one GPU: the first one CUDA_VISIBLE_DEVICES leaves.
 int bind_calibrate_gpu() {
   static const int device = [] {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-      (void)cudaGetLastError();  // no driver: not sticky
-      count = 0;
-    }
-    const int d = device_for_local_rank(0, count, "calibrate --device gpu");
+    const int d = device_for_local_rank(0, kernels::probe_cuda().devices, "calibrate --device gpu");
     CAIRN_CUDA_CHECK(cudaSetDevice(d));
     return d;
   }();
@@ -102,14 +98,11 @@ double calls_per_second(F call, double seconds) {
 
 }  // namespace
 
-bool cublas_available(std::string* why) {
-  int n = 0;
-  const cudaError_t rc = cudaGetDeviceCount(&n);
-  if (rc != cudaSuccess || n == 0) {
-    if (why) *why = rc != cudaSuccess ? cudaGetErrorString(rc) : "no CUDA device";
-    return false;
-  }
-  return true;
+bool cublas_available(std::string* why, bool* broken) {
+  const kernels::CudaProbe& cuda = kernels::probe_cuda();  // the one probe (cairn/kernels/cuda_probe.h)
+  if (why) *why = cuda.reason;
+  if (broken) *broken = cuda.state == kernels::CudaAvailability::Broken;
+  return cuda.usable();
 }
 
 std::string cuda_device_name() {

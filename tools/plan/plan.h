@@ -80,7 +80,9 @@ double measure_stream_gbps(size_t bytes, double seconds);
 #ifdef CAIRN_PLAN_CUBLAS
 // GPU measurements (calibrate_cublas.cpp): bf16 cuBLAS GEMM FLOP/s, FP8 (E4M3) cuBLASLt GEMM FLOP/s and
 // device-memory GB/s.
-bool cublas_available(std::string* why);
+// Whether a CUDA device is usable; else why (the CUDA error and driver/runtime versions), and *broken when a driver
+// is there but fails (cairn/kernels/cuda_probe.h).
+bool cublas_available(std::string* why, bool* broken);
 std::string cuda_device_name();
 double measure_gemm_cublas(int64_t m, int64_t n, int64_t k, double seconds);
 // Whether the GPU has FP8 tensor cores (compute capability 8.9 and later: Ada, Hopper); why not otherwise.

@@ -36,6 +36,10 @@ struct Backend {
   bool checked_inplace_alltoall;
   // How many devices this rank could use (GPUs visible; MPI: unlimited = -1).
   int (*visible_devices)();
+  // Why this rank has no usable device ("" when it has one, or needs none: MPI), the CUDA error and driver/runtime
+  // versions of cairn/kernels/cuda_probe.h; *broken is set when a driver is there but fails (a runtime failure, not a
+  // missing GPU).
+  std::string (*device_problem)(bool* broken);
   // Collective over `comm`; throws cairn errors (UsageError when the request cannot be satisfied).
   BackendComm* (*open)(MPI_Comm comm, int local_rank);
   void (*close)(BackendComm*);

@@ -41,6 +41,10 @@ namespace {
 bool mpi_supports_type(DataType t) { return t == DataType::Int32 || t == DataType::Float32 || t == DataType::Float64; }
 bool mpi_supports_op(RedOp op) { return op == RedOp::Sum || op == RedOp::Prod || op == RedOp::Max || op == RedOp::Min; }
 int mpi_visible_devices() { return -1; }
+std::string mpi_device_problem(bool* broken) {
+  if (broken) *broken = false;
+  return {};
+}
 
 MPI_Datatype mpi_type(DataType t) {
   switch (t) {
@@ -264,10 +268,24 @@ void mpi_sync(BackendComm*) {}
 }  // namespace
 
 const Backend& mpi_backend() {
-  static const Backend b = {
-      "mpi",     mpi_supports_type, mpi_supports_op, true,        true,      true,        mpi_visible_devices,
-      mpi_open,  mpi_close,         mpi_device_info, mpi_version, mpi_alloc, mpi_release, mpi_fill,
-      mpi_check, mpi_run,           mpi_sync};
+  static const Backend b = {"mpi",
+                            mpi_supports_type,
+                            mpi_supports_op,
+                            true,
+                            true,
+                            true,
+                            mpi_visible_devices,
+                            mpi_device_problem,
+                            mpi_open,
+                            mpi_close,
+                            mpi_device_info,
+                            mpi_version,
+                            mpi_alloc,
+                            mpi_release,
+                            mpi_fill,
+                            mpi_check,
+                            mpi_run,
+                            mpi_sync};
   return b;
 }
 

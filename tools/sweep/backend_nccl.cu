@@ -17,6 +17,7 @@
 #include "cairn/gpu.h"
 #include "cairn/gpu_check.h"
 #include "cairn/gpu_nccl.h"
+#include "cairn/kernels/cuda_probe.h"
 
 namespace cairn::sweep {
 
@@ -32,10 +33,12 @@ namespace {
 bool nccl_supports_type(DataType) { return true; }
 bool nccl_supports_op(RedOp op) { return op != RedOp::None; }
 
-int nccl_visible_devices() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
+// The kernels' one CUDA probe (cairn/kernels/cuda_probe.h): 0 devices when CUDA is absent or fails, and why.
+int nccl_visible_devices() { return kernels::probe_cuda().devices; }
+std::string nccl_device_problem(bool* broken) {
+  const kernels::CudaProbe& cuda = kernels::probe_cuda();
+  if (broken) *broken = cuda.state == kernels::CudaAvailability::Broken;
+  return cuda.reason;
 }
 
 ncclDataType_t nccl_type(DataType t) {
@@ -231,6 +234,7 @@ const Backend* nccl_backend() {
                             false,
                             false,
                             nccl_visible_devices,
+                            nccl_device_problem,
                             nccl_open,
                             nccl_close,
                             nccl_device_info,

@@ -712,9 +712,12 @@ namespace {
 const Backend& choose_backend(SweepOptions& o) {
   const Backend* nccl = nccl_backend();
   if (o.backend == "auto") {
-    int visible = nccl ? nccl->visible_devices() : 0;
-    visible = mpi::allreduce<int>(visible, MPI_MIN);
+    const int own = nccl ? nccl->visible_devices() : 0;
+    const int visible = mpi::allreduce<int>(own, MPI_MIN);
     o.backend = visible > 0 ? "nccl" : "mpi";
+    bool broken = false;
+    const std::string problem = nccl && own == 0 ? nccl->device_problem(&broken) : std::string();
+    if (broken) CAIRN_LOG_WARN("backend auto: taking MPI: %s", problem.c_str());  // a GPU whose CUDA fails: say so
   }
   if (o.backend == "nccl" && !nccl) {
     throw UsageError("backend nccl: this cairn-sweep was built without CUDA (configure with -DCAIRN_CUDA=ON)");
@@ -778,8 +781,13 @@ void check_root_and_devices(const SweepOptions& o, const Backend& be, const mpi:
     int need = world.local_size;
     int ok = mpi::allreduce<int>(visible >= need ? 1 : 0, MPI_MIN);
     if (!ok) {
-      throw UsageError(
-          strprintf("backend nccl: %d ranks on a node need %d GPUs but only %d are visible", need, need, visible));
+      bool broken = false;
+      const std::string problem = be.device_problem(&broken);
+      std::string msg =
+          strprintf("backend nccl: %d ranks on a node need %d GPUs but only %d are visible", need, need, visible);
+      if (!problem.empty()) msg += " (" + problem + ")";
+      if (broken) throw RuntimeError(msg);  // the driver is there but fails: a runtime failure (exit 1), not usage
+      throw UsageError(msg);
     }
   }
 }

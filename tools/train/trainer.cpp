@@ -225,9 +225,12 @@ void Trainer::setup() {
 
 void Trainer::bind_backend() {
   if (s_.on_gpu) {
-    // Unavailable (no driver, no GPU, or a build without CUDA) is a configuration error: exit 2 with the reason.
+    // Unavailable (no driver, no GPU, or a build without CUDA) is a configuration error: exit 2 with the reason; a
+    // driver that is there but fails (too old for the runtime, ...) a runtime failure: exit 1, with the CUDA error.
     if (const char* why = kernels::backend_unavailable_reason("cuda")) {
-      throw UsageError(strprintf("[train] backend = \"cuda\" cannot run here: %s", why));
+      const std::string msg = strprintf("[train] backend = \"cuda\" cannot run here: %s", why);
+      if (kernels::backend_unavailable_is_failure("cuda")) throw RuntimeError(msg);
+      throw UsageError(msg);
     }
     device_ = gpu::bind_rank_to_gpu();  // before the backend allocates anything
   }

@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "cairn/gpu_check.h"
+#include "cairn/kernels/cuda_probe.h"
 #endif
 
 namespace cairn::gpu {
@@ -75,12 +76,15 @@ void check_one_rank_per_gpu(const std::string& what, const DeviceInfo& info, MPI
 }  // namespace
 
 DeviceInfo bind_rank_to_gpu(const char* what, MPI_Comm comm, int local_rank) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // not sticky: clear it
-    count = 0;
-  }
-  const int ordinal = device_for_local_rank(local_rank, count, what);  // throws UsageError when none is visible
+  // The kernels' one probe (cairn/kernels/cuda_probe.h): no GPU or driver is a usage error (exit 2, as
+  // device_for_local_rank says for zero devices), a driver that fails a runtime failure (exit 1), both with the CUDA
+  // error and the driver/runtime versions.
+  const kernels::CudaProbe& cuda = kernels::probe_cuda();
+  if (cuda.state == kernels::CudaAvailability::Broken)
+    throw RuntimeError(strprintf("%s: %s", what, cuda.reason.c_str()));
+  if (!cuda.usable()) throw UsageError(strprintf("%s: %s", what, cuda.reason.c_str()));
+  const int count = cuda.devices;
+  const int ordinal = device_for_local_rank(local_rank, count, what);
   CAIRN_CUDA_CHECK(cudaSetDevice(ordinal));
   const DeviceInfo info = describe_device(ordinal);
   check_one_rank_per_gpu(what, info, comm, count);

@@ -3,7 +3,7 @@
 // Tolerance: loss 1e-5 relative; logits and each gradient tensor max|gpu - cpu| / max|cpu| <= 1e-4; losses of 5
 // AdamW steps 1e-4 relative (the differences of the first step compound); recomputation bitwise; bf16: loss 1e-2
 // relative, logits 2e-2 and gradients 5e-2 of each tensor's max (bf16 keeps 8 significant bits).
-// Exits 77 (ctest: skipped) with the reason when no GPU is usable.
+// Exits 77 (ctest: skipped) with the reason where there is no GPU or driver, 1 where the driver fails.
 #define BOOST_TEST_MODULE gpt_cuda
 #include <boost/test/unit_test.hpp>
 #include <cmath>
@@ -15,16 +15,19 @@
 #include "cairn/gpt.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/kernels/cuda.h"
+#include "cairn/kernels/cuda_probe.h"
 #include "gpt_checks.h"
 
 using namespace cairn;
 
 namespace {
+// Skips (77) only where there is no GPU or no driver; a driver that fails is a failure (cairn/kernels/cuda_probe.h).
 struct RequireGpu {
   RequireGpu() {
-    if (!kernels::find_backend("cuda")) {
-      std::printf("SKIPPED: built with CUDA but no usable CUDA device (driver/GPU) on this machine\n");
-      std::exit(77);
+    const kernels::CudaProbe& cuda = kernels::probe_cuda();
+    if (const int rc = kernels::cuda_unusable_exit_code(cuda)) {
+      std::printf("%s: %s\n", rc == 77 ? "SKIPPED" : "FAILED", cuda.reason.c_str());
+      std::exit(rc);
     }
   }
 };

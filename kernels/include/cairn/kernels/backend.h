@@ -159,7 +159,12 @@ const Backend* find_backend(const char* name);
 // Comma-separated names find_backend accepts in this build, for error messages.
 const char* backend_names();
 // Why find_backend(name) returns nullptr, as one sentence for an error message (unknown name, or built with CUDA
-// but no usable device); nullptr when the backend is available.
+// but no usable device: then the CUDA error and the driver/runtime versions, cairn/kernels/cuda_probe.h); nullptr
+// when the backend is available.
 const char* backend_unavailable_reason(const char* name);
+// True when backend_unavailable_reason(name) is a failure of this machine, not an absence: a GPU driver that is there
+// but fails (too old for the CUDA runtime, ...). Tools exit 1 (runtime failure) for it and 2 (usage: this machine has
+// no such backend) otherwise, so GPU checks skip only where there is no GPU.
+bool backend_unavailable_is_failure(const char* name);
 
 }  // namespace cairn::kernels
