@@ -102,6 +102,10 @@ def main():
     ap.add_argument("--peak-fp32", type=float, default=67.0)
     ap.add_argument("--peak-bf16", type=float, default=989.4)
     a = ap.parse_args()
+    if not torch.cuda.is_available():  # the baseline cannot run here: skipped (77, as the gpu tests), with the reason
+        why = "built without CUDA" if torch.version.cuda is None else f"CUDA {torch.version.cuda} sees no usable GPU"
+        print(f"SKIPPED: PyTorch {torch.__version__} ({torch.__file__}): {why}")
+        return 77
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as cairn's cuBLAS calls
     torch.backends.cudnn.allow_tf32 = False
     # Largest power of two that fits (or the given batch), halving on out-of-memory.

@@ -3,7 +3,9 @@
 # libraries (the lent H200 machine): builds here with -DCAIRN_CUDA=ON for one architecture, then collects the tools,
 # the gpu test programs, the GPU benchmark, every shared library they load that is not the C/C++ runtime or CUDA's
 # (Open MPI with its plugins and help files, HDF5, OpenBLAS, Boost.Test, toml++, ...), and the fortunes texts the
-# GPU checks train on, into one tar.xz. bench/gpu_session.sh unpacks it there and runs every GPU check.
+# GPU checks train on, into one tar.xz, with env.sh (libraries, CUDA's directories, Open MPI), GIT_SHA, ARCH and
+# CUDA_RUNTIME (the toolkit's version, which the driver must support). bench/gpu_session.sh unpacks it there and runs
+# every GPU check.
 # Usage: scripts/gpu-bundle.sh [out.tar.xz]   (default .gpu-carry/cairn-gpu-bundle.tar.xz; .gpu-carry/ is ignored
 #        by git, name it in the device tool's `carry`). env: ARCH=90, BUILD=build-gpu-bundle, JOBS=nproc
 set -euo pipefail
@@ -55,12 +57,17 @@ done
 # Data for bench/train_gpu_check.sh and the session's eval/sweep runs.
 cp /usr/share/games/fortunes/{fortunes,science} "$b/data/"
 
-# Environment for the unpacked bundle: its libraries first, Open MPI and PMIx relocated to it, and MPI started as a
-# singleton without orted (one rank per process: the machine has one GPU), or by bin/mpirun on this node only.
+# Environment for the unpacked bundle: its libraries first, then the machine's CUDA libraries where they usually are
+# (scripts/gpu-cuda-libs.sh, copied in as cuda-libs.sh: $CUDA_HOME/lib64, /usr/local/cuda/lib64 and lib, PyTorch's
+# pip nvidia/*/lib), Open MPI and PMIx relocated to it, and MPI started as a singleton without orted (one rank per
+# process: the machine has one GPU), or by bin/mpirun on this node only.
+cp "$root/scripts/gpu-cuda-libs.sh" "$b/cuda-libs.sh"
 cat >"$b/env.sh" <<'EOF'
-# source this: the bundle's libraries and Open MPI relocated to the unpacked folder
+# source this: the bundle's libraries, then the machine's CUDA libraries, and Open MPI relocated to the unpacked folder
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# shellcheck source=/dev/null
+source "$bundle/cuda-libs.sh"
+cairn_cuda_lib_path "$bundle/lib"  # LD_LIBRARY_PATH, CAIRN_CUDA_LIB_DIRS, CAIRN_TORCH_PYTHON
 export OPAL_PKGLIBDIR=$bundle/openmpi/lib/openmpi3 OPAL_PKGDATADIR=$bundle/openmpi/share
 export OMPI_MCA_mca_base_component_path=$bundle/openmpi/lib/openmpi3 PMIX_MCA_mca_base_component_path=$bundle/pmix
 export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_btl=self,vader OMPI_MCA_mtl='^ofi' OMPI_MCA_pml=ob1
@@ -68,8 +75,14 @@ export OMPI_MCA_plm=isolated  # the bundle's bin/mpirun: ranks on this node only
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export CAIRN_BUNDLE_BIN=$bundle/bin CAIRN_BUNDLE_TESTS=$bundle/tests CAIRN_BUNDLE_DATA=$bundle/data
 EOF
-git -C "$root" rev-parse HEAD >"$b/GIT_SHA" 2>/dev/null || echo unknown >"$b/GIT_SHA"
+# The commit built, "-dirty" when tracked files differed from it (bench/gpu_session.sh says STALE BUNDLE when this is
+# not the tree it runs from), and the CUDA runtime it links (the session checks the driver against it).
+sha=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
+[[ $sha != unknown ]] && ! git -C "$root" diff --quiet HEAD -- 2>/dev/null && sha+=-dirty
+echo "$sha" >"$b/GIT_SHA"
 echo "sm_$ARCH" >"$b/ARCH"
+nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)  # what cmake/CairnCuda.cmake finds
+"$nvcc_bin" --version 2>/dev/null | grep -o 'release [0-9]*\.[0-9]*' | cut -d' ' -f2 >"$b/CUDA_RUNTIME" || true
 
 mkdir -p "$(dirname "$out")"
 tar -C "$stage" -cJf "$out.tmp" cairn-gpu-bundle
