@@ -36,7 +36,9 @@ void synchronize();
 void track_alloc(void* p, size_t bytes);
 void track_free(void* p);
 // A grow-only device buffer (scratch, the bf16 GEMM copies): at_least(bytes) returns one of at least that size,
-// reallocated (contents dropped) when the current one is smaller.
+// reallocated (contents dropped) when the current one is smaller, stream-ordered on the legacy stream (cudaFreeAsync /
+// cudaMallocAsync: no device-wide synchronization inside a step; memory.cu). Only for buffers that the backend's
+// kernels on the legacy stream use.
 struct GrowBuffer {
   void* ptr = nullptr;
   size_t capacity = 0;  // bytes

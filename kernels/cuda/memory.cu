@@ -38,18 +38,33 @@ void track_free(void* p) {
   g_mem_sizes.erase(it);
 }
 
+// Stream-ordered on the legacy stream, where every op of the backend runs: cudaFreeAsync releases the old buffer once
+// the kernels queued before it (the last users of its contents) are done, and cudaMallocAsync's new one is ready for
+// the kernels queued after it, with no host wait. Not cudaFree: it synchronizes the whole device, so a buffer that
+// grows inside a step would wait for a trainer's NCCL sends in flight on their own stream, which finish only when
+// their receivers post (a stall, or with pipeline interleaving a deadlock; tools/train/gpu_cuda.cpp free_buffer).
+// A device without memory pools (cudaDevAttrMemoryPoolsSupported 0: old drivers, some vGPUs) falls back to
+// cudaFree / cudaMalloc.
 void* GrowBuffer::at_least(size_t bytes) {
   if (bytes <= capacity) return ptr;
+  static const bool stream_ordered = [] {
+    int device = 0, pools = 0;
+    CAIRN_CUDA_CHECK(cudaGetDevice(&device));
+    CAIRN_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
+    return pools != 0;
+  }();
   if (ptr) {
-    // Forget the old buffer before anything can throw: a failed cudaMalloc below must not leave a freed pointer
+    // Forget the old buffer before anything can throw: a failed allocation below must not leave a freed pointer
     // that a later, smaller request would be handed.
     void* old = ptr;
     ptr = nullptr;
     capacity = 0;
     track_free(old);
-    CAIRN_CUDA_CHECK(cudaFree(old));
+    CAIRN_CUDA_CHECK(stream_ordered ? cudaFreeAsync(old, cudaStreamLegacy) : cudaFree(old));
   }
-  CAIRN_CUDA_CHECK(cudaMalloc(&ptr, bytes));
+  void* fresh = nullptr;
+  CAIRN_CUDA_CHECK(stream_ordered ? cudaMallocAsync(&fresh, bytes, cudaStreamLegacy) : cudaMalloc(&fresh, bytes));
+  ptr = fresh;
   track_alloc(ptr, bytes);
   capacity = bytes;
   return ptr;

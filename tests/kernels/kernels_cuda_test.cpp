@@ -287,3 +287,45 @@ BOOST_AUTO_TEST_CASE(flash_bf16_attention_blocks) {
   check_close(dq, edq, "bf16 block GPU vs emulation dq", kBf16VsEmulation);
   check_close(dkv, edkv, "bf16 block GPU vs emulation dkv", kBf16VsEmulation);
 }
+
+// A grow-only buffer growing inside a step (here the bf16 GEMM copies, for a GEMM larger than any before) must not
+// synchronize the device (memory.cu: cudaFreeAsync / cudaMallocAsync on the legacy stream): while a non-blocking side
+// stream waits on a host function (standing in for a pipeline send whose receiver has not posted yet, which is released
+// only after this op returned), the op returns at once. With cudaFree it would wait for the side stream: the watchdog
+// releases it after 5 s, so the test then fails instead of hanging. Last in the file: its GEMM must be the largest.
+namespace {
+std::atomic<bool> g_side_released{false};
+}  // namespace
+BOOST_AUTO_TEST_CASE(grow_buffer_without_device_sync) {
+  const int N = 8192, C = 2048, OC = 2048;  // bf16 copies of 20 M elements: larger than every GEMM above
+  const Backend& be = gpu();
+  Buf<float> out(be, (size_t)N * OC, 0.0f), inp(be, (size_t)N * C, 0.5f), w(be, (size_t)C * OC, 0.25f);
+  be.synchronize();
+  cudaStream_t side = nullptr;
+  BOOST_REQUIRE(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess);
+  BOOST_REQUIRE(cudaLaunchHostFunc(
+                    side,
+                    [](void*) {
+                      while (!g_side_released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                    },
+                    nullptr) == cudaSuccess);
+  std::thread watchdog([] {
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    g_side_released = true;
+  });
+  cairn::kernels::cuda_set_bf16_matmul(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  be.matmul_forward(out.ptr, inp.ptr, w.ptr, nullptr, N, C, OC, WeightLayout::InOut);
+  const double returned_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const bool side_busy = !g_side_released.load();
+  cairn::kernels::cuda_set_bf16_matmul(false);
+  g_side_released = true;
+  watchdog.join();
+  BOOST_TEST(side_busy, "the op waited for the blocked side stream (" << returned_s << " s): a device-wide sync");
+  BOOST_TEST(returned_s < 2.0);
+  const std::vector<float> h = out.host();  // 2048 * 0.5 * 0.25 = 256, exact in bf16 and fp32
+  BOOST_TEST(h.front() == 256.0f);
+  BOOST_TEST(h.back() == 256.0f);
+  BOOST_TEST(cudaStreamSynchronize(side) == cudaSuccess);
+  BOOST_TEST(cudaStreamDestroy(side) == cudaSuccess);
+}
