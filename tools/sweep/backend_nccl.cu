@@ -69,8 +69,15 @@ BackendComm* nccl_open(MPI_Comm comm, int local_rank) {
   MPI_Comm_rank(comm, &bc->rank);
   MPI_Comm_size(comm, &bc->size);
   bc->comm = gpu::nccl_comm_from_mpi(comm);
-  CAIRN_CUDA_CHECK(cudaStreamCreateWithFlags(&bc->stream, cudaStreamNonBlocking));
-  CAIRN_CUDA_CHECK(cudaMalloc(&bc->wrong_counter, sizeof(unsigned long long)));
+  try {
+    CAIRN_CUDA_CHECK(cudaStreamCreateWithFlags(&bc->stream, cudaStreamNonBlocking));
+    CAIRN_CUDA_CHECK(cudaMalloc(&bc->wrong_counter, sizeof(unsigned long long)));
+  } catch (...) {
+    // The communicator exists already: abort it (and drop the stream) rather than leak it with the failed open.
+    gpu::nccl_end(bc->comm, /*abort=*/true);
+    if (bc->stream) cudaStreamDestroy(bc->stream);
+    throw;
+  }
   return bc.release();
 }
 
@@ -200,22 +207,22 @@ void nccl_run(BackendComm* bc, CollKind kind, const void* send, void* recv, size
     case CollKind::ReduceScatter: CAIRN_NCCL_CHECK(ncclReduceScatter(send, recv, count, dt, nccl_op(op), c, st)); break;
     case CollKind::AlltoAll: {
       size_t bytes = count * type_size(t);
-      CAIRN_NCCL_CHECK(ncclGroupStart());
-      for (int p = 0; p < bc->size; ++p) {
-        CAIRN_NCCL_CHECK(ncclSend(static_cast<const char*>(send) + p * bytes, count, dt, p, c, st));
-        CAIRN_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + p * bytes, count, dt, p, c, st));
-      }
-      CAIRN_NCCL_CHECK(ncclGroupEnd());
+      gpu::nccl_group([&] {  // a failed send/recv still closes the group
+        for (int p = 0; p < bc->size; ++p) {
+          CAIRN_NCCL_CHECK(ncclSend(static_cast<const char*>(send) + p * bytes, count, dt, p, c, st));
+          CAIRN_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + p * bytes, count, dt, p, c, st));
+        }
+      });
       break;
     }
     case CollKind::Broadcast: CAIRN_NCCL_CHECK(ncclBroadcast(send, recv, count, dt, root, c, st)); break;
     case CollKind::Reduce: CAIRN_NCCL_CHECK(ncclReduce(send, recv, count, dt, nccl_op(op), root, c, st)); break;
     case CollKind::SendRecv: {
       int next = (bc->rank + 1) % bc->size, prev = (bc->rank - 1 + bc->size) % bc->size;
-      CAIRN_NCCL_CHECK(ncclGroupStart());
-      CAIRN_NCCL_CHECK(ncclSend(send, count, dt, next, c, st));
-      CAIRN_NCCL_CHECK(ncclRecv(recv, count, dt, prev, c, st));
-      CAIRN_NCCL_CHECK(ncclGroupEnd());
+      gpu::nccl_group([&] {
+        CAIRN_NCCL_CHECK(ncclSend(send, count, dt, next, c, st));
+        CAIRN_NCCL_CHECK(ncclRecv(recv, count, dt, prev, c, st));
+      });
       break;
     }
   }

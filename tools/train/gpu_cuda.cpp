@@ -23,22 +23,7 @@
 
 namespace cairn::train::gpu {
 
-namespace {
-
-// Queues the calls of `group` (one NCCL call per peer) inside one NCCL group; a failed call still closes the group.
-template <class F>
-void nccl_group(F&& group) {
-  CAIRN_NCCL_CHECK(ncclGroupStart());
-  try {
-    group();
-  } catch (...) {
-    ncclGroupEnd();
-    throw;
-  }
-  CAIRN_NCCL_CHECK(ncclGroupEnd());
-}
-
-}  // namespace
+using cairn::gpu::nccl_group;  // libcommon's group guard (cairn/gpu_nccl.h)
 
 struct Nccl::Impl {
   ncclComm_t comm = nullptr;

@@ -7,6 +7,8 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <functional>
+
 namespace cairn::gpu {
 
 // Collective over `comm`: its rank 0 creates the ncclUniqueId, MPI_Bcast hands it to the others, and every rank
@@ -19,6 +21,11 @@ ncclComm_t nccl_comm_from_mpi(MPI_Comm comm);
 // Ends a communicator from nccl_comm_from_mpi: ncclCommAbort when `abort` (unwinding from an error: operations still
 // waiting for peers end), else ncclCommDestroy. Never throws; a null `comm` is nothing to do.
 void nccl_end(ncclComm_t comm, bool abort) noexcept;
+
+// Runs `calls` (NCCL calls, typically one send/recv per peer) between ncclGroupStart and ncclGroupEnd. A throw from
+// `calls` (a failed CAIRN_NCCL_CHECK) still closes the group before it propagates: a group left open would swallow
+// every later NCCL call of the thread (queued, never launched) and the next collective would wait forever.
+void nccl_group(const std::function<void()>& calls);
 
 // Throws GpuError with NCCL's text when a live communicator holds an asynchronous error: a peer or the network
 // failed, and NCCL's kernels would otherwise wait for it forever (NCCL's guide, "Fault tolerance"). Returns when

@@ -55,6 +55,17 @@ void nccl_end(ncclComm_t comm, bool abort) noexcept {
   }
 }
 
+void nccl_group(const std::function<void()>& calls) {
+  CAIRN_NCCL_CHECK(ncclGroupStart());
+  try {
+    calls();
+  } catch (...) {
+    ncclGroupEnd();  // its own error, if any, is not the one to report
+    throw;
+  }
+  CAIRN_NCCL_CHECK(ncclGroupEnd());
+}
+
 void raise_nccl_async_errors() {
   std::lock_guard<std::mutex> lk(g_live_mutex);
   for (ncclComm_t c : g_live) {
