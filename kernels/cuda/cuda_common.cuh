@@ -48,7 +48,15 @@ struct GrowBuffer {
 float* scratch(size_t floats);
 
 // out[c] += sum_n f(n, c) over N rows, deterministic (fixed-order combine): f = in (mode 0, bias gradients) or
-// in * (x - mean[n]) * rstd[n] (mode 1, layernorm's weight gradient). norm.cu.
+// in * (x - mean[n]) * rstd[n] (mode 1, layernorm's weight gradient). norm.cu: two passes, S splits of R rows each
+// writing partial sums [S][C] to scratch(), then a fixed-order sum of the S partials per column. S and R depend on N
+// and C only (column_splits): about kColumnTargetBlocks blocks of 32 columns, each split at least
+// kColumnMinRowsPerSplit rows (8 per row lane).
+constexpr int kColumnTargetBlocks = 1024, kColumnMinRowsPerSplit = 64;
+struct ColumnSplits {
+  int splits = 1, rows = 0;  // S, R: split s sums rows [s * R, min(N, (s + 1) * R))
+};
+ColumnSplits column_splits(int N, int C);
 void column_sums(float* out, const float* in, const float* x, const float* mean, const float* rstd, int N, int C,
                  int mode);
 

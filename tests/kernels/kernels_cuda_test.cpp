@@ -92,6 +92,32 @@ BOOST_AUTO_TEST_CASE(synchronize_wait_poll) {
 BOOST_AUTO_TEST_CASE(embedding) { check_embedding(gpu(), kRtol); }
 BOOST_AUTO_TEST_CASE(layernorm) { check_layernorm(gpu(), kRtol); }
 BOOST_AUTO_TEST_CASE(matmul) { check_matmul(gpu(), kRtol); }
+// The column sums behind the layernorm and bias gradients at GPT-2 size (N = 8 x 1024 rows, C = 768): split over row
+// chunks (norm.cu: 43 splits of 191 rows, partial sums added in a fixed order), += onto the gradients as the reference
+// does, and bitwise equal run to run.
+BOOST_AUTO_TEST_CASE(column_sums_gpt2_size_deterministic) {
+  const int N = 8192, C = 768;
+  auto x = randn((size_t)N * C, 40, 2.0f), w = randn(C, 41), dout = randn((size_t)N * C, 42);
+  std::vector<float> o((size_t)N * C), mean(N), rstd(N);
+  cpu_reference_backend().layernorm_forward(o.data(), mean.data(), rstd.data(), x.data(), w.data(), w.data(), N, C);
+  const auto dw0 = randn(C, 43), db0 = randn(C, 44);  // accumulated onto
+  std::vector<float> dx1((size_t)N * C, 0.0f), dw1 = dw0, db1 = db0;
+  cpu_reference_backend().layernorm_backward(dx1.data(), dw1.data(), db1.data(), dout.data(), x.data(), w.data(),
+                                             mean.data(), rstd.data(), N, C);
+  const Backend& be = gpu();
+  Buf<float> d_x(be, x), d_w(be, w), d_dout(be, dout), d_mean(be, mean), d_rstd(be, rstd);
+  std::vector<float> runs_dw[2], runs_db[2];
+  for (int run = 0; run < 2; ++run) {
+    Buf<float> dx(be, (size_t)N * C, 0.0f), dw(be, dw0), db(be, db0);
+    be.layernorm_backward(dx, dw, db, d_dout, d_x, d_w, d_mean, d_rstd, N, C);
+    runs_dw[run] = dw.host();
+    runs_db[run] = db.host();
+  }
+  check_close(runs_dw[0], dw1, "column sums dweight (8192 x 768)", kRtol);
+  check_close(runs_db[0], db1, "column sums dbias (8192 x 768)", kRtol);
+  BOOST_TEST(runs_dw[0] == runs_dw[1]);
+  BOOST_TEST(runs_db[0] == runs_db[1]);
+}
 namespace {
 // Selects the flash (true) or simple attention kernels for one test case, restoring the flash default after.
 struct FlashAttention {
