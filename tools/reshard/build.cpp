@@ -543,11 +543,8 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
     for (size_t g = 0; g < groups.size() && !all_parts && !reusable; ++g)
       reusable = std::filesystem::exists(join_path(parts, sidecar_name(g)), ec);
     if (reusable) return;  // finished groups are the unit of resume: the same command reuses them
-    std::filesystem::remove_all(parts, ec);
-    if (dir_existed) return;
-    std::filesystem::remove(join_path(dir, ".reshard.lock"), ec);
-    lock.release();
-    std::filesystem::remove(dir, ec);  // only when empty
+    if (dir_existed) std::filesystem::remove_all(parts, ec);
+    else remove_created_dataset_dir(lock, dir);
   };
   try {
     if (use_mpi) mpi::agree_or_throw(error.empty(), error, error_code ? error_code : kExitRuntime);

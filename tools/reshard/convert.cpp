@@ -825,10 +825,8 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
   bool failed = !err.empty();
   if (mpi::initialized()) failed = mpi::broadcast_value<int>(failed ? 1 : 0) != 0;
   if (failed && created) {
-    if (mpi::initialized()) mpi::barrier();  // every rank has its lock's file handle before rank 0 removes the dir
-    lock.release();
-    std::error_code ec;
-    if (root) std::filesystem::remove_all(dir, ec);
+    if (mpi::initialized()) mpi::barrier();  // every rank is done with the parts before rank 0 removes the dir
+    if (root) remove_created_dataset_dir(lock, dir);
   }
   if (mpi::initialized()) {
     mpi::agree_or_throw(err.empty(), err, code ? code : kExitRuntime);

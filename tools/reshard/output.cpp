@@ -419,6 +419,18 @@ void lock_dataset_dir(DirLock& lock, const std::string& dir, bool every_rank) {
   else lock.acquire(path, dir, taken, "wait for it to exit, then run stats again");
 }
 
+void remove_created_dataset_dir(DirLock& lock, const std::string& dir) {
+  std::error_code ec;
+  const std::string lock_file = join_path(dir, ".reshard.lock");
+  std::vector<std::filesystem::path> entries;
+  for (const auto& de : std::filesystem::directory_iterator(dir, ec))
+    if (de.path().filename() != ".reshard.lock") entries.push_back(de.path());
+  for (const auto& p : entries) std::filesystem::remove_all(p, ec);
+  std::filesystem::remove(lock_file, ec);
+  lock.release();
+  std::filesystem::remove(dir, ec);  // only when empty
+}
+
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

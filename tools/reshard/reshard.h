@@ -210,6 +210,10 @@ std::string staging_dir(const std::string& dir);
 // process ends, killed or not. every_rank: collective under MPI (rank 0 takes it for all); false: this process
 // takes it alone (stats, which runs on rank 0 only).
 void lock_dataset_dir(DirLock& lock, const std::string& dir, bool every_rank = true);
+// An output directory this command created and failed to fill goes again, on the rank holding `lock`: its contents
+// while the lock is held, then the lock file, the lock, and the directory itself if nothing else appeared in it (no
+// other run can have written there: it found the directory locked until the lock file was gone).
+void remove_created_dataset_dir(DirLock& lock, const std::string& dir);
 
 // Deterministic permutation of [0, n) from `seed` (same on every platform).
 std::vector<uint64_t> shuffled_order(uint64_t n, uint64_t seed);
