@@ -563,9 +563,9 @@ void TrainCheckpoints::load_state(const std::string& dir, const std::vector<chec
     if (std::any_of(values.begin() + static_cast<std::ptrdiff_t>(keep), values.end(), [](float x) { return x != 0; }))
       throw UsageError(file_message(
           "cannot resume from", dir,
-          strprintf("its %s of %s has non-zero values in rows %zu..%zu, past this run's vocab = %d (set [model] vocab "
-                    "= %d, the checkpoint's)",
-                    what, t.name.c_str(), t.size / t.shape.back(), saved.size / saved.shape.back() - 1, config_.vocab,
+          strprintf("its %s (%s) holds non-zero values in rows %zu..%zu, which this run's vocab = %d drops (set "
+                    "[model] vocab = %d, the checkpoint's)",
+                    t.name.c_str(), what, t.size / t.shape.back(), saved.size / saved.shape.back() - 1, config_.vocab,
                     meta.config.vocab)));
     values.resize(t.size, 0.0f);
   };
