@@ -11,7 +11,9 @@
 # ranks a moment after forwarding SIGTERM and exits 1 (the checkpoint may be torn), but forwards SIGUSR1
 # and exits with the ranks' code; a launcher that has not started its ranks yet drops a signal, so it is
 # sent again (cairn-train treats both signals alike, and one more is harmless). cairn-train's
-# <run>/train/STOPPED (written when it stops on a signal) restores 75 should a launcher still lose it.
+# <run>/train/STOPPED (written when it stops on a signal) restores 75 should a launcher still lose it, and ranks
+# ended by the relayed signal itself (exit 138 or 143: it came before cairn-train's main installed its handlers)
+# are a stop too.
 # A launcher that returns 0 without FINISHED and metrics (a task launch that failed) fails the stage.
 cairn_stage_train() {
   local bin best=$CAIRN_RUN_DIR/plan/best.toml extra=() rc=0 stopped=$CAIRN_RUN_DIR/train/STOPPED launch=()
@@ -33,6 +35,12 @@ cairn_stage_train() {
   cairn_run_relaying_signals --as USR1 --repeat "${launch[@]}" "$bin" "$@" "${extra[@]}" || rc=$?
   if [ "$rc" -ne 0 ] && [ "$rc" -ne "$CAIRN_EXIT_REQUEUE" ] && [ -f "$stopped" ]; then
     cairn_log "train: the launcher exited $rc but cairn-train stopped on a signal ($stopped); exit $CAIRN_EXIT_REQUEUE"
+    rc=$CAIRN_EXIT_REQUEUE
+  elif [ -n "${CAIRN_RELAY_GOT:-}" ] && { [ "$rc" -eq $((128 + 10)) ] || [ "$rc" -eq $((128 + 15)) ]; }; then
+    # A stop signal relayed while the ranks were still loading (the first tens of milliseconds, before cairn-train's
+    # main installs its handlers) ends them by the signal's default action: nothing was trained or written, so this
+    # is a stop like any other (the job failed instead of being requeued when a preemption met a fresh start).
+    cairn_log "train: the ranks ended by the relayed stop signal (exit $rc) before they could handle it: nothing was trained; exit $CAIRN_EXIT_REQUEUE"
     rc=$CAIRN_EXIT_REQUEUE
   fi
   cairn_stage_check train "$rc"

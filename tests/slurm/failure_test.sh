@@ -2,7 +2,8 @@
 # A failing stage on a real Slurm: train fails (its dataset does not exist), so Slurm cancels the
 # stages that depend on it (eval, report: --kill-on-invalid-dep) instead of leaving them pending, and
 # submit-pipeline.sh --wait exits 1 naming the failed stage, its job and its log, which holds the
-# tool's error. Run under scripts/slurm-local.sh run --.
+# tool's error. Run under scripts/slurm-local.sh run --. Also: the train stage requeues ranks that a stop signal ended
+# before their handlers; the eval guard; two submissions at once; a signal mid-submission.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 [ -n "${SLURM_CONF:-}" ] || fail "SLURM_CONF not set: run under scripts/slurm-local.sh run --"
@@ -156,3 +157,22 @@ rc=0; wait "$victim" 2>/dev/null || rc=$?
 [ "$(cat "$work/guard/marker" 2>/dev/null)" = FAILED ] && [ "$rc" -ne 0 ] ||
   fail "the eval guard did not stop the watch after a silent poll: $(cat "$work/guard.out")"
 pass "the eval guard asks again after a silent controller and stops the watch when training FAILED"
+
+# A stop signal relayed while the ranks still load (before cairn-train's main installs its handlers) ends them by the
+# signal's default action (exit 138): the train stage requeues (75) instead of failing the job.
+mkdir -p "$work/early/bin" "$work/early/run/train"
+printf '#!/usr/bin/env bash\nexec sleep 61.25\n' > "$work/early/bin/cairn-train"
+chmod +x "$work/early/bin/cairn-train"
+(
+  # shellcheck disable=SC1091
+  source slurm/lib/common.sh && source slurm/stages/train.sh
+  CAIRN_BIN_DIR="$work/early/bin" CAIRN_RUN_DIR="$work/early/run" CAIRN_LAUNCHER=none cairn_stage_train
+) > "$work/early.out" 2>&1 &
+stage=$!
+for _ in $(seq 1 200); do pgrep -f "sleep 61.25" > /dev/null && break; sleep 0.1; done
+pgrep -f "sleep 61.25" > /dev/null || fail "the train stage did not start its shim: $(cat "$work/early.out")"
+kill -USR1 "$stage"
+rc=0; wait "$stage" || rc=$?
+[ "$rc" -eq 75 ] && grep -q "ended by the relayed stop signal (exit 138)" "$work/early.out" ||
+  fail "a stop signal before cairn-train's handlers: the stage exited $rc: $(cat "$work/early.out")"
+pass "a stop signal that ends the ranks before their handlers is a requeue (75), not a failure"
