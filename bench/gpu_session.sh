@@ -78,16 +78,16 @@ tree_sha=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
 say "bundle $bundle_sha $(cat "$bdir/ARCH"); tree ${tree_sha:0:7}"
 # the tree's own uncommitted source changes, which no bundle can hold
 edits=$(git -C "$root" diff --name-only HEAD -- kernels libcommon tools CMakeLists.txt cmake 2>/dev/null | wc -l)
+say_stale() {  # in results.txt and on stderr: the figures below are not this tree's
+  say "STALE BUNDLE: $1"
+  echo "STALE BUNDLE: $1" >&2
+}
 if [[ $edits -gt 0 && ${bundle_sha%-dirty} == "$tree_sha" ]]; then
-  stale="STALE BUNDLE: built at ${bundle_sha:0:12}, but this tree has $edits uncommitted source file(s) (git diff HEAD -- kernels libcommon tools) that it cannot hold"
-  say "$stale"
-  echo "$stale" >&2
+  say_stale "built at ${bundle_sha:0:12}, but this tree has $edits uncommitted source file(s) (git diff HEAD -- kernels libcommon tools) that it cannot hold"
 fi
 if [[ ${bundle_sha%-dirty} != "$tree_sha" || $bundle_sha == *-dirty ]]; then
   apart=$(git -C "$root" rev-list --count "${bundle_sha%-dirty}..HEAD" 2>/dev/null || echo "an unknown number of")
-  stale="STALE BUNDLE: built at ${bundle_sha:0:12}$([[ $bundle_sha == *-dirty ]] && echo ' from uncommitted changes'), this tree is at ${tree_sha:0:12} ($apart commits later): cairn's figures below are that build's, not this tree's; rebuild with scripts/gpu-bundle.sh"
-  say "$stale"
-  echo "$stale" >&2
+  say_stale "built at ${bundle_sha:0:12}$([[ $bundle_sha == *-dirty ]] && echo ' from uncommitted changes'), this tree is at ${tree_sha:0:12} ($apart commits later): cairn's figures below are that build's, not this tree's; rebuild with scripts/gpu-bundle.sh"
 fi
 # The CUDA runtime the bundle links: recorded by gpu-bundle.sh, else the major version of libcudart's soname.
 runtime=$(cat "$bdir/CUDA_RUNTIME" 2>/dev/null)
@@ -152,6 +152,17 @@ torch_phase() {
   fi
   phase "$name" "$estimate" "$limit" env -u LD_LIBRARY_PATH "$CAIRN_TORCH_PYTHON" "$root/bench/kernels_gpu_torch_bench.py" "$@"
 }
+# cairn_gpu_phase WHY NAME ...: a cairn phase that cannot skip itself without a GPU (it exits 2, not 77): skipped with
+# the preflight's reason where there is none, else cairn_phase NAME ...
+cairn_gpu_phase() {
+  local why=$1
+  shift
+  if [[ -n $no_gpu && -z $cairn_stop ]]; then
+    say "PHASE $1 skipped: $no_gpu ($why)"
+    return 0
+  fi
+  cairn_phase "$@"
+}
 T=$CAIRN_BUNDLE_TESTS B=$CAIRN_BUNDLE_BIN
 
 # ---- correctness first
@@ -165,12 +176,8 @@ cairn_phase train_cuda 110 360 "$B/cairn-train $B/cairn-reshard $B/cairn-eval $B
 grep -E 'max relative|eval val loss|peak_mem|tp_comm|GPUs visible|SKIPPED|refused|FAIL' "$logs/train_cuda.log" \
   >>"$results" 2>/dev/null
 # The NCCL sweep on one GPU: every collective, float32 sum, nccl-tests' defaults otherwise; #wrong must be 0.
-if [[ -n $no_gpu && -z $cairn_stop ]]; then
-  say "PHASE sweep_nccl skipped: $no_gpu (cairn-sweep --backend nccl needs one)"
-else
-  cairn_phase sweep_nccl 90 240 "$B/cairn-sweep" "$B/cairn-sweep" --backend nccl --out "$work/sweep" all -b 8 \
-    -e "$SWEEP_MAX" -f 2 -n 20 -w 5 -c 1 --json "$OUT/sweep_nccl.json"
-fi
+cairn_gpu_phase "cairn-sweep --backend nccl needs one" sweep_nccl 90 240 "$B/cairn-sweep" "$B/cairn-sweep" \
+  --backend nccl --out "$work/sweep" all -b 8 -e "$SWEEP_MAX" -f 2 -n 20 -w 5 -c 1 --json "$OUT/sweep_nccl.json"
 grep -E '^# (Collective test starting|Out of bounds|Avg bus bandwidth|Fit)' "$logs/sweep_nccl.log" >>"$results" 2>/dev/null
 
 # ---- speed: attention alone (fp32 flash, simple, bf16 tensor-core flash; GPT-2 shape, batch 8), then
@@ -190,13 +197,9 @@ grep -h '^RESULT' "$logs"/gpt2_*.log >>"$results" 2>/dev/null
 
 # ---- the cost model's calibration of this GPU (#16): cuBLAS bf16 and cuBLASLt FP8 (E4M3) GEMMs at Llama 2 7B's
 # shapes for TP 1-8, squares and K = 64 panels, and HBM bandwidth, into the cluster file cairn-plan reads.
-if [[ -n $no_gpu && -z $cairn_stop ]]; then
-  say "PHASE plan_calibrate skipped: $no_gpu (calibrate --device gpu measures one)"
-else
-  cairn_phase plan_calibrate 40 150 "$B/cairn-plan" "$B/cairn-plan" calibrate --device gpu \
-    --config "$root/configs/models/llama2-7b.toml" --config "$root/configs/clusters/h200.toml" --seconds 0.05 \
-    --output "$OUT/cluster-calibrated.toml" --out "$work/plan"
-fi
+cairn_gpu_phase "calibrate --device gpu measures one" plan_calibrate 40 150 "$B/cairn-plan" "$B/cairn-plan" calibrate \
+  --device gpu --config "$root/configs/models/llama2-7b.toml" --config "$root/configs/clusters/h200.toml" \
+  --seconds 0.05 --output "$OUT/cluster-calibrated.toml" --out "$work/plan"
 grep -E '^(peak_tflops|peak_fp8_tflops|gemm_max_efficiency|fp8_gemm_max_efficiency|hbm_gbps) ' \
   "$OUT/cluster-calibrated.toml" >>"$results" 2>/dev/null
 

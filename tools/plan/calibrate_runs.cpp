@@ -95,15 +95,12 @@ std::string string_or(const json& j, const char* key) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-// A phase's seconds; a phase the line lacks (written before it was measured, or null) counts 0.
-double phase(double seconds) { return std::isnan(seconds) ? 0 : seconds; }
-
 // A step that trained: not skipped, finite loss, no phase time negative, a positive total.
 bool finished_step(const records::MetricsLine& m) {
   if (m.skipped.value_or(false) || !m.loss || !m.time_s) return false;
   const records::StepTimes& t = *m.time_s;
 #define CAIRN_CALIBRATE_NEGATIVE(name) \
-  if (phase(t.name) < 0) return false;
+  if (records::phase_seconds(t.name) < 0) return false;
   CAIRN_STEP_TIME_FIELDS(CAIRN_CALIBRATE_NEGATIVE)
 #undef CAIRN_CALIBRATE_NEGATIVE
   return t.total > 0;
@@ -160,17 +157,18 @@ Measured measure(const std::vector<records::MetricsLine>& steps, size_t skip) {
     const int c = records::critical_stage(steps[i].stages);
     if (c >= 0) ++critical[steps[i].stages[size_t(c)].stage];
     const records::StepTimes& t = c >= 0 ? steps[i].stages[size_t(c)].time : *steps[i].time_s;  // finished_step
-    const double tpc = phase(t.tp_comm), cpc = phase(t.cp_comm), zc = phase(t.zero_comm);
+    const double tpc = records::phase_seconds(t.tp_comm), cpc = records::phase_seconds(t.cp_comm),
+                 zc = records::phase_seconds(t.zero_comm);
     total.push_back(steps[i].time_s->total);
     // forward and backward include the TP, CP and ZeRO-2/3 collectives inside them (records.h), not the pipeline
     // waits.
     compute.push_back(std::max(0.0, records::compute_seconds(t)));
     tp.push_back(tpc);
     cp.push_back(cpc);
-    dp.push_back(phase(t.comm) + zc);
+    dp.push_back(records::phase_seconds(t.comm) + zc);
     zero.push_back(zc);
-    pp.push_back(phase(t.pp_wait));
-    opt.push_back(phase(t.optimizer));
+    pp.push_back(records::phase_seconds(t.pp_wait));
+    opt.push_back(records::phase_seconds(t.optimizer));
   }
   Measured m;
   m.total = median(total);

@@ -1,6 +1,8 @@
 // Typed records of the files one cairn stage writes and another reads (metrics.jsonl lines, eval result rows,
 // plans.json rows, fabric.toml fits, a checkpoint's train_state): one struct, one to_json, one from_json each.
 #pragma once
+
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -50,6 +52,8 @@ struct StageTimes {
   static StageTimes from_json(const JsonFields& f);
 };
 
+// A phase's seconds; one the line lacks (written before it was measured, or null) counts 0.
+inline double phase_seconds(double seconds) { return std::isnan(seconds) ? 0.0 : seconds; }
 // A split's compute: forward + backward less the TP, CP and ZeRO collectives inside them (a phase absent counts 0).
 double compute_seconds(const StepTimes& t);
 // A stage's busy time as the cost model prices a stage: forward + backward with the TP and CP collectives inside

@@ -38,16 +38,14 @@ StageTimes StageTimes::from_json(const JsonFields& f) {
   return t;
 }
 
-namespace {
-// A phase's seconds; one the line lacks (written before it was measured, or null) counts 0.
-double phase(double seconds) { return std::isnan(seconds) ? 0.0 : seconds; }
-}  // namespace
-
 double compute_seconds(const StepTimes& t) {
-  return phase(t.forward) + phase(t.backward) - phase(t.tp_comm) - phase(t.cp_comm) - phase(t.zero_comm);
+  return phase_seconds(t.forward) + phase_seconds(t.backward) - phase_seconds(t.tp_comm) - phase_seconds(t.cp_comm) -
+         phase_seconds(t.zero_comm);
 }
 
-double stage_busy_seconds(const StepTimes& t) { return phase(t.forward) + phase(t.backward) - phase(t.zero_comm); }
+double stage_busy_seconds(const StepTimes& t) {
+  return phase_seconds(t.forward) + phase_seconds(t.backward) - phase_seconds(t.zero_comm);
+}
 
 int critical_stage(const std::vector<StageTimes>& stages) {
   int best = -1;
