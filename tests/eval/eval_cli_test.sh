@@ -171,6 +171,27 @@ PY
   --tokenizer-json hf257.json --out "$WORK/data_hf" --log-level warn
 expect_exit 2 "(hf:[0-9a-f]*) is not the one the checkpoint's run trained with (bytes)" "$BIN/cairn-eval" \
   --config eval.toml --out bad_tok --data "$WORK/data_hf" "$CK"
+# Tasks prepared for a checkpoint that records no tokenizer (an older cairn-train's) are prepared again, with the
+# check, for a later one that does: the second checkpoint of one call is refused on that data (it was scored too).
+mkdir -p noid
+cp -r "$WORK/run/train/ckpt/step_00000010" noid/
+$PY - noid/step_00000010 <<'PY'
+import ctypes, json, sys, h5py
+d = sys.argv[1]
+with h5py.File(f"{d}/model.h5", "r+") as f:
+    state = json.loads(f.attrs["train_state"])
+    del state["tokenizer_id"]
+    f.attrs["train_state"] = json.dumps(state)
+xxh = ctypes.CDLL("libxxhash.so.0")
+xxh.XXH64.restype, xxh.XXH64.argtypes = ctypes.c_uint64, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+done = json.load(open(f"{d}/DONE"))
+for name, entry in done["files"].items():
+    data = open(f"{d}/{name}", "rb").read()
+    entry["bytes"], entry["xxh64"] = len(data), "%016x" % xxh.XXH64(data, len(data), 0)
+json.dump(done, open(f"{d}/DONE", "w"))
+PY
+expect_exit 2 "(hf:[0-9a-f]*) is not the one the checkpoint's run trained with (bytes)" "$BIN/cairn-eval" \
+  --config eval.toml --out bad_tok2 --data "$WORK/data_hf" noid/step_00000010 "$CK" --tasks val32
 # The same tokens resharded: another validation tail, so train_val is not the run's val_loss: said, and scored.
 "$BIN/cairn-reshard" reshard "$WORK/data" --shards 3 --out "$WORK/data_3" --log-level warn
 "$BIN/cairn-eval" --config eval.toml --out other_data --data "$WORK/data_3" "$CK" > /dev/null 2> other_data.err ||
@@ -288,6 +309,17 @@ cmp -s lim-full.jsonl lim/eval/results.jsonl && cmp -s lim-prov.jsonl lim/eval/p
 grep -qF "task mc: results.jsonl keeps its score over 40 examples; this one over 4 (a limit)" lim6.err ||
   fail "eval.task.mc.limit=4 over a full score, no warning: $(cat lim6.err)"
 cmp -s lim-full.jsonl lim/eval/results.jsonl || fail "eval.task.mc.limit=4 changed the record of a full score"
+# A fuller score of the task as defined before its file was edited is stale, not fuller: the quick look replaces it
+# (it was printed only, under "keeps its score over 40 examples").
+cp -r lim lim_edit
+sed -n 2,40p mc.jsonl > mc_edit.jsonl
+"$BIN/cairn-eval" --config eval.toml --out lim_edit "$CK" --tasks mc --limit 4 \
+  --set eval.task.mc.path="$WORK/mc_edit.jsonl" 2> lim7.err > /dev/null || fail "--limit 4, task edited: $(cat lim7.err)"
+! grep -q "keeps its score" lim7.err || fail "a score of the task before its edit kept as fuller: $(cat lim7.err)"
+$PY -c "
+import json
+rows = [json.loads(l) for l in open('lim_edit/eval/results.jsonl') if '\"acc\"' in l]
+assert [r['n'] for r in rows] == [4], rows" || fail "--limit 4, task edited: not recorded"
 $PY -c "
 import json
 d = json.load(open('lim4.json'))

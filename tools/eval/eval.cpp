@@ -227,29 +227,58 @@ class Evaluator {
     task_names_ = eval_.tasks;
     check_task_config(cfg);
     const json tables = cfg.section("eval.task");
-    for (const auto& t : task_names_) task_config_[t] = task_fingerprint(tables, t);
+    for (const auto& t : task_names_) {
+      task_definition_[t] = task_definition(tables, t);
+      task_config_[t] = task_fingerprint(t, eval_.limit);
+    }
   }
 
-  // What decides a task's scores besides the checkpoint: its [eval.task] table (or, for val and train_val, [data]),
-  // the contents of the files the table names, and the evaluation settings that change what is scored. Rows scored
-  // under another fingerprint are not "already evaluated" (a task file edited, --limit lifted: they were kept stale).
-  std::string task_fingerprint(const json& tables, const std::string& task) const {
-    std::string text = task + "\n";
-    if (tables.is_object() && tables.contains(task)) {
-      const json& table = tables[task];
-      text += json_text(table) + "\n";
-      for (const auto& [key, value] : table.items()) {
-        std::error_code ec;
-        if (!value.is_string() || !fs::is_regular_file(value.get<std::string>(), ec)) continue;
-        const std::string content = read_file(value.get<std::string>());
-        text += key + " " + shards::hex64(XXH64(content.data(), content.size(), 0)) + "\n";
-      }
-    } else {
-      text += json_text(cfg_.section("data")) + "\n";
+  // What defines a task besides the checkpoint: its [eval.task] table (or, for val and train_val, [data]) and the
+  // contents of the files the table names. task_fingerprint adds the evaluation settings that change what is scored;
+  // rows scored under another fingerprint are not "already evaluated" (a task file edited, --limit lifted: they were
+  // kept stale).
+  struct TaskDefinition {
+    json table;         // the task's [eval.task] table; null for val and train_val
+    std::string files;  // "key xxh64" of each file the table names
+  };
+  TaskDefinition task_definition(const json& tables, const std::string& task) const {
+    TaskDefinition d;
+    if (!tables.is_object() || !tables.contains(task)) return d;
+    d.table = tables[task];
+    for (const auto& [key, value] : d.table.items()) {
+      std::error_code ec;
+      if (!value.is_string() || !fs::is_regular_file(value.get<std::string>(), ec)) continue;
+      const std::string content = read_file(value.get<std::string>());
+      d.files += key + " " + shards::hex64(XXH64(content.data(), content.size(), 0)) + "\n";
     }
-    text += strprintf("limit=%lld context=%lld", static_cast<long long>(eval_.limit),
-                      static_cast<long long>(eval_.context));
+    return d;
+  }
+
+  // The fingerprint rows record as task_config. table_limit: the table's own limit as configured (-1), absent (0) or
+  // n; limit: [eval] limit / --limit.
+  std::string task_fingerprint(const std::string& task, int64_t limit, int64_t table_limit = -1) const {
+    const TaskDefinition& d = task_definition_.at(task);
+    std::string text = task + "\n";
+    if (d.table.is_null()) {
+      text += json_text(cfg_.section("data")) + "\n";
+    } else {
+      json table = d.table;
+      if (table_limit == 0) table.erase("limit");
+      if (table_limit > 0) table["limit"] = table_limit;
+      text += json_text(table) + "\n" + d.files;
+    }
+    text += strprintf("limit=%lld context=%lld", static_cast<long long>(limit), static_cast<long long>(eval_.context));
     return shards::hex64(XXH64(text.data(), text.size(), 0));
+  }
+
+  // A row scored under this task's definition with other limits (none, or as many examples as it scored): a fuller
+  // score a quick look does not replace. Rows of an older cairn-eval record no definition and count as this one's.
+  bool same_definition(const ResultRow& old, const std::string& task) const {
+    if (old.task_config.empty()) return true;
+    for (int64_t table_limit : {int64_t{-1}, int64_t{0}, old.n})
+      for (int64_t limit : {int64_t{0}, old.n})
+        if (old.task_config == task_fingerprint(task, limit, table_limit)) return true;
+    return false;
   }
 
   // True (rank 0) when every configured task already has rows for this checkpoint, or it was handled in this run.
@@ -372,6 +401,9 @@ class Evaluator {
         records::TrainState::from_json(JsonFields(meta.train_state, target.path, "checkpoint train_state"));
     // Tasks are prepared for the first checkpoint; a later one trained on another tokenizer's data is refused as the
     // first would have been.
+    // Tasks prepared for a checkpoint that recorded no tokenizer (an older cairn-train) were never checked against
+    // one: the first checkpoint that records it prepares them again, with the check.
+    if (!tasks_.empty() && train_state.tokenizer_id && tasks_tokenizer_id_.empty()) tasks_.clear();
     if (!tasks_.empty() && train_state.tokenizer_id && !tasks_tokenizer_id_.empty() &&
         *train_state.tokenizer_id != tasks_tokenizer_id_)
       throw UsageError(file_message("cannot evaluate", target.path,
@@ -476,10 +508,13 @@ class Evaluator {
         std::vector<TaskResult> recorded;
         std::vector<ResultRow> recorded_rows;
         for (const auto& r : results) {
+          // Only a score of the same task definition is fuller: one of a task file edited since is stale, and
+          // this run's rows replace it.
           const auto fuller = std::find_if(rows_.begin(), rows_.end(), [&](const ResultRow& old) {
-            return old.step == target.step && old.task == r.task && scored(old, target) && old.n > r.samples;
+            return old.step == target.step && old.task == r.task && scored(old, target) && old.n > r.samples &&
+                   same_definition(old, r.task);
           });
-          // Limited by --limit / [eval] limit, or by the task's own [eval.task.X] limit (which did replace it).
+          // Limited by --limit / [eval] limit, or by the task's own [eval.task.X] limit.
           const bool limited = eval_.limit > 0 || r.samples_original > r.samples;
           if (limited && !eval_.reevaluate && fuller != rows_.end()) {
             CAIRN_LOG_WARN("step %lld, task %s: results.jsonl keeps its score over %lld examples; this one over %lld "
@@ -653,7 +688,8 @@ class Evaluator {
   const EvalSection eval_;
   const DataSection data_;
   std::string run_dir_, out_dir_;
-  std::map<std::string, std::string> task_config_;  // task -> task_fingerprint()
+  std::map<std::string, TaskDefinition> task_definition_;  // task -> task_definition()
+  std::map<std::string, std::string> task_config_;         // task -> task_fingerprint() at this run's limit
   std::string tasks_tokenizer_id_;  // the training data's tokenizer of the checkpoint tasks_ were prepared for
   const kernels::Backend* backend_ = nullptr;
   gpu::DeviceInfo device_;  // set on the cuda backend
