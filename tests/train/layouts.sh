@@ -4,7 +4,7 @@
 # and dp2 x cp2 x pp2 ZeRO-2 on 8 ranks by ring, cp2 x tp2 + sp by all-gather) and an uneven pp2 split (stage_layers = [2, 3] of 5 layers) give
 # the same 30 losses (1e-5 relative), gradient norms (1e-4), validation losses (1e-5) and step-30 parameters (1e-5 of
 # each tensor's max) as 1 rank. The 8-rank step-15 checkpoints resume as 1 rank (also with wte padded to 384 rows, and
-# a 384-row one at 320), dp2, tp2 x pp2 and ZeRO-3 (steps 16..30 as
+# a 384-row one at 320, refused when its rows past 320 hold values), dp2, tp2 x pp2 and ZeRO-3 (steps 16..30 as
 # 1 rank's); tp2 x pp2 resumed by tp2 x pp2 is bitwise its own
 # uninterrupted run; cairn-eval scores the 8-rank checkpoint as the 1-rank one. Metrics carry tp_comm, pp_wait and
 # mem_gib, pipelined runs every stage's split (its busiest rank's), the trace has pipeline waits on every rank;
@@ -109,6 +109,36 @@ resume restp2pp2 tp2pp2 4 --set model.layers=4 "${TP[@]}" "${PP[@]}"
 resume res8to1v384 dp2tp2pp2 1 --set model.layers=4 --set model.vocab=384
 train tp2v384 2 --set model.layers=4 "${TP[@]}" --set model.vocab=384
 resume resv384to1 tp2v384 1 --set model.layers=4
+# ... but rows past 320 that hold values (a model that used those ids) are refused at 320, naming them: the
+# step-15 checkpoint with wte's rows 330.. set, its checksums resealed
+cp -r "$W/tp2v384" "$W/v384nz"
+rm -rf "$W/v384nz/train/ckpt/step_00000030" "$W/v384nz/train/FINISHED"
+"$PY" - "$W/v384nz/train/ckpt/step_00000015" <<'PYEOF'
+import ctypes, json, sys
+import h5py
+d = sys.argv[1]
+xxh = ctypes.CDLL("libxxhash.so.0")
+xxh.XXH64.restype, xxh.XXH64.argtypes = ctypes.c_uint64, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+digest = lambda b: "%016x" % xxh.XXH64(b, len(b), 0)
+with h5py.File(f"{d}/model.h5", "r+") as f:
+    names = []
+    f.visit(lambda n: names.append(n) if n.split("/")[-1] == "wte" else None)
+    wte = f[names[0]]
+    a = wte[...]
+    assert a.shape[0] == 384 and not a[320:].any(), a.shape
+    a[330:] = 0.25
+    wte[...] = a
+    wte.attrs["xxh64"] = digest(a.astype("<f4").tobytes())
+done = json.load(open(f"{d}/DONE"))
+data = open(f"{d}/model.h5", "rb").read()
+done["files"]["model.h5"] = {"bytes": len(data), "xxh64": digest(data)}
+json.dump(done, open(f"{d}/DONE", "w"))
+PYEOF
+rc=0
+err=$("$BIN/cairn-train" --out "$W/v384nz" "${MODEL[@]}" --log-level warn --set model.layers=4 2>&1 >/dev/null) || rc=$?
+[[ $rc == 2 ]] || fail "a 384-row wte holding rows 330.. resumed at vocab 320: exit $rc: $err"
+grep -qF "holds non-zero values in rows 320..383, which this run's vocab = 320 drops (set [model] vocab = 384" <<<"$err" ||
+  fail "a 384-row wte holding rows 330.., refused without naming them: $err"
 # into ZeRO-3: each rank gets only its shard of the parameters (MPI_Scatterv), never the whole piece
 resume res8todp2z3 dp2tp2pp2 2 --set model.layers=4 "${DP2[@]}" --set parallel.zero=3
 resume rescp8todp2pp2z3 dp2cp2pp2z2 4 --set model.layers=4 "${DP2[@]}" "${PP[@]}" --set parallel.zero=3
