@@ -42,6 +42,9 @@ struct LoaderOptions {
   uint64_t seed = 0;
   int prefetch = 4;          // queue bound (micro-batches)
   uint32_t vocab_limit = 0;  // tokens must be < this (0 = no check)
+  // Every shard's checksum was checked before the loader starts (cairn-train: each rank checks its share of the
+  // shards and all agree); false: each shard is checked on first touch, by every loader that reads it.
+  bool shards_checked = false;
 };
 
 // The last epoch's permutation (one per epoch, walked in order), kept by whoever draws batches.

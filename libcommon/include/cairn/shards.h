@@ -92,7 +92,8 @@ class Dataset {
   // checks them against index.json's xxh64 and the file's tokens_xxh64 attribute, and that every id
   // is below vocab_size(); throws GateFailure (exit 3, like `cairn-reshard verify`) naming the shard
   // file, the document and token of a bad id, and the expected and computed checksums.
-  // Thread-safe; call it once per shard, e.g. from a loader's prefetch thread on first touch.
+  // Thread-safe; call it once per shard (cairn-train: one rank per shard, before training; a loader's prefetch
+  // thread on first touch).
   void verify_shard(size_t i, const Shard& sh) const;
   void verify_shard(size_t i) const;  // opens the shard itself
   // verify_shard's verdict on a scan made elsewhere (e.g. a copy that hashed shard i's tokens while
