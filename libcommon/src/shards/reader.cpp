@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -84,15 +85,21 @@ class H5Shard final : public Shard {
     else if (tokens_.is_type(H5T_NATIVE_UINT32)) width_ = 4;
     else throw RuntimeError(file_message("cannot read shard", path, "/tokens is neither uint16 nor uint32"));
     num_tokens_ = tokens_.size();
+    // The document tables' shapes and ends are checked here; their contents are read on first use (load_tables):
+    // cairn-train's and most of cairn-eval's windows need only the tokens, and 12 bytes per document on every rank
+    // for every open shard came to 3.6 GB per rank for a 300 M-document dataset.
     h5::Dataset offsets = file_.dataset("doc_offsets"), bytes = file_.dataset("doc_bytes");
     check_arrays(offsets, bytes);
-    offsets_ = offsets.read_all<uint64_t>();
-    bytes_ = bytes.read_all<uint32_t>();
-    if (offsets_.empty() || bytes_.size() + 1 != offsets_.size())
+    if (offsets.size() == 0 || bytes.size() + 1 != offsets.size())
       throw RuntimeError(file_message("cannot read shard", path,
-                                      strprintf("/doc_offsets has %zu entries but /doc_bytes %zu (want documents+1)",
-                                                offsets_.size(), bytes_.size())));
-    if (offsets_.front() != 0 || offsets_.back() != num_tokens_)
+                                      strprintf("/doc_offsets has %llu entries but /doc_bytes %llu (want documents+1)",
+                                                static_cast<unsigned long long>(offsets.size()),
+                                                static_cast<unsigned long long>(bytes.size()))));
+    num_documents_ = bytes.size();
+    uint64_t first = 0, last = 0;
+    offsets.read_range_into<uint64_t>(0, 1, &first);
+    offsets.read_range_into<uint64_t>(offsets.size() - 1, 1, &last);
+    if (first != 0 || last != num_tokens_)
       throw RuntimeError(file_message("cannot read shard", path,
                                       strprintf("/doc_offsets must run from 0 to %llu tokens",
                                                 static_cast<unsigned long long>(num_tokens_))));
@@ -114,7 +121,7 @@ class H5Shard final : public Shard {
   }
 
   uint64_t num_tokens() const override { return num_tokens_; }
-  uint64_t num_documents() const override { return bytes_.size(); }
+  uint64_t num_documents() const override { return num_documents_; }
   void read_tokens(uint64_t offset, uint64_t count, uint32_t* out) const override {
     if (offset > num_tokens_ || count > num_tokens_ - offset)
       throw RuntimeError(file_message("cannot read", path_ + "/tokens",
@@ -135,9 +142,9 @@ class H5Shard final : public Shard {
     std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
     tokens_.read_range_into<uint32_t>(offset, count, out);
   }
-  uint64_t doc_begin(uint64_t d) const override { return offsets_.at(d); }
-  uint64_t doc_end(uint64_t d) const override { return offsets_.at(d + 1); }
-  uint32_t doc_bytes(uint64_t d) const override { return bytes_.at(d); }
+  uint64_t doc_begin(uint64_t d) const override { return tables().offsets.at(d); }
+  uint64_t doc_end(uint64_t d) const override { return tables().offsets.at(d + 1); }
+  uint32_t doc_bytes(uint64_t d) const override { return tables().bytes.at(d); }
   int token_width() const override { return width_; }
   const void* mapped_tokens() const override { return data_; }
   void release_tokens(uint64_t offset, uint64_t count) const override {
@@ -145,8 +152,8 @@ class H5Shard final : public Shard {
     release_mapped_range(static_cast<const char*>(data_) + offset * static_cast<uint64_t>(width_),
                          count * static_cast<uint64_t>(width_));
   }
-  const uint64_t* doc_offsets_data() const override { return offsets_.data(); }
-  const uint32_t* doc_bytes_data() const override { return bytes_.data(); }
+  const uint64_t* doc_offsets_data() const override { return tables().offsets.data(); }
+  const uint32_t* doc_bytes_data() const override { return tables().bytes.data(); }
   bool read_stored(uint64_t offset, uint64_t count, void* out) const override {
     if (fd_ < 0 || offset > num_tokens_ || count > num_tokens_ - offset) return false;
     char* p = static_cast<char*>(out);
@@ -160,9 +167,40 @@ class H5Shard final : public Shard {
     return true;
   }
   json attributes() const override { return attrs_; }
-  const std::vector<uint64_t>& offsets() const { return offsets_; }
 
  private:
+  struct DocTables {
+    std::vector<uint64_t> offsets;  // documents + 1 token offsets
+    std::vector<uint32_t> bytes;    // UTF-8 bytes of each document
+  };
+
+  // The document tables, read once on first use (thread-safe) from the file, which a mapped shard has closed.
+  const DocTables& tables() const {
+    std::call_once(tables_once_, [this] {
+      std::lock_guard<std::recursive_mutex> lock(hdf5_mutex());
+      h5::File f;
+      try {
+        f = h5::File::open(path_);
+      } catch (const Error&) {
+        // Every open shard holds a descriptor for its mapping: reading a table needs one more.
+        if (const std::string limit = open_file_limit_problem(); !limit.empty())
+          throw RuntimeError(file_message("cannot read shard", path_, limit));
+        throw;
+      }
+      h5::Dataset offsets = f.dataset("doc_offsets"), bytes = f.dataset("doc_bytes");
+      check_arrays(offsets, bytes);
+      DocTables t;
+      t.offsets = offsets.read_all<uint64_t>();
+      t.bytes = bytes.read_all<uint32_t>();
+      if (t.bytes.size() != num_documents_ || t.offsets.size() != num_documents_ + 1 || t.offsets.front() != 0 ||
+          t.offsets.back() != num_tokens_)
+        throw RuntimeError(file_message("cannot read shard", path_,
+                                        "its document tables changed since it was opened (rewritten in place?)"));
+      tables_ = std::move(t);
+    });
+    return tables_;
+  }
+
   // A damaged header can give an array more elements than the whole file holds, or an element size HDF5 then
   // allocates conversion buffers for: refuse both before HDF5 reads the array.
   void check_arrays(const h5::Dataset& offsets, const h5::Dataset& bytes) const {
@@ -226,8 +264,9 @@ class H5Shard final : public Shard {
   h5::Dataset tokens_;
   int width_ = 2;
   uint64_t num_tokens_ = 0;
-  std::vector<uint64_t> offsets_;
-  std::vector<uint32_t> bytes_;
+  uint64_t num_documents_ = 0;
+  mutable std::once_flag tables_once_;
+  mutable DocTables tables_;
   void* map_ = nullptr;
   size_t map_len_ = 0;
   const void* data_ = nullptr;
