@@ -447,6 +447,47 @@ BOOST_AUTO_TEST_CASE(search_tries_both_cp_exchanges) {
   for (const auto& e : fixed.all) BOOST_TEST(e.plan.cp_allgather);
 }
 
+// ZeRO-3 moves every parameter a stage holds: with pipeline stages the first one's embedding and the last one's head
+// too (FSDP's root unit), so with one micro-batch it never moves less than ZeRO-2 (it priced only the layers: 0.87
+// against 1.06 ms for gpt2-124m as dp4 x pp2).
+BOOST_AUTO_TEST_CASE(zero3_with_stages_moves_the_embedding_and_head) {
+  const Config cfg = load({"configs/models/gpt2-124m.toml", "configs/clusters/dgx-a100-80gb.toml"}, {});
+  const ModelSpec m = model_from_config(cfg);
+  const Cluster c = cluster_from_config(cfg);
+  for (int pp : {1, 2, 4}) {
+    Plan p;
+    p.dp = 8 / pp;
+    p.pp = pp;
+    p.mb = 1;
+    double comm[4] = {};
+    for (int zero : {2, 3}) {
+      p.zero = zero;
+      const Evaluation e = evaluate(m, c, p, p.dp, assumptions_from_config(cfg));
+      BOOST_REQUIRE(e.feasible());
+      comm[zero] = e.b.dp_comm;
+    }
+    BOOST_TEST_MESSAGE("pp " << pp << ": ZeRO-2 " << comm[2] << " s, ZeRO-3 " << comm[3] << " s");
+    BOOST_TEST(comm[3] > comm[2]);
+  }
+}
+
+// [parallel] stage_layers is the split the trainer runs: the search prices the plans it fits (pp*v entries) with it,
+// as --explain does, and best.toml writes it (the search priced [2, 10] balanced: 37 % faster than --explain).
+BOOST_AUTO_TEST_CASE(search_prices_the_configured_stage_split) {
+  const Config cfg = load({"configs/models/gpt2-124m.toml", "configs/clusters/dgx-a100-80gb.toml"},
+                          {"parallel.stage_layers=[2,10]", "plan.pp=2", "plan.v=1", "plan.tp=1", "plan.mb=1",
+                           "plan.zero=1", "plan.recompute=[\"none\"]"});
+  const ModelSpec m = model_from_config(cfg);
+  const Cluster c = cluster_from_config(cfg);
+  const auto r = plan::search(m, c, 64, assumptions_from_config(cfg), plan::constraints_from_config(cfg));
+  BOOST_REQUIRE(r.feasible > 0);
+  Plan p = r.all.front().plan;
+  BOOST_TEST((r.all.front().b.stage_layers == std::vector<int>{2, 10}));
+  p.stage_layers = {6, 6};
+  const Evaluation balanced = evaluate(m, c, p, 64, assumptions_from_config(cfg));
+  BOOST_TEST(r.all.front().step_time_s > 1.2 * balanced.step_time_s);
+}
+
 BOOST_AUTO_TEST_CASE(evaluate_config_for_training_tools) {
   // cairn-train's call: [parallel] plan, [train] global batch, cluster resized to the MPI world.
   const Config cfg = load({"configs/models/gpt2-124m.toml", "configs/clusters/dgx-a100-80gb.toml"},
@@ -1254,7 +1295,8 @@ BOOST_AUTO_TEST_CASE(fp8_gemm_table_is_checked_against_the_shapes_and_the_fp8_pe
     return false;
   };
   BOOST_TEST(fails_with({"cluster.gemm_table_fp8_efficiency=[0.55]"}, "gemm_table_fp8_efficiency has 1 entries"));
-  BOOST_TEST(fails_with({"cluster.gemm_table_fp8_efficiency=[0.55, 1.5]"}, "cluster.gemm_table_fp8_efficiency: value 1.5 is above the maximum 1"));
+  BOOST_TEST(fails_with({"cluster.gemm_table_fp8_efficiency=[0.55, 1.5]"},
+                        "cluster.gemm_table_fp8_efficiency: value 1.5 is above the maximum 1"));
   BOOST_TEST(fails_with({"cluster.gemm_table_fp8_efficiency=[0.55, 0.65]", "cluster.peak_fp8_tflops=0"},
                         "peak_fp8_tflops = 0"));
 }

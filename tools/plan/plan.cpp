@@ -92,7 +92,7 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
     h5::Group g = f.create_group("plans");
     g.set_attr("order", "feasible plans fastest first, then rejected plans");
     std::string codes;
-    for (int i = 0; i <= int(Reject::kMemory); ++i)
+    for (int i = 0; i <= int(Reject::kTpOverlap); ++i)  // the enum's last value: every code /plans/reject holds
       codes += strprintf("%s%d=%s", i ? "," : "", i, reject_name(Reject(i)));
     g.set_attr("reject_codes", codes);
     g.set_attr("recompute_codes", "0=none,1=selective,2=full");
@@ -169,9 +169,12 @@ std::string best_toml(const Config& cfg, const Evaluation& e) {
               {"cp", p.cp},
               {"cp_comm", p.cp_allgather ? "allgather" : "p2p"},
               {"tp_overlap", p.tp_overlap ? "on" : "off"}}}};
-  // An uneven split (layers not divisible by pp*v) is written out: cairn-train runs exactly this one.
+  // An uneven split (layers not divisible by pp*v) is written out: cairn-train runs exactly this one. So is any split
+  // when the config sets [parallel] stage_layers: best.toml's then replaces it (one of another pp*v length, which the
+  // search priced balanced, would otherwise reach the trainer beside this plan).
   const auto& sl = e.b.stage_layers;
-  if (sl.size() > 1 && std::adjacent_find(sl.begin(), sl.end(), std::not_equal_to<int>()) != sl.end())
+  if (sl.size() > 1 && (std::adjacent_find(sl.begin(), sl.end(), std::not_equal_to<int>()) != sl.end() ||
+                        !read_section<ParallelSection>(cfg).stage_layers.empty()))
     t["parallel"]["stage_layers"] = sl;
   // tp does not divide the vocabulary: the plan priced Megatron's padded size, and cairn-train needs it set.
   if (e.b.padded_vocab > 0) t["model"] = {{"vocab", e.b.padded_vocab}};
@@ -326,6 +329,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   }
 
   Constraints k = constraints_from_section(plan);
+  k.stage_layers = stage_layers_of(read_section<ParallelSection>(cfg));
   // cairn-train runs [train] micro_batch when it is set, whatever best.toml's [parallel] mb says: a plan with
   // another micro-batch would be one the trainer does not run (or refuses), so that size is the only one searched.
   const int64_t train_micro = read_section<TrainSection>(cfg).micro_batch;
