@@ -301,6 +301,60 @@ BOOST_AUTO_TEST_CASE(many_runs_overlay_a_dozen_and_trend_all) {
   BOOST_TEST(find("train-loss-step")->svg.find(" of 5 runs") == std::string::npos);
 }
 
+// A run the charts do not draw drops its per-step columns once read (build_report), keeping what the tables, gates
+// and summary.json show of it: the same summary.json runs, comparison and gates as with every run drawn.
+BOOST_AUTO_TEST_CASE(undrawn_runs_drop_their_columns_but_not_their_numbers) {
+  TempDir tmp;
+  std::vector<std::string> dirs;
+  for (int r = 0; r < 3; ++r) {
+    std::string text;
+    for (int s = 1; s <= 40; ++s) {
+      std::string line = train_line(s, 4.0 - 0.01 * s - 0.1 * r, 1000 + 10 * r + s % 3);
+      if (r == 1) line.replace(line.find("\"mfu\":0.4"), 9, "\"mfu\":40.0");  // logged in percent
+      if (r == 0) {  // pipelined; its last loss is not finite (the run diverged)
+        line.insert(line.rfind('}'),
+                    ",\"stages\":[{\"stage\":0,\"rank\":0,\"time_s\":{\"forward\":0.1,\"backward\":0.2,"
+                    "\"pp_wait\":0.05}},{\"stage\":1,\"rank\":1,\"time_s\":{\"forward\":0.14,\"backward\":" +
+                        std::to_string(0.3 + 0.001 * s) + ",\"pp_wait\":0.02}}]");
+        if (s == 40) line.replace(line.find("\"loss\":"), 15, "\"loss\":null");  // "loss":3.600000
+      }
+      text += line;
+      if (s % 10 == 0) text += "{\"kind\":\"val\",\"step\":" + std::to_string(s) + ",\"val_loss\":3.5}\n";
+    }
+    fs::path d = tmp.path / ("r" + std::to_string(r));
+    fs::create_directories(d / "train");
+    std::ofstream(d / "train" / "metrics.jsonl") << text;
+    dirs.push_back(d.string());
+  }
+  ReportInputs in;
+  in.runs = dirs;
+  in.gates = parse_gates(json{{"loss", {{"max", 10}}}, {"pipeline_wait_s", {{"max", 1}}}});
+  in.chart_settings.chart_runs = 1;  // the last run only
+  const ReportModel dropped = build_report(in);
+  in.chart_settings.chart_runs = 0;
+  const ReportModel kept = build_report(in);
+  for (size_t i : {0u, 1u}) {
+    BOOST_TEST(dropped.runs[i].dropped.has_value());
+    BOOST_TEST(dropped.runs[i].train.step.capacity() == 0u);
+    BOOST_TEST(dropped.runs[i].val.step.capacity() == 0u);
+    BOOST_TEST(dropped.runs[i].train_records() == 40u);
+    BOOST_TEST(dropped.runs[i].val_records() == 4u);
+    BOOST_TEST(!kept.runs[i].dropped.has_value());
+  }
+  BOOST_TEST(!dropped.runs[2].dropped.has_value());
+  BOOST_TEST(dropped.runs[2].train.size() == 40u);
+  BOOST_TEST(dropped.runs[1].dropped->mfu_max == 40.0);
+  BOOST_CHECK_THROW(compute_metrics(dropped.runs[0], in.metric_settings), std::logic_error);
+  const json a = render_json(dropped), b = render_json(kept);
+  BOOST_TEST(a["runs"].dump() == b["runs"].dump());  // dumped: NaN (no best) is not equal to itself
+  BOOST_TEST(a["comparison"].dump() == b["comparison"].dump());
+  BOOST_TEST(a["gates"].dump() == b["gates"].dump());
+  BOOST_TEST(a["runs"][0]["pipeline_stages"].size() == 2u);
+  BOOST_TEST(a["runs"][0]["metrics"].contains("pipeline_wait_s"));
+  BOOST_TEST(a["gates"].dump().find("loss is not finite at its last step 40 (last finite value 3.61 at step 39): the "
+                                    "run diverged") != std::string::npos);
+}
+
 // metrics.jsonl is read in 8 MiB blocks: lines that straddle a block boundary, a bad line past it and a torn last
 // line read as they do from the whole text.
 BOOST_AUTO_TEST_CASE(metrics_jsonl_read_in_blocks_like_whole) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <sstream>
+#include <stdexcept>
 
 #include "cairn/config.h"
 #include "cairn/plot.h"
@@ -690,6 +691,7 @@ void data_metrics(Metrics& m, const RunData& run) {
 }  // namespace
 
 std::map<std::string, MetricValue> compute_metrics(const RunData& run, const MetricSettings& st) {
+  if (run.dropped) throw std::logic_error("compute_metrics: the columns of run \"" + run.name + "\" were dropped");
   std::map<std::string, MetricValue> m;
   train_metrics(m, run, st);
   eval_metrics(m, run);
@@ -699,20 +701,64 @@ std::map<std::string, MetricValue> compute_metrics(const RunData& run, const Met
   return m;
 }
 
+std::vector<StageRow> stage_rows(const RunData& r, const MetricSettings& st) {
+  if (r.dropped) return r.dropped->stages;
+  const TrainSeries& t = r.train;
+  std::vector<StageRow> rows;
+  if (t.stage_busy.empty()) return rows;
+  const size_t w = warmup_index(t.size(), st.warmup_frac);
+  std::vector<double> critical(t.stage_busy.size(), 0);
+  double steps = 0;
+  for (size_t i = w; i < t.size(); ++i) {
+    const double c = t.critical_stage[i];
+    if (c >= 0 && c < double(critical.size())) critical[size_t(c)] += 1, steps += 1;
+  }
+  for (size_t k = 0; k < t.stage_busy.size(); ++k)
+    rows.push_back({k, median_from(t.stage_busy[k], w), median_from(t.stage_wait[k], w),
+                    steps > 0 ? 100 * critical[k] / steps : kNaN});
+  return rows;
+}
+
+SeriesEnd series_end(const std::vector<double>& step, const std::vector<double>& y) {
+  SeriesEnd e;
+  e.records = y.size();
+  if (y.empty()) return e;
+  e.last_step = step.back();
+  e.last_finite = std::isfinite(y.back());
+  for (size_t i = y.size(); i-- > 0;)
+    if (std::isfinite(y[i])) {
+      e.finite = y[i];
+      e.finite_step = step[i];
+      break;
+    }
+  return e;
+}
+
+void drop_series(RunData& run, const MetricSettings& st) {
+  if (run.dropped) return;
+  SeriesDigest d;
+  d.train_records = run.train.size();
+  d.val_records = run.val.size();
+  d.last_step = run.last_step();
+  d.mfu_max = max_finite(run.train.mfu);
+  d.loss = series_end(run.train.step, run.train.loss);
+  d.val_loss = series_end(run.val.step, run.val.val_loss);
+  d.stages = stage_rows(run, st);
+  run.dropped = std::move(d);
+  run.train = TrainSeries{};  // assigned, not cleared: clear() keeps the capacity
+  run.val = ValSeries{};
+}
+
 namespace {
 
 // Why a series whose last value is not finite (null: cairn-train writes a NaN or infinite loss so) has no final
 // value; empty when its last value is finite or it has none at all.
-std::string nonfinite_last_reason(const std::string& run, const std::string& name, const std::vector<double>& step,
-                                  const std::vector<double>& y) {
-  if (y.empty() || std::isfinite(y.back())) return "";
-  size_t last = y.size();
-  while (last-- > 0 && !std::isfinite(y[last])) {
-  }
-  std::string at = plot::format_value(step.back(), "", 10);
-  if (last >= y.size()) return "run \"" + run + "\": " + name + " is not finite at any step (last step " + at + ")";
+std::string nonfinite_last_reason(const std::string& run, const std::string& name, const SeriesEnd& e) {
+  if (e.records == 0 || e.last_finite) return "";
+  std::string at = plot::format_value(e.last_step, "", 10);
+  if (std::isnan(e.finite)) return "run \"" + run + "\": " + name + " is not finite at any step (last step " + at + ")";
   return "run \"" + run + "\": " + name + " is not finite at its last step " + at + " (last finite value " +
-         plot::format_value(y[last], "", 6) + " at step " + plot::format_value(step[last], "", 10) +
+         plot::format_value(e.finite, "", 6) + " at step " + plot::format_value(e.finite_step, "", 10) +
          "): the run diverged";
 }
 
@@ -729,8 +775,11 @@ std::string missing_reason(const RunData& run, const MetricDef& d) {
     std::string r = stage_reason("train", "metrics.jsonl");
     if (!r.empty()) return r;
     if (d.name == "loss" || d.name == "val_loss") {
-      r = nonfinite_last_reason(run.name, d.name, d.name == "loss" ? run.train.step : run.val.step,
-                                d.name == "loss" ? run.train.loss : run.val.val_loss);
+      const bool loss = d.name == "loss";
+      const SeriesEnd end = run.dropped ? (loss ? run.dropped->loss : run.dropped->val_loss)
+                            : loss      ? series_end(run.train.step, run.train.loss)
+                                        : series_end(run.val.step, run.val.val_loss);
+      r = nonfinite_last_reason(run.name, d.name, end);
       if (!r.empty()) return r;
     }
     if (d.name == "val_loss" || d.name == "best_val_loss")

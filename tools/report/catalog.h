@@ -54,8 +54,16 @@ std::string metrics_help();
 // per-collective and per-task name patterns, the collectives and tiers they take, and the gate rules.
 nlohmann::json metrics_catalog_json();
 
-// Every metric available in `run`, by canonical name.
+// Every metric available in `run`, by canonical name. Reads the run's columns: call it before drop_series (a run
+// whose columns are dropped throws std::logic_error rather than lose its training metrics without a word).
 std::map<std::string, MetricValue> compute_metrics(const RunData& run, const MetricSettings& settings);
+// A pipelined run's stages (empty for runs without): each stage's medians after the warm-up (StageRow).
+std::vector<StageRow> stage_rows(const RunData& run, const MetricSettings& settings);
+// How column `y` (against `step`) ends.
+SeriesEnd series_end(const std::vector<double>& step, const std::vector<double>& y);
+// Empties the run's train and val columns, keeping in run.dropped what the tables, gates and summary.json read of
+// them besides the metrics (stage_rows at `settings`' warm-up): for a run the charts do not draw.
+void drop_series(RunData& run, const MetricSettings& settings);
 // Why `metric` is not available in `run` (e.g. "no train/metrics.jsonl").
 std::string missing_reason(const RunData& run, const MetricDef& metric);
 

@@ -22,6 +22,15 @@ bool any_finite(const std::vector<double>& v) {
   return std::any_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
 }
 
+// The largest finite mfu a run logged (NaN: none), from its digest once its columns are dropped.
+double mfu_max(const RunData& r) {
+  if (r.dropped) return r.dropped->mfu_max;
+  double m = kNaN;
+  for (double v : r.train.mfu)
+    if (std::isfinite(v) && (std::isnan(m) || v > m)) m = v;
+  return m;
+}
+
 // Equal element by element, NaN equal to NaN (an open-ended histogram bucket has no upper bound).
 bool same_values(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size()) return false;
@@ -352,11 +361,9 @@ struct Builder {
     grad_norm_chart();
     simple_train_chart("train-throughput", "Throughput", "tokens per second, all ranks", &TrainSeries::tokens_per_s,
                        Axis{"throughput", "tok/s", Scale::Linear, {}, {}, true});
-    // MFU is logged as a fraction; shown in percent.
+    // MFU is logged as a fraction; shown in percent (unless a run, drawn or not, logged it in percent).
     bool fraction = true;
-    for (const auto& r : runs)
-      for (double v : r.train.mfu)
-        if (std::isfinite(v) && v > 1.5) fraction = false;
+    for (const auto& r : runs) fraction = fraction && !(mfu_max(r) > 1.5);
     simple_train_chart("train-mfu", "Model FLOPs utilisation", "", &TrainSeries::mfu,
                        Axis{"MFU", "%", Scale::Linear, {}, {}, true}, fraction ? 100.0 : 1.0);
     step_time_charts();

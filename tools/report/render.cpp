@@ -124,8 +124,8 @@ std::string absent_list(const RunData& r) {
 size_t distinct_builds(const RunData& r) { return std::set<std::string>(r.builds.begin(), r.builds.end()).size(); }
 
 std::string train_status(const RunData& r) {
-  if (r.train.size() == 0) return r.has("train") ? "no records" : "";
-  std::string s = "step " + format_value(r.train.step.back(), "", 6);
+  if (r.train_records() == 0) return r.has("train") ? "no records" : "";
+  std::string s = "step " + format_value(r.last_step(), "", 6);
   s += r.train_finished ? ", finished" : ", not finished";
   if (!r.restarts.empty()) s += ", " + std::to_string(r.restarts.size()) + " restart(s)";
   if (r.builds.size() > 1) s += ", " + std::to_string(distinct_builds(r)) + " builds";
@@ -263,29 +263,7 @@ std::vector<KernelOp> kernel_rows(const KernelOps& k) {
   return rows;
 }
 
-// A pipelined run's stages (the train lines' per-stage splits), medians after the warm-up: each stage's compute (its
-// busiest rank's forward + backward net of the collectives inside) and pipeline wait, and the share of steps on
-// which it was the critical stage (the most compute). Empty for runs without stages.
-struct StageRow {
-  size_t stage = 0;
-  double busy = kNaN, wait = kNaN, critical_pct = kNaN;
-};
-std::vector<StageRow> stage_rows(const RunData& r, const MetricSettings& st) {
-  const TrainSeries& t = r.train;
-  std::vector<StageRow> rows;
-  if (t.stage_busy.empty()) return rows;
-  const size_t w = warmup_index(t.size(), st.warmup_frac);
-  std::vector<double> critical(t.stage_busy.size(), 0);
-  double steps = 0;
-  for (size_t i = w; i < t.size(); ++i) {
-    const double c = t.critical_stage[i];
-    if (c >= 0 && c < double(critical.size())) critical[size_t(c)] += 1, steps += 1;
-  }
-  for (size_t k = 0; k < t.stage_busy.size(); ++k)
-    rows.push_back({k, median_from(t.stage_busy[k], w), median_from(t.stage_wait[k], w),
-                    steps > 0 ? 100 * critical[k] / steps : kNaN});
-  return rows;
-}
+// A pipelined run's stages (stage_rows in catalog.h), one table row each.
 const char* const kStageHeads[] = {"stage", "compute", "pipeline wait", "critical (% of steps)"};
 std::vector<std::string> stage_cells(const StageRow& s) {
   return {std::to_string(s.stage), fmt_or_na(s.busy, "s"), fmt_or_na(s.wait, "s"), fmt_or_na(s.critical_pct, "%")};
@@ -784,8 +762,8 @@ std::string render_markdown(const ReportModel& m) {
     bool differ = false, unfinished = false;
     double first = kNaN;
     for (const auto& r : m.runs) {
-      if (r.train.size() == 0) continue;
-      const double last = r.train.step.back();
+      if (r.train_records() == 0) continue;
+      const double last = r.last_step();
       if (std::isnan(first)) first = last;
       differ = differ || last != first;
       unfinished = unfinished || !r.train_finished;
@@ -968,8 +946,8 @@ json render_json(const ReportModel& m) {
     jr["missing"] = r.missing;
     jr["problems"] = r.problems;
     jr["problem_count"] = r.problem_count;
-    jr["train_records"] = r.train.size();
-    jr["val_records"] = r.val.size();
+    jr["train_records"] = r.train_records();
+    jr["val_records"] = r.val_records();
     jr["eval_records"] = r.eval.size();
     jr["train_finished"] = r.train_finished;
     jr["restarts_at_step"] = r.restarts;

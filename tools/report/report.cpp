@@ -92,7 +92,15 @@ ReportModel build_report(const ReportInputs& in) {
   }
   for (const auto& r : in.runs)
     if (seen.insert(canonical(r)).second) dirs.push_back(r);
-  m.runs = read_runs(dirs, in.threads);
+  // Each run's metrics are computed as soon as it is read, in its reader thread, and a run the charts do not draw
+  // then drops its per-step columns: the report holds the drawn runs' columns and at most `threads` others (every
+  // run's were held: 60 runs of 600,000 steps took 6.4 GB).
+  const std::vector<size_t> drawn = drawn_runs(dirs.size(), m.baseline, in.chart_settings.chart_runs);
+  m.metrics.resize(dirs.size());
+  m.runs = read_runs(dirs, in.threads, [&](size_t i, RunData& run) {
+    m.metrics[i] = compute_metrics(run, in.metric_settings);
+    if (!std::binary_search(drawn.begin(), drawn.end(), i)) drop_series(run, in.metric_settings);
+  });
   auto t_read = std::chrono::steady_clock::now();
   CAIRN_LOG_DEBUG("report: read %zu run(s) in %.3f s", dirs.size(), std::chrono::duration<double>(t_read - t0).count());
   if (m.baseline == 0) m.runs[0].is_baseline = true;
@@ -116,9 +124,6 @@ ReportModel build_report(const ReportInputs& in) {
       std::string parent = p.parent_path().filename().string();
       m.runs[i].name = (parent.empty() ? "" : parent + "/") + m.runs[i].name + " #" + std::to_string(i + 1);
     }
-
-  m.metrics.resize(m.runs.size());
-  for (size_t i = 0; i < m.runs.size(); ++i) m.metrics[i] = compute_metrics(m.runs[i], in.metric_settings);
 
   // Table rows: fixed metrics present in any run (catalog order), then eval and sweep names sorted.
   std::set<std::string> present;

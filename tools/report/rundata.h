@@ -1,7 +1,10 @@
 // Tolerant readers of one run directory's outputs (train, eval, sweep, plan, data) for cairn-report.
 #pragma once
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +44,32 @@ struct EvalRecord {
   double n = kNaN;  // examples (windows, items) the value averages; NaN in rows that do not say
 };
 
+// A pipelined run's stage (the train lines' per-stage splits), medians after the warm-up: its compute (its busiest
+// rank's forward + backward net of the collectives inside) and pipeline wait, and the share of steps on which it was
+// the critical stage (the most compute).
+struct StageRow {
+  size_t stage = 0;
+  double busy = kNaN, wait = kNaN, critical_pct = kNaN;
+};
+
+// How a per-step series ends, for the account of a last value that is not finite (missing_reason).
+struct SeriesEnd {
+  size_t records = 0;
+  double last_step = kNaN;                   // the last record's step
+  bool last_finite = false;                  // whether the last record's value is finite
+  double finite = kNaN, finite_step = kNaN;  // the last finite value and its step (NaN: none)
+};
+
+// What the tables, gates and summary.json read of a run's per-step columns besides its metrics (computed before):
+// kept when a run the charts do not draw drops its columns (drop_series), which take ~160 bytes per logged step.
+struct SeriesDigest {
+  size_t train_records = 0, val_records = 0;
+  double last_step = kNaN;  // the last train record's step
+  double mfu_max = kNaN;    // the largest finite mfu: the MFU chart reads fractions unless some run logged > 1.5
+  SeriesEnd loss, val_loss;
+  std::vector<StageRow> stages;  // stage_rows at the report's warm-up
+};
+
 // Everything cairn-report knows about one run directory. Pieces that are absent are listed in
 // `missing` (the report renders the rest); unreadable records go to `problems` as "file:line: why".
 struct RunData {
@@ -54,6 +83,8 @@ struct RunData {
 
   TrainSeries train;
   ValSeries val;
+  // Set once train and val were emptied (drop_series, for a run the charts do not draw): what is left of them.
+  std::optional<SeriesDigest> dropped;
   double mfu_peak_tflops = std::nan("");  // the peak the train lines' mfu divides by (the last start's), or NaN
   bool train_finished = false;
   std::vector<double> restarts;  // steps at which a requeued run restarted (earlier lines superseded)
@@ -75,16 +106,26 @@ struct RunData {
 
   bool has(const std::string& stage) const;
   void problem(const std::string& text);
+  // Records read and the last train step (NaN: none), from the columns or, once they are dropped, the digest.
+  size_t train_records() const { return dropped ? dropped->train_records : train.size(); }
+  size_t val_records() const { return dropped ? dropped->val_records : val.size(); }
+  double last_step() const { return dropped ? dropped->last_step : train.step.empty() ? kNaN : train.step.back(); }
 };
 
 // Reads whatever `dir` holds. Throws UsageError if `dir` is not a directory, or if sweep/sweep.json or
 // plan/plans.json is malformed (invalid JSON, a wrong type or non-finite number in a key the report
 // reads: the message names the file and key). Everything else (missing files, corrupt JSONL lines,
-// other unreadable files) is recorded in the RunData and never throws.
-RunData read_run(const std::string& dir);
+// other unreadable files) is recorded in the RunData and never throws. `bytes_read`, when given, is told the bytes
+// of train/metrics.jsonl and eval/results.jsonl as they are parsed (read_runs' progress).
+RunData read_run(const std::string& dir, const std::function<void(uint64_t)>& bytes_read = {});
 
-// Reads several runs in parallel (threads), in order.
-std::vector<RunData> read_runs(const std::vector<std::string>& dirs, int threads = 0);
+// Reads several runs in parallel (threads), in order. after_read(i, run) is called in the reader thread once run i
+// is read: cairn-report computes the run's metrics there and drops the columns of a run it does not draw, so that
+// beside the drawn runs at most `threads` runs' columns are in memory (60 runs of 600,000 steps took 6.4 GB).
+// Reading at least kProgressBytes of JSONL prints progress on stderr (cairn::Progress).
+std::vector<RunData> read_runs(const std::vector<std::string>& dirs, int threads = 0,
+                               const std::function<void(size_t, RunData&)>& after_read = {});
+inline constexpr uint64_t kProgressBytes = uint64_t{256} << 20;
 
 // Parses metrics.jsonl text (exposed for tests and benchmarks); `path` names it in problems.
 void parse_metrics_jsonl(const std::string& text, const std::string& path, RunData& run);
