@@ -1106,6 +1106,7 @@ struct EdgeTimes {
   double embed_f = 0, embed_b = 0;
   double head_f_gemm = 0, head_b_gemm = 0;
   double ce_bytes = 0;  // memory traffic of the cross-entropy, forward and backward together
+  double loss_tp = 0;   // the vocab-parallel loss's TP all-reduces (max and sum)
   double head_f = 0, head_b = 0;
   double p2p_stage = 0;  // per stage: each of its chunks receives and sends once each way
   // Interleaved schedule with its transfers overlapped: the time the chain of transfers adds to the fill and drain,
@@ -1128,8 +1129,8 @@ EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a,
   const CrossEntropyCost ce = cross_entropy_cost(a.cross_entropy, e);
   const double logits = T * V / t;
   E.ce_bytes = logits * (ce.bytes_f + ce.bytes_b);
-  E.head_f = E.head_f_gemm + logits * ce.bytes_f / hbm + ce.kernels_f * k0 +
-             (p.tp > 1 ? 2 * collective_time(c, Collective::AllReduce, T * 4, p.tp, g.tp_per_node) : 0);
+  E.loss_tp = p.tp > 1 ? 2 * collective_time(c, Collective::AllReduce, T * 4, p.tp, g.tp_per_node) : 0;
+  E.head_f = E.head_f_gemm + logits * ce.bytes_f / hbm + ce.kernels_f * k0 + E.loss_tp;
   E.head_b = E.head_b_gemm + logits * ce.bytes_b / hbm + ce.kernels_b * k0;
   // Pipeline p2p: Megatron sends T x h / tp per boundary (scatter-gather or SP shards) each way.
   double p2p = 0;
@@ -1202,7 +1203,8 @@ void fill_time_breakdown(Breakdown& B, const Plan& p, const LayerTimes& L, const
   B.memory_bound = mb_count * (lay_crit * (L.f_mem + L.b_mem + L.r_mem) + (crit_first ? E.embed_f + E.embed_b : 0)) +
                    B.cross_entropy;
   B.recompute = mb_count * lay_crit * L.recompute();
-  B.tp_comm = mb_count * lay_crit * (L.f_tp + L.b_tp + L.r_tp);
+  // The vocab-parallel loss's all-reduces are TP communication too (the terms fell short of the step without them).
+  B.tp_comm = mb_count * (lay_crit * (L.f_tp + L.b_tp + L.r_tp) + (crit_last ? E.loss_tp : 0.0));
   B.cp_comm = mb_count * lay_crit * (L.f_cp + L.b_cp + L.r_cp);
   B.overlap_slowdown = mb_count * lay_crit * (L.f_slow + L.b_slow + L.r_slow);
   B.pp_p2p = mb_count * E.p2p_stage;
