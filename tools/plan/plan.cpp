@@ -329,7 +329,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   }
 
   Constraints k = constraints_from_section(plan);
-  k.stage_layers = stage_layers_of(read_section<ParallelSection>(cfg));
+  k.stage_layers = costmodel::stage_layers_of(read_section<ParallelSection>(cfg));
   // cairn-train runs [train] micro_batch when it is set, whatever best.toml's [parallel] mb says: a plan with
   // another micro-batch would be one the trainer does not run (or refuses), so that size is the only one searched.
   const int64_t train_micro = read_section<TrainSection>(cfg).micro_batch;

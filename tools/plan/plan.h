@@ -26,8 +26,6 @@ struct Constraints {
 // The [plan] search constraints (UsageError for a degree out of range).
 Constraints constraints_from_section(const PlanSection& s);
 Constraints constraints_from_config(const Config& cfg);  // with [parallel] stage_layers
-// [parallel] stage_layers as the cost model's Plan holds them.
-std::vector<int> stage_layers_of(const ParallelSection& s);
 
 struct SearchResult {
   std::vector<costmodel::Evaluation> all;  // every evaluated plan: feasible ones first, fastest first

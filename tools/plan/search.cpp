@@ -139,15 +139,9 @@ Constraints constraints_from_section(const PlanSection& s) {
   return k;
 }
 
-std::vector<int> stage_layers_of(const ParallelSection& s) {
-  std::vector<int> out;
-  for (int64_t n : s.stage_layers) out.push_back(int(n));
-  return out;
-}
-
 Constraints constraints_from_config(const Config& cfg) {
   Constraints k = constraints_from_section(read_section<PlanSection>(cfg));
-  k.stage_layers = stage_layers_of(read_section<ParallelSection>(cfg));
+  k.stage_layers = costmodel::stage_layers_of(read_section<ParallelSection>(cfg));
   return k;
 }
 

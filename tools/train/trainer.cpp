@@ -3,7 +3,6 @@
 #include "trainer.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -250,15 +249,14 @@ void Trainer::check_dataset() const {
     std::unique_ptr<Progress> progress;
     if (rank == 0)
       progress = std::make_unique<Progress>("data: shards checked on rank 0", (shards + world - 1) / world, "shards");
-    std::atomic<uint64_t> done{0};
+    uint64_t done = 0;
     std::mutex progress_mutex;
-    shards::for_each_index_parallel(static_cast<size_t>(rank), shards, static_cast<size_t>(world),
-                                    s_.threads > 0 ? s_.threads : mpi::cores_per_local_rank(), [&](size_t i) {
-                                      ds_->verify_shard(i);
-                                      const uint64_t n = ++done;
-                                      std::lock_guard<std::mutex> lk(progress_mutex);
-                                      if (progress) progress->update(n);
-                                    });
+    ds_->verify_shards(s_.threads > 0 ? s_.threads : mpi::cores_per_local_rank(), static_cast<size_t>(rank),
+                       static_cast<size_t>(world), [&] {
+                         std::lock_guard<std::mutex> lk(progress_mutex);
+                         ++done;
+                         if (progress) progress->update(done);
+                       });
     if (progress) progress->finish();
   } catch (const Error& e) {
     ok = false;

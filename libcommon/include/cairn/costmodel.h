@@ -368,6 +368,8 @@ std::vector<int> stage_split(int64_t layers, int pp, int v, double embed_layers,
 
 // The [parallel] section as a Plan for `world` devices (dp 0 -> world/(tp*pp*cp), mb 0 -> 1).
 Plan plan_from_section(const ParallelSection& s, int world);
+// [parallel] stage_layers as a Plan holds them (the search prices them for the plans whose pp*v they fit).
+std::vector<int> stage_layers_of(const ParallelSection& s);
 // plan_from_section of the config's [parallel].
 Plan plan_from_parallel(const Config& cfg, int world);
 // The [plan] precision/memory assumption keys.

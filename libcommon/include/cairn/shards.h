@@ -100,8 +100,9 @@ class Dataset {
   // reading them, TokenScanner): the same checks and messages (GateFailure).
   void check_scan(size_t i, const Shard& sh, const TokenScan& r) const;
   // verify_shard for shards i = first, first+stride, ... on `threads` threads (MPI ranks pass
-  // first = rank, stride = size and agree on the outcome); rethrows the first failure.
-  void verify_shards(int threads, size_t first = 0, size_t stride = 1) const;
+  // first = rank, stride = size and agree on the outcome); rethrows the first failure. `checked`, when given, is
+  // called after each shard that passed, from the thread that checked it (progress).
+  void verify_shards(int threads, size_t first = 0, size_t stride = 1, const std::function<void()>& checked = {}) const;
 
  private:
   std::string dir_;

@@ -410,6 +410,12 @@ double activation_bytes_per_layer(const ModelSpec& m, const Assumptions& a, int6
   return replicated / (sp ? t : 1.0) + (split + scores) / t + kept_whole;
 }
 
+std::vector<int> stage_layers_of(const ParallelSection& s) {
+  std::vector<int> out;
+  for (int64_t n : s.stage_layers) out.push_back(int(n));
+  return out;
+}
+
 Plan plan_from_section(const ParallelSection& s, int world) {
   Plan p;
   p.tp = s.tp;
@@ -423,7 +429,7 @@ Plan plan_from_section(const ParallelSection& s, int world) {
   p.cp = s.cp;
   p.cp_allgather = s.cp_comm == "allgather";
   p.tp_overlap = s.tp_overlap == "on";
-  for (int64_t n : s.stage_layers) p.stage_layers.push_back(int(n));
+  p.stage_layers = stage_layers_of(s);
   p.dp = s.dp;
   if (p.dp <= 0) p.dp = std::max(1, world / std::max(1, p.tp * p.pp * p.cp));
   return p;

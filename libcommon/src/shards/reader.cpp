@@ -535,8 +535,11 @@ void for_each_index_parallel(size_t first, size_t end, size_t stride, int thread
   if (err) std::rethrow_exception(err);
 }
 
-void Dataset::verify_shards(int threads, size_t first, size_t stride) const {
-  for_each_index_parallel(first, num_shards(), stride, threads, [&](size_t i) { verify_shard(i); });
+void Dataset::verify_shards(int threads, size_t first, size_t stride, const std::function<void()>& checked) const {
+  for_each_index_parallel(first, num_shards(), stride, threads, [&](size_t i) {
+    verify_shard(i);
+    if (checked) checked();
+  });
 }
 
 bool existing_shard_matches(const std::string& path, const std::string& plan_hash, ShardInfo& info) {
