@@ -734,13 +734,15 @@ SeriesEnd series_end(const std::vector<double>& step, const std::vector<double>&
   return e;
 }
 
+double mfu_max(const RunData& run) { return run.dropped ? run.dropped->mfu_max : max_finite(run.train.mfu); }
+
 void drop_series(RunData& run, const MetricSettings& st) {
   if (run.dropped) return;
   SeriesDigest d;
   d.train_records = run.train.size();
   d.val_records = run.val.size();
   d.last_step = run.last_step();
-  d.mfu_max = max_finite(run.train.mfu);
+  d.mfu_max = mfu_max(run);
   d.loss = series_end(run.train.step, run.train.loss);
   d.val_loss = series_end(run.val.step, run.val.val_loss);
   d.stages = stage_rows(run, st);

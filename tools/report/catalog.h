@@ -64,6 +64,8 @@ SeriesEnd series_end(const std::vector<double>& step, const std::vector<double>&
 // Empties the run's train and val columns, keeping in run.dropped what the tables, gates and summary.json read of
 // them besides the metrics (stage_rows at `settings`' warm-up): for a run the charts do not draw.
 void drop_series(RunData& run, const MetricSettings& settings);
+// The largest finite mfu a run logged (NaN: none), from its columns or, once dropped, its digest.
+double mfu_max(const RunData& run);
 // Why `metric` is not available in `run` (e.g. "no train/metrics.jsonl").
 std::string missing_reason(const RunData& run, const MetricDef& metric);
 

@@ -22,15 +22,6 @@ bool any_finite(const std::vector<double>& v) {
   return std::any_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
 }
 
-// The largest finite mfu a run logged (NaN: none), from its digest once its columns are dropped.
-double mfu_max(const RunData& r) {
-  if (r.dropped) return r.dropped->mfu_max;
-  double m = kNaN;
-  for (double v : r.train.mfu)
-    if (std::isfinite(v) && (std::isnan(m) || v > m)) m = v;
-  return m;
-}
-
 // Equal element by element, NaN equal to NaN (an open-ended histogram bucket has no upper bound).
 bool same_values(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size()) return false;
