@@ -411,6 +411,43 @@ BOOST_AUTO_TEST_CASE(search_finds_valid_plans) {
   BOOST_TEST(r.all.front().feasible());
   for (size_t i = 1; i < r.feasible; ++i) BOOST_TEST(r.all[i - 1].step_time_s <= r.all[i].step_time_s);
   for (const auto& e : r.all) BOOST_TEST(int64_t(e.plan.dp) * e.plan.tp * e.plan.pp == 16);
+  // The shown plans are the ranking's first, priced again whole; every row holds its plan's evaluation.
+  BOOST_TEST(r.top.size() == std::min<size_t>(10, r.all.size()));
+  for (size_t i = 0; i < r.top.size(); ++i) {
+    BOOST_TEST(plan_string(r.top[i].plan) == plan_string(r.all[i].plan));
+    BOOST_TEST(r.top[i].step_time_s == r.all[i].step_time_s);
+    BOOST_TEST(!r.top[i].b.tp_tier.empty());
+  }
+  for (size_t i : {size_t(0), r.feasible - 1, r.feasible, r.all.size() - 1}) {
+    if (i >= r.all.size()) continue;  // every plan feasible
+    const plan::PlanRow& row = r.all[i];
+    const Evaluation e = evaluate(m, c, row.plan, 64, assumptions_from_config(cfg), false);
+    BOOST_TEST((e.reject == row.reject));
+    BOOST_TEST(e.memory_gib == row.memory_gib);
+    BOOST_TEST(e.b.mem_activations / kGiB == row.mem_activations);
+    BOOST_TEST(e.b.bubble == row.time_bubble);
+    BOOST_TEST(e.b.dp_exposed == row.time_dp_exposed);
+    BOOST_TEST(e.b.microbatches == row.microbatches);
+  }
+  // Rejected rows keep their verdict and memory, smallest memory first after the feasible plans: GPT-3 175B mostly
+  // does not fit on 16 GPUs.
+  const Config big =
+      load({"configs/models/gpt3-175b.toml", "configs/clusters/dgx-a100-80gb.toml"}, {"cluster.nodes=2", "plan.tp=8"});
+  const ModelSpec m175 = model_from_config(big);
+  const auto rejected = plan::search(m175, c, 64, assumptions_from_config(big), plan::constraints_from_config(big));
+  BOOST_REQUIRE(rejected.feasible < rejected.all.size());
+  size_t over_memory = 0;
+  for (size_t i = rejected.feasible; i < rejected.all.size(); ++i) {
+    const plan::PlanRow& row = rejected.all[i];
+    const Evaluation e = evaluate(m175, c, row.plan, 64, assumptions_from_config(big), false);
+    BOOST_TEST((e.reject == row.reject));
+    BOOST_TEST(e.memory_gib == row.memory_gib);
+    if (row.reject == Reject::kMemory) {
+      ++over_memory;
+      if (i > rejected.feasible) BOOST_TEST(rejected.all[i - 1].memory_gib <= row.memory_gib);
+    }
+  }
+  BOOST_TEST(over_memory > 0u);
   // Constraints restrict the search: tp fixed to 2, recompute only full.
   const Config k = load({"configs/models/gpt2-350m.toml", "configs/clusters/dgx-a100-80gb.toml"},
                         {"cluster.nodes=2", "plan.tp=2", "plan.recompute=[\"full\"]"});
@@ -441,6 +478,7 @@ BOOST_AUTO_TEST_CASE(search_tries_both_cp_exchanges) {
   BOOST_TEST(ring > 0);
   BOOST_TEST(gathered == ring);
   BOOST_TEST(cp1_gathered == 0u);
+
   cfg = load({}, {"plan.cp=2", "plan.tp=2", "plan.pp=1", "plan.flash_attention=true", "plan.cp_comm=\"allgather\""});
   const auto fixed = plan::search(m, c, 8, assumptions_from_config(cfg), plan::constraints_from_config(cfg));
   BOOST_REQUIRE(!fixed.all.empty());
@@ -482,7 +520,7 @@ BOOST_AUTO_TEST_CASE(search_prices_the_configured_stage_split) {
   const auto r = plan::search(m, c, 64, assumptions_from_config(cfg), plan::constraints_from_config(cfg));
   BOOST_REQUIRE(r.feasible > 0);
   Plan p = r.all.front().plan;
-  BOOST_TEST((r.all.front().b.stage_layers == std::vector<int>{2, 10}));
+  BOOST_TEST((r.top.front().b.stage_layers == std::vector<int>{2, 10}));
   p.stage_layers = {6, 6};
   const Evaluation balanced = evaluate(m, c, p, 64, assumptions_from_config(cfg));
   BOOST_TEST(r.all.front().step_time_s > 1.2 * balanced.step_time_s);

@@ -103,53 +103,52 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
       for (size_t i = 0; i < n; ++i) v[i] = int32_t(get(r.all[i]));
       g.write<int32_t>(name, v);
     };
-    auto col_d = [&](const char* name, auto get) {
+    auto col_d = [&](const char* name, double PlanRow::*field) {
       std::vector<double> v(n);
-      for (size_t i = 0; i < n; ++i) v[i] = double(get(r.all[i]));
+      for (size_t i = 0; i < n; ++i) v[i] = r.all[i].*field;
       g.write<double>(name, v);
     };
-    constexpr double G = 1024.0 * 1024.0 * 1024.0;
-    col_i("dp", [](const Evaluation& e) { return e.plan.dp; });
-    col_i("tp", [](const Evaluation& e) { return e.plan.tp; });
-    col_i("pp", [](const Evaluation& e) { return e.plan.pp; });
-    col_i("v", [](const Evaluation& e) { return e.plan.v; });
-    col_i("mb", [](const Evaluation& e) { return e.plan.mb; });
-    col_i("zero", [](const Evaluation& e) { return e.plan.zero; });
-    col_i("recompute", [](const Evaluation& e) { return int(e.plan.recompute); });
-    col_i("sp", [](const Evaluation& e) { return int(e.plan.sp); });
-    col_i("cp", [](const Evaluation& e) { return e.plan.cp; });
-    col_i("tp_overlap", [](const Evaluation& e) { return int(e.plan.tp_overlap); });
-    col_i("cp_allgather", [](const Evaluation& e) { return int(e.plan.cp_allgather); });
-    col_i("feasible", [](const Evaluation& e) { return int(e.feasible()); });
-    col_i("reject", [](const Evaluation& e) { return int(e.reject); });
-    col_i("microbatches", [](const Evaluation& e) { return e.b.microbatches; });
-    col_d("step_time_s", [](const Evaluation& e) { return e.step_time_s; });
-    col_d("tokens_per_s", [](const Evaluation& e) { return e.tokens_per_s; });
-    col_d("tflops_per_gpu", [](const Evaluation& e) { return e.tflops_per_gpu; });
-    col_d("hw_tflops_per_gpu", [](const Evaluation& e) { return e.hw_tflops_per_gpu; });
-    col_d("mfu", [](const Evaluation& e) { return e.mfu; });
-    col_d("hfu", [](const Evaluation& e) { return e.hfu; });
-    col_d("memory_gib", [](const Evaluation& e) { return e.memory_gib; });
-    col_d("time_gemm", [](const Evaluation& e) { return e.b.gemm; });
-    col_d("time_attention", [](const Evaluation& e) { return e.b.attention; });
-    col_d("time_memory_bound", [](const Evaluation& e) { return e.b.memory_bound; });
-    col_d("time_recompute", [](const Evaluation& e) { return e.b.recompute; });
-    col_d("time_tp_comm", [](const Evaluation& e) { return e.b.tp_comm; });
-    col_d("time_cp_comm", [](const Evaluation& e) { return e.b.cp_comm; });
-    col_d("time_overlap_slowdown", [](const Evaluation& e) { return e.b.overlap_slowdown; });
-    col_d("time_pp_p2p", [](const Evaluation& e) { return e.b.pp_p2p; });
-    col_d("time_bubble", [](const Evaluation& e) { return e.b.bubble; });
-    col_d("time_dp_comm", [](const Evaluation& e) { return e.b.dp_comm; });
-    col_d("time_dp_exposed", [](const Evaluation& e) { return e.b.dp_exposed; });
-    col_d("time_optimizer", [](const Evaluation& e) { return e.b.optimizer; });
-    col_d("time_cross_entropy", [](const Evaluation& e) { return e.b.cross_entropy; });
-    col_d("time_fp8_cast", [](const Evaluation& e) { return e.b.fp8_cast; });
-    col_d("mem_weights", [&](const Evaluation& e) { return e.b.mem_weights / G; });
-    col_d("mem_grads", [&](const Evaluation& e) { return e.b.mem_grads / G; });
-    col_d("mem_optimizer", [&](const Evaluation& e) { return e.b.mem_optimizer / G; });
-    col_d("mem_activations", [&](const Evaluation& e) { return e.b.mem_activations / G; });
-    col_d("mem_logits", [&](const Evaluation& e) { return e.b.mem_logits / G; });
-    col_d("mem_buffers", [&](const Evaluation& e) { return e.b.mem_buffers / G; });
+    col_i("dp", [](const PlanRow& e) { return e.plan.dp; });
+    col_i("tp", [](const PlanRow& e) { return e.plan.tp; });
+    col_i("pp", [](const PlanRow& e) { return e.plan.pp; });
+    col_i("v", [](const PlanRow& e) { return e.plan.v; });
+    col_i("mb", [](const PlanRow& e) { return e.plan.mb; });
+    col_i("zero", [](const PlanRow& e) { return e.plan.zero; });
+    col_i("recompute", [](const PlanRow& e) { return int(e.plan.recompute); });
+    col_i("sp", [](const PlanRow& e) { return int(e.plan.sp); });
+    col_i("cp", [](const PlanRow& e) { return e.plan.cp; });
+    col_i("tp_overlap", [](const PlanRow& e) { return int(e.plan.tp_overlap); });
+    col_i("cp_allgather", [](const PlanRow& e) { return int(e.plan.cp_allgather); });
+    col_i("feasible", [](const PlanRow& e) { return int(e.feasible()); });
+    col_i("reject", [](const PlanRow& e) { return int(e.reject); });
+    col_i("microbatches", [](const PlanRow& e) { return e.microbatches; });
+    col_d("step_time_s", &PlanRow::step_time_s);
+    col_d("tokens_per_s", &PlanRow::tokens_per_s);
+    col_d("tflops_per_gpu", &PlanRow::tflops_per_gpu);
+    col_d("hw_tflops_per_gpu", &PlanRow::hw_tflops_per_gpu);
+    col_d("mfu", &PlanRow::mfu);
+    col_d("hfu", &PlanRow::hfu);
+    col_d("memory_gib", &PlanRow::memory_gib);
+    col_d("time_gemm", &PlanRow::time_gemm);
+    col_d("time_attention", &PlanRow::time_attention);
+    col_d("time_memory_bound", &PlanRow::time_memory_bound);
+    col_d("time_recompute", &PlanRow::time_recompute);
+    col_d("time_tp_comm", &PlanRow::time_tp_comm);
+    col_d("time_cp_comm", &PlanRow::time_cp_comm);
+    col_d("time_overlap_slowdown", &PlanRow::time_overlap_slowdown);
+    col_d("time_pp_p2p", &PlanRow::time_pp_p2p);
+    col_d("time_bubble", &PlanRow::time_bubble);
+    col_d("time_dp_comm", &PlanRow::time_dp_comm);
+    col_d("time_dp_exposed", &PlanRow::time_dp_exposed);
+    col_d("time_optimizer", &PlanRow::time_optimizer);
+    col_d("time_cross_entropy", &PlanRow::time_cross_entropy);
+    col_d("time_fp8_cast", &PlanRow::time_fp8_cast);
+    col_d("mem_weights", &PlanRow::mem_weights);
+    col_d("mem_grads", &PlanRow::mem_grads);
+    col_d("mem_optimizer", &PlanRow::mem_optimizer);
+    col_d("mem_activations", &PlanRow::mem_activations);
+    col_d("mem_logits", &PlanRow::mem_logits);
+    col_d("mem_buffers", &PlanRow::mem_buffers);
     f.close();
   }
   af.commit();
@@ -356,7 +355,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   }
   if (r.feasible == 0) {
     // Explain the closest candidate: the smallest-memory plan (rejected plans are sorted by it).
-    Evaluation best = evaluate(m, c, r.all.front().plan, global_batch, a, true);
+    Evaluation best = evaluate(m, c, r.top.front().plan, global_batch, a, true);
     if (best.reject != Reject::kMemory) {
       throw UsageError(strprintf("none of the %zu candidate plans is valid (%s); e.g. %s: %s", r.all.size(),
                                  reject_summary(r).c_str(), plan_string(best.plan).c_str(), best.reason.c_str()));
@@ -366,17 +365,18 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   }
   // A ZeRO-3 winner is priced as the stack runs it: say which, since DeepSpeed's stage 3 is several times
   // slower than FSDP across nodes (Narayanan et al. 2021 Table 2; docs/cost-model.md section 3).
-  if (r.all.front().plan.zero >= 3 && c.nodes > 1)
+  const Evaluation& winner = r.top.front();
+  if (winner.plan.zero >= 3 && c.nodes > 1)
     CAIRN_LOG_INFO("the best plan is ZeRO-3, priced as %s (plan.zero3_impl = %s; the others are fsdp, megatron, "
                    "deepspeed)",
                    costmodel::zero3_impl_stack(a.zero3), costmodel::zero3_impl_name(a.zero3));
-  warn_if_attention_bound(c, a, r.all.front());
+  warn_if_attention_bound(c, a, winner);
   // Priced consistently, but a layout few would run: every layer's collectives on the inter-node fabric.
-  if (r.all.front().plan.tp > c.gpus_per_node)
+  if (winner.plan.tp > c.gpus_per_node)
     CAIRN_LOG_WARN("the best plan, %s, has tensor parallelism across nodes (tp = %d, %d devices per node): its "
                    "every-layer collectives cross the inter-node fabric, which the model prices but few runs use; "
                    "set [plan] max_tp = %d to keep TP inside a node",
-                   plan_string(r.all.front().plan).c_str(), r.all.front().plan.tp, c.gpus_per_node, c.gpus_per_node);
+                   plan_string(winner.plan).c_str(), winner.plan.tp, c.gpus_per_node, c.gpus_per_node);
   const size_t top_k = size_t(plan.top_k);
   // With --json - the JSON document is stdout's only content; the table goes to stderr instead.
   FILE* table_out = opts.json_path == "-" ? stderr : stdout;
@@ -385,11 +385,11 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
                m.arch == Arch::Gpt ? "gpt" : "llama", short_param_count(params).c_str(), (long long)global_batch,
                (long long)m.seq_len, c.name.c_str(), c.nodes, c.gpus_per_node);
   std::fprintf(table_out, "# %zu plans evaluated (%zu feasible) in %.3f s\n", r.all.size(), r.feasible, r.elapsed_s);
-  if (!opts.quiet_table) std::fputs(table(r.all, top_k).c_str(), table_out);
+  if (!opts.quiet_table) std::fputs(table(r.top, top_k).c_str(), table_out);
   std::fflush(table_out);
 
   json plans = json::array();
-  for (size_t i = 0; i < std::min(top_k, r.feasible); ++i) plans.push_back(to_json(r.all[i]));
+  for (size_t i = 0; i < std::min({top_k, r.feasible, r.top.size()}); ++i) plans.push_back(to_json(r.top[i]));
   json doc = {{"provenance", provenance().to_json()}, {"model", model_json(m)},
               {"cluster", cluster_json(c)},           {"global_batch", global_batch},
               {"plans_evaluated", r.all.size()},      {"plans_feasible", r.feasible},
@@ -398,7 +398,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   atomic_write(join_path(out_dir, "plans.json"), text);
   if (!opts.json_path.empty()) write_json_output(opts.json_path, text);
   write_h5(join_path(out_dir, "plans.h5"), m, c, global_batch, r);
-  atomic_write(join_path(out_dir, "best.toml"), best_toml(cfg, r.all.front()));
+  atomic_write(join_path(out_dir, "best.toml"), best_toml(cfg, winner));
   CAIRN_LOG_INFO("wrote %s/{plans.json,plans.h5,best.toml}", out_dir.c_str());
   return 0;
 }

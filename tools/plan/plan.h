@@ -18,8 +18,8 @@ struct Constraints {
   std::vector<int> tp_overlap;  // 0 off, 1 on
   std::vector<int> cp_comm;     // 0 p2p, 1 allgather
   int64_t max_mb = 16, max_tp = 0, max_v = 0, cp_min_seq = 16384;
-  // How many of the ranked plans keep their per-stage detail (Breakdown::stage_layers and stage_busy: pp*v and pp
-  // entries); the others drop it, which a deep model's search could not hold in memory ([plan] top_k).
+  // How many of the ranked plans are kept as whole evaluations, with their per-stage detail (Breakdown::stage_layers
+  // and stage_busy: pp*v and pp entries) and tier names ([plan] top_k; at least one, the best).
   size_t detailed = 10;
   std::vector<int> stage_layers;  // [parallel] stage_layers, applied to plans whose pp*v matches
 };
@@ -27,15 +27,37 @@ struct Constraints {
 Constraints constraints_from_section(const PlanSection& s);
 Constraints constraints_from_config(const Config& cfg);  // with [parallel] stage_layers
 
+// One evaluated plan as the ranking and plans.h5 keep it: the layout, its verdict and the figures plans.h5 writes
+// (its columns' names), without an Evaluation's per-stage vectors, tier names and reason text. A search holds every
+// plan it priced: GPT-1T on 3072 GPUs at 32k tokens is a million, 1.2 GB as Evaluations.
+struct PlanRow {
+  costmodel::Plan plan;  // stage_layers only where [parallel] stage_layers applies to the plan
+  costmodel::Reject reject = costmodel::Reject::kOk;
+  int microbatches = 0;
+  double step_time_s = 0, tokens_per_s = 0, tflops_per_gpu = 0, hw_tflops_per_gpu = 0, mfu = 0, hfu = 0;
+  double memory_gib = 0;
+  // Seconds per step (Breakdown's terms)
+  double time_gemm = 0, time_attention = 0, time_memory_bound = 0, time_recompute = 0, time_tp_comm = 0;
+  double time_cp_comm = 0, time_overlap_slowdown = 0, time_pp_p2p = 0, time_bubble = 0, time_dp_comm = 0;
+  double time_dp_exposed = 0, time_optimizer = 0, time_cross_entropy = 0, time_fp8_cast = 0;
+  // GiB per device on the pipeline rank that needs the most
+  double mem_weights = 0, mem_grads = 0, mem_optimizer = 0, mem_activations = 0, mem_logits = 0, mem_buffers = 0;
+  bool feasible() const { return reject == costmodel::Reject::kOk; }
+};
+PlanRow plan_row(const costmodel::Evaluation& e);
+
 struct SearchResult {
-  std::vector<costmodel::Evaluation> all;  // every evaluated plan: feasible ones first, fastest first
+  std::vector<PlanRow> all;  // every evaluated plan: feasible ones first, fastest first; then the rejected ones
+  // The first max(1, k.detailed) plans of `all`, priced again in full (per-stage detail, tiers): the table,
+  // plans.json and best.toml.
+  std::vector<costmodel::Evaluation> top;
   size_t feasible = 0;
   double elapsed_s = 0;
 };
 
 // Enumerates every divisor-valid (tp, pp, v, mb, zero, recompute, sp) for the cluster's devices
 // and evaluates each. Rejected plans keep their reason code (no text, for speed); only the first k.detailed plans of
-// the ranking keep their per-stage detail. A search that runs long reports its progress on stderr.
+// the ranking are kept whole (SearchResult::top). A search that runs long reports its progress on stderr.
 SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, int64_t global_batch,
                     const costmodel::Assumptions& a, const Constraints& k);
 

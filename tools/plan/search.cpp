@@ -35,20 +35,12 @@ bool allowed(const std::vector<int64_t>& list, int64_t x) {
   return list.empty() || std::find(list.begin(), list.end(), x) != list.end();
 }
 
-// The per-stage vectors of an evaluation (pp*v layers per virtual stage, pp busy times): the ranking needs none of
-// them, and a deep model's search holds a million plans (a 3000-layer model took 7 GB). search() evaluates the plans
-// it shows again.
-void drop_stage_detail(Evaluation& e) {
-  std::vector<int>().swap(e.b.stage_layers);
-  std::vector<double>().swap(e.b.stage_busy);
-}
-
 // Every (v, mb, zero, recompute, sp, tp_overlap, cp_comm) of one (dp, tp, pp, cp) layout. Interleaving is limited
 // only by the layers (one per virtual stage at least); uneven splits are balanced by the cost model.
 void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, int64_t global_batch,
                    const costmodel::Assumptions& a, const Constraints& k, int64_t dp, int64_t tp, int64_t pp,
                    int64_t cp, const std::vector<Recompute>& recomputes, const std::vector<int64_t>& zeros,
-                   std::vector<Evaluation>& out) {
+                   std::vector<PlanRow>& out) {
   const int64_t per_rank = global_batch / dp;
   std::vector<int64_t> vs;
   if (!k.v.empty()) vs = k.v;
@@ -92,8 +84,7 @@ void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, i
                 // The split the trainer will run: [parallel] stage_layers, where its length is this plan's pp*v
                 // (the search priced it balanced, and --explain and the trainer used it: 37 % apart for [2, 10]).
                 if (int64_t(k.stage_layers.size()) == pp * v) p.stage_layers = k.stage_layers;
-                out.push_back(costmodel::evaluate(m, c, p, global_batch, a, false));
-                drop_stage_detail(out.back());
+                out.push_back(plan_row(costmodel::evaluate(m, c, p, global_batch, a, false)));
               }
           }
       }
@@ -102,6 +93,42 @@ void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, i
 }
 
 }  // namespace
+
+PlanRow plan_row(const Evaluation& e) {
+  constexpr double G = costmodel::kGiB;
+  PlanRow r;
+  r.plan = e.plan;
+  r.reject = e.reject;
+  r.microbatches = e.b.microbatches;
+  r.step_time_s = e.step_time_s;
+  r.tokens_per_s = e.tokens_per_s;
+  r.tflops_per_gpu = e.tflops_per_gpu;
+  r.hw_tflops_per_gpu = e.hw_tflops_per_gpu;
+  r.mfu = e.mfu;
+  r.hfu = e.hfu;
+  r.memory_gib = e.memory_gib;
+  r.time_gemm = e.b.gemm;
+  r.time_attention = e.b.attention;
+  r.time_memory_bound = e.b.memory_bound;
+  r.time_recompute = e.b.recompute;
+  r.time_tp_comm = e.b.tp_comm;
+  r.time_cp_comm = e.b.cp_comm;
+  r.time_overlap_slowdown = e.b.overlap_slowdown;
+  r.time_pp_p2p = e.b.pp_p2p;
+  r.time_bubble = e.b.bubble;
+  r.time_dp_comm = e.b.dp_comm;
+  r.time_dp_exposed = e.b.dp_exposed;
+  r.time_optimizer = e.b.optimizer;
+  r.time_cross_entropy = e.b.cross_entropy;
+  r.time_fp8_cast = e.b.fp8_cast;
+  r.mem_weights = e.b.mem_weights / G;
+  r.mem_grads = e.b.mem_grads / G;
+  r.mem_optimizer = e.b.mem_optimizer / G;
+  r.mem_activations = e.b.mem_activations / G;
+  r.mem_logits = e.b.mem_logits / G;
+  r.mem_buffers = e.b.mem_buffers / G;
+  return r;
+}
 
 Constraints constraints_from_section(const PlanSection& s) {
   Constraints k;
@@ -185,7 +212,7 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
   }
   // The layouts are independent: evaluated on every core, then joined in enumeration order, so the ranking (a
   // stable sort) does not depend on the thread count.
-  std::vector<std::vector<Evaluation>> parts(layouts.size());
+  std::vector<std::vector<PlanRow>> parts(layouts.size());
   std::vector<std::exception_ptr> errors(layouts.size());
   const auto n_layouts = static_cast<std::ptrdiff_t>(layouts.size());
   // Progress every few seconds (most searches end well before the first): layouts done of all, plans so far.
@@ -213,34 +240,48 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
   // Feasible plans first, fastest first; rejected ones after, smallest memory first; ties in enumeration order.
-  // Sorted as small keys, then each evaluation moved once into its place (they are large: sorting them directly
-  // took as long as evaluating them).
+  // The layouts' rows joined (each part freed once copied), small keys sorted, then the rows put in that order in
+  // place: one copy of a million rows at a time, not two.
+  size_t total = 0;
+  for (const auto& part : parts) total += part.size();
+  r.all.reserve(total);
+  for (auto& part : parts) {
+    r.all.insert(r.all.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+    std::vector<PlanRow>().swap(part);
+  }
   struct Key {
     int group;  // 0 feasible, 1 over memory, 2 rejected otherwise
     double value;
-    size_t part, index;
+    size_t index;
   };
-  size_t total = 0;
-  for (const auto& part : parts) total += part.size();
   std::vector<Key> keys;
   keys.reserve(total);
-  for (size_t pi = 0; pi < parts.size(); ++pi)
-    for (size_t i = 0; i < parts[pi].size(); ++i) {
-      const Evaluation& e = parts[pi][i];
-      const int group = e.feasible() ? 0 : e.reject == costmodel::Reject::kMemory ? 1 : 2;
-      keys.push_back({group, group == 0 ? e.step_time_s : e.memory_gib, pi, i});
-    }
+  for (size_t i = 0; i < total; ++i) {
+    const PlanRow& e = r.all[i];
+    const int group = e.feasible() ? 0 : e.reject == costmodel::Reject::kMemory ? 1 : 2;
+    keys.push_back({group, group == 0 ? e.step_time_s : e.memory_gib, i});
+    r.feasible += group == 0;
+  }
   std::stable_sort(keys.begin(), keys.end(), [](const Key& x, const Key& y) {
     return x.group != y.group ? x.group < y.group : x.value < y.value;
   });
-  r.all.reserve(keys.size());
-  for (const Key& key : keys) {
-    r.all.push_back(std::move(parts[key.part][key.index]));
-    r.feasible += key.group == 0;
+  // Position i takes row keys[i].index: follow each cycle of the permutation once.
+  std::vector<bool> placed(total, false);
+  for (size_t start = 0; start < total; ++start) {
+    if (placed[start]) continue;
+    PlanRow held = std::move(r.all[start]);
+    size_t i = start;
+    while (keys[i].index != start) {
+      r.all[i] = std::move(r.all[keys[i].index]);
+      placed[i] = true;
+      i = keys[i].index;
+    }
+    r.all[i] = std::move(held);
+    placed[i] = true;
   }
-  // The plans the tool shows (table, plans.json, best.toml) get their per-stage detail back: the same evaluation.
-  for (size_t i = 0; i < std::min(k.detailed, r.all.size()); ++i)
-    r.all[i] = costmodel::evaluate(m, c, r.all[i].plan, global_batch, a, false);
+  // The plans the tool shows (table, plans.json, best.toml) priced again whole: the same evaluation, with its detail.
+  for (size_t i = 0; i < std::min(std::max<size_t>(k.detailed, 1), r.all.size()); ++i)
+    r.top.push_back(costmodel::evaluate(m, c, r.all[i].plan, global_batch, a, false));
   r.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
