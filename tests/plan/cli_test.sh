@@ -324,6 +324,13 @@ $BIN "${long[@]}" --out "$T/long" --set cluster.attention_measured=true > /dev/n
 ! grep -q "attention is" "$T/long2.err" || fail "warned with a measured attention rate: $(cat "$T/long2.err")"
 $BIN "${long[@]}" --out "$T/long" --set model.seq_len=4096 > /dev/null 2> "$T/short.err"
 ! grep -q "attention is" "$T/short.err" || fail "warned at 4k: $(cat "$T/short.err")"
+! grep -q "MFU of" "$T/short.err" || fail "MFU note at 4k: $(cat "$T/short.err")"
+# MFU counts full attention, a causal kernel about half: past 100 % at 2M tokens (A100, CP16), said with the HFU.
+$BIN --config configs/models/llama2-7b.toml --config $A100 --config configs/stacks/megatron-lm.toml \
+  --set model.seq_len=2097152 --set cluster.nodes=64 --set train.global_batch=8 --plan cp=16,tp=8 --top 1 \
+  --out "$T/long" > "$T/mfu.out" 2> "$T/mfu.err"
+grep -q "MFU of dp=.* is 10[0-9]\.[0-9] %: model FLOPs count full attention.*HFU, [0-9.]* %, counts what runs" \
+  "$T/mfu.err" || fail "no note for MFU over 100 %: $(cat "$T/mfu.out" "$T/mfu.err")"
 # [model] vocab = 0 (the dataset's): a pipeline plans before cairn-reshard, so the tokenizer [data] names gives it
 # (bytes: 257 ids, 320 padded), and a dataset that exists gives its own; an unreadable tokenizer is exit 2 saying what
 # to set. It was "vocab is 0" after the pipeline's sweep had run.

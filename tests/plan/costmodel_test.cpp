@@ -961,6 +961,12 @@ BOOST_AUTO_TEST_CASE(power_cap_lowers_the_sustained_clock) {
   // at 700 W (0.844); the cube-root law gives 0.830.
   c.power_limit_w = 400;
   BOOST_TEST(std::abs(c.clock_factor() - 835.0 / 989.0) < 0.02);
+  // A cap without the TDP it is relative to would price nothing: a config error, not silence.
+  BOOST_CHECK_THROW(cluster_from_config(load({}, {"cluster.power_limit_w=500"})), UsageError);
+  BOOST_CHECK_THROW(cluster_from_config(load({}, {"cluster.tdp_w=-700"})), UsageError);
+  BOOST_TEST(
+      cluster_from_config(load({"configs/clusters/dgx-h100.toml"}, {"cluster.power_limit_w=500"})).clock_factor() <
+      0.9);
 }
 
 BOOST_AUTO_TEST_CASE(causal_flash_attention_runs_the_diagonal_blocks_whole) {

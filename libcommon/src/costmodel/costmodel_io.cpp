@@ -167,6 +167,15 @@ Cluster cluster_from_section(const ClusterSection& s) {
   c.attention_row_keys = s.attention_row_keys;
   c.attention_measured = s.attention_measured;
   c.attention_tile = double(s.attention_tile);
+  if (!(s.tdp_w >= 0) || !(s.power_limit_w >= 0))
+    throw UsageError(strprintf("[cluster] tdp_w = %g, power_limit_w = %g: watts, 0 or more (0: no power model)",
+                               s.tdp_w, s.power_limit_w));
+  // A cap with nothing to compare it to would be ignored (clock_factor 1): said instead.
+  if (s.power_limit_w > 0 && s.tdp_w <= 0)
+    throw UsageError(strprintf("[cluster] power_limit_w = %g needs tdp_w, the board power the cluster's efficiencies "
+                               "hold at (datasheet TDP: A100 SXM 400, H100/H200 SXM 700); without it the cap prices "
+                               "nothing",
+                               s.power_limit_w));
   c.tdp_w = s.tdp_w;
   c.power_limit_w = s.power_limit_w;
   c.overlap_slowdown = s.overlap_slowdown;
