@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <mutex>
 
@@ -40,7 +41,7 @@ bool allowed(const std::vector<int64_t>& list, int64_t x) {
 void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, int64_t global_batch,
                    const costmodel::Assumptions& a, const Constraints& k, int64_t dp, int64_t tp, int64_t pp,
                    int64_t cp, const std::vector<Recompute>& recomputes, const std::vector<int64_t>& zeros,
-                   std::vector<PlanRow>& out) {
+                   std::vector<PlanRow>& out, const std::function<void(size_t)>& priced) {
   const int64_t per_rank = global_batch / dp;
   std::vector<int64_t> vs;
   if (!k.v.empty()) vs = k.v;
@@ -56,6 +57,7 @@ void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, i
   if (cp_comms.empty()) cp_comms = {0, 1};
   out.reserve(vs.size() * mbs.size() * zeros.size() * recomputes.size() * sps.size() * 2 * cp_comms.size());
   for (int64_t v : vs) {
+    const size_t before = out.size();
     for (int64_t mb : mbs) {
       // The interleaved schedule needs micro-batches divisible by pp: skip what the model would reject.
       if (v > 1 && k.v.empty() && (per_rank / mb) % pp != 0) continue;
@@ -89,6 +91,7 @@ void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, i
           }
       }
     }
+    priced(out.size() - before);
   }
 }
 
@@ -215,27 +218,33 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
   std::vector<std::vector<PlanRow>> parts(layouts.size());
   std::vector<std::exception_ptr> errors(layouts.size());
   const auto n_layouts = static_cast<std::ptrdiff_t>(layouts.size());
-  // Progress every few seconds (most searches end well before the first): layouts done of all, plans so far.
+  // Progress every few seconds (most searches end well before the first): layouts done of all, plans so far. Plans
+  // are counted as each interleaving factor's are priced: one layout of a deep model takes minutes (10,000 layers on
+  // pp = 2: 5,000 values of v, each pricing 5,000-stage pipelines), and a count of finished layouts stood still.
   std::mutex progress_mutex;
   size_t layouts_done = 0, plans_done = 0;
   double next_report = kProgressEverySeconds;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (std::ptrdiff_t i = 0; i < n_layouts; ++i) {
-    const Layout& l = layouts[size_t(i)];
-    try {
-      search_layout(m, c, global_batch, a, k, l.dp, l.tp, l.pp, l.cp, recomputes, zeros, parts[size_t(i)]);
-    } catch (...) {
-      errors[size_t(i)] = std::current_exception();  // an exception must not leave the parallel region
-    }
+  auto report = [&](size_t new_plans, bool layout_done) {
     std::lock_guard<std::mutex> lk(progress_mutex);
-    ++layouts_done;
-    plans_done += parts[size_t(i)].size();
+    plans_done += new_plans;
+    layouts_done += layout_done;
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (t >= next_report && layouts_done < layouts.size()) {
       CAIRN_LOG_INFO("searched %zu of %zu layouts (%zu plans) in %.0f s%s", layouts_done, layouts.size(), plans_done, t,
                      k.max_v <= 0 && m.layers > 256 ? "; plan.max_v bounds the interleavings a deep model tries" : "");
       next_report = t + kProgressEverySeconds;
     }
+  };
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::ptrdiff_t i = 0; i < n_layouts; ++i) {
+    const Layout& l = layouts[size_t(i)];
+    try {
+      search_layout(m, c, global_batch, a, k, l.dp, l.tp, l.pp, l.cp, recomputes, zeros, parts[size_t(i)],
+                    [&](size_t n) { report(n, false); });
+    } catch (...) {
+      errors[size_t(i)] = std::current_exception();  // an exception must not leave the parallel region
+    }
+    report(0, true);
   }
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
