@@ -485,6 +485,40 @@ BOOST_AUTO_TEST_CASE(search_tries_both_cp_exchanges) {
   for (const auto& e : fixed.all) BOOST_TEST(e.plan.cp_allgather);
 }
 
+// PyTorch FSDP under mixed precision keeps the rank's shard in fp32 as the optimizer's master (no 16-bit shard beside
+// it) and its sharded gradient in fp32 (the parameters' dtype) whatever the reduce dtype: 16 bytes per parameter over
+// the shards, and the root unit (embedding, final norm) gathered with its 16-bit gradient for the step. llm-foundry's
+// MPT-30B ran on 8 A100 80GB (micro-batch 3, full recompute, fp32 reduction); the ZeRO paper's count put it at
+// 79.8 GiB and could not hold the root unit beside it. DeepSpeed's stage 3 keeps the 16-bit shard: its count stays.
+BOOST_AUTO_TEST_CASE(fsdp_keeps_the_fp32_shard_as_master_and_the_root_unit_gathered) {
+  const Config cfg = load({"configs/clusters/dgx-a100-80gb.toml", "configs/stacks/llm-foundry.toml"},
+                          {"model.layers=48", "model.hidden=7168", "model.heads=64", "model.vocab=50368",
+                           "model.seq_len=2048", "plan.attention_kernel=\"triton2023\""});
+  const ModelSpec m = model_from_config(cfg);
+  const Cluster c = cluster_from_config(cfg);
+  Assumptions a = assumptions_from_config(cfg);
+  BOOST_REQUIRE(a.grad_bytes == 4.0);
+  Plan p;
+  p.dp = 8;
+  p.mb = 3;
+  p.zero = 3;
+  p.recompute = Recompute::Full;
+  const Evaluation e = evaluate(m, c, p, 8 * 3 * 21, a);
+  BOOST_TEST_MESSAGE("MPT-30B, 8 A100: " << e.memory_gib << " GiB");
+  BOOST_TEST(e.feasible());
+  BOOST_TEST(e.memory_gib < 76.0);
+  const ParamCounts pc = parameter_counts(m);
+  const double P = double(pc.total), root = P - double(m.layers * pc.per_layer);
+  BOOST_TEST(std::abs(e.b.mem_weights - root * 2) < 1e-6 * P);
+  BOOST_TEST(std::abs(e.b.mem_grads - (P * 4 / 8 + root * 2)) < 1e-6 * P);
+  BOOST_TEST(std::abs(e.b.mem_optimizer - P * 12 / 8) < 1e-6 * P);
+  // DeepSpeed stage 3: 2 + grad_bytes + 12 bytes per parameter over the shards (Rajbhandari et al. 2020).
+  a.zero3 = Zero3Impl::DeepSpeed;
+  const Evaluation ds = evaluate(m, c, p, 8 * 3 * 21, a);
+  BOOST_TEST(std::abs(ds.b.mem_weights - P * 2 / 8) < 1e-6 * P);
+  BOOST_TEST(std::abs(ds.b.mem_grads - P * 4 / 8) < 1e-6 * P);
+}
+
 // ZeRO-3 moves every parameter a stage holds: with pipeline stages the first one's embedding and the last one's head
 // too (FSDP's root unit), so with one micro-batch it never moves less than ZeRO-2 (it priced only the layers: 0.87
 // against 1.06 ms for gpt2-124m as dp4 x pp2).
@@ -1596,7 +1630,14 @@ BOOST_AUTO_TEST_CASE(fsdp_with_pipeline_stages_gathers_per_micro_batch_or_per_st
   // Memory: parameters and gradients whole on the stage for the step, sharded per micro-batch.
   const double P = double(per_mb.b.stage_params);
   BOOST_TEST(std::abs(per_step.b.mem_weights - P * a.weight_bytes) < 1e-6 * P);
-  BOOST_TEST(std::abs(per_mb.b.mem_weights - P * a.weight_bytes / 4) < 1e-6 * P);
+  // Per micro-batch (PyTorch FSDP, 16-bit weights): the fp32 shard is the optimizer's master, so the weights held are
+  // the root unit's (the stage's parameters outside its layers), gathered for the step; gradients fp32 over 4 shards.
+  const double layer_params = double(parameter_counts(m).per_layer);
+  const double mem_p = double(per_mb.b.mem_params);
+  const double root = mem_p - per_mb.b.stage_layers[size_t(per_mb.b.mem_rank)] * layer_params;
+  BOOST_TEST(root > 0);
+  BOOST_TEST(std::abs(per_mb.b.mem_weights - root * a.weight_bytes) < 1e-6 * P);
+  BOOST_TEST(std::abs(per_mb.b.mem_grads - (mem_p * 4 / 4 + root * a.weight_bytes)) < 1e-6 * P);
   BOOST_TEST(std::abs(per_step.b.mem_grads - P * a.grad_bytes) < 1e-6 * P);
   // Per micro-batch, buffers hold two gathered layers (current + prefetch) and three layers' unsharded gradients
   // in flight (the one backward writes, two reduce-scatters unfinished); per step neither.

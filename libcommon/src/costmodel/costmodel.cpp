@@ -1287,7 +1287,23 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   const bool whole = a.zero_sync_per_step;
   // FP8 parameters (plan.fp8_param_gather) store the layers' weights in 1 byte; the embedding and head stay 16-bit.
   const double fp8_param_saving = fp8_params(a, p) ? a.weight_bytes - 1.0 : 0.0;
+  // PyTorch FSDP (ZeRO-3 per micro-batch) with 16-bit working weights keeps the rank's shard of the parameters in
+  // fp32, and that shard is the optimizer's master copy (counted in optimizer_bytes): no 16-bit shard beside it, as
+  // the ZeRO paper's stage 3 (DeepSpeed) keeps. Its sharded gradient takes the parameters' dtype, fp32, whatever
+  // the reduce dtype: 4 + 4 + 8 bytes per parameter over the shards, not 2 + grad_bytes + 12 (llm-foundry's MPT-30B
+  // on 8 A100, fp32 reduction: 7 GiB over-counted). The root unit (what the stage holds outside its layers: the
+  // embedding, final norm and head) stays gathered from its forward to the end of the backward, with its unsharded
+  // gradient (in the 16-bit dtype autograd writes; cast for the reduce-scatter at the end): FSDP does not reshard
+  // the root after forward (its parameters are needed at once by the backward).
+  // cairn-train's ZeRO-3 keeps fp32 weights (its shard is the parameter, weight_bytes 4) and releases its
+  // embedding and head units after use: priced by the ZeRO paper's count, which it matches.
+  const bool fsdp_mixed = p.zero >= 3 && !whole && a.zero3 == Zero3Impl::Fsdp && a.weight_bytes < 4.0;
   auto states = [&](double P, double layer_P) {
+    if (fsdp_mixed) {
+      const double root = P - layer_P;
+      return std::array<double, 3>{root * a.weight_bytes, P * 4.0 / shards + root * a.weight_bytes,
+                                   P * a.optimizer_bytes / shards};
+    }
     return std::array<double, 3>{(P * a.weight_bytes - layer_P * fp8_param_saving) /
                                      (p.zero >= 3 && !whole ? shards : 1.0),
                                  P * a.grad_bytes / (p.zero >= 2 && !whole ? shards : 1.0),
