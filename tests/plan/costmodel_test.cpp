@@ -512,6 +512,7 @@ BOOST_AUTO_TEST_CASE(fsdp_keeps_the_fp32_shard_as_master_and_the_root_unit_gathe
   BOOST_TEST(std::abs(e.b.mem_weights - root * 2) < 1e-6 * P);
   BOOST_TEST(std::abs(e.b.mem_grads - (P * 4 / 8 + root * 2)) < 1e-6 * P);
   BOOST_TEST(std::abs(e.b.mem_optimizer - P * 12 / 8) < 1e-6 * P);
+  BOOST_TEST(line_of(explain(m, c, e, 8 * 3 * 21, a), "  weights").find("root unit") != std::string::npos);
   // DeepSpeed stage 3: 2 + grad_bytes + 12 bytes per parameter over the shards (Rajbhandari et al. 2020).
   a.zero3 = Zero3Impl::DeepSpeed;
   const Evaluation ds = evaluate(m, c, p, 8 * 3 * 21, a);

@@ -378,6 +378,9 @@ Assumptions assumptions_from_section(const PlanSection& s);
 Assumptions assumptions_from_config(const Config& cfg);
 // plan.fp8_param_gather takes effect where the weights are sharded and gathered: fp8 plans with zero >= 1.
 bool fp8_params(const Assumptions& a, const Plan& p);
+// PyTorch FSDP's ZeRO-3, per micro-batch, with 16-bit working weights: the fp32 shard is the optimizer's master and
+// the root unit stays gathered for the step (memory, docs/cost-model.md section 5).
+bool fsdp_mixed_precision(const Assumptions& a, const Plan& p);
 
 // One call for a training tool: evaluates the [parallel] plan of `cfg` for [model] on [cluster]
 // with [train] global_batch. `world` > 0 (the MPI world size) resizes the cluster to that many

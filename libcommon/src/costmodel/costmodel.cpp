@@ -1276,6 +1276,14 @@ double inflight_layers_of_rank(const std::vector<int>& stage_layers, int pp, int
   return peak;
 }
 
+}  // namespace
+
+bool fsdp_mixed_precision(const Assumptions& a, const Plan& p) {
+  return p.zero >= 3 && !a.zero_sync_per_step && a.zero3 == Zero3Impl::Fsdp && a.weight_bytes < 4.0;
+}
+
+namespace {
+
 void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p, int64_t micro,
                  double T, const std::vector<int>& stage_layers, const std::vector<int>& rank_layers,
                  const RankParams& rp) {
@@ -1297,7 +1305,7 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   // the root after forward (its parameters are needed at once by the backward).
   // cairn-train's ZeRO-3 keeps fp32 weights (its shard is the parameter, weight_bytes 4) and releases its
   // embedding and head units after use: priced by the ZeRO paper's count, which it matches.
-  const bool fsdp_mixed = p.zero >= 3 && !whole && a.zero3 == Zero3Impl::Fsdp && a.weight_bytes < 4.0;
+  const bool fsdp_mixed = fsdp_mixed_precision(a, p);
   auto states = [&](double P, double layer_P) {
     if (fsdp_mixed) {
       const double root = P - layer_P;

@@ -442,10 +442,21 @@ std::string explain(const ModelSpec& model, const Cluster& c, const Evaluation& 
     os << strprintf("  %-22s %9.2f GiB  %s\n", name, bytes / kGiB, note.c_str());
   };
   const bool fp8_weights = fp8_params(a, e.plan);
-  mem("weights", b.mem_weights,
-      strprintf("%lld params x %.0f B%s%s", (long long)b.mem_params, a.weight_bytes,
-                fp8_weights ? " (the layers' 1 B: FP8)" : "", e.plan.zero >= 3 ? " / dp" : ""));
-  mem("gradients", b.mem_grads, strprintf("x %.0f B%s", a.grad_bytes, e.plan.zero >= 2 ? " / dp" : ""));
+  if (fsdp_mixed_precision(a, e.plan)) {
+    const double root = b.mem_weights / a.weight_bytes;
+    mem("weights", b.mem_weights,
+        strprintf("the root unit's %.0f params (embedding, final norm, head) x %.0f B, gathered for the step; the "
+                  "shards are the fp32 masters",
+                  root, a.weight_bytes));
+    mem("gradients", b.mem_grads,
+        strprintf("%lld params x 4 B (fp32 shard) / dp, + the root unit's x %.0f B", (long long)b.mem_params,
+                  a.weight_bytes));
+  } else {
+    mem("weights", b.mem_weights,
+        strprintf("%lld params x %.0f B%s%s", (long long)b.mem_params, a.weight_bytes,
+                  fp8_weights ? " (the layers' 1 B: FP8)" : "", e.plan.zero >= 3 ? " / dp" : ""));
+    mem("gradients", b.mem_grads, strprintf("x %.0f B%s", a.grad_bytes, e.plan.zero >= 2 ? " / dp" : ""));
+  }
   // 12 B: an fp32 master copy beside Adam's m and v (mixed precision); 8 B: the weights are the fp32 master (fp32
   // training, as on CPU ranks).
   const char* states = a.optimizer_bytes == 12  ? "fp32 master + Adam m, v"
