@@ -562,20 +562,25 @@ BOOST_AUTO_TEST_CASE(search_prices_the_configured_stage_split) {
 }
 
 // The step time's terms add up to it: the vocab-parallel loss's TP all-reduces were in the step but in no term (here
-// 0.23 % short; the loss kernels' launches, in no term either, are 0.06 %: up to 10 % of a tiny model's step).
+// 0.23 % short), and so were the loss kernels' launches (0.06 % here; 1.1 % of a 2-layer GPT-2's step on one GPU).
 BOOST_AUTO_TEST_CASE(breakdown_terms_add_up_to_the_step) {
-  const Config cfg = load({"configs/models/llama2-7b.toml", "configs/clusters/dgx-h100.toml"},
-                          {"cluster.nodes=4", "plan.flash_attention=true"});
-  Plan p;
-  p.tp = 32;
-  p.mb = 1;
-  p.zero = 1;
-  const Evaluation e = evaluate(model_from_config(cfg), cluster_from_config(cfg), p, 32, assumptions_from_config(cfg));
-  BOOST_REQUIRE(e.feasible());
-  const Breakdown& b = e.b;
-  const double terms = b.gemm + b.memory_bound + b.tp_comm + b.cp_comm + b.overlap_slowdown + b.pp_p2p + b.bubble +
-                       b.dp_exposed + b.optimizer + b.fp8_cast;
-  BOOST_TEST(terms == e.step_time_s, boost::test_tools::tolerance(0.001));
+  for (const char* model : {"configs/models/llama2-7b.toml", "configs/models/gpt2-124m.toml"}) {
+    const Config cfg = load({model, "configs/clusters/dgx-h100.toml"},
+                            {"cluster.nodes=4", "plan.flash_attention=true", "model.layers=2"});
+    Plan p;
+    p.tp = std::string(model).find("llama") != std::string::npos ? 32 : 1;
+    p.dp = 32 / p.tp;
+    p.mb = 1;
+    p.zero = 1;
+    const Evaluation e =
+        evaluate(model_from_config(cfg), cluster_from_config(cfg), p, 32, assumptions_from_config(cfg));
+    BOOST_REQUIRE(e.feasible());
+    const Breakdown& b = e.b;
+    const double terms = b.gemm + b.memory_bound + b.tp_comm + b.cp_comm + b.overlap_slowdown + b.pp_p2p + b.bubble +
+                         b.dp_exposed + b.optimizer + b.fp8_cast;
+    BOOST_TEST_MESSAGE(model << ": terms " << terms << " s, step " << e.step_time_s << " s");
+    BOOST_TEST(terms == e.step_time_s, boost::test_tools::tolerance(1e-9));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(evaluate_config_for_training_tools) {
@@ -1209,10 +1214,10 @@ BOOST_AUTO_TEST_CASE(cross_entropy_bytes_follow_its_kernels) {
   const Evaluation fused = evaluate(m, c, p, 2, a);
   BOOST_REQUIRE(unfused.feasible() && native.feasible() && fused.feasible());
   auto near = [](double x, double y) { return std::abs(x - y) < 1e-9 * std::abs(y); };
-  BOOST_TEST(near(unfused.b.cross_entropy, logits * 52 / hbm));
-  BOOST_TEST(near(fused.b.cross_entropy, logits * 6 / hbm));
-  BOOST_TEST(near(unfused.b.memory_bound - fused.b.memory_bound, logits * (52 - 6) / hbm));
-  BOOST_TEST(near(native.b.memory_bound - fused.b.memory_bound, logits * (28 - 6) / hbm));
+  BOOST_TEST(near(unfused.b.cross_entropy, logits * 52 / hbm + 8 * k0));
+  BOOST_TEST(near(fused.b.cross_entropy, logits * 6 / hbm + 2 * k0));
+  BOOST_TEST(near(unfused.b.memory_bound - fused.b.memory_bound, logits * (52 - 6) / hbm + (8 - 2) * k0));
+  BOOST_TEST(near(native.b.memory_bound - fused.b.memory_bound, logits * (28 - 6) / hbm + (4 - 2) * k0));
   BOOST_TEST(near(unfused.step_time_s - fused.step_time_s, logits * (52 - 6) / hbm + (8 - 2) * k0));
   BOOST_TEST(near(unfused.b.mem_logits - fused.b.mem_logits, logits * 4));
   BOOST_TEST(near(native.b.mem_logits, unfused.b.mem_logits));

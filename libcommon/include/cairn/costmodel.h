@@ -296,7 +296,7 @@ struct Breakdown {
   double gemm = 0;              // GEMM time of the slowest stage over all its micro-batches (incl. recompute)
   double attention = 0;         // of gemm: the attention core (fused kernel, or the score and context GEMMs)
   double memory_bound = 0;      // norms, activations, softmax, cross-entropy
-  double cross_entropy = 0;     // of memory_bound: the loss over the vocabulary (when the slowest stage is the last)
+  double cross_entropy = 0;     // of memory_bound: the loss over the vocabulary, bytes and launches (last stage)
   double recompute = 0;         // of gemm + memory_bound: the part spent recomputing
   double tp_comm = 0;           // exposed tensor-parallel collectives
   double cp_comm = 0;           // exposed context-parallel (ring attention) transfers
