@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "cairn/error.h"
@@ -85,10 +86,22 @@ std::string format_duration(double s) {
   if (t >= 60) return strprintf("%dm%02ds", t / 60, t % 60);
   return strprintf("%ds", t);
 }
+
+// CAIRN_PROGRESS_INTERVAL's seconds, or `own` when it is unset or not a number >= 0.
+double plain_interval_from_env(double own) {
+  const char* text = std::getenv("CAIRN_PROGRESS_INTERVAL");
+  if (!text || !*text) return own;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  return *end == '\0' && seconds >= 0 ? seconds : own;
+}
 }  // namespace
 
 Progress::Progress(std::string label, uint64_t total, std::string unit, double plain_interval_s)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total), plain_interval_s_(plain_interval_s) {
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(total),
+      plain_interval_s_(plain_interval_from_env(plain_interval_s)) {
   const LogSettings& s = log_settings();
   enabled_ = s.level <= LogLevel::Info && (s.rank == 0 || s.all_ranks);
   tty_ = isatty(STDERR_FILENO);
@@ -109,6 +122,15 @@ void Progress::update(uint64_t done, const std::string& extra) {
   if (since < (tty_ ? 0.2 : plain_interval_s_)) return;
   last_ = now;
   print(done, extra, false);
+}
+
+void Progress::add(uint64_t n) {
+  if (!enabled_) return;
+  added_.fetch_add(n, std::memory_order_relaxed);
+  // A thread that finds another printing goes on with its work: the next add() shows its count. The count is read
+  // under the lock, so the lines never go backwards.
+  std::unique_lock<std::mutex> lock(add_mutex_, std::try_to_lock);
+  if (lock.owns_lock()) update(added_.load(std::memory_order_relaxed));
 }
 
 void Progress::set_work(const std::vector<double>& work) {

@@ -172,4 +172,42 @@ PY
 "$B" build --jsonl-field body --shards 1 --out "$T/jsonl" "$T/docs.jsonl"
 same_tokens "$T/plain" "$T/jsonl"
 "$B" stats "$T/d8" | grep -q "bytes/token" || fail "stats output"
+
+# Long passes show progress on stderr, within one shard too (a multi-GB shard was verified, and 300 M documents counted
+# for a Megatron export, without a word): CAIRN_PROGRESS_INTERVAL=0 prints every update, so the lines are there without
+# waiting on a timer. The results are those of a run that prints none (--log-level warn). One shard of a few M tokens:
+# updates come every 1 M tokens.
+"$B" reshard "$T/d8" --shards 1 --out "$T/one" 2>/dev/null
+# moved LOG LABEL UNIT: LOG has a progress line of LABEL inside the pass (0 < done < total) and its last (done = total).
+moved() {
+  grep -o -- "$2 [0-9]*/[0-9]* $3 (" "$1" | grep -o "[0-9]*/[0-9]* $3 (" | cut -d' ' -f1 |
+    awk -F/ '$1 > 0 && $1 < $2 { inside = 1 } $1 == $2 { last = 1 } END { exit !(inside && last) }' ||
+    fail "no progress of '$2' within the pass: $(cat "$1")"
+}
+# no_provenance STATS_JSON: the file without its provenance (which names the run).
+no_provenance() { $PY -c "import json,sys;s=json.load(open(sys.argv[1]));s.pop('provenance');print(json.dumps(s))" "$1"; }
+CAIRN_PROGRESS_INTERVAL=0 "$B" verify "$T/one" >"$T/one_verify.out" 2>"$T/one_verify.err"
+moved "$T/one_verify.err" "verifying $T/one" tokens
+cmp "$T/one_verify.out" <("$B" verify "$T/one" --log-level warn) || fail "verify's report changed with progress lines"
+CAIRN_PROGRESS_INTERVAL=0 "$B" stats "$T/one" >"$T/one_stats.out" 2>"$T/one_stats.err"
+moved "$T/one_stats.err" "checking $T/one" tokens
+grep -q "reading document lengths of $T/one \([0-9]*\)/\1 documents (100.0%)" "$T/one_stats.err" ||
+  fail "stats showed no progress over the documents: $(cat "$T/one_stats.err")"
+no_provenance "$T/one/stats.json" >"$T/one_stats.json"
+"$B" stats "$T/one" --log-level warn >"$T/one_stats_quiet.out"
+cmp "$T/one_stats.out" "$T/one_stats_quiet.out" && cmp "$T/one_stats.json" <(no_provenance "$T/one/stats.json") ||
+  fail "stats changed with progress lines"
+CAIRN_PROGRESS_INTERVAL=0 "$B" convert --to megatron --out "$T/meg/one_text_document" "$T/one" 2>"$T/one_meg.err"
+moved "$T/one_meg.err" "checking $T/one" tokens
+grep -q "counting documents of $T/one \([0-9]*\)/\1 documents (100.0%)" "$T/one_meg.err" &&
+  grep -q "writing $T/meg/one_text_document.idx \([0-9]*\)/\1 entries (100.0%)" "$T/one_meg.err" ||
+  fail "convert --to megatron showed no progress counting documents or writing the .idx: $(cat "$T/one_meg.err")"
+cmp -s "$T/meg/one_text_document.bin" "$T/meg/fortunes_text_document.bin" &&
+  cmp -s "$T/meg/one_text_document.idx" "$T/meg/fortunes_text_document.idx" ||
+  fail "the Megatron export changed with progress lines"
+CAIRN_PROGRESS_INTERVAL=0 "$B" reshard "$T/one" --shards 3 --seed 42 --out "$T/one_s3" 2>"$T/one_s3.err"
+moved "$T/one_s3.err" "checking $T/one" tokens
+"$B" reshard "$T/one" --shards 3 --seed 42 --out "$T/one_s3_quiet" --log-level warn
+[ "$(sums "$T/one_s3")" = "$(sums "$T/one_s3_quiet")" ] || fail "the shuffled reshard changed with progress lines"
+echo "ok: verify, stats, convert --to megatron and a shuffled reshard show progress within one shard; same results"
 echo PASS

@@ -139,6 +139,7 @@ bool DatasetSource::load_and_verify(int threads, size_t first, size_t stride, in
   }
   if (bytes * std::max(ranks_on_node, 1) > available_memory_bytes() / 2) return false;
   std::vector<std::unique_ptr<Loaded>> loaded(shards_.size());
+  Progress progress = check_progress("loading and checking", first, stride);
   shards::for_each_index_parallel(0, shards_.size(), 1, threads, [&](size_t g) {
     const shards::Shard& sh = *shards_[g];
     const int width = sh.token_width();
@@ -146,7 +147,7 @@ bool DatasetSource::load_and_verify(int threads, size_t first, size_t stride, in
     const bool check = g >= first && (g - first) % stride == 0;
     const auto& ds = datasets_[shard_origin_[g].first];
     std::unique_ptr<shards::TokenScanner> scan;
-    if (check) scan = std::make_unique<shards::TokenScanner>(width, ds.vocab_size());
+    if (check) scan = std::make_unique<shards::TokenScanner>(width, ds.vocab_size(), &progress);
     // Pieces that stay in cache between the read and the scan.
     const uint64_t step = (uint64_t{1} << 18) / width;
     for (uint64_t o = 0; o < sh.num_tokens(); o += step) {
@@ -157,8 +158,17 @@ bool DatasetSource::load_and_verify(int threads, size_t first, size_t stride, in
     }
     if (scan) ds.check_scan(shard_origin_[g].second, sh, scan->finish());
   });
+  progress.finish();
   loaded_ = std::move(loaded);
   return true;
+}
+
+Progress DatasetSource::check_progress(const std::string& what, size_t first, size_t stride) const {
+  uint64_t tokens = 0;
+  for (size_t g = first; g < shards_.size(); g += std::max<size_t>(stride, 1)) tokens += shards_[g]->num_tokens();
+  const std::string inputs =
+      datasets_.size() == 1 ? datasets_.front().dir() : strprintf("%zu datasets", datasets_.size());
+  return Progress(what + " " + inputs, tokens, "tokens");
 }
 
 size_t DatasetSource::shard_of(uint64_t offset) const {
@@ -209,9 +219,17 @@ void DatasetSource::prefetch_tokens(uint64_t offset) const {
 }
 
 void DatasetSource::verify(int threads, size_t first, size_t stride) const {
+  Progress progress = check_progress("checking", first, stride);
   shards::for_each_index_parallel(first, shards_.size(), stride, threads, [&](size_t g) {
-    datasets_[shard_origin_[g].first].verify_shard(shard_origin_[g].second, *shards_[g]);
+    datasets_[shard_origin_[g].first].verify_shard(shard_origin_[g].second, *shards_[g], &progress);
   });
+  progress.finish();
+}
+
+void check_dataset(const shards::Dataset& ds, int threads) {
+  Progress progress("checking " + ds.dir(), ds.total_tokens(), "tokens");
+  ds.verify_shards(threads, 0, 1, &progress);
+  progress.finish();
 }
 
 // ------------------------------------------------------------------------------------ in-pass verification
@@ -1100,14 +1118,17 @@ json compute_stats(const shards::Dataset& ds) {
   json per_shard = json::array();
   std::vector<uint64_t> lengths;
   uint64_t bytes = 0;
+  Progress progress("reading document lengths of " + ds.dir(), ds.total_documents(), "documents");
   for (size_t i = 0; i < ds.num_shards(); ++i) {
     auto sh = ds.shard(i);
     per_shard.push_back({{"file", ds.info(i).file}, {"tokens", sh->num_tokens()}, {"documents", sh->num_documents()}});
     for (uint64_t d = 0; d < sh->num_documents(); ++d) {
       lengths.push_back(sh->doc_end(d) - sh->doc_begin(d));
       bytes += sh->doc_bytes(d);
+      if (lengths.size() % (1 << 16) == 0) progress.update(lengths.size());  // out of the loop's time
     }
   }
+  progress.finish();
   return stats_json(ds.tokenizer_id(), ds.vocab_size(), per_shard, std::move(lengths), bytes);
 }
 

@@ -120,7 +120,7 @@ class DatasetSource final : public DocSource {
   void release_mapped() const override;
   // Checks shards first, first+stride, ... (numbered across the datasets) against their index.json
   // on `threads` threads with the shards already open (Dataset::verify_shard): GateFailure (exit 3)
-  // naming the lowest bad shard.
+  // naming the lowest bad shard. A progress line by tokens ("checking DIR").
   void verify(int threads, size_t first = 0, size_t stride = 1) const;
   // Instead of verify() for shuffled copies, whose every output shard reads documents of every input
   // shard in random order: reads every input shard's tokens with pread into huge-page memory and
@@ -129,6 +129,7 @@ class DatasetSource final : public DocSource {
   // TLB miss too, and on VMs a page-table trap per 4 KiB first touched. Returns false, having loaded
   // nothing, when the tokens of `ranks_on_node` copies would take more than half of the node's
   // available memory or a shard is not stored contiguously: then verify() and copy from the mapping.
+  // A progress line by the tokens checked ("loading and checking DIR").
   bool load_and_verify(int threads, size_t first, size_t stride, int ranks_on_node);
   // Instead of verify() before copying: every read_raw hashes the tokens it reads (in the same pass)
   // when they continue its shard's hash in order, and finish_verification() hashes the rest. The
@@ -142,6 +143,8 @@ class DatasetSource final : public DocSource {
 
  private:
   struct ShardCheck;
+  // The progress line of `what` ("checking") over shards first, first+stride, ...: their tokens, named by the inputs.
+  Progress check_progress(const std::string& what, size_t first, size_t stride) const;
   size_t shard_of(uint64_t offset) const;
   void feed(size_t s, uint64_t local, const void* stored, uint64_t n) const;
   void complete(size_t s, ShardCheck& c) const;              // c.m held
@@ -268,7 +271,11 @@ json mix_window_stats(const MixPlan& plan, const std::vector<double>& weights, c
 // The per-source table of a stats.json "mixture".
 std::string format_mixture(const json& mixture);
 
-// Statistics of a dataset (also written as stats.json).
+// Every shard of `ds` checked against index.json (Dataset::verify_shards on `threads` threads; GateFailure naming a
+// bad one) before its tokens are used, with a progress line by tokens ("checking DIR"): a pass over the whole dataset.
+void check_dataset(const shards::Dataset& ds, int threads);
+
+// Statistics of a dataset (also written as stats.json), with a progress line over its documents.
 json compute_stats(const shards::Dataset& ds);
 // The statistics of shards described by `per_shard` ([{file, tokens, documents}]), every stored
 // document's length in tokens (shard order) and their source bytes.

@@ -46,10 +46,11 @@ void check_shard_attributes(const json& a, const shards::Dataset& ds, size_t i, 
 }
 
 // Shard i (open as `sh`) against its attributes and index.json entry: counts, offsets, token ids,
-// end-of-text, checksums. Adds its tokens, documents and bytes to the dataset's totals.
+// end-of-text, checksums. Adds its tokens, documents and bytes to the dataset's totals. `checked(n)` says that its
+// first n tokens are checked (a progress line that moves within a multi-GB shard).
 void check_shard(const shards::Shard& sh, const shards::Dataset& ds, size_t i, const shards::ShardInfo& info,
                  bool split, const std::function<void(const std::string&)>& problem, uint64_t& tokens, uint64_t& docs,
-                 uint64_t& bytes) {
+                 uint64_t& bytes, const std::function<void(uint64_t)>& checked) {
   const uint32_t vocab = ds.vocab_size(), eot = ds.eot_id();
   json a = sh.attributes();
   check_shard_attributes(a, ds, i, sh, problem);
@@ -105,6 +106,7 @@ void check_shard(const shards::Shard& sh, const shards::Dataset& ds, size_t i, c
                           eot));
       ++next_doc;
     }
+    checked(o + c);
   }
   const uint64_t h = XXH64_digest(st);
   if (!a.contains("tokens_xxh64") || a["tokens_xxh64"].get<uint64_t>() != h)
@@ -141,7 +143,9 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems, 
   Progress progress("verifying " + dir, listed_tokens, "tokens");
   for (size_t i = 0; i < ds.num_shards(); ++i) {
     const auto& info = ds.info(i);
-    progress.update(checked_tokens, strprintf("shard %zu of %zu", i, ds.num_shards()));
+    const std::string which = strprintf("shard %zu of %zu", i, ds.num_shards());
+    progress.update(checked_tokens, which);
+    auto checked = [&, before = checked_tokens](uint64_t n) { progress.update(before + n, which); };
     checked_tokens += info.tokens;
     listed.insert(info.file);
     std::string where = join_path(dir, info.file);
@@ -160,7 +164,7 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems, 
     }
     // A shard that opens but cannot be read to its end (an HDF5 read error) is one more problem.
     try {
-      check_shard(*sh, ds, i, info, split, problem, tokens, docs, bytes);
+      check_shard(*sh, ds, i, info, split, problem, tokens, docs, bytes, checked);
     } catch (const Error& e) {
       problem(e.what());
       unread = true;
@@ -291,7 +295,7 @@ int run_stats(const Config& cfg, const std::vector<std::string>& inputs, const s
     shards::Dataset ds = shards::Dataset::open(d);
     // Statistics of a corrupt dataset would describe data no reader will accept: its shards are
     // checked first, like reshard/convert do (exit 3 naming the shard; stats.json is left alone).
-    ds.verify_shards(resolve_threads(read_section<DataSection>(cfg)));
+    check_dataset(ds, resolve_threads(read_section<DataSection>(cfg)));
     json s = compute_stats(ds);
     // A mixture's description (per-source counts, realised weights) cannot be recomputed from the
     // shards: it is kept from the stats.json `mix` wrote, else taken from index.json.

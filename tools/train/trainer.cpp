@@ -246,17 +246,11 @@ void Trainer::check_dataset() const {
   std::string why;
   int code = kExitRuntime;
   try {
+    // By tokens: a dataset of a few multi-GB shards advances within each.
     std::unique_ptr<Progress> progress;
-    if (rank == 0)
-      progress = std::make_unique<Progress>("data: shards checked on rank 0", (shards + world - 1) / world, "shards");
-    uint64_t done = 0;
-    std::mutex progress_mutex;
+    if (rank == 0) progress = std::make_unique<Progress>("data: tokens checked on rank 0", mine, "tokens");
     ds_->verify_shards(s_.threads > 0 ? s_.threads : mpi::cores_per_local_rank(), static_cast<size_t>(rank),
-                       static_cast<size_t>(world), [&] {
-                         std::lock_guard<std::mutex> lk(progress_mutex);
-                         ++done;
-                         if (progress) progress->update(done);
-                       });
+                       static_cast<size_t>(world), progress.get());
     if (progress) progress->finish();
   } catch (const Error& e) {
     ok = false;

@@ -13,7 +13,8 @@
 
 namespace cairn {
 class Config;
-}
+class Progress;
+}  // namespace cairn
 
 namespace cairn::shards {
 
@@ -93,16 +94,17 @@ class Dataset {
   // is below vocab_size(); throws GateFailure (exit 3, like `cairn-reshard verify`) naming the shard
   // file, the document and token of a bad id, and the expected and computed checksums.
   // Thread-safe; call it once per shard (cairn-train: one rank per shard, before training; a loader's prefetch
-  // thread on first touch).
-  void verify_shard(size_t i, const Shard& sh) const;
-  void verify_shard(size_t i) const;  // opens the shard itself
+  // thread on first touch). `progress`, when given, counts the tokens hashed, a few MB at a time (Progress::add): a
+  // multi-GB shard shows its progress.
+  void verify_shard(size_t i, const Shard& sh, Progress* progress = nullptr) const;
+  void verify_shard(size_t i, Progress* progress = nullptr) const;  // opens the shard itself
   // verify_shard's verdict on a scan made elsewhere (e.g. a copy that hashed shard i's tokens while
   // reading them, TokenScanner): the same checks and messages (GateFailure).
   void check_scan(size_t i, const Shard& sh, const TokenScan& r) const;
   // verify_shard for shards i = first, first+stride, ... on `threads` threads (MPI ranks pass
-  // first = rank, stride = size and agree on the outcome); rethrows the first failure. `checked`, when given, is
-  // called after each shard that passed, from the thread that checked it (progress).
-  void verify_shards(int threads, size_t first = 0, size_t stride = 1, const std::function<void()>& checked = {}) const;
+  // first = rank, stride = size and agree on the outcome); rethrows the first failure. `progress`, when given,
+  // counts their tokens as verify_shard hashes them.
+  void verify_shards(int threads, size_t first = 0, size_t stride = 1, Progress* progress = nullptr) const;
 
  private:
   std::string dir_;
@@ -179,11 +181,14 @@ struct TokenScan {
   uint64_t first_bad = UINT64_MAX;
   uint32_t first_bad_id = 0;
 };
-TokenScan scan_shard_tokens(const Shard& sh, uint32_t vocab_size);
+TokenScan scan_shard_tokens(const Shard& sh, uint32_t vocab_size, Progress* progress = nullptr);
 // The same scan fed in pieces, in order: update() with consecutive runs of stored tokens, then finish().
+// `progress`, when given, counts the tokens scanned (Progress::add), kProgressTokens at a time and the rest at
+// finish(): one add per few MB keeps the count out of the hashing loop's time.
 class TokenScanner {
  public:
-  TokenScanner(int width, uint32_t vocab_size);
+  static constexpr uint64_t kProgressTokens = uint64_t{1} << 20;
+  TokenScanner(int width, uint32_t vocab_size, Progress* progress = nullptr);
   ~TokenScanner();
   TokenScanner(const TokenScanner&) = delete;
   TokenScanner& operator=(const TokenScanner&) = delete;
@@ -198,6 +203,8 @@ class TokenScanner {
   bool check_ids_;
   uint64_t pos_ = 0;
   TokenScan r_;
+  Progress* progress_;
+  uint64_t reported_ = 0;  // tokens counted on progress_ so far
 };
 
 // cairn-train's sample numbering, shared with cairn-eval so both score the same tokens: windows of T+1

@@ -376,12 +376,13 @@ std::unique_ptr<Shard> Dataset::shard(size_t i) const {
   }
 }
 
-TokenScanner::TokenScanner(int width, uint32_t vocab_size)
+TokenScanner::TokenScanner(int width, uint32_t vocab_size, Progress* progress)
     : state_(XXH64_createState()),
       width_(width),
       vocab_(vocab_size),
       // uint16 storage cannot hold a bad id when the vocabulary has every uint16 value.
-      check_ids_(!(width == 2 && vocab_size >= 65536)) {
+      check_ids_(!(width == 2 && vocab_size >= 65536)),
+      progress_(progress) {
   XXH64_reset(static_cast<XXH64_state_t*>(state_), 0);
 }
 
@@ -417,17 +418,23 @@ void TokenScanner::update(const void* stored, uint64_t n) {
     else scan(static_cast<const uint32_t*>(stored));
   }
   pos_ += n;
+  if (progress_ && pos_ - reported_ >= kProgressTokens) {
+    progress_->add(pos_ - reported_);
+    reported_ = pos_;
+  }
 }
 
 TokenScan TokenScanner::finish() {
+  if (progress_) progress_->add(pos_ - reported_);
+  reported_ = pos_;
   r_.xxh64 = XXH64_digest(static_cast<XXH64_state_t*>(state_));
   return r_;
 }
 
-TokenScan scan_shard_tokens(const Shard& sh, uint32_t vocab_size) {
+TokenScan scan_shard_tokens(const Shard& sh, uint32_t vocab_size, Progress* progress) {
   const uint64_t n = sh.num_tokens(), step = 1 << 17;  // chunks stay in cache between hash and id scan
   const int w = sh.token_width();
-  TokenScanner scanner(w, vocab_size);
+  TokenScanner scanner(w, vocab_size, progress);
   // pread into one cache-sized buffer first: no page-table work (mapping every page of a shard costs
   // more than copying it on VMs), then the mapping, then widened reads.
   std::vector<char> raw(n > 0 ? std::min(step, n) * w : 0);
@@ -458,7 +465,7 @@ TokenScan scan_shard_tokens(const Shard& sh, uint32_t vocab_size) {
   return scanner.finish();
 }
 
-void Dataset::verify_shard(size_t i, const Shard& sh) const {
+void Dataset::verify_shard(size_t i, const Shard& sh, Progress* progress) const {
   const ShardInfo& info = shards_.at(i);
   const std::string path = shard_path(i);
   const std::string hint = " (cairn-reshard verify " + dir_ + " lists every problem)";
@@ -470,7 +477,7 @@ void Dataset::verify_shard(size_t i, const Shard& sh) const {
                                              static_cast<unsigned long long>(info.tokens),
                                              static_cast<unsigned long long>(info.documents)) +
                                        hint));
-  check_scan(i, sh, scan_shard_tokens(sh, vocab_size()));
+  check_scan(i, sh, scan_shard_tokens(sh, vocab_size(), progress));
 }
 
 void Dataset::check_scan(size_t i, const Shard& sh, const TokenScan& r) const {
@@ -504,7 +511,7 @@ void Dataset::check_scan(size_t i, const Shard& sh, const TokenScan& r) const {
   }
 }
 
-void Dataset::verify_shard(size_t i) const { verify_shard(i, *shard(i)); }
+void Dataset::verify_shard(size_t i, Progress* progress) const { verify_shard(i, *shard(i), progress); }
 
 void for_each_index_parallel(size_t first, size_t end, size_t stride, int threads,
                              const std::function<void(size_t)>& fn) {
@@ -535,11 +542,8 @@ void for_each_index_parallel(size_t first, size_t end, size_t stride, int thread
   if (err) std::rethrow_exception(err);
 }
 
-void Dataset::verify_shards(int threads, size_t first, size_t stride, const std::function<void()>& checked) const {
-  for_each_index_parallel(first, num_shards(), stride, threads, [&](size_t i) {
-    verify_shard(i);
-    if (checked) checked();
-  });
+void Dataset::verify_shards(int threads, size_t first, size_t stride, Progress* progress) const {
+  for_each_index_parallel(first, num_shards(), stride, threads, [&](size_t i) { verify_shard(i, progress); });
 }
 
 bool existing_shard_matches(const std::string& path, const std::string& plan_hash, ShardInfo& info) {
