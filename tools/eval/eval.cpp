@@ -199,7 +199,8 @@ class Evaluator {
       throw UsageError(strprintf("[eval] backend = \"%s\" is not available in this build (available: %s)",
                                  bname.c_str(), kernels::backend_names()));
     // threads = 0: share the node's cores among its ranks (and OpenBLAS's too), as cairn-train does.
-    kernels::set_cpu_threads(eval_.threads > 0 ? eval_.threads : mpi::cores_per_local_rank());
+    threads_ = eval_.threads > 0 ? eval_.threads : mpi::cores_per_local_rank();
+    kernels::set_cpu_threads(threads_);
     batch_size_ = static_cast<int>(eval_.batch_size);
     bool ok = true;
     std::string msg;
@@ -448,6 +449,7 @@ class Evaluator {
       ctx.batch_size = batch_size_;
       ctx.limit = eval_.limit;
       ctx.skip_bad = eval_.skip_bad;
+      ctx.threads = threads_;
       tasks_ = prepare_tasks(ctx, model_cfg_);
     }
     std::vector<TaskResult> results;
@@ -694,6 +696,7 @@ class Evaluator {
   const kernels::Backend* backend_ = nullptr;
   gpu::DeviceInfo device_;  // set on the cuda backend
   int batch_size_ = 8;
+  int threads_ = 1;  // CPU threads per rank ([eval] threads, or the node's cores over its ranks)
   std::vector<std::string> task_names_;
   std::vector<ResultRow> rows_;             // rank 0: the record
   FileStamp record_stamp_;                  // rank 0: results.jsonl as rows_ last read or wrote it

@@ -108,6 +108,7 @@ struct TaskContext {
   int batch_size = 8;
   int64_t limit = 0;
   bool skip_bad = false;
+  int threads = 1;  // CPU threads per rank for checking the shards the tasks read
   // What the checkpoint's run trained on (its train_state; "" for checkpoints that do not record them): a task's
   // dataset of another tokenizer is refused, and val / train_val on other data than the run's are warned about.
   std::string train_tokenizer_id, train_data_fingerprint;
@@ -124,7 +125,9 @@ struct Task {
 
 // The task list of [eval] tasks (with [eval.task.<name>] tables), validated: unknown names, bad kinds,
 // missing files, malformed JSONL (with line numbers), empty tasks are UsageErrors. Tokenizers and
-// datasets are loaded here; `model_cfg` is the checkpoint's model, checked against them.
+// datasets are loaded here; `model_cfg` is the checkpoint's model, checked against them. The dataset shards the tasks
+// read are checked against index.json here, once (each rank its share, shards::verify_shards_across_ranks): a bad
+// one throws on every rank (exit 3 naming it). Collective: every rank calls it with the same context.
 std::vector<std::unique_ptr<Task>> prepare_tasks(const TaskContext& ctx, const gpt::GptConfig& model_cfg);
 
 // Checks task tables that need no checkpoint (kinds, JSONL files) so a --watch job fails at once.

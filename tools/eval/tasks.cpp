@@ -12,6 +12,7 @@
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/shards.h"
+#include "cairn/shards_mpi.h"
 #include "cairn/tokenizer.h"
 #include "eval.h"
 
@@ -215,9 +216,30 @@ struct PerplexityTask : Task {
     RollingWindow w;
   };
   std::vector<Req> reqs;
+  int rolling_context = 1;
   int batch_size = 8;
   int64_t original = 0;  // windows / documents of the task before limit
   int max_length = 0;
+  // The shards the windows or documents come from: checked against index.json before any of their tokens is read
+  // (check_task_data, once per job for all tasks on the dataset).
+  std::set<uint32_t> shards_read;
+
+  // Documents mode, once their shards are checked: each document's tokens without its trailing end-of-text, its words
+  // (from the decoded text) and its rolling windows.
+  void read_documents() {
+    if (!documents) return;
+    std::vector<uint32_t> toks;
+    for (uint32_t di = 0; di < docs.size(); ++di) {
+      Doc& d = docs[di];
+      toks.resize(d.n);
+      shard_files[d.shard]->read_tokens(d.begin, d.n, toks.data());
+      if (d.n > 0 && toks[d.n - 1] == eot) --d.n;
+      d.words = count_words(tok->decode(toks.data(), static_cast<size_t>(d.n)));
+      for (const RollingWindow& w : rolling_windows(static_cast<int64_t>(d.n), max_length, rolling_context))
+        reqs.push_back({di, w});
+    }
+    if (reqs.empty()) throw UsageError("task " + name + ": every selected document is empty");
+  }
 
   TaskResult evaluate(gpt::Model& model) override {
     std::vector<uint32_t> buf;  // the fill callbacks' read buffer
@@ -420,8 +442,10 @@ std::vector<uint8_t> token_byte_lengths(const tokenizer::Tokenizer& tok, uint32_
   return bytes;
 }
 
-std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, const TaskContext& ctx,
-                                      const gpt::GptConfig& mc) {
+// The task's windows or documents, chosen from the index and the document tables: no token is read before
+// check_task_data has checked their shards (read_documents reads them then).
+std::unique_ptr<PerplexityTask> make_perplexity(const std::string& name, const json& t, const TaskContext& ctx,
+                                                const gpt::GptConfig& mc) {
   auto task = std::make_unique<PerplexityTask>();
   task->name = name;
   task->kind = "perplexity";
@@ -501,10 +525,7 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
       task->windows.push_back(loc);
     }
     if (like_train) task->original = static_cast<int64_t>(task->windows.size());
-    // The shards these windows come from, checked against their checksums before anything is scored (exit 3).
-    std::set<uint32_t> used;
-    for (const auto& w : task->windows) used.insert(w.first);
-    for (uint32_t s : used) ds.verify_shard(s, *task->shard_files[s]);
+    for (const auto& w : task->windows) task->shards_read.insert(w.first);
     if (task->windows.empty())
       throw UsageError(strprintf("task %s: no %d-token windows to score in \"%s\" (split %s)", name.c_str(), T + 1,
                                  data.c_str(), split.c_str()));
@@ -518,35 +539,26 @@ std::unique_ptr<Task> make_perplexity(const std::string& name, const json& t, co
     // Documents that start at or after the held-out region's first token (val), or in chosen shards.
     auto [val_shard, val_off] =
         val_first < total ? locate(val_first) : std::make_pair(static_cast<uint32_t>(ds.num_shards()), uint64_t{0});
-    std::vector<uint32_t> toks;
     for (uint32_t s = 0; s < ds.num_shards(); ++s) {
       if (split == "shards" && !chosen.count(s)) continue;
       if (split == "val" && s < val_shard) continue;
+      task->shards_read.insert(s);  // every shard of the split, also past the limit's last document
       const shards::Shard& sh = *task->shard_files[s];
-      ds.verify_shard(s, sh);  // its checksum first (exit 3 on corruption)
       for (uint64_t d = 0; d < sh.num_documents(); ++d) {
         uint64_t b = sh.doc_begin(d), e = sh.doc_end(d);
         if (split == "val" && s == val_shard && b < val_off) continue;
         ++task->original;  // every document of the split counts; limit keeps the first ones
         if (limit > 0 && static_cast<int64_t>(task->docs.size()) >= limit) continue;
-        toks.resize(e - b);
-        sh.read_tokens(b, e - b, toks.data());
-        uint64_t n = e - b;
-        if (n > 0 && toks[n - 1] == task->eot) --n;
-        std::string text = task->tok->decode(toks.data(), static_cast<size_t>(n));
-        task->docs.push_back({s, b, n, sh.doc_bytes(d), count_words(text), d});
+        task->docs.push_back({s, b, e - b, sh.doc_bytes(d), 0, d});  // its end-of-text and words: read_documents
       }
     }
     if (task->docs.empty())
       throw UsageError(
           strprintf("task %s: no documents to score in \"%s\" (split %s)", name.c_str(), data.c_str(), split.c_str()));
-    for (uint32_t di = 0; di < task->docs.size(); ++di)
-      for (const RollingWindow& w : rolling_windows(static_cast<int64_t>(task->docs[di].n), C, rolling))
-        task->reqs.push_back({di, w});
-    if (task->reqs.empty()) throw UsageError("task " + name + ": every selected document is empty");
     settings["documents"] = task->docs.size();
     settings["max_length"] = C;
     task->max_length = C;
+    task->rolling_context = rolling;
     settings["rolling_context"] = rolling;
   }
   task->settings = settings;
@@ -742,6 +754,37 @@ std::unique_ptr<Task> make_mc(const std::string& name, const json& t, const Task
   return task;
 }
 
+// The shards the tasks read, checked against index.json once per job before any task reads them: each dataset's
+// shards split over the ranks, every rank told the verdict (exit 3 naming a bad shard, on every rank), and tasks over
+// one dataset share its check. Every rank checking every shard its tasks read hashed a split = "all" task's whole
+// dataset once per rank at each start.
+void check_task_data(const std::vector<PerplexityTask*>& tasks, int threads) {
+  struct DatasetCheck {
+    const shards::Dataset* ds = nullptr;
+    std::set<uint32_t> shards;
+    std::vector<std::string> task_names;
+  };
+  std::vector<DatasetCheck> checks;  // in the order of the tasks, the same on every rank
+  std::map<std::string, size_t> check_of_dir;
+  for (const PerplexityTask* task : tasks) {
+    // "data", "./data/" and its absolute path are one dataset (a path string alone, the same on every rank).
+    std::string dir = std::filesystem::absolute(task->ds->dir()).lexically_normal().string();
+    if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    const auto [it, added] = check_of_dir.emplace(dir, checks.size());
+    if (added) checks.push_back({task->ds.get(), {}, {}});
+    DatasetCheck& check = checks[it->second];
+    check.shards.insert(task->shards_read.begin(), task->shards_read.end());
+    check.task_names.push_back(task->name);
+  }
+  for (const DatasetCheck& check : checks) {
+    std::string names;
+    for (const auto& n : check.task_names) names += (names.empty() ? "" : ", ") + n;
+    const std::string what = strprintf("data \"%s\" (task%s %s)", check.ds->dir().c_str(),
+                                       check.task_names.size() > 1 ? "s" : "", names.c_str());
+    shards::verify_shards_across_ranks(*check.ds, {check.shards.begin(), check.shards.end()}, threads, what);
+  }
+}
+
 }  // namespace
 
 std::vector<McExample> read_mc_jsonl(const std::string& path, bool skip_bad, int64_t* skipped) {
@@ -837,6 +880,7 @@ std::vector<std::unique_ptr<Task>> prepare_tasks(const TaskContext& ctx, const g
   if (names.empty()) throw UsageError("[eval] tasks is empty: nothing to evaluate");
   const json& tables = ctx.tables;
   std::vector<std::unique_ptr<Task>> tasks;
+  std::vector<PerplexityTask*> reading_data;  // the tasks that read dataset shards
   std::set<std::string> seen;
   for (const std::string& name : names) {
     if (!seen.insert(name).second) throw UsageError("[eval] tasks lists \"" + name + "\" twice");
@@ -855,11 +899,18 @@ std::vector<std::unique_ptr<Task>> prepare_tasks(const TaskContext& ctx, const g
     if (!t.is_object()) throw UsageError(task_where(name) + " must be a table");
     std::string kind = get_str(t, name, "kind", "");
     if (kind == "perplexity" || kind == "multiple_choice") check_kind_keys(name, kind, t);
-    if (kind == "perplexity") tasks.push_back(make_perplexity(name, t, ctx, model_cfg));
-    else if (kind == "multiple_choice") tasks.push_back(make_mc(name, t, ctx, model_cfg));
-    else
+    if (kind == "perplexity") {
+      auto task = make_perplexity(name, t, ctx, model_cfg);
+      reading_data.push_back(task.get());
+      tasks.push_back(std::move(task));
+    } else if (kind == "multiple_choice") {
+      tasks.push_back(make_mc(name, t, ctx, model_cfg));
+    } else {
       throw UsageError(task_where(name) + " kind = \"" + kind + "\": expected \"perplexity\" or \"multiple_choice\"");
+    }
   }
+  check_task_data(reading_data, ctx.threads);
+  for (PerplexityTask* task : reading_data) task->read_documents();
   return tasks;
 }
 

@@ -228,7 +228,7 @@ void DatasetSource::verify(int threads, size_t first, size_t stride) const {
 
 void check_dataset(const shards::Dataset& ds, int threads) {
   Progress progress("checking " + ds.dir(), ds.total_tokens(), "tokens");
-  ds.verify_shards(threads, 0, 1, &progress);
+  ds.verify_shards(threads, &progress);
   progress.finish();
 }
 

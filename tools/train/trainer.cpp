@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <numeric>
 
 #include "backend_buffer.h"
 #include "cairn/checkpoint.h"
@@ -28,6 +29,7 @@
 #include "cairn/pipeline.h"
 #include "cairn/provenance.h"
 #include "cairn/shards.h"
+#include "cairn/shards_mpi.h"
 #include "cairn/stop_signal.h"
 #include "cairn/vocab_padding.h"
 #include "chunk.h"
@@ -227,40 +229,15 @@ void Trainer::setup() {
 }
 
 // Every shard's tokens against index.json's checksums, once per job and before anything is written: rank r hashes
-// shards r, r + world, ... and every rank hears the verdict. Each rank's loader checking every shard it touched read
-// the whole dataset once per rank at each start (random windows touch every shard within a few steps): 9.3 GB per
-// rank for 6 steps of a 2-shard dataset, 512 times over on 512 ranks.
+// shards r, r + world, ... and every rank hears the verdict (shards::verify_shards_across_ranks, which cairn-eval's
+// tasks share). Each rank's loader checking every shard it touched read the whole dataset once per rank at each start
+// (random windows touch every shard within a few steps): 9.3 GB per rank for 6 steps of a 2-shard dataset, 512 times
+// over on 512 ranks.
 void Trainer::check_dataset() const {
-  const size_t shards = ds_->num_shards();
-  const int world = s_.world, rank = s_.rank;
-  uint64_t mine = 0;
-  for (size_t i = static_cast<size_t>(rank); i < shards; i += static_cast<size_t>(world)) mine += ds_->info(i).tokens;
-  if (rank == 0)
-    CAIRN_LOG_INFO("data: checking %zu shards (%.3g M tokens) against index.json%s", shards,
-                   static_cast<double>(ds_->total_tokens()) / 1e6,
-                   world > 1 ? strprintf(", 1 in %d on each rank (rank 0: %.3g M tokens)", world,
-                                         static_cast<double>(mine) / 1e6)
-                                   .c_str()
-                             : "");
-  bool ok = true;
-  std::string why;
-  int code = kExitRuntime;
-  try {
-    // By tokens: a dataset of a few multi-GB shards advances within each.
-    std::unique_ptr<Progress> progress;
-    if (rank == 0) progress = std::make_unique<Progress>("data: tokens checked on rank 0", mine, "tokens");
-    ds_->verify_shards(s_.threads > 0 ? s_.threads : mpi::cores_per_local_rank(), static_cast<size_t>(rank),
-                       static_cast<size_t>(world), progress.get());
-    if (progress) progress->finish();
-  } catch (const Error& e) {
-    ok = false;
-    why = e.what();
-    code = e.code();
-  } catch (const std::exception& e) {
-    ok = false;
-    why = e.what();
-  }
-  mpi::agree_or_throw(ok, why, code);
+  std::vector<size_t> every_shard(ds_->num_shards());
+  std::iota(every_shard.begin(), every_shard.end(), size_t{0});
+  shards::verify_shards_across_ranks(*ds_, every_shard, s_.threads > 0 ? s_.threads : mpi::cores_per_local_rank(),
+                                     "data");
 }
 
 void Trainer::bind_backend() {

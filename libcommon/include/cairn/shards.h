@@ -93,18 +93,18 @@ class Dataset {
   // checks them against index.json's xxh64 and the file's tokens_xxh64 attribute, and that every id
   // is below vocab_size(); throws GateFailure (exit 3, like `cairn-reshard verify`) naming the shard
   // file, the document and token of a bad id, and the expected and computed checksums.
-  // Thread-safe; call it once per shard (cairn-train: one rank per shard, before training; a loader's prefetch
-  // thread on first touch). `progress`, when given, counts the tokens hashed, a few MB at a time (Progress::add): a
-  // multi-GB shard shows its progress.
+  // Thread-safe; call it once per shard (cairn-train and cairn-eval: one rank per shard, before training or scoring,
+  // verify_shards_across_ranks in cairn/shards_mpi.h; a loader's prefetch thread on first touch). `progress`, when
+  // given, counts the tokens hashed, a few MB at a time (Progress::add): a multi-GB shard shows its progress.
   void verify_shard(size_t i, const Shard& sh, Progress* progress = nullptr) const;
   void verify_shard(size_t i, Progress* progress = nullptr) const;  // opens the shard itself
   // verify_shard's verdict on a scan made elsewhere (e.g. a copy that hashed shard i's tokens while
   // reading them, TokenScanner): the same checks and messages (GateFailure).
   void check_scan(size_t i, const Shard& sh, const TokenScan& r) const;
-  // verify_shard for shards i = first, first+stride, ... on `threads` threads (MPI ranks pass
-  // first = rank, stride = size and agree on the outcome); rethrows the first failure. `progress`, when given,
-  // counts their tokens as verify_shard hashes them.
-  void verify_shards(int threads, size_t first = 0, size_t stride = 1, Progress* progress = nullptr) const;
+  // verify_shard for every shard on `threads` threads (one process; MPI ranks that share the work:
+  // verify_shards_across_ranks); rethrows the first failure. `progress`, when given, counts their tokens as
+  // verify_shard hashes them.
+  void verify_shards(int threads, Progress* progress = nullptr) const;
 
  private:
   std::string dir_;

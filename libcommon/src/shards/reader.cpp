@@ -542,8 +542,8 @@ void for_each_index_parallel(size_t first, size_t end, size_t stride, int thread
   if (err) std::rethrow_exception(err);
 }
 
-void Dataset::verify_shards(int threads, size_t first, size_t stride, Progress* progress) const {
-  for_each_index_parallel(first, num_shards(), stride, threads, [&](size_t i) { verify_shard(i, progress); });
+void Dataset::verify_shards(int threads, Progress* progress) const {
+  for_each_index_parallel(0, num_shards(), 1, threads, [&](size_t i) { verify_shard(i, progress); });
 }
 
 bool existing_shard_matches(const std::string& path, const std::string& plan_hash, ShardInfo& info) {
