@@ -54,6 +54,17 @@ grep -q "^# Tier intra:" "$TMP/one-wi.txt" && fail "one-node world,intra: intra 
 mpirun -np 2 "$BIN" --out "$TMP/one-i" allreduce -b 64 -e 256 -n 1 -w 0 --tiers intra >"$TMP/one-i.txt" 2>&1 ||
   fail "one-node intra sweep"
 grep -q "^# Tier intra:" "$TMP/one-i.txt" || fail "one-node intra alone: not measured"
+# Every tier skipped (inter alone on one node): nothing measured is not a pass. Exit 2 (the tiers do not fit the job),
+# and 3 with a bandwidth floor, which was never checked (both exited 0 with empty tables).
+mpirun -np 2 "$BIN" --out "$TMP/one-none" allreduce -b 64 -e 256 -n 1 -w 0 --tiers inter >"$TMP/none.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "nothing was measured: no tier of --tiers can run on this job" "$TMP/none.txt" ||
+  fail "inter alone on one node: exit $rc, $(cat "$TMP/none.txt")"
+mpirun -np 2 "$BIN" --out "$TMP/one-gate" allreduce -b 64 -e 256 -n 1 -w 0 --tiers inter --min-busbw 100 \
+  >"$TMP/none-gate.txt" 2>&1
+rc=$?
+[ $rc -eq 3 ] && grep -q "the bandwidth floor (--min-busbw 100 GB/s) was not checked" "$TMP/none-gate.txt" ||
+  fail "inter alone with a floor: exit $rc, $(cat "$TMP/none-gate.txt")"
 
 # 4. A planted wrong element: #wrong > 0 in the table and exit 3.
 mpirun -np 2 "$FAULTS" --corrupt-check 2 --out "$TMP/bad" allgather -b 64 -e 1K -n 1 -w 0 >"$TMP/bad.txt" 2>"$TMP/bad.err"

@@ -212,6 +212,19 @@ BOOST_AUTO_TEST_CASE(fit_recovers_alpha_and_busbw) {
   // Half of the peak busbw is reached where S*factor/busbw ~ alpha: between 64 KiB and 256 KiB here.
   BOOST_TEST(f.half_peak_bytes == 65536u);
   BOOST_TEST(!fit_block(b, 0.0).valid);  // one rank: nothing to fit
+  // Sizes that stop below the half-bandwidth size (about 90 KiB here): the slope is the noise's, and the fit is not
+  // written (a latency-bound 8-64 B sweep fitted 14x any busbw it measured). Up to 16 KiB the largest measured busbw
+  // is 0.15 of the line's; up to 256 KiB, 0.74: a fit.
+  Block short_range = b;
+  short_range.rows.resize(4);                                                   // 1 KiB .. 64 KiB
+  for (auto& r : short_range.rows) r.oop.time_us *= r.size % 2048 ? 1.3 : 0.8;  // noise
+  short_range.rows.resize(3);                                                   // 1 .. 16 KiB
+  const Fit short_fit = fit_block(short_range, 1.5);
+  BOOST_TEST(!short_fit.valid);
+  BOOST_TEST(short_fit.note.find("stop short of the bandwidth-bound range") != std::string::npos);
+  Block reaching = b;
+  reaching.rows.resize(5);  // 1 KiB .. 256 KiB
+  BOOST_TEST(fit_block(reaching, 1.5).valid);
 }
 
 BOOST_AUTO_TEST_CASE(bench_summary_medians_best_and_abba_pairs) {

@@ -7,6 +7,10 @@
 
 namespace cairn::sweep {
 
+namespace {
+constexpr double kMaxFitOverPeak = 2.0;  // a fit's busbw over the largest measured busbw, at most
+}  // namespace
+
 Fit fit_block(const Block& b, double factor) {
   Fit f;
   for (const auto& r : b.rows) f.peak_busbw_gbps = std::max(f.peak_busbw_gbps, r.oop.busbw);
@@ -67,6 +71,16 @@ Fit fit_block(const Block& b, double factor) {
   f.alpha_us = alpha;
   f.busbw_gbps = 1e-3 / beta;  // bytes/us -> GB/s
   f.r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 1.0;
+  // A bandwidth the sizes never approached is not written as a fit: cairn-plan would price every collective of the
+  // tier with it. The line's busbw is the limit the measured ones rise towards, reaching half of it at the size
+  // alpha x busbw; above twice the largest measured, the largest size stopped short of that, and the slope is noise
+  // (a latency-bound 8-64 B sweep fitted 14x any measured busbw, a 1-rank broadcast 26x).
+  if (f.busbw_gbps > kMaxFitOverPeak * f.peak_busbw_gbps) {
+    f.note = strprintf("fitted busbw %.3g GB/s is %.1fx the largest measured (%.3g GB/s): the sizes stop short of "
+                       "the bandwidth-bound range; larger sizes (-e)",
+                       f.busbw_gbps, f.busbw_gbps / f.peak_busbw_gbps, f.peak_busbw_gbps);
+    return f;
+  }
   f.valid = true;
   return f;
 }

@@ -985,6 +985,18 @@ int finish_on_root(RunInfo& info, SweepResult& res, const SweepOptions& o, const
   write_sweep_h5(join_path(dir, "sweep.h5"), info, res);
   atomic_write(join_path(dir, "fabric.toml"), fabric_toml(info, res));
   CAIRN_LOG_INFO("wrote %s/{sweep.txt,sweep.json,sweep.h5,fabric.toml}", dir.c_str());
+  // Every tier skipped (--tiers inter on one node): nothing was measured, which neither a bandwidth floor nor a
+  // nightly script may read as a pass (it exited 0 with empty tables).
+  if (res.blocks.empty() && res.stopped_by.empty()) {
+    if (o.min_busbw > 0) {
+      CAIRN_LOG_ERROR("the bandwidth floor (--min-busbw %g GB/s) was not checked: no tier of this job could be "
+                      "measured (see the notes above)",
+                      o.min_busbw);
+      return kExitGate;
+    }
+    CAIRN_LOG_ERROR("nothing was measured: no tier of --tiers can run on this job (see the notes above)");
+    return kExitUsage;
+  }
   if (res.wrong > 0) return kExitGate;
   if (res.gate_failed) return kExitGate;
   return 0;
