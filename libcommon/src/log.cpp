@@ -145,10 +145,12 @@ double Progress::eta_seconds(uint64_t done, double elapsed) const {
   return rate > 0 && total_ >= done ? (total_ - done) / rate : -1;
 }
 
-void Progress::finish(const std::string& extra) {
+void Progress::finish(const std::string& extra) { finish_at(total_, extra); }
+
+void Progress::finish_at(uint64_t done, const std::string& extra) {
   if (finished_) return;
   finished_ = true;
-  if (enabled_) print(total_, extra, true);
+  if (enabled_) print(done, extra, true);
 }
 
 void Progress::print(uint64_t done, const std::string& extra, bool final) {

@@ -81,9 +81,11 @@ mpirun -np 2 "$FAULTS" --term-after-sizes 5 --out "$TMP/term" allreduce allgathe
   >"$TMP/term.txt" 2>"$TMP/term.err"
 rc=$?
 [ $rc -eq 75 ] || fail "SIGTERM mid-sweep: exit $rc, want 75: $(cat "$TMP/term.err")"
-grep -q "# Note: stopped by SIGTERM after 1 of 2 tables" "$TMP/term.txt" || fail "SIGTERM mid-sweep: no note"
-grep -q "warning: stopped by SIGTERM after 1 of 2 tables" "$TMP/term.err" || fail "SIGTERM mid-sweep: no warning"
+grep -q "# Note: stopped by SIGTERM with 1 of 2 tables begun" "$TMP/term.txt" || fail "SIGTERM mid-sweep: no note"
+grep -q "warning: stopped by SIGTERM with 1 of 2 tables begun" "$TMP/term.err" || fail "SIGTERM mid-sweep: no warning"
 ! grep -qx "cairn-sweep: *" "$TMP/term.err" || fail "SIGTERM mid-sweep: an empty error line"
+grep -q "allreduce float 5/8 sizes (62.5%).* stopped$" "$TMP/term.err" ||
+  fail "SIGTERM mid-sweep: the progress line does not say 5 of 8 sizes (it said 8/8, 100 %)"
 $PY - "$TMP/term/sweep/sweep.json" <<'PY' || fail "SIGTERM mid-sweep: sweep.json"
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -473,6 +473,7 @@ std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm c
     for (const SizeRow& r : bp.rows) work.push_back(static_cast<double>(r.size) + 262144.0);
     progress->set_work(work);
   }
+  size_t measured = bp.rows.size();  // fewer when a stop signal ends the block
   for (size_t k = 0; k < bp.rows.size(); ++k) {
     static int64_t sizes_measured = 0;  // over the whole sweep, for the injected signal
     if (faults.term_after_sizes > 0 && mpi::rank() == 0 && sizes_measured++ == faults.term_after_sizes) raise(SIGTERM);
@@ -481,6 +482,7 @@ std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm c
     if (mpi::allreduce(stop_signal(), MPI_MAX, comm) != 0) {
       std::fill(out.begin() + static_cast<std::ptrdiff_t>(k * stride), out.end(),
                 std::numeric_limits<double>::quiet_NaN());
+      measured = k;
       break;
     }
     if (progress) progress->update(k, strprintf("%llu B", static_cast<unsigned long long>(bp.rows[k].size)));
@@ -522,7 +524,8 @@ std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm c
       rec[4 + mode] = checkable ? 1.0 : 0.0;
     }
   }
-  if (progress) progress->finish();
+  // Stopped: the last line says how far it got (it said 16/16 sizes, 100 %, for a block stopped at 13).
+  if (progress) progress->finish_at(measured, measured < bp.rows.size() ? "stopped" : "");
   return out;
 }
 
@@ -1047,8 +1050,8 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
   for (size_t ti = 0; ti < tiers.size(); ++ti)
     if (!measure_tier(ctx, tiers[ti], plans[ti], &checks_done)) break;
   if (!res.stopped_by.empty()) {
-    const std::string note = strprintf("stopped by %s after %zu of %zu tables; the tables above and the files hold "
-                                       "what was measured",
+    const std::string note = strprintf("stopped by %s with %zu of %zu tables begun; the tables above and the files "
+                                       "hold what was measured",
                                        res.stopped_by.c_str(), res.blocks.size(), tables);
     res.notes.push_back(note);
     if (root) CAIRN_LOG_WARN("%s", note.c_str());

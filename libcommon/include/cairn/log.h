@@ -50,6 +50,8 @@ class Progress {
   // prints it, by a thread that finds it due. A Progress is advanced either by update() or by add(), not both.
   void add(uint64_t n);
   void finish(const std::string& extra = "");
+  // The loop ended early (a stop signal): the last line shows `done`, not the total.
+  void finish_at(uint64_t done, const std::string& extra = "");
   // Items of unequal cost (a sweep's sizes: the last take most of the time): `work[i]` is item i's expected cost in
   // any unit; the ETA then follows the work done, not the item count (it said 3 s at 23 of 25 sizes, then 4 s, and
   // the sweep took 2 more minutes).
