@@ -342,6 +342,21 @@ printf '{"kind":"eval","step":99,"ta' >> lim/eval/results.jsonl
   fail "a cut-short last line: $(cat lim4.err)"
 grep -q "the last line is cut short" lim4.err || fail "a cut-short last line was dropped without a word"
 $PY -c "import json; [json.loads(l) for l in open('lim/eval/results.jsonl')]" || fail "the record is still cut short"
+# A cut inside one checkpoint's rows (its append spans pages; a kill keeps the first ones): the rows written with the
+# cut line go too and the checkpoint is scored again. Kept, they marked it scored, and the cut rows were lost.
+whole=$(wc -l < lim/eval/results.jsonl)
+$PY -c "
+p = 'lim/eval/results.jsonl'
+lines = open(p).read().splitlines(True)
+assert len(lines) >= 2, lines
+open(p, 'w').write(''.join(lines[:-2]) + lines[-2][:len(lines[-2]) // 2])"
+"$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc 2> lim5.err > /dev/null ||
+  fail "a cut inside a checkpoint's rows: $(cat lim5.err)"
+grep -q "the last line is cut short (a write interrupted); dropped with the [0-9]* rows written with it" lim5.err ||
+  fail "a cut inside a checkpoint's rows: no word of the rows dropped with it: $(cat lim5.err)"
+[ "$(wc -l < lim/eval/results.jsonl)" -eq "$whole" ] ||
+  fail "a cut inside a checkpoint's rows: $(wc -l < lim/eval/results.jsonl) rows, not the $whole before the cut"
+$PY -c "import json; [json.loads(l) for l in open('lim/eval/results.jsonl')]" || fail "the record is still cut short"
 expect_exit 2 'lists "mc" twice' "$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc,mc
 mkdir -p esc/deep
 (cd esc/deep && "$BIN/cairn-eval" --config "$WORK/eval.toml" --out "$WORK/esc/deep/run" "$CK" --log-samples \

@@ -66,8 +66,22 @@ std::vector<ResultRow> read_results(const std::string& path) {
       rows.push_back(ResultRow::parse(line, where));
     } catch (const UsageError& e) {
       if (last_unterminated) {
-        CAIRN_LOG_WARN("%s: the last line is cut short (a write interrupted); dropped, its checkpoint is scored again",
-                       where.c_str());
+        // One append writes a checkpoint's rows together, over several pages: a kill can keep the first ones and cut
+        // the next. The whole rows before the cut that were written with it (same checkpoint, finish time and
+        // writer) go too, so the checkpoint counts as unscored and is scored again; kept, they marked it scored and
+        // the cut rows were lost for good. (If the cut line began a new append, a whole checkpoint is scored again.)
+        size_t dropped = 0;
+        if (!rows.empty()) {
+          const ResultRow last = rows.back();
+          while (!rows.empty() && rows.back().step == last.step && rows.back().checkpoint == last.checkpoint &&
+                 rows.back().wall_time == last.wall_time && rows.back().eval_run == last.eval_run) {
+            rows.pop_back();
+            ++dropped;
+          }
+        }
+        CAIRN_LOG_WARN("%s: the last line is cut short (a write interrupted); dropped%s, and its checkpoint is "
+                       "scored again",
+                       where.c_str(), dropped ? strprintf(" with the %zu rows written with it", dropped).c_str() : "");
         break;
       }
       throw UsageError(std::string(e.what()) + "; move the file away to start over");
