@@ -275,4 +275,9 @@ void StepReporter::flush() {
   if (tb_) tb_->flush();
 }
 
+void StepReporter::sync() {
+  jsonl_.sync();
+  if (tb_) tb_->flush();
+}
+
 }  // namespace cairn::train

@@ -74,6 +74,8 @@ class StepReporter {
   // A validation result: val_loss = mean token loss over windows [first_window, +windows).
   void write_val(int64_t step, int64_t tokens, double val_loss, uint64_t first_window, uint64_t windows);
   void flush();
+  // metrics.jsonl onto the disk (before a checkpoint is sealed: a crash after it must not lose the steps it covers).
+  void sync();
 
  private:
   const Settings& s_;

@@ -576,6 +576,10 @@ void Trainer::load_checkpoint(const std::string& dir) {
 }
 
 void Trainer::write_checkpoint() {
+  // The log first: checkpoints are fsynced, and metrics.jsonl only flushed, so a node crash could keep a checkpoint
+  // whose steps the log lost, a gap the resume never fills (an audit cut the log back to step 203 below a step-210
+  // checkpoint: steps 204-210 were gone for good, without a word).
+  report_->sync();
   last_ckpt_ = checkpoints_->write(progress_, guard_);
   accepted_since_ckpt_ = 0;
   guard_.restores_since_checkpoint = 0;

@@ -29,6 +29,9 @@ class JsonlWriter {
   JsonlWriter& operator=(JsonlWriter&& o) noexcept;
   bool is_open() const { return f_ != nullptr; }
   void write(const nlohmann::json& line);
+  // The lines written so far onto the disk (fsync), not only the page cache: before a checkpoint is sealed, so a
+  // node that crashes after it does not leave the checkpoint without the steps it covers.
+  void sync();
   void close();
 
  private:

@@ -163,6 +163,11 @@ void JsonlWriter::write(const json& line) {
   }
 }
 
+void JsonlWriter::sync() {
+  if (!f_) return;
+  if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0) throw RuntimeError(errno_message("cannot sync", path_));
+}
+
 void JsonlWriter::close() {
   if (f_) std::fclose(f_);
   f_ = nullptr;
