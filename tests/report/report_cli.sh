@@ -70,6 +70,15 @@ good = [r for r in s["runs"] if r["name"] == "good"][0]["metrics"]
 assert good["mfu_peak_tflops"]["value"] == 392.857, good.get("mfu_peak_tflops")
 EOF
 grep -q '\*\*PASS\*\*: all 5 gate checks passed' "$T/good/report/summary.md" || fail "summary.md lacks PASS"
+# A report killed while writing leaves temp copies beside its files: the next one removes those of a writer gone
+# (they stayed for good), and leaves a live writer's alone.
+dead=2000000000  # above any pid_max: no such process
+printf x > "$T/good/report/.summary.json.tmp.$dead.1a2b3c"
+printf x > "$T/good/report/.index.html.tmp.$$.4d5e6f"
+"$REPORT" "$T/good" --baseline "$T/base" --config "$T/gates.toml" --log-level warn || fail "good run again: exit $?"
+[ ! -e "$T/good/report/.summary.json.tmp.$dead.1a2b3c" ] || fail "a killed report's temp file was left"
+[ -e "$T/good/report/.index.html.tmp.$$.4d5e6f" ] || fail "a live writer's temp file was removed"
+rm -f "$T/good/report/.index.html.tmp.$$.4d5e6f"
 
 # 2. The planted regression fails exactly the gates it should: exit 3.
 set +e

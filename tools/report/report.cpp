@@ -12,6 +12,7 @@
 #include "cairn/log.h"
 #include "cairn/sections/report.h"
 #include "cairn/sections/run.h"
+#include "cairn/stale_temps.h"
 
 namespace cairn::report {
 namespace fs = std::filesystem;
@@ -195,6 +196,11 @@ ReportResult run_report(const ReportInputs& in) {
   std::string report_dir = join_path(in.out_dir, "report");
   ensure_dir(report_dir);
   check_writable_dir(report_dir);
+  // A report killed while writing left its temp copies (a 128 KB summary.json's among them) beside the files for
+  // good: the next report removes those whose writer is gone.
+  remove_stale_temps(report_dir, [](const std::string& name) {
+    return name == "index.html" || name == "summary.md" || name == "summary.json";
+  });
   r.report_dir = report_dir;
   auto t0 = std::chrono::steady_clock::now();
   std::string html = render_html(r.model);
