@@ -546,6 +546,66 @@ BOOST_AUTO_TEST_CASE(zero3_with_stages_moves_the_embedding_and_head) {
 
 // [parallel] stage_layers is the split the trainer runs: the search prices the plans it fits (pp*v entries) with it,
 // as --explain does, and best.toml writes it (the search priced [2, 10] balanced: 37 % faster than --explain).
+// The search reuses layer times, stage splits and in-flight activations across plans (EvaluationCache): every row
+// must equal its plan priced alone, field by field. Uneven splits (24 layers over pp*v stages), every ZeRO stage with
+// pipelines, TP, SP, overlap and context parallelism, so each key the cache reads varies.
+BOOST_AUTO_TEST_CASE(search_rows_equal_plans_priced_alone) {
+  const Config cfg = load({"configs/models/gpt2-350m.toml", "configs/clusters/dgx-a100-80gb.toml"},
+                          {"cluster.nodes=2", "train.global_batch=64", "model.seq_len=16384",
+                           "plan.flash_attention=true", "plan.zero=[0,1,2,3]", "plan.max_mb=4"});
+  const ModelSpec m = model_from_config(cfg);
+  const Cluster c = cluster_from_config(cfg);
+  const Assumptions a = assumptions_from_config(cfg);
+  const auto r = plan::search(m, c, 64, a, plan::constraints_from_config(cfg));
+  size_t uneven = 0, cp = 0, checked = 0;
+  for (const plan::PlanRow& row : r.all) {
+    const plan::PlanRow alone = plan::plan_row(evaluate(m, c, row.plan, 64, a, false));
+    uneven += m.layers % (row.plan.pp * row.plan.v) != 0;
+    cp += row.plan.cp > 1;
+    BOOST_TEST_CONTEXT(plan_string(row.plan)) {
+      BOOST_TEST((alone.reject == row.reject));
+      BOOST_TEST(alone.microbatches == row.microbatches);
+      const double plan::PlanRow::*fields[] = {&plan::PlanRow::step_time_s,
+                                               &plan::PlanRow::tokens_per_s,
+                                               &plan::PlanRow::tflops_per_gpu,
+                                               &plan::PlanRow::hw_tflops_per_gpu,
+                                               &plan::PlanRow::mfu,
+                                               &plan::PlanRow::hfu,
+                                               &plan::PlanRow::memory_gib,
+                                               &plan::PlanRow::time_gemm,
+                                               &plan::PlanRow::time_attention,
+                                               &plan::PlanRow::time_memory_bound,
+                                               &plan::PlanRow::time_recompute,
+                                               &plan::PlanRow::time_tp_comm,
+                                               &plan::PlanRow::time_cp_comm,
+                                               &plan::PlanRow::time_overlap_slowdown,
+                                               &plan::PlanRow::time_pp_p2p,
+                                               &plan::PlanRow::time_bubble,
+                                               &plan::PlanRow::time_dp_comm,
+                                               &plan::PlanRow::time_dp_exposed,
+                                               &plan::PlanRow::time_optimizer,
+                                               &plan::PlanRow::time_cross_entropy,
+                                               &plan::PlanRow::time_fp8_cast,
+                                               &plan::PlanRow::mem_weights,
+                                               &plan::PlanRow::mem_grads,
+                                               &plan::PlanRow::mem_optimizer,
+                                               &plan::PlanRow::mem_activations,
+                                               &plan::PlanRow::mem_logits,
+                                               &plan::PlanRow::mem_buffers};
+      for (auto f : fields) {
+        // Exactly equal (NaN nowhere): the cache must not change a bit.
+        if (!(alone.*f == row.*f))
+          BOOST_ERROR("field differs: " << alone.*f << " alone, " << row.*f << " in the search");
+      }
+    }
+    ++checked;
+  }
+  BOOST_TEST_MESSAGE(checked << " rows, " << uneven << " with uneven stages, " << cp << " with cp > 1");
+  BOOST_TEST(checked > 1000u);
+  BOOST_TEST(uneven > 100u);
+  BOOST_TEST(cp > 100u);
+}
+
 BOOST_AUTO_TEST_CASE(search_prices_the_configured_stage_split) {
   const Config cfg = load({"configs/models/gpt2-124m.toml", "configs/clusters/dgx-a100-80gb.toml"},
                           {"parallel.stage_layers=[2,10]", "plan.pp=2", "plan.v=1", "plan.tp=1", "plan.mb=1",

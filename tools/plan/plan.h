@@ -6,6 +6,7 @@
 
 #include "cairn/config.h"
 #include "cairn/costmodel.h"
+#include "cairn/huge_pages.h"
 #include "cairn/sections.h"
 
 namespace cairn::plan {
@@ -47,7 +48,8 @@ struct PlanRow {
 PlanRow plan_row(const costmodel::Evaluation& e);
 
 struct SearchResult {
-  std::vector<PlanRow> all;  // every evaluated plan: feasible ones first, fastest first; then the rejected ones
+  // Every evaluated plan: feasible ones first, fastest first; then the rejected ones.
+  std::vector<PlanRow, HugePageAllocator<PlanRow>> all;
   // The first max(1, k.detailed) plans of `all`, priced again in full (per-stage detail, tiers): the table,
   // plans.json and best.toml.
   std::vector<costmodel::Evaluation> top;

@@ -36,46 +36,51 @@ bool allowed(const std::vector<int64_t>& list, int64_t x) {
   return list.empty() || std::find(list.begin(), list.end(), x) != list.end();
 }
 
+struct Layout {
+  int64_t dp, tp, pp, cp;
+};
+
 // Every (v, mb, zero, recompute, sp, tp_overlap, cp_comm) of one (dp, tp, pp, cp) layout. Interleaving is limited
-// only by the layers (one per virtual stage at least); uneven splits are balanced by the cost model.
-void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, int64_t global_batch,
-                   const costmodel::Assumptions& a, const Constraints& k, int64_t dp, int64_t tp, int64_t pp,
-                   int64_t cp, const std::vector<Recompute>& recomputes, const std::vector<int64_t>& zeros,
-                   std::vector<PlanRow>& out, const std::function<void(size_t)>& priced) {
-  const int64_t per_rank = global_batch / dp;
+// only by the layers (one per virtual stage at least); uneven splits are balanced by the cost model. visit(plan) is
+// called for each plan, done_v(n) after each interleaving factor with the plans it had.
+template <class Visit, class DoneV>
+void for_each_plan(const costmodel::ModelSpec& m, const costmodel::Cluster& c, int64_t global_batch,
+                   const Constraints& k, const Layout& l, const std::vector<Recompute>& recomputes,
+                   const std::vector<int64_t>& zeros, Visit&& visit, DoneV&& done_v) {
+  const int64_t per_rank = global_batch / l.dp;
   std::vector<int64_t> vs;
   if (!k.v.empty()) vs = k.v;
   else
-    for (int64_t v = 1; v * pp <= m.layers && (k.max_v <= 0 || v <= k.max_v); ++v)
-      if (v == 1 || pp > 1) vs.push_back(v);
+    for (int64_t v = 1; v * l.pp <= m.layers && (k.max_v <= 0 || v <= k.max_v); ++v)
+      if (v == 1 || l.pp > 1) vs.push_back(v);
   std::vector<int64_t> mbs;
   for (int64_t mb : divisors(per_rank))
     if (allowed(k.mb, mb) && (!k.mb.empty() || mb <= k.max_mb)) mbs.push_back(mb);
   std::vector<int> sps = k.sp;
-  if (sps.empty()) sps = tp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0};
-  std::vector<int> cp_comms = cp > 1 ? k.cp_comm : std::vector<int>{0};  // how K/V move means nothing at cp = 1
+  if (sps.empty()) sps = l.tp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0};
+  std::vector<int> cp_comms = l.cp > 1 ? k.cp_comm : std::vector<int>{0};  // how K/V move means nothing at cp = 1
   if (cp_comms.empty()) cp_comms = {0, 1};
-  out.reserve(vs.size() * mbs.size() * zeros.size() * recomputes.size() * sps.size() * 2 * cp_comms.size());
   for (int64_t v : vs) {
-    const size_t before = out.size();
+    size_t n = 0;
     for (int64_t mb : mbs) {
       // The interleaved schedule needs micro-batches divisible by pp: skip what the model would reject.
-      if (v > 1 && k.v.empty() && (per_rank / mb) % pp != 0) continue;
+      if (v > 1 && k.v.empty() && (per_rank / mb) % l.pp != 0) continue;
       for (int64_t zero : zeros) {
         // ZeRO-2/3 with pipeline stages are priced (as FSDP) but searched only when asked ([plan] zero): pipelined
         // Megatron runs shard the optimizer alone (ZeRO-1), and the default search stays the size it was.
-        if (zero >= 2 && pp > 1 && k.zero.empty()) continue;
+        if (zero >= 2 && l.pp > 1 && k.zero.empty()) continue;
         for (Recompute rc : recomputes)
           for (int sp : sps) {
             std::vector<int> overlaps = k.tp_overlap;
-            if (overlaps.empty()) overlaps = sp && tp <= c.gpus_per_node ? std::vector<int>{0, 1} : std::vector<int>{0};
+            if (overlaps.empty())
+              overlaps = sp && l.tp <= c.gpus_per_node ? std::vector<int>{0, 1} : std::vector<int>{0};
             for (int ov : overlaps)
               for (int cc : cp_comms) {
                 Plan p;
-                p.dp = int(dp);
-                p.tp = int(tp);
-                p.pp = int(pp);
-                p.cp = int(cp);
+                p.dp = int(l.dp);
+                p.tp = int(l.tp);
+                p.pp = int(l.pp);
+                p.cp = int(l.cp);
                 p.v = int(v);
                 p.mb = int(mb);
                 p.zero = int(zero);
@@ -85,13 +90,14 @@ void search_layout(const costmodel::ModelSpec& m, const costmodel::Cluster& c, i
                 p.cp_allgather = cc != 0;
                 // The split the trainer will run: [parallel] stage_layers, where its length is this plan's pp*v
                 // (the search priced it balanced, and --explain and the trainer used it: 37 % apart for [2, 10]).
-                if (int64_t(k.stage_layers.size()) == pp * v) p.stage_layers = k.stage_layers;
-                out.push_back(plan_row(costmodel::evaluate(m, c, p, global_batch, a, false)));
+                if (int64_t(k.stage_layers.size()) == l.pp * v) p.stage_layers = k.stage_layers;
+                visit(p);
+                ++n;
               }
           }
       }
     }
-    priced(out.size() - before);
+    done_v(n);
   }
 }
 
@@ -196,9 +202,6 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
   if (cps.empty())
     for (int64_t cp : divisors(world))
       if (cp == 1 || (a.flash_attention && m.seq_len >= k.cp_min_seq && m.seq_len % (2 * cp) == 0)) cps.push_back(cp);
-  struct Layout {
-    int64_t dp, tp, pp, cp;
-  };
   std::vector<Layout> layouts;
   for (int64_t cp : cps) {
     if (world % cp != 0) continue;
@@ -213,9 +216,18 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
       }
     }
   }
-  // The layouts are independent: evaluated on every core, then joined in enumeration order, so the ranking (a
-  // stable sort) does not depend on the thread count.
-  std::vector<std::vector<PlanRow>> parts(layouts.size());
+  // The layouts are independent: their plans are counted first, each layout gets its slice of one array of rows
+  // (allocated once, in huge pages: a million rows of 288 bytes), and the slices are priced on every core. Rows sit
+  // in enumeration order, so the ranking (a stable sort) does not depend on the thread count.
+  std::vector<size_t> first(layouts.size() + 1, 0);
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    size_t n = 0;
+    for_each_plan(
+        m, c, global_batch, k, layouts[i], recomputes, zeros, [&](const Plan&) { ++n; }, [](size_t) {});
+    first[i + 1] = first[i] + n;
+  }
+  const size_t total = first.back();
+  r.all.resize(total);
   std::vector<std::exception_ptr> errors(layouts.size());
   const auto n_layouts = static_cast<std::ptrdiff_t>(layouts.size());
   // Progress every few seconds (most searches end well before the first): layouts done of all, plans so far. Plans
@@ -230,17 +242,21 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
     layouts_done += layout_done;
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (t >= next_report && layouts_done < layouts.size()) {
-      CAIRN_LOG_INFO("searched %zu of %zu layouts (%zu plans) in %.0f s%s", layouts_done, layouts.size(), plans_done, t,
+      CAIRN_LOG_INFO("searched %zu of %zu layouts (%zu of %zu plans) in %.0f s%s", layouts_done, layouts.size(),
+                     plans_done, total, t,
                      k.max_v <= 0 && m.layers > 256 ? "; plan.max_v bounds the interleavings a deep model tries" : "");
       next_report = t + kProgressEverySeconds;
     }
   };
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::ptrdiff_t i = 0; i < n_layouts; ++i) {
-    const Layout& l = layouts[size_t(i)];
     try {
-      search_layout(m, c, global_batch, a, k, l.dp, l.tp, l.pp, l.cp, recomputes, zeros, parts[size_t(i)],
-                    [&](size_t n) { report(n, false); });
+      size_t row = first[size_t(i)];
+      costmodel::EvaluationCache cache;
+      for_each_plan(
+          m, c, global_batch, k, layouts[size_t(i)], recomputes, zeros,
+          [&](const Plan& p) { r.all[row++] = plan_row(costmodel::evaluate(m, c, p, global_batch, a, false, &cache)); },
+          [&](size_t n) { report(n, false); });
     } catch (...) {
       errors[size_t(i)] = std::current_exception();  // an exception must not leave the parallel region
     }
@@ -249,21 +265,13 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
   // Feasible plans first, fastest first; rejected ones after, smallest memory first; ties in enumeration order.
-  // The layouts' rows joined (each part freed once copied), small keys sorted, then the rows put in that order in
-  // place: one copy of a million rows at a time, not two.
-  size_t total = 0;
-  for (const auto& part : parts) total += part.size();
-  r.all.reserve(total);
-  for (auto& part : parts) {
-    r.all.insert(r.all.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
-    std::vector<PlanRow>().swap(part);
-  }
+  // Small keys are sorted, then the rows put in that order in place.
   struct Key {
     int group;  // 0 feasible, 1 over memory, 2 rejected otherwise
     double value;
     size_t index;
   };
-  std::vector<Key> keys;
+  std::vector<Key, HugePageAllocator<Key>> keys;
   keys.reserve(total);
   for (size_t i = 0; i < total; ++i) {
     const PlanRow& e = r.all[i];
@@ -271,8 +279,11 @@ SearchResult search(const costmodel::ModelSpec& m, const costmodel::Cluster& c, 
     keys.push_back({group, group == 0 ? e.step_time_s : e.memory_gib, i});
     r.feasible += group == 0;
   }
-  std::stable_sort(keys.begin(), keys.end(), [](const Key& x, const Key& y) {
-    return x.group != y.group ? x.group < y.group : x.value < y.value;
+  // Ties broken by the index: a stable order without stable_sort's buffer of half the keys.
+  std::sort(keys.begin(), keys.end(), [](const Key& x, const Key& y) {
+    if (x.group != y.group) return x.group < y.group;
+    if (x.value != y.value) return x.value < y.value;
+    return x.index < y.index;
   });
   // Position i takes row keys[i].index: follow each cycle of the permutation once.
   std::vector<bool> placed(total, false);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <unordered_map>
 
 #include "cairn/config.h"
 #include "cairn/error.h"
@@ -1060,13 +1062,15 @@ std::vector<int> stage_split(int64_t layers, int pp, int v, double embed_layers,
   if (pp < 1 || v < 1 || stages > layers) return {};
   // Per rank: how many layers it can take under a load target (first rank pays the embedding, the last
   // the head and loss); the smallest target whose capacities cover every layer, found by bisection.
+  // (At or above v, truncation is the floor; floor is a libm call, and the bisection makes a hundred per plan.)
   auto capacity = [&](int r, double target) {
-    double extra = (r == 0 ? embed_layers : 0.0) + (r == pp - 1 ? head_layers : 0.0);
-    return std::max<int64_t>(v, int64_t(std::floor(target - extra + 1e-9)));
+    const double x = target - ((r == 0 ? embed_layers : 0.0) + (r == pp - 1 ? head_layers : 0.0)) + 1e-9;
+    return x < double(v) ? int64_t(v) : int64_t(x);
   };
   double lo = double(layers) / pp, hi = double(layers) + embed_layers + head_layers + v;
   for (int it = 0; it < 60; ++it) {
     const double mid = 0.5 * (lo + hi);
+    if (mid == lo || mid == hi) break;  // adjacent doubles: the remaining iterations would change nothing
     // The middle ranks' capacities are all the same: three terms, not pp (the search splits a million plans).
     const int64_t cap = pp == 1 ? capacity(0, mid)
                                 : capacity(0, mid) + capacity(pp - 1, mid) + (pp - 2) * capacity(pp > 2 ? 1 : 0, mid);
@@ -1075,19 +1079,36 @@ std::vector<int> stage_split(int64_t layers, int pp, int v, double embed_layers,
   std::vector<int64_t> per_rank(static_cast<size_t>(pp));
   int64_t total = 0;
   for (int r = 0; r < pp; ++r) total += per_rank[size_t(r)] = capacity(r, hi);
-  // Trim the surplus from the most loaded ranks, middle ranks first (they carry no embedding or head).
+  // Trim the surplus one layer at a time from the most loaded rank that has more than v (on a tie the first and
+  // last, which carry the embedding and head, then the lowest rank). The middle ranks reach the target together,
+  // so the surplus can be most of pp: a heap of the ranks' loads, not a scan of all of them per layer.
+  struct Load {
+    double load;
+    int r;
+  };
+  auto load_of = [&](int r) {
+    return Load{double(per_rank[size_t(r)]) + (r == 0 ? embed_layers : 0.0) + (r == pp - 1 ? head_layers : 0.0) +
+                    ((r == 0 || r == pp - 1) ? 1e-6 : 0.0),
+                r};
+  };
+  auto lighter = [](const Load& x, const Load& y) { return x.load != y.load ? x.load < y.load : x.r > y.r; };
+  std::vector<Load> heap;
+  if (total > layers) {
+    for (int r = 0; r < pp; ++r)
+      if (per_rank[size_t(r)] > v) heap.push_back(load_of(r));
+    std::make_heap(heap.begin(), heap.end(), lighter);
+  }
   while (total > layers) {
-    int best = -1;
-    double best_load = -1;
-    for (int r = 0; r < pp; ++r) {
-      if (per_rank[size_t(r)] <= v) continue;
-      const double load = double(per_rank[size_t(r)]) + (r == 0 ? embed_layers : 0.0) +
-                          (r == pp - 1 ? head_layers : 0.0) + ((r == 0 || r == pp - 1) ? 1e-6 : 0.0);
-      if (load > best_load) best_load = load, best = r;
-    }
-    if (best < 0) return {};
+    if (heap.empty()) return {};
+    std::pop_heap(heap.begin(), heap.end(), lighter);
+    const int best = heap.back().r;
+    heap.pop_back();
     --per_rank[size_t(best)];
     --total;
+    if (per_rank[size_t(best)] > v) {
+      heap.push_back(load_of(best));
+      std::push_heap(heap.begin(), heap.end(), lighter);
+    }
   }
   // Each rank's layers over its v chunks (virtual stage j*pp + r): as even as possible, the extra layers on the
   // rank's later chunks, which the interleaved warm-up holds least (it runs p forwards of each earlier chunk
@@ -1176,9 +1197,11 @@ struct Pipeline {
   double t_pipe = 0;  // every micro-batch through the pipeline, bubble included
 };
 
-Pipeline pipeline_schedule(const ModelSpec& m, const Plan& p, const EdgeTimes& E, double layer_time, double mb_count) {
+// stage_layers: plan_stage_layers of the plan, with the embedding and head in layers' worth of time (stage_load).
+Pipeline pipeline_schedule(const Plan& p, const EdgeTimes& E, double layer_time, double mb_count,
+                           std::vector<int> stage_layers) {
   Pipeline P;
-  P.stage_layers = plan_stage_layers(m, p, (E.embed_f + E.embed_b) / layer_time, (E.head_f + E.head_b) / layer_time);
+  P.stage_layers = std::move(stage_layers);
   const std::vector<int>& sl = P.stage_layers;
   P.rank_layers.assign(size_t(p.pp), 0);
   for (size_t j = 0; j < sl.size(); ++j) P.rank_layers[j % size_t(p.pp)] += sl[j];
@@ -1262,19 +1285,27 @@ double inflight_layers_of_rank(const std::vector<int>& stage_layers, int pp, int
   bool even = true;
   for (int c = 1; c < v; ++c) even = even && chunk_layers(c) == chunk_layers(0);
   if (even) return double(n) * chunk_layers(0);
-  auto fwd = [&](int64_t k) { return chunk_layers(int((k / pp) % v)); };
-  auto bwd = [&](int64_t k) { return chunk_layers(v - 1 - int((k / pp) % v)); };
   // Both change only every p steps, so the held count moves linearly between their block bounds and peaks at one:
-  // O(v) blocks, not O(p v) steps (the search prices tens of thousands of plans).
+  // O(v) blocks, not O(p v) steps (the search prices a million plans). Forward step k runs chunk (k / p) mod v,
+  // backward step k chunk v - 1 - (k / p) mod v; the block indices and their chunks are stepped, not divided.
   double held = 0;
-  for (int64_t k = 0; k < n; k += pp) held += double(std::min<int64_t>(pp, n - k)) * fwd(k);
+  int chunk = 0;
+  for (int64_t k = 0; k < n; k += pp) {
+    held += double(std::min<int64_t>(pp, n - k)) * chunk_layers(chunk);
+    chunk = chunk + 1 == v ? 0 : chunk + 1;
+  }
   double peak = held;
   const int64_t end = std::min<int64_t>(total, n + int64_t(pp) * v);  // one period past the warm-up
+  // From step j = n: the forward block of j (its end fwd_end, its chunk fwd_chunk) and the backward block of j - n.
+  int64_t fwd_end = (n / pp + 1) * pp, bwd_end = n + pp;
+  int fwd_chunk = int((n / pp) % v), bwd_chunk = 0;
   for (int64_t j = n; j < end;) {
-    const int64_t next = std::min({end, (j / pp + 1) * pp, n + ((j - n) / pp + 1) * pp});
-    held += double(next - j) * (fwd(j) - bwd(j - n));
+    const int64_t next = std::min({end, fwd_end, bwd_end});
+    held += double(next - j) * (chunk_layers(fwd_chunk) - chunk_layers(v - 1 - bwd_chunk));
     peak = std::max(peak, held);
     j = next;
+    if (j == fwd_end) fwd_end += pp, fwd_chunk = fwd_chunk + 1 == v ? 0 : fwd_chunk + 1;
+    if (j == bwd_end) bwd_end += pp, bwd_chunk = bwd_chunk + 1 == v ? 0 : bwd_chunk + 1;
   }
   return peak;
 }
@@ -1287,9 +1318,9 @@ bool fsdp_mixed_precision(const Assumptions& a, const Plan& p) {
 
 namespace {
 
-void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p, int64_t micro,
-                 double T, const std::vector<int>& stage_layers, const std::vector<int>& rank_layers,
-                 const RankParams& rp) {
+// inflight: the layers' worth of activations each rank holds at its peak (inflight_layers_of_rank).
+void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p, double T,
+                 const std::vector<double>& inflight, const std::vector<int>& rank_layers, const RankParams& rp) {
   const double t = double(p.tp), e = a.activation_bytes;
   const double V = double(m.vocab), h = double(m.hidden);
   const double shards = double(p.dp) * p.cp;
@@ -1329,10 +1360,10 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   // Activations each rank holds at its peak (inflight_layers_of_rank): with uneven stages the first rank, which
   // holds the most micro-batches, is not always the one holding the most layers (Llama 3 405B's split: rank 1
   // holds 15 x 8 layers, rank 0 16 x 7).
-  auto acts_of = [&](int r, double* inflight) {
-    const double layers = inflight_layers_of_rank(stage_layers, p.pp, p.v, micro, r);
-    *inflight = layers / std::max(1, rank_layers[size_t(r)]);  // in micro-batches of the whole rank
-    return layers * act_layer + (r == 0 ? embed_act * *inflight : 0.0);
+  auto acts_of = [&](int r, double* micro_batches) {
+    const double layers = inflight[size_t(r)];
+    *micro_batches = layers / std::max(1, rank_layers[size_t(r)]);  // in micro-batches of the whole rank
+    return layers * act_layer + (r == 0 ? embed_act * *micro_batches : 0.0);
   };
   // Recompute working set: one layer's full activations rebuilt during backward.
   // Context parallelism's attention working set, one layer's at a time (T tokens a rank holds, per TP rank: h/t
@@ -1381,10 +1412,10 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   int r_max = 0;
   double mem_max = -1, acts_max = 0, inflight_max = 0;
   for (int r = 0; r < p.pp; ++r) {
-    double inflight = 0;
-    const double acts = acts_of(r, &inflight);
+    double micro_batches = 0;
+    const double acts = acts_of(r, &micro_batches);
     const double mem = total(r, acts, r == p.pp - 1);
-    if (mem > mem_max) mem_max = mem, r_max = r, acts_max = acts, inflight_max = inflight;
+    if (mem > mem_max) mem_max = mem, r_max = r, acts_max = acts, inflight_max = micro_batches;
   }
   const auto s3 = states(params_of(r_max), layer_params_of(r_max));
   B.mem_rank = r_max;
@@ -1457,8 +1488,81 @@ void check_memory(Evaluation& ev, const Cluster& c, const Assumptions& a, bool f
 
 }  // namespace
 
+struct EvaluationCache::Impl {
+  int dp = 0, tp = 0, pp = 0, cp = 0;  // the layout the layer times are of
+  std::unordered_map<uint64_t, LayerTimes> layer_times;
+  // The last plan's stage split and micro-batch count, and the layers each rank held in flight.
+  std::vector<int> stage_layers;
+  int v = 0;
+  int64_t micro = -1;
+  std::vector<double> inflight;
+  // Stage splits of the current (layers, pp, v) by the embedding's and head's weight in layers: the plans that
+  // differ only in the ZeRO stage split alike.
+  int64_t split_layers = -1;
+  int split_pp = 0, split_v = 0;
+  std::map<std::pair<double, double>, std::vector<int>> splits;
+};
+EvaluationCache::EvaluationCache() : impl(std::make_unique<Impl>()) {}
+EvaluationCache::~EvaluationCache() = default;
+
+namespace {
+
+// layer_times through the cache: keyed by what it reads of the plan beside the layout (which g follows).
+LayerTimes cached_layer_times(EvaluationCache* cache, const ModelSpec& m, const Cluster& c, const Assumptions& a,
+                              const Plan& p, const Groups& g) {
+  if (!cache) return layer_times(m, c, a, p, g);
+  EvaluationCache::Impl& k = *cache->impl;
+  if (k.dp != p.dp || k.tp != p.tp || k.pp != p.pp || k.cp != p.cp) {
+    k.layer_times.clear();
+    k.dp = p.dp, k.tp = p.tp, k.pp = p.pp, k.cp = p.cp;
+  }
+  const uint64_t key = (uint64_t(uint32_t(p.mb)) << 8) | (uint64_t(p.recompute) << 3) | (uint64_t(p.sp) << 2) |
+                       (uint64_t(p.tp_overlap) << 1) | uint64_t(p.cp_allgather);
+  auto it = k.layer_times.find(key);
+  if (it == k.layer_times.end()) it = k.layer_times.emplace(key, layer_times(m, c, a, p, g)).first;
+  return it->second;
+}
+
+// plan_stage_layers through the cache.
+std::vector<int> cached_stage_layers(EvaluationCache* cache, const ModelSpec& m, const Plan& p, double embed_layers,
+                                     double head_layers) {
+  if (!cache || !p.stage_layers.empty() || m.layers % (int64_t(p.pp) * p.v) == 0)
+    return plan_stage_layers(m, p, embed_layers, head_layers);
+  EvaluationCache::Impl& k = *cache->impl;
+  if (k.split_layers != m.layers || k.split_pp != p.pp || k.split_v != p.v) {
+    k.splits.clear();
+    k.split_layers = m.layers, k.split_pp = p.pp, k.split_v = p.v;
+  }
+  auto [it, added] = k.splits.try_emplace({embed_layers, head_layers});
+  if (added) it->second = plan_stage_layers(m, p, embed_layers, head_layers);
+  return it->second;
+}
+
+// inflight_layers_of_rank for every rank, through the cache (else into `local`).
+const std::vector<double>& inflight_layers(EvaluationCache* cache, const std::vector<int>& stage_layers, int pp, int v,
+                                           int64_t micro, std::vector<double>& local) {
+  auto compute = [&](std::vector<double>& out) {
+    out.assign(size_t(pp), 0.0);
+    for (int r = 0; r < pp; ++r) out[size_t(r)] = inflight_layers_of_rank(stage_layers, pp, v, micro, r);
+  };
+  if (!cache) {
+    compute(local);
+    return local;
+  }
+  EvaluationCache::Impl& k = *cache->impl;
+  if (k.micro != micro || k.v != v || k.inflight.size() != size_t(pp) || k.stage_layers != stage_layers) {
+    compute(k.inflight);
+    k.stage_layers = stage_layers;
+    k.v = v;
+    k.micro = micro;
+  }
+  return k.inflight;
+}
+
+}  // namespace
+
 Evaluation evaluate(const ModelSpec& model, const Cluster& c, const Plan& p, int64_t global_batch, const Assumptions& a,
-                    bool fill_reason) {
+                    bool fill_reason, EvaluationCache* cache) {
   Evaluation ev;
   ev.plan = p;
   // A vocabulary tp does not divide is padded (Megatron's rule): the plan prices the rows it runs.
@@ -1489,10 +1593,12 @@ Evaluation evaluate(const ModelSpec& model, const Cluster& c, const Plan& p, int
   B.pp_tier = p.pp == 1 ? "-" : (g.pp_spans ? "inter" : "intra");
 
   // ---- per-micro-batch layer, embedding and head times; the pipeline over them
-  const LayerTimes L = layer_times(m, c, a, p, g);
+  const LayerTimes L = cached_layer_times(cache, m, c, a, p, g);
   const EdgeTimes E = edge_times(m, c, a, p, g, T, L);
   const double layer_time = std::max(1e-30, L.fwd() + L.bwd());
-  const Pipeline P = pipeline_schedule(m, p, E, layer_time, mb_count);
+  const Pipeline P = pipeline_schedule(p, E, layer_time, mb_count,
+                                       cached_stage_layers(cache, m, p, (E.embed_f + E.embed_b) / layer_time,
+                                                           (E.head_f + E.head_b) / layer_time));
   fill_time_breakdown(B, p, L, E, P, mb_count, hbm);
   const int lay_crit = P.rank_layers[size_t(P.crit)];
 
@@ -1532,7 +1638,9 @@ Evaluation evaluate(const ModelSpec& model, const Cluster& c, const Plan& p, int
   ev.step_time_s = P.t_pipe + B.dp_exposed + B.optimizer;
 
   // ---- memory per rank, rates, and whether it fits
-  fill_memory(B, m, c, a, p, micro, T, P.stage_layers, P.rank_layers, rp);
+  std::vector<double> inflight_here;
+  fill_memory(B, m, c, a, p, T, inflight_layers(cache, P.stage_layers, p.pp, p.v, micro, inflight_here), P.rank_layers,
+              rp);
   ev.memory_gib = B.mem_total / kGiB;
   fill_rates(ev, m, c, p, a, fl, global_batch);
   check_memory(ev, c, a, fill_reason);
