@@ -1145,7 +1145,7 @@ struct EdgeTimes {
 
 // T: tokens per micro-batch per rank.
 EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p, const Groups& g,
-                     double T, const LayerTimes& L) {
+                     double T) {
   EdgeTimes E;
   const double t = double(p.tp), e = a.activation_bytes;
   const double hbm = c.hbm_rate(), k0 = c.kernel_overhead_us * 1e-6;
@@ -1162,6 +1162,14 @@ EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a,
   E.loss_tp = p.tp > 1 ? 2 * collective_time(c, Collective::AllReduce, T * 4, p.tp, g.tp_per_node) : 0;
   E.head_f = E.head_f_gemm + logits * ce.bytes_f / hbm + ce.kernels_f * k0 + E.loss_tp;
   E.head_b = E.head_b_gemm + logits * ce.bytes_b / hbm + ce.kernels_b * k0;
+  return E;
+}
+
+// The pipeline's point-to-point part of the edge times (E.p2p_stage, E.p2p_chain): the rest depends on neither v
+// nor the ZeRO stage.
+void add_pipeline_p2p(EdgeTimes& E, const ModelSpec& m, const Cluster& c, const Assumptions& a, const Plan& p,
+                      const Groups& g, double T, const LayerTimes& L) {
+  const double t = double(p.tp), e = a.activation_bytes, h = double(m.hidden);
   // Pipeline p2p: Megatron sends T x h / tp per boundary (scatter-gather or SP shards) each way.
   double p2p = 0;
   if (p.pp > 1) {
@@ -1184,7 +1192,6 @@ EdgeTimes edge_times(const ModelSpec& m, const Cluster& c, const Assumptions& a,
   } else {
     E.p2p_stage = p.pp > 1 ? 2.0 * p.v * p2p : 0.0;  // 1F1B: blocking send/receive pairs
   }
-  return E;
 }
 
 // The pipeline: layers per virtual stage and per rank (its v chunks), and the time of all micro-batches through
@@ -1204,7 +1211,8 @@ Pipeline pipeline_schedule(const Plan& p, const EdgeTimes& E, double layer_time,
   P.stage_layers = std::move(stage_layers);
   const std::vector<int>& sl = P.stage_layers;
   P.rank_layers.assign(size_t(p.pp), 0);
-  for (size_t j = 0; j < sl.size(); ++j) P.rank_layers[j % size_t(p.pp)] += sl[j];
+  for (size_t j = 0; j < sl.size(); j += size_t(p.pp))  // virtual stage j + r is rank r's
+    for (size_t r = 0; r < size_t(p.pp); ++r) P.rank_layers[r] += sl[j + r];
   std::vector<double>& tau = P.tau;
   tau.assign(size_t(p.pp), 0.0);
   for (int r = 0; r < p.pp; ++r) {
@@ -1223,11 +1231,12 @@ Pipeline pipeline_schedule(const Plan& p, const EdgeTimes& E, double layer_time,
 }
 
 // The step's time on the critical rank by kind (GEMM, memory-bound, communication, bubble, ...).
+// per_stage: also the per-stage detail (Breakdown::stage_layers, stage_busy), which a search's rows do not keep.
 void fill_time_breakdown(Breakdown& B, const Plan& p, const LayerTimes& L, const EdgeTimes& E, const Pipeline& P,
-                         double mb_count, double hbm) {
+                         double mb_count, double hbm, bool per_stage) {
   const int lay_crit = P.rank_layers[size_t(P.crit)];
   const bool crit_first = P.crit == 0, crit_last = P.crit == p.pp - 1;
-  B.stage_layers = P.stage_layers;
+  if (per_stage) B.stage_layers = P.stage_layers;
   B.layers_max_stage = *std::max_element(P.rank_layers.begin(), P.rank_layers.end());
   B.gemm = mb_count * (lay_crit * (L.f_gemm + L.b_gemm + L.r_gemm) + (crit_last ? E.head_f_gemm + E.head_b_gemm : 0));
   B.attention = mb_count * lay_crit * (L.f_attn + L.b_attn + L.r_attn);
@@ -1245,7 +1254,7 @@ void fill_time_breakdown(Breakdown& B, const Plan& p, const LayerTimes& L, const
   B.stage_forward = lay_crit * L.fwd();
   B.stage_backward = lay_crit * L.bwd();
   B.stage_busy.clear();
-  if (p.pp > 1)
+  if (p.pp > 1 && per_stage)
     for (double tau : P.tau) B.stage_busy.push_back(mb_count * (tau - E.p2p_stage));
 }
 
@@ -1490,7 +1499,11 @@ void check_memory(Evaluation& ev, const Cluster& c, const Assumptions& a, bool f
 
 struct EvaluationCache::Impl {
   int dp = 0, tp = 0, pp = 0, cp = 0;  // the layout the layer times are of
-  std::unordered_map<uint64_t, LayerTimes> layer_times;
+  struct Layer {
+    LayerTimes times;
+    EdgeTimes edges;  // without the pipeline's p2p
+  };
+  std::unordered_map<uint64_t, Layer> layers;
   // The last plan's stage split and micro-batch count, and the layers each rank held in flight.
   std::vector<int> stage_layers;
   int v = 0;
@@ -1507,20 +1520,28 @@ EvaluationCache::~EvaluationCache() = default;
 
 namespace {
 
-// layer_times through the cache: keyed by what it reads of the plan beside the layout (which g follows).
-LayerTimes cached_layer_times(EvaluationCache* cache, const ModelSpec& m, const Cluster& c, const Assumptions& a,
-                              const Plan& p, const Groups& g) {
-  if (!cache) return layer_times(m, c, a, p, g);
+// layer_times and edge_times (but its p2p) through the cache: keyed by what they read of the plan beside the layout
+// (which g follows).
+void cached_layer_and_edges(EvaluationCache* cache, const ModelSpec& m, const Cluster& c, const Assumptions& a,
+                            const Plan& p, const Groups& g, double T, LayerTimes& L, EdgeTimes& E) {
+  if (!cache) {
+    L = layer_times(m, c, a, p, g);
+    E = edge_times(m, c, a, p, g, T);
+    return;
+  }
   EvaluationCache::Impl& k = *cache->impl;
   if (k.dp != p.dp || k.tp != p.tp || k.pp != p.pp || k.cp != p.cp) {
-    k.layer_times.clear();
+    k.layers.clear();
     k.dp = p.dp, k.tp = p.tp, k.pp = p.pp, k.cp = p.cp;
   }
   const uint64_t key = (uint64_t(uint32_t(p.mb)) << 8) | (uint64_t(p.recompute) << 3) | (uint64_t(p.sp) << 2) |
                        (uint64_t(p.tp_overlap) << 1) | uint64_t(p.cp_allgather);
-  auto it = k.layer_times.find(key);
-  if (it == k.layer_times.end()) it = k.layer_times.emplace(key, layer_times(m, c, a, p, g)).first;
-  return it->second;
+  auto it = k.layers.find(key);
+  if (it == k.layers.end())
+    it = k.layers.emplace(key, EvaluationCache::Impl::Layer{layer_times(m, c, a, p, g), edge_times(m, c, a, p, g, T)})
+             .first;
+  L = it->second.times;
+  E = it->second.edges;
 }
 
 // plan_stage_layers through the cache.
@@ -1593,13 +1614,15 @@ Evaluation evaluate(const ModelSpec& model, const Cluster& c, const Plan& p, int
   B.pp_tier = p.pp == 1 ? "-" : (g.pp_spans ? "inter" : "intra");
 
   // ---- per-micro-batch layer, embedding and head times; the pipeline over them
-  const LayerTimes L = cached_layer_times(cache, m, c, a, p, g);
-  const EdgeTimes E = edge_times(m, c, a, p, g, T, L);
+  LayerTimes L;
+  EdgeTimes E;
+  cached_layer_and_edges(cache, m, c, a, p, g, T, L, E);
+  add_pipeline_p2p(E, m, c, a, p, g, T, L);
   const double layer_time = std::max(1e-30, L.fwd() + L.bwd());
   const Pipeline P = pipeline_schedule(p, E, layer_time, mb_count,
                                        cached_stage_layers(cache, m, p, (E.embed_f + E.embed_b) / layer_time,
                                                            (E.head_f + E.head_b) / layer_time));
-  fill_time_breakdown(B, p, L, E, P, mb_count, hbm);
+  fill_time_breakdown(B, p, L, E, P, mb_count, hbm, cache == nullptr);
   const int lay_crit = P.rank_layers[size_t(P.crit)];
 
   // ---- parameters per rank (per TP rank)
