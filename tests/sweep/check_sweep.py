@@ -67,6 +67,7 @@ def main():
     ap.add_argument("--minbytes", type=int, required=True)
     ap.add_argument("--maxbytes", type=int, required=True)
     ap.add_argument("--expect-wrong", type=int, default=0)
+    ap.add_argument("--expect-failed-checks", type=int, help="nccl-tests' Out of bounds values (default: as wrong)")
     a = ap.parse_args()
 
     rows = parse_table(a.table)
@@ -90,6 +91,7 @@ def main():
         s *= 2
 
     wrong_total = 0
+    failed_cells = 0  # (row, placement) pairs whose check found wrong elements
     for fields, r in zip(rows, results):
         coll, n = r["collective"], r["ranks"]
         word = WORD[r["type"]]
@@ -118,13 +120,26 @@ def main():
                 fail("table #wrong %s != JSON %s" % (fields[col + 3], want_wrong))
             if m["nwrong"] is not None:
                 wrong_total += int(m["nwrong"])
+                failed_cells += m["nwrong"] > 0
             cm = r["oop" if key == "out_of_place" else "ip"]
             if cm["busbw"] != m["bus_bw"] or cm["time_us"] != m["time"]:
                 fail("cairn fields differ from nccl-tests fields")
-    if wrong_total != doc["cairn"]["wrong"] or doc["out_of_bounds"]["count"] != wrong_total:
+    if wrong_total != doc["cairn"]["wrong"]:
         fail("wrong total %d, JSON says %d" % (wrong_total, doc["cairn"]["wrong"]))
     if wrong_total != a.expect_wrong:
         fail("expected %d wrong elements, found %d" % (a.expect_wrong, wrong_total))
+    # nccl-tests' "Out of bounds values" counts failed checks, a rank and placement each: at least one per row and
+    # placement with wrong elements, at most one per rank there (and never more than the wrong elements).
+    failed = doc["out_of_bounds"]["count"]
+    max_ranks = max((r["ranks"] for r in results), default=1)
+    if not failed_cells <= failed <= min(wrong_total, failed_cells * max_ranks):
+        fail("out_of_bounds %d for %d failed row/placements, %d wrong elements" % (failed, failed_cells, wrong_total))
+    want_failed = a.expect_wrong if a.expect_failed_checks is None else a.expect_failed_checks
+    if failed != want_failed or failed != doc["cairn"]["failed_checks"]:
+        fail("expected %d failed checks, JSON says %d (cairn: %d)" % (want_failed, failed, doc["cairn"]["failed_checks"]))
+    oob_lines = [l for l in txt.splitlines() if l.startswith("# Out of bounds values")]
+    if sum(int(l.split(":")[1].split()[0]) for l in oob_lines) != failed:
+        fail("footers' Out of bounds values %r do not add up to %d" % (oob_lines, failed))
 
     # Footers: one "# Avg bus bandwidth" per (tier, collective) table, as one nccl-tests run: the
     # mean busbw (oop and ip) of all its rows, every type/op/root.
@@ -177,12 +192,23 @@ def main():
     if fabric["fabric"]["world_size"] != len(doc["config"]["devices"]):
         fail("fabric.toml world_size")
     primaries = set()
-    seen = set()
+    chosen = {}  # sub-table key -> its fit: the first valid one of its measurements (-r -1, repeated types/ops)
     for fit in doc["cairn"]["fits"]:
         key = (fit["tier"], fit["collective"], fit["type"], fit["redop"])
-        first = key not in seen  # -r -1 and sendrecv under several ops: the first fills the sub-table
-        seen.add(key)
-        if not fit["valid"] or (not first and not fit["in_fabric"]):
+        if fit["valid"] and key not in chosen:
+            chosen[key] = fit
+        if fit["in_sub_table"] != (chosen.get(key) is fit):
+            fail("fit %r: in_sub_table is not the first valid fit of its sub-table" % (key,))
+        if fit["in_fabric"] and not fit["in_sub_table"]:
+            fail("fit %r: [tier.collective] holds a fit that is not its sub-table's" % (key,))
+    # A sub-table is written or listed as skipped (no valid fit in any of its measurements), never both.
+    skipped = {line.split(":")[0] for line in fabric["fabric"].get("skipped", [])}
+    for key in {(f["tier"], f["collective"], f["type"], f["redop"]) for f in doc["cairn"]["fits"]}:
+        dotted = ".".join(key if key[3] != "none" else key[:3])
+        if (key in chosen) == (dotted in skipped):
+            fail("fabric.toml: %s is %s" % (dotted, "written and skipped" if key in chosen else "neither written nor skipped"))
+    for fit in doc["cairn"]["fits"]:
+        if not fit["in_sub_table"]:
             continue
         coll = fabric[fit["tier"]][fit["collective"]]
         # Every type/op has [tier.collective.type.redop] ([tier.collective.type] without a reduction);
@@ -190,7 +216,7 @@ def main():
         sub = coll.get(fit["type"], {})
         if fit["redop"] != "none":
             sub = sub.get(fit["redop"], {})
-        tables = [("%s.%s.%s.%s" % (fit["tier"], fit["collective"], fit["type"], fit["redop"]), sub)] if first else []
+        tables = [("%s.%s.%s.%s" % (fit["tier"], fit["collective"], fit["type"], fit["redop"]), sub)]
         if fit["in_fabric"]:
             primaries.add((fit["tier"], fit["collective"]))
             tables.append(("%s.%s" % (fit["tier"], fit["collective"]), coll))

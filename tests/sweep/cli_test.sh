@@ -74,6 +74,31 @@ grep -q "# Out of bounds values : 1 FAILED" "$TMP/bad.txt" || fail "planted wron
 grep -q "1 wrong element" "$TMP/bad.err" || fail "planted wrong: no message"
 $PY $CHECK "$TMP/bad.txt" "$TMP/bad/sweep" --minbytes 64 --maxbytes 1024 --expect-wrong 1 || fail "bad-run check"
 
+# 4'. "Out of bounds values" counts failed checks as nccl-tests does (a rank and placement each), #wrong the wrong
+# elements: three corrupted elements in one check print #wrong 3 and "Out of bounds values : 1" (it said 3).
+mpirun -np 2 "$FAULTS" --corrupt-check 2 --corrupt-elements 3 --out "$TMP/bad3" allgather -b 64 -e 1K -n 1 -w 0 \
+  >"$TMP/bad3.txt" 2>"$TMP/bad3.err"
+rc=$?
+[ $rc -eq 3 ] || fail "3 planted wrong: exit $rc, want 3"
+grep -q "# Out of bounds values : 1 FAILED" "$TMP/bad3.txt" || fail "3 planted wrong in one check: footer does not count 1"
+[ "$(awk '!/^#/ && ($9 == 3 || $13 == 3)' "$TMP/bad3.txt" | wc -l)" = 1 ] || fail "3 planted wrong: no row with #wrong 3"
+grep -q "3 wrong element(s) in the results, 1 failed check(s)" "$TMP/bad3.err" || fail "3 planted wrong: $(cat "$TMP/bad3.err")"
+$PY $CHECK "$TMP/bad3.txt" "$TMP/bad3/sweep" --minbytes 64 --maxbytes 1024 --expect-wrong 3 --expect-failed-checks 1 ||
+  fail "3 planted wrong: check"
+
+# 4''. A SIGKILL mid-block (Slurm's kill after its grace time, the OOM killer) where no handler runs: the sizes
+# measured before it are on stdout, each a whole row, as nccl-tests prints a row per size. Rank 0 kills itself
+# once 3 of allreduce's 8 sizes are measured; the rows used to wait for the block's end, and the kill lost them all.
+mpirun -np 2 "$FAULTS" --kill-after-sizes 3 --out "$TMP/kill" allreduce -b 8 -e 1K -n 1 -w 0 2>"$TMP/kill.err" |
+  cat >"$TMP/kill.txt"
+rc=${PIPESTATUS[0]}
+[ "$rc" -ne 0 ] || fail "SIGKILL mid-block: mpirun exited 0"
+rows=$(awk '!/^#/ && NF == 13 && $3 == "float"' "$TMP/kill.txt" | wc -l)
+[ "$rows" = 3 ] && [ "$(grep -cv '^#' "$TMP/kill.txt")" = 3 ] && [ -z "$(tail -c1 "$TMP/kill.txt" | tr -d '\n')" ] ||
+  fail "SIGKILL mid-block: $rows whole rows on stdout, want the 3 measured: $(cat "$TMP/kill.txt")"
+grep -qE '^ +8 +2 +float +sum +-1 ' "$TMP/kill.txt" && grep -qE '^ +32 +8 +float ' "$TMP/kill.txt" ||
+  fail "SIGKILL mid-block: the rows kept are not the first 3 sizes"
+
 # 4c. A stop signal (Slurm's time limit, preemption) to rank 0 only, after 5 of allreduce's 8 sizes: every rank stops
 # before the next size, the table and the files hold the 5 sizes (a killed sweep kept only what reached stdout),
 # exit 75. allgather's table is not started.
@@ -125,6 +150,41 @@ mpirun -np 2 "$BIN" --out "$TMP/gate" -b 1K -e 4K -n 1 -w 0 --min-busbw 100000 >
 rc=$?
 [ $rc -eq 3 ] || fail "--min-busbw: exit $rc, want 3"
 grep -q "Avg bus bandwidth    : .* FAILED" "$TMP/gate.txt" || fail "--min-busbw: footer does not say FAILED"
+
+# 5'. nccl-tests' NCCL_TESTS_MIN_BW: the floor at 90 % of it (a run nccl-tests fails fails here too, exit 3), the log
+# naming the setting; a flag, CAIRN_SWEEP_MIN_BUSBW or --set wins over it (it was ignored).
+NCCL_TESTS_MIN_BW=100000 mpirun -np 2 "$BIN" --out "$TMP/ngate" -b 1K -e 4K -n 1 -w 0 >"$TMP/ngate.txt" 2>"$TMP/ngate.err"
+rc=$?
+[ $rc -eq 3 ] || fail "NCCL_TESTS_MIN_BW: exit $rc, want 3"
+grep -q "Avg bus bandwidth    : .* FAILED" "$TMP/ngate.txt" || fail "NCCL_TESTS_MIN_BW: footer does not say FAILED"
+grep -q "bandwidth floor 90000 GB/s (each table's average bus bandwidth), set by env NCCL_TESTS_MIN_BW=100000 \
+(nccl-tests fails a run below 90% of it)" "$TMP/ngate.err" || fail "NCCL_TESTS_MIN_BW: log: $(cat "$TMP/ngate.err")"
+NCCL_TESTS_MIN_BW=100000 mpirun -np 2 "$BIN" --out "$TMP/ngate2" -b 1K -e 4K -n 1 -w 0 --min-busbw 0.000001 \
+  >"$TMP/ngate2.txt" 2>"$TMP/ngate2.err" || fail "--min-busbw over NCCL_TESTS_MIN_BW: exit $?"
+grep -q "bandwidth floor 1e-06 GB/s (each table's average bus bandwidth), set by --min-busbw (over env \
+NCCL_TESTS_MIN_BW=100000)" "$TMP/ngate2.err" || fail "--min-busbw over NCCL_TESTS_MIN_BW: log: $(cat "$TMP/ngate2.err")"
+NCCL_TESTS_MIN_BW=50 "$BIN" --print-config 2>&1 | grep -q '^min_busbw = 45.0 *# env NCCL_TESTS_MIN_BW' ||
+  fail "NCCL_TESTS_MIN_BW=50: --print-config does not show min_busbw = 45.0 from it"
+NCCL_TESTS_MIN_BW=50 CAIRN_SWEEP_MIN_BUSBW=7 "$BIN" --print-config 2>&1 | grep -q '^min_busbw = 7.0' ||
+  fail "CAIRN_SWEEP_MIN_BUSBW does not win over NCCL_TESTS_MIN_BW"
+NCCL_TESTS_MIN_BW=fast "$BIN" --print-config >/dev/null 2>"$TMP/nbad.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "env NCCL_TESTS_MIN_BW: 'fast' is not a bus bandwidth in GB/s" "$TMP/nbad.err" ||
+  fail "NCCL_TESTS_MIN_BW=fast: exit $rc, $(cat "$TMP/nbad.err")"
+
+# 5''. nccl-tests' binary names name their collectives (the config refused them): a script's all_gather_perf measures
+# allgather.
+if mpirun -np 2 "$BIN" --out "$TMP/perf" all_gather_perf reduce_scatter_perf -b 64 -e 256 -n 1 -w 0 \
+    >"$TMP/perf.txt" 2>"$TMP/perf.err"; then
+  [ "$(grep -c '^# Collective test starting: ' "$TMP/perf.txt")" = 2 ] &&
+    grep -q '^# Collective test starting: all_gather_perf' "$TMP/perf.txt" &&
+    grep -q '^# Collective test starting: reduce_scatter_perf' "$TMP/perf.txt" ||
+    fail "all_gather_perf reduce_scatter_perf: not their tables"
+else
+  fail "all_gather_perf reduce_scatter_perf exited $?"; cat "$TMP/perf.err" >&2
+fi
+"$BIN" --print-config --set 'sweep.collectives=["alltoall_perf"]' >/dev/null 2>&1 ||
+  fail "--set sweep.collectives=[\"alltoall_perf\"] refused"
 
 # 6. Large MPI counts: an injected fault lowers MPI's int count limit to 1000 elements, so sizes up to
 # 64 KiB take the large-count path (sliced reductions, derived types for the rest; 1000 does not
@@ -282,10 +342,19 @@ if mpirun -np 3 --oversubscribe "$BIN" --out "$TMP/fmt" all -b 8 -e 4K -n 1 -w 1
   $PY $CHECK "$TMP/fmt.txt" "$TMP/fmt/sweep" --json "$TMP/fmt.json" --minbytes 8 --maxbytes 4096 || fail "3-rank check"
   z=$(awk '!/^#/ && NF == 13 && $1 == 0 && $2 == 0' "$TMP/fmt.txt" | wc -l)
   [ "$z" -gt 0 ] || fail "no 0-byte rows for sizes below one block per rank"
+  # Why, per collective and type: each rank's share rounds down to whole 16-byte blocks (8, 16, 32 < 3 x 16 bytes).
+  grep -qxF "# Note: allgather double (tier world, 3 ranks): 3 size(s) run as 0-byte rows, below 48 B (3 ranks x 16 \
+B): each rank's share, size / 8 B / 3 elements, rounds down to a multiple of 2 elements (16 B), which is 0 there" \
+    "$TMP/fmt.txt" || fail "0-byte rows: no note giving the reason for allgather double"
   grep -q "^# Writing JSON output to $TMP/fmt.json" "$TMP/fmt.txt" || fail "-J: no 'Writing JSON output' line"
 else
   fail "all-types/ops/roots sweep exited $?"; cat "$TMP/fmt.err" >&2
 fi
+
+# 10'. A size below one element is a 0-byte row of any collective; the note says so (it blamed a 16-byte block).
+mpirun -np 1 "$BIN" --out "$TMP/tiny" allreduce -d double -b 4 -e 16 -n 1 -w 0 >"$TMP/tiny.txt" 2>&1 || fail "-b 4 -d double"
+grep -qxF "# Note: allreduce double (tier world, 1 ranks): 1 size(s) run as 0-byte rows, below 8 B: the size holds no \
+whole 8-byte double element" "$TMP/tiny.txt" || fail "-b 4 -d double: no note on the element size: $(grep Note "$TMP/tiny.txt")"
 
 # 11. -C 1 (cputime columns and cpu_time in JSON), -m 2, -z 3, -G/-R accepted with a note, -t/-g 1,
 # --experiment-name, and sendrecv's op column.
@@ -318,8 +387,11 @@ fi
 
 # A block from 64 MiB announces its buffers and warm-up (a 1 GiB sweep was silent for 20 s before its first progress
 # line); smaller blocks stay quiet.
-if mpirun -np 2 "$BIN" --out "$TMP/big" -b 64M -e 64M -n 1 -w 1 -c 0 >/dev/null 2>"$TMP/big.err"; then
-  grep -q "allreduce float: buffers 2 x .*; warm-up at 67108864 B and 67108864 B (1 iterations each)" "$TMP/big.err" ||
+# The warm-up is nccl-tests': at every doubling of -b (16, 32, 64 MiB), whatever the -f step (it was the largest and
+# smallest size only).
+if mpirun -np 2 "$BIN" --out "$TMP/big" -b 16M -e 64M -f 4 -n 1 -w 1 -c 0 >/dev/null 2>"$TMP/big.err"; then
+  grep -q "allreduce float: buffers 2 x .*; warm-up at 3 sizes, every doubling from 16777216 B to 67108864 B (1 \
+iterations each)" "$TMP/big.err" ||
     { fail "64 MiB block: no warm-up line"; cat "$TMP/big.err" >&2; }
   grep -q "warm-up at" "$TMP/np2.err" && fail "64 KiB blocks announced a warm-up"
 else

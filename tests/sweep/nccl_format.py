@@ -11,7 +11,7 @@ devices" and the rank lines, "#", the three header lines, every type/op/root row
 the footer ("Out of bounds values", "Avg bus bandwidth", "#", "Collective test concluded"). Rows are
 re-rendered here with nccl-tests' printf formats and getFloatStr from the JSON numbers and must
 match byte for byte. Nothing but '#' lines may stand outside tables; the output ends with an empty
-line. With --types/--ops every table must hold rows for every type x op (x root) asked for, in
+line. JSON: nccl-tests' keys in the order its writer emits them (cairn's extras under "cairn", last). With --types/--ops every table must hold rows for every type x op (x root) asked for, in
 nccl-tests' loop order (type, op, root); non-reducing collectives print op "none", sendrecv the op.
 """
 import argparse
@@ -68,14 +68,11 @@ def row_line(r, cputime):
 def check_json(doc, a):
     if doc.get("version") != 3:
         fail("JSON version %r, nccl-tests writes 3" % doc.get("version"))
-    for k in ("version", "start_time", "args", "env", "nccl_version", "config", "results", "out_of_bounds",
-              "average_bus_bandwidth", "errors", "end_time"):
-        if k not in doc:
-            fail("JSON lacks nccl-tests key %r" % k)
-    extra = set(doc) - {"version", "start_time", "args", "env", "nccl_version", "config", "results", "out_of_bounds",
-                        "average_bus_bandwidth", "errors", "end_time", "cairn"}
-    if extra:
-        fail("JSON has keys outside nccl-tests' schema and 'cairn': %s" % sorted(extra))
+    # Keys in nccl-tests' order (its writer emits them one by one), cairn's extras last; json.load keeps file order.
+    top = ["version", "start_time", "args", "env", "nccl_version", "config", "results", "out_of_bounds",
+           "average_bus_bandwidth", "errors", "end_time", "cairn"]
+    if list(doc) != top:
+        fail("JSON keys %s, want nccl-tests' %s in that order" % (list(doc), top))
     for k in ("start_time", "end_time"):
         if not DATE.match(doc[k]):
             fail("%s %r is not nccl-tests' %%Y-%%m-%%d %%H:%%M:%%S" % (k, doc[k]))
@@ -84,34 +81,38 @@ def check_json(doc, a):
     if not isinstance(doc["nccl_version"], int):
         fail("nccl_version must be an integer")
     cfg = doc["config"]
-    want = {"nthreads", "ngpus", "minimum_bytes", "maximum_bytes", "warmup_iters", "iterations",
-            "aggregated_iterations", "validation", "graph", "blocking_collectives", "per_iter_timing",
-            "per_iter_skip", "parallel_init", "devices"}
-    step = {"step_factor", "step_bytes"} & set(cfg)
-    if len(step) != 1 or set(cfg) != want | step:
-        fail("config keys %s differ from nccl-tests' %s" % (sorted(cfg), sorted(want)))
+    step = [k for k in ("step_factor", "step_bytes") if k in cfg]
+    want = ["nthreads", "ngpus", "minimum_bytes", "maximum_bytes"] + step[:1] + [
+        "warmup_iters", "iterations", "aggregated_iterations", "validation", "graph", "blocking_collectives",
+        "per_iter_timing", "per_iter_skip", "parallel_init", "devices"]
+    if len(step) != 1 or list(cfg) != want:
+        fail("config keys %s differ from nccl-tests' %s" % (list(cfg), want))
     for k in ("blocking_collectives", "per_iter_timing", "parallel_init"):
         if cfg[k] not in ("true", "false"):
             fail("config.%s = %r: nccl-tests writes booleans as \"true\"/\"false\" strings" % (k, cfg[k]))
     for d in cfg["devices"]:
-        if set(d) != {"rank", "group", "pid", "hostname", "device", "device_hex", "device_info"}:
+        if list(d) != ["rank", "group", "pid", "hostname", "device", "device_hex", "device_info"]:
             fail("device entry %r" % d)
-    side_keys = {"cpu_time" if a.cputime else "time", "alg_bw", "bus_bw", "nwrong"}
+    side_keys = ["cpu_time" if a.cputime else "time", "alg_bw", "bus_bw", "nwrong"]
     for r in doc["results"]:
-        if set(r) != {"size", "count", "type", "redop", "root", "out_of_place", "in_place", "actual_iterations",
-                      "experiment_name", "cairn"}:
-            fail("result keys %s" % sorted(r))
+        if list(r) != ["size", "count", "type", "redop", "root", "out_of_place", "in_place", "actual_iterations",
+                       "experiment_name", "cairn"]:
+            fail("result keys %s" % list(r))
+        # cairn's own per-row figures: the table's columns, left to right
+        if list(r["cairn"])[:5] != ["collective", "tier", "ranks", "oop", "ip"] or \
+                list(r["cairn"]["oop"]) != ["time_us", "algbw", "busbw", "wrong"]:
+            fail("result cairn keys %s" % list(r["cairn"]))
         if not re.match(r"^ *-?\d+$", r["root"]) or len(r["root"]) < 6:
             fail("root %r is not nccl-tests' %%6i string" % r["root"])
         if r["experiment_name"] != a.experiment:
             fail("experiment_name %r, want %r" % (r["experiment_name"], a.experiment))
         for side in ("out_of_place", "in_place"):
-            if set(r[side]) != side_keys:
-                fail("%s keys %s, want %s" % (side, sorted(r[side]), sorted(side_keys)))
-    if set(doc["out_of_bounds"]) != {"count", "okay"} or doc["out_of_bounds"]["okay"] not in ("true", "false"):
+            if list(r[side]) != side_keys:
+                fail("%s keys %s, want %s" % (side, list(r[side]), side_keys))
+    if list(doc["out_of_bounds"]) != ["count", "okay"] or doc["out_of_bounds"]["okay"] not in ("true", "false"):
         fail("out_of_bounds %r" % doc["out_of_bounds"])
     abw = doc["average_bus_bandwidth"]
-    if set(abw) != {"bandwidth", "okay"} or abw["okay"] not in ("true", "false", "unchecked"):
+    if list(abw) != ["bandwidth", "okay"] or abw["okay"] not in ("true", "false", "unchecked"):
         fail("average_bus_bandwidth %r" % abw)
     runs = doc["cairn"]["runs"]
     if sum(len(run["results"]) for run in runs) != len(doc["results"]):

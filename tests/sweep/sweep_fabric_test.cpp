@@ -4,9 +4,9 @@
 #define BOOST_TEST_MODULE sweep_fabric
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "cairn/config.h"
 #include "cairn/costmodel.h"
@@ -98,6 +98,45 @@ BOOST_AUTO_TEST_CASE(every_type_and_op_has_a_sub_table) {
   BOOST_TEST(wg["busbw_gbps"].get<double>() == 12.0);
   BOOST_TEST(wg["int32"]["busbw_gbps"].get<double>() == 11.0);
   BOOST_TEST(wg["float"]["alpha_us"].get<double>() == 2.0);
+  std::filesystem::remove(path);
+}
+
+// One type/op measured twice in a tier (a collective or type repeated in the config) where only the second fit is
+// valid: its sub-table and [<tier>.<collective>] both hold the second fit, it is not listed as skipped, and a note
+// says which measurement the table holds. The first fit used to be listed as skipped while the second filled
+// [world.allreduce] alone, without its sub-table.
+BOOST_AUTO_TEST_CASE(a_repeated_type_and_op_holds_its_first_valid_fit) {
+  SweepResult r;
+  r.blocks = {block("world", "allreduce", DataType::Float32, RedOp::Sum, 0, 0, false),
+              block("world", "allreduce", DataType::Float32, RedOp::Sum, 2.0, 20.0),
+              block("world", "allreduce", DataType::Float32, RedOp::Sum, 4.0, 30.0)};
+  r.fabric_notes = mark_fabric_blocks(r.blocks, DataType::Float32, RedOp::Sum);
+  BOOST_TEST(!r.blocks[0].in_sub_table);
+  BOOST_TEST((r.blocks[1].in_sub_table && r.blocks[1].in_fabric));
+  BOOST_TEST((!r.blocks[2].in_sub_table && !r.blocks[2].in_fabric));
+  BOOST_REQUIRE(r.fabric_notes.size() == 1u);
+  BOOST_TEST(r.fabric_notes[0] ==
+             "fabric.toml [world.allreduce.float.sum]: measured 3 times (float sum, float sum, float sum); it holds "
+             "measurement 2, the first with a valid fit");
+  std::string path = write_temp(fabric_toml(sample_info(), r));
+  cairn::json f = cairn::read_toml_file_as_json(path);
+  const auto& wa = f["world"]["allreduce"];
+  BOOST_TEST(wa["busbw_gbps"].get<double>() == 20.0);
+  BOOST_TEST(wa["float"]["sum"]["busbw_gbps"].get<double>() == 20.0);
+  BOOST_TEST(!f["fabric"].contains("skipped"));
+  BOOST_TEST(f["fabric"]["notes"] == cairn::json(r.fabric_notes));
+  cairn::costmodel::Cluster c;  // cairn-plan's reader takes the file with its notes
+  cairn::costmodel::apply_fabric(c, path);
+  BOOST_TEST(c.intra.fitted[static_cast<int>(cairn::costmodel::Collective::AllReduce)].busbw_gbps == 20.0);
+  std::filesystem::remove(path);
+  // None valid: skipped once, with the first one's reason, and no table.
+  for (auto& b : r.blocks) b.fit.valid = false, b.fit.note = "too few sizes";
+  r.fabric_notes = mark_fabric_blocks(r.blocks, DataType::Float32, RedOp::Sum);
+  BOOST_TEST(r.fabric_notes[0].find("none with a valid fit") != std::string::npos);
+  path = write_temp(fabric_toml(sample_info(), r));
+  f = cairn::read_toml_file_as_json(path);
+  BOOST_TEST(!f.contains("world"));
+  BOOST_TEST(f["fabric"]["skipped"] == cairn::json({"world.allreduce.float.sum: too few sizes"}));
   std::filesystem::remove(path);
 }
 

@@ -1,7 +1,7 @@
 // cairn-sweep with injected faults, for tests/sweep/cli_test.sh only (never installed): the tool's own command line
 // (sweep_main) with a SweepFaults taken from leading options, so the real binary carries no test hooks.
-// Usage: cairn-sweep-faults [--corrupt-check N] [--ranks-per-node N] [--mpi-count-limit N] [--term-after-sizes N]
-//        <cairn-sweep arguments>
+// Usage: cairn-sweep-faults [--corrupt-check N] [--corrupt-elements N] [--ranks-per-node N] [--mpi-count-limit N]
+//        [--term-after-sizes N] [--kill-after-sizes N] <cairn-sweep arguments>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
     else if (name == "--ranks-per-node") faults.ranks_per_node = static_cast<int>(value);
     else if (name == "--mpi-count-limit") faults.mpi_count_limit = static_cast<uint64_t>(value);
     else if (name == "--term-after-sizes") faults.term_after_sizes = value;
+    else if (name == "--kill-after-sizes") faults.kill_after_sizes = value;
+    else if (name == "--corrupt-elements") faults.corrupt_elements = value;
     else break;  // the first cairn-sweep argument
   }
   for (; i < argc; ++i) rest.push_back(argv[i]);

@@ -3,9 +3,12 @@
 #define BOOST_TEST_MODULE sweep_mpi
 #include <boost/test/unit_test.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
+#include <vector>
 
 #include "cairn/config.h"
 #include "cairn/mpi.h"
@@ -14,8 +17,9 @@
 using namespace cairn::sweep;
 
 struct MpiFixture {
-  MpiFixture() : session(&boost::unit_test::framework::master_test_suite().argc,
-                         &boost::unit_test::framework::master_test_suite().argv) {}
+  MpiFixture()
+      : session(&boost::unit_test::framework::master_test_suite().argc,
+                &boost::unit_test::framework::master_test_suite().argv) {}
   cairn::mpi::Session session;
 };
 BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
@@ -69,6 +73,57 @@ BOOST_AUTO_TEST_CASE(all_collectives_are_correct_and_follow_nccl_tests_rules) {
   }
   BOOST_TEST(std::filesystem::exists(res.out_dir + "/fabric.toml"));
   std::filesystem::remove_all(o.run_dir);
+}
+
+// "Out of bounds values" counts failed checks as nccl-tests does (a rank and placement each), #wrong the wrong
+// elements: three corrupted elements in one check are 3 wrong and 1 failed check (the footer said 3).
+BOOST_AUTO_TEST_CASE(failed_checks_count_ranks_not_elements) {
+  cairn::Config cfg;
+  SweepOptions o = small_options(scratch_dir("bad3"));
+  o.collectives = {"allreduce"};
+  o.types = {DataType::Float32};
+  o.ops = {RedOp::Sum};
+  SweepFaults faults;
+  faults.corrupt_check = 2;  // rank 0's second check: the smallest size, in place
+  faults.corrupt_elements = 3;
+  SweepResult res;
+  BOOST_TEST(run_sweep(cfg, o, &res, faults) == 3);
+  BOOST_TEST(res.wrong == 3);
+  BOOST_TEST(res.failed_checks == 1);
+  if (cairn::mpi::rank() != 0) return;
+  BOOST_REQUIRE(res.blocks.size() == 1u);
+  BOOST_TEST(res.blocks[0].rows[0].ip.wrong == 3);
+  BOOST_TEST(res.blocks[0].rows[0].ip.failed_ranks == 1);
+  BOOST_TEST(res.table.find("# Out of bounds values : 1 FAILED") != std::string::npos);
+  std::filesystem::remove_all(o.run_dir);
+}
+
+namespace {
+// A backend whose calls do nothing and whose wait lasts 20 ms on rank 1 only: under -z 3 every other rank spends its
+// iterations in the barrier, waiting for rank 1.
+void run_nothing(BackendComm*, CollKind, const void*, void*, size_t, DataType, RedOp, int, bool) {}
+void slow_wait_on_rank_1(BackendComm*) {
+  if (cairn::mpi::rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+}  // namespace
+
+// -z 3 times the collective without the barrier after each iteration, as nccl-tests' paired events do; the kept
+// samples (--keep-samples) must too, so they add up to the averaged time. They held the barrier's wait: on rank 0
+// here, rank 1's 20 ms per iteration, while the time said microseconds.
+BOOST_AUTO_TEST_CASE(blocking_3_samples_exclude_the_barrier_as_the_time_does) {
+  Backend be = mpi_backend();
+  be.run = run_nothing;
+  be.sync = slow_wait_on_rank_1;
+  const int iters = 5, agg = 2;
+  std::vector<double> samples(iters, -1.0);
+  const double seconds = time_collective(be, nullptr, MPI_COMM_WORLD, TimedCall{}, iters, 3, samples.data(), agg);
+  double sum_us = 0;
+  for (double s : samples) {
+    BOOST_TEST(s >= 0.0);
+    sum_us += s;
+  }
+  // Both per call: the samples' sum never exceeds the time (only the final wait's instant lies between them).
+  BOOST_TEST(sum_us * 1e-6 <= seconds * iters + 1e-9, "samples " << sum_us << " us, time " << seconds * iters * 1e6);
 }
 
 BOOST_AUTO_TEST_CASE(planted_wrong_element_fails_the_gate) {

@@ -4,6 +4,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 
 #include "cairn/config.h"
 #include "cairn/error.h"
@@ -150,6 +152,57 @@ BOOST_AUTO_TEST_CASE(byte_sizes_and_sweep_steps) {
   o.stepfactor = 1;
   o.stepbytes = 40;
   BOOST_TEST(sweep_sizes(o) == (std::vector<uint64_t>{8, 48, 88}), boost::test_tools::per_element());
+}
+
+// nccl-tests 2.19 warms up at every doubling of -b (it warmed up at the largest and smallest size only before), here up
+// to the largest measured size, whatever -f or -i step the measured sizes take.
+BOOST_AUTO_TEST_CASE(warm_up_at_every_doubling_of_the_smallest_size) {
+  SweepOptions o;
+  o.minbytes = 8;
+  o.maxbytes = 1000;
+  o.stepfactor = 4;  // measured: 8, 32, 128, 512
+  BOOST_TEST(warmup_sizes(o) == (std::vector<uint64_t>{8, 16, 32, 64, 128, 256, 512}),
+             boost::test_tools::per_element());
+  o.stepfactor = 1;
+  o.stepbytes = 100;  // measured: 8, 108, ..., 908
+  BOOST_TEST(warmup_sizes(o) == (std::vector<uint64_t>{8, 16, 32, 64, 128, 256, 512}),
+             boost::test_tools::per_element());
+  o.minbytes = o.maxbytes = 1000;
+  BOOST_TEST(warmup_sizes(o) == (std::vector<uint64_t>{1000}), boost::test_tools::per_element());
+}
+
+// NCCL_TESTS_MIN_BW, nccl-tests' floor: a run fails below 90 % of it. It is an environment setting of sweep.min_busbw:
+// above the default and the config files, below CAIRN_SWEEP_MIN_BUSBW, the flags and --set; the log names the setting.
+BOOST_AUTO_TEST_CASE(nccl_tests_min_bw_sets_the_floor_at_90_percent_below_flags) {
+  using cairn::Origin;
+  auto floor_with = [](const char* nccl, std::optional<Origin> set_by, std::string* source = nullptr) {
+    ::setenv(kNcclTestsMinBw, nccl, 1);
+    cairn::Config cfg;
+    if (set_by) cfg.set("sweep.min_busbw", 5.0, *set_by);
+    try {
+      apply_nccl_tests_min_bw(cfg);
+    } catch (...) {
+      ::unsetenv(kNcclTestsMinBw);
+      throw;
+    }
+    if (source) *source = min_busbw_source(cfg);
+    const double floor = sweep_options(cfg).min_busbw;
+    ::unsetenv(kNcclTestsMinBw);
+    return floor;
+  };
+  std::string source;
+  BOOST_TEST(floor_with("100", std::nullopt, &source) == 90.0);
+  BOOST_TEST(source == "env NCCL_TESTS_MIN_BW=100 (nccl-tests fails a run below 90% of it)");
+  BOOST_TEST(floor_with("100", Origin{Origin::File, "x.toml:2:1"}) == 90.0);
+  BOOST_TEST(floor_with("100", Origin{Origin::Env, "CAIRN_SWEEP_MIN_BUSBW"}) == 5.0);
+  BOOST_TEST(floor_with("100", Origin{Origin::Program, "--min-busbw"}, &source) == 5.0);
+  BOOST_TEST(source == "--min-busbw (over env NCCL_TESTS_MIN_BW=100)");
+  BOOST_TEST(floor_with("100", Origin{Origin::Set, "sweep.min_busbw=5"}) == 5.0);
+  BOOST_TEST(floor_with("", std::nullopt) == 0.0);  // empty: not set
+  for (const char* bad : {"abc", "-1", "12GB", "nan"})
+    BOOST_CHECK_THROW(floor_with(bad, std::nullopt), cairn::UsageError);
+  cairn::Config plain;
+  BOOST_TEST(min_busbw_source(plain) == "the default");
 }
 
 BOOST_AUTO_TEST_CASE(closed_form_reductions_equal_explicit_ones) {

@@ -272,9 +272,9 @@ std::string summary_line(const std::vector<BenchBareRow>& results) {
                    worst_paired);
 }
 
-nlohmann::json bench_json(const SweepOptions& o, const BenchBareOptions& bo, int n, DataType type, RedOp op,
-                          const std::vector<BenchBareRow>& results) {
-  nlohmann::json doc;
+nlohmann::ordered_json bench_json(const SweepOptions& o, const BenchBareOptions& bo, int n, DataType type, RedOp op,
+                                  const std::vector<BenchBareRow>& results) {
+  nlohmann::ordered_json doc;  // keys in writing order
   doc["provenance"] = provenance().to_json();
   doc["benchmark"] = "allreduce: cairn-sweep timed loop vs bare MPI_Allreduce loop";
   doc["ranks"] = n;
@@ -288,7 +288,7 @@ nlohmann::json bench_json(const SweepOptions& o, const BenchBareOptions& bo, int
     if (const char* v = std::getenv(k)) doc["env"][k] = v;
   }
   doc["malloc_tune"] = o.malloc_tune;
-  doc["rows"] = nlohmann::json::array();
+  doc["rows"] = nlohmann::ordered_json::array();
   for (const auto& r : results) {
     doc["rows"].push_back({{"size", r.size},
                            {"count", r.count},

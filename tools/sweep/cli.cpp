@@ -9,6 +9,7 @@
 #include "cairn/error.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
+#include "cairn/provenance.h"
 #include "sweep.h"
 
 namespace {
@@ -144,6 +145,9 @@ int run_under_mpi(int& argc, char**& argv, const cairn::CommonOptions& opts, con
   // No helper threads here: MPI_THREAD_SINGLE, as a bare benchmark loop would initialise MPI.
   cairn::mpi::Session session(&argc, &argv, MPI_THREAD_SINGLE);
   cairn::Config cfg = cairn::load_tool_config(opts, settings);
+  // nccl-tests' NCCL_TESTS_MIN_BW, an environment layer of its own; the provenance records the config with it.
+  cairn::sweep::apply_nccl_tests_min_bw(cfg);
+  cairn::provenance().config_toml = cfg.to_toml(false);
   // The [sweep] values (sizes, collectives, types) are checked before --print-config too: a config it prints is one
   // the sweep accepts.
   cairn::sweep::SweepOptions so = cairn::sweep::sweep_options(cfg);

@@ -1,5 +1,6 @@
 // cairn-sweep's outputs: the nccl-tests text table, the JSON (nccl-tests -J fields plus tiers and
 // fits), sweep.h5 and fabric.toml for cairn-plan.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -26,6 +27,10 @@ std::string float_column(double value, int width) {
 }
 
 namespace {
+
+// The JSON documents keep their keys in the order they are written (nccl-tests' order, then the table's columns),
+// where nlohmann::json would sort them.
+using ojson = nlohmann::ordered_json;
 
 std::string root_column(int root) { return strprintf("%6i", root); }
 
@@ -125,12 +130,14 @@ double section_avg_busbw(const std::vector<const Block*>& blocks) {
 }
 
 std::string format_section_footer(const std::vector<const Block*>& blocks, double min_busbw) {
-  int64_t wrong = 0;
-  for (const Block* b : blocks) wrong += b->wrong;
+  // nccl-tests' count: failed checks (a rank and placement each), not wrong elements (the #wrong column has those).
+  int64_t failed = 0;
+  for (const Block* b : blocks) failed += b->failed_checks;
   double avg = section_avg_busbw(blocks);
   std::string perf = blocks.empty() ? std::string() : blocks.front()->perf_name;
   std::string s;
-  s += strprintf("# %-20s : %lld %s\n", "Out of bounds values", static_cast<long long>(wrong), wrong ? "FAILED" : "OK");
+  s += strprintf("# %-20s : %lld %s\n", "Out of bounds values", static_cast<long long>(failed),
+                 failed ? "FAILED" : "OK");
   s += strprintf("# %-20s : %g %s\n", "Avg bus bandwidth", avg,
                  min_busbw > 0 ? (avg < min_busbw ? "FAILED" : "OK") : "");
   s += "#\n";
@@ -197,33 +204,34 @@ std::string format_trailer(const RunInfo& info, const SweepResult& r) {
 
 namespace {
 
-json measure_nccl_json(const Measure& m, double time_us, bool cputime) {
+ojson measure_nccl_json(const Measure& m, double time_us, bool cputime) {
   return {{cputime ? "cpu_time" : "time", time_us},
           {"alg_bw", m.algbw},
           {"bus_bw", m.busbw},
-          {"nwrong", m.checked ? json(static_cast<double>(m.wrong)) : json(nullptr)}};
+          {"nwrong", m.checked ? ojson(static_cast<double>(m.wrong)) : ojson(nullptr)}};
 }
-json measure_json(const Measure& m) {
+ojson measure_json(const Measure& m) {
   return {{"time_us", m.time_us},
           {"algbw", m.algbw},
           {"busbw", m.busbw},
-          {"wrong", m.checked ? json(m.wrong) : json(nullptr)}};
+          {"wrong", m.checked ? ojson(m.wrong) : ojson(nullptr)}};
 }
-json fit_json(const Block& b) {
-  json f = {{"collective", b.collective},
-            {"tier", b.tier},
-            {"type", type_info(b.type).name},
-            {"redop", fit_redop(b)},
-            {"root", b.root},
-            {"ranks", b.nranks},
-            {"valid", b.fit.valid},
-            {"alpha_us", b.fit.alpha_us},
-            {"busbw_gbps", b.fit.busbw_gbps},
-            {"r2", b.fit.r2},
-            {"half_peak_bytes", b.fit.half_peak_bytes},
-            {"peak_busbw_gbps", b.fit.peak_busbw_gbps},
-            {"points", b.fit.points},
-            {"in_fabric", b.in_fabric}};
+ojson fit_json(const Block& b) {
+  ojson f = {{"collective", b.collective},
+             {"tier", b.tier},
+             {"type", type_info(b.type).name},
+             {"redop", fit_redop(b)},
+             {"root", b.root},
+             {"ranks", b.nranks},
+             {"valid", b.fit.valid},
+             {"alpha_us", b.fit.alpha_us},
+             {"busbw_gbps", b.fit.busbw_gbps},
+             {"r2", b.fit.r2},
+             {"half_peak_bytes", b.fit.half_peak_bytes},
+             {"peak_busbw_gbps", b.fit.peak_busbw_gbps},
+             {"points", b.fit.points},
+             {"in_sub_table", b.in_sub_table},
+             {"in_fabric", b.in_fabric}};
   if (!b.fit.valid) {  // no model: readers must not mistake zeros for a measured fabric
     f["alpha_us"] = nullptr;
     f["busbw_gbps"] = nullptr;
@@ -239,9 +247,9 @@ const char* bool_str(bool v) { return v ? "true" : "false"; }  // nccl-tests wri
 namespace {
 
 // The "config" object of nccl-tests' -J document: run settings and one entry per rank's device.
-json config_json(const RunInfo& info) {
+ojson config_json(const RunInfo& info) {
   const SweepOptions& o = info.opts;
-  json cfg = {{"nthreads", 1}, {"ngpus", 1}, {"minimum_bytes", o.minbytes}, {"maximum_bytes", o.maxbytes}};
+  ojson cfg = {{"nthreads", 1}, {"ngpus", 1}, {"minimum_bytes", o.minbytes}, {"maximum_bytes", o.maxbytes}};
   if (o.stepfactor > 1) cfg["step_factor"] = o.stepfactor;
   else cfg["step_bytes"] = o.stepbytes;
   cfg["warmup_iters"] = o.warmup;
@@ -253,7 +261,7 @@ json config_json(const RunInfo& info) {
   cfg["per_iter_timing"] = bool_str(false);
   cfg["per_iter_skip"] = 0;
   cfg["parallel_init"] = bool_str(false);
-  json devices = json::array();
+  ojson devices = ojson::array();
   for (const auto& rk : info.ranks) {
     devices.push_back({{"rank", rk.rank},
                        {"group", rk.group},
@@ -268,9 +276,9 @@ json config_json(const RunInfo& info) {
 }
 
 // One size of one block as an nccl-tests result entry, cairn's figures under "cairn".
-json result_json(const SweepOptions& o, const Block& b, const Row& row) {
+ojson result_json(const SweepOptions& o, const Block& b, const Row& row) {
   const bool cputime = o.report_cputime != 0;
-  json e = json::object();
+  ojson e = ojson::object();
   e["size"] = row.size;
   e["count"] = row.count;
   e["type"] = type_info(b.type).name;
@@ -280,15 +288,15 @@ json result_json(const SweepOptions& o, const Block& b, const Row& row) {
   e["in_place"] = measure_nccl_json(row.ip, cputime ? row.ip_cpu_us : row.ip.time_us, cputime);
   e["actual_iterations"] = o.iters;
   e["experiment_name"] = o.experiment_name;
-  json extra = {{"collective", b.collective},
-                {"tier", b.tier},
-                {"ranks", b.nranks},
-                {"oop", measure_json(row.oop)},
-                {"ip", measure_json(row.ip)},
-                {"oop_cpu_time_us", row.oop_cpu_us},
-                {"ip_cpu_time_us", row.ip_cpu_us}};
+  ojson extra = {{"collective", b.collective},
+                 {"tier", b.tier},
+                 {"ranks", b.nranks},
+                 {"oop", measure_json(row.oop)},
+                 {"ip", measure_json(row.ip)},
+                 {"oop_cpu_time_us", row.oop_cpu_us},
+                 {"ip_cpu_time_us", row.ip_cpu_us}};
   if (!row.nodes_oop.empty()) {
-    json nodes = json::array();
+    ojson nodes = ojson::array();
     for (size_t g = 0; g < row.nodes_oop.size(); ++g) {
       nodes.push_back({{"node", g},
                        {"host", g < b.group_hosts.size() ? b.group_hosts[g] : ""},
@@ -301,30 +309,31 @@ json result_json(const SweepOptions& o, const Block& b, const Row& row) {
   return e;
 }
 
-json block_json(const Block& b) {
-  return {{"collective", b.collective}, {"tier", b.tier},           {"type", type_info(b.type).name},
-          {"redop", redop_column(b)},   {"root", b.root},           {"ranks", b.nranks},
-          {"communicators", b.groups},  {"avg_busbw", b.avg_busbw}, {"wrong", b.wrong}};
+ojson block_json(const Block& b) {
+  return {{"collective", b.collective},      {"tier", b.tier},           {"type", type_info(b.type).name},
+          {"redop", redop_column(b)},        {"root", b.root},           {"ranks", b.nranks},
+          {"communicators", b.groups},       {"avg_busbw", b.avg_busbw}, {"wrong", b.wrong},
+          {"failed_checks", b.failed_checks}};
 }
 
 // The lists sweep_json fills while it walks the blocks, run by run.
 struct SweepLists {
   const SweepOptions& o;
-  json results = json::array(), runs = json::array(), blocks = json::array(), fits = json::array();
+  ojson results = ojson::array(), runs = ojson::array(), blocks = ojson::array(), fits = ojson::array();
   double bw_sum = 0;  // over every row's out-of-place and in-place busbw
   size_t bw_n = 0;
 
-  json gate(double bw) const { return o.min_busbw > 0 ? json(bool_str(bw >= o.min_busbw)) : json("unchecked"); }
+  ojson gate(double bw) const { return o.min_busbw > 0 ? ojson(bool_str(bw >= o.min_busbw)) : ojson("unchecked"); }
 
   // One run = one (tier, collective) table, as one nccl-tests binary writes one results list.
   void add_run(const std::vector<const Block*>& section) {
-    json run_results = json::array();
-    int64_t run_wrong = 0;
+    ojson run_results = ojson::array();
+    int64_t run_failed = 0;  // nccl-tests' "Out of bounds values": failed checks
     for (const Block* bp : section) {
       const Block& b = *bp;
-      run_wrong += b.wrong;
+      run_failed += b.failed_checks;
       for (const auto& row : b.rows) {
-        json e = result_json(o, b, row);
+        ojson e = result_json(o, b, row);
         bw_sum += row.oop.busbw + row.ip.busbw;
         bw_n += 2;
         results.push_back(e);
@@ -339,13 +348,13 @@ struct SweepLists {
                     {"tier", section.front()->tier},
                     {"ranks", section.front()->nranks},
                     {"results", run_results},
-                    {"out_of_bounds", {{"count", run_wrong}, {"okay", bool_str(run_wrong == 0)}}},
+                    {"out_of_bounds", {{"count", run_failed}, {"okay", bool_str(run_failed == 0)}}},
                     {"average_bus_bandwidth", {{"bandwidth", run_bw}, {"okay", gate(run_bw)}}}});
   }
 };
 
 // cairn's top-level extras (under "cairn"): provenance, settings beyond nccl-tests', runs, fits, topology.
-json cairn_extras_json(const RunInfo& info, const SweepResult& r, const SweepLists& lists) {
+ojson cairn_extras_json(const RunInfo& info, const SweepResult& r, const SweepLists& lists) {
   const SweepOptions& o = info.opts;
   return {{"provenance", provenance().to_json()},
           {"backend", info.backend},
@@ -363,6 +372,7 @@ json cairn_extras_json(const RunInfo& info, const SweepResult& r, const SweepLis
           {"blocks", lists.blocks},
           {"avg_busbw", r.avg_busbw},
           {"wrong", r.wrong},
+          {"failed_checks", r.failed_checks},
           {"notes", r.notes},
           {"flag_notes", o.flag_notes},
           {"topology",
@@ -375,11 +385,11 @@ json cairn_extras_json(const RunInfo& info, const SweepResult& r, const SweepLis
 
 }  // namespace
 
-json sweep_json(const RunInfo& info, const SweepResult& r) {
+ojson sweep_json(const RunInfo& info, const SweepResult& r) {
   const SweepOptions& o = info.opts;
   // nccl-tests' -J document (JSON_FILE_VERSION 3), key for key and in its order; cairn's extras
   // sit under "cairn" (top level and per result).
-  json doc = json::object();
+  ojson doc = ojson::object();
   doc["version"] = 3;
   doc["start_time"] = info.start_time_local;
   doc["args"] = o.args;
@@ -402,12 +412,12 @@ json sweep_json(const RunInfo& info, const SweepResult& r) {
   }
   double avg_rows = lists.bw_n ? lists.bw_sum / static_cast<double>(lists.bw_n) : 0.0;
   doc["results"] = lists.results;
-  doc["out_of_bounds"] = {{"count", r.wrong}, {"okay", bool_str(r.wrong == 0)}};
+  doc["out_of_bounds"] = {{"count", r.failed_checks}, {"okay", bool_str(r.failed_checks == 0)}};
   doc["average_bus_bandwidth"] = {{"bandwidth", lists.runs.size() == 1
                                                     ? lists.runs[0]["average_bus_bandwidth"]["bandwidth"]
-                                                    : json(avg_rows)},
-                                  {"okay", o.min_busbw > 0 ? json(bool_str(!r.gate_failed)) : json("unchecked")}};
-  doc["errors"] = json::array();
+                                                    : ojson(avg_rows)},
+                                  {"okay", o.min_busbw > 0 ? ojson(bool_str(!r.gate_failed)) : ojson("unchecked")}};
+  doc["errors"] = ojson::array();
   doc["end_time"] = info.end_time_local;
   doc["cairn"] = cairn_extras_json(info, r, lists);
   return doc;
@@ -425,6 +435,7 @@ void write_sweep_h5(const std::string& path, const RunInfo& info, const SweepRes
     f.set_attr("end_time", info.end_time);
     f.set_attr("avg_busbw", r.avg_busbw);
     f.set_attr("wrong", static_cast<int64_t>(r.wrong));
+    f.set_attr("failed_checks", static_cast<int64_t>(r.failed_checks));
     f.set_attr("malloc_note", info.malloc_note);
     f.set_attr("malloc_tuned_in_process", static_cast<int64_t>(o.malloc_tune));
     f.write_strings("environment", info.env.empty() ? std::vector<std::string>{""} : info.env);
@@ -471,6 +482,7 @@ void write_sweep_h5(const std::string& path, const RunInfo& info, const SweepRes
       g.set_attr("communicators", b.groups);
       g.set_attr("avg_busbw", b.avg_busbw);
       g.set_attr("wrong", static_cast<int64_t>(b.wrong));
+      g.set_attr("failed_checks", static_cast<int64_t>(b.failed_checks));
       std::vector<uint64_t> size, count;
       std::vector<double> ot, oa, ob, it, ia, ib;
       std::vector<int64_t> ow, iw;
@@ -518,12 +530,63 @@ void write_sweep_h5(const std::string& path, const RunInfo& info, const SweepRes
       fit.set_attr("r2", b.fit.r2);
       fit.set_attr("half_peak_bytes", static_cast<uint64_t>(b.fit.half_peak_bytes));
       fit.set_attr("peak_busbw_gbps", b.fit.peak_busbw_gbps);
+      fit.set_attr("in_sub_table", static_cast<int64_t>(b.in_sub_table));
       fit.set_attr("in_fabric", static_cast<int64_t>(b.in_fabric));
       if (!b.fit.note.empty()) fit.set_attr("note", b.fit.note);
     }
     f.close();
   }
   af.commit();
+}
+
+std::string fabric_key(const Block& b) {
+  const std::string redop = fit_redop(b);
+  return b.tier + "." + b.collective + "." + type_info(b.type).name + (redop == "none" ? std::string() : "." + redop);
+}
+
+std::vector<std::string> mark_fabric_blocks(std::vector<Block>& blocks, DataType first_type, RedOp first_op) {
+  for (auto& b : blocks) b.in_sub_table = b.in_fabric = false;
+  // Each sub-table: the first valid fit of its measurements. Both used to be written from different measurements:
+  // the first one's failure listed as skipped, and a later valid fit as [<tier>.<collective>] with no sub-table.
+  std::vector<std::string> notes;
+  std::set<std::string> keys_seen;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const std::string key = fabric_key(blocks[i]);
+    if (!keys_seen.insert(key).second) continue;
+    std::vector<Block*> same;
+    for (size_t j = i; j < blocks.size(); ++j)
+      if (fabric_key(blocks[j]) == key) same.push_back(&blocks[j]);
+    const auto valid = std::find_if(same.begin(), same.end(), [](const Block* b) { return b->fit.valid; });
+    if (valid != same.end()) (*valid)->in_sub_table = true;
+    if (same.size() < 2) continue;
+    std::string which;
+    for (size_t k = 0; k < same.size(); ++k) which += (k ? ", " : "") + fit_name(*same[k]).substr(4);
+    notes.push_back(valid == same.end()
+                        ? strprintf("fabric.toml [%s]: measured %zu times (%s), none with a valid fit (see its skipped "
+                                    "list)",
+                                    key.c_str(), same.size(), which.c_str())
+                        : strprintf("fabric.toml [%s]: measured %zu times (%s); it holds measurement %td, the first "
+                                    "with a valid fit",
+                                    key.c_str(), same.size(), which.c_str(), valid - same.begin() + 1));
+  }
+  // Each (tier, collective): of its sub-tables' fits, the first requested type and op, else the first.
+  auto preferred = [&](const Block& b) { return b.type == first_type && (b.op == RedOp::None || b.op == first_op); };
+  std::set<std::string> collectives_seen;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (!collectives_seen.insert(blocks[i].tier + "." + blocks[i].collective).second) continue;
+    Block* chosen = nullptr;
+    for (size_t j = i; j < blocks.size(); ++j) {
+      Block& b = blocks[j];
+      if (b.tier != blocks[i].tier || b.collective != blocks[i].collective || !b.in_sub_table) continue;
+      if (preferred(b)) {
+        chosen = &b;
+        break;
+      }
+      if (!chosen) chosen = &b;
+    }
+    if (chosen) chosen->in_fabric = true;
+  }
+  return notes;
 }
 
 std::string fabric_toml(const RunInfo& info, const SweepResult& r) {
@@ -558,32 +621,30 @@ std::string fabric_toml(const RunInfo& info, const SweepResult& r) {
   // [<tier>.<collective>] is the model cairn-plan reads (one type/op, see mark_fabric_blocks); every
   // measured type and op also gets its own sub-table, [<tier>.<collective>.<type>.<redop>], or
   // [<tier>.<collective>.<type>] for collectives without a reduction (type and redop named as in
-  // the table's columns).
-  std::set<std::string> written;
+  // the table's columns). A sub-table measured more than once holds one fit, the block marked in_sub_table.
   for (const auto& b : r.blocks) {
-    std::string redop = fit_redop(b);
-    std::string where =
-        b.tier + "." + b.collective + "." + type_info(b.type).name + (redop == "none" ? std::string() : "." + redop);
-    // -r -1 (every root) and sendrecv under several -o ops measure one type/op more than once: the
-    // first measurement fills the sub-table.
-    bool first = written.insert(where).second;
-    if (!first && !b.in_fabric) continue;
-    if (!b.fit.valid) {
-      skipped.push_back(where + ": " + b.fit.note);
-      continue;
-    }
+    if (!b.in_fabric && !b.in_sub_table) continue;
     json& coll = doc[b.tier][b.collective];
     if (b.in_fabric) {
       records::FabricTier t = fit_table(b);
       t.type = type_info(b.type).name;
-      t.redop = redop;
+      t.redop = fit_redop(b);
       const json fit = t.to_json();
       for (auto it = fit.begin(); it != fit.end(); ++it) coll[it.key()] = it.value();
     }
-    if (!first) continue;
-    if (redop == "none") coll[type_info(b.type).name] = fit_table(b).to_json();
-    else coll[type_info(b.type).name][redop] = fit_table(b).to_json();
+    if (!b.in_sub_table) continue;
+    if (fit_redop(b) == std::string("none")) coll[type_info(b.type).name] = fit_table(b).to_json();
+    else coll[type_info(b.type).name][fit_redop(b)] = fit_table(b).to_json();
   }
+  // Sub-tables without a valid fit in any measurement: why, from the first.
+  std::set<std::string> keys_with_table, keys_listed;
+  for (const auto& b : r.blocks)
+    if (b.in_sub_table) keys_with_table.insert(fabric_key(b));
+  for (const auto& b : r.blocks) {
+    const std::string key = fabric_key(b);
+    if (!keys_with_table.count(key) && keys_listed.insert(key).second) skipped.push_back(key + ": " + b.fit.note);
+  }
+  header.notes = r.fabric_notes;
   header.skipped = skipped;
   doc["fabric"] = header.to_json();
   return "# Fabric model measured by cairn-sweep; cairn-plan reads it via [cluster] fabric = \"<this file>\".\n"

@@ -47,6 +47,42 @@ std::vector<uint64_t> sweep_sizes(const SweepOptions& o) {
   return sizes;
 }
 
+std::vector<uint64_t> warmup_sizes(const SweepOptions& o) {
+  const std::vector<uint64_t> sizes = sweep_sizes(o);
+  std::vector<uint64_t> warm;
+  for (uint64_t s = o.minbytes; !sizes.empty() && s <= sizes.back(); s *= 2) {
+    warm.push_back(s);
+    if (s > std::numeric_limits<uint64_t>::max() / 2) break;
+  }
+  return warm;
+}
+
+void apply_nccl_tests_min_bw(Config& cfg) {
+  const char* text = std::getenv(kNcclTestsMinBw);
+  if (text == nullptr || *text == '\0') return;
+  char* end = nullptr;
+  const double gbps = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !std::isfinite(gbps) || gbps < 0)
+    throw UsageError(strprintf("env %s: '%s' is not a bus bandwidth in GB/s (a number >= 0)", kNcclTestsMinBw,
+                               printable_text(text).c_str()));
+  const Origin::Kind set_by = cfg.origin("sweep.min_busbw").kind;
+  if (set_by != Origin::Default && set_by != Origin::File) return;  // CAIRN_SWEEP_MIN_BUSBW, a flag or --set wins
+  // x90/100 keeps whole values whole (x0.9 made 100 into 90.00000000000001)
+  cfg.set("sweep.min_busbw", gbps * kNcclTestsMinBwPassPercent / 100, Origin{Origin::Env, kNcclTestsMinBw});
+}
+
+std::string min_busbw_source(const Config& cfg) {
+  const Origin& from = cfg.origin("sweep.min_busbw");
+  const char* env = std::getenv(kNcclTestsMinBw);
+  const std::string nccl = env != nullptr ? printable_text(env) : std::string();
+  if (from.kind == Origin::Env && from.where == kNcclTestsMinBw)
+    return strprintf("env %s=%s (nccl-tests fails a run below %d%% of it)", kNcclTestsMinBw, nccl.c_str(),
+                     kNcclTestsMinBwPassPercent);
+  const std::string by = from.kind == Origin::Default ? std::string("the default") : from.describe();
+  if (!nccl.empty()) return strprintf("%s (over env %s=%s)", by.c_str(), kNcclTestsMinBw, nccl.c_str());
+  return by;
+}
+
 SweepOptions sweep_options(const Config& cfg) {
   const SweepSection sw = read_section<SweepSection>(cfg);
   SweepOptions o;
@@ -103,6 +139,7 @@ SweepOptions sweep_options(const Config& cfg) {
   o.tiers = sw.tiers;
   if (o.tiers.empty()) throw UsageError("sweep.tiers: no tier given");
   o.min_busbw = sw.min_busbw;
+  o.min_busbw_source = min_busbw_source(cfg);
   o.keep_samples = sw.keep_samples;
   o.malloc_tune = sw.malloc_tune;
   o.run_dir = read_section<RunSection>(cfg).dir;
@@ -125,13 +162,18 @@ double time_collective(const Backend& be, BackendComm* bc, MPI_Comm comm, const 
       if (blocking == 1 || blocking == 2) be.sync(bc);  // nccl-tests -z 1/2: wait after every call
       if (blocking == 1) mpi::check(MPI_Barrier(comm), "MPI_Barrier");
     }
-    if (blocking == 3) {  // -z 3: wait, then a barrier that the time excludes
+    if (blocking == 3) {
+      // -z 3: wait, then a barrier that the time excludes. So do the samples, as nccl-tests' paired events do: a
+      // sample ends when the iteration's calls are done and the next begins after the barrier, so the samples add up
+      // to the averaged time (they held the barrier's wait, up to the slowest rank's whole iteration).
       be.sync(bc);
-      double b0 = monotonic_seconds();
+      const double done = monotonic_seconds();
       mpi::check(MPI_Barrier(comm), "MPI_Barrier");
-      excluded += monotonic_seconds() - b0;
-    }
-    if (samples) {
+      const double resumed = monotonic_seconds();
+      excluded += resumed - done;
+      if (samples) samples[i] = (done - last) * 1e6 / agg;
+      last = resumed;
+    } else if (samples) {
       be.sync(bc);
       double t = monotonic_seconds();
       samples[i] = (t - last) * 1e6 / agg;
@@ -314,6 +356,7 @@ struct BlockPlan {
   RedOp op = RedOp::None;
   int root = -1;
   std::vector<SizeRow> rows;
+  std::vector<SizeRow> warm_rows;  // warmup_sizes(), reduced like the rows
 };
 
 std::vector<SizeRow> plan_rows(const SweepOptions& o, const Collective& c, DataType t, int nranks,
@@ -337,9 +380,18 @@ std::vector<SizeRow> plan_rows(const SweepOptions& o, const Collective& c, DataT
     rows.push_back(r);
   }
   if (skipped) {
-    notes.push_back(
-        strprintf("%s %s (tier %s, %d ranks): %llu size(s) below one 16-byte block per rank run as 0-byte rows", c.name,
-                  type_info(t).name, tier.c_str(), nranks, static_cast<unsigned long long>(skipped)));
+    // Why the count is 0 (nccl-tests' getCollByteCount): the size holds less than one element, or, for collectives
+    // that split the buffer among the ranks, each rank's share (size / element / ranks elements) rounds down to a
+    // multiple of 16 bytes of elements, which is 0 below ranks x 16 bytes.
+    const bool splits = size_row(c, ws, ws, 1).count == 0;  // one element on one rank: only the split trims it away
+    const std::string why =
+        splits ? strprintf("below %llu B (%d ranks x 16 B): each rank's share, size / %zu B / %d elements, rounds down "
+                           "to a multiple of %zu elements (16 B), which is 0 there",
+                           static_cast<unsigned long long>(16ull * nranks), nranks, ws, nranks, 16 / ws)
+               : strprintf("below %zu B: the size holds no whole %zu-byte %s element", ws, ws, type_info(t).name);
+    notes.push_back(strprintf("%s %s (tier %s, %d ranks): %llu size(s) run as 0-byte rows, %s", c.name,
+                              type_info(t).name, tier.c_str(), nranks, static_cast<unsigned long long>(skipped),
+                              why.c_str()));
   }
   if (large) {
     notes.push_back(strprintf("%s %s (tier %s): %llu size(s) above %llu elements per rank use MPI large-count "
@@ -352,10 +404,10 @@ std::vector<SizeRow> plan_rows(const SweepOptions& o, const Collective& c, DataT
   return rows;
 }
 
-// Per-rank raw results of one block, packed for one MPI_Gather: for each row
-// [oop_s, ip_s, oop_wrong, ip_wrong, oop_checked, ip_checked, oop_cpu_s, ip_cpu_s, samples_oop(iters),
-// samples_ip(iters)].
-constexpr size_t kSamples = 8;
+// One rank's figures for one size, packed for one MPI_Gather per size: per placement (+0 out of place, +1 in place)
+// the seconds per call, this rank's wrong elements in the check the row reports, whether it was checked (0/1) and the
+// host seconds per call; then --keep-samples' per-iteration microseconds, out of place then in place.
+constexpr size_t kSeconds = 0, kWrong = 2, kChecked = 4, kCpuSeconds = 6, kSamples = 8;
 size_t row_stride(const SweepOptions& o) { return kSamples + (o.keep_samples ? 2 * static_cast<size_t>(o.iters) : 0); }
 
 struct Buffers {
@@ -376,7 +428,8 @@ struct Buffers {
 // view of reduce-scatter and alltoall spans the whole receive buffer); 0-byte rows still get a valid pointer.
 uint64_t block_buffer_bytes(const BlockPlan& bp) {
   uint64_t bytes = 64;
-  for (const auto& r : bp.rows) bytes = std::max(bytes, std::max(r.counts.send, r.counts.recv) * type_size(bp.type));
+  for (const auto* rows : {&bp.rows, &bp.warm_rows})
+    for (const auto& r : *rows) bytes = std::max(bytes, std::max(r.counts.send, r.counts.recv) * type_size(bp.type));
   return bytes;
 }
 
@@ -402,99 +455,104 @@ void check_host_buffers(const Backend& be, const std::vector<std::vector<BlockPl
   mpi::agree_or_throw(why.empty(), why, kExitUsage);
 }
 
-std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm comm, const BlockPlan& bp,
-                                  const SweepOptions& o, const SweepFaults& faults, int64_t* checks_done) {
-  const Collective& c = *bp.coll;
-  int rank = 0, n = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &n);
-  size_t ws = type_size(bp.type);
-  const uint64_t bytes = block_buffer_bytes(bp);
-  Buffers buf;
-  buf.be = &be;
-  buf.bc = bc;
-  buf.send = be.alloc(bc, bytes);
-  buf.recv = be.alloc(bc, bytes);
-  char* send = static_cast<char*>(buf.send);
-  char* recv = static_cast<char*>(buf.recv);
-
+// One block measured a size at a time on a member of the tier's communicator; its buffers live as long as it does.
+struct BlockMeasure {
   struct Views {
     char* send;
     char* recv;
   };
-  auto views = [&](const SizeRow& r, bool ip) {
+
+  const Backend& be;
+  BackendComm* bc;
+  MPI_Comm comm;
+  const BlockPlan& bp;
+  const SweepOptions& o;
+  const SweepFaults& faults;
+  int64_t* checks_done;
+  int rank = 0, n = 1;
+  size_t ws;
+  Buffers buf;
+  uint64_t seed = 1000;
+
+  BlockMeasure(const Backend& be_in, BackendComm* bc_in, MPI_Comm comm_in, const BlockPlan& bp_in,
+               const SweepOptions& o_in, const SweepFaults& faults_in, int64_t* checks_done_in)
+      : be(be_in),
+        bc(bc_in),
+        comm(comm_in),
+        bp(bp_in),
+        o(o_in),
+        faults(faults_in),
+        checks_done(checks_done_in),
+        ws(type_size(bp_in.type)) {
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &n);
+    const uint64_t bytes = block_buffer_bytes(bp);
+    buf.be = &be;
+    buf.bc = bc;
+    buf.send = be.alloc(bc, bytes);
+    buf.recv = be.alloc(bc, bytes);
+  }
+
+  Views views(const SizeRow& r, bool ip) const {
+    char* send = static_cast<char*>(buf.send);
+    char* recv = static_cast<char*>(buf.recv);
     if (!ip) return Views{send, recv};
     uint64_t recv_off = r.counts.recv_inplace_offset;
-    if (c.kind == CollKind::ReduceScatter && be.inplace_reducescatter_at_start) recv_off = 0;
+    if (bp.coll->kind == CollKind::ReduceScatter && be.inplace_reducescatter_at_start) recv_off = 0;
     return Views{recv + r.counts.send_inplace_offset * rank * ws, recv + recv_off * rank * ws};
-  };
-  auto run_once = [&](const SizeRow& r, bool ip) {
+  }
+
+  void run_once(const SizeRow& r, bool ip) {
     Views v = views(r, ip);
-    be.run(bc, c.kind, v.send, v.recv, r.count, bp.type, bp.op, bp.root, ip);
-  };
-  // Writes the sentinel over the receive buffer and this rank's inputs into the send view: the
-  // buffers are touched here, outside the timed loop.
-  auto prepare = [&](const SizeRow& r, bool ip, uint64_t seed, std::vector<Segment>* expect) {
-    PatternParams pp = make_params(c, bp.type, bp.op, n, seed);
+    be.run(bc, bp.coll->kind, v.send, v.recv, r.count, bp.type, bp.op, bp.root, ip);
+  }
+
+  // Writes the sentinel over the receive buffer and this rank's inputs into the send view: the buffers are touched
+  // here, outside the timed loop.
+  PatternParams prepare(const SizeRow& r, bool ip, uint64_t pattern_seed, std::vector<Segment>* expect) {
+    PatternParams pp = make_params(*bp.coll, bp.type, bp.op, n, pattern_seed);
     std::vector<Segment> init, exp;
-    c.layout(LayoutArgs{rank, n, bp.root, r.count, ip, &be}, init, exp);
+    bp.coll->layout(LayoutArgs{rank, n, bp.root, r.count, ip, &be}, init, exp);
     Views v = views(r, ip);
-    be.fill(bc, recv, bp.type, Segment{true, 0, std::max(r.counts.send, r.counts.recv), ValueKind::Sentinel, 0, 0}, pp);
+    be.fill(bc, static_cast<char*>(buf.recv), bp.type,
+            Segment{true, 0, std::max(r.counts.send, r.counts.recv), ValueKind::Sentinel, 0, 0}, pp);
     for (const auto& s : init) be.fill(bc, s.recv_view ? v.recv : v.send, bp.type, s, pp);
     if (expect) *expect = exp;
     return pp;
-  };
+  }
 
-  // Warm-up at the largest and smallest size, as nccl-tests does (connections, first-touch faults). At large sizes
-  // it takes as long as several measured sizes (a 1 GiB all-reduce sweep was silent for 20 s before its first
-  // progress line), so it is announced.
-  if (mpi::rank() == 0 && bytes >= (64ull << 20) && o.warmup > 0)
-    CAIRN_LOG_INFO("%s %s: buffers 2 x %s; warm-up at %llu B and %llu B (%d iterations each)", c.name,
-                   type_info(bp.type).name, human_bytes(static_cast<double>(bytes)).c_str(),
-                   static_cast<unsigned long long>(bp.rows.back().size),
-                   static_cast<unsigned long long>(bp.rows.front().size), o.warmup);
-  if (o.warmup > 0) {
-    for (const SizeRow* r : {&bp.rows.back(), &bp.rows.front()}) {
-      prepare(*r, false, 1, nullptr);
-      for (int i = 0; i < o.warmup; ++i) run_once(*r, false);
+  // Warm-up at every doubling of the smallest size, as nccl-tests does (connections, protocols, first-touch faults).
+  // At large sizes it takes as long as several measured sizes (a 1 GiB all-reduce sweep was silent for 20 s before
+  // its first progress line), so it is announced.
+  void warm_up() {
+    if (o.warmup <= 0 || bp.warm_rows.empty()) return;
+    const uint64_t bytes = block_buffer_bytes(bp);
+    if (mpi::rank() == 0 && bytes >= (64ull << 20)) {
+      const std::vector<uint64_t> sizes = warmup_sizes(o);
+      CAIRN_LOG_INFO("%s %s: buffers 2 x %s; warm-up at %zu sizes, every doubling from %llu B to %llu B (%d "
+                     "iterations each)",
+                     bp.coll->name, type_info(bp.type).name, human_bytes(static_cast<double>(bytes)).c_str(),
+                     sizes.size(), static_cast<unsigned long long>(sizes.front()),
+                     static_cast<unsigned long long>(sizes.back()), o.warmup);
+    }
+    for (const SizeRow& r : bp.warm_rows) {
+      prepare(r, false, 1, nullptr);
+      for (int i = 0; i < o.warmup; ++i) run_once(r, false);
       be.sync(bc);
     }
   }
 
-  size_t stride = row_stride(o);
-  std::vector<double> out(bp.rows.size() * stride, 0.0);
-  uint64_t seed = 1000;
-  std::optional<Progress> progress;
-  if (mpi::rank() == 0) {
-    progress.emplace(strprintf("%s %s", c.name, type_info(bp.type).name), bp.rows.size(), "sizes");
-    // A size costs its bytes over the link plus a latency floor (about what 256 KiB take), so the doubling sizes at
-    // the end hold most of the time.
-    std::vector<double> work;
-    for (const SizeRow& r : bp.rows) work.push_back(static_cast<double>(r.size) + 262144.0);
-    progress->set_work(work);
-  }
-  size_t measured = bp.rows.size();  // fewer when a stop signal ends the block
-  for (size_t k = 0; k < bp.rows.size(); ++k) {
-    static int64_t sizes_measured = 0;  // over the whole sweep, for the injected signal
-    if (faults.term_after_sizes > 0 && mpi::rank() == 0 && sizes_measured++ == faults.term_after_sizes) raise(SIGTERM);
-    // A stop signal (Slurm's time limit or preemption, Ctrl-C) ends the block before its next size, on every rank of
-    // the tier at once; the sizes not measured are NaN, which the table leaves out.
-    if (mpi::allreduce(stop_signal(), MPI_MAX, comm) != 0) {
-      std::fill(out.begin() + static_cast<std::ptrdiff_t>(k * stride), out.end(),
-                std::numeric_limits<double>::quiet_NaN());
-      measured = k;
-      break;
-    }
-    if (progress) progress->update(k, strprintf("%llu B", static_cast<unsigned long long>(bp.rows[k].size)));
-    const SizeRow& r = bp.rows[k];
-    double* rec = &out[k * stride];
+  // One size, out of place then in place: timed, then checked; `rec` gets this rank's record (row_stride doubles).
+  void measure(const SizeRow& r, double* rec) {
+    const Collective& c = *bp.coll;
     for (int mode = 0; mode < 2; ++mode) {
       bool ip = mode == 1;
       prepare(r, ip, ++seed, nullptr);
       double* samples = o.keep_samples ? rec + kSamples + mode * o.iters : nullptr;
       Views v = views(r, ip);
       TimedCall call{c.kind, v.send, v.recv, r.count, bp.type, bp.op, bp.root, ip};
-      rec[mode] = time_collective(be, bc, comm, call, o.iters, o.blocking, samples, o.agg_iters, &rec[6 + mode]);
+      rec[kSeconds + mode] =
+          time_collective(be, bc, comm, call, o.iters, o.blocking, samples, o.agg_iters, &rec[kCpuSeconds + mode]);
 
       bool checkable = o.check > 0 && !(ip && c.kind == CollKind::AlltoAll && !be.checked_inplace_alltoall);
       int64_t wrong = 0;
@@ -503,31 +561,31 @@ std::vector<double> measure_block(const Backend& be, BackendComm* bc, MPI_Comm c
         PatternParams pp = prepare(r, ip, ++seed, &expect);
         run_once(r, ip);
         be.sync(bc);
-        Views v = views(r, ip);
+        Views cv = views(r, ip);
         ++*checks_done;
         if (faults.corrupt_check > 0 && *checks_done == faults.corrupt_check && mpi::rank() == 0) {
-          // The backend's own fill writes the sentinel (which no result matches) over one expected element.
+          // The backend's own fill writes the sentinel (which no result matches) over expected elements.
           for (const auto& s : expect) {
             if (s.count == 0) continue;
-            be.fill(bc, s.recv_view ? v.recv : v.send, bp.type,
-                    Segment{s.recv_view, s.offset, 1, ValueKind::Sentinel, 0, 0}, pp);
-            CAIRN_LOG_WARN("injected fault: corrupted one element of %s at %llu bytes", c.name,
-                           static_cast<unsigned long long>(r.size));
+            const uint64_t count = std::min<uint64_t>(s.count, std::max<int64_t>(1, faults.corrupt_elements));
+            be.fill(bc, s.recv_view ? cv.recv : cv.send, bp.type,
+                    Segment{s.recv_view, s.offset, count, ValueKind::Sentinel, 0, 0}, pp);
+            CAIRN_LOG_WARN("injected fault: corrupted %llu element(s) of %s at %llu bytes",
+                           static_cast<unsigned long long>(count), c.name, static_cast<unsigned long long>(r.size));
             break;
           }
         }
-        int64_t w = 0;
-        for (const auto& s : expect) w += be.check(bc, s.recv_view ? v.recv : v.send, bp.type, s, pp);
-        wrong = std::max(wrong, w);
+        wrong = 0;
+        for (const auto& s : expect) wrong += be.check(bc, s.recv_view ? cv.recv : cv.send, bp.type, s, pp);
+        // As nccl-tests: the checks stop at the first one that found wrong elements on any rank, and the row reports
+        // that one (#wrong: its wrong elements over the ranks; "Out of bounds values": the ranks that found some).
+        if (mpi::allreduce<int64_t>(wrong, MPI_SUM, comm) != 0) break;
       }
-      rec[2 + mode] = static_cast<double>(wrong);
-      rec[4 + mode] = checkable ? 1.0 : 0.0;
+      rec[kWrong + mode] = static_cast<double>(wrong);
+      rec[kChecked + mode] = checkable ? 1.0 : 0.0;
     }
   }
-  // Stopped: the last line says how far it got (it said 16/16 sizes, 100 %, for a block stopped at 13).
-  if (progress) progress->finish_at(measured, measured < bp.rows.size() ? "stopped" : "");
-  return out;
-}
+};
 
 }  // namespace
 
@@ -548,77 +606,59 @@ double combine_times(const std::vector<double>& v, int average) {
 namespace {
 
 Measure make_measure(const Collective& c, const SizeRow& r, size_t ws, int nranks, double seconds, int64_t wrong,
-                     bool checked) {
+                     int64_t failed_ranks, bool checked) {
   Measure m;
   m.time_us = seconds * 1e6;
   bandwidths(c, r.count, ws, nranks, seconds, &m.algbw, &m.busbw);
   m.wrong = wrong;
+  m.failed_ranks = failed_ranks;
   m.checked = checked;
   return m;
 }
 
-// Rank 0: turns the gathered per-rank records into the block's rows.
-void assemble_block(Block& b, const BlockPlan& bp, const TierPlan& tier, const std::vector<double>& all,
-                    const SweepOptions& o) {
-  size_t stride = row_stride(o);
-  size_t per_rank = bp.rows.size() * stride;
-  size_t ws = type_size(bp.type);
+// Rank 0: one size's row from every rank's record of it (`all`: row_stride doubles per world rank).
+Row assemble_row(const BlockPlan& bp, const SizeRow& sr, const TierPlan& tier, const std::vector<double>& all,
+                 const SweepOptions& o) {
+  const size_t stride = row_stride(o);
+  const size_t ws = type_size(bp.type);
   const Collective& c = *bp.coll;
-  auto at = [&](int rank, size_t k, size_t field) {
-    return all[static_cast<size_t>(rank) * per_rank + k * stride + field];
+  auto at = [&](int rank, size_t field) { return all[static_cast<size_t>(rank) * stride + field]; };
+  // One placement's measure over `ranks`: time combined as -a says, wrong elements summed, failed checks counted.
+  auto measure_over = [&](const std::vector<int>& ranks, int mode) {
+    std::vector<double> times;
+    int64_t wrong = 0, failed = 0;
+    bool checked = true;
+    for (int r : ranks) {
+      times.push_back(at(r, kSeconds + mode));
+      const auto w = static_cast<int64_t>(at(r, kWrong + mode));
+      wrong += w;
+      failed += w > 0 ? 1 : 0;
+      checked &= at(r, kChecked + mode) != 0;
+    }
+    return make_measure(c, sr, ws, tier.nranks, combine_times(times, o.average), wrong, failed, checked);
   };
   std::vector<int> members;
   for (const auto& g : tier.groups) members.insert(members.end(), g.begin(), g.end());
-  double bw_sum = 0;
-  int bw_count = 0;
-  for (size_t k = 0; k < bp.rows.size(); ++k) {
-    const SizeRow& sr = bp.rows[k];
-    // Sizes a stop signal left unmeasured (NaN on some member) are not rows.
-    if (std::any_of(members.begin(), members.end(),
-                    [&](int r) { return std::isnan(at(r, k, 0)) || std::isnan(at(r, k, 1)); }))
-      continue;
-    Row row;
-    row.size = sr.size;
-    row.count = sr.count;
-    for (int mode = 0; mode < 2; ++mode) {
-      std::vector<double> times;
-      int64_t wrong = 0;
-      bool checked = true;
-      for (int r : members) {
-        times.push_back(at(r, k, mode));
-        wrong += static_cast<int64_t>(at(r, k, 2 + mode));
-        checked &= at(r, k, 4 + mode) != 0;
-      }
-      Measure m = make_measure(c, sr, ws, tier.nranks, combine_times(times, o.average), wrong, checked);
-      (mode == 0 ? row.oop : row.ip) = m;
-      // nccl-tests prints the host time of the process that writes the table (-C 1).
-      (mode == 0 ? row.oop_cpu_us : row.ip_cpu_us) = at(members.front(), k, 6 + mode) * 1e6;
-      bw_sum += m.busbw;
-      ++bw_count;
-      if (tier.groups.size() > 1) {
-        auto& per_node = mode == 0 ? row.nodes_oop : row.nodes_ip;
-        for (const auto& g : tier.groups) {
-          std::vector<double> gt;
-          int64_t gw = 0;
-          for (int r : g) {
-            gt.push_back(at(r, k, mode));
-            gw += static_cast<int64_t>(at(r, k, 2 + mode));
-          }
-          per_node.push_back(make_measure(c, sr, ws, tier.nranks, combine_times(gt, o.average), gw, checked));
-        }
-      }
-      if (o.keep_samples) {
-        auto& samples = mode == 0 ? row.samples_oop : row.samples_ip;
-        samples.assign(o.iters, 0.0);
-        for (int i = 0; i < o.iters; ++i) {
-          for (int r : members) samples[i] = std::max(samples[i], at(r, k, kSamples + mode * o.iters + i));
-        }
+  Row row;
+  row.size = sr.size;
+  row.count = sr.count;
+  for (int mode = 0; mode < 2; ++mode) {
+    (mode == 0 ? row.oop : row.ip) = measure_over(members, mode);
+    // nccl-tests prints the host time of the process that writes the table (-C 1).
+    (mode == 0 ? row.oop_cpu_us : row.ip_cpu_us) = at(members.front(), kCpuSeconds + mode) * 1e6;
+    if (tier.groups.size() > 1) {
+      auto& per_node = mode == 0 ? row.nodes_oop : row.nodes_ip;
+      for (const auto& g : tier.groups) per_node.push_back(measure_over(g, mode));
+    }
+    if (o.keep_samples) {
+      auto& samples = mode == 0 ? row.samples_oop : row.samples_ip;
+      samples.assign(o.iters, 0.0);
+      for (int i = 0; i < o.iters; ++i) {
+        for (int r : members) samples[i] = std::max(samples[i], at(r, kSamples + mode * o.iters + i));
       }
     }
-    b.wrong += row.oop.wrong + row.ip.wrong;
-    b.rows.push_back(std::move(row));
   }
-  b.avg_busbw = bw_count ? bw_sum / bw_count : 0;
+  return row;
 }
 
 std::vector<std::string> recorded_env() {
@@ -666,29 +706,6 @@ std::string malloc_note(const SweepOptions& o) {
 }
 
 }  // namespace
-
-void mark_fabric_blocks(std::vector<Block>& blocks, DataType first_type, RedOp first_op) {
-  auto preferred = [&](const Block& b) { return b.type == first_type && (b.op == RedOp::None || b.op == first_op); };
-  for (auto& b : blocks) b.in_fabric = false;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    Block* chosen = nullptr;
-    bool seen_before = false;
-    for (size_t j = 0; j < i; ++j)
-      seen_before |= blocks[j].tier == blocks[i].tier && blocks[j].collective == blocks[i].collective;
-    if (seen_before) continue;
-    // First (tier, collective) occurrence: pick the preferred valid block, else the first valid one.
-    for (size_t j = i; j < blocks.size(); ++j) {
-      Block& b = blocks[j];
-      if (b.tier != blocks[i].tier || b.collective != blocks[i].collective || !b.fit.valid) continue;
-      if (preferred(b)) {
-        chosen = &b;
-        break;
-      }
-      if (!chosen) chosen = &b;
-    }
-    if (chosen) chosen->in_fabric = true;
-  }
-}
 
 void check_outputs(const SweepOptions& o, bool with_run_dir) {
   // Rank 0 writes every output; a path it cannot use must fail now, not after minutes of measuring.
@@ -816,8 +833,10 @@ std::vector<std::vector<BlockPlan>> plan_blocks(const SweepOptions& o, const std
           roots.clear();
           for (int r = 0; r < tiers[ti].nranks; ++r) roots.push_back(r);
         }
+        std::vector<SizeRow> warm_rows;
+        for (uint64_t bytes : warmup_sizes(o)) warm_rows.push_back(size_row(c, bytes, type_size(t), tiers[ti].nranks));
         for (RedOp op : ops) {
-          for (int root_rank : roots) plans[ti].push_back(BlockPlan{&c, t, op, root_rank, rows});
+          for (int root_rank : roots) plans[ti].push_back(BlockPlan{&c, t, op, root_rank, rows, warm_rows});
         }
       }
     }
@@ -890,8 +909,8 @@ struct TableOutput {
   }
 };
 
-// Rank 0: the block of one plan from every rank's figures (all), with its fit.
-Block make_block(const BlockPlan& bp, const TierPlan& tier, const std::vector<double>& all, const SweepOptions& o) {
+// Rank 0: a plan's block before its sizes are measured.
+Block new_block(const BlockPlan& bp, const TierPlan& tier) {
   Block b;
   b.collective = bp.coll->name;
   b.perf_name = bp.coll->perf_name;
@@ -902,9 +921,19 @@ Block make_block(const BlockPlan& bp, const TierPlan& tier, const std::vector<do
   b.nranks = tier.nranks;
   b.groups = static_cast<int>(tier.groups.size());
   b.group_hosts = tier.group_hosts;
-  assemble_block(b, bp, tier, all, o);
-  b.fit = fit_block(b, bp.coll->busbw_factor(tier.nranks));
   return b;
+}
+
+// Rank 0: the block's totals and fit, once its rows are in.
+void finish_block(Block& b, const BlockPlan& bp, const TierPlan& tier) {
+  double bw_sum = 0;
+  for (const Row& row : b.rows) {
+    bw_sum += row.oop.busbw + row.ip.busbw;
+    b.wrong += row.oop.wrong + row.ip.wrong;
+    b.failed_checks += row.oop.failed_ranks + row.ip.failed_ranks;
+  }
+  b.avg_busbw = b.rows.empty() ? 0 : bw_sum / static_cast<double>(2 * b.rows.size());
+  b.fit = fit_block(b, bp.coll->busbw_factor(tier.nranks));
 }
 
 // Everything measuring a tier needs besides the tier.
@@ -918,6 +947,58 @@ struct SweepContext {
   SweepResult& res;
   bool root;
 };
+
+// Measures one block a size at a time and prints each size's row as soon as every rank's figures for it are in, as
+// nccl-tests prints a row per size: a job killed mid-block (Slurm's SIGKILL after its grace time) keeps the sizes it
+// measured on stdout, where they used to wait for the block's end. Collective over MPI_COMM_WORLD: ranks outside the
+// tier (bc null) join each size's gather with empty records. Rank 0 appends the rows to *b. Returns the stop signal
+// that ended the block before its last size (0: none).
+int measure_rows(const SweepContext& x, const TierPlan& tier, BackendComm* bc, const BlockPlan& bp, Block* b,
+                 int64_t* checks_done) {
+  const SweepOptions& o = x.o;
+  std::optional<BlockMeasure> m;
+  if (bc) {
+    m.emplace(x.be, bc, tier.comm, bp, o, x.faults, checks_done);
+    m->warm_up();
+  }
+  std::optional<Progress> progress;
+  if (x.root) {
+    progress.emplace(strprintf("%s %s", bp.coll->name, type_info(bp.type).name), bp.rows.size(), "sizes");
+    // A size costs its bytes over the link plus a latency floor (about what 256 KiB take), so the doubling sizes at
+    // the end hold most of the time.
+    std::vector<double> work;
+    for (const SizeRow& r : bp.rows) work.push_back(static_cast<double>(r.size) + 262144.0);
+    progress->set_work(work);
+  }
+  const size_t stride = row_stride(o);
+  std::vector<double> mine(stride, std::numeric_limits<double>::quiet_NaN());
+  std::vector<double> all(x.root ? stride * x.topo.size : 0);
+  size_t measured = 0;
+  int stop = 0;
+  for (const SizeRow& r : bp.rows) {
+    static int64_t sizes_measured = 0;  // over the whole sweep, for the injected signals
+    if (x.root && x.faults.kill_after_sizes > 0 && sizes_measured == x.faults.kill_after_sizes) raise(SIGKILL);
+    if (x.root && x.faults.term_after_sizes > 0 && sizes_measured == x.faults.term_after_sizes) raise(SIGTERM);
+    ++sizes_measured;
+    // A stop signal (Slurm's time limit or preemption, Ctrl-C) ends the block before its next size, on every rank at
+    // once (it may have reached one rank only, or another group of the tier).
+    stop = mpi::allreduce(stop_signal(), MPI_MAX);
+    if (stop != 0) break;
+    if (progress) progress->update(measured, strprintf("%llu B", static_cast<unsigned long long>(r.size)));
+    if (m) m->measure(r, mine.data());
+    mpi::check(MPI_Gather(mine.data(), static_cast<int>(stride), MPI_DOUBLE, all.data(), static_cast<int>(stride),
+                          MPI_DOUBLE, 0, MPI_COMM_WORLD),
+               "MPI_Gather");
+    if (b) {
+      b->rows.push_back(assemble_row(bp, r, tier, all, o));
+      x.emit(format_row(b->rows.back(), *b, o.report_cputime != 0));
+    }
+    ++measured;
+  }
+  // Stopped: the last line says how far it got (it said 16/16 sizes, 100 %, for a block stopped at 13).
+  if (progress) progress->finish_at(measured, measured < bp.rows.size() ? "stopped" : "");
+  return stop;
+}
 
 // One section per (tier, collective), as one nccl-tests binary run: every type/op/root row in one
 // table, one footer; cairn's extra lines (tier, fits, per-node figures) after the footer.
@@ -935,24 +1016,18 @@ bool measure_tier(const SweepContext& x, const TierPlan& tier, const std::vector
       section_start = x.res.blocks.size();
       x.emit(format_section_header(x.info, bp.coll->perf_name));
     }
-    std::vector<double> mine(bp.rows.size() * row_stride(o), std::numeric_limits<double>::quiet_NaN());
-    if (bc) mine = measure_block(x.be, bc, tier.comm, bp, o, x.faults, checks_done);
-    std::vector<double> all(x.root ? mine.size() * x.topo.size : 0);
-    mpi::check(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
-                          static_cast<int>(mine.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD),
-               "MPI_Gather");
-    // Every rank agrees whether to go on (a signal may have reached one rank only, or another group of the tier).
-    const int stop = mpi::allreduce(stop_signal(), MPI_MAX);
+    std::optional<Block> b;
+    if (x.root) b = new_block(bp, tier);
+    int stop = measure_rows(x, tier, bc, bp, b ? &*b : nullptr, checks_done);
+    // A signal during the block's last size stops the sweep before the next block.
+    if (stop == 0) stop = mpi::allreduce(stop_signal(), MPI_MAX);
     if (stop != 0) {
       x.res.stopped_by = stop_signal_name(stop);
       last = true;
     }
-    if (x.root) {
-      Block b = make_block(bp, tier, all, o);
-      std::string text;
-      for (const auto& row : b.rows) text += format_row(row, b, o.report_cputime != 0);
-      x.emit(text);
-      if (!b.rows.empty()) x.res.blocks.push_back(std::move(b));
+    if (b) {
+      finish_block(*b, bp, tier);
+      if (!b->rows.empty()) x.res.blocks.push_back(std::move(*b));
     }
     // The footer of the collective's table (none when a stop signal came before its first size was measured).
     if (x.root && last && section_start < x.res.blocks.size()) {
@@ -969,11 +1044,13 @@ bool measure_tier(const SweepContext& x, const TierPlan& tier, const std::vector
 
 // Rank 0: summary, trailer and the files under <run>/sweep/; returns the exit code.
 int finish_on_root(RunInfo& info, SweepResult& res, const SweepOptions& o, const TableOutput& emit) {
-  mark_fabric_blocks(res.blocks, o.types.front(), o.ops.front());
+  res.fabric_notes = mark_fabric_blocks(res.blocks, o.types.front(), o.ops.front());
+  res.notes.insert(res.notes.end(), res.fabric_notes.begin(), res.fabric_notes.end());
   double sum = 0;
   for (const auto& b : res.blocks) {
     sum += b.avg_busbw;
     res.wrong += b.wrong;
+    res.failed_checks += b.failed_checks;
   }
   res.avg_busbw = res.blocks.empty() ? 0 : sum / static_cast<double>(res.blocks.size());
   info.end_time = utc_now_iso8601();
@@ -1039,6 +1116,14 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
                    "another cairn-sweep is running in", "wait for it to exit, or use another --out");
 
   describe_run(info, o, be, topo);
+  // Which setting set the floor (or turned it off over NCCL_TESTS_MIN_BW): nccl-tests users carry that variable over.
+  const char* nccl_min_bw = std::getenv(kNcclTestsMinBw);
+  if (root && (o.min_busbw > 0 || (nccl_min_bw != nullptr && *nccl_min_bw != '\0'))) {
+    if (o.min_busbw > 0)
+      CAIRN_LOG_INFO("bandwidth floor %g GB/s (each table's average bus bandwidth), set by %s", o.min_busbw,
+                     o.min_busbw_source.c_str());
+    else CAIRN_LOG_INFO("bandwidth floor off, set by %s", o.min_busbw_source.c_str());
+  }
   const TableOutput emit{root, o, res};
   emit(format_preamble(info));
 
@@ -1066,11 +1151,14 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
   code = mpi::broadcast_value<int>(code);
   if (!res.stopped_by.empty() && code == kExitOk) code = kExitStopped;
   res.wrong = mpi::broadcast_value<int64_t>(res.wrong);
+  res.failed_checks = mpi::broadcast_value<int64_t>(res.failed_checks);
   if (code == kExitGate) {
-    res.verdict = res.wrong > 0 ? strprintf("%lld wrong element(s) in the results (see #wrong in the table)",
-                                            static_cast<long long>(res.wrong))
-                                : strprintf("average bus bandwidth below --min-busbw %.3g GB/s in at least one table",
-                                            o.min_busbw);
+    res.verdict =
+        res.wrong > 0
+            ? strprintf("%lld wrong element(s) in the results, %lld failed check(s) (see #wrong and "
+                        "\"Out of bounds values\" in the table)",
+                        static_cast<long long>(res.wrong), static_cast<long long>(res.failed_checks))
+            : strprintf("average bus bandwidth below --min-busbw %.3g GB/s in at least one table", o.min_busbw);
   }
   if (result_out) *result_out = std::move(res);
   return code;

@@ -31,6 +31,7 @@ struct SweepOptions {
   std::vector<std::string> flag_notes;  // what the command line asked that does not apply here
   std::vector<std::string> tiers;
   double min_busbw = 0;
+  std::string min_busbw_source;  // which setting gave min_busbw (origin, or NCCL_TESTS_MIN_BW), for the log
   bool keep_samples = false, malloc_tune = false;
   std::string run_dir;
   std::string json_path;    // --json ("" none, "-" stdout)
@@ -44,17 +45,33 @@ struct SweepFaults {
   int ranks_per_node = 0;        // > 0: consecutive ranks form pretend nodes of this many (intra/inter tiers)
   uint64_t mpi_count_limit = 0;  // > 0: MPI's per-call count limit lowered to this (large-count paths, small sizes)
   int64_t term_after_sizes = 0;  // > 0: rank 0 raises SIGTERM on itself once this many sizes are measured
+  int64_t kill_after_sizes = 0;  // > 0: rank 0 raises SIGKILL on itself once this many sizes are measured
+  int64_t corrupt_elements = 1;  // elements corrupt_check overwrites (at most a segment's)
 };
 
 // The sizes a sweep visits (-b, -e, -f, -i), before per-collective rounding.
 std::vector<uint64_t> sweep_sizes(const SweepOptions& o);
+// The sizes each block warms up at before its first measured size, as nccl-tests (2.19): every doubling of -b, here up
+// to the largest size the sweep measures (nccl-tests goes on to -e, which only -f other than 2 or -i makes larger).
+std::vector<uint64_t> warmup_sizes(const SweepOptions& o);
 // Reads and validates the [sweep] section (UsageError on bad values).
 SweepOptions sweep_options(const Config& cfg);
+// nccl-tests' bandwidth floor: NCCL_TESTS_MIN_BW (GB/s) fails a run whose average bus bandwidth is below 90% of it
+// (common.cu: FAILED on the "Avg bus bandwidth" line, a non-zero exit).
+inline constexpr const char* kNcclTestsMinBw = "NCCL_TESTS_MIN_BW";
+inline constexpr int kNcclTestsMinBwPassPercent = 90;
+// Takes NCCL_TESTS_MIN_BW, when set, as an environment setting of sweep.min_busbw at 90% of its value, so cairn-sweep
+// fails (exit 3) the runs nccl-tests fails: it overrides the config files and the default, and CAIRN_SWEEP_MIN_BUSBW,
+// --min-busbw and --set override it. UsageError when it is not a number >= 0.
+void apply_nccl_tests_min_bw(Config& cfg);
+// Which setting gave sweep.min_busbw, in words for the log ("--min-busbw", "env NCCL_TESTS_MIN_BW=100 (...)", ...).
+std::string min_busbw_source(const Config& cfg);
 
 struct Measure {
   double time_us = 0, algbw = 0, busbw = 0;
-  int64_t wrong = 0;
-  bool checked = false;  // false prints "N/A" in the #wrong column
+  int64_t wrong = 0;         // #wrong: wrong elements over the ranks, in the first check that found any (nccl-tests)
+  int64_t failed_ranks = 0;  // ranks whose check found wrong elements: nccl-tests' "Out of bounds values" adds these
+  bool checked = false;      // false prints "N/A" in the #wrong column
 };
 
 struct Row {
@@ -83,17 +100,21 @@ struct Block {
   std::vector<std::string> group_hosts;
   std::vector<Row> rows;
   double avg_busbw = 0;
-  int64_t wrong = 0;
+  int64_t wrong = 0;          // wrong elements (the #wrong column's sum)
+  int64_t failed_checks = 0;  // failed checks, a rank and placement each: the footer's "Out of bounds values"
   Fit fit;
-  bool in_fabric = false;  // the block whose fit is [<tier>.<collective>] in fabric.toml
+  bool in_sub_table = false;  // the block whose fit is its fabric_key()'s table in fabric.toml
+  bool in_fabric = false;     // the block whose fit is [<tier>.<collective>] in fabric.toml
 };
 
 struct SweepResult {
   std::string backend;
   std::vector<Block> blocks;
   std::vector<std::string> notes;
+  std::vector<std::string> fabric_notes;  // mark_fabric_blocks' (also in notes): fabric.toml records them
   double avg_busbw = 0;
-  int64_t wrong = 0;
+  int64_t wrong = 0;          // wrong elements, over every block
+  int64_t failed_checks = 0;  // failed checks, over every block ("Out of bounds values")
   bool gate_failed = false;
   std::string table;  // the text printed on stdout (rank 0)
   std::string out_dir;
@@ -115,7 +136,8 @@ struct TimedCall {
 };
 // The measurement behind every time cairn-sweep reports: one untimed call, wait, barrier on `comm`,
 // `iters` back-to-back calls (blocking: wait and barrier after each), wait. Returns this rank's
-// seconds per call; `samples` (optional, `iters` values) gets per-call microseconds.
+// seconds per call; `samples` (optional, `iters` values) gets per-call microseconds of each iteration (-z 3: without
+// the barrier, as the returned time; the samples add up to it).
 // `blocking` is nccl-tests' -z (0..3), `agg` its -m (calls per iteration; the time is per call);
 // `cpu_seconds` (optional) gets the host time per call before the final wait (-C 1).
 double time_collective(const Backend& be, BackendComm* bc, MPI_Comm comm, const TimedCall& call, int iters,
@@ -127,9 +149,14 @@ double combine_times(const std::vector<double>& per_rank_seconds, int average);
 // squares on relative error, so small and large sizes both count).
 Fit fit_block(const Block& b, double busbw_factor);
 
-// Chooses, per (tier, collective), the block whose fit becomes fabric.toml's [<tier>.<collective>]
-// table: the first type and op requested when its fit is valid, else the first valid one.
-void mark_fabric_blocks(std::vector<Block>& blocks, DataType first_type, RedOp first_op);
+// A block's sub-table in fabric.toml: "<tier>.<collective>.<type>.<redop>", or "<tier>.<collective>.<type>" for
+// collectives without a reduction.
+std::string fabric_key(const Block& b);
+// Chooses the blocks whose fits fabric.toml holds. A sub-table measured more than once (a collective, type or op
+// repeated in the config, -r -1's roots, sendrecv under several -o ops) holds its first valid fit (in_sub_table);
+// then per (tier, collective), [<tier>.<collective>] holds the first of those with the first requested type and op,
+// else the first (in_fabric). Returns a note per sub-table measured more than once, saying which measurement it holds.
+std::vector<std::string> mark_fabric_blocks(std::vector<Block>& blocks, DataType first_type, RedOp first_op);
 
 // Runs the whole sweep (all ranks); rank 0 prints and writes the outputs. Returns the exit code on
 // every rank: 0, or 3 when a check or the --min-busbw gate failed (result->verdict says why).
@@ -200,7 +227,8 @@ std::string format_section_footer(const std::vector<const Block*>& blocks, doubl
 std::string format_section_extras(const std::vector<const Block*>& blocks);
 // Run-level cairn lines printed after the last section (averaging, topology, malloc, notes).
 std::string format_trailer(const RunInfo& info, const SweepResult& r);
-nlohmann::json sweep_json(const RunInfo& info, const SweepResult& r);
+// nccl-tests' -J document with cairn's extras, keys in writing order (nccl-tests' order, then the table's columns).
+nlohmann::ordered_json sweep_json(const RunInfo& info, const SweepResult& r);
 void write_sweep_h5(const std::string& path, const RunInfo& info, const SweepResult& r);
 std::string fabric_toml(const RunInfo& info, const SweepResult& r);
 // nccl-tests' number formatting for a column of `width` characters.

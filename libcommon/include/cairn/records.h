@@ -185,6 +185,7 @@ struct FabricHeader {
   std::optional<std::string> tool, version, git_sha, host, time_utc, command_line;
   nlohmann::json sweep;  // the [sweep] settings that measured it (an object; null in files before it was recorded)
   std::vector<std::string> skipped;  // "<tier>.<collective>.<type>: why no fit"
+  std::vector<std::string> notes;    // which measurement a table holds where one was measured more than once
 
   nlohmann::json to_json() const;
   static FabricHeader from_json(const JsonFields& f);

@@ -214,6 +214,7 @@ json FabricHeader::to_json() const {
   detail::put(j, "command_line", command_line);
   if (sweep.is_object()) j["sweep"] = sweep;
   if (!skipped.empty()) j["skipped"] = skipped;
+  if (!notes.empty()) j["notes"] = notes;
   return j;
 }
 
@@ -236,11 +237,12 @@ FabricHeader FabricHeader::from_json(const JsonFields& f) {
     if (!f.raw().at("sweep").is_object()) f.fail("sweep", "a table (the [sweep] settings of the measurement)");
     h.sweep = f.raw().at("sweep");
   }
-  if (f.has("skipped")) {
-    const json& list = f.array("skipped");
+  for (auto [key, list_out] : {std::pair{"skipped", &h.skipped}, std::pair{"notes", &h.notes}}) {
+    if (!f.has(key)) continue;
+    const json& list = f.array(key);
     for (size_t i = 0; i < list.size(); ++i) {
-      if (!list[i].is_string()) f.fail_value("skipped[" + std::to_string(i) + "]", list[i], "a string");
-      h.skipped.push_back(list[i].get<std::string>());
+      if (!list[i].is_string()) f.fail_value(std::string(key) + "[" + std::to_string(i) + "]", list[i], "a string");
+      list_out->push_back(list[i].get<std::string>());
     }
   }
   return h;

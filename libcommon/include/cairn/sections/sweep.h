@@ -35,9 +35,13 @@ struct SweepSection {
     using S = SweepSection;
     k(&S::backend, "backend", Choices{"auto", "mpi", "nccl"}, Flag{"--backend"},
       "communication backend (auto: nccl when built with CUDA and GPUs are visible, else mpi)");
+    // nccl-tests' binary names (all_reduce_perf) name the collective they measure, as a script written for nccl-tests
+    // would.
     k(&S::collectives, "collectives", NonEmpty{}, Flag{"collectives,--collectives"},
-      Choices{"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv", "all"},
-      "collectives to sweep, in order (\"all\" = every one)");
+      Choices{"allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv", "all",
+              "all_reduce_perf", "all_gather_perf", "reduce_scatter_perf", "alltoall_perf", "broadcast_perf",
+              "reduce_perf", "sendrecv_perf"},
+      "collectives to sweep, in order (\"all\" = every one; nccl-tests' names, all_reduce_perf..., name theirs)");
     k(&S::types, "types", NonEmpty{},
       Choices{"float32", "float", "float64", "double", "int32", "int", "float16", "half", "bfloat16", "bf16", "all"},
       "element types (-d; float16/bfloat16 need the nccl backend; \"all\" = every type the backend has)");
