@@ -746,6 +746,10 @@ std::string toml_value(const json& v) {
       std::snprintf(buf, sizeof buf, "%.*g", prec, d);
       if (std::strtod(buf, nullptr) == d) break;
     }
+    // %g writes a whole number whose last digits are zeros in exponent form (90 as 9e+01): below a billion fixed
+    // notation reads better (above it, 1e+13 does).
+    if (std::strchr(buf, 'e') != nullptr && d == std::trunc(d) && std::fabs(d) < 1e9)
+      std::snprintf(buf, sizeof buf, "%.1f", d);
     std::string s = buf;
     if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
     return s;

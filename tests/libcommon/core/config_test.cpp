@@ -214,6 +214,30 @@ BOOST_AUTO_TEST_CASE(json_to_toml_writes_nested_tables) {
   BOOST_TEST(back == j);
 }
 
+// Floats are written in their shortest exact form, whole numbers below a billion with trailing zeros in fixed
+// notation (90.0, not the 9e+01 that %g's shortest form gives), and read back equal.
+BOOST_AUTO_TEST_CASE(json_to_toml_writes_whole_floats_in_fixed_notation) {
+  const json j = {{"sweep",
+                   {{"min_busbw", 90.0},
+                    {"big", 123000.0},
+                    {"huge", 1.5e12},
+                    {"tiny", 2.5e-7},
+                    {"third", 1.0 / 3},
+                    {"neg", -1200.0}}}};
+  const std::string text = json_to_toml(j);
+  BOOST_TEST(text.find("min_busbw = 90.0") != std::string::npos, text);
+  BOOST_TEST(text.find("big = 123000.0") != std::string::npos, text);
+  BOOST_TEST(text.find("huge = 1.5e+12") != std::string::npos, text);
+  BOOST_TEST(text.find("neg = -1200.0") != std::string::npos, text);
+  BOOST_TEST(text.find("tiny = 2.5e-07") != std::string::npos, text);
+  const std::string path = "/tmp/cairn_json_to_toml_floats.toml";
+  FILE* f = fopen(path.c_str(), "w");
+  fwrite(text.data(), 1, text.size(), f);
+  fclose(f);
+  BOOST_TEST(read_toml_file_as_json(path) == j);
+  std::remove(path.c_str());
+}
+
 BOOST_AUTO_TEST_CASE(edit_distance_basics) {
   BOOST_TEST(edit_distance("hiden", "hidden") == 1u);
   BOOST_TEST(edit_distance("", "abc") == 3u);
