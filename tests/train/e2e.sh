@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cairn-train end to end: 1 vs 2 ranks (with and without ZeRO-1) reproduce the same loss curve over
-# 50 steps; metrics.jsonl / tfevents / trace.json contents; SIGTERM/SIGINT -> checkpoint + exit 75 + resume;
+# 50 steps; metrics.jsonl / tfevents / trace.json contents; SIGTERM/SIGINT -> checkpoint + exit 75 + resume (a killed
+# trainer's temp files removed);
 # damaged checkpoints: skipped and retired, or exit 1 when none is usable; one trainer per run directory;
 # bad inputs exit 2 without touching existing outputs.
 set -euo pipefail
@@ -171,8 +172,17 @@ last=$(tail -n 1 "$W/sig/train/metrics.jsonl" | "$PY" -c 'import json,sys; print
 ckpt=$(printf "%s/sig/train/ckpt/step_%08d" "$W" "$last")
 [[ -f "$ckpt/DONE" && -f "$ckpt/model.h5" && -f "$ckpt/optim.rank00000.h5" ]] || fail "no complete checkpoint $ckpt"
 [[ ! -e "$W/sig/train/FINISHED" ]] || fail "FINISHED after a stop"
-"$BIN/cairn-train" --out "$W/sig" "${MODEL[@]}" --steps $((last + 3)) --set train.decay_steps=100000 --set train.checkpoint_every=0 --set train.val_every=0
+# Temp copies a killed trainer left of the files it replaces whole (STOPPED, FINISHED, config.toml: a kill inside their
+# write kept them for good): the next run removes a dead writer's and leaves a live one's ($$: this shell).
+dead=2000000000  # above any pid_max: no such process
+for f in STOPPED FINISHED config.toml; do printf x > "$W/sig/train/.$f.tmp.$dead.1a2b3c"; done
+printf x > "$W/sig/train/.FINISHED.tmp.$$.4d5e6f"
+err=$("$BIN/cairn-train" --out "$W/sig" "${MODEL[@]}" --steps $((last + 3)) --set train.decay_steps=100000 \
+  --set train.checkpoint_every=0 --set train.val_every=0 2>&1 >/dev/null) || fail "resume after SIGTERM: $err"
 [[ -f "$W/sig/train/FINISHED" ]] || fail "resumed run did not finish"
+! compgen -G "$W/sig/train/.*.tmp.$dead.*" > /dev/null || fail "a killed trainer's temp files were left: $(ls -a "$W/sig/train")"
+[[ -e "$W/sig/train/.FINISHED.tmp.$$.4d5e6f" ]] || fail "a live writer's temp file was removed"
+rm "$W/sig/train/.FINISHED.tmp.$$.4d5e6f"
 [[ $(grep -c '"train"' "$W/sig/train/metrics.jsonl") == $((last + 3)) ]] || fail "resumed metrics have gaps or repeats"
 
 # ---- Ctrl-C (SIGINT) stops like SIGTERM: checkpoint, exit 75, STOPPED names the signal

@@ -30,6 +30,7 @@
 #include "cairn/provenance.h"
 #include "cairn/shards.h"
 #include "cairn/shards_mpi.h"
+#include "cairn/stale_temps.h"
 #include "cairn/stop_signal.h"
 #include "cairn/vocab_padding.h"
 #include "chunk.h"
@@ -341,6 +342,13 @@ void Trainer::open_dataset() {
   acquire_on_rank0(
       lock_, join_path(s_.train_dir, "LOCK"), s_.run_dir, "another cairn-train is running in",
       "stop it (or wait for it to exit) before starting another trainer on this run, or use another --out");
+  // Under the lock no other trainer writes here: the temp copies a killed one left of the files it replaces whole go
+  // (a kill inside atomic_write kept them for good), as cairn-eval, cairn-reshard and cairn-report remove theirs.
+  if (s_.rank == 0)
+    remove_stale_temps(s_.train_dir, [](const std::string& name) {
+      return name == "STOPPED" || name == "FINISHED" || name == "config.toml" || name == "trace.json" ||
+             name == "kernel_profile.json" || name == "write-probe";
+    });
 }
 
 // The layout's groups, this rank's model chunks with their optimizer state and gradient sync, the data loader and
