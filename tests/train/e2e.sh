@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cairn-train end to end: 1 vs 2 ranks (with and without ZeRO-1) reproduce the same loss curve over
 # 50 steps; metrics.jsonl / tfevents / trace.json contents; SIGTERM/SIGINT -> checkpoint + exit 75 + resume (a killed
-# trainer's temp files removed);
+# trainer's temp files removed; a log that lost steps its checkpoint covers said so);
 # damaged checkpoints: skipped and retired, or exit 1 when none is usable; one trainer per run directory;
 # bad inputs exit 2 without touching existing outputs.
 set -euo pipefail
@@ -67,6 +67,7 @@ cp -r "$W/r1" "$W/r1c"
 printf 'garbage' | dd of="$W/r1c/train/ckpt/step_00000050/model.h5" bs=1 seek=4000 conv=notrunc status=none
 err=$("$BIN/cairn-train" --out "$W/r1c" "${MODEL[@]}" --steps 50 --set train.micro_batch=4 2>&1 >/dev/null)
 grep -q 'step_00000050.*checksum mismatch' <<<"$err" || fail "corrupt checkpoint not reported: $err"
+! grep -q "will not be written again" <<<"$err" || fail "a log past the checkpoint called short: $err"
 [[ $(grep -c '"train"' "$W/r1c/train/metrics.jsonl") == 50 ]] || fail "resume from step 25 should rewrite 26..50"
 "$PY" - "$W" <<'PYEOF'
 import json, sys
@@ -93,6 +94,22 @@ assert [e["step"] for e in ev if "val/loss" in e["scalars"]] == [25, 50]
 PYEOF
 # The skipped step 50 was retired, not left to outrank (and be kept by pruning over) what the resumed run wrote.
 ls "$W"/r1c/train/retired/*/step_00000050/model.h5 > /dev/null 2>&1 || fail "damaged step_00000050 not retired"
+# A metrics.jsonl that ends before the checkpoint's step (its tail never reached the disk: a node crash kept the fsynced
+# checkpoint, not the log's last page): the resume says which records are lost for good (it said nothing).
+cp -r "$W/r1" "$W/r1t"
+"$PY" - "$W/r1t/train/metrics.jsonl" <<'PYEOF'
+import json, sys
+p = sys.argv[1]
+lines = [l for l in open(p) if json.loads(l).get("step", 0) <= 40]
+open(p, "w").writelines(lines)
+PYEOF
+err=$("$BIN/cairn-train" --out "$W/r1t" "${MODEL[@]}" --steps 52 --set train.micro_batch=4 \
+  --set train.decay_steps=50 2>&1 >/dev/null) || fail "resume over a short log: $err"
+want="\"$W/r1t/train/metrics.jsonl\" ends at step 40, before step 50 of the checkpoint this run resumes from"
+want+=" (\"$W/r1t/train/ckpt/step_00000050\"): the records of steps 41-50 are not in it (lost with its tail,"
+grep -qF "$want" <<<"$err" && grep -q "will not be written again" <<<"$err" ||
+  fail "a log short of the checkpoint's step, resumed without a word: $err"
+[[ $(grep -c '"train"' "$W/r1t/train/metrics.jsonl") == 42 ]] || fail "short log: steps 1-40 and 51-52 expected"
 # Every sealed checkpoint damaged: exit 1 naming the folder, no fresh start over the run's metrics.
 cp -r "$W/r1" "$W/r1d"
 for d in "$W"/r1d/train/ckpt/step_*; do
@@ -179,6 +196,7 @@ for f in STOPPED FINISHED config.toml; do printf x > "$W/sig/train/.$f.tmp.$dead
 printf x > "$W/sig/train/.FINISHED.tmp.$$.4d5e6f"
 err=$("$BIN/cairn-train" --out "$W/sig" "${MODEL[@]}" --steps $((last + 3)) --set train.decay_steps=100000 \
   --set train.checkpoint_every=0 --set train.val_every=0 2>&1 >/dev/null) || fail "resume after SIGTERM: $err"
+! grep -q "will not be written again" <<<"$err" || fail "a whole log called short: $err"
 [[ -f "$W/sig/train/FINISHED" ]] || fail "resumed run did not finish"
 ! compgen -G "$W/sig/train/.*.tmp.$dead.*" > /dev/null || fail "a killed trainer's temp files were left: $(ls -a "$W/sig/train")"
 [[ -e "$W/sig/train/.FINISHED.tmp.$$.4d5e6f" ]] || fail "a live writer's temp file was removed"

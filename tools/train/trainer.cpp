@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "backend_buffer.h"
 #include "cairn/checkpoint.h"
@@ -24,6 +25,7 @@
 #include "cairn/json_text.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/log.h"
+#include "cairn/metrics.h"
 #include "cairn/mpi.h"
 #include "cairn/parallel.h"
 #include "cairn/pipeline.h"
@@ -132,6 +134,7 @@ class Trainer {
 
   // The run loop.
   void start_run();
+  void warn_if_log_ends_early() const;
   bool run_step();
   void restore_after_skips();
   void validate_after(int64_t step);
@@ -1046,6 +1049,7 @@ void Trainer::start_run() {
     CAIRN_LOG_INFO("the run is complete: step %lld of %lld; nothing to train", static_cast<long long>(progress_.step),
                    static_cast<long long>(s_.steps));
   trace_.name_rows();
+  warn_if_log_ends_early();
 
   // The run continues: an earlier FINISHED (a shorter run extended with --steps, a rollback) or STOPPED no longer
   // describes it (cairn-eval --watch stops at FINISHED).
@@ -1059,6 +1063,35 @@ void Trainer::start_run() {
   trace_.start_clock(progress_.step);
   loader_->start(progress_.batch);
   report_->start_clock(progress_.step);
+}
+
+// Rank 0, resumed from a checkpoint of this run: a metrics.jsonl that ends before the checkpoint's step lost the
+// records of the steps between (its tail never reached the disk: a node crash, or a log written before it was fsynced
+// with each checkpoint). The resumed run writes only the steps after the checkpoint, so they stay missing: said once
+// here, not left as a silent gap. A checkpoint of another run (--resume DIR elsewhere) has its log elsewhere.
+void Trainer::warn_if_log_ends_early() const {
+  if (s_.rank != 0 || progress_.step == 0 || last_ckpt_.empty()) return;
+  std::filesystem::path ckpt = std::filesystem::path(last_ckpt_).lexically_normal();
+  if (ckpt.filename().empty()) ckpt = ckpt.parent_path();  // "step_00000050/"
+  std::error_code ec;
+  if (!std::filesystem::equivalent(ckpt.parent_path(), s_.ckpt_dir, ec)) return;
+  const std::string log = join_path(s_.train_dir, "metrics.jsonl");
+  std::optional<int64_t> last;
+  try {
+    last = metrics::last_step_of_kind(log, "train");
+  } catch (const Error& e) {  // a note, not a reason to stop the run
+    CAIRN_LOG_WARN("cannot check that the log holds the steps of the checkpoint this run resumes from: %s", e.what());
+    return;
+  }
+  if (last && *last >= progress_.step) return;
+  const long long from = last ? *last + 1 : 1, to = progress_.step;
+  CAIRN_LOG_WARN("\"%s\" %s, before step %lld of the checkpoint this run resumes from (\"%s\"): the records of "
+                 "%s are not in it (lost with its tail, as a node crash loses what had not reached the disk) and will "
+                 "not be written again",
+                 log.c_str(),
+                 last ? strprintf("ends at step %lld", static_cast<long long>(*last)).c_str() : "holds no step record",
+                 to, last_ckpt_.c_str(),
+                 from == to ? strprintf("step %lld", to).c_str() : strprintf("steps %lld-%lld", from, to).c_str());
 }
 
 // Computes the next step, applies or skips its update and reports it. Returns true when too many skips in a row

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,11 @@ class JsonlWriter {
   std::FILE* f_ = nullptr;
   std::string path_;
 };
+
+// The step of the last line of `kind` ("kind": "train") in a JSON-lines file of lines in step order (metrics.jsonl),
+// read back from the end; nullopt when the file does not exist or holds no such line. A resume compares it with its
+// checkpoint's step: a log that ends before it lost the records of the steps between.
+std::optional<int64_t> last_step_of_kind(const std::string& path, const std::string& kind);
 
 // TensorBoard scalar event writer: <dir>/events.out.tfevents.<unix time>.<host>[.<suffix>].
 // Each record is TFRecord-framed (length, masked CRC of length, data, masked CRC of data); the first

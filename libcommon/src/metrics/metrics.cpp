@@ -58,22 +58,11 @@ std::optional<int64_t> quick_step(std::string_view line) {
 
 bool parses(std::string_view line) { return json::accept(line); }
 
-// Keeps the lines up to `step`: lines with a later step and torn lines go, lines without a step stay. The file is in
-// step order (every run appends after cutting it at its checkpoint), so it is read back from the end, a chunk at a
-// time, to the last line at or before `step`, and only what follows is rewritten: a resume late in a long run used to
-// parse and rewrite the whole file (612 k lines: 11.7 s and 648 MB before the first step).
-void cut_after_step(const std::string& path, int64_t step) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) throw RuntimeError(errno_message("cannot open", path));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  const off_t size = ::lseek(fd, 0, SEEK_END);
-  if (size < 0) throw RuntimeError(errno_message("cannot read", path));
-  std::vector<std::pair<off_t, off_t>> stepless;  // [begin, end) of the tail's lines without a step, last first
-  bool drop = false;                              // the tail holds a line to remove
-  off_t cut = 0;
+// Calls visit(line, begin, stop) for the lines of the open file `fd` (`size` bytes) from the last back, `begin` being
+// the offset of the line's first byte and `stop` one past its '\n' (or the file's end, for an unterminated last line),
+// until visit returns true. Read a chunk at a time from the end, so a long file's tail costs only its own bytes.
+template <class Visit>
+void for_each_line_backward(int fd, const std::string& path, off_t size, Visit visit) {
   std::string buf;  // file bytes [pos, pos + buf.size()): a chunk and the start of the line it ends inside
   off_t pos = size;
   constexpr size_t kChunk = 1 << 20;
@@ -98,20 +87,47 @@ void cut_after_step(const std::string& path, int64_t step) {
       const size_t content_end = buf[stop - 1] == '\n' ? stop - 1 : stop;
       size_t begin = content_end == first ? std::string::npos : buf.rfind('\n', content_end - 1);
       begin = begin == std::string::npos || begin < first ? first : begin + 1;
-      const std::string_view line = std::string_view(buf).substr(begin, content_end - begin);
-      const auto s = quick_step(line);
-      if (s && *s <= step && parses(line)) {
-        cut = pos + static_cast<off_t>(stop);
+      if (visit(std::string_view(buf).substr(begin, content_end - begin), pos + static_cast<off_t>(begin),
+                pos + static_cast<off_t>(stop))) {
         found = true;
         break;
       }
-      if (s || line.empty()) drop |= !line.empty();
-      else stepless.emplace_back(pos + static_cast<off_t>(begin), pos + static_cast<off_t>(content_end));
-      if (stop == buf.size() && content_end == stop) drop = true;  // the file's last line is unterminated
       stop = begin;
     }
     buf.resize(found ? 0 : first);  // what is left: the line that starts in an earlier chunk
   }
+}
+
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
+
+// Keeps the lines up to `step`: lines with a later step and torn lines go, lines without a step stay. The file is in
+// step order (every run appends after cutting it at its checkpoint), so it is read back from the end to the last line
+// at or before `step`, and only what follows is rewritten: a resume late in a long run used to parse and rewrite the
+// whole file (612 k lines: 11.7 s and 648 MB before the first step).
+void cut_after_step(const std::string& path, int64_t step) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) throw RuntimeError(errno_message("cannot open", path));
+  FdCloser closer{fd};
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  if (size < 0) throw RuntimeError(errno_message("cannot read", path));
+  std::vector<std::pair<off_t, off_t>> stepless;  // [begin, end) of the tail's lines without a step, last first
+  bool drop = false;                              // the tail holds a line to remove
+  off_t cut = 0;
+  for_each_line_backward(fd, path, size, [&](std::string_view line, off_t begin, off_t stop) {
+    const auto s = quick_step(line);
+    if (s && *s <= step && parses(line)) {
+      cut = stop;
+      return true;
+    }
+    const off_t content_end = begin + static_cast<off_t>(line.size());
+    if (s || line.empty()) drop |= !line.empty();
+    else stepless.emplace_back(begin, content_end);
+    if (stop == size && content_end == stop) drop = true;  // the file's last line is unterminated
+    return false;
+  });
   // The tail's lines without a step stay if they parse (a provenance line); a torn one goes.
   std::string kept;
   for (auto it = stepless.rbegin(); it != stepless.rend(); ++it) {
@@ -133,6 +149,28 @@ void cut_after_step(const std::string& path, int64_t step) {
     throw RuntimeError(errno_message("cannot write", path));
 }
 }  // namespace
+
+std::optional<int64_t> last_step_of_kind(const std::string& path, const std::string& kind) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::nullopt;
+    throw RuntimeError(errno_message("cannot open", path));
+  }
+  FdCloser closer{fd};
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  if (size < 0) throw RuntimeError(errno_message("cannot read", path));
+  std::optional<int64_t> step;
+  for_each_line_backward(fd, path, size, [&](std::string_view line, off_t, off_t) {
+    // Cheap tests first (a provenance line holds a whole config); parsed only when it may be one of `kind`.
+    if (line.find("\"kind\"") == std::string_view::npos || !quick_step(line)) return false;
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_object() || j.value("kind", "") != kind || !j.contains("step") || !j["step"].is_number_integer())
+      return false;
+    step = j["step"].get<int64_t>();
+    return true;
+  });
+  return step;
+}
 
 JsonlWriter::JsonlWriter(const std::string& path, int64_t truncate_after_step) : path_(path) {
   if (truncate_after_step >= 0 && path_exists(path)) cut_after_step(path, truncate_after_step);

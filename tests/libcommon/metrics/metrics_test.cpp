@@ -1,5 +1,5 @@
 // Unit tests of the metric sinks: CRC32C vectors, tfevents read back by an independent Python reader,
-// jsonl truncation on resume, Chrome trace JSON shape.
+// jsonl truncation on resume and its last step of a kind, Chrome trace JSON shape.
 #define BOOST_TEST_MODULE train_metrics
 #include <boost/test/unit_test.hpp>
 
@@ -203,6 +203,30 @@ BOOST_AUTO_TEST_CASE(jsonl_cut_reads_only_the_tail_and_keeps_what_a_full_parse_k
     w.write({{"step", 3}});
   }
   BOOST_TEST(cairn::read_file(path) == "{\"step\":1}\n{\"step\":2}\n{\"step\":3}\n");
+  fs::remove_all(dir);
+}
+
+// What a resume compares with its checkpoint's step: the last train line's step, read back from the end past the
+// lines of other kinds (val, a later start's provenance line, whose config may quote a train line) and a torn line.
+BOOST_AUTO_TEST_CASE(last_step_of_kind_reads_the_last_line_of_that_kind) {
+  const std::string dir = temp_dir("jsonl_last");
+  const std::string path = dir + "/metrics.jsonl";
+  BOOST_TEST(!last_step_of_kind(path, "train").has_value());  // no file
+  std::ofstream(path, std::ios::trunc) << "{\"kind\":\"provenance\",\"step\":0}\n";
+  BOOST_TEST(!last_step_of_kind(path, "train").has_value());  // no line of the kind
+  std::string text = "{\"kind\":\"provenance\",\"step\":0}\n";
+  for (int s = 1; s <= 3000; ++s)
+    text += "{\"kind\":\"train\",\"loss\":2.5,\"pad\":\"" + std::string(400, 'x') + "\",\"step\":" + std::to_string(s) +
+            "}\n";
+  text += "{\"kind\":\"val\",\"step\":3000,\"val_loss\":2.5}\n";
+  text += "{\"config\":\"{\\\"kind\\\":\\\"train\\\",\\\"step\\\":9}\",\"kind\":\"provenance\",\"step\":3000}\n";
+  std::ofstream(path, std::ios::trunc) << text + "{\"kind\":\"train\",\"loss\":2.5,\"st";
+  BOOST_TEST(last_step_of_kind(path, "train").value_or(-1) == 3000);
+  BOOST_TEST(last_step_of_kind(path, "val").value_or(-1) == 3000);
+  // Only train lines far back (more than one read chunk): found there.
+  std::ofstream(path, std::ios::trunc) << text.substr(0, text.find("\"step\":2000}\n") + 12) +
+                                              std::string(2 << 20, '\n') + "{\"kind\":\"val\",\"step\":9}\n";
+  BOOST_TEST(last_step_of_kind(path, "train").value_or(-1) == 2000);
   fs::remove_all(dir);
 }
 
