@@ -228,6 +228,18 @@ void atomic_write(const std::string& path, std::string_view content) {
   fsync_path(dir);
 }
 
+void atomic_link_or_write(const std::string& target, const std::string& link, std::string_view content) {
+  const std::string temp = temp_name_for(link);
+  std::error_code ec;
+  fs::create_hard_link(target, temp, ec);
+  if (!ec) fs::rename(temp, link, ec);
+  // rename() of two links to one file does nothing and keeps the temp: it goes either way (its name is this
+  // process's own, so nothing else can be lost).
+  std::error_code gone;
+  fs::remove(temp, gone);
+  if (ec) atomic_write(link, content);
+}
+
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   std::string dir = parent_dir(path_);
   if (!path_exists(dir)) ensure_dir(dir);

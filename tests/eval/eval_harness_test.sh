@@ -3,7 +3,7 @@
 # harness's get_results_filenames() finds, its result dict (sample_len, metric_list, n-samples under --limit,
 # the top-level keys simple_evaluate and the tracker write), --log-samples in its sample schema with its hashes,
 # all read back with its own rules (harness_read.py, re-implemented from its source), and the files cairn's own
-# readers use (results.jsonl, lm_eval/step_*.json, samples/step_*) kept.
+# readers use (results.jsonl, lm_eval/step_*.json, samples/step_*) kept; temp copies a killed writer left of them go.
 source "$(dirname "$0")/lib.sh"
 cd "$WORK"
 make_dataset "$WORK/data"
@@ -82,7 +82,24 @@ PY
 # --limit off, the exotic doc included: its doc_hash too; a second run writes a second results file for the
 # step (the harness's latest-file rule picks it) and keeps the step link on it.
 sleep 1
+# Temp copies a killed cairn-eval left of the harness files and their links (a kill inside their write kept them for
+# good): the next write removes a dead writer's, in every directory they go to (another checkpoint's too), and leaves
+# a live one's ($$: this shell).
+dead=2000000000  # above any pid_max: no such process
+L=run/eval/lm_eval
+mkdir -p "$L/run__step_00000099"
+DEAD=("$L/run__step_00000010/.results_2026-01-01T00-00-00.000000.json.tmp.$dead.1a2b3c"
+      "$L/run__step_00000010/.samples_mc_2026-01-01T00-00-00.000000.jsonl.tmp.$dead.1a2b3c"
+      "$L/run__step_00000099/.results_2026-01-01T00-00-00.000000.json.tmp.$dead.1a2b3c"
+      "$L/.step_00000010.json.tmp.$dead.1a2b3c" "run/eval/samples/.step_00000010_mc.jsonl.tmp.$dead.1a2b3c")
+LIVE=("$L/run__step_00000010/.results_2026-01-01T00-00-00.000000.json.tmp.$$.4d5e6f"
+      "$L/.step_00000010.json.tmp.$$.4d5e6f" "run/eval/samples/.step_00000010_mc.jsonl.tmp.$$.4d5e6f")
+for f in "${DEAD[@]}" "${LIVE[@]}"; do printf x > "$f"; done
 "$BIN/cairn-eval" --config eval.toml --tasks mc --reevaluate --log-samples "$CK" > /dev/null
+for f in "${DEAD[@]}"; do [ ! -e "$f" ] || fail "a killed writer's temp file was left: $f"; done
+for f in "${LIVE[@]}"; do [ -e "$f" ] || fail "a live writer's temp file was removed: $f"; done
+rm -r "${LIVE[@]}" "$L/run__step_00000099"
+[ -z "$(find run/eval -name '*tmp*')" ] || fail "temp files left: $(find run/eval -name '*tmp*')"
 $PY "$SRC/tests/eval/harness_read.py" run/eval/lm_eval --expect-tasks val,docs,mc --limit-task mc:21:21 \
   > read2.txt || { cat read2.txt; fail "harness reading rules (second run)"; }
 grep -q "samples_mc_.*21 samples, hashes verified" read2.txt || { cat read2.txt; fail "mc samples (21) not read"; }

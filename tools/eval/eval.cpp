@@ -497,10 +497,7 @@ class Evaluator {
         DirLock update;
         update.acquire(join_path(out_dir_, ".results.lock"), out_dir_, "cannot update the results in",
                        "stop it (or let it finish), then evaluate this checkpoint again", 120);
-        // Under the lock no other cairn-eval is writing here: temps of killed ones go (full-size results.h5 copies).
-        remove_stale_temps(out_dir_, [](const std::string& n) {
-          return n == "results.jsonl" || n == "results.h5" || n == "provenance.jsonl";
-        });
+        remove_stale_record_temps(target.step);
         // Read back only when another process changed it since this one read or wrote it (a --watch following a
         // long run re-parsed its whole record for every checkpoint).
         const std::string jsonl = join_path(out_dir_, "results.jsonl");
@@ -591,6 +588,33 @@ class Evaluator {
     evaluated_.insert(key(t));
   }
 
+  // Under <eval>/.results.lock no other cairn-eval is writing: the temps killed ones left of the files written under it
+  // go (full-size results.h5 copies; lm-evaluation-harness's files and their links, which stayed for good). Each write
+  // looks where it writes, the first one of this process in every checkpoint's harness directory too.
+  void remove_stale_record_temps(int64_t step) {
+    remove_stale_temps(out_dir_, [](const std::string& n) {
+      return n == "results.jsonl" || n == "results.h5" || n == "provenance.jsonl";
+    });
+    auto any = [](const std::string&) { return true; };  // only cairn-eval writes in these directories
+    const std::string lm_eval = join_path(out_dir_, "lm_eval");
+    remove_stale_temps(lm_eval, any);
+    remove_stale_temps(join_path(out_dir_, "samples"), any);
+    remove_stale_temps(join_path(lm_eval, harness_dir_name(step)), any);
+    if (swept_harness_dirs_) return;
+    swept_harness_dirs_ = true;
+    std::error_code ec;
+    for (fs::directory_iterator it(lm_eval, ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_directory(ec)) remove_stale_temps(it->path().string(), any);
+  }
+
+  // The harness's "model" of a checkpoint, "<run>/step_%08d" (its directory under lm_eval/ is the sanitized name).
+  std::string harness_model_name(int64_t step) const {
+    std::string run_name = dir_basename(run_dir_);  // "run/" and "run" name one model
+    if (run_name.empty()) run_name = "cairn";
+    return strprintf("%s/step_%08lld", run_name.c_str(), static_cast<long long>(step));
+  }
+  std::string harness_dir_name(int64_t step) const { return sanitize_model_name(harness_model_name(step)); }
+
   // lm-evaluation-harness's files (EvaluationTracker with output_path <out>/eval/lm_eval):
   // lm_eval/<model_name_sanitized>/results_<date_id>.json and samples_<task>_<date_id>.jsonl, the model name
   // being "<run>/step_%08d". lm_eval/step_%08d.json and samples/step_%08d_<task>.jsonl are hard links to them
@@ -602,9 +626,7 @@ class Evaluator {
     info.tokens = tokens;
     info.checkpoint = target.path;
     info.checkpoint_id = target.id;
-    std::string run_name = dir_basename(run_dir_);  // "run/" and "run" name one model
-    if (run_name.empty()) run_name = "cairn";
-    info.model_name = strprintf("%s/step_%08lld", run_name.c_str(), static_cast<long long>(target.step));
+    info.model_name = harness_model_name(target.step);
     info.start_time = start_unix;
     info.end_time = end_unix;
     info.batch_size = batch_size_;
@@ -637,13 +659,13 @@ class Evaluator {
         lm[key] = std::move(sorted);
       }
     }
-    const std::string dir = join_path(join_path(out_dir_, "lm_eval"), sanitize_model_name(info.model_name));
+    const std::string dir = join_path(join_path(out_dir_, "lm_eval"), harness_dir_name(target.step));
     ensure_dir(dir);
     const std::string date_id = harness_date_id(unix_seconds());
     const std::string results_path = join_path(dir, "results_" + date_id + ".json");
     const std::string text = lm.dump(2, ' ', false, ordered_json::error_handler_t::replace) + "\n";
     atomic_write(results_path, text);
-    link_or_copy(results_path, step_path, text);
+    atomic_link_or_write(results_path, step_path, text);
     for (const auto& r : results) {
       if (!r.has_samples) continue;
       std::string lines;
@@ -655,23 +677,10 @@ class Evaluator {
       const std::string path = join_path(dir, "samples_" + task_file + "_" + date_id + ".jsonl");
       atomic_write(path, lines);
       ensure_dir(join_path(out_dir_, "samples"));
-      link_or_copy(path,
-                   join_path(out_dir_, strprintf("samples/step_%08lld_%s.jsonl", static_cast<long long>(target.step),
-                                                 task_file.c_str())),
-                   lines);
-    }
-  }
-
-  // Points `link` at `target`'s file (a hard link, replaced atomically), or writes `content` there.
-  static void link_or_copy(const std::string& target, const std::string& link, const std::string& content) {
-    const std::string tmp = link + ".link.tmp";
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    fs::create_hard_link(target, tmp, ec);
-    if (!ec) fs::rename(tmp, link, ec);
-    if (ec) {
-      fs::remove(tmp, ec);
-      atomic_write(link, content);
+      atomic_link_or_write(path,
+                           join_path(out_dir_, strprintf("samples/step_%08lld_%s.jsonl",
+                                                         static_cast<long long>(target.step), task_file.c_str())),
+                           lines);
     }
   }
 
@@ -699,6 +708,7 @@ class Evaluator {
   int threads_ = 1;  // CPU threads per rank ([eval] threads, or the node's cores over its ranks)
   std::vector<std::string> task_names_;
   std::vector<ResultRow> rows_;             // rank 0: the record
+  bool swept_harness_dirs_ = false;         // rank 0: remove_stale_record_temps looked in every lm_eval/<model>/
   FileStamp record_stamp_;                  // rank 0: results.jsonl as rows_ last read or wrote it
   std::set<std::string> evaluated_;         // key(): checkpoints evaluated, found in the record, or failed in this run
   mutable bool warned_unrecorded_ = false;  // rows without task_config (an older cairn-eval) seen and said

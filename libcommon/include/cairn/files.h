@@ -32,6 +32,11 @@ std::string open_file_limit_problem();
 // an existing device or FIFO is written in place.
 void atomic_write(const std::string& path, std::string_view content);
 
+// Points `link` at `target`'s file: a hard link under a temp name renamed over `link` (a reader sees the old file or
+// the new; a killed writer's temp is named as atomic_write's are, so remove_stale_temps finds it), or, where no link
+// can be made (another filesystem, none supported), `content` written there with atomic_write.
+void atomic_link_or_write(const std::string& target, const std::string& link, std::string_view content);
+
 // Writes `content` to file descriptor `fd` (stdout, or the real stdout `--json -` saved), after whatever std::cout
 // and stdio still hold. A reader that went away (`tool | head`, EPIPE) ends it quietly; another failure (a full disk)
 // throws RuntimeError "cannot write to stdout: reason".
