@@ -23,7 +23,9 @@ done
 [ $killed = 1 ] || fail "reshard finished before it could be killed (3 attempts)"
 before=$(ls "$T/out" | grep -c '^shard_' || true)
 echo "ok: killed with $before complete shards and $(ls -a "$T/out" | grep -c '\.tmp\.' || true) temp files left"
-"$B" verify "$T/out" >/dev/null 2>&1 && fail "verify passed on an interrupted dataset (no index.json)"
+# verify adds how such a directory is completed to "No such file (build one ...)".
+expect_exit 3 "index.json\": No such file .*($before shard files are here without it: if a cairn-reshard writing them was interrupted, the same command rerun completes it)" \
+  "$B" verify "$T/out"
 "$B" reshard "$T/big" --shards 200 --threads 1 --out "$T/out" 2>"$T/rerun.log"
 grep -q "already complete" "$T/rerun.log" || { cat "$T/rerun.log"; fail "rerun did not resume"; }
 "$B" verify "$T/out"
@@ -112,6 +114,10 @@ for k in $(seq 0 149); do
   f=$(printf 'shard_%05d.h5' "$k")
   if [ "$k" -lt 75 ]; then cp "$T/b150/$f" "$T/kd/"; else cp "$T/b150/$f" "$T/kd/.staging/"; fi
 done
+# verify says what happened and what completes it, naming the command the staged index.json records (it said only
+# that index.json was missing, as for a directory that never held a dataset).
+expect_exit 3 "a cairn-reshard was interrupted while swapping a new dataset in .*the old index.json is gone, the new one waits in $T/kd/.staging with 75 shard files not moved into place yet; rerun the same command to complete it (it was: .*reshard $T/big --shards 150 " \
+  "$B" verify "$T/kd"
 "$B" reshard "$T/big" --shards 150 --threads 1 --out "$T/kd" --json "$T/kd.json" 2>/dev/null
 [ "$(resumed "$T/kd.json")" = 150 ] || fail "the rerun after a crash in the swap rewrote shards: $(cat "$T/kd.json")"
 "$B" verify "$T/kd" >/dev/null

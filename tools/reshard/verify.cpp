@@ -118,6 +118,45 @@ void check_shard(const shards::Shard& sh, const shards::Dataset& ds, size_t i, c
   docs += nd;
 }
 
+size_t count_shard_files(const std::string& dir) {
+  size_t n = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    n += name.rfind("shard_", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".h5") == 0;
+  }
+  return n;
+}
+
+// A directory without index.json after a crash inside the staging swap (swap_in_staged: the old index.json removed,
+// the new dataset's shards renamed into place one by one, its index.json last) holds the new index in
+// <dir>/.staging: what happened and what completes it (the same command rerun takes every shard from where it is, by
+// plan hash, and writes the index); "" for any other directory.
+std::string interrupted_swap_note(const std::string& dir) {
+  const std::string staged_index = join_path(staging_dir(dir), "index.json");
+  if (!path_exists(staged_index)) return "";
+  std::string command;
+  try {  // the command that was swapping it in, as its provenance records it
+    command = json::parse(read_file(staged_index)).at("provenance").at("command_line").get<std::string>();
+  } catch (const std::exception&) {
+  }
+  return strprintf("a cairn-reshard was interrupted while swapping a new dataset in (unless one is at it now: see "
+                   ".reshard.lock there): the old index.json is gone, the new one waits in %s with %zu shard files not "
+                   "moved into place yet; rerun the same command to complete it%s",
+                   staging_dir(dir).c_str(), count_shard_files(staging_dir(dir)),
+                   command.empty() ? "" : (" (it was: " + command + ")").c_str());
+}
+
+// Shards without an index anywhere: a run writing in place killed before its index, or an index removed by hand
+// (which one, nothing on disk tells), so only a hint; "" without shards.
+std::string shards_without_index_hint(const std::string& dir) {
+  const size_t shards = count_shard_files(dir);
+  if (shards == 0) return "";
+  return strprintf("%zu shard files are here without it: if a cairn-reshard writing them was interrupted, the same "
+                   "command rerun completes it",
+                   shards);
+}
+
 // Checks one dataset (an existing directory); appends "where: what" problems (capped per shard so
 // output stays readable). An index.json that is missing, unreadable, not JSON or of the wrong schema
 // is a problem like a bad shard: the directory is not a valid dataset (exit 3).
@@ -127,7 +166,12 @@ json verify_dataset(const std::string& dir, std::vector<std::string>& problems, 
   try {
     ds = shards::Dataset::open(dir);
   } catch (const Error& e) {
-    problems.push_back(e.what());
+    // Where index.json is missing, what is known of why (a damaged one is what the error says).
+    const bool missing = !path_exists(join_path(dir, "index.json"));
+    const std::string swap = missing ? interrupted_swap_note(dir) : "";
+    const std::string hint = missing && swap.empty() ? shards_without_index_hint(dir) : "";
+    if (!swap.empty()) problems.push_back(dir + ": " + swap);
+    else problems.push_back(hint.empty() ? e.what() : std::string(e.what()) + " (" + hint + ")");
     return {{"dataset", dir}, {"shards", 0}, {"tokens", 0}, {"documents", 0}};
   }
   if (!faults.verify_after_open.empty() && std::system(faults.verify_after_open.c_str()) != 0)
