@@ -357,6 +357,22 @@ grep -q "the last line is cut short (a write interrupted); dropped with the [0-9
 [ "$(wc -l < lim/eval/results.jsonl)" -eq "$whole" ] ||
   fail "a cut inside a checkpoint's rows: $(wc -l < lim/eval/results.jsonl) rows, not the $whole before the cut"
 $PY -c "import json; [json.loads(l) for l in open('lim/eval/results.jsonl')]" || fail "the record is still cut short"
+# The same cut at a line's end leaves no torn line: the rows after it were lost without a word (the checkpoint counted
+# as scored). Each row records how many its write added, so the short write is dropped and the checkpoint scored again.
+cp lim/eval/results.jsonl lim-whole.jsonl
+head -n $((whole - 2)) lim-whole.jsonl > lim/eval/results.jsonl
+"$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc 2> lim8.err > /dev/null ||
+  fail "a cut at a line's end inside a checkpoint's rows: $(cat lim8.err)"
+grep -q "the record ends after [0-9]* of the [0-9]* rows written together for step [0-9]* (a write interrupted at a line's end); they are dropped, and the checkpoint is scored again" lim8.err ||
+  fail "a cut at a line's end inside a checkpoint's rows: no word of it: $(cat lim8.err)"
+$PY - lim-whole.jsonl lim/eval/results.jsonl <<'PY' || fail "a cut at a line's end inside a checkpoint's rows: not scored again"
+import json, sys
+key = lambda r: (r["step"], r["task"], r["metric"])
+whole, now = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+assert sorted(map(key, now)) == sorted(map(key, whole)), (len(now), len(whole))
+last = [r for r in now if r["wall_time"] == now[-1]["wall_time"]]
+assert all(r["rows_in_write"] == len(last) for r in last), last
+PY
 expect_exit 2 'lists "mc" twice' "$BIN/cairn-eval" --config eval.toml --out lim "$CK" --tasks mc,mc
 mkdir -p esc/deep
 (cd esc/deep && "$BIN/cairn-eval" --config "$WORK/eval.toml" --out "$WORK/esc/deep/run" "$CK" --log-samples \

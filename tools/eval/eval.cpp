@@ -217,7 +217,7 @@ class Evaluator {
           if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
             throw UsageError(file_message("cannot write results to", path, "exists and is not a regular file"));
         }
-        rows_ = read_results(join_path(out_dir_, "results.jsonl"));
+        rows_ = read_results(join_path(out_dir_, "results.jsonl"), &record_cut_);
         record_stamp_ = file_stamp(join_path(out_dir_, "results.jsonl"));
       } catch (const Error& e) {
         ok = false;
@@ -501,7 +501,7 @@ class Evaluator {
         // Read back only when another process changed it since this one read or wrote it (a --watch following a
         // long run re-parsed its whole record for every checkpoint).
         const std::string jsonl = join_path(out_dir_, "results.jsonl");
-        if (file_stamp(jsonl) != record_stamp_ || record_stamp_.size < 0) rows_ = read_results(jsonl);
+        if (file_stamp(jsonl) != record_stamp_ || record_stamp_.size < 0) rows_ = read_results(jsonl, &record_cut_);
         // A --limit run (a quick look) never replaces a fuller score of this checkpoint: its numbers are printed
         // and in --json, the record keeps the rows over more examples (--reevaluate records the new ones instead).
         std::vector<TaskResult> recorded;
@@ -526,6 +526,8 @@ class Evaluator {
           for (const auto& row : new_rows)
             if (row.task == r.task) recorded_rows.push_back(row);
         }
+        // Each row says how many rows its write holds: a record cut at a line's end inside them is told apart.
+        for (auto& row : recorded_rows) row.rows_in_write = static_cast<int64_t>(recorded_rows.size());
         std::set<std::string> writers;  // of the rows on disk and of the rows replacing them
         for (const auto& r : rows_) writers.insert(r.eval_run);
         for (const auto& r : recorded_rows) writers.insert(r.eval_run);
@@ -543,8 +545,10 @@ class Evaluator {
           // Before results.jsonl the writers of the old rows and the new (a kill between leaves every row its line),
           // after it those of the rows it now holds.
           update_provenance_jsonl(join_path(out_dir_, "provenance.jsonl"), writers);
-          // Rows of a checkpoint not in the record yet are appended; replacing rows rewrites the file.
-          if (replaces || !append_results_jsonl(jsonl, recorded_rows)) write_results_jsonl(jsonl, rows_);
+          // Rows of a checkpoint not in the record yet are appended; replacing rows, or dropping the rows of a cut
+          // write, rewrites the file.
+          if (replaces || record_cut_ || !append_results_jsonl(jsonl, recorded_rows)) write_results_jsonl(jsonl, rows_);
+          record_cut_ = false;
           record_stamp_ = file_stamp(jsonl);
           writers.clear();
           for (const auto& r : rows_) writers.insert(r.eval_run);
@@ -709,6 +713,7 @@ class Evaluator {
   std::vector<std::string> task_names_;
   std::vector<ResultRow> rows_;             // rank 0: the record
   bool swept_harness_dirs_ = false;         // rank 0: remove_stale_record_temps looked in every lm_eval/<model>/
+  bool record_cut_ = false;                 // rank 0: a cut write's rows read_results dropped, still in the file
   FileStamp record_stamp_;                  // rank 0: results.jsonl as rows_ last read or wrote it
   std::set<std::string> evaluated_;         // key(): checkpoints evaluated, found in the record, or failed in this run
   mutable bool warned_unrecorded_ = false;  // rows without task_config (an older cairn-eval) seen and said

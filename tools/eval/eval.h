@@ -160,8 +160,10 @@ double mean_stderr(const std::vector<double>& x);
 using ResultRow = records::EvalRow;
 
 // results.jsonl is the record: reading it tells which (step, task) pairs are done. An unterminated last line that does
-// not parse (an append cut short by a kill) is dropped with a warning: its checkpoint is scored again.
-std::vector<ResultRow> read_results(const std::string& jsonl_path);
+// not parse (an append cut short by a kill), or a last write with fewer rows than it recorded (rows_in_write: cut at a
+// line's end), is dropped with the rows written with it and a warning: its checkpoint is scored again. *cut (when
+// given) says whether rows were dropped: the file then holds them, and must be rewritten, not appended to.
+std::vector<ResultRow> read_results(const std::string& jsonl_path, bool* cut = nullptr);
 void write_results_jsonl(const std::string& path, const std::vector<ResultRow>& rows);
 // Adds rows at the end in one write (a checkpoint's first rows: nothing to replace); the whole-file rewrite cost each
 // checkpoint O(record) (20,000 checkpoints: 14 s each). False, writing nothing, when the file's last line is

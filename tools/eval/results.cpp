@@ -48,8 +48,23 @@ void for_each_record_line(const std::string& path, Each each) {
 }
 }  // namespace
 
-std::vector<ResultRow> read_results(const std::string& path) {
+namespace {
+// The rows at the end of `rows` that one write recorded together (same checkpoint, finish time and writer).
+size_t last_write_size(const std::vector<ResultRow>& rows) {
+  size_t n = 0;
+  for (auto it = rows.rbegin(); it != rows.rend(); ++it, ++n) {
+    const ResultRow& last = rows.back();
+    if (it->step != last.step || it->checkpoint != last.checkpoint || it->wall_time != last.wall_time ||
+        it->eval_run != last.eval_run)
+      break;
+  }
+  return n;
+}
+}  // namespace
+
+std::vector<ResultRow> read_results(const std::string& path, bool* cut) {
   std::vector<ResultRow> rows;
+  if (cut) *cut = false;
   if (!path_exists(path)) return rows;
   const std::string text = read_file(path);
   int64_t lineno = 0;
@@ -67,25 +82,31 @@ std::vector<ResultRow> read_results(const std::string& path) {
     } catch (const UsageError& e) {
       if (last_unterminated) {
         // One append writes a checkpoint's rows together, over several pages: a kill can keep the first ones and cut
-        // the next. The whole rows before the cut that were written with it (same checkpoint, finish time and
-        // writer) go too, so the checkpoint counts as unscored and is scored again; kept, they marked it scored and
-        // the cut rows were lost for good. (If the cut line began a new append, a whole checkpoint is scored again.)
-        size_t dropped = 0;
-        if (!rows.empty()) {
-          const ResultRow last = rows.back();
-          while (!rows.empty() && rows.back().step == last.step && rows.back().checkpoint == last.checkpoint &&
-                 rows.back().wall_time == last.wall_time && rows.back().eval_run == last.eval_run) {
-            rows.pop_back();
-            ++dropped;
-          }
-        }
+        // the next. The whole rows before the cut that were written with it go too, so the checkpoint counts as
+        // unscored and is scored again; kept, they marked it scored and the cut rows were lost for good. (If the cut
+        // line began a new append, a whole checkpoint is scored again.)
+        const size_t dropped = last_write_size(rows);
+        rows.resize(rows.size() - dropped);
+        if (cut) *cut = true;
         CAIRN_LOG_WARN("%s: the last line is cut short (a write interrupted); dropped%s, and its checkpoint is "
                        "scored again",
                        where.c_str(), dropped ? strprintf(" with the %zu rows written with it", dropped).c_str() : "");
-        break;
+        return rows;
       }
       throw UsageError(std::string(e.what()) + "; move the file away to start over");
     }
+  }
+  // The same cut at a line's end leaves no torn line: the last write's rows are then fewer than it recorded. They go
+  // as above (kept, the rows after the cut were lost without a word: an audit's record lacked a task's last 4).
+  const size_t last_write = last_write_size(rows);
+  if (last_write > 0 && rows.back().rows_in_write > static_cast<int64_t>(last_write)) {
+    const ResultRow last = rows.back();
+    rows.resize(rows.size() - last_write);
+    if (cut) *cut = true;
+    CAIRN_LOG_WARN(
+        "%s: the record ends after %zu of the %lld rows written together for step %lld (a write interrupted at a "
+        "line's end); they are dropped, and the checkpoint is scored again",
+        path.c_str(), last_write, static_cast<long long>(last.rows_in_write), static_cast<long long>(last.step));
   }
   return rows;
 }

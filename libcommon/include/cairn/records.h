@@ -118,6 +118,10 @@ struct EvalRow {
   // Which cairn-eval invocation wrote the row: the key of its line in eval/provenance.jsonl (tool, version, git sha,
   // host, time, command line, config). "" in files written before it was recorded.
   std::string eval_run;
+  // How many rows the write that recorded this row added with it (the checkpoint's rows, appended together): a record
+  // cut at a line's end inside them holds fewer, which a reader tells from a whole write by this count. 0 in files
+  // written before it was recorded (the key is then absent).
+  int64_t rows_in_write = 0;
   // Keys this version does not know (a later cairn-eval's, read on a rollback), written back unchanged when the row
   // is rewritten: an older cairn-eval rewriting the record used to drop them from every row.
   nlohmann::json unknown_keys;

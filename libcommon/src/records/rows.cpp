@@ -66,6 +66,7 @@ json EvalRow::to_json() const {
   if (!checkpoint_id.empty()) j["checkpoint_id"] = checkpoint_id;
   if (!task_config.empty()) j["task_config"] = task_config;
   if (!eval_run.empty()) j["eval_run"] = eval_run;
+  if (rows_in_write > 0) j["rows_in_write"] = rows_in_write;
   if (unknown_keys.is_object())
     for (const auto& [k, v] : unknown_keys.items()) j.emplace(k, v);
   return j;
@@ -86,9 +87,11 @@ EvalRow EvalRow::from_json(const JsonFields& f) {
   r.checkpoint_id = f.str_or("checkpoint_id", "");
   r.task_config = f.str_or("task_config", "");
   r.eval_run = f.str_or("eval_run", "");
-  static const std::set<std::string> known = {"step",      "tokens",        "checkpoint",  "task",
-                                              "metric",    "value",         "stderr",      "n",
-                                              "wall_time", "checkpoint_id", "task_config", "eval_run"};
+  r.rows_in_write = f.i64_or("rows_in_write", 0, 0, INT64_MAX);
+  static const std::set<std::string> known = {"step",         "tokens",        "checkpoint",  "task",
+                                              "metric",       "value",         "stderr",      "n",
+                                              "wall_time",    "checkpoint_id", "task_config", "eval_run",
+                                              "rows_in_write"};
   for (const auto& [k, v] : f.raw().items())
     if (!known.count(k)) r.unknown_keys[k] = v;
   return r;

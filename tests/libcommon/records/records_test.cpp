@@ -206,7 +206,8 @@ BOOST_AUTO_TEST_CASE(fast_scanner_accepts_exactly_what_a_full_parser_accepts) {
 
 BOOST_AUTO_TEST_CASE(eval_rows_round_trip) {
   // No checkpoint_id: a row as written before it was recorded.
-  EvalRow r{250, 1024000, "run/train/ckpt/step_00000250", "hellaswag", "acc_norm", 0.31, 0.012, 500, 1.7e9, "", "", "", {}};
+  EvalRow r{250, 1024000, "run/train/ckpt/step_00000250", "hellaswag", "acc_norm", 0.31, 0.012, 500, 1.7e9, "", "", "",
+            0,   {}};
   const EvalRow back = EvalRow::parse(r.to_json().dump(), "results.jsonl:1");
   BOOST_TEST(back.to_json() == r.to_json());
   BOOST_TEST(back.stderr_value == 0.012);
@@ -216,6 +217,10 @@ BOOST_AUTO_TEST_CASE(eval_rows_round_trip) {
   BOOST_TEST(!r.to_json().contains("eval_run"));
   r.eval_run = "fedcba9876543210";
   BOOST_TEST(EvalRow::parse(r.to_json().dump(), "results.jsonl:1").eval_run == "fedcba9876543210");
+  BOOST_TEST(!r.to_json().contains("rows_in_write"));  // rows before it was recorded read back without it
+  r.rows_in_write = 7;
+  BOOST_TEST(EvalRow::parse(r.to_json().dump(), "results.jsonl:1").rows_in_write == 7);
+  BOOST_TEST(EvalRow::parse(r.to_json().dump(), "results.jsonl:1").unknown_keys.is_null());  // a key it knows
   // Not computed: NaN is written as null and read back as NaN.
   r.value = std::nan("");
   r.stderr_value = std::nan("");
