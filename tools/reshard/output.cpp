@@ -927,8 +927,8 @@ std::vector<json> shard_list_of(const std::vector<std::string>& all, uint64_t ns
 void remove_stale_shards(const std::string& dir, uint64_t nshards) {
   for (auto& e : fs::directory_iterator(dir)) {
     std::string n = e.path().filename().string();
-    unsigned idx = 0;
-    if (std::sscanf(n.c_str(), "shard_%u.h5", &idx) == 1 && n == shards::shard_file_name(idx) && idx >= nshards) {
+    const std::optional<size_t> idx = shards::shard_file_index(n);
+    if (idx && *idx >= nshards) {
       CAIRN_LOG_INFO("removing stale %s from an earlier run", n.c_str());
       fs::remove(e.path());
     }

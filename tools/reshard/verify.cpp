@@ -122,8 +122,7 @@ size_t count_shard_files(const std::string& dir) {
   size_t n = 0;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    n += name.rfind("shard_", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".h5") == 0;
+    n += shards::shard_file_index(it->path().filename().string()).has_value();
   }
   return n;
 }

@@ -349,8 +349,9 @@ struct Evaluation {
 // What the plans of one search share, priced once: one transformer layer's times depend on the layout,
 // micro-batch, recompute, SP, TP overlap and CP exchange, not on v or the ZeRO stage; the layers each pipeline rank
 // holds in flight depend only on the stage split and the micro-batch count, which most neighbouring plans share.
-// GPT-1T at 32k tokens prices 1.08M plans. One per thread, for one model, cluster and assumptions; evaluate() gives
-// the same results with it as without.
+// GPT-1T at 32k tokens prices 1.08M plans. One per thread, for one model, cluster and assumptions. evaluate() with it
+// gives the same figures as without, but leaves the per-stage detail (Breakdown::stage_layers, stage_busy) empty: a
+// search's rows keep none, and the plans it shows are priced again without a cache.
 struct EvaluationCache {
   struct Impl;
   std::unique_ptr<Impl> impl;

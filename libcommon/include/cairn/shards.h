@@ -125,7 +125,9 @@ std::unique_ptr<Shard> open_shard(const std::string& path);
 
 // Token storage width: uint16 when every id fits (vocab_size <= 65536), else uint32.
 inline bool tokens_fit_uint16(uint32_t vocab_size) { return vocab_size <= 65536; }
-std::string shard_file_name(size_t index);   // "shard_00000.h5"
+std::string shard_file_name(size_t index);  // "shard_00000.h5"
+// The index of a file named as shard_file_name names shards ("shard_00042.h5" -> 42); nullopt for any other name.
+std::optional<size_t> shard_file_index(const std::string& name);
 std::string hex64(uint64_t v);               // 16 lowercase hex digits (how index.json stores hashes)
 uint64_t parse_hex64(const std::string& s);  // throws UsageError if not hex
 

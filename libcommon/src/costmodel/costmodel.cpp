@@ -1204,7 +1204,7 @@ struct Pipeline {
   double t_pipe = 0;  // every micro-batch through the pipeline, bubble included
 };
 
-// stage_layers: plan_stage_layers of the plan, with the embedding and head in layers' worth of time (stage_load).
+// stage_layers: plan_stage_layers of the plan, with the embedding and head weighed in layers' worth of time.
 Pipeline pipeline_schedule(const Plan& p, const EdgeTimes& E, double layer_time, double mb_count,
                            std::vector<int> stage_layers) {
   Pipeline P;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -32,6 +33,12 @@ std::string dataset_path(const Config& cfg) {
 }
 
 std::string shard_file_name(size_t index) { return strprintf("shard_%05zu.h5", index); }
+
+std::optional<size_t> shard_file_index(const std::string& name) {
+  size_t index = 0;
+  if (std::sscanf(name.c_str(), "shard_%zu.h5", &index) != 1 || name != shard_file_name(index)) return std::nullopt;
+  return index;
+}
 
 std::string hex64(uint64_t v) { return strprintf("%016llx", static_cast<unsigned long long>(v)); }
 
