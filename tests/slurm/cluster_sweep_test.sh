@@ -29,8 +29,8 @@ sweep() {  # sweep NAME TIERS: cairn-sweep on 2 nodes x 2 ranks into $work/NAME;
 sweep all '["world", "intra", "inter"]' > "$work/all.bytes"
 fabric=$work/all/sweep/fabric.toml
 [ -s "$fabric" ] || fail "no $fabric"
-/usr/bin/python3 - "$fabric" <<'PY' || { cat "$work/all.out" "$fabric" >&2; fail "fabric.toml lacks the tiers' fits or they are the wrong way round"; }
-import sys, tomllib
+/usr/bin/python3 - "$fabric" "$work/all/sweep/sweep.json" <<'PY' || { cat "$work/all.out" "$fabric" >&2; fail "fabric.toml lacks the tiers' fits or they are the wrong way round"; }
+import json, sys, tomllib
 f = tomllib.load(open(sys.argv[1], "rb"))
 h = f["fabric"]
 assert h["nodes"] == 2 and h["ranks_per_node"] == 2 and h["world_size"] == 4 and not h["simulated_nodes"], h
@@ -40,9 +40,17 @@ for tier, ranks in (("world", 4), ("intra", 2), ("inter", 2)):
 intra, inter = f["intra"]["allreduce"], f["inter"]["allreduce"]
 print(f"intra: alpha {intra['alpha_us']:.2f} us, busbw {intra['busbw_gbps']:.3f} GB/s; "
       f"inter: alpha {inter['alpha_us']:.2f} us, busbw {inter['busbw_gbps']:.3f} GB/s")
-assert inter["alpha_us"] > intra["alpha_us"], "inter-node latency not above intra-node latency"
+# Each tier's fit is the one its own table measured (sweep.json), not another tier's. (Which latency is larger is
+# not asserted: a fit's alpha is timing, and on a loaded 2-core machine intra came out above inter, 26 vs 19 us.)
+fits = json.load(open(sys.argv[2]))["cairn"]["fits"]
+for tier in ("world", "intra", "inter"):
+    mine = [x for x in fits if x["tier"] == tier and x["collective"] == "allreduce" and x["in_fabric"]]
+    assert len(mine) == 1, (tier, mine)
+    t = f[tier]["allreduce"]
+    assert abs(t["alpha_us"] - mine[0]["alpha_us"]) <= 1e-6 * max(1.0, mine[0]["alpha_us"]) and \
+        abs(t["busbw_gbps"] - mine[0]["busbw_gbps"]) <= 1e-6 * mine[0]["busbw_gbps"], (tier, t, mine[0])
 PY
-pass "fabric.toml: world/intra/inter fits on 2 nodes x 2 ranks, inter alpha above intra alpha"
+pass "fabric.toml: world/intra/inter fits on 2 nodes x 2 ranks, each its own tier's measurement"
 
 # The transports: the same sizes per tier alone, counting what went through the bridge. An allreduce of S
 # bytes on 2 ranks sends at least S bytes each way; the inter tier's sum over sizes and iterations is MBs,
