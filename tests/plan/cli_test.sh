@@ -33,6 +33,39 @@ assert n == d["plans_evaluated"], (n, d["plans_evaluated"])
 assert f["plans/feasible"][0] == 1 and abs(f["plans/step_time_s"][0] - times[0]) < 1e-12
 assert "tool" in f.attrs or any("tool" in k for k in f.attrs.keys()), list(f.attrs.keys())
 PY
+# A search of 46k plans, 9.9k of them feasible: plans.h5 is written a block of 8192 ranked rows at a time, so the
+# ranking's order crosses blocks within and between the groups. Every plan is there once, in the ranking's order
+# (feasible fastest first, then over memory and otherwise rejected, each smallest memory first), none left unwritten.
+$BIN --config configs/models/llama2-70b.toml --config configs/clusters/dgx-h100.toml --set cluster.nodes=4 \
+  --set train.global_batch=256 --set 'plan.zero=[0,1,2,3]' --out "$T/big" --log-level error > /dev/null ||
+  fail "llama2-70b search: exit $?"
+$PY - "$T" <<'PY'
+import json, sys, h5py, numpy as np
+t = sys.argv[1]
+f = h5py.File(t + "/big/plan/plans.h5", "r")
+p = {k: f["plans"][k][()] for k in f["plans"]}
+n = len(p["dp"])
+assert n == f.attrs["plans_evaluated"] > 2 * 8192, n
+keys = ["dp", "tp", "pp", "v", "mb", "zero", "recompute", "sp", "cp", "tp_overlap", "cp_allgather"]
+assert len(set(zip(*(p[k].tolist() for k in keys)))) == n, "a plan is missing or written twice"
+feasible = int(f.attrs["plans_feasible"])
+assert 8192 < feasible < n, feasible
+assert (p["feasible"][:feasible] == 1).all() and (p["feasible"][feasible:] == 0).all()
+assert (np.diff(p["step_time_s"][:feasible]) >= 0).all(), "feasible plans not fastest first"
+group = np.where(p["reject"][feasible:] == 10, 1, 2)
+assert (np.diff(group) >= 0).all(), "over-memory plans not before the other rejected ones"
+for g in (1, 2):
+    mem = p["memory_gib"][feasible:][group == g]
+    assert (np.diff(mem) >= 0).all(), f"rejected group {g} not smallest memory first"
+priced = p["reject"] == 10
+priced[:feasible] = True
+assert (p["step_time_s"][priced] > 0).all() and (p["memory_gib"][priced] > 0).all(), "rows left unwritten"
+assert (p["reject"][~priced] != 0).all() and (p["dp"] > 0).all()
+top = json.load(open(t + "/big/plan/plans.json"))["plans"]
+for i, q in enumerate(top):
+    assert [p[k][i] for k in ("dp", "tp", "pp", "v", "mb")] == [q[k] for k in ("dp", "tp", "pp", "v", "mb")], i
+    assert p["step_time_s"][i] == q["step_time_s"], i
+PY
 # Stack presets: each loads as a layer after the model and cluster; torchtitan-compile includes torchtitan.
 for f in configs/stacks/*.toml; do
   $BIN --config configs/models/gpt2-350m.toml --config $A100 --config "$f" --set cluster.nodes=2 \

@@ -408,19 +408,19 @@ BOOST_AUTO_TEST_CASE(search_finds_valid_plans) {
   const Cluster c = cluster_from_config(cfg);
   const auto r = plan::search(m, c, 64, assumptions_from_config(cfg), plan::constraints_from_config(cfg));
   BOOST_TEST(r.feasible > 0);
-  BOOST_TEST(r.all.front().feasible());
-  for (size_t i = 1; i < r.feasible; ++i) BOOST_TEST(r.all[i - 1].step_time_s <= r.all[i].step_time_s);
-  for (const auto& e : r.all) BOOST_TEST(int64_t(e.plan.dp) * e.plan.tp * e.plan.pp == 16);
+  BOOST_TEST(r.ranked(0).feasible());
+  for (size_t i = 1; i < r.feasible; ++i) BOOST_TEST(r.ranked(i - 1).step_time_s <= r.ranked(i).step_time_s);
+  for (const auto& e : r.rows) BOOST_TEST(int64_t(e.plan.dp) * e.plan.tp * e.plan.pp == 16);
   // The shown plans are the ranking's first, priced again whole; every row holds its plan's evaluation.
-  BOOST_TEST(r.top.size() == std::min<size_t>(10, r.all.size()));
+  BOOST_TEST(r.top.size() == std::min<size_t>(10, r.size()));
   for (size_t i = 0; i < r.top.size(); ++i) {
-    BOOST_TEST(plan_string(r.top[i].plan) == plan_string(r.all[i].plan));
-    BOOST_TEST(r.top[i].step_time_s == r.all[i].step_time_s);
+    BOOST_TEST(plan_string(r.top[i].plan) == plan_string(r.ranked(i).plan));
+    BOOST_TEST(r.top[i].step_time_s == r.ranked(i).step_time_s);
     BOOST_TEST(!r.top[i].b.tp_tier.empty());
   }
-  for (size_t i : {size_t(0), r.feasible - 1, r.feasible, r.all.size() - 1}) {
-    if (i >= r.all.size()) continue;  // every plan feasible
-    const plan::PlanRow& row = r.all[i];
+  for (size_t i : {size_t(0), r.feasible - 1, r.feasible, r.size() - 1}) {
+    if (i >= r.size()) continue;  // every plan feasible
+    const plan::PlanRow& row = r.ranked(i);
     const Evaluation e = evaluate(m, c, row.plan, 64, assumptions_from_config(cfg), false);
     BOOST_TEST((e.reject == row.reject));
     BOOST_TEST(e.memory_gib == row.memory_gib);
@@ -435,16 +435,16 @@ BOOST_AUTO_TEST_CASE(search_finds_valid_plans) {
       load({"configs/models/gpt3-175b.toml", "configs/clusters/dgx-a100-80gb.toml"}, {"cluster.nodes=2", "plan.tp=8"});
   const ModelSpec m175 = model_from_config(big);
   const auto rejected = plan::search(m175, c, 64, assumptions_from_config(big), plan::constraints_from_config(big));
-  BOOST_REQUIRE(rejected.feasible < rejected.all.size());
+  BOOST_REQUIRE(rejected.feasible < rejected.size());
   size_t over_memory = 0;
-  for (size_t i = rejected.feasible; i < rejected.all.size(); ++i) {
-    const plan::PlanRow& row = rejected.all[i];
+  for (size_t i = rejected.feasible; i < rejected.size(); ++i) {
+    const plan::PlanRow& row = rejected.ranked(i);
     const Evaluation e = evaluate(m175, c, row.plan, 64, assumptions_from_config(big), false);
     BOOST_TEST((e.reject == row.reject));
     BOOST_TEST(e.memory_gib == row.memory_gib);
     if (row.reject == Reject::kMemory) {
       ++over_memory;
-      if (i > rejected.feasible) BOOST_TEST(rejected.all[i - 1].memory_gib <= row.memory_gib);
+      if (i > rejected.feasible) BOOST_TEST(rejected.ranked(i - 1).memory_gib <= row.memory_gib);
     }
   }
   BOOST_TEST(over_memory > 0u);
@@ -453,7 +453,7 @@ BOOST_AUTO_TEST_CASE(search_finds_valid_plans) {
                         {"cluster.nodes=2", "plan.tp=2", "plan.recompute=[\"full\"]"});
   const auto r2 = plan::search(m, c, 64, assumptions_from_config(k), plan::constraints_from_config(k));
   BOOST_TEST(r2.feasible > 0);
-  for (const auto& e : r2.all) {
+  for (const auto& e : r2.rows) {
     BOOST_TEST(e.plan.tp == 2);
     BOOST_TEST((e.plan.recompute == Recompute::Full));
   }
@@ -471,7 +471,7 @@ BOOST_AUTO_TEST_CASE(search_tries_both_cp_exchanges) {
   Config cfg = load({}, {"plan.cp=[1,2]", "plan.tp=2", "plan.pp=1", "plan.flash_attention=true"});
   const auto r = plan::search(m, c, 8, assumptions_from_config(cfg), plan::constraints_from_config(cfg));
   size_t ring = 0, gathered = 0, cp1_gathered = 0;
-  for (const auto& e : r.all) {
+  for (const auto& e : r.rows) {
     if (e.plan.cp > 1) (e.plan.cp_allgather ? gathered : ring)++;
     else cp1_gathered += e.plan.cp_allgather;
   }
@@ -481,8 +481,8 @@ BOOST_AUTO_TEST_CASE(search_tries_both_cp_exchanges) {
 
   cfg = load({}, {"plan.cp=2", "plan.tp=2", "plan.pp=1", "plan.flash_attention=true", "plan.cp_comm=\"allgather\""});
   const auto fixed = plan::search(m, c, 8, assumptions_from_config(cfg), plan::constraints_from_config(cfg));
-  BOOST_REQUIRE(!fixed.all.empty());
-  for (const auto& e : fixed.all) BOOST_TEST(e.plan.cp_allgather);
+  BOOST_REQUIRE(!fixed.rows.empty());
+  for (const auto& e : fixed.rows) BOOST_TEST(e.plan.cp_allgather);
 }
 
 // PyTorch FSDP under mixed precision keeps the rank's shard in fp32 as the optimizer's master (no 16-bit shard beside
@@ -558,7 +558,7 @@ BOOST_AUTO_TEST_CASE(search_rows_equal_plans_priced_alone) {
   const Assumptions a = assumptions_from_config(cfg);
   const auto r = plan::search(m, c, 64, a, plan::constraints_from_config(cfg));
   size_t uneven = 0, cp = 0, checked = 0;
-  for (const plan::PlanRow& row : r.all) {
+  for (const plan::PlanRow& row : r.rows) {
     const plan::PlanRow alone = plan::plan_row(evaluate(m, c, row.plan, 64, a, false));
     uneven += m.layers % (row.plan.pp * row.plan.v) != 0;
     cp += row.plan.cp > 1;
@@ -614,11 +614,11 @@ BOOST_AUTO_TEST_CASE(search_prices_the_configured_stage_split) {
   const Cluster c = cluster_from_config(cfg);
   const auto r = plan::search(m, c, 64, assumptions_from_config(cfg), plan::constraints_from_config(cfg));
   BOOST_REQUIRE(r.feasible > 0);
-  Plan p = r.all.front().plan;
+  Plan p = r.ranked(0).plan;
   BOOST_TEST((r.top.front().b.stage_layers == std::vector<int>{2, 10}));
   p.stage_layers = {6, 6};
   const Evaluation balanced = evaluate(m, c, p, 64, assumptions_from_config(cfg));
-  BOOST_TEST(r.all.front().step_time_s > 1.2 * balanced.step_time_s);
+  BOOST_TEST(r.ranked(0).step_time_s > 1.2 * balanced.step_time_s);
 }
 
 // The step time's terms add up to it: the vocab-parallel loss's TP all-reduces were in the step but in no term (here

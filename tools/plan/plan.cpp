@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <map>
 
 #include "cairn/cli.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
 #include "cairn/h5.h"
+#include "cairn/h5_impl.h"
 #include "cairn/json_text.h"
 #include "cairn/log.h"
 #include "cairn/provenance.h"
@@ -84,7 +86,7 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
     h5::File f = h5::File::create(af.temp_path());
     h5::write_provenance(f);
     f.set_attr("global_batch", int64_t(global_batch));
-    f.set_attr("plans_evaluated", uint64_t(r.all.size()));
+    f.set_attr("plans_evaluated", uint64_t(r.size()));
     f.set_attr("plans_feasible", uint64_t(r.feasible));
     f.set_attr("search_seconds", r.elapsed_s);
     f.set_attr("model", json_text(model_json(m)));
@@ -97,60 +99,85 @@ void write_h5(const std::string& path, const ModelSpec& m, const Cluster& c, int
     g.set_attr("reject_codes", codes);
     g.set_attr("recompute_codes", "0=none,1=selective,2=full");
     g.set_attr("units", "times in seconds per step, memory in GiB per device");
-    // One buffer per column type, reused column after column: a million-plan search writes 41 columns of 8.6 MB,
-    // and each fresh buffer cost its page faults again.
-    const size_t n = r.all.size();
-    std::vector<int32_t> ints(n);
-    std::vector<double> doubles(n);
-    auto col_i = [&](const char* name, auto get) {
-      for (size_t i = 0; i < n; ++i) ints[i] = int32_t(get(r.all[i]));
-      g.write<int32_t>(name, ints);
+    // One dataset per column, filled a block of ranked plans at a time: each row is read once, through the ranking
+    // (the rows stay in enumeration order), into a small buffer per column that stays in cache.
+    struct IntColumn {
+      const char* name;
+      int32_t (*get)(const PlanRow&);
     };
-    auto col_d = [&](const char* name, double PlanRow::*field) {
-      for (size_t i = 0; i < n; ++i) doubles[i] = r.all[i].*field;
-      g.write<double>(name, doubles);
+    struct DoubleColumn {
+      const char* name;
+      double PlanRow::*field;
     };
-    col_i("dp", [](const PlanRow& e) { return e.plan.dp; });
-    col_i("tp", [](const PlanRow& e) { return e.plan.tp; });
-    col_i("pp", [](const PlanRow& e) { return e.plan.pp; });
-    col_i("v", [](const PlanRow& e) { return e.plan.v; });
-    col_i("mb", [](const PlanRow& e) { return e.plan.mb; });
-    col_i("zero", [](const PlanRow& e) { return e.plan.zero; });
-    col_i("recompute", [](const PlanRow& e) { return int(e.plan.recompute); });
-    col_i("sp", [](const PlanRow& e) { return int(e.plan.sp); });
-    col_i("cp", [](const PlanRow& e) { return e.plan.cp; });
-    col_i("tp_overlap", [](const PlanRow& e) { return int(e.plan.tp_overlap); });
-    col_i("cp_allgather", [](const PlanRow& e) { return int(e.plan.cp_allgather); });
-    col_i("feasible", [](const PlanRow& e) { return int(e.feasible()); });
-    col_i("reject", [](const PlanRow& e) { return int(e.reject); });
-    col_i("microbatches", [](const PlanRow& e) { return e.microbatches; });
-    col_d("step_time_s", &PlanRow::step_time_s);
-    col_d("tokens_per_s", &PlanRow::tokens_per_s);
-    col_d("tflops_per_gpu", &PlanRow::tflops_per_gpu);
-    col_d("hw_tflops_per_gpu", &PlanRow::hw_tflops_per_gpu);
-    col_d("mfu", &PlanRow::mfu);
-    col_d("hfu", &PlanRow::hfu);
-    col_d("memory_gib", &PlanRow::memory_gib);
-    col_d("time_gemm", &PlanRow::time_gemm);
-    col_d("time_attention", &PlanRow::time_attention);
-    col_d("time_memory_bound", &PlanRow::time_memory_bound);
-    col_d("time_recompute", &PlanRow::time_recompute);
-    col_d("time_tp_comm", &PlanRow::time_tp_comm);
-    col_d("time_cp_comm", &PlanRow::time_cp_comm);
-    col_d("time_overlap_slowdown", &PlanRow::time_overlap_slowdown);
-    col_d("time_pp_p2p", &PlanRow::time_pp_p2p);
-    col_d("time_bubble", &PlanRow::time_bubble);
-    col_d("time_dp_comm", &PlanRow::time_dp_comm);
-    col_d("time_dp_exposed", &PlanRow::time_dp_exposed);
-    col_d("time_optimizer", &PlanRow::time_optimizer);
-    col_d("time_cross_entropy", &PlanRow::time_cross_entropy);
-    col_d("time_fp8_cast", &PlanRow::time_fp8_cast);
-    col_d("mem_weights", &PlanRow::mem_weights);
-    col_d("mem_grads", &PlanRow::mem_grads);
-    col_d("mem_optimizer", &PlanRow::mem_optimizer);
-    col_d("mem_activations", &PlanRow::mem_activations);
-    col_d("mem_logits", &PlanRow::mem_logits);
-    col_d("mem_buffers", &PlanRow::mem_buffers);
+    static const IntColumn kInts[] = {
+        {"dp", [](const PlanRow& e) { return int32_t(e.plan.dp); }},
+        {"tp", [](const PlanRow& e) { return int32_t(e.plan.tp); }},
+        {"pp", [](const PlanRow& e) { return int32_t(e.plan.pp); }},
+        {"v", [](const PlanRow& e) { return int32_t(e.plan.v); }},
+        {"mb", [](const PlanRow& e) { return int32_t(e.plan.mb); }},
+        {"zero", [](const PlanRow& e) { return int32_t(e.plan.zero); }},
+        {"recompute", [](const PlanRow& e) { return int32_t(int(e.plan.recompute)); }},
+        {"sp", [](const PlanRow& e) { return int32_t(int(e.plan.sp)); }},
+        {"cp", [](const PlanRow& e) { return int32_t(e.plan.cp); }},
+        {"tp_overlap", [](const PlanRow& e) { return int32_t(int(e.plan.tp_overlap)); }},
+        {"cp_allgather", [](const PlanRow& e) { return int32_t(int(e.plan.cp_allgather)); }},
+        {"feasible", [](const PlanRow& e) { return int32_t(int(e.feasible())); }},
+        {"reject", [](const PlanRow& e) { return int32_t(int(e.reject)); }},
+        {"microbatches", [](const PlanRow& e) { return int32_t(e.microbatches); }},
+    };
+    static const DoubleColumn kDoubles[] = {
+        {"step_time_s", &PlanRow::step_time_s},
+        {"tokens_per_s", &PlanRow::tokens_per_s},
+        {"tflops_per_gpu", &PlanRow::tflops_per_gpu},
+        {"hw_tflops_per_gpu", &PlanRow::hw_tflops_per_gpu},
+        {"mfu", &PlanRow::mfu},
+        {"hfu", &PlanRow::hfu},
+        {"memory_gib", &PlanRow::memory_gib},
+        {"time_gemm", &PlanRow::time_gemm},
+        {"time_attention", &PlanRow::time_attention},
+        {"time_memory_bound", &PlanRow::time_memory_bound},
+        {"time_recompute", &PlanRow::time_recompute},
+        {"time_tp_comm", &PlanRow::time_tp_comm},
+        {"time_cp_comm", &PlanRow::time_cp_comm},
+        {"time_overlap_slowdown", &PlanRow::time_overlap_slowdown},
+        {"time_pp_p2p", &PlanRow::time_pp_p2p},
+        {"time_bubble", &PlanRow::time_bubble},
+        {"time_dp_comm", &PlanRow::time_dp_comm},
+        {"time_dp_exposed", &PlanRow::time_dp_exposed},
+        {"time_optimizer", &PlanRow::time_optimizer},
+        {"time_cross_entropy", &PlanRow::time_cross_entropy},
+        {"time_fp8_cast", &PlanRow::time_fp8_cast},
+        {"mem_weights", &PlanRow::mem_weights},
+        {"mem_grads", &PlanRow::mem_grads},
+        {"mem_optimizer", &PlanRow::mem_optimizer},
+        {"mem_activations", &PlanRow::mem_activations},
+        {"mem_logits", &PlanRow::mem_logits},
+        {"mem_buffers", &PlanRow::mem_buffers},
+    };
+    constexpr size_t kInt = std::size(kInts), kDouble = std::size(kDoubles), kBlock = 8192;
+    const size_t n = r.size();
+    std::vector<h5::Dataset> int_sets, double_sets;
+    for (const IntColumn& col : kInts)
+      int_sets.emplace_back(h5::create_dataset_raw(g, col.name, h5::native_type<int32_t>(), {n}),
+                            g.path() + "/" + col.name);
+    for (const DoubleColumn& col : kDoubles)
+      double_sets.emplace_back(h5::create_dataset_raw(g, col.name, h5::native_type<double>(), {n}),
+                               g.path() + "/" + col.name);
+    std::vector<int32_t> ints(kInt * kBlock);
+    std::vector<double> doubles(kDouble * kBlock);
+    for (size_t at = 0; at < n; at += kBlock) {
+      const size_t count = std::min(kBlock, n - at);
+      for (size_t i = 0; i < count; ++i) {
+        if (i + 8 < count) __builtin_prefetch(&r.ranked(at + i + 8));  // the rows are read in a random order
+        const PlanRow& e = r.ranked(at + i);
+        for (size_t c = 0; c < kInt; ++c) ints[c * kBlock + i] = kInts[c].get(e);
+        for (size_t c = 0; c < kDouble; ++c) doubles[c * kBlock + i] = e.*kDoubles[c].field;
+      }
+      for (size_t c = 0; c < kInt; ++c)
+        h5::write_range_raw(int_sets[c], h5::native_type<int32_t>(), at, count, &ints[c * kBlock]);
+      for (size_t c = 0; c < kDouble; ++c)
+        h5::write_range_raw(double_sets[c], h5::native_type<double>(), at, count, &doubles[c * kBlock]);
+    }
     f.close();
   }
   af.commit();
@@ -230,7 +257,7 @@ Plan explain_plan(const PlanSection& s, const ParallelSection& parallel, int wor
 
 std::string reject_summary(const SearchResult& r) {
   std::map<std::string, size_t> counts;
-  for (const auto& e : r.all) counts[reject_name(e.reject)]++;
+  for (const auto& e : r.rows) counts[reject_name(e.reject)]++;
   std::string s;
   for (const auto& [k, n] : counts) s += strprintf("%s%s: %zu", s.empty() ? "" : ", ", k.c_str(), n);
   return s;
@@ -354,8 +381,8 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
                    static_cast<long long>(train_micro));
   }
   SearchResult r = search(m, c, global_batch, a, k);
-  CAIRN_LOG_INFO("evaluated %zu plans (%zu feasible) in %.3f s", r.all.size(), r.feasible, r.elapsed_s);
-  if (r.all.empty()) {
+  CAIRN_LOG_INFO("evaluated %zu plans (%zu feasible) in %.3f s", r.size(), r.feasible, r.elapsed_s);
+  if (r.rows.empty()) {
     // Name a real reason: the plan the constraints' first values make, priced as --explain would price it.
     std::string example;
     try {
@@ -373,10 +400,10 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
     // Explain the closest candidate: the smallest-memory plan (rejected plans are sorted by it).
     Evaluation best = evaluate(m, c, r.top.front().plan, global_batch, a, true);
     if (best.reject != Reject::kMemory) {
-      throw UsageError(strprintf("none of the %zu candidate plans is valid (%s); e.g. %s: %s", r.all.size(),
+      throw UsageError(strprintf("none of the %zu candidate plans is valid (%s); e.g. %s: %s", r.size(),
                                  reject_summary(r).c_str(), plan_string(best.plan).c_str(), best.reason.c_str()));
     }
-    throw GateFailure(strprintf("no plan fits in memory (%zu evaluated: %s); the smallest, %s, %s", r.all.size(),
+    throw GateFailure(strprintf("no plan fits in memory (%zu evaluated: %s); the smallest, %s, %s", r.size(),
                                 reject_summary(r).c_str(), plan_string(best.plan).c_str(), best.reason.c_str()));
   }
   // A ZeRO-3 winner is priced as the stack runs it: say which, since DeepSpeed's stage 3 is several times
@@ -401,7 +428,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   std::fprintf(table_out, "# %s: %s params, global batch %lld x %lld tokens on %s (%d x %d devices)\n",
                m.arch == Arch::Gpt ? "gpt" : "llama", short_param_count(params).c_str(), (long long)global_batch,
                (long long)m.seq_len, c.name.c_str(), c.nodes, c.gpus_per_node);
-  std::fprintf(table_out, "# %zu plans evaluated (%zu feasible) in %.3f s\n", r.all.size(), r.feasible, r.elapsed_s);
+  std::fprintf(table_out, "# %zu plans evaluated (%zu feasible) in %.3f s\n", r.size(), r.feasible, r.elapsed_s);
   if (!opts.quiet_table) std::fputs(table(r.top, top_k).c_str(), table_out);
   std::fflush(table_out);
 
@@ -409,7 +436,7 @@ int run_plan(const Config& cfg, const RunOptions& opts) {
   for (size_t i = 0; i < std::min({top_k, r.feasible, r.top.size()}); ++i) plans.push_back(to_json(r.top[i]));
   json doc = {{"provenance", provenance().to_json()}, {"model", model_json(m)},
               {"cluster", cluster_json(c)},           {"global_batch", global_batch},
-              {"plans_evaluated", r.all.size()},      {"plans_feasible", r.feasible},
+              {"plans_evaluated", r.size()},          {"plans_feasible", r.feasible},
               {"search_seconds", r.elapsed_s},        {"plans", plans}};
   const std::string text = json_text(doc, 2) + "\n";
   atomic_write(join_path(out_dir, "plans.json"), text);
