@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "cairn/config.h"
 #include "cairn/costmodel.h"
@@ -691,6 +692,80 @@ BOOST_AUTO_TEST_CASE(gemm_shape_model_and_measured_table) {
   c.gemm_table_m = {4096, 4096};
   c.gemm_table_efficiency = {0.5, 0.3};
   BOOST_TEST(std::abs(gemm_efficiency_shape(c, 4096, 4096, 4096) - 0.4) < 1e-12);
+}
+
+namespace {
+
+// The reference for stage_split's layers per rank: the plain bisection it ran before it looked for the target directly
+// (the smallest load target whose capacities cover the layers), then the same trimming. Kept readable, not fast.
+std::vector<int64_t> layers_per_rank_by_bisection(int64_t layers, int pp, int v, double embed, double head) {
+  if (pp < 1 || v < 1 || int64_t(pp) * v > layers) return {};
+  auto extra = [&](int r) { return (r == 0 ? embed : 0.0) + (r == pp - 1 ? head : 0.0); };
+  auto capacity = [&](int r, double target) {
+    const double x = target - extra(r) + 1e-9;
+    return x < double(v) ? int64_t(v) : int64_t(x);
+  };
+  double lo = double(layers) / pp, hi = double(layers) + embed + head + v;
+  for (int it = 0; it < 60; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    if (mid == lo || mid == hi) break;
+    int64_t cap = 0;
+    for (int r = 0; r < pp; ++r) cap += capacity(r, mid);
+    (cap >= layers ? hi : lo) = mid;
+  }
+  std::vector<int64_t> per_rank(size_t(pp), 0);
+  int64_t total = 0;
+  for (int r = 0; r < pp; ++r) total += per_rank[size_t(r)] = capacity(r, hi);
+  while (total > layers) {  // one layer off the most loaded rank above v (ties: first and last, then the lowest)
+    int best = -1;
+    double best_load = -1;
+    for (int r = 0; r < pp; ++r) {
+      if (per_rank[size_t(r)] <= v) continue;
+      const double load = double(per_rank[size_t(r)]) + extra(r) + ((r == 0 || r == pp - 1) ? 1e-6 : 0.0);
+      if (load > best_load) best = r, best_load = load;
+    }
+    if (best < 0) return {};
+    --per_rank[size_t(best)];
+    --total;
+  }
+  return per_rank;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(stage_split_equals_the_bisection) {
+  // Random layer counts, pipelines, interleavings and embedding/head weights (the search's range and beyond,
+  // extras that are whole numbers and ties between the first and last rank included): every split is the reference's.
+  std::mt19937_64 rng(47);
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  auto weight = [&]() {
+    switch (pick(0, 5)) {
+      case 0: return 0.0;
+      case 1: return double(pick(0, 3));
+      case 2: return std::uniform_real_distribution<double>(0, 0.2)(rng);
+      default: return std::uniform_real_distribution<double>(0, 6)(rng);
+    }
+  };
+  int compared = 0, split = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const int64_t layers = pick(2, 400);
+    const int pp = int(pick(1, std::min<int64_t>(layers, 64)));
+    const int v = int(pick(1, std::max<int64_t>(1, layers / pp)));
+    const double embed = weight(), head = pick(0, 7) == 0 ? embed : weight();
+    const auto stages = stage_split(layers, pp, v, embed, head);
+    const auto ref = layers_per_rank_by_bisection(layers, pp, v, embed, head);
+    std::vector<int64_t> per_rank(stages.empty() ? 0 : size_t(pp), 0);
+    for (size_t j = 0; j < stages.size(); ++j) per_rank[j % size_t(pp)] += stages[j];  // virtual stage i*pp + rank
+    ++compared;
+    split += !ref.empty();
+    if (per_rank != ref) {
+      BOOST_ERROR("stage_split(" << layers << ", " << pp << ", " << v << ", " << embed << ", " << head
+                                 << ") differs from the bisection");
+      break;
+    }
+  }
+  BOOST_TEST(compared == 200000);
+  BOOST_TEST(split > 150000);
 }
 
 BOOST_AUTO_TEST_CASE(uneven_stages_balance_embedding_and_head) {

@@ -1067,14 +1067,52 @@ std::vector<int> stage_split(int64_t layers, int pp, int v, double embed_layers,
     const double x = target - ((r == 0 ? embed_layers : 0.0) + (r == pp - 1 ? head_layers : 0.0)) + 1e-9;
     return x < double(v) ? int64_t(v) : int64_t(x);
   };
+  // The middle ranks' capacities are all the same: three terms, not pp (the search splits a million plans).
+  auto covered = [&](double target) {
+    return pp == 1 ? capacity(0, target)
+                   : capacity(0, target) + capacity(pp - 1, target) + (pp - 2) * capacity(pp > 2 ? 1 : 0, target);
+  };
   double lo = double(layers) / pp, hi = double(layers) + embed_layers + head_layers + v;
-  for (int it = 0; it < 60; ++it) {
-    const double mid = 0.5 * (lo + hi);
-    if (mid == lo || mid == hi) break;  // adjacent doubles: the remaining iterations would change nothing
-    // The middle ranks' capacities are all the same: three terms, not pp (the search splits a million plans).
-    const int64_t cap = pp == 1 ? capacity(0, mid)
-                                : capacity(0, mid) + capacity(pp - 1, mid) + (pp - 2) * capacity(pp > 2 ? 1 : 0, mid);
-    (cap >= layers ? hi : lo) = mid;
+  // covered() never falls as the target grows, so the bisection ends on the smallest double that covers the layers.
+  // Found directly first (a search asks for half a million splits, and the bisection takes 50 steps to get there):
+  // the capacities step only at k + extra - 1e-9 for integers k, so once the integer n with covered(n - 1) short
+  // and covered(n) enough is known, the answer is one of at most four such points in (n - 1, n], each computed to
+  // within a few ulps, which a walk of single ulps settles. Anything the walk cannot settle is bisected as before.
+  const double answer = [&]() -> double {
+    if (covered(lo) >= layers) return 0;  // the bisection's invariant fails: its own answer is kept
+    double n = std::ceil(lo);
+    for (int i = 0; covered(n) < layers; ++i, n += 1)
+      if (i == 64) return 0;
+    const double below = n - 1;
+    auto step_point = [&](double extra) {  // where a rank with this extra steps within (n - 1, n]
+      const double y = extra - 1e-9, f = y - std::floor(y);
+      return f > 0 ? below + f : n;
+    };
+    double points[4] = {step_point(embed_layers), step_point(head_layers), step_point(0), n};
+    std::sort(points, points + 4);
+    constexpr int kUlps = 16;
+    for (double g : points) {
+      if (g <= lo) continue;
+      int up = 0;
+      while (covered(g) < layers && up++ < kUlps) g = std::nextafter(g, HUGE_VAL);
+      if (covered(g) < layers) continue;
+      for (int down = 0;; ++down) {
+        const double prev = std::nextafter(g, -HUGE_VAL);
+        if (prev <= lo || covered(prev) < layers) return g;
+        if (down == kUlps) return 0;
+        g = prev;
+      }
+    }
+    return 0;
+  }();
+  if (answer > 0) {
+    hi = answer;
+  } else {
+    for (int it = 0; it < 60; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      if (mid == lo || mid == hi) break;  // adjacent doubles: the remaining iterations would change nothing
+      (covered(mid) >= layers ? hi : lo) = mid;
+    }
   }
   std::vector<int64_t> per_rank(static_cast<size_t>(pp));
   int64_t total = 0;
