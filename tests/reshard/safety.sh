@@ -349,6 +349,20 @@ $PY -c "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); ix['shards']=[]; 
 expect_exit 2 'key "shards": expected a non-empty array' "$B" reshard "$T/wrongsum" --shards 2 --out "$T/x3"
 $PY -c "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); ix['vocab_size']=None; json.dump(ix,open(p,'w'))" "$T/wrongsum/index.json"
 expect_exit 3 'key "vocab_size": expected an integer in \[0, 4294967295\], got null' "$B" verify "$T/wrongsum"
+# The tokenizer entry may be a description (what cairn writes), its id alone or absent: reshard keeps it as it is in
+# its output (it took the entry apart as a description, and died on a raw JSON exception for the other two).
+for entry in '"bytes"' none; do
+  rm -rf "$T/tokin" "$T/tokout"
+  cp -r "$T/ds" "$T/tokin"
+  $PY -c "import json,sys; p=sys.argv[1]; ix=json.load(open(p)); e=sys.argv[2]
+if e == 'none': del ix['tokenizer']
+else: ix['tokenizer'] = json.loads(e)
+json.dump(ix, open(p, 'w'))" "$T/tokin/index.json" "$entry"
+  "$B" reshard "$T/tokin" --shards 2 --out "$T/tokout" 2>"$T/err.txt" || { cat "$T/err.txt"; fail "reshard of a dataset whose tokenizer entry is $entry"; }
+  $PY -c "import json,sys; ix=json.load(open(sys.argv[1])); e=sys.argv[2]
+assert ix.get('tokenizer', 'none') == (e if e == 'none' else json.loads(e)), ix.get('tokenizer')" \
+    "$T/tokout/index.json" "$entry" || fail "tokenizer entry $entry not kept"
+done
 # ---- A damaged index.json fails verification (exit 3) naming the file and what is wrong, whatever
 # the damage; the other datasets given are still checked and reported.
 cp -r "$T/ds" "$T/ix"

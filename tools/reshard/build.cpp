@@ -684,7 +684,8 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
   spec.seed = data.seed;
   spec.split_docs = data.split_docs;
   spec.threads = resolve_threads(data);
-  spec.tokenizer = in.index().at("tokenizer");
+  // The input's tokenizer entry as it is (a description, an id, or none: null, which the index leaves out)
+  spec.tokenizer = in.index().value("tokenizer", nlohmann::json());
   spec.tokenizer_files_from_dataset = inputs[0];
   spec.vocab_size = 0;
   for (auto& d : datasets) spec.vocab_size = std::max(spec.vocab_size, d.vocab_size());

@@ -506,7 +506,8 @@ int run_mix(const Config& cfg, const std::vector<std::string>& inputs, const std
   spec.seed = -1;  // the blend's order is the dataset's order (the seed went into the blend)
   spec.split_docs = data.split_docs;
   spec.threads = resolve_threads(data);
-  spec.tokenizer = datasets.front().index().at("tokenizer");
+  // The input's tokenizer entry as it is (a description, an id, or none: null, which the index leaves out)
+  spec.tokenizer = datasets.front().index().value("tokenizer", nlohmann::json());
   spec.tokenizer_files_from_dataset = req.paths.front();
   spec.vocab_size = datasets.front().vocab_size();
   spec.eot_id = datasets.front().eot_id();

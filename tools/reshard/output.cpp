@@ -548,7 +548,7 @@ void warn_if_unbalanced(const OutputPlan& plan, bool split_docs) {
 std::string plan_identity(const DocSource& src, const OutputSpec& spec) {
   return src.identity() + strprintf("|n=%llu|seed=%lld|split=%d|tok=%s", static_cast<unsigned long long>(spec.shards),
                                     static_cast<long long>(spec.seed), spec.split_docs ? 1 : 0,
-                                    spec.tokenizer.value("id", "").c_str());
+                                    shards::tokenizer_id_of(spec.tokenizer).c_str());
 }
 
 // Rank 0, before any shard is written: temp files of killed runs go (in the output and its staging directory).
@@ -584,7 +584,7 @@ bool prepare_output_dir(const std::string& dir) {
 shards::ShardMeta base_shard_meta(const OutputSpec& spec) {
   shards::ShardMeta m;
   m.shard_count = spec.shards;
-  m.tokenizer_id = spec.tokenizer.value("id", "");
+  m.tokenizer_id = shards::tokenizer_id_of(spec.tokenizer);
   m.vocab_size = spec.vocab_size;
   m.eot_id = spec.eot_id;
   m.seed = spec.seed;
@@ -952,21 +952,24 @@ void copy_tokenizer_files(const OutputSpec& spec, const std::string& dir) {
 
 json index_json(const OutputSpec& spec, uint64_t total, uint64_t total_docs, uint64_t total_bytes,
                 const std::vector<json>& shard_list) {
-  return {{"format", "cairn-shards"},
-          {"format_version", shards::kFormatVersion},
-          {"tokenizer", spec.tokenizer},
-          {"vocab_size", spec.vocab_size},
-          {"eot_id", spec.eot_id},
-          {"token_dtype", shards::tokens_fit_uint16(spec.vocab_size) ? "uint16" : "uint32"},
-          {"seed", spec.seed >= 0 ? json(spec.seed) : json(nullptr)},
-          {"split_docs", spec.split_docs},
-          {"total_tokens", total},
-          {"total_documents", total_docs},
-          {"total_bytes", total_bytes},
-          {"skipped_records", spec.skipped_records},
-          {"shards", shard_list},
-          {"sources", spec.sources},
-          {"provenance", provenance().to_json()}};
+  json index = {{"format", "cairn-shards"},
+                {"format_version", shards::kFormatVersion},
+                {"tokenizer", spec.tokenizer},
+                {"vocab_size", spec.vocab_size},
+                {"eot_id", spec.eot_id},
+                {"token_dtype", shards::tokens_fit_uint16(spec.vocab_size) ? "uint16" : "uint32"},
+                {"seed", spec.seed >= 0 ? json(spec.seed) : json(nullptr)},
+                {"split_docs", spec.split_docs},
+                {"total_tokens", total},
+                {"total_documents", total_docs},
+                {"total_bytes", total_bytes},
+                {"skipped_records", spec.skipped_records},
+                {"shards", shard_list},
+                {"sources", spec.sources},
+                {"provenance", provenance().to_json()}};
+  // An input without a tokenizer entry gives an output without one (a null would be a malformed description).
+  if (spec.tokenizer.is_null()) index.erase("tokenizer");
+  return index;
 }
 
 // Statistics from the plan, not from a second pass over the written shards (rank 0 computes them

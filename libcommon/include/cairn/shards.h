@@ -64,6 +64,10 @@ class Shard {
 
 struct TokenScan;
 
+// The id in index.json's tokenizer entry: its "id" when it is described (an object), the string itself when only
+// the id is given, "" when there is none.
+std::string tokenizer_id_of(const nlohmann::json& description);
+
 // A dataset directory (index.json + shard files).
 class Dataset {
  public:

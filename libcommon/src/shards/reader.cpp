@@ -314,6 +314,7 @@ Dataset Dataset::open(const std::string& dir) {
   if (ix.has("seed")) ix.i64("seed", -1, INT64_MAX);
   ix.boolean_or("split_docs", false);
   for (const char* k : {"total_tokens", "total_documents", "total_bytes", "skipped_records"}) ix.u64_or(k, 0);
+  // The tokenizer: described (an object, what cairn writes), its id alone (a string), or not given.
   if (ix.has("tokenizer") && !ix.raw()["tokenizer"].is_string()) {
     JsonFields tok = ix.object("tokenizer");
     tok.str_or("id", "");
@@ -356,12 +357,13 @@ int64_t Dataset::seed() const {
 std::string Dataset::shard_path(size_t i) const { return join_path(dir_, shards_.at(i).file); }
 uint32_t Dataset::vocab_size() const { return index_.at("vocab_size").get<uint32_t>(); }
 uint32_t Dataset::eot_id() const { return index_.at("eot_id").get<uint32_t>(); }
-std::string Dataset::tokenizer_id() const {
-  auto it = index_.find("tokenizer");
-  if (it == index_.end()) return "";
-  if (it->is_string()) return it->get<std::string>();
-  return it->value("id", "");
+std::string tokenizer_id_of(const json& description) {
+  if (description.is_string()) return description.get<std::string>();
+  if (!description.is_object()) return "";
+  auto id = description.find("id");
+  return id != description.end() && id->is_string() ? id->get<std::string>() : "";
 }
+std::string Dataset::tokenizer_id() const { return tokenizer_id_of(index_.value("tokenizer", json())); }
 std::string Dataset::content_fingerprint() const {
   std::string text = strprintf("vocab %u eot %u", vocab_size(), eot_id());
   for (size_t i = 0; i < num_shards(); ++i)
