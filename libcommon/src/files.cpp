@@ -1,6 +1,5 @@
 // Atomic writes, whole-file reads and run-directory helpers with path-naming errors.
 #include "cairn/files.h"
-#include "cairn/stale_temps.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -11,13 +10,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <iterator>
-#include <random>
 
 #include "cairn/error.h"
 #include "cairn/log.h"
@@ -113,18 +110,6 @@ std::string read_file(const std::string& path) {
 }
 
 namespace {
-std::string temp_name_for(const std::string& path) {
-  static thread_local std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(getpid()));
-  fs::path p(path);
-  char suffix[32];
-  std::snprintf(suffix, sizeof suffix, ".tmp.%d.%06x", static_cast<int>(getpid()),
-                static_cast<unsigned>(rng() & 0xffffff));
-  // Appended piecewise: GCC 12 warns falsely (-Wrestrict) on `"." + std::string`.
-  std::string name(".");
-  name.append(p.filename().string()).append(suffix);
-  return (p.parent_path() / name).string();
-}
-
 std::string parent_dir(const std::string& path) {
   fs::path parent = fs::path(path).parent_path();
   return parent.empty() ? "." : parent.string();
@@ -206,7 +191,8 @@ void atomic_write(const std::string& path, std::string_view content) {
   }
   std::string dir = parent_dir(path);
   if (!path_exists(dir)) ensure_dir(dir);
-  std::string temp = temp_name_for(path);
+  const TempName temp_name(path);
+  const std::string& temp = temp_name.path();
   // 0666 and the umask decide, as for every other file the tools write (a team's run directory under umask 002).
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (fd < 0) throw RuntimeError(errno_message("cannot write", path));
@@ -229,7 +215,8 @@ void atomic_write(const std::string& path, std::string_view content) {
 }
 
 void atomic_link_or_write(const std::string& target, const std::string& link, std::string_view content) {
-  const std::string temp = temp_name_for(link);
+  const TempName temp_name(link);
+  const std::string& temp = temp_name.path();
   std::error_code ec;
   fs::create_hard_link(target, temp, ec);
   if (!ec) fs::rename(temp, link, ec);
@@ -240,20 +227,19 @@ void atomic_link_or_write(const std::string& target, const std::string& link, st
   if (ec) atomic_write(link, content);
 }
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), temp_(path_) {
   std::string dir = parent_dir(path_);
   if (!path_exists(dir)) ensure_dir(dir);
-  temp_ = temp_name_for(path_);
 }
 
 AtomicFile::~AtomicFile() {
-  if (!committed_) ::unlink(temp_.c_str());
+  if (!committed_) ::unlink(temp_.path().c_str());
 }
 
 void AtomicFile::commit() {
   if (committed_) return;
-  fsync_path(temp_);
-  rename_path(temp_, path_);
+  fsync_path(temp_.path());
+  rename_path(temp_.path(), path_);
   committed_ = true;
   fsync_path(parent_dir(path_));
 }
@@ -280,7 +266,8 @@ void check_writable_dir(const std::string& dir) {
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) throw UsageError(errno_message("cannot write to directory", dir));
   // access() says yes to root whatever the mode bits; creating a file is the real test.
-  std::string probe = temp_name_for(join_path(dir, "write-probe"));
+  const TempName probe_name(join_path(dir, "write-probe"));
+  const std::string& probe = probe_name.path();
   int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) throw UsageError(errno_message("cannot write to directory", dir));
   ::close(fd);
@@ -338,23 +325,6 @@ std::string join_path(const std::string& a, const std::string& b) {
   if (a.empty()) return b;
   if (b.empty()) return a;
   return (fs::path(a) / b).string();
-}
-
-size_t remove_stale_temps(const std::string& dir, const std::function<bool(const std::string& name)>& wanted) {
-  std::error_code ec;
-  size_t removed = 0;
-  for (fs::directory_iterator it(dir.empty() ? "." : dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string n = it->path().filename().string();
-    const size_t tmp = n.rfind(".tmp.");
-    if (n.size() < 2 || n[0] != '.' || tmp == std::string::npos || tmp < 2) continue;
-    if (!wanted(n.substr(1, tmp - 1))) continue;
-    // .tmp.<pid>.<hex>: a writer still running keeps its file.
-    const long pid = std::strtol(n.c_str() + tmp + 5, nullptr, 10);
-    if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;
-    std::error_code rm;
-    if (it->is_regular_file(rm) && fs::remove(it->path(), rm)) ++removed;
-  }
-  return removed;
 }
 
 }  // namespace cairn

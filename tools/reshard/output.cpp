@@ -560,7 +560,7 @@ std::string plan_identity(const DocSource& src, const OutputSpec& spec) {
 // straight into place, as do those a killed run of the same plan left (resume), wherever they are.
 bool prepare_output_dir(const std::string& dir) {
   ensure_dir(dir);
-  // Temp files of killed runs (atomic_write/ShardWriter name them .<file>.tmp.<pid>.<n>): shards,
+  // Temp files of killed runs (atomic_write/ShardWriter name them .<file>.tmp.<host>.<pid>.<hex>): shards,
   // index.json, stats.json and the tokenizer copies.
   auto dataset_file = [](const std::string& n) {
     return n.rfind("shard_", 0) == 0 || n == "index.json" || n == "stats.json";

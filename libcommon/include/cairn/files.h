@@ -4,6 +4,8 @@
 #include <string>
 #include <string_view>
 
+#include "cairn/stale_temps.h"
+
 namespace cairn {
 
 // Reads a whole file ("-" is stdin); throws RuntimeError `cannot read "path": reason`, UsageError when "-" names a
@@ -53,12 +55,13 @@ class AtomicFile {
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
-  const std::string& temp_path() const { return temp_; }
+  const std::string& temp_path() const { return temp_.path(); }
   const std::string& path() const { return path_; }
   void commit();  // fsync + rename + fsync dir
 
  private:
-  std::string path_, temp_;
+  std::string path_;
+  TempName temp_;
   bool committed_ = false;
 };
 

@@ -6,7 +6,6 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -58,23 +57,14 @@ void pwrite_all(int fd, const void* data, size_t size, uint64_t offset, const st
   }
 }
 
-// ".<name>.tmp.<pid>.<n>" next to the target: hidden, unique per process, recognisable as ours.
-std::string temp_name(const std::string& path) {
-  static std::atomic<unsigned> counter{0};
-  std::filesystem::path p(path);
-  char suffix[48];
-  std::snprintf(suffix, sizeof suffix, ".tmp.%d.%u", static_cast<int>(::getpid()), counter.fetch_add(1));
-  std::string name = p.filename().string();
-  name.insert(name.begin(), '.');
-  name.append(suffix);
-  return (p.parent_path() / name).string();
-}
-
 // The temp file of a shard being written; removed unless committed (renamed into place).
+// Named as atomic_write's temps are (".<name>.tmp.<host>.<pid>.<hex>"), so remove_stale_temps finds a killed run's.
 struct TempFile {
-  std::string target, temp;
+  std::string target;
+  TempName name;
+  const std::string& temp;  // name.path()
   bool committed = false;
-  explicit TempFile(const std::string& path) : target(path), temp(temp_name(path)) {}
+  explicit TempFile(const std::string& path) : target(path), name(path), temp(name.path()) {}
   ~TempFile() {
     if (!committed) ::unlink(temp.c_str());
   }

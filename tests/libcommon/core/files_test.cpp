@@ -1,21 +1,27 @@
 // Atomic writes survive a crash mid-write; read errors name the path and reason; an output directory's lock admits
-// one holder and names it to the next.
+// one holder and names it to the next; a killed writer's temp files go, a live one's and another host's stay.
 #define BOOST_TEST_MODULE common_files
 #include <boost/test/unit_test.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cairn/dir_lock.h"
 #include "cairn/error.h"
 #include "cairn/files.h"
+#include "cairn/stale_temps.h"
 
 using namespace cairn;
 namespace fs = std::filesystem;
@@ -93,6 +99,135 @@ BOOST_AUTO_TEST_CASE(atomic_file_without_commit_keeps_target) {
     f.commit();
   }
   BOOST_TEST(read_file(p) == "new");
+  fs::remove_all(dir);
+}
+
+namespace {
+constexpr long kDeadPid = 2000000000;  // above any pid_max: no such process
+
+// Sets `path`'s times to `age_seconds` ago (negative: in the future).
+void set_age(const std::string& path, long age_seconds) {
+  timespec times[2]{};
+  clock_gettime(CLOCK_REALTIME, &times[0]);
+  times[0].tv_sec -= age_seconds;
+  times[1] = times[0];
+  BOOST_REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+}
+
+// Plants a temp file `name` in `dir` last modified `age_seconds` ago.
+void plant(const std::string& dir, const std::string& name, long age_seconds) {
+  atomic_write(dir + "/" + name, "x");
+  set_age(dir + "/" + name, age_seconds);
+}
+
+std::string temp_of(const std::string& file, const std::string& host, long pid) {
+  return "." + file + ".tmp." + (host.empty() ? "" : host + ".") + std::to_string(pid) + ".1a2b3c";
+}
+}  // namespace
+
+// The temps atomic_write, AtomicFile, atomic_link_or_write and ShardWriter write under: this host's short name
+// reduced to [a-z0-9-], this pid, hex.
+BOOST_AUTO_TEST_CASE(temp_names_carry_host_and_pid) {
+  const std::string& host = temp_host_tag();
+  BOOST_TEST(!host.empty());
+  BOOST_TEST(host.size() <= 32u);
+  BOOST_TEST(host != "tmp");
+  for (char c : host) BOOST_TEST(((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'), host);
+  const std::string dir = temp_dir() + "/names";
+  fs::create_directories(dir);
+  AtomicFile f(dir + "/x.h5");
+  const std::string prefix = ".x.h5.tmp." + host + "." + std::to_string(getpid()) + ".";
+  const std::string name = fs::path(f.temp_path()).filename().string();
+  BOOST_TEST(name.rfind(prefix, 0) == 0u, name);
+  BOOST_TEST(name.size() == prefix.size() + 6, name);
+  fs::remove_all(dir);
+}
+
+// A temp goes when its writer is gone: no process has its pid; or the pid is this process's and the temp is not one
+// this process is writing (a fresh pid namespace gave it the killed writer's pid); or the process now holding its pid
+// started after the temp was last written. Another host's temps are not judged; other names are never touched.
+BOOST_AUTO_TEST_CASE(stale_temps_go_live_and_other_hosts_stay) {
+  const std::string dir = temp_dir() + "/stale";
+  fs::create_directories(dir);
+  const std::string host = temp_host_tag();
+  const long me = getpid();
+  const long hour = 3600;
+  // A live process started now (blocked on a pipe until the end: no timing involved).
+  int pipe_fds[2];
+  BOOST_REQUIRE(::pipe(pipe_fds) == 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    char c;
+    ::close(pipe_fds[1]);
+    while (::read(pipe_fds[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    _exit(0);
+  }
+  ::close(pipe_fds[0]);
+  const bool proc_readable = fs::exists("/proc/" + std::to_string(child) + "/stat");
+
+  const std::vector<std::string> gone = {
+      temp_of("a", host, kDeadPid),  // dead writer of this host
+      temp_of("b", "", kDeadPid),    // old format (no host), dead writer
+      temp_of("c", host, me),        // this pid, not this process's temp, old
+      temp_of("d", host, me),        // this pid, not this process's temp, written "in the future"
+      temp_of("e", "", me),          // old format, this pid, not this process's
+      temp_of("f.tmp.g", host, kDeadPid),
+  };
+  std::vector<std::string> kept = {
+      temp_of("h", "other-node7", kDeadPid),  // another host's: its pid says nothing here
+      temp_of("i", "other-node7", me),
+      temp_of("j", host, child),        // a live writer: the process started before the temp was written
+      temp_of("k", host, child),        // the same, last written "in the future"
+      temp_of("l", "", child),          // old format, live writer
+      temp_of("skip", host, kDeadPid),  // a file `wanted` does not accept
+      "notes.txt",
+      ".n.tmp",
+      ".o.tmp." + std::to_string(kDeadPid),
+      ".p.tmp.x." + std::to_string(kDeadPid) + ".zz",
+      ".q.tmp.a_b." + std::to_string(kDeadPid) + ".1a",
+      "r.tmp." + std::to_string(kDeadPid) + ".1a",
+  };
+  const std::string pid_reused = temp_of("s", host, child);  // the holder of the pid started after the last write
+  const std::string old_pid_reused = temp_of("t", "", child);
+  for (const auto& n : gone) plant(dir, n, n == temp_of("d", host, me) ? -hour : hour);
+  for (const auto& n : kept) plant(dir, n, n == temp_of("k", host, child) ? -hour : 0);
+  plant(dir, pid_reused, hour);
+  plant(dir, old_pid_reused, hour);
+  // This process's own temp at work, however old, stays.
+  AtomicFile own(dir + "/u");
+  {
+    FILE* fp = fopen(own.temp_path().c_str(), "w");
+    fputs("partial", fp);
+    fclose(fp);
+  }
+  set_age(own.temp_path(), hour);
+  kept.push_back(fs::path(own.temp_path()).filename().string());
+
+  std::vector<std::string> asked;
+  const size_t removed = remove_stale_temps(dir, [&asked](const std::string& file) {
+    asked.push_back(file);
+    return file != "skip";
+  });
+  ::close(pipe_fds[1]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+
+  const size_t expected_gone = gone.size() + (proc_readable ? 2 : 0);
+  BOOST_TEST(removed == expected_gone);
+  for (const auto& n : gone) BOOST_TEST(!fs::exists(dir + "/" + n), n << " was kept");
+  for (const auto& n : kept) BOOST_TEST(fs::exists(dir + "/" + n), n << " was removed");
+  if (proc_readable) {
+    BOOST_TEST(!fs::exists(dir + "/" + pid_reused));
+    BOOST_TEST(!fs::exists(dir + "/" + old_pid_reused));
+  } else {
+    BOOST_TEST_MESSAGE("/proc unreadable: a temp whose pid runs is kept");
+    BOOST_TEST(fs::exists(dir + "/" + pid_reused));
+    BOOST_TEST(fs::exists(dir + "/" + old_pid_reused));
+  }
+  // The file a temp would replace, its name whole (dots and ".tmp" in it included).
+  BOOST_TEST((std::find(asked.begin(), asked.end(), "f.tmp.g") != asked.end()));
+  BOOST_TEST((std::find(asked.begin(), asked.end(), "notes.txt") == asked.end()));
   fs::remove_all(dir);
 }
 
