@@ -83,17 +83,23 @@ PY
 # step (the harness's latest-file rule picks it) and keeps the step link on it.
 sleep 1
 # Temp copies a killed cairn-eval left of the harness files and their links (a kill inside their write kept them for
-# good): the next write removes a dead writer's, in every directory they go to (another checkpoint's too), and leaves
-# a live one's ($$: this shell).
+# good): the next write removes a dead writer's, in every directory they go to (another checkpoint's too), and those
+# of the step links that versions before the pid in the name left, and leaves a live one's ($$: this shell) and
+# another host's.
 dead=2000000000  # above any pid_max: no such process
+HOST_TAG=$(hostname | cut -d. -f1 | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n-' '-' | cut -c1-32)  # as temp_host_tag()
 L=run/eval/lm_eval
 mkdir -p "$L/run__step_00000099"
 DEAD=("$L/run__step_00000010/.results_2026-01-01T00-00-00.000000.json.tmp.$dead.1a2b3c"
       "$L/run__step_00000010/.samples_mc_2026-01-01T00-00-00.000000.jsonl.tmp.$dead.1a2b3c"
       "$L/run__step_00000099/.results_2026-01-01T00-00-00.000000.json.tmp.$dead.1a2b3c"
-      "$L/.step_00000010.json.tmp.$dead.1a2b3c" "run/eval/samples/.step_00000010_mc.jsonl.tmp.$dead.1a2b3c")
+      "$L/.step_00000010.json.tmp.$dead.1a2b3c" "run/eval/samples/.step_00000010_mc.jsonl.tmp.$dead.1a2b3c"
+      "$L/.step_00000010.json.tmp.$HOST_TAG.$dead.1a2b3c"
+      "$L/step_00000010.json.link.tmp" "run/eval/samples/step_00000010_mc.jsonl.link.tmp")  # before the pid was in it
+# Another node's temp on a shared filesystem: its pid says nothing here.
 LIVE=("$L/run__step_00000010/.results_2026-01-01T00-00-00.000000.json.tmp.$$.4d5e6f"
-      "$L/.step_00000010.json.tmp.$$.4d5e6f" "run/eval/samples/.step_00000010_mc.jsonl.tmp.$$.4d5e6f")
+      "$L/.step_00000010.json.tmp.$$.4d5e6f" "run/eval/samples/.step_00000010_mc.jsonl.tmp.$$.4d5e6f"
+      "$L/.step_00000010.json.tmp.$HOST_TAG.$$.4d5e6f" "$L/.step_00000010.json.tmp.other-node7.$dead.1a2b3c")
 for f in "${DEAD[@]}" "${LIVE[@]}"; do printf x > "$f"; done
 "$BIN/cairn-eval" --config eval.toml --tasks mc --reevaluate --log-samples "$CK" > /dev/null
 for f in "${DEAD[@]}"; do [ ! -e "$f" ] || fail "a killed writer's temp file was left: $f"; done

@@ -609,6 +609,25 @@ class Evaluator {
     std::error_code ec;
     for (fs::directory_iterator it(lm_eval, ec), end; !ec && it != end; it.increment(ec))
       if (it->is_directory(ec)) remove_stale_temps(it->path().string(), any);
+    remove_old_link_temps(lm_eval);
+    remove_old_link_temps(join_path(out_dir_, "samples"));
+  }
+
+  // Versions before atomic_link_or_write named a step link's temp "<link>.link.tmp" (step_N.json.link.tmp,
+  // step_N_<task>.jsonl.link.tmp), without a pid, and a kill between its link and rename kept it for good. Under
+  // <eval>/.results.lock no other cairn-eval of this version is linking; one of those versions caught in its moment
+  // between link and rename writes a copy instead.
+  static void remove_old_link_temps(const std::string& dir) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string n = it->path().filename().string();
+      static const std::string suffix = ".link.tmp";
+      std::error_code entry_ec;
+      if (n.rfind("step_", 0) != 0 || n.size() <= suffix.size() ||
+          n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0 || !it->is_regular_file(entry_ec))
+        continue;
+      fs::remove(it->path(), entry_ec);
+    }
   }
 
   // The harness's "model" of a checkpoint, "<run>/step_%08d" (its directory under lm_eval/ is the sanitized name).
