@@ -169,17 +169,20 @@ TempName::~TempName() {
   own_temp_names().erase(fs::path(path_).filename().string());
 }
 
-size_t remove_stale_temps(const std::string& dir, const std::function<bool(const std::string& name)>& wanted) {
+size_t remove_stale_temps(const std::string& dir, const std::function<bool(const std::string& name)>& wanted,
+                          StaleTempScope scope) {
   std::error_code ec;
   size_t removed = 0;
   for (fs::directory_iterator it(dir.empty() ? "." : dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     const std::optional<ParsedTempName> temp = parse_temp_name(name);
     if (!temp || !wanted(temp->file)) continue;
-    if (!temp->host.empty() && temp->host != temp_host_tag()) continue;  // another node's: its pid means nothing here
+    const bool locked = scope == StaleTempScope::Locked;
+    // Another node's: its pid means nothing here (under the lock no other run writes: it is a killed one's).
+    if (!locked && !temp->host.empty() && temp->host != temp_host_tag()) continue;
     struct stat st {};
     if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    if (!writer_gone(name, temp->pid, static_cast<double>(st.st_mtime))) continue;
+    if (locked ? is_own_temp(name) : !writer_gone(name, temp->pid, static_cast<double>(st.st_mtime))) continue;
     std::error_code rm;
     if (fs::remove(it->path(), rm)) ++removed;
   }

@@ -514,9 +514,11 @@ expect_exit 1 'cannot verify "[^"]*vs": its index.json was replaced or removed w
 ! grep -q 'tokens do not match\|FAILED' "$T/out.txt" "$T/err.txt" || fail "verify reported the swap as damage"
 echo "ok: a verify overtaken by a writer's swap exits 1 without reporting damage"
 
-# A killed run's index.json/stats.json temp files are removed by the next run.
+# A killed run's index.json/stats.json temp files are removed by the next run, in the old names and the new, also
+# those a run on another node left (the next one holds the dataset's lock, so no other run is writing there).
 mkdir -p "$T/stale"
 touch "$T/stale/.index.json.tmp.999999999.abcdef" "$T/stale/.stats.json.tmp.999999999.123456" "$T/stale/.shard_00000.h5.tmp.999999999.1"
+touch "$T/stale/.shard_00001.h5.tmp.other-node7.1.a1b2c3" "$T/stale/.index.json.tmp.other-node7.$$.1"
 "$B" reshard "$T/ds" --shards 2 --out "$T/stale" 2>/dev/null
 [ "$(ls -a "$T/stale" | grep -c '\.tmp\.' || true)" = 0 ] || fail "stale temp files survived the next run: $(ls -a "$T/stale")"
 "$B" verify "$T/stale" >/dev/null

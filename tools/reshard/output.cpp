@@ -568,9 +568,11 @@ bool prepare_output_dir(const std::string& dir) {
   std::error_code ec;
   for (const std::string& d : {dir, staging_dir(dir)}) {
     if (!fs::is_directory(d, ec)) continue;
-    remove_stale_temps(d, dataset_file);
+    // Under the dataset's lock, before this run writes: whatever node a killed run wrote them from.
+    remove_stale_temps(d, dataset_file, StaleTempScope::Locked);
     if (fs::is_directory(join_path(d, "tokenizer"), ec))
-      remove_stale_temps(join_path(d, "tokenizer"), [](const std::string&) { return true; });
+      remove_stale_temps(
+          join_path(d, "tokenizer"), [](const std::string&) { return true; }, StaleTempScope::Locked);
   }
   const bool staged = path_exists(join_path(dir, "index.json"));
   if (staged) {

@@ -231,6 +231,37 @@ BOOST_AUTO_TEST_CASE(stale_temps_go_live_and_other_hosts_stay) {
   fs::remove_all(dir);
 }
 
+BOOST_AUTO_TEST_CASE(a_locked_sweep_removes_every_host_s_temps_but_its_own) {
+  // Under the directory's lock, before the run writes (cairn-train, cairn-reshard): a job requeued onto other nodes
+  // removes what its killed predecessor left there, and another live process's temp of this host goes too.
+  const std::string dir = temp_dir() + "/locked_sweep";
+  fs::create_directories(dir);
+  const std::string host = temp_host_tag();
+  const std::vector<std::string> gone = {temp_of("a", "other-node7", kDeadPid), temp_of("b", "other-node7", 1),
+                                         temp_of("c", host, kDeadPid), temp_of("d", "", 1),
+                                         temp_of("e", host, getpid())};
+  std::vector<std::string> kept = {temp_of("skip", "other-node7", kDeadPid), "notes.txt"};
+  for (const auto& n : gone) plant(dir, n, 0);
+  for (const auto& n : kept) plant(dir, n, 0);
+  AtomicFile own(dir + "/u");  // this process's temp at work stays
+  {
+    FILE* fp = fopen(own.temp_path().c_str(), "w");
+    fputs("partial", fp);
+    fclose(fp);
+  }
+  kept.push_back(fs::path(own.temp_path()).filename().string());
+  const size_t removed = remove_stale_temps(
+      dir, [](const std::string& file) { return file != "skip"; }, StaleTempScope::Locked);
+  BOOST_TEST(removed == gone.size());
+  for (const auto& n : gone) BOOST_TEST(!fs::exists(dir + "/" + n), n << " was kept");
+  for (const auto& n : kept) BOOST_TEST(fs::exists(dir + "/" + n), n << " was removed");
+  // Without the lock the same other-node temp stays.
+  plant(dir, gone[0], 0);
+  BOOST_TEST(remove_stale_temps(dir, [](const std::string&) { return true; }) == 0u);
+  BOOST_TEST(fs::exists(dir + "/" + gone[0]));
+  fs::remove_all(dir);
+}
+
 BOOST_AUTO_TEST_CASE(unwritable_output_dir_is_a_usage_error) {
   BOOST_CHECK_THROW(check_writable_dir("/proc/cairn_cannot_be_here"), UsageError);
 }
