@@ -583,6 +583,7 @@ int run_build(const Config& cfg, const std::vector<std::string>& args, const std
   src.set_identity(identity);
   OutputSpec spec;
   spec.dir = dir;
+  spec.dir_locked = lock.held();
   fill_output_spec(data, *tok, spec);
   spec.sources = files;
   spec.ids_checked = true;  // the parts were written by ShardWriter, which checked every id
@@ -680,6 +681,7 @@ int run_reshard(const Config& cfg, const std::vector<std::string>& inputs, const
   for (auto& d : datasets) in_shards += d.num_shards();
   OutputSpec spec;
   spec.dir = dir;
+  spec.dir_locked = lock.held();
   spec.shards = static_cast<uint64_t>(data.shards);
   spec.seed = data.seed;
   spec.split_docs = data.split_docs;

@@ -862,6 +862,7 @@ int run_convert(const Config& cfg, const std::string& from, const std::string& t
   src.set_identity(identity);
   OutputSpec spec;
   spec.dir = dir;
+  spec.dir_locked = lock.held();
   spec.shards = static_cast<uint64_t>(data.shards);
   spec.seed = data.seed;
   spec.split_docs = data.split_docs;

@@ -502,6 +502,7 @@ int run_mix(const Config& cfg, const std::vector<std::string>& inputs, const std
 
   OutputSpec spec;
   spec.dir = dir;
+  spec.dir_locked = lock.held();
   spec.shards = static_cast<uint64_t>(data.shards);
   spec.seed = -1;  // the blend's order is the dataset's order (the seed went into the blend)
   spec.split_docs = data.split_docs;

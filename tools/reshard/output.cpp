@@ -558,7 +558,7 @@ std::string plan_identity(const DocSource& src, const OutputSpec& spec) {
 // the old dataset that this plan would write unchanged (same plan hash) is kept where it is, so a rerun of the
 // same plan over its finished dataset writes nothing. Without index.json there is no dataset to keep: shards go
 // straight into place, as do those a killed run of the same plan left (resume), wherever they are.
-bool prepare_output_dir(const std::string& dir) {
+bool prepare_output_dir(const std::string& dir, bool locked) {
   ensure_dir(dir);
   // Temp files of killed runs (atomic_write/ShardWriter name them .<file>.tmp.<host>.<pid>.<hex>): shards,
   // index.json, stats.json and the tokenizer copies.
@@ -569,10 +569,11 @@ bool prepare_output_dir(const std::string& dir) {
   for (const std::string& d : {dir, staging_dir(dir)}) {
     if (!fs::is_directory(d, ec)) continue;
     // Under the dataset's lock, before this run writes: whatever node a killed run wrote them from.
-    remove_stale_temps(d, dataset_file, StaleTempScope::Locked);
+    const StaleTempScope scope = locked ? StaleTempScope::Locked : StaleTempScope::ThisHost;
+    remove_stale_temps(d, dataset_file, scope);
     if (fs::is_directory(join_path(d, "tokenizer"), ec))
       remove_stale_temps(
-          join_path(d, "tokenizer"), [](const std::string&) { return true; }, StaleTempScope::Locked);
+          join_path(d, "tokenizer"), [](const std::string&) { return true; }, scope);
   }
   const bool staged = path_exists(join_path(dir, "index.json"));
   if (staged) {
@@ -1069,7 +1070,7 @@ WriteResult write_dataset(const DocSource& src, const OutputSpec& spec) {
   // Whether this run stages is rank 0's decision, the same on every rank (the broadcast, like a barrier, holds
   // the other ranks until the directory is prepared).
   bool staging = false;
-  if (rank == 0) staging = prepare_output_dir(spec.dir);
+  if (rank == 0) staging = prepare_output_dir(spec.dir, spec.dir_locked);
   if (use_mpi) staging = mpi::broadcast_value<int>(staging ? 1 : 0) != 0;
   CAIRN_LOG_DEBUG("planned %llu shards in %.3f s", static_cast<unsigned long long>(plan.nshards), seconds_since(t0));
 

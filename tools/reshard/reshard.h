@@ -168,6 +168,9 @@ class DatasetSource final : public DocSource {
 // What an output dataset is: its tokenizer, shard count, order and where it goes.
 struct OutputSpec {
   std::string dir;
+  // Rank 0 holds dir's .reshard.lock (lock_dataset_dir; not where flock does not work): the temps of every node's
+  // killed runs may then go before this run writes (StaleTempScope::Locked).
+  bool dir_locked = false;
   uint64_t shards = 1;
   int64_t seed = -1;
   bool split_docs = false;

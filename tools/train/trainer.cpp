@@ -346,16 +346,12 @@ void Trainer::open_dataset() {
       lock_, join_path(s_.train_dir, "LOCK"), s_.run_dir, "another cairn-train is running in",
       "stop it (or wait for it to exit) before starting another trainer on this run, or use another --out");
   // Under the lock no other trainer writes here: the temp copies a killed one left of the files it replaces whole go
-  // (a kill inside atomic_write kept them for good), on whichever node it ran, as cairn-eval, cairn-reshard and
-  // cairn-report remove theirs.
+  // (a kill inside atomic_write kept them for good), as cairn-eval, cairn-reshard and cairn-report remove theirs.
   if (s_.rank == 0)
-    remove_stale_temps(
-        s_.train_dir,
-        [](const std::string& name) {
-          return name == "STOPPED" || name == "FINISHED" || name == "config.toml" || name == "trace.json" ||
-                 name == "kernel_profile.json" || name == "write-probe";
-        },
-        StaleTempScope::Locked);
+    remove_stale_temps(s_.train_dir, [](const std::string& name) {
+      return name == "STOPPED" || name == "FINISHED" || name == "config.toml" || name == "trace.json" ||
+             name == "kernel_profile.json" || name == "write-probe";
+    });
 }
 
 // The layout's groups, this rank's model chunks with their optimizer state and gradient sync, the data loader and

@@ -45,10 +45,10 @@ const std::string& temp_host_tag();
 // namespace's pids, as another host's would be without the host in the name; a host name longer than 32 characters
 // or differing only in the characters dropped counts as the same host.
 //
-// StaleTempScope::Locked is for a sweep by the holder of the directory's lock before its run writes there (cairn-train
-// under train/LOCK, cairn-reshard under .reshard.lock): no other run can be writing, so every temp but this process's
-// own live ones is a killed writer's, whatever host wrote it. A job requeued onto other nodes then still removes
-// what its killed predecessor left (a multi-node reshard's partial shards are full-size).
+// StaleTempScope::Locked is for a sweep by the holder of the directory's lock before its run writes there
+// (cairn-reshard under .reshard.lock, when flock held it): no other run can be writing, so every temp but this
+// process's own live ones is a killed writer's, whatever host wrote it. A job requeued onto other nodes then still
+// removes what its killed predecessor left (a multi-node reshard's partial shards are full-size).
 enum class StaleTempScope { ThisHost, Locked };
 size_t remove_stale_temps(const std::string& dir, const std::function<bool(const std::string& name)>& wanted,
                           StaleTempScope scope = StaleTempScope::ThisHost);
