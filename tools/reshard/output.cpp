@@ -565,15 +565,14 @@ bool prepare_output_dir(const std::string& dir, bool locked) {
   auto dataset_file = [](const std::string& n) {
     return n.rfind("shard_", 0) == 0 || n == "index.json" || n == "stats.json";
   };
+  auto any_file = [](const std::string&) { return true; };
+  // Under the dataset's lock, before this run writes: whatever node a killed run wrote them from.
+  const StaleTempScope scope = locked ? StaleTempScope::Locked : StaleTempScope::ThisHost;
   std::error_code ec;
   for (const std::string& d : {dir, staging_dir(dir)}) {
     if (!fs::is_directory(d, ec)) continue;
-    // Under the dataset's lock, before this run writes: whatever node a killed run wrote them from.
-    const StaleTempScope scope = locked ? StaleTempScope::Locked : StaleTempScope::ThisHost;
     remove_stale_temps(d, dataset_file, scope);
-    if (fs::is_directory(join_path(d, "tokenizer"), ec))
-      remove_stale_temps(
-          join_path(d, "tokenizer"), [](const std::string&) { return true; }, scope);
+    if (fs::is_directory(join_path(d, "tokenizer"), ec)) remove_stale_temps(join_path(d, "tokenizer"), any_file, scope);
   }
   const bool staged = path_exists(join_path(dir, "index.json"));
   if (staged) {
