@@ -19,6 +19,7 @@
 #include "cairn/checkpoint.h"
 #include "cairn/error.h"
 #include "cairn/gpt.h"
+#include "cairn/kernels/backend.h"
 #include "cairn/log.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
@@ -26,6 +27,7 @@
 #include "piece_io.h"
 #include "train_checkpoint.h"
 #include "trainer.h"
+#include "zero_units.h"
 
 namespace fs = std::filesystem;
 using namespace cairn;
@@ -675,4 +677,78 @@ BOOST_AUTO_TEST_CASE(a_locked_run_directory_is_refused) {
 BOOST_AUTO_TEST_CASE(cleanup) {
   mpi::barrier();
   if (mpi::rank() == 0) fs::remove_all(scratch());
+}
+
+// ZeRO-3 over the world's ranks, each running the same micro-batches: the embedding and the final norm are gathered
+// once per step (both ends of every pass use them), each layer once per forward and once per backward, and every use
+// but the step's first finds its gather already started. Losses and the gradient shard are the resident model's,
+// bitwise, also in a step after the parameters changed (nothing kept from the step before). ZeRO needs a group of
+// two or more (the trainer runs one rank unsharded): this case runs in the np2 entry.
+static boost::test_tools::assertion_result two_or_more_ranks(boost::unit_test::test_unit_id) {
+  return mpi::size() >= 2;
+}
+BOOST_AUTO_TEST_CASE(zero3_gathers_the_ends_once_per_step_and_prefetches_the_rest,
+                     *boost::unit_test::precondition(two_or_more_ranks)) {
+  gpt::GptConfig cfg;
+  cfg.layers = 3;
+  cfg.hidden = 32;
+  cfg.heads = 2;
+  cfg.seq_len = 16;
+  cfg.vocab = 64;
+  cfg.vocab_real = 61;
+  const kernels::Backend& be = kernels::cpu_backend();
+  const int B = 2, T = 16, micro = 3;
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    inputs[i] = (i * 7 + 3) % cfg.vocab_real;
+    targets[i] = (i * 11 + 5) % cfg.vocab_real;
+  }
+  gpt::Model resident(cfg, be);
+  resident.init(3);
+  const size_t n = resident.num_params();
+  std::vector<float> params(n), want(n);
+  resident.copy_params_to_host(params.data());
+
+  gpt::ShardSpec spec;
+  spec.lent_grads = spec.lent_params = true;
+  gpt::Model lent(cfg, be, true, spec);
+  const Shards sh = Shards::over(MPI_COMM_WORLD, n, true);
+  BOOST_TEST_REQUIRE(sh.size == 2);
+  std::vector<float> param_shard(params.begin() + sh.lo, params.begin() + sh.hi), shard_grads(sh.count());
+  ZeroUnits zero(MPI_COMM_WORLD, sh, lent.units(), be, true, param_shard.data(), shard_grads.data(), -1);
+  lent.set_unit_storage(zero.storage());
+  const auto units = lent.units();
+  size_t layer_floats = 0;
+  for (size_t u = 1; u + 1 < units.size(); ++u) layer_floats += units[u].second;
+
+  for (int step = 0; step < 2; ++step) {
+    if (step == 1) {  // an update between the steps: every parameter changes
+      for (float& p : params) p *= 0.5f;
+      for (size_t i = 0; i < sh.count(); ++i) param_shard[i] = params[sh.lo + i];
+      resident.copy_params_from_host(params.data());
+    }
+    resident.zero_grad();
+    const float want_loss = resident.forward(inputs.data(), targets.data(), B, T);
+    resident.backward();
+    resident.copy_grads_to_host(want.data());
+    zero.begin_step();
+    for (int k = 0; k < micro; ++k) {
+      BOOST_TEST(lent.forward(inputs.data(), targets.data(), B, T) == want_loss);
+      lent.backward();
+    }
+    const ZeroUnits::GatherStats stats = zero.gather_stats();
+    zero.finish_step();
+    BOOST_TEST(stats.gathers == 2 + 2 * cfg.layers * micro);
+    BOOST_TEST(stats.unprefetched == 1);
+    BOOST_TEST(stats.floats == units.front().second + units.back().second + 2 * micro * layer_floats);
+    // each micro-batch adds the two ranks' sum (g + g is exact) into the shard
+    int mismatched = 0;
+    for (size_t i = 0; i < sh.count(); ++i) {
+      const float g = want[sh.lo + i], part = g + g;
+      float acc = 0;
+      for (int k = 0; k < micro; ++k) acc += part;
+      mismatched += shard_grads[i] != acc;
+    }
+    BOOST_TEST(mismatched == 0, "step " << step);
+  }
 }

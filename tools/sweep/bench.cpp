@@ -3,8 +3,6 @@
 // busbw it reports) with a bare MPI_Allreduce loop, size by size, and prints both busbw figures.
 #include "sweep.h"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +14,7 @@
 #include "cairn/files.h"
 #include "cairn/json_text.h"
 #include "cairn/log.h"
+#include "cairn/malloc_tune.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
 
@@ -317,8 +316,7 @@ int run_bench_bare(const SweepOptions& opts, const BenchBareOptions& bo) {
   RedOp op = o.ops.front();
   check_backend_supports(be, type, op);
   if (o.malloc_tune) {
-    mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, -1);  // never trim: a fixed threshold (1 GiB) re-faulted MPI's 1 GiB temporaries
+    keep_freed_memory_mapped();
   }
   MPI_Comm comm = MPI_COMM_WORLD;
   int rank = 0, n = 1;

@@ -2,7 +2,6 @@
 // the chosen backend, gathers per-rank timings and checks on rank 0, fits, writes the outputs.
 #include "sweep.h"
 
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +24,7 @@
 #include "cairn/files.h"
 #include "cairn/json_text.h"
 #include "cairn/log.h"
+#include "cairn/malloc_tune.h"
 #include "cairn/mpi.h"
 #include "cairn/provenance.h"
 #include "cairn/sections/run.h"
@@ -1094,8 +1094,7 @@ int run_sweep(const Config& cfg, const SweepOptions& opts_in, SweepResult* resul
   info.start_time = utc_now_iso8601();
   info.start_time_local = local_time_now();
   if (o.malloc_tune) {
-    mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, -1);  // never trim: a fixed threshold (1 GiB) re-faulted MPI's 1 GiB temporaries
+    keep_freed_memory_mapped();
   }
   const Backend& be = choose_backend(o);
   resolve_types_and_ops(o, be);

@@ -71,6 +71,7 @@ void read_train_keys(const TrainSection& t, Settings& s) {
   s.profile_kernels = t.profile_kernels;
   s.peak_tflops = t.peak_tflops;
   s.threads = t.threads;
+  s.malloc_tune = t.malloc_tune;
   s.backend = t.backend;
   s.decay_steps = t.decay_steps;
   // Megatron asserts max_lr >= min_lr: a "decay" up to a larger rate is a typo, not a schedule.

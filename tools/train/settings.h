@@ -36,6 +36,7 @@ struct Settings {
   bool profile_kernels = false;  // [train] profile_kernels: every op timed (profiled backend), kernel_profile.json
   double peak_tflops = 0;
   int threads = 0;
+  bool malloc_tune = true;  // [train] malloc_tune: keep_freed_memory_mapped() at start
   std::string backend;
   bool on_gpu = false;                              // backend "cuda": device memory, NCCL between ranks
   bool cp_ring = true;                              // [parallel] cp_comm = "p2p" (ring) or "allgather", when cp > 1

@@ -25,6 +25,7 @@
 #include "cairn/json_text.h"
 #include "cairn/kernels/backend.h"
 #include "cairn/log.h"
+#include "cairn/malloc_tune.h"
 #include "cairn/metrics.h"
 #include "cairn/mpi.h"
 #include "cairn/parallel.h"
@@ -264,6 +265,10 @@ void Trainer::bind_backend() {
   }
   // threads = 0: share the node's cores among its ranks instead of every rank taking all of them.
   kernels::set_cpu_threads(s_.threads > 0 ? s_.threads : mpi::cores_per_local_rank());
+  // Before the model and its gradient buffers: ZeRO's unit reductions and the data-parallel buckets make Open MPI
+  // allocate a message-sized temporary per call (docs: tools/sweep/README.md, "Page faults and malloc settings").
+  if (s_.malloc_tune && !keep_freed_memory_mapped())
+    CAIRN_LOG_WARN("[train] malloc_tune: glibc refused mallopt; large MPI reductions may page-fault on every call");
 }
 
 // The dataset, the model's sizes and the windows; then the output directory, which must be writable.
@@ -574,6 +579,8 @@ void Trainer::init_or_resume() {
 }
 
 void Trainer::load_checkpoint(const std::string& dir) {
+  for (Chunk& ch : chunks_)
+    if (ch.zero) ch.zero->drop_kept_params();  // gathered from the shards the load replaces
   checkpoints_->load(dir, progress_, guard_);
   // Checksums only say the files are what was written: a checkpoint written from a broken model (a NaN in wte)
   // would make every step skip and every restore return to it.

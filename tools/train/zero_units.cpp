@@ -52,8 +52,8 @@ ZeroUnits::~ZeroUnits() {
 gpt::UnitStorage ZeroUnits::storage() {
   gpt::UnitStorage s;
   if (shard_params_) {
-    s.acquire_params = [this](int u) { return acquire_params(u); };
-    s.release_params = [this](int u) { release_params(u); };
+    s.acquire_params = [this](int u, int next) { return acquire_params(u, next); };
+    s.release_params = [this](int u, bool keep) { release_params(u, keep); };
   }
   s.acquire_grads = [this](int u) { return acquire_grads(u); };
   s.grads_done = [this](int u) { grads_done(u); };
@@ -118,6 +118,8 @@ void ZeroUnits::start_gather(int u) {
   Gather g;
   g.unit = u;
   g.buf = take_buffer(units_[u].second);
+  gather_stats_.gathers++;
+  gather_stats_.floats += units_[u].second;
   if (nccl_) {
     std::vector<size_t> counts, displs;
     split(u, counts, displs);
@@ -145,11 +147,11 @@ void ZeroUnits::start_gather(int u) {
   gathers_.push_back(std::move(g));
 }
 
-const float* ZeroUnits::acquire_params(int u) {
-  if (!find_gather(u)) start_gather(u);
-  // prefetch the next unit in the direction of travel (forward ascending, backward descending)
-  const int next = u + (u >= last_acquired_ ? 1 : -1);
-  last_acquired_ = u;
+const float* ZeroUnits::acquire_params(int u, int next) {
+  if (!find_gather(u)) {
+    gather_stats_.unprefetched++;
+    start_gather(u);
+  }
   Gather* g = find_gather(u);
   if (!g->ready && nccl_) {
     nccl_->compute_waits(g->done);  // the unit's kernels, queued next, start once it has arrived
@@ -162,13 +164,17 @@ const float* ZeroUnits::acquire_params(int u) {
     g->ready = true;
   }
   const float* out = g->buf->data();
+  // the model's next unit is gathered beside this one's compute (FSDP's forward and backward prefetch)
   if (next >= 0 && next < static_cast<int>(units_.size()) && !find_gather(next)) start_gather(next);
   return out;
 }
 
-void ZeroUnits::release_params(int u) {
+void ZeroUnits::release_params(int u, bool keep) {
   for (size_t i = 0; i < gathers_.size(); ++i) {
     if (gathers_[i].unit != u) continue;
+    // The embedding and final norm serve both ends of every pass: kept gathered until the parameters change
+    // (drop_kept_params), once per step instead of once per use (FSDP gathers its root unit once per micro-batch)
+    if (keep) return;
     // NCCL: the buffer's next user is queued behind the kernels that read it (a gather waits for the compute
     // stream; a gradient's zeroing runs on it)
     if (!nccl_)
@@ -261,7 +267,18 @@ void ZeroUnits::complete(Pending& p) {
   give_back(std::move(p.buf));
 }
 
+void ZeroUnits::drop_kept_params() {
+  for (Gather& g : gathers_) {
+    if (nccl_) nccl_->compute_waits(g.done);  // before a gradient's zeroing may reuse the buffer
+    else mpi::check(MPI_Wait(&g.req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)");
+    give_back(std::move(g.buf));
+  }
+  gathers_.clear();
+}
+
 void ZeroUnits::begin_step() {
+  drop_kept_params();  // gathered before the last update (a validation pass after it may have kept some: dropped too)
+  gather_stats_ = GatherStats{};
   if (sh_.count()) be_.fill_zero(shard_grads_, sh_.count() * sizeof(float));
   if (deferred_buf_) be_.fill_zero(deferred_buf_->data(), units_[deferred_].second * sizeof(float));
 }
@@ -270,14 +287,8 @@ void ZeroUnits::finish_step() {
   after_backward_ = true;
   for (Pending& p : pending_) complete(p);
   pending_.clear();
-  // prefetched parameters nobody used (the unit after the last one touched)
-  for (Gather& g : gathers_) {
-    if (nccl_) nccl_->compute_waits(g.done);  // before a gradient's zeroing may reuse the buffer
-    else mpi::check(MPI_Wait(&g.req, MPI_STATUS_IGNORE), "MPI_Wait (ZeRO-3 parameters)");
-    give_back(std::move(g.buf));
-  }
-  gathers_.clear();
-  last_acquired_ = -1;
+  // the kept units, and any prefetch nobody used: the optimizer changes the parameters next
+  drop_kept_params();
   after_backward_ = false;
 }
 

@@ -25,8 +25,9 @@ namespace cairn::train {
 // on another pipeline stage): it keeps its buffer for the whole step, so the caller can sum it over the embedding
 // group before reduce_deferred().
 // Parameters (ZeRO-3): this rank keeps only its shard [lo, hi) of the chunk's flat parameters (the optimizer
-// updates it in place); a unit is all-gathered just before the model uses it, the next unit in the same direction
-// is prefetched, and the buffer is released after use (FSDP's schedule).
+// updates it in place); a unit is all-gathered just before the model uses it, the unit the model names as its next
+// is prefetched, and the buffer is released after use (FSDP's schedule). The units the model marks `keep` (the
+// embedding and final norm, used at both ends of every pass) stay gathered until the step ends.
 // Transport: MPI (host memory; on a device backend every buffer is staged through a host copy), or NCCL (`nccl`, the
 // trainer's communicator of the group, shared with the other chunks; device memory only: the collectives run on the
 // communicator's stream behind the compute stream, and the compute stream waits for them on the device where it needs
@@ -44,8 +45,19 @@ class ZeroUnits {
   // Before the step's first backward: the gradient shard and the deferred unit's buffer start at zero.
   void begin_step();
   // After the step's last backward: waits for the reduce-scatters still in flight (neither this nor reduce_deferred is
-  // reported to on_wait: the caller times them as the step's exposed data-parallel communication).
+  // reported to on_wait: the caller times them as the step's exposed data-parallel communication), and drops the
+  // gathered parameters (the update follows).
   void finish_step();
+  // Drops the parameters kept gathered: whoever replaces the shard outside a step (a checkpoint restore) calls it.
+  void drop_kept_params();
+  // ZeRO-3 parameter gathers since begin_step: how many, their floats, and how many a use had to wait for from the
+  // start (not prefetched).
+  struct GatherStats {
+    int gathers = 0;
+    int unprefetched = 0;
+    size_t floats = 0;
+  };
+  const GatherStats& gather_stats() const { return gather_stats_; }
   // Called with the seconds of each MPI call this object makes inside forward and backward (starting, poking and
   // waiting for a gather or reduce-scatter): the ZeRO-2/3 communication the step waited for (StepTimes::zero_comm).
   // Over NCCL the host never waits, so nothing is reported (the waits are inside the forward and backward times).
@@ -89,8 +101,8 @@ class ZeroUnits {
   void start_gather(int u);
   Gather* find_gather(int u);
   void complete(Pending& p);  // adds its part into the shard
-  const float* acquire_params(int u);
-  void release_params(int u);
+  const float* acquire_params(int u, int next);
+  void release_params(int u, bool keep);
   float* acquire_grads(int u);
   void grads_done(int u);
   // Runs one MPI call; its seconds go to on_wait_ except after the last backward (finish_step, reduce_deferred).
@@ -113,7 +125,7 @@ class ZeroUnits {
   std::vector<std::unique_ptr<Buffer>> grads_owned_;
   std::deque<Pending> pending_;
   std::vector<Gather> gathers_;
-  int last_acquired_ = -1;
+  GatherStats gather_stats_;
   std::function<void(double)> on_wait_;
   bool after_backward_ = false;
   gpu::Nccl* nccl_;  // NCCL transport (device backends), the trainer's; null: MPI

@@ -148,14 +148,18 @@ Recompute parse_recompute(const std::string& name);
 // norm). Left empty (the default) the model keeps them in its own flat buffers. Set, the caller lends each unit's
 // memory only while the model uses it, so no rank holds all of them at once (ZeRO-3 parameters, ZeRO-2/3
 // gradients; FSDP's per-layer gather and release):
-//   acquire_params(u): the unit's parameters (its [first, first + count) of the flat layout), valid until
-//                      release_params(u); called before each forward and backward use, released right after.
+//   acquire_params(u, next): the unit's parameters (its [first, first + count) of the flat layout), valid until
+//                      release_params(u, keep); called before each forward and backward use, released right after.
+//                      `next` is the unit the pass acquires after u (-1: none), so the storage can fetch it ahead.
+//                      `keep` marks the units a training pass uses at both of its ends (the embedding, whose wte the
+//                      head uses again, and the final norm): a storage may keep them gathered while the parameters
+//                      stay the same (one optimizer step) instead of gathering them again for every use.
 //   acquire_grads(u):  a buffer for the unit's gradient (accumulated with +=, so zeroed as the caller sees fit);
 //                      grads_done(u) hands it back once this backward's gradient of the unit is complete (instead
 //                      of BackwardOptions::on_grads_ready for that unit).
 struct UnitStorage {
-  std::function<const float*(int unit)> acquire_params;
-  std::function<void(int unit)> release_params;
+  std::function<const float*(int unit, int next)> acquire_params;
+  std::function<void(int unit, bool keep)> release_params;
   std::function<float*(int unit)> acquire_grads;
   std::function<void(int unit)> grads_done;
 };

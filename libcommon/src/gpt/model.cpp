@@ -566,16 +566,22 @@ struct Model::Impl {
     if (!unit_grads[u]) unit_grads[u] = storage.acquire_grads(u);
     return unit_grads[u] + (tensors[tensor].offset - units[u].first);
   }
-  // Units in use (reference-counted: the embedding serves the head too on a single stage).
-  void use_params(int u) {
-    if (storage.acquire_params && unit_uses[u]++ == 0) unit_params[u] = storage.acquire_params(u);
+  // Units in use (reference-counted: the embedding serves the head too on a single stage). `next`: the unit this
+  // pass acquires after u (-1: none or not known), for the storage to fetch ahead.
+  void use_params(int u, int next) {
+    if (storage.acquire_params && unit_uses[u]++ == 0) unit_params[u] = storage.acquire_params(u, next);
   }
   void done_params(int u) {
     if (storage.acquire_params && --unit_uses[u] == 0) {
-      storage.release_params(u);
+      storage.release_params(u, training && (u == emb_unit || u == head_unit));
       unit_params[u] = nullptr;
     }
   }
+  // The unit a forward acquires after layer l's (the next layer's, else the head's), and a backward after layer l's.
+  int unit_after_forward(int l) const {
+    return l + 1 < (int)layers.size() ? layer_unit(l + 1) : (spec.has_head ? head_unit : -1);
+  }
+  int unit_after_backward(int l) const { return l > 0 ? layer_unit(l - 1) : -1; }
   // A unit's gradient of this backward is complete: handed back (lent storage) or announced.
   void grads_complete(int u, const std::function<void(size_t, size_t)>& notify) {
     if (storage.acquire_grads) {
@@ -990,7 +996,7 @@ struct Model::Impl {
     LayerActs& a = act(l);
     Activations& s = acts();
     float* res = layer_input(l);
-    use_params(layer_unit(l));
+    use_params(layer_unit(l), unit_after_forward(l));
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, res, P(w.ln1w), P(w.ln1b), R, C);
     const float* x = gather_rows(a.ln1, s.gathered, d);
     be.matmul_forward(a.qkv, x, P(w.qkvw), P(w.qkvb), N, C, 3 * Cl, WeightLayout::InOut);
@@ -1009,7 +1015,7 @@ struct Model::Impl {
   }
 
   void embed(const int32_t* inputs, const Dims& d) {
-    use_params(emb_unit);
+    use_params(emb_unit, !layers.empty() ? layer_unit(0) : head_unit);
     embed_tokens(inputs, d);
     done_params(emb_unit);
   }
@@ -1096,8 +1102,8 @@ struct Model::Impl {
   }
 
   float head_forward(const int32_t* targets, const Dims& d) {
-    use_params(head_unit);
-    use_params(emb_unit);
+    use_params(head_unit, emb_unit);
+    use_params(emb_unit, -1);
     const float loss = head_loss(targets, d);
     done_params(emb_unit);
     done_params(head_unit);
@@ -1189,8 +1195,8 @@ struct Model::Impl {
 
   // The head's backward: d(loss) -> d(logits) in place -> lm_head -> final LayerNorm, into dres.
   void head_backward(const BackwardOptions& o, const Dims& d, const std::function<void(size_t, size_t)>& notify) {
-    use_params(head_unit);
-    use_params(emb_unit);
+    use_params(head_unit, emb_unit);
+    use_params(emb_unit, layers.empty() ? -1 : layer_unit((int)layers.size() - 1));
     head_grads(o, d, notify);
     done_params(emb_unit);
     done_params(head_unit);
@@ -1218,7 +1224,7 @@ struct Model::Impl {
     const int B = cur().B, T = cur().T;
     const int N = (int)d.N, R = (int)d.R, C = (int)d.C, Cl = (int)d.Cl, Fl = (int)d.Fl;
     const LayerTensors& w = layers[l];
-    use_params(layer_unit(l));
+    use_params(layer_unit(l), unit_after_backward(l));
     restore_layer(l);
     LayerActs& a = act(l);
     float *dres = s.dres, *dtmp = s.dtmp, *dbig = s.dbig;

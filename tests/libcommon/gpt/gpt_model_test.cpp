@@ -390,13 +390,19 @@ BOOST_AUTO_TEST_CASE(lent_unit_storage_matches_resident) {
     const auto units = lent.units();
     BOOST_TEST(units.size() == (size_t)cfg.layers + 2);
     std::vector<int> in_use(units.size(), 0), handed(units.size(), 0);
+    std::vector<std::pair<int, int>> acquired;  // (unit, the next unit it announced)
     gpt::UnitStorage st;
-    st.acquire_params = [&](int u) {
+    st.acquire_params = [&](int u, int next) {
       BOOST_TEST(in_use[u] == 0);
       in_use[u] = 1;
+      acquired.emplace_back(u, next);
       return params.data() + units[u].first;
     };
-    st.release_params = [&](int u) { in_use[u] = 0; };
+    st.release_params = [&](int u, bool keep) {
+      in_use[u] = 0;
+      // kept: the embedding (unit 0) and the final norm (the last), which both ends of a pass use
+      BOOST_TEST(keep == (u == 0 || u == (int)units.size() - 1), "unit " << u);
+    };
     st.acquire_grads = [&](int u) { return grads.data() + units[u].first; };
     st.grads_done = [&](int u) { handed[u]++; };
     lent.set_unit_storage(st);
@@ -410,6 +416,20 @@ BOOST_AUTO_TEST_CASE(lent_unit_storage_matches_resident) {
     for (int h : handed) BOOST_TEST(h == 1);
     BOOST_TEST(loss == want_loss);
     BOOST_TEST(grads == want);  // bitwise
+    // Every announced next unit is the one acquired next (a storage that prefetches it never gathers in vain), and
+    // only the backward's last layer and the forward's second use of the embedding announce none.
+    int unannounced = 0;
+    for (size_t i = 0; i < acquired.size(); ++i) {
+      if (acquired[i].second < 0) {
+        unannounced++;
+        continue;
+      }
+      BOOST_TEST_REQUIRE(i + 1 < acquired.size());
+      BOOST_TEST(acquired[i + 1].first == acquired[i].second, "acquire " << i << " of unit " << acquired[i].first);
+    }
+    BOOST_TEST(unannounced == 2);
+    // forward: embedding, layers, final norm, embedding (the head); backward: final norm, embedding, layers
+    BOOST_TEST(acquired.size() == 2 * (size_t)cfg.layers + 5);
   }
   BOOST_CHECK_THROW(lent.init(1), RuntimeError);
 }

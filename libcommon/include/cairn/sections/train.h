@@ -35,6 +35,7 @@ struct TrainSection {
   // Execution.
   std::string backend = "cpu";
   int threads = 0;
+  bool malloc_tune = true;
   std::string precision = "fp32";
   std::string recompute = "none";
   double bucket_mb = 4.0;
@@ -94,6 +95,9 @@ struct TrainSection {
     k(&S::threads, "threads", Range{0, 4096}, Flag{"--threads"},
       "CPU threads per rank (0 = the rank's CPUs shared among the ranks bound to them: the node's cores over its ranks "
       "when unbound)");
+    k(&S::malloc_tune, "malloc_tune",
+      "keep freed memory mapped (glibc: no mmap'd blocks, no trimming), so MPI's per-call temporaries of large "
+      "gradient reductions are not page-faulted in again on every call (the ranks' resident size stays at its peak)");
     k(&S::precision, "precision", Choices{"fp32", "bf16"},
       "compute precision: fp32, or bf16 on cuda (GEMM inputs in bf16 with fp32 accumulation; parameters, gradients "
       "and optimizer state stay fp32)");
