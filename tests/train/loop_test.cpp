@@ -674,11 +674,6 @@ BOOST_AUTO_TEST_CASE(a_locked_run_directory_is_refused) {
   BOOST_TEST(fs::file_size(run + "/train/LOCK") == 0u);
 }
 
-BOOST_AUTO_TEST_CASE(cleanup) {
-  mpi::barrier();
-  if (mpi::rank() == 0) fs::remove_all(scratch());
-}
-
 // ZeRO-3 over the world's ranks, each running the same micro-batches: the embedding and the final norm are gathered
 // once per step (both ends of every pass use them), each layer once per forward and once per backward, and every use
 // but the step's first finds its gather already started. Losses and the gradient shard are the resident model's,
@@ -751,4 +746,50 @@ BOOST_AUTO_TEST_CASE(zero3_gathers_the_ends_once_per_step_and_prefetches_the_res
     }
     BOOST_TEST(mismatched == 0, "step " << step);
   }
+}
+
+// ZeRO-3 keeps the embedding and final norm gathered between passes; validation passes after every step and a
+// restore to an earlier checkpoint (two NaN steps in a row) must not see parameters gathered before the update or
+// the load: the losses, validation losses and final weights are ZeRO-1's within fp32 reordering.
+BOOST_AUTO_TEST_CASE(zero3_with_validation_and_a_restore_matches_zero1,
+                     *boost::unit_test::precondition(two_or_more_ranks)) {
+  std::string base = scratch();
+  auto run = [&](const std::string& name, int zero) {
+    auto seen = std::make_shared<int>(0);
+    TrainHooks h = with_params();
+    h.fault = [seen](int64_t step) {
+      if (step >= 7 && step <= 8 && *seen < 2) {
+        ++*seen;
+        return Fault::NanGrad;
+      }
+      return Fault::None;
+    };
+    return run_train(small_config(base + "/" + name,
+                                  {"train.checkpoint_every=5", "train.max_consecutive_skips=1", "train.val_every=1",
+                                   "train.val_batches=1", "parallel.zero=" + std::to_string(zero)}),
+                     h);
+  };
+  const TrainResult z1 = run("restore_z1", 1), z3 = run("restore_z3", 3);
+  BOOST_TEST(z3.restores == 1);
+  BOOST_TEST(z3.final_step == 12);
+  BOOST_REQUIRE_EQUAL(z3.losses.size(), z1.losses.size());
+  BOOST_REQUIRE_EQUAL(z3.val_losses.size(), z1.val_losses.size());
+  BOOST_TEST(!z3.val_losses.empty());
+  for (size_t i = 0; i < z1.losses.size(); ++i)
+    BOOST_TEST(z3.losses[i] == z1.losses[i], boost::test_tools::tolerance(1e-5));
+  for (size_t i = 0; i < z1.val_losses.size(); ++i)
+    BOOST_TEST(z3.val_losses[i] == z1.val_losses[i], boost::test_tools::tolerance(1e-5));
+  if (mpi::rank() == 0) {
+    BOOST_REQUIRE_EQUAL(z3.params.size(), z1.params.size());
+    double worst = 0;
+    for (size_t i = 0; i < z1.params.size(); ++i)
+      worst = std::max(worst, std::abs(double(z3.params[i]) - z1.params[i]) / (std::abs(double(z1.params[i])) + 1e-3));
+    BOOST_TEST(worst < 1e-4);
+  }
+}
+
+// Last: the shared scratch directory goes.
+BOOST_AUTO_TEST_CASE(cleanup) {
+  mpi::barrier();
+  if (mpi::rank() == 0) fs::remove_all(scratch());
 }
