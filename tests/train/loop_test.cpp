@@ -682,15 +682,20 @@ BOOST_AUTO_TEST_CASE(a_locked_run_directory_is_refused) {
 static boost::test_tools::assertion_result two_or_more_ranks(boost::unit_test::test_unit_id) {
   return mpi::size() >= 2;
 }
-BOOST_AUTO_TEST_CASE(zero3_gathers_the_ends_once_per_step_and_prefetches_the_rest,
-                     *boost::unit_test::precondition(two_or_more_ranks)) {
+// The tiny GPT the ZeRO unit tests below shard.
+static gpt::GptConfig zero_test_model(int layers) {
   gpt::GptConfig cfg;
-  cfg.layers = 3;
+  cfg.layers = layers;
   cfg.hidden = 32;
   cfg.heads = 2;
   cfg.seq_len = 16;
   cfg.vocab = 64;
   cfg.vocab_real = 61;
+  return cfg;
+}
+BOOST_AUTO_TEST_CASE(zero3_gathers_the_ends_once_per_step_and_prefetches_the_rest,
+                     *boost::unit_test::precondition(two_or_more_ranks)) {
+  const gpt::GptConfig cfg = zero_test_model(3);
   const kernels::Backend& be = kernels::cpu_backend();
   const int B = 2, T = 16, micro = 3;
   std::vector<int32_t> inputs(B * T), targets(B * T);
@@ -785,6 +790,54 @@ BOOST_AUTO_TEST_CASE(zero3_with_validation_and_a_restore_matches_zero1,
     for (size_t i = 0; i < z1.params.size(); ++i)
       worst = std::max(worst, std::abs(double(z3.params[i]) - z1.params[i]) / (std::abs(double(z1.params[i])) + 1e-3));
     BOOST_TEST(worst < 1e-4);
+  }
+}
+
+// A middle pipeline piece under ZeRO-3 (no embedding, no head): a schedule that calls prefetch_params with the
+// model's first unit of the pass it runs next (cairn-train does, before each pipeline receive) never waits for a
+// gather from the start; without the calls each pass's first layer was gathered on the spot (2 per micro-batch).
+BOOST_AUTO_TEST_CASE(zero3_pipeline_piece_prefetches_each_pass_first_unit,
+                     *boost::unit_test::precondition(two_or_more_ranks)) {
+  const gpt::GptConfig cfg = zero_test_model(4);
+  const kernels::Backend& be = kernels::cpu_backend();
+  gpt::ShardSpec spec;
+  spec.first_layer = 1;
+  spec.num_layers = 2;
+  spec.has_embedding = spec.has_head = false;
+  spec.lent_grads = spec.lent_params = true;
+  gpt::Model piece(cfg, be, true, spec);
+  BOOST_TEST(piece.first_unit(false) == 0);
+  BOOST_TEST(piece.first_unit(true) == 1);
+  const size_t n = piece.num_params();
+  std::vector<float> values(n);
+  piece.init_values(5, 0, n, values.data());
+  const Shards sh = Shards::over(MPI_COMM_WORLD, n, true);
+  BOOST_TEST_REQUIRE(sh.size == 2);
+  std::vector<float> param_shard(values.begin() + sh.lo, values.begin() + sh.hi), shard_grads(sh.count());
+  ZeroUnits zero(MPI_COMM_WORLD, sh, piece.units(), be, true, param_shard.data(), shard_grads.data(), -1);
+  piece.set_unit_storage(zero.storage());
+  const int B = 2, T = 16, micro = 3;
+  const size_t rows = piece.stream_rows(B, T) * static_cast<size_t>(cfg.hidden);
+  std::vector<float> input(rows), output_grad(rows);
+  for (size_t i = 0; i < rows; ++i) {
+    input[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+    output_grad[i] = 0.001f * static_cast<float>(i % 89) - 0.04f;
+  }
+  for (bool announce : {false, true}) {
+    zero.begin_step();
+    for (int k = 0; k < micro; ++k) {
+      if (announce) zero.prefetch_params(piece.first_unit(false));
+      std::copy(input.begin(), input.end(), piece.stage_input(B, T));
+      piece.forward(nullptr, nullptr, B, T);
+      if (announce) zero.prefetch_params(piece.first_unit(true));
+      gpt::BackwardOptions o;
+      o.output_grad = output_grad.data();
+      piece.backward(o);
+    }
+    const ZeroUnits::GatherStats stats = zero.gather_stats();
+    zero.finish_step();
+    BOOST_TEST(stats.gathers == 2 * spec.num_layers * micro, "announce " << announce);
+    BOOST_TEST(stats.unprefetched == (announce ? 0 : 2 * micro), "announce " << announce);
   }
 }
 

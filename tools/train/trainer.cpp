@@ -774,6 +774,8 @@ void Trainer::forward_action(const pipeline::Action& a, StepTimes& tm) {
   };
   double t1 = monotonic_seconds();
   if (!ch.spec.has_embedding) {
+    // ZeRO-3: the forward's first layer is gathered while this rank waits for its input
+    if (ch.zero) ch.zero->prefetch_params(ch.model->first_unit(false));
     double wait = pipe_->recv(ch.model->stage_input(mb.B, mb.T), stream_floats(ch), to_world(peer.recv_from),
                               peer.recv_tag, PipeKind::Activations);
     tm.pp_wait += wait;
@@ -809,6 +811,8 @@ void Trainer::backward_action(const pipeline::Action& a, bool last, Fault fault,
   double t1 = monotonic_seconds();
   if (!ch.spec.has_head) {
     if (!ch.grad_in.data()) ch.grad_in = BackendBuffer(backend_, stream_floats(ch));
+    // ZeRO-3: the backward's first layer is gathered while this rank waits for its output's gradient
+    if (ch.zero) ch.zero->prefetch_params(ch.model->first_unit(true));
     tm.pp_wait +=
         pipe_->recv(ch.grad_in.data(), stream_floats(ch), to_world(peer.recv_from), peer.recv_tag, PipeKind::Gradients);
     trace_.event("pipeline wait", "comm", t1, monotonic_seconds(), {{"micro", a.micro}, {"chunk", a.chunk}}, 1);

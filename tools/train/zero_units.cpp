@@ -169,6 +169,10 @@ const float* ZeroUnits::acquire_params(int u, int next) {
   return out;
 }
 
+void ZeroUnits::prefetch_params(int u) {
+  if (shard_params_ && u >= 0 && u < static_cast<int>(units_.size()) && !find_gather(u)) start_gather(u);
+}
+
 void ZeroUnits::release_params(int u, bool keep) {
   for (size_t i = 0; i < gathers_.size(); ++i) {
     if (gathers_[i].unit != u) continue;

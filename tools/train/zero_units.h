@@ -50,6 +50,9 @@ class ZeroUnits {
   void finish_step();
   // Drops the parameters kept gathered: whoever replaces the shard outside a step (a checkpoint restore) calls it.
   void drop_kept_params();
+  // ZeRO-3: starts gathering unit u unless it is gathered or on its way (the first unit of the pass a pipeline rank
+  // runs next, started before it waits for that pass's input).
+  void prefetch_params(int u);
   // ZeRO-3 parameter gathers since begin_step: how many, their floats, and how many a use had to wait for from the
   // start (not prefetched).
   struct GatherStats {

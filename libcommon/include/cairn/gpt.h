@@ -281,6 +281,9 @@ class Model {
   // The units parameters and gradients are lent in (UnitStorage), as (first, count) ranges of the flat layout in
   // order: the embedding (wte, wpe; wte alone on a last stage without it), each layer, the final norm.
   std::vector<std::pair<size_t, size_t>> units() const;
+  // The unit a forward (backward = false) or a backward acquires first: what a caller that knows the next pass (a
+  // pipeline schedule) can have fetched while it waits for that pass's input.
+  int first_unit(bool backward) const;
   // Switches parameters and/or gradients to lent storage (the model frees its own buffers for them, if it made
   // any (ShardSpec::lent_params / lent_grads: none): params() or grads() then return nullptr, and init()/copies of
   // them throw). Between steps only; a piece built with lent buffers must get them before its first forward.

@@ -1315,6 +1315,13 @@ float* Model::stage_input(int B, int T) {
 const float* Model::stage_output() const { return impl_->piece_output(); }
 const float* Model::stage_input_grad() const { return impl_->slots[impl_->slot].acts.dres; }
 std::vector<std::pair<size_t, size_t>> Model::units() const { return impl_->units; }
+int Model::first_unit(bool backward) const {
+  const Impl& m = *impl_;
+  const int first_layer = m.layers.empty() ? -1 : m.layer_unit(0);
+  const int last_layer = m.layers.empty() ? -1 : m.layer_unit((int)m.layers.size() - 1);
+  if (backward) return m.spec.has_head ? m.head_unit : last_layer;
+  return m.spec.has_embedding ? m.emb_unit : first_layer >= 0 ? first_layer : m.head_unit;
+}
 
 void Model::set_unit_storage(UnitStorage storage) {
   Impl& m = *impl_;

@@ -411,7 +411,11 @@ BOOST_AUTO_TEST_CASE(lent_unit_storage_matches_resident) {
     std::fill(grads.begin(), grads.end(), 0.0f);
     const float loss = lent.forward(batch.inputs.data(), batch.targets.data(), batch.B, batch.T);
     for (int u : in_use) BOOST_TEST(u == 0);  // every unit released after forward
+    const size_t forward_acquires = acquired.size();
     lent.backward();
+    BOOST_TEST_REQUIRE(forward_acquires < acquired.size());
+    BOOST_TEST(acquired.front().first == lent.first_unit(false));
+    BOOST_TEST(acquired[forward_acquires].first == lent.first_unit(true));
     for (int u : in_use) BOOST_TEST(u == 0);
     for (int h : handed) BOOST_TEST(h == 1);
     BOOST_TEST(loss == want_loss);
