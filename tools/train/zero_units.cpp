@@ -164,8 +164,7 @@ const float* ZeroUnits::acquire_params(int u, int next) {
     g->ready = true;
   }
   const float* out = g->buf->data();
-  // the model's next unit is gathered beside this one's compute (FSDP's forward and backward prefetch)
-  if (next >= 0 && next < static_cast<int>(units_.size()) && !find_gather(next)) start_gather(next);
+  prefetch_params(next);  // gathered beside this unit's compute (FSDP's forward and backward prefetch)
   return out;
 }
 

@@ -577,7 +577,8 @@ struct Model::Impl {
       unit_params[u] = nullptr;
     }
   }
-  // The unit a forward acquires after layer l's (the next layer's, else the head's), and a backward after layer l's.
+  // The unit a forward acquires after layer l's (the next layer's, else the head's; l = -1: after the embedding), and a
+  // backward after layer l's (l = layers.size(): after the head).
   int unit_after_forward(int l) const {
     return l + 1 < (int)layers.size() ? layer_unit(l + 1) : (spec.has_head ? head_unit : -1);
   }
@@ -1015,7 +1016,7 @@ struct Model::Impl {
   }
 
   void embed(const int32_t* inputs, const Dims& d) {
-    use_params(emb_unit, !layers.empty() ? layer_unit(0) : head_unit);
+    use_params(emb_unit, unit_after_forward(-1));
     embed_tokens(inputs, d);
     done_params(emb_unit);
   }
@@ -1196,7 +1197,7 @@ struct Model::Impl {
   // The head's backward: d(loss) -> d(logits) in place -> lm_head -> final LayerNorm, into dres.
   void head_backward(const BackwardOptions& o, const Dims& d, const std::function<void(size_t, size_t)>& notify) {
     use_params(head_unit, emb_unit);
-    use_params(emb_unit, layers.empty() ? -1 : layer_unit((int)layers.size() - 1));
+    use_params(emb_unit, unit_after_backward((int)layers.size()));
     head_grads(o, d, notify);
     done_params(emb_unit);
     done_params(head_unit);
@@ -1317,10 +1318,8 @@ const float* Model::stage_input_grad() const { return impl_->slots[impl_->slot].
 std::vector<std::pair<size_t, size_t>> Model::units() const { return impl_->units; }
 int Model::first_unit(bool backward) const {
   const Impl& m = *impl_;
-  const int first_layer = m.layers.empty() ? -1 : m.layer_unit(0);
-  const int last_layer = m.layers.empty() ? -1 : m.layer_unit((int)m.layers.size() - 1);
-  if (backward) return m.spec.has_head ? m.head_unit : last_layer;
-  return m.spec.has_embedding ? m.emb_unit : first_layer >= 0 ? first_layer : m.head_unit;
+  if (backward) return m.spec.has_head ? m.head_unit : m.unit_after_backward((int)m.layers.size());
+  return m.spec.has_embedding ? m.emb_unit : m.unit_after_forward(-1);
 }
 
 void Model::set_unit_storage(UnitStorage storage) {
