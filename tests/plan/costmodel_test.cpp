@@ -1734,6 +1734,48 @@ BOOST_AUTO_TEST_CASE(context_parallel_steps_merge_their_partial_outputs) {
   BOOST_TEST(std::abs((halves.b.memory_bound - whole.b.memory_bound / 2) / merges - 1) < 1e-9);
 }
 
+BOOST_AUTO_TEST_CASE(zero3_root_unit_gathered_once_per_step_as_cairn_train_keeps_it) {
+  // cairn-train keeps ZeRO-3's root unit (embedding, final norm) gathered from the step's first forward to its last
+  // backward (plan.zero3_root_gather = step); PyTorch FSDP gathers it again every micro-batch. Its gradient is
+  // reduce-scattered every micro-batch either way, and it is held gathered beside the layers' buffers either way.
+  const ModelSpec m = gpt(4, 1024, 16, 1024, 50304);
+  Cluster c = hopper(1);
+  c.reserved_gib = 0;
+  Assumptions a;
+  a.flash_attention = true;
+  a.weight_bytes = 4;  // cairn-train's ZeRO-3: the fp32 shard is the parameter (no mixed-precision FSDP)
+  a.grad_bytes = 4;
+  Plan p;
+  p.dp = 8;
+  p.mb = 1;
+  p.zero = 3;
+  const int64_t B = 64;  // 8 micro-batches per rank
+  const Evaluation per_mb = evaluate(m, c, p, B, a);
+  a.zero3_root_per_step = true;
+  const Evaluation per_step = evaluate(m, c, p, B, a);
+  BOOST_REQUIRE(per_mb.feasible() && per_step.feasible());
+  BOOST_TEST(per_mb.b.microbatches == 8);
+  const ParamCounts pc = parameter_counts(m);
+  const double root = double(pc.embedding + pc.final_norm + pc.head), layer = double(pc.per_layer);
+  const double gather = collective_time(c, Collective::AllGather, root * a.weight_bytes, 8, 8);
+  BOOST_TEST(gather > 0);
+  BOOST_TEST(std::abs((per_mb.b.dp_comm - per_step.b.dp_comm) / (7 * gather) - 1) < 1e-9);
+  BOOST_TEST(std::abs((per_mb.b.dp_exposed - per_step.b.dp_exposed) / (7 * gather) - 1) < 1e-9);
+  BOOST_TEST(per_step.step_time_s < per_mb.step_time_s);
+  // Buffers: two gathered layers, three layers' unsharded gradients in flight, and the gathered root unit.
+  for (const Evaluation* e : {&per_mb, &per_step})
+    BOOST_TEST(std::abs(e->b.mem_buffers - (5 * layer + root) * 4) < 1e-6 * root);
+  BOOST_TEST(line_of(explain(m, c, per_step, B, a), "DP communication").find("plan.zero3_root_gather") !=
+             std::string::npos);
+  // The [plan] key selects it, for FSDP-style ZeRO-3 only.
+  const Config cfg =
+      load({"configs/models/llama2-7b.toml", "configs/clusters/dgx-h100.toml"}, {"plan.zero3_root_gather=step"});
+  BOOST_TEST(assumptions_from_config(cfg).zero3_root_per_step);
+  const Config ds_cfg = load({"configs/models/llama2-7b.toml", "configs/clusters/dgx-h100.toml"},
+                             {"plan.zero3_root_gather=step", "plan.zero3_impl=deepspeed"});
+  BOOST_TEST(!assumptions_from_config(ds_cfg).zero3_root_per_step);
+}
+
 BOOST_AUTO_TEST_CASE(fsdp_with_pipeline_stages_gathers_per_micro_batch_or_per_step) {
   // ZeRO-3 with PP runs as FSDP (cairn-train, PyTorch pipelining); DeepSpeed and Megatron-FSDP refuse it.
   // zero_sync = micro_batch gathers each layer forward and backward and reduce-scatters it every micro-batch; step

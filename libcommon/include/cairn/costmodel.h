@@ -266,6 +266,9 @@ struct Assumptions {
   // ZeRO-2/3 as FSDP (zero3 = Fsdp only): gather and reduce-scatter once per step instead of every micro-batch
   // (plan.zero_sync = step: PyTorch pipelining keeps an FSDP2 stage's parameters gathered and its gradients whole).
   bool zero_sync_per_step = false;
+  // ZeRO-3 as FSDP per micro-batch: the root unit (embedding, final norm, head) gathered once per step and kept
+  // (plan.zero3_root_gather = step, cairn-train) instead of once per micro-batch (PyTorch FSDP).
+  bool zero3_root_per_step = false;
   double memory_headroom = 0.0;  // fraction of HBM kept free
   // FP8 linear layers (Transformer Engine): the transformer layers' weight GEMMs run on FP8 tensor cores, their
   // inputs and output gradients are cast (and transposed) by memory-bound kernels, FP8 copies of the weights are

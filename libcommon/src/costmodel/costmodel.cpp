@@ -490,6 +490,7 @@ Assumptions assumptions_from_section(const PlanSection& s) {
   a.zero3_prefetch_params = s.zero3_prefetch_bucket;
   // Only FSDP has the per-step schedule (PyTorch pipelining); DeepSpeed and Megatron-FSDP keep theirs.
   a.zero_sync_per_step = s.zero_sync == "step" && a.zero3 == Zero3Impl::Fsdp;
+  a.zero3_root_per_step = s.zero3_root_gather == "step" && a.zero3 == Zero3Impl::Fsdp;
   a.memory_headroom = s.memory_headroom;
   a.fp8 = s.precision == "fp8";
   a.fp8_current_scaling = s.fp8_scaling == "current";
@@ -1040,11 +1041,13 @@ DpComm dp_comm(const Cluster& c, const Assumptions& a, const Plan& p, const Grou
     r.exposed = rounds * (ag + rs + (layers - 1) * (of.exposed + ob.exposed));
     // The root unit (FSDP wraps each layer, then the model: embedding, final norm and an untied head) is gathered
     // before the first layer's forward and kept to the end of the backward, then reduce-scattered: neither hides.
+    // cairn-train keeps it gathered across the step's micro-batches (plan.zero3_root_gather = step): one gather.
     if (edge_params > 0) {
-      const double root = coll(Collective::AllGather, edge_params * a.weight_bytes) +
-                          coll(Collective::ReduceScatter, edge_params * a.grad_bytes);
-      r.total += rounds * root;
-      r.exposed += rounds * root;
+      const double root_gathers = a.zero3_root_per_step ? 1.0 : rounds;
+      const double root = root_gathers * coll(Collective::AllGather, edge_params * a.weight_bytes) +
+                          rounds * coll(Collective::ReduceScatter, edge_params * a.grad_bytes);
+      r.total += root;
+      r.exposed += root;
     }
     r.slowdown = rounds * (layers - 1) * (of.slowdown + ob.slowdown);
     // GPUs only: the CPU path (cairn-train's own ZeRO-3) has no such copies.
@@ -1384,8 +1387,8 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   // embedding, final norm and head) stays gathered from its forward to the end of the backward, with its unsharded
   // gradient (in the 16-bit dtype autograd writes; cast for the reduce-scatter at the end): FSDP does not reshard
   // the root after forward (its parameters are needed at once by the backward).
-  // cairn-train's ZeRO-3 keeps fp32 weights (its shard is the parameter, weight_bytes 4) and releases its
-  // embedding and head units after use: priced by the ZeRO paper's count, which it matches.
+  // cairn-train's ZeRO-3 keeps fp32 weights (its shard is the parameter, weight_bytes 4): priced by the ZeRO paper's
+  // count, plus the root unit gathered beside it (root_gathered below).
   const bool fsdp_mixed = fsdp_mixed_precision(a, p);
   auto states = [&](double P, double layer_P) {
     if (fsdp_mixed) {
@@ -1447,13 +1450,21 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   // layers) across the micro-batches of a step; under ZeRO-3 only the gathered layers have them. FP8 parameters
   // are the copy: only the transpose is extra (1 byte).
   auto layer_params_of = [&](int r) { return double(rank_layers[size_t(r)]) * rp.layer_tp; };
+  // The root unit gathered (FSDP without mixed precision, where the states above leave it out; cairn-train): held
+  // from its forward to the end of its backward, by cairn-train for the whole step (plan.zero3_root_gather).
+  auto root_gathered = [&](int r) {
+    return p.zero >= 3 && !whole && !fsdp_mixed && a.zero3 == Zero3Impl::Fsdp
+               ? std::max(0.0, params_of(r) - layer_params_of(r)) * a.weight_bytes
+               : 0.0;
+  };
   auto fp8_copies = [&](int r) {
     if (!a.fp8) return 0.0;
     return (fp8_params(a, p) ? 1.0 : 2.0) * (p.zero >= 3 && !whole ? gathered : layer_params_of(r));
   };
   auto total = [&](int r, double acts, bool has_logits) {
     auto s3 = states(params_of(r), layer_params_of(r));
-    return s3[0] + s3[1] + s3[2] + acts + (has_logits ? logits : 0.0) + work + zero_buffers + fp8_copies(r) + reserved;
+    return s3[0] + s3[1] + s3[2] + acts + (has_logits ? logits : 0.0) + work + zero_buffers + root_gathered(r) +
+           fp8_copies(r) + reserved;
   };
   // The rank with the most memory is the plan's: its states, activations and buffers are the breakdown's.
   int r_max = 0;
@@ -1473,7 +1484,7 @@ void fill_memory(Breakdown& B, const ModelSpec& m, const Cluster& c, const Assum
   B.mem_optimizer = s3[2];
   B.mem_activations = acts_max;
   B.mem_logits = r_max == p.pp - 1 ? logits : 0.0;
-  B.mem_buffers = work + zero_buffers + fp8_copies(r_max) + reserved;
+  B.mem_buffers = work + zero_buffers + root_gathered(r_max) + fp8_copies(r_max) + reserved;
   B.mem_total = mem_max;
 }
 

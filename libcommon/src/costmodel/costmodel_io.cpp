@@ -419,6 +419,9 @@ std::string explain(const ModelSpec& model, const Cluster& c, const Evaluation& 
        : a.zero3 == Zero3Impl::Fsdp && a.zero_sync_per_step
            ? "total; ZeRO-3 as PyTorch FSDP, once per step: each layer gathered at the first forward and reduced "
              "after the last backward (plan.zero_sync)"
+       : a.zero3 == Zero3Impl::Fsdp && a.zero3_root_per_step
+           ? "total; ZeRO-3 as cairn-train: per-layer gathers, next layer prefetched, the root unit gathered once per "
+             "step (plan.zero3_root_gather)"
        : a.zero3 == Zero3Impl::Fsdp
            ? "total; ZeRO-3 as PyTorch FSDP: per-layer gathers, next layer prefetched (plan.zero3_impl)"
            : "total; ZeRO-3 as Megatron-FSDP: per-layer gathers from persistent buffers (plan.zero3_impl)");

@@ -47,6 +47,7 @@ struct PlanSection {
   std::string zero3_impl = "fsdp";
   double zero3_prefetch_bucket = 5e7;
   std::string zero_sync = "micro_batch";
+  std::string zero3_root_gather = "micro_batch";
   std::string precision = "bf16";
   std::string fp8_scaling = "delayed";
   bool fp8_param_gather = false;
@@ -145,6 +146,11 @@ struct PlanSection {
       "when ZeRO-2/3 (zero3_impl = fsdp) gather parameters and reduce-scatter gradients: every micro-batch (FSDP with "
       "gradient accumulation, cairn-train) or once per step (PyTorch pipelining with FSDP2, torchtitan's PP: the "
       "parameters stay gathered and the gradients whole from the first forward to the last backward)");
+    k(&S::zero3_root_gather, "zero3_root_gather", Choices{"micro_batch", "step"},
+      "when ZeRO-3 (zero3_impl = fsdp, zero_sync = micro_batch) gathers the root unit (embedding, final norm, head): "
+      "every micro-batch (PyTorch FSDP, which reshards it after each backward) or once per step (cairn-train, which "
+      "keeps it gathered from the step's first forward to its last backward); its gradient is reduce-scattered every "
+      "micro-batch either way");
     k(&S::zero3_prefetch_bucket, "zero3_prefetch_bucket", Range{0, 1e13},
       "zero3_impl = deepspeed: parameters gathered ahead of use (DeepSpeed stage3_prefetch_bucket_size)");
     k(&S::precision, "precision", Choices{"bf16", "fp8"},
