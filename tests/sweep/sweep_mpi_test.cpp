@@ -1,5 +1,5 @@
 // run_sweep in-process on 2 and 4 ranks: every collective correct (#wrong 0), rows as nccl-tests
-// defines them, busbw = algbw x factor, a planted wrong element gives exit code 3.
+// defines them, busbw = algbw x factor, a planted wrong element gives exit code 3, sweep.mpi_nonblocking's calls.
 #define BOOST_TEST_MODULE sweep_mpi
 #include <boost/test/unit_test.hpp>
 
@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -77,6 +79,97 @@ BOOST_AUTO_TEST_CASE(all_collectives_are_correct_and_follow_nccl_tests_rules) {
 
 // "Out of bounds values" counts failed checks as nccl-tests does (a rank and placement each), #wrong the wrong
 // elements: three corrupted elements in one check are 3 wrong and 1 failed check (the footer said 3).
+// The MPI profiling interface: these definitions take the place of the library's and count the non-blocking calls the
+// sweep makes before passing them on (PMPI_*).
+namespace {
+std::map<std::string, long> g_started;
+}  // namespace
+extern "C" {
+int MPI_Iallreduce(const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c, MPI_Request* q) {
+  ++g_started["iallreduce"];
+  return PMPI_Iallreduce(s, r, n, t, op, c, q);
+}
+int MPI_Iallgather(const void* s, int sn, MPI_Datatype st, void* r, int rn, MPI_Datatype rt, MPI_Comm c,
+                   MPI_Request* q) {
+  ++g_started["iallgather"];
+  return PMPI_Iallgather(s, sn, st, r, rn, rt, c, q);
+}
+int MPI_Ireduce_scatter_block(const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, MPI_Comm c, MPI_Request* q) {
+  ++g_started["ireduce_scatter_block"];
+  return PMPI_Ireduce_scatter_block(s, r, n, t, op, c, q);
+}
+int MPI_Ialltoall(const void* s, int sn, MPI_Datatype st, void* r, int rn, MPI_Datatype rt, MPI_Comm c,
+                  MPI_Request* q) {
+  ++g_started["ialltoall"];
+  return PMPI_Ialltoall(s, sn, st, r, rn, rt, c, q);
+}
+int MPI_Ibcast(void* b, int n, MPI_Datatype t, int root, MPI_Comm c, MPI_Request* q) {
+  ++g_started["ibcast"];
+  return PMPI_Ibcast(b, n, t, root, c, q);
+}
+int MPI_Ireduce(const void* s, void* r, int n, MPI_Datatype t, MPI_Op op, int root, MPI_Comm c, MPI_Request* q) {
+  ++g_started["ireduce"];
+  return PMPI_Ireduce(s, r, n, t, op, root, c, q);
+}
+int MPI_Isend(const void* b, int n, MPI_Datatype t, int to, int tag, MPI_Comm c, MPI_Request* q) {
+  ++g_started["isend"];
+  return PMPI_Isend(b, n, t, to, tag, c, q);
+}
+}
+
+// sweep.mpi_nonblocking: every collective runs as its MPI_I* call (counted above) and is waited for; the results are
+// as correct as the blocking calls', in the large-count paths too (slices of a reduction, one element of a derived
+// type for the rest). Blocking, none of those calls is made.
+BOOST_AUTO_TEST_CASE(nonblocking_calls_are_made_checked_and_recorded) {
+  cairn::Config cfg;
+  auto remove_run = [](const std::string& dir) {  // by rank 0, once every rank is done with it
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (cairn::mpi::rank() == 0) std::filesystem::remove_all(dir);
+  };
+  SweepOptions o = small_options(scratch_dir("nb0"));
+  g_started.clear();
+  SweepResult blocking;
+  BOOST_TEST(run_sweep(cfg, o, &blocking) == 0);
+  BOOST_TEST(g_started.empty());
+  remove_run(o.run_dir);
+
+  o = small_options(scratch_dir("nb"));
+  o.mpi_nonblocking = true;
+  o.backend = "auto";  // only MPI has non-blocking calls to sweep: auto takes it
+  SweepResult res;
+  BOOST_TEST(run_sweep(cfg, o, &res) == 0);
+  BOOST_TEST(res.wrong == 0);
+  const int n = cairn::mpi::size();
+  for (const char* call :
+       {"iallreduce", "iallgather", "ireduce_scatter_block", "ialltoall", "ibcast", "ireduce", "isend"})
+    BOOST_TEST(g_started[call] > 0, call << " made " << g_started[call] << " times");
+  if (cairn::mpi::rank() == 0) {
+    BOOST_TEST(res.blocks.size() == 33u);
+    for (const auto& b : res.blocks) {
+      BOOST_TEST(b.wrong == 0);
+      BOOST_TEST(b.nranks == n);
+    }
+    BOOST_TEST(res.table.find("# MPI calls: non-blocking") != std::string::npos);
+  }
+  remove_run(o.run_dir);
+
+  // Large counts: MPI's per-call limit lowered to 100 elements, so 4 KiB reductions go in slices and the rest as one
+  // element of a derived type.
+  o = small_options(scratch_dir("nbl"));
+  o.mpi_nonblocking = true;
+  o.collectives = {"allreduce", "allgather", "broadcast", "reduce"};
+  o.types = {DataType::Float32};
+  o.ops = {RedOp::Sum};
+  SweepFaults faults;
+  faults.mpi_count_limit = 100;
+  g_started.clear();
+  SweepResult large;
+  BOOST_TEST(run_sweep(cfg, o, &large, faults) == 0);
+  BOOST_TEST(large.wrong == 0);
+  BOOST_TEST(g_started["iallreduce"] > 0);
+  remove_run(o.run_dir);
+}
+
 BOOST_AUTO_TEST_CASE(failed_checks_count_ranks_not_elements) {
   cairn::Config cfg;
   SweepOptions o = small_options(scratch_dir("bad3"));

@@ -58,7 +58,8 @@ struct Backend {
   void (*sync)(BackendComm*);
 };
 
-const Backend& mpi_backend();
+// nonblocking: every collective started with its MPI_I* call and waited for (sweep.mpi_nonblocking).
+const Backend& mpi_backend(bool nonblocking = false);
 // The largest element count one MPI call takes (INT_MAX, or lower while an MpiCountLimit lives). Above
 // it the MPI backend splits reductions into consecutive calls and sends the other collectives as one
 // element of a derived type spanning the count.

@@ -1,4 +1,5 @@
-// MPI backend of cairn-sweep: host buffers, blocking MPI collectives on the tier's communicator.
+// MPI backend of cairn-sweep: host buffers, MPI collectives on the tier's communicator, blocking or
+// (sweep.mpi_nonblocking) each started non-blocking and waited for.
 #include <omp.h>
 
 #include <algorithm>
@@ -150,7 +151,7 @@ int64_t mpi_check(BackendComm*, const void* view, DataType t, const Segment& s, 
 }
 
 void run_counted(BackendComm* bc, CollKind kind, const void* send, void* recv, int n, MPI_Datatype dt, RedOp op,
-                 int root, bool in_place);
+                 int root, bool in_place, bool nonblocking);
 
 // A datatype spanning `count` elements of `base` (extent exactly count elements) built from
 // blocks of at most `limit`, so that counts above MPI's int range go as one element of it
@@ -178,9 +179,8 @@ MPI_Datatype large_count_type(uint64_t count, MPI_Datatype base, size_t elem_siz
 }
 
 void mpi_run(BackendComm* bc, CollKind kind, const void* send, void* recv, size_t count, DataType t, RedOp op, int root,
-             bool in_place) {
+             bool in_place, bool nonblocking) {
   MPI_Datatype dt = mpi_type(t);
-  MPI_Comm comm = bc->comm;
   if (count > bc->count_limit) {
     size_t ws = type_size(t);
     // Predefined reduction ops take only predefined types (Open MPI 4 checks it), so reductions go
@@ -190,13 +190,7 @@ void mpi_run(BackendComm* bc, CollKind kind, const void* send, void* recv, size_
         uint64_t part = std::min<uint64_t>(bc->count_limit, count - done);
         const char* s = static_cast<const char*>(send) + done * ws;
         char* r = static_cast<char*>(recv) + done * ws;
-        int n = static_cast<int>(part);
-        if (kind == CollKind::AllReduce) {
-          mpi::check(MPI_Allreduce(in_place ? MPI_IN_PLACE : s, r, n, dt, mpi_op(op), comm), "MPI_Allreduce");
-        } else {
-          mpi::check(MPI_Reduce(in_place && bc->rank == root ? MPI_IN_PLACE : s, r, n, dt, mpi_op(op), root, comm),
-                     "MPI_Reduce");
-        }
+        run_counted(bc, kind, s, r, static_cast<int>(part), dt, op, root, in_place, nonblocking);
         done += part;
       }
       return;
@@ -212,22 +206,77 @@ void mpi_run(BackendComm* bc, CollKind kind, const void* send, void* recv, size_
       bc->big_count = count;
       bc->big_base = dt;
     }
-    run_counted(bc, kind, send, recv, 1, bc->big_type, op, root, in_place);
+    run_counted(bc, kind, send, recv, 1, bc->big_type, op, root, in_place, nonblocking);
     return;
   }
-  run_counted(bc, kind, send, recv, static_cast<int>(count), dt, op, root, in_place);
+  run_counted(bc, kind, send, recv, static_cast<int>(count), dt, op, root, in_place, nonblocking);
+}
+void mpi_run_blocking(BackendComm* bc, CollKind kind, const void* send, void* recv, size_t count, DataType t, RedOp op,
+                      int root, bool in_place) {
+  mpi_run(bc, kind, send, recv, count, t, op, root, in_place, false);
+}
+void mpi_run_nonblocking(BackendComm* bc, CollKind kind, const void* send, void* recv, size_t count, DataType t,
+                         RedOp op, int root, bool in_place) {
+  mpi_run(bc, kind, send, recv, count, t, op, root, in_place, true);
 }
 
-// One MPI call of `n` elements of `dt` (a predefined type, or the large-count type with n = 1).
+// One MPI call of `n` elements of `dt` (a predefined type, or the large-count type with n = 1): the blocking call, or
+// (nonblocking) its MPI_I* form and a wait, as cairn-train's gradient and ZeRO reductions make them. Open MPI runs the
+// two with different algorithms (tuned vs libnbc). A sendrecv in place stays MPI_Sendrecv_replace, which has no
+// non-blocking form before MPI 4.
 void run_counted(BackendComm* bc, CollKind kind, const void* send, void* recv, int n, MPI_Datatype dt, RedOp op,
-                 int root, bool in_place) {
+                 int root, bool in_place, bool nonblocking) {
   MPI_Comm comm = bc->comm;
+  const void* src = in_place ? MPI_IN_PLACE : send;
+  const void* root_src = in_place && bc->rank == root ? MPI_IN_PLACE : send;
+  // Out of place, the broadcast root sends straight from its send buffer (no extra copy timed).
+  void* bcast_buf = bc->rank == root && !in_place ? const_cast<void*>(send) : recv;
+  const int next = (bc->rank + 1) % bc->size, prev = (bc->rank - 1 + bc->size) % bc->size;
   int rc = MPI_SUCCESS;
   const char* what = "";
+  if (nonblocking && !(kind == CollKind::SendRecv && in_place)) {
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    switch (kind) {
+      case CollKind::AllReduce:
+        what = "MPI_Iallreduce";
+        rc = MPI_Iallreduce(src, recv, n, dt, mpi_op(op), comm, req);
+        break;
+      case CollKind::AllGather:
+        what = "MPI_Iallgather";
+        rc = in_place ? MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, dt, comm, req)
+                      : MPI_Iallgather(send, n, dt, recv, n, dt, comm, req);
+        break;
+      case CollKind::ReduceScatter:
+        what = "MPI_Ireduce_scatter_block";
+        rc = MPI_Ireduce_scatter_block(src, recv, n, dt, mpi_op(op), comm, req);
+        break;
+      case CollKind::AlltoAll:
+        what = "MPI_Ialltoall";
+        rc = in_place ? MPI_Ialltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, dt, comm, req)
+                      : MPI_Ialltoall(send, n, dt, recv, n, dt, comm, req);
+        break;
+      case CollKind::Broadcast:
+        what = "MPI_Ibcast";
+        rc = MPI_Ibcast(bcast_buf, n, dt, root, comm, req);
+        break;
+      case CollKind::Reduce:
+        what = "MPI_Ireduce";
+        rc = MPI_Ireduce(root_src, recv, n, dt, mpi_op(op), root, comm, req);
+        break;
+      case CollKind::SendRecv:
+        what = "MPI_Irecv/MPI_Isend";
+        rc = MPI_Irecv(recv, n, dt, prev, 7, comm, &req[0]);
+        if (rc == MPI_SUCCESS) rc = MPI_Isend(send, n, dt, next, 7, comm, &req[1]);
+        break;
+    }
+    mpi::check(rc, what);
+    mpi::check(MPI_Waitall(2, req, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    return;
+  }
   switch (kind) {
     case CollKind::AllReduce:
       what = "MPI_Allreduce";
-      rc = MPI_Allreduce(in_place ? MPI_IN_PLACE : send, recv, n, dt, mpi_op(op), comm);
+      rc = MPI_Allreduce(src, recv, n, dt, mpi_op(op), comm);
       break;
     case CollKind::AllGather:
       what = "MPI_Allgather";
@@ -236,7 +285,7 @@ void run_counted(BackendComm* bc, CollKind kind, const void* send, void* recv, i
       break;
     case CollKind::ReduceScatter:
       what = "MPI_Reduce_scatter_block";
-      rc = MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, n, dt, mpi_op(op), comm);
+      rc = MPI_Reduce_scatter_block(src, recv, n, dt, mpi_op(op), comm);
       break;
     case CollKind::AlltoAll:
       what = "MPI_Alltoall";
@@ -245,20 +294,17 @@ void run_counted(BackendComm* bc, CollKind kind, const void* send, void* recv, i
       break;
     case CollKind::Broadcast:
       what = "MPI_Bcast";
-      // Out of place, the root broadcasts straight from its send buffer (no extra copy timed).
-      rc = MPI_Bcast(bc->rank == root && !in_place ? const_cast<void*>(send) : recv, n, dt, root, comm);
+      rc = MPI_Bcast(bcast_buf, n, dt, root, comm);
       break;
     case CollKind::Reduce:
       what = "MPI_Reduce";
-      rc = MPI_Reduce(in_place && bc->rank == root ? MPI_IN_PLACE : send, recv, n, dt, mpi_op(op), root, comm);
+      rc = MPI_Reduce(root_src, recv, n, dt, mpi_op(op), root, comm);
       break;
-    case CollKind::SendRecv: {
+    case CollKind::SendRecv:
       what = "MPI_Sendrecv";
-      int next = (bc->rank + 1) % bc->size, prev = (bc->rank - 1 + bc->size) % bc->size;
       rc = in_place ? MPI_Sendrecv_replace(recv, n, dt, next, 7, prev, 7, comm, MPI_STATUS_IGNORE)
                     : MPI_Sendrecv(send, n, dt, next, 7, recv, n, dt, prev, 7, comm, MPI_STATUS_IGNORE);
       break;
-    }
   }
   mpi::check(rc, what);
 }
@@ -267,26 +313,31 @@ void mpi_sync(BackendComm*) {}
 
 }  // namespace
 
-const Backend& mpi_backend() {
-  static const Backend b = {"mpi",
-                            mpi_supports_type,
-                            mpi_supports_op,
-                            true,
-                            true,
-                            true,
-                            mpi_visible_devices,
-                            mpi_device_problem,
-                            mpi_open,
-                            mpi_close,
-                            mpi_device_info,
-                            mpi_version,
-                            mpi_alloc,
-                            mpi_release,
-                            mpi_fill,
-                            mpi_check,
-                            mpi_run,
-                            mpi_sync};
-  return b;
+const Backend& mpi_backend(bool nonblocking) {
+  static const Backend blocking = {"mpi",
+                                   mpi_supports_type,
+                                   mpi_supports_op,
+                                   true,
+                                   true,
+                                   true,
+                                   mpi_visible_devices,
+                                   mpi_device_problem,
+                                   mpi_open,
+                                   mpi_close,
+                                   mpi_device_info,
+                                   mpi_version,
+                                   mpi_alloc,
+                                   mpi_release,
+                                   mpi_fill,
+                                   mpi_check,
+                                   mpi_run_blocking,
+                                   mpi_sync};
+  static const Backend started = [] {
+    Backend b = blocking;
+    b.run = mpi_run_nonblocking;
+    return b;
+  }();
+  return nonblocking ? started : blocking;
 }
 
 #ifndef CAIRN_SWEEP_NCCL

@@ -85,6 +85,7 @@ std::string format_section_header(const RunInfo& info, const std::string& perf_n
   if (o.blocking == 2) s += "# Blocking Enabled: wait after each inner iteration (-m), no barrier \n";
   if (o.blocking == 3)
     s += "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n";
+  if (o.mpi_nonblocking) s += "# MPI calls: non-blocking (each MPI_I* call waited for; sweep.mpi_nonblocking)\n";
   s += "#\n# Using devices\n";
   for (const auto& r : info.ranks) {
     s += strprintf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", r.rank, r.group, r.pid, r.host.c_str(),
@@ -361,6 +362,7 @@ ojson cairn_extras_json(const RunInfo& info, const SweepResult& r, const SweepLi
           {"backend_version", info.backend_version},
           {"average", o.average},
           {"blocking", o.blocking},
+          {"mpi_nonblocking", o.mpi_nonblocking},
           {"report_cputime", o.report_cputime},
           {"tiers", o.tiers},
           {"min_busbw", o.min_busbw},
@@ -438,6 +440,7 @@ void write_sweep_h5(const std::string& path, const RunInfo& info, const SweepRes
     f.set_attr("failed_checks", static_cast<int64_t>(r.failed_checks));
     f.set_attr("malloc_note", info.malloc_note);
     f.set_attr("malloc_tuned_in_process", static_cast<int64_t>(o.malloc_tune));
+    f.set_attr("mpi_nonblocking", static_cast<int64_t>(o.mpi_nonblocking));
     f.write_strings("environment", info.env.empty() ? std::vector<std::string>{""} : info.env);
 
     h5::Group topo = f.create_group("topology");

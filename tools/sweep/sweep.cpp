@@ -142,6 +142,7 @@ SweepOptions sweep_options(const Config& cfg) {
   o.min_busbw_source = min_busbw_source(cfg);
   o.keep_samples = sw.keep_samples;
   o.malloc_tune = sw.malloc_tune;
+  o.mpi_nonblocking = sw.mpi_nonblocking;
   o.run_dir = read_section<RunSection>(cfg).dir;
   return o;
 }
@@ -731,6 +732,7 @@ namespace {
 // Backend: auto picks NCCL when built with it and every rank sees a GPU.
 const Backend& choose_backend(SweepOptions& o) {
   const Backend* nccl = nccl_backend();
+  if (o.backend == "auto" && o.mpi_nonblocking) o.backend = "mpi";  // only MPI has the choice (same on every rank)
   if (o.backend == "auto") {
     const int own = nccl ? nccl->visible_devices() : 0;
     const int visible = mpi::allreduce<int>(own, MPI_MIN);
@@ -742,7 +744,9 @@ const Backend& choose_backend(SweepOptions& o) {
   if (o.backend == "nccl" && !nccl) {
     throw UsageError("backend nccl: this cairn-sweep was built without CUDA (configure with -DCAIRN_CUDA=ON)");
   }
-  return o.backend == "nccl" ? *nccl : mpi_backend();
+  if (o.backend == "nccl" && o.mpi_nonblocking)
+    throw UsageError("sweep.mpi_nonblocking (--mpi-nonblocking) is for the MPI backend, and sweep.backend is nccl");
+  return o.backend == "nccl" ? *nccl : mpi_backend(o.mpi_nonblocking);
 }
 
 // -d all / -o all: every type and op this backend has, in nccl-tests' order; then every asked-for

@@ -33,6 +33,7 @@ struct SweepOptions {
   double min_busbw = 0;
   std::string min_busbw_source;  // which setting gave min_busbw (origin, or NCCL_TESTS_MIN_BW), for the log
   bool keep_samples = false, malloc_tune = false;
+  bool mpi_nonblocking = false;  // MPI backend: MPI_I* calls, each waited for
   std::string run_dir;
   std::string json_path;    // --json ("" none, "-" stdout)
   bool print_table = true;  // the nccl-tests table on stdout

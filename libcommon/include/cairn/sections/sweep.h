@@ -30,6 +30,7 @@ struct SweepSection {
   double min_busbw = 0.0;
   bool keep_samples = false;
   bool malloc_tune = false;
+  bool mpi_nonblocking = false;
   template <class K>
   static void keys(K& k) {
     using S = SweepSection;
@@ -77,6 +78,10 @@ struct SweepSection {
     k(&S::malloc_tune, "malloc_tune", Flag{"--malloc-tune"},
       "call mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, -1) at start: no mmap'd blocks and no trimming, so "
       "large MPI temporaries are not re-faulted each call (see README)");
+    k(&S::mpi_nonblocking, "mpi_nonblocking", Flag{"--mpi-nonblocking"},
+      "MPI backend: start each collective with its non-blocking call (MPI_Iallreduce, MPI_Ireduce_scatter_block, ...; "
+      "sendrecv as MPI_Irecv + MPI_Isend) and wait for it, as cairn-train's gradient and ZeRO reductions do: Open MPI "
+      "runs these with other algorithms (libnbc) than the blocking calls");
   }
 };
 
