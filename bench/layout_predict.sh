@@ -24,6 +24,8 @@
 #        the plan alike)
 #        PLAN_EXTRA (more cairn-plan arguments for every prediction, e.g. "--set cluster.overlap_slowdown=1")
 #        FABRIC_RANKS (price every layout with the sweep of that many ranks instead of its own rank count)
+#        SWEEP_EXTRA (more cairn-sweep arguments for the fabric sweeps, e.g. "--mpi-nonblocking": the MPI_I* calls
+#        cairn-train's gradient and ZeRO reductions make, which Open MPI runs with other algorithms than the blocking)
 #        FILTER (python regex on the layout string, e.g. 'tp=2'; matching none is exit 2)  TARGET 15 (% bar; exits 0 regardless)
 #        RETRY 1, BG_MAX 0.25: rerun a layout (or a fabric sweep) up to RETRY times while other processes used more
 #        than BG_MAX cores during it (the "bg" column: cores used by the rest of the machine; keep it ~0)
@@ -52,6 +54,7 @@ STEPS=${STEPS:-20} WARMUP=${WARMUP:-4} RANKS=${RANKS:-1 2 4} RECOMPUTE=${RECOMPU
 CORES=${CORES:-$(nproc)} TARGET=${TARGET:-15} FILTER=${FILTER:-} RETRY=${RETRY:-1} BG_MAX=${BG_MAX:-0.25}
 ROUNDS=${ROUNDS:-2}
 FABRIC_RANKS=${FABRIC_RANKS:-}
+read -r -a SWEEP_EXTRA <<< "${SWEEP_EXTRA:-}"
 PREDICT_ONLY=${PREDICT_ONLY:-0}
 if [ "$PREDICT_ONLY" = 1 ] && [ ! -s "$OUT/layouts.txt" ]; then
   echo "layout_predict: PREDICT_ONLY=1 needs an earlier run in \"$OUT\": no layouts.txt there" >&2
@@ -209,7 +212,7 @@ for R in $SWEEP_RANKS; do
     b0=$(busy_jiffies)
     /usr/bin/time -f "%e %U %S" -o "$OUT/sweep-$R.time" "${MPI[@]}" "$BIN/cairn-sweep" \
       allreduce,allgather,reducescatter,sendrecv -b 8 -e 8M -f 4 --tiers world,intra --out "$OUT/sweep-$R" \
-      --malloc-tune --log-level warn > "$OUT/sweep-$R.txt"  # malloc as cairn-train runs it ([train] malloc_tune)
+      --malloc-tune --log-level warn "${SWEEP_EXTRA[@]}" > "$OUT/sweep-$R.txt"  # malloc as cairn-train runs it
     b1=$(busy_jiffies)
     read -r bgc _ < <(background "$OUT/sweep-$R.time" "$b0" "$b1")
     $PY -c "import sys; sys.exit(0 if $bgc <= $BG_MAX else 1)" && break
