@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cairn/config.h"
+#include "cairn/error.h"
 #include "cairn/mpi.h"
 #include "sweep.h"
 
@@ -168,6 +169,21 @@ BOOST_AUTO_TEST_CASE(nonblocking_calls_are_made_checked_and_recorded) {
   BOOST_TEST(large.wrong == 0);
   BOOST_TEST(g_started["iallreduce"] > 0);
   remove_run(o.run_dir);
+}
+
+// Non-blocking calls are MPI's: asked of an NCCL sweep they are a usage error naming the key (exit 2), built with CUDA
+// or not, before anything is measured.
+BOOST_AUTO_TEST_CASE(nonblocking_calls_on_nccl_are_a_usage_error) {
+  cairn::Config cfg;
+  SweepOptions o = small_options(scratch_dir("nbnccl"));
+  o.backend = "nccl";
+  o.mpi_nonblocking = true;
+  SweepResult res;
+  BOOST_CHECK_EXCEPTION(run_sweep(cfg, o, &res), cairn::UsageError, [](const cairn::UsageError& e) {
+    return std::string(e.what()).find("sweep.mpi_nonblocking") != std::string::npos;
+  });
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (cairn::mpi::rank() == 0) std::filesystem::remove_all(o.run_dir);
 }
 
 BOOST_AUTO_TEST_CASE(failed_checks_count_ranks_not_elements) {

@@ -741,11 +741,11 @@ const Backend& choose_backend(SweepOptions& o) {
     const std::string problem = nccl && own == 0 ? nccl->device_problem(&broken) : std::string();
     if (broken) CAIRN_LOG_WARN("backend auto: taking MPI: %s", problem.c_str());  // a GPU whose CUDA fails: say so
   }
+  if (o.backend == "nccl" && o.mpi_nonblocking)
+    throw UsageError("sweep.mpi_nonblocking (--mpi-nonblocking) is for the MPI backend, and sweep.backend is nccl");
   if (o.backend == "nccl" && !nccl) {
     throw UsageError("backend nccl: this cairn-sweep was built without CUDA (configure with -DCAIRN_CUDA=ON)");
   }
-  if (o.backend == "nccl" && o.mpi_nonblocking)
-    throw UsageError("sweep.mpi_nonblocking (--mpi-nonblocking) is for the MPI backend, and sweep.backend is nccl");
   return o.backend == "nccl" ? *nccl : mpi_backend(o.mpi_nonblocking);
 }
 
