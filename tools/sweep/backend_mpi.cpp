@@ -227,86 +227,62 @@ void mpi_run_nonblocking(BackendComm* bc, CollKind kind, const void* send, void*
 void run_counted(BackendComm* bc, CollKind kind, const void* send, void* recv, int n, MPI_Datatype dt, RedOp op,
                  int root, bool in_place, bool nonblocking) {
   MPI_Comm comm = bc->comm;
+  const MPI_Op mop = mpi_op(op);
   const void* src = in_place ? MPI_IN_PLACE : send;
   const void* root_src = in_place && bc->rank == root ? MPI_IN_PLACE : send;
+  // All-gather and all-to-all in place name no send buffer, count or type.
+  const int send_n = in_place ? 0 : n;
+  const MPI_Datatype send_dt = in_place ? MPI_DATATYPE_NULL : dt;
   // Out of place, the broadcast root sends straight from its send buffer (no extra copy timed).
   void* bcast_buf = bc->rank == root && !in_place ? const_cast<void*>(send) : recv;
   const int next = (bc->rank + 1) % bc->size, prev = (bc->rank - 1 + bc->size) % bc->size;
+  const bool nb = nonblocking && !(kind == CollKind::SendRecv && in_place);
+  MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   int rc = MPI_SUCCESS;
   const char* what = "";
-  if (nonblocking && !(kind == CollKind::SendRecv && in_place)) {
-    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    switch (kind) {
-      case CollKind::AllReduce:
-        what = "MPI_Iallreduce";
-        rc = MPI_Iallreduce(src, recv, n, dt, mpi_op(op), comm, req);
-        break;
-      case CollKind::AllGather:
-        what = "MPI_Iallgather";
-        rc = in_place ? MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, dt, comm, req)
-                      : MPI_Iallgather(send, n, dt, recv, n, dt, comm, req);
-        break;
-      case CollKind::ReduceScatter:
-        what = "MPI_Ireduce_scatter_block";
-        rc = MPI_Ireduce_scatter_block(src, recv, n, dt, mpi_op(op), comm, req);
-        break;
-      case CollKind::AlltoAll:
-        what = "MPI_Ialltoall";
-        rc = in_place ? MPI_Ialltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, dt, comm, req)
-                      : MPI_Ialltoall(send, n, dt, recv, n, dt, comm, req);
-        break;
-      case CollKind::Broadcast:
-        what = "MPI_Ibcast";
-        rc = MPI_Ibcast(bcast_buf, n, dt, root, comm, req);
-        break;
-      case CollKind::Reduce:
-        what = "MPI_Ireduce";
-        rc = MPI_Ireduce(root_src, recv, n, dt, mpi_op(op), root, comm, req);
-        break;
-      case CollKind::SendRecv:
+  switch (kind) {
+    case CollKind::AllReduce:
+      what = nb ? "MPI_Iallreduce" : "MPI_Allreduce";
+      rc = nb ? MPI_Iallreduce(src, recv, n, dt, mop, comm, req) : MPI_Allreduce(src, recv, n, dt, mop, comm);
+      break;
+    case CollKind::AllGather:
+      what = nb ? "MPI_Iallgather" : "MPI_Allgather";
+      rc = nb ? MPI_Iallgather(src, send_n, send_dt, recv, n, dt, comm, req)
+              : MPI_Allgather(src, send_n, send_dt, recv, n, dt, comm);
+      break;
+    case CollKind::ReduceScatter:
+      what = nb ? "MPI_Ireduce_scatter_block" : "MPI_Reduce_scatter_block";
+      rc = nb ? MPI_Ireduce_scatter_block(src, recv, n, dt, mop, comm, req)
+              : MPI_Reduce_scatter_block(src, recv, n, dt, mop, comm);
+      break;
+    case CollKind::AlltoAll:
+      what = nb ? "MPI_Ialltoall" : "MPI_Alltoall";
+      rc = nb ? MPI_Ialltoall(src, send_n, send_dt, recv, n, dt, comm, req)
+              : MPI_Alltoall(src, send_n, send_dt, recv, n, dt, comm);
+      break;
+    case CollKind::Broadcast:
+      what = nb ? "MPI_Ibcast" : "MPI_Bcast";
+      rc = nb ? MPI_Ibcast(bcast_buf, n, dt, root, comm, req) : MPI_Bcast(bcast_buf, n, dt, root, comm);
+      break;
+    case CollKind::Reduce:
+      what = nb ? "MPI_Ireduce" : "MPI_Reduce";
+      rc = nb ? MPI_Ireduce(root_src, recv, n, dt, mop, root, comm, req)
+              : MPI_Reduce(root_src, recv, n, dt, mop, root, comm);
+      break;
+    case CollKind::SendRecv:
+      if (nb) {
         what = "MPI_Irecv/MPI_Isend";
         rc = MPI_Irecv(recv, n, dt, prev, 7, comm, &req[0]);
         if (rc == MPI_SUCCESS) rc = MPI_Isend(send, n, dt, next, 7, comm, &req[1]);
-        break;
-    }
-    mpi::check(rc, what);
-    mpi::check(MPI_Waitall(2, req, MPI_STATUSES_IGNORE), "MPI_Waitall");
-    return;
-  }
-  switch (kind) {
-    case CollKind::AllReduce:
-      what = "MPI_Allreduce";
-      rc = MPI_Allreduce(src, recv, n, dt, mpi_op(op), comm);
-      break;
-    case CollKind::AllGather:
-      what = "MPI_Allgather";
-      rc = in_place ? MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, dt, comm)
-                    : MPI_Allgather(send, n, dt, recv, n, dt, comm);
-      break;
-    case CollKind::ReduceScatter:
-      what = "MPI_Reduce_scatter_block";
-      rc = MPI_Reduce_scatter_block(src, recv, n, dt, mpi_op(op), comm);
-      break;
-    case CollKind::AlltoAll:
-      what = "MPI_Alltoall";
-      rc = in_place ? MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv, n, dt, comm)
-                    : MPI_Alltoall(send, n, dt, recv, n, dt, comm);
-      break;
-    case CollKind::Broadcast:
-      what = "MPI_Bcast";
-      rc = MPI_Bcast(bcast_buf, n, dt, root, comm);
-      break;
-    case CollKind::Reduce:
-      what = "MPI_Reduce";
-      rc = MPI_Reduce(root_src, recv, n, dt, mpi_op(op), root, comm);
-      break;
-    case CollKind::SendRecv:
-      what = "MPI_Sendrecv";
-      rc = in_place ? MPI_Sendrecv_replace(recv, n, dt, next, 7, prev, 7, comm, MPI_STATUS_IGNORE)
-                    : MPI_Sendrecv(send, n, dt, next, 7, recv, n, dt, prev, 7, comm, MPI_STATUS_IGNORE);
+      } else {
+        what = "MPI_Sendrecv";
+        rc = in_place ? MPI_Sendrecv_replace(recv, n, dt, next, 7, prev, 7, comm, MPI_STATUS_IGNORE)
+                      : MPI_Sendrecv(send, n, dt, next, 7, recv, n, dt, prev, 7, comm, MPI_STATUS_IGNORE);
+      }
       break;
   }
   mpi::check(rc, what);
+  if (nb) mpi::check(MPI_Waitall(2, req, MPI_STATUSES_IGNORE), "MPI_Waitall");
 }
 
 void mpi_sync(BackendComm*) {}
